@@ -1,0 +1,115 @@
+# Holmes build. `make` builds bin/holmes-operator and bin/holmes-node.
+# `make test` runs every test twice: plain, then under ASan+UBSan.
+# Modules add their own targets, packages and libraries in mk/*.mk.
+
+CC       ?= gcc
+VARIANT  ?= release
+BUILD    := build/$(VARIANT)
+ifeq ($(VARIANT),release)
+BINDIR   := bin
+else
+BINDIR   := $(BUILD)/bin
+endif
+
+PKGS     := libcurl libcjson yaml-0.1 openblas zlib libibverbs libwebsockets openssl
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter
+OPT_release := -O2 -g
+OPT_asan    := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+OPT_debug   := -O0 -g
+CFLAGS   ?=
+ifeq ($(CI),true)
+EXTRA_CFLAGS += -Werror
+endif
+CFLAGS   += -std=gnu11 $(OPT_$(VARIANT)) $(WARN) -fopenmp -D_GNU_SOURCE \
+            -Icommon -Ioperator -Inoderuntime $(PKG_CFLAGS) $(EXTRA_CFLAGS)
+LDFLAGS  += $(filter -fsanitize=%,$(OPT_$(VARIANT))) -fopenmp
+LDLIBS   += $(PKG_LIBS) -lm -lpthread
+
+# Debian packages the build, the tests and `make run` need (mk/*.mk may add).
+DEB_PKGS := build-essential pkg-config libcurl4-openssl-dev libcjson-dev libwebsockets-dev \
+            libyaml-dev libibverbs-dev ibverbs-providers rdma-core libopenblas-dev zlib1g-dev \
+            libssl-dev libomp-dev iproute2 python3
+
+COMMON_SRC := $(wildcard common/*.c)
+OP_SRC     := $(filter-out operator/main.c,$(wildcard operator/*.c))
+NODE_SRC   := $(filter-out noderuntime/main.c,$(wildcard noderuntime/*.c))
+TEST_SRC   := $(wildcard tests/unit/test_*.c)
+TEST_SUPPORT_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/unit/*.c))
+
+obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
+LIB_COMMON := $(BUILD)/libholmes_common.a
+LIB_OP     := $(BUILD)/libholmes_operator.a
+LIB_NODE   := $(BUILD)/libholmes_node.a
+ALL_LIBS   := $(LIB_OP) $(LIB_NODE) $(LIB_COMMON)
+TEST_BINS  := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+
+.PHONY: all build deps run test test-build clean cuda help
+all: build
+build: $(BINDIR)/holmes-operator $(BINDIR)/holmes-node
+
+# Keep test objects (make would delete them as intermediates).
+.SECONDARY:
+
+-include mk/*.mk
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	@$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB_COMMON): $(call obj,$(COMMON_SRC))
+	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
+$(LIB_OP): $(call obj,$(OP_SRC))
+	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
+$(LIB_NODE): $(call obj,$(NODE_SRC))
+	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
+
+$(BINDIR)/holmes-operator: $(call obj,operator/main.c) $(LIB_OP) $(LIB_COMMON)
+	@mkdir -p $(dir $@)
+	@echo "  LD      $@"
+	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BINDIR)/holmes-node: $(call obj,noderuntime/main.c) $(LIB_NODE) $(LIB_COMMON)
+	@mkdir -p $(dir $@)
+	@echo "  LD      $@"
+	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Every unit test links every library, so tests may cross modules.
+$(BUILD)/tests/%: $(call obj,tests/unit/%.c) $(call obj,$(TEST_SUPPORT_SRC)) $(ALL_LIBS)
+	@mkdir -p $(dir $@)
+	@echo "  LD      $@"
+	@$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -Wl,--start-group $(ALL_LIBS) -Wl,--end-group $(LDLIBS)
+
+test-build: build $(TEST_BINS)
+
+# Installs what is missing, idempotently (needs root or sudo).
+deps:
+	@scripts/deps.sh $(sort $(DEB_PKGS))
+
+.deps-ok: scripts/deps.sh
+	@scripts/deps.sh $(sort $(DEB_PKGS)) && touch $@
+
+test: .deps-ok
+	@$(MAKE) --no-print-directory VARIANT=release test-build
+	@$(MAKE) --no-print-directory VARIANT=asan test-build
+	@tests/run.sh build/release bin build/asan build/asan/bin
+
+clean:
+	rm -rf build bin .deps-ok
+
+help:
+	@echo "make            build bin/holmes-operator and bin/holmes-node"
+	@echo "make deps       install the Debian packages build, tests and run need"
+	@echo "make run        run examples/local-tiny.yaml on this machine"
+	@echo "make test       unit + integration tests, plain and under ASan/UBSan"
+	@echo "make cuda       build the CUDA engine (needs nvcc)"
+	@echo "make bench-*    benchmarks; results go to docs/benchmarks.md"
+
+-include $(shell find build -name '*.d' 2>/dev/null)
+
+# The README's main command: the tiny example job on this machine (see mk/local.mk for details).
+RUN_JOB ?= examples/local-tiny.yaml
+run: .deps-ok build
+	$(BINDIR)/holmes-operator local $(RUN_JOB)

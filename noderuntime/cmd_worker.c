@@ -1,0 +1,9 @@
+/* Placeholder until the worker command lands; replaced by its module's owner. */
+#include <stdio.h>
+#include "commands.h"
+int cmd_worker(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    fprintf(stderr, "holmes-node worker: not built yet\n");
+    return 2;
+}

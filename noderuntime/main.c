@@ -1,0 +1,16 @@
+#include <stddef.h>
+
+#include "cli.h"
+#include "commands.h"
+
+static const struct cli_command commands[] = {
+    {"nic", "discover RDMA and Ethernet NICs and GPUs; print the NIC report", cmd_nic},
+    {"worker", "run one worker of a TrainingJob", cmd_worker},
+    {"train", "train a model in one process (no coordinator)", cmd_train},
+    {0, 0, 0},
+};
+
+int main(int argc, char **argv)
+{
+    return cli_dispatch("holmes-node", "Holmes worker runtime", commands, NULL, argc, argv);
+}
