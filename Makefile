@@ -85,10 +85,11 @@ $(BUILD)/tests/%: $(call obj,tests/unit/%.c) $(call obj,$(TEST_SUPPORT_SRC)) $(A
 test-build: build $(TEST_BINS)
 
 # Installs what is missing, idempotently (needs root or sudo).
-deps:
+# mk/*.mk may add install steps beyond apt (e.g. tools from npm) to DEPS_HOOKS.
+deps: $(DEPS_HOOKS)
 	@scripts/deps.sh $(sort $(DEB_PKGS))
 
-.deps-ok: scripts/deps.sh
+.deps-ok: scripts/deps.sh $(wildcard mk/*.mk) | $(DEPS_HOOKS)
 	@scripts/deps.sh $(sort $(DEB_PKGS)) && touch $@
 
 test: .deps-ok
