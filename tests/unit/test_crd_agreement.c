@@ -70,8 +70,12 @@ static int subset(const cJSON *sub, const cJSON *super, char *where, size_t n)
         }
         return 1;
     }
-    if (cJSON_IsNumber(sub) && cJSON_IsNumber(super))
-        return fabs(sub->valuedouble - super->valuedouble) <= 1e-12 * fabs(sub->valuedouble);
+    if (cJSON_IsNumber(sub) && cJSON_IsNumber(super)) {
+        if (fabs(sub->valuedouble - super->valuedouble) <= 1e-12 * fabs(sub->valuedouble))
+            return 1;
+        snprintf(where, n, "(schema %g, C %g)", sub->valuedouble, super->valuedouble);
+        return 0;
+    }
     if (!cJSON_Compare(sub, super, 1)) {
         snprintf(where, n, "differs");
         return 0;
