@@ -27,7 +27,8 @@ for target in "$P-w1 10.77.1.11 intra" "$P-w2 10.77.2.10 cross"; do
     [ "$got" = "semloh" ] && pass "tcp $3-fabric" || fail "tcp $3-fabric" "$got"
 done
 
-bad=$("$S" up "$P" 40 "ib:0:300" 2>&1); rc=$?
+"$S" down "$P"
+bad=$("$S" up "$P" 40 ib:1:300 "ib:0:300" 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -q "WORKERS must be 1..64" <<<"$bad" && pass "bad worker count refused" || fail "bad worker count refused" "$bad"
 check "failed up leaves nothing behind" test -z "$(ip netns list | grep "^$P-")"
 "$S" up "$P" 40 ib:1:100 >/dev/null
