@@ -223,3 +223,83 @@ int schema_count_cel_rules(const cJSON *s)
                 n += schema_count_cel_rules(c);
     return n;
 }
+
+static void problem(struct schema_violations *v, const char *path, const char *what)
+{
+    add(v, path[0] ? path : "(root)", "%s", what, 0);
+}
+
+int schema_structural_problems(const cJSON *s, const char *path, struct schema_violations *v)
+{
+    int before = v->count;
+    if (!cJSON_IsObject(s)) {
+        problem(v, path, "schema node is not an object");
+        return v->count - before;
+    }
+    int ios = cJSON_IsTrue(kw(s, "x-kubernetes-int-or-string"));
+    int preserve = cJSON_IsTrue(kw(s, "x-kubernetes-preserve-unknown-fields"));
+    const cJSON *type = kw(s, "type");
+    if (!ios && !cJSON_IsString(type))
+        problem(v, path, "no type (structural schemas type every node)");
+    if (ios && type)
+        problem(v, path, "int-or-string with a type");
+    const cJSON *props = kw(s, "properties"), *addl = kw(s, "additionalProperties"), *items = kw(s, "items");
+    if (props && addl)
+        problem(v, path, "properties and additionalProperties together");
+    if (cJSON_IsString(type) && strcmp(type->valuestring, "object") && (props || addl || preserve))
+        problem(v, path, "properties on a non-object");
+    if (cJSON_IsString(type) && !strcmp(type->valuestring, "array") && !items)
+        problem(v, path, "array without items");
+    const cJSON *c;
+    cJSON_ArrayForEach(c, props) {
+        char p[256];
+        snprintf(p, sizeof p, "%s.%s", path, c->string);
+        schema_structural_problems(c, p, v);
+    }
+    if (cJSON_IsObject(addl)) {
+        char p[256];
+        snprintf(p, sizeof p, "%s.*", path);
+        schema_structural_problems(addl, p, v);
+    }
+    if (items) {
+        char p[256];
+        snprintf(p, sizeof p, "%s[]", path);
+        schema_structural_problems(items, p, v);
+        const cJSON *lt = kw(s, "x-kubernetes-list-type"), *keys = kw(s, "x-kubernetes-list-map-keys");
+        if (cJSON_IsString(lt) && !strcmp(lt->valuestring, "map")) {
+            const cJSON *req = kw(items, "required"), *k;
+            if (!cJSON_IsArray(keys) || cJSON_GetArraySize(keys) == 0)
+                problem(v, path, "list-type map without list-map-keys");
+            cJSON_ArrayForEach(k, keys) {
+                int found = 0;
+                const cJSON *r;
+                cJSON_ArrayForEach(r, req)
+                    if (cJSON_IsString(r) && cJSON_IsString(k) && !strcmp(r->valuestring, k->valuestring))
+                        found = 1;
+                const cJSON *kp = cJSON_GetObjectItemCaseSensitive(kw(items, "properties"), k->valuestring);
+                if (!found && !kw(kp, "default"))
+                    problem(v, path, "list-map key neither required nor defaulted");
+            }
+        }
+    }
+    const cJSON *rules = kw(s, "x-kubernetes-validations"), *r;
+    cJSON_ArrayForEach(r, rules) {
+        if (!cJSON_IsString(kw(r, "rule")) || !cJSON_IsString(kw(r, "message")))
+            problem(v, path, "CEL entry without rule and message");
+    }
+    const cJSON *def = kw(s, "default");
+    if (def) {
+        cJSON *d = cJSON_Duplicate(def, 1);
+        if (d && schema_apply_defaults(s, d) == 0) {
+            struct schema_violations dv = {0};
+            if (schema_check(s, d, path, &dv))
+                problem(v, path, "default does not validate against its own schema");
+        }
+        cJSON_Delete(d);
+    }
+    const cJSON *req = kw(s, "required"), *q;
+    cJSON_ArrayForEach(q, req)
+        if (!cJSON_IsString(q) || !cJSON_GetObjectItemCaseSensitive(props, q->valuestring))
+            problem(v, path, "required names a field that is not in properties");
+    return v->count - before;
+}

@@ -23,6 +23,11 @@ const cJSON *schema_of_crd(const cJSON *crd);
 int schema_check(const cJSON *schema, const cJSON *value, const char *path, struct schema_violations *v);
 /* Fills absent fields that have a default, recursively, as the API server does. Returns -1 on OOM. */
 int schema_apply_defaults(const cJSON *schema, cJSON *value);
+/* The Kubernetes structural-schema rules a CRD must meet to be accepted (the subset this CRD can
+ * break): every node has a type (or is int-or-string / preserve-unknown-fields), no
+ * additionalProperties beside properties, list-map keys required, CEL entries with rule and
+ * message, and every default valid against its own node. Returns the number of problems. */
+int schema_structural_problems(const cJSON *schema, const char *path, struct schema_violations *v);
 /* Counts the x-kubernetes-validations rules anywhere in the schema. */
 int schema_count_cel_rules(const cJSON *schema);
 

@@ -306,6 +306,24 @@ int main(void)
     const cJSON *sn = cJSON_GetObjectItemCaseSensitive(names, "shortNames");
     CHECK("CRD short name tj", cJSON_IsArray(sn) && !strcmp(cJSON_GetArrayItem(sn, 0)->valuestring, "tj"));
     CHECK("CRD has CEL rules for cross-field checks", schema_count_cel_rules(g_schema) >= 10);
+    struct schema_violations sv = {0};
+    int probs = schema_structural_problems(g_schema, "", &sv);
+    for (int i = 0; i < sv.count && i < SCHEMA_MAX_VIOLATIONS; i++)
+        printf("    structural: %s: %s\n", sv.path[i], sv.rule[i]);
+    CHECK_INT("CRD schema is structural", probs, 0);
+    const cJSON *ver = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(crd, "spec"),
+                                                                           "versions"), 0);
+    const cJSON *sub = cJSON_GetObjectItemCaseSensitive(ver, "subresources");
+    CHECK("CRD has a status subresource", cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(sub, "status")));
+    const cJSON *cols = cJSON_GetObjectItemCaseSensitive(ver, "additionalPrinterColumns"), *col;
+    int want = 0;
+    cJSON_ArrayForEach(col, cols) {
+        const char *n = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(col, "name"));
+        if (n && (!strcmp(n, "Phase") || !strcmp(n, "Workers") || !strcmp(n, "Step") || !strcmp(n, "Loss") ||
+                  !strcmp(n, "Age")))
+            want++;
+    }
+    CHECK_INT("CRD printer columns Phase, Workers, Step, Loss, Age", want, 5);
 
     CHECK("valid manifests found", for_each_manifest("tests/manifests/valid", check_valid_file) >= 5);
     for_each_manifest("examples", check_valid_file);
