@@ -627,6 +627,55 @@ static void parse_template(const cJSON *spec, const char *sp, struct tj_spec *s,
         tj_errors_add(errs, "%s: out of memory", p);
 }
 
+/* True when one of errs->msg[from..to-1] is about `path` or a field below it. */
+static int errors_under(const struct tj_errors *errs, int from, int to, const char *path)
+{
+    size_t n = strlen(path);
+    for (int i = from; i < to && i < TJ_MAX_ERRORS; i++)
+        if (!strncmp(errs->msg[i], path, n) && (errs->msg[i][n] == ':' || errs->msg[i][n] == '.' ||
+                                                 errs->msg[i][n] == '['))
+            return 1;
+    return 0;
+}
+
+/* Runs the cross-field rules and keeps each error unless a field it depends on already failed
+ * to parse (its value is then a default, and the rule would report a consequence, not a cause):
+ * the sizes every rule uses (workers, gpusPerWorker, model) and the error's own section. */
+static void add_cross_field_errors(const struct tj_spec *s, const char *sp, int before, struct tj_errors *errs)
+{
+    char base[3][300];
+    snprintf(base[0], sizeof base[0], "%s.workers", sp);
+    snprintf(base[1], sizeof base[1], "%s.gpusPerWorker", sp);
+    snprintf(base[2], sizeof base[2], "%s.model", sp);
+    for (int i = 0; i < 3; i++)
+        if (errors_under(errs, before, errs->count, base[i]))
+            return;
+    struct tj_errors *cross = calloc(1, sizeof *cross);
+    if (!cross) {
+        tj_errors_add(errs, "%s: out of memory", sp);
+        return;
+    }
+    tj_spec_validate(s, sp, cross);
+    size_t splen = strlen(sp);
+    int parse_end = errs->count;
+    for (int i = 0; i < cross->count && i < TJ_MAX_ERRORS; i++) {
+        /* The section: "spec.parallelism" of "spec.parallelism.tensor: ..." */
+        char section[300];
+        const char *m = cross->msg[i];
+        if (strncmp(m, sp, splen) || m[splen] != '.') {
+            tj_errors_add(errs, "%s", m);
+            continue;
+        }
+        size_t end = splen + 1;
+        while (m[end] && m[end] != '.' && m[end] != ':' && m[end] != '[')
+            end++;
+        snprintf(section, sizeof section, "%.*s", (int)end, m);
+        if (!errors_under(errs, before, parse_end, section))
+            tj_errors_add(errs, "%s", m);
+    }
+    free(cross);
+}
+
 int tj_spec_from_json(const cJSON *spec, const char *path, struct tj_spec *out, struct tj_errors *errs)
 {
     const char *sp = path ? path : "spec";
@@ -660,9 +709,7 @@ int tj_spec_from_json(const cJSON *spec, const char *path, struct tj_spec *out, 
     get_bool(spec, sp, "suspend", &out->suspend, errs);
     parse_emulation(spec, sp, out, errs);
     parse_template(spec, sp, out, errs);
-    /* Cross-field rules only on a spec whose fields all parsed: they would repeat errors. */
-    if (errs->count == before)
-        tj_spec_validate(out, sp, errs);
+    add_cross_field_errors(out, sp, before, errs);
     return errs->count == before ? 0 : -1;
 }
 

@@ -145,7 +145,8 @@ void tj_spec_defaults(struct tj_spec *s);
 
 /* Parses `spec` (the object under "spec"), applies defaults, resolves the model preset and
  * validates. Returns 0 when valid; -1 with every error in `errs` otherwise (`out` then holds
- * what could be read and must still be freed). Errors are prefixed with `path` ("spec"). */
+ * what could be read and must still be freed). Errors are prefixed with `path` ("spec").
+ * A cross-field rule whose inputs failed to parse is not reported (see docs/api.md). */
 int tj_spec_from_json(const cJSON *spec, const char *path, struct tj_spec *out, struct tj_errors *errs);
 
 /* Parses a whole object {apiVersion, kind, metadata, spec}; checks apiVersion, kind and

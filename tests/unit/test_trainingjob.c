@@ -105,6 +105,26 @@ int main(void)
     CHECK_INT("all three reported", errs.count, 3);
     tj_job_free(&job);
 
+    /* A field error and an unrelated cross-field error are both reported; a cross-field rule on
+     * a field that failed to parse is not (it would report a consequence). */
+    rc = parse_job("apiVersion: holmes.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: t}\n"
+                   "spec:\n  workers: 12\n  gpusPerWorker: 0\n"
+                   "  model: {layers: 8, hidden: 64, heads: 4, vocab: 256, seqLen: 64}\n"
+                   "  parallelism: {pipeline: 12, microBatches: 12}\n"
+                   "  training: {steps: 10, precision: bf16, optimizer: {lr: fast}}\n",
+                   &job, &errs);
+    if (errs.count != 2) dump(&errs);
+    CHECK("field and cross-field errors together", rc == -1 && errs.count == 2 &&
+          has_error(&errs, "spec.training.optimizer.lr: must be a number, got a string") &&
+          has_error(&errs, "spec.parallelism.pipeline: 12 exceeds model layers 8"));
+    CHECK("cross-field rule of a section with a field error is skipped", !has_error(&errs, "bf16 needs GPU workers"));
+    tj_job_free(&job);
+    rc = parse_job("apiVersion: holmes.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: t}\n"
+                   "spec:\n  workers: many\n  gpusPerWorker: 0\n  model: {preset: gpt2-124m}\n"
+                   "  parallelism: {pipeline: 2, data: 2}\n  training: {steps: 10}\n", &job, &errs);
+    CHECK("no cascade from a bad workers field", rc == -1 && errs.count == 1);
+    tj_job_free(&job);
+
     /* Field-level errors are all reported together, with paths. */
     rc = parse_job("apiVersion: v1\nkind: Pod\nmetadata: {name: Bad_Name}\n"
                    "spec:\n  workers: eight\n  gpusPerWorker: -1\n  model: {preset: gpt3}\n"
