@@ -39,6 +39,10 @@ static int parse_line(char *line, int lineno, struct nic_report *r)
     char *cidr = strtok_r(NULL, " \t", &save);
     if (!idx || !ifname || !fam || !cidr)
         return -1;
+    char *end;
+    long ifindex = strtol(idx, &end, 10);
+    if (end == idx || strcmp(end, ":") != 0 || ifindex <= 0)
+        return -1;
     char *at = strchr(ifname, '@');
     if (at)
         *at = '\0';

@@ -49,7 +49,8 @@ int nic_discover(const struct nic_discover_opts *o, struct nic_report *r, herr *
     if (recorded) {
         if (read_sysfs_devices(root, r) == 0)
             snprintf(r->rdma_note, sizeof r->rdma_note,
-                     "no RDMA devices found in %s/class/infiniband; reporting Ethernet only", root);
+                     "no RDMA devices found (the recorded tree has none under class/infiniband); "
+                     "reporting Ethernet only");
     } else if (nic_verbs_discover(root, r) == 0) {
         /* Devices in sysfs that libibverbs can not list (no provider, or a recorded tree
          * named by SYSFS_PATH) are still worth reporting. */

@@ -1,5 +1,6 @@
 #include "nic_sysfs.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -101,9 +102,13 @@ void nic_sysfs_names_free(char **names, int n)
 /* True for a PCI function name "dddd:bb:dd.f". */
 static int is_pci_name(const char *s, size_t len)
 {
-    unsigned dom, bus, dev, fn;
-    char tail;
-    return len == 12 && sscanf(s, "%4x:%2x:%2x.%1x%c", &dom, &bus, &dev, &fn, &tail) == 4;
+    if (len != 12)
+        return 0;
+    static const char shape[] = "hhhh:hh:hh.h";
+    for (size_t i = 0; i < len; i++)
+        if (shape[i] == 'h' ? !isxdigit((unsigned char)s[i]) : s[i] != shape[i])
+            return 0;
+    return 1;
 }
 
 void nic_sysfs_pci_locate(const char *devdir, char pci[16], char pci_path[256], int *numa_node)
