@@ -57,7 +57,6 @@ static int parse_line(char *line, int lineno, struct nic_report *r)
     int prefix = max;
     if (slash) {
         *slash = '\0';
-        char *end;
         long p = strtol(slash + 1, &end, 10);
         if (*end || p < 0 || p > max) {
             nic_report_warn(r, "ip-addr.txt:%d: prefix length \"%s\" is not 0..%d", lineno,
