@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "nic_addrs.h"
 #include "nic_fabric.h"
@@ -38,6 +39,11 @@ int nic_discover(const struct nic_discover_opts *o, struct nic_report *r, herr *
     int recorded = o && o->sysfs_root;
     const char *root = recorded ? o->sysfs_root : env && env[0] ? env : "/sys";
 
+    struct stat st;
+    if (recorded && (stat(root, &st) != 0 || !S_ISDIR(st.st_mode))) {
+        herr_set(e, "--sysfs %s: not a directory (a recorded sysfs tree is expected)", root);
+        goto fail;
+    }
     if (nic_sysfs_read_netdevs(root, r, e) != 0)
         goto fail;
     if (recorded || (env && env[0])) {
