@@ -266,8 +266,8 @@ static inline float exp_neg(float x)
     float r = x - k * 0.693145751953125f - k * 1.428606765330187e-06f;
     float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.16666667f + r * (0.041666667f
               + r * (0.0083333333f + r * 0.0013888889f)))));
-    union { float f; int32_t i; } u = {.f = p};
-    u.i += (int32_t)k << 23;
+    union { float f; uint32_t i; } u = {.f = p};
+    u.i += (uint32_t)(int32_t)k << 23; /* unsigned: wraps instead of shifting a negative */
     return u.f;
 }
 
