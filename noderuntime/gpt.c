@@ -260,15 +260,20 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
  * ~1e-7, and it vectorises (the libm call does not without -ffast-math). */
 static inline float exp_neg(float x)
 {
-    if (x < -87.0f)
-        x = -87.0f;
-    float k = floorf(x * 1.44269504f + 0.5f);
+    x = x < -87.0f ? -87.0f : x;
+    /* round to nearest by adding and subtracting 1.5 * 2^23 (floorf is a libm call before
+     * SSE4.1, which would stop the loops from vectorising) */
+    float k = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
     float r = x - k * 0.693145751953125f - k * 1.428606765330187e-06f;
     float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.16666667f + r * (0.041666667f
               + r * (0.0083333333f + r * 0.0013888889f)))));
-    union { float f; uint32_t i; } u = {.f = p};
-    u.i += (uint32_t)(int32_t)k << 23; /* unsigned: wraps instead of shifting a negative */
-    return u.f;
+    /* scale by 2^k in the exponent bits; memcpy (not a union) keeps it in registers, and the
+     * unsigned add wraps instead of shifting a negative number */
+    uint32_t bits;
+    memcpy(&bits, &p, sizeof bits);
+    bits += (uint32_t)(int32_t)k << 23;
+    memcpy(&p, &bits, sizeof p);
+    return p;
 }
 
 /* tanh(u) = sign(u) * (1 - e) / (1 + e), e = exp(-2|u|) */
@@ -745,9 +750,9 @@ int gpt_stage_forward(struct gpt_stage *s, int slot, const int *tokens, const fl
         for (size_t r = 0; r < BT; r++) {
             const float *lg = a->logits + r * Vp;
             float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
             for (int v = 0; v < V; v++)
-                if (lg[v] > mx)
-                    mx = lg[v];
+                mx = lg[v] > mx ? lg[v] : mx;
             float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
             for (int v = 0; v < V; v++)
@@ -793,9 +798,9 @@ int gpt_stage_backward(struct gpt_stage *s, int slot, const float *dout, float *
         for (size_t r = 0; r < BT; r++) {
             float *lg = a->logits + r * Vp;
             float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
             for (int v = 0; v < V; v++)
-                if (lg[v] > mx)
-                    mx = lg[v];
+                mx = lg[v] > mx ? lg[v] : mx;
             float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
             for (int v = 0; v < V; v++) {
