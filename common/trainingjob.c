@@ -56,6 +56,29 @@ long long tj_model_params(const struct tj_model *m)
 int tj_ranks_per_worker(const struct tj_spec *s) { return s->gpus_per_worker > 0 ? s->gpus_per_worker : 1; }
 int tj_world_size(const struct tj_spec *s) { return s->workers * tj_ranks_per_worker(s); }
 
+void tj_spec_describe(const struct tj_spec *s, char *buf, size_t n)
+{
+    char pipe[16], data[16], params[32];
+    snprintf(pipe, sizeof pipe, s->par.pipeline == TJ_AUTO ? "auto" : "%d", s->par.pipeline);
+    snprintf(data, sizeof data, s->par.data == TJ_AUTO ? "auto" : "%d", s->par.data);
+    double p = (double)tj_model_params(&s->model);
+    if (p >= 1e9)
+        snprintf(params, sizeof params, "%.2fB", p / 1e9);
+    else
+        snprintf(params, sizeof params, "%.1fM", p / 1e6);
+    char who[64];
+    if (s->gpus_per_worker > 0)
+        snprintf(who, sizeof who, "%d worker%s x %d GPU%s", s->workers, s->workers == 1 ? "" : "s",
+                 s->gpus_per_worker, s->gpus_per_worker == 1 ? "" : "s");
+    else
+        snprintf(who, sizeof who, "%d CPU worker%s", s->workers, s->workers == 1 ? "" : "s");
+    snprintf(buf, n, "%s, %s (L%d C%d NH%d V%d T%d, %s params), tensor %d pipeline %s data %s, "
+             "%d x %d micro-batches %s, %s, %ld steps", who, s->model.preset[0] ? s->model.preset : "custom",
+             s->model.layers, s->model.hidden, s->model.heads, s->model.vocab, s->model.seq_len, params,
+             s->par.tensor, pipe, data, s->par.micro_batches, s->par.micro_batch_size,
+             tj_schedule_name(s->par.schedule), tj_precision_name(s->training.precision), s->training.steps);
+}
+
 /* ---------------------------------------------------------------- errors */
 
 void tj_errors_add(struct tj_errors *errs, const char *fmt, ...)
@@ -1024,14 +1047,53 @@ void tj_job_free(struct tj_job *j)
         tj_spec_free(&j->spec);
 }
 
+/* Replaces each List / TrainingJobList document (as `kubectl get tj -o yaml` prints) by its
+ * items, in place. Returns -1 when out of memory. */
+static int expand_lists(cJSON *docs)
+{
+    cJSON *out = cJSON_CreateArray();
+    if (!out)
+        return -1;
+    cJSON *d;
+    while ((d = cJSON_DetachItemFromArray(docs, 0))) {
+        const cJSON *kind = cJSON_GetObjectItemCaseSensitive(d, "kind");
+        cJSON *items = cJSON_GetObjectItemCaseSensitive(d, "items");
+        if (cJSON_IsString(kind) && (!strcmp(kind->valuestring, "List") ||
+                                     !strcmp(kind->valuestring, "TrainingJobList")) && cJSON_IsArray(items)) {
+            cJSON *it;
+            while ((it = cJSON_DetachItemFromArray(items, 0)))
+                cJSON_AddItemToArray(out, it);
+            cJSON_Delete(d);
+        } else {
+            cJSON_AddItemToArray(out, d);
+        }
+    }
+    while ((d = cJSON_DetachItemFromArray(out, 0)))
+        cJSON_AddItemToArray(docs, d);
+    cJSON_Delete(out);
+    return 0;
+}
+
 int tj_load_file(const char *path, struct tj_job **jobs, int *n, struct tj_errors *errs)
 {
     *jobs = NULL;
     *n = 0;
     herr e;
-    cJSON *docs = yaml_parse_file(path, &e);
+    int is_stdin = !strcmp(path, "-");
+    cJSON *docs;
+    if (is_stdin) {
+        path = "<stdin>";
+        docs = yaml_parse_file("/dev/stdin", &e);
+    } else {
+        docs = yaml_parse_file(path, &e);
+    }
     if (!docs) {
         tj_errors_add(errs, "%s", e.msg);
+        return -1;
+    }
+    if (expand_lists(docs)) {
+        tj_errors_add(errs, "%s: out of memory", path);
+        cJSON_Delete(docs);
         return -1;
     }
     int nd = cJSON_GetArraySize(docs);

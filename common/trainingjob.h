@@ -8,6 +8,7 @@
 #ifndef HOLMES_TRAININGJOB_H
 #define HOLMES_TRAININGJOB_H
 
+#include <stddef.h>
 #include <cjson/cJSON.h>
 
 #include "error.h"
@@ -167,8 +168,9 @@ int tj_spec_copy(struct tj_spec *dst, const struct tj_spec *src);
 void tj_spec_free(struct tj_spec *s);
 void tj_job_free(struct tj_job *j);
 
-/* Reads every TrainingJob document of a YAML/JSON file. On success *jobs holds *n jobs
- * (free each with tj_job_free, then free(*jobs)). Errors are prefixed "FILE[#doc]: ".
+/* Reads every TrainingJob document of a YAML/JSON file ("-": standard input). On success *jobs
+ * holds *n jobs (free each with tj_job_free, then free(*jobs)). Errors are prefixed
+ * "FILE[#doc]: ". List/TrainingJobList documents (kubectl get -o yaml) count as their items.
  * A document of another kind is an error. */
 int tj_load_file(const char *path, struct tj_job **jobs, int *n, struct tj_errors *errs);
 
@@ -180,6 +182,9 @@ int tj_errors_to_herr(const struct tj_errors *errs, herr *e);
 int tj_ranks_per_worker(const struct tj_spec *s);
 /* Total ranks: workers * ranks per worker. */
 int tj_world_size(const struct tj_spec *s);
+/* One line for logs: "8 workers x 8 GPUs, gpt2-1.5b (L48 C1600 NH25 V50257 T1024, 1.56B params),
+ * tensor 1 pipeline auto data auto, 16 x 4 micro-batches 1f1b, bf16, 10000 steps". */
+void tj_spec_describe(const struct tj_spec *s, char *buf, size_t n);
 /* Model presets by name; returns 0 and fills `m`, or -1 for an unknown name. */
 int tj_model_preset(const char *name, struct tj_model *m);
 /* Parameter count of the GPT-2 architecture (tied embeddings), for reports and planning. */

@@ -78,6 +78,10 @@ int main(void)
     CHECK_INT("default maxRestarts", job.spec.restart.max_restarts, 3);
     CHECK_INT("world size cpu", tj_world_size(&job.spec), 2);
     CHECK("no template", job.spec.pod_template == NULL);
+    char desc[512];
+    tj_spec_describe(&job.spec, desc, sizeof desc);
+    CHECK_STR("describe", desc, "2 CPU workers, gpt2-124m (L12 C768 NH12 V50257 T1024, 124.4M params), tensor 1 "
+                                "pipeline auto data auto, 8 x 1 micro-batches 1f1b, fp32, 10 steps");
 
     /* Round trip: to_json then from_json gives the same struct. */
     cJSON *j = tj_spec_to_json(&job.spec);
