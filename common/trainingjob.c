@@ -10,7 +10,6 @@
 #include "version.h"
 #include "yaml_json.h"
 
-#define TJ_DEFAULT_IMAGE "holmes-node:" HOLMES_VERSION
 #define TJ_MAX_SAFE_INT 9007199254740992.0 /* 2^53: every integer below is exact in JSON */
 
 /* ---------------------------------------------------------------- names and presets */
@@ -333,7 +332,6 @@ static int get_int_or_auto(const cJSON *obj, const char *path, const char *key, 
 void tj_spec_defaults(struct tj_spec *s)
 {
     memset(s, 0, sizeof *s);
-    snprintf(s->image, sizeof s->image, "%s", TJ_DEFAULT_IMAGE);
     s->par.tensor = 1;
     s->par.pipeline = TJ_AUTO;
     s->par.data = TJ_AUTO;
@@ -904,7 +902,8 @@ cJSON *tj_spec_to_json(const struct tj_spec *s)
     int ok = 1;
     ok &= !!num(o, "workers", s->workers);
     ok &= !!num(o, "gpusPerWorker", s->gpus_per_worker);
-    ok &= !!str(o, "image", s->image);
+    if (s->image[0])
+        ok &= !!str(o, "image", s->image);
 
     cJSON *m = cJSON_AddObjectToObject(o, "model");
     ok &= !!m;

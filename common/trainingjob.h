@@ -114,7 +114,7 @@ struct tj_emulation {
 struct tj_spec {
     int workers;              /* pods / worker processes */
     int gpus_per_worker;      /* 0 = CPU worker with exactly one rank */
-    char image[512];
+    char image[512];          /* "" = the operator's default (holmes-node:<version>, -cpu for CPU) */
     struct tj_model model;
     struct tj_parallelism par;
     struct tj_placement placement;

@@ -63,7 +63,7 @@ int main(void)
     if (rc) dump(&errs);
     CHECK("minimal job valid", rc == 0);
     CHECK_STR("name", job.name, "t");
-    CHECK_STR("default image", job.spec.image, "holmes-node:0.1.0");
+    CHECK_STR("no image by default (the operator picks)", job.spec.image, "");
     CHECK_INT("default tensor", job.spec.par.tensor, 1);
     CHECK_INT("default pipeline auto", job.spec.par.pipeline, TJ_AUTO);
     CHECK_INT("default data auto", job.spec.par.data, TJ_AUTO);
