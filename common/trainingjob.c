@@ -113,9 +113,23 @@ int tj_errors_to_herr(const struct tj_errors *errs, herr *e)
 
 /* ---------------------------------------------------------------- JSON field readers */
 
+/* A string that reads as a number too large for any field (YAML keeps 1e400 as a string). */
+static int is_overflowed_number(const cJSON *v)
+{
+    if (!cJSON_IsString(v) || !*v->valuestring)
+        return 0;
+    const char *s = v->valuestring;
+    if (strspn(s, "0123456789.eE+-") != strlen(s) || !strpbrk(s, "0123456789"))
+        return 0;
+    char *end;
+    double d = strtod(s, &end);
+    return !*end && !isfinite(d);
+}
+
 static const char *json_type_name(const cJSON *v)
 {
     if (cJSON_IsNumber(v)) return "a number";
+    if (is_overflowed_number(v)) return "a number out of range";
     if (cJSON_IsString(v)) return "a string";
     if (cJSON_IsBool(v)) return "a boolean";
     if (cJSON_IsArray(v)) return "a list";
