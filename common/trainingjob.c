@@ -815,6 +815,9 @@ int tj_spec_validate(const struct tj_spec *s, const char *path, struct tj_errors
                       "train in fp32", sp);
     if (!t->data.path[0])
         tj_errors_add(errs, "%s.training.data.path: required", sp);
+    if (t->data.format == TJ_DATA_TEXT && m->vocab > 0 && m->vocab < TJ_TEXT_VOCAB)
+        tj_errors_add(errs, "%s.model.vocab: %d is below %d, the byte vocabulary of text data%s", sp, m->vocab,
+                      TJ_TEXT_VOCAB, t->data.is_demo ? " (the demo corpus is used when training.data is omitted)" : "");
     if (t->checkpoint.every_steps > 0 && !t->checkpoint.path[0])
         tj_errors_add(errs, "%s.training.checkpoint.path: required when everySteps is set", sp);
 

@@ -20,6 +20,7 @@
 #define TJ_PATH_MAX 1024
 #define TJ_NAME_MAX 64         /* metadata.name: a DNS-1123 label of at most 52 characters */
 #define TJ_DEMO_CORPUS "examples/data/corpus.txt" /* used when training.data is omitted */
+#define TJ_TEXT_VOCAB 256      /* text data is tokenized byte by byte: model.vocab must be >= 256 */
 
 enum tj_schedule { TJ_SCHED_1F1B = 0, TJ_SCHED_GPIPE = 1 };
 enum tj_policy { TJ_POLICY_HOLMES = 0, TJ_POLICY_NAIVE = 1 };
@@ -33,11 +34,11 @@ struct tj_model {
     int hidden;       /* C */
     int heads;        /* NH */
     int vocab;        /* V */
-    int seq_len;      /* T (maximum sequence length; a preset's may be lowered) */
+    int seq_len;      /* T, the training sequence length */
 };
 
 struct tj_parallelism {
-    int tensor;           /* >= 1; ranks of one worker share a tensor group */
+    int tensor;           /* >= 1; a tensor group stays inside one worker */
     int pipeline;         /* >= 1 or TJ_AUTO */
     int data;             /* >= 1 or TJ_AUTO */
     int micro_batches;    /* per optimizer step, per data-parallel replica */

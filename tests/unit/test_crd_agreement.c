@@ -333,7 +333,7 @@ static cJSON *random_spec(void)
         if (kind == 0 || pick(2)) cJSON_AddNumberToObject(m, "layers", PICK(layers));
         if (kind == 0 || pick(2)) cJSON_AddNumberToObject(m, "hidden", PICK(hidden));
         if (kind == 0 || pick(2)) cJSON_AddNumberToObject(m, "heads", PICK(heads));
-        if (kind == 0 || pick(4)) cJSON_AddNumberToObject(m, "vocab", 256);
+        if (kind == 0 || pick(4)) cJSON_AddNumberToObject(m, "vocab", pick(8) ? 256 : 128);
         if (kind == 0 || pick(4)) cJSON_AddNumberToObject(m, "seqLen", 64);
     }
     if (pick(4)) {
@@ -353,6 +353,11 @@ static cJSON *random_spec(void)
     int st = PICK(steps);
     cJSON_AddNumberToObject(t, "steps", st);
     if (pick(3) == 0) cJSON_AddStringToObject(t, "precision", pick(2) ? "bf16" : "fp32");
+    if (pick(3) == 0) {
+        cJSON *d = cJSON_AddObjectToObject(t, "data");
+        cJSON_AddStringToObject(d, "path", "/d/x.bin");
+        if (pick(2)) cJSON_AddStringToObject(d, "format", pick(2) ? "llmc" : "text");
+    }
     int wu = PICK(warm);
     if (wu >= 0) cJSON_AddNumberToObject(cJSON_AddObjectToObject(t, "optimizer"), "warmupSteps", wu);
     if (pick(3) == 0) {
