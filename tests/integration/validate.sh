@@ -48,3 +48,16 @@ err=$("$OPERATOR" validate - <"$tmp/list.yaml" 2>&1); rc=$?
 [ $rc -eq 1 ] && ! grep -q '<stdin>\[0\]' <<<"$err" && grep -q '<stdin>\[1\]: spec.training.steps: 0 is below the minimum 1' <<<"$err" \
     && pass "validate: a List on standard input" || fail "validate: List on stdin" "rc=$rc $err"
 "$OPERATOR" validate "$tmp" >/dev/null 2>&1; [ $? -eq 1 ] && pass "validate: a directory is an error" || fail "validate: directory"
+
+# Every invalid manifest of the corpus: exit 1 and each expected error on stderr.
+bad=0; total=0
+for f in "$M"/invalid/*.yaml; do
+    total=$((total + 1))
+    err=$("$OPERATOR" validate "$f" 2>&1 >/dev/null); rc=$?
+    if [ $rc -ne 1 ]; then bad=$((bad + 1)); echo "  $f: exit $rc"; continue; fi
+    while IFS= read -r want; do
+        grep -qF -- "$want" <<<"$err" || { bad=$((bad + 1)); echo "  $f: missing '$want'"; }
+    done < <(sed -n 's/^# expect: //p' "$f")
+done
+[ $bad -eq 0 ] && [ $total -ge 30 ] && pass "validate: all $total invalid manifests exit 1 with their expected errors" \
+    || fail "validate: invalid corpus" "$bad problems in $total files"
