@@ -61,3 +61,15 @@ head -1 "$tmp/req" | grep -qx 'PATCH /api/v1/nodes/worker-3' && sed -n 2p "$tmp/
     grep -q '"holmes.dev/nic-class":"roce"' "$tmp/req" && pass "--label-node request" || fail "--label-node request" "$(cat "$tmp/req" 2>&1)"
 NODE_NAME= "$NODE" nic --label-node --quiet --sysfs "$FIX/e810-irdma-roce/sys" 2>"$tmp/err"; rc=$?
 [ $rc -eq 1 ] && grep -q 'NODE_NAME' "$tmp/err" && pass "--label-node without NODE_NAME" || fail "--label-node without NODE_NAME" "$(cat "$tmp/err")"
+
+# record.sh: a recorded tree reads like its source (a fixture, and this machine).
+SYSFS=$FIX/gpu-pcie-switch/sys "$FIX/record.sh" "$tmp/rec-gpu" >/dev/null &&
+    "$NODE" nic --json --quiet --sysfs "$tmp/rec-gpu/sys" >"$tmp/rec-gpu.json" &&
+    /usr/bin/python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))!=json.load(open(sys.argv[2])))' \
+        "$tmp/rec-gpu.json" "$FIX/gpu-pcie-switch/expected.json" && pass "record.sh round trip (fixture)" || fail "record.sh round trip (fixture)"
+if ! ls /sys/class/infiniband/* >/dev/null 2>&1; then
+    "$FIX/record.sh" "$tmp/rec-live" >/dev/null && "$NODE" nic --json --quiet --sysfs "$tmp/rec-live/sys" >"$tmp/rec-live.json" &&
+        "$NODE" nic --json --quiet >"$tmp/live.json" &&
+        /usr/bin/python3 -c 'import json,sys; a,b=(json.load(open(p)) for p in sys.argv[1:]); [x.pop("rdma") for x in (a,b)]; sys.exit(a!=b)' \
+            "$tmp/rec-live.json" "$tmp/live.json" && pass "record.sh round trip (this machine)" || fail "record.sh round trip (this machine)"
+fi
