@@ -551,6 +551,12 @@ static double stage_bound(struct plan_eval *ev, int s, int P, int k)
     return ev->cj.micro_batches * per_mb + t.dp_exposed + t.optimizer;
 }
 
+static void equal_split(int L, int P, int *layers)
+{
+    for (int s = 0; s < P; s++)
+        layers[s] = L / P + (s < L % P ? 1 : 0);
+}
+
 /* Minimax dynamic programme over contiguous splits, then one-layer moves across boundaries
  * while the simulated step time improves. Leaves the split in ev->best_layers. */
 static double partition(struct plan_eval *ev, int P)
@@ -602,22 +608,32 @@ static double partition(struct plan_eval *ev, int P)
         j -= k;
     }
     double best = eval_sim(ev, P, ev->layers, NULL);
+    /* the equal split is a second starting point */
+    memcpy(ev->best_layers, ev->layers, sizeof(int) * (size_t)P);
+    equal_split(L, P, ev->layers);
+    double eq = eval_sim(ev, P, ev->layers, NULL);
+    if (eq < best)
+        best = eq;
+    else
+        memcpy(ev->layers, ev->best_layers, sizeof(int) * (size_t)P);
+    /* move one layer from stage a to stage b: every pair for short pipelines, neighbours
+     * otherwise */
+    int all_pairs = P <= 16;
     for (int iter = 0; iter < 4 * L; iter++) {
         int improved = 0;
-        for (int s = 0; s + 1 < P; s++) {
-            for (int dir = -1; dir <= 1; dir += 2) {
-                int *a = &ev->layers[s], *b = &ev->layers[s + 1];
-                if ((dir < 0 && *a <= 1) || (dir > 0 && *b <= 1))
+        for (int a = 0; a < P; a++) {
+            for (int b = 0; b < P; b++) {
+                if (a == b || ev->layers[a] <= 1 || (!all_pairs && abs(a - b) != 1))
                     continue;
-                *a += dir;
-                *b -= dir;
+                ev->layers[a]--;
+                ev->layers[b]++;
                 double v = eval_sim(ev, P, ev->layers, NULL);
                 if (v < best * (1 - 1e-12)) {
                     best = v;
                     improved = 1;
                 } else {
-                    *a -= dir;
-                    *b += dir;
+                    ev->layers[a]++;
+                    ev->layers[b]--;
                 }
             }
         }
@@ -626,12 +642,6 @@ static double partition(struct plan_eval *ev, int P)
     }
     memcpy(ev->best_layers, ev->layers, sizeof(int) * (size_t)P);
     return best;
-}
-
-static void equal_split(int L, int P, int *layers)
-{
-    for (int s = 0; s < P; s++)
-        layers[s] = L / P + (s < L % P ? 1 : 0);
 }
 
 /* Step time of a placement with the policy's partition (or the pin); split in best_layers. */
@@ -728,18 +738,93 @@ struct search {
     int *fab_start;       /* n_fabrics + 1 */
     int *perm;
     long evals, budget;
+    int *top;             /* SEARCH_TOP starting points for the local search, P*D each */
+    double top_t[4];
+    int n_top;
+    int *loc;             /* the local search's current solution */
 };
+#define SEARCH_TOP 4
 
-static void try_candidate(struct search *S)
+static int next_perm(int *a, int n)
 {
+    int i = n - 2;
+    while (i >= 0 && a[i] >= a[i + 1])
+        i--;
+    if (i < 0)
+        return 0;
+    int j = n - 1;
+    while (a[j] <= a[i])
+        j--;
+    int t = a[i];
+    a[i] = a[j];
+    a[j] = t;
+    for (int l = i + 1, r = n - 1; l < r; l++, r--) {
+        t = a[l];
+        a[l] = a[r];
+        a[r] = t;
+    }
+    return 1;
+}
+
+/* Evaluates S->cur (after putting each stage in canonical order); keeps the global best and
+ * the SEARCH_TOP best distinct starting points. Returns the step time. */
+static double try_candidate(struct search *S)
+{
+    size_t n = (size_t)S->P * S->D;
     canonical(S->ev, S->P, S->cur);
     double t = eval_placement(S->ev, S->P, S->cur, S->job, 0);
     S->evals++;
     if (t < S->best_t * (1 - 1e-12)) {
         S->best_t = t;
-        memcpy(S->best, S->cur, sizeof(int) * (size_t)S->P * S->D);
+        memcpy(S->best, S->cur, sizeof(int) * n);
         memcpy(S->best_layers, S->ev->best_layers, sizeof(int) * (size_t)S->P);
     }
+    if (!S->top || !isfinite(t))
+        return t;
+    for (int i = 0; i < S->n_top; i++)
+        if (S->top_t[i] == t && !memcmp(S->top + i * n, S->cur, sizeof(int) * n))
+            return t;
+    int pos = S->n_top < SEARCH_TOP ? S->n_top : SEARCH_TOP - 1;
+    if (S->n_top == SEARCH_TOP && t >= S->top_t[pos])
+        return t;
+    while (pos > 0 && S->top_t[pos - 1] > t) {
+        memcpy(S->top + (size_t)pos * n, S->top + (size_t)(pos - 1) * n, sizeof(int) * n);
+        S->top_t[pos] = S->top_t[pos - 1];
+        pos--;
+    }
+    memcpy(S->top + (size_t)pos * n, S->cur, sizeof(int) * n);
+    S->top_t[pos] = t;
+    if (S->n_top < SEARCH_TOP)
+        S->n_top++;
+    return t;
+}
+
+/* Tries S->cur with its stages in every order (short pipelines on small clusters), or in
+ * its own and the reverse order. */
+static void try_orders(struct search *S)
+{
+    int D = S->P > 0 ? S->D : 0, P = S->P;
+    size_t n = (size_t)P * D;
+    if (P <= 5 && S->ev->n_units <= 256) {
+        int base[5 * 256], perm[5];
+        memcpy(base, S->cur, sizeof(int) * n);
+        for (int i = 0; i < P; i++)
+            perm[i] = i;
+        do {
+            for (int st = 0; st < P; st++)
+                memcpy(S->cur + (size_t)st * D, base + (size_t)perm[st] * D, sizeof(int) * D);
+            try_candidate(S);
+        } while (next_perm(perm, P));
+        return;
+    }
+    try_candidate(S);
+    for (int l = 0, r = P - 1; l < r; l++, r--)
+        for (int d = 0; d < D; d++) {
+            int t = S->cur[l * D + d];
+            S->cur[l * D + d] = S->cur[r * D + d];
+            S->cur[r * D + d] = t;
+        }
+    try_candidate(S);
 }
 
 static int cmp_speed_desc(const void *a, const void *b, void *ctx)
@@ -768,6 +853,20 @@ static void build_fabric_first(struct search *S, int asc)
     }
 }
 
+/* Striped: each replica's column of stages from one fabric where possible (units in fabric
+ * order fill column after column), so stage boundaries stay inside fabrics and the data-parallel
+ * rings cross them instead. Only when homogeneous stages are impossible. */
+static void build_striped(struct search *S)
+{
+    struct plan_eval *ev = S->ev;
+    int k = 0, P = S->P, D = S->D;
+    for (int i = 0; i < ev->n_fabrics; i++) {
+        int f = S->perm[i];
+        for (int x = S->fab_start[f]; x < S->fab_start[f + 1]; x++, k++)
+            S->cur[(k % P) * D + k / P] = S->fab_units[x];
+    }
+}
+
 /* Speed-first: all units by speed, fabric order breaking ties (only when homogeneity is
  * impossible anyway). */
 static void build_speed_first(struct search *S)
@@ -790,76 +889,62 @@ static void build_speed_first(struct search *S)
     }
 }
 
-static int next_perm(int *a, int n)
-{
-    int i = n - 2;
-    while (i >= 0 && a[i] >= a[i + 1])
-        i--;
-    if (i < 0)
-        return 0;
-    int j = n - 1;
-    while (a[j] <= a[i])
-        j--;
-    int t = a[i];
-    a[i] = a[j];
-    a[j] = t;
-    for (int l = i + 1, r = n - 1; l < r; l++, r--) {
-        t = a[l];
-        a[l] = a[r];
-        a[r] = t;
-    }
-    return 1;
-}
 
-/* Hill-climb from the best: swap two units of different classes between stages (keeping
+/* Hill-climb from S->loc: swap two units of different classes between stages (keeping
  * stages fabric-homogeneous when required), or swap two whole stages. */
-static void local_search(struct search *S)
+static void local_search(struct search *S, double loc_t, long budget)
 {
     struct plan_eval *ev = S->ev;
     int P = S->P, D = S->D, n = P * D;
-    for (int round = 0; round < 8 && S->evals < S->budget; round++) {
+    long stop = S->evals + budget;
+    for (int round = 0; round < 200 && S->evals < stop; round++) {
         int improved = 0;
-        /* whole-stage swaps */
-        for (int i = 0; i < P && S->evals < S->budget; i++) {
-            for (int j = i + 1; j < P && S->evals < S->budget; j++) {
-                memcpy(S->cur, S->best, sizeof(int) * (size_t)n);
+        for (int i = 0; i < P && S->evals < stop; i++) {
+            for (int j = i + 1; j < P && S->evals < stop; j++) {
+                memcpy(S->cur, S->loc, sizeof(int) * (size_t)n);
                 for (int d = 0; d < D; d++) {
                     int t = S->cur[i * D + d];
                     S->cur[i * D + d] = S->cur[j * D + d];
                     S->cur[j * D + d] = t;
                 }
-                double before = S->best_t;
-                try_candidate(S);
-                if (S->best_t < before)
+                double t = try_candidate(S);
+                if (t < loc_t * (1 - 1e-12)) {
+                    loc_t = t;
+                    memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
                     improved = 1;
+                }
             }
         }
-        /* unit swaps between stages, one per (stage, class) pair */
-        for (int a = 0; a < n && S->evals < S->budget; a++) {
-            for (int b = a + 1; b < n && S->evals < S->budget; b++) {
+        for (int a = 0; a < n && S->evals < stop; a++) {
+            for (int b = a + 1; b < n && S->evals < stop; b++) {
                 int sa = a / D, sb = b / D;
                 if (sa == sb)
                     continue;
-                const struct unit *ua = &ev->units[S->best[a]], *ub = &ev->units[S->best[b]];
+                const struct unit *ua = &ev->units[S->loc[a]], *ub = &ev->units[S->loc[b]];
                 if (ua->klass == ub->klass)
                     continue;
                 if (S->homog && ua->fabric != ub->fabric)
                     continue;
-                /* skip if an earlier slot of the same stage holds the same class */
+                /* one swap per (stage, class) pair */
                 int dup = 0;
                 for (int x = sa * D; x < a && !dup; x++)
-                    dup = ev->units[S->best[x]].klass == ua->klass;
+                    dup = ev->units[S->loc[x]].klass == ua->klass;
                 for (int x = sb * D; x < b && !dup; x++)
-                    dup = ev->units[S->best[x]].klass == ub->klass;
+                    dup = ev->units[S->loc[x]].klass == ub->klass;
                 if (dup)
                     continue;
-                memcpy(S->cur, S->best, sizeof(int) * (size_t)n);
-                S->cur[a] = S->best[b];
-                S->cur[b] = S->best[a];
-                double before = S->best_t;
-                try_candidate(S);
-                if (S->best_t < before)
+                memcpy(S->cur, S->loc, sizeof(int) * (size_t)n);
+                S->cur[a] = S->loc[b];
+                S->cur[b] = S->loc[a];
+                double t = try_candidate(S);
+                if (t < loc_t * (1 - 1e-12)) {
+                    loc_t = t;
+                    memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
                     improved = 1;
+                    /* the positions changed: restart the scan from this solution */
+                    a = n;
+                    break;
+                }
             }
         }
         if (!improved)
@@ -914,11 +999,13 @@ static int holmes_search(struct search *S, herr *e)
     for (int round = 0;; round++) {
         for (int asc = 0; asc <= 1; asc++) {
             build_fabric_first(S, asc);
-            try_candidate(S);
+            try_orders(S);
         }
         if (!S->homog) {
             build_speed_first(S);
-            try_candidate(S);
+            try_orders(S);
+            build_striped(S);
+            try_orders(S);
         }
         if (by_pref) {
             if (round == 1)
@@ -932,7 +1019,30 @@ static int holmes_search(struct search *S, herr *e)
             break;
         }
     }
-    local_search(S);
+    /* the workers as listed (the naive order), when it respects the fabric constraint */
+    int ok = 1;
+    for (int u = 0; u < ev->n_units; u++) {
+        S->cur[u] = u;
+        if (S->homog && ev->units[u].fabric != ev->units[u - u % S->D].fabric)
+            ok = 0;
+    }
+    if (ok)
+        try_candidate(S);
+    /* hill-climb from each of the best few starting points (the list grows while climbing,
+     * so take a snapshot first) */
+    size_t n = (size_t)S->P * S->D;
+    int n_start = S->n_top;
+    int *starts = malloc(sizeof(int) * n * (size_t)(n_start ? n_start : 1));
+    double start_t[SEARCH_TOP];
+    if (!starts)
+        return herr_set(e, "planner: out of memory");
+    memcpy(starts, S->top, sizeof(int) * n * (size_t)n_start);
+    memcpy(start_t, S->top_t, sizeof start_t);
+    for (int i = 0; i < n_start; i++) {
+        memcpy(S->loc, starts + (size_t)i * n, sizeof(int) * n);
+        local_search(S, start_t[i], S->budget / n_start);
+    }
+    free(starts);
     return 0;
 }
 
@@ -944,6 +1054,8 @@ static void search_free(struct search *S)
     free(S->fab_units);
     free(S->fab_start);
     free(S->perm);
+    free(S->top);
+    free(S->loc);
     memset(S, 0, sizeof *S);
 }
 
@@ -958,7 +1070,9 @@ static int search_init(struct search *S, struct plan_eval *ev, const struct plan
     S->cur = malloc(sizeof(int) * (size_t)ev->n_units);
     S->best = malloc(sizeof(int) * (size_t)ev->n_units);
     S->best_layers = malloc(sizeof(int) * (size_t)P);
-    if (!S->cur || !S->best || !S->best_layers)
+    S->top = malloc(sizeof(int) * (size_t)ev->n_units * SEARCH_TOP);
+    S->loc = malloc(sizeof(int) * (size_t)ev->n_units);
+    if (!S->cur || !S->best || !S->best_layers || !S->top || !S->loc)
         return herr_set(e, "planner: out of memory");
     /* evaluations allowed in the local search: generous for small clusters, bounded work for
      * large ones (each evaluation is O(units + stages * micro-batches)) */
