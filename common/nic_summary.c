@@ -1,7 +1,6 @@
 #include "nic_summary.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
