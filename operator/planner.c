@@ -160,6 +160,9 @@ int plan_check_input(const struct plan_worker *workers, int n_workers, const str
                         m->heads);
     if (job->tensor < 1)
         return herr_set(e, "parallelism.tensor: must be >= 1");
+    if (m->heads % job->tensor)
+        return herr_set(e, "parallelism.tensor: %d does not divide model heads %d", job->tensor,
+                        m->heads);
     if (job->pipeline < 0 || job->data < 0)
         return herr_set(e, "parallelism: pipeline and data must be >= 1 or auto");
     if (job->pipeline > m->layers)
