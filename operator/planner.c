@@ -170,6 +170,10 @@ int plan_check_input(const struct plan_worker *workers, int n_workers, const str
                         "needs at least one layer)", job->pipeline, m->layers);
     if (job->micro_batches < 1 || job->micro_batch_size < 1)
         return herr_set(e, "parallelism: microBatches and microBatchSize must be >= 1");
+    if (job->schedule == COST_1F1B && job->pipeline && job->micro_batches < job->pipeline)
+        return herr_set(e, "parallelism.microBatches: %d is fewer than pipeline %d stages (1f1b "
+                        "needs at least one micro-batch per stage)", job->micro_batches,
+                        job->pipeline);
     if (job->micro_batches > 65536 || job->micro_batch_size > 65536)
         return herr_set(e, "parallelism: microBatches and microBatchSize must be <= 65536");
     for (int i = 0; i < n_workers; i++)
@@ -1338,6 +1342,8 @@ static int list_shapes(const struct plan_job *job, int units, struct shape **out
             long m = per_replica / b;
             if (m > 4096 && b != job->micro_batch_size)
                 continue;
+            if (job->schedule == COST_1F1B && m < P)
+                continue;
             if (k == cap) {
                 cap *= 2;
                 struct shape *nv = realloc(v, sizeof *v * (size_t)cap);
@@ -1352,8 +1358,9 @@ static int list_shapes(const struct plan_job *job, int units, struct shape **out
     }
     if (!k) {
         free(v);
-        return herr_set(e, "parallelism: no (pipeline, data) with pipeline <= layers %d divides "
-                        "the %d tensor groups", job->model.layers, units);
+        return herr_set(e, "parallelism: no (pipeline, data) with pipeline <= layers %d (and, "
+                        "for 1f1b, <= micro-batches) divides the %d tensor groups",
+                        job->model.layers, units);
     }
     *out = v;
     *n = k;
