@@ -430,6 +430,10 @@ static int eval_shape(struct plan_eval *ev, int P, int D, int m, int b, herr *e)
     ev->cj.data = D;
     ev->cj.micro_batches = m;
     ev->cj.micro_batch_size = b;
+    if ((double)P * (ev->L + 1) > 5e7 || (double)P * m > 5e7)
+        return herr_set(e, "planner: %d stages x %d layers x %d micro-batches is beyond what "
+                        "the planner handles (stages x layers and stages x micro-batches must "
+                        "stay under 50 million)", P, ev->L, m);
     if (P > ev->capP || m > ev->sim.cap_mb) {
         int cap = P > ev->capP ? P : ev->capP;
         int capm = m > ev->sim.cap_mb ? m : ev->sim.cap_mb;

@@ -648,7 +648,7 @@ static void test_job_manifest(void)
     CHECK_INT("precision", pj.precision, PLAN_FP32);
     struct plan_worker w[4];
     for (int i = 0; i < 4; i++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "w%d", i);
         worker(&w[i], name, 2, 100, NIC_ROCE, "r", 100);
     }
