@@ -57,7 +57,7 @@ static void print_table(const struct plan *p)
         char ly[32];
         snprintf(ly, sizeof ly, "[%d,%d) %d", st->first_layer, st->last_layer,
                  st->last_layer - st->first_layer);
-        printf("%-6d %-24.24s %-12s %-8.1f %-9.2f %-7.1f ", s, st->fabric, ly, st->tflops,
+        printf("%-6d %-24.24s %-12s %-8.4g %-9.2f %-7.1f ", s, st->fabric, ly, st->tflops,
                st->fwd_s * 1e3, st->memory_gb);
         print_workers(p, s);
         printf("\n");

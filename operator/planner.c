@@ -182,6 +182,8 @@ int plan_check_input(const struct plan_worker *workers, int n_workers, const str
                             "%s (tensor groups stay inside one worker)", job->tensor,
                             worker_devices(&workers[i]), workers[i].name);
     long dev = plan_devices(workers, n_workers);
+    if (dev > (1L << 24))
+        return herr_set(e, "workers: %ld devices; the planner handles at most %ld", dev, 1L << 24);
     long units = dev / job->tensor;
     if (job->pipeline && job->data && (long)job->tensor * job->pipeline * job->data != dev)
         return herr_set(e, "parallelism: tensor %d x pipeline %d x data %d = %ld must equal the "
