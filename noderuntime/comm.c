@@ -112,6 +112,7 @@ void comm_free(struct comm *c)
 int comm_size(const struct comm *c) { return tcp_comm_size(c->tcp); }
 int comm_rank(const struct comm *c) { return tcp_comm_index(c->tcp); }
 const char *comm_name(const struct comm *c) { return tcp_comm_name(c->tcp); }
+uint64_t comm_bytes_sent(const struct comm *c) { return tcp_comm_bytes_sent(c->tcp); }
 
 void comm_chunk(const struct comm *c, size_t count, int r, size_t *offset, size_t *len)
 {

@@ -23,6 +23,7 @@ void comm_free(struct comm *c);
 int comm_size(const struct comm *c);
 int comm_rank(const struct comm *c); /* index in the group */
 const char *comm_name(const struct comm *c);
+uint64_t comm_bytes_sent(const struct comm *c); /* payload bytes sent so far */
 
 int comm_send(struct comm *c, int peer, uint32_t tag, const void *buf, size_t len, herr *e);
 int comm_recv(struct comm *c, int peer, uint32_t tag, void *buf, size_t len, herr *e);

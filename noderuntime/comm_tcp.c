@@ -273,7 +273,13 @@ struct tcp_comm {
     int *world_ranks;
     double timeout_s;
     struct tcp_conn *conns; /* [size], conns[index] unused */
+    uint64_t bytes_sent;    /* payload bytes, updated atomically */
 };
+
+uint64_t tcp_comm_bytes_sent(const struct tcp_comm *c)
+{
+    return __atomic_load_n(&c->bytes_sent, __ATOMIC_RELAXED);
+}
 
 int tcp_comm_size(const struct tcp_comm *c) { return c->size; }
 int tcp_comm_index(const struct tcp_comm *c) { return c->index; }
@@ -499,6 +505,7 @@ static int send_op(struct tcp_comm *c, int peer, uint32_t tag, const void *buf, 
     }
     int err = errno;
     pthread_mutex_unlock(&k->send_mu);
+    __atomic_add_fetch(&c->bytes_sent, (uint64_t)(len - left), __ATOMIC_RELAXED);
     if (rc != 0) {
         if (err == EAGAIN || err == EWOULDBLOCK)
             return herr_set(e, "group %s: rank %d timed out after %g s sending to rank %d during %s",

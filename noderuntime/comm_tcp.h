@@ -49,6 +49,8 @@ void tcp_comm_free(struct tcp_comm *c);
 int tcp_comm_size(const struct tcp_comm *c);
 int tcp_comm_index(const struct tcp_comm *c);
 const char *tcp_comm_name(const struct tcp_comm *c);
+/* Payload bytes this member has sent so far (all peers, all operations). */
+uint64_t tcp_comm_bytes_sent(const struct tcp_comm *c);
 
 /* Point to point, thread-safe. tag < TCP_TAG_RESERVED; recv takes the oldest message from the
  * peer with that tag and fails when its size differs from len. */
