@@ -152,15 +152,17 @@ double zero_shard_sq_norm(const struct zero *z, size_t skip_lo, size_t skip_hi)
     return s;
 }
 
-int zero_all_gather_params(struct zero *z, herr *e)
+int zero_all_gather_params(struct zero *z, herr *e) { return zero_all_gather(z, z->params, e); }
+
+int zero_all_gather(struct zero *z, float *buf, herr *e)
 {
     if (!z->dp || comm_size(z->dp) == 1)
         return 0;
     int rc = 0;
     for (int i = 0; i < z->nb; i++) {
         struct bucket *k = &z->b[i];
-        if (comm_iall_gather(z->dp, z->params + k->lo, k->hi - k->lo, sizeof(float), &k->req, e) != 0) {
-            rc = herr_wrap(e, "parameter bucket %d", i);
+        if (comm_iall_gather(z->dp, buf + k->lo, k->hi - k->lo, sizeof(float), &k->req, e) != 0) {
+            rc = herr_wrap(e, "bucket %d", i);
             break;
         }
     }
@@ -171,7 +173,7 @@ int zero_all_gather_params(struct zero *z, herr *e)
         herr e2;
         if (comm_wait(k->req, &e2) != 0 && rc == 0) {
             *e = e2;
-            rc = herr_wrap(e, "all-gather of parameter bucket %d", i);
+            rc = herr_wrap(e, "all-gather of bucket %d", i);
         }
         k->req = NULL;
     }

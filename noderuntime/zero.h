@@ -38,5 +38,7 @@ size_t zero_shard_offset(const struct zero *z, int b);
 double zero_shard_sq_norm(const struct zero *z, size_t skip_lo, size_t skip_hi);
 /* All-gathers every bucket's parameters (each replica contributes its updated shard). */
 int zero_all_gather_params(struct zero *z, herr *e);
+/* The same for any buffer of the parameters' layout (e.g. optimizer moments for a checkpoint). */
+int zero_all_gather(struct zero *z, float *buf, herr *e);
 
 #endif
