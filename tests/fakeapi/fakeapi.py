@@ -224,7 +224,7 @@ class Handler(BaseHTTPRequestHandler):
             with st.lock:
                 st.stats[key] = st.stats.get(key, 0) + 1
                 st.stats["total"] = st.stats.get("total", 0) + 1
-            if self.fault(url.path):
+            if self.fault(self.path):
                 return
             if self.server.token and self.headers.get("Authorization") != "Bearer " + self.server.token:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
@@ -533,7 +533,7 @@ class Handler(BaseHTTPRequestHandler):
                     start_after, list_rv = tuple(c["k"]), c["rv"]
                 except Exception:
                     raise ApiError(400, "BadRequest", "invalid continue token")
-                if list_rv <= st.oldest and st.oldest != 100:
+                if list_rv < st.oldest:
                     raise ApiError(410, "Expired", "The provided continue parameter is too old")
             else:
                 start_after, list_rv = None, st.rv
