@@ -486,6 +486,10 @@ class Handler(BaseHTTPRequestHandler):
                 obj.pop("status", None)
             if resource == "pods":
                 obj["status"] = {"phase": "Pending"}
+            if resource == "secrets" and "stringData" in obj:
+                data = obj.setdefault("data", {})
+                for k, v in obj.pop("stringData").items():
+                    data[k] = base64.b64encode(str(v).encode()).decode()
             md["resourceVersion"] = str(st.next_rv())
             st.objects[key] = obj
             st.record(group, resource, ns, "ADDED", obj)
