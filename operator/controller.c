@@ -902,7 +902,8 @@ static int reconcile_job(struct reconcile *r, herr *e)
     const cJSON *p;
     const char *pod_hash = NULL;
     cJSON_ArrayForEach(p, pods) {
-        const char *h = get_str(get(p, "metadata.annotations"), ANN_SPEC);
+        const cJSON *hv = cJSON_GetObjectItemCaseSensitive(get(p, "metadata.annotations"), ANN_SPEC);
+        const char *h = cJSON_IsString(hv) ? hv->valuestring : NULL;
         if (h && !get(p, "metadata.deletionTimestamp")) {
             pod_hash = h;
             break;

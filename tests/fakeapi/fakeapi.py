@@ -493,8 +493,11 @@ class Handler(BaseHTTPRequestHandler):
             md["resourceVersion"] = str(st.next_rv())
             st.objects[key] = obj
             st.record(group, resource, ns, "ADDED", obj)
-            if self.server.kubelet and resource == "pods":
-                pass
+            # Garbage collection: an object whose owners are all gone is collected at once.
+            refs = md.get("ownerReferences") or []
+            owner_uids = {o["metadata"]["uid"] for o in st.objects.values()} if refs else set()
+            if refs and not any(r.get("uid") in owner_uids for r in refs):
+                self.delete_locked(key)
             return obj
 
     def delete_locked(self, key):
