@@ -63,6 +63,7 @@ struct controller {
     int nthreads;
     struct metrics_hist latency;
     atomic_ulong reconciles, reconcile_errors, restarts, pods_created, status_writes;
+    atomic_int stopping;
 };
 
 /* ---- small JSON helpers */
@@ -1153,6 +1154,11 @@ static void *worker(void *arg)
 {
     struct controller *c = arg;
     char *key;
+    /* Act only on complete caches: a job reconciled before its pods are listed would
+     * create pods that exist already. */
+    while (controller_wait_synced(c, 200) != 0)
+        if (atomic_load(&c->stopping))
+            return NULL;
     while ((key = kube_queue_get(c->queue))) {
         herr e = {{0}};
         double requeue = 0, t0 = mono();
@@ -1252,6 +1258,7 @@ void controller_free(struct controller *c)
 {
     if (!c)
         return;
+    atomic_store(&c->stopping, 1);
     if (c->queue)
         kube_queue_shutdown(c->queue);
     for (int i = 0; i < c->nthreads; i++)

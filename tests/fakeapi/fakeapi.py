@@ -9,7 +9,8 @@ stale resourceVersion or existing name, Status bodies for 401/404/409/422, casca
 deletion through ownerReferences, bearer-token auth.
 
 Test control (no auth) under /_fake/:
-  POST /_fake/faults   {"status":500|429,"count":N,"match":"substr","retryAfter":1,
+  POST /_fake/faults   {"status":500|429,"count":N,"match":"substr of path?query",
+                        "userAgent":"substr","retryAfter":1,
                         "delayMs":N,"splitEvents":true,"dropWatches":true}
   POST /_fake/compact  forget the event history (next WATCH from an old version gets 410)
   POST /_fake/kubelet  {"namespace":..,"selector":..,"phase":"Running","ready":true,
@@ -250,7 +251,8 @@ class Handler(BaseHTTPRequestHandler):
         delay = f.get("delayMs")
         if delay:
             time.sleep(delay / 1000.0)
-        if f.get("status") and (not f.get("match") or f["match"] in path):
+        agent_ok = not f.get("userAgent") or f["userAgent"] in (self.headers.get("User-Agent") or "")
+        if f.get("status") and agent_ok and (not f.get("match") or f["match"] in path):
             with st.lock:
                 cnt = st.faults.get("count", 0)
                 if cnt <= 0:
