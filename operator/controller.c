@@ -1313,6 +1313,12 @@ void controller_metrics(struct controller *c, struct metrics_buf *b)
                       "# TYPE holmes_reconcile_errors_total counter\nholmes_reconcile_errors_total %lu\n",
                    atomic_load(&c->reconcile_errors));
     metrics_hist_render(&c->latency, b, "holmes_reconcile_duration_seconds", "Reconcile latency.");
+    metrics_printf(b, "# HELP holmes_reconcile_latency_seconds Reconcile latency quantiles "
+                      "(from 7.5%%-wide buckets).\n# TYPE holmes_reconcile_latency_seconds gauge\n");
+    static const double qs[] = {0.5, 0.9, 0.99};
+    for (int i = 0; i < 3; i++)
+        metrics_printf(b, "holmes_reconcile_latency_seconds{quantile=\"%g\"} %.6f\n", qs[i],
+                       metrics_hist_quantile(&c->latency, qs[i]));
     metrics_printf(b, "# HELP holmes_api_errors_total Kubernetes API errors by HTTP status (0: no answer).\n"
                       "# TYPE holmes_api_errors_total counter\n");
     kube_client_error_counts(c->kc, put_error, b);

@@ -21,6 +21,7 @@ Usage: fakeapi.py [--port N] [--port-file F] [--token T] [--history N] [--kubele
 """
 import argparse
 import base64
+import bisect
 import copy
 import json
 import random
@@ -123,6 +124,7 @@ class Store:
         self.rv = 100
         self.objects = {}          # (group, resource, ns, name) -> obj
         self.events = []           # (rv, group, resource, ns, type, obj)
+        self.event_rvs = []        # rv of each event, for bisect
         self.history = history
         self.oldest = self.rv      # events with rv > oldest are kept
         self.drop_gen = 0
@@ -134,16 +136,23 @@ class Store:
         return self.rv
 
     def record(self, g, r, ns, typ, obj):
-        self.events.append((int(obj["metadata"]["resourceVersion"]), g, r, ns, typ, copy.deepcopy(obj)))
-        if len(self.events) > self.history:
+        rv = int(obj["metadata"]["resourceVersion"])
+        self.events.append((rv, g, r, ns, typ, copy.deepcopy(obj)))
+        self.event_rvs.append(rv)
+        if len(self.events) > self.history + self.history // 8:
             drop = len(self.events) - self.history
             self.oldest = self.events[drop - 1][0]
             del self.events[:drop]
+            del self.event_rvs[:drop]
         self.lock.notify_all()
+
+    def events_after(self, cursor):
+        return self.events[bisect.bisect_right(self.event_rvs, cursor):]
 
     def compact(self):
         with self.lock:
             self.events.clear()
+            self.event_rvs.clear()
             self.oldest = self.rv
             self.lock.notify_all()
 
@@ -287,7 +296,11 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(200, {"ok": True, "resourceVersion": str(st.rv)})
         if path == "/_fake/stats":
             with st.lock:
-                return self.send_json(200, dict(st.stats, resourceVersion=st.rv, watches=self.server.watches))
+                counts = {}
+                for k in st.objects:
+                    counts[k[1]] = counts.get(k[1], 0) + 1
+                return self.send_json(200, dict(st.stats, resourceVersion=st.rv, watches=self.server.watches,
+                                                objects=counts))
         if path == "/_fake/reset-stats":
             with st.lock:
                 st.stats = {}
@@ -598,7 +611,7 @@ class Handler(BaseHTTPRequestHandler):
                     while True:
                         if st.drop_gen != drop_gen:
                             raise ConnectionAbortedError()
-                        new = [e for e in st.events if e[0] > cursor]
+                        new = st.events_after(cursor)
                         if new or time.time() >= deadline:
                             break
                         if bookmarks and time.time() - last_bookmark >= self.server.bookmark_s:
