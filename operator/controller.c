@@ -12,6 +12,7 @@
 
 #include "kube_events.h"
 #include "kube_informer.h"
+#include "kube_map.h"
 #include "kube_queue.h"
 #include "log.h"
 
@@ -64,6 +65,8 @@ struct controller {
     struct metrics_hist latency;
     atomic_ulong reconciles, reconcile_errors, restarts, pods_created, status_writes;
     atomic_int stopping;
+    pthread_mutex_t memo_lock;
+    struct kube_map *memos; /* job key -> struct memo */
 };
 
 /* ---- small JSON helpers */
@@ -585,6 +588,82 @@ static void on_owned(void *user, enum kube_event_type t, const cJSON *obj, const
     enqueue_obj_job(user, obj);
 }
 
+/* ---- what the caches cannot know yet (client-go's "expectations")
+ * The informers lag behind our own writes: right after a status patch the cached job still
+ * has the old status, right after deleting pods the cache still lists them, right after
+ * creating pods it does not. A memo per job bridges that gap so reconciles do not act twice. */
+
+struct memo {
+    char base_rv[64];  /* the job's resourceVersion our last status write was based on */
+    cJSON *status;     /* what we wrote */
+    cJSON *gone;       /* pod uid -> expiry (deleted by us, maybe still cached) */
+    cJSON *made;       /* pod name -> expiry (created by us, maybe not cached yet) */
+};
+
+static void memo_free(void *v)
+{
+    struct memo *m = v;
+    if (!m)
+        return;
+    cJSON_Delete(m->status);
+    cJSON_Delete(m->gone);
+    cJSON_Delete(m->made);
+    free(m);
+}
+
+static struct memo *memo_take(struct controller *c, const char *key)
+{
+    pthread_mutex_lock(&c->memo_lock);
+    struct memo *m = kube_map_remove(c->memos, key);
+    pthread_mutex_unlock(&c->memo_lock);
+    if (!m) {
+        m = calloc(1, sizeof *m);
+        if (m) {
+            m->gone = cJSON_CreateObject();
+            m->made = cJSON_CreateObject();
+            if (!m->gone || !m->made) {
+                memo_free(m);
+                m = NULL;
+            }
+        }
+    }
+    return m;
+}
+
+/* Drops expired entries; keeps the memo only when it still says something. */
+static void memo_put(struct controller *c, const char *key, struct memo *m, double now)
+{
+    if (!m)
+        return;
+    for (int pass = 0; pass < 2; pass++) {
+        cJSON *set = pass ? m->made : m->gone, *it = set->child;
+        while (it) {
+            cJSON *next = it->next;
+            if (it->valuedouble < now)
+                cJSON_Delete(cJSON_DetachItemViaPointer(set, it));
+            it = next;
+        }
+    }
+    if (!m->status && !m->gone->child && !m->made->child) {
+        memo_free(m);
+        return;
+    }
+    pthread_mutex_lock(&c->memo_lock);
+    struct memo *old = NULL;
+    if (kube_map_put(c->memos, key, m, (void **)&old) != 0)
+        memo_free(m);
+    memo_free(old);
+    pthread_mutex_unlock(&c->memo_lock);
+}
+
+static void memo_mark(cJSON *set, const char *k, double expiry)
+{
+    if (!k)
+        return;
+    cJSON_DeleteItemFromObjectCaseSensitive(set, k);
+    cJSON_AddNumberToObject(set, k, expiry);
+}
+
 /* ---- API calls through the table */
 
 static int call_create(struct controller *c, enum api_op op, const char *ns, const cJSON *obj, herr *e)
@@ -682,7 +761,7 @@ static const char *condition_message(const cJSON *status, const char *type)
 
 /* Patches status with the top-level fields that differ from old. */
 static int write_status(struct controller *c, const cJSON *job, const cJSON *old, const cJSON *st,
-                        herr *e)
+                        struct memo *m, herr *e)
 {
     cJSON *patch = cJSON_CreateObject();
     cJSON *ps = cJSON_AddObjectToObject(patch, "status");
@@ -703,8 +782,15 @@ static int write_status(struct controller *c, const cJSON *job, const cJSON *old
     if (n) {
         rc = call_patch(c, API_PATCH_JOB_STATUS, get_str(job, "metadata.namespace"),
                         get_str(job, "metadata.name"), patch, e);
-        if (rc == 0)
+        if (rc == 0) {
             atomic_fetch_add(&c->status_writes, 1);
+            if (m) {
+                snprintf(m->base_rv, sizeof m->base_rv, "%s", kube_meta_str(job, "resourceVersion") ?
+                         kube_meta_str(job, "resourceVersion") : "");
+                cJSON_Delete(m->status);
+                m->status = cJSON_Duplicate(st, 1);
+            }
+        }
     }
     cJSON_Delete(patch);
     return rc;
@@ -810,7 +896,8 @@ static double restart_backoff(struct controller *c, const cJSON *job, int restar
     return d > c->o.backoff_cap_s ? c->o.backoff_cap_s : d;
 }
 
-static int delete_pods(struct controller *c, const cJSON *pods, int only_active, herr *e)
+static int delete_pods(struct controller *c, struct memo *m, const cJSON *pods, int only_active,
+                       herr *e)
 {
     const cJSON *p;
     int rc = 0;
@@ -823,6 +910,8 @@ static int delete_pods(struct controller *c, const cJSON *pods, int only_active,
         int r = call_delete(c, API_DELETE_POD, kube_meta_str(p, "namespace"), kube_meta_str(p, "name"), e);
         if (r != 0 && r != 404)
             rc = r;
+        else if (m)
+            memo_mark(m->gone, kube_meta_str(p, "uid"), now_s() + 60);
     }
     return rc;
 }
@@ -839,6 +928,8 @@ struct reconcile {
     const cJSON *old;   /* old status */
     char now[48];
     double requeue_s;   /* > 0: look again after this */
+    struct memo *memo;
+    double t;           /* now, seconds */
 };
 
 static void set_phase(struct reconcile *r, const char *phase)
@@ -895,8 +986,16 @@ static int reconcile_job(struct reconcile *r, herr *e)
     cJSON *pods = pods_of(c, r->ns, r->name, uid);
     if (!pods)
         return herr_set(e, "out of memory");
+    /* Pods we deleted are gone even if the cache still lists them; pods we created exist. */
+    for (cJSON *pp = pods->child; pp;) {
+        cJSON *next = pp->next;
+        const char *pu = kube_meta_str(pp, "uid");
+        cJSON_DeleteItemFromObjectCaseSensitive(r->memo->made, kube_meta_str(pp, "name"));
+        if (pu && cJSON_GetObjectItemCaseSensitive(r->memo->gone, pu))
+            cJSON_Delete(cJSON_DetachItemViaPointer(pods, pp));
+        pp = next;
+    }
     int rc = 0;
-    int npods = cJSON_GetArraySize(pods);
 
     /* Immutable fields changed while pods exist: refuse, disturb nothing. */
     char *hash = spec_hash(job);
@@ -939,7 +1038,7 @@ static int reconcile_job(struct reconcile *r, herr *e)
 
     set_num(obj_child(r->st, "workers"), "total", workers);
     if (cJSON_IsTrue(get(job, "spec.suspend"))) {
-        rc = delete_pods(c, pods, 0, e);
+        rc = delete_pods(c, r->memo, pods, 0, e);
         set_num(obj_child(r->st, "workers"), "ready", 0);
         if (!is_phase(phase, "Suspended"))
             emit(c, job, "Normal", "Suspended", "spec.suspend is true: worker pods deleted");
@@ -966,7 +1065,7 @@ static int reconcile_job(struct reconcile *r, herr *e)
             snprintf(msg, sizeof msg, "pod %s failed (%s%s%s) and the job has used all %d restarts "
                      "(spec.restartPolicy.maxRestarts)", kube_meta_str(failed, "name"),
                      why ? why : "Error", wmsg ? ": " : "", wmsg ? wmsg : "", max);
-            rc = delete_pods(c, pods, 1, e);
+            rc = delete_pods(c, r->memo, pods, 1, e);
             set_phase(r, "Failed");
             set_condition(r->st, "Failed", 1, "RestartLimitExceeded", msg, r->now);
             set_str(r->st, "completionTime", r->now);
@@ -975,7 +1074,7 @@ static int reconcile_job(struct reconcile *r, herr *e)
             snprintf(msg, sizeof msg, "pod %s failed (%s%s%s): restarting all %d workers (restart "
                      "%d of %d)", kube_meta_str(failed, "name"), why ? why : "Error",
                      wmsg ? ": " : "", wmsg ? wmsg : "", workers, restarts + 1, max);
-            rc = delete_pods(c, pods, 0, e);
+            rc = delete_pods(c, r->memo, pods, 0, e);
             if (rc == 0) {
                 set_num(r->st, "restarts", restarts + 1);
                 set_str(r->st, "lastRestartTime", r->now);
@@ -991,7 +1090,7 @@ static int reconcile_job(struct reconcile *r, herr *e)
     }
 
     /* After a restart, wait out the backoff before recreating pods. */
-    if (restarts > 0 && npods == 0) {
+    if (restarts > 0 && cJSON_GetArraySize(pods) == 0) {
         double since = kube_time_parse(get_str(r->st, "lastRestartTime"));
         double wait = since > 0 ? since + restart_backoff(c, job, restarts) - now_s() : 0;
         if (wait > 0) {
@@ -1016,8 +1115,14 @@ static int reconcile_job(struct reconcile *r, herr *e)
             have[i] = 1;
         }
     }
-    int created = 0;
+    int created = 0, pending_creates = 0;
     for (int i = 0; i < workers && rc == 0; i++) {
+        char pname[300];
+        snprintf(pname, sizeof pname, "%s-worker-%d", r->name, i);
+        if (!have[i] && cJSON_GetObjectItemCaseSensitive(r->memo->made, pname)) {
+            pending_creates++;
+            continue;
+        }
         if (have[i])
             continue;
         cJSON *pod = controller_build_pod(job, i, c->coordinator, c->image, e);
@@ -1029,6 +1134,7 @@ static int reconcile_job(struct reconcile *r, herr *e)
         cJSON_Delete(pod);
         if (cr == 0) {
             created++;
+            memo_mark(r->memo->made, pname, r->t + 30);
             atomic_fetch_add(&c->pods_created, 1);
         } else if (cr != 409) {
             rc = cr;
@@ -1038,6 +1144,8 @@ static int reconcile_job(struct reconcile *r, herr *e)
         set_str(r->st, "startTime", r->now);
     if (created == workers)
         emit(c, job, "Normal", "PodsCreated", "created the worker pods");
+    if (pending_creates)
+        r->requeue_s = 1; /* look again if the cache has not shown them by then */
 
     /* Status from the pods. */
     int ready = 0, scheduled = 0, succeeded = 0;
@@ -1120,24 +1228,39 @@ static int reconcile_key(struct controller *c, const char *key, double *requeue,
     snprintf(ns, sizeof ns, "%.*s", (int)(slash - key), key);
     snprintf(name, sizeof name, "%s", slash + 1);
     cJSON *job = kube_informer_get(c->inf[INF_JOBS], ns, name);
-    if (!job || get(job, "metadata.deletionTimestamp")) {
+    struct memo *m = memo_take(c, key);
+    if (!job || get(job, "metadata.deletionTimestamp") || !m) {
         cJSON_Delete(job);
+        memo_free(m);
         return 0; /* gone: ownerReferences take the rest */
     }
+    /* The cache still holds the version our last status write was based on: use what we
+     * wrote. Any other version (ours arrived, or someone else wrote) supersedes the memo. */
+    const char *rv = kube_meta_str(job, "resourceVersion");
+    if (m->status && rv && !strcmp(rv, m->base_rv)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(job, "status");
+        cJSON_AddItemToObject(job, "status", m->status);
+        m->status = NULL;
+    } else {
+        cJSON_Delete(m->status);
+        m->status = NULL;
+    }
     const cJSON *old = cJSON_GetObjectItemCaseSensitive(job, "status");
-    struct reconcile r = {.c = c, .job = job, .ns = ns, .name = name, .old = old};
+    struct reconcile r = {.c = c, .job = job, .ns = ns, .name = name, .old = old, .memo = m,
+                          .t = now_s()};
     r.st = cJSON_IsObject(old) ? cJSON_Duplicate(old, 1) : cJSON_CreateObject();
     kube_time_now(r.now, sizeof r.now, 0);
     int rc = r.st ? reconcile_job(&r, e) : herr_set(e, "out of memory");
     herr we;
     if (r.st) {
-        int wrc = write_status(c, job, old, r.st, &we);
+        int wrc = write_status(c, job, old, r.st, m, &we);
         if (wrc != 0 && rc == 0) {
             *e = we;
             rc = wrc;
         }
     }
     *requeue = r.requeue_s;
+    memo_put(c, key, m, r.t);
     cJSON_Delete(r.st);
     cJSON_Delete(job);
     return rc;
@@ -1199,6 +1322,8 @@ struct controller *controller_new(struct kube_client *kc, const struct controlle
     c->coordinator = strdup(o->coordinator_url ? o->coordinator_url : "");
     c->image = o->default_image ? strdup(o->default_image) : NULL;
     c->queue = kube_queue_new(0.05, 60);
+    c->memos = kube_map_new();
+    pthread_mutex_init(&c->memo_lock, NULL);
     metrics_hist_init(&c->latency);
     static const struct {
         const struct kube_resource *res;
@@ -1211,7 +1336,7 @@ struct controller *controller_new(struct kube_client *kc, const struct controlle
         [INF_SECRETS] = {&KUBE_SECRETS, LABEL_JOB, trim_meta, 0},
         [INF_SERVICES] = {&KUBE_SERVICES, LABEL_JOB, trim_service, 0},
     };
-    int ok = c->coordinator && c->queue;
+    int ok = c->coordinator && c->queue && c->memos;
     for (int i = 0; ok && i < INF_COUNT; i++) {
         struct kube_informer_opts io = {.resource = spec[i].res, .ns = c->ns,
                                         .label_selector = spec[i].selector,
@@ -1267,6 +1392,8 @@ void controller_free(struct controller *c)
     for (int i = 0; i < INF_COUNT; i++)
         kube_informer_free(c->inf[i]);
     kube_queue_free(c->queue);
+    kube_map_free(c->memos, memo_free);
+    pthread_mutex_destroy(&c->memo_lock);
     free(c->ns);
     free(c->coordinator);
     free(c->image);

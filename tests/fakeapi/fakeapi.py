@@ -26,6 +26,7 @@ import copy
 import json
 import random
 import re
+import socket
 import sys
 import threading
 import time
@@ -136,8 +137,11 @@ class Store:
         return self.rv
 
     def record(self, g, r, ns, typ, obj):
+        # Stored objects are never mutated in place, so the event keeps a reference and
+        # the serialized line every watcher sends.
         rv = int(obj["metadata"]["resourceVersion"])
-        self.events.append((rv, g, r, ns, typ, copy.deepcopy(obj)))
+        line = (json.dumps({"type": typ, "object": obj}) + "\n").encode()
+        self.events.append((rv, g, r, ns, typ, obj, line))
         self.event_rvs.append(rv)
         if len(self.events) > self.history + self.history // 8:
             drop = len(self.events) - self.history
@@ -183,16 +187,21 @@ class Handler(BaseHTTPRequestHandler):
         if self.server.verbose:
             sys.stderr.write("fakeapi: " + (fmt % args) + "\n")
 
+    def setup(self):
+        super().setup()
+        # No Nagle: headers and body must not wait for the client's delayed ACK.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     # ---- plumbing
     def send_json(self, code, obj, headers=None):
         data = json.dumps(obj).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(data)
+        self.log_request(code)
+        head = ["HTTP/1.1 %d %s" % (code, self.responses.get(code, ("",))[0]),
+                "Content-Type: application/json", "Content-Length: %d" % len(data)]
+        head += ["%s: %s" % kv for kv in (headers or {}).items()]
+        if self.close_connection:
+            head.append("Connection: close")
+        self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)
 
     def read_body(self):
         n = int(self.headers.get("Content-Length") or 0)
@@ -419,7 +428,7 @@ class Handler(BaseHTTPRequestHandler):
                     raise ApiError(409, "Conflict", 'Operation cannot be fulfilled on %s "%s": the object has been modified; please apply your changes to the latest version and try again' % (resource, name),
                                    {"name": name, "kind": resource})
                 if verb == "patch":
-                    new = merge_patch(old, body)
+                    new = copy.deepcopy(merge_patch(old, body))
                 else:
                     new = copy.deepcopy(body)
                     new.setdefault("metadata", {})
@@ -603,7 +612,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             while True:
                 for typ, obj in pending:
-                    self.send_event(typ, obj)
+                    self.send_event(typ, obj if isinstance(obj, bytes) else
+                                    (json.dumps({"type": typ, "object": obj}) + "\n").encode())
                 if cursor is None:
                     break
                 pending = []
@@ -625,7 +635,7 @@ class Handler(BaseHTTPRequestHandler):
                         continue
                     for e in new:
                         if ok(e[1], e[2], e[3], e[5]):
-                            pending.append((e[4], e[5]))
+                            pending.append((e[4], e[6]))
                         cursor = e[0]
                     if not new and time.time() >= deadline:
                         break
@@ -649,8 +659,7 @@ class Handler(BaseHTTPRequestHandler):
             with st.lock:
                 self.server.watches -= 1
 
-    def send_event(self, typ, obj):
-        data = (json.dumps({"type": typ, "object": obj}) + "\n").encode()
+    def send_event(self, typ, data):
         st = self.server.store
         with st.lock:
             split = st.faults.get("splitEvents")

@@ -9,6 +9,7 @@ cleanup() {
     rm -rf "$FAKEAPI_DIR"
 }
 trap cleanup EXIT
+[ -n "${KEEP_LOGS:-}" ] && trap "for p in \"\${PIDS[@]}\"; do kill \$p 2>/dev/null; done" EXIT
 
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
