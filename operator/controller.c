@@ -15,6 +15,7 @@
 #include "kube_map.h"
 #include "kube_queue.h"
 #include "log.h"
+#include "trainingjob.h"
 
 #define LABEL_JOB "holmes.dev/job"
 #define LABEL_INDEX "holmes.dev/worker-index"
@@ -148,8 +149,6 @@ static uint64_t fnv(const char *s)
 
 /* ---- spec */
 
-static int is_int(const cJSON *v) { return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble); }
-
 static void add_err(cJSON *errs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void add_err(cJSON *errs, const char *fmt, ...)
 {
@@ -161,54 +160,23 @@ static void add_err(cJSON *errs, const char *fmt, ...)
     cJSON_AddItemToArray(errs, cJSON_CreateString(buf));
 }
 
-static void check_int_field(cJSON *errs, const cJSON *spec, const char *path, double lo, double hi,
-                            int required)
-{
-    const cJSON *v = get(spec, path);
-    if (!v) {
-        if (required)
-            add_err(errs, "spec.%s: required", path);
-        return;
-    }
-    if (!is_int(v))
-        add_err(errs, "spec.%s: must be an integer", path);
-    else if (v->valuedouble < lo || v->valuedouble > hi)
-        add_err(errs, "spec.%s: %g is outside %g..%g", path, v->valuedouble, lo, hi);
-}
-
-/* The fields the controller itself relies on. The full TrainingJob validation (model,
- * parallelism, training) belongs to the spec module (common/trainingjob.h). */
+/* Every error of the spec module (common/trainingjob.h), each "field.path: rule". */
 cJSON *controller_spec_errors(const cJSON *job)
 {
     cJSON *errs = cJSON_CreateArray();
+    struct tj_errors te;
+    memset(&te, 0, sizeof te);
+    struct tj_job tj;
+    memset(&tj, 0, sizeof tj);
     if (!errs)
         return NULL;
-    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(job, "spec");
-    if (!cJSON_IsObject(spec)) {
-        add_err(errs, "spec: required object");
-        return errs;
-    }
-    check_int_field(errs, spec, "workers", 1, MAX_WORKERS, 1);
-    check_int_field(errs, spec, "gpusPerWorker", 0, 64, 0);
-    check_int_field(errs, spec, "gangTimeoutSeconds", 0, 86400 * 7, 0);
-    check_int_field(errs, spec, "restartPolicy.maxRestarts", 0, 1000, 0);
-    check_int_field(errs, spec, "restartPolicy.backoffSeconds", 0, 86400, 0);
-    const cJSON *img = get(spec, "image");
-    if (img && (!cJSON_IsString(img) || !img->valuestring[0]))
-        add_err(errs, "spec.image: must be a non-empty string");
-    const cJSON *sus = get(spec, "suspend");
-    if (sus && !cJSON_IsBool(sus))
-        add_err(errs, "spec.suspend: must be true or false");
-    const cJSON *t = get(spec, "template");
-    if (t && !cJSON_IsObject(t))
-        add_err(errs, "spec.template: must be an object");
-    const cJSON *cs = get(spec, "template.spec.containers");
-    if (cs && !cJSON_IsArray(cs))
-        add_err(errs, "spec.template.spec.containers: must be a list");
-    const char *name = get_str(job, "metadata.name");
-    if (name && strlen(name) > 63 - strlen("-worker-4095"))
-        add_err(errs, "metadata.name: \"%s\" is longer than %zu characters (pod names "
-                "<job>-worker-<i> must fit 63)", name, 63 - strlen("-worker-4095"));
+    tj_job_from_json(job, &tj, &te);
+    int kept = te.count < TJ_MAX_ERRORS ? te.count : TJ_MAX_ERRORS;
+    for (int i = 0; i < kept; i++)
+        cJSON_AddItemToArray(errs, cJSON_CreateString(te.msg[i]));
+    if (te.count > kept)
+        add_err(errs, "and %d more errors", te.count - kept);
+    tj_job_free(&tj);
     return errs;
 }
 
@@ -891,7 +859,7 @@ static int pod_failed(const cJSON *pod)
 
 static double restart_backoff(struct controller *c, const cJSON *job, int restarts)
 {
-    double base = get_num(job, "spec.restartPolicy.backoffSeconds", 10);
+    double base = get_num(job, "spec.restartPolicy.backoffSeconds", 30);
     double d = base * pow(2.0, restarts > 0 ? restarts - 1 : 0);
     return d > c->o.backoff_cap_s ? c->o.backoff_cap_s : d;
 }

@@ -22,7 +22,8 @@ def make(lo, hi):
     for i in range(lo, hi):
         body = json.dumps({"apiVersion": "holmes.dev/v1alpha1", "kind": "TrainingJob",
                            "metadata": {"name": "bench-%04d" % i},
-                           "spec": {"workers": w, "image": "holmes-node:bench", "gpusPerWorker": 8}}).encode()
+                           "spec": {"workers": w, "image": "holmes-node:bench", "gpusPerWorker": 8,
+                                    "model": {"preset": "gpt2-1.5b"}, "training": {"steps": 1000}}}).encode()
         req = urllib.request.Request(api + "/apis/holmes.dev/v1alpha1/namespaces/bench/trainingjobs",
                                      data=body, method="POST",
                                      headers={"Authorization": "Bearer " + tok, "Content-Type": "application/json"})

@@ -9,6 +9,7 @@ NS=team
 job() { # name workers [extra spec JSON]
     echo "{\"apiVersion\":\"holmes.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"$1\"},
       \"spec\":{\"workers\":$2,\"image\":\"reg/holmes-node:1\",\"gpusPerWorker\":2,
+      \"model\":{\"preset\":\"gpt2-124m\"},\"training\":{\"steps\":10},
       \"restartPolicy\":{\"maxRestarts\":1,\"backoffSeconds\":1},\"gangTimeoutSeconds\":600,
       \"template\":{\"metadata\":{\"labels\":{\"team\":\"nlp\"}},\"spec\":{\"nodeSelector\":{\"gpu\":\"a100\"},
       \"containers\":[{\"name\":\"worker\",\"env\":[{\"name\":\"FOO\",\"value\":\"bar\"},{\"name\":\"HOLMES_WORKER_INDEX\",\"value\":\"x\"}],
@@ -71,6 +72,7 @@ OLD=$(pods_of $NS a | jq -c '[.items[].metadata.uid] | sort')
 fake kubelet "{\"namespace\":\"$NS\",\"name\":\"a-worker-2\",\"phase\":\"Failed\",\"reason\":\"Evicted\",\"message\":\"node low on memory\"}" >/dev/null
 check "evicted pod -> restarts 1" wait_for 5 job_is $NS a '.status.restarts == 1 and .status.lastRestartTime != null'
 check "gang restart recreates all 3 pods after the backoff" wait_for 8 bash -c "curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/pods?labelSelector=holmes.dev%2Fjob%3Da' | jq -e '(.items|length) == 3 and ([.items[].metadata.uid] | sort) != $OLD' "
+check "one failure counted once (restarts still 1)" job_is $NS a '.status.restarts == 1'
 EVS=$(api GET /api/v1/namespaces/$NS/events)
 check "GangRestart Warning Event naming the pod and the reason" jq_true "$EVS" 'any(.items[]; .reason == "GangRestart" and .type == "Warning" and .involvedObject.name == "a" and (.message | contains("a-worker-2")) and (.message | contains("Evicted: node low on memory")))'
 fake kubelet "{\"namespace\":\"$NS\",\"name\":\"a-worker-0\",\"phase\":\"Failed\",\"reason\":\"Error\",\"message\":\"exit code 1\"}" >/dev/null
@@ -78,7 +80,7 @@ check "second failure with maxRestarts 1 -> Failed with the reason" wait_for 5 j
 
 # Invalid spec: Valid=False with every error, a Warning Event, no pods.
 api POST "$JOBS/$NS/trainingjobs" '{"metadata":{"name":"bad"},"spec":{"workers":0,"image":"","restartPolicy":{"maxRestarts":-1}}}' >/dev/null
-check "invalid job -> Valid=False listing every field error" wait_for 5 job_is $NS bad '.status.conditions[] | select(.type == "Valid") | .status == "False" and .reason == "InvalidSpec" and (.message | contains("spec.workers")) and (.message | contains("spec.image")) and (.message | contains("spec.restartPolicy.maxRestarts"))'
+check "invalid job -> Valid=False listing every field error" wait_for 5 job_is $NS bad '.status.conditions[] | select(.type == "Valid") | .status == "False" and .reason == "InvalidSpec" and (.message | contains("spec.workers: 0 is below the minimum 1")) and (.message | contains("spec.image")) and (.message | contains("spec.model: required")) and (.message | contains("spec.restartPolicy.maxRestarts"))'
 check "invalid job -> Warning Event" wait_for 5 bash -c "curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/events' | jq -e 'any(.items[]; .reason == \"InvalidSpec\" and .type == \"Warning\" and .involvedObject.name == \"bad\")'"
 check "invalid job -> no pods" test "$(npods $NS bad)" = 0
 

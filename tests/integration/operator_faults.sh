@@ -4,7 +4,7 @@ source "$(dirname "$0")/lib.bash"
 source "$(dirname "$0")/fakeapi.bash"
 start_fakeapi --bookmark-seconds 0.5
 NS=ml
-job() { echo "{\"metadata\":{\"name\":\"$1\"},\"spec\":{\"workers\":$2,\"image\":\"img\"}}"; }
+job() { echo "{\"metadata\":{\"name\":\"$1\"},\"spec\":{\"workers\":$2,\"image\":\"img\",\"gpusPerWorker\":0,\"model\":{\"preset\":\"gpt2-124m\"},\"training\":{\"steps\":10}}}"; }
 creates() { stats | jq '.["create core pods"] // 0'; }
 start_operator op1 --qps 200 --burst 200
 check "operator 1 converges on a first job" wait_for 10 pods_are $NS j1 0

@@ -19,7 +19,7 @@ sleep 1
 check "second operator waits (lease held by op-a)" holder_is op-a
 check "standby reports holmes_leader 0" bash -c "curl -s http://127.0.0.1:$M2/metrics | grep -q '^holmes_leader 0'"
 check "leader reports holmes_leader 1" bash -c "curl -s http://127.0.0.1:$M1/metrics | grep -q '^holmes_leader 1'"
-api POST "$JOBS/$NS/trainingjobs" '{"metadata":{"name":"x"},"spec":{"workers":3,"image":"img"}}' >/dev/null
+api POST "$JOBS/$NS/trainingjobs" '{"metadata":{"name":"x"},"spec":{"workers":3,"image":"img","gpusPerWorker":0,"model":{"preset":"gpt2-124m"},"training":{"steps":10}}}' >/dev/null
 check "the leader creates the pods" wait_for 10 pods_are $NS x 3
 check "only the leader acted (3 pod creations, standby made no calls but lease gets)" jq_true "$(stats)" '.["create core pods"] == 3'
 check "standby has no controller running" bash -c "! grep -q 'caches synced' '$FAKEAPI_DIR/b.log'"
@@ -31,7 +31,7 @@ check "standby takes over after the leader dies" wait_for 10 holder_is op-b
 T1=$(date +%s.%N)
 TAKEOVER=$(echo "$T1 - $T0" | bc)
 echo "# takeover took $TAKEOVER s (lease duration 2 s); the bound checked is the 10 s wait above"
-api POST "$JOBS/$NS/trainingjobs" '{"metadata":{"name":"y"},"spec":{"workers":2,"image":"img"}}' >/dev/null
+api POST "$JOBS/$NS/trainingjobs" '{"metadata":{"name":"y"},"spec":{"workers":2,"image":"img","gpusPerWorker":0,"model":{"preset":"gpt2-124m"},"training":{"steps":10}}}' >/dev/null
 check "the new leader reconciles" wait_for 10 pods_are $NS y 2
 check "the new leader adopted the old job's pods (3 + 2 creations)" jq_true "$(stats)" '.["create core pods"] == 5'
 check "lease transitions counted" jq_true "$(api GET $LEASE)" '.spec.leaseTransitions >= 1'
