@@ -7,6 +7,7 @@
 #include <string.h>
 
 #define MIN_S 1e-6
+static const double les[13] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 #define GROWTH 1.075
 
 void metrics_hist_init(struct metrics_hist *h)
@@ -26,6 +27,9 @@ void metrics_hist_observe(struct metrics_hist *h, double s)
         i = METRICS_FINE_BUCKETS - 1;
     pthread_mutex_lock(&h->lock);
     h->fine[i]++;
+    for (int k = 0; k < 13; k++)
+        if (s <= les[k])
+            h->std[k]++;
     h->count++;
     h->sum += s;
     if (s > h->max)
@@ -97,15 +101,10 @@ void metrics_printf(struct metrics_buf *b, const char *fmt, ...)
 void metrics_hist_render(struct metrics_hist *h, struct metrics_buf *b, const char *name,
                          const char *help)
 {
-    static const double les[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
     metrics_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     pthread_mutex_lock(&h->lock);
-    for (size_t k = 0; k < sizeof les / sizeof les[0]; k++) {
-        unsigned long n = 0;
-        for (int i = 0; i < METRICS_FINE_BUCKETS && edge(i) <= les[k] * 1.0000001; i++)
-            n += h->fine[i];
-        metrics_printf(b, "%s_bucket{le=\"%g\"} %lu\n", name, les[k], n);
-    }
+    for (int k = 0; k < 13; k++)
+        metrics_printf(b, "%s_bucket{le=\"%g\"} %lu\n", name, les[k], h->std[k]);
     metrics_printf(b, "%s_bucket{le=\"+Inf\"} %lu\n%s_sum %.6f\n%s_count %lu\n", name, h->count,
                    name, h->sum, name, h->count);
     pthread_mutex_unlock(&h->lock);

@@ -11,6 +11,7 @@
 struct metrics_hist {
     pthread_mutex_t lock;
     unsigned long fine[METRICS_FINE_BUCKETS];
+    unsigned long std[13]; /* exact counts for the exported buckets 1 ms .. 10 s */
     unsigned long count;
     double sum, max;
 };
