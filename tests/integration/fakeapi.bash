@@ -66,3 +66,11 @@ wait_for() {
 }
 jq_true() { jq -e "$2" <<<"$1" >/dev/null 2>&1; } # jq_true JSON FILTER
 job_is() { jq -e "$3" <<<"$(job_get "$1" "$2")" >/dev/null 2>&1; } # job_is NS NAME FILTER
+# logs_clean: no sanitizer report in any operator log of this script.
+logs_clean() {
+    if grep -l 'ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error:' "$FAKEAPI_DIR"/*.log >/dev/null 2>&1; then
+        fail "operator logs free of sanitizer reports" "$(grep -h -m5 'Sanitizer\|runtime error' "$FAKEAPI_DIR"/*.log)"
+    else
+        pass "operator logs free of sanitizer reports"
+    fi
+}

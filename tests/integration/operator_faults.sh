@@ -48,3 +48,5 @@ check "restart: no pod created" test "$(creates)" = 0
 check "restart: no pod deleted" jq_true "$(stats)" '.["delete core pods"] == null'
 check "restart: same pods (adopted)" test "$(api GET /api/v1/namespaces/$NS/pods | jq -c '[.items[].metadata.uid] | sort')" = "$UIDS"
 check "restart: status kept" job_is $NS s1 '.status.phase == "Discovering" and .status.workers.ready == 3'
+kill -TERM "$OP_PID"; wait "$OP_PID"
+logs_clean

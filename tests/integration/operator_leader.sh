@@ -41,3 +41,5 @@ kill -TERM "$PID_B"; wait "$PID_B"
 check "SIGTERM releases the lease" holder_is ""
 start_operator c "${LE[@]}" --identity op-c
 check "a successor takes a released lease at once" wait_for 2 holder_is op-c
+kill -TERM "$OP_PID"; wait "$OP_PID"
+logs_clean

@@ -31,6 +31,12 @@ static void sleep_ms(int ms)
 #define WAIT_FOR(cond, ms) ({ int ok_ = 0; for (int i_ = 0; i_ < (ms) / 20; i_++) { \
         if (cond) { ok_ = 1; break; } sleep_ms(20); } ok_; })
 
+static void count_429(int code, unsigned long n, void *u)
+{
+    if (code == 429)
+        *(int *)u = (int)n;
+}
+
 static void test_rest(struct fakeapi *f, struct kube_client *kc)
 {
     herr e;
@@ -108,8 +114,7 @@ static void test_rest(struct fakeapi *f, struct kube_client *kc)
     CHECK("429 x2 with Retry-After is retried to success", rc == 0 && out);
     cJSON_Delete(out);
     int n429 = 0;
-    void count(int code, unsigned long n, void *u) { if (code == 429) *(int *)u = (int)n; }
-    kube_client_error_counts(kc, count, &n429);
+    kube_client_error_counts(kc, count_429, &n429);
     CHECK_INT("429s counted by code", n429, 2);
 
     rc = kube_delete(kc, &KUBE_TRAININGJOBS, "default", "j", "Background", &e);
