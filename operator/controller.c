@@ -810,10 +810,17 @@ static int cmp_index(const void *a, const void *b)
 
 static cJSON *pods_of(struct controller *c, const char *ns, const char *job, const char *uid)
 {
+    cJSON *all = kube_informer_list_indexed(c->inf[INF_PODS], ns, job);
     struct pod_scan s = {ns, job, uid, cJSON_CreateArray()};
-    if (!s.pods)
+    if (!all || !s.pods) {
+        cJSON_Delete(all);
+        cJSON_Delete(s.pods);
         return NULL;
-    kube_informer_each(c->inf[INF_PODS], scan_pod, &s);
+    }
+    const cJSON *p;
+    cJSON_ArrayForEach(p, all)
+        scan_pod(p, &s);
+    cJSON_Delete(all);
     int n = cJSON_GetArraySize(s.pods);
     if (n > 1) {
         cJSON **v = malloc((size_t)n * sizeof *v);
@@ -1309,7 +1316,8 @@ struct controller *controller_new(struct kube_client *kc, const struct controlle
         struct kube_informer_opts io = {.resource = spec[i].res, .ns = c->ns,
                                         .label_selector = spec[i].selector,
                                         .transform = spec[i].tf,
-                                        .handler = spec[i].jobs ? on_job : on_owned, .user = c};
+                                        .handler = spec[i].jobs ? on_job : on_owned, .user = c,
+                                        .index_label = i == INF_PODS ? LABEL_JOB : NULL};
         c->inf[i] = kube_informer_new(kc, &io, e);
         ok = c->inf[i] != NULL;
     }

@@ -187,7 +187,7 @@ static void test_informer(struct fakeapi *f, struct kube_client *kc)
     struct kube_informer_opts o = {.resource = &KUBE_PODS, .ns = "ns2",
                                    .label_selector = "holmes.dev/job=inf", .handler = handler,
                                    .user = &c, .list_limit = 2, .watch_timeout_s = 2,
-                                   .backoff_max_s = 0.5};
+                                   .backoff_max_s = 0.5, .index_label = "holmes.dev/job"};
     struct kube_informer *inf = kube_informer_new(kc, &o, &e);
     kube_informer_start(inf, &e);
     CHECK_INT("informer syncs", kube_informer_wait_synced(inf, 5000), 0);
@@ -247,6 +247,12 @@ static void test_informer(struct fakeapi *f, struct kube_client *kc)
     kube_informer_stats(inf, &s1);
     CHECK("the informer saw 410 and relisted", s1.gone >= 1 && s1.lists >= 2);
     CHECK_INT("cache holds exactly the selected pods", kube_informer_size(inf), 4);
+    cJSON *byjob = kube_informer_list_indexed(inf, "ns2", "inf");
+    CHECK_INT("label index lists the job's pods", cJSON_GetArraySize(byjob), 4);
+    cJSON_Delete(byjob);
+    byjob = kube_informer_list_indexed(inf, "other-ns", "inf");
+    CHECK_INT("label index is per namespace", cJSON_GetArraySize(byjob), 0);
+    cJSON_Delete(byjob);
     kube_informer_free(inf);
     pthread_mutex_destroy(&c.lock);
 }
