@@ -23,6 +23,7 @@ import argparse
 import base64
 import bisect
 import copy
+import gc
 import json
 import random
 import re
@@ -695,6 +696,9 @@ def main():
     ap.add_argument("--kubelet", action="store_true", help="unused; pods stay Pending until /_fake/kubelet")
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args()
+    # Stored objects are plain JSON trees without cycles: reference counting frees them, and
+    # the cyclic collector's full passes over 10^5 objects would stall every request.
+    gc.disable()
     srv = Server(("127.0.0.1", a.port), Handler)
     srv.store = Store(a.history)
     srv.token = a.token
