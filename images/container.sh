@@ -28,8 +28,8 @@ owner_of() {
 build() {
     variant=$1; shift
     # shellcheck disable=SC2046
-    make -j"$(nproc)" $(printf "bin/%s " "$@")
-    if [ "$variant" = cuda ]; then make cuda; fi
+    make -j"$(nproc)" VARIANT=release $(printf "bin/%s " "$@")
+    if [ "$variant" = cuda ]; then make VARIANT=release cuda; fi
     mkdir -p /out/bin
     : >/out/runtime-packages.all
     for b in "$@"; do

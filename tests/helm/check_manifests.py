@@ -207,7 +207,7 @@ def summary(docs):
         for c in (pod_spec(doc).get("containers") or []) if doc.get("kind") in WORKLOADS else []:
             lines.append(f"image {ident(doc)} {c.get('name')} {c.get('image')}")
             for a in (c.get("command") or []) + (c.get("args") or []):
-                lines.append(f"arg {ident(doc)} {c.get('name')} {a}")
+                lines.append(f"arg {ident(doc)} {c.get('name')} {' '.join(str(a).split())}")
             for e in c.get("env") or []:
                 lines.append(f"env {ident(doc)} {c.get('name')} {e.get('name')}")
         if doc.get("kind") == "Deployment":
