@@ -54,7 +54,7 @@ runtime() {
     $APT_INSTALL $(cat /out/runtime-packages) "$@"
     rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log
     groupadd --system --gid 65532 holmes
-    useradd --system --uid 65532 --gid 65532 --home-dir /var/lib/holmes --create-home \
+    useradd --no-log-init --uid 65532 --gid 65532 --home-dir /var/lib/holmes --create-home \
         --shell /usr/sbin/nologin holmes
     rm -rf /out
 }

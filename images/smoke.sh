@@ -21,8 +21,8 @@ tmp=$(mktemp -d /tmp/holmes-smoke.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
 # in IMAGE CMD...: run a command in IMAGE as the chart does (read-only root, no network).
-in() { local img=$1; shift; podman run --rm --network=none --read-only --tmpfs /tmp "$img" "$@"; }
-in_sh() { local img=$1; shift; podman run --rm --network=none --read-only --tmpfs /tmp --entrypoint /bin/sh "$img" -c "$1"; }
+run_in() { local img=$1; shift; podman run --rm --network=none --read-only --tmpfs /tmp "$img" "$@"; }
+run_sh() { local img=$1; shift; podman run --rm --network=none --read-only --tmpfs /tmp --entrypoint /bin/sh "$img" -c "$1"; }
 
 smoke_common() { # image, binary
     local img=$1 bin=$2 out user
@@ -31,13 +31,13 @@ smoke_common() { # image, binary
         ""|0|root) fail "$bin image: non-root user" "Config.User is '$user'" ;;
         *) pass "$bin image: non-root user ($user)" ;;
     esac
-    out=$(in_sh "$img" 'id -u') && [ "$out" != 0 ] && pass "$bin image: runs as uid $out" ||
+    out=$(run_sh "$img" 'id -u') && [ "$out" != 0 ] && pass "$bin image: runs as uid $out" ||
         fail "$bin image: runs as non-root uid" "id -u printed '$out'"
-    out=$(in "$img" --version 2>&1) && [ "$out" = "$bin $version" ] && pass "$bin image: --version" ||
+    out=$(run_in "$img" --version 2>&1) && [ "$out" = "$bin $version" ] && pass "$bin image: --version" ||
         fail "$bin image: --version" "$out"
-    out=$(in "$img" --help 2>&1) && grep -q '^Commands:' <<<"$out" && pass "$bin image: --help" ||
+    out=$(run_in "$img" --help 2>&1) && grep -q '^Commands:' <<<"$out" && pass "$bin image: --help" ||
         fail "$bin image: --help" "$out"
-    if out=$(in_sh "$img" "ldd /usr/local/bin/$bin" 2>&1) && ! grep -q 'not found' <<<"$out"; then
+    if out=$(run_sh "$img" "ldd /usr/local/bin/$bin" 2>&1) && ! grep -q 'not found' <<<"$out"; then
         pass "$bin image: shared libraries resolve"
     else
         fail "$bin image: shared libraries resolve" "$(grep 'not found' <<<"$out")"
@@ -54,21 +54,21 @@ done
 if podman image exists "$OP_IMAGE"; then
     smoke_common "$OP_IMAGE" holmes-operator
     # Only the runtime stage: no compiler, no headers, no apt lists.
-    out=$(in_sh "$OP_IMAGE" 'command -v gcc cc make; ls /usr/include 2>/dev/null | head -3; ls /var/lib/apt/lists | grep -v -x -e lock -e partial')
+    out=$(run_sh "$OP_IMAGE" 'command -v gcc cc make; ls /usr/include 2>/dev/null | head -3; ls /var/lib/apt/lists | grep -v -x -e lock -e partial')
     [ -z "$out" ] && pass "holmes-operator image: no build tools, headers or apt lists" ||
         fail "holmes-operator image: no build tools, headers or apt lists" "$out"
 fi
 
 if podman image exists "$NODE_IMAGE"; then
     smoke_common "$NODE_IMAGE" holmes-node
-    if in "$NODE_IMAGE" nic --json >"$tmp/nic.json" 2>"$tmp/nic.err" &&
+    if run_in "$NODE_IMAGE" nic --json >"$tmp/nic.json" 2>"$tmp/nic.err" &&
         /usr/bin/python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert "summary" in r, list(r)' "$tmp/nic.json" 2>"$tmp/nic.py"; then
         pass "holmes-node image: nic --json prints a NIC report"
     else
         fail "holmes-node image: nic --json prints a NIC report" "$(head -c 600 "$tmp/nic.err" "$tmp/nic.py" "$tmp/nic.json")"
     fi
     # rdma-core user space: libibverbs with its providers (dlopened, so ldd on the binary misses them).
-    out=$(in_sh "$NODE_IMAGE" 'set -e; d=/usr/lib/x86_64-linux-gnu/libibverbs; n=0
+    out=$(run_sh "$NODE_IMAGE" 'set -e; d=/usr/lib/x86_64-linux-gnu/libibverbs; n=0
         for p in $d/*.so; do ldd "$p" | grep "not found" && exit 1; n=$((n + 1)); done
         test -f /etc/libibverbs.d/mlx5.driver; echo "$n"' 2>&1)
     [[ $out =~ ^[0-9]+$ ]] && [ "$out" -ge 5 ] && pass "holmes-node image: $out libibverbs providers (mlx5, ...) resolve" ||
