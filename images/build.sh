@@ -17,7 +17,7 @@ bud() { # tag, dockerfile, extra args...
     local tag=$1 file=$2; shift 2
     local start=$SECONDS
     echo "images: building $tag from $file"
-    buildah bud --isolation chroot --layers --quiet -f "$file" -t "$tag" "$@" . >/dev/null
+    buildah bud --isolation chroot --layers --force-rm --quiet -f "$file" -t "$tag" "$@" . >/dev/null
     echo "images: $tag built in $((SECONDS - start)) s, $(podman image inspect --format '{{.Size}}' "$tag" | awk '{printf "%.1f MB", $1 / 1e6}')"
 }
 

@@ -65,7 +65,7 @@ if podman image exists "$NODE_IMAGE"; then
         /usr/bin/python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert "summary" in r, list(r)' "$tmp/nic.json" 2>"$tmp/nic.py"; then
         pass "holmes-node image: nic --json prints a NIC report"
     else
-        fail "holmes-node image: nic --json prints a NIC report" "$(head -c 600 "$tmp/nic.err" "$tmp/nic.py" "$tmp/nic.json")"
+        fail "holmes-node image: nic --json prints a NIC report" "$(cat "$tmp/nic.err" "$tmp/nic.py" "$tmp/nic.json" 2>/dev/null | head -c 600)"
     fi
     # rdma-core user space: libibverbs with its providers (dlopened, so ldd on the binary misses them).
     out=$(run_sh "$NODE_IMAGE" 'set -e; d=/usr/lib/x86_64-linux-gnu/libibverbs; n=0
