@@ -74,8 +74,10 @@ has "$s" "replicas Deployment/$NS/$REL-holmes-operator 2" &&
 has "$s" "object ClusterRole/$REL-holmes-operator" && has "$s" "object Role/$NS/$REL-holmes-operator-leader-election" &&
     pass "defaults: ClusterRole (all namespaces) + leader-election Role" || fail "defaults: ClusterRole + leader-election Role"
 has "$s" "image Deployment/$NS/$REL-holmes-operator operator holmes/holmes-operator:0.1.0" &&
-    has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --node-image=holmes/holmes-node:0.1.0" &&
-    pass "defaults: images tagged with appVersion" || fail "defaults: images tagged with appVersion"
+    pass "defaults: image tagged with appVersion" || fail "defaults: image tagged with appVersion"
+has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --coordinator-url=ws://$REL-holmes-coordinator.$NS.svc:8443" &&
+    has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --coordinator-addr=:8443" &&
+    pass "defaults: the operator serves and advertises the coordinator Service" || fail "defaults: coordinator address and URL"
 has "$s" "object Service/$NS/$REL-holmes-coordinator" && has "$s" "object Service/$NS/$REL-holmes-metrics" &&
     pass "defaults: coordinator and metrics Services" || fail "defaults: coordinator and metrics Services"
 ! has_re "$s" "^object (ServiceMonitor|DaemonSet)/" && pass "defaults: no ServiceMonitor, no DaemonSet" ||
@@ -127,15 +129,16 @@ PYEOF
 
 s=$tmp/custom-image.sum
 has "$s" "image Deployment/$NS/$REL-holmes-operator operator registry.example.com/ml/holmes-operator:0.1.0-rc1" &&
-    has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --node-image=registry.example.com/ml/holmes-node:0.1.0-rc1-cuda12" &&
-    pass "custom-image: operator and node images" || fail "custom-image: operator and node images"
-has "$s" "object Role/ml-team/$REL-holmes-operator" && ! has_re "$s" "^object ClusterRole/" &&
+    pass "custom-image: operator image" || fail "custom-image: operator image"
+has "$s" "object Role/ml-team/$REL-holmes-operator" && ! has_re "$s" "^object ClusterRole/$REL-holmes-operator$" &&
     has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --namespace=ml-team" &&
     pass "custom-image: one namespace watched, Role instead of ClusterRole" || fail "custom-image: one namespace watched, Role instead of ClusterRole"
 ! has_re "$s" "^object Service/$NS/$REL-holmes-metrics" && ! has_re "$s" "--metrics-addr" &&
     has "$s" "replicas Deployment/$NS/$REL-holmes-operator 3" &&
     pass "custom-image: metrics off, 3 replicas" || fail "custom-image: metrics off, 3 replicas"
 grep -q 'name: regcred' "$tmp/custom-image.yaml" && pass "custom-image: imagePullSecrets" || fail "custom-image: imagePullSecrets"
+has "$s" "image DaemonSet/$NS/$REL-holmes-nic-labeler nic-labeler registry.example.com/ml/holmes-node:0.1.0-rc1-cuda12" &&
+    pass "custom-image: DaemonSet uses nodeImage" || fail "custom-image: DaemonSet uses nodeImage"
 
 # --- bad values are refused by the schema, naming the field -----------------------------------
 for v in "$REPO"/tests/helm/bad-values/*.yaml; do
