@@ -70,14 +70,22 @@ s=$tmp/defaults.sum
 has "$s" "object CustomResourceDefinition/trainingjobs.holmes.dev" && pass "defaults: CRD rendered" || fail "defaults: CRD rendered"
 has "$s" "replicas Deployment/$NS/$REL-holmes-operator 2" &&
     has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --leader-elect" &&
+    has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --identity=\$(POD_NAME)" &&
     pass "defaults: 2 replicas with leader election" || fail "defaults: 2 replicas with leader election"
 has "$s" "object ClusterRole/$REL-holmes-operator" && has "$s" "object Role/$NS/$REL-holmes-operator-leader-election" &&
     pass "defaults: ClusterRole (all namespaces) + leader-election Role" || fail "defaults: ClusterRole + leader-election Role"
 has "$s" "image Deployment/$NS/$REL-holmes-operator operator holmes/holmes-operator:0.1.0" &&
     pass "defaults: image tagged with appVersion" || fail "defaults: image tagged with appVersion"
 has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --coordinator-url=ws://$REL-holmes-coordinator.$NS.svc:8443" &&
-    has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --coordinator-addr=:8443" &&
-    pass "defaults: the operator serves and advertises the coordinator Service" || fail "defaults: coordinator address and URL"
+    ! has_re "$s" "--coordinator-addr" &&
+    pass "defaults: the operator advertises the coordinator Service" || fail "defaults: coordinator URL"
+# Another coordinator port: the operator is told to listen there, the Service and URL follow.
+"$HELM" template "$REL" "$CHART" -n "$NS" --set coordinator.port=9443 >"$tmp/port.yaml" 2>&1 &&
+    check_py summary "$tmp/port.yaml" >"$tmp/port.txt" &&
+    has "$tmp/port.txt" "arg Deployment/$NS/$REL-holmes-operator operator --coordinator-addr=:9443" &&
+    has "$tmp/port.txt" "arg Deployment/$NS/$REL-holmes-operator operator --coordinator-url=ws://$REL-holmes-coordinator.$NS.svc:9443" &&
+    grep -q '^      port: 9443$' "$tmp/port.yaml" &&
+    pass "coordinator.port: listen address, URL and Service follow" || fail "coordinator.port: listen address, URL and Service follow" "$(head -c 1000 "$tmp/port.yaml")"
 has "$s" "object Service/$NS/$REL-holmes-coordinator" && has "$s" "object Service/$NS/$REL-holmes-metrics" &&
     pass "defaults: coordinator and metrics Services" || fail "defaults: coordinator and metrics Services"
 ! has_re "$s" "^object (ServiceMonitor|DaemonSet)/" && pass "defaults: no ServiceMonitor, no DaemonSet" ||
@@ -133,7 +141,7 @@ has "$s" "image Deployment/$NS/$REL-holmes-operator operator registry.example.co
 has "$s" "object Role/ml-team/$REL-holmes-operator" && ! has_re "$s" "^object ClusterRole/$REL-holmes-operator$" &&
     has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --namespace=ml-team" &&
     pass "custom-image: one namespace watched, Role instead of ClusterRole" || fail "custom-image: one namespace watched, Role instead of ClusterRole"
-! has_re "$s" "^object Service/$NS/$REL-holmes-metrics" && ! has_re "$s" "--metrics-addr" &&
+! has_re "$s" "^object Service/$NS/$REL-holmes-metrics" && has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --metrics-addr=0" &&
     has "$s" "replicas Deployment/$NS/$REL-holmes-operator 3" &&
     pass "custom-image: metrics off, 3 replicas" || fail "custom-image: metrics off, 3 replicas"
 grep -q 'name: regcred' "$tmp/custom-image.yaml" && pass "custom-image: imagePullSecrets" || fail "custom-image: imagePullSecrets"
