@@ -71,7 +71,12 @@ has "$s" "object CustomResourceDefinition/trainingjobs.holmes.dev" && pass "defa
 has "$s" "replicas Deployment/$NS/$REL-holmes-operator 2" &&
     has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --leader-elect" &&
     has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --identity=\$(POD_NAME)" &&
-    pass "defaults: 2 replicas with leader election" || fail "defaults: 2 replicas with leader election"
+    has "$s" "object PodDisruptionBudget/$NS/$REL-holmes-operator" &&
+    pass "defaults: 2 replicas with leader election and a PodDisruptionBudget" || fail "defaults: 2 replicas with leader election and a PodDisruptionBudget"
+"$HELM" template "$REL" "$CHART" -n "$NS" --set operator.replicas=1 --set operator.leaderElect=false >"$tmp/one.yaml" 2>&1 &&
+    check_py summary "$tmp/one.yaml" >"$tmp/one.txt" && ! has_re "$tmp/one.txt" "^object PodDisruptionBudget/" &&
+    ! has_re "$tmp/one.txt" "leader-elect|^object Role/" && has "$tmp/one.txt" "replicas Deployment/$NS/$REL-holmes-operator 1" &&
+    pass "one replica: no leader election, no Lease Role, no PodDisruptionBudget" || fail "one replica without leader election" "$(head -c 600 "$tmp/one.txt")"
 has "$s" "object ClusterRole/$REL-holmes-operator" && has "$s" "object Role/$NS/$REL-holmes-operator-leader-election" &&
     pass "defaults: ClusterRole (all namespaces) + leader-election Role" || fail "defaults: ClusterRole + leader-election Role"
 has "$s" "image Deployment/$NS/$REL-holmes-operator operator holmes/holmes-operator:0.1.0" &&
