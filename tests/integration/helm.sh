@@ -80,7 +80,8 @@ has "$s" "replicas Deployment/$NS/$REL-holmes-operator 2" &&
 has "$s" "object ClusterRole/$REL-holmes-operator" && has "$s" "object Role/$NS/$REL-holmes-operator-leader-election" &&
     pass "defaults: ClusterRole (all namespaces) + leader-election Role" || fail "defaults: ClusterRole + leader-election Role"
 has "$s" "image Deployment/$NS/$REL-holmes-operator operator holmes/holmes-operator:0.1.0" &&
-    pass "defaults: image tagged with appVersion" || fail "defaults: image tagged with appVersion"
+    has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --node-image=holmes/holmes-node:0.1.0" &&
+    pass "defaults: images tagged with appVersion" || fail "defaults: images tagged with appVersion"
 has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --coordinator-url=ws://$REL-holmes-coordinator.$NS.svc:8443" &&
     ! has_re "$s" "--coordinator-addr" &&
     pass "defaults: the operator advertises the coordinator Service" || fail "defaults: coordinator URL"
@@ -142,7 +143,8 @@ PYEOF
 
 s=$tmp/custom-image.sum
 has "$s" "image Deployment/$NS/$REL-holmes-operator operator registry.example.com/ml/holmes-operator:0.1.0-rc1" &&
-    pass "custom-image: operator image" || fail "custom-image: operator image"
+    has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --node-image=registry.example.com/ml/holmes-node:0.1.0-rc1-cuda12" &&
+    pass "custom-image: operator and default worker images" || fail "custom-image: operator and default worker images"
 has "$s" "object Role/ml-team/$REL-holmes-operator" && ! has_re "$s" "^object ClusterRole/$REL-holmes-operator$" &&
     has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --namespace=ml-team" &&
     pass "custom-image: one namespace watched, Role instead of ClusterRole" || fail "custom-image: one namespace watched, Role instead of ClusterRole"
