@@ -53,6 +53,13 @@ done
 
 if podman image exists "$OP_IMAGE"; then
     smoke_common "$OP_IMAGE" holmes-operator
+    # The real parser and validator inside the image (libyaml, libcjson), on a shipped example.
+    ex=examples/gpt2-1.5b-ib-roce.yaml
+    if [ -f "$ex" ]; then
+        out=$(podman run --rm --network=none --read-only --tmpfs /tmp -v "$PWD/examples:/examples:ro" \
+            "$OP_IMAGE" validate "/$ex" 2>&1) && grep -q 'valid' <<<"$out" &&
+            pass "holmes-operator image: validate $ex" || fail "holmes-operator image: validate $ex" "$out"
+    fi
     # Only the runtime stage: no compiler, no headers, no apt lists.
     out=$(run_sh "$OP_IMAGE" 'command -v gcc cc make; ls /usr/include 2>/dev/null | head -3; ls /var/lib/apt/lists | grep -v -x -e lock -e partial')
     [ -z "$out" ] && pass "holmes-operator image: no build tools, headers or apt lists" ||
