@@ -74,6 +74,9 @@ if podman image exists "$NODE_IMAGE"; then
     else
         fail "holmes-node image: nic --json prints a NIC report" "$(cat "$tmp/nic.err" "$tmp/nic.py" "$tmp/nic.json" 2>/dev/null | head -c 600)"
     fi
+    out=$(run_in "$NODE_IMAGE" nic --print-labels 2>&1) && grep -q '^holmes.dev/nic-class=' <<<"$out" &&
+        pass "holmes-node image: nic --print-labels (the DaemonSet's labels)" ||
+        fail "holmes-node image: nic --print-labels" "$out"
     # rdma-core user space: libibverbs with its providers (dlopened, so ldd on the binary misses them).
     out=$(run_sh "$NODE_IMAGE" 'set -e; d=/usr/lib/x86_64-linux-gnu/libibverbs; n=0
         for p in $d/*.so; do ldd "$p" | grep "not found" && exit 1; n=$((n + 1)); done
