@@ -71,6 +71,6 @@ rm -f "$root"/etc/hostname "$root"/etc/resolv.conf
 
 echo "mkbase: importing as $IMAGE"
 tar --numeric-owner --xattrs -C "$root" -c . |
-    podman import --change 'CMD ["bash"]' --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    podman import --quiet --change 'CMD ["bash"]' --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
         - "$IMAGE" >/dev/null
 podman image inspect --format 'mkbase: {{.Id}} {{.Size}} bytes' "$IMAGE"
