@@ -1,9 +1,82 @@
-/* Placeholder until the validate command lands; replaced by its module's owner. */
+/* holmes-operator validate FILE...: offline check of TrainingJob manifests. */
+#include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
+
+#include "cli.h"
 #include "commands.h"
+#include "trainingjob.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "Usage: holmes-operator validate [--print] FILE...\n"
+               "Checks TrainingJob manifests (YAML or JSON, several documents per file allowed)\n"
+               "against every rule of the API and prints each error with its field path.\n"
+               "Exit status: 0 when all are valid, 1 when any is not, 2 on usage errors.\n\n"
+               "  --print   print each valid job's resolved spec (defaults applied) as JSON\n");
+}
+
+static int validate_file(const char *path, int print)
+{
+    struct tj_job *jobs;
+    int n;
+    struct tj_errors errs = {0};
+    if (tj_load_file(path, &jobs, &n, &errs)) {
+        int kept = errs.count < TJ_MAX_ERRORS ? errs.count : TJ_MAX_ERRORS;
+        for (int i = 0; i < kept; i++)
+            fprintf(stderr, "%s\n", errs.msg[i]);
+        if (errs.count > kept)
+            fprintf(stderr, "%s: and %d more errors\n", path, errs.count - kept);
+        return 1;
+    }
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        if (print) {
+            cJSON *j = tj_spec_to_json(&jobs[i].spec);
+            char *s = j ? cJSON_Print(j) : NULL;
+            if (!s) {
+                fprintf(stderr, "%s: out of memory\n", path);
+                rc = 1;
+            } else {
+                printf("%s\n", s);
+            }
+            free(s);
+            cJSON_Delete(j);
+        } else {
+            printf("%s: TrainingJob %s valid (%d workers x %d ranks, model %d layers)\n", path, jobs[i].name,
+                   jobs[i].spec.workers, tj_ranks_per_worker(&jobs[i].spec), jobs[i].spec.model.layers);
+        }
+        tj_job_free(&jobs[i]);
+    }
+    free(jobs);
+    return rc;
+}
+
 int cmd_validate(int argc, char **argv)
 {
-    (void)argc; (void)argv;
-    fprintf(stderr, "holmes-operator validate: not built yet\n");
-    return 2;
+    if (cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
+    int print = 0;
+    static const struct option opts[] = {{"print", no_argument, 0, 'p'}, {0, 0, 0, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "p", opts, NULL)) != -1) {
+        if (c == 'p') {
+            print = 1;
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    int rc = 0;
+    for (int i = optind; i < argc; i++)
+        if (validate_file(argv[i], print))
+            rc = 1;
+    return rc;
 }

@@ -1,0 +1,193 @@
+/* The TrainingJob API (holmes.dev/v1alpha1): the spec as one resolved C struct.
+ *
+ * Parsing reads the JSON the API server returns (or a YAML manifest turned into cJSON by
+ * yaml_json.h), applies the same defaults as crds/trainingjob.yaml, resolves model presets and
+ * validates every rule, the CRD's and the cross-field ones it cannot express. Every error is
+ * collected, not just the first: "spec.parallelism.pipeline: 12 exceeds model layers 8".
+ * docs/api.md describes each field, its default and its rules. */
+#ifndef HOLMES_TRAININGJOB_H
+#define HOLMES_TRAININGJOB_H
+
+#include <cjson/cJSON.h>
+
+#include "error.h"
+
+#define TJ_AUTO 0              /* parallelism.pipeline / parallelism.data: chosen by the planner */
+#define TJ_MAX_ERRORS 64
+#define TJ_MAX_NIC_GROUPS 16
+#define TJ_MAX_FABRICS 16
+#define TJ_PATH_MAX 1024
+#define TJ_NAME_MAX 64         /* metadata.name: a DNS-1123 label of at most 52 characters */
+#define TJ_DEMO_CORPUS "examples/data/corpus.txt" /* used when training.data is omitted */
+
+enum tj_schedule { TJ_SCHED_1F1B = 0, TJ_SCHED_GPIPE = 1 };
+enum tj_policy { TJ_POLICY_HOLMES = 0, TJ_POLICY_NAIVE = 1 };
+enum tj_precision { TJ_FP32 = 0, TJ_BF16 = 1 };
+enum tj_lr_schedule { TJ_LR_COSINE = 0, TJ_LR_CONSTANT = 1 };
+enum tj_data_format { TJ_DATA_LLMC = 0, TJ_DATA_TEXT = 1 };
+
+struct tj_model {
+    char preset[16];  /* "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1.5b", or "" (custom) */
+    int layers;       /* L */
+    int hidden;       /* C */
+    int heads;        /* NH */
+    int vocab;        /* V */
+    int seq_len;      /* T (maximum sequence length; a preset's may be lowered) */
+};
+
+struct tj_parallelism {
+    int tensor;           /* >= 1; ranks of one worker share a tensor group */
+    int pipeline;         /* >= 1 or TJ_AUTO */
+    int data;             /* >= 1 or TJ_AUTO */
+    int micro_batches;    /* per optimizer step, per data-parallel replica */
+    int micro_batch_size; /* sequences per micro-batch */
+    enum tj_schedule schedule;
+};
+
+struct tj_fabric_bw {
+    char fabric[128];     /* fabric identity as NIC discovery names it */
+    double gbps;          /* replaces the measured/nominal bandwidth of that fabric */
+};
+
+struct tj_placement {
+    enum tj_policy policy;
+    int n_fabrics;
+    struct tj_fabric_bw fabrics[TJ_MAX_FABRICS];
+    double cross_fabric_gbps; /* 0: the planner's default for TCP between fabrics */
+};
+
+struct tj_optimizer {
+    double lr;            /* peak learning rate */
+    int warmup_steps;
+    enum tj_lr_schedule schedule;
+    double min_lr_ratio;  /* cosine decays to lr * min_lr_ratio */
+    double beta1, beta2, eps, weight_decay;
+    double grad_clip;     /* global-norm clip; 0 disables */
+};
+
+struct tj_data {
+    char path[TJ_PATH_MAX]; /* file or glob; TJ_DEMO_CORPUS when training.data was omitted */
+    enum tj_data_format format;
+    int is_demo;            /* 1 when training.data was omitted and the demo corpus is used */
+};
+
+struct tj_checkpoint {
+    char path[TJ_PATH_MAX]; /* "" = no checkpoints */
+    int every_steps;        /* 0 = only at the end (when path is set) */
+    int keep;               /* newest checkpoints kept */
+};
+
+struct tj_training {
+    long steps;
+    struct tj_optimizer opt;
+    enum tj_precision precision;
+    unsigned long long seed;
+    struct tj_data data;
+    struct tj_checkpoint checkpoint;
+    char init_from[TJ_PATH_MAX]; /* "" = random init; a Holmes checkpoint or llm.c GPT-2 .bin */
+    int log_every_steps;
+};
+
+struct tj_restart_policy {
+    int max_restarts;
+    int backoff_seconds;
+};
+
+/* Emulated NICs for `holmes-operator local` and the fabric benchmark: workers, in order,
+ * pretend to have these NICs on one machine. */
+struct tj_nic_group {
+    char cls[16];        /* "infiniband", "roce", "ethernet" (nic_class_parse accepts these) */
+    char fabric[128];
+    double gbps;
+    int count;           /* workers in this group */
+};
+
+struct tj_emulation {
+    int enabled;         /* 1 when spec.emulation was given */
+    int n_groups;
+    struct tj_nic_group groups[TJ_MAX_NIC_GROUPS];
+    double cross_fabric_gbps; /* TCP between fabrics */
+    double bandwidth_scale;   /* pacing multiplies every Gb/s by this */
+};
+
+struct tj_spec {
+    int workers;              /* pods / worker processes */
+    int gpus_per_worker;      /* 0 = CPU worker with exactly one rank */
+    char image[512];
+    struct tj_model model;
+    struct tj_parallelism par;
+    struct tj_placement placement;
+    struct tj_training training;
+    int gang_timeout_seconds;
+    struct tj_restart_policy restart;
+    int suspend;
+    struct tj_emulation emulation;
+    cJSON *pod_template;      /* spec.template (a PodTemplateSpec) as given, or NULL; owned */
+};
+
+/* A whole TrainingJob object: metadata plus the resolved spec. */
+struct tj_job {
+    char name[TJ_NAME_MAX];
+    char namespace_[TJ_NAME_MAX]; /* "" when the manifest names none */
+    char uid[64];
+    long long generation;
+    struct tj_spec spec;
+};
+
+/* All errors found, each "field.path: rule broken". */
+struct tj_errors {
+    int count;                    /* errors found (may exceed the number kept) */
+    char msg[TJ_MAX_ERRORS][256];
+};
+
+/* The spec with every CRD default and nothing else set (workers 0, model empty). */
+void tj_spec_defaults(struct tj_spec *s);
+
+/* Parses `spec` (the object under "spec"), applies defaults, resolves the model preset and
+ * validates. Returns 0 when valid; -1 with every error in `errs` otherwise (`out` then holds
+ * what could be read and must still be freed). Errors are prefixed with `path` ("spec"). */
+int tj_spec_from_json(const cJSON *spec, const char *path, struct tj_spec *out, struct tj_errors *errs);
+
+/* Parses a whole object {apiVersion, kind, metadata, spec}; checks apiVersion, kind and
+ * metadata.name as well. Same return convention as tj_spec_from_json. */
+int tj_job_from_json(const cJSON *obj, struct tj_job *out, struct tj_errors *errs);
+
+/* Re-checks every rule on a filled struct (tj_spec_from_json already does this). Appends to
+ * `errs`; returns 0 when valid. */
+int tj_spec_validate(const struct tj_spec *s, const char *path, struct tj_errors *errs);
+
+/* The resolved spec as JSON in the API's field names (pipeline/data "auto" for TJ_AUTO; the
+ * model with preset AND layers/hidden/...). tj_spec_from_json of the result gives the same
+ * struct. NULL when out of memory. */
+cJSON *tj_spec_to_json(const struct tj_spec *s);
+
+/* Deep copy (duplicates pod_template). Returns -1 on out of memory. */
+int tj_spec_copy(struct tj_spec *dst, const struct tj_spec *src);
+void tj_spec_free(struct tj_spec *s);
+void tj_job_free(struct tj_job *j);
+
+/* Reads every TrainingJob document of a YAML/JSON file. On success *jobs holds *n jobs
+ * (free each with tj_job_free, then free(*jobs)). Errors are prefixed "FILE[#doc]: ".
+ * A document of another kind is an error. */
+int tj_load_file(const char *path, struct tj_job **jobs, int *n, struct tj_errors *errs);
+
+/* Helpers. */
+void tj_errors_add(struct tj_errors *errs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* All errors joined by "; " into one herr (returns -1), e.g. for a library caller. */
+int tj_errors_to_herr(const struct tj_errors *errs, herr *e);
+/* Ranks per worker: gpus_per_worker, or 1 for CPU workers. */
+int tj_ranks_per_worker(const struct tj_spec *s);
+/* Total ranks: workers * ranks per worker. */
+int tj_world_size(const struct tj_spec *s);
+/* Model presets by name; returns 0 and fills `m`, or -1 for an unknown name. */
+int tj_model_preset(const char *name, struct tj_model *m);
+/* Parameter count of the GPT-2 architecture (tied embeddings), for reports and planning. */
+long long tj_model_params(const struct tj_model *m);
+
+const char *tj_schedule_name(enum tj_schedule s);       /* "1f1b", "gpipe" */
+const char *tj_policy_name(enum tj_policy p);           /* "holmes", "naive" */
+const char *tj_precision_name(enum tj_precision p);     /* "fp32", "bf16" */
+const char *tj_lr_schedule_name(enum tj_lr_schedule s); /* "cosine", "constant" */
+const char *tj_data_format_name(enum tj_data_format f); /* "llmc", "text" */
+
+#endif

@@ -1,0 +1,61 @@
+/* Per-stage training checkpoints, and import of llm.c GPT-2 weights.
+ *
+ * One file per pipeline stage: <dir>/stage-<first>-<last>-step-<step>.ckpt (step zero-padded to
+ * 9 digits so names sort by step). Layout, little-endian (docs/engine.md):
+ *   header, 256 bytes:
+ *     char[8] magic "HOLMESCK"; u32 version (1); u32 header bytes (256);
+ *     i32 layers, channels, heads, vocab, padded_vocab, max_seq, first, last;
+ *     i64 step; u64 data position; u64 rng[4]; u64 parameter count n; u32 has_moments;
+ *     u32 CRC32 (zlib) of the payload; zero padding; u32 CRC32 of the header's first 252 bytes.
+ *   payload: f32 params[n], then (has_moments) f32 AdamW m[n], f32 AdamW v[n].
+ * Writes go to a temporary file in the same directory, are fsync'ed, renamed into place and the
+ * directory fsync'ed; only then are older checkpoints of the same stage beyond the newest `keep`
+ * removed, so a failed write never destroys the previous checkpoint.
+ */
+#ifndef HOLMES_CHECKPOINT_H
+#define HOLMES_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "gpt.h"
+
+#define CKPT_VERSION 1
+#define LLMC_MAGIC 20240326
+
+struct ckpt_meta {
+    struct gpt_config c;
+    int first, last;        /* the stage's layer range */
+    int64_t step;           /* optimizer steps done */
+    uint64_t data_pos;      /* dataloader_position() */
+    uint64_t rng[4];        /* opaque RNG state of the trainer */
+    uint64_t nparams;
+    int has_moments;
+};
+
+/* Writes one stage's checkpoint (m and v may both be NULL: parameters only); keep >= 1 newest
+ * checkpoints of this stage survive. On success fills path (may be NULL) with the file name. */
+int ckpt_write(const char *dir, const struct ckpt_meta *meta, const float *params,
+               const float *m, const float *v, int keep, char *path, size_t path_len, herr *e);
+/* Reads and checks a checkpoint's header (magic, version, header CRC) into *meta. */
+int ckpt_read_meta(const char *path, struct ckpt_meta *meta, herr *e);
+/* Checks that a checkpoint's shape and layer range are the job's; the error names the file and
+ * the first field that differs. */
+int ckpt_check_shape(const char *path, const struct ckpt_meta *got, const struct gpt_config *want,
+                     int first, int last, herr *e);
+/* Reads the whole checkpoint, verifies the payload CRC, and fills params (and m, v when the
+ * file has them and they are non-NULL; otherwise m, v are zeroed) of n floats; n must match. */
+int ckpt_read(const char *path, struct ckpt_meta *meta, float *params, float *m, float *v,
+              size_t n, herr *e);
+/* The newest checkpoint of stage [first, last) in dir: 0 and its path, 1 when there is none,
+ * -1 on error. */
+int ckpt_latest(const char *dir, int first, int last, char *path, size_t path_len, herr *e);
+
+/* Reads the shape of an llm.c GPT-2 checkpoint (magic 20240326, version 3, fp32). */
+int llmc_read_config(const char *path, struct gpt_config *c, herr *e);
+/* Loads an llm.c GPT-2 checkpoint's weights into a stage (its tensors for the stage's layers,
+ * embeddings, final LayerNorm and head); the shapes must match. */
+int llmc_load_stage(const char *path, struct gpt_stage *s, herr *e);
+
+#endif

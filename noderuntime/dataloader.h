@@ -1,0 +1,47 @@
+/* Training data: llm.c token shards or plain text with a byte-level tokenizer.
+ *
+ * The pattern is a file name or a glob (sorted). Files ending in ".bin" are llm.c shards: a header
+ * of 256 int32 (magic 20240520, version 1, token count) then that many uint16 tokens; every other
+ * file is UTF-8 text whose bytes are the tokens (vocabulary 256). All files of one pattern must be
+ * of the same kind. Every token is checked against the model's vocabulary when the file is opened.
+ *
+ * Samples are windows of T+1 tokens starting at multiples of T inside one file (inputs are the
+ * first T, targets the last T). Each epoch visits every window once in an order shuffled from
+ * (seed, epoch); micro-batch k of data-parallel rank r takes windows [(k*world + r)*B, +B) of that
+ * order, so ranks never share a window, and the leftover windows of an epoch are skipped. The
+ * position (micro-batches taken) goes into checkpoints; seeking to it replays exactly.
+ */
+#ifndef HOLMES_DATALOADER_H
+#define HOLMES_DATALOADER_H
+
+#include <stdint.h>
+
+#include "error.h"
+
+#define DATALOADER_SHARD_MAGIC 20240520
+#define DATALOADER_TEXT_VOCAB 256
+
+struct dataloader;
+
+struct dataloader_config {
+    const char *pattern; /* file or glob */
+    int B, T;
+    int rank, world;     /* data-parallel rank in [0, world) */
+    uint64_t seed;
+    int vocab;           /* the model's vocabulary: every token must be below it */
+};
+
+int dataloader_open(struct dataloader **out, const struct dataloader_config *c, herr *e);
+void dataloader_free(struct dataloader *d);
+/* The next micro-batch: inputs[B*T], targets[B*T]. */
+void dataloader_next(struct dataloader *d, int *inputs, int *targets);
+/* Micro-batches taken so far (the checkpointed position), and a jump to one. */
+uint64_t dataloader_position(const struct dataloader *d);
+void dataloader_seek(struct dataloader *d, uint64_t position);
+/* Windows per epoch (all ranks), tokens in all files, files, and whether they are text. */
+uint64_t dataloader_windows(const struct dataloader *d);
+uint64_t dataloader_tokens(const struct dataloader *d);
+int dataloader_files(const struct dataloader *d);
+int dataloader_is_text(const struct dataloader *d);
+
+#endif

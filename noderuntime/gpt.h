@@ -1,0 +1,101 @@
+/* GPT-2 on the CPU, one pipeline stage at a time (fp32, OpenBLAS for matrix products, OpenMP for
+ * the rest).
+ *
+ * A stage holds the transformer blocks [first, last) of an L-layer model, plus the token and position
+ * embeddings (wte, wpe) when first == 0, and the final LayerNorm, the LM head tied to wte, and the
+ * cross-entropy loss when last == L (a last stage that is not also first keeps its own copy of wte;
+ * the two copies' gradients are summed across the pipeline, see gpt_stage_wte()).
+ *
+ * Parameters live in one contiguous fp32 buffer; gradients in a second one with the same layout.
+ * The layout (which is also the checkpoint layout, docs/engine.md) is, in order:
+ *   first stage:  wte [Vp*C], wpe [maxT*C]
+ *   each layer l: h<l>.ln_1.weight [C], h<l>.ln_1.bias [C],
+ *                 h<l>.attn.qkv.weight [3C*C], h<l>.attn.qkv.bias [3C],
+ *                 h<l>.attn.proj.weight [C*C], h<l>.attn.proj.bias [C],
+ *                 h<l>.ln_2.weight [C], h<l>.ln_2.bias [C],
+ *                 h<l>.mlp.fc.weight [4C*C], h<l>.mlp.fc.bias [4C],
+ *                 h<l>.mlp.proj.weight [C*4C], h<l>.mlp.proj.bias [C]
+ *   last stage:   ln_f.weight [C], ln_f.bias [C], then wte [Vp*C] unless the stage is also first.
+ * Matrices are stored [out][in] row-major (PyTorch nn.Linear's layout); qkv rows are q, then k,
+ * then v. Rows V..Vp-1 of wte are padding: initialised to zero, never used by the loss.
+ *
+ * Refinements of the agreed API (docs/engine.md): struct gpt_tensor is defined here;
+ * gpt_stage_forward/backward return -1 for a bad slot, a missing buffer, or a token outside
+ * [0, V) (gpt_stage_error() then says which); gpt_stage_logits() exposes the last stage's logits.
+ */
+#ifndef HOLMES_GPT_H
+#define HOLMES_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+struct gpt_config {
+    int layers;       /* L */
+    int channels;     /* C, a multiple of heads */
+    int heads;        /* NH */
+    int vocab;        /* V: real vocabulary size */
+    int padded_vocab; /* Vp >= V (a multiple of 128 is fastest); 0 in gpt_config_check = pad */
+    int max_seq;      /* maximum context (rows of wpe) */
+};
+
+struct gpt_tensor {
+    char name[48];  /* "wte", "h3.attn.qkv.weight", "ln_f.bias", ... */
+    size_t offset;  /* in floats, into params / grads */
+    size_t size;    /* floats */
+    int decay;      /* 1 for matrices (weight decay applies), 0 for biases and LayerNorm */
+};
+
+struct gpt_stage;
+
+/* Checks a shape (positive sizes, C % NH == 0, Vp >= V); fills padded_vocab with V rounded up to
+ * a multiple of 128 when it is 0. Errors name the field. */
+int gpt_config_check(struct gpt_config *c, herr *e);
+
+/* A stage for layers [first, last) running micro-batches of B sequences of T tokens (T <= max_seq);
+ * slots = activation sets kept for micro-batches in flight (1F1B). Parameters are zero until
+ * gpt_stage_init_params() or a load; gradients start at zero. */
+int gpt_stage_create(struct gpt_stage **out, const struct gpt_config *c, int first, int last,
+                     int B, int T, int slots, herr *e);
+void gpt_stage_free(struct gpt_stage *s);
+
+const struct gpt_config *gpt_stage_config(const struct gpt_stage *s);
+void gpt_stage_range(const struct gpt_stage *s, int *first, int *last);
+int gpt_stage_is_first(const struct gpt_stage *s);
+int gpt_stage_is_last(const struct gpt_stage *s);
+
+size_t gpt_stage_num_params(const struct gpt_stage *s);
+float *gpt_stage_params(struct gpt_stage *s);  /* one contiguous fp32 buffer */
+float *gpt_stage_grads(struct gpt_stage *s);   /* same layout, accumulated by backward */
+/* The tensor table (the layout above); returns the count and points *out at the table. */
+int gpt_stage_tensors(const struct gpt_stage *s, const struct gpt_tensor **out);
+/* The tied embedding inside params/grads: returns 0 and its offset and count on a stage that holds
+ * wte (first or last), -1 otherwise. */
+int gpt_stage_wte(const struct gpt_stage *s, size_t *offset, size_t *count);
+
+/* GPT-2 initialisation: matrices N(0, 0.02), the two residual projections N(0, 0.02/sqrt(2L)),
+ * biases 0, LayerNorm weights 1. Each tensor draws from its own stream seeded by (seed, name), so a
+ * layer gets the same values whatever the stage split, and both copies of wte are equal. */
+void gpt_stage_init_params(struct gpt_stage *s, uint64_t seed);
+
+/* Forward one micro-batch into activation set `slot`. First stage: tokens[B*T] (in_act unused);
+ * other stages: in_act[B*T*C]. Last stage: targets[B*T] and *loss = mean cross-entropy over B*T
+ * (targets may be NULL for logits only; out_act unused); other stages write out_act[B*T*C]. */
+int gpt_stage_forward(struct gpt_stage *s, int slot, const int *tokens, const float *in_act,
+                      const int *targets, float *out_act, float *loss);
+/* Backward of the micro-batch in `slot` (which must have been forwarded, with targets on the last
+ * stage). Last stage: gradient of loss_scale * loss (dout unused); others: dout[B*T*C]. Non-first
+ * stages write din[B*T*C]. Parameter gradients accumulate into grads. */
+int gpt_stage_backward(struct gpt_stage *s, int slot, const float *dout, float *din,
+                       float loss_scale);
+void gpt_stage_zero_grads(struct gpt_stage *s);
+/* Last stage: the logits [B*T*Vp] of the last forward in `slot` (before backward, which reuses the
+ * buffer); NULL elsewhere. */
+const float *gpt_stage_logits(const struct gpt_stage *s, int slot);
+/* Why the last forward/backward returned -1. */
+const char *gpt_stage_error(const struct gpt_stage *s);
+/* Floating-point operations of one forward+backward of one micro-batch on this stage (for GFLOP/s). */
+double gpt_stage_flops(const struct gpt_stage *s);
+
+#endif

@@ -1,0 +1,90 @@
+/* AdamW, learning-rate schedule and gradient clipping. */
+#include "optimizer.h"
+
+#include <math.h>
+
+static void adamw_segment(const struct adamw_config *o, float *p, const float *g, float *m,
+                          float *v, size_t n, float lr, float wd, float bc1, float bc2,
+                          float gs)
+{
+    float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
+#pragma omp parallel for simd if (parallel : n > 65536)
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] * gs;
+        float mi = b1 * m[i] + (1.0f - b1) * gi;
+        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        float mh = mi / bc1, vh = vi / bc2;
+        p[i] -= lr * (mh / (sqrtf(vh) + eps) + wd * p[i]);
+    }
+}
+
+void adamw_update(const struct adamw_config *o, const struct gpt_tensor *tensors, int ntensors,
+                  float *params, const float *grads, float *m, float *v, size_t lo, size_t hi,
+                  float lr, long step, float grad_scale)
+{
+    float bc1 = 1.0f - powf(o->beta1, (float)step);
+    float bc2 = 1.0f - powf(o->beta2, (float)step);
+    for (int t = 0; t < ntensors; t++) {
+        size_t a = tensors[t].offset, b = a + tensors[t].size;
+        if (a < lo)
+            a = lo;
+        if (b > hi)
+            b = hi;
+        if (a >= b)
+            continue;
+        float wd = tensors[t].decay ? o->weight_decay : 0.0f;
+        adamw_segment(o, params + a, grads + a, m + (a - lo), v + (a - lo), b - a, lr, wd, bc1,
+                      bc2, grad_scale);
+    }
+}
+
+int lr_schedule_check(const struct lr_schedule *s, herr *e)
+{
+    if (!(s->max_lr > 0.0f) || !isfinite(s->max_lr))
+        return herr_set(e, "learning rate must be a positive number (got %g)", s->max_lr);
+    if (s->warmup_steps < 0)
+        return herr_set(e, "warmup steps must be >= 0 (got %ld)", s->warmup_steps);
+    if (s->total_steps <= 0)
+        return herr_set(e, "total steps must be positive (got %ld)", s->total_steps);
+    if (!(s->min_lr_ratio >= 0.0f && s->min_lr_ratio <= 1.0f))
+        return herr_set(e, "min learning-rate ratio must be in [0, 1] (got %g)", s->min_lr_ratio);
+    return 0;
+}
+
+float lr_at(const struct lr_schedule *s, long step)
+{
+    if (step < s->warmup_steps)
+        return s->max_lr * (float)(step + 1) / (float)s->warmup_steps;
+    float min_lr = s->max_lr * s->min_lr_ratio;
+    if (step >= s->total_steps || s->total_steps <= s->warmup_steps)
+        return min_lr;
+    double ratio = (double)(step - s->warmup_steps) / (double)(s->total_steps - s->warmup_steps);
+    double coeff = 0.5 * (1.0 + cos(M_PI * ratio));
+    return (float)(min_lr + coeff * (s->max_lr - min_lr));
+}
+
+double grad_sq_norm(const float *g, size_t lo, size_t hi)
+{
+    double sum = 0.0;
+#pragma omp parallel for reduction(+ : sum) if (parallel : hi - lo > 65536)
+    for (size_t i = lo; i < hi; i++)
+        sum += (double)g[i] * g[i];
+    return sum;
+}
+
+float grad_clip_scale(double sq, float max_norm)
+{
+    double norm = sqrt(sq);
+    if (max_norm <= 0.0f || norm <= max_norm)
+        return 1.0f;
+    return (float)(max_norm / (norm + 1e-6));
+}
+
+void grad_scale(float *g, size_t lo, size_t hi, float scale)
+{
+#pragma omp parallel for simd if (parallel : hi - lo > 65536)
+    for (size_t i = lo; i < hi; i++)
+        g[i] *= scale;
+}

@@ -1,0 +1,43 @@
+/* AdamW over any contiguous range of a stage's flat parameter buffer (so a ZeRO-1 shard updates
+ * only its slice), the learning-rate schedule, and global-norm clipping helpers. */
+#ifndef HOLMES_OPTIMIZER_H
+#define HOLMES_OPTIMIZER_H
+
+#include <stddef.h>
+
+#include "error.h"
+#include "gpt.h"
+
+struct adamw_config {
+    float beta1, beta2, eps, weight_decay; /* e.g. 0.9, 0.95, 1e-8, 0.1 */
+};
+
+/* One AdamW step (PyTorch's torch.optim.AdamW) over params[lo, hi):
+ *   g = grads[i] * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ *   p -= lr * (m / (1 - b1^step) / (sqrt(v / (1 - b2^step)) + eps) + wd * p)   (wd where decay)
+ * params and grads are the whole flat buffers (indexed from 0); m and v hold only the range
+ * (m[0] belongs to params[lo]). Weight decay applies to elements of tensors whose decay flag is
+ * set (matrices). step counts from 1. */
+void adamw_update(const struct adamw_config *o, const struct gpt_tensor *tensors, int ntensors,
+                  float *params, const float *grads, float *m, float *v, size_t lo, size_t hi,
+                  float lr, long step, float grad_scale);
+
+struct lr_schedule {
+    float max_lr;
+    long warmup_steps;  /* linear from max_lr/warmup to max_lr over steps 0..warmup-1 */
+    long total_steps;   /* cosine from max_lr down to max_lr*min_lr_ratio at total_steps */
+    float min_lr_ratio; /* in [0, 1] */
+};
+int lr_schedule_check(const struct lr_schedule *s, herr *e);
+/* The learning rate at 0-based step `step`. */
+float lr_at(const struct lr_schedule *s, long step);
+
+/* Sum of squares of g[lo, hi) (double accumulation); the global norm is the sqrt of the sum of
+ * every stage's / shard's local value. */
+double grad_sq_norm(const float *g, size_t lo, size_t hi);
+/* The factor that brings a gradient of global squared norm `sq` to at most max_norm (1 when it is
+ * already inside, or when max_norm <= 0 disables clipping). */
+float grad_clip_scale(double sq, float max_norm);
+void grad_scale(float *g, size_t lo, size_t hi, float scale);
+
+#endif

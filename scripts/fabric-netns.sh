@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Emulated fabrics in network namespaces, for the heterogeneous-fabric benchmark.
+#
+#   fabric-netns.sh up PREFIX CROSS_MBIT FABRIC:WORKERS:MBIT [FABRIC:WORKERS:MBIT ...]
+#   fabric-netns.sh down PREFIX
+#
+# Builds one namespace per worker (PREFIX-w0, PREFIX-w1, ...), numbered across fabrics in the
+# order given, and a router namespace PREFIX-r. Each fabric is a bridge inside the router
+# namespace; its workers hang off it by veth pairs whose bridge-side egress is shaped (HTB) to the
+# fabric's MBIT, so traffic inside a fabric runs at the fabric's speed. The router has an address
+# on every bridge and routes between fabrics; each bridge device's own egress carries only routed,
+# i.e. cross-fabric, traffic and is shaped (HTB) to CROSS_MBIT. A coordinator in the router
+# namespace is reachable from every worker at its fabric's gateway address.
+#
+# Addresses: fabric k (0-based) is 10.77.<k+1>.0/24, router .1, workers .10, .11, ...
+# `up` prints one line per worker: "NAMESPACE FABRIC ADDRESS GATEWAY". `down` removes everything
+# with PREFIX (namespaces, and with them their veths and qdiscs) and is safe to run twice.
+set -euo pipefail
+
+die() { echo "fabric-netns: $*" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || die "needs root (network namespaces and tc); run as root"
+command -v ip >/dev/null && command -v tc >/dev/null || die "needs iproute2 (ip, tc)"
+
+down() {
+    local prefix=$1 ns
+    for ns in $(ip netns list | awk '{print $1}' | grep -E "^${prefix}-(r|w[0-9]+)$" || true); do
+        ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+        ip netns del "$ns" 2>/dev/null || true
+    done
+}
+
+# shape NS DEV MBIT: HTB root with one class at MBIT (ceil = rate) and a bounded FIFO leaf
+# (this kernel has htb, tbf and the fifos; not fq_codel or netem).
+shape() {
+    local ns=$1 dev=$2 mbit=$3
+    ip netns exec "$ns" tc qdisc replace dev "$dev" root handle 1: htb default 10
+    ip netns exec "$ns" tc class replace dev "$dev" parent 1: classid 1:10 htb \
+        rate "${mbit}mbit" ceil "${mbit}mbit" burst 256k cburst 256k quantum 60000
+    ip netns exec "$ns" tc qdisc replace dev "$dev" parent 1:10 handle 10: pfifo limit 1000
+}
+
+up() {
+    local prefix=$1 cross=$2; shift 2
+    [[ $prefix =~ ^[a-z][a-z0-9]{0,6}$ ]] || die "PREFIX must be 1-7 lowercase letters/digits"
+    [[ $cross =~ ^[0-9]+$ ]] && [ "$cross" -gt 0 ] || die "CROSS_MBIT must be a positive integer"
+    [ $# -ge 1 ] || die "at least one FABRIC:WORKERS:MBIT is needed"
+    [ $# -le 8 ] || die "at most 8 fabrics"
+    local r="$prefix-r" k=0 w=0 spec name count mbit i
+    for spec in "$@"; do # validate everything before creating anything
+        IFS=: read -r name count mbit <<<"$spec"
+        [[ $name =~ ^[A-Za-z0-9._-]+$ ]] || die "fabric name '$name': use letters, digits, . _ -"
+        [[ $count =~ ^[0-9]+$ ]] && [ "$count" -ge 1 ] && [ "$count" -le 64 ] ||
+            die "fabric $name: WORKERS must be 1..64"
+        [[ $mbit =~ ^[0-9]+$ ]] && [ "$mbit" -gt 0 ] || die "fabric $name: MBIT must be a positive integer"
+    done
+    down "$prefix"
+    trap 'down "$prefix"' ERR
+    ip netns add "$r"
+    ip netns exec "$r" ip link set lo up
+    ip netns exec "$r" sysctl -qw net.ipv4.ip_forward=1
+    for spec in "$@"; do
+        IFS=: read -r name count mbit <<<"$spec"
+        local net="10.77.$((k + 1))" br="br$k"
+        ip netns exec "$r" ip link add "$br" type bridge
+        ip netns exec "$r" ip addr add "$net.1/24" dev "$br"
+        ip netns exec "$r" ip link set "$br" up
+        shape "$r" "$br" "$cross"
+        for ((i = 0; i < count; i++)); do
+            local ns="$prefix-w$w" a="v${k}p$i"
+            ip netns add "$ns"
+            ip netns exec "$ns" ip link set lo up
+            ip link add "$a" netns "$r" type veth peer name eth0 netns "$ns"
+            ip netns exec "$r" ip link set "$a" master "$br" up
+            ip netns exec "$ns" ip addr add "$net.$((10 + i))/24" dev eth0
+            ip netns exec "$ns" ip link set eth0 up
+            ip netns exec "$ns" ip route add default via "$net.1"
+            shape "$r" "$a" "$mbit"
+            echo "$ns $name $net.$((10 + i)) $net.1"
+            w=$((w + 1))
+        done
+        k=$((k + 1))
+    done
+    trap - ERR
+}
+
+case "${1:-}" in
+up) shift; [ $# -ge 3 ] || die "usage: $0 up PREFIX CROSS_MBIT FABRIC:WORKERS:MBIT..."; up "$@" ;;
+down) shift; [ $# -eq 1 ] || die "usage: $0 down PREFIX"; down "$1" ;;
+*) die "usage: $0 up PREFIX CROSS_MBIT FABRIC:WORKERS:MBIT... | down PREFIX" ;;
+esac

@@ -1,0 +1,36 @@
+# scripts/fabric-netns.sh: namespaces, routing between fabrics, shaping installed, clean teardown.
+source "$(dirname "$0")/lib.bash"
+S=$REPO/scripts/fabric-netns.sh
+if [ "$(id -u)" != 0 ]; then
+    echo "SKIP fabric_netns: needs root"
+    exit 0
+fi
+P=ht$$; P=${P:0:7}
+trap '"$S" down "$P" >/dev/null 2>&1' EXIT
+out=$("$S" up "$P" 40 ib:2:300 roce:1:100 2>&1)
+check "up prints one line per worker" test "$(echo "$out" | grep -c "^$P-w")" -eq 3
+check "worker 2 is on the second fabric" grep -q "^$P-w2 roce 10.77.2.10 10.77.2.1$" <<<"$out"
+qd=$(ip netns exec "$P-r" tc class show dev br0)
+check "cross-fabric link shaped to 40 Mbit" grep -q 'rate 40Mbit' <<<"$qd"
+qd=$(ip netns exec "$P-r" tc class show dev v0p1)
+check "intra-fabric port shaped to 300 Mbit" grep -q 'rate 300Mbit' <<<"$qd"
+
+# A TCP exchange inside a fabric and across fabrics (router) both work.
+echo_srv='import socket,sys;s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind((sys.argv[1],5055));s.listen(1);s.settimeout(10);c,_=s.accept();c.sendall(c.recv(64)[::-1])'
+echo_cli='import socket,sys;c=socket.create_connection((sys.argv[1],5055),timeout=5);c.sendall(b"holmes");print(c.recv(64).decode())'
+for target in "$P-w1 10.77.1.11 intra" "$P-w2 10.77.2.10 cross"; do
+    set -- $target
+    ip netns exec "$1" python3 -c "$echo_srv" "$2" & srv=$!
+    sleep 0.5
+    got=$(ip netns exec "$P-w0" python3 -c "$echo_cli" "$2" 2>&1)
+    wait $srv
+    [ "$got" = "semloh" ] && pass "tcp $3-fabric" || fail "tcp $3-fabric" "$got"
+done
+
+"$S" down "$P"
+bad=$("$S" up "$P" 40 ib:1:300 "ib:0:300" 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -q "WORKERS must be 1..64" <<<"$bad" && pass "bad worker count refused" || fail "bad worker count refused" "$bad"
+check "failed up leaves nothing behind" test -z "$(ip netns list | grep "^$P-")"
+"$S" up "$P" 40 ib:1:100 >/dev/null
+"$S" down "$P"; "$S" down "$P"
+check "down removes every namespace, twice is fine" test -z "$(ip netns list | grep "^$P-")"

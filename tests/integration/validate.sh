@@ -1,0 +1,41 @@
+# holmes-operator validate: exit codes, every error with its path, multi-document files, --print.
+source "$(dirname "$0")/lib.bash"
+M=$REPO/tests/manifests
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+out=$("$OPERATOR" validate "$M/valid/minimal-cpu.yaml" "$M/valid/multi-doc.yaml" 2>&1); rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c ' valid ' <<<"$out")" -eq 3 ] && pass "validate: valid files exit 0, one line per job" \
+    || fail "validate: valid files exit 0" "rc=$rc out=$out"
+
+err=$("$OPERATOR" validate "$M/invalid/pipeline-exceeds-layers.yaml" 2>&1 >/dev/null); rc=$?
+[ $rc -eq 1 ] && grep -q 'pipeline-exceeds-layers.yaml: spec.parallelism.pipeline: 12 exceeds model layers 8' <<<"$err" \
+    && pass "validate: invalid file exits 1 with field path and rule" || fail "validate: invalid exits 1" "rc=$rc err=$err"
+
+err=$("$OPERATOR" validate "$M/invalid/many-errors.yaml" 2>&1 >/dev/null); rc=$?
+[ $rc -eq 1 ] && [ "$(wc -l <<<"$err")" -ge 4 ] && pass "validate: all errors reported at once" \
+    || fail "validate: all errors at once" "$err"
+
+# A valid and an invalid document in one file: the bad one is named by its index.
+cat "$M/valid/minimal-cpu.yaml" > "$tmp/two.yaml"; echo --- >> "$tmp/two.yaml"
+cat "$M/invalid/workers-zero.yaml" >> "$tmp/two.yaml"
+err=$("$OPERATOR" validate "$tmp/two.yaml" 2>&1 >/dev/null); rc=$?
+[ $rc -eq 1 ] && grep -q 'two.yaml\[1\]: spec.workers: 0 is below the minimum 1' <<<"$err" \
+    && pass "validate: multi-document error names the document" || fail "validate: multi-document" "rc=$rc err=$err"
+
+# Valid plus invalid files: exit 1, the valid one still reported.
+out=$("$OPERATOR" validate "$M/valid/minimal-cpu.yaml" "$M/invalid/bf16-on-cpu.yaml" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q 'minimal-cpu valid' <<<"$out" && grep -q 'bf16 needs GPU workers' <<<"$out" \
+    && pass "validate: mixed files exit 1" || fail "validate: mixed files" "rc=$rc out=$out"
+
+"$OPERATOR" validate --print "$M/valid/minimal-cpu.yaml" >"$tmp/p.json" 2>&1 \
+    && grep -q '"pipeline":[[:space:]]*"auto"' "$tmp/p.json" && grep -q '"microBatches":[[:space:]]*8' "$tmp/p.json" \
+    && pass "validate --print shows the resolved spec" || fail "validate --print" "$(cat "$tmp/p.json")"
+
+"$OPERATOR" validate /nonexistent.yaml 2>"$tmp/e"; rc=$?
+[ $rc -eq 1 ] && grep -q '/nonexistent.yaml: No such file' "$tmp/e" && pass "validate: missing file" \
+    || fail "validate: missing file" "rc=$rc $(cat "$tmp/e")"
+"$OPERATOR" validate 2>/dev/null; [ $? -eq 2 ] && pass "validate: no file is a usage error" || fail "validate: usage"
+"$OPERATOR" validate --help | grep -q '^Usage: holmes-operator validate' && pass "validate --help" || fail "validate --help"
+head -c 300 /dev/urandom > "$tmp/garbage.yaml"
+"$OPERATOR" validate "$tmp/garbage.yaml" >/dev/null 2>&1; rc=$?
+[ $rc -eq 1 ] && pass "validate: random bytes rejected without crashing" || fail "validate: garbage" "rc=$rc"

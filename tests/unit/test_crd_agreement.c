@@ -1,0 +1,334 @@
+/* The C validator (common/trainingjob.c) and the CRD schema (crds/trainingjob.yaml) agree.
+ *
+ * For every manifest under tests/manifests/ and examples/:
+ *  - valid ones pass both; the schema's defaults, applied to the manifest, give the same
+ *    resolved spec as the C defaults, and tj_spec_to_json's output passes the schema;
+ *  - an invalid one carries "# expect: TEXT" lines (each must appear among the C errors) and
+ *    "# layer: schema|cel|validator|parse": "schema" means the openAPI part (types, enums,
+ *    ranges, required, unknown fields) rejects it, and then at each path the schema flags,
+ *    the C validator reports an error too; cel/validator means the structural schema accepts
+ *    it (the CRD's CEL rules or only the C validator reject it); parse means broken YAML.
+ * Run from the repository root (tests/run.sh does). */
+#include "test.h"
+
+#include <dirent.h>
+#include <stdlib.h>
+
+#include "schema_check.h"
+#include "trainingjob.h"
+#include "yaml_json.h"
+
+static const cJSON *g_schema;      /* openAPIV3Schema */
+static const cJSON *g_spec_schema; /* .properties.spec */
+static const cJSON *g_name_schema; /* .properties.metadata.properties.name */
+
+static int has_error(const struct tj_errors *errs, const char *needle)
+{
+    for (int i = 0; i < errs->count && i < TJ_MAX_ERRORS; i++)
+        if (strstr(errs->msg[i], needle))
+            return 1;
+    return 0;
+}
+
+static void dump_errors(const struct tj_errors *errs)
+{
+    for (int i = 0; i < errs->count && i < TJ_MAX_ERRORS; i++)
+        printf("    C error: %s\n", errs->msg[i]);
+}
+
+/* Schema violations of one document (spec and metadata.name). */
+static void schema_doc(const cJSON *doc, struct schema_violations *v)
+{
+    memset(v, 0, sizeof *v);
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(doc, "spec");
+    if (spec)
+        schema_check(g_spec_schema, spec, "spec", v);
+    else
+        schema_check(g_schema, doc, "", v); /* reports "spec: required" */
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "metadata"), "name");
+    if (name)
+        schema_check(g_name_schema, name, "metadata.name", v);
+}
+
+/* Every leaf of `sub` is equal in `super` (objects compared key by key). */
+static int subset(const cJSON *sub, const cJSON *super, char *where, size_t n)
+{
+    if (cJSON_IsObject(sub) && cJSON_IsObject(super)) {
+        const cJSON *c;
+        cJSON_ArrayForEach(c, sub) {
+            const cJSON *o = cJSON_GetObjectItemCaseSensitive(super, c->string);
+            if (!o) {
+                snprintf(where, n, "%s missing", c->string);
+                return 0;
+            }
+            if (!subset(c, o, where, n)) {
+                char tmp[512];
+                snprintf(tmp, sizeof tmp, "%s.%s", c->string, where);
+                snprintf(where, n, "%s", tmp);
+                return 0;
+            }
+        }
+        return 1;
+    }
+    if (cJSON_IsNumber(sub) && cJSON_IsNumber(super)) {
+        if (fabs(sub->valuedouble - super->valuedouble) <= 1e-12 * fabs(sub->valuedouble))
+            return 1;
+        snprintf(where, n, "(schema %g, C %g)", sub->valuedouble, super->valuedouble);
+        return 0;
+    }
+    if (!cJSON_Compare(sub, super, 1)) {
+        snprintf(where, n, "differs");
+        return 0;
+    }
+    return 1;
+}
+
+static void check_valid_doc(const char *label, const cJSON *doc)
+{
+    char name[2400];
+    struct tj_job job;
+    struct tj_errors errs = {0};
+    int rc = tj_job_from_json(doc, &job, &errs);
+    snprintf(name, sizeof name, "%s: C validator accepts", label);
+    if (rc)
+        dump_errors(&errs);
+    CHECK(name, rc == 0);
+    struct schema_violations v;
+    schema_doc(doc, &v);
+    snprintf(name, sizeof name, "%s: schema accepts", label);
+    if (v.count)
+        printf("    schema: %s: %s\n", v.path[0], v.rule[0]);
+    CHECK(name, v.count == 0);
+    if (rc) {
+        tj_job_free(&job);
+        return;
+    }
+
+    /* Defaults: the schema's defaults applied to the manifest resolve to the same struct. */
+    cJSON *defaulted = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(doc, "spec"), 1);
+    int ok = defaulted && schema_apply_defaults(g_spec_schema, defaulted) == 0;
+    struct tj_spec again;
+    struct tj_errors e2 = {0};
+    ok = ok && tj_spec_from_json(defaulted, "spec", &again, &e2) == 0;
+    if (ok) {
+        struct tj_spec a = again, b = job.spec;
+        a.pod_template = b.pod_template = NULL;
+        ok = memcmp(&a, &b, sizeof a) == 0;
+        tj_spec_free(&again);
+    }
+    snprintf(name, sizeof name, "%s: schema-defaulted spec resolves identically", label);
+    CHECK(name, ok);
+
+    /* Every value the schema defaulted equals the C resolved spec's value. */
+    cJSON *resolved = tj_spec_to_json(&job.spec);
+    char where[512] = "";
+    snprintf(name, sizeof name, "%s: schema defaults equal C defaults", label);
+    if (resolved && defaulted && subset(defaulted, resolved, where, sizeof where))
+        TEST_PASS(name);
+    else
+        TEST_FAIL(name, "at %s", where);
+
+    /* The resolved spec the coordinator sends passes the schema. */
+    memset(&v, 0, sizeof v);
+    if (resolved)
+        schema_check(g_spec_schema, resolved, "spec", &v);
+    snprintf(name, sizeof name, "%s: tj_spec_to_json output passes the schema", label);
+    if (v.count)
+        printf("    schema: %s: %s\n", v.path[0], v.rule[0]);
+    CHECK(name, resolved && v.count == 0);
+    cJSON_Delete(resolved);
+    cJSON_Delete(defaulted);
+    tj_job_free(&job);
+}
+
+static void check_valid_file(const char *path)
+{
+    herr e;
+    cJSON *docs = yaml_parse_file(path, &e);
+    if (!docs) {
+        TEST_FAIL(path, "%s", e.msg);
+        return;
+    }
+    int i = 0;
+    const cJSON *d;
+    cJSON_ArrayForEach(d, docs) {
+        char label[512];
+        snprintf(label, sizeof label, "%s[%d]", path, i++);
+        check_valid_doc(label, d);
+    }
+    cJSON_Delete(docs);
+}
+
+/* Reads "# expect:" and "# layer:" lines from the top of the file. */
+static int read_header(const char *path, char expects[8][256], int *n_expect, char *layer, size_t layer_cap)
+{
+    herr e;
+    char *text = read_file_limited(path, 1 << 20, NULL, &e);
+    if (!text)
+        return -1;
+    *n_expect = 0;
+    layer[0] = '\0';
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        if (!strncmp(line, "# expect: ", 10) && *n_expect < 8)
+            snprintf(expects[(*n_expect)++], 256, "%s", line + 10);
+        else if (!strncmp(line, "# layer: ", 9))
+            snprintf(layer, layer_cap, "%s", line + 9);
+    }
+    free(text);
+    return 0;
+}
+
+static void check_invalid_file(const char *path)
+{
+    char expects[8][256], layer[32], name[2400];
+    int n_expect;
+    if (read_header(path, expects, &n_expect, layer, sizeof layer) || n_expect == 0 || !layer[0]) {
+        TEST_FAIL(path, "needs '# expect:' and '# layer:' lines");
+        return;
+    }
+    struct tj_job *jobs;
+    int n;
+    struct tj_errors errs = {0};
+    int rc = tj_load_file(path, &jobs, &n, &errs);
+    snprintf(name, sizeof name, "%s: C validator rejects", path);
+    CHECK(name, rc == -1);
+    if (rc == 0) {
+        for (int i = 0; i < n; i++)
+            tj_job_free(&jobs[i]);
+        free(jobs);
+    }
+    for (int i = 0; i < n_expect; i++) {
+        snprintf(name, sizeof name, "%s: error \"%s\"", path, expects[i]);
+        if (!has_error(&errs, expects[i]))
+            dump_errors(&errs);
+        CHECK(name, has_error(&errs, expects[i]));
+    }
+
+    herr e;
+    cJSON *docs = yaml_parse_file(path, &e);
+    if (!strcmp(layer, "parse")) {
+        snprintf(name, sizeof name, "%s: YAML does not parse", path);
+        CHECK(name, docs == NULL);
+        cJSON_Delete(docs);
+        return;
+    }
+    if (!docs) {
+        TEST_FAIL(path, "does not parse: %s", e.msg);
+        return;
+    }
+    struct schema_violations v;
+    schema_doc(cJSON_GetArrayItem(docs, 0), &v);
+    if (!strcmp(layer, "schema")) {
+        snprintf(name, sizeof name, "%s: schema rejects", path);
+        CHECK(name, v.count > 0);
+        for (int i = 0; i < v.count && i < SCHEMA_MAX_VIOLATIONS; i++) {
+            char needle[300];
+            snprintf(needle, sizeof needle, "%s: ", v.path[i]);
+            snprintf(name, sizeof name, "%s: C reports the schema's violation at %s (%s)", path, v.path[i], v.rule[i]);
+            if (!has_error(&errs, needle))
+                dump_errors(&errs);
+            CHECK(name, has_error(&errs, needle));
+        }
+    } else if (!strcmp(layer, "cel") || !strcmp(layer, "validator")) {
+        snprintf(name, sizeof name, "%s: structural schema accepts (rule is %s)", path, layer);
+        if (v.count)
+            printf("    schema: %s: %s\n", v.path[0], v.rule[0]);
+        CHECK(name, v.count == 0);
+    } else {
+        TEST_FAIL(path, "unknown layer \"%s\"", layer);
+    }
+    cJSON_Delete(docs);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Calls fn for each regular file of dir whose name ends in .yaml or .json, in name order. */
+static int for_each_manifest(const char *dir, void (*fn)(const char *))
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    char *names[512];
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < 512) {
+        size_t l = strlen(de->d_name);
+        if ((l > 5 && !strcmp(de->d_name + l - 5, ".yaml")) || (l > 5 && !strcmp(de->d_name + l - 5, ".json")))
+            names[n++] = strdup(de->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], cmp_str);
+    for (int i = 0; i < n; i++) {
+        if (!names[i])
+            continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        fn(path);
+        free(names[i]);
+    }
+    return n;
+}
+
+static int count_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strstr(de->d_name, ".yaml"))
+            n++;
+    closedir(d);
+    return n;
+}
+
+int main(void)
+{
+    herr e;
+    cJSON *crd_docs = yaml_parse_file("crds/trainingjob.yaml", &e);
+    if (!crd_docs) {
+        TEST_FAIL("CRD parses", "%s", e.msg);
+        TEST_MAIN_END();
+    }
+    const cJSON *crd = cJSON_GetArrayItem(crd_docs, 0);
+    g_schema = schema_of_crd(crd);
+    const cJSON *props = cJSON_GetObjectItemCaseSensitive(g_schema, "properties");
+    g_spec_schema = cJSON_GetObjectItemCaseSensitive(props, "spec");
+    g_name_schema = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(props, "metadata"), "properties"), "name");
+    CHECK("CRD has a spec schema", g_spec_schema && g_name_schema);
+    if (!g_spec_schema || !g_name_schema) {
+        cJSON_Delete(crd_docs);
+        TEST_MAIN_END();
+    }
+    const cJSON *names = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(crd, "spec"), "names");
+    const cJSON *sn = cJSON_GetObjectItemCaseSensitive(names, "shortNames");
+    CHECK("CRD short name tj", cJSON_IsArray(sn) && !strcmp(cJSON_GetArrayItem(sn, 0)->valuestring, "tj"));
+    CHECK("CRD has CEL rules for cross-field checks", schema_count_cel_rules(g_schema) >= 10);
+    struct schema_violations sv = {0};
+    int probs = schema_structural_problems(g_schema, "", &sv);
+    for (int i = 0; i < sv.count && i < SCHEMA_MAX_VIOLATIONS; i++)
+        printf("    structural: %s: %s\n", sv.path[i], sv.rule[i]);
+    CHECK_INT("CRD schema is structural", probs, 0);
+    const cJSON *ver = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(crd, "spec"),
+                                                                           "versions"), 0);
+    const cJSON *sub = cJSON_GetObjectItemCaseSensitive(ver, "subresources");
+    CHECK("CRD has a status subresource", cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(sub, "status")));
+    const cJSON *cols = cJSON_GetObjectItemCaseSensitive(ver, "additionalPrinterColumns"), *col;
+    int want = 0;
+    cJSON_ArrayForEach(col, cols) {
+        const char *n = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(col, "name"));
+        if (n && (!strcmp(n, "Phase") || !strcmp(n, "Workers") || !strcmp(n, "Step") || !strcmp(n, "Loss") ||
+                  !strcmp(n, "Age")))
+            want++;
+    }
+    CHECK_INT("CRD printer columns Phase, Workers, Step, Loss, Age", want, 5);
+
+    CHECK("valid manifests found", for_each_manifest("tests/manifests/valid", check_valid_file) >= 5);
+    for_each_manifest("examples", check_valid_file);
+    int n_invalid = for_each_manifest("tests/manifests/invalid", check_invalid_file);
+    CHECK("at least 30 invalid manifests", n_invalid >= 30 && count_files("tests/manifests/invalid") == n_invalid);
+    cJSON_Delete(crd_docs);
+    TEST_MAIN_END();
+}

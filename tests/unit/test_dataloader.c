@@ -1,0 +1,236 @@
+/* Data loader: llm.c shards and text, determinism, rank disjointness, seek, bad input. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "dataloader.h"
+#include "test.h"
+
+static char dir[64];
+
+static void path_of(char *out, size_t n, const char *name)
+{
+    snprintf(out, n, "%s/%s", dir, name);
+}
+
+/* a shard with tokens (i * 7 + salt) % mod; header fields overridable for bad-input tests */
+static void write_shard(const char *name, int ntok, int salt, int mod, int magic, int version,
+                        int claimed, int cut_bytes)
+{
+    char p[128];
+    path_of(p, sizeof p, name);
+    FILE *f = fopen(p, "wb");
+    int32_t hdr[256] = {magic, version, claimed};
+    fwrite(hdr, sizeof hdr, 1, f);
+    for (int i = 0; i < ntok - cut_bytes / 2; i++) {
+        uint16_t t = (uint16_t)((i * 7 + salt) % mod);
+        fwrite(&t, 2, 1, f);
+    }
+    fclose(f);
+}
+
+static void test_shards(void)
+{
+    write_shard("a_000.bin", 401, 0, 1000, DATALOADER_SHARD_MAGIC, 1, 401, 0);
+    write_shard("a_001.bin", 321, 3, 1000, DATALOADER_SHARD_MAGIC, 1, 321, 0);
+    char pat[128];
+    path_of(pat, sizeof pat, "a_*.bin");
+    enum { B = 2, T = 16 };
+    struct dataloader_config c = {.pattern = pat, .B = B, .T = T, .rank = 0, .world = 1,
+                                  .seed = 9, .vocab = 1000};
+    herr e;
+    struct dataloader *d;
+    if (dataloader_open(&d, &c, &e) < 0) {
+        TEST_FAIL("shard.open", "%s", e.msg);
+        return;
+    }
+    CHECK_INT("shard.files", dataloader_files(d), 2);
+    CHECK_INT("shard.tokens", dataloader_tokens(d), 722);
+    CHECK_INT("shard.windows", dataloader_windows(d), 400 / 16 + 320 / 16);
+    CHECK("shard.not_text", !dataloader_is_text(d));
+    int in[B * T], tg[B * T], ok = 1;
+    dataloader_next(d, in, tg);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            /* targets are the inputs shifted by one, and consecutive tokens step by 7 */
+            int x = in[b * T + t], y = tg[b * T + t];
+            if (y != (x + 7) % 1000 && !(t < T - 1 && y == in[b * T + t + 1]))
+                ok = 0;
+            if (t < T - 1 && y != in[b * T + t + 1])
+                ok = 0;
+        }
+    CHECK("shard.targets_shifted", ok);
+    dataloader_free(d);
+
+    /* two ranks: disjoint windows; the same seed replays; seek replays */
+    struct dataloader *r0, *r1, *again;
+    c.world = 2;
+    c.rank = 0;
+    dataloader_open(&r0, &c, &e);
+    c.rank = 1;
+    dataloader_open(&r1, &c, &e);
+    c.rank = 0;
+    dataloader_open(&again, &c, &e);
+    if (!r0 || !r1 || !again) {
+        TEST_FAIL("shard.ranks_open", "%s", e.msg);
+        return;
+    }
+    int per_epoch = 45 / (B * 2), overlap = 0, replay = 1;
+    int a0[B * T], a1[B * T], t0[B * T], t1[B * T], x[B * T], y[B * T];
+    for (int k = 0; k < per_epoch; k++) {
+        dataloader_next(r0, a0, t0);
+        dataloader_next(r1, a1, t1);
+        dataloader_next(again, x, y);
+        if (memcmp(a0, x, sizeof x) || memcmp(t0, y, sizeof y))
+            replay = 0;
+        if (memcmp(a0, a1, sizeof a0) == 0)
+            overlap++;
+    }
+    CHECK("shard.replay_same_seed", replay);
+    CHECK_INT("shard.ranks_differ", overlap, 0);
+    /* seek back to 2 and read again */
+    int s2[B * T], s2t[B * T];
+    dataloader_seek(again, 2);
+    dataloader_next(again, s2, s2t);
+    dataloader_seek(r0, 2);
+    dataloader_next(r0, x, y);
+    CHECK("shard.seek", memcmp(s2, x, sizeof x) == 0 && dataloader_position(r0) == 3);
+    /* the next epoch is a different order */
+    dataloader_seek(r0, 0);
+    dataloader_next(r0, a0, t0);
+    dataloader_seek(r0, (uint64_t)per_epoch);
+    dataloader_next(r0, a1, t1);
+    CHECK("shard.epochs_reshuffle", memcmp(a0, a1, sizeof a0) != 0);
+    dataloader_free(r0);
+    dataloader_free(r1);
+    dataloader_free(again);
+}
+
+/* every window of an epoch is visited once across ranks */
+static void test_coverage(void)
+{
+    write_shard("c.bin", 8 * 4 * 3 + 1, 0, 60000, DATALOADER_SHARD_MAGIC, 1, 97, 0);
+    char pat[128];
+    path_of(pat, sizeof pat, "c.bin");
+    enum { B = 3, T = 4 };
+    int hits[24] = {0};
+    for (int r = 0; r < 2; r++) {
+        struct dataloader_config c = {.pattern = pat, .B = B, .T = T, .rank = r, .world = 2,
+                                      .seed = 5, .vocab = 60000};
+        herr e;
+        struct dataloader *d;
+        if (dataloader_open(&d, &c, &e) < 0) {
+            TEST_FAIL("cover.open", "%s", e.msg);
+            return;
+        }
+        int in[B * T], tg[B * T];
+        for (int k = 0; k < 4; k++) { /* 24 windows / (3 * 2) = 4 micro-batches each */
+            dataloader_next(d, in, tg);
+            for (int b = 0; b < B; b++)
+                hits[(in[b * T] / 7) / T]++;
+        }
+        dataloader_free(d);
+    }
+    int once = 1;
+    for (int i = 0; i < 24; i++)
+        if (hits[i] != 1)
+            once = 0;
+    CHECK("cover.each_window_once", once);
+}
+
+static void test_text(void)
+{
+    char p[128];
+    path_of(p, sizeof p, "t.txt");
+    FILE *f = fopen(p, "w");
+    for (int i = 0; i < 50; i++)
+        fputs("Hello, world! \xc3\xa9 ", f);
+    fclose(f);
+    struct dataloader_config c = {.pattern = p, .B = 2, .T = 8, .rank = 0, .world = 1, .seed = 1,
+                                  .vocab = 256};
+    herr e;
+    struct dataloader *d;
+    if (dataloader_open(&d, &c, &e) < 0) {
+        TEST_FAIL("text.open", "%s", e.msg);
+        return;
+    }
+    CHECK("text.is_text", dataloader_is_text(d));
+    int in[16], tg[16], ok = 1, high = 0;
+    for (int k = 0; k < 20; k++) {
+        dataloader_next(d, in, tg);
+        for (int i = 0; i < 16; i++) {
+            if (in[i] < 0 || in[i] > 255)
+                ok = 0;
+            if (in[i] == 0xc3)
+                high = 1;
+        }
+    }
+    CHECK("text.bytes", ok && high);
+    dataloader_free(d);
+    c.vocab = 128;
+    CHECK("text.vocab_too_small", dataloader_open(&d, &c, &e) == -1 && strstr(e.msg, "t.txt") &&
+          strstr(e.msg, "byte 195"));
+}
+
+static void expect_error(const char *name, const char *file, int vocab, const char *needle)
+{
+    char p[128];
+    path_of(p, sizeof p, file);
+    struct dataloader_config c = {.pattern = p, .B = 1, .T = 8, .rank = 0, .world = 1, .seed = 1,
+                                  .vocab = vocab};
+    herr e = {{0}};
+    struct dataloader *d = NULL;
+    int rc = dataloader_open(&d, &c, &e);
+    if (rc == -1 && !d && strstr(e.msg, needle) && strstr(e.msg, file))
+        TEST_PASS(name);
+    else
+        TEST_FAIL(name, "rc %d, message \"%s\", want it to name %s and say \"%s\"", rc, e.msg,
+                  file, needle);
+    dataloader_free(d);
+}
+
+static void test_bad(void)
+{
+    write_shard("magic.bin", 100, 0, 50, 12345, 1, 100, 0);
+    expect_error("bad.magic", "magic.bin", 50257, "magic 12345");
+    write_shard("version.bin", 100, 0, 50, DATALOADER_SHARD_MAGIC, 7, 100, 0);
+    expect_error("bad.version", "version.bin", 50257, "version 7");
+    write_shard("trunc.bin", 100, 0, 50, DATALOADER_SHARD_MAGIC, 1, 100, 10);
+    expect_error("bad.truncated", "trunc.bin", 50257, "truncated");
+    write_shard("big.bin", 100, 0, 300, DATALOADER_SHARD_MAGIC, 1, 100, 0);
+    expect_error("bad.token_range", "big.bin", 256, "not below the model's vocabulary 256");
+    char p[128];
+    path_of(p, sizeof p, "short.bin");
+    FILE *f = fopen(p, "wb");
+    fputs("hello", f);
+    fclose(f);
+    expect_error("bad.header_short", "short.bin", 256, "header");
+    path_of(p, sizeof p, "empty.txt");
+    f = fopen(p, "w");
+    fclose(f);
+    expect_error("bad.empty", "empty.txt", 256, "empty");
+    path_of(p, sizeof p, "tiny.txt");
+    f = fopen(p, "w");
+    fputs("abc", f);
+    fclose(f);
+    expect_error("bad.too_small", "tiny.txt", 256, "fewer than one micro-batch");
+    expect_error("bad.no_match", "nothing-*.bin", 256, "no file matches");
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/holmes-dl.XXXXXX");
+    if (!mkdtemp(dir)) {
+        TEST_FAIL("setup", "mkdtemp");
+        TEST_MAIN_END();
+    }
+    test_shards();
+    test_coverage();
+    test_text();
+    test_bad();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        printf("could not remove %s\n", dir);
+    TEST_MAIN_END();
+}

@@ -1,0 +1,165 @@
+/* The TrainingJob spec module: presets, defaults, every-error reporting, round trip. */
+#include "test.h"
+
+#include <stdlib.h>
+
+#include "trainingjob.h"
+#include "yaml_json.h"
+
+static const char *MINIMAL =
+    "apiVersion: holmes.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: t}\n"
+    "spec:\n  workers: 2\n  gpusPerWorker: 0\n  model: {preset: gpt2-124m}\n  training: {steps: 10}\n";
+
+/* Parses one YAML document as a job; returns the parse result, errors in *errs. */
+static int parse_job(const char *yaml, struct tj_job *job, struct tj_errors *errs)
+{
+    herr e;
+    memset(errs, 0, sizeof *errs);
+    cJSON *docs = yaml_parse_documents(yaml, strlen(yaml), "t.yaml", &e);
+    if (!docs) {
+        tj_errors_add(errs, "%s", e.msg);
+        memset(job, 0, sizeof *job);
+        return -1;
+    }
+    int rc = tj_job_from_json(cJSON_GetArrayItem(docs, 0), job, errs);
+    cJSON_Delete(docs);
+    return rc;
+}
+
+static int has_error(const struct tj_errors *errs, const char *needle)
+{
+    for (int i = 0; i < errs->count && i < TJ_MAX_ERRORS; i++)
+        if (strstr(errs->msg[i], needle))
+            return 1;
+    return 0;
+}
+
+static void dump(const struct tj_errors *errs)
+{
+    for (int i = 0; i < errs->count && i < TJ_MAX_ERRORS; i++)
+        printf("  error: %s\n", errs->msg[i]);
+}
+
+int main(void)
+{
+    struct tj_job job;
+    struct tj_errors errs;
+
+    /* Presets. */
+    struct tj_model m;
+    CHECK("preset 124m", tj_model_preset("gpt2-124m", &m) == 0 && m.layers == 12 && m.hidden == 768 &&
+                             m.heads == 12 && m.vocab == 50257 && m.seq_len == 1024);
+    CHECK("preset 350m", tj_model_preset("gpt2-350m", &m) == 0 && m.layers == 24 && m.hidden == 1024 && m.heads == 16);
+    CHECK("preset 774m", tj_model_preset("gpt2-774m", &m) == 0 && m.layers == 36 && m.hidden == 1280 && m.heads == 20);
+    CHECK("preset 1.5b", tj_model_preset("gpt2-1.5b", &m) == 0 && m.layers == 48 && m.hidden == 1600 && m.heads == 25);
+    CHECK("unknown preset", tj_model_preset("gpt2-7b", &m) == -1);
+    tj_model_preset("gpt2-124m", &m);
+    /* GPT-2 124M has 124,439,808 parameters with vocab 50257 and tied embeddings (llm.c pads the
+     * vocabulary to 50304 and reports 124,475,904). */
+    CHECK_INT("124m parameter count", tj_model_params(&m), 124439808);
+
+    /* Minimal job: defaults applied. */
+    int rc = parse_job(MINIMAL, &job, &errs);
+    if (rc) dump(&errs);
+    CHECK("minimal job valid", rc == 0);
+    CHECK_STR("name", job.name, "t");
+    CHECK_STR("default image", job.spec.image, "holmes-node:0.1.0");
+    CHECK_INT("default tensor", job.spec.par.tensor, 1);
+    CHECK_INT("default pipeline auto", job.spec.par.pipeline, TJ_AUTO);
+    CHECK_INT("default data auto", job.spec.par.data, TJ_AUTO);
+    CHECK_INT("default microBatches", job.spec.par.micro_batches, 8);
+    CHECK_INT("default schedule", job.spec.par.schedule, TJ_SCHED_1F1B);
+    CHECK_NEAR("default lr", job.spec.training.opt.lr, 6e-4, 1e-12);
+    CHECK_INT("default seed", job.spec.training.seed, 1337);
+    CHECK("default demo corpus", job.spec.training.data.is_demo &&
+                                     !strcmp(job.spec.training.data.path, TJ_DEMO_CORPUS) &&
+                                     job.spec.training.data.format == TJ_DATA_TEXT);
+    CHECK_INT("default gang timeout", job.spec.gang_timeout_seconds, 600);
+    CHECK_INT("default maxRestarts", job.spec.restart.max_restarts, 3);
+    CHECK_INT("world size cpu", tj_world_size(&job.spec), 2);
+    CHECK("no template", job.spec.pod_template == NULL);
+
+    /* Round trip: to_json then from_json gives the same struct. */
+    cJSON *j = tj_spec_to_json(&job.spec);
+    struct tj_spec again;
+    memset(&errs, 0, sizeof errs);
+    rc = tj_spec_from_json(j, "spec", &again, &errs);
+    if (rc) dump(&errs);
+    CHECK("round trip parses", rc == 0);
+    CHECK("round trip identical", memcmp(&again, &job.spec, sizeof again) == 0);
+    cJSON_Delete(j);
+    tj_spec_free(&again);
+    tj_job_free(&job);
+
+    /* The example error and several errors at once. */
+    rc = parse_job("apiVersion: holmes.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: t}\n"
+                   "spec:\n  workers: 12\n  gpusPerWorker: 0\n"
+                   "  model: {layers: 8, hidden: 100, heads: 3, vocab: 256, seqLen: 64}\n"
+                   "  parallelism: {pipeline: 12, microBatches: 4}\n  training: {steps: 10}\n",
+                   &job, &errs);
+    CHECK("cross-field errors make it invalid", rc == -1);
+    CHECK("pipeline exceeds layers message",
+          has_error(&errs, "spec.parallelism.pipeline: 12 exceeds model layers 8"));
+    CHECK("hidden not divisible by heads", has_error(&errs, "spec.model.hidden: 100 is not divisible by heads 3"));
+    CHECK("1f1b microBatches", has_error(&errs, "spec.parallelism.microBatches: 4 is fewer than pipeline 12"));
+    CHECK_INT("all three reported", errs.count, 3);
+    tj_job_free(&job);
+
+    /* Field-level errors are all reported together, with paths. */
+    rc = parse_job("apiVersion: v1\nkind: Pod\nmetadata: {name: Bad_Name}\n"
+                   "spec:\n  workers: eight\n  gpusPerWorker: -1\n  model: {preset: gpt3}\n"
+                   "  parallelism: {schedule: zigzag, pipeline: sometimes}\n  training: {steps: 0}\n  colour: red\n",
+                   &job, &errs);
+    CHECK("field errors invalid", rc == -1);
+    CHECK("apiVersion", has_error(&errs, "apiVersion: must be holmes.dev/v1alpha1"));
+    CHECK("kind", has_error(&errs, "kind: must be TrainingJob"));
+    CHECK("name", has_error(&errs, "metadata.name: \"Bad_Name\""));
+    CHECK("workers type", has_error(&errs, "spec.workers: must be an integer, got a string"));
+    CHECK("gpus min", has_error(&errs, "spec.gpusPerWorker: -1 is below the minimum 0"));
+    CHECK("preset enum", has_error(&errs, "spec.model.preset: \"gpt3\" is not one of"));
+    CHECK("schedule enum", has_error(&errs, "spec.parallelism.schedule: \"zigzag\" is not one of 1f1b, gpipe"));
+    CHECK("auto", has_error(&errs, "spec.parallelism.pipeline: must be a positive integer or \"auto\""));
+    CHECK("steps min", has_error(&errs, "spec.training.steps: 0 is below the minimum 1"));
+    CHECK("unknown field", has_error(&errs, "spec.colour: unknown field"));
+    CHECK_INT("ten errors", errs.count, 10);
+    tj_job_free(&job);
+
+    /* Emulation and a template. */
+    rc = parse_job("apiVersion: holmes.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: e}\n"
+                   "spec:\n  workers: 4\n  gpusPerWorker: 0\n  model: {preset: gpt2-124m, layers: 4, seqLen: 64}\n"
+                   "  training: {steps: 3, data: {path: corpus.txt, format: text}}\n"
+                   "  emulation:\n    nics:\n    - {class: infiniband, fabric: ib-a, gbps: 200, count: 2}\n"
+                   "    - {class: roce, fabric: roce-b, gbps: 100, count: 2}\n"
+                   "    crossFabricGbps: 25\n    bandwidthScale: 0.001\n"
+                   "  template: {spec: {containers: [{name: worker}]}}\n",
+                   &job, &errs);
+    if (rc) dump(&errs);
+    CHECK("emulation job valid", rc == 0);
+    CHECK_INT("preset override layers", job.spec.model.layers, 4);
+    CHECK_INT("preset override seqLen", job.spec.model.seq_len, 64);
+    CHECK_INT("preset keeps hidden", job.spec.model.hidden, 768);
+    CHECK_INT("two nic groups", job.spec.emulation.n_groups, 2);
+    CHECK_STR("group class", job.spec.emulation.groups[1].cls, "roce");
+    CHECK_NEAR("bandwidth scale", job.spec.emulation.bandwidth_scale, 0.001, 1e-12);
+    CHECK("template kept", job.spec.pod_template && cJSON_GetObjectItem(job.spec.pod_template, "spec"));
+    j = tj_spec_to_json(&job.spec);
+    memset(&errs, 0, sizeof errs);
+    rc = tj_spec_from_json(j, "spec", &again, &errs);
+    CHECK("emulation round trip", rc == 0 && again.emulation.n_groups == 2 &&
+                                      again.emulation.groups[0].count == 2 && again.pod_template &&
+                                      cJSON_Compare(again.pod_template, job.spec.pod_template, 1));
+    struct tj_spec copy;
+    CHECK("copy", tj_spec_copy(&copy, &job.spec) == 0 && copy.pod_template != job.spec.pod_template);
+    tj_spec_free(&copy);
+    cJSON_Delete(j);
+    tj_spec_free(&again);
+    tj_job_free(&job);
+
+    /* Joining errors into one herr. */
+    struct tj_errors two = {0};
+    tj_errors_add(&two, "a: x");
+    tj_errors_add(&two, "b: y");
+    herr e;
+    CHECK("errors to herr", tj_errors_to_herr(&two, &e) == -1 && !strcmp(e.msg, "a: x; b: y"));
+    TEST_MAIN_END();
+}
