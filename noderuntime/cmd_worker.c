@@ -3,7 +3,8 @@
 #include "commands.h"
 int cmd_worker(int argc, char **argv)
 {
-    (void)argc; (void)argv;
+    if (cmd_worker_coord_wanted(argc, argv))
+        return cmd_worker_coord(argc, argv);
     fprintf(stderr, "holmes-node worker: not built yet\n");
     return 2;
 }
