@@ -1,6 +1,7 @@
 #include "nic_summary.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
