@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
+#include <time.h>
 
 #include "log.h"
 
@@ -32,7 +34,6 @@ struct coord_client {
     size_t rx_len, rx_cap;
     int rx_bad;
     lws_sorted_usec_list_t timer;
-    int timer_fired;
 };
 
 static void q_free(struct qmsg **head, struct qmsg **tail)
@@ -173,6 +174,27 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     }
 }
 
+/* A periodic tick bounds every wait of lws_service, so the loops below can keep deadlines. */
+#define TICK_US (20 * 1000)
+static void timer_cb(lws_sorted_usec_list_t *sul)
+{
+    struct coord_client *cl = lws_container_of(sul, struct coord_client, timer);
+    lws_sul_schedule(cl->ctx, 0, &cl->timer, timer_cb, TICK_US);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* Deadline in ms (monotonic) for timeout_ms; timeout_ms < 0 means none. */
+static double deadline(int timeout_ms)
+{
+    return timeout_ms < 0 ? INFINITY : now_ms() + timeout_ms;
+}
+
 static void lws_log_to_ours(int level, const char *line)
 {
     if (level & LLL_ERR)
@@ -222,6 +244,7 @@ int coord_client_create(struct coord_client **out, const char *url, herr *e)
         free(cl);
         return herr_set(e, "coordinator client: cannot create the libwebsockets context");
     }
+    lws_sul_schedule(cl->ctx, 0, &cl->timer, timer_cb, TICK_US);
     *out = cl;
     return 0;
 }
@@ -237,19 +260,6 @@ void coord_client_destroy(struct coord_client *cl)
     free(cl->rx);
     pthread_mutex_destroy(&cl->mu);
     free(cl);
-}
-
-static void timer_cb(lws_sorted_usec_list_t *sul)
-{
-    struct coord_client *cl = lws_container_of(sul, struct coord_client, timer);
-    cl->timer_fired = 1;
-}
-
-static void arm(struct coord_client *cl, int timeout_ms)
-{
-    cl->timer_fired = 0;
-    if (timeout_ms >= 0)
-        lws_sul_schedule(cl->ctx, 0, &cl->timer, timer_cb, (lws_usec_t)timeout_ms * 1000);
 }
 
 int coord_client_connect(struct coord_client *cl, int timeout_ms, herr *e)
@@ -276,11 +286,10 @@ int coord_client_connect(struct coord_client *cl, int timeout_ms, herr *e)
         cl->wsi = NULL;
         return herr_set(e, "cannot connect to %s", cl->url);
     }
-    arm(cl, timeout_ms);
-    while (cl->state == CL_CONNECTING && !cl->timer_fired)
+    double until = deadline(timeout_ms);
+    while (cl->state == CL_CONNECTING && now_ms() < until)
         if (lws_service(cl->ctx, 0) < 0)
             break;
-    lws_sul_cancel(&cl->timer);
     if (cl->state == CL_OPEN)
         return 0;
     if (cl->state == CL_CONNECTING) {
@@ -327,14 +336,13 @@ int coord_client_send(struct coord_client *cl, char *text)
 
 int coord_client_poll(struct coord_client *cl, int timeout_ms, struct proto_msg *out, herr *e)
 {
-    arm(cl, timeout_ms);
+    double until = deadline(timeout_ms);
     for (;;) {
         if (cl->in_head) {
             struct qmsg *m = cl->in_head;
             cl->in_head = m->next;
             if (!cl->in_head)
                 cl->in_tail = NULL;
-            lws_sul_cancel(&cl->timer);
             int rc = proto_parse((const char *)m->buf, m->len, out, e);
             free(m);
             if (rc)
@@ -342,13 +350,11 @@ int coord_client_poll(struct coord_client *cl, int timeout_ms, struct proto_msg 
             return 1;
         }
         if (cl->state != CL_OPEN) {
-            lws_sul_cancel(&cl->timer);
             return herr_set(e, "%s", cl->close_why[0] ? cl->close_why : "not connected");
         }
-        if (cl->timer_fired)
+        if (now_ms() >= until)
             return 0;
         if (lws_service(cl->ctx, 0) < 0) {
-            lws_sul_cancel(&cl->timer);
             return herr_set(e, "coordinator connection: event loop failed");
         }
     }
@@ -356,15 +362,14 @@ int coord_client_poll(struct coord_client *cl, int timeout_ms, struct proto_msg 
 
 void coord_client_flush(struct coord_client *cl, int timeout_ms)
 {
-    arm(cl, timeout_ms);
+    double until = deadline(timeout_ms);
     for (;;) {
         pthread_mutex_lock(&cl->mu);
         int pending = cl->out_head != NULL;
         pthread_mutex_unlock(&cl->mu);
-        if (!pending || cl->state != CL_OPEN || cl->timer_fired)
+        if (!pending || cl->state != CL_OPEN || now_ms() >= until)
             break;
         if (lws_service(cl->ctx, 0) < 0)
             break;
     }
-    lws_sul_cancel(&cl->timer);
 }
