@@ -77,8 +77,8 @@ int coord_plan_hook(void *user, const struct coord_worker *workers, int n, cJSON
     if (!pw)
         return herr_set(e, "plan: out of memory");
     for (int i = 0; i < n; i++) {
-        snprintf(pw[i].name, sizeof pw[i].name, "%s", workers[i].pod);
-        snprintf(pw[i].node, sizeof pw[i].node, "%s", workers[i].node);
+        snprintf(pw[i].name, sizeof pw[i].name, "%.*s", (int)sizeof pw[i].name - 1, workers[i].pod);
+        snprintf(pw[i].node, sizeof pw[i].node, "%.*s", (int)sizeof pw[i].node - 1, workers[i].node);
         pw[i].gpus = workers[i].gpus > 0 ? s->gpus_per_worker : 0;
         pw[i].tflops = pw[i].gpus ? (cp->gpu_tflops > 0 ? cp->gpu_tflops : 100)
                                   : (cp->cpu_tflops > 0 ? cp->cpu_tflops : 0.05);
