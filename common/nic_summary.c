@@ -1,8 +1,8 @@
 #include "nic_summary.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *nic_class_name(enum nic_class c)

@@ -276,6 +276,24 @@ static inline float exp_neg(float x)
     return p;
 }
 
+/* max of x[0..n), in 8 independent lanes so that both gcc and clang vectorise it */
+static inline float row_max(const float *x, int n)
+{
+    float m[8];
+    for (int j = 0; j < 8; j++)
+        m[j] = -INFINITY;
+    int v = 0;
+    for (; v + 8 <= n; v += 8)
+        for (int j = 0; j < 8; j++)
+            m[j] = x[v + j] > m[j] ? x[v + j] : m[j];
+    for (; v < n; v++)
+        m[0] = x[v] > m[0] ? x[v] : m[0];
+    float r = m[0];
+    for (int j = 1; j < 8; j++)
+        r = m[j] > r ? m[j] : r;
+    return r;
+}
+
 /* tanh(u) = sign(u) * (1 - e) / (1 + e), e = exp(-2|u|) */
 static inline float tanh_fast(float u)
 {
@@ -749,10 +767,7 @@ int gpt_stage_forward(struct gpt_stage *s, int slot, const int *tokens, const fl
 #pragma omp parallel for reduction(+ : total)
         for (size_t r = 0; r < BT; r++) {
             const float *lg = a->logits + r * Vp;
-            float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-            for (int v = 0; v < V; v++)
-                mx = lg[v] > mx ? lg[v] : mx;
+            float mx = row_max(lg, V);
             float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
             for (int v = 0; v < V; v++)
@@ -797,10 +812,7 @@ int gpt_stage_backward(struct gpt_stage *s, int slot, const float *dout, float *
 #pragma omp parallel for
         for (size_t r = 0; r < BT; r++) {
             float *lg = a->logits + r * Vp;
-            float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-            for (int v = 0; v < V; v++)
-                mx = lg[v] > mx ? lg[v] : mx;
+            float mx = row_max(lg, V);
             float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
             for (int v = 0; v < V; v++) {

@@ -114,12 +114,14 @@ static double fabric_gbps(const struct nic_report *r, enum nic_class c, const ch
     return sum;
 }
 
-static void append_list(char *dst, size_t cap, const char *item)
+/* Appends ",item" (or "item"); returns -1 when it does not fit. */
+static int append_list(char *dst, size_t cap, const char *item)
 {
     size_t used = strlen(dst);
     if (used + strlen(item) + 2 > cap)
-        return;
+        return -1;
     snprintf(dst + used, cap - used, "%s%s", used ? "," : "", item);
+    return 0;
 }
 
 /* The Ethernet netdev to bootstrap on / run TCP over: up, physical, fastest, then by name. */
@@ -232,7 +234,11 @@ void nic_fabric_summarize(struct nic_report *r)
                                 item, p->roce_gid_index, s->gid_index);
                 continue;
             }
-            append_list(s->ib_hca + 1, sizeof s->ib_hca - 1, item);
+            if (append_list(s->ib_hca + 1, sizeof s->ib_hca - 1, item) != 0) {
+                nic_report_warn(r, "%s does not fit in NCCL_IB_HCA (%zu characters); left out",
+                                item, sizeof s->ib_hca - 1);
+                continue;
+            }
             s->gbps += p->gbps;
         }
     if (s->cls == NIC_ROCE) {
