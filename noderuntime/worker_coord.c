@@ -297,17 +297,32 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
         coord_client_flush(s.cl, 2000);
         goto out;
     }
-    coord_client_send(s.cl, proto_done_encode(s.rank, t.last_step, NULL));
-    /* Wait for the coordinator's verdict (the others may still be training). */
+    /* Report done and wait for the coordinator's verdict (the others may still be training).
+     * If the coordinator is away, reconnect (hello with resume) and report again. */
+    int done_sent = 0;
+    double give_up = now_s() + (o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 60000) / 1e3;
+    s.training = 1; /* a reconnecting hello still says where we are */
     for (;;) {
+        if (!coord_client_connected(s.cl)) {
+            done_sent = 0;
+            herr ce = {{0}};
+            if (now_s() > give_up) {
+                result = 0; /* our part is finished; nobody is left to tell */
+                break;
+            }
+            if (connect_and_hello(&s, 0, &ce)) {
+                usleep(500 * 1000);
+                continue;
+            }
+        }
+        if (!done_sent) {
+            coord_client_send(s.cl, proto_done_encode(s.rank, t.last_step, NULL));
+            done_sent = 1;
+        }
         struct proto_msg m;
         herr pe = {{0}};
         int rc = coord_client_poll(s.cl, 1000, &m, &pe);
-        if (rc < 0) { /* coordinator gone after our done: our part is finished */
-            result = 0;
-            break;
-        }
-        if (rc == 0)
+        if (rc <= 0)
             continue;
         int is_stop = m.type == PROTO_STOP;
         if (is_stop) {
@@ -319,6 +334,7 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
         if (is_stop)
             break;
     }
+    s.training = 0;
 out:
     if (thread_started) {
         s.link.stop = 1;

@@ -836,12 +836,17 @@ void coord_destroy(struct coordinator *c)
 {
     if (!c)
         return;
-    for (struct job *j = c->jobs; j; j = j->next)
-        if (j->state != COORD_SUCCEEDED && j->state != COORD_FAILED)
-            job_broadcast_stop(j, 0, "the coordinator is shutting down");
-    /* Give queued stops a chance to go out. */
-    for (int i = 0; i < 3; i++)
+    /* Workers are not stopped: they keep training and reconnect to the next coordinator
+     * (operator restart, leader change). Use coord_cancel_job first to stop a job. Queued
+     * messages (e.g. a cancel's stops) get a short chance to go out. */
+    for (int i = 0; i < 5; i++) {
+        int pending = 0;
+        for (struct conn *k = c->conns; k; k = k->next)
+            pending += k->head != NULL;
+        if (!pending)
+            break;
         lws_service(c->ctx, 0);
+    }
     lws_sul_cancel(&c->tick);
     /* Detach connections from jobs before lws closes them. */
     for (struct conn *k = c->conns; k; k = k->next)

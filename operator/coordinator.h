@@ -95,7 +95,8 @@ struct coord_job_spec {
 };
 
 int coord_create(struct coordinator **out, const struct coord_options *opt, herr *e);
-/* Stops every job's workers (stop, no restart) and frees everything. */
+/* Closes every connection and frees everything. Workers are NOT told to stop: training goes
+ * on and they reconnect to the next coordinator (see coord_cancel_job to end a job). */
 void coord_destroy(struct coordinator *c);
 int coord_port(const struct coordinator *c);
 
