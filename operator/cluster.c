@@ -139,10 +139,14 @@ int cluster_from_json(const cJSON *doc, const char *where, struct cluster *out, 
             struct plan_worker *d = &out->workers[out->n_workers++];
             *d = w;
             if (count > 1) {
-                snprintf(d->name, sizeof d->name, "%.*s-%d", (int)sizeof d->name - 12, w.name, k);
-                if (w.node[0])
-                    snprintf(d->node, sizeof d->node, "%.*s-%d", (int)sizeof d->node - 12, w.node,
-                             k);
+                /* names are at most 55 characters, so "-k" always fits */
+                int a = snprintf(d->name, sizeof d->name, "%s-%d", w.name, k);
+                int b = w.node[0] ? snprintf(d->node, sizeof d->node, "%s-%d", w.node, k) : 0;
+                if (a >= (int)sizeof d->name || b >= (int)sizeof d->node) {
+                    cluster_free(out);
+                    return herr_set(e, "%s.workers[%d]: name or node too long for count", where,
+                                    i);
+                }
             }
         }
     }

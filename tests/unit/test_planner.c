@@ -572,33 +572,59 @@ static void test_cluster_file(void)
 static void test_job_manifest(void)
 {
     cJSON *j = cJSON_Parse(
-        "{\"apiVersion\": \"holmes.dev/v1alpha1\", \"kind\": \"TrainingJob\", \"spec\": {"
-        "\"workers\": 8, \"model\": {\"preset\": \"gpt2-350m\"}, \"parallelism\": {\"tensor\": 2,"
-        " \"pipeline\": \"auto\", \"data\": 2, \"microBatches\": 6, \"microBatchSize\": 3, "
-        "\"schedule\": \"gpipe\"}, \"placement\": {\"policy\": \"naive\", \"partition\": [10, 14]},"
-        " \"training\": {\"precision\": \"fp32\"}}}");
-    struct planner_job pj;
+        "{\"apiVersion\": \"holmes.dev/v1alpha1\", \"kind\": \"TrainingJob\", \"metadata\": "
+        "{\"name\": \"t\"}, \"spec\": {\"workers\": 4, \"gpusPerWorker\": 2, \"model\": "
+        "{\"preset\": \"gpt2-350m\"}, \"parallelism\": {\"tensor\": 2, \"pipeline\": \"auto\", "
+        "\"data\": 2, \"microBatches\": 6, \"microBatchSize\": 3, \"schedule\": \"gpipe\"}, "
+        "\"placement\": {\"policy\": \"naive\", \"crossFabricGbps\": 3}, "
+        "\"training\": {\"steps\": 10, \"precision\": \"fp32\"}}}");
+    struct tj_job tj;
+    struct tj_errors errs;
+    memset(&errs, 0, sizeof errs);
+    int rc = tj_job_from_json(j, &tj, &errs);
+    CHECK_INT("job manifest parses", rc, 0);
+    if (rc) {
+        for (int i = 0; i < errs.count && i < TJ_MAX_ERRORS; i++)
+            printf("# %s\n", errs.msg[i]);
+        cJSON_Delete(j);
+        return;
+    }
+    struct plan_job pj;
+    planner_job_from_spec(&tj.spec, &pj);
+    CHECK_INT("preset layers", pj.model.layers, 24);
+    CHECK_INT("preset hidden", pj.model.hidden, 1024);
+    CHECK_INT("pipeline auto", pj.pipeline, 0);
+    CHECK_INT("data", pj.data, 2);
+    CHECK_INT("tensor", pj.tensor, 2);
+    CHECK_INT("micro-batches", pj.micro_batches, 6);
+    CHECK_INT("schedule", pj.schedule, COST_GPIPE);
+    CHECK_INT("policy", pj.policy, PLAN_NAIVE);
+    CHECK_INT("precision", pj.precision, PLAN_FP32);
+    struct plan_worker w[4];
+    for (int i = 0; i < 4; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "w%d", i);
+        worker(&w[i], name, 2, 100, NIC_ROCE, "r", 100);
+    }
+    struct cost_links l;
+    cost_links_default(&l);
     herr e = {{0}};
-    CHECK_INT("job manifest parses", planner_job_from_json(j, "job", &pj, &e), 0);
-    CHECK_INT("preset layers", pj.job.model.layers, 24);
-    CHECK_INT("preset hidden", pj.job.model.hidden, 1024);
-    CHECK_INT("pipeline auto", pj.job.pipeline, 0);
-    CHECK_INT("data", pj.job.data, 2);
-    CHECK_INT("tensor", pj.job.tensor, 2);
-    CHECK_INT("schedule", pj.job.schedule, COST_GPIPE);
-    CHECK_INT("policy", pj.job.policy, PLAN_NAIVE);
-    CHECK_INT("precision", pj.job.precision, PLAN_FP32);
-    CHECK("partition", pj.job.n_pinned == 2 && pj.job.pinned[1] == 14);
-    planner_job_free(&pj);
-    cJSON_Delete(j);
-    j = cJSON_Parse("{\"spec\": {\"model\": {\"preset\": \"gpt5\"}}}");
-    CHECK_INT("unknown preset", planner_job_from_json(j, "job", &pj, &e), -1);
-    CHECK("unknown preset message", strstr(e.msg, "job.spec.model.preset: must be one of") != NULL);
-    cJSON_Delete(j);
-    j = cJSON_Parse("{\"spec\": {\"model\": {\"preset\": \"gpt2-124m\"}, \"parallelism\": "
-                    "{\"pipeline\": \"lots\"}}}");
-    CHECK_INT("bad pipeline", planner_job_from_json(j, "job", &pj, &e), -1);
-    CHECK("bad pipeline message", strstr(e.msg, "parallelism.pipeline: must be an integer") != NULL);
+    CHECK_INT("spec applies to cluster", planner_apply_spec(&tj.spec, w, 4, &l, &e), 0);
+    CHECK_NEAR("crossFabricGbps sets tcp_gbps", l.tcp_gbps, 3, 0);
+    CHECK_INT("worker count mismatch", planner_apply_spec(&tj.spec, w, 3, &l, &e), -1);
+    CHECK("worker count message", strstr(e.msg, "spec.workers: 4, but the cluster has 3") != NULL);
+    w[1].gpus = 4;
+    CHECK_INT("gpus mismatch", planner_apply_spec(&tj.spec, w, 4, &l, &e), -1);
+    CHECK("gpus mismatch message", strstr(e.msg, "w1).gpus: 4 differs from spec.gpusPerWorker 2") != NULL);
+    w[1].gpus = 2;
+    struct plan p;
+    rc = plan_make(w, 4, &pj, &l, &p, &e);
+    CHECK_INT("plan from a TrainingJob", rc, 0);
+    if (!rc) {
+        CHECK_INT("auto pipeline resolved", p.pipeline, 2);
+        plan_free(&p);
+    }
+    tj_job_free(&tj);
     cJSON_Delete(j);
 }
 
