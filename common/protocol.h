@@ -44,7 +44,7 @@ const char *proto_type_name(enum proto_type t);
 /* hello: a worker introduces itself. `resume` is set when the worker is mid-training (it
  * reconnects to a new coordinator after an operator restart) and names where it is. */
 struct proto_hello {
-    char job[64];
+    char job[128];      /* "name", or "namespace/name" for jobs in a cluster */
     char token[128];
     char pod[128];
     char node[128];

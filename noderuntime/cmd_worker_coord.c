@@ -24,8 +24,9 @@ static void usage(FILE *f)
         "Connects to the coordinator, reports this worker's NICs, receives its place in the\n"
         "job (stage, layers, ranks, peers), rendezvous with its peers and trains, streaming\n"
         "progress. Each option may come from the environment instead: HOLMES_COORDINATOR,\n"
-        "HOLMES_JOB, HOLMES_TOKEN (preferred over --token-file), HOLMES_POD (or POD_NAME),\n"
-        "HOLMES_WORKER, HOLMES_NODE (or NODE_NAME), HOLMES_EMULATE_NIC.\n\n"
+        "HOLMES_JOB (or HOLMES_JOB_NAME, with HOLMES_JOB_NAMESPACE), HOLMES_TOKEN (preferred\n"
+        "over --token-file), HOLMES_POD (or POD_NAME, HOSTNAME), HOLMES_WORKER (or\n"
+        "HOLMES_WORKER_INDEX), HOLMES_NODE (or NODE_NAME), HOLMES_EMULATE_NIC.\n\n"
         "  --emulate-nic SPEC  report CLASS:FABRIC:GBPS instead of discovering NICs\n"
         "  --sysfs ROOT        discover NICs from a recorded sysfs tree\n"
         "  --simulate STEPS    train nothing: report STEPS simulated steps (protocol tests and\n"
@@ -84,9 +85,14 @@ int cmd_worker_coord(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    const char *url = env2("HOLMES_COORDINATOR", NULL), *job = env2("HOLMES_JOB", NULL);
+    /* The operator's pods set HOLMES_JOB_NAME, HOLMES_JOB_NAMESPACE, HOLMES_WORKER_INDEX,
+     * HOLMES_COORDINATOR and HOLMES_TOKEN; the pod's hostname is its name. */
+    const char *url = env2("HOLMES_COORDINATOR", NULL), *job = env2("HOLMES_JOB", "HOLMES_JOB_NAME");
     const char *pod = env2("HOLMES_POD", "POD_NAME"), *node = env2("HOLMES_NODE", "NODE_NAME");
-    const char *worker_s = env2("HOLMES_WORKER", NULL), *emulate = env2("HOLMES_EMULATE_NIC", NULL);
+    const char *worker_s = env2("HOLMES_WORKER", "HOLMES_WORKER_INDEX");
+    const char *emulate = env2("HOLMES_EMULATE_NIC", NULL), *ns = env2("HOLMES_JOB_NAMESPACE", NULL);
+    if (!pod)
+        pod = env2("HOSTNAME", NULL);
     const char *token_file = NULL, *sysfs = NULL;
     long progress_ms = 500, connect_s = 60, sim_steps = -1, step_ms = 10, fail_at = 0, worker = -1;
     for (int i = 1; i < argc; i++) {
@@ -129,6 +135,11 @@ int cmd_worker_coord(int argc, char **argv)
         return 2;
     const char *tok = token ? token : env2("HOLMES_TOKEN", NULL);
 
+    char jobkey[160];
+    if (ns && !strchr(job, '/')) { /* jobs in a cluster are "namespace/name" */
+        snprintf(jobkey, sizeof jobkey, "%s/%s", ns, job);
+        job = jobkey;
+    }
     char comp[64];
     snprintf(comp, sizeof comp, "worker-%ld", worker);
     log_set_component(comp);
