@@ -79,6 +79,8 @@ struct coordinator {
     struct conn *conns;
     int port;
     int hello_timeout_s;
+    int (*resolve_job)(void *user, struct coordinator *c, const char *job);
+    void *user;
     long refused;
 };
 
@@ -458,6 +460,8 @@ static void on_hello(struct conn *k, const struct proto_hello *h)
         }
     }
     struct job *j = find_job(c, h->job);
+    if (!j && c->resolve_job && c->resolve_job(c->user, c, h->job) == 0)
+        j = find_job(c, h->job);
     if (!j || !token_ok(j->token, h->token)) {
         conn_refuse(k, PROTO_ERR_AUTH, h->token[0] ? "hello: unknown job or wrong token"
                                                    : "hello: token required");
@@ -772,6 +776,8 @@ int coord_create(struct coordinator **out, const struct coord_options *opt, herr
     if (!c)
         return herr_set(e, "coordinator: out of memory");
     c->hello_timeout_s = opt->hello_timeout_s > 0 ? opt->hello_timeout_s : 10;
+    c->resolve_job = opt->resolve_job;
+    c->user = opt->user;
     c->protocols[0] = (struct lws_protocols){
         .name = "holmes.v1",
         .callback = callback,
@@ -918,6 +924,26 @@ int coord_add_job(struct coordinator *c, const struct coord_job_spec *spec, herr
     j->last_emit = -1e9;
     j->next = c->jobs;
     c->jobs = j;
+    return 0;
+}
+
+int coord_remove_job(struct coordinator *c, const char *name)
+{
+    struct job **pj = &c->jobs;
+    while (*pj && strcmp((*pj)->name, name) != 0)
+        pj = &(*pj)->next;
+    struct job *j = *pj;
+    if (!j)
+        return -1;
+    for (struct conn *k = c->conns; k; k = k->next) {
+        if (k->job != j)
+            continue;
+        k->job = NULL;
+        k->worker = -1;
+        conn_close_after(k, "job removed");
+    }
+    *pj = j->next;
+    job_free(j);
     return 0;
 }
 

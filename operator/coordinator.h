@@ -28,6 +28,11 @@ struct coord_options {
     const char *tls_cert;   /* PEM files; both set = wss:// */
     const char *tls_key;
     int hello_timeout_s;    /* a connection that has not said hello by then is closed; 0 = 10 */
+    /* A hello names a job that is not registered: the owner may register it now with
+     * coord_add_job (e.g. from the TrainingJob in the API server) and return 0; -1 refuses
+     * the hello like any unknown job. Optional. */
+    int (*resolve_job)(void *user, struct coordinator *c, const char *job);
+    void *user;
 };
 
 enum coord_job_state {
@@ -102,6 +107,9 @@ int coord_port(const struct coordinator *c);
 
 /* Registers a job (the spec is copied). Returns -1 if the name is taken or the spec is bad. */
 int coord_add_job(struct coordinator *c, const struct coord_job_spec *spec, herr *e);
+/* Forgets a job (e.g. its TrainingJob was deleted): its connections are closed, workers are
+ * not told to stop. -1 when no such job. */
+int coord_remove_job(struct coordinator *c, const char *name);
 /* Tells the job's workers to stop (no restart), marks it FAILED with `reason`. */
 int coord_cancel_job(struct coordinator *c, const char *name, const char *reason, herr *e);
 /* -1 when no such job. */

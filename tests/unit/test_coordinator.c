@@ -594,8 +594,59 @@ static void test_api_errors(void)
     }
 }
 
+static int resolve_calls;
+static int resolve(void *user, struct coordinator *c, const char *job)
+{
+    struct server *s = user;
+    resolve_calls++;
+    if (strcmp(job, "ns/lazy") != 0)
+        return -1;
+    struct coord_job_spec js = {.name = job, .token = TOKEN, .workers = 2,
+                                .hooks = {.plan = plan_ring, .on_hello = hk_hello}, .user = s};
+    return coord_add_job(c, &js, NULL);
+}
+
+static void test_resolve_and_remove(void)
+{
+    static struct server s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    struct coord_options o = {.bind = "127.0.0.1", .resolve_job = resolve, .user = &s};
+    herr e = {{0}};
+    if (coord_create(&s.c, &o, &e) || pthread_create(&s.th, NULL, serve, &s)) {
+        TEST_FAIL("resolve: server", "%s", e.msg);
+        return;
+    }
+    struct coord_client *cl = connect_to(&s), *bad = connect_to(&s);
+    if (cl && bad) {
+        send_hello(cl, "ns/lazy", TOKEN, "lazy-0", 0, 0);
+        send_hello(bad, "ns/other", TOKEN, "x", 0, 0);
+        CHECK("resolve: unresolvable job refused", refused_with(bad, PROTO_ERR_AUTH));
+        usleep(200000);
+        pthread_mutex_lock(&s.mu);
+        CHECK_INT("resolve: job registered on first hello", coord_job_connected(s.c, "ns/lazy"), 1);
+        CHECK_INT("resolve: hook asked twice", resolve_calls, 2);
+        CHECK_INT("resolve: worker admitted", s.hellos, 1);
+        CHECK_INT("remove: removed", coord_remove_job(s.c, "ns/lazy"), 0);
+        CHECK_INT("remove: gone", coord_job_connected(s.c, "ns/lazy"), -1);
+        CHECK_INT("remove: unknown", coord_remove_job(s.c, "ns/lazy"), -1);
+        pthread_mutex_unlock(&s.mu);
+        struct proto_msg m;
+        int rc = coord_client_poll(cl, 5000, &m, &e);
+        if (rc == 1)
+            proto_msg_free(&m);
+        CHECK("remove: its connections are closed", rc == -1 && !coord_client_connected(cl));
+    } else {
+        TEST_FAIL("resolve: connect", "no connection");
+    }
+    coord_client_destroy(cl);
+    coord_client_destroy(bad);
+    server_stop(&s);
+}
+
 int main(void)
 {
+    test_resolve_and_remove();
     test_api_errors();
     test_gang_and_security();
     test_restart_in_place();
