@@ -799,13 +799,13 @@ struct search {
     int *perm;
     long evals, budget;
     int *top;             /* SEARCH_TOP starting points for the local search, P*D each */
-    double top_t[4];
+    double top_t[8];
     int n_top;
     int *loc;             /* the local search's current solution */
     int *rep, *nrep;      /* per stage: a position of each distinct class (SEARCH_REPS max) */
     int quick;            /* evaluate one candidate only */
 };
-#define SEARCH_TOP 4
+#define SEARCH_TOP 8
 #define SEARCH_REPS 32
 
 static int next_perm(int *a, int n)
