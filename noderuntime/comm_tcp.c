@@ -264,6 +264,14 @@ struct tcp_conn {
     pthread_mutex_t send_mu;
     struct tcp_pacing pacing;
     double tokens, refill_at;
+    /* A posted receive: the reader thread reads the next frame with this tag and length
+     * straight into buf (no staging copy for large messages). */
+    enum { POST_NONE, POST_WAITING, POST_FILLING, POST_DONE, POST_FAILED } post_state;
+    uint32_t post_tag;
+    size_t post_len;
+    char *post_buf;
+    int reading;           /* the reader is staging a frame with reading_tag */
+    uint32_t reading_tag;
 };
 
 struct tcp_comm {
@@ -310,11 +318,34 @@ static void *reader_main(void *arg)
             conn_mark_dead(k, "corrupt frame header");
             return NULL;
         }
+        pthread_mutex_lock(&k->mu);
+        int direct = k->post_state == POST_WAITING && k->post_tag == hdr[1] && k->post_len == len;
+        if (direct) {
+            k->post_state = POST_FILLING;
+        } else {
+            k->reading = 1;
+            k->reading_tag = hdr[1];
+        }
+        pthread_mutex_unlock(&k->mu);
+        if (direct) {
+            int rc = read_full(k->fd, k->post_buf, len);
+            int err = errno;
+            pthread_mutex_lock(&k->mu);
+            k->post_state = rc == 0 ? POST_DONE : POST_FAILED;
+            pthread_cond_broadcast(&k->cv);
+            pthread_mutex_unlock(&k->mu);
+            if (rc != 0) {
+                conn_mark_dead(k, err ? strerror(err) : "connection closed by peer mid-message");
+                return NULL;
+            }
+            continue;
+        }
         struct tcp_msg *m = malloc(sizeof *m);
         char *data = malloc(len ? len : 1);
         if (!m || !data) {
             free(m);
             free(data);
+            k->reading = 0;
             conn_mark_dead(k, "out of memory for an incoming message");
             return NULL;
         }
@@ -326,6 +357,7 @@ static void *reader_main(void *arg)
         }
         *m = (struct tcp_msg){NULL, hdr[1], len, data};
         pthread_mutex_lock(&k->mu);
+        k->reading = 0;
         if (k->tail)
             k->tail->next = m;
         else
@@ -516,10 +548,15 @@ static int send_op(struct tcp_comm *c, int peer, uint32_t tag, const void *buf, 
     return 0;
 }
 
-/* Waits for the oldest message with tag from peer and hands it over (caller frees). */
+#define DIRECT_MIN ((size_t)64 << 10)
+
+/* Waits for the oldest message with tag from peer and hands it over (caller frees). With a
+ * `direct` buffer for a large message and none queued, the receive is posted so the reader thread
+ * fills `direct` itself; *out is then NULL. */
 static int take_op(struct tcp_comm *c, int peer, uint32_t tag, size_t len, const char *op,
-                   struct tcp_msg **out, herr *e)
+                   struct tcp_msg **out, void *direct, herr *e)
 {
+    *out = NULL;
     if (peer < 0 || peer >= c->size || peer == c->index)
         return herr_set(e, "group %s: %s from invalid peer index %d", c->name, op, peer);
     struct tcp_conn *k = &c->conns[peer];
@@ -532,9 +569,17 @@ static int take_op(struct tcp_comm *c, int peer, uint32_t tag, size_t len, const
         dl.tv_sec++;
         dl.tv_nsec -= 1000000000L;
     }
-    int rc = 0;
+    int rc = 0, posted = 0;
     pthread_mutex_lock(&k->mu);
     for (;;) {
+        if (posted && k->post_state == POST_DONE) {
+            k->post_state = POST_NONE;
+            break;
+        }
+        if (posted && k->post_state == POST_FAILED) {
+            k->post_state = POST_NONE;
+            posted = 0;
+        }
         struct tcp_msg *prev = NULL, *m = k->head;
         while (m && m->tag != tag) {
             prev = m;
@@ -548,28 +593,65 @@ static int take_op(struct tcp_comm *c, int peer, uint32_t tag, size_t len, const
             if (k->tail == m)
                 k->tail = prev;
             *out = m;
+            if (posted && k->post_state == POST_WAITING)
+                k->post_state = POST_NONE;
             break;
         }
         if (k->dead) {
+            if (posted && k->post_state == POST_WAITING)
+                k->post_state = POST_NONE;
             rc = herr_set(e, "group %s: rank %d lost its connection to rank %d (%s) during %s",
                           c->name, c->world_ranks[c->index], c->world_ranks[peer], k->why, op);
             break;
         }
+        if (!posted && direct && len >= DIRECT_MIN && k->post_state == POST_NONE &&
+            !(k->reading && k->reading_tag == tag)) {
+            k->post_state = POST_WAITING;
+            k->post_tag = tag;
+            k->post_len = len;
+            k->post_buf = direct;
+            posted = 1;
+        }
         if (pthread_cond_timedwait(&k->cv, &k->mu, &dl) == ETIMEDOUT) {
+            if (posted && k->post_state == POST_FILLING) {
+                /* the reader is writing into the caller's buffer: end the connection */
+                shutdown(k->fd, SHUT_RDWR);
+                while (k->post_state == POST_FILLING)
+                    pthread_cond_wait(&k->cv, &k->mu);
+            }
+            if (posted)
+                k->post_state = POST_NONE;
             rc = herr_set(e, "group %s: rank %d timed out after %g s waiting for rank %d during %s",
                           c->name, c->world_ranks[c->index], c->timeout_s, c->world_ranks[peer], op);
             break;
         }
     }
     pthread_mutex_unlock(&k->mu);
-    if (rc == 0 && (*out)->len != len) {
+    if (rc == 0 && *out && (*out)->len != len) {
         herr_set(e, "group %s: rank %d got %zu bytes from rank %d during %s, expected %zu", c->name,
                  c->world_ranks[c->index], (*out)->len, c->world_ranks[peer], op, len);
         free((*out)->data);
         free(*out);
+        *out = NULL;
         return -1;
     }
     return rc;
+}
+
+/* Receives into buf (directly when large). */
+static int recv_into(struct tcp_comm *c, int peer, uint32_t tag, void *buf, size_t len,
+                     const char *op, herr *e)
+{
+    struct tcp_msg *m;
+    if (take_op(c, peer, tag, len, op, &m, buf, e) != 0)
+        return -1;
+    if (m) {
+        if (len)
+            memcpy(buf, m->data, len);
+        free(m->data);
+        free(m);
+    }
+    return 0;
 }
 
 static void msg_free(struct tcp_msg *m)
@@ -589,13 +671,7 @@ int tcp_recv(struct tcp_comm *c, int peer, uint32_t tag, void *buf, size_t len, 
 {
     if (tag >= TCP_TAG_RESERVED)
         return herr_set(e, "group %s: recv tag %u is reserved", c->name, tag);
-    struct tcp_msg *m;
-    if (take_op(c, peer, tag, len, "recv", &m, e) != 0)
-        return -1;
-    if (len)
-        memcpy(buf, m->data, len);
-    msg_free(m);
-    return 0;
+    return recv_into(c, peer, tag, buf, len, "recv", e);
 }
 
 /* ---------- ring collectives ---------- */
@@ -636,17 +712,20 @@ static int ring_step(struct tcp_comm *c, char *buf, size_t count, size_t esz, in
         }
         if (k < nr) {
             seg_range(rb, k, &o, &l);
+            if (!reduce) {
+                if (recv_into(c, left, TAG_COLL, rp + o, l, op, e) != 0)
+                    return -1;
+                continue;
+            }
             struct tcp_msg *m;
-            if (take_op(c, left, TAG_COLL, l, op, &m, e) != 0)
+            if (take_op(c, left, TAG_COLL, l, op, &m, NULL, e) != 0)
                 return -1;
-            if (reduce) {
+            {
                 float *dst = (float *)(void *)(rp + o);
                 const float *src = (const float *)(void *)m->data;
                 size_t nf = l / sizeof(float);
                 for (size_t j = 0; j < nf; j++)
                     dst[j] += src[j];
-            } else if (l) {
-                memcpy(rp + o, m->data, l);
             }
             msg_free(m);
         }
@@ -695,14 +774,8 @@ int tcp_broadcast(struct tcp_comm *c, void *buf, size_t len, int root, herr *e)
     for (size_t k = 0; k < ns; k++) {
         size_t o, l;
         seg_range(len, k, &o, &l);
-        if (pos > 0) {
-            struct tcp_msg *m;
-            if (take_op(c, left, TAG_COLL, l, "broadcast", &m, e) != 0)
-                return -1;
-            if (l)
-                memcpy((char *)buf + o, m->data, l);
-            msg_free(m);
-        }
+        if (pos > 0 && recv_into(c, left, TAG_COLL, (char *)buf + o, l, "broadcast", e) != 0)
+            return -1;
         if (pos < n - 1 && send_op(c, right, TAG_COLL, (char *)buf + o, l, "broadcast", e) != 0)
             return -1;
     }
