@@ -16,7 +16,8 @@
 #include <unistd.h>
 
 #define HELLO_MAGIC 0x484c4d53u /* "HLMS" */
-#define FRAME_MAGIC 0x46524d45u /* "FRME" */
+#define FRAME_MAGIC 0x46524d45u /* "FRME": the last (or only) frame of a message */
+#define FRAME_MORE 0x4d4f5245u  /* "MORE": more frames of the same message follow */
 #define TAG_COLL (TCP_TAG_RESERVED | 1u)
 #define SEG_BYTES ((size_t)1 << 20)      /* collectives move data in segments of this size */
 #define MAX_FRAME ((uint64_t)1 << 36)
@@ -246,6 +247,7 @@ static int connect_until(const struct tcp_endpoint *ep, double deadline, char *w
 struct tcp_msg {
     struct tcp_msg *next;
     uint32_t tag;
+    int more;
     size_t len;
     char *data;
 };
@@ -270,6 +272,7 @@ struct tcp_conn {
     uint32_t post_tag;
     size_t post_len;
     char *post_buf;
+    int post_more;         /* the directly read frame said more frames follow */
     int reading;           /* the reader is staging a frame with reading_tag */
     uint32_t reading_tag;
 };
@@ -314,7 +317,7 @@ static void *reader_main(void *arg)
             return NULL;
         }
         uint64_t len = (uint64_t)hdr[2] | ((uint64_t)hdr[3] << 32);
-        if (hdr[0] != FRAME_MAGIC || len > MAX_FRAME) {
+        if ((hdr[0] != FRAME_MAGIC && hdr[0] != FRAME_MORE) || len > MAX_FRAME) {
             conn_mark_dead(k, "corrupt frame header");
             return NULL;
         }
@@ -332,6 +335,7 @@ static void *reader_main(void *arg)
             int err = errno;
             pthread_mutex_lock(&k->mu);
             k->post_state = rc == 0 ? POST_DONE : POST_FAILED;
+            k->post_more = hdr[0] == FRAME_MORE;
             pthread_cond_broadcast(&k->cv);
             pthread_mutex_unlock(&k->mu);
             if (rc != 0) {
@@ -355,7 +359,7 @@ static void *reader_main(void *arg)
             conn_mark_dead(k, errno ? strerror(errno) : "connection closed by peer mid-message");
             return NULL;
         }
-        *m = (struct tcp_msg){NULL, hdr[1], len, data};
+        *m = (struct tcp_msg){NULL, hdr[1], hdr[0] == FRAME_MORE, len, data};
         pthread_mutex_lock(&k->mu);
         k->reading = 0;
         if (k->tail)
@@ -523,18 +527,25 @@ static int send_op(struct tcp_comm *c, int peer, uint32_t tag, const void *buf, 
     pthread_mutex_lock(&k->send_mu);
     if (k->pacing.latency_s > 0)
         sleep_s(k->pacing.latency_s);
-    uint32_t hdr[4] = {FRAME_MAGIC, tag, (uint32_t)len, (uint32_t)((uint64_t)len >> 32)};
-    int rc = write_full(k->fd, hdr, sizeof hdr, len > 0);
+    /* frames of at most SEG_BYTES, so the receiver never stages a whole large message */
     const char *p = buf;
     size_t left = len;
-    size_t piece = k->pacing.bytes_per_sec > 0 ? 65536 : left;
-    while (rc == 0 && left > 0) {
-        size_t n = left < piece ? left : piece;
-        pace(k, n);
-        rc = write_full(k->fd, p, n, 0);
-        p += n;
-        left -= n;
-    }
+    int rc = 0;
+    do {
+        size_t fl = left < SEG_BYTES ? left : SEG_BYTES;
+        uint32_t hdr[4] = {left > fl ? FRAME_MORE : FRAME_MAGIC, tag, (uint32_t)fl,
+                           (uint32_t)((uint64_t)fl >> 32)};
+        rc = write_full(k->fd, hdr, sizeof hdr, fl > 0);
+        size_t piece = k->pacing.bytes_per_sec > 0 ? 65536 : fl;
+        while (rc == 0 && fl > 0) {
+            size_t n = fl < piece ? fl : piece;
+            pace(k, n);
+            rc = write_full(k->fd, p, n, 0);
+            p += n;
+            left -= n;
+            fl -= n;
+        }
+    } while (rc == 0 && left > 0);
     int err = errno;
     pthread_mutex_unlock(&k->send_mu);
     __atomic_add_fetch(&c->bytes_sent, (uint64_t)(len - left), __ATOMIC_RELAXED);
@@ -554,7 +565,7 @@ static int send_op(struct tcp_comm *c, int peer, uint32_t tag, const void *buf, 
  * `direct` buffer for a large message and none queued, the receive is posted so the reader thread
  * fills `direct` itself; *out is then NULL. */
 static int take_op(struct tcp_comm *c, int peer, uint32_t tag, size_t len, const char *op,
-                   struct tcp_msg **out, void *direct, herr *e)
+                   struct tcp_msg **out, void *direct, int *direct_more, herr *e)
 {
     *out = NULL;
     if (peer < 0 || peer >= c->size || peer == c->index)
@@ -574,6 +585,8 @@ static int take_op(struct tcp_comm *c, int peer, uint32_t tag, size_t len, const
     for (;;) {
         if (posted && k->post_state == POST_DONE) {
             k->post_state = POST_NONE;
+            if (direct_more)
+                *direct_more = k->post_more;
             break;
         }
         if (posted && k->post_state == POST_FAILED) {
@@ -638,20 +651,32 @@ static int take_op(struct tcp_comm *c, int peer, uint32_t tag, size_t len, const
     return rc;
 }
 
-/* Receives into buf (directly when large). */
+/* Receives one message of len bytes into buf, frame by frame (directly when large). */
 static int recv_into(struct tcp_comm *c, int peer, uint32_t tag, void *buf, size_t len,
                      const char *op, herr *e)
 {
-    struct tcp_msg *m;
-    if (take_op(c, peer, tag, len, op, &m, buf, e) != 0)
-        return -1;
-    if (m) {
-        if (len)
-            memcpy(buf, m->data, len);
-        free(m->data);
-        free(m);
+    size_t off = 0;
+    for (;;) {
+        size_t fl = len - off < SEG_BYTES ? len - off : SEG_BYTES;
+        struct tcp_msg *m;
+        int more = 0;
+        if (take_op(c, peer, tag, fl, op, &m, (char *)buf + off, &more, e) != 0)
+            return -1;
+        if (m) {
+            if (fl)
+                memcpy((char *)buf + off, m->data, fl);
+            more = m->more;
+            free(m->data);
+            free(m);
+        }
+        off += fl;
+        if (more != (off < len))
+            return herr_set(e, "group %s: rank %d got a message of another size than %zu bytes from "
+                            "rank %d during %s", c->name, c->world_ranks[c->index], len,
+                            c->world_ranks[peer], op);
+        if (!more)
+            return 0;
     }
-    return 0;
 }
 
 static void msg_free(struct tcp_msg *m)
@@ -718,7 +743,7 @@ static int ring_step(struct tcp_comm *c, char *buf, size_t count, size_t esz, in
                 continue;
             }
             struct tcp_msg *m;
-            if (take_op(c, left, TAG_COLL, l, op, &m, NULL, e) != 0)
+            if (take_op(c, left, TAG_COLL, l, op, &m, NULL, NULL, e) != 0)
                 return -1;
             {
                 float *dst = (float *)(void *)(rp + o);
