@@ -10,7 +10,6 @@
 #include "version.h"
 #include "yaml_json.h"
 
-#define TJ_DEFAULT_IMAGE "holmes-node:" HOLMES_VERSION
 #define TJ_MAX_SAFE_INT 9007199254740992.0 /* 2^53: every integer below is exact in JSON */
 
 /* ---------------------------------------------------------------- names and presets */
@@ -56,6 +55,29 @@ long long tj_model_params(const struct tj_model *m)
 int tj_ranks_per_worker(const struct tj_spec *s) { return s->gpus_per_worker > 0 ? s->gpus_per_worker : 1; }
 int tj_world_size(const struct tj_spec *s) { return s->workers * tj_ranks_per_worker(s); }
 
+void tj_spec_describe(const struct tj_spec *s, char *buf, size_t n)
+{
+    char pipe[16], data[16], params[32];
+    snprintf(pipe, sizeof pipe, s->par.pipeline == TJ_AUTO ? "auto" : "%d", s->par.pipeline);
+    snprintf(data, sizeof data, s->par.data == TJ_AUTO ? "auto" : "%d", s->par.data);
+    double p = (double)tj_model_params(&s->model);
+    if (p >= 1e9)
+        snprintf(params, sizeof params, "%.2fB", p / 1e9);
+    else
+        snprintf(params, sizeof params, "%.1fM", p / 1e6);
+    char who[64];
+    if (s->gpus_per_worker > 0)
+        snprintf(who, sizeof who, "%d worker%s x %d GPU%s", s->workers, s->workers == 1 ? "" : "s",
+                 s->gpus_per_worker, s->gpus_per_worker == 1 ? "" : "s");
+    else
+        snprintf(who, sizeof who, "%d CPU worker%s", s->workers, s->workers == 1 ? "" : "s");
+    snprintf(buf, n, "%s, %s (L%d C%d NH%d V%d T%d, %s params), tensor %d pipeline %s data %s, "
+             "%d x %d micro-batches %s, %s, %ld steps", who, s->model.preset[0] ? s->model.preset : "custom",
+             s->model.layers, s->model.hidden, s->model.heads, s->model.vocab, s->model.seq_len, params,
+             s->par.tensor, pipe, data, s->par.micro_batches, s->par.micro_batch_size,
+             tj_schedule_name(s->par.schedule), tj_precision_name(s->training.precision), s->training.steps);
+}
+
 /* ---------------------------------------------------------------- errors */
 
 void tj_errors_add(struct tj_errors *errs, const char *fmt, ...)
@@ -91,9 +113,23 @@ int tj_errors_to_herr(const struct tj_errors *errs, herr *e)
 
 /* ---------------------------------------------------------------- JSON field readers */
 
+/* A string that reads as a number too large for any field (YAML keeps 1e400 as a string). */
+static int is_overflowed_number(const cJSON *v)
+{
+    if (!cJSON_IsString(v) || !*v->valuestring)
+        return 0;
+    const char *s = v->valuestring;
+    if (strspn(s, "0123456789.eE+-") != strlen(s) || !strpbrk(s, "0123456789"))
+        return 0;
+    char *end;
+    double d = strtod(s, &end);
+    return !*end && !isfinite(d);
+}
+
 static const char *json_type_name(const cJSON *v)
 {
     if (cJSON_IsNumber(v)) return "a number";
+    if (is_overflowed_number(v)) return "a number out of range";
     if (cJSON_IsString(v)) return "a string";
     if (cJSON_IsBool(v)) return "a boolean";
     if (cJSON_IsArray(v)) return "a list";
@@ -310,7 +346,6 @@ static int get_int_or_auto(const cJSON *obj, const char *path, const char *key, 
 void tj_spec_defaults(struct tj_spec *s)
 {
     memset(s, 0, sizeof *s);
-    snprintf(s->image, sizeof s->image, "%s", TJ_DEFAULT_IMAGE);
     s->par.tensor = 1;
     s->par.pipeline = TJ_AUTO;
     s->par.data = TJ_AUTO;
@@ -627,6 +662,55 @@ static void parse_template(const cJSON *spec, const char *sp, struct tj_spec *s,
         tj_errors_add(errs, "%s: out of memory", p);
 }
 
+/* True when one of errs->msg[from..to-1] is about `path` or a field below it. */
+static int errors_under(const struct tj_errors *errs, int from, int to, const char *path)
+{
+    size_t n = strlen(path);
+    for (int i = from; i < to && i < TJ_MAX_ERRORS; i++)
+        if (!strncmp(errs->msg[i], path, n) && (errs->msg[i][n] == ':' || errs->msg[i][n] == '.' ||
+                                                 errs->msg[i][n] == '['))
+            return 1;
+    return 0;
+}
+
+/* Runs the cross-field rules and keeps each error unless a field it depends on already failed
+ * to parse (its value is then a default, and the rule would report a consequence, not a cause):
+ * the sizes every rule uses (workers, gpusPerWorker, model) and the error's own section. */
+static void add_cross_field_errors(const struct tj_spec *s, const char *sp, int before, struct tj_errors *errs)
+{
+    char base[3][300];
+    snprintf(base[0], sizeof base[0], "%s.workers", sp);
+    snprintf(base[1], sizeof base[1], "%s.gpusPerWorker", sp);
+    snprintf(base[2], sizeof base[2], "%s.model", sp);
+    for (int i = 0; i < 3; i++)
+        if (errors_under(errs, before, errs->count, base[i]))
+            return;
+    struct tj_errors *cross = calloc(1, sizeof *cross);
+    if (!cross) {
+        tj_errors_add(errs, "%s: out of memory", sp);
+        return;
+    }
+    tj_spec_validate(s, sp, cross);
+    size_t splen = strlen(sp);
+    int parse_end = errs->count;
+    for (int i = 0; i < cross->count && i < TJ_MAX_ERRORS; i++) {
+        /* The section: "spec.parallelism" of "spec.parallelism.tensor: ..." */
+        char section[300];
+        const char *m = cross->msg[i];
+        if (strncmp(m, sp, splen) || m[splen] != '.') {
+            tj_errors_add(errs, "%s", m);
+            continue;
+        }
+        size_t end = splen + 1;
+        while (m[end] && m[end] != '.' && m[end] != ':' && m[end] != '[')
+            end++;
+        snprintf(section, sizeof section, "%.*s", (int)end, m);
+        if (!errors_under(errs, before, parse_end, section))
+            tj_errors_add(errs, "%s", m);
+    }
+    free(cross);
+}
+
 int tj_spec_from_json(const cJSON *spec, const char *path, struct tj_spec *out, struct tj_errors *errs)
 {
     const char *sp = path ? path : "spec";
@@ -660,9 +744,7 @@ int tj_spec_from_json(const cJSON *spec, const char *path, struct tj_spec *out, 
     get_bool(spec, sp, "suspend", &out->suspend, errs);
     parse_emulation(spec, sp, out, errs);
     parse_template(spec, sp, out, errs);
-    /* Cross-field rules only on a spec whose fields all parsed: they would repeat errors. */
-    if (errs->count == before)
-        tj_spec_validate(out, sp, errs);
+    add_cross_field_errors(out, sp, before, errs);
     return errs->count == before ? 0 : -1;
 }
 
@@ -733,6 +815,9 @@ int tj_spec_validate(const struct tj_spec *s, const char *path, struct tj_errors
                       "train in fp32", sp);
     if (!t->data.path[0])
         tj_errors_add(errs, "%s.training.data.path: required", sp);
+    if (t->data.format == TJ_DATA_TEXT && m->vocab > 0 && m->vocab < TJ_TEXT_VOCAB)
+        tj_errors_add(errs, "%s.model.vocab: %d is below %d, the byte vocabulary of text data%s", sp, m->vocab,
+                      TJ_TEXT_VOCAB, t->data.is_demo ? " (the demo corpus is used when training.data is omitted)" : "");
     if (t->checkpoint.every_steps > 0 && !t->checkpoint.path[0])
         tj_errors_add(errs, "%s.training.checkpoint.path: required when everySteps is set", sp);
 
@@ -834,7 +919,8 @@ cJSON *tj_spec_to_json(const struct tj_spec *s)
     int ok = 1;
     ok &= !!num(o, "workers", s->workers);
     ok &= !!num(o, "gpusPerWorker", s->gpus_per_worker);
-    ok &= !!str(o, "image", s->image);
+    if (s->image[0])
+        ok &= !!str(o, "image", s->image);
 
     cJSON *m = cJSON_AddObjectToObject(o, "model");
     ok &= !!m;
@@ -977,14 +1063,53 @@ void tj_job_free(struct tj_job *j)
         tj_spec_free(&j->spec);
 }
 
+/* Replaces each List / TrainingJobList document (as `kubectl get tj -o yaml` prints) by its
+ * items, in place. Returns -1 when out of memory. */
+static int expand_lists(cJSON *docs)
+{
+    cJSON *out = cJSON_CreateArray();
+    if (!out)
+        return -1;
+    cJSON *d;
+    while ((d = cJSON_DetachItemFromArray(docs, 0))) {
+        const cJSON *kind = cJSON_GetObjectItemCaseSensitive(d, "kind");
+        cJSON *items = cJSON_GetObjectItemCaseSensitive(d, "items");
+        if (cJSON_IsString(kind) && (!strcmp(kind->valuestring, "List") ||
+                                     !strcmp(kind->valuestring, "TrainingJobList")) && cJSON_IsArray(items)) {
+            cJSON *it;
+            while ((it = cJSON_DetachItemFromArray(items, 0)))
+                cJSON_AddItemToArray(out, it);
+            cJSON_Delete(d);
+        } else {
+            cJSON_AddItemToArray(out, d);
+        }
+    }
+    while ((d = cJSON_DetachItemFromArray(out, 0)))
+        cJSON_AddItemToArray(docs, d);
+    cJSON_Delete(out);
+    return 0;
+}
+
 int tj_load_file(const char *path, struct tj_job **jobs, int *n, struct tj_errors *errs)
 {
     *jobs = NULL;
     *n = 0;
     herr e;
-    cJSON *docs = yaml_parse_file(path, &e);
+    int is_stdin = !strcmp(path, "-");
+    cJSON *docs;
+    if (is_stdin) {
+        path = "<stdin>";
+        docs = yaml_parse_file("/dev/stdin", &e);
+    } else {
+        docs = yaml_parse_file(path, &e);
+    }
     if (!docs) {
         tj_errors_add(errs, "%s", e.msg);
+        return -1;
+    }
+    if (expand_lists(docs)) {
+        tj_errors_add(errs, "%s: out of memory", path);
+        cJSON_Delete(docs);
         return -1;
     }
     int nd = cJSON_GetArraySize(docs);

@@ -8,6 +8,7 @@
 #ifndef HOLMES_TRAININGJOB_H
 #define HOLMES_TRAININGJOB_H
 
+#include <stddef.h>
 #include <cjson/cJSON.h>
 
 #include "error.h"
@@ -19,6 +20,7 @@
 #define TJ_PATH_MAX 1024
 #define TJ_NAME_MAX 64         /* metadata.name: a DNS-1123 label of at most 52 characters */
 #define TJ_DEMO_CORPUS "examples/data/corpus.txt" /* used when training.data is omitted */
+#define TJ_TEXT_VOCAB 256      /* text data is tokenized byte by byte: model.vocab must be >= 256 */
 
 enum tj_schedule { TJ_SCHED_1F1B = 0, TJ_SCHED_GPIPE = 1 };
 enum tj_policy { TJ_POLICY_HOLMES = 0, TJ_POLICY_NAIVE = 1 };
@@ -32,11 +34,11 @@ struct tj_model {
     int hidden;       /* C */
     int heads;        /* NH */
     int vocab;        /* V */
-    int seq_len;      /* T (maximum sequence length; a preset's may be lowered) */
+    int seq_len;      /* T, the training sequence length */
 };
 
 struct tj_parallelism {
-    int tensor;           /* >= 1; ranks of one worker share a tensor group */
+    int tensor;           /* >= 1; a tensor group stays inside one worker */
     int pipeline;         /* >= 1 or TJ_AUTO */
     int data;             /* >= 1 or TJ_AUTO */
     int micro_batches;    /* per optimizer step, per data-parallel replica */
@@ -113,7 +115,7 @@ struct tj_emulation {
 struct tj_spec {
     int workers;              /* pods / worker processes */
     int gpus_per_worker;      /* 0 = CPU worker with exactly one rank */
-    char image[512];
+    char image[512];          /* "" = the operator's default (holmes-node:<version>, -cpu for CPU) */
     struct tj_model model;
     struct tj_parallelism par;
     struct tj_placement placement;
@@ -145,7 +147,8 @@ void tj_spec_defaults(struct tj_spec *s);
 
 /* Parses `spec` (the object under "spec"), applies defaults, resolves the model preset and
  * validates. Returns 0 when valid; -1 with every error in `errs` otherwise (`out` then holds
- * what could be read and must still be freed). Errors are prefixed with `path` ("spec"). */
+ * what could be read and must still be freed). Errors are prefixed with `path` ("spec").
+ * A cross-field rule whose inputs failed to parse is not reported (see docs/api.md). */
 int tj_spec_from_json(const cJSON *spec, const char *path, struct tj_spec *out, struct tj_errors *errs);
 
 /* Parses a whole object {apiVersion, kind, metadata, spec}; checks apiVersion, kind and
@@ -166,8 +169,9 @@ int tj_spec_copy(struct tj_spec *dst, const struct tj_spec *src);
 void tj_spec_free(struct tj_spec *s);
 void tj_job_free(struct tj_job *j);
 
-/* Reads every TrainingJob document of a YAML/JSON file. On success *jobs holds *n jobs
- * (free each with tj_job_free, then free(*jobs)). Errors are prefixed "FILE[#doc]: ".
+/* Reads every TrainingJob document of a YAML/JSON file ("-": standard input). On success *jobs
+ * holds *n jobs (free each with tj_job_free, then free(*jobs)). Errors are prefixed
+ * "FILE[#doc]: ". List/TrainingJobList documents (kubectl get -o yaml) count as their items.
  * A document of another kind is an error. */
 int tj_load_file(const char *path, struct tj_job **jobs, int *n, struct tj_errors *errs);
 
@@ -179,6 +183,9 @@ int tj_errors_to_herr(const struct tj_errors *errs, herr *e);
 int tj_ranks_per_worker(const struct tj_spec *s);
 /* Total ranks: workers * ranks per worker. */
 int tj_world_size(const struct tj_spec *s);
+/* One line for logs: "8 workers x 8 GPUs, gpt2-1.5b (L48 C1600 NH25 V50257 T1024, 1.56B params),
+ * tensor 1 pipeline auto data auto, 16 x 4 micro-batches 1f1b, bf16, 10000 steps". */
+void tj_spec_describe(const struct tj_spec *s, char *buf, size_t n);
 /* Model presets by name; returns 0 and fills `m`, or -1 for an unknown name. */
 int tj_model_preset(const char *name, struct tj_model *m);
 /* Parameter count of the GPT-2 architecture (tied embeddings), for reports and planning. */

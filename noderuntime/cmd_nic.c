@@ -44,11 +44,16 @@ static void print_text(const struct nic_report *r)
                d->fw_ver[0] ? d->fw_ver : "?", d->pci[0] ? d->pci : "?", d->numa_node);
         for (int j = 0; j < d->nports; j++) {
             const struct nic_port *p = &d->ports[j];
-            printf("  port %d: %s %s %s %dX %s %g Gb/s mtu %d netdev %s", p->num,
+            char width[16] = "?", mtu[16] = "?";
+            if (p->lanes > 0)
+                snprintf(width, sizeof width, "%dX", p->lanes);
+            if (p->active_mtu > 0)
+                snprintf(mtu, sizeof mtu, "%d", p->active_mtu);
+            printf("  port %d: %s %s %s %s %s %g Gb/s mtu %s netdev %s", p->num,
                    nic_port_state_name(p->state), nic_port_phys_state_name(p->phys_state),
                    p->link_layer == NIC_LL_INFINIBAND ? "InfiniBand"
                    : p->link_layer == NIC_LL_ETHERNET ? "Ethernet (RoCE)" : "unknown",
-                   p->lanes, p->speed[0] ? p->speed : "?", p->gbps, p->active_mtu,
+                   width, p->speed[0] ? p->speed : "?", p->gbps, mtu,
                    p->netdev[0] ? p->netdev : "-");
             if (p->roce_gid_index >= 0)
                 printf(" gid %d (%s)", p->roce_gid_index, p->roce_subnet);

@@ -109,6 +109,10 @@ static int parse_float(const char *opt, const char *s, double lo, double hi, flo
 
 int cmd_worker(int argc, char **argv)
 {
+    /* --coordinator URL (or HOLMES_COORDINATOR): the place in the job comes from the
+     * coordinator instead of a rank table (cmd_worker_coord.c). */
+    if (cmd_worker_coord_wanted(argc, argv))
+        return cmd_worker_coord(argc, argv);
     struct trainer_config c;
     trainer_config_defaults(&c);
     c.model = (struct gpt_config){4, 64, 4, 256, 0, 64};

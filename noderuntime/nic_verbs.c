@@ -2,6 +2,7 @@
 
 #include <endian.h>
 #include <errno.h>
+#include <limits.h>
 #include <net/if.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,8 +19,18 @@ static void format_guid(__be64 guid, char out[24])
              (unsigned)(g >> 32) & 0xffff, (unsigned)(g >> 16) & 0xffff, (unsigned)g & 0xffff);
 }
 
-static void query_gids(struct ibv_context *ctx, struct nic_rdma_dev *d, struct nic_port *p,
-                       int table_len, struct nic_report *r)
+/* The netdev of a RoCE GID when its ifindex is not in this network namespace (a pod). */
+static void gid_ndev_from_sysfs(const char *root, const char *dev, int port, struct nic_gid *g)
+{
+    char path[PATH_MAX], buf[64];
+    snprintf(path, sizeof path, "%s/class/infiniband/%s/ports/%d/gid_attrs/ndevs/%d", root, dev,
+             port, g->index);
+    if (nic_sysfs_read(path, buf, sizeof buf) == 0)
+        nic_copy(g->ndev, sizeof g->ndev, buf);
+}
+
+static void query_gids(const char *root, struct ibv_context *ctx, struct nic_rdma_dev *d,
+                       struct nic_port *p, int table_len, struct nic_report *r)
 {
     if (table_len <= 0)
         return;
@@ -59,6 +70,8 @@ static void query_gids(struct ibv_context *ctx, struct nic_rdma_dev *d, struct n
         char ifname[IF_NAMESIZE];
         if (ents[i].ndev_ifindex && if_indextoname(ents[i].ndev_ifindex, ifname))
             nic_copy(g->ndev, sizeof g->ndev, ifname);
+        else if (p->link_layer == NIC_LL_ETHERNET)
+            gid_ndev_from_sysfs(root, d->name, p->num, g);
     }
     free(ents);
 }
@@ -87,7 +100,7 @@ static void query_port(const char *root, struct ibv_context *ctx, struct nic_rdm
         p->lid = pa.lid;
         p->sm_lid = pa.sm_lid;
     }
-    query_gids(ctx, d, p, pa.gid_tbl_len, r);
+    query_gids(root, ctx, d, p, pa.gid_tbl_len, r);
     if (p->link_layer == NIC_LL_INFINIBAND && p->ngids > 0 && p->gids[0].index == 0)
         p->subnet_prefix = nic_gid_subnet_prefix(p->gids[0].raw);
     nic_sysfs_port_netdev(root, d, p->num, p->netdev, sizeof p->netdev);

@@ -1,9 +1,238 @@
-/* Placeholder until the plan command lands; replaced by its module's owner. */
+/* holmes-operator plan --cluster CLUSTER.yaml JOB.yaml [--policy P] [--json] [--calibration F] */
+#include <getopt.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cluster.h"
 #include "commands.h"
+#include "planner.h"
+#include "planner_job.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: holmes-operator plan --cluster CLUSTER.yaml JOB.yaml [--policy holmes|naive|ethernet]\n"
+            "                            [--calibration LINKS.yaml] [--partition N,N,...] [--json]\n"
+            "Plans JOB (a TrainingJob manifest) on the workers of CLUSTER and prints the placement:\n"
+            "stages with their fabric, workers and layers, the transport of every communicator, the\n"
+            "predicted step time with its breakdown, and the naive and ethernet baselines.\n"
+            "  --cluster FILE      workers with their NIC reports (YAML or JSON; docs/planner.md)\n"
+            "  --policy P          holmes (default: the job's), naive or ethernet\n"
+            "  --calibration FILE  link constants measured on real runs (override the cluster's)\n"
+            "  --partition N,N,..  pin the layers per stage instead of the cost model's split\n"
+            "  --json              one JSON document instead of the table\n");
+}
+
+static void print_workers(const struct plan *p, int s)
+{
+    int shown = 0, total = 0, prev = -1;
+    for (int d = 0; d < p->data; d++)
+        for (int r = 0; r < p->tensor; r++) {
+            int w = p->ranks[plan_rank_of(p, s, d, r)].worker;
+            if (w == prev)
+                continue;
+            prev = w;
+            total++;
+            if (shown < 6) {
+                printf("%s%s", shown ? " " : "", p->workers[w].name);
+                shown++;
+            }
+        }
+    if (total > shown)
+        printf(" ... (%d workers)", total);
+}
+
+static void print_table(const struct plan *p)
+{
+    printf("policy %s: tensor %d x pipeline %d x data %d, %d micro-batches of %d, %s\n",
+           plan_policy_name(p->policy), p->tensor, p->pipeline, p->data, p->micro_batches,
+           p->micro_batch_size, p->schedule == COST_GPIPE ? "gpipe" : "1f1b");
+    printf("\n%-6s %-24s %-12s %-8s %-9s %-7s %s\n", "stage", "fabric", "layers", "TFLOPS",
+           "fwd ms", "mem GB", "workers");
+    for (int s = 0; s < p->n_stages; s++) {
+        const struct plan_stage *st = &p->stages[s];
+        char ly[32];
+        snprintf(ly, sizeof ly, "[%d,%d) %d", st->first_layer, st->last_layer,
+                 st->last_layer - st->first_layer);
+        printf("%-6d %-24.24s %-12s %-8.4g %-9.2f %-7.1f ", s, st->fabric, ly, st->tflops,
+               st->fwd_s * 1e3, st->memory_gb);
+        print_workers(p, s);
+        printf("\n");
+    }
+    int count[4][3] = {{0}};
+    for (int g = 0; g < p->n_groups; g++)
+        count[p->groups[g].kind][p->groups[g].transport.kind]++;
+    printf("\ngroups:\n");
+    for (int k = 0; k < 4; k++) {
+        int n = count[k][0] + count[k][1] + count[k][2];
+        if (!n)
+            continue;
+        printf("  %-10s %5d: %d ib, %d roce, %d socket\n", plan_group_kind_name(k), n, count[k][0],
+               count[k][1], count[k][2]);
+    }
+    /* dp/tp groups on TCP: one line per (kind, stage) */
+    int shown = 0;
+    for (int g = 0; g < p->n_groups && shown < 16; g++) {
+        const struct plan_group *gr = &p->groups[g];
+        if (gr->transport.kind != PLAN_SOCKET || gr->kind == PLAN_GROUP_PP ||
+            gr->kind == PLAN_GROUP_EMBEDDING || gr->transport.intra_node)
+            continue;
+        int n = 0, seen = 0;
+        for (int h = 0; h < p->n_groups; h++) {
+            const struct plan_group *o = &p->groups[h];
+            if (o->kind == gr->kind && o->stage == gr->stage && o->transport.kind == PLAN_SOCKET &&
+                !o->transport.intra_node) {
+                if (h < g)
+                    seen = 1;
+                n++;
+            }
+        }
+        if (seen)
+            continue;
+        printf("  on TCP: %d %s group(s) of stage %d (%s)\n", n, plan_group_kind_name(gr->kind),
+               gr->stage, gr->transport.reason);
+        shown++;
+    }
+    if (!p->n_socket_groups)
+        printf("  every data- and tensor-parallel group stays on one fabric's RDMA%s\n",
+               p->homogeneous_possible ? "" : " or one node");
+    else if (!p->homogeneous_possible)
+        printf("  (no fabric-homogeneous placement exists: fabric sizes are not multiples of "
+               "data %d)\n", p->data);
+    const struct cost_breakdown *b = &p->breakdown;
+    printf("\npredicted step: %.4f s (%.0f tokens/s), critical stage %d\n", p->step_s,
+           p->tokens_per_s, b->critical_stage);
+    printf("  compute %.4f  tp_comm %.4f  pp_comm %.4f  bubble %.4f  dp_comm %.4f  optimizer "
+           "%.4f\n", b->compute, b->tp_comm, b->pp_comm, b->bubble, b->dp_comm, b->optimizer);
+    printf("baselines:");
+    const double base[2] = {p->baseline_naive_s, p->baseline_ethernet_s};
+    for (int i = 0; i < 2; i++) {
+        if (isfinite(base[i]))
+            printf(" %s %.4f s (x%.2f)%s", i ? "ethernet" : "naive", base[i], base[i] / p->step_s,
+                   i ? "" : ",");
+        else
+            printf(" %s: equal layers do not fit in memory%s", i ? "ethernet" : "naive",
+                   i ? "" : ",");
+    }
+    printf("\n");
+    if (p->n_top > 1) {
+        printf("\nbest shapes (auto):\n  %-8s %-6s %-13s %-10s %-12s %s\n", "pipeline", "data",
+               "micro-batches", "mb size", "step s", "tokens/s");
+        for (int i = 0; i < p->n_top; i++)
+            printf("  %-8d %-6d %-13d %-10d %-12.4f %.0f\n", p->top[i].pipeline, p->top[i].data,
+                   p->top[i].micro_batches, p->top[i].micro_batch_size, p->top[i].step_s,
+                   p->top[i].tokens_per_s);
+    }
+}
+
+static int parse_partition(const char *s, int *out, int *n, int cap)
+{
+    *n = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 100000 || *n == cap || (*end && *end != ','))
+            return -1;
+        out[(*n)++] = (int)v;
+        s = *end ? end + 1 : end;
+    }
+    return *n ? 0 : -1;
+}
+
 int cmd_plan(int argc, char **argv)
 {
-    (void)argc; (void)argv;
-    fprintf(stderr, "holmes-operator plan: not built yet\n");
-    return 2;
+    if (cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
+    static const struct option opts[] = {
+        {"cluster", required_argument, 0, 'c'}, {"policy", required_argument, 0, 'p'},
+        {"calibration", required_argument, 0, 'k'}, {"json", no_argument, 0, 'j'},
+        {"partition", required_argument, 0, 'P'},
+        {0, 0, 0, 0},
+    };
+    const char *cluster_path = NULL, *policy = NULL, *calib = NULL, *partition = NULL;
+    int json = 0, c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "c:p:k:jP:", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': cluster_path = optarg; break;
+        case 'p': policy = optarg; break;
+        case 'k': calib = optarg; break;
+        case 'j': json = 1; break;
+        case 'P': partition = optarg; break;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (!cluster_path || optind != argc - 1) {
+        fprintf(stderr, "holmes-operator plan: need --cluster FILE and one JOB file\n");
+        usage(stderr);
+        return 2;
+    }
+    herr e = {{0}};
+    struct cluster cl;
+    struct tj_job tj;
+    struct plan_job job;
+    struct plan p;
+    int pin[1024], n_pin = 0;
+    memset(&p, 0, sizeof p);
+    if (partition && parse_partition(partition, pin, &n_pin, 1024)) {
+        fprintf(stderr, "holmes-operator plan: --partition: must be a comma-separated list of "
+                "layer counts >= 1 (at most 1024)\n");
+        return 2;
+    }
+    if (cluster_load(cluster_path, &cl, &e)) {
+        fprintf(stderr, "holmes-operator plan: %s\n", e.msg);
+        return 1;
+    }
+    if (planner_load_job(argv[optind], &tj, &e)) {
+        fprintf(stderr, "holmes-operator plan: %s\n", e.msg);
+        cluster_free(&cl);
+        return 1;
+    }
+    int rc = 1;
+    planner_job_from_spec(&tj.spec, &job);
+    if (n_pin) {
+        job.pinned = pin;
+        job.n_pinned = n_pin;
+    }
+    if (policy && plan_policy_parse(policy, &job.policy)) {
+        fprintf(stderr, "holmes-operator plan: --policy: must be holmes, naive or ethernet\n");
+        rc = 2;
+        goto out;
+    }
+    if (planner_apply_spec(&tj.spec, cl.workers, cl.n_workers, &cl.links, &e)) {
+        fprintf(stderr, "holmes-operator plan: %s: %s\n", argv[optind], e.msg);
+        goto out;
+    }
+    if (calib && cluster_load_calibration(calib, &cl.links, &e)) {
+        fprintf(stderr, "holmes-operator plan: %s\n", e.msg);
+        goto out;
+    }
+    if (plan_make(cl.workers, cl.n_workers, &job, &cl.links, &p, &e)) {
+        fprintf(stderr, "holmes-operator plan: %s\n", e.msg);
+        goto out;
+    }
+    if (json) {
+        cJSON *j = plan_to_json(&p);
+        char *s = j ? cJSON_Print(j) : NULL;
+        cJSON_Delete(j);
+        if (!s) {
+            fprintf(stderr, "holmes-operator plan: out of memory\n");
+            goto out;
+        }
+        printf("%s\n", s);
+        free(s);
+    } else {
+        print_table(&p);
+    }
+    rc = 0;
+out:
+    plan_free(&p);
+    tj_job_free(&tj);
+    cluster_free(&cl);
+    return rc;
 }

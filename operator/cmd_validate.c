@@ -10,8 +10,9 @@
 static void usage(FILE *f)
 {
     fprintf(f, "Usage: holmes-operator validate [--print] FILE...\n"
-               "Checks TrainingJob manifests (YAML or JSON, several documents per file allowed)\n"
-               "against every rule of the API and prints each error with its field path.\n"
+               "Checks TrainingJob manifests (YAML or JSON, several documents per file allowed,\n"
+               "List objects as kubectl prints them, \"-\" for standard input) against every rule\n"
+               "of the API and prints each error with its field path.\n"
                "Exit status: 0 when all are valid, 1 when any is not, 2 on usage errors.\n\n"
                "  --print   print each valid job's resolved spec (defaults applied) as JSON\n");
 }
@@ -43,8 +44,9 @@ static int validate_file(const char *path, int print)
             free(s);
             cJSON_Delete(j);
         } else {
-            printf("%s: TrainingJob %s valid (%d workers x %d ranks, model %d layers)\n", path, jobs[i].name,
-                   jobs[i].spec.workers, tj_ranks_per_worker(&jobs[i].spec), jobs[i].spec.model.layers);
+            char desc[512];
+            tj_spec_describe(&jobs[i].spec, desc, sizeof desc);
+            printf("%s: TrainingJob %s valid: %s\n", path, jobs[i].name, desc);
         }
         tj_job_free(&jobs[i]);
     }

@@ -4,7 +4,7 @@ M=$REPO/tests/manifests
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
 out=$("$OPERATOR" validate "$M/valid/minimal-cpu.yaml" "$M/valid/multi-doc.yaml" 2>&1); rc=$?
-[ $rc -eq 0 ] && [ "$(grep -c ' valid ' <<<"$out")" -eq 3 ] && pass "validate: valid files exit 0, one line per job" \
+[ $rc -eq 0 ] && [ "$(grep -c ' valid: ' <<<"$out")" -eq 3 ] && pass "validate: valid files exit 0, one line per job" \
     || fail "validate: valid files exit 0" "rc=$rc out=$out"
 
 err=$("$OPERATOR" validate "$M/invalid/pipeline-exceeds-layers.yaml" 2>&1 >/dev/null); rc=$?
@@ -39,3 +39,29 @@ out=$("$OPERATOR" validate "$M/valid/minimal-cpu.yaml" "$M/invalid/bf16-on-cpu.y
 head -c 300 /dev/urandom > "$tmp/garbage.yaml"
 "$OPERATOR" validate "$tmp/garbage.yaml" >/dev/null 2>&1; rc=$?
 [ $rc -eq 1 ] && pass "validate: random bytes rejected without crashing" || fail "validate: garbage" "rc=$rc"
+
+# Standard input, and a List as `kubectl get tj -o yaml` prints it.
+{ echo "apiVersion: v1"; echo "kind: List"; echo "items:";
+  sed -n '/^apiVersion/,$p' "$M/valid/minimal-cpu.yaml" | sed 's/^/  /; 1s/^  /- /';
+  sed -n '/^apiVersion/,$p' "$M/invalid/steps-zero.yaml" | sed 's/^/  /; 1s/^  /- /'; } > "$tmp/list.yaml"
+err=$("$OPERATOR" validate - <"$tmp/list.yaml" 2>&1); rc=$?
+[ $rc -eq 1 ] && ! grep -q '<stdin>\[0\]' <<<"$err" && grep -q '<stdin>\[1\]: spec.training.steps: 0 is below the minimum 1' <<<"$err" \
+    && pass "validate: a List on standard input" || fail "validate: List on stdin" "rc=$rc $err"
+"$OPERATOR" validate "$tmp" >/dev/null 2>&1; [ $? -eq 1 ] && pass "validate: a directory is an error" || fail "validate: directory"
+
+# Every invalid manifest of the corpus in one run: exit 1, nothing reported valid, and each
+# file's expected errors on stderr under its name.
+"$OPERATOR" validate "$M"/invalid/*.yaml >"$tmp/out" 2>"$tmp/err"; rc=$?
+bad=0; total=0
+for f in "$M"/invalid/*.yaml; do
+    total=$((total + 1))
+    mine=$(grep -F -- "$f" "$tmp/err")
+    while IFS= read -r line; do
+        [[ $line == "# expect: "* ]] || continue
+        want=${line#"# expect: "}
+        [[ $mine == *"$want"* ]] || { bad=$((bad + 1)); echo "  $f: missing '$want'"; }
+    done <"$f"
+done
+[ $rc -eq 1 ] && [ ! -s "$tmp/out" ] && [ $bad -eq 0 ] && [ $total -ge 30 ] \
+    && pass "validate: all $total invalid manifests rejected with their expected errors" \
+    || fail "validate: invalid corpus" "rc=$rc, $bad problems in $total files, stdout: $(head -3 "$tmp/out")"

@@ -229,6 +229,60 @@ static void problem(struct schema_violations *v, const char *path, const char *w
     add(v, path[0] ? path : "(root)", "%s", what, 0);
 }
 
+/* JSONSchemaProps fields of apiextensions.k8s.io/v1 (a typo would make the API server reject
+ * the CRD), with the JSON type each must have: 's' string, 'n' number, 'b' boolean, 'o' object,
+ * 'a' list, '*' anything. */
+static const struct { const char *key; char type; } schema_keys[] = {
+    {"type", 's'}, {"format", 's'}, {"title", 's'}, {"description", 's'}, {"pattern", 's'},
+    {"properties", 'o'}, {"additionalProperties", '*'}, {"items", 'o'}, {"required", 'a'}, {"enum", 'a'},
+    {"default", '*'}, {"example", '*'}, {"minimum", 'n'}, {"maximum", 'n'}, {"exclusiveMinimum", 'b'},
+    {"exclusiveMaximum", 'b'}, {"multipleOf", 'n'}, {"minLength", 'n'}, {"maxLength", 'n'}, {"minItems", 'n'},
+    {"maxItems", 'n'}, {"uniqueItems", 'b'}, {"minProperties", 'n'}, {"maxProperties", 'n'}, {"nullable", 'b'},
+    {"allOf", 'a'}, {"anyOf", 'a'}, {"oneOf", 'a'}, {"not", 'o'},
+    {"x-kubernetes-preserve-unknown-fields", 'b'}, {"x-kubernetes-embedded-resource", 'b'},
+    {"x-kubernetes-int-or-string", 'b'}, {"x-kubernetes-list-map-keys", 'a'}, {"x-kubernetes-list-type", 's'},
+    {"x-kubernetes-map-type", 's'}, {"x-kubernetes-validations", 'a'},
+};
+
+static void check_keywords(const cJSON *s, const char *path, struct schema_violations *v)
+{
+    const cJSON *c;
+    cJSON_ArrayForEach(c, s) {
+        size_t i, n = sizeof schema_keys / sizeof schema_keys[0];
+        for (i = 0; i < n; i++)
+            if (!strcmp(c->string, schema_keys[i].key))
+                break;
+        char what[200];
+        if (i == n) {
+            snprintf(what, sizeof what, "unknown schema keyword \"%.100s\"", c->string);
+            problem(v, path, what);
+            continue;
+        }
+        char t = schema_keys[i].type;
+        int ok = t == '*' || (t == 's' && cJSON_IsString(c)) || (t == 'n' && cJSON_IsNumber(c)) ||
+                 (t == 'b' && cJSON_IsBool(c)) || (t == 'o' && cJSON_IsObject(c)) || (t == 'a' && cJSON_IsArray(c));
+        if (!ok) {
+            snprintf(what, sizeof what, "schema keyword \"%s\" has the wrong JSON type", c->string);
+            problem(v, path, what);
+        }
+    }
+    static const char *const rule_keys[] = {"rule", "message", "messageExpression", "reason", "fieldPath",
+                                            "optionalOldSelf", NULL};
+    const cJSON *r;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(s, "x-kubernetes-validations")) {
+        cJSON_ArrayForEach(c, r) {
+            int ok = 0;
+            for (const char *const *k = rule_keys; *k; k++)
+                ok |= !strcmp(c->string, *k);
+            if (!ok)
+                problem(v, path, "unknown field in an x-kubernetes-validations entry");
+        }
+        const char *m = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "message"));
+        if (m && strchr(m, '\n'))
+            problem(v, path, "CEL message with a line break");
+    }
+}
+
 int schema_structural_problems(const cJSON *s, const char *path, struct schema_violations *v)
 {
     int before = v->count;
@@ -236,6 +290,7 @@ int schema_structural_problems(const cJSON *s, const char *path, struct schema_v
         problem(v, path, "schema node is not an object");
         return v->count - before;
     }
+    check_keywords(s, path, v);
     int ios = cJSON_IsTrue(kw(s, "x-kubernetes-int-or-string"));
     int preserve = cJSON_IsTrue(kw(s, "x-kubernetes-preserve-unknown-fields"));
     const cJSON *type = kw(s, "type");

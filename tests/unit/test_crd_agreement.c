@@ -8,12 +8,17 @@
  *    ranges, required, unknown fields) rejects it, and then at each path the schema flags,
  *    the C validator reports an error too; cel/validator means the structural schema accepts
  *    it (the CRD's CEL rules or only the C validator reject it); parse means broken YAML.
- * Run from the repository root (tests/run.sh does). */
+ *  - the CRD's CEL rules (evaluated by tests/unit/cel_eval.c) reject every "cel" manifest at a
+ *    path the C validator also reports, and accept the valid and "validator" ones;
+ *  - on 3000 random specs near the cross-field boundaries, C accepts exactly when schema + CEL
+ *    accept, except where only C-only rules (auto splits, fabric classes) reject.
+ * Also checks the CRD is structural. Run from the repository root (tests/run.sh does). */
 #include "test.h"
 
 #include <dirent.h>
 #include <stdlib.h>
 
+#include "cel_eval.h"
 #include "schema_check.h"
 #include "trainingjob.h"
 #include "yaml_json.h"
@@ -48,6 +53,30 @@ static void schema_doc(const cJSON *doc, struct schema_violations *v)
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "metadata"), "name");
     if (name)
         schema_check(g_name_schema, name, "metadata.name", v);
+}
+
+/* CEL violations of a document's spec after the schema's defaults (as the API server orders it). */
+static void cel_doc(const cJSON *doc, struct schema_violations *v)
+{
+    memset(v, 0, sizeof *v);
+    cJSON *spec = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(doc, "spec"), 1);
+    if (spec && schema_apply_defaults(g_spec_schema, spec) == 0)
+        cel_check(g_spec_schema, spec, "spec", v);
+    cJSON_Delete(spec);
+}
+
+/* An error in errs is about `path` ("spec.model" matches "spec.model.hidden: ..."). */
+static int has_error_at(const struct tj_errors *errs, const char *path)
+{
+    size_t n = strlen(path);
+    for (int i = 0; i < errs->count && i < TJ_MAX_ERRORS; i++) {
+        const char *m = strstr(errs->msg[i], path);
+        while (m && m[n] != ':' && m[n] != '.' && m[n] != '[')
+            m = strstr(m + 1, path);
+        if (m)
+            return 1;
+    }
+    return 0;
 }
 
 /* Every leaf of `sub` is equal in `super` (objects compared key by key). */
@@ -99,6 +128,14 @@ static void check_valid_doc(const char *label, const cJSON *doc)
     if (v.count)
         printf("    schema: %s: %s\n", v.path[0], v.rule[0]);
     CHECK(name, v.count == 0);
+    schema_doc(doc, &v);
+    if (v.count == 0) {
+        cel_doc(doc, &v);
+        snprintf(name, sizeof name, "%s: CEL rules accept", label);
+        if (v.count)
+            printf("    CEL: %s: %s\n", v.path[0], v.rule[0]);
+        CHECK(name, v.count == 0);
+    }
     if (rc) {
         tj_job_free(&job);
         return;
@@ -234,10 +271,173 @@ static void check_invalid_file(const char *path)
         if (v.count)
             printf("    schema: %s: %s\n", v.path[0], v.rule[0]);
         CHECK(name, v.count == 0);
+        struct schema_violations cv;
+        cel_doc(cJSON_GetArrayItem(docs, 0), &cv);
+        if (!strcmp(layer, "cel")) {
+            snprintf(name, sizeof name, "%s: a CEL rule rejects", path);
+            CHECK(name, cv.count > 0);
+            for (int i = 0; i < cv.count && i < SCHEMA_MAX_VIOLATIONS; i++) {
+                snprintf(name, sizeof name, "%s: C reports the CEL violation at %s (%s)", path, cv.path[i], cv.rule[i]);
+                if (!has_error_at(&errs, cv.path[i]))
+                    dump_errors(&errs);
+                CHECK(name, has_error_at(&errs, cv.path[i]));
+            }
+        } else {
+            snprintf(name, sizeof name, "%s: CEL rules accept (only the C validator can tell)", path);
+            if (cv.count)
+                printf("    CEL: %s: %s\n", cv.path[0], cv.rule[0]);
+            CHECK(name, cv.count == 0);
+        }
     } else {
         TEST_FAIL(path, "unknown layer \"%s\"", layer);
     }
     cJSON_Delete(docs);
+}
+
+/* ---------------------------------------------------------------- differential test */
+
+static unsigned long long rng = 88172645463325252ull;
+static int pick(int n)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (int)((rng >> 11) % (unsigned long long)n);
+}
+#define PICK(arr) (arr)[pick((int)(sizeof(arr) / sizeof(arr)[0]))]
+
+/* A random spec near the boundaries of the cross-field rules. */
+static cJSON *random_spec(void)
+{
+    static const int workers[] = {1, 2, 3, 4, 6, 8, 12, 16};
+    static const int gpus[] = {0, 0, 1, 2, 4, 8};
+    static const int tensor[] = {1, 1, 2, 3, 4, 8};
+    static const int pipes[] = {0, 0, 1, 2, 3, 4, 8, 12, 16}; /* 0 = auto */
+    static const int datas[] = {0, 0, 1, 2, 4, 8};
+    static const int mbs[] = {1, 2, 4, 8, 16};
+    static const int layers[] = {1, 2, 4, 8, 12};
+    static const int hidden[] = {64, 96, 100, 128};
+    static const int heads[] = {1, 2, 3, 4, 8};
+    static const char *const presets[] = {"gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1.5b"};
+    static const int steps[] = {1, 10, 100};
+    static const int warm[] = {-1, 0, 5, 50, 500};
+    cJSON *s = cJSON_CreateObject();
+    int w = PICK(workers), g = PICK(gpus);
+    cJSON_AddNumberToObject(s, "workers", w);
+    cJSON_AddNumberToObject(s, "gpusPerWorker", g);
+    cJSON *m = cJSON_AddObjectToObject(s, "model");
+    int kind = pick(3);
+    if (kind > 0)
+        cJSON_AddStringToObject(m, "preset", PICK(presets));
+    if (kind != 1) {
+        if (kind == 0 || pick(2)) cJSON_AddNumberToObject(m, "layers", PICK(layers));
+        if (kind == 0 || pick(2)) cJSON_AddNumberToObject(m, "hidden", PICK(hidden));
+        if (kind == 0 || pick(2)) cJSON_AddNumberToObject(m, "heads", PICK(heads));
+        if (kind == 0 || pick(4)) cJSON_AddNumberToObject(m, "vocab", pick(8) ? 256 : 128);
+        if (kind == 0 || pick(4)) cJSON_AddNumberToObject(m, "seqLen", 64);
+    }
+    if (pick(4)) {
+        cJSON *p = cJSON_AddObjectToObject(s, "parallelism");
+        if (pick(2)) cJSON_AddNumberToObject(p, "tensor", PICK(tensor));
+        int pp = PICK(pipes), dd = PICK(datas);
+        if (pick(3)) {
+            if (pp) cJSON_AddNumberToObject(p, "pipeline", pp); else cJSON_AddStringToObject(p, "pipeline", "auto");
+        }
+        if (pick(3)) {
+            if (dd) cJSON_AddNumberToObject(p, "data", dd); else cJSON_AddStringToObject(p, "data", "auto");
+        }
+        if (pick(2)) cJSON_AddNumberToObject(p, "microBatches", PICK(mbs));
+        if (pick(3) == 0) cJSON_AddStringToObject(p, "schedule", pick(2) ? "gpipe" : "1f1b");
+    }
+    cJSON *t = cJSON_AddObjectToObject(s, "training");
+    int st = PICK(steps);
+    cJSON_AddNumberToObject(t, "steps", st);
+    if (pick(3) == 0) cJSON_AddStringToObject(t, "precision", pick(2) ? "bf16" : "fp32");
+    if (pick(3) == 0) {
+        cJSON *d = cJSON_AddObjectToObject(t, "data");
+        cJSON_AddStringToObject(d, "path", "/d/x.bin");
+        if (pick(2)) cJSON_AddStringToObject(d, "format", pick(2) ? "llmc" : "text");
+    }
+    int wu = PICK(warm);
+    if (wu >= 0) cJSON_AddNumberToObject(cJSON_AddObjectToObject(t, "optimizer"), "warmupSteps", wu);
+    if (pick(3) == 0) {
+        cJSON *c = cJSON_AddObjectToObject(t, "checkpoint");
+        if (pick(2)) cJSON_AddNumberToObject(c, "everySteps", pick(2) * 10);
+        if (pick(2)) cJSON_AddStringToObject(c, "path", "/ckpt");
+    }
+    if (pick(3) == 0) {
+        cJSON *e = cJSON_AddObjectToObject(s, "emulation");
+        cJSON *nics = cJSON_AddArrayToObject(e, "nics");
+        int left = w + (pick(4) == 0 ? (pick(2) ? 1 : -1) : 0);
+        static const char *const cls[] = {"infiniband", "roce", "ethernet"};
+        static const char *const fab[] = {"a", "b", "c"};
+        while (left > 0) {
+            int c = 1 + pick(left);
+            cJSON *n = cJSON_CreateObject();
+            cJSON_AddStringToObject(n, "class", PICK(cls));
+            cJSON_AddStringToObject(n, "fabric", PICK(fab));
+            cJSON_AddNumberToObject(n, "gbps", 100);
+            cJSON_AddNumberToObject(n, "count", c);
+            cJSON_AddItemToArray(nics, n);
+            left -= c;
+        }
+        if (cJSON_GetArraySize(nics) == 0) cJSON_Delete(cJSON_DetachItemFromObject(e, "emulation"));
+    }
+    return s;
+}
+
+/* C-only rules: the CRD cannot express them (they need "auto" resolved or compare list items). */
+static int c_only_error(const char *msg)
+{
+    return strstr(msg, "cannot be split") || strstr(msg, "leaves") || strstr(msg, "one fabric has one class");
+}
+
+static void differential(int cases)
+{
+    int agree = 0, c_valid = 0, c_only = 0, disagree = 0;
+    for (int i = 0; i < cases; i++) {
+        cJSON *spec = random_spec();
+        if (!spec)
+            continue;
+        struct schema_violations sv = {0}, cv = {0};
+        schema_check(g_spec_schema, spec, "spec", &sv);
+        cJSON *defaulted = cJSON_Duplicate(spec, 1);
+        if (defaulted && schema_apply_defaults(g_spec_schema, defaulted) == 0)
+            cel_check(g_spec_schema, defaulted, "spec", &cv);
+        struct tj_spec ts;
+        struct tj_errors errs = {0};
+        int c_ok = tj_spec_from_json(spec, "spec", &ts, &errs) == 0;
+        tj_spec_free(&ts);
+        int crd_ok = sv.count == 0 && cv.count == 0;
+        int only = !c_ok;
+        for (int k = 0; k < errs.count && k < TJ_MAX_ERRORS; k++)
+            if (!c_only_error(errs.msg[k]))
+                only = 0;
+        if (c_ok == crd_ok) {
+            agree++;
+            c_valid += c_ok;
+        } else if (!c_ok && crd_ok && only) {
+            c_only++;
+        } else {
+            if (disagree++ < 3) {
+                char *txt = cJSON_PrintUnformatted(spec);
+                printf("    disagreement: C %s, CRD %s: %s\n", c_ok ? "accepts" : "rejects", crd_ok ? "accepts" : "rejects",
+                       txt ? txt : "?");
+                free(txt);
+                for (int k = 0; k < errs.count && k < TJ_MAX_ERRORS; k++) printf("      C: %s\n", errs.msg[k]);
+                for (int k = 0; k < cv.count && k < SCHEMA_MAX_VIOLATIONS; k++)
+                    printf("      CEL: %s: %s\n", cv.path[k], cv.rule[k]);
+                for (int k = 0; k < sv.count && k < SCHEMA_MAX_VIOLATIONS; k++)
+                    printf("      schema: %s: %s\n", sv.path[k], sv.rule[k]);
+            }
+        }
+        cJSON_Delete(defaulted);
+        cJSON_Delete(spec);
+    }
+    printf("  differential: %d cases, %d agree (%d valid), %d rejected only by C-only rules, %d disagree\n", cases,
+           agree, c_valid, c_only, disagree);
+    CHECK_INT("differential: C validator and CRD (schema + CEL) agree on random specs", disagree, 0);
+    CHECK("differential: both outcomes exercised", c_valid > cases / 20 && agree - c_valid > cases / 20);
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -325,9 +525,26 @@ int main(void)
     }
     CHECK_INT("CRD printer columns Phase, Workers, Step, Loss, Age", want, 5);
 
+    /* The CEL evaluator itself. */
+    char err[256];
+    cJSON *self = cJSON_Parse("{\"a\": 3, \"s\": \"auto\", \"l\": [{\"c\": 2}, {\"c\": 5}], \"m\": {}}");
+    CHECK("cel: arithmetic", cel_eval_bool("self.a * 2 + 1 == 7 && self.a % 2 == 1", self, err, sizeof err) == 1);
+    CHECK("cel: has", cel_eval_bool("has(self.a) && !has(self.m.x)", self, err, sizeof err) == 1);
+    CHECK("cel: true || error", cel_eval_bool("true || self.nope == 1", self, err, sizeof err) == 1);
+    CHECK("cel: error || true", cel_eval_bool("self.nope == 1 || true", self, err, sizeof err) == 1);
+    CHECK("cel: error alone", cel_eval_bool("self.nope == 1", self, err, sizeof err) == -1 && strstr(err, "no such key"));
+    CHECK("cel: type and ternary", cel_eval_bool("type(self.s) == string ? self.s == 'auto' : int(self.s) > 0", self,
+                                                 err, sizeof err) == 1);
+    CHECK("cel: map literal", cel_eval_bool("{'x': 12, 'y': 4}['y'] == 4", self, err, sizeof err) == 1);
+    CHECK("cel: map/sum", cel_eval_bool("self.l.map(n, n.c).sum() == 7", self, err, sizeof err) == 1);
+    CHECK("cel: false", cel_eval_bool("self.a >= 4", self, err, sizeof err) == 0);
+    CHECK("cel: syntax error", cel_eval_bool("self.a >= ", self, err, sizeof err) == -1);
+    cJSON_Delete(self);
+
     CHECK("valid manifests found", for_each_manifest("tests/manifests/valid", check_valid_file) >= 5);
     for_each_manifest("examples", check_valid_file);
     int n_invalid = for_each_manifest("tests/manifests/invalid", check_invalid_file);
+    differential(3000);
     CHECK("at least 30 invalid manifests", n_invalid >= 30 && count_files("tests/manifests/invalid") == n_invalid);
     cJSON_Delete(crd_docs);
     TEST_MAIN_END();

@@ -63,7 +63,7 @@ int main(void)
     if (rc) dump(&errs);
     CHECK("minimal job valid", rc == 0);
     CHECK_STR("name", job.name, "t");
-    CHECK_STR("default image", job.spec.image, "holmes-node:0.1.0");
+    CHECK_STR("no image by default (the operator picks)", job.spec.image, "");
     CHECK_INT("default tensor", job.spec.par.tensor, 1);
     CHECK_INT("default pipeline auto", job.spec.par.pipeline, TJ_AUTO);
     CHECK_INT("default data auto", job.spec.par.data, TJ_AUTO);
@@ -78,6 +78,10 @@ int main(void)
     CHECK_INT("default maxRestarts", job.spec.restart.max_restarts, 3);
     CHECK_INT("world size cpu", tj_world_size(&job.spec), 2);
     CHECK("no template", job.spec.pod_template == NULL);
+    char desc[512];
+    tj_spec_describe(&job.spec, desc, sizeof desc);
+    CHECK_STR("describe", desc, "2 CPU workers, gpt2-124m (L12 C768 NH12 V50257 T1024, 124.4M params), tensor 1 "
+                                "pipeline auto data auto, 8 x 1 micro-batches 1f1b, fp32, 10 steps");
 
     /* Round trip: to_json then from_json gives the same struct. */
     cJSON *j = tj_spec_to_json(&job.spec);
@@ -103,6 +107,26 @@ int main(void)
     CHECK("hidden not divisible by heads", has_error(&errs, "spec.model.hidden: 100 is not divisible by heads 3"));
     CHECK("1f1b microBatches", has_error(&errs, "spec.parallelism.microBatches: 4 is fewer than pipeline 12"));
     CHECK_INT("all three reported", errs.count, 3);
+    tj_job_free(&job);
+
+    /* A field error and an unrelated cross-field error are both reported; a cross-field rule on
+     * a field that failed to parse is not (it would report a consequence). */
+    rc = parse_job("apiVersion: holmes.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: t}\n"
+                   "spec:\n  workers: 12\n  gpusPerWorker: 0\n"
+                   "  model: {layers: 8, hidden: 64, heads: 4, vocab: 256, seqLen: 64}\n"
+                   "  parallelism: {pipeline: 12, microBatches: 12}\n"
+                   "  training: {steps: 10, precision: bf16, optimizer: {lr: fast}}\n",
+                   &job, &errs);
+    if (errs.count != 2) dump(&errs);
+    CHECK("field and cross-field errors together", rc == -1 && errs.count == 2 &&
+          has_error(&errs, "spec.training.optimizer.lr: must be a number, got a string") &&
+          has_error(&errs, "spec.parallelism.pipeline: 12 exceeds model layers 8"));
+    CHECK("cross-field rule of a section with a field error is skipped", !has_error(&errs, "bf16 needs GPU workers"));
+    tj_job_free(&job);
+    rc = parse_job("apiVersion: holmes.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: t}\n"
+                   "spec:\n  workers: many\n  gpusPerWorker: 0\n  model: {preset: gpt2-124m}\n"
+                   "  parallelism: {pipeline: 2, data: 2}\n  training: {steps: 10}\n", &job, &errs);
+    CHECK("no cascade from a bad workers field", rc == -1 && errs.count == 1);
     tj_job_free(&job);
 
     /* Field-level errors are all reported together, with paths. */

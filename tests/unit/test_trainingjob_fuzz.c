@@ -224,6 +224,17 @@ int main(void)
                             "spec: {workers: 1e400, gpusPerWorker: 99999999999999999999999999, model: {preset: gpt2-124m},"
                             " training: {steps: -1e309, seed: 1e30}}\n";
     CHECK_INT("huge YAML numbers rejected", parse_yaml(huge_yaml, strlen(huge_yaml)), 0);
+    {
+        herr he;
+        cJSON *hd = yaml_parse_documents(huge_yaml, strlen(huge_yaml), "h", &he);
+        struct tj_job hj;
+        struct tj_errors herrs = {0};
+        tj_job_from_json(cJSON_GetArrayItem(hd, 0), &hj, &herrs);
+        CHECK("1e400 reported as out of range", herrs.count >= 3 &&
+              !strcmp(herrs.msg[0], "spec.workers: must be an integer, got a number out of range"));
+        tj_job_free(&hj);
+        cJSON_Delete(hd);
+    }
     cJSON *j = cJSON_Parse("{\"workers\": 1e999, \"gpusPerWorker\": -1e999, \"model\": {\"preset\": \"gpt2-124m\"},"
                            " \"training\": {\"steps\": 1e15}}");
     CHECK("huge JSON parses", j != NULL);

@@ -1,0 +1,208 @@
+#include "cluster.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "yaml_json.h"
+
+#define CLUSTER_MAX_WORKERS (1 << 20)
+
+static const char *const worker_keys[] = {"name", "node", "gpus", "gpu_tflops", "tflops", "nic",
+                                          "count", "gpu_memory_gb", NULL};
+
+static int check_keys(const cJSON *obj, const char *const *keys, const char *where, herr *e)
+{
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        int known = 0;
+        for (int i = 0; keys[i] && !known; i++)
+            known = !strcmp(keys[i], it->string);
+        if (!known)
+            return herr_set(e, "%s.%s: unknown field", where, it->string);
+    }
+    return 0;
+}
+
+/* An optional integer member in [lo, hi]; `def` when absent. */
+static int get_int(const cJSON *obj, const char *key, int def, int lo, int hi, const char *where,
+                   int *out, herr *e)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo ||
+        v->valuedouble > hi)
+        return herr_set(e, "%s.%s: must be an integer in [%d, %d]", where, key, lo, hi);
+    *out = (int)v->valuedouble;
+    return 0;
+}
+
+static int get_name(const cJSON *obj, const char *key, const char *where, char *dst, size_t cap,
+                    int required, herr *e)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v) {
+        if (required)
+            return herr_set(e, "%s.%s: required", where, key);
+        dst[0] = '\0';
+        return 0;
+    }
+    if (!cJSON_IsString(v) || !v->valuestring[0])
+        return herr_set(e, "%s.%s: must be a non-empty string", where, key);
+    if (strlen(v->valuestring) >= cap - 8)
+        return herr_set(e, "%s.%s: longer than %zu characters", where, key, cap - 9);
+    snprintf(dst, cap, "%s", v->valuestring);
+    return 0;
+}
+
+static int parse_worker(const cJSON *wj, const char *where, struct plan_worker *w, int *count,
+                        herr *e)
+{
+    if (!cJSON_IsObject(wj))
+        return herr_set(e, "%s: must be an object {name, gpus, gpu_tflops, nic}", where);
+    if (check_keys(wj, worker_keys, where, e))
+        return -1;
+    memset(w, 0, sizeof *w);
+    if (get_name(wj, "name", where, w->name, sizeof w->name, 1, e) ||
+        get_name(wj, "node", where, w->node, sizeof w->node, 0, e) ||
+        get_int(wj, "gpus", 0, 0, 1024, where, &w->gpus, e) ||
+        get_int(wj, "count", 1, 1, CLUSTER_MAX_WORKERS, where, count, e))
+        return -1;
+    const cJSON *tf = cJSON_GetObjectItemCaseSensitive(wj, "gpu_tflops");
+    if (!tf)
+        tf = cJSON_GetObjectItemCaseSensitive(wj, "tflops");
+    if (!tf)
+        return herr_set(e, "%s.gpu_tflops: required (TFLOPS per device, declared or measured)",
+                        where);
+    if (!cJSON_IsNumber(tf) || !isfinite(tf->valuedouble) || tf->valuedouble <= 0 ||
+        tf->valuedouble > 1e6)
+        return herr_set(e, "%s.gpu_tflops: must be a number in (0, 1000000]", where);
+    w->tflops = tf->valuedouble;
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(wj, "gpu_memory_gb");
+    if (mem && (!cJSON_IsNumber(mem) || !isfinite(mem->valuedouble) || mem->valuedouble <= 0 ||
+                mem->valuedouble > 1e6))
+        return herr_set(e, "%s.gpu_memory_gb: must be a number in (0, 1000000]", where);
+    w->memory_gb = mem ? mem->valuedouble : 0;
+    const cJSON *nic = cJSON_GetObjectItemCaseSensitive(wj, "nic");
+    char nw[256];
+    snprintf(nw, sizeof nw, "%s.nic", where);
+    if (!nic)
+        return herr_set(e, "%s: required: every worker needs its NIC report (as `holmes-node nic "
+                        "--json` prints it, or {class, fabric, gbps})", nw);
+    return nic_summary_from_json(nic, nw, &w->nic, e);
+}
+
+int cluster_from_json(const cJSON *doc, const char *where, struct cluster *out, herr *e)
+{
+    memset(out, 0, sizeof *out);
+    cost_links_default(&out->links);
+    if (!cJSON_IsObject(doc))
+        return herr_set(e, "%s: must be an object with `workers`", where);
+    static const char *const top_keys[] = {"workers", "links", "apiVersion", "kind", "metadata",
+                                           NULL};
+    if (check_keys(doc, top_keys, where, e))
+        return -1;
+    const cJSON *ws = cJSON_GetObjectItemCaseSensitive(doc, "workers");
+    if (!ws)
+        return herr_set(e, "%s.workers: required (a list of workers)", where);
+    if (!cJSON_IsArray(ws) || !cJSON_GetArraySize(ws))
+        return herr_set(e, "%s.workers: must be a non-empty list", where);
+    char lw[300];
+    snprintf(lw, sizeof lw, "%s.links", where);
+    if (cost_links_apply_json(&out->links, cJSON_GetObjectItemCaseSensitive(doc, "links"), lw, e))
+        return -1;
+    /* first pass: validate and count */
+    long total = 0;
+    int i = 0;
+    struct plan_worker w;
+    for (const cJSON *wj = ws->child; wj; wj = wj->next, i++) {
+        char ww[300];
+        int count;
+        snprintf(ww, sizeof ww, "%s.workers[%d]", where, i);
+        if (parse_worker(wj, ww, &w, &count, e))
+            return -1;
+        total += count;
+        if (total > CLUSTER_MAX_WORKERS)
+            return herr_set(e, "%s.workers: more than %d workers", where, CLUSTER_MAX_WORKERS);
+    }
+    out->workers = calloc((size_t)total, sizeof *out->workers);
+    if (!out->workers)
+        return herr_set(e, "%s: out of memory for %ld workers", where, total);
+    i = 0;
+    for (const cJSON *wj = ws->child; wj; wj = wj->next, i++) {
+        char ww[300];
+        int count;
+        snprintf(ww, sizeof ww, "%s.workers[%d]", where, i);
+        if (parse_worker(wj, ww, &w, &count, e)) {
+            cluster_free(out);
+            return -1;
+        }
+        for (int k = 0; k < count; k++) {
+            struct plan_worker *d = &out->workers[out->n_workers++];
+            *d = w;
+            if (count > 1) {
+                /* names are at most 55 characters, so "-k" always fits */
+                int a = snprintf(d->name, sizeof d->name, "%s-%d", w.name, k);
+                int b = w.node[0] ? snprintf(d->node, sizeof d->node, "%s-%d", w.node, k) : 0;
+                if (a >= (int)sizeof d->name || b >= (int)sizeof d->node) {
+                    cluster_free(out);
+                    return herr_set(e, "%s.workers[%d]: name or node too long for count", where,
+                                    i);
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+/* The single document of a YAML/JSON file. Caller deletes the returned array. */
+static const cJSON *one_doc(const char *path, cJSON **all, herr *e)
+{
+    *all = yaml_parse_file(path, e);
+    if (!*all)
+        return NULL;
+    if (cJSON_GetArraySize(*all) != 1) {
+        herr_set(e, "%s: must hold exactly one document (found %d)", path,
+                 cJSON_GetArraySize(*all));
+        cJSON_Delete(*all);
+        *all = NULL;
+        return NULL;
+    }
+    return cJSON_GetArrayItem(*all, 0);
+}
+
+int cluster_load(const char *path, struct cluster *out, herr *e)
+{
+    memset(out, 0, sizeof *out);
+    cJSON *all;
+    const cJSON *doc = one_doc(path, &all, e);
+    if (!doc)
+        return -1;
+    int rc = cluster_from_json(doc, path, out, e);
+    cJSON_Delete(all);
+    return rc;
+}
+
+int cluster_load_calibration(const char *path, struct cost_links *links, herr *e)
+{
+    cJSON *all;
+    const cJSON *doc = one_doc(path, &all, e);
+    if (!doc)
+        return -1;
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(doc, "links");
+    char where[300];
+    snprintf(where, sizeof where, "%s%s", path, l ? ".links" : "");
+    int rc = cost_links_apply_json(links, l ? l : doc, where, e);
+    cJSON_Delete(all);
+    return rc;
+}
+
+void cluster_free(struct cluster *c)
+{
+    free(c->workers);
+    c->workers = NULL;
+    c->n_workers = 0;
+}

@@ -1,0 +1,28 @@
+/* The planner's cluster file: the workers (name, node, GPUs, TFLOPS, NIC report) and optional
+ * link constants, as YAML or JSON. Format in docs/planner.md. */
+#ifndef HOLMES_CLUSTER_H
+#define HOLMES_CLUSTER_H
+
+#include <cjson/cJSON.h>
+
+#include "cost_model.h"
+#include "error.h"
+#include "planner.h"
+
+struct cluster {
+    int n_workers;
+    struct plan_worker *workers;
+    struct cost_links links;   /* defaults with the file's `links` applied */
+};
+
+/* Reads a cluster document (a JSON object). `where` names it in errors. Each worker:
+ * {name, node?, gpus?, gpu_tflops, nic, count?}; `count: N` expands to N workers named
+ * NAME-0 .. NAME-(N-1) on nodes NODE-i (or their own). Returns 0, or -1 naming the field. */
+int cluster_from_json(const cJSON *doc, const char *where, struct cluster *out, herr *e);
+/* Reads a YAML or JSON file holding one cluster document. */
+int cluster_load(const char *path, struct cluster *out, herr *e);
+/* Applies a calibration file: an object of link constants, bare or under `links`. */
+int cluster_load_calibration(const char *path, struct cost_links *links, herr *e);
+void cluster_free(struct cluster *c);
+
+#endif

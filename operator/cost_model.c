@@ -1,0 +1,370 @@
+#include "cost_model.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void cost_links_default(struct cost_links *l)
+{
+    l->tcp_gbps = 25;
+    l->tcp_latency_us = 50;
+    l->tcp_efficiency = 0.8;
+    l->ib_latency_us = 3;
+    l->roce_latency_us = 5;
+    l->rdma_efficiency = 0.9;
+    l->intra_node_gbps = 2400;
+    l->intra_node_latency_us = 5;
+    l->compute_efficiency = 0.6;
+    l->memory_gbps = 1500;
+    l->optimizer_bytes_per_param = 16;
+    l->overlap = 1.0;
+}
+
+struct link_field {
+    const char *key;
+    size_t off;
+    double min, max;  /* allowed range; min exclusive when min_open */
+    int min_open;
+};
+
+#define LF(k, lo, hi, open) {#k, offsetof(struct cost_links, k), lo, hi, open}
+static const struct link_field link_fields[] = {
+    LF(tcp_gbps, 0, 1e6, 1),
+    LF(tcp_latency_us, 0, 1e7, 0),
+    LF(tcp_efficiency, 0, 1, 1),
+    LF(ib_latency_us, 0, 1e7, 0),
+    LF(roce_latency_us, 0, 1e7, 0),
+    LF(rdma_efficiency, 0, 1, 1),
+    LF(intra_node_gbps, 0, 1e7, 1),
+    LF(intra_node_latency_us, 0, 1e7, 0),
+    LF(compute_efficiency, 0, 1, 1),
+    LF(memory_gbps, 0, 1e7, 1),
+    LF(optimizer_bytes_per_param, 0, 1e3, 0),
+    LF(overlap, 0, 1, 0),
+};
+#define N_LINK_FIELDS (sizeof link_fields / sizeof link_fields[0])
+
+static const char *field_rule(const struct link_field *f, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "must be a number in %s%g, %g]", f->min_open ? "(" : "[", f->min, f->max);
+    return buf;
+}
+
+static int field_ok(const struct link_field *f, double v)
+{
+    if (!isfinite(v) || v > f->max)
+        return 0;
+    return f->min_open ? v > f->min : v >= f->min;
+}
+
+int cost_links_apply_json(struct cost_links *l, const cJSON *j, const char *where, herr *e)
+{
+    char rule[96];
+    if (!j || cJSON_IsNull(j))
+        return 0;
+    if (!cJSON_IsObject(j))
+        return herr_set(e, "%s: must be an object of link constants", where);
+    for (const cJSON *it = j->child; it; it = it->next) {
+        const struct link_field *f = NULL;
+        for (size_t i = 0; i < N_LINK_FIELDS; i++)
+            if (strcmp(link_fields[i].key, it->string) == 0)
+                f = &link_fields[i];
+        if (!f)
+            return herr_set(e, "%s.%s: unknown link constant (known: tcp_gbps, tcp_latency_us, "
+                            "tcp_efficiency, ib_latency_us, roce_latency_us, rdma_efficiency, "
+                            "intra_node_gbps, intra_node_latency_us, compute_efficiency, "
+                            "memory_gbps, optimizer_bytes_per_param, overlap)", where, it->string);
+        if (!cJSON_IsNumber(it) || !field_ok(f, it->valuedouble))
+            return herr_set(e, "%s.%s: %s", where, f->key, field_rule(f, rule, sizeof rule));
+        *(double *)((char *)l + f->off) = it->valuedouble;
+    }
+    return 0;
+}
+
+int cost_links_check(const struct cost_links *l, herr *e)
+{
+    char rule[96];
+    for (size_t i = 0; i < N_LINK_FIELDS; i++) {
+        const struct link_field *f = &link_fields[i];
+        double v = *(const double *)((const char *)l + f->off);
+        if (!field_ok(f, v))
+            return herr_set(e, "links.%s: %s", f->key, field_rule(f, rule, sizeof rule));
+    }
+    return 0;
+}
+
+cJSON *cost_links_to_json(const struct cost_links *l)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    for (size_t i = 0; i < N_LINK_FIELDS; i++) {
+        double v = *(const double *)((const char *)l + link_fields[i].off);
+        if (!cJSON_AddNumberToObject(o, link_fields[i].key, v)) {
+            cJSON_Delete(o);
+            return NULL;
+        }
+    }
+    return o;
+}
+
+/* ---- formulas ---- */
+
+double cost_layer_fwd_flops(const struct cost_job *j)
+{
+    double b = j->micro_batch_size, s = j->seq, h = j->hidden;
+    return 24.0 * b * s * h * h + 4.0 * b * s * s * h;
+}
+
+double cost_head_fwd_flops(const struct cost_job *j)
+{
+    return 2.0 * j->micro_batch_size * (double)j->seq * j->hidden * (double)j->vocab;
+}
+
+double cost_layer_params(const struct cost_job *j)
+{
+    double h = j->hidden;
+    return 12.0 * h * h + 13.0 * h;
+}
+
+double cost_embedding_params(const struct cost_job *j)
+{
+    return ((double)j->vocab + j->seq) * j->hidden;
+}
+
+double cost_activation_bytes(const struct cost_job *j)
+{
+    return (double)j->micro_batch_size * j->seq * j->hidden * j->elem_bytes;
+}
+
+struct cost_link cost_link_make(double gbps, double lat_us, double flows)
+{
+    struct cost_link k;
+    k.bw = gbps * 1e9 / 8.0 / (flows > 1 ? flows : 1);
+    k.lat = lat_us * 1e-6;
+    return k;
+}
+
+double cost_stage_memory(const struct cost_job *j, int layers, int s, int n)
+{
+    int first = s == 0, last = s == n - 1, t = j->tensor;
+    double params = layers * cost_layer_params(j) + (first ? cost_embedding_params(j) : 0) +
+                    (last && !first ? (double)j->vocab * j->hidden : 0);
+    double per_rank = params / t;
+    double state = per_rank * 2.0 * j->elem_bytes +
+                   per_rank * (j->elem_bytes == 4 ? 8.0 : 12.0) / j->data;
+    double b = j->micro_batch_size, sq = j->seq, h = j->hidden, a = j->heads;
+    double act_layer = sq * b * h * (10.0 + 24.0 / t + 5.0 * a * sq / (h * t)) *
+                       (j->elem_bytes / 2.0);
+    int inflight = j->schedule == COST_GPIPE ? j->micro_batches
+                   : (n - s < j->micro_batches ? n - s : j->micro_batches);
+    double logits = last ? b * sq * (double)j->vocab * 4.0 / t : 0;
+    return state + inflight * (layers * act_layer) + logits;
+}
+
+/* Ring all-reduce of `bytes` over `n` members. */
+static double allreduce_time(double bytes, int n, struct cost_link k)
+{
+    if (n <= 1)
+        return 0;
+    return 2.0 * (n - 1) / n * bytes / k.bw + 2.0 * (n - 1) * k.lat;
+}
+
+/* Ring reduce-scatter (or all-gather) of `bytes` over `n` members. */
+static double scatter_time(double bytes, int n, struct cost_link k)
+{
+    if (n <= 1)
+        return 0;
+    return (double)(n - 1) / n * bytes / k.bw + (n - 1) * k.lat;
+}
+
+void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,
+                      const struct cost_stage *st, int first, int last,
+                      const struct cost_link *tie, struct cost_stage_terms *out)
+{
+    int t = j->tensor;
+    double flops = st->layers * cost_layer_fwd_flops(j) + (last ? cost_head_fwd_flops(j) : 0);
+    double rate = t * st->tflops * 1e12 * l->compute_efficiency;
+    out->fwd = flops / rate;
+    out->bwd = 2.0 * out->fwd;
+
+    struct cost_link intra = cost_link_make(l->intra_node_gbps, l->intra_node_latency_us, 1);
+    double act = cost_activation_bytes(j);
+    int n_ar = 2 * st->layers + (first ? 1 : 0); /* forward all-reduces; backward has as many */
+    out->tp_fwd = n_ar * allreduce_time(act, t, intra);
+    out->tp_bwd = 2 * st->layers * allreduce_time(act, t, intra);
+
+    double params = st->layers * cost_layer_params(j) + (first ? cost_embedding_params(j) : 0) +
+                    (last ? 2.0 * j->hidden : 0) +
+                    (last && !first ? (double)j->vocab * j->hidden : 0);
+    double per_rank = params / t;
+    double grad_bytes = per_rank * j->elem_bytes;
+    double rs = scatter_time(grad_bytes, j->data, st->dp);
+    double ag = rs;
+    double exposed = rs - l->overlap * out->bwd;
+    out->dp_exposed = (exposed > 0 ? exposed : 0) + ag;
+    if (tie && (first || last) && !(first && last))
+        out->dp_exposed += allreduce_time((double)j->vocab * j->hidden / t * j->elem_bytes, 2, *tie);
+    out->optimizer = per_rank / j->data * l->optimizer_bytes_per_param / (l->memory_gbps * 1e9);
+}
+
+/* ---- schedule simulation ---- */
+
+int cost_sim_init(struct cost_sim *s, int stages, int micro_batches, herr *e)
+{
+    memset(s, 0, sizeof *s);
+    if (stages < 1 || micro_batches < 1)
+        return herr_set(e, "cost model: need at least one stage and one micro-batch");
+    size_t pm = (size_t)stages * (size_t)micro_batches;
+    /* farr, barr: P*m each; lastf: m; per stage: t, end, lf, lb, post, fwd, bwd: 7*P */
+    s->buf = malloc(sizeof(double) * (2 * pm + (size_t)micro_batches + 7 * (size_t)stages));
+    s->ibuf = malloc(sizeof(int) * (size_t)stages);
+    if (!s->buf || !s->ibuf) {
+        cost_sim_free(s);
+        return herr_set(e, "cost model: out of memory for %d stages x %d micro-batches", stages,
+                        micro_batches);
+    }
+    s->cap_stages = stages;
+    s->cap_mb = micro_batches;
+    return 0;
+}
+
+void cost_sim_free(struct cost_sim *s)
+{
+    free(s->buf);
+    free(s->ibuf);
+    s->buf = NULL;
+    s->ibuf = NULL;
+    s->cap_stages = s->cap_mb = 0;
+}
+
+/* The k-th op of stage s: returns 0 for forward, 1 for backward; *mb gets the micro-batch. */
+static int op_at(enum cost_schedule sched, int s, int k, int P, int m, int *mb)
+{
+    if (sched == COST_GPIPE) {
+        *mb = k < m ? k : k - m;
+        return k >= m;
+    }
+    int w = P - s - 1 < m ? P - s - 1 : m;
+    if (k < w) {
+        *mb = k;
+        return 0;
+    }
+    int k2 = k - w;
+    if (k2 < 2 * (m - w)) {
+        *mb = (k2 % 2 == 0) ? w + k2 / 2 : k2 / 2;
+        return k2 % 2;
+    }
+    *mb = (m - w) + (k2 - 2 * (m - w));
+    return 1;
+}
+
+/* One pass of the schedule; fills end[] with each stage's last-op finish time. */
+static int run_schedule(const struct cost_job *j, int P, const double *fwd, const double *bwd,
+                        const double *xfer, const double *lat, struct cost_sim *sim, double *end)
+{
+    int m = j->micro_batches;
+    size_t pm = (size_t)P * (size_t)m;
+    double *farr = sim->buf, *barr = farr + pm, *lastf = barr + pm;
+    double *t = lastf + m, *lf = t + P, *lb = lf + P;
+    int *idx = sim->ibuf;
+    for (size_t i = 0; i < 2 * pm + (size_t)m; i++)
+        sim->buf[i] = -1;
+    for (int s = 0; s < P; s++) {
+        t[s] = lf[s] = lb[s] = 0;
+        idx[s] = 0;
+    }
+    int done = 0, total = 2 * m * P;
+    for (int progress = 1; progress;) {
+        progress = 0;
+        for (int s = 0; s < P; s++) {
+            while (idx[s] < 2 * m) {
+                int mb, b = op_at(j->schedule, s, idx[s], P, m, &mb);
+                double ready;
+                if (!b)
+                    ready = s == 0 ? 0 : farr[(size_t)s * m + mb];
+                else
+                    ready = s == P - 1 ? lastf[mb] : barr[(size_t)s * m + mb];
+                if (ready < 0)
+                    break;
+                double start = t[s] > ready ? t[s] : ready;
+                double fin = start + (b ? bwd[s] : fwd[s]);
+                t[s] = fin;
+                if (!b && s == P - 1)
+                    lastf[mb] = fin;
+                if (!b && s < P - 1) {
+                    double go = fin > lf[s] ? fin : lf[s];
+                    lf[s] = go + xfer[s];
+                    farr[(size_t)(s + 1) * m + mb] = go + xfer[s] + lat[s];
+                } else if (b && s > 0) {
+                    double go = fin > lb[s - 1] ? fin : lb[s - 1];
+                    lb[s - 1] = go + xfer[s - 1];
+                    barr[(size_t)(s - 1) * m + mb] = go + xfer[s - 1] + lat[s - 1];
+                }
+                idx[s]++;
+                done++;
+                progress = 1;
+            }
+        }
+    }
+    for (int s = 0; s < P; s++)
+        end[s] = t[s];
+    return done == total ? 0 : -1;
+}
+
+double cost_simulate(const struct cost_job *j, const struct cost_links *l,
+                     const struct cost_stage *st, int n, const struct cost_link *tie,
+                     struct cost_sim *sim, struct cost_breakdown *br)
+{
+    int m = j->micro_batches;
+    if (n < 1 || n > sim->cap_stages || m < 1 || m > sim->cap_mb)
+        return INFINITY;
+    size_t pm = (size_t)n * (size_t)m;
+    double *fwd = sim->buf + 2 * pm + m + 3 * (size_t)n;
+    double *bwd = fwd + n, *xfer = bwd + n, *lat = xfer + n;
+    /* xfer/lat share the slots after bwd: 7*P doubles hold t, lf, lb, fwd, bwd, xfer, lat */
+    double act = cost_activation_bytes(j);
+    struct cost_stage_terms terms;
+    for (int s = 0; s < n; s++) {
+        cost_stage_terms(j, l, &st[s], s == 0, s == n - 1, n > 1 ? tie : NULL, &terms);
+        fwd[s] = terms.fwd + terms.tp_fwd;
+        bwd[s] = terms.bwd + terms.tp_bwd;
+        xfer[s] = s < n - 1 ? act / st[s].next.bw : 0;
+        lat[s] = s < n - 1 ? st[s].next.lat : 0;
+    }
+    double end[n > 0 ? n : 1];
+    if (run_schedule(j, n, fwd, bwd, xfer, lat, sim, end) != 0)
+        return INFINITY;
+    double best = -1;
+    int crit = 0;
+    struct cost_stage_terms crit_terms = {0};
+    for (int s = 0; s < n; s++) {
+        cost_stage_terms(j, l, &st[s], s == 0, s == n - 1, n > 1 ? tie : NULL, &terms);
+        double fin = end[s] + terms.dp_exposed + terms.optimizer;
+        if (fin > best) {
+            best = fin;
+            crit = s;
+            crit_terms = terms;
+        }
+    }
+    if (br) {
+        double crit_end = end[crit];
+        for (int s = 0; s < n; s++)
+            xfer[s] = lat[s] = 0;
+        if (run_schedule(j, n, fwd, bwd, xfer, lat, sim, end) != 0)
+            return INFINITY;
+        br->critical_stage = crit;
+        br->compute = m * (crit_terms.fwd + crit_terms.bwd);
+        br->tp_comm = m * (crit_terms.tp_fwd + crit_terms.tp_bwd);
+        br->pp_comm = crit_end - end[crit] > 0 ? crit_end - end[crit] : 0;
+        br->bubble = crit_end - br->pp_comm - br->compute - br->tp_comm;
+        if (br->bubble < 0)
+            br->bubble = 0;
+        br->dp_comm = crit_terms.dp_exposed;
+        br->optimizer = crit_terms.optimizer;
+        br->total = best;
+    }
+    return best;
+}

@@ -1,0 +1,125 @@
+/* The planner's cost model: how long one training step of a GPT model takes on a pipeline of
+ * stages, given each stage's layers, speed and links. Pure arithmetic, no I/O.
+ *
+ * Units: seconds, bytes, bytes/s, FLOP. Every formula is written out in docs/planner.md. */
+#ifndef HOLMES_COST_MODEL_H
+#define HOLMES_COST_MODEL_H
+
+#include <cjson/cJSON.h>
+
+#include "error.h"
+
+/* Link and device constants. Every field can be overridden by the cluster file's `links`
+ * object (or a calibration file with the same keys), so measured numbers replace defaults. */
+struct cost_links {
+    double tcp_gbps;              /* cross-fabric TCP bandwidth per flow, Gb/s */
+    double tcp_latency_us;        /* one TCP message */
+    double tcp_efficiency;        /* usable fraction of an Ethernet NIC's Gb/s over sockets */
+    double ib_latency_us;         /* one InfiniBand RDMA message */
+    double roce_latency_us;       /* one RoCE RDMA message */
+    double rdma_efficiency;       /* usable fraction of an RDMA NIC's Gb/s */
+    double intra_node_gbps;       /* inside one node (NVLink / shared memory), tensor parallel */
+    double intra_node_latency_us;
+    double compute_efficiency;    /* achieved fraction of a device's declared TFLOPS */
+    double memory_gbps;           /* device memory bandwidth in GB/s (optimizer step) */
+    double optimizer_bytes_per_param; /* bytes the optimizer reads+writes per parameter */
+    double overlap;               /* fraction of one micro-batch backward that hides the
+                                     gradient reduce-scatter, in [0, 1] */
+};
+
+void cost_links_default(struct cost_links *l);
+/* Applies the overrides in a JSON object with the field names above (all optional). Unknown
+ * keys, non-numbers and out-of-range values are errors naming `where`.key. */
+int cost_links_apply_json(struct cost_links *l, const cJSON *j, const char *where, herr *e);
+/* Checks every field is finite and in range (bandwidths > 0, efficiencies in (0, 1], ...). */
+int cost_links_check(const struct cost_links *l, herr *e);
+cJSON *cost_links_to_json(const struct cost_links *l);
+
+enum cost_schedule { COST_1F1B = 0, COST_GPIPE = 1 };
+
+/* Model shape and per-step work, as the cost model needs it. */
+struct cost_job {
+    int layers, hidden, heads, vocab, seq;
+    int tensor;            /* tensor-parallel degree */
+    int data;              /* data-parallel degree */
+    int micro_batches;     /* per replica per step */
+    int micro_batch_size;  /* sequences per micro-batch */
+    int elem_bytes;        /* 4 for fp32, 2 for bf16/fp16 */
+    enum cost_schedule schedule;
+};
+
+/* One link: bandwidth in bytes/s and latency in seconds. */
+struct cost_link {
+    double bw;
+    double lat;
+};
+
+/* What the placement decided for one stage; layers come from the partition. */
+struct cost_stage {
+    int layers;
+    double tflops;         /* declared TFLOPS of the stage's slowest device */
+    double mem_bytes;      /* memory of the stage's smallest device; INFINITY = not checked */
+    struct cost_link dp;   /* data-parallel ring of the stage (bottleneck link, NIC share) */
+    struct cost_link next; /* activation link to the next stage (unused on the last) */
+};
+
+/* Breakdown of the predicted step along its critical stage. The terms sum to the total. */
+struct cost_breakdown {
+    double compute;   /* forward + backward FLOPs / effective TFLOPS */
+    double tp_comm;   /* tensor-parallel all-reduces */
+    double pp_comm;   /* activation and gradient transfers between stages (critical path) */
+    double bubble;    /* pipeline idle time */
+    double dp_comm;   /* exposed gradient reduce-scatter + parameter all-gather + tie all-reduce */
+    double optimizer; /* optimizer step on the stage's shard */
+    double total;
+    int critical_stage;
+};
+
+/* Formulas (per micro-batch, per layer unless said): see docs/planner.md. */
+double cost_layer_fwd_flops(const struct cost_job *j);        /* one layer, one micro-batch */
+double cost_head_fwd_flops(const struct cost_job *j);         /* LM head, one micro-batch */
+double cost_layer_params(const struct cost_job *j);
+double cost_embedding_params(const struct cost_job *j);      /* token + position embeddings */
+double cost_activation_bytes(const struct cost_job *j);      /* one boundary, one micro-batch */
+
+/* Per-stage terms of one micro-batch (forward compute, tensor comm) and per step after the
+ * last backward (exposed data-parallel comm, optimizer). `last`/`first`: stage position. */
+struct cost_stage_terms {
+    double fwd, bwd;         /* compute per micro-batch */
+    double tp_fwd, tp_bwd;   /* tensor-parallel all-reduces per micro-batch */
+    double dp_exposed;       /* after the last backward */
+    double optimizer;
+};
+void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,
+                      const struct cost_stage *st, int first, int last,
+                      const struct cost_link *tie, struct cost_stage_terms *out);
+
+/* Scratch for cost_simulate, sized for `stages` stages and `micro_batches` micro-batches.
+ * Reusable across calls of the same or smaller size. */
+struct cost_sim {
+    int cap_stages, cap_mb;
+    double *buf;
+    int *ibuf;
+};
+int cost_sim_init(struct cost_sim *s, int stages, int micro_batches, herr *e);
+void cost_sim_free(struct cost_sim *s);
+
+/* Predicts the step time of `n` stages by simulating the schedule (1F1B or GPipe) with
+ * per-stage op times and per-boundary transfers (a link carries one transfer at a time).
+ * Fills `br` when non-NULL (one more simulation without transfers splits pp_comm from
+ * bubble). `tie`: the embedding tie link between first and last stage (NULL when n == 1).
+ * Returns the step time in seconds. */
+double cost_simulate(const struct cost_job *j, const struct cost_links *l,
+                     const struct cost_stage *st, int n, const struct cost_link *tie,
+                     struct cost_sim *sim, struct cost_breakdown *br);
+
+/* Bytes one device of stage `s` (of `n`) holds with `layers` layers: bf16/fp32 weights and
+ * gradients, the optimizer state sharded over data parallel (12 bytes/param for mixed precision,
+ * 8 for fp32), and activations of the micro-batches in flight (1F1B: min(n - s, m); GPipe: m),
+ * sbh(10 + 24/t + 5as/(ht)) bytes per layer each, plus the last stage's logits. */
+double cost_stage_memory(const struct cost_job *j, int layers, int s, int n);
+
+/* A link of `gbps` Gb/s with latency `lat_us`, shared by `flows` concurrent flows. */
+struct cost_link cost_link_make(double gbps, double lat_us, double flows);
+
+#endif

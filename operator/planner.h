@@ -1,0 +1,173 @@
+/* The Holmes planner: places pipeline stages and data-parallel replicas on workers so that every
+ * data- and tensor-parallel group stays inside one network fabric, partitions the layers with
+ * the cost model, and picks the transport (ib | roce | socket) of every communicator.
+ *
+ * Pure: no I/O. Inputs are the workers (with their NIC summaries), the job and the link
+ * constants; the output is a `struct plan` that the coordinator turns into assignments and
+ * `plan_to_json` turns into the `--json` document described in docs/planner.md.
+ *
+ * Ranks: a worker with G GPUs holds G ranks (a CPU worker, gpus 0, holds one). Ranks of one
+ * worker are numbered in worker order; a tensor-parallel group is `tensor` consecutive ranks of
+ * one worker. Global rank = tp + tensor * (dp + data * stage), as in Megatron-LM. */
+#ifndef HOLMES_PLANNER_H
+#define HOLMES_PLANNER_H
+
+#include <cjson/cJSON.h>
+
+#include "cost_model.h"
+#include "error.h"
+#include "nic_summary.h"
+
+#define PLAN_NAME_MAX 64
+#define PLAN_TOP_MAX 5   /* candidates kept by the auto search */
+
+enum plan_policy { PLAN_HOLMES = 0, PLAN_NAIVE = 1, PLAN_ETHERNET = 2 };
+enum plan_precision { PLAN_FP32 = 0, PLAN_BF16 = 1, PLAN_FP16 = 2 };
+enum plan_transport { PLAN_IB = 0, PLAN_ROCE = 1, PLAN_SOCKET = 2 };
+/* dp, tp, pp, and the embedding tie group (first and last stage, same dp and tp rank). */
+enum plan_group_kind { PLAN_GROUP_DP = 0, PLAN_GROUP_TP = 1, PLAN_GROUP_PP = 2,
+                       PLAN_GROUP_EMBEDDING = 3 };
+
+const char *plan_policy_name(enum plan_policy p);      /* "holmes", "naive", "ethernet" */
+int plan_policy_parse(const char *s, enum plan_policy *out);
+const char *plan_transport_name(enum plan_transport t); /* "ib", "roce", "socket" */
+const char *plan_group_kind_name(enum plan_group_kind k); /* "dp", "tp", "pp", "embedding" */
+const char *plan_precision_name(enum plan_precision p); /* "fp32", "bf16", "fp16" */
+int plan_precision_parse(const char *s, enum plan_precision *out);
+
+struct plan_worker {
+    char name[PLAN_NAME_MAX];
+    char node[PLAN_NAME_MAX]; /* the Kubernetes node; "" = its own node */
+    int gpus;                 /* 0 = CPU worker, one device */
+    double tflops;            /* per device, declared or measured */
+    double memory_gb;         /* per device; 0 = unknown (not checked) */
+    struct nic_summary nic;
+};
+
+struct plan_model {
+    int layers, hidden, heads, vocab, seq;
+};
+
+struct plan_job {
+    struct plan_model model;
+    int tensor;           /* >= 1; tensor groups never leave a worker */
+    int pipeline;         /* 0 = auto */
+    int data;             /* 0 = auto */
+    int micro_batches;    /* per data-parallel replica per step */
+    int micro_batch_size; /* sequences per micro-batch */
+    enum plan_precision precision;
+    enum cost_schedule schedule;
+    enum plan_policy policy;
+    const int *pinned;    /* layers per stage, or NULL for the cost model's partition */
+    int n_pinned;
+};
+
+/* Sensible defaults: tensor 1, pipeline/data auto, 1F1B, bf16, holmes, no pin. */
+void plan_job_init(struct plan_job *j);
+
+/* Where a communicator's traffic goes and how NCCL / the TCP backend is told so. */
+struct plan_transport_spec {
+    enum plan_transport kind;
+    const char *nccl_net;  /* ncclConfig_t.netName: "IB" or "Socket" */
+    int gid_index;         /* RoCE: NCCL_IB_GID_INDEX (3 unless reported); else -1 */
+    int intra_node;        /* every member on one node (NVLink / shared memory inside) */
+    char reason[192];      /* why socket, when it is; "" otherwise */
+};
+
+struct plan_rank {
+    int worker;           /* index into plan.workers */
+    int local;            /* device index inside the worker */
+    int stage, dp_rank, tp_rank;
+};
+
+struct plan_stage {
+    int first_layer, last_layer;  /* [first, last) */
+    char fabric[128];             /* the fabric id, or "mixed" */
+    int mixed;                    /* members span fabrics */
+    double tflops;                /* slowest device of the stage */
+    double fwd_s, bwd_s;          /* predicted compute per micro-batch */
+    double memory_gb;             /* predicted peak per device (see cost_stage_memory) */
+};
+
+struct plan_group {
+    enum plan_group_kind kind;
+    int stage;                    /* -1 for pp and embedding groups */
+    int n;
+    int *members;                 /* global ranks, in communicator order */
+    struct plan_transport_spec transport;
+};
+
+/* One point of the auto search. */
+struct plan_candidate {
+    int pipeline, data, micro_batches, micro_batch_size;
+    double step_s, tokens_per_s;
+};
+
+struct plan {
+    enum plan_policy policy;
+    int tensor, pipeline, data, micro_batches, micro_batch_size;
+    enum cost_schedule schedule;
+    int n_workers;
+    struct plan_worker *workers;  /* a copy of the input workers */
+    int n_ranks;
+    struct plan_rank *ranks;      /* indexed by global rank */
+    int n_stages;
+    struct plan_stage *stages;
+    int n_groups;
+    struct plan_group *groups;
+    double step_s;                /* predicted seconds per step */
+    double tokens_per_s;
+    struct cost_breakdown breakdown;
+    double baseline_naive_s;      /* same job, naive policy (0 if not computed) */
+    double baseline_ethernet_s;
+    int n_socket_groups;          /* dp/tp groups that fall back to TCP */
+    int homogeneous_possible;     /* a fabric-homogeneous placement exists */
+    int n_top;
+    struct plan_candidate top[PLAN_TOP_MAX]; /* best few of the auto search, best first */
+    struct cost_links links;
+};
+
+/* Plans `job` on `workers` with `links`. Also computes the naive and ethernet baselines for
+ * the same (pipeline, data, micro-batch) choice. Returns 0, or -1 with the rule broken in `e`
+ * (tensor x pipeline x data != devices, more stages than layers, duplicate worker names, a
+ * pin that does not fit, ...). Free with plan_free. */
+int plan_make(const struct plan_worker *workers, int n_workers, const struct plan_job *job,
+              const struct cost_links *links, struct plan *out, herr *e);
+void plan_free(struct plan *p);
+
+/* Global rank of (stage, dp, tp). */
+static inline int plan_rank_of(const struct plan *p, int stage, int dp, int tp)
+{
+    return tp + p->tensor * (dp + p->data * stage);
+}
+
+/* The --json document (see docs/planner.md). NULL on out-of-memory. */
+cJSON *plan_to_json(const struct plan *p);
+
+/* Checks the input alone (names, NIC reports, numbers); plan_make calls it. */
+int plan_check_input(const struct plan_worker *workers, int n_workers, const struct plan_job *job,
+                     herr *e);
+
+/* ---- lower-level entry points (tests, benchmarks) ---- */
+
+/* Devices the workers provide (a CPU worker counts one). */
+long plan_devices(const struct plan_worker *workers, int n_workers);
+
+/* Predicted step time of an explicit placement: `unit_stage[u]` and `unit_dp[u]` for every
+ * tensor block u (blocks numbered in worker order, `tensor` devices each), `layers[s]` per
+ * stage. For tests that search exhaustively. Returns INFINITY when inconsistent. */
+struct plan_eval;
+struct plan_eval *plan_eval_new(const struct plan_worker *workers, int n_workers,
+                                const struct plan_job *job, const struct cost_links *links,
+                                herr *e);
+void plan_eval_free(struct plan_eval *ev);
+int plan_eval_units(const struct plan_eval *ev);
+/* Fabric index of tensor block u (fabrics numbered in order of first appearance). */
+int plan_eval_unit_fabric(const struct plan_eval *ev, int u);
+/* Step time with `stage_units[s*data + d]` = the tensor block at (stage s, replica d). */
+double plan_eval_step(struct plan_eval *ev, const int *stage_units, const int *layers);
+/* Same, but each stage's blocks given as a set: they are put in the canonical replica order
+ * (by fabric, class, Gb/s, TFLOPS, index) the holmes policy uses. `stage_units` is reordered. */
+double plan_eval_step_canonical(struct plan_eval *ev, int *stage_units, const int *layers);
+
+#endif

@@ -1,0 +1,130 @@
+# holmes-operator plan on the example clusters: table, --json, policies, bad input.
+source "$(dirname "$0")/lib.bash"
+EX=$REPO/examples/clusters
+TMP=$(mktemp -d /tmp/holmes-plan.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+
+# The paper's 4 IB + 4 RoCE cluster: two stages, one per fabric, DP groups on RDMA.
+out=$("$OPERATOR" plan --cluster "$EX/paper-ib-roce.yaml" "$EX/gpt-7.5b-job.yaml" --json 2>&1)
+rc=$?
+[ $rc -eq 0 ] && pass "plan paper --json exits 0" || fail "plan paper --json exits 0" "$out"
+echo "$out" >"$TMP/paper.json"
+py() { /usr/bin/python3 - "$@"; }
+py "$TMP/paper.json" <<'PY' && pass "plan paper: stages on one fabric each, dp on rdma, beats baselines" || fail "plan paper: stages on one fabric each, dp on rdma, beats baselines"
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["policy"] == "holmes"
+for k in ("predicted_step_seconds", "breakdown", "stages", "workers", "groups", "baselines"):
+    assert k in p, k
+fabrics = [s["fabric"] for s in p["stages"]]
+assert "mixed" not in fabrics and len(set(fabrics)) == 2, fabrics
+assert sum(s["layers"][1] - s["layers"][0] for s in p["stages"]) == 36
+dp = [g for g in p["groups"] if g["kind"] == "dp"]
+assert dp and all(g["transport"] in ("ib", "roce") for g in dp)
+assert all(g["transport"] == "socket" for g in p["groups"] if g["kind"] == "pp")
+roce = [g for g in dp if g["transport"] == "roce"]
+assert roce and all(g["gid_index"] == 3 for g in roce)
+assert p["baselines"]["naive"] > p["predicted_step_seconds"]
+assert p["baselines"]["ethernet"] > p["predicted_step_seconds"]
+assert abs(sum(p["breakdown"].values()) - p["predicted_step_seconds"]) < 1e-6 * p["predicted_step_seconds"]
+assert len(p["workers"]) == 64 and len({(w["name"], w["local_rank"]) for w in p["workers"]}) == 64
+PY
+
+# The readable table names stages, groups, the step time and the speed-up.
+out=$("$OPERATOR" plan --cluster "$EX/paper-ib-roce.yaml" "$EX/gpt-7.5b-job.yaml" 2>&1)
+echo "$out" | grep -q "^predicted step:" && echo "$out" | grep -q "^baselines: naive" &&
+    echo "$out" | grep -q "ib-fabric-a" && pass "plan table" || fail "plan table" "$out"
+
+# Every example plans (the baselines as policies on the paper's cluster).
+for c in paper-ib-roce:gpt-7.5b-job:naive paper-ib-roce:gpt-7.5b-job:ethernet \
+         three-fabrics:three-fabrics-job:holmes uneven-5ib-3roce:uneven-5ib-3roce-job:holmes \
+         mixed-generations:mixed-generations-job:holmes; do
+    pol=${c##*:}; c=${c%:*}
+    for pol in $pol; do
+        "$OPERATOR" plan --cluster "$EX/${c%%:*}.yaml" "$EX/${c##*:}.yaml" --policy $pol --json \
+            >"$TMP/out.json" 2>"$TMP/err" &&
+            /usr/bin/python3 -c "import json,sys; p=json.load(open(sys.argv[1])); assert p['policy']==sys.argv[2]" \
+            "$TMP/out.json" $pol && pass "plan ${c%%:*} --policy $pol" ||
+            fail "plan ${c%%:*} --policy $pol" "$(cat "$TMP/err")"
+    done
+done
+
+# Uneven fabrics: the plan says which dp groups fall back to TCP and why.
+out=$("$OPERATOR" plan --cluster "$EX/uneven-5ib-3roce.yaml" "$EX/uneven-5ib-3roce-job.yaml" 2>&1)
+echo "$out" | grep -q "on TCP: .* dp group(s) of stage .* (members span fabrics" &&
+    pass "plan uneven names TCP groups" || fail "plan uneven names TCP groups" "$out"
+
+# A calibration file overrides the link constants.
+printf 'links: {tcp_gbps: 1}\n' >"$TMP/calib.yaml"
+a=$("$OPERATOR" plan --cluster "$EX/paper-ib-roce.yaml" "$EX/gpt-7.5b-job.yaml" --json | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['links']['tcp_gbps'])")
+b=$("$OPERATOR" plan --cluster "$EX/paper-ib-roce.yaml" "$EX/gpt-7.5b-job.yaml" --json --calibration "$TMP/calib.yaml" | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['links']['tcp_gbps'])")
+[ "$a" = 10 ] && [ "$b" = 1 ] && pass "plan --calibration" || fail "plan --calibration" "$a $b"
+
+# Bad input: one clear error naming the rule, exit 1; usage errors exit 2.
+expect_err() { # name, expected substring, args...
+    local n=$1 want=$2; shift 2
+    local err
+    err=$("$OPERATOR" plan "$@" 2>&1 >/dev/null)
+    local rc=$?
+    if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [[ $err == *"$want"* ]]; then pass "$n"; else fail "$n" "rc $rc: $err"; fi
+}
+cat >"$TMP/dup.yaml" <<'Y'
+workers:
+- {name: a, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}
+- {name: a, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}
+Y
+cat >"$TMP/nonic.yaml" <<'Y'
+workers:
+- {name: a, gpu_tflops: 1}
+Y
+cat >"$TMP/zero.yaml" <<'Y'
+workers:
+- {name: a, gpu_tflops: 1, nic: {class: roce, fabric: f, gbps: 0}}
+Y
+job() { # file workers pipeline data layers
+    cat >"$1" <<Y
+apiVersion: holmes.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: t}
+spec:
+  workers: $2
+  gpusPerWorker: 0
+  model: {layers: $5, hidden: 64, heads: 4, vocab: 256, seqLen: 32}
+  parallelism: {pipeline: $3, data: $4, microBatches: 4, microBatchSize: 1}
+  training: {steps: 1}
+Y
+}
+job "$TMP/job2.yaml" 2 1 2 12
+job "$TMP/job-bad.yaml" 2 3 1 12
+job "$TMP/job-pin.yaml" 2 2 1 12
+job "$TMP/job8.yaml" 8 8 1 4
+cat >"$TMP/two.yaml" <<'Y'
+workers:
+- {name: a, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}
+- {name: b, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}
+Y
+cat >"$TMP/three.yaml" <<'Y'
+workers:
+- {name: w, count: 3, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}
+Y
+cat >"$TMP/eight.yaml" <<'Y'
+workers:
+- {name: w, count: 8, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}
+Y
+expect_err "bad: duplicate names" "duplicate name \"a\"" --cluster "$TMP/dup.yaml" "$TMP/job2.yaml"
+expect_err "bad: worker without NIC" "workers[0].nic: required" --cluster "$TMP/nonic.yaml" "$TMP/job2.yaml"
+expect_err "bad: zero bandwidth" "workers[0].nic.gbps" --cluster "$TMP/zero.yaml" "$TMP/job2.yaml"
+expect_err "bad: job and cluster disagree" "spec.workers: 2, but the cluster has 3 workers" --cluster "$TMP/three.yaml" "$TMP/job2.yaml"
+expect_err "bad: t x p x d != devices" "tensor 1 x pipeline 3 x data 1 = 3 ranks, but workers 2 x 1 ranks per worker = 2" --cluster "$TMP/two.yaml" "$TMP/job-bad.yaml"
+expect_err "bad: more stages than layers" "spec.parallelism.pipeline: 8 exceeds model layers 4" --cluster "$TMP/eight.yaml" "$TMP/job8.yaml"
+expect_err "bad: pin with the wrong stage count" "3 stages pinned but pipeline is 1" --cluster "$TMP/two.yaml" "$TMP/job2.yaml" --partition 4,4,4
+expect_err "bad: infeasible pin" "pinned layers sum to 8, model has 12" --cluster "$TMP/two.yaml" "$TMP/job-pin.yaml" --partition 4,4
+expect_err "bad: malformed pin" "--partition: must be" --cluster "$TMP/two.yaml" "$TMP/job-pin.yaml" --partition 4,x
+expect_err "bad: missing job file" "no-such-job.yaml" --cluster "$TMP/two.yaml" "$TMP/no-such-job.yaml"
+expect_err "bad: missing cluster file" "no-such-file" --cluster "$TMP/no-such-file.yaml" "$TMP/job2.yaml"
+expect_err "bad: unknown policy" "--policy: must be" --cluster "$TMP/two.yaml" "$TMP/job-pin.yaml" --policy best
+out=$("$OPERATOR" plan --cluster "$TMP/two.yaml" "$TMP/job-pin.yaml" --partition 5,7 --json) &&
+    echo "$out" | /usr/bin/python3 -c "import json,sys; p=json.load(sys.stdin); assert [s['layers'] for s in p['stages']]==[[0,5],[5,12]]" &&
+    pass "plan --partition pins the layers" || fail "plan --partition pins the layers" "$out"
+"$OPERATOR" plan >/dev/null 2>&1; [ $? -eq 2 ] && pass "plan without arguments exits 2" || fail "plan without arguments exits 2"
+"$OPERATOR" plan --help | grep -q "^usage: holmes-operator plan" && pass "plan --help" || fail "plan --help"

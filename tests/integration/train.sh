@@ -1,0 +1,55 @@
+# holmes-node train: it learns, a resumed run repeats an uninterrupted one, bad input is refused.
+source "$(dirname "$0")/lib.bash"
+tmp=$(mktemp -d /tmp/holmes-train.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=2
+corpus=$REPO/examples/data/corpus.txt
+args=(--data "$corpus" --layers 2 --channels 32 --heads 2 --seq 32 --batch 4 --steps 8
+      --lr 3e-3 --warmup 2 --seed 7)
+
+"$NODE" train "${args[@]}" --checkpoint-dir "$tmp/a" --checkpoint-every 4 --keep 5 \
+    --metrics-out "$tmp/a.jsonl" >"$tmp/a.out" 2>&1
+check "train.runs" test "$(wc -l <"$tmp/a.jsonl")" -eq 8
+first=$(sed -n 1p "$tmp/a.jsonl" | sed 's/.*"loss":\([0-9.]*\).*/\1/')
+last=$(sed -n 8p "$tmp/a.jsonl" | sed 's/.*"loss":\([0-9.]*\).*/\1/')
+check "train.loss_falls ($first -> $last)" awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.3) }'
+check "train.checkpoints" test -f "$tmp/a/stage-0-2-step-000000004.ckpt" -a -f "$tmp/a/stage-0-2-step-000000008.ckpt"
+
+# Resume from the step-4 checkpoint in a fresh process: steps 5..8 must repeat exactly.
+mkdir -p "$tmp/b"
+cp "$tmp/a/stage-0-2-step-000000004.ckpt" "$tmp/b/"
+"$NODE" train "${args[@]}" --checkpoint-dir "$tmp/b" --resume --metrics-out "$tmp/b.jsonl" \
+    >"$tmp/b.out" 2>&1
+check "train.resume_announced" grep -q "resumed from .*step-000000004.ckpt at step 4" "$tmp/b.out"
+strip() { sed 's/,"ms".*//' "$1"; }
+if [ "$(sed -n 5,8p "$tmp/a.jsonl" | sed 's/,"ms".*//')" = "$(strip "$tmp/b.jsonl")" ] &&
+   [ "$(wc -l <"$tmp/b.jsonl")" -eq 4 ]; then
+    pass "train.resume_same_losses"
+else
+    fail "train.resume_same_losses" "$(sed -n 5,8p "$tmp/a.jsonl"; cat "$tmp/b.jsonl")"
+fi
+check "train.resume_final_same" cmp "$tmp/a/stage-0-2-step-000000008.ckpt" "$tmp/b/stage-0-2-step-000000008.ckpt"
+
+# Bad input: a clear message naming the file, exit status 1, never a crash.
+expect_error() { # name, needle, args...
+    local name=$1 needle=$2; shift 2
+    local out rc
+    out=$("$NODE" train "$@" 2>&1); rc=$?
+    if [ $rc -eq 1 ] && grep -q -- "$needle" <<<"$out"; then pass "$name"; else fail "$name" "rc $rc: $out"; fi
+}
+printf 'not a shard' >"$tmp/foreign.bin"
+expect_error "train.bad_shard" "foreign.bin: .*header" --data "$tmp/foreign.bin" --vocab 256 --steps 1
+cp "$tmp/a/stage-0-2-step-000000008.ckpt" "$tmp/b/stage-0-2-step-000000009.ckpt"
+truncate -s 1000 "$tmp/b/stage-0-2-step-000000009.ckpt"
+expect_error "train.truncated_checkpoint" "step-000000009.ckpt: .*truncated" "${args[@]}" --steps 12 \
+    --checkpoint-dir "$tmp/b" --resume
+rm "$tmp/b/stage-0-2-step-000000009.ckpt"
+expect_error "train.checkpoint_shape" "channels is 32 but the job has 64" --data "$corpus" \
+    --layers 2 --channels 64 --heads 2 --seq 32 --steps 9 --checkpoint-dir "$tmp/b" --resume
+expect_error "train.vocab_too_small" "corpus.txt: byte .* not below the model's vocabulary 100" \
+    --data "$corpus" --vocab 100 --steps 1
+out=$("$NODE" train --data "$corpus" --heads 3 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "multiple of heads" <<<"$out" && pass "train.bad_heads" || fail "train.bad_heads" "$out"
+out=$("$NODE" train --steps x 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q -- "--steps must be an integer" <<<"$out" && pass "train.bad_flag" || fail "train.bad_flag" "$out"
+"$NODE" train --help | grep -q -- "--checkpoint-dir" && pass "train.help" || fail "train.help"

@@ -1,0 +1,692 @@
+/* Planner: cost-model formulas and schedule simulation, plan properties (every device once,
+ * layers sum, no empty stage, fabric-homogeneous groups, determinism), transports, the JSON
+ * document, the cluster file and bad input. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "cluster.h"
+#include "cost_model.h"
+#include "planner.h"
+#include "planner_job.h"
+#include "test.h"
+
+static void worker(struct plan_worker *w, const char *name, int gpus, double tflops,
+                   enum nic_class cls, const char *fabric, double gbps)
+{
+    memset(w, 0, sizeof *w);
+    snprintf(w->name, sizeof w->name, "%s", name);
+    w->gpus = gpus;
+    w->tflops = tflops;
+    w->nic.cls = cls;
+    w->nic.gbps = gbps;
+    w->nic.gid_index = -1;
+    snprintf(w->nic.fabric, sizeof w->nic.fabric, "%s", fabric);
+}
+
+static void small_job(struct plan_job *j, int layers, int P, int D)
+{
+    plan_job_init(j);
+    j->model = (struct plan_model){layers, 512, 8, 8000, 256};
+    j->pipeline = P;
+    j->data = D;
+    j->micro_batches = 8;
+    j->micro_batch_size = 2;
+}
+
+/* ---- cost model ---- */
+
+static void test_formulas(void)
+{
+    struct cost_job j = {.layers = 2, .hidden = 64, .heads = 4, .vocab = 100, .seq = 16,
+                         .tensor = 1, .data = 1, .micro_batches = 4, .micro_batch_size = 2,
+                         .elem_bytes = 2};
+    CHECK_NEAR("layer flops 24bsh^2+4bs^2h", cost_layer_fwd_flops(&j),
+               24.0 * 2 * 16 * 64 * 64 + 4.0 * 2 * 16 * 16 * 64, 1e-12);
+    CHECK_NEAR("head flops 2bshV", cost_head_fwd_flops(&j), 2.0 * 2 * 16 * 64 * 100, 1e-12);
+    CHECK_NEAR("layer params 12h^2+13h", cost_layer_params(&j), 12.0 * 64 * 64 + 13 * 64, 1e-12);
+    CHECK_NEAR("embedding params (V+T)h", cost_embedding_params(&j), (100.0 + 16) * 64, 1e-12);
+    CHECK_NEAR("activation bytes bsh*elem", cost_activation_bytes(&j), 2.0 * 16 * 64 * 2, 1e-12);
+    struct cost_link k = cost_link_make(100, 5, 4);
+    CHECK_NEAR("link bytes/s shared by flows", k.bw, 100e9 / 8 / 4, 1e-12);
+    CHECK_NEAR("link latency seconds", k.lat, 5e-6, 1e-12);
+}
+
+/* Equal stages, no transfers, no data parallelism: both schedules take (m + P - 1)(f + b). */
+static void test_schedule_closed_form(void)
+{
+    struct cost_links l;
+    cost_links_default(&l);
+    l.compute_efficiency = 1;
+    l.memory_gbps = 1e12; /* optimizer ~ 0 */
+    struct cost_job j = {.layers = 8, .hidden = 256, .heads = 4, .vocab = 1, .seq = 64,
+                         .tensor = 1, .data = 1, .micro_batches = 6, .micro_batch_size = 1,
+                         .elem_bytes = 2};
+    struct cost_stage st[4];
+    for (int s = 0; s < 4; s++) {
+        st[s].layers = 2;
+        st[s].tflops = 1;
+        st[s].dp.bw = INFINITY;
+        st[s].dp.lat = 0;
+        st[s].next.bw = INFINITY;
+        st[s].next.lat = 0;
+    }
+    struct cost_link tie = {INFINITY, 0};
+    struct cost_sim sim;
+    herr e;
+    CHECK_INT("sim init", cost_sim_init(&sim, 4, 6, &e), 0);
+    double f = 2 * cost_layer_fwd_flops(&j) / 1e12, head = cost_head_fwd_flops(&j) / 1e12;
+    /* the last stage carries the (tiny, V=1) head: account for it exactly */
+    struct cost_breakdown br;
+    for (int sch = 0; sch < 2; sch++) {
+        j.schedule = sch ? COST_GPIPE : COST_1F1B;
+        double t = cost_simulate(&j, &l, st, 4, &tie, &sim, &br);
+        double want = (6 + 4 - 1) * 3 * f + 6 * 3 * head;
+        CHECK_NEAR(sch ? "gpipe (m+P-1)(f+b)" : "1f1b (m+P-1)(f+b)", t, want, 1e-6);
+        CHECK_NEAR("breakdown sums to total",
+                   br.compute + br.tp_comm + br.pp_comm + br.bubble + br.dp_comm + br.optimizer,
+                   br.total, 1e-9);
+        CHECK_NEAR("bubble (P-1)(f+b)", br.bubble, 3 * 3 * f, 1e-3);
+    }
+    /* one stage: no bubble, m (f + b) */
+    j.micro_batches = 3;
+    double t1 = cost_simulate(&j, &l, st, 1, NULL, &sim, &br);
+    struct cost_stage_terms terms;
+    cost_stage_terms(&j, &l, &st[0], 1, 1, NULL, &terms);
+    CHECK_NEAR("single stage m(f+b)+optimizer", t1, 3 * (terms.fwd + terms.bwd) + terms.optimizer,
+               1e-9);
+    /* a slow link adds its transfers: 2 stages, m = 1: f0 + x + f1 + b1 + x + b0 */
+    st[0].next.bw = cost_activation_bytes(&j) / 0.5; /* 0.5 s per transfer */
+    j.micro_batches = 1;
+    double t2 = cost_simulate(&j, &l, st, 2, &tie, &sim, &br);
+    cost_stage_terms(&j, &l, &st[0], 1, 0, &tie, &terms);
+    double a = terms.fwd + terms.bwd;
+    cost_stage_terms(&j, &l, &st[1], 0, 1, &tie, &terms);
+    CHECK_NEAR("transfers on the critical path", t2, a + terms.fwd + terms.bwd + 1.0, 1e-6);
+    CHECK_NEAR("pp_comm is the transfer time", br.pp_comm, 1.0, 1e-6);
+    /* data parallel: reduce-scatter + all-gather, overlap hides up to one backward */
+    st[0].dp = cost_link_make(8, 0, 1); /* 1 GB/s */
+    st[0].next.bw = INFINITY;
+    j.data = 4;
+    l.overlap = 0;
+    cost_stage_terms(&j, &l, &st[0], 0, 0, NULL, &terms);
+    double grad = 2 * cost_layer_params(&j) * 2;
+    CHECK_NEAR("dp exposed = 2 x 3/4 x bytes / bw", terms.dp_exposed, 2 * 0.75 * grad / 1e9, 1e-9);
+    l.overlap = 1;
+    cost_stage_terms(&j, &l, &st[0], 0, 0, NULL, &terms);
+    double rs = 0.75 * grad / 1e9;
+    double want = (rs > terms.bwd ? rs - terms.bwd : 0) + rs;
+    CHECK_NEAR("overlap hides reduce-scatter behind one backward", terms.dp_exposed, want, 1e-9);
+    cost_sim_free(&sim);
+}
+
+static void test_links_json(void)
+{
+    struct cost_links l;
+    cost_links_default(&l);
+    herr e = {{0}};
+    cJSON *j = cJSON_Parse("{\"tcp_gbps\": 5, \"overlap\": 0.5}");
+    CHECK_INT("links override ok", cost_links_apply_json(&l, j, "links", &e), 0);
+    CHECK_NEAR("tcp_gbps overridden", l.tcp_gbps, 5, 0);
+    cJSON_Delete(j);
+    j = cJSON_Parse("{\"tcp_gbps\": 0}");
+    CHECK_INT("zero bandwidth rejected", cost_links_apply_json(&l, j, "links", &e), -1);
+    CHECK_STR("zero bandwidth message", e.msg, "links.tcp_gbps: must be a number in (0, 1e+06]");
+    cJSON_Delete(j);
+    j = cJSON_Parse("{\"warp_speed\": 9}");
+    CHECK_INT("unknown constant rejected", cost_links_apply_json(&l, j, "links", &e), -1);
+    CHECK("unknown constant named", strstr(e.msg, "links.warp_speed: unknown") != NULL);
+    cJSON_Delete(j);
+}
+
+/* ---- plans ---- */
+
+/* 4 IB + 4 RoCE workers, listed interleaved. */
+static int two_fabric_cluster(struct plan_worker *w, int gpus)
+{
+    char name[16];
+    for (int i = 0; i < 8; i++) {
+        snprintf(name, sizeof name, "w%d", i);
+        if (i % 2 == 0)
+            worker(&w[i], name, gpus, 300, NIC_INFINIBAND, "ib-a", 200);
+        else
+            worker(&w[i], name, gpus, 300, NIC_ROCE, "roce-b", 100);
+    }
+    return 8;
+}
+
+static void check_properties(const char *label, const struct plan *p, const struct plan_job *job)
+{
+    char name[160];
+    long dev = plan_devices(p->workers, p->n_workers);
+    int ok = p->n_ranks == dev;
+    /* every (worker, device) exactly once */
+    int *seen = calloc((size_t)dev, sizeof(int));
+    int *base = calloc((size_t)p->n_workers + 1, sizeof(int));
+    for (int w = 0; w < p->n_workers; w++)
+        base[w + 1] = base[w] + (p->workers[w].gpus > 0 ? p->workers[w].gpus : 1);
+    for (int r = 0; r < p->n_ranks && ok; r++) {
+        const struct plan_rank *rk = &p->ranks[r];
+        int idx = base[rk->worker] + rk->local;
+        if (idx < 0 || idx >= dev || seen[idx]++)
+            ok = 0;
+        if (plan_rank_of(p, rk->stage, rk->dp_rank, rk->tp_rank) != r)
+            ok = 0;
+    }
+    snprintf(name, sizeof name, "%s: every device used exactly once", label);
+    CHECK(name, ok);
+    free(seen);
+    free(base);
+    int sum = 0, empty = 0, contiguous = 1;
+    for (int s = 0; s < p->n_stages; s++) {
+        int n = p->stages[s].last_layer - p->stages[s].first_layer;
+        sum += n;
+        empty += n < 1;
+        if (s && p->stages[s].first_layer != p->stages[s - 1].last_layer)
+            contiguous = 0;
+    }
+    snprintf(name, sizeof name, "%s: layers sum to the model's", label);
+    CHECK_INT(name, sum, job->model.layers);
+    snprintf(name, sizeof name, "%s: no empty stage, contiguous", label);
+    CHECK(name, !empty && contiguous && p->stages[0].first_layer == 0);
+    snprintf(name, sizeof name, "%s: tensor x pipeline x data = devices", label);
+    CHECK_INT(name, (long)p->tensor * p->pipeline * p->data, dev);
+    if (p->homogeneous_possible && p->policy == PLAN_HOLMES) {
+        int homog = 1;
+        for (int g = 0; g < p->n_groups; g++) {
+            const struct plan_group *gr = &p->groups[g];
+            if (gr->kind != PLAN_GROUP_DP && gr->kind != PLAN_GROUP_TP)
+                continue;
+            for (int i = 1; i < gr->n; i++)
+                if (strcmp(p->workers[p->ranks[gr->members[i]].worker].nic.fabric,
+                           p->workers[p->ranks[gr->members[0]].worker].nic.fabric))
+                    homog = 0;
+        }
+        snprintf(name, sizeof name, "%s: dp and tp groups fabric-homogeneous", label);
+        CHECK(name, homog);
+    }
+}
+
+static char *plan_string(const struct plan *p)
+{
+    cJSON *j = plan_to_json(p);
+    char *s = j ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    return s;
+}
+
+static void test_two_fabrics(void)
+{
+    struct plan_worker w[8];
+    int n = two_fabric_cluster(w, 1);
+    struct plan_job job;
+    small_job(&job, 12, 2, 4);
+    struct cost_links l;
+    cost_links_default(&l);
+    l.tcp_gbps = 10;
+    herr e = {{0}};
+    struct plan p, q;
+    int rc = plan_make(w, n, &job, &l, &p, &e);
+    CHECK_INT("two fabrics: plan ok", rc, 0);
+    if (rc) {
+        printf("# %s\n", e.msg);
+        return;
+    }
+    check_properties("two fabrics", &p, &job);
+    CHECK("two fabrics: stage 0 on one fabric", !p.stages[0].mixed);
+    CHECK("two fabrics: stages on different fabrics",
+          strcmp(p.stages[0].fabric, p.stages[1].fabric) != 0);
+    CHECK_INT("two fabrics: no dp group on TCP", p.n_socket_groups, 0);
+    CHECK("two fabrics: naive slower", p.baseline_naive_s > p.step_s);
+    CHECK("two fabrics: ethernet slower", p.baseline_ethernet_s > p.step_s);
+    /* the IB stage (faster DP ring) gets at least as many layers as the RoCE one */
+    int ib = strcmp(p.stages[0].fabric, "ib-a") == 0 ? 0 : 1;
+    int lib = p.stages[ib].last_layer - p.stages[ib].first_layer;
+    CHECK("two fabrics: layers from the cost model", lib >= 1 && lib <= 11);
+    int dp_ib = 0, dp_roce = 0, pp_sock = 0, roce_gid = 1;
+    for (int g = 0; g < p.n_groups; g++) {
+        const struct plan_group *gr = &p.groups[g];
+        if (gr->kind == PLAN_GROUP_DP && gr->transport.kind == PLAN_IB)
+            dp_ib++;
+        if (gr->kind == PLAN_GROUP_DP && gr->transport.kind == PLAN_ROCE) {
+            dp_roce++;
+            roce_gid &= gr->transport.gid_index == 3 && !strcmp(gr->transport.nccl_net, "IB");
+        }
+        if (gr->kind == PLAN_GROUP_PP && gr->transport.kind == PLAN_SOCKET &&
+            !strcmp(gr->transport.nccl_net, "Socket") && strstr(gr->transport.reason, "span"))
+            pp_sock++;
+    }
+    CHECK_INT("two fabrics: one ib dp group", dp_ib, 1);
+    CHECK_INT("two fabrics: one roce dp group", dp_roce, 1);
+    CHECK("two fabrics: roce uses GID index 3 over netName IB", roce_gid);
+    CHECK_INT("two fabrics: pp groups cross on sockets", pp_sock, 4);
+    /* determinism */
+    CHECK_INT("two fabrics: second plan ok", plan_make(w, n, &job, &l, &q, &e), 0);
+    char *a = plan_string(&p), *b = plan_string(&q);
+    CHECK("deterministic JSON", a && b && !strcmp(a, b));
+    free(a);
+    free(b);
+    plan_free(&q);
+    /* the JSON document */
+    cJSON *j = plan_to_json(&p);
+    CHECK_STR("json policy", cJSON_GetStringValue(cJSON_GetObjectItem(j, "policy")), "holmes");
+    CHECK_NEAR("json predicted_step_seconds",
+               cJSON_GetNumberValue(cJSON_GetObjectItem(j, "predicted_step_seconds")), p.step_s,
+               1e-12);
+    cJSON *stages = cJSON_GetObjectItem(j, "stages");
+    CHECK_INT("json stages", cJSON_GetArraySize(stages), 2);
+    cJSON *s0 = cJSON_GetArrayItem(stages, 0);
+    CHECK_INT("json stage layers [first,last)",
+              cJSON_GetArraySize(cJSON_GetObjectItem(s0, "layers")), 2);
+    CHECK_INT("json stage workers", cJSON_GetArraySize(cJSON_GetObjectItem(s0, "workers")), 4);
+    CHECK_INT("json workers", cJSON_GetArraySize(cJSON_GetObjectItem(j, "workers")), 8);
+    cJSON *g0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "groups"), 0);
+    CHECK("json group kind+transport",
+          cJSON_GetStringValue(cJSON_GetObjectItem(g0, "kind")) &&
+          cJSON_GetStringValue(cJSON_GetObjectItem(g0, "transport")));
+    cJSON *bl = cJSON_GetObjectItem(j, "baselines");
+    CHECK_NEAR("json baselines naive", cJSON_GetNumberValue(cJSON_GetObjectItem(bl, "naive")),
+               p.baseline_naive_s, 1e-12);
+    CHECK("json breakdown compute",
+          cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "breakdown"), "compute")));
+    cJSON_Delete(j);
+    plan_free(&p);
+
+    /* naive: Megatron order over the workers as listed, equal layers */
+    job.policy = PLAN_NAIVE;
+    CHECK_INT("naive plan ok", plan_make(w, n, &job, &l, &p, &e), 0);
+    check_properties("naive", &p, &job);
+    CHECK("naive: rank r on the r-th worker", p.ranks[0].worker == 0 && p.ranks[5].worker == 5);
+    CHECK_INT("naive: equal layers", p.stages[0].last_layer, 6);
+    CHECK("naive: stage mixes fabrics", p.stages[0].mixed);
+    CHECK("naive: step equals its baseline", fabs(p.step_s - p.baseline_naive_s) < 1e-12);
+    CHECK("naive: dp groups on TCP", p.n_socket_groups > 0);
+    plan_free(&p);
+    job.policy = PLAN_ETHERNET;
+    CHECK_INT("ethernet plan ok", plan_make(w, n, &job, &l, &p, &e), 0);
+    int all_sock = 1;
+    for (int g = 0; g < p.n_groups; g++)
+        all_sock &= p.groups[g].transport.kind == PLAN_SOCKET;
+    CHECK("ethernet: every group on sockets", all_sock);
+    plan_free(&p);
+}
+
+/* Multi-GPU workers with tensor parallelism: tp groups inside one worker, intra-node. */
+static void test_tensor_and_auto(void)
+{
+    struct plan_worker w[8];
+    int n = two_fabric_cluster(w, 4);
+    struct plan_job job;
+    small_job(&job, 16, 0, 0); /* auto */
+    job.tensor = 4;
+    job.micro_batches = 8;
+    job.micro_batch_size = 4;
+    struct cost_links l;
+    cost_links_default(&l);
+    herr e = {{0}};
+    struct plan p;
+    int rc = plan_make(w, n, &job, &l, &p, &e);
+    CHECK_INT("auto: plan ok", rc, 0);
+    if (rc) {
+        printf("# %s\n", e.msg);
+        return;
+    }
+    check_properties("auto tp4", &p, &job);
+    CHECK("auto: several candidates shown", p.n_top >= 2);
+    CHECK("auto: best candidate first", p.top[0].tokens_per_s >= p.top[1].tokens_per_s &&
+          p.top[0].pipeline == p.pipeline && p.top[0].data == p.data);
+    int tp_ok = 1;
+    for (int g = 0; g < p.n_groups; g++) {
+        const struct plan_group *gr = &p.groups[g];
+        if (gr->kind != PLAN_GROUP_TP)
+            continue;
+        for (int i = 0; i < gr->n; i++)
+            tp_ok &= p.ranks[gr->members[i]].worker == p.ranks[gr->members[0]].worker &&
+                     p.ranks[gr->members[i]].local == p.ranks[gr->members[0]].local + i;
+        tp_ok &= gr->transport.intra_node;
+    }
+    CHECK("tp groups: consecutive devices of one worker", tp_ok);
+    plan_free(&p);
+
+    /* a pinned partition is kept */
+    int pin[2] = {10, 6};
+    job.pipeline = 2;
+    job.data = 0;
+    job.pinned = pin;
+    job.n_pinned = 2;
+    CHECK_INT("pin: plan ok", plan_make(w, n, &job, &l, &p, &e), 0);
+    CHECK("pin: layers as pinned", p.n_stages == 2 && p.stages[0].last_layer == 10 &&
+          p.stages[1].last_layer == 16);
+    plan_free(&p);
+}
+
+/* Uneven fabrics (5 + 3 with data 2): one stage must mix; the plan names its groups. */
+static void test_uneven(void)
+{
+    struct plan_worker w[8];
+    char name[16];
+    for (int i = 0; i < 8; i++) {
+        snprintf(name, sizeof name, "n%d", i);
+        worker(&w[i], name, 0, 100, i < 5 ? NIC_INFINIBAND : NIC_ROCE, i < 5 ? "ib" : "roce",
+               i < 5 ? 200 : 100);
+    }
+    struct plan_job job;
+    small_job(&job, 8, 4, 2);
+    struct cost_links l;
+    cost_links_default(&l);
+    herr e = {{0}};
+    struct plan p;
+    CHECK_INT("uneven: plan ok", plan_make(w, 8, &job, &l, &p, &e), 0);
+    check_properties("uneven", &p, &job);
+    CHECK_INT("uneven: homogeneous impossible", p.homogeneous_possible, 0);
+    int mixed = 0;
+    for (int s = 0; s < p.n_stages; s++)
+        mixed += p.stages[s].mixed;
+    CHECK_INT("uneven: exactly one mixed stage", mixed, 1);
+    CHECK_INT("uneven: its dp group falls back to TCP", p.n_socket_groups, 1);
+    int reason = 0;
+    for (int g = 0; g < p.n_groups; g++)
+        if (p.groups[g].kind == PLAN_GROUP_DP && p.groups[g].transport.kind == PLAN_SOCKET)
+            reason = strstr(p.groups[g].transport.reason, "span fabrics") != NULL;
+    CHECK("uneven: the plan says why", reason);
+    plan_free(&p);
+}
+
+/* Mixed GPU generations: the faster stage gets more layers. */
+static void test_mixed_speed(void)
+{
+    struct plan_worker w[4];
+    worker(&w[0], "fast0", 0, 400, NIC_INFINIBAND, "ib", 200);
+    worker(&w[1], "fast1", 0, 400, NIC_INFINIBAND, "ib", 200);
+    worker(&w[2], "slow0", 0, 100, NIC_INFINIBAND, "ib", 200);
+    worker(&w[3], "slow1", 0, 100, NIC_INFINIBAND, "ib", 200);
+    struct plan_job job;
+    small_job(&job, 20, 2, 2);
+    job.model.vocab = 64;
+    struct cost_links l;
+    cost_links_default(&l);
+    herr e = {{0}};
+    struct plan p;
+    CHECK_INT("mixed speed: plan ok", plan_make(w, 4, &job, &l, &p, &e), 0);
+    int fast = p.stages[0].tflops > p.stages[1].tflops ? 0 : 1;
+    CHECK("mixed speed: stages do not mix generations",
+          p.stages[0].tflops != p.stages[1].tflops);
+    int lf = p.stages[fast].last_layer - p.stages[fast].first_layer;
+    CHECK("mixed speed: faster stage has ~4x the layers", lf >= 15 && lf <= 17);
+    plan_free(&p);
+}
+
+/* Two fabrics, each with one fast and one slow GPU, and a fast TCP link: mixing fabrics by
+ * speed would be predicted faster, but holmes keeps every dp group on one fabric's RDMA. */
+static void test_homogeneous_first(void)
+{
+    struct plan_worker w[4];
+    worker(&w[0], "a-fast", 0, 400, NIC_INFINIBAND, "ib", 200);
+    worker(&w[1], "a-slow", 0, 50, NIC_INFINIBAND, "ib", 200);
+    worker(&w[2], "b-fast", 0, 400, NIC_ROCE, "roce", 200);
+    worker(&w[3], "b-slow", 0, 50, NIC_ROCE, "roce", 200);
+    struct plan_job job;
+    small_job(&job, 8, 2, 2);
+    struct cost_links l;
+    cost_links_default(&l);
+    l.tcp_gbps = 1000;
+    l.tcp_efficiency = 1;
+    herr e = {{0}};
+    struct plan p;
+    CHECK_INT("homogeneous first: plan ok", plan_make(w, 4, &job, &l, &p, &e), 0);
+    check_properties("homogeneous first", &p, &job);
+    CHECK("homogeneous first: no mixed stage", !p.stages[0].mixed && !p.stages[1].mixed);
+    plan_free(&p);
+}
+
+/* Device memory: a shape that does not fit is never chosen; nothing fits -> a clear error. */
+static void test_memory(void)
+{
+    struct plan_worker w[8];
+    int n = two_fabric_cluster(w, 1);
+    struct plan_job job;
+    small_job(&job, 12, 0, 0);
+    job.model.hidden = 2048;
+    job.model.heads = 16;
+    job.micro_batches = 8;
+    struct cost_job cj = {.layers = 12, .hidden = 2048, .heads = 16, .vocab = 8000, .seq = 256,
+                          .tensor = 1, .data = 8, .micro_batches = 8, .micro_batch_size = 2,
+                          .elem_bytes = 2, .schedule = COST_1F1B};
+    double m1 = cost_stage_memory(&cj, 12, 0, 1); /* pipeline 1, data 8 */
+    cj.data = 4;
+    double m2 = 0;
+    for (int s = 0; s < 2; s++) {
+        double v = cost_stage_memory(&cj, 6, s, 2);
+        m2 = v > m2 ? v : m2;
+    }
+    CHECK("memory: one stage needs more than two", m1 > 1.3 * m2);
+    for (int i = 0; i < n; i++)
+        w[i].memory_gb = 1.2 * m2 / 0.9 / 1e9;
+    struct cost_links l;
+    cost_links_default(&l);
+    l.tcp_gbps = 1000; /* make pipeline 1 attractive if it fitted */
+    herr e = {{0}};
+    struct plan p;
+    int rc = plan_make(w, n, &job, &l, &p, &e);
+    CHECK_INT("memory: plan ok", rc, 0);
+    if (!rc) {
+        CHECK("memory: pipeline 1 (does not fit) avoided", p.pipeline >= 2);
+        int fits = 1;
+        for (int s = 0; s < p.n_stages; s++)
+            fits &= p.stages[s].memory_gb <= w[0].memory_gb * 0.9 + 1e-9;
+        CHECK("memory: every stage fits", fits);
+        plan_free(&p);
+    }
+    for (int i = 0; i < n; i++)
+        w[i].memory_gb = 0.001;
+    rc = plan_make(w, n, &job, &l, &p, &e);
+    CHECK("memory: nothing fits -> error", rc == -1 && strstr(e.msg, "no placement fits"));
+    if (!rc)
+        plan_free(&p);
+}
+
+/* ---- bad input ---- */
+
+static void expect_error(const char *label, const struct plan_worker *w, int n,
+                         const struct plan_job *job, const struct cost_links *l, const char *want)
+{
+    herr e = {{0}};
+    struct plan p;
+    int rc = plan_make(w, n, job, l, &p, &e);
+    char name[160];
+    snprintf(name, sizeof name, "bad input: %s", label);
+    if (rc == -1 && strstr(e.msg, want))
+        TEST_PASS(name);
+    else
+        TEST_FAIL(name, "rc %d, message \"%s\", want \"%s\"", rc, e.msg, want);
+    if (!rc)
+        plan_free(&p);
+}
+
+static void test_bad_input(void)
+{
+    struct plan_worker w[8];
+    int n = two_fabric_cluster(w, 1);
+    struct plan_job job;
+    struct cost_links l;
+    cost_links_default(&l);
+    small_job(&job, 12, 2, 3);
+    expect_error("t x p x d != devices", w, n, &job, &l, "must equal the cluster's 8 devices");
+    small_job(&job, 4, 8, 1);
+    expect_error("more stages than layers", w, n, &job, &l, "8 stages exceed model layers 4");
+    small_job(&job, 12, 2, 4);
+    l.tcp_gbps = 0;
+    expect_error("zero bandwidth", w, n, &job, &l, "links.tcp_gbps");
+    cost_links_default(&l);
+    struct plan_worker bad[8];
+    memcpy(bad, w, sizeof bad);
+    bad[3].nic.fabric[0] = '\0';
+    expect_error("worker without NIC report", bad, n, &job, &l, "w3).nic: a NIC report");
+    memcpy(bad, w, sizeof bad);
+    snprintf(bad[5].name, sizeof bad[5].name, "w2");
+    expect_error("duplicate names", bad, n, &job, &l, "duplicate name \"w2\"");
+    int pin[2] = {6, 7};
+    job.pinned = pin;
+    job.n_pinned = 2;
+    expect_error("pin does not sum", w, n, &job, &l, "pinned layers sum to 13, model has 12");
+    int pin3[3] = {4, 4, 4};
+    job.pinned = pin3;
+    job.n_pinned = 3;
+    expect_error("pin with wrong stage count", w, n, &job, &l, "3 stages pinned but pipeline is 2");
+    int pin0[2] = {12, 0};
+    job.pinned = pin0;
+    job.n_pinned = 2;
+    expect_error("pin with an empty stage", w, n, &job, &l, "partition[1]: every stage needs");
+    small_job(&job, 12, 2, 4);
+    job.tensor = 3;
+    job.data = 0;
+    expect_error("tensor across workers", w, n, &job, &l, "tensor: 3 does not divide");
+    small_job(&job, 12, 2, 4);
+    job.model.heads = 7;
+    expect_error("heads do not divide hidden", w, n, &job, &l, "not divisible by model.heads");
+    expect_error("no workers", w, 0, &job, &l, "at least one worker");
+    small_job(&job, 12, 3, 0);
+    expect_error("pipeline does not divide", w, n, &job, &l, "pipeline: 3 does not divide");
+}
+
+/* ---- cluster file and job manifest ---- */
+
+static void test_cluster_file(void)
+{
+    const char *yaml =
+        "workers:\n"
+        "- {name: ib, node: n, count: 3, gpus: 8, gpu_tflops: 312,\n"
+        "   nic: {summary: {class: infiniband, fabric: ib-a, gbps: 200,\n"
+        "                   nccl: {NCCL_IB_HCA: 'mlx5_0:1'}}}}\n"
+        "- {name: eth, gpu_tflops: 10, nic: {class: ethernet, fabric: lan, gbps: 10}}\n"
+        "links: {tcp_gbps: 7}\n";
+    char path[] = "/tmp/holmes-test-cluster-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK("temp file", fd >= 0);
+    if (fd < 0)
+        return;
+    FILE *f = fdopen(fd, "w");
+    fputs(yaml, f);
+    fclose(f);
+    struct cluster c;
+    herr e = {{0}};
+    int rc = cluster_load(path, &c, &e);
+    CHECK_INT("cluster file parses", rc, 0);
+    if (!rc) {
+        CHECK_INT("count expands", c.n_workers, 4);
+        CHECK_STR("expanded name", c.workers[2].name, "ib-2");
+        CHECK_STR("expanded node", c.workers[1].node, "n-1");
+        CHECK_STR("full NIC report accepted", c.workers[0].nic.ib_hca, "mlx5_0:1");
+        CHECK_INT("cpu worker", c.workers[3].gpus, 0);
+        CHECK_NEAR("links override", c.links.tcp_gbps, 7, 0);
+        cluster_free(&c);
+    }
+    unlink(path);
+
+    static const struct {
+        const char *json, *want;
+    } bad[] = {
+        {"{\"workers\": [{\"name\": \"a\", \"gpu_tflops\": 1}]}", "workers[0].nic: required"},
+        {"{\"workers\": [{\"name\": \"a\", \"gpu_tflops\": 1, \"nic\": {\"class\": \"ib\", "
+         "\"fabric\": \"f\", \"gbps\": 0}}]}", "workers[0].nic.gbps"},
+        {"{\"workers\": []}", "workers: must be a non-empty list"},
+        {"{\"workers\": [{\"name\": \"a\", \"nic\": {}}]}", "gpu_tflops: required"},
+        {"{\"workers\": [{\"name\": \"a\", \"gpu_tflops\": 1, \"gpus\": -1, \"nic\": {}}]}",
+         "gpus: must be an integer"},
+        {"{\"workers\": [{\"name\": \"a\", \"gpu_tflops\": 1, \"colour\": 3}]}",
+         "workers[0].colour: unknown field"},
+        {"{\"workers\": [{\"name\": \"a\", \"gpu_tflops\": 1, \"nic\": {\"class\": \"ib\", "
+         "\"fabric\": \"f\", \"gbps\": 1}}], \"links\": {\"rdma_efficiency\": 2}}",
+         "links.rdma_efficiency"},
+        {"[1, 2]", "must be an object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cJSON *j = cJSON_Parse(bad[i].json);
+        char name[96];
+        snprintf(name, sizeof name, "bad cluster %zu: %s", i, bad[i].want);
+        rc = cluster_from_json(j, "cluster", &c, &e);
+        if (rc == -1 && strstr(e.msg, bad[i].want))
+            TEST_PASS(name);
+        else
+            TEST_FAIL(name, "rc %d, message \"%s\"", rc, e.msg);
+        if (!rc)
+            cluster_free(&c);
+        cJSON_Delete(j);
+    }
+}
+
+static void test_job_manifest(void)
+{
+    cJSON *j = cJSON_Parse(
+        "{\"apiVersion\": \"holmes.dev/v1alpha1\", \"kind\": \"TrainingJob\", \"metadata\": "
+        "{\"name\": \"t\"}, \"spec\": {\"workers\": 4, \"gpusPerWorker\": 2, \"model\": "
+        "{\"preset\": \"gpt2-350m\"}, \"parallelism\": {\"tensor\": 2, \"pipeline\": \"auto\", "
+        "\"data\": 2, \"microBatches\": 6, \"microBatchSize\": 3, \"schedule\": \"gpipe\"}, "
+        "\"placement\": {\"policy\": \"naive\", \"crossFabricGbps\": 3}, "
+        "\"training\": {\"steps\": 10, \"precision\": \"fp32\"}}}");
+    struct tj_job tj;
+    struct tj_errors errs;
+    memset(&errs, 0, sizeof errs);
+    int rc = tj_job_from_json(j, &tj, &errs);
+    CHECK_INT("job manifest parses", rc, 0);
+    if (rc) {
+        for (int i = 0; i < errs.count && i < TJ_MAX_ERRORS; i++)
+            printf("# %s\n", errs.msg[i]);
+        cJSON_Delete(j);
+        return;
+    }
+    struct plan_job pj;
+    planner_job_from_spec(&tj.spec, &pj);
+    CHECK_INT("preset layers", pj.model.layers, 24);
+    CHECK_INT("preset hidden", pj.model.hidden, 1024);
+    CHECK_INT("pipeline auto", pj.pipeline, 0);
+    CHECK_INT("data", pj.data, 2);
+    CHECK_INT("tensor", pj.tensor, 2);
+    CHECK_INT("micro-batches", pj.micro_batches, 6);
+    CHECK_INT("schedule", pj.schedule, COST_GPIPE);
+    CHECK_INT("policy", pj.policy, PLAN_NAIVE);
+    CHECK_INT("precision", pj.precision, PLAN_FP32);
+    struct plan_worker w[4];
+    for (int i = 0; i < 4; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%d", i);
+        worker(&w[i], name, 2, 100, NIC_ROCE, "r", 100);
+    }
+    struct cost_links l;
+    cost_links_default(&l);
+    herr e = {{0}};
+    CHECK_INT("spec applies to cluster", planner_apply_spec(&tj.spec, w, 4, &l, &e), 0);
+    CHECK_NEAR("crossFabricGbps sets tcp_gbps", l.tcp_gbps, 3, 0);
+    CHECK_INT("worker count mismatch", planner_apply_spec(&tj.spec, w, 3, &l, &e), -1);
+    CHECK("worker count message", strstr(e.msg, "spec.workers: 4, but the cluster has 3") != NULL);
+    w[1].gpus = 4;
+    CHECK_INT("gpus mismatch", planner_apply_spec(&tj.spec, w, 4, &l, &e), -1);
+    CHECK("gpus mismatch message", strstr(e.msg, "w1).gpus: 4 differs from spec.gpusPerWorker 2") != NULL);
+    w[1].gpus = 2;
+    struct plan p;
+    rc = plan_make(w, 4, &pj, &l, &p, &e);
+    CHECK_INT("plan from a TrainingJob", rc, 0);
+    if (!rc) {
+        CHECK_INT("auto pipeline resolved", p.pipeline, 2);
+        plan_free(&p);
+    }
+    tj_job_free(&tj);
+    cJSON_Delete(j);
+}
+
+int main(void)
+{
+    test_formulas();
+    test_schedule_closed_form();
+    test_links_json();
+    test_two_fabrics();
+    test_tensor_and_auto();
+    test_uneven();
+    test_mixed_speed();
+    test_homogeneous_first();
+    test_memory();
+    test_bad_input();
+    test_cluster_file();
+    test_job_manifest();
+    TEST_MAIN_END();
+}

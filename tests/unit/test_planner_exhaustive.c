@@ -1,0 +1,255 @@
+/* The holmes policy against an exhaustive search on 200 seeded random heterogeneous clusters
+ * of at most 12 workers: every assignment of workers to (stage, replica) — up to the symmetry
+ * of interchangeable workers (same fabric, NIC and GPU speed) — and every contiguous layer split.
+ * Like the policy, the search keeps every stage inside one fabric whenever the cluster allows it.
+ * Checks: holmes <= 1.01 x optimum; neither baseline beats holmes. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "planner.h"
+#include "test.h"
+
+#define MAXW 12
+#define MAXC 12
+
+static uint64_t rng_state;
+static uint32_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 11);
+}
+static int pick(int lo, int hi) /* inclusive */
+{
+    return lo + (int)(rnd() % (uint32_t)(hi - lo + 1));
+}
+
+struct ex {
+    struct plan_eval *ev;
+    int P, D, L, n;
+    int n_classes;
+    int cls_fabric[MAXC];
+    int cls_count[MAXC];
+    int cls_units[MAXC][MAXW];
+    int homog;
+    int comp[MAXC * 4];      /* per stage, count of each class */
+    int stage_units[MAXW];
+    int layers[MAXW];
+    double best;
+    int best_units[MAXW], best_layers[MAXW];
+    long evaluated;
+};
+
+/* every contiguous split of L layers into P non-empty stages */
+static void splits(struct ex *x, int s, int left)
+{
+    if (s == x->P - 1) {
+        x->layers[s] = left;
+        int su[MAXW];
+        memcpy(su, x->stage_units, sizeof su);
+        double t = plan_eval_step_canonical(x->ev, su, x->layers);
+        x->evaluated++;
+        if (t < x->best) {
+            x->best = t;
+            memcpy(x->best_units, su, sizeof su);
+            memcpy(x->best_layers, x->layers, sizeof x->layers);
+        }
+        return;
+    }
+    for (int k = 1; k <= left - (x->P - 1 - s); k++) {
+        x->layers[s] = k;
+        splits(x, s + 1, left - k);
+    }
+}
+
+static void assign_units(struct ex *x)
+{
+    int used[MAXC] = {0};
+    for (int s = 0; s < x->P; s++) {
+        int d = 0;
+        for (int c = 0; c < x->n_classes; c++)
+            for (int k = 0; k < x->comp[s * MAXC + c]; k++)
+                x->stage_units[s * x->D + d++] = x->cls_units[c][used[c]++];
+    }
+    splits(x, 0, x->L);
+}
+
+/* stage s, choosing counts for class c, `need` units still to place in this stage */
+static void compose(struct ex *x, int s, int c, int need, int fabric)
+{
+    if (s == x->P) {
+        assign_units(x);
+        return;
+    }
+    if (need == 0) {
+        for (int k = c; k < x->n_classes; k++)
+            x->comp[s * MAXC + k] = 0;
+        compose(x, s + 1, 0, x->D, -1);
+        return;
+    }
+    if (c == x->n_classes)
+        return;
+    int max = x->cls_count[c] < need ? x->cls_count[c] : need;
+    for (int k = max; k >= 0; k--) {
+        if (k > 0 && x->homog && fabric >= 0 && x->cls_fabric[c] != fabric)
+            continue;
+        x->comp[s * MAXC + c] = k;
+        x->cls_count[c] -= k;
+        compose(x, s, c + 1, need - k, k > 0 && fabric < 0 ? x->cls_fabric[c] : fabric);
+        x->cls_count[c] += k;
+    }
+}
+
+int main(void)
+{
+    int cases = 0, within = 0, naive_ok = 0, eth_ok = 0, homog_cases = 0;
+    double worst = 0;
+    long total_evals = 0;
+    static const double gbps_choices[] = {25, 100, 200, 400};
+    static const double tflops_choices[] = {40, 100, 150, 300};
+    int want = getenv("PLAN_CASES") ? atoi(getenv("PLAN_CASES")) : 200;
+    for (int seed = 1; cases < want; seed++) {
+        rng_state = 0x9E3779B97F4A7C15ull * (uint64_t)seed + 12345;
+        int nf = pick(1, 3);
+        struct { int cls; double gbps; char name[16]; } fab[3];
+        for (int f = 0; f < nf; f++) {
+            fab[f].cls = pick(0, 2);
+            fab[f].gbps = gbps_choices[pick(0, 3)];
+            snprintf(fab[f].name, sizeof fab[f].name, "fab%d", f);
+        }
+        int n = pick(2, MAXW);
+        struct plan_worker w[MAXW];
+        memset(w, 0, sizeof w);
+        int fab_of[MAXW];
+        for (int i = 0; i < n; i++) {
+            snprintf(w[i].name, sizeof w[i].name, "w%d", i);
+            int f = pick(0, nf - 1);
+            fab_of[i] = f;
+            w[i].gpus = pick(0, 1);
+            w[i].tflops = tflops_choices[pick(0, 1) + (f % 2) * 2 * pick(0, 1)];
+            w[i].nic.cls = (enum nic_class)fab[f].cls;
+            w[i].nic.gbps = fab[f].gbps;
+            w[i].nic.gid_index = -1;
+            snprintf(w[i].nic.fabric, sizeof w[i].nic.fabric, "%s", fab[f].name);
+        }
+        /* pipeline: a divisor of n, at most 4 */
+        int divs[MAXW], nd = 0;
+        for (int p = 1; p <= 4 && p <= n; p++)
+            if (n % p == 0)
+                divs[nd++] = p;
+        struct plan_job job;
+        plan_job_init(&job);
+        job.pipeline = divs[pick(0, nd - 1)];
+        job.data = n / job.pipeline;
+        job.model.layers = pick(job.pipeline, job.pipeline + 4 < 8 ? job.pipeline + 4 : 8);
+        job.model.heads = 4;
+        job.model.hidden = 128 * pick(2, 12);
+        job.model.vocab = pick(1000, 60000);
+        job.model.seq = 128 * pick(1, 8);
+        job.schedule = pick(0, 1) ? COST_GPIPE : COST_1F1B;
+        job.micro_batches = pick(job.schedule == COST_1F1B ? job.pipeline : 1, 8);
+        job.micro_batch_size = pick(1, 4);
+        job.precision = pick(0, 1) ? PLAN_BF16 : PLAN_FP32;
+        struct cost_links links;
+        cost_links_default(&links);
+        links.tcp_gbps = (double)pick(1, 40);
+        links.compute_efficiency = 0.05 * pick(2, 12);
+        links.overlap = pick(0, 1);
+
+        herr e = {{0}};
+        struct plan p;
+        if (plan_make(w, n, &job, &links, &p, &e)) {
+            TEST_FAIL("plan_make", "seed %d: %s", seed, e.msg);
+            continue;
+        }
+        struct ex x;
+        memset(&x, 0, sizeof x);
+        x.ev = plan_eval_new(w, n, &job, &links, &e);
+        if (!x.ev) {
+            TEST_FAIL("plan_eval_new", "seed %d: %s", seed, e.msg);
+            plan_free(&p);
+            continue;
+        }
+        x.P = job.pipeline;
+        x.D = job.data;
+        x.L = job.model.layers;
+        x.n = n;
+        x.best = INFINITY;
+        /* classes of interchangeable workers */
+        int cls_of[MAXW];
+        for (int i = 0; i < n; i++) {
+            cls_of[i] = -1;
+            for (int j = 0; j < i; j++)
+                if (fab_of[j] == fab_of[i] && w[j].tflops == w[i].tflops) {
+                    cls_of[i] = cls_of[j];
+                    break;
+                }
+            if (cls_of[i] < 0) {
+                cls_of[i] = x.n_classes++;
+                x.cls_fabric[cls_of[i]] = fab_of[i];
+            }
+            int c = cls_of[i];
+            x.cls_units[c][x.cls_count[c]++] = i;
+        }
+        int fcount[3] = {0};
+        for (int i = 0; i < n; i++)
+            fcount[fab_of[i]]++;
+        x.homog = 1;
+        for (int f = 0; f < nf; f++)
+            if (fcount[f] % x.D)
+                x.homog = 0;
+        homog_cases += x.homog;
+        compose(&x, 0, 0, x.D, -1);
+        total_evals += x.evaluated;
+        cases++;
+        double ratio = p.step_s / x.best;
+        if (ratio > worst)
+            worst = ratio;
+        if (ratio <= 1.01)
+            within++;
+        else
+            TEST_FAIL("holmes within 1% of exhaustive", "seed %d: holmes %.6g s, optimum %.6g s "
+                      "(x%.4f), n %d P %d D %d L %d", seed, p.step_s, x.best, ratio, n, x.P, x.D,
+                      x.L);
+        if ((ratio > 1.01 || p.baseline_naive_s < p.step_s) && getenv("PLAN_DEBUG")) {
+            for (int i = 0; i < n; i++)
+                printf("#  %s fab %d cls %d gbps %g tflops %g\n", w[i].name, fab_of[i],
+                       w[i].nic.cls, w[i].nic.gbps, w[i].tflops);
+            printf("#  tcp %g eff %g overlap %g m %d b %d sched %d h %d V %d s %d\n", links.tcp_gbps,
+                   links.compute_efficiency, links.overlap, job.micro_batches,
+                   job.micro_batch_size, job.schedule, job.model.hidden, job.model.vocab,
+                   job.model.seq);
+            for (int s = 0; s < x.P; s++) {
+                printf("#  stage %d: holmes layers %d:", s, p.stages[s].last_layer -
+                       p.stages[s].first_layer);
+                for (int d = 0; d < x.D; d++)
+                    printf(" %s", p.workers[p.ranks[plan_rank_of(&p, s, d, 0)].worker].name);
+                printf(" | best layers %d:", x.best_layers[s]);
+                for (int d = 0; d < x.D; d++)
+                    printf(" w%d", x.best_units[s * x.D + d]);
+                printf("\n");
+            }
+        }
+        if (p.baseline_naive_s >= p.step_s * (1 - 1e-9))
+            naive_ok++;
+        else
+            TEST_FAIL("naive does not beat holmes", "seed %d: naive %.6g < holmes %.6g", seed,
+                      p.baseline_naive_s, p.step_s);
+        if (p.baseline_ethernet_s >= p.step_s * (1 - 1e-9))
+            eth_ok++;
+        else
+            TEST_FAIL("ethernet does not beat holmes", "seed %d: ethernet %.6g < holmes %.6g",
+                      seed, p.baseline_ethernet_s, p.step_s);
+        plan_eval_free(x.ev);
+        plan_free(&p);
+    }
+    printf("# %d cases (%d fabric-homogeneous), %ld exhaustive evaluations, worst holmes/optimum "
+           "%.5f\n", cases, homog_cases, total_evals, worst);
+    CHECK_INT("random clusters: holmes <= 1.01 x exhaustive optimum", within, want);
+    CHECK_INT("random clusters: naive never beats holmes", naive_ok, want);
+    CHECK_INT("random clusters: ethernet never beats holmes", eth_ok, want);
+    CHECK("some cases are fabric-homogeneous and some are not", homog_cases > want / 10 &&
+          homog_cases < want * 9 / 10);
+    TEST_MAIN_END();
+}
