@@ -1566,6 +1566,11 @@ int controller_emit_event(struct controller *c, const char *ns, const char *job,
     cJSON *j = kube_informer_get(c->inf[INF_JOBS], ns, job);
     if (!j)
         return herr_set(e, "event %s: no TrainingJob %s/%s in the cache", reason, ns, job);
+    /* LIST items may come without apiVersion and kind. */
+    if (!cJSON_GetObjectItem(j, "apiVersion"))
+        cJSON_AddStringToObject(j, "apiVersion", JOB_API_VERSION);
+    if (!cJSON_GetObjectItem(j, "kind"))
+        cJSON_AddStringToObject(j, "kind", "TrainingJob");
     cJSON *ev = kube_event_build(j, type, reason, message, "holmes-operator");
     cJSON_Delete(j);
     if (!ev)
