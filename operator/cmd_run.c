@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "controller.h"
+#include "coord_operator.h"
 #include "http_server.h"
 #include "kube_config.h"
 #include "kube_lease.h"
@@ -51,6 +52,8 @@ static void usage(FILE *f)
             "  --health-addr ADDR       /healthz and /readyz on ADDR (default :8081, \"0\" = off)\n"
             "  --coordinator-url URL    HOLMES_COORDINATOR for the pods\n"
             "                           (default ws://holmes-operator.<lease namespace>.svc:8443)\n"
+            "  --coordinator-addr ADDR  serve the workers' coordinator on ADDR (default :8443,\n"
+            "                           \"0\" = off); TLS with --coordinator-cert/--coordinator-key\n"
             "  --node-image IMAGE       worker image when a job sets no spec.image\n"
             "  --workers N              reconcile threads (default 2)\n"
             "  --qps Q --burst B        client-side API rate limit (default 50 / 100)\n"
@@ -118,7 +121,8 @@ int cmd_run(int argc, char **argv)
 {
     enum { O_KUBECONFIG = 1000, O_CONTEXT, O_NAMESPACE, O_LEADER, O_LEASE_NAME, O_LEASE_NS,
            O_LEASE_DUR, O_RENEW, O_RETRY, O_IDENTITY, O_METRICS, O_HEALTH, O_COORD, O_IMAGE,
-           O_WORKERS, O_QPS, O_BURST, O_LOGFMT, O_LOGLVL, O_PRINT, O_HELP };
+           O_WORKERS, O_QPS, O_BURST, O_LOGFMT, O_LOGLVL, O_PRINT, O_HELP, O_COORD_ADDR,
+           O_COORD_CERT, O_COORD_KEY };
     static const struct option opts[] = {
         {"kubeconfig", required_argument, 0, O_KUBECONFIG}, {"context", required_argument, 0, O_CONTEXT},
         {"namespace", required_argument, 0, O_NAMESPACE}, {"leader-elect", no_argument, 0, O_LEADER},
@@ -132,10 +136,14 @@ int cmd_run(int argc, char **argv)
         {"workers", required_argument, 0, O_WORKERS}, {"qps", required_argument, 0, O_QPS},
         {"burst", required_argument, 0, O_BURST}, {"log-format", required_argument, 0, O_LOGFMT},
         {"log-level", required_argument, 0, O_LOGLVL}, {"print-api-calls", no_argument, 0, O_PRINT},
+        {"coordinator-addr", required_argument, 0, O_COORD_ADDR},
+        {"coordinator-cert", required_argument, 0, O_COORD_CERT},
+        {"coordinator-key", required_argument, 0, O_COORD_KEY},
         {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
     const char *kubeconfig = NULL, *context = NULL, *ns = NULL, *lease_name = "holmes-operator";
     const char *lease_ns = NULL, *identity = NULL, *metrics_addr = ":8080", *health_addr = ":8081";
     const char *coord = NULL, *image = NULL;
+    const char *coord_addr = ":8443", *coord_cert = NULL, *coord_key = NULL;
     double lease_dur = 15, renew = 10, retry = 2, qps = 50, burst = 100, workers = 2;
     int leader_elect = 0;
     optind = 1;
@@ -156,6 +164,9 @@ int cmd_run(int argc, char **argv)
         case O_METRICS: metrics_addr = optarg; break;
         case O_HEALTH: health_addr = optarg; break;
         case O_COORD: coord = optarg; break;
+        case O_COORD_ADDR: coord_addr = optarg; break;
+        case O_COORD_CERT: coord_cert = optarg; break;
+        case O_COORD_KEY: coord_key = optarg; break;
         case O_IMAGE: image = optarg; break;
         case O_WORKERS: if (parse_double("--workers", optarg, &workers)) return 2; break;
         case O_QPS: if (parse_double("--qps", optarg, &qps)) return 2; break;
@@ -198,6 +209,20 @@ int cmd_run(int argc, char **argv)
         return 2;
     }
     log_set_component("operator");
+    char coord_host[256] = "";
+    int coord_port = 0;
+    if (strcmp(coord_addr, "0") != 0) {
+        const char *colon = strrchr(coord_addr, ':');
+        char *end;
+        long p = colon ? strtol(colon + 1, &end, 10) : -1;
+        if (!colon || *end || p < 1 || p > 65535 || (size_t)(colon - coord_addr) >= sizeof coord_host) {
+            fprintf(stderr, "holmes-operator run: --coordinator-addr: \"%s\" is not HOST:PORT or :PORT\n",
+                    coord_addr);
+            return 2;
+        }
+        snprintf(coord_host, sizeof coord_host, "%.*s", (int)(colon - coord_addr), coord_addr);
+        coord_port = (int)p;
+    }
 
     herr e = {{0}};
     struct kube_config cfg;
@@ -269,12 +294,24 @@ int cmd_run(int argc, char **argv)
     __atomic_store_n(&st.ctl, ctl, __ATOMIC_RELEASE);
     if (controller_wait_synced(ctl, 60000) == 0)
         log_info("caches synced; reconciling");
+    struct coord_operator *coordinator = NULL;
+    if (coord_port) {
+        struct coord_operator_opts coo = {.bind = coord_host[0] ? coord_host : NULL,
+                                          .port = coord_port, .tls_cert = coord_cert,
+                                          .tls_key = coord_key};
+        coordinator = coord_operator_start(ctl, &coo, &e);
+        if (coordinator)
+            log_info("coordinator listening on %s", coord_addr);
+        else
+            log_error("coordinator not started (workers cannot connect): %s", e.msg);
+    }
     while (!g_stop_flag) {
         struct timespec ts = {0, 100 * 1000000L};
         nanosleep(&ts, NULL);
     }
     status = g_lost ? 1 : 0;
     log_info("%s; shutting down", g_lost ? "lost leadership" : "signal received");
+    coord_operator_stop(coordinator);
     __atomic_store_n(&st.ctl, NULL, __ATOMIC_RELEASE);
     /* Let a scrape in flight finish before freeing. */
     http_server_stop(ms);
