@@ -83,8 +83,8 @@ has "$s" "image Deployment/$NS/$REL-holmes-operator operator holmes/holmes-opera
     has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --node-image=holmes/holmes-node:0.1.0" &&
     pass "defaults: images tagged with appVersion" || fail "defaults: images tagged with appVersion"
 has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --coordinator-url=ws://$REL-holmes-coordinator.$NS.svc:8443" &&
-    ! has_re "$s" "--coordinator-addr" &&
-    pass "defaults: the operator advertises the coordinator Service" || fail "defaults: coordinator URL"
+    has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --coordinator-addr=:8443" &&
+    pass "defaults: the operator serves and advertises the coordinator Service" || fail "defaults: coordinator address and URL"
 # Another coordinator port: the operator is told to listen there, the Service and URL follow.
 "$HELM" template "$REL" "$CHART" -n "$NS" --set coordinator.port=9443 >"$tmp/port.yaml" 2>&1 &&
     check_py summary "$tmp/port.yaml" >"$tmp/port.txt" &&
