@@ -980,6 +980,23 @@ const char *gpu_stage_error(const struct gpu_stage *s) { return s->err; }
 float *gpu_stage_params_dev(struct gpu_stage *s) { return s->params; }
 float *gpu_stage_grads_dev(struct gpu_stage *s) { return s->grads; }
 
+int gpu_stage_sync(struct gpu_stage *s)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    CK(cudaStreamSynchronize(s->x.stream));
+    return 0;
+}
+
+double gpu_stage_flops(const struct gpu_stage *s)
+{
+    double BT = (double)s->B * s->T, C = s->c.channels, T = s->T;
+    double fwd = s->nl * (2.0 * BT * 12.0 * C * C + 2.0 * 2.0 * s->B * (T * (T + 1) / 2) * C);
+    if (s->last == s->c.layers)
+        fwd += 2.0 * BT * C * s->c.padded_vocab;
+    return 3.0 * fwd;
+}
+
 static int refresh_wx(struct gpu_stage *s, size_t lo, size_t hi)
 {
 #ifdef HOLMES_GPU_FP32

@@ -57,6 +57,11 @@ int gpu_stage_tensors(const struct gpu_stage *s, const struct gpt_tensor **out);
 int gpu_stage_wte(const struct gpu_stage *s, size_t *offset, size_t *count);
 /* The cudaStream_t everything runs on (void * so that C callers need no CUDA headers). */
 void *gpu_stage_stream(struct gpu_stage *s);
+/* Waits for the stream's work (for timing). */
+int gpu_stage_sync(struct gpu_stage *s);
+/* gpt_stage_flops() of this stage's shape: floating-point operations of one forward + backward of
+ * one micro-batch (causal attention counted as the lower triangle). */
+double gpu_stage_flops(const struct gpu_stage *s);
 /* Why the last call returned -1. */
 const char *gpu_stage_error(const struct gpu_stage *s);
 

@@ -4,6 +4,8 @@
 #define HOLMES_SHIM_ZLIB_H
 
 #define Z_NULL 0
+typedef unsigned int uInt;
+typedef unsigned char Bytef;
 unsigned long holmes_shim_crc32(unsigned long crc, const unsigned char *buf, unsigned len);
 #define crc32 holmes_shim_crc32
 
