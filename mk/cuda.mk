@@ -90,3 +90,14 @@ gpu-check:
 	@mkdir -p $(GB)
 	@set -o pipefail 2>/dev/null; { $(MAKE) --no-print-directory -j$$(nproc) cuda && \
 	    $(MAKE) --no-print-directory test-gpu && $(MAKE) --no-print-directory bench-gpu; } 2>&1 | tee $(GB)/gpu-check.log
+
+# The CPU reference of the GPU build, checked without a GPU: the CPU engine's own unit tests
+# (gradients vs finite differences, stage split, checkpoints) compiled against the stand-ins.
+GPU_HOST_TESTS := $(GB)/host/tests/test_gpt $(GB)/host/tests/test_checkpoint
+$(GB)/host/tests/%: $(GB)/host/tests/unit/%.o $(GPU_HOST_OBJ)
+	@mkdir -p $(dir $@)
+	@echo "  LD      $@ (GPU build's CPU reference)"
+	@$(CC) -o $@ $^ -fopenmp -lm -lpthread
+.PHONY: gpu-host-check
+gpu-host-check: $(GPU_HOST_TESTS)
+	@for t in $(GPU_HOST_TESTS); do $$t || exit 1; done
