@@ -1223,6 +1223,7 @@ int gpu_stage_forward(struct gpu_stage *s, int slot, const int *tokens, const vo
     }
     if (!is_last) {
         CK(cudaMemcpyAsync(out_act, x, BTC * sizeof(floatX), cudaMemcpyDeviceToDevice, st));
+        CK(cudaStreamSynchronize(st)); /* out_act is complete for any stream (NCCL's, a peer's) */
         a->forwarded = 1;
         a->has_targets = 0;
         return 0;
@@ -1268,10 +1269,10 @@ static int attention_bwd(struct gpu_stage *s, floatX *dqkv, const floatX *dy, co
     OK(bgemm(&s->x, 0, 1, hs, T, T, 1.0f, s->y, hs, sq, att, T, sa, s->dv, hs, sq, batch));
     softmax_backward_kernel<<<blocks_for((size_t)rows * 32, 256), 256, 0, st>>>(s->datt, att, rows, T);
     LAUNCHED(st);
-    /* dq[T][hs] = scale dpre k: dq' = K' dpre'^T */
-    OK(bgemm(&s->x, 0, 1, hs, T, T, scale, s->k, hs, sq, s->datt, T, sa, s->dq, hs, sq, batch));
-    /* dk[T][hs] = scale dpre^T q: dk' = Q' dpre' */
-    OK(bgemm(&s->x, 0, 0, hs, T, T, scale, s->q, hs, sq, s->datt, T, sa, s->dk, hs, sq, batch));
+    /* dq[t][d] = scale sum_t2 dpre[t][t2] k[t2][d] (the form of y = att v): dq' = K' dpre' */
+    OK(bgemm(&s->x, 0, 0, hs, T, T, scale, s->k, hs, sq, s->datt, T, sa, s->dq, hs, sq, batch));
+    /* dk[t2][d] = scale sum_t dpre[t][t2] q[t][d] (the form of dv): dk' = Q' dpre'^T */
+    OK(bgemm(&s->x, 0, 1, hs, T, T, scale, s->q, hs, sq, s->datt, T, sa, s->dk, hs, sq, batch));
     permute_backward_kernel<<<blocks_for(BTC, 256), 256, 0, st>>>(dqkv, s->dq, s->dk, s->dv, B, T, NH, hs);
     LAUNCHED(st);
     return 0;
@@ -1346,6 +1347,7 @@ int gpu_stage_backward(struct gpu_stage *s, int slot, const void *dout, void *di
         LAUNCHED(st);
     } else {
         CK(cudaMemcpyAsync(din, dres, BTC * sizeof(floatX), cudaMemcpyDeviceToDevice, st));
+        CK(cudaStreamSynchronize(st)); /* din is complete for any stream */
     }
     return 0;
 }

@@ -17,7 +17,9 @@
  * so that the communication layer (NCCL) sends them without a host copy; gpu_act_upload/download
  * convert from and to host fp32. Tokens and targets are host arrays (they come from the data
  * loader). All work is queued on gpu_stage_stream(); calls that return results to the host
- * (loss, parameters) synchronise it.
+ * (loss, parameters) synchronise it, and so do forward (when it writes out_act) and backward (when
+ * it writes din), so that those buffers are complete for any other stream when the call returns;
+ * in_act and dout must be complete when a call starts.
  *
  * Every CUDA and cuBLAS call is checked; a failure makes the call return -1 with the error in
  * the herr (create) or in gpu_stage_error(). Building with -DHOLMES_GPU_DEBUG (make cuda
