@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm_plan.h"
 #include "gpt_cuda.h"
 
 #ifdef HOLMES_GPU_FP32
@@ -572,6 +573,16 @@ done:
     return rc;
 }
 
+/* matmul with the arguments of a gemm_plan (gemm_plan.h, checked on the CPU by
+ * tests/unit/test_cuda_gemm_plan.c) */
+static int matmul_plan(struct gpu_ctx *x, struct gemm_plan p, void *D, cudaDataType dtype,
+                       const void *A, const void *B, float beta, const void *C, int epi,
+                       const void *bias, void *aux, int ldaux)
+{
+    return matmul(x, D, dtype, A, p.ta, B, p.tb, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, 1.0f, beta,
+                  C, epi, bias, aux, ldaux);
+}
+
 /* Row-major out[N][OC] = inp[N][IC] @ w[OC][IC]^T (+ bias) (+ res). With gelu_out: out gets the
  * pre-activation and gelu_out = gelu(out) (the GELU_AUX_BIAS epilogue when cuBLASLt has it). */
 static int linear_fwd(struct gpu_ctx *x, floatX *out, const floatX *inp, const floatX *w,
@@ -582,18 +593,18 @@ static int linear_fwd(struct gpu_ctx *x, floatX *out, const floatX *inp, const f
     size_t EN = x->en;
     size_t n = (size_t)N * OC;
     if (gelu_out) {
-        int rc = matmul(x, gelu_out, CUDA_X, w, 1, inp, 0, OC, N, IC, IC, IC, OC, 1.0f, 0.0f, NULL,
-                        EPI_GELU_BIAS, bias, out, OC);
+        int rc = matmul_plan(x, plan_linear_fwd(N, IC, OC), gelu_out, CUDA_X, w, inp, 0.0f, NULL,
+                             EPI_GELU_BIAS, bias, out, OC);
         if (rc <= 0)
             return rc;
     }
-    int rc = bias ? matmul(x, out, CUDA_X, w, 1, inp, 0, OC, N, IC, IC, IC, OC, 1.0f,
-                           res ? 1.0f : 0.0f, res, EPI_BIAS, bias, NULL, 0) : 1;
+    int rc = bias ? matmul_plan(x, plan_linear_fwd(N, IC, OC), out, CUDA_X, w, inp,
+                                res ? 1.0f : 0.0f, res, EPI_BIAS, bias, NULL, 0) : 1;
     if (rc < 0)
         return -1;
     if (rc == 1) { /* no bias epilogue: plain product, then the bias */
-        OK(matmul(x, out, CUDA_X, w, 1, inp, 0, OC, N, IC, IC, IC, OC, 1.0f, res ? 1.0f : 0.0f,
-                  res, EPI_NONE, NULL, NULL, 0));
+        OK(matmul_plan(x, plan_linear_fwd(N, IC, OC), out, CUDA_X, w, inp, res ? 1.0f : 0.0f, res,
+                       EPI_NONE, NULL, NULL, 0));
         if (bias) {
             bias_add_kernel<<<blocks_for(n, 256), 256, 0, x->stream>>>(out, bias, n, OC);
             LAUNCHED(x->stream);
@@ -631,38 +642,37 @@ static int linear_bwd(struct gpu_ctx *x, float *partial, floatX *dinp, float *dw
     size_t EN = x->en;
     int rc = 1;
     if (dgelu_pre)
-        rc = matmul(x, dinp, CUDA_X, w, 0, dout, 0, IC, N, OC, IC, OC, IC, 1.0f, 0.0f, NULL,
-                    EPI_DGELU, NULL, (void *)dgelu_pre, IC);
+        rc = matmul_plan(x, plan_linear_dinp(N, IC, OC), dinp, CUDA_X, w, dout, 0.0f, NULL,
+                         EPI_DGELU, NULL, (void *)dgelu_pre, IC);
     if (rc < 0)
         return -1;
     if (rc == 1) {
-        OK(matmul(x, dinp, CUDA_X, w, 0, dout, 0, IC, N, OC, IC, OC, IC, 1.0f, 0.0f, NULL,
-                  EPI_NONE, NULL, NULL, 0));
+        OK(matmul_plan(x, plan_linear_dinp(N, IC, OC), dinp, CUDA_X, w, dout, 0.0f, NULL,
+                       EPI_NONE, NULL, NULL, 0));
         if (dgelu_pre) {
             size_t n = (size_t)N * IC;
             gelu_backward_kernel<<<blocks_for(n, 256), 256, 0, x->stream>>>(dinp, dgelu_pre, n);
             LAUNCHED(x->stream);
         }
     }
-    OK(matmul(x, dw, CUDA_R_32F, inp, 0, dout, 1, IC, OC, N, IC, OC, IC, 1.0f, 1.0f, NULL,
-              EPI_NONE, NULL, NULL, 0));
+    OK(matmul_plan(x, plan_linear_dw(N, IC, OC), dw, CUDA_R_32F, inp, dout, 1.0f, NULL, EPI_NONE,
+                   NULL, NULL, 0));
     if (dbias)
         OK(colsum(x, partial, NULL, dbias, dout, NULL, NULL, NULL, N, OC));
     return 0;
 }
 
-/* strided-batched row-major products for attention, through cuBLAS (column-major arguments) */
-static int bgemm(struct gpu_ctx *x, int ta, int tb, int m, int n, int k, float alpha,
-                 const floatX *A, int lda, long long sa, const floatX *B, int ldb, long long sb,
-                 floatX *Cm, int ldc, long long sc, int batch)
+/* strided-batched products for attention (cuBLAS), arguments from a gemm_plan */
+static int bgemm(struct gpu_ctx *x, struct gemm_plan p, float alpha, const floatX *A,
+                 const floatX *B, floatX *D, int batch)
 {
     char *EB = x->eb;
     size_t EN = x->en;
     float beta = 0.0f;
-    CKB(cublasGemmStridedBatchedEx(x->blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                   tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A, CUDA_X, lda,
-                                   sa, B, CUDA_X, ldb, sb, &beta, Cm, CUDA_X, ldc, sc, batch,
-                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    CKB(cublasGemmStridedBatchedEx(x->blas, p.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   p.tb ? CUBLAS_OP_T : CUBLAS_OP_N, p.m, p.n, p.k, &alpha, A,
+                                   CUDA_X, p.lda, p.sa, B, CUDA_X, p.ldb, p.sb, &beta, D, CUDA_X,
+                                   p.ldd, p.sd, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return 0;
 }
 
@@ -1146,14 +1156,12 @@ static int attention_fwd(struct gpu_stage *s, floatX *atty, floatX *att, const f
     int rows = B * NH * T;
     permute_kernel<<<blocks_for(BTC, 256), 256, 0, s->x.stream>>>(s->q, s->k, s->vv, qkv, B, T, NH, hs);
     LAUNCHED(s->x.stream);
-    /* att[T][T] = scale * q k^T: column-major att' = K'^T Q' */
-    OK(bgemm(&s->x, 1, 0, T, T, hs, 1.0f / sqrtf((float)hs), s->k, hs, (long long)T * hs, s->q,
-             hs, (long long)T * hs, att, T, (long long)T * T, B * NH));
+    /* att = scale q k^T */
+    OK(bgemm(&s->x, plan_att_xxT(T, hs), 1.0f / sqrtf((float)hs), s->k, s->q, att, B * NH));
     softmax_forward_kernel<<<blocks_for((size_t)rows * 32, 256), 256, 0, s->x.stream>>>(att, rows, T);
     LAUNCHED(s->x.stream);
-    /* y[T][hs] = att v: y' = V' att' */
-    OK(bgemm(&s->x, 0, 0, hs, T, T, 1.0f, s->vv, hs, (long long)T * hs, att, T, (long long)T * T,
-             s->y, hs, (long long)T * hs, B * NH));
+    /* y = att v */
+    OK(bgemm(&s->x, plan_att_px(T, hs), 1.0f, s->vv, att, s->y, B * NH));
     unpermute_kernel<<<blocks_for(BTC, 256), 256, 0, s->x.stream>>>(atty, s->y, B, T, NH, hs, 0);
     LAUNCHED(s->x.stream);
     return 0;
@@ -1256,23 +1264,20 @@ static int attention_bwd(struct gpu_stage *s, floatX *dqkv, const floatX *dy, co
     int B = s->B, T = s->T, C = s->c.channels, NH = s->c.heads, hs = C / NH;
     size_t BTC = (size_t)B * T * C;
     int rows = B * NH * T, batch = B * NH;
-    long long sq = (long long)T * hs, sa = (long long)T * T;
     float scale = 1.0f / sqrtf((float)hs);
     cudaStream_t st = s->x.stream;
     permute_kernel<<<blocks_for(BTC, 256), 256, 0, st>>>(s->q, s->k, s->vv, qkv, B, T, NH, hs);
     LAUNCHED(st);
     unpermute_kernel<<<blocks_for(BTC, 256), 256, 0, st>>>((floatX *)dy, s->y, B, T, NH, hs, 1);
     LAUNCHED(st);
-    /* datt[T][T] = dy v^T: datt' = V'^T dY' */
-    OK(bgemm(&s->x, 1, 0, T, T, hs, 1.0f, s->vv, hs, sq, s->y, hs, sq, s->datt, T, sa, batch));
-    /* dv[T][hs] = att^T dy: dv' = dY' att'^T */
-    OK(bgemm(&s->x, 0, 1, hs, T, T, 1.0f, s->y, hs, sq, att, T, sa, s->dv, hs, sq, batch));
+    /* datt = dy v^T; dv = att^T dy */
+    OK(bgemm(&s->x, plan_att_xxT(T, hs), 1.0f, s->vv, s->y, s->datt, batch));
+    OK(bgemm(&s->x, plan_att_pTx(T, hs), 1.0f, s->y, att, s->dv, batch));
     softmax_backward_kernel<<<blocks_for((size_t)rows * 32, 256), 256, 0, st>>>(s->datt, att, rows, T);
     LAUNCHED(st);
-    /* dq[t][d] = scale sum_t2 dpre[t][t2] k[t2][d] (the form of y = att v): dq' = K' dpre' */
-    OK(bgemm(&s->x, 0, 0, hs, T, T, scale, s->k, hs, sq, s->datt, T, sa, s->dq, hs, sq, batch));
-    /* dk[t2][d] = scale sum_t dpre[t][t2] q[t][d] (the form of dv): dk' = Q' dpre'^T */
-    OK(bgemm(&s->x, 0, 1, hs, T, T, scale, s->q, hs, sq, s->datt, T, sa, s->dk, hs, sq, batch));
+    /* dq = scale dpre k; dk = scale dpre^T q */
+    OK(bgemm(&s->x, plan_att_px(T, hs), scale, s->k, s->datt, s->dq, batch));
+    OK(bgemm(&s->x, plan_att_pTx(T, hs), scale, s->q, s->datt, s->dk, batch));
     permute_backward_kernel<<<blocks_for(BTC, 256), 256, 0, st>>>(dqkv, s->dq, s->dk, s->dv, B, T, NH, hs);
     LAUNCHED(st);
     return 0;
