@@ -32,7 +32,8 @@ GPU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcubl
             -fopenmp -lm -lpthread
 
 GPU_HOST_SRC := common/error.c noderuntime/gpt.c noderuntime/optimizer.c \
-                noderuntime/dataloader.c noderuntime/checkpoint.c noderuntime/cuda/cpu_shim.c
+                noderuntime/dataloader.c noderuntime/checkpoint.c noderuntime/cuda/cpu_shim.c \
+                noderuntime/cuda/token_groups.c
 GPU_HOST_OBJ := $(patsubst %.c,$(GB)/host/%.o,$(GPU_HOST_SRC))
 GPU_HDRS := noderuntime/cuda/gpt_cuda.h noderuntime/gpt.h noderuntime/optimizer.h common/error.h
 

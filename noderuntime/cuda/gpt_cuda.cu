@@ -19,6 +19,7 @@
 
 #include "gemm_plan.h"
 #include "gpt_cuda.h"
+#include "token_groups.h"
 
 #ifdef HOLMES_GPU_FP32
 typedef float floatX;
@@ -1086,27 +1087,13 @@ int gpu_stage_zero_grads(struct gpu_stage *s)
 
 /* ---------------------------------------------------------------- forward */
 
-/* positions of the micro-batch grouped by token, ascending inside a group (counting sort) */
+/* positions of the micro-batch grouped by token (token_groups.h), uploaded */
 static int upload_token_groups(struct gpu_stage *s, struct gslot *a, const int *tokens)
 {
     int V = s->c.vocab;
     size_t BT = (size_t)s->B * s->T;
     int *cnt = s->h_csr, *utok = cnt + V + 1, *ustart = utok + BT, *upos = ustart + BT + 1;
-    memset(cnt, 0, ((size_t)V + 1) * sizeof(int));
-    for (size_t i = 0; i < BT; i++)
-        cnt[tokens[i] + 1]++;
-    int nu = 0;
-    ustart[0] = 0;
-    for (int t = 0; t < V; t++)
-        if (cnt[t + 1]) {
-            utok[nu] = t;
-            ustart[nu + 1] = ustart[nu] + cnt[t + 1];
-            nu++;
-        }
-    for (int t = 0; t < V; t++) /* cnt[t] becomes the start of token t's group */
-        cnt[t + 1] += cnt[t];
-    for (size_t i = 0; i < BT; i++)
-        upos[cnt[tokens[i]]++] = (int)i;
+    int nu = token_groups(tokens, BT, V, cnt, utok, ustart, upos);
     a->nuniq = nu;
     OK(h2d(s, a->utok, utok, (size_t)nu * sizeof(int)));
     OK(h2d(s, a->ustart, ustart, ((size_t)nu + 1) * sizeof(int)));
