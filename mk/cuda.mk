@@ -15,6 +15,8 @@ GPU_DEBUG  ?= 0
 GPU_PYTHON ?= python3
 GPU_PEAK   ?= 989
 GPU_B_1558M ?= 4
+# gpu_stage_create flags for bench-gpu: 1 = recompute GELU outputs in backward
+GPU_FLAGS  ?= 0
 GB := build/cuda
 
 GPU_HOST_CFLAGS := -std=gnu11 -O2 -g $(WARN) -fopenmp -D_GNU_SOURCE -fno-trapping-math \
@@ -82,7 +84,7 @@ bench-gpu: $(GB)/bf16/bench_gpu
 	@echo "== bench-gpu: $$(date -u '+%F %H:%M UTC'), peak $(GPU_PEAK) TFLOP/s"
 	@nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
 	@$(GB)/bf16/bench_gpu --gemm 8192 20
-	@for s in $(GPU_SHAPES); do $(GB)/bf16/bench_gpu $$s $(GPU_PEAK) || exit 1; done
+	@for s in $(GPU_SHAPES); do $(GB)/bf16/bench_gpu $$s $(GPU_PEAK) $(GPU_FLAGS) || exit 1; done
 	@if $(GPU_PYTHON) -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then \
 	    for s in $(GPU_SHAPES); do PYTHONUNBUFFERED=1 $(GPU_PYTHON) tests/bench/bench_torch_gpu.py $$s $(GPU_PEAK) || exit 1; done; \
 	else echo "bench-gpu: $(GPU_PYTHON) has no CUDA PyTorch: PyTorch skipped"; fi

@@ -1,6 +1,7 @@
 /* make bench-gpu: one whole-model stage on one GPU, forward + backward + global-norm clipping +
  * AdamW per step; median ms/step, tokens/s, model TFLOP/s and MFU against a peak.
- * Usage: bench_gpu L C NH V B T steps [peak_tflops (default 989: H100 SXM bf16 dense)]
+ * Usage: bench_gpu L C NH V B T steps [peak_tflops (default 989: H100 SXM bf16 dense) [flags]]
+ *        (flags: gpu_stage_create's, 1 = GPU_RECOMPUTE_GELU)
  *        bench_gpu --gemm N iters    (the GEMM ceiling: an NxNxN product, same path and type) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,15 +43,17 @@ int main(int argc, char **argv)
                dev, tf);
         return 0;
     }
-    if (argc != 8 && argc != 9) {
-        fprintf(stderr, "usage: %s L C NH V B T steps [peak_tflops] | --gemm N iters\n", argv[0]);
+    if (argc < 8 || argc > 10) {
+        fprintf(stderr, "usage: %s L C NH V B T steps [peak_tflops [flags]] | --gemm N iters\n",
+                argv[0]);
         return 2;
     }
     struct gpt_config c = {atoi(argv[1]), atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), 0, 1024};
     int B = atoi(argv[5]), T = atoi(argv[6]), steps = atoi(argv[7]);
-    double peak = argc == 9 ? atof(argv[8]) : 989.0;
+    double peak = argc >= 9 ? atof(argv[8]) : 989.0;
+    int flags = argc == 10 ? atoi(argv[9]) : 0;
     struct gpu_stage *s;
-    if (steps < 1 || gpu_stage_create(&s, &c, 0, c.layers, B, T, 1, &e) < 0) {
+    if (steps < 1 || gpu_stage_create(&s, &c, 0, c.layers, B, T, 1, flags, &e) < 0) {
         fprintf(stderr, "bench_gpu: %s\n", steps < 1 ? "steps must be >= 1" : e.msg);
         return 1;
     }
@@ -85,10 +88,10 @@ int main(int argc, char **argv)
     }
     qsort(ms, (size_t)steps, sizeof(double), cmp_double);
     double med = ms[steps / 2], tflops = gpu_stage_flops(s) / (med / 1e3) / 1e12;
-    printf("holmes %s L%d C%d NH%d V%d B%d T%d on %s: params %.1fM, median %.1f ms/step "
+    printf("holmes %s%s L%d C%d NH%d V%d B%d T%d on %s: params %.1fM, median %.1f ms/step "
            "(min %.1f, max %.1f, %d steps), %.0f tokens/s, %.0f TFLOP/s, MFU %.1f%% of %.0f, "
            "loss %.4f\n",
-           gpu_precision_name(), c.layers, c.channels, c.heads, c.vocab, B, T, dev, n / 1e6, med,
+           gpu_precision_name(), flags & GPU_RECOMPUTE_GELU ? " recompute-gelu" : "", c.layers, c.channels, c.heads, c.vocab, B, T, dev, n / 1e6, med,
            ms[0], ms[steps - 1], steps, BT / (med / 1e3), tflops, 100.0 * tflops / peak, peak, loss);
     gpu_stage_free(s);
     free(tok);

@@ -702,7 +702,7 @@ struct gslot {
 
 struct gpu_stage {
     struct gpt_config c;
-    int first, last, nl, B, T, nslots;
+    int first, last, nl, B, T, nslots, recompute;
     struct gpt_stage *host;            /* layout, initialisation, host staging */
     const struct gpt_tensor *tensors;
     int ntensors;
@@ -716,6 +716,7 @@ struct gpu_stage {
     struct gslot *slots;
     /* shared scratch */
     floatX *dres, *dbuf, *dfch, *dqkv, *q, *k, *vv, *y, *dq, *dk, *dv, *datt;
+    floatX *fchg;                      /* GELU outputs of one layer when recomputing */
     float *partial;
     double *sq_partial;
     float *h_losses;                   /* host [BT] */
@@ -805,7 +806,8 @@ static int slot_alloc(struct gpu_stage *s, struct gslot *a)
     a->res2 = (floatX *)dalloc(nl * BTC * X, &bad);
     a->ln2 = (floatX *)dalloc(nl * BTC * X, &bad);
     a->fch = (floatX *)dalloc(nl * 4 * BTC * X, &bad);
-    a->fchg = (floatX *)dalloc(nl * 4 * BTC * X, &bad);
+    if (!s->recompute)
+        a->fchg = (floatX *)dalloc(nl * 4 * BTC * X, &bad);
     a->res3 = (floatX *)dalloc(nl * BTC * X, &bad);
     a->ln1m = (float *)dalloc(nl * BT * sizeof(float), &bad);
     a->ln1r = (float *)dalloc(nl * BT * sizeof(float), &bad);
@@ -831,7 +833,7 @@ void gpu_stage_free(struct gpu_stage *s)
     free(s->slots);
     void *ptrs[] = {s->params, s->grads, s->m, s->v, s->seg_end, s->seg_decay, s->dres, s->dbuf,
                     s->dfch, s->dqkv, s->q, s->k, s->vv, s->y, s->dq, s->dk, s->dv, s->datt,
-                    s->partial, s->sq_partial, s->x.ws};
+                    s->partial, s->sq_partial, s->x.ws, s->fchg};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
         if (ptrs[i])
             cudaFree(ptrs[i]);
@@ -853,7 +855,7 @@ void gpu_stage_free(struct gpu_stage *s)
 }
 
 int gpu_stage_create(struct gpu_stage **out, const struct gpt_config *cfg, int first, int last,
-                     int B, int T, int slots, herr *e)
+                     int B, int T, int slots, int flags, herr *e)
 {
     char *EB = e ? e->msg : NULL;
     size_t EN = e ? sizeof e->msg : 0;
@@ -865,6 +867,8 @@ int gpu_stage_create(struct gpu_stage **out, const struct gpt_config *cfg, int f
                         B, T, c.max_seq);
     if (slots <= 0 || slots > 1024)
         return herr_set(e, "activation slots must be in [1, 1024] (got %d)", slots);
+    if (flags & ~GPU_RECOMPUTE_GELU)
+        return herr_set(e, "unknown GPU stage flags 0x%x", (unsigned)flags);
     struct gpu_stage *s = (struct gpu_stage *)calloc(1, sizeof *s);
     if (!s)
         return herr_set(e, "out of memory allocating the GPU stage");
@@ -881,6 +885,7 @@ int gpu_stage_create(struct gpu_stage **out, const struct gpt_config *cfg, int f
     s->B = B;
     s->T = T;
     s->nslots = slots;
+    s->recompute = (flags & GPU_RECOMPUTE_GELU) != 0;
     s->nparams = gpt_stage_num_params(s->host);
     s->ntensors = gpt_stage_tensors(s->host, &s->tensors);
     s->lw = (struct layer_w *)calloc((size_t)(s->nl > 0 ? s->nl : 1), sizeof *s->lw);
@@ -939,6 +944,8 @@ int gpu_stage_create(struct gpu_stage **out, const struct gpt_config *cfg, int f
         s->dk = (floatX *)dalloc(BTC * X, &bad);
         s->dv = (floatX *)dalloc(BTC * X, &bad);
         s->datt = (floatX *)dalloc((size_t)B * nh * T * T * X, &bad);
+        if (s->recompute)
+            s->fchg = (floatX *)dalloc(4 * BTC * X, &bad);
         s->partial = (float *)dalloc(((BT + COLSUM_ROWS - 1) / COLSUM_ROWS) * 2 * maxcols * sizeof(float), &bad);
         s->sq_partial = (double *)dalloc(SQ_BLOCKS * sizeof(double), &bad);
         for (int i = 0; i < slots && !bad; i++)
@@ -1211,7 +1218,8 @@ int gpu_stage_forward(struct gpu_stage *s, int slot, const int *tokens, const vo
         const struct layer_w *o = &s->lw[i];
         floatX *ln1 = a->ln1 + i * BTC, *qkv = a->qkv + i * 3 * BTC, *att = a->att + i * attn;
         floatX *atty = a->atty + i * BTC, *res2 = a->res2 + i * BTC, *ln2 = a->ln2 + i * BTC;
-        floatX *fch = a->fch + i * 4 * BTC, *fchg = a->fchg + i * 4 * BTC, *res3 = a->res3 + i * BTC;
+        floatX *fch = a->fch + i * 4 * BTC, *res3 = a->res3 + i * BTC;
+        floatX *fchg = s->recompute ? s->fchg : a->fchg + i * 4 * BTC;
         float *ln1m = a->ln1m + i * BT, *ln1r = a->ln1r + i * BT;
         float *ln2m = a->ln2m + i * BT, *ln2r = a->ln2r + i * BT;
         OK(layernorm_fwd(s, ln1, ln1m, ln1r, x, o->ln1w, o->ln1b, (int)BT));
@@ -1320,9 +1328,14 @@ int gpu_stage_backward(struct gpu_stage *s, int slot, const void *dout, void *di
         const floatX *x = i == 0 ? a->x0 : a->res3 + (size_t)(i - 1) * BTC;
         floatX *ln1 = a->ln1 + i * BTC, *qkv = a->qkv + i * 3 * BTC, *att = a->att + i * attn;
         floatX *atty = a->atty + i * BTC, *res2 = a->res2 + i * BTC, *ln2 = a->ln2 + i * BTC;
-        floatX *fch = a->fch + i * 4 * BTC, *fchg = a->fchg + i * 4 * BTC;
+        floatX *fch = a->fch + i * 4 * BTC;
+        floatX *fchg = s->recompute ? s->fchg : a->fchg + i * 4 * BTC;
         float *ln1m = a->ln1m + i * BT, *ln1r = a->ln1r + i * BT;
         float *ln2m = a->ln2m + i * BT, *ln2r = a->ln2r + i * BT;
+        if (s->recompute) {
+            gelu_forward_kernel<<<blocks_for(4 * BTC, 256), 256, 0, st>>>(fchg, fch, 4 * BTC);
+            LAUNCHED(st);
+        }
         /* MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))) */
         OK(linear_bwd(&s->x, s->partial, s->dfch, G + o->fcprojw, G + o->fcprojb, dres, fchg,
                       W + o->fcprojw, fch, (int)BT, 4 * C, C));

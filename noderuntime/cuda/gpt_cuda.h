@@ -47,10 +47,14 @@ const char *gpu_precision_name(void);
 /* Bytes of one activation element (4 in fp32 mode, 2 in bf16 mode). */
 size_t gpu_act_bytes(void);
 
+/* gpu_stage_create flags */
+#define GPU_RECOMPUTE_GELU 1 /* keep no GELU outputs (4*B*T*C per layer and slot, a quarter of the
+                                activations): backward recomputes them */
+
 /* Like gpt_stage_create, on the current CUDA device. Parameters are zero until
  * gpu_stage_init_params() or gpu_stage_set_params(); gradients and moments start at zero. */
 int gpu_stage_create(struct gpu_stage **out, const struct gpt_config *c, int first, int last,
-                     int B, int T, int slots, herr *e);
+                     int B, int T, int slots, int flags, herr *e);
 void gpu_stage_free(struct gpu_stage *s);
 
 const struct gpt_config *gpu_stage_config(const struct gpu_stage *s);

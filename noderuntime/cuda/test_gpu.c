@@ -3,6 +3,7 @@
  *                    of a tensor = max |difference| / max |reference|)
  *   gpu.adamw.*      three optimizer steps with global-norm clipping: losses and parameters
  *   gpu.two_stage.*  stages [0,1) + [1,2) with two micro-batches in flight = one stage [0,2)
+ *   gpu.recompute.*  GELU recomputation in backward = stored GELU outputs
  *   gpu.resume.*     a run resumed from a checkpoint (checkpoint.h, dataloader.h) repeats the
  *                    uninterrupted run's losses and parameters exactly
  *   gpu.bad_input.*  out-of-range tokens, slots, backward without forward: -1 and a message
@@ -87,7 +88,7 @@ static void test_vs_cpu(int B, int T, int steps)
     struct gpt_stage *cs = NULL;
     struct gpu_stage *gs = NULL;
     if (gpt_stage_create(&cs, &c, 0, c.layers, B, T, 1, &e) < 0 ||
-        gpu_stage_create(&gs, &c, 0, c.layers, B, T, 1, &e) < 0) {
+        gpu_stage_create(&gs, &c, 0, c.layers, B, T, 1, 0, &e) < 0) {
         TEST_FAIL("gpu.vs_cpu.create", "%s", e.msg);
         gpt_stage_free(cs);
         return;
@@ -191,9 +192,9 @@ static void test_two_stage(void)
     void *act[2] = {NULL, NULL}, *dact = NULL, *dummy = NULL;
     float *g1 = NULL, *ga = NULL, *gb = NULL;
     int *tok = malloc(2 * BT * sizeof(int)), *tgt = malloc(2 * BT * sizeof(int));
-    if (!tok || !tgt || gpu_stage_create(&one, &c, 0, 2, B, T, 1, &e) < 0 ||
-        gpu_stage_create(&s0, &c, 0, 1, B, T, 2, &e) < 0 ||
-        gpu_stage_create(&s1, &c, 1, 2, B, T, 2, &e) < 0 ||
+    if (!tok || !tgt || gpu_stage_create(&one, &c, 0, 2, B, T, 1, 0, &e) < 0 ||
+        gpu_stage_create(&s0, &c, 0, 1, B, T, 2, 0, &e) < 0 ||
+        gpu_stage_create(&s1, &c, 1, 2, B, T, 2, 0, &e) < 0 ||
         !(act[0] = gpu_act_alloc(BTC, &e)) || !(act[1] = gpu_act_alloc(BTC, &e)) ||
         !(dact = gpu_act_alloc(BTC, &e)) || !(dummy = gpu_act_alloc(BTC, &e))) {
         TEST_FAIL("gpu.two_stage.create", "%s", tok && tgt ? e.msg : "out of memory");
@@ -281,6 +282,53 @@ out:
     gpu_stage_free(s1);
 }
 
+/* ---------------------------------------------------------------- recomputation */
+
+static void test_recompute(void)
+{
+    struct gpt_config c = tiny();
+    int B = 2, T = 16;
+    size_t BT = (size_t)B * T;
+    herr e;
+    struct gpu_stage *keep = NULL, *re = NULL;
+    float *gk = NULL, *gr = NULL;
+    int *tok = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
+    if (!tok || !tgt || gpu_stage_create(&keep, &c, 0, 2, B, T, 1, 0, &e) < 0 ||
+        gpu_stage_create(&re, &c, 0, 2, B, T, 1, GPU_RECOMPUTE_GELU, &e) < 0) {
+        TEST_FAIL("gpu.recompute.create", "%s", tok && tgt ? e.msg : "out of memory");
+        goto out;
+    }
+    random_tokens(tok, BT, c.vocab);
+    random_tokens(tgt, BT, c.vocab);
+    float lk = 0.0f, lr = 0.0f;
+    size_t n = gpu_stage_num_params(keep);
+    gk = malloc(n * sizeof(float));
+    gr = malloc(n * sizeof(float));
+    if (!gk || !gr || gpu_stage_init_params(keep, 9) < 0 || gpu_stage_init_params(re, 9) < 0 ||
+        gpu_stage_forward(keep, 0, tok, NULL, tgt, NULL, &lk) < 0 ||
+        gpu_stage_backward(keep, 0, NULL, NULL, 1.0f) < 0 ||
+        gpu_stage_forward(re, 0, tok, NULL, tgt, NULL, &lr) < 0 ||
+        gpu_stage_backward(re, 0, NULL, NULL, 1.0f) < 0 || gpu_stage_get_grads(keep, gk) < 0 ||
+        gpu_stage_get_grads(re, gr) < 0) {
+        TEST_FAIL("gpu.recompute.run", "%s / %s", keep ? gpu_stage_error(keep) : "",
+                  re ? gpu_stage_error(re) : "");
+        goto out;
+    }
+    CHECK("gpu.recompute.same_loss", lk == lr);
+    const struct gpt_tensor *t;
+    int nt = gpu_stage_tensors(keep, &t);
+    CHECK_TENSORS("gpu.recompute.grads", t, nt, gr, gk, 0, c.channels, TOL / 10);
+    CHECK("gpu.recompute.bad_flag", gpu_stage_create(&re, &c, 0, 2, B, T, 1, 0x40, &e) < 0 &&
+          strstr(e.msg, "flags") != NULL);
+out:
+    free(tok);
+    free(tgt);
+    free(gk);
+    free(gr);
+    gpu_stage_free(keep);
+    gpu_stage_free(re);
+}
+
 /* ---------------------------------------------------------------- resume */
 
 struct run {
@@ -328,8 +376,8 @@ static void test_resume(const char *corpus)
     b.in = malloc(BT * sizeof(int));
     b.tg = malloc(BT * sizeof(int));
     if (!a.in || !a.tg || !b.in || !b.tg || dataloader_open(&a.d, &dc, &e) < 0 ||
-        dataloader_open(&b.d, &dc, &e) < 0 || gpu_stage_create(&a.s, &c, 0, 2, B, T, 1, &e) < 0 ||
-        gpu_stage_create(&b.s, &c, 0, 2, B, T, 1, &e) < 0) {
+        dataloader_open(&b.d, &dc, &e) < 0 || gpu_stage_create(&a.s, &c, 0, 2, B, T, 1, 0, &e) < 0 ||
+        gpu_stage_create(&b.s, &c, 0, 2, B, T, 1, 0, &e) < 0) {
         TEST_FAIL("gpu.resume.setup", "%s", e.msg);
         goto out;
     }
@@ -403,13 +451,13 @@ static void test_bad_input(void)
     struct gpu_stage *s = NULL;
     int tok[16] = {0}, tgt[16] = {0};
     c.channels = 66; /* not a multiple of heads */
-    CHECK("gpu.bad_input.config", gpu_stage_create(&s, &c, 0, 2, 1, 16, 1, &e) < 0 &&
+    CHECK("gpu.bad_input.config", gpu_stage_create(&s, &c, 0, 2, 1, 16, 1, 0, &e) < 0 &&
           strstr(e.msg, "heads") != NULL);
     c = tiny();
-    CHECK("gpu.bad_input.range", gpu_stage_create(&s, &c, 1, 3, 1, 16, 1, &e) < 0);
-    CHECK("gpu.bad_input.seq", gpu_stage_create(&s, &c, 0, 2, 1, 64, 1, &e) < 0 &&
+    CHECK("gpu.bad_input.range", gpu_stage_create(&s, &c, 1, 3, 1, 16, 1, 0, &e) < 0);
+    CHECK("gpu.bad_input.seq", gpu_stage_create(&s, &c, 0, 2, 1, 64, 1, 0, &e) < 0 &&
           strstr(e.msg, "max_seq") != NULL);
-    if (gpu_stage_create(&s, &c, 0, 2, 1, 16, 1, &e) < 0) {
+    if (gpu_stage_create(&s, &c, 0, 2, 1, 16, 1, 0, &e) < 0) {
         TEST_FAIL("gpu.bad_input.create", "%s", e.msg);
         return;
     }
@@ -458,6 +506,7 @@ int main(int argc, char **argv)
     if (!quick) {
         test_vs_cpu(3, 32, 0); /* T = max_seq, odd batch */
         test_two_stage();
+        test_recompute();
         const char *corpus = getenv("HOLMES_CORPUS");
         test_resume(corpus ? corpus : "examples/data/corpus.txt");
         test_bad_input();
