@@ -11,6 +11,7 @@ if [ ! -x "$NVCC" ]; then
     NVCC=$(command -v nvcc) || { echo "# cuda build: no nvcc, skipped"; exit 0; }
 fi
 cd "$REPO" || exit 1
+unset MAKEFLAGS MFLAGS MAKELEVEL # a fresh make, whatever -j the caller ran with
 log=$(mktemp /tmp/holmes-cuda.XXXXXX)
 trap 'rm -f "$log" "$log.fatbin"' EXIT
 GB=build/cuda
@@ -20,7 +21,11 @@ if make --no-print-directory -j2 NVCC="$NVCC" cuda >"$log" 2>&1; then
 else
     fail "cuda.build" "$(tail -20 "$log")"
 fi
-if grep -qiE "warning" "$log"; then fail "cuda.no_warnings" "$(grep -i warning "$log" | head -5)"; else pass "cuda.no_warnings"; fi
+if grep -v '^make' "$log" | grep -qi "warning"; then
+    fail "cuda.no_warnings" "$(grep -i warning "$log" | head -5)"
+else
+    pass "cuda.no_warnings"
+fi
 
 for p in fp32 bf16; do
     o=$GB/$p/gpt_cuda.o
