@@ -497,8 +497,9 @@ static int align_of(const void *p)
 }
 
 /* Column-major D(m x n) = alpha * op(A) op(B) + beta * C (+ epilogue), A and B of the activation
- * type, C and D of dtype (C NULL: D itself). Returns 1 (no error set) when cuBLASLt has no
- * algorithm for the epilogue or the type mix, so the caller can fall back. */
+ * type, C and D of dtype (C NULL: D itself). Without an epilogue, a product cuBLASLt has no
+ * algorithm for goes to cublasGemmEx; with one, 1 is returned (no error set) so that the caller
+ * falls back to separate kernels. */
 static int matmul(struct gpu_ctx *x, void *D, cudaDataType dtype, const void *A, int ta,
                   const void *B, int tb, int m, int n, int k, int lda, int ldb, int ldd,
                   float alpha, float beta, const void *C, int epi, const void *bias, void *aux,
@@ -548,12 +549,29 @@ static int matmul(struct gpu_ctx *x, void *D, cudaDataType dtype, const void *A,
     LTCK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof ad));
     st = cublasLtMatmulAlgoGetHeuristic(x->lt, op, la, lb, lc, lc, pref, 1, &heur, &nres);
     if (st != CUBLAS_STATUS_SUCCESS || nres == 0) {
-        if (epi != EPI_NONE || dtype != CUDA_X) {
-            rc = 1; /* the caller falls back to separate kernels or to cublasGemmEx */
+        if (epi != EPI_NONE) {
+            rc = 1; /* the caller falls back to separate kernels */
             goto done;
         }
-        fail_msg(EB, EN, "cuBLASLt: no algorithm for a %dx%dx%d product (%s)", m, n, k,
-                 cublasGetStatusString(st));
+        /* no cuBLASLt algorithm for these types or alignments: cublasGemmEx (its type table
+         * has bf16 x bf16 -> fp32 and -> bf16 with fp32 compute), in place on D */
+        if (C && C != D && beta != 0.0f) {
+            cudaError_t ce = cudaMemcpy2DAsync(D, (size_t)ldd * (dtype == CUDA_R_32F ? 4 : 2), C,
+                                               (size_t)ldd * (dtype == CUDA_R_32F ? 4 : 2),
+                                               (size_t)m * (dtype == CUDA_R_32F ? 4 : 2), (size_t)n,
+                                               cudaMemcpyDeviceToDevice, x->stream);
+            if (ce != cudaSuccess) {
+                fail_msg(EB, EN, "CUDA: copying C for cublasGemmEx: %s", cudaGetErrorString(ce));
+                goto done;
+            }
+        }
+        if (!x->blas) {
+            fail_msg(EB, EN, "cuBLASLt: no algorithm for a %dx%dx%d product", m, n, k);
+            goto done;
+        }
+        LTCK(cublasGemmEx(x->blas, opa, opb, m, n, k, &alpha, A, CUDA_X, lda, B, CUDA_X, ldb, &beta,
+                          D, dtype, ldd, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        rc = 0;
         goto done;
     }
     LTCK(cublasLtMatmul(x->lt, op, &alpha, A, la, B, lb, &beta, C ? C : D, lc, D, lc, &heur.algo,
@@ -656,16 +674,8 @@ static int linear_bwd(struct gpu_ctx *x, float *partial, floatX *dinp, float *dw
             LAUNCHED(x->stream);
         }
     }
-    struct gemm_plan pw = plan_linear_dw(N, IC, OC);
-    rc = matmul_plan(x, pw, dw, CUDA_R_32F, inp, dout, 1.0f, NULL, EPI_NONE, NULL, NULL, 0);
-    if (rc < 0)
-        return -1;
-    if (rc == 1) { /* no cuBLASLt algorithm for this type mix: cublasGemmEx documents it */
-        float one = 1.0f;
-        CKB(cublasGemmEx(x->blas, pw.ta ? CUBLAS_OP_T : CUBLAS_OP_N, pw.tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                         pw.m, pw.n, pw.k, &one, inp, CUDA_X, pw.lda, dout, CUDA_X, pw.ldb, &one,
-                         dw, CUDA_R_32F, pw.ldd, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    }
+    OK(matmul_plan(x, plan_linear_dw(N, IC, OC), dw, CUDA_R_32F, inp, dout, 1.0f, NULL, EPI_NONE,
+                   NULL, NULL, 0));
     if (dbias)
         OK(colsum(x, partial, NULL, dbias, dout, NULL, NULL, NULL, N, OC));
     return 0;
