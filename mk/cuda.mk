@@ -89,9 +89,10 @@ bench-gpu: $(GB)/bf16/bench_gpu
 	    for s in $(GPU_SHAPES); do PYTHONUNBUFFERED=1 $(GPU_PYTHON) tests/bench/bench_torch_gpu.py $$s $(GPU_PEAK) || exit 1; done; \
 	else echo "bench-gpu: $(GPU_PYTHON) has no CUDA PyTorch: PyTorch skipped"; fi
 
+gpu-check: SHELL := /bin/bash
 gpu-check:
 	@mkdir -p $(GB)
-	@set -o pipefail 2>/dev/null; { $(MAKE) --no-print-directory -j$$(nproc) cuda && \
+	@set -o pipefail; { $(MAKE) --no-print-directory -j$$(nproc) cuda && \
 	    $(MAKE) --no-print-directory test-gpu && $(MAKE) --no-print-directory bench-gpu; } 2>&1 | tee $(GB)/gpu-check.log
 
 # The CPU reference of the GPU build, checked without a GPU: the CPU engine's own unit tests

@@ -8,7 +8,8 @@
  *                    uninterrupted run's losses and parameters exactly
  *   gpu.bad_input.*  out-of-range tokens, slots, backward without forward: -1 and a message
  * Tolerance: 1e-4 in fp32 mode, 2e-2 in bf16 mode (the CPU engine is fp32).
- * Usage: test_gpu [--quick] [--seed N]   (--quick: the first group only, for compute-sanitizer)
+ * Usage: test_gpu [--quick] [--seed N]   (--quick: the first group only, for compute-sanitizer;
+ *        HOLMES_TEST_VERBOSE=1 prints every tensor's error)
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -25,6 +26,7 @@
 #include "test.h"
 
 static double TOL;
+static int verbose; /* HOLMES_TEST_VERBOSE=1: every tensor's error */
 
 static struct gpt_config tiny(void)
 {
@@ -65,6 +67,8 @@ static double worst_tensor(const struct gpt_tensor *t, int nt, const float *got,
         /* a tensor whose reference is (nearly) all zero is measured against the whole buffer */
         double den = mr > 1e-6 * global ? mr : global;
         double rel = den > 0 ? md / den : md;
+        if (verbose)
+            printf("#   %-24s max |ref| %.3g, max |diff| %.3g, relative %.3g\n", t[k].name, mr, md, rel);
         if (rel > worst || (worst == 0.0 && k == 0)) {
             worst = rel;
             snprintf(which, wlen, "%s", t[k].name);
@@ -493,6 +497,7 @@ int main(int argc, char **argv)
         }
     }
     TOL = strcmp(gpu_precision_name(), "fp32") == 0 ? 1e-4 : 2e-2;
+    verbose = getenv("HOLMES_TEST_VERBOSE") && strcmp(getenv("HOLMES_TEST_VERBOSE"), "0") != 0;
     rng_state = seed;
     char dev[256];
     herr e;
