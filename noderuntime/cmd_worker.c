@@ -1,9 +1,262 @@
-/* Placeholder until the worker command lands; replaced by its module's owner. */
+/* holmes-node worker: one rank of a distributed training job. Ranks, peers and transports come
+ * from a rank table (--rank-table FILE, or HOLMES_RANK_TABLE / HOLMES_RANK_TABLE_JSON); the
+ * model and the run from flags. Progress goes to stdout (one line per step, JSON with
+ * --log-format json); SIGTERM/SIGINT stop every rank after the current step, with a checkpoint. */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "commands.h"
+#include "dataloader.h"
+#include "log.h"
+#include "rank_table.h"
+#include "trainer.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: holmes-node worker --rank R --data PATTERN [--rank-table FILE] [options]\n\n"
+            "Runs global rank R of a pipeline x data parallel job (docs/comm.md). The rank table\n"
+            "(planner-style JSON/YAML with each rank's host and port) comes from --rank-table,\n"
+            "else HOLMES_RANK_TABLE (a path) or HOLMES_RANK_TABLE_JSON (the document); R may come\n"
+            "from HOLMES_RANK.\n\n"
+            "  --data PATTERN        llm.c .bin shards or text files (glob)\n"
+            "  --layers N --channels N --heads N --vocab N --max-seq N   model (default 4 64 4 256 64)\n"
+            "  --batch B --seq T     sequences per micro-batch, tokens per sequence (default 4 32)\n"
+            "  --micro-batches M     per data-parallel replica per step (default 2)\n"
+            "  --steps N             total optimizer steps (default 20)\n"
+            "  --schedule S          1f1b | gpipe (default 1f1b)\n"
+            "  --lr X --warmup N --min-lr-ratio X --clip X --weight-decay X --seed N\n"
+            "  --bucket N            ZeRO bucket size in floats (default 1048576)\n"
+            "  --checkpoint-dir DIR --checkpoint-every N --keep K   (resume from DIR's latest)\n"
+            "  --listen HOST         bind address (default all interfaces)\n"
+            "  --log-format text|json   progress format (default text)\n"
+            "  --all-ranks           every rank prints progress (default: rank 0)\n");
+}
+
+static volatile sig_atomic_t stop_requested;
+static void on_signal(int sig) { (void)sig; stop_requested = 1; }
+
+struct progress {
+    int json, print;
+};
+
+static int print_step(void *ctx, const struct trainer_report *r)
+{
+    struct progress *p = ctx;
+    if (!p->print)
+        return 0;
+    if (p->json)
+        printf("{\"step\":%ld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.4f,\"tokens_per_s\":%.1f,"
+               "\"step_s\":%.4f,\"pipeline_s\":%.4f,\"grad_sync_s\":%.4f,\"optimizer_s\":%.4f,"
+               "\"param_sync_s\":%.4f,\"dp_link_bytes_per_s\":%.0f,\"stage\":%d,\"replica\":%d}\n",
+               r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s, r->step_s, r->pipeline_s,
+               r->grad_sync_s, r->optimizer_s, r->param_sync_s, r->dp_link_bytes_per_s, r->stage,
+               r->replica);
+    else
+        printf("step %ld loss %.6f lr %.3g norm %.3f %.0f tok/s %.1f ms (pipeline %.1f, grad "
+               "sync %.1f, optimizer %.1f, param sync %.1f) dp link %.1f MB/s\n",
+               r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s, r->step_s * 1e3,
+               r->pipeline_s * 1e3, r->grad_sync_s * 1e3, r->optimizer_s * 1e3,
+               r->param_sync_s * 1e3, r->dp_link_bytes_per_s / 1e6);
+    fflush(stdout);
+    return 0;
+}
+
+static int poll_stop(void *ctx) { (void)ctx; return stop_requested != 0; }
+
+/* Random access over the dataloader: micro-batch k of this replica. */
+static int loader_batch(void *ctx, uint64_t k, int replica, int replicas, int *tok, int *tgt, herr *e)
+{
+    (void)replica, (void)replicas, (void)e;
+    struct dataloader *d = ctx;
+    if (dataloader_position(d) != k)
+        dataloader_seek(d, k);
+    dataloader_next(d, tok, tgt);
+    return 0;
+}
+
+static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) {
+        fprintf(stderr, "holmes-node worker: %s must be an integer in %ld..%ld, got '%s'\n", opt, lo,
+                hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *opt, const char *s, double lo, double hi, float *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || end == s || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "holmes-node worker: %s must be a number in %g..%g, got '%s'\n", opt, lo,
+                hi, s);
+        return -1;
+    }
+    *out = (float)v;
+    return 0;
+}
+
 int cmd_worker(int argc, char **argv)
 {
-    (void)argc; (void)argv;
-    fprintf(stderr, "holmes-node worker: not built yet\n");
-    return 2;
+    /* --coordinator URL (or HOLMES_COORDINATOR): the place in the job comes from the
+     * coordinator instead of a rank table (cmd_worker_coord.c). */
+    if (cmd_worker_coord_wanted(argc, argv))
+        return cmd_worker_coord(argc, argv);
+    struct trainer_config c;
+    trainer_config_defaults(&c);
+    c.model = (struct gpt_config){4, 64, 4, 256, 0, 64};
+    c.B = 4;
+    c.T = 32;
+    c.micro_batches = 2;
+    c.steps = 20;
+    const char *table_path = NULL, *data = NULL, *fmt = "text";
+    long rank = -1;
+    int all_ranks = 0;
+    const char *env_rank = getenv("HOLMES_RANK");
+    if (env_rank && parse_long("HOLMES_RANK", env_rank, 0, INT_MAX, &rank) != 0)
+        return 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long n;
+        int bad = 0;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--all-ranks") == 0) {
+            all_ranks = 1;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "holmes-node worker: unknown or incomplete option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        i++;
+        if (strcmp(a, "--rank-table") == 0)
+            table_path = v;
+        else if (strcmp(a, "--rank") == 0)
+            bad = parse_long(a, v, 0, INT_MAX, &rank);
+        else if (strcmp(a, "--data") == 0)
+            data = v;
+        else if (strcmp(a, "--layers") == 0 && !(bad = parse_long(a, v, 1, 1000, &n)))
+            c.model.layers = (int)n;
+        else if (strcmp(a, "--channels") == 0 && !(bad = parse_long(a, v, 1, 100000, &n)))
+            c.model.channels = (int)n;
+        else if (strcmp(a, "--heads") == 0 && !(bad = parse_long(a, v, 1, 1000, &n)))
+            c.model.heads = (int)n;
+        else if (strcmp(a, "--vocab") == 0 && !(bad = parse_long(a, v, 1, 10000000, &n)))
+            c.model.vocab = (int)n;
+        else if (strcmp(a, "--max-seq") == 0 && !(bad = parse_long(a, v, 1, 1000000, &n)))
+            c.model.max_seq = (int)n;
+        else if (strcmp(a, "--batch") == 0 && !(bad = parse_long(a, v, 1, 100000, &n)))
+            c.B = (int)n;
+        else if (strcmp(a, "--seq") == 0 && !(bad = parse_long(a, v, 1, 1000000, &n)))
+            c.T = (int)n;
+        else if (strcmp(a, "--micro-batches") == 0 && !(bad = parse_long(a, v, 1, 100000, &n)))
+            c.micro_batches = (int)n;
+        else if (strcmp(a, "--steps") == 0)
+            bad = parse_long(a, v, 1, LONG_MAX, &c.steps);
+        else if (strcmp(a, "--schedule") == 0) {
+            herr e;
+            if (pipe_schedule_parse(v, &c.schedule, &e) != 0) {
+                fprintf(stderr, "holmes-node worker: --schedule: %s\n", e.msg);
+                return 2;
+            }
+        } else if (strcmp(a, "--lr") == 0)
+            bad = parse_float(a, v, 1e-12, 10, &c.lr.max_lr);
+        else if (strcmp(a, "--warmup") == 0)
+            bad = parse_long(a, v, 0, LONG_MAX, &c.lr.warmup_steps);
+        else if (strcmp(a, "--min-lr-ratio") == 0)
+            bad = parse_float(a, v, 0, 1, &c.lr.min_lr_ratio);
+        else if (strcmp(a, "--clip") == 0)
+            bad = parse_float(a, v, 0, 1e9, &c.grad_clip);
+        else if (strcmp(a, "--weight-decay") == 0)
+            bad = parse_float(a, v, 0, 10, &c.adamw.weight_decay);
+        else if (strcmp(a, "--seed") == 0 && !(bad = parse_long(a, v, 0, LONG_MAX, &n)))
+            c.seed = (uint64_t)n;
+        else if (strcmp(a, "--bucket") == 0 && !(bad = parse_long(a, v, 1, LONG_MAX, &n)))
+            c.bucket_floats = (size_t)n;
+        else if (strcmp(a, "--checkpoint-dir") == 0)
+            c.checkpoint_dir = v;
+        else if (strcmp(a, "--checkpoint-every") == 0 && !(bad = parse_long(a, v, 0, INT_MAX, &n)))
+            c.checkpoint_every = (int)n;
+        else if (strcmp(a, "--keep") == 0 && !(bad = parse_long(a, v, 1, 1000, &n)))
+            c.checkpoint_keep = (int)n;
+        else if (strcmp(a, "--listen") == 0)
+            c.listen_host = v;
+        else if (strcmp(a, "--log-format") == 0)
+            fmt = v;
+        else if (!bad) {
+            fprintf(stderr, "holmes-node worker: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (bad)
+            return 2;
+    }
+    enum log_format lf;
+    if (log_parse_format(fmt, &lf) != 0) {
+        fprintf(stderr, "holmes-node worker: --log-format must be text or json, got '%s'\n", fmt);
+        return 2;
+    }
+    log_set_format(lf);
+    if (rank < 0 || !data) {
+        fprintf(stderr, "holmes-node worker: --rank (or HOLMES_RANK) and --data are required\n");
+        usage(stderr);
+        return 2;
+    }
+    char comp[32];
+    snprintf(comp, sizeof comp, "worker-%ld", rank);
+    log_set_component(comp);
+    herr e;
+    if (gpt_config_check(&c.model, &e) != 0) {
+        log_error("model: %s", e.msg);
+        return 2;
+    }
+    struct rank_table rt;
+    if ((table_path ? rank_table_load(table_path, &rt, &e) : rank_table_from_env(&rt, &e)) != 0) {
+        log_error("%s", e.msg);
+        return 2;
+    }
+    if (rank >= rt.world) {
+        log_error("--rank %ld is outside the rank table's 0..%d", rank, rt.world - 1);
+        rank_table_free(&rt);
+        return 2;
+    }
+    struct dataloader *dl = NULL;
+    struct dataloader_config dc = {data, c.B, c.T, rank_table_dp(&rt, (int)rank), rt.data, c.seed,
+                                   c.model.vocab};
+    if (dataloader_open(&dl, &dc, &e) != 0) {
+        log_error("data: %s", e.msg);
+        rank_table_free(&rt);
+        return 2;
+    }
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    struct progress pr = {lf == LOG_JSON, all_ranks || rank == 0};
+    struct trainer_data td = {dl, loader_batch};
+    struct trainer_hooks hooks = {&pr, print_step, poll_stop, NULL};
+    log_info("rank %ld: stage %d of %d, replica %d of %d", rank, rank_table_stage(&rt, (int)rank),
+             rt.pipeline, rank_table_dp(&rt, (int)rank), rt.data);
+    int rc = trainer_run(&c, &rt, (int)rank, &td, &hooks, &e);
+    if (rc != 0)
+        log_error("%s", e.msg);
+    else if (stop_requested)
+        log_info("stopped on request");
+    dataloader_free(dl);
+    rank_table_free(&rt);
+    return rc != 0 ? 1 : 0;
 }

@@ -124,16 +124,31 @@ static int append_list(char *dst, size_t cap, const char *item)
     return 0;
 }
 
-/* The Ethernet netdev to bootstrap on / run TCP over: up, physical, fastest, then by name. */
+/* True when n has an IPv4 or a non-link-local IPv6 address. */
+static int has_routable_addr(const struct nic_netdev *n)
+{
+    for (int i = 0; i < n->naddrs; i++)
+        if (n->addrs[i].family == AF_INET ||
+            !(n->addrs[i].addr[0] == 0xfe && (n->addrs[i].addr[1] & 0xc0) == 0x80))
+            return 1;
+    return 0;
+}
+
+/* The Ethernet netdev to bootstrap on / run TCP over: up, physical (or a bond), addressed
+ * (a bond's member ports are not), fastest, then by name. */
 static const struct nic_netdev *best_ethernet(const struct nic_report *r)
 {
     const struct nic_netdev *best = NULL;
+    int best_addr = 0;
     for (int i = 0; i < r->nnetdevs; i++) {
         const struct nic_netdev *n = &r->netdevs[i];
         if (n->is_virtual || n->type != 1 || strcmp(n->operstate, "up") != 0)
             continue;
-        if (!best || n->speed_mbps > best->speed_mbps)
+        int addr = has_routable_addr(n);
+        if (!best || addr > best_addr || (addr == best_addr && n->speed_mbps > best->speed_mbps)) {
             best = n;
+            best_addr = addr;
+        }
     }
     return best;
 }

@@ -393,7 +393,15 @@ static void read_netdev(const char *root, const char *name, struct nic_netdev *n
     if (!is_virtual && stat(path, &st) != 0)
         is_virtual = 1;
     n->is_virtual = is_virtual || n->type == 772;
-    if (n->type == 772)
+    /* A bond aggregates physical ports and usually carries the node's address: it may be
+     * chosen, unlike bridges, veths and tunnels. */
+    snprintf(path, sizeof path, "%s/bonding", dir);
+    int is_bond = n->type == 1 && stat(path, &st) == 0;
+    if (is_bond)
+        n->is_virtual = 0;
+    if (is_bond)
+        snprintf(n->kind, sizeof n->kind, "bond");
+    else if (n->type == 772)
         snprintf(n->kind, sizeof n->kind, "loopback");
     else if (n->is_virtual)
         snprintf(n->kind, sizeof n->kind, "%s", virtual_kind(name, dir));
@@ -401,7 +409,8 @@ static void read_netdev(const char *root, const char *name, struct nic_netdev *n
         snprintf(n->kind, sizeof n->kind, "ipoib");
     else
         snprintf(n->kind, sizeof n->kind, "physical");
-    if (!n->is_virtual)
+    snprintf(path, sizeof path, "%s/device", dir);
+    if (!n->is_virtual && !is_bond)
         nic_sysfs_pci_locate(path, n->pci, n->pci_path, &n->numa_node);
 }
 

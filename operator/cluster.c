@@ -10,7 +10,7 @@
 #define CLUSTER_MAX_WORKERS (1 << 20)
 
 static const char *const worker_keys[] = {"name", "node", "gpus", "gpu_tflops", "tflops", "nic",
-                                          "count", NULL};
+                                          "count", "gpu_memory_gb", NULL};
 
 static int check_keys(const cJSON *obj, const char *const *keys, const char *where, herr *e)
 {
@@ -81,6 +81,11 @@ static int parse_worker(const cJSON *wj, const char *where, struct plan_worker *
         tf->valuedouble > 1e6)
         return herr_set(e, "%s.gpu_tflops: must be a number in (0, 1000000]", where);
     w->tflops = tf->valuedouble;
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(wj, "gpu_memory_gb");
+    if (mem && (!cJSON_IsNumber(mem) || !isfinite(mem->valuedouble) || mem->valuedouble <= 0 ||
+                mem->valuedouble > 1e6))
+        return herr_set(e, "%s.gpu_memory_gb: must be a number in (0, 1000000]", where);
+    w->memory_gb = mem ? mem->valuedouble : 0;
     const cJSON *nic = cJSON_GetObjectItemCaseSensitive(wj, "nic");
     char nw[256];
     snprintf(nw, sizeof nw, "%s.nic", where);
@@ -139,10 +144,14 @@ int cluster_from_json(const cJSON *doc, const char *where, struct cluster *out, 
             struct plan_worker *d = &out->workers[out->n_workers++];
             *d = w;
             if (count > 1) {
-                snprintf(d->name, sizeof d->name, "%.*s-%d", (int)sizeof d->name - 12, w.name, k);
-                if (w.node[0])
-                    snprintf(d->node, sizeof d->node, "%.*s-%d", (int)sizeof d->node - 12, w.node,
-                             k);
+                /* names are at most 55 characters, so "-k" always fits */
+                int a = snprintf(d->name, sizeof d->name, "%s-%d", w.name, k);
+                int b = w.node[0] ? snprintf(d->node, sizeof d->node, "%s-%d", w.node, k) : 0;
+                if (a >= (int)sizeof d->name || b >= (int)sizeof d->node) {
+                    cluster_free(out);
+                    return herr_set(e, "%s.workers[%d]: name or node too long for count", where,
+                                    i);
+                }
             }
         }
     }
@@ -189,6 +198,49 @@ int cluster_load_calibration(const char *path, struct cost_links *links, herr *e
     int rc = cost_links_apply_json(links, l ? l : doc, where, e);
     cJSON_Delete(all);
     return rc;
+}
+
+int cluster_from_emulation(const struct tj_spec *s, double tflops, struct cluster *out, herr *e)
+{
+    memset(out, 0, sizeof *out);
+    cost_links_default(&out->links);
+    const struct tj_emulation *em = &s->emulation;
+    if (!em->enabled || em->n_groups < 1)
+        return herr_set(e, "spec.emulation: absent; give --cluster FILE with the workers' NICs");
+    long total = 0;
+    for (int g = 0; g < em->n_groups; g++)
+        total += em->groups[g].count;
+    if (total < 1 || total > CLUSTER_MAX_WORKERS)
+        return herr_set(e, "spec.emulation.nics: counts must sum to 1..%d workers",
+                        CLUSTER_MAX_WORKERS);
+    out->workers = calloc((size_t)total, sizeof *out->workers);
+    if (!out->workers)
+        return herr_set(e, "spec.emulation: out of memory");
+    if (tflops <= 0)
+        tflops = s->gpus_per_worker > 0 ? 100 : 0.05;
+    for (int g = 0; g < em->n_groups; g++) {
+        const struct tj_nic_group *ng = &em->groups[g];
+        for (int k = 0; k < ng->count; k++) {
+            struct plan_worker *w = &out->workers[out->n_workers];
+            snprintf(w->name, sizeof w->name, "worker-%d", out->n_workers);
+            out->n_workers++;
+            w->gpus = s->gpus_per_worker;
+            w->tflops = tflops;
+            w->nic.gid_index = -1;
+            if (nic_class_parse(ng->cls, &w->nic.cls)) {
+                cluster_free(out);
+                return herr_set(e, "spec.emulation.nics[%d].class: must be infiniband, roce or "
+                                "ethernet", g);
+            }
+            snprintf(w->nic.fabric, sizeof w->nic.fabric, "%s", ng->fabric);
+            w->nic.gbps = ng->gbps;
+            if (w->nic.cls == NIC_ROCE)
+                w->nic.gid_index = 3;
+        }
+    }
+    if (em->cross_fabric_gbps > 0)
+        out->links.tcp_gbps = em->cross_fabric_gbps;
+    return 0;
 }
 
 void cluster_free(struct cluster *c)

@@ -1,9 +1,639 @@
-/* Placeholder until the local command lands; replaced by its module's owner. */
+/* holmes-operator local JOB.yaml: the whole job on this machine. An embedded coordinator on
+ * 127.0.0.1 and one `holmes-node worker` process per worker, each reporting its emulated NIC
+ * (spec.emulation) so the planner places stages inside fabrics and the TCP transport paces the
+ * links. Prints the placement table, a live progress line and a summary; --metrics-out writes
+ * one JSON object per step. Workers stopped for an in-place restart (exit 75), or that died,
+ * are started again while the job is alive; they resume from their last checkpoint. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
 #include "commands.h"
+#include "coord_plan.h"
+#include "coordinator.h"
+#include "log.h"
+#include "trainingjob.h"
+
+#define EXIT_RESTART 75
+#define METRIC_SLOTS 4096
+
+static volatile sig_atomic_t interrupted;
+static void on_signal(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: holmes-operator local JOB.yaml [--metrics-out FILE] [--run-dir DIR]\n"
+        "                                      [--simulate [--step-ms MS]] [--quiet]\n"
+        "Runs a TrainingJob on this machine: an embedded coordinator and one holmes-node worker\n"
+        "process per worker over the TCP transport, with the NICs of spec.emulation (each\n"
+        "worker pretends to have its group's NIC; links are paced to the emulated bandwidth).\n"
+        "Prints the placement, a live progress line (step, loss, tokens/s, ETA) and a summary.\n"
+        "  --metrics-out FILE  one JSON object per step: step, loss, lr, tokens_per_s, step_ms\n"
+        "                      and its per-stage breakdown\n"
+        "  --run-dir DIR       worker logs (default local-runs/NAME)\n"
+        "  --simulate          workers train nothing and report simulated steps (tests)\n"
+        "  --step-ms MS        simulated step time (default 20)\n"
+        "  --quiet             no live progress line\n"
+        "Exit status: 0 succeeded, 1 failed, 2 usage or invalid job.\n");
+}
+
+struct child {
+    pid_t pid;
+    int exited;          /* finished for good (exit 0) */
+    int starts;
+};
+
+/* Per-step metrics collected from every worker until the row is complete. */
+struct metric_row {
+    long step;
+    int seen;            /* workers that reported this step */
+    int nloss;
+    double loss, lr, tokens_per_s, step_ms;
+    double stage_ms[PROTO_MAX_STAGES], stage_compute[PROTO_MAX_STAGES],
+           stage_comm[PROTO_MAX_STAGES], stage_bubble[PROTO_MAX_STAGES];
+};
+
+struct local {
+    struct tj_job job;
+    struct coord_plan cp;
+    struct coordinator *c;
+    struct child *kids;
+    char token[64];
+    char node_bin[PATH_MAX];
+    char run_dir[PATH_MAX];
+    int simulate, step_ms, quiet, tty;
+    FILE *metrics;
+    struct metric_row *rows;
+    int stages;
+    double t0;
+    struct coord_progress last;
+    int have_progress;
+    int progress_line_open;
+    char fail_reason[1024];
+    int gang_failed;
+    double first_loss;
+    long first_step;
+    int have_first;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void fmt_duration(double s, char *buf, size_t cap)
+{
+    if (s < 0) {
+        snprintf(buf, cap, "?");
+        return;
+    }
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, cap, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+    else if (t >= 60)
+        snprintf(buf, cap, "%ldm%02lds", t / 60, t % 60);
+    else
+        snprintf(buf, cap, "%lds", t);
+}
+
+static void end_progress_line(struct local *L)
+{
+    if (L->progress_line_open) {
+        printf("\n");
+        L->progress_line_open = 0;
+    }
+}
+
+/* ---------------------------------------------------------------- hooks */
+
+static int hook_plan(void *user, const struct coord_worker *w, int n, cJSON **a, herr *e)
+{
+    struct local *L = user;
+    if (coord_plan_hook(&L->cp, w, n, a, e))
+        return -1;
+    const struct plan *p = &L->cp.plan;
+    L->stages = p->n_stages;
+    end_progress_line(L);
+    printf("placement (%s policy): pipeline %d x data %d, %d micro-batches of %d\n",
+           plan_policy_name(p->policy), p->pipeline, p->data, p->micro_batches,
+           p->micro_batch_size);
+    printf("  %-6s %-12s %-9s %s\n", "stage", "fabric", "layers", "workers");
+    for (int s = 0; s < p->n_stages; s++) {
+        char ws[512] = "";
+        size_t used = 0;
+        for (int r = 0; r < p->n_ranks; r++) {
+            if (p->ranks[r].stage != s)
+                continue;
+            const struct coord_worker *cw = &w[p->ranks[r].worker];
+            int k = snprintf(ws + used, sizeof ws - used, "%s%s (%s %g Gb/s)", used ? ", " : "",
+                             cw->pod, nic_class_name(cw->nic.cls), cw->nic.gbps);
+            if (k > 0 && (size_t)k < sizeof ws - used)
+                used += (size_t)k;
+        }
+        char layers[32];
+        snprintf(layers, sizeof layers, "%d-%d", p->stages[s].first_layer,
+                 p->stages[s].last_layer - 1);
+        printf("  %-6d %-12s %-9s %s\n", s, p->stages[s].fabric, layers, ws);
+    }
+    for (int g = 0; g < p->n_groups; g++) {
+        const struct plan_group *pg = &p->groups[g];
+        if (pg->kind != PLAN_GROUP_DP || pg->n < 2)
+            continue;
+        printf("  data-parallel group of stage %d: %s%s%s\n", pg->stage,
+               plan_transport_name(pg->transport.kind), pg->transport.reason[0] ? " - " : "",
+               pg->transport.reason);
+    }
+    printf("  predicted step time %.3f s (model's estimate for the emulated fabrics)\n",
+           p->step_s);
+    fflush(stdout);
+    return 0;
+}
+
+static void hook_event(void *user, enum coord_job_state s, const char *msg)
+{
+    struct local *L = user;
+    end_progress_line(L);
+    printf("[%s] %s\n", coord_state_name(s), msg);
+    fflush(stdout);
+    if (strstr(msg, "gang timeout")) {
+        L->gang_failed = 1;
+        snprintf(L->fail_reason, sizeof L->fail_reason, "%s", msg);
+    }
+    if (s == COORD_FAILED)
+        snprintf(L->fail_reason, sizeof L->fail_reason, "%s", msg);
+}
+
+static void hook_progress(void *user, const struct coord_progress *p)
+{
+    struct local *L = user;
+    L->last = *p;
+    L->have_progress = 1;
+    if (p->has_loss && !L->have_first) {
+        L->have_first = 1;
+        L->first_loss = p->loss;
+        L->first_step = p->step;
+    }
+    if (L->quiet)
+        return;
+    char eta[32];
+    fmt_duration(p->eta_s, eta, sizeof eta);
+    char line[256];
+    snprintf(line, sizeof line, "step %ld/%ld  loss %s  %.0f tokens/s  %.0f ms/step  ETA %s",
+             p->step, p->total_steps, "", p->tokens_per_s, p->step_ms, eta);
+    if (p->has_loss)
+        snprintf(line, sizeof line, "step %ld/%ld  loss %.4f  %.0f tokens/s  %.0f ms/step  ETA %s",
+                 p->step, p->total_steps, p->loss, p->tokens_per_s, p->step_ms, eta);
+    if (L->tty) {
+        printf("\r%-100s", line);
+        L->progress_line_open = 1;
+    } else {
+        static double last_print;
+        double t = now_s();
+        if (t - last_print < 5.0 && p->step < p->total_steps)
+            return;
+        last_print = t;
+        printf("%s\n", line);
+    }
+    fflush(stdout);
+}
+
+static void write_row(struct local *L, const struct metric_row *r)
+{
+    if (!L->metrics)
+        return;
+    fprintf(L->metrics, "{\"step\":%ld,", r->step);
+    if (r->nloss)
+        fprintf(L->metrics, "\"loss\":%.6f,", r->loss / r->nloss);
+    fprintf(L->metrics, "\"lr\":%.6g,\"tokens_per_s\":%.1f,\"step_ms\":%.3f,\"stages\":[",
+            r->lr, r->tokens_per_s, r->step_ms);
+    int n = L->stages > 0 ? L->stages : 1;
+    for (int s = 0; s < n && s < PROTO_MAX_STAGES; s++)
+        fprintf(L->metrics,
+                "%s{\"stage\":%d,\"step_ms\":%.3f,\"compute_ms\":%.3f,\"comm_ms\":%.3f,"
+                "\"bubble_ms\":%.3f}", s ? "," : "", s, r->stage_ms[s], r->stage_compute[s],
+                r->stage_comm[s], r->stage_bubble[s]);
+    fprintf(L->metrics, "]}\n");
+    fflush(L->metrics);
+}
+
+static double maxd(double a, double b) { return a > b ? a : b; }
+
+static void hook_steps(void *user, const struct coord_worker *w, const struct proto_progress *p)
+{
+    struct local *L = user;
+    (void)w;
+    if (!L->rows)
+        return;
+    int n = L->job.spec.workers;
+    for (int i = 0; i < p->nsteps; i++) {
+        const struct proto_step *s = &p->steps[i];
+        struct metric_row *r = &L->rows[s->step % METRIC_SLOTS];
+        if (r->step != s->step) { /* a new step in this slot (or a replay after a restart) */
+            memset(r, 0, sizeof *r);
+            r->step = s->step;
+        }
+        r->seen++;
+        if (s->has_loss) {
+            r->nloss++;
+            r->loss += s->loss;
+            r->tokens_per_s += s->tokens_per_s;
+        }
+        if (s->lr > 0)
+            r->lr = s->lr;
+        r->step_ms = maxd(r->step_ms, s->step_ms);
+        int st = p->stage < PROTO_MAX_STAGES ? p->stage : PROTO_MAX_STAGES - 1;
+        r->stage_ms[st] = maxd(r->stage_ms[st], s->step_ms);
+        r->stage_compute[st] = maxd(r->stage_compute[st], s->compute_ms);
+        r->stage_comm[st] = maxd(r->stage_comm[st], s->comm_ms);
+        r->stage_bubble[st] = maxd(r->stage_bubble[st], s->bubble_ms);
+        if (r->seen == n)
+            write_row(L, r);
+    }
+}
+
+/* ---------------------------------------------------------------- workers */
+
+static int random_token(char *out, size_t cap)
+{
+    unsigned char b[16];
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, b, sizeof b);
+    close(fd);
+    if (n != (ssize_t)sizeof b)
+        return -1;
+    for (size_t i = 0; i < sizeof b && 2 * i + 2 < cap; i++)
+        snprintf(out + 2 * i, cap - 2 * i, "%02x", b[i]);
+    return 0;
+}
+
+/* The NIC spec CLASS:FABRIC:GBPS of worker i from spec.emulation (ethernet when absent). */
+static void worker_nic(const struct tj_spec *s, int i, char *out, size_t cap)
+{
+    if (s->emulation.enabled) {
+        int k = 0;
+        for (int g = 0; g < s->emulation.n_groups; g++) {
+            const struct tj_nic_group *ng = &s->emulation.groups[g];
+            if (i < k + ng->count) {
+                snprintf(out, cap, "%s:%s:%g", ng->cls, ng->fabric, ng->gbps);
+                return;
+            }
+            k += ng->count;
+        }
+    }
+    snprintf(out, cap, "ethernet:local:10");
+}
+
+static pid_t spawn_worker(struct local *L, int i)
+{
+    char url[64], idx[16], pod[128], nic[300], log_path[PATH_MAX + 32], steps[32], stepms[32];
+    snprintf(url, sizeof url, "ws://127.0.0.1:%d/", coord_port(L->c));
+    snprintf(idx, sizeof idx, "%d", i);
+    snprintf(pod, sizeof pod, "%s-worker-%d", L->job.name, i);
+    worker_nic(&L->job.spec, i, nic, sizeof nic);
+    snprintf(log_path, sizeof log_path, "%s/worker-%d.log", L->run_dir, i);
+    snprintf(steps, sizeof steps, "%ld", L->job.spec.training.steps);
+    snprintf(stepms, sizeof stepms, "%d", L->step_ms);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+    }
+    setenv("HOLMES_TOKEN", L->token, 1);
+    char *argv[24];
+    int a = 0;
+    argv[a++] = (char *)"holmes-node";
+    argv[a++] = (char *)"worker";
+    argv[a++] = (char *)"--coordinator";
+    argv[a++] = url;
+    argv[a++] = (char *)"--job";
+    argv[a++] = L->job.name;
+    argv[a++] = (char *)"--pod";
+    argv[a++] = pod;
+    argv[a++] = (char *)"--worker";
+    argv[a++] = idx;
+    argv[a++] = (char *)"--node";
+    argv[a++] = (char *)"localhost";
+    argv[a++] = (char *)"--emulate-nic";
+    argv[a++] = nic;
+    argv[a++] = (char *)"--progress-ms";
+    argv[a++] = (char *)"200";
+    if (L->simulate) {
+        argv[a++] = (char *)"--simulate";
+        argv[a++] = steps;
+        argv[a++] = (char *)"--step-ms";
+        argv[a++] = stepms;
+    }
+    argv[a] = NULL;
+    execv(L->node_bin, argv);
+    fprintf(stderr, "cannot run %s: %s\n", L->node_bin, strerror(errno));
+    _exit(127);
+}
+
+static int job_over(struct local *L, enum coord_job_state *st)
+{
+    if (coord_job_state(L->c, L->job.name, st))
+        return 1;
+    return *st == COORD_SUCCEEDED || *st == COORD_FAILED;
+}
+
+/* Reaps exited workers; starts again those the job still needs. */
+static void reap_and_respawn(struct local *L)
+{
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        for (int i = 0; i < L->job.spec.workers; i++) {
+            struct child *k = &L->kids[i];
+            if (k->pid != pid)
+                continue;
+            k->pid = 0;
+            int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            enum coord_job_state st;
+            if (code == 0) {
+                k->exited = 1;
+            } else if (!job_over(L, &st)) {
+                if (code != EXIT_RESTART) {
+                    end_progress_line(L);
+                    printf("[local] %s-worker-%d exited with status %d; starting it again "
+                           "(log: %s/worker-%d.log)\n", L->job.name, i, code, L->run_dir, i);
+                }
+                if (k->starts > 3 * (L->job.spec.restart.max_restarts + 2)) {
+                    coord_cancel_job(L->c, L->job.name, "a worker keeps failing to start", NULL);
+                    continue;
+                }
+                k->pid = spawn_worker(L, i);
+                k->starts++;
+                if (k->pid < 0)
+                    k->pid = 0;
+            }
+        }
+    }
+}
+
+static int setup_paths(struct local *L, const char *argv0, const char *run_dir)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "holmes-operator local: cannot find my own binary\n");
+        return -1;
+    }
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    const char *envbin = getenv("HOLMES_NODE_BIN");
+    if (envbin)
+        snprintf(L->node_bin, sizeof L->node_bin, "%s", envbin);
+    else
+        snprintf(L->node_bin, sizeof L->node_bin, "%.*s/holmes-node", PATH_MAX - 16, self);
+    if (access(L->node_bin, X_OK) != 0) {
+        fprintf(stderr, "holmes-operator local: %s: not found or not executable (build it with "
+                        "make, or set HOLMES_NODE_BIN)\n", L->node_bin);
+        return -1;
+    }
+    (void)argv0;
+    if (run_dir)
+        snprintf(L->run_dir, sizeof L->run_dir, "%s", run_dir);
+    else
+        snprintf(L->run_dir, sizeof L->run_dir, "local-runs/%s", L->job.name);
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s", L->run_dir);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, 0755) && errno != EEXIST)
+            break;
+        *p = '/';
+    }
+    if (mkdir(tmp, 0755) && errno != EEXIST) {
+        fprintf(stderr, "holmes-operator local: cannot create %s: %s\n", L->run_dir,
+                strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 int cmd_local(int argc, char **argv)
 {
-    (void)argc; (void)argv;
-    fprintf(stderr, "holmes-operator local: not built yet\n");
-    return 2;
+    if (cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
+    const char *path = NULL, *metrics_out = NULL, *run_dir = NULL;
+    static struct local L;
+    memset(&L, 0, sizeof L);
+    L.step_ms = 20;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--metrics-out") == 0 && i + 1 < argc) {
+            metrics_out = argv[++i];
+        } else if (strcmp(argv[i], "--run-dir") == 0 && i + 1 < argc) {
+            run_dir = argv[++i];
+        } else if (strcmp(argv[i], "--simulate") == 0) {
+            L.simulate = 1;
+        } else if (strcmp(argv[i], "--step-ms") == 0 && i + 1 < argc) {
+            L.step_ms = atoi(argv[++i]);
+            if (L.step_ms < 0 || L.step_ms > 60000) {
+                fprintf(stderr, "holmes-operator local: --step-ms: must be in [0, 60000]\n");
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--quiet") == 0) {
+            L.quiet = 1;
+        } else if (argv[i][0] == '-' || path) {
+            fprintf(stderr, "holmes-operator local: unexpected argument %s (see --help)\n",
+                    argv[i]);
+            return 2;
+        } else {
+            path = argv[i];
+        }
+    }
+    if (!path) {
+        usage(stderr);
+        return 2;
+    }
+    struct tj_job *jobs = NULL;
+    int njobs = 0;
+    static struct tj_errors errs;
+    if (tj_load_file(path, &jobs, &njobs, &errs)) {
+        for (int i = 0; i < errs.count && i < TJ_MAX_ERRORS; i++)
+            fprintf(stderr, "%s\n", errs.msg[i]);
+        return 2;
+    }
+    if (njobs != 1) {
+        fprintf(stderr, "%s: holds %d TrainingJobs; local runs exactly one\n", path, njobs);
+        for (int i = 0; i < njobs; i++)
+            tj_job_free(&jobs[i]);
+        free(jobs);
+        return 2;
+    }
+    L.job = jobs[0];
+    free(jobs);
+    int rc = 1;
+    const struct tj_spec *s = &L.job.spec;
+    if (s->gpus_per_worker != 0) {
+        fprintf(stderr, "%s: spec.gpusPerWorker: local runs use CPU workers (0), got %d\n", path,
+                s->gpus_per_worker);
+        tj_job_free(&L.job);
+        return 2;
+    }
+    if (setup_paths(&L, argv[0], run_dir) || random_token(L.token, sizeof L.token)) {
+        tj_job_free(&L.job);
+        return 1;
+    }
+    if (metrics_out) {
+        L.metrics = fopen(metrics_out, "w");
+        L.rows = calloc(METRIC_SLOTS, sizeof *L.rows);
+        if (!L.metrics || !L.rows) {
+            fprintf(stderr, "holmes-operator local: --metrics-out %s: %s\n", metrics_out,
+                    strerror(errno));
+            goto out;
+        }
+        for (int i = 0; i < METRIC_SLOTS; i++)
+            L.rows[i].step = -1;
+    }
+    L.tty = isatty(STDOUT_FILENO);
+    L.cp.job = &L.job;
+
+    herr e = {{0}};
+    struct coord_options co = {.bind = "127.0.0.1", .port = 0};
+    if (coord_create(&L.c, &co, &e)) {
+        fprintf(stderr, "holmes-operator local: %s\n", e.msg);
+        goto out;
+    }
+    const char **pods = calloc((size_t)s->workers, sizeof *pods);
+    char (*podnames)[128] = calloc((size_t)s->workers, sizeof *podnames);
+    L.kids = calloc((size_t)s->workers, sizeof *L.kids);
+    if (!pods || !podnames || !L.kids) {
+        free(pods);
+        free(podnames);
+        fprintf(stderr, "holmes-operator local: out of memory\n");
+        goto out;
+    }
+    for (int i = 0; i < s->workers; i++) {
+        snprintf(podnames[i], sizeof podnames[i], "%s-worker-%d", L.job.name, i);
+        pods[i] = podnames[i];
+    }
+    struct coord_job_spec js = {
+        .name = L.job.name, .token = L.token, .workers = s->workers, .pods = pods,
+        .gang_timeout_ms = s->gang_timeout_seconds * 1000,
+        .max_restarts = s->restart.max_restarts, .total_steps = s->training.steps,
+        .progress_interval_ms = L.tty ? 250 : 1000,
+        .hooks = {.plan = hook_plan, .on_steps = hook_steps, .on_progress = hook_progress,
+                  .on_event = hook_event},
+        .user = &L,
+    };
+    int added = coord_add_job(L.c, &js, &e);
+    free(pods);
+    free(podnames);
+    if (added) {
+        fprintf(stderr, "holmes-operator local: %s\n", e.msg);
+        goto out;
+    }
+    printf("job %s: %d workers on this machine, coordinator ws://127.0.0.1:%d/, logs in %s/\n",
+           L.job.name, s->workers, coord_port(L.c), L.run_dir);
+    fflush(stdout);
+
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    L.t0 = now_s();
+    for (int i = 0; i < s->workers; i++) {
+        L.kids[i].pid = spawn_worker(&L, i);
+        L.kids[i].starts = 1;
+        if (L.kids[i].pid < 0) {
+            fprintf(stderr, "holmes-operator local: fork: %s\n", strerror(errno));
+            L.kids[i].pid = 0;
+            coord_cancel_job(L.c, L.job.name, "could not start the workers", NULL);
+        }
+    }
+
+    enum coord_job_state st = COORD_GATHERING;
+    double over_since = -1;
+    for (;;) {
+        coord_service(L.c);
+        reap_and_respawn(&L);
+        if (interrupted) {
+            coord_cancel_job(L.c, L.job.name, "interrupted", NULL);
+            interrupted = 0;
+        }
+        if (L.gang_failed && !job_over(&L, &st))
+            coord_cancel_job(L.c, L.job.name, "not every worker came up in time", NULL);
+        if (job_over(&L, &st)) {
+            if (over_since < 0)
+                over_since = now_s();
+            int alive = 0;
+            for (int i = 0; i < s->workers; i++)
+                alive += L.kids[i].pid > 0;
+            if (!alive)
+                break;
+            if (now_s() - over_since > 10) { /* workers that do not leave: end them */
+                for (int i = 0; i < s->workers; i++)
+                    if (L.kids[i].pid > 0)
+                        kill(L.kids[i].pid, SIGKILL);
+            }
+        }
+    }
+    double wall = now_s() - L.t0;
+    end_progress_line(&L);
+    struct coord_progress fin;
+    coord_job_progress(L.c, L.job.name, &fin);
+    char dur[32];
+    fmt_duration(wall, dur, sizeof dur);
+    printf("\n%s %s in %s: %ld of %ld steps, %d restart%s\n", L.job.name,
+           st == COORD_SUCCEEDED ? "succeeded" : "failed", dur, fin.step,
+           s->training.steps, coord_job_restarts(L.c, L.job.name),
+           coord_job_restarts(L.c, L.job.name) == 1 ? "" : "s");
+    if (L.have_first && L.have_progress && L.last.has_loss)
+        printf("  loss %.4f (step %ld) -> %.4f (step %ld)\n", L.first_loss, L.first_step,
+               L.last.loss, L.last.step);
+    if (L.have_progress && wall > 0)
+        printf("  last %.0f tokens/s, %.0f ms/step\n", L.last.tokens_per_s, L.last.step_ms);
+    if (s->training.checkpoint.path[0])
+        printf("  checkpoints: %s\n", s->training.checkpoint.path);
+    if (metrics_out)
+        printf("  metrics: %s\n", metrics_out);
+    printf("  worker logs: %s/\n", L.run_dir);
+    if (st != COORD_SUCCEEDED && L.fail_reason[0])
+        printf("  reason: %s\n", L.fail_reason);
+    rc = st == COORD_SUCCEEDED ? 0 : 1;
+out:
+    if (L.kids) {
+        for (int i = 0; i < s->workers; i++)
+            if (L.kids[i].pid > 0) {
+                kill(L.kids[i].pid, SIGKILL);
+                waitpid(L.kids[i].pid, NULL, 0);
+            }
+    }
+    coord_destroy(L.c);
+    coord_plan_free(&L.cp);
+    if (L.metrics)
+        fclose(L.metrics);
+    free(L.rows);
+    free(L.kids);
+    tj_job_free(&L.job);
+    return rc;
 }

@@ -1,5 +1,6 @@
 /* holmes-operator plan --cluster CLUSTER.yaml JOB.yaml [--policy P] [--json] [--calibration F] */
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,14 +14,16 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: holmes-operator plan --cluster CLUSTER.yaml JOB.yaml [--policy holmes|naive|ethernet]\n"
-            "                            [--calibration LINKS.yaml] [--json]\n"
-            "Plans JOB (a TrainingJob manifest) on the workers of CLUSTER and prints the placement:\n"
+            "usage: holmes-operator plan [--cluster CLUSTER.yaml] JOB.yaml [--policy holmes|naive|ethernet]\n"
+            "                            [--calibration LINKS.yaml] [--partition N,N,...] [--json]\n"
+            "Plans JOB (a TrainingJob manifest) on the workers of CLUSTER (default: the workers the\n"
+            "job's spec.emulation block describes) and prints the placement:\n"
             "stages with their fabric, workers and layers, the transport of every communicator, the\n"
             "predicted step time with its breakdown, and the naive and ethernet baselines.\n"
             "  --cluster FILE      workers with their NIC reports (YAML or JSON; docs/planner.md)\n"
             "  --policy P          holmes (default: the job's), naive or ethernet\n"
             "  --calibration FILE  link constants measured on real runs (override the cluster's)\n"
+            "  --partition N,N,..  pin the layers per stage instead of the cost model's split\n"
             "  --json              one JSON document instead of the table\n");
 }
 
@@ -48,15 +51,15 @@ static void print_table(const struct plan *p)
     printf("policy %s: tensor %d x pipeline %d x data %d, %d micro-batches of %d, %s\n",
            plan_policy_name(p->policy), p->tensor, p->pipeline, p->data, p->micro_batches,
            p->micro_batch_size, p->schedule == COST_GPIPE ? "gpipe" : "1f1b");
-    printf("\n%-6s %-24s %-12s %-8s %-9s %s\n", "stage", "fabric", "layers", "TFLOPS", "fwd ms",
-           "workers");
+    printf("\n%-6s %-24s %-12s %-8s %-9s %-7s %s\n", "stage", "fabric", "layers", "TFLOPS",
+           "fwd ms", "mem GB", "workers");
     for (int s = 0; s < p->n_stages; s++) {
         const struct plan_stage *st = &p->stages[s];
         char ly[32];
         snprintf(ly, sizeof ly, "[%d,%d) %d", st->first_layer, st->last_layer,
                  st->last_layer - st->first_layer);
-        printf("%-6d %-24.24s %-12s %-8.1f %-9.2f ", s, st->fabric, ly, st->tflops,
-               st->fwd_s * 1e3);
+        printf("%-6d %-24.24s %-12s %-8.4g %-9.2f %-7.1f ", s, st->fabric, ly, st->tflops,
+               st->fwd_s * 1e3, st->memory_gb);
         print_workers(p, s);
         printf("\n");
     }
@@ -105,9 +108,17 @@ static void print_table(const struct plan *p)
            p->tokens_per_s, b->critical_stage);
     printf("  compute %.4f  tp_comm %.4f  pp_comm %.4f  bubble %.4f  dp_comm %.4f  optimizer "
            "%.4f\n", b->compute, b->tp_comm, b->pp_comm, b->bubble, b->dp_comm, b->optimizer);
-    printf("baselines: naive %.4f s (x%.2f), ethernet %.4f s (x%.2f)\n", p->baseline_naive_s,
-           p->baseline_naive_s / p->step_s, p->baseline_ethernet_s,
-           p->baseline_ethernet_s / p->step_s);
+    printf("baselines:");
+    const double base[2] = {p->baseline_naive_s, p->baseline_ethernet_s};
+    for (int i = 0; i < 2; i++) {
+        if (isfinite(base[i]))
+            printf(" %s %.4f s (x%.2f)%s", i ? "ethernet" : "naive", base[i], base[i] / p->step_s,
+                   i ? "" : ",");
+        else
+            printf(" %s: equal layers do not fit in memory%s", i ? "ethernet" : "naive",
+                   i ? "" : ",");
+    }
+    printf("\n");
     if (p->n_top > 1) {
         printf("\nbest shapes (auto):\n  %-8s %-6s %-13s %-10s %-12s %s\n", "pipeline", "data",
                "micro-batches", "mb size", "step s", "tokens/s");
@@ -116,6 +127,20 @@ static void print_table(const struct plan *p)
                    p->top[i].micro_batches, p->top[i].micro_batch_size, p->top[i].step_s,
                    p->top[i].tokens_per_s);
     }
+}
+
+static int parse_partition(const char *s, int *out, int *n, int cap)
+{
+    *n = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 100000 || *n == cap || (*end && *end != ','))
+            return -1;
+        out[(*n)++] = (int)v;
+        s = *end ? end + 1 : end;
+    }
+    return *n ? 0 : -1;
 }
 
 int cmd_plan(int argc, char **argv)
@@ -127,55 +152,70 @@ int cmd_plan(int argc, char **argv)
     static const struct option opts[] = {
         {"cluster", required_argument, 0, 'c'}, {"policy", required_argument, 0, 'p'},
         {"calibration", required_argument, 0, 'k'}, {"json", no_argument, 0, 'j'},
+        {"partition", required_argument, 0, 'P'},
         {0, 0, 0, 0},
     };
-    const char *cluster_path = NULL, *policy = NULL, *calib = NULL;
+    const char *cluster_path = NULL, *policy = NULL, *calib = NULL, *partition = NULL;
     int json = 0, c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "c:p:k:j", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:p:k:jP:", opts, NULL)) != -1) {
         switch (c) {
         case 'c': cluster_path = optarg; break;
         case 'p': policy = optarg; break;
         case 'k': calib = optarg; break;
         case 'j': json = 1; break;
+        case 'P': partition = optarg; break;
         default: usage(stderr); return 2;
         }
     }
-    if (!cluster_path || optind != argc - 1) {
-        fprintf(stderr, "holmes-operator plan: need --cluster FILE and one JOB file\n");
+    if (optind != argc - 1) {
+        fprintf(stderr, "holmes-operator plan: need one JOB file\n");
         usage(stderr);
         return 2;
     }
     herr e = {{0}};
     struct cluster cl;
-    struct planner_job pj;
+    struct tj_job tj;
+    struct plan_job job;
     struct plan p;
+    int pin[1024], n_pin = 0;
     memset(&p, 0, sizeof p);
-    if (cluster_load(cluster_path, &cl, &e)) {
+    if (partition && parse_partition(partition, pin, &n_pin, 1024)) {
+        fprintf(stderr, "holmes-operator plan: --partition: must be a comma-separated list of "
+                "layer counts >= 1 (at most 1024)\n");
+        return 2;
+    }
+    if (planner_load_job(argv[optind], &tj, &e)) {
         fprintf(stderr, "holmes-operator plan: %s\n", e.msg);
         return 1;
     }
-    if (planner_job_load(argv[optind], &pj, &e)) {
-        fprintf(stderr, "holmes-operator plan: %s\n", e.msg);
-        cluster_free(&cl);
+    if (cluster_path ? cluster_load(cluster_path, &cl, &e)
+                     : cluster_from_emulation(&tj.spec, 0, &cl, &e)) {
+        fprintf(stderr, "holmes-operator plan: %s%s%s\n", cluster_path ? "" : argv[optind],
+                cluster_path ? "" : ": ", e.msg);
+        tj_job_free(&tj);
         return 1;
     }
     int rc = 1;
-    if (policy && plan_policy_parse(policy, &pj.job.policy)) {
+    planner_job_from_spec(&tj.spec, &job);
+    if (n_pin) {
+        job.pinned = pin;
+        job.n_pinned = n_pin;
+    }
+    if (policy && plan_policy_parse(policy, &job.policy)) {
         fprintf(stderr, "holmes-operator plan: --policy: must be holmes, naive or ethernet\n");
         rc = 2;
+        goto out;
+    }
+    if (planner_apply_spec(&tj.spec, cl.workers, cl.n_workers, &cl.links, &e)) {
+        fprintf(stderr, "holmes-operator plan: %s: %s\n", argv[optind], e.msg);
         goto out;
     }
     if (calib && cluster_load_calibration(calib, &cl.links, &e)) {
         fprintf(stderr, "holmes-operator plan: %s\n", e.msg);
         goto out;
     }
-    if (pj.workers && pj.workers != cl.n_workers) {
-        fprintf(stderr, "holmes-operator plan: %s: spec.workers is %d but %s has %d workers\n",
-                argv[optind], pj.workers, cluster_path, cl.n_workers);
-        goto out;
-    }
-    if (plan_make(cl.workers, cl.n_workers, &pj.job, &cl.links, &p, &e)) {
+    if (plan_make(cl.workers, cl.n_workers, &job, &cl.links, &p, &e)) {
         fprintf(stderr, "holmes-operator plan: %s\n", e.msg);
         goto out;
     }
@@ -195,7 +235,7 @@ int cmd_plan(int argc, char **argv)
     rc = 0;
 out:
     plan_free(&p);
-    planner_job_free(&pj);
+    tj_job_free(&tj);
     cluster_free(&cl);
     return rc;
 }

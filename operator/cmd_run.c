@@ -1,9 +1,331 @@
-/* Placeholder until the run command lands; replaced by its module's owner. */
+/* holmes-operator run: the TrainingJob controller against a Kubernetes API server. */
+#include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
 #include "commands.h"
+#include "controller.h"
+#include "coord_operator.h"
+#include "http_server.h"
+#include "kube_config.h"
+#include "kube_lease.h"
+#include "log.h"
+
+static volatile sig_atomic_t g_stop;
+static volatile int g_stop_flag; /* mirrors g_stop for the library's `volatile int *` */
+static volatile int g_lost;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+    g_stop_flag = 1;
+}
+
+static void on_lost(void *user)
+{
+    (void)user;
+    g_lost = 1;
+    g_stop_flag = 1;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: holmes-operator run [OPTIONS]\n\n"
+            "Runs the TrainingJob controller: watches TrainingJobs and keeps their Secret,\n"
+            "headless Service and worker pods, and their status, up to date.\n\n"
+            "Options:\n"
+            "  --kubeconfig FILE        kubeconfig (default: $KUBECONFIG, in-cluster, ~/.kube/config)\n"
+            "  --context NAME           kubeconfig context (default: current-context)\n"
+            "  --namespace NS           watch only NS (default: all namespaces)\n"
+            "  --leader-elect           elect a leader on a Lease before acting\n"
+            "  --lease-name NAME        default holmes-operator\n"
+            "  --lease-namespace NS     default: the kubeconfig/service-account namespace, else default\n"
+            "  --lease-duration S       default 15; --renew-deadline S default 10; --retry-period S default 2\n"
+            "  --identity ID            leader-election identity (default: hostname_pid)\n"
+            "  --metrics-addr ADDR      Prometheus metrics on ADDR (default :8080, \"0\" = off)\n"
+            "  --health-addr ADDR       /healthz and /readyz on ADDR (default :8081, \"0\" = off)\n"
+            "  --coordinator-url URL    HOLMES_COORDINATOR for the pods\n"
+            "                           (default ws://holmes-operator.<lease namespace>.svc:8443)\n"
+            "  --coordinator-addr ADDR  serve the workers' coordinator on ADDR (default :8443,\n"
+            "                           \"0\" = off); TLS with --coordinator-cert/--coordinator-key\n"
+            "  --node-image IMAGE       worker image when a job sets no spec.image\n"
+            "  --workers N              reconcile threads (default 2)\n"
+            "  --qps Q --burst B        client-side API rate limit (default 50 / 100)\n"
+            "  --log-format text|json   --log-level debug|info|warn|error\n"
+            "  --print-api-calls        print every API call the operator can make and exit\n"
+            "  --help\n");
+}
+
+struct run_state {
+    struct controller *ctl;
+    struct kube_lease *lease;
+    int leader_elect;
+};
+
+static int metrics_handler(void *user, const char *path, struct metrics_buf *b)
+{
+    struct run_state *s = user;
+    if (strcmp(path, "/metrics") != 0) {
+        metrics_printf(b, "not found\n");
+        return 404;
+    }
+    struct controller *ctl = __atomic_load_n(&s->ctl, __ATOMIC_ACQUIRE);
+    metrics_printf(b, "# HELP holmes_leader 1 when this replica holds the lease.\n"
+                      "# TYPE holmes_leader gauge\nholmes_leader %d\n",
+                   s->lease ? kube_lease_is_leader(s->lease) : (ctl != NULL));
+    if (ctl)
+        controller_metrics(ctl, b);
+    return b->oom ? 500 : 200;
+}
+
+static int health_handler(void *user, const char *path, struct metrics_buf *b)
+{
+    struct run_state *s = user;
+    if (strcmp(path, "/healthz") == 0) {
+        metrics_printf(b, "ok\n");
+        return 200;
+    }
+    if (strcmp(path, "/readyz") == 0) {
+        struct controller *ctl = __atomic_load_n(&s->ctl, __ATOMIC_ACQUIRE);
+        /* A standby replica is ready (it serves health and waits for the lease). */
+        if ((ctl && controller_synced(ctl)) || (s->leader_elect && !ctl)) {
+            metrics_printf(b, "ok\n");
+            return 200;
+        }
+        metrics_printf(b, "informers not synced\n");
+        return 503;
+    }
+    metrics_printf(b, "not found\n");
+    return 404;
+}
+
+static int parse_double(const char *flag, const char *v, double *out)
+{
+    char *end;
+    double d = strtod(v, &end);
+    if (*end || end == v || d <= 0) {
+        fprintf(stderr, "holmes-operator run: %s: \"%s\" is not a positive number\n", flag, v);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
 int cmd_run(int argc, char **argv)
 {
-    (void)argc; (void)argv;
-    fprintf(stderr, "holmes-operator run: not built yet\n");
-    return 2;
+    enum { O_KUBECONFIG = 1000, O_CONTEXT, O_NAMESPACE, O_LEADER, O_LEASE_NAME, O_LEASE_NS,
+           O_LEASE_DUR, O_RENEW, O_RETRY, O_IDENTITY, O_METRICS, O_HEALTH, O_COORD, O_IMAGE,
+           O_WORKERS, O_QPS, O_BURST, O_LOGFMT, O_LOGLVL, O_PRINT, O_HELP, O_COORD_ADDR,
+           O_COORD_CERT, O_COORD_KEY };
+    static const struct option opts[] = {
+        {"kubeconfig", required_argument, 0, O_KUBECONFIG}, {"context", required_argument, 0, O_CONTEXT},
+        {"namespace", required_argument, 0, O_NAMESPACE}, {"leader-elect", no_argument, 0, O_LEADER},
+        {"lease-name", required_argument, 0, O_LEASE_NAME},
+        {"lease-namespace", required_argument, 0, O_LEASE_NS},
+        {"lease-duration", required_argument, 0, O_LEASE_DUR},
+        {"renew-deadline", required_argument, 0, O_RENEW}, {"retry-period", required_argument, 0, O_RETRY},
+        {"identity", required_argument, 0, O_IDENTITY}, {"metrics-addr", required_argument, 0, O_METRICS},
+        {"health-addr", required_argument, 0, O_HEALTH},
+        {"coordinator-url", required_argument, 0, O_COORD}, {"node-image", required_argument, 0, O_IMAGE},
+        {"workers", required_argument, 0, O_WORKERS}, {"qps", required_argument, 0, O_QPS},
+        {"burst", required_argument, 0, O_BURST}, {"log-format", required_argument, 0, O_LOGFMT},
+        {"log-level", required_argument, 0, O_LOGLVL}, {"print-api-calls", no_argument, 0, O_PRINT},
+        {"coordinator-addr", required_argument, 0, O_COORD_ADDR},
+        {"coordinator-cert", required_argument, 0, O_COORD_CERT},
+        {"coordinator-key", required_argument, 0, O_COORD_KEY},
+        {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
+    const char *kubeconfig = NULL, *context = NULL, *ns = NULL, *lease_name = "holmes-operator";
+    const char *lease_ns = NULL, *identity = NULL, *metrics_addr = ":8080", *health_addr = ":8081";
+    const char *coord = NULL, *image = NULL;
+    const char *coord_addr = ":8443", *coord_cert = NULL, *coord_key = NULL;
+    double lease_dur = 15, renew = 10, retry = 2, qps = 50, burst = 100, workers = 2;
+    int leader_elect = 0;
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (ch) {
+        case O_KUBECONFIG: kubeconfig = optarg; break;
+        case O_CONTEXT: context = optarg; break;
+        case O_NAMESPACE: ns = optarg; break;
+        case O_LEADER: leader_elect = 1; break;
+        case O_LEASE_NAME: lease_name = optarg; break;
+        case O_LEASE_NS: lease_ns = optarg; break;
+        case O_LEASE_DUR: if (parse_double("--lease-duration", optarg, &lease_dur)) return 2; break;
+        case O_RENEW: if (parse_double("--renew-deadline", optarg, &renew)) return 2; break;
+        case O_RETRY: if (parse_double("--retry-period", optarg, &retry)) return 2; break;
+        case O_IDENTITY: identity = optarg; break;
+        case O_METRICS: metrics_addr = optarg; break;
+        case O_HEALTH: health_addr = optarg; break;
+        case O_COORD: coord = optarg; break;
+        case O_COORD_ADDR: coord_addr = optarg; break;
+        case O_COORD_CERT: coord_cert = optarg; break;
+        case O_COORD_KEY: coord_key = optarg; break;
+        case O_IMAGE: image = optarg; break;
+        case O_WORKERS: if (parse_double("--workers", optarg, &workers)) return 2; break;
+        case O_QPS: if (parse_double("--qps", optarg, &qps)) return 2; break;
+        case O_BURST: if (parse_double("--burst", optarg, &burst)) return 2; break;
+        case O_LOGFMT: {
+            enum log_format f;
+            if (log_parse_format(optarg, &f) != 0) {
+                fprintf(stderr, "holmes-operator run: --log-format: \"%s\" is not text or json\n", optarg);
+                return 2;
+            }
+            log_set_format(f);
+            break;
+        }
+        case O_LOGLVL: {
+            enum log_level l;
+            if (log_parse_level(optarg, &l) != 0) {
+                fprintf(stderr, "holmes-operator run: --log-level: \"%s\" is not debug, info, warn "
+                                "or error\n", optarg);
+                return 2;
+            }
+            log_set_level(l);
+            break;
+        }
+        case O_PRINT: controller_print_api_calls(stdout); return 0;
+        case 'h':
+        case O_HELP: usage(stdout); return 0;
+        default:
+            fprintf(stderr, "holmes-operator run: unknown or incomplete option '%s' (see --help)\n",
+                    argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "holmes-operator run: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (leader_elect && renew >= lease_dur) {
+        fprintf(stderr, "holmes-operator run: --renew-deadline (%g) must be below --lease-duration (%g)\n",
+                renew, lease_dur);
+        return 2;
+    }
+    log_set_component("operator");
+    char coord_host[256] = "";
+    int coord_port = 0;
+    if (strcmp(coord_addr, "0") != 0) {
+        const char *colon = strrchr(coord_addr, ':');
+        char *end;
+        long p = colon ? strtol(colon + 1, &end, 10) : -1;
+        if (!colon || *end || p < 1 || p > 65535 || (size_t)(colon - coord_addr) >= sizeof coord_host) {
+            fprintf(stderr, "holmes-operator run: --coordinator-addr: \"%s\" is not HOST:PORT or :PORT\n",
+                    coord_addr);
+            return 2;
+        }
+        snprintf(coord_host, sizeof coord_host, "%.*s", (int)(colon - coord_addr), coord_addr);
+        coord_port = (int)p;
+    }
+
+    herr e = {{0}};
+    struct kube_config cfg;
+    if (kube_config_load(&cfg, kubeconfig, context, &e) != 0) {
+        fprintf(stderr, "holmes-operator run: %s\n", e.msg);
+        return 1;
+    }
+    if (!lease_ns)
+        lease_ns = cfg.namespace ? cfg.namespace : "default";
+    char coord_buf[300], id_buf[300];
+    if (!coord) {
+        snprintf(coord_buf, sizeof coord_buf, "ws://holmes-operator.%s.svc:8443", lease_ns);
+        coord = coord_buf;
+    }
+    if (!identity) {
+        char host[256] = "holmes";
+        gethostname(host, sizeof host - 1);
+        snprintf(id_buf, sizeof id_buf, "%s_%d", host, (int)getpid());
+        identity = id_buf;
+    }
+    struct kube_client_opts co = {.qps = qps, .burst = (int)burst};
+    struct kube_client *kc = kube_client_new(&cfg, &co, &e);
+    if (!kc) {
+        fprintf(stderr, "holmes-operator run: %s\n", e.msg);
+        kube_config_free(&cfg);
+        return 1;
+    }
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int status = 1;
+    struct run_state st = {.leader_elect = leader_elect};
+    struct http_server *ms = NULL, *hs = NULL;
+    if (strcmp(metrics_addr, "0") != 0 && !(ms = http_server_start(metrics_addr, metrics_handler, &st, &e))) {
+        fprintf(stderr, "holmes-operator run: --metrics-addr: %s\n", e.msg);
+        goto out;
+    }
+    if (strcmp(health_addr, "0") != 0 && !(hs = http_server_start(health_addr, health_handler, &st, &e))) {
+        fprintf(stderr, "holmes-operator run: --health-addr: %s\n", e.msg);
+        goto out;
+    }
+    log_info("holmes-operator run: API %s, namespace %s, identity %s%s", cfg.server,
+             ns ? ns : "(all)", identity, leader_elect ? ", leader election on" : "");
+    if (leader_elect) {
+        struct kube_lease_opts lo = {.ns = lease_ns, .name = lease_name, .identity = identity,
+                                     .duration_s = lease_dur, .renew_deadline_s = renew,
+                                     .retry_s = retry};
+        st.lease = kube_lease_new(kc, &lo, &e);
+        if (!st.lease) {
+            fprintf(stderr, "holmes-operator run: %s\n", e.msg);
+            goto out;
+        }
+        if (kube_lease_run(st.lease, &g_stop_flag, on_lost, NULL) != 0) {
+            status = 0; /* stopped while waiting */
+            goto out;
+        }
+    }
+    struct controller_opts cop = {.namespace = ns, .coordinator_url = coord,
+                                  .default_image = image, .threads = (int)workers};
+    struct controller *ctl = controller_new(kc, &cop, &e);
+    if (!ctl || controller_start(ctl, &e) != 0) {
+        fprintf(stderr, "holmes-operator run: %s\n", e.msg);
+        controller_free(ctl);
+        goto out;
+    }
+    __atomic_store_n(&st.ctl, ctl, __ATOMIC_RELEASE);
+    if (controller_wait_synced(ctl, 60000) == 0)
+        log_info("caches synced; reconciling");
+    struct coord_operator *coordinator = NULL;
+    if (coord_port) {
+        struct coord_operator_opts coo = {.bind = coord_host[0] ? coord_host : NULL,
+                                          .port = coord_port, .tls_cert = coord_cert,
+                                          .tls_key = coord_key};
+        coordinator = coord_operator_start(ctl, &coo, &e);
+        if (coordinator)
+            log_info("coordinator listening on %s", coord_addr);
+        else
+            log_error("coordinator not started (workers cannot connect): %s", e.msg);
+    }
+    while (!g_stop_flag) {
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    status = g_lost ? 1 : 0;
+    log_info("%s; shutting down", g_lost ? "lost leadership" : "signal received");
+    coord_operator_stop(coordinator);
+    __atomic_store_n(&st.ctl, NULL, __ATOMIC_RELEASE);
+    /* Let a scrape in flight finish before freeing. */
+    http_server_stop(ms);
+    ms = NULL;
+    controller_free(ctl);
+out:
+    if (st.lease) {
+        if (!g_lost)
+            kube_lease_release(st.lease);
+        kube_lease_free(st.lease);
+    }
+    http_server_stop(ms);
+    http_server_stop(hs);
+    kube_client_free(kc);
+    kube_config_free(&cfg);
+    return status;
 }

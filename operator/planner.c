@@ -160,6 +160,9 @@ int plan_check_input(const struct plan_worker *workers, int n_workers, const str
                         m->heads);
     if (job->tensor < 1)
         return herr_set(e, "parallelism.tensor: must be >= 1");
+    if (m->heads % job->tensor)
+        return herr_set(e, "parallelism.tensor: %d does not divide model heads %d", job->tensor,
+                        m->heads);
     if (job->pipeline < 0 || job->data < 0)
         return herr_set(e, "parallelism: pipeline and data must be >= 1 or auto");
     if (job->pipeline > m->layers)
@@ -167,6 +170,10 @@ int plan_check_input(const struct plan_worker *workers, int n_workers, const str
                         "needs at least one layer)", job->pipeline, m->layers);
     if (job->micro_batches < 1 || job->micro_batch_size < 1)
         return herr_set(e, "parallelism: microBatches and microBatchSize must be >= 1");
+    if (job->schedule == COST_1F1B && job->pipeline && job->micro_batches < job->pipeline)
+        return herr_set(e, "parallelism.microBatches: %d is fewer than pipeline %d stages (1f1b "
+                        "needs at least one micro-batch per stage)", job->micro_batches,
+                        job->pipeline);
     if (job->micro_batches > 65536 || job->micro_batch_size > 65536)
         return herr_set(e, "parallelism: microBatches and microBatchSize must be <= 65536");
     for (int i = 0; i < n_workers; i++)
@@ -175,6 +182,8 @@ int plan_check_input(const struct plan_worker *workers, int n_workers, const str
                             "%s (tensor groups stay inside one worker)", job->tensor,
                             worker_devices(&workers[i]), workers[i].name);
     long dev = plan_devices(workers, n_workers);
+    if (dev > (1L << 24))
+        return herr_set(e, "workers: %ld devices; the planner handles at most %ld", dev, 1L << 24);
     long units = dev / job->tensor;
     if (job->pipeline && job->data && (long)job->tensor * job->pipeline * job->data != dev)
         return herr_set(e, "parallelism: tensor %d x pipeline %d x data %d = %ld must equal the "
@@ -219,6 +228,7 @@ struct unit {
     int node;            /* node index */
     int klass;           /* interchangeable units share a class */
     double gbps, tflops;
+    double mem;          /* bytes per device, INFINITY when unknown */
 };
 
 struct plan_eval {
@@ -229,6 +239,7 @@ struct plan_eval {
     enum plan_policy policy;
     int P, D, t, L;
     int capP;              /* stages the buffers hold */
+    int fast;              /* partition by the dynamic programme only (no refinement) */
     int n_units, n_fabrics, n_classes;
     struct unit *units;
     const char **fabric_names;
@@ -262,13 +273,36 @@ static int cmp_fabric_pref(const void *a, const void *b, void *ctx)
     return strcmp(ev->fabric_names[x], ev->fabric_names[y]);
 }
 
-/* Finds `s` in names[0..n), or -1. Linear, but only over distinct values (fabrics, nodes). */
-static int find_name(const char **names, int n, const char *s)
+static int cmp_name_idx(const void *a, const void *b, void *ctx)
 {
-    for (int i = n - 1; i >= 0; i--)
-        if (!strcmp(names[i], s))
-            return i;
-    return -1;
+    const char **names = ctx;
+    int x = *(const int *)a, y = *(const int *)b;
+    int c = strcmp(names[x], names[y]);
+    return c ? c : x - y;
+}
+
+/* ids[i] for names[0..n): equal names share an id, ids numbered in order of first appearance.
+ * O(n log n). Returns -1 on out-of-memory. */
+static int ids_by_name(const char **names, int n, int *ids, int *n_ids)
+{
+    int *idx = malloc(sizeof(int) * (size_t)n), *leader = malloc(sizeof(int) * (size_t)n);
+    if (!idx || !leader) {
+        free(idx);
+        free(leader);
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        idx[i] = i;
+    qsort_r(idx, (size_t)n, sizeof(int), cmp_name_idx, (void *)names);
+    for (int k = 0; k < n; k++)
+        leader[idx[k]] = (k > 0 && !strcmp(names[idx[k]], names[idx[k - 1]])) ? leader[idx[k - 1]]
+                                                                             : idx[k];
+    *n_ids = 0;
+    for (int i = 0; i < n; i++)
+        ids[i] = leader[i] == i ? (*n_ids)++ : ids[leader[i]];
+    free(idx);
+    free(leader);
+    return 0;
 }
 
 void plan_eval_free(struct plan_eval *ev)
@@ -316,29 +350,19 @@ static struct plan_eval *eval_new(const struct plan_worker *workers, int n_worke
         herr_set(e, "planner: out of memory for %d workers", n_workers);
         goto fail;
     }
+    for (int w = 0; w < n_workers; w++)
+        ev->fabric_names[w] = workers[w].nic.fabric;
+    for (int w = 0; w < n_workers; w++)
+        nodes[w] = workers[w].node[0] ? workers[w].node : workers[w].name;
     int n_nodes = 0;
-    for (int w = 0; w < n_workers; w++) {
-        const char *fab = workers[w].nic.fabric;
-        int f = -1;
-        if (w > 0 && !strcmp(fab, workers[w - 1].nic.fabric))
-            f = wfab[w - 1];
-        else
-            f = find_name(ev->fabric_names, ev->n_fabrics, fab);
-        if (f < 0) {
-            f = ev->n_fabrics++;
-            ev->fabric_names[f] = fab;
-        }
-        wfab[w] = f;
-        const char *node = workers[w].node[0] ? workers[w].node : workers[w].name;
-        int nd = -1;
-        if (workers[w].node[0])
-            nd = find_name(nodes, n_nodes, node);
-        if (nd < 0) {
-            nd = n_nodes++;
-            nodes[nd] = node;
-        }
-        wnode[w] = nd;
+    if (ids_by_name(nodes, n_workers, wnode, &n_nodes) ||
+        ids_by_name(ev->fabric_names, n_workers, wfab, &ev->n_fabrics)) {
+        herr_set(e, "planner: out of memory for %d workers", n_workers);
+        goto fail;
     }
+    /* fabric_names[f]: the name of fabric f */
+    for (int w = 0; w < n_workers; w++)
+        ev->fabric_names[wfab[w]] = workers[w].nic.fabric;
     int u = 0;
     for (int w = 0; w < n_workers; w++) {
         for (int l = 0; l < worker_devices(&workers[w]); l += job->tensor) {
@@ -350,6 +374,7 @@ static struct plan_eval *eval_new(const struct plan_worker *workers, int n_worke
             x->node = wnode[w];
             x->gbps = workers[w].nic.gbps;
             x->tflops = workers[w].tflops;
+            x->mem = workers[w].memory_gb > 0 ? workers[w].memory_gb * 1e9 * 0.9 : INFINITY;
         }
     }
     /* classes: same fabric, class, Gb/s, TFLOPS and devices per worker */
@@ -407,6 +432,10 @@ static int eval_shape(struct plan_eval *ev, int P, int D, int m, int b, herr *e)
     ev->cj.data = D;
     ev->cj.micro_batches = m;
     ev->cj.micro_batch_size = b;
+    if ((double)P * (ev->L + 1) > 5e7 || (double)P * m > 5e7)
+        return herr_set(e, "planner: %d stages x %d layers x %d micro-batches is beyond what "
+                        "the planner handles (stages x layers and stages x micro-batches must "
+                        "stay under 50 million)", P, ev->L, m);
     if (P > ev->capP || m > ev->sim.cap_mb) {
         int cap = P > ev->capP ? P : ev->capP;
         int capm = m > ev->sim.cap_mb ? m : ev->sim.cap_mb;
@@ -486,13 +515,15 @@ static void eval_links(struct plan_eval *ev, int P, const int *stage_units)
         const int *su = stage_units + (size_t)s * D;
         struct cost_stage *st = &ev->stages[s];
         const struct unit *u0 = &ev->units[su[0]];
-        double tf = u0->tflops;
+        double tf = u0->tflops, mem = u0->mem;
         int same_node = 1;
         struct cost_link dp = {INFINITY, 0};
         for (int d = 0; d < D; d++) {
             const struct unit *x = &ev->units[su[d]];
             if (x->tflops < tf)
                 tf = x->tflops;
+            if (x->mem < mem)
+                mem = x->mem;
             if (x->node != u0->node)
                 same_node = 0;
         }
@@ -506,6 +537,7 @@ static void eval_links(struct plan_eval *ev, int P, const int *stage_units)
                                            ev->t));
         }
         st->tflops = tf;
+        st->mem_bytes = mem;
         st->dp = dp;
         if (s < P - 1) {
             const int *sn = su + D;
@@ -529,10 +561,19 @@ static void eval_links(struct plan_eval *ev, int P, const int *stage_units)
     ev->tie = tie;
 }
 
+static int stage_fits(const struct plan_eval *ev, int s, int P, int k)
+{
+    return isinf(ev->stages[s].mem_bytes) ||
+           cost_stage_memory(&ev->cj, k, s, P) <= ev->stages[s].mem_bytes;
+}
+
 static double eval_sim(struct plan_eval *ev, int P, const int *layers, struct cost_breakdown *br)
 {
-    for (int s = 0; s < P; s++)
+    for (int s = 0; s < P; s++) {
         ev->stages[s].layers = layers[s];
+        if (!stage_fits(ev, s, P, layers[s]))
+            return INFINITY;
+    }
     return cost_simulate(&ev->cj, &ev->links, ev->stages, P, &ev->tie, &ev->sim, br);
 }
 
@@ -542,6 +583,8 @@ static double stage_bound(struct plan_eval *ev, int s, int P, int k)
 {
     struct cost_stage st = ev->stages[s];
     struct cost_stage_terms t;
+    if (!stage_fits(ev, s, P, k))
+        return INFINITY;
     st.layers = k;
     cost_stage_terms(&ev->cj, &ev->links, &st, s == 0, s == P - 1, P > 1 ? &ev->tie : NULL, &t);
     double xfer = s < P - 1 ? cost_activation_bytes(&ev->cj) / st.next.bw : 0;
@@ -586,9 +629,20 @@ static double partition(struct plan_eval *ev, int P)
                 C[j] = j;
                 continue;
             }
+            /* prev(k) = T[s-1][j-k] falls with k, cost[k] rises: the best k is where they
+             * cross; binary search for the first k with cost[k] >= prev(k) */
+            int kmax = j - s < maxk ? j - s : maxk;
+            int lo = 1, hi = kmax;
+            while (lo < hi) {
+                int mid = lo + (hi - lo) / 2;
+                if (cost[mid] >= T[(s - 1) * W + (size_t)(j - mid)])
+                    hi = mid;
+                else
+                    lo = mid + 1;
+            }
             double best = INFINITY;
-            int bk = 1;
-            for (int k = 1; k <= j - s && k <= maxk; k++) {
+            int bk = lo;
+            for (int k = lo > 1 ? lo - 1 : 1; k <= lo; k++) {
                 double prev = T[(s - 1) * W + (size_t)(j - k)];
                 double v = prev > cost[k] ? prev : cost[k];
                 if (v < best) {
@@ -619,7 +673,7 @@ static double partition(struct plan_eval *ev, int P)
     /* move one layer from stage a to stage b: every pair for short pipelines, neighbours
      * otherwise */
     int all_pairs = P <= 16;
-    for (int iter = 0; iter < 4 * L; iter++) {
+    for (int iter = 0; iter < 4 * L && !ev->fast; iter++) {
         int improved = 0;
         for (int a = 0; a < P; a++) {
             for (int b = 0; b < P; b++) {
@@ -678,8 +732,14 @@ static int cmp_units(const void *a, const void *b, void *ctx)
 
 static void canonical(struct plan_eval *ev, int P, int *stage_units)
 {
-    for (int s = 0; s < P; s++)
-        qsort_r(stage_units + (size_t)s * ev->D, (size_t)ev->D, sizeof(int), cmp_units, ev);
+    for (int s = 0; s < P; s++) {
+        int *su = stage_units + (size_t)s * ev->D;
+        int sorted = 1;
+        for (int d = 1; d < ev->D && sorted; d++)
+            sorted = cmp_units(&su[d - 1], &su[d], ev) < 0;
+        if (!sorted)
+            qsort_r(su, (size_t)ev->D, sizeof(int), cmp_units, ev);
+    }
 }
 
 /* ---- public evaluation entry points ---- */
@@ -739,11 +799,14 @@ struct search {
     int *perm;
     long evals, budget;
     int *top;             /* SEARCH_TOP starting points for the local search, P*D each */
-    double top_t[4];
+    double top_t[8];
     int n_top;
     int *loc;             /* the local search's current solution */
+    int *rep, *nrep;      /* per stage: a position of each distinct class (SEARCH_REPS max) */
+    int quick;            /* evaluate one candidate only */
 };
-#define SEARCH_TOP 4
+#define SEARCH_TOP 8
+#define SEARCH_REPS 32
 
 static int next_perm(int *a, int n)
 {
@@ -915,38 +978,38 @@ static void local_search(struct search *S, double loc_t, long budget)
                 }
             }
         }
-        for (int a = 0; a < n && S->evals < stop; a++) {
-            for (int b = a + 1; b < n && S->evals < stop; b++) {
-                int sa = a / D, sb = b / D;
-                if (sa == sb)
-                    continue;
-                const struct unit *ua = &ev->units[S->loc[a]], *ub = &ev->units[S->loc[b]];
-                if (ua->klass == ub->klass)
-                    continue;
-                if (S->homog && ua->fabric != ub->fabric)
-                    continue;
-                /* one swap per (stage, class) pair */
-                int dup = 0;
-                for (int x = sa * D; x < a && !dup; x++)
-                    dup = ev->units[S->loc[x]].klass == ua->klass;
-                for (int x = sb * D; x < b && !dup; x++)
-                    dup = ev->units[S->loc[x]].klass == ub->klass;
-                if (dup)
-                    continue;
-                memcpy(S->cur, S->loc, sizeof(int) * (size_t)n);
-                S->cur[a] = S->loc[b];
-                S->cur[b] = S->loc[a];
-                double t = try_candidate(S);
-                if (t < loc_t * (1 - 1e-12)) {
-                    loc_t = t;
-                    memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
-                    improved = 1;
-                    /* the positions changed: restart the scan from this solution */
-                    a = n;
-                    break;
-                }
+        /* unit swaps: one per (stage, class) x (stage, class) pair */
+        int *rep = S->rep, *nrep = S->nrep;
+        for (int st = 0; st < P; st++) {
+            nrep[st] = 0;
+            for (int d = 0; d < D && nrep[st] < SEARCH_REPS; d++) {
+                int pos = st * D + d, c = ev->units[S->loc[pos]].klass, seen = 0;
+                for (int k = 0; k < nrep[st] && !seen; k++)
+                    seen = ev->units[S->loc[rep[st * SEARCH_REPS + k]]].klass == c;
+                if (!seen)
+                    rep[st * SEARCH_REPS + nrep[st]++] = pos;
             }
         }
+        int moved = 0;
+        for (int i = 0; i < P && !moved && S->evals < stop; i++)
+            for (int j = i + 1; j < P && !moved && S->evals < stop; j++)
+                for (int x = 0; x < nrep[i] && !moved && S->evals < stop; x++)
+                    for (int y = 0; y < nrep[j] && !moved && S->evals < stop; y++) {
+                        int a = rep[i * SEARCH_REPS + x], b = rep[j * SEARCH_REPS + y];
+                        const struct unit *ua = &ev->units[S->loc[a]];
+                        const struct unit *ub = &ev->units[S->loc[b]];
+                        if (ua->klass == ub->klass || (S->homog && ua->fabric != ub->fabric))
+                            continue;
+                        memcpy(S->cur, S->loc, sizeof(int) * (size_t)n);
+                        S->cur[a] = S->loc[b];
+                        S->cur[b] = S->loc[a];
+                        double t = try_candidate(S);
+                        if (t < loc_t * (1 - 1e-12)) {
+                            loc_t = t;
+                            memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
+                            improved = moved = 1;
+                        }
+                    }
         if (!improved)
             break;
     }
@@ -996,6 +1059,14 @@ static int holmes_search(struct search *S, herr *e)
         for (int f = 0; f < nf; f++)
             S->perm[ev->fabric_rank[f]] = f;
     }
+    if (S->quick) {
+        /* one fabric-first candidate in preference order: a cheap estimate of the shape */
+        for (int f = 0; f < nf; f++)
+            S->perm[ev->fabric_rank[f]] = f;
+        build_fabric_first(S, 0);
+        try_candidate(S);
+        return 0;
+    }
     for (int round = 0;; round++) {
         for (int asc = 0; asc <= 1; asc++) {
             build_fabric_first(S, asc);
@@ -1042,6 +1113,18 @@ static int holmes_search(struct search *S, herr *e)
         memcpy(S->loc, starts + (size_t)i * n, sizeof(int) * n);
         local_search(S, start_t[i], S->budget / n_start);
     }
+    if (ev->fast) {
+        /* large clusters searched with the quick partition: refine the best few fully */
+        ev->fast = 0;
+        memcpy(starts, S->top, sizeof(int) * n * (size_t)S->n_top);
+        n_start = S->n_top;
+        S->best_t = INFINITY;
+        for (int i = 0; i < n_start; i++) {
+            memcpy(S->cur, starts + (size_t)i * n, sizeof(int) * n);
+            try_candidate(S);
+        }
+        ev->fast = 1;
+    }
     free(starts);
     return 0;
 }
@@ -1056,6 +1139,8 @@ static void search_free(struct search *S)
     free(S->perm);
     free(S->top);
     free(S->loc);
+    free(S->rep);
+    free(S->nrep);
     memset(S, 0, sizeof *S);
 }
 
@@ -1072,14 +1157,18 @@ static int search_init(struct search *S, struct plan_eval *ev, const struct plan
     S->best_layers = malloc(sizeof(int) * (size_t)P);
     S->top = malloc(sizeof(int) * (size_t)ev->n_units * SEARCH_TOP);
     S->loc = malloc(sizeof(int) * (size_t)ev->n_units);
-    if (!S->cur || !S->best || !S->best_layers || !S->top || !S->loc)
+    S->rep = malloc(sizeof(int) * (size_t)P * SEARCH_REPS);
+    S->nrep = malloc(sizeof(int) * (size_t)P);
+    if (!S->cur || !S->best || !S->best_layers || !S->top || !S->loc || !S->rep || !S->nrep)
         return herr_set(e, "planner: out of memory");
     /* evaluations allowed in the local search: generous for small clusters, bounded work for
      * large ones (each evaluation is O(units + stages * micro-batches)) */
-    long work = (long)ev->n_units + (long)P * ev->cj.micro_batches * 4 + (long)P * ev->L;
+    long work = (long)ev->n_units + (long)P * ev->cj.micro_batches * 4 + (long)P * ev->L * 8;
     S->budget = 4000000L / (work > 0 ? work : 1);
-    if (S->budget < 64)
-        S->budget = 64;
+    if (S->budget < 32)
+        S->budget = 32;
+    /* beyond small clusters, candidates are compared with the quick partition */
+    ev->fast = ev->n_units > 32;
     if (S->budget > 20000)
         S->budget = 20000;
     return 0;
@@ -1182,6 +1271,7 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
                          P > 1 ? &ev->tie : NULL, &terms);
         st->fwd_s = terms.fwd + terms.tp_fwd;
         st->bwd_s = terms.bwd + terms.tp_bwd;
+        st->memory_gb = cost_stage_memory(&ev->cj, layers[s], s, P) / 1e9;
         const struct unit *u0 = &ev->units[stage_units[(size_t)s * D]];
         snprintf(st->fabric, sizeof st->fabric, "%s", ev->fabric_names[u0->fabric]);
         for (int d = 0; d < D; d++) {
@@ -1241,6 +1331,9 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
     return 0;
 }
 
+/* Shapes whose quick estimate reaches this fraction of the best estimate get the full search. */
+#define SHAPE_KEEP 0.8
+
 /* (pipeline, data, micro-batches, micro-batch size) candidates of the auto search. */
 struct shape {
     int P, D, m, b;
@@ -1272,6 +1365,8 @@ static int list_shapes(const struct plan_job *job, int units, struct shape **out
             long m = per_replica / b;
             if (m > 4096 && b != job->micro_batch_size)
                 continue;
+            if (job->schedule == COST_1F1B && m < P)
+                continue;
             if (k == cap) {
                 cap *= 2;
                 struct shape *nv = realloc(v, sizeof *v * (size_t)cap);
@@ -1286,8 +1381,9 @@ static int list_shapes(const struct plan_job *job, int units, struct shape **out
     }
     if (!k) {
         free(v);
-        return herr_set(e, "parallelism: no (pipeline, data) with pipeline <= layers %d divides "
-                        "the %d tensor groups", job->model.layers, units);
+        return herr_set(e, "parallelism: no (pipeline, data) with pipeline <= layers %d (and, "
+                        "for 1f1b, <= micro-batches) divides the %d tensor groups",
+                        job->model.layers, units);
     }
     *out = v;
     *n = k;
@@ -1349,14 +1445,54 @@ int plan_make(const struct plan_worker *workers, int n_workers, const struct pla
         herr_set(e, "planner: out of memory");
         goto done;
     }
+    /* auto search: a quick estimate of every shape first; the full search only for shapes
+     * within SHAPE_KEEP of the best estimate (the others keep their estimate) */
+    double *quick = calloc((size_t)n_shapes, sizeof(double));
+    double quick_best = 0;
+    if (!quick) {
+        herr_set(e, "planner: out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n_shapes && n_shapes > 1 && job->policy == PLAN_HOLMES; i++) {
+        struct shape sh = shapes[i];
+        struct search S;
+        if (eval_shape(ev, sh.P, sh.D, sh.m, sh.b, e)) {
+            free(quick);
+            goto done;
+        }
+        int rc_init = search_init(&S, ev, job, sh.P, sh.D, e);
+        S.quick = 1;
+        if (rc_init || holmes_search(&S, e)) {
+            search_free(&S);
+            free(quick);
+            goto done;
+        }
+        if (isfinite(S.best_t) && S.best_t > 0)
+            quick[i] = (double)sh.m * sh.b * sh.D * job->model.seq / S.best_t;
+        if (quick[i] > quick_best)
+            quick_best = quick[i];
+        search_free(&S);
+    }
     for (int i = 0; i < n_shapes; i++) {
         struct shape sh = shapes[i];
-        if (eval_shape(ev, sh.P, sh.D, sh.m, sh.b, e))
+        if (eval_shape(ev, sh.P, sh.D, sh.m, sh.b, e)) {
+            free(quick);
             goto done;
+        }
         double t;
+        if (job->policy == PLAN_HOLMES && n_shapes > 1 && quick[i] < SHAPE_KEEP * quick_best) {
+            if (quick[i] > 0) {
+                struct plan_candidate c = {sh.P, sh.D, sh.m, sh.b,
+                                           (double)sh.m * sh.b * sh.D * job->model.seq / quick[i],
+                                           quick[i]};
+                keep_top(out, &c);
+            }
+            continue;
+        }
         if (job->policy == PLAN_HOLMES) {
             struct search S;
             if (search_init(&S, ev, job, sh.P, sh.D, e) || holmes_search(&S, e)) {
+                free(quick);
                 search_free(&S);
                 goto done;
             }
@@ -1388,8 +1524,11 @@ int plan_make(const struct plan_worker *workers, int n_workers, const struct pla
             }
         }
     }
+    free(quick);
     if (best_tps <= 0) {
-        herr_set(e, "planner: no feasible placement (every candidate predicted an infinite step)");
+        herr_set(e, "planner: no placement fits: every (pipeline, data, micro-batch) shape "
+                 "needs more device memory than the workers' gpu_memory_gb, or no layer split "
+                 "is feasible");
         goto done;
     }
     out->policy = job->policy;
@@ -1440,161 +1579,4 @@ done:
     free(best_layers);
     plan_eval_free(ev);
     return rc;
-}
-
-/* ---- JSON ---- */
-
-static cJSON *breakdown_json(const struct cost_breakdown *b)
-{
-    cJSON *o = cJSON_CreateObject();
-    if (!o)
-        return NULL;
-    int ok = cJSON_AddNumberToObject(o, "compute", b->compute) &&
-             cJSON_AddNumberToObject(o, "tp_comm", b->tp_comm) &&
-             cJSON_AddNumberToObject(o, "pp_comm", b->pp_comm) &&
-             cJSON_AddNumberToObject(o, "bubble", b->bubble) &&
-             cJSON_AddNumberToObject(o, "dp_comm", b->dp_comm) &&
-             cJSON_AddNumberToObject(o, "optimizer", b->optimizer);
-    if (!ok) {
-        cJSON_Delete(o);
-        return NULL;
-    }
-    return o;
-}
-
-static int add_str(cJSON *o, const char *k, const char *v)
-{
-    return cJSON_AddStringToObject(o, k, v) != NULL;
-}
-
-static int add_num(cJSON *o, const char *k, double v)
-{
-    return cJSON_AddNumberToObject(o, k, v) != NULL;
-}
-
-cJSON *plan_to_json(const struct plan *p)
-{
-    cJSON *o = cJSON_CreateObject();
-    if (!o)
-        return NULL;
-    int ok = add_str(o, "policy", plan_policy_name(p->policy)) &&
-             add_num(o, "predicted_step_seconds", p->step_s) &&
-             add_num(o, "tokens_per_second", p->tokens_per_s);
-    cJSON *br = ok ? breakdown_json(&p->breakdown) : NULL;
-    ok = ok && br && cJSON_AddItemToObject(o, "breakdown", br);
-    if (!ok && br)
-        cJSON_Delete(br);
-    cJSON *par = ok ? cJSON_AddObjectToObject(o, "parallelism") : NULL;
-    ok = ok && par && add_num(par, "tensor", p->tensor) && add_num(par, "pipeline", p->pipeline) &&
-         add_num(par, "data", p->data) && add_num(par, "micro_batches", p->micro_batches) &&
-         add_num(par, "micro_batch_size", p->micro_batch_size) &&
-         add_str(par, "schedule", p->schedule == COST_GPIPE ? "gpipe" : "1f1b");
-    cJSON *stages = ok ? cJSON_AddArrayToObject(o, "stages") : NULL;
-    ok = ok && stages;
-    for (int s = 0; ok && s < p->n_stages; s++) {
-        const struct plan_stage *st = &p->stages[s];
-        cJSON *x = cJSON_CreateObject();
-        ok = x && cJSON_AddItemToArray(stages, x);
-        if (!ok) {
-            cJSON_Delete(x);
-            break;
-        }
-        cJSON *ly = cJSON_AddArrayToObject(x, "layers");
-        cJSON *ws = cJSON_AddArrayToObject(x, "workers");
-        ok = add_num(x, "stage", s) && ly && ws &&
-             cJSON_AddItemToArray(ly, cJSON_CreateNumber(st->first_layer)) &&
-             cJSON_AddItemToArray(ly, cJSON_CreateNumber(st->last_layer)) &&
-             add_str(x, "fabric", st->fabric) && add_num(x, "tflops", st->tflops) &&
-             add_num(x, "forward_seconds", st->fwd_s) && add_num(x, "backward_seconds", st->bwd_s);
-        /* workers of the stage, each once, in rank order */
-        int prev = -1;
-        for (int d = 0; ok && d < p->data; d++)
-            for (int r = 0; ok && r < p->tensor; r++) {
-                int w = p->ranks[plan_rank_of(p, s, d, r)].worker;
-                if (w == prev)
-                    continue;
-                prev = w;
-                ok = cJSON_AddItemToArray(ws, cJSON_CreateString(p->workers[w].name));
-            }
-    }
-    cJSON *wk = ok ? cJSON_AddArrayToObject(o, "workers") : NULL;
-    ok = ok && wk;
-    for (int r = 0; ok && r < p->n_ranks; r++) {
-        const struct plan_rank *rk = &p->ranks[r];
-        const struct plan_worker *w = &p->workers[rk->worker];
-        cJSON *x = cJSON_CreateObject();
-        ok = x && cJSON_AddItemToArray(wk, x);
-        if (!ok) {
-            cJSON_Delete(x);
-            break;
-        }
-        const struct plan_stage *st = &p->stages[rk->stage];
-        cJSON *ly = cJSON_AddArrayToObject(x, "layers");
-        ok = add_str(x, "name", w->name) && add_num(x, "rank", r) &&
-             add_num(x, "local_rank", rk->local) && add_num(x, "stage", rk->stage) &&
-             add_num(x, "dp_rank", rk->dp_rank) && add_num(x, "tp_rank", rk->tp_rank) && ly &&
-             cJSON_AddItemToArray(ly, cJSON_CreateNumber(st->first_layer)) &&
-             cJSON_AddItemToArray(ly, cJSON_CreateNumber(st->last_layer)) &&
-             add_str(x, "fabric", w->nic.fabric);
-        cJSON *nic = ok ? nic_summary_to_json(&w->nic) : NULL;
-        ok = ok && nic && cJSON_AddItemToObject(x, "nic", nic);
-        if (!ok && nic)
-            cJSON_Delete(nic);
-    }
-    cJSON *gs = ok ? cJSON_AddArrayToObject(o, "groups") : NULL;
-    ok = ok && gs;
-    for (int g = 0; ok && g < p->n_groups; g++) {
-        const struct plan_group *gr = &p->groups[g];
-        cJSON *x = cJSON_CreateObject();
-        ok = x && cJSON_AddItemToArray(gs, x);
-        if (!ok) {
-            cJSON_Delete(x);
-            break;
-        }
-        cJSON *mem = cJSON_AddArrayToObject(x, "members");
-        cJSON *rk = cJSON_AddArrayToObject(x, "ranks");
-        ok = add_str(x, "kind", plan_group_kind_name(gr->kind)) && mem && rk &&
-             add_str(x, "transport", plan_transport_name(gr->transport.kind)) &&
-             add_str(x, "nccl_net", gr->transport.nccl_net) &&
-             cJSON_AddBoolToObject(x, "intra_node", gr->transport.intra_node);
-        if (ok && gr->stage >= 0)
-            ok = add_num(x, "stage", gr->stage);
-        if (ok && gr->transport.gid_index >= 0)
-            ok = add_num(x, "gid_index", gr->transport.gid_index);
-        if (ok && gr->transport.reason[0])
-            ok = add_str(x, "reason", gr->transport.reason);
-        for (int i = 0; ok && i < gr->n; i++)
-            ok = cJSON_AddItemToArray(mem, cJSON_CreateString(
-                                               p->workers[p->ranks[gr->members[i]].worker].name)) &&
-                 cJSON_AddItemToArray(rk, cJSON_CreateNumber(gr->members[i]));
-    }
-    cJSON *bl = ok ? cJSON_AddObjectToObject(o, "baselines") : NULL;
-    ok = ok && bl && add_num(bl, "naive", p->baseline_naive_s) &&
-         add_num(bl, "ethernet", p->baseline_ethernet_s);
-    ok = ok && add_num(o, "socket_groups", p->n_socket_groups) &&
-         cJSON_AddBoolToObject(o, "homogeneous_possible", p->homogeneous_possible);
-    cJSON *top = ok ? cJSON_AddArrayToObject(o, "candidates") : NULL;
-    ok = ok && top;
-    for (int i = 0; ok && i < p->n_top; i++) {
-        cJSON *x = cJSON_CreateObject();
-        ok = x && cJSON_AddItemToArray(top, x);
-        if (!ok) {
-            cJSON_Delete(x);
-            break;
-        }
-        ok = add_num(x, "pipeline", p->top[i].pipeline) && add_num(x, "data", p->top[i].data) &&
-             add_num(x, "micro_batches", p->top[i].micro_batches) &&
-             add_num(x, "micro_batch_size", p->top[i].micro_batch_size) &&
-             add_num(x, "step_seconds", p->top[i].step_s) &&
-             add_num(x, "tokens_per_second", p->top[i].tokens_per_s);
-    }
-    cJSON *lk = ok ? cost_links_to_json(&p->links) : NULL;
-    ok = ok && lk && cJSON_AddItemToObject(o, "links", lk);
-    if (!ok && lk)
-        cJSON_Delete(lk);
-    if (!ok) {
-        cJSON_Delete(o);
-        return NULL;
-    }
-    return o;
 }

@@ -1,28 +1,24 @@
-/* Reads the planner's job from a TrainingJob manifest (apiVersion holmes.dev/v1alpha1):
- * spec.model (preset or layers/hidden/heads/vocab/seqLen), spec.parallelism (tensor, pipeline,
- * data — `auto` allowed for pipeline and data —, microBatches, microBatchSize, schedule),
- * spec.placement (policy, optional partition: layers per stage) and spec.training.precision.
- * Only the fields the planner needs are read; `holmes-operator validate` checks the rest. */
+/* The planner's view of a TrainingJob: converts the resolved spec (common/trainingjob.h) into
+ * a `struct plan_job`, and applies the spec's placement overrides (per-fabric Gb/s, cross-fabric
+ * Gb/s) to the workers and link constants. */
 #ifndef HOLMES_PLANNER_JOB_H
 #define HOLMES_PLANNER_JOB_H
 
-#include <cjson/cJSON.h>
-
+#include "cost_model.h"
 #include "error.h"
 #include "planner.h"
+#include "trainingjob.h"
 
-struct planner_job {
-    struct plan_job job;
-    int *pinned;        /* owned storage behind job.pinned */
-    int workers;        /* spec.workers, 0 when absent */
-    int gpus_per_worker;
-};
+/* Model shape, parallelism (TJ_AUTO stays 0 = auto), schedule, precision and policy. */
+void planner_job_from_spec(const struct tj_spec *s, struct plan_job *out);
 
-/* Model presets: "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1.5b". Returns -1 if unknown. */
-int planner_model_preset(const char *name, struct plan_model *m);
-int planner_job_from_json(const cJSON *manifest, const char *where, struct planner_job *out,
-                          herr *e);
-int planner_job_load(const char *path, struct planner_job *out, herr *e);
-void planner_job_free(struct planner_job *j);
+/* Checks the workers against the spec (spec.workers, spec.gpusPerWorker) and applies
+ * spec.placement.fabrics[].gbps to the workers of that fabric and crossFabricGbps to
+ * links->tcp_gbps. Returns 0, or -1 naming the mismatch. */
+int planner_apply_spec(const struct tj_spec *s, struct plan_worker *workers, int n_workers,
+                       struct cost_links *links, herr *e);
+
+/* Loads a file holding exactly one valid TrainingJob. All validation errors are reported. */
+int planner_load_job(const char *path, struct tj_job *out, herr *e);
 
 #endif

@@ -35,10 +35,12 @@ out=$("$OPERATOR" plan --cluster "$EX/paper-ib-roce.yaml" "$EX/gpt-7.5b-job.yaml
 echo "$out" | grep -q "^predicted step:" && echo "$out" | grep -q "^baselines: naive" &&
     echo "$out" | grep -q "ib-fabric-a" && pass "plan table" || fail "plan table" "$out"
 
-# Every example plans, with every policy.
-for c in paper-ib-roce:gpt-7.5b-job three-fabrics:gpt2-1.5b-job uneven-5ib-3roce:gpt2-1.5b-job \
-         mixed-generations:gpt2-1.5b-auto-job; do
-    for pol in holmes naive ethernet; do
+# Every example plans (the baselines as policies on the paper's cluster).
+for c in paper-ib-roce:gpt-7.5b-job:naive paper-ib-roce:gpt-7.5b-job:ethernet \
+         three-fabrics:three-fabrics-job:holmes uneven-5ib-3roce:uneven-5ib-3roce-job:holmes \
+         mixed-generations:mixed-generations-job:holmes; do
+    pol=${c##*:}; c=${c%:*}
+    for pol in $pol; do
         "$OPERATOR" plan --cluster "$EX/${c%%:*}.yaml" "$EX/${c##*:}.yaml" --policy $pol --json \
             >"$TMP/out.json" 2>"$TMP/err" &&
             /usr/bin/python3 -c "import json,sys; p=json.load(open(sys.argv[1])); assert p['policy']==sys.argv[2]" \
@@ -48,7 +50,7 @@ for c in paper-ib-roce:gpt-7.5b-job three-fabrics:gpt2-1.5b-job uneven-5ib-3roce
 done
 
 # Uneven fabrics: the plan says which dp groups fall back to TCP and why.
-out=$("$OPERATOR" plan --cluster "$EX/uneven-5ib-3roce.yaml" "$EX/gpt2-1.5b-job.yaml" 2>&1)
+out=$("$OPERATOR" plan --cluster "$EX/uneven-5ib-3roce.yaml" "$EX/uneven-5ib-3roce-job.yaml" 2>&1)
 echo "$out" | grep -q "on TCP: .* dp group(s) of stage .* (members span fabrics" &&
     pass "plan uneven names TCP groups" || fail "plan uneven names TCP groups" "$out"
 
@@ -79,38 +81,79 @@ cat >"$TMP/zero.yaml" <<'Y'
 workers:
 - {name: a, gpu_tflops: 1, nic: {class: roce, fabric: f, gbps: 0}}
 Y
-cat >"$TMP/job-bad.yaml" <<'Y'
+job() { # file workers pipeline data layers
+    cat >"$1" <<Y
+apiVersion: holmes.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: t}
 spec:
-  model: {preset: gpt2-124m}
-  parallelism: {pipeline: 3, data: 1}
+  workers: $2
+  gpusPerWorker: 0
+  model: {layers: $5, hidden: 64, heads: 4, vocab: 256, seqLen: 32}
+  parallelism: {pipeline: $3, data: $4, microBatches: 4, microBatchSize: 1}
+  training: {steps: 1}
 Y
-cat >"$TMP/job-many.yaml" <<'Y'
-spec:
-  model: {layers: 2, hidden: 64, heads: 4}
-  parallelism: {pipeline: 8, data: 1}
-Y
-cat >"$TMP/job-pin.yaml" <<'Y'
-spec:
-  model: {preset: gpt2-124m}
-  parallelism: {pipeline: 2, data: 1}
-  placement: {partition: [4, 4]}
-Y
+}
+job "$TMP/job2.yaml" 2 1 2 12
+job "$TMP/job-bad.yaml" 2 3 1 12
+job "$TMP/job-pin.yaml" 2 2 1 12
+job "$TMP/job8.yaml" 8 8 1 4
 cat >"$TMP/two.yaml" <<'Y'
 workers:
 - {name: a, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}
 - {name: b, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}
 Y
+cat >"$TMP/three.yaml" <<'Y'
+workers:
+- {name: w, count: 3, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}
+Y
 cat >"$TMP/eight.yaml" <<'Y'
 workers:
 - {name: w, count: 8, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}
 Y
-expect_err "bad: duplicate names" "duplicate name \"a\"" --cluster "$TMP/dup.yaml" "$EX/gpt2-1.5b-job.yaml"
-expect_err "bad: worker without NIC" "workers[0].nic: required" --cluster "$TMP/nonic.yaml" "$EX/gpt2-1.5b-job.yaml"
-expect_err "bad: zero bandwidth" "workers[0].nic.gbps" --cluster "$TMP/zero.yaml" "$EX/gpt2-1.5b-job.yaml"
-expect_err "bad: t x p x d != devices" "must equal the cluster's 2 devices" --cluster "$TMP/two.yaml" "$TMP/job-bad.yaml"
-expect_err "bad: more stages than layers" "8 stages exceed model layers 2" --cluster "$TMP/eight.yaml" "$TMP/job-many.yaml"
-expect_err "bad: infeasible pin" "pinned layers sum to 8, model has 12" --cluster "$TMP/two.yaml" "$TMP/job-pin.yaml"
-expect_err "bad: missing cluster file" "no-such-file" --cluster "$TMP/no-such-file.yaml" "$EX/gpt2-1.5b-job.yaml"
+expect_err "bad: duplicate names" "duplicate name \"a\"" --cluster "$TMP/dup.yaml" "$TMP/job2.yaml"
+expect_err "bad: worker without NIC" "workers[0].nic: required" --cluster "$TMP/nonic.yaml" "$TMP/job2.yaml"
+expect_err "bad: zero bandwidth" "workers[0].nic.gbps" --cluster "$TMP/zero.yaml" "$TMP/job2.yaml"
+expect_err "bad: job and cluster disagree" "spec.workers: 2, but the cluster has 3 workers" --cluster "$TMP/three.yaml" "$TMP/job2.yaml"
+expect_err "bad: t x p x d != devices" "tensor 1 x pipeline 3 x data 1 = 3 ranks, but workers 2 x 1 ranks per worker = 2" --cluster "$TMP/two.yaml" "$TMP/job-bad.yaml"
+expect_err "bad: more stages than layers" "spec.parallelism.pipeline: 8 exceeds model layers 4" --cluster "$TMP/eight.yaml" "$TMP/job8.yaml"
+expect_err "bad: pin with the wrong stage count" "3 stages pinned but pipeline is 1" --cluster "$TMP/two.yaml" "$TMP/job2.yaml" --partition 4,4,4
+expect_err "bad: infeasible pin" "pinned layers sum to 8, model has 12" --cluster "$TMP/two.yaml" "$TMP/job-pin.yaml" --partition 4,4
+expect_err "bad: malformed pin" "--partition: must be" --cluster "$TMP/two.yaml" "$TMP/job-pin.yaml" --partition 4,x
+expect_err "bad: missing job file" "no-such-job.yaml" --cluster "$TMP/two.yaml" "$TMP/no-such-job.yaml"
+expect_err "bad: missing cluster file" "no-such-file" --cluster "$TMP/no-such-file.yaml" "$TMP/job2.yaml"
 expect_err "bad: unknown policy" "--policy: must be" --cluster "$TMP/two.yaml" "$TMP/job-pin.yaml" --policy best
+out=$("$OPERATOR" plan --cluster "$TMP/two.yaml" "$TMP/job-pin.yaml" --partition 5,7 --json) &&
+    echo "$out" | /usr/bin/python3 -c "import json,sys; p=json.load(sys.stdin); assert [s['layers'] for s in p['stages']]==[[0,5],[5,12]]" &&
+    pass "plan --partition pins the layers" || fail "plan --partition pins the layers" "$out"
+# Without --cluster, the job's emulation block gives the workers (local runs).
+cat >"$TMP/emu.yaml" <<'Y'
+apiVersion: holmes.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: emu}
+spec:
+  workers: 4
+  gpusPerWorker: 0
+  model: {layers: 4, hidden: 64, heads: 4, vocab: 256, seqLen: 64}
+  parallelism: {pipeline: 2, data: 2, microBatches: 2, microBatchSize: 4}
+  training: {steps: 1}
+  emulation:
+    nics:
+    - {class: roce, fabric: roce-b, gbps: 100, count: 1}
+    - {class: infiniband, fabric: ib-a, gbps: 200, count: 2}
+    - {class: roce, fabric: roce-b, gbps: 100, count: 1}
+    crossFabricGbps: 10
+    bandwidthScale: 0.01
+Y
+out=$("$OPERATOR" plan "$TMP/emu.yaml" --json 2>&1) &&
+    echo "$out" | /usr/bin/python3 -c "
+import json, sys
+p = json.load(sys.stdin)
+st = {s['fabric']: sorted(s['workers']) for s in p['stages']}
+assert st == {'ib-a': ['worker-1', 'worker-2'], 'roce-b': ['worker-0', 'worker-3']}, st
+assert p['links']['tcp_gbps'] == 10
+" && pass "plan from the job's emulation block" || fail "plan from the job's emulation block" "$out"
+expect_err "bad: no cluster and no emulation" "spec.emulation: absent" "$TMP/job2.yaml"
+
 "$OPERATOR" plan >/dev/null 2>&1; [ $? -eq 2 ] && pass "plan without arguments exits 2" || fail "plan without arguments exits 2"
 "$OPERATOR" plan --help | grep -q "^usage: holmes-operator plan" && pass "plan --help" || fail "plan --help"

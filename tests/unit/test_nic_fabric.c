@@ -148,6 +148,23 @@ static void ethernet_choice(void)
     snprintf(r.netdevs[2].operstate, sizeof r.netdevs[2].operstate, "down");
     nic_fabric_summarize(&r);
     CHECK_STR("down netdev skipped", r.summary.socket_ifname, "eth0");
+    /* A bond member without an address loses to a slower addressed bond. */
+    struct nic_netdev *b = nic_report_add_netdev(&r);
+    snprintf(b->name, sizeof b->name, "bond0");
+    snprintf(b->kind, sizeof b->kind, "bond");
+    snprintf(b->operstate, sizeof b->operstate, "up");
+    b->type = 1;
+    b->speed_mbps = 20000;
+    struct nic_addr *ba = nic_netdev_add_addr(b);
+    ba->family = AF_INET;
+    memcpy(ba->addr, (uint8_t[]){172, 16, 5, 1}, 4);
+    ba->prefix = 16;
+    r.netdevs[1].naddrs = 0; /* eth0 becomes a member port */
+    snprintf(r.netdevs[2].operstate, sizeof r.netdevs[2].operstate, "up");
+    r.netdevs[2].naddrs = 0;
+    nic_fabric_summarize(&r);
+    CHECK_STR("addressed bond beats faster bare port", r.summary.socket_ifname, "bond0");
+    CHECK_STR("bond subnet", r.summary.fabric, "eth-172.16.0.0/16");
     nic_report_free(&r);
 }
 

@@ -175,6 +175,15 @@ int main(void)
     }
     nic_report_free(&r);
 
+    if (run_case("bonded-ethernet", &r) == 0) {
+        CHECK_STR("bond: chosen", r.summary.socket_ifname, "bond0");
+        CHECK_STR("bond: its subnet", r.summary.fabric, "eth-10.4.8.0/21");
+        CHECK_NEAR("bond: aggregate speed", r.summary.gbps, 50, 0);
+        CHECK_STR("bond: kind", r.netdevs[0].kind, "bond");
+        CHECK_INT("bond: listed with physical netdevs", r.netdevs[0].is_virtual, 0);
+    }
+    nic_report_free(&r);
+
     if (run_case("gpu-pcie-switch", &r) == 0) {
         CHECK_INT("gpu: five GPUs (NVSwitch excluded)", r.ngpus, 5);
         if (r.ngpus == 5) {

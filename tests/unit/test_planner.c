@@ -439,6 +439,52 @@ static void test_homogeneous_first(void)
     plan_free(&p);
 }
 
+/* Device memory: a shape that does not fit is never chosen; nothing fits -> a clear error. */
+static void test_memory(void)
+{
+    struct plan_worker w[8];
+    int n = two_fabric_cluster(w, 1);
+    struct plan_job job;
+    small_job(&job, 12, 0, 0);
+    job.model.hidden = 2048;
+    job.model.heads = 16;
+    job.micro_batches = 8;
+    struct cost_job cj = {.layers = 12, .hidden = 2048, .heads = 16, .vocab = 8000, .seq = 256,
+                          .tensor = 1, .data = 8, .micro_batches = 8, .micro_batch_size = 2,
+                          .elem_bytes = 2, .schedule = COST_1F1B};
+    double m1 = cost_stage_memory(&cj, 12, 0, 1); /* pipeline 1, data 8 */
+    cj.data = 4;
+    double m2 = 0;
+    for (int s = 0; s < 2; s++) {
+        double v = cost_stage_memory(&cj, 6, s, 2);
+        m2 = v > m2 ? v : m2;
+    }
+    CHECK("memory: one stage needs more than two", m1 > 1.3 * m2);
+    for (int i = 0; i < n; i++)
+        w[i].memory_gb = 1.2 * m2 / 0.9 / 1e9;
+    struct cost_links l;
+    cost_links_default(&l);
+    l.tcp_gbps = 1000; /* make pipeline 1 attractive if it fitted */
+    herr e = {{0}};
+    struct plan p;
+    int rc = plan_make(w, n, &job, &l, &p, &e);
+    CHECK_INT("memory: plan ok", rc, 0);
+    if (!rc) {
+        CHECK("memory: pipeline 1 (does not fit) avoided", p.pipeline >= 2);
+        int fits = 1;
+        for (int s = 0; s < p.n_stages; s++)
+            fits &= p.stages[s].memory_gb <= w[0].memory_gb * 0.9 + 1e-9;
+        CHECK("memory: every stage fits", fits);
+        plan_free(&p);
+    }
+    for (int i = 0; i < n; i++)
+        w[i].memory_gb = 0.001;
+    rc = plan_make(w, n, &job, &l, &p, &e);
+    CHECK("memory: nothing fits -> error", rc == -1 && strstr(e.msg, "no placement fits"));
+    if (!rc)
+        plan_free(&p);
+}
+
 /* ---- bad input ---- */
 
 static void expect_error(const char *label, const struct plan_worker *w, int n,
@@ -572,33 +618,59 @@ static void test_cluster_file(void)
 static void test_job_manifest(void)
 {
     cJSON *j = cJSON_Parse(
-        "{\"apiVersion\": \"holmes.dev/v1alpha1\", \"kind\": \"TrainingJob\", \"spec\": {"
-        "\"workers\": 8, \"model\": {\"preset\": \"gpt2-350m\"}, \"parallelism\": {\"tensor\": 2,"
-        " \"pipeline\": \"auto\", \"data\": 2, \"microBatches\": 6, \"microBatchSize\": 3, "
-        "\"schedule\": \"gpipe\"}, \"placement\": {\"policy\": \"naive\", \"partition\": [10, 14]},"
-        " \"training\": {\"precision\": \"fp32\"}}}");
-    struct planner_job pj;
+        "{\"apiVersion\": \"holmes.dev/v1alpha1\", \"kind\": \"TrainingJob\", \"metadata\": "
+        "{\"name\": \"t\"}, \"spec\": {\"workers\": 4, \"gpusPerWorker\": 2, \"model\": "
+        "{\"preset\": \"gpt2-350m\"}, \"parallelism\": {\"tensor\": 2, \"pipeline\": \"auto\", "
+        "\"data\": 2, \"microBatches\": 6, \"microBatchSize\": 3, \"schedule\": \"gpipe\"}, "
+        "\"placement\": {\"policy\": \"naive\", \"crossFabricGbps\": 3}, "
+        "\"training\": {\"steps\": 10, \"precision\": \"fp32\"}}}");
+    struct tj_job tj;
+    struct tj_errors errs;
+    memset(&errs, 0, sizeof errs);
+    int rc = tj_job_from_json(j, &tj, &errs);
+    CHECK_INT("job manifest parses", rc, 0);
+    if (rc) {
+        for (int i = 0; i < errs.count && i < TJ_MAX_ERRORS; i++)
+            printf("# %s\n", errs.msg[i]);
+        cJSON_Delete(j);
+        return;
+    }
+    struct plan_job pj;
+    planner_job_from_spec(&tj.spec, &pj);
+    CHECK_INT("preset layers", pj.model.layers, 24);
+    CHECK_INT("preset hidden", pj.model.hidden, 1024);
+    CHECK_INT("pipeline auto", pj.pipeline, 0);
+    CHECK_INT("data", pj.data, 2);
+    CHECK_INT("tensor", pj.tensor, 2);
+    CHECK_INT("micro-batches", pj.micro_batches, 6);
+    CHECK_INT("schedule", pj.schedule, COST_GPIPE);
+    CHECK_INT("policy", pj.policy, PLAN_NAIVE);
+    CHECK_INT("precision", pj.precision, PLAN_FP32);
+    struct plan_worker w[4];
+    for (int i = 0; i < 4; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%d", i);
+        worker(&w[i], name, 2, 100, NIC_ROCE, "r", 100);
+    }
+    struct cost_links l;
+    cost_links_default(&l);
     herr e = {{0}};
-    CHECK_INT("job manifest parses", planner_job_from_json(j, "job", &pj, &e), 0);
-    CHECK_INT("preset layers", pj.job.model.layers, 24);
-    CHECK_INT("preset hidden", pj.job.model.hidden, 1024);
-    CHECK_INT("pipeline auto", pj.job.pipeline, 0);
-    CHECK_INT("data", pj.job.data, 2);
-    CHECK_INT("tensor", pj.job.tensor, 2);
-    CHECK_INT("schedule", pj.job.schedule, COST_GPIPE);
-    CHECK_INT("policy", pj.job.policy, PLAN_NAIVE);
-    CHECK_INT("precision", pj.job.precision, PLAN_FP32);
-    CHECK("partition", pj.job.n_pinned == 2 && pj.job.pinned[1] == 14);
-    planner_job_free(&pj);
-    cJSON_Delete(j);
-    j = cJSON_Parse("{\"spec\": {\"model\": {\"preset\": \"gpt5\"}}}");
-    CHECK_INT("unknown preset", planner_job_from_json(j, "job", &pj, &e), -1);
-    CHECK("unknown preset message", strstr(e.msg, "job.spec.model.preset: must be one of") != NULL);
-    cJSON_Delete(j);
-    j = cJSON_Parse("{\"spec\": {\"model\": {\"preset\": \"gpt2-124m\"}, \"parallelism\": "
-                    "{\"pipeline\": \"lots\"}}}");
-    CHECK_INT("bad pipeline", planner_job_from_json(j, "job", &pj, &e), -1);
-    CHECK("bad pipeline message", strstr(e.msg, "parallelism.pipeline: must be an integer") != NULL);
+    CHECK_INT("spec applies to cluster", planner_apply_spec(&tj.spec, w, 4, &l, &e), 0);
+    CHECK_NEAR("crossFabricGbps sets tcp_gbps", l.tcp_gbps, 3, 0);
+    CHECK_INT("worker count mismatch", planner_apply_spec(&tj.spec, w, 3, &l, &e), -1);
+    CHECK("worker count message", strstr(e.msg, "spec.workers: 4, but the cluster has 3") != NULL);
+    w[1].gpus = 4;
+    CHECK_INT("gpus mismatch", planner_apply_spec(&tj.spec, w, 4, &l, &e), -1);
+    CHECK("gpus mismatch message", strstr(e.msg, "w1).gpus: 4 differs from spec.gpusPerWorker 2") != NULL);
+    w[1].gpus = 2;
+    struct plan p;
+    rc = plan_make(w, 4, &pj, &l, &p, &e);
+    CHECK_INT("plan from a TrainingJob", rc, 0);
+    if (!rc) {
+        CHECK_INT("auto pipeline resolved", p.pipeline, 2);
+        plan_free(&p);
+    }
+    tj_job_free(&tj);
     cJSON_Delete(j);
 }
 
@@ -612,6 +684,7 @@ int main(void)
     test_uneven();
     test_mixed_speed();
     test_homogeneous_first();
+    test_memory();
     test_bad_input();
     test_cluster_file();
     test_job_manifest();

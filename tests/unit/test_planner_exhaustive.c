@@ -147,9 +147,9 @@ int main(void)
         job.model.hidden = 128 * pick(2, 12);
         job.model.vocab = pick(1000, 60000);
         job.model.seq = 128 * pick(1, 8);
-        job.micro_batches = pick(1, 8);
-        job.micro_batch_size = pick(1, 4);
         job.schedule = pick(0, 1) ? COST_GPIPE : COST_1F1B;
+        job.micro_batches = pick(job.schedule == COST_1F1B ? job.pipeline : 1, 8);
+        job.micro_batch_size = pick(1, 4);
         job.precision = pick(0, 1) ? PLAN_BF16 : PLAN_FP32;
         struct cost_links links;
         cost_links_default(&links);
@@ -212,7 +212,7 @@ int main(void)
             TEST_FAIL("holmes within 1% of exhaustive", "seed %d: holmes %.6g s, optimum %.6g s "
                       "(x%.4f), n %d P %d D %d L %d", seed, p.step_s, x.best, ratio, n, x.P, x.D,
                       x.L);
-        if (ratio > 1.01 && getenv("PLAN_DEBUG")) {
+        if ((ratio > 1.01 || p.baseline_naive_s < p.step_s) && getenv("PLAN_DEBUG")) {
             for (int i = 0; i < n; i++)
                 printf("#  %s fab %d cls %d gbps %g tflops %g\n", w[i].name, fab_of[i],
                        w[i].nic.cls, w[i].nic.gbps, w[i].tflops);

@@ -1,0 +1,549 @@
+#include "protocol.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const type_names[] = {
+    [PROTO_HELLO] = "hello",   [PROTO_ASSIGN] = "assign",     [PROTO_RENDEZVOUS] = "rendezvous",
+    [PROTO_START] = "start",   [PROTO_PROGRESS] = "progress", [PROTO_DONE] = "done",
+    [PROTO_ERROR] = "error",   [PROTO_STOP] = "stop",
+};
+#define NTYPES ((int)(sizeof type_names / sizeof type_names[0]))
+
+const char *proto_type_name(enum proto_type t)
+{
+    if ((int)t < 0 || (int)t >= NTYPES)
+        return "unknown";
+    return type_names[t];
+}
+
+/* ---- field readers: each names "type.field" and the rule in errors ---- */
+
+static int get_int(const cJSON *o, const char *type, const char *key, int required, long lo,
+                   long hi, long *out, herr *e)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v) {
+        if (required)
+            return herr_set(e, "%s.%s: required", type, key);
+        return 0;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+        v->valuedouble < (double)lo || v->valuedouble > (double)hi)
+        return herr_set(e, "%s.%s: must be an integer in [%ld, %ld]", type, key, lo, hi);
+    *out = (long)v->valuedouble;
+    return 0;
+}
+
+static int get_num(const cJSON *o, const char *type, const char *key, int required, double lo,
+                   double hi, double *out, herr *e)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v) {
+        if (required)
+            return herr_set(e, "%s.%s: required", type, key);
+        return 0;
+    }
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < lo ||
+        v->valuedouble > hi)
+        return herr_set(e, "%s.%s: must be a number in [%g, %g]", type, key, lo, hi);
+    *out = v->valuedouble;
+    return 0;
+}
+
+static int get_str(const cJSON *o, const char *type, const char *key, int required, char *dst,
+                   size_t cap, herr *e)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v) {
+        if (required)
+            return herr_set(e, "%s.%s: required", type, key);
+        dst[0] = '\0';
+        return 0;
+    }
+    if (!cJSON_IsString(v))
+        return herr_set(e, "%s.%s: must be a string", type, key);
+    size_t n = strlen(v->valuestring);
+    if (n >= cap)
+        return herr_set(e, "%s.%s: longer than %zu characters", type, key, cap - 1);
+    if (required && n == 0)
+        return herr_set(e, "%s.%s: must not be empty", type, key);
+    memcpy(dst, v->valuestring, n + 1);
+    return 0;
+}
+
+/* ---- per-type schema ---- */
+
+static int parse_hello(const cJSON *j, struct proto_hello *h, herr *e)
+{
+    long v = 0;
+    memset(h, 0, sizeof *h);
+    if (get_str(j, "hello", "job", 1, h->job, sizeof h->job, e) ||
+        get_str(j, "hello", "token", 0, h->token, sizeof h->token, e) ||
+        get_str(j, "hello", "pod", 1, h->pod, sizeof h->pod, e) ||
+        get_str(j, "hello", "node", 0, h->node, sizeof h->node, e))
+        return -1;
+    if (get_int(j, "hello", "worker", 1, 0, 65535, &v, e))
+        return -1;
+    h->worker = (int)v;
+    v = 0;
+    if (get_int(j, "hello", "gpus", 0, 0, 1024, &v, e))
+        return -1;
+    h->gpus = (int)v;
+    const cJSON *nic = cJSON_GetObjectItemCaseSensitive(j, "nic");
+    if (!nic)
+        return herr_set(e, "hello.nic: required (the NIC report or its summary)");
+    if (nic_summary_from_json(nic, "hello.nic", &h->nic, e))
+        return -1;
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "resume");
+    if (r && !cJSON_IsNull(r)) {
+        if (!cJSON_IsObject(r))
+            return herr_set(e, "hello.resume: must be an object {attempt, rank, step}");
+        h->running = 1;
+        if (get_int(r, "hello.resume", "attempt", 1, 0, 1000000, &v, e))
+            return -1;
+        h->resume_attempt = (int)v;
+        if (get_int(r, "hello.resume", "rank", 1, 0, 65535, &v, e))
+            return -1;
+        h->resume_rank = (int)v;
+        if (get_int(r, "hello.resume", "step", 1, 0, 1L << 40, &v, e))
+            return -1;
+        h->resume_step = v;
+    }
+    return 0;
+}
+
+static int parse_step(const cJSON *s, int idx, struct proto_step *st, herr *e)
+{
+    char where[64];
+    snprintf(where, sizeof where, "progress.steps[%d]", idx);
+    if (!cJSON_IsObject(s))
+        return herr_set(e, "%s: must be an object", where);
+    memset(st, 0, sizeof *st);
+    long v = 0;
+    if (get_int(s, where, "step", 1, 0, 1L << 40, &v, e))
+        return -1;
+    st->step = v;
+    if (cJSON_GetObjectItemCaseSensitive(s, "loss")) {
+        if (get_num(s, where, "loss", 1, 0, 1e6, &st->loss, e))
+            return -1;
+        st->has_loss = 1;
+    }
+    if (get_num(s, where, "lr", 0, 0, 1e3, &st->lr, e) ||
+        get_num(s, where, "tokens_per_s", 0, 0, 1e15, &st->tokens_per_s, e) ||
+        get_num(s, where, "step_ms", 1, 0, 1e9, &st->step_ms, e) ||
+        get_num(s, where, "compute_ms", 0, 0, 1e9, &st->compute_ms, e) ||
+        get_num(s, where, "comm_ms", 0, 0, 1e9, &st->comm_ms, e) ||
+        get_num(s, where, "bubble_ms", 0, 0, 1e9, &st->bubble_ms, e))
+        return -1;
+    return 0;
+}
+
+static int parse_progress(const cJSON *j, struct proto_progress *p, herr *e)
+{
+    long v = 0;
+    p->nsteps = p->nlinks = 0;
+    if (get_int(j, "progress", "rank", 1, 0, 65535, &v, e))
+        return -1;
+    p->rank = (int)v;
+    v = 0;
+    if (get_int(j, "progress", "stage", 0, 0, PROTO_MAX_STAGES - 1, &v, e))
+        return -1;
+    p->stage = (int)v;
+    const cJSON *steps = cJSON_GetObjectItemCaseSensitive(j, "steps");
+    if (!cJSON_IsArray(steps))
+        return herr_set(e, "progress.steps: required, an array of step records");
+    int n = cJSON_GetArraySize(steps);
+    if (n < 1 || n > PROTO_MAX_STEPS)
+        return herr_set(e, "progress.steps: must hold 1 to %d records", PROTO_MAX_STEPS);
+    const cJSON *s;
+    cJSON_ArrayForEach(s, steps) {
+        if (parse_step(s, p->nsteps, &p->steps[p->nsteps], e))
+            return -1;
+        p->nsteps++;
+    }
+    const cJSON *links = cJSON_GetObjectItemCaseSensitive(j, "links");
+    if (links) {
+        if (!cJSON_IsArray(links) || cJSON_GetArraySize(links) > PROTO_MAX_LINKS)
+            return herr_set(e, "progress.links: must be an array of at most %d {peer, gbps}",
+                            PROTO_MAX_LINKS);
+        const cJSON *l;
+        cJSON_ArrayForEach(l, links) {
+            struct proto_link *pl = &p->links[p->nlinks];
+            if (!cJSON_IsObject(l))
+                return herr_set(e, "progress.links[%d]: must be an object", p->nlinks);
+            if (get_int(l, "progress.links[]", "peer", 1, 0, 65535, &v, e) ||
+                get_num(l, "progress.links[]", "gbps", 1, 0, 1e6, &pl->gbps, e))
+                return -1;
+            pl->peer = (int)v;
+            p->nlinks++;
+        }
+    }
+    return 0;
+}
+
+static int parse_assign(const cJSON *j, struct proto_msg *m, herr *e)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "assignment");
+    if (!cJSON_IsObject(a))
+        return herr_set(e, "assign.assignment: required, an object");
+    long v = 0;
+    if (get_int(a, "assign.assignment", "rank", 1, 0, 65535, &v, e))
+        return -1;
+    m->rank = (int)v;
+    const cJSON *peers = cJSON_GetObjectItemCaseSensitive(a, "peers");
+    if (peers) {
+        if (!cJSON_IsArray(peers))
+            return herr_set(e, "assign.assignment.peers: must be an array of ranks");
+        const cJSON *p;
+        cJSON_ArrayForEach(p, peers) {
+            if (!cJSON_IsNumber(p) || p->valuedouble < 0 || p->valuedouble > 65535 ||
+                p->valuedouble != floor(p->valuedouble))
+                return herr_set(e, "assign.assignment.peers: must hold ranks in [0, 65535]");
+        }
+    }
+    m->body = a;
+    return 0;
+}
+
+static int check_ids(const cJSON *ids, const char *where, herr *e)
+{
+    if (!ids)
+        return 0;
+    if (!cJSON_IsObject(ids))
+        return herr_set(e, "%s: must be an object of name -> string", where);
+    const cJSON *i;
+    int n = 0;
+    cJSON_ArrayForEach(i, ids) {
+        if (!cJSON_IsString(i) || strlen(i->valuestring) > 4096)
+            return herr_set(e, "%s.%s: must be a string of at most 4096 characters", where,
+                            i->string ? i->string : "?");
+        if (++n > 64)
+            return herr_set(e, "%s: at most 64 ids", where);
+    }
+    return 0;
+}
+
+static int parse_rendezvous(const cJSON *j, struct proto_msg *m, herr *e)
+{
+    long v = 0;
+    if (get_int(j, "rendezvous", "rank", 1, 0, 65535, &v, e))
+        return -1;
+    m->rank = (int)v;
+    if (get_str(j, "rendezvous", "endpoint", 0, m->endpoint, sizeof m->endpoint, e))
+        return -1;
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(j, "ids");
+    if (check_ids(ids, "rendezvous.ids", e))
+        return -1;
+    m->body = ids;
+    return 0;
+}
+
+static int parse_start(const cJSON *j, struct proto_msg *m, herr *e)
+{
+    long v = 0;
+    if (get_int(j, "start", "step", 0, 0, 1L << 40, &v, e))
+        return -1;
+    m->step = v;
+    const cJSON *peers = cJSON_GetObjectItemCaseSensitive(j, "peers");
+    if (!cJSON_IsArray(peers))
+        return herr_set(e, "start.peers: required, an array of {rank, endpoint}");
+    const cJSON *p;
+    int i = 0;
+    cJSON_ArrayForEach(p, peers) {
+        char where[48], ep[256];
+        snprintf(where, sizeof where, "start.peers[%d]", i++);
+        if (!cJSON_IsObject(p))
+            return herr_set(e, "%s: must be an object", where);
+        if (get_int(p, where, "rank", 1, 0, 65535, &v, e) ||
+            get_str(p, where, "endpoint", 0, ep, sizeof ep, e))
+            return -1;
+        char iw[64];
+        snprintf(iw, sizeof iw, "%s.ids", where);
+        if (check_ids(cJSON_GetObjectItemCaseSensitive(p, "ids"), iw, e))
+            return -1;
+    }
+    m->body = peers;
+    return 0;
+}
+
+int proto_parse(const char *text, size_t len, struct proto_msg *out, herr *e)
+{
+    memset(out, 0, sizeof *out);
+    if (!text || len == 0)
+        return herr_set(e, "message: empty");
+    if (len > PROTO_MAX_MESSAGE)
+        return herr_set(e, "message: %zu bytes, more than the limit of %d", len,
+                        PROTO_MAX_MESSAGE);
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    if (!j)
+        return herr_set(e, "message: not valid JSON");
+    out->json = j;
+    if (!cJSON_IsObject(j)) {
+        herr_set(e, "message: must be a JSON object");
+        goto fail;
+    }
+    long v = 0;
+    if (get_int(j, "message", "v", 1, 0, 1000, &v, e))
+        goto fail;
+    if (v != PROTO_VERSION) {
+        herr_set(e, "message.v: version %ld is not supported (this build speaks %d)", v,
+                 PROTO_VERSION);
+        goto fail;
+    }
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "type");
+    if (!cJSON_IsString(t)) {
+        herr_set(e, "message.type: required, a string");
+        goto fail;
+    }
+    int type = -1;
+    for (int i = 0; i < NTYPES; i++)
+        if (strcmp(t->valuestring, type_names[i]) == 0)
+            type = i;
+    if (type < 0) {
+        herr_set(e, "message.type: \"%.40s\" is not a message type", t->valuestring);
+        goto fail;
+    }
+    out->type = (enum proto_type)type;
+    const char *tn = type_names[type];
+    v = 0;
+    if (get_int(j, tn, "attempt", 0, 0, 1000000, &v, e))
+        goto fail;
+    out->attempt = (int)v;
+
+    int rc = 0;
+    switch (out->type) {
+    case PROTO_HELLO: rc = parse_hello(j, &out->u.hello, e); break;
+    case PROTO_ASSIGN: rc = parse_assign(j, out, e); break;
+    case PROTO_RENDEZVOUS: rc = parse_rendezvous(j, out, e); break;
+    case PROTO_START: rc = parse_start(j, out, e); break;
+    case PROTO_PROGRESS: rc = parse_progress(j, &out->u.progress, e); break;
+    case PROTO_DONE:
+        v = 0;
+        rc = get_int(j, "done", "rank", 1, 0, 65535, &v, e);
+        out->rank = (int)v;
+        v = 0;
+        if (!rc)
+            rc = get_int(j, "done", "step", 0, 0, 1L << 40, &v, e);
+        out->step = v;
+        break;
+    case PROTO_ERROR:
+        v = PROTO_ERR_WORKER;
+        rc = get_int(j, "error", "code", 0, 0, 1000, &v, e) ||
+             get_str(j, "error", "message", 1, out->u.error.message,
+                     sizeof out->u.error.message, e);
+        out->u.error.code = (int)v;
+        break;
+    case PROTO_STOP:
+        rc = get_str(j, "stop", "reason", 0, out->u.stop.reason, sizeof out->u.stop.reason, e);
+        if (!rc) {
+            const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "restart");
+            if (r && !cJSON_IsBool(r))
+                rc = herr_set(e, "stop.restart: must be true or false");
+            out->u.stop.restart = cJSON_IsTrue(r);
+        }
+        break;
+    }
+    if (rc)
+        goto fail;
+    return 0;
+fail:
+    cJSON_Delete(j);
+    out->json = NULL;
+    return -1;
+}
+
+void proto_msg_free(struct proto_msg *m)
+{
+    if (!m)
+        return;
+    cJSON_Delete(m->json);
+    m->json = NULL;
+    m->body = NULL;
+}
+
+/* ---- encoders ---- */
+
+static cJSON *new_msg(enum proto_type t)
+{
+    cJSON *j = cJSON_CreateObject();
+    if (!j)
+        return NULL;
+    if (!cJSON_AddNumberToObject(j, "v", PROTO_VERSION) ||
+        !cJSON_AddStringToObject(j, "type", type_names[t])) {
+        cJSON_Delete(j);
+        return NULL;
+    }
+    return j;
+}
+
+/* Prints and frees `j`; NULL (with "out of memory") when anything failed on the way. */
+static char *finish(cJSON *j, int ok, herr *e)
+{
+    char *s = NULL;
+    if (j && ok)
+        s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!s) {
+        herr_set(e, "encoding a message: out of memory");
+        return NULL;
+    }
+    if (strlen(s) > PROTO_MAX_MESSAGE) {
+        herr_set(e, "encoding a message: %zu bytes, more than the limit of %d", strlen(s),
+                 PROTO_MAX_MESSAGE);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* Re-parses an encoded message so a builder never emits what the parser would refuse. */
+static char *checked(char *s, herr *e)
+{
+    if (!s)
+        return NULL;
+    struct proto_msg m;
+    if (proto_parse(s, strlen(s), &m, e)) {
+        free(s);
+        return NULL;
+    }
+    proto_msg_free(&m);
+    return s;
+}
+
+char *proto_hello_encode(const struct proto_hello *h, herr *e)
+{
+    cJSON *j = new_msg(PROTO_HELLO);
+    cJSON *nic = nic_summary_to_json(&h->nic);
+    int ok = j && nic;
+    if (ok) {
+        cJSON_AddItemToObject(j, "nic", nic);
+        nic = NULL;
+        ok = cJSON_AddStringToObject(j, "job", h->job) &&
+             cJSON_AddStringToObject(j, "token", h->token) &&
+             cJSON_AddStringToObject(j, "pod", h->pod) &&
+             cJSON_AddStringToObject(j, "node", h->node) &&
+             cJSON_AddNumberToObject(j, "worker", h->worker) &&
+             cJSON_AddNumberToObject(j, "gpus", h->gpus);
+    }
+    cJSON_Delete(nic);
+    if (ok && h->running) {
+        cJSON *r = cJSON_AddObjectToObject(j, "resume");
+        ok = r && cJSON_AddNumberToObject(r, "attempt", h->resume_attempt) &&
+             cJSON_AddNumberToObject(r, "rank", h->resume_rank) &&
+             cJSON_AddNumberToObject(r, "step", (double)h->resume_step);
+    }
+    return checked(finish(j, ok, e), e);
+}
+
+static int add_copy(cJSON *j, const char *key, const cJSON *item)
+{
+    cJSON *c = cJSON_Duplicate(item, 1);
+    if (!c)
+        return 0;
+    cJSON_AddItemToObject(j, key, c);
+    return 1;
+}
+
+char *proto_assign_encode(int attempt, const cJSON *assignment, herr *e)
+{
+    cJSON *j = new_msg(PROTO_ASSIGN);
+    int ok = j && cJSON_AddNumberToObject(j, "attempt", attempt) &&
+             add_copy(j, "assignment", assignment);
+    return checked(finish(j, ok, e), e);
+}
+
+char *proto_rendezvous_encode(int attempt, int rank, const char *endpoint, const cJSON *ids,
+                              herr *e)
+{
+    cJSON *j = new_msg(PROTO_RENDEZVOUS);
+    int ok = j && cJSON_AddNumberToObject(j, "attempt", attempt) &&
+             cJSON_AddNumberToObject(j, "rank", rank) &&
+             cJSON_AddStringToObject(j, "endpoint", endpoint ? endpoint : "");
+    if (ok && ids)
+        ok = add_copy(j, "ids", ids);
+    return checked(finish(j, ok, e), e);
+}
+
+char *proto_start_encode(int attempt, long resume_step, const cJSON *peers, herr *e)
+{
+    cJSON *j = new_msg(PROTO_START);
+    int ok = j && cJSON_AddNumberToObject(j, "attempt", attempt) &&
+             cJSON_AddNumberToObject(j, "step", (double)resume_step) &&
+             add_copy(j, "peers", peers);
+    return checked(finish(j, ok, e), e);
+}
+
+char *proto_progress_encode(const struct proto_progress *p, herr *e)
+{
+    if (p->nsteps < 1 || p->nsteps > PROTO_MAX_STEPS || p->nlinks < 0 ||
+        p->nlinks > PROTO_MAX_LINKS) {
+        herr_set(e, "progress: 1 to %d steps and at most %d links", PROTO_MAX_STEPS,
+                 PROTO_MAX_LINKS);
+        return NULL;
+    }
+    cJSON *j = new_msg(PROTO_PROGRESS);
+    int ok = j && cJSON_AddNumberToObject(j, "rank", p->rank) &&
+             cJSON_AddNumberToObject(j, "stage", p->stage);
+    cJSON *steps = ok ? cJSON_AddArrayToObject(j, "steps") : NULL;
+    ok = ok && steps;
+    for (int i = 0; ok && i < p->nsteps; i++) {
+        const struct proto_step *s = &p->steps[i];
+        cJSON *o = cJSON_CreateObject();
+        ok = o != NULL;
+        if (ok)
+            cJSON_AddItemToArray(steps, o);
+        ok = ok && cJSON_AddNumberToObject(o, "step", (double)s->step) &&
+             (!s->has_loss || cJSON_AddNumberToObject(o, "loss", s->loss)) &&
+             cJSON_AddNumberToObject(o, "lr", s->lr) &&
+             cJSON_AddNumberToObject(o, "tokens_per_s", s->tokens_per_s) &&
+             cJSON_AddNumberToObject(o, "step_ms", s->step_ms) &&
+             cJSON_AddNumberToObject(o, "compute_ms", s->compute_ms) &&
+             cJSON_AddNumberToObject(o, "comm_ms", s->comm_ms) &&
+             cJSON_AddNumberToObject(o, "bubble_ms", s->bubble_ms);
+    }
+    if (ok && p->nlinks > 0) {
+        cJSON *links = cJSON_AddArrayToObject(j, "links");
+        ok = links != NULL;
+        for (int i = 0; ok && i < p->nlinks; i++) {
+            cJSON *o = cJSON_CreateObject();
+            ok = o != NULL;
+            if (ok)
+                cJSON_AddItemToArray(links, o);
+            ok = ok && cJSON_AddNumberToObject(o, "peer", p->links[i].peer) &&
+                 cJSON_AddNumberToObject(o, "gbps", p->links[i].gbps);
+        }
+    }
+    return checked(finish(j, ok, e), e);
+}
+
+char *proto_done_encode(int rank, long step, herr *e)
+{
+    cJSON *j = new_msg(PROTO_DONE);
+    int ok = j && cJSON_AddNumberToObject(j, "rank", rank) &&
+             cJSON_AddNumberToObject(j, "step", (double)step);
+    return checked(finish(j, ok, e), e);
+}
+
+char *proto_error_encode(int code, const char *message, herr *e)
+{
+    char msg[sizeof ((struct proto_error *)0)->message];
+    snprintf(msg, sizeof msg, "%s", message && message[0] ? message : "unspecified error");
+    cJSON *j = new_msg(PROTO_ERROR);
+    int ok = j && cJSON_AddNumberToObject(j, "code", code) &&
+             cJSON_AddStringToObject(j, "message", msg);
+    return checked(finish(j, ok, e), e);
+}
+
+char *proto_stop_encode(int attempt, int restart, const char *reason, herr *e)
+{
+    char r[sizeof ((struct proto_stop *)0)->reason];
+    snprintf(r, sizeof r, "%s", reason ? reason : "");
+    cJSON *j = new_msg(PROTO_STOP);
+    int ok = j && cJSON_AddNumberToObject(j, "attempt", attempt) &&
+             cJSON_AddBoolToObject(j, "restart", restart) &&
+             cJSON_AddStringToObject(j, "reason", r);
+    return checked(finish(j, ok, e), e);
+}

@@ -1,0 +1,35 @@
+# Communication and the parallel engine (noderuntime/comm*.c, pipeline.c, zero.c, rank_table.c,
+# trainer.c, cmd_worker.c; docs/comm.md).
+#   make bench-comm   all-reduce and send/recv bus bandwidth vs raw TCP, 2 and 4 ranks on loopback
+#   make comm-nccl    the NCCL backend (noderuntime/gpu/comm_nccl.c) and its test; part of `make cuda`
+
+$(BUILD)/bench/bench_comm: $(call obj,tests/bench/bench_comm.c tests/unit/comm_testutil.c) $(LIB_NODE) $(LIB_COMMON)
+	@mkdir -p $(dir $@)
+	@echo "  LD      $@"
+	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+BENCH_COMM_MAX ?= 268435456
+.PHONY: bench-comm
+bench-comm: $(BUILD)/bench/bench_comm
+	@echo "== bench-comm ($$(date -u '+%F %H:%M UTC'), $$(nproc) cores, load: $$(uptime | sed 's/.*load average: //'))"
+	@$(BUILD)/bench/bench_comm 2 $(BENCH_COMM_MAX)
+	@$(BUILD)/bench/bench_comm 4 $(BENCH_COMM_MAX)
+
+# NCCL backend: built only here (the plain build compiles top-level noderuntime/*.c only).
+NCCL_HOME ?= /usr/local/cuda
+COMM_GB   := build/comm-nccl
+COMM_GPU_CFLAGS := -std=gnu11 -O2 -g $(WARN) -D_GNU_SOURCE -Icommon -Inoderuntime \
+                   -I$(NCCL_HOME)/include $(EXTRA_CFLAGS)
+COMM_GPU_SRC := noderuntime/gpu/comm_nccl.c noderuntime/comm.c noderuntime/comm_tcp.c \
+                common/error.c tests/gpu/test_comm_nccl.c
+$(COMM_GB)/%.o: %.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $< (NCCL build)"
+	@$(CC) $(COMM_GPU_CFLAGS) -MMD -MP -c $< -o $@
+$(COMM_GB)/test_comm_nccl: $(patsubst %.c,$(COMM_GB)/%.o,$(COMM_GPU_SRC))
+	@echo "  LD      $@"
+	@$(CC) -o $@ $^ -L$(NCCL_HOME)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib64 -lnccl -lcudart -lpthread -lm
+
+.PHONY: comm-nccl
+comm-nccl: $(COMM_GB)/test_comm_nccl
+cuda: comm-nccl

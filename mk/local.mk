@@ -1,0 +1,16 @@
+# Coordinator, local mode and `make run` (operator/coordinator.c, operator/cmd_local.c,
+# noderuntime/coord_client.c, noderuntime/worker_coord.c).
+
+# make bench-coordinator: BENCH_WORKERS simulated workers (one process, one connection each)
+# against a coordinator in a child process: time until every plan is delivered, peak RSS.
+BENCH_WORKERS ?= 4096
+$(BUILD)/bench/bench_coordinator: $(call obj,tests/bench/bench_coordinator.c) $(LIB_OP) $(LIB_COMMON)
+	@mkdir -p $(dir $@)
+	@echo "  LD      $@"
+	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+.PHONY: bench-coordinator
+bench-coordinator: $(BUILD)/bench/bench_coordinator
+	@echo "== bench-coordinator ($(BENCH_WORKERS) workers, $$(date -u +%F), load: $$(uptime | sed 's/.*load average: //'))"
+	@ulimit -n $$(( $(BENCH_WORKERS) * 2 + 256 )) 2>/dev/null || true; \
+	 $(BUILD)/bench/bench_coordinator $(BENCH_WORKERS)

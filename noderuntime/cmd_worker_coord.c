@@ -1,0 +1,209 @@
+/* holmes-node worker --coordinator URL ...: a worker that gets its place in the job from the
+ * coordinator (operator or `holmes-operator local`). Called by cmd_worker when --coordinator
+ * or HOLMES_COORDINATOR is given. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "log.h"
+#include "nic_discover.h"
+#include "nic_report.h"
+#include "worker_coord.h"
+#include "worker_train.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "Usage: holmes-node worker --coordinator URL --job NAME --pod POD --worker I\n"
+        "                          [--token-file FILE] [--node NODE] [--emulate-nic SPEC]\n"
+        "                          [--sysfs ROOT] [--progress-ms MS] [--connect-timeout S]\n"
+        "                          [--simulate STEPS [--step-ms MS] [--fail-at STEP]]\n\n"
+        "Connects to the coordinator, reports this worker's NICs, receives its place in the\n"
+        "job (stage, layers, ranks, peers), rendezvous with its peers and trains, streaming\n"
+        "progress. Each option may come from the environment instead: HOLMES_COORDINATOR,\n"
+        "HOLMES_JOB (or HOLMES_JOB_NAME, with HOLMES_JOB_NAMESPACE), HOLMES_TOKEN (preferred\n"
+        "over --token-file), HOLMES_POD (or POD_NAME, HOSTNAME), HOLMES_WORKER (or\n"
+        "HOLMES_WORKER_INDEX), HOLMES_NODE (or NODE_NAME), HOLMES_EMULATE_NIC.\n\n"
+        "  --emulate-nic SPEC  report CLASS:FABRIC:GBPS instead of discovering NICs\n"
+        "  --sysfs ROOT        discover NICs from a recorded sysfs tree\n"
+        "  --simulate STEPS    train nothing: report STEPS simulated steps (protocol tests and\n"
+        "                      benchmarks); --fail-at makes the run fail at that step\n\n"
+        "Exit status: 0 finished, 75 stopped for an in-place restart (start it again), 1 failed,\n"
+        "2 usage.\n");
+}
+
+static const char *env2(const char *a, const char *b)
+{
+    const char *v = getenv(a);
+    if ((!v || !v[0]) && b)
+        v = getenv(b);
+    return v && v[0] ? v : NULL;
+}
+
+int cmd_worker_coord_wanted(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--coordinator") == 0)
+            return 1;
+    return env2("HOLMES_COORDINATOR", NULL) != NULL;
+}
+
+static int parse_int(const char *s, const char *opt, long lo, long hi, long *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (!s[0] || *end || v < lo || v > hi) {
+        fprintf(stderr, "holmes-node worker: %s: \"%s\" is not an integer in [%ld, %ld]\n", opt,
+                s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static char *read_token(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "holmes-node worker: --token-file %s: cannot open\n", path);
+        return NULL;
+    }
+    char buf[256];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    buf[strcspn(buf, "\r\n")] = '\0';
+    return strdup(buf);
+}
+
+int cmd_worker_coord(int argc, char **argv)
+{
+    if (cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
+    /* The operator's pods set HOLMES_JOB_NAME, HOLMES_JOB_NAMESPACE, HOLMES_WORKER_INDEX,
+     * HOLMES_COORDINATOR and HOLMES_TOKEN; the pod's hostname is its name. */
+    const char *url = env2("HOLMES_COORDINATOR", NULL), *job = env2("HOLMES_JOB", "HOLMES_JOB_NAME");
+    const char *pod = env2("HOLMES_POD", "POD_NAME"), *node = env2("HOLMES_NODE", "NODE_NAME");
+    const char *worker_s = env2("HOLMES_WORKER", "HOLMES_WORKER_INDEX");
+    const char *emulate = env2("HOLMES_EMULATE_NIC", NULL), *ns = env2("HOLMES_JOB_NAMESPACE", NULL);
+    if (!pod)
+        pod = env2("HOSTNAME", NULL);
+    const char *token_file = NULL, *sysfs = NULL;
+    long progress_ms = 500, connect_s = 60, sim_steps = -1, step_ms = 10, fail_at = 0, worker = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes = 1;
+        if (strcmp(a, "--coordinator") == 0 && v) url = v;
+        else if (strcmp(a, "--job") == 0 && v) job = v;
+        else if (strcmp(a, "--pod") == 0 && v) pod = v;
+        else if (strcmp(a, "--node") == 0 && v) node = v;
+        else if (strcmp(a, "--worker") == 0 && v) worker_s = v;
+        else if (strcmp(a, "--token-file") == 0 && v) token_file = v;
+        else if (strcmp(a, "--emulate-nic") == 0 && v) emulate = v;
+        else if (strcmp(a, "--sysfs") == 0 && v) sysfs = v;
+        else if (strcmp(a, "--progress-ms") == 0 && v) {
+            if (parse_int(v, a, 1, 600000, &progress_ms)) return 2;
+        } else if (strcmp(a, "--connect-timeout") == 0 && v) {
+            if (parse_int(v, a, 1, 86400, &connect_s)) return 2;
+        } else if (strcmp(a, "--simulate") == 0 && v) {
+            if (parse_int(v, a, 0, 1L << 40, &sim_steps)) return 2;
+        } else if (strcmp(a, "--step-ms") == 0 && v) {
+            if (parse_int(v, a, 0, 600000, &step_ms)) return 2;
+        } else if (strcmp(a, "--fail-at") == 0 && v) {
+            if (parse_int(v, a, 0, 1L << 40, &fail_at)) return 2;
+        } else {
+            fprintf(stderr, "holmes-node worker: unknown or incomplete option %s (see --help)\n", a);
+            return 2;
+        }
+        i += takes;
+    }
+    if (!url || !job || !pod || !worker_s) {
+        fprintf(stderr, "holmes-node worker: --coordinator, --job, --pod and --worker are required "
+                        "(or HOLMES_COORDINATOR, HOLMES_JOB, HOLMES_POD, HOLMES_WORKER)\n");
+        return 2;
+    }
+    if (parse_int(worker_s, "--worker", 0, 65535, &worker))
+        return 2;
+    char *token = token_file ? read_token(token_file) : NULL;
+    if (token_file && !token)
+        return 2;
+    const char *tok = token ? token : env2("HOLMES_TOKEN", NULL);
+
+    char jobkey[160];
+    if (ns && !strchr(job, '/')) { /* jobs in a cluster are "namespace/name" */
+        snprintf(jobkey, sizeof jobkey, "%s/%s", ns, job);
+        job = jobkey;
+    }
+    char comp[64];
+    snprintf(comp, sizeof comp, "worker-%ld", worker);
+    log_set_component(comp);
+
+    struct worker_coord_options o;
+    memset(&o, 0, sizeof o);
+    o.url = url;
+    o.job = job;
+    o.token = tok;
+    o.pod = pod;
+    o.node = node ? node : "";
+    o.worker = (int)worker;
+    o.progress_interval_ms = (int)progress_ms;
+    o.connect_timeout_ms = (int)(connect_s * 1000);
+
+    herr e = {{0}};
+    struct nic_report rep;
+    nic_report_init(&rep);
+    int rc;
+    if (emulate) {
+        rc = nic_report_emulate(emulate, &rep, &e);
+    } else {
+        struct nic_discover_opts dopt = {.sysfs_root = sysfs};
+        rc = nic_discover(&dopt, &rep, &e);
+    }
+    if (rc || !rep.have_summary) {
+        fprintf(stderr, "holmes-node worker: NIC discovery: %s\n",
+                rc ? e.msg : "no usable NIC found");
+        nic_report_free(&rep);
+        free(token);
+        return 1;
+    }
+    o.nic = rep.summary;
+    o.gpus = rep.ngpus;
+    nic_report_free(&rep);
+
+    struct worker_sim sim = {.steps = sim_steps, .step_ms = (int)step_ms,
+                             .fail_at_step = fail_at};
+    struct worker_runner runner;
+    struct worker_train *wt = NULL;
+    if (sim_steps >= 0) {
+        runner = worker_sim_runner;
+        runner.user = &sim;
+    } else {
+        if (worker_train_create(&wt, &e)) {
+            fprintf(stderr, "holmes-node worker: %s\n", e.msg);
+            free(token);
+            return 1;
+        }
+        runner = worker_train_runner(wt);
+    }
+    log_info("connecting to %s as %s (worker %ld of job %s, NIC %s %s %g Gb/s)", url, pod, worker,
+             job, nic_class_name(o.nic.cls), o.nic.fabric, o.nic.gbps);
+    rc = worker_coord_run(&o, &runner, &e);
+    worker_train_free(wt);
+    free(token);
+    if (rc == WORKER_EXIT_RESTART) {
+        log_info("stopped for an in-place restart");
+        return WORKER_EXIT_RESTART;
+    }
+    if (rc) {
+        log_error("%s", e.msg);
+        return 1;
+    }
+    log_info("finished");
+    return 0;
+}

@@ -1,0 +1,155 @@
+#include "pipeline.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TAG_ACT 1u
+#define TAG_GRAD 2u
+
+int pipe_schedule_parse(const char *s, enum pipe_schedule *out, herr *e)
+{
+    if (s && strcmp(s, "gpipe") == 0)
+        *out = PIPE_GPIPE;
+    else if (s && strcmp(s, "1f1b") == 0)
+        *out = PIPE_1F1B;
+    else
+        return herr_set(e, "pipeline schedule '%s' is not one of gpipe, 1f1b", s ? s : "");
+    return 0;
+}
+
+const char *pipe_schedule_name(enum pipe_schedule s) { return s == PIPE_GPIPE ? "gpipe" : "1f1b"; }
+
+int pipe_slots_needed(enum pipe_schedule s, int stage, int stages, int micro_batches)
+{
+    if (s == PIPE_GPIPE)
+        return micro_batches;
+    int n = stages - stage;
+    return n < micro_batches ? n : micro_batches;
+}
+
+struct pipe_runner {
+    struct pipe_config cfg;
+    struct pipe_stage_ops ops;
+    int slots;
+    float **in;    /* [slots] received activations, kept until the backward of their micro-batch */
+    float *out;    /* activation to send */
+    float *dout;   /* received gradient */
+    float *din;    /* gradient to send */
+    float loss_sum;
+};
+
+void pipe_runner_free(struct pipe_runner *p)
+{
+    if (!p)
+        return;
+    for (int i = 0; p->in && i < p->slots; i++)
+        free(p->in[i]);
+    free(p->in);
+    free(p->out);
+    free(p->dout);
+    free(p->din);
+    free(p);
+}
+
+int pipe_runner_create(struct pipe_runner **out, const struct pipe_config *cfg,
+                       const struct pipe_stage_ops *ops, herr *e)
+{
+    *out = NULL;
+    if (cfg->stages < 1 || cfg->stage < 0 || cfg->stage >= cfg->stages)
+        return herr_set(e, "pipeline stage %d is outside 0..%d", cfg->stage, cfg->stages - 1);
+    if (cfg->micro_batches < 1)
+        return herr_set(e, "pipeline micro-batches must be >= 1, got %d", cfg->micro_batches);
+    if (cfg->stages > 1 && (!cfg->comm || comm_size(cfg->comm) != cfg->stages ||
+                            comm_rank(cfg->comm) != cfg->stage))
+        return herr_set(e, "pipeline communicator does not match stage %d of %d", cfg->stage,
+                        cfg->stages);
+    struct pipe_runner *p = calloc(1, sizeof *p);
+    if (!p)
+        return herr_set(e, "out of memory for the pipeline");
+    p->cfg = *cfg;
+    p->ops = *ops;
+    p->slots = pipe_slots_needed(cfg->schedule, cfg->stage, cfg->stages, cfg->micro_batches);
+    size_t bytes = ops->act_count * sizeof(float);
+    int first = cfg->stage == 0, last = cfg->stage == cfg->stages - 1;
+    int ok = 1;
+    if (!first) {
+        p->in = calloc((size_t)p->slots, sizeof *p->in);
+        ok = p->in != NULL;
+        for (int i = 0; ok && i < p->slots; i++)
+            ok = (p->in[i] = malloc(bytes ? bytes : 1)) != NULL;
+        ok = ok && (p->din = malloc(bytes ? bytes : 1)) != NULL;
+    }
+    if (ok && !last) {
+        ok = (p->out = malloc(bytes ? bytes : 1)) != NULL;
+        ok = ok && (p->dout = malloc(bytes ? bytes : 1)) != NULL;
+    }
+    if (!ok) {
+        pipe_runner_free(p);
+        return herr_set(e, "out of memory for %d pipeline activation slots of %zu bytes", p->slots,
+                        bytes);
+    }
+    *out = p;
+    return 0;
+}
+
+static int do_forward(struct pipe_runner *p, int mb, herr *e)
+{
+    int s = p->cfg.stage, slot = mb % p->slots;
+    int first = s == 0, last = s == p->cfg.stages - 1;
+    size_t bytes = p->ops.act_count * sizeof(float);
+    if (!first && comm_recv(p->cfg.comm, s - 1, TAG_ACT, p->in[slot], bytes, e) != 0)
+        return herr_wrap(e, "stage %d: receiving activations of micro-batch %d", s, mb);
+    float loss = 0;
+    if (p->ops.forward(p->ops.ctx, mb, slot, first ? NULL : p->in[slot], last ? NULL : p->out,
+                       &loss, e) != 0)
+        return herr_wrap(e, "stage %d: forward of micro-batch %d", s, mb);
+    if (last)
+        p->loss_sum += loss;
+    else if (comm_send(p->cfg.comm, s + 1, TAG_ACT, p->out, bytes, e) != 0)
+        return herr_wrap(e, "stage %d: sending activations of micro-batch %d", s, mb);
+    return 0;
+}
+
+static int do_backward(struct pipe_runner *p, int mb, herr *e)
+{
+    int s = p->cfg.stage, slot = mb % p->slots;
+    int first = s == 0, last = s == p->cfg.stages - 1;
+    size_t bytes = p->ops.act_count * sizeof(float);
+    if (!last && comm_recv(p->cfg.comm, s + 1, TAG_GRAD, p->dout, bytes, e) != 0)
+        return herr_wrap(e, "stage %d: receiving gradients of micro-batch %d", s, mb);
+    if (p->ops.backward(p->ops.ctx, mb, slot, last ? NULL : p->dout, first ? NULL : p->din, e) != 0)
+        return herr_wrap(e, "stage %d: backward of micro-batch %d", s, mb);
+    if (!first && comm_send(p->cfg.comm, s - 1, TAG_GRAD, p->din, bytes, e) != 0)
+        return herr_wrap(e, "stage %d: sending gradients of micro-batch %d", s, mb);
+    return 0;
+}
+
+int pipe_run(struct pipe_runner *p, float *loss_sum, herr *e)
+{
+    int M = p->cfg.micro_batches;
+    p->loss_sum = 0;
+    if (p->cfg.schedule == PIPE_GPIPE) {
+        for (int i = 0; i < M; i++)
+            if (do_forward(p, i, e) != 0)
+                return -1;
+        for (int i = 0; i < M; i++)
+            if (do_backward(p, i, e) != 0)
+                return -1;
+    } else {
+        int warm = p->cfg.stages - p->cfg.stage - 1;
+        if (warm > M)
+            warm = M;
+        for (int i = 0; i < warm; i++)
+            if (do_forward(p, i, e) != 0)
+                return -1;
+        for (int j = 0; j < M - warm; j++)
+            if (do_forward(p, warm + j, e) != 0 || do_backward(p, j, e) != 0)
+                return -1;
+        for (int j = M - warm; j < M; j++)
+            if (do_backward(p, j, e) != 0)
+                return -1;
+    }
+    if (loss_sum)
+        *loss_sum = p->loss_sum;
+    return 0;
+}

@@ -1,0 +1,471 @@
+#include "trainer.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "zero.h"
+
+
+void trainer_config_defaults(struct trainer_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->schedule = PIPE_1F1B;
+    c->adamw = (struct adamw_config){0.9f, 0.95f, 1e-8f, 0.1f};
+    c->lr = (struct lr_schedule){3e-4f, 0, 0, 1.0f};
+    c->grad_clip = 1.0f;
+    c->seed = 1337;
+    c->checkpoint_keep = 2;
+    c->micro_batches = 1;
+}
+
+void trainer_stage_layers(const struct rank_table *rt, int layers, int s, int *first, int *last)
+{
+    if (rt->stage_first) {
+        *first = rt->stage_first[s];
+        *last = rt->stage_last[s];
+        return;
+    }
+    int P = rt->pipeline, q = layers / P, r = layers % P;
+    *first = s * q + (s < r ? s : r);
+    *last = *first + q + (s < r ? 1 : 0);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---------- one worker's state ---------- */
+
+struct worker {
+    const struct trainer_config *cfg;
+    const struct rank_table *rt;
+    const struct trainer_data *data;
+    int rank, stage, replica, P, D, M;
+    int first, last;           /* stage holds embeddings / head */
+    int lo, hi;                /* its layers [lo, hi) */
+    struct comm *pp, *dp, *emb;
+    struct gpt_stage *gs;
+    struct zero *z;
+    float *m, *v;              /* AdamW state of the owned shard */
+    int *tokens, *targets;     /* [slots][B*T] */
+    int slots;
+    long step;                 /* steps done */
+    size_t wte_off, wte_n;
+    int has_wte;
+    struct lr_schedule lr;     /* total_steps defaults to the run's steps */
+};
+
+static int stage_forward(void *ctx, int mb, int slot, const float *in, float *out, float *loss,
+                         herr *e)
+{
+    struct worker *w = ctx;
+    size_t bt = (size_t)w->cfg->B * (size_t)w->cfg->T;
+    int *tok = w->tokens + (size_t)slot * bt, *tgt = w->targets + (size_t)slot * bt;
+    if (w->first || w->last) {
+        uint64_t k = (uint64_t)w->step * (uint64_t)w->M + (uint64_t)mb;
+        if (w->data->batch(w->data->ctx, k, w->replica, w->D, tok, tgt, e) != 0)
+            return herr_wrap(e, "training data, micro-batch %llu", (unsigned long long)k);
+    }
+    if (gpt_stage_forward(w->gs, slot, tok, in, w->last ? tgt : NULL, out, loss) != 0)
+        return herr_set(e, "%s", gpt_stage_error(w->gs));
+    return 0;
+}
+
+static int stage_backward(void *ctx, int mb, int slot, const float *dout, float *din, herr *e)
+{
+    struct worker *w = ctx;
+    (void)mb;
+    if (gpt_stage_backward(w->gs, slot, dout, din, 1.0f / (float)w->M) != 0)
+        return herr_set(e, "%s", gpt_stage_error(w->gs));
+    return 0;
+}
+
+static void worker_free(struct worker *w)
+{
+    zero_free(w->z);
+    comm_free(w->pp);
+    comm_free(w->dp);
+    comm_free(w->emb);
+    gpt_stage_free(w->gs);
+    free(w->m);
+    free(w->v);
+    free(w->tokens);
+    free(w->targets);
+}
+
+/* Creates this rank's communicators in group order (deadlock-free: see docs/comm.md). */
+static int open_comms(struct worker *w, struct tcp_listener *l, herr *e)
+{
+    for (int g = 0; g < w->rt->ngroups; g++) {
+        const struct rt_group *gr = &w->rt->groups[g];
+        int member = 0;
+        for (int i = 0; i < gr->n; i++)
+            member |= gr->members[i] == w->rank;
+        if (!member || gr->n == 1)
+            continue;
+        struct comm **slot = gr->kind == RT_DP ? &w->dp : gr->kind == RT_PP ? &w->pp : &w->emb;
+        struct rt_comm_spec cs;
+        if (rank_table_comm_spec(w->rt, g, w->rank, &cs, e) != 0)
+            return -1;
+        int rc = comm_create(slot, l, &cs.spec, e);
+        rt_comm_spec_free(&cs);
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ---------- checkpoints ----------
+ * The engine's per-stage format (checkpoint.h) with full AdamW moments: the replicas all-gather
+ * their moment shards and replica 0 of each stage writes the file, so a run can resume with
+ * another data-parallel degree, or in `holmes-node train`. After every stage has written, rank 0
+ * records the step in <dir>/latest-step; resume reads that step's files. */
+
+static int world_barrier(struct worker *w, herr *e)
+{
+    if (w->dp && comm_barrier(w->dp, e) != 0)
+        return -1;
+    if (w->pp && comm_barrier(w->pp, e) != 0)
+        return -1;
+    return 0;
+}
+
+/* Copies the owned shard between the compact (m, v) and a full-layout buffer. */
+static void shard_copy(struct worker *w, float *full, float *compact, int to_full)
+{
+    for (int b = 0; b < zero_num_buckets(w->z); b++) {
+        size_t lo, hi, off = zero_shard_offset(w->z, b);
+        zero_shard(w->z, b, &lo, &hi);
+        if (to_full)
+            memcpy(full + lo, compact + off, (hi - lo) * sizeof *full);
+        else
+            memcpy(compact + off, full + lo, (hi - lo) * sizeof *full);
+    }
+}
+
+static int mark_latest(const char *dir, long step, herr *e)
+{
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/latest-step", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return herr_set(e, "cannot write %s: %s", tmp, strerror(errno));
+    int bad = fprintf(f, "%ld\n", step) < 0;
+    if (fclose(f) != 0 || bad || rename(tmp, path) != 0)
+        return herr_set(e, "cannot write %s: %s", path, strerror(errno));
+    return 0;
+}
+
+static int ckpt_save(struct worker *w, herr *e)
+{
+    size_t n = gpt_stage_num_params(w->gs);
+    float *mf = calloc(n ? n : 1, sizeof *mf), *vf = calloc(n ? n : 1, sizeof *vf);
+    int rc = -1;
+    if (!mf || !vf) {
+        herr_set(e, "out of memory for the checkpoint moments (%zu floats)", n);
+        goto out;
+    }
+    shard_copy(w, mf, w->m, 1);
+    shard_copy(w, vf, w->v, 1);
+    if (zero_all_gather(w->z, mf, e) != 0 || zero_all_gather(w->z, vf, e) != 0)
+        goto out;
+    if (w->replica == 0) {
+        struct ckpt_meta meta = {.c = w->cfg->model, .first = w->lo, .last = w->hi,
+                                 .step = w->step, .data_pos = (uint64_t)w->step * (uint64_t)w->M,
+                                 .nparams = n, .has_moments = 1};
+        if (ckpt_write(w->cfg->checkpoint_dir, &meta, gpt_stage_params(w->gs), mf, vf,
+                       w->cfg->checkpoint_keep > 1 ? w->cfg->checkpoint_keep : 2, NULL, 0, e) != 0)
+            goto out;
+    }
+    if (world_barrier(w, e) != 0)
+        goto out;
+    if (w->rank == 0 && mark_latest(w->cfg->checkpoint_dir, w->step, e) != 0)
+        goto out;
+    rc = 0;
+out:
+    free(mf);
+    free(vf);
+    return rc != 0 ? herr_wrap(e, "checkpoint at step %ld", w->step) : 0;
+}
+
+/* The checkpoint to resume from: 1 when there is none. */
+static int resume_path(struct worker *w, char *path, size_t cap, herr *e)
+{
+    const char *dir = w->cfg->checkpoint_dir;
+    char mark[4096];
+    snprintf(mark, sizeof mark, "%s/latest-step", dir);
+    FILE *f = fopen(mark, "r");
+    if (!f) {
+        if (errno != ENOENT)
+            return herr_set(e, "cannot read %s: %s", mark, strerror(errno));
+        /* one process: the engine's own latest checkpoint will do */
+        return w->P == 1 && w->D == 1 ? ckpt_latest(dir, w->lo, w->hi, path, cap, e) : 1;
+    }
+    long step = -1;
+    int ok = fscanf(f, "%ld", &step) == 1 && step >= 0;
+    fclose(f);
+    if (!ok)
+        return herr_set(e, "%s must hold a step number", mark);
+    if ((size_t)snprintf(path, cap, "%s/stage-%d-%d-step-%09ld.ckpt", dir, w->lo, w->hi, step) >= cap)
+        return herr_set(e, "checkpoint path too long in %s", dir);
+    return 0;
+}
+
+static int ckpt_resume(struct worker *w, herr *e)
+{
+    char path[4096];
+    int r = resume_path(w, path, sizeof path, e);
+    if (r != 0)
+        return r < 0 ? -1 : 0;
+    size_t n = gpt_stage_num_params(w->gs);
+    float *mf = calloc(n ? n : 1, sizeof *mf), *vf = calloc(n ? n : 1, sizeof *vf);
+    struct ckpt_meta meta;
+    int rc = -1;
+    if (!mf || !vf)
+        herr_set(e, "out of memory for the checkpoint moments (%zu floats)", n);
+    else if (ckpt_read_meta(path, &meta, e) == 0 &&
+             ckpt_check_shape(path, &meta, &w->cfg->model, w->lo, w->hi, e) == 0 &&
+             ckpt_read(path, &meta, gpt_stage_params(w->gs), mf, vf, n, e) == 0) {
+        shard_copy(w, mf, w->m, 0);
+        shard_copy(w, vf, w->v, 0);
+        w->step = (long)meta.step;
+        rc = 0;
+    }
+    free(mf);
+    free(vf);
+    return rc != 0 ? herr_wrap(e, "resuming") : 0;
+}
+
+/* ---------- setup ---------- */
+
+static int worker_init(struct worker *w, const struct trainer_config *c, const struct rank_table *rt,
+                       int rank, const struct trainer_data *data, herr *e)
+{
+    memset(w, 0, sizeof *w);
+    w->cfg = c;
+    w->rt = rt;
+    w->data = data;
+    w->rank = rank;
+    if (rank < 0 || rank >= rt->world)
+        return herr_set(e, "rank %d is outside the rank table's 0..%d", rank, rt->world - 1);
+    if (c->B < 1 || c->T < 1 || c->micro_batches < 1 || c->steps < 1)
+        return herr_set(e, "batch size, sequence length, micro-batches and steps must be >= 1");
+    if (rt->pipeline > c->model.layers)
+        return herr_set(e, "pipeline of %d stages exceeds the model's %d layers", rt->pipeline,
+                        c->model.layers);
+    if (rt->stage_first && rt->stage_last[rt->pipeline - 1] != c->model.layers)
+        return herr_set(e, "rank table stages cover %d layers, the model has %d",
+                        rt->stage_last[rt->pipeline - 1], c->model.layers);
+    if (!data || !data->batch)
+        return herr_set(e, "no training data source");
+    w->lr = c->lr;
+    if (w->lr.total_steps <= 0)
+        w->lr.total_steps = c->steps;
+    if (lr_schedule_check(&w->lr, e) != 0)
+        return -1;
+    w->P = rt->pipeline;
+    w->D = rt->data;
+    w->M = c->micro_batches;
+    w->stage = rank_table_stage(rt, rank);
+    w->replica = rank_table_dp(rt, rank);
+    w->first = w->stage == 0;
+    w->last = w->stage == w->P - 1;
+    trainer_stage_layers(rt, c->model.layers, w->stage, &w->lo, &w->hi);
+    int lo = w->lo, hi = w->hi;
+    w->slots = pipe_slots_needed(c->schedule, w->stage, w->P, w->M);
+    if (gpt_stage_create(&w->gs, &c->model, lo, hi, c->B, c->T, w->slots, e) != 0)
+        return herr_wrap(e, "stage %d (layers %d..%d)", w->stage, lo, hi);
+    gpt_stage_init_params(w->gs, c->seed);
+    w->has_wte = gpt_stage_wte(w->gs, &w->wte_off, &w->wte_n) == 0;
+    size_t bt = (size_t)c->B * (size_t)c->T;
+    w->tokens = calloc((size_t)w->slots * bt, sizeof *w->tokens);
+    w->targets = calloc((size_t)w->slots * bt, sizeof *w->targets);
+    if (!w->tokens || !w->targets)
+        return herr_set(e, "out of memory for token buffers");
+    return 0;
+}
+
+static int worker_optim_init(struct worker *w, herr *e)
+{
+    size_t n = gpt_stage_num_params(w->gs);
+    if (zero_create(&w->z, gpt_stage_params(w->gs), gpt_stage_grads(w->gs), n,
+                    w->cfg->bucket_floats, w->dp, e) != 0)
+        return -1;
+    size_t sh = zero_shard_total(w->z);
+    w->m = calloc(sh ? sh : 1, sizeof *w->m);
+    w->v = calloc(sh ? sh : 1, sizeof *w->v);
+    if (!w->m || !w->v)
+        return herr_set(e, "out of memory for the optimizer state (%zu floats)", sh);
+    return 0;
+}
+
+/* ---------- one step ---------- */
+
+struct step_times {
+    double pipeline, grad_sync, optimizer, param_sync;
+    uint64_t dp_bytes;
+    double dp_time;
+};
+
+/* Gradients are final after the pipeline: the dp reduce-scatter of every bucket outside the
+ * tied embedding starts at once and runs while the embedding gradient is exchanged between
+ * first and last stage; then the embedding's buckets follow. */
+static int sync_grads(struct worker *w, struct step_times *t, herr *e)
+{
+    size_t n = gpt_stage_num_params(w->gs);
+    double t0 = now_s();
+    uint64_t b0 = w->dp ? comm_bytes_sent(w->dp) : 0;
+    int tied = w->emb && w->has_wte;
+    size_t lo = tied ? w->wte_off : n, hi = tied ? w->wte_off + w->wte_n : n;
+    if (zero_grads_ready(w->z, hi, n, e) != 0 || zero_grads_ready(w->z, 0, lo, e) != 0)
+        return -1;
+    if (tied) {
+        float *g = gpt_stage_grads(w->gs) + w->wte_off;
+        if (comm_all_reduce(w->emb, g, w->wte_n, e) != 0)
+            return herr_wrap(e, "tied embedding gradient exchange");
+        if (zero_grads_ready(w->z, lo, hi, e) != 0)
+            return -1;
+    }
+    if (zero_reduce_wait(w->z, e) != 0)
+        return -1;
+    t->grad_sync = now_s() - t0;
+    t->dp_time += t->grad_sync;
+    t->dp_bytes += w->dp ? comm_bytes_sent(w->dp) - b0 : 0;
+    return 0;
+}
+
+/* Global gradient norm over all stages and replicas (the tied embedding counted once). */
+static int global_sq_norm(struct worker *w, double *sq, herr *e)
+{
+    size_t skip_lo = 0, skip_hi = 0;
+    if (w->last && !w->first && w->has_wte) {
+        skip_lo = w->wte_off;
+        skip_hi = w->wte_off + w->wte_n;
+    }
+    double local = zero_shard_sq_norm(w->z, skip_lo, skip_hi);
+    /* as two floats (high and low part) to keep most of the double's precision */
+    float v[2] = {(float)local, 0};
+    v[1] = (float)(local - (double)v[0]);
+    if (w->dp && comm_all_reduce(w->dp, v, 2, e) != 0)
+        return herr_wrap(e, "gradient norm");
+    if (w->pp && comm_all_reduce(w->pp, v, 2, e) != 0)
+        return herr_wrap(e, "gradient norm");
+    *sq = ((double)v[0] + (double)v[1]) / ((double)w->D * (double)w->D);
+    return 0;
+}
+
+static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_report *rep, int stop_req,
+                    int *stop_all, herr *e)
+{
+    struct step_times t = {0};
+    double t0 = now_s();
+    gpt_stage_zero_grads(w->gs);
+    float loss_sum = 0;
+    if (pipe_run(pr, &loss_sum, e) != 0)
+        return -1;
+    t.pipeline = now_s() - t0;
+    if (sync_grads(w, &t, e) != 0)
+        return -1;
+    double t1 = now_s();
+    double sq = 0;
+    if (global_sq_norm(w, &sq, e) != 0)
+        return -1;
+    float clip = grad_clip_scale(sq, w->cfg->grad_clip);
+    float lr = lr_at(&w->lr, w->step);
+    const struct gpt_tensor *tens;
+    int nt = gpt_stage_tensors(w->gs, &tens);
+    for (int b = 0; b < zero_num_buckets(w->z); b++) {
+        size_t lo, hi, off = zero_shard_offset(w->z, b);
+        zero_shard(w->z, b, &lo, &hi);
+        if (hi > lo)
+            adamw_update(&w->cfg->adamw, tens, nt, gpt_stage_params(w->gs), gpt_stage_grads(w->gs),
+                         w->m + off, w->v + off, lo, hi, lr, w->step + 1, clip / (float)w->D);
+    }
+    t.optimizer = now_s() - t1;
+    double t2 = now_s();
+    uint64_t b0 = w->dp ? comm_bytes_sent(w->dp) : 0;
+    if (zero_all_gather_params(w->z, e) != 0)
+        return -1;
+    t.param_sync = now_s() - t2;
+    t.dp_time += t.param_sync;
+    t.dp_bytes += w->dp ? comm_bytes_sent(w->dp) - b0 : 0;
+    /* loss (last stage) averaged over replicas, and the stop vote, to every rank */
+    float agree[2] = {w->last ? loss_sum / (float)w->M : 0.0f, stop_req ? 1.0f : 0.0f};
+    if (w->dp && comm_all_reduce(w->dp, agree, 2, e) != 0)
+        return herr_wrap(e, "loss average");
+    if (w->pp && comm_all_reduce(w->pp, agree, 2, e) != 0)
+        return herr_wrap(e, "loss average");
+    w->step++;
+    double dt = now_s() - t0;
+    *stop_all = agree[1] > 0;
+    *rep = (struct trainer_report){
+        .step = w->step, .loss = agree[0] / (float)w->D, .lr = lr, .grad_norm = (float)sqrt(sq),
+        .tokens_per_s = (double)w->D * w->M * w->cfg->B * w->cfg->T / (dt > 0 ? dt : 1e-9),
+        .step_s = dt, .pipeline_s = t.pipeline, .grad_sync_s = t.grad_sync,
+        .optimizer_s = t.optimizer, .param_sync_s = t.param_sync,
+        .dp_link_bytes_per_s = t.dp_time > 0 ? (double)t.dp_bytes / t.dp_time : 0,
+        .stage = w->stage, .replica = w->replica};
+    return 0;
+}
+
+int trainer_run(const struct trainer_config *c, const struct rank_table *rt, int rank,
+                const struct trainer_data *data, const struct trainer_hooks *hooks, herr *e)
+{
+    struct worker w;
+    struct tcp_listener *l = NULL;
+    struct pipe_runner *pr = NULL;
+    int rc = -1;
+    if (worker_init(&w, c, rt, rank, data, e) != 0)
+        goto out;
+    if (!c->listener && tcp_listener_open(&l, c->listen_host, rt->ranks[rank].port, e) != 0)
+        goto out;
+    if (open_comms(&w, c->listener ? c->listener : l, e) != 0)
+        goto out;
+    if (worker_optim_init(&w, e) != 0)
+        goto out;
+    if (c->checkpoint_dir && ckpt_resume(&w, e) != 0)
+        goto out;
+    struct pipe_stage_ops ops = {&w, (size_t)c->B * (size_t)c->T * (size_t)c->model.channels,
+                                 stage_forward, stage_backward};
+    struct pipe_config pc = {w.stage, w.P, w.M, c->schedule, w.pp};
+    if (pipe_runner_create(&pr, &pc, &ops, e) != 0)
+        goto out;
+    int stop = 0;
+    while (w.step < c->steps && !stop) {
+        int want_stop = hooks && hooks->should_stop ? hooks->should_stop(hooks->ctx) : 0;
+        struct trainer_report rep;
+        if (run_step(&w, pr, &rep, want_stop, &stop, e) != 0) {
+            herr_wrap(e, "rank %d (stage %d, replica %d), step %ld", rank, w.stage, w.replica,
+                      w.step + 1);
+            goto out;
+        }
+        if (hooks && hooks->on_step && hooks->on_step(hooks->ctx, &rep) != 0) {
+            herr_set(e, "training stopped by the progress hook at step %ld", w.step);
+            goto out;
+        }
+        int every = c->checkpoint_every;
+        if (c->checkpoint_dir && (stop || w.step == c->steps || (every > 0 && w.step % every == 0)) &&
+            ckpt_save(&w, e) != 0)
+            goto out;
+    }
+    if (hooks && hooks->on_end)
+        hooks->on_end(hooks->ctx, w.gs, w.step);
+    rc = 0;
+out:
+    pipe_runner_free(pr);
+    worker_free(&w);
+    tcp_listener_close(l);
+    return rc;
+}

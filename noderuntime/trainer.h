@@ -1,0 +1,88 @@
+/* The distributed training loop of one worker: its pipeline stage of the GPT (gpt.h), the
+ * pipeline schedule over micro-batches (pipeline.h), the tied-embedding gradient exchange between
+ * first and last stage, the ZeRO-1 distributed optimizer over the data-parallel replicas (zero.h)
+ * with global-norm clipping across data and pipeline ranks, and checkpoints (every N steps, keep
+ * K, resume from the latest) so an in-place restart continues where it stopped.
+ *
+ * Ranks, peers and transports come from a rank table (rank_table.h): from a file or the
+ * environment today, from the coordinator later. The caller sees progress through hooks and can
+ * ask for a stop; every rank stops at the same step. */
+#ifndef HOLMES_TRAINER_H
+#define HOLMES_TRAINER_H
+
+#include <stdint.h>
+
+#include "error.h"
+#include "gpt.h"
+#include "optimizer.h"
+#include "pipeline.h"
+#include "rank_table.h"
+
+/* Training data with random access: micro-batch k (0, 1, ... over the whole run) of
+ * data-parallel replica `replica` of `replicas`; fills tokens and targets [B*T]. The global batch
+ * of a step is micro-batches [step*M, step*M + M) of every replica. */
+struct trainer_data {
+    void *ctx;
+    int (*batch)(void *ctx, uint64_t k, int replica, int replicas, int *tokens, int *targets,
+                 herr *e);
+};
+
+struct trainer_config {
+    struct gpt_config model;
+    int B, T;                    /* sequences per micro-batch, tokens per sequence */
+    int micro_batches;           /* per replica per step */
+    long steps;                  /* total steps of the run (resume continues up to it) */
+    enum pipe_schedule schedule;
+    struct adamw_config adamw;
+    struct lr_schedule lr;
+    float grad_clip;             /* global-norm clip; <= 0 disables */
+    uint64_t seed;               /* parameter init */
+    size_t bucket_floats;        /* ZeRO bucket size (0 = default) */
+    const char *checkpoint_dir;  /* NULL = no checkpoints */
+    int checkpoint_every;        /* steps between checkpoints (0 = only at the end / on stop) */
+    int checkpoint_keep;         /* newest checkpoints kept (>= 1) */
+    const char *listen_host;     /* bind address (NULL = all interfaces) */
+    struct tcp_listener *listener; /* already listening (tests); NULL = listen on the rank
+                                    * table's port for this rank */
+};
+
+/* Defaults: AdamW (0.9, 0.95, 1e-8, 0.1), lr 3e-4 constant, clip 1.0, gpipe off (1f1b),
+ * keep 2 checkpoints. Model, B, T, micro_batches and steps must still be set. */
+void trainer_config_defaults(struct trainer_config *c);
+
+struct trainer_report {
+    long step;                 /* 1-based: steps done */
+    float loss;                /* mean over the global batch */
+    float lr;
+    float grad_norm;           /* before clipping */
+    double tokens_per_s;       /* global batch tokens / step time */
+    double step_s;             /* whole step */
+    double pipeline_s;         /* forward/backward incl. activation exchange */
+    double grad_sync_s;        /* tied-embedding exchange + waiting for reduce-scatters */
+    double optimizer_s;        /* norm, clipping, AdamW on the shard */
+    double param_sync_s;       /* parameter all-gather */
+    double dp_link_bytes_per_s; /* this rank's data-parallel bytes sent / time in dp collectives */
+    int stage, replica;
+};
+
+struct trainer_hooks {
+    void *ctx;
+    /* After every step, on every rank. A non-zero return aborts the run with an error. */
+    int (*on_step)(void *ctx, const struct trainer_report *r);
+    /* Polled once per step; non-zero on any rank stops every rank after that step (after a
+     * checkpoint). */
+    int (*should_stop)(void *ctx);
+    /* At the end, with this rank's stage (e.g. to compare parameters); may be NULL. */
+    void (*on_end)(void *ctx, struct gpt_stage *stage, long steps_done);
+};
+
+/* Layers [first, last) of stage s: the rank table's split, else an even split (remainder to the
+ * first stages). */
+void trainer_stage_layers(const struct rank_table *rt, int layers, int s, int *first, int *last);
+
+/* Runs (or resumes) training as global rank `rank`. Returns 0 when the last step is done or a stop
+ * was agreed; -1 with the reason (naming the peer on communication errors). */
+int trainer_run(const struct trainer_config *c, const struct rank_table *rt, int rank,
+                const struct trainer_data *data, const struct trainer_hooks *hooks, herr *e);
+
+#endif

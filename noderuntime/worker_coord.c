@@ -1,0 +1,398 @@
+#include "worker_coord.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coord_client.h"
+
+struct worker_link {
+    pthread_mutex_t mu;
+    struct proto_step steps[PROTO_MAX_STEPS];
+    int nsteps;
+    long last_step;
+    struct proto_link links[PROTO_MAX_LINKS];
+    int nlinks;
+    volatile int stop;
+};
+
+void worker_report_step(struct worker_link *l, const struct proto_step *s)
+{
+    pthread_mutex_lock(&l->mu);
+    if (l->nsteps == PROTO_MAX_STEPS) { /* the coordinator is away: keep the newest */
+        memmove(l->steps, l->steps + 1, (PROTO_MAX_STEPS - 1) * sizeof l->steps[0]);
+        l->nsteps--;
+    }
+    l->steps[l->nsteps++] = *s;
+    l->last_step = s->step;
+    pthread_mutex_unlock(&l->mu);
+}
+
+void worker_report_link(struct worker_link *l, int peer, double gbps)
+{
+    pthread_mutex_lock(&l->mu);
+    int i = 0;
+    while (i < l->nlinks && l->links[i].peer != peer)
+        i++;
+    if (i < PROTO_MAX_LINKS) {
+        l->links[i] = (struct proto_link){.peer = peer, .gbps = gbps};
+        if (i == l->nlinks)
+            l->nlinks++;
+    }
+    pthread_mutex_unlock(&l->mu);
+}
+
+int worker_stop_requested(const struct worker_link *l)
+{
+    return l->stop;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---------------------------------------------------------------- training thread */
+
+struct train_thread {
+    pthread_t th;
+    const struct worker_runner *r;
+    const cJSON *assignment, *peers;
+    long resume_step;
+    struct worker_link *link;
+    volatile int finished;
+    int rc;
+    long last_step;
+    herr e;
+};
+
+static void *train_main(void *arg)
+{
+    struct train_thread *t = arg;
+    t->rc = t->r->run(t->r->user, t->assignment, t->peers, t->resume_step, t->link,
+                      &t->last_step, &t->e);
+    t->finished = 1;
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- protocol */
+
+struct session {
+    const struct worker_coord_options *o;
+    const struct worker_runner *r;
+    struct coord_client *cl;
+    struct worker_link link;
+    int attempt, rank, stage;
+    int training;
+};
+
+static int send_hello(struct session *s, herr *e)
+{
+    struct proto_hello h;
+    memset(&h, 0, sizeof h);
+    snprintf(h.job, sizeof h.job, "%s", s->o->job);
+    snprintf(h.token, sizeof h.token, "%s", s->o->token ? s->o->token : "");
+    snprintf(h.pod, sizeof h.pod, "%s", s->o->pod);
+    snprintf(h.node, sizeof h.node, "%s", s->o->node ? s->o->node : "");
+    h.worker = s->o->worker;
+    h.gpus = s->o->gpus;
+    h.nic = s->o->nic;
+    if (s->training) {
+        h.running = 1;
+        h.resume_attempt = s->attempt;
+        h.resume_rank = s->rank;
+        pthread_mutex_lock(&s->link.mu);
+        h.resume_step = s->link.last_step > 0 ? s->link.last_step : 0;
+        pthread_mutex_unlock(&s->link.mu);
+    }
+    char *text = proto_hello_encode(&h, e);
+    if (!text)
+        return -1;
+    if (coord_client_send(s->cl, text))
+        return herr_set(e, "coordinator connection lost before hello");
+    return 0;
+}
+
+/* Connects, retrying every 500 ms for at most budget_ms, then says hello. */
+static int connect_and_hello(struct session *s, int budget_ms, herr *e)
+{
+    double until = now_s() + budget_ms / 1000.0;
+    for (;;) {
+        if (coord_client_connect(s->cl, 3000, e) == 0)
+            return send_hello(s, e);
+        if (now_s() >= until)
+            return herr_wrap(e, "gave up after %d ms", budget_ms);
+        usleep(500 * 1000);
+    }
+}
+
+/* Sends the steps batched since the last call (if any). */
+static void flush_progress(struct session *s)
+{
+    static __thread struct proto_progress p;
+    pthread_mutex_lock(&s->link.mu);
+    p.nsteps = s->link.nsteps;
+    memcpy(p.steps, s->link.steps, (size_t)p.nsteps * sizeof p.steps[0]);
+    p.nlinks = s->link.nlinks;
+    memcpy(p.links, s->link.links, (size_t)p.nlinks * sizeof p.links[0]);
+    int connected = coord_client_connected(s->cl);
+    if (connected)
+        s->link.nsteps = 0;
+    pthread_mutex_unlock(&s->link.mu);
+    if (!connected || p.nsteps == 0)
+        return;
+    p.rank = s->rank;
+    p.stage = s->stage;
+    coord_client_send(s->cl, proto_progress_encode(&p, NULL));
+}
+
+static int get_stage(const cJSON *a)
+{
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(a, "stage");
+    return cJSON_IsNumber(st) && st->valueint >= 0 && st->valueint < PROTO_MAX_STAGES
+               ? st->valueint : 0;
+}
+
+/* Waits for one message; reconnects (hello with resume) when training and the link drops. */
+static int next_message(struct session *s, int timeout_ms, struct proto_msg *m, herr *e)
+{
+    int rc = coord_client_poll(s->cl, timeout_ms, m, e);
+    if (rc >= 0 || !s->training)
+        return rc;
+    /* Mid-training: the coordinator went away. Keep training; try to reconnect. */
+    herr ce = {{0}};
+    if (connect_and_hello(s, 0, &ce) != 0)
+        usleep((useconds_t)timeout_ms * 1000);
+    return 0;
+}
+
+int worker_coord_run(const struct worker_coord_options *o, const struct worker_runner *r, herr *e)
+{
+    struct session s;
+    memset(&s, 0, sizeof s);
+    s.o = o;
+    s.r = r;
+    s.rank = -1;
+    pthread_mutex_init(&s.link.mu, NULL);
+    int interval_ms = o->progress_interval_ms > 0 ? o->progress_interval_ms : 500;
+    int result = -1;
+    cJSON *assignment = NULL;
+    struct proto_msg start = {0};
+    struct train_thread t;
+    memset(&t, 0, sizeof t);
+    int thread_started = 0;
+
+    if (coord_client_create(&s.cl, o->url, e))
+        goto out;
+    if (connect_and_hello(&s, o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 60000, e))
+        goto out;
+
+    /* Before training: assign, then start. */
+    for (;;) {
+        struct proto_msg m;
+        int rc = next_message(&s, 1000, &m, e);
+        if (rc < 0)
+            goto out;
+        if (rc == 0)
+            continue;
+        if (m.type == PROTO_ASSIGN) {
+            cJSON_Delete(assignment);
+            assignment = cJSON_Duplicate(m.body, 1);
+            s.attempt = m.attempt;
+            s.rank = m.rank;
+            proto_msg_free(&m);
+            if (!assignment) {
+                herr_set(e, "out of memory");
+                goto out;
+            }
+            s.stage = get_stage(assignment);
+            char endpoint[256] = "";
+            cJSON *ids = NULL;
+            if (r->prepare(r->user, assignment, s.attempt, endpoint, sizeof endpoint, &ids, e)) {
+                herr pe = *e;
+                coord_client_send(s.cl, proto_error_encode(PROTO_ERR_WORKER, pe.msg, NULL));
+                coord_client_flush(s.cl, 1000);
+                goto out;
+            }
+            char *text = proto_rendezvous_encode(s.attempt, s.rank, endpoint, ids, e);
+            cJSON_Delete(ids);
+            if (!text || coord_client_send(s.cl, text))
+                goto out;
+        } else if (m.type == PROTO_START) {
+            if (!assignment || m.attempt != s.attempt) {
+                proto_msg_free(&m);
+                continue;
+            }
+            start = m;
+            break;
+        } else if (m.type == PROTO_STOP) {
+            result = m.u.stop.restart ? WORKER_EXIT_RESTART : -1;
+            if (!m.u.stop.restart)
+                herr_set(e, "stopped by the coordinator before training: %s", m.u.stop.reason);
+            proto_msg_free(&m);
+            goto out;
+        } else if (m.type == PROTO_ERROR) {
+            herr_set(e, "the coordinator refused: %s", m.u.error.message);
+            proto_msg_free(&m);
+            goto out;
+        } else {
+            proto_msg_free(&m);
+        }
+    }
+
+    /* Training. */
+    t.r = r;
+    t.assignment = assignment;
+    t.peers = start.body;
+    t.resume_step = start.step;
+    t.link = &s.link;
+    if (pthread_create(&t.th, NULL, train_main, &t) != 0) {
+        herr_set(e, "cannot start the training thread");
+        goto out;
+    }
+    thread_started = 1;
+    s.training = 1;
+    double last_flush = now_s();
+    int stopped = 0, restart = 0;
+    char stop_reason[512] = "";
+    while (!t.finished) {
+        struct proto_msg m;
+        int rc = next_message(&s, 100, &m, e);
+        if (rc == 1) {
+            if (m.type == PROTO_STOP) {
+                stopped = 1;
+                restart = m.u.stop.restart;
+                snprintf(stop_reason, sizeof stop_reason, "%s", m.u.stop.reason);
+                s.link.stop = 1;
+            }
+            proto_msg_free(&m);
+        }
+        if (stopped)
+            break;
+        if ((now_s() - last_flush) * 1000.0 >= interval_ms) {
+            flush_progress(&s);
+            last_flush = now_s();
+        }
+    }
+    s.link.stop = stopped;
+    pthread_join(t.th, NULL);
+    thread_started = 0;
+    s.training = 0;
+    if (stopped) {
+        result = restart ? WORKER_EXIT_RESTART : -1;
+        if (!restart)
+            herr_set(e, "stopped by the coordinator: %s", stop_reason);
+        goto out;
+    }
+    flush_progress(&s);
+    if (t.rc) {
+        *e = t.e;
+        coord_client_send(s.cl, proto_error_encode(PROTO_ERR_WORKER, t.e.msg, NULL));
+        coord_client_flush(s.cl, 2000);
+        goto out;
+    }
+    /* Report done and wait for the coordinator's verdict (the others may still be training).
+     * If the coordinator is away, reconnect (hello with resume) and report again. */
+    int done_sent = 0;
+    double give_up = now_s() + (o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 60000) / 1e3;
+    s.training = 1; /* a reconnecting hello still says where we are */
+    for (;;) {
+        if (!coord_client_connected(s.cl)) {
+            done_sent = 0;
+            herr ce = {{0}};
+            if (now_s() > give_up) {
+                result = 0; /* our part is finished; nobody is left to tell */
+                break;
+            }
+            if (connect_and_hello(&s, 0, &ce)) {
+                usleep(500 * 1000);
+                continue;
+            }
+        }
+        if (!done_sent) {
+            coord_client_send(s.cl, proto_done_encode(s.rank, t.last_step, NULL));
+            done_sent = 1;
+        }
+        struct proto_msg m;
+        herr pe = {{0}};
+        int rc = coord_client_poll(s.cl, 1000, &m, &pe);
+        if (rc <= 0)
+            continue;
+        int is_stop = m.type == PROTO_STOP;
+        if (is_stop) {
+            /* After our done, a final stop means the job is over: our part succeeded.
+             * A restart means another worker failed before the end. */
+            result = m.u.stop.restart ? WORKER_EXIT_RESTART : 0;
+        }
+        proto_msg_free(&m);
+        if (is_stop)
+            break;
+    }
+    s.training = 0;
+out:
+    if (thread_started) {
+        s.link.stop = 1;
+        pthread_join(t.th, NULL);
+    }
+    proto_msg_free(&start);
+    cJSON_Delete(assignment);
+    if (s.cl)
+        coord_client_flush(s.cl, 500);
+    coord_client_destroy(s.cl);
+    pthread_mutex_destroy(&s.link.mu);
+    return result;
+}
+
+/* ---------------------------------------------------------------- simulated runner */
+
+static int sim_prepare(void *user, const cJSON *assignment, int attempt, char *endpoint,
+                       size_t cap, cJSON **ids, herr *e)
+{
+    (void)user;
+    (void)attempt;
+    (void)e;
+    const cJSON *rank = cJSON_GetObjectItemCaseSensitive(assignment, "rank");
+    snprintf(endpoint, cap, "sim:%d", cJSON_IsNumber(rank) ? rank->valueint : -1);
+    *ids = NULL;
+    return 0;
+}
+
+static int sim_run(void *user, const cJSON *assignment, const cJSON *peers, long resume_step,
+                   struct worker_link *link, long *last_step, herr *e)
+{
+    const struct worker_sim *sim = user;
+    (void)peers;
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(assignment, "stage");
+    const cJSON *ns = cJSON_GetObjectItemCaseSensitive(assignment, "stages");
+    int last = !cJSON_IsNumber(st) || !cJSON_IsNumber(ns) || st->valueint == ns->valueint - 1;
+    *last_step = resume_step;
+    for (long step = resume_step + 1; step <= sim->steps; step++) {
+        if (worker_stop_requested(link))
+            return 0;
+        if (sim->fail_at_step > 0 && step == sim->fail_at_step)
+            return herr_set(e, "simulated failure at step %ld", step);
+        if (sim->step_ms > 0)
+            usleep((useconds_t)sim->step_ms * 1000);
+        struct proto_step s = {.step = step, .step_ms = sim->step_ms, .compute_ms = sim->step_ms,
+                               .lr = 1e-3, .tokens_per_s = 1000};
+        if (last) {
+            s.has_loss = 1;
+            s.loss = 1.0 + 9.0 / (1.0 + (double)step / 10.0);
+        }
+        worker_report_step(link, &s);
+        *last_step = step;
+    }
+    return 0;
+}
+
+const struct worker_runner worker_sim_runner = {
+    .user = NULL,
+    .prepare = sim_prepare,
+    .run = sim_run,
+};

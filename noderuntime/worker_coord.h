@@ -1,0 +1,73 @@
+/* The worker's side of the coordinator protocol (`holmes-node worker --coordinator URL`):
+ * hello with the NIC summary → assignment → the runner prepares (binds its endpoint) →
+ * rendezvous → start → the runner trains on its own thread while this thread streams its
+ * per-step records at a bounded rate → done. A stop from the coordinator asks the runner to
+ * stop; a stop with restart makes worker_coord_run return WORKER_EXIT_RESTART so the process
+ * (or the pod's container) is started again and resumes from its last checkpoint. When the
+ * coordinator goes away mid-training, training goes on and the worker reconnects, saying hello
+ * with `resume` so a new coordinator adopts it. */
+#ifndef HOLMES_WORKER_COORD_H
+#define HOLMES_WORKER_COORD_H
+
+#include <stddef.h>
+#include <cjson/cJSON.h>
+
+#include "error.h"
+#include "nic_summary.h"
+#include "protocol.h"
+
+#define WORKER_EXIT_RESTART 75 /* EX_TEMPFAIL: start me again (in-place restart) */
+
+struct worker_link; /* handed to the runner: report steps, check for a stop */
+
+/* Records one finished step (thread-safe; called from the runner's thread). */
+void worker_report_step(struct worker_link *l, const struct proto_step *s);
+/* Records a measured link bandwidth to `peer` (rank). */
+void worker_report_link(struct worker_link *l, int peer, double gbps);
+/* True once the coordinator asked the worker to stop. */
+int worker_stop_requested(const struct worker_link *l);
+
+/* What trains. Both calls get the assignment object from the coordinator. */
+struct worker_runner {
+    void *user;
+    /* Bind what peers will connect to; write "host:port" into endpoint (may be "") and
+     * optionally return ids (an object of name -> string, e.g. NCCL unique ids; freed by the
+     * caller). Called on the main thread. */
+    int (*prepare)(void *user, const cJSON *assignment, int attempt, char *endpoint, size_t cap,
+                   cJSON **ids, herr *e);
+    /* Train, on a thread of its own. `peers`: [{rank, endpoint, ids}] from start. Report every
+     * step with worker_report_step; return early (0) once worker_stop_requested. Returns 0
+     * when finished (*last_step set), -1 with `e` on failure. */
+    int (*run)(void *user, const cJSON *assignment, const cJSON *peers, long resume_step,
+               struct worker_link *link, long *last_step, herr *e);
+};
+
+struct worker_coord_options {
+    const char *url;
+    const char *job;
+    const char *token;
+    const char *pod;
+    const char *node;
+    int worker;
+    int gpus;
+    struct nic_summary nic;
+    int progress_interval_ms;   /* 0 = 500 */
+    int connect_timeout_ms;     /* total time to keep trying to connect at start; 0 = 60000 */
+};
+
+/* Runs the protocol until the job is over for this worker. Returns 0 (finished), 
+ * WORKER_EXIT_RESTART (stopped for an in-place restart), or -1 with the reason in `e`
+ * (refused, planner failed, the runner failed, the coordinator unreachable). */
+int worker_coord_run(const struct worker_coord_options *o, const struct worker_runner *r, herr *e);
+
+/* A runner that trains nothing: it sleeps step_ms per step and reports steps (loss only on
+ * the last stage: "stage" == "stages"-1 in the assignment) so the protocol, process handling
+ * and the coordinator can be exercised and benchmarked without a model. */
+struct worker_sim {
+    long steps;
+    int step_ms;
+    int fail_at_step;           /* > 0: the run fails there (tests of restarts) */
+};
+extern const struct worker_runner worker_sim_runner; /* user: struct worker_sim * */
+
+#endif

@@ -1,0 +1,181 @@
+#include "zero.h"
+
+#include <stdlib.h>
+
+struct bucket {
+    size_t lo, hi;       /* range in the flat buffer */
+    size_t ready;        /* floats reported final this step */
+    size_t shard_lo, shard_hi, shard_off;
+    struct comm_req *req;
+    int started;
+};
+
+struct zero {
+    float *params, *grads;
+    size_t n;
+    struct comm *dp;
+    int nb;
+    struct bucket *b;
+    size_t shard_total;
+};
+
+void zero_free(struct zero *z)
+{
+    if (!z)
+        return;
+    for (int i = 0; i < z->nb; i++)
+        if (z->b[i].req)
+            comm_wait(z->b[i].req, NULL);
+    free(z->b);
+    free(z);
+}
+
+int zero_create(struct zero **out, float *params, float *grads, size_t n, size_t bucket_floats,
+                struct comm *dp, herr *e)
+{
+    *out = NULL;
+    if (bucket_floats == 0)
+        bucket_floats = (size_t)1 << 20;
+    struct zero *z = calloc(1, sizeof *z);
+    if (!z)
+        return herr_set(e, "out of memory for the distributed optimizer");
+    z->params = params;
+    z->grads = grads;
+    z->n = n;
+    z->dp = dp;
+    z->nb = n == 0 ? 0 : (int)((n + bucket_floats - 1) / bucket_floats);
+    z->b = calloc((size_t)(z->nb ? z->nb : 1), sizeof *z->b);
+    if (!z->b) {
+        int nb = z->nb;
+        free(z);
+        return herr_set(e, "out of memory for %d gradient buckets", nb);
+    }
+    int D = dp ? comm_size(dp) : 1, r = dp ? comm_rank(dp) : 0;
+    /* bucket 0 is the end of the buffer: the first to be complete in backward */
+    for (int i = 0; i < z->nb; i++) {
+        struct bucket *k = &z->b[i];
+        k->hi = n - (size_t)i * bucket_floats;
+        k->lo = k->hi > bucket_floats ? k->hi - bucket_floats : 0;
+        size_t off, len;
+        tcp_chunk(k->hi - k->lo, D, r, &off, &len);
+        k->shard_lo = k->lo + off;
+        k->shard_hi = k->shard_lo + len;
+        k->shard_off = z->shard_total;
+        z->shard_total += len;
+    }
+    *out = z;
+    return 0;
+}
+
+static int start_bucket(struct zero *z, int i, herr *e)
+{
+    struct bucket *k = &z->b[i];
+    k->started = 1;
+    if (!z->dp || comm_size(z->dp) == 1)
+        return 0;
+    if (comm_ireduce_scatter(z->dp, z->grads + k->lo, k->hi - k->lo, &k->req, e) != 0)
+        return herr_wrap(e, "gradient bucket %d", i);
+    return 0;
+}
+
+int zero_grads_ready(struct zero *z, size_t lo, size_t hi, herr *e)
+{
+    if (lo > hi || hi > z->n)
+        return herr_set(e, "gradient range [%zu, %zu) is outside the %zu parameters", lo, hi, z->n);
+    for (int i = 0; i < z->nb; i++) {
+        struct bucket *k = &z->b[i];
+        size_t a = lo > k->lo ? lo : k->lo, b = hi < k->hi ? hi : k->hi;
+        if (a >= b)
+            continue;
+        k->ready += b - a;
+        if (k->ready > k->hi - k->lo)
+            return herr_set(e, "gradients of bucket %d reported final twice in one step", i);
+    }
+    /* start complete buckets in order, so every replica issues the same sequence */
+    for (int i = 0; i < z->nb; i++) {
+        struct bucket *k = &z->b[i];
+        if (k->started)
+            continue;
+        if (k->ready != k->hi - k->lo)
+            break;
+        if (start_bucket(z, i, e) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int zero_reduce_wait(struct zero *z, herr *e)
+{
+    int rc = 0;
+    for (int i = 0; i < z->nb; i++)
+        if (!z->b[i].started && rc == 0)
+            rc = start_bucket(z, i, e);
+    for (int i = 0; i < z->nb; i++) {
+        struct bucket *k = &z->b[i];
+        if (k->req) {
+            herr e2;
+            if (comm_wait(k->req, &e2) != 0 && rc == 0) {
+                *e = e2;
+                rc = herr_wrap(e, "reduce-scatter of gradient bucket %d", i);
+            }
+            k->req = NULL;
+        }
+        k->started = 0;
+        k->ready = 0;
+    }
+    return rc;
+}
+
+int zero_num_buckets(const struct zero *z) { return z->nb; }
+
+void zero_shard(const struct zero *z, int b, size_t *lo, size_t *hi)
+{
+    *lo = z->b[b].shard_lo;
+    *hi = z->b[b].shard_hi;
+}
+
+size_t zero_shard_total(const struct zero *z) { return z->shard_total; }
+size_t zero_shard_offset(const struct zero *z, int b) { return z->b[b].shard_off; }
+
+double zero_shard_sq_norm(const struct zero *z, size_t skip_lo, size_t skip_hi)
+{
+    double s = 0;
+    for (int i = 0; i < z->nb; i++) {
+        const struct bucket *k = &z->b[i];
+        for (size_t j = k->shard_lo; j < k->shard_hi; j++) {
+            if (j >= skip_lo && j < skip_hi)
+                continue;
+            double g = z->grads[j];
+            s += g * g;
+        }
+    }
+    return s;
+}
+
+int zero_all_gather_params(struct zero *z, herr *e) { return zero_all_gather(z, z->params, e); }
+
+int zero_all_gather(struct zero *z, float *buf, herr *e)
+{
+    if (!z->dp || comm_size(z->dp) == 1)
+        return 0;
+    int rc = 0;
+    for (int i = 0; i < z->nb; i++) {
+        struct bucket *k = &z->b[i];
+        if (comm_iall_gather(z->dp, buf + k->lo, k->hi - k->lo, sizeof(float), &k->req, e) != 0) {
+            rc = herr_wrap(e, "bucket %d", i);
+            break;
+        }
+    }
+    for (int i = 0; i < z->nb; i++) {
+        struct bucket *k = &z->b[i];
+        if (!k->req)
+            continue;
+        herr e2;
+        if (comm_wait(k->req, &e2) != 0 && rc == 0) {
+            *e = e2;
+            rc = herr_wrap(e, "all-gather of bucket %d", i);
+        }
+        k->req = NULL;
+    }
+    return rc;
+}

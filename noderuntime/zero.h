@@ -1,0 +1,44 @@
+/* ZeRO-1 style distributed optimizer over one stage's flat parameter / gradient buffers.
+ * The buffer is cut into buckets from its end backwards (the order backward produces gradients);
+ * replica r of the data-parallel group owns chunk r (tcp_chunk) of every bucket. As soon as a
+ * bucket's gradients are final (zero_grads_ready), its reduce-scatter starts asynchronously on the
+ * data-parallel communicator, overlapping the rest of backward; zero_reduce_wait finishes them.
+ * The caller then runs AdamW on the owned shards and zero_all_gather_params restores full
+ * parameters on every replica. With no communicator (data = 1) the shard is the whole buffer. */
+#ifndef HOLMES_ZERO_H
+#define HOLMES_ZERO_H
+
+#include <stddef.h>
+
+#include "comm.h"
+#include "error.h"
+
+struct zero;
+
+/* bucket_floats 0 picks 1 Mi floats. dp may be NULL (one replica). */
+int zero_create(struct zero **out, float *params, float *grads, size_t n, size_t bucket_floats,
+                struct comm *dp, herr *e);
+void zero_free(struct zero *z);
+
+/* Gradients [lo, hi) are final for this step: starts the reduce-scatter of every bucket that is
+ * now complete. Ranges may come in any order; each element must be reported once per step. */
+int zero_grads_ready(struct zero *z, size_t lo, size_t hi, herr *e);
+/* Starts any bucket not yet started and waits for all; resets readiness for the next step. */
+int zero_reduce_wait(struct zero *z, herr *e);
+
+int zero_num_buckets(const struct zero *z);
+/* The owned shard of bucket b: [*lo, *hi) in the flat buffer (may be empty). */
+void zero_shard(const struct zero *z, int b, size_t *lo, size_t *hi);
+/* Floats owned over all buckets (sizes of m and v for AdamW); *off = start of bucket b's shard
+ * inside that concatenation. */
+size_t zero_shard_total(const struct zero *z);
+size_t zero_shard_offset(const struct zero *z, int b);
+/* Sum of squares of the owned, reduced gradients, leaving out [skip_lo, skip_hi) (a tied
+ * embedding counted on another stage), in double. */
+double zero_shard_sq_norm(const struct zero *z, size_t skip_lo, size_t skip_hi);
+/* All-gathers every bucket's parameters (each replica contributes its updated shard). */
+int zero_all_gather_params(struct zero *z, herr *e);
+/* The same for any buffer of the parameters' layout (e.g. optimizer moments for a checkpoint). */
+int zero_all_gather(struct zero *z, float *buf, herr *e);
+
+#endif

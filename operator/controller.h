@@ -1,0 +1,94 @@
+/* The TrainingJob controller: level-triggered and idempotent. For each TrainingJob it keeps a
+ * Secret with a per-job token (<job>-token), a headless Service (<job>) and one pod per worker
+ * (<job>-worker-<i>), all owned by the job (ownerReferences, controller: true); it writes
+ * status (phase, conditions, workers, restarts, times) through the status subresource, only
+ * when something changed. Informers on TrainingJobs, pods, secrets and services feed a work
+ * queue of job keys ("namespace/name") drained by worker threads.
+ *
+ * API for the coordinator (embedded in `holmes-operator run`), all thread-safe:
+ *   controller_patch_job_status  merge-patch fields of a job's status (e.g. plan, progress,
+ *                                phase Planning/Running, conditions Planned/Running)
+ *   controller_patch_pod_labels  merge-patch labels of a pod (holmes.dev/fabric, ...)
+ *   controller_emit_event        a core/v1 Event about a job
+ *   controller_get_job           the cached job
+ *   controller_job_pods          the cached pods of a job
+ *   controller_job_token         the job's token from the cached Secret
+ * The controller owns phases Pending, Discovering (all pods ready), Suspended, Succeeded (all
+ * pods succeeded) and Failed (restart limit); it leaves Planning and Running, set by the
+ * coordinator, alone while all pods stay ready, and keeps conditions it does not own. */
+#ifndef HOLMES_CONTROLLER_H
+#define HOLMES_CONTROLLER_H
+
+#include <stdio.h>
+#include <cjson/cJSON.h>
+
+#include "error.h"
+#include "kube_client.h"
+#include "metrics.h"
+
+/* Every API call the operator can make, for `run --print-api-calls` and the Helm RBAC test. */
+struct api_call {
+    const char *verb;                  /* get list watch create patch delete */
+    const struct kube_resource *res;
+    const char *sub;                   /* "status" or NULL */
+};
+enum api_op {
+    API_LIST_JOBS, API_WATCH_JOBS, API_PATCH_JOB_STATUS,
+    API_LIST_PODS, API_WATCH_PODS, API_CREATE_POD, API_DELETE_POD, API_PATCH_POD,
+    API_LIST_SECRETS, API_WATCH_SECRETS, API_CREATE_SECRET,
+    API_LIST_SERVICES, API_WATCH_SERVICES, API_CREATE_SERVICE,
+    API_CREATE_EVENT,
+    API_GET_LEASE, API_CREATE_LEASE, API_PATCH_LEASE,
+    API_OP_COUNT
+};
+extern const struct api_call controller_api_calls[API_OP_COUNT];
+/* Writes "<verb> <group|core> <resource>[/<sub>]" lines. */
+void controller_print_api_calls(FILE *f);
+
+struct controller_opts {
+    const char *namespace;       /* NULL or "" = all namespaces */
+    const char *coordinator_url; /* HOLMES_COORDINATOR for the pods */
+    const char *default_image;   /* when spec.image is absent */
+    int threads;                 /* reconcile workers (default 2) */
+    double backoff_cap_s;        /* gang-restart backoff cap (default 600) */
+};
+
+struct controller;
+
+struct controller *controller_new(struct kube_client *kc, const struct controller_opts *o,
+                                  herr *e);
+/* Starts informers and workers. */
+int controller_start(struct controller *c, herr *e);
+/* 0 once every informer holds its first LIST, -1 after timeout_ms. */
+int controller_wait_synced(struct controller *c, int timeout_ms);
+int controller_synced(struct controller *c);
+/* Stops workers and informers and frees everything. */
+void controller_free(struct controller *c);
+
+/* Prometheus text: jobs by phase, reconciles and latency, API errors by code, restarts. */
+void controller_metrics(struct controller *c, struct metrics_buf *out);
+/* Reconcile latency quantile in seconds (for the benchmark); count of reconciles. */
+double controller_latency_quantile(struct controller *c, double q);
+unsigned long controller_reconciles(struct controller *c);
+
+/* ---- for the coordinator */
+int controller_patch_job_status(struct controller *c, const char *ns, const char *job,
+                                const cJSON *status_fields, herr *e);
+int controller_patch_pod_labels(struct controller *c, const char *ns, const char *pod,
+                                const cJSON *labels, herr *e);
+int controller_emit_event(struct controller *c, const char *ns, const char *job,
+                          const char *type, const char *reason, const char *message, herr *e);
+/* Copies (caller frees): the job, NULL when unknown; its pods as an array sorted by worker
+ * index; its token (NUL-terminated), NULL when the Secret is not there yet. */
+cJSON *controller_get_job(struct controller *c, const char *ns, const char *job);
+cJSON *controller_job_pods(struct controller *c, const char *ns, const char *job);
+char *controller_job_token(struct controller *c, const char *ns, const char *job);
+
+/* ---- pure pieces, exposed for tests */
+/* The pod for worker i of job (spec.template merged with the holmes-node container). */
+cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator_url,
+                            const char *default_image, herr *e);
+/* Every spec error as "spec.field: rule" strings in a JSON array (empty when valid). */
+cJSON *controller_spec_errors(const cJSON *job);
+
+#endif

@@ -1,0 +1,420 @@
+#include "coord_operator.h"
+
+#include <ctype.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "coord_plan.h"
+#include "coordinator.h"
+#include "log.h"
+#include "trainingjob.h"
+
+struct opjob {
+    struct opjob *next;
+    struct coord_operator *co;
+    char key[160];              /* namespace/name, the coordinator's job name */
+    char ns[TJ_NAME_MAX], name[TJ_NAME_MAX];
+    struct tj_job tj;
+    struct coord_plan cp;
+    double last_refusal_event;
+    double failed_at;           /* when the coordinator failed it; removed a little later */
+};
+
+struct coord_operator {
+    struct controller *ctl;
+    struct coordinator *c;
+    pthread_t th;
+    volatile int quit;
+    int status_interval_ms;
+    struct opjob *jobs;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A label value: at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends. */
+static void label_value(const char *in, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (const char *p = in; *p && n + 1 < cap && n < 63; p++)
+        out[n++] = isalnum((unsigned char)*p) || *p == '-' || *p == '_' || *p == '.' ? *p : '-';
+    out[n] = '\0';
+    while (n > 0 && !isalnum((unsigned char)out[n - 1]))
+        out[--n] = '\0';
+    size_t s = 0;
+    while (out[s] && !isalnum((unsigned char)out[s]))
+        s++;
+    memmove(out, out + s, strlen(out + s) + 1);
+}
+
+static void rfc3339_now(char *buf, size_t cap)
+{
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static void patch_status(struct opjob *j, cJSON *fields)
+{
+    herr e = {{0}};
+    if (fields && controller_patch_job_status(j->co->ctl, j->ns, j->name, fields, &e))
+        log_warn("job %s: status update: %s", j->key, e.msg);
+    cJSON_Delete(fields);
+}
+
+static void event(struct opjob *j, const char *type, const char *reason, const char *msg)
+{
+    herr e = {{0}};
+    if (controller_emit_event(j->co->ctl, j->ns, j->name, type, reason, msg, &e))
+        log_warn("job %s: event: %s", j->key, e.msg);
+}
+
+static void patch_labels(struct opjob *j, const char *pod, cJSON *labels)
+{
+    herr e = {{0}};
+    if (labels && controller_patch_pod_labels(j->co->ctl, j->ns, pod, labels, &e))
+        log_warn("job %s: labels of pod %s: %s", j->key, pod, e.msg);
+    cJSON_Delete(labels);
+}
+
+/* ---------------------------------------------------------------- hooks */
+
+static void on_hello(void *user, const struct coord_worker *w)
+{
+    struct opjob *j = user;
+    char fabric[64], gbps[32];
+    label_value(w->nic.fabric, fabric, sizeof fabric);
+    snprintf(gbps, sizeof gbps, "%g", w->nic.gbps);
+    cJSON *l = cJSON_CreateObject();
+    if (l && cJSON_AddStringToObject(l, "holmes.dev/nic-class", nic_class_name(w->nic.cls)) &&
+        cJSON_AddStringToObject(l, "holmes.dev/fabric", fabric) &&
+        cJSON_AddStringToObject(l, "holmes.dev/nic-gbps", gbps))
+        patch_labels(j, w->pod, l);
+    else
+        cJSON_Delete(l);
+}
+
+static cJSON *nic_groups_json(const struct coord_worker *w, int n)
+{
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; arr && i < n; i++) {
+        cJSON *g = NULL, *it;
+        cJSON_ArrayForEach(it, arr) {
+            const cJSON *f = cJSON_GetObjectItemCaseSensitive(it, "fabric");
+            if (cJSON_IsString(f) && strcmp(f->valuestring, w[i].nic.fabric) == 0)
+                g = it;
+        }
+        if (g) {
+            cJSON *cnt = cJSON_GetObjectItemCaseSensitive(g, "workers");
+            cJSON_SetNumberValue(cnt, cnt->valuedouble + 1);
+            continue;
+        }
+        g = cJSON_CreateObject();
+        if (!g)
+            break;
+        cJSON_AddItemToArray(arr, g);
+        cJSON_AddStringToObject(g, "class", nic_class_name(w[i].nic.cls));
+        cJSON_AddStringToObject(g, "fabric", w[i].nic.fabric);
+        cJSON_AddNumberToObject(g, "gbps", w[i].nic.gbps);
+        cJSON_AddNumberToObject(g, "workers", 1);
+    }
+    return arr;
+}
+
+static cJSON *plan_status_json(const struct plan *p, const struct coord_worker *w)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "policy", plan_policy_name(p->policy));
+    cJSON_AddNumberToObject(o, "tensor", p->tensor);
+    cJSON_AddNumberToObject(o, "pipeline", p->pipeline);
+    cJSON_AddNumberToObject(o, "data", p->data);
+    cJSON_AddNumberToObject(o, "predictedStepSeconds", p->step_s);
+    cJSON *stages = cJSON_AddArrayToObject(o, "stages");
+    for (int s = 0; stages && s < p->n_stages; s++) {
+        cJSON *st = cJSON_CreateObject();
+        if (!st)
+            break;
+        cJSON_AddItemToArray(stages, st);
+        cJSON_AddNumberToObject(st, "index", s);
+        cJSON_AddStringToObject(st, "fabric", p->stages[s].fabric);
+        cJSON_AddNumberToObject(st, "layers", p->stages[s].last_layer - p->stages[s].first_layer);
+        cJSON_AddNumberToObject(st, "firstLayer", p->stages[s].first_layer);
+        cJSON *ws = cJSON_AddArrayToObject(st, "workers");
+        for (int r = 0; ws && r < p->n_ranks; r++)
+            if (p->ranks[r].stage == s && p->ranks[r].local == 0)
+                cJSON_AddItemToArray(ws, cJSON_CreateString(w[p->ranks[r].worker].pod));
+    }
+    return o;
+}
+
+static int on_plan(void *user, const struct coord_worker *w, int n, cJSON **a, herr *e)
+{
+    struct opjob *j = user;
+    if (coord_plan_hook(&j->cp, w, n, a, e)) {
+        char msg[1100];
+        snprintf(msg, sizeof msg, "planning failed: %s", e->msg);
+        event(j, "Warning", "PlanFailed", msg);
+        return -1;
+    }
+    const struct plan *p = &j->cp.plan;
+    cJSON *st = cJSON_CreateObject();
+    if (st) {
+        cJSON_AddStringToObject(st, "phase", "Planning");
+        cJSON *ng = nic_groups_json(w, n), *pj = plan_status_json(p, w);
+        if (ng)
+            cJSON_AddItemToObject(st, "nicGroups", ng);
+        if (pj)
+            cJSON_AddItemToObject(st, "plan", pj);
+    }
+    patch_status(j, st);
+    for (int r = 0; r < p->n_ranks; r++) {
+        if (p->ranks[r].local != 0)
+            continue;
+        char stage[16], dp[16];
+        snprintf(stage, sizeof stage, "%d", p->ranks[r].stage);
+        snprintf(dp, sizeof dp, "%d", p->ranks[r].dp_rank);
+        cJSON *l = cJSON_CreateObject();
+        if (l && cJSON_AddStringToObject(l, "holmes.dev/stage", stage) &&
+            cJSON_AddStringToObject(l, "holmes.dev/dp-rank", dp))
+            patch_labels(j, w[p->ranks[r].worker].pod, l);
+        else
+            cJSON_Delete(l);
+    }
+    char msg[256];
+    snprintf(msg, sizeof msg, "planned %d stages x %d replicas (%s policy), predicted %.3f s/step",
+             p->n_stages, p->data, plan_policy_name(p->policy), p->step_s);
+    event(j, "Normal", "Planned", msg);
+    return 0;
+}
+
+static void on_progress(void *user, const struct coord_progress *pr)
+{
+    struct opjob *j = user;
+    const struct tj_spec *s = &j->tj.spec;
+    double devices = (double)s->workers * (s->gpus_per_worker > 0 ? s->gpus_per_worker : 1);
+    double tflops = 6.0 * (double)tj_model_params(&s->model) * pr->tokens_per_s / devices / 1e12;
+    char now[32];
+    rfc3339_now(now, sizeof now);
+    cJSON *st = cJSON_CreateObject();
+    cJSON *p = st ? cJSON_AddObjectToObject(st, "progress") : NULL;
+    if (!p) {
+        cJSON_Delete(st);
+        return;
+    }
+    cJSON_AddNumberToObject(p, "step", (double)pr->step);
+    if (pr->has_loss)
+        cJSON_AddNumberToObject(p, "loss", pr->loss);
+    cJSON_AddNumberToObject(p, "tokensPerSecond", pr->tokens_per_s);
+    cJSON_AddNumberToObject(p, "tflopsPerGpu", tflops);
+    if (pr->eta_s >= 0)
+        cJSON_AddNumberToObject(p, "etaSeconds", pr->eta_s);
+    cJSON_AddStringToObject(p, "updated", now);
+    if (j->cp.planned && j->cp.plan.step_s > 0 && pr->step_ms > 0) {
+        char msg[200];
+        double measured = pr->step_ms / 1000.0, predicted = j->cp.plan.step_s;
+        snprintf(msg, sizeof msg, "step time %.3f s measured vs %.3f s predicted (%+.0f%%)",
+                 measured, predicted, (measured / predicted - 1.0) * 100.0);
+        cJSON_AddStringToObject(st, "message", msg);
+    }
+    patch_status(j, st);
+}
+
+static void on_event(void *user, enum coord_job_state s, const char *msg)
+{
+    struct opjob *j = user;
+    const char *type = "Normal", *reason = coord_state_name(s);
+    if (strstr(msg, "gang timeout")) {
+        type = "Warning";
+        reason = "GangTimeout";
+    } else if (strncmp(msg, "refused", 7) == 0) {
+        double t = now_s();
+        if (t - j->last_refusal_event < 10)
+            return;
+        j->last_refusal_event = t;
+        type = "Warning";
+        reason = "ConnectionRefused";
+    } else if (s == COORD_RESTARTING || s == COORD_FAILED) {
+        type = "Warning";
+    }
+    event(j, type, reason, msg);
+    if (s == COORD_RUNNING && strstr(msg, "Running:")) {
+        cJSON *st = cJSON_CreateObject();
+        if (st && cJSON_AddStringToObject(st, "phase", "Running"))
+            patch_status(j, st);
+        else
+            cJSON_Delete(st);
+    }
+    if (s == COORD_FAILED) {
+        j->failed_at = now_s();
+        cJSON *st = cJSON_CreateObject();
+        if (st && cJSON_AddStringToObject(st, "message", msg))
+            patch_status(j, st);
+        else
+            cJSON_Delete(st);
+    }
+}
+
+/* ---------------------------------------------------------------- jobs */
+
+static void opjob_free(struct opjob *j)
+{
+    coord_plan_free(&j->cp);
+    tj_job_free(&j->tj);
+    free(j);
+}
+
+static int resolve(void *user, struct coordinator *c, const char *key)
+{
+    struct coord_operator *co = user;
+    const char *slash = strchr(key, '/');
+    if (!slash || slash == key || (size_t)(slash - key) >= TJ_NAME_MAX ||
+        strlen(slash + 1) >= TJ_NAME_MAX || !slash[1])
+        return -1;
+    struct opjob *j = calloc(1, sizeof *j);
+    if (!j)
+        return -1;
+    j->co = co;
+    snprintf(j->key, sizeof j->key, "%s", key);
+    snprintf(j->ns, sizeof j->ns, "%.*s", (int)(slash - key), key);
+    snprintf(j->name, sizeof j->name, "%s", slash + 1);
+    cJSON *obj = controller_get_job(co->ctl, j->ns, j->name);
+    char *token = obj ? controller_job_token(co->ctl, j->ns, j->name) : NULL;
+    static struct tj_errors errs; /* only this thread resolves */
+    int rc = -1;
+    char (*pods)[128] = NULL;
+    const char **podp = NULL;
+    if (!obj || !token || tj_job_from_json(obj, &j->tj, &errs))
+        goto out;
+    int n = j->tj.spec.workers;
+    pods = calloc((size_t)n, sizeof *pods);
+    podp = calloc((size_t)n, sizeof *podp);
+    if (!pods || !podp)
+        goto out;
+    for (int i = 0; i < n; i++) {
+        snprintf(pods[i], sizeof pods[i], "%s-worker-%d", j->name, i);
+        podp[i] = pods[i];
+    }
+    j->cp.job = &j->tj;
+    struct coord_job_spec js = {
+        .name = j->key, .token = token, .workers = n, .pods = podp,
+        .gang_timeout_ms = j->tj.spec.gang_timeout_seconds * 1000,
+        .max_restarts = j->tj.spec.restart.max_restarts,
+        .total_steps = j->tj.spec.training.steps,
+        .progress_interval_ms = co->status_interval_ms,
+        .hooks = {.plan = on_plan, .on_hello = on_hello, .on_progress = on_progress,
+                  .on_event = on_event},
+        .user = j,
+    };
+    herr e = {{0}};
+    if (coord_add_job(c, &js, &e)) {
+        log_warn("job %s: %s", key, e.msg);
+        goto out;
+    }
+    log_info("coordinator: job %s registered (%d workers)", key, n);
+    j->next = co->jobs;
+    co->jobs = j;
+    j = NULL;
+    rc = 0;
+out:
+    free(pods);
+    free(podp);
+    if (token) {
+        memset(token, 0, strlen(token));
+        free(token);
+    }
+    cJSON_Delete(obj);
+    if (j)
+        opjob_free(j);
+    return rc;
+}
+
+/* Forgets jobs whose TrainingJob is gone, and failed jobs (a controller restart recreates the
+ * pods; their workers then register the job afresh). */
+static void sweep(struct coord_operator *co)
+{
+    struct opjob **pj = &co->jobs;
+    double t = now_s();
+    while (*pj) {
+        struct opjob *j = *pj;
+        cJSON *obj = controller_get_job(co->ctl, j->ns, j->name);
+        int gone = obj == NULL;
+        cJSON_Delete(obj);
+        if (gone || (j->failed_at > 0 && t - j->failed_at > 5)) {
+            coord_remove_job(co->c, j->key);
+            *pj = j->next;
+            log_info("coordinator: job %s forgotten (%s)", j->key, gone ? "deleted" : "failed");
+            opjob_free(j);
+            continue;
+        }
+        pj = &j->next;
+    }
+}
+
+static void *serve(void *arg)
+{
+    struct coord_operator *co = arg;
+    double last_sweep = now_s();
+    while (!co->quit) {
+        coord_service(co->c);
+        if (now_s() - last_sweep > 2) {
+            sweep(co);
+            last_sweep = now_s();
+        }
+    }
+    return NULL;
+}
+
+struct coord_operator *coord_operator_start(struct controller *ctl,
+                                            const struct coord_operator_opts *o, herr *e)
+{
+    struct coord_operator *co = calloc(1, sizeof *co);
+    if (!co) {
+        herr_set(e, "coordinator: out of memory");
+        return NULL;
+    }
+    co->ctl = ctl;
+    co->status_interval_ms = o->status_interval_ms > 0 ? o->status_interval_ms : 5000;
+    struct coord_options copt = {.bind = o->bind, .port = o->port, .tls_cert = o->tls_cert,
+                                 .tls_key = o->tls_key, .resolve_job = resolve, .user = co};
+    if (coord_create(&co->c, &copt, e)) {
+        free(co);
+        return NULL;
+    }
+    if (pthread_create(&co->th, NULL, serve, co) != 0) {
+        coord_destroy(co->c);
+        free(co);
+        herr_set(e, "coordinator: cannot start its thread");
+        return NULL;
+    }
+    return co;
+}
+
+int coord_operator_port(const struct coord_operator *co)
+{
+    return coord_port(co->c);
+}
+
+void coord_operator_stop(struct coord_operator *co)
+{
+    if (!co)
+        return;
+    co->quit = 1;
+    pthread_join(co->th, NULL);
+    coord_destroy(co->c);
+    while (co->jobs) {
+        struct opjob *j = co->jobs;
+        co->jobs = j->next;
+        opjob_free(j);
+    }
+    free(co);
+}

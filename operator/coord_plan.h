@@ -1,0 +1,27 @@
+/* The coordinator's plan hook: turns the workers' hellos (NIC summaries) and a TrainingJob spec
+ * into the planner's input, runs the planner, and makes one assignment per worker:
+ *   {rank, stage, stages, dp_rank, tp_rank, layers: [first, last), fabric, job,
+ *    spec: the resolved TrainingJob spec, plan: plan_to_json (the rank table's base),
+ *    emulation: {bandwidth_scale, cross_fabric_gbps} when the job emulates NICs}
+ * The worker completes the rank table with every rank's endpoint from the start message. */
+#ifndef HOLMES_COORD_PLAN_H
+#define HOLMES_COORD_PLAN_H
+
+#include "coordinator.h"
+#include "planner.h"
+#include "trainingjob.h"
+
+struct coord_plan {
+    const struct tj_job *job;   /* not owned; must outlive the coordinator's job */
+    double cpu_tflops;          /* declared TFLOPS of a CPU worker (0 = 0.05) */
+    double gpu_tflops;          /* per GPU (0 = 100) */
+    int planned;
+    struct plan plan;           /* valid when planned */
+};
+
+/* The hook (user = struct coord_plan *). CPU workers (gpus 0) hold one rank each. */
+int coord_plan_hook(void *user, const struct coord_worker *workers, int n, cJSON **assignments,
+                    herr *e);
+void coord_plan_free(struct coord_plan *cp);
+
+#endif

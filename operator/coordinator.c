@@ -1,0 +1,1005 @@
+#include "coordinator.h"
+
+#include <libwebsockets.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+
+#define TICK_US (100 * 1000)
+#define RX_CHUNK 65536
+
+struct outmsg {
+    struct outmsg *next;
+    size_t len;
+    unsigned char buf[]; /* LWS_PRE bytes, then the text */
+};
+
+struct job;
+
+struct conn {
+    struct lws *wsi;
+    struct coordinator *c;
+    struct job *job;        /* set once the hello is accepted */
+    int worker;             /* index in job, -1 before hello */
+    char *rx;
+    size_t rx_len, rx_cap;
+    int rx_overflow;
+    struct outmsg *head, *tail;
+    int closing;            /* close after the queue drains */
+    int close_code;
+    char close_reason[100];
+    struct conn *prev, *next;
+};
+
+struct slot {
+    struct coord_worker info;
+    struct conn *conn;
+    int hello;              /* hello accepted in this gathering round */
+    int running;            /* hello said it is mid-training (adoption) */
+    int resume_attempt;
+    int rendezvous;
+    char endpoint[256];
+    cJSON *ids;
+    int reported;
+    struct proto_step last;
+    int done;
+};
+
+struct job {
+    struct job *next;
+    char *name, *token;
+    int n;
+    char **pods;
+    int gang_timeout_ms, max_restarts, progress_interval_ms;
+    long total_steps;
+    struct coord_hooks hooks;
+    void *user;
+
+    enum coord_job_state state;
+    int attempt, restarts;
+    struct slot *w;
+    cJSON **assign;         /* per worker index; NULL until planned */
+    int *worker_of_rank;
+    double gather_since;    /* seconds, monotonic */
+    int gang_reported;
+    double last_emit;
+    struct coord_progress emitted;
+    int progress_dirty;
+};
+
+struct coordinator {
+    struct lws_context *ctx;
+    struct lws_protocols protocols[2];
+    lws_sorted_usec_list_t tick;
+    struct job *jobs;
+    struct conn *conns;
+    int port;
+    int hello_timeout_s;
+    int (*resolve_job)(void *user, struct coordinator *c, const char *job);
+    void *user;
+    long refused;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+const char *coord_state_name(enum coord_job_state s)
+{
+    switch (s) {
+    case COORD_GATHERING: return "Gathering";
+    case COORD_RENDEZVOUS: return "Rendezvous";
+    case COORD_RUNNING: return "Running";
+    case COORD_RESTARTING: return "Restarting";
+    case COORD_SUCCEEDED: return "Succeeded";
+    case COORD_FAILED: return "Failed";
+    }
+    return "Unknown";
+}
+
+/* ---------------------------------------------------------------- sending */
+
+/* Queues `text` (taken over and freed) on the connection. */
+static int conn_send(struct conn *k, char *text)
+{
+    if (!text)
+        return -1;
+    size_t len = strlen(text);
+    struct outmsg *m = malloc(sizeof *m + LWS_PRE + len);
+    if (!m) {
+        free(text);
+        return -1;
+    }
+    m->next = NULL;
+    m->len = len;
+    memcpy(m->buf + LWS_PRE, text, len);
+    free(text);
+    if (k->tail)
+        k->tail->next = m;
+    else
+        k->head = m;
+    k->tail = m;
+    lws_callback_on_writable(k->wsi);
+    return 0;
+}
+
+/* Sends an error and closes the connection once it is flushed. */
+static void conn_refuse(struct conn *k, int code, const char *why)
+{
+    if (k->closing)
+        return;
+    conn_send(k, proto_error_encode(code, why, NULL));
+    k->closing = 1;
+    k->close_code = code == PROTO_ERR_BAD_MESSAGE ? LWS_CLOSE_STATUS_POLICY_VIOLATION
+                                                  : LWS_CLOSE_STATUS_NORMAL;
+    snprintf(k->close_reason, sizeof k->close_reason, "%s", why);
+    k->c->refused++;
+    lws_callback_on_writable(k->wsi);
+}
+
+static void conn_close_after(struct conn *k, const char *why)
+{
+    k->closing = 1;
+    k->close_code = LWS_CLOSE_STATUS_NORMAL;
+    snprintf(k->close_reason, sizeof k->close_reason, "%s", why);
+    lws_callback_on_writable(k->wsi);
+}
+
+static void conn_free_queue(struct conn *k)
+{
+    while (k->head) {
+        struct outmsg *m = k->head;
+        k->head = m->next;
+        free(m);
+    }
+    k->tail = NULL;
+}
+
+static void job_event(struct job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void job_event(struct job *j, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (j->hooks.on_event)
+        j->hooks.on_event(j->user, j->state, msg);
+}
+
+static void set_state(struct job *j, enum coord_job_state s, const char *why)
+{
+    j->state = s;
+    job_event(j, "%s: %s", coord_state_name(s), why);
+}
+
+/* Stop to every connected worker of the job. */
+static void job_broadcast_stop(struct job *j, int restart, const char *reason)
+{
+    for (int i = 0; i < j->n; i++) {
+        struct conn *k = j->w[i].conn;
+        if (!k)
+            continue;
+        conn_send(k, proto_stop_encode(j->attempt, restart, reason, NULL));
+        if (!restart)
+            conn_close_after(k, "job over");
+    }
+}
+
+static void job_reset_round(struct job *j)
+{
+    for (int i = 0; i < j->n; i++) {
+        struct slot *s = &j->w[i];
+        s->hello = s->running = s->rendezvous = s->done = 0;
+        s->reported = 0;
+        s->endpoint[0] = '\0';
+        cJSON_Delete(s->ids);
+        s->ids = NULL;
+    }
+    j->gather_since = now_s();
+    j->gang_reported = 0;
+}
+
+/* A worker failed: restart in place, or fail the job when restarts are spent. */
+static void job_failure(struct job *j, const char *why)
+{
+    if (j->state == COORD_SUCCEEDED || j->state == COORD_FAILED)
+        return;
+    if (j->restarts >= j->max_restarts) {
+        char reason[700];
+        snprintf(reason, sizeof reason, "%s; no restarts left (%d used)", why, j->restarts);
+        set_state(j, COORD_FAILED, reason);
+        job_broadcast_stop(j, 0, reason);
+        return;
+    }
+    j->restarts++;
+    job_broadcast_stop(j, 1, why);
+    j->attempt++;
+    job_reset_round(j);
+    char reason[700];
+    snprintf(reason, sizeof reason, "%s; restarting in place (restart %d of %d)", why,
+             j->restarts, j->max_restarts);
+    set_state(j, COORD_RESTARTING, reason);
+}
+
+/* ---------------------------------------------------------------- gang barrier, plan, start */
+
+static int job_plan(struct job *j, herr *e)
+{
+    if (!j->assign) {
+        j->assign = calloc((size_t)j->n, sizeof *j->assign);
+        if (!j->assign)
+            return herr_set(e, "out of memory");
+    }
+    int have = 1;
+    for (int i = 0; i < j->n; i++)
+        have = have && j->assign[i];
+    if (!have) {
+        struct coord_worker *ws = malloc((size_t)j->n * sizeof *ws);
+        if (!ws)
+            return herr_set(e, "out of memory");
+        for (int i = 0; i < j->n; i++)
+            ws[i] = j->w[i].info;
+        int rc = j->hooks.plan(j->user, ws, j->n, j->assign, e);
+        free(ws);
+        if (rc)
+            return -1;
+    }
+    for (int i = 0; i < j->n; i++)
+        j->worker_of_rank[i] = -1;
+    for (int i = 0; i < j->n; i++) {
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(j->assign[i], "rank");
+        if (!cJSON_IsObject(j->assign[i]) || !cJSON_IsNumber(r))
+            return herr_set(e, "plan: assignment of worker %d has no rank", i);
+        int rank = r->valueint;
+        if (rank < 0 || rank >= j->n || j->worker_of_rank[rank] >= 0)
+            return herr_set(e, "plan: rank %d of worker %d is out of range or taken", rank, i);
+        j->worker_of_rank[rank] = i;
+        j->w[i].info.rank = rank;
+    }
+    return 0;
+}
+
+static void job_send_assignments(struct job *j)
+{
+    herr e = {{0}};
+    if (job_plan(j, &e)) {
+        for (int i = 0; j->assign && i < j->n; i++) {
+            cJSON_Delete(j->assign[i]);
+            j->assign[i] = NULL;
+        }
+        set_state(j, COORD_FAILED, e.msg);
+        for (int i = 0; i < j->n; i++)
+            if (j->w[i].conn) {
+                conn_send(j->w[i].conn, proto_error_encode(PROTO_ERR_PLAN, e.msg, NULL));
+            }
+        job_broadcast_stop(j, 0, e.msg);
+        return;
+    }
+    for (int i = 0; i < j->n; i++)
+        conn_send(j->w[i].conn, proto_assign_encode(j->attempt, j->assign[i], NULL));
+    set_state(j, COORD_RENDEZVOUS, "assignments sent");
+}
+
+/* All present with hello: adopt a running gang, or plan and assign. */
+static void job_gang_complete(struct job *j)
+{
+    int all_running = 1, attempt = j->w[0].resume_attempt;
+    for (int i = 0; i < j->n; i++)
+        all_running = all_running && j->w[i].running && j->w[i].resume_attempt == attempt;
+    if (all_running) {
+        j->attempt = attempt;
+        set_state(j, COORD_RUNNING, "every worker reconnected mid-training; adopted");
+        return;
+    }
+    int any_running = 0;
+    for (int i = 0; i < j->n; i++)
+        any_running = any_running || j->w[i].running;
+    if (any_running) {
+        /* A partial gang of survivors cannot be resumed as is: restart everyone in place. */
+        job_failure(j, "workers reconnected from different attempts");
+        return;
+    }
+    job_send_assignments(j);
+}
+
+static void job_check_gang(struct job *j)
+{
+    if (j->state != COORD_GATHERING && j->state != COORD_RESTARTING)
+        return;
+    for (int i = 0; i < j->n; i++)
+        if (!j->w[i].hello)
+            return;
+    job_gang_complete(j);
+}
+
+static cJSON *peer_entry(const struct slot *s)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    if (!cJSON_AddNumberToObject(o, "rank", s->info.rank) ||
+        !cJSON_AddStringToObject(o, "endpoint", s->endpoint)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    if (s->ids) {
+        cJSON *ids = cJSON_Duplicate(s->ids, 1);
+        if (!ids) {
+            cJSON_Delete(o);
+            return NULL;
+        }
+        cJSON_AddItemToObject(o, "ids", ids);
+    }
+    return o;
+}
+
+static void job_send_start(struct job *j)
+{
+    for (int i = 0; i < j->n; i++) {
+        cJSON *peers = cJSON_CreateArray();
+        if (!peers)
+            goto oom;
+        const cJSON *want = cJSON_GetObjectItemCaseSensitive(j->assign[i], "peers");
+        if (cJSON_IsArray(want)) {
+            const cJSON *p;
+            cJSON_ArrayForEach(p, want) {
+                int r = p->valueint;
+                if (r < 0 || r >= j->n)
+                    continue;
+                cJSON *pe = peer_entry(&j->w[j->worker_of_rank[r]]);
+                if (!pe) {
+                    cJSON_Delete(peers);
+                    goto oom;
+                }
+                cJSON_AddItemToArray(peers, pe);
+            }
+        } else {
+            for (int r = 0; r < j->n; r++) {
+                cJSON *pe = peer_entry(&j->w[j->worker_of_rank[r]]);
+                if (!pe) {
+                    cJSON_Delete(peers);
+                    goto oom;
+                }
+                cJSON_AddItemToArray(peers, pe);
+            }
+        }
+        conn_send(j->w[i].conn, proto_start_encode(j->attempt, 0, peers, NULL));
+        cJSON_Delete(peers);
+    }
+    set_state(j, COORD_RUNNING, "rendezvous complete; training started");
+    return;
+oom:
+    job_failure(j, "out of memory building the start messages");
+}
+
+/* ---------------------------------------------------------------- progress */
+
+static void job_aggregate(const struct job *j, struct coord_progress *p)
+{
+    memset(p, 0, sizeof *p);
+    p->attempt = j->attempt;
+    p->total_steps = j->total_steps;
+    p->step = -1;
+    int nloss = 0;
+    for (int i = 0; i < j->n; i++) {
+        const struct slot *s = &j->w[i];
+        if (!s->reported)
+            continue;
+        if (p->step < 0 || s->last.step < p->step)
+            p->step = s->last.step;
+        if (s->last.step_ms > p->step_ms)
+            p->step_ms = s->last.step_ms;
+        if (s->last.has_loss) {
+            p->loss += s->last.loss;
+            p->tokens_per_s += s->last.tokens_per_s;
+            nloss++;
+        }
+    }
+    if (p->step < 0)
+        p->step = 0;
+    if (nloss) {
+        p->has_loss = 1;
+        p->loss /= nloss;
+    }
+    p->eta_s = -1;
+    if (j->total_steps > 0 && p->step_ms > 0)
+        p->eta_s = (double)(j->total_steps - p->step) * p->step_ms / 1000.0;
+    if (p->eta_s < -0.5)
+        p->eta_s = 0;
+}
+
+static void job_maybe_emit(struct job *j, int force)
+{
+    if (!j->progress_dirty || !j->hooks.on_progress)
+        return;
+    double t = now_s();
+    if (!force && (t - j->last_emit) * 1000.0 < j->progress_interval_ms)
+        return;
+    job_aggregate(j, &j->emitted);
+    j->last_emit = t;
+    j->progress_dirty = 0;
+    j->hooks.on_progress(j->user, &j->emitted);
+}
+
+/* ---------------------------------------------------------------- messages */
+
+static struct job *find_job(const struct coordinator *c, const char *name)
+{
+    for (struct job *j = c->jobs; j; j = j->next)
+        if (strcmp(j->name, name) == 0)
+            return j;
+    return NULL;
+}
+
+/* Constant-time comparison of the presented token with the job's. */
+static int token_ok(const char *want, const char *got)
+{
+    size_t lw = strlen(want), lg = strlen(got);
+    unsigned char d = (unsigned char)(lw != lg);
+    for (size_t i = 0; i < lw; i++)
+        d |= (unsigned char)(want[i] ^ (i < lg ? got[i] : 0));
+    return d == 0 && lw > 0;
+}
+
+static void on_hello(struct conn *k, const struct proto_hello *h)
+{
+    struct coordinator *c = k->c;
+    if (k->job && k->worker >= 0) {
+        struct slot *s = &k->job->w[k->worker];
+        if (s->hello || strcmp(h->job, k->job->name) != 0 || h->worker != k->worker) {
+            conn_refuse(k, PROTO_ERR_BAD_MESSAGE, "hello: already introduced on this connection");
+            return;
+        }
+    }
+    struct job *j = find_job(c, h->job);
+    if (!j && c->resolve_job && c->resolve_job(c->user, c, h->job) == 0)
+        j = find_job(c, h->job);
+    if (!j || !token_ok(j->token, h->token)) {
+        conn_refuse(k, PROTO_ERR_AUTH, h->token[0] ? "hello: unknown job or wrong token"
+                                                   : "hello: token required");
+        if (j)
+            job_event(j, "refused a connection claiming pod %s: wrong or missing token", h->pod);
+        return;
+    }
+    if (h->worker >= j->n || (j->pods && strcmp(j->pods[h->worker], h->pod) != 0)) {
+        char why[300];
+        snprintf(why, sizeof why, "hello: pod %s (worker %d) is not part of job %s", h->pod,
+                 h->worker, j->name);
+        conn_refuse(k, PROTO_ERR_UNKNOWN_WORKER, why);
+        job_event(j, "refused %s", why + 7);
+        return;
+    }
+    struct slot *s = &j->w[h->worker];
+    if (s->conn && s->conn != k) {
+        conn_refuse(k, PROTO_ERR_DUPLICATE, "hello: that worker is already connected");
+        return;
+    }
+    if (j->state == COORD_SUCCEEDED || j->state == COORD_FAILED) {
+        conn_send(k, proto_stop_encode(j->attempt, 0, "the job is over", NULL));
+        conn_close_after(k, "job over");
+        return;
+    }
+    if (j->state == COORD_RENDEZVOUS || (j->state == COORD_RUNNING && !h->running)) {
+        /* Someone joins a gang that already started: treat as a failure of that worker. */
+        s->conn = k;
+        k->job = j;
+        k->worker = h->worker;
+        job_failure(j, "a worker rejoined while the job was running");
+        return;
+    }
+    lws_set_timeout(k->wsi, NO_PENDING_TIMEOUT, 0);
+    k->job = j;
+    k->worker = h->worker;
+    s->conn = k;
+    s->info.connected = 1;
+    snprintf(s->info.pod, sizeof s->info.pod, "%s", h->pod);
+    snprintf(s->info.node, sizeof s->info.node, "%s", h->node);
+    s->info.gpus = h->gpus;
+    s->info.nic = h->nic;
+    if (j->hooks.on_hello)
+        j->hooks.on_hello(j->user, &s->info);
+    if (j->state == COORD_RUNNING) {
+        /* Reconnect of a running worker after a coordinator glitch: keep going. */
+        return;
+    }
+    s->hello = 1;
+    s->running = h->running;
+    s->resume_attempt = h->resume_attempt;
+    if (h->running)
+        s->info.rank = h->resume_rank;
+    job_check_gang(j);
+}
+
+static void on_rendezvous(struct conn *k, const struct proto_msg *m)
+{
+    struct job *j = k->job;
+    struct slot *s = &j->w[k->worker];
+    if (j->state != COORD_RENDEZVOUS || m->attempt != j->attempt)
+        return; /* stale: from an attempt that was stopped */
+    if (m->rank != s->info.rank) {
+        conn_refuse(k, PROTO_ERR_BAD_MESSAGE, "rendezvous.rank: not the rank assigned");
+        return;
+    }
+    snprintf(s->endpoint, sizeof s->endpoint, "%s", m->endpoint);
+    cJSON_Delete(s->ids);
+    s->ids = m->body ? cJSON_Duplicate(m->body, 1) : NULL;
+    s->rendezvous = 1;
+    for (int i = 0; i < j->n; i++)
+        if (!j->w[i].rendezvous)
+            return;
+    job_send_start(j);
+}
+
+static void on_progress(struct conn *k, const struct proto_msg *m)
+{
+    struct job *j = k->job;
+    struct slot *s = &j->w[k->worker];
+    if (j->state != COORD_RUNNING)
+        return;
+    const struct proto_progress *p = &m->u.progress;
+    s->last = p->steps[p->nsteps - 1];
+    s->reported = 1;
+    j->progress_dirty = 1;
+    if (j->hooks.on_steps)
+        j->hooks.on_steps(j->user, &s->info, p);
+}
+
+static void on_done(struct conn *k, const struct proto_msg *m)
+{
+    struct job *j = k->job;
+    if (j->state != COORD_RUNNING)
+        return;
+    j->w[k->worker].done = 1;
+    for (int i = 0; i < j->n; i++)
+        if (!j->w[i].done)
+            return;
+    job_maybe_emit(j, 1);
+    set_state(j, COORD_SUCCEEDED, "every worker finished");
+    job_broadcast_stop(j, 0, "the job succeeded");
+}
+
+static void on_message(struct conn *k, const char *text, size_t len)
+{
+    struct proto_msg *m = malloc(sizeof *m);
+    herr e = {{0}};
+    if (!m) {
+        conn_refuse(k, PROTO_ERR_BAD_MESSAGE, "coordinator out of memory");
+        return;
+    }
+    if (proto_parse(text, len, m, &e)) {
+        conn_refuse(k, PROTO_ERR_BAD_MESSAGE, e.msg);
+        free(m);
+        return;
+    }
+    if (m->type == PROTO_HELLO) {
+        on_hello(k, &m->u.hello);
+    } else if (!k->job) {
+        conn_refuse(k, PROTO_ERR_AUTH, "the first message must be hello");
+    } else {
+        switch (m->type) {
+        case PROTO_RENDEZVOUS: on_rendezvous(k, m); break;
+        case PROTO_PROGRESS: on_progress(k, m); break;
+        case PROTO_DONE: on_done(k, m); break;
+        case PROTO_ERROR: {
+            char why[700];
+            snprintf(why, sizeof why, "worker %d (%s) reported: %s", k->worker,
+                     k->job->w[k->worker].info.pod, m->u.error.message);
+            job_failure(k->job, why);
+            break;
+        }
+        default:
+            conn_refuse(k, PROTO_ERR_BAD_MESSAGE, "message type not accepted from a worker");
+        }
+    }
+    proto_msg_free(m);
+    free(m);
+}
+
+static void on_closed(struct conn *k)
+{
+    struct job *j = k->job;
+    if (j && k->worker >= 0 && j->w[k->worker].conn == k) {
+        struct slot *s = &j->w[k->worker];
+        s->conn = NULL;
+        s->info.connected = 0;
+        int was_in_round = s->hello;
+        s->hello = 0;
+        if ((j->state == COORD_RENDEZVOUS || j->state == COORD_RUNNING) && !s->done) {
+            char why[300];
+            snprintf(why, sizeof why, "worker %d (%s) disconnected", k->worker, s->info.pod);
+            job_failure(j, why);
+        } else if (was_in_round && (j->state == COORD_GATHERING || j->state == COORD_RESTARTING)) {
+            s->running = 0;
+        }
+    }
+    conn_free_queue(k);
+    free(k->rx);
+    if (k->prev)
+        k->prev->next = k->next;
+    else
+        k->c->conns = k->next;
+    if (k->next)
+        k->next->prev = k->prev;
+    free(k);
+}
+
+/* ---------------------------------------------------------------- lws glue */
+
+static int receive(struct conn *k, const void *in, size_t len)
+{
+    if (k->closing)
+        return 0;
+    if (lws_is_first_fragment(k->wsi))
+        k->rx_len = 0, k->rx_overflow = 0;
+    if (lws_frame_is_binary(k->wsi)) {
+        conn_refuse(k, PROTO_ERR_BAD_MESSAGE, "message: binary frames are not accepted");
+        return 0;
+    }
+    if (k->rx_len + len > PROTO_MAX_MESSAGE) {
+        conn_refuse(k, PROTO_ERR_BAD_MESSAGE, "message: larger than the limit");
+        return 0;
+    }
+    if (k->rx_len + len > k->rx_cap) {
+        size_t cap = k->rx_cap ? k->rx_cap : 4096;
+        while (cap < k->rx_len + len)
+            cap *= 2;
+        char *nb = realloc(k->rx, cap);
+        if (!nb) {
+            conn_refuse(k, PROTO_ERR_BAD_MESSAGE, "coordinator out of memory");
+            return 0;
+        }
+        k->rx = nb;
+        k->rx_cap = cap;
+    }
+    memcpy(k->rx + k->rx_len, in, len);
+    k->rx_len += len;
+    if (lws_is_final_fragment(k->wsi) && !lws_remaining_packet_payload(k->wsi)) {
+        on_message(k, k->rx, k->rx_len);
+        k->rx_len = 0;
+        if (k->rx_cap > 65536) { /* do not keep a large buffer around */
+            free(k->rx);
+            k->rx = NULL;
+            k->rx_cap = 0;
+        }
+    }
+    return 0;
+}
+
+static int writeable(struct conn *k)
+{
+    struct outmsg *m = k->head;
+    if (m) {
+        if (lws_write(k->wsi, m->buf + LWS_PRE, m->len, LWS_WRITE_TEXT) < (int)m->len)
+            return -1;
+        k->head = m->next;
+        if (!k->head)
+            k->tail = NULL;
+        free(m);
+        if (k->head || k->closing)
+            lws_callback_on_writable(k->wsi);
+        return 0;
+    }
+    if (k->closing) {
+        lws_close_reason(k->wsi, (enum lws_close_status)k->close_code,
+                         (unsigned char *)k->close_reason, strlen(k->close_reason));
+        return -1;
+    }
+    return 0;
+}
+
+static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                    size_t len)
+{
+    struct coordinator *c = lws_context_user(lws_get_context(wsi));
+    struct conn **pk = user;
+    switch (reason) {
+    case LWS_CALLBACK_ESTABLISHED: {
+        struct conn *k = calloc(1, sizeof *k);
+        if (!k)
+            return -1;
+        k->wsi = wsi;
+        k->c = c;
+        k->worker = -1;
+        k->next = c->conns;
+        if (c->conns)
+            c->conns->prev = k;
+        c->conns = k;
+        *pk = k;
+        lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, c->hello_timeout_s);
+        return 0;
+    }
+    case LWS_CALLBACK_RECEIVE:
+        return *pk ? receive(*pk, in, len) : -1;
+    case LWS_CALLBACK_SERVER_WRITEABLE:
+        return *pk ? writeable(*pk) : -1;
+    case LWS_CALLBACK_CLOSED:
+        if (*pk) {
+            on_closed(*pk);
+            *pk = NULL;
+        }
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+static void tick(lws_sorted_usec_list_t *sul)
+{
+    struct coordinator *c = lws_container_of(sul, struct coordinator, tick);
+    double t = now_s();
+    for (struct job *j = c->jobs; j; j = j->next) {
+        job_maybe_emit(j, 0);
+        if ((j->state == COORD_GATHERING || j->state == COORD_RESTARTING) && !j->gang_reported &&
+            (t - j->gather_since) * 1000.0 >= j->gang_timeout_ms) {
+            char missing[800] = "";
+            size_t used = 0;
+            int count = 0;
+            for (int i = 0; i < j->n; i++) {
+                if (j->w[i].hello)
+                    continue;
+                count++;
+                if (used < sizeof missing - 40) {
+                    int w = snprintf(missing + used, sizeof missing - used, "%s%d%s%s%s",
+                                     used ? ", " : "", i, j->pods ? " (" : "",
+                                     j->pods ? j->pods[i] : "", j->pods ? ")" : "");
+                    if (w > 0)
+                        used += (size_t)w;
+                }
+            }
+            j->gang_reported = 1;
+            job_event(j, "gang timeout after %d ms: %d of %d workers missing: %s%s",
+                      j->gang_timeout_ms, count, j->n, missing,
+                      used >= sizeof missing - 40 ? ", ..." : "");
+        }
+    }
+    lws_sul_schedule(c->ctx, 0, &c->tick, tick, TICK_US);
+}
+
+static void lws_log_to_ours(int level, const char *line)
+{
+    if (level & LLL_ERR)
+        log_debug("libwebsockets: %.*s", (int)strcspn(line, "\n"), line);
+}
+
+int coord_create(struct coordinator **out, const struct coord_options *opt, herr *e)
+{
+    *out = NULL;
+    struct coordinator *c = calloc(1, sizeof *c);
+    if (!c)
+        return herr_set(e, "coordinator: out of memory");
+    c->hello_timeout_s = opt->hello_timeout_s > 0 ? opt->hello_timeout_s : 10;
+    c->resolve_job = opt->resolve_job;
+    c->user = opt->user;
+    c->protocols[0] = (struct lws_protocols){
+        .name = "holmes.v1",
+        .callback = callback,
+        .per_session_data_size = sizeof(struct conn *),
+        .rx_buffer_size = RX_CHUNK,
+    };
+    lws_set_log_level(LLL_ERR, lws_log_to_ours);
+    struct lws_context_creation_info info;
+    memset(&info, 0, sizeof info);
+    info.port = opt->port > 0 ? opt->port : 0;
+    info.iface = opt->bind;
+    info.protocols = c->protocols;
+    info.user = c;
+    info.options = LWS_SERVER_OPTION_VALIDATE_UTF8;
+    if (opt->tls_cert || opt->tls_key) {
+        if (!opt->tls_cert || !opt->tls_key) {
+            free(c);
+            return herr_set(e, "coordinator: TLS needs both a certificate and a key file");
+        }
+        info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+        info.ssl_cert_filepath = opt->tls_cert;
+        info.ssl_private_key_filepath = opt->tls_key;
+    }
+    info.options |= LWS_SERVER_OPTION_EXPLICIT_VHOSTS;
+    c->ctx = lws_create_context(&info);
+    if (!c->ctx) {
+        free(c);
+        return herr_set(e, "coordinator: cannot create the libwebsockets context");
+    }
+    struct lws_vhost *vh = lws_create_vhost(c->ctx, &info); /* port 0: the kernel picks */
+    if (!vh) {
+        lws_context_destroy(c->ctx);
+        free(c);
+        return herr_set(e, "coordinator: cannot listen on %s:%d (in use, or bad TLS files?)",
+                        opt->bind ? opt->bind : "*", opt->port);
+    }
+    c->port = lws_get_vhost_listen_port(vh);
+    lws_sul_schedule(c->ctx, 0, &c->tick, tick, TICK_US);
+    *out = c;
+    return 0;
+}
+
+static void job_free(struct job *j)
+{
+    for (int i = 0; i < j->n; i++) {
+        cJSON_Delete(j->w[i].ids);
+        if (j->assign)
+            cJSON_Delete(j->assign[i]);
+        if (j->pods)
+            free(j->pods[i]);
+    }
+    free(j->pods);
+    free(j->assign);
+    free(j->w);
+    free(j->worker_of_rank);
+    free(j->name);
+    free(j->token);
+    free(j);
+}
+
+void coord_destroy(struct coordinator *c)
+{
+    if (!c)
+        return;
+    /* Workers are not stopped: they keep training and reconnect to the next coordinator
+     * (operator restart, leader change). Use coord_cancel_job first to stop a job. Queued
+     * messages (e.g. a cancel's stops) get a short chance to go out. */
+    for (int i = 0; i < 5; i++) {
+        int pending = 0;
+        for (struct conn *k = c->conns; k; k = k->next)
+            pending += k->head != NULL;
+        if (!pending)
+            break;
+        lws_service(c->ctx, 0);
+    }
+    lws_sul_cancel(&c->tick);
+    /* Detach connections from jobs before lws closes them. */
+    for (struct conn *k = c->conns; k; k = k->next)
+        k->job = NULL;
+    lws_context_destroy(c->ctx);
+    while (c->conns) { /* normally freed by LWS_CALLBACK_CLOSED */
+        struct conn *k = c->conns;
+        c->conns = k->next;
+        conn_free_queue(k);
+        free(k->rx);
+        free(k);
+    }
+    while (c->jobs) {
+        struct job *j = c->jobs;
+        c->jobs = j->next;
+        job_free(j);
+    }
+    free(c);
+}
+
+int coord_port(const struct coordinator *c)
+{
+    return c->port;
+}
+
+int coord_add_job(struct coordinator *c, const struct coord_job_spec *spec, herr *e)
+{
+    if (!spec->name || !spec->name[0])
+        return herr_set(e, "job: a name is required");
+    if (find_job(c, spec->name))
+        return herr_set(e, "job %s: already registered", spec->name);
+    if (!spec->token || strlen(spec->token) < 8)
+        return herr_set(e, "job %s: token must have at least 8 characters", spec->name);
+    if (spec->workers < 1 || spec->workers > 65536)
+        return herr_set(e, "job %s: workers must be in [1, 65536]", spec->name);
+    if (!spec->hooks.plan)
+        return herr_set(e, "job %s: a plan hook is required", spec->name);
+    struct job *j = calloc(1, sizeof *j);
+    if (!j)
+        return herr_set(e, "out of memory");
+    j->n = spec->workers;
+    j->name = strdup(spec->name);
+    j->token = strdup(spec->token);
+    j->w = calloc((size_t)j->n, sizeof *j->w);
+    j->worker_of_rank = calloc((size_t)j->n, sizeof *j->worker_of_rank);
+    int ok = j->name && j->token && j->w && j->worker_of_rank;
+    if (ok && spec->pods) {
+        j->pods = calloc((size_t)j->n, sizeof *j->pods);
+        ok = j->pods != NULL;
+        for (int i = 0; ok && i < j->n; i++)
+            ok = (j->pods[i] = strdup(spec->pods[i] ? spec->pods[i] : "")) != NULL;
+    }
+    if (!ok) {
+        job_free(j);
+        return herr_set(e, "out of memory");
+    }
+    for (int i = 0; i < j->n; i++) {
+        j->w[i].info.index = i;
+        j->w[i].info.rank = -1;
+    }
+    j->gang_timeout_ms = spec->gang_timeout_ms > 0 ? spec->gang_timeout_ms : 300000;
+    j->max_restarts = spec->max_restarts > 0 ? spec->max_restarts : 0;
+    j->progress_interval_ms = spec->progress_interval_ms > 0 ? spec->progress_interval_ms : 2000;
+    j->total_steps = spec->total_steps;
+    j->hooks = spec->hooks;
+    j->user = spec->user;
+    j->state = COORD_GATHERING;
+    j->gather_since = now_s();
+    j->last_emit = -1e9;
+    j->next = c->jobs;
+    c->jobs = j;
+    return 0;
+}
+
+int coord_remove_job(struct coordinator *c, const char *name)
+{
+    struct job **pj = &c->jobs;
+    while (*pj && strcmp((*pj)->name, name) != 0)
+        pj = &(*pj)->next;
+    struct job *j = *pj;
+    if (!j)
+        return -1;
+    for (struct conn *k = c->conns; k; k = k->next) {
+        if (k->job != j)
+            continue;
+        k->job = NULL;
+        k->worker = -1;
+        conn_close_after(k, "job removed");
+    }
+    *pj = j->next;
+    job_free(j);
+    return 0;
+}
+
+int coord_cancel_job(struct coordinator *c, const char *name, const char *reason, herr *e)
+{
+    struct job *j = find_job(c, name);
+    if (!j)
+        return herr_set(e, "job %s: not registered", name);
+    if (j->state == COORD_SUCCEEDED || j->state == COORD_FAILED)
+        return 0;
+    set_state(j, COORD_FAILED, reason);
+    job_broadcast_stop(j, 0, reason);
+    return 0;
+}
+
+int coord_job_state(const struct coordinator *c, const char *name, enum coord_job_state *s)
+{
+    const struct job *j = find_job(c, name);
+    if (!j)
+        return -1;
+    *s = j->state;
+    return 0;
+}
+
+int coord_job_progress(const struct coordinator *c, const char *name, struct coord_progress *p)
+{
+    const struct job *j = find_job(c, name);
+    if (!j)
+        return -1;
+    job_aggregate(j, p);
+    return 0;
+}
+
+int coord_job_connected(const struct coordinator *c, const char *name)
+{
+    const struct job *j = find_job(c, name);
+    if (!j)
+        return -1;
+    int n = 0;
+    for (int i = 0; i < j->n; i++)
+        n += j->w[i].conn != NULL;
+    return n;
+}
+
+int coord_job_restarts(const struct coordinator *c, const char *name)
+{
+    const struct job *j = find_job(c, name);
+    return j ? j->restarts : -1;
+}
+
+long coord_refused(const struct coordinator *c)
+{
+    return c->refused;
+}
+
+int coord_service(struct coordinator *c)
+{
+    return lws_service(c->ctx, 0) < 0 ? -1 : 0;
+}

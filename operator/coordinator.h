@@ -1,0 +1,127 @@
+/* The coordinator: one WebSocket endpoint (libwebsockets) for the workers of every job.
+ *
+ * Per job it authenticates workers by the job's token, holds the gang barrier until every
+ * worker has said hello, asks the planner (a hook) for each worker's assignment, relays the
+ * rendezvous (TCP endpoints, NCCL unique ids), starts training on every worker together,
+ * aggregates progress, and on a failure (a worker's connection drops or it reports an error)
+ * tells every other worker to stop and restarts the job in place (workers hello again, get the
+ * same assignments, re-rendezvous and resume from their last checkpoint) up to max_restarts.
+ * A coordinator that starts while workers are mid-training (operator restart) adopts them when
+ * they all reconnect with the same attempt.
+ *
+ * Single-threaded: everything, hooks included, runs inside coord_service(). The protocol is
+ * common/protocol.h; docs/protocol.md describes it. */
+#ifndef HOLMES_COORDINATOR_H
+#define HOLMES_COORDINATOR_H
+
+#include <cjson/cJSON.h>
+
+#include "error.h"
+#include "nic_summary.h"
+#include "protocol.h"
+
+struct coordinator;
+
+struct coord_options {
+    const char *bind;       /* address or interface to listen on; NULL = all */
+    int port;               /* 0 = an ephemeral port (see coord_port) */
+    const char *tls_cert;   /* PEM files; both set = wss:// */
+    const char *tls_key;
+    int hello_timeout_s;    /* a connection that has not said hello by then is closed; 0 = 10 */
+    /* A hello names a job that is not registered: the owner may register it now with
+     * coord_add_job (e.g. from the TrainingJob in the API server) and return 0; -1 refuses
+     * the hello like any unknown job. Optional. */
+    int (*resolve_job)(void *user, struct coordinator *c, const char *job);
+    void *user;
+};
+
+enum coord_job_state {
+    COORD_GATHERING,        /* waiting for every worker's hello (the gang barrier) */
+    COORD_RENDEZVOUS,       /* assignments sent; waiting for every worker's endpoint */
+    COORD_RUNNING,          /* start sent; training */
+    COORD_RESTARTING,       /* a worker failed; others told to stop; gathering again */
+    COORD_SUCCEEDED,        /* every worker reported done */
+    COORD_FAILED,           /* planner refused, or restarts exhausted */
+};
+const char *coord_state_name(enum coord_job_state s);
+
+/* What the coordinator knows about one worker (index i of the job). */
+struct coord_worker {
+    int index;
+    int connected;
+    char pod[128];
+    char node[128];
+    int gpus;
+    struct nic_summary nic;
+    int rank;               /* from the assignment; -1 before */
+};
+
+/* The job's progress, aggregated over workers. */
+struct coord_progress {
+    int attempt;
+    long step;              /* the slowest worker's last step */
+    long total_steps;       /* from the job spec; 0 = unknown */
+    int has_loss;
+    double loss;            /* mean over the workers that report loss (last stage) */
+    double tokens_per_s;    /* sum over the workers that report loss (one per replica) */
+    double step_ms;         /* the slowest worker's last step time */
+    double eta_s;           /* (total_steps - step) * step_ms; -1 when unknown */
+};
+
+struct coord_hooks {
+    /* Every worker has said hello: fill assignments[i] (a new cJSON object owned by the
+     * coordinator afterwards) for each worker index i. Each holds at least "rank" (distinct
+     * 0..n-1) and may hold "peers" (the ranks whose endpoints the worker needs; all when
+     * absent). Return -1 with `e` to fail the job. Required. */
+    int (*plan)(void *user, const struct coord_worker *workers, int n, cJSON **assignments,
+                herr *e);
+    /* A worker was admitted (its hello accepted): e.g. label its pod. Optional. */
+    void (*on_hello)(void *user, const struct coord_worker *w);
+    /* Every progress message as received (per-step records of one worker). Optional. */
+    void (*on_steps)(void *user, const struct coord_worker *w, const struct proto_progress *p);
+    /* The aggregate, at most once per progress_interval_ms and only when it changed. Optional. */
+    void (*on_progress)(void *user, const struct coord_progress *p);
+    /* A state change or an event worth a Kubernetes Event (gang timeout naming the missing
+     * workers, a worker failure, a refused connection). Optional. */
+    void (*on_event)(void *user, enum coord_job_state s, const char *message);
+};
+
+struct coord_job_spec {
+    const char *name;
+    const char *token;      /* workers must present it in hello */
+    int workers;            /* gang size */
+    const char *const *pods; /* NULL: any pod name; else pods[i] is the only pod for index i */
+    int gang_timeout_ms;    /* 0 = 300000; reported once per gathering, the job keeps waiting */
+    int max_restarts;       /* in-place restarts after failures */
+    long total_steps;       /* for the ETA; 0 = unknown */
+    int progress_interval_ms; /* 0 = 2000 */
+    struct coord_hooks hooks;
+    void *user;
+};
+
+int coord_create(struct coordinator **out, const struct coord_options *opt, herr *e);
+/* Closes every connection and frees everything. Workers are NOT told to stop: training goes
+ * on and they reconnect to the next coordinator (see coord_cancel_job to end a job). */
+void coord_destroy(struct coordinator *c);
+int coord_port(const struct coordinator *c);
+
+/* Registers a job (the spec is copied). Returns -1 if the name is taken or the spec is bad. */
+int coord_add_job(struct coordinator *c, const struct coord_job_spec *spec, herr *e);
+/* Forgets a job (e.g. its TrainingJob was deleted): its connections are closed, workers are
+ * not told to stop. -1 when no such job. */
+int coord_remove_job(struct coordinator *c, const char *name);
+/* Tells the job's workers to stop (no restart), marks it FAILED with `reason`. */
+int coord_cancel_job(struct coordinator *c, const char *name, const char *reason, herr *e);
+/* -1 when no such job. */
+int coord_job_state(const struct coordinator *c, const char *name, enum coord_job_state *s);
+int coord_job_progress(const struct coordinator *c, const char *name, struct coord_progress *p);
+/* Connected, admitted workers of the job; -1 when no such job. */
+int coord_job_connected(const struct coordinator *c, const char *name);
+int coord_job_restarts(const struct coordinator *c, const char *name);
+/* Connections refused so far (bad token, bad message, unknown pod...), for tests and metrics. */
+long coord_refused(const struct coordinator *c);
+
+/* Runs the event loop once: waits for activity (at most ~100 ms) and handles it. */
+int coord_service(struct coordinator *c);
+
+#endif

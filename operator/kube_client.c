@@ -1,0 +1,521 @@
+#include "kube_client.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+const struct kube_resource KUBE_PODS = {"", "v1", "pods", "Pod"};
+const struct kube_resource KUBE_SECRETS = {"", "v1", "secrets", "Secret"};
+const struct kube_resource KUBE_SERVICES = {"", "v1", "services", "Service"};
+const struct kube_resource KUBE_EVENTS = {"", "v1", "events", "Event"};
+const struct kube_resource KUBE_LEASES = {"coordination.k8s.io", "v1", "leases", "Lease"};
+const struct kube_resource KUBE_TRAININGJOBS = {"holmes.dev", "v1alpha1", "trainingjobs",
+                                                "TrainingJob"};
+
+#define POOL_MAX 64
+#define MAX_BODY (256u << 20)
+
+struct kube_client {
+    struct kube_config *cfg;
+    struct kube_client_opts o;
+    pthread_mutex_t lock;
+    CURL *pool[POOL_MAX];
+    int npool;
+    /* token bucket */
+    double tokens;
+    struct timespec last;
+    double not_before; /* monotonic seconds: a 429 pauses everyone until then */
+    atomic_ulong errors[600];
+    atomic_ulong requests;
+};
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void sleep_s(double s)
+{
+    if (s <= 0)
+        return;
+    struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static void global_init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+struct kube_client *kube_client_new(struct kube_config *cfg, const struct kube_client_opts *opts,
+                                    herr *e)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, global_init);
+    struct kube_client *kc = calloc(1, sizeof *kc);
+    if (!kc) {
+        herr_set(e, "kube client: out of memory");
+        return NULL;
+    }
+    kc->cfg = cfg;
+    if (opts)
+        kc->o = *opts;
+    if (kc->o.qps <= 0)
+        kc->o.qps = 50;
+    if (kc->o.burst <= 0)
+        kc->o.burst = 100;
+    if (kc->o.max_429_retries <= 0)
+        kc->o.max_429_retries = 8;
+    if (kc->o.timeout_ms <= 0)
+        kc->o.timeout_ms = 30000;
+    if (!kc->o.user_agent)
+        kc->o.user_agent = "holmes-operator";
+    kc->tokens = kc->o.burst;
+    kc->last.tv_sec = 0;
+    pthread_mutex_init(&kc->lock, NULL);
+    return kc;
+}
+
+void kube_client_free(struct kube_client *kc)
+{
+    if (!kc)
+        return;
+    for (int i = 0; i < kc->npool; i++)
+        curl_easy_cleanup(kc->pool[i]);
+    pthread_mutex_destroy(&kc->lock);
+    free(kc);
+}
+
+static CURL *take_handle(struct kube_client *kc)
+{
+    CURL *h = NULL;
+    pthread_mutex_lock(&kc->lock);
+    if (kc->npool > 0)
+        h = kc->pool[--kc->npool];
+    pthread_mutex_unlock(&kc->lock);
+    if (!h)
+        h = curl_easy_init();
+    else
+        curl_easy_reset(h);
+    return h;
+}
+
+static void give_handle(struct kube_client *kc, CURL *h)
+{
+    pthread_mutex_lock(&kc->lock);
+    if (kc->npool < POOL_MAX) {
+        kc->pool[kc->npool++] = h;
+        h = NULL;
+    }
+    pthread_mutex_unlock(&kc->lock);
+    if (h)
+        curl_easy_cleanup(h);
+}
+
+/* Token bucket: reserve one token, then sleep until it is ours. */
+static void rate_wait(struct kube_client *kc)
+{
+    pthread_mutex_lock(&kc->lock);
+    double now = mono_now();
+    double last = (double)kc->last.tv_sec + kc->last.tv_nsec / 1e9;
+    if (last > 0)
+        kc->tokens += (now - last) * kc->o.qps;
+    if (kc->tokens > kc->o.burst)
+        kc->tokens = kc->o.burst;
+    clock_gettime(CLOCK_MONOTONIC, &kc->last);
+    kc->tokens -= 1.0;
+    double wait = kc->tokens < 0 ? -kc->tokens / kc->o.qps : 0;
+    if (kc->not_before > now + wait)
+        wait = kc->not_before - now;
+    pthread_mutex_unlock(&kc->lock);
+    sleep_s(wait);
+}
+
+void kube_client_count_error(struct kube_client *kc, int code)
+{
+    if (code < 0 || code >= 600)
+        code = 0;
+    atomic_fetch_add(&kc->errors[code], 1);
+}
+
+void kube_client_error_counts(struct kube_client *kc,
+                              void (*fn)(int code, unsigned long count, void *user), void *user)
+{
+    for (int i = 0; i < 600; i++) {
+        unsigned long n = atomic_load(&kc->errors[i]);
+        if (n)
+            fn(i, n, user);
+    }
+}
+
+unsigned long kube_client_request_count(struct kube_client *kc)
+{
+    return atomic_load(&kc->requests);
+}
+
+char *kube_escape(const char *s)
+{
+    char *out = curl_easy_escape(NULL, s, 0);
+    if (!out)
+        return NULL;
+    char *copy = strdup(out);
+    curl_free(out);
+    return copy;
+}
+
+char *kube_path(const struct kube_resource *r, const char *ns, const char *name, const char *sub)
+{
+    char *p = NULL;
+    int n;
+    char base[128];
+    if (r->group[0])
+        snprintf(base, sizeof base, "/apis/%s/%s", r->group, r->version);
+    else
+        snprintf(base, sizeof base, "/api/%s", r->version);
+    n = asprintf(&p, "%s%s%s/%s%s%s%s%s", base, ns ? "/namespaces/" : "", ns ? ns : "",
+                 r->resource, name ? "/" : "", name ? name : "", sub ? "/" : "", sub ? sub : "");
+    return n < 0 ? NULL : p;
+}
+
+struct buf {
+    char *data;
+    size_t len, cap;
+    int too_big;
+};
+
+static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+    struct buf *b = ud;
+    size_t n = size * nmemb;
+    if (b->len + n + 1 > MAX_BODY) {
+        b->too_big = 1;
+        return 0;
+    }
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *d = realloc(b->data, cap);
+        if (!d)
+            return 0;
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, ptr, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return n;
+}
+
+struct resp_headers {
+    double retry_after;
+};
+
+static size_t on_header(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+    struct resp_headers *h = ud;
+    size_t n = size * nmemb;
+    if (n > 12 && strncasecmp(ptr, "Retry-After:", 12) == 0) {
+        char tmp[32];
+        size_t k = n - 12 < sizeof tmp - 1 ? n - 12 : sizeof tmp - 1;
+        memcpy(tmp, ptr + 12, k);
+        tmp[k] = '\0';
+        h->retry_after = atof(tmp);
+    }
+    return n;
+}
+
+struct curl_slist *kube_client_prepare(struct kube_client *kc, CURL *h, const char *path_query,
+                                       herr *e)
+{
+    rate_wait(kc);
+    atomic_fetch_add(&kc->requests, 1);
+    struct kube_config *c = kc->cfg;
+    char *url = NULL;
+    if (asprintf(&url, "%s%s", c->server, path_query) < 0) {
+        herr_set(e, "out of memory");
+        return NULL;
+    }
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    free(url);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, kc->o.user_agent);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+    if (c->insecure) {
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+    }
+    if (c->ca_data) {
+        struct curl_blob blob = {c->ca_data, c->ca_data_len, CURL_BLOB_COPY};
+        curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &blob);
+    } else if (c->ca_file) {
+        curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
+    }
+    if (c->cert_data) {
+        struct curl_blob blob = {c->cert_data, c->cert_data_len, CURL_BLOB_COPY};
+        curl_easy_setopt(h, CURLOPT_SSLCERT_BLOB, &blob);
+        curl_easy_setopt(h, CURLOPT_SSLCERTTYPE, "PEM");
+    } else if (c->cert_file) {
+        curl_easy_setopt(h, CURLOPT_SSLCERT, c->cert_file);
+    }
+    if (c->key_data) {
+        struct curl_blob blob = {c->key_data, c->key_data_len, CURL_BLOB_COPY};
+        curl_easy_setopt(h, CURLOPT_SSLKEY_BLOB, &blob);
+        curl_easy_setopt(h, CURLOPT_SSLKEYTYPE, "PEM");
+    } else if (c->key_file) {
+        curl_easy_setopt(h, CURLOPT_SSLKEY, c->key_file);
+    }
+    struct curl_slist *hd = curl_slist_append(NULL, "Accept: application/json");
+    char tok[4096];
+    if (hd && kube_config_token(c, tok, sizeof tok) == 0) {
+        char auth[4200];
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", tok);
+        struct curl_slist *t = curl_slist_append(hd, auth);
+        if (!t) {
+            curl_slist_free_all(hd);
+            hd = NULL;
+        } else {
+            hd = t;
+        }
+    }
+    if (!hd)
+        herr_set(e, "out of memory");
+    return hd;
+}
+
+/* Fills e from an API Status body (or the raw text when it is not one). */
+static void api_error(herr *e, const char *method, const char *path, long code, const cJSON *st,
+                      const char *raw)
+{
+    const cJSON *reason = cJSON_GetObjectItemCaseSensitive(st, "reason");
+    const cJSON *msg = cJSON_GetObjectItemCaseSensitive(st, "message");
+    if (cJSON_IsString(msg))
+        herr_set(e, "%s %s: %ld %s: %s", method, path, code,
+                 cJSON_IsString(reason) ? reason->valuestring : "", msg->valuestring);
+    else
+        herr_set(e, "%s %s: %ld: %.200s", method, path, code, raw ? raw : "");
+}
+
+int kube_request(struct kube_client *kc, const char *method, const char *path_query,
+                 const char *content_type, const cJSON *body, cJSON **out, herr *e)
+{
+    if (out)
+        *out = NULL;
+    char *payload = NULL;
+    if (body && !(payload = cJSON_PrintUnformatted(body)))
+        return herr_set(e, "%s %s: cannot encode the request body", method, path_query);
+    int result = -1;
+    for (int attempt = 0;; attempt++) {
+        CURL *h = take_handle(kc);
+        if (!h) {
+            herr_set(e, "%s %s: curl_easy_init failed", method, path_query);
+            break;
+        }
+        struct curl_slist *hd = kube_client_prepare(kc, h, path_query, e);
+        if (!hd) {
+            curl_easy_cleanup(h);
+            break;
+        }
+        if (payload) {
+            char ct[128];
+            snprintf(ct, sizeof ct, "Content-Type: %s", content_type ? content_type : "application/json");
+            struct curl_slist *t = curl_slist_append(hd, ct);
+            if (t)
+                hd = t;
+            curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload);
+        }
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+        if (strcmp(method, "GET") == 0)
+            curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, kc->o.timeout_ms);
+        struct buf b = {0};
+        struct resp_headers rh = {0};
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(h, CURLOPT_HEADERDATA, &rh);
+        CURLcode cc = curl_easy_perform(h);
+        long code = 0;
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+        curl_slist_free_all(hd);
+        if (cc != CURLE_OK) {
+            herr_set(e, "%s %s%s: %s", method, kc->cfg->server, path_query,
+                     b.too_big ? "answer larger than 256 MiB" : curl_easy_strerror(cc));
+            curl_easy_cleanup(h);
+            free(b.data);
+            kube_client_count_error(kc, 0);
+            break;
+        }
+        give_handle(kc, h);
+        cJSON *parsed = b.len ? cJSON_ParseWithLength(b.data, b.len) : NULL;
+        if (code == 429 && attempt < kc->o.max_429_retries) {
+            double wait = rh.retry_after > 0 ? rh.retry_after : 1.0;
+            if (wait > 60)
+                wait = 60;
+            pthread_mutex_lock(&kc->lock);
+            double nb = mono_now() + wait;
+            if (nb > kc->not_before)
+                kc->not_before = nb;
+            pthread_mutex_unlock(&kc->lock);
+            kube_client_count_error(kc, 429);
+            cJSON_Delete(parsed);
+            free(b.data);
+            continue;
+        }
+        if (code >= 400 || code < 200) {
+            api_error(e, method, path_query, code, parsed, b.data);
+            kube_client_count_error(kc, (int)code);
+            result = code >= 400 ? (int)code : -1;
+        } else if (b.len && !parsed) {
+            herr_set(e, "%s %s: the answer is not JSON", method, path_query);
+            result = -1;
+        } else {
+            result = 0;
+            if (out) {
+                *out = parsed;
+                parsed = NULL;
+            }
+        }
+        cJSON_Delete(parsed);
+        free(b.data);
+        break;
+    }
+    cJSON_free(payload);
+    return result;
+}
+
+static int with_path(struct kube_client *kc, const char *method, const struct kube_resource *r,
+                     const char *ns, const char *name, const char *sub, const char *query,
+                     const char *ctype, const cJSON *body, cJSON **out, herr *e)
+{
+    char *p = kube_path(r, ns, name, sub);
+    char *pq = NULL;
+    if (!p || asprintf(&pq, "%s%s", p, query ? query : "") < 0) {
+        free(p);
+        return herr_set(e, "out of memory");
+    }
+    int rc = kube_request(kc, method, pq, ctype, body, out, e);
+    free(p);
+    free(pq);
+    return rc;
+}
+
+int kube_get(struct kube_client *kc, const struct kube_resource *r, const char *ns,
+             const char *name, cJSON **out, herr *e)
+{
+    return with_path(kc, "GET", r, ns, name, NULL, NULL, NULL, NULL, out, e);
+}
+
+int kube_create(struct kube_client *kc, const struct kube_resource *r, const char *ns,
+                const cJSON *obj, cJSON **out, herr *e)
+{
+    return with_path(kc, "POST", r, ns, NULL, NULL, NULL, "application/json", obj, out, e);
+}
+
+int kube_patch(struct kube_client *kc, const struct kube_resource *r, const char *ns,
+               const char *name, const char *sub, const cJSON *patch, cJSON **out, herr *e)
+{
+    return with_path(kc, "PATCH", r, ns, name, sub, NULL, "application/merge-patch+json", patch,
+                     out, e);
+}
+
+int kube_delete(struct kube_client *kc, const struct kube_resource *r, const char *ns,
+                const char *name, const char *propagation, herr *e)
+{
+    cJSON *opts = NULL;
+    if (propagation) {
+        opts = cJSON_CreateObject();
+        if (!opts || !cJSON_AddStringToObject(opts, "kind", "DeleteOptions") ||
+            !cJSON_AddStringToObject(opts, "apiVersion", "v1") ||
+            !cJSON_AddStringToObject(opts, "propagationPolicy", propagation)) {
+            cJSON_Delete(opts);
+            return herr_set(e, "out of memory");
+        }
+    }
+    int rc = with_path(kc, "DELETE", r, ns, name, NULL, NULL, "application/json", opts, NULL, e);
+    cJSON_Delete(opts);
+    return rc;
+}
+
+/* Appends "&k=v" (v escaped) to *q. */
+static int add_query(char **q, const char *k, const char *v)
+{
+    if (!v || !*v)
+        return 0;
+    char *ev = kube_escape(v), *nq = NULL;
+    if (!ev)
+        return -1;
+    int n = asprintf(&nq, "%s%c%s=%s", *q, **q ? '&' : '?', k, ev);
+    free(ev);
+    if (n < 0)
+        return -1;
+    free(*q);
+    *q = nq;
+    return 0;
+}
+
+int kube_list(struct kube_client *kc, const struct kube_resource *r, const char *ns,
+              const char *label_selector, const char *field_selector, int limit, cJSON **items,
+              char **rv, herr *e)
+{
+    *items = cJSON_CreateArray();
+    *rv = NULL;
+    char *cont = NULL;
+    char limit_s[16];
+    snprintf(limit_s, sizeof limit_s, "%d", limit);
+    if (!*items)
+        return herr_set(e, "out of memory");
+    for (;;) {
+        char *q = strdup("");
+        if (!q || add_query(&q, "labelSelector", label_selector) ||
+            add_query(&q, "fieldSelector", field_selector) ||
+            (limit > 0 && add_query(&q, "limit", limit_s)) || add_query(&q, "continue", cont)) {
+            free(q);
+            free(cont);
+            return herr_set(e, "out of memory");
+        }
+        free(cont);
+        cont = NULL;
+        cJSON *page = NULL;
+        int rc = with_path(kc, "GET", r, ns, NULL, NULL, q, NULL, NULL, &page, e);
+        free(q);
+        if (rc != 0) {
+            cJSON_Delete(*items);
+            *items = NULL;
+            free(*rv);
+            *rv = NULL;
+            return rc;
+        }
+        cJSON *md = cJSON_GetObjectItemCaseSensitive(page, "metadata");
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(md, "resourceVersion");
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(md, "continue");
+        if (cJSON_IsString(v)) {
+            free(*rv);
+            *rv = strdup(v->valuestring);
+        }
+        if (cJSON_IsString(c) && c->valuestring[0])
+            cont = strdup(c->valuestring);
+        cJSON *list = cJSON_DetachItemFromObjectCaseSensitive(page, "items");
+        cJSON *it;
+        while (cJSON_IsArray(list) && (it = cJSON_DetachItemFromArray(list, 0)))
+            cJSON_AddItemToArray(*items, it);
+        cJSON_Delete(list);
+        cJSON_Delete(page);
+        if (!cont)
+            break;
+    }
+    if (!*rv) {
+        cJSON_Delete(*items);
+        *items = NULL;
+        return herr_set(e, "list %s: the answer has no metadata.resourceVersion", r->resource);
+    }
+    return 0;
+}

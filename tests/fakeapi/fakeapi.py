@@ -1,0 +1,733 @@
+#!/usr/bin/python3
+"""A fake kube-apiserver for Holmes tests (standard library only).
+
+Behaves like kube-apiserver for every request the operator makes: per-object
+resourceVersion from one global counter, LIST (label/field selectors, limit/continue),
+WATCH as chunked streams (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR 410 when the asked
+version is older than the kept history), JSON merge patch, status subresource, 409 on
+stale resourceVersion or existing name, Status bodies for 401/404/409/422, cascade
+deletion through ownerReferences, bearer-token auth.
+
+Test control (no auth) under /_fake/:
+  POST /_fake/faults   {"status":500|429,"count":N,"match":"substr of path?query",
+                        "userAgent":"substr","retryAfter":1,
+                        "delayMs":N,"splitEvents":true,"dropWatches":true}
+  POST /_fake/compact  forget the event history (next WATCH from an old version gets 410)
+  POST /_fake/kubelet  {"namespace":..,"selector":..,"phase":"Running","ready":true,
+                        "reason":..,"message":..,"unschedulable":"msg"} sets pod status
+  GET  /_fake/stats    request counters
+  POST /_fake/reset-stats
+Usage: fakeapi.py [--port N] [--port-file F] [--token T] [--history N] [--kubelet]
+"""
+import argparse
+import base64
+import bisect
+import copy
+import gc
+import json
+import random
+import re
+import socket
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+RESOURCES = {
+    # (group, resource): (version, kind, namespaced, has status subresource)
+    ("", "pods"): ("v1", "Pod", True, True),
+    ("", "secrets"): ("v1", "Secret", True, False),
+    ("", "services"): ("v1", "Service", True, True),
+    ("", "events"): ("v1", "Event", True, False),
+    ("", "configmaps"): ("v1", "ConfigMap", True, False),
+    ("holmes.dev", "trainingjobs"): ("v1alpha1", "TrainingJob", True, True),
+    ("coordination.k8s.io", "leases"): ("v1", "Lease", True, False),
+}
+NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+def merge_patch(target, patch):
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    if not isinstance(target, dict):
+        target = {}
+    out = dict(target)
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+def parse_label_selector(sel):
+    """Returns a predicate over a labels dict; raises ValueError on a bad selector."""
+    reqs = []
+    if not sel:
+        return lambda labels: True
+    parts = re.findall(r"[^,(]+(?:\([^)]*\))?", sel)
+    for p in parts:
+        p = p.strip()
+        if not p:
+            continue
+        m = re.match(r"^([\w./-]+)\s+(in|notin)\s+\(([^)]*)\)$", p)
+        if m:
+            vals = {v.strip() for v in m.group(3).split(",")}
+            if m.group(2) == "in":
+                reqs.append(lambda l, k=m.group(1), vs=vals: l.get(k) in vs)
+            else:
+                reqs.append(lambda l, k=m.group(1), vs=vals: l.get(k) not in vs)
+            continue
+        m = re.match(r"^([\w./-]+)\s*(==|=|!=)\s*([\w./-]*)$", p)
+        if m:
+            k, op, v = m.groups()
+            if op == "!=":
+                reqs.append(lambda l, k=k, v=v: l.get(k) != v)
+            else:
+                reqs.append(lambda l, k=k, v=v: l.get(k) == v)
+            continue
+        m = re.match(r"^(!?)([\w./-]+)$", p)
+        if m:
+            if m.group(1):
+                reqs.append(lambda l, k=m.group(2): k not in l)
+            else:
+                reqs.append(lambda l, k=m.group(2): k in l)
+            continue
+        raise ValueError("unable to parse requirement: %r" % p)
+    return lambda labels: all(r(labels) for r in reqs)
+
+
+def parse_field_selector(sel):
+    reqs = []
+    if not sel:
+        return lambda obj: True
+    for p in sel.split(","):
+        m = re.match(r"^(metadata\.name|metadata\.namespace|status\.phase)\s*(==|=|!=)\s*(.*)$", p)
+        if not m:
+            raise ValueError("field label not supported: %s" % p)
+        path, op, v = m.groups()
+        a, b = path.split(".")
+
+        def get(obj, a=a, b=b):
+            return (obj.get(a) or {}).get(b)
+        if op == "!=":
+            reqs.append(lambda o, g=get, v=v: g(o) != v)
+        else:
+            reqs.append(lambda o, g=get, v=v: g(o) == v)
+    return lambda obj: all(r(obj) for r in reqs)
+
+
+class Store:
+    def __init__(self, history):
+        self.lock = threading.Condition()
+        self.rv = 100
+        self.objects = {}          # (group, resource, ns, name) -> obj
+        self.events = []           # (rv, group, resource, ns, type, obj)
+        self.event_rvs = []        # rv of each event, for bisect
+        self.history = history
+        self.oldest = self.rv      # events with rv > oldest are kept
+        self.drop_gen = 0
+        self.faults = {}
+        self.stats = {}
+
+    def next_rv(self):
+        self.rv += 1
+        return self.rv
+
+    def record(self, g, r, ns, typ, obj):
+        # Stored objects are never mutated in place, so the event keeps a reference and
+        # the serialized line every watcher sends.
+        rv = int(obj["metadata"]["resourceVersion"])
+        line = (json.dumps({"type": typ, "object": obj}) + "\n").encode()
+        self.events.append((rv, g, r, ns, typ, obj, line))
+        self.event_rvs.append(rv)
+        if len(self.events) > self.history + self.history // 8:
+            drop = len(self.events) - self.history
+            self.oldest = self.events[drop - 1][0]
+            del self.events[:drop]
+            del self.event_rvs[:drop]
+        self.lock.notify_all()
+
+    def events_after(self, cursor):
+        return self.events[bisect.bisect_right(self.event_rvs, cursor):]
+
+    def compact(self):
+        with self.lock:
+            self.events.clear()
+            self.event_rvs.clear()
+            self.oldest = self.rv
+            self.lock.notify_all()
+
+
+class ApiError(Exception):
+    def __init__(self, code, reason, message, details=None):
+        super().__init__(message)
+        self.code, self.reason, self.message, self.details = code, reason, message, details
+
+
+def status_body(code, reason, message, details=None):
+    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code}
+    if details:
+        body["details"] = details
+    return body
+
+
+def now():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "fakeapi/1"
+
+    def log_message(self, fmt, *args):
+        if self.server.verbose:
+            sys.stderr.write("fakeapi: " + (fmt % args) + "\n")
+
+    def setup(self):
+        super().setup()
+        # No Nagle: headers and body must not wait for the client's delayed ACK.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    # ---- plumbing
+    def send_json(self, code, obj, headers=None):
+        data = json.dumps(obj).encode()
+        self.log_request(code)
+        head = ["HTTP/1.1 %d %s" % (code, self.responses.get(code, ("",))[0]),
+                "Content-Type: application/json", "Content-Length: %d" % len(data)]
+        head += ["%s: %s" % kv for kv in (headers or {}).items()]
+        if self.close_connection:
+            head.append("Connection: close")
+        self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)
+
+    def read_body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(n) if n else b""
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError as ex:
+            raise ApiError(400, "BadRequest", "the request body is not JSON: %s" % ex)
+
+    def do_GET(self):
+        self.dispatch("GET")
+
+    def do_POST(self):
+        self.dispatch("POST")
+
+    def do_PUT(self):
+        self.dispatch("PUT")
+
+    def do_PATCH(self):
+        self.dispatch("PATCH")
+
+    def do_DELETE(self):
+        self.dispatch("DELETE")
+
+    def dispatch(self, method):
+        st = self.server.store
+        url = urlsplit(self.path)
+        q = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        try:
+            if url.path.startswith("/_fake/"):
+                return self.control(method, url.path, q)
+            if url.path in ("/healthz", "/readyz", "/version"):
+                return self.send_json(200, {"gitVersion": "v1.30.0-fake"})
+            route = self.route(url.path)
+            verb = self.verb(method, route, q)
+            key = "%s %s %s%s" % (verb, route[0] or "core", route[1], "/" + route[4] if route[4] else "")
+            with st.lock:
+                st.stats[key] = st.stats.get(key, 0) + 1
+                st.stats["total"] = st.stats.get("total", 0) + 1
+            if self.fault(self.path):
+                return
+            if self.server.token and self.headers.get("Authorization") != "Bearer " + self.server.token:
+                raise ApiError(401, "Unauthorized", "Unauthorized")
+            self.serve_api(method, verb, route, q)
+        except ApiError as ex:
+            self.close_connection = method != "GET" and ex.code >= 500
+            try:
+                self.read_rest()
+            except Exception:
+                pass
+            self.send_json(ex.code, status_body(ex.code, ex.reason, ex.message, ex.details))
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def read_rest(self):
+        pass
+
+    def fault(self, path):
+        """Applies injected faults. Returns True when the request was answered by one."""
+        st = self.server.store
+        with st.lock:
+            f = dict(st.faults)
+        delay = f.get("delayMs")
+        if delay:
+            time.sleep(delay / 1000.0)
+        agent_ok = not f.get("userAgent") or f["userAgent"] in (self.headers.get("User-Agent") or "")
+        if f.get("status") and agent_ok and (not f.get("match") or f["match"] in path):
+            with st.lock:
+                cnt = st.faults.get("count", 0)
+                if cnt <= 0:
+                    return False
+                st.faults["count"] = cnt - 1
+                st.stats["faults"] = st.stats.get("faults", 0) + 1
+            n = int(self.headers.get("Content-Length") or 0)
+            if n:
+                self.rfile.read(n)
+            code = f["status"]
+            headers = {}
+            if code == 429:
+                headers["Retry-After"] = str(f.get("retryAfter", 1))
+                self.send_json(429, status_body(429, "TooManyRequests", "too many requests, please try again later"), headers)
+            else:
+                self.send_json(code, status_body(code, "InternalError", "injected fault %d" % code))
+            return True
+        return False
+
+    def control(self, method, path, q):
+        st = self.server.store
+        body = self.read_body() if method == "POST" else None
+        if path == "/_fake/faults":
+            with st.lock:
+                st.faults = dict(body or {})
+                if st.faults.pop("dropWatches", False):
+                    st.drop_gen += 1
+                    st.lock.notify_all()
+            return self.send_json(200, {"ok": True})
+        if path == "/_fake/compact":
+            st.compact()
+            return self.send_json(200, {"ok": True, "resourceVersion": str(st.rv)})
+        if path == "/_fake/stats":
+            with st.lock:
+                counts = {}
+                for k in st.objects:
+                    counts[k[1]] = counts.get(k[1], 0) + 1
+                return self.send_json(200, dict(st.stats, resourceVersion=st.rv, watches=self.server.watches,
+                                                objects=counts))
+        if path == "/_fake/reset-stats":
+            with st.lock:
+                st.stats = {}
+            return self.send_json(200, {"ok": True})
+        if path == "/_fake/kubelet":
+            return self.send_json(200, {"updated": self.kubelet(body or {})})
+        raise ApiError(404, "NotFound", "no control endpoint %s" % path)
+
+    def kubelet(self, b):
+        st = self.server.store
+        sel = parse_label_selector(b.get("selector", ""))
+        n = 0
+        with st.lock:
+            for key, obj in list(st.objects.items()):
+                if key[1] != "pods" or (b.get("namespace") and key[2] != b["namespace"]):
+                    continue
+                if not sel(obj["metadata"].get("labels") or {}):
+                    continue
+                if b.get("name") and key[3] != b["name"]:
+                    continue
+                new = copy.deepcopy(obj)
+                status = {"phase": b.get("phase", "Running")}
+                conds = []
+                if b.get("unschedulable"):
+                    status["phase"] = "Pending"
+                    conds.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                  "message": b["unschedulable"], "lastTransitionTime": now()})
+                else:
+                    conds.append({"type": "PodScheduled", "status": "True"})
+                    conds.append({"type": "Ready", "status": "True" if b.get("ready") else "False"})
+                status["conditions"] = conds
+                for k in ("reason", "message"):
+                    if b.get(k):
+                        status[k] = b[k]
+                new["status"] = status
+                new["metadata"]["resourceVersion"] = str(st.next_rv())
+                st.objects[key] = new
+                st.record(key[0], key[1], key[2], "MODIFIED", new)
+                n += 1
+        return n
+
+    # ---- routing
+    def route(self, path):
+        parts = [p for p in path.split("/") if p]
+        if len(parts) >= 2 and parts[0] == "api" and parts[1] == "v1":
+            group, rest = "", parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis":
+            group, rest = parts[1], parts[3:]
+        else:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        ns = None
+        if len(rest) >= 2 and rest[0] == "namespaces":
+            ns, rest = rest[1], rest[2:]
+        if not rest:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        resource = rest[0]
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if (group, resource) not in RESOURCES:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource (%s %s)" % (group or "core", resource))
+        if sub and sub != "status":
+            raise ApiError(404, "NotFound", "subresource %s not supported" % sub)
+        if sub and not RESOURCES[(group, resource)][3]:
+            raise ApiError(404, "NotFound", "%s has no status subresource" % resource)
+        return (group, resource, ns, name, sub)
+
+    def verb(self, method, route, q):
+        if method == "GET":
+            if route[3]:
+                return "get"
+            return "watch" if q.get("watch") in ("1", "true") else "list"
+        return {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}[method]
+
+    # ---- the API
+    def serve_api(self, method, verb, route, q):
+        group, resource, ns, name, sub = route
+        st = self.server.store
+        if verb == "watch":
+            return self.watch(route, q)
+        if verb == "list":
+            return self.list(route, q)
+        if verb == "create":
+            body = self.read_body()
+            if not isinstance(body, dict):
+                raise ApiError(400, "BadRequest", "the request body must be a JSON object")
+            return self.send_json(201, self.create(route, body))
+        key = (group, resource, ns, name)
+        if verb == "get":
+            with st.lock:
+                obj = st.objects.get(key)
+                if not obj:
+                    raise self.not_found(resource, name)
+                return self.send_json(200, obj)
+        if verb == "delete":
+            self.read_body()
+            with st.lock:
+                obj = st.objects.get(key)
+                if not obj:
+                    raise self.not_found(resource, name)
+                self.delete_locked(key)
+            return self.send_json(200, obj)
+        if verb in ("patch", "update"):
+            body = self.read_body()
+            if verb == "patch":
+                ctype = self.headers.get("Content-Type", "")
+                if ctype != "application/merge-patch+json":
+                    raise ApiError(415, "UnsupportedMediaType", "the fake server supports only application/merge-patch+json, not %s" % ctype)
+            if not isinstance(body, dict):
+                raise ApiError(400, "BadRequest", "the request body must be a JSON object")
+            with st.lock:
+                old = st.objects.get(key)
+                if not old:
+                    raise self.not_found(resource, name)
+                want_rv = (body.get("metadata") or {}).get("resourceVersion")
+                if want_rv is not None and want_rv != old["metadata"]["resourceVersion"]:
+                    raise ApiError(409, "Conflict", 'Operation cannot be fulfilled on %s "%s": the object has been modified; please apply your changes to the latest version and try again' % (resource, name),
+                                   {"name": name, "kind": resource})
+                if verb == "patch":
+                    new = copy.deepcopy(merge_patch(old, body))
+                else:
+                    new = copy.deepcopy(body)
+                    new.setdefault("metadata", {})
+                    for k in ("uid", "creationTimestamp", "generation"):
+                        if k in old["metadata"]:
+                            new["metadata"][k] = old["metadata"][k]
+                has_status = RESOURCES[(group, resource)][3]
+                if sub == "status":
+                    # Only status changes on /status.
+                    kept = copy.deepcopy(old)
+                    kept["status"] = new.get("status", {})
+                    new = kept
+                elif has_status:
+                    new["status"] = copy.deepcopy(old.get("status", {}))
+                    if "status" not in old:
+                        new.pop("status")
+                md = new["metadata"]
+                md["name"], md["namespace"], md["uid"] = name, ns, old["metadata"]["uid"]
+                if new.get("spec") != old.get("spec"):
+                    md["generation"] = old["metadata"].get("generation", 1) + 1
+                if new == old:
+                    return self.send_json(200, old)
+                md["resourceVersion"] = str(st.next_rv())
+                st.objects[key] = new
+                st.record(group, resource, ns, "MODIFIED", new)
+                return self.send_json(200, new)
+        raise ApiError(405, "MethodNotAllowed", "%s not allowed" % method)
+
+    def not_found(self, resource, name):
+        return ApiError(404, "NotFound", '%s "%s" not found' % (resource, name), {"name": name, "kind": resource})
+
+    def create(self, route, body):
+        group, resource, ns, name, sub = route
+        if name or sub:
+            raise ApiError(405, "MethodNotAllowed", "POST is allowed only on a collection")
+        if not ns:
+            raise ApiError(404, "NotFound", "create needs a namespace")
+        st = self.server.store
+        md = body.setdefault("metadata", {})
+        if md.get("generateName") and not md.get("name"):
+            md["name"] = md["generateName"] + uuid.uuid4().hex[:5]
+        name = md.get("name")
+        causes = []
+        if not name:
+            causes.append({"field": "metadata.name", "message": "Required value: name or generateName is required"})
+        elif not NAME_RE.match(name) or len(name) > 253:
+            causes.append({"field": "metadata.name", "message": "Invalid value: %r: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'" % name})
+        if md.get("namespace") not in (None, ns):
+            causes.append({"field": "metadata.namespace", "message": "does not match the namespace of the request"})
+        if resource == "pods":
+            cs = (body.get("spec") or {}).get("containers")
+            if not cs:
+                causes.append({"field": "spec.containers", "message": "Required value"})
+            else:
+                for i, c in enumerate(cs):
+                    if not c.get("name"):
+                        causes.append({"field": "spec.containers[%d].name" % i, "message": "Required value"})
+                    if not c.get("image"):
+                        causes.append({"field": "spec.containers[%d].image" % i, "message": "Required value"})
+        if causes:
+            raise ApiError(422, "Invalid", '%s "%s" is invalid: %s' % (RESOURCES[(group, resource)][1], name,
+                                                                        "; ".join(c["field"] + ": " + c["message"] for c in causes)),
+                           {"name": name, "kind": resource, "causes": causes})
+        version, kind, _, has_status = RESOURCES[(group, resource)]
+        with st.lock:
+            key = (group, resource, ns, name)
+            if key in st.objects:
+                raise ApiError(409, "AlreadyExists", '%s "%s" already exists' % (resource, name), {"name": name, "kind": resource})
+            obj = copy.deepcopy(body)
+            obj["apiVersion"] = (group + "/" + version) if group else version
+            obj["kind"] = kind
+            md = obj["metadata"]
+            md["namespace"] = ns
+            md["uid"] = str(uuid.uuid4())
+            md["creationTimestamp"] = now()
+            md["generation"] = 1
+            md.pop("resourceVersion", None)
+            if has_status and resource != "pods":
+                obj.pop("status", None)
+            if resource == "pods":
+                obj["status"] = {"phase": "Pending"}
+            if resource == "secrets" and "stringData" in obj:
+                data = obj.setdefault("data", {})
+                for k, v in obj.pop("stringData").items():
+                    data[k] = base64.b64encode(str(v).encode()).decode()
+            md["resourceVersion"] = str(st.next_rv())
+            st.objects[key] = obj
+            st.record(group, resource, ns, "ADDED", obj)
+            # Garbage collection: an object whose owners are all gone is collected at once.
+            refs = md.get("ownerReferences") or []
+            owner_uids = {o["metadata"]["uid"] for o in st.objects.values()} if refs else set()
+            if refs and not any(r.get("uid") in owner_uids for r in refs):
+                self.delete_locked(key)
+            return obj
+
+    def delete_locked(self, key):
+        st = self.server.store
+        obj = st.objects.pop(key)
+        gone = copy.deepcopy(obj)
+        gone["metadata"]["resourceVersion"] = str(st.next_rv())
+        st.record(key[0], key[1], key[2], "DELETED", gone)
+        uid = obj["metadata"]["uid"]
+        # Cascade (background propagation, done at once): dependents owned by uid.
+        for k2, o2 in list(st.objects.items()):
+            if k2 not in st.objects:
+                continue
+            refs = o2["metadata"].get("ownerReferences") or []
+            if any(r.get("uid") == uid for r in refs):
+                self.delete_locked(k2)
+
+    def matching(self, route, q):
+        group, resource, ns, _, _ = route
+        try:
+            lsel = parse_label_selector(q.get("labelSelector", ""))
+            fsel = parse_field_selector(q.get("fieldSelector", ""))
+        except ValueError as ex:
+            raise ApiError(400, "BadRequest", str(ex))
+
+        def ok(g, r, n, obj):
+            return (g == group and r == resource and (ns is None or n == ns)
+                    and lsel(obj["metadata"].get("labels") or {}) and fsel(obj))
+        return ok
+
+    def list(self, route, q):
+        st = self.server.store
+        ok = self.matching(route, q)
+        limit = int(q.get("limit") or 0)
+        cont = q.get("continue")
+        with st.lock:
+            if cont:
+                try:
+                    c = json.loads(base64.b64decode(cont))
+                    start_after, list_rv = tuple(c["k"]), c["rv"]
+                except Exception:
+                    raise ApiError(400, "BadRequest", "invalid continue token")
+                if list_rv < st.oldest:
+                    raise ApiError(410, "Expired", "The provided continue parameter is too old")
+            else:
+                start_after, list_rv = None, st.rv
+                # LIST at a resourceVersion: the current state satisfies "not older than" (the
+                # default match); a version from the future is refused like kube-apiserver does.
+                want = q.get("resourceVersion")
+                if want and want != "0":
+                    if not want.isdigit():
+                        raise ApiError(400, "BadRequest", "invalid resourceVersion %r" % want)
+                    if int(want) > st.rv:
+                        raise ApiError(504, "Timeout", "Too large resource version: %s, current: %d" % (want, st.rv))
+                    if q.get("resourceVersionMatch") == "Exact" and int(want) != st.rv:
+                        raise ApiError(410, "Expired", "resourceVersion %s is not the current state" % want)
+            keys = sorted(k for k, o in st.objects.items() if ok(k[0], k[1], k[2], o))
+            if start_after:
+                keys = [k for k in keys if k > start_after]
+            items = [st.objects[k] for k in (keys[:limit] if limit else keys)]
+            md = {"resourceVersion": str(list_rv)}
+            if limit and len(keys) > limit:
+                md["continue"] = base64.b64encode(json.dumps({"k": list(keys[limit - 1]), "rv": list_rv}).encode()).decode()
+                md["remainingItemCount"] = len(keys) - limit
+        version, kind, _, _ = RESOURCES[(route[0], route[1])]
+        self.send_json(200, {"kind": kind + "List", "apiVersion": (route[0] + "/" + version) if route[0] else version,
+                             "metadata": md, "items": items})
+
+    def watch(self, route, q):
+        st = self.server.store
+        ok = self.matching(route, q)
+        rv = q.get("resourceVersion") or ""
+        bookmarks = q.get("allowWatchBookmarks") in ("1", "true")
+        timeout = float(q.get("timeoutSeconds") or 1800)
+        deadline = time.time() + timeout
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.close_connection = True
+        with st.lock:
+            self.server.watches += 1
+            drop_gen = st.drop_gen
+            pending = []
+            if rv in ("", "0"):
+                # Synthetic ADDED for current state, then changes.
+                for k in sorted(st.objects):
+                    o = st.objects[k]
+                    if ok(k[0], k[1], k[2], o):
+                        pending.append(("ADDED", copy.deepcopy(o)))
+                cursor = st.rv
+            else:
+                cursor = int(rv)
+                if cursor < st.oldest:
+                    pending.append(("ERROR", status_body(410, "Expired", "too old resource version: %d (%d)" % (cursor, st.oldest))))
+                    cursor = None
+        last_bookmark = time.time()
+        try:
+            while True:
+                for typ, obj in pending:
+                    self.send_event(typ, obj if isinstance(obj, bytes) else
+                                    (json.dumps({"type": typ, "object": obj}) + "\n").encode())
+                if cursor is None:
+                    break
+                pending = []
+                with st.lock:
+                    while True:
+                        if st.drop_gen != drop_gen:
+                            raise ConnectionAbortedError()
+                        new = st.events_after(cursor)
+                        if new or time.time() >= deadline:
+                            break
+                        if bookmarks and time.time() - last_bookmark >= self.server.bookmark_s:
+                            break
+                        if cursor < st.oldest:
+                            break
+                        st.lock.wait(0.2)
+                    if cursor < st.oldest and not new:
+                        pending.append(("ERROR", status_body(410, "Expired", "too old resource version: %d (%d)" % (cursor, st.oldest))))
+                        cursor = None
+                        continue
+                    for e in new:
+                        if ok(e[1], e[2], e[3], e[5]):
+                            pending.append((e[4], e[6]))
+                        cursor = e[0]
+                    if not new and time.time() >= deadline:
+                        break
+                    if not pending and bookmarks and time.time() - last_bookmark >= self.server.bookmark_s:
+                        version, kind, _, _ = RESOURCES[(route[0], route[1])]
+                        pending.append(("BOOKMARK", {"kind": kind, "apiVersion": version,
+                                                     "metadata": {"resourceVersion": str(st.rv)}}))
+                        cursor = max(cursor, st.rv)
+                        last_bookmark = time.time()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except ConnectionAbortedError:
+            # Dropped by fault injection: cut the stream without the final chunk.
+            try:
+                self.connection.shutdown(2)
+            except OSError:
+                pass
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            pass
+        finally:
+            with st.lock:
+                self.server.watches -= 1
+
+    def send_event(self, typ, data):
+        st = self.server.store
+        with st.lock:
+            split = st.faults.get("splitEvents")
+        if split:
+            # Split the event across several chunks at random offsets, flushing each.
+            cuts = sorted(random.sample(range(1, len(data)), min(3, len(data) - 1)))
+            pieces, prev = [], 0
+            for c in cuts + [len(data)]:
+                pieces.append(data[prev:c])
+                prev = c
+        else:
+            pieces = [data]
+        for p in pieces:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(p), p))
+            self.wfile.flush()
+            if split:
+                time.sleep(0.002)
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--port-file")
+    ap.add_argument("--token", default="")
+    ap.add_argument("--history", type=int, default=100000)
+    ap.add_argument("--bookmark-seconds", type=float, default=1.0)
+    ap.add_argument("--kubelet", action="store_true", help="unused; pods stay Pending until /_fake/kubelet")
+    ap.add_argument("--verbose", action="store_true")
+    a = ap.parse_args()
+    # Stored objects are plain JSON trees without cycles: reference counting frees them, and
+    # the cyclic collector's full passes over 10^5 objects would stall every request.
+    gc.disable()
+    srv = Server(("127.0.0.1", a.port), Handler)
+    srv.store = Store(a.history)
+    srv.token = a.token
+    srv.kubelet = a.kubelet
+    srv.verbose = a.verbose
+    srv.watches = 0
+    srv.bookmark_s = a.bookmark_seconds
+    port = srv.server_address[1]
+    if a.port_file:
+        with open(a.port_file + ".tmp", "w") as f:
+            f.write("%d\n" % port)
+        import os
+        os.rename(a.port_file + ".tmp", a.port_file)
+    print("fakeapi listening on 127.0.0.1:%d" % port, flush=True)
+    try:
+        srv.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+# End to end with the fake API server: apply a TrainingJob -> the operator creates pods -> this
+# script plays kubelet (one `holmes-node worker` per pod with the pod's env, NICs from sysfs
+# fixtures: two InfiniBand and two RoCE workers) -> pods labelled -> plan with stages inside
+# fabrics -> simulated training steps -> status.progress -> Succeeded. A worker with a wrong
+# token and one for a pod not in the job are refused while the job carries on.
+source "$(dirname "$0")/lib.bash"
+source "$(dirname "$0")/fakeapi.bash"
+FIX=$REPO/tests/fixtures/sysfs
+start_fakeapi
+CPORT=$(free_port)
+start_operator op --coordinator-addr 127.0.0.1:$CPORT --coordinator-url ws://127.0.0.1:$CPORT/ --node-image holmes-node:test
+NS=team
+JOB='{"apiVersion":"holmes.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"e2e"},
+ "spec":{"workers":4,"gpusPerWorker":0,"model":{"layers":4,"hidden":64,"heads":4,"vocab":256,"seqLen":64},
+ "parallelism":{"pipeline":2,"data":2,"microBatches":2,"microBatchSize":2},
+ "training":{"steps":40},"gangTimeoutSeconds":60,"restartPolicy":{"maxRestarts":1,"backoffSeconds":0}}}'
+api POST "$JOBS/$NS/trainingjobs" "$JOB" >/dev/null
+check "apply -> 4 worker pods" wait_for 20 pods_are $NS e2e 4
+fake kubelet "{\"namespace\":\"$NS\",\"selector\":\"holmes.dev/job=e2e\",\"phase\":\"Running\",\"ready\":true}" >/dev/null
+TOKEN=$(api GET /api/v1/namespaces/$NS/secrets/e2e-token | jq -r .data.token | base64 -d)
+
+# kubelet: run worker i with its pod's env (+ the fixture for its NICs).
+run_worker() { # index sysfs-fixture [extra env assignments...]
+    local i=$1 fx=$2; shift 2
+    local pod; pod=$(api GET /api/v1/namespaces/$NS/pods/e2e-worker-$i)
+    local envs; envs=$(jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"' <<<"$pod")
+    env -i PATH="$PATH" HOSTNAME=e2e-worker-$i HOLMES_TOKEN="$TOKEN" NODE_NAME=node-$i $envs "$@" \
+        "$NODE" worker --sysfs "$FIX/$fx/sys" --simulate 40 --step-ms 50 --progress-ms 100 \
+        >"$FAKEAPI_DIR/worker-$i.log" 2>&1
+}
+WPIDS=()
+for i in 0 1; do run_worker $i cx6-hdr-ib & WPIDS+=($!); done
+for i in 2 3; do run_worker $i cx5-roce-100g & WPIDS+=($!); done
+
+pod_labels() { api GET /api/v1/namespaces/$NS/pods/e2e-worker-$1 | jq -c .metadata.labels; }
+labels_are() { jq_true "$(pod_labels "$1")" "$2"; } # labels_are INDEX FILTER
+check "pods labelled with their NIC" wait_for 20 labels_are 0 '.["holmes.dev/nic-class"] == "infiniband" and .["holmes.dev/nic-gbps"] == "200"'
+L3=$(pod_labels 3)
+check "RoCE pod labelled, fabric label sanitised" jq_true "$L3" '.["holmes.dev/nic-class"] == "roce" and .["holmes.dev/fabric"] == "roce-10.1.0.0-16"'
+check "status.plan: two stages, each inside one fabric" wait_for 20 job_is $NS e2e '.status.plan.pipeline == 2 and ([.status.plan.stages[].fabric] | sort) == ["ib-fe80000000000000-sm1","roce-10.1.0.0/16"]'
+J=$(job_get $NS e2e)
+check "status.plan: IB workers share a stage" jq_true "$J" '.status.plan.stages[] | select(.fabric | startswith("ib")) | (.workers | sort) == ["e2e-worker-0","e2e-worker-1"]'
+check "status.nicGroups" jq_true "$J" '(.status.nicGroups | length) == 2 and all(.status.nicGroups[]; .workers == 2)'
+check "pods labelled with stage and dp-rank" wait_for 5 labels_are 1 '.["holmes.dev/stage"] != null and .["holmes.dev/dp-rank"] != null'
+
+# Refusals while the job runs.
+pod0=$(api GET /api/v1/namespaces/$NS/pods/e2e-worker-0)
+env -i PATH="$PATH" HOSTNAME=e2e-worker-0 HOLMES_TOKEN=not-the-token \
+    $(jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"' <<<"$pod0") \
+    "$NODE" worker --emulate-nic ethernet:x:1 --simulate 1 --connect-timeout 5 >"$FAKEAPI_DIR/bad1.log" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q "unknown job or wrong token" "$FAKEAPI_DIR/bad1.log" && pass "wrong token refused" \
+    || fail "wrong token refused" "rc $rc: $(cat "$FAKEAPI_DIR/bad1.log")"
+env -i PATH="$PATH" HOSTNAME=intruder HOLMES_TOKEN="$TOKEN" HOLMES_JOB_NAME=e2e HOLMES_JOB_NAMESPACE=$NS \
+    HOLMES_WORKER_INDEX=2 HOLMES_COORDINATOR=ws://127.0.0.1:$CPORT/ \
+    "$NODE" worker --emulate-nic ethernet:x:1 --simulate 1 --connect-timeout 5 >"$FAKEAPI_DIR/bad2.log" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q "not part of job" "$FAKEAPI_DIR/bad2.log" && pass "pod not in the job refused" \
+    || fail "pod not in the job refused" "rc $rc: $(cat "$FAKEAPI_DIR/bad2.log")"
+
+check "status.progress: steps, loss, tokens/s, ETA" wait_for 30 job_is $NS e2e '.status.phase == "Running" and .status.progress.step > 0 and .status.progress.loss > 0 and .status.progress.tokensPerSecond > 0 and .status.progress.etaSeconds >= 0 and (.status.message | contains("predicted"))'
+ok=1
+for p in "${WPIDS[@]}"; do wait "$p" || ok=0; done
+[ $ok = 1 ] && pass "every worker finished (exit 0)" || fail "every worker finished (exit 0)" "$(tail -n 3 "$FAKEAPI_DIR"/worker-*.log)"
+fake kubelet "{\"namespace\":\"$NS\",\"selector\":\"holmes.dev/job=e2e\",\"phase\":\"Succeeded\",\"ready\":false}" >/dev/null
+check "job Succeeded" wait_for 20 job_is $NS e2e '.status.phase == "Succeeded"'
+has_event() { api GET /api/v1/namespaces/$NS/events | jq -e --arg r "$1" '[.items[].reason] | index($r)' >/dev/null; }
+check "events: Planned" wait_for 5 has_event Planned
+check "events: refused connection reported" has_event ConnectionRefused
+logs_clean

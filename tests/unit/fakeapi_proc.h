@@ -1,0 +1,24 @@
+/* Test support: runs tests/fakeapi/fakeapi.py as a child process. */
+#ifndef HOLMES_TEST_FAKEAPI_PROC_H
+#define HOLMES_TEST_FAKEAPI_PROC_H
+
+#include <sys/types.h>
+
+struct fakeapi {
+    pid_t pid;
+    int port;
+    char url[64];
+    char token[32];
+    char dir[64]; /* temp dir with the port file and a kubeconfig */
+    char kubeconfig[128];
+};
+
+/* Starts the server with extra arguments (NULL-terminated, may be NULL); returns 0 or -1. */
+int fakeapi_start(struct fakeapi *f, const char *const *extra_args);
+void fakeapi_stop(struct fakeapi *f);
+/* POSTs a JSON body to a /_fake/ control path; returns the HTTP status or -1. The answer
+ * goes to out (NUL-terminated, truncated to n) when out is non-NULL. */
+int fakeapi_control(struct fakeapi *f, const char *method, const char *path, const char *body,
+                    char *out, size_t n);
+
+#endif

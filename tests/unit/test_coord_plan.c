@@ -1,0 +1,150 @@
+/* The coordinator's plan hook on examples/local-tiny.yaml (two emulated fabrics) and the rank
+ * table a worker builds from its assignment and the peers' endpoints. */
+#include "test.h"
+
+#include <stdlib.h>
+
+#include "coord_plan.h"
+#include "worker_train.h"
+
+static void fill_workers(const struct tj_job *job, struct coord_worker *w, int n)
+{
+    int k = 0;
+    for (int g = 0; g < job->spec.emulation.n_groups; g++) {
+        const struct tj_nic_group *ng = &job->spec.emulation.groups[g];
+        for (int c = 0; c < ng->count && k < n; c++, k++) {
+            memset(&w[k], 0, sizeof w[k]);
+            w[k].index = k;
+            snprintf(w[k].pod, sizeof w[k].pod, "local-tiny-worker-%d", k);
+            snprintf(w[k].node, sizeof w[k].node, "localhost");
+            nic_class_parse(ng->cls, &w[k].nic.cls);
+            snprintf(w[k].nic.fabric, sizeof w[k].nic.fabric, "%s", ng->fabric);
+            w[k].nic.gbps = ng->gbps;
+            w[k].nic.gid_index = -1;
+        }
+    }
+}
+
+static int num(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valueint : -999;
+}
+
+static const char *str(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static double pacing_bps(const cJSON *o)
+{
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(o, "pacing"), "bytes_per_second");
+    return cJSON_IsNumber(b) ? b->valuedouble : -1;
+}
+
+int main(void)
+{
+    struct tj_job *jobs = NULL;
+    int n = 0;
+    static struct tj_errors errs;
+    if (tj_load_file("examples/local-tiny.yaml", &jobs, &n, &errs) || n != 1) {
+        TEST_FAIL("load example", "%s", errs.count ? errs.msg[0] : "not one job");
+        TEST_MAIN_END();
+    }
+    struct coord_worker w[4];
+    fill_workers(&jobs[0], w, 4);
+    struct coord_plan cp = {.job = &jobs[0]};
+    cJSON *a[4] = {0};
+    herr e = {{0}};
+    CHECK_INT("plan hook", coord_plan_hook(&cp, w, 4, a, &e), 0);
+    if (!a[3]) {
+        TEST_FAIL("assignments", "%s", e.msg);
+        TEST_MAIN_END();
+    }
+    /* Stages inside fabrics: workers 0,1 (ib-a) share a stage, 2,3 (roce-b) the other. */
+    CHECK_INT("ib workers share a stage", num(a[0], "stage"), num(a[1], "stage"));
+    CHECK_INT("roce workers share a stage", num(a[2], "stage"), num(a[3], "stage"));
+    CHECK("the two fabrics hold different stages", num(a[0], "stage") != num(a[2], "stage"));
+    CHECK_STR("stage fabric ib", str(a[0], "fabric"), "ib-a");
+    CHECK_STR("stage fabric roce", str(a[3], "fabric"), "roce-b");
+    CHECK_INT("stages", num(a[0], "stages"), 2);
+    int seen = 0;
+    for (int i = 0; i < 4; i++)
+        seen |= 1 << num(a[i], "rank");
+    CHECK_INT("ranks distinct", seen, 15);
+    CHECK("data-parallel ranks differ in a stage", num(a[0], "dp_rank") != num(a[1], "dp_rank"));
+    const cJSON *l0 = cJSON_GetObjectItem(a[0], "layers"), *l2 = cJSON_GetObjectItem(a[2], "layers");
+    int first = num(a[0], "stage") == 0;
+    const cJSON *lf = first ? l0 : l2, *ll = first ? l2 : l0;
+    CHECK("layers cover the model in order",
+          cJSON_GetArrayItem(lf, 0)->valueint == 0 &&
+          cJSON_GetArrayItem(lf, 1)->valueint == cJSON_GetArrayItem(ll, 0)->valueint &&
+          cJSON_GetArrayItem(ll, 1)->valueint == 4);
+    CHECK("spec carried", cJSON_IsObject(cJSON_GetObjectItem(a[0], "spec")));
+    CHECK_STR("job name carried", str(a[0], "job"), "local-tiny");
+    CHECK("emulation carried", cJSON_IsObject(cJSON_GetObjectItem(a[0], "emulation")));
+    CHECK("planner kept the plan", cp.planned && cp.plan.n_stages == 2);
+
+    /* The rank table from the assignment and the peers' endpoints. */
+    cJSON *peers = cJSON_CreateArray();
+    for (int r = 0; r < 4; r++) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddNumberToObject(p, "rank", r);
+        char ep[32];
+        snprintf(ep, sizeof ep, "127.0.0.1:%d", 41000 + r);
+        cJSON_AddStringToObject(p, "endpoint", ep);
+        cJSON_AddItemToArray(peers, p);
+    }
+    cJSON *rt = worker_rank_table_json(a[0], peers, &e);
+    CHECK("rank table built", rt != NULL);
+    if (rt) {
+        const cJSON *ws = cJSON_GetObjectItem(rt, "workers");
+        CHECK_STR("rank 2 host", str(cJSON_GetArrayItem(ws, 2), "host"), "127.0.0.1");
+        CHECK_INT("rank 2 port", num(cJSON_GetArrayItem(ws, 2), "port"), 41002);
+        int checked = 0;
+        const cJSON *g;
+        cJSON_ArrayForEach(g, cJSON_GetObjectItem(rt, "groups")) {
+            if (strcmp(str(g, "kind"), "dp") == 0 && strcmp(str(g, "transport"), "ib") == 0) {
+                CHECK_NEAR("ib group paced at 200 Gb/s x 0.01", pacing_bps(g), 200 * 0.01e9 / 8, 1e-9);
+                checked++;
+            } else if (strcmp(str(g, "kind"), "dp") == 0) {
+                CHECK_NEAR("roce group paced at 100 Gb/s x 0.01", pacing_bps(g), 100 * 0.01e9 / 8, 1e-9);
+                checked++;
+            } else if (strcmp(str(g, "kind"), "pp") == 0) {
+                CHECK_NEAR("cross-fabric pp group at 10 Gb/s x 0.01", pacing_bps(g), 10 * 0.01e9 / 8, 1e-9);
+                checked++;
+            }
+        }
+        CHECK("dp and pp groups paced", checked >= 3);
+        const cJSON *cf = cJSON_GetObjectItem(cJSON_GetObjectItem(rt, "cross_fabric_pacing"),
+                                              "bytes_per_second");
+        CHECK_NEAR("cross-fabric links", cJSON_IsNumber(cf) ? cf->valuedouble : -1,
+                   10 * 0.01e9 / 8, 1e-9);
+        cJSON_Delete(rt);
+    }
+    cJSON *bad = cJSON_Parse("[{\"rank\":0,\"endpoint\":\"nohostport\"}]");
+    rt = worker_rank_table_json(a[0], bad, &e);
+    CHECK("bad endpoint refused", rt == NULL && strstr(e.msg, "start.peers[0]"));
+    cJSON_Delete(rt);
+    cJSON_Delete(bad);
+    rt = worker_rank_table_json(peers, peers, &e);
+    CHECK("assignment without plan refused", rt == NULL && strstr(e.msg, "assignment.plan"));
+    cJSON_Delete(peers);
+    for (int i = 0; i < 4; i++)
+        cJSON_Delete(a[i]);
+
+    /* The planner's refusal comes back as an error naming the planner. */
+    struct coord_worker three[3];
+    memcpy(three, w, sizeof three);
+    cJSON *b[3] = {0};
+    CHECK_INT("3 workers for pipeline 2 x data 2 refused", coord_plan_hook(&cp, three, 3, b, &e), -1);
+    CHECK("refusal names the planner", strstr(e.msg, "planner") != NULL);
+    for (int i = 0; i < 3; i++)
+        cJSON_Delete(b[i]);
+    coord_plan_free(&cp);
+    tj_job_free(&jobs[0]);
+    free(jobs);
+    TEST_MAIN_END();
+}

@@ -1,0 +1,655 @@
+/* The coordinator with simulated workers (coord_client in this process): gang barrier, plan,
+ * rendezvous relay, progress, success, in-place restart after a drop, adoption of running
+ * workers by a new coordinator, gang timeout, plan failure, and refusals (wrong token, unknown
+ * pod, garbled and oversized frames) that leave the job unaffected. */
+#include "test.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "coord_client.h"
+#include "coordinator.h"
+
+#define TOKEN "token-0123456789"
+
+struct server {
+    struct coordinator *c;
+    pthread_t th;
+    pthread_mutex_t mu;
+    volatile int quit;
+    /* recorded by hooks, under mu */
+    int hellos;
+    int plans;
+    int fail_plan;
+    int progress_calls;
+    struct coord_progress last;
+    int steps_seen;
+    char events[8192];
+};
+
+static void *serve(void *arg)
+{
+    struct server *s = arg;
+    while (!s->quit) {
+        pthread_mutex_lock(&s->mu);
+        coord_service(s->c);
+        pthread_mutex_unlock(&s->mu);
+        usleep(200); /* let the test thread take the lock */
+    }
+    return NULL;
+}
+
+/* Ring of n workers: rank = n-1-index (so rank != index), peers = next rank. */
+static int plan_ring(void *user, const struct coord_worker *w, int n, cJSON **a, herr *e)
+{
+    struct server *s = user;
+    s->plans++;
+    if (s->fail_plan)
+        return herr_set(e, "planner: no stage fits in one fabric");
+    for (int i = 0; i < n; i++) {
+        a[i] = cJSON_CreateObject();
+        if (!a[i])
+            return herr_set(e, "oom");
+        int rank = n - 1 - w[i].index;
+        cJSON_AddNumberToObject(a[i], "rank", rank);
+        cJSON_AddStringToObject(a[i], "fabric", w[i].nic.fabric);
+        cJSON *p = cJSON_AddArrayToObject(a[i], "peers");
+        cJSON_AddItemToArray(p, cJSON_CreateNumber((rank + 1) % n));
+    }
+    return 0;
+}
+
+static void hk_hello(void *user, const struct coord_worker *w)
+{
+    ((struct server *)user)->hellos++;
+    (void)w;
+}
+
+static void hk_steps(void *user, const struct coord_worker *w, const struct proto_progress *p)
+{
+    ((struct server *)user)->steps_seen += p->nsteps;
+    (void)w;
+}
+
+static void hk_progress(void *user, const struct coord_progress *p)
+{
+    struct server *s = user;
+    s->progress_calls++;
+    s->last = *p;
+}
+
+static void hk_event(void *user, enum coord_job_state st, const char *msg)
+{
+    struct server *s = user;
+    size_t u = strlen(s->events);
+    snprintf(s->events + u, sizeof s->events - u, "[%s] %s\n", coord_state_name(st), msg);
+}
+
+/* Sends and flushes: a client only talks while it is serviced. */
+static int tsend(struct coord_client *cl, char *text)
+{
+    int rc = coord_client_send(cl, text);
+    coord_client_flush(cl, 2000);
+    return rc;
+}
+
+static const char *pods4[] = {"job-w0", "job-w1", "job-w2", "job-w3"};
+
+static int server_start(struct server *s, const char *job, int n, int gang_ms, int restarts)
+{
+    memset(s, 0, sizeof *s);
+    pthread_mutex_init(&s->mu, NULL);
+    struct coord_options o = {.bind = "127.0.0.1", .port = 0};
+    herr e = {{0}};
+    if (coord_create(&s->c, &o, &e)) {
+        printf("# coord_create: %s\n", e.msg);
+        return -1;
+    }
+    struct coord_job_spec js = {
+        .name = job, .token = TOKEN, .workers = n, .pods = n == 4 ? pods4 : NULL,
+        .gang_timeout_ms = gang_ms, .max_restarts = restarts, .total_steps = 100,
+        .progress_interval_ms = 1,
+        .hooks = {.plan = plan_ring, .on_hello = hk_hello, .on_steps = hk_steps,
+                  .on_progress = hk_progress, .on_event = hk_event},
+        .user = s,
+    };
+    if (coord_add_job(s->c, &js, &e)) {
+        printf("# coord_add_job: %s\n", e.msg);
+        return -1;
+    }
+    return pthread_create(&s->th, NULL, serve, s) == 0 ? 0 : -1;
+}
+
+static void server_stop(struct server *s)
+{
+    s->quit = 1;
+    pthread_join(s->th, NULL);
+    coord_destroy(s->c);
+    pthread_mutex_destroy(&s->mu);
+}
+
+static enum coord_job_state job_state(struct server *s, const char *job)
+{
+    enum coord_job_state st = COORD_FAILED;
+    pthread_mutex_lock(&s->mu);
+    coord_job_state(s->c, job, &st);
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+/* Waits (bounded) for the job to reach `want`. */
+static int wait_state(struct server *s, const char *job, enum coord_job_state want)
+{
+    for (int i = 0; i < 500; i++) {
+        if (job_state(s, job) == want)
+            return 1;
+        usleep(10000);
+    }
+    return 0;
+}
+
+static struct coord_client *connect_to(struct server *s)
+{
+    char url[64];
+    snprintf(url, sizeof url, "ws://127.0.0.1:%d/", coord_port(s->c));
+    struct coord_client *cl = NULL;
+    herr e = {{0}};
+    if (coord_client_create(&cl, url, &e) || coord_client_connect(cl, 5000, &e)) {
+        printf("# connect: %s\n", e.msg);
+        coord_client_destroy(cl);
+        return NULL;
+    }
+    return cl;
+}
+
+static int send_hello(struct coord_client *cl, const char *job, const char *token, const char *pod,
+                      int idx, int running)
+{
+    struct proto_hello h = {0};
+    snprintf(h.job, sizeof h.job, "%s", job);
+    snprintf(h.token, sizeof h.token, "%s", token);
+    snprintf(h.pod, sizeof h.pod, "%s", pod);
+    snprintf(h.node, sizeof h.node, "node-%d", idx);
+    h.worker = idx;
+    h.nic.cls = idx < 2 ? NIC_INFINIBAND : NIC_ROCE;
+    snprintf(h.nic.fabric, sizeof h.nic.fabric, "%s", idx < 2 ? "ib-a" : "roce-b");
+    h.nic.gbps = 100;
+    h.nic.gid_index = -1;
+    if (running) {
+        h.running = 1;
+        h.resume_attempt = 0;
+        h.resume_rank = idx;
+        h.resume_step = 50;
+    }
+    return tsend(cl, proto_hello_encode(&h, NULL));
+}
+
+/* Polls for one message of type `want`; returns 1 and fills m, else 0. */
+static int expect(struct coord_client *cl, enum proto_type want, struct proto_msg *m)
+{
+    herr e = {{0}};
+    int rc = coord_client_poll(cl, 5000, m, &e);
+    if (rc != 1) {
+        printf("# expected %s, poll returned %d: %s\n", proto_type_name(want), rc, e.msg);
+        return 0;
+    }
+    if (m->type != want) {
+        printf("# expected %s, got %s\n", proto_type_name(want), proto_type_name(m->type));
+        proto_msg_free(m);
+        return 0;
+    }
+    return 1;
+}
+
+/* After a refusal: an error with `code`, then the connection closes. */
+static int refused_with(struct coord_client *cl, int code)
+{
+    struct proto_msg m;
+    if (!expect(cl, PROTO_ERROR, &m))
+        return 0;
+    int ok = m.u.error.code == code;
+    if (!ok)
+        printf("# error code %d (%s), want %d\n", m.u.error.code, m.u.error.message, code);
+    proto_msg_free(&m);
+    herr e = {{0}};
+    int rc = coord_client_poll(cl, 5000, &m, &e);
+    if (rc == 1)
+        proto_msg_free(&m);
+    return ok && rc == -1 && !coord_client_connected(cl);
+}
+
+static int send_progress(struct coord_client *cl, int rank, long step, int with_loss)
+{
+    static struct proto_progress p;
+    memset(&p, 0, sizeof p);
+    p.rank = rank;
+    p.nsteps = 1;
+    p.steps[0] = (struct proto_step){.step = step, .has_loss = with_loss, .loss = 3.0 + rank,
+                                     .tokens_per_s = 100, .step_ms = 10.0 * (rank + 1)};
+    return tsend(cl, proto_progress_encode(&p, NULL));
+}
+
+/* Runs hello → assign → rendezvous → start for workers cl[0..n). Fills ranks. */
+static int run_gang(struct coord_client **cl, int n, const char *job, int attempt, int *ranks)
+{
+    const char *pods[] = {"job-w0", "job-w1", "job-w2", "job-w3"};
+    for (int i = 0; i < n; i++)
+        if (send_hello(cl[i], job, TOKEN, n == 4 ? pods[i] : "any", i, 0))
+            return 0;
+    struct proto_msg m;
+    for (int i = 0; i < n; i++) {
+        if (!expect(cl[i], PROTO_ASSIGN, &m))
+            return 0;
+        ranks[i] = m.rank;
+        int ok = m.attempt == attempt;
+        proto_msg_free(&m);
+        if (!ok)
+            return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        char ep[64];
+        snprintf(ep, sizeof ep, "127.0.0.1:%d", 30000 + ranks[i]);
+        if (tsend(cl[i], proto_rendezvous_encode(attempt, ranks[i], ep, NULL, NULL)))
+            return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!expect(cl[i], PROTO_START, &m))
+            return 0;
+        /* The plan names one peer: the next rank. */
+        const cJSON *p0 = cJSON_GetArrayItem(m.body, 0);
+        const cJSON *r = cJSON_GetObjectItem(p0, "rank");
+        const cJSON *ep = cJSON_GetObjectItem(p0, "endpoint");
+        char want[64];
+        snprintf(want, sizeof want, "127.0.0.1:%d", 30000 + (ranks[i] + 1) % n);
+        int ok = cJSON_GetArraySize(m.body) == 1 && r && r->valueint == (ranks[i] + 1) % n &&
+                 cJSON_IsString(ep) && strcmp(ep->valuestring, want) == 0;
+        proto_msg_free(&m);
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
+static void test_gang_and_security(void)
+{
+    struct server s;
+    if (server_start(&s, "job", 4, 60000, 0)) {
+        TEST_FAIL("server start", "could not start");
+        return;
+    }
+    /* Refusals first: none of them may disturb the job. */
+    struct coord_client *bad = connect_to(&s);
+    CHECK("bad connects", bad != NULL);
+    if (bad) {
+        send_hello(bad, "job", "wrong-token-xyz", "job-w0", 0, 0);
+        CHECK("wrong token refused", refused_with(bad, PROTO_ERR_AUTH));
+        coord_client_destroy(bad);
+    }
+    bad = connect_to(&s);
+    if (bad) {
+        send_hello(bad, "job", "", "job-w0", 0, 0);
+        CHECK("no token refused", refused_with(bad, PROTO_ERR_AUTH));
+        coord_client_destroy(bad);
+    }
+    bad = connect_to(&s);
+    if (bad) {
+        send_hello(bad, "other-job", TOKEN, "job-w0", 0, 0);
+        CHECK("unknown job refused", refused_with(bad, PROTO_ERR_AUTH));
+        coord_client_destroy(bad);
+    }
+    bad = connect_to(&s);
+    if (bad) {
+        send_hello(bad, "job", TOKEN, "intruder-pod", 1, 0);
+        CHECK("unknown pod refused", refused_with(bad, PROTO_ERR_UNKNOWN_WORKER));
+        coord_client_destroy(bad);
+    }
+    bad = connect_to(&s);
+    if (bad) {
+        send_hello(bad, "job", TOKEN, "job-w9", 9, 0);
+        CHECK("index out of range refused", refused_with(bad, PROTO_ERR_UNKNOWN_WORKER));
+        coord_client_destroy(bad);
+    }
+    bad = connect_to(&s);
+    if (bad) {
+        tsend(bad, strdup("{\"v\":1,\"type\":\"hello\",\"job\":"));
+        CHECK("garbled frame refused", refused_with(bad, PROTO_ERR_BAD_MESSAGE));
+        coord_client_destroy(bad);
+    }
+    bad = connect_to(&s);
+    if (bad) {
+        tsend(bad, proto_done_encode(0, 1, NULL));
+        CHECK("message before hello refused", refused_with(bad, PROTO_ERR_AUTH));
+        coord_client_destroy(bad);
+    }
+    bad = connect_to(&s);
+    if (bad) {
+        size_t n = PROTO_MAX_MESSAGE + 4096;
+        char *big = malloc(n + 1);
+        if (big) {
+            memset(big, 'x', n);
+            big[n] = '\0';
+            tsend(bad, big);
+            CHECK("oversized frame refused", refused_with(bad, PROTO_ERR_BAD_MESSAGE));
+        }
+        coord_client_destroy(bad);
+    }
+    pthread_mutex_lock(&s.mu);
+    long refused = coord_refused(s.c);
+    int hellos = s.hellos;
+    pthread_mutex_unlock(&s.mu);
+    CHECK_INT("refusals counted", refused, 8);
+    CHECK_INT("no refused hello admitted", hellos, 0);
+    CHECK_INT("job still gathering", job_state(&s, "job"), COORD_GATHERING);
+    pthread_mutex_lock(&s.mu);
+    CHECK("refused pod named in an event", strstr(s.events, "intruder-pod") != NULL);
+    pthread_mutex_unlock(&s.mu);
+
+    struct coord_client *cl[4] = {0};
+    int ok = 1;
+    for (int i = 0; i < 4; i++)
+        ok = ok && (cl[i] = connect_to(&s)) != NULL;
+    CHECK("workers connect", ok);
+    int ranks[4] = {0};
+    if (ok) {
+        /* A duplicate of worker 0 while the real one is connected is refused. */
+        send_hello(cl[0], "job", TOKEN, "job-w0", 0, 0);
+        struct coord_client *dup = connect_to(&s);
+        usleep(100000);
+        if (dup) {
+            send_hello(dup, "job", TOKEN, "job-w0", 0, 0);
+            CHECK("duplicate worker refused", refused_with(dup, PROTO_ERR_DUPLICATE));
+            coord_client_destroy(dup);
+        }
+        /* cl[0] already said hello; run_gang sends it again: a second hello on the same
+         * connection is refused, so use fresh hellos for 1..3 and handle 0 by hand. */
+        for (int i = 1; i < 4; i++)
+            send_hello(cl[i], "job", TOKEN, pods4[i], i, 0);
+        struct proto_msg m;
+        int got = 1;
+        for (int i = 0; i < 4; i++) {
+            got = got && expect(cl[i], PROTO_ASSIGN, &m);
+            if (got) {
+                ranks[i] = m.rank;
+                proto_msg_free(&m);
+            }
+        }
+        CHECK("every worker assigned after the gang barrier", got);
+        CHECK("ranks from the plan", ranks[0] == 3 && ranks[1] == 2 && ranks[2] == 1 && ranks[3] == 0);
+        pthread_mutex_lock(&s.mu);
+        CHECK_INT("planned once", s.plans, 1);
+        CHECK_INT("four admitted", s.hellos, 4);
+        pthread_mutex_unlock(&s.mu);
+        CHECK_INT("state rendezvous", job_state(&s, "job"), COORD_RENDEZVOUS);
+        for (int i = 0; i < 4; i++) {
+            char ep[64];
+            snprintf(ep, sizeof ep, "127.0.0.1:%d", 30000 + ranks[i]);
+            cJSON *ids = NULL;
+            if (ranks[i] == 0)
+                ids = cJSON_Parse("{\"nccl-dp0\":\"c2VjcmV0\"}");
+            tsend(cl[i], proto_rendezvous_encode(0, ranks[i], ep, ids, NULL));
+            cJSON_Delete(ids);
+        }
+        int starts = 1;
+        for (int i = 0; i < 4; i++) {
+            if (!expect(cl[i], PROTO_START, &m)) {
+                starts = 0;
+                continue;
+            }
+            const cJSON *p0 = cJSON_GetArrayItem(m.body, 0);
+            const cJSON *r = cJSON_GetObjectItem(p0, "rank");
+            const cJSON *ep = cJSON_GetObjectItem(p0, "endpoint");
+            char want[64];
+            snprintf(want, sizeof want, "127.0.0.1:%d", 30000 + (ranks[i] + 1) % 4);
+            starts = starts && cJSON_GetArraySize(m.body) == 1 && r &&
+                     r->valueint == (ranks[i] + 1) % 4 && cJSON_IsString(ep) &&
+                     strcmp(ep->valuestring, want) == 0;
+            if (ranks[i] == 3) { /* its peer is rank 0, which published an id */
+                const cJSON *id = cJSON_GetObjectItem(cJSON_GetObjectItem(p0, "ids"), "nccl-dp0");
+                CHECK_STR("nccl id relayed", cJSON_IsString(id) ? id->valuestring : NULL, "c2VjcmV0");
+            }
+            proto_msg_free(&m);
+        }
+        CHECK("start carries the peers' endpoints", starts);
+        CHECK("state running", wait_state(&s, "job", COORD_RUNNING));
+
+        /* Refusals while running leave the job running. */
+        bad = connect_to(&s);
+        if (bad) {
+            send_hello(bad, "job", "wrong-token-xyz", "job-w1", 1, 0);
+            CHECK("wrong token refused while running", refused_with(bad, PROTO_ERR_AUTH));
+            coord_client_destroy(bad);
+        }
+        CHECK_INT("still running after refusal", job_state(&s, "job"), COORD_RUNNING);
+
+        for (int i = 0; i < 4; i++)
+            send_progress(cl[i], ranks[i], 10 + i, ranks[i] == 0 || ranks[i] == 1);
+        usleep(300000);
+        pthread_mutex_lock(&s.mu);
+        struct coord_progress agg;
+        coord_job_progress(s.c, "job", &agg);
+        int steps_seen = s.steps_seen, calls = s.progress_calls;
+        pthread_mutex_unlock(&s.mu);
+        CHECK_INT("progress records relayed", steps_seen, 4);
+        CHECK("progress hook called", calls >= 1);
+        CHECK_INT("aggregate step is the slowest", agg.step, 10);
+        CHECK_NEAR("aggregate loss is the mean of loss reporters", agg.loss, 3.5, 1e-9);
+        CHECK_NEAR("aggregate tokens/s sums reporters", agg.tokens_per_s, 200, 1e-9);
+        CHECK_NEAR("aggregate step time is the slowest", agg.step_ms, 40, 1e-9);
+        CHECK_NEAR("eta", agg.eta_s, (100 - 10) * 0.040, 1e-9);
+
+        for (int i = 0; i < 4; i++)
+            tsend(cl[i], proto_done_encode(ranks[i], 100, NULL));
+        int stops = 1;
+        for (int i = 0; i < 4; i++) {
+            if (expect(cl[i], PROTO_STOP, &m)) {
+                stops = stops && !m.u.stop.restart;
+                proto_msg_free(&m);
+            } else {
+                stops = 0;
+            }
+        }
+        CHECK("final stop without restart", stops);
+        CHECK("succeeded", wait_state(&s, "job", COORD_SUCCEEDED));
+    }
+    for (int i = 0; i < 4; i++)
+        coord_client_destroy(cl[i]);
+    server_stop(&s);
+}
+
+static void test_restart_in_place(void)
+{
+    struct server s;
+    if (server_start(&s, "rj", 2, 60000, 1)) {
+        TEST_FAIL("server start", "could not start");
+        return;
+    }
+    struct coord_client *cl[2] = {connect_to(&s), connect_to(&s)};
+    int ranks[2];
+    CHECK("restart: first gang runs", cl[0] && cl[1] && run_gang(cl, 2, "rj", 0, ranks));
+    CHECK("restart: running", wait_state(&s, "rj", COORD_RUNNING));
+    /* Worker 1 dies. */
+    coord_client_destroy(cl[1]);
+    cl[1] = NULL;
+    struct proto_msg m;
+    int got = cl[0] && expect(cl[0], PROTO_STOP, &m);
+    CHECK("restart: survivor told to stop", got);
+    if (got) {
+        CHECK_INT("restart: stop asks for a restart", m.u.stop.restart, 1);
+        CHECK("restart: reason names the worker", strstr(m.u.stop.reason, "worker 1") != NULL);
+        proto_msg_free(&m);
+    }
+    CHECK_INT("restart: state restarting", job_state(&s, "rj"), COORD_RESTARTING);
+    /* Both come back (survivor reconnects as a new process would). */
+    coord_client_destroy(cl[0]);
+    cl[0] = connect_to(&s);
+    cl[1] = connect_to(&s);
+    CHECK("restart: second gang runs with attempt 1",
+          cl[0] && cl[1] && run_gang(cl, 2, "rj", 1, ranks));
+    pthread_mutex_lock(&s.mu);
+    CHECK_INT("restart: plan reused", s.plans, 1);
+    CHECK_INT("restart: one restart used", coord_job_restarts(s.c, "rj"), 1);
+    pthread_mutex_unlock(&s.mu);
+    /* A second failure exhausts max_restarts = 1. */
+    if (cl[0] && cl[1]) {
+        tsend(cl[1], proto_error_encode(PROTO_ERR_WORKER, "loss is NaN", NULL));
+        got = expect(cl[0], PROTO_STOP, &m);
+        CHECK("restart: exhausted stop", got && !m.u.stop.restart);
+        if (got)
+            proto_msg_free(&m);
+        CHECK("restart: job failed", wait_state(&s, "rj", COORD_FAILED));
+        pthread_mutex_lock(&s.mu);
+        CHECK("restart: error text in event", strstr(s.events, "loss is NaN") != NULL);
+        pthread_mutex_unlock(&s.mu);
+    }
+    coord_client_destroy(cl[0]);
+    coord_client_destroy(cl[1]);
+    server_stop(&s);
+}
+
+static void test_adopt_gang_timeout_plan_failure(void)
+{
+    struct server s;
+    if (server_start(&s, "aj", 2, 200, 0)) {
+        TEST_FAIL("server start", "could not start");
+        return;
+    }
+    struct coord_client *cl[2] = {connect_to(&s), NULL};
+    if (cl[0])
+        send_hello(cl[0], "aj", TOKEN, "p0", 0, 1);
+    usleep(600000);
+    pthread_mutex_lock(&s.mu);
+    CHECK("gang timeout event names the missing worker",
+          strstr(s.events, "gang timeout") && strstr(s.events, "1 of 2 workers missing: 1"));
+    pthread_mutex_unlock(&s.mu);
+    CHECK_INT("gang timeout keeps waiting", job_state(&s, "aj"), COORD_GATHERING);
+    cl[1] = connect_to(&s);
+    if (cl[1])
+        send_hello(cl[1], "aj", TOKEN, "p1", 1, 1);
+    CHECK("running workers adopted", wait_state(&s, "aj", COORD_RUNNING));
+    pthread_mutex_lock(&s.mu);
+    CHECK_INT("adoption does not replan", s.plans, 0);
+    pthread_mutex_unlock(&s.mu);
+    for (int i = 0; i < 2; i++)
+        if (cl[i])
+            tsend(cl[i], proto_done_encode(i, 100, NULL));
+    CHECK("adopted job succeeds", wait_state(&s, "aj", COORD_SUCCEEDED));
+    coord_client_destroy(cl[0]);
+    coord_client_destroy(cl[1]);
+    server_stop(&s);
+
+    if (server_start(&s, "pf", 2, 60000, 3)) {
+        TEST_FAIL("server start", "could not start");
+        return;
+    }
+    s.fail_plan = 1;
+    cl[0] = connect_to(&s);
+    cl[1] = connect_to(&s);
+    for (int i = 0; i < 2; i++)
+        if (cl[i])
+            send_hello(cl[i], "pf", TOKEN, "p", i, 0);
+    struct proto_msg m;
+    int got = cl[0] && expect(cl[0], PROTO_ERROR, &m);
+    CHECK("plan failure reported to workers", got && m.u.error.code == PROTO_ERR_PLAN &&
+                                                  strstr(m.u.error.message, "fabric"));
+    if (got)
+        proto_msg_free(&m);
+    CHECK("plan failure fails the job", wait_state(&s, "pf", COORD_FAILED));
+    coord_client_destroy(cl[0]);
+    coord_client_destroy(cl[1]);
+    server_stop(&s);
+}
+
+static void test_api_errors(void)
+{
+    struct coordinator *c = NULL;
+    struct coord_options o = {.bind = "127.0.0.1"};
+    herr e = {{0}};
+    if (coord_create(&c, &o, &e)) {
+        TEST_FAIL("api create", "%s", e.msg);
+        return;
+    }
+    struct coord_job_spec js = {.name = "x", .token = "short", .workers = 2,
+                                .hooks = {.plan = plan_ring}};
+    CHECK_INT("short token refused", coord_add_job(c, &js, &e), -1);
+    CHECK("short token message", strstr(e.msg, "token") != NULL);
+    js.token = TOKEN;
+    js.workers = 0;
+    CHECK_INT("zero workers refused", coord_add_job(c, &js, &e), -1);
+    js.workers = 2;
+    CHECK_INT("job added", coord_add_job(c, &js, &e), 0);
+    CHECK_INT("duplicate job refused", coord_add_job(c, &js, &e), -1);
+    enum coord_job_state st;
+    CHECK_INT("unknown job state", coord_job_state(c, "nope", &st), -1);
+    CHECK_INT("cancel", coord_cancel_job(c, "x", "user asked", &e), 0);
+    CHECK_INT("cancelled is failed", coord_job_state(c, "x", &st) == 0 ? (int)st : -1, COORD_FAILED);
+    coord_destroy(c);
+
+    struct coord_client *cl = NULL;
+    CHECK_INT("bad url refused", coord_client_create(&cl, "http://x:1/", &e), -1);
+    CHECK_INT("connect refused port", coord_client_create(&cl, "ws://127.0.0.1:1/", &e), 0);
+    if (cl) {
+        CHECK_INT("connect to closed port fails", coord_client_connect(cl, 2000, &e), -1);
+        coord_client_destroy(cl);
+    }
+}
+
+static int resolve_calls;
+static int resolve(void *user, struct coordinator *c, const char *job)
+{
+    struct server *s = user;
+    resolve_calls++;
+    if (strcmp(job, "ns/lazy") != 0)
+        return -1;
+    struct coord_job_spec js = {.name = job, .token = TOKEN, .workers = 2,
+                                .hooks = {.plan = plan_ring, .on_hello = hk_hello}, .user = s};
+    return coord_add_job(c, &js, NULL);
+}
+
+static void test_resolve_and_remove(void)
+{
+    static struct server s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    struct coord_options o = {.bind = "127.0.0.1", .resolve_job = resolve, .user = &s};
+    herr e = {{0}};
+    if (coord_create(&s.c, &o, &e) || pthread_create(&s.th, NULL, serve, &s)) {
+        TEST_FAIL("resolve: server", "%s", e.msg);
+        return;
+    }
+    struct coord_client *cl = connect_to(&s), *bad = connect_to(&s);
+    if (cl && bad) {
+        send_hello(cl, "ns/lazy", TOKEN, "lazy-0", 0, 0);
+        send_hello(bad, "ns/other", TOKEN, "x", 0, 0);
+        CHECK("resolve: unresolvable job refused", refused_with(bad, PROTO_ERR_AUTH));
+        usleep(200000);
+        pthread_mutex_lock(&s.mu);
+        CHECK_INT("resolve: job registered on first hello", coord_job_connected(s.c, "ns/lazy"), 1);
+        CHECK_INT("resolve: hook asked twice", resolve_calls, 2);
+        CHECK_INT("resolve: worker admitted", s.hellos, 1);
+        CHECK_INT("remove: removed", coord_remove_job(s.c, "ns/lazy"), 0);
+        CHECK_INT("remove: gone", coord_job_connected(s.c, "ns/lazy"), -1);
+        CHECK_INT("remove: unknown", coord_remove_job(s.c, "ns/lazy"), -1);
+        pthread_mutex_unlock(&s.mu);
+        struct proto_msg m;
+        int rc = coord_client_poll(cl, 5000, &m, &e);
+        if (rc == 1)
+            proto_msg_free(&m);
+        CHECK("remove: its connections are closed", rc == -1 && !coord_client_connected(cl));
+    } else {
+        TEST_FAIL("resolve: connect", "no connection");
+    }
+    coord_client_destroy(cl);
+    coord_client_destroy(bad);
+    server_stop(&s);
+}
+
+int main(void)
+{
+    test_resolve_and_remove();
+    test_api_errors();
+    test_gang_and_security();
+    test_restart_in_place();
+    test_adopt_gang_timeout_plan_failure();
+    TEST_MAIN_END();
+}

@@ -1,0 +1,211 @@
+/* Controller pieces without a server: the pod built from a TrainingJob, spec errors, the API
+ * call table, events and times, latency quantiles, the metrics/health HTTP server. */
+#include "test.h"
+
+#include <curl/curl.h>
+#include <stdlib.h>
+
+#include "controller.h"
+#include "http_server.h"
+#include "kube_events.h"
+#include "metrics.h"
+
+static const char *env_value(const cJSON *c, const char *name, int *count)
+{
+    const cJSON *e;
+    const char *v = NULL;
+    *count = 0;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(c, "env")) {
+        const cJSON *n = cJSON_GetObjectItem(e, "name");
+        if (cJSON_IsString(n) && !strcmp(n->valuestring, name)) {
+            (*count)++;
+            const cJSON *val = cJSON_GetObjectItem(e, "value");
+            v = cJSON_IsString(val) ? val->valuestring : "(valueFrom)";
+        }
+    }
+    return v;
+}
+
+static void test_build_pod(void)
+{
+    cJSON *job = cJSON_Parse(
+        "{\"apiVersion\":\"holmes.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"gpt\","
+        "\"namespace\":\"ml\",\"uid\":\"u-1\"},\"spec\":{\"workers\":4,\"gpusPerWorker\":8,"
+        "\"template\":{\"metadata\":{\"labels\":{\"team\":\"a\",\"holmes.dev/job\":\"spoof\"}},"
+        "\"spec\":{\"tolerations\":[{\"key\":\"gpu\"}],\"containers\":[{\"name\":\"sidecar\",\"image\":\"s\"},"
+        "{\"name\":\"worker\",\"command\":[\"x\"],\"env\":[{\"name\":\"HOLMES_JOB_NAME\",\"value\":\"old\"}],"
+        "\"resources\":{\"limits\":{\"nvidia.com/gpu\":4}}}]}}}}");
+    herr e;
+    cJSON *pod = controller_build_pod(job, 3, "ws://c:8443", "holmes-node:default", &e);
+    CHECK("build pod", pod != NULL);
+    if (!pod)
+        return;
+    const cJSON *md = cJSON_GetObjectItem(pod, "metadata");
+    CHECK_STR("pod name", cJSON_GetObjectItem(md, "name")->valuestring, "gpt-worker-3");
+    const cJSON *labels = cJSON_GetObjectItem(md, "labels");
+    CHECK_STR("job label cannot be spoofed by the template",
+              cJSON_GetObjectItem(labels, "holmes.dev/job")->valuestring, "gpt");
+    CHECK_STR("index label", cJSON_GetObjectItem(labels, "holmes.dev/worker-index")->valuestring, "3");
+    CHECK_STR("template label kept", cJSON_GetObjectItem(labels, "team")->valuestring, "a");
+    const cJSON *ref = cJSON_GetArrayItem(cJSON_GetObjectItem(md, "ownerReferences"), 0);
+    CHECK("owner reference controller: true with the job uid",
+          cJSON_IsTrue(cJSON_GetObjectItem(ref, "controller")) &&
+              !strcmp(cJSON_GetObjectItem(ref, "uid")->valuestring, "u-1"));
+    const cJSON *spec = cJSON_GetObjectItem(pod, "spec");
+    const cJSON *cs = cJSON_GetObjectItem(spec, "containers");
+    CHECK_INT("sidecar kept", cJSON_GetArraySize(cs), 2);
+    const cJSON *side = cJSON_GetArrayItem(cs, 0), *w = cJSON_GetArrayItem(cs, 1);
+    CHECK_STR("sidecar untouched", cJSON_GetObjectItem(side, "image")->valuestring, "s");
+    CHECK_STR("worker container gets the default image", cJSON_GetObjectItem(w, "image")->valuestring,
+              "holmes-node:default");
+    char *cmd = cJSON_PrintUnformatted(cJSON_GetObjectItem(w, "command"));
+    CHECK_STR("command replaced", cmd, "[\"holmes-node\",\"worker\"]");
+    free(cmd);
+    int n;
+    const char *v = env_value(w, "HOLMES_JOB_NAME", &n);
+    CHECK("env from the template overridden once", v && !strcmp(v, "gpt") && n == 1);
+    v = env_value(w, "HOLMES_TOKEN", &n);
+    CHECK("token from the secret", v && !strcmp(v, "(valueFrom)") && n == 1);
+    v = env_value(w, "HOLMES_COORDINATOR", &n);
+    CHECK_STR("coordinator env", v, "ws://c:8443");
+    const cJSON *lim = cJSON_GetObjectItem(cJSON_GetObjectItem(w, "resources"), "limits");
+    CHECK_INT("template GPU limit wins", cJSON_GetObjectItem(lim, "nvidia.com/gpu")->valueint, 4);
+    CHECK("tolerations kept", cJSON_GetArraySize(cJSON_GetObjectItem(spec, "tolerations")) == 1);
+    CHECK_STR("restartPolicy Never", cJSON_GetObjectItem(spec, "restartPolicy")->valuestring, "Never");
+    cJSON_Delete(pod);
+
+    pod = controller_build_pod(job, 0, "ws://c", NULL, &e);
+    CHECK("no image anywhere -> error naming spec.image", !pod && strstr(e.msg, "spec.image"));
+    cJSON_Delete(pod);
+    cJSON_Delete(job);
+
+    job = cJSON_Parse("{\"metadata\":{\"name\":\"j\",\"namespace\":\"n\"},\"spec\":{\"workers\":1,"
+                      "\"image\":\"i\",\"gpusPerWorker\":2}}");
+    pod = controller_build_pod(job, 0, "ws://c", NULL, &e);
+    const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "spec"), "containers"), 0);
+    CHECK("no template -> a worker container asking for the GPUs",
+          c0 && !strcmp(cJSON_GetObjectItem(c0, "name")->valuestring, "worker") &&
+              cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "resources"), "limits"),
+                                  "nvidia.com/gpu")->valueint == 2);
+    cJSON_Delete(pod);
+    cJSON_Delete(job);
+}
+
+static void test_spec_errors(void)
+{
+    cJSON *job = cJSON_Parse("{\"apiVersion\":\"holmes.dev/v1alpha1\",\"kind\":\"TrainingJob\","
+                             "\"metadata\":{\"name\":\"x\"},\"spec\":{\"workers\":0,\"gpusPerWorker\":0,"
+                             "\"model\":{\"preset\":\"gpt2-124m\"},\"training\":{\"steps\":-1}}}");
+    cJSON *errs = controller_spec_errors(job);
+    char *txt = cJSON_PrintUnformatted(errs);
+    CHECK("spec errors: every field named", txt && strstr(txt, "spec.workers") && strstr(txt, "spec.training.steps"));
+    free(txt);
+    cJSON_Delete(errs);
+    cJSON_Delete(job);
+}
+
+static void test_api_table(void)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    controller_print_api_calls(f);
+    fclose(f);
+    CHECK("api calls: status subresource", strstr(buf, "patch holmes.dev trainingjobs/status\n") != NULL);
+    CHECK("api calls: pods", strstr(buf, "create core pods\n") && strstr(buf, "delete core pods\n"));
+    CHECK("api calls: leases", strstr(buf, "get coordination.k8s.io leases\n") != NULL);
+    int lines = 0;
+    for (char *p = buf; *p; p++)
+        lines += *p == '\n';
+    CHECK_INT("api calls: one line per table entry", lines, API_OP_COUNT);
+    free(buf);
+}
+
+static void test_events_time(void)
+{
+    CHECK_NEAR("time parse", kube_time_parse("2024-01-02T03:04:05Z"), 1704164645.0, 1e-12);
+    CHECK_NEAR("time parse micro", kube_time_parse("2024-01-02T03:04:05.250000Z"), 1704164645.25, 1e-12);
+    CHECK("time parse rejects junk", kube_time_parse("yesterday") < 0);
+    char now[48];
+    kube_time_now(now, sizeof now, 1);
+    CHECK("time now round-trips", kube_time_parse(now) > 1.7e9);
+    cJSON *job = cJSON_Parse("{\"apiVersion\":\"holmes.dev/v1alpha1\",\"kind\":\"TrainingJob\","
+                             "\"metadata\":{\"name\":\"j\",\"namespace\":\"n\",\"uid\":\"u\"}}");
+    cJSON *ev = kube_event_build(job, "Warning", "InvalidSpec", "spec.workers: bad", NULL);
+    const cJSON *inv = cJSON_GetObjectItem(ev, "involvedObject");
+    CHECK("event names the object", !strcmp(cJSON_GetObjectItem(inv, "kind")->valuestring, "TrainingJob") &&
+                                        !strcmp(cJSON_GetObjectItem(inv, "uid")->valuestring, "u"));
+    CHECK_STR("event type", cJSON_GetObjectItem(ev, "type")->valuestring, "Warning");
+    cJSON_Delete(ev);
+    cJSON_Delete(job);
+}
+
+static void test_hist(void)
+{
+    struct metrics_hist h;
+    metrics_hist_init(&h);
+    for (int i = 1; i <= 1000; i++)
+        metrics_hist_observe(&h, i / 1000.0); /* 1 ms .. 1 s */
+    CHECK_NEAR("p50 within a bucket", metrics_hist_quantile(&h, 0.5), 0.5, 0.08);
+    CHECK_NEAR("p99 within a bucket", metrics_hist_quantile(&h, 0.99), 0.99, 0.08);
+    struct metrics_buf b = {0};
+    metrics_hist_render(&h, &b, "x_seconds", "help");
+    CHECK("histogram le=0.5 counts half", strstr(b.data, "x_seconds_bucket{le=\"0.5\"} 500\n") != NULL);
+    CHECK("histogram count", strstr(b.data, "x_seconds_count 1000\n") != NULL);
+    free(b.data);
+}
+
+static int handler(void *user, const char *path, struct metrics_buf *b)
+{
+    (void)user;
+    if (strcmp(path, "/metrics"))
+        return 404;
+    metrics_printf(b, "up 1\n");
+    return 200;
+}
+
+static size_t sink(char *p, size_t s, size_t n, void *ud)
+{
+    strncat(ud, p, s * n < 200 ? s * n : 200);
+    return s * n;
+}
+
+static void test_http(void)
+{
+    herr e;
+    struct http_server *s = http_server_start("127.0.0.1:0", handler, NULL, &e);
+    CHECK("http server starts on port 0", s && http_server_port(s) > 0);
+    if (!s)
+        return;
+    char url[64], body[512] = "";
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics?x=1", http_server_port(s));
+    CURL *h = curl_easy_init();
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, body);
+    long code = 0;
+    if (curl_easy_perform(h) == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    CHECK("GET /metrics 200 with the body", code == 200 && !strcmp(body, "up 1\n"));
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/nope", http_server_port(s));
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    code = 0;
+    if (curl_easy_perform(h) == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    CHECK_INT("unknown path 404", code, 404);
+    curl_easy_cleanup(h);
+    http_server_stop(s);
+    CHECK("bad address is an error naming it", !http_server_start("nohost", handler, NULL, &e) &&
+                                                   strstr(e.msg, "nohost"));
+}
+
+int main(void)
+{
+    test_build_pod();
+    test_spec_errors();
+    test_api_table();
+    test_events_time();
+    test_hist();
+    test_http();
+    TEST_MAIN_END();
+}

@@ -1,0 +1,179 @@
+/* Pipeline schedules on a toy model (stage s: y = w_s * x + b_s elementwise; squared-error loss
+ * on the last stage), in forked processes over TCP: per-stage gradients and the loss match a
+ * single-process computation; 1F1B never needs more than stages - stage activation slots. */
+#include "test.h"
+
+#include <stdlib.h>
+
+#include "comm_testutil.h"
+#include "pipeline.h"
+
+#define D 37
+#define MAXM 8
+
+static float data_x(int mb, int i) { return (float)((mb * 31 + i * 7) % 13) / 13.0f - 0.5f; }
+static float data_t(int mb, int i) { return (float)((mb * 17 + i * 5) % 11) / 11.0f; }
+static float param_w(int s, int i) { return 0.5f + 0.1f * (float)((s * 3 + i) % 7); }
+static float param_b(int s, int i) { return 0.05f * (float)((s + 2 * i) % 5) - 0.1f; }
+
+struct toy {
+    int stage, stages, M, slots;
+    float w[D], b[D], gw[D], gb[D];
+    float x[MAXM][D], y[MAXM][D];
+    int busy[MAXM], busy_mb[MAXM];
+    int overflow;
+};
+
+static int toy_forward(void *ctx, int mb, int slot, const float *in, float *out, float *loss, herr *e)
+{
+    struct toy *t = ctx;
+    if (slot >= t->slots || t->busy[slot]) {
+        t->overflow = 1;
+        return herr_set(e, "slot %d reused while busy", slot);
+    }
+    t->busy[slot] = 1;
+    t->busy_mb[slot] = mb;
+    for (int i = 0; i < D; i++) {
+        t->x[slot][i] = in ? in[i] : data_x(mb, i);
+        t->y[slot][i] = t->w[i] * t->x[slot][i] + t->b[i];
+    }
+    if (out)
+        memcpy(out, t->y[slot], sizeof t->y[slot]);
+    else {
+        float l = 0;
+        for (int i = 0; i < D; i++) {
+            float d = t->y[slot][i] - data_t(mb, i);
+            l += 0.5f * d * d;
+        }
+        *loss = l / D;
+    }
+    return 0;
+}
+
+static int toy_backward(void *ctx, int mb, int slot, const float *dout, float *din, herr *e)
+{
+    struct toy *t = ctx;
+    if (!t->busy[slot] || t->busy_mb[slot] != mb)
+        return herr_set(e, "backward of micro-batch %d on slot %d out of order", mb, slot);
+    t->busy[slot] = 0;
+    for (int i = 0; i < D; i++) {
+        float dy = dout ? dout[i] : (t->y[slot][i] - data_t(mb, i)) / D / (float)t->M;
+        t->gw[i] += dy * t->x[slot][i];
+        t->gb[i] += dy;
+        if (din)
+            din[i] = dy * t->w[i];
+    }
+    return 0;
+}
+
+/* Whole model in one process: gradients of stage `want` and the total loss. */
+static void reference(int stages, int M, int want, float *gw, float *gb, float *loss)
+{
+    memset(gw, 0, D * sizeof *gw);
+    memset(gb, 0, D * sizeof *gb);
+    *loss = 0;
+    for (int mb = 0; mb < M; mb++) {
+        float xs[8][D], y[D], dy[D];
+        for (int i = 0; i < D; i++)
+            y[i] = data_x(mb, i);
+        for (int s = 0; s < stages; s++)
+            for (int i = 0; i < D; i++) {
+                xs[s][i] = y[i];
+                y[i] = param_w(s, i) * xs[s][i] + param_b(s, i);
+            }
+        float l = 0;
+        for (int i = 0; i < D; i++) {
+            float d = y[i] - data_t(mb, i);
+            l += 0.5f * d * d;
+            dy[i] = d / D / (float)M;
+        }
+        *loss += l / D;
+        for (int s = stages - 1; s >= 0; s--)
+            for (int i = 0; i < D; i++) {
+                if (s == want) {
+                    gw[i] += dy[i] * xs[s][i];
+                    gb[i] += dy[i];
+                }
+                dy[i] = dy[i] * param_w(s, i);
+            }
+    }
+}
+
+struct case_arg {
+    int M;
+    enum pipe_schedule sched;
+};
+
+static int run_stage(int rank, int n, struct tcp_listener *l, const struct tcp_endpoint *eps, void *arg)
+{
+    struct case_arg *ca = arg;
+    herr e;
+    struct comm *c = NULL;
+    if (n > 1) {
+        struct tcp_group_spec s;
+        group_spec(&s, "pipeline", 21, n, rank, eps, 20);
+        if (comm_create(&c, l, &s, &e) != 0) {
+            fprintf(stderr, "%s\n", e.msg);
+            return 1;
+        }
+    }
+    static struct toy t;
+    memset(&t, 0, sizeof t);
+    t.stage = rank;
+    t.stages = n;
+    t.M = ca->M;
+    t.slots = pipe_slots_needed(ca->sched, rank, n, ca->M);
+    for (int i = 0; i < D; i++) {
+        t.w[i] = param_w(rank, i);
+        t.b[i] = param_b(rank, i);
+    }
+    struct pipe_stage_ops ops = {&t, D, toy_forward, toy_backward};
+    struct pipe_config cfg = {rank, n, ca->M, ca->sched, c};
+    struct pipe_runner *p;
+    int bad = 0;
+    float loss = 0;
+    if (pipe_runner_create(&p, &cfg, &ops, &e) != 0 || pipe_run(p, &loss, &e) != 0) {
+        fprintf(stderr, "rank %d: %s\n", rank, e.msg);
+        bad = 1;
+    } else {
+        pipe_runner_free(p);
+    }
+    float gw[D], gb[D], rloss;
+    reference(n, ca->M, rank, gw, gb, &rloss);
+    for (int i = 0; i < D && !bad; i++)
+        if (fabsf(gw[i] - t.gw[i]) > 1e-6f * (1 + fabsf(gw[i])) ||
+            fabsf(gb[i] - t.gb[i]) > 1e-6f * (1 + fabsf(gb[i]))) {
+            fprintf(stderr, "rank %d: gradient %d differs: %g vs %g\n", rank, i, t.gw[i], gw[i]);
+            bad = 1;
+        }
+    if (!bad && rank == n - 1 && fabsf(loss - rloss) > 1e-6f * rloss) {
+        fprintf(stderr, "rank %d: loss %g vs %g\n", rank, loss, rloss);
+        bad = 1;
+    }
+    if (c && comm_barrier(c, &e) != 0)
+        bad = 1;
+    comm_free(c);
+    return bad;
+}
+
+int main(void)
+{
+    static const int Ps[] = {1, 2, 3, 4};
+    static const int Ms[] = {1, 3, 6};
+    for (int si = 0; si < 2; si++)
+        for (size_t pi = 0; pi < 4; pi++)
+            for (size_t mi = 0; mi < 3; mi++) {
+                struct case_arg ca = {Ms[mi], si ? PIPE_1F1B : PIPE_GPIPE};
+                char name[96];
+                snprintf(name, sizeof name, "%s %d stages %d micro-batches matches single process",
+                         pipe_schedule_name(ca.sched), Ps[pi], Ms[mi]);
+                CHECK_INT(name, run_group(Ps[pi], run_stage, &ca, -1, 60), 0);
+            }
+    CHECK_INT("1f1b slots bounded by stages - stage", pipe_slots_needed(PIPE_1F1B, 1, 4, 8), 3);
+    CHECK_INT("gpipe slots = micro-batches", pipe_slots_needed(PIPE_GPIPE, 1, 4, 8), 8);
+    enum pipe_schedule s;
+    herr e;
+    CHECK_INT("bad schedule rejected", pipe_schedule_parse("zigzag", &s, &e), -1);
+    CHECK("bad schedule message", strstr(e.msg, "zigzag") != NULL);
+    TEST_MAIN_END();
+}

@@ -1,0 +1,123 @@
+/* Rank table: derived groups, planner-style groups, per-link pacing, clear errors. */
+#include "test.h"
+
+#include <stdlib.h>
+
+#include "rank_table.h"
+#include "yaml_json.h"
+
+static int load(const char *doc, struct rank_table *rt, herr *e)
+{
+    cJSON *d = yaml_parse_documents(doc, strlen(doc), "doc", e);
+    if (!d)
+        return -1;
+    int rc = rank_table_from_json(cJSON_GetArrayItem(d, 0), "doc", rt, e);
+    cJSON_Delete(d);
+    return rc;
+}
+
+#define W4 "\"workers\": [{\"host\": \"127.0.0.1\", \"port\": 1000, \"fabric\": \"a\"}," \
+           "{\"host\": \"127.0.0.1\", \"port\": 1001, \"fabric\": \"a\"}," \
+           "{\"host\": \"127.0.0.1\", \"port\": 1002, \"fabric\": \"b\"}," \
+           "{\"host\": \"127.0.0.1\", \"port\": 1003, \"fabric\": \"b\", \"nic\": {\"ib_hca\": \"mlx5_0:1\", \"gid_index\": 3}}]"
+
+int main(void)
+{
+    struct rank_table rt;
+    herr e;
+    const char *derived = "{\"parallelism\": {\"pipeline\": 2, \"data\": 2}, \"timeout_seconds\": 5,"
+                          "\"cross_fabric_pacing\": {\"bytes_per_second\": 1e8, \"latency_us\": 100}," W4 "}";
+    int rc = load(derived, &rt, &e);
+    CHECK_INT("derived groups load", rc, 0);
+    if (rc != 0)
+        printf("  %s\n", e.msg);
+    if (rc == 0) {
+        CHECK_INT("world", rt.world, 4);
+        CHECK_INT("groups dp 2 + pp 2 + embedding 2", rt.ngroups, 6);
+        int g = rank_table_find_group(&rt, RT_DP, 3);
+        CHECK("dp group of rank 3 is stage 1", g >= 0 && rt.groups[g].stage == 1 &&
+                                                   rt.groups[g].members[0] == 2);
+        g = rank_table_find_group(&rt, RT_PP, 1);
+        CHECK("pp group of rank 1 = {1, 3}", g >= 0 && rt.groups[g].members[0] == 1 &&
+                                                 rt.groups[g].members[1] == 3);
+        struct rt_comm_spec cs;
+        CHECK_INT("comm spec", rank_table_comm_spec(&rt, g, 3, &cs, &e), 0);
+        CHECK_INT("comm spec index", cs.spec.index, 1);
+        CHECK_INT("comm spec peer port", cs.eps[0].port, 1001);
+        CHECK("cross-fabric link paced", cs.pacing[0].bytes_per_sec == 1e8 &&
+                                             fabs(cs.pacing[0].latency_s - 1e-4) < 1e-12);
+        rt_comm_spec_free(&cs);
+        g = rank_table_find_group(&rt, RT_DP, 0);
+        CHECK_INT("comm spec dp", rank_table_comm_spec(&rt, g, 0, &cs, &e), 0);
+        CHECK("same-fabric link unpaced", cs.pacing[1].bytes_per_sec == 0);
+        rt_comm_spec_free(&cs);
+        CHECK_STR("nic hca read", rt.ranks[3].ib_hca, "mlx5_0:1");
+        CHECK_INT("nic gid read", rt.ranks[3].gid_index, 3);
+        CHECK("timeout read", rt.timeout_s == 5);
+        rank_table_free(&rt);
+    }
+    const char *planned = "{\"parallelism\": {\"pipeline\": 2, \"data\": 2, \"tensor\": 1},"
+                          "\"stages\": [{\"layers\": [0, 3]}, {\"layers\": [3, 4]}]," W4 ","
+                          "\"groups\": [{\"kind\": \"dp\", \"ranks\": [0, 1], \"transport\": \"ib\", \"stage\": 0},"
+                          "{\"kind\": \"dp\", \"ranks\": [2, 3], \"transport\": \"roce\", \"gid_index\": 3},"
+                          "{\"kind\": \"pp\", \"ranks\": [0, 2], \"transport\": \"socket\","
+                          " \"pacing\": {\"bytes_per_second\": 5e7}},"
+                          "{\"kind\": \"pp\", \"ranks\": [1, 3]}, {\"kind\": \"tp\", \"ranks\": [0]}]}";
+    rc = load(planned, &rt, &e);
+    CHECK_INT("planner groups load", rc, 0);
+    if (rc != 0)
+        printf("  %s\n", e.msg);
+    if (rc == 0) {
+        CHECK_INT("stage split read", rt.stage_last[0], 3);
+        CHECK_STR("ib group nccl net", rt.groups[0].nccl_net, "IB");
+        CHECK_INT("roce gid", rt.groups[1].gid_index, 3);
+        CHECK_STR("socket group nccl net", rt.groups[2].nccl_net, "Socket");
+        CHECK("group pacing overrides", rt.groups[2].pacing.bytes_per_sec == 5e7);
+        CHECK_INT("embedding derived", rank_table_find_group(&rt, RT_EMBEDDING, 2) >= 0, 1);
+        rank_table_free(&rt);
+    }
+    struct {
+        const char *doc, *want;
+    } bad[] = {
+        {"{\"workers\": []}", "parallelism"},
+        {"{\"parallelism\": {\"pipeline\": 2, \"data\": 2}, \"workers\": []}", "4 entries"},
+        {"{\"parallelism\": {\"pipeline\": 0, \"data\": 2}, \"workers\": []}", "parallelism.pipeline"},
+        {"{\"parallelism\": {\"pipeline\": 1, \"data\": 1}, \"workers\": [{\"host\": \"h\"}]}", "'port'"},
+        {"{\"parallelism\": {\"pipeline\": 1, \"data\": 1}, \"workers\": [{\"host\": \"h\", \"port\": 70000}]}",
+         "workers[0].port"},
+        {"{\"parallelism\": {\"pipeline\": 2, \"data\": 2}," W4 ", \"groups\": [{\"kind\": \"dp\", \"ranks\": [0, 2]},"
+         "{\"kind\": \"dp\", \"ranks\": [1, 3]}]}", "does not belong"},
+        {"{\"parallelism\": {\"pipeline\": 2, \"data\": 2}," W4 ", \"groups\": [{\"kind\": \"dp\", \"ranks\": [0, 1]}]}",
+         "rank 2 is in 0 'dp' groups"},
+        {"{\"parallelism\": {\"pipeline\": 2, \"data\": 2}," W4 ", \"groups\": [{\"kind\": \"dp\", \"ranks\": [0, 1],"
+         " \"transport\": \"carrier-pigeon\"}]}", "transport 'carrier-pigeon'"},
+        {"{\"parallelism\": {\"pipeline\": 2, \"data\": 2}," W4 ", \"stages\": [{\"layers\": [0, 2]}, {\"layers\": [3, 4]}]}",
+         "stages[1].layers"},
+        {"{\"parallelism\": {\"pipeline\": 2, \"data\": 2}," W4 ", \"cross_fabric_pacing\": {\"bytes_per_second\": -1}}",
+         "bytes_per_second"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "bad table %zu rejected naming '%s'", i, bad[i].want);
+        rc = load(bad[i].doc, &rt, &e);
+        if (rc == 0) {
+            rank_table_free(&rt);
+            TEST_FAIL(name, "accepted");
+        } else if (!strstr(e.msg, bad[i].want)) {
+            TEST_FAIL(name, "message: %s", e.msg);
+        } else {
+            TEST_PASS(name);
+        }
+    }
+    unsetenv("HOLMES_RANK_TABLE_JSON");
+    unsetenv("HOLMES_RANK_TABLE");
+    CHECK_INT("no env is an error", rank_table_from_env(&rt, &e), -1);
+    setenv("HOLMES_RANK_TABLE_JSON", derived, 1);
+    rc = rank_table_from_env(&rt, &e);
+    CHECK_INT("table from env", rc, 0);
+    if (rc == 0)
+        rank_table_free(&rt);
+    CHECK_INT("missing file", rank_table_load("/nonexistent/rt.json", &rt, &e), -1);
+    CHECK("missing file named", strstr(e.msg, "/nonexistent/rt.json") != NULL);
+    TEST_MAIN_END();
+}

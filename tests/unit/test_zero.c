@@ -1,0 +1,119 @@
+/* ZeRO-1 buckets over 1..4 forked replicas: readiness in backward order starts reduce-scatters,
+ * shards hold the replica sum and tile the buffer, the parameter all-gather restores every
+ * replica's updated shard everywhere, and the shard norm matches the full one. */
+#include "test.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "comm_testutil.h"
+#include "zero.h"
+
+#define N 10007
+#define BUCKET 1000
+
+static float gval(int r, size_t i) { return (float)((int)((i * 13 + (size_t)r * 7) % 19) - 9); }
+
+static int replica(int rank, int n, struct tcp_listener *l, const struct tcp_endpoint *eps, void *arg)
+{
+    (void)arg;
+    herr e;
+    struct comm *c = NULL;
+    struct tcp_group_spec s;
+    group_spec(&s, "dp", 31, n, rank, eps, 20);
+    if (n > 1 && comm_create(&c, l, &s, &e) != 0) {
+        fprintf(stderr, "%s\n", e.msg);
+        return 1;
+    }
+    float *p = malloc(N * sizeof *p), *g = malloc(N * sizeof *g);
+    struct zero *z;
+    if (!p || !g || zero_create(&z, p, g, N, BUCKET, c, &e) != 0)
+        return 1;
+    int bad = 0;
+    for (int step = 0; step < 2 && !bad; step++) {
+        for (size_t i = 0; i < N; i++) {
+            g[i] = gval(rank, i) + (float)step;
+            p[i] = -1;
+        }
+        /* report in backward order, in uneven pieces */
+        size_t hi = N;
+        while (hi > 0 && !bad) {
+            size_t lo = hi > 777 ? hi - 777 : 0;
+            if (zero_grads_ready(z, lo, hi, &e) != 0)
+                bad = 1;
+            hi = lo;
+        }
+        if (bad || zero_reduce_wait(z, &e) != 0) {
+            fprintf(stderr, "rank %d: %s\n", rank, e.msg);
+            bad = 1;
+            break;
+        }
+        double sq = 0, want_sq = 0;
+        size_t owned = 0;
+        for (int b = 0; b < zero_num_buckets(z); b++) {
+            size_t lo, h;
+            zero_shard(z, b, &lo, &h);
+            if (zero_shard_offset(z, b) != owned)
+                bad = 1;
+            owned += h - lo;
+            for (size_t i = lo; i < h; i++) {
+                float want = 0;
+                for (int r = 0; r < n; r++)
+                    want += gval(r, i) + (float)step;
+                if (g[i] != want) {
+                    fprintf(stderr, "rank %d: grad %zu = %g, want %g\n", rank, i, g[i], want);
+                    bad = 1;
+                    break;
+                }
+                if (i >= 100)
+                    want_sq += (double)want * want;
+                p[i] = (float)i * 0.5f + (float)step;
+            }
+        }
+        sq = zero_shard_sq_norm(z, 0, 100);
+        if (sq != want_sq || owned != zero_shard_total(z))
+            bad = 1;
+        if (!bad && zero_all_gather_params(z, &e) != 0) {
+            fprintf(stderr, "rank %d: %s\n", rank, e.msg);
+            bad = 1;
+        }
+        for (size_t i = 0; i < N && !bad; i++)
+            if (p[i] != (float)i * 0.5f + (float)step) {
+                fprintf(stderr, "rank %d: param %zu = %g\n", rank, i, p[i]);
+                bad = 1;
+            }
+    }
+    /* the owned shards of all replicas tile the buffer exactly: sum of totals == N */
+    float tot = (float)zero_shard_total(z);
+    if (c && !bad && comm_all_reduce(c, &tot, 1, &e) != 0)
+        bad = 1;
+    if (tot != N) {
+        fprintf(stderr, "rank %d: shards cover %g of %d\n", rank, tot, N);
+        bad = 1;
+    }
+    zero_free(z);
+    comm_free(c);
+    free(p);
+    free(g);
+    return bad;
+}
+
+int main(void)
+{
+    for (int n = 1; n <= 4; n++) {
+        char name[64];
+        snprintf(name, sizeof name, "zero-1 with %d replicas: shards, sums, all-gather", n);
+        CHECK_INT(name, run_group(n, replica, NULL, -1, 60), 0);
+    }
+    herr e;
+    struct zero *z;
+    float p[10], g[10];
+    CHECK_INT("zero create small", zero_create(&z, p, g, 10, 4, NULL, &e), 0);
+    CHECK_INT("three buckets", zero_num_buckets(z), 3);
+    CHECK_INT("range outside rejected", zero_grads_ready(z, 5, 11, &e), -1);
+    CHECK_INT("first report ok", zero_grads_ready(z, 6, 10, &e), 0);
+    CHECK_INT("double report rejected", zero_grads_ready(z, 6, 10, &e), -1);
+    CHECK("double report message", strstr(e.msg, "twice") != NULL);
+    zero_free(z);
+    TEST_MAIN_END();
+}
