@@ -178,6 +178,11 @@ static void hook_event(void *user, enum coord_job_state s, const char *msg)
     }
     if (s == COORD_FAILED)
         snprintf(L->fail_reason, sizeof L->fail_reason, "%s", msg);
+    if (s == COORD_RESTARTING && L->rows) { /* steps after the checkpoint are trained again */
+        memset(L->rows, 0, METRIC_SLOTS * sizeof *L->rows);
+        for (int i = 0; i < METRIC_SLOTS; i++)
+            L->rows[i].step = -1;
+    }
 }
 
 static void hook_progress(void *user, const struct coord_progress *p)
