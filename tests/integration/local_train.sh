@@ -6,11 +6,12 @@ tmp=$(mktemp -d /tmp/holmes-local-train.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 name=it-train-$$
 steps=24
-[ "${HOLMES_VARIANT:-}" = asan ] && steps=12
+[ "${HOLMES_VARIANT:-}" = asan ] && steps=8
 sed -e "s/name: local-tiny/name: $name/" -e "s/steps: 300/steps: $steps/" -e "s/warmupSteps: 20/warmupSteps: 2/" \
     -e "s/everySteps: 50/everySteps: 4/" -e "s#local-runs/local-tiny/checkpoints#$tmp/ckpt#" \
     "$REPO/examples/local-tiny.yaml" >"$tmp/job.yaml"
 
+if [ "${HOLMES_VARIANT:-}" != asan ]; then # under ASan only the restart run below (time)
 out=$(cd "$REPO" && timeout 300 "$OPERATOR" local "$tmp/job.yaml" --run-dir "$tmp/run" \
       --metrics-out "$tmp/m.jsonl" 2>&1)
 rc=$?
@@ -25,6 +26,7 @@ assert all(len(r["stages"]) == 2 and r["stages"][0]["compute_ms"] > 0 for r in r
 PY
 ls "$tmp"/ckpt/stage-*-step-*.ckpt >/dev/null 2>&1 && pass "checkpoints written per stage" \
     || fail "checkpoints written per stage" "$(ls "$tmp/ckpt" 2>&1)"
+fi
 
 # Kill a worker after the first checkpoints: in-place restart from the checkpoint.
 rm -rf "$tmp/ckpt"
@@ -32,7 +34,7 @@ sed -e "s/steps: $steps/steps: $((steps * 2))/" "$tmp/job.yaml" >"$tmp/job2.yaml
 ( cd "$REPO" && timeout 300 "$OPERATOR" local "$tmp/job2.yaml" --run-dir "$tmp/run2" \
       --metrics-out "$tmp/m2.jsonl" >"$tmp/out2" 2>&1; echo $? >"$tmp/rc2" ) &
 for _ in $(seq 600); do
-    ls "$tmp"/ckpt/stage-3-4-step-000000008.ckpt >/dev/null 2>&1 && break; sleep 0.1
+    ls "$tmp"/ckpt/stage-3-4-step-000000004.ckpt >/dev/null 2>&1 && break; sleep 0.1
 done
 victim=$(pgrep -f -- "--pod $name-worker-3 " | head -1)
 [ -n "$victim" ] && kill -9 "$victim"
