@@ -119,6 +119,18 @@ static float *falloc(size_t n)
 
 /* ---------------------------------------------------------------- matrix products */
 
+/* chunks per thread for the matrix products (HOLMES_GEMM_CHUNKS, default 4) */
+static int gemm_chunks_per_thread(void)
+{
+    static int cached;
+    if (!cached) {
+        const char *v = getenv("HOLMES_GEMM_CHUNKS");
+        int n = v ? atoi(v) : 0;
+        cached = n >= 1 && n <= 64 ? n : 4;
+    }
+    return cached;
+}
+
 /* Row-major C[M,N] = alpha*op(A)[M,K]*op(B)[K,N] + beta*C, with OpenBLAS kept single-threaded
  * and the larger output dimension split across the OpenMP threads: one thread pool for the whole
  * engine, no hand-over between OpenBLAS's threads and OpenMP's. */
@@ -134,24 +146,27 @@ static void gemm(int transA, int transB, int M, int N, int K, const float *A, in
         return;
     }
     int split_n = N >= M;
-#pragma omp parallel num_threads(nt)
-    {
-        int id = omp_get_thread_num(), n = omp_get_num_threads();
-        int total = split_n ? N : M;
-        /* chunks of 16 rows/columns keep the kernels' vector blocks whole */
-        int blocks = (total + 15) / 16;
-        int b0 = (int)((long)blocks * id / n), b1 = (int)((long)blocks * (id + 1) / n);
+    int total = split_n ? N : M;
+    /* Chunks of whole 16-wide blocks, a few per thread, handed out dynamically: a thread that
+     * loses its core to another process holds up only its current chunk, not half the product. */
+    int blocks = (total + 15) / 16;
+    int chunks = nt * gemm_chunks_per_thread();
+    if (chunks > blocks / 4)
+        chunks = blocks / 4 > nt ? blocks / 4 : nt;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int ch = 0; ch < chunks; ch++) {
+        int b0 = (int)((long)blocks * ch / chunks), b1 = (int)((long)blocks * (ch + 1) / chunks);
         int lo = b0 * 16, hi = b1 * 16 < total ? b1 * 16 : total;
-        if (hi > lo) {
-            if (split_n) {
-                const float *Bp = transB ? B + (size_t)lo * ldb : B + lo;
-                cblas_sgemm(CblasRowMajor, ta, tb, M, hi - lo, K, 1.0f, A, lda, Bp, ldb, beta,
-                            Cm + lo, ldc);
-            } else {
-                const float *Ap = transA ? A + lo : A + (size_t)lo * lda;
-                cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, N, K, 1.0f, Ap, lda, B, ldb, beta,
-                            Cm + (size_t)lo * ldc, ldc);
-            }
+        if (hi <= lo)
+            continue;
+        if (split_n) {
+            const float *Bp = transB ? B + (size_t)lo * ldb : B + lo;
+            cblas_sgemm(CblasRowMajor, ta, tb, M, hi - lo, K, 1.0f, A, lda, Bp, ldb, beta,
+                        Cm + lo, ldc);
+        } else {
+            const float *Ap = transA ? A + lo : A + (size_t)lo * lda;
+            cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, N, K, 1.0f, Ap, lda, B, ldb, beta,
+                        Cm + (size_t)lo * ldc, ldc);
         }
     }
 }

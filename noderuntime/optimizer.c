@@ -2,21 +2,42 @@
 #include "optimizer.h"
 
 #include <math.h>
+#include <omp.h>
 
-static void adamw_segment(const struct adamw_config *o, float *p, const float *g, float *m,
-                          float *v, size_t n, float lr, float wd, float bc1, float bc2,
-                          float gs)
+/* The element loop, compiled twice (AVX2 and baseline x86-64) and picked at load time. In the
+ * bias-corrected update, 1/(1-b1^t) and 1/sqrt(1-b2^t) are hoisted out of the loop as PyTorch
+ * does: p -= lr * (m * c1) / (sqrt(v) * c2 + eps) + lr * wd * p. */
+#if defined(__x86_64__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+static void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float b1,
+                         float b2, float eps, float lr, float wd, float c1, float c2, float gs)
 {
-    float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
-#pragma omp parallel for simd if (parallel : n > 65536)
     for (size_t i = 0; i < n; i++) {
         float gi = g[i] * gs;
         float mi = b1 * m[i] + (1.0f - b1) * gi;
         float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
         m[i] = mi;
         v[i] = vi;
-        float mh = mi / bc1, vh = vi / bc2;
-        p[i] -= lr * (mh / (sqrtf(vh) + eps) + wd * p[i]);
+        p[i] -= lr * ((mi * c1) / (sqrtf(vi) * c2 + eps) + wd * p[i]);
+    }
+}
+
+static void adamw_segment(const struct adamw_config *o, float *p, const float *g, float *m,
+                          float *v, size_t n, float lr, float wd, float bc1, float bc2,
+                          float gs)
+{
+    float c1 = 1.0f / bc1, c2 = 1.0f / sqrtf(bc2);
+    if (n <= 65536) {
+        adamw_kernel(p, g, m, v, n, o->beta1, o->beta2, o->eps, lr, wd, c1, c2, gs);
+        return;
+    }
+#pragma omp parallel
+    {
+        size_t id = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();
+        size_t lo = n * id / nt / 16 * 16, hi = id + 1 == nt ? n : n * (id + 1) / nt / 16 * 16;
+        adamw_kernel(p + lo, g + lo, m + lo, v + lo, hi - lo, o->beta1, o->beta2, o->eps, lr, wd,
+                     c1, c2, gs);
     }
 }
 

@@ -10,7 +10,7 @@
 #define CLUSTER_MAX_WORKERS (1 << 20)
 
 static const char *const worker_keys[] = {"name", "node", "gpus", "gpu_tflops", "tflops", "nic",
-                                          "count", NULL};
+                                          "count", "gpu_memory_gb", NULL};
 
 static int check_keys(const cJSON *obj, const char *const *keys, const char *where, herr *e)
 {
@@ -81,6 +81,11 @@ static int parse_worker(const cJSON *wj, const char *where, struct plan_worker *
         tf->valuedouble > 1e6)
         return herr_set(e, "%s.gpu_tflops: must be a number in (0, 1000000]", where);
     w->tflops = tf->valuedouble;
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(wj, "gpu_memory_gb");
+    if (mem && (!cJSON_IsNumber(mem) || !isfinite(mem->valuedouble) || mem->valuedouble <= 0 ||
+                mem->valuedouble > 1e6))
+        return herr_set(e, "%s.gpu_memory_gb: must be a number in (0, 1000000]", where);
+    w->memory_gb = mem ? mem->valuedouble : 0;
     const cJSON *nic = cJSON_GetObjectItemCaseSensitive(wj, "nic");
     char nw[256];
     snprintf(nw, sizeof nw, "%s.nic", where);

@@ -1,5 +1,6 @@
 /* holmes-operator plan --cluster CLUSTER.yaml JOB.yaml [--policy P] [--json] [--calibration F] */
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,15 +50,15 @@ static void print_table(const struct plan *p)
     printf("policy %s: tensor %d x pipeline %d x data %d, %d micro-batches of %d, %s\n",
            plan_policy_name(p->policy), p->tensor, p->pipeline, p->data, p->micro_batches,
            p->micro_batch_size, p->schedule == COST_GPIPE ? "gpipe" : "1f1b");
-    printf("\n%-6s %-24s %-12s %-8s %-9s %s\n", "stage", "fabric", "layers", "TFLOPS", "fwd ms",
-           "workers");
+    printf("\n%-6s %-24s %-12s %-8s %-9s %-7s %s\n", "stage", "fabric", "layers", "TFLOPS",
+           "fwd ms", "mem GB", "workers");
     for (int s = 0; s < p->n_stages; s++) {
         const struct plan_stage *st = &p->stages[s];
         char ly[32];
         snprintf(ly, sizeof ly, "[%d,%d) %d", st->first_layer, st->last_layer,
                  st->last_layer - st->first_layer);
-        printf("%-6d %-24.24s %-12s %-8.1f %-9.2f ", s, st->fabric, ly, st->tflops,
-               st->fwd_s * 1e3);
+        printf("%-6d %-24.24s %-12s %-8.4g %-9.2f %-7.1f ", s, st->fabric, ly, st->tflops,
+               st->fwd_s * 1e3, st->memory_gb);
         print_workers(p, s);
         printf("\n");
     }
@@ -106,9 +107,17 @@ static void print_table(const struct plan *p)
            p->tokens_per_s, b->critical_stage);
     printf("  compute %.4f  tp_comm %.4f  pp_comm %.4f  bubble %.4f  dp_comm %.4f  optimizer "
            "%.4f\n", b->compute, b->tp_comm, b->pp_comm, b->bubble, b->dp_comm, b->optimizer);
-    printf("baselines: naive %.4f s (x%.2f), ethernet %.4f s (x%.2f)\n", p->baseline_naive_s,
-           p->baseline_naive_s / p->step_s, p->baseline_ethernet_s,
-           p->baseline_ethernet_s / p->step_s);
+    printf("baselines:");
+    const double base[2] = {p->baseline_naive_s, p->baseline_ethernet_s};
+    for (int i = 0; i < 2; i++) {
+        if (isfinite(base[i]))
+            printf(" %s %.4f s (x%.2f)%s", i ? "ethernet" : "naive", base[i], base[i] / p->step_s,
+                   i ? "" : ",");
+        else
+            printf(" %s: equal layers do not fit in memory%s", i ? "ethernet" : "naive",
+                   i ? "" : ",");
+    }
+    printf("\n");
     if (p->n_top > 1) {
         printf("\nbest shapes (auto):\n  %-8s %-6s %-13s %-10s %-12s %s\n", "pipeline", "data",
                "micro-batches", "mb size", "step s", "tokens/s");

@@ -810,10 +810,17 @@ static int cmp_index(const void *a, const void *b)
 
 static cJSON *pods_of(struct controller *c, const char *ns, const char *job, const char *uid)
 {
+    cJSON *all = kube_informer_list_indexed(c->inf[INF_PODS], ns, job);
     struct pod_scan s = {ns, job, uid, cJSON_CreateArray()};
-    if (!s.pods)
+    if (!all || !s.pods) {
+        cJSON_Delete(all);
+        cJSON_Delete(s.pods);
         return NULL;
-    kube_informer_each(c->inf[INF_PODS], scan_pod, &s);
+    }
+    const cJSON *p;
+    cJSON_ArrayForEach(p, all)
+        scan_pod(p, &s);
+    cJSON_Delete(all);
     int n = cJSON_GetArraySize(s.pods);
     if (n > 1) {
         cJSON **v = malloc((size_t)n * sizeof *v);
@@ -885,6 +892,45 @@ static int delete_pods(struct controller *c, struct memo *m, const cJSON *pods, 
 }
 
 static int is_phase(const char *p, const char *want) { return p && !strcmp(p, want); }
+
+/* ---- creating a gang's pods: in parallel, so a reconcile costs about one round trip
+ * instead of one per worker */
+
+struct create_job {
+    struct controller *c;
+    const char *ns;
+    cJSON *pod;
+    char name[300];
+    int rc;
+    herr e;
+};
+
+static void *create_one(void *arg)
+{
+    struct create_job *j = arg;
+    j->rc = call_create(j->c, API_CREATE_POD, j->ns, j->pod, &j->e);
+    return NULL;
+}
+
+#define CREATE_FANOUT 8
+
+static void create_all(struct create_job *jobs, int n)
+{
+    for (int base = 0; base < n; base += CREATE_FANOUT) {
+        pthread_t t[CREATE_FANOUT];
+        int started[CREATE_FANOUT] = {0};
+        int m = n - base < CREATE_FANOUT ? n - base : CREATE_FANOUT;
+        for (int k = 1; k < m; k++)
+            started[k] = pthread_create(&t[k], NULL, create_one, &jobs[base + k]) == 0;
+        create_one(&jobs[base]); /* this thread takes the first */
+        for (int k = 1; k < m; k++) {
+            if (started[k])
+                pthread_join(t[k], NULL);
+            else
+                create_one(&jobs[base + k]);
+        }
+    }
+}
 
 /* ---- reconcile */
 
@@ -1083,7 +1129,12 @@ static int reconcile_job(struct reconcile *r, herr *e)
             have[i] = 1;
         }
     }
-    int created = 0, pending_creates = 0;
+    int created = 0, pending_creates = 0, nwant = 0;
+    struct create_job *want = calloc((size_t)(workers > 0 ? workers : 1), sizeof *want);
+    if (!want) {
+        cJSON_Delete(pods);
+        return herr_set(e, "out of memory");
+    }
     for (int i = 0; i < workers && rc == 0; i++) {
         char pname[300];
         snprintf(pname, sizeof pname, "%s-worker-%d", r->name, i);
@@ -1093,21 +1144,30 @@ static int reconcile_job(struct reconcile *r, herr *e)
         }
         if (have[i])
             continue;
-        cJSON *pod = controller_build_pod(job, i, c->coordinator, c->image, e);
-        if (!pod) {
+        want[nwant].pod = controller_build_pod(job, i, c->coordinator, c->image, e);
+        if (!want[nwant].pod) {
             rc = -1;
             break;
         }
-        int cr = call_create(c, API_CREATE_POD, r->ns, pod, e);
-        cJSON_Delete(pod);
-        if (cr == 0) {
-            created++;
-            memo_mark(r->memo->made, pname, r->t + 30);
-            atomic_fetch_add(&c->pods_created, 1);
-        } else if (cr != 409) {
-            rc = cr;
-        }
+        want[nwant].c = c;
+        want[nwant].ns = r->ns;
+        snprintf(want[nwant].name, sizeof want[nwant].name, "%s", pname);
+        nwant++;
     }
+    if (rc == 0)
+        create_all(want, nwant);
+    for (int k = 0; k < nwant; k++) {
+        if (want[k].rc == 0) {
+            created++;
+            memo_mark(r->memo->made, want[k].name, r->t + 30);
+            atomic_fetch_add(&c->pods_created, 1);
+        } else if (want[k].rc != 409 && rc == 0) {
+            rc = want[k].rc;
+            *e = want[k].e;
+        }
+        cJSON_Delete(want[k].pod);
+    }
+    free(want);
     if (created && !get(r->st, "startTime"))
         set_str(r->st, "startTime", r->now);
     if (created == workers)
@@ -1309,7 +1369,8 @@ struct controller *controller_new(struct kube_client *kc, const struct controlle
         struct kube_informer_opts io = {.resource = spec[i].res, .ns = c->ns,
                                         .label_selector = spec[i].selector,
                                         .transform = spec[i].tf,
-                                        .handler = spec[i].jobs ? on_job : on_owned, .user = c};
+                                        .handler = spec[i].jobs ? on_job : on_owned, .user = c,
+                                        .index_label = i == INF_PODS ? LABEL_JOB : NULL};
         c->inf[i] = kube_informer_new(kc, &io, e);
         ok = c->inf[i] != NULL;
     }

@@ -147,6 +147,23 @@ struct cost_link cost_link_make(double gbps, double lat_us, double flows)
     return k;
 }
 
+double cost_stage_memory(const struct cost_job *j, int layers, int s, int n)
+{
+    int first = s == 0, last = s == n - 1, t = j->tensor;
+    double params = layers * cost_layer_params(j) + (first ? cost_embedding_params(j) : 0) +
+                    (last && !first ? (double)j->vocab * j->hidden : 0);
+    double per_rank = params / t;
+    double state = per_rank * 2.0 * j->elem_bytes +
+                   per_rank * (j->elem_bytes == 4 ? 8.0 : 12.0) / j->data;
+    double b = j->micro_batch_size, sq = j->seq, h = j->hidden, a = j->heads;
+    double act_layer = sq * b * h * (10.0 + 24.0 / t + 5.0 * a * sq / (h * t)) *
+                       (j->elem_bytes / 2.0);
+    int inflight = j->schedule == COST_GPIPE ? j->micro_batches
+                   : (n - s < j->micro_batches ? n - s : j->micro_batches);
+    double logits = last ? b * sq * (double)j->vocab * 4.0 / t : 0;
+    return state + inflight * (layers * act_layer) + logits;
+}
+
 /* Ring all-reduce of `bytes` over `n` members. */
 static double allreduce_time(double bytes, int n, struct cost_link k)
 {

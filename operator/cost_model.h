@@ -58,6 +58,7 @@ struct cost_link {
 struct cost_stage {
     int layers;
     double tflops;         /* declared TFLOPS of the stage's slowest device */
+    double mem_bytes;      /* memory of the stage's smallest device; INFINITY = not checked */
     struct cost_link dp;   /* data-parallel ring of the stage (bottleneck link, NIC share) */
     struct cost_link next; /* activation link to the next stage (unused on the last) */
 };
@@ -111,6 +112,12 @@ void cost_sim_free(struct cost_sim *s);
 double cost_simulate(const struct cost_job *j, const struct cost_links *l,
                      const struct cost_stage *st, int n, const struct cost_link *tie,
                      struct cost_sim *sim, struct cost_breakdown *br);
+
+/* Bytes one device of stage `s` (of `n`) holds with `layers` layers: bf16/fp32 weights and
+ * gradients, the optimizer state sharded over data parallel (12 bytes/param for mixed precision,
+ * 8 for fp32), and activations of the micro-batches in flight (1F1B: min(n - s, m); GPipe: m),
+ * sbh(10 + 24/t + 5as/(ht)) bytes per layer each, plus the last stage's logits. */
+double cost_stage_memory(const struct cost_job *j, int layers, int s, int n);
 
 /* A link of `gbps` Gb/s with latency `lat_us`, shared by `flows` concurrent flows. */
 struct cost_link cost_link_make(double gbps, double lat_us, double flows);

@@ -18,7 +18,7 @@ const struct kube_resource KUBE_LEASES = {"coordination.k8s.io", "v1", "leases",
 const struct kube_resource KUBE_TRAININGJOBS = {"holmes.dev", "v1alpha1", "trainingjobs",
                                                 "TrainingJob"};
 
-#define POOL_MAX 16
+#define POOL_MAX 64
 #define MAX_BODY (256u << 20)
 
 struct kube_client {

@@ -14,8 +14,9 @@ struct kube_informer {
     struct kube_client *kc;
     struct kube_informer_opts o;
     char *ns, *selector;
-    pthread_rwlock_t lock;       /* guards cache and rv */
-    struct kube_map *cache;
+    pthread_rwlock_t lock;       /* guards cache, index and rv */
+    struct kube_map *cache;      /* key -> struct entry */
+    struct kube_map *index;      /* "ns/<label value>" -> cJSON object used as a set of keys */
     char rv[64];
     pthread_t thread;
     int started;
@@ -24,7 +25,72 @@ struct kube_informer {
     pthread_cond_t sync_cond;
     int synced;
     struct kube_informer_stats stats;
+    char *index_label;
 };
+
+/* A cached object, kept as compact JSON text: a parsed cJSON tree costs about five times
+ * the memory, and 8,000 pods must fit in a few MB. */
+struct entry {
+    char *json;
+    char *rv;
+    char *idx; /* index key or NULL */
+};
+
+static void entry_free(void *v)
+{
+    struct entry *e = v;
+    if (!e)
+        return;
+    free(e->json);
+    free(e->rv);
+    free(e->idx);
+    free(e);
+}
+
+static cJSON *entry_parse(const struct entry *e)
+{
+    return e ? cJSON_Parse(e->json) : NULL;
+}
+
+/* The index key of obj ("ns/<value of the index label>") into buf; 0 when it has one. */
+static int index_key(const struct kube_informer *inf, const cJSON *obj, char *buf, size_t n)
+{
+    if (!inf->index_label)
+        return -1;
+    const char *v = kube_label(obj, inf->index_label), *ns = kube_meta_str(obj, "namespace");
+    if (!v)
+        return -1;
+    snprintf(buf, n, "%s/%s", ns ? ns : "", v);
+    return 0;
+}
+
+static void index_del(struct kube_informer *inf, const char *idx, const char *key)
+{
+    if (!idx)
+        return;
+    cJSON *set = kube_map_get(inf->index, idx);
+    if (!set)
+        return;
+    cJSON_DeleteItemFromObjectCaseSensitive(set, key);
+    if (!set->child)
+        cJSON_Delete(kube_map_remove(inf->index, idx));
+}
+
+static void index_add(struct kube_informer *inf, const char *idx, const char *key)
+{
+    if (!idx)
+        return;
+    cJSON *set = kube_map_get(inf->index, idx);
+    if (!set) {
+        set = cJSON_CreateObject();
+        if (!set || kube_map_put(inf->index, idx, set, NULL) != 0) {
+            cJSON_Delete(set);
+            return;
+        }
+    }
+    if (!cJSON_GetObjectItemCaseSensitive(set, key))
+        cJSON_AddItemToObject(set, key, cJSON_CreateTrue());
+}
 
 const char *kube_meta_str(const cJSON *obj, const char *field)
 {
@@ -69,8 +135,13 @@ struct kube_informer *kube_informer_new(struct kube_client *kc,
     inf->ns = o->ns ? strdup(o->ns) : NULL;
     inf->selector = o->label_selector ? strdup(o->label_selector) : NULL;
     inf->cache = kube_map_new();
-    if (!inf->cache || (o->ns && !inf->ns) || (o->label_selector && !inf->selector)) {
+    inf->index = kube_map_new();
+    inf->index_label = o->index_label ? strdup(o->index_label) : NULL;
+    if (!inf->cache || !inf->index || (o->ns && !inf->ns) || (o->label_selector && !inf->selector) ||
+        (o->index_label && !inf->index_label)) {
         kube_map_free(inf->cache, NULL);
+        kube_map_free(inf->index, NULL);
+        free(inf->index_label);
         free(inf->ns);
         free(inf->selector);
         free(inf);
@@ -79,6 +150,7 @@ struct kube_informer *kube_informer_new(struct kube_client *kc,
     }
     inf->o.ns = inf->ns;
     inf->o.label_selector = inf->selector;
+    inf->o.index_label = inf->index_label;
     pthread_rwlock_init(&inf->lock, NULL);
     pthread_mutex_init(&inf->sync_lock, NULL);
     pthread_cond_init(&inf->sync_cond, NULL);
@@ -106,7 +178,7 @@ static void set_rv(struct kube_informer *inf, const char *rv)
 /* Applies one change to the cache and calls the handler. Takes ownership of obj. */
 static void apply(struct kube_informer *inf, enum kube_event_type t, cJSON *obj)
 {
-    char key[512];
+    char key[512], idx[512];
     const char *rv = kube_meta_str(obj, "resourceVersion");
     if (kube_object_key(obj, key, sizeof key) != 0) {
         cJSON_Delete(obj);
@@ -115,32 +187,52 @@ static void apply(struct kube_informer *inf, enum kube_event_type t, cJSON *obj)
     char rvbuf[64];
     snprintf(rvbuf, sizeof rvbuf, "%s", rv ? rv : "");
     cJSON *kept = t == KUBE_DELETED ? obj : transform(inf, obj);
-    cJSON *old = NULL;
-    pthread_rwlock_wrlock(&inf->lock);
-    if (t == KUBE_DELETED) {
-        old = kube_map_remove(inf->cache, key);
-    } else if (kept) {
-        if (kube_map_put(inf->cache, key, kept, (void **)&old) != 0) {
-            pthread_rwlock_unlock(&inf->lock);
+    struct entry *ne = NULL, *old = NULL;
+    if (t != KUBE_DELETED && kept) {
+        ne = calloc(1, sizeof *ne);
+        if (ne) {
+            ne->json = cJSON_PrintUnformatted(kept);
+            ne->rv = strdup(rvbuf);
+            if (index_key(inf, kept, idx, sizeof idx) == 0)
+                ne->idx = strdup(idx);
+        }
+        if (!ne || !ne->json || !ne->rv) {
+            entry_free(ne);
             cJSON_Delete(kept);
             return;
         }
     }
+    pthread_rwlock_wrlock(&inf->lock);
+    if (t == KUBE_DELETED) {
+        old = kube_map_remove(inf->cache, key);
+    } else if (ne) {
+        if (kube_map_put(inf->cache, key, ne, (void **)&old) != 0) {
+            pthread_rwlock_unlock(&inf->lock);
+            entry_free(ne);
+            cJSON_Delete(kept);
+            return;
+        }
+    }
+    if (old)
+        index_del(inf, old->idx, key);
+    if (ne)
+        index_add(inf, ne->idx, key);
     set_rv(inf, rvbuf);
     inf->stats.events++;
     pthread_rwlock_unlock(&inf->lock);
     if (inf->o.handler) {
+        cJSON *oldobj = old ? entry_parse(old) : NULL;
         if (t == KUBE_DELETED)
-            inf->o.handler(inf->o.user, t, old ? old : obj, NULL);
+            inf->o.handler(inf->o.user, t, oldobj ? oldobj : obj, NULL);
         else if (kept)
-            inf->o.handler(inf->o.user, old ? KUBE_MODIFIED : KUBE_ADDED, kept, old);
+            inf->o.handler(inf->o.user, old ? KUBE_MODIFIED : KUBE_ADDED, kept, oldobj);
+        cJSON_Delete(oldobj);
     }
-    if (t == KUBE_DELETED) {
+    if (t == KUBE_DELETED)
         cJSON_Delete(obj);
-        cJSON_Delete(old);
-    } else {
-        cJSON_Delete(old);
-    }
+    else
+        cJSON_Delete(kept);
+    entry_free(old);
 }
 
 struct relist_ctx {
@@ -187,8 +279,8 @@ static int relist(struct kube_informer *inf, herr *e)
         kube_map_put(seen, key, (void *)1, NULL);
         /* Unchanged objects (same resourceVersion) are not re-announced. */
         pthread_rwlock_rdlock(&inf->lock);
-        const cJSON *cur = kube_map_get(inf->cache, key);
-        const char *a = cur ? kube_meta_str(cur, "resourceVersion") : NULL;
+        const struct entry *cur = kube_map_get(inf->cache, key);
+        const char *a = cur ? cur->rv : NULL;
         const char *b = kube_meta_str(it, "resourceVersion");
         int same = a && b && strcmp(a, b) == 0;
         pthread_rwlock_unlock(&inf->lock);
@@ -205,8 +297,7 @@ static int relist(struct kube_informer *inf, herr *e)
     cJSON *k;
     cJSON_ArrayForEach(k, gone) {
         pthread_rwlock_rdlock(&inf->lock);
-        cJSON *cur = kube_map_get(inf->cache, k->valuestring);
-        cJSON *copy = cur ? cJSON_Duplicate(cur, 1) : NULL;
+        cJSON *copy = entry_parse(kube_map_get(inf->cache, k->valuestring));
         pthread_rwlock_unlock(&inf->lock);
         if (copy)
             apply(inf, KUBE_DELETED, copy);
@@ -332,7 +423,9 @@ void kube_informer_free(struct kube_informer *inf)
     inf->stop = 1;
     if (inf->started)
         pthread_join(inf->thread, NULL);
-    kube_map_free(inf->cache, free_json);
+    kube_map_free(inf->cache, entry_free);
+    kube_map_free(inf->index, free_json);
+    free(inf->index_label);
     pthread_rwlock_destroy(&inf->lock);
     pthread_mutex_destroy(&inf->sync_lock);
     pthread_cond_destroy(&inf->sync_cond);
@@ -365,8 +458,7 @@ cJSON *kube_informer_get(struct kube_informer *inf, const char *ns, const char *
     char key[512];
     snprintf(key, sizeof key, "%s/%s", ns ? ns : "", name);
     pthread_rwlock_rdlock(&inf->lock);
-    const cJSON *o = kube_map_get(inf->cache, key);
-    cJSON *copy = o ? cJSON_Duplicate(o, 1) : NULL;
+    cJSON *copy = entry_parse(kube_map_get(inf->cache, key));
     pthread_rwlock_unlock(&inf->lock);
     return copy;
 }
@@ -380,7 +472,30 @@ static int each_one(const char *key, void *value, void *user)
 {
     struct each_ctx *c = user;
     (void)key;
-    return c->fn(value, c->user);
+    cJSON *o = entry_parse(value);
+    if (!o)
+        return 0;
+    int rc = c->fn(o, c->user);
+    cJSON_Delete(o);
+    return rc;
+}
+
+cJSON *kube_informer_list_indexed(struct kube_informer *inf, const char *ns, const char *value)
+{
+    char idx[512];
+    snprintf(idx, sizeof idx, "%s/%s", ns ? ns : "", value);
+    cJSON *out = cJSON_CreateArray();
+    if (!out)
+        return NULL;
+    pthread_rwlock_rdlock(&inf->lock);
+    const cJSON *set = kube_map_get(inf->index, idx), *k;
+    cJSON_ArrayForEach(k, set) {
+        cJSON *o = entry_parse(kube_map_get(inf->cache, k->string));
+        if (o)
+            cJSON_AddItemToArray(out, o);
+    }
+    pthread_rwlock_unlock(&inf->lock);
+    return out;
 }
 
 void kube_informer_each(struct kube_informer *inf, int (*fn)(const cJSON *obj, void *user),

@@ -1,7 +1,8 @@
 /* An informer: LIST then WATCH one resource, keeping a cache keyed "namespace/name" and
  * calling a handler for every change. resourceVersion tracking, watch bookmarks, 410 Gone ->
  * relist (with DELETED for objects that vanished meanwhile), reconnect with jittered
- * exponential backoff. One thread per informer; the cache is safe to read from any thread. */
+ * exponential backoff. One thread per informer; the cache is safe to read from any thread.
+ * Objects are cached as compact JSON text (memory), parsed on every read. */
 #ifndef HOLMES_KUBE_INFORMER_H
 #define HOLMES_KUBE_INFORMER_H
 
@@ -28,6 +29,7 @@ struct kube_informer_opts {
     int list_limit;             /* page size (default 500) */
     int watch_timeout_s;        /* default 300 */
     double backoff_max_s;       /* reconnect backoff cap (default 30) */
+    const char *index_label;    /* objects are also indexed by ns + this label's value */
 };
 
 struct kube_informer_stats {
@@ -45,8 +47,11 @@ void kube_informer_free(struct kube_informer *inf);
 int kube_informer_wait_synced(struct kube_informer *inf, int timeout_ms);
 /* A deep copy of the cached object (caller frees), or NULL. */
 cJSON *kube_informer_get(struct kube_informer *inf, const char *ns, const char *name);
-/* Calls fn on every cached object (read lock held: fn must not call back into the informer).
- * fn returns non-zero to stop. */
+/* Copies of the cached objects in namespace ns whose index_label has value (a JSON array,
+ * caller frees; empty when none or no index_label). */
+cJSON *kube_informer_list_indexed(struct kube_informer *inf, const char *ns, const char *value);
+/* Calls fn on (a parsed copy of) every cached object; read lock held: fn must not call back
+ * into the informer. fn returns non-zero to stop. */
 void kube_informer_each(struct kube_informer *inf, int (*fn)(const cJSON *obj, void *user),
                         void *user);
 size_t kube_informer_size(struct kube_informer *inf);

@@ -182,6 +182,8 @@ int plan_check_input(const struct plan_worker *workers, int n_workers, const str
                             "%s (tensor groups stay inside one worker)", job->tensor,
                             worker_devices(&workers[i]), workers[i].name);
     long dev = plan_devices(workers, n_workers);
+    if (dev > (1L << 24))
+        return herr_set(e, "workers: %ld devices; the planner handles at most %ld", dev, 1L << 24);
     long units = dev / job->tensor;
     if (job->pipeline && job->data && (long)job->tensor * job->pipeline * job->data != dev)
         return herr_set(e, "parallelism: tensor %d x pipeline %d x data %d = %ld must equal the "
@@ -226,6 +228,7 @@ struct unit {
     int node;            /* node index */
     int klass;           /* interchangeable units share a class */
     double gbps, tflops;
+    double mem;          /* bytes per device, INFINITY when unknown */
 };
 
 struct plan_eval {
@@ -371,6 +374,7 @@ static struct plan_eval *eval_new(const struct plan_worker *workers, int n_worke
             x->node = wnode[w];
             x->gbps = workers[w].nic.gbps;
             x->tflops = workers[w].tflops;
+            x->mem = workers[w].memory_gb > 0 ? workers[w].memory_gb * 1e9 * 0.9 : INFINITY;
         }
     }
     /* classes: same fabric, class, Gb/s, TFLOPS and devices per worker */
@@ -428,6 +432,10 @@ static int eval_shape(struct plan_eval *ev, int P, int D, int m, int b, herr *e)
     ev->cj.data = D;
     ev->cj.micro_batches = m;
     ev->cj.micro_batch_size = b;
+    if ((double)P * (ev->L + 1) > 5e7 || (double)P * m > 5e7)
+        return herr_set(e, "planner: %d stages x %d layers x %d micro-batches is beyond what "
+                        "the planner handles (stages x layers and stages x micro-batches must "
+                        "stay under 50 million)", P, ev->L, m);
     if (P > ev->capP || m > ev->sim.cap_mb) {
         int cap = P > ev->capP ? P : ev->capP;
         int capm = m > ev->sim.cap_mb ? m : ev->sim.cap_mb;
@@ -507,13 +515,15 @@ static void eval_links(struct plan_eval *ev, int P, const int *stage_units)
         const int *su = stage_units + (size_t)s * D;
         struct cost_stage *st = &ev->stages[s];
         const struct unit *u0 = &ev->units[su[0]];
-        double tf = u0->tflops;
+        double tf = u0->tflops, mem = u0->mem;
         int same_node = 1;
         struct cost_link dp = {INFINITY, 0};
         for (int d = 0; d < D; d++) {
             const struct unit *x = &ev->units[su[d]];
             if (x->tflops < tf)
                 tf = x->tflops;
+            if (x->mem < mem)
+                mem = x->mem;
             if (x->node != u0->node)
                 same_node = 0;
         }
@@ -527,6 +537,7 @@ static void eval_links(struct plan_eval *ev, int P, const int *stage_units)
                                            ev->t));
         }
         st->tflops = tf;
+        st->mem_bytes = mem;
         st->dp = dp;
         if (s < P - 1) {
             const int *sn = su + D;
@@ -550,10 +561,19 @@ static void eval_links(struct plan_eval *ev, int P, const int *stage_units)
     ev->tie = tie;
 }
 
+static int stage_fits(const struct plan_eval *ev, int s, int P, int k)
+{
+    return isinf(ev->stages[s].mem_bytes) ||
+           cost_stage_memory(&ev->cj, k, s, P) <= ev->stages[s].mem_bytes;
+}
+
 static double eval_sim(struct plan_eval *ev, int P, const int *layers, struct cost_breakdown *br)
 {
-    for (int s = 0; s < P; s++)
+    for (int s = 0; s < P; s++) {
         ev->stages[s].layers = layers[s];
+        if (!stage_fits(ev, s, P, layers[s]))
+            return INFINITY;
+    }
     return cost_simulate(&ev->cj, &ev->links, ev->stages, P, &ev->tie, &ev->sim, br);
 }
 
@@ -563,6 +583,8 @@ static double stage_bound(struct plan_eval *ev, int s, int P, int k)
 {
     struct cost_stage st = ev->stages[s];
     struct cost_stage_terms t;
+    if (!stage_fits(ev, s, P, k))
+        return INFINITY;
     st.layers = k;
     cost_stage_terms(&ev->cj, &ev->links, &st, s == 0, s == P - 1, P > 1 ? &ev->tie : NULL, &t);
     double xfer = s < P - 1 ? cost_activation_bytes(&ev->cj) / st.next.bw : 0;
@@ -1249,6 +1271,7 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
                          P > 1 ? &ev->tie : NULL, &terms);
         st->fwd_s = terms.fwd + terms.tp_fwd;
         st->bwd_s = terms.bwd + terms.tp_bwd;
+        st->memory_gb = cost_stage_memory(&ev->cj, layers[s], s, P) / 1e9;
         const struct unit *u0 = &ev->units[stage_units[(size_t)s * D]];
         snprintf(st->fabric, sizeof st->fabric, "%s", ev->fabric_names[u0->fabric]);
         for (int d = 0; d < D; d++) {
@@ -1503,7 +1526,9 @@ int plan_make(const struct plan_worker *workers, int n_workers, const struct pla
     }
     free(quick);
     if (best_tps <= 0) {
-        herr_set(e, "planner: no feasible placement (every candidate predicted an infinite step)");
+        herr_set(e, "planner: no placement fits: every (pipeline, data, micro-batch) shape "
+                 "needs more device memory than the workers' gpu_memory_gb, or no layer split "
+                 "is feasible");
         goto done;
     }
     out->policy = job->policy;
@@ -1619,7 +1644,8 @@ cJSON *plan_to_json(const struct plan *p)
              cJSON_AddItemToArray(ly, cJSON_CreateNumber(st->first_layer)) &&
              cJSON_AddItemToArray(ly, cJSON_CreateNumber(st->last_layer)) &&
              add_str(x, "fabric", st->fabric) && add_num(x, "tflops", st->tflops) &&
-             add_num(x, "forward_seconds", st->fwd_s) && add_num(x, "backward_seconds", st->bwd_s);
+             add_num(x, "forward_seconds", st->fwd_s) && add_num(x, "backward_seconds", st->bwd_s) &&
+             add_num(x, "memory_gb", st->memory_gb);
         /* workers of the stage, each once, in rank order */
         int prev = -1;
         for (int d = 0; ok && d < p->data; d++)

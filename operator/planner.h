@@ -40,6 +40,7 @@ struct plan_worker {
     char node[PLAN_NAME_MAX]; /* the Kubernetes node; "" = its own node */
     int gpus;                 /* 0 = CPU worker, one device */
     double tflops;            /* per device, declared or measured */
+    double memory_gb;         /* per device; 0 = unknown (not checked) */
     struct nic_summary nic;
 };
 
@@ -85,6 +86,7 @@ struct plan_stage {
     int mixed;                    /* members span fabrics */
     double tflops;                /* slowest device of the stage */
     double fwd_s, bwd_s;          /* predicted compute per micro-batch */
+    double memory_gb;             /* predicted peak per device (see cost_stage_memory) */
 };
 
 struct plan_group {

@@ -1,5 +1,5 @@
 /* make bench-plan: planning time and peak memory for a cluster of N workers (8 GPUs each,
- * four fabrics: two InfiniBand, one RoCE, one Ethernet; two GPU generations), GPT-3 175B shape
+ * four fabrics: two InfiniBand, one RoCE, one Ethernet; two GPU generations; 80 GB), GPT-3 175B shape
  * (96 layers, hidden 12288), tensor 8, pipeline and data auto. One size per process so the
  * peak RSS is that size's. Usage: bench_plan N [repeats] */
 #include <stdio.h>
@@ -40,6 +40,7 @@ int main(int argc, char **argv)
         snprintf(w[i].node, sizeof w[i].node, "node-%d", i);
         w[i].gpus = 8;
         w[i].tflops = (i % 3 == 0) ? 989 : 312;
+        w[i].memory_gb = 80;
         w[i].nic.cls = fab[f].cls;
         w[i].nic.gbps = fab[f].gbps;
         w[i].nic.gid_index = fab[f].cls == NIC_ROCE ? 3 : -1;

@@ -23,6 +23,7 @@ import argparse
 import base64
 import bisect
 import copy
+import gc
 import json
 import random
 import re
@@ -568,6 +569,16 @@ class Handler(BaseHTTPRequestHandler):
                     raise ApiError(410, "Expired", "The provided continue parameter is too old")
             else:
                 start_after, list_rv = None, st.rv
+                # LIST at a resourceVersion: the current state satisfies "not older than" (the
+                # default match); a version from the future is refused like kube-apiserver does.
+                want = q.get("resourceVersion")
+                if want and want != "0":
+                    if not want.isdigit():
+                        raise ApiError(400, "BadRequest", "invalid resourceVersion %r" % want)
+                    if int(want) > st.rv:
+                        raise ApiError(504, "Timeout", "Too large resource version: %s, current: %d" % (want, st.rv))
+                    if q.get("resourceVersionMatch") == "Exact" and int(want) != st.rv:
+                        raise ApiError(410, "Expired", "resourceVersion %s is not the current state" % want)
             keys = sorted(k for k, o in st.objects.items() if ok(k[0], k[1], k[2], o))
             if start_after:
                 keys = [k for k in keys if k > start_after]
@@ -695,6 +706,9 @@ def main():
     ap.add_argument("--kubelet", action="store_true", help="unused; pods stay Pending until /_fake/kubelet")
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args()
+    # Stored objects are plain JSON trees without cycles: reference counting frees them, and
+    # the cyclic collector's full passes over 10^5 objects would stall every request.
+    gc.disable()
     srv = Server(("127.0.0.1", a.port), Handler)
     srv.store = Store(a.history)
     srv.token = a.token

@@ -41,5 +41,10 @@ kill -TERM "$PID_B"; wait "$PID_B"
 check "SIGTERM releases the lease" holder_is ""
 start_operator c "${LE[@]}" --identity op-c
 check "a successor takes a released lease at once" wait_for 2 holder_is op-c
-kill -TERM "$OP_PID"; wait "$OP_PID"
+# A leader that cannot renew within the renew deadline steps down (exits 1; its pod restarts).
+fake faults '{"status":500,"count":1000000,"match":"leases/holmes-operator","userAgent":"holmes-operator"}' >/dev/null
+check "leader unable to renew exits" wait_for 10 bash -c "! kill -0 $OP_PID 2>/dev/null"
+wait "$OP_PID"; rc=$?
+check "... with status 1 and says why" bash -c "[ $rc = 1 ] && grep -q 'lost lease' '$FAKEAPI_DIR/c.log'"
+fake faults '{}' >/dev/null
 logs_clean

@@ -35,10 +35,12 @@ out=$("$OPERATOR" plan --cluster "$EX/paper-ib-roce.yaml" "$EX/gpt-7.5b-job.yaml
 echo "$out" | grep -q "^predicted step:" && echo "$out" | grep -q "^baselines: naive" &&
     echo "$out" | grep -q "ib-fabric-a" && pass "plan table" || fail "plan table" "$out"
 
-# Every example plans, with every policy.
-for c in paper-ib-roce:gpt-7.5b-job three-fabrics:three-fabrics-job \
-         uneven-5ib-3roce:uneven-5ib-3roce-job mixed-generations:mixed-generations-job; do
-    for pol in holmes naive ethernet; do
+# Every example plans (the baselines as policies on the paper's cluster).
+for c in paper-ib-roce:gpt-7.5b-job:naive paper-ib-roce:gpt-7.5b-job:ethernet \
+         three-fabrics:three-fabrics-job:holmes uneven-5ib-3roce:uneven-5ib-3roce-job:holmes \
+         mixed-generations:mixed-generations-job:holmes; do
+    pol=${c##*:}; c=${c%:*}
+    for pol in $pol; do
         "$OPERATOR" plan --cluster "$EX/${c%%:*}.yaml" "$EX/${c##*:}.yaml" --policy $pol --json \
             >"$TMP/out.json" 2>"$TMP/err" &&
             /usr/bin/python3 -c "import json,sys; p=json.load(open(sys.argv[1])); assert p['policy']==sys.argv[2]" \

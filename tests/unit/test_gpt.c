@@ -167,6 +167,70 @@ static void test_stage_split(void)
     gpt_stage_free(s1);
 }
 
+/* Three stages [0,1) [1,3) [3,4) of a 4-layer model, micro-batches in 1F1B order with the
+ * backward passes out of order: the middle stage passes activations and gradients both ways. */
+static void test_three_stages(void)
+{
+    struct gpt_config c4 = tiny;
+    c4.layers = 4;
+    herr e;
+    struct gpt_stage *whole, *st[3];
+    int bounds[4] = {0, 1, 3, 4};
+    if (gpt_stage_create(&whole, &c4, 0, 4, B, T, 1, &e) < 0) {
+        TEST_FAIL("three.create", "%s", e.msg);
+        return;
+    }
+    gpt_stage_init_params(whole, 11);
+    for (int i = 0; i < 3; i++) {
+        if (gpt_stage_create(&st[i], &c4, bounds[i], bounds[i + 1], B, T, 2, &e) < 0) {
+            TEST_FAIL("three.create", "%s", e.msg);
+            return;
+        }
+        gpt_stage_init_params(st[i], 11);
+    }
+    int tok[2][B * T], tgt[2][B * T];
+    make_batch(tok[0], tgt[0], 21);
+    make_batch(tok[1], tgt[1], 22);
+    float lw[2], ls[2];
+    for (int m = 0; m < 2; m++) {
+        gpt_stage_forward(whole, 0, tok[m], NULL, tgt[m], NULL, &lw[m]);
+        gpt_stage_backward(whole, 0, NULL, NULL, 0.5f);
+    }
+    static float a01[2][B * T * 16], a12[2][B * T * 16], g21[B * T * 16], g10[B * T * 16];
+    int rc = 0;
+    for (int m = 0; m < 2; m++) {
+        rc |= gpt_stage_forward(st[0], m, tok[m], NULL, NULL, a01[m], NULL);
+        rc |= gpt_stage_forward(st[1], m, NULL, a01[m], NULL, a12[m], NULL);
+    }
+    for (int m = 1; m >= 0; m--) { /* micro-batch 1 first */
+        rc |= gpt_stage_forward(st[2], m, NULL, a12[m], tgt[m], NULL, &ls[m]);
+        rc |= gpt_stage_backward(st[2], m, NULL, g21, 0.5f);
+        rc |= gpt_stage_backward(st[1], m, g21, g10, 0.5f);
+        rc |= gpt_stage_backward(st[0], m, g10, NULL, 0.5f);
+    }
+    CHECK_INT("three.calls_ok", rc, 0);
+    CHECK_NEAR("three.loss0", ls[0], lw[0], 1e-6);
+    CHECK_NEAR("three.loss1", ls[1], lw[1], 1e-6);
+    float worst = 0.0f;
+    for (int i = 0; i < 3; i++) {
+        const struct gpt_tensor *t;
+        int n = gpt_stage_tensors(st[i], &t);
+        for (int k = 0; k < n; k++) {
+            const struct gpt_tensor *w = find_tensor(whole, t[k].name);
+            if (strcmp(t[k].name, "wte") == 0 || !w)
+                continue;
+            float d = max_rel_diff(gpt_stage_grads(st[i]) + t[k].offset,
+                                   gpt_stage_grads(whole) + w->offset, w->size);
+            if (d > worst)
+                worst = d;
+        }
+    }
+    CHECK("three.grads", worst <= 1e-5f);
+    gpt_stage_free(whole);
+    for (int i = 0; i < 3; i++)
+        gpt_stage_free(st[i]);
+}
+
 /* Central differences in double-checked fp32: a coarse check independent of the reference. */
 static void test_finite_difference(void)
 {
@@ -247,6 +311,7 @@ int main(void)
 {
     test_layout();
     test_stage_split();
+    test_three_stages();
     test_finite_difference();
     test_bad_input();
     TEST_MAIN_END();

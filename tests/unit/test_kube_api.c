@@ -37,6 +37,8 @@ static void count_429(int code, unsigned long n, void *u)
         *(int *)u = (int)n;
 }
 
+static struct kube_config *cfg_of_test;
+
 static void test_rest(struct fakeapi *f, struct kube_client *kc)
 {
     herr e;
@@ -117,6 +119,19 @@ static void test_rest(struct fakeapi *f, struct kube_client *kc)
     kube_client_error_counts(kc, count_429, &n429);
     CHECK_INT("429s counted by code", n429, 2);
 
+    /* A slow answer: the client gives up after its timeout with a clear error. */
+    struct kube_client_opts slow = {.qps = 100, .burst = 100, .timeout_ms = 200};
+    struct kube_client *kc3 = kube_client_new(cfg_of_test, &slow, &e);
+    fakeapi_control(f, "POST", "/_fake/faults", "{\"delayMs\":1000}", NULL, 0);
+    rc = kube_get(kc3, &KUBE_TRAININGJOBS, "default", "j", NULL, &e);
+    CHECK("a delayed answer times out with the curl error", rc == -1 && strstr(e.msg, "imeout"));
+    fakeapi_control(f, "POST", "/_fake/faults", "{}", NULL, 0);
+    kube_client_free(kc3);
+    rc = kube_request(kc, "GET", "/api/v1/namespaces/default/pods?resourceVersion=999999999", NULL,
+                      NULL, NULL, &e);
+    CHECK("LIST at a future resourceVersion -> 504 Too large resource version",
+          rc == 504 && strstr(e.msg, "Too large resource version"));
+
     rc = kube_delete(kc, &KUBE_TRAININGJOBS, "default", "j", "Background", &e);
     CHECK_INT("delete job", rc, 0);
     rc = kube_list(kc, &KUBE_PODS, "default", NULL, NULL, 0, &items, &rv, &e);
@@ -187,7 +202,7 @@ static void test_informer(struct fakeapi *f, struct kube_client *kc)
     struct kube_informer_opts o = {.resource = &KUBE_PODS, .ns = "ns2",
                                    .label_selector = "holmes.dev/job=inf", .handler = handler,
                                    .user = &c, .list_limit = 2, .watch_timeout_s = 2,
-                                   .backoff_max_s = 0.5};
+                                   .backoff_max_s = 0.5, .index_label = "holmes.dev/job"};
     struct kube_informer *inf = kube_informer_new(kc, &o, &e);
     kube_informer_start(inf, &e);
     CHECK_INT("informer syncs", kube_informer_wait_synced(inf, 5000), 0);
@@ -247,6 +262,12 @@ static void test_informer(struct fakeapi *f, struct kube_client *kc)
     kube_informer_stats(inf, &s1);
     CHECK("the informer saw 410 and relisted", s1.gone >= 1 && s1.lists >= 2);
     CHECK_INT("cache holds exactly the selected pods", kube_informer_size(inf), 4);
+    cJSON *byjob = kube_informer_list_indexed(inf, "ns2", "inf");
+    CHECK_INT("label index lists the job's pods", cJSON_GetArraySize(byjob), 4);
+    cJSON_Delete(byjob);
+    byjob = kube_informer_list_indexed(inf, "other-ns", "inf");
+    CHECK_INT("label index is per namespace", cJSON_GetArraySize(byjob), 0);
+    cJSON_Delete(byjob);
     kube_informer_free(inf);
     pthread_mutex_destroy(&c.lock);
 }
@@ -264,6 +285,7 @@ int main(void)
     CHECK_INT("kubeconfig of the fake server", rc, 0);
     struct kube_client_opts o = {.qps = 500, .burst = 500};
     struct kube_client *kc = rc == 0 ? kube_client_new(&cfg, &o, &e) : NULL;
+    cfg_of_test = &cfg;
     if (kc) {
         test_rest(&f, kc);
         test_informer(&f, kc);

@@ -439,6 +439,52 @@ static void test_homogeneous_first(void)
     plan_free(&p);
 }
 
+/* Device memory: a shape that does not fit is never chosen; nothing fits -> a clear error. */
+static void test_memory(void)
+{
+    struct plan_worker w[8];
+    int n = two_fabric_cluster(w, 1);
+    struct plan_job job;
+    small_job(&job, 12, 0, 0);
+    job.model.hidden = 2048;
+    job.model.heads = 16;
+    job.micro_batches = 8;
+    struct cost_job cj = {.layers = 12, .hidden = 2048, .heads = 16, .vocab = 8000, .seq = 256,
+                          .tensor = 1, .data = 8, .micro_batches = 8, .micro_batch_size = 2,
+                          .elem_bytes = 2, .schedule = COST_1F1B};
+    double m1 = cost_stage_memory(&cj, 12, 0, 1); /* pipeline 1, data 8 */
+    cj.data = 4;
+    double m2 = 0;
+    for (int s = 0; s < 2; s++) {
+        double v = cost_stage_memory(&cj, 6, s, 2);
+        m2 = v > m2 ? v : m2;
+    }
+    CHECK("memory: one stage needs more than two", m1 > 1.3 * m2);
+    for (int i = 0; i < n; i++)
+        w[i].memory_gb = 1.2 * m2 / 0.9 / 1e9;
+    struct cost_links l;
+    cost_links_default(&l);
+    l.tcp_gbps = 1000; /* make pipeline 1 attractive if it fitted */
+    herr e = {{0}};
+    struct plan p;
+    int rc = plan_make(w, n, &job, &l, &p, &e);
+    CHECK_INT("memory: plan ok", rc, 0);
+    if (!rc) {
+        CHECK("memory: pipeline 1 (does not fit) avoided", p.pipeline >= 2);
+        int fits = 1;
+        for (int s = 0; s < p.n_stages; s++)
+            fits &= p.stages[s].memory_gb <= w[0].memory_gb * 0.9 + 1e-9;
+        CHECK("memory: every stage fits", fits);
+        plan_free(&p);
+    }
+    for (int i = 0; i < n; i++)
+        w[i].memory_gb = 0.001;
+    rc = plan_make(w, n, &job, &l, &p, &e);
+    CHECK("memory: nothing fits -> error", rc == -1 && strstr(e.msg, "no placement fits"));
+    if (!rc)
+        plan_free(&p);
+}
+
 /* ---- bad input ---- */
 
 static void expect_error(const char *label, const struct plan_worker *w, int n,
@@ -602,7 +648,7 @@ static void test_job_manifest(void)
     CHECK_INT("precision", pj.precision, PLAN_FP32);
     struct plan_worker w[4];
     for (int i = 0; i < 4; i++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "w%d", i);
         worker(&w[i], name, 2, 100, NIC_ROCE, "r", 100);
     }
@@ -638,6 +684,7 @@ int main(void)
     test_uneven();
     test_mixed_speed();
     test_homogeneous_first();
+    test_memory();
     test_bad_input();
     test_cluster_file();
     test_job_manifest();

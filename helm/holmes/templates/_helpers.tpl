@@ -1,0 +1,88 @@
+{{/* Names, labels and images shared by the templates. */}}
+
+{{- define "holmes.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release's full name: "<release>-holmes", or the release name when it already holds the chart name. */}}
+{{- define "holmes.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "holmes.operatorName" -}}
+{{- printf "%s-operator" (include "holmes.fullname" .) }}
+{{- end }}
+
+{{- define "holmes.labelerName" -}}
+{{- printf "%s-nic-labeler" (include "holmes.fullname" .) }}
+{{- end }}
+
+{{- define "holmes.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "holmes.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: holmes
+{{- end }}
+
+{{- define "holmes.operatorSelector" -}}
+app.kubernetes.io/name: {{ include "holmes.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "holmes.labelerSelector" -}}
+app.kubernetes.io/name: {{ include "holmes.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: nic-labeler
+{{- end }}
+
+{{- define "holmes.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "holmes.operatorName" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "holmes.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "holmes.nodeImage" -}}
+{{- printf "%s:%s" .Values.nodeImage.repository (default .Chart.AppVersion .Values.nodeImage.tag) }}
+{{- end }}
+
+{{/* The coordinator's in-cluster URL, handed to every worker pod. */}}
+{{- define "holmes.coordinatorURL" -}}
+{{- printf "ws://%s-coordinator.%s.svc:%d" (include "holmes.fullname" .) .Release.Namespace (int .Values.coordinator.port) }}
+{{- end }}
+
+{{/* Restricted pod security: non-root, no privilege escalation, read-only root, no capabilities. */}}
+{{- define "holmes.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "holmes.containerSecurityContext" -}}
+privileged: false
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop: ["ALL"]
+{{- end }}

@@ -1,0 +1,157 @@
+/* The controller in-process against the fake API server, through the API the coordinator
+ * uses: job and pods from the caches, the token, status and label patches, events. */
+#include "test.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "controller.h"
+#include "fakeapi_proc.h"
+#include "kube_client.h"
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int pods_count(struct controller *c)
+{
+    cJSON *p = controller_job_pods(c, "ml", "gpt");
+    int n = cJSON_GetArraySize(p);
+    cJSON_Delete(p);
+    return n;
+}
+
+static const char *str(const cJSON *o, const char *a, const char *b)
+{
+    const cJSON *v = cJSON_GetObjectItem(o, a);
+    if (b)
+        v = cJSON_GetObjectItem(v, b);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+int main(void)
+{
+    struct fakeapi f;
+    if (fakeapi_start(&f, NULL) != 0) {
+        TEST_FAIL("fakeapi starts", "could not start tests/fakeapi/fakeapi.py");
+        TEST_MAIN_END();
+    }
+    herr e;
+    struct kube_config cfg;
+    kube_config_from_kubeconfig(&cfg, f.kubeconfig, NULL, &e);
+    struct kube_client *kc = kube_client_new(&cfg, NULL, &e);
+    struct controller_opts o = {.namespace = "ml", .coordinator_url = "ws://coord:8443",
+                                .default_image = "holmes-node:t"};
+    struct controller *c = controller_new(kc, &o, &e);
+    CHECK("controller starts", c && controller_start(c, &e) == 0);
+    CHECK_INT("controller syncs", controller_wait_synced(c, 10000), 0);
+    cJSON *job = cJSON_Parse("{\"apiVersion\":\"holmes.dev/v1alpha1\",\"kind\":\"TrainingJob\","
+                             "\"metadata\":{\"name\":\"gpt\"},\"spec\":{\"workers\":3,\"gpusPerWorker\":0,"
+                             "\"model\":{\"preset\":\"gpt2-124m\"},\"training\":{\"steps\":5}}}");
+    CHECK_INT("create job", kube_create(kc, &KUBE_TRAININGJOBS, "ml", job, NULL, &e), 0);
+    cJSON_Delete(job);
+    /* A job in another namespace is not ours (--namespace ml). */
+    job = cJSON_Parse("{\"apiVersion\":\"holmes.dev/v1alpha1\",\"kind\":\"TrainingJob\","
+                      "\"metadata\":{\"name\":\"gpt\"},\"spec\":{\"workers\":2,\"gpusPerWorker\":0,"
+                      "\"model\":{\"preset\":\"gpt2-124m\"},\"training\":{\"steps\":5}}}");
+    kube_create(kc, &KUBE_TRAININGJOBS, "other", job, NULL, &e);
+    cJSON_Delete(job);
+    for (int i = 0; i < 200 && pods_count(c) < 3; i++)
+        sleep_ms(50);
+    cJSON *pods = controller_job_pods(c, "ml", "gpt");
+    CHECK_INT("controller_job_pods: 3 pods", cJSON_GetArraySize(pods), 3);
+    int sorted = 1;
+    for (int i = 0; i < cJSON_GetArraySize(pods); i++) {
+        char want[32];
+        snprintf(want, sizeof want, "gpt-worker-%d", i);
+        const char *n = str(cJSON_GetArrayItem(pods, i), "metadata", "name");
+        sorted &= n && !strcmp(n, want);
+    }
+    CHECK("controller_job_pods: sorted by worker index", sorted);
+    cJSON_Delete(pods);
+
+    char *tok = NULL;
+    for (int i = 0; i < 100 && !(tok = controller_job_token(c, "ml", "gpt")); i++)
+        sleep_ms(50);
+    int hex = tok && strlen(tok) == 48;
+    for (size_t i = 0; hex && i < 48; i++)
+        hex &= isxdigit((unsigned char)tok[i]) != 0;
+    CHECK("controller_job_token: 48 hex characters from the Secret", hex);
+    char *tok2 = controller_job_token(c, "ml", "gpt");
+    CHECK("token is stable", tok && tok2 && !strcmp(tok, tok2));
+    free(tok);
+    free(tok2);
+    CHECK("no token for an unknown job", controller_job_token(c, "ml", "nope") == NULL);
+
+    cJSON *labels = cJSON_Parse("{\"holmes.dev/fabric\":\"ib-a\",\"holmes.dev/nic-class\":\"infiniband\"}");
+    CHECK_INT("controller_patch_pod_labels", controller_patch_pod_labels(c, "ml", "gpt-worker-1", labels, &e), 0);
+    cJSON_Delete(labels);
+    cJSON *pod = NULL;
+    kube_get(kc, &KUBE_PODS, "ml", "gpt-worker-1", &pod, &e);
+    const cJSON *pl = cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "metadata"), "labels");
+    CHECK("labels added, ours kept", pl && !strcmp(str(pl, "holmes.dev/fabric", NULL), "ib-a") &&
+                                         !strcmp(str(pl, "holmes.dev/job", NULL), "gpt"));
+    cJSON_Delete(pod);
+
+    /* Play kubelet: all pods running and ready -> Discovering. */
+    fakeapi_control(&f, "POST", "/_fake/kubelet",
+                    "{\"namespace\":\"ml\",\"selector\":\"holmes.dev/job=gpt\",\"phase\":\"Running\",\"ready\":true}",
+                    NULL, 0);
+    int discovering = 0;
+    for (int i = 0; i < 200 && !discovering; i++) {
+        job = controller_get_job(c, "ml", "gpt");
+        const char *ph = str(cJSON_GetObjectItem(job, "status"), "phase", NULL);
+        discovering = ph && !strcmp(ph, "Discovering");
+        cJSON_Delete(job);
+        if (!discovering)
+            sleep_ms(50);
+    }
+    CHECK("all pods ready -> phase Discovering", discovering);
+    cJSON *st = cJSON_Parse("{\"phase\":\"Running\",\"progress\":{\"step\":3,\"loss\":4.5}}");
+    CHECK_INT("controller_patch_job_status", controller_patch_job_status(c, "ml", "gpt", st, &e), 0);
+    cJSON_Delete(st);
+    kube_get(kc, &KUBE_TRAININGJOBS, "ml", "gpt", &job, &e);
+    const cJSON *status = cJSON_GetObjectItem(job, "status");
+    CHECK("status patched through /status",
+          !strcmp(str(status, "phase", NULL), "Running") &&
+              cJSON_GetObjectItem(cJSON_GetObjectItem(status, "progress"), "step")->valueint == 3);
+    cJSON_Delete(job);
+    CHECK_INT("event about a job", controller_emit_event(c, "ml", "gpt", "Normal", "Planned",
+                                                         "4 stages on 2 fabrics", &e), 0);
+    CHECK("event about an unknown job is an error naming it",
+          controller_emit_event(c, "ml", "nope", "Normal", "X", "y", &e) != 0 && strstr(e.msg, "ml/nope"));
+    cJSON *evs = NULL;
+    char *rv = NULL;
+    kube_list(kc, &KUBE_EVENTS, "ml", NULL, NULL, 0, &evs, &rv, &e);
+    int found = 0;
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, evs) {
+        const char *r = str(ev, "reason", NULL), *n = str(ev, "involvedObject", "name");
+        found += r && n && !strcmp(r, "Planned") && !strcmp(n, "gpt");
+    }
+    CHECK_INT("the event is stored", found, 1);
+    cJSON_Delete(evs);
+    free(rv);
+    cJSON *j = controller_get_job(c, "other", "gpt");
+    CHECK("jobs outside --namespace are not cached", j == NULL);
+    cJSON_Delete(j);
+    cJSON *other = NULL;
+    kube_list(kc, &KUBE_PODS, "other", NULL, NULL, 0, &other, &rv, &e);
+    CHECK_INT("no pods for jobs outside --namespace", cJSON_GetArraySize(other), 0);
+    cJSON_Delete(other);
+    free(rv);
+    /* Phase Running set by the coordinator survives the controller's next reconciles. */
+    sleep_ms(500);
+    job = controller_get_job(c, "ml", "gpt");
+    CHECK_STR("controller keeps the coordinator's phase", str(cJSON_GetObjectItem(job, "status"), "phase", NULL), "Running");
+    cJSON_Delete(job);
+
+    controller_free(c);
+    kube_client_free(kc);
+    kube_config_free(&cfg);
+    fakeapi_stop(&f);
+    TEST_MAIN_END();
+}
