@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include <cblas.h>
 #include <omp.h>
 
 #include "gpt.h"
@@ -21,6 +22,33 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* The matrix-product ceiling on this machine: C[1024,1024] = A @ B^T, OpenBLAS single-threaded
+ * per OpenMP thread, columns split between the threads (as the engine runs them); best of 5. */
+static double sgemm_ceiling(void)
+{
+    enum { D = 1024 };
+    float *a = calloc((size_t)D * D, sizeof(float)), *b = calloc((size_t)D * D, sizeof(float));
+    float *c = calloc((size_t)D * D, sizeof(float));
+    double best = 1e30;
+    for (int r = 0; r < 5 && a && b && c; r++) {
+        double t0 = now();
+#pragma omp parallel
+        {
+            int id = omp_get_thread_num(), nt = omp_get_num_threads();
+            int lo = D * id / nt, hi = D * (id + 1) / nt;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, D, hi - lo, D, 1.0f, a, D,
+                        b + (size_t)lo * D, D, 0.0f, c + lo, D);
+        }
+        double t = now() - t0;
+        if (t < best)
+            best = t;
+    }
+    free(a);
+    free(b);
+    free(c);
+    return 2.0 * D * D * D / best / 1e9;
 }
 
 int main(int argc, char **argv)
@@ -80,6 +108,9 @@ int main(int argc, char **argv)
            c.layers, c.channels, c.heads, c.vocab, B, T, omp_get_max_threads(), n / 1e6, med,
            ms[0], ms[steps - 1], steps, B * T / (med / 1e3),
            gpt_stage_flops(s) / (med / 1e3) / 1e9, ru.ru_maxrss / 1024.0, loss);
+    double ceiling = sgemm_ceiling(), achieved = gpt_stage_flops(s) / (med / 1e3) / 1e9;
+    printf("  sgemm ceiling (1024^3, same threading): %.1f GFLOP/s; the step reaches %.0f%% of it\n",
+           ceiling, 100.0 * achieved / ceiling);
     gpt_stage_free(s);
     free(m);
     free(v);
