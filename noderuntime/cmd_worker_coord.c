@@ -184,7 +184,15 @@ int cmd_worker_coord(int argc, char **argv)
         runner = worker_sim_runner;
         runner.user = &sim;
     } else {
-        if (worker_train_create(&wt, &e)) {
+        /* Where peers reach this worker: HOLMES_ADVERTISE_HOST, the pod IP, else loopback
+         * when the coordinator is local, else the host name. */
+        char host[256] = "127.0.0.1";
+        const char *adv = env2("HOLMES_ADVERTISE_HOST", "POD_IP");
+        if (adv)
+            snprintf(host, sizeof host, "%s", adv);
+        else if (!strstr(url, "127.0.0.1") && !strstr(url, "localhost"))
+            gethostname(host, sizeof host - 1);
+        if (worker_train_create(&wt, host, &e)) {
             fprintf(stderr, "holmes-node worker: %s\n", e.msg);
             free(token);
             return 1;

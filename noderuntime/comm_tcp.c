@@ -16,7 +16,8 @@
 #include <unistd.h>
 
 #define HELLO_MAGIC 0x484c4d53u /* "HLMS" */
-#define FRAME_MAGIC 0x46524d45u /* "FRME" */
+#define FRAME_MAGIC 0x46524d45u /* "FRME": the last (or only) frame of a message */
+#define FRAME_MORE 0x4d4f5245u  /* "MORE": more frames of the same message follow */
 #define TAG_COLL (TCP_TAG_RESERVED | 1u)
 #define SEG_BYTES ((size_t)1 << 20)      /* collectives move data in segments of this size */
 #define MAX_FRAME ((uint64_t)1 << 36)
@@ -246,6 +247,7 @@ static int connect_until(const struct tcp_endpoint *ep, double deadline, char *w
 struct tcp_msg {
     struct tcp_msg *next;
     uint32_t tag;
+    int more;
     size_t len;
     char *data;
 };
@@ -264,6 +266,15 @@ struct tcp_conn {
     pthread_mutex_t send_mu;
     struct tcp_pacing pacing;
     double tokens, refill_at;
+    /* A posted receive: the reader thread reads the next frame with this tag and length
+     * straight into buf (no staging copy for large messages). */
+    enum { POST_NONE, POST_WAITING, POST_FILLING, POST_DONE, POST_FAILED } post_state;
+    uint32_t post_tag;
+    size_t post_len;
+    char *post_buf;
+    int post_more;         /* the directly read frame said more frames follow */
+    int reading;           /* the reader is staging a frame with reading_tag */
+    uint32_t reading_tag;
 };
 
 struct tcp_comm {
@@ -306,15 +317,39 @@ static void *reader_main(void *arg)
             return NULL;
         }
         uint64_t len = (uint64_t)hdr[2] | ((uint64_t)hdr[3] << 32);
-        if (hdr[0] != FRAME_MAGIC || len > MAX_FRAME) {
+        if ((hdr[0] != FRAME_MAGIC && hdr[0] != FRAME_MORE) || len > MAX_FRAME) {
             conn_mark_dead(k, "corrupt frame header");
             return NULL;
+        }
+        pthread_mutex_lock(&k->mu);
+        int direct = k->post_state == POST_WAITING && k->post_tag == hdr[1] && k->post_len == len;
+        if (direct) {
+            k->post_state = POST_FILLING;
+        } else {
+            k->reading = 1;
+            k->reading_tag = hdr[1];
+        }
+        pthread_mutex_unlock(&k->mu);
+        if (direct) {
+            int rc = read_full(k->fd, k->post_buf, len);
+            int err = errno;
+            pthread_mutex_lock(&k->mu);
+            k->post_state = rc == 0 ? POST_DONE : POST_FAILED;
+            k->post_more = hdr[0] == FRAME_MORE;
+            pthread_cond_broadcast(&k->cv);
+            pthread_mutex_unlock(&k->mu);
+            if (rc != 0) {
+                conn_mark_dead(k, err ? strerror(err) : "connection closed by peer mid-message");
+                return NULL;
+            }
+            continue;
         }
         struct tcp_msg *m = malloc(sizeof *m);
         char *data = malloc(len ? len : 1);
         if (!m || !data) {
             free(m);
             free(data);
+            k->reading = 0;
             conn_mark_dead(k, "out of memory for an incoming message");
             return NULL;
         }
@@ -324,8 +359,9 @@ static void *reader_main(void *arg)
             conn_mark_dead(k, errno ? strerror(errno) : "connection closed by peer mid-message");
             return NULL;
         }
-        *m = (struct tcp_msg){NULL, hdr[1], len, data};
+        *m = (struct tcp_msg){NULL, hdr[1], hdr[0] == FRAME_MORE, len, data};
         pthread_mutex_lock(&k->mu);
+        k->reading = 0;
         if (k->tail)
             k->tail->next = m;
         else
@@ -491,18 +527,25 @@ static int send_op(struct tcp_comm *c, int peer, uint32_t tag, const void *buf, 
     pthread_mutex_lock(&k->send_mu);
     if (k->pacing.latency_s > 0)
         sleep_s(k->pacing.latency_s);
-    uint32_t hdr[4] = {FRAME_MAGIC, tag, (uint32_t)len, (uint32_t)((uint64_t)len >> 32)};
-    int rc = write_full(k->fd, hdr, sizeof hdr, len > 0);
+    /* frames of at most SEG_BYTES, so the receiver never stages a whole large message */
     const char *p = buf;
     size_t left = len;
-    size_t piece = k->pacing.bytes_per_sec > 0 ? 65536 : left;
-    while (rc == 0 && left > 0) {
-        size_t n = left < piece ? left : piece;
-        pace(k, n);
-        rc = write_full(k->fd, p, n, 0);
-        p += n;
-        left -= n;
-    }
+    int rc = 0;
+    do {
+        size_t fl = left < SEG_BYTES ? left : SEG_BYTES;
+        uint32_t hdr[4] = {left > fl ? FRAME_MORE : FRAME_MAGIC, tag, (uint32_t)fl,
+                           (uint32_t)((uint64_t)fl >> 32)};
+        rc = write_full(k->fd, hdr, sizeof hdr, fl > 0);
+        size_t piece = k->pacing.bytes_per_sec > 0 ? 65536 : fl;
+        while (rc == 0 && fl > 0) {
+            size_t n = fl < piece ? fl : piece;
+            pace(k, n);
+            rc = write_full(k->fd, p, n, 0);
+            p += n;
+            left -= n;
+            fl -= n;
+        }
+    } while (rc == 0 && left > 0);
     int err = errno;
     pthread_mutex_unlock(&k->send_mu);
     __atomic_add_fetch(&c->bytes_sent, (uint64_t)(len - left), __ATOMIC_RELAXED);
@@ -516,10 +559,15 @@ static int send_op(struct tcp_comm *c, int peer, uint32_t tag, const void *buf, 
     return 0;
 }
 
-/* Waits for the oldest message with tag from peer and hands it over (caller frees). */
+#define DIRECT_MIN ((size_t)64 << 10)
+
+/* Waits for the oldest message with tag from peer and hands it over (caller frees). With a
+ * `direct` buffer for a large message and none queued, the receive is posted so the reader thread
+ * fills `direct` itself; *out is then NULL. */
 static int take_op(struct tcp_comm *c, int peer, uint32_t tag, size_t len, const char *op,
-                   struct tcp_msg **out, herr *e)
+                   struct tcp_msg **out, void *direct, int *direct_more, herr *e)
 {
+    *out = NULL;
     if (peer < 0 || peer >= c->size || peer == c->index)
         return herr_set(e, "group %s: %s from invalid peer index %d", c->name, op, peer);
     struct tcp_conn *k = &c->conns[peer];
@@ -532,9 +580,19 @@ static int take_op(struct tcp_comm *c, int peer, uint32_t tag, size_t len, const
         dl.tv_sec++;
         dl.tv_nsec -= 1000000000L;
     }
-    int rc = 0;
+    int rc = 0, posted = 0;
     pthread_mutex_lock(&k->mu);
     for (;;) {
+        if (posted && k->post_state == POST_DONE) {
+            k->post_state = POST_NONE;
+            if (direct_more)
+                *direct_more = k->post_more;
+            break;
+        }
+        if (posted && k->post_state == POST_FAILED) {
+            k->post_state = POST_NONE;
+            posted = 0;
+        }
         struct tcp_msg *prev = NULL, *m = k->head;
         while (m && m->tag != tag) {
             prev = m;
@@ -548,28 +606,77 @@ static int take_op(struct tcp_comm *c, int peer, uint32_t tag, size_t len, const
             if (k->tail == m)
                 k->tail = prev;
             *out = m;
+            if (posted && k->post_state == POST_WAITING)
+                k->post_state = POST_NONE;
             break;
         }
         if (k->dead) {
+            if (posted && k->post_state == POST_WAITING)
+                k->post_state = POST_NONE;
             rc = herr_set(e, "group %s: rank %d lost its connection to rank %d (%s) during %s",
                           c->name, c->world_ranks[c->index], c->world_ranks[peer], k->why, op);
             break;
         }
+        if (!posted && direct && len >= DIRECT_MIN && k->post_state == POST_NONE &&
+            !(k->reading && k->reading_tag == tag)) {
+            k->post_state = POST_WAITING;
+            k->post_tag = tag;
+            k->post_len = len;
+            k->post_buf = direct;
+            posted = 1;
+        }
         if (pthread_cond_timedwait(&k->cv, &k->mu, &dl) == ETIMEDOUT) {
+            if (posted && k->post_state == POST_FILLING) {
+                /* the reader is writing into the caller's buffer: end the connection */
+                shutdown(k->fd, SHUT_RDWR);
+                while (k->post_state == POST_FILLING)
+                    pthread_cond_wait(&k->cv, &k->mu);
+            }
+            if (posted)
+                k->post_state = POST_NONE;
             rc = herr_set(e, "group %s: rank %d timed out after %g s waiting for rank %d during %s",
                           c->name, c->world_ranks[c->index], c->timeout_s, c->world_ranks[peer], op);
             break;
         }
     }
     pthread_mutex_unlock(&k->mu);
-    if (rc == 0 && (*out)->len != len) {
+    if (rc == 0 && *out && (*out)->len != len) {
         herr_set(e, "group %s: rank %d got %zu bytes from rank %d during %s, expected %zu", c->name,
                  c->world_ranks[c->index], (*out)->len, c->world_ranks[peer], op, len);
         free((*out)->data);
         free(*out);
+        *out = NULL;
         return -1;
     }
     return rc;
+}
+
+/* Receives one message of len bytes into buf, frame by frame (directly when large). */
+static int recv_into(struct tcp_comm *c, int peer, uint32_t tag, void *buf, size_t len,
+                     const char *op, herr *e)
+{
+    size_t off = 0;
+    for (;;) {
+        size_t fl = len - off < SEG_BYTES ? len - off : SEG_BYTES;
+        struct tcp_msg *m;
+        int more = 0;
+        if (take_op(c, peer, tag, fl, op, &m, (char *)buf + off, &more, e) != 0)
+            return -1;
+        if (m) {
+            if (fl)
+                memcpy((char *)buf + off, m->data, fl);
+            more = m->more;
+            free(m->data);
+            free(m);
+        }
+        off += fl;
+        if (more != (off < len))
+            return herr_set(e, "group %s: rank %d got a message of another size than %zu bytes from "
+                            "rank %d during %s", c->name, c->world_ranks[c->index], len,
+                            c->world_ranks[peer], op);
+        if (!more)
+            return 0;
+    }
 }
 
 static void msg_free(struct tcp_msg *m)
@@ -589,13 +696,7 @@ int tcp_recv(struct tcp_comm *c, int peer, uint32_t tag, void *buf, size_t len, 
 {
     if (tag >= TCP_TAG_RESERVED)
         return herr_set(e, "group %s: recv tag %u is reserved", c->name, tag);
-    struct tcp_msg *m;
-    if (take_op(c, peer, tag, len, "recv", &m, e) != 0)
-        return -1;
-    if (len)
-        memcpy(buf, m->data, len);
-    msg_free(m);
-    return 0;
+    return recv_into(c, peer, tag, buf, len, "recv", e);
 }
 
 /* ---------- ring collectives ---------- */
@@ -636,17 +737,20 @@ static int ring_step(struct tcp_comm *c, char *buf, size_t count, size_t esz, in
         }
         if (k < nr) {
             seg_range(rb, k, &o, &l);
+            if (!reduce) {
+                if (recv_into(c, left, TAG_COLL, rp + o, l, op, e) != 0)
+                    return -1;
+                continue;
+            }
             struct tcp_msg *m;
-            if (take_op(c, left, TAG_COLL, l, op, &m, e) != 0)
+            if (take_op(c, left, TAG_COLL, l, op, &m, NULL, NULL, e) != 0)
                 return -1;
-            if (reduce) {
+            {
                 float *dst = (float *)(void *)(rp + o);
                 const float *src = (const float *)(void *)m->data;
                 size_t nf = l / sizeof(float);
                 for (size_t j = 0; j < nf; j++)
                     dst[j] += src[j];
-            } else if (l) {
-                memcpy(rp + o, m->data, l);
             }
             msg_free(m);
         }
@@ -695,14 +799,8 @@ int tcp_broadcast(struct tcp_comm *c, void *buf, size_t len, int root, herr *e)
     for (size_t k = 0; k < ns; k++) {
         size_t o, l;
         seg_range(len, k, &o, &l);
-        if (pos > 0) {
-            struct tcp_msg *m;
-            if (take_op(c, left, TAG_COLL, l, "broadcast", &m, e) != 0)
-                return -1;
-            if (l)
-                memcpy((char *)buf + o, m->data, l);
-            msg_free(m);
-        }
+        if (pos > 0 && recv_into(c, left, TAG_COLL, (char *)buf + o, l, "broadcast", e) != 0)
+            return -1;
         if (pos < n - 1 && send_op(c, right, TAG_COLL, (char *)buf + o, l, "broadcast", e) != 0)
             return -1;
     }

@@ -28,6 +28,8 @@ struct slot_acts { /* one micro-batch's saved activations */
 struct gpt_stage {
     struct gpt_config c;
     int first, last, nl, B, T, nslots;
+    void (*layer_hook)(void *ctx, int layer); /* gpt_stage_set_backward_hook */
+    void *layer_hook_ctx;
     size_t nparams;
     float *params, *grads;
     struct gpt_tensor *tensors;
@@ -607,6 +609,12 @@ float *gpt_stage_params(struct gpt_stage *s) { return s->params; }
 float *gpt_stage_grads(struct gpt_stage *s) { return s->grads; }
 const char *gpt_stage_error(const struct gpt_stage *s) { return s->err; }
 
+void gpt_stage_set_backward_hook(struct gpt_stage *s, void (*fn)(void *ctx, int layer), void *ctx)
+{
+    s->layer_hook = fn;
+    s->layer_hook_ctx = ctx;
+}
+
 int gpt_stage_tensors(const struct gpt_stage *s, const struct gpt_tensor **out)
 {
     *out = s->tensors;
@@ -882,6 +890,8 @@ int gpt_stage_backward(struct gpt_stage *s, int slot, const float *dout, float *
                         3 * C);
         layernorm_backward(dres, G + o->ln1w, G + o->ln1b, s->dbuf, x, P + o->ln1w, ln1m, ln1r,
                            (int)BT, C);
+        if (s->layer_hook)
+            s->layer_hook(s->layer_hook_ctx, s->first + i);
     }
     if (s->first == 0) {
         float *dwte = G + s->wte_off, *dwpe = G + s->wpe_off;

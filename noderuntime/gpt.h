@@ -90,6 +90,10 @@ int gpt_stage_forward(struct gpt_stage *s, int slot, const int *tokens, const fl
 int gpt_stage_backward(struct gpt_stage *s, int slot, const float *dout, float *din,
                        float loss_scale);
 void gpt_stage_zero_grads(struct gpt_stage *s);
+/* Called by gpt_stage_backward right after the gradients of each transformer block (global layer
+ * index) are accumulated, last block first, so a distributed optimizer can start reducing them
+ * while the rest of backward runs (the comm module's ZeRO-1). NULL removes it. */
+void gpt_stage_set_backward_hook(struct gpt_stage *s, void (*fn)(void *ctx, int layer), void *ctx);
 /* Last stage: the logits [B*T*Vp] of the last forward in `slot` (before backward, which reuses the
  * buffer); NULL elsewhere. */
 const float *gpt_stage_logits(const struct gpt_stage *s, int slot);

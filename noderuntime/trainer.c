@@ -64,6 +64,12 @@ struct worker {
     size_t wte_off, wte_n;
     int has_wte;
     struct lr_schedule lr;     /* total_steps defaults to the run's steps */
+    const struct gpt_tensor *tens;
+    int ntens;
+    int *reported;             /* [ntens]: gradient handed to ZeRO this step */
+    int *tens_layer;           /* [ntens]: transformer block, -1 for the others */
+    int hook_failed;
+    herr hook_err;
 };
 
 static int stage_forward(void *ctx, int mb, int slot, const float *in, float *out, float *loss,
@@ -82,12 +88,42 @@ static int stage_forward(void *ctx, int mb, int slot, const float *in, float *ou
     return 0;
 }
 
+static int report_tensor(struct worker *w, int t, herr *e)
+{
+    if (w->reported[t])
+        return 0;
+    w->reported[t] = 1;
+    return zero_grads_ready(w->z, w->tens[t].offset, w->tens[t].offset + w->tens[t].size, e);
+}
+
+/* During the last micro-batch's backward: block `layer`'s gradients are final, so their buckets
+ * can be reduce-scattered while backward goes on (and, on the last stage, the final LayerNorm's,
+ * computed before the first block). */
+static void on_layer_done(void *ctx, int layer)
+{
+    struct worker *w = ctx;
+    for (int t = 0; t < w->ntens && !w->hook_failed; t++) {
+        int fin = w->tens_layer[t] == layer ||
+                  (w->tens_layer[t] < 0 && strncmp(w->tens[t].name, "ln_f.", 5) == 0);
+        if (fin && report_tensor(w, t, &w->hook_err) != 0)
+            w->hook_failed = 1;
+    }
+}
+
 static int stage_backward(void *ctx, int mb, int slot, const float *dout, float *din, herr *e)
 {
     struct worker *w = ctx;
-    (void)mb;
-    if (gpt_stage_backward(w->gs, slot, dout, din, 1.0f / (float)w->M) != 0)
+    int last_mb = mb == w->M - 1;
+    if (last_mb && w->dp)
+        gpt_stage_set_backward_hook(w->gs, on_layer_done, w);
+    int rc = gpt_stage_backward(w->gs, slot, dout, din, 1.0f / (float)w->M);
+    gpt_stage_set_backward_hook(w->gs, NULL, NULL);
+    if (rc != 0)
         return herr_set(e, "%s", gpt_stage_error(w->gs));
+    if (w->hook_failed) {
+        *e = w->hook_err;
+        return -1;
+    }
     return 0;
 }
 
@@ -102,6 +138,8 @@ static void worker_free(struct worker *w)
     free(w->v);
     free(w->tokens);
     free(w->targets);
+    free(w->reported);
+    free(w->tens_layer);
 }
 
 /* Creates this rank's communicators in group order (deadlock-free: see docs/comm.md). */
@@ -289,6 +327,15 @@ static int worker_init(struct worker *w, const struct trainer_config *c, const s
         return herr_wrap(e, "stage %d (layers %d..%d)", w->stage, lo, hi);
     gpt_stage_init_params(w->gs, c->seed);
     w->has_wte = gpt_stage_wte(w->gs, &w->wte_off, &w->wte_n) == 0;
+    w->ntens = gpt_stage_tensors(w->gs, &w->tens);
+    w->reported = calloc((size_t)w->ntens, sizeof *w->reported);
+    w->tens_layer = calloc((size_t)w->ntens, sizeof *w->tens_layer);
+    if (!w->reported || !w->tens_layer)
+        return herr_set(e, "out of memory for the tensor table");
+    for (int t = 0; t < w->ntens; t++) {
+        int l;
+        w->tens_layer[t] = sscanf(w->tens[t].name, "h%d.", &l) == 1 ? l : -1;
+    }
     size_t bt = (size_t)c->B * (size_t)c->T;
     w->tokens = calloc((size_t)w->slots * bt, sizeof *w->tokens);
     w->targets = calloc((size_t)w->slots * bt, sizeof *w->targets);
@@ -329,8 +376,13 @@ static int sync_grads(struct worker *w, struct step_times *t, herr *e)
     uint64_t b0 = w->dp ? comm_bytes_sent(w->dp) : 0;
     int tied = w->emb && w->has_wte;
     size_t lo = tied ? w->wte_off : n, hi = tied ? w->wte_off + w->wte_n : n;
-    if (zero_grads_ready(w->z, hi, n, e) != 0 || zero_grads_ready(w->z, 0, lo, e) != 0)
-        return -1;
+    /* what the backward hook has not handed over yet, but the tied embedding */
+    for (int i = 0; i < w->ntens; i++) {
+        if (tied && w->tens[i].offset >= lo && w->tens[i].offset < hi)
+            continue;
+        if (report_tensor(w, i, e) != 0)
+            return -1;
+    }
     if (tied) {
         float *g = gpt_stage_grads(w->gs) + w->wte_off;
         if (comm_all_reduce(w->emb, g, w->wte_n, e) != 0)
@@ -340,6 +392,7 @@ static int sync_grads(struct worker *w, struct step_times *t, herr *e)
     }
     if (zero_reduce_wait(w->z, e) != 0)
         return -1;
+    memset(w->reported, 0, (size_t)w->ntens * sizeof *w->reported);
     t->grad_sync = now_s() - t0;
     t->dp_time += t->grad_sync;
     t->dp_bytes += w->dp ? comm_bytes_sent(w->dp) - b0 : 0;
@@ -376,6 +429,7 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
     if (pipe_run(pr, &loss_sum, e) != 0)
         return -1;
     t.pipeline = now_s() - t0;
+    int overlapped = zero_buckets_started(w->z);
     if (sync_grads(w, &t, e) != 0)
         return -1;
     double t1 = now_s();
@@ -416,7 +470,8 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
         .step_s = dt, .pipeline_s = t.pipeline, .grad_sync_s = t.grad_sync,
         .optimizer_s = t.optimizer, .param_sync_s = t.param_sync,
         .dp_link_bytes_per_s = t.dp_time > 0 ? (double)t.dp_bytes / t.dp_time : 0,
-        .stage = w->stage, .replica = w->replica};
+        .stage = w->stage, .replica = w->replica, .buckets_overlapped = overlapped,
+        .buckets = zero_num_buckets(w->z)};
     return 0;
 }
 

@@ -63,6 +63,8 @@ struct trainer_report {
     double param_sync_s;       /* parameter all-gather */
     double dp_link_bytes_per_s; /* this rank's data-parallel bytes sent / time in dp collectives */
     int stage, replica;
+    int buckets;                /* ZeRO gradient buckets of this stage */
+    int buckets_overlapped;     /* of which reduce-scatter started during backward */
 };
 
 struct trainer_hooks {

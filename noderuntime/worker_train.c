@@ -1,31 +1,212 @@
 #include "worker_train.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include "comm_tcp.h"
+#include "dataloader.h"
+#include "rank_table.h"
+#include "trainer.h"
+#include "trainingjob.h"
 
 #define TCP_LATENCY_US 50.0 /* emulated latency of a cross-fabric TCP message */
 
 struct worker_train {
-    int unused;
+    char host[256];               /* advertised to peers */
+    struct tcp_listener *listener; /* opened by prepare, used by run */
 };
 
-int worker_train_create(struct worker_train **out, herr *e)
+int worker_train_create(struct worker_train **out, const char *advertise_host, herr *e)
 {
-    *out = NULL;
-    return herr_set(e, "the distributed trainer is not part of this build yet; "
-                       "run with --simulate STEPS to exercise the protocol");
+    *out = calloc(1, sizeof **out);
+    if (!*out)
+        return herr_set(e, "out of memory");
+    snprintf((*out)->host, sizeof (*out)->host, "%s",
+             advertise_host && advertise_host[0] ? advertise_host : "127.0.0.1");
+    return 0;
 }
 
 void worker_train_free(struct worker_train *wt)
 {
+    if (!wt)
+        return;
+    tcp_listener_close(wt->listener);
     free(wt);
+}
+
+static int train_prepare(void *user, const cJSON *assignment, int attempt, char *endpoint,
+                         size_t cap, cJSON **ids, herr *e)
+{
+    struct worker_train *wt = user;
+    (void)assignment;
+    (void)attempt;
+    *ids = NULL;
+    tcp_listener_close(wt->listener); /* a new attempt: a fresh port */
+    wt->listener = NULL;
+    if (tcp_listener_open(&wt->listener, NULL, 0, e))
+        return herr_wrap(e, "opening the TCP listener for peers");
+    snprintf(endpoint, cap, "%s:%d", wt->host, tcp_listener_port(wt->listener));
+    return 0;
+}
+
+/* Random access over the dataloader: micro-batch k of this replica. */
+static int loader_batch(void *ctx, uint64_t k, int replica, int replicas, int *tok, int *tgt,
+                        herr *e)
+{
+    (void)replica, (void)replicas, (void)e;
+    struct dataloader *d = ctx;
+    if (dataloader_position(d) != k)
+        dataloader_seek(d, k);
+    dataloader_next(d, tok, tgt);
+    return 0;
+}
+
+struct step_sink {
+    struct worker_link *link;
+    int last_stage;
+    long last_step;
+};
+
+static int on_step(void *ctx, const struct trainer_report *r)
+{
+    struct step_sink *s = ctx;
+    struct proto_step ps = {
+        .step = r->step, .has_loss = s->last_stage, .loss = r->loss, .lr = r->lr,
+        .tokens_per_s = r->tokens_per_s, .step_ms = r->step_s * 1e3,
+        .compute_ms = (r->pipeline_s + r->optimizer_s) * 1e3,
+        .comm_ms = (r->grad_sync_s + r->param_sync_s) * 1e3,
+        .bubble_ms = 0,
+    };
+    if (!(ps.loss >= 0 && ps.loss < 1e6)) /* NaN or absurd: the protocol refuses it */
+        ps.has_loss = 0;
+    worker_report_step(s->link, &ps);
+    s->last_step = r->step;
+    return 0;
+}
+
+static int on_should_stop(void *ctx)
+{
+    const struct step_sink *s = ctx;
+    return worker_stop_requested(s->link);
+}
+
+/* The trainer's configuration from the resolved TrainingJob spec. */
+static int config_from_spec(const struct tj_spec *sp, struct trainer_config *c, herr *e)
+{
+    trainer_config_defaults(c);
+    c->model = (struct gpt_config){.layers = sp->model.layers, .channels = sp->model.hidden,
+                                   .heads = sp->model.heads, .vocab = sp->model.vocab,
+                                   .padded_vocab = 0, .max_seq = sp->model.seq_len};
+    if (gpt_config_check(&c->model, e))
+        return herr_wrap(e, "spec.model");
+    c->B = sp->par.micro_batch_size;
+    c->T = sp->model.seq_len;
+    c->micro_batches = sp->par.micro_batches;
+    c->steps = sp->training.steps;
+    c->schedule = sp->par.schedule == TJ_SCHED_GPIPE ? PIPE_GPIPE : PIPE_1F1B;
+    const struct tj_optimizer *o = &sp->training.opt;
+    c->adamw = (struct adamw_config){(float)o->beta1, (float)o->beta2, (float)o->eps,
+                                     (float)o->weight_decay};
+    c->lr = (struct lr_schedule){.max_lr = (float)o->lr, .warmup_steps = o->warmup_steps,
+                                 .total_steps = o->schedule == TJ_LR_CONSTANT ? 0 : sp->training.steps,
+                                 .min_lr_ratio = o->schedule == TJ_LR_CONSTANT ? 1.0f
+                                                                               : (float)o->min_lr_ratio};
+    c->grad_clip = (float)o->grad_clip;
+    c->seed = sp->training.seed;
+    if (sp->training.checkpoint.path[0]) {
+        c->checkpoint_dir = sp->training.checkpoint.path;
+        c->checkpoint_every = sp->training.checkpoint.every_steps;
+        c->checkpoint_keep = sp->training.checkpoint.keep;
+    }
+    return 0;
+}
+
+/* mkdir -p */
+static int make_dirs(const char *path, herr *e)
+{
+    char tmp[TJ_PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, 0755) && errno != EEXIST)
+            return herr_set(e, "checkpoint directory %s: %s", tmp, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(tmp, 0755) && errno != EEXIST)
+        return herr_set(e, "checkpoint directory %s: %s", tmp, strerror(errno));
+    return 0;
+}
+
+static int train_run(void *user, const cJSON *assignment, const cJSON *peers, long resume_step,
+                     struct worker_link *link, long *last_step, herr *e)
+{
+    struct worker_train *wt = user;
+    (void)resume_step; /* the trainer resumes from its latest checkpoint itself */
+    *last_step = 0;
+    const cJSON *rank_j = cJSON_GetObjectItemCaseSensitive(assignment, "rank");
+    const cJSON *stage_j = cJSON_GetObjectItemCaseSensitive(assignment, "stage");
+    const cJSON *stages_j = cJSON_GetObjectItemCaseSensitive(assignment, "stages");
+    const cJSON *spec_j = cJSON_GetObjectItemCaseSensitive(assignment, "spec");
+    if (!cJSON_IsNumber(rank_j) || !cJSON_IsNumber(stage_j) || !cJSON_IsNumber(stages_j) ||
+        !cJSON_IsObject(spec_j))
+        return herr_set(e, "assignment: rank, stage, stages and spec are required");
+    static struct tj_spec spec; /* one run per process */
+    static struct tj_errors errs;
+    memset(&errs, 0, sizeof errs);
+    if (tj_spec_from_json(spec_j, "assignment.spec", &spec, &errs)) {
+        tj_errors_to_herr(&errs, e);
+        tj_spec_free(&spec);
+        return -1;
+    }
+    struct trainer_config c;
+    struct rank_table rt;
+    memset(&rt, 0, sizeof rt);
+    struct dataloader *dl = NULL;
+    int have_rt = 0, rc = -1;
+    cJSON *rtj = NULL;
+    if (config_from_spec(&spec, &c, e))
+        goto out;
+    if (c.checkpoint_dir && make_dirs(c.checkpoint_dir, e))
+        goto out;
+    rtj = worker_rank_table_json(assignment, peers, e);
+    if (!rtj || rank_table_from_json(rtj, "rank table from the coordinator", &rt, e))
+        goto out;
+    have_rt = 1;
+    int rank = rank_j->valueint;
+    if (rank < 0 || rank >= rt.world) {
+        herr_set(e, "assignment.rank %d: outside the rank table's 0..%d", rank, rt.world - 1);
+        goto out;
+    }
+    struct dataloader_config dc = {spec.training.data.path, c.B, c.T, rank_table_dp(&rt, rank),
+                                   rt.data, c.seed, c.model.vocab};
+    if (dataloader_open(&dl, &dc, e)) {
+        herr_wrap(e, "spec.training.data");
+        goto out;
+    }
+    c.listener = wt->listener;
+    struct step_sink sink = {.link = link,
+                             .last_stage = stage_j->valueint == stages_j->valueint - 1};
+    struct trainer_data td = {dl, loader_batch};
+    struct trainer_hooks hooks = {&sink, on_step, on_should_stop, NULL};
+    rc = trainer_run(&c, &rt, rank, &td, &hooks, e);
+    *last_step = sink.last_step;
+out:
+    dataloader_free(dl);
+    if (have_rt)
+        rank_table_free(&rt);
+    cJSON_Delete(rtj);
+    tj_spec_free(&spec);
+    return rc;
 }
 
 struct worker_runner worker_train_runner(struct worker_train *wt)
 {
-    struct worker_runner r = worker_sim_runner;
-    r.user = wt;
+    struct worker_runner r = {.user = wt, .prepare = train_prepare, .run = train_run};
     return r;
 }
 

@@ -10,7 +10,8 @@
 
 struct worker_train;
 
-int worker_train_create(struct worker_train **out, herr *e);
+/* advertise_host: how peers reach this worker (its pod IP; "127.0.0.1" locally). */
+int worker_train_create(struct worker_train **out, const char *advertise_host, herr *e);
 void worker_train_free(struct worker_train *wt);
 /* A runner whose user is wt. */
 struct worker_runner worker_train_runner(struct worker_train *wt);

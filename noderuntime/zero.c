@@ -91,14 +91,11 @@ int zero_grads_ready(struct zero *z, size_t lo, size_t hi, herr *e)
         if (k->ready > k->hi - k->lo)
             return herr_set(e, "gradients of bucket %d reported final twice in one step", i);
     }
-    /* start complete buckets in order, so every replica issues the same sequence */
+    /* start every bucket that became complete; replicas of a stage report the same ranges in
+     * the same order, so they issue the same sequence of reduce-scatters */
     for (int i = 0; i < z->nb; i++) {
         struct bucket *k = &z->b[i];
-        if (k->started)
-            continue;
-        if (k->ready != k->hi - k->lo)
-            break;
-        if (start_bucket(z, i, e) != 0)
+        if (!k->started && k->ready == k->hi - k->lo && start_bucket(z, i, e) != 0)
             return -1;
     }
     return 0;
@@ -127,6 +124,14 @@ int zero_reduce_wait(struct zero *z, herr *e)
 }
 
 int zero_num_buckets(const struct zero *z) { return z->nb; }
+
+int zero_buckets_started(const struct zero *z)
+{
+    int n = 0;
+    for (int i = 0; i < z->nb; i++)
+        n += z->b[i].started;
+    return n;
+}
 
 void zero_shard(const struct zero *z, int b, size_t *lo, size_t *hi)
 {

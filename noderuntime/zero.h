@@ -21,12 +21,15 @@ int zero_create(struct zero **out, float *params, float *grads, size_t n, size_t
 void zero_free(struct zero *z);
 
 /* Gradients [lo, hi) are final for this step: starts the reduce-scatter of every bucket that is
- * now complete. Ranges may come in any order; each element must be reported once per step. */
+ * now complete. Ranges may come in any order (the same on every replica); each element must be
+ * reported once per step. */
 int zero_grads_ready(struct zero *z, size_t lo, size_t hi, herr *e);
 /* Starts any bucket not yet started and waits for all; resets readiness for the next step. */
 int zero_reduce_wait(struct zero *z, herr *e);
 
 int zero_num_buckets(const struct zero *z);
+/* Buckets whose reduce-scatter has started this step. */
+int zero_buckets_started(const struct zero *z);
 /* The owned shard of bucket b: [*lo, *hi) in the flat buffer (may be empty). */
 void zero_shard(const struct zero *z, int b, size_t *lo, size_t *hi);
 /* Floats owned over all buckets (sizes of m and v for AdamW); *off = start of bucket b's shard

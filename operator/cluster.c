@@ -200,6 +200,49 @@ int cluster_load_calibration(const char *path, struct cost_links *links, herr *e
     return rc;
 }
 
+int cluster_from_emulation(const struct tj_spec *s, double tflops, struct cluster *out, herr *e)
+{
+    memset(out, 0, sizeof *out);
+    cost_links_default(&out->links);
+    const struct tj_emulation *em = &s->emulation;
+    if (!em->enabled || em->n_groups < 1)
+        return herr_set(e, "spec.emulation: absent; give --cluster FILE with the workers' NICs");
+    long total = 0;
+    for (int g = 0; g < em->n_groups; g++)
+        total += em->groups[g].count;
+    if (total < 1 || total > CLUSTER_MAX_WORKERS)
+        return herr_set(e, "spec.emulation.nics: counts must sum to 1..%d workers",
+                        CLUSTER_MAX_WORKERS);
+    out->workers = calloc((size_t)total, sizeof *out->workers);
+    if (!out->workers)
+        return herr_set(e, "spec.emulation: out of memory");
+    if (tflops <= 0)
+        tflops = s->gpus_per_worker > 0 ? 100 : 0.05;
+    for (int g = 0; g < em->n_groups; g++) {
+        const struct tj_nic_group *ng = &em->groups[g];
+        for (int k = 0; k < ng->count; k++) {
+            struct plan_worker *w = &out->workers[out->n_workers];
+            snprintf(w->name, sizeof w->name, "worker-%d", out->n_workers);
+            out->n_workers++;
+            w->gpus = s->gpus_per_worker;
+            w->tflops = tflops;
+            w->nic.gid_index = -1;
+            if (nic_class_parse(ng->cls, &w->nic.cls)) {
+                cluster_free(out);
+                return herr_set(e, "spec.emulation.nics[%d].class: must be infiniband, roce or "
+                                "ethernet", g);
+            }
+            snprintf(w->nic.fabric, sizeof w->nic.fabric, "%s", ng->fabric);
+            w->nic.gbps = ng->gbps;
+            if (w->nic.cls == NIC_ROCE)
+                w->nic.gid_index = 3;
+        }
+    }
+    if (em->cross_fabric_gbps > 0)
+        out->links.tcp_gbps = em->cross_fabric_gbps;
+    return 0;
+}
+
 void cluster_free(struct cluster *c)
 {
     free(c->workers);

@@ -8,6 +8,7 @@
 #include "cost_model.h"
 #include "error.h"
 #include "planner.h"
+#include "trainingjob.h"
 
 struct cluster {
     int n_workers;
@@ -23,6 +24,10 @@ int cluster_from_json(const cJSON *doc, const char *where, struct cluster *out, 
 int cluster_load(const char *path, struct cluster *out, herr *e);
 /* Applies a calibration file: an object of link constants, bare or under `links`. */
 int cluster_load_calibration(const char *path, struct cost_links *links, herr *e);
+/* The workers a TrainingJob's `spec.emulation` block describes (local runs): worker-0 ..
+ * worker-(N-1) in group order, `gpus_per_worker` each, `tflops` per device (0: 0.05 for CPU
+ * workers, 100 for GPUs — the coordinator's defaults), crossFabricGbps as links.tcp_gbps. */
+int cluster_from_emulation(const struct tj_spec *s, double tflops, struct cluster *out, herr *e);
 void cluster_free(struct cluster *c);
 
 #endif

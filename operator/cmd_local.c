@@ -178,6 +178,11 @@ static void hook_event(void *user, enum coord_job_state s, const char *msg)
     }
     if (s == COORD_FAILED)
         snprintf(L->fail_reason, sizeof L->fail_reason, "%s", msg);
+    if (s == COORD_RESTARTING && L->rows) { /* steps after the checkpoint are trained again */
+        memset(L->rows, 0, METRIC_SLOTS * sizeof *L->rows);
+        for (int i = 0; i < METRIC_SLOTS; i++)
+            L->rows[i].step = -1;
+    }
 }
 
 static void hook_progress(void *user, const struct coord_progress *p)
@@ -323,6 +328,9 @@ static pid_t spawn_worker(struct local *L, int i)
         dup2(fd, STDERR_FILENO);
     }
     setenv("HOLMES_TOKEN", L->token, 1);
+    /* Several workers share this machine's cores: one compute thread each unless told. */
+    setenv("OMP_NUM_THREADS", "1", 0);
+    setenv("OPENBLAS_NUM_THREADS", "1", 0);
     char *argv[24];
     int a = 0;
     argv[a++] = (char *)"holmes-node";
@@ -556,6 +564,13 @@ int cmd_local(int argc, char **argv)
     }
     printf("job %s: %d workers on this machine, coordinator ws://127.0.0.1:%d/, logs in %s/\n",
            L.job.name, s->workers, coord_port(L.c), L.run_dir);
+    if (s->training.checkpoint.path[0] && !L.simulate) {
+        char latest[TJ_PATH_MAX + 32];
+        snprintf(latest, sizeof latest, "%s/latest-step", s->training.checkpoint.path);
+        if (access(latest, F_OK) == 0)
+            printf("resuming from the checkpoints in %s (remove that directory to start over)\n",
+                   s->training.checkpoint.path);
+    }
     fflush(stdout);
 
     signal(SIGINT, on_signal);

@@ -14,9 +14,10 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: holmes-operator plan --cluster CLUSTER.yaml JOB.yaml [--policy holmes|naive|ethernet]\n"
+            "usage: holmes-operator plan [--cluster CLUSTER.yaml] JOB.yaml [--policy holmes|naive|ethernet]\n"
             "                            [--calibration LINKS.yaml] [--partition N,N,...] [--json]\n"
-            "Plans JOB (a TrainingJob manifest) on the workers of CLUSTER and prints the placement:\n"
+            "Plans JOB (a TrainingJob manifest) on the workers of CLUSTER (default: the workers the\n"
+            "job's spec.emulation block describes) and prints the placement:\n"
             "stages with their fabric, workers and layers, the transport of every communicator, the\n"
             "predicted step time with its breakdown, and the naive and ethernet baselines.\n"
             "  --cluster FILE      workers with their NIC reports (YAML or JSON; docs/planner.md)\n"
@@ -167,8 +168,8 @@ int cmd_plan(int argc, char **argv)
         default: usage(stderr); return 2;
         }
     }
-    if (!cluster_path || optind != argc - 1) {
-        fprintf(stderr, "holmes-operator plan: need --cluster FILE and one JOB file\n");
+    if (optind != argc - 1) {
+        fprintf(stderr, "holmes-operator plan: need one JOB file\n");
         usage(stderr);
         return 2;
     }
@@ -184,13 +185,15 @@ int cmd_plan(int argc, char **argv)
                 "layer counts >= 1 (at most 1024)\n");
         return 2;
     }
-    if (cluster_load(cluster_path, &cl, &e)) {
+    if (planner_load_job(argv[optind], &tj, &e)) {
         fprintf(stderr, "holmes-operator plan: %s\n", e.msg);
         return 1;
     }
-    if (planner_load_job(argv[optind], &tj, &e)) {
-        fprintf(stderr, "holmes-operator plan: %s\n", e.msg);
-        cluster_free(&cl);
+    if (cluster_path ? cluster_load(cluster_path, &cl, &e)
+                     : cluster_from_emulation(&tj.spec, 0, &cl, &e)) {
+        fprintf(stderr, "holmes-operator plan: %s%s%s\n", cluster_path ? "" : argv[optind],
+                cluster_path ? "" : ": ", e.msg);
+        tj_job_free(&tj);
         return 1;
     }
     int rc = 1;

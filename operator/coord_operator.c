@@ -254,8 +254,9 @@ static void on_event(void *user, enum coord_job_state s, const char *msg)
         else
             cJSON_Delete(st);
     }
-    if (s == COORD_FAILED) {
-        j->failed_at = now_s();
+    if (s == COORD_FAILED || strstr(msg, "gang timeout")) {
+        if (s == COORD_FAILED)
+            j->failed_at = now_s();
         cJSON *st = cJSON_CreateObject();
         if (st && cJSON_AddStringToObject(st, "message", msg))
             patch_status(j, st);

@@ -592,7 +592,10 @@ static void on_message(struct conn *k, const char *text, size_t len)
             char why[700];
             snprintf(why, sizeof why, "worker %d (%s) reported: %s", k->worker,
                      k->job->w[k->worker].info.pod, m->u.error.message);
-            job_failure(k->job, why);
+            /* Only a failure of the running gang counts; after a failure the survivors often
+             * report their broken links too - that is the same failure. */
+            if (k->job->state == COORD_RENDEZVOUS || k->job->state == COORD_RUNNING)
+                job_failure(k->job, why);
             break;
         }
         default:

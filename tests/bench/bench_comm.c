@@ -1,5 +1,5 @@
 /* bench_comm N [MAX_BYTES]: N forked ranks on loopback. For sizes 1 KB .. MAX_BYTES (x4):
- * all-reduce and ring send/recv bus bandwidth (nccl-tests: all-reduce busbw = bytes/t *
+ * all-reduce and ring send/recv (comm_isend + comm_recv) bus bandwidth (nccl-tests: all-reduce busbw = bytes/t *
  * 2(n-1)/n, send/recv busbw = bytes/t) through the communicator, beside a raw TCP ring stream
  * (plain sockets, each rank writes to its right neighbour while reading from its left one)
  * between the same processes in the same run. Rank 0 prints one line per size. */
@@ -131,8 +131,11 @@ static int rank_main(int rank, int n, struct tcp_listener *l, const struct tcp_e
                 goto fail;
             double t2 = now_s();
             for (int i = 0; i < reps && n > 1; i++) {
-                if (comm_send(c, right, 7, sbuf, bytes, &e) != 0 ||
-                    comm_recv(c, (rank + n - 1) % n, 7, rbuf, bytes, &e) != 0)
+                struct comm_req *rq;
+                if (comm_isend(c, right, 7, sbuf, bytes, &rq, &e) != 0)
+                    goto fail;
+                int rr = comm_recv(c, (rank + n - 1) % n, 7, rbuf, bytes, &e);
+                if (comm_wait(rq, &e) != 0 || rr != 0)
                     goto fail;
             }
             double t3 = now_s();

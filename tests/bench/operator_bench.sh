@@ -49,5 +49,7 @@ printf 'job creation (client side): %.1f s\n' "$(echo "$T1 - $T0" | bc)"
 printf 'time until all pods exist: %.1f s (from the first job created)\n' "$(echo "$T2 - $T0" | bc)"
 echo "reconciles: $(grep '^holmes_reconciles_total' <<<"$M" | awk '{print $2}'), API requests: $(grep '^holmes_api_requests_total' <<<"$M" | awk '{print $2}')"
 echo "reconcile latency p50: $(q 0.5) ms, p99: $(q 0.99) ms"
+qo() { grep "holmes_reconcile_own_latency_seconds{quantile=\"$1\"}" <<<"$M" | awk '{printf "%.2f", $2 * 1000}'; }
+echo "  without API waits p50: $(qo 0.5) ms, p99: $(qo 0.99) ms"
 echo "operator peak RSS: $((RSS / 1024)) MiB ($RSS kB)"
 echo "load: $(uptime | sed 's/.*load average/load average/')"

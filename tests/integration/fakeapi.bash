@@ -45,10 +45,11 @@ pods_of() { api GET "/api/v1/namespaces/$1/pods?labelSelector=holmes.dev%2Fjob%3
 npods() { pods_of "$1" "$2" | jq '.items | length'; }
 pods_are() { [ "$(npods "$1" "$2")" = "$3" ]; } # pods_are NS JOB N
 
-# start_operator NAME ARGS...: runs bin/holmes-operator run in the background, log in $FAKEAPI_DIR/NAME.log
+# start_operator NAME ARGS...: runs bin/holmes-operator run in the background (metrics, health and
+# coordinator off unless ARGS turn them on), log in $FAKEAPI_DIR/NAME.log
 start_operator() {
     local name=$1; shift
-    "$OPERATOR" run --kubeconfig "$KUBECONFIG_FILE" --metrics-addr 0 --health-addr 0 \
+    "$OPERATOR" run --kubeconfig "$KUBECONFIG_FILE" --metrics-addr 0 --health-addr 0 --coordinator-addr 0 \
         --coordinator-url ws://coord.test:8443 "$@" >"$FAKEAPI_DIR/$name.log" 2>&1 &
     OP_PID=$!
     PIDS+=($OP_PID)

@@ -5,7 +5,7 @@ source "$(dirname "$0")/lib.bash"
 tmp=$(mktemp -d /tmp/holmes-local.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 name=it-local-$$
-sed -e "s/name: local-tiny/name: $name/" -e "s/steps: 300/steps: 200/" \
+sed -e "s/name: local-tiny/name: $name/" -e "s/steps: 300/steps: 100/" \
     -e "s#local-runs/local-tiny/checkpoints#$tmp/ckpt#" "$REPO/examples/local-tiny.yaml" >"$tmp/job.yaml"
 
 # 1. A whole run.
@@ -19,12 +19,12 @@ grep -Eq '^  0 +ib-a ' <<<"$out" && grep -Eq '^  1 +roce-b ' <<<"$out" \
 grep -q "worker-0 (infiniband 200 Gb/s), $name-worker-1 (infiniband" <<<"$out" \
     && pass "placement names workers and NICs" || fail "placement names workers and NICs" "$out"
 n=$(wc -l <"$tmp/metrics.jsonl")
-[ "$n" -eq 200 ] && pass "one metrics line per step" || fail "one metrics line per step" "$n lines"
+[ "$n" -eq 100 ] && pass "one metrics line per step" || fail "one metrics line per step" "$n lines"
 /usr/bin/python3 - "$tmp/metrics.jsonl" <<'PY' && pass "metrics lines are complete JSON" || fail "metrics lines are complete JSON"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 steps = sorted(r["step"] for r in rows)
-assert steps == list(range(1, 201)), steps[:5]
+assert steps == list(range(1, 101)), steps[:5]
 for r in rows:
     assert len(r["stages"]) == 2 and "loss" in r and r["step_ms"] >= 0 and "tokens_per_s" in r
 assert rows[-1]["loss"] < rows[0]["loss"]
@@ -32,7 +32,7 @@ PY
 ls "$tmp/run"/worker-{0,1,2,3}.log >/dev/null 2>&1 && pass "worker logs written" || fail "worker logs written"
 
 # 2. Kill one worker mid-run: the others are stopped, everyone restarts in place, success.
-( cd "$REPO" && timeout 120 "$OPERATOR" local "$tmp/job.yaml" --simulate --step-ms 30 \
+( cd "$REPO" && timeout 120 "$OPERATOR" local "$tmp/job.yaml" --simulate --step-ms 20 \
       --run-dir "$tmp/run2" >"$tmp/out2" 2>&1; echo $? >"$tmp/rc2" ) &
 for _ in $(seq 100); do
     grep -q "Running: rendezvous complete" "$tmp/out2" 2>/dev/null && break; sleep 0.1
@@ -51,7 +51,7 @@ grep -q "worker 2 ($name-worker-2) disconnected" <<<"$out2" \
 
 # 3. No restarts allowed: the same kill fails the job.
 sed -e "s/maxRestarts: 2/maxRestarts: 0/" "$tmp/job.yaml" >"$tmp/job0.yaml"
-( cd "$REPO" && timeout 120 "$OPERATOR" local "$tmp/job0.yaml" --simulate --step-ms 30 \
+( cd "$REPO" && timeout 120 "$OPERATOR" local "$tmp/job0.yaml" --simulate --step-ms 20 \
       --run-dir "$tmp/run3" >"$tmp/out3" 2>&1; echo $? >"$tmp/rc3" ) &
 for _ in $(seq 100); do
     grep -q "Running: rendezvous complete" "$tmp/out3" 2>/dev/null && break; sleep 0.1

@@ -15,12 +15,12 @@ job() { # name workers [extra spec JSON]
       \"containers\":[{\"name\":\"worker\",\"env\":[{\"name\":\"FOO\",\"value\":\"bar\"},{\"name\":\"HOLMES_WORKER_INDEX\",\"value\":\"x\"}],
       \"resources\":{\"limits\":{\"rdma/hca\":1}}}]}}${3:+,$3}}}"
 }
-check "readyz answers once synced" wait_for 10 curl -sf "http://127.0.0.1:$HPORT/readyz"
+check "readyz answers once synced" wait_for 20 curl -sf "http://127.0.0.1:$HPORT/readyz"
 check "healthz" curl -sfo /dev/null "http://127.0.0.1:$HPORT/healthz"
 
 api POST "$JOBS/$NS/trainingjobs" "$(job a 3)" >/dev/null
 UID_A=$(job_get $NS a | jq -r .metadata.uid)
-check "apply -> 3 worker pods" wait_for 10 pods_are $NS a 3
+check "apply -> 3 worker pods" wait_for 20 pods_are $NS a 3
 PODS=$(pods_of $NS a)
 check "pod names <job>-worker-<i>" jq_true "$PODS" '[.items[].metadata.name] | sort == ["a-worker-0","a-worker-1","a-worker-2"]'
 check "pods owned by the job (controller: true)" jq_true "$PODS" "all(.items[]; .metadata.ownerReferences == [{\"apiVersion\":\"holmes.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"name\":\"a\",\"uid\":\"$UID_A\",\"controller\":true,\"blockOwnerDeletion\":true}])"
@@ -37,10 +37,10 @@ check "Secret <job>-token with a token, owned by the job" jq_true "$SEC" ".data.
 check "Secret owner reference" jq_true "$SEC" ".metadata.ownerReferences[0].uid == \"$UID_A\" and .metadata.ownerReferences[0].controller"
 SVC=$(api GET /api/v1/namespaces/$NS/services/a)
 check "headless Service selecting the job's pods" jq_true "$SVC" ".spec.clusterIP == \"None\" and .spec.selector[\"holmes.dev/job\"] == \"a\" and .metadata.ownerReferences[0].uid == \"$UID_A\""
-check "status: Pending, workers 3/0, Valid, observedGeneration" wait_for 5 job_is $NS a '.status.phase == "Pending" and .status.workers == {"total":3,"ready":0} and .status.observedGeneration == 1 and (.status.conditions[] | select(.type == "Valid") | .status == "True")'
+check "status: Pending, workers 3/0, Valid, observedGeneration" wait_for 15 job_is $NS a '.status.phase == "Pending" and .status.workers == {"total":3,"ready":0} and .status.observedGeneration == 1 and (.status.conditions[] | select(.type == "Valid") | .status == "True")'
 
 fake kubelet "{\"namespace\":\"$NS\",\"selector\":\"holmes.dev/job=a\",\"phase\":\"Running\",\"ready\":true}" >/dev/null
-check "all pods ready -> Discovering, workers ready 3" wait_for 5 job_is $NS a '.status.phase == "Discovering" and .status.workers.ready == 3 and (.status.conditions[] | select(.type == "PodsReady") | .status == "True")'
+check "all pods ready -> Discovering, workers ready 3" wait_for 15 job_is $NS a '.status.phase == "Discovering" and .status.workers.ready == 3 and (.status.conditions[] | select(.type == "PodsReady") | .status == "True")'
 W0=$(stats | jq '.["patch holmes.dev trainingjobs/status"]')
 sleep 1
 W1=$(stats | jq '.["patch holmes.dev trainingjobs/status"]')
@@ -55,41 +55,41 @@ check "phase Running set by the coordinator is kept" job_is $NS a '.status.phase
 # Immutable field change while running: refused, nothing disturbed.
 UIDS=$(pods_of $NS a | jq -c '[.items[].metadata.uid] | sort')
 api PATCH "$JOBS/$NS/trainingjobs/a" '{"spec":{"workers":5}}' >/dev/null
-check "immutable change refused in status, naming the field" wait_for 5 job_is $NS a '.status.conditions[] | select(.type == "Valid") | .status == "False" and .reason == "ImmutableFieldChanged" and (.message | contains("spec.workers"))'
+check "immutable change refused in status, naming the field" wait_for 15 job_is $NS a '.status.conditions[] | select(.type == "Valid") | .status == "False" and .reason == "ImmutableFieldChanged" and (.message | contains("spec.workers"))'
 check "immutable change: pods untouched" test "$(pods_of $NS a | jq -c '[.items[].metadata.uid] | sort')" = "$UIDS"
 api PATCH "$JOBS/$NS/trainingjobs/a" '{"spec":{"workers":3}}' >/dev/null
-check "reverting makes the spec valid again" wait_for 5 job_is $NS a '.status.conditions[] | select(.type == "Valid") | .status == "True"'
+check "reverting makes the spec valid again" wait_for 15 job_is $NS a '.status.conditions[] | select(.type == "Valid") | .status == "True"'
 
 # Suspend and resume.
 api PATCH "$JOBS/$NS/trainingjobs/a" '{"spec":{"suspend":true}}' >/dev/null
-check "suspend -> pods deleted, phase Suspended" wait_for 5 pods_are $NS a 0
-check "suspended status kept" wait_for 5 job_is $NS a '.status.phase == "Suspended" and .status.workers.total == 3 and .status.startTime != null'
+check "suspend -> pods deleted, phase Suspended" wait_for 15 pods_are $NS a 0
+check "suspended status kept" wait_for 15 job_is $NS a '.status.phase == "Suspended" and .status.workers.total == 3 and .status.startTime != null'
 api PATCH "$JOBS/$NS/trainingjobs/a" '{"spec":{"suspend":false}}' >/dev/null
-check "resume -> pods recreated" wait_for 5 pods_are $NS a 3
+check "resume -> pods recreated" wait_for 15 pods_are $NS a 3
 
 # Gang restart: one pod evicted -> all recreated, restarts 1; again -> Failed (maxRestarts 1).
 OLD=$(pods_of $NS a | jq -c '[.items[].metadata.uid] | sort')
 fake kubelet "{\"namespace\":\"$NS\",\"name\":\"a-worker-2\",\"phase\":\"Failed\",\"reason\":\"Evicted\",\"message\":\"node low on memory\"}" >/dev/null
-check "evicted pod -> restarts 1" wait_for 5 job_is $NS a '.status.restarts == 1 and .status.lastRestartTime != null'
-check "gang restart recreates all 3 pods after the backoff" wait_for 8 bash -c "curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/pods?labelSelector=holmes.dev%2Fjob%3Da' | jq -e '(.items|length) == 3 and ([.items[].metadata.uid] | sort) != $OLD' "
+check "evicted pod -> restarts 1" wait_for 15 job_is $NS a '.status.restarts == 1 and .status.lastRestartTime != null'
+check "gang restart recreates all 3 pods after the backoff" wait_for 20 bash -c "curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/pods?labelSelector=holmes.dev%2Fjob%3Da' | jq -e '(.items|length) == 3 and ([.items[].metadata.uid] | sort) != $OLD' "
 check "one failure counted once (restarts still 1)" job_is $NS a '.status.restarts == 1'
 EVS=$(api GET /api/v1/namespaces/$NS/events)
 check "GangRestart Warning Event naming the pod and the reason" jq_true "$EVS" 'any(.items[]; .reason == "GangRestart" and .type == "Warning" and .involvedObject.name == "a" and (.message | contains("a-worker-2")) and (.message | contains("Evicted: node low on memory")))'
 fake kubelet "{\"namespace\":\"$NS\",\"name\":\"a-worker-0\",\"phase\":\"Failed\",\"reason\":\"Error\",\"message\":\"exit code 1\"}" >/dev/null
-check "second failure with maxRestarts 1 -> Failed with the reason" wait_for 5 job_is $NS a '.status.phase == "Failed" and (.status.conditions[] | select(.type == "Failed") | .reason == "RestartLimitExceeded" and (.message | contains("a-worker-0")))'
+check "second failure with maxRestarts 1 -> Failed with the reason" wait_for 15 job_is $NS a '.status.phase == "Failed" and (.status.conditions[] | select(.type == "Failed") | .reason == "RestartLimitExceeded" and (.message | contains("a-worker-0")))'
 
 # Invalid spec: Valid=False with every error, a Warning Event, no pods.
 api POST "$JOBS/$NS/trainingjobs" '{"metadata":{"name":"bad"},"spec":{"workers":0,"image":"","restartPolicy":{"maxRestarts":-1}}}' >/dev/null
-check "invalid job -> Valid=False listing every field error" wait_for 5 job_is $NS bad '.status.conditions[] | select(.type == "Valid") | .status == "False" and .reason == "InvalidSpec" and (.message | contains("spec.workers: 0 is below the minimum 1")) and (.message | contains("spec.image")) and (.message | contains("spec.model: required")) and (.message | contains("spec.restartPolicy.maxRestarts"))'
-check "invalid job -> Warning Event" wait_for 5 bash -c "curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/events' | jq -e 'any(.items[]; .reason == \"InvalidSpec\" and .type == \"Warning\" and .involvedObject.name == \"bad\")'"
+check "invalid job -> Valid=False listing every field error" wait_for 15 job_is $NS bad '.status.conditions[] | select(.type == "Valid") | .status == "False" and .reason == "InvalidSpec" and (.message | contains("spec.workers: 0 is below the minimum 1")) and (.message | contains("spec.image")) and (.message | contains("spec.model: required")) and (.message | contains("spec.restartPolicy.maxRestarts"))'
+check "invalid job -> Warning Event" wait_for 15 bash -c "curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/events' | jq -e 'any(.items[]; .reason == \"InvalidSpec\" and .type == \"Warning\" and .involvedObject.name == \"bad\")'"
 check "invalid job -> no pods" test "$(npods $NS bad)" = 0
 
 # Gang timeout: unschedulable pods past gangTimeoutSeconds.
 api POST "$JOBS/$NS/trainingjobs" "$(job g 2 '"gangTimeoutSeconds":1')" >/dev/null
-wait_for 5 pods_are $NS g 2
+wait_for 15 pods_are $NS g 2
 fake kubelet "{\"namespace\":\"$NS\",\"selector\":\"holmes.dev/job=g\",\"unschedulable\":\"0/4 nodes are available: 4 Insufficient nvidia.com/gpu.\"}" >/dev/null
-check "unschedulable past the gang timeout -> condition naming pods and reason" wait_for 6 job_is $NS g '.status.conditions[] | select(.type == "PodsScheduled") | .reason == "GangTimeout" and (.message | contains("g-worker-0")) and (.message | contains("Insufficient nvidia.com/gpu"))'
-check "gang timeout Warning Event" wait_for 3 bash -c "curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/events' | jq -e 'any(.items[]; .reason == \"GangTimeout\" and .involvedObject.name == \"g\")'"
+check "unschedulable past the gang timeout -> condition naming pods and reason" wait_for 15 job_is $NS g '.status.conditions[] | select(.type == "PodsScheduled") | .reason == "GangTimeout" and (.message | contains("g-worker-0")) and (.message | contains("Insufficient nvidia.com/gpu"))'
+check "gang timeout Warning Event" wait_for 10 bash -c "curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/events' | jq -e 'any(.items[]; .reason == \"GangTimeout\" and .involvedObject.name == \"g\")'"
 
 # Metrics.
 M=$(curl -s "http://127.0.0.1:$MPORT/metrics")
@@ -99,7 +99,7 @@ check "metrics: restarts" grep -q 'holmes_gang_restarts_total 1' <<<"$M"
 
 # Delete -> cascade.
 api DELETE "$JOBS/$NS/trainingjobs/g" >/dev/null
-check "delete job -> pods, Secret, Service gone" wait_for 5 bash -c "[ \"\$(curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/pods?labelSelector=holmes.dev%2Fjob%3Dg' | jq '.items|length')\" = 0 ] && curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/secrets/g-token' | jq -e '.code == 404' && curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/services/g' | jq -e '.code == 404'"
+check "delete job -> pods, Secret, Service gone" wait_for 15 bash -c "[ \"\$(curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/pods?labelSelector=holmes.dev%2Fjob%3Dg' | jq '.items|length')\" = 0 ] && curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/secrets/g-token' | jq -e '.code == 404' && curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/services/g' | jq -e '.code == 404'"
 sleep 0.5
 check "no pods recreated for a deleted job" test "$(npods $NS g)" = 0
 

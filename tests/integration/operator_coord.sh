@@ -67,4 +67,34 @@ check "job Succeeded" wait_for 20 job_is $NS e2e '.status.phase == "Succeeded"'
 has_event() { api GET /api/v1/namespaces/$NS/events | jq -e --arg r "$1" '[.items[].reason] | index($r)' >/dev/null; }
 check "events: Planned" wait_for 5 has_event Planned
 check "events: refused connection reported" has_event ConnectionRefused
+
+# Kill the operator mid-run: workers keep training, reconnect to the new operator, which
+# registers the job again from their hellos and adopts them; the job still succeeds.
+api POST "$JOBS/$NS/trainingjobs" "$(sed 's/"name":"e2e"/"name":"e2f"/' <<<"$JOB")" >/dev/null
+check "second job: 4 pods" wait_for 20 pods_are $NS e2f 4
+fake kubelet "{\"namespace\":\"$NS\",\"selector\":\"holmes.dev/job=e2f\",\"phase\":\"Running\",\"ready\":true}" >/dev/null
+TOKEN=$(api GET /api/v1/namespaces/$NS/secrets/e2f-token | jq -r .data.token | base64 -d)
+run_worker2() { # like run_worker, for job e2f, 60 steps
+    local i=$1 fx=$2
+    local pod; pod=$(api GET /api/v1/namespaces/$NS/pods/e2f-worker-$i)
+    local envs; envs=$(jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"' <<<"$pod")
+    env -i PATH="$PATH" HOSTNAME=e2f-worker-$i HOLMES_TOKEN="$TOKEN" NODE_NAME=node-$i $envs \
+        "$NODE" worker --sysfs "$FIX/$fx/sys" --simulate 60 --step-ms 50 --progress-ms 100 \
+        >"$FAKEAPI_DIR/worker2-$i.log" 2>&1
+}
+WPIDS=()
+for i in 0 1; do run_worker2 $i cx6-hdr-ib & WPIDS+=($!); done
+for i in 2 3; do run_worker2 $i cx5-roce-100g & WPIDS+=($!); done
+check "second job running with progress" wait_for 30 job_is $NS e2f '.status.phase == "Running" and .status.progress.step > 0'
+kill -9 "$OP_PID"
+wait "$OP_PID" 2>/dev/null
+STEP_BEFORE=$(job_get $NS e2f | jq .status.progress.step)
+sleep 1
+start_operator op2 --coordinator-addr 127.0.0.1:$CPORT --coordinator-url ws://127.0.0.1:$CPORT/ --node-image holmes-node:test
+check "new operator: progress moves on" wait_for 30 job_is $NS e2f ".status.progress.step > $STEP_BEFORE"
+ok=1
+for p in "${WPIDS[@]}"; do wait "$p" || ok=0; done
+[ $ok = 1 ] && pass "operator killed: every worker finished (exit 0)" \
+    || fail "operator killed: every worker finished (exit 0)" "$(tail -n 3 "$FAKEAPI_DIR"/worker2-*.log)"
+check "new operator adopted the running workers" bash -c "curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/events' | jq -e '[.items[] | select(.message | contains(\"adopted\"))] | length > 0' >/dev/null"
 logs_clean

@@ -126,5 +126,34 @@ expect_err "bad: unknown policy" "--policy: must be" --cluster "$TMP/two.yaml" "
 out=$("$OPERATOR" plan --cluster "$TMP/two.yaml" "$TMP/job-pin.yaml" --partition 5,7 --json) &&
     echo "$out" | /usr/bin/python3 -c "import json,sys; p=json.load(sys.stdin); assert [s['layers'] for s in p['stages']]==[[0,5],[5,12]]" &&
     pass "plan --partition pins the layers" || fail "plan --partition pins the layers" "$out"
+# Without --cluster, the job's emulation block gives the workers (local runs).
+cat >"$TMP/emu.yaml" <<'Y'
+apiVersion: holmes.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: emu}
+spec:
+  workers: 4
+  gpusPerWorker: 0
+  model: {layers: 4, hidden: 64, heads: 4, vocab: 256, seqLen: 64}
+  parallelism: {pipeline: 2, data: 2, microBatches: 2, microBatchSize: 4}
+  training: {steps: 1}
+  emulation:
+    nics:
+    - {class: roce, fabric: roce-b, gbps: 100, count: 1}
+    - {class: infiniband, fabric: ib-a, gbps: 200, count: 2}
+    - {class: roce, fabric: roce-b, gbps: 100, count: 1}
+    crossFabricGbps: 10
+    bandwidthScale: 0.01
+Y
+out=$("$OPERATOR" plan "$TMP/emu.yaml" --json 2>&1) &&
+    echo "$out" | /usr/bin/python3 -c "
+import json, sys
+p = json.load(sys.stdin)
+st = {s['fabric']: sorted(s['workers']) for s in p['stages']}
+assert st == {'ib-a': ['worker-1', 'worker-2'], 'roce-b': ['worker-0', 'worker-3']}, st
+assert p['links']['tcp_gbps'] == 10
+" && pass "plan from the job's emulation block" || fail "plan from the job's emulation block" "$out"
+expect_err "bad: no cluster and no emulation" "spec.emulation: absent" "$TMP/job2.yaml"
+
 "$OPERATOR" plan >/dev/null 2>&1; [ $? -eq 2 ] && pass "plan without arguments exits 2" || fail "plan without arguments exits 2"
 "$OPERATOR" plan --help | grep -q "^usage: holmes-operator plan" && pass "plan --help" || fail "plan --help"

@@ -137,6 +137,13 @@ static int duplex(int rank, int n, struct tcp_listener *l, const struct tcp_endp
     double d;
     if (!bad && comm_recv(c, peer, 3, &d, sizeof d, &e) == 0)
         bad = fail(rank, "size mismatch not reported", NULL);
+    /* a multi-frame message received with a shorter length is an error too */
+    if (!bad && comm_send(c, peer, 6, out, (3u << 20) + 5, &e) != 0)
+        bad = fail(rank, "send 3 MB", &e);
+    if (!bad && comm_recv(c, peer, 6, in, 2u << 20, &e) == 0)
+        bad = fail(rank, "multi-frame size mismatch not reported", NULL);
+    else if (!bad && !strstr(e.msg, "another size"))
+        bad = fail(rank, "multi-frame mismatch message", &e);
     if (!bad && comm_barrier(c, &e) != 0)
         bad = fail(rank, "barrier", &e);
     free(out);

@@ -139,7 +139,7 @@ struct run_arg {
 struct result {
     float losses[MAXSTEPS];
     long nsteps;
-    int stage_first, stage_last;
+    int overlapped, buckets; /* most buckets started during backward in one step, of */
     struct gpt_stage *ref;
     int bad;
 };
@@ -150,6 +150,9 @@ static int on_step(void *ctx, const struct trainer_report *r)
     if (r->step >= 1 && r->step <= MAXSTEPS)
         res->losses[r->step - 1] = r->loss;
     res->nsteps = r->step;
+    if (r->buckets_overlapped > res->overlapped)
+        res->overlapped = r->buckets_overlapped;
+    res->buckets = r->buckets;
     if (getenv("TRAINER_VERBOSE"))
         fprintf(stderr, "stage %d replica %d step %ld loss %.6f time %.3f s (pipe %.3f sync %.3f)\n",
                 r->stage, r->replica, r->step, r->loss, r->step_s, r->pipeline_s, r->grad_sync_s);
@@ -236,6 +239,11 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
                     s + 1, res.losses[s], ref_losses[s], d);
             res.bad = 1;
         }
+    }
+    if (ra->D > 1 && res.overlapped == 0) {
+        fprintf(stderr, "rank %d: no gradient bucket (of %d) was reduce-scattered during backward\n",
+                rank, res.buckets);
+        res.bad = 1;
     }
     if (res.nsteps != ra->steps) {
         fprintf(stderr, "rank %d: %ld steps reported, want %ld\n", rank, res.nsteps, ra->steps);

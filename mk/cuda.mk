@@ -1,0 +1,107 @@
+# GPU training engine (noderuntime/cuda/, docs/gpu.md). The plain build never needs nvcc.
+#   make cuda        builds the engine in fp32 and bf16 (sm_80 + sm_90), test_gpu and bench_gpu
+#   make test-gpu    GPU vs CPU engine, 2-stage = 1-stage, resume, compute-sanitizer (needs a GPU)
+#   make bench-gpu   GEMM ceiling, GPT-2 124M and 1.5B (seq 1024, bf16), PyTorch beside it
+#   make gpu-check   all three in one command; log in build/cuda/gpu-check.log
+# The binaries need only the CUDA runtime and cuBLAS(Lt) (libgomp and libstdc++ from gcc): the CPU
+# reference engine is compiled against noderuntime/cuda/shim/ (cblas.h, zlib.h) and cpu_shim.c
+# instead of OpenBLAS and zlib, which GPU machines lack.
+
+NVCC       ?= /usr/local/cuda/bin/nvcc
+CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCHS ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90
+CXX        ?= g++
+GPU_DEBUG  ?= 0
+GPU_PYTHON ?= python3
+GPU_PEAK   ?= 989
+GPU_B_1558M ?= 4
+# gpu_stage_create flags for bench-gpu: 1 = recompute GELU outputs in backward
+GPU_FLAGS  ?= 0
+GB := build/cuda
+
+GPU_HOST_CFLAGS := -std=gnu11 -O2 -g $(WARN) -fopenmp -D_GNU_SOURCE -fno-trapping-math \
+                   -fno-math-errno -Inoderuntime/cuda/shim -Inoderuntime/cuda -Icommon \
+                   -Inoderuntime -Itests/unit -I$(CUDA_HOME)/include $(EXTRA_CFLAGS)
+NVCC_FLAGS := -std=c++17 -O3 $(CUDA_ARCHS) -Icommon -Inoderuntime \
+              -Xcompiler -Wall,-Wextra,-Wshadow,-Wno-unused-parameter
+ifeq ($(GPU_DEBUG),1)
+NVCC_FLAGS += -DHOLMES_GPU_DEBUG -lineinfo
+endif
+ifeq ($(CI),true)
+NVCC_FLAGS += -Werror all-warnings -Xcompiler -Werror
+endif
+GPU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart \
+            -fopenmp -lm -lpthread
+
+GPU_HOST_SRC := common/error.c noderuntime/gpt.c noderuntime/optimizer.c \
+                noderuntime/dataloader.c noderuntime/checkpoint.c noderuntime/cuda/cpu_shim.c \
+                noderuntime/cuda/token_groups.c
+GPU_HOST_OBJ := $(patsubst %.c,$(GB)/host/%.o,$(GPU_HOST_SRC))
+GPU_HDRS := noderuntime/cuda/gpt_cuda.h noderuntime/gpt.h noderuntime/optimizer.h common/error.h
+
+$(GB)/host/%.o: %.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $< (GPU build)"
+	@$(CC) $(GPU_HOST_CFLAGS) -MMD -MP -c $< -o $@
+
+$(GB)/fp32/gpt_cuda.o: noderuntime/cuda/gpt_cuda.cu $(GPU_HDRS)
+	@mkdir -p $(dir $@)
+	@echo "  NVCC    $< (fp32)"
+	@$(NVCC) $(NVCC_FLAGS) -DHOLMES_GPU_FP32 -c $< -o $@
+$(GB)/bf16/gpt_cuda.o: noderuntime/cuda/gpt_cuda.cu $(GPU_HDRS)
+	@mkdir -p $(dir $@)
+	@echo "  NVCC    $< (bf16)"
+	@$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
+$(GB)/%/test_gpu: $(GB)/%/gpt_cuda.o $(GB)/host/noderuntime/cuda/test_gpu.o $(GPU_HOST_OBJ)
+	@echo "  LD      $@"
+	@$(CXX) -o $@ $^ $(GPU_LIBS)
+$(GB)/%/bench_gpu: $(GB)/%/gpt_cuda.o $(GB)/host/noderuntime/cuda/bench_gpu.o $(GPU_HOST_OBJ)
+	@echo "  LD      $@"
+	@$(CXX) -o $@ $^ $(GPU_LIBS)
+
+GPU_BINS := $(GB)/fp32/test_gpu $(GB)/bf16/test_gpu $(GB)/bf16/bench_gpu $(GB)/fp32/bench_gpu
+
+.PHONY: cuda test-gpu bench-gpu gpu-check
+cuda: $(GPU_BINS)
+
+SANITIZER = $(firstword $(shell command -v compute-sanitizer) $(wildcard $(CUDA_HOME)/bin/compute-sanitizer))
+test-gpu: cuda
+	@echo "== test-gpu: $$(date -u '+%F %H:%M UTC')"
+	@nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+	@fail=0; \
+	$(GB)/fp32/test_gpu || fail=1; \
+	$(GB)/bf16/test_gpu || fail=1; \
+	if [ -n "$(SANITIZER)" ]; then \
+	    $(SANITIZER) --tool memcheck --leak-check full --error-exitcode 1 $(GB)/bf16/test_gpu --quick \
+	        && echo "PASS gpu.compute_sanitizer.memcheck" || { echo "FAIL gpu.compute_sanitizer.memcheck"; fail=1; }; \
+	else echo "FAIL gpu.compute_sanitizer: compute-sanitizer not found"; fail=1; fi; \
+	exit $$fail
+
+# GPT-2 124M (12 768 12) and 1.5B (48 1600 25), vocabulary 50257, seq 1024, bf16.
+GPU_SHAPES ?= "12 768 12 50257 16 1024 20" "48 1600 25 50257 $(GPU_B_1558M) 1024 10"
+bench-gpu: $(GB)/bf16/bench_gpu
+	@echo "== bench-gpu: $$(date -u '+%F %H:%M UTC'), peak $(GPU_PEAK) TFLOP/s"
+	@nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
+	@$(GB)/bf16/bench_gpu --gemm 8192 20
+	@for s in $(GPU_SHAPES); do $(GB)/bf16/bench_gpu $$s $(GPU_PEAK) $(GPU_FLAGS) || exit 1; done
+	@if $(GPU_PYTHON) -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then \
+	    for s in $(GPU_SHAPES); do PYTHONUNBUFFERED=1 $(GPU_PYTHON) tests/bench/bench_torch_gpu.py $$s $(GPU_PEAK) || exit 1; done; \
+	else echo "bench-gpu: $(GPU_PYTHON) has no CUDA PyTorch: PyTorch skipped"; fi
+
+gpu-check: SHELL := /bin/bash
+gpu-check:
+	@mkdir -p $(GB)
+	@set -o pipefail; { $(MAKE) --no-print-directory -j$$(nproc) cuda && \
+	    $(MAKE) --no-print-directory test-gpu && $(MAKE) --no-print-directory bench-gpu; } 2>&1 | tee $(GB)/gpu-check.log
+
+# The CPU reference of the GPU build, checked without a GPU: the CPU engine's own unit tests
+# (gradients vs finite differences, stage split, checkpoints) compiled against the stand-ins.
+GPU_HOST_TESTS := $(GB)/host/tests/test_gpt $(GB)/host/tests/test_checkpoint
+$(GB)/host/tests/%: $(GB)/host/tests/unit/%.o $(GPU_HOST_OBJ)
+	@mkdir -p $(dir $@)
+	@echo "  LD      $@ (GPU build's CPU reference)"
+	@$(CC) -o $@ $^ -fopenmp -lm -lpthread
+.PHONY: gpu-host-check
+gpu-host-check: $(GPU_HOST_TESTS)
+	@for t in $(GPU_HOST_TESTS); do $$t || exit 1; done

@@ -1,0 +1,1561 @@
+/* GPT-2 stage on one GPU: cuBLASLt matrix products (bias / GELU epilogues), fused LayerNorm,
+ * causal attention, fused softmax + cross-entropy, AdamW on fp32 master weights. See gpt_cuda.h.
+ *
+ * Row-major tensors [rows][cols] are column-major [cols x rows] to cuBLAS, so a row-major
+ * out[N][OC] = inp[N][IC] @ w[OC][IC]^T is the column-major O(OC x N) = W'^T (OC x IC) * I' (IC x N).
+ * Every reduction has a fixed order (no floating-point atomics), so two runs of the same
+ * micro-batches give the same bits (exact resume from a checkpoint).
+ */
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemm_plan.h"
+#include "gpt_cuda.h"
+#include "token_groups.h"
+
+#ifdef HOLMES_GPU_FP32
+typedef float floatX;
+#define CUDA_X CUDA_R_32F
+#define PREC_NAME "fp32"
+#else
+typedef __nv_bfloat16 floatX;
+#define CUDA_X CUDA_R_16BF
+#define PREC_NAME "bf16"
+#endif
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define LT_WORKSPACE (32u << 20)
+#define SQ_BLOCKS 1024
+#define COLSUM_ROWS 64
+
+/* ---------------------------------------------------------------- errors */
+
+static int fail_msg(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail_msg(char *buf, size_t n, const char *fmt, ...)
+{
+    if (buf && n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(buf, n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* Each function that checks calls names its error buffer EB (size EN) first. */
+#define CK(call) do { cudaError_t err_ = (call); if (err_ != cudaSuccess) \
+        return fail_msg(EB, EN, "CUDA: %s failed (%s:%d): %s", #call, __FILE__, __LINE__, \
+                        cudaGetErrorString(err_)); } while (0)
+#define CKB(call) do { cublasStatus_t st_ = (call); if (st_ != CUBLAS_STATUS_SUCCESS) \
+        return fail_msg(EB, EN, "cuBLAS: %s failed (%s:%d): %s", #call, __FILE__, __LINE__, \
+                        cublasGetStatusString(st_)); } while (0)
+#ifdef HOLMES_GPU_DEBUG
+#define LAUNCHED(stream) do { CK(cudaGetLastError()); CK(cudaStreamSynchronize(stream)); } while (0)
+#else
+#define LAUNCHED(stream) CK(cudaGetLastError())
+#endif
+#define OK(x) do { if ((x) < 0) return -1; } while (0)
+
+static unsigned blocks_for(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
+
+/* ---------------------------------------------------------------- conversions */
+
+__device__ __forceinline__ float tof(float x) { return x; }
+__device__ __forceinline__ float tof(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ void put(float *p, float x) { *p = x; }
+__device__ __forceinline__ void put(__nv_bfloat16 *p, float x) { *p = __float2bfloat16(x); }
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* Block-wide sum / max (blockDim.x a multiple of 32, at most 1024); every thread gets the result. */
+__device__ float block_sum(float v)
+{
+    __shared__ float sh[32];
+    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0f;
+    return warp_sum(v);
+}
+__device__ float block_max(float v)
+{
+    __shared__ float sh[32];
+    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+__global__ void cast_kernel(floatX *out, const float *in, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        put(out + i, in[i]);
+}
+__global__ void uncast_kernel(float *out, const floatX *in, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        out[i] = tof(in[i]);
+}
+/* uniform [-1, 1) from a hash of the index: benchmark inputs, never zeros */
+__global__ void fill_random_kernel(floatX *out, size_t n, unsigned seed)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        unsigned x = (unsigned)i * 2654435761u ^ seed;
+        x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
+        put(out + i, (float)x * (2.0f / 4294967296.0f) - 1.0f);
+    }
+}
+
+/* ---------------------------------------------------------------- kernels: embeddings */
+
+__global__ void encoder_forward_kernel(floatX *x, const int *tok, const floatX *wte,
+                                       const floatX *wpe, int BT, int T, int C)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)BT * C)
+        return;
+    size_t r = i / C, c = i % C;
+    put(x + i, tof(wte[(size_t)tok[r] * C + c]) + tof(wpe[(r % T) * C + c]));
+}
+
+/* dwte rows: block u sums the positions of distinct token utok[u] (upos[ustart[u]..ustart[u+1]),
+ * ascending) in order: deterministic, no atomics. */
+__global__ void wte_backward_kernel(float *dwte, const floatX *dres, const int *utok,
+                                    const int *ustart, const int *upos, int C)
+{
+    int u = blockIdx.x;
+    size_t row = (size_t)utok[u] * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = ustart[u]; j < ustart[u + 1]; j++)
+            acc += tof(dres[(size_t)upos[j] * C + c]);
+        dwte[row + c] += acc;
+    }
+}
+
+__global__ void wpe_backward_kernel(float *dwpe, const floatX *dres, int B, int T, int C)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * C)
+        return;
+    float acc = 0.0f;
+    for (int b = 0; b < B; b++)
+        acc += tof(dres[(size_t)b * T * C + i]);
+    dwpe[i] += acc;
+}
+
+/* ---------------------------------------------------------------- kernels: LayerNorm */
+
+/* one warp per row; statistics in fp32; weights from the fp32 master copy */
+__global__ void layernorm_forward_kernel(floatX *out, float *mean, float *rstd, const floatX *inp,
+                                         const float *w, const float *b, int N, int C)
+{
+    int row = (int)(((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+    if (row >= N)
+        return;
+    const floatX *x = inp + (size_t)row * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32)
+        s += tof(x[c]);
+    float m = warp_sum(s) / (float)C;
+    float v = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float d = tof(x[c]) - m;
+        v += d * d;
+    }
+    float rs = rsqrtf(warp_sum(v) / (float)C + 1e-5f);
+    floatX *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32)
+        put(o + c, (tof(x[c]) - m) * rs * w[c] + b[c]);
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = rs;
+    }
+}
+
+/* dinp += d(layernorm)/dinp, one warp per row (parameter gradients: colsum kernels) */
+__global__ void layernorm_backward_kernel(floatX *dinp, const floatX *dout, const floatX *inp,
+                                          const float *w, const float *mean, const float *rstd,
+                                          int N, int C)
+{
+    int row = (int)(((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+    if (row >= N)
+        return;
+    const floatX *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
+    float m = mean[row], rs = rstd[row];
+    float dmean = 0.0f, dnm = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float dn = w[c] * tof(d[c]);
+        dmean += dn;
+        dnm += dn * (tof(x[c]) - m) * rs;
+    }
+    dmean = warp_sum(dmean) / (float)C;
+    dnm = warp_sum(dnm) / (float)C;
+    floatX *dx = dinp + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) {
+        float norm = (tof(x[c]) - m) * rs;
+        put(dx + c, tof(dx[c]) + (w[c] * tof(d[c]) - dmean - norm * dnm) * rs);
+    }
+}
+
+/* Column sums over rows in chunks of COLSUM_ROWS: partial[chunk][0][c] = sum d*xhat (when x is
+ * given: LayerNorm weight gradient), partial[chunk][1][c] = sum d (bias gradient). */
+__global__ void colsum_partial_kernel(float *partial, const floatX *d, const floatX *x,
+                                      const float *mean, const float *rstd, int N, int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
+    if (c >= C)
+        return;
+    int r0 = chunk * COLSUM_ROWS, r1 = min(N, r0 + COLSUM_ROWS);
+    float s0 = 0.0f, s1 = 0.0f;
+    for (int r = r0; r < r1; r++) {
+        float dv = tof(d[(size_t)r * C + c]);
+        s1 += dv;
+        if (x)
+            s0 += dv * (tof(x[(size_t)r * C + c]) - mean[r]) * rstd[r];
+    }
+    partial[((size_t)chunk * 2 + 0) * C + c] = s0;
+    partial[((size_t)chunk * 2 + 1) * C + c] = s1;
+}
+__global__ void colsum_finish_kernel(float *gw, float *gb, const float *partial, int chunks, int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    float s0 = 0.0f, s1 = 0.0f;
+    for (int k = 0; k < chunks; k++) {
+        s0 += partial[((size_t)k * 2 + 0) * C + c];
+        s1 += partial[((size_t)k * 2 + 1) * C + c];
+    }
+    if (gw)
+        gw[c] += s0;
+    if (gb)
+        gb[c] += s1;
+}
+
+/* ---------------------------------------------------------------- kernels: GELU, bias */
+
+__device__ __forceinline__ float gelu_f(float x)
+{
+    return 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+}
+__global__ void gelu_forward_kernel(floatX *out, const floatX *inp, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        put(out + i, gelu_f(tof(inp[i])));
+}
+__global__ void gelu_backward_kernel(floatX *d, const floatX *inp, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    float x = tof(inp[i]);
+    float t = tanhf(GELU_K * (x + 0.044715f * x * x * x));
+    float g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+    put(d + i, tof(d[i]) * g);
+}
+__global__ void bias_add_kernel(floatX *out, const floatX *bias, size_t n, int OC)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        put(out + i, tof(out[i]) + tof(bias[i % OC]));
+}
+
+/* ---------------------------------------------------------------- kernels: attention */
+
+/* qkv [B][T][3][NH][hs] -> q, k, v [B][NH][T][hs] */
+__global__ void permute_kernel(floatX *q, floatX *k, floatX *v, const floatX *qkv, int B, int T,
+                               int NH, int hs)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t C = (size_t)NH * hs;
+    if (i >= (size_t)B * T * C)
+        return;
+    int d = (int)(i % hs);
+    int t = (int)((i / hs) % T);
+    int h = (int)((i / hs / T) % NH);
+    size_t b = i / hs / T / NH;
+    size_t src = (b * T + t) * 3 * C + (size_t)h * hs + d;
+    q[i] = qkv[src];
+    k[i] = qkv[src + C];
+    v[i] = qkv[src + 2 * C];
+}
+/* dq, dk, dv [B][NH][T][hs] -> dqkv [B][T][3C] */
+__global__ void permute_backward_kernel(floatX *dqkv, const floatX *dq, const floatX *dk,
+                                        const floatX *dv, int B, int T, int NH, int hs)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t C = (size_t)NH * hs;
+    if (i >= (size_t)B * T * C)
+        return;
+    int d = (int)(i % hs);
+    int t = (int)((i / hs) % T);
+    int h = (int)((i / hs / T) % NH);
+    size_t b = i / hs / T / NH;
+    size_t dst = (b * T + t) * 3 * C + (size_t)h * hs + d;
+    dqkv[dst] = dq[i];
+    dqkv[dst + C] = dk[i];
+    dqkv[dst + 2 * C] = dv[i];
+}
+/* y [B][NH][T][hs] <-> out [B][T][C]; dir 0: y -> out, dir 1: out -> y */
+__global__ void unpermute_kernel(floatX *out, floatX *y, int B, int T, int NH, int hs, int dir)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t C = (size_t)NH * hs;
+    if (i >= (size_t)B * T * C)
+        return;
+    int d = (int)(i % hs);
+    int t = (int)((i / hs) % T);
+    int h = (int)((i / hs / T) % NH);
+    size_t b = i / hs / T / NH;
+    size_t o = (b * T + t) * C + (size_t)h * hs + d;
+    if (dir == 0)
+        out[o] = y[i];
+    else
+        y[i] = out[o];
+}
+/* causal softmax in place over rows of [B*NH*T][T]; row r is query t = r % T; zero above the
+ * diagonal; one warp per row */
+__global__ void softmax_forward_kernel(floatX *att, int rows, int T)
+{
+    int row = (int)(((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+    if (row >= rows)
+        return;
+    int t = row % T;
+    floatX *p = att + (size_t)row * T;
+    float mx = -INFINITY;
+    for (int j = lane; j <= t; j += 32)
+        mx = fmaxf(mx, tof(p[j]));
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int j = lane; j <= t; j += 32)
+        sum += expf(tof(p[j]) - mx);
+    float inv = 1.0f / warp_sum(sum);
+    for (int j = lane; j < T; j += 32)
+        put(p + j, j <= t ? expf(tof(p[j]) - mx) * inv : 0.0f);
+}
+/* datt -> dpre in place: dpre_j = att_j (datt_j - sum_i att_i datt_i), zero above the diagonal */
+__global__ void softmax_backward_kernel(floatX *datt, const floatX *att, int rows, int T)
+{
+    int row = (int)(((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+    if (row >= rows)
+        return;
+    int t = row % T;
+    floatX *d = datt + (size_t)row * T;
+    const floatX *a = att + (size_t)row * T;
+    float dot = 0.0f;
+    for (int j = lane; j <= t; j += 32)
+        dot += tof(a[j]) * tof(d[j]);
+    dot = warp_sum(dot);
+    for (int j = lane; j < T; j += 32)
+        put(d + j, j <= t ? tof(a[j]) * (tof(d[j]) - dot) : 0.0f);
+}
+
+/* ---------------------------------------------------------------- kernels: cross-entropy */
+
+/* one block per row: losses[r] = logsumexp(logits[r][0..V)) - logits[r][target] */
+__global__ void ce_forward_kernel(float *losses, const floatX *logits, const int *targets, int V,
+                                  int Vp)
+{
+    size_t r = blockIdx.x;
+    const floatX *lg = logits + r * Vp;
+    float mx = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        mx = fmaxf(mx, tof(lg[v]));
+    mx = block_max(mx);
+    float sum = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        sum += expf(tof(lg[v]) - mx);
+    sum = block_sum(sum);
+    if (threadIdx.x == 0)
+        losses[r] = logf(sum) + mx - tof(lg[targets[r]]);
+}
+/* in place: logits -> scale * (softmax - onehot(target)), zero for the padded columns */
+__global__ void ce_backward_kernel(floatX *logits, const int *targets, float scale, int V, int Vp)
+{
+    size_t r = blockIdx.x;
+    floatX *lg = logits + r * Vp;
+    float mx = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        mx = fmaxf(mx, tof(lg[v]));
+    mx = block_max(mx);
+    float sum = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        sum += expf(tof(lg[v]) - mx);
+    sum = block_sum(sum);
+    float inv = scale / sum;
+    int tg = targets[r];
+    for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
+        float g = v < V ? expf(tof(lg[v]) - mx) * inv : 0.0f;
+        if (v == tg)
+            g -= scale;
+        put(lg + v, g);
+    }
+}
+
+/* ---------------------------------------------------------------- kernels: optimizer */
+
+/* AdamW over params[lo, hi) in one launch; seg_end (ascending) gives each tensor's end and
+ * seg_decay whether weight decay applies; pX (bf16 mode) receives the updated weights. */
+__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, floatX *pX,
+                             const size_t *seg_end, const int *seg_decay, int nseg, size_t lo,
+                             size_t hi, float lr, float b1, float b2, float eps, float wd,
+                             float bc1, float bc2, float gs)
+{
+    size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= hi)
+        return;
+    int a = 0, b = nseg - 1;
+    while (a < b) {
+        int mid = (a + b) / 2;
+        if (seg_end[mid] > i)
+            b = mid;
+        else
+            a = mid + 1;
+    }
+    float w = seg_decay[a] ? wd : 0.0f;
+    float gi = g[i] * gs;
+    float mi = b1 * m[i] + (1.0f - b1) * gi;
+    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float mh = mi / bc1, vh = vi / bc2;
+    float pi = p[i] - lr * (mh / (sqrtf(vh) + eps) + w * p[i]);
+    p[i] = pi;
+    if (pX)
+        put(pX + i, pi);
+}
+
+/* fixed grid (SQ_BLOCKS blocks): partial[block] = sum of g^2 over a grid-stride, in fp64 */
+__global__ void sq_partial_kernel(double *partial, const float *g, size_t lo, size_t hi)
+{
+    __shared__ double sh[256];
+    double s = 0.0;
+    for (size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < hi;
+         i += (size_t)gridDim.x * blockDim.x)
+        s += (double)g[i] * g[i];
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w)
+            sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        partial[blockIdx.x] = sh[0];
+}
+
+/* ---------------------------------------------------------------- cuBLASLt matrix products */
+
+struct gpu_ctx {
+    cublasLtHandle_t lt;
+    cublasHandle_t blas;
+    cudaStream_t stream;
+    void *ws;
+    char *eb;    /* error buffer */
+    size_t en;
+};
+
+enum { EPI_NONE, EPI_BIAS, EPI_GELU_BIAS, EPI_DGELU };
+
+static int align_of(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    int al = 256;
+    while (al > 1 && a % (uintptr_t)al)
+        al /= 2;
+    return al;
+}
+
+/* Column-major D(m x n) = alpha * op(A) op(B) + beta * C (+ epilogue), A and B of the activation
+ * type, C and D of dtype (C NULL: D itself). Without an epilogue, a product cuBLASLt has no
+ * algorithm for goes to cublasGemmEx; with one, 1 is returned (no error set) so that the caller
+ * falls back to separate kernels. */
+static int matmul(struct gpu_ctx *x, void *D, cudaDataType dtype, const void *A, int ta,
+                  const void *B, int tb, int m, int n, int k, int lda, int ldb, int ldd,
+                  float alpha, float beta, const void *C, int epi, const void *bias, void *aux,
+                  int ldaux)
+{
+    char *EB = x->eb;
+    size_t EN = x->en;
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t heur;
+    int nres = 0, rc = -1;
+    cublasStatus_t st;
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_DEFAULT;
+    uint64_t ws = LT_WORKSPACE;
+    uint32_t aa = (uint32_t)align_of(A), ab = (uint32_t)align_of(B);
+    uint32_t ac = (uint32_t)align_of(C ? C : D), ad = (uint32_t)align_of(D);
+    int64_t ldaux64 = ldaux;
+#define LTCK(call) do { st = (call); if (st != CUBLAS_STATUS_SUCCESS) { \
+        fail_msg(EB, EN, "cuBLASLt: %s failed (%s:%d): %s", #call, __FILE__, __LINE__, \
+                 cublasGetStatusString(st)); goto done; } } while (0)
+    LTCK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LTCK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    LTCK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    if (epi == EPI_BIAS)
+        e = CUBLASLT_EPILOGUE_BIAS;
+    else if (epi == EPI_GELU_BIAS)
+        e = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    else if (epi == EPI_DGELU)
+        e = CUBLASLT_EPILOGUE_DGELU;
+    LTCK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
+    if (epi == EPI_BIAS || epi == EPI_GELU_BIAS)
+        LTCK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (epi == EPI_GELU_BIAS || epi == EPI_DGELU) {
+        LTCK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+        LTCK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux64, sizeof ldaux64));
+    }
+    LTCK(cublasLtMatrixLayoutCreate(&la, CUDA_X, ta ? k : m, ta ? m : k, lda));
+    LTCK(cublasLtMatrixLayoutCreate(&lb, CUDA_X, tb ? n : k, tb ? k : n, ldb));
+    LTCK(cublasLtMatrixLayoutCreate(&lc, dtype, m, n, ldd));
+    LTCK(cublasLtMatmulPreferenceCreate(&pref));
+    LTCK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    LTCK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa));
+    LTCK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab));
+    LTCK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac));
+    LTCK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof ad));
+    st = cublasLtMatmulAlgoGetHeuristic(x->lt, op, la, lb, lc, lc, pref, 1, &heur, &nres);
+    if (st != CUBLAS_STATUS_SUCCESS || nres == 0) {
+        if (epi != EPI_NONE) {
+            rc = 1; /* the caller falls back to separate kernels */
+            goto done;
+        }
+        /* no cuBLASLt algorithm for these types or alignments: cublasGemmEx (its type table
+         * has bf16 x bf16 -> fp32 and -> bf16 with fp32 compute), in place on D */
+        if (C && C != D && beta != 0.0f) {
+            cudaError_t ce = cudaMemcpy2DAsync(D, (size_t)ldd * (dtype == CUDA_R_32F ? 4 : 2), C,
+                                               (size_t)ldd * (dtype == CUDA_R_32F ? 4 : 2),
+                                               (size_t)m * (dtype == CUDA_R_32F ? 4 : 2), (size_t)n,
+                                               cudaMemcpyDeviceToDevice, x->stream);
+            if (ce != cudaSuccess) {
+                fail_msg(EB, EN, "CUDA: copying C for cublasGemmEx: %s", cudaGetErrorString(ce));
+                goto done;
+            }
+        }
+        if (!x->blas) {
+            fail_msg(EB, EN, "cuBLASLt: no algorithm for a %dx%dx%d product", m, n, k);
+            goto done;
+        }
+        LTCK(cublasGemmEx(x->blas, opa, opb, m, n, k, &alpha, A, CUDA_X, lda, B, CUDA_X, ldb, &beta,
+                          D, dtype, ldd, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        rc = 0;
+        goto done;
+    }
+    LTCK(cublasLtMatmul(x->lt, op, &alpha, A, la, B, lb, &beta, C ? C : D, lc, D, lc, &heur.algo,
+                        x->ws, LT_WORKSPACE, x->stream));
+    rc = 0;
+#undef LTCK
+done:
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    if (lc)
+        cublasLtMatrixLayoutDestroy(lc);
+    if (lb)
+        cublasLtMatrixLayoutDestroy(lb);
+    if (la)
+        cublasLtMatrixLayoutDestroy(la);
+    if (op)
+        cublasLtMatmulDescDestroy(op);
+    return rc;
+}
+
+/* matmul with the arguments of a gemm_plan (gemm_plan.h, checked on the CPU by
+ * tests/unit/test_cuda_gemm_plan.c) */
+static int matmul_plan(struct gpu_ctx *x, struct gemm_plan p, void *D, cudaDataType dtype,
+                       const void *A, const void *B, float beta, const void *C, int epi,
+                       const void *bias, void *aux, int ldaux)
+{
+    return matmul(x, D, dtype, A, p.ta, B, p.tb, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, 1.0f, beta,
+                  C, epi, bias, aux, ldaux);
+}
+
+/* Row-major out[N][OC] = inp[N][IC] @ w[OC][IC]^T (+ bias) (+ res). With gelu_out: out gets the
+ * pre-activation and gelu_out = gelu(out) (the GELU_AUX_BIAS epilogue when cuBLASLt has it). */
+static int linear_fwd(struct gpu_ctx *x, floatX *out, const floatX *inp, const floatX *w,
+                      const floatX *bias, const floatX *res, floatX *gelu_out, int N, int IC,
+                      int OC)
+{
+    char *EB = x->eb;
+    size_t EN = x->en;
+    size_t n = (size_t)N * OC;
+    if (gelu_out) {
+        int rc = matmul_plan(x, plan_linear_fwd(N, IC, OC), gelu_out, CUDA_X, w, inp, 0.0f, NULL,
+                             EPI_GELU_BIAS, bias, out, OC);
+        if (rc <= 0)
+            return rc;
+    }
+    int rc = bias ? matmul_plan(x, plan_linear_fwd(N, IC, OC), out, CUDA_X, w, inp,
+                                res ? 1.0f : 0.0f, res, EPI_BIAS, bias, NULL, 0) : 1;
+    if (rc < 0)
+        return -1;
+    if (rc == 1) { /* no bias epilogue: plain product, then the bias */
+        OK(matmul_plan(x, plan_linear_fwd(N, IC, OC), out, CUDA_X, w, inp, res ? 1.0f : 0.0f, res,
+                       EPI_NONE, NULL, NULL, 0));
+        if (bias) {
+            bias_add_kernel<<<blocks_for(n, 256), 256, 0, x->stream>>>(out, bias, n, OC);
+            LAUNCHED(x->stream);
+        }
+    }
+    if (gelu_out) {
+        gelu_forward_kernel<<<blocks_for(n, 256), 256, 0, x->stream>>>(gelu_out, out, n);
+        LAUNCHED(x->stream);
+    }
+    return 0;
+}
+
+
+static int colsum(struct gpu_ctx *x, float *partial, float *gw, float *gb, const floatX *d,
+                  const floatX *inp, const float *mean, const float *rstd, int N, int C)
+{
+    char *EB = x->eb;
+    size_t EN = x->en;
+    int chunks = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
+    dim3 grid(blocks_for((size_t)C, 128), (unsigned)chunks);
+    colsum_partial_kernel<<<grid, 128, 0, x->stream>>>(partial, d, inp, mean, rstd, N, C);
+    LAUNCHED(x->stream);
+    colsum_finish_kernel<<<blocks_for((size_t)C, 128), 128, 0, x->stream>>>(gw, gb, partial, chunks, C);
+    LAUNCHED(x->stream);
+    return 0;
+}
+
+/* dinp[N][IC] = dout @ w (overwritten; times gelu'(dgelu_pre) when given); dw[OC][IC] +=
+ * dout^T @ inp (fp32); dbias[OC] += column sums of dout */
+static int linear_bwd(struct gpu_ctx *x, float *partial, floatX *dinp, float *dw, float *dbias,
+                      const floatX *dout, const floatX *inp, const floatX *w,
+                      const floatX *dgelu_pre, int N, int IC, int OC)
+{
+    char *EB = x->eb;
+    size_t EN = x->en;
+    int rc = 1;
+    if (dgelu_pre)
+        rc = matmul_plan(x, plan_linear_dinp(N, IC, OC), dinp, CUDA_X, w, dout, 0.0f, NULL,
+                         EPI_DGELU, NULL, (void *)dgelu_pre, IC);
+    if (rc < 0)
+        return -1;
+    if (rc == 1) {
+        OK(matmul_plan(x, plan_linear_dinp(N, IC, OC), dinp, CUDA_X, w, dout, 0.0f, NULL,
+                       EPI_NONE, NULL, NULL, 0));
+        if (dgelu_pre) {
+            size_t n = (size_t)N * IC;
+            gelu_backward_kernel<<<blocks_for(n, 256), 256, 0, x->stream>>>(dinp, dgelu_pre, n);
+            LAUNCHED(x->stream);
+        }
+    }
+    OK(matmul_plan(x, plan_linear_dw(N, IC, OC), dw, CUDA_R_32F, inp, dout, 1.0f, NULL, EPI_NONE,
+                   NULL, NULL, 0));
+    if (dbias)
+        OK(colsum(x, partial, NULL, dbias, dout, NULL, NULL, NULL, N, OC));
+    return 0;
+}
+
+/* strided-batched products for attention (cuBLAS), arguments from a gemm_plan */
+static int bgemm(struct gpu_ctx *x, struct gemm_plan p, float alpha, const floatX *A,
+                 const floatX *B, floatX *D, int batch)
+{
+    char *EB = x->eb;
+    size_t EN = x->en;
+    float beta = 0.0f;
+    CKB(cublasGemmStridedBatchedEx(x->blas, p.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   p.tb ? CUBLAS_OP_T : CUBLAS_OP_N, p.m, p.n, p.k, &alpha, A,
+                                   CUDA_X, p.lda, p.sa, B, CUDA_X, p.ldb, p.sb, &beta, D, CUDA_X,
+                                   p.ldd, p.sd, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the stage */
+
+struct layer_w { /* offsets (elements) into params / grads / the bf16 copy */
+    size_t ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
+};
+
+struct gslot {
+    int forwarded, has_targets;
+    int *tokens, *targets;             /* device [BT] */
+    int *utok, *ustart, *upos;         /* device: positions grouped by token (wte backward) */
+    int nuniq;
+    floatX *x0, *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fchg, *res3, *lnf, *logits;
+    float *ln1m, *ln1r, *ln2m, *ln2r, *lnfm, *lnfr, *losses;
+};
+
+struct gpu_stage {
+    struct gpt_config c;
+    int first, last, nl, B, T, nslots, recompute;
+    struct gpt_stage *host;            /* layout, initialisation, host staging */
+    const struct gpt_tensor *tensors;
+    int ntensors;
+    size_t nparams;
+    size_t wte_off, wpe_off, lnfw_off, lnfb_off, head_off;
+    struct layer_w *lw;
+    float *params, *grads, *m, *v;     /* device fp32 */
+    floatX *wX;                        /* device weights in the activation type (= params in fp32) */
+    size_t *seg_end;
+    int *seg_decay;
+    struct gslot *slots;
+    /* shared scratch */
+    floatX *dres, *dbuf, *dfch, *dqkv, *q, *k, *vv, *y, *dq, *dk, *dv, *datt;
+    floatX *fchg;                      /* GELU outputs of one layer when recomputing */
+    float *partial;
+    double *sq_partial;
+    float *h_losses;                   /* host [BT] */
+    int *h_csr;                        /* host: counts [V+1], utok [BT], ustart [BT+1], upos [BT] */
+    struct gpu_ctx x;
+    char err[512];
+};
+
+const char *gpu_precision_name(void) { return PREC_NAME; }
+size_t gpu_act_bytes(void) { return sizeof(floatX); }
+
+static void *dalloc(size_t bytes, int *bad)
+{
+    void *p = NULL;
+    if (bytes == 0)
+        bytes = 16;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+        *bad = 1;
+        (void)cudaGetLastError(); /* clear the sticky-free error state of a failed allocation */
+        return NULL;
+    }
+    if (cudaMemset(p, 0, bytes) != cudaSuccess)
+        *bad = 1;
+    return p;
+}
+
+static void find_offsets(struct gpu_stage *s)
+{
+    for (int i = 0; i < s->ntensors; i++) {
+        const struct gpt_tensor *t = &s->tensors[i];
+        int l;
+        char what[48];
+        if (strcmp(t->name, "wte") == 0) {
+            if (t->offset == 0 && s->first == 0)
+                s->wte_off = t->offset;
+            s->head_off = t->offset; /* the last wte in the table is the head's */
+        } else if (strcmp(t->name, "wpe") == 0) {
+            s->wpe_off = t->offset;
+        } else if (strcmp(t->name, "ln_f.weight") == 0) {
+            s->lnfw_off = t->offset;
+        } else if (strcmp(t->name, "ln_f.bias") == 0) {
+            s->lnfb_off = t->offset;
+        } else if (sscanf(t->name, "h%d.%47s", &l, what) == 2 && l >= s->first && l < s->last) {
+            struct layer_w *o = &s->lw[l - s->first];
+            size_t off = t->offset;
+            if (!strcmp(what, "ln_1.weight")) o->ln1w = off;
+            else if (!strcmp(what, "ln_1.bias")) o->ln1b = off;
+            else if (!strcmp(what, "attn.qkv.weight")) o->qkvw = off;
+            else if (!strcmp(what, "attn.qkv.bias")) o->qkvb = off;
+            else if (!strcmp(what, "attn.proj.weight")) o->attprojw = off;
+            else if (!strcmp(what, "attn.proj.bias")) o->attprojb = off;
+            else if (!strcmp(what, "ln_2.weight")) o->ln2w = off;
+            else if (!strcmp(what, "ln_2.bias")) o->ln2b = off;
+            else if (!strcmp(what, "mlp.fc.weight")) o->fcw = off;
+            else if (!strcmp(what, "mlp.fc.bias")) o->fcb = off;
+            else if (!strcmp(what, "mlp.proj.weight")) o->fcprojw = off;
+            else if (!strcmp(what, "mlp.proj.bias")) o->fcprojb = off;
+        }
+    }
+}
+
+static void slot_free(struct gslot *a)
+{
+    void *ptrs[] = {a->tokens, a->targets, a->utok, a->ustart, a->upos, a->x0, a->ln1, a->qkv,
+                    a->att, a->atty, a->res2, a->ln2, a->fch, a->fchg, a->res3, a->lnf,
+                    a->logits, a->ln1m, a->ln1r, a->ln2m, a->ln2r, a->lnfm, a->lnfr, a->losses};
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
+        if (ptrs[i])
+            cudaFree(ptrs[i]);
+}
+
+static int slot_alloc(struct gpu_stage *s, struct gslot *a)
+{
+    size_t B = (size_t)s->B, T = (size_t)s->T, C = (size_t)s->c.channels, NH = (size_t)s->c.heads;
+    size_t BT = B * T, BTC = BT * C, nl = (size_t)s->nl, X = sizeof(floatX);
+    int bad = 0, last = s->last == s->c.layers;
+    a->tokens = (int *)dalloc(BT * sizeof(int), &bad);
+    a->targets = (int *)dalloc(BT * sizeof(int), &bad);
+    a->utok = (int *)dalloc(BT * sizeof(int), &bad);
+    a->ustart = (int *)dalloc((BT + 1) * sizeof(int), &bad);
+    a->upos = (int *)dalloc(BT * sizeof(int), &bad);
+    a->x0 = (floatX *)dalloc(BTC * X, &bad);
+    a->ln1 = (floatX *)dalloc(nl * BTC * X, &bad);
+    a->qkv = (floatX *)dalloc(nl * 3 * BTC * X, &bad);
+    a->att = (floatX *)dalloc(nl * B * NH * T * T * X, &bad);
+    a->atty = (floatX *)dalloc(nl * BTC * X, &bad);
+    a->res2 = (floatX *)dalloc(nl * BTC * X, &bad);
+    a->ln2 = (floatX *)dalloc(nl * BTC * X, &bad);
+    a->fch = (floatX *)dalloc(nl * 4 * BTC * X, &bad);
+    if (!s->recompute)
+        a->fchg = (floatX *)dalloc(nl * 4 * BTC * X, &bad);
+    a->res3 = (floatX *)dalloc(nl * BTC * X, &bad);
+    a->ln1m = (float *)dalloc(nl * BT * sizeof(float), &bad);
+    a->ln1r = (float *)dalloc(nl * BT * sizeof(float), &bad);
+    a->ln2m = (float *)dalloc(nl * BT * sizeof(float), &bad);
+    a->ln2r = (float *)dalloc(nl * BT * sizeof(float), &bad);
+    if (last) {
+        a->lnf = (floatX *)dalloc(BTC * X, &bad);
+        a->logits = (floatX *)dalloc(BT * (size_t)s->c.padded_vocab * X, &bad);
+        a->lnfm = (float *)dalloc(BT * sizeof(float), &bad);
+        a->lnfr = (float *)dalloc(BT * sizeof(float), &bad);
+        a->losses = (float *)dalloc(BT * sizeof(float), &bad);
+    }
+    return bad ? -1 : 0;
+}
+
+void gpu_stage_free(struct gpu_stage *s)
+{
+    if (!s)
+        return;
+    if (s->slots)
+        for (int i = 0; i < s->nslots; i++)
+            slot_free(&s->slots[i]);
+    free(s->slots);
+    void *ptrs[] = {s->params, s->grads, s->m, s->v, s->seg_end, s->seg_decay, s->dres, s->dbuf,
+                    s->dfch, s->dqkv, s->q, s->k, s->vv, s->y, s->dq, s->dk, s->dv, s->datt,
+                    s->partial, s->sq_partial, s->x.ws, s->fchg};
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
+        if (ptrs[i])
+            cudaFree(ptrs[i]);
+#ifndef HOLMES_GPU_FP32
+    if (s->wX)
+        cudaFree(s->wX);
+#endif
+    if (s->x.lt)
+        cublasLtDestroy(s->x.lt);
+    if (s->x.blas)
+        cublasDestroy(s->x.blas);
+    if (s->x.stream)
+        cudaStreamDestroy(s->x.stream);
+    gpt_stage_free(s->host);
+    free(s->lw);
+    free(s->h_losses);
+    free(s->h_csr);
+    free(s);
+}
+
+int gpu_stage_create(struct gpu_stage **out, const struct gpt_config *cfg, int first, int last,
+                     int B, int T, int slots, int flags, herr *e)
+{
+    char *EB = e ? e->msg : NULL;
+    size_t EN = e ? sizeof e->msg : 0;
+    struct gpt_config c = *cfg;
+    if (gpt_config_check(&c, e) < 0)
+        return -1;
+    if (B <= 0 || T <= 0 || T > c.max_seq)
+        return herr_set(e, "batch %d and sequence length %d must be positive, and T at most max_seq %d",
+                        B, T, c.max_seq);
+    if (slots <= 0 || slots > 1024)
+        return herr_set(e, "activation slots must be in [1, 1024] (got %d)", slots);
+    if (flags & ~GPU_RECOMPUTE_GELU)
+        return herr_set(e, "unknown GPU stage flags 0x%x", (unsigned)flags);
+    struct gpu_stage *s = (struct gpu_stage *)calloc(1, sizeof *s);
+    if (!s)
+        return herr_set(e, "out of memory allocating the GPU stage");
+    /* the host twin (B = T = 1: no activations to speak of) gives the layout and checks the
+     * layer range */
+    if (gpt_stage_create(&s->host, &c, first, last, 1, 1, 1, e) < 0) {
+        free(s);
+        return -1;
+    }
+    s->c = c;
+    s->first = first;
+    s->last = last;
+    s->nl = last - first;
+    s->B = B;
+    s->T = T;
+    s->nslots = slots;
+    s->recompute = (flags & GPU_RECOMPUTE_GELU) != 0;
+    s->nparams = gpt_stage_num_params(s->host);
+    s->ntensors = gpt_stage_tensors(s->host, &s->tensors);
+    s->lw = (struct layer_w *)calloc((size_t)(s->nl > 0 ? s->nl : 1), sizeof *s->lw);
+    s->slots = (struct gslot *)calloc((size_t)slots, sizeof *s->slots);
+    size_t BT = (size_t)B * T, BTC = BT * c.channels, X = sizeof(floatX);
+    s->h_losses = (float *)malloc(BT * sizeof(float));
+    s->h_csr = (int *)malloc(((size_t)c.vocab + 1 + 3 * BT + 1) * sizeof(int));
+    if (!s->lw || !s->slots || !s->h_losses || !s->h_csr) {
+        gpu_stage_free(s);
+        return herr_set(e, "out of memory allocating the GPU stage");
+    }
+    find_offsets(s);
+    s->x.eb = s->err;
+    s->x.en = sizeof s->err;
+    int rc = -1;
+    {
+        cudaError_t ce = cudaStreamCreateWithFlags(&s->x.stream, cudaStreamNonBlocking);
+        if (ce != cudaSuccess) {
+            fail_msg(EB, EN, "CUDA: cannot create a stream (is there a GPU?): %s", cudaGetErrorString(ce));
+            goto fail;
+        }
+        cublasStatus_t st = cublasLtCreate(&s->x.lt);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasCreate(&s->x.blas);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasSetStream(s->x.blas, s->x.stream);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            fail_msg(EB, EN, "cuBLAS: cannot create a handle: %s", cublasGetStatusString(st));
+            goto fail;
+        }
+    }
+    {
+        int bad = 0;
+        size_t n = s->nparams, nh = (size_t)c.heads, maxcols = 4 * (size_t)c.channels;
+        s->x.ws = dalloc(LT_WORKSPACE, &bad);
+        s->params = (float *)dalloc(n * sizeof(float), &bad);
+        s->grads = (float *)dalloc(n * sizeof(float), &bad);
+        s->m = (float *)dalloc(n * sizeof(float), &bad);
+        s->v = (float *)dalloc(n * sizeof(float), &bad);
+#ifdef HOLMES_GPU_FP32
+        s->wX = s->params;
+#else
+        s->wX = (floatX *)dalloc(n * X, &bad);
+#endif
+        s->seg_end = (size_t *)dalloc((size_t)s->ntensors * sizeof(size_t), &bad);
+        s->seg_decay = (int *)dalloc((size_t)s->ntensors * sizeof(int), &bad);
+        s->dres = (floatX *)dalloc(BTC * X, &bad);
+        s->dbuf = (floatX *)dalloc(BTC * X, &bad);
+        s->dfch = (floatX *)dalloc(4 * BTC * X, &bad);
+        s->dqkv = (floatX *)dalloc(3 * BTC * X, &bad);
+        s->q = (floatX *)dalloc(BTC * X, &bad);
+        s->k = (floatX *)dalloc(BTC * X, &bad);
+        s->vv = (floatX *)dalloc(BTC * X, &bad);
+        s->y = (floatX *)dalloc(BTC * X, &bad);
+        s->dq = (floatX *)dalloc(BTC * X, &bad);
+        s->dk = (floatX *)dalloc(BTC * X, &bad);
+        s->dv = (floatX *)dalloc(BTC * X, &bad);
+        s->datt = (floatX *)dalloc((size_t)B * nh * T * T * X, &bad);
+        if (s->recompute)
+            s->fchg = (floatX *)dalloc(4 * BTC * X, &bad);
+        s->partial = (float *)dalloc(((BT + COLSUM_ROWS - 1) / COLSUM_ROWS) * 2 * maxcols * sizeof(float), &bad);
+        s->sq_partial = (double *)dalloc(SQ_BLOCKS * sizeof(double), &bad);
+        for (int i = 0; i < slots && !bad; i++)
+            if (slot_alloc(s, &s->slots[i]) < 0)
+                bad = 1;
+        if (bad) {
+            size_t fr = 0, tot = 0;
+            cudaMemGetInfo(&fr, &tot);
+            fail_msg(EB, EN, "out of GPU memory allocating stage [%d, %d) (B=%d, T=%d, %d slots, "
+                     "%zu parameters; %.1f of %.1f GiB free)", first, last, B, T, slots, n,
+                     fr / 1073741824.0, tot / 1073741824.0);
+            goto fail;
+        }
+        size_t *h_end = (size_t *)malloc((size_t)s->ntensors * sizeof(size_t));
+        int *h_dec = (int *)malloc((size_t)s->ntensors * sizeof(int));
+        if (!h_end || !h_dec) {
+            free(h_end);
+            free(h_dec);
+            fail_msg(EB, EN, "out of memory allocating the GPU stage");
+            goto fail;
+        }
+        for (int i = 0; i < s->ntensors; i++) {
+            h_end[i] = s->tensors[i].offset + s->tensors[i].size;
+            h_dec[i] = s->tensors[i].decay;
+        }
+        cudaError_t c1 = cudaMemcpy(s->seg_end, h_end, (size_t)s->ntensors * sizeof(size_t), cudaMemcpyHostToDevice);
+        cudaError_t c2 = cudaMemcpy(s->seg_decay, h_dec, (size_t)s->ntensors * sizeof(int), cudaMemcpyHostToDevice);
+        free(h_end);
+        free(h_dec);
+        if (c1 != cudaSuccess || c2 != cudaSuccess) {
+            fail_msg(EB, EN, "CUDA: copying the tensor table: %s",
+                     cudaGetErrorString(c1 != cudaSuccess ? c1 : c2));
+            goto fail;
+        }
+    }
+    *out = s;
+    return 0;
+fail:
+    gpu_stage_free(s);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- accessors, transfers */
+
+const struct gpt_config *gpu_stage_config(const struct gpu_stage *s) { return &s->c; }
+size_t gpu_stage_num_params(const struct gpu_stage *s) { return s->nparams; }
+int gpu_stage_tensors(const struct gpu_stage *s, const struct gpt_tensor **out)
+{
+    *out = s->tensors;
+    return s->ntensors;
+}
+int gpu_stage_wte(const struct gpu_stage *s, size_t *offset, size_t *count)
+{
+    return gpt_stage_wte(s->host, offset, count);
+}
+void *gpu_stage_stream(struct gpu_stage *s) { return (void *)s->x.stream; }
+const char *gpu_stage_error(const struct gpu_stage *s) { return s->err; }
+float *gpu_stage_params_dev(struct gpu_stage *s) { return s->params; }
+float *gpu_stage_grads_dev(struct gpu_stage *s) { return s->grads; }
+
+int gpu_stage_sync(struct gpu_stage *s)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    CK(cudaStreamSynchronize(s->x.stream));
+    return 0;
+}
+
+double gpu_stage_flops(const struct gpu_stage *s)
+{
+    double BT = (double)s->B * s->T, C = s->c.channels, T = s->T;
+    double fwd = s->nl * (2.0 * BT * 12.0 * C * C + 2.0 * 2.0 * s->B * (T * (T + 1) / 2) * C);
+    if (s->last == s->c.layers)
+        fwd += 2.0 * BT * C * s->c.padded_vocab;
+    return 3.0 * fwd;
+}
+
+static int refresh_wx(struct gpu_stage *s, size_t lo, size_t hi)
+{
+#ifdef HOLMES_GPU_FP32
+    (void)s; (void)lo; (void)hi;
+    return 0;
+#else
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    if (hi <= lo)
+        return 0;
+    cast_kernel<<<blocks_for(hi - lo, 256), 256, 0, s->x.stream>>>(s->wX + lo, s->params + lo, hi - lo);
+    LAUNCHED(s->x.stream);
+    return 0;
+#endif
+}
+
+static int h2d(struct gpu_stage *s, void *dst, const void *src, size_t bytes)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s->x.stream));
+    CK(cudaStreamSynchronize(s->x.stream));
+    return 0;
+}
+static int d2h(struct gpu_stage *s, void *dst, const void *src, size_t bytes)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s->x.stream));
+    CK(cudaStreamSynchronize(s->x.stream));
+    return 0;
+}
+
+int gpu_stage_init_params(struct gpu_stage *s, uint64_t seed)
+{
+    gpt_stage_init_params(s->host, seed);
+    return gpu_stage_set_params(s, gpt_stage_params(s->host));
+}
+int gpu_stage_set_params(struct gpu_stage *s, const float *host)
+{
+    OK(h2d(s, s->params, host, s->nparams * sizeof(float)));
+    OK(refresh_wx(s, 0, s->nparams));
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    CK(cudaStreamSynchronize(s->x.stream));
+    return 0;
+}
+int gpu_stage_get_params(struct gpu_stage *s, float *host)
+{
+    return d2h(s, host, s->params, s->nparams * sizeof(float));
+}
+int gpu_stage_get_grads(struct gpu_stage *s, float *host)
+{
+    return d2h(s, host, s->grads, s->nparams * sizeof(float));
+}
+int gpu_stage_set_grads(struct gpu_stage *s, const float *host)
+{
+    return h2d(s, s->grads, host, s->nparams * sizeof(float));
+}
+int gpu_stage_set_moments(struct gpu_stage *s, const float *m, const float *v)
+{
+    OK(h2d(s, s->m, m, s->nparams * sizeof(float)));
+    return h2d(s, s->v, v, s->nparams * sizeof(float));
+}
+int gpu_stage_get_moments(struct gpu_stage *s, float *m, float *v)
+{
+    OK(d2h(s, m, s->m, s->nparams * sizeof(float)));
+    return d2h(s, v, s->v, s->nparams * sizeof(float));
+}
+int gpu_stage_zero_grads(struct gpu_stage *s)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    CK(cudaMemsetAsync(s->grads, 0, s->nparams * sizeof(float), s->x.stream));
+    return 0;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+/* positions of the micro-batch grouped by token (token_groups.h), uploaded */
+static int upload_token_groups(struct gpu_stage *s, struct gslot *a, const int *tokens)
+{
+    int V = s->c.vocab;
+    size_t BT = (size_t)s->B * s->T;
+    int *cnt = s->h_csr, *utok = cnt + V + 1, *ustart = utok + BT, *upos = ustart + BT + 1;
+    int nu = token_groups(tokens, BT, V, cnt, utok, ustart, upos);
+    a->nuniq = nu;
+    OK(h2d(s, a->utok, utok, (size_t)nu * sizeof(int)));
+    OK(h2d(s, a->ustart, ustart, ((size_t)nu + 1) * sizeof(int)));
+    return h2d(s, a->upos, upos, BT * sizeof(int));
+}
+
+static int stage_fail(struct gpu_stage *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int stage_fail(struct gpu_stage *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->err, sizeof s->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int layernorm_fwd(struct gpu_stage *s, floatX *out, float *mean, float *rstd,
+                         const floatX *inp, size_t woff, size_t boff, int N)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    layernorm_forward_kernel<<<blocks_for((size_t)N * 32, 256), 256, 0, s->x.stream>>>(
+        out, mean, rstd, inp, s->params + woff, s->params + boff, N, s->c.channels);
+    LAUNCHED(s->x.stream);
+    return 0;
+}
+
+static int layernorm_bwd(struct gpu_stage *s, floatX *dinp, size_t woff, size_t boff,
+                         const floatX *dout, const floatX *inp, const float *mean,
+                         const float *rstd, int N)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    int C = s->c.channels;
+    layernorm_backward_kernel<<<blocks_for((size_t)N * 32, 256), 256, 0, s->x.stream>>>(
+        dinp, dout, inp, s->params + woff, mean, rstd, N, C);
+    LAUNCHED(s->x.stream);
+    return colsum(&s->x, s->partial, s->grads + woff, s->grads + boff, dout, inp, mean, rstd, N, C);
+}
+
+static int attention_fwd(struct gpu_stage *s, floatX *atty, floatX *att, const floatX *qkv)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    int B = s->B, T = s->T, C = s->c.channels, NH = s->c.heads, hs = C / NH;
+    size_t BTC = (size_t)B * T * C;
+    int rows = B * NH * T;
+    permute_kernel<<<blocks_for(BTC, 256), 256, 0, s->x.stream>>>(s->q, s->k, s->vv, qkv, B, T, NH, hs);
+    LAUNCHED(s->x.stream);
+    /* att = scale q k^T */
+    OK(bgemm(&s->x, plan_att_xxT(T, hs), 1.0f / sqrtf((float)hs), s->k, s->q, att, B * NH));
+    softmax_forward_kernel<<<blocks_for((size_t)rows * 32, 256), 256, 0, s->x.stream>>>(att, rows, T);
+    LAUNCHED(s->x.stream);
+    /* y = att v */
+    OK(bgemm(&s->x, plan_att_px(T, hs), 1.0f, s->vv, att, s->y, B * NH));
+    unpermute_kernel<<<blocks_for(BTC, 256), 256, 0, s->x.stream>>>(atty, s->y, B, T, NH, hs, 0);
+    LAUNCHED(s->x.stream);
+    return 0;
+}
+
+int gpu_stage_forward(struct gpu_stage *s, int slot, const int *tokens, const void *in_act,
+                      const int *targets, void *out_act, float *loss)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    if (slot < 0 || slot >= s->nslots)
+        return stage_fail(s, "activation slot %d is out of range [0, %d)", slot, s->nslots);
+    struct gslot *a = &s->slots[slot];
+    int B = s->B, T = s->T, C = s->c.channels, V = s->c.vocab, Vp = s->c.padded_vocab;
+    size_t BT = (size_t)B * T, BTC = BT * C;
+    int is_last = s->last == s->c.layers;
+    cudaStream_t st = s->x.stream;
+    a->forwarded = 0;
+    if (s->first == 0) {
+        if (!tokens)
+            return stage_fail(s, "the first stage needs tokens");
+        for (size_t i = 0; i < BT; i++)
+            if (tokens[i] < 0 || tokens[i] >= V)
+                return stage_fail(s, "token %d at position %zu is outside the vocabulary [0, %d)",
+                                  tokens[i], i, V);
+    } else if (!in_act) {
+        return stage_fail(s, "a stage after the first needs in_act");
+    }
+    if (is_last && targets)
+        for (size_t i = 0; i < BT; i++)
+            if (targets[i] < 0 || targets[i] >= V)
+                return stage_fail(s, "target %d at position %zu is outside the vocabulary [0, %d)",
+                                  targets[i], i, V);
+    if (!is_last && !out_act)
+        return stage_fail(s, "a stage before the last needs out_act");
+    if (s->first == 0) {
+        OK(h2d(s, a->tokens, tokens, BT * sizeof(int)));
+        OK(upload_token_groups(s, a, tokens));
+        encoder_forward_kernel<<<blocks_for(BTC, 256), 256, 0, st>>>(
+            a->x0, a->tokens, s->wX + s->wte_off, s->wX + s->wpe_off, (int)BT, T, C);
+        LAUNCHED(st);
+    } else {
+        CK(cudaMemcpyAsync(a->x0, in_act, BTC * sizeof(floatX), cudaMemcpyDeviceToDevice, st));
+    }
+    if (is_last && targets)
+        OK(h2d(s, a->targets, targets, BT * sizeof(int)));
+
+    const floatX *W = s->wX;
+    const floatX *x = a->x0;
+    size_t attn = (size_t)B * s->c.heads * T * T;
+    for (int i = 0; i < s->nl; i++) {
+        const struct layer_w *o = &s->lw[i];
+        floatX *ln1 = a->ln1 + i * BTC, *qkv = a->qkv + i * 3 * BTC, *att = a->att + i * attn;
+        floatX *atty = a->atty + i * BTC, *res2 = a->res2 + i * BTC, *ln2 = a->ln2 + i * BTC;
+        floatX *fch = a->fch + i * 4 * BTC, *res3 = a->res3 + i * BTC;
+        floatX *fchg = s->recompute ? s->fchg : a->fchg + i * 4 * BTC;
+        float *ln1m = a->ln1m + i * BT, *ln1r = a->ln1r + i * BT;
+        float *ln2m = a->ln2m + i * BT, *ln2r = a->ln2r + i * BT;
+        OK(layernorm_fwd(s, ln1, ln1m, ln1r, x, o->ln1w, o->ln1b, (int)BT));
+        OK(linear_fwd(&s->x, qkv, ln1, W + o->qkvw, W + o->qkvb, NULL, NULL, (int)BT, C, 3 * C));
+        OK(attention_fwd(s, atty, att, qkv));
+        OK(linear_fwd(&s->x, res2, atty, W + o->attprojw, W + o->attprojb, x, NULL, (int)BT, C, C));
+        OK(layernorm_fwd(s, ln2, ln2m, ln2r, res2, o->ln2w, o->ln2b, (int)BT));
+        OK(linear_fwd(&s->x, fch, ln2, W + o->fcw, W + o->fcb, NULL, fchg, (int)BT, C, 4 * C));
+        OK(linear_fwd(&s->x, res3, fchg, W + o->fcprojw, W + o->fcprojb, res2, NULL, (int)BT,
+                      4 * C, C));
+        x = res3;
+    }
+    if (!is_last) {
+        CK(cudaMemcpyAsync(out_act, x, BTC * sizeof(floatX), cudaMemcpyDeviceToDevice, st));
+        CK(cudaStreamSynchronize(st)); /* out_act is complete for any stream (NCCL's, a peer's) */
+        a->forwarded = 1;
+        a->has_targets = 0;
+        return 0;
+    }
+    OK(layernorm_fwd(s, a->lnf, a->lnfm, a->lnfr, x, s->lnfw_off, s->lnfb_off, (int)BT));
+    OK(linear_fwd(&s->x, a->logits, a->lnf, W + s->head_off, NULL, NULL, NULL, (int)BT, C, Vp));
+    a->forwarded = 1;
+    a->has_targets = targets != NULL;
+    if (targets) {
+        ce_forward_kernel<<<(unsigned)BT, 256, 0, st>>>(a->losses, a->logits, a->targets, V, Vp);
+        LAUNCHED(st);
+        if (loss) {
+            OK(d2h(s, s->h_losses, a->losses, BT * sizeof(float)));
+            double total = 0.0;
+            for (size_t r = 0; r < BT; r++)
+                total += s->h_losses[r];
+            *loss = (float)(total / (double)BT);
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- backward */
+
+static int attention_bwd(struct gpu_stage *s, floatX *dqkv, const floatX *dy, const floatX *att,
+                         const floatX *qkv)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    int B = s->B, T = s->T, C = s->c.channels, NH = s->c.heads, hs = C / NH;
+    size_t BTC = (size_t)B * T * C;
+    int rows = B * NH * T, batch = B * NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    cudaStream_t st = s->x.stream;
+    permute_kernel<<<blocks_for(BTC, 256), 256, 0, st>>>(s->q, s->k, s->vv, qkv, B, T, NH, hs);
+    LAUNCHED(st);
+    unpermute_kernel<<<blocks_for(BTC, 256), 256, 0, st>>>((floatX *)dy, s->y, B, T, NH, hs, 1);
+    LAUNCHED(st);
+    /* datt = dy v^T; dv = att^T dy */
+    OK(bgemm(&s->x, plan_att_xxT(T, hs), 1.0f, s->vv, s->y, s->datt, batch));
+    OK(bgemm(&s->x, plan_att_pTx(T, hs), 1.0f, s->y, att, s->dv, batch));
+    softmax_backward_kernel<<<blocks_for((size_t)rows * 32, 256), 256, 0, st>>>(s->datt, att, rows, T);
+    LAUNCHED(st);
+    /* dq = scale dpre k; dk = scale dpre^T q */
+    OK(bgemm(&s->x, plan_att_px(T, hs), scale, s->k, s->datt, s->dq, batch));
+    OK(bgemm(&s->x, plan_att_pTx(T, hs), scale, s->q, s->datt, s->dk, batch));
+    permute_backward_kernel<<<blocks_for(BTC, 256), 256, 0, st>>>(dqkv, s->dq, s->dk, s->dv, B, T, NH, hs);
+    LAUNCHED(st);
+    return 0;
+}
+
+int gpu_stage_backward(struct gpu_stage *s, int slot, const void *dout, void *din, float loss_scale)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    if (slot < 0 || slot >= s->nslots)
+        return stage_fail(s, "activation slot %d is out of range [0, %d)", slot, s->nslots);
+    struct gslot *a = &s->slots[slot];
+    if (!a->forwarded)
+        return stage_fail(s, "backward of slot %d, which holds no forward pass", slot);
+    int B = s->B, T = s->T, C = s->c.channels, V = s->c.vocab, Vp = s->c.padded_vocab;
+    size_t BT = (size_t)B * T, BTC = BT * C;
+    int is_last = s->last == s->c.layers;
+    cudaStream_t st = s->x.stream;
+    if (is_last && !a->has_targets)
+        return stage_fail(s, "backward of slot %d, whose forward had no targets", slot);
+    if (!is_last && !dout)
+        return stage_fail(s, "a stage before the last needs dout");
+    if (s->first != 0 && !din)
+        return stage_fail(s, "a stage after the first needs din");
+    a->forwarded = 0;
+
+    const floatX *W = s->wX;
+    float *G = s->grads;
+    floatX *dres = s->dres;
+    const floatX *x_out = s->nl > 0 ? a->res3 + (size_t)(s->nl - 1) * BTC : a->x0;
+    if (is_last) {
+        ce_backward_kernel<<<(unsigned)BT, 256, 0, st>>>(a->logits, a->targets,
+                                                         loss_scale / (float)BT, V, Vp);
+        LAUNCHED(st);
+        OK(linear_bwd(&s->x, s->partial, s->dbuf, G + s->head_off, NULL, a->logits, a->lnf,
+                      W + s->head_off, NULL, (int)BT, C, Vp));
+        CK(cudaMemsetAsync(dres, 0, BTC * sizeof(floatX), st));
+        OK(layernorm_bwd(s, dres, s->lnfw_off, s->lnfb_off, s->dbuf, x_out, a->lnfm, a->lnfr, (int)BT));
+    } else {
+        CK(cudaMemcpyAsync(dres, dout, BTC * sizeof(floatX), cudaMemcpyDeviceToDevice, st));
+    }
+    size_t attn = (size_t)B * s->c.heads * T * T;
+    for (int i = s->nl - 1; i >= 0; i--) {
+        const struct layer_w *o = &s->lw[i];
+        const floatX *x = i == 0 ? a->x0 : a->res3 + (size_t)(i - 1) * BTC;
+        floatX *ln1 = a->ln1 + i * BTC, *qkv = a->qkv + i * 3 * BTC, *att = a->att + i * attn;
+        floatX *atty = a->atty + i * BTC, *res2 = a->res2 + i * BTC, *ln2 = a->ln2 + i * BTC;
+        floatX *fch = a->fch + i * 4 * BTC;
+        floatX *fchg = s->recompute ? s->fchg : a->fchg + i * 4 * BTC;
+        float *ln1m = a->ln1m + i * BT, *ln1r = a->ln1r + i * BT;
+        float *ln2m = a->ln2m + i * BT, *ln2r = a->ln2r + i * BT;
+        if (s->recompute) {
+            gelu_forward_kernel<<<blocks_for(4 * BTC, 256), 256, 0, st>>>(fchg, fch, 4 * BTC);
+            LAUNCHED(st);
+        }
+        /* MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))) */
+        OK(linear_bwd(&s->x, s->partial, s->dfch, G + o->fcprojw, G + o->fcprojb, dres, fchg,
+                      W + o->fcprojw, fch, (int)BT, 4 * C, C));
+        OK(linear_bwd(&s->x, s->partial, s->dbuf, G + o->fcw, G + o->fcb, s->dfch, ln2, W + o->fcw,
+                      NULL, (int)BT, C, 4 * C));
+        OK(layernorm_bwd(s, dres, o->ln2w, o->ln2b, s->dbuf, res2, ln2m, ln2r, (int)BT));
+        /* attention: res2 = x + proj(attn(qkv(ln1(x)))) */
+        OK(linear_bwd(&s->x, s->partial, s->dbuf, G + o->attprojw, G + o->attprojb, dres, atty,
+                      W + o->attprojw, NULL, (int)BT, C, C));
+        OK(attention_bwd(s, s->dqkv, s->dbuf, att, qkv));
+        OK(linear_bwd(&s->x, s->partial, s->dbuf, G + o->qkvw, G + o->qkvb, s->dqkv, ln1,
+                      W + o->qkvw, NULL, (int)BT, C, 3 * C));
+        OK(layernorm_bwd(s, dres, o->ln1w, o->ln1b, s->dbuf, x, ln1m, ln1r, (int)BT));
+    }
+    if (s->first == 0) {
+        if (a->nuniq > 0) {
+            wte_backward_kernel<<<(unsigned)a->nuniq, 256, 0, st>>>(G + s->wte_off, dres, a->utok,
+                                                                    a->ustart, a->upos, C);
+            LAUNCHED(st);
+        }
+        wpe_backward_kernel<<<blocks_for((size_t)T * C, 256), 256, 0, st>>>(G + s->wpe_off, dres, B, T, C);
+        LAUNCHED(st);
+    } else {
+        CK(cudaMemcpyAsync(din, dres, BTC * sizeof(floatX), cudaMemcpyDeviceToDevice, st));
+        CK(cudaStreamSynchronize(st)); /* din is complete for any stream */
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- optimizer */
+
+int gpu_stage_grad_sq_norm(struct gpu_stage *s, size_t lo, size_t hi, double *out)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    double h[SQ_BLOCKS];
+    if (hi > s->nparams || lo > hi)
+        return stage_fail(s, "gradient range [%zu, %zu) is outside [0, %zu)", lo, hi, s->nparams);
+    sq_partial_kernel<<<SQ_BLOCKS, 256, 0, s->x.stream>>>(s->sq_partial, s->grads, lo, hi);
+    LAUNCHED(s->x.stream);
+    OK(d2h(s, h, s->sq_partial, sizeof h));
+    double sum = 0.0;
+    for (int i = 0; i < SQ_BLOCKS; i++)
+        sum += h[i];
+    *out = sum;
+    return 0;
+}
+
+int gpu_stage_adamw(struct gpu_stage *s, const struct adamw_config *o, size_t lo, size_t hi,
+                    float lr, long step, float grad_scale)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    if (hi > s->nparams || lo > hi)
+        return stage_fail(s, "parameter range [%zu, %zu) is outside [0, %zu)", lo, hi, s->nparams);
+    if (step < 1)
+        return stage_fail(s, "AdamW step counts from 1 (got %ld)", step);
+    if (hi == lo)
+        return 0;
+    float bc1 = 1.0f - powf(o->beta1, (float)step);
+    float bc2 = 1.0f - powf(o->beta2, (float)step);
+#ifdef HOLMES_GPU_FP32
+    floatX *px = NULL;
+#else
+    floatX *px = s->wX;
+#endif
+    adamw_kernel<<<blocks_for(hi - lo, 256), 256, 0, s->x.stream>>>(
+        s->params, s->grads, s->m, s->v, px, s->seg_end, s->seg_decay, s->ntensors, lo, hi, lr,
+        o->beta1, o->beta2, o->eps, o->weight_decay, bc1, bc2, grad_scale);
+    LAUNCHED(s->x.stream);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- activations, benchmarks */
+
+void *gpu_act_alloc(size_t n, herr *e)
+{
+    void *p = NULL;
+    cudaError_t ce = cudaMalloc(&p, (n ? n : 1) * sizeof(floatX));
+    if (ce != cudaSuccess) {
+        herr_set(e, "CUDA: cannot allocate %zu activations: %s", n, cudaGetErrorString(ce));
+        return NULL;
+    }
+    return p;
+}
+void gpu_act_free(void *p)
+{
+    if (p)
+        cudaFree(p);
+}
+
+int gpu_act_upload(void *dev, const float *host, size_t n, herr *e)
+{
+    char *EB = e ? e->msg : NULL;
+    size_t EN = e ? sizeof e->msg : 0;
+    float *tmp = NULL;
+    CK(cudaMalloc(&tmp, (n ? n : 1) * sizeof(float)));
+    cudaError_t ce = cudaMemcpy(tmp, host, n * sizeof(float), cudaMemcpyHostToDevice);
+    if (ce == cudaSuccess && n) {
+        cast_kernel<<<blocks_for(n, 256), 256>>>((floatX *)dev, tmp, n);
+        ce = cudaGetLastError();
+    }
+    if (ce == cudaSuccess)
+        ce = cudaDeviceSynchronize();
+    cudaFree(tmp);
+    if (ce != cudaSuccess)
+        return fail_msg(EB, EN, "CUDA: activation upload: %s", cudaGetErrorString(ce));
+    return 0;
+}
+
+int gpu_act_download(float *host, const void *dev, size_t n, herr *e)
+{
+    char *EB = e ? e->msg : NULL;
+    size_t EN = e ? sizeof e->msg : 0;
+    float *tmp = NULL;
+    CK(cudaMalloc(&tmp, (n ? n : 1) * sizeof(float)));
+    cudaError_t ce = cudaSuccess;
+    if (n) {
+        uncast_kernel<<<blocks_for(n, 256), 256>>>(tmp, (const floatX *)dev, n);
+        ce = cudaGetLastError();
+    }
+    if (ce == cudaSuccess)
+        ce = cudaDeviceSynchronize();
+    if (ce == cudaSuccess)
+        ce = cudaMemcpy(host, tmp, n * sizeof(float), cudaMemcpyDeviceToHost);
+    cudaFree(tmp);
+    if (ce != cudaSuccess)
+        return fail_msg(EB, EN, "CUDA: activation download: %s", cudaGetErrorString(ce));
+    return 0;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+int gpu_gemm_tflops(int n, int iters, double *tflops, herr *e)
+{
+    char *EB = e ? e->msg : NULL;
+    size_t EN = e ? sizeof e->msg : 0;
+    struct gpu_ctx x;
+    memset(&x, 0, sizeof x);
+    x.eb = EB;
+    x.en = EN;
+    floatX *A = NULL, *B = NULL, *D = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float *ms = (float *)calloc((size_t)(iters > 0 ? iters : 1), sizeof(float));
+    int rc = -1;
+    size_t nn = (size_t)n * n;
+    if (!ms || n <= 0 || iters <= 0) {
+        free(ms);
+        return herr_set(e, "GEMM benchmark: size and iterations must be positive");
+    }
+#define GK(call) do { cudaError_t ce_ = (call); if (ce_ != cudaSuccess) { \
+        fail_msg(EB, EN, "CUDA: %s: %s", #call, cudaGetErrorString(ce_)); goto out; } } while (0)
+    GK(cudaStreamCreate(&x.stream));
+    if (cublasLtCreate(&x.lt) != CUBLAS_STATUS_SUCCESS) {
+        fail_msg(EB, EN, "cuBLASLt: cannot create a handle");
+        goto out;
+    }
+    GK(cudaMalloc((void **)&A, nn * sizeof(floatX)));
+    GK(cudaMalloc((void **)&B, nn * sizeof(floatX)));
+    GK(cudaMalloc((void **)&D, nn * sizeof(floatX)));
+    GK(cudaMalloc(&x.ws, LT_WORKSPACE));
+    fill_random_kernel<<<blocks_for(nn, 256), 256, 0, x.stream>>>(A, nn, 1u);
+    fill_random_kernel<<<blocks_for(nn, 256), 256, 0, x.stream>>>(B, nn, 2u);
+    GK(cudaGetLastError());
+    GK(cudaEventCreate(&e0));
+    GK(cudaEventCreate(&e1));
+    for (int i = -3; i < iters; i++) {
+        GK(cudaEventRecord(e0, x.stream));
+        if (matmul(&x, D, CUDA_X, A, 1, B, 0, n, n, n, n, n, n, 1.0f, 0.0f, NULL, EPI_NONE, NULL,
+                   NULL, 0) != 0)
+            goto out;
+        GK(cudaEventRecord(e1, x.stream));
+        GK(cudaEventSynchronize(e1));
+        if (i >= 0)
+            GK(cudaEventElapsedTime(&ms[i], e0, e1));
+    }
+    qsort(ms, (size_t)iters, sizeof(float), cmp_float);
+    *tflops = 2.0 * n * (double)n * n / (ms[iters / 2] * 1e-3) / 1e12;
+    rc = 0;
+#undef GK
+out:
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    cudaFree(A);
+    cudaFree(B);
+    cudaFree(D);
+    cudaFree(x.ws);
+    if (x.lt)
+        cublasLtDestroy(x.lt);
+    if (x.stream)
+        cudaStreamDestroy(x.stream);
+    free(ms);
+    return rc;
+}
+
+int gpu_device_name(char *buf, size_t len, herr *e)
+{
+    char *EB = e ? e->msg : NULL;
+    size_t EN = e ? sizeof e->msg : 0;
+    int dev = 0;
+    cudaDeviceProp p;
+    CK(cudaGetDevice(&dev));
+    CK(cudaGetDeviceProperties(&p, dev));
+    snprintf(buf, len, "%s, %d SMs, %.0f GiB, compute capability %d.%d", p.name,
+             p.multiProcessorCount, p.totalGlobalMem / 1073741824.0, p.major, p.minor);
+    return 0;
+}

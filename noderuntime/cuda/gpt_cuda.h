@@ -1,0 +1,119 @@
+/* GPT-2 on one NVIDIA GPU, one pipeline stage at a time: the CUDA twin of gpt.h.
+ *
+ * Same model, same stage split, same parameter layout (the tensor table is gpt.c's: the engine
+ * keeps a host-side gpt_stage of the same shape for it, for initialisation and for checkpoint
+ * I/O), so parameters, AdamW moments and checkpoints (checkpoint.h) move between the CPU and the
+ * GPU engines unchanged.
+ *
+ * Precision is chosen when the engine is compiled (mk/cuda.mk builds both):
+ *   HOLMES_GPU_FP32 defined: every tensor fp32, cuBLASLt with CUBLAS_COMPUTE_32F (no TF32);
+ *   otherwise (bf16 mode):  activations and a bf16 copy of the weights, matrix products in bf16
+ *                           with fp32 accumulation; fp32 master weights, gradients and AdamW
+ *                           moments; LayerNorm statistics, softmax and the loss in fp32.
+ * gpu_precision_name() says which one a binary holds.
+ *
+ * Activations that cross stages (in_act, out_act, dout, din) are DEVICE pointers of
+ * gpu_act_bytes() per element ([B*T*C] elements of the engine's activation type, bf16 or fp32),
+ * so that the communication layer (NCCL) sends them without a host copy; gpu_act_upload/download
+ * convert from and to host fp32. Tokens and targets are host arrays (they come from the data
+ * loader). All work is queued on gpu_stage_stream(); calls that return results to the host
+ * (loss, parameters) synchronise it, and so do forward (when it writes out_act) and backward (when
+ * it writes din), so that those buffers are complete for any other stream when the call returns;
+ * in_act and dout must be complete when a call starts.
+ *
+ * Every CUDA and cuBLAS call is checked; a failure makes the call return -1 with the error in
+ * the herr (create) or in gpu_stage_error(). Building with -DHOLMES_GPU_DEBUG (make cuda
+ * GPU_DEBUG=1) synchronises after every kernel launch and checks its error too.
+ */
+#ifndef HOLMES_GPT_CUDA_H
+#define HOLMES_GPT_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* C headers: declared with C linkage also when the CUDA (C++) side includes them */
+#include "error.h"
+#include "gpt.h"
+#include "optimizer.h"
+
+struct gpu_stage;
+
+/* "fp32" or "bf16": the mode this engine was compiled in. */
+const char *gpu_precision_name(void);
+/* Bytes of one activation element (4 in fp32 mode, 2 in bf16 mode). */
+size_t gpu_act_bytes(void);
+
+/* gpu_stage_create flags */
+#define GPU_RECOMPUTE_GELU 1 /* keep no GELU outputs (4*B*T*C per layer and slot, a quarter of the
+                                activations): backward recomputes them */
+
+/* Like gpt_stage_create, on the current CUDA device. Parameters are zero until
+ * gpu_stage_init_params() or gpu_stage_set_params(); gradients and moments start at zero. */
+int gpu_stage_create(struct gpu_stage **out, const struct gpt_config *c, int first, int last,
+                     int B, int T, int slots, int flags, herr *e);
+void gpu_stage_free(struct gpu_stage *s);
+
+const struct gpt_config *gpu_stage_config(const struct gpu_stage *s);
+size_t gpu_stage_num_params(const struct gpu_stage *s);
+int gpu_stage_tensors(const struct gpu_stage *s, const struct gpt_tensor **out);
+int gpu_stage_wte(const struct gpu_stage *s, size_t *offset, size_t *count);
+/* The cudaStream_t everything runs on (void * so that C callers need no CUDA headers). */
+void *gpu_stage_stream(struct gpu_stage *s);
+/* Waits for the stream's work (for timing). */
+int gpu_stage_sync(struct gpu_stage *s);
+/* gpt_stage_flops() of this stage's shape: floating-point operations of one forward + backward of
+ * one micro-batch (causal attention counted as the lower triangle). */
+double gpu_stage_flops(const struct gpu_stage *s);
+/* Why the last call returned -1. */
+const char *gpu_stage_error(const struct gpu_stage *s);
+
+/* gpt_stage_init_params's values (same seed, same numbers), uploaded. */
+int gpu_stage_init_params(struct gpu_stage *s, uint64_t seed);
+/* Host fp32 <-> device copies of the flat buffers (n = gpu_stage_num_params floats). set_params
+ * also refreshes the bf16 weight copy. m and v are the AdamW moments of the whole stage. */
+int gpu_stage_set_params(struct gpu_stage *s, const float *host);
+int gpu_stage_get_params(struct gpu_stage *s, float *host);
+int gpu_stage_get_grads(struct gpu_stage *s, float *host);
+int gpu_stage_set_grads(struct gpu_stage *s, const float *host);
+int gpu_stage_set_moments(struct gpu_stage *s, const float *m, const float *v);
+int gpu_stage_get_moments(struct gpu_stage *s, float *m, float *v);
+/* Device pointers of the fp32 buffers, for collectives (NCCL all-reduce of grads, etc.). */
+float *gpu_stage_params_dev(struct gpu_stage *s);
+float *gpu_stage_grads_dev(struct gpu_stage *s);
+
+/* Forward / backward, as gpt_stage_forward / gpt_stage_backward (see the header comment for
+ * which pointers live where). *loss (last stage with targets) synchronises the stream. */
+int gpu_stage_forward(struct gpu_stage *s, int slot, const int *tokens, const void *in_act,
+                      const int *targets, void *out_act, float *loss);
+int gpu_stage_backward(struct gpu_stage *s, int slot, const void *dout, void *din,
+                       float loss_scale);
+int gpu_stage_zero_grads(struct gpu_stage *s);
+
+/* Sum of squares of grads[lo, hi) (fp64 accumulation, deterministic), synchronising. */
+int gpu_stage_grad_sq_norm(struct gpu_stage *s, size_t lo, size_t hi, double *out);
+/* AdamW (optimizer.h's adamw_update, same formula) over params[lo, hi) on the device, moments
+ * indexed like params; refreshes the bf16 weight copy of the range. */
+int gpu_stage_adamw(struct gpu_stage *s, const struct adamw_config *o, size_t lo, size_t hi,
+                    float lr, long step, float grad_scale);
+
+/* Activation buffers: device memory for n elements of the activation type; host fp32 copies. */
+void *gpu_act_alloc(size_t n, herr *e);
+void gpu_act_free(void *p);
+int gpu_act_upload(void *dev, const float *host, size_t n, herr *e);
+int gpu_act_download(float *host, const void *dev, size_t n, herr *e);
+
+/* The GEMM ceiling: TFLOP/s of an n*n*n product through the engine's own cuBLASLt path and
+ * precision (random inputs, median of iters timed runs). */
+int gpu_gemm_tflops(int n, int iters, double *tflops, herr *e);
+/* The device's name and multiprocessor count, for reports. */
+int gpu_device_name(char *buf, size_t len, herr *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,521 @@
+/* make test-gpu: the GPU engine against the CPU engine on tiny configs with fresh random inputs.
+ *   gpu.vs_cpu.*     loss and every parameter gradient of one whole-model stage (relative error
+ *                    of a tensor = max |difference| / max |reference|)
+ *   gpu.adamw.*      three optimizer steps with global-norm clipping: losses and parameters
+ *   gpu.two_stage.*  stages [0,1) + [1,2) with two micro-batches in flight = one stage [0,2)
+ *   gpu.recompute.*  GELU recomputation in backward = stored GELU outputs
+ *   gpu.resume.*     a run resumed from a checkpoint (checkpoint.h, dataloader.h) repeats the
+ *                    uninterrupted run's losses and parameters exactly
+ *   gpu.bad_input.*  out-of-range tokens, slots, backward without forward: -1 and a message
+ * Tolerance: 1e-4 in fp32 mode, 2e-2 in bf16 mode (the CPU engine is fp32).
+ * Usage: test_gpu [--quick] [--seed N]   (--quick: the first group only, for compute-sanitizer;
+ *        HOLMES_TEST_VERBOSE=1 prints every tensor's error)
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "dataloader.h"
+#include "gpt.h"
+#include "gpt_cuda.h"
+#include "optimizer.h"
+#include "test.h"
+
+static double TOL;
+static int verbose; /* HOLMES_TEST_VERBOSE=1: every tensor's error */
+
+static struct gpt_config tiny(void)
+{
+    struct gpt_config c = {2, 64, 4, 97, 0, 32}; /* V = 97 pads to 128 */
+    return c;
+}
+
+static uint64_t rng_state;
+static int rand_below(int n)
+{
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (int)((rng_state >> 33) % (uint64_t)n);
+}
+static void random_tokens(int *t, size_t n, int V)
+{
+    for (size_t i = 0; i < n; i++)
+        t[i] = rand_below(V);
+}
+
+/* worst relative error over tensors (max |d| / max |ref| per tensor); skip_kbias leaves out the
+ * key third of qkv.bias (its gradient is exactly zero, so AdamW turns round-off into +-lr) */
+static double worst_tensor(const struct gpt_tensor *t, int nt, const float *got, const float *ref,
+                           int skip_kbias, int C, char *which, size_t wlen)
+{
+    double worst = 0.0, global = 0.0;
+    for (size_t i = 0; i < t[nt - 1].offset + t[nt - 1].size; i++)
+        global = fabs(ref[i]) > global ? fabs(ref[i]) : global;
+    for (int k = 0; k < nt; k++) {
+        double md = 0.0, mr = 0.0;
+        int kb = skip_kbias && strstr(t[k].name, "attn.qkv.bias") != NULL;
+        for (size_t i = 0; i < t[k].size; i++) {
+            if (kb && i >= (size_t)C && i < 2 * (size_t)C)
+                continue;
+            double r = ref[t[k].offset + i], d = fabs(got[t[k].offset + i] - r);
+            md = d > md ? d : md;
+            mr = fabs(r) > mr ? fabs(r) : mr;
+        }
+        /* a tensor whose reference is (nearly) all zero is measured against the whole buffer */
+        double den = mr > 1e-6 * global ? mr : global;
+        double rel = den > 0 ? md / den : md;
+        if (verbose)
+            printf("#   %-24s max |ref| %.3g, max |diff| %.3g, relative %.3g\n", t[k].name, mr, md, rel);
+        if (rel > worst || (worst == 0.0 && k == 0)) {
+            worst = rel;
+            snprintf(which, wlen, "%s", t[k].name);
+        }
+    }
+    return worst;
+}
+
+#define CHECK_TENSORS(name, t, nt, got, ref, skip, C, tol) do { char w_[64] = ""; \
+        double e_ = worst_tensor(t, nt, got, ref, skip, C, w_, sizeof w_); \
+        if (e_ <= (tol)) TEST_PASS(name); \
+        else TEST_FAIL(name, "worst tensor %s: relative error %.3g > %.3g", w_, e_, (double)(tol)); \
+    } while (0)
+
+/* ---------------------------------------------------------------- GPU vs CPU */
+
+static void test_vs_cpu(int B, int T, int steps)
+{
+    struct gpt_config c = tiny();
+    herr e;
+    struct gpt_stage *cs = NULL;
+    struct gpu_stage *gs = NULL;
+    if (gpt_stage_create(&cs, &c, 0, c.layers, B, T, 1, &e) < 0 ||
+        gpu_stage_create(&gs, &c, 0, c.layers, B, T, 1, 0, &e) < 0) {
+        TEST_FAIL("gpu.vs_cpu.create", "%s", e.msg);
+        gpt_stage_free(cs);
+        return;
+    }
+    TEST_PASS("gpu.vs_cpu.create");
+    gpt_config_check(&c, NULL);
+    size_t n = gpt_stage_num_params(cs), BT = (size_t)B * T;
+    CHECK_INT("gpu.vs_cpu.same_layout", gpu_stage_num_params(gs), n);
+    const struct gpt_tensor *t;
+    int nt = gpt_stage_tensors(cs, &t);
+    float *gp = malloc(n * sizeof(float)), *gg = malloc(n * sizeof(float));
+    float *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float));
+    int *tok = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
+    if (!gp || !gg || !m || !v || !tok || !tgt) {
+        TEST_FAIL("gpu.vs_cpu", "out of memory");
+        goto out;
+    }
+    uint64_t seed = (uint64_t)rand_below(1 << 30);
+    gpt_stage_init_params(cs, seed);
+    if (gpu_stage_init_params(gs, seed) < 0 || gpu_stage_get_params(gs, gp) < 0) {
+        TEST_FAIL("gpu.vs_cpu.init", "%s", gpu_stage_error(gs));
+        goto out;
+    }
+    CHECK("gpu.vs_cpu.same_init", memcmp(gp, gpt_stage_params(cs), n * sizeof(float)) == 0);
+
+    struct adamw_config o = {0.9f, 0.95f, 1e-8f, 0.1f};
+    double worst_loss = 0.0;
+    for (int step = 0; step <= steps; step++) {
+        random_tokens(tok, BT, c.vocab);
+        random_tokens(tgt, BT, c.vocab);
+        float lc = 0.0f, lg = 0.0f;
+        gpt_stage_zero_grads(cs);
+        if (gpt_stage_forward(cs, 0, tok, NULL, tgt, NULL, &lc) < 0 ||
+            gpt_stage_backward(cs, 0, NULL, NULL, 1.0f) < 0) {
+            TEST_FAIL("gpu.vs_cpu.cpu_step", "%s", gpt_stage_error(cs));
+            goto out;
+        }
+        if (gpu_stage_zero_grads(gs) < 0 || gpu_stage_forward(gs, 0, tok, NULL, tgt, NULL, &lg) < 0 ||
+            gpu_stage_backward(gs, 0, NULL, NULL, 1.0f) < 0 || gpu_stage_get_grads(gs, gg) < 0) {
+            TEST_FAIL("gpu.vs_cpu.gpu_step", "%s", gpu_stage_error(gs));
+            goto out;
+        }
+        double rl = fabs(lg - lc) / fabs(lc);
+        worst_loss = rl > worst_loss ? rl : worst_loss;
+        if (step == 0) {
+            CHECK_NEAR("gpu.vs_cpu.loss", lg, lc, TOL);
+            CHECK_TENSORS("gpu.vs_cpu.grads", t, nt, gg, gpt_stage_grads(cs), 0, c.channels, TOL);
+            double sqc = grad_sq_norm(gpt_stage_grads(cs), 0, n), sqg = 0.0;
+            if (gpu_stage_grad_sq_norm(gs, 0, n, &sqg) < 0)
+                TEST_FAIL("gpu.vs_cpu.grad_norm", "%s", gpu_stage_error(gs));
+            else
+                CHECK_NEAR("gpu.vs_cpu.grad_norm", sqg, sqc, TOL);
+        }
+        if (step == steps)
+            break;
+        /* clip to a norm below the current one so that clipping is exercised */
+        double sqc = grad_sq_norm(gpt_stage_grads(cs), 0, n), sqg = 0.0;
+        if (gpu_stage_grad_sq_norm(gs, 0, n, &sqg) < 0) {
+            TEST_FAIL("gpu.adamw.norm", "%s", gpu_stage_error(gs));
+            goto out;
+        }
+        float clip_c = grad_clip_scale(sqc, 0.5f * (float)sqrt(sqc));
+        float clip_g = grad_clip_scale(sqg, 0.5f * (float)sqrt(sqc));
+        adamw_update(&o, t, nt, gpt_stage_params(cs), gpt_stage_grads(cs), m, v, 0, n, 1e-3f,
+                     step + 1, clip_c);
+        if (gpu_stage_adamw(gs, &o, 0, n, 1e-3f, step + 1, clip_g) < 0) {
+            TEST_FAIL("gpu.adamw.step", "%s", gpu_stage_error(gs));
+            goto out;
+        }
+    }
+    if (steps > 0) {
+        if (worst_loss <= TOL)
+            TEST_PASS("gpu.adamw.losses");
+        else
+            TEST_FAIL("gpu.adamw.losses", "worst relative loss difference %.3g > %.3g", worst_loss, TOL);
+        if (gpu_stage_get_params(gs, gp) < 0)
+            TEST_FAIL("gpu.adamw.params", "%s", gpu_stage_error(gs));
+        else
+            CHECK_TENSORS("gpu.adamw.params", t, nt, gp, gpt_stage_params(cs), 1, c.channels, TOL);
+    }
+out:
+    free(gp);
+    free(gg);
+    free(m);
+    free(v);
+    free(tok);
+    free(tgt);
+    gpt_stage_free(cs);
+    gpu_stage_free(gs);
+}
+
+/* ---------------------------------------------------------------- two stages = one */
+
+static void test_two_stage(void)
+{
+    struct gpt_config c = tiny();
+    int B = 2, T = 16;
+    size_t BT = (size_t)B * T, BTC = BT * (size_t)c.channels;
+    herr e;
+    struct gpu_stage *one = NULL, *s0 = NULL, *s1 = NULL;
+    void *act[2] = {NULL, NULL}, *dact = NULL, *dummy = NULL;
+    float *g1 = NULL, *ga = NULL, *gb = NULL;
+    int *tok = malloc(2 * BT * sizeof(int)), *tgt = malloc(2 * BT * sizeof(int));
+    if (!tok || !tgt || gpu_stage_create(&one, &c, 0, 2, B, T, 1, 0, &e) < 0 ||
+        gpu_stage_create(&s0, &c, 0, 1, B, T, 2, 0, &e) < 0 ||
+        gpu_stage_create(&s1, &c, 1, 2, B, T, 2, 0, &e) < 0 ||
+        !(act[0] = gpu_act_alloc(BTC, &e)) || !(act[1] = gpu_act_alloc(BTC, &e)) ||
+        !(dact = gpu_act_alloc(BTC, &e)) || !(dummy = gpu_act_alloc(BTC, &e))) {
+        TEST_FAIL("gpu.two_stage.create", "%s", tok && tgt ? e.msg : "out of memory");
+        goto out;
+    }
+    gpt_config_check(&c, NULL);
+    random_tokens(tok, 2 * BT, c.vocab);
+    random_tokens(tgt, 2 * BT, c.vocab);
+    uint64_t seed = 5;
+    float l1[2], l2[2];
+    if (gpu_stage_init_params(one, seed) < 0 || gpu_stage_init_params(s0, seed) < 0 ||
+        gpu_stage_init_params(s1, seed) < 0) {
+        TEST_FAIL("gpu.two_stage.init", "%s", gpu_stage_error(one));
+        goto out;
+    }
+    for (int k = 0; k < 2; k++) /* one stage: micro-batch after micro-batch */
+        if (gpu_stage_forward(one, 0, tok + k * BT, NULL, tgt + k * BT, NULL, &l1[k]) < 0 ||
+            gpu_stage_backward(one, 0, NULL, NULL, 1.0f) < 0) {
+            TEST_FAIL("gpu.two_stage.one", "%s", gpu_stage_error(one));
+            goto out;
+        }
+    /* two stages, both micro-batches in flight: F0 F1 then B1 B0 */
+    for (int k = 0; k < 2; k++)
+        if (gpu_stage_forward(s0, k, tok + k * BT, NULL, NULL, act[k], NULL) < 0 ||
+            gpu_stage_forward(s1, k, NULL, act[k], tgt + k * BT, NULL, &l2[k]) < 0) {
+            TEST_FAIL("gpu.two_stage.forward", "%s / %s", gpu_stage_error(s0), gpu_stage_error(s1));
+            goto out;
+        }
+    for (int k = 1; k >= 0; k--)
+        if (gpu_stage_backward(s1, k, NULL, dact, 1.0f) < 0 ||
+            gpu_stage_backward(s0, k, dact, NULL, 1.0f) < 0) {
+            TEST_FAIL("gpu.two_stage.backward", "%s / %s", gpu_stage_error(s1), gpu_stage_error(s0));
+            goto out;
+        }
+    double tol = TOL / 10;
+    CHECK_NEAR("gpu.two_stage.loss0", l2[0], l1[0], tol);
+    CHECK_NEAR("gpu.two_stage.loss1", l2[1], l1[1], tol);
+    size_t n1 = gpu_stage_num_params(one), na = gpu_stage_num_params(s0), nb = gpu_stage_num_params(s1);
+    g1 = malloc(n1 * sizeof(float));
+    ga = malloc(na * sizeof(float));
+    gb = malloc(nb * sizeof(float));
+    float *gm = malloc(n1 * sizeof(float));
+    if (!g1 || !ga || !gb || !gm || gpu_stage_get_grads(one, g1) < 0 ||
+        gpu_stage_get_grads(s0, ga) < 0 || gpu_stage_get_grads(s1, gb) < 0) {
+        free(gm);
+        TEST_FAIL("gpu.two_stage.grads", "cannot read the gradients");
+        goto out;
+    }
+    /* assemble the split gradients in the one-stage layout, by tensor name; the two wte copies
+     * are summed, as the pipeline does */
+    const struct gpt_tensor *t1, *ta, *tb;
+    int n1t = gpu_stage_tensors(one, &t1), nat = gpu_stage_tensors(s0, &ta), nbt = gpu_stage_tensors(s1, &tb);
+    int missing = 0;
+    for (int i = 0; i < n1t; i++) {
+        float *dst = gm + t1[i].offset;
+        int found = 0;
+        memset(dst, 0, t1[i].size * sizeof(float));
+        for (int j = 0; j < nat; j++)
+            if (!strcmp(ta[j].name, t1[i].name)) {
+                for (size_t q = 0; q < t1[i].size; q++) dst[q] += ga[ta[j].offset + q];
+                found = 1;
+            }
+        for (int j = 0; j < nbt; j++)
+            if (!strcmp(tb[j].name, t1[i].name)) {
+                for (size_t q = 0; q < t1[i].size; q++) dst[q] += gb[tb[j].offset + q];
+                found = 1;
+            }
+        missing += !found;
+    }
+    CHECK_INT("gpu.two_stage.every_tensor_somewhere", missing, 0);
+    CHECK_TENSORS("gpu.two_stage.grads", t1, n1t, gm, g1, 0, c.channels, tol);
+    free(gm);
+out:
+    free(tok);
+    free(tgt);
+    free(g1);
+    free(ga);
+    free(gb);
+    for (int k = 0; k < 2; k++)
+        gpu_act_free(act[k]);
+    gpu_act_free(dact);
+    gpu_act_free(dummy);
+    gpu_stage_free(one);
+    gpu_stage_free(s0);
+    gpu_stage_free(s1);
+}
+
+/* ---------------------------------------------------------------- recomputation */
+
+static void test_recompute(void)
+{
+    struct gpt_config c = tiny();
+    int B = 2, T = 16;
+    size_t BT = (size_t)B * T;
+    herr e;
+    struct gpu_stage *keep = NULL, *re = NULL;
+    float *gk = NULL, *gr = NULL;
+    int *tok = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
+    if (!tok || !tgt || gpu_stage_create(&keep, &c, 0, 2, B, T, 1, 0, &e) < 0 ||
+        gpu_stage_create(&re, &c, 0, 2, B, T, 1, GPU_RECOMPUTE_GELU, &e) < 0) {
+        TEST_FAIL("gpu.recompute.create", "%s", tok && tgt ? e.msg : "out of memory");
+        goto out;
+    }
+    random_tokens(tok, BT, c.vocab);
+    random_tokens(tgt, BT, c.vocab);
+    float lk = 0.0f, lr = 0.0f;
+    size_t n = gpu_stage_num_params(keep);
+    gk = malloc(n * sizeof(float));
+    gr = malloc(n * sizeof(float));
+    if (!gk || !gr || gpu_stage_init_params(keep, 9) < 0 || gpu_stage_init_params(re, 9) < 0 ||
+        gpu_stage_forward(keep, 0, tok, NULL, tgt, NULL, &lk) < 0 ||
+        gpu_stage_backward(keep, 0, NULL, NULL, 1.0f) < 0 ||
+        gpu_stage_forward(re, 0, tok, NULL, tgt, NULL, &lr) < 0 ||
+        gpu_stage_backward(re, 0, NULL, NULL, 1.0f) < 0 || gpu_stage_get_grads(keep, gk) < 0 ||
+        gpu_stage_get_grads(re, gr) < 0) {
+        TEST_FAIL("gpu.recompute.run", "%s / %s", keep ? gpu_stage_error(keep) : "",
+                  re ? gpu_stage_error(re) : "");
+        goto out;
+    }
+    CHECK("gpu.recompute.same_loss", lk == lr);
+    const struct gpt_tensor *t;
+    int nt = gpu_stage_tensors(keep, &t);
+    CHECK_TENSORS("gpu.recompute.grads", t, nt, gr, gk, 0, c.channels, TOL / 10);
+    CHECK("gpu.recompute.bad_flag", gpu_stage_create(&re, &c, 0, 2, B, T, 1, 0x40, &e) < 0 &&
+          strstr(e.msg, "flags") != NULL);
+out:
+    free(tok);
+    free(tgt);
+    free(gk);
+    free(gr);
+    gpu_stage_free(keep);
+    gpu_stage_free(re);
+}
+
+/* ---------------------------------------------------------------- resume */
+
+struct run {
+    struct gpu_stage *s;
+    struct dataloader *d;
+    int *in, *tg;
+};
+
+static int train_steps(struct run *r, long from, long to, float *losses, const struct lr_schedule *ls)
+{
+    struct adamw_config o = {0.9f, 0.95f, 1e-8f, 0.1f};
+    size_t n = gpu_stage_num_params(r->s);
+    for (long step = from; step < to; step++) {
+        dataloader_next(r->d, r->in, r->tg);
+        double sq;
+        if (gpu_stage_zero_grads(r->s) < 0 ||
+            gpu_stage_forward(r->s, 0, r->in, NULL, r->tg, NULL, &losses[step]) < 0 ||
+            gpu_stage_backward(r->s, 0, NULL, NULL, 1.0f) < 0 ||
+            gpu_stage_grad_sq_norm(r->s, 0, n, &sq) < 0 ||
+            gpu_stage_adamw(r->s, &o, 0, n, lr_at(ls, step), step + 1, grad_clip_scale(sq, 1.0f)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static void test_resume(const char *corpus)
+{
+    struct gpt_config c = {2, 64, 4, DATALOADER_TEXT_VOCAB, 0, 32};
+    int B = 4, T = 32;
+    long steps = 8, at = 4;
+    struct lr_schedule ls = {3e-3f, 2, steps, 0.1f};
+    struct dataloader_config dc = {corpus, B, T, 0, 1, 11, c.vocab};
+    char dir[] = "/tmp/holmes-gpu-resume.XXXXXX", path[512] = "";
+    herr e;
+    struct run a = {0}, b = {0};
+    float la[8], lb[8];
+    size_t BT = (size_t)B * T;
+    float *pa = NULL, *pb = NULL, *m = NULL, *v = NULL;
+    if (!mkdtemp(dir)) {
+        TEST_FAIL("gpu.resume.tmpdir", "mkdtemp failed");
+        return;
+    }
+    a.in = malloc(BT * sizeof(int));
+    a.tg = malloc(BT * sizeof(int));
+    b.in = malloc(BT * sizeof(int));
+    b.tg = malloc(BT * sizeof(int));
+    if (!a.in || !a.tg || !b.in || !b.tg || dataloader_open(&a.d, &dc, &e) < 0 ||
+        dataloader_open(&b.d, &dc, &e) < 0 || gpu_stage_create(&a.s, &c, 0, 2, B, T, 1, 0, &e) < 0 ||
+        gpu_stage_create(&b.s, &c, 0, 2, B, T, 1, 0, &e) < 0) {
+        TEST_FAIL("gpu.resume.setup", "%s", e.msg);
+        goto out;
+    }
+    gpt_config_check(&c, NULL);
+    size_t n = gpu_stage_num_params(a.s);
+    pa = malloc(n * sizeof(float));
+    pb = malloc(n * sizeof(float));
+    m = malloc(n * sizeof(float));
+    v = malloc(n * sizeof(float));
+    if (!pa || !pb || !m || !v || gpu_stage_init_params(a.s, 3) < 0) {
+        TEST_FAIL("gpu.resume.init", "%s", gpu_stage_error(a.s));
+        goto out;
+    }
+    /* run a: steps [0, at), checkpoint, steps [at, steps) */
+    struct ckpt_meta meta = {c, 0, 2, at, 0, {3, 0, 0, 0}, n, 1};
+    if (train_steps(&a, 0, at, la, &ls) < 0 || gpu_stage_get_params(a.s, pa) < 0 ||
+        gpu_stage_get_moments(a.s, m, v) < 0) {
+        TEST_FAIL("gpu.resume.first_half", "%s", gpu_stage_error(a.s));
+        goto out;
+    }
+    meta.data_pos = dataloader_position(a.d);
+    if (ckpt_write(dir, &meta, pa, m, v, 2, path, sizeof path, &e) < 0) {
+        TEST_FAIL("gpu.resume.write", "%s", e.msg);
+        goto out;
+    }
+    if (train_steps(&a, at, steps, la, &ls) < 0 || gpu_stage_get_params(a.s, pa) < 0) {
+        TEST_FAIL("gpu.resume.second_half", "%s", gpu_stage_error(a.s));
+        goto out;
+    }
+    CHECK("gpu.resume.learns", la[steps - 1] < la[0] - 0.3f);
+    /* run b: a fresh engine from the checkpoint */
+    struct ckpt_meta got;
+    if (ckpt_latest(dir, 0, 2, path, sizeof path, &e) != 0 ||
+        ckpt_read(path, &got, pb, m, v, n, &e) < 0 || ckpt_check_shape(path, &got, &c, 0, 2, &e) < 0) {
+        TEST_FAIL("gpu.resume.read", "%s", e.msg);
+        goto out;
+    }
+    dataloader_seek(b.d, got.data_pos);
+    if (gpu_stage_set_params(b.s, pb) < 0 || gpu_stage_set_moments(b.s, m, v) < 0 ||
+        train_steps(&b, got.step, steps, lb, &ls) < 0 || gpu_stage_get_params(b.s, pb) < 0) {
+        TEST_FAIL("gpu.resume.run", "%s", gpu_stage_error(b.s));
+        goto out;
+    }
+    CHECK_INT("gpu.resume.step", got.step, at);
+    CHECK("gpu.resume.same_losses", memcmp(la + at, lb + at, (size_t)(steps - at) * sizeof(float)) == 0);
+    CHECK("gpu.resume.same_params", memcmp(pa, pb, n * sizeof(float)) == 0);
+out:
+    if (path[0] && strstr(path, dir) == path)
+        unlink(path);
+    rmdir(dir);
+    free(pa);
+    free(pb);
+    free(m);
+    free(v);
+    free(a.in);
+    free(a.tg);
+    free(b.in);
+    free(b.tg);
+    dataloader_free(a.d);
+    dataloader_free(b.d);
+    gpu_stage_free(a.s);
+    gpu_stage_free(b.s);
+}
+
+/* ---------------------------------------------------------------- bad input */
+
+static void test_bad_input(void)
+{
+    struct gpt_config c = tiny();
+    herr e;
+    struct gpu_stage *s = NULL;
+    int tok[16] = {0}, tgt[16] = {0};
+    c.channels = 66; /* not a multiple of heads */
+    CHECK("gpu.bad_input.config", gpu_stage_create(&s, &c, 0, 2, 1, 16, 1, 0, &e) < 0 &&
+          strstr(e.msg, "heads") != NULL);
+    c = tiny();
+    CHECK("gpu.bad_input.range", gpu_stage_create(&s, &c, 1, 3, 1, 16, 1, 0, &e) < 0);
+    CHECK("gpu.bad_input.seq", gpu_stage_create(&s, &c, 0, 2, 1, 64, 1, 0, &e) < 0 &&
+          strstr(e.msg, "max_seq") != NULL);
+    if (gpu_stage_create(&s, &c, 0, 2, 1, 16, 1, 0, &e) < 0) {
+        TEST_FAIL("gpu.bad_input.create", "%s", e.msg);
+        return;
+    }
+    gpu_stage_init_params(s, 1);
+    tok[3] = 97;
+    CHECK("gpu.bad_input.token", gpu_stage_forward(s, 0, tok, NULL, tgt, NULL, NULL) < 0 &&
+          strstr(gpu_stage_error(s), "token 97 at position 3") != NULL);
+    tok[3] = 0;
+    tgt[5] = -1;
+    CHECK("gpu.bad_input.target", gpu_stage_forward(s, 0, tok, NULL, tgt, NULL, NULL) < 0 &&
+          strstr(gpu_stage_error(s), "target -1") != NULL);
+    CHECK("gpu.bad_input.slot", gpu_stage_forward(s, 1, tok, NULL, NULL, NULL, NULL) < 0 &&
+          strstr(gpu_stage_error(s), "slot 1") != NULL);
+    CHECK("gpu.bad_input.backward_first", gpu_stage_backward(s, 0, NULL, NULL, 1.0f) < 0 &&
+          strstr(gpu_stage_error(s), "no forward") != NULL);
+    CHECK("gpu.bad_input.adamw_range", gpu_stage_adamw(s, &(struct adamw_config){0.9f, 0.95f, 1e-8f, 0.1f},
+                                                       0, gpu_stage_num_params(s) + 1, 1e-3f, 1, 1.0f) < 0);
+    gpu_stage_free(s);
+}
+
+int main(int argc, char **argv)
+{
+    int quick = 0;
+    uint64_t seed = (uint64_t)time(NULL);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick"))
+            quick = 1;
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+            seed = strtoull(argv[++i], NULL, 10);
+        else {
+            fprintf(stderr, "usage: %s [--quick] [--seed N]\n", argv[0]);
+            return 2;
+        }
+    }
+    TOL = strcmp(gpu_precision_name(), "fp32") == 0 ? 1e-4 : 2e-2;
+    verbose = getenv("HOLMES_TEST_VERBOSE") && strcmp(getenv("HOLMES_TEST_VERBOSE"), "0") != 0;
+    rng_state = seed;
+    char dev[256];
+    herr e;
+    if (gpu_device_name(dev, sizeof dev, &e) < 0) {
+        TEST_FAIL("gpu.device", "%s", e.msg);
+        TEST_MAIN_END();
+    }
+    printf("# %s, %s mode, tolerance %g, seed %llu\n", dev, gpu_precision_name(), TOL,
+           (unsigned long long)seed);
+    test_vs_cpu(2, 16, quick ? 1 : 3);
+    if (!quick) {
+        test_vs_cpu(3, 32, 0); /* T = max_seq, odd batch */
+        test_two_stage();
+        test_recompute();
+        const char *corpus = getenv("HOLMES_CORPUS");
+        test_resume(corpus ? corpus : "examples/data/corpus.txt");
+        test_bad_input();
+    }
+    printf("%d passed, %d failed\n", test_passes_, test_failures_);
+    TEST_MAIN_END();
+}

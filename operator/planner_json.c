@@ -1,0 +1,160 @@
+/* plan_to_json: the `holmes-operator plan --json` document (docs/planner.md). */
+#include <cjson/cJSON.h>
+
+#include "planner.h"
+
+static cJSON *breakdown_json(const struct cost_breakdown *b)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    int ok = cJSON_AddNumberToObject(o, "compute", b->compute) &&
+             cJSON_AddNumberToObject(o, "tp_comm", b->tp_comm) &&
+             cJSON_AddNumberToObject(o, "pp_comm", b->pp_comm) &&
+             cJSON_AddNumberToObject(o, "bubble", b->bubble) &&
+             cJSON_AddNumberToObject(o, "dp_comm", b->dp_comm) &&
+             cJSON_AddNumberToObject(o, "optimizer", b->optimizer);
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+static int add_str(cJSON *o, const char *k, const char *v)
+{
+    return cJSON_AddStringToObject(o, k, v) != NULL;
+}
+
+static int add_num(cJSON *o, const char *k, double v)
+{
+    return cJSON_AddNumberToObject(o, k, v) != NULL;
+}
+
+cJSON *plan_to_json(const struct plan *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    int ok = add_str(o, "policy", plan_policy_name(p->policy)) &&
+             add_num(o, "predicted_step_seconds", p->step_s) &&
+             add_num(o, "tokens_per_second", p->tokens_per_s);
+    cJSON *br = ok ? breakdown_json(&p->breakdown) : NULL;
+    ok = ok && br && cJSON_AddItemToObject(o, "breakdown", br);
+    if (!ok && br)
+        cJSON_Delete(br);
+    cJSON *par = ok ? cJSON_AddObjectToObject(o, "parallelism") : NULL;
+    ok = ok && par && add_num(par, "tensor", p->tensor) && add_num(par, "pipeline", p->pipeline) &&
+         add_num(par, "data", p->data) && add_num(par, "micro_batches", p->micro_batches) &&
+         add_num(par, "micro_batch_size", p->micro_batch_size) &&
+         add_str(par, "schedule", p->schedule == COST_GPIPE ? "gpipe" : "1f1b");
+    cJSON *stages = ok ? cJSON_AddArrayToObject(o, "stages") : NULL;
+    ok = ok && stages;
+    for (int s = 0; ok && s < p->n_stages; s++) {
+        const struct plan_stage *st = &p->stages[s];
+        cJSON *x = cJSON_CreateObject();
+        ok = x && cJSON_AddItemToArray(stages, x);
+        if (!ok) {
+            cJSON_Delete(x);
+            break;
+        }
+        cJSON *ly = cJSON_AddArrayToObject(x, "layers");
+        cJSON *ws = cJSON_AddArrayToObject(x, "workers");
+        ok = add_num(x, "stage", s) && ly && ws &&
+             cJSON_AddItemToArray(ly, cJSON_CreateNumber(st->first_layer)) &&
+             cJSON_AddItemToArray(ly, cJSON_CreateNumber(st->last_layer)) &&
+             add_str(x, "fabric", st->fabric) && add_num(x, "tflops", st->tflops) &&
+             add_num(x, "forward_seconds", st->fwd_s) && add_num(x, "backward_seconds", st->bwd_s) &&
+             add_num(x, "memory_gb", st->memory_gb);
+        /* workers of the stage, each once, in rank order */
+        int prev = -1;
+        for (int d = 0; ok && d < p->data; d++)
+            for (int r = 0; ok && r < p->tensor; r++) {
+                int w = p->ranks[plan_rank_of(p, s, d, r)].worker;
+                if (w == prev)
+                    continue;
+                prev = w;
+                ok = cJSON_AddItemToArray(ws, cJSON_CreateString(p->workers[w].name));
+            }
+    }
+    cJSON *wk = ok ? cJSON_AddArrayToObject(o, "workers") : NULL;
+    ok = ok && wk;
+    for (int r = 0; ok && r < p->n_ranks; r++) {
+        const struct plan_rank *rk = &p->ranks[r];
+        const struct plan_worker *w = &p->workers[rk->worker];
+        cJSON *x = cJSON_CreateObject();
+        ok = x && cJSON_AddItemToArray(wk, x);
+        if (!ok) {
+            cJSON_Delete(x);
+            break;
+        }
+        const struct plan_stage *st = &p->stages[rk->stage];
+        cJSON *ly = cJSON_AddArrayToObject(x, "layers");
+        ok = add_str(x, "name", w->name) && add_num(x, "rank", r) &&
+             add_num(x, "local_rank", rk->local) && add_num(x, "stage", rk->stage) &&
+             add_num(x, "dp_rank", rk->dp_rank) && add_num(x, "tp_rank", rk->tp_rank) && ly &&
+             cJSON_AddItemToArray(ly, cJSON_CreateNumber(st->first_layer)) &&
+             cJSON_AddItemToArray(ly, cJSON_CreateNumber(st->last_layer)) &&
+             add_str(x, "fabric", w->nic.fabric);
+        cJSON *nic = ok ? nic_summary_to_json(&w->nic) : NULL;
+        ok = ok && nic && cJSON_AddItemToObject(x, "nic", nic);
+        if (!ok && nic)
+            cJSON_Delete(nic);
+    }
+    cJSON *gs = ok ? cJSON_AddArrayToObject(o, "groups") : NULL;
+    ok = ok && gs;
+    for (int g = 0; ok && g < p->n_groups; g++) {
+        const struct plan_group *gr = &p->groups[g];
+        cJSON *x = cJSON_CreateObject();
+        ok = x && cJSON_AddItemToArray(gs, x);
+        if (!ok) {
+            cJSON_Delete(x);
+            break;
+        }
+        cJSON *mem = cJSON_AddArrayToObject(x, "members");
+        cJSON *rk = cJSON_AddArrayToObject(x, "ranks");
+        ok = add_str(x, "kind", plan_group_kind_name(gr->kind)) && mem && rk &&
+             add_str(x, "transport", plan_transport_name(gr->transport.kind)) &&
+             add_str(x, "nccl_net", gr->transport.nccl_net) &&
+             cJSON_AddBoolToObject(x, "intra_node", gr->transport.intra_node);
+        if (ok && gr->stage >= 0)
+            ok = add_num(x, "stage", gr->stage);
+        if (ok && gr->transport.gid_index >= 0)
+            ok = add_num(x, "gid_index", gr->transport.gid_index);
+        if (ok && gr->transport.reason[0])
+            ok = add_str(x, "reason", gr->transport.reason);
+        for (int i = 0; ok && i < gr->n; i++)
+            ok = cJSON_AddItemToArray(mem, cJSON_CreateString(
+                                               p->workers[p->ranks[gr->members[i]].worker].name)) &&
+                 cJSON_AddItemToArray(rk, cJSON_CreateNumber(gr->members[i]));
+    }
+    cJSON *bl = ok ? cJSON_AddObjectToObject(o, "baselines") : NULL;
+    ok = ok && bl && add_num(bl, "naive", p->baseline_naive_s) &&
+         add_num(bl, "ethernet", p->baseline_ethernet_s);
+    ok = ok && add_num(o, "socket_groups", p->n_socket_groups) &&
+         cJSON_AddBoolToObject(o, "homogeneous_possible", p->homogeneous_possible);
+    cJSON *top = ok ? cJSON_AddArrayToObject(o, "candidates") : NULL;
+    ok = ok && top;
+    for (int i = 0; ok && i < p->n_top; i++) {
+        cJSON *x = cJSON_CreateObject();
+        ok = x && cJSON_AddItemToArray(top, x);
+        if (!ok) {
+            cJSON_Delete(x);
+            break;
+        }
+        ok = add_num(x, "pipeline", p->top[i].pipeline) && add_num(x, "data", p->top[i].data) &&
+             add_num(x, "micro_batches", p->top[i].micro_batches) &&
+             add_num(x, "micro_batch_size", p->top[i].micro_batch_size) &&
+             add_num(x, "step_seconds", p->top[i].step_s) &&
+             add_num(x, "tokens_per_second", p->top[i].tokens_per_s);
+    }
+    cJSON *lk = ok ? cost_links_to_json(&p->links) : NULL;
+    ok = ok && lk && cJSON_AddItemToObject(o, "links", lk);
+    if (!ok && lk)
+        cJSON_Delete(lk);
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}

@@ -1,0 +1,64 @@
+# The CUDA engine builds (compile and link only; CI has no GPU): `make cuda` for sm_80 + sm_90 in
+# fp32 and bf16, the binaries need none of the libraries GPU machines lack, the GPU build's CPU
+# reference (OpenBLAS/zlib stand-ins) passes the CPU engine's tests, and without a GPU test_gpu
+# stops with a clear message. Skips when nvcc is missing; runs in the release pass only.
+source "$(dirname "$0")/lib.bash"
+NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
+if [ "${HOLMES_VARIANT:-release}" != release ]; then
+    echo "# cuda build: checked in the release pass"; exit 0
+fi
+if [ ! -x "$NVCC" ]; then
+    NVCC=$(command -v nvcc) || { echo "# cuda build: no nvcc, skipped"; exit 0; }
+fi
+cd "$REPO" || exit 1
+unset MAKEFLAGS MFLAGS MAKELEVEL # a fresh make, whatever -j the caller ran with
+log=$(mktemp /tmp/holmes-cuda.XXXXXX)
+trap 'rm -f "$log" "$log.fatbin"' EXIT
+GB=build/cuda
+
+if make --no-print-directory -j2 NVCC="$NVCC" cuda >"$log" 2>&1; then
+    pass "cuda.build"
+else
+    fail "cuda.build" "$(tail -20 "$log")"
+fi
+if grep -v '^make' "$log" | grep -qi "warning"; then
+    fail "cuda.no_warnings" "$(grep -i warning "$log" | head -5)"
+else
+    pass "cuda.no_warnings"
+fi
+
+for p in fp32 bf16; do
+    o=$GB/$p/gpt_cuda.o
+    if objcopy -O binary --only-section=.nv_fatbin "$o" "$log.fatbin" 2>/dev/null &&
+       strings -a "$log.fatbin" | grep -q sm_80 && strings -a "$log.fatbin" | grep -q sm_90; then
+        pass "cuda.archs.$p (sm_80 + sm_90)"
+    else
+        fail "cuda.archs.$p" "no sm_80 and sm_90 code in $o"
+    fi
+done
+
+for b in $GB/fp32/test_gpu $GB/bf16/test_gpu $GB/bf16/bench_gpu; do
+    libs=$(ldd "$b" 2>/dev/null | awk '{print $1}')
+    bad=$(grep -E 'openblas|libz\.|curl|cjson|websockets|ibverbs|yaml' <<<"$libs")
+    if [ -x "$b" ] && [ -z "$bad" ] && grep -q cublasLt <<<"$libs"; then
+        pass "cuda.self_contained.$(basename "$(dirname "$b")")/$(basename "$b")"
+    else
+        fail "cuda.self_contained.$b" "links: $(tr '\n' ' ' <<<"$libs")"
+    fi
+done
+
+if make --no-print-directory -j2 gpu-host-check >"$log" 2>&1 && ! grep -q '^FAIL' "$log"; then
+    pass "cuda.cpu_reference ($(grep -c '^PASS' "$log") checks of test_gpt and test_checkpoint on the stand-ins)"
+else
+    fail "cuda.cpu_reference" "$(grep '^FAIL' "$log" | head -5 | tr '\n' ' ')"
+fi
+
+# Without a usable GPU the test binary must say so, not crash.
+if ! nvidia-smi -L >/dev/null 2>&1; then
+    out=$($GB/bf16/test_gpu 2>&1); rc=$?
+    if [ $rc -eq 1 ] && grep -q "gpu.device: CUDA:" <<<"$out"; then
+        pass "cuda.no_gpu_clear_error"
+    else
+        fail "cuda.no_gpu_clear_error" "rc $rc: $(head -c 300 <<<"$out")"
+    fi
+fi
