@@ -189,13 +189,19 @@ int cmd_worker_coord(int argc, char **argv)
         runner.user = &sim;
     } else {
         /* Where peers reach this worker: HOLMES_ADVERTISE_HOST, the pod IP, else loopback
-         * when the coordinator is local, else the host name. */
+         * when the coordinator is local, else the pod's DNS name. */
         char host[256] = "127.0.0.1";
         const char *adv = env2("HOLMES_ADVERTISE_HOST", "POD_IP");
         if (adv)
             snprintf(host, sizeof host, "%s", adv);
-        else if (!strstr(url, "127.0.0.1") && !strstr(url, "localhost"))
-            gethostname(host, sizeof host - 1);
+        else if (!strstr(url, "127.0.0.1") && !strstr(url, "localhost")) {
+            /* In a pod: hostname is the pod name and the job's headless Service its subdomain,
+             * so "<pod>.<job>" resolves through the namespace's search domain. */
+            char hn[128] = "";
+            gethostname(hn, sizeof hn - 1);
+            const char *sub = env2("HOLMES_JOB_NAME", NULL);
+            snprintf(host, sizeof host, "%s%s%s", hn, sub ? "." : "", sub ? sub : "");
+        }
         if (worker_train_create(&wt, host, &e)) {
             fprintf(stderr, "holmes-node worker: %s\n", e.msg);
             free(token);
