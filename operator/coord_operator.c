@@ -149,6 +149,7 @@ static cJSON *plan_status_json(const struct plan *p, const struct coord_worker *
         cJSON_AddStringToObject(st, "fabric", p->stages[s].fabric);
         cJSON_AddNumberToObject(st, "layers", p->stages[s].last_layer - p->stages[s].first_layer);
         cJSON_AddNumberToObject(st, "firstLayer", p->stages[s].first_layer);
+        cJSON_AddNumberToObject(st, "tflops", p->stages[s].tflops); /* its slowest worker's */
         cJSON *ws = cJSON_AddArrayToObject(st, "workers");
         for (int r = 0; ws && r < p->n_ranks; r++)
             if (p->ranks[r].stage == s && p->ranks[r].local == 0)

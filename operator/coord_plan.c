@@ -65,8 +65,11 @@ int coord_plan_hook(void *user, const struct coord_worker *workers, int n, cJSON
         snprintf(pw[i].name, sizeof pw[i].name, "%.*s", (int)sizeof pw[i].name - 1, workers[i].pod);
         snprintf(pw[i].node, sizeof pw[i].node, "%.*s", (int)sizeof pw[i].node - 1, workers[i].node);
         pw[i].gpus = workers[i].gpus > 0 ? s->gpus_per_worker : 0;
-        pw[i].tflops = pw[i].gpus ? (cp->gpu_tflops > 0 ? cp->gpu_tflops : 100)
-                                  : (cp->cpu_tflops > 0 ? cp->cpu_tflops : 0.05);
+        if (workers[i].tflops > 0) /* measured or declared by the worker */
+            pw[i].tflops = workers[i].tflops;
+        else
+            pw[i].tflops = pw[i].gpus ? (cp->gpu_tflops > 0 ? cp->gpu_tflops : 100)
+                                      : (cp->cpu_tflops > 0 ? cp->cpu_tflops : 0.05);
         pw[i].nic = workers[i].nic;
     }
     struct plan_job job;
