@@ -1596,7 +1596,7 @@ int controller_set_job_condition(struct controller *c, const char *ns, const cha
         }
         cJSON_Delete(patch);
         cJSON_Delete(j);
-        if (rc == 0 || attempt >= 20 || !strstr(e->msg, "onflict"))
+        if (rc == 0 || attempt >= 20 || !strstr(e->msg, ": 409 "))
             return rc ? herr_wrap(e, "condition %s of %s/%s", type, ns, job) : 0;
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
