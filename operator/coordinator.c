@@ -288,6 +288,19 @@ static void job_send_assignments(struct job *j)
     set_state(j, COORD_RENDEZVOUS, "assignments sent");
 }
 
+static void job_maybe_emit(struct job *j, int force);
+
+/* Running with every worker done: the job succeeded. */
+static void job_succeed_if_all_done(struct job *j)
+{
+    for (int i = 0; i < j->n; i++)
+        if (!j->w[i].done)
+            return;
+    job_maybe_emit(j, 1);
+    set_state(j, COORD_SUCCEEDED, "every worker finished");
+    job_broadcast_stop(j, 0, "the job succeeded");
+}
+
 /* All present with hello: adopt a running gang, or plan and assign. */
 static void job_gang_complete(struct job *j)
 {
@@ -297,6 +310,7 @@ static void job_gang_complete(struct job *j)
     if (all_running) {
         j->attempt = attempt;
         set_state(j, COORD_RUNNING, "every worker reconnected mid-training; adopted");
+        job_succeed_if_all_done(j); /* some or all may have finished while we were away */
         return;
     }
     int any_running = 0;
@@ -556,15 +570,17 @@ static void on_progress(struct conn *k, const struct proto_msg *m)
 static void on_done(struct conn *k, const struct proto_msg *m)
 {
     struct job *j = k->job;
+    struct slot *s = &j->w[k->worker];
+    if (j->state == COORD_GATHERING && s->running) {
+        /* A worker that finished while no coordinator was there reconnects and reports done
+         * before the rest of the gang is back: keep it for the adoption (it sends done once). */
+        s->done = 1;
+        return;
+    }
     if (j->state != COORD_RUNNING)
         return;
-    j->w[k->worker].done = 1;
-    for (int i = 0; i < j->n; i++)
-        if (!j->w[i].done)
-            return;
-    job_maybe_emit(j, 1);
-    set_state(j, COORD_SUCCEEDED, "every worker finished");
-    job_broadcast_stop(j, 0, "the job succeeded");
+    s->done = 1;
+    job_succeed_if_all_done(j);
 }
 
 static void on_message(struct conn *k, const char *text, size_t len)

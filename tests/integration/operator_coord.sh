@@ -25,7 +25,7 @@ run_worker() { # index sysfs-fixture [extra env assignments...]
     local pod; pod=$(api GET /api/v1/namespaces/$NS/pods/e2e-worker-$i)
     local envs; envs=$(jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"' <<<"$pod")
     env -i PATH="$PATH" HOSTNAME=e2e-worker-$i HOLMES_TOKEN="$TOKEN" NODE_NAME=node-$i $envs "$@" \
-        "$NODE" worker --sysfs "$FIX/$fx/sys" --simulate 40 --step-ms 50 --progress-ms 100 \
+        timeout -k 5 180 "$NODE" worker --sysfs "$FIX/$fx/sys" --simulate 40 --step-ms 50 --progress-ms 100 \
         >"$FAKEAPI_DIR/worker-$i.log" 2>&1
 }
 WPIDS=()
@@ -84,7 +84,7 @@ run_worker2() { # like run_worker, for job e2f, 60 steps
     local pod; pod=$(api GET /api/v1/namespaces/$NS/pods/e2f-worker-$i)
     local envs; envs=$(jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"' <<<"$pod")
     env -i PATH="$PATH" HOSTNAME=e2f-worker-$i HOLMES_TOKEN="$TOKEN" NODE_NAME=node-$i $envs \
-        "$NODE" worker --sysfs "$FIX/$fx/sys" --simulate 60 --step-ms 50 --progress-ms 100 \
+        timeout -k 5 180 "$NODE" worker --sysfs "$FIX/$fx/sys" --simulate 60 --step-ms 50 --progress-ms 100 \
         >"$FAKEAPI_DIR/worker2-$i.log" 2>&1
 }
 WPIDS=()
@@ -96,7 +96,7 @@ wait "$OP_PID" 2>/dev/null
 STEP_BEFORE=$(job_get $NS e2f | jq .status.progress.step)
 sleep 1
 start_operator op2 --coordinator-addr 127.0.0.1:$CPORT --coordinator-url ws://127.0.0.1:$CPORT/ --node-image holmes-node:test
-check "new operator: progress moves on" wait_for 30 job_is $NS e2f ".status.progress.step > $STEP_BEFORE"
+check "new operator: progress moves on" wait_for 60 job_is $NS e2f ".status.progress.step > $STEP_BEFORE"
 ok=1
 for p in "${WPIDS[@]}"; do wait "$p" || ok=0; done
 [ $ok = 1 ] && pass "operator killed: every worker finished (exit 0)" \
@@ -115,7 +115,7 @@ run_worker3() {
     local pod; pod=$(api GET /api/v1/namespaces/$NS/pods/e2g-worker-$i)
     local envs; envs=$(jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"' <<<"$pod")
     env -i PATH="$PATH" HOSTNAME=e2g-worker-$i HOLMES_TOKEN="$TOKEN" NODE_NAME=node-$i $envs \
-        "$NODE" worker --sysfs "$FIX/$fx/sys" --simulate 5 --step-ms 20 --progress-ms 100 \
+        timeout -k 5 180 "$NODE" worker --sysfs "$FIX/$fx/sys" --simulate 5 --step-ms 20 --progress-ms 100 \
         >"$FAKEAPI_DIR/worker3-$i.log" 2>&1
 }
 WPIDS=()

@@ -538,6 +538,37 @@ static void test_adopt_gang_timeout_plan_failure(void)
     coord_client_destroy(cl[1]);
     server_stop(&s);
 
+    /* Workers that finished while no coordinator was up reconnect and say done at once, before
+     * the rest of the gang is back (a worker sends done once per connection): the new
+     * coordinator must keep those and end the job when it adopts the gang. */
+    if (server_start(&s, "dj", 2, 60000, 0)) {
+        TEST_FAIL("server start", "could not start");
+        return;
+    }
+    cl[0] = connect_to(&s);
+    if (cl[0]) {
+        send_hello(cl[0], "dj", TOKEN, "p0", 0, 1);
+        tsend(cl[0], proto_done_encode(0, 100, NULL));
+    }
+    usleep(200000);
+    CHECK_INT("done before the gang is back: still gathering", job_state(&s, "dj"), COORD_GATHERING);
+    cl[1] = connect_to(&s);
+    if (cl[1]) {
+        send_hello(cl[1], "dj", TOKEN, "p1", 1, 1);
+        tsend(cl[1], proto_done_encode(1, 100, NULL));
+    }
+    CHECK("finished gang adopted and succeeded", wait_state(&s, "dj", COORD_SUCCEEDED));
+    struct proto_msg dm;
+    int final_stop = cl[0] && expect(cl[0], PROTO_STOP, &dm);
+    if (final_stop) {
+        final_stop = !dm.u.stop.restart;
+        proto_msg_free(&dm);
+    }
+    CHECK("the early finisher gets the final stop", final_stop);
+    coord_client_destroy(cl[0]);
+    coord_client_destroy(cl[1]);
+    server_stop(&s);
+
     if (server_start(&s, "pf", 2, 60000, 3)) {
         TEST_FAIL("server start", "could not start");
         return;
