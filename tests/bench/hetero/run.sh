@@ -23,6 +23,7 @@ IB_MBIT=${IB_MBIT:-400}    # "200 Gb/s InfiniBand"
 ROCE_MBIT=${ROCE_MBIT:-200} # "100 Gb/s RoCE"
 CROSS_MBIT=${CROSS_MBIT:-50} # "25 Gb/s TCP between fabrics"
 OUT=${OUT:-$REPO/docs}
+TOKENS=512                 # per step: data 2 x microBatches 2 x microBatchSize 4 x seqLen 32
 ONLY=${ONLY:-}             # run only these scenarios (space-separated names)
 P=hb$$; P=${P:0:7}
 WORK=$(mktemp -d /tmp/bench-hetero.XXXXXX)
@@ -30,7 +31,7 @@ oppid=
 cleanup() {
     [ -n "$oppid" ] && kill -9 "$oppid" 2>/dev/null || true
     "$NETNS" down "$P" >/dev/null 2>&1 || true
-    rm -rf "$WORK"
+    [ -n "${KEEP:-}" ] || rm -rf "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -155,4 +156,4 @@ t_end=$(date +%s)
 load1=$(uptime | sed 's/.*load average: //')
 cp "$RES" "$OUT/hetero-results.tsv"
 python3 "$HERE/report.py" "$WORK" "$OP" "$OUT" "$((t_end - t_start))" "$load0" "$load1" \
-    "$IB_MBIT" "$ROCE_MBIT" "$CROSS_MBIT"
+    "$IB_MBIT" "$ROCE_MBIT" "$CROSS_MBIT" "$TOKENS"
