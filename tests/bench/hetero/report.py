@@ -3,7 +3,7 @@
 ratios, the planner's prediction before and after calibration (fitted link constants), a
 markdown table and a gnuplot PNG.
 usage: report.py WORKDIR OPERATOR OUTDIR WALL_S LOAD_BEFORE LOAD_AFTER IB_MBIT ROCE_MBIT CROSS_MBIT TOKENS"""
-import json, os, statistics, subprocess, sys
+import json, math, os, statistics, subprocess, sys
 
 work, op, out, wall, load0, load1, ib, roce, cross, tokens = sys.argv[1:11]
 tokens = int(tokens)
@@ -25,8 +25,8 @@ def plan(name, calib):
     return json.loads(r.stdout)["predicted_step_seconds"]
 
 
-# Calibration: coordinate descent over the cost model's link constants, minimising the
-# largest relative error of the predicted against the measured median step time.
+# Calibration: coordinate descent over the cost model's link constants, minimising the sum of
+# squared log errors of the predicted against the measured median step times.
 KEYS = {"compute_efficiency": (0.6, 0.001, 1.0), "tcp_efficiency": (0.8, 0.01, 1.0),
         "rdma_efficiency": (0.9, 0.01, 1.0), "tcp_latency_us": (50.0, 1.0, 100000.0),
         "tcp_gbps": (float(cross) / 1000, 0.0001, 1000.0)}
@@ -34,10 +34,15 @@ calib_path = os.path.join(work, "calibration.json")
 median = {n: statistics.median(meas[n]) for n in order}
 
 
-def error(vals):
+def predict(vals):
     with open(calib_path, "w") as f:
         json.dump({"links": vals}, f)
-    return max(abs(plan(n, calib_path) / median[n] - 1) for n in order)
+    return {n: plan(n, calib_path) for n in order}
+
+
+def error(vals):  # sum of squared log ratios: smooth, so coordinate descent does not stall
+    p = predict(vals)
+    return sum(math.log(p[n] / median[n]) ** 2 for n in order)
 
 
 vals = {k: v[0] for k, v in KEYS.items()}
@@ -55,9 +60,8 @@ for factor in (2.0, 1.4, 1.15, 1.05):
                 e = error(trial)
                 if e < best - 1e-6:
                     best, vals, improved = e, trial, True
-with open(calib_path, "w") as f:
-    json.dump({"links": vals}, f)
-pred1 = {n: plan(n, calib_path) for n in order}
+pred1 = predict(vals)
+worst = max(abs(pred1[n] / median[n] - 1) for n in order)
 with open(os.path.join(out, "hetero-calibration.json"), "w") as f:
     json.dump({"links": {k: round(v, 6) for k, v in vals.items()}}, f, indent=1)
     f.write("\n")
@@ -92,7 +96,7 @@ for cl in ("2fab", "3fab"):
                      f"{ratio(h, 'all-ethernet'):.2f} x all-Ethernet (goal >= 2), "
                      f"{ratio(h, nv):.2f} x naive (goal >= 1.37)")
 goals.append(f"- calibration (fitted {', '.join(f'{k}={v:.4g}' for k, v in vals.items())}): "
-             f"largest error {100 * best:.1f} % (goal <= 15 %)")
+             f"largest error {100 * worst:.1f} % (goal <= 15 %)")
 lines += goals
 table = "\n".join(lines) + "\n"
 with open(os.path.join(out, "hetero-table.md"), "w") as f:

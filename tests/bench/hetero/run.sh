@@ -119,15 +119,23 @@ RES=$WORK/results.tsv
 echo -e "scenario\tpolicy\trep\tmedian_step_s\tsteps\tpredicted_s\twall_s" >"$RES"
 t_start=$(date +%s)
 load0=$(uptime | sed 's/.*load average: //')
+# Runs are interleaved (every scenario once, then again, ...) so that a change of the machine's
+# load during the benchmark falls on all scenarios alike.
 for sc in "${SCENARIOS[@]}"; do
     read -r name policy workers <<<"$sc"
     [ -z "$ONLY" ] || [[ " $ONLY " == *" $name "* ]] || continue
-    job "$name" "$policy" "$workers" >"$WORK/$name.yaml"
-    pred=$("$OP" plan "$WORK/$name.yaml" --json | python3 -c 'import json,sys;print(json.load(sys.stdin)["predicted_step_seconds"])')
-    netns "$name" "$workers"
-    for ((r = 1; r <= REPS; r++)); do
+    job "$name" "$policy" "$workers" >"$WORK/job-$name.yaml"
+    "$OP" plan "$WORK/job-$name.yaml" --json |
+        python3 -c 'import json,sys;print(json.load(sys.stdin)["predicted_step_seconds"])' >"$WORK/$name.pred"
+done
+for ((r = 1; r <= REPS; r++)); do
+    for sc in "${SCENARIOS[@]}"; do
+        read -r name policy workers <<<"$sc"
+        [ -z "$ONLY" ] || [[ " $ONLY " == *" $name "* ]] || continue
+        pred=$(cat "$WORK/$name.pred")
+        netns "$name" "$workers"
         t0=$(date +%s.%N)
-        ip netns exec "$P-r" "$OP" local "$WORK/$name.yaml" --quiet --bind 10.77.1.1 \
+        ip netns exec "$P-r" "$OP" local "$WORK/job-$name.yaml" --quiet --bind 10.77.1.1 \
             --worker-wrap "$HERE/inns.sh $WORK/$name.map {i}" --run-dir "$WORK/runs/$name-$r" \
             --metrics-out "$WORK/$name-$r.jsonl" >"$WORK/$name-$r.out" 2>&1 &
         oppid=$!
@@ -139,18 +147,10 @@ for sc in "${SCENARIOS[@]}"; do
         fi
         oppid=
         wall=$(awk "BEGIN{print $(date +%s.%N) - $t0}")
-        python3 - "$WORK/$name-$r.jsonl" "$WARMUP" "$name" "$policy" "$r" "$pred" "$wall" >>"$RES" <<'PY'
-import json, sys, statistics
-path, warm, name, policy, rep, pred, wall = sys.argv[1:]
-rows = [json.loads(l) for l in open(path) if l.strip()]
-ms = [r["step_ms"] for r in rows if r["step"] > int(warm)]
-if not ms:
-    sys.exit(f"{path}: no steps after the warm-up")
-print(f"{name}\t{policy}\t{rep}\t{statistics.median(ms)/1000:.4f}\t{len(ms)}\t{float(pred):.4f}\t{float(wall):.1f}")
-PY
+        python3 "$HERE/steps.py" "$WORK/$name-$r.jsonl" "$WARMUP" "$name" "$policy" "$r" \
+            "$pred" "$wall" >>"$RES"
         tail -n 1 "$RES" >&2
     done
-    cp "$WORK/$name.yaml" "$WORK/job-$name.yaml"
 done
 t_end=$(date +%s)
 load1=$(uptime | sed 's/.*load average: //')
