@@ -13,7 +13,8 @@ REPO=$(cd "$HERE/../../.." && pwd)
 die() { echo "bench-hetero: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "needs root (network namespaces and tc shaping); run as root, e.g. sudo make bench-hetero"
 for c in ip tc python3; do command -v $c >/dev/null || die "needs $c"; done
-OP=$REPO/bin/holmes-operator NODE=$REPO/bin/holmes-node NETNS=$REPO/scripts/fabric-netns.sh
+BIN=${HOLMES_BIN_DIR:-$REPO/bin}
+OP=$BIN/holmes-operator NODE=$BIN/holmes-node NETNS=$REPO/scripts/fabric-netns.sh
 [ -x "$OP" ] && [ -x "$NODE" ] || die "build first (make): $OP, $NODE"
 
 REPS=${REPS:-3}            # runs per scenario
