@@ -18,7 +18,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "Usage: holmes-node worker --coordinator URL --job NAME --pod POD --worker I\n"
-        "                          [--token-file FILE] [--node NODE] [--emulate-nic SPEC]\n"
+        "                          [--token-file FILE] [--ca FILE] [--node NODE] [--emulate-nic SPEC]\n"
         "                          [--sysfs ROOT] [--progress-ms MS] [--connect-timeout S]\n"
         "                          [--simulate STEPS [--step-ms MS] [--fail-at STEP]]\n\n"
         "Connects to the coordinator, reports this worker's NICs, receives its place in the\n"
@@ -27,6 +27,8 @@ static void usage(FILE *f)
         "HOLMES_JOB (or HOLMES_JOB_NAME, with HOLMES_JOB_NAMESPACE), HOLMES_TOKEN (preferred\n"
         "over --token-file), HOLMES_POD (or POD_NAME, HOSTNAME), HOLMES_WORKER (or\n"
         "HOLMES_WORKER_INDEX), HOLMES_NODE (or NODE_NAME), HOLMES_EMULATE_NIC.\n\n"
+        "  --ca FILE           wss:// only: PEM CA that signed the coordinator's certificate\n"
+        "                      (HOLMES_COORDINATOR_CA; default: the system's CAs)\n"
         "  --emulate-nic SPEC  report CLASS:FABRIC:GBPS instead of discovering NICs\n"
         "  --sysfs ROOT        discover NICs from a recorded sysfs tree\n"
         "  --simulate STEPS    train nothing: report STEPS simulated steps (protocol tests and\n"
@@ -93,7 +95,7 @@ int cmd_worker_coord(int argc, char **argv)
     const char *emulate = env2("HOLMES_EMULATE_NIC", NULL), *ns = env2("HOLMES_JOB_NAMESPACE", NULL);
     if (!pod)
         pod = env2("HOSTNAME", NULL);
-    const char *token_file = NULL, *sysfs = NULL;
+    const char *token_file = NULL, *sysfs = NULL, *ca = env2("HOLMES_COORDINATOR_CA", NULL);
     long progress_ms = 500, connect_s = 60, sim_steps = -1, step_ms = 10, fail_at = 0, worker = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -105,6 +107,7 @@ int cmd_worker_coord(int argc, char **argv)
         else if (strcmp(a, "--node") == 0 && v) node = v;
         else if (strcmp(a, "--worker") == 0 && v) worker_s = v;
         else if (strcmp(a, "--token-file") == 0 && v) token_file = v;
+        else if (strcmp(a, "--ca") == 0 && v) ca = v;
         else if (strcmp(a, "--emulate-nic") == 0 && v) emulate = v;
         else if (strcmp(a, "--sysfs") == 0 && v) sysfs = v;
         else if (strcmp(a, "--progress-ms") == 0 && v) {
@@ -147,6 +150,7 @@ int cmd_worker_coord(int argc, char **argv)
     struct worker_coord_options o;
     memset(&o, 0, sizeof o);
     o.url = url;
+    o.ca_file = ca;
     o.job = job;
     o.token = tok;
     o.pod = pod;
@@ -185,13 +189,19 @@ int cmd_worker_coord(int argc, char **argv)
         runner.user = &sim;
     } else {
         /* Where peers reach this worker: HOLMES_ADVERTISE_HOST, the pod IP, else loopback
-         * when the coordinator is local, else the host name. */
+         * when the coordinator is local, else the pod's DNS name. */
         char host[256] = "127.0.0.1";
         const char *adv = env2("HOLMES_ADVERTISE_HOST", "POD_IP");
         if (adv)
             snprintf(host, sizeof host, "%s", adv);
-        else if (!strstr(url, "127.0.0.1") && !strstr(url, "localhost"))
-            gethostname(host, sizeof host - 1);
+        else if (!strstr(url, "127.0.0.1") && !strstr(url, "localhost")) {
+            /* In a pod: hostname is the pod name and the job's headless Service its subdomain,
+             * so "<pod>.<job>" resolves through the namespace's search domain. */
+            char hn[128] = "";
+            gethostname(hn, sizeof hn - 1);
+            const char *sub = env2("HOLMES_JOB_NAME", NULL);
+            snprintf(host, sizeof host, "%s%s%s", hn, sub ? "." : "", sub ? sub : "");
+        }
         if (worker_train_create(&wt, host, &e)) {
             fprintf(stderr, "holmes-node worker: %s\n", e.msg);
             free(token);

@@ -203,6 +203,12 @@ static void lws_log_to_ours(int level, const char *line)
 
 int coord_client_create(struct coord_client **out, const char *url, herr *e)
 {
+    return coord_client_create_tls(out, url, NULL, e);
+}
+
+int coord_client_create_tls(struct coord_client **out, const char *url, const char *ca_file,
+                            herr *e)
+{
     *out = NULL;
     if (!url || strlen(url) >= sizeof ((struct coord_client *)0)->url)
         return herr_set(e, "coordinator URL: missing or too long");
@@ -238,6 +244,8 @@ int coord_client_create(struct coord_client **out, const char *url, herr *e)
     info.protocols = cl->protocols;
     info.user = cl;
     info.options = cl->tls ? LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT : 0;
+    if (cl->tls && ca_file)
+        info.client_ssl_ca_filepath = ca_file;
     cl->ctx = lws_create_context(&info);
     if (!cl->ctx) {
         pthread_mutex_destroy(&cl->mu);

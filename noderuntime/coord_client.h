@@ -12,6 +12,10 @@ struct coord_client;
 
 /* Parses `url` (ws://host:port/path or wss://...) and prepares a context; does not connect. */
 int coord_client_create(struct coord_client **out, const char *url, herr *e);
+/* The same; for wss:// the coordinator's certificate is checked against ca_file (PEM) when
+ * given, else against the system's CAs. */
+int coord_client_create_tls(struct coord_client **out, const char *url, const char *ca_file,
+                            herr *e);
 void coord_client_destroy(struct coord_client *cl);
 
 /* Connects (again, after a drop), waiting at most timeout_ms for the handshake.

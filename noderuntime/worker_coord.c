@@ -188,7 +188,7 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
     memset(&t, 0, sizeof t);
     int thread_started = 0;
 
-    if (coord_client_create(&s.cl, o->url, e))
+    if (coord_client_create_tls(&s.cl, o->url, o->ca_file, e))
         goto out;
     if (connect_and_hello(&s, o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 60000, e))
         goto out;

@@ -44,6 +44,7 @@ struct worker_runner {
 
 struct worker_coord_options {
     const char *url;
+    const char *ca_file;        /* wss://: PEM CA for the coordinator's certificate; NULL = system */
     const char *job;
     const char *token;
     const char *pod;

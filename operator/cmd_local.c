@@ -629,9 +629,30 @@ int cmd_local(int argc, char **argv)
     if (s->training.checkpoint.path[0] && !L.simulate) {
         char latest[TJ_PATH_MAX + 32];
         snprintf(latest, sizeof latest, "%s/latest-step", s->training.checkpoint.path);
-        if (access(latest, F_OK) == 0)
-            printf("resuming from the checkpoints in %s (remove that directory to start over)\n",
-                   s->training.checkpoint.path);
+        FILE *lf = fopen(latest, "r");
+        long done = -1;
+        if (lf) {
+            if (fscanf(lf, "%ld", &done) != 1)
+                done = -1;
+            fclose(lf);
+        }
+        if (done >= s->training.steps) {
+            /* A finished run: keep its checkpoints aside and train again from scratch. */
+            char old[TJ_PATH_MAX + 32];
+            snprintf(old, sizeof old, "%s.previous", s->training.checkpoint.path);
+            char cmdline[2 * TJ_PATH_MAX + 64];
+            if (access(old, F_OK) == 0) { /* keep one previous run */
+                snprintf(cmdline, sizeof cmdline, "rm -rf -- '%s'", old);
+                if (!strchr(old, '\'') && system(cmdline) != 0)
+                    fprintf(stderr, "holmes-operator local: could not remove %s\n", old);
+            }
+            if (rename(s->training.checkpoint.path, old) == 0)
+                printf("the checkpoints in %s are from a finished run: moved to %s, starting "
+                       "over\n", s->training.checkpoint.path, old);
+        } else if (done >= 0) {
+            printf("resuming from step %ld of the checkpoints in %s (remove that directory to "
+                   "start over)\n", done, s->training.checkpoint.path);
+        }
     }
     fflush(stdout);
 

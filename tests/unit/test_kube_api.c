@@ -247,8 +247,12 @@ static void test_informer(struct fakeapi *f, struct kube_client *kc)
 
     /* History compacted while the watch is down: 410 Gone -> relist; deletions noticed. */
     fakeapi_control(f, "POST", "/_fake/faults", "{\"status\":503,\"count\":1000,\"match\":\"watch=1\"}", NULL, 0);
+    struct kube_informer_stats s2, s3;
+    kube_informer_stats(inf, &s2);
     fakeapi_control(f, "POST", "/_fake/faults", "{\"status\":503,\"count\":1000,\"match\":\"watch=1\",\"dropWatches\":true}", NULL, 0);
-    sleep_ms(300);
+    /* Only delete once the informer has noticed its watch is gone (a fixed sleep raced under load). */
+    CHECK("the informer notices the dropped watch",
+          WAIT_FOR((kube_informer_stats(inf, &s3), s3.watch_errors > s2.watch_errors), 8000));
     kube_delete(kc, &KUBE_PODS, "ns2", "p1", NULL, &e);
     p = pod("p5", "inf", NULL);
     kube_create(kc, &KUBE_PODS, "ns2", p, NULL, &e);
