@@ -26,6 +26,10 @@ CROSS_MBIT=${CROSS_MBIT:-50} # "25 Gb/s TCP between fabrics"
 OUT=${OUT:-$REPO/docs}
 TOKENS=512                 # per step: data 2 x microBatches 2 x microBatchSize 4 x seqLen 32
 ONLY=${ONLY:-}             # run only these scenarios (space-separated names)
+for v in REPS STEPS IB_MBIT ROCE_MBIT CROSS_MBIT; do
+    [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -ge 1 ] || die "$v=${!v}: must be a positive integer"
+done
+[[ $WARMUP =~ ^[0-9]+$ ]] && [ "$WARMUP" -lt "$STEPS" ] || die "WARMUP=$WARMUP: must be an integer below STEPS ($STEPS)"
 P=hb$$; P=${P:0:7}
 WORK=$(mktemp -d /tmp/bench-hetero.XXXXXX)
 oppid=
@@ -47,6 +51,10 @@ SCENARIOS=(
     "3fab-holmes holmes $ib,$roce,$ib,$eth"
     "3fab-naive naive $ib,$roce,$ib,$eth"
 )
+for o in $ONLY; do
+    printf '%s\n' "${SCENARIOS[@]}" | grep -q "^$o " ||
+        die "ONLY: no scenario $o (all-rdma all-ethernet 2fab-holmes 2fab-naive 3fab-holmes 3fab-naive)"
+done
 
 # job NAME POLICY WORKERS: the TrainingJob (Gb/s in the emulation block = the shaped Mbit/1000,
 # so the planner predicts for the links the run really has; pacing is off, bandwidthScale 1).
@@ -147,6 +155,8 @@ for ((r = 1; r <= REPS; r++)); do
             die "scenario $name run $r failed"
         fi
         oppid=
+        [ "$r" != 1 ] || { echo "== $name"; sed -n '/^placement/,/predicted step time/p' "$WORK/$name-$r.out"; } \
+            >>"$WORK/placements.txt"
         wall=$(awk "BEGIN{print $(date +%s.%N) - $t0}")
         python3 "$HERE/steps.py" "$WORK/$name-$r.jsonl" "$WARMUP" "$name" "$policy" "$r" \
             "$pred" "$wall" >>"$RES"
@@ -156,5 +166,6 @@ done
 t_end=$(date +%s)
 load1=$(uptime | sed 's/.*load average: //')
 cp "$RES" "$OUT/hetero-results.tsv"
+cp "$WORK/placements.txt" "$OUT/hetero-placements.txt"
 python3 "$HERE/report.py" "$WORK" "$OP" "$OUT" "$((t_end - t_start))" "$load0" "$load1" \
     "$IB_MBIT" "$ROCE_MBIT" "$CROSS_MBIT" "$TOKENS"
