@@ -18,7 +18,8 @@ for name, policy, rep, med, steps, pred, w in rows:
 
 
 def plan(name, calib):
-    cmd = [op, "plan", os.path.join(work, f"job-{name}.yaml"), "--json"]
+    cmd = [op, "plan", os.path.join(work, f"job-{name}.yaml"), "--json", "--partition",
+           open(os.path.join(work, f"job-{name}.partition")).read().strip()]
     if calib:
         cmd += ["--calibration", calib]
     r = subprocess.run(cmd, capture_output=True, text=True, check=True)

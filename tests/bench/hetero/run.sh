@@ -134,14 +134,11 @@ for sc in "${SCENARIOS[@]}"; do
     read -r name policy workers <<<"$sc"
     [ -z "$ONLY" ] || [[ " $ONLY " == *" $name "* ]] || continue
     job "$name" "$policy" "$workers" >"$WORK/job-$name.yaml"
-    "$OP" plan "$WORK/job-$name.yaml" --json |
-        python3 -c 'import json,sys;print(json.load(sys.stdin)["predicted_step_seconds"])' >"$WORK/$name.pred"
 done
 for ((r = 1; r <= REPS; r++)); do
     for sc in "${SCENARIOS[@]}"; do
         read -r name policy workers <<<"$sc"
         [ -z "$ONLY" ] || [[ " $ONLY " == *" $name "* ]] || continue
-        pred=$(cat "$WORK/$name.pred")
         netns "$name" "$workers"
         t0=$(date +%s.%N)
         ip netns exec "$P-r" "$OP" local "$WORK/job-$name.yaml" --quiet --bind 10.77.1.1 \
@@ -155,8 +152,16 @@ for ((r = 1; r <= REPS; r++)); do
             die "scenario $name run $r failed"
         fi
         oppid=
-        [ "$r" != 1 ] || { echo "== $name"; sed -n '/^placement/,/predicted step time/p' "$WORK/$name-$r.out"; } \
-            >>"$WORK/placements.txt"
+        if [ "$r" = 1 ]; then
+            { echo "== $name"; sed -n '/^placement/,/predicted step time/p' "$WORK/$name-$r.out"; } \
+                >>"$WORK/placements.txt"
+            # The planner predicts for the layer split the coordinator really ran (--partition).
+            awk '/^placement/{on=1; next} on && $1 ~ /^[0-9]+$/ {split($3, l, "-"); p = p (p ? "," : "") l[2] - l[1] + 1}
+                 /predicted step time/{print p; exit}' "$WORK/$name-$r.out" >"$WORK/job-$name.partition"
+            "$OP" plan "$WORK/job-$name.yaml" --partition "$(cat "$WORK/job-$name.partition")" --json |
+                python3 -c 'import json,sys;print(json.load(sys.stdin)["predicted_step_seconds"])' >"$WORK/$name.pred"
+        fi
+        pred=$(cat "$WORK/$name.pred")
         wall=$(awk "BEGIN{print $(date +%s.%N) - $t0}")
         python3 "$HERE/steps.py" "$WORK/$name-$r.jsonl" "$WARMUP" "$name" "$policy" "$r" \
             "$pred" "$wall" >>"$RES"
