@@ -1,5 +1,5 @@
-# tests/bench/hetero/run.sh (make bench-hetero) in small: refuses without root; with root, two
-# scenarios of one short run each produce the table, the calibration and the results, and
+# tests/bench/hetero/run.sh (make bench-hetero) in small: refuses without root; with root,
+# one scenario of one short run produces the table, the calibration and the results, and
 # every namespace is gone afterwards, also when the run is interrupted.
 source "$(dirname "$0")/lib.bash"
 B=$REPO/tests/bench/hetero/run.sh
@@ -16,15 +16,15 @@ fi
 tmp=$(mktemp -d /tmp/holmes-bh.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 export HOLMES_BIN_DIR
-out=$(ONLY="2fab-holmes 2fab-naive" REPS=1 STEPS=5 WARMUP=2 OUT=$tmp timeout 300 "$B" 2>&1); rc=$?
-[ $rc -eq 0 ] && pass "two scenarios run" || fail "two scenarios run" "rc $rc: $out"
-for s in 2fab-holmes 2fab-naive; do
+out=$(ONLY="2fab-naive" REPS=1 STEPS=4 WARMUP=1 OUT=$tmp timeout 300 "$B" 2>&1); rc=$?
+[ $rc -eq 0 ] && pass "a short run succeeds" || fail "a short run succeeds" "rc $rc: $out"
+for s in 2fab-naive; do
     grep -q "^| $s | ${s#2fab-} | [0-9.]* |" "$tmp/hetero-table.md" 2>/dev/null \
         && pass "table row $s" || fail "table row $s" "$(cat "$tmp/hetero-table.md" 2>&1)"
 done
 /usr/bin/python3 -c 'import json,sys; l=json.load(open(sys.argv[1]))["links"]; assert l["compute_efficiency"] > 0' \
     "$tmp/hetero-calibration.json" && pass "calibration written" || fail "calibration written"
-[ "$(wc -l <"$tmp/hetero-results.tsv")" -eq 3 ] && pass "one results line per run" \
+[ "$(wc -l <"$tmp/hetero-results.tsv")" -eq 2 ] && pass "one results line per run" \
     || fail "one results line per run" "$(cat "$tmp/hetero-results.tsv")"
 left=$(ip netns list | grep -E '^hb[0-9]+-' || true)
 [ -z "$left" ] && pass "namespaces removed after the run" || fail "namespaces removed after the run" "$left"
