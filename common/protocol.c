@@ -92,6 +92,8 @@ static int parse_hello(const cJSON *j, struct proto_hello *h, herr *e)
     if (get_int(j, "hello", "gpus", 0, 0, 1024, &v, e))
         return -1;
     h->gpus = (int)v;
+    if (get_num(j, "hello", "tflops", 0, 1e-6, 1e6, &h->tflops, e))
+        return -1;
     const cJSON *nic = cJSON_GetObjectItemCaseSensitive(j, "nic");
     if (!nic)
         return herr_set(e, "hello.nic: required (the NIC report or its summary)");
@@ -429,6 +431,8 @@ char *proto_hello_encode(const struct proto_hello *h, herr *e)
              cJSON_AddNumberToObject(j, "gpus", h->gpus);
     }
     cJSON_Delete(nic);
+    if (ok && h->tflops > 0)
+        ok = cJSON_AddNumberToObject(j, "tflops", h->tflops) != NULL;
     if (ok && h->running) {
         cJSON *r = cJSON_AddObjectToObject(j, "resume");
         ok = r && cJSON_AddNumberToObject(r, "attempt", h->resume_attempt) &&

@@ -50,6 +50,7 @@ struct proto_hello {
     char node[128];
     int worker;         /* worker index in the job, 0..workers-1 */
     int gpus;           /* 0 = CPU worker */
+    double tflops;      /* effective TFLOPS per rank (measured or declared); 0 = not sent */
     struct nic_summary nic;
     int running;        /* 1 when resume_* are meaningful */
     int resume_attempt;

@@ -4,10 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "commands.h"
+#include "gpt.h"
 #include "log.h"
 #include "nic_discover.h"
 #include "nic_report.h"
@@ -20,17 +22,22 @@ static void usage(FILE *f)
         "Usage: holmes-node worker --coordinator URL --job NAME --pod POD --worker I\n"
         "                          [--token-file FILE] [--ca FILE] [--node NODE] [--emulate-nic SPEC]\n"
         "                          [--sysfs ROOT] [--progress-ms MS] [--connect-timeout S]\n"
-        "                          [--simulate STEPS [--step-ms MS] [--fail-at STEP]]\n\n"
+        "                          [--tflops T] [--simulate STEPS [--step-ms MS] [--fail-at STEP]]\n\n"
         "Connects to the coordinator, reports this worker's NICs, receives its place in the\n"
         "job (stage, layers, ranks, peers), rendezvous with its peers and trains, streaming\n"
         "progress. Each option may come from the environment instead: HOLMES_COORDINATOR,\n"
         "HOLMES_JOB (or HOLMES_JOB_NAME, with HOLMES_JOB_NAMESPACE), HOLMES_TOKEN (preferred\n"
         "over --token-file), HOLMES_POD (or POD_NAME, HOSTNAME), HOLMES_WORKER (or\n"
-        "HOLMES_WORKER_INDEX), HOLMES_NODE (or NODE_NAME), HOLMES_EMULATE_NIC.\n\n"
+        "HOLMES_WORKER_INDEX), HOLMES_NODE (or NODE_NAME), HOLMES_EMULATE_NIC,\n"
+        "HOLMES_DECLARED_TFLOPS.\n\n"
         "  --ca FILE           wss:// only: PEM CA that signed the coordinator's certificate\n"
         "                      (HOLMES_COORDINATOR_CA; default: the system's CAs)\n"
         "  --emulate-nic SPEC  report CLASS:FABRIC:GBPS instead of discovering NICs\n"
         "  --sysfs ROOT        discover NICs from a recorded sysfs tree\n"
+        "  --tflops T          declare this worker's compute rate (TFLOPS per rank) for the\n"
+        "                      planner instead of measuring it; a CPU worker otherwise measures\n"
+        "                      its fp32 matrix-product rate at start (a ~30 ms probe; skipped\n"
+        "                      with --simulate)\n"
         "  --simulate STEPS    train nothing: report STEPS simulated steps (protocol tests and\n"
         "                      benchmarks); --fail-at makes the run fail at that step\n\n"
         "Exit status: 0 finished, 75 stopped for an in-place restart (start it again), 1 failed,\n"
@@ -51,6 +58,20 @@ int cmd_worker_coord_wanted(int argc, char **argv)
         if (strcmp(argv[i], "--coordinator") == 0)
             return 1;
     return env2("HOLMES_COORDINATOR", NULL) != NULL;
+}
+
+/* --tflops / HOLMES_DECLARED_TFLOPS: a number in (0, 1e6]. */
+static int parse_tflops(const char *s, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (!s[0] || *end || !(v > 0) || v > 1e6) {
+        fprintf(stderr, "holmes-node worker: --tflops (or HOLMES_DECLARED_TFLOPS): \"%s\" must be a "
+                        "number in (0, 1000000]\n", s);
+        return -1;
+    }
+    *out = v;
+    return 0;
 }
 
 static int parse_int(const char *s, const char *opt, long lo, long hi, long *out)
@@ -95,6 +116,7 @@ int cmd_worker_coord(int argc, char **argv)
     const char *emulate = env2("HOLMES_EMULATE_NIC", NULL), *ns = env2("HOLMES_JOB_NAMESPACE", NULL);
     if (!pod)
         pod = env2("HOSTNAME", NULL);
+    const char *tflops_s = env2("HOLMES_DECLARED_TFLOPS", NULL);
     const char *token_file = NULL, *sysfs = NULL, *ca = env2("HOLMES_COORDINATOR_CA", NULL);
     long progress_ms = 500, connect_s = 60, sim_steps = -1, step_ms = 10, fail_at = 0, worker = -1;
     for (int i = 1; i < argc; i++) {
@@ -110,6 +132,7 @@ int cmd_worker_coord(int argc, char **argv)
         else if (strcmp(a, "--ca") == 0 && v) ca = v;
         else if (strcmp(a, "--emulate-nic") == 0 && v) emulate = v;
         else if (strcmp(a, "--sysfs") == 0 && v) sysfs = v;
+        else if (strcmp(a, "--tflops") == 0 && v) tflops_s = v;
         else if (strcmp(a, "--progress-ms") == 0 && v) {
             if (parse_int(v, a, 1, 600000, &progress_ms)) return 2;
         } else if (strcmp(a, "--connect-timeout") == 0 && v) {
@@ -132,6 +155,9 @@ int cmd_worker_coord(int argc, char **argv)
         return 2;
     }
     if (parse_int(worker_s, "--worker", 0, 65535, &worker))
+        return 2;
+    double declared = 0;
+    if (tflops_s && parse_tflops(tflops_s, &declared))
         return 2;
     char *token = token_file ? read_token(token_file) : NULL;
     if (token_file && !token)
@@ -179,6 +205,19 @@ int cmd_worker_coord(int argc, char **argv)
     o.nic = rep.summary;
     o.gpus = rep.ngpus;
     nic_report_free(&rep);
+    o.tflops = declared;
+    if (declared > 0) {
+        log_info("compute: %g TFLOPS per rank (declared)", declared);
+    } else if (o.gpus == 0 && sim_steps < 0) {
+        /* The engine's own matrix product, with the threads it will use. */
+        double t = gpt_gemm_probe_tflops(256, 30, &e);
+        if (t > 0) {
+            o.tflops = t;
+            log_info("compute: %.4g TFLOPS fp32 (measured, %d threads)", t, omp_get_max_threads());
+        } else {
+            log_warn("compute probe: %s; the planner will assume a default", e.msg);
+        }
+    }
 
     struct worker_sim sim = {.steps = sim_steps, .step_ms = (int)step_ms,
                              .fail_at_step = fail_at};

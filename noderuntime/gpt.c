@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define GPT_MAX_TENSORS_PER_LAYER 12
 
@@ -171,6 +172,49 @@ static void gemm(int transA, int transB, int M, int N, int K, const float *A, in
                         Cm + (size_t)lo * ldc, ldc);
         }
     }
+}
+
+static double probe_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+double gpt_gemm_probe_tflops(int dim, int budget_ms, herr *e)
+{
+    if (dim < 16 || dim > 4096 || budget_ms < 1 || budget_ms > 10000) {
+        herr_set(e, "gemm probe: dim %d must be in [16, 4096] and budget %d ms in [1, 10000]",
+                 dim, budget_ms);
+        return -1;
+    }
+    size_t n = (size_t)dim * dim;
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *c = malloc(n * sizeof *c);
+    if (!a || !b || !c) {
+        free(a);
+        free(b);
+        free(c);
+        herr_set(e, "gemm probe: out of memory for %d x %d matrices", dim, dim);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        a[i] = (float)((i * 7 + 3) % 17) / 17.0f - 0.5f;
+        b[i] = (float)((i * 5 + 1) % 13) / 13.0f - 0.5f;
+    }
+    openblas_set_num_threads(1); /* as gpt_stage_create leaves it */
+    gemm(0, 1, dim, dim, dim, a, dim, b, dim, 0.0f, c, dim); /* warm-up: pages, thread pool */
+    double t0 = probe_now_s(), t = t0, until = t0 + budget_ms / 1000.0;
+    long reps = 0;
+    while (reps < 2 || t < until) {
+        gemm(0, 1, dim, dim, dim, a, dim, b, dim, 0.0f, c, dim);
+        reps++;
+        t = probe_now_s();
+    }
+    free(a);
+    free(b);
+    free(c);
+    double secs = t - t0 > 1e-9 ? t - t0 : 1e-9;
+    return 2.0 * dim * (double)dim * dim * reps / secs / 1e12;
 }
 
 /* out[N,OC] = inp[N,IC] @ w[OC,IC]^T + bias */

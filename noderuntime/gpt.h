@@ -102,4 +102,10 @@ const char *gpt_stage_error(const struct gpt_stage *s);
 /* Floating-point operations of one forward+backward of one micro-batch on this stage (for GFLOP/s). */
 double gpt_stage_flops(const struct gpt_stage *s);
 
+/* The engine's effective fp32 matrix-product rate in TFLOPS: times square dim x dim products
+ * through the same gemm the engine uses (OpenMP threads as the engine will run them, OpenBLAS
+ * single-threaded inside) for about budget_ms after one warm-up, and returns flops / seconds.
+ * Returns a value > 0, or -1 with `e` set (bad arguments, out of memory). */
+double gpt_gemm_probe_tflops(int dim, int budget_ms, herr *e);
+
 #endif

@@ -102,6 +102,7 @@ static int send_hello(struct session *s, herr *e)
     snprintf(h.node, sizeof h.node, "%s", s->o->node ? s->o->node : "");
     h.worker = s->o->worker;
     h.gpus = s->o->gpus;
+    h.tflops = s->o->tflops;
     h.nic = s->o->nic;
     if (s->training) {
         h.running = 1;

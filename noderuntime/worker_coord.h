@@ -51,6 +51,7 @@ struct worker_coord_options {
     const char *node;
     int worker;
     int gpus;
+    double tflops;              /* sent in hello when > 0 (measured or declared) */
     struct nic_summary nic;
     int progress_interval_ms;   /* 0 = 500 */
     int connect_timeout_ms;     /* total time to keep trying to connect at start; 0 = 60000 */

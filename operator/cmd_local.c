@@ -376,6 +376,9 @@ static pid_t spawn_worker(struct local *L, int i)
     /* Several workers share this machine's cores: one compute thread each unless told. */
     setenv("OMP_NUM_THREADS", "1", 0);
     setenv("OPENBLAS_NUM_THREADS", "1", 0);
+    /* They also share its compute: a start-up probe would only measure which worker the
+     * scheduler favoured, so all declare the same rate (the planner's CPU default) unless told. */
+    setenv("HOLMES_DECLARED_TFLOPS", "0.05", 0);
     char *argv[24 + WRAP_MAX_WORDS];
     char wrapbuf[1024];
     int a = 0;

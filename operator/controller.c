@@ -1546,6 +1546,63 @@ int controller_patch_job_status(struct controller *c, const char *ns, const char
     return rc;
 }
 
+cJSON *controller_merge_condition(const cJSON *status, const char *type, int ok,
+                                  const char *reason, const char *message, const char *now,
+                                  int *changed)
+{
+    cJSON *st = cJSON_CreateObject();
+    const cJSON *old = cJSON_GetObjectItemCaseSensitive(status, "conditions");
+    cJSON *conds = cJSON_IsArray(old) ? cJSON_Duplicate(old, 1) : cJSON_CreateArray();
+    if (!st || !conds || !cJSON_AddItemToObject(st, "conditions", conds)) {
+        cJSON_Delete(st);
+        cJSON_Delete(conds);
+        return NULL;
+    }
+    *changed = set_condition(st, type, ok, reason, message ? message : "", now);
+    return st;
+}
+
+int controller_set_job_condition(struct controller *c, const char *ns, const char *job,
+                                 const char *type, int ok, const char *reason,
+                                 const char *message, herr *e)
+{
+    /* The patch carries the cached resourceVersion: a list changed meanwhile (by the
+     * controller) answers 409 and is merged again once the cache has caught up. */
+    for (int attempt = 0;; attempt++) {
+        cJSON *j = kube_informer_get(c->inf[INF_JOBS], ns, job);
+        if (!j)
+            return herr_set(e, "condition %s: no TrainingJob %s/%s in the cache", type, ns, job);
+        char now[48];
+        kube_time_now(now, sizeof now, 0);
+        int changed = 0;
+        cJSON *st = controller_merge_condition(cJSON_GetObjectItemCaseSensitive(j, "status"), type,
+                                               ok, reason, message, now, &changed);
+        const char *rv = get_str(j, "metadata.resourceVersion");
+        cJSON *patch = st && changed ? cJSON_CreateObject() : NULL;
+        cJSON *md = patch ? cJSON_AddObjectToObject(patch, "metadata") : NULL;
+        int rc = 0;
+        if (st && changed) {
+            if (!md || (rv && !cJSON_AddStringToObject(md, "resourceVersion", rv)) ||
+                !cJSON_AddItemToObject(patch, "status", st))
+                rc = herr_set(e, "out of memory");
+            else
+                rc = call_patch(c, API_PATCH_JOB_STATUS, ns, job, patch, e);
+            if (!patch || !cJSON_GetObjectItem(patch, "status"))
+                cJSON_Delete(st);
+        } else if (!st) {
+            rc = herr_set(e, "out of memory");
+        } else {
+            cJSON_Delete(st);
+        }
+        cJSON_Delete(patch);
+        cJSON_Delete(j);
+        if (rc == 0 || attempt >= 20 || !strstr(e->msg, ": 409 "))
+            return rc ? herr_wrap(e, "condition %s of %s/%s", type, ns, job) : 0;
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 int controller_patch_pod_labels(struct controller *c, const char *ns, const char *pod,
                                 const cJSON *labels, herr *e)
 {

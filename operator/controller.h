@@ -8,6 +8,7 @@
  * API for the coordinator (embedded in `holmes-operator run`), all thread-safe:
  *   controller_patch_job_status  merge-patch fields of a job's status (e.g. plan, progress,
  *                                phase Planning/Running, conditions Planned/Running)
+ *   controller_set_job_condition one status condition, keeping the others
  *   controller_patch_pod_labels  merge-patch labels of a pod (holmes.dev/fabric, ...)
  *   controller_emit_event        a core/v1 Event about a job
  *   controller_get_job           the cached job
@@ -74,6 +75,13 @@ unsigned long controller_reconciles(struct controller *c);
 /* ---- for the coordinator */
 int controller_patch_job_status(struct controller *c, const char *ns, const char *job,
                                 const cJSON *status_fields, herr *e);
+/* Sets ONE condition of a job's status and keeps the others: merges {type, status True/False,
+ * reason, message} into the cached job's status.conditions (lastTransitionTime only when the
+ * status changes) and patches the whole list, guarded by the cached resourceVersion (a 409
+ * retries on a fresher cache, up to ~1 s). Writes nothing when nothing changed. */
+int controller_set_job_condition(struct controller *c, const char *ns, const char *job,
+                                 const char *type, int ok, const char *reason,
+                                 const char *message, herr *e);
 int controller_patch_pod_labels(struct controller *c, const char *ns, const char *pod,
                                 const cJSON *labels, herr *e);
 int controller_emit_event(struct controller *c, const char *ns, const char *job,
@@ -88,6 +96,11 @@ char *controller_job_token(struct controller *c, const char *ns, const char *job
 /* The pod for worker i of job (spec.template merged with the holmes-node container). */
 cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator_url,
                             const char *default_image, herr *e);
+/* status.conditions with one condition set (as controller_set_job_condition does), as a new
+ * {"conditions": [...]} object; *changed = 0 when it was already so. NULL when out of memory. */
+cJSON *controller_merge_condition(const cJSON *status, const char *type, int ok,
+                                  const char *reason, const char *message, const char *now,
+                                  int *changed);
 /* Every spec error as "spec.field: rule" strings in a JSON array (empty when valid). */
 cJSON *controller_spec_errors(const cJSON *job);
 

@@ -77,6 +77,15 @@ static void event(struct opjob *j, const char *type, const char *reason, const c
         log_warn("job %s: event: %s", j->key, e.msg);
 }
 
+/* One status condition, the others kept (controller_set_job_condition). */
+static void condition(struct opjob *j, const char *type, int ok, const char *reason,
+                      const char *msg)
+{
+    herr e = {{0}};
+    if (controller_set_job_condition(j->co->ctl, j->ns, j->name, type, ok, reason, msg, &e))
+        log_warn("job %s: %s", j->key, e.msg);
+}
+
 static void patch_labels(struct opjob *j, const char *pod, cJSON *labels)
 {
     herr e = {{0}};
@@ -149,6 +158,7 @@ static cJSON *plan_status_json(const struct plan *p, const struct coord_worker *
         cJSON_AddStringToObject(st, "fabric", p->stages[s].fabric);
         cJSON_AddNumberToObject(st, "layers", p->stages[s].last_layer - p->stages[s].first_layer);
         cJSON_AddNumberToObject(st, "firstLayer", p->stages[s].first_layer);
+        cJSON_AddNumberToObject(st, "tflops", p->stages[s].tflops); /* its slowest worker's */
         cJSON *ws = cJSON_AddArrayToObject(st, "workers");
         for (int r = 0; ws && r < p->n_ranks; r++)
             if (p->ranks[r].stage == s && p->ranks[r].local == 0)
@@ -164,6 +174,7 @@ static int on_plan(void *user, const struct coord_worker *w, int n, cJSON **a, h
         char msg[1100];
         snprintf(msg, sizeof msg, "planning failed: %s", e->msg);
         event(j, "Warning", "PlanFailed", msg);
+        condition(j, "Planned", 0, "PlanFailed", msg);
         return -1;
     }
     const struct plan *p = &j->cp.plan;
@@ -194,6 +205,10 @@ static int on_plan(void *user, const struct coord_worker *w, int n, cJSON **a, h
     snprintf(msg, sizeof msg, "planned %d stages x %d replicas (%s policy), predicted %.3f s/step",
              p->n_stages, p->data, plan_policy_name(p->policy), p->step_s);
     event(j, "Normal", "Planned", msg);
+    char gang[96];
+    snprintf(gang, sizeof gang, "all %d workers said hello", n);
+    condition(j, "GangReady", 1, "AllWorkersConnected", gang);
+    condition(j, "Planned", 1, "Planned", msg);
     return 0;
 }
 
@@ -253,7 +268,15 @@ static void on_event(void *user, enum coord_job_state s, const char *msg)
             patch_status(j, st);
         else
             cJSON_Delete(st);
+        condition(j, "Running", 1, "Running", msg);
     }
+    /* Conditions as well as Events and status.message: the gang's and the run's state. */
+    if (strstr(msg, "gang timeout"))
+        condition(j, "GangReady", 0, "GangTimeout", msg);
+    else if (s == COORD_RESTARTING)
+        condition(j, "Running", 0, "Restarting", msg);
+    else if (s == COORD_FAILED)
+        condition(j, "Running", 0, "CoordinatorFailed", msg);
     if (s == COORD_FAILED || strstr(msg, "gang timeout")) {
         if (s == COORD_FAILED)
             j->failed_at = now_s();

@@ -1,25 +1,10 @@
 #include "coord_plan.h"
 
+#include "planner_job.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* The planner's job from the resolved spec. */
-static void job_from_spec(const struct tj_spec *s, struct plan_job *j)
-{
-    plan_job_init(j);
-    j->model = (struct plan_model){.layers = s->model.layers, .hidden = s->model.hidden,
-                                   .heads = s->model.heads, .vocab = s->model.vocab,
-                                   .seq = s->model.seq_len};
-    j->tensor = s->par.tensor;
-    j->pipeline = s->par.pipeline;
-    j->data = s->par.data;
-    j->micro_batches = s->par.micro_batches;
-    j->micro_batch_size = s->par.micro_batch_size;
-    j->precision = s->training.precision == TJ_BF16 ? PLAN_BF16 : PLAN_FP32;
-    j->schedule = s->par.schedule == TJ_SCHED_GPIPE ? COST_GPIPE : COST_1F1B;
-    j->policy = s->placement.policy == TJ_POLICY_NAIVE ? PLAN_NAIVE : PLAN_HOLMES;
-}
 
 static int add_assignment(const struct coord_plan *cp, const struct plan *p, int worker,
                           const cJSON *plan_json, const cJSON *spec_json, cJSON **out)
@@ -80,22 +65,24 @@ int coord_plan_hook(void *user, const struct coord_worker *workers, int n, cJSON
         snprintf(pw[i].name, sizeof pw[i].name, "%.*s", (int)sizeof pw[i].name - 1, workers[i].pod);
         snprintf(pw[i].node, sizeof pw[i].node, "%.*s", (int)sizeof pw[i].node - 1, workers[i].node);
         pw[i].gpus = workers[i].gpus > 0 ? s->gpus_per_worker : 0;
-        pw[i].tflops = pw[i].gpus ? (cp->gpu_tflops > 0 ? cp->gpu_tflops : 100)
-                                  : (cp->cpu_tflops > 0 ? cp->cpu_tflops : 0.05);
+        if (workers[i].tflops > 0) /* measured or declared by the worker */
+            pw[i].tflops = workers[i].tflops;
+        else
+            pw[i].tflops = pw[i].gpus ? (cp->gpu_tflops > 0 ? cp->gpu_tflops : 100)
+                                      : (cp->cpu_tflops > 0 ? cp->cpu_tflops : 0.05);
         pw[i].nic = workers[i].nic;
-        /* Fabric bandwidth overrides from spec.placement.fabrics. */
-        for (int f = 0; f < s->placement.n_fabrics; f++)
-            if (strcmp(s->placement.fabrics[f].fabric, pw[i].nic.fabric) == 0)
-                pw[i].nic.gbps = s->placement.fabrics[f].gbps;
     }
     struct plan_job job;
-    job_from_spec(s, &job);
+    planner_job_from_spec(s, &job);
     struct cost_links links;
     cost_links_default(&links);
-    if (s->placement.cross_fabric_gbps > 0)
-        links.tcp_gbps = s->placement.cross_fabric_gbps;
-    else if (s->emulation.enabled && s->emulation.cross_fabric_gbps > 0)
+    /* An emulated job's cross-fabric rate, unless spec.placement.crossFabricGbps overrides it. */
+    if (s->emulation.enabled && s->emulation.cross_fabric_gbps > 0)
         links.tcp_gbps = s->emulation.cross_fabric_gbps;
+    if (planner_apply_spec(s, pw, n, &links, e)) {
+        free(pw);
+        return herr_wrap(e, "planner");
+    }
     if (cp->planned)
         plan_free(&cp->plan);
     cp->planned = 0;

@@ -1,5 +1,5 @@
 /* The coordinator's plan hook: turns the workers' hellos (NIC summaries) and a TrainingJob spec
- * into the planner's input, runs the planner, and makes one assignment per worker:
+ * into the planner's input (each worker's TFLOPS from its hello, else the defaults below), runs the planner, and makes one assignment per worker:
  *   {rank, stage, stages, dp_rank, tp_rank, layers: [first, last), fabric, job,
  *    spec: the resolved TrainingJob spec, plan: plan_to_json (the rank table's base),
  *    emulation: {bandwidth_scale, cross_fabric_gbps} when the job emulates NICs}
@@ -13,8 +13,8 @@
 
 struct coord_plan {
     const struct tj_job *job;   /* not owned; must outlive the coordinator's job */
-    double cpu_tflops;          /* declared TFLOPS of a CPU worker (0 = 0.05) */
-    double gpu_tflops;          /* per GPU (0 = 100) */
+    double cpu_tflops;          /* TFLOPS of a CPU worker that sent none in hello (0 = 0.05) */
+    double gpu_tflops;          /* per GPU, for workers that sent none in hello (0 = 100) */
     int planned;
     struct plan plan;           /* valid when planned */
 };

@@ -503,6 +503,7 @@ static void on_hello(struct conn *k, const struct proto_hello *h)
     snprintf(s->info.pod, sizeof s->info.pod, "%s", h->pod);
     snprintf(s->info.node, sizeof s->info.node, "%s", h->node);
     s->info.gpus = h->gpus;
+    s->info.tflops = h->tflops;
     s->info.nic = h->nic;
     if (j->hooks.on_hello)
         j->hooks.on_hello(j->user, &s->info);

@@ -52,6 +52,7 @@ struct coord_worker {
     char pod[128];
     char node[128];
     int gpus;
+    double tflops;          /* per rank, from hello (measured or declared); 0 = not sent */
     struct nic_summary nic;
     int rank;               /* from the assignment; -1 before */
 };

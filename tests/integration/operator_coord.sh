@@ -29,13 +29,15 @@ run_worker() { # index sysfs-fixture [extra env assignments...]
         >"$FAKEAPI_DIR/worker-$i.log" 2>&1
 }
 WPIDS=()
-for i in 0 1; do run_worker $i cx6-hdr-ib & WPIDS+=($!); done
+# The InfiniBand workers declare their compute rate (sent in hello); the RoCE ones send none.
+for i in 0 1; do run_worker $i cx6-hdr-ib HOLMES_DECLARED_TFLOPS=0.5 & WPIDS+=($!); done
 for i in 2 3; do run_worker $i cx5-roce-100g & WPIDS+=($!); done
 
 pod_labels() { api GET /api/v1/namespaces/$NS/pods/e2e-worker-$1 | jq -c .metadata.labels; }
 labels_are() { jq_true "$(pod_labels "$1")" "$2"; } # labels_are INDEX FILTER
 check "pods labelled with their NIC" wait_for 20 labels_are 0 '.["holmes.dev/nic-class"] == "infiniband" and .["holmes.dev/nic-gbps"] == "200"'
 L3=$(pod_labels 3)
+check "status.plan: the declared TFLOPS reached the planner (ib 0.5, roce the 0.05 default)" wait_for 20 job_is $NS e2e '([.status.plan.stages[] | select(.fabric | startswith("ib")) | .tflops] == [0.5]) and ([.status.plan.stages[] | select(.fabric | startswith("roce")) | .tflops] == [0.05])'
 check "RoCE pod labelled, fabric label sanitised" jq_true "$L3" '.["holmes.dev/nic-class"] == "roce" and .["holmes.dev/fabric"] == "roce-10.1.0.0-16"'
 check "status.plan: two stages, each inside one fabric" wait_for 20 job_is $NS e2e '.status.plan.pipeline == 2 and ([.status.plan.stages[].fabric] | sort) == ["ib-fe80000000000000-sm1","roce-10.1.0.0/16"]'
 J=$(job_get $NS e2e)
@@ -66,6 +68,9 @@ fake kubelet "{\"namespace\":\"$NS\",\"selector\":\"holmes.dev/job=e2e\",\"phase
 check "job Succeeded" wait_for 20 job_is $NS e2e '.status.phase == "Succeeded"'
 has_event() { api GET /api/v1/namespaces/$NS/events | jq -e --arg r "$1" '[.items[].reason] | index($r)' >/dev/null; }
 check "events: Planned" wait_for 5 has_event Planned
+e2e_conds_set() { job_is $NS e2e '[.status.conditions[]? | select((.type == "GangReady" and .status == "True" and .reason == "AllWorkersConnected") or (.type == "Planned" and .status == "True"))] | length == 2'; }
+check "conditions: GangReady True and Planned True set by the coordinator" wait_for 5 e2e_conds_set
+check "conditions: the controller's Valid condition kept beside them" job_is $NS e2e '[.status.conditions[].type] | (index("Valid") != null and index("GangReady") != null and index("Running") != null)'
 check "events: refused connection reported" has_event ConnectionRefused
 
 # Kill the operator mid-run: workers keep training, reconnect to the new operator, which
@@ -97,4 +102,33 @@ for p in "${WPIDS[@]}"; do wait "$p" || ok=0; done
 [ $ok = 1 ] && pass "operator killed: every worker finished (exit 0)" \
     || fail "operator killed: every worker finished (exit 0)" "$(tail -n 3 "$FAKEAPI_DIR"/worker2-*.log)"
 check "new operator adopted the running workers" bash -c "curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/events' | jq -e '[.items[] | select(.message | contains(\"adopted\"))] | length > 0' >/dev/null"
+
+# Gang timeout: 3 of 4 workers say hello within gangTimeoutSeconds 2 -> condition GangReady
+# False (GangTimeout) naming the missing pod, the controller's conditions kept; the last worker
+# arriving completes the gang -> GangReady True.
+api POST "$JOBS/$NS/trainingjobs" "$(sed 's/"name":"e2e"/"name":"e2g"/; s/"gangTimeoutSeconds":60/"gangTimeoutSeconds":2/; s/"steps":40/"steps":5/' <<<"$JOB")" >/dev/null
+check "gang job: 4 pods" wait_for 20 pods_are $NS e2g 4
+fake kubelet "{\"namespace\":\"$NS\",\"selector\":\"holmes.dev/job=e2g\",\"phase\":\"Running\",\"ready\":true}" >/dev/null
+TOKEN=$(api GET /api/v1/namespaces/$NS/secrets/e2g-token | jq -r .data.token | base64 -d)
+run_worker3() {
+    local i=$1 fx=$2
+    local pod; pod=$(api GET /api/v1/namespaces/$NS/pods/e2g-worker-$i)
+    local envs; envs=$(jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"' <<<"$pod")
+    env -i PATH="$PATH" HOSTNAME=e2g-worker-$i HOLMES_TOKEN="$TOKEN" NODE_NAME=node-$i $envs \
+        "$NODE" worker --sysfs "$FIX/$fx/sys" --simulate 5 --step-ms 20 --progress-ms 100 \
+        >"$FAKEAPI_DIR/worker3-$i.log" 2>&1
+}
+WPIDS=()
+for i in 0 1; do run_worker3 $i cx6-hdr-ib & WPIDS+=($!); done
+run_worker3 2 cx5-roce-100g & WPIDS+=($!)
+gang_timed_out() { job_is $NS e2g '[.status.conditions[]? | select(.type == "GangReady" and .status == "False" and .reason == "GangTimeout" and (.message | contains("e2g-worker-3")))] | length == 1'; }
+check "gang timeout: condition GangReady=False (GangTimeout) names the missing pod" wait_for 20 gang_timed_out
+check "gang timeout: the controller's conditions kept" job_is $NS e2g '[.status.conditions[].type] | index("Valid") != null and index("PodsReady") != null'
+run_worker3 3 cx5-roce-100g & WPIDS+=($!)
+gang_ready() { job_is $NS e2g '[.status.conditions[]? | select(.type == "GangReady" and .status == "True")] | length == 1'; }
+check "gang completed late: GangReady=True" wait_for 20 gang_ready
+ok=1
+for p in "${WPIDS[@]}"; do wait "$p" || ok=0; done
+[ $ok = 1 ] && pass "gang job: every worker finished (exit 0)" \
+    || fail "gang job: every worker finished (exit 0)" "$(tail -n 3 "$FAKEAPI_DIR"/worker3-*.log)"
 logs_clean

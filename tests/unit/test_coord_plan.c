@@ -154,8 +154,43 @@ int main(void)
     cJSON *b[3] = {0};
     CHECK_INT("3 workers for pipeline 2 x data 2 refused", coord_plan_hook(&cp, three, 3, b, &e), -1);
     CHECK("refusal names the planner", strstr(e.msg, "planner") != NULL);
+    CHECK("refusal names spec.workers (planner_apply_spec)", strstr(e.msg, "spec.workers") != NULL);
     for (int i = 0; i < 3; i++)
         cJSON_Delete(b[i]);
+
+    /* Each worker's TFLOPS from its hello reaches the planner: make the ib-a workers (0, 1)
+     * four times faster than the roce-b ones and their stage gets more of the 4 layers. */
+    for (int i = 0; i < 4; i++)
+        w[i].tflops = i < 2 ? 0.2 : 0.05;
+    cJSON *f[4] = {0};
+    CHECK_INT("plan with measured TFLOPS", coord_plan_hook(&cp, w, 4, f, &e), 0);
+    if (f[0] && f[2]) {
+        const cJSON *lfast = cJSON_GetObjectItem(f[0], "layers"), *lslow = cJSON_GetObjectItem(f[2], "layers");
+        int nfast = cJSON_GetArrayItem(lfast, 1)->valueint - cJSON_GetArrayItem(lfast, 0)->valueint;
+        int nslow = cJSON_GetArrayItem(lslow, 1)->valueint - cJSON_GetArrayItem(lslow, 0)->valueint;
+        CHECK("the faster fabric's stage holds more layers", nfast > nslow);
+    }
+    CHECK_NEAR("the plan's stage carries the worker's TFLOPS",
+               f[0] ? cp.plan.stages[num(f[0], "stage")].tflops : -1, 0.2, 1e-12);
+    for (int i = 0; i < 4; i++) {
+        cJSON_Delete(f[i]);
+        w[i].tflops = 0;
+    }
+
+    /* spec.placement goes through planner_apply_spec: an override for a fabric no worker is on
+     * is refused by name; a real one changes the plan's view of that fabric. */
+    struct tj_placement saved = jobs[0].spec.placement;
+    jobs[0].spec.placement.n_fabrics = 1;
+    snprintf(jobs[0].spec.placement.fabrics[0].fabric, sizeof jobs[0].spec.placement.fabrics[0].fabric,
+             "%s", "nosuch");
+    jobs[0].spec.placement.fabrics[0].gbps = 50;
+    cJSON *c[4] = {0};
+    CHECK_INT("override for an absent fabric refused", coord_plan_hook(&cp, w, 4, c, &e), -1);
+    CHECK("refusal names spec.placement.fabrics[0]",
+          strstr(e.msg, "spec.placement.fabrics[0].fabric") != NULL);
+    for (int i = 0; i < 4; i++)
+        cJSON_Delete(c[i]);
+    jobs[0].spec.placement = saved;
     coord_plan_free(&cp);
     tj_job_free(&jobs[0]);
     free(jobs);

@@ -307,8 +307,20 @@ static void test_bad_input(void)
     gpt_stage_free(s);
 }
 
+/* The start-up compute probe: a positive rate (its value is the machine's, not asserted), and
+ * bad arguments refused by name. */
+static void test_gemm_probe(void)
+{
+    herr e = {{0}};
+    double t = gpt_gemm_probe_tflops(64, 2, &e);
+    CHECK("probe.positive_rate", t > 0 && t < 1e6);
+    CHECK("probe.bad_dim", gpt_gemm_probe_tflops(4, 2, &e) < 0 && strstr(e.msg, "dim 4"));
+    CHECK("probe.bad_budget", gpt_gemm_probe_tflops(64, 0, &e) < 0 && strstr(e.msg, "budget 0"));
+}
+
 int main(void)
 {
+    test_gemm_probe();
     test_layout();
     test_stage_split();
     test_three_stages();

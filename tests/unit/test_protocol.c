@@ -55,9 +55,21 @@ static void test_hello(void)
         CHECK_STR("hello nic fabric", m.u.hello.nic.fabric, "roce-a");
         CHECK_NEAR("hello nic gbps", m.u.hello.nic.gbps, 100, 1e-12);
         CHECK_INT("hello not running", m.u.hello.running, 0);
+        CHECK_NEAR("hello without tflops: 0 (an older worker)", m.u.hello.tflops, 0, 0);
+        CHECK("hello without tflops: field not sent", !cJSON_GetObjectItem(m.json, "tflops"));
         proto_msg_free(&m);
     }
     free(s);
+
+    h.tflops = 0.0375;
+    s = proto_hello_encode(&h, &e);
+    CHECK_INT("hello with tflops parses", s ? parse_str(s, &m, &e) : -1, 0);
+    if (s && m.json) {
+        CHECK_NEAR("hello tflops carried", m.u.hello.tflops, 0.0375, 1e-12);
+        proto_msg_free(&m);
+    }
+    free(s);
+    h.tflops = 0;
 
     h.running = 1;
     h.resume_attempt = 2;
@@ -214,6 +226,12 @@ static void test_refusals(void)
     refused("hello fractional worker",
             "{\"v\":1,\"type\":\"hello\",\"job\":\"j\",\"pod\":\"p\",\"worker\":1.5,"
             "\"nic\":{\"class\":\"ib\",\"fabric\":\"x\",\"gbps\":1}}", "hello.worker");
+    refused("hello negative tflops",
+            "{\"v\":1,\"type\":\"hello\",\"job\":\"j\",\"pod\":\"p\",\"worker\":1,\"tflops\":-2,"
+            "\"nic\":{\"class\":\"ib\",\"fabric\":\"x\",\"gbps\":1}}", "hello.tflops: must be a number");
+    refused("hello string tflops",
+            "{\"v\":1,\"type\":\"hello\",\"job\":\"j\",\"pod\":\"p\",\"worker\":1,\"tflops\":\"fast\","
+            "\"nic\":{\"class\":\"ib\",\"fabric\":\"x\",\"gbps\":1}}", "hello.tflops");
     refused("hello empty pod",
             "{\"v\":1,\"type\":\"hello\",\"job\":\"j\",\"pod\":\"\",\"worker\":1,"
             "\"nic\":{\"class\":\"ib\",\"fabric\":\"x\",\"gbps\":1}}", "hello.pod: must not be empty");
