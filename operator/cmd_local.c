@@ -39,6 +39,7 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: holmes-operator local JOB.yaml [--metrics-out FILE] [--run-dir DIR]\n"
         "                                      [--simulate [--step-ms MS]] [--quiet]\n"
+        "                                      [--bind ADDR] [--worker-wrap CMD]\n"
         "Runs a TrainingJob on this machine: an embedded coordinator and one holmes-node worker\n"
         "process per worker over the TCP transport, with the NICs of spec.emulation (each\n"
         "worker pretends to have its group's NIC; links are paced to the emulated bandwidth).\n"
@@ -49,6 +50,11 @@ static void usage(FILE *f)
         "  --simulate          workers train nothing and report simulated steps (tests)\n"
         "  --step-ms MS        simulated step time (default 20)\n"
         "  --quiet             no live progress line\n"
+        "  --bind ADDR         coordinator address (default 127.0.0.1), e.g. a router\n"
+        "                      namespace's address that workers in other namespaces reach\n"
+        "  --worker-wrap CMD   start each worker under this command prefix (words split on\n"
+        "                      spaces, {i} replaced by the worker index), e.g.\n"
+        "                      'ip netns exec fab-w{i}' (the fabric benchmark)\n"
         "Exit status: 0 succeeded, 1 failed, 2 usage or invalid job.\n");
 }
 
@@ -76,6 +82,8 @@ struct local {
     char token[64];
     char node_bin[PATH_MAX];
     char run_dir[PATH_MAX];
+    const char *bind;    /* coordinator address; NULL = 127.0.0.1 */
+    const char *wrap;    /* worker command prefix with {i}; NULL = none */
     int simulate, step_ms, quiet, tty;
     FILE *metrics;
     struct metric_row *rows;
@@ -307,10 +315,47 @@ static void worker_nic(const struct tj_spec *s, int i, char *out, size_t cap)
     snprintf(out, cap, "ethernet:local:10");
 }
 
+#define WRAP_MAX_WORDS 16
+
+/* Splits the --worker-wrap prefix into argv words for worker i ({i} becomes the index) in
+ * buf; returns the word count, or -1 when it has too many words or does not fit. */
+static int wrap_words(const char *wrap, int i, char *buf, size_t cap, char **words)
+{
+    size_t used = 0;
+    int n = 0;
+    const char *p = wrap;
+    while (*p) {
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            break;
+        if (n == WRAP_MAX_WORDS)
+            return -1;
+        words[n++] = buf + used;
+        while (*p && *p != ' ') {
+            if (strncmp(p, "{i}", 3) == 0) {
+                int k = snprintf(buf + used, cap - used, "%d", i);
+                if (k < 0 || (size_t)k >= cap - used)
+                    return -1;
+                used += (size_t)k;
+                p += 3;
+            } else {
+                if (used + 1 >= cap)
+                    return -1;
+                buf[used++] = *p++;
+            }
+        }
+        if (used + 1 >= cap)
+            return -1;
+        buf[used++] = '\0';
+    }
+    return n;
+}
+
 static pid_t spawn_worker(struct local *L, int i)
 {
-    char url[64], idx[16], pod[128], nic[300], log_path[PATH_MAX + 32], steps[32], stepms[32];
-    snprintf(url, sizeof url, "ws://127.0.0.1:%d/", coord_port(L->c));
+    char url[320], idx[16], pod[128], nic[300], log_path[PATH_MAX + 32], steps[32], stepms[32];
+    snprintf(url, sizeof url, "ws://%s:%d/", L->bind ? L->bind : "127.0.0.1", coord_port(L->c));
     snprintf(idx, sizeof idx, "%d", i);
     snprintf(pod, sizeof pod, "%s-worker-%d", L->job.name, i);
     worker_nic(&L->job.spec, i, nic, sizeof nic);
@@ -334,9 +379,19 @@ static pid_t spawn_worker(struct local *L, int i)
     /* They also share its compute: a start-up probe would only measure which worker the
      * scheduler favoured, so all declare the same rate (the planner's CPU default) unless told. */
     setenv("HOLMES_DECLARED_TFLOPS", "0.05", 0);
-    char *argv[24];
+    char *argv[24 + WRAP_MAX_WORDS];
+    char wrapbuf[1024];
     int a = 0;
-    argv[a++] = (char *)"holmes-node";
+    if (L->wrap) {
+        a = wrap_words(L->wrap, i, wrapbuf, sizeof wrapbuf, argv);
+        if (a <= 0) {
+            fprintf(stderr, "--worker-wrap: at most %d words of 1 KiB in all\n", WRAP_MAX_WORDS);
+            _exit(127);
+        }
+        argv[a++] = L->node_bin;
+    } else {
+        argv[a++] = (char *)"holmes-node";
+    }
     argv[a++] = (char *)"worker";
     argv[a++] = (char *)"--coordinator";
     argv[a++] = url;
@@ -359,7 +414,10 @@ static pid_t spawn_worker(struct local *L, int i)
         argv[a++] = stepms;
     }
     argv[a] = NULL;
-    execv(L->node_bin, argv);
+    if (L->wrap)
+        execvp(argv[0], argv);
+    else
+        execv(L->node_bin, argv);
     fprintf(stderr, "cannot run %s: %s\n", L->node_bin, strerror(errno));
     _exit(127);
 }
@@ -475,6 +533,10 @@ int cmd_local(int argc, char **argv)
             }
         } else if (strcmp(argv[i], "--quiet") == 0) {
             L.quiet = 1;
+        } else if (strcmp(argv[i], "--bind") == 0 && i + 1 < argc) {
+            L.bind = argv[++i];
+        } else if (strcmp(argv[i], "--worker-wrap") == 0 && i + 1 < argc) {
+            L.wrap = argv[++i];
         } else if (argv[i][0] == '-' || path) {
             fprintf(stderr, "holmes-operator local: unexpected argument %s (see --help)\n",
                     argv[i]);
@@ -531,7 +593,7 @@ int cmd_local(int argc, char **argv)
     L.cp.job = &L.job;
 
     herr e = {{0}};
-    struct coord_options co = {.bind = "127.0.0.1", .port = 0};
+    struct coord_options co = {.bind = L.bind ? L.bind : "127.0.0.1", .port = 0};
     if (coord_create(&L.c, &co, &e)) {
         fprintf(stderr, "holmes-operator local: %s\n", e.msg);
         goto out;
@@ -565,8 +627,8 @@ int cmd_local(int argc, char **argv)
         fprintf(stderr, "holmes-operator local: %s\n", e.msg);
         goto out;
     }
-    printf("job %s: %d workers on this machine, coordinator ws://127.0.0.1:%d/, logs in %s/\n",
-           L.job.name, s->workers, coord_port(L.c), L.run_dir);
+    printf("job %s: %d workers on this machine, coordinator ws://%s:%d/, logs in %s/\n",
+           L.job.name, s->workers, co.bind, coord_port(L.c), L.run_dir);
     if (s->training.checkpoint.path[0] && !L.simulate) {
         char latest[TJ_PATH_MAX + 32];
         snprintf(latest, sizeof latest, "%s/latest-step", s->training.checkpoint.path);

@@ -124,6 +124,19 @@ int main(void)
                    10 * 0.01e9 / 8, 1e-9);
         cJSON_Delete(rt);
     }
+    /* HOLMES_NO_PACING=1 (bench-hetero: tc shapes the links): no pacing anywhere. */
+    setenv("HOLMES_NO_PACING", "1", 1);
+    rt = worker_rank_table_json(a[0], peers, &e);
+    unsetenv("HOLMES_NO_PACING");
+    CHECK("rank table built without pacing", rt != NULL);
+    if (rt) {
+        int paced = cJSON_GetObjectItem(rt, "cross_fabric_pacing") != NULL;
+        const cJSON *g;
+        cJSON_ArrayForEach(g, cJSON_GetObjectItem(rt, "groups"))
+            paced += cJSON_GetObjectItem(g, "pacing") != NULL;
+        CHECK_INT("HOLMES_NO_PACING=1 leaves every link unpaced", paced, 0);
+        cJSON_Delete(rt);
+    }
     cJSON *bad = cJSON_Parse("[{\"rank\":0,\"endpoint\":\"nohostport\"}]");
     rt = worker_rank_table_json(a[0], bad, &e);
     CHECK("bad endpoint refused", rt == NULL && strstr(e.msg, "start.peers[0]"));

@@ -1,0 +1,10 @@
+# make bench-hetero: the heterogeneous-fabric benchmark (tests/bench/hetero/, docs/hetero.md).
+# Needs root (network namespaces, tc). Writes docs/hetero-table.md, docs/hetero-results.tsv,
+# docs/hetero-calibration.json and docs/hetero.png. REPS, STEPS, IB_MBIT, ROCE_MBIT, CROSS_MBIT,
+# ONLY and OUT override the defaults (see tests/bench/hetero/run.sh).
+DEB_PKGS += gnuplot-nox
+
+.PHONY: bench-hetero
+bench-hetero: $(BINDIR)/holmes-operator $(BINDIR)/holmes-node
+	@echo "== bench-hetero ($$(date -u +%F), load: $$(uptime | sed 's/.*load average: //'))"
+	@tests/bench/hetero/run.sh

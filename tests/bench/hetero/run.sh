@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# make bench-hetero: the heterogeneous-fabric benchmark (docs/hetero.md).
+# Every scenario trains the same GPT with the same global batch on 4 real `holmes-node worker`
+# processes, each in its own network namespace (scripts/fabric-netns.sh): fabrics are bridges
+# shaped with HTB, cross-fabric traffic goes through a router namespace shaped to CROSS_MBIT.
+# The coordinator (holmes-operator local) runs in the router namespace on 10.77.1.1. Per
+# scenario: REPS runs, median and spread of the post-warm-up step time, the planner's
+# prediction before and after calibration. Writes $OUT/hetero-results.tsv, the table in
+# $OUT/hetero-table.md and the plot $OUT/hetero.png.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../../.." && pwd)
+die() { echo "bench-hetero: $*" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || die "needs root (network namespaces and tc shaping); run as root, e.g. sudo make bench-hetero"
+for c in ip tc python3; do command -v $c >/dev/null || die "needs $c"; done
+BIN=${HOLMES_BIN_DIR:-$REPO/bin}
+OP=$BIN/holmes-operator NODE=$BIN/holmes-node NETNS=$REPO/scripts/fabric-netns.sh
+[ -x "$OP" ] && [ -x "$NODE" ] || die "build first (make): $OP, $NODE"
+
+REPS=${REPS:-3}            # runs per scenario
+STEPS=${STEPS:-14}         # training steps per run
+WARMUP=${WARMUP:-4}        # steps left out of the statistics
+IB_MBIT=${IB_MBIT:-400}    # "200 Gb/s InfiniBand"
+ROCE_MBIT=${ROCE_MBIT:-200} # "100 Gb/s RoCE"
+CROSS_MBIT=${CROSS_MBIT:-50} # "25 Gb/s TCP between fabrics"
+OUT=${OUT:-$REPO/docs}
+TOKENS=512                 # per step: data 2 x microBatches 2 x microBatchSize 4 x seqLen 32
+ONLY=${ONLY:-}             # run only these scenarios (space-separated names)
+for v in REPS STEPS IB_MBIT ROCE_MBIT CROSS_MBIT; do
+    [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -ge 1 ] || die "$v=${!v}: must be a positive integer"
+done
+[[ $WARMUP =~ ^[0-9]+$ ]] && [ "$WARMUP" -lt "$STEPS" ] || die "WARMUP=$WARMUP: must be an integer below STEPS ($STEPS)"
+P=hb$$; P=${P:0:7}
+WORK=$(mktemp -d /tmp/bench-hetero.XXXXXX)
+oppid=
+cleanup() {
+    [ -n "$oppid" ] && kill -9 "$oppid" 2>/dev/null || true
+    "$NETNS" down "$P" >/dev/null 2>&1 || true
+    [ -n "${KEEP:-}" ] || rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# name policy workers (fabric:class:mbit per worker, in the order the scheduler hands them out)
+ib="ib-a:infiniband:$IB_MBIT" roce="roce-b:roce:$ROCE_MBIT" eth="eth-c:ethernet:$CROSS_MBIT"
+SCENARIOS=(
+    "all-rdma holmes $ib,$ib,$ib,$ib"
+    "all-ethernet holmes $eth,$eth,$eth,$eth"
+    "2fab-holmes holmes $ib,$roce,$ib,$roce"
+    "2fab-naive naive $ib,$roce,$ib,$roce"
+    "3fab-holmes holmes $ib,$roce,$ib,$eth"
+    "3fab-naive naive $ib,$roce,$ib,$eth"
+)
+for o in $ONLY; do
+    printf '%s\n' "${SCENARIOS[@]}" | grep -q "^$o " ||
+        die "ONLY: no scenario $o (all-rdma all-ethernet 2fab-holmes 2fab-naive 3fab-holmes 3fab-naive)"
+done
+
+# job NAME POLICY WORKERS: the TrainingJob (Gb/s in the emulation block = the shaped Mbit/1000,
+# so the planner predicts for the links the run really has; pacing is off, bandwidthScale 1).
+job() {
+    local name=$1 policy=$2 workers=$3 prev= count=0 w f c m
+    cat <<Y
+apiVersion: holmes.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: $name}
+spec:
+  workers: 4
+  gpusPerWorker: 0
+  model: {layers: 4, hidden: 192, heads: 4, vocab: 256, seqLen: 32}
+  parallelism: {pipeline: 2, data: 2, microBatches: 2, microBatchSize: 4, schedule: 1f1b}
+  placement: {policy: $policy}
+  training:
+    steps: $STEPS
+    optimizer: {lr: 1.0e-3, warmupSteps: 2, minLrRatio: 0.1, weightDecay: 0.0, gradClip: 1.0}
+    data: {path: $REPO/examples/data/corpus.txt, format: text}
+  gangTimeoutSeconds: 60
+  restartPolicy: {maxRestarts: 0, backoffSeconds: 0}
+  emulation:
+    crossFabricGbps: $(awk "BEGIN{print $CROSS_MBIT/1000}")
+    bandwidthScale: 1
+    nics:
+Y
+    for w in ${workers//,/ } END; do
+        if [ "$w" != "$prev" ] && [ -n "$prev" ]; then
+            IFS=: read -r f c m <<<"$prev"
+            echo "    - {class: $c, fabric: $f, gbps: $(awk "BEGIN{print $m/1000}"), count: $count}"
+            count=0
+        fi
+        prev=$w count=$((count + 1))
+    done
+}
+
+# netns NAME WORKERS: builds the fabrics, writes $WORK/NAME.map ("NAMESPACE ADDRESS" per worker)
+netns() {
+    local name=$1 workers=$2 specs=() fabs=() w f c m i
+    for w in ${workers//,/ }; do
+        IFS=: read -r f c m <<<"$w"
+        [[ " ${fabs[*]-} " == *" $f "* ]] || fabs+=("$f")
+    done
+    for f in "${fabs[@]}"; do
+        local n=0 mb=
+        for w in ${workers//,/ }; do
+            IFS=: read -r ff c m <<<"$w"
+            [ "$ff" = "$f" ] && n=$((n + 1)) mb=$m
+        done
+        specs+=("$f:$n:$mb")
+    done
+    "$NETNS" down "$P"
+    "$NETNS" up "$P" "$CROSS_MBIT" "${specs[@]}" >"$WORK/$name.ns"
+    : >"$WORK/$name.map"
+    local -A used=()
+    for w in ${workers//,/ }; do # worker i takes the next free namespace of its fabric
+        IFS=: read -r f c m <<<"$w"
+        local ns fab addr gw
+        while read -r ns fab addr gw; do
+            if [ "$fab" = "$f" ] && [ -z "${used[$ns]:-}" ]; then
+                used[$ns]=1
+                echo "$ns $addr" >>"$WORK/$name.map"
+                break
+            fi
+        done <"$WORK/$name.ns"
+    done
+}
+
+mkdir -p "$OUT"
+RES=$WORK/results.tsv
+echo -e "scenario\tpolicy\trep\tmedian_step_s\tsteps\tpredicted_s\twall_s" >"$RES"
+t_start=$(date +%s)
+load0=$(uptime | sed 's/.*load average: //')
+# Runs are interleaved (every scenario once, then again, ...) so that a change of the machine's
+# load during the benchmark falls on all scenarios alike.
+for sc in "${SCENARIOS[@]}"; do
+    read -r name policy workers <<<"$sc"
+    [ -z "$ONLY" ] || [[ " $ONLY " == *" $name "* ]] || continue
+    job "$name" "$policy" "$workers" >"$WORK/job-$name.yaml"
+done
+for ((r = 1; r <= REPS; r++)); do
+    for sc in "${SCENARIOS[@]}"; do
+        read -r name policy workers <<<"$sc"
+        [ -z "$ONLY" ] || [[ " $ONLY " == *" $name "* ]] || continue
+        netns "$name" "$workers"
+        t0=$(date +%s.%N)
+        ip netns exec "$P-r" "$OP" local "$WORK/job-$name.yaml" --quiet --bind 10.77.1.1 \
+            --worker-wrap "$HERE/inns.sh $WORK/$name.map {i}" --run-dir "$WORK/runs/$name-$r" \
+            --metrics-out "$WORK/$name-$r.jsonl" >"$WORK/$name-$r.out" 2>&1 &
+        oppid=$!
+        if ! wait "$oppid"; then
+            oppid=
+            cat "$WORK/$name-$r.out" >&2
+            tail -n 20 "$WORK/runs/$name-$r"/worker-*.log >&2 || true
+            die "scenario $name run $r failed"
+        fi
+        oppid=
+        if [ "$r" = 1 ]; then
+            { echo "== $name"; sed -n '/^placement/,/predicted step time/p' "$WORK/$name-$r.out"; } \
+                >>"$WORK/placements.txt"
+            # The planner predicts for the layer split the coordinator really ran (--partition).
+            awk '/^placement/{on=1; next} on && $1 ~ /^[0-9]+$/ {split($3, l, "-"); p = p (p ? "," : "") l[2] - l[1] + 1}
+                 /predicted step time/{print p; exit}' "$WORK/$name-$r.out" >"$WORK/job-$name.partition"
+            "$OP" plan "$WORK/job-$name.yaml" --partition "$(cat "$WORK/job-$name.partition")" --json |
+                python3 -c 'import json,sys;print(json.load(sys.stdin)["predicted_step_seconds"])' >"$WORK/$name.pred"
+        fi
+        pred=$(cat "$WORK/$name.pred")
+        wall=$(awk "BEGIN{print $(date +%s.%N) - $t0}")
+        python3 "$HERE/steps.py" "$WORK/$name-$r.jsonl" "$WARMUP" "$name" "$policy" "$r" \
+            "$pred" "$wall" >>"$RES"
+        tail -n 1 "$RES" >&2
+    done
+done
+t_end=$(date +%s)
+load1=$(uptime | sed 's/.*load average: //')
+cp "$RES" "$OUT/hetero-results.tsv"
+cp "$WORK/placements.txt" "$OUT/hetero-placements.txt"
+python3 "$HERE/report.py" "$WORK" "$OP" "$OUT" "$((t_end - t_start))" "$load0" "$load1" \
+    "$IB_MBIT" "$ROCE_MBIT" "$CROSS_MBIT" "$TOKENS"

@@ -1,0 +1,44 @@
+# tests/bench/hetero/run.sh (make bench-hetero) in small: refuses without root; with root,
+# one scenario of one short run produces the table, the calibration and the results, and
+# every namespace is gone afterwards, also when the run is interrupted.
+source "$(dirname "$0")/lib.bash"
+B=$REPO/tests/bench/hetero/run.sh
+if [ "$(id -u)" != 0 ]; then
+    out=$("$B" 2>&1); rc=$?
+    [ $rc -ne 0 ] && grep -q "needs root" <<<"$out" && pass "refuses without root" || fail "refuses without root" "rc $rc: $out"
+    echo "SKIP bench_hetero: the rest needs root"
+    exit 0
+fi
+if command -v setpriv >/dev/null; then
+    out=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$B" 2>&1); rc=$?
+    [ $rc -ne 0 ] && grep -q "needs root" <<<"$out" && pass "refuses without root" || fail "refuses without root" "rc $rc: $out"
+fi
+tmp=$(mktemp -d /tmp/holmes-bh.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+export HOLMES_BIN_DIR
+out=$(ONLY="2fab-naive" REPS=1 STEPS=4 WARMUP=1 OUT=$tmp timeout 300 "$B" 2>&1); rc=$?
+[ $rc -eq 0 ] && pass "a short run succeeds" || fail "a short run succeeds" "rc $rc: $out"
+for s in 2fab-naive; do
+    grep -q "^| $s | ${s#2fab-} | [0-9.]* |" "$tmp/hetero-table.md" 2>/dev/null \
+        && pass "table row $s" || fail "table row $s" "$(cat "$tmp/hetero-table.md" 2>&1)"
+done
+/usr/bin/python3 -c 'import json,sys; l=json.load(open(sys.argv[1]))["links"]; assert l["compute_efficiency"] > 0' \
+    "$tmp/hetero-calibration.json" && pass "calibration written" || fail "calibration written"
+[ "$(wc -l <"$tmp/hetero-results.tsv")" -eq 2 ] && pass "one results line per run" \
+    || fail "one results line per run" "$(cat "$tmp/hetero-results.tsv")"
+left=$(ip netns list | grep -E '^hb[0-9]+-' || true)
+[ -z "$left" ] && pass "namespaces removed after the run" || fail "namespaces removed after the run" "$left"
+
+# Interrupted in the middle of a run: everything is still removed.
+ONLY="2fab-naive" REPS=1 STEPS=50 OUT=$tmp/int "$B" >"$tmp/int.log" 2>&1 &
+pid=$!
+for _ in $(seq 150); do
+    ip netns list | grep -qE '^hb[0-9]+-w3' && break; sleep 0.1
+done
+sleep 2
+kill -TERM "$pid"; wait "$pid"; rc=$?
+sleep 0.5
+left=$(ip netns list | grep -E '^hb[0-9]+-' || true)
+procs=$(pgrep -f "holmes-node worker --coordinator ws://10.77.1.1" || true)
+[ $rc -ne 0 ] && [ -z "$left" ] && [ -z "$procs" ] && pass "clean-up after an interrupt" \
+    || fail "clean-up after an interrupt" "rc $rc, namespaces: $left, workers: $procs"
