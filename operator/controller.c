@@ -692,7 +692,8 @@ static void emit(struct controller *c, const cJSON *job, const char *type, const
 
 /* ---- status */
 
-static cJSON *find_condition(cJSON *conds, const char *type)
+/* The condition of `type` in a conditions array (NULL when absent or not an array). */
+static cJSON *find_condition(const cJSON *conds, const char *type)
 {
     cJSON *it;
     cJSON_ArrayForEach(it, conds) {
@@ -738,13 +739,8 @@ static int set_condition(cJSON *status, const char *type, int ok, const char *re
 
 static const char *condition_message(const cJSON *status, const char *type)
 {
-    const cJSON *it;
-    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(status, "conditions")) {
-        const char *t = get_str(it, "type");
-        if (t && !strcmp(t, type))
-            return get_str(it, "message");
-    }
-    return NULL;
+    const cJSON *c = find_condition(cJSON_GetObjectItemCaseSensitive(status, "conditions"), type);
+    return c ? get_str(c, "message") : NULL;
 }
 
 /* Patches status with the top-level fields that differ from old. */
@@ -856,26 +852,15 @@ static cJSON *pods_of(struct controller *c, const char *ns, const char *job, con
     return s.pods;
 }
 
-static int pod_condition_true(const cJSON *pod, const char *type)
-{
-    const cJSON *it;
-    cJSON_ArrayForEach(it, get(pod, "status.conditions")) {
-        const char *t = get_str(it, "type"), *s = get_str(it, "status");
-        if (t && s && !strcmp(t, type))
-            return !strcmp(s, "True");
-    }
-    return 0;
-}
-
 static const cJSON *pod_condition(const cJSON *pod, const char *type)
 {
-    const cJSON *it;
-    cJSON_ArrayForEach(it, get(pod, "status.conditions")) {
-        const char *t = get_str(it, "type");
-        if (t && !strcmp(t, type))
-            return it;
-    }
-    return NULL;
+    return find_condition(get(pod, "status.conditions"), type);
+}
+
+static int pod_condition_true(const cJSON *pod, const char *type)
+{
+    const char *s = get_str(pod_condition(pod, type), "status");
+    return s && !strcmp(s, "True");
 }
 
 static int pod_failed(const cJSON *pod)
