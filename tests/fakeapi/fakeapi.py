@@ -22,7 +22,6 @@ Usage: fakeapi.py [--port N] [--port-file F] [--token T] [--history N] [--kubele
 import argparse
 import base64
 import bisect
-import copy
 import gc
 import json
 import random
@@ -51,7 +50,7 @@ NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 def merge_patch(target, patch):
     """RFC 7386 JSON merge patch."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return patch  # the patch is a fresh parse of the request body: no copy needed
     if not isinstance(target, dict):
         target = {}
     out = dict(target)
@@ -132,6 +131,36 @@ class Store:
         self.drop_gen = 0
         self.faults = {}
         self.stats = {}
+        # Indexes, so that a create or delete costs O(its own dependents), not O(all objects):
+        self.by_uid = {}           # uid -> key
+        self.dependents = {}       # owner uid -> {key: None} (insertion-ordered set)
+
+    # Stored objects are never mutated in place: a write stores a new top-level dict (and a
+    # new dict for each level it changes), sharing unchanged subtrees with the old version.
+    # Watch events, LIST and GET answers can then hold references instead of deep copies.
+    def put(self, key, obj):
+        old = self.objects.get(key)
+        if old is not None:
+            self.unindex(key, old)
+        self.objects[key] = obj
+        self.by_uid[obj["metadata"]["uid"]] = key
+        for uid in owner_uids(obj):
+            self.dependents.setdefault(uid, {})[key] = None
+
+    def remove(self, key):
+        obj = self.objects.pop(key)
+        self.unindex(key, obj)
+        return obj
+
+    def unindex(self, key, obj):
+        if self.by_uid.get(obj["metadata"]["uid"]) == key:
+            del self.by_uid[obj["metadata"]["uid"]]
+        for uid in owner_uids(obj):
+            deps = self.dependents.get(uid)
+            if deps is not None:
+                deps.pop(key, None)
+                if not deps:
+                    del self.dependents[uid]
 
     def next_rv(self):
         self.rv += 1
@@ -160,6 +189,20 @@ class Store:
             self.event_rvs.clear()
             self.oldest = self.rv
             self.lock.notify_all()
+
+
+def owner_uids(obj):
+    refs = obj["metadata"].get("ownerReferences")
+    if not isinstance(refs, list):
+        return []
+    return [r.get("uid") for r in refs if isinstance(r, dict) and isinstance(r.get("uid"), str)]
+
+
+def with_metadata(obj):
+    """A shallow copy of obj with its own metadata dict, ready to edit."""
+    new = dict(obj)
+    new["metadata"] = dict(obj.get("metadata") or {})
+    return new
 
 
 class ApiError(Exception):
@@ -331,7 +374,7 @@ class Handler(BaseHTTPRequestHandler):
                     continue
                 if b.get("name") and key[3] != b["name"]:
                     continue
-                new = copy.deepcopy(obj)
+                new = with_metadata(obj)
                 status = {"phase": b.get("phase", "Running")}
                 conds = []
                 if b.get("unschedulable"):
@@ -347,7 +390,7 @@ class Handler(BaseHTTPRequestHandler):
                         status[k] = b[k]
                 new["status"] = status
                 new["metadata"]["resourceVersion"] = str(st.next_rv())
-                st.objects[key] = new
+                st.put(key, new)
                 st.record(key[0], key[1], key[2], "MODIFIED", new)
                 n += 1
         return n
@@ -429,23 +472,27 @@ class Handler(BaseHTTPRequestHandler):
                     raise ApiError(409, "Conflict", 'Operation cannot be fulfilled on %s "%s": the object has been modified; please apply your changes to the latest version and try again' % (resource, name),
                                    {"name": name, "kind": resource})
                 if verb == "patch":
-                    new = copy.deepcopy(merge_patch(old, body))
+                    new = merge_patch(old, body)
+                    if not isinstance(new.get("metadata"), dict):
+                        new["metadata"] = {}
                 else:
-                    new = copy.deepcopy(body)
-                    new.setdefault("metadata", {})
+                    new = body
+                    if not isinstance(new.get("metadata"), dict):
+                        new["metadata"] = {}
                     for k in ("uid", "creationTimestamp", "generation"):
                         if k in old["metadata"]:
                             new["metadata"][k] = old["metadata"][k]
                 has_status = RESOURCES[(group, resource)][3]
                 if sub == "status":
                     # Only status changes on /status.
-                    kept = copy.deepcopy(old)
+                    kept = dict(old)
                     kept["status"] = new.get("status", {})
                     new = kept
                 elif has_status:
-                    new["status"] = copy.deepcopy(old.get("status", {}))
+                    new["status"] = old.get("status", {})
                     if "status" not in old:
                         new.pop("status")
+                new = with_metadata(new)
                 md = new["metadata"]
                 md["name"], md["namespace"], md["uid"] = name, ns, old["metadata"]["uid"]
                 if new.get("spec") != old.get("spec"):
@@ -453,7 +500,7 @@ class Handler(BaseHTTPRequestHandler):
                 if new == old:
                     return self.send_json(200, old)
                 md["resourceVersion"] = str(st.next_rv())
-                st.objects[key] = new
+                st.put(key, new)
                 st.record(group, resource, ns, "MODIFIED", new)
                 return self.send_json(200, new)
         raise ApiError(405, "MethodNotAllowed", "%s not allowed" % method)
@@ -498,7 +545,7 @@ class Handler(BaseHTTPRequestHandler):
             key = (group, resource, ns, name)
             if key in st.objects:
                 raise ApiError(409, "AlreadyExists", '%s "%s" already exists' % (resource, name), {"name": name, "kind": resource})
-            obj = copy.deepcopy(body)
+            obj = body  # parsed from this request: ours to keep
             obj["apiVersion"] = (group + "/" + version) if group else version
             obj["kind"] = kind
             md = obj["metadata"]
@@ -516,28 +563,24 @@ class Handler(BaseHTTPRequestHandler):
                 for k, v in obj.pop("stringData").items():
                     data[k] = base64.b64encode(str(v).encode()).decode()
             md["resourceVersion"] = str(st.next_rv())
-            st.objects[key] = obj
+            st.put(key, obj)
             st.record(group, resource, ns, "ADDED", obj)
             # Garbage collection: an object whose owners are all gone is collected at once.
             refs = md.get("ownerReferences") or []
-            owner_uids = {o["metadata"]["uid"] for o in st.objects.values()} if refs else set()
-            if refs and not any(r.get("uid") in owner_uids for r in refs):
+            if refs and not any(uid in st.by_uid for uid in owner_uids(obj)):
                 self.delete_locked(key)
             return obj
 
     def delete_locked(self, key):
         st = self.server.store
-        obj = st.objects.pop(key)
-        gone = copy.deepcopy(obj)
+        obj = st.remove(key)
+        gone = with_metadata(obj)
         gone["metadata"]["resourceVersion"] = str(st.next_rv())
         st.record(key[0], key[1], key[2], "DELETED", gone)
         uid = obj["metadata"]["uid"]
         # Cascade (background propagation, done at once): dependents owned by uid.
-        for k2, o2 in list(st.objects.items()):
-            if k2 not in st.objects:
-                continue
-            refs = o2["metadata"].get("ownerReferences") or []
-            if any(r.get("uid") == uid for r in refs):
+        for k2 in list(st.dependents.get(uid, ())):
+            if k2 in st.objects:
                 self.delete_locked(k2)
 
     def matching(self, route, q):
@@ -612,7 +655,7 @@ class Handler(BaseHTTPRequestHandler):
                 for k in sorted(st.objects):
                     o = st.objects[k]
                     if ok(k[0], k[1], k[2], o):
-                        pending.append(("ADDED", copy.deepcopy(o)))
+                        pending.append(("ADDED", o))
                 cursor = st.rv
             else:
                 cursor = int(rv)
@@ -622,9 +665,9 @@ class Handler(BaseHTTPRequestHandler):
         last_bookmark = time.time()
         try:
             while True:
-                for typ, obj in pending:
-                    self.send_event(typ, obj if isinstance(obj, bytes) else
-                                    (json.dumps({"type": typ, "object": obj}) + "\n").encode())
+                self.send_events([obj if isinstance(obj, bytes) else
+                                  (json.dumps({"type": typ, "object": obj}) + "\n").encode()
+                                  for typ, obj in pending])
                 if cursor is None:
                     break
                 pending = []
@@ -670,24 +713,31 @@ class Handler(BaseHTTPRequestHandler):
             with st.lock:
                 self.server.watches -= 1
 
-    def send_event(self, typ, data):
+    def send_events(self, lines):
+        """Sends watch event lines: all in one chunk and one write, or (fault splitEvents)
+        each split across several chunks."""
+        if not lines:
+            return
         st = self.server.store
         with st.lock:
             split = st.faults.get("splitEvents")
-        if split:
-            # Split the event across several chunks at random offsets, flushing each.
-            cuts = sorted(random.sample(range(1, len(data)), min(3, len(data) - 1)))
-            pieces, prev = [], 0
-            for c in cuts + [len(data)]:
-                pieces.append(data[prev:c])
-                prev = c
-        else:
-            pieces = [data]
-        for p in pieces:
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(p), p))
+        if not split:
+            data = b"".join(lines)
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
-            if split:
-                time.sleep(0.002)
+            return
+        for data in lines:
+            self.send_event(data)
+
+    def send_event(self, data):
+        """One event split across several chunks at random offsets, flushing each."""
+        cuts = sorted(random.sample(range(1, len(data)), min(3, len(data) - 1)))
+        prev = 0
+        for c in cuts + [len(data)]:
+            self.wfile.write(b"%x\r\n%s\r\n" % (c - prev, data[prev:c]))
+            self.wfile.flush()
+            prev = c
+            time.sleep(0.002)
 
 
 class Server(ThreadingHTTPServer):
