@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "kube_events.h"
+#include "kube_recorder.h"
 #include "kube_informer.h"
 #include "kube_map.h"
 #include "kube_queue.h"
@@ -39,6 +40,7 @@ const struct api_call controller_api_calls[API_OP_COUNT] = {
     [API_WATCH_SERVICES] = {"watch", &KUBE_SERVICES, NULL},
     [API_CREATE_SERVICE] = {"create", &KUBE_SERVICES, NULL},
     [API_CREATE_EVENT] = {"create", &KUBE_EVENTS, NULL},
+    [API_PATCH_EVENT] = {"patch", &KUBE_EVENTS, NULL}, /* a repeat: count + 1 (kube_recorder.h) */
     [API_GET_LEASE] = {"get", &KUBE_LEASES, NULL},
     [API_CREATE_LEASE] = {"create", &KUBE_LEASES, NULL},
     [API_PATCH_LEASE] = {"patch", &KUBE_LEASES, NULL},
@@ -69,6 +71,7 @@ struct controller {
     atomic_int stopping;
     pthread_mutex_t memo_lock;
     struct kube_map *memos; /* job key -> struct memo */
+    struct kube_recorder *events; /* Events: aggregated, sent off the reconcile path */
 };
 
 /* ---- small JSON helpers */
@@ -684,10 +687,9 @@ static void emit(struct controller *c, const cJSON *job, const char *type, const
     cJSON_AddItemToObject(copy, "metadata", cJSON_Duplicate(cJSON_GetObjectItem(job, "metadata"), 1));
     cJSON *ev = kube_event_build(copy, type, reason, msg, "holmes-operator");
     cJSON_Delete(copy);
-    herr e;
-    if (ev && call_create(c, API_CREATE_EVENT, get_str(job, "metadata.namespace"), ev, &e) != 0)
-        log_warn("event %s for %s: %s", reason, get_str(job, "metadata.name"), e.msg);
-    cJSON_Delete(ev);
+    if (kube_recorder_emit(c->events, ev) != 0)
+        log_warn("event %s for %s dropped (out of memory or the event queue is full)", reason,
+                 get_str(job, "metadata.name"));
 }
 
 /* ---- status */
@@ -1375,7 +1377,8 @@ struct controller *controller_new(struct kube_client *kc, const struct controlle
         [INF_SECRETS] = {&KUBE_SECRETS, LABEL_JOB, trim_meta, 0},
         [INF_SERVICES] = {&KUBE_SERVICES, LABEL_JOB, trim_service, 0},
     };
-    int ok = c->coordinator && c->queue && c->memos;
+    c->events = kube_recorder_new(kc, NULL, e);
+    int ok = c->coordinator && c->queue && c->memos && c->events;
     for (int i = 0; ok && i < INF_COUNT; i++) {
         struct kube_informer_opts io = {.resource = spec[i].res, .ns = c->ns,
                                         .label_selector = spec[i].selector,
@@ -1431,6 +1434,7 @@ void controller_free(struct controller *c)
     free(c->threads);
     for (int i = 0; i < INF_COUNT; i++)
         kube_informer_free(c->inf[i]);
+    kube_recorder_free(c->events);
     kube_queue_free(c->queue);
     kube_map_free(c->memos, memo_free);
     pthread_mutex_destroy(&c->memo_lock);
@@ -1507,6 +1511,16 @@ void controller_metrics(struct controller *c, struct metrics_buf *b)
     metrics_printf(b, "# HELP holmes_status_writes_total Status patches written.\n"
                       "# TYPE holmes_status_writes_total counter\nholmes_status_writes_total %lu\n",
                    atomic_load(&c->status_writes));
+    struct kube_recorder_counts ec;
+    kube_recorder_counts(c->events, &ec);
+    metrics_printf(b, "# HELP holmes_events_total Events by outcome: created, patched (a repeat "
+                      "counted on the Event it repeats), dropped (spam filter or full queue), "
+                      "failed.\n# TYPE holmes_events_total counter\n"
+                      "holmes_events_total{outcome=\"created\"} %lu\n"
+                      "holmes_events_total{outcome=\"patched\"} %lu\n"
+                      "holmes_events_total{outcome=\"dropped\"} %lu\n"
+                      "holmes_events_total{outcome=\"failed\"} %lu\n",
+                   ec.created, ec.patched, ec.dropped_spam + ec.dropped_full, ec.failed);
 }
 
 double controller_latency_quantile(struct controller *c, double q)
@@ -1617,9 +1631,7 @@ int controller_emit_event(struct controller *c, const char *ns, const char *job,
     cJSON_Delete(j);
     if (!ev)
         return herr_set(e, "out of memory");
-    int rc = call_create(c, API_CREATE_EVENT, ns, ev, e);
-    cJSON_Delete(ev);
-    return rc;
+    return kube_recorder_send(c->events, ev, e);
 }
 
 cJSON *controller_get_job(struct controller *c, const char *ns, const char *job)
