@@ -121,7 +121,14 @@ def parse_field_selector(sel):
 
 class Store:
     def __init__(self, history):
-        self.lock = threading.Condition()
+        # The store lock guards objects and the event history (and wakes watchers). It is
+        # held only for store work: counters and faults have their own lock, and watchers
+        # filter and serialize outside it.
+        self.lock = threading.Condition(threading.RLock())
+        # One condition per resource on the same lock: a write wakes only the watchers of
+        # its resource, not every watch stream.
+        self.conds = {}
+        self.meta_lock = threading.Lock()  # stats and faults
         self.rv = 100
         self.objects = {}          # (group, resource, ns, name) -> obj
         self.events = []           # (rv, group, resource, ns, type, obj)
@@ -134,6 +141,7 @@ class Store:
         # Indexes, so that a create or delete costs O(its own dependents), not O(all objects):
         self.by_uid = {}           # uid -> key
         self.dependents = {}       # owner uid -> {key: None} (insertion-ordered set)
+        self.counts = {}           # resource -> number of objects (for /_fake/stats)
 
     # Stored objects are never mutated in place: a write stores a new top-level dict (and a
     # new dict for each level it changes), sharing unchanged subtrees with the old version.
@@ -142,6 +150,8 @@ class Store:
         old = self.objects.get(key)
         if old is not None:
             self.unindex(key, old)
+        else:
+            self.counts[key[1]] = self.counts.get(key[1], 0) + 1
         self.objects[key] = obj
         self.by_uid[obj["metadata"]["uid"]] = key
         for uid in owner_uids(obj):
@@ -150,6 +160,9 @@ class Store:
     def remove(self, key):
         obj = self.objects.pop(key)
         self.unindex(key, obj)
+        self.counts[key[1]] -= 1
+        if not self.counts[key[1]]:
+            del self.counts[key[1]]
         return obj
 
     def unindex(self, key, obj):
@@ -161,6 +174,18 @@ class Store:
                 deps.pop(key, None)
                 if not deps:
                     del self.dependents[uid]
+
+    def cond(self, group, resource):
+        """The condition watchers of (group, resource) wait on. Call with the lock held."""
+        c = self.conds.get((group, resource))
+        if c is None:
+            c = self.conds[(group, resource)] = threading.Condition(self.lock._lock)
+        return c
+
+    def wake_all(self):
+        """Wakes every watcher (compaction, dropped streams). Call with the lock held."""
+        for c in self.conds.values():
+            c.notify_all()
 
     def next_rv(self):
         self.rv += 1
@@ -178,7 +203,7 @@ class Store:
             self.oldest = self.events[drop - 1][0]
             del self.events[:drop]
             del self.event_rvs[:drop]
-        self.lock.notify_all()
+        self.cond(g, r).notify_all()
 
     def events_after(self, cursor):
         return self.events[bisect.bisect_right(self.event_rvs, cursor):]
@@ -188,7 +213,7 @@ class Store:
             self.events.clear()
             self.event_rvs.clear()
             self.oldest = self.rv
-            self.lock.notify_all()
+            self.wake_all()
 
 
 def owner_uids(obj):
@@ -223,9 +248,50 @@ def now():
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+class Headers(dict):
+    """Request headers by lower-case name, with the case-insensitive get() of the stdlib's."""
+
+    def get(self, name, default=None):
+        return dict.get(self, name.lower(), default)
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "fakeapi/1"
+
+    def parse_request(self):
+        """The request line and headers. Replaces the stdlib's, whose email-package header
+        parser cost more CPU than everything else a request does. Same behaviour for what
+        clients send here: HTTP/1.1 keep-alive (HTTP/1.0 or "Connection: close" closes),
+        "Expect: 100-continue", 400 on a malformed request line or header."""
+        self.command = None
+        self.request_version = self.default_request_version
+        self.close_connection = True
+        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        words = self.requestline.split()
+        if len(words) != 3 or words[2] not in ("HTTP/1.0", "HTTP/1.1"):
+            self.send_error(400, "Bad request line %r" % self.requestline)
+            return False
+        self.command, self.path, self.request_version = words
+        headers = Headers()
+        while True:
+            line = self.rfile.readline(65537)
+            if len(line) > 65536 or len(headers) > 100:
+                self.send_error(431, "Request header fields too large")
+                return False
+            if line in (b"\r\n", b"\n", b""):
+                break
+            name, sep, value = str(line, "iso-8859-1").partition(":")
+            if not sep or not name.strip():
+                self.send_error(400, "Bad header line %r" % line[:100])
+                return False
+            headers[name.strip().lower()] = value.strip()
+        self.headers = headers
+        conn = headers.get("Connection", "").lower()
+        self.close_connection = conn == "close" or (self.request_version == "HTTP/1.0" and conn != "keep-alive")
+        if headers.get("Expect", "").lower() == "100-continue" and self.request_version == "HTTP/1.1":
+            return self.handle_expect_100()
+        return True
 
     def log_message(self, fmt, *args):
         if self.server.verbose:
@@ -284,7 +350,7 @@ class Handler(BaseHTTPRequestHandler):
             route = self.route(url.path)
             verb = self.verb(method, route, q)
             key = "%s %s %s%s" % (verb, route[0] or "core", route[1], "/" + route[4] if route[4] else "")
-            with st.lock:
+            with st.meta_lock:
                 st.stats[key] = st.stats.get(key, 0) + 1
                 st.stats["total"] = st.stats.get("total", 0) + 1
             if self.fault(self.path):
@@ -308,14 +374,14 @@ class Handler(BaseHTTPRequestHandler):
     def fault(self, path):
         """Applies injected faults. Returns True when the request was answered by one."""
         st = self.server.store
-        with st.lock:
+        with st.meta_lock:
             f = dict(st.faults)
         delay = f.get("delayMs")
         if delay:
             time.sleep(delay / 1000.0)
         agent_ok = not f.get("userAgent") or f["userAgent"] in (self.headers.get("User-Agent") or "")
         if f.get("status") and agent_ok and (not f.get("match") or f["match"] in path):
-            with st.lock:
+            with st.meta_lock:
                 cnt = st.faults.get("count", 0)
                 if cnt <= 0:
                     return False
@@ -338,24 +404,27 @@ class Handler(BaseHTTPRequestHandler):
         st = self.server.store
         body = self.read_body() if method == "POST" else None
         if path == "/_fake/faults":
-            with st.lock:
-                st.faults = dict(body or {})
-                if st.faults.pop("dropWatches", False):
+            faults = dict(body or {})
+            drop = faults.pop("dropWatches", False)
+            with st.meta_lock:
+                st.faults = faults
+            if drop:
+                with st.lock:
                     st.drop_gen += 1
-                    st.lock.notify_all()
+                    st.wake_all()
             return self.send_json(200, {"ok": True})
         if path == "/_fake/compact":
             st.compact()
             return self.send_json(200, {"ok": True, "resourceVersion": str(st.rv)})
         if path == "/_fake/stats":
             with st.lock:
-                counts = {}
-                for k in st.objects:
-                    counts[k[1]] = counts.get(k[1], 0) + 1
-                return self.send_json(200, dict(st.stats, resourceVersion=st.rv, watches=self.server.watches,
-                                                objects=counts))
+                counts = dict(st.counts)
+                rv, watches = st.rv, self.server.watches
+            with st.meta_lock:
+                stats = dict(st.stats)
+            return self.send_json(200, dict(stats, resourceVersion=rv, watches=watches, objects=counts))
         if path == "/_fake/reset-stats":
-            with st.lock:
+            with st.meta_lock:
                 st.stats = {}
             return self.send_json(200, {"ok": True})
         if path == "/_fake/kubelet":
@@ -682,23 +751,28 @@ class Handler(BaseHTTPRequestHandler):
                             break
                         if cursor < st.oldest:
                             break
-                        st.lock.wait(0.2)
-                    if cursor < st.oldest and not new:
+                        st.cond(route[0], route[1]).wait(0.2)
+                    expired = cursor < st.oldest and not new
+                    if expired:
                         pending.append(("ERROR", status_body(410, "Expired", "too old resource version: %d (%d)" % (cursor, st.oldest))))
                         cursor = None
-                        continue
-                    for e in new:
-                        if ok(e[1], e[2], e[3], e[5]):
-                            pending.append((e[4], e[6]))
-                        cursor = e[0]
-                    if not new and time.time() >= deadline:
-                        break
-                    if not pending and bookmarks and time.time() - last_bookmark >= self.server.bookmark_s:
-                        version, kind, _, _ = RESOURCES[(route[0], route[1])]
-                        pending.append(("BOOKMARK", {"kind": kind, "apiVersion": version,
-                                                     "metadata": {"resourceVersion": str(st.rv)}}))
-                        cursor = max(cursor, st.rv)
-                        last_bookmark = time.time()
+                    elif new:
+                        cursor = new[-1][0]
+                    store_rv = st.rv
+                if expired:
+                    continue
+                # Filtering outside the store lock: the history entries are immutable.
+                for e in new:
+                    if ok(e[1], e[2], e[3], e[5]):
+                        pending.append((e[4], e[6]))
+                if not new and time.time() >= deadline:
+                    break
+                if not pending and bookmarks and time.time() - last_bookmark >= self.server.bookmark_s:
+                    version, kind, _, _ = RESOURCES[(route[0], route[1])]
+                    pending.append(("BOOKMARK", {"kind": kind, "apiVersion": version,
+                                                 "metadata": {"resourceVersion": str(store_rv)}}))
+                    cursor = max(cursor, store_rv)
+                    last_bookmark = time.time()
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
         except ConnectionAbortedError:
@@ -719,7 +793,7 @@ class Handler(BaseHTTPRequestHandler):
         if not lines:
             return
         st = self.server.store
-        with st.lock:
+        with st.meta_lock:
             split = st.faults.get("splitEvents")
         if not split:
             data = b"".join(lines)
