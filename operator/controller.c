@@ -1541,6 +1541,16 @@ void controller_metrics(struct controller *c, struct metrics_buf *b)
     metrics_printf(b, "# HELP holmes_api_requests_total Kubernetes API requests sent.\n"
                       "# TYPE holmes_api_requests_total counter\nholmes_api_requests_total %lu\n",
                    kube_client_request_count(c->kc));
+    metrics_hist_render(kube_client_latency(c->kc), b, "holmes_api_request_duration_seconds",
+                        "Kubernetes API request latency (sent until answered).");
+    metrics_printf(b, "# HELP holmes_api_request_latency_seconds API request latency quantiles "
+                      "(from 7.5%%-wide buckets).\n# TYPE holmes_api_request_latency_seconds gauge\n");
+    for (int i = 0; i < 3; i++)
+        metrics_printf(b, "holmes_api_request_latency_seconds{quantile=\"%g\"} %.6f\n", qs[i],
+                       metrics_hist_quantile(kube_client_latency(c->kc), qs[i]));
+    metrics_printf(b, "# HELP holmes_api_throttled_seconds_total Time spent waiting for the "
+                      "client-side rate limiter.\n# TYPE holmes_api_throttled_seconds_total counter\n"
+                      "holmes_api_throttled_seconds_total %.6f\n", kube_client_throttled_seconds(c->kc));
     metrics_printf(b, "# HELP holmes_gang_restarts_total Gang restarts after failed pods.\n"
                       "# TYPE holmes_gang_restarts_total counter\nholmes_gang_restarts_total %lu\n",
                    atomic_load(&c->restarts));

@@ -37,6 +37,8 @@ struct kube_client {
     double not_before; /* monotonic seconds: a 429 pauses everyone until then */
     atomic_ulong errors[600];
     atomic_ulong requests;
+    struct metrics_hist latency; /* per request: sent until answered */
+    double throttled_s;          /* time spent waiting for the rate limiter (under lock) */
 };
 
 static double mono_now(void)
@@ -83,6 +85,7 @@ struct kube_client *kube_client_new(struct kube_config *cfg, const struct kube_c
     kc->tokens = kc->o.burst;
     kc->last.tv_sec = 0;
     pthread_mutex_init(&kc->lock, NULL);
+    metrics_hist_init(&kc->latency);
     return kc;
 }
 
@@ -139,6 +142,7 @@ static void rate_wait(struct kube_client *kc)
     double wait = kc->tokens < 0 ? -kc->tokens / kc->o.qps : 0;
     if (kc->not_before > now + wait)
         wait = kc->not_before - now;
+    kc->throttled_s += wait;
     pthread_mutex_unlock(&kc->lock);
     sleep_s(wait);
 }
@@ -158,6 +162,16 @@ void kube_client_error_counts(struct kube_client *kc,
         if (n)
             fn(i, n, user);
     }
+}
+
+struct metrics_hist *kube_client_latency(struct kube_client *kc) { return &kc->latency; }
+
+double kube_client_throttled_seconds(struct kube_client *kc)
+{
+    pthread_mutex_lock(&kc->lock);
+    double s = kc->throttled_s;
+    pthread_mutex_unlock(&kc->lock);
+    return s;
 }
 
 unsigned long kube_client_request_count(struct kube_client *kc)
@@ -319,6 +333,7 @@ struct xfer {
     struct resp_headers rh;
     int attempt;
     int done;
+    double t0;
 };
 
 /* Sets up x->h for one attempt of x->call; 0, or -1 with the call's error set. */
@@ -355,6 +370,7 @@ static int xfer_start(struct kube_client *kc, struct xfer *x)
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &x->rh);
     curl_easy_setopt(h, CURLOPT_PRIVATE, x);
+    x->t0 = mono_now();
     return 0;
 }
 
@@ -364,6 +380,7 @@ static int xfer_finish(struct kube_client *kc, struct xfer *x, CURLcode cc)
 {
     struct kube_call *c = x->call;
     long code = 0;
+    metrics_hist_observe(&kc->latency, mono_now() - x->t0);
     curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
     curl_slist_free_all(x->hd);
     x->hd = NULL;

@@ -15,6 +15,7 @@
 
 #include "error.h"
 #include "kube_config.h"
+#include "metrics.h"
 
 struct kube_resource {
     const char *group;    /* "" for core */
@@ -86,6 +87,10 @@ char *kube_escape(const char *s);
 void kube_client_error_counts(struct kube_client *kc,
                               void (*fn)(int code, unsigned long count, void *user), void *user);
 unsigned long kube_client_request_count(struct kube_client *kc);
+/* Latency of each request (request sent until its answer; watches excluded), and the total
+ * time callers waited for the client-side rate limiter (QPS/burst, 429 pauses). */
+struct metrics_hist *kube_client_latency(struct kube_client *kc);
+double kube_client_throttled_seconds(struct kube_client *kc);
 void kube_client_count_error(struct kube_client *kc, int code);
 
 #endif
