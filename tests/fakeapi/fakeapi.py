@@ -192,10 +192,12 @@ class Store:
         return self.rv
 
     def record(self, g, r, ns, typ, obj):
+        """Appends a watch event; returns obj serialized (the write's answer reuses it)."""
         # Stored objects are never mutated in place, so the event keeps a reference and
         # the serialized line every watcher sends.
         rv = int(obj["metadata"]["resourceVersion"])
-        line = (json.dumps({"type": typ, "object": obj}) + "\n").encode()
+        data = json.dumps(obj)
+        line = ('{"type": "%s", "object": %s}\n' % (typ, data)).encode()
         self.events.append((rv, g, r, ns, typ, obj, line))
         self.event_rvs.append(rv)
         if len(self.events) > self.history + self.history // 8:
@@ -204,6 +206,7 @@ class Store:
             del self.events[:drop]
             del self.event_rvs[:drop]
         self.cond(g, r).notify_all()
+        return data
 
     def events_after(self, cursor):
         return self.events[bisect.bisect_right(self.event_rvs, cursor):]
@@ -303,8 +306,9 @@ class Handler(BaseHTTPRequestHandler):
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     # ---- plumbing
-    def send_json(self, code, obj, headers=None):
-        data = json.dumps(obj).encode()
+    def send_json(self, code, obj, headers=None, raw=None):
+        """Answers obj as JSON (raw: obj already serialized)."""
+        data = (raw if raw is not None else json.dumps(obj)).encode()
         self.log_request(code)
         head = ["HTTP/1.1 %d %s" % (code, self.responses.get(code, ("",))[0]),
                 "Content-Type: application/json", "Content-Length: %d" % len(data)]
@@ -508,7 +512,8 @@ class Handler(BaseHTTPRequestHandler):
             body = self.read_body()
             if not isinstance(body, dict):
                 raise ApiError(400, "BadRequest", "the request body must be a JSON object")
-            return self.send_json(201, self.create(route, body))
+            obj, raw = self.create(route, body)
+            return self.send_json(201, obj, raw=raw)
         key = (group, resource, ns, name)
         if verb == "get":
             with st.lock:
@@ -570,8 +575,8 @@ class Handler(BaseHTTPRequestHandler):
                     return self.send_json(200, old)
                 md["resourceVersion"] = str(st.next_rv())
                 st.put(key, new)
-                st.record(group, resource, ns, "MODIFIED", new)
-                return self.send_json(200, new)
+                raw = st.record(group, resource, ns, "MODIFIED", new)
+                return self.send_json(200, new, raw=raw)
         raise ApiError(405, "MethodNotAllowed", "%s not allowed" % method)
 
     def not_found(self, resource, name):
@@ -633,12 +638,12 @@ class Handler(BaseHTTPRequestHandler):
                     data[k] = base64.b64encode(str(v).encode()).decode()
             md["resourceVersion"] = str(st.next_rv())
             st.put(key, obj)
-            st.record(group, resource, ns, "ADDED", obj)
+            raw = st.record(group, resource, ns, "ADDED", obj)
             # Garbage collection: an object whose owners are all gone is collected at once.
             refs = md.get("ownerReferences") or []
             if refs and not any(uid in st.by_uid for uid in owner_uids(obj)):
                 self.delete_locked(key)
-            return obj
+            return obj, raw
 
     def delete_locked(self, key):
         st = self.server.store
