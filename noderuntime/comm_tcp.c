@@ -19,7 +19,9 @@
 #define FRAME_MAGIC 0x46524d45u /* "FRME": the last (or only) frame of a message */
 #define FRAME_MORE 0x4d4f5245u  /* "MORE": more frames of the same message follow */
 #define TAG_COLL (TCP_TAG_RESERVED | 1u)
+#ifndef SEG_BYTES
 #define SEG_BYTES ((size_t)1 << 20)      /* collectives move data in segments of this size */
+#endif
 #define MAX_FRAME ((uint64_t)1 << 36)
 #define MAX_PENDING 256
 
@@ -270,7 +272,9 @@ struct tcp_post {
     int linked;
 };
 
+#ifndef SCRATCH_BYTES
 #define SCRATCH_BYTES ((size_t)128 << 10) /* cache-sized buffer for receive-and-add */
+#endif
 
 struct tcp_conn {
     struct tcp_comm *comm;
@@ -328,13 +332,16 @@ typedef float f32x4 __attribute__((vector_size(16)));
 static void add_f32(float *restrict dst, const float *restrict src, size_t n)
 {
     size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        f32x4 a[4], b[4];
-        memcpy(a, dst + i, sizeof a);
-        memcpy(b, src + i, sizeof b);
-        for (int j = 0; j < 4; j++)
-            a[j] += b[j];
-        memcpy(dst + i, a, sizeof a);
+    for (; i + 8 <= n; i += 8) {
+        f32x4 a0, a1, b0, b1;
+        memcpy(&a0, dst + i, sizeof a0);
+        memcpy(&a1, dst + i + 4, sizeof a1);
+        memcpy(&b0, src + i, sizeof b0);
+        memcpy(&b1, src + i + 4, sizeof b1);
+        a0 += b0;
+        a1 += b1;
+        memcpy(dst + i, &a0, sizeof a0);
+        memcpy(dst + i + 4, &a1, sizeof a1);
     }
     for (; i < n; i++)
         dst[i] += src[i];
