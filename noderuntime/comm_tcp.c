@@ -292,8 +292,6 @@ struct tcp_conn {
     struct tcp_pacing pacing;
     double tokens, refill_at;
     float *scratch;        /* [SCRATCH_BYTES], the reader's receive-and-add staging */
-    int reading;           /* the reader is staging a frame with reading_tag */
-    uint32_t reading_tag;
 };
 
 struct tcp_comm {
@@ -433,7 +431,7 @@ static int reader_stage(struct tcp_conn *k, uint32_t tag, uint64_t len, int more
     }
     *m = (struct tcp_msg){NULL, tag, more, len, data};
     pthread_mutex_lock(&k->mu);
-    k->reading = 0;
+    /* a receive posted while this frame was read takes it: it is next in the stream */
     struct tcp_post *p = post_find(k, tag);
     if (p) {
         post_take_staged(p, m);
@@ -473,12 +471,8 @@ static void *reader_main(void *arg)
             pthread_cond_broadcast(&k->cv);
             p = NULL;
         }
-        if (p) {
+        if (p)
             p->state = POST_FILLING;
-        } else {
-            k->reading = 1;
-            k->reading_tag = hdr[1];
-        }
         pthread_mutex_unlock(&k->mu);
         if (!p) {
             if (reader_stage(k, hdr[1], len, more) != 0)
