@@ -83,9 +83,9 @@ static int raw_ring(int out_fd, int in_fd, char *sbuf, char *rbuf, size_t len)
 
 static int iters_for(size_t bytes)
 {
-    size_t target = (size_t)64 << 20;
+    size_t target = (size_t)256 << 20; /* bytes per measurement: steadier large-message rows */
     int it = (int)(target / (bytes ? bytes : 1));
-    return it < 2 ? 2 : it > 200 ? 200 : it;
+    return it < 3 ? 3 : it > 200 ? 200 : it;
 }
 
 static int rank_main(int rank, int n, struct tcp_listener *l, const struct tcp_endpoint *eps, void *arg)
