@@ -315,6 +315,37 @@ static int stalls_mid_reduce(int rank, int n, struct tcp_listener *l, const stru
     return bad;
 }
 
+/* A paced all-reduce that takes longer than the timeout completes: the timeout counts from the
+ * last frame that arrived, not from the start of the (whole-chunk) receive. */
+static int slow_but_moving(int rank, int n, struct tcp_listener *l, const struct tcp_endpoint *eps, void *arg)
+{
+    (void)arg;
+    herr e;
+    struct tcp_pacing p[2] = {{4e6, 0}, {0, 0}};
+    struct tcp_group_spec s;
+    group_spec(&s, "slow", 18, n, rank, eps, 0.8);
+    if (rank == 1)
+        s.pacing = p; /* only 1 -> 0 is slow: rank 0 waits ~1 s for each whole 4 MB chunk */
+    struct comm *c;
+    if (comm_create(&c, l, &s, &e) != 0)
+        return fail(rank, "create", &e);
+    size_t cnt = 2u << 20; /* 4 MB chunks: ~1 s per ring step at 4 MB/s */
+    float *buf = malloc(cnt * sizeof *buf);
+    if (!buf)
+        return fail(rank, "malloc", NULL);
+    for (size_t i = 0; i < cnt; i++)
+        buf[i] = val(rank, i, 40);
+    int bad = 0;
+    if (comm_all_reduce(c, buf, cnt, &e) != 0)
+        bad = fail(rank, "slow all-reduce", &e);
+    for (size_t i = 0; i < cnt && !bad; i++)
+        if (buf[i] != val(0, i, 40) + val(1, i, 40))
+            bad = fail(rank, "slow all-reduce data", NULL);
+    free(buf);
+    comm_free(c);
+    return bad;
+}
+
 /* Rank 1 is never started: rank 0 gets an error naming it within the timeout. */
 static int never(int rank, int n, struct tcp_listener *l, const struct tcp_endpoint *eps, void *arg)
 {
@@ -420,6 +451,8 @@ int main(void)
     CHECK_INT("peer that never listens is named", run_group(2, refused, NULL, 0, 30), 0);
     CHECK_INT("recv timeout names peer and op", run_group(2, timeout, NULL, -1, 30), 0);
     CHECK_INT("paced link delivers", run_group(2, paced, NULL, -1, 30), 0);
+    CHECK_INT("collective slower than the timeout completes while data flows",
+              run_group(2, slow_but_moving, NULL, -1, 30), 0);
     herr e;
     struct tcp_listener *l;
     CHECK_INT("bad listen port rejected", tcp_listener_open(&l, NULL, 70000, &e), -1);
