@@ -9,6 +9,7 @@
 void cost_links_default(struct cost_links *l)
 {
     l->tcp_gbps = 25;
+    l->gateway_gbps = 0;
     l->tcp_latency_us = 50;
     l->tcp_efficiency = 0.8;
     l->ib_latency_us = 3;
@@ -32,6 +33,7 @@ struct link_field {
 #define LF(k, lo, hi, open) {#k, offsetof(struct cost_links, k), lo, hi, open}
 static const struct link_field link_fields[] = {
     LF(tcp_gbps, 0, 1e6, 1),
+    LF(gateway_gbps, 0, 1e6, 0),
     LF(tcp_latency_us, 0, 1e7, 0),
     LF(tcp_efficiency, 0, 1, 1),
     LF(ib_latency_us, 0, 1e7, 0),
@@ -72,7 +74,7 @@ int cost_links_apply_json(struct cost_links *l, const cJSON *j, const char *wher
             if (strcmp(link_fields[i].key, it->string) == 0)
                 f = &link_fields[i];
         if (!f)
-            return herr_set(e, "%s.%s: unknown link constant (known: tcp_gbps, tcp_latency_us, "
+            return herr_set(e, "%s.%s: unknown link constant (known: tcp_gbps, gateway_gbps, tcp_latency_us, "
                             "tcp_efficiency, ib_latency_us, roce_latency_us, rdma_efficiency, "
                             "intra_node_gbps, intra_node_latency_us, compute_efficiency, "
                             "memory_gbps, optimizer_bytes_per_param, overlap)", where, it->string);

@@ -13,6 +13,9 @@
  * object (or a calibration file with the same keys), so measured numbers replace defaults. */
 struct cost_links {
     double tcp_gbps;              /* cross-fabric TCP bandwidth per flow, Gb/s */
+    double gateway_gbps;          /* a fabric's link to the other fabrics (gateway, router
+                                     port), per direction, shared by every flow that enters
+                                     the fabric at the same time; 0 = no shared limit */
     double tcp_latency_us;        /* one TCP message */
     double tcp_efficiency;        /* usable fraction of an Ethernet NIC's Gb/s over sockets */
     double ib_latency_us;         /* one InfiniBand RDMA message */
