@@ -19,7 +19,8 @@ for name, policy, rep, med, steps, pred, w in rows:
 
 def plan(name, calib):
     cmd = [op, "plan", os.path.join(work, f"job-{name}.yaml"), "--json", "--partition",
-           open(os.path.join(work, f"job-{name}.partition")).read().strip()]
+           open(os.path.join(work, f"job-{name}.partition")).read().strip(),
+           "--tflops", open(os.path.join(work, f"{name}.tflops")).read().strip()]
     if calib:
         cmd += ["--calibration", calib]
     r = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -93,7 +94,7 @@ def ratio(a, b):
 
 
 goals = []
-for cl in ("2fab", "3fab"):
+for cl in ("2fab", "3fab", "3fab6"):
     h, nv = f"{cl}-holmes", f"{cl}-naive"
     if h in median and nv in median and ref and "all-ethernet" in median:
         goals.append(f"- {cl}: holmes = {ratio(h, 'all-rdma'):.2f} x all-RDMA throughput (goal >= 0.90), "

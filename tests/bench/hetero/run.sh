@@ -43,34 +43,42 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# name policy workers (fabric:class:mbit per worker, in the order the scheduler hands them out)
+# name policy pipeline workers (fabric:class:mbit per worker, in the order the scheduler hands
+# them out). Data parallel 2 everywhere, so the global batch is the same; the 6-worker 3-fabric
+# cluster runs pipeline 3 so that every stage can stay inside one fabric (and, for 1F1B, 4
+# micro-batches of 2 sequences instead of 2 of 4).
 ib="ib-a:infiniband:$IB_MBIT" roce="roce-b:roce:$ROCE_MBIT" eth="eth-c:ethernet:$CROSS_MBIT"
 SCENARIOS=(
-    "all-rdma holmes $ib,$ib,$ib,$ib"
-    "all-ethernet holmes $eth,$eth,$eth,$eth"
-    "2fab-holmes holmes $ib,$roce,$ib,$roce"
-    "2fab-naive naive $ib,$roce,$ib,$roce"
-    "3fab-holmes holmes $ib,$roce,$ib,$eth"
-    "3fab-naive naive $ib,$roce,$ib,$eth"
+    "all-rdma holmes 2 $ib,$ib,$ib,$ib"
+    "all-ethernet holmes 2 $eth,$eth,$eth,$eth"
+    "2fab-holmes holmes 2 $ib,$roce,$ib,$roce"
+    "2fab-naive naive 2 $ib,$roce,$ib,$roce"
+    "3fab-holmes holmes 2 $ib,$roce,$ib,$eth"
+    "3fab-naive naive 2 $ib,$roce,$ib,$eth"
+    "3fab6-holmes holmes 3 $ib,$roce,$eth,$ib,$roce,$eth"
+    "3fab6-naive naive 3 $ib,$roce,$eth,$ib,$roce,$eth"
 )
 for o in $ONLY; do
     printf '%s\n' "${SCENARIOS[@]}" | grep -q "^$o " ||
-        die "ONLY: no scenario $o (all-rdma all-ethernet 2fab-holmes 2fab-naive 3fab-holmes 3fab-naive)"
+        die "ONLY: no scenario $o ($(printf '%s\n' "${SCENARIOS[@]}" | awk '{printf "%s ", $1}'))"
 done
 
-# job NAME POLICY WORKERS: the TrainingJob (Gb/s in the emulation block = the shaped Mbit/1000,
+# job NAME POLICY PIPELINE WORKERS: the TrainingJob (Gb/s in the emulation block = the shaped Mbit/1000,
 # so the planner predicts for the links the run really has; pacing is off, bandwidthScale 1).
 job() {
-    local name=$1 policy=$2 workers=$3 prev= count=0 w f c m
+    local name=$1 policy=$2 pipeline=$3 workers=$4 prev= count=0 w f c m
+    local nw mb=2 mbs=4; nw=$(tr ',' '\n' <<<"$workers" | wc -l)
+    # 1F1B needs a micro-batch per stage: 3 stages run 4 micro-batches of 2 (the same batch)
+    [ "$pipeline" -le 2 ] || mb=4 mbs=2
     cat <<Y
 apiVersion: holmes.dev/v1alpha1
 kind: TrainingJob
 metadata: {name: $name}
 spec:
-  workers: 4
+  workers: $nw
   gpusPerWorker: 0
   model: {layers: 4, hidden: 192, heads: 4, vocab: 256, seqLen: 32}
-  parallelism: {pipeline: 2, data: 2, microBatches: 2, microBatchSize: 4, schedule: 1f1b}
+  parallelism: {pipeline: $pipeline, data: 2, microBatches: $mb, microBatchSize: $mbs, schedule: 1f1b}
   placement: {policy: $policy}
   training:
     steps: $STEPS
@@ -131,6 +139,13 @@ netns() {
 cross_gbps=$(awk "BEGIN{print $CROSS_MBIT/1000}")
 echo "{\"links\": {\"tcp_gbps\": $cross_gbps, \"gateway_gbps\": $cross_gbps}}" >"$WORK/links.json"
 
+# Compute: one engine thread does about 0.1 TFLOPS here; N single-thread workers on this
+# machine's cores each get cores/N of it while all run (0.05 for 4 workers on 2 cores). The
+# workers declare that rate (HOLMES_DECLARED_TFLOPS, read by holmes-node worker), and `plan`
+# gets the same (--tflops); compute_efficiency (calibrated) covers what a step achieves of it.
+CORES=$(nproc)
+tflops_for() { awk -v n="$1" -v c="$CORES" 'BEGIN{s = c / n; if (s > 1) s = 1; printf "%.4g", 0.1 * s}'; }
+
 mkdir -p "$OUT"
 RES=$WORK/results.tsv
 echo -e "scenario\tpolicy\trep\tmedian_step_s\tsteps\tpredicted_s\twall_s" >"$RES"
@@ -139,17 +154,20 @@ load0=$(uptime | sed 's/.*load average: //')
 # Runs are interleaved (every scenario once, then again, ...) so that a change of the machine's
 # load during the benchmark falls on all scenarios alike.
 for sc in "${SCENARIOS[@]}"; do
-    read -r name policy workers <<<"$sc"
+    read -r name policy pipeline workers <<<"$sc"
     [ -z "$ONLY" ] || [[ " $ONLY " == *" $name "* ]] || continue
-    job "$name" "$policy" "$workers" >"$WORK/job-$name.yaml"
+    job "$name" "$policy" "$pipeline" "$workers" >"$WORK/job-$name.yaml"
 done
 for ((r = 1; r <= REPS; r++)); do
     for sc in "${SCENARIOS[@]}"; do
-        read -r name policy workers <<<"$sc"
+        read -r name policy pipeline workers <<<"$sc"
         [ -z "$ONLY" ] || [[ " $ONLY " == *" $name "* ]] || continue
         netns "$name" "$workers"
         t0=$(date +%s.%N)
-        ip netns exec "$P-r" "$OP" local "$WORK/job-$name.yaml" --quiet --bind 10.77.1.1 \
+        nw=$(tr ',' '\n' <<<"$workers" | wc -l)
+        tf=$(tflops_for "$nw")
+        echo "$tf" >"$WORK/$name.tflops"
+        HOLMES_DECLARED_TFLOPS=$tf ip netns exec "$P-r" "$OP" local "$WORK/job-$name.yaml" --quiet --bind 10.77.1.1 \
             --calibration "$WORK/links.json" \
             --worker-wrap "$HERE/inns.sh $WORK/$name.map {i}" --run-dir "$WORK/runs/$name-$r" \
             --metrics-out "$WORK/$name-$r.jsonl" >"$WORK/$name-$r.out" 2>&1 &
@@ -169,7 +187,7 @@ for ((r = 1; r <= REPS; r++)); do
             awk '/^placement/{on=1; next} on && $1 ~ /^[0-9]+$/ {split($3, l, "-"); p = p (p ? "," : "") l[2] - l[1] + 1}
                  /predicted step time/{print p; exit}' "$WORK/$name-$r.out" >"$WORK/job-$name.partition"
             sed -n 's/.*predicted step time \([0-9.]*\) s.*/\1/p' "$WORK/$name-$r.out" >"$WORK/$name.pred"
-            "$OP" plan "$WORK/job-$name.yaml" --calibration "$WORK/links.json" --json |
+            "$OP" plan "$WORK/job-$name.yaml" --calibration "$WORK/links.json" --tflops "$tf" --json |
                 python3 "$HERE/same_plan.py" "$WORK/job-$name.partition" "$WORK/$name.pred" ||
                 die "scenario $name: the coordinator's plan is not holmes-operator plan's"
         fi
