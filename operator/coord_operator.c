@@ -233,6 +233,8 @@ static void on_progress(void *user, const struct coord_progress *pr)
     cJSON_AddNumberToObject(p, "tflopsPerGpu", tflops);
     if (pr->eta_s >= 0)
         cJSON_AddNumberToObject(p, "etaSeconds", pr->eta_s);
+    if (pr->step_ms > 0)
+        cJSON_AddNumberToObject(p, "stepSeconds", pr->step_ms / 1000.0);
     cJSON_AddStringToObject(p, "updated", now);
     if (j->cp.planned && j->cp.plan.step_s > 0 && pr->step_ms > 0) {
         char msg[200];

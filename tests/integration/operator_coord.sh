@@ -60,7 +60,7 @@ rc=$?
 [ $rc -eq 1 ] && grep -q "not part of job" "$FAKEAPI_DIR/bad2.log" && pass "pod not in the job refused" \
     || fail "pod not in the job refused" "rc $rc: $(cat "$FAKEAPI_DIR/bad2.log")"
 
-check "status.progress: steps, loss, tokens/s, ETA" wait_for 30 job_is $NS e2e '.status.phase == "Running" and .status.progress.step > 0 and .status.progress.loss > 0 and .status.progress.tokensPerSecond > 0 and .status.progress.etaSeconds >= 0 and (.status.message | contains("predicted"))'
+check "status.progress: steps, loss, tokens/s, ETA" wait_for 30 job_is $NS e2e '.status.phase == "Running" and .status.progress.step > 0 and .status.progress.loss > 0 and .status.progress.tokensPerSecond > 0 and .status.progress.etaSeconds >= 0 and .status.progress.stepSeconds > 0 and .status.plan.predictedStepSeconds > 0 and (.status.message | contains("predicted"))'
 ok=1
 for p in "${WPIDS[@]}"; do wait "$p" || ok=0; done
 [ $ok = 1 ] && pass "every worker finished (exit 0)" || fail "every worker finished (exit 0)" "$(tail -n 3 "$FAKEAPI_DIR"/worker-*.log)"
