@@ -46,7 +46,8 @@ trap 'exit 130' INT TERM
 # name policy pipeline workers (fabric:class:mbit per worker, in the order the scheduler hands
 # them out). Data parallel 2 everywhere, so the global batch is the same; the 6-worker 3-fabric
 # cluster runs pipeline 3 so that every stage can stay inside one fabric (and, for 1F1B, 4
-# micro-batches of 2 sequences instead of 2 of 4).
+# micro-batches of 2 sequences instead of 2 of 4); its references are the 6-worker all-rdma6 and
+# all-ethernet6 (the same shape and the same share of the cores per worker).
 ib="ib-a:infiniband:$IB_MBIT" roce="roce-b:roce:$ROCE_MBIT" eth="eth-c:ethernet:$CROSS_MBIT"
 SCENARIOS=(
     "all-rdma holmes 2 $ib,$ib,$ib,$ib"
@@ -57,6 +58,8 @@ SCENARIOS=(
     "3fab-naive naive 2 $ib,$roce,$ib,$eth"
     "3fab6-holmes holmes 3 $ib,$roce,$eth,$ib,$roce,$eth"
     "3fab6-naive naive 3 $ib,$roce,$eth,$ib,$roce,$eth"
+    "all-rdma6 holmes 3 $ib,$ib,$ib,$ib,$ib,$ib"
+    "all-ethernet6 holmes 3 $eth,$eth,$eth,$eth,$eth,$eth"
 )
 for o in $ONLY; do
     printf '%s\n' "${SCENARIOS[@]}" | grep -q "^$o " ||
