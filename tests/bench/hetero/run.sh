@@ -32,7 +32,9 @@ for v in REPS STEPS IB_MBIT ROCE_MBIT CROSS_MBIT; do
     [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -ge 1 ] || die "$v=${!v}: must be a positive integer"
 done
 [[ $WARMUP =~ ^[0-9]+$ ]] && [ "$WARMUP" -lt "$STEPS" ] || die "WARMUP=$WARMUP: must be an integer below STEPS ($STEPS)"
-P=hb$$; P=${P:0:7}
+# Namespace prefix: hb<pid>, or HETERO_NS_PREFIX (tests: so concurrent runs are told apart).
+P=${HETERO_NS_PREFIX:-hb$$}; P=${P:0:7}
+[[ $P =~ ^[a-z][a-z0-9]*$ ]] || die "HETERO_NS_PREFIX=$P: must be lowercase letters and digits, starting with a letter"
 WORK=$(mktemp -d /tmp/bench-hetero.XXXXXX)
 oppid=
 cleanup() {
