@@ -141,8 +141,15 @@ netns() {
 # The emulated network for the planner (the coordinator in `local --calibration` and `plan
 # --calibration` alike): between fabrics every flow goes through the router, whose port into
 # each fabric (CROSS_MBIT) is shared by all flows entering that fabric at once.
+# PLAN_LINKS=FILE plans with those constants instead (e.g. a previous run's
+# hetero-calibration.json: the planner fed with what was measured).
 cross_gbps=$(awk "BEGIN{print $CROSS_MBIT/1000}")
-echo "{\"links\": {\"tcp_gbps\": $cross_gbps, \"gateway_gbps\": $cross_gbps}}" >"$WORK/links.json"
+if [ -n "${PLAN_LINKS:-}" ]; then
+    [ -r "$PLAN_LINKS" ] || die "PLAN_LINKS=$PLAN_LINKS: not a readable file"
+    cp "$PLAN_LINKS" "$WORK/links.json"
+else
+    echo "{\"links\": {\"tcp_gbps\": $cross_gbps, \"gateway_gbps\": $cross_gbps}}" >"$WORK/links.json"
+fi
 
 # Compute: one engine thread does about 0.1 TFLOPS here; N single-thread workers on this
 # machine's cores each get cores/N of it while all run (0.05 for 4 workers on 2 cores). The
