@@ -38,9 +38,12 @@ calib_path = os.path.join(work, "calibration.json")
 median = {n: statistics.median(meas[n]) for n in order}
 
 
+base = json.load(open(os.path.join(work, "links.json")))["links"]  # the emulated network
+
+
 def predict(vals):
     with open(calib_path, "w") as f:
-        json.dump({"links": dict(vals, gateway_gbps=vals["tcp_gbps"])}, f)
+        json.dump({"links": dict(base, **vals, gateway_gbps=vals["tcp_gbps"])}, f)
     return {n: plan(n, calib_path) for n in order}
 
 
@@ -67,8 +70,8 @@ for factor in (2.0, 1.4, 1.15, 1.05):
 pred1 = predict(vals)
 worst = max(abs(pred1[n] / median[n] - 1) for n in order)
 with open(os.path.join(out, "hetero-calibration.json"), "w") as f:
-    json.dump({"links": {k: round(v, 6) for k, v in dict(vals, gateway_gbps=vals["tcp_gbps"]).items()}},
-              f, indent=1)
+    json.dump({"links": {k: round(v, 6) for k, v in
+                         dict(base, **vals, gateway_gbps=vals["tcp_gbps"]).items()}}, f, indent=1)
     f.write("\n")
 
 ref = median.get("all-rdma")

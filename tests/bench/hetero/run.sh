@@ -148,15 +148,16 @@ if [ -n "${PLAN_LINKS:-}" ]; then
     [ -r "$PLAN_LINKS" ] || die "PLAN_LINKS=$PLAN_LINKS: not a readable file"
     cp "$PLAN_LINKS" "$WORK/links.json"
 else
-    echo "{\"links\": {\"tcp_gbps\": $cross_gbps, \"gateway_gbps\": $cross_gbps}}" >"$WORK/links.json"
+    echo "{\"links\": {\"tcp_gbps\": $cross_gbps, \"gateway_gbps\": $cross_gbps, \"shared_cores\": $(nproc)}}" \
+        >"$WORK/links.json"
 fi
 
-# Compute: one engine thread does about 0.1 TFLOPS here; N single-thread workers on this
-# machine's cores each get cores/N of it while all run (0.05 for 4 workers on 2 cores). The
-# workers declare that rate (HOLMES_DECLARED_TFLOPS, read by holmes-node worker), and `plan`
-# gets the same (--tflops); compute_efficiency (calibrated) covers what a step achieves of it.
-CORES=$(nproc)
-tflops_for() { awk -v n="$1" -v c="$CORES" 'BEGIN{s = c / n; if (s > 1) s = 1; printf "%.4g", 0.1 * s}'; }
+# Compute: one engine thread does about 0.1 TFLOPS here, and every worker declares that
+# (HOLMES_DECLARED_TFLOPS, read by holmes-node worker; `plan --tflops` the same). The workers
+# share this machine's cores: links.json says so (shared_cores = nproc), and the planner
+# simulates the sharing (a stage that waits leaves its core to the others).
+# compute_efficiency (calibrated) covers what a step achieves of the declared rate.
+TFLOPS=0.1
 
 mkdir -p "$OUT"
 RES=$WORK/results.tsv
@@ -176,8 +177,7 @@ for ((r = 1; r <= REPS; r++)); do
         [ -z "$ONLY" ] || [[ " $ONLY " == *" $name "* ]] || continue
         netns "$name" "$workers"
         t0=$(date +%s.%N)
-        nw=$(tr ',' '\n' <<<"$workers" | wc -l)
-        tf=$(tflops_for "$nw")
+        tf=$TFLOPS
         echo "$tf" >"$WORK/$name.tflops"
         HOLMES_DECLARED_TFLOPS=$tf ip netns exec "$P-r" "$OP" local "$WORK/job-$name.yaml" --quiet --bind 10.77.1.1 \
             --calibration "$WORK/links.json" \
