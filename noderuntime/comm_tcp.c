@@ -19,7 +19,9 @@
 #define FRAME_MAGIC 0x46524d45u /* "FRME": the last (or only) frame of a message */
 #define FRAME_MORE 0x4d4f5245u  /* "MORE": more frames of the same message follow */
 #define TAG_COLL (TCP_TAG_RESERVED | 1u)
+#ifndef SEG_BYTES
 #define SEG_BYTES ((size_t)1 << 20)      /* collectives move data in segments of this size */
+#endif
 #define MAX_FRAME ((uint64_t)1 << 36)
 #define MAX_PENDING 256
 
@@ -244,6 +246,7 @@ static int connect_until(const struct tcp_endpoint *ep, double deadline, char *w
 
 /* ---------- connections ---------- */
 
+/* A frame nobody had posted a receive for, kept until a receive takes it. */
 struct tcp_msg {
     struct tcp_msg *next;
     uint32_t tag;
@@ -252,6 +255,27 @@ struct tcp_msg {
     char *data;
 };
 
+/* A posted receive: the reader thread puts the frames of the next message with `tag` straight
+ * into buf (reduce: adds them to buf as float32), in stream order, as they arrive. Owned by the
+ * caller; linked into its connection's list (under the connection's mu) until post_cancel. */
+enum post_state { POST_WAITING, POST_FILLING, POST_DONE, POST_FAILED };
+
+struct tcp_post {
+    struct tcp_post *next;
+    uint32_t tag;
+    char *buf;
+    size_t len;
+    int reduce;
+    enum post_state state;
+    size_t filled; /* bytes placed so far */
+    int bad;       /* the message did not have len bytes */
+    int linked;
+};
+
+#ifndef SCRATCH_BYTES
+#define SCRATCH_BYTES ((size_t)128 << 10) /* cache-sized buffer for receive-and-add */
+#endif
+
 struct tcp_conn {
     struct tcp_comm *comm;
     int peer;
@@ -259,22 +283,15 @@ struct tcp_conn {
     pthread_t reader;
     int reader_started;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv; /* broadcast on: frame queued, post progress, death */
     struct tcp_msg *head, *tail;
+    struct tcp_post *posts, *posts_tail;
     int dead;
     char why[200];
     pthread_mutex_t send_mu;
     struct tcp_pacing pacing;
     double tokens, refill_at;
-    /* A posted receive: the reader thread reads the next frame with this tag and length
-     * straight into buf (no staging copy for large messages). */
-    enum { POST_NONE, POST_WAITING, POST_FILLING, POST_DONE, POST_FAILED } post_state;
-    uint32_t post_tag;
-    size_t post_len;
-    char *post_buf;
-    int post_more;         /* the directly read frame said more frames follow */
-    int reading;           /* the reader is staging a frame with reading_tag */
-    uint32_t reading_tag;
+    float *scratch;        /* [SCRATCH_BYTES], the reader's receive-and-add staging */
 };
 
 struct tcp_comm {
@@ -307,6 +324,130 @@ static void conn_mark_dead(struct tcp_conn *k, const char *why)
     pthread_mutex_unlock(&k->mu);
 }
 
+/* dst[i] += src[i]; written with vector types so it is vectorised at -O2 with gcc and clang. */
+typedef float f32x4 __attribute__((vector_size(16)));
+
+static void add_f32(float *restrict dst, const float *restrict src, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        f32x4 a0, a1, b0, b1;
+        memcpy(&a0, dst + i, sizeof a0);
+        memcpy(&a1, dst + i + 4, sizeof a1);
+        memcpy(&b0, src + i, sizeof b0);
+        memcpy(&b1, src + i + 4, sizeof b1);
+        a0 += b0;
+        a1 += b1;
+        memcpy(dst + i, &a0, sizeof a0);
+        memcpy(dst + i + 4, &a1, sizeof a1);
+    }
+    for (; i < n; i++)
+        dst[i] += src[i];
+}
+
+/* Reads len bytes (a multiple of 4) and adds them to dst as floats, through the scratch buffer
+ * so the staged data is still in cache when it is added. */
+static int read_reduce(struct tcp_conn *k, float *dst, size_t len)
+{
+    while (len > 0) {
+        size_t piece = len < SCRATCH_BYTES ? len : SCRATCH_BYTES;
+        if (read_full(k->fd, k->scratch, piece) != 0)
+            return -1;
+        add_f32(dst, k->scratch, piece / sizeof(float));
+        dst += piece / sizeof(float);
+        len -= piece;
+    }
+    return 0;
+}
+
+/* The oldest posted receive that can take the next frame with tag (mu held). */
+static struct tcp_post *post_find(struct tcp_conn *k, uint32_t tag)
+{
+    for (struct tcp_post *p = k->posts; p; p = p->next)
+        if (p->tag == tag && p->state == POST_WAITING)
+            return p;
+    return NULL;
+}
+
+static int post_fits(const struct tcp_post *p, size_t len)
+{
+    return len <= p->len - p->filled && (!p->reduce || len % sizeof(float) == 0);
+}
+
+/* Accounts a frame of len bytes placed into p (mu held). */
+static void post_advance(struct tcp_post *p, size_t len, int more)
+{
+    p->filled += len;
+    if (!more) {
+        p->state = POST_DONE;
+        p->bad = p->filled != p->len;
+    } else if (p->filled == p->len) {
+        p->state = POST_DONE; /* the message goes on past the posted size */
+        p->bad = 1;
+    } else {
+        p->state = POST_WAITING;
+    }
+}
+
+/* Places an already staged frame into p, or ends p as bad if it does not fit (mu held). */
+static void post_take_staged(struct tcp_post *p, const struct tcp_msg *m)
+{
+    if (!post_fits(p, m->len)) {
+        p->state = POST_DONE;
+        p->bad = 1;
+        return;
+    }
+    if (p->reduce)
+        add_f32((float *)(void *)(p->buf + p->filled), (const float *)(const void *)m->data,
+                m->len / sizeof(float));
+    else if (m->len)
+        memcpy(p->buf + p->filled, m->data, m->len);
+    post_advance(p, m->len, m->more);
+}
+
+static void msg_free(struct tcp_msg *m)
+{
+    free(m->data);
+    free(m);
+}
+
+/* Reads one frame that no posted receive takes into the mailbox (or into a receive posted while
+ * it was being read). Returns -1 when the connection died. */
+static int reader_stage(struct tcp_conn *k, uint32_t tag, uint64_t len, int more)
+{
+    struct tcp_msg *m = malloc(sizeof *m);
+    char *data = malloc(len ? len : 1);
+    if (!m || !data) {
+        free(m);
+        free(data);
+        conn_mark_dead(k, "out of memory for an incoming message");
+        return -1;
+    }
+    if (len && read_full(k->fd, data, len) != 0) {
+        free(m);
+        free(data);
+        conn_mark_dead(k, errno ? strerror(errno) : "connection closed by peer mid-message");
+        return -1;
+    }
+    *m = (struct tcp_msg){NULL, tag, more, len, data};
+    pthread_mutex_lock(&k->mu);
+    /* a receive posted while this frame was read takes it: it is next in the stream */
+    struct tcp_post *p = post_find(k, tag);
+    if (p) {
+        post_take_staged(p, m);
+        msg_free(m);
+    } else {
+        if (k->tail)
+            k->tail->next = m;
+        else
+            k->head = m;
+        k->tail = m;
+    }
+    pthread_cond_broadcast(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+    return 0;
+}
+
 static void *reader_main(void *arg)
 {
     struct tcp_conn *k = arg;
@@ -321,54 +462,38 @@ static void *reader_main(void *arg)
             conn_mark_dead(k, "corrupt frame header");
             return NULL;
         }
+        int more = hdr[0] == FRAME_MORE;
         pthread_mutex_lock(&k->mu);
-        int direct = k->post_state == POST_WAITING && k->post_tag == hdr[1] && k->post_len == len;
-        if (direct) {
-            k->post_state = POST_FILLING;
-        } else {
-            k->reading = 1;
-            k->reading_tag = hdr[1];
-        }
-        pthread_mutex_unlock(&k->mu);
-        if (direct) {
-            int rc = read_full(k->fd, k->post_buf, len);
-            int err = errno;
-            pthread_mutex_lock(&k->mu);
-            k->post_state = rc == 0 ? POST_DONE : POST_FAILED;
-            k->post_more = hdr[0] == FRAME_MORE;
+        struct tcp_post *p = post_find(k, hdr[1]);
+        if (p && !post_fits(p, len)) {
+            p->state = POST_DONE;
+            p->bad = 1;
             pthread_cond_broadcast(&k->cv);
-            pthread_mutex_unlock(&k->mu);
-            if (rc != 0) {
-                conn_mark_dead(k, err ? strerror(err) : "connection closed by peer mid-message");
+            p = NULL;
+        }
+        if (p)
+            p->state = POST_FILLING;
+        pthread_mutex_unlock(&k->mu);
+        if (!p) {
+            if (reader_stage(k, hdr[1], len, more) != 0)
                 return NULL;
-            }
             continue;
         }
-        struct tcp_msg *m = malloc(sizeof *m);
-        char *data = malloc(len ? len : 1);
-        if (!m || !data) {
-            free(m);
-            free(data);
-            k->reading = 0;
-            conn_mark_dead(k, "out of memory for an incoming message");
-            return NULL;
-        }
-        if (len && read_full(k->fd, data, len) != 0) {
-            free(m);
-            free(data);
-            conn_mark_dead(k, errno ? strerror(errno) : "connection closed by peer mid-message");
-            return NULL;
-        }
-        *m = (struct tcp_msg){NULL, hdr[1], hdr[0] == FRAME_MORE, len, data};
+        /* only this thread changes p->filled, so it can be read without the lock here */
+        char *dst = p->buf + p->filled;
+        int rc = p->reduce ? read_reduce(k, (float *)(void *)dst, len) : read_full(k->fd, dst, len);
+        int err = errno;
         pthread_mutex_lock(&k->mu);
-        k->reading = 0;
-        if (k->tail)
-            k->tail->next = m;
+        if (rc == 0)
+            post_advance(p, len, more);
         else
-            k->head = m;
-        k->tail = m;
+            p->state = POST_FAILED;
         pthread_cond_broadcast(&k->cv);
         pthread_mutex_unlock(&k->mu);
+        if (rc != 0) {
+            conn_mark_dead(k, err ? strerror(err) : "connection closed by peer mid-message");
+            return NULL;
+        }
     }
 }
 
@@ -390,6 +515,9 @@ static int conn_init(struct tcp_conn *k, struct tcp_comm *c, int peer, int fd,
     pthread_condattr_destroy(&ca);
     tune_socket(fd);
     set_timeout(fd, SO_SNDTIMEO, c->timeout_s);
+    k->scratch = malloc(SCRATCH_BYTES);
+    if (!k->scratch)
+        return -1;
     if (pthread_create(&k->reader, NULL, reader_main, k) != 0)
         return -1;
     k->reader_started = 1;
@@ -410,9 +538,9 @@ void tcp_comm_free(struct tcp_comm *c)
         close(k->fd);
         for (struct tcp_msg *m = k->head, *n; m; m = n) {
             n = m->next;
-            free(m->data);
-            free(m);
+            msg_free(m);
         }
+        free(k->scratch);
         pthread_mutex_destroy(&k->mu);
         pthread_mutex_destroy(&k->send_mu);
         pthread_cond_destroy(&k->cv);
@@ -510,8 +638,10 @@ static void pace(struct tcp_conn *k, size_t bytes)
     }
 }
 
+/* Sends len bytes as frames of at most SEG_BYTES; more_after marks the last frame "more", so
+ * several calls make one message (the ring sends a chunk segment by segment). */
 static int send_op(struct tcp_comm *c, int peer, uint32_t tag, const void *buf, size_t len,
-                   const char *op, herr *e)
+                   int more_after, const char *op, herr *e)
 {
     if (peer < 0 || peer >= c->size || peer == c->index)
         return herr_set(e, "group %s: %s to invalid peer index %d", c->name, op, peer);
@@ -533,7 +663,7 @@ static int send_op(struct tcp_comm *c, int peer, uint32_t tag, const void *buf, 
     int rc = 0;
     do {
         size_t fl = left < SEG_BYTES ? left : SEG_BYTES;
-        uint32_t hdr[4] = {left > fl ? FRAME_MORE : FRAME_MAGIC, tag, (uint32_t)fl,
+        uint32_t hdr[4] = {left > fl || more_after ? FRAME_MORE : FRAME_MAGIC, tag, (uint32_t)fl,
                            (uint32_t)((uint64_t)fl >> 32)};
         rc = write_full(k->fd, hdr, sizeof hdr, fl > 0);
         size_t piece = k->pacing.bytes_per_sec > 0 ? 65536 : fl;
@@ -559,137 +689,140 @@ static int send_op(struct tcp_comm *c, int peer, uint32_t tag, const void *buf, 
     return 0;
 }
 
-#define DIRECT_MIN ((size_t)64 << 10)
-
-/* Waits for the oldest message with tag from peer and hands it over (caller frees). With a
- * `direct` buffer for a large message and none queued, the receive is posted so the reader thread
- * fills `direct` itself; *out is then NULL. */
-static int take_op(struct tcp_comm *c, int peer, uint32_t tag, size_t len, const char *op,
-                   struct tcp_msg **out, void *direct, int *direct_more, herr *e)
+/* Posts p on k (mu held): frames of its tag already in the mailbox go into it first (they came
+ * earlier in the stream), then the reader fills the rest as it arrives. */
+static void post_link(struct tcp_conn *k, struct tcp_post *p)
 {
-    *out = NULL;
-    if (peer < 0 || peer >= c->size || peer == c->index)
-        return herr_set(e, "group %s: %s from invalid peer index %d", c->name, op, peer);
-    struct tcp_conn *k = &c->conns[peer];
-    struct timespec dl;
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    double frac = c->timeout_s - (double)(time_t)c->timeout_s;
-    dl.tv_sec += (time_t)c->timeout_s;
-    dl.tv_nsec += (long)(frac * 1e9);
-    if (dl.tv_nsec >= 1000000000L) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000L;
-    }
-    int rc = 0, posted = 0;
-    pthread_mutex_lock(&k->mu);
-    for (;;) {
-        if (posted && k->post_state == POST_DONE) {
-            k->post_state = POST_NONE;
-            if (direct_more)
-                *direct_more = k->post_more;
-            break;
-        }
-        if (posted && k->post_state == POST_FAILED) {
-            k->post_state = POST_NONE;
-            posted = 0;
-        }
-        struct tcp_msg *prev = NULL, *m = k->head;
-        while (m && m->tag != tag) {
+    p->state = POST_WAITING;
+    p->filled = 0;
+    p->bad = 0;
+    int earlier = 0; /* an earlier posted receive with this tag takes the next frames */
+    for (struct tcp_post *q = k->posts; q; q = q->next)
+        earlier |= q->tag == p->tag && q->state != POST_DONE;
+    struct tcp_msg *prev = NULL, *m = k->head;
+    while (!earlier && m && p->state == POST_WAITING) {
+        if (m->tag != p->tag) {
             prev = m;
             m = m->next;
+            continue;
         }
-        if (m) {
-            if (prev)
-                prev->next = m->next;
-            else
-                k->head = m->next;
-            if (k->tail == m)
-                k->tail = prev;
-            *out = m;
-            if (posted && k->post_state == POST_WAITING)
-                k->post_state = POST_NONE;
+        struct tcp_msg *next = m->next;
+        if (prev)
+            prev->next = next;
+        else
+            k->head = next;
+        if (k->tail == m)
+            k->tail = prev;
+        post_take_staged(p, m);
+        msg_free(m);
+        m = next;
+    }
+    p->next = NULL;
+    if (k->posts_tail)
+        k->posts_tail->next = p;
+    else
+        k->posts = p;
+    k->posts_tail = p;
+    p->linked = 1;
+}
+
+/* Takes p off its connection; if the reader is writing into it, ends the connection first so
+ * the caller's buffer is never written after this returns. */
+static void post_cancel(struct tcp_conn *k, struct tcp_post *p)
+{
+    pthread_mutex_lock(&k->mu);
+    if (p->linked) {
+        if (p->state == POST_FILLING) {
+            shutdown(k->fd, SHUT_RDWR);
+            while (p->state == POST_FILLING)
+                pthread_cond_wait(&k->cv, &k->mu);
+        }
+        struct tcp_post *prev = NULL;
+        for (struct tcp_post *q = k->posts; q && q != p; q = q->next)
+            prev = q;
+        if (prev)
+            prev->next = p->next;
+        else
+            k->posts = p->next;
+        if (k->posts_tail == p)
+            k->posts_tail = prev;
+        p->linked = 0;
+    }
+    pthread_mutex_unlock(&k->mu);
+}
+
+static void deadline_in(struct timespec *dl, double s)
+{
+    clock_gettime(CLOCK_MONOTONIC, dl);
+    dl->tv_sec += (time_t)s;
+    dl->tv_nsec += (long)((s - (double)(time_t)s) * 1e9);
+    if (dl->tv_nsec >= 1000000000L) {
+        dl->tv_sec++;
+        dl->tv_nsec -= 1000000000L;
+    }
+}
+
+/* Waits until p holds at least `need` bytes (need >= p->len: until the whole message is in).
+ * The timeout runs from the last progress, so a long message on a slow link does not time out
+ * while data keeps arriving. */
+static int post_wait(struct tcp_comm *c, int peer, struct tcp_post *p, size_t need, const char *op,
+                     herr *e)
+{
+    struct tcp_conn *k = &c->conns[peer];
+    int me = c->world_ranks[c->index], them = c->world_ranks[peer], rc = 0;
+    struct timespec dl;
+    deadline_in(&dl, c->timeout_s);
+    pthread_mutex_lock(&k->mu);
+    size_t seen = p->filled;
+    for (;;) {
+        if (p->state == POST_DONE && p->bad) {
+            rc = herr_set(e, "group %s: rank %d got a message of another size than %zu bytes from "
+                          "rank %d during %s", c->name, me, p->len, them, op);
             break;
         }
-        if (k->dead) {
-            if (posted && k->post_state == POST_WAITING)
-                k->post_state = POST_NONE;
+        if (p->state == POST_DONE || (need < p->len && p->filled >= need))
+            break;
+        if (p->state == POST_FAILED || (k->dead && p->state != POST_FILLING)) {
             rc = herr_set(e, "group %s: rank %d lost its connection to rank %d (%s) during %s",
-                          c->name, c->world_ranks[c->index], c->world_ranks[peer], k->why, op);
+                          c->name, me, them, k->why[0] ? k->why : "connection closed", op);
             break;
-        }
-        if (!posted && direct && len >= DIRECT_MIN && k->post_state == POST_NONE &&
-            !(k->reading && k->reading_tag == tag)) {
-            k->post_state = POST_WAITING;
-            k->post_tag = tag;
-            k->post_len = len;
-            k->post_buf = direct;
-            posted = 1;
         }
         if (pthread_cond_timedwait(&k->cv, &k->mu, &dl) == ETIMEDOUT) {
-            if (posted && k->post_state == POST_FILLING) {
-                /* the reader is writing into the caller's buffer: end the connection */
-                shutdown(k->fd, SHUT_RDWR);
-                while (k->post_state == POST_FILLING)
-                    pthread_cond_wait(&k->cv, &k->mu);
+            if (p->filled != seen) {
+                seen = p->filled;
+                deadline_in(&dl, c->timeout_s);
+                continue;
             }
-            if (posted)
-                k->post_state = POST_NONE;
             rc = herr_set(e, "group %s: rank %d timed out after %g s waiting for rank %d during %s",
-                          c->name, c->world_ranks[c->index], c->timeout_s, c->world_ranks[peer], op);
+                          c->name, me, c->timeout_s, them, op);
             break;
         }
     }
     pthread_mutex_unlock(&k->mu);
-    if (rc == 0 && *out && (*out)->len != len) {
-        herr_set(e, "group %s: rank %d got %zu bytes from rank %d during %s, expected %zu", c->name,
-                 c->world_ranks[c->index], (*out)->len, c->world_ranks[peer], op, len);
-        free((*out)->data);
-        free(*out);
-        *out = NULL;
-        return -1;
-    }
     return rc;
 }
 
-/* Receives one message of len bytes into buf, frame by frame (directly when large). */
+/* Receives one message of exactly len bytes into buf. */
 static int recv_into(struct tcp_comm *c, int peer, uint32_t tag, void *buf, size_t len,
                      const char *op, herr *e)
 {
-    size_t off = 0;
-    for (;;) {
-        size_t fl = len - off < SEG_BYTES ? len - off : SEG_BYTES;
-        struct tcp_msg *m;
-        int more = 0;
-        if (take_op(c, peer, tag, fl, op, &m, (char *)buf + off, &more, e) != 0)
-            return -1;
-        if (m) {
-            if (fl)
-                memcpy((char *)buf + off, m->data, fl);
-            more = m->more;
-            free(m->data);
-            free(m);
-        }
-        off += fl;
-        if (more != (off < len))
-            return herr_set(e, "group %s: rank %d got a message of another size than %zu bytes from "
-                            "rank %d during %s", c->name, c->world_ranks[c->index], len,
-                            c->world_ranks[peer], op);
-        if (!more)
-            return 0;
-    }
-}
-
-static void msg_free(struct tcp_msg *m)
-{
-    free(m->data);
-    free(m);
+    if (peer < 0 || peer >= c->size || peer == c->index)
+        return herr_set(e, "group %s: %s from invalid peer index %d", c->name, op, peer);
+    struct tcp_conn *k = &c->conns[peer];
+    struct tcp_post p = {.tag = tag, .buf = buf, .len = len};
+    pthread_mutex_lock(&k->mu);
+    post_link(k, &p);
+    pthread_mutex_unlock(&k->mu);
+    int rc = post_wait(c, peer, &p, SIZE_MAX, op, e);
+    post_cancel(k, &p);
+    return rc;
 }
 
 int tcp_send(struct tcp_comm *c, int peer, uint32_t tag, const void *buf, size_t len, herr *e)
 {
     if (tag >= TCP_TAG_RESERVED)
         return herr_set(e, "group %s: send tag %u is reserved", c->name, tag);
-    return send_op(c, peer, tag, buf, len, "send", e);
+    return send_op(c, peer, tag, buf, len, 0, "send", e);
 }
 
 int tcp_recv(struct tcp_comm *c, int peer, uint32_t tag, void *buf, size_t len, herr *e)
@@ -708,84 +841,86 @@ void tcp_chunk(size_t count, int n, int i, size_t *offset, size_t *len)
     *offset = ui * q + (ui < r ? ui : r);
 }
 
-static size_t nseg(size_t bytes) { return bytes == 0 ? 1 : (bytes + SEG_BYTES - 1) / SEG_BYTES; }
-
-static void seg_range(size_t bytes, size_t k, size_t *off, size_t *len)
+/* Step t of an all-reduce on n ranks, as rank r: steps 0..n-2 are the reduce-scatter (send
+ * chunk r-t-1, add chunk r-t-2 from the left), steps n-1..2n-3 the all-gather (send chunk r-s,
+ * copy chunk r-s-1, s = t-(n-1)). In every step the chunk sent is the one received in the step
+ * before. */
+static void ring_chunks(int n, int r, int t, int *send_chunk, int *recv_chunk, int *reduce)
 {
-    *off = k * SEG_BYTES;
-    *len = *off >= bytes ? 0 : (bytes - *off < SEG_BYTES ? bytes - *off : SEG_BYTES);
+    int s = t < n - 1 ? t + 1 : t - (n - 1);
+    *reduce = t < n - 1;
+    *send_chunk = ((r - s) % n + n) % n;
+    *recv_chunk = ((r - s - 1) % n + n) % n;
 }
 
-/* One ring step: send chunk sc to the right while receiving chunk rc from the left, segment by
- * segment; reduce = 1 adds received floats, else copies. */
-static int ring_step(struct tcp_comm *c, char *buf, size_t count, size_t esz, int sc, int rcv,
-                     int reduce, const char *op, herr *e)
+/* Runs ring steps t0..t1-1 on buf. The receives of all steps are posted up front, so the left
+ * neighbour's reader thread receives (and adds) every chunk while this thread sends; a segment
+ * of step t is sent as soon as the same segment of step t-1 has arrived, so steps pipeline at
+ * segment granularity. */
+static int ring_run(struct tcp_comm *c, char *buf, size_t count, size_t esz, int t0, int t1,
+                    const char *op, herr *e)
 {
-    int n = c->size, right = (c->index + 1) % n, left = (c->index + n - 1) % n;
-    size_t soff, slen, roff, rlen;
-    tcp_chunk(count, n, sc, &soff, &slen);
-    tcp_chunk(count, n, rcv, &roff, &rlen);
-    char *sp = buf + soff * esz, *rp = buf + roff * esz;
-    size_t sb = slen * esz, rb = rlen * esz;
-    size_t ns = nseg(sb), nr = nseg(rb), nmax = ns > nr ? ns : nr;
-    for (size_t k = 0; k < nmax; k++) {
-        size_t o, l;
-        if (k < ns) {
-            seg_range(sb, k, &o, &l);
-            if (send_op(c, right, TAG_COLL, sp + o, l, op, e) != 0)
-                return -1;
-        }
-        if (k < nr) {
-            seg_range(rb, k, &o, &l);
-            if (!reduce) {
-                if (recv_into(c, left, TAG_COLL, rp + o, l, op, e) != 0)
-                    return -1;
-                continue;
-            }
-            struct tcp_msg *m;
-            if (take_op(c, left, TAG_COLL, l, op, &m, NULL, NULL, e) != 0)
-                return -1;
-            {
-                float *dst = (float *)(void *)(rp + o);
-                const float *src = (const float *)(void *)m->data;
-                size_t nf = l / sizeof(float);
-                for (size_t j = 0; j < nf; j++)
-                    dst[j] += src[j];
-            }
-            msg_free(m);
-        }
+    int n = c->size, r = c->index;
+    if (n == 1 || t1 <= t0)
+        return 0;
+    int right = (r + 1) % n, left = (r + n - 1) % n, np = t1 - t0;
+    struct tcp_conn *kl = &c->conns[left];
+    struct tcp_post *posts = calloc((size_t)np, sizeof *posts);
+    if (!posts)
+        return herr_set(e, "group %s: out of memory for %s", c->name, op);
+    pthread_mutex_lock(&kl->mu);
+    for (int i = 0; i < np; i++) {
+        int sc, rc, reduce;
+        size_t off, len;
+        ring_chunks(n, r, t0 + i, &sc, &rc, &reduce);
+        tcp_chunk(count, n, rc, &off, &len);
+        posts[i] = (struct tcp_post){.tag = TAG_COLL, .buf = buf + off * esz, .len = len * esz,
+                                     .reduce = reduce};
+        post_link(kl, &posts[i]);
     }
-    return 0;
+    pthread_mutex_unlock(&kl->mu);
+    int rc = 0;
+    for (int i = 0; i < np && rc == 0; i++) {
+        int sc, rcv, reduce;
+        size_t off, len;
+        ring_chunks(n, r, t0 + i, &sc, &rcv, &reduce);
+        tcp_chunk(count, n, sc, &off, &len);
+        const char *sp = buf + off * esz;
+        size_t sb = len * esz, o = 0;
+        do {
+            size_t l = sb - o < SEG_BYTES ? sb - o : SEG_BYTES;
+            if (i > 0)
+                rc = post_wait(c, left, &posts[i - 1], o + l, op, e);
+            if (rc == 0)
+                rc = send_op(c, right, TAG_COLL, sp + o, l, o + l < sb, op, e);
+            o += l;
+        } while (rc == 0 && o < sb);
+    }
+    for (int i = 0; i < np && rc == 0; i++)
+        rc = post_wait(c, left, &posts[i], SIZE_MAX, op, e);
+    for (int i = 0; i < np; i++)
+        post_cancel(kl, &posts[i]);
+    free(posts);
+    return rc;
 }
 
 int tcp_reduce_scatter_f32(struct tcp_comm *c, float *buf, size_t count, herr *e)
 {
-    int n = c->size, r = c->index;
-    for (int s = 0; s < n - 1; s++) {
-        int sc = ((r - s - 1) % n + n) % n, rc = ((r - s - 2) % n + n) % n;
-        if (ring_step(c, (char *)buf, count, sizeof(float), sc, rc, 1, "reduce-scatter", e) != 0)
-            return -1;
-    }
-    return 0;
+    return ring_run(c, (char *)buf, count, sizeof(float), 0, c->size - 1, "reduce-scatter", e);
 }
 
 int tcp_all_gather(struct tcp_comm *c, void *buf, size_t count, size_t elem_size, herr *e)
 {
-    int n = c->size, r = c->index;
-    for (int s = 0; s < n - 1; s++) {
-        int sc = ((r - s) % n + n) % n, rc = ((r - s - 1) % n + n) % n;
-        if (ring_step(c, buf, count, elem_size, sc, rc, 0, "all-gather", e) != 0)
-            return -1;
-    }
-    return 0;
+    return ring_run(c, buf, count, elem_size, c->size - 1, 2 * (c->size - 1), "all-gather", e);
 }
 
 int tcp_all_reduce_f32(struct tcp_comm *c, float *buf, size_t count, herr *e)
 {
-    if (tcp_reduce_scatter_f32(c, buf, count, e) != 0)
-        return -1;
-    return tcp_all_gather(c, buf, count, sizeof(float), e);
+    return ring_run(c, (char *)buf, count, sizeof(float), 0, 2 * (c->size - 1), "all-reduce", e);
 }
+
+/* Chain from the root, segment by segment (each segment its own message). */
+static size_t nseg(size_t bytes) { return bytes == 0 ? 1 : (bytes + SEG_BYTES - 1) / SEG_BYTES; }
 
 int tcp_broadcast(struct tcp_comm *c, void *buf, size_t len, int root, herr *e)
 {
@@ -797,11 +932,10 @@ int tcp_broadcast(struct tcp_comm *c, void *buf, size_t len, int root, herr *e)
     int pos = (c->index - root + n) % n, right = (c->index + 1) % n, left = (c->index + n - 1) % n;
     size_t ns = nseg(len);
     for (size_t k = 0; k < ns; k++) {
-        size_t o, l;
-        seg_range(len, k, &o, &l);
+        size_t o = k * SEG_BYTES, l = len - o < SEG_BYTES ? len - o : SEG_BYTES;
         if (pos > 0 && recv_into(c, left, TAG_COLL, (char *)buf + o, l, "broadcast", e) != 0)
             return -1;
-        if (pos < n - 1 && send_op(c, right, TAG_COLL, (char *)buf + o, l, "broadcast", e) != 0)
+        if (pos < n - 1 && send_op(c, right, TAG_COLL, (char *)buf + o, l, 0, "broadcast", e) != 0)
             return -1;
     }
     return 0;

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "kube_events.h"
+#include "kube_recorder.h"
 #include "kube_informer.h"
 #include "kube_map.h"
 #include "kube_queue.h"
@@ -39,6 +40,7 @@ const struct api_call controller_api_calls[API_OP_COUNT] = {
     [API_WATCH_SERVICES] = {"watch", &KUBE_SERVICES, NULL},
     [API_CREATE_SERVICE] = {"create", &KUBE_SERVICES, NULL},
     [API_CREATE_EVENT] = {"create", &KUBE_EVENTS, NULL},
+    [API_PATCH_EVENT] = {"patch", &KUBE_EVENTS, NULL}, /* a repeat: count + 1 (kube_recorder.h) */
     [API_GET_LEASE] = {"get", &KUBE_LEASES, NULL},
     [API_CREATE_LEASE] = {"create", &KUBE_LEASES, NULL},
     [API_PATCH_LEASE] = {"patch", &KUBE_LEASES, NULL},
@@ -69,6 +71,7 @@ struct controller {
     atomic_int stopping;
     pthread_mutex_t memo_lock;
     struct kube_map *memos; /* job key -> struct memo */
+    struct kube_recorder *events; /* Events: aggregated, sent off the reconcile path */
 };
 
 /* ---- small JSON helpers */
@@ -645,14 +648,6 @@ static double clock_s(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static int call_create(struct controller *c, enum api_op op, const char *ns, const cJSON *obj, herr *e)
-{
-    double t0 = clock_s();
-    int rc = kube_create(c->kc, controller_api_calls[op].res, ns, obj, NULL, e);
-    tl_api_s += clock_s() - t0;
-    return rc;
-}
-
 static int call_delete(struct controller *c, enum api_op op, const char *ns, const char *name, herr *e)
 {
     double t0 = clock_s();
@@ -684,10 +679,9 @@ static void emit(struct controller *c, const cJSON *job, const char *type, const
     cJSON_AddItemToObject(copy, "metadata", cJSON_Duplicate(cJSON_GetObjectItem(job, "metadata"), 1));
     cJSON *ev = kube_event_build(copy, type, reason, msg, "holmes-operator");
     cJSON_Delete(copy);
-    herr e;
-    if (ev && call_create(c, API_CREATE_EVENT, get_str(job, "metadata.namespace"), ev, &e) != 0)
-        log_warn("event %s for %s: %s", reason, get_str(job, "metadata.name"), e.msg);
-    cJSON_Delete(ev);
+    if (kube_recorder_emit(c->events, ev) != 0)
+        log_warn("event %s for %s dropped (out of memory or the event queue is full)", reason,
+                 get_str(job, "metadata.name"));
 }
 
 /* ---- status */
@@ -898,45 +892,95 @@ static int delete_pods(struct controller *c, struct memo *m, const cJSON *pods, 
 
 static int is_phase(const char *p, const char *want) { return p && !strcmp(p, want); }
 
-/* ---- creating a gang's pods: in parallel, so a reconcile costs about one round trip
- * instead of one per worker */
+/* ---- creating a job's objects: concurrently, in slow-start batches (as the Kubernetes Job
+ * and ReplicaSet controllers do): 2, then 4, 8, 16 ... at once, stopping after a batch with
+ * an error, so a namespace where creates fail costs 2 requests, not one per worker, and a
+ * healthy gang costs a few round trips instead of one per object. The first batch holds the
+ * Secret and the Service, so they exist before the pods that use them. */
+
+#define SLOW_START_INITIAL 2
 
 struct create_job {
-    struct controller *c;
-    const char *ns;
-    cJSON *pod;
+    enum api_op op;
+    cJSON *obj;
     char name[300];
-    int rc;
+    int rc;  /* 0 created (or already there), else the API's answer; -2 not tried */
     herr e;
 };
 
-static void *create_one(void *arg)
+struct create_list {
+    struct create_job *items;
+    int n, cap;
+};
+
+static int creates_add(struct create_list *l, enum api_op op, cJSON *obj, const char *name)
 {
-    struct create_job *j = arg;
-    j->rc = call_create(j->c, API_CREATE_POD, j->ns, j->pod, &j->e);
-    return NULL;
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 16;
+        struct create_job *it = realloc(l->items, (size_t)cap * sizeof *it);
+        if (!it)
+            return -1;
+        l->items = it;
+        l->cap = cap;
+    }
+    struct create_job *j = &l->items[l->n++];
+    memset(j, 0, sizeof *j);
+    j->op = op;
+    j->obj = obj;
+    j->rc = -2;
+    snprintf(j->name, sizeof j->name, "%s", name);
+    return 0;
 }
 
-#define CREATE_FANOUT 8
-
-static void create_all(struct create_job *jobs, int n)
+static void creates_free(struct create_list *l)
 {
-    double before = tl_api_s, t0 = clock_s();
-    for (int base = 0; base < n; base += CREATE_FANOUT) {
-        pthread_t t[CREATE_FANOUT];
-        int started[CREATE_FANOUT] = {0};
-        int m = n - base < CREATE_FANOUT ? n - base : CREATE_FANOUT;
-        for (int k = 1; k < m; k++)
-            started[k] = pthread_create(&t[k], NULL, create_one, &jobs[base + k]) == 0;
-        create_one(&jobs[base]); /* this thread takes the first */
-        for (int k = 1; k < m; k++) {
-            if (started[k])
-                pthread_join(t[k], NULL);
-            else
-                create_one(&jobs[base + k]);
+    for (int i = 0; i < l->n; i++)
+        cJSON_Delete(l->items[i].obj);
+    free(l->items);
+    memset(l, 0, sizeof *l);
+}
+
+/* Sends the creates not sent yet; 0, or the first error (in e). */
+static int creates_run(struct controller *c, const char *ns, struct create_list *l, herr *e)
+{
+    int first = 0;
+    while (first < l->n && l->items[first].rc != -2)
+        first++;
+    int rc = 0;
+    double t0 = clock_s();
+    for (int batch = SLOW_START_INITIAL, i = first; i < l->n && rc == 0; i += batch, batch *= 2) {
+        int m = l->n - i < batch ? l->n - i : batch;
+        struct kube_call *calls = calloc((size_t)m, sizeof *calls);
+        char **paths = calloc((size_t)m, sizeof *paths);
+        int ok = calls && paths;
+        for (int k = 0; ok && k < m; k++) {
+            paths[k] = kube_path(controller_api_calls[l->items[i + k].op].res, ns, NULL, NULL);
+            ok = paths[k] != NULL;
+            calls[k] = (struct kube_call){.method = "POST", .path_query = paths[k],
+                                          .content_type = "application/json",
+                                          .body = l->items[i + k].obj};
         }
+        if (ok)
+            kube_calls(c->kc, calls, m);
+        for (int k = 0; k < m; k++) {
+            struct create_job *j = &l->items[i + k];
+            if (!ok) {
+                j->rc = herr_set(&j->e, "%s/%s: out of memory", ns, j->name);
+            } else {
+                j->rc = calls[k].rc == 409 ? 0 : calls[k].rc; /* AlreadyExists: it is there */
+                j->e = calls[k].e;
+            }
+            if (j->rc != 0 && rc == 0) {
+                rc = j->rc;
+                *e = j->e;
+            }
+            free(paths ? paths[k] : NULL);
+        }
+        free(paths);
+        free(calls);
     }
-    tl_api_s = before + (clock_s() - t0); /* the fan-out's wall time, counted once */
+    tl_api_s += clock_s() - t0; /* the batches' wall time, counted once */
+    return rc;
 }
 
 /* ---- reconcile */
@@ -949,6 +993,7 @@ struct reconcile {
     const cJSON *old;   /* old status */
     char now[48];
     double requeue_s;   /* > 0: look again after this */
+    struct create_list creates; /* objects to create, sent together with the pods */
     struct memo *memo;
     double t;           /* now, seconds */
 };
@@ -958,6 +1003,8 @@ static void set_phase(struct reconcile *r, const char *phase)
     set_str(r->st, "phase", phase);
 }
 
+/* Queues the creation of an owned object the cache does not hold; it is sent in the first
+ * batch with the pods (or at the end of the reconcile when no pod is wanted). */
 static int ensure_owned(struct reconcile *r, int inf, enum api_op op, const char *name,
                         cJSON *(*build)(const cJSON *), herr *e)
 {
@@ -967,11 +1014,11 @@ static int ensure_owned(struct reconcile *r, int inf, enum api_op op, const char
         return 0;
     }
     cJSON *obj = build(r->job);
-    if (!obj)
+    if (!obj || creates_add(&r->creates, op, obj, name) != 0) {
+        cJSON_Delete(obj);
         return herr_set(e, "%s/%s: cannot build %s", r->ns, name, controller_api_calls[op].res->resource);
-    int rc = call_create(r->c, op, r->ns, obj, e);
-    cJSON_Delete(obj);
-    return rc == 409 ? 0 : rc;
+    }
+    return 0;
 }
 
 static int reconcile_job(struct reconcile *r, herr *e)
@@ -1136,12 +1183,8 @@ static int reconcile_job(struct reconcile *r, herr *e)
             have[i] = 1;
         }
     }
-    int created = 0, pending_creates = 0, nwant = 0;
-    struct create_job *want = calloc((size_t)(workers > 0 ? workers : 1), sizeof *want);
-    if (!want) {
-        cJSON_Delete(pods);
-        return herr_set(e, "out of memory");
-    }
+    int created = 0, pending_creates = 0;
+    int first_pod = r->creates.n;
     for (int i = 0; i < workers && rc == 0; i++) {
         char pname[300];
         snprintf(pname, sizeof pname, "%s-worker-%d", r->name, i);
@@ -1151,30 +1194,25 @@ static int reconcile_job(struct reconcile *r, herr *e)
         }
         if (have[i])
             continue;
-        want[nwant].pod = controller_build_pod(job, i, c->coordinator, c->image, e);
-        if (!want[nwant].pod) {
+        cJSON *pod = controller_build_pod(job, i, c->coordinator, c->image, e);
+        if (!pod) {
             rc = -1;
             break;
         }
-        want[nwant].c = c;
-        want[nwant].ns = r->ns;
-        snprintf(want[nwant].name, sizeof want[nwant].name, "%s", pname);
-        nwant++;
+        if (creates_add(&r->creates, API_CREATE_POD, pod, pname) != 0) {
+            cJSON_Delete(pod);
+            rc = herr_set(e, "out of memory");
+        }
     }
     if (rc == 0)
-        create_all(want, nwant);
-    for (int k = 0; k < nwant; k++) {
-        if (want[k].rc == 0) {
+        rc = creates_run(c, r->ns, &r->creates, e);
+    for (int k = first_pod; k < r->creates.n; k++) {
+        if (r->creates.items[k].rc == 0) {
             created++;
-            memo_mark(r->memo->made, want[k].name, r->t + 30);
+            memo_mark(r->memo->made, r->creates.items[k].name, r->t + 30);
             atomic_fetch_add(&c->pods_created, 1);
-        } else if (want[k].rc != 409 && rc == 0) {
-            rc = want[k].rc;
-            *e = want[k].e;
         }
-        cJSON_Delete(want[k].pod);
     }
-    free(want);
     if (created && !get(r->st, "startTime"))
         set_str(r->st, "startTime", r->now);
     if (created == workers)
@@ -1286,6 +1324,9 @@ static int reconcile_key(struct controller *c, const char *key, double *requeue,
     r.st = cJSON_IsObject(old) ? cJSON_Duplicate(old, 1) : cJSON_CreateObject();
     kube_time_now(r.now, sizeof r.now, 0);
     int rc = r.st ? reconcile_job(&r, e) : herr_set(e, "out of memory");
+    if (rc == 0) /* the Secret and Service of a reconcile that wanted no pod */
+        rc = creates_run(c, ns, &r.creates, e);
+    creates_free(&r.creates);
     herr we;
     if (r.st) {
         int wrc = write_status(c, job, old, r.st, m, &we);
@@ -1375,7 +1416,8 @@ struct controller *controller_new(struct kube_client *kc, const struct controlle
         [INF_SECRETS] = {&KUBE_SECRETS, LABEL_JOB, trim_meta, 0},
         [INF_SERVICES] = {&KUBE_SERVICES, LABEL_JOB, trim_service, 0},
     };
-    int ok = c->coordinator && c->queue && c->memos;
+    c->events = kube_recorder_new(kc, NULL, e);
+    int ok = c->coordinator && c->queue && c->memos && c->events;
     for (int i = 0; ok && i < INF_COUNT; i++) {
         struct kube_informer_opts io = {.resource = spec[i].res, .ns = c->ns,
                                         .label_selector = spec[i].selector,
@@ -1431,6 +1473,7 @@ void controller_free(struct controller *c)
     free(c->threads);
     for (int i = 0; i < INF_COUNT; i++)
         kube_informer_free(c->inf[i]);
+    kube_recorder_free(c->events);
     kube_queue_free(c->queue);
     kube_map_free(c->memos, memo_free);
     pthread_mutex_destroy(&c->memo_lock);
@@ -1498,6 +1541,16 @@ void controller_metrics(struct controller *c, struct metrics_buf *b)
     metrics_printf(b, "# HELP holmes_api_requests_total Kubernetes API requests sent.\n"
                       "# TYPE holmes_api_requests_total counter\nholmes_api_requests_total %lu\n",
                    kube_client_request_count(c->kc));
+    metrics_hist_render(kube_client_latency(c->kc), b, "holmes_api_request_duration_seconds",
+                        "Kubernetes API request latency (sent until answered).");
+    metrics_printf(b, "# HELP holmes_api_request_latency_seconds API request latency quantiles "
+                      "(from 7.5%%-wide buckets).\n# TYPE holmes_api_request_latency_seconds gauge\n");
+    for (int i = 0; i < 3; i++)
+        metrics_printf(b, "holmes_api_request_latency_seconds{quantile=\"%g\"} %.6f\n", qs[i],
+                       metrics_hist_quantile(kube_client_latency(c->kc), qs[i]));
+    metrics_printf(b, "# HELP holmes_api_throttled_seconds_total Time spent waiting for the "
+                      "client-side rate limiter.\n# TYPE holmes_api_throttled_seconds_total counter\n"
+                      "holmes_api_throttled_seconds_total %.6f\n", kube_client_throttled_seconds(c->kc));
     metrics_printf(b, "# HELP holmes_gang_restarts_total Gang restarts after failed pods.\n"
                       "# TYPE holmes_gang_restarts_total counter\nholmes_gang_restarts_total %lu\n",
                    atomic_load(&c->restarts));
@@ -1507,6 +1560,16 @@ void controller_metrics(struct controller *c, struct metrics_buf *b)
     metrics_printf(b, "# HELP holmes_status_writes_total Status patches written.\n"
                       "# TYPE holmes_status_writes_total counter\nholmes_status_writes_total %lu\n",
                    atomic_load(&c->status_writes));
+    struct kube_recorder_counts ec;
+    kube_recorder_counts(c->events, &ec);
+    metrics_printf(b, "# HELP holmes_events_total Events by outcome: created, patched (a repeat "
+                      "counted on the Event it repeats), dropped (spam filter or full queue), "
+                      "failed.\n# TYPE holmes_events_total counter\n"
+                      "holmes_events_total{outcome=\"created\"} %lu\n"
+                      "holmes_events_total{outcome=\"patched\"} %lu\n"
+                      "holmes_events_total{outcome=\"dropped\"} %lu\n"
+                      "holmes_events_total{outcome=\"failed\"} %lu\n",
+                   ec.created, ec.patched, ec.dropped_spam + ec.dropped_full, ec.failed);
 }
 
 double controller_latency_quantile(struct controller *c, double q)
@@ -1617,9 +1680,7 @@ int controller_emit_event(struct controller *c, const char *ns, const char *job,
     cJSON_Delete(j);
     if (!ev)
         return herr_set(e, "out of memory");
-    int rc = call_create(c, API_CREATE_EVENT, ns, ev, e);
-    cJSON_Delete(ev);
-    return rc;
+    return kube_recorder_send(c->events, ev, e);
 }
 
 cJSON *controller_get_job(struct controller *c, const char *ns, const char *job)

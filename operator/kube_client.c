@@ -19,6 +19,8 @@ const struct kube_resource KUBE_TRAININGJOBS = {"holmes.dev", "v1alpha1", "train
                                                 "TrainingJob"};
 
 #define POOL_MAX 64
+#define MULTI_POOL_MAX 16 /* multi handles kept (one per thread making calls at once) */
+#define MULTI_CONNS 16    /* connections each multi handle keeps open */
 #define MAX_BODY (256u << 20)
 
 struct kube_client {
@@ -27,12 +29,16 @@ struct kube_client {
     pthread_mutex_t lock;
     CURL *pool[POOL_MAX];
     int npool;
+    CURLM *multi[MULTI_POOL_MAX];
+    int nmulti;
     /* token bucket */
     double tokens;
     struct timespec last;
     double not_before; /* monotonic seconds: a 429 pauses everyone until then */
     atomic_ulong errors[600];
     atomic_ulong requests;
+    struct metrics_hist latency; /* per request: sent until answered */
+    double throttled_s;          /* time spent waiting for the rate limiter (under lock) */
 };
 
 static double mono_now(void)
@@ -79,6 +85,7 @@ struct kube_client *kube_client_new(struct kube_config *cfg, const struct kube_c
     kc->tokens = kc->o.burst;
     kc->last.tv_sec = 0;
     pthread_mutex_init(&kc->lock, NULL);
+    metrics_hist_init(&kc->latency);
     return kc;
 }
 
@@ -88,6 +95,8 @@ void kube_client_free(struct kube_client *kc)
         return;
     for (int i = 0; i < kc->npool; i++)
         curl_easy_cleanup(kc->pool[i]);
+    for (int i = 0; i < kc->nmulti; i++)
+        curl_multi_cleanup(kc->multi[i]);
     pthread_mutex_destroy(&kc->lock);
     free(kc);
 }
@@ -133,6 +142,7 @@ static void rate_wait(struct kube_client *kc)
     double wait = kc->tokens < 0 ? -kc->tokens / kc->o.qps : 0;
     if (kc->not_before > now + wait)
         wait = kc->not_before - now;
+    kc->throttled_s += wait;
     pthread_mutex_unlock(&kc->lock);
     sleep_s(wait);
 }
@@ -152,6 +162,16 @@ void kube_client_error_counts(struct kube_client *kc,
         if (n)
             fn(i, n, user);
     }
+}
+
+struct metrics_hist *kube_client_latency(struct kube_client *kc) { return &kc->latency; }
+
+double kube_client_throttled_seconds(struct kube_client *kc)
+{
+    pthread_mutex_lock(&kc->lock);
+    double s = kc->throttled_s;
+    pthread_mutex_unlock(&kc->lock);
+    return s;
 }
 
 unsigned long kube_client_request_count(struct kube_client *kc)
@@ -303,93 +323,245 @@ static void api_error(herr *e, const char *method, const char *path, long code, 
         herr_set(e, "%s %s: %ld: %.200s", method, path, code, raw ? raw : "");
 }
 
+/* One transfer of a kube_calls batch. */
+struct xfer {
+    struct kube_call *call;
+    char *payload;
+    CURL *h;
+    struct curl_slist *hd;
+    struct buf b;
+    struct resp_headers rh;
+    int attempt;
+    int done;
+    double t0;
+};
+
+/* Sets up x->h for one attempt of x->call; 0, or -1 with the call's error set. */
+static int xfer_start(struct kube_client *kc, struct xfer *x)
+{
+    struct kube_call *c = x->call;
+    memset(&x->b, 0, sizeof x->b);
+    memset(&x->rh, 0, sizeof x->rh);
+    x->h = take_handle(kc);
+    if (!x->h)
+        return herr_set(&c->e, "%s %s: curl_easy_init failed", c->method, c->path_query);
+    x->hd = kube_client_prepare(kc, x->h, c->path_query, &c->e);
+    if (!x->hd) {
+        curl_easy_cleanup(x->h);
+        x->h = NULL;
+        return -1;
+    }
+    CURL *h = x->h;
+    if (x->payload) {
+        char ct[128];
+        snprintf(ct, sizeof ct, "Content-Type: %s", c->content_type ? c->content_type : "application/json");
+        struct curl_slist *t = curl_slist_append(x->hd, ct);
+        if (t)
+            x->hd = t;
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, x->payload);
+    }
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, x->hd);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, c->method);
+    if (strcmp(c->method, "GET") == 0)
+        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, kc->o.timeout_ms);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &x->b);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &x->rh);
+    curl_easy_setopt(h, CURLOPT_PRIVATE, x);
+    x->t0 = mono_now();
+    return 0;
+}
+
+/* Takes the answer of a finished transfer. Returns 1 when the call must be tried again (a
+ * 429 within the retry budget), else 0 with the call's rc (and out, e) set. */
+static int xfer_finish(struct kube_client *kc, struct xfer *x, CURLcode cc)
+{
+    struct kube_call *c = x->call;
+    long code = 0;
+    metrics_hist_observe(&kc->latency, mono_now() - x->t0);
+    curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
+    curl_slist_free_all(x->hd);
+    x->hd = NULL;
+    if (cc != CURLE_OK) {
+        herr_set(&c->e, "%s %s%s: %s", c->method, kc->cfg->server, c->path_query,
+                 x->b.too_big ? "answer larger than 256 MiB" : curl_easy_strerror(cc));
+        curl_easy_cleanup(x->h);
+        x->h = NULL;
+        free(x->b.data);
+        kube_client_count_error(kc, 0);
+        c->rc = -1;
+        return 0;
+    }
+    give_handle(kc, x->h);
+    x->h = NULL;
+    cJSON *parsed = x->b.len ? cJSON_ParseWithLength(x->b.data, x->b.len) : NULL;
+    int retry = 0;
+    if (code == 429 && x->attempt < kc->o.max_429_retries) {
+        double wait = x->rh.retry_after > 0 ? x->rh.retry_after : 1.0;
+        if (wait > 60)
+            wait = 60;
+        pthread_mutex_lock(&kc->lock);
+        double nb = mono_now() + wait;
+        if (nb > kc->not_before)
+            kc->not_before = nb;
+        pthread_mutex_unlock(&kc->lock);
+        kube_client_count_error(kc, 429);
+        x->attempt++;
+        retry = 1;
+    } else if (code >= 400 || code < 200) {
+        api_error(&c->e, c->method, c->path_query, code, parsed, x->b.data);
+        kube_client_count_error(kc, (int)code);
+        c->rc = code >= 400 ? (int)code : -1;
+    } else if (x->b.len && !parsed) {
+        herr_set(&c->e, "%s %s: the answer is not JSON", c->method, c->path_query);
+        c->rc = -1;
+    } else {
+        c->rc = 0;
+        if (c->out) {
+            *c->out = parsed;
+            parsed = NULL;
+        }
+    }
+    cJSON_Delete(parsed);
+    free(x->b.data);
+    x->b.data = NULL;
+    return retry;
+}
+
+static CURLM *take_multi(struct kube_client *kc)
+{
+    CURLM *m = NULL;
+    pthread_mutex_lock(&kc->lock);
+    if (kc->nmulti > 0)
+        m = kc->multi[--kc->nmulti];
+    pthread_mutex_unlock(&kc->lock);
+    if (!m && (m = curl_multi_init()))
+        curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, (long)MULTI_CONNS);
+    return m;
+}
+
+static void give_multi(struct kube_client *kc, CURLM *m)
+{
+    pthread_mutex_lock(&kc->lock);
+    if (kc->nmulti < MULTI_POOL_MAX) {
+        kc->multi[kc->nmulti++] = m;
+        m = NULL;
+    }
+    pthread_mutex_unlock(&kc->lock);
+    if (m)
+        curl_multi_cleanup(m);
+}
+
+/* Runs the transfers not done yet, all at once on one multi handle, until each has an
+ * answer or must be retried. Returns how many must be retried. */
+static int run_round(struct kube_client *kc, CURLM *m, struct xfer *xs, int n)
+{
+    int running = 0, retries = 0;
+    for (int i = 0; i < n; i++) {
+        if (xs[i].done)
+            continue;
+        if (xfer_start(kc, &xs[i]) != 0) {
+            xs[i].call->rc = -1;
+            xs[i].done = 1;
+            continue;
+        }
+        if (curl_multi_add_handle(m, xs[i].h) != CURLM_OK) {
+            curl_slist_free_all(xs[i].hd);
+            curl_easy_cleanup(xs[i].h);
+            xs[i].h = NULL;
+            herr_set(&xs[i].call->e, "%s %s: curl_multi_add_handle failed", xs[i].call->method,
+                     xs[i].call->path_query);
+            xs[i].call->rc = -1;
+            xs[i].done = 1;
+            continue;
+        }
+        running++;
+    }
+    while (running > 0) {
+        int still = 0;
+        if (curl_multi_perform(m, &still) != CURLM_OK)
+            break;
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(m, &left))) {
+            if (msg->msg != CURLMSG_DONE)
+                continue;
+            struct xfer *x = NULL;
+            CURL *h = msg->easy_handle;
+            CURLcode cc = msg->data.result;
+            curl_easy_getinfo(h, CURLINFO_PRIVATE, (char **)&x);
+            curl_multi_remove_handle(m, h);
+            running--;
+            if (xfer_finish(kc, x, cc))
+                retries++;
+            else
+                x->done = 1;
+        }
+        if (running > 0 && curl_multi_poll(m, NULL, 0, 1000, NULL) != CURLM_OK)
+            break;
+    }
+    /* Only when the multi interface itself failed: give up on what is left. */
+    for (int i = 0; i < n; i++) {
+        struct xfer *x = &xs[i];
+        if (x->h) {
+            curl_multi_remove_handle(m, x->h);
+            curl_slist_free_all(x->hd);
+            curl_easy_cleanup(x->h);
+            free(x->b.data);
+            x->h = NULL;
+            x->hd = NULL;
+            x->b.data = NULL;
+            herr_set(&x->call->e, "%s %s: curl multi failed", x->call->method, x->call->path_query);
+            x->call->rc = -1;
+            x->done = 1;
+        }
+    }
+    return retries;
+}
+
+void kube_calls(struct kube_client *kc, struct kube_call *calls, int n)
+{
+    if (n <= 0)
+        return;
+    struct xfer *xs = calloc((size_t)n, sizeof *xs);
+    CURLM *m = xs ? take_multi(kc) : NULL;
+    for (int i = 0; i < n; i++) {
+        struct kube_call *c = &calls[i];
+        c->rc = -1;
+        c->e.msg[0] = '\0';
+        if (c->out)
+            *c->out = NULL;
+        if (!m) {
+            herr_set(&c->e, "%s %s: out of memory", c->method, c->path_query);
+            continue;
+        }
+        xs[i].call = c;
+        if (c->body && !(xs[i].payload = cJSON_PrintUnformatted(c->body))) {
+            herr_set(&c->e, "%s %s: cannot encode the request body", c->method, c->path_query);
+            xs[i].done = 1;
+        }
+    }
+    if (m) {
+        while (run_round(kc, m, xs, n) > 0) {
+        }
+        give_multi(kc, m);
+    }
+    for (int i = 0; xs && i < n; i++)
+        cJSON_free(xs[i].payload);
+    free(xs);
+}
+
 int kube_request(struct kube_client *kc, const char *method, const char *path_query,
                  const char *content_type, const cJSON *body, cJSON **out, herr *e)
 {
-    if (out)
-        *out = NULL;
-    char *payload = NULL;
-    if (body && !(payload = cJSON_PrintUnformatted(body)))
-        return herr_set(e, "%s %s: cannot encode the request body", method, path_query);
-    int result = -1;
-    for (int attempt = 0;; attempt++) {
-        CURL *h = take_handle(kc);
-        if (!h) {
-            herr_set(e, "%s %s: curl_easy_init failed", method, path_query);
-            break;
-        }
-        struct curl_slist *hd = kube_client_prepare(kc, h, path_query, e);
-        if (!hd) {
-            curl_easy_cleanup(h);
-            break;
-        }
-        if (payload) {
-            char ct[128];
-            snprintf(ct, sizeof ct, "Content-Type: %s", content_type ? content_type : "application/json");
-            struct curl_slist *t = curl_slist_append(hd, ct);
-            if (t)
-                hd = t;
-            curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload);
-        }
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
-        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-        if (strcmp(method, "GET") == 0)
-            curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
-        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, kc->o.timeout_ms);
-        struct buf b = {0};
-        struct resp_headers rh = {0};
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
-        curl_easy_setopt(h, CURLOPT_HEADERDATA, &rh);
-        CURLcode cc = curl_easy_perform(h);
-        long code = 0;
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-        curl_slist_free_all(hd);
-        if (cc != CURLE_OK) {
-            herr_set(e, "%s %s%s: %s", method, kc->cfg->server, path_query,
-                     b.too_big ? "answer larger than 256 MiB" : curl_easy_strerror(cc));
-            curl_easy_cleanup(h);
-            free(b.data);
-            kube_client_count_error(kc, 0);
-            break;
-        }
-        give_handle(kc, h);
-        cJSON *parsed = b.len ? cJSON_ParseWithLength(b.data, b.len) : NULL;
-        if (code == 429 && attempt < kc->o.max_429_retries) {
-            double wait = rh.retry_after > 0 ? rh.retry_after : 1.0;
-            if (wait > 60)
-                wait = 60;
-            pthread_mutex_lock(&kc->lock);
-            double nb = mono_now() + wait;
-            if (nb > kc->not_before)
-                kc->not_before = nb;
-            pthread_mutex_unlock(&kc->lock);
-            kube_client_count_error(kc, 429);
-            cJSON_Delete(parsed);
-            free(b.data);
-            continue;
-        }
-        if (code >= 400 || code < 200) {
-            api_error(e, method, path_query, code, parsed, b.data);
-            kube_client_count_error(kc, (int)code);
-            result = code >= 400 ? (int)code : -1;
-        } else if (b.len && !parsed) {
-            herr_set(e, "%s %s: the answer is not JSON", method, path_query);
-            result = -1;
-        } else {
-            result = 0;
-            if (out) {
-                *out = parsed;
-                parsed = NULL;
-            }
-        }
-        cJSON_Delete(parsed);
-        free(b.data);
-        break;
-    }
-    cJSON_free(payload);
-    return result;
+    struct kube_call c = {.method = method, .path_query = path_query,
+                          .content_type = content_type, .body = body, .out = out};
+    kube_calls(kc, &c, 1);
+    if (c.rc != 0)
+        *e = c.e;
+    return c.rc;
 }
 
 static int with_path(struct kube_client *kc, const char *method, const struct kube_resource *r,

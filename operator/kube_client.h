@@ -1,7 +1,8 @@
 /* Kubernetes REST client over libcurl + cJSON: GET, LIST (selectors, limit/continue), CREATE,
  * JSON merge PATCH (also on /status), DELETE (propagationPolicy). Client-side QPS/burst token
  * bucket; 429 answers are retried after their Retry-After. Thread-safe: one client serves all
- * threads (a pool of curl handles keeps connections alive).
+ * threads (pools of curl easy and multi handles keep connections alive; every request goes
+ * through a multi handle, so a batch and a single request share the same connections).
  *
  * Return convention of the request functions: 0 on success; the HTTP status (>= 400) when the
  * API answered with an error, with e holding "<verb> <path>: <code> <reason>: <message>" from
@@ -14,6 +15,7 @@
 
 #include "error.h"
 #include "kube_config.h"
+#include "metrics.h"
 
 struct kube_resource {
     const char *group;    /* "" for core */
@@ -63,6 +65,17 @@ int kube_delete(struct kube_client *kc, const struct kube_resource *r, const cha
 int kube_request(struct kube_client *kc, const char *method, const char *path_query,
                  const char *content_type, const cJSON *body, cJSON **out, herr *e);
 
+/* Several requests at once (curl multi, from the calling thread), each as kube_request
+ * would make it: calls[i].rc and .e (and *out) get its result; 429s are retried as there. */
+struct kube_call {
+    const char *method, *path_query, *content_type;
+    const cJSON *body; /* may be NULL */
+    cJSON **out;       /* may be NULL */
+    int rc;            /* result */
+    herr e;
+};
+void kube_calls(struct kube_client *kc, struct kube_call *calls, int n);
+
 /* For streaming calls (watch): takes a token from the rate limiter, then sets URL, TLS and
  * auth on h; returns the header list the caller frees after the transfer, or NULL on error. */
 struct curl_slist *kube_client_prepare(struct kube_client *kc, CURL *h, const char *path_query,
@@ -74,6 +87,10 @@ char *kube_escape(const char *s);
 void kube_client_error_counts(struct kube_client *kc,
                               void (*fn)(int code, unsigned long count, void *user), void *user);
 unsigned long kube_client_request_count(struct kube_client *kc);
+/* Latency of each request (request sent until its answer; watches excluded), and the total
+ * time callers waited for the client-side rate limiter (QPS/burst, 429 pauses). */
+struct metrics_hist *kube_client_latency(struct kube_client *kc);
+double kube_client_throttled_seconds(struct kube_client *kc);
 void kube_client_count_error(struct kube_client *kc, int code);
 
 #endif

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,6 +20,16 @@
 static size_t max_bytes = (size_t)256 << 20;
 static int raw_listen[16];
 static int raw_port[16];
+
+/* CPU seconds (user + system) of this process, all threads. */
+static double cpu_s(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
 
 static double now_s(void)
 {
@@ -72,9 +83,9 @@ static int raw_ring(int out_fd, int in_fd, char *sbuf, char *rbuf, size_t len)
 
 static int iters_for(size_t bytes)
 {
-    size_t target = (size_t)64 << 20;
+    size_t target = (size_t)256 << 20; /* bytes per measurement: steadier large-message rows */
     int it = (int)(target / (bytes ? bytes : 1));
-    return it < 2 ? 2 : it > 200 ? 200 : it;
+    return it < 3 ? 3 : it > 200 ? 200 : it;
 }
 
 static int rank_main(int rank, int n, struct tcp_listener *l, const struct tcp_endpoint *eps, void *arg)
@@ -112,21 +123,22 @@ static int rank_main(int rank, int n, struct tcp_listener *l, const struct tcp_e
     memset(sbuf, 0, max_bytes);
     memset(rbuf, 0, max_bytes);
     if (rank == 0)
-        printf("%10s %12s %12s %12s %8s   (GB/s, %d ranks)\n", "bytes", "allreduce", "sendrecv",
-               "raw-tcp", "ar/raw", n);
+        printf("%10s %12s %12s %12s %8s %9s %9s   (GB/s bus bandwidth, %d ranks; cpu: rank 0's "
+               "CPU seconds per GB of bus traffic)\n", "bytes", "allreduce", "sendrecv", "raw-tcp",
+               "ar/raw", "ar-cpu", "raw-cpu", n);
     for (size_t bytes = 1024; bytes <= max_bytes; bytes *= 4) {
         int it = iters_for(bytes);
         size_t count = bytes / sizeof(float);
-        double t_ar = 0, t_sr = 0, t_raw = 0;
+        double t_ar = 0, t_sr = 0, t_raw = 0, c_ar = 0, c_raw = 0;
         for (int pass = 0; pass < 2; pass++) { /* pass 0 warms up */
             int reps = pass ? it : 1;
             if (comm_barrier(c, &e) != 0)
                 goto fail;
-            double t0 = now_s();
+            double t0 = now_s(), c0 = cpu_s();
             for (int i = 0; i < reps; i++)
                 if (comm_all_reduce(c, (float *)(void *)sbuf, count, &e) != 0)
                     goto fail;
-            double t1 = now_s();
+            double t1 = now_s(), c1 = cpu_s();
             if (comm_barrier(c, &e) != 0)
                 goto fail;
             double t2 = now_s();
@@ -141,14 +153,16 @@ static int rank_main(int rank, int n, struct tcp_listener *l, const struct tcp_e
             double t3 = now_s();
             if (comm_barrier(c, &e) != 0)
                 goto fail;
-            double t4 = now_s();
+            double t4 = now_s(), c4 = cpu_s();
             for (int i = 0; i < reps && n > 1; i++)
                 if (raw_ring(out_fd, in_fd, sbuf, rbuf, bytes) != 0) {
                     fprintf(stderr, "raw ring failed\n");
                     return 1;
                 }
-            double t5 = now_s();
+            double t5 = now_s(), c5 = cpu_s();
             if (pass) {
+                c_ar = (c1 - c0) / reps;
+                c_raw = (c5 - c4) / reps;
                 t_ar = (t1 - t0) / reps;
                 t_sr = (t3 - t2) / reps;
                 t_raw = (t5 - t4) / reps;
@@ -158,9 +172,11 @@ static int rank_main(int rank, int n, struct tcp_listener *l, const struct tcp_e
         double bus_ar = algbw_ar * 2.0 * (n - 1) / n;
         double bus_sr = n > 1 ? (double)bytes / t_sr / 1e9 : 0;
         double raw = n > 1 ? (double)bytes / t_raw / 1e9 : 0;
+        double bus_bytes_ar = (double)bytes * 2.0 * (n - 1) / n;
         if (rank == 0)
-            printf("%10zu %12.3f %12.3f %12.3f %7.0f%%\n", bytes, bus_ar, bus_sr, raw,
-                   raw > 0 ? 100.0 * bus_ar / raw : 0);
+            printf("%10zu %12.3f %12.3f %12.3f %7.0f%% %9.2f %9.2f\n", bytes, bus_ar, bus_sr, raw,
+                   raw > 0 ? 100.0 * bus_ar / raw : 0, bus_bytes_ar > 0 ? c_ar / bus_bytes_ar * 1e9 : 0,
+                   n > 1 ? c_raw / (double)bytes * 1e9 : 0);
         fflush(stdout);
     }
     free(sbuf);

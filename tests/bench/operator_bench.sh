@@ -44,6 +44,9 @@ sleep 3
 M=$(curl -s "http://127.0.0.1:$MPORT/metrics")
 q() { grep "holmes_reconcile_latency_seconds{quantile=\"$1\"}" <<<"$M" | awk '{printf "%.2f", $2 * 1000}'; }
 RSS=$(awk '/VmHWM/ {print $2}' /proc/$OP_PID/status)
+# CPU seconds (user + system) a process has used so far.
+cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.1f", ($14 + $15) / hz}' "/proc/$1/stat"; }
+API_CPU=$(cpu_s "${PIDS[0]}"); OP_CPU=$(cpu_s "$OP_PID")
 echo "jobs: $JOBS_N x $WORKERS workers ($WANT pods)"
 printf 'job creation (client side): %.1f s\n' "$(echo "$T1 - $T0" | bc)"
 printf 'time until all pods exist: %.1f s (from the first job created)\n' "$(echo "$T2 - $T0" | bc)"
@@ -51,5 +54,8 @@ echo "reconciles: $(grep '^holmes_reconciles_total' <<<"$M" | awk '{print $2}'),
 echo "reconcile latency p50: $(q 0.5) ms, p99: $(q 0.99) ms"
 qo() { grep "holmes_reconcile_own_latency_seconds{quantile=\"$1\"}" <<<"$M" | awk '{printf "%.2f", $2 * 1000}'; }
 echo "  without API waits p50: $(qo 0.5) ms, p99: $(qo 0.99) ms"
+qa() { grep "holmes_api_request_latency_seconds{quantile=\"$1\"}" <<<"$M" | awk '{printf "%.2f", $2 * 1000}'; }
+echo "API request latency p50: $(qa 0.5) ms, p99: $(qa 0.99) ms; rate limiter waits: $(grep '^holmes_api_throttled_seconds_total' <<<"$M" | awk '{printf "%.3f", $2}') s"
+echo "CPU used: fake API server ${API_CPU} s, operator ${OP_CPU} s"
 echo "operator peak RSS: $((RSS / 1024)) MiB ($RSS kB)"
 echo "load: $(uptime | sed 's/.*load average/load average/')"

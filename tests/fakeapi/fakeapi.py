@@ -22,7 +22,6 @@ Usage: fakeapi.py [--port N] [--port-file F] [--token T] [--history N] [--kubele
 import argparse
 import base64
 import bisect
-import copy
 import gc
 import json
 import random
@@ -51,7 +50,7 @@ NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 def merge_patch(target, patch):
     """RFC 7386 JSON merge patch."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return patch  # the patch is a fresh parse of the request body: no copy needed
     if not isinstance(target, dict):
         target = {}
     out = dict(target)
@@ -122,7 +121,14 @@ def parse_field_selector(sel):
 
 class Store:
     def __init__(self, history):
-        self.lock = threading.Condition()
+        # The store lock guards objects and the event history (and wakes watchers). It is
+        # held only for store work: counters and faults have their own lock, and watchers
+        # filter and serialize outside it.
+        self.lock = threading.Condition(threading.RLock())
+        # One condition per resource on the same lock: a write wakes only the watchers of
+        # its resource, not every watch stream.
+        self.conds = {}
+        self.meta_lock = threading.Lock()  # stats and faults
         self.rv = 100
         self.objects = {}          # (group, resource, ns, name) -> obj
         self.events = []           # (rv, group, resource, ns, type, obj)
@@ -132,16 +138,66 @@ class Store:
         self.drop_gen = 0
         self.faults = {}
         self.stats = {}
+        # Indexes, so that a create or delete costs O(its own dependents), not O(all objects):
+        self.by_uid = {}           # uid -> key
+        self.dependents = {}       # owner uid -> {key: None} (insertion-ordered set)
+        self.counts = {}           # resource -> number of objects (for /_fake/stats)
+
+    # Stored objects are never mutated in place: a write stores a new top-level dict (and a
+    # new dict for each level it changes), sharing unchanged subtrees with the old version.
+    # Watch events, LIST and GET answers can then hold references instead of deep copies.
+    def put(self, key, obj):
+        old = self.objects.get(key)
+        if old is not None:
+            self.unindex(key, old)
+        else:
+            self.counts[key[1]] = self.counts.get(key[1], 0) + 1
+        self.objects[key] = obj
+        self.by_uid[obj["metadata"]["uid"]] = key
+        for uid in owner_uids(obj):
+            self.dependents.setdefault(uid, {})[key] = None
+
+    def remove(self, key):
+        obj = self.objects.pop(key)
+        self.unindex(key, obj)
+        self.counts[key[1]] -= 1
+        if not self.counts[key[1]]:
+            del self.counts[key[1]]
+        return obj
+
+    def unindex(self, key, obj):
+        if self.by_uid.get(obj["metadata"]["uid"]) == key:
+            del self.by_uid[obj["metadata"]["uid"]]
+        for uid in owner_uids(obj):
+            deps = self.dependents.get(uid)
+            if deps is not None:
+                deps.pop(key, None)
+                if not deps:
+                    del self.dependents[uid]
+
+    def cond(self, group, resource):
+        """The condition watchers of (group, resource) wait on. Call with the lock held."""
+        c = self.conds.get((group, resource))
+        if c is None:
+            c = self.conds[(group, resource)] = threading.Condition(self.lock._lock)
+        return c
+
+    def wake_all(self):
+        """Wakes every watcher (compaction, dropped streams). Call with the lock held."""
+        for c in self.conds.values():
+            c.notify_all()
 
     def next_rv(self):
         self.rv += 1
         return self.rv
 
     def record(self, g, r, ns, typ, obj):
+        """Appends a watch event; returns obj serialized (the write's answer reuses it)."""
         # Stored objects are never mutated in place, so the event keeps a reference and
         # the serialized line every watcher sends.
         rv = int(obj["metadata"]["resourceVersion"])
-        line = (json.dumps({"type": typ, "object": obj}) + "\n").encode()
+        data = json.dumps(obj)
+        line = ('{"type": "%s", "object": %s}\n' % (typ, data)).encode()
         self.events.append((rv, g, r, ns, typ, obj, line))
         self.event_rvs.append(rv)
         if len(self.events) > self.history + self.history // 8:
@@ -149,7 +205,8 @@ class Store:
             self.oldest = self.events[drop - 1][0]
             del self.events[:drop]
             del self.event_rvs[:drop]
-        self.lock.notify_all()
+        self.cond(g, r).notify_all()
+        return data
 
     def events_after(self, cursor):
         return self.events[bisect.bisect_right(self.event_rvs, cursor):]
@@ -159,7 +216,21 @@ class Store:
             self.events.clear()
             self.event_rvs.clear()
             self.oldest = self.rv
-            self.lock.notify_all()
+            self.wake_all()
+
+
+def owner_uids(obj):
+    refs = obj["metadata"].get("ownerReferences")
+    if not isinstance(refs, list):
+        return []
+    return [r.get("uid") for r in refs if isinstance(r, dict) and isinstance(r.get("uid"), str)]
+
+
+def with_metadata(obj):
+    """A shallow copy of obj with its own metadata dict, ready to edit."""
+    new = dict(obj)
+    new["metadata"] = dict(obj.get("metadata") or {})
+    return new
 
 
 class ApiError(Exception):
@@ -180,9 +251,50 @@ def now():
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+class Headers(dict):
+    """Request headers by lower-case name, with the case-insensitive get() of the stdlib's."""
+
+    def get(self, name, default=None):
+        return dict.get(self, name.lower(), default)
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "fakeapi/1"
+
+    def parse_request(self):
+        """The request line and headers. Replaces the stdlib's, whose email-package header
+        parser cost more CPU than everything else a request does. Same behaviour for what
+        clients send here: HTTP/1.1 keep-alive (HTTP/1.0 or "Connection: close" closes),
+        "Expect: 100-continue", 400 on a malformed request line or header."""
+        self.command = None
+        self.request_version = self.default_request_version
+        self.close_connection = True
+        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        words = self.requestline.split()
+        if len(words) != 3 or words[2] not in ("HTTP/1.0", "HTTP/1.1"):
+            self.send_error(400, "Bad request line %r" % self.requestline)
+            return False
+        self.command, self.path, self.request_version = words
+        headers = Headers()
+        while True:
+            line = self.rfile.readline(65537)
+            if len(line) > 65536 or len(headers) > 100:
+                self.send_error(431, "Request header fields too large")
+                return False
+            if line in (b"\r\n", b"\n", b""):
+                break
+            name, sep, value = str(line, "iso-8859-1").partition(":")
+            if not sep or not name.strip():
+                self.send_error(400, "Bad header line %r" % line[:100])
+                return False
+            headers[name.strip().lower()] = value.strip()
+        self.headers = headers
+        conn = headers.get("Connection", "").lower()
+        self.close_connection = conn == "close" or (self.request_version == "HTTP/1.0" and conn != "keep-alive")
+        if headers.get("Expect", "").lower() == "100-continue" and self.request_version == "HTTP/1.1":
+            return self.handle_expect_100()
+        return True
 
     def log_message(self, fmt, *args):
         if self.server.verbose:
@@ -194,8 +306,9 @@ class Handler(BaseHTTPRequestHandler):
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     # ---- plumbing
-    def send_json(self, code, obj, headers=None):
-        data = json.dumps(obj).encode()
+    def send_json(self, code, obj, headers=None, raw=None):
+        """Answers obj as JSON (raw: obj already serialized)."""
+        data = (raw if raw is not None else json.dumps(obj)).encode()
         self.log_request(code)
         head = ["HTTP/1.1 %d %s" % (code, self.responses.get(code, ("",))[0]),
                 "Content-Type: application/json", "Content-Length: %d" % len(data)]
@@ -241,7 +354,7 @@ class Handler(BaseHTTPRequestHandler):
             route = self.route(url.path)
             verb = self.verb(method, route, q)
             key = "%s %s %s%s" % (verb, route[0] or "core", route[1], "/" + route[4] if route[4] else "")
-            with st.lock:
+            with st.meta_lock:
                 st.stats[key] = st.stats.get(key, 0) + 1
                 st.stats["total"] = st.stats.get("total", 0) + 1
             if self.fault(self.path):
@@ -265,14 +378,14 @@ class Handler(BaseHTTPRequestHandler):
     def fault(self, path):
         """Applies injected faults. Returns True when the request was answered by one."""
         st = self.server.store
-        with st.lock:
+        with st.meta_lock:
             f = dict(st.faults)
         delay = f.get("delayMs")
         if delay:
             time.sleep(delay / 1000.0)
         agent_ok = not f.get("userAgent") or f["userAgent"] in (self.headers.get("User-Agent") or "")
         if f.get("status") and agent_ok and (not f.get("match") or f["match"] in path):
-            with st.lock:
+            with st.meta_lock:
                 cnt = st.faults.get("count", 0)
                 if cnt <= 0:
                     return False
@@ -295,24 +408,27 @@ class Handler(BaseHTTPRequestHandler):
         st = self.server.store
         body = self.read_body() if method == "POST" else None
         if path == "/_fake/faults":
-            with st.lock:
-                st.faults = dict(body or {})
-                if st.faults.pop("dropWatches", False):
+            faults = dict(body or {})
+            drop = faults.pop("dropWatches", False)
+            with st.meta_lock:
+                st.faults = faults
+            if drop:
+                with st.lock:
                     st.drop_gen += 1
-                    st.lock.notify_all()
+                    st.wake_all()
             return self.send_json(200, {"ok": True})
         if path == "/_fake/compact":
             st.compact()
             return self.send_json(200, {"ok": True, "resourceVersion": str(st.rv)})
         if path == "/_fake/stats":
             with st.lock:
-                counts = {}
-                for k in st.objects:
-                    counts[k[1]] = counts.get(k[1], 0) + 1
-                return self.send_json(200, dict(st.stats, resourceVersion=st.rv, watches=self.server.watches,
-                                                objects=counts))
+                counts = dict(st.counts)
+                rv, watches = st.rv, self.server.watches
+            with st.meta_lock:
+                stats = dict(st.stats)
+            return self.send_json(200, dict(stats, resourceVersion=rv, watches=watches, objects=counts))
         if path == "/_fake/reset-stats":
-            with st.lock:
+            with st.meta_lock:
                 st.stats = {}
             return self.send_json(200, {"ok": True})
         if path == "/_fake/kubelet":
@@ -331,7 +447,7 @@ class Handler(BaseHTTPRequestHandler):
                     continue
                 if b.get("name") and key[3] != b["name"]:
                     continue
-                new = copy.deepcopy(obj)
+                new = with_metadata(obj)
                 status = {"phase": b.get("phase", "Running")}
                 conds = []
                 if b.get("unschedulable"):
@@ -347,7 +463,7 @@ class Handler(BaseHTTPRequestHandler):
                         status[k] = b[k]
                 new["status"] = status
                 new["metadata"]["resourceVersion"] = str(st.next_rv())
-                st.objects[key] = new
+                st.put(key, new)
                 st.record(key[0], key[1], key[2], "MODIFIED", new)
                 n += 1
         return n
@@ -396,7 +512,8 @@ class Handler(BaseHTTPRequestHandler):
             body = self.read_body()
             if not isinstance(body, dict):
                 raise ApiError(400, "BadRequest", "the request body must be a JSON object")
-            return self.send_json(201, self.create(route, body))
+            obj, raw = self.create(route, body)
+            return self.send_json(201, obj, raw=raw)
         key = (group, resource, ns, name)
         if verb == "get":
             with st.lock:
@@ -429,23 +546,27 @@ class Handler(BaseHTTPRequestHandler):
                     raise ApiError(409, "Conflict", 'Operation cannot be fulfilled on %s "%s": the object has been modified; please apply your changes to the latest version and try again' % (resource, name),
                                    {"name": name, "kind": resource})
                 if verb == "patch":
-                    new = copy.deepcopy(merge_patch(old, body))
+                    new = merge_patch(old, body)
+                    if not isinstance(new.get("metadata"), dict):
+                        new["metadata"] = {}
                 else:
-                    new = copy.deepcopy(body)
-                    new.setdefault("metadata", {})
+                    new = body
+                    if not isinstance(new.get("metadata"), dict):
+                        new["metadata"] = {}
                     for k in ("uid", "creationTimestamp", "generation"):
                         if k in old["metadata"]:
                             new["metadata"][k] = old["metadata"][k]
                 has_status = RESOURCES[(group, resource)][3]
                 if sub == "status":
                     # Only status changes on /status.
-                    kept = copy.deepcopy(old)
+                    kept = dict(old)
                     kept["status"] = new.get("status", {})
                     new = kept
                 elif has_status:
-                    new["status"] = copy.deepcopy(old.get("status", {}))
+                    new["status"] = old.get("status", {})
                     if "status" not in old:
                         new.pop("status")
+                new = with_metadata(new)
                 md = new["metadata"]
                 md["name"], md["namespace"], md["uid"] = name, ns, old["metadata"]["uid"]
                 if new.get("spec") != old.get("spec"):
@@ -453,9 +574,9 @@ class Handler(BaseHTTPRequestHandler):
                 if new == old:
                     return self.send_json(200, old)
                 md["resourceVersion"] = str(st.next_rv())
-                st.objects[key] = new
-                st.record(group, resource, ns, "MODIFIED", new)
-                return self.send_json(200, new)
+                st.put(key, new)
+                raw = st.record(group, resource, ns, "MODIFIED", new)
+                return self.send_json(200, new, raw=raw)
         raise ApiError(405, "MethodNotAllowed", "%s not allowed" % method)
 
     def not_found(self, resource, name):
@@ -498,7 +619,7 @@ class Handler(BaseHTTPRequestHandler):
             key = (group, resource, ns, name)
             if key in st.objects:
                 raise ApiError(409, "AlreadyExists", '%s "%s" already exists' % (resource, name), {"name": name, "kind": resource})
-            obj = copy.deepcopy(body)
+            obj = body  # parsed from this request: ours to keep
             obj["apiVersion"] = (group + "/" + version) if group else version
             obj["kind"] = kind
             md = obj["metadata"]
@@ -516,28 +637,24 @@ class Handler(BaseHTTPRequestHandler):
                 for k, v in obj.pop("stringData").items():
                     data[k] = base64.b64encode(str(v).encode()).decode()
             md["resourceVersion"] = str(st.next_rv())
-            st.objects[key] = obj
-            st.record(group, resource, ns, "ADDED", obj)
+            st.put(key, obj)
+            raw = st.record(group, resource, ns, "ADDED", obj)
             # Garbage collection: an object whose owners are all gone is collected at once.
             refs = md.get("ownerReferences") or []
-            owner_uids = {o["metadata"]["uid"] for o in st.objects.values()} if refs else set()
-            if refs and not any(r.get("uid") in owner_uids for r in refs):
+            if refs and not any(uid in st.by_uid for uid in owner_uids(obj)):
                 self.delete_locked(key)
-            return obj
+            return obj, raw
 
     def delete_locked(self, key):
         st = self.server.store
-        obj = st.objects.pop(key)
-        gone = copy.deepcopy(obj)
+        obj = st.remove(key)
+        gone = with_metadata(obj)
         gone["metadata"]["resourceVersion"] = str(st.next_rv())
         st.record(key[0], key[1], key[2], "DELETED", gone)
         uid = obj["metadata"]["uid"]
         # Cascade (background propagation, done at once): dependents owned by uid.
-        for k2, o2 in list(st.objects.items()):
-            if k2 not in st.objects:
-                continue
-            refs = o2["metadata"].get("ownerReferences") or []
-            if any(r.get("uid") == uid for r in refs):
+        for k2 in list(st.dependents.get(uid, ())):
+            if k2 in st.objects:
                 self.delete_locked(k2)
 
     def matching(self, route, q):
@@ -612,7 +729,7 @@ class Handler(BaseHTTPRequestHandler):
                 for k in sorted(st.objects):
                     o = st.objects[k]
                     if ok(k[0], k[1], k[2], o):
-                        pending.append(("ADDED", copy.deepcopy(o)))
+                        pending.append(("ADDED", o))
                 cursor = st.rv
             else:
                 cursor = int(rv)
@@ -622,9 +739,9 @@ class Handler(BaseHTTPRequestHandler):
         last_bookmark = time.time()
         try:
             while True:
-                for typ, obj in pending:
-                    self.send_event(typ, obj if isinstance(obj, bytes) else
-                                    (json.dumps({"type": typ, "object": obj}) + "\n").encode())
+                self.send_events([obj if isinstance(obj, bytes) else
+                                  (json.dumps({"type": typ, "object": obj}) + "\n").encode()
+                                  for typ, obj in pending])
                 if cursor is None:
                     break
                 pending = []
@@ -639,23 +756,28 @@ class Handler(BaseHTTPRequestHandler):
                             break
                         if cursor < st.oldest:
                             break
-                        st.lock.wait(0.2)
-                    if cursor < st.oldest and not new:
+                        st.cond(route[0], route[1]).wait(0.2)
+                    expired = cursor < st.oldest and not new
+                    if expired:
                         pending.append(("ERROR", status_body(410, "Expired", "too old resource version: %d (%d)" % (cursor, st.oldest))))
                         cursor = None
-                        continue
-                    for e in new:
-                        if ok(e[1], e[2], e[3], e[5]):
-                            pending.append((e[4], e[6]))
-                        cursor = e[0]
-                    if not new and time.time() >= deadline:
-                        break
-                    if not pending and bookmarks and time.time() - last_bookmark >= self.server.bookmark_s:
-                        version, kind, _, _ = RESOURCES[(route[0], route[1])]
-                        pending.append(("BOOKMARK", {"kind": kind, "apiVersion": version,
-                                                     "metadata": {"resourceVersion": str(st.rv)}}))
-                        cursor = max(cursor, st.rv)
-                        last_bookmark = time.time()
+                    elif new:
+                        cursor = new[-1][0]
+                    store_rv = st.rv
+                if expired:
+                    continue
+                # Filtering outside the store lock: the history entries are immutable.
+                for e in new:
+                    if ok(e[1], e[2], e[3], e[5]):
+                        pending.append((e[4], e[6]))
+                if not new and time.time() >= deadline:
+                    break
+                if not pending and bookmarks and time.time() - last_bookmark >= self.server.bookmark_s:
+                    version, kind, _, _ = RESOURCES[(route[0], route[1])]
+                    pending.append(("BOOKMARK", {"kind": kind, "apiVersion": version,
+                                                 "metadata": {"resourceVersion": str(store_rv)}}))
+                    cursor = max(cursor, store_rv)
+                    last_bookmark = time.time()
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
         except ConnectionAbortedError:
@@ -670,24 +792,31 @@ class Handler(BaseHTTPRequestHandler):
             with st.lock:
                 self.server.watches -= 1
 
-    def send_event(self, typ, data):
+    def send_events(self, lines):
+        """Sends watch event lines: all in one chunk and one write, or (fault splitEvents)
+        each split across several chunks."""
+        if not lines:
+            return
         st = self.server.store
-        with st.lock:
+        with st.meta_lock:
             split = st.faults.get("splitEvents")
-        if split:
-            # Split the event across several chunks at random offsets, flushing each.
-            cuts = sorted(random.sample(range(1, len(data)), min(3, len(data) - 1)))
-            pieces, prev = [], 0
-            for c in cuts + [len(data)]:
-                pieces.append(data[prev:c])
-                prev = c
-        else:
-            pieces = [data]
-        for p in pieces:
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(p), p))
+        if not split:
+            data = b"".join(lines)
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
-            if split:
-                time.sleep(0.002)
+            return
+        for data in lines:
+            self.send_event(data)
+
+    def send_event(self, data):
+        """One event split across several chunks at random offsets, flushing each."""
+        cuts = sorted(random.sample(range(1, len(data)), min(3, len(data) - 1)))
+        prev = 0
+        for c in cuts + [len(data)]:
+            self.wfile.write(b"%x\r\n%s\r\n" % (c - prev, data[prev:c]))
+            self.wfile.flush()
+            prev = c
+            time.sleep(0.002)
 
 
 class Server(ThreadingHTTPServer):

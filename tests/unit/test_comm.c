@@ -3,6 +3,7 @@
  * are exact), odd sizes, 1 rank, 2^k and non-power-of-two rank counts; full duplex; faults. */
 #include "test.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -152,6 +153,65 @@ static int duplex(int rank, int n, struct tcp_listener *l, const struct tcp_endp
     return bad;
 }
 
+/* Large odd sizes (chunks of several segments, not a multiple of the segment) with one rank
+ * starting late, so its left neighbour's first frames wait in the mailbox and are added when the
+ * receive is posted; also a point-to-point message that is partly staged, partly received
+ * directly. */
+static int late_start(int rank, int n, struct tcp_listener *l, const struct tcp_endpoint *eps, void *arg)
+{
+    (void)arg;
+    herr e;
+    struct tcp_group_spec s;
+    group_spec(&s, "late", 15, n, rank, eps, 20);
+    struct comm *c;
+    if (comm_create(&c, l, &s, &e) != 0)
+        return fail(rank, "create", &e);
+    size_t cnt = 1000003;
+    float *buf = malloc(cnt * sizeof *buf);
+    if (!buf)
+        return fail(rank, "malloc", NULL);
+    int bad = 0;
+    for (int op = 0; op < 2 && !bad; op++) {
+        for (size_t i = 0; i < cnt; i++)
+            buf[i] = val(rank, i, 20 + op);
+        if (rank == 0)
+            usleep(150000);
+        if ((op == 0 ? comm_all_reduce(c, buf, cnt, &e) : comm_reduce_scatter(c, buf, cnt, &e)) != 0)
+            bad = fail(rank, op == 0 ? "late all-reduce" : "late reduce-scatter", &e);
+        size_t off = 0, len = cnt;
+        if (op == 1)
+            comm_chunk(c, cnt, rank, &off, &len);
+        for (size_t i = off; i < off + len && !bad; i++) {
+            float want = 0;
+            for (int r = 0; r < n; r++)
+                want += val(r, i, 20 + op);
+            if (buf[i] != want) {
+                fprintf(stderr, "rank %d op %d: [%zu] %g != %g\n", rank, op, i, buf[i], want);
+                bad = 1;
+            }
+        }
+    }
+    /* rank 1 sends 3 MB + 8 bytes to rank 0, which posts its receive late */
+    size_t pn = (3u << 18) + 2;
+    for (size_t i = 0; i < pn; i++)
+        buf[i] = rank == 1 ? val(1, i, 30) : -1;
+    if (!bad && rank == 1 && comm_send(c, 0, 8, buf, pn * sizeof *buf, &e) != 0)
+        bad = fail(rank, "send 3 MB", &e);
+    if (!bad && rank == 0) {
+        usleep(100000);
+        if (comm_recv(c, 1, 8, buf, pn * sizeof *buf, &e) != 0)
+            bad = fail(rank, "late recv", &e);
+        for (size_t i = 0; i < pn && !bad; i++)
+            if (buf[i] != val(1, i, 30))
+                bad = fail(rank, "late recv data", NULL);
+    }
+    if (!bad && comm_barrier(c, &e) != 0)
+        bad = fail(rank, "barrier", &e);
+    free(buf);
+    comm_free(c);
+    return bad;
+}
+
 /* Rank 1 exits in the middle of a collective: rank 0 must report the lost connection (not a
  * timeout: the timeout here is long) naming rank 1. */
 static int dead_peer(int rank, int n, struct tcp_listener *l, const struct tcp_endpoint *eps, void *arg)
@@ -178,6 +238,112 @@ static int dead_peer(int rank, int n, struct tcp_listener *l, const struct tcp_e
         !strstr(e.msg, "reduce-scatter")))
         return fail(rank, "unexpected message", &e);
     return 0;
+}
+
+/* Rank 1 starts a slow (paced) all-reduce and dies while rank 0's reader is adding its data
+ * into rank 0's buffer: rank 0 reports the lost connection at once, naming rank 1. */
+static int dies_mid_reduce(int rank, int n, struct tcp_listener *l, const struct tcp_endpoint *eps, void *arg)
+{
+    (void)arg;
+    herr e;
+    struct tcp_pacing p[2] = {{20e6, 0}, {0, 0}};
+    struct tcp_group_spec s;
+    group_spec(&s, "dies", 16, n, rank, eps, 60);
+    if (rank == 1)
+        s.pacing = p;
+    struct comm *c;
+    if (comm_create(&c, l, &s, &e) != 0)
+        return fail(rank, "create", &e);
+    size_t cnt = 4u << 20;
+    float *buf = calloc(cnt, sizeof *buf);
+    if (!buf)
+        return fail(rank, "malloc", NULL);
+    if (rank == 1) {
+        struct comm_req *req;
+        if (comm_iall_reduce(c, buf, cnt, &req, &e) != 0)
+            return fail(rank, "iall_reduce", &e);
+        usleep(150000);
+        _exit(0);
+    }
+    int rc = comm_all_reduce(c, buf, cnt, &e), bad = 0;
+    if (rc == 0)
+        bad = fail(rank, "all-reduce succeeded with a dead peer", NULL);
+    else if (!strstr(e.msg, "lost its connection to rank 1") || !strstr(e.msg, "all-reduce"))
+        bad = fail(rank, "unexpected message", &e);
+    free(buf);
+    comm_free(c);
+    return bad;
+}
+
+/* Rank 1 stops (SIGSTOP) in the middle of a paced all-reduce: rank 0 times out after its
+ * timeout with a message naming rank 1 and the operation, then lets rank 1 go on. */
+static int stalls_mid_reduce(int rank, int n, struct tcp_listener *l, const struct tcp_endpoint *eps, void *arg)
+{
+    (void)arg;
+    herr e;
+    struct tcp_pacing p[2] = {{20e6, 0}, {0, 0}};
+    struct tcp_group_spec s;
+    group_spec(&s, "stalls", 17, n, rank, eps, 0.5);
+    if (rank == 1)
+        s.pacing = p;
+    struct comm *c;
+    if (comm_create(&c, l, &s, &e) != 0)
+        return fail(rank, "create", &e);
+    size_t cnt = 4u << 20;
+    float *buf = calloc(cnt, sizeof *buf);
+    if (!buf)
+        return fail(rank, "malloc", NULL);
+    int pid = (int)getpid(), bad = 0;
+    if (rank == 1) {
+        struct comm_req *req;
+        if (comm_send(c, 0, 1, &pid, sizeof pid, &e) != 0 || comm_iall_reduce(c, buf, cnt, &req, &e) != 0)
+            return fail(rank, "start", &e);
+        usleep(150000);
+        raise(SIGSTOP);
+        comm_wait(req, &e); /* fails or not: rank 0 has given up */
+    } else {
+        if (comm_recv(c, 1, 1, &pid, sizeof pid, &e) != 0)
+            return fail(rank, "recv pid", &e);
+        if (comm_all_reduce(c, buf, cnt, &e) == 0)
+            bad = fail(rank, "all-reduce succeeded with a stopped peer", NULL);
+        else if (!strstr(e.msg, "timed out") || !strstr(e.msg, "rank 1") || !strstr(e.msg, "all-reduce"))
+            bad = fail(rank, "unexpected message", &e);
+        kill(pid, SIGCONT);
+    }
+    free(buf);
+    comm_free(c);
+    return bad;
+}
+
+/* A paced all-reduce that takes longer than the timeout completes: the timeout counts from the
+ * last frame that arrived, not from the start of the (whole-chunk) receive. */
+static int slow_but_moving(int rank, int n, struct tcp_listener *l, const struct tcp_endpoint *eps, void *arg)
+{
+    (void)arg;
+    herr e;
+    struct tcp_pacing p[2] = {{4e6, 0}, {0, 0}};
+    struct tcp_group_spec s;
+    group_spec(&s, "slow", 18, n, rank, eps, 0.8);
+    if (rank == 1)
+        s.pacing = p; /* only 1 -> 0 is slow: rank 0 waits ~1 s for each whole 4 MB chunk */
+    struct comm *c;
+    if (comm_create(&c, l, &s, &e) != 0)
+        return fail(rank, "create", &e);
+    size_t cnt = 2u << 20; /* 4 MB chunks: ~1 s per ring step at 4 MB/s */
+    float *buf = malloc(cnt * sizeof *buf);
+    if (!buf)
+        return fail(rank, "malloc", NULL);
+    for (size_t i = 0; i < cnt; i++)
+        buf[i] = val(rank, i, 40);
+    int bad = 0;
+    if (comm_all_reduce(c, buf, cnt, &e) != 0)
+        bad = fail(rank, "slow all-reduce", &e);
+    for (size_t i = 0; i < cnt && !bad; i++)
+        if (buf[i] != val(0, i, 40) + val(1, i, 40))
+            bad = fail(rank, "slow all-reduce data", NULL);
+    free(buf);
+    comm_free(c);
+    return bad;
 }
 
 /* Rank 1 is never started: rank 0 gets an error naming it within the timeout. */
@@ -275,10 +441,18 @@ int main(void)
     }
     CHECK_INT("full duplex 16 MB both ways + tag matching + size check", run_group(2, duplex, NULL, -1, 60), 0);
     CHECK_INT("dead peer reported at once, naming it", run_group(2, dead_peer, NULL, -1, 30), 0);
+    CHECK_INT("large odd sizes, late start: staged frames are added when posted",
+              run_group(3, late_start, NULL, -1, 60), 0);
+    CHECK_INT("peer dying mid reduce-receive is reported, naming it",
+              run_group(2, dies_mid_reduce, NULL, -1, 30), 0);
+    CHECK_INT("peer stalling mid reduce-receive times out, naming it",
+              run_group(2, stalls_mid_reduce, NULL, -1, 30), 0);
     CHECK_INT("peer that never connects is named", run_group(2, never, NULL, 1, 30), 0);
     CHECK_INT("peer that never listens is named", run_group(2, refused, NULL, 0, 30), 0);
     CHECK_INT("recv timeout names peer and op", run_group(2, timeout, NULL, -1, 30), 0);
     CHECK_INT("paced link delivers", run_group(2, paced, NULL, -1, 30), 0);
+    CHECK_INT("collective slower than the timeout completes while data flows",
+              run_group(2, slow_but_moving, NULL, -1, 30), 0);
     herr e;
     struct tcp_listener *l;
     CHECK_INT("bad listen port rejected", tcp_listener_open(&l, NULL, 70000, &e), -1);
