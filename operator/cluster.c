@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "planner_job.h"
 #include "yaml_json.h"
 
 #define CLUSTER_MAX_WORKERS (1 << 20)
@@ -203,7 +204,7 @@ int cluster_load_calibration(const char *path, struct cost_links *links, herr *e
 int cluster_from_emulation(const struct tj_spec *s, double tflops, struct cluster *out, herr *e)
 {
     memset(out, 0, sizeof *out);
-    cost_links_default(&out->links);
+    planner_links_from_spec(s, &out->links);
     const struct tj_emulation *em = &s->emulation;
     if (!em->enabled || em->n_groups < 1)
         return herr_set(e, "spec.emulation: absent; give --cluster FILE with the workers' NICs");
@@ -238,8 +239,6 @@ int cluster_from_emulation(const struct tj_spec *s, double tflops, struct cluste
                 w->nic.gid_index = 3;
         }
     }
-    if (em->cross_fabric_gbps > 0)
-        out->links.tcp_gbps = em->cross_fabric_gbps;
     return 0;
 }
 

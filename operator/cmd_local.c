@@ -40,6 +40,7 @@ static void usage(FILE *f)
         "usage: holmes-operator local JOB.yaml [--metrics-out FILE] [--run-dir DIR]\n"
         "                                      [--simulate [--step-ms MS]] [--quiet]\n"
         "                                      [--bind ADDR] [--worker-wrap CMD]\n"
+        "                                      [--calibration LINKS.yaml]\n"
         "Runs a TrainingJob on this machine: an embedded coordinator and one holmes-node worker\n"
         "process per worker over the TCP transport, with the NICs of spec.emulation (each\n"
         "worker pretends to have its group's NIC; links are paced to the emulated bandwidth).\n"
@@ -55,6 +56,8 @@ static void usage(FILE *f)
         "  --worker-wrap CMD   start each worker under this command prefix (words split on\n"
         "                      spaces, {i} replaced by the worker index), e.g.\n"
         "                      'ip netns exec fab-w{i}' (the fabric benchmark)\n"
+        "  --calibration FILE  link constants for the planner, as `holmes-operator plan\n"
+        "                      --calibration FILE` uses them (same plan, same prediction)\n"
         "Exit status: 0 succeeded, 1 failed, 2 usage or invalid job.\n");
 }
 
@@ -537,6 +540,8 @@ int cmd_local(int argc, char **argv)
             L.bind = argv[++i];
         } else if (strcmp(argv[i], "--worker-wrap") == 0 && i + 1 < argc) {
             L.wrap = argv[++i];
+        } else if (strcmp(argv[i], "--calibration") == 0 && i + 1 < argc) {
+            L.cp.calibration = argv[++i];
         } else if (argv[i][0] == '-' || path) {
             fprintf(stderr, "holmes-operator local: unexpected argument %s (see --help)\n",
                     argv[i]);
@@ -591,6 +596,16 @@ int cmd_local(int argc, char **argv)
     }
     L.tty = isatty(STDOUT_FILENO);
     L.cp.job = &L.job;
+    if (L.cp.calibration) { /* refused now rather than when the workers have joined */
+        struct cost_links scratch;
+        herr ce = {{0}};
+        cost_links_default(&scratch);
+        if (cluster_load_calibration(L.cp.calibration, &scratch, &ce)) {
+            fprintf(stderr, "holmes-operator local: --calibration: %s\n", ce.msg);
+            rc = 2;
+            goto out;
+        }
+    }
 
     herr e = {{0}};
     struct coord_options co = {.bind = L.bind ? L.bind : "127.0.0.1", .port = 0};

@@ -16,6 +16,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: holmes-operator plan [--cluster CLUSTER.yaml] JOB.yaml [--policy holmes|naive|ethernet]\n"
             "                            [--calibration LINKS.yaml] [--partition N,N,...] [--json]\n"
+            "                            [--tflops T]\n"
             "Plans JOB (a TrainingJob manifest) on the workers of CLUSTER (default: the workers the\n"
             "job's spec.emulation block describes) and prints the placement:\n"
             "stages with their fabric, workers and layers, the transport of every communicator, the\n"
@@ -24,6 +25,9 @@ static void usage(FILE *f)
             "  --policy P          holmes (default: the job's), naive or ethernet\n"
             "  --calibration FILE  link constants measured on real runs (override the cluster's)\n"
             "  --partition N,N,..  pin the layers per stage instead of the cost model's split\n"
+            "  --tflops T          TFLOPS per device of the spec.emulation workers (default 0.05\n"
+            "                      per CPU worker, 100 per GPU); what they declare to the\n"
+            "                      coordinator (HOLMES_DECLARED_TFLOPS) for the same plan\n"
             "  --json              one JSON document instead of the table\n");
 }
 
@@ -152,19 +156,29 @@ int cmd_plan(int argc, char **argv)
     static const struct option opts[] = {
         {"cluster", required_argument, 0, 'c'}, {"policy", required_argument, 0, 'p'},
         {"calibration", required_argument, 0, 'k'}, {"json", no_argument, 0, 'j'},
-        {"partition", required_argument, 0, 'P'},
+        {"partition", required_argument, 0, 'P'}, {"tflops", required_argument, 0, 't'},
         {0, 0, 0, 0},
     };
     const char *cluster_path = NULL, *policy = NULL, *calib = NULL, *partition = NULL;
+    double tflops = 0;
     int json = 0, c;
+    char *end;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "c:p:k:jP:", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:p:k:jP:t:", opts, NULL)) != -1) {
         switch (c) {
         case 'c': cluster_path = optarg; break;
         case 'p': policy = optarg; break;
         case 'k': calib = optarg; break;
         case 'j': json = 1; break;
         case 'P': partition = optarg; break;
+        case 't':
+            tflops = strtod(optarg, &end);
+            if (end == optarg || *end || !(tflops > 0 && tflops <= 1e6)) {
+                fprintf(stderr, "holmes-operator plan: --tflops: \"%s\" must be a number in "
+                        "(0, 1e6]\n", optarg);
+                return 2;
+            }
+            break;
         default: usage(stderr); return 2;
         }
     }
@@ -185,12 +199,17 @@ int cmd_plan(int argc, char **argv)
                 "layer counts >= 1 (at most 1024)\n");
         return 2;
     }
+    if (tflops > 0 && cluster_path) {
+        fprintf(stderr, "holmes-operator plan: --tflops is for the spec.emulation workers; with "
+                "--cluster the file's gpu_tflops count\n");
+        return 2;
+    }
     if (planner_load_job(argv[optind], &tj, &e)) {
         fprintf(stderr, "holmes-operator plan: %s\n", e.msg);
         return 1;
     }
     if (cluster_path ? cluster_load(cluster_path, &cl, &e)
-                     : cluster_from_emulation(&tj.spec, 0, &cl, &e)) {
+                     : cluster_from_emulation(&tj.spec, tflops, &cl, &e)) {
         fprintf(stderr, "holmes-operator plan: %s%s%s\n", cluster_path ? "" : argv[optind],
                 cluster_path ? "" : ": ", e.msg);
         tj_job_free(&tj);

@@ -63,7 +63,12 @@ int coord_plan_hook(void *user, const struct coord_worker *workers, int n, cJSON
         return herr_set(e, "plan: out of memory");
     for (int i = 0; i < n; i++) {
         snprintf(pw[i].name, sizeof pw[i].name, "%.*s", (int)sizeof pw[i].name - 1, workers[i].pod);
-        snprintf(pw[i].node, sizeof pw[i].node, "%.*s", (int)sizeof pw[i].node - 1, workers[i].node);
+        /* An emulated worker has a NIC of its own even when the processes share a machine
+         * (holmes-operator local: every node is "localhost"); as one node, all groups would
+         * be costed over shared memory. */
+        if (!s->emulation.enabled)
+            snprintf(pw[i].node, sizeof pw[i].node, "%.*s", (int)sizeof pw[i].node - 1,
+                     workers[i].node);
         pw[i].gpus = workers[i].gpus > 0 ? s->gpus_per_worker : 0;
         if (workers[i].tflops > 0) /* measured or declared by the worker */
             pw[i].tflops = workers[i].tflops;
@@ -75,11 +80,12 @@ int coord_plan_hook(void *user, const struct coord_worker *workers, int n, cJSON
     struct plan_job job;
     planner_job_from_spec(s, &job);
     struct cost_links links;
-    cost_links_default(&links);
-    /* An emulated job's cross-fabric rate, unless spec.placement.crossFabricGbps overrides it. */
-    if (s->emulation.enabled && s->emulation.cross_fabric_gbps > 0)
-        links.tcp_gbps = s->emulation.cross_fabric_gbps;
+    planner_links_from_spec(s, &links);
     if (planner_apply_spec(s, pw, n, &links, e)) {
+        free(pw);
+        return herr_wrap(e, "planner");
+    }
+    if (cp->calibration && cluster_load_calibration(cp->calibration, &links, e)) {
         free(pw);
         return herr_wrap(e, "planner");
     }

@@ -1,5 +1,10 @@
 /* The coordinator's plan hook: turns the workers' hellos (NIC summaries) and a TrainingJob spec
- * into the planner's input (each worker's TFLOPS from its hello, else the defaults below), runs the planner, and makes one assignment per worker:
+ * into the planner's input (each worker's TFLOPS from its hello, else the defaults below), runs the planner, and makes one assignment per worker.
+ * The input is the one `holmes-operator plan JOB` builds for the same job (docs/planner.md,
+ * "One computation"): link constants from planner_links_from_spec, spec.placement, then `calibration`, and, when the
+ * job emulates NICs, every worker is its own node (the emulation gives each worker its own
+ * NIC, whatever machine the processes share), so the same workers get the same plan and the
+ * same predicted step time. Assignment:
  *   {rank, stage, stages, dp_rank, tp_rank, layers: [first, last), fabric, job,
  *    spec: the resolved TrainingJob spec, plan: plan_to_json (the rank table's base),
  *    emulation: {bandwidth_scale, cross_fabric_gbps} when the job emulates NICs}
@@ -7,6 +12,7 @@
 #ifndef HOLMES_COORD_PLAN_H
 #define HOLMES_COORD_PLAN_H
 
+#include "cluster.h"
 #include "coordinator.h"
 #include "planner.h"
 #include "trainingjob.h"
@@ -15,6 +21,8 @@ struct coord_plan {
     const struct tj_job *job;   /* not owned; must outlive the coordinator's job */
     double cpu_tflops;          /* TFLOPS of a CPU worker that sent none in hello (0 = 0.05) */
     double gpu_tflops;          /* per GPU, for workers that sent none in hello (0 = 100) */
+    const char *calibration;    /* a link-constants file applied last, as with
+                                   `holmes-operator plan --calibration`; NULL = none */
     int planned;
     struct plan plan;           /* valid when planned */
 };

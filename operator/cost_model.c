@@ -9,6 +9,7 @@
 void cost_links_default(struct cost_links *l)
 {
     l->tcp_gbps = 25;
+    l->gateway_gbps = 0;
     l->tcp_latency_us = 50;
     l->tcp_efficiency = 0.8;
     l->ib_latency_us = 3;
@@ -20,6 +21,7 @@ void cost_links_default(struct cost_links *l)
     l->memory_gbps = 1500;
     l->optimizer_bytes_per_param = 16;
     l->overlap = 1.0;
+    l->shared_cores = 0;
 }
 
 struct link_field {
@@ -32,6 +34,7 @@ struct link_field {
 #define LF(k, lo, hi, open) {#k, offsetof(struct cost_links, k), lo, hi, open}
 static const struct link_field link_fields[] = {
     LF(tcp_gbps, 0, 1e6, 1),
+    LF(gateway_gbps, 0, 1e6, 0),
     LF(tcp_latency_us, 0, 1e7, 0),
     LF(tcp_efficiency, 0, 1, 1),
     LF(ib_latency_us, 0, 1e7, 0),
@@ -43,6 +46,7 @@ static const struct link_field link_fields[] = {
     LF(memory_gbps, 0, 1e7, 1),
     LF(optimizer_bytes_per_param, 0, 1e3, 0),
     LF(overlap, 0, 1, 0),
+    LF(shared_cores, 0, 1e6, 0),
 };
 #define N_LINK_FIELDS (sizeof link_fields / sizeof link_fields[0])
 
@@ -72,10 +76,10 @@ int cost_links_apply_json(struct cost_links *l, const cJSON *j, const char *wher
             if (strcmp(link_fields[i].key, it->string) == 0)
                 f = &link_fields[i];
         if (!f)
-            return herr_set(e, "%s.%s: unknown link constant (known: tcp_gbps, tcp_latency_us, "
+            return herr_set(e, "%s.%s: unknown link constant (known: tcp_gbps, gateway_gbps, tcp_latency_us, "
                             "tcp_efficiency, ib_latency_us, roce_latency_us, rdma_efficiency, "
                             "intra_node_gbps, intra_node_latency_us, compute_efficiency, "
-                            "memory_gbps, optimizer_bytes_per_param, overlap)", where, it->string);
+                            "memory_gbps, optimizer_bytes_per_param, overlap, shared_cores)", where, it->string);
         if (!cJSON_IsNumber(it) || !field_ok(f, it->valuedouble))
             return herr_set(e, "%s.%s: %s", where, f->key, field_rule(f, rule, sizeof rule));
         *(double *)((char *)l + f->off) = it->valuedouble;
@@ -204,9 +208,16 @@ void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,
     double rs = scatter_time(grad_bytes, j->data, st->dp);
     double ag = rs;
     double exposed = rs - l->overlap * out->bwd;
-    out->dp_exposed = (exposed > 0 ? exposed : 0) + ag;
-    if (tie && (first || last) && !(first && last))
-        out->dp_exposed += allreduce_time((double)j->vocab * j->hidden / t * j->elem_bytes, 2, *tie);
+    if (exposed < 0)
+        exposed = 0;
+    /* The embedding tie's all-reduce (first <-> last stage) runs beside the gradient
+     * reduce-scatter: other links (noderuntime/trainer.c, sync_grads). */
+    if (tie && (first || last) && !(first && last)) {
+        double tie_t = allreduce_time((double)j->vocab * j->hidden / t * j->elem_bytes, 2, *tie);
+        if (tie_t > exposed)
+            exposed = tie_t;
+    }
+    out->dp_exposed = exposed + ag;
     out->optimizer = per_rank / j->data * l->optimizer_bytes_per_param / (l->memory_gbps * 1e9);
 }
 
@@ -218,8 +229,8 @@ int cost_sim_init(struct cost_sim *s, int stages, int micro_batches, herr *e)
     if (stages < 1 || micro_batches < 1)
         return herr_set(e, "cost model: need at least one stage and one micro-batch");
     size_t pm = (size_t)stages * (size_t)micro_batches;
-    /* farr, barr: P*m each; lastf: m; per stage: t, end, lf, lb, post, fwd, bwd: 7*P */
-    s->buf = malloc(sizeof(double) * (2 * pm + (size_t)micro_batches + 7 * (size_t)stages));
+    /* farr, barr: P*m each; lastf: m; per stage: t, lf, lb, fwd, bwd, xfer, lat, rem: 8*P */
+    s->buf = malloc(sizeof(double) * (2 * pm + (size_t)micro_batches + 8 * (size_t)stages));
     s->ibuf = malloc(sizeof(int) * (size_t)stages);
     if (!s->buf || !s->ibuf) {
         cost_sim_free(s);
@@ -314,6 +325,104 @@ static int run_schedule(const struct cost_job *j, int P, const double *fwd, cons
     return done == total ? 0 : -1;
 }
 
+/* Completes op (b, mb) of stage s at `fin`: sends its result to the neighbour stage. */
+static void finish_op(int P, int m, int s, int b, int mb, double fin, const double *xfer,
+                      const double *lat, double *farr, double *barr, double *lastf, double *lf,
+                      double *lb)
+{
+    if (!b && s == P - 1)
+        lastf[mb] = fin;
+    if (!b && s < P - 1) {
+        double go = fin > lf[s] ? fin : lf[s];
+        lf[s] = go + xfer[s];
+        farr[(size_t)(s + 1) * m + mb] = go + xfer[s] + lat[s];
+    } else if (b && s > 0) {
+        double go = fin > lb[s - 1] ? fin : lb[s - 1];
+        lb[s - 1] = go + xfer[s - 1];
+        barr[(size_t)(s - 1) * m + mb] = go + xfer[s - 1] + lat[s - 1];
+    }
+}
+
+/* run_schedule with processor sharing: `devices` devices per stage share `cores` cores, and
+ * every running op progresses at min(1, cores / (devices x running stages)). Event-driven:
+ * the next event is an op's completion or a known arrival at an idle stage. */
+static int run_schedule_shared(const struct cost_job *j, int P, double cores, const double *fwd,
+                               const double *bwd, const double *xfer, const double *lat,
+                               struct cost_sim *sim, double *end)
+{
+    int m = j->micro_batches;
+    size_t pm = (size_t)P * (size_t)m;
+    double *farr = sim->buf, *barr = farr + pm, *lastf = barr + pm;
+    double *t = lastf + m, *lf = t + P, *lb = lf + P;
+    double *rem = sim->buf + 2 * pm + m + 7 * (size_t)P;
+    int *idx = sim->ibuf;
+    double devices = (double)j->data * j->tensor;
+    for (size_t i = 0; i < 2 * pm + (size_t)m; i++)
+        sim->buf[i] = -1;
+    for (int s = 0; s < P; s++) {
+        t[s] = lf[s] = lb[s] = 0;
+        rem[s] = -1;
+        idx[s] = 0;
+    }
+    double now = 0;
+    for (long guard = 0; guard < 8L * m * P + 16; guard++) {
+        int running = 0, left = 0;
+        for (int s = 0; s < P; s++) {
+            if (idx[s] >= 2 * m)
+                continue;
+            left++;
+            if (rem[s] < 0) {
+                int mb, b = op_at(j->schedule, s, idx[s], P, m, &mb);
+                double ready = !b ? (s == 0 ? 0 : farr[(size_t)s * m + mb])
+                                  : (s == P - 1 ? lastf[mb] : barr[(size_t)s * m + mb]);
+                if (ready >= 0 && ready <= now)
+                    rem[s] = b ? bwd[s] : fwd[s];
+            }
+            if (rem[s] >= 0)
+                running++;
+        }
+        if (!left) {
+            for (int s = 0; s < P; s++)
+                end[s] = t[s];
+            return 0;
+        }
+        double rate = running ? cores / (devices * running) : 0;
+        if (rate > 1)
+            rate = 1;
+        double dt = INFINITY;
+        for (int s = 0; s < P; s++) {
+            if (idx[s] >= 2 * m)
+                continue;
+            if (rem[s] >= 0) {
+                if (rem[s] / rate < dt)
+                    dt = rem[s] / rate;
+                continue;
+            }
+            int mb, b = op_at(j->schedule, s, idx[s], P, m, &mb);
+            double ready = !b ? (s == 0 ? 0 : farr[(size_t)s * m + mb])
+                              : (s == P - 1 ? lastf[mb] : barr[(size_t)s * m + mb]);
+            if (ready > now && ready - now < dt)
+                dt = ready - now;
+        }
+        if (!isfinite(dt))
+            return -1;
+        now += dt;
+        for (int s = 0; s < P; s++) {
+            if (idx[s] >= 2 * m || rem[s] < 0)
+                continue;
+            rem[s] -= rate * dt;
+            if (rem[s] > 1e-12 * (fwd[s] + bwd[s]) + 1e-15)
+                continue;
+            int mb, b = op_at(j->schedule, s, idx[s], P, m, &mb);
+            finish_op(P, m, s, b, mb, now, xfer, lat, farr, barr, lastf, lf, lb);
+            t[s] = now;
+            rem[s] = -1;
+            idx[s]++;
+        }
+    }
+    return -1;
+}
+
 double cost_simulate(const struct cost_job *j, const struct cost_links *l,
                      const struct cost_stage *st, int n, const struct cost_link *tie,
                      struct cost_sim *sim, struct cost_breakdown *br)
@@ -335,7 +444,9 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
         lat[s] = s < n - 1 ? st[s].next.lat : 0;
     }
     double end[n > 0 ? n : 1];
-    if (run_schedule(j, n, fwd, bwd, xfer, lat, sim, end) != 0)
+    int shared = l->shared_cores > 0;
+    if ((shared ? run_schedule_shared(j, n, l->shared_cores, fwd, bwd, xfer, lat, sim, end)
+                : run_schedule(j, n, fwd, bwd, xfer, lat, sim, end)) != 0)
         return INFINITY;
     double best = -1;
     int crit = 0;
@@ -353,7 +464,8 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
         double crit_end = end[crit];
         for (int s = 0; s < n; s++)
             xfer[s] = lat[s] = 0;
-        if (run_schedule(j, n, fwd, bwd, xfer, lat, sim, end) != 0)
+        if ((shared ? run_schedule_shared(j, n, l->shared_cores, fwd, bwd, xfer, lat, sim, end)
+                    : run_schedule(j, n, fwd, bwd, xfer, lat, sim, end)) != 0)
             return INFINITY;
         br->critical_stage = crit;
         br->compute = m * (crit_terms.fwd + crit_terms.bwd);

@@ -13,6 +13,9 @@
  * object (or a calibration file with the same keys), so measured numbers replace defaults. */
 struct cost_links {
     double tcp_gbps;              /* cross-fabric TCP bandwidth per flow, Gb/s */
+    double gateway_gbps;          /* a fabric's link to the other fabrics (gateway, router
+                                     port), per direction, shared by every flow that enters
+                                     the fabric at the same time; 0 = no shared limit */
     double tcp_latency_us;        /* one TCP message */
     double tcp_efficiency;        /* usable fraction of an Ethernet NIC's Gb/s over sockets */
     double ib_latency_us;         /* one InfiniBand RDMA message */
@@ -25,6 +28,11 @@ struct cost_links {
     double optimizer_bytes_per_param; /* bytes the optimizer reads+writes per parameter */
     double overlap;               /* fraction of one micro-batch backward that hides the
                                      gradient reduce-scatter, in [0, 1] */
+    double shared_cores;          /* the job's devices share this many cores (all CPU workers on
+                                     one machine, as `holmes-operator local` runs them): a stage
+                                     computes at min(1, cores / busy devices) of its rate, so a
+                                     waiting stage leaves its core to the others; 0 = every
+                                     device has its own */
 };
 
 void cost_links_default(struct cost_links *l);
@@ -106,6 +114,8 @@ void cost_sim_free(struct cost_sim *s);
 
 /* Predicts the step time of `n` stages by simulating the schedule (1F1B or GPipe) with
  * per-stage op times and per-boundary transfers (a link carries one transfer at a time).
+ * With links.shared_cores > 0 the simulation is a processor-sharing one: at every moment the
+ * running stages' ops progress at min(1, shared_cores / (data x tensor x running stages)).
  * Fills `br` when non-NULL (one more simulation without transfers splits pp_comm from
  * bubble). `tie`: the embedding tie link between first and last stage (NULL when n == 1).
  * Returns the step time in seconds. */

@@ -245,6 +245,8 @@ struct plan_eval {
     const char **fabric_names;
     int *fabric_rank;      /* preference order of each fabric (0 = best) */
     int *worker_count;     /* scratch: units of a worker in the current stage */
+    int *gw_in;            /* scratch, n_fabrics: ring flows entering each fabric's gateway */
+    int *gw_a, *gw_b;      /* scratch, n_fabrics: pair flows entering each fabric (a, b side) */
     struct cost_stage *stages;
     struct cost_link tie;
     struct cost_sim sim;
@@ -313,6 +315,9 @@ void plan_eval_free(struct plan_eval *ev)
     free(ev->fabric_names);
     free(ev->fabric_rank);
     free(ev->worker_count);
+    free(ev->gw_in);
+    free(ev->gw_a);
+    free(ev->gw_b);
     free(ev->stages);
     free(ev->table);
     free(ev->choice);
@@ -394,8 +399,11 @@ static struct plan_eval *eval_new(const struct plan_worker *workers, int n_worke
             x->klass = ev->n_classes++;
     }
     ev->fabric_rank = calloc((size_t)ev->n_fabrics, sizeof *ev->fabric_rank);
+    ev->gw_in = calloc((size_t)ev->n_fabrics, sizeof *ev->gw_in);
+    ev->gw_a = calloc((size_t)ev->n_fabrics, sizeof *ev->gw_a);
+    ev->gw_b = calloc((size_t)ev->n_fabrics, sizeof *ev->gw_b);
     int *order = calloc((size_t)ev->n_fabrics, sizeof *order);
-    if (!ev->fabric_rank || !order) {
+    if (!ev->fabric_rank || !ev->gw_in || !ev->gw_a || !ev->gw_b || !order) {
         free(order);
         herr_set(e, "planner: out of memory");
         goto fail;
@@ -461,9 +469,11 @@ static int eval_shape(struct plan_eval *ev, int P, int D, int m, int b, herr *e)
     return 0;
 }
 
-/* The link between two units for an activation or gradient transfer. */
+/* The link between two units for an activation or gradient transfer. `flows`: transfers that
+ * share the NICs; `gw`: transfers that enter b's fabric through its gateway at the same time
+ * (links.gateway_gbps, cross-fabric only). */
 static struct cost_link nic_link(const struct plan_eval *ev, const struct unit *a,
-                                 const struct unit *b, double flows)
+                                 const struct unit *b, double flows, int gw)
 {
     const struct cost_links *l = &ev->links;
     double g = a->gbps < b->gbps ? a->gbps : b->gbps;
@@ -474,15 +484,62 @@ static struct cost_link nic_link(const struct plan_eval *ev, const struct unit *
     g *= l->tcp_efficiency;
     if (a->fabric != b->fabric && l->tcp_gbps < g)
         g = l->tcp_gbps;
-    return cost_link_make(g, l->tcp_latency_us, flows);
+    struct cost_link k = cost_link_make(g, l->tcp_latency_us, flows);
+    if (a->fabric != b->fabric && l->gateway_gbps > 0) {
+        struct cost_link share = cost_link_make(l->gateway_gbps, l->tcp_latency_us, gw);
+        if (share.bw < k.bw)
+            k.bw = share.bw;
+    }
+    return k;
 }
 
 static struct cost_link pair_link(const struct plan_eval *ev, const struct unit *a,
-                                  const struct unit *b, double flows)
+                                  const struct unit *b, double flows, int gw)
 {
     if (a->node == b->node)
         return cost_link_make(ev->links.intra_node_gbps, ev->links.intra_node_latency_us, 1);
-    return nic_link(ev, a, b, flows);
+    return nic_link(ev, a, b, flows, gw);
+}
+
+/* Counts in ev->gw_in the flows that cross into each fabric during the step's data-parallel
+ * phase, when every stage's gradient ring runs at once: each ring hop d -> d+1 between
+ * fabrics. (The embedding tie, small, is charged its share but not counted against the rings.) */
+static void count_dp_gateway_flows(struct plan_eval *ev, int P, const int *stage_units)
+{
+    int D = ev->D;
+    memset(ev->gw_in, 0, sizeof *ev->gw_in * (size_t)ev->n_fabrics);
+    for (int s = 0; s < P && D > 1; s++) {
+        const int *su = stage_units + (size_t)s * D;
+        for (int d = 0; d < D; d++) {
+            const struct unit *a = &ev->units[su[d]], *b = &ev->units[su[(d + 1) % D]];
+            if (a->fabric != b->fabric && a->node != b->node)
+                ev->gw_in[b->fabric]++;
+        }
+    }
+}
+
+/* Transfers between the units a[d] and b[d] (d < D) that cross fabrics all at once: counts in
+ * ev->gw_a (ev->gw_b) those entering each fabric of an a (b) unit, i.e. b -> a (a -> b). */
+static void count_pair_gateway_flows(struct plan_eval *ev, const int *a, const int *b)
+{
+    memset(ev->gw_a, 0, sizeof *ev->gw_a * (size_t)ev->n_fabrics);
+    memset(ev->gw_b, 0, sizeof *ev->gw_b * (size_t)ev->n_fabrics);
+    for (int d = 0; d < ev->D; d++) {
+        const struct unit *x = &ev->units[a[d]], *y = &ev->units[b[d]];
+        if (x->fabric == y->fabric || x->node == y->node)
+            continue;
+        ev->gw_a[x->fabric]++;
+        ev->gw_b[y->fabric]++;
+    }
+}
+
+/* The busier direction of the pair a -> b, plus `extra[f]` flows already on each gateway. */
+static int pair_gateway_share(const struct plan_eval *ev, const struct unit *a,
+                              const struct unit *b, const int *extra)
+{
+    int in_b = ev->gw_b[b->fabric] + (extra ? extra[b->fabric] : 0);
+    int in_a = ev->gw_a[a->fabric] + (extra ? extra[a->fabric] : 0);
+    return in_a > in_b ? in_a : in_b;
 }
 
 static struct cost_link min_link(struct cost_link a, struct cost_link b)
@@ -511,6 +568,9 @@ static int stage_flows(struct plan_eval *ev, const int *su)
 static void eval_links(struct plan_eval *ev, int P, const int *stage_units)
 {
     int D = ev->D;
+    int gateway = ev->links.gateway_gbps > 0;
+    if (gateway)
+        count_dp_gateway_flows(ev, P, stage_units);
     for (int s = 0; s < P; s++) {
         const int *su = stage_units + (size_t)s * D;
         struct cost_stage *st = &ev->stages[s];
@@ -528,13 +588,15 @@ static void eval_links(struct plan_eval *ev, int P, const int *stage_units)
                 same_node = 0;
         }
         if (D > 1 && same_node) {
-            dp = pair_link(ev, u0, u0, 1);
+            dp = pair_link(ev, u0, u0, 1, 1);
         } else if (D > 1) {
             /* ring in replica order; every hop is costed at the NICs (a hop inside a node is
              * faster, but the ring still leaves each node once) */
-            for (int d = 0; d < D; d++)
-                dp = min_link(dp, nic_link(ev, &ev->units[su[d]], &ev->units[su[(d + 1) % D]],
-                                           ev->t));
+            for (int d = 0; d < D; d++) {
+                const struct unit *b = &ev->units[su[(d + 1) % D]];
+                dp = min_link(dp, nic_link(ev, &ev->units[su[d]], b, ev->t,
+                                           gateway ? ev->gw_in[b->fabric] : 1));
+            }
         }
         st->tflops = tf;
         st->mem_bytes = mem;
@@ -543,8 +605,13 @@ static void eval_links(struct plan_eval *ev, int P, const int *stage_units)
             const int *sn = su + D;
             double flows = stage_flows(ev, su);
             struct cost_link nx = {INFINITY, 0};
-            for (int d = 0; d < D; d++)
-                nx = min_link(nx, pair_link(ev, &ev->units[su[d]], &ev->units[sn[d]], flows));
+            if (gateway)
+                count_pair_gateway_flows(ev, su, sn);
+            for (int d = 0; d < D; d++) {
+                const struct unit *x = &ev->units[su[d]], *y = &ev->units[sn[d]];
+                nx = min_link(nx, pair_link(ev, x, y, flows,
+                                            gateway ? pair_gateway_share(ev, x, y, NULL) : 1));
+            }
             st->next = nx;
         } else {
             st->next.bw = INFINITY;
@@ -555,8 +622,14 @@ static void eval_links(struct plan_eval *ev, int P, const int *stage_units)
     if (P > 1) {
         const int *a = stage_units, *b = stage_units + (size_t)(P - 1) * D;
         double flows = stage_flows(ev, a);
-        for (int d = 0; d < D; d++)
-            tie = min_link(tie, pair_link(ev, &ev->units[a[d]], &ev->units[b[d]], flows));
+        if (gateway)
+            count_pair_gateway_flows(ev, a, b);
+        for (int d = 0; d < D; d++) {
+            const struct unit *x = &ev->units[a[d]], *y = &ev->units[b[d]];
+            /* the tie runs with the rings: it shares their gateways too */
+            tie = min_link(tie, pair_link(ev, x, y, flows,
+                                          gateway ? pair_gateway_share(ev, x, y, ev->gw_in) : 1));
+        }
     }
     ev->tie = tie;
 }

@@ -49,6 +49,13 @@ int planner_apply_spec(const struct tj_spec *s, struct plan_worker *workers, int
     return 0;
 }
 
+void planner_links_from_spec(const struct tj_spec *s, struct cost_links *out)
+{
+    cost_links_default(out);
+    if (s->emulation.enabled && s->emulation.cross_fabric_gbps > 0)
+        out->tcp_gbps = s->emulation.cross_fabric_gbps;
+}
+
 int planner_load_job(const char *path, struct tj_job *out, herr *e)
 {
     struct tj_job *jobs = NULL;

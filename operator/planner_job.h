@@ -18,6 +18,11 @@ void planner_job_from_spec(const struct tj_spec *s, struct plan_job *out);
 int planner_apply_spec(const struct tj_spec *s, struct plan_worker *workers, int n_workers,
                        struct cost_links *links, herr *e);
 
+/* The link constants a job is planned with before any calibration: the defaults, with
+ * spec.emulation.crossFabricGbps as tcp_gbps when the job emulates NICs. `holmes-operator plan`
+ * (cluster_from_emulation) and the coordinator (coord_plan) both start from this. */
+void planner_links_from_spec(const struct tj_spec *s, struct cost_links *out);
+
 /* Loads a file holding exactly one valid TrainingJob. All validation errors are reported. */
 int planner_load_job(const char *path, struct tj_job *out, herr *e);
 

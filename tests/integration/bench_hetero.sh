@@ -16,6 +16,9 @@ fi
 tmp=$(mktemp -d /tmp/holmes-bh.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 export HOLMES_BIN_DIR
+# This run's namespaces only: other runs (other worktrees' tests) may be going on at the same time.
+pfx=ht$(($$ % 100000))
+export HETERO_NS_PREFIX=$pfx
 out=$(ONLY="2fab-naive" REPS=1 STEPS=4 WARMUP=1 OUT=$tmp timeout 300 "$B" 2>&1); rc=$?
 [ $rc -eq 0 ] && pass "a short run succeeds" || fail "a short run succeeds" "rc $rc: $out"
 for s in 2fab-naive; do
@@ -26,19 +29,21 @@ done
     "$tmp/hetero-calibration.json" && pass "calibration written" || fail "calibration written"
 [ "$(wc -l <"$tmp/hetero-results.tsv")" -eq 2 ] && pass "one results line per run" \
     || fail "one results line per run" "$(cat "$tmp/hetero-results.tsv")"
-left=$(ip netns list | grep -E '^hb[0-9]+-' || true)
+left=$(ip netns list | grep -E "^$pfx-" || true)
 [ -z "$left" ] && pass "namespaces removed after the run" || fail "namespaces removed after the run" "$left"
 
 # Interrupted in the middle of a run: everything is still removed.
 ONLY="2fab-naive" REPS=1 STEPS=50 OUT=$tmp/int "$B" >"$tmp/int.log" 2>&1 &
 pid=$!
 for _ in $(seq 150); do
-    ip netns list | grep -qE '^hb[0-9]+-w3' && break; sleep 0.1
+    ip netns list | grep -qE "^$pfx-w3" && break; sleep 0.1
 done
 sleep 2
+wpids=$(for i in 0 1 2 3; do ip netns pids "$pfx-w$i" 2>/dev/null; done)
 kill -TERM "$pid"; wait "$pid"; rc=$?
 sleep 0.5
-left=$(ip netns list | grep -E '^hb[0-9]+-' || true)
-procs=$(pgrep -f "holmes-node worker --coordinator ws://10.77.1.1" || true)
+left=$(ip netns list | grep -E "^$pfx-" || true)
+procs=$(for p in $wpids; do # still running (a zombie waiting for its reaper is not)
+    st=$(ps -o stat= -p "$p" 2>/dev/null) && [[ $st != Z* ]] && echo "$p $st"; done)
 [ $rc -ne 0 ] && [ -z "$left" ] && [ -z "$procs" ] && pass "clean-up after an interrupt" \
     || fail "clean-up after an interrupt" "rc $rc, namespaces: $left, workers: $procs"

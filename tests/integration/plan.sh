@@ -154,6 +154,26 @@ assert st == {'ib-a': ['worker-1', 'worker-2'], 'roce-b': ['worker-0', 'worker-3
 assert p['links']['tcp_gbps'] == 10
 " && pass "plan from the job's emulation block" || fail "plan from the job's emulation block" "$out"
 expect_err "bad: no cluster and no emulation" "spec.emulation: absent" "$TMP/job2.yaml"
+# --tflops: the emulation workers' rate (what local's workers declare); faster = shorter step.
+t1=$("$OPERATOR" plan "$TMP/emu.yaml" --json | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['predicted_step_seconds'])")
+t2=$("$OPERATOR" plan "$TMP/emu.yaml" --tflops 0.5 --json | /usr/bin/python3 -c "import json,sys; p=json.load(sys.stdin); assert all(s['tflops'] == 0.5 for s in p['stages']); print(p['predicted_step_seconds'])")
+/usr/bin/python3 -c "import sys; assert float(sys.argv[2]) < float(sys.argv[1])" "$t1" "$t2" &&
+    pass "plan --tflops sets the emulation workers' rate" || fail "plan --tflops sets the emulation workers' rate" "$t1 $t2"
+expect_err "bad: --tflops not a number" "--tflops: \"fast\" must be a number in (0, 1e6]" "$TMP/emu.yaml" --tflops fast
+expect_err "bad: --tflops with --cluster" "--tflops is for the spec.emulation workers" --cluster "$TMP/two.yaml" "$TMP/job2.yaml" --tflops 1
+# gateway_gbps: a shared inter-fabric gateway makes the naive placement (both rings cross)
+# slower; a negative one is refused by name.
+echo '{"links": {"gateway_gbps": 0.5}}' >"$TMP/gw.json"
+n0=$("$OPERATOR" plan "$TMP/emu.yaml" --policy naive --json | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['predicted_step_seconds'])")
+n1=$("$OPERATOR" plan "$TMP/emu.yaml" --policy naive --calibration "$TMP/gw.json" --json | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['predicted_step_seconds'])")
+/usr/bin/python3 -c "import sys; assert float(sys.argv[2]) > float(sys.argv[1])" "$n0" "$n1" &&
+    pass "plan: a shared gateway slows naive" || fail "plan: a shared gateway slows naive" "$n0 $n1"
+echo '{"links": {"gateway_gbps": -1}}' >"$TMP/gwbad.json"
+expect_err "bad: negative gateway" "gateway_gbps: must be a number in [0, 1e+06]" "$TMP/emu.yaml" --calibration "$TMP/gwbad.json"
+# holmes-operator local refuses a bad --calibration before starting anything.
+out=$("$OPERATOR" local "$TMP/emu.yaml" --simulate --calibration "$TMP/gwbad.json" 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "local: --calibration: .*gateway_gbps" <<<"$out" &&
+    pass "local --calibration: bad file refused (exit 2)" || fail "local --calibration: bad file refused (exit 2)" "rc $rc: $out"
 
 "$OPERATOR" plan >/dev/null 2>&1; [ $? -eq 2 ] && pass "plan without arguments exits 2" || fail "plan without arguments exits 2"
 "$OPERATOR" plan --help | grep -q "^usage: holmes-operator plan" && pass "plan --help" || fail "plan --help"

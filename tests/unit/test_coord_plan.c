@@ -3,8 +3,11 @@
 #include "test.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 
+#include "cluster.h"
 #include "coord_plan.h"
+#include "planner_job.h"
 #include "worker_train.h"
 
 static void fill_workers(const struct tj_job *job, struct coord_worker *w, int n)
@@ -23,6 +26,39 @@ static void fill_workers(const struct tj_job *job, struct coord_worker *w, int n
             w[k].nic.gid_index = -1;
         }
     }
+}
+
+/* What `holmes-operator plan JOB [--calibration F]` computes for the same job. */
+static int plan_like_cmd_plan(const struct tj_job *job, const char *calib, struct plan *out,
+                              herr *e)
+{
+    struct cluster cl;
+    struct plan_job pj;
+    if (cluster_from_emulation(&job->spec, 0, &cl, e))
+        return -1;
+    planner_job_from_spec(&job->spec, &pj);
+    int rc = planner_apply_spec(&job->spec, cl.workers, cl.n_workers, &cl.links, e);
+    if (!rc && calib)
+        rc = cluster_load_calibration(calib, &cl.links, e);
+    if (!rc)
+        rc = plan_make(cl.workers, cl.n_workers, &pj, &cl.links, out, e);
+    cluster_free(&cl);
+    return rc;
+}
+
+/* The coordinator's plan equals `plan`'s: same layers per stage, fabrics and step time. */
+static void check_same_plan(const char *what, const struct plan *c, const struct plan *p)
+{
+    char name[160];
+    int same = c->n_stages == p->n_stages;
+    for (int s = 0; same && s < c->n_stages; s++)
+        same = c->stages[s].first_layer == p->stages[s].first_layer &&
+               c->stages[s].last_layer == p->stages[s].last_layer &&
+               strcmp(c->stages[s].fabric, p->stages[s].fabric) == 0;
+    snprintf(name, sizeof name, "%s: coordinator's split and fabrics = plan's", what);
+    CHECK(name, same);
+    snprintf(name, sizeof name, "%s: coordinator's predicted step = plan's", what);
+    CHECK_NEAR(name, c->step_s, p->step_s, 1e-12);
 }
 
 static int num(const cJSON *o, const char *k)
@@ -147,6 +183,63 @@ int main(void)
     cJSON_Delete(peers);
     for (int i = 0; i < 4; i++)
         cJSON_Delete(a[i]);
+
+    /* One computation: the coordinator embedded in `holmes-operator local` (every worker on
+     * node "localhost", 0.05 TFLOPS declared) plans what `holmes-operator plan JOB` plans. The
+     * old hook took the shared node for one machine and costed every group over shared memory
+     * (predicted 0.071 s whatever the fabrics). */
+    for (int i = 0; i < 4; i++)
+        w[i].tflops = 0.05;
+    struct plan ref;
+    memset(&ref, 0, sizeof ref);
+    cJSON *q[4] = {0};
+    CHECK_INT("plan hook, local's inputs", coord_plan_hook(&cp, w, 4, q, &e), 0);
+    if (plan_like_cmd_plan(&jobs[0], NULL, &ref, &e) == 0 && cp.planned) {
+        check_same_plan("local-tiny", &cp.plan, &ref);
+        int intra = 0;
+        for (int g = 0; g < cp.plan.n_groups; g++)
+            intra += cp.plan.groups[g].transport.intra_node;
+        CHECK_INT("no group is costed as inside one node", intra, 0);
+    } else {
+        TEST_FAIL("plan like cmd_plan", "%s", e.msg);
+    }
+    plan_free(&ref);
+    for (int i = 0; i < 4; i++)
+        cJSON_Delete(q[i]);
+    /* ... and with a calibration file (local --calibration, plan --calibration). */
+    char calib[] = "/tmp/test_coord_plan_XXXXXX";
+    int fd = mkstemp(calib);
+    FILE *cf = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (cf) {
+        fprintf(cf, "links: {compute_efficiency: 0.2, tcp_gbps: 0.3}\n");
+        fclose(cf);
+        cp.calibration = calib;
+        memset(&ref, 0, sizeof ref);
+        CHECK_INT("plan hook with calibration", coord_plan_hook(&cp, w, 4, q, &e), 0);
+        if (plan_like_cmd_plan(&jobs[0], calib, &ref, &e) == 0 && cp.planned) {
+            check_same_plan("local-tiny calibrated", &cp.plan, &ref);
+            CHECK_NEAR("calibration reached the coordinator", cp.plan.links.compute_efficiency,
+                       0.2, 1e-12);
+        } else {
+            TEST_FAIL("plan like cmd_plan, calibrated", "%s", e.msg);
+        }
+        plan_free(&ref);
+        for (int i = 0; i < 4; i++) {
+            cJSON_Delete(q[i]);
+            q[i] = NULL;
+        }
+        cp.calibration = "/nonexistent/calib.yaml";
+        CHECK_INT("missing calibration file refused", coord_plan_hook(&cp, w, 4, q, &e), -1);
+        CHECK("refusal names the file", strstr(e.msg, "/nonexistent/calib.yaml") != NULL);
+        for (int i = 0; i < 4; i++)
+            cJSON_Delete(q[i]);
+        cp.calibration = NULL;
+        unlink(calib);
+    } else {
+        TEST_FAIL("temporary calibration file", "mkstemp failed");
+    }
+    for (int i = 0; i < 4; i++)
+        w[i].tflops = 0;
 
     /* The planner's refusal comes back as an error naming the planner. */
     struct coord_worker three[3];

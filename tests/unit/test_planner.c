@@ -139,6 +139,187 @@ static void test_links_json(void)
     cJSON_Delete(j);
 }
 
+/* ---- shared inter-fabric gateway (links.gateway_gbps) ---- */
+
+/* The bench's clusters: IB, RoCE, IB, X (X = RoCE or Ethernet) listed interleaved, CPU
+ * workers, pipeline 2 x data 2; overlap and TCP latency 0 so the data-parallel term is
+ * exactly the bytes over the link's bandwidth. */
+static int gateway_plan(enum plan_policy pol, int three, double gateway, struct plan *p)
+{
+    struct plan_worker w[4];
+    worker(&w[0], "w0", 0, 0.05, NIC_INFINIBAND, "ib-a", 0.4);
+    worker(&w[1], "w1", 0, 0.05, NIC_ROCE, "roce-b", 0.2);
+    worker(&w[2], "w2", 0, 0.05, NIC_INFINIBAND, "ib-a", 0.4);
+    if (three)
+        worker(&w[3], "w3", 0, 0.05, NIC_ETHERNET, "eth-c", 0.05);
+    else
+        worker(&w[3], "w3", 0, 0.05, NIC_ROCE, "roce-b", 0.2);
+    struct plan_job job;
+    plan_job_init(&job);
+    /* vocab 8: the embedding tie (first <-> last stage, also on the gateway) is small: the
+     * checks below allow it 1 % */
+    job.model = (struct plan_model){4, 192, 4, 8, 32};
+    job.pipeline = 2;
+    job.data = 2;
+    job.micro_batches = 2;
+    job.micro_batch_size = 4;
+    job.precision = PLAN_FP32;
+    job.policy = pol;
+    static const int pin[2] = {2, 2};
+    job.pinned = pin;
+    job.n_pinned = 2;
+    struct cost_links l;
+    cost_links_default(&l);
+    l.tcp_gbps = 0.05;
+    l.tcp_efficiency = 1;
+    l.tcp_latency_us = 0;
+    l.overlap = 0;
+    l.gateway_gbps = gateway;
+    herr e = {{0}};
+    memset(p, 0, sizeof *p);
+    int rc = plan_make(w, 4, &job, &l, p, &e);
+    if (rc)
+        TEST_FAIL("gateway plan", "%s", e.msg);
+    return rc;
+}
+
+static void test_gateway(void)
+{
+    struct plan a, b;
+    /* naive, 2 fabrics: both stages' rings cross (IB <-> RoCE) at once: 2 flows enter each
+     * fabric, each gets half the gateway, so the data-parallel term doubles. */
+    if (!gateway_plan(PLAN_NAIVE, 0, 0, &a) && !gateway_plan(PLAN_NAIVE, 0, 0.05, &b)) {
+        CHECK_NEAR("naive: two crossing rings share the gateway (dp term x2)",
+                   b.breakdown.dp_comm, 2 * a.breakdown.dp_comm, 0.01);
+        CHECK("naive: slower with a shared gateway", b.step_s > a.step_s);
+    }
+    plan_free(&a);
+    plan_free(&b);
+    /* holmes, 2 fabrics: the rings stay inside the fabrics, untouched by the gateway; the
+     * stage boundary's two activation flows enter one fabric together and share it. */
+    if (!gateway_plan(PLAN_HOLMES, 0, 0, &a) && !gateway_plan(PLAN_HOLMES, 0, 0.05, &b)) {
+        CHECK_NEAR("holmes: rings inside fabrics ignore the gateway", b.breakdown.dp_comm,
+                   a.breakdown.dp_comm, 0.01);
+        CHECK("holmes: the boundary's flows share it", b.step_s > a.step_s);
+    }
+    plan_free(&a);
+    plan_free(&b);
+    /* holmes, 3 fabrics: one ring crosses (RoCE <-> Ethernet), alone on both gateways: the
+     * same link as without sharing. */
+    if (!gateway_plan(PLAN_HOLMES, 1, 0, &a) && !gateway_plan(PLAN_HOLMES, 1, 0.05, &b)) {
+        CHECK("3 fabrics: one ring crosses", b.n_socket_groups == 1);
+        CHECK_NEAR("3 fabrics: a lone crossing ring keeps the whole gateway", b.breakdown.dp_comm,
+                   a.breakdown.dp_comm, 0.01);
+    }
+    plan_free(&a);
+    plan_free(&b);
+    /* naive, 3 fabrics: rings IB<->RoCE and IB<->Ethernet: 2 flows enter IB, so each ring's
+     * IB-bound hop gets half: the dp term doubles again. */
+    if (!gateway_plan(PLAN_NAIVE, 1, 0, &a) && !gateway_plan(PLAN_NAIVE, 1, 0.05, &b))
+        CHECK_NEAR("3 fabrics naive: two flows into IB share it", b.breakdown.dp_comm,
+                   2 * a.breakdown.dp_comm, 0.01);
+    plan_free(&a);
+    plan_free(&b);
+    struct cost_links l;
+    cost_links_default(&l);
+    herr e = {{0}};
+    cJSON *j = cJSON_Parse("{\"gateway_gbps\": -1}");
+    CHECK_INT("negative gateway rejected", cost_links_apply_json(&l, j, "links", &e), -1);
+    CHECK_STR("negative gateway message", e.msg, "links.gateway_gbps: must be a number in [0, 1e+06]");
+    cJSON_Delete(j);
+}
+
+/* ---- shared cores (links.shared_cores): processor sharing in the schedule simulation ---- */
+
+static double shared_step(int P, int D, double cores, int same_node, struct cost_breakdown *br)
+{
+    struct plan_worker w[4];
+    for (int i = 0; i < P * D; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "w%d", i);
+        worker(&w[i], name, 0, 0.1, NIC_INFINIBAND, "ib-a", 100);
+        if (same_node)
+            snprintf(w[i].node, sizeof w[i].node, "box");
+    }
+    struct plan_job job;
+    plan_job_init(&job);
+    job.model = (struct plan_model){4, 192, 4, 256, 32};
+    job.pipeline = P;
+    job.data = D;
+    job.micro_batches = 4;
+    job.micro_batch_size = 4;
+    job.precision = PLAN_FP32;
+    struct cost_links l;
+    cost_links_default(&l);
+    l.shared_cores = cores;
+    struct plan p;
+    herr e = {{0}};
+    if (plan_make(w, P * D, &job, &l, &p, &e)) {
+        TEST_FAIL("shared-cores plan", "%s", e.msg);
+        return -1;
+    }
+    double step = p.step_s;
+    if (br)
+        *br = p.breakdown;
+    plan_free(&p);
+    return step;
+}
+
+static void test_shared_cores(void)
+{
+    struct cost_breakdown a, b;
+    /* Enough cores for every device: the same as no sharing. */
+    CHECK_NEAR("shared_cores >= devices changes nothing", shared_step(2, 2, 4, 0, NULL),
+               shared_step(2, 2, 0, 0, NULL), 1e-9);
+    /* One stage, 2 replicas on 1 core: each computes at half speed all along, so the step
+     * grows by exactly its compute (the data-parallel term does not use the core). */
+    double s0 = shared_step(1, 2, 0, 0, &a), s1 = shared_step(1, 2, 1, 0, &b);
+    CHECK_NEAR("1 stage, 2 devices on 1 core: compute counted twice", s1 - s0, a.compute, 1e-9);
+    /* Two stages, one replica, one core, every transfer inside one node (negligible): the core
+     * is never idle, so the schedule takes exactly the total work of both stages (no bubble). */
+    double work = 0;
+    {
+        /* total work = sum over stages of m (fwd + bwd), from the plan's stage times */
+        struct plan_worker w[2];
+        worker(&w[0], "w0", 0, 0.1, NIC_INFINIBAND, "ib-a", 100);
+        worker(&w[1], "w1", 0, 0.1, NIC_INFINIBAND, "ib-a", 100);
+        snprintf(w[0].node, sizeof w[0].node, "box");
+        snprintf(w[1].node, sizeof w[1].node, "box");
+        struct plan_job job;
+        plan_job_init(&job);
+        job.model = (struct plan_model){4, 192, 4, 256, 32};
+        job.pipeline = 2;
+        job.data = 1;
+        job.micro_batches = 4;
+        job.micro_batch_size = 4;
+        job.precision = PLAN_FP32;
+        struct cost_links l;
+        cost_links_default(&l);
+        l.shared_cores = 1;
+        struct plan p;
+        herr e = {{0}};
+        if (!plan_make(w, 2, &job, &l, &p, &e)) {
+            for (int s = 0; s < 2; s++)
+                work += job.micro_batches * (p.stages[s].fwd_s + p.stages[s].bwd_s);
+            CHECK_NEAR("2 stages on 1 core: the schedule is the total work (core never idle)",
+                       p.step_s - p.breakdown.dp_comm - p.breakdown.optimizer, work, 1e-3);
+            CHECK("2 stages on 1 core: slower than on 2 cores",
+                  p.step_s > shared_step(2, 1, 0, 1, NULL));
+            plan_free(&p);
+        } else {
+            TEST_FAIL("shared-cores plan 2x1", "%s", e.msg);
+        }
+    }
+    herr e = {{0}};
+    struct cost_links l;
+    cost_links_default(&l);
+    cJSON *j = cJSON_Parse("{\"shared_cores\": -2}");
+    CHECK_INT("negative shared_cores rejected", cost_links_apply_json(&l, j, "links", &e), -1);
+    CHECK_STR("negative shared_cores message", e.msg,
+              "links.shared_cores: must be a number in [0, 1e+06]");
+    cJSON_Delete(j);
+}
+
 /* ---- plans ---- */
 
 /* 4 IB + 4 RoCE workers, listed interleaved. */
@@ -679,6 +860,8 @@ int main(void)
     test_formulas();
     test_schedule_closed_form();
     test_links_json();
+    test_gateway();
+    test_shared_cores();
     test_two_fabrics();
     test_tensor_and_auto();
     test_uneven();

@@ -2,6 +2,7 @@
  * of at most 12 workers: every assignment of workers to (stage, replica) — up to the symmetry
  * of interchangeable workers (same fabric, NIC and GPU speed) — and every contiguous layer split.
  * Like the policy, the search keeps every stage inside one fabric whenever the cluster allows it.
+ * Half the clusters have a shared inter-fabric gateway (links.gateway_gbps).
  * Checks: holmes <= 1.01 x optimum; neither baseline beats holmes. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -156,6 +157,9 @@ int main(void)
         links.tcp_gbps = (double)pick(1, 40);
         links.compute_efficiency = 0.05 * pick(2, 12);
         links.overlap = pick(0, 1);
+        /* half the clusters have a shared inter-fabric gateway (flows entering a fabric at once
+         * split it) */
+        links.gateway_gbps = pick(0, 1) ? (double)pick(1, 40) : 0;
 
         herr e = {{0}};
         struct plan p;
@@ -216,6 +220,7 @@ int main(void)
             for (int i = 0; i < n; i++)
                 printf("#  %s fab %d cls %d gbps %g tflops %g\n", w[i].name, fab_of[i],
                        w[i].nic.cls, w[i].nic.gbps, w[i].tflops);
+            printf("#  gateway %g\n", links.gateway_gbps);
             printf("#  tcp %g eff %g overlap %g m %d b %d sched %d h %d V %d s %d\n", links.tcp_gbps,
                    links.compute_efficiency, links.overlap, job.micro_batches,
                    job.micro_batch_size, job.schedule, job.model.hidden, job.model.vocab,

@@ -20,9 +20,11 @@ OP=$BIN/holmes-operator NODE=$BIN/holmes-node NETNS=$REPO/scripts/fabric-netns.s
 REPS=${REPS:-3}            # runs per scenario
 STEPS=${STEPS:-14}         # training steps per run
 WARMUP=${WARMUP:-4}        # steps left out of the statistics
-IB_MBIT=${IB_MBIT:-400}    # "200 Gb/s InfiniBand"
-ROCE_MBIT=${ROCE_MBIT:-200} # "100 Gb/s RoCE"
-CROSS_MBIT=${CROSS_MBIT:-50} # "25 Gb/s TCP between fabrics"
+# Bandwidths: the paper's 200 Gb/s IB, 100 Gb/s RoCE, 25 Gb/s TCP divided by 200, so that the
+# data-parallel traffic to compute ratio is a real cluster's (docs/hetero.md, "The scaling").
+IB_MBIT=${IB_MBIT:-1000}    # "200 Gb/s InfiniBand"
+ROCE_MBIT=${ROCE_MBIT:-500} # "100 Gb/s RoCE"
+CROSS_MBIT=${CROSS_MBIT:-125} # "25 Gb/s TCP between fabrics"
 OUT=${OUT:-$REPO/docs}
 TOKENS=512                 # per step: data 2 x microBatches 2 x microBatchSize 4 x seqLen 32
 ONLY=${ONLY:-}             # run only these scenarios (space-separated names)
@@ -30,7 +32,9 @@ for v in REPS STEPS IB_MBIT ROCE_MBIT CROSS_MBIT; do
     [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -ge 1 ] || die "$v=${!v}: must be a positive integer"
 done
 [[ $WARMUP =~ ^[0-9]+$ ]] && [ "$WARMUP" -lt "$STEPS" ] || die "WARMUP=$WARMUP: must be an integer below STEPS ($STEPS)"
-P=hb$$; P=${P:0:7}
+# Namespace prefix: hb<pid>, or HETERO_NS_PREFIX (tests: so concurrent runs are told apart).
+P=${HETERO_NS_PREFIX:-hb$$}; P=${P:0:7}
+[[ $P =~ ^[a-z][a-z0-9]*$ ]] || die "HETERO_NS_PREFIX=$P: must be lowercase letters and digits, starting with a letter"
 WORK=$(mktemp -d /tmp/bench-hetero.XXXXXX)
 oppid=
 cleanup() {
@@ -41,34 +45,45 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# name policy workers (fabric:class:mbit per worker, in the order the scheduler hands them out)
+# name policy pipeline workers (fabric:class:mbit per worker, in the order the scheduler hands
+# them out). Data parallel 2 everywhere, so the global batch is the same; the 6-worker 3-fabric
+# cluster runs pipeline 3 so that every stage can stay inside one fabric (and, for 1F1B, 4
+# micro-batches of 2 sequences instead of 2 of 4); its references are the 6-worker all-rdma6 and
+# all-ethernet6 (the same shape and the same share of the cores per worker).
 ib="ib-a:infiniband:$IB_MBIT" roce="roce-b:roce:$ROCE_MBIT" eth="eth-c:ethernet:$CROSS_MBIT"
 SCENARIOS=(
-    "all-rdma holmes $ib,$ib,$ib,$ib"
-    "all-ethernet holmes $eth,$eth,$eth,$eth"
-    "2fab-holmes holmes $ib,$roce,$ib,$roce"
-    "2fab-naive naive $ib,$roce,$ib,$roce"
-    "3fab-holmes holmes $ib,$roce,$ib,$eth"
-    "3fab-naive naive $ib,$roce,$ib,$eth"
+    "all-rdma holmes 2 $ib,$ib,$ib,$ib"
+    "all-ethernet holmes 2 $eth,$eth,$eth,$eth"
+    "2fab-holmes holmes 2 $ib,$roce,$ib,$roce"
+    "2fab-naive naive 2 $ib,$roce,$ib,$roce"
+    "3fab-holmes holmes 2 $ib,$roce,$ib,$eth"
+    "3fab-naive naive 2 $ib,$roce,$ib,$eth"
+    "3fab6-holmes holmes 3 $ib,$roce,$eth,$ib,$roce,$eth"
+    "3fab6-naive naive 3 $ib,$roce,$eth,$ib,$roce,$eth"
+    "all-rdma6 holmes 3 $ib,$ib,$ib,$ib,$ib,$ib"
+    "all-ethernet6 holmes 3 $eth,$eth,$eth,$eth,$eth,$eth"
 )
 for o in $ONLY; do
     printf '%s\n' "${SCENARIOS[@]}" | grep -q "^$o " ||
-        die "ONLY: no scenario $o (all-rdma all-ethernet 2fab-holmes 2fab-naive 3fab-holmes 3fab-naive)"
+        die "ONLY: no scenario $o ($(printf '%s\n' "${SCENARIOS[@]}" | awk '{printf "%s ", $1}'))"
 done
 
-# job NAME POLICY WORKERS: the TrainingJob (Gb/s in the emulation block = the shaped Mbit/1000,
+# job NAME POLICY PIPELINE WORKERS: the TrainingJob (Gb/s in the emulation block = the shaped Mbit/1000,
 # so the planner predicts for the links the run really has; pacing is off, bandwidthScale 1).
 job() {
-    local name=$1 policy=$2 workers=$3 prev= count=0 w f c m
+    local name=$1 policy=$2 pipeline=$3 workers=$4 prev= count=0 w f c m
+    local nw mb=2 mbs=4; nw=$(tr ',' '\n' <<<"$workers" | wc -l)
+    # 1F1B needs a micro-batch per stage: 3 stages run 4 micro-batches of 2 (the same batch)
+    [ "$pipeline" -le 2 ] || mb=4 mbs=2
     cat <<Y
 apiVersion: holmes.dev/v1alpha1
 kind: TrainingJob
 metadata: {name: $name}
 spec:
-  workers: 4
+  workers: $nw
   gpusPerWorker: 0
   model: {layers: 4, hidden: 192, heads: 4, vocab: 256, seqLen: 32}
-  parallelism: {pipeline: 2, data: 2, microBatches: 2, microBatchSize: 4, schedule: 1f1b}
+  parallelism: {pipeline: $pipeline, data: 2, microBatches: $mb, microBatchSize: $mbs, schedule: 1f1b}
   placement: {policy: $policy}
   training:
     steps: $STEPS
@@ -123,6 +138,27 @@ netns() {
     done
 }
 
+# The emulated network for the planner (the coordinator in `local --calibration` and `plan
+# --calibration` alike): between fabrics every flow goes through the router, whose port into
+# each fabric (CROSS_MBIT) is shared by all flows entering that fabric at once.
+# PLAN_LINKS=FILE plans with those constants instead (e.g. a previous run's
+# hetero-calibration.json: the planner fed with what was measured).
+cross_gbps=$(awk "BEGIN{print $CROSS_MBIT/1000}")
+if [ -n "${PLAN_LINKS:-}" ]; then
+    [ -r "$PLAN_LINKS" ] || die "PLAN_LINKS=$PLAN_LINKS: not a readable file"
+    cp "$PLAN_LINKS" "$WORK/links.json"
+else
+    echo "{\"links\": {\"tcp_gbps\": $cross_gbps, \"gateway_gbps\": $cross_gbps, \"shared_cores\": $(nproc)}}" \
+        >"$WORK/links.json"
+fi
+
+# Compute: one engine thread does about 0.1 TFLOPS here, and every worker declares that
+# (HOLMES_DECLARED_TFLOPS, read by holmes-node worker; `plan --tflops` the same). The workers
+# share this machine's cores: links.json says so (shared_cores = nproc), and the planner
+# simulates the sharing (a stage that waits leaves its core to the others).
+# compute_efficiency (calibrated) covers what a step achieves of the declared rate.
+TFLOPS=0.1
+
 mkdir -p "$OUT"
 RES=$WORK/results.tsv
 echo -e "scenario\tpolicy\trep\tmedian_step_s\tsteps\tpredicted_s\twall_s" >"$RES"
@@ -131,17 +167,20 @@ load0=$(uptime | sed 's/.*load average: //')
 # Runs are interleaved (every scenario once, then again, ...) so that a change of the machine's
 # load during the benchmark falls on all scenarios alike.
 for sc in "${SCENARIOS[@]}"; do
-    read -r name policy workers <<<"$sc"
+    read -r name policy pipeline workers <<<"$sc"
     [ -z "$ONLY" ] || [[ " $ONLY " == *" $name "* ]] || continue
-    job "$name" "$policy" "$workers" >"$WORK/job-$name.yaml"
+    job "$name" "$policy" "$pipeline" "$workers" >"$WORK/job-$name.yaml"
 done
 for ((r = 1; r <= REPS; r++)); do
     for sc in "${SCENARIOS[@]}"; do
-        read -r name policy workers <<<"$sc"
+        read -r name policy pipeline workers <<<"$sc"
         [ -z "$ONLY" ] || [[ " $ONLY " == *" $name "* ]] || continue
         netns "$name" "$workers"
         t0=$(date +%s.%N)
-        ip netns exec "$P-r" "$OP" local "$WORK/job-$name.yaml" --quiet --bind 10.77.1.1 \
+        tf=$TFLOPS
+        echo "$tf" >"$WORK/$name.tflops"
+        HOLMES_DECLARED_TFLOPS=$tf ip netns exec "$P-r" "$OP" local "$WORK/job-$name.yaml" --quiet --bind 10.77.1.1 \
+            --calibration "$WORK/links.json" \
             --worker-wrap "$HERE/inns.sh $WORK/$name.map {i}" --run-dir "$WORK/runs/$name-$r" \
             --metrics-out "$WORK/$name-$r.jsonl" >"$WORK/$name-$r.out" 2>&1 &
         oppid=$!
@@ -155,11 +194,14 @@ for ((r = 1; r <= REPS; r++)); do
         if [ "$r" = 1 ]; then
             { echo "== $name"; sed -n '/^placement/,/predicted step time/p' "$WORK/$name-$r.out"; } \
                 >>"$WORK/placements.txt"
-            # The planner predicts for the layer split the coordinator really ran (--partition).
+            # The prediction is the coordinator's own, for the placement it ran; `holmes-operator
+            # plan` computes the same (one computation, docs/hetero.md), which is checked here.
             awk '/^placement/{on=1; next} on && $1 ~ /^[0-9]+$/ {split($3, l, "-"); p = p (p ? "," : "") l[2] - l[1] + 1}
                  /predicted step time/{print p; exit}' "$WORK/$name-$r.out" >"$WORK/job-$name.partition"
-            "$OP" plan "$WORK/job-$name.yaml" --partition "$(cat "$WORK/job-$name.partition")" --json |
-                python3 -c 'import json,sys;print(json.load(sys.stdin)["predicted_step_seconds"])' >"$WORK/$name.pred"
+            sed -n 's/.*predicted step time \([0-9.]*\) s.*/\1/p' "$WORK/$name-$r.out" >"$WORK/$name.pred"
+            "$OP" plan "$WORK/job-$name.yaml" --calibration "$WORK/links.json" --tflops "$tf" --json |
+                python3 "$HERE/same_plan.py" "$WORK/job-$name.partition" "$WORK/$name.pred" ||
+                die "scenario $name: the coordinator's plan is not holmes-operator plan's"
         fi
         pred=$(cat "$WORK/$name.pred")
         wall=$(awk "BEGIN{print $(date +%s.%N) - $t0}")
