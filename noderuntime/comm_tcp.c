@@ -891,6 +891,12 @@ static int ring_run(struct tcp_comm *c, char *buf, size_t count, size_t esz, int
             size_t l = sb - o < SEG_BYTES ? sb - o : SEG_BYTES;
             if (i > 0)
                 rc = post_wait(c, left, &posts[i - 1], o + l, op, e);
+            /* flow control: a segment goes out only once this step has received as far as the
+             * segment before it, so neither neighbour runs more than a segment ahead (a rank
+             * that left a collective early with its data still queued would delay the next
+             * operation on a shaped link) */
+            if (rc == 0 && o > 0)
+                rc = post_wait(c, left, &posts[i], o < posts[i].len ? o : posts[i].len, op, e);
             if (rc == 0)
                 rc = send_op(c, right, TAG_COLL, sp + o, l, o + l < sb, op, e);
             o += l;
