@@ -346,6 +346,50 @@ static int slow_but_moving(int rank, int n, struct tcp_listener *l, const struct
     return bad;
 }
 
+/* Flow control: while its neighbour has not entered the all-reduce, a rank sends at most one
+ * segment (1 MiB) of the 8 MiB chunk; it must not push the whole chunk into its socket and run
+ * ahead (on a slow link the next operation would then wait behind that queued data). */
+static int no_run_ahead(int rank, int n, struct tcp_listener *l, const struct tcp_endpoint *eps, void *arg)
+{
+    (void)arg;
+    herr e;
+    struct tcp_group_spec s;
+    group_spec(&s, "ahead", 19, n, rank, eps, 20);
+    struct comm *c;
+    if (comm_create(&c, l, &s, &e) != 0)
+        return fail(rank, "create", &e);
+    size_t cnt = 4u << 20; /* 16 MB: 8 MB chunks, 8 segments each */
+    float *buf = malloc(cnt * sizeof *buf);
+    if (!buf)
+        return fail(rank, "malloc", NULL);
+    for (size_t i = 0; i < cnt; i++)
+        buf[i] = val(rank, i, 50);
+    int bad = 0;
+    if (rank == 1) {
+        usleep(400000);
+        if (comm_all_reduce(c, buf, cnt, &e) != 0)
+            bad = fail(rank, "all-reduce", &e);
+    } else {
+        struct comm_req *req;
+        if (comm_iall_reduce(c, buf, cnt, &req, &e) != 0)
+            return fail(rank, "start", &e);
+        usleep(250000);
+        uint64_t sent = comm_bytes_sent(c);
+        if (sent > ((uint64_t)1 << 20)) {
+            fprintf(stderr, "rank 0 sent %llu bytes before its neighbour joined\n", (unsigned long long)sent);
+            bad = 1;
+        }
+        if (comm_wait(req, &e) != 0)
+            bad = fail(rank, "all-reduce", &e);
+    }
+    for (size_t i = 0; i < cnt && !bad; i++)
+        if (buf[i] != val(0, i, 50) + val(1, i, 50))
+            bad = fail(rank, "all-reduce data", NULL);
+    free(buf);
+    comm_free(c);
+    return bad;
+}
+
 /* Rank 1 is never started: rank 0 gets an error naming it within the timeout. */
 static int never(int rank, int n, struct tcp_listener *l, const struct tcp_endpoint *eps, void *arg)
 {
@@ -451,6 +495,7 @@ int main(void)
     CHECK_INT("peer that never listens is named", run_group(2, refused, NULL, 0, 30), 0);
     CHECK_INT("recv timeout names peer and op", run_group(2, timeout, NULL, -1, 30), 0);
     CHECK_INT("paced link delivers", run_group(2, paced, NULL, -1, 30), 0);
+    CHECK_INT("no rank runs more than a segment ahead of its neighbour", run_group(2, no_run_ahead, NULL, -1, 30), 0);
     CHECK_INT("collective slower than the timeout completes while data flows",
               run_group(2, slow_but_moving, NULL, -1, 30), 0);
     herr e;
