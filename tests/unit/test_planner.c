@@ -235,7 +235,7 @@ static double shared_step(int P, int D, double cores, int same_node, struct cost
 {
     struct plan_worker w[4];
     for (int i = 0; i < P * D; i++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "w%d", i);
         worker(&w[i], name, 0, 0.1, NIC_INFINIBAND, "ib-a", 100);
         if (same_node)
