@@ -272,6 +272,24 @@ static int op_at(enum cost_schedule sched, int s, int k, int P, int m, int *mb)
     return 1;
 }
 
+/* Completes op (b, mb) of stage s at `fin`: sends its result to the neighbour stage. */
+static void finish_op(int P, int m, int s, int b, int mb, double fin, const double *xfer,
+                      const double *lat, double *farr, double *barr, double *lastf, double *lf,
+                      double *lb)
+{
+    if (!b && s == P - 1)
+        lastf[mb] = fin;
+    if (!b && s < P - 1) {
+        double go = fin > lf[s] ? fin : lf[s];
+        lf[s] = go + xfer[s];
+        farr[(size_t)(s + 1) * m + mb] = go + xfer[s] + lat[s];
+    } else if (b && s > 0) {
+        double go = fin > lb[s - 1] ? fin : lb[s - 1];
+        lb[s - 1] = go + xfer[s - 1];
+        barr[(size_t)(s - 1) * m + mb] = go + xfer[s - 1] + lat[s - 1];
+    }
+}
+
 /* One pass of the schedule; fills end[] with each stage's last-op finish time. */
 static int run_schedule(const struct cost_job *j, int P, const double *fwd, const double *bwd,
                         const double *xfer, const double *lat, struct cost_sim *sim, double *end)
@@ -303,17 +321,7 @@ static int run_schedule(const struct cost_job *j, int P, const double *fwd, cons
                 double start = t[s] > ready ? t[s] : ready;
                 double fin = start + (b ? bwd[s] : fwd[s]);
                 t[s] = fin;
-                if (!b && s == P - 1)
-                    lastf[mb] = fin;
-                if (!b && s < P - 1) {
-                    double go = fin > lf[s] ? fin : lf[s];
-                    lf[s] = go + xfer[s];
-                    farr[(size_t)(s + 1) * m + mb] = go + xfer[s] + lat[s];
-                } else if (b && s > 0) {
-                    double go = fin > lb[s - 1] ? fin : lb[s - 1];
-                    lb[s - 1] = go + xfer[s - 1];
-                    barr[(size_t)(s - 1) * m + mb] = go + xfer[s - 1] + lat[s - 1];
-                }
+                finish_op(P, m, s, b, mb, fin, xfer, lat, farr, barr, lastf, lf, lb);
                 idx[s]++;
                 done++;
                 progress = 1;
@@ -323,24 +331,6 @@ static int run_schedule(const struct cost_job *j, int P, const double *fwd, cons
     for (int s = 0; s < P; s++)
         end[s] = t[s];
     return done == total ? 0 : -1;
-}
-
-/* Completes op (b, mb) of stage s at `fin`: sends its result to the neighbour stage. */
-static void finish_op(int P, int m, int s, int b, int mb, double fin, const double *xfer,
-                      const double *lat, double *farr, double *barr, double *lastf, double *lf,
-                      double *lb)
-{
-    if (!b && s == P - 1)
-        lastf[mb] = fin;
-    if (!b && s < P - 1) {
-        double go = fin > lf[s] ? fin : lf[s];
-        lf[s] = go + xfer[s];
-        farr[(size_t)(s + 1) * m + mb] = go + xfer[s] + lat[s];
-    } else if (b && s > 0) {
-        double go = fin > lb[s - 1] ? fin : lb[s - 1];
-        lb[s - 1] = go + xfer[s - 1];
-        barr[(size_t)(s - 1) * m + mb] = go + xfer[s - 1] + lat[s - 1];
-    }
 }
 
 /* run_schedule with processor sharing: `devices` devices per stage share `cores` cores, and
