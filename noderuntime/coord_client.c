@@ -135,10 +135,14 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     (void)user;
     switch (reason) {
     case LWS_CALLBACK_CLIENT_ESTABLISHED:
+        if (wsi != cl->wsi)
+            return -1; /* not the current attempt: close it */
         cl->state = CL_OPEN;
         lws_callback_on_writable(wsi);
         return 0;
     case LWS_CALLBACK_CLIENT_CONNECTION_ERROR: {
+        if (wsi != cl->wsi)
+            return 0; /* an attempt already given up on must not close the current one */
         char why[sizeof cl->url + 128];
         snprintf(why, sizeof why, "cannot connect to %s: %.100s", cl->url,
                  in ? (const char *)in : "connection error");
@@ -301,9 +305,11 @@ int coord_client_connect(struct coord_client *cl, int timeout_ms, herr *e)
     if (cl->state == CL_OPEN)
         return 0;
     if (cl->state == CL_CONNECTING) {
-        /* Give up on this attempt; lws reaps the half-open wsi. */
+        /* Give up on this attempt and close it now (we are outside any callback): closed
+         * later, its callbacks and lws's write through pwsi (&cl->wsi) could land on the next
+         * attempt's connection. */
         if (cl->wsi)
-            lws_set_timeout(cl->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+            lws_set_timeout(cl->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_SYNC);
         cl->state = CL_CLOSED;
         cl->wsi = NULL;
         return herr_set(e, "cannot connect to %s: no answer within %d ms", cl->url, timeout_ms);

@@ -4,7 +4,10 @@
  * pod, garbled and oversized frames) that leave the job unaffected. */
 #include "test.h"
 
+#include <netinet/in.h>
 #include <pthread.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -675,6 +678,34 @@ static void test_resolve_and_remove(void)
     server_stop(&s);
 }
 
+/* A server that accepts TCP but never answers the WebSocket handshake: each connect gives up
+ * with a clear error, the abandoned attempts are closed at once (ASan checks the close), and the
+ * client stays usable for the next attempt. */
+static void test_silent_server(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof a;
+    CHECK("silent listener", fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+                                 listen(fd, 8) == 0 &&
+                                 getsockname(fd, (struct sockaddr *)&a, &al) == 0);
+    char url[64];
+    snprintf(url, sizeof url, "ws://127.0.0.1:%d/", ntohs(a.sin_port));
+    struct coord_client *cl = NULL;
+    herr e = {{0}};
+    CHECK("client for the silent server", coord_client_create(&cl, url, &e) == 0);
+    for (int i = 0; cl && i < 3; i++) {
+        herr ce = {{0}};
+        int rc = coord_client_connect(cl, 200, &ce);
+        CHECK("silent server: connect gives up", rc != 0 && !coord_client_connected(cl));
+        CHECK("silent server: the error says no answer", strstr(ce.msg, "no answer within 200 ms") != NULL);
+    }
+    coord_client_destroy(cl);
+    if (fd >= 0)
+        close(fd);
+}
+
 int main(void)
 {
     test_resolve_and_remove();
@@ -682,5 +713,6 @@ int main(void)
     test_gang_and_security();
     test_restart_in_place();
     test_adopt_gang_timeout_plan_failure();
+    test_silent_server();
     TEST_MAIN_END();
 }
