@@ -19,15 +19,17 @@ check "apply -> 4 worker pods" wait_for 20 pods_are $NS e2e 4
 fake kubelet "{\"namespace\":\"$NS\",\"selector\":\"holmes.dev/job=e2e\",\"phase\":\"Running\",\"ready\":true}" >/dev/null
 TOKEN=$(api GET /api/v1/namespaces/$NS/secrets/e2e-token | jq -r .data.token | base64 -d)
 
-# kubelet: run worker i with its pod's env (+ the fixture for its NICs).
-run_worker() { # index sysfs-fixture [extra env assignments...]
-    local i=$1 fx=$2; shift 2
-    local pod; pod=$(api GET /api/v1/namespaces/$NS/pods/e2e-worker-$i)
+# kubelet: run worker i of JOB with its pod's env (+ the fixture for its NICs), simulating
+# STEPS steps of STEP_MS each; its log is $FAKEAPI_DIR/LOG-i.log.
+run_job_worker() { # job steps step-ms log index sysfs-fixture [extra env assignments...]
+    local job=$1 steps=$2 ms=$3 log=$4 i=$5 fx=$6; shift 6
+    local pod; pod=$(api GET /api/v1/namespaces/$NS/pods/$job-worker-$i)
     local envs; envs=$(jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"' <<<"$pod")
-    env -i PATH="$PATH" HOSTNAME=e2e-worker-$i HOLMES_TOKEN="$TOKEN" NODE_NAME=node-$i $envs "$@" \
-        timeout -k 5 180 "$NODE" worker --sysfs "$FIX/$fx/sys" --simulate 40 --step-ms 50 --progress-ms 100 \
-        >"$FAKEAPI_DIR/worker-$i.log" 2>&1
+    env -i PATH="$PATH" HOSTNAME=$job-worker-$i HOLMES_TOKEN="$TOKEN" NODE_NAME=node-$i $envs "$@" \
+        timeout -k 5 180 "$NODE" worker --sysfs "$FIX/$fx/sys" --simulate "$steps" --step-ms "$ms" --progress-ms 100 \
+        >"$FAKEAPI_DIR/$log-$i.log" 2>&1
 }
+run_worker() { run_job_worker e2e 40 50 worker "$@"; } # index sysfs-fixture [extra env...]
 WPIDS=()
 # The InfiniBand workers declare their compute rate (sent in hello); the RoCE ones send none.
 for i in 0 1; do run_worker $i cx6-hdr-ib HOLMES_DECLARED_TFLOPS=0.5 & WPIDS+=($!); done
@@ -79,14 +81,7 @@ api POST "$JOBS/$NS/trainingjobs" "$(sed 's/"name":"e2e"/"name":"e2f"/' <<<"$JOB
 check "second job: 4 pods" wait_for 20 pods_are $NS e2f 4
 fake kubelet "{\"namespace\":\"$NS\",\"selector\":\"holmes.dev/job=e2f\",\"phase\":\"Running\",\"ready\":true}" >/dev/null
 TOKEN=$(api GET /api/v1/namespaces/$NS/secrets/e2f-token | jq -r .data.token | base64 -d)
-run_worker2() { # like run_worker, for job e2f, 60 steps
-    local i=$1 fx=$2
-    local pod; pod=$(api GET /api/v1/namespaces/$NS/pods/e2f-worker-$i)
-    local envs; envs=$(jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"' <<<"$pod")
-    env -i PATH="$PATH" HOSTNAME=e2f-worker-$i HOLMES_TOKEN="$TOKEN" NODE_NAME=node-$i $envs \
-        timeout -k 5 180 "$NODE" worker --sysfs "$FIX/$fx/sys" --simulate 60 --step-ms 50 --progress-ms 100 \
-        >"$FAKEAPI_DIR/worker2-$i.log" 2>&1
-}
+run_worker2() { run_job_worker e2f 60 50 worker2 "$@"; } # job e2f, 60 steps
 WPIDS=()
 for i in 0 1; do run_worker2 $i cx6-hdr-ib & WPIDS+=($!); done
 for i in 2 3; do run_worker2 $i cx5-roce-100g & WPIDS+=($!); done
@@ -110,14 +105,7 @@ api POST "$JOBS/$NS/trainingjobs" "$(sed 's/"name":"e2e"/"name":"e2g"/; s/"gangT
 check "gang job: 4 pods" wait_for 20 pods_are $NS e2g 4
 fake kubelet "{\"namespace\":\"$NS\",\"selector\":\"holmes.dev/job=e2g\",\"phase\":\"Running\",\"ready\":true}" >/dev/null
 TOKEN=$(api GET /api/v1/namespaces/$NS/secrets/e2g-token | jq -r .data.token | base64 -d)
-run_worker3() {
-    local i=$1 fx=$2
-    local pod; pod=$(api GET /api/v1/namespaces/$NS/pods/e2g-worker-$i)
-    local envs; envs=$(jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"' <<<"$pod")
-    env -i PATH="$PATH" HOSTNAME=e2g-worker-$i HOLMES_TOKEN="$TOKEN" NODE_NAME=node-$i $envs \
-        timeout -k 5 180 "$NODE" worker --sysfs "$FIX/$fx/sys" --simulate 5 --step-ms 20 --progress-ms 100 \
-        >"$FAKEAPI_DIR/worker3-$i.log" 2>&1
-}
+run_worker3() { run_job_worker e2g 5 20 worker3 "$@"; } # job e2g, 5 short steps
 WPIDS=()
 for i in 0 1; do run_worker3 $i cx6-hdr-ib & WPIDS+=($!); done
 run_worker3 2 cx5-roce-100g & WPIDS+=($!)
