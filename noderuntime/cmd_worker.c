@@ -68,17 +68,6 @@ static int print_step(void *ctx, const struct trainer_report *r)
 
 static int poll_stop(void *ctx) { (void)ctx; return stop_requested != 0; }
 
-/* Random access over the dataloader: micro-batch k of this replica. */
-static int loader_batch(void *ctx, uint64_t k, int replica, int replicas, int *tok, int *tgt, herr *e)
-{
-    (void)replica, (void)replicas, (void)e;
-    struct dataloader *d = ctx;
-    if (dataloader_position(d) != k)
-        dataloader_seek(d, k);
-    dataloader_next(d, tok, tgt);
-    return 0;
-}
-
 static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
 {
     char *end;
@@ -247,7 +236,7 @@ int cmd_worker(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     struct progress pr = {lf == LOG_JSON, all_ranks || rank == 0};
-    struct trainer_data td = {dl, loader_batch};
+    struct trainer_data td = {dl, dataloader_batch_at};
     struct trainer_hooks hooks = {&pr, print_step, poll_stop, NULL};
     log_info("rank %ld: stage %d of %d, replica %d of %d", rank, rank_table_stage(&rt, (int)rank),
              rt.pipeline, rank_table_dp(&rt, (int)rank), rt.data);

@@ -243,6 +243,16 @@ void dataloader_next(struct dataloader *d, int *inputs, int *targets)
 
 uint64_t dataloader_position(const struct dataloader *d) { return d->pos; }
 void dataloader_seek(struct dataloader *d, uint64_t position) { d->pos = position; }
+
+int dataloader_batch_at(void *ctx, uint64_t k, int replica, int replicas, int *inputs, int *targets,
+                        herr *e)
+{
+    (void)replica, (void)replicas, (void)e;
+    struct dataloader *d = ctx;
+    d->pos = k;
+    dataloader_next(d, inputs, targets);
+    return 0;
+}
 uint64_t dataloader_windows(const struct dataloader *d) { return d->nwin; }
 uint64_t dataloader_tokens(const struct dataloader *d) { return d->ntok; }
 int dataloader_files(const struct dataloader *d) { return d->nfiles; }

@@ -38,6 +38,10 @@ void dataloader_next(struct dataloader *d, int *inputs, int *targets);
 /* Micro-batches taken so far (the checkpointed position), and a jump to one. */
 uint64_t dataloader_position(const struct dataloader *d);
 void dataloader_seek(struct dataloader *d, uint64_t position);
+/* Micro-batch k (seek + next), in the shape of trainer_data's batch callback (ctx is the
+ * struct dataloader; replica and replicas are unused: the loader is already this replica's). */
+int dataloader_batch_at(void *ctx, uint64_t k, int replica, int replicas, int *inputs, int *targets,
+                        herr *e);
 /* Windows per epoch (all ranks), tokens in all files, files, and whether they are text. */
 uint64_t dataloader_windows(const struct dataloader *d);
 uint64_t dataloader_tokens(const struct dataloader *d);

@@ -52,18 +52,6 @@ static int train_prepare(void *user, const cJSON *assignment, int attempt, char 
     return 0;
 }
 
-/* Random access over the dataloader: micro-batch k of this replica. */
-static int loader_batch(void *ctx, uint64_t k, int replica, int replicas, int *tok, int *tgt,
-                        herr *e)
-{
-    (void)replica, (void)replicas, (void)e;
-    struct dataloader *d = ctx;
-    if (dataloader_position(d) != k)
-        dataloader_seek(d, k);
-    dataloader_next(d, tok, tgt);
-    return 0;
-}
-
 struct step_sink {
     struct worker_link *link;
     int last_stage;
@@ -191,7 +179,7 @@ static int train_run(void *user, const cJSON *assignment, const cJSON *peers, lo
     c.listener = wt->listener;
     struct step_sink sink = {.link = link,
                              .last_stage = stage_j->valueint == stages_j->valueint - 1};
-    struct trainer_data td = {dl, loader_batch};
+    struct trainer_data td = {dl, dataloader_batch_at};
     struct trainer_hooks hooks = {&sink, on_step, on_should_stop, NULL};
     rc = trainer_run(&c, &rt, rank, &td, &hooks, e);
     *last_step = sink.last_step;
