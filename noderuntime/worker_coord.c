@@ -317,6 +317,9 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
             }
         }
         if (!done_sent) {
+            /* steps batched while the coordinator was away go first, so its progress
+             * reaches the last step before it hears we are done */
+            flush_progress(&s);
             coord_client_send(s.cl, proto_done_encode(s.rank, t.last_step, NULL));
             done_sent = 1;
         }
