@@ -97,13 +97,15 @@ static int report_tensor(struct worker *w, int t, herr *e)
 }
 
 /* During the last micro-batch's backward: block `layer`'s gradients are final, so their buckets
- * can be reduce-scattered while backward goes on (and, on the last stage, the final LayerNorm's,
- * computed before the first block). */
+ * can be reduce-scattered while backward goes on (and, on the last stage, the final LayerNorm's
+ * and the head's, computed before the first block; on the first stage the tied embedding is
+ * also the input embedding, final only at the end). */
 static void on_layer_done(void *ctx, int layer)
 {
     struct worker *w = ctx;
     for (int t = 0; t < w->ntens && !w->hook_failed; t++) {
-        int fin = w->tens_layer[t] == layer ||
+        int head = w->last && !w->first && w->tens[t].offset == w->wte_off && w->has_wte;
+        int fin = w->tens_layer[t] == layer || head ||
                   (w->tens_layer[t] < 0 && strncmp(w->tens[t].name, "ln_f.", 5) == 0);
         if (fin && report_tensor(w, t, &w->hook_err) != 0)
             w->hook_failed = 1;
@@ -344,11 +346,29 @@ static int worker_init(struct worker *w, const struct trainer_config *c, const s
     return 0;
 }
 
+/* Bucket cuts: between transformer blocks (a block's reduce-scatter starts when its backward is
+ * done) and around the tied embedding (exchanged with the other end of the pipeline on its own). */
+static int tensor_group(const struct worker *w, int t)
+{
+    if (w->has_wte && w->tens[t].offset == w->wte_off)
+        return -2;
+    return w->tens_layer[t];
+}
+
 static int worker_optim_init(struct worker *w, herr *e)
 {
     size_t n = gpt_stage_num_params(w->gs);
-    if (zero_create(&w->z, gpt_stage_params(w->gs), gpt_stage_grads(w->gs), n,
-                    w->cfg->bucket_floats, w->dp, e) != 0)
+    size_t *cuts = malloc((size_t)(w->ntens ? w->ntens : 1) * sizeof *cuts);
+    if (!cuts)
+        return herr_set(e, "out of memory for the gradient bucket cuts");
+    int ncuts = 0;
+    for (int t = 1; t < w->ntens; t++)
+        if (tensor_group(w, t) != tensor_group(w, t - 1))
+            cuts[ncuts++] = w->tens[t].offset;
+    int rc = zero_create(&w->z, gpt_stage_params(w->gs), gpt_stage_grads(w->gs), n, cuts, ncuts,
+                         w->cfg->bucket_floats, w->dp, e);
+    free(cuts);
+    if (rc != 0)
         return -1;
     size_t sh = zero_shard_total(w->z);
     w->m = calloc(sh ? sh : 1, sizeof *w->m);
@@ -366,30 +386,31 @@ struct step_times {
     double dp_time;
 };
 
-/* Gradients are final after the pipeline: the dp reduce-scatter of every bucket outside the
- * tied embedding starts at once and runs while the embedding gradient is exchanged between
- * first and last stage; then the embedding's buckets follow. */
+/* Gradients are final after the pipeline. The buckets the backward hook has not started yet
+ * start now. The tied embedding is its own bucket: once its data-parallel reduce-scatter is
+ * done, each replica all-reduces only its shard with the other end of the pipeline (replica r of
+ * the first and last stage own the same shard), so 1/D of the embedding crosses between the
+ * stages, while the other buckets' reduce-scatters go on. */
 static int sync_grads(struct worker *w, struct step_times *t, herr *e)
 {
-    size_t n = gpt_stage_num_params(w->gs);
     double t0 = now_s();
     uint64_t b0 = w->dp ? comm_bytes_sent(w->dp) : 0;
-    int tied = w->emb && w->has_wte;
-    size_t lo = tied ? w->wte_off : n, hi = tied ? w->wte_off + w->wte_n : n;
-    /* what the backward hook has not handed over yet, but the tied embedding */
-    for (int i = 0; i < w->ntens; i++) {
-        if (tied && w->tens[i].offset >= lo && w->tens[i].offset < hi)
-            continue;
+    for (int i = 0; i < w->ntens; i++)
         if (report_tensor(w, i, e) != 0)
             return -1;
-    }
-    if (tied) {
-        float *g = gpt_stage_grads(w->gs) + w->wte_off;
-        if (comm_all_reduce(w->emb, g, w->wte_n, e) != 0)
+    /* the embedding's buckets (cut at its ends, so each is inside it or outside) in the same
+     * order on both stages: the same sizes, so the same shards */
+    for (size_t off = w->wte_off; w->emb && w->has_wte && off < w->wte_off + w->wte_n;) {
+        int b = zero_bucket_at(w->z, off);
+        size_t lo, hi;
+        if (b < 0 || zero_bucket_wait(w->z, b, e) != 0)
+            return b < 0 ? herr_set(e, "the tied embedding has no gradient bucket") : -1;
+        zero_shard(w->z, b, &lo, &hi);
+        if (hi > lo && comm_all_reduce(w->emb, gpt_stage_grads(w->gs) + lo, hi - lo, e) != 0)
             return herr_wrap(e, "tied embedding gradient exchange");
-        if (zero_grads_ready(w->z, lo, hi, e) != 0)
-            return -1;
+        off = zero_bucket_end(w->z, b);
     }
+   
     if (zero_reduce_wait(w->z, e) != 0)
         return -1;
     memset(w->reported, 0, (size_t)w->ntens * sizeof *w->reported);
@@ -399,8 +420,12 @@ static int sync_grads(struct worker *w, struct step_times *t, herr *e)
     return 0;
 }
 
-/* Global gradient norm over all stages and replicas (the tied embedding counted once). */
-static int global_sq_norm(struct worker *w, double *sq, herr *e)
+/* Global gradient norm over all stages and replicas (the tied embedding counted once), and in
+ * the same all-reduces the step's loss (last stage, averaged over replicas) and the stop vote:
+ * the step's only synchronisation of every rank, so a stage starts its next step as soon as its
+ * own parameters are gathered. */
+static int global_sq_norm(struct worker *w, float loss, int stop_req, double *sq, float *loss_avg,
+                          int *stop_all, herr *e)
 {
     size_t skip_lo = 0, skip_hi = 0;
     if (w->last && !w->first && w->has_wte) {
@@ -409,13 +434,15 @@ static int global_sq_norm(struct worker *w, double *sq, herr *e)
     }
     double local = zero_shard_sq_norm(w->z, skip_lo, skip_hi);
     /* as two floats (high and low part) to keep most of the double's precision */
-    float v[2] = {(float)local, 0};
+    float v[4] = {(float)local, 0, w->last ? loss : 0.0f, stop_req ? 1.0f : 0.0f};
     v[1] = (float)(local - (double)v[0]);
-    if (w->dp && comm_all_reduce(w->dp, v, 2, e) != 0)
+    if (w->dp && comm_all_reduce(w->dp, v, 4, e) != 0)
         return herr_wrap(e, "gradient norm");
-    if (w->pp && comm_all_reduce(w->pp, v, 2, e) != 0)
+    if (w->pp && comm_all_reduce(w->pp, v, 4, e) != 0)
         return herr_wrap(e, "gradient norm");
     *sq = ((double)v[0] + (double)v[1]) / ((double)w->D * (double)w->D);
+    *loss_avg = v[2] / (float)w->D;
+    *stop_all = v[3] > 0;
     return 0;
 }
 
@@ -434,8 +461,10 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
         return -1;
     double t1 = now_s();
     double sq = 0;
-    if (global_sq_norm(w, &sq, e) != 0)
+    float loss = 0;
+    if (global_sq_norm(w, loss_sum / (float)w->M, stop_req, &sq, &loss, stop_all, e) != 0)
         return -1;
+   
     float clip = grad_clip_scale(sq, w->cfg->grad_clip);
     float lr = lr_at(&w->lr, w->step);
     const struct gpt_tensor *tens;
@@ -455,17 +484,11 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
     t.param_sync = now_s() - t2;
     t.dp_time += t.param_sync;
     t.dp_bytes += w->dp ? comm_bytes_sent(w->dp) - b0 : 0;
-    /* loss (last stage) averaged over replicas, and the stop vote, to every rank */
-    float agree[2] = {w->last ? loss_sum / (float)w->M : 0.0f, stop_req ? 1.0f : 0.0f};
-    if (w->dp && comm_all_reduce(w->dp, agree, 2, e) != 0)
-        return herr_wrap(e, "loss average");
-    if (w->pp && comm_all_reduce(w->pp, agree, 2, e) != 0)
-        return herr_wrap(e, "loss average");
+   
     w->step++;
     double dt = now_s() - t0;
-    *stop_all = agree[1] > 0;
     *rep = (struct trainer_report){
-        .step = w->step, .loss = agree[0] / (float)w->D, .lr = lr, .grad_norm = (float)sqrt(sq),
+        .step = w->step, .loss = loss, .lr = lr, .grad_norm = (float)sqrt(sq),
         .tokens_per_s = (double)w->D * w->M * w->cfg->B * w->cfg->T / (dt > 0 ? dt : 1e-9),
         .step_s = dt, .pipeline_s = t.pipeline, .grad_sync_s = t.grad_sync,
         .optimizer_s = t.optimizer, .param_sync_s = t.param_sync,

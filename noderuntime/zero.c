@@ -30,12 +30,28 @@ void zero_free(struct zero *z)
     free(z);
 }
 
-int zero_create(struct zero **out, float *params, float *grads, size_t n, size_t bucket_floats,
-                struct comm *dp, herr *e)
+/* The end of the bucket that ends at `hi`: at most `max` floats, never across a cut. */
+static size_t bucket_lo(size_t hi, size_t max, const size_t *cuts, int ncuts)
+{
+    size_t lo = hi > max ? hi - max : 0;
+    for (int c = 0; c < ncuts; c++)
+        if (cuts[c] > lo && cuts[c] < hi)
+            lo = cuts[c];
+    return lo;
+}
+
+int zero_create(struct zero **out, float *params, float *grads, size_t n, const size_t *cuts,
+                int ncuts, size_t bucket_floats, struct comm *dp, herr *e)
 {
     *out = NULL;
     if (bucket_floats == 0)
         bucket_floats = (size_t)1 << 20;
+    for (int c = 0; c < ncuts; c++)
+        if (cuts[c] > n)
+            return herr_set(e, "bucket cut %zu is outside the %zu parameters", cuts[c], n);
+    int nb = 0;
+    for (size_t hi = n; hi > 0; nb++)
+        hi = bucket_lo(hi, bucket_floats, cuts, ncuts);
     struct zero *z = calloc(1, sizeof *z);
     if (!z)
         return herr_set(e, "out of memory for the distributed optimizer");
@@ -43,19 +59,19 @@ int zero_create(struct zero **out, float *params, float *grads, size_t n, size_t
     z->grads = grads;
     z->n = n;
     z->dp = dp;
-    z->nb = n == 0 ? 0 : (int)((n + bucket_floats - 1) / bucket_floats);
-    z->b = calloc((size_t)(z->nb ? z->nb : 1), sizeof *z->b);
+    z->nb = nb;
+    z->b = calloc((size_t)(nb ? nb : 1), sizeof *z->b);
     if (!z->b) {
-        int nb = z->nb;
         free(z);
         return herr_set(e, "out of memory for %d gradient buckets", nb);
     }
     int D = dp ? comm_size(dp) : 1, r = dp ? comm_rank(dp) : 0;
     /* bucket 0 is the end of the buffer: the first to be complete in backward */
+    size_t hi = n;
     for (int i = 0; i < z->nb; i++) {
         struct bucket *k = &z->b[i];
-        k->hi = n - (size_t)i * bucket_floats;
-        k->lo = k->hi > bucket_floats ? k->hi - bucket_floats : 0;
+        k->hi = hi;
+        k->lo = hi = bucket_lo(hi, bucket_floats, cuts, ncuts);
         size_t off, len;
         tcp_chunk(k->hi - k->lo, D, r, &off, &len);
         k->shard_lo = k->lo + off;
@@ -101,6 +117,40 @@ int zero_grads_ready(struct zero *z, size_t lo, size_t hi, herr *e)
     return 0;
 }
 
+static int wait_bucket(struct zero *z, int i, herr *e)
+{
+    struct bucket *k = &z->b[i];
+    if (!k->req)
+        return 0;
+    herr e2;
+    int rc = comm_wait(k->req, &e2);
+    k->req = NULL;
+    if (rc != 0) {
+        *e = e2;
+        return herr_wrap(e, "reduce-scatter of gradient bucket %d", i);
+    }
+    return 0;
+}
+
+int zero_bucket_wait(struct zero *z, int b, herr *e)
+{
+    if (b < 0 || b >= z->nb)
+        return herr_set(e, "gradient bucket %d is outside 0..%d", b, z->nb - 1);
+    if (!z->b[b].started)
+        return herr_set(e, "gradient bucket %d has not been reduce-scattered yet", b);
+    return wait_bucket(z, b, e);
+}
+
+int zero_bucket_at(const struct zero *z, size_t off)
+{
+    for (int i = 0; i < z->nb; i++)
+        if (off >= z->b[i].lo && off < z->b[i].hi)
+            return i;
+    return -1;
+}
+
+size_t zero_bucket_end(const struct zero *z, int b) { return z->b[b].hi; }
+
 int zero_reduce_wait(struct zero *z, herr *e)
 {
     int rc = 0;
@@ -108,17 +158,13 @@ int zero_reduce_wait(struct zero *z, herr *e)
         if (!z->b[i].started && rc == 0)
             rc = start_bucket(z, i, e);
     for (int i = 0; i < z->nb; i++) {
-        struct bucket *k = &z->b[i];
-        if (k->req) {
-            herr e2;
-            if (comm_wait(k->req, &e2) != 0 && rc == 0) {
-                *e = e2;
-                rc = herr_wrap(e, "reduce-scatter of gradient bucket %d", i);
-            }
-            k->req = NULL;
+        herr e2;
+        if (wait_bucket(z, i, &e2) != 0 && rc == 0) {
+            *e = e2;
+            rc = -1;
         }
-        k->started = 0;
-        k->ready = 0;
+        z->b[i].started = 0;
+        z->b[i].ready = 0;
     }
     return rc;
 }

@@ -15,15 +15,25 @@
 
 struct zero;
 
-/* bucket_floats 0 picks 1 Mi floats. dp may be NULL (one replica). */
-int zero_create(struct zero **out, float *params, float *grads, size_t n, size_t bucket_floats,
-                struct comm *dp, herr *e);
+/* Buckets hold at most bucket_floats floats (0 picks 1 Mi) and never span one of the `ncuts`
+ * offsets in `cuts` (any order; e.g. layer boundaries, so that a layer's reduce-scatter can start
+ * as soon as its backward is done, or a tensor that is exchanged on its own). dp may be NULL
+ * (one replica). */
+int zero_create(struct zero **out, float *params, float *grads, size_t n, const size_t *cuts,
+                int ncuts, size_t bucket_floats, struct comm *dp, herr *e);
 void zero_free(struct zero *z);
 
 /* Gradients [lo, hi) are final for this step: starts the reduce-scatter of every bucket that is
  * now complete. Ranges may come in any order (the same on every replica); each element must be
  * reported once per step. */
 int zero_grads_ready(struct zero *z, size_t lo, size_t hi, herr *e);
+/* The bucket holding offset `off`, -1 when outside. */
+int zero_bucket_at(const struct zero *z, size_t off);
+/* The end of bucket b's range in the flat buffer. */
+size_t zero_bucket_end(const struct zero *z, int b);
+/* Waits for the reduce-scatter of bucket b (started by zero_grads_ready): its owned shard then
+ * holds the data-parallel sum, e.g. to exchange it further before zero_reduce_wait. */
+int zero_bucket_wait(struct zero *z, int b, herr *e);
 /* Starts any bucket not yet started and waits for all; resets readiness for the next step. */
 int zero_reduce_wait(struct zero *z, herr *e);
 

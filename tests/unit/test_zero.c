@@ -27,7 +27,7 @@ static int replica(int rank, int n, struct tcp_listener *l, const struct tcp_end
     }
     float *p = malloc(N * sizeof *p), *g = malloc(N * sizeof *g);
     struct zero *z;
-    if (!p || !g || zero_create(&z, p, g, N, BUCKET, c, &e) != 0)
+    if (!p || !g || zero_create(&z, p, g, N, NULL, 0, BUCKET, c, &e) != 0)
         return 1;
     int bad = 0;
     for (int step = 0; step < 2 && !bad; step++) {
@@ -108,12 +108,36 @@ int main(void)
     herr e;
     struct zero *z;
     float p[10], g[10];
-    CHECK_INT("zero create small", zero_create(&z, p, g, 10, 4, NULL, &e), 0);
+    CHECK_INT("zero create small", zero_create(&z, p, g, 10, NULL, 0, 4, NULL, &e), 0);
     CHECK_INT("three buckets", zero_num_buckets(z), 3);
     CHECK_INT("range outside rejected", zero_grads_ready(z, 5, 11, &e), -1);
     CHECK_INT("first report ok", zero_grads_ready(z, 6, 10, &e), 0);
     CHECK_INT("double report rejected", zero_grads_ready(z, 6, 10, &e), -1);
     CHECK("double report message", strstr(e.msg, "twice") != NULL);
     zero_free(z);
+    /* cuts: no bucket spans one; sizes stay <= 4; order from the end of the buffer */
+    size_t cuts[] = {7, 3};
+    CHECK_INT("zero create with cuts", zero_create(&z, p, g, 10, cuts, 2, 4, NULL, &e), 0);
+    CHECK_INT("cut buckets", zero_num_buckets(z), 3);
+    CHECK_INT("bucket of offset 9", zero_bucket_at(z, 9), 0);
+    CHECK_INT("bucket of offset 7", zero_bucket_at(z, 7), 0);
+    CHECK_INT("bucket of offset 6", zero_bucket_at(z, 6), 1);
+    CHECK_INT("bucket of offset 2", zero_bucket_at(z, 2), 2);
+    CHECK_INT("bucket of offset 10", zero_bucket_at(z, 10), -1);
+    CHECK_INT("end of bucket 1", (int)zero_bucket_end(z, 1), 7);
+    CHECK_INT("end of bucket 2", (int)zero_bucket_end(z, 2), 3);
+    CHECK_INT("waiting on an unstarted bucket rejected", zero_bucket_wait(z, 1, &e), -1);
+    CHECK_INT("bucket 1 complete", zero_grads_ready(z, 3, 7, &e), 0);
+    CHECK_INT("then its wait returns", zero_bucket_wait(z, 1, &e), 0);
+    CHECK_INT("and the rest finish", zero_reduce_wait(z, &e), 0);
+    zero_free(z);
+    size_t big[] = {2};
+    CHECK_INT("long segment still split by size", zero_create(&z, p, g, 10, big, 1, 4, NULL, &e), 0);
+    CHECK_INT("[6,10) [2,6) [0,2)", zero_num_buckets(z), 3);
+    CHECK_INT("end of bucket 2 at the cut", (int)zero_bucket_end(z, 2), 2);
+    zero_free(z);
+    size_t bad[] = {11};
+    CHECK_INT("cut outside rejected", zero_create(&z, p, g, 10, bad, 1, 4, NULL, &e), -1);
+    CHECK("cut message names it", strstr(e.msg, "cut 11") != NULL);
     TEST_MAIN_END();
 }
