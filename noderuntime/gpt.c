@@ -31,6 +31,8 @@ struct gpt_stage {
     int first, last, nl, B, T, nslots;
     void (*layer_hook)(void *ctx, int layer); /* gpt_stage_set_backward_hook */
     void *layer_hook_ctx;
+    int (*param_hook)(void *ctx, size_t lo, size_t hi); /* gpt_stage_set_forward_hook */
+    void *param_hook_ctx;
     size_t nparams;
     float *params, *grads;
     struct gpt_tensor *tensors;
@@ -653,6 +655,21 @@ float *gpt_stage_params(struct gpt_stage *s) { return s->params; }
 float *gpt_stage_grads(struct gpt_stage *s) { return s->grads; }
 const char *gpt_stage_error(const struct gpt_stage *s) { return s->err; }
 
+void gpt_stage_set_forward_hook(struct gpt_stage *s, int (*fn)(void *ctx, size_t lo, size_t hi),
+                                void *ctx)
+{
+    s->param_hook = fn;
+    s->param_hook_ctx = ctx;
+}
+
+/* The forward hook for parameters [lo, hi): -1 (with the stage's error set) when it refuses. */
+static int need_params(struct gpt_stage *s, size_t lo, size_t hi)
+{
+    if (s->param_hook && s->param_hook(s->param_hook_ctx, lo, hi) != 0)
+        return stage_fail(s, "forward stopped: parameters [%zu, %zu) are not available", lo, hi);
+    return 0;
+}
+
 void gpt_stage_set_backward_hook(struct gpt_stage *s, void (*fn)(void *ctx, int layer), void *ctx)
 {
     s->layer_hook = fn;
@@ -776,6 +793,8 @@ int gpt_stage_forward(struct gpt_stage *s, int slot, const int *tokens, const fl
             if (tokens[i] < 0 || tokens[i] >= V)
                 return stage_fail(s, "token %d at position %zu is outside the vocabulary [0, %d)", tokens[i], i, V);
         memcpy(a->tokens, tokens, BT * sizeof(int));
+        if (need_params(s, s->wte_off, s->wpe_off + (size_t)s->c.max_seq * C) != 0)
+            return -1;
         const float *wte = s->params + s->wte_off, *wpe = s->params + s->wpe_off;
 #pragma omp parallel for
         for (size_t i = 0; i < BT; i++) {
@@ -809,6 +828,8 @@ int gpt_stage_forward(struct gpt_stage *s, int slot, const int *tokens, const fl
         float *ln2m = a->ln2_mean + i * BT, *ln2r = a->ln2_rstd + i * BT;
         float *fch = a->fch + i * 4 * BTC, *fchg = a->fch_gelu + i * 4 * BTC;
         float *res3 = a->res3 + i * BTC;
+        if (need_params(s, o->ln1w, o->fcprojb + C) != 0)
+            return -1;
         layernorm_forward(ln1, ln1m, ln1r, x, P + o->ln1w, P + o->ln1b, (int)BT, C);
         linear_forward(qkv, ln1, P + o->qkvw, P + o->qkvb, (int)BT, C, 3 * C);
         attention_forward(atty, att, qkv, B, T, C, NH);
@@ -831,6 +852,8 @@ int gpt_stage_forward(struct gpt_stage *s, int slot, const int *tokens, const fl
         a->has_targets = 0;
         return 0;
     }
+    if (need_params(s, s->lnfw_off, s->nparams) != 0)
+        return -1;
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, P + s->lnfw_off, P + s->lnfb_off,
                       (int)BT, C);
     linear_forward(a->logits, a->lnf, P + s->head_off, NULL, (int)BT, C, Vp);

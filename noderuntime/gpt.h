@@ -94,6 +94,12 @@ void gpt_stage_zero_grads(struct gpt_stage *s);
  * index) are accumulated, last block first, so a distributed optimizer can start reducing them
  * while the rest of backward runs (the comm module's ZeRO-1). NULL removes it. */
 void gpt_stage_set_backward_hook(struct gpt_stage *s, void (*fn)(void *ctx, int layer), void *ctx);
+/* Called by gpt_stage_forward before it first reads the parameters [lo, hi) (offsets in the
+ * flat buffer: the embeddings, each block, the final LayerNorm and head), so that a distributed
+ * optimizer can gather them while the earlier ones compute. A non-zero return stops the forward
+ * with an error. NULL removes it. */
+void gpt_stage_set_forward_hook(struct gpt_stage *s, int (*fn)(void *ctx, size_t lo, size_t hi),
+                                void *ctx);
 /* Last stage: the logits [B*T*Vp] of the last forward in `slot` (before backward, which reuses the
  * buffer); NULL elsewhere. */
 const float *gpt_stage_logits(const struct gpt_stage *s, int slot);

@@ -70,7 +70,36 @@ struct worker {
     int *tens_layer;           /* [ntens]: transformer block, -1 for the others */
     int hook_failed;
     herr hook_err;
+    int params_pending;        /* the last step's parameter all-gather is still in flight */
+    double param_wait;         /* this step's forward waited this long for it */
 };
+
+/* Forward hook: parameters [lo, hi) are about to be read; waits for their buckets' all-gather. */
+static int params_needed(void *ctx, size_t lo, size_t hi)
+{
+    struct worker *w = ctx;
+    if (!w->params_pending)
+        return 0;
+    double t0 = now_s();
+    int rc = zero_params_wait(w->z, lo, hi, &w->hook_err);
+    w->param_wait += now_s() - t0;
+    if (rc != 0)
+        w->hook_failed = 1;
+    return rc;
+}
+
+/* Every parameter gathered (before anything reads them all: a checkpoint, the end of training,
+ * the next reduce-scatter). */
+static int params_ready(struct worker *w, herr *e)
+{
+    if (!w->params_pending)
+        return 0;
+    w->params_pending = 0;
+    double t0 = now_s();
+    int rc = zero_params_gather_finish(w->z, e);
+    w->param_wait += now_s() - t0;
+    return rc;
+}
 
 static int stage_forward(void *ctx, int mb, int slot, const float *in, float *out, float *loss,
                          herr *e)
@@ -83,9 +112,14 @@ static int stage_forward(void *ctx, int mb, int slot, const float *in, float *ou
         if (w->data->batch(w->data->ctx, k, w->replica, w->D, tok, tgt, e) != 0)
             return herr_wrap(e, "training data, micro-batch %llu", (unsigned long long)k);
     }
-    if (gpt_stage_forward(w->gs, slot, tok, in, w->last ? tgt : NULL, out, loss) != 0)
+    if (gpt_stage_forward(w->gs, slot, tok, in, w->last ? tgt : NULL, out, loss) != 0) {
+        if (w->hook_failed) {
+            *e = w->hook_err;
+            return -1;
+        }
         return herr_set(e, "%s", gpt_stage_error(w->gs));
-    return 0;
+    }
+    return params_ready(w, e);
 }
 
 static int report_tensor(struct worker *w, int t, herr *e)
@@ -210,6 +244,8 @@ static int mark_latest(const char *dir, long step, herr *e)
 
 static int ckpt_save(struct worker *w, herr *e)
 {
+    if (params_ready(w, e) != 0)
+        return herr_wrap(e, "checkpoint at step %ld", w->step);
     size_t n = gpt_stage_num_params(w->gs);
     float *mf = calloc(n ? n : 1, sizeof *mf), *vf = calloc(n ? n : 1, sizeof *vf);
     int rc = -1;
@@ -370,6 +406,7 @@ static int worker_optim_init(struct worker *w, herr *e)
     free(cuts);
     if (rc != 0)
         return -1;
+    gpt_stage_set_forward_hook(w->gs, params_needed, w);
     size_t sh = zero_shard_total(w->z);
     w->m = calloc(sh ? sh : 1, sizeof *w->m);
     w->v = calloc(sh ? sh : 1, sizeof *w->v);
@@ -451,11 +488,13 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
 {
     struct step_times t = {0};
     double t0 = now_s();
+    w->param_wait = 0;
     gpt_stage_zero_grads(w->gs);
     float loss_sum = 0;
-    if (pipe_run(pr, &loss_sum, e) != 0)
+    if (pipe_run(pr, &loss_sum, e) != 0 || params_ready(w, e) != 0)
         return -1;
-    t.pipeline = now_s() - t0;
+    t.param_sync = w->param_wait;
+    t.pipeline = now_s() - t0 - t.param_sync;
     int overlapped = zero_buckets_started(w->z);
     if (sync_grads(w, &t, e) != 0)
         return -1;
@@ -464,7 +503,6 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
     float loss = 0;
     if (global_sq_norm(w, loss_sum / (float)w->M, stop_req, &sq, &loss, stop_all, e) != 0)
         return -1;
-   
     float clip = grad_clip_scale(sq, w->cfg->grad_clip);
     float lr = lr_at(&w->lr, w->step);
     const struct gpt_tensor *tens;
@@ -477,14 +515,10 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
                          w->m + off, w->v + off, lo, hi, lr, w->step + 1, clip / (float)w->D);
     }
     t.optimizer = now_s() - t1;
-    double t2 = now_s();
-    uint64_t b0 = w->dp ? comm_bytes_sent(w->dp) : 0;
-    if (zero_all_gather_params(w->z, e) != 0)
+    /* gathered while the next step's forward runs (params_needed) */
+    w->params_pending = 1;
+    if (zero_params_gather_start(w->z, e) != 0)
         return -1;
-    t.param_sync = now_s() - t2;
-    t.dp_time += t.param_sync;
-    t.dp_bytes += w->dp ? comm_bytes_sent(w->dp) - b0 : 0;
-   
     w->step++;
     double dt = now_s() - t0;
     *rep = (struct trainer_report){
@@ -538,6 +572,8 @@ int trainer_run(const struct trainer_config *c, const struct rank_table *rt, int
             ckpt_save(&w, e) != 0)
             goto out;
     }
+    if (params_ready(&w, e) != 0)
+        goto out;
     if (hooks && hooks->on_end)
         hooks->on_end(hooks->ctx, w.gs, w.step);
     rc = 0;

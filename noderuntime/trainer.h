@@ -57,11 +57,12 @@ struct trainer_report {
     float grad_norm;           /* before clipping */
     double tokens_per_s;       /* global batch tokens / step time */
     double step_s;             /* whole step */
-    double pipeline_s;         /* forward/backward incl. activation exchange */
+    double pipeline_s;         /* forward/backward incl. activation exchange, without param_sync_s */
     double grad_sync_s;        /* tied-embedding exchange + waiting for reduce-scatters */
     double optimizer_s;        /* norm, clipping, AdamW on the shard */
-    double param_sync_s;       /* parameter all-gather */
-    double dp_link_bytes_per_s; /* this rank's data-parallel bytes sent / time in dp collectives */
+    double param_sync_s;       /* waiting in this step's forward for the parameters the previous
+                                  step's all-gather brings (it runs beside the forward) */
+    double dp_link_bytes_per_s; /* this rank's reduce-scatter bytes sent / grad_sync_s */
     int stage, replica;
     int buckets;                /* ZeRO gradient buckets of this stage */
     int buckets_overlapped;     /* of which reduce-scatter started during backward */

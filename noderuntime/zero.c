@@ -203,7 +203,50 @@ double zero_shard_sq_norm(const struct zero *z, size_t skip_lo, size_t skip_hi)
     return s;
 }
 
-int zero_all_gather_params(struct zero *z, herr *e) { return zero_all_gather(z, z->params, e); }
+int zero_all_gather_params(struct zero *z, herr *e)
+{
+    if (zero_params_gather_start(z, e) != 0) {
+        herr e2;
+        zero_params_gather_finish(z, &e2);
+        return -1;
+    }
+    return zero_params_gather_finish(z, e);
+}
+
+/* Issues the all-gather of every bucket's parameters, in forward order (from the start of the
+ * buffer: bucket nb-1 first). */
+int zero_params_gather_start(struct zero *z, herr *e)
+{
+    if (!z->dp || comm_size(z->dp) == 1)
+        return 0;
+    for (int i = z->nb - 1; i >= 0; i--) {
+        struct bucket *k = &z->b[i];
+        if (k->req)
+            return herr_set(e, "bucket %d still has a collective in flight", i);
+        if (comm_iall_gather(z->dp, z->params + k->lo, k->hi - k->lo, sizeof(float), &k->req, e) != 0)
+            return herr_wrap(e, "parameter all-gather of bucket %d", i);
+    }
+    return 0;
+}
+
+int zero_params_wait(struct zero *z, size_t lo, size_t hi, herr *e)
+{
+    int rc = 0;
+    for (int i = z->nb - 1; i >= 0; i--) {
+        struct bucket *k = &z->b[i];
+        if (!k->req || k->hi <= lo || k->lo >= hi)
+            continue;
+        herr e2;
+        if (comm_wait(k->req, &e2) != 0 && rc == 0) {
+            *e = e2;
+            rc = herr_wrap(e, "parameter all-gather of bucket %d", i);
+        }
+        k->req = NULL;
+    }
+    return rc;
+}
+
+int zero_params_gather_finish(struct zero *z, herr *e) { return zero_params_wait(z, 0, z->n, e); }
 
 int zero_all_gather(struct zero *z, float *buf, herr *e)
 {
