@@ -207,17 +207,22 @@ void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,
     double grad_bytes = per_rank * j->elem_bytes;
     double rs = scatter_time(grad_bytes, j->data, st->dp);
     double ag = rs;
-    double exposed = rs - l->overlap * out->bwd;
-    if (exposed < 0)
-        exposed = 0;
-    /* The embedding tie's all-reduce (first <-> last stage) runs beside the gradient
-     * reduce-scatter: other links (noderuntime/trainer.c, sync_grads). */
-    if (tie && (first || last) && !(first && last)) {
-        double tie_t = allreduce_time((double)j->vocab * j->hidden / t * j->elem_bytes, 2, *tie);
-        if (tie_t > exposed)
-            exposed = tie_t;
-    }
-    out->dp_exposed = exposed + ag;
+    /* The engine's buckets are cut at blocks (noderuntime/trainer.c): a block's reduce-scatter
+     * starts when its backward in the last micro-batch is done, and the next step's forward
+     * reads a block once its all-gather is done. With n blocks, what the other n-1 blocks'
+     * compute cannot hide is exposed: max(X/n, X - overlap * compute * (n-1)/n). */
+    double nb = st->layers > 1 ? st->layers : 1;
+    out->rs_exposed = fmax(rs / nb, rs - l->overlap * out->bwd * (nb - 1) / nb);
+    out->ag_exposed = fmax(ag / nb, ag - l->overlap * out->fwd * (nb - 1) / nb);
+    /* The embedding tie: after the first stage's reduce-scatter (the embedding's bucket is the
+     * last its backward completes), each replica all-reduces its 1/d shard of the embedding
+     * gradient with the last stage (noderuntime/trainer.c, sync_grads). */
+    out->tie = 0;
+    if (tie && (first || last) && !(first && last))
+        out->tie = allreduce_time((double)j->vocab * j->hidden / t * j->elem_bytes / j->data, 2,
+                                  *tie);
+    out->dp_exposed = out->ag_exposed + (first ? out->rs_exposed + out->tie
+                                               : fmax(out->rs_exposed, out->tie));
     out->optimizer = per_rank / j->data * l->optimizer_bytes_per_param / (l->memory_gbps * 1e9);
 }
 
@@ -229,8 +234,8 @@ int cost_sim_init(struct cost_sim *s, int stages, int micro_batches, herr *e)
     if (stages < 1 || micro_batches < 1)
         return herr_set(e, "cost model: need at least one stage and one micro-batch");
     size_t pm = (size_t)stages * (size_t)micro_batches;
-    /* farr, barr: P*m each; lastf: m; per stage: t, lf, lb, fwd, bwd, xfer, lat, rem: 8*P */
-    s->buf = malloc(sizeof(double) * (2 * pm + (size_t)micro_batches + 8 * (size_t)stages));
+    /* farr, barr: P*m each; lastf: m; per stage: t, lf, lb, fwd, bwd, xfer, lat, rem, start */
+    s->buf = malloc(sizeof(double) * (2 * pm + (size_t)micro_batches + 9 * (size_t)stages));
     s->ibuf = malloc(sizeof(int) * (size_t)stages);
     if (!s->buf || !s->ibuf) {
         cost_sim_free(s);
@@ -290,9 +295,11 @@ static void finish_op(int P, int m, int s, int b, int mb, double fin, const doub
     }
 }
 
-/* One pass of the schedule; fills end[] with each stage's last-op finish time. */
-static int run_schedule(const struct cost_job *j, int P, const double *fwd, const double *bwd,
-                        const double *xfer, const double *lat, struct cost_sim *sim, double *end)
+/* One pass of the schedule; fills end[] with each stage's last-op finish time. Stage s starts
+ * no earlier than start[s]. */
+static int run_schedule(const struct cost_job *j, int P, const double *start, const double *fwd,
+                        const double *bwd, const double *xfer, const double *lat,
+                        struct cost_sim *sim, double *end)
 {
     int m = j->micro_batches;
     size_t pm = (size_t)P * (size_t)m;
@@ -302,7 +309,8 @@ static int run_schedule(const struct cost_job *j, int P, const double *fwd, cons
     for (size_t i = 0; i < 2 * pm + (size_t)m; i++)
         sim->buf[i] = -1;
     for (int s = 0; s < P; s++) {
-        t[s] = lf[s] = lb[s] = 0;
+        t[s] = start[s];
+        lf[s] = lb[s] = 0;
         idx[s] = 0;
     }
     int done = 0, total = 2 * m * P;
@@ -318,8 +326,8 @@ static int run_schedule(const struct cost_job *j, int P, const double *fwd, cons
                     ready = s == P - 1 ? lastf[mb] : barr[(size_t)s * m + mb];
                 if (ready < 0)
                     break;
-                double start = t[s] > ready ? t[s] : ready;
-                double fin = start + (b ? bwd[s] : fwd[s]);
+                double begin = t[s] > ready ? t[s] : ready;
+                double fin = begin + (b ? bwd[s] : fwd[s]);
                 t[s] = fin;
                 finish_op(P, m, s, b, mb, fin, xfer, lat, farr, barr, lastf, lf, lb);
                 idx[s]++;
@@ -336,9 +344,9 @@ static int run_schedule(const struct cost_job *j, int P, const double *fwd, cons
 /* run_schedule with processor sharing: `devices` devices per stage share `cores` cores, and
  * every running op progresses at min(1, cores / (devices x running stages)). Event-driven:
  * the next event is an op's completion or a known arrival at an idle stage. */
-static int run_schedule_shared(const struct cost_job *j, int P, double cores, const double *fwd,
-                               const double *bwd, const double *xfer, const double *lat,
-                               struct cost_sim *sim, double *end)
+static int run_schedule_shared(const struct cost_job *j, int P, double cores, const double *start,
+                               const double *fwd, const double *bwd, const double *xfer,
+                               const double *lat, struct cost_sim *sim, double *end)
 {
     int m = j->micro_batches;
     size_t pm = (size_t)P * (size_t)m;
@@ -350,7 +358,8 @@ static int run_schedule_shared(const struct cost_job *j, int P, double cores, co
     for (size_t i = 0; i < 2 * pm + (size_t)m; i++)
         sim->buf[i] = -1;
     for (int s = 0; s < P; s++) {
-        t[s] = lf[s] = lb[s] = 0;
+        t[s] = start[s];
+        lf[s] = lb[s] = 0;
         rem[s] = -1;
         idx[s] = 0;
     }
@@ -365,6 +374,8 @@ static int run_schedule_shared(const struct cost_job *j, int P, double cores, co
                 int mb, b = op_at(j->schedule, s, idx[s], P, m, &mb);
                 double ready = !b ? (s == 0 ? 0 : farr[(size_t)s * m + mb])
                                   : (s == P - 1 ? lastf[mb] : barr[(size_t)s * m + mb]);
+                if (ready >= 0 && ready < start[s])
+                    ready = start[s];
                 if (ready >= 0 && ready <= now)
                     rem[s] = b ? bwd[s] : fwd[s];
             }
@@ -391,6 +402,8 @@ static int run_schedule_shared(const struct cost_job *j, int P, double cores, co
             int mb, b = op_at(j->schedule, s, idx[s], P, m, &mb);
             double ready = !b ? (s == 0 ? 0 : farr[(size_t)s * m + mb])
                               : (s == P - 1 ? lastf[mb] : barr[(size_t)s * m + mb]);
+            if (ready >= 0 && ready < start[s])
+                ready = start[s];
             if (ready > now && ready - now < dt)
                 dt = ready - now;
         }
@@ -421,29 +434,39 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
     if (n < 1 || n > sim->cap_stages || m < 1 || m > sim->cap_mb)
         return INFINITY;
     size_t pm = (size_t)n * (size_t)m;
+    /* 9*P doubles after farr, barr, lastf: t, lf, lb, fwd, bwd, xfer, lat, rem, start */
     double *fwd = sim->buf + 2 * pm + m + 3 * (size_t)n;
-    double *bwd = fwd + n, *xfer = bwd + n, *lat = xfer + n;
-    /* xfer/lat share the slots after bwd: 7*P doubles hold t, lf, lb, fwd, bwd, xfer, lat */
+    double *bwd = fwd + n, *xfer = bwd + n, *lat = xfer + n, *start = lat + 2 * n;
     double act = cost_activation_bytes(j);
     struct cost_stage_terms terms;
+    /* The step as a cycle from one gradient-norm all-reduce (every rank's only common point,
+     * noderuntime/trainer.c) to the next: each stage runs its optimizer and starts its forward
+     * as its parameters arrive (start), the schedule runs, then the reduce-scatter finishes and
+     * the embedding tie follows the first stage's. */
     for (int s = 0; s < n; s++) {
         cost_stage_terms(j, l, &st[s], s == 0, s == n - 1, n > 1 ? tie : NULL, &terms);
         fwd[s] = terms.fwd + terms.tp_fwd;
         bwd[s] = terms.bwd + terms.tp_bwd;
         xfer[s] = s < n - 1 ? act / st[s].next.bw : 0;
         lat[s] = s < n - 1 ? st[s].next.lat : 0;
+        start[s] = terms.optimizer + terms.ag_exposed;
     }
     double end[n > 0 ? n : 1];
     int shared = l->shared_cores > 0;
-    if ((shared ? run_schedule_shared(j, n, l->shared_cores, fwd, bwd, xfer, lat, sim, end)
-                : run_schedule(j, n, fwd, bwd, xfer, lat, sim, end)) != 0)
+    if ((shared ? run_schedule_shared(j, n, l->shared_cores, start, fwd, bwd, xfer, lat, sim, end)
+                : run_schedule(j, n, start, fwd, bwd, xfer, lat, sim, end)) != 0)
         return INFINITY;
     double best = -1;
     int crit = 0;
     struct cost_stage_terms crit_terms = {0};
+    double tie_done = 0;
     for (int s = 0; s < n; s++) {
         cost_stage_terms(j, l, &st[s], s == 0, s == n - 1, n > 1 ? tie : NULL, &terms);
-        double fin = end[s] + terms.dp_exposed + terms.optimizer;
+        double fin = end[s] + terms.rs_exposed;
+        if (s == 0 && n > 1)
+            tie_done = fin + terms.tie;
+        if (s == 0 && tie_done > fin)
+            fin = tie_done;
         if (fin > best) {
             best = fin;
             crit = s;
@@ -451,20 +474,20 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
         }
     }
     if (br) {
-        double crit_end = end[crit];
+        double crit_end = end[crit], crit_start = start[crit];
         for (int s = 0; s < n; s++)
             xfer[s] = lat[s] = 0;
-        if ((shared ? run_schedule_shared(j, n, l->shared_cores, fwd, bwd, xfer, lat, sim, end)
-                    : run_schedule(j, n, fwd, bwd, xfer, lat, sim, end)) != 0)
+        if ((shared ? run_schedule_shared(j, n, l->shared_cores, start, fwd, bwd, xfer, lat, sim, end)
+                    : run_schedule(j, n, start, fwd, bwd, xfer, lat, sim, end)) != 0)
             return INFINITY;
         br->critical_stage = crit;
         br->compute = m * (crit_terms.fwd + crit_terms.bwd);
         br->tp_comm = m * (crit_terms.tp_fwd + crit_terms.tp_bwd);
         br->pp_comm = crit_end - end[crit] > 0 ? crit_end - end[crit] : 0;
-        br->bubble = crit_end - br->pp_comm - br->compute - br->tp_comm;
+        br->bubble = crit_end - crit_start - br->pp_comm - br->compute - br->tp_comm;
         if (br->bubble < 0)
             br->bubble = 0;
-        br->dp_comm = crit_terms.dp_exposed;
+        br->dp_comm = crit_terms.ag_exposed + (best - crit_end);
         br->optimizer = crit_terms.optimizer;
         br->total = best;
     }

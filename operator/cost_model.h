@@ -95,7 +95,10 @@ double cost_activation_bytes(const struct cost_job *j);      /* one boundary, on
 struct cost_stage_terms {
     double fwd, bwd;         /* compute per micro-batch */
     double tp_fwd, tp_bwd;   /* tensor-parallel all-reduces per micro-batch */
-    double dp_exposed;       /* after the last backward */
+    double rs_exposed;       /* gradient reduce-scatter after the last backward */
+    double ag_exposed;       /* parameter all-gather before the next forward can finish */
+    double tie;              /* embedding tie all-reduce after the first stage's reduce-scatter */
+    double dp_exposed;       /* the stage's data-parallel total: ag + rs (+ tie) */
     double optimizer;
 };
 void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,

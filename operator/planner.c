@@ -1344,6 +1344,7 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
                          P > 1 ? &ev->tie : NULL, &terms);
         st->fwd_s = terms.fwd + terms.tp_fwd;
         st->bwd_s = terms.bwd + terms.tp_bwd;
+        st->dp_s = terms.dp_exposed;
         st->memory_gb = cost_stage_memory(&ev->cj, layers[s], s, P) / 1e9;
         const struct unit *u0 = &ev->units[stage_units[(size_t)s * D]];
         snprintf(st->fabric, sizeof st->fabric, "%s", ev->fabric_names[u0->fabric]);

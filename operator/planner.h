@@ -86,6 +86,8 @@ struct plan_stage {
     int mixed;                    /* members span fabrics */
     double tflops;                /* slowest device of the stage */
     double fwd_s, bwd_s;          /* predicted compute per micro-batch */
+    double dp_s;                  /* predicted exposed data-parallel time per step (all-gather,
+                                     reduce-scatter, embedding tie: cost_stage_terms) */
     double memory_gb;             /* predicted peak per device (see cost_stage_memory) */
 };
 

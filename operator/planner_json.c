@@ -65,6 +65,7 @@ cJSON *plan_to_json(const struct plan *p)
              cJSON_AddItemToArray(ly, cJSON_CreateNumber(st->last_layer)) &&
              add_str(x, "fabric", st->fabric) && add_num(x, "tflops", st->tflops) &&
              add_num(x, "forward_seconds", st->fwd_s) && add_num(x, "backward_seconds", st->bwd_s) &&
+             add_num(x, "data_parallel_seconds", st->dp_s) &&
              add_num(x, "memory_gb", st->memory_gb);
         /* workers of the stage, each once, in rank order */
         int prev = -1;
