@@ -38,6 +38,10 @@ void trainer_stage_layers(const struct rank_table *rt, int layers, int s, int *f
     *last = *first + q + (s < r ? 1 : 0);
 }
 
+/* Point-to-point tags on the embedding communicator (first <-> last stage of one replica). */
+#define TAG_TIE_GRAD 1u  /* last -> first: the head's reduce-scattered gradient shard */
+#define TAG_TIE_PARAM 2u /* first -> last: the updated embedding shard */
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -72,7 +76,20 @@ struct worker {
     herr hook_err;
     int params_pending;        /* the last step's parameter all-gather is still in flight */
     double param_wait;         /* this step's forward waited this long for it */
+    /* The tied embedding (pipeline > 1): the first stage owns it (see "the tied embedding"). */
+    int tied;                  /* first or last stage of a pipeline > 1 */
+    int tie_params_due;        /* last stage: the updated embedding shard is still to come */
+    struct tie_shard {
+        int bucket;
+        size_t lo, hi;         /* this replica's shard of the bucket */
+    } *tie;                    /* [ntie] the embedding's buckets, in buffer order */
+    int ntie;
+    struct comm_req **tie_sends; /* [ntie] sends in flight (their buffers stay put) */
+    float *tie_buf;            /* first stage: a received gradient shard */
 };
+
+static int tie_params_in(struct worker *w, herr *e);
+static int tie_sends_wait(struct worker *w, herr *e);
 
 /* Forward hook: parameters [lo, hi) are about to be read; waits for their buckets' all-gather. */
 static int params_needed(void *ctx, size_t lo, size_t hi)
@@ -81,7 +98,11 @@ static int params_needed(void *ctx, size_t lo, size_t hi)
     if (!w->params_pending)
         return 0;
     double t0 = now_s();
-    int rc = zero_params_wait(w->z, lo, hi, &w->hook_err);
+    int rc = 0;
+    if (w->tie_params_due && hi > w->wte_off && lo < w->wte_off + w->wte_n)
+        rc = tie_params_in(w, &w->hook_err);
+    if (rc == 0)
+        rc = zero_params_wait(w->z, lo, hi, &w->hook_err);
     w->param_wait += now_s() - t0;
     if (rc != 0)
         w->hook_failed = 1;
@@ -96,7 +117,9 @@ static int params_ready(struct worker *w, herr *e)
         return 0;
     w->params_pending = 0;
     double t0 = now_s();
-    int rc = zero_params_gather_finish(w->z, e);
+    int rc = w->tie_params_due ? tie_params_in(w, e) : 0;
+    if (rc == 0)
+        rc = zero_params_gather_finish(w->z, e);
     w->param_wait += now_s() - t0;
     return rc;
 }
@@ -137,13 +160,16 @@ static int report_tensor(struct worker *w, int t, herr *e)
 static void on_layer_done(void *ctx, int layer)
 {
     struct worker *w = ctx;
-    for (int t = 0; t < w->ntens && !w->hook_failed; t++) {
-        int head = w->last && !w->first && w->tens[t].offset == w->wte_off && w->has_wte;
-        int fin = w->tens_layer[t] == layer || head ||
-                  (w->tens_layer[t] < 0 && strncmp(w->tens[t].name, "ln_f.", 5) == 0);
-        if (fin && report_tensor(w, t, &w->hook_err) != 0)
-            w->hook_failed = 1;
-    }
+    /* the head's and final LayerNorm's first (their reduce-scatter is queued first: the head's
+     * shard then goes on to the first stage), then the block's */
+    for (int pass = 0; pass < 2; pass++)
+        for (int t = w->ntens - 1; t >= 0 && !w->hook_failed; t--) {
+            int head = w->last && !w->first && w->tens[t].offset == w->wte_off && w->has_wte;
+            int lnf = w->tens_layer[t] < 0 && strncmp(w->tens[t].name, "ln_f.", 5) == 0;
+            int fin = pass == 0 ? head || lnf : w->tens_layer[t] == layer;
+            if (fin && report_tensor(w, t, &w->hook_err) != 0)
+                w->hook_failed = 1;
+        }
 }
 
 static int stage_backward(void *ctx, int mb, int slot, const float *dout, float *din, herr *e)
@@ -165,6 +191,13 @@ static int stage_backward(void *ctx, int mb, int slot, const float *dout, float 
 
 static void worker_free(struct worker *w)
 {
+    if (w->tie_sends) {
+        herr e;
+        tie_sends_wait(w, &e);
+    }
+    free(w->tie);
+    free(w->tie_sends);
+    free(w->tie_buf);
     zero_free(w->z);
     comm_free(w->pp);
     comm_free(w->dp);
@@ -407,6 +440,22 @@ static int worker_optim_init(struct worker *w, herr *e)
     if (rc != 0)
         return -1;
     gpt_stage_set_forward_hook(w->gs, params_needed, w);
+    w->tied = w->emb && w->has_wte;
+    if (w->tied) {
+        int nb = zero_num_buckets(w->z);
+        w->tie = calloc((size_t)nb, sizeof *w->tie);
+        w->tie_sends = calloc((size_t)nb, sizeof *w->tie_sends);
+        w->tie_buf = malloc((w->wte_n ? w->wte_n : 1) * sizeof *w->tie_buf);
+        if (!w->tie || !w->tie_sends || !w->tie_buf)
+            return herr_set(e, "out of memory for the tied embedding exchange");
+        /* the embedding is cut off from its neighbours: each bucket is inside it or outside */
+        for (size_t off = w->wte_off; off < w->wte_off + w->wte_n; w->ntie++) {
+            struct tie_shard *t = &w->tie[w->ntie];
+            t->bucket = zero_bucket_at(w->z, off);
+            zero_shard(w->z, t->bucket, &t->lo, &t->hi);
+            off = zero_bucket_end(w->z, t->bucket);
+        }
+    }
     size_t sh = zero_shard_total(w->z);
     w->m = calloc(sh ? sh : 1, sizeof *w->m);
     w->v = calloc(sh ? sh : 1, sizeof *w->v);
@@ -423,11 +472,76 @@ struct step_times {
     double dp_time;
 };
 
+/* ---------- the tied embedding ----------
+ * The first stage's input embedding and the last stage's head are one matrix. The first stage
+ * owns it: its optimizer updates it from both stages' gradients. The embedding is its own set of
+ * buckets on both stages, so replica r of each owns the same shards:
+ *   last stage, after its head's reduce-scatter (early in the last backward): sends its shard
+ *     of the gradient to the first stage (TAG_TIE_GRAD), while the first stage still computes;
+ *   first stage, after its own reduce-scatter: adds it in (tie_grads_in);
+ *   first stage, after its optimizer: sends the updated shard back (TAG_TIE_PARAM);
+ *   last stage, when the next forward reaches the head: receives it and all-gathers it among
+ *     its replicas (tie_params_in).
+ * Only 1/d of the embedding crosses between the stages each way, off the critical path. */
+
+static int tie_sends_wait(struct worker *w, herr *e)
+{
+    int rc = 0;
+    for (int i = 0; i < w->ntie; i++) {
+        herr e2;
+        if (w->tie_sends[i] && comm_wait(w->tie_sends[i], &e2) != 0 && rc == 0) {
+            *e = e2;
+            rc = herr_wrap(e, "tied embedding exchange");
+        }
+        w->tie_sends[i] = NULL;
+    }
+    return rc;
+}
+
+/* Sends this replica's shards of buf (gradients or parameters) to the other end. */
+static int tie_send(struct worker *w, const float *buf, uint32_t tag, herr *e)
+{
+    for (int i = 0; i < w->ntie; i++) {
+        size_t lo = w->tie[i].lo, hi = w->tie[i].hi;
+        if (hi > lo && comm_isend(w->emb, w->first ? 1 : 0, tag, buf + lo, (hi - lo) * sizeof *buf,
+                                  &w->tie_sends[i], e) != 0)
+            return herr_wrap(e, "tied embedding: sending shard %d", i);
+    }
+    return 0;
+}
+
+/* First stage: once its embedding buckets are reduce-scattered, adds the last stage's shard. */
+static int tie_grads_in(struct worker *w, herr *e)
+{
+    float *g = gpt_stage_grads(w->gs);
+    for (int i = 0; i < w->ntie; i++) {
+        size_t lo = w->tie[i].lo, hi = w->tie[i].hi;
+        if (zero_bucket_wait(w->z, w->tie[i].bucket, e) != 0)
+            return -1;
+        if (hi > lo && comm_recv(w->emb, 1, TAG_TIE_GRAD, w->tie_buf, (hi - lo) * sizeof *g, e) != 0)
+            return herr_wrap(e, "tied embedding: gradient shard %d from the last stage", i);
+        for (size_t k = lo; k < hi; k++)
+            g[k] += w->tie_buf[k - lo];
+    }
+    return 0;
+}
+
+/* Last stage: the updated shard from the first stage, then the embedding buckets' all-gather. */
+static int tie_params_in(struct worker *w, herr *e)
+{
+    float *p = gpt_stage_params(w->gs);
+    w->tie_params_due = 0;
+    for (int i = 0; i < w->ntie; i++) {
+        size_t lo = w->tie[i].lo, hi = w->tie[i].hi;
+        if (hi > lo && comm_recv(w->emb, 0, TAG_TIE_PARAM, p + lo, (hi - lo) * sizeof *p, e) != 0)
+            return herr_wrap(e, "tied embedding: parameter shard %d from the first stage", i);
+    }
+    return zero_params_gather_part(w->z, w->wte_off, w->wte_off + w->wte_n, e);
+}
+
 /* Gradients are final after the pipeline. The buckets the backward hook has not started yet
- * start now. The tied embedding is its own bucket: once its data-parallel reduce-scatter is
- * done, each replica all-reduces only its shard with the other end of the pipeline (replica r of
- * the first and last stage own the same shard), so 1/D of the embedding crosses between the
- * stages, while the other buckets' reduce-scatters go on. */
+ * start now; the tied embedding's shards go to (last stage) or come from (first stage) the
+ * other end while the other buckets' reduce-scatters go on. */
 static int sync_grads(struct worker *w, struct step_times *t, herr *e)
 {
     double t0 = now_s();
@@ -435,19 +549,15 @@ static int sync_grads(struct worker *w, struct step_times *t, herr *e)
     for (int i = 0; i < w->ntens; i++)
         if (report_tensor(w, i, e) != 0)
             return -1;
-    /* the embedding's buckets (cut at its ends, so each is inside it or outside) in the same
-     * order on both stages: the same sizes, so the same shards */
-    for (size_t off = w->wte_off; w->emb && w->has_wte && off < w->wte_off + w->wte_n;) {
-        int b = zero_bucket_at(w->z, off);
-        size_t lo, hi;
-        if (b < 0 || zero_bucket_wait(w->z, b, e) != 0)
-            return b < 0 ? herr_set(e, "the tied embedding has no gradient bucket") : -1;
-        zero_shard(w->z, b, &lo, &hi);
-        if (hi > lo && comm_all_reduce(w->emb, gpt_stage_grads(w->gs) + lo, hi - lo, e) != 0)
-            return herr_wrap(e, "tied embedding gradient exchange");
-        off = zero_bucket_end(w->z, b);
+    if (w->tied && w->last) {
+        for (int i = 0; i < w->ntie; i++)
+            if (zero_bucket_wait(w->z, w->tie[i].bucket, e) != 0)
+                return -1;
+        if (tie_send(w, gpt_stage_grads(w->gs), TAG_TIE_GRAD, e) != 0)
+            return -1;
     }
-   
+    if (w->tied && w->first && tie_grads_in(w, e) != 0)
+        return -1;
     if (zero_reduce_wait(w->z, e) != 0)
         return -1;
     memset(w->reported, 0, (size_t)w->ntens * sizeof *w->reported);
@@ -489,6 +599,9 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
     struct step_times t = {0};
     double t0 = now_s();
     w->param_wait = 0;
+    /* the last stage's gradient shards went out from this buffer */
+    if (w->tied && w->last && tie_sends_wait(w, e) != 0)
+        return -1;
     gpt_stage_zero_grads(w->gs);
     float loss_sum = 0;
     if (pipe_run(pr, &loss_sum, e) != 0 || params_ready(w, e) != 0)
@@ -507,17 +620,26 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
     float lr = lr_at(&w->lr, w->step);
     const struct gpt_tensor *tens;
     int nt = gpt_stage_tensors(w->gs, &tens);
+    /* the first stage's parameter shards went out from this buffer */
+    if (w->tied && w->first && tie_sends_wait(w, e) != 0)
+        return -1;
     for (int b = 0; b < zero_num_buckets(w->z); b++) {
         size_t lo, hi, off = zero_shard_offset(w->z, b);
         zero_shard(w->z, b, &lo, &hi);
-        if (hi > lo)
+        /* the last stage's copy of the embedding comes from the first stage */
+        int copy = w->tied && w->last && lo >= w->wte_off && lo < w->wte_off + w->wte_n;
+        if (hi > lo && !copy)
             adamw_update(&w->cfg->adamw, tens, nt, gpt_stage_params(w->gs), gpt_stage_grads(w->gs),
                          w->m + off, w->v + off, lo, hi, lr, w->step + 1, clip / (float)w->D);
     }
     t.optimizer = now_s() - t1;
-    /* gathered while the next step's forward runs (params_needed) */
+    /* gathered while the next step's forward runs (params_needed); the last stage's embedding
+     * once the first stage's update of it arrives */
     w->params_pending = 1;
-    if (zero_params_gather_start(w->z, e) != 0)
+    if (w->tied && w->first && tie_send(w, gpt_stage_params(w->gs), TAG_TIE_PARAM, e) != 0)
+        return -1;
+    w->tie_params_due = w->tied && w->last;
+    if (zero_params_gather_part(w->z, 0, w->tie_params_due ? w->wte_off : (size_t)-1, e) != 0)
         return -1;
     w->step++;
     double dt = now_s() - t0;

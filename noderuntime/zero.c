@@ -213,14 +213,17 @@ int zero_all_gather_params(struct zero *z, herr *e)
     return zero_params_gather_finish(z, e);
 }
 
-/* Issues the all-gather of every bucket's parameters, in forward order (from the start of the
- * buffer: bucket nb-1 first). */
-int zero_params_gather_start(struct zero *z, herr *e)
+int zero_params_gather_start(struct zero *z, herr *e) { return zero_params_gather_part(z, 0, z->n, e); }
+
+/* In forward order: from the start of the buffer, bucket nb-1 first. */
+int zero_params_gather_part(struct zero *z, size_t lo, size_t hi, herr *e)
 {
     if (!z->dp || comm_size(z->dp) == 1)
         return 0;
     for (int i = z->nb - 1; i >= 0; i--) {
         struct bucket *k = &z->b[i];
+        if (k->lo < lo || k->hi > hi)
+            continue;
         if (k->req)
             return herr_set(e, "bucket %d still has a collective in flight", i);
         if (comm_iall_gather(z->dp, z->params + k->lo, k->hi - k->lo, sizeof(float), &k->req, e) != 0)

@@ -56,6 +56,9 @@ int zero_all_gather_params(struct zero *z, herr *e);
  * once the buckets holding [lo, hi) are gathered; finish waits for the rest. Nothing else may use
  * the gradient buckets' requests in between (the next reduce-scatter comes after finish). */
 int zero_params_gather_start(struct zero *z, herr *e);
+/* Starts only the buckets that lie inside [lo, hi) (the others later, in the same order on every
+ * replica: e.g. a bucket whose owned shard arrives from elsewhere first). */
+int zero_params_gather_part(struct zero *z, size_t lo, size_t hi, herr *e);
 int zero_params_wait(struct zero *z, size_t lo, size_t hi, herr *e);
 int zero_params_gather_finish(struct zero *z, herr *e);
 /* The same for any buffer of the parameters' layout (e.g. optimizer moments for a checkpoint). */
