@@ -214,15 +214,14 @@ void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,
     double nb = st->layers > 1 ? st->layers : 1;
     out->rs_exposed = fmax(rs / nb, rs - l->overlap * out->bwd * (nb - 1) / nb);
     out->ag_exposed = fmax(ag / nb, ag - l->overlap * out->fwd * (nb - 1) / nb);
-    /* The embedding tie: after the first stage's reduce-scatter (the embedding's bucket is the
-     * last its backward completes), each replica all-reduces its 1/d shard of the embedding
-     * gradient with the last stage (noderuntime/trainer.c, sync_grads). */
+    /* The embedding tie (noderuntime/trainer.c, "the tied embedding"): the first stage owns
+     * it; each replica's 1/d shard of the head's gradient goes from the last stage to the first
+     * as the last stage's backward ends, and the updated shard comes back for the head of the
+     * next forward. `tie` is one such transfer. */
     out->tie = 0;
     if (tie && (first || last) && !(first && last))
-        out->tie = allreduce_time((double)j->vocab * j->hidden / t * j->elem_bytes / j->data, 2,
-                                  *tie);
-    out->dp_exposed = out->ag_exposed + (first ? out->rs_exposed + out->tie
-                                               : fmax(out->rs_exposed, out->tie));
+        out->tie = (double)j->vocab * j->hidden / t * j->elem_bytes / j->data / tie->bw + tie->lat;
+    out->dp_exposed = out->ag_exposed + fmax(out->rs_exposed, out->tie);
     out->optimizer = per_rank / j->data * l->optimizer_bytes_per_param / (l->memory_gbps * 1e9);
 }
 
@@ -451,6 +450,15 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
         lat[s] = s < n - 1 ? st[s].next.lat : 0;
         start[s] = terms.optimizer + terms.ag_exposed;
     }
+    /* the last stage's head needs the first stage's updated embedding shard */
+    if (n > 1 && tie) {
+        struct cost_stage_terms t0, tl;
+        cost_stage_terms(j, l, &st[0], 1, 0, tie, &t0);
+        cost_stage_terms(j, l, &st[n - 1], 0, 1, tie, &tl);
+        double head = t0.optimizer + tl.tie - fwd[n - 1];
+        if (head > start[n - 1])
+            start[n - 1] = head;
+    }
     double end[n > 0 ? n : 1];
     int shared = l->shared_cores > 0;
     if ((shared ? run_schedule_shared(j, n, l->shared_cores, start, fwd, bwd, xfer, lat, sim, end)
@@ -459,14 +467,12 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
     double best = -1;
     int crit = 0;
     struct cost_stage_terms crit_terms = {0};
-    double tie_done = 0;
     for (int s = 0; s < n; s++) {
         cost_stage_terms(j, l, &st[s], s == 0, s == n - 1, n > 1 ? tie : NULL, &terms);
         double fin = end[s] + terms.rs_exposed;
-        if (s == 0 && n > 1)
-            tie_done = fin + terms.tie;
-        if (s == 0 && tie_done > fin)
-            fin = tie_done;
+        /* the first stage adds the last stage's gradient shard before the norm */
+        if (s == 0 && n > 1 && end[n - 1] + terms.tie > fin)
+            fin = end[n - 1] + terms.tie;
         if (fin > best) {
             best = fin;
             crit = s;
