@@ -38,9 +38,9 @@ void trainer_stage_layers(const struct rank_table *rt, int layers, int s, int *f
     *last = *first + q + (s < r ? 1 : 0);
 }
 
-/* Point-to-point tags on the embedding communicator (first <-> last stage of one replica). */
-#define TAG_TIE_GRAD 1u  /* last -> first: the head's reduce-scattered gradient shard */
-#define TAG_TIE_PARAM 2u /* first -> last: the updated embedding shard */
+/* Point-to-point tag on the embedding communicator (first <-> last stage of one replica): a
+ * reduce-scattered gradient shard of the tied embedding. */
+#define TAG_TIE_GRAD 1u
 
 static double now_s(void)
 {
@@ -76,19 +76,22 @@ struct worker {
     herr hook_err;
     int params_pending;        /* the last step's parameter all-gather is still in flight */
     double param_wait;         /* this step's forward waited this long for it */
-    /* The tied embedding (pipeline > 1): the first stage owns it (see "the tied embedding"). */
+    /* The tied embedding (pipeline > 1): see "the tied embedding". */
     int tied;                  /* first or last stage of a pipeline > 1 */
-    int tie_params_due;        /* last stage: the updated embedding shard is still to come */
+    int tie_params_due;        /* last stage: its embedding update is still to do */
+    float tie_lr, tie_scale;   /* ... with this step's learning rate and gradient scale */
+    long tie_step;
     struct tie_shard {
         int bucket;
         size_t lo, hi;         /* this replica's shard of the bucket */
     } *tie;                    /* [ntie] the embedding's buckets, in buffer order */
     int ntie;
-    struct comm_req **tie_sends; /* [ntie] sends in flight (their buffers stay put) */
-    float *tie_buf;            /* first stage: a received gradient shard */
+    struct comm_req **tie_sends; /* [ntie] sends in flight (from tie_out) */
+    float *tie_out;            /* [wte_n] this stage's gradient shards, as sent */
+    float *tie_in;             /* [wte_n] the other stage's, as received */
 };
 
-static int tie_params_in(struct worker *w, herr *e);
+static int tie_head_update(struct worker *w, herr *e);
 static int tie_sends_wait(struct worker *w, herr *e);
 
 /* Forward hook: parameters [lo, hi) are about to be read; waits for their buckets' all-gather. */
@@ -100,7 +103,7 @@ static int params_needed(void *ctx, size_t lo, size_t hi)
     double t0 = now_s();
     int rc = 0;
     if (w->tie_params_due && hi > w->wte_off && lo < w->wte_off + w->wte_n)
-        rc = tie_params_in(w, &w->hook_err);
+        rc = tie_head_update(w, &w->hook_err);
     if (rc == 0)
         rc = zero_params_wait(w->z, lo, hi, &w->hook_err);
     w->param_wait += now_s() - t0;
@@ -117,7 +120,7 @@ static int params_ready(struct worker *w, herr *e)
         return 0;
     w->params_pending = 0;
     double t0 = now_s();
-    int rc = w->tie_params_due ? tie_params_in(w, e) : 0;
+    int rc = w->tie_params_due ? tie_head_update(w, e) : 0;
     if (rc == 0)
         rc = zero_params_gather_finish(w->z, e);
     w->param_wait += now_s() - t0;
@@ -197,7 +200,8 @@ static void worker_free(struct worker *w)
     }
     free(w->tie);
     free(w->tie_sends);
-    free(w->tie_buf);
+    free(w->tie_out);
+    free(w->tie_in);
     zero_free(w->z);
     comm_free(w->pp);
     comm_free(w->dp);
@@ -445,8 +449,9 @@ static int worker_optim_init(struct worker *w, herr *e)
         int nb = zero_num_buckets(w->z);
         w->tie = calloc((size_t)nb, sizeof *w->tie);
         w->tie_sends = calloc((size_t)nb, sizeof *w->tie_sends);
-        w->tie_buf = malloc((w->wte_n ? w->wte_n : 1) * sizeof *w->tie_buf);
-        if (!w->tie || !w->tie_sends || !w->tie_buf)
+        w->tie_out = malloc((w->wte_n ? w->wte_n : 1) * sizeof *w->tie_out);
+        w->tie_in = malloc((w->wte_n ? w->wte_n : 1) * sizeof *w->tie_in);
+        if (!w->tie || !w->tie_sends || !w->tie_out || !w->tie_in)
             return herr_set(e, "out of memory for the tied embedding exchange");
         /* the embedding is cut off from its neighbours: each bucket is inside it or outside */
         for (size_t off = w->wte_off; off < w->wte_off + w->wte_n; w->ntie++) {
@@ -473,16 +478,17 @@ struct step_times {
 };
 
 /* ---------- the tied embedding ----------
- * The first stage's input embedding and the last stage's head are one matrix. The first stage
- * owns it: its optimizer updates it from both stages' gradients. The embedding is its own set of
- * buckets on both stages, so replica r of each owns the same shards:
- *   last stage, after its head's reduce-scatter (early in the last backward): sends its shard
- *     of the gradient to the first stage (TAG_TIE_GRAD), while the first stage still computes;
- *   first stage, after its own reduce-scatter: adds it in (tie_grads_in);
- *   first stage, after its optimizer: sends the updated shard back (TAG_TIE_PARAM);
- *   last stage, when the next forward reaches the head: receives it and all-gathers it among
- *     its replicas (tie_params_in).
- * Only 1/d of the embedding crosses between the stages each way, off the critical path. */
+ * The first stage's input embedding and the last stage's head are one matrix; each stage keeps a
+ * copy and both apply the same update. The embedding is its own set of buckets on both stages,
+ * so replica r of each owns the same shards, and the two exchange only those (1/d of it):
+ *   last stage, once its head's reduce-scatter is done (early in its last backward): sends its
+ *     shard to the first stage, which is still computing;
+ *   first stage, after its own reduce-scatter: sends its shard, adds the last stage's, and
+ *     updates the embedding with the rest of its parameters;
+ *   last stage, when its next forward reaches the head (the first stage's shard has long
+ *     arrived): adds it to its own, applies the same AdamW update with the step's learning rate
+ *     and clipping, and all-gathers the embedding among its replicas (tie_head_update).
+ * Sums are a + b on one side, b + a on the other: the same floats, so the copies stay equal. */
 
 static int tie_sends_wait(struct worker *w, herr *e)
 {
@@ -498,43 +504,68 @@ static int tie_sends_wait(struct worker *w, herr *e)
     return rc;
 }
 
-/* Sends this replica's shards of buf (gradients or parameters) to the other end. */
-static int tie_send(struct worker *w, const float *buf, uint32_t tag, herr *e)
+/* Copies this replica's reduce-scattered shards to tie_out and sends them to the other end. */
+static int tie_send(struct worker *w, herr *e)
 {
-    for (int i = 0; i < w->ntie; i++) {
-        size_t lo = w->tie[i].lo, hi = w->tie[i].hi;
-        if (hi > lo && comm_isend(w->emb, w->first ? 1 : 0, tag, buf + lo, (hi - lo) * sizeof *buf,
-                                  &w->tie_sends[i], e) != 0)
-            return herr_wrap(e, "tied embedding: sending shard %d", i);
+    const float *g = gpt_stage_grads(w->gs);
+    if (tie_sends_wait(w, e) != 0) /* the last step's, from the same buffer */
+        return -1;
+    for (size_t i = 0, o = 0; i < (size_t)w->ntie; o += w->tie[i].hi - w->tie[i].lo, i++) {
+        size_t lo = w->tie[i].lo, n = w->tie[i].hi - lo;
+        if (zero_bucket_wait(w->z, w->tie[i].bucket, e) != 0)
+            return -1;
+        memcpy(w->tie_out + o, g + lo, n * sizeof *g);
+        if (n && comm_isend(w->emb, w->first ? 1 : 0, TAG_TIE_GRAD, w->tie_out + o, n * sizeof *g,
+                            &w->tie_sends[i], e) != 0)
+            return herr_wrap(e, "tied embedding: sending gradient shard %zu", i);
     }
     return 0;
 }
 
-/* First stage: once its embedding buckets are reduce-scattered, adds the last stage's shard. */
+/* Receives the other end's shards into tie_in. */
+static int tie_recv(struct worker *w, herr *e)
+{
+    for (size_t i = 0, o = 0; i < (size_t)w->ntie; o += w->tie[i].hi - w->tie[i].lo, i++) {
+        size_t n = w->tie[i].hi - w->tie[i].lo;
+        if (n && comm_recv(w->emb, w->first ? 1 : 0, TAG_TIE_GRAD, w->tie_in + o, n * sizeof(float),
+                           e) != 0)
+            return herr_wrap(e, "tied embedding: gradient shard %zu from the %s stage", i,
+                             w->first ? "last" : "first");
+    }
+    return 0;
+}
+
+/* First stage, after its reduce-scatter: the last stage's shards added to its own. */
 static int tie_grads_in(struct worker *w, herr *e)
 {
     float *g = gpt_stage_grads(w->gs);
-    for (int i = 0; i < w->ntie; i++) {
-        size_t lo = w->tie[i].lo, hi = w->tie[i].hi;
-        if (zero_bucket_wait(w->z, w->tie[i].bucket, e) != 0)
-            return -1;
-        if (hi > lo && comm_recv(w->emb, 1, TAG_TIE_GRAD, w->tie_buf, (hi - lo) * sizeof *g, e) != 0)
-            return herr_wrap(e, "tied embedding: gradient shard %d from the last stage", i);
-        for (size_t k = lo; k < hi; k++)
-            g[k] += w->tie_buf[k - lo];
-    }
+    if (tie_send(w, e) != 0 || tie_recv(w, e) != 0)
+        return -1;
+    for (size_t i = 0, o = 0; i < (size_t)w->ntie; o += w->tie[i].hi - w->tie[i].lo, i++)
+        for (size_t k = w->tie[i].lo; k < w->tie[i].hi; k++)
+            g[k] += w->tie_in[o + k - w->tie[i].lo];
     return 0;
 }
 
-/* Last stage: the updated shard from the first stage, then the embedding buckets' all-gather. */
-static int tie_params_in(struct worker *w, herr *e)
+/* Last stage, during a forward (its gradient buffer is zero and unused until the backward):
+ * the summed shards go there for the AdamW update of its embedding copy, then back to zero; then
+ * the embedding buckets' all-gather starts. */
+static int tie_head_update(struct worker *w, herr *e)
 {
-    float *p = gpt_stage_params(w->gs);
+    float *g = gpt_stage_grads(w->gs);
+    const struct gpt_tensor *tens;
+    int nt = gpt_stage_tensors(w->gs, &tens);
     w->tie_params_due = 0;
-    for (int i = 0; i < w->ntie; i++) {
-        size_t lo = w->tie[i].lo, hi = w->tie[i].hi;
-        if (hi > lo && comm_recv(w->emb, 0, TAG_TIE_PARAM, p + lo, (hi - lo) * sizeof *p, e) != 0)
-            return herr_wrap(e, "tied embedding: parameter shard %d from the first stage", i);
+    if (tie_recv(w, e) != 0)
+        return -1;
+    for (size_t i = 0, o = 0; i < (size_t)w->ntie; o += w->tie[i].hi - w->tie[i].lo, i++) {
+        size_t lo = w->tie[i].lo, hi = w->tie[i].hi, off = zero_shard_offset(w->z, w->tie[i].bucket);
+        for (size_t k = lo; k < hi; k++)
+            g[k] = w->tie_out[o + k - lo] + w->tie_in[o + k - lo];
+        if (hi > lo)
+            adamw_update(&w->cfg->adamw, tens, nt, gpt_stage_params(w->gs), g, w->m + off,
+                         w->v + off, lo, hi, w->tie_lr, w->tie_step, w->tie_scale);
+        memset(g + lo, 0, (hi - lo) * sizeof *g);
     }
     return zero_params_gather_part(w->z, w->wte_off, w->wte_off + w->wte_n, e);
 }
@@ -549,13 +580,8 @@ static int sync_grads(struct worker *w, struct step_times *t, herr *e)
     for (int i = 0; i < w->ntens; i++)
         if (report_tensor(w, i, e) != 0)
             return -1;
-    if (w->tied && w->last) {
-        for (int i = 0; i < w->ntie; i++)
-            if (zero_bucket_wait(w->z, w->tie[i].bucket, e) != 0)
-                return -1;
-        if (tie_send(w, gpt_stage_grads(w->gs), TAG_TIE_GRAD, e) != 0)
-            return -1;
-    }
+    if (w->tied && w->last && tie_send(w, e) != 0)
+        return -1;
     if (w->tied && w->first && tie_grads_in(w, e) != 0)
         return -1;
     if (zero_reduce_wait(w->z, e) != 0)
@@ -599,9 +625,6 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
     struct step_times t = {0};
     double t0 = now_s();
     w->param_wait = 0;
-    /* the last stage's gradient shards went out from this buffer */
-    if (w->tied && w->last && tie_sends_wait(w, e) != 0)
-        return -1;
     gpt_stage_zero_grads(w->gs);
     float loss_sum = 0;
     if (pipe_run(pr, &loss_sum, e) != 0 || params_ready(w, e) != 0)
@@ -620,15 +643,12 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
     float lr = lr_at(&w->lr, w->step);
     const struct gpt_tensor *tens;
     int nt = gpt_stage_tensors(w->gs, &tens);
-    /* the first stage's parameter shards went out from this buffer */
-    if (w->tied && w->first && tie_sends_wait(w, e) != 0)
-        return -1;
     for (int b = 0; b < zero_num_buckets(w->z); b++) {
         size_t lo, hi, off = zero_shard_offset(w->z, b);
         zero_shard(w->z, b, &lo, &hi);
-        /* the last stage's copy of the embedding comes from the first stage */
-        int copy = w->tied && w->last && lo >= w->wte_off && lo < w->wte_off + w->wte_n;
-        if (hi > lo && !copy)
+        /* the last stage updates its embedding copy when the first stage's shard is in */
+        int later = w->tied && w->last && lo >= w->wte_off && lo < w->wte_off + w->wte_n;
+        if (hi > lo && !later)
             adamw_update(&w->cfg->adamw, tens, nt, gpt_stage_params(w->gs), gpt_stage_grads(w->gs),
                          w->m + off, w->v + off, lo, hi, lr, w->step + 1, clip / (float)w->D);
     }
@@ -636,9 +656,10 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
     /* gathered while the next step's forward runs (params_needed); the last stage's embedding
      * once the first stage's update of it arrives */
     w->params_pending = 1;
-    if (w->tied && w->first && tie_send(w, gpt_stage_params(w->gs), TAG_TIE_PARAM, e) != 0)
-        return -1;
     w->tie_params_due = w->tied && w->last;
+    w->tie_lr = lr;
+    w->tie_step = w->step + 1;
+    w->tie_scale = clip / (float)w->D;
     if (zero_params_gather_part(w->z, 0, w->tie_params_due ? w->wte_off : (size_t)-1, e) != 0)
         return -1;
     w->step++;

@@ -214,10 +214,10 @@ void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,
     double nb = st->layers > 1 ? st->layers : 1;
     out->rs_exposed = fmax(rs / nb, rs - l->overlap * out->bwd * (nb - 1) / nb);
     out->ag_exposed = fmax(ag / nb, ag - l->overlap * out->fwd * (nb - 1) / nb);
-    /* The embedding tie (noderuntime/trainer.c, "the tied embedding"): the first stage owns
-     * it; each replica's 1/d shard of the head's gradient goes from the last stage to the first
-     * as the last stage's backward ends, and the updated shard comes back for the head of the
-     * next forward. `tie` is one such transfer. */
+    /* The embedding tie (noderuntime/trainer.c, "the tied embedding"): each replica's 1/d
+     * shard of the head's gradient goes from the last stage to the first as the last stage's
+     * backward ends; the first stage's shard goes back as its reduce-scatter ends, for the head
+     * of the next forward. `tie` is one such transfer. */
     out->tie = 0;
     if (tie && (first || last) && !(first && last))
         out->tie = (double)j->vocab * j->hidden / t * j->elem_bytes / j->data / tie->bw + tie->lat;
@@ -450,12 +450,12 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
         lat[s] = s < n - 1 ? st[s].next.lat : 0;
         start[s] = terms.optimizer + terms.ag_exposed;
     }
-    /* the last stage's head needs the first stage's updated embedding shard */
+    /* the last stage's head (the end of its first forward) needs the first stage's gradient
+     * shard, sent as the first stage's reduce-scatter ends, just before the norm */
     if (n > 1 && tie) {
-        struct cost_stage_terms t0, tl;
-        cost_stage_terms(j, l, &st[0], 1, 0, tie, &t0);
+        struct cost_stage_terms tl;
         cost_stage_terms(j, l, &st[n - 1], 0, 1, tie, &tl);
-        double head = t0.optimizer + tl.tie - fwd[n - 1];
+        double head = tl.tie - fwd[n - 1];
         if (head > start[n - 1])
             start[n - 1] = head;
     }
