@@ -29,13 +29,16 @@ down() {
     done
 }
 
-# shape NS DEV MBIT: HTB root with one class at MBIT (ceil = rate) and a bounded FIFO leaf
+# shape NS DEV MBIT: HTB root with one class at MBIT (ceil = rate, burst = 2 ms at the rate, at
+# least 16 KB: a real link sends nothing faster than its rate) and a bounded FIFO leaf
 # (this kernel has htb, tbf and the fifos; not fq_codel or netem).
 shape() {
-    local ns=$1 dev=$2 mbit=$3
+    local ns=$1 dev=$2 mbit=$3 burst
+    burst=$((mbit * 250)) # bytes in 2 ms at the rate
+    [ "$burst" -ge 16384 ] || burst=16384
     ip netns exec "$ns" tc qdisc replace dev "$dev" root handle 1: htb default 10
     ip netns exec "$ns" tc class replace dev "$dev" parent 1: classid 1:10 htb \
-        rate "${mbit}mbit" ceil "${mbit}mbit" burst 256k cburst 256k quantum 60000
+        rate "${mbit}mbit" ceil "${mbit}mbit" burst "$burst" cburst "$burst" quantum 60000
     ip netns exec "$ns" tc qdisc replace dev "$dev" parent 1:10 handle 10: pfifo limit 1000
 }
 

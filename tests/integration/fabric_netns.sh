@@ -14,6 +14,12 @@ qd=$(ip netns exec "$P-r" tc class show dev br0)
 check "cross-fabric link shaped to 40 Mbit" grep -q 'rate 40Mbit' <<<"$qd"
 qd=$(ip netns exec "$P-r" tc class show dev v0p1)
 check "intra-fabric port shaped to 300 Mbit" grep -q 'rate 300Mbit' <<<"$qd"
+# no burst beyond 2 ms at the rate (16 KB at least): a short transfer on a slow link costs what
+# the link's rate says, as on a real NIC (a 256 KB burst let 16 ms of 125 Mbit/s traffic through
+# at veth speed)
+check "burst is 2 ms at the rate" grep -q 'burst 75000b cburst 75000b' <<<"$qd"
+qd=$(ip netns exec "$P-r" tc class show dev br0)
+check "slow link: the 16 KB floor" grep -q 'burst 16Kb cburst 16Kb' <<<"$qd"
 
 # A TCP exchange inside a fabric and across fabrics (router) both work.
 echo_srv='import socket,sys;s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind((sys.argv[1],5055));s.listen(1);s.settimeout(10);c,_=s.accept();c.sendall(c.recv(64)[::-1])'
