@@ -19,21 +19,27 @@ export HOLMES_BIN_DIR
 # This run's namespaces only: other runs (other worktrees' tests) may be going on at the same time.
 pfx=ht$(($$ % 100000))
 export HETERO_NS_PREFIX=$pfx
-out=$(ONLY="2fab-naive" REPS=1 STEPS=4 WARMUP=1 OUT=$tmp timeout 300 "$B" 2>&1); rc=$?
+# a reference (phase 1, fitted) and a cluster with two fabrics (phase 2, planned with the fit)
+out=$(ONLY="all-rdma 2fab-naive" LAYERS=4 REPS=1 STEPS=4 WARMUP=1 OUT=$tmp timeout 300 "$B" 2>&1); rc=$?
 [ $rc -eq 0 ] && pass "a short run succeeds" || fail "a short run succeeds" "rc $rc: $out"
-for s in 2fab-naive; do
-    grep -q "^| $s | ${s#2fab-} | [0-9.]* |" "$tmp/hetero-table.md" 2>/dev/null \
-        && pass "table row $s" || fail "table row $s" "$(cat "$tmp/hetero-table.md" 2>&1)"
+for s in all-rdma:holmes 2fab-naive:naive; do
+    grep -q "^| ${s%:*} | ${s#*:} | [0-9.]* |" "$tmp/hetero-table.md" 2>/dev/null \
+        && pass "table row ${s%:*}" || fail "table row ${s%:*}" "$(cat "$tmp/hetero-table.md" 2>&1)"
 done
 /usr/bin/python3 -c 'import json,sys; l=json.load(open(sys.argv[1]))["links"]; assert l["compute_efficiency"] > 0' \
     "$tmp/hetero-calibration.json" && pass "calibration written" || fail "calibration written"
-[ "$(wc -l <"$tmp/hetero-results.tsv")" -eq 2 ] && pass "one results line per run" \
+/usr/bin/python3 -c 'import json,sys; l=json.load(open(sys.argv[1]))["links"]; assert l["rdma_efficiency"] > 0' \
+    "$tmp/hetero-links-refs.json" && pass "references fitted before the two-fabric run" \
+    || fail "references fitted before the two-fabric run" "$out"
+grep -q 'fitting the cost model to the references (all-rdma' <<<"$out" && pass "the fit follows the reference" \
+    || fail "the fit follows the reference" "$out"
+[ "$(wc -l <"$tmp/hetero-results.tsv")" -eq 3 ] && pass "one results line per run" \
     || fail "one results line per run" "$(cat "$tmp/hetero-results.tsv")"
 left=$(ip netns list | grep -E "^$pfx-" || true)
 [ -z "$left" ] && pass "namespaces removed after the run" || fail "namespaces removed after the run" "$left"
 
 # Interrupted in the middle of a run: everything is still removed.
-ONLY="2fab-naive" REPS=1 STEPS=50 OUT=$tmp/int "$B" >"$tmp/int.log" 2>&1 &
+ONLY="2fab-naive" LAYERS=4 REPS=1 STEPS=50 OUT=$tmp/int "$B" >"$tmp/int.log" 2>&1 &
 pid=$!
 for _ in $(seq 150); do
     ip netns list | grep -qE "^$pfx-w3" && break; sleep 0.1

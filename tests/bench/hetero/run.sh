@@ -28,7 +28,10 @@ CROSS_MBIT=${CROSS_MBIT:-125} # "25 Gb/s TCP between fabrics"
 OUT=${OUT:-$REPO/docs}
 TOKENS=512                 # per step: data 2 x microBatches 2 x microBatchSize 4 x seqLen 32
 ONLY=${ONLY:-}             # run only these scenarios (space-separated names)
-for v in REPS STEPS IB_MBIT ROCE_MBIT CROSS_MBIT; do
+# GPT depth: 8 layers, so that a stage's compute outweighs its boundary's activations as in the
+# paper's 36-layer model (docs/hetero.md, "The scaling").
+LAYERS=${LAYERS:-8}
+for v in REPS STEPS IB_MBIT ROCE_MBIT CROSS_MBIT LAYERS; do
     [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -ge 1 ] || die "$v=${!v}: must be a positive integer"
 done
 [[ $WARMUP =~ ^[0-9]+$ ]] && [ "$WARMUP" -lt "$STEPS" ] || die "WARMUP=$WARMUP: must be an integer below STEPS ($STEPS)"
@@ -82,7 +85,7 @@ metadata: {name: $name}
 spec:
   workers: $nw
   gpusPerWorker: 0
-  model: {layers: 4, hidden: 192, heads: 4, vocab: 256, seqLen: 32}
+  model: {layers: $LAYERS, hidden: 192, heads: 4, vocab: 256, seqLen: 32}
   parallelism: {pipeline: $pipeline, data: 2, microBatches: $mb, microBatchSize: $mbs, schedule: 1f1b}
   placement: {policy: $policy}
   training:
@@ -164,55 +167,80 @@ RES=$WORK/results.tsv
 echo -e "scenario\tpolicy\trep\tmedian_step_s\tsteps\tpredicted_s\twall_s" >"$RES"
 t_start=$(date +%s)
 load0=$(uptime | sed 's/.*load average: //')
-# Runs are interleaved (every scenario once, then again, ...) so that a change of the machine's
-# load during the benchmark falls on all scenarios alike.
+# Within a phase, runs are interleaved (every scenario once, then again, ...) so that a change
+# of the machine's load during the benchmark falls on all scenarios alike.
 for sc in "${SCENARIOS[@]}"; do
     read -r name policy pipeline workers <<<"$sc"
     [ -z "$ONLY" ] || [[ " $ONLY " == *" $name "* ]] || continue
     job "$name" "$policy" "$pipeline" "$workers" >"$WORK/job-$name.yaml"
 done
-for ((r = 1; r <= REPS; r++)); do
-    for sc in "${SCENARIOS[@]}"; do
-        read -r name policy pipeline workers <<<"$sc"
-        [ -z "$ONLY" ] || [[ " $ONLY " == *" $name "* ]] || continue
-        netns "$name" "$workers"
-        t0=$(date +%s.%N)
-        tf=$TFLOPS
-        echo "$tf" >"$WORK/$name.tflops"
-        HOLMES_DECLARED_TFLOPS=$tf ip netns exec "$P-r" "$OP" local "$WORK/job-$name.yaml" --quiet --bind 10.77.1.1 \
-            --calibration "$WORK/links.json" \
-            --worker-wrap "$HERE/inns.sh $WORK/$name.map {i}" --run-dir "$WORK/runs/$name-$r" \
-            --metrics-out "$WORK/$name-$r.jsonl" >"$WORK/$name-$r.out" 2>&1 &
-        oppid=$!
-        if ! wait "$oppid"; then
+# run_phase LINKS PATTERN: REPS runs of every selected scenario whose name matches PATTERN,
+# placed by the coordinator with the link constants in LINKS.
+run_phase() {
+    local links=$1 pat=$2 r sc name policy pipeline workers t0 tf pred wall
+    for ((r = 1; r <= REPS; r++)); do
+        for sc in "${SCENARIOS[@]}"; do
+            read -r name policy pipeline workers <<<"$sc"
+            [ -z "$ONLY" ] || [[ " $ONLY " == *" $name "* ]] || continue
+            [[ $name == $pat ]] || continue
+            netns "$name" "$workers"
+            t0=$(date +%s.%N)
+            tf=$TFLOPS
+            echo "$tf" >"$WORK/$name.tflops"
+            HOLMES_DECLARED_TFLOPS=$tf ip netns exec "$P-r" "$OP" local "$WORK/job-$name.yaml" --quiet --bind 10.77.1.1 \
+                --calibration "$links" \
+                --worker-wrap "$HERE/inns.sh $WORK/$name.map {i}" --run-dir "$WORK/runs/$name-$r" \
+                --metrics-out "$WORK/$name-$r.jsonl" >"$WORK/$name-$r.out" 2>&1 &
+            oppid=$!
+            if ! wait "$oppid"; then
+                oppid=
+                cat "$WORK/$name-$r.out" >&2
+                tail -n 20 "$WORK/runs/$name-$r"/worker-*.log >&2 || true
+                die "scenario $name run $r failed"
+            fi
             oppid=
-            cat "$WORK/$name-$r.out" >&2
-            tail -n 20 "$WORK/runs/$name-$r"/worker-*.log >&2 || true
-            die "scenario $name run $r failed"
-        fi
-        oppid=
-        if [ "$r" = 1 ]; then
-            { echo "== $name"; sed -n '/^placement/,/predicted step time/p' "$WORK/$name-$r.out"; } \
-                >>"$WORK/placements.txt"
-            # The prediction is the coordinator's own, for the placement it ran; `holmes-operator
-            # plan` computes the same (one computation, docs/hetero.md), which is checked here.
-            awk '/^placement/{on=1; next} on && $1 ~ /^[0-9]+$/ {split($3, l, "-"); p = p (p ? "," : "") l[2] - l[1] + 1}
-                 /predicted step time/{print p; exit}' "$WORK/$name-$r.out" >"$WORK/job-$name.partition"
-            sed -n 's/.*predicted step time \([0-9.]*\) s.*/\1/p' "$WORK/$name-$r.out" >"$WORK/$name.pred"
-            "$OP" plan "$WORK/job-$name.yaml" --calibration "$WORK/links.json" --tflops "$tf" --json |
-                python3 "$HERE/same_plan.py" "$WORK/job-$name.partition" "$WORK/$name.pred" ||
-                die "scenario $name: the coordinator's plan is not holmes-operator plan's"
-        fi
-        pred=$(cat "$WORK/$name.pred")
-        wall=$(awk "BEGIN{print $(date +%s.%N) - $t0}")
-        python3 "$HERE/steps.py" "$WORK/$name-$r.jsonl" "$WARMUP" "$name" "$policy" "$r" \
-            "$pred" "$wall" >>"$RES"
-        tail -n 1 "$RES" >&2
+            if [ "$r" = 1 ]; then
+                { echo "== $name"; sed -n '/^placement/,/predicted step time/p' "$WORK/$name-$r.out"; } \
+                    >>"$WORK/placements.txt"
+                # The prediction is the coordinator's own, for the placement it ran; `holmes-operator
+                # plan` computes the same (one computation, docs/hetero.md), which is checked here.
+                awk '/^placement/{on=1; next} on && $1 ~ /^[0-9]+$/ {split($3, l, "-"); p = p (p ? "," : "") l[2] - l[1] + 1}
+                     /predicted step time/{print p; exit}' "$WORK/$name-$r.out" >"$WORK/job-$name.partition"
+                sed -n 's/.*predicted step time \([0-9.]*\) s.*/\1/p' "$WORK/$name-$r.out" >"$WORK/$name.pred"
+                "$OP" plan "$WORK/job-$name.yaml" --calibration "$links" --tflops "$tf" --json |
+                    python3 "$HERE/same_plan.py" "$WORK/job-$name.partition" "$WORK/$name.pred" ||
+                    die "scenario $name: the coordinator's plan is not holmes-operator plan's"
+            fi
+            pred=$(cat "$WORK/$name.pred")
+            wall=$(awk "BEGIN{print $(date +%s.%N) - $t0}")
+            python3 "$HERE/steps.py" "$WORK/$name-$r.jsonl" "$WARMUP" "$name" "$policy" "$r" \
+                "$pred" "$wall" >>"$RES"
+            tail -n 1 "$RES" >&2
+        done
     done
-done
+}
+
+# Phase 1, the references (one fabric: all-RDMA, all-Ethernet), placed with links.json.
+# Phase 2, the clusters with several fabrics, placed with the constants fitted to the
+# references' measurements (fit.py): as a platform would calibrate the planner on a cluster's
+# homogeneous runs before placing jobs across its fabrics. Their predictions are then
+# out-of-sample. PLAN_LINKS (given constants) or FIT_REFS=0 keep links.json for both.
+run_phase "$WORK/links.json" 'all-*'
+plan_links=$WORK/links.json
+refs=$(cut -f1 "$RES" | tail -n +2 | sort -u | tr '\n' ' ')
+if [ -z "${PLAN_LINKS:-}" ] && [ "${FIT_REFS:-1}" != 0 ] && [ -n "$refs" ]; then
+    echo "fitting the cost model to the references ($refs)..." >&2
+    # shellcheck disable=SC2086
+    python3 "$HERE/fit.py" "$WORK" "$OP" "$CROSS_MBIT" "$WORK/links-refs.json" $refs >&2 ||
+        die "fitting the references failed"
+    plan_links=$WORK/links-refs.json
+fi
+run_phase "$plan_links" '[!a]*'
 t_end=$(date +%s)
 load1=$(uptime | sed 's/.*load average: //')
 cp "$RES" "$OUT/hetero-results.tsv"
 cp "$WORK/placements.txt" "$OUT/hetero-placements.txt"
+rm -f "$OUT/hetero-links-refs.json"
+[ "$plan_links" = "$WORK/links.json" ] || cp "$plan_links" "$OUT/hetero-links-refs.json"
 python3 "$HERE/report.py" "$WORK" "$OP" "$OUT" "$((t_end - t_start))" "$load0" "$load1" \
     "$IB_MBIT" "$ROCE_MBIT" "$CROSS_MBIT" "$TOKENS"

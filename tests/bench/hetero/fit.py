@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Fits the cost model's link constants to measured step times (bench-hetero's calibration).
+
+As a module: fit(work, op, names, median, cross_mbit) -> (constants, calibration links dict).
+As a command: fit.py WORKDIR OPERATOR CROSS_MBIT OUT.json NAME... fits to the named scenarios'
+median step times (WORKDIR/results.tsv) and writes OUT.json, a calibration file for
+`holmes-operator local/plan --calibration`.
+
+Coordinate descent over compute_efficiency, tcp_efficiency, rdma_efficiency, tcp_latency_us and
+tcp_gbps, minimising the sum of squared log ratios between `holmes-operator plan` (pinned to the
+split that ran, with the run's --tflops) and the measured medians. The router's port is both the
+per-flow limit and the shared gateway (links.json), so gateway_gbps follows tcp_gbps."""
+import json, math, os, statistics, subprocess, sys
+
+
+def plan(work, op, name, calib):
+    cmd = [op, "plan", os.path.join(work, f"job-{name}.yaml"), "--json", "--partition",
+           open(os.path.join(work, f"job-{name}.partition")).read().strip(),
+           "--tflops", open(os.path.join(work, f"{name}.tflops")).read().strip()]
+    if calib:
+        cmd += ["--calibration", calib]
+    r = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(r.stdout)["predicted_step_seconds"]
+
+
+def medians(work):
+    meas = {}
+    for line in list(open(os.path.join(work, "results.tsv")))[1:]:
+        name, _policy, _rep, med = line.split("\t")[:4]
+        meas.setdefault(name, []).append(float(med))
+    return {n: statistics.median(v) for n, v in meas.items()}
+
+
+def fit(work, op, names, median, cross_mbit):
+    """Returns (fitted constants, the calibration's links) for the scenarios `names`."""
+    keys = {"compute_efficiency": (0.6, 0.001, 1.0), "tcp_efficiency": (0.8, 0.01, 1.0),
+            "rdma_efficiency": (0.9, 0.01, 1.0), "tcp_latency_us": (50.0, 1.0, 100000.0),
+            "tcp_gbps": (float(cross_mbit) / 1000, 0.0001, 1000.0)}
+    base = json.load(open(os.path.join(work, "links.json")))["links"]  # the emulated network
+    path = os.path.join(work, "fit-trial.json")
+
+    def links(vals):
+        return dict(base, **vals, gateway_gbps=vals["tcp_gbps"])
+
+    def error(vals):  # sum of squared log ratios: smooth, so coordinate descent does not stall
+        with open(path, "w") as f:
+            json.dump({"links": links(vals)}, f)
+        return sum(math.log(plan(work, op, n, path) / median[n]) ** 2 for n in names)
+
+    vals = {k: v[0] for k, v in keys.items()}
+    best = error(vals)
+    for factor in (2.0, 1.4, 1.15, 1.05):
+        improved = True
+        while improved:
+            improved = False
+            for k, (_, lo, hi) in keys.items():
+                for f in (factor, 1 / factor):
+                    trial = dict(vals)
+                    trial[k] = min(hi, max(lo, vals[k] * f))
+                    if trial[k] == vals[k]:
+                        continue
+                    e = error(trial)
+                    if e < best - 1e-6:
+                        best, vals, improved = e, trial, True
+    return vals, {k: round(v, 6) for k, v in links(vals).items()}
+
+
+def main():
+    if len(sys.argv) < 6:
+        sys.exit(__doc__)
+    work, op, cross, out = sys.argv[1:5]
+    names = sys.argv[5:]
+    median = medians(work)
+    missing = [n for n in names if n not in median]
+    if missing:
+        sys.exit(f"fit.py: no measurements of {', '.join(missing)} in {work}/results.tsv")
+    vals, links = fit(work, op, names, median, cross)
+    with open(out, "w") as f:
+        json.dump({"links": links}, f, indent=1)
+        f.write("\n")
+    print(", ".join(f"{k}={v:.4g}" for k, v in vals.items()))
+
+
+if __name__ == "__main__":
+    main()
