@@ -483,8 +483,8 @@ struct step_times {
  * so replica r of each owns the same shards, and the two exchange only those (1/d of it):
  *   last stage, once its head's reduce-scatter is done (early in its last backward): sends its
  *     shard to the first stage, which is still computing;
- *   first stage, after its own reduce-scatter: sends its shard, adds the last stage's, and
- *     updates the embedding with the rest of its parameters;
+ *   first stage, after its own reduce-scatter: adds the last stage's shard, and updates the
+ *     embedding with the rest of its parameters; it sends its own shard after the norm;
  *   last stage, when its next forward reaches the head (the first stage's shard has long
  *     arrived): adds it to its own, applies the same AdamW update with the step's learning rate
  *     and clipping, and all-gathers the embedding among its replicas (tie_head_update).
@@ -504,19 +504,27 @@ static int tie_sends_wait(struct worker *w, herr *e)
     return rc;
 }
 
-/* Copies this replica's reduce-scattered shards to tie_out and sends them to the other end. */
-static int tie_send(struct worker *w, herr *e)
+/* Copies this replica's shards to tie_out once their reduce-scatter is done. */
+static int tie_copy_out(struct worker *w, herr *e)
 {
     const float *g = gpt_stage_grads(w->gs);
     if (tie_sends_wait(w, e) != 0) /* the last step's, from the same buffer */
         return -1;
     for (size_t i = 0, o = 0; i < (size_t)w->ntie; o += w->tie[i].hi - w->tie[i].lo, i++) {
-        size_t lo = w->tie[i].lo, n = w->tie[i].hi - lo;
         if (zero_bucket_wait(w->z, w->tie[i].bucket, e) != 0)
             return -1;
-        memcpy(w->tie_out + o, g + lo, n * sizeof *g);
-        if (n && comm_isend(w->emb, w->first ? 1 : 0, TAG_TIE_GRAD, w->tie_out + o, n * sizeof *g,
-                            &w->tie_sends[i], e) != 0)
+        memcpy(w->tie_out + o, g + w->tie[i].lo, (w->tie[i].hi - w->tie[i].lo) * sizeof *g);
+    }
+    return 0;
+}
+
+/* Sends tie_out's shards to the other end. */
+static int tie_send(struct worker *w, herr *e)
+{
+    for (size_t i = 0, o = 0; i < (size_t)w->ntie; o += w->tie[i].hi - w->tie[i].lo, i++) {
+        size_t n = w->tie[i].hi - w->tie[i].lo;
+        if (n && comm_isend(w->emb, w->first ? 1 : 0, TAG_TIE_GRAD, w->tie_out + o,
+                            n * sizeof(float), &w->tie_sends[i], e) != 0)
             return herr_wrap(e, "tied embedding: sending gradient shard %zu", i);
     }
     return 0;
@@ -535,11 +543,13 @@ static int tie_recv(struct worker *w, herr *e)
     return 0;
 }
 
-/* First stage, after its reduce-scatter: the last stage's shards added to its own. */
+/* First stage, after its reduce-scatter: the last stage's shards added to its own (its own go
+ * out after the norm: sent now, they would queue the norm's message to the last stage behind
+ * them on the link between the stages, and the last stage needs them only in its next forward). */
 static int tie_grads_in(struct worker *w, herr *e)
 {
     float *g = gpt_stage_grads(w->gs);
-    if (tie_send(w, e) != 0 || tie_recv(w, e) != 0)
+    if (tie_copy_out(w, e) != 0 || tie_recv(w, e) != 0)
         return -1;
     for (size_t i = 0, o = 0; i < (size_t)w->ntie; o += w->tie[i].hi - w->tie[i].lo, i++)
         for (size_t k = w->tie[i].lo; k < w->tie[i].hi; k++)
@@ -580,7 +590,7 @@ static int sync_grads(struct worker *w, struct step_times *t, herr *e)
     for (int i = 0; i < w->ntens; i++)
         if (report_tensor(w, i, e) != 0)
             return -1;
-    if (w->tied && w->last && tie_send(w, e) != 0)
+    if (w->tied && w->last && (tie_copy_out(w, e) != 0 || tie_send(w, e) != 0))
         return -1;
     if (w->tied && w->first && tie_grads_in(w, e) != 0)
         return -1;
@@ -638,6 +648,8 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
     double sq = 0;
     float loss = 0;
     if (global_sq_norm(w, loss_sum / (float)w->M, stop_req, &sq, &loss, stop_all, e) != 0)
+        return -1;
+    if (w->tied && w->first && tie_send(w, e) != 0)
         return -1;
     float clip = grad_clip_scale(sq, w->cfg->grad_clip);
     float lr = lr_at(&w->lr, w->step);
