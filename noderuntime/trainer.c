@@ -102,7 +102,9 @@ static int params_needed(void *ctx, size_t lo, size_t hi)
         return 0;
     double t0 = now_s();
     int rc = 0;
-    if (w->tie_params_due && hi > w->wte_off && lo < w->wte_off + w->wte_n)
+    /* at the first block already: the first stage's shard came right after the norm, and the
+     * embedding's all-gather then runs while the blocks compute */
+    if (w->tie_params_due)
         rc = tie_head_update(w, &w->hook_err);
     if (rc == 0)
         rc = zero_params_wait(w->z, lo, hi, &w->hook_err);
@@ -485,9 +487,10 @@ struct step_times {
  *     shard to the first stage, which is still computing;
  *   first stage, after its own reduce-scatter: adds the last stage's shard, and updates the
  *     embedding with the rest of its parameters; it sends its own shard after the norm;
- *   last stage, when its next forward reaches the head (the first stage's shard has long
- *     arrived): adds it to its own, applies the same AdamW update with the step's learning rate
- *     and clipping, and all-gathers the embedding among its replicas (tie_head_update).
+ *   last stage, when its next forward starts (the first stage's shard has long arrived, as it
+ *     waited for activations): adds it to its own, applies the same AdamW update with the step's
+ *     learning rate and clipping, and all-gathers the embedding among its replicas while its
+ *     blocks compute (tie_head_update).
  * Sums are a + b on one side, b + a on the other: the same floats, so the copies stay equal. */
 
 static int tie_sends_wait(struct worker *w, herr *e)

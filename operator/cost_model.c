@@ -216,8 +216,8 @@ void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,
     out->ag_exposed = fmax(ag / nb, ag - l->overlap * out->fwd * (nb - 1) / nb);
     /* The embedding tie (noderuntime/trainer.c, "the tied embedding"): each replica's 1/d
      * shard of the head's gradient goes from the last stage to the first as the last stage's
-     * backward ends; the first stage's shard goes back as its reduce-scatter ends, for the head
-     * of the next forward. `tie` is one such transfer. */
+     * backward ends; the first stage's goes back after the norm, for the last stage's next
+     * forward. `tie` is one such transfer. */
     out->tie = 0;
     if (tie && (first || last) && !(first && last))
         out->tie = (double)j->vocab * j->hidden / t * j->elem_bytes / j->data / tie->bw + tie->lat;
@@ -450,14 +450,14 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
         lat[s] = s < n - 1 ? st[s].next.lat : 0;
         start[s] = terms.optimizer + terms.ag_exposed;
     }
-    /* the last stage's head (the end of its first forward) needs the first stage's gradient
-     * shard, sent as the first stage's reduce-scatter ends, just before the norm */
+    /* the last stage's first forward needs the first stage's gradient shard, sent after the
+     * norm (its own embedding update comes first, the embedding's all-gather hides behind the
+     * blocks) */
     if (n > 1 && tie) {
         struct cost_stage_terms tl;
         cost_stage_terms(j, l, &st[n - 1], 0, 1, tie, &tl);
-        double head = tl.tie - fwd[n - 1];
-        if (head > start[n - 1])
-            start[n - 1] = head;
+        if (tl.tie > start[n - 1])
+            start[n - 1] = tl.tie;
     }
     double end[n > 0 ? n : 1];
     int shared = l->shared_cores > 0;
