@@ -622,9 +622,12 @@ static int global_sq_norm(struct worker *w, float loss, int stop_req, double *sq
     /* as two floats (high and low part) to keep most of the double's precision */
     float v[4] = {(float)local, 0, w->last ? loss : 0.0f, stop_req ? 1.0f : 0.0f};
     v[1] = (float)(local - (double)v[0]);
-    if (w->dp && comm_all_reduce(w->dp, v, 4, e) != 0)
-        return herr_wrap(e, "gradient norm");
+    /* pipeline first: once a rank's data-parallel all-reduce is done, every pipeline group's is
+     * (its replicas' values went into it), so nothing a rank sends after the norm (the first
+     * stage's embedding shard) can delay another replica's norm message between the fabrics */
     if (w->pp && comm_all_reduce(w->pp, v, 4, e) != 0)
+        return herr_wrap(e, "gradient norm");
+    if (w->dp && comm_all_reduce(w->dp, v, 4, e) != 0)
         return herr_wrap(e, "gradient norm");
     *sq = ((double)v[0] + (double)v[1]) / ((double)w->D * (double)w->D);
     *loss_avg = v[2] / (float)w->D;
@@ -658,25 +661,28 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
     float lr = lr_at(&w->lr, w->step);
     const struct gpt_tensor *tens;
     int nt = gpt_stage_tensors(w->gs, &tens);
-    for (int b = 0; b < zero_num_buckets(w->z); b++) {
-        size_t lo, hi, off = zero_shard_offset(w->z, b);
-        zero_shard(w->z, b, &lo, &hi);
-        /* the last stage updates its embedding copy when the first stage's shard is in */
-        int later = w->tied && w->last && lo >= w->wte_off && lo < w->wte_off + w->wte_n;
-        if (hi > lo && !later)
-            adamw_update(&w->cfg->adamw, tens, nt, gpt_stage_params(w->gs), gpt_stage_grads(w->gs),
-                         w->m + off, w->v + off, lo, hi, lr, w->step + 1, clip / (float)w->D);
-    }
-    t.optimizer = now_s() - t1;
-    /* gathered while the next step's forward runs (params_needed); the last stage's embedding
-     * once the first stage's update of it arrives */
+    /* In forward order, each bucket's all-gather issued as soon as its shard is updated: the
+     * next forward's first blocks arrive first, and the gather overlaps the rest of the update
+     * and the next forward (params_needed). The last stage updates its embedding copy once the
+     * first stage's shard is in (tie_head_update). */
     w->params_pending = 1;
     w->tie_params_due = w->tied && w->last;
     w->tie_lr = lr;
     w->tie_step = w->step + 1;
     w->tie_scale = clip / (float)w->D;
-    if (zero_params_gather_part(w->z, 0, w->tie_params_due ? w->wte_off : (size_t)-1, e) != 0)
-        return -1;
+    for (int b = zero_num_buckets(w->z) - 1; b >= 0; b--) {
+        size_t blo, bhi, lo, hi, off = zero_shard_offset(w->z, b);
+        zero_bucket_range(w->z, b, &blo, &bhi);
+        zero_shard(w->z, b, &lo, &hi);
+        if (w->tie_params_due && blo >= w->wte_off && blo < w->wte_off + w->wte_n)
+            continue;
+        if (hi > lo)
+            adamw_update(&w->cfg->adamw, tens, nt, gpt_stage_params(w->gs), gpt_stage_grads(w->gs),
+                         w->m + off, w->v + off, lo, hi, lr, w->step + 1, clip / (float)w->D);
+        if (zero_params_gather_part(w->z, blo, bhi, e) != 0)
+            return -1;
+    }
+    t.optimizer = now_s() - t1;
     w->step++;
     double dt = now_s() - t0;
     *rep = (struct trainer_report){

@@ -151,6 +151,12 @@ int zero_bucket_at(const struct zero *z, size_t off)
 
 size_t zero_bucket_end(const struct zero *z, int b) { return z->b[b].hi; }
 
+void zero_bucket_range(const struct zero *z, int b, size_t *lo, size_t *hi)
+{
+    *lo = z->b[b].lo;
+    *hi = z->b[b].hi;
+}
+
 int zero_reduce_wait(struct zero *z, herr *e)
 {
     int rc = 0;

@@ -31,6 +31,8 @@ int zero_grads_ready(struct zero *z, size_t lo, size_t hi, herr *e);
 int zero_bucket_at(const struct zero *z, size_t off);
 /* The end of bucket b's range in the flat buffer. */
 size_t zero_bucket_end(const struct zero *z, int b);
+/* Bucket b's range [*lo, *hi) in the flat buffer. */
+void zero_bucket_range(const struct zero *z, int b, size_t *lo, size_t *hi);
 /* Waits for the reduce-scatter of bucket b (started by zero_grads_ready): its owned shard then
  * holds the data-parallel sum, e.g. to exchange it further before zero_reduce_wait. */
 int zero_bucket_wait(struct zero *z, int b, herr *e);
