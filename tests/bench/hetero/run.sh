@@ -26,7 +26,7 @@ IB_MBIT=${IB_MBIT:-1000}    # "200 Gb/s InfiniBand"
 ROCE_MBIT=${ROCE_MBIT:-500} # "100 Gb/s RoCE"
 CROSS_MBIT=${CROSS_MBIT:-125} # "25 Gb/s TCP between fabrics"
 OUT=${OUT:-$REPO/docs}
-TOKENS=512                 # per step: data 2 x microBatches 2 x microBatchSize 4 x seqLen 32
+TOKENS=2048                # per step: data 2 x microBatches 8 x microBatchSize 4 x seqLen 32
 ONLY=${ONLY:-}             # run only these scenarios (space-separated names)
 # GPT depth: 8 layers, so that a stage's compute outweighs its boundary's activations as in the
 # paper's 36-layer model (docs/hetero.md, "The scaling").
@@ -75,9 +75,9 @@ done
 # so the planner predicts for the links the run really has; pacing is off, bandwidthScale 1).
 job() {
     local name=$1 policy=$2 pipeline=$3 workers=$4 prev= count=0 w f c m
-    local nw mb=2 mbs=4; nw=$(tr ',' '\n' <<<"$workers" | wc -l)
-    # 1F1B needs a micro-batch per stage: 3 stages run 4 micro-batches of 2 (the same batch)
-    [ "$pipeline" -le 2 ] || mb=4 mbs=2
+    # 8 micro-batches of 4 sequences per replica: enough tokens per step that data-parallel
+    # traffic weighs against compute as in the paper's setting (docs/hetero.md, "The scaling")
+    local nw mb=8 mbs=4; nw=$(tr ',' '\n' <<<"$workers" | wc -l)
     cat <<Y
 apiVersion: holmes.dev/v1alpha1
 kind: TrainingJob
