@@ -238,7 +238,9 @@ int zero_params_gather_part(struct zero *z, size_t lo, size_t hi, herr *e)
     return 0;
 }
 
-int zero_params_wait(struct zero *z, size_t lo, size_t hi, herr *e)
+/* Waits for the requests of the buckets overlapping [lo, hi), in forward order; the first error
+ * is kept (`what` names the collective). */
+static int wait_range(struct zero *z, size_t lo, size_t hi, const char *what, herr *e)
 {
     int rc = 0;
     for (int i = z->nb - 1; i >= 0; i--) {
@@ -248,11 +250,16 @@ int zero_params_wait(struct zero *z, size_t lo, size_t hi, herr *e)
         herr e2;
         if (comm_wait(k->req, &e2) != 0 && rc == 0) {
             *e = e2;
-            rc = herr_wrap(e, "parameter all-gather of bucket %d", i);
+            rc = herr_wrap(e, "%s of bucket %d", what, i);
         }
         k->req = NULL;
     }
     return rc;
+}
+
+int zero_params_wait(struct zero *z, size_t lo, size_t hi, herr *e)
+{
+    return wait_range(z, lo, hi, "parameter all-gather", e);
 }
 
 int zero_params_gather_finish(struct zero *z, herr *e) { return zero_params_wait(z, 0, z->n, e); }
@@ -269,16 +276,10 @@ int zero_all_gather(struct zero *z, float *buf, herr *e)
             break;
         }
     }
-    for (int i = 0; i < z->nb; i++) {
-        struct bucket *k = &z->b[i];
-        if (!k->req)
-            continue;
-        herr e2;
-        if (comm_wait(k->req, &e2) != 0 && rc == 0) {
-            *e = e2;
-            rc = herr_wrap(e, "all-gather of bucket %d", i);
-        }
-        k->req = NULL;
+    herr e2;
+    if (wait_range(z, 0, z->n, "all-gather", &e2) != 0 && rc == 0) {
+        *e = e2;
+        rc = -1;
     }
     return rc;
 }
