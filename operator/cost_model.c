@@ -294,6 +294,19 @@ static void finish_op(int P, int m, int s, int b, int mb, double fin, const doub
     }
 }
 
+/* When the op at idx of stage s may start (-1: its input has not been produced yet), never
+ * before the stage's start; *b gets forward 0 / backward 1, *mb the micro-batch. */
+static double op_ready(const struct cost_job *j, int s, int idx, int P, const double *farr,
+                       const double *barr, const double *lastf, const double *start, int *b,
+                       int *mb)
+{
+    int m = j->micro_batches;
+    *b = op_at(j->schedule, s, idx, P, m, mb);
+    double ready = !*b ? (s == 0 ? 0 : farr[(size_t)s * m + *mb])
+                       : (s == P - 1 ? lastf[*mb] : barr[(size_t)s * m + *mb]);
+    return ready >= 0 && ready < start[s] ? start[s] : ready;
+}
+
 /* One pass of the schedule; fills end[] with each stage's last-op finish time. Stage s starts
  * no earlier than start[s]. */
 static int run_schedule(const struct cost_job *j, int P, const double *start, const double *fwd,
@@ -317,12 +330,8 @@ static int run_schedule(const struct cost_job *j, int P, const double *start, co
         progress = 0;
         for (int s = 0; s < P; s++) {
             while (idx[s] < 2 * m) {
-                int mb, b = op_at(j->schedule, s, idx[s], P, m, &mb);
-                double ready;
-                if (!b)
-                    ready = s == 0 ? 0 : farr[(size_t)s * m + mb];
-                else
-                    ready = s == P - 1 ? lastf[mb] : barr[(size_t)s * m + mb];
+                int mb, b;
+                double ready = op_ready(j, s, idx[s], P, farr, barr, lastf, start, &b, &mb);
                 if (ready < 0)
                     break;
                 double begin = t[s] > ready ? t[s] : ready;
@@ -370,11 +379,8 @@ static int run_schedule_shared(const struct cost_job *j, int P, double cores, co
                 continue;
             left++;
             if (rem[s] < 0) {
-                int mb, b = op_at(j->schedule, s, idx[s], P, m, &mb);
-                double ready = !b ? (s == 0 ? 0 : farr[(size_t)s * m + mb])
-                                  : (s == P - 1 ? lastf[mb] : barr[(size_t)s * m + mb]);
-                if (ready >= 0 && ready < start[s])
-                    ready = start[s];
+                int mb, b;
+                double ready = op_ready(j, s, idx[s], P, farr, barr, lastf, start, &b, &mb);
                 if (ready >= 0 && ready <= now)
                     rem[s] = b ? bwd[s] : fwd[s];
             }
@@ -398,11 +404,8 @@ static int run_schedule_shared(const struct cost_job *j, int P, double cores, co
                     dt = rem[s] / rate;
                 continue;
             }
-            int mb, b = op_at(j->schedule, s, idx[s], P, m, &mb);
-            double ready = !b ? (s == 0 ? 0 : farr[(size_t)s * m + mb])
-                              : (s == P - 1 ? lastf[mb] : barr[(size_t)s * m + mb]);
-            if (ready >= 0 && ready < start[s])
-                ready = start[s];
+            int mb, b;
+            double ready = op_ready(j, s, idx[s], P, farr, barr, lastf, start, &b, &mb);
             if (ready > now && ready - now < dt)
                 dt = ready - now;
         }
@@ -425,6 +428,16 @@ static int run_schedule_shared(const struct cost_job *j, int P, double cores, co
     return -1;
 }
 
+/* The schedule with or without shared cores (links.shared_cores). */
+static int schedule(const struct cost_job *j, const struct cost_links *l, int n,
+                    const double *start, const double *fwd, const double *bwd, const double *xfer,
+                    const double *lat, struct cost_sim *sim, double *end)
+{
+    return l->shared_cores > 0
+               ? run_schedule_shared(j, n, l->shared_cores, start, fwd, bwd, xfer, lat, sim, end)
+               : run_schedule(j, n, start, fwd, bwd, xfer, lat, sim, end);
+}
+
 double cost_simulate(const struct cost_job *j, const struct cost_links *l,
                      const struct cost_stage *st, int n, const struct cost_link *tie,
                      struct cost_sim *sim, struct cost_breakdown *br)
@@ -437,64 +450,55 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
     double *fwd = sim->buf + 2 * pm + m + 3 * (size_t)n;
     double *bwd = fwd + n, *xfer = bwd + n, *lat = xfer + n, *start = lat + 2 * n;
     double act = cost_activation_bytes(j);
-    struct cost_stage_terms terms;
+    struct cost_stage_terms terms[n];
     /* The step as a cycle from one gradient-norm all-reduce (every rank's only common point,
      * noderuntime/trainer.c) to the next: each stage runs its optimizer and starts its forward
      * as its parameters arrive (start), the schedule runs, then the reduce-scatter finishes and
      * the embedding tie follows the first stage's. */
     for (int s = 0; s < n; s++) {
-        cost_stage_terms(j, l, &st[s], s == 0, s == n - 1, n > 1 ? tie : NULL, &terms);
-        fwd[s] = terms.fwd + terms.tp_fwd;
-        bwd[s] = terms.bwd + terms.tp_bwd;
+        cost_stage_terms(j, l, &st[s], s == 0, s == n - 1, n > 1 ? tie : NULL, &terms[s]);
+        fwd[s] = terms[s].fwd + terms[s].tp_fwd;
+        bwd[s] = terms[s].bwd + terms[s].tp_bwd;
         xfer[s] = s < n - 1 ? act / st[s].next.bw : 0;
         lat[s] = s < n - 1 ? st[s].next.lat : 0;
-        start[s] = terms.optimizer + terms.ag_exposed;
+        start[s] = terms[s].optimizer + terms[s].ag_exposed;
     }
     /* the last stage's first forward needs the first stage's gradient shard, sent after the
      * norm (its own embedding update comes first, the embedding's all-gather hides behind the
      * blocks) */
-    if (n > 1 && tie) {
-        struct cost_stage_terms tl;
-        cost_stage_terms(j, l, &st[n - 1], 0, 1, tie, &tl);
-        if (tl.tie > start[n - 1])
-            start[n - 1] = tl.tie;
-    }
-    double end[n > 0 ? n : 1];
-    int shared = l->shared_cores > 0;
-    if ((shared ? run_schedule_shared(j, n, l->shared_cores, start, fwd, bwd, xfer, lat, sim, end)
-                : run_schedule(j, n, start, fwd, bwd, xfer, lat, sim, end)) != 0)
+    if (terms[n - 1].tie > start[n - 1])
+        start[n - 1] = terms[n - 1].tie;
+    double end[n];
+    if (schedule(j, l, n, start, fwd, bwd, xfer, lat, sim, end) != 0)
         return INFINITY;
     double best = -1;
     int crit = 0;
-    struct cost_stage_terms crit_terms = {0};
     for (int s = 0; s < n; s++) {
-        cost_stage_terms(j, l, &st[s], s == 0, s == n - 1, n > 1 ? tie : NULL, &terms);
-        double fin = end[s] + terms.rs_exposed;
+        double fin = end[s] + terms[s].rs_exposed;
         /* the first stage adds the last stage's gradient shard before the norm */
-        if (s == 0 && n > 1 && end[n - 1] + terms.tie > fin)
-            fin = end[n - 1] + terms.tie;
+        if (s == 0 && n > 1 && end[n - 1] + terms[s].tie > fin)
+            fin = end[n - 1] + terms[s].tie;
         if (fin > best) {
             best = fin;
             crit = s;
-            crit_terms = terms;
         }
     }
     if (br) {
+        const struct cost_stage_terms *ct = &terms[crit];
         double crit_end = end[crit], crit_start = start[crit];
         for (int s = 0; s < n; s++)
             xfer[s] = lat[s] = 0;
-        if ((shared ? run_schedule_shared(j, n, l->shared_cores, start, fwd, bwd, xfer, lat, sim, end)
-                    : run_schedule(j, n, start, fwd, bwd, xfer, lat, sim, end)) != 0)
+        if (schedule(j, l, n, start, fwd, bwd, xfer, lat, sim, end) != 0)
             return INFINITY;
         br->critical_stage = crit;
-        br->compute = m * (crit_terms.fwd + crit_terms.bwd);
-        br->tp_comm = m * (crit_terms.tp_fwd + crit_terms.tp_bwd);
+        br->compute = m * (ct->fwd + ct->bwd);
+        br->tp_comm = m * (ct->tp_fwd + ct->tp_bwd);
         br->pp_comm = crit_end - end[crit] > 0 ? crit_end - end[crit] : 0;
         br->bubble = crit_end - crit_start - br->pp_comm - br->compute - br->tp_comm;
         if (br->bubble < 0)
             br->bubble = 0;
-        br->dp_comm = crit_terms.ag_exposed + (best - crit_end);
-        br->optimizer = crit_terms.optimizer;
+        br->dp_comm = ct->ag_exposed + (best - crit_end);
+        br->optimizer = ct->optimizer;
         br->total = best;
     }
     return best;
