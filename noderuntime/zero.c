@@ -209,20 +209,11 @@ double zero_shard_sq_norm(const struct zero *z, size_t skip_lo, size_t skip_hi)
     return s;
 }
 
-int zero_all_gather_params(struct zero *z, herr *e)
-{
-    if (zero_params_gather_start(z, e) != 0) {
-        herr e2;
-        zero_params_gather_finish(z, &e2);
-        return -1;
-    }
-    return zero_params_gather_finish(z, e);
-}
+int zero_all_gather_params(struct zero *z, herr *e) { return zero_all_gather(z, z->params, e); }
 
-int zero_params_gather_start(struct zero *z, herr *e) { return zero_params_gather_part(z, 0, z->n, e); }
-
-/* In forward order: from the start of the buffer, bucket nb-1 first. */
-int zero_params_gather_part(struct zero *z, size_t lo, size_t hi, herr *e)
+/* Issues the all-gather of buf's buckets that lie inside [lo, hi), in forward order (from the
+ * start of the buffer: bucket nb-1 first). */
+static int gather_part(struct zero *z, float *buf, size_t lo, size_t hi, herr *e)
 {
     if (!z->dp || comm_size(z->dp) == 1)
         return 0;
@@ -232,10 +223,15 @@ int zero_params_gather_part(struct zero *z, size_t lo, size_t hi, herr *e)
             continue;
         if (k->req)
             return herr_set(e, "bucket %d still has a collective in flight", i);
-        if (comm_iall_gather(z->dp, z->params + k->lo, k->hi - k->lo, sizeof(float), &k->req, e) != 0)
-            return herr_wrap(e, "parameter all-gather of bucket %d", i);
+        if (comm_iall_gather(z->dp, buf + k->lo, k->hi - k->lo, sizeof(float), &k->req, e) != 0)
+            return herr_wrap(e, "all-gather of bucket %d", i);
     }
     return 0;
+}
+
+int zero_params_gather_part(struct zero *z, size_t lo, size_t hi, herr *e)
+{
+    return gather_part(z, z->params, lo, hi, e);
 }
 
 /* Waits for the requests of the buckets overlapping [lo, hi), in forward order; the first error
@@ -266,16 +262,7 @@ int zero_params_gather_finish(struct zero *z, herr *e) { return zero_params_wait
 
 int zero_all_gather(struct zero *z, float *buf, herr *e)
 {
-    if (!z->dp || comm_size(z->dp) == 1)
-        return 0;
-    int rc = 0;
-    for (int i = 0; i < z->nb; i++) {
-        struct bucket *k = &z->b[i];
-        if (comm_iall_gather(z->dp, buf + k->lo, k->hi - k->lo, sizeof(float), &k->req, e) != 0) {
-            rc = herr_wrap(e, "bucket %d", i);
-            break;
-        }
-    }
+    int rc = gather_part(z, buf, 0, z->n, e);
     herr e2;
     if (wait_range(z, 0, z->n, "all-gather", &e2) != 0 && rc == 0) {
         *e = e2;

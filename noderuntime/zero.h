@@ -53,13 +53,11 @@ size_t zero_shard_offset(const struct zero *z, int b);
 double zero_shard_sq_norm(const struct zero *z, size_t skip_lo, size_t skip_hi);
 /* All-gathers every bucket's parameters (each replica contributes its updated shard). */
 int zero_all_gather_params(struct zero *z, herr *e);
-/* The same in three parts, so that the gather overlaps the next forward: start issues every
- * bucket's all-gather (from the start of the buffer, the order forward reads it); wait returns
- * once the buckets holding [lo, hi) are gathered; finish waits for the rest. Nothing else may use
- * the gradient buckets' requests in between (the next reduce-scatter comes after finish). */
-int zero_params_gather_start(struct zero *z, herr *e);
-/* Starts only the buckets that lie inside [lo, hi) (the others later, in the same order on every
- * replica: e.g. a bucket whose owned shard arrives from elsewhere first). */
+/* The same in parts, so that the gather overlaps the next forward: part issues the all-gather of
+ * the buckets that lie inside [lo, hi), from the start of the buffer (the order forward reads it;
+ * the others later, in the same order on every replica); wait returns once the buckets holding
+ * [lo, hi) are gathered; finish waits for the rest. Nothing else may use the gradient buckets'
+ * requests in between (the next reduce-scatter comes after finish). */
 int zero_params_gather_part(struct zero *z, size_t lo, size_t hi, herr *e);
 int zero_params_wait(struct zero *z, size_t lo, size_t hi, herr *e);
 int zero_params_gather_finish(struct zero *z, herr *e);
