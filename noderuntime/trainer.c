@@ -84,6 +84,7 @@ struct worker {
     struct tie_shard {
         int bucket;
         size_t lo, hi;         /* this replica's shard of the bucket */
+        size_t at;             /* where it sits in tie_out and tie_in */
     } *tie;                    /* [ntie] the embedding's buckets, in buffer order */
     int ntie;
     struct comm_req **tie_sends; /* [ntie] sends in flight (from tie_out) */
@@ -456,10 +457,12 @@ static int worker_optim_init(struct worker *w, herr *e)
         if (!w->tie || !w->tie_sends || !w->tie_out || !w->tie_in)
             return herr_set(e, "out of memory for the tied embedding exchange");
         /* the embedding is cut off from its neighbours: each bucket is inside it or outside */
-        for (size_t off = w->wte_off; off < w->wte_off + w->wte_n; w->ntie++) {
+        for (size_t off = w->wte_off, at = 0; off < w->wte_off + w->wte_n; w->ntie++) {
             struct tie_shard *t = &w->tie[w->ntie];
             t->bucket = zero_bucket_at(w->z, off);
             zero_shard(w->z, t->bucket, &t->lo, &t->hi);
+            t->at = at;
+            at += t->hi - t->lo;
             off = zero_bucket_end(w->z, t->bucket);
         }
     }
@@ -513,10 +516,11 @@ static int tie_copy_out(struct worker *w, herr *e)
     const float *g = gpt_stage_grads(w->gs);
     if (tie_sends_wait(w, e) != 0) /* the last step's, from the same buffer */
         return -1;
-    for (size_t i = 0, o = 0; i < (size_t)w->ntie; o += w->tie[i].hi - w->tie[i].lo, i++) {
-        if (zero_bucket_wait(w->z, w->tie[i].bucket, e) != 0)
+    for (int i = 0; i < w->ntie; i++) {
+        const struct tie_shard *t = &w->tie[i];
+        if (zero_bucket_wait(w->z, t->bucket, e) != 0)
             return -1;
-        memcpy(w->tie_out + o, g + w->tie[i].lo, (w->tie[i].hi - w->tie[i].lo) * sizeof *g);
+        memcpy(w->tie_out + t->at, g + t->lo, (t->hi - t->lo) * sizeof *g);
     }
     return 0;
 }
@@ -524,11 +528,12 @@ static int tie_copy_out(struct worker *w, herr *e)
 /* Sends tie_out's shards to the other end. */
 static int tie_send(struct worker *w, herr *e)
 {
-    for (size_t i = 0, o = 0; i < (size_t)w->ntie; o += w->tie[i].hi - w->tie[i].lo, i++) {
-        size_t n = w->tie[i].hi - w->tie[i].lo;
-        if (n && comm_isend(w->emb, w->first ? 1 : 0, TAG_TIE_GRAD, w->tie_out + o,
+    for (int i = 0; i < w->ntie; i++) {
+        const struct tie_shard *t = &w->tie[i];
+        size_t n = t->hi - t->lo;
+        if (n && comm_isend(w->emb, w->first ? 1 : 0, TAG_TIE_GRAD, w->tie_out + t->at,
                             n * sizeof(float), &w->tie_sends[i], e) != 0)
-            return herr_wrap(e, "tied embedding: sending gradient shard %zu", i);
+            return herr_wrap(e, "tied embedding: sending gradient shard %d", i);
     }
     return 0;
 }
@@ -536,11 +541,12 @@ static int tie_send(struct worker *w, herr *e)
 /* Receives the other end's shards into tie_in. */
 static int tie_recv(struct worker *w, herr *e)
 {
-    for (size_t i = 0, o = 0; i < (size_t)w->ntie; o += w->tie[i].hi - w->tie[i].lo, i++) {
-        size_t n = w->tie[i].hi - w->tie[i].lo;
-        if (n && comm_recv(w->emb, w->first ? 1 : 0, TAG_TIE_GRAD, w->tie_in + o, n * sizeof(float),
-                           e) != 0)
-            return herr_wrap(e, "tied embedding: gradient shard %zu from the %s stage", i,
+    for (int i = 0; i < w->ntie; i++) {
+        const struct tie_shard *t = &w->tie[i];
+        size_t n = t->hi - t->lo;
+        if (n && comm_recv(w->emb, w->first ? 1 : 0, TAG_TIE_GRAD, w->tie_in + t->at,
+                           n * sizeof(float), e) != 0)
+            return herr_wrap(e, "tied embedding: gradient shard %d from the %s stage", i,
                              w->first ? "last" : "first");
     }
     return 0;
@@ -554,9 +560,11 @@ static int tie_grads_in(struct worker *w, herr *e)
     float *g = gpt_stage_grads(w->gs);
     if (tie_copy_out(w, e) != 0 || tie_recv(w, e) != 0)
         return -1;
-    for (size_t i = 0, o = 0; i < (size_t)w->ntie; o += w->tie[i].hi - w->tie[i].lo, i++)
-        for (size_t k = w->tie[i].lo; k < w->tie[i].hi; k++)
-            g[k] += w->tie_in[o + k - w->tie[i].lo];
+    for (int i = 0; i < w->ntie; i++) {
+        const struct tie_shard *t = &w->tie[i];
+        for (size_t k = t->lo; k < t->hi; k++)
+            g[k] += w->tie_in[t->at + k - t->lo];
+    }
     return 0;
 }
 
@@ -571,14 +579,15 @@ static int tie_head_update(struct worker *w, herr *e)
     w->tie_params_due = 0;
     if (tie_recv(w, e) != 0)
         return -1;
-    for (size_t i = 0, o = 0; i < (size_t)w->ntie; o += w->tie[i].hi - w->tie[i].lo, i++) {
-        size_t lo = w->tie[i].lo, hi = w->tie[i].hi, off = zero_shard_offset(w->z, w->tie[i].bucket);
-        for (size_t k = lo; k < hi; k++)
-            g[k] = w->tie_out[o + k - lo] + w->tie_in[o + k - lo];
-        if (hi > lo)
+    for (int i = 0; i < w->ntie; i++) {
+        const struct tie_shard *t = &w->tie[i];
+        size_t off = zero_shard_offset(w->z, t->bucket);
+        for (size_t k = t->lo; k < t->hi; k++)
+            g[k] = w->tie_out[t->at + k - t->lo] + w->tie_in[t->at + k - t->lo];
+        if (t->hi > t->lo)
             adamw_update(&w->cfg->adamw, tens, nt, gpt_stage_params(w->gs), g, w->m + off,
-                         w->v + off, lo, hi, w->tie_lr, w->tie_step, w->tie_scale);
-        memset(g + lo, 0, (hi - lo) * sizeof *g);
+                         w->v + off, t->lo, t->hi, w->tie_lr, w->tie_step, w->tie_scale);
+        memset(g + t->lo, 0, (t->hi - t->lo) * sizeof *g);
     }
     return zero_params_gather_part(w->z, w->wte_off, w->wte_off + w->wte_n, e);
 }
