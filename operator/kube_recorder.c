@@ -122,7 +122,8 @@ static void *sender(void *arg)
         pthread_mutex_unlock(&r->lock);
         herr e;
         char reason[128];
-        snprintf(reason, sizeof reason, "%s", str_at(ev, "reason", NULL) ? str_at(ev, "reason", NULL) : "");
+        const char *why = str_at(ev, "reason", NULL);
+        snprintf(reason, sizeof reason, "%s", why ? why : "");
         if (kube_recorder_send(r, ev, &e) != 0)
             log_warn("event %s: %s", reason, e.msg);
         pthread_mutex_lock(&r->lock);
