@@ -2,7 +2,7 @@
 # make bench-hetero: the heterogeneous-fabric benchmark (docs/hetero.md).
 # Every scenario trains the same GPT with the same global batch on 4 real `holmes-node worker`
 # processes, each in its own network namespace (scripts/fabric-netns.sh): fabrics are bridges
-# shaped with HTB, cross-fabric traffic goes through a router namespace shaped to CROSS_MBIT.
+# shaped with TBF, cross-fabric traffic goes through a router namespace shaped to CROSS_MBIT.
 # The coordinator (holmes-operator local) runs in the router namespace on 10.77.1.1. Per
 # scenario: REPS runs, median and spread of the post-warm-up step time, the planner's
 # prediction before and after calibration. Writes $OUT/hetero-results.tsv, the table in
