@@ -44,6 +44,9 @@ struct tj_parallelism {
     int micro_batches;    /* per optimizer step, per data-parallel replica */
     int micro_batch_size; /* sequences per micro-batch */
     enum tj_schedule schedule;
+    /* element type of the activations and activation gradients sent between pipeline stages:
+     * TJ_FP32 (exact) or TJ_BF16 (half the bytes, values rounded to bfloat16) */
+    enum tj_precision pipeline_dtype;
 };
 
 struct tj_fabric_bw {

@@ -35,6 +35,7 @@ struct pipe_runner {
     float *out;    /* activation to send */
     float *dout;   /* received gradient */
     float *din;    /* gradient to send */
+    uint16_t *wire; /* PIPE_WIRE_BF16: one activation as sent or received */
     float loss_sum;
 };
 
@@ -48,6 +49,7 @@ void pipe_runner_free(struct pipe_runner *p)
     free(p->out);
     free(p->dout);
     free(p->din);
+    free(p->wire);
     free(p);
 }
 
@@ -83,6 +85,8 @@ int pipe_runner_create(struct pipe_runner **out, const struct pipe_config *cfg,
         ok = (p->out = malloc(bytes ? bytes : 1)) != NULL;
         ok = ok && (p->dout = malloc(bytes ? bytes : 1)) != NULL;
     }
+    if (ok && cfg->wire == PIPE_WIRE_BF16 && cfg->stages > 1)
+        ok = (p->wire = malloc(ops->act_count ? ops->act_count * sizeof *p->wire : 1)) != NULL;
     if (!ok) {
         pipe_runner_free(p);
         return herr_set(e, "out of memory for %d pipeline activation slots of %zu bytes", p->slots,
@@ -92,12 +96,52 @@ int pipe_runner_create(struct pipe_runner **out, const struct pipe_config *cfg,
     return 0;
 }
 
+uint16_t pipe_bf16_from_float(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it one (quiet), whatever the payload */
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u); /* ties to even; overflow rounds to infinity */
+    return (uint16_t)(u >> 16);
+}
+
+float pipe_bf16_to_float(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* One activation (or its gradient) to / from the neighbour stage in the configured wire format. */
+static int wire_send(struct pipe_runner *p, int peer, uint32_t tag, const float *x, herr *e)
+{
+    size_t n = p->ops.act_count;
+    if (p->cfg.wire != PIPE_WIRE_BF16)
+        return comm_send(p->cfg.comm, peer, tag, x, n * sizeof *x, e);
+    for (size_t i = 0; i < n; i++)
+        p->wire[i] = pipe_bf16_from_float(x[i]);
+    return comm_send(p->cfg.comm, peer, tag, p->wire, n * sizeof *p->wire, e);
+}
+
+static int wire_recv(struct pipe_runner *p, int peer, uint32_t tag, float *x, herr *e)
+{
+    size_t n = p->ops.act_count;
+    if (p->cfg.wire != PIPE_WIRE_BF16)
+        return comm_recv(p->cfg.comm, peer, tag, x, n * sizeof *x, e);
+    if (comm_recv(p->cfg.comm, peer, tag, p->wire, n * sizeof *p->wire, e) != 0)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        x[i] = pipe_bf16_to_float(p->wire[i]);
+    return 0;
+}
+
 static int do_forward(struct pipe_runner *p, int mb, herr *e)
 {
     int s = p->cfg.stage, slot = mb % p->slots;
     int first = s == 0, last = s == p->cfg.stages - 1;
-    size_t bytes = p->ops.act_count * sizeof(float);
-    if (!first && comm_recv(p->cfg.comm, s - 1, TAG_ACT, p->in[slot], bytes, e) != 0)
+    if (!first && wire_recv(p, s - 1, TAG_ACT, p->in[slot], e) != 0)
         return herr_wrap(e, "stage %d: receiving activations of micro-batch %d", s, mb);
     float loss = 0;
     if (p->ops.forward(p->ops.ctx, mb, slot, first ? NULL : p->in[slot], last ? NULL : p->out,
@@ -105,7 +149,7 @@ static int do_forward(struct pipe_runner *p, int mb, herr *e)
         return herr_wrap(e, "stage %d: forward of micro-batch %d", s, mb);
     if (last)
         p->loss_sum += loss;
-    else if (comm_send(p->cfg.comm, s + 1, TAG_ACT, p->out, bytes, e) != 0)
+    else if (wire_send(p, s + 1, TAG_ACT, p->out, e) != 0)
         return herr_wrap(e, "stage %d: sending activations of micro-batch %d", s, mb);
     return 0;
 }
@@ -114,12 +158,11 @@ static int do_backward(struct pipe_runner *p, int mb, herr *e)
 {
     int s = p->cfg.stage, slot = mb % p->slots;
     int first = s == 0, last = s == p->cfg.stages - 1;
-    size_t bytes = p->ops.act_count * sizeof(float);
-    if (!last && comm_recv(p->cfg.comm, s + 1, TAG_GRAD, p->dout, bytes, e) != 0)
+    if (!last && wire_recv(p, s + 1, TAG_GRAD, p->dout, e) != 0)
         return herr_wrap(e, "stage %d: receiving gradients of micro-batch %d", s, mb);
     if (p->ops.backward(p->ops.ctx, mb, slot, last ? NULL : p->dout, first ? NULL : p->din, e) != 0)
         return herr_wrap(e, "stage %d: backward of micro-batch %d", s, mb);
-    if (!first && comm_send(p->cfg.comm, s - 1, TAG_GRAD, p->din, bytes, e) != 0)
+    if (!first && wire_send(p, s - 1, TAG_GRAD, p->din, e) != 0)
         return herr_wrap(e, "stage %d: sending gradients of micro-batch %d", s, mb);
     return 0;
 }

@@ -7,11 +7,15 @@
 #define HOLMES_PIPELINE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "comm.h"
 #include "error.h"
 
 enum pipe_schedule { PIPE_GPIPE, PIPE_1F1B };
+/* What travels between stages: the stages' floats as they are, or each rounded to bfloat16
+ * (round to nearest even; half the bytes) and widened again by the receiver. */
+enum pipe_wire { PIPE_WIRE_FP32, PIPE_WIRE_BF16 };
 
 /* Parses "gpipe" / "1f1b". */
 int pipe_schedule_parse(const char *s, enum pipe_schedule *out, herr *e);
@@ -31,10 +35,15 @@ struct pipe_config {
     int stage, stages, micro_batches;
     enum pipe_schedule schedule;
     struct comm *comm; /* pipeline group; NULL when stages == 1 */
+    enum pipe_wire wire;
 };
 
 /* Activation slots a stage needs: micro_batches for GPipe, min(stages - stage, M) for 1F1B. */
 int pipe_slots_needed(enum pipe_schedule s, int stage, int stages, int micro_batches);
+
+/* float <-> bfloat16 as the bf16 wire does it: round to nearest even, NaN stays NaN. */
+uint16_t pipe_bf16_from_float(float x);
+float pipe_bf16_to_float(uint16_t b);
 
 struct pipe_runner;
 int pipe_runner_create(struct pipe_runner **out, const struct pipe_config *cfg,

@@ -724,7 +724,7 @@ int trainer_run(const struct trainer_config *c, const struct rank_table *rt, int
         goto out;
     struct pipe_stage_ops ops = {&w, (size_t)c->B * (size_t)c->T * (size_t)c->model.channels,
                                  stage_forward, stage_backward};
-    struct pipe_config pc = {w.stage, w.P, w.M, c->schedule, w.pp};
+    struct pipe_config pc = {w.stage, w.P, w.M, c->schedule, w.pp, c->pipe_wire};
     if (pipe_runner_create(&pr, &pc, &ops, e) != 0)
         goto out;
     int stop = 0;

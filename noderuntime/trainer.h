@@ -33,6 +33,7 @@ struct trainer_config {
     int micro_batches;           /* per replica per step */
     long steps;                  /* total steps of the run (resume continues up to it) */
     enum pipe_schedule schedule;
+    enum pipe_wire pipe_wire;    /* element type between pipeline stages */
     struct adamw_config adamw;
     struct lr_schedule lr;
     float grad_clip;             /* global-norm clip; <= 0 disables */

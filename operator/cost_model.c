@@ -140,7 +140,8 @@ double cost_embedding_params(const struct cost_job *j)
 
 double cost_activation_bytes(const struct cost_job *j)
 {
-    return (double)j->micro_batch_size * j->seq * j->hidden * j->elem_bytes;
+    int b = j->act_elem_bytes > 0 ? j->act_elem_bytes : j->elem_bytes;
+    return (double)j->micro_batch_size * j->seq * j->hidden * b;
 }
 
 struct cost_link cost_link_make(double gbps, double lat_us, double flows)

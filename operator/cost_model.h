@@ -53,6 +53,7 @@ struct cost_job {
     int micro_batches;     /* per replica per step */
     int micro_batch_size;  /* sequences per micro-batch */
     int elem_bytes;        /* 4 for fp32, 2 for bf16/fp16 */
+    int act_elem_bytes;    /* per element between pipeline stages; 0 = elem_bytes */
     enum cost_schedule schedule;
 };
 

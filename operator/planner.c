@@ -86,6 +86,7 @@ void plan_job_init(struct plan_job *j)
     j->micro_batches = 1;
     j->micro_batch_size = 1;
     j->precision = PLAN_BF16;
+    j->pipeline_dtype = PLAN_FP32;
     j->schedule = COST_1F1B;
     j->policy = PLAN_HOLMES;
 }
@@ -424,6 +425,7 @@ static struct plan_eval *eval_new(const struct plan_worker *workers, int n_worke
     ev->cj.seq = job->model.seq;
     ev->cj.tensor = job->tensor;
     ev->cj.elem_bytes = job->precision == PLAN_FP32 ? 4 : 2;
+    ev->cj.act_elem_bytes = job->pipeline_dtype == PLAN_BF16 ? 2 : ev->cj.elem_bytes;
     ev->cj.schedule = job->schedule;
     return ev;
 fail:

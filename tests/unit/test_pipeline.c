@@ -1,8 +1,12 @@
 /* Pipeline schedules on a toy model (stage s: y = w_s * x + b_s elementwise; squared-error loss
  * on the last stage), in forked processes over TCP: per-stage gradients and the loss match a
- * single-process computation; 1F1B never needs more than stages - stage activation slots. */
+ * single-process computation; 1F1B never needs more than stages - stage activation slots. With
+ * the bf16 wire they match the single process that rounds to bfloat16 where a stage boundary
+ * is, and differ from the exact one. */
 #include "test.h"
 
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "comm_testutil.h"
@@ -66,8 +70,12 @@ static int toy_backward(void *ctx, int mb, int slot, const float *dout, float *d
     return 0;
 }
 
-/* Whole model in one process: gradients of stage `want` and the total loss. */
-static void reference(int stages, int M, int want, float *gw, float *gb, float *loss)
+/* What crosses a stage boundary: x itself, or x rounded to bfloat16 (bf16). */
+static float wire(float x, int bf16) { return bf16 ? pipe_bf16_to_float(pipe_bf16_from_float(x)) : x; }
+
+/* Whole model in one process: gradients of stage `want` and the total loss; bf16: values are
+ * rounded to bfloat16 where they cross a stage boundary. */
+static void reference(int stages, int M, int want, int bf16, float *gw, float *gb, float *loss)
 {
     memset(gw, 0, D * sizeof *gw);
     memset(gb, 0, D * sizeof *gb);
@@ -78,7 +86,7 @@ static void reference(int stages, int M, int want, float *gw, float *gb, float *
             y[i] = data_x(mb, i);
         for (int s = 0; s < stages; s++)
             for (int i = 0; i < D; i++) {
-                xs[s][i] = y[i];
+                xs[s][i] = s > 0 ? wire(y[i], bf16) : y[i];
                 y[i] = param_w(s, i) * xs[s][i] + param_b(s, i);
             }
         float l = 0;
@@ -95,6 +103,8 @@ static void reference(int stages, int M, int want, float *gw, float *gb, float *
                     gb[i] += dy[i];
                 }
                 dy[i] = dy[i] * param_w(s, i);
+                if (s > 0)
+                    dy[i] = wire(dy[i], bf16);
             }
     }
 }
@@ -102,6 +112,7 @@ static void reference(int stages, int M, int want, float *gw, float *gb, float *
 struct case_arg {
     int M;
     enum pipe_schedule sched;
+    enum pipe_wire wire;
 };
 
 static int run_stage(int rank, int n, struct tcp_listener *l, const struct tcp_endpoint *eps, void *arg)
@@ -128,7 +139,7 @@ static int run_stage(int rank, int n, struct tcp_listener *l, const struct tcp_e
         t.b[i] = param_b(rank, i);
     }
     struct pipe_stage_ops ops = {&t, D, toy_forward, toy_backward};
-    struct pipe_config cfg = {rank, n, ca->M, ca->sched, c};
+    struct pipe_config cfg = {rank, n, ca->M, ca->sched, c, ca->wire};
     struct pipe_runner *p;
     int bad = 0;
     float loss = 0;
@@ -138,8 +149,19 @@ static int run_stage(int rank, int n, struct tcp_listener *l, const struct tcp_e
     } else {
         pipe_runner_free(p);
     }
-    float gw[D], gb[D], rloss;
-    reference(n, ca->M, rank, gw, gb, &rloss);
+    float gw[D], gb[D], rloss, xw[D], xb[D], xloss;
+    int bf16 = ca->wire == PIPE_WIRE_BF16;
+    reference(n, ca->M, rank, bf16, gw, gb, &rloss);
+    reference(n, ca->M, rank, 0, xw, xb, &xloss);
+    if (bf16 && n > 1 && !bad) { /* the rounding must show: somewhere the exact gradient differs */
+        int differs = 0;
+        for (int i = 0; i < D; i++)
+            differs |= fabsf(xw[i] - t.gw[i]) > 1e-6f * (1 + fabsf(xw[i]));
+        if (!differs && rank < n - 1) {
+            fprintf(stderr, "rank %d: bf16 wire gave the exact (fp32) gradients\n", rank);
+            bad = 1;
+        }
+    }
     for (int i = 0; i < D && !bad; i++)
         if (fabsf(gw[i] - t.gw[i]) > 1e-6f * (1 + fabsf(gw[i])) ||
             fabsf(gb[i] - t.gb[i]) > 1e-6f * (1 + fabsf(gb[i]))) {
@@ -156,6 +178,13 @@ static int run_stage(int rank, int n, struct tcp_listener *l, const struct tcp_e
     return bad;
 }
 
+static uint16_t bits_bf16(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return pipe_bf16_from_float(x);
+}
+
 int main(void)
 {
     static const int Ps[] = {1, 2, 3, 4};
@@ -163,12 +192,31 @@ int main(void)
     for (int si = 0; si < 2; si++)
         for (size_t pi = 0; pi < 4; pi++)
             for (size_t mi = 0; mi < 2; mi++) {
-                struct case_arg ca = {Ms[mi], si ? PIPE_1F1B : PIPE_GPIPE};
+                struct case_arg ca = {Ms[mi], si ? PIPE_1F1B : PIPE_GPIPE, PIPE_WIRE_FP32};
                 char name[96];
                 snprintf(name, sizeof name, "%s %d stages %d micro-batches matches single process",
                          pipe_schedule_name(ca.sched), Ps[pi], Ms[mi]);
                 CHECK_INT(name, run_group(Ps[pi], run_stage, &ca, -1, 60), 0);
             }
+    for (int si = 0; si < 2; si++)
+        for (size_t pi = 1; pi < 4; pi++) {
+            struct case_arg ca = {5, si ? PIPE_1F1B : PIPE_GPIPE, PIPE_WIRE_BF16};
+            char name[96];
+            snprintf(name, sizeof name, "%s %d stages, bf16 wire: the rounded single process",
+                     pipe_schedule_name(ca.sched), Ps[pi]);
+            CHECK_INT(name, run_group(Ps[pi], run_stage, &ca, -1, 60), 0);
+        }
+    /* round to nearest even on the 16 bits kept */
+    CHECK_INT("bf16 1.0", bits_bf16(0x3f800000u), 0x3f80);
+    CHECK_INT("bf16 rounds a tie down to even", bits_bf16(0x3f808000u), 0x3f80);
+    CHECK_INT("bf16 rounds a tie up to even", bits_bf16(0x3f818000u), 0x3f82);
+    CHECK_INT("bf16 rounds above the tie up", bits_bf16(0x3f808001u), 0x3f81);
+    CHECK_INT("bf16 -0", bits_bf16(0x80000000u), 0x8000);
+    CHECK_INT("bf16 infinity", bits_bf16(0x7f800000u), 0x7f80);
+    CHECK_INT("bf16 FLT_MAX rounds to infinity", bits_bf16(0x7f7fffffu), 0x7f80);
+    uint16_t nan = bits_bf16(0x7f800001u); /* payload only in the low bits */
+    CHECK("bf16 NaN stays NaN", (nan & 0x7f80) == 0x7f80 && (nan & 0x7f) != 0);
+    CHECK("bf16 widened back exactly", pipe_bf16_to_float(0x3fc0) == 1.5f);
     CHECK_INT("1f1b slots bounded by stages - stage", pipe_slots_needed(PIPE_1F1B, 1, 4, 8), 3);
     CHECK_INT("gpipe slots = micro-batches", pipe_slots_needed(PIPE_GPIPE, 1, 4, 8), 8);
     enum pipe_schedule s;

@@ -180,7 +180,10 @@ static void test_links_json(void)
 /* The bench's clusters: IB, RoCE, IB, X (X = RoCE or Ethernet) listed interleaved, CPU
  * workers, pipeline 2 x data 2; overlap and TCP latency 0 so the data-parallel term is
  * exactly the bytes over the link's bandwidth. */
-static int gateway_plan(enum plan_policy pol, int three, double gateway, struct plan *p)
+/* The 4-worker clusters of test_gateway; `m` micro-batches (1: gpipe, 2: 1f1b) and what
+ * travels between the stages as given. */
+static int gateway_plan_with(enum plan_policy pol, int three, double gateway, int m,
+                             enum plan_precision pipeline_dtype, struct plan *p)
 {
     struct plan_worker w[4];
     worker(&w[0], "w0", 0, 0.05, NIC_INFINIBAND, "ib-a", 0.4);
@@ -197,9 +200,11 @@ static int gateway_plan(enum plan_policy pol, int three, double gateway, struct 
     job.model = (struct plan_model){4, 192, 4, 8, 32};
     job.pipeline = 2;
     job.data = 2;
-    job.micro_batches = 2;
+    job.micro_batches = m;
+    job.schedule = m < 2 ? COST_GPIPE : COST_1F1B;
     job.micro_batch_size = 4;
     job.precision = PLAN_FP32;
+    job.pipeline_dtype = pipeline_dtype;
     job.policy = pol;
     static const int pin[2] = {2, 2};
     job.pinned = pin;
@@ -217,6 +222,55 @@ static int gateway_plan(enum plan_policy pol, int three, double gateway, struct 
     if (rc)
         TEST_FAIL("gateway plan", "%s", e.msg);
     return rc;
+}
+
+static int gateway_plan(enum plan_policy pol, int three, double gateway, struct plan *p)
+{
+    return gateway_plan_with(pol, three, gateway, 2, PLAN_FP32, p);
+}
+
+/* parallelism.pipelineDtype bf16: the activations between stages weigh half as much. */
+static void test_pipeline_dtype(void)
+{
+    struct cost_links l;
+    cost_links_default(&l);
+    l.compute_efficiency = 1;
+    l.memory_gbps = 1e12;
+    struct cost_job j = {.layers = 4, .hidden = 192, .heads = 4, .vocab = 1, .seq = 32,
+                         .tensor = 1, .data = 1, .micro_batches = 1, .micro_batch_size = 4,
+                         .elem_bytes = 4, .schedule = COST_GPIPE};
+    CHECK_NEAR("fp32 activation: 4 bytes per value", cost_activation_bytes(&j), 4 * 32 * 192 * 4.0,
+               1e-9);
+    struct cost_stage st[2];
+    for (int s = 0; s < 2; s++)
+        st[s] = (struct cost_stage){.layers = 2, .tflops = 1, .dp = {INFINITY, 0},
+                                    .next = {INFINITY, 0}};
+    st[0].next.bw = cost_activation_bytes(&j) / 0.5; /* fp32: 0.5 s per transfer */
+    struct cost_link tie = {INFINITY, 0};
+    struct cost_sim sim;
+    struct cost_breakdown br;
+    herr e;
+    CHECK_INT("sim init", cost_sim_init(&sim, 2, 1, &e), 0);
+    /* one micro-batch: f0 + x + f1 + b1 + x + b0, both transfers on the critical path */
+    double t32 = cost_simulate(&j, &l, st, 2, &tie, &sim, &br);
+    CHECK_NEAR("fp32 wire: two transfers of 0.5 s", br.pp_comm, 1.0, 1e-6);
+    j.act_elem_bytes = 2;
+    CHECK_NEAR("bf16 wire: 2 bytes per value", cost_activation_bytes(&j), 4 * 32 * 192 * 2.0, 1e-9);
+    double t16 = cost_simulate(&j, &l, st, 2, &tie, &sim, &br);
+    CHECK_NEAR("bf16 wire: two transfers of 0.25 s", br.pp_comm, 0.5, 1e-6);
+    CHECK_NEAR("bf16 wire: the step is 0.5 s shorter", t32 - t16, 0.5, 1e-6);
+    cost_sim_free(&sim);
+    /* through the planner: job.pipeline_dtype reaches the cost model; the rings are the same */
+    struct plan a, b;
+    if (!gateway_plan_with(PLAN_HOLMES, 0, 0.05, 1, PLAN_FP32, &a) &&
+        !gateway_plan_with(PLAN_HOLMES, 0, 0.05, 1, PLAN_BF16, &b)) {
+        CHECK("planner, bf16 wire: a shorter step", b.step_s < a.step_s);
+        for (int s = 0; s < 2; s++)
+            CHECK_NEAR("planner, bf16 wire: the rings are untouched", b.stages[s].dp_s,
+                       a.stages[s].dp_s, 1e-12);
+    }
+    plan_free(&a);
+    plan_free(&b);
 }
 
 static void test_gateway(void)
@@ -900,6 +954,7 @@ int main(void)
     test_schedule_closed_form();
     test_links_json();
     test_gateway();
+    test_pipeline_dtype();
     test_shared_cores();
     test_two_fabrics();
     test_tensor_and_auto();

@@ -31,6 +31,10 @@ ONLY=${ONLY:-}             # run only these scenarios (space-separated names)
 # GPT depth: 8 layers, so that a stage's compute outweighs its boundary's activations as in the
 # paper's 36-layer model (docs/hetero.md, "The scaling").
 LAYERS=${LAYERS:-8}
+# Activations between stages travel in bf16, as in the paper's mixed-precision training (2 bytes
+# a value; the CPU engine computes in fp32): docs/hetero.md, "The scaling".
+PIPELINE_DTYPE=${PIPELINE_DTYPE:-bf16}
+[[ $PIPELINE_DTYPE == fp32 || $PIPELINE_DTYPE == bf16 ]] || die "PIPELINE_DTYPE=$PIPELINE_DTYPE: must be fp32 or bf16"
 for v in REPS STEPS IB_MBIT ROCE_MBIT CROSS_MBIT LAYERS; do
     [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -ge 1 ] || die "$v=${!v}: must be a positive integer"
 done
@@ -86,7 +90,7 @@ spec:
   workers: $nw
   gpusPerWorker: 0
   model: {layers: $LAYERS, hidden: 192, heads: 4, vocab: 256, seqLen: 32}
-  parallelism: {pipeline: $pipeline, data: 2, microBatches: $mb, microBatchSize: $mbs, schedule: 1f1b}
+  parallelism: {pipeline: $pipeline, data: 2, microBatches: $mb, microBatchSize: $mbs, schedule: 1f1b, pipelineDtype: $PIPELINE_DTYPE}
   placement: {policy: $policy}
   training:
     steps: $STEPS
