@@ -12,6 +12,10 @@
 # i.e. cross-fabric, traffic and is shaped (TBF) to CROSS_MBIT. A coordinator in the router
 # namespace is reachable from every worker at its fabric's gateway address.
 #
+# Every link runs jumbo frames (MTU 9000, FABRIC_MTU to change), as RDMA and HPC Ethernet fabrics
+# do: a real NIC segments and shapes in hardware, here the kernel does it on the cores the workers
+# compute on, and at MTU 1500 that packet work took a visible share of them (docs/hetero.md).
+#
 # Addresses: fabric k (0-based) is 10.77.<k+1>.0/24, router .1, workers .10, .11, ...
 # `up` prints one line per worker: "NAMESPACE FABRIC ADDRESS GATEWAY". `down` removes everything
 # with PREFIX (namespaces, and with them their veths and qdiscs) and is safe to run twice.
@@ -50,6 +54,9 @@ up() {
     [[ $cross =~ ^[0-9]+$ ]] && [ "$cross" -gt 0 ] || die "CROSS_MBIT must be a positive integer"
     [ $# -ge 1 ] || die "at least one FABRIC:WORKERS:MBIT is needed"
     [ $# -le 8 ] || die "at most 8 fabrics"
+    local mtu=${FABRIC_MTU:-9000}
+    [[ $mtu =~ ^[0-9]+$ ]] && [ "$mtu" -ge 1280 ] && [ "$mtu" -le 65535 ] ||
+        die "FABRIC_MTU=$mtu: must be an integer in 1280..65535"
     local r="$prefix-r" k=0 w=0 spec name count mbit i
     for spec in "$@"; do # validate everything before creating anything
         IFS=: read -r name count mbit <<<"$spec"
@@ -66,7 +73,7 @@ up() {
     for spec in "$@"; do
         IFS=: read -r name count mbit <<<"$spec"
         local net="10.77.$((k + 1))" br="br$k"
-        ip netns exec "$r" ip link add "$br" type bridge
+        ip netns exec "$r" ip link add "$br" mtu "$mtu" type bridge
         ip netns exec "$r" ip addr add "$net.1/24" dev "$br"
         ip netns exec "$r" ip link set "$br" up
         shape "$r" "$br" "$cross"
@@ -74,7 +81,7 @@ up() {
             local ns="$prefix-w$w" a="v${k}p$i"
             ip netns add "$ns"
             ip netns exec "$ns" ip link set lo up
-            ip link add "$a" netns "$r" type veth peer name eth0 netns "$ns"
+            ip link add "$a" netns "$r" mtu "$mtu" type veth peer name eth0 netns "$ns" mtu "$mtu"
             ip netns exec "$r" ip link set "$a" master "$br" up
             ip netns exec "$ns" ip addr add "$net.$((10 + i))/24" dev eth0
             ip netns exec "$ns" ip link set eth0 up

@@ -19,6 +19,10 @@ check "intra-fabric port shaped to 300 Mbit" grep -q 'tbf 1: root .*rate 300Mbit
 # the link's rate says, as on a real NIC (a 256 KB burst let 16 ms of 125 Mbit/s traffic through
 # at veth speed)
 check "burst is 2 ms at the rate" grep -Eq 'burst 7[45][0-9]{3}b' <<<"$qd"
+# jumbo frames on every link (a worker's port, the bridge, the worker's own end)
+check "jumbo frames: bridge" grep -q 'mtu 9000' <<<"$(ip netns exec "$P-r" ip link show br0)"
+check "jumbo frames: bridge port" grep -q 'mtu 9000' <<<"$(ip netns exec "$P-r" ip link show v0p1)"
+check "jumbo frames: worker" grep -q 'mtu 9000' <<<"$(ip netns exec "$P-w1" ip link show eth0)"
 
 # A TCP exchange inside a fabric and across fabrics (router) both work.
 echo_srv='import socket,sys;s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind((sys.argv[1],5055));s.listen(1);s.settimeout(10);c,_=s.accept();c.sendall(c.recv(64)[::-1])'
@@ -56,6 +60,9 @@ awk -v m="$ms" 'BEGIN{exit !(m+0 >= 16.4)}' && pass "96 KiB across 40 Mbit/s tak
     fail "96 KiB across 40 Mbit/s takes >= 16.4 ms" "$ms"
 
 "$S" down "$P"
+bad=$(FABRIC_MTU=9x "$S" up "$P" 40 ib:1:300 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -q "FABRIC_MTU=9x: must be an integer in 1280..65535" <<<"$bad" && pass "bad FABRIC_MTU refused" ||
+    fail "bad FABRIC_MTU refused" "$bad"
 bad=$("$S" up "$P" 40 ib:1:300 "ib:0:300" 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -q "WORKERS must be 1..64" <<<"$bad" && pass "bad worker count refused" || fail "bad worker count refused" "$bad"
 check "failed up leaves nothing behind" test -z "$(ip netns list | grep "^$P-")"
