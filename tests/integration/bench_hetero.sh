@@ -33,6 +33,11 @@ done
     || fail "references fitted before the two-fabric run" "$out"
 grep -q 'fitting the cost model to the references (all-rdma' <<<"$out" && pass "the fit follows the reference" \
     || fail "the fit follows the reference" "$out"
+# the latency between fabrics is measured before the runs and kept, not fitted, by the fit
+lat=$(sed -n 's/^latency between fabrics: \([0-9.]*\) us.*/\1/p' <<<"$out")
+/usr/bin/python3 -c 'import json,sys; l=json.load(open(sys.argv[1]))["links"]; assert 0 < float(sys.argv[2]) < 100000 and l["tcp_latency_us"] == float(sys.argv[2]), l' \
+    "$tmp/hetero-links-refs.json" "${lat:-0}" && pass "measured latency ($lat us) kept by the fit" \
+    || fail "measured latency kept by the fit" "latency '$lat': $(cat "$tmp/hetero-links-refs.json")"
 [ "$(wc -l <"$tmp/hetero-results.tsv")" -eq 3 ] && pass "one results line per run" \
     || fail "one results line per run" "$(cat "$tmp/hetero-results.tsv")"
 left=$(ip netns list | grep -E "^$pfx-" || true)

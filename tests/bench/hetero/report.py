@@ -23,7 +23,7 @@ from fit import fit, plan  # noqa: E402
 
 median = {n: statistics.median(meas[n]) for n in order}
 # The in-sample fit over every scenario: how well the cost model can describe these runs.
-vals, links = fit(work, op, order, median, cross)
+vals, links = fit(work, op, order, median)
 calib_path = os.path.join(work, "calibration.json")
 with open(calib_path, "w") as f:
     json.dump({"links": links}, f)
@@ -34,8 +34,10 @@ with open(os.path.join(out, "hetero-calibration.json"), "w") as f:
     f.write("\n")
 
 ref = median.get("all-rdma")
+lat = json.load(open(os.path.join(work, "links.json")))["links"].get("tcp_latency_us")
+lat = f" Latency between fabrics {lat:.0f} us (measured, one way)." if lat is not None else ""
 lines = [f"Links shaped: InfiniBand fabric {ib} Mbit/s, RoCE fabric {roce} Mbit/s, between "
-         f"fabrics (and the all-Ethernet fabric) {cross} Mbit/s. {tokens} tokens per step. "
+         f"fabrics (and the all-Ethernet fabric) {cross} Mbit/s.{lat} {tokens} tokens per step. "
          f"{len(meas[order[0]])} runs per scenario; whole run {wall} s; load average before "
          f"{load0}, after {load1}.", "",
          "| scenario | policy | step s (median) | spread (min-max) | tokens/s | vs all-RDMA (same workers) | "

@@ -155,7 +155,19 @@ if [ -n "${PLAN_LINKS:-}" ]; then
     [ -r "$PLAN_LINKS" ] || die "PLAN_LINKS=$PLAN_LINKS: not a readable file"
     cp "$PLAN_LINKS" "$WORK/links.json"
 else
-    echo "{\"links\": {\"tcp_gbps\": $cross_gbps, \"gateway_gbps\": $cross_gbps, \"shared_cores\": $(nproc)}}" \
+    # The latency between fabrics is measured, not fitted: a 64-byte round trip through the
+    # router between two fabrics' namespaces (latency.py), halved. Step times hardly depend on
+    # it, so a fit would make it absorb whatever else the model misses.
+    netns probe "$ib,$roce"
+    { read -r ns0 _; read -r ns1 a1; } <"$WORK/probe.map"
+    ip netns exec "$ns1" python3 "$HERE/latency.py" serve "$a1" 5058 &
+    srv=$!
+    lat_us=$(ip netns exec "$ns0" python3 "$HERE/latency.py" probe "$a1" 5058 50) ||
+        die "measuring the latency between fabrics failed"
+    wait "$srv" || true
+    "$NETNS" down "$P"
+    echo "latency between fabrics: $lat_us us (one way, 64 bytes)" >&2
+    echo "{\"links\": {\"tcp_gbps\": $cross_gbps, \"gateway_gbps\": $cross_gbps, \"shared_cores\": $(nproc), \"tcp_latency_us\": $lat_us}}" \
         >"$WORK/links.json"
 fi
 
@@ -235,7 +247,7 @@ refs=$(cut -f1 "$RES" | tail -n +2 | sort -u | tr '\n' ' ')
 if [ -z "${PLAN_LINKS:-}" ] && [ "${FIT_REFS:-1}" != 0 ] && [ -n "$refs" ]; then
     echo "fitting the cost model to the references ($refs)..." >&2
     # shellcheck disable=SC2086
-    python3 "$HERE/fit.py" "$WORK" "$OP" "$CROSS_MBIT" "$WORK/links-refs.json" $refs >&2 ||
+    python3 "$HERE/fit.py" "$WORK" "$OP" "$WORK/links-refs.json" $refs >&2 ||
         die "fitting the references failed"
     plan_links=$WORK/links-refs.json
 fi
