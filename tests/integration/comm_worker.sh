@@ -87,3 +87,7 @@ out=$("$NODE" worker --rank-table "$tmp/bad.json" --rank 0 --data "$tmp/data.txt
 rc=$?
 check "bad rank table exits 2" test $rc = 2
 check "bad rank table message names the rule" grep -q "4 entries" <<<"$out"
+out=$("$NODE" worker --rank-table "$tmp/bad.json" --rank 0 --data "$tmp/data.txt" --pipeline-dtype fp8 2>&1)
+rc=$?
+check "bad --pipeline-dtype exits 2" test $rc = 2
+check "bad --pipeline-dtype names the choices" grep -q "'fp8' is not one of fp32, bf16" <<<"$out"
