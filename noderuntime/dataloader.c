@@ -249,7 +249,7 @@ int dataloader_batch_at(void *ctx, uint64_t k, int replica, int replicas, int *i
 {
     (void)replica, (void)replicas, (void)e;
     struct dataloader *d = ctx;
-    d->pos = k;
+    dataloader_seek(d, k);
     dataloader_next(d, inputs, targets);
     return 0;
 }

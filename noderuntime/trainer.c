@@ -667,7 +667,8 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
     if (w->tied && w->first && tie_send(w, e) != 0)
         return -1;
     float clip = grad_clip_scale(sq, w->cfg->grad_clip);
-    float lr = lr_at(&w->lr, w->step);
+    float lr = lr_at(&w->lr, w->step), scale = clip / (float)w->D;
+    long step = w->step + 1;
     const struct gpt_tensor *tens;
     int nt = gpt_stage_tensors(w->gs, &tens);
     /* In forward order, each bucket's all-gather issued as soon as its shard is updated: the
@@ -677,8 +678,8 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
     w->params_pending = 1;
     w->tie_params_due = w->tied && w->last;
     w->tie_lr = lr;
-    w->tie_step = w->step + 1;
-    w->tie_scale = clip / (float)w->D;
+    w->tie_step = step;
+    w->tie_scale = scale;
     for (int b = zero_num_buckets(w->z) - 1; b >= 0; b--) {
         size_t blo, bhi, lo, hi, off = zero_shard_offset(w->z, b);
         zero_bucket_range(w->z, b, &blo, &bhi);
@@ -687,7 +688,7 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
             continue;
         if (hi > lo)
             adamw_update(&w->cfg->adamw, tens, nt, gpt_stage_params(w->gs), gpt_stage_grads(w->gs),
-                         w->m + off, w->v + off, lo, hi, lr, w->step + 1, clip / (float)w->D);
+                         w->m + off, w->v + off, lo, hi, lr, step, scale);
         if (zero_params_gather_part(w->z, blo, bhi, e) != 0)
             return -1;
     }

@@ -98,8 +98,8 @@ struct cost_stage_terms {
     double tp_fwd, tp_bwd;   /* tensor-parallel all-reduces per micro-batch */
     double rs_exposed;       /* gradient reduce-scatter after the last backward */
     double ag_exposed;       /* parameter all-gather before the next forward can finish */
-    double tie;              /* embedding tie all-reduce after the first stage's reduce-scatter */
-    double dp_exposed;       /* the stage's data-parallel total: ag + rs (+ tie) */
+    double tie;              /* one shard of the tied embedding's gradient, first <-> last stage */
+    double dp_exposed;       /* the stage's data-parallel total: ag + max(rs, tie) */
     double optimizer;
 };
 void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,
