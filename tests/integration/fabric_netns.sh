@@ -19,6 +19,11 @@ check "intra-fabric port shaped to 300 Mbit" grep -q 'tbf 1: root .*rate 300Mbit
 # the link's rate says, as on a real NIC (a 256 KB burst let 16 ms of 125 Mbit/s traffic through
 # at veth speed)
 check "burst is 2 ms at the rate" grep -Eq 'burst 7[45][0-9]{3}b' <<<"$qd"
+# and the bucket empties no faster than 1.1 x the rate, 0.5 ms of it at once (20625 B here, one
+# frame at least)
+check "peak rate 1.1 x, 0.5 ms peak bucket" grep -Eq 'peakrate 330Mbit minburst 20[56][0-9]{2}b' <<<"$qd"
+qd=$(ip netns exec "$P-r" tc qdisc show dev br0)
+check "slow link: a one-frame peak bucket" grep -Eq 'peakrate 44Mbit minburst 9[01][0-9]{2}b' <<<"$qd"
 # jumbo frames on every link (a worker's port, the bridge, the worker's own end)
 check "jumbo frames: bridge" grep -q 'mtu 9000' <<<"$(ip netns exec "$P-r" ip link show br0)"
 check "jumbo frames: bridge port" grep -q 'mtu 9000' <<<"$(ip netns exec "$P-r" ip link show v0p1)"
@@ -36,28 +41,37 @@ for target in "$P-w1 10.77.1.11 intra" "$P-w2 10.77.2.10 cross"; do
     [ "$got" = "semloh" ] && pass "tcp $3-fabric" || fail "tcp $3-fabric" "$got"
 done
 
-# A 96 KiB message after an idle link: the shaper lets the 16 KB burst through at once and the
-# rest at 40 Mbit/s, so it cannot arrive in less than (98304 - 16384) * 8 / 40e6 = 16.4 ms. (A
-# lower bound: a busy machine only makes it later. HTB, which charged a whole 64 KB GSO packet at
-# once, delivered it in about a fifth of that.)
-msg_srv='import socket,sys,time;s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind((sys.argv[1],5056));s.listen(1);s.settimeout(10);c,_=s.accept();c.settimeout(10)
+# Messages after an idle link. msg_time SIZE: the fastest of 3, in ms, worker 0 -> worker 2
+# (across the 40 Mbit/s router port).
+msg_srv='import socket,sys,time;s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind((sys.argv[1],5056));s.listen(1);s.settimeout(10);c,_=s.accept();c.settimeout(10);N=int(sys.argv[2])
 for _ in range(3):
     n=0
-    while n<98304:
-        d=c.recv(98304-n)
+    while n<N:
+        d=c.recv(N-n)
         if not d: sys.exit(1)
         n+=len(d)
     c.sendall(b"k")'
-msg_cli='import socket,sys,time;c=socket.create_connection((sys.argv[1],5056),timeout=5);c.setsockopt(socket.IPPROTO_TCP,socket.TCP_NODELAY,1);ts=[]
+msg_cli='import socket,sys,time;c=socket.create_connection((sys.argv[1],5056),timeout=5);c.setsockopt(socket.IPPROTO_TCP,socket.TCP_NODELAY,1);ts=[];N=int(sys.argv[2])
 for _ in range(3):
-    time.sleep(0.05);t=time.monotonic();c.sendall(bytes(98304));c.recv(1);ts.append(time.monotonic()-t)
-print("%.1f"%(min(ts)*1e3))'
-ip netns exec "$P-w2" python3 -c "$msg_srv" 10.77.2.10 & srv=$!
-sleep 0.5
-ms=$(ip netns exec "$P-w0" python3 -c "$msg_cli" 10.77.2.10 2>&1)
-wait $srv
+    time.sleep(0.05);t=time.monotonic();c.sendall(bytes(N));c.recv(1);ts.append(time.monotonic()-t)
+print("%.2f"%(min(ts)*1e3))'
+msg_time() {
+    ip netns exec "$P-w2" python3 -c "$msg_srv" 10.77.2.10 "$1" & local srv=$!
+    sleep 0.5
+    ip netns exec "$P-w0" python3 -c "$msg_cli" 10.77.2.10 "$1" 2>&1
+    wait $srv
+}
+# 96 KiB: the 16 KB burst goes at once and the rest at 40 Mbit/s, so it cannot arrive in less
+# than (98304 - 16384) * 8 / 40e6 = 16.4 ms. (A lower bound: a busy machine only makes it later.
+# HTB, which charged a whole 64 KB GSO packet at once, delivered it in about a fifth of that.)
+ms=$(msg_time 98304)
 awk -v m="$ms" 'BEGIN{exit !(m+0 >= 16.4)}' && pass "96 KiB across 40 Mbit/s takes >= 16.4 ms ($ms ms)" ||
     fail "96 KiB across 40 Mbit/s takes >= 16.4 ms" "$ms"
+# 16 KiB fits the burst, but the peak rate lets only the first frame (9100 B) go at once: no less
+# than (16384 - 9100) * 8 / 44e6 = 1.3 ms. Without the peak rate it arrived at veth speed.
+ms=$(msg_time 16384)
+awk -v m="$ms" 'BEGIN{exit !(m+0 >= 1.3)}' && pass "16 KiB across 40 Mbit/s takes >= 1.3 ms ($ms ms)" ||
+    fail "16 KiB across 40 Mbit/s takes >= 1.3 ms" "$ms"
 
 "$S" down "$P"
 bad=$(FABRIC_MTU=9x "$S" up "$P" 40 ib:1:300 2>&1); rc=$?
