@@ -30,6 +30,8 @@ static void usage(FILE *f)
             "  --steps N             total optimizer steps (default 20)\n"
             "  --schedule S          1f1b | gpipe (default 1f1b)\n"
             "  --pipeline-dtype D    fp32 | bf16: activations between stages (default fp32)\n"
+            "  --param-gather-dtype D   fp32 | bf16: parameters all-gathered and computed with,\n"
+            "                        bf16 rounded from fp32 masters (default fp32)\n"
             "  --lr X --warmup N --min-lr-ratio X --clip X --weight-decay X --seed N\n"
             "  --bucket N            ZeRO bucket size in floats (default 1048576)\n"
             "  --checkpoint-dir DIR --checkpoint-every N --keep K   (resume from DIR's latest)\n"
@@ -169,6 +171,12 @@ int cmd_worker(int argc, char **argv)
                 return 2;
             }
             c.pipe_wire = strcmp(v, "bf16") ? PIPE_WIRE_FP32 : PIPE_WIRE_BF16;
+        } else if (strcmp(a, "--param-gather-dtype") == 0) {
+            if (strcmp(v, "fp32") && strcmp(v, "bf16")) {
+                fprintf(stderr, "holmes-node worker: --param-gather-dtype: '%s' is not one of fp32, bf16\n", v);
+                return 2;
+            }
+            c.param_wire = strcmp(v, "bf16") ? PIPE_WIRE_FP32 : PIPE_WIRE_BF16;
         } else if (strcmp(a, "--lr") == 0)
             bad = parse_float(a, v, 1e-12, 10, &c.lr.max_lr);
         else if (strcmp(a, "--warmup") == 0)

@@ -21,6 +21,11 @@ struct adamw_config {
 void adamw_update(const struct adamw_config *o, const struct gpt_tensor *tensors, int ntensors,
                   float *params, const float *grads, float *m, float *v, size_t lo, size_t hi,
                   float lr, long step, float grad_scale);
+/* The same with the parameters held apart from the flat buffer: p[0] is parameter lo (e.g. the
+ * fp32 master copy of a shard whose working parameters are rounded to bf16). */
+void adamw_update_range(const struct adamw_config *o, const struct gpt_tensor *tensors,
+                        int ntensors, float *p, const float *grads, float *m, float *v, size_t lo,
+                        size_t hi, float lr, long step, float grad_scale);
 
 struct lr_schedule {
     float max_lr;

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
+
 #define TAG_ACT 1u
 #define TAG_GRAD 2u
 
@@ -96,24 +98,6 @@ int pipe_runner_create(struct pipe_runner **out, const struct pipe_config *cfg,
     return 0;
 }
 
-uint16_t pipe_bf16_from_float(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it one (quiet), whatever the payload */
-        return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u); /* ties to even; overflow rounds to infinity */
-    return (uint16_t)(u >> 16);
-}
-
-float pipe_bf16_to_float(uint16_t b)
-{
-    uint32_t u = (uint32_t)b << 16;
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
 /* One activation (or its gradient) to / from the neighbour stage in the configured wire format. */
 static int wire_send(struct pipe_runner *p, int peer, uint32_t tag, const float *x, herr *e)
 {
@@ -121,7 +105,7 @@ static int wire_send(struct pipe_runner *p, int peer, uint32_t tag, const float 
     if (p->cfg.wire != PIPE_WIRE_BF16)
         return comm_send(p->cfg.comm, peer, tag, x, n * sizeof *x, e);
     for (size_t i = 0; i < n; i++)
-        p->wire[i] = pipe_bf16_from_float(x[i]);
+        p->wire[i] = bf16_from_float(x[i]);
     return comm_send(p->cfg.comm, peer, tag, p->wire, n * sizeof *p->wire, e);
 }
 
@@ -133,7 +117,7 @@ static int wire_recv(struct pipe_runner *p, int peer, uint32_t tag, float *x, he
     if (comm_recv(p->cfg.comm, peer, tag, p->wire, n * sizeof *p->wire, e) != 0)
         return -1;
     for (size_t i = 0; i < n; i++)
-        x[i] = pipe_bf16_to_float(p->wire[i]);
+        x[i] = bf16_to_float(p->wire[i]);
     return 0;
 }
 

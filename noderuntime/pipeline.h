@@ -41,9 +41,6 @@ struct pipe_config {
 /* Activation slots a stage needs: micro_batches for GPipe, min(stages - stage, M) for 1F1B. */
 int pipe_slots_needed(enum pipe_schedule s, int stage, int stages, int micro_batches);
 
-/* float <-> bfloat16 as the bf16 wire does it: round to nearest even, NaN stays NaN. */
-uint16_t pipe_bf16_from_float(float x);
-float pipe_bf16_to_float(uint16_t b);
 
 struct pipe_runner;
 int pipe_runner_create(struct pipe_runner **out, const struct pipe_config *cfg,

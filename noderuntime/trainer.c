@@ -288,20 +288,23 @@ static int ckpt_save(struct worker *w, herr *e)
         return herr_wrap(e, "checkpoint at step %ld", w->step);
     size_t n = gpt_stage_num_params(w->gs);
     float *mf = calloc(n ? n : 1, sizeof *mf), *vf = calloc(n ? n : 1, sizeof *vf);
+    /* bf16 parameters: the file holds the fp32 masters, gathered from every replica */
+    float *pf = zero_master(w->z) ? calloc(n ? n : 1, sizeof *pf) : NULL;
     int rc = -1;
-    if (!mf || !vf) {
+    if (!mf || !vf || (zero_master(w->z) && !pf)) {
         herr_set(e, "out of memory for the checkpoint moments (%zu floats)", n);
         goto out;
     }
     shard_copy(w, mf, w->m, 1);
     shard_copy(w, vf, w->v, 1);
-    if (zero_all_gather(w->z, mf, e) != 0 || zero_all_gather(w->z, vf, e) != 0)
+    if (zero_all_gather(w->z, mf, e) != 0 || zero_all_gather(w->z, vf, e) != 0 ||
+        (pf && zero_master_gather(w->z, pf, e) != 0))
         goto out;
     if (w->replica == 0) {
         struct ckpt_meta meta = {.c = w->cfg->model, .first = w->lo, .last = w->hi,
                                  .step = w->step, .data_pos = (uint64_t)w->step * (uint64_t)w->M,
                                  .nparams = n, .has_moments = 1};
-        if (ckpt_write(w->cfg->checkpoint_dir, &meta, gpt_stage_params(w->gs), mf, vf,
+        if (ckpt_write(w->cfg->checkpoint_dir, &meta, pf ? pf : gpt_stage_params(w->gs), mf, vf,
                        w->cfg->checkpoint_keep > 1 ? w->cfg->checkpoint_keep : 2, NULL, 0, e) != 0)
             goto out;
     }
@@ -313,6 +316,7 @@ static int ckpt_save(struct worker *w, herr *e)
 out:
     free(mf);
     free(vf);
+    free(pf);
     return rc != 0 ? herr_wrap(e, "checkpoint at step %ld", w->step) : 0;
 }
 
@@ -356,6 +360,7 @@ static int ckpt_resume(struct worker *w, herr *e)
              ckpt_read(path, &meta, gpt_stage_params(w->gs), mf, vf, n, e) == 0) {
         shard_copy(w, mf, w->m, 0);
         shard_copy(w, vf, w->v, 0);
+        zero_master_from_params(w->z);
         w->step = (long)meta.step;
         rc = 0;
     }
@@ -447,6 +452,8 @@ static int worker_optim_init(struct worker *w, herr *e)
     if (rc != 0)
         return -1;
     gpt_stage_set_forward_hook(w->gs, params_needed, w);
+    if (w->cfg->param_wire == PIPE_WIRE_BF16 && zero_params_bf16(w->z, e) != 0)
+        return -1;
     w->tied = w->emb && w->has_wte;
     if (w->tied) {
         int nb = zero_num_buckets(w->z);
@@ -481,6 +488,21 @@ struct step_times {
     uint64_t dp_bytes;
     double dp_time;
 };
+
+/* AdamW on the owned shard [lo, hi) (at `off` in m and v): on the parameters, or on their fp32
+ * masters when the replicas compute with bf16 parameters (zero_params_bf16; the all-gather then
+ * rounds the shard into the parameters). */
+static void shard_update(struct worker *w, const struct gpt_tensor *tens, int nt, const float *g,
+                         size_t off, size_t lo, size_t hi, float lr, long step, float scale)
+{
+    float *master = zero_master(w->z);
+    if (master)
+        adamw_update_range(&w->cfg->adamw, tens, nt, master + off, g, w->m + off, w->v + off, lo,
+                           hi, lr, step, scale);
+    else
+        adamw_update(&w->cfg->adamw, tens, nt, gpt_stage_params(w->gs), g, w->m + off,
+                     w->v + off, lo, hi, lr, step, scale);
+}
 
 /* ---------- the tied embedding ----------
  * The first stage's input embedding and the last stage's head are one matrix; each stage keeps a
@@ -585,8 +607,7 @@ static int tie_head_update(struct worker *w, herr *e)
         for (size_t k = t->lo; k < t->hi; k++)
             g[k] = w->tie_out[t->at + k - t->lo] + w->tie_in[t->at + k - t->lo];
         if (t->hi > t->lo)
-            adamw_update(&w->cfg->adamw, tens, nt, gpt_stage_params(w->gs), g, w->m + off,
-                         w->v + off, t->lo, t->hi, w->tie_lr, w->tie_step, w->tie_scale);
+            shard_update(w, tens, nt, g, off, t->lo, t->hi, w->tie_lr, w->tie_step, w->tie_scale);
         memset(g + t->lo, 0, (t->hi - t->lo) * sizeof *g);
     }
     return zero_params_gather_part(w->z, w->wte_off, w->wte_off + w->wte_n, e);
@@ -687,8 +708,7 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
         if (w->tie_params_due && blo >= w->wte_off && blo < w->wte_off + w->wte_n)
             continue;
         if (hi > lo)
-            adamw_update(&w->cfg->adamw, tens, nt, gpt_stage_params(w->gs), gpt_stage_grads(w->gs),
-                         w->m + off, w->v + off, lo, hi, lr, step, scale);
+            shard_update(w, tens, nt, gpt_stage_grads(w->gs), off, lo, hi, lr, step, scale);
         if (zero_params_gather_part(w->z, blo, bhi, e) != 0)
             return -1;
     }
@@ -746,7 +766,8 @@ int trainer_run(const struct trainer_config *c, const struct rank_table *rt, int
             ckpt_save(&w, e) != 0)
             goto out;
     }
-    if (params_ready(&w, e) != 0)
+    /* the trained parameters in fp32 (bf16 parameters: every replica's masters) */
+    if (params_ready(&w, e) != 0 || zero_master_gather(w.z, gpt_stage_params(w.gs), e) != 0)
         goto out;
     if (hooks && hooks->on_end)
         hooks->on_end(hooks->ctx, w.gs, w.step);

@@ -34,6 +34,8 @@ struct trainer_config {
     long steps;                  /* total steps of the run (resume continues up to it) */
     enum pipe_schedule schedule;
     enum pipe_wire pipe_wire;    /* element type between pipeline stages */
+    enum pipe_wire param_wire;   /* parameters all-gathered and computed with (bf16: rounded
+                                    from fp32 masters the optimizer updates) */
     struct adamw_config adamw;
     struct lr_schedule lr;
     float grad_clip;             /* global-norm clip; <= 0 disables */

@@ -1,6 +1,10 @@
 #include "zero.h"
 
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "bf16.h"
 
 struct bucket {
     size_t lo, hi;       /* range in the flat buffer */
@@ -8,6 +12,7 @@ struct bucket {
     size_t shard_lo, shard_hi, shard_off;
     struct comm_req *req;
     int started;
+    int bf16;            /* req is a bf16 parameter all-gather: widen the wire into params */
 };
 
 struct zero {
@@ -17,6 +22,8 @@ struct zero {
     int nb;
     struct bucket *b;
     size_t shard_total;
+    float *master;       /* bf16 parameters: the owned shards in fp32, laid out like m and v */
+    uint16_t *wire;      /* bf16 parameters, data > 1: the all-gather's buffer, n elements */
 };
 
 void zero_free(struct zero *z)
@@ -27,6 +34,8 @@ void zero_free(struct zero *z)
         if (z->b[i].req)
             comm_wait(z->b[i].req, NULL);
     free(z->b);
+    free(z->master);
+    free(z->wire);
     free(z);
 }
 
@@ -212,26 +221,41 @@ double zero_shard_sq_norm(const struct zero *z, size_t skip_lo, size_t skip_hi)
 int zero_all_gather_params(struct zero *z, herr *e) { return zero_all_gather(z, z->params, e); }
 
 /* Issues the all-gather of buf's buckets that lie inside [lo, hi), in forward order (from the
- * start of the buffer: bucket nb-1 first). */
-static int gather_part(struct zero *z, float *buf, size_t lo, size_t hi, herr *e)
+ * start of the buffer: bucket nb-1 first). bf16: buf is the parameters; each owned shard is first
+ * rounded from its master copy, and the buckets travel as bf16. */
+static int gather_part(struct zero *z, float *buf, size_t lo, size_t hi, int bf16, herr *e)
 {
-    if (!z->dp || comm_size(z->dp) == 1)
-        return 0;
+    int many = z->dp && comm_size(z->dp) > 1;
     for (int i = z->nb - 1; i >= 0; i--) {
         struct bucket *k = &z->b[i];
         if (k->lo < lo || k->hi > hi)
             continue;
         if (k->req)
             return herr_set(e, "bucket %d still has a collective in flight", i);
-        if (comm_iall_gather(z->dp, buf + k->lo, k->hi - k->lo, sizeof(float), &k->req, e) != 0)
+        if (bf16) {
+            const float *ms = z->master + k->shard_off;
+            for (size_t j = k->shard_lo; j < k->shard_hi; j++) {
+                uint16_t b = bf16_from_float(ms[j - k->shard_lo]);
+                buf[j] = bf16_to_float(b);
+                if (many)
+                    z->wire[j] = b;
+            }
+        }
+        if (!many)
+            continue;
+        int rc = bf16 ? comm_iall_gather(z->dp, z->wire + k->lo, k->hi - k->lo, sizeof *z->wire,
+                                         &k->req, e)
+                      : comm_iall_gather(z->dp, buf + k->lo, k->hi - k->lo, sizeof *buf, &k->req, e);
+        if (rc != 0)
             return herr_wrap(e, "all-gather of bucket %d", i);
+        k->bf16 = bf16;
     }
     return 0;
 }
 
 int zero_params_gather_part(struct zero *z, size_t lo, size_t hi, herr *e)
 {
-    return gather_part(z, z->params, lo, hi, e);
+    return gather_part(z, z->params, lo, hi, z->master != NULL, e);
 }
 
 /* Waits for the requests of the buckets overlapping [lo, hi), in forward order; the first error
@@ -249,6 +273,10 @@ static int wait_range(struct zero *z, size_t lo, size_t hi, const char *what, he
             rc = herr_wrap(e, "%s of bucket %d", what, i);
         }
         k->req = NULL;
+        if (k->bf16 && rc == 0)
+            for (size_t j = k->lo; j < k->hi; j++)
+                z->params[j] = bf16_to_float(z->wire[j]);
+        k->bf16 = 0;
     }
     return rc;
 }
@@ -262,11 +290,60 @@ int zero_params_gather_finish(struct zero *z, herr *e) { return zero_params_wait
 
 int zero_all_gather(struct zero *z, float *buf, herr *e)
 {
-    int rc = gather_part(z, buf, 0, z->n, e);
+    int rc = gather_part(z, buf, 0, z->n, 0, e);
     herr e2;
     if (wait_range(z, 0, z->n, "all-gather", &e2) != 0 && rc == 0) {
         *e = e2;
         rc = -1;
     }
     return rc;
+}
+
+int zero_params_bf16(struct zero *z, herr *e)
+{
+    if (z->master)
+        return 0;
+    z->master = malloc((z->shard_total ? z->shard_total : 1) * sizeof *z->master);
+    if (z->dp && comm_size(z->dp) > 1)
+        z->wire = malloc((z->n ? z->n : 1) * sizeof *z->wire);
+    if (!z->master || (z->dp && comm_size(z->dp) > 1 && !z->wire)) {
+        free(z->master);
+        free(z->wire);
+        z->master = NULL;
+        z->wire = NULL;
+        return herr_set(e, "out of memory for the fp32 master parameters (%zu floats)",
+                        z->shard_total);
+    }
+    zero_master_from_params(z);
+    return 0;
+}
+
+float *zero_master(const struct zero *z) { return z->master; }
+
+void zero_master_from_params(struct zero *z)
+{
+    if (!z->master)
+        return;
+    for (int i = 0; i < z->nb; i++) {
+        const struct bucket *k = &z->b[i];
+        memcpy(z->master + k->shard_off, z->params + k->shard_lo,
+               (k->shard_hi - k->shard_lo) * sizeof *z->master);
+    }
+    for (size_t j = 0; j < z->n; j++)
+        z->params[j] = bf16_round(z->params[j]);
+}
+
+int zero_master_gather(struct zero *z, float *out, herr *e)
+{
+    if (!z->master) {
+        if (out != z->params)
+            memcpy(out, z->params, z->n * sizeof *out);
+        return 0;
+    }
+    for (int i = 0; i < z->nb; i++) {
+        const struct bucket *k = &z->b[i];
+        memcpy(out + k->shard_lo, z->master + k->shard_off,
+               (k->shard_hi - k->shard_lo) * sizeof *out);
+    }
+    return zero_all_gather(z, out, e);
 }

@@ -4,7 +4,7 @@
  * bucket's gradients are final (zero_grads_ready), its reduce-scatter starts asynchronously on the
  * data-parallel communicator, overlapping the rest of backward; zero_reduce_wait finishes them.
  * The caller then runs AdamW on the owned shards and zero_all_gather_params restores full
- * parameters on every replica. With no communicator (data = 1) the shard is the whole buffer. */
+ * parameters on every replica (in fp32, or in bf16 from fp32 masters: zero_params_bf16). With no communicator (data = 1) the shard is the whole buffer. */
 #ifndef HOLMES_ZERO_H
 #define HOLMES_ZERO_H
 
@@ -63,5 +63,22 @@ int zero_params_wait(struct zero *z, size_t lo, size_t hi, herr *e);
 int zero_params_gather_finish(struct zero *z, herr *e);
 /* The same for any buffer of the parameters' layout (e.g. optimizer moments for a checkpoint). */
 int zero_all_gather(struct zero *z, float *buf, herr *e);
+
+/* bf16 parameters (parallelism.paramGatherDtype bf16): the replicas compute with parameters
+ * rounded to bfloat16 and all-gather them in 2 bytes each, while the optimizer updates fp32
+ * master copies of the owned shards. zero_params_bf16 switches it on (masters from the current
+ * parameters, which are then rounded); afterwards the caller updates zero_master() (laid out like
+ * m and v: bucket b's shard at zero_shard_offset(b)) instead of the parameters, and
+ * zero_params_gather_part rounds each owned shard from its master before sending it. */
+int zero_params_bf16(struct zero *z, herr *e);
+/* The owned shards' fp32 masters; NULL unless bf16 parameters are on. */
+float *zero_master(const struct zero *z);
+/* After the parameters were overwritten (a checkpoint loaded): masters from the parameters'
+ * owned shards, then the parameters rounded. Nothing without bf16 parameters. */
+void zero_master_from_params(struct zero *z);
+/* The full fp32 parameters into out (n floats; may be the parameters themselves): every
+ * replica's masters all-gathered, or a copy of the parameters without bf16 parameters. Collective
+ * on the data-parallel group. */
+int zero_master_gather(struct zero *z, float *out, herr *e);
 
 #endif

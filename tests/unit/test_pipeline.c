@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "bf16.h"
 #include "comm_testutil.h"
 #include "pipeline.h"
 
@@ -71,7 +72,7 @@ static int toy_backward(void *ctx, int mb, int slot, const float *dout, float *d
 }
 
 /* What crosses a stage boundary: x itself, or x rounded to bfloat16 (bf16). */
-static float wire(float x, int bf16) { return bf16 ? pipe_bf16_to_float(pipe_bf16_from_float(x)) : x; }
+static float wire(float x, int bf16) { return bf16 ? bf16_to_float(bf16_from_float(x)) : x; }
 
 /* Whole model in one process: gradients of stage `want` and the total loss; bf16: values are
  * rounded to bfloat16 where they cross a stage boundary. */
@@ -182,7 +183,7 @@ static uint16_t bits_bf16(uint32_t u)
 {
     float x;
     memcpy(&x, &u, sizeof x);
-    return pipe_bf16_from_float(x);
+    return bf16_from_float(x);
 }
 
 int main(void)
@@ -216,7 +217,7 @@ int main(void)
     CHECK_INT("bf16 FLT_MAX rounds to infinity", bits_bf16(0x7f7fffffu), 0x7f80);
     uint16_t nan = bits_bf16(0x7f800001u); /* payload only in the low bits */
     CHECK("bf16 NaN stays NaN", (nan & 0x7f80) == 0x7f80 && (nan & 0x7f) != 0);
-    CHECK("bf16 widened back exactly", pipe_bf16_to_float(0x3fc0) == 1.5f);
+    CHECK("bf16 widened back exactly", bf16_to_float(0x3fc0) == 1.5f);
     CHECK_INT("1f1b slots bounded by stages - stage", pipe_slots_needed(PIPE_1F1B, 1, 4, 8), 3);
     CHECK_INT("gpipe slots = micro-batches", pipe_slots_needed(PIPE_GPIPE, 1, 4, 8), 8);
     enum pipe_schedule s;

@@ -6,10 +6,12 @@
 #include "test.h"
 
 #include <omp.h>
+#include <string.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bf16.h"
 #include "comm_testutil.h"
 #include "gpt.h"
 #include "optimizer.h"
@@ -70,8 +72,10 @@ static void config(struct trainer_config *c, int M, long steps)
     c->bucket_floats = 3000; /* several buckets, boundaries inside tensors */
 }
 
-/* The single-process engine: one stage, the whole global batch as micro-batches. */
-static int reference(float *losses, struct gpt_stage **out, herr *e)
+/* The single-process engine: one stage, the whole global batch as micro-batches. bf16: it
+ * computes with the parameters rounded to bfloat16 and updates fp32 masters, which end up in the
+ * stage's parameters. */
+static int reference(float *losses, struct gpt_stage **out, int bf16, herr *e)
 {
     struct trainer_config c;
     config(&c, MG, STEPS);
@@ -80,13 +84,17 @@ static int reference(float *losses, struct gpt_stage **out, herr *e)
         return -1;
     gpt_stage_init_params(s, c.seed);
     size_t n = gpt_stage_num_params(s);
-    float *m = calloc(n, sizeof *m), *v = calloc(n, sizeof *v);
+    float *m = calloc(n, sizeof *m), *v = calloc(n, sizeof *v), *master = malloc(n * sizeof *master);
     int *tok = malloc(B * T * sizeof *tok), *tgt = malloc(B * T * sizeof *tgt);
-    if (!m || !v || !tok || !tgt)
+    if (!m || !v || !master || !tok || !tgt)
         return herr_set(e, "oom");
+    float *p = gpt_stage_params(s);
+    memcpy(master, p, n * sizeof *master);
     const struct gpt_tensor *tens;
     int nt = gpt_stage_tensors(s, &tens);
     for (long step = 0; step < STEPS; step++) {
+        for (size_t i = 0; bf16 && i < n; i++)
+            p[i] = bf16_round(master[i]);
         gpt_stage_zero_grads(s);
         float sum = 0;
         for (int mb = 0; mb < MG; mb++) {
@@ -99,9 +107,12 @@ static int reference(float *losses, struct gpt_stage **out, herr *e)
         }
         losses[step] = sum / MG;
         double sq = grad_sq_norm(gpt_stage_grads(s), 0, n);
-        adamw_update(&c.adamw, tens, nt, gpt_stage_params(s), gpt_stage_grads(s), m, v, 0, n,
+        adamw_update(&c.adamw, tens, nt, bf16 ? master : p, gpt_stage_grads(s), m, v, 0, n,
                      lr_at(&c.lr, step), step + 1, grad_clip_scale(sq, c.grad_clip));
     }
+    if (bf16)
+        memcpy(p, master, n * sizeof *p);
+    free(master);
     free(m);
     free(v);
     free(tok);
@@ -134,6 +145,7 @@ struct run_arg {
     const char *ckpt;   /* checkpoint dir or NULL */
     int die_rank;       /* rank whose data source exits (-1: none) */
     long first_step;    /* step of the first report expected (resume) */
+    int bf16;           /* parameters gathered and computed with in bf16 (fp32 masters) */
 };
 
 struct result {
@@ -195,7 +207,7 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
     struct result res = {.bad = 0};
     omp_set_num_threads(1); /* several processes share a small machine */
     float ref_losses[STEPS];
-    if (reference(ref_losses, &res.ref, &e) != 0) {
+    if (reference(ref_losses, &res.ref, ra->bf16, &e) != 0) {
         fprintf(stderr, "reference: %s\n", e.msg);
         return 1;
     }
@@ -211,6 +223,7 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
     c.listener = l;
     c.checkpoint_dir = ra->ckpt;
     c.checkpoint_every = 5;
+    c.param_wire = ra->bf16 ? PIPE_WIRE_BF16 : PIPE_WIRE_FP32;
     int die[2] = {ra->die_rank == rank ? 0 : -1, 3 * (MG / ra->D) + 1};
     struct trainer_data data = {die, batch};
     struct trainer_hooks hooks = {&res, on_step, NULL, ra->steps == STEPS ? on_end : NULL};
@@ -260,15 +273,30 @@ static int reference_learns(int rank, int n, struct tcp_listener *l, const struc
     (void)rank, (void)n, (void)l, (void)eps, (void)arg;
     herr e;
     omp_set_num_threads(1);
-    float ref_losses[STEPS];
-    struct gpt_stage *ref;
-    if (reference(ref_losses, &ref, &e) != 0) {
+    float ref_losses[STEPS], bf_losses[STEPS];
+    struct gpt_stage *ref, *bf;
+    if (reference(ref_losses, &ref, 0, &e) != 0 || reference(bf_losses, &bf, 1, &e) != 0) {
         fprintf(stderr, "reference: %s\n", e.msg);
         return 1;
     }
+    /* bf16 parameters change the trained parameters by far more than the layouts' 1e-5
+     * tolerance (on_end), so a layout that ignored them would not match the bf16 reference */
+    size_t np = gpt_stage_num_params(ref);
+    const float *pr = gpt_stage_params(ref), *pbf = gpt_stage_params(bf);
+    double most = 0;
+    for (size_t i = 0; i < np; i++) {
+        double d = fabs((double)pr[i] - (double)pbf[i]);
+        most = d > most ? d : most;
+    }
     gpt_stage_free(ref);
-    if (!(ref_losses[STEPS - 1] < ref_losses[0] - 0.1f)) {
-        fprintf(stderr, "loss %g -> %g\n", ref_losses[0], ref_losses[STEPS - 1]);
+    gpt_stage_free(bf);
+    if (!(ref_losses[STEPS - 1] < ref_losses[0] - 0.1f) || !(bf_losses[STEPS - 1] < bf_losses[0] - 0.1f)) {
+        fprintf(stderr, "loss %g -> %g (bf16 parameters: %g -> %g)\n", ref_losses[0],
+                ref_losses[STEPS - 1], bf_losses[0], bf_losses[STEPS - 1]);
+        return 1;
+    }
+    if (!(most > 1e-4)) {
+        fprintf(stderr, "bf16 parameters change the trained parameters by at most %g\n", most);
         return 1;
     }
     return 0;
@@ -278,7 +306,8 @@ int main(void)
 {
     /* four processes on a shared 2-core machine: one OpenMP thread each */
     setenv("OMP_NUM_THREADS", "1", 1);
-    CHECK_INT("single-process reference loss decreases", run_group(1, reference_learns, NULL, -1, 60), 0);
+    CHECK_INT("single-process reference loss decreases, with fp32 and with bf16 parameters, which "
+              "differ", run_group(1, reference_learns, NULL, -1, 60), 0);
     struct {
         int P, D;
         enum pipe_schedule s;
@@ -287,7 +316,7 @@ int main(void)
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
         if (only && atoi(only) != (int)i)
             continue;
-        struct run_arg ra = {layouts[i].P, layouts[i].D, layouts[i].s, STEPS, NULL, -1, 0};
+        struct run_arg ra = {layouts[i].P, layouts[i].D, layouts[i].s, STEPS, NULL, -1, 0, 0};
         char name[128];
         snprintf(name, sizeof name, "pipeline %d x data %d (%s): 20 step losses and final params "
                  "match one process", ra.P, ra.D, pipe_schedule_name(ra.sched));
@@ -296,9 +325,9 @@ int main(void)
     /* resume: run 7 steps (checkpoint at 5 and 7), then the rest; must match the reference */
     char dir[] = "/tmp/holmes-trainer-XXXXXX";
     if (mkdtemp(dir)) {
-        struct run_arg a = {2, 2, PIPE_1F1B, 7, dir, -1, 0};
+        struct run_arg a = {2, 2, PIPE_1F1B, 7, dir, -1, 0, 0};
         CHECK_INT("first 7 steps with checkpoints", run_group(4, worker, &a, -1, 120), 0);
-        struct run_arg b = {2, 2, PIPE_1F1B, STEPS, dir, -1, 7};
+        struct run_arg b = {2, 2, PIPE_1F1B, STEPS, dir, -1, 7, 0};
         CHECK_INT("resumed run matches the uninterrupted reference", run_group(4, worker, &b, -1, 120), 0);
         char latest[256];
         snprintf(latest, sizeof latest, "%s/latest-step", dir);
@@ -315,7 +344,25 @@ int main(void)
         if (system(cmd) != 0)
             fprintf(stderr, "could not remove %s\n", dir);
     }
-    struct run_arg d = {2, 2, PIPE_1F1B, STEPS, NULL, 1, 0};
+    /* bf16 parameters (fp32 masters): the layout with every exchange (data-parallel shards, the
+     * tied embedding between stages) against the bf16 reference, and a resume, whose checkpoint
+     * must hold the masters (rounded parameters would not continue the same run) */
+    struct run_arg h = {2, 2, PIPE_1F1B, STEPS, NULL, -1, 0, 1};
+    CHECK_INT("pipeline 2 x data 2, bf16 parameters: losses and final fp32 masters match one "
+              "process", run_group(4, worker, &h, -1, 120), 0);
+    char dir2[] = "/tmp/holmes-trainer-XXXXXX";
+    if (mkdtemp(dir2)) {
+        struct run_arg a = {2, 2, PIPE_1F1B, 7, dir2, -1, 0, 1};
+        CHECK_INT("bf16 parameters: first 7 steps with checkpoints", run_group(4, worker, &a, -1, 120), 0);
+        struct run_arg b = {2, 2, PIPE_1F1B, STEPS, dir2, -1, 7, 1};
+        CHECK_INT("bf16 parameters: the resumed run matches the uninterrupted reference",
+                  run_group(4, worker, &b, -1, 120), 0);
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir2);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", dir2);
+    }
+    struct run_arg d = {2, 2, PIPE_1F1B, STEPS, NULL, 1, 0, 0};
     CHECK_INT("a process dying mid-step fails every other with a clear error",
               run_group(4, worker, &d, -1, 60), 0);
     TEST_MAIN_END();

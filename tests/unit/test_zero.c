@@ -3,9 +3,11 @@
  * replica's updated shard everywhere, and the shard norm matches the full one. */
 #include "test.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "bf16.h"
 #include "comm_testutil.h"
 #include "zero.h"
 
@@ -98,12 +100,94 @@ static int replica(int rank, int n, struct tcp_listener *l, const struct tcp_end
     return bad;
 }
 
+/* bf16 parameters: the working parameters are rounded, the masters keep fp32, the gather sends
+ * each owner's rounded shard, and zero_master_gather returns every owner's exact fp32 values. */
+static float pval(size_t i) { return 1.0f + (float)i * 1.2345e-4f; } /* not bf16 values */
+
+static int replica_bf16(int rank, int n, struct tcp_listener *l, const struct tcp_endpoint *eps,
+                        void *arg)
+{
+    (void)arg;
+    herr e;
+    struct comm *c = NULL;
+    struct tcp_group_spec s;
+    group_spec(&s, "dp", 32, n, rank, eps, 20);
+    if (n > 1 && comm_create(&c, l, &s, &e) != 0) {
+        fprintf(stderr, "%s\n", e.msg);
+        return 1;
+    }
+    float *p = malloc(N * sizeof *p), *g = calloc(N, sizeof *g), *out = malloc(N * sizeof *out);
+    struct zero *z;
+    if (!p || !g || !out || zero_create(&z, p, g, N, NULL, 0, BUCKET, c, &e) != 0)
+        return 1;
+    int bad = zero_master(z) != NULL;
+    for (size_t i = 0; i < N; i++)
+        p[i] = pval(i);
+    if (zero_params_bf16(z, &e) != 0) {
+        fprintf(stderr, "rank %d: %s\n", rank, e.msg);
+        return 1;
+    }
+    float *ms = zero_master(z);
+    size_t moved = 0;
+    for (size_t i = 0; i < N && !bad; i++) {
+        moved += p[i] != pval(i);
+        if (p[i] != bf16_round(pval(i))) {
+            fprintf(stderr, "rank %d: param %zu = %.9g, not rounded from %.9g\n", rank, i, p[i], pval(i));
+            bad = 1;
+        }
+    }
+    if (moved < N / 2) {
+        fprintf(stderr, "rank %d: only %zu of %d parameters changed by the rounding\n", rank, moved, N);
+        bad = 1;
+    }
+    /* "the optimizer": each owner moves its shard's masters by a step of its own */
+    for (int b = 0; b < zero_num_buckets(z) && !bad; b++) {
+        size_t lo, hi, off = zero_shard_offset(z, b);
+        zero_shard(z, b, &lo, &hi);
+        for (size_t i = lo; i < hi; i++) {
+            if (ms[off + i - lo] != pval(i))
+                bad = 1;
+            ms[off + i - lo] = pval(i) + 0.5f;
+        }
+    }
+    uint64_t b0 = c ? comm_bytes_sent(c) : 0, b1 = 0, b2 = 0;
+    if (bad || zero_params_gather_part(z, 0, N, &e) != 0 || zero_params_gather_finish(z, &e) != 0 ||
+        (b1 = c ? comm_bytes_sent(c) : 0, zero_master_gather(z, out, &e) != 0)) {
+        fprintf(stderr, "rank %d: %s\n", rank, bad ? "masters are not the parameters" : e.msg);
+        bad = 1;
+    }
+    /* the parameters travelled in 2 bytes each, the masters (zero_master_gather) in 4 */
+    b2 = c ? comm_bytes_sent(c) : 0;
+    if (c && !bad && (b1 - b0 == 0 || 2 * (b1 - b0) != b2 - b1)) {
+        fprintf(stderr, "rank %d: the bf16 gather sent %llu bytes, the fp32 one %llu\n", rank,
+                (unsigned long long)(b1 - b0), (unsigned long long)(b2 - b1));
+        bad = 1;
+    }
+    for (size_t i = 0; i < N && !bad; i++)
+        if (p[i] != bf16_round(pval(i) + 0.5f) || out[i] != pval(i) + 0.5f) {
+            fprintf(stderr, "rank %d: param %zu = %.9g, master %.9g after the gather\n", rank, i,
+                    p[i], out[i]);
+            bad = 1;
+        }
+    zero_free(z);
+    comm_free(c);
+    free(p);
+    free(g);
+    free(out);
+    return bad;
+}
+
 int main(void)
 {
     for (int n = 1; n <= 4; n++) {
         char name[64];
         snprintf(name, sizeof name, "zero-1 with %d replicas: shards, sums, all-gather", n);
         CHECK_INT(name, run_group(n, replica, NULL, -1, 60), 0);
+    }
+    for (int n = 1; n <= 3; n++) {
+        char name[96];
+        snprintf(name, sizeof name, "bf16 parameters with %d replicas: rounded, gathered, fp32 masters", n);
+        CHECK_INT(name, run_group(n, replica_bf16, NULL, -1, 60), 0);
     }
     herr e;
     struct zero *z;
