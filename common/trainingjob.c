@@ -353,6 +353,7 @@ void tj_spec_defaults(struct tj_spec *s)
     s->par.micro_batch_size = 1;
     s->par.schedule = TJ_SCHED_1F1B;
     s->par.pipeline_dtype = TJ_FP32;
+    s->par.param_gather_dtype = TJ_FP32;
     s->placement.policy = TJ_POLICY_HOLMES;
     struct tj_training *t = &s->training;
     t->opt.lr = 6.0e-4;
@@ -414,7 +415,7 @@ static void parse_parallelism(const cJSON *spec, const char *sp, struct tj_spec 
     if (!o)
         return;
     static const char *const keys[] = {"tensor", "pipeline", "data", "microBatches", "microBatchSize",
-                                       "schedule", "pipelineDtype", NULL};
+                                       "schedule", "pipelineDtype", "paramGatherDtype", NULL};
     check_keys(o, p, keys, errs);
     get_int(o, p, "tensor", 1, 1024, 0, &s->par.tensor, errs);
     get_int_or_auto(o, p, "pipeline", 1024, &s->par.pipeline, errs);
@@ -426,6 +427,8 @@ static void parse_parallelism(const cJSON *spec, const char *sp, struct tj_spec 
         s->par.schedule = (enum tj_schedule)v;
     if (get_enum(o, p, "pipelineDtype", precision_names, 2, &v, errs) == 1)
         s->par.pipeline_dtype = (enum tj_precision)v;
+    if (get_enum(o, p, "paramGatherDtype", precision_names, 2, &v, errs) == 1)
+        s->par.param_gather_dtype = (enum tj_precision)v;
 }
 
 static void parse_placement(const cJSON *spec, const char *sp, struct tj_spec *s, struct tj_errors *errs)
@@ -946,6 +949,7 @@ cJSON *tj_spec_to_json(const struct tj_spec *s)
         ok &= !!num(p, "microBatchSize", s->par.micro_batch_size);
         ok &= !!str(p, "schedule", tj_schedule_name(s->par.schedule));
         ok &= !!str(p, "pipelineDtype", tj_precision_name(s->par.pipeline_dtype));
+        ok &= !!str(p, "paramGatherDtype", tj_precision_name(s->par.param_gather_dtype));
     }
     cJSON *pl = cJSON_AddObjectToObject(o, "placement");
     ok &= !!pl;

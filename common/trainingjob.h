@@ -47,6 +47,10 @@ struct tj_parallelism {
     /* element type of the activations and activation gradients sent between pipeline stages:
      * TJ_FP32 (exact) or TJ_BF16 (half the bytes, values rounded to bfloat16) */
     enum tj_precision pipeline_dtype;
+    /* element type in which a stage's data-parallel replicas all-gather their updated parameter
+     * shards: TJ_FP32 (exact) or TJ_BF16 (half the bytes; every replica computes with its
+     * parameters rounded to bfloat16, the optimizer keeps the fp32 values of its shard) */
+    enum tj_precision param_gather_dtype;
 };
 
 struct tj_fabric_bw {

@@ -206,8 +206,11 @@ void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,
                     (last && !first ? (double)j->vocab * j->hidden : 0);
     double per_rank = params / t;
     double grad_bytes = per_rank * j->elem_bytes;
+    /* the updated parameters are gathered in gather_elem_bytes (2: bf16), the gradients are
+     * reduce-scattered in elem_bytes */
+    int gb = j->gather_elem_bytes > 0 ? j->gather_elem_bytes : j->elem_bytes;
     double rs = scatter_time(grad_bytes, j->data, st->dp);
-    double ag = rs;
+    double ag = scatter_time(per_rank * gb, j->data, st->dp);
     /* The engine's buckets are cut at blocks (noderuntime/trainer.c): a block's reduce-scatter
      * starts when its backward in the last micro-batch is done, and the next step's forward
      * reads a block once its all-gather is done. With n blocks, what the other n-1 blocks'

@@ -54,6 +54,7 @@ struct cost_job {
     int micro_batch_size;  /* sequences per micro-batch */
     int elem_bytes;        /* 4 for fp32, 2 for bf16/fp16 */
     int act_elem_bytes;    /* per element between pipeline stages; 0 = elem_bytes */
+    int gather_elem_bytes; /* per element of the parameter all-gather; 0 = elem_bytes */
     enum cost_schedule schedule;
 };
 

@@ -87,6 +87,7 @@ void plan_job_init(struct plan_job *j)
     j->micro_batch_size = 1;
     j->precision = PLAN_BF16;
     j->pipeline_dtype = PLAN_FP32;
+    j->param_gather_dtype = PLAN_FP32;
     j->schedule = COST_1F1B;
     j->policy = PLAN_HOLMES;
 }
@@ -426,6 +427,7 @@ static struct plan_eval *eval_new(const struct plan_worker *workers, int n_worke
     ev->cj.tensor = job->tensor;
     ev->cj.elem_bytes = job->precision == PLAN_FP32 ? 4 : 2;
     ev->cj.act_elem_bytes = job->pipeline_dtype == PLAN_BF16 ? 2 : ev->cj.elem_bytes;
+    ev->cj.gather_elem_bytes = job->param_gather_dtype == PLAN_BF16 ? 2 : ev->cj.elem_bytes;
     ev->cj.schedule = job->schedule;
     return ev;
 fail:

@@ -57,6 +57,7 @@ struct plan_job {
     int micro_batch_size; /* sequences per micro-batch */
     enum plan_precision precision;
     enum plan_precision pipeline_dtype; /* between stages: PLAN_BF16 halves fp32 activations */
+    enum plan_precision param_gather_dtype; /* all-gather: PLAN_BF16 halves fp32 parameters */
     enum cost_schedule schedule;
     enum plan_policy policy;
     const int *pinned;    /* layers per stage, or NULL for the cost model's partition */

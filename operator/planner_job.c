@@ -20,6 +20,7 @@ void planner_job_from_spec(const struct tj_spec *s, struct plan_job *out)
     out->schedule = s->par.schedule == TJ_SCHED_GPIPE ? COST_GPIPE : COST_1F1B;
     out->precision = s->training.precision == TJ_FP32 ? PLAN_FP32 : PLAN_BF16;
     out->pipeline_dtype = s->par.pipeline_dtype == TJ_BF16 ? PLAN_BF16 : PLAN_FP32;
+    out->param_gather_dtype = s->par.param_gather_dtype == TJ_BF16 ? PLAN_BF16 : PLAN_FP32;
     out->policy = s->placement.policy == TJ_POLICY_NAIVE ? PLAN_NAIVE : PLAN_HOLMES;
 }
 

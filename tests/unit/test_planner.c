@@ -180,10 +180,11 @@ static void test_links_json(void)
 /* The bench's clusters: IB, RoCE, IB, X (X = RoCE or Ethernet) listed interleaved, CPU
  * workers, pipeline 2 x data 2; overlap and TCP latency 0 so the data-parallel term is
  * exactly the bytes over the link's bandwidth. */
-/* The 4-worker clusters of test_gateway; `m` micro-batches (1: gpipe, 2: 1f1b) and what
- * travels between the stages as given. */
+/* The 4-worker clusters of test_gateway; `m` micro-batches (1: gpipe, 2: 1f1b), what
+ * travels between the stages and what the data-parallel rings all-gather as given. */
 static int gateway_plan_with(enum plan_policy pol, int three, double gateway, int m,
-                             enum plan_precision pipeline_dtype, struct plan *p)
+                             enum plan_precision pipeline_dtype,
+                             enum plan_precision param_gather_dtype, struct plan *p)
 {
     struct plan_worker w[4];
     worker(&w[0], "w0", 0, 0.05, NIC_INFINIBAND, "ib-a", 0.4);
@@ -205,6 +206,7 @@ static int gateway_plan_with(enum plan_policy pol, int three, double gateway, in
     job.micro_batch_size = 4;
     job.precision = PLAN_FP32;
     job.pipeline_dtype = pipeline_dtype;
+    job.param_gather_dtype = param_gather_dtype;
     job.policy = pol;
     static const int pin[2] = {2, 2};
     job.pinned = pin;
@@ -226,7 +228,7 @@ static int gateway_plan_with(enum plan_policy pol, int three, double gateway, in
 
 static int gateway_plan(enum plan_policy pol, int three, double gateway, struct plan *p)
 {
-    return gateway_plan_with(pol, three, gateway, 2, PLAN_FP32, p);
+    return gateway_plan_with(pol, three, gateway, 2, PLAN_FP32, PLAN_FP32, p);
 }
 
 /* parallelism.pipelineDtype bf16: the activations between stages weigh half as much. */
@@ -262,12 +264,87 @@ static void test_pipeline_dtype(void)
     cost_sim_free(&sim);
     /* through the planner: job.pipeline_dtype reaches the cost model; the rings are the same */
     struct plan a, b;
-    if (!gateway_plan_with(PLAN_HOLMES, 0, 0.05, 1, PLAN_FP32, &a) &&
-        !gateway_plan_with(PLAN_HOLMES, 0, 0.05, 1, PLAN_BF16, &b)) {
+    if (!gateway_plan_with(PLAN_HOLMES, 0, 0.05, 1, PLAN_FP32, PLAN_FP32, &a) &&
+        !gateway_plan_with(PLAN_HOLMES, 0, 0.05, 1, PLAN_BF16, PLAN_FP32, &b)) {
         CHECK("planner, bf16 wire: a shorter step", b.step_s < a.step_s);
         for (int s = 0; s < 2; s++)
             CHECK_NEAR("planner, bf16 wire: the rings are untouched", b.stages[s].dp_s,
                        a.stages[s].dp_s, 1e-12);
+    }
+    plan_free(&a);
+    plan_free(&b);
+}
+
+/* parallelism.paramGatherDtype bf16: the data-parallel parameter all-gather weighs half as
+ * much; the gradient reduce-scatter and the activations between stages do not change. */
+static void test_param_gather_dtype(void)
+{
+    struct cost_links l;
+    cost_links_default(&l);
+    l.compute_efficiency = 1;
+    l.memory_gbps = 1e12;
+    l.overlap = 0; /* nothing hides the ring */
+    struct cost_job j = {.layers = 4, .hidden = 192, .heads = 4, .vocab = 1, .seq = 32,
+                         .tensor = 1, .data = 2, .micro_batches = 1, .micro_batch_size = 4,
+                         .elem_bytes = 4, .schedule = COST_GPIPE};
+    struct cost_stage st = {.layers = 2, .tflops = 1, .mem_bytes = INFINITY,
+                            .dp = cost_link_make(8, 0, 1), /* 1 GB/s */
+                            .next = {INFINITY, 0}};
+    /* one stage, first and last: blocks, embeddings, final norm */
+    double params = 2 * cost_layer_params(&j) + cost_embedding_params(&j) + 2.0 * j.hidden;
+    struct cost_stage_terms t32, t16;
+    cost_stage_terms(&j, &l, &st, 1, 1, NULL, &t32);
+    CHECK_NEAR("fp32 all-gather: 1/2 x 4 bytes per parameter / bw", t32.ag_exposed,
+               0.5 * params * 4 / 1e9, 1e-12);
+    CHECK_NEAR("fp32 all-gather = reduce-scatter", t32.ag_exposed, t32.rs_exposed, 1e-15);
+    j.gather_elem_bytes = 4;
+    cost_stage_terms(&j, &l, &st, 1, 1, NULL, &t16);
+    CHECK_NEAR("gather_elem_bytes 4 = elem_bytes", t16.ag_exposed, t32.ag_exposed, 1e-15);
+    double act32 = cost_activation_bytes(&j);
+    j.gather_elem_bytes = 2;
+    cost_stage_terms(&j, &l, &st, 1, 1, NULL, &t16);
+    CHECK_NEAR("bf16 all-gather: 1/2 x 2 bytes per parameter / bw", t16.ag_exposed,
+               0.5 * params * 2 / 1e9, 1e-12);
+    CHECK_NEAR("bf16 all-gather: exactly half", t16.ag_exposed, t32.ag_exposed / 2, 1e-15);
+    CHECK_NEAR("bf16 all-gather: the reduce-scatter stays fp32", t16.rs_exposed, t32.rs_exposed,
+               1e-15);
+    CHECK_NEAR("bf16 all-gather: dp total = ag + rs", t16.dp_exposed,
+               t16.ag_exposed + t16.rs_exposed, 1e-15);
+    CHECK_NEAR("bf16 all-gather: compute untouched", t16.fwd + t16.bwd, t32.fwd + t32.bwd, 1e-15);
+    CHECK_NEAR("bf16 all-gather: activations untouched", cost_activation_bytes(&j), act32, 1e-9);
+    /* one stage: the step starts when the parameters have arrived, so it is shorter by what
+     * the all-gather saves */
+    struct cost_sim sim;
+    struct cost_breakdown br32, br16;
+    herr e;
+    CHECK_INT("sim init", cost_sim_init(&sim, 1, 1, &e), 0);
+    j.gather_elem_bytes = 0;
+    double s32 = cost_simulate(&j, &l, &st, 1, NULL, &sim, &br32);
+    j.gather_elem_bytes = 2;
+    double s16 = cost_simulate(&j, &l, &st, 1, NULL, &sim, &br16);
+    CHECK_NEAR("bf16 all-gather: the step is shorter by half the all-gather", s32 - s16,
+               t32.ag_exposed / 2, 1e-12);
+    CHECK_NEAR("bf16 all-gather: dp_comm likewise", br32.dp_comm - br16.dp_comm,
+               t32.ag_exposed / 2, 1e-12);
+    cost_sim_free(&sim);
+    /* through the planner: job.param_gather_dtype reaches the cost model. fp32: ag = rs and
+     * the tie (vocab 8) is below rs, so each ring's exposed time 2 rs becomes 1.5 rs (up to
+     * the ring's latency, which does not halve); the placement and the stages' compute stay.
+     * (The breakdown's pp_comm may change: a stage that starts sooner no longer hides the
+     * activation transfer it used to wait for.) */
+    struct plan a, b;
+    if (!gateway_plan_with(PLAN_HOLMES, 0, 0.05, 1, PLAN_FP32, PLAN_FP32, &a) &&
+        !gateway_plan_with(PLAN_HOLMES, 0, 0.05, 1, PLAN_FP32, PLAN_BF16, &b)) {
+        CHECK("planner, bf16 all-gather: a shorter step", b.step_s < a.step_s);
+        for (int s = 0; s < 2; s++) {
+            CHECK_NEAR("planner, bf16 all-gather: each ring's exposed time x 3/4",
+                       b.stages[s].dp_s, 0.75 * a.stages[s].dp_s, 1e-4);
+            CHECK_STR("planner, bf16 all-gather: same placement", b.stages[s].fabric,
+                      a.stages[s].fabric);
+            CHECK_NEAR("planner, bf16 all-gather: same compute",
+                       b.stages[s].fwd_s + b.stages[s].bwd_s,
+                       a.stages[s].fwd_s + a.stages[s].bwd_s, 1e-15);
+        }
     }
     plan_free(&a);
     plan_free(&b);
@@ -895,7 +972,8 @@ static void test_job_manifest(void)
         "{\"apiVersion\": \"holmes.dev/v1alpha1\", \"kind\": \"TrainingJob\", \"metadata\": "
         "{\"name\": \"t\"}, \"spec\": {\"workers\": 4, \"gpusPerWorker\": 2, \"model\": "
         "{\"preset\": \"gpt2-350m\"}, \"parallelism\": {\"tensor\": 2, \"pipeline\": \"auto\", "
-        "\"data\": 2, \"microBatches\": 6, \"microBatchSize\": 3, \"schedule\": \"gpipe\"}, "
+        "\"data\": 2, \"microBatches\": 6, \"microBatchSize\": 3, \"schedule\": \"gpipe\", "
+        "\"paramGatherDtype\": \"bf16\"}, "
         "\"placement\": {\"policy\": \"naive\", \"crossFabricGbps\": 3}, "
         "\"training\": {\"steps\": 10, \"precision\": \"fp32\"}}}");
     struct tj_job tj;
@@ -920,6 +998,8 @@ static void test_job_manifest(void)
     CHECK_INT("schedule", pj.schedule, COST_GPIPE);
     CHECK_INT("policy", pj.policy, PLAN_NAIVE);
     CHECK_INT("precision", pj.precision, PLAN_FP32);
+    CHECK_INT("pipelineDtype", pj.pipeline_dtype, PLAN_FP32);
+    CHECK_INT("paramGatherDtype", pj.param_gather_dtype, PLAN_BF16);
     struct plan_worker w[4];
     for (int i = 0; i < 4; i++) {
         char name[16];
@@ -955,6 +1035,7 @@ int main(void)
     test_links_json();
     test_gateway();
     test_pipeline_dtype();
+    test_param_gather_dtype();
     test_shared_cores();
     test_two_fabrics();
     test_tensor_and_auto();

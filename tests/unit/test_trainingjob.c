@@ -70,6 +70,7 @@ int main(void)
     CHECK_INT("default microBatches", job.spec.par.micro_batches, 8);
     CHECK_INT("default schedule", job.spec.par.schedule, TJ_SCHED_1F1B);
     CHECK_INT("default pipelineDtype fp32", job.spec.par.pipeline_dtype, TJ_FP32);
+    CHECK_INT("default paramGatherDtype fp32", job.spec.par.param_gather_dtype, TJ_FP32);
     CHECK_NEAR("default lr", job.spec.training.opt.lr, 6e-4, 1e-12);
     CHECK_INT("default seed", job.spec.training.seed, 1337);
     CHECK("default demo corpus", job.spec.training.data.is_demo &&
@@ -107,6 +108,23 @@ int main(void)
     memset(&errs, 0, sizeof errs);
     rc = tj_spec_from_json(j, "spec", &again, &errs);
     CHECK("pipelineDtype bf16 round trip", rc == 0 && again.par.pipeline_dtype == TJ_BF16);
+    cJSON_Delete(j);
+    tj_spec_free(&again);
+    tj_job_free(&job);
+
+    /* paramGatherDtype: parsed, independent of pipelineDtype, and kept by the round trip. */
+    rc = parse_job("apiVersion: holmes.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: t}\n"
+                   "spec:\n  workers: 2\n  gpusPerWorker: 0\n  model: {preset: gpt2-124m}\n"
+                   "  parallelism: {data: 2, paramGatherDtype: bf16}\n  training: {steps: 10}\n",
+                   &job, &errs);
+    if (rc) dump(&errs);
+    CHECK("paramGatherDtype bf16 parses", rc == 0 && job.spec.par.param_gather_dtype == TJ_BF16 &&
+                                              job.spec.par.pipeline_dtype == TJ_FP32);
+    j = tj_spec_to_json(&job.spec);
+    memset(&errs, 0, sizeof errs);
+    rc = tj_spec_from_json(j, "spec", &again, &errs);
+    CHECK("paramGatherDtype bf16 round trip", rc == 0 && again.par.param_gather_dtype == TJ_BF16 &&
+                                                  again.par.pipeline_dtype == TJ_FP32);
     cJSON_Delete(j);
     tj_spec_free(&again);
     tj_job_free(&job);
