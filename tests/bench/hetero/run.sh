@@ -35,6 +35,11 @@ LAYERS=${LAYERS:-8}
 # a value; the CPU engine computes in fp32): docs/hetero.md, "The scaling".
 PIPELINE_DTYPE=${PIPELINE_DTYPE:-bf16}
 [[ $PIPELINE_DTYPE == fp32 || $PIPELINE_DTYPE == bf16 ]] || die "PIPELINE_DTYPE=$PIPELINE_DTYPE: must be fp32 or bf16"
+# The replicas all-gather their parameters in bf16 and compute with them (fp32 masters), as the
+# paper's mixed-precision training holds bf16 weights (docs/hetero.md, "The scaling").
+PARAM_GATHER_DTYPE=${PARAM_GATHER_DTYPE:-bf16}
+[[ $PARAM_GATHER_DTYPE == fp32 || $PARAM_GATHER_DTYPE == bf16 ]] ||
+    die "PARAM_GATHER_DTYPE=$PARAM_GATHER_DTYPE: must be fp32 or bf16"
 for v in REPS STEPS IB_MBIT ROCE_MBIT CROSS_MBIT LAYERS; do
     [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -ge 1 ] || die "$v=${!v}: must be a positive integer"
 done
@@ -90,7 +95,7 @@ spec:
   workers: $nw
   gpusPerWorker: 0
   model: {layers: $LAYERS, hidden: 192, heads: 4, vocab: 256, seqLen: 32}
-  parallelism: {pipeline: $pipeline, data: 2, microBatches: $mb, microBatchSize: $mbs, schedule: 1f1b, pipelineDtype: $PIPELINE_DTYPE}
+  parallelism: {pipeline: $pipeline, data: 2, microBatches: $mb, microBatchSize: $mbs, schedule: 1f1b, pipelineDtype: $PIPELINE_DTYPE, paramGatherDtype: $PARAM_GATHER_DTYPE}
   placement: {policy: $policy}
   training:
     steps: $STEPS
