@@ -104,8 +104,7 @@ static int wire_send(struct pipe_runner *p, int peer, uint32_t tag, const float 
     size_t n = p->ops.act_count;
     if (p->cfg.wire != PIPE_WIRE_BF16)
         return comm_send(p->cfg.comm, peer, tag, x, n * sizeof *x, e);
-    for (size_t i = 0; i < n; i++)
-        p->wire[i] = bf16_from_float(x[i]);
+    bf16_pack(p->wire, x, n);
     return comm_send(p->cfg.comm, peer, tag, p->wire, n * sizeof *p->wire, e);
 }
 
@@ -116,8 +115,7 @@ static int wire_recv(struct pipe_runner *p, int peer, uint32_t tag, float *x, he
         return comm_recv(p->cfg.comm, peer, tag, x, n * sizeof *x, e);
     if (comm_recv(p->cfg.comm, peer, tag, p->wire, n * sizeof *p->wire, e) != 0)
         return -1;
-    for (size_t i = 0; i < n; i++)
-        x[i] = bf16_to_float(p->wire[i]);
+    bf16_unpack(x, p->wire, n);
     return 0;
 }
 

@@ -234,11 +234,13 @@ static int gather_part(struct zero *z, float *buf, size_t lo, size_t hi, int bf1
             return herr_set(e, "bucket %d still has a collective in flight", i);
         if (bf16) {
             const float *ms = z->master + k->shard_off;
-            for (size_t j = k->shard_lo; j < k->shard_hi; j++) {
-                uint16_t b = bf16_from_float(ms[j - k->shard_lo]);
-                buf[j] = bf16_to_float(b);
-                if (many)
-                    z->wire[j] = b;
+            size_t len = k->shard_hi - k->shard_lo;
+            if (many) {
+                bf16_pack(z->wire + k->shard_lo, ms, len);
+                bf16_unpack(buf + k->shard_lo, z->wire + k->shard_lo, len);
+            } else {
+                for (size_t j = 0; j < len; j++)
+                    buf[k->shard_lo + j] = bf16_round(ms[j]);
             }
         }
         if (!many)
@@ -273,9 +275,10 @@ static int wait_range(struct zero *z, size_t lo, size_t hi, const char *what, he
             rc = herr_wrap(e, "%s of bucket %d", what, i);
         }
         k->req = NULL;
-        if (k->bf16 && rc == 0)
-            for (size_t j = k->lo; j < k->hi; j++)
-                z->params[j] = bf16_to_float(z->wire[j]);
+        if (k->bf16 && rc == 0) { /* the others' chunks; the own one is in place */
+            bf16_unpack(z->params + k->lo, z->wire + k->lo, k->shard_lo - k->lo);
+            bf16_unpack(z->params + k->shard_hi, z->wire + k->shard_hi, k->hi - k->shard_hi);
+        }
         k->bf16 = 0;
     }
     return rc;

@@ -26,7 +26,9 @@ IB_MBIT=${IB_MBIT:-1000}    # "200 Gb/s InfiniBand"
 ROCE_MBIT=${ROCE_MBIT:-500} # "100 Gb/s RoCE"
 CROSS_MBIT=${CROSS_MBIT:-125} # "25 Gb/s TCP between fabrics"
 OUT=${OUT:-$REPO/docs}
-TOKENS=2048                # per step: data 2 x microBatches 8 x microBatchSize 4 x seqLen 32
+# Sequences per micro-batch: 3, so that data-parallel traffic weighs against compute as in the
+# paper's setting (docs/hetero.md, "The scaling"); 8 micro-batches per replica.
+MICRO_BATCH_SIZE=${MICRO_BATCH_SIZE:-3}
 ONLY=${ONLY:-}             # run only these scenarios (space-separated names)
 # GPT depth: 8 layers, so that a stage's compute outweighs its boundary's activations as in the
 # paper's 36-layer model (docs/hetero.md, "The scaling").
@@ -40,9 +42,10 @@ PIPELINE_DTYPE=${PIPELINE_DTYPE:-bf16}
 PARAM_GATHER_DTYPE=${PARAM_GATHER_DTYPE:-bf16}
 [[ $PARAM_GATHER_DTYPE == fp32 || $PARAM_GATHER_DTYPE == bf16 ]] ||
     die "PARAM_GATHER_DTYPE=$PARAM_GATHER_DTYPE: must be fp32 or bf16"
-for v in REPS STEPS IB_MBIT ROCE_MBIT CROSS_MBIT LAYERS; do
+for v in REPS STEPS IB_MBIT ROCE_MBIT CROSS_MBIT LAYERS MICRO_BATCH_SIZE; do
     [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -ge 1 ] || die "$v=${!v}: must be a positive integer"
 done
+TOKENS=$((2 * 8 * MICRO_BATCH_SIZE * 32)) # per step: data 2 x microBatches 8 x microBatchSize x seqLen 32
 [[ $WARMUP =~ ^[0-9]+$ ]] && [ "$WARMUP" -lt "$STEPS" ] || die "WARMUP=$WARMUP: must be an integer below STEPS ($STEPS)"
 # Namespace prefix: hb<pid>, or HETERO_NS_PREFIX (tests: so concurrent runs are told apart).
 P=${HETERO_NS_PREFIX:-hb$$}; P=${P:0:7}
@@ -84,9 +87,8 @@ done
 # so the planner predicts for the links the run really has; pacing is off, bandwidthScale 1).
 job() {
     local name=$1 policy=$2 pipeline=$3 workers=$4 prev= count=0 w f c m
-    # 8 micro-batches of 4 sequences per replica: enough tokens per step that data-parallel
-    # traffic weighs against compute as in the paper's setting (docs/hetero.md, "The scaling")
-    local nw mb=8 mbs=4; nw=$(tr ',' '\n' <<<"$workers" | wc -l)
+    # 8 micro-batches of MICRO_BATCH_SIZE sequences per replica
+    local nw mb=8 mbs=$MICRO_BATCH_SIZE; nw=$(tr ',' '\n' <<<"$workers" | wc -l)
     cat <<Y
 apiVersion: holmes.dev/v1alpha1
 kind: TrainingJob
