@@ -16,17 +16,27 @@
 
 static float gval(int r, size_t i) { return (float)((int)((i * 13 + (size_t)r * 7) % 19) - 9); }
 
+/* The data-parallel group of n forked replicas (n > 1). */
+static int dp_open(struct comm **c, int tag, int n, int rank, struct tcp_listener *l,
+                   const struct tcp_endpoint *eps)
+{
+    herr e;
+    struct tcp_group_spec s;
+    group_spec(&s, "dp", tag, n, rank, eps, 20);
+    if (comm_create(c, l, &s, &e) != 0) {
+        fprintf(stderr, "%s\n", e.msg);
+        return -1;
+    }
+    return 0;
+}
+
 static int replica(int rank, int n, struct tcp_listener *l, const struct tcp_endpoint *eps, void *arg)
 {
     (void)arg;
     herr e;
     struct comm *c = NULL;
-    struct tcp_group_spec s;
-    group_spec(&s, "dp", 31, n, rank, eps, 20);
-    if (n > 1 && comm_create(&c, l, &s, &e) != 0) {
-        fprintf(stderr, "%s\n", e.msg);
+    if (n > 1 && dp_open(&c, 31, n, rank, l, eps) != 0)
         return 1;
-    }
     float *p = malloc(N * sizeof *p), *g = malloc(N * sizeof *g);
     struct zero *z;
     if (!p || !g || zero_create(&z, p, g, N, NULL, 0, BUCKET, c, &e) != 0)
@@ -110,12 +120,8 @@ static int replica_bf16(int rank, int n, struct tcp_listener *l, const struct tc
     (void)arg;
     herr e;
     struct comm *c = NULL;
-    struct tcp_group_spec s;
-    group_spec(&s, "dp", 32, n, rank, eps, 20);
-    if (n > 1 && comm_create(&c, l, &s, &e) != 0) {
-        fprintf(stderr, "%s\n", e.msg);
+    if (n > 1 && dp_open(&c, 32, n, rank, l, eps) != 0)
         return 1;
-    }
     float *p = malloc(N * sizeof *p), *g = calloc(N, sizeof *g), *out = malloc(N * sizeof *out);
     struct zero *z;
     if (!p || !g || !out || zero_create(&z, p, g, N, NULL, 0, BUCKET, c, &e) != 0)
