@@ -99,6 +99,17 @@ static int parse_float(const char *opt, const char *s, double lo, double hi, flo
     return 0;
 }
 
+/* fp32 | bf16: what an element type option (--pipeline-dtype, --param-gather-dtype) selects. */
+static int parse_wire(const char *opt, const char *s, enum pipe_wire *out)
+{
+    if (strcmp(s, "fp32") && strcmp(s, "bf16")) {
+        fprintf(stderr, "holmes-node worker: %s: '%s' is not one of fp32, bf16\n", opt, s);
+        return -1;
+    }
+    *out = strcmp(s, "bf16") ? PIPE_WIRE_FP32 : PIPE_WIRE_BF16;
+    return 0;
+}
+
 int cmd_worker(int argc, char **argv)
 {
     /* --coordinator URL (or HOLMES_COORDINATOR): the place in the job comes from the
@@ -165,19 +176,11 @@ int cmd_worker(int argc, char **argv)
                 fprintf(stderr, "holmes-node worker: --schedule: %s\n", e.msg);
                 return 2;
             }
-        } else if (strcmp(a, "--pipeline-dtype") == 0) {
-            if (strcmp(v, "fp32") && strcmp(v, "bf16")) {
-                fprintf(stderr, "holmes-node worker: --pipeline-dtype: '%s' is not one of fp32, bf16\n", v);
-                return 2;
-            }
-            c.pipe_wire = strcmp(v, "bf16") ? PIPE_WIRE_FP32 : PIPE_WIRE_BF16;
-        } else if (strcmp(a, "--param-gather-dtype") == 0) {
-            if (strcmp(v, "fp32") && strcmp(v, "bf16")) {
-                fprintf(stderr, "holmes-node worker: --param-gather-dtype: '%s' is not one of fp32, bf16\n", v);
-                return 2;
-            }
-            c.param_wire = strcmp(v, "bf16") ? PIPE_WIRE_FP32 : PIPE_WIRE_BF16;
-        } else if (strcmp(a, "--lr") == 0)
+        } else if (strcmp(a, "--pipeline-dtype") == 0)
+            bad = parse_wire(a, v, &c.pipe_wire);
+        else if (strcmp(a, "--param-gather-dtype") == 0)
+            bad = parse_wire(a, v, &c.param_wire);
+        else if (strcmp(a, "--lr") == 0)
             bad = parse_float(a, v, 1e-12, 10, &c.lr.max_lr);
         else if (strcmp(a, "--warmup") == 0)
             bad = parse_long(a, v, 0, LONG_MAX, &c.lr.warmup_steps);

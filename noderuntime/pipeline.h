@@ -7,7 +7,6 @@
 #define HOLMES_PIPELINE_H
 
 #include <stddef.h>
-#include <stdint.h>
 
 #include "comm.h"
 #include "error.h"
@@ -40,7 +39,6 @@ struct pipe_config {
 
 /* Activation slots a stage needs: micro_batches for GPipe, min(stages - stage, M) for 1F1B. */
 int pipe_slots_needed(enum pipe_schedule s, int stage, int stages, int micro_batches);
-
 
 struct pipe_runner;
 int pipe_runner_create(struct pipe_runner **out, const struct pipe_config *cfg,

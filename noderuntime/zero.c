@@ -306,10 +306,11 @@ int zero_params_bf16(struct zero *z, herr *e)
 {
     if (z->master)
         return 0;
+    int many = z->dp && comm_size(z->dp) > 1;
     z->master = malloc((z->shard_total ? z->shard_total : 1) * sizeof *z->master);
-    if (z->dp && comm_size(z->dp) > 1)
+    if (many)
         z->wire = malloc((z->n ? z->n : 1) * sizeof *z->wire);
-    if (!z->master || (z->dp && comm_size(z->dp) > 1 && !z->wire)) {
+    if (!z->master || (many && !z->wire)) {
         free(z->master);
         free(z->wire);
         z->master = NULL;
