@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cpu_affinity.h"
 #include "commands.h"
 #include "gpt.h"
 #include "log.h"
@@ -22,14 +23,15 @@ static void usage(FILE *f)
         "Usage: holmes-node worker --coordinator URL --job NAME --pod POD --worker I\n"
         "                          [--token-file FILE] [--ca FILE] [--node NODE] [--emulate-nic SPEC]\n"
         "                          [--sysfs ROOT] [--progress-ms MS] [--connect-timeout S]\n"
-        "                          [--tflops T] [--simulate STEPS [--step-ms MS] [--fail-at STEP]]\n\n"
+        "                          [--tflops T] [--cpu-affinity none|spread]\n"
+        "                          [--simulate STEPS [--step-ms MS] [--fail-at STEP]]\n\n"
         "Connects to the coordinator, reports this worker's NICs, receives its place in the\n"
         "job (stage, layers, ranks, peers), rendezvous with its peers and trains, streaming\n"
         "progress. Each option may come from the environment instead: HOLMES_COORDINATOR,\n"
         "HOLMES_JOB (or HOLMES_JOB_NAME, with HOLMES_JOB_NAMESPACE), HOLMES_TOKEN (preferred\n"
         "over --token-file), HOLMES_POD (or POD_NAME, HOSTNAME), HOLMES_WORKER (or\n"
         "HOLMES_WORKER_INDEX), HOLMES_NODE (or NODE_NAME), HOLMES_EMULATE_NIC,\n"
-        "HOLMES_DECLARED_TFLOPS.\n\n"
+        "HOLMES_DECLARED_TFLOPS, HOLMES_CPU_AFFINITY.\n\n"
         "  --ca FILE           wss:// only: PEM CA that signed the coordinator's certificate\n"
         "                      (HOLMES_COORDINATOR_CA; default: the system's CAs)\n"
         "  --emulate-nic SPEC  report CLASS:FABRIC:GBPS instead of discovering NICs\n"
@@ -38,6 +40,10 @@ static void usage(FILE *f)
         "                      planner instead of measuring it; a CPU worker otherwise measures\n"
         "                      its fp32 matrix-product rate at start (a ~30 ms probe; skipped\n"
         "                      with --simulate)\n"
+        "  --cpu-affinity M    none (default): the kernel places the threads; spread: every\n"
+        "                      rank of the job runs on this machine, so each pins its\n"
+        "                      training to its share of the cores, replicas of one stage\n"
+        "                      on different cores (holmes-operator local sets spread)\n"
         "  --simulate STEPS    train nothing: report STEPS simulated steps (protocol tests and\n"
         "                      benchmarks); --fail-at makes the run fail at that step\n\n"
         "Exit status: 0 finished, 75 stopped for an in-place restart (start it again), 1 failed,\n"
@@ -117,6 +123,7 @@ int cmd_worker_coord(int argc, char **argv)
     if (!pod)
         pod = env2("HOSTNAME", NULL);
     const char *tflops_s = env2("HOLMES_DECLARED_TFLOPS", NULL);
+    const char *affinity_s = env2("HOLMES_CPU_AFFINITY", NULL);
     const char *token_file = NULL, *sysfs = NULL, *ca = env2("HOLMES_COORDINATOR_CA", NULL);
     long progress_ms = 500, connect_s = 60, sim_steps = -1, step_ms = 10, fail_at = 0, worker = -1;
     for (int i = 1; i < argc; i++) {
@@ -133,6 +140,7 @@ int cmd_worker_coord(int argc, char **argv)
         else if (strcmp(a, "--emulate-nic") == 0 && v) emulate = v;
         else if (strcmp(a, "--sysfs") == 0 && v) sysfs = v;
         else if (strcmp(a, "--tflops") == 0 && v) tflops_s = v;
+        else if (strcmp(a, "--cpu-affinity") == 0 && v) affinity_s = v;
         else if (strcmp(a, "--progress-ms") == 0 && v) {
             if (parse_int(v, a, 1, 600000, &progress_ms)) return 2;
         } else if (strcmp(a, "--connect-timeout") == 0 && v) {
@@ -159,6 +167,12 @@ int cmd_worker_coord(int argc, char **argv)
     double declared = 0;
     if (tflops_s && parse_tflops(tflops_s, &declared))
         return 2;
+    enum cpu_affinity affinity = CPU_AFFINITY_NONE;
+    if (affinity_s && cpu_affinity_parse(affinity_s, &affinity)) {
+        fprintf(stderr, "holmes-node worker: --cpu-affinity (or HOLMES_CPU_AFFINITY): \"%s\" must "
+                        "be none or spread\n", affinity_s);
+        return 2;
+    }
     char *token = token_file ? read_token(token_file) : NULL;
     if (token_file && !token)
         return 2;
@@ -241,7 +255,7 @@ int cmd_worker_coord(int argc, char **argv)
             const char *sub = env2("HOLMES_JOB_NAME", NULL);
             snprintf(host, sizeof host, "%s%s%s", hn, sub ? "." : "", sub ? sub : "");
         }
-        if (worker_train_create(&wt, host, &e)) {
+        if (worker_train_create(&wt, host, affinity, &e)) {
             fprintf(stderr, "holmes-node worker: %s\n", e.msg);
             free(token);
             return 1;

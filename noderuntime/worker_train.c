@@ -8,6 +8,7 @@
 
 #include "comm_tcp.h"
 #include "dataloader.h"
+#include "log.h"
 #include "rank_table.h"
 #include "trainer.h"
 #include "trainingjob.h"
@@ -17,13 +18,16 @@
 struct worker_train {
     char host[256];               /* advertised to peers */
     struct tcp_listener *listener; /* opened by prepare, used by run */
+    enum cpu_affinity affinity;
 };
 
-int worker_train_create(struct worker_train **out, const char *advertise_host, herr *e)
+int worker_train_create(struct worker_train **out, const char *advertise_host,
+                        enum cpu_affinity affinity, herr *e)
 {
     *out = calloc(1, sizeof **out);
     if (!*out)
         return herr_set(e, "out of memory");
+    (*out)->affinity = affinity;
     snprintf((*out)->host, sizeof (*out)->host, "%s",
              advertise_host && advertise_host[0] ? advertise_host : "127.0.0.1");
     return 0;
@@ -179,6 +183,17 @@ static int train_run(void *user, const cJSON *assignment, const cJSON *peers, lo
         goto out;
     }
     c.listener = wt->listener;
+    /* This thread runs the training and starts the communication threads: pinned before them,
+     * they share its cores. An optimisation only: the run goes on unpinned when it fails. */
+    if (wt->affinity == CPU_AFFINITY_SPREAD) {
+        char cores[64];
+        herr pe = {{0}};
+        if (cpu_spread_rank(&rt, c.model.layers, rank, cores, sizeof cores, &pe) == 0)
+            log_info("cpu affinity: rank %d computes on core %s (the job's %d ranks spread over "
+                     "this machine's cores)", rank, cores, rt.world);
+        else
+            log_warn("cpu affinity spread: %s; the kernel places this rank", pe.msg);
+    }
     struct step_sink sink = {.link = link,
                              .last_stage = stage_j->valueint == stages_j->valueint - 1};
     struct trainer_data td = {dl, dataloader_batch_at};

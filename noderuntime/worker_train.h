@@ -5,13 +5,16 @@
 
 #include <cjson/cJSON.h>
 
+#include "cpu_affinity.h"
 #include "error.h"
 #include "worker_coord.h"
 
 struct worker_train;
 
-/* advertise_host: how peers reach this worker (its pod IP; "127.0.0.1" locally). */
-int worker_train_create(struct worker_train **out, const char *advertise_host, herr *e);
+/* advertise_host: how peers reach this worker (its pod IP; "127.0.0.1" locally); affinity:
+ * CPU_AFFINITY_SPREAD when every rank of the job runs on this machine (noderuntime/cpu_affinity.h). */
+int worker_train_create(struct worker_train **out, const char *advertise_host,
+                        enum cpu_affinity affinity, herr *e);
 void worker_train_free(struct worker_train *wt);
 /* A runner whose user is wt. */
 struct worker_runner worker_train_runner(struct worker_train *wt);

@@ -58,6 +58,10 @@ static void usage(FILE *f)
         "                      'ip netns exec fab-w{i}' (the fabric benchmark)\n"
         "  --calibration FILE  link constants for the planner, as `holmes-operator plan\n"
         "                      --calibration FILE` uses them (same plan, same prediction)\n"
+        "The workers share this machine's cores: each computes with one thread\n"
+        "(OMP_NUM_THREADS) and pins it to its share of the cores, the replicas of one stage\n"
+        "on different cores (HOLMES_CPU_AFFINITY=spread; set it to none to leave the\n"
+        "placement to the kernel).\n"
         "Exit status: 0 succeeded, 1 failed, 2 usage or invalid job.\n");
 }
 
@@ -379,6 +383,8 @@ static pid_t spawn_worker(struct local *L, int i)
     /* Several workers share this machine's cores: one compute thread each unless told. */
     setenv("OMP_NUM_THREADS", "1", 0);
     setenv("OPENBLAS_NUM_THREADS", "1", 0);
+    /* ... and each computes on its own share of them (noderuntime/cpu_affinity.h) */
+    setenv("HOLMES_CPU_AFFINITY", "spread", 0);
     /* They also share its compute: a start-up probe would only measure which worker the
      * scheduler favoured, so all declare the same rate (the planner's CPU default) unless told. */
     setenv("HOLMES_DECLARED_TFLOPS", "0.05", 0);

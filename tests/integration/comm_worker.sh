@@ -91,3 +91,7 @@ out=$("$NODE" worker --rank-table "$tmp/bad.json" --rank 0 --data "$tmp/data.txt
 rc=$?
 check "bad --pipeline-dtype exits 2" test $rc = 2
 check "bad --pipeline-dtype names the choices" grep -q "'fp8' is not one of fp32, bf16" <<<"$out"
+out=$(HOLMES_CPU_AFFINITY=pinned "$NODE" worker --coordinator ws://127.0.0.1:1/ --job j --pod p --worker 0 2>&1)
+rc=$?
+check "bad HOLMES_CPU_AFFINITY exits 2" test $rc = 2
+check "bad HOLMES_CPU_AFFINITY names the option and the choices" grep -q 'cpu-affinity (or HOLMES_CPU_AFFINITY): "pinned" must be none or spread' <<<"$out"

@@ -26,6 +26,17 @@ assert all(len(r["stages"]) == 2 and r["stages"][0]["compute_ms"] > 0 for r in r
 PY
 ls "$tmp"/ckpt/stage-*-step-*.ckpt >/dev/null 2>&1 && pass "checkpoints written per stage" \
     || fail "checkpoints written per stage" "$(ls "$tmp/ckpt" 2>&1)"
+# Local workers share the cores: each pins its training to its share, the two replicas of a
+# stage (ranks 0,1 and 2,3) on different cores when there are two or more.
+pins=$(cat "$tmp"/run/worker-*.log | sed -n 's/.*cpu affinity: rank \([0-9]*\) computes on core \([0-9-]*\) .*/\1 \2/p' | sort)
+[ "$(wc -l <<<"$pins")" = 4 ] && pass "every local worker pins its training (cpu affinity spread)" \
+    || fail "every local worker pins its training (cpu affinity spread)" "$pins"
+if [ "$(nproc)" -ge 2 ]; then
+    core() { awk -v r="$1" '$1 == r {print $2}' <<<"$pins"; }
+    [ "$(core 0)" != "$(core 1)" ] && [ "$(core 2)" != "$(core 3)" ] \
+        && pass "the replicas of each stage compute on different cores" \
+        || fail "the replicas of each stage compute on different cores" "$pins"
+fi
 fi
 
 # Kill a worker after the first checkpoints: in-place restart from the checkpoint.

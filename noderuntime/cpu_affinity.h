@@ -1,0 +1,37 @@
+/* Where the ranks of a job that all run on one machine (holmes-operator local, the fabric
+ * benchmark) compute: each rank pins its training thread, and so every thread it starts, to its
+ * share of the machine's cores. Without it the kernel's scheduler shares the cores as it goes:
+ * two replicas of one stage drift apart and the data-parallel collectives wait for the slower.
+ * Spread gives every core an equal share of the planned compute, as every GPU of a cluster
+ * computes only its own rank's stage. */
+#ifndef HOLMES_CPU_AFFINITY_H
+#define HOLMES_CPU_AFFINITY_H
+
+#include <stddef.h>
+
+#include "error.h"
+#include "rank_table.h"
+
+enum cpu_affinity { CPU_AFFINITY_NONE = 0, CPU_AFFINITY_SPREAD = 1 };
+
+/* "none" | "spread"; -1 for anything else. */
+int cpu_affinity_parse(const char *s, enum cpu_affinity *out);
+
+/* Assigns n ranks with planned compute load[i] >= 0 to ncpu cores. With ncpu >= n, each rank
+ * gets ncpu / n cores of its own. Otherwise one core each: heaviest first onto the least loaded
+ * core (ties: the lower rank, then the lower core), so that equal loads (the replicas of one
+ * stage) go to different cores and every core carries about the same compute. Writes the first
+ * core's index (0..ncpu-1, an index into the usable cores) and the core count of each rank. */
+int cpu_spread(const double *load, int n, int ncpu, int *first, int *count, herr *e);
+
+/* Pins the calling thread, and so the threads it starts later, to `count` of the cores the
+ * thread may use now, from the first-th of them on; writes their numbers ("3" or "4-7") into
+ * desc. */
+int cpu_pin_thread(int first, int count, char *desc, size_t cap, herr *e);
+
+/* cpu_spread over every rank of rt (loads: its stage's layer count, of `layers` in the model),
+ * then cpu_pin_thread for `rank`. */
+int cpu_spread_rank(const struct rank_table *rt, int layers, int rank, char *desc, size_t cap,
+                    herr *e);
+
+#endif
