@@ -20,7 +20,7 @@ export HOLMES_BIN_DIR
 pfx=ht$(($$ % 100000))
 export HETERO_NS_PREFIX=$pfx
 # a reference (phase 1, fitted) and a cluster with two fabrics (phase 2, planned with the fit)
-out=$(ONLY="all-rdma 2fab-naive" LAYERS=4 REPS=1 STEPS=4 WARMUP=1 OUT=$tmp timeout 300 "$B" 2>&1); rc=$?
+out=$(ONLY="all-rdma 2fab-naive" LAYERS=4 REPS=1 CAL_REPS=1 STEPS=4 WARMUP=1 OUT=$tmp timeout 300 "$B" 2>&1); rc=$?
 [ $rc -eq 0 ] && pass "a short run succeeds" || fail "a short run succeeds" "rc $rc: $out"
 for s in all-rdma:holmes 2fab-naive:naive; do
     grep -q "^| ${s%:*} | ${s#*:} | [0-9.]* |" "$tmp/hetero-table.md" 2>/dev/null \
@@ -40,6 +40,10 @@ lat=$(sed -n 's/^latency between fabrics: \([0-9.]*\) us.*/\1/p' <<<"$out")
     || fail "measured latency kept by the fit" "latency '$lat': $(cat "$tmp/hetero-links-refs.json")"
 [ "$(wc -l <"$tmp/hetero-results.tsv")" -eq 3 ] && pass "one results line per run" \
     || fail "one results line per run" "$(cat "$tmp/hetero-results.tsv")"
+# the reference runs twice: once for the fit, once among the measured runs (interleaved)
+[ "$(grep -c "^all-rdma"$'\t' <<<"$out")" = 2 ] && [ "$(grep -c "^2fab-naive"$'\t' <<<"$out")" = 1 ] \
+    && pass "the reference is calibrated on, then measured with the others" \
+    || fail "the reference is calibrated on, then measured with the others" "$out"
 left=$(ip netns list | grep -E "^$pfx-" || true)
 [ -z "$left" ] && pass "namespaces removed after the run" || fail "namespaces removed after the run" "$left"
 

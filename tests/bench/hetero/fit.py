@@ -2,8 +2,8 @@
 """Fits the cost model's link constants to measured step times (bench-hetero's calibration).
 
 As a module: fit(work, op, names, median) -> (constants, calibration links dict).
-As a command: fit.py WORKDIR OPERATOR OUT.json NAME... fits to the named scenarios'
-median step times (WORKDIR/results.tsv) and writes OUT.json, a calibration file for
+As a command: fit.py RUNS.tsv WORKDIR OPERATOR OUT.json NAME... fits to the named scenarios'
+median step times (RUNS.tsv, lines as in results.tsv) and writes OUT.json, a calibration file for
 `holmes-operator local/plan --calibration`.
 
 Coordinate descent over compute_efficiency, tcp_efficiency and rdma_efficiency, minimising the
@@ -26,9 +26,9 @@ def plan(work, op, name, calib):
     return json.loads(r.stdout)["predicted_step_seconds"]
 
 
-def medians(work):
+def medians(runs):
     meas = {}
-    for line in list(open(os.path.join(work, "results.tsv")))[1:]:
+    for line in list(open(runs))[1:]:
         name, _policy, _rep, med = line.split("\t")[:4]
         meas.setdefault(name, []).append(float(med))
     return {n: statistics.median(v) for n, v in meas.items()}
@@ -68,14 +68,14 @@ def fit(work, op, names, median):
 
 
 def main():
-    if len(sys.argv) < 5:
+    if len(sys.argv) < 6:
         sys.exit(__doc__)
-    work, op, out = sys.argv[1:4]
-    names = sys.argv[4:]
-    median = medians(work)
+    runs, work, op, out = sys.argv[1:5]
+    names = sys.argv[5:]
+    median = medians(runs)
     missing = [n for n in names if n not in median]
     if missing:
-        sys.exit(f"fit.py: no measurements of {', '.join(missing)} in {work}/results.tsv")
+        sys.exit(f"fit.py: no measurements of {', '.join(missing)} in {runs}")
     vals, links = fit(work, op, names, median)
     with open(out, "w") as f:
         json.dump({"links": links}, f, indent=1)

@@ -18,6 +18,7 @@ OP=$BIN/holmes-operator NODE=$BIN/holmes-node NETNS=$REPO/scripts/fabric-netns.s
 [ -x "$OP" ] && [ -x "$NODE" ] || die "build first (make): $OP, $NODE"
 
 REPS=${REPS:-3}            # runs per scenario
+CAL_REPS=${CAL_REPS:-2}    # calibration runs of each reference before the fit
 STEPS=${STEPS:-14}         # training steps per run
 WARMUP=${WARMUP:-4}        # steps left out of the statistics
 # Bandwidths: the paper's 200 Gb/s IB, 100 Gb/s RoCE, 25 Gb/s TCP divided by 200, so that the
@@ -42,7 +43,7 @@ PIPELINE_DTYPE=${PIPELINE_DTYPE:-bf16}
 PARAM_GATHER_DTYPE=${PARAM_GATHER_DTYPE:-bf16}
 [[ $PARAM_GATHER_DTYPE == fp32 || $PARAM_GATHER_DTYPE == bf16 ]] ||
     die "PARAM_GATHER_DTYPE=$PARAM_GATHER_DTYPE: must be fp32 or bf16"
-for v in REPS STEPS IB_MBIT ROCE_MBIT CROSS_MBIT LAYERS MICRO_BATCH_SIZE; do
+for v in REPS CAL_REPS STEPS IB_MBIT ROCE_MBIT CROSS_MBIT LAYERS MICRO_BATCH_SIZE; do
     [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -ge 1 ] || die "$v=${!v}: must be a positive integer"
 done
 TOKENS=$((2 * 8 * MICRO_BATCH_SIZE * 32)) # per step: data 2 x microBatches 8 x microBatchSize x seqLen 32
@@ -190,75 +191,86 @@ RES=$WORK/results.tsv
 echo -e "scenario\tpolicy\trep\tmedian_step_s\tsteps\tpredicted_s\twall_s" >"$RES"
 t_start=$(date +%s)
 load0=$(uptime | sed 's/.*load average: //')
-# Within a phase, runs are interleaved (every scenario once, then again, ...) so that a change
-# of the machine's load during the benchmark falls on all scenarios alike.
+# Runs are interleaved (every scenario once, then again, ...) so that a change of the machine's
+# load during the benchmark falls on all scenarios alike, the references included.
 for sc in "${SCENARIOS[@]}"; do
     read -r name policy pipeline workers <<<"$sc"
     [ -z "$ONLY" ] || [[ " $ONLY " == *" $name "* ]] || continue
     job "$name" "$policy" "$pipeline" "$workers" >"$WORK/job-$name.yaml"
 done
-# run_phase LINKS PATTERN: REPS runs of every selected scenario whose name matches PATTERN,
-# placed by the coordinator with the link constants in LINKS.
+# run_phase LINKS PATTERN RUNS_FILE NRUNS MEASURE: NRUNS runs of every selected scenario whose name
+# matches PATTERN, each line appended to RUNS_FILE. The references (all-*) are placed with
+# links.json, the others with LINKS. MEASURE=1: the runs the table reports (their placements
+# go to placements.txt).
 run_phase() {
-    local links=$1 pat=$2 r sc name policy pipeline workers t0 tf pred wall
-    for ((r = 1; r <= REPS; r++)); do
+    local plinks=$1 pat=$2 runs=$3 nruns=$4 measure=$5 r sc name policy pipeline workers t0 tf pred wall links
+    for ((r = 1; r <= nruns; r++)); do
         for sc in "${SCENARIOS[@]}"; do
             read -r name policy pipeline workers <<<"$sc"
             [ -z "$ONLY" ] || [[ " $ONLY " == *" $name "* ]] || continue
             [[ $name == $pat ]] || continue
+            links=$plinks
+            [[ $name == all-* ]] && links=$WORK/links.json
             netns "$name" "$workers"
             t0=$(date +%s.%N)
             tf=$TFLOPS
             echo "$tf" >"$WORK/$name.tflops"
             HOLMES_DECLARED_TFLOPS=$tf ip netns exec "$P-r" "$OP" local "$WORK/job-$name.yaml" --quiet --bind 10.77.1.1 \
                 --calibration "$links" \
-                --worker-wrap "$HERE/inns.sh $WORK/$name.map {i}" --run-dir "$WORK/runs/$name-$r" \
-                --metrics-out "$WORK/$name-$r.jsonl" >"$WORK/$name-$r.out" 2>&1 &
+                --worker-wrap "$HERE/inns.sh $WORK/$name.map {i}" --run-dir "$WORK/runs/$name-$measure-$r" \
+                --metrics-out "$WORK/$name-$measure-$r.jsonl" >"$WORK/$name-$measure-$r.out" 2>&1 &
             oppid=$!
             if ! wait "$oppid"; then
                 oppid=
-                cat "$WORK/$name-$r.out" >&2
-                tail -n 20 "$WORK/runs/$name-$r"/worker-*.log >&2 || true
+                cat "$WORK/$name-$measure-$r.out" >&2
+                tail -n 20 "$WORK/runs/$name-$measure-$r"/worker-*.log >&2 || true
                 die "scenario $name run $r failed"
             fi
             oppid=
             if [ "$r" = 1 ]; then
-                { echo "== $name"; sed -n '/^placement/,/predicted step time/p' "$WORK/$name-$r.out"; } \
-                    >>"$WORK/placements.txt"
+                [ "$measure" = 1 ] &&
+                    { echo "== $name"; sed -n '/^placement/,/predicted step time/p' "$WORK/$name-$measure-$r.out"; } \
+                        >>"$WORK/placements.txt"
                 # The prediction is the coordinator's own, for the placement it ran; `holmes-operator
                 # plan` computes the same (one computation, docs/hetero.md), which is checked here.
                 awk '/^placement/{on=1; next} on && $1 ~ /^[0-9]+$/ {split($3, l, "-"); p = p (p ? "," : "") l[2] - l[1] + 1}
-                     /predicted step time/{print p; exit}' "$WORK/$name-$r.out" >"$WORK/job-$name.partition"
-                sed -n 's/.*predicted step time \([0-9.]*\) s.*/\1/p' "$WORK/$name-$r.out" >"$WORK/$name.pred"
+                     /predicted step time/{print p; exit}' "$WORK/$name-$measure-$r.out" >"$WORK/job-$name.partition"
+                sed -n 's/.*predicted step time \([0-9.]*\) s.*/\1/p' "$WORK/$name-$measure-$r.out" >"$WORK/$name.pred"
                 "$OP" plan "$WORK/job-$name.yaml" --calibration "$links" --tflops "$tf" --json |
                     python3 "$HERE/same_plan.py" "$WORK/job-$name.partition" "$WORK/$name.pred" ||
                     die "scenario $name: the coordinator's plan is not holmes-operator plan's"
             fi
             pred=$(cat "$WORK/$name.pred")
             wall=$(awk "BEGIN{print $(date +%s.%N) - $t0}")
-            python3 "$HERE/steps.py" "$WORK/$name-$r.jsonl" "$WARMUP" "$name" "$policy" "$r" \
-                "$pred" "$wall" >>"$RES"
-            tail -n 1 "$RES" >&2
+            python3 "$HERE/steps.py" "$WORK/$name-$measure-$r.jsonl" "$WARMUP" "$name" "$policy" "$r" \
+                "$pred" "$wall" >>"$runs"
+            tail -n 1 "$runs" >&2
         done
     done
 }
 
-# Phase 1, the references (one fabric: all-RDMA, all-Ethernet), placed with links.json.
-# Phase 2, the clusters with several fabrics, placed with the constants fitted to the
-# references' measurements (fit.py): as a platform would calibrate the planner on a cluster's
-# homogeneous runs before placing jobs across its fabrics. Their predictions are then
-# out-of-sample. PLAN_LINKS (given constants) or FIT_REFS=0 keep links.json for both.
-run_phase "$WORK/links.json" 'all-*'
+# Calibration: CAL_REPS runs of the references (one fabric: all-RDMA, all-Ethernet), placed with
+# links.json; the cost model's constants are fitted to them (fit.py), as a platform would
+# calibrate the planner on a cluster's homogeneous runs before placing jobs across its fabrics.
+# Measurement: REPS runs of every scenario, interleaved; the clusters with several fabrics placed
+# with the fitted constants (their predictions are then out-of-sample), the references again
+# with links.json. PLAN_LINKS (given constants) or FIT_REFS=0 skip the calibration runs and place
+# everything with links.json.
 plan_links=$WORK/links.json
-refs=$(cut -f1 "$RES" | tail -n +2 | sort -u | tr '\n' ' ')
-if [ -z "${PLAN_LINKS:-}" ] && [ "${FIT_REFS:-1}" != 0 ] && [ -n "$refs" ]; then
-    echo "fitting the cost model to the references ($refs)..." >&2
-    # shellcheck disable=SC2086
-    python3 "$HERE/fit.py" "$WORK" "$OP" "$WORK/links-refs.json" $refs >&2 ||
-        die "fitting the references failed"
-    plan_links=$WORK/links-refs.json
+if [ -z "${PLAN_LINKS:-}" ] && [ "${FIT_REFS:-1}" != 0 ]; then
+    CAL=$WORK/calibration-runs.tsv
+    echo -e "scenario\tpolicy\trep\tmedian_step_s\tsteps\tpredicted_s\twall_s" >"$CAL"
+    run_phase "$WORK/links.json" 'all-*' "$CAL" "$CAL_REPS" 0
+    refs=$(cut -f1 "$CAL" | tail -n +2 | sort -u | tr '\n' ' ')
+    if [ -n "$refs" ]; then
+        echo "fitting the cost model to the references ($refs)..." >&2
+        # shellcheck disable=SC2086
+        python3 "$HERE/fit.py" "$CAL" "$WORK" "$OP" "$WORK/links-refs.json" $refs >&2 ||
+            die "fitting the references failed"
+        plan_links=$WORK/links-refs.json
+    fi
 fi
-run_phase "$plan_links" '[!a]*'
+run_phase "$plan_links" '*' "$RES" "$REPS" 1
 t_end=$(date +%s)
 load1=$(uptime | sed 's/.*load average: //')
 cp "$RES" "$OUT/hetero-results.tsv"
