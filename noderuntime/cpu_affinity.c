@@ -121,8 +121,9 @@ int cpu_spread_rank(const struct rank_table *rt, int layers, int rank, char *des
         trainer_stage_layers(rt, layers, rank_table_stage(rt, r), &lo, &hi);
         load[r] = hi - lo;
     }
-    if (cpu_spread(load, rt->world, CPU_COUNT(&have), first, count, e) == 0)
-        rc = cpu_pin_thread(first[rank], count[rank], desc, cap, e);
+    if (cpu_spread(load, rt->world, CPU_COUNT(&have), first, count, e) == 0 &&
+        cpu_pin_thread(first[rank], count[rank], desc, cap, e) == 0)
+        rc = count[rank];
 out:
     free(load);
     free(first);

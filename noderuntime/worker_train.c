@@ -1,6 +1,7 @@
 #include "worker_train.h"
 
 #include <errno.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,11 +189,16 @@ static int train_run(void *user, const cJSON *assignment, const cJSON *peers, lo
     if (wt->affinity == CPU_AFFINITY_SPREAD) {
         char cores[64];
         herr pe = {{0}};
-        if (cpu_spread_rank(&rt, c.model.layers, rank, cores, sizeof cores, &pe) == 0)
+        int n = cpu_spread_rank(&rt, c.model.layers, rank, cores, sizeof cores, &pe);
+        if (n > 0)
             log_info("cpu affinity: rank %d computes on core %s (the job's %d ranks spread over "
                      "this machine's cores)", rank, cores, rt.world);
         else
             log_warn("cpu affinity spread: %s; the kernel places this rank", pe.msg);
+        if (n > 0 && omp_get_max_threads() > n)
+            log_warn("cpu affinity: %d compute threads (OMP_NUM_THREADS) share this rank's %d "
+                     "core(s); set OMP_NUM_THREADS=%d, or HOLMES_CPU_AFFINITY=none",
+                     omp_get_max_threads(), n, n);
     }
     struct step_sink sink = {.link = link,
                              .last_stage = stage_j->valueint == stages_j->valueint - 1};

@@ -37,6 +37,14 @@ if [ "$(nproc)" -ge 2 ]; then
         && pass "the replicas of each stage compute on different cores" \
         || fail "the replicas of each stage compute on different cores" "$pins"
 fi
+# more compute threads than a rank's cores: trains, and says so
+sed -e "s/steps: $steps/steps: 2/" -e "s#$tmp/ckpt#$tmp/ckpt-omp#" "$tmp/job.yaml" >"$tmp/job-omp.yaml"
+out=$(cd "$REPO" && OMP_NUM_THREADS=$(($(nproc) + 1)) timeout 300 "$OPERATOR" local "$tmp/job-omp.yaml" \
+      --run-dir "$tmp/run-omp" 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -q "compute threads (OMP_NUM_THREADS) share this rank's" "$tmp"/run-omp/worker-0.log \
+    && pass "pinned workers with too many compute threads warn" \
+    || fail "pinned workers with too many compute threads warn" "rc $rc: $out $(tail -n 3 "$tmp"/run-omp/worker-0.log)"
 fi
 
 # Kill a worker after the first checkpoints: in-place restart from the checkpoint.
