@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "cpu_affinity.h"
 #include "commands.h"
+#include "cpu_affinity.h"
 #include "gpt.h"
 #include "log.h"
 #include "nic_discover.h"
