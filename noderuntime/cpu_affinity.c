@@ -64,12 +64,20 @@ int cpu_spread(const double *load, int n, int ncpu, int *first, int *count, herr
     return 0;
 }
 
+/* The cores the calling thread may use now. */
+static int usable_cpus(cpu_set_t *have, herr *e)
+{
+    CPU_ZERO(have);
+    if (sched_getaffinity(0, sizeof *have, have) != 0)
+        return herr_set(e, "sched_getaffinity: %s", strerror(errno));
+    return 0;
+}
+
 int cpu_pin_thread(int first, int count, char *desc, size_t cap, herr *e)
 {
     cpu_set_t have, want;
-    CPU_ZERO(&have);
-    if (sched_getaffinity(0, sizeof have, &have) != 0)
-        return herr_set(e, "sched_getaffinity: %s", strerror(errno));
+    if (usable_cpus(&have, e) != 0)
+        return -1;
     int usable = CPU_COUNT(&have);
     if (first < 0 || count < 1 || first + count > usable)
         return herr_set(e, "cpu pin: cores %d..%d of the %d this thread may use", first,
@@ -105,9 +113,8 @@ int cpu_spread_rank(const struct rank_table *rt, int layers, int rank, char *des
     if (rank < 0 || rank >= rt->world)
         return herr_set(e, "cpu spread: rank %d outside 0..%d", rank, rt->world - 1);
     cpu_set_t have;
-    CPU_ZERO(&have);
-    if (sched_getaffinity(0, sizeof have, &have) != 0)
-        return herr_set(e, "sched_getaffinity: %s", strerror(errno));
+    if (usable_cpus(&have, e) != 0)
+        return -1;
     double *load = malloc((size_t)rt->world * sizeof *load);
     int *first = malloc((size_t)rt->world * sizeof *first);
     int *count = malloc((size_t)rt->world * sizeof *count);

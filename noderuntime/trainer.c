@@ -496,12 +496,9 @@ static void shard_update(struct worker *w, const struct gpt_tensor *tens, int nt
                          size_t off, size_t lo, size_t hi, float lr, long step, float scale)
 {
     float *master = zero_master(w->z);
-    if (master)
-        adamw_update_range(&w->cfg->adamw, tens, nt, master + off, g, w->m + off, w->v + off, lo,
-                           hi, lr, step, scale);
-    else
-        adamw_update(&w->cfg->adamw, tens, nt, gpt_stage_params(w->gs), g, w->m + off,
-                     w->v + off, lo, hi, lr, step, scale);
+    float *p = master ? master + off : gpt_stage_params(w->gs) + lo;
+    adamw_update_range(&w->cfg->adamw, tens, nt, p, g, w->m + off, w->v + off, lo, hi, lr, step,
+                       scale);
 }
 
 /* ---------- the tied embedding ----------

@@ -4,7 +4,8 @@
  * bucket's gradients are final (zero_grads_ready), its reduce-scatter starts asynchronously on the
  * data-parallel communicator, overlapping the rest of backward; zero_reduce_wait finishes them.
  * The caller then runs AdamW on the owned shards and zero_all_gather_params restores full
- * parameters on every replica (in fp32, or in bf16 from fp32 masters: zero_params_bf16). With no communicator (data = 1) the shard is the whole buffer. */
+ * parameters on every replica (in fp32, or in bf16 from fp32 masters: zero_params_bf16). With
+ * no communicator (data = 1) the shard is the whole buffer. */
 #ifndef HOLMES_ZERO_H
 #define HOLMES_ZERO_H
 
