@@ -39,6 +39,12 @@ int run_group(int n, group_fn fn, void *arg, int skip_rank, double limit_s)
         snprintf(eps[i].host, sizeof eps[i].host, "127.0.0.1");
         eps[i].port = tcp_listener_port(ls[i]);
     }
+    /* The rank that is never started must not be listening once any child runs: a child
+     * connecting before the parent closed it would be queued there and see no refusal. */
+    if (skip_rank >= 0 && skip_rank < n) {
+        tcp_listener_close(ls[skip_rank]);
+        ls[skip_rank] = NULL;
+    }
     fflush(stdout);
     fflush(stderr);
     pid_t pids[MAXN] = {0};
