@@ -38,6 +38,9 @@ lat=$(sed -n 's/^latency between fabrics: \([0-9.]*\) us.*/\1/p' <<<"$out")
 /usr/bin/python3 -c 'import json,sys; l=json.load(open(sys.argv[1]))["links"]; assert 0 < float(sys.argv[2]) < 100000 and l["tcp_latency_us"] == float(sys.argv[2]), l' \
     "$tmp/hetero-links-refs.json" "${lat:-0}" && pass "measured latency ($lat us) kept by the fit" \
     || fail "measured latency kept by the fit" "latency '$lat': $(cat "$tmp/hetero-links-refs.json")"
+# how busy the cores were before the start is said (other work moves the ratios)
+grep -qE '^cores busy before the start: ([0-9]|[1-9][0-9]|100) %$' <<<"$out" \
+    && pass "how busy the cores were is reported" || fail "how busy the cores were is reported" "$out"
 [ "$(wc -l <"$tmp/hetero-results.tsv")" -eq 3 ] && pass "one results line per run" \
     || fail "one results line per run" "$(cat "$tmp/hetero-results.tsv")"
 # the reference runs twice: once for the fit, once among the measured runs (interleaved)

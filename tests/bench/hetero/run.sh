@@ -189,6 +189,14 @@ TFLOPS=0.1
 mkdir -p "$OUT"
 RES=$WORK/results.tsv
 echo -e "scenario\tpolicy\trep\tmedian_step_s\tsteps\tpredicted_s\twall_s" >"$RES"
+# The clusters differ in how much they compute against how much they wait on shaped links, so
+# other work on the machine moves the ratios (docs/benchmarks.md, seventh session): say so.
+cpu_jiffies() { awk '/^cpu /{t=0; for (i=2; i<=9; i++) t+=$i; print t, $5+$6}' /proc/stat; }
+read -r tot0 idle0 < <(cpu_jiffies); sleep 2; read -r tot1 idle1 < <(cpu_jiffies)
+busy=$(( (tot1 - tot0) > 0 ? 100 * ((tot1 - tot0) - (idle1 - idle0)) / (tot1 - tot0) : 0 ))
+echo "cores busy before the start: $busy %"
+[ "$busy" -le 25 ] || echo "bench-hetero: warning: other work keeps $busy % of the cores busy;" \
+    "the step times and ratios will not measure the fabrics alone" >&2
 t_start=$(date +%s)
 load0=$(uptime | sed 's/.*load average: //')
 # Runs are interleaved (every scenario once, then again, ...) so that a change of the machine's
