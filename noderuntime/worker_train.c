@@ -195,10 +195,11 @@ static int train_run(void *user, const cJSON *assignment, const cJSON *peers, lo
                      "this machine's cores)", rank, cores, rt.world);
         else
             log_warn("cpu affinity spread: %s; the kernel places this rank", pe.msg);
-        if (n > 0 && omp_get_max_threads() > n)
+        int threads = omp_get_max_threads();
+        if (n > 0 && threads > n)
             log_warn("cpu affinity: %d compute threads (OMP_NUM_THREADS) share this rank's %d "
-                     "core(s); set OMP_NUM_THREADS=%d, or HOLMES_CPU_AFFINITY=none",
-                     omp_get_max_threads(), n, n);
+                     "core(s); set OMP_NUM_THREADS=%d, or HOLMES_CPU_AFFINITY=none", threads, n,
+                     n);
     }
     struct step_sink sink = {.link = link,
                              .last_stage = stage_j->valueint == stages_j->valueint - 1};

@@ -188,7 +188,8 @@ TFLOPS=0.1
 
 mkdir -p "$OUT"
 RES=$WORK/results.tsv
-echo -e "scenario\tpolicy\trep\tmedian_step_s\tsteps\tpredicted_s\twall_s" >"$RES"
+RUNS_HEADER="scenario\tpolicy\trep\tmedian_step_s\tsteps\tpredicted_s\twall_s"
+echo -e "$RUNS_HEADER" >"$RES"
 # The clusters differ in how much they compute against how much they wait on shaped links, so
 # other work on the machine moves the ratios (docs/benchmarks.md, seventh session): say so.
 cpu_jiffies() { awk '/^cpu /{t=0; for (i=2; i<=9; i++) t+=$i; print t, $5+$6}' /proc/stat; }
@@ -199,8 +200,6 @@ echo "cores busy before the start: $busy %"
     "the step times and ratios will not measure the fabrics alone" >&2
 t_start=$(date +%s)
 load0=$(uptime | sed 's/.*load average: //')
-# Runs are interleaved (every scenario once, then again, ...) so that a change of the machine's
-# load during the benchmark falls on all scenarios alike, the references included.
 for sc in "${SCENARIOS[@]}"; do
     read -r name policy pipeline workers <<<"$sc"
     [ -z "$ONLY" ] || [[ " $ONLY " == *" $name "* ]] || continue
@@ -209,7 +208,8 @@ done
 # run_phase LINKS PATTERN RUNS_FILE NRUNS MEASURE: NRUNS runs of every selected scenario whose name
 # matches PATTERN, each line appended to RUNS_FILE. The references (all-*) are placed with
 # links.json, the others with LINKS. MEASURE=1: the runs the table reports (their placements
-# go to placements.txt).
+# go to placements.txt). Runs are interleaved (every scenario once, then again, ...) so that a
+# change of the machine's load during the benchmark falls on all scenarios alike.
 run_phase() {
     local plinks=$1 pat=$2 runs=$3 nruns=$4 measure=$5 r sc name policy pipeline workers t0 tf pred wall links
     for ((r = 1; r <= nruns; r++)); do
@@ -267,7 +267,7 @@ run_phase() {
 plan_links=$WORK/links.json
 if [ -z "${PLAN_LINKS:-}" ] && [ "${FIT_REFS:-1}" != 0 ]; then
     CAL=$WORK/calibration-runs.tsv
-    echo -e "scenario\tpolicy\trep\tmedian_step_s\tsteps\tpredicted_s\twall_s" >"$CAL"
+    echo -e "$RUNS_HEADER" >"$CAL"
     run_phase "$WORK/links.json" 'all-*' "$CAL" "$CAL_REPS" 0
     refs=$(cut -f1 "$CAL" | tail -n +2 | sort -u | tr '\n' ' ')
     if [ -n "$refs" ]; then
