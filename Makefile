@@ -50,8 +50,9 @@ TEST_BINS  := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 all: build
 build: $(BINDIR)/holmes-operator $(BINDIR)/holmes-node
 
-# Keep test objects (make would delete them as intermediates).
-.SECONDARY:
+# Keep test objects (make would delete them as intermediates). Named, not a bare .SECONDARY:,
+# which would make every target intermediate and let make postpone .deps-ok past the build.
+.SECONDARY: $(call obj,$(TEST_SRC) $(TEST_SUPPORT_SRC))
 
 -include mk/*.mk
 
@@ -112,5 +113,7 @@ help:
 
 # The README's main command: the tiny example job on this machine (see mk/local.mk for details).
 RUN_JOB ?= examples/local-tiny.yaml
-run: .deps-ok build
+# Dependencies first, then a fresh make (so pkg-config sees what was just installed), then the job.
+run: .deps-ok
+	@$(MAKE) --no-print-directory build
 	$(BINDIR)/holmes-operator local $(RUN_JOB)

@@ -1,0 +1,168 @@
+# A real Kubernetes control plane for integration tests: etcd, kube-apiserver and
+# kube-controller-manager (garbage collector, service-account tokens, namespaces), from the
+# binaries in $KUBEBUILDER_ASSETS (controller-runtime's envtest convention; .ci/run points it
+# at ../shared/k8s unpacked). Source this file after lib.bash, then:
+#
+#   k8s_require            # prints "SKIP ..." and exits 0 when KUBEBUILDER_ASSETS is unset
+#   k8s_start              # certificates, free ports, servers up; sets K8S_DIR, K8S_API,
+#                          # KUBECONFIG_FILE (admin), KUBECTL (a function: kubectl for admin)
+#   k8s_stop               # stops exactly the processes k8s_start started (also on EXIT)
+#
+# Each run has its own directory and ports, so several runs can go at once. There are no
+# nodes or kubelets: pods stay Pending.
+
+K8S_PIDS=()
+K8S_DIR=
+
+k8s_require() {
+    if [ -z "${KUBEBUILDER_ASSETS:-}" ]; then
+        echo "SKIP $(basename "$0" .sh): needs a real control plane; set KUBEBUILDER_ASSETS to a directory with etcd, kube-apiserver, kube-controller-manager and kubectl (e.g. \$(../shared/k8s/unpack .cache/k8s))"
+        exit 0
+    fi
+    local b
+    for b in etcd kube-apiserver kube-controller-manager kubectl; do
+        if [ ! -x "$KUBEBUILDER_ASSETS/$b" ]; then
+            echo "FAIL envtest: $KUBEBUILDER_ASSETS/$b is missing or not executable"
+            exit 1
+        fi
+    done
+}
+
+k8s_free_port() {
+    /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# k8s_cert NAME CN [O] [SAN]: a key and a certificate signed by the run's CA.
+k8s_cert() {
+    local name=$1 cn=$2 org=${3:-} san=${4:-}
+    local subj="/CN=$cn"
+    [ -n "$org" ] && subj="/O=$org$subj"
+    openssl req -new -newkey rsa:2048 -nodes -keyout "$K8S_DIR/$name.key" -subj "$subj" \
+        -out "$K8S_DIR/$name.csr" 2>/dev/null || return 1
+    local ext="$K8S_DIR/$name.ext"
+    if [ -n "$san" ]; then
+        printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth,clientAuth\n' "$san" >"$ext"
+    else
+        printf 'extendedKeyUsage=clientAuth\n' >"$ext"
+    fi
+    openssl x509 -req -in "$K8S_DIR/$name.csr" -CA "$K8S_DIR/ca.crt" -CAkey "$K8S_DIR/ca.key" \
+        -CAcreateserial -days 2 -extfile "$ext" -out "$K8S_DIR/$name.crt" 2>/dev/null
+}
+
+# k8s_kubeconfig FILE CERTNAME | k8s_kubeconfig FILE --token TOKEN
+k8s_kubeconfig() {
+    local file=$1 user
+    if [ "$2" = --token ]; then
+        user="token: \"$3\""
+    else
+        user="client-certificate: $K8S_DIR/$2.crt
+    client-key: $K8S_DIR/$2.key"
+    fi
+    cat >"$file" <<YAML
+apiVersion: v1
+kind: Config
+current-context: envtest
+clusters:
+- name: envtest
+  cluster:
+    server: $K8S_API
+    certificate-authority: $K8S_DIR/ca.crt
+contexts:
+- name: envtest
+  context: {cluster: envtest, user: u, namespace: default}
+users:
+- name: u
+  user:
+    $user
+YAML
+}
+
+kubectl() { "$KUBEBUILDER_ASSETS/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+
+k8s_start() {
+    K8S_DIR=$(mktemp -d /tmp/holmes-envtest.XXXXXX)
+    trap k8s_stop EXIT
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=holmes-envtest-ca \
+        -keyout "$K8S_DIR/ca.key" -out "$K8S_DIR/ca.crt" 2>/dev/null || { echo "FAIL envtest: CA"; return 1; }
+    k8s_cert apiserver kube-apiserver "" "IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc" &&
+        k8s_cert admin admin system:masters &&
+        k8s_cert kcm system:kube-controller-manager &&
+        openssl genrsa -out "$K8S_DIR/sa.key" 2048 2>/dev/null &&
+        openssl rsa -in "$K8S_DIR/sa.key" -pubout -out "$K8S_DIR/sa.pub" 2>/dev/null ||
+        { echo "FAIL envtest: certificates"; return 1; }
+
+    local etcd_port peer_port api_port
+    etcd_port=$(k8s_free_port); peer_port=$(k8s_free_port); api_port=$(k8s_free_port)
+    cat >"$K8S_DIR/etcd.yaml" <<YAML
+name: envtest
+data-dir: $K8S_DIR/etcd-data
+listen-client-urls: http://127.0.0.1:$etcd_port
+advertise-client-urls: http://127.0.0.1:$etcd_port
+listen-peer-urls: http://127.0.0.1:$peer_port
+initial-advertise-peer-urls: http://127.0.0.1:$peer_port
+initial-cluster: envtest=http://127.0.0.1:$peer_port
+log-level: warn
+YAML
+    "$KUBEBUILDER_ASSETS/etcd" --config-file "$K8S_DIR/etcd.yaml" >"$K8S_DIR/etcd.log" 2>&1 &
+    K8S_PIDS+=($!)
+
+    K8S_API=https://127.0.0.1:$api_port
+    "$KUBEBUILDER_ASSETS/kube-apiserver" \
+        --etcd-servers "http://127.0.0.1:$etcd_port" \
+        --bind-address 127.0.0.1 --secure-port "$api_port" \
+        --advertise-address 127.0.0.1 --endpoint-reconciler-type none \
+        --tls-cert-file "$K8S_DIR/apiserver.crt" --tls-private-key-file "$K8S_DIR/apiserver.key" \
+        --client-ca-file "$K8S_DIR/ca.crt" \
+        --service-account-issuer https://kubernetes.default.svc \
+        --service-account-key-file "$K8S_DIR/sa.pub" \
+        --service-account-signing-key-file "$K8S_DIR/sa.key" \
+        --service-cluster-ip-range 10.0.0.0/24 \
+        --authorization-mode RBAC \
+        >"$K8S_DIR/apiserver.log" 2>&1 &
+    K8S_PIDS+=($!)
+
+    KUBECONFIG_FILE=$K8S_DIR/admin.kubeconfig
+    k8s_kubeconfig "$KUBECONFIG_FILE" admin
+    k8s_kubeconfig "$K8S_DIR/kcm.kubeconfig" kcm
+    local i
+    for i in $(seq 300); do
+        if curl -sf --cacert "$K8S_DIR/ca.crt" --cert "$K8S_DIR/admin.crt" --key "$K8S_DIR/admin.key" \
+            "$K8S_API/readyz" >/dev/null 2>&1; then
+            break
+        fi
+        sleep 0.2
+    done
+    if [ "$i" -ge 300 ]; then
+        echo "FAIL envtest: kube-apiserver not ready in 60 s"; tail -20 "$K8S_DIR/apiserver.log"
+        return 1
+    fi
+
+    "$KUBEBUILDER_ASSETS/kube-controller-manager" \
+        --kubeconfig "$K8S_DIR/kcm.kubeconfig" \
+        --authentication-kubeconfig "$K8S_DIR/kcm.kubeconfig" \
+        --authorization-kubeconfig "$K8S_DIR/kcm.kubeconfig" \
+        --bind-address 127.0.0.1 --secure-port "$(k8s_free_port)" \
+        --leader-elect=false \
+        --service-account-private-key-file "$K8S_DIR/sa.key" \
+        --root-ca-file "$K8S_DIR/ca.crt" \
+        --use-service-account-credentials \
+        --controllers garbagecollector,namespace,serviceaccount,serviceaccount-token \
+        >"$K8S_DIR/kcm.log" 2>&1 &
+    K8S_PIDS+=($!)
+    # The default ServiceAccount shows up once the serviceaccount controller runs.
+    for i in $(seq 150); do
+        kubectl get serviceaccount default -n default >/dev/null 2>&1 && return 0
+        sleep 0.2
+    done
+    echo "FAIL envtest: kube-controller-manager did not create the default ServiceAccount in 30 s"
+    tail -20 "$K8S_DIR/kcm.log"
+    return 1
+}
+
+k8s_stop() {
+    local p
+    for p in "${K8S_PIDS[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${K8S_PIDS[@]}"; do wait "$p" 2>/dev/null; done
+    K8S_PIDS=()
+    if [ -n "$K8S_DIR" ] && [ -z "${KEEP_LOGS:-}" ]; then rm -rf "$K8S_DIR"; fi
+}
