@@ -33,14 +33,27 @@ static int is_all(const char *s, const char *set)
     return *s && strspn(s, set) == strlen(s);
 }
 
-/* A plain scalar as JSON per the YAML 1.2 core schema. */
+static int is_one_of(const char *s, const char *const *words)
+{
+    for (; *words; words++)
+        if (!strcmp(s, *words))
+            return 1;
+    return 0;
+}
+
+/* A plain scalar as JSON per the YAML 1.2 core schema, plus the YAML 1.1 booleans (yes, no, on,
+ * off, y, n) that kubectl's YAML reader takes: a manifest means here what it means on a cluster. */
 static cJSON *plain_scalar(const char *s)
 {
+    static const char *const yes[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON",
+                                      "y", "Y", NULL};
+    static const char *const no[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF",
+                                     "n", "N", NULL};
     if (!*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL"))
         return cJSON_CreateNull();
-    if (!strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "TRUE"))
+    if (is_one_of(s, yes))
         return cJSON_CreateTrue();
-    if (!strcmp(s, "false") || !strcmp(s, "False") || !strcmp(s, "FALSE"))
+    if (is_one_of(s, no))
         return cJSON_CreateFalse();
     const char *d = (*s == '-' || *s == '+') ? s + 1 : s;
     if (is_all(d, "0123456789")) {

@@ -5,7 +5,7 @@
 #
 #   k8s_require            # prints "SKIP ..." and exits 0 when KUBEBUILDER_ASSETS is unset
 #   k8s_start              # certificates, free ports, servers up; sets K8S_DIR, K8S_API,
-#                          # KUBECONFIG_FILE (admin), KUBECTL (a function: kubectl for admin)
+#                          # KUBECONFIG_FILE (admin), KUBECTL (kubectl as admin; also a function)
 #   k8s_stop               # stops exactly the processes k8s_start started (also on EXIT)
 #
 # Each run has its own directory and ports, so several runs can go at once. There are no
@@ -77,7 +77,8 @@ users:
 YAML
 }
 
-kubectl() { "$KUBEBUILDER_ASSETS/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+# kubectl as admin; $KUBECTL is the same as a command, for `bash -c` and `wait_for`.
+kubectl() { "$KUBECTL" "$@"; }
 
 k8s_start() {
     K8S_DIR=$(mktemp -d /tmp/holmes-envtest.XXXXXX)
@@ -123,6 +124,9 @@ YAML
 
     KUBECONFIG_FILE=$K8S_DIR/admin.kubeconfig
     k8s_kubeconfig "$KUBECONFIG_FILE" admin
+    KUBECTL=$K8S_DIR/kubectl
+    printf '#!/bin/sh\nexec "%s/kubectl" --kubeconfig "%s" "$@"\n' "$KUBEBUILDER_ASSETS" "$KUBECONFIG_FILE" >"$KUBECTL"
+    chmod +x "$KUBECTL"
     k8s_kubeconfig "$K8S_DIR/kcm.kubeconfig" kcm
     local i
     for i in $(seq 300); do

@@ -25,6 +25,21 @@ int main(void)
     }
     cJSON_Delete(d);
 
+    /* kubectl reads YAML 1.1 booleans; so must we, or validate judges another object. */
+    d = parse("[yes, Yes, on, ON, y, no, Off, N, \"yes\", yess]\n", &e);
+    CHECK("YAML 1.1 booleans parse", d && cJSON_GetArraySize(cJSON_GetArrayItem(d, 0)) == 10);
+    if (d) {
+        cJSON *l = cJSON_GetArrayItem(d, 0);
+        int t = 0, f = 0;
+        for (int i = 0; i < 5; i++) t += cJSON_IsTrue(cJSON_GetArrayItem(l, i));
+        for (int i = 5; i < 8; i++) f += cJSON_IsFalse(cJSON_GetArrayItem(l, i));
+        CHECK_INT("yes/Yes/on/ON/y are true", t, 5);
+        CHECK_INT("no/Off/N are false", f, 3);
+        CHECK("quoted \"yes\" and yess stay strings",
+              cJSON_IsString(cJSON_GetArrayItem(l, 8)) && cJSON_IsString(cJSON_GetArrayItem(l, 9)));
+    }
+    cJSON_Delete(d);
+
     d = parse("a: [1, 2\n", &e);
     CHECK("unterminated flow is an error", d == NULL);
     CHECK("error names file and line", strncmp(e.msg, "t.yaml:", 7) == 0);

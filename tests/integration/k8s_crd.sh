@@ -1,0 +1,170 @@
+# The TrainingJob CRD and the Helm chart on a real kube-apiserver (tests/k8s/envtest.bash):
+# the CRD is accepted (crds/ and the chart's copy), installs and upgrades with stored jobs
+# intact; every invalid manifest of tests/manifests whose rule the CRD carries (layers schema
+# and cel) is refused by the server itself, naming a field that `holmes-operator validate`
+# names too; every valid manifest and example is accepted; what `helm template` renders passes
+# server-side dry-run.
+source "$(dirname "$0")/lib.bash"
+source "$REPO/tests/k8s/envtest.bash"
+k8s_require
+k8s_start || exit 1
+tmp=$K8S_DIR/crd-test
+mkdir -p "$tmp"
+for ns in team research training holmes-system ml-team; do kubectl create namespace "$ns" >/dev/null; done
+
+# --- install: an older CRD first, with a job stored, then the current one over it -----------
+# "Older" = today's CRD without parallelism.paramGatherDtype and the printer columns.
+/usr/bin/python3 - "$REPO/crds/trainingjob.yaml" "$tmp/old-crd.yaml" <<'PY'
+import sys, yaml
+d = yaml.safe_load(open(sys.argv[1]))
+v = d["spec"]["versions"][0]
+del v["additionalPrinterColumns"]
+del v["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["parallelism"]["properties"]["paramGatherDtype"]
+yaml.safe_dump(d, open(sys.argv[2], "w"))
+PY
+check "older CRD accepted" kubectl apply -f "$tmp/old-crd.yaml" >/dev/null
+kubectl wait --for condition=established crd/trainingjobs.holmes.dev --timeout=30s >/dev/null
+JOB_OLD='{"apiVersion":"holmes.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"stored","namespace":"team"},
+ "spec":{"workers":2,"gpusPerWorker":0,"model":{"layers":4,"hidden":64,"heads":4,"vocab":256,"seqLen":64},"training":{"steps":10}}}'
+check "job stored under the older CRD" kubectl create -o name -f - <<<"$JOB_OLD" >/dev/null
+with_pgd() { jq -c '.metadata.name = "newfield" | .spec.parallelism = {"paramGatherDtype":"bf16"}' <<<"$JOB_OLD"; }
+if kubectl create -f - <<<"$(with_pgd)" >"$tmp/old-refuse" 2>&1; then
+    fail "older CRD refuses a field it does not know" "accepted"
+else
+    check "older CRD refuses a field it does not know" grep -q 'unknown field "spec.parallelism.paramGatherDtype"' "$tmp/old-refuse"
+fi
+if kubectl apply -f "$REPO/crds/trainingjob.yaml" >"$tmp/apply" 2>&1; then
+    pass "crds/trainingjob.yaml accepted by kube-apiserver (upgrade over the older CRD)"
+else
+    fail "crds/trainingjob.yaml accepted by kube-apiserver (upgrade over the older CRD)" "$(cat "$tmp/apply")"
+fi
+kubectl wait --for condition=established crd/trainingjobs.holmes.dev --timeout=30s >/dev/null
+check "the stored job reads back after the upgrade, defaults applied" \
+    bash -c "$KUBECTL get tj stored -n team -o json | jq -e '.spec.parallelism.schedule == \"1f1b\" and .spec.training.checkpoint.everySteps == 0 and .spec.restartPolicy.maxRestarts == 3' >/dev/null"
+check "the upgraded CRD takes the new field" kubectl create -f - <<<"$(with_pgd)" >/dev/null
+check "re-applying the same CRD changes nothing" bash -c "$KUBECTL apply -f '$REPO/crds/trainingjob.yaml' | grep -q unchanged"
+if kubectl apply --dry-run=server -f "$REPO/helm/holmes/crds/trainingjob.yaml" >"$tmp/chart-crd" 2>&1; then
+    pass "the chart's CRD accepted by kube-apiserver"
+else
+    fail "the chart's CRD accepted by kube-apiserver" "$(cat "$tmp/chart-crd")"
+fi
+check "kubectl get tj (short name and columns)" bash -c "$KUBECTL get tj -n team | head -1 | grep -qE '^NAME +PHASE +WORKERS +STEP +LOSS +AGE'"
+
+# --- invalid manifests: the server refuses them, naming a field validate names ---------------
+# Paths as "spec.a.b" with list indices dropped.
+server_paths() {
+    grep -oE '(\* |: |^)(spec|metadata)(\.[A-Za-z0-9_]+|\[[0-9]+\])*|unknown field "[^"]+"' "$1" |
+        sed -E 's/^(\* |: )//; s/^unknown field "//; s/"$//; s/\[[0-9]+\]//g' | sort -u
+}
+validate_paths() {
+    sed -nE 's/^[^:]+: ((spec|metadata|apiVersion|kind)[][A-Za-z0-9_.]*):.*/\1/p' "$1" | sed -E 's/\[[0-9]+\]//g' | sort -u
+}
+# same_field SERVER-PATHS VALIDATE-PATHS: prints the first field both name: the same path, or
+# one path the object holding the other (the server's spec.model for validate's spec.model.heads).
+same_field() {
+    local sp vp
+    while read -r sp; do
+        while read -r vp; do
+            case "$vp" in "$sp" | "$sp".*) echo "$sp"; return ;; esac
+            case "$sp" in "$vp".*) echo "$sp (validate: $vp)"; return ;; esac
+        done <"$2"
+    done <"$1"
+}
+n_server=0
+for f in "$REPO"/tests/manifests/invalid/*.yaml; do
+    name=$(basename "$f" .yaml)
+    layer=$(sed -nE 's/^# layer: *([a-z]+).*/\1/p' "$f" | head -1)
+    kubectl create --dry-run=server -f "$f" >"$tmp/$name.server" 2>&1
+    src=$?
+    "$OPERATOR" validate "$f" >"$tmp/$name.validate" 2>&1
+    vrc=$?
+    case "$layer" in
+    schema | cel)
+        n_server=$((n_server + 1))
+        if [ $src -eq 0 ]; then
+            fail "server refuses $name ($layer)" "kube-apiserver accepted it"
+            continue
+        fi
+        if [ $vrc -eq 0 ]; then
+            fail "validate refuses $name too" "holmes-operator validate accepted it"
+            continue
+        fi
+        server_paths "$tmp/$name.server" >"$tmp/$name.sp"
+        validate_paths "$tmp/$name.validate" >"$tmp/$name.vp"
+        common=$(same_field "$tmp/$name.sp" "$tmp/$name.vp")
+        if [ -n "$common" ]; then
+            pass "server refuses $name ($layer), naming $common as validate does"
+        else
+            fail "server refuses $name ($layer), naming the field validate names" \
+                "server: $(tr '\n' ' ' <"$tmp/$name.sp") | validate: $(tr '\n' ' ' <"$tmp/$name.vp") | $(head -c 400 "$tmp/$name.server")"
+        fi
+        ;;
+    validator)
+        # Rules the CRD cannot state (they need "auto" resolved or compare list items): the
+        # server takes the object, the operator refuses it (Valid=False, tested in k8s_operator.sh).
+        if [ $src -eq 0 ] || grep -q 'no matches for kind' "$tmp/$name.server"; then
+            if [ $vrc -ne 0 ]; then pass "$name: left to the C validator, which refuses it"; else fail "$name refused by validate" "accepted"; fi
+        else
+            fail "$name is marked validator-only but the server refuses it" "$(head -c 300 "$tmp/$name.server") (mark it schema or cel)"
+        fi
+        ;;
+    parse)
+        [ $src -ne 0 ] && [ $vrc -ne 0 ] && pass "$name: kubectl and validate both refuse the YAML" ||
+            fail "$name: kubectl and validate both refuse the YAML" "kubectl rc $src, validate rc $vrc"
+        ;;
+    *) fail "$name has a known layer" "'# layer: $layer'" ;;
+    esac
+done
+[ "$n_server" -ge 40 ] && pass "server-side cases counted ($n_server)" || fail "server-side cases counted" "only $n_server"
+
+# --- valid manifests and examples: accepted by the server and by validate --------------------
+for f in "$REPO"/tests/manifests/valid/*.yaml "$REPO"/examples/*.yaml; do
+    name=$(basename "$f" .yaml)
+    grep -q '^kind: TrainingJob' "$f" || continue
+    if kubectl create --dry-run=server -f "$f" >"$tmp/v-$name" 2>&1; then
+        pass "server accepts $name"
+    else
+        fail "server accepts $name" "$(head -c 400 "$tmp/v-$name")"
+    fi
+done
+
+# --- kubectl and validate read YAML 1.1 booleans alike ---------------------------------------
+cat >"$tmp/yes.yaml" <<'YAML'
+apiVersion: holmes.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: yes-bool, namespace: team}
+spec:
+  workers: 1
+  gpusPerWorker: 0
+  model: {layers: 2, hidden: 64, heads: 4, vocab: 256, seqLen: 64}
+  training: {steps: 1}
+  suspend: yes
+YAML
+check "suspend: yes is a boolean to kubectl" bash -c "$KUBECTL create --dry-run=server -f '$tmp/yes.yaml' -o json | jq -e '.spec.suspend == true' >/dev/null"
+check "... and to holmes-operator validate" bash -c "'$OPERATOR' validate --print '$tmp/yes.yaml' 2>/dev/null | jq -e '.suspend == true' >/dev/null"
+
+# --- what the chart renders passes server-side dry-run ---------------------------------------
+HELM=$REPO/tools/helm
+[ -x "$HELM" ] || HELM=$(command -v helm || true)
+if [ -z "$HELM" ]; then
+    fail "helm available" "no tools/helm: run 'make deps'"
+else
+    for v in "$REPO"/tests/helm/values/*.yaml; do
+        c=$(basename "$v" .yaml)
+        if ! "$HELM" template h "$REPO/helm/holmes" -n holmes-system -f "$v" >"$tmp/chart-$c.yaml" 2>"$tmp/chart-$c.err"; then
+            fail "helm template ($c)" "$(cat "$tmp/chart-$c.err")"
+            continue
+        fi
+        # ServiceMonitor needs the Prometheus operator's CRD, which this cluster lacks.
+        /usr/bin/python3 -c '
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] != "ServiceMonitor"]
+yaml.safe_dump_all(docs, open(sys.argv[2], "w"))
+print(len(docs))' "$tmp/chart-$c.yaml" "$tmp/chart-$c.core.yaml" >"$tmp/chart-$c.n"
+        if kubectl apply --dry-run=server -f "$tmp/chart-$c.core.yaml" >"$tmp/chart-$c.out" 2>&1; then
+            pass "helm template ($c): $(cat "$tmp/chart-$c.n") objects pass server-side dry-run"
+        else
+            fail "helm template ($c) passes server-side dry-run" "$(grep -v 'created (server dry run)' "$tmp/chart-$c.out" | head -c 800)"
+        fi
+    done
+fi
