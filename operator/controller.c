@@ -134,6 +134,17 @@ static void set_num(cJSON *o, const char *k, double v)
         cJSON_AddItemToObject(o, k, s);
 }
 
+/* status.workers: ready, total, and "ready/total" for the printer column of `kubectl get tj`. */
+static void set_workers_ready(cJSON *st, int ready)
+{
+    cJSON *w = obj_child(st, "workers");
+    cJSON *total = cJSON_GetObjectItem(w, "total");
+    char summary[48];
+    snprintf(summary, sizeof summary, "%d/%d", ready, cJSON_IsNumber(total) ? total->valueint : 0);
+    set_num(w, "ready", ready);
+    set_str(w, "summary", summary);
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -1107,7 +1118,7 @@ static int reconcile_job(struct reconcile *r, herr *e)
     set_num(obj_child(r->st, "workers"), "total", workers);
     if (cJSON_IsTrue(get(job, "spec.suspend"))) {
         rc = delete_pods(c, r->memo, pods, 0, e);
-        set_num(obj_child(r->st, "workers"), "ready", 0);
+        set_workers_ready(r->st, 0);
         if (!is_phase(phase, "Suspended"))
             emit(c, job, "Normal", "Suspended", "spec.suspend is true: worker pods deleted");
         set_phase(r, "Suspended");
@@ -1251,7 +1262,7 @@ static int reconcile_job(struct reconcile *r, herr *e)
                 snprintf(sched_msg, sizeof sched_msg, "%s", get_str(ps, "message"));
         }
     }
-    set_num(obj_child(r->st, "workers"), "ready", ready);
+    set_workers_ready(r->st, ready);
     char msg[2048];
     double gang = get_num(job, "spec.gangTimeoutSeconds", 600);
     if (scheduled == workers) {

@@ -30,6 +30,7 @@ run_one() { # variant label, command...
     else
         printf '  %-52s %4d passed (%ds)\n' "$label" "$p" $((SECONDS - start))
     fi
+    grep '^SKIP ' "$out" | head -3 | sed 's/^/      /' 
 }
 
 while [ $# -ge 2 ]; do

@@ -55,17 +55,6 @@ start_operator() {
     PIDS+=($OP_PID)
 }
 
-# wait_for SECONDS COMMAND...: polls until the command succeeds.
-wait_for() {
-    local t=$1; shift
-    local end=$((SECONDS + t))
-    while [ $SECONDS -le $end ]; do
-        "$@" >/dev/null 2>&1 && return 0
-        sleep 0.1
-    done
-    return 1
-}
-jq_true() { jq -e "$2" <<<"$1" >/dev/null 2>&1; } # jq_true JSON FILTER
 job_is() { jq -e "$3" <<<"$(job_get "$1" "$2")" >/dev/null 2>&1; } # job_is NS NAME FILTER
 # logs_clean: no sanitizer report in any operator log of this script.
 logs_clean() {

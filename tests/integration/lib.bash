@@ -7,4 +7,15 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 pass() { echo "PASS $1"; }
 fail() { echo "FAIL $1: ${2:-}"; }
 # check NAME COMMAND...: passes when the command exits 0.
-check() { local n=$1; shift; if "$@"; then pass "$n"; else fail "$n" "command failed: $*"; fi; }
+check() { local n=$1; shift; if "$@"; then pass "$n"; else fail "$n" "command failed: $(printf "%s " "$@" | head -c 400)"; fi; }
+# wait_for SECONDS COMMAND...: polls until the command succeeds.
+wait_for() {
+    local t=$1; shift
+    local end=$((SECONDS + t))
+    while [ $SECONDS -le $end ]; do
+        "$@" >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    return 1
+}
+jq_true() { jq -e "$2" <<<"$1" >/dev/null 2>&1; } # jq_true JSON FILTER

@@ -37,7 +37,7 @@ check "Secret <job>-token with a token, owned by the job" jq_true "$SEC" ".data.
 check "Secret owner reference" jq_true "$SEC" ".metadata.ownerReferences[0].uid == \"$UID_A\" and .metadata.ownerReferences[0].controller"
 SVC=$(api GET /api/v1/namespaces/$NS/services/a)
 check "headless Service selecting the job's pods" jq_true "$SVC" ".spec.clusterIP == \"None\" and .spec.selector[\"holmes.dev/job\"] == \"a\" and .metadata.ownerReferences[0].uid == \"$UID_A\""
-check "status: Pending, workers 3/0, Valid, observedGeneration" wait_for 15 job_is $NS a '.status.phase == "Pending" and .status.workers == {"total":3,"ready":0} and .status.observedGeneration == 1 and (.status.conditions[] | select(.type == "Valid") | .status == "True")'
+check "status: Pending, workers 3/0, Valid, observedGeneration" wait_for 15 job_is $NS a '.status.phase == "Pending" and .status.workers == {"total":3,"ready":0,"summary":"0/3"} and .status.observedGeneration == 1 and (.status.conditions[] | select(.type == "Valid") | .status == "True")'
 
 fake kubelet "{\"namespace\":\"$NS\",\"selector\":\"holmes.dev/job=a\",\"phase\":\"Running\",\"ready\":true}" >/dev/null
 check "all pods ready -> Discovering, workers ready 3" wait_for 15 job_is $NS a '.status.phase == "Discovering" and .status.workers.ready == 3 and (.status.conditions[] | select(.type == "PodsReady") | .status == "True")'
