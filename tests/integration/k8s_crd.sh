@@ -115,6 +115,29 @@ for f in "$REPO"/tests/manifests/invalid/*.yaml; do
     *) fail "$name has a known layer" "'# layer: $layer'" ;;
     esac
 done
+# Every CEL rule of the CRD refused at least one of those manifests on the server.
+/usr/bin/python3 -c '
+import sys, yaml
+def walk(n):
+    if isinstance(n, dict):
+        for r in n.get("x-kubernetes-validations", []):
+            print(r["message"])
+        for v in n.values():
+            walk(v)
+    elif isinstance(n, list):
+        for v in n:
+            walk(v)
+walk(yaml.safe_load(open(sys.argv[1])))' "$REPO/crds/trainingjob.yaml" >"$tmp/cel-messages"
+n_rules=0
+while read -r msg; do
+    n_rules=$((n_rules + 1))
+    if grep -qF -- "$msg" "$tmp"/*.server; then
+        pass "CEL rule exercised on the server: $msg"
+    else
+        fail "CEL rule exercised on the server: $msg" "no invalid manifest in tests/manifests/invalid is refused by it: add one"
+    fi
+done <"$tmp/cel-messages"
+[ "$n_rules" -ge 10 ] && pass "CEL rules found in the CRD ($n_rules)" || fail "CEL rules found in the CRD" "only $n_rules"
 [ "$n_server" -ge 40 ] && pass "server-side cases counted ($n_server)" || fail "server-side cases counted" "only $n_server"
 
 # --- valid manifests and examples: accepted by the server and by validate --------------------
