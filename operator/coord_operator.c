@@ -1,6 +1,7 @@
 #include "coord_operator.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,8 +228,8 @@ static void on_progress(void *user, const struct coord_progress *pr)
         return;
     }
     cJSON_AddNumberToObject(p, "step", (double)pr->step);
-    if (pr->has_loss)
-        cJSON_AddNumberToObject(p, "loss", pr->loss);
+    if (pr->has_loss) /* 4 decimals: what `kubectl get tj` shows in its Loss column */
+        cJSON_AddNumberToObject(p, "loss", round(pr->loss * 1e4) / 1e4);
     cJSON_AddNumberToObject(p, "tokensPerSecond", pr->tokens_per_s);
     cJSON_AddNumberToObject(p, "tflopsPerGpu", tflops);
     if (pr->eta_s >= 0)

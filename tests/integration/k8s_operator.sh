@@ -139,7 +139,7 @@ check "events: Planned on the job" jq_true "$EV" 'any(.items[]; .reason == "Plan
 kubectl get tj e2e -n $NS >"$W/get-tj.txt" 2>&1
 check "kubectl get tj: NAME PHASE WORKERS STEP LOSS AGE header" grep -qE '^NAME +PHASE +WORKERS +STEP +LOSS +AGE$' "$W/get-tj.txt"
 check "kubectl get tj: e2e Succeeded, workers 0/4, step 40, a loss" \
-    grep -qE '^e2e +Succeeded +0/4 +40 +[0-9.]+ +[0-9]+[sm]' "$W/get-tj.txt"
+    grep -qE '^e2e +Succeeded +0/4 +40 +[0-9]+(\.[0-9]{1,4})? +[0-9]+[sm]' "$W/get-tj.txt"
 
 # --- a spec the server takes and the operator refuses --------------------------------------------
 sed -e 's/name: e2e,/name: bad-split,/' -e 's/pipeline: 2, data: 2, microBatches: 2/pipeline: 3, data: auto, microBatches: 4/' "$W/e2e.yaml" >"$W/bad.yaml"
