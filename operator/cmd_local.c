@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -371,9 +372,14 @@ static pid_t spawn_worker(struct local *L, int i)
     snprintf(stepms, sizeof stepms, "%d", L->step_ms);
     fflush(stdout);
     fflush(stderr);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid != 0)
         return pid;
+    /* A worker dies with this process (kill -9 included): nobody would listen to it. The check
+     * after prctl catches a parent that died before it took effect. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+        _exit(127);
     int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd >= 0) {
         dup2(fd, STDOUT_FILENO);

@@ -63,7 +63,27 @@ wait
 grep -q "no restarts left" "$tmp/out3" && pass "no restarts left: reason printed" \
     || fail "no restarts left: reason printed" "$(cat "$tmp/out3")"
 
-# 4. Bad input.
+# 4. kill -9 of holmes-operator local: its workers die with it.
+( cd "$REPO" && exec timeout 120 "$OPERATOR" local "$tmp/job.yaml" --simulate --step-ms 50 \
+      --run-dir "$tmp/run4" >"$tmp/out4" 2>&1 ) &
+for _ in $(seq 100); do
+    grep -q "Running: rendezvous complete" "$tmp/out4" 2>/dev/null && break; sleep 0.1
+done
+nw=$(pgrep -f -- "--pod $name-worker-" | wc -l)
+lp=$(pgrep -f -- "^$OPERATOR local $tmp/job.yaml --simulate --step-ms 50")
+kill -9 "$lp" 2>/dev/null
+left=$nw
+for _ in $(seq 50); do
+    left=$(pgrep -f -- "--pod $name-worker-" | wc -l)
+    [ "$left" -eq 0 ] && break
+    sleep 0.1
+done
+wait
+[ "$nw" -eq 4 ] && [ "$left" -eq 0 ] && pass "kill -9 of local: its 4 workers die with it" \
+    || fail "kill -9 of local: its 4 workers die with it" "$nw workers before, $left after 5 s"
+pkill -9 -f -- "--pod $name-worker-" 2>/dev/null
+
+# 5. Bad input.
 "$OPERATOR" local 2>/dev/null; [ $? -eq 2 ] && pass "local without a job: usage" || fail "local without a job: usage"
 printf 'apiVersion: holmes.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: x}\nspec: {workers: 0}\n' >"$tmp/bad.yaml"
 err=$("$OPERATOR" local "$tmp/bad.yaml" 2>&1); rc=$?
