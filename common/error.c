@@ -1,8 +1,16 @@
 #include "error.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+
+static int set_va(herr *e, enum herr_kind kind, const char *fmt, va_list ap)
+{
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    e->kind = kind;
+    return -1;
+}
 
 int herr_set(herr *e, const char *fmt, ...)
 {
@@ -10,7 +18,18 @@ int herr_set(herr *e, const char *fmt, ...)
         return -1;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    set_va(e, HERR_FAULT, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int herr_set_kind(herr *e, enum herr_kind kind, const char *fmt, ...)
+{
+    if (!e)
+        return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    set_va(e, kind, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -33,4 +52,32 @@ int herr_wrap(herr *e, const char *fmt, ...)
     memcpy(e->msg, joined, sizeof e->msg - 1);
     e->msg[sizeof e->msg - 1] = '\0';
     return -1;
+}
+
+enum herr_kind herr_kind_of_errno(int err)
+{
+    switch (err) {
+    case ENOSPC:
+    case EDQUOT:
+    case EROFS:
+    case EACCES:
+    case EPERM:
+    case ENOENT:
+    case ENOTDIR:
+    case EISDIR:
+    case ENAMETOOLONG:
+        return HERR_CONFIG;
+    default:
+        return HERR_FAULT;
+    }
+}
+
+const char *herr_kind_name(enum herr_kind k)
+{
+    switch (k) {
+    case HERR_CONFIG: return "config";
+    case HERR_PEER: return "peer";
+    case HERR_FAULT: break;
+    }
+    return "fault";
 }

@@ -8,7 +8,7 @@
 static const char *const type_names[] = {
     [PROTO_HELLO] = "hello",   [PROTO_ASSIGN] = "assign",     [PROTO_RENDEZVOUS] = "rendezvous",
     [PROTO_START] = "start",   [PROTO_PROGRESS] = "progress", [PROTO_DONE] = "done",
-    [PROTO_ERROR] = "error",   [PROTO_STOP] = "stop",
+    [PROTO_ERROR] = "error",   [PROTO_STOP] = "stop",         [PROTO_NOTICE] = "notice",
 };
 #define NTYPES ((int)(sizeof type_names / sizeof type_names[0]))
 
@@ -17,6 +17,17 @@ const char *proto_type_name(enum proto_type t)
     if ((int)t < 0 || (int)t >= NTYPES)
         return "unknown";
     return type_names[t];
+}
+
+/* An Event reason as Kubernetes writes them: a letter, then letters and digits. */
+static int is_camel(const char *s)
+{
+    if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z')))
+        return 0;
+    for (; *s; s++)
+        if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9')))
+            return 0;
+    return 1;
 }
 
 /* ---- field readers: each names "type.field" and the rule in errors ---- */
@@ -338,6 +349,14 @@ int proto_parse(const char *text, size_t len, struct proto_msg *out, herr *e)
                      sizeof out->u.error.message, e);
         out->u.error.code = (int)v;
         break;
+    case PROTO_NOTICE:
+        rc = get_str(j, "notice", "reason", 1, out->u.notice.reason, sizeof out->u.notice.reason,
+                     e) ||
+             get_str(j, "notice", "message", 1, out->u.notice.message,
+                     sizeof out->u.notice.message, e);
+        if (!rc && !is_camel(out->u.notice.reason))
+            rc = herr_set(e, "notice.reason: must be a CamelCase word (letters and digits)");
+        break;
     case PROTO_STOP:
         rc = get_str(j, "stop", "reason", 0, out->u.stop.reason, sizeof out->u.stop.reason, e);
         if (!rc) {
@@ -538,6 +557,16 @@ char *proto_error_encode(int code, const char *message, herr *e)
     cJSON *j = new_msg(PROTO_ERROR);
     int ok = j && cJSON_AddNumberToObject(j, "code", code) &&
              cJSON_AddStringToObject(j, "message", msg);
+    return checked(finish(j, ok, e), e);
+}
+
+char *proto_notice_encode(const char *reason, const char *message, herr *e)
+{
+    char r[sizeof ((struct proto_notice *)0)->reason], m[sizeof ((struct proto_notice *)0)->message];
+    snprintf(r, sizeof r, "%s", reason ? reason : "");
+    snprintf(m, sizeof m, "%s", message ? message : "");
+    cJSON *j = new_msg(PROTO_NOTICE);
+    int ok = j && cJSON_AddStringToObject(j, "reason", r) && cJSON_AddStringToObject(j, "message", m);
     return checked(finish(j, ok, e), e);
 }
 

@@ -3,7 +3,7 @@
  * WebSocket text frame. Every message is an object {"v": 1, "type": "...", ...}. See
  * docs/protocol.md for the sequence and every field.
  *
- *   worker -> coordinator: hello, rendezvous, progress, done, error
+ *   worker -> coordinator: hello, rendezvous, progress, done, error, notice
  *   coordinator -> worker: assign, start, stop, error
  *
  * proto_parse() checks the version, the type, the size limit and the schema of the type, and
@@ -37,6 +37,7 @@ enum proto_type {
     PROTO_DONE,
     PROTO_ERROR,
     PROTO_STOP,
+    PROTO_NOTICE,
 };
 
 const char *proto_type_name(enum proto_type t);
@@ -95,8 +96,19 @@ enum proto_error_code {
     PROTO_ERR_AUTH = 2,         /* missing or wrong token, unknown job */
     PROTO_ERR_UNKNOWN_WORKER = 3, /* pod or index not part of the job */
     PROTO_ERR_DUPLICATE = 4,    /* that worker is already connected */
-    PROTO_ERR_WORKER = 10,      /* a worker failed (sent worker -> coordinator) */
+    PROTO_ERR_WORKER = 10,      /* a worker failed (sent worker -> coordinator); restart */
     PROTO_ERR_PLAN = 11,        /* the planner refused the job */
+    PROTO_ERR_PREEMPTED = 12,   /* the worker got SIGTERM: it checkpoints at the next step
+                                   boundary and leaves; restart in place, not counted */
+    PROTO_ERR_CONFIG = 13,      /* configuration, data or storage error: fails again, no restart */
+    PROTO_ERR_PEER = 14,        /* the worker lost a peer: a consequence, not a cause */
+};
+
+/* notice: something the user must hear of that is not a failure (e.g. a checkpoint fallback);
+ * the coordinator makes it a Warning Event and a status condition named by `reason`. */
+struct proto_notice {
+    char reason[64];    /* CamelCase, e.g. "CheckpointFallback" */
+    char message[512];
 };
 
 struct proto_stop {
@@ -120,6 +132,7 @@ struct proto_msg {
         struct proto_progress progress;
         struct proto_error error;
         struct proto_stop stop;
+        struct proto_notice notice;
     } u;
 };
 
@@ -143,5 +156,6 @@ char *proto_progress_encode(const struct proto_progress *p, herr *e);
 char *proto_done_encode(int rank, long step, herr *e);
 char *proto_error_encode(int code, const char *message, herr *e);
 char *proto_stop_encode(int attempt, int restart, const char *reason, herr *e);
+char *proto_notice_encode(const char *reason, const char *message, herr *e);
 
 #endif

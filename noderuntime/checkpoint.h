@@ -52,6 +52,12 @@ int ckpt_read(const char *path, struct ckpt_meta *meta, float *params, float *m,
  * -1 on error. */
 int ckpt_latest(const char *dir, int first, int last, char *path, size_t path_len, herr *e);
 
+/* The steps of stage [first, last)'s checkpoints in dir, ascending (*steps malloc'ed, NULL
+ * when none; a missing dir has none). */
+int ckpt_steps(const char *dir, int first, int last, int64_t **steps, int *n, herr *e);
+/* The path of stage [first, last)'s checkpoint at `step` in dir. */
+int ckpt_path(const char *dir, int first, int last, int64_t step, char *path, size_t cap, herr *e);
+
 /* Reads the shape of an llm.c GPT-2 checkpoint (magic 20240326, version 3, fp32). */
 int llmc_read_config(const char *path, struct gpt_config *c, herr *e);
 /* Loads an llm.c GPT-2 checkpoint's weights into a stage (its tensors for the stage's layers,

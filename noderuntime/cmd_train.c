@@ -345,7 +345,7 @@ int cmd_train(int argc, char **argv)
     int rc = parse_args(argc, argv, &t.o);
     if (rc != 0)
         return rc > 0 ? 0 : 2;
-    herr e = {{0}};
+    herr e = {0};
     if (setup(&t, &e) < 0 || run(&t, &e) < 0) {
         fprintf(stderr, "holmes-node train: %s\n", e.msg);
         teardown(&t);

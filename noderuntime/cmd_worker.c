@@ -255,7 +255,7 @@ int cmd_worker(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     struct progress pr = {lf == LOG_JSON, all_ranks || rank == 0};
     struct trainer_data td = {dl, dataloader_batch_at};
-    struct trainer_hooks hooks = {&pr, print_step, poll_stop, NULL};
+    struct trainer_hooks hooks = {&pr, print_step, poll_stop, NULL, NULL};
     log_info("rank %ld: stage %d of %d, replica %d of %d", rank, rank_table_stage(&rt, (int)rank),
              rt.pipeline, rank_table_dp(&rt, (int)rank), rt.data);
     int rc = trainer_run(&c, &rt, (int)rank, &td, &hooks, &e);

@@ -1,6 +1,7 @@
 /* holmes-node worker --coordinator URL ...: a worker that gets its place in the job from the
  * coordinator (operator or `holmes-operator local`). Called by cmd_worker when --coordinator
  * or HOLMES_COORDINATOR is given. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,8 +47,18 @@ static void usage(FILE *f)
         "                      on different cores (holmes-operator local sets spread)\n"
         "  --simulate STEPS    train nothing: report STEPS simulated steps (protocol tests and\n"
         "                      benchmarks); --fail-at makes the run fail at that step\n\n"
+        "SIGTERM or SIGINT mid-training: the coordinator is told, every rank stops and\n"
+        "checkpoints at the next step boundary, and the worker leaves (status 143).\n\n"
         "Exit status: 0 finished, 75 stopped for an in-place restart (start it again), 1 failed,\n"
-        "2 usage.\n");
+        "2 usage, 143 left on SIGTERM after checkpointing.\n");
+}
+
+/* SIGTERM (eviction, drain, preemption, Ctrl-C): leave after checkpointing at the next step. */
+static volatile sig_atomic_t terminate_requested;
+static void on_terminate(int sig)
+{
+    (void)sig;
+    terminate_requested = 1;
 }
 
 static const char *env2(const char *a, const char *b)
@@ -198,8 +209,16 @@ int cmd_worker_coord(int argc, char **argv)
     o.worker = (int)worker;
     o.progress_interval_ms = (int)progress_ms;
     o.connect_timeout_ms = (int)(connect_s * 1000);
+    o.terminate = &terminate_requested;
+    struct sigaction sa = {.sa_handler = on_terminate};
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGINT, &sa, NULL) != 0) {
+        perror("holmes-node worker: sigaction");
+        free(token);
+        return 1;
+    }
 
-    herr e = {{0}};
+    herr e = {0};
     struct nic_report rep;
     nic_report_init(&rep);
     int rc;
@@ -270,6 +289,10 @@ int cmd_worker_coord(int argc, char **argv)
     if (rc == WORKER_EXIT_RESTART) {
         log_info("stopped for an in-place restart");
         return WORKER_EXIT_RESTART;
+    }
+    if (rc == WORKER_EXIT_TERMINATED) {
+        log_info("%s", e.msg);
+        return WORKER_EXIT_TERMINATED;
     }
     if (rc) {
         log_error("%s", e.msg);

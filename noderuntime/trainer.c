@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "log.h"
 #include "zero.h"
 
 
@@ -275,10 +276,12 @@ static int mark_latest(const char *dir, long step, herr *e)
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f)
-        return herr_set(e, "cannot write %s: %s", tmp, strerror(errno));
+        return herr_set_kind(e, herr_kind_of_errno(errno), "cannot write %s: %s", tmp,
+                             strerror(errno));
     int bad = fprintf(f, "%ld\n", step) < 0;
     if (fclose(f) != 0 || bad || rename(tmp, path) != 0)
-        return herr_set(e, "cannot write %s: %s", path, strerror(errno));
+        return herr_set_kind(e, herr_kind_of_errno(errno), "cannot write %s: %s", path,
+                             strerror(errno));
     return 0;
 }
 
@@ -320,8 +323,10 @@ out:
     return rc != 0 ? herr_wrap(e, "checkpoint at step %ld", w->step) : 0;
 }
 
-/* The checkpoint to resume from: 1 when there is none. */
-static int resume_path(struct worker *w, char *path, size_t cap, herr *e)
+/* The newest checkpoint step the job recorded (latest-step, written by rank 0 once every
+ * stage has written its file); one process without that marker: its own newest. 1 when there
+ * is none. */
+static int resume_newest(struct worker *w, const int64_t *steps, int nsteps, long *step, herr *e)
 {
     const char *dir = w->cfg->checkpoint_dir;
     char mark[4096];
@@ -329,41 +334,136 @@ static int resume_path(struct worker *w, char *path, size_t cap, herr *e)
     FILE *f = fopen(mark, "r");
     if (!f) {
         if (errno != ENOENT)
-            return herr_set(e, "cannot read %s: %s", mark, strerror(errno));
-        /* one process: the engine's own latest checkpoint will do */
-        return w->P == 1 && w->D == 1 ? ckpt_latest(dir, w->lo, w->hi, path, cap, e) : 1;
+            return herr_set_kind(e, herr_kind_of_errno(errno), "cannot read %s: %s", mark,
+                                 strerror(errno));
+        if (w->P == 1 && w->D == 1 && nsteps > 0) {
+            *step = (long)steps[nsteps - 1];
+            return 0;
+        }
+        return 1;
     }
-    long step = -1;
-    int ok = fscanf(f, "%ld", &step) == 1 && step >= 0;
+    int ok = fscanf(f, "%ld", step) == 1 && *step >= 0;
     fclose(f);
     if (!ok)
-        return herr_set(e, "%s must hold a step number", mark);
-    if ((size_t)snprintf(path, cap, "%s/stage-%d-%d-step-%09ld.ckpt", dir, w->lo, w->hi, step) >= cap)
-        return herr_set(e, "checkpoint path too long in %s", dir);
+        return herr_set_kind(e, HERR_CONFIG, "%s must hold a step number", mark);
     return 0;
 }
 
-static int ckpt_resume(struct worker *w, herr *e)
+/* Every rank's `mine`, combined: the minimum (two all-gathers: the replicas of each stage,
+ * then the stages of each replica). */
+static int world_min(struct worker *w, long mine, long *out, herr *e)
+{
+    struct comm *groups[2] = {w->dp, w->pp};
+    int sizes[2] = {w->D, w->P};
+    int64_t v = mine;
+    for (int g = 0; g < 2; g++) {
+        if (!groups[g] || sizes[g] < 2)
+            continue;
+        int64_t *all = calloc((size_t)sizes[g], sizeof *all);
+        if (!all)
+            return herr_set(e, "out of memory");
+        size_t off, len;
+        comm_chunk(groups[g], (size_t)sizes[g], comm_rank(groups[g]), &off, &len);
+        for (size_t i = off; i < off + len; i++)
+            all[i] = v;
+        if (comm_all_gather(groups[g], all, (size_t)sizes[g], sizeof *all, e) != 0) {
+            free(all);
+            return -1;
+        }
+        for (int i = 0; i < sizes[g]; i++)
+            v = all[i] < v ? all[i] : v;
+        free(all);
+    }
+    *out = (long)v;
+    return 0;
+}
+
+/* Reads this stage's checkpoint at `step` into the parameters and mf, vf (full layout). */
+static int read_step(struct worker *w, long step, float *mf, float *vf, size_t n, herr *e)
 {
     char path[4096];
-    int r = resume_path(w, path, sizeof path, e);
-    if (r != 0)
-        return r < 0 ? -1 : 0;
+    struct ckpt_meta meta;
+    if (ckpt_path(w->cfg->checkpoint_dir, w->lo, w->hi, step, path, sizeof path, e) != 0 ||
+        ckpt_read_meta(path, &meta, e) != 0 ||
+        ckpt_check_shape(path, &meta, &w->cfg->model, w->lo, w->hi, e) != 0 ||
+        ckpt_read(path, &meta, gpt_stage_params(w->gs), mf, vf, n, e) != 0)
+        return -1;
+    if (meta.step != step)
+        return herr_set_kind(e, HERR_CONFIG, "checkpoint %s: its header says step %lld",
+                             path, (long long)meta.step);
+    return 0;
+}
+
+/* Resumes from the newest checkpoint set that verifies on every stage: a set whose file fails
+ * its checks on any rank (CRC, truncation, a missing file) is passed over for the next older
+ * one that every rank has, and the fallback is logged. No set verifying at all is an error:
+ * training never restarts from scratch over checkpoints it could not read. */
+static int ckpt_resume(struct worker *w, const struct trainer_hooks *hooks, herr *e)
+{
+    const char *dir = w->cfg->checkpoint_dir;
+    int64_t *steps = NULL;
+    int nsteps = 0;
+    long newest;
+    if (ckpt_steps(dir, w->lo, w->hi, &steps, &nsteps, e) != 0)
+        return herr_wrap(e, "resuming");
+    int r = resume_newest(w, steps, nsteps, &newest, e);
+    if (r != 0) {
+        free(steps);
+        return r < 0 ? herr_wrap(e, "resuming") : 0;
+    }
     size_t n = gpt_stage_num_params(w->gs);
     float *mf = calloc(n ? n : 1, sizeof *mf), *vf = calloc(n ? n : 1, sizeof *vf);
-    struct ckpt_meta meta;
     int rc = -1;
-    if (!mf || !vf)
+    char first_err[sizeof e->msg] = "";
+    if (!mf || !vf) {
         herr_set(e, "out of memory for the checkpoint moments (%zu floats)", n);
-    else if (ckpt_read_meta(path, &meta, e) == 0 &&
-             ckpt_check_shape(path, &meta, &w->cfg->model, w->lo, w->hi, e) == 0 &&
-             ckpt_read(path, &meta, gpt_stage_params(w->gs), mf, vf, n, e) == 0) {
-        shard_copy(w, mf, w->m, 0);
-        shard_copy(w, vf, w->v, 0);
-        zero_master_from_params(w->z);
-        w->step = (long)meta.step;
-        rc = 0;
+        goto out;
     }
+    for (long cand = newest;;) {
+        herr me = {0};
+        int ok = cand >= 0 && read_step(w, cand, mf, vf, n, &me) == 0;
+        if (!ok && cand >= 0) {
+            log_warn("rank %d: the checkpoint of step %ld does not verify: %s", w->rank, cand,
+                     me.msg);
+            if (!first_err[0])
+                snprintf(first_err, sizeof first_err, "%s", me.msg);
+        }
+        long all_ok;
+        if (world_min(w, ok, &all_ok, e) != 0)
+            goto out;
+        if (all_ok) {
+            shard_copy(w, mf, w->m, 0);
+            shard_copy(w, vf, w->v, 0);
+            zero_master_from_params(w->z);
+            w->step = cand;
+            if (w->rank == 0)
+                log_info("resumed from the checkpoint of step %ld in %s", cand, dir);
+            if (cand != newest && w->rank == 0) {
+                char msg[300];
+                snprintf(msg, sizeof msg, "resuming from the checkpoint of step %ld: the newer "
+                         "set of step %ld does not verify on every stage (see the workers' logs)",
+                         cand, newest);
+                log_warn("%s", msg);
+                if (hooks && hooks->on_notice)
+                    hooks->on_notice(hooks->ctx, "CheckpointFallback", msg);
+            }
+            rc = 0;
+            break;
+        }
+        if (cand < 0) {
+            herr_set_kind(e, HERR_CONFIG, "no checkpoint set in %s verifies on every stage%s%s",
+                          dir, first_err[0] ? "; this rank's first error: " : "", first_err);
+            goto out;
+        }
+        long next = -1; /* this rank's newest older step, agreed as the oldest of them */
+        for (int i = 0; i < nsteps; i++)
+            if (steps[i] < cand && steps[i] > next)
+                next = (long)steps[i];
+        if (world_min(w, next, &cand, e) != 0)
+            goto out;
+    }
+out:
+    free(steps);
     free(mf);
     free(vf);
     return rc != 0 ? herr_wrap(e, "resuming") : 0;
@@ -738,7 +838,7 @@ int trainer_run(const struct trainer_config *c, const struct rank_table *rt, int
         goto out;
     if (worker_optim_init(&w, e) != 0)
         goto out;
-    if (c->checkpoint_dir && ckpt_resume(&w, e) != 0)
+    if (c->checkpoint_dir && ckpt_resume(&w, hooks, e) != 0)
         goto out;
     struct pipe_stage_ops ops = {&w, (size_t)c->B * (size_t)c->T * (size_t)c->model.channels,
                                  stage_forward, stage_backward};

@@ -80,6 +80,9 @@ struct trainer_hooks {
     int (*should_stop)(void *ctx);
     /* At the end, with this rank's stage (e.g. to compare parameters); may be NULL. */
     void (*on_end)(void *ctx, struct gpt_stage *stage, long steps_done);
+    /* Something the user must hear of that is not a failure (reason: CamelCase, e.g.
+     * "CheckpointFallback"); called on rank 0 only. May be NULL. */
+    void (*on_notice)(void *ctx, const char *reason, const char *message);
 };
 
 /* Layers [first, last) of stage s: the rank table's split, else an even split (remainder to the

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "coord_client.h"
+#include "log.h"
 
 struct worker_link {
     pthread_mutex_t mu;
@@ -18,6 +19,8 @@ struct worker_link {
     struct proto_link links[PROTO_MAX_LINKS];
     int nlinks;
     volatile int stop;
+    int nnotices;
+    struct proto_notice notices[4];
 };
 
 void worker_report_step(struct worker_link *l, const struct proto_step *s)
@@ -42,6 +45,17 @@ void worker_report_link(struct worker_link *l, int peer, double gbps)
         l->links[i] = (struct proto_link){.peer = peer, .gbps = gbps};
         if (i == l->nlinks)
             l->nlinks++;
+    }
+    pthread_mutex_unlock(&l->mu);
+}
+
+void worker_report_notice(struct worker_link *l, const char *reason, const char *message)
+{
+    pthread_mutex_lock(&l->mu);
+    if (l->nnotices < (int)(sizeof l->notices / sizeof l->notices[0])) {
+        struct proto_notice *n = &l->notices[l->nnotices++];
+        snprintf(n->reason, sizeof n->reason, "%s", reason);
+        snprintf(n->message, sizeof n->message, "%s", message);
     }
     pthread_mutex_unlock(&l->mu);
 }
@@ -145,7 +159,14 @@ static void flush_progress(struct session *s)
     int connected = coord_client_connected(s->cl);
     if (connected)
         s->link.nsteps = 0;
+    struct proto_notice notices[sizeof s->link.notices / sizeof s->link.notices[0]];
+    int nn = connected ? s->link.nnotices : 0;
+    memcpy(notices, s->link.notices, (size_t)nn * sizeof notices[0]);
+    if (connected)
+        s->link.nnotices = 0;
     pthread_mutex_unlock(&s->link.mu);
+    for (int i = 0; i < nn; i++)
+        coord_client_send(s->cl, proto_notice_encode(notices[i].reason, notices[i].message, NULL));
     if (!connected || p.nsteps == 0)
         return;
     p.rank = s->rank;
@@ -160,6 +181,37 @@ static int get_stage(const cJSON *a)
                ? st->valueint : 0;
 }
 
+/* The protocol's error code for a failure of this kind: the coordinator tells a cause from
+ * its consequences by it, and does not retry a configuration error. */
+static int error_code_of(const herr *e)
+{
+    switch (e->kind) {
+    case HERR_CONFIG: return PROTO_ERR_CONFIG;
+    case HERR_PEER: return PROTO_ERR_PEER;
+    default: return PROTO_ERR_WORKER;
+    }
+}
+
+static int terminating(const struct session *s)
+{
+    return s->o->terminate && *s->o->terminate;
+}
+
+/* SIGTERM mid-training: the coordinator hears it first (so it stops everyone at the same step
+ * boundary), and this worker asks its runner to stop there too, in case nobody is listening. */
+static void announce_termination(struct session *s)
+{
+    pthread_mutex_lock(&s->link.mu);
+    long at = s->link.last_step;
+    pthread_mutex_unlock(&s->link.mu);
+    char msg[256];
+    snprintf(msg, sizeof msg, "received SIGTERM (eviction, drain or preemption) after step %ld; "
+             "checkpointing at the next step boundary", at);
+    log_info("%s", msg);
+    coord_client_send(s->cl, proto_error_encode(PROTO_ERR_PREEMPTED, msg, NULL));
+    s->link.stop = 1;
+}
+
 /* Waits for one message; reconnects (hello with resume) when training and the link drops. */
 static int next_message(struct session *s, int timeout_ms, struct proto_msg *m, herr *e)
 {
@@ -167,7 +219,7 @@ static int next_message(struct session *s, int timeout_ms, struct proto_msg *m, 
     if (rc >= 0 || !s->training)
         return rc;
     /* Mid-training: the coordinator went away. Keep training; try to reconnect. */
-    herr ce = {{0}};
+    herr ce = {0};
     if (connect_and_hello(s, 0, &ce) != 0)
         usleep((useconds_t)timeout_ms * 1000);
     return 0;
@@ -196,11 +248,16 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
 
     /* Before training: assign, then start. */
     for (;;) {
-        struct proto_msg m;
-        int rc = next_message(&s, 1000, &m, e);
-        if (rc < 0)
+        if (terminating(&s)) {
+            result = WORKER_EXIT_TERMINATED;
+            herr_set(e, "SIGTERM before training started: nothing to checkpoint");
             goto out;
-        if (rc == 0)
+        }
+        struct proto_msg m;
+        int rc = next_message(&s, 250, &m, e);
+        if (rc < 0 && !terminating(&s))
+            goto out;
+        if (rc <= 0)
             continue;
         if (m.type == PROTO_ASSIGN) {
             cJSON_Delete(assignment);
@@ -217,7 +274,7 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
             cJSON *ids = NULL;
             if (r->prepare(r->user, assignment, s.attempt, endpoint, sizeof endpoint, &ids, e)) {
                 herr pe = *e;
-                coord_client_send(s.cl, proto_error_encode(PROTO_ERR_WORKER, pe.msg, NULL));
+                coord_client_send(s.cl, proto_error_encode(error_code_of(&pe), pe.msg, NULL));
                 coord_client_flush(s.cl, 1000);
                 goto out;
             }
@@ -260,9 +317,13 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
     thread_started = 1;
     s.training = 1;
     double last_flush = now_s();
-    int stopped = 0, restart = 0;
+    int stopped = 0, restart = 0, preempting = 0;
     char stop_reason[512] = "";
     while (!t.finished) {
+        if (!preempting && terminating(&s)) {
+            preempting = 1;
+            announce_termination(&s);
+        }
         struct proto_msg m;
         int rc = next_message(&s, 100, &m, e);
         if (rc == 1) {
@@ -281,10 +342,17 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
             last_flush = now_s();
         }
     }
-    s.link.stop = stopped;
+    s.link.stop = stopped || preempting;
     pthread_join(t.th, NULL);
     thread_started = 0;
     s.training = 0;
+    if (preempting && !t.rc) {
+        flush_progress(&s);
+        coord_client_flush(s.cl, 1000);
+        result = WORKER_EXIT_TERMINATED;
+        herr_set(e, "left on SIGTERM after step %ld, checkpointed there", t.last_step);
+        goto out;
+    }
     if (stopped) {
         result = restart ? WORKER_EXIT_RESTART : -1;
         if (!restart)
@@ -294,7 +362,7 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
     flush_progress(&s);
     if (t.rc) {
         *e = t.e;
-        coord_client_send(s.cl, proto_error_encode(PROTO_ERR_WORKER, t.e.msg, NULL));
+        coord_client_send(s.cl, proto_error_encode(error_code_of(&t.e), t.e.msg, NULL));
         coord_client_flush(s.cl, 2000);
         goto out;
     }
@@ -306,7 +374,7 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
     for (;;) {
         if (!coord_client_connected(s.cl)) {
             done_sent = 0;
-            herr ce = {{0}};
+            herr ce = {0};
             if (now_s() > give_up) {
                 result = 0; /* our part is finished; nobody is left to tell */
                 break;
@@ -324,7 +392,7 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
             done_sent = 1;
         }
         struct proto_msg m;
-        herr pe = {{0}};
+        herr pe = {0};
         int rc = coord_client_poll(s.cl, 1000, &m, &pe);
         if (rc <= 0)
             continue;

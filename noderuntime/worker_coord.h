@@ -9,6 +9,7 @@
 #ifndef HOLMES_WORKER_COORD_H
 #define HOLMES_WORKER_COORD_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <cjson/cJSON.h>
 
@@ -17,6 +18,7 @@
 #include "protocol.h"
 
 #define WORKER_EXIT_RESTART 75 /* EX_TEMPFAIL: start me again (in-place restart) */
+#define WORKER_EXIT_TERMINATED 143 /* 128 + SIGTERM: left on SIGTERM after checkpointing */
 
 struct worker_link; /* handed to the runner: report steps, check for a stop */
 
@@ -24,6 +26,8 @@ struct worker_link; /* handed to the runner: report steps, check for a stop */
 void worker_report_step(struct worker_link *l, const struct proto_step *s);
 /* Records a measured link bandwidth to `peer` (rank). */
 void worker_report_link(struct worker_link *l, int peer, double gbps);
+/* Queues a notice for the coordinator (thread-safe; at most a few are kept until sent). */
+void worker_report_notice(struct worker_link *l, const char *reason, const char *message);
 /* True once the coordinator asked the worker to stop. */
 int worker_stop_requested(const struct worker_link *l);
 
@@ -55,10 +59,15 @@ struct worker_coord_options {
     struct nic_summary nic;
     int progress_interval_ms;   /* 0 = 500 */
     int connect_timeout_ms;     /* total time to keep trying to connect at start; 0 = 60000 */
+    /* Set (by a SIGTERM handler) when the worker must leave: mid-training it tells the
+     * coordinator, every rank stops and checkpoints at the next step boundary, and
+     * worker_coord_run returns WORKER_EXIT_TERMINATED. NULL = never. */
+    const volatile sig_atomic_t *terminate;
 };
 
-/* Runs the protocol until the job is over for this worker. Returns 0 (finished), 
- * WORKER_EXIT_RESTART (stopped for an in-place restart), or -1 with the reason in `e`
+/* Runs the protocol until the job is over for this worker. Returns 0 (finished),
+ * WORKER_EXIT_RESTART (stopped for an in-place restart), WORKER_EXIT_TERMINATED (left on
+ * `terminate`, with `e` saying where), or -1 with the reason in `e`
  * (refused, planner failed, the runner failed, the coordinator unreachable). */
 int worker_coord_run(const struct worker_coord_options *o, const struct worker_runner *r, herr *e);
 

@@ -80,6 +80,12 @@ static int on_step(void *ctx, const struct trainer_report *r)
     return 0;
 }
 
+static void on_notice(void *ctx, const char *reason, const char *message)
+{
+    const struct step_sink *s = ctx;
+    worker_report_notice(s->link, reason, message);
+}
+
 static int on_should_stop(void *ctx)
 {
     const struct step_sink *s = ctx;
@@ -188,7 +194,7 @@ static int train_run(void *user, const cJSON *assignment, const cJSON *peers, lo
      * they share its cores. An optimisation only: the run goes on unpinned when it fails. */
     if (wt->affinity == CPU_AFFINITY_SPREAD) {
         char cores[64];
-        herr pe = {{0}};
+        herr pe = {0};
         int n = cpu_spread_rank(&rt, c.model.layers, rank, cores, sizeof cores, &pe);
         if (n > 0)
             log_info("cpu affinity: rank %d computes on core %s (the job's %d ranks spread over "
@@ -204,7 +210,7 @@ static int train_run(void *user, const cJSON *assignment, const cJSON *peers, lo
     struct step_sink sink = {.link = link,
                              .last_stage = stage_j->valueint == stages_j->valueint - 1};
     struct trainer_data td = {dl, dataloader_batch_at};
-    struct trainer_hooks hooks = {&sink, on_step, on_should_stop, NULL};
+    struct trainer_hooks hooks = {&sink, on_step, on_should_stop, NULL, on_notice};
     rc = trainer_run(&c, &rt, rank, &td, &hooks, e);
     *last_step = sink.last_step;
 out:

@@ -201,6 +201,14 @@ static void hook_event(void *user, enum coord_job_state s, const char *msg)
     }
 }
 
+static void hook_notice(void *user, const char *reason, const char *msg)
+{
+    struct local *L = user;
+    end_progress_line(L);
+    printf("[%s] %s\n", reason, msg);
+    fflush(stdout);
+}
+
 static void hook_progress(void *user, const struct coord_progress *p)
 {
     struct local *L = user;
@@ -610,7 +618,7 @@ int cmd_local(int argc, char **argv)
     L.cp.job = &L.job;
     if (L.cp.calibration) { /* refused now rather than when the workers have joined */
         struct cost_links scratch;
-        herr ce = {{0}};
+        herr ce = {0};
         cost_links_default(&scratch);
         if (cluster_load_calibration(L.cp.calibration, &scratch, &ce)) {
             fprintf(stderr, "holmes-operator local: --calibration: %s\n", ce.msg);
@@ -619,7 +627,7 @@ int cmd_local(int argc, char **argv)
         }
     }
 
-    herr e = {{0}};
+    herr e = {0};
     struct coord_options co = {.bind = L.bind ? L.bind : "127.0.0.1", .port = 0};
     if (coord_create(&L.c, &co, &e)) {
         fprintf(stderr, "holmes-operator local: %s\n", e.msg);
@@ -644,7 +652,7 @@ int cmd_local(int argc, char **argv)
         .max_restarts = s->restart.max_restarts, .total_steps = s->training.steps,
         .progress_interval_ms = L.tty ? 250 : 1000,
         .hooks = {.plan = hook_plan, .on_steps = hook_steps, .on_progress = hook_progress,
-                  .on_event = hook_event},
+                  .on_event = hook_event, .on_notice = hook_notice},
         .user = &L,
     };
     int added = coord_add_job(L.c, &js, &e);

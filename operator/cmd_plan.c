@@ -187,7 +187,7 @@ int cmd_plan(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    herr e = {{0}};
+    herr e = {0};
     struct cluster cl;
     struct tj_job tj;
     struct plan_job job;

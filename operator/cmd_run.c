@@ -224,7 +224,7 @@ int cmd_run(int argc, char **argv)
         coord_port = (int)p;
     }
 
-    herr e = {{0}};
+    herr e = {0};
     struct kube_config cfg;
     if (kube_config_load(&cfg, kubeconfig, context, &e) != 0) {
         fprintf(stderr, "holmes-operator run: %s\n", e.msg);

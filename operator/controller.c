@@ -1370,7 +1370,7 @@ static void *worker(void *arg)
         if (atomic_load(&c->stopping))
             return NULL;
     while ((key = kube_queue_get(c->queue))) {
-        herr e = {{0}};
+        herr e = {0};
         double requeue = 0, t0 = mono();
         tl_api_s = 0;
         int rc = reconcile_key(c, key, &requeue, &e);

@@ -65,7 +65,7 @@ static void rfc3339_now(char *buf, size_t cap)
 
 static void patch_status(struct opjob *j, cJSON *fields)
 {
-    herr e = {{0}};
+    herr e = {0};
     if (fields && controller_patch_job_status(j->co->ctl, j->ns, j->name, fields, &e))
         log_warn("job %s: status update: %s", j->key, e.msg);
     cJSON_Delete(fields);
@@ -73,7 +73,7 @@ static void patch_status(struct opjob *j, cJSON *fields)
 
 static void event(struct opjob *j, const char *type, const char *reason, const char *msg)
 {
-    herr e = {{0}};
+    herr e = {0};
     if (controller_emit_event(j->co->ctl, j->ns, j->name, type, reason, msg, &e))
         log_warn("job %s: event: %s", j->key, e.msg);
 }
@@ -82,14 +82,14 @@ static void event(struct opjob *j, const char *type, const char *reason, const c
 static void condition(struct opjob *j, const char *type, int ok, const char *reason,
                       const char *msg)
 {
-    herr e = {{0}};
+    herr e = {0};
     if (controller_set_job_condition(j->co->ctl, j->ns, j->name, type, ok, reason, msg, &e))
         log_warn("job %s: %s", j->key, e.msg);
 }
 
 static void patch_labels(struct opjob *j, const char *pod, cJSON *labels)
 {
-    herr e = {{0}};
+    herr e = {0};
     if (labels && controller_patch_pod_labels(j->co->ctl, j->ns, pod, labels, &e))
         log_warn("job %s: labels of pod %s: %s", j->key, pod, e.msg);
     cJSON_Delete(labels);
@@ -247,6 +247,13 @@ static void on_progress(void *user, const struct coord_progress *pr)
     patch_status(j, st);
 }
 
+static void on_notice(void *user, const char *reason, const char *msg)
+{
+    struct opjob *j = user;
+    event(j, "Warning", reason, msg);
+    condition(j, reason, 1, reason, msg);
+}
+
 static void on_event(void *user, enum coord_job_state s, const char *msg)
 {
     struct opjob *j = user;
@@ -339,10 +346,10 @@ static int resolve(void *user, struct coordinator *c, const char *key)
         .total_steps = j->tj.spec.training.steps,
         .progress_interval_ms = co->status_interval_ms,
         .hooks = {.plan = on_plan, .on_hello = on_hello, .on_progress = on_progress,
-                  .on_event = on_event},
+                  .on_event = on_event, .on_notice = on_notice},
         .user = j,
     };
-    herr e = {{0}};
+    herr e = {0};
     if (coord_add_job(c, &js, &e)) {
         log_warn("job %s: %s", key, e.msg);
         goto out;

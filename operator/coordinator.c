@@ -49,6 +49,12 @@ struct slot {
     int done;
 };
 
+/* How much a failure report tells of the cause: a report of a higher rank is kept over the
+ * others of the same failure. A lost peer is usually a consequence; a disconnect without a
+ * word is a crash; a worker's own error is the cause. */
+enum fail_rank { FAIL_NONE = 0, FAIL_PEER = 1, FAIL_DISCONNECT = 2, FAIL_FAULT = 3, FAIL_CONFIG = 3 };
+#define FAILURE_WINDOW_S 1.0
+
 struct job {
     struct job *next;
     char *name, *token;
@@ -65,6 +71,12 @@ struct job {
     cJSON **assign;         /* per worker index; NULL until planned */
     int *worker_of_rank;
     double gather_since;    /* seconds, monotonic */
+    /* A failure being settled: the reports of one failure arrive within a moment of each
+     * other, the cause's and its consequences' (peers that lost a connection to it), in any
+     * order; the verdict waits FAILURE_WINDOW_S and takes the report that ranks highest. */
+    double fail_deadline;   /* 0 = none pending */
+    enum fail_rank fail_rank; /* of the report kept */
+    char fail_why[700];
     int gang_reported;
     double last_emit;
     struct coord_progress emitted;
@@ -210,6 +222,8 @@ static void job_reset_round(struct job *j)
 /* A worker failed: restart in place, or fail the job when restarts are spent. */
 static void job_failure(struct job *j, const char *why)
 {
+    j->fail_deadline = 0;
+    j->fail_rank = FAIL_NONE;
     if (j->state == COORD_SUCCEEDED || j->state == COORD_FAILED)
         return;
     if (j->restarts >= j->max_restarts) {
@@ -227,6 +241,64 @@ static void job_failure(struct job *j, const char *why)
     snprintf(reason, sizeof reason, "%s; restarting in place (restart %d of %d)", why,
              j->restarts, j->max_restarts);
     set_state(j, COORD_RESTARTING, reason);
+}
+
+/* A configuration or data error fails the job at once: a restart would fail the same way. */
+static void job_fail_now(struct job *j, const char *why)
+{
+    j->fail_deadline = 0;
+    j->fail_rank = FAIL_NONE;
+    if (j->state == COORD_SUCCEEDED || j->state == COORD_FAILED)
+        return;
+    char reason[800];
+    snprintf(reason, sizeof reason, "%s; not retried: a configuration, data or storage error "
+             "fails the same way again", why);
+    set_state(j, COORD_FAILED, reason);
+    job_broadcast_stop(j, 0, reason);
+}
+
+/* A worker received SIGTERM (eviction, drain, preemption) and checkpoints at the next step
+ * boundary: every worker stops there too and the gang restarts in place from that checkpoint.
+ * Not a fault of the job: maxRestarts is not charged. */
+static void job_preempted(struct job *j, const char *why)
+{
+    if (j->state != COORD_RENDEZVOUS && j->state != COORD_RUNNING)
+        return;
+    j->fail_deadline = 0;
+    j->fail_rank = FAIL_NONE;
+    job_broadcast_stop(j, 1, why);
+    j->attempt++;
+    job_reset_round(j);
+    char reason[800];
+    snprintf(reason, sizeof reason, "%.600s; every worker checkpoints at the next step boundary and "
+             "the gang restarts in place from there (not counted against maxRestarts)", why);
+    set_state(j, COORD_RESTARTING, reason);
+}
+
+/* Records one report of a failure of the running gang; the verdict comes in job_settle. */
+static void job_report_failure(struct job *j, enum fail_rank rank, const char *why)
+{
+    if (j->state != COORD_RENDEZVOUS && j->state != COORD_RUNNING)
+        return; /* a failure is already being handled, or the gang is not running */
+    if (!j->fail_deadline)
+        j->fail_deadline = now_s() + FAILURE_WINDOW_S;
+    if (rank > j->fail_rank) {
+        j->fail_rank = rank;
+        snprintf(j->fail_why, sizeof j->fail_why, "%s", why);
+    }
+}
+
+/* The verdict on a failure once its window has passed: its cause decides. */
+static void job_settle(struct job *j, double now)
+{
+    if (!j->fail_deadline || now < j->fail_deadline)
+        return;
+    char why[sizeof j->fail_why];
+    snprintf(why, sizeof why, "%s", j->fail_why);
+    if (j->fail_rank == FAIL_CONFIG)
+        job_fail_now(j, why);
+    else
+        job_failure(j, why);
 }
 
 /* ---------------------------------------------------------------- gang barrier, plan, start */
@@ -269,7 +341,7 @@ static int job_plan(struct job *j, herr *e)
 
 static void job_send_assignments(struct job *j)
 {
-    herr e = {{0}};
+    herr e = {0};
     if (job_plan(j, &e)) {
         for (int i = 0; j->assign && i < j->n; i++) {
             cJSON_Delete(j->assign[i]);
@@ -506,7 +578,10 @@ static void on_hello(struct conn *k, const struct proto_hello *h)
         s->conn = k;
         k->job = j;
         k->worker = h->worker;
-        job_failure(j, "a worker rejoined while the job was running");
+        char why[300];
+        snprintf(why, sizeof why, "worker %d (%s) rejoined while the job was running",
+                 h->worker, h->pod);
+        job_report_failure(j, FAIL_DISCONNECT, why);
         return;
     }
     lws_set_timeout(k->wsi, NO_PENDING_TIMEOUT, 0);
@@ -586,7 +661,7 @@ static void on_done(struct conn *k, const struct proto_msg *m)
 static void on_message(struct conn *k, const char *text, size_t len)
 {
     struct proto_msg *m = malloc(sizeof *m);
-    herr e = {{0}};
+    herr e = {0};
     if (!m) {
         conn_refuse(k, PROTO_ERR_BAD_MESSAGE, "coordinator out of memory");
         return;
@@ -605,14 +680,26 @@ static void on_message(struct conn *k, const char *text, size_t len)
         case PROTO_RENDEZVOUS: on_rendezvous(k, m); break;
         case PROTO_PROGRESS: on_progress(k, m); break;
         case PROTO_DONE: on_done(k, m); break;
+        case PROTO_NOTICE:
+            if (k->job->hooks.on_notice) {
+                char msg[700];
+                snprintf(msg, sizeof msg, "worker %d (%s): %s", k->worker,
+                         k->job->w[k->worker].info.pod, m->u.notice.message);
+                k->job->hooks.on_notice(k->job->user, m->u.notice.reason, msg);
+            }
+            break;
         case PROTO_ERROR: {
             char why[700];
             snprintf(why, sizeof why, "worker %d (%s) reported: %s", k->worker,
                      k->job->w[k->worker].info.pod, m->u.error.message);
             /* Only a failure of the running gang counts; after a failure the survivors often
-             * report their broken links too - that is the same failure. */
-            if (k->job->state == COORD_RENDEZVOUS || k->job->state == COORD_RUNNING)
-                job_failure(k->job, why);
+             * report their broken links too - that is the same failure, and not its cause. */
+            switch (m->u.error.code) {
+            case PROTO_ERR_PREEMPTED: job_preempted(k->job, why); break;
+            case PROTO_ERR_CONFIG: job_report_failure(k->job, FAIL_CONFIG, why); break;
+            case PROTO_ERR_PEER: job_report_failure(k->job, FAIL_PEER, why); break;
+            default: job_report_failure(k->job, FAIL_FAULT, why); break;
+            }
             break;
         }
         default:
@@ -635,7 +722,7 @@ static void on_closed(struct conn *k)
         if ((j->state == COORD_RENDEZVOUS || j->state == COORD_RUNNING) && !s->done) {
             char why[300];
             snprintf(why, sizeof why, "worker %d (%s) disconnected", k->worker, s->info.pod);
-            job_failure(j, why);
+            job_report_failure(j, FAIL_DISCONNECT, why);
         } else if (was_in_round && (j->state == COORD_GATHERING || j->state == COORD_RESTARTING)) {
             s->running = 0;
         }
@@ -756,6 +843,7 @@ static void tick(lws_sorted_usec_list_t *sul)
     struct coordinator *c = lws_container_of(sul, struct coordinator, tick);
     double t = now_s();
     for (struct job *j = c->jobs; j; j = j->next) {
+        job_settle(j, t);
         job_maybe_emit(j, 0);
         if ((j->state == COORD_GATHERING || j->state == COORD_RESTARTING) && !j->gang_reported &&
             (t - j->gather_since) * 1000.0 >= j->gang_timeout_ms) {

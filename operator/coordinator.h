@@ -85,6 +85,9 @@ struct coord_hooks {
     /* A state change or an event worth a Kubernetes Event (gang timeout naming the missing
      * workers, a worker failure, a refused connection). Optional. */
     void (*on_event)(void *user, enum coord_job_state s, const char *message);
+    /* A worker's notice: not a failure, but the user must hear of it (a checkpoint fallback).
+     * `reason` is CamelCase; `message` names the worker. Optional. */
+    void (*on_notice)(void *user, const char *reason, const char *message);
 };
 
 struct coord_job_spec {

@@ -356,7 +356,7 @@ static void *run(void *arg)
     double backoff = 0.1;
     unsigned seed = (unsigned)time(NULL) ^ (unsigned)(uintptr_t)inf;
     while (!inf->stop) {
-        herr e = {{0}};
+        herr e = {0};
         int rc;
         if (need_list) {
             rc = relist(inf, &e);

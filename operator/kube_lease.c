@@ -179,7 +179,7 @@ static void *renew_loop(void *arg)
         nap(l, NULL, l->o.retry_s);
         if (l->stop)
             break;
-        herr e = {{0}};
+        herr e = {0};
         int r = kube_lease_try(l, &e);
         if (r == 1)
             continue;
@@ -201,7 +201,7 @@ int kube_lease_run(struct kube_lease *l, const volatile int *stop, void (*on_los
 {
     int logged = 0;
     while (!(stop && *stop) && !l->stop) {
-        herr e = {{0}};
+        herr e = {0};
         int r = kube_lease_try(l, &e);
         if (r == 1) {
             atomic_store(&l->leader, 1);

@@ -62,7 +62,7 @@ static int run_server(int n, int port_fd, int rss_fd)
 {
     struct coordinator *c;
     struct coord_options o = {.bind = "127.0.0.1", .port = 0};
-    herr e = {{0}};
+    herr e = {0};
     if (coord_create(&c, &o, &e)) {
         fprintf(stderr, "server: %s\n", e.msg);
         return 1;

@@ -56,7 +56,7 @@ int main(int argc, char **argv)
     cost_links_default(&links);
     double best = 1e30, best_cpu = 1e30;
     struct plan p;
-    herr e = {{0}};
+    herr e = {0};
     for (int r = 0; r < reps; r++) {
         double t0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
         if (plan_make(w, n, &job, &links, &p, &e)) {

@@ -93,7 +93,7 @@ int main(void)
     fill_workers(&jobs[0], w, 4);
     struct coord_plan cp = {.job = &jobs[0]};
     cJSON *a[4] = {0};
-    herr e = {{0}};
+    herr e = {0};
     CHECK_INT("plan hook", coord_plan_hook(&cp, w, 4, a, &e), 0);
     if (!a[3]) {
         TEST_FAIL("assignments", "%s", e.msg);

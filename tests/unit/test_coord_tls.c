@@ -102,7 +102,7 @@ int main(void)
     static struct server s;
     pthread_mutex_init(&s.mu, NULL);
     struct coord_options o = {.bind = "127.0.0.1", .tls_cert = cert, .tls_key = key};
-    herr e = {{0}};
+    herr e = {0};
     int rc = coord_create(&s.c, &o, &e);
     CHECK_INT("coordinator with TLS", rc, 0);
     if (rc) {

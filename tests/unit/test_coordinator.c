@@ -104,7 +104,7 @@ static int server_start(struct server *s, const char *job, int n, int gang_ms, i
     memset(s, 0, sizeof *s);
     pthread_mutex_init(&s->mu, NULL);
     struct coord_options o = {.bind = "127.0.0.1", .port = 0};
-    herr e = {{0}};
+    herr e = {0};
     if (coord_create(&s->c, &o, &e)) {
         printf("# coord_create: %s\n", e.msg);
         return -1;
@@ -157,7 +157,7 @@ static struct coord_client *connect_to(struct server *s)
     char url[64];
     snprintf(url, sizeof url, "ws://127.0.0.1:%d/", coord_port(s->c));
     struct coord_client *cl = NULL;
-    herr e = {{0}};
+    herr e = {0};
     if (coord_client_create(&cl, url, &e) || coord_client_connect(cl, 5000, &e)) {
         printf("# connect: %s\n", e.msg);
         coord_client_destroy(cl);
@@ -191,7 +191,7 @@ static int send_hello(struct coord_client *cl, const char *job, const char *toke
 /* Polls for one message of type `want`; returns 1 and fills m, else 0. */
 static int expect(struct coord_client *cl, enum proto_type want, struct proto_msg *m)
 {
-    herr e = {{0}};
+    herr e = {0};
     int rc = coord_client_poll(cl, 5000, m, &e);
     if (rc != 1) {
         printf("# expected %s, poll returned %d: %s\n", proto_type_name(want), rc, e.msg);
@@ -215,7 +215,7 @@ static int refused_with(struct coord_client *cl, int code)
     if (!ok)
         printf("# error code %d (%s), want %d\n", m.u.error.code, m.u.error.message, code);
     proto_msg_free(&m);
-    herr e = {{0}};
+    herr e = {0};
     int rc = coord_client_poll(cl, 5000, &m, &e);
     if (rc == 1)
         proto_msg_free(&m);
@@ -598,7 +598,7 @@ static void test_api_errors(void)
 {
     struct coordinator *c = NULL;
     struct coord_options o = {.bind = "127.0.0.1"};
-    herr e = {{0}};
+    herr e = {0};
     if (coord_create(&c, &o, &e)) {
         TEST_FAIL("api create", "%s", e.msg);
         return;
@@ -646,7 +646,7 @@ static void test_resolve_and_remove(void)
     memset(&s, 0, sizeof s);
     pthread_mutex_init(&s.mu, NULL);
     struct coord_options o = {.bind = "127.0.0.1", .resolve_job = resolve, .user = &s};
-    herr e = {{0}};
+    herr e = {0};
     if (coord_create(&s.c, &o, &e) || pthread_create(&s.th, NULL, serve, &s)) {
         TEST_FAIL("resolve: server", "%s", e.msg);
         return;
@@ -693,10 +693,10 @@ static void test_silent_server(void)
     char url[64];
     snprintf(url, sizeof url, "ws://127.0.0.1:%d/", ntohs(a.sin_port));
     struct coord_client *cl = NULL;
-    herr e = {{0}};
+    herr e = {0};
     CHECK("client for the silent server", coord_client_create(&cl, url, &e) == 0);
     for (int i = 0; cl && i < 3; i++) {
-        herr ce = {{0}};
+        herr ce = {0};
         int rc = coord_client_connect(cl, 200, &ce);
         CHECK("silent server: connect gives up", rc != 0 && !coord_client_connected(cl));
         CHECK("silent server: the error says no answer", strstr(ce.msg, "no answer within 200 ms") != NULL);

@@ -178,7 +178,7 @@ static void expect_error(const char *name, const char *file, int vocab, const ch
     path_of(p, sizeof p, file);
     struct dataloader_config c = {.pattern = p, .B = 1, .T = 8, .rank = 0, .world = 1, .seed = 1,
                                   .vocab = vocab};
-    herr e = {{0}};
+    herr e = {0};
     struct dataloader *d = NULL;
     int rc = dataloader_open(&d, &c, &e);
     if (rc == -1 && !d && strstr(e.msg, needle) && strstr(e.msg, file))

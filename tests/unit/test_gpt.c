@@ -311,7 +311,7 @@ static void test_bad_input(void)
  * bad arguments refused by name. */
 static void test_gemm_probe(void)
 {
-    herr e = {{0}};
+    herr e = {0};
     double t = gpt_gemm_probe_tflops(64, 2, &e);
     CHECK("probe.positive_rate", t > 0 && t < 1e6);
     CHECK("probe.bad_dim", gpt_gemm_probe_tflops(4, 2, &e) < 0 && strstr(e.msg, "dim 4"));

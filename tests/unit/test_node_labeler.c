@@ -76,7 +76,7 @@ static void patch_ok(void)
     snprintf(c->api_url, sizeof c->api_url, "http://127.0.0.1:%d", l.port);
     snprintf(c->node, sizeof c->node, "gpu-node-7");
     snprintf(c->token, sizeof c->token, "tok123");
-    herr e = {{0}};
+    herr e = {0};
     int rc = node_labeler_patch(c, &labels, &e);
     pthread_join(t, NULL);
     close(l.fd);
@@ -107,7 +107,7 @@ static void patch_forbidden(void)
     struct node_labeler_cfg *c = calloc(1, sizeof *c);
     snprintf(c->api_url, sizeof c->api_url, "http://127.0.0.1:%d", l.port);
     snprintf(c->node, sizeof c->node, "n1");
-    herr e = {{0}};
+    herr e = {0};
     int rc = node_labeler_patch(c, &labels, &e);
     pthread_join(t, NULL);
     close(l.fd);

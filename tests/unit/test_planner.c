@@ -160,7 +160,7 @@ static void test_links_json(void)
 {
     struct cost_links l;
     cost_links_default(&l);
-    herr e = {{0}};
+    herr e = {0};
     cJSON *j = cJSON_Parse("{\"tcp_gbps\": 5, \"overlap\": 0.5}");
     CHECK_INT("links override ok", cost_links_apply_json(&l, j, "links", &e), 0);
     CHECK_NEAR("tcp_gbps overridden", l.tcp_gbps, 5, 0);
@@ -218,7 +218,7 @@ static int gateway_plan_with(enum plan_policy pol, int three, double gateway, in
     l.tcp_latency_us = 0;
     l.overlap = 0;
     l.gateway_gbps = gateway;
-    herr e = {{0}};
+    herr e = {0};
     memset(p, 0, sizeof *p);
     int rc = plan_make(w, 4, &job, &l, p, &e);
     if (rc)
@@ -392,7 +392,7 @@ static void test_gateway(void)
     plan_free(&b);
     struct cost_links l;
     cost_links_default(&l);
-    herr e = {{0}};
+    herr e = {0};
     cJSON *j = cJSON_Parse("{\"gateway_gbps\": -1}");
     CHECK_INT("negative gateway rejected", cost_links_apply_json(&l, j, "links", &e), -1);
     CHECK_STR("negative gateway message", e.msg, "links.gateway_gbps: must be a number in [0, 1e+06]");
@@ -423,7 +423,7 @@ static double shared_step(int P, int D, double cores, int same_node, struct cost
     cost_links_default(&l);
     l.shared_cores = cores;
     struct plan p;
-    herr e = {{0}};
+    herr e = {0};
     if (plan_make(w, P * D, &job, &l, &p, &e)) {
         TEST_FAIL("shared-cores plan", "%s", e.msg);
         return -1;
@@ -467,7 +467,7 @@ static void test_shared_cores(void)
         cost_links_default(&l);
         l.shared_cores = 1;
         struct plan p;
-        herr e = {{0}};
+        herr e = {0};
         if (!plan_make(w, 2, &job, &l, &p, &e)) {
             for (int s = 0; s < 2; s++)
                 work += job.micro_batches * (p.stages[s].fwd_s + p.stages[s].bwd_s);
@@ -480,7 +480,7 @@ static void test_shared_cores(void)
             TEST_FAIL("shared-cores plan 2x1", "%s", e.msg);
         }
     }
-    herr e = {{0}};
+    herr e = {0};
     struct cost_links l;
     cost_links_default(&l);
     cJSON *j = cJSON_Parse("{\"shared_cores\": -2}");
@@ -575,7 +575,7 @@ static void test_two_fabrics(void)
     struct cost_links l;
     cost_links_default(&l);
     l.tcp_gbps = 10;
-    herr e = {{0}};
+    herr e = {0};
     struct plan p, q;
     int rc = plan_make(w, n, &job, &l, &p, &e);
     CHECK_INT("two fabrics: plan ok", rc, 0);
@@ -674,7 +674,7 @@ static void test_tensor_and_auto(void)
     job.micro_batch_size = 4;
     struct cost_links l;
     cost_links_default(&l);
-    herr e = {{0}};
+    herr e = {0};
     struct plan p;
     int rc = plan_make(w, n, &job, &l, &p, &e);
     CHECK_INT("auto: plan ok", rc, 0);
@@ -725,7 +725,7 @@ static void test_uneven(void)
     small_job(&job, 8, 4, 2);
     struct cost_links l;
     cost_links_default(&l);
-    herr e = {{0}};
+    herr e = {0};
     struct plan p;
     CHECK_INT("uneven: plan ok", plan_make(w, 8, &job, &l, &p, &e), 0);
     check_properties("uneven", &p, &job);
@@ -756,7 +756,7 @@ static void test_mixed_speed(void)
     job.model.vocab = 64;
     struct cost_links l;
     cost_links_default(&l);
-    herr e = {{0}};
+    herr e = {0};
     struct plan p;
     CHECK_INT("mixed speed: plan ok", plan_make(w, 4, &job, &l, &p, &e), 0);
     int fast = p.stages[0].tflops > p.stages[1].tflops ? 0 : 1;
@@ -782,7 +782,7 @@ static void test_homogeneous_first(void)
     cost_links_default(&l);
     l.tcp_gbps = 1000;
     l.tcp_efficiency = 1;
-    herr e = {{0}};
+    herr e = {0};
     struct plan p;
     CHECK_INT("homogeneous first: plan ok", plan_make(w, 4, &job, &l, &p, &e), 0);
     check_properties("homogeneous first", &p, &job);
@@ -816,7 +816,7 @@ static void test_memory(void)
     struct cost_links l;
     cost_links_default(&l);
     l.tcp_gbps = 1000; /* make pipeline 1 attractive if it fitted */
-    herr e = {{0}};
+    herr e = {0};
     struct plan p;
     int rc = plan_make(w, n, &job, &l, &p, &e);
     CHECK_INT("memory: plan ok", rc, 0);
@@ -841,7 +841,7 @@ static void test_memory(void)
 static void expect_error(const char *label, const struct plan_worker *w, int n,
                          const struct plan_job *job, const struct cost_links *l, const char *want)
 {
-    herr e = {{0}};
+    herr e = {0};
     struct plan p;
     int rc = plan_make(w, n, job, l, &p, &e);
     char name[160];
@@ -920,7 +920,7 @@ static void test_cluster_file(void)
     fputs(yaml, f);
     fclose(f);
     struct cluster c;
-    herr e = {{0}};
+    herr e = {0};
     int rc = cluster_load(path, &c, &e);
     CHECK_INT("cluster file parses", rc, 0);
     if (!rc) {
@@ -1008,7 +1008,7 @@ static void test_job_manifest(void)
     }
     struct cost_links l;
     cost_links_default(&l);
-    herr e = {{0}};
+    herr e = {0};
     CHECK_INT("spec applies to cluster", planner_apply_spec(&tj.spec, w, 4, &l, &e), 0);
     CHECK_NEAR("crossFabricGbps sets tcp_gbps", l.tcp_gbps, 3, 0);
     CHECK_INT("worker count mismatch", planner_apply_spec(&tj.spec, w, 3, &l, &e), -1);

@@ -161,7 +161,7 @@ int main(void)
          * split it) */
         links.gateway_gbps = pick(0, 1) ? (double)pick(1, 40) : 0;
 
-        herr e = {{0}};
+        herr e = {0};
         struct plan p;
         if (plan_make(w, n, &job, &links, &p, &e)) {
             TEST_FAIL("plan_make", "seed %d: %s", seed, e.msg);

@@ -14,7 +14,7 @@ static int parse_str(const char *s, struct proto_msg *m, herr *e)
 static void refused(const char *name, const char *text, const char *want)
 {
     struct proto_msg m;
-    herr e = {{0}};
+    herr e = {0};
     int rc = parse_str(text, &m, &e);
     if (rc == 0) {
         proto_msg_free(&m);
@@ -39,7 +39,7 @@ static void test_hello(void)
     snprintf(h.nic.fabric, sizeof h.nic.fabric, "roce-a");
     h.nic.gbps = 100;
     h.nic.gid_index = 3;
-    herr e = {{0}};
+    herr e = {0};
     char *s = proto_hello_encode(&h, &e);
     CHECK("hello encodes", s != NULL);
     struct proto_msg m;
@@ -95,7 +95,7 @@ static void test_hello(void)
 
 static void test_assign_rendezvous_start(void)
 {
-    herr e = {{0}};
+    herr e = {0};
     cJSON *a = cJSON_Parse("{\"rank\":2,\"stage\":1,\"layers\":[2,4],\"peers\":[0,3]}");
     char *s = proto_assign_encode(1, a, &e);
     cJSON_Delete(a);
@@ -154,7 +154,7 @@ static void test_progress(void)
     p.steps[1] = (struct proto_step){.step = 11, .step_ms = 110};
     p.nlinks = 1;
     p.links[0] = (struct proto_link){.peer = 1, .gbps = 9.5};
-    herr e = {{0}};
+    herr e = {0};
     char *s = proto_progress_encode(&p, &e);
     static struct proto_msg m;
     CHECK_INT("progress parses", s ? parse_str(s, &m, &e) : -1, 0);
@@ -180,7 +180,7 @@ static void test_progress(void)
 
 static void test_small_messages(void)
 {
-    herr e = {{0}};
+    herr e = {0};
     struct proto_msg m;
     char *s = proto_stop_encode(2, 1, "worker 3 failed", &e);
     CHECK_INT("stop parses", s ? parse_str(s, &m, &e) : -1, 0);
@@ -253,13 +253,13 @@ static void test_refusals(void)
         big[0] = '{';
         big[n - 1] = '}';
         struct proto_msg m;
-        herr e = {{0}};
+        herr e = {0};
         CHECK_INT("oversized refused", proto_parse(big, n, &m, &e), -1);
         CHECK("oversized names limit", strstr(e.msg, "more than the limit") != NULL);
         free(big);
     }
     struct proto_msg m;
-    herr e = {{0}};
+    herr e = {0};
     CHECK_INT("empty refused", proto_parse("", 0, &m, &e), -1);
     /* Not NUL-terminated: only len bytes are read. */
     const char txt[] = "{\"v\":1,\"type\":\"done\",\"rank\":1}GARBAGE";

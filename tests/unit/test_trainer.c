@@ -226,7 +226,7 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
     c.param_wire = ra->bf16 ? PIPE_WIRE_BF16 : PIPE_WIRE_FP32;
     int die[2] = {ra->die_rank == rank ? 0 : -1, 3 * (MG / ra->D) + 1};
     struct trainer_data data = {die, batch};
-    struct trainer_hooks hooks = {&res, on_step, NULL, ra->steps == STEPS ? on_end : NULL};
+    struct trainer_hooks hooks = {&res, on_step, NULL, ra->steps == STEPS ? on_end : NULL, NULL};
     int rc = trainer_run(&c, &rt, rank, &data, &hooks, &e);
     rank_table_free(&rt);
     gpt_stage_free(res.ref);

@@ -62,7 +62,7 @@ static int server_start(struct server *s, int port, int restarts)
     s->quit = 0;
     s->c = NULL;
     struct coord_options o = {.bind = "127.0.0.1", .port = port};
-    herr e = {{0}};
+    herr e = {0};
     for (int tries = 0; tries < 50; tries++) { /* the old socket may linger briefly */
         if (coord_create(&s->c, &o, &e) == 0)
             break;
@@ -131,7 +131,7 @@ static void *worker_main(void *arg)
             sim.fail_at_step = 5;
         struct worker_runner r = worker_sim_runner;
         r.user = &sim;
-        herr e = {{0}};
+        herr e = {0};
         w->runs++;
         w->rc = worker_coord_run(&o, &r, &e);
         snprintf(w->err, sizeof w->err, "%s", e.msg);

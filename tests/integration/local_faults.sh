@@ -1,0 +1,113 @@
+# Failures that tell the truth and lose no work, on real training with `holmes-operator local`
+# (4 workers, pipeline 2 x data 2):
+#   SIGTERM to a worker mid-run: every rank checkpoints at the next step boundary, the gang
+#     restarts in place from there (no step lost, no restart charged), the loss curve is the
+#     uninterrupted run's;
+#   a corrupt newest checkpoint: the resume falls back to the newest set that verifies on every
+#     stage and says so ([CheckpointFallback]);
+#   a full disk under the checkpoints: the job fails at once (no restart spent) naming the cause
+#     (No space left on device), not a peer's lost connection.
+source "$(dirname "$0")/lib.bash"
+tmp=$(mktemp -d /tmp/holmes-faults.XXXXXX)
+cleanup() {
+    pkill -9 -f -- "--job lf-$$-" 2>/dev/null
+    mountpoint -q "$tmp/full" 2>/dev/null && umount "$tmp/full"
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+# job NAME STEPS EVERY: a copy of the example with its own name and checkpoint directory
+job() {
+    sed -e "s/name: local-tiny/name: lf-$$-$1/" -e "s/steps: 300/steps: $2/" \
+        -e "s#local-runs/local-tiny/checkpoints#${4:-$tmp/$1-ckpt}#" -e "s/everySteps: 50/everySteps: $3/" \
+        "$REPO/examples/local-tiny.yaml" >"$tmp/$1.yaml"
+}
+run_local() { # NAME [extra args]: runs the job in the background; output in $tmp/NAME.out
+    local n=$1; shift
+    ( cd "$REPO" && exec timeout 300 "$OPERATOR" local "$tmp/$n.yaml" --run-dir "$tmp/$n-run" \
+          --metrics-out "$tmp/$n.jsonl" "$@" >"$tmp/$n.out" 2>&1 )
+}
+reached() { [ -s "$1" ] && [ "$(tail -n 1 "$1" | jq -r .step 2>/dev/null || echo 0)" -ge "$2" ]; } # METRICS STEP
+
+# The uninterrupted run every other run is compared with.
+job base 300 1000
+run_local base
+check "baseline run succeeds" grep -q "succeeded in" "$tmp/base.out"
+
+# --- SIGTERM mid-run ---------------------------------------------------------------------------
+job term 300 1000
+run_local term &
+RUN=$!
+wait_for 120 reached "$tmp/term.jsonl" 60
+pkill -TERM -f -- "--pod lf-$$-term-worker-2 "
+wait $RUN
+rc=$?
+out=$(cat "$tmp/term.out")
+check "SIGTERM: the job succeeds" test "$rc" = 0
+left=$(sed -nE 's/.*left on SIGTERM after step ([0-9]+), checkpointed there.*/\1/p' "$tmp/term-run/worker-2.log" | head -1)
+resumed=$(sed -nE 's/.*resumed from the checkpoint of step ([0-9]+).*/\1/p' "$tmp/term-run/worker-0.log" | head -1)
+if [ -n "$left" ] && [ "$left" -ge 60 ] && [ "$resumed" = "$left" ]; then
+    pass "SIGTERM: the worker checkpointed at step $left and the gang resumed there (no step lost)"
+else
+    fail "SIGTERM: no step lost" "left at '${left}', resumed at '${resumed}': $(grep -h 'SIGTERM\|resumed' "$tmp"/term-run/*.log | head -5)"
+fi
+check "SIGTERM: the worker left with status 143" grep -q "term-worker-2 exited with status 143" <<<"$out"
+has_all() { local f=$1 p; shift; for p in "$@"; do grep -q -- "$p" "$f" || return 1; done; } # FILE PATTERN...
+has_none() { ! grep -q -- "$2" "$1"; }
+check "SIGTERM: the coordinator says why and charges no restart" \
+    has_all "$tmp/term.out" 'received SIGTERM' 'not counted against maxRestarts' '0 restarts'
+same_curve() { # METRICS: every step's loss equals the baseline's (the data order and the math resume exactly)
+    /usr/bin/python3 - "$tmp/base.jsonl" "$1" <<'PY'
+import json, sys
+base = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[1]))}
+run = [json.loads(l) for l in open(sys.argv[2])]
+bad = [(r["step"], r["loss"], base.get(r["step"])) for r in run
+       if r["step"] not in base or abs(r["loss"] - base[r["step"]]) > 1e-4]
+steps = sorted({r["step"] for r in run})
+assert not bad, bad[:5]
+assert steps[-1] == 300, steps[-5:]
+PY
+}
+check "SIGTERM: the loss curve is the uninterrupted run's at every step" same_curve "$tmp/term.jsonl"
+
+# --- a corrupt newest checkpoint -----------------------------------------------------------------
+job corrupt 300 50
+run_local corrupt &
+RUN=$!
+wait_for 120 reached "$tmp/corrupt.jsonl" 120
+pkill -INT -f -- "^$OPERATOR local $tmp/corrupt.yaml"
+wait $RUN
+newest=$(cat "$tmp/corrupt-ckpt/latest-step" 2>/dev/null)
+victim=$(ls "$tmp"/corrupt-ckpt/stage-3-4-step-*.ckpt 2>/dev/null | tail -n 1)
+older=$(ls "$tmp"/corrupt-ckpt/stage-3-4-step-*.ckpt 2>/dev/null | tail -n 2 | head -n 1 | sed -E 's/.*step-0*([0-9]+)\.ckpt/\1/')
+if [ -n "$victim" ] && [ -n "$newest" ] && [ "$older" -lt "$newest" ]; then
+    pass "interrupted run left checkpoints of steps $older and $newest"
+    /usr/bin/python3 -c 'import sys; p=sys.argv[1]; b=bytearray(open(p,"rb").read()); b[4096]^=0xff; open(p,"wb").write(b)' "$victim"
+    rm -f "$tmp/corrupt.jsonl"
+    run_local corrupt
+    out=$(cat "$tmp/corrupt.out")
+    check "corrupt newest: the job still succeeds" grep -q "succeeded in" <<<"$out"
+    check "corrupt newest: [CheckpointFallback] names both steps" \
+        grep -q "\[CheckpointFallback\] .*resuming from the checkpoint of step $older: the newer set of step $newest does not verify" <<<"$out"
+    check "corrupt newest: the worker of the bad stage names the file and the CRC" \
+        grep -q "step-0*$newest.ckpt: payload CRC mismatch" "$tmp/corrupt-run/worker-2.log"
+    check "corrupt newest: the loss curve is the uninterrupted run's" same_curve "$tmp/corrupt.jsonl"
+else
+    fail "interrupted run left two checkpoints" "latest '$newest', files: $(ls "$tmp/corrupt-ckpt" 2>&1)"
+fi
+
+# --- a full disk under the checkpoints -------------------------------------------------------------
+if [ "$(id -u)" = 0 ] && mkdir -p "$tmp/full" && mount -t tmpfs -o size=512k tmpfs "$tmp/full" 2>/dev/null; then
+    job full 300 20 "$tmp/full/ckpt"
+    start=$SECONDS
+    run_local full
+    rc=$?
+    out=$(cat "$tmp/full.out")
+    check "full disk: the job fails" test "$rc" = 1
+    check "full disk: the reason is the cause (No space left on device)" \
+        grep -q "reason: .*No space left on device" <<<"$out"
+    check "full disk: not a peer's lost connection" has_none "$tmp/full.out" 'reason: .*lost its connection'
+    check "full disk: not retried (0 restarts, says why)" has_all "$tmp/full.out" '0 restarts' 'not retried'
+    echo "# full disk: failed in $((SECONDS - start)) s"
+else
+    echo "SKIP full disk: needs root to mount a small tmpfs"
+fi
