@@ -23,6 +23,7 @@
 #define ANN_SPEC "holmes.dev/spec-hash"
 #define JOB_API_VERSION "holmes.dev/v1alpha1"
 #define MAX_WORKERS 4096
+#define POD_GRACE_S 300 /* terminationGracePeriodSeconds unless the template sets it */
 
 const struct api_call controller_api_calls[API_OP_COUNT] = {
     [API_LIST_JOBS] = {"list", &KUBE_TRAININGJOBS, NULL},
@@ -386,6 +387,11 @@ cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator
     }
     cJSON_AddItemToObject(pod, "spec", spec);
     set_str(spec, "restartPolicy", "Never");
+    /* On SIGTERM (eviction, drain, preemption) a worker finishes its step and every rank
+     * checkpoints before leaving: Kubernetes' 30 s default is short for that on a large model.
+     * A template's own value wins. */
+    if (!cJSON_GetObjectItemCaseSensitive(spec, "terminationGracePeriodSeconds"))
+        cJSON_AddNumberToObject(spec, "terminationGracePeriodSeconds", POD_GRACE_S);
     set_str(spec, "hostname", name);
     set_str(spec, "subdomain", job_name);
     cJSON *containers = cJSON_GetObjectItemCaseSensitive(spec, "containers");

@@ -92,6 +92,8 @@ check "apply -> 4 worker pods" wait_for 30 pods_are e2e 4
 P=$(pods_json e2e)
 check "pods named <job>-worker-<i>, owned by the job as controller" jq_true "$P" \
     "([.items[].metadata.name] | sort) == [\"e2e-worker-0\",\"e2e-worker-1\",\"e2e-worker-2\",\"e2e-worker-3\"] and all(.items[]; .metadata.ownerReferences[0].uid == \"$UID_E\" and .metadata.ownerReferences[0].controller)"
+check "pods get 300 s to checkpoint on SIGTERM (terminationGracePeriodSeconds)" jq_true "$P" \
+    'all(.items[]; .spec.terminationGracePeriodSeconds == 300)'
 SEC=$(kubectl get secret e2e-token -n $NS -o json)
 check "Secret e2e-token owned by the job" jq_true "$SEC" ".metadata.ownerReferences[0].uid == \"$UID_E\" and (.data.token | length > 40)"
 SVC=$(kubectl get service e2e -n $NS -o json)
@@ -143,7 +145,7 @@ check "kubectl get tj: e2e Succeeded, workers 0/4, step 40, a loss" \
 
 # --- a spec the server takes and the operator refuses --------------------------------------------
 sed -e 's/name: e2e,/name: bad-split,/' -e 's/pipeline: 2, data: 2, microBatches: 2/pipeline: 3, data: auto, microBatches: 4/' "$W/e2e.yaml" >"$W/bad.yaml"
-check "server takes a pipeline that does not divide the ranks (a rule it cannot state)" kubectl apply -f "$W/bad.yaml" -o name
+check "server takes a pipeline that does not divide the ranks (a rule it cannot state)" bash -c "\"$KUBECTL\" apply -f $W/bad.yaml -o name >/dev/null"
 check "the operator refuses it: Valid=False naming the field" wait_for 20 tj_is bad-split \
     '.status.conditions[] | select(.type == "Valid") | .status == "False" and (.message | contains("spec.parallelism"))'
 check "... a Warning Event" wait_for 10 bash -c "'$KUBECTL' get events -n $NS -o json | jq -e 'any(.items[]; .type == \"Warning\" and .involvedObject.name == \"bad-split\")' >/dev/null"
