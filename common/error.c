@@ -34,6 +34,28 @@ int herr_set_kind(herr *e, enum herr_kind kind, const char *fmt, ...)
     return -1;
 }
 
+int herr_config(herr *e, const char *fmt, ...)
+{
+    if (!e)
+        return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    set_va(e, HERR_CONFIG, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int herr_peer(herr *e, const char *fmt, ...)
+{
+    if (!e)
+        return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    set_va(e, HERR_PEER, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
 int herr_wrap(herr *e, const char *fmt, ...)
 {
     if (!e)

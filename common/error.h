@@ -28,6 +28,9 @@ int herr_set(herr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 /* The same with a kind. */
 int herr_set_kind(herr *e, enum herr_kind kind, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* herr_set_kind with HERR_CONFIG and with HERR_PEER. */
+int herr_config(herr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int herr_peer(herr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prefixes an existing message: "context: old message". Keeps the kind. Returns -1. */
 int herr_wrap(herr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The kind an errno from a write or an open means: full or read-only storage, a missing or

@@ -309,14 +309,14 @@ static int decode_header(const char *path, const unsigned char *h, struct ckpt_m
                          uint32_t *payload_crc, herr *e)
 {
     if (memcmp(h, CKPT_MAGIC, 8) != 0)
-        return herr_set_kind(e, HERR_CONFIG, "checkpoint %s: not a Holmes checkpoint (bad magic)", path);
+        return herr_config(e, "checkpoint %s: not a Holmes checkpoint (bad magic)", path);
     uint32_t version = get32(h, 8);
     if (version != CKPT_VERSION)
-        return herr_set_kind(e, HERR_CONFIG, "checkpoint %s: version %u is not supported (want %d)", path, version,
-                        CKPT_VERSION);
+        return herr_config(e, "checkpoint %s: version %u is not supported (want %d)", path, version,
+                           CKPT_VERSION);
     uint32_t hcrc = crc_update((uint32_t)crc32(0, Z_NULL, 0), h, HDR_CRC_AT);
     if (get32(h, 12) != HDR_BYTES || get32(h, HDR_CRC_AT) != hcrc)
-        return herr_set_kind(e, HERR_CONFIG, "checkpoint %s: header CRC mismatch (corrupt header)", path);
+        return herr_config(e, "checkpoint %s: header CRC mismatch (corrupt header)", path);
     memset(m, 0, sizeof *m);
     int32_t shape[8];
     for (int i = 0; i < 8; i++)
@@ -338,16 +338,16 @@ int ckpt_read_meta(const char *path, struct ckpt_meta *meta, herr *e)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return herr_set_kind(e, HERR_CONFIG, "checkpoint %s: cannot open: %s", path, strerror(errno));
+        return herr_config(e, "checkpoint %s: cannot open: %s", path, strerror(errno));
     unsigned char h[HDR_BYTES];
     int rc = read_all(fd, h, sizeof h, 0);
     int err = errno;
     close(fd);
     if (rc < 0)
-        return herr_set_kind(e, HERR_CONFIG, "checkpoint %s: cannot read: %s", path, strerror(err));
+        return herr_config(e, "checkpoint %s: cannot read: %s", path, strerror(err));
     if (rc > 0)
-        return herr_set_kind(e, HERR_CONFIG, "checkpoint %s: truncated header (shorter than %d bytes)", path,
-                        HDR_BYTES);
+        return herr_config(e, "checkpoint %s: truncated header (shorter than %d bytes)", path,
+                           HDR_BYTES);
     uint32_t crc;
     return decode_header(path, h, meta, &crc, e);
 }
@@ -363,8 +363,8 @@ int ckpt_check_shape(const char *path, const struct ckpt_meta *got, const struct
                 want->max_seq, first, last};
     for (int i = 0; i < 8; i++)
         if (g[i] != w[i])
-            return herr_set_kind(e, HERR_CONFIG, "checkpoint %s: %s is %d but the job has %d", path, names[i], g[i],
-                            w[i]);
+            return herr_config(e, "checkpoint %s: %s is %d but the job has %d", path, names[i], g[i],
+                               w[i]);
     return 0;
 }
 
@@ -373,7 +373,7 @@ int ckpt_read(const char *path, struct ckpt_meta *meta, float *params, float *m,
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return herr_set_kind(e, HERR_CONFIG, "checkpoint %s: cannot open: %s", path, strerror(errno));
+        return herr_config(e, "checkpoint %s: cannot open: %s", path, strerror(errno));
     unsigned char h[HDR_BYTES];
     uint32_t want_crc;
     struct stat st;
@@ -381,9 +381,9 @@ int ckpt_read(const char *path, struct ckpt_meta *meta, float *params, float *m,
     if (rc != 0) {
         int err = errno;
         close(fd);
-        return rc < 0 ? herr_set_kind(e, HERR_CONFIG, "checkpoint %s: cannot read: %s", path, strerror(err))
-                      : herr_set_kind(e, HERR_CONFIG, "checkpoint %s: truncated header (shorter than %d bytes)",
-                                 path, HDR_BYTES);
+        return rc < 0 ? herr_config(e, "checkpoint %s: cannot read: %s", path, strerror(err))
+                      : herr_config(e, "checkpoint %s: truncated header (shorter than %d bytes)",
+                                    path, HDR_BYTES);
     }
     if (decode_header(path, h, meta, &want_crc, e) < 0 || fstat(fd, &st) < 0) {
         close(fd);
@@ -391,16 +391,16 @@ int ckpt_read(const char *path, struct ckpt_meta *meta, float *params, float *m,
     }
     if (meta->nparams != n) {
         close(fd);
-        return herr_set_kind(e, HERR_CONFIG, "checkpoint %s: holds %" PRIu64 " parameters but the stage has %zu",
-                        path, meta->nparams, n);
+        return herr_config(e, "checkpoint %s: holds %" PRIu64 " parameters but the stage has %zu",
+                           path, meta->nparams, n);
     }
     size_t bytes = n * sizeof(float);
     uint64_t want_size = HDR_BYTES + (uint64_t)bytes * (meta->has_moments ? 3 : 1);
     if ((uint64_t)st.st_size != want_size) {
         close(fd);
-        return herr_set_kind(e, HERR_CONFIG, "checkpoint %s: %lld bytes but the header describes %" PRIu64
-                        " (%s)", path, (long long)st.st_size, want_size,
-                        (uint64_t)st.st_size < want_size ? "truncated" : "trailing bytes");
+        return herr_config(e, "checkpoint %s: %lld bytes but the header describes %" PRIu64
+                           " (%s)", path, (long long)st.st_size, want_size,
+                           (uint64_t)st.st_size < want_size ? "truncated" : "trailing bytes");
     }
     float *scratch = NULL;
     if (meta->has_moments && (!m || !v)) { /* still read them for the CRC */
@@ -419,15 +419,15 @@ int ckpt_read(const char *path, struct ckpt_meta *meta, float *params, float *m,
             int err = errno;
             free(scratch);
             close(fd);
-            return herr_set_kind(e, HERR_CONFIG, "checkpoint %s: cannot read the payload: %s", path,
-                            rc < 0 ? strerror(err) : "unexpected end of file");
+            return herr_config(e, "checkpoint %s: cannot read the payload: %s", path,
+                               rc < 0 ? strerror(err) : "unexpected end of file");
         }
         crc = crc_update(crc, dst[i], bytes);
     }
     free(scratch);
     close(fd);
     if (crc != want_crc)
-        return herr_set_kind(e, HERR_CONFIG, "checkpoint %s: payload CRC mismatch (file is corrupt)", path);
+        return herr_config(e, "checkpoint %s: payload CRC mismatch (file is corrupt)", path);
     if (!meta->has_moments && m && v) {
         memset(m, 0, bytes);
         memset(v, 0, bytes);
@@ -474,7 +474,7 @@ int ckpt_path(const char *dir, int first, int last, int64_t step, char *path, si
     char name[96];
     ckpt_name(name, sizeof name, first, last, step);
     if ((size_t)snprintf(path, cap, "%s/%s", dir, name) >= cap)
-        return herr_set_kind(e, HERR_CONFIG, "checkpoint directory %s: path too long", dir);
+        return herr_config(e, "checkpoint directory %s: path too long", dir);
     return 0;
 }
 
@@ -484,34 +484,34 @@ int llmc_read_config(const char *path, struct gpt_config *c, herr *e)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return herr_set_kind(e, HERR_CONFIG, "llm.c checkpoint %s: cannot open: %s", path, strerror(errno));
+        return herr_config(e, "llm.c checkpoint %s: cannot open: %s", path, strerror(errno));
     int32_t h[256];
     struct stat st;
     int rc = read_all(fd, h, sizeof h, 0);
     int st_rc = fstat(fd, &st);
     close(fd);
     if (rc != 0 || st_rc < 0)
-        return herr_set_kind(e, HERR_CONFIG, "llm.c checkpoint %s: truncated header (shorter than 1024 bytes)",
-                        path);
+        return herr_config(e, "llm.c checkpoint %s: truncated header (shorter than 1024 bytes)",
+                           path);
     if (h[0] != LLMC_MAGIC)
-        return herr_set_kind(e, HERR_CONFIG, "llm.c checkpoint %s: magic %d is not llm.c's GPT-2 magic %d", path,
-                        h[0], LLMC_MAGIC);
+        return herr_config(e, "llm.c checkpoint %s: magic %d is not llm.c's GPT-2 magic %d", path,
+                           h[0], LLMC_MAGIC);
     if (h[1] != 3)
-        return herr_set_kind(e, HERR_CONFIG, "llm.c checkpoint %s: version %d is not supported (want 3: fp32 with "
-                        "padded vocabulary)", path, h[1]);
+        return herr_config(e, "llm.c checkpoint %s: version %d is not supported (want 3: fp32 with "
+                           "padded vocabulary)", path, h[1]);
     *c = (struct gpt_config){.layers = h[4], .channels = h[6], .heads = h[5], .vocab = h[3],
                              .padded_vocab = h[7], .max_seq = h[2]};
     herr inner;
     if (c->padded_vocab == 0 || gpt_config_check(c, &inner) < 0)
-        return herr_set_kind(e, HERR_CONFIG, "llm.c checkpoint %s: bad shape: %s", path,
-                        c->padded_vocab == 0 ? "padded vocab is 0" : inner.msg);
+        return herr_config(e, "llm.c checkpoint %s: bad shape: %s", path,
+                           c->padded_vocab == 0 ? "padded vocab is 0" : inner.msg);
     uint64_t C = (uint64_t)c->channels, L = (uint64_t)c->layers;
     uint64_t n = (uint64_t)c->padded_vocab * C + (uint64_t)c->max_seq * C + L * (12 * C * C + 13 * C)
                  + 2 * C;
     if ((uint64_t)st.st_size != 1024 + 4 * n)
-        return herr_set_kind(e, HERR_CONFIG, "llm.c checkpoint %s: %lld bytes but its shape needs %" PRIu64 " (%s)",
-                        path, (long long)st.st_size, 1024 + 4 * n,
-                        (uint64_t)st.st_size < 1024 + 4 * n ? "truncated" : "trailing bytes");
+        return herr_config(e, "llm.c checkpoint %s: %lld bytes but its shape needs %" PRIu64 " (%s)",
+                           path, (long long)st.st_size, 1024 + 4 * n,
+                           (uint64_t)st.st_size < 1024 + 4 * n ? "truncated" : "trailing bytes");
     return 0;
 }
 
@@ -546,7 +546,7 @@ int llmc_load_stage(const char *path, struct gpt_stage *s, herr *e)
     }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return herr_set_kind(e, HERR_CONFIG, "llm.c checkpoint %s: cannot open: %s", path, strerror(errno));
+        return herr_config(e, "llm.c checkpoint %s: cannot open: %s", path, strerror(errno));
     const struct gpt_tensor *t;
     int nt = gpt_stage_tensors(s, &t);
     float *p = gpt_stage_params(s);
@@ -560,14 +560,14 @@ int llmc_load_stage(const char *path, struct gpt_stage *s, herr *e)
             g++;
         if (g == 16 || (llmc_groups[g].per_layer != (layer >= 0))) {
             close(fd);
-            return herr_set_kind(e, HERR_CONFIG, "llm.c import: no llm.c tensor for %s", t[i].name);
+            return herr_config(e, "llm.c import: no llm.c tensor for %s", t[i].name);
         }
         uint64_t at = start[g] + (layer >= 0 ? (uint64_t)layer * size[g] : 0);
         if (read_all(fd, p + t[i].offset, t[i].size * sizeof(float), 1024 + (off_t)(at * 4)) != 0) {
             int err = errno;
             close(fd);
-            return herr_set_kind(e, HERR_CONFIG, "llm.c checkpoint %s: cannot read %s: %s", path, t[i].name,
-                            strerror(err));
+            return herr_config(e, "llm.c checkpoint %s: cannot read %s: %s", path, t[i].name,
+                               strerror(err));
         }
     }
     close(fd);

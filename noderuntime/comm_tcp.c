@@ -579,9 +579,9 @@ int tcp_comm_create(struct tcp_comm **out, struct tcp_listener *l, const struct 
         char why[160];
         int fd = connect_until(&s->endpoints[i], deadline, why, sizeof why);
         if (fd < 0) {
-            herr_set_kind(e, HERR_PEER, "group %s: rank %d could not connect to rank %d at %s:%d within %g s (%s)",
-                     c->name, me, c->world_ranks[i], s->endpoints[i].host, s->endpoints[i].port,
-                     c->timeout_s, why);
+            herr_peer(e, "group %s: rank %d could not connect to rank %d at %s:%d within %g s (%s)",
+                        c->name, me, c->world_ranks[i], s->endpoints[i].host, s->endpoints[i].port,
+                        c->timeout_s, why);
             tcp_comm_free(c);
             return -1;
         }
@@ -601,9 +601,9 @@ int tcp_comm_create(struct tcp_comm **out, struct tcp_listener *l, const struct 
     for (int i = c->index + 1; i < c->size; i++) {
         int fd;
         if (listener_take(l, c->group_id, i, deadline, &fd) != 0) {
-            herr_set_kind(e, HERR_PEER, "group %s: rank %d (expected from %s:%d) never connected to rank %d within %g s",
-                     c->name, c->world_ranks[i], s->endpoints[i].host, s->endpoints[i].port, me,
-                     c->timeout_s);
+            herr_peer(e, "group %s: rank %d (expected from %s:%d) never connected to rank %d within %g s",
+                        c->name, c->world_ranks[i], s->endpoints[i].host, s->endpoints[i].port, me,
+                        c->timeout_s);
             tcp_comm_free(c);
             return -1;
         }
@@ -652,8 +652,8 @@ static int send_op(struct tcp_comm *c, int peer, uint32_t tag, const void *buf, 
     snprintf(why, sizeof why, "%s", k->why);
     pthread_mutex_unlock(&k->mu);
     if (dead)
-        return herr_set_kind(e, HERR_PEER, "group %s: rank %d lost its connection to rank %d (%s) during %s",
-                        c->name, c->world_ranks[c->index], c->world_ranks[peer], why, op);
+        return herr_peer(e, "group %s: rank %d lost its connection to rank %d (%s) during %s",
+                           c->name, c->world_ranks[c->index], c->world_ranks[peer], why, op);
     pthread_mutex_lock(&k->send_mu);
     if (k->pacing.latency_s > 0)
         sleep_s(k->pacing.latency_s);
@@ -681,10 +681,10 @@ static int send_op(struct tcp_comm *c, int peer, uint32_t tag, const void *buf, 
     __atomic_add_fetch(&c->bytes_sent, (uint64_t)(len - left), __ATOMIC_RELAXED);
     if (rc != 0) {
         if (err == EAGAIN || err == EWOULDBLOCK)
-            return herr_set_kind(e, HERR_PEER, "group %s: rank %d timed out after %g s sending to rank %d during %s",
-                            c->name, c->world_ranks[c->index], c->timeout_s, c->world_ranks[peer], op);
-        return herr_set_kind(e, HERR_PEER, "group %s: rank %d lost its connection to rank %d (%s) during %s", c->name,
-                        c->world_ranks[c->index], c->world_ranks[peer], strerror(err), op);
+            return herr_peer(e, "group %s: rank %d timed out after %g s sending to rank %d during %s",
+                               c->name, c->world_ranks[c->index], c->timeout_s, c->world_ranks[peer], op);
+        return herr_peer(e, "group %s: rank %d lost its connection to rank %d (%s) during %s", c->name,
+                           c->world_ranks[c->index], c->world_ranks[peer], strerror(err), op);
     }
     return 0;
 }
@@ -783,8 +783,8 @@ static int post_wait(struct tcp_comm *c, int peer, struct tcp_post *p, size_t ne
         if (p->state == POST_DONE || (need < p->len && p->filled >= need))
             break;
         if (p->state == POST_FAILED || (k->dead && p->state != POST_FILLING)) {
-            rc = herr_set_kind(e, HERR_PEER, "group %s: rank %d lost its connection to rank %d (%s) during %s",
-                          c->name, me, them, k->why[0] ? k->why : "connection closed", op);
+            rc = herr_peer(e, "group %s: rank %d lost its connection to rank %d (%s) during %s",
+                             c->name, me, them, k->why[0] ? k->why : "connection closed", op);
             break;
         }
         if (pthread_cond_timedwait(&k->cv, &k->mu, &dl) == ETIMEDOUT) {
@@ -793,8 +793,8 @@ static int post_wait(struct tcp_comm *c, int peer, struct tcp_post *p, size_t ne
                 deadline_in(&dl, c->timeout_s);
                 continue;
             }
-            rc = herr_set_kind(e, HERR_PEER, "group %s: rank %d timed out after %g s waiting for rank %d during %s",
-                          c->name, me, c->timeout_s, them, op);
+            rc = herr_peer(e, "group %s: rank %d timed out after %g s waiting for rank %d during %s",
+                             c->name, me, c->timeout_s, them, op);
             break;
         }
     }

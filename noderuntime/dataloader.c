@@ -43,26 +43,26 @@ static int map_file(struct data_file *f, const char *path, herr *e)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return herr_set(e, "data file %s: cannot open: %s", path, strerror(errno));
+        return herr_config(e, "data file %s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) < 0) {
         int err = errno;
         close(fd);
-        return herr_set(e, "data file %s: cannot stat: %s", path, strerror(err));
+        return herr_config(e, "data file %s: cannot stat: %s", path, strerror(err));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return herr_set(e, "data file %s: not a regular file", path);
+        return herr_config(e, "data file %s: not a regular file", path);
     }
     if (st.st_size == 0) {
         close(fd);
-        return herr_set(e, "data file %s: is empty", path);
+        return herr_config(e, "data file %s: is empty", path);
     }
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     int err = errno;
     close(fd);
     if (p == MAP_FAILED)
-        return herr_set(e, "data file %s: cannot map: %s", path, strerror(err));
+        return herr_config(e, "data file %s: cannot map: %s", path, strerror(err));
     f->map = p;
     f->map_len = (size_t)st.st_size;
     return 0;
@@ -71,28 +71,28 @@ static int map_file(struct data_file *f, const char *path, herr *e)
 static int check_shard(struct data_file *f, const char *path, int vocab, herr *e)
 {
     if (f->map_len < SHARD_HEADER_BYTES)
-        return herr_set(e, "data shard %s: %zu bytes, shorter than the %d-byte header (truncated?)",
-                        path, f->map_len, SHARD_HEADER_BYTES);
+        return herr_config(e, "data shard %s: %zu bytes, shorter than the %d-byte header (truncated?)",
+                           path, f->map_len, SHARD_HEADER_BYTES);
     int32_t hdr[3];
     memcpy(hdr, f->map, sizeof hdr);
     if (hdr[0] != DATALOADER_SHARD_MAGIC)
-        return herr_set(e, "data shard %s: magic %d is not the llm.c token shard magic %d", path,
-                        hdr[0], DATALOADER_SHARD_MAGIC);
+        return herr_config(e, "data shard %s: magic %d is not the llm.c token shard magic %d", path,
+                           hdr[0], DATALOADER_SHARD_MAGIC);
     if (hdr[1] != 1)
-        return herr_set(e, "data shard %s: version %d is not supported (want 1)", path, hdr[1]);
+        return herr_config(e, "data shard %s: version %d is not supported (want 1)", path, hdr[1]);
     if (hdr[2] < 0)
-        return herr_set(e, "data shard %s: negative token count %d", path, hdr[2]);
+        return herr_config(e, "data shard %s: negative token count %d", path, hdr[2]);
     uint64_t want = SHARD_HEADER_BYTES + 2 * (uint64_t)hdr[2];
     if (f->map_len != want)
-        return herr_set(e, "data shard %s: header says %d tokens (%llu bytes) but the file has "
-                        "%zu bytes (%s)", path, hdr[2], (unsigned long long)want, f->map_len,
-                        f->map_len < want ? "truncated" : "trailing bytes");
+        return herr_config(e, "data shard %s: header says %d tokens (%llu bytes) but the file has "
+                           "%zu bytes (%s)", path, hdr[2], (unsigned long long)want, f->map_len,
+                           f->map_len < want ? "truncated" : "trailing bytes");
     f->ntok = (uint64_t)hdr[2];
     f->tok16 = (const uint16_t *)((const char *)f->map + SHARD_HEADER_BYTES);
     for (uint64_t i = 0; i < f->ntok; i++)
         if (f->tok16[i] >= vocab)
-            return herr_set(e, "data shard %s: token %u at index %llu is not below the model's "
-                            "vocabulary %d", path, f->tok16[i], (unsigned long long)i, vocab);
+            return herr_config(e, "data shard %s: token %u at index %llu is not below the model's "
+                               "vocabulary %d", path, f->tok16[i], (unsigned long long)i, vocab);
     return 0;
 }
 
@@ -104,9 +104,9 @@ static int check_text(struct data_file *f, const char *path, int vocab, herr *e)
         return 0;
     for (uint64_t i = 0; i < f->ntok; i++)
         if (f->tok8[i] >= vocab)
-            return herr_set(e, "text file %s: byte %u at offset %llu is not below the model's "
-                            "vocabulary %d (byte-level text needs vocab 256)", path, f->tok8[i],
-                            (unsigned long long)i, vocab);
+            return herr_config(e, "text file %s: byte %u at offset %llu is not below the model's "
+                               "vocabulary %d (byte-level text needs vocab 256)", path, f->tok8[i],
+                               (unsigned long long)i, vocab);
     return 0;
 }
 
@@ -114,18 +114,18 @@ int dataloader_open(struct dataloader **out, const struct dataloader_config *c, 
 {
     *out = NULL;
     if (!c->pattern || !*c->pattern)
-        return herr_set(e, "data: no file or pattern given");
+        return herr_config(e, "data: no file or pattern given");
     if (c->B <= 0 || c->T <= 0)
-        return herr_set(e, "data: batch B=%d and sequence T=%d must be positive", c->B, c->T);
+        return herr_config(e, "data: batch B=%d and sequence T=%d must be positive", c->B, c->T);
     if (c->world <= 0 || c->rank < 0 || c->rank >= c->world)
-        return herr_set(e, "data: rank %d is not in [0, world=%d)", c->rank, c->world);
+        return herr_config(e, "data: rank %d is not in [0, world=%d)", c->rank, c->world);
     glob_t g;
     int gr = glob(c->pattern, GLOB_ERR, NULL, &g);
     if (gr == GLOB_NOMATCH)
-        return herr_set(e, "data: no file matches %s", c->pattern);
+        return herr_config(e, "data: no file matches %s", c->pattern);
     if (gr != 0) {
         globfree(&g);
-        return herr_set(e, "data: cannot expand %s", c->pattern);
+        return herr_config(e, "data: cannot expand %s", c->pattern);
     }
     struct dataloader *d = calloc(1, sizeof *d);
     if (!d || !(d->files = calloc(g.gl_pathc, sizeof *d->files))) {
@@ -141,8 +141,8 @@ int dataloader_open(struct dataloader **out, const struct dataloader_config *c, 
         const char *path = g.gl_pathv[i];
         struct data_file *f = &d->files[d->nfiles];
         if ((!ends_with(path, ".bin")) != d->text) {
-            herr_set(e, "data: %s mixes token shards (.bin) and text files (%s)", c->pattern,
-                     path);
+            herr_config(e, "data: %s mixes token shards (.bin) and text files (%s)", c->pattern,
+                        path);
             goto fail;
         }
         if (map_file(f, path, e) < 0)
@@ -157,9 +157,9 @@ int dataloader_open(struct dataloader **out, const struct dataloader_config *c, 
     }
     d->per_epoch = d->nwin / ((uint64_t)c->B * (uint64_t)c->world);
     if (d->per_epoch == 0) {
-        herr_set(e, "data: %s holds %llu windows of T+1=%d tokens, fewer than one micro-batch "
-                 "(B=%d) for each of %d data-parallel ranks", c->pattern,
-                 (unsigned long long)d->nwin, c->T + 1, c->B, c->world);
+        herr_config(e, "data: %s holds %llu windows of T+1=%d tokens, fewer than one micro-batch "
+                    "(B=%d) for each of %d data-parallel ranks", c->pattern,
+                    (unsigned long long)d->nwin, c->T + 1, c->B, c->world);
         goto fail;
     }
     d->perm = malloc(d->nwin * sizeof *d->perm);

@@ -345,7 +345,7 @@ static int resume_newest(struct worker *w, const int64_t *steps, int nsteps, lon
     int ok = fscanf(f, "%ld", step) == 1 && *step >= 0;
     fclose(f);
     if (!ok)
-        return herr_set_kind(e, HERR_CONFIG, "%s must hold a step number", mark);
+        return herr_config(e, "%s must hold a step number", mark);
     return 0;
 }
 
@@ -389,8 +389,8 @@ static int read_step(struct worker *w, long step, float *mf, float *vf, size_t n
         ckpt_read(path, &meta, gpt_stage_params(w->gs), mf, vf, n, e) != 0)
         return -1;
     if (meta.step != step)
-        return herr_set_kind(e, HERR_CONFIG, "checkpoint %s: its header says step %lld",
-                             path, (long long)meta.step);
+        return herr_config(e, "checkpoint %s: its header says step %lld",
+                                path, (long long)meta.step);
     return 0;
 }
 
@@ -451,8 +451,8 @@ static int ckpt_resume(struct worker *w, const struct trainer_hooks *hooks, herr
             break;
         }
         if (cand < 0) {
-            herr_set_kind(e, HERR_CONFIG, "no checkpoint set in %s verifies on every stage%s%s",
-                          dir, first_err[0] ? "; this rank's first error: " : "", first_err);
+            herr_config(e, "no checkpoint set in %s verifies on every stage%s%s",
+                             dir, first_err[0] ? "; this rank's first error: " : "", first_err);
             goto out;
         }
         long next = -1; /* this rank's newest older step, agreed as the oldest of them */
