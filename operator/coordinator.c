@@ -49,10 +49,10 @@ struct slot {
     int done;
 };
 
-/* How much a failure report tells of the cause: a report of a higher rank is kept over the
- * others of the same failure. A lost peer is usually a consequence; a disconnect without a
- * word is a crash; a worker's own error is the cause. */
-enum fail_rank { FAIL_NONE = 0, FAIL_PEER = 1, FAIL_DISCONNECT = 2, FAIL_FAULT = 3, FAIL_CONFIG = 3 };
+/* What a failure report says happened, in order of how much it tells of the cause (see
+ * fail_weight): a lost peer is usually a consequence; a disconnect without a word is a crash;
+ * a worker's own error (a fault, or a configuration error) is the cause. */
+enum fail_rank { FAIL_NONE = 0, FAIL_PEER, FAIL_DISCONNECT, FAIL_FAULT, FAIL_CONFIG };
 #define FAILURE_WINDOW_S 1.0
 
 struct job {
@@ -275,6 +275,12 @@ static void job_preempted(struct job *j, const char *why)
     set_state(j, COORD_RESTARTING, reason);
 }
 
+/* A worker's own fault and its configuration error tell as much: the first one kept wins. */
+static int fail_weight(enum fail_rank r)
+{
+    return r == FAIL_CONFIG ? FAIL_FAULT : (int)r;
+}
+
 /* Records one report of a failure of the running gang; the verdict comes in job_settle. */
 static void job_report_failure(struct job *j, enum fail_rank rank, const char *why)
 {
@@ -282,7 +288,7 @@ static void job_report_failure(struct job *j, enum fail_rank rank, const char *w
         return; /* a failure is already being handled, or the gang is not running */
     if (!j->fail_deadline)
         j->fail_deadline = now_s() + FAILURE_WINDOW_S;
-    if (rank > j->fail_rank) {
+    if (fail_weight(rank) > fail_weight(j->fail_rank)) {
         j->fail_rank = rank;
         snprintf(j->fail_why, sizeof j->fail_why, "%s", why);
     }
@@ -568,6 +574,10 @@ static void on_hello(struct conn *k, const struct proto_hello *h)
         conn_refuse(k, PROTO_ERR_DUPLICATE, "hello: that worker is already connected");
         return;
     }
+    /* A worker back while its gang's failure is being settled has reported its part already
+     * (or crashed without a word): settle now, so it joins the restart instead of ending it. */
+    if (j->fail_deadline)
+        job_settle(j, j->fail_deadline);
     if (j->state == COORD_SUCCEEDED || j->state == COORD_FAILED) {
         conn_send(k, proto_stop_encode(j->attempt, 0, "the job is over", NULL));
         conn_close_after(k, "job over");
