@@ -14,3 +14,9 @@ bench-coordinator: $(BUILD)/bench/bench_coordinator
 	@echo "== bench-coordinator ($(BENCH_WORKERS) workers, $$(date -u +%F), load: $$(uptime | sed 's/.*load average: //'))"
 	@ulimit -n $$(( $(BENCH_WORKERS) * 2 + 256 )) 2>/dev/null || true; \
 	 $(BUILD)/bench/bench_coordinator $(BENCH_WORKERS)
+
+# make chaos: a local job of a few minutes under repeated faults (SIGKILL, SIGTERM, SIGSTOP past
+# the gang timeout, a dropped link); root. STEPS, EVERY, GAP, SEED, OUT: see tests/chaos/chaos.sh.
+.PHONY: chaos
+chaos: $(BINDIR)/holmes-operator $(BINDIR)/holmes-node
+	@tests/chaos/chaos.sh

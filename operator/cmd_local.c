@@ -46,7 +46,8 @@ static void usage(FILE *f)
         "process per worker over the TCP transport, with the NICs of spec.emulation (each\n"
         "worker pretends to have its group's NIC; links are paced to the emulated bandwidth).\n"
         "Prints the placement, a live progress line (step, loss, tokens/s, ETA) and a summary.\n"
-        "  --metrics-out FILE  one JSON object per step: step, loss, lr, tokens_per_s, step_ms\n"
+        "  --metrics-out FILE  one JSON object per step: step, time (Unix seconds when the\n"
+        "                      step completed on every worker), loss, lr, tokens_per_s, step_ms\n"
         "                      and its per-stage breakdown\n"
         "  --run-dir DIR       worker logs (default local-runs/NAME)\n"
         "  --simulate          workers train nothing and report simulated steps (tests)\n"
@@ -247,7 +248,10 @@ static void write_row(struct local *L, const struct metric_row *r)
 {
     if (!L->metrics)
         return;
-    fprintf(L->metrics, "{\"step\":%ld,", r->step);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    fprintf(L->metrics, "{\"step\":%ld,\"time\":%.3f,", r->step,
+            (double)now.tv_sec + (double)now.tv_nsec * 1e-9);
     if (r->nloss)
         fprintf(L->metrics, "\"loss\":%.6f,", r->loss / r->nloss);
     fprintf(L->metrics, "\"lr\":%.6g,\"tokens_per_s\":%.1f,\"step_ms\":%.3f,\"stages\":[",
