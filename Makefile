@@ -23,8 +23,12 @@ CFLAGS   ?=
 ifeq ($(CI),true)
 EXTRA_CFLAGS += -Werror
 endif
+# Sources: common/, and each binary's folder with one level of subsystem folders under it
+# (operator/kube, operator/planner, ...; noderuntime/engine, noderuntime/comm, ...). Deeper folders
+# (noderuntime/engine/cuda, noderuntime/comm/nccl) need CUDA and are built by mk/cuda.mk, mk/comm.mk.
+SRC_DIRS := common operator $(wildcard operator/*/) noderuntime $(wildcard noderuntime/*/)
 CFLAGS   += -std=gnu11 $(OPT_$(VARIANT)) $(WARN) -fopenmp -D_GNU_SOURCE \
-            -Icommon -Ioperator -Inoderuntime $(PKG_CFLAGS) $(EXTRA_CFLAGS)
+            $(addprefix -I,$(patsubst %/,%,$(SRC_DIRS))) $(PKG_CFLAGS) $(EXTRA_CFLAGS)
 LDFLAGS  += $(filter -fsanitize=%,$(OPT_$(VARIANT))) -fopenmp
 LDLIBS   += $(PKG_LIBS) -lm -lpthread
 
@@ -34,8 +38,8 @@ DEB_PKGS := build-essential pkg-config libcurl4-openssl-dev libcjson-dev libwebs
             libssl-dev libomp-dev iproute2 python3
 
 COMMON_SRC := $(wildcard common/*.c)
-OP_SRC     := $(filter-out operator/main.c,$(wildcard operator/*.c))
-NODE_SRC   := $(filter-out noderuntime/main.c,$(wildcard noderuntime/*.c))
+OP_SRC     := $(filter-out operator/main.c,$(wildcard operator/*.c operator/*/*.c))
+NODE_SRC   := $(filter-out noderuntime/main.c,$(wildcard noderuntime/*.c noderuntime/*/*.c))
 TEST_SRC   := $(wildcard tests/unit/test_*.c)
 TEST_SUPPORT_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/unit/*.c))
 

@@ -1,7 +1,7 @@
-# Communication and the parallel engine (noderuntime/comm*.c, pipeline.c, zero.c, rank_table.c,
+# Communication and the parallel engine (noderuntime/comm/, noderuntime/train/: pipeline, zero, rank table,
 # trainer.c, cmd_worker.c; docs/comm.md).
 #   make bench-comm   all-reduce and send/recv bus bandwidth vs raw TCP, 2 and 4 ranks on loopback
-#   make comm-nccl    the NCCL backend (noderuntime/gpu/comm_nccl.c) and its test; part of `make cuda`
+#   make comm-nccl    the NCCL backend (noderuntime/comm/nccl/comm_nccl.c) and its test; part of `make cuda`
 
 $(BUILD)/bench/bench_comm: $(call obj,tests/bench/bench_comm.c tests/unit/comm_testutil.c) $(LIB_NODE) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
@@ -15,12 +15,13 @@ bench-comm: $(BUILD)/bench/bench_comm
 	@$(BUILD)/bench/bench_comm 2 $(BENCH_COMM_MAX)
 	@$(BUILD)/bench/bench_comm 4 $(BENCH_COMM_MAX)
 
-# NCCL backend: built only here (the plain build compiles top-level noderuntime/*.c only).
+# NCCL backend: built only here (the plain build does not descend into noderuntime/comm/nccl/).
 NCCL_HOME ?= /usr/local/cuda
 COMM_GB   := build/comm-nccl
-COMM_GPU_CFLAGS := -std=gnu11 -O2 -g $(WARN) -D_GNU_SOURCE -Icommon -Inoderuntime \
+COMM_GPU_CFLAGS := -std=gnu11 -O2 -g $(WARN) -D_GNU_SOURCE -Icommon -Inoderuntime/comm \
+                   -Inoderuntime/comm/nccl \
                    -I$(NCCL_HOME)/include $(EXTRA_CFLAGS)
-COMM_GPU_SRC := noderuntime/gpu/comm_nccl.c noderuntime/comm.c noderuntime/comm_tcp.c \
+COMM_GPU_SRC := noderuntime/comm/nccl/comm_nccl.c noderuntime/comm/comm.c noderuntime/comm/comm_tcp.c \
                 common/error.c tests/gpu/test_comm_nccl.c
 $(COMM_GB)/%.o: %.c
 	@mkdir -p $(dir $@)

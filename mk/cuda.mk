@@ -1,10 +1,10 @@
-# GPU training engine (noderuntime/cuda/, docs/gpu.md). The plain build never needs nvcc.
+# GPU training engine (noderuntime/engine/cuda/, docs/gpu.md). The plain build never needs nvcc.
 #   make cuda        builds the engine in fp32 and bf16 (sm_80 + sm_90), test_gpu and bench_gpu
 #   make test-gpu    GPU vs CPU engine, 2-stage = 1-stage, resume, compute-sanitizer (needs a GPU)
 #   make bench-gpu   GEMM ceiling, GPT-2 124M and 1.5B (seq 1024, bf16), PyTorch beside it
 #   make gpu-check   all three in one command; log in build/cuda/gpu-check.log
 # The binaries need only the CUDA runtime and cuBLAS(Lt) (libgomp and libstdc++ from gcc): the CPU
-# reference engine is compiled against noderuntime/cuda/shim/ (cblas.h, zlib.h) and cpu_shim.c
+# reference engine is compiled against noderuntime/engine/cuda/shim/ (cblas.h, zlib.h) and cpu_shim.c
 # instead of OpenBLAS and zlib, which GPU machines lack.
 
 NVCC       ?= /usr/local/cuda/bin/nvcc
@@ -20,9 +20,9 @@ GPU_FLAGS  ?= 0
 GB := build/cuda
 
 GPU_HOST_CFLAGS := -std=gnu11 -O2 -g $(WARN) -fopenmp -D_GNU_SOURCE -fno-trapping-math \
-                   -fno-math-errno -Inoderuntime/cuda/shim -Inoderuntime/cuda -Icommon \
-                   -Inoderuntime -Itests/unit -I$(CUDA_HOME)/include $(EXTRA_CFLAGS)
-NVCC_FLAGS := -std=c++17 -O3 $(CUDA_ARCHS) -Icommon -Inoderuntime \
+                   -fno-math-errno -Inoderuntime/engine/cuda/shim -Inoderuntime/engine/cuda -Icommon \
+                   -Inoderuntime/engine -Inoderuntime/train -Itests/unit -I$(CUDA_HOME)/include $(EXTRA_CFLAGS)
+NVCC_FLAGS := -std=c++17 -O3 $(CUDA_ARCHS) -Icommon -Inoderuntime/engine -Inoderuntime/train \
               -Xcompiler -Wall,-Wextra,-Wshadow,-Wno-unused-parameter
 ifeq ($(GPU_DEBUG),1)
 NVCC_FLAGS += -DHOLMES_GPU_DEBUG -lineinfo
@@ -33,30 +33,30 @@ endif
 GPU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart \
             -fopenmp -lm -lpthread
 
-GPU_HOST_SRC := common/error.c noderuntime/gpt.c noderuntime/optimizer.c \
-                noderuntime/dataloader.c noderuntime/checkpoint.c noderuntime/cuda/cpu_shim.c \
-                noderuntime/cuda/token_groups.c
+GPU_HOST_SRC := common/error.c noderuntime/engine/gpt.c noderuntime/engine/optimizer.c \
+                noderuntime/train/dataloader.c noderuntime/train/checkpoint.c noderuntime/engine/cuda/cpu_shim.c \
+                noderuntime/engine/cuda/token_groups.c
 GPU_HOST_OBJ := $(patsubst %.c,$(GB)/host/%.o,$(GPU_HOST_SRC))
-GPU_HDRS := noderuntime/cuda/gpt_cuda.h noderuntime/gpt.h noderuntime/optimizer.h common/error.h
+GPU_HDRS := noderuntime/engine/cuda/gpt_cuda.h noderuntime/engine/gpt.h noderuntime/engine/optimizer.h common/error.h
 
 $(GB)/host/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC      $< (GPU build)"
 	@$(CC) $(GPU_HOST_CFLAGS) -MMD -MP -c $< -o $@
 
-$(GB)/fp32/gpt_cuda.o: noderuntime/cuda/gpt_cuda.cu $(GPU_HDRS)
+$(GB)/fp32/gpt_cuda.o: noderuntime/engine/cuda/gpt_cuda.cu $(GPU_HDRS)
 	@mkdir -p $(dir $@)
 	@echo "  NVCC    $< (fp32)"
 	@$(NVCC) $(NVCC_FLAGS) -DHOLMES_GPU_FP32 -c $< -o $@
-$(GB)/bf16/gpt_cuda.o: noderuntime/cuda/gpt_cuda.cu $(GPU_HDRS)
+$(GB)/bf16/gpt_cuda.o: noderuntime/engine/cuda/gpt_cuda.cu $(GPU_HDRS)
 	@mkdir -p $(dir $@)
 	@echo "  NVCC    $< (bf16)"
 	@$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 
-$(GB)/%/test_gpu: $(GB)/%/gpt_cuda.o $(GB)/host/noderuntime/cuda/test_gpu.o $(GPU_HOST_OBJ)
+$(GB)/%/test_gpu: $(GB)/%/gpt_cuda.o $(GB)/host/noderuntime/engine/cuda/test_gpu.o $(GPU_HOST_OBJ)
 	@echo "  LD      $@"
 	@$(CXX) -o $@ $^ $(GPU_LIBS)
-$(GB)/%/bench_gpu: $(GB)/%/gpt_cuda.o $(GB)/host/noderuntime/cuda/bench_gpu.o $(GPU_HOST_OBJ)
+$(GB)/%/bench_gpu: $(GB)/%/gpt_cuda.o $(GB)/host/noderuntime/engine/cuda/bench_gpu.o $(GPU_HOST_OBJ)
 	@echo "  LD      $@"
 	@$(CXX) -o $@ $^ $(GPU_LIBS)
 

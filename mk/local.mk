@@ -1,5 +1,5 @@
-# Coordinator, local mode and `make run` (operator/coordinator.c, operator/cmd_local.c,
-# noderuntime/coord_client.c, noderuntime/worker_coord.c).
+# Coordinator, local mode and `make run` (operator/coordinator/, operator/cmd/cmd_local.c,
+# noderuntime/worker/: coord_client.c, worker_coord.c).
 
 # make bench-coordinator: BENCH_WORKERS simulated workers (one process, one connection each)
 # against a coordinator in a child process: time until every plan is delivered, peak RSS.

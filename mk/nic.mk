@@ -1,4 +1,4 @@
-# NIC discovery (noderuntime/nic_*.c): benchmark.
+# NIC discovery (noderuntime/nic/): benchmark.
 # `make bench-nic`: discovery time on a generated tree with 8 ConnectX-7 NDR HCAs and 8 GPUs
 # under PCIe switches (goal: under 50 ms). Results go to docs/benchmarks.md by hand.
 

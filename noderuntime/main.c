@@ -1,7 +1,7 @@
 #include <stddef.h>
 
 #include "cli.h"
-#include "commands.h"
+#include "cmd/commands.h"
 
 static const struct cli_command commands[] = {
     {"nic", "discover RDMA and Ethernet NICs and GPUs; print the NIC report", cmd_nic},

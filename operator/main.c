@@ -1,7 +1,7 @@
 #include <stddef.h>
 
 #include "cli.h"
-#include "commands.h"
+#include "cmd/commands.h"
 
 static const struct cli_command commands[] = {
     {"run", "run the controller and coordinator against a Kubernetes cluster", cmd_run},

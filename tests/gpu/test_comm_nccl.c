@@ -11,7 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "comm.h"
-#include "gpu/comm_nccl.h"
+#include "nccl/comm_nccl.h"
 
 static int fails;
 #define CHECK(name, cond) do { if (cond) printf("PASS %s\n", name); else { printf("FAIL %s\n", name); fails++; } \

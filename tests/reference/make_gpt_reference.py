@@ -11,7 +11,7 @@ File layout, little-endian:
   int32[16]  magic 0x46455248 ("HREF"), version 1, L, C, NH, V, Vp, maxT, B, T, steps, nparams, 0...
   float32[8] lr, beta1, beta2, eps, weight_decay, 0, 0, 0
   int32[B*T] tokens, int32[B*T] targets
-  float32[nparams] initial parameters (holmes flat layout, noderuntime/gpt.h)
+  float32[nparams] initial parameters (holmes flat layout, noderuntime/engine/gpt.h)
   float32[B*T*V]   logits of the initial model (the real vocabulary only)
   float32[nparams] gradients of the mean loss at the initial parameters
   float32[steps]   loss before each AdamW step

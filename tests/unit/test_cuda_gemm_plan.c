@@ -1,4 +1,4 @@
-/* The GPU engine's cuBLAS arguments (noderuntime/cuda/gemm_plan.h), checked on the CPU: each plan
+/* The GPU engine's cuBLAS arguments (noderuntime/engine/cuda/gemm_plan.h), checked on the CPU: each plan
  * goes through a column-major GEMM with cuBLAS's semantics and must give the row-major product
  * it is documented to compute, on random data, with batches and non-square shapes. */
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* The self-contained GPU build (mk/cuda.mk) compiles the CPU reference engine against
- * noderuntime/cuda/cpu_shim.c instead of OpenBLAS and zlib: check both stand-ins against the real
+ * noderuntime/engine/cuda/cpu_shim.c instead of OpenBLAS and zlib: check both stand-ins against the real
  * libraries here, where both exist (sgemm in every transpose combination, with beta 0 and 1 and
  * padded leading dimensions; crc32 on random data, in pieces, and the zlib conventions). */
 #include <cblas.h>
@@ -9,7 +9,7 @@
 
 #include "test.h"
 
-#include "../../noderuntime/cuda/cpu_shim.c"
+#include "../../noderuntime/engine/cuda/cpu_shim.c"
 
 static float frand(uint64_t *s)
 {

@@ -1,11 +1,11 @@
-/* noderuntime/cuda/token_groups.c (host side of the GPU engine's deterministic embedding
+/* noderuntime/engine/cuda/token_groups.c (host side of the GPU engine's deterministic embedding
  * backward): every position lands in its token's group exactly once, groups and positions are
  * ascending, and summing by group gives the embedding gradient of the direct loop. */
 #include <stdlib.h>
 
 #include "test.h"
 
-#include "../../noderuntime/cuda/token_groups.c"
+#include "../../noderuntime/engine/cuda/token_groups.c"
 
 static void check(const char *name, const int *tok, size_t n, int V)
 {

@@ -1,4 +1,4 @@
-/* The subcommands of holmes-operator; each lives in operator/cmd_<name>.c. */
+/* The subcommands of holmes-operator; each lives in operator/cmd/cmd_<name>.c. */
 #ifndef HOLMES_OPERATOR_COMMANDS_H
 #define HOLMES_OPERATOR_COMMANDS_H
 int cmd_run(int argc, char **argv);      /* the controller: watch TrainingJobs in a cluster */

@@ -1,6 +1,6 @@
 /* Stand-in for OpenBLAS's <cblas.h> in the self-contained GPU build (mk/cuda.mk): the GPU machines
  * have no OpenBLAS, and the CPU engine there only serves as the tiny-config reference of
- * test_gpu. Only what noderuntime/gpt.c uses; values as in the reference CBLAS. */
+ * test_gpu. Only what noderuntime/engine/gpt.c uses; values as in the reference CBLAS. */
 #ifndef HOLMES_SHIM_CBLAS_H
 #define HOLMES_SHIM_CBLAS_H
 

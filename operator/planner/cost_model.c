@@ -211,14 +211,14 @@ void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,
     int gb = j->gather_elem_bytes > 0 ? j->gather_elem_bytes : j->elem_bytes;
     double rs = scatter_time(grad_bytes, j->data, st->dp);
     double ag = scatter_time(per_rank * gb, j->data, st->dp);
-    /* The engine's buckets are cut at blocks (noderuntime/trainer.c): a block's reduce-scatter
+    /* The engine's buckets are cut at blocks (noderuntime/train/trainer.c): a block's reduce-scatter
      * starts when its backward in the last micro-batch is done, and the next step's forward
      * reads a block once its all-gather is done. With n blocks, what the other n-1 blocks'
      * compute cannot hide is exposed: max(X/n, X - overlap * compute * (n-1)/n). */
     double nb = st->layers > 1 ? st->layers : 1;
     out->rs_exposed = fmax(rs / nb, rs - l->overlap * out->bwd * (nb - 1) / nb);
     out->ag_exposed = fmax(ag / nb, ag - l->overlap * out->fwd * (nb - 1) / nb);
-    /* The embedding tie (noderuntime/trainer.c, "the tied embedding"): each replica's 1/d
+    /* The embedding tie (noderuntime/train/trainer.c, "the tied embedding"): each replica's 1/d
      * shard of the head's gradient goes from the last stage to the first as the last stage's
      * backward ends; the first stage's goes back after the norm, for the last stage's next
      * forward. `tie` is one such transfer. */
@@ -456,7 +456,7 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
     double act = cost_activation_bytes(j);
     struct cost_stage_terms terms[n];
     /* The step as a cycle from one gradient-norm all-reduce (every rank's only common point,
-     * noderuntime/trainer.c) to the next: each stage runs its optimizer and starts its forward
+     * noderuntime/train/trainer.c) to the next: each stage runs its optimizer and starts its forward
      * as its parameters arrive (start), the schedule runs, then the reduce-scatter finishes and
      * the embedding tie follows the first stage's. */
     for (int s = 0; s < n; s++) {

@@ -1,4 +1,4 @@
-/* The subcommands of holmes-node; each lives in noderuntime/cmd_<name>.c. */
+/* The subcommands of holmes-node; each lives in noderuntime/cmd/cmd_<name>.c. */
 #ifndef HOLMES_NODE_COMMANDS_H
 #define HOLMES_NODE_COMMANDS_H
 int cmd_nic(int argc, char **argv);    /* NIC discovery report */
