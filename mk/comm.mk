@@ -22,7 +22,7 @@ COMM_GPU_CFLAGS := -std=gnu11 -O2 -g $(WARN) -D_GNU_SOURCE -Icommon -Inoderuntim
                    -Inoderuntime/comm/nccl \
                    -I$(NCCL_HOME)/include $(EXTRA_CFLAGS)
 COMM_GPU_SRC := noderuntime/comm/nccl/comm_nccl.c noderuntime/comm/comm.c noderuntime/comm/comm_tcp.c \
-                common/error.c tests/gpu/test_comm_nccl.c
+                common/error.c common/clock.c tests/gpu/test_comm_nccl.c
 $(COMM_GB)/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC      $< (NCCL build)"

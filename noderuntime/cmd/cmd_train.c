@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "checkpoint.h"
+#include "clock.h"
 #include "commands.h"
 #include "dataloader.h"
 #include "gpt.h"
@@ -298,13 +299,6 @@ static int save(struct trainer *t, herr *e)
     return 0;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int run(struct trainer *t, herr *e)
 {
     const struct gpt_config *c = gpt_stage_config(t->s);
@@ -316,11 +310,11 @@ static int run(struct trainer *t, herr *e)
     fflush(stdout);
     double tokens = (double)t->o.B * t->o.T * t->o.accum;
     while (t->step < t->o.steps) {
-        double t0 = now_s();
+        double t0 = clock_mono_s();
         struct step_result r = {0};
         if (train_step(t, &r, e) < 0)
             return -1;
-        double ms = (now_s() - t0) * 1e3;
+        double ms = (clock_mono_s() - t0) * 1e3;
         if (t->step % t->o.log_every == 0 || t->step == t->o.steps) {
             printf("step %ld/%ld loss %.6f lr %.3e norm %.4f %.1f ms %.0f tok/s\n", t->step,
                    t->o.steps, r.loss, r.lr, r.grad_norm, ms, tokens / (ms / 1e3));

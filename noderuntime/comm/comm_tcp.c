@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 #define HELLO_MAGIC 0x484c4d53u /* "HLMS" */
 #define FRAME_MAGIC 0x46524d45u /* "FRME": the last (or only) frame of a message */
 #define FRAME_MORE 0x4d4f5245u  /* "MORE": more frames of the same message follow */
@@ -24,13 +26,6 @@
 #endif
 #define MAX_FRAME ((uint64_t)1 << 36)
 #define MAX_PENDING 256
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void sleep_s(double s)
 {
@@ -176,7 +171,7 @@ static int listener_take(struct tcp_listener *l, uint32_t group_id, int from, do
                 return 0;
             }
         }
-        double left = deadline - now_s();
+        double left = deadline - clock_mono_s();
         if (left <= 0)
             return -1;
         struct pollfd p = {.fd = l->fd, .events = POLLIN};
@@ -203,7 +198,7 @@ static int connect_until(const struct tcp_endpoint *ep, double deadline, char *w
     char port[16];
     snprintf(port, sizeof port, "%d", ep->port);
     snprintf(why, whylen, "no attempt");
-    while (now_s() < deadline) {
+    while (clock_mono_s() < deadline) {
         struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
         int rc = getaddrinfo(ep->host, port, &hints, &res);
         if (rc != 0) {
@@ -220,7 +215,7 @@ static int connect_until(const struct tcp_endpoint *ep, double deadline, char *w
         int cr = connect(fd, res->ai_addr, res->ai_addrlen);
         freeaddrinfo(res);
         if (cr != 0 && errno == EINPROGRESS) {
-            double left = deadline - now_s();
+            double left = deadline - clock_mono_s();
             struct pollfd p = {.fd = fd, .events = POLLOUT};
             if (left > 0 && poll(&p, 1, (int)(left * 1000) + 1) == 1) {
                 int err = 0;
@@ -505,7 +500,7 @@ static int conn_init(struct tcp_conn *k, struct tcp_comm *c, int peer, int fd,
     k->fd = fd;
     if (pacing)
         k->pacing = *pacing;
-    k->refill_at = now_s();
+    k->refill_at = clock_mono_s();
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -572,7 +567,7 @@ int tcp_comm_create(struct tcp_comm **out, struct tcp_listener *l, const struct 
     }
     for (int i = 0; i < s->size; i++)
         c->world_ranks[i] = s->world_ranks ? s->world_ranks[i] : i;
-    double deadline = now_s() + c->timeout_s;
+    double deadline = clock_mono_s() + c->timeout_s;
     int me = c->world_ranks[c->index];
     /* Connect to lower indices first (their listeners queue us even before they accept). */
     for (int i = 0; i < c->index; i++) {
@@ -624,14 +619,14 @@ static void pace(struct tcp_conn *k, size_t bytes)
     if (rate <= 0)
         return;
     double burst = rate * 0.005 > 65536 ? rate * 0.005 : 65536;
-    double t = now_s();
+    double t = clock_mono_s();
     k->tokens += (t - k->refill_at) * rate;
     if (k->tokens > burst)
         k->tokens = burst;
     k->refill_at = t;
     if (k->tokens < (double)bytes) {
         sleep_s(((double)bytes - k->tokens) / rate);
-        k->refill_at = now_s();
+        k->refill_at = clock_mono_s();
         k->tokens = 0;
     } else {
         k->tokens -= (double)bytes;

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
+
 #define GPT_MAX_TENSORS_PER_LAYER 12
 
 struct layer_off { /* offsets of one block's tensors in params/grads */
@@ -176,13 +178,6 @@ static void gemm(int transA, int transB, int M, int N, int K, const float *A, in
     }
 }
 
-static double probe_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 double gpt_gemm_probe_tflops(int dim, int budget_ms, herr *e)
 {
     if (dim < 16 || dim > 4096 || budget_ms < 1 || budget_ms > 10000) {
@@ -205,12 +200,12 @@ double gpt_gemm_probe_tflops(int dim, int budget_ms, herr *e)
     }
     openblas_set_num_threads(1); /* as gpt_stage_create leaves it */
     gemm(0, 1, dim, dim, dim, a, dim, b, dim, 0.0f, c, dim); /* warm-up: pages, thread pool */
-    double t0 = probe_now_s(), t = t0, until = t0 + budget_ms / 1000.0;
+    double t0 = clock_mono_s(), t = t0, until = t0 + budget_ms / 1000.0;
     long reps = 0;
     while (reps < 2 || t < until) {
         gemm(0, 1, dim, dim, dim, a, dim, b, dim, 0.0f, c, dim);
         reps++;
-        t = probe_now_s();
+        t = clock_mono_s();
     }
     free(a);
     free(b);

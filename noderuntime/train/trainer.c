@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "clock.h"
 #include "log.h"
 #include "zero.h"
 
@@ -42,13 +43,6 @@ void trainer_stage_layers(const struct rank_table *rt, int layers, int s, int *f
 /* Point-to-point tag on the embedding communicator (first <-> last stage of one replica): a
  * reduce-scattered gradient shard of the tied embedding. */
 #define TAG_TIE_GRAD 1u
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* ---------- one worker's state ---------- */
 
@@ -102,7 +96,7 @@ static int params_needed(void *ctx, size_t lo, size_t hi)
     struct worker *w = ctx;
     if (!w->params_pending)
         return 0;
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     int rc = 0;
     /* at the first block already: the first stage's shard came right after the norm, and the
      * embedding's all-gather then runs while the blocks compute */
@@ -110,7 +104,7 @@ static int params_needed(void *ctx, size_t lo, size_t hi)
         rc = tie_head_update(w, &w->hook_err);
     if (rc == 0)
         rc = zero_params_wait(w->z, lo, hi, &w->hook_err);
-    w->param_wait += now_s() - t0;
+    w->param_wait += clock_mono_s() - t0;
     if (rc != 0)
         w->hook_failed = 1;
     return rc;
@@ -123,11 +117,11 @@ static int params_ready(struct worker *w, herr *e)
     if (!w->params_pending)
         return 0;
     w->params_pending = 0;
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     int rc = w->tie_params_due ? tie_head_update(w, e) : 0;
     if (rc == 0)
         rc = zero_params_gather_finish(w->z, e);
-    w->param_wait += now_s() - t0;
+    w->param_wait += clock_mono_s() - t0;
     return rc;
 }
 
@@ -715,7 +709,7 @@ static int tie_head_update(struct worker *w, herr *e)
  * other end while the other buckets' reduce-scatters go on. */
 static int sync_grads(struct worker *w, struct step_times *t, herr *e)
 {
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     uint64_t b0 = w->dp ? comm_bytes_sent(w->dp) : 0;
     for (int i = 0; i < w->ntens; i++)
         if (report_tensor(w, i, e) != 0)
@@ -727,7 +721,7 @@ static int sync_grads(struct worker *w, struct step_times *t, herr *e)
     if (zero_reduce_wait(w->z, e) != 0)
         return -1;
     memset(w->reported, 0, (size_t)w->ntens * sizeof *w->reported);
-    t->grad_sync = now_s() - t0;
+    t->grad_sync = clock_mono_s() - t0;
     t->dp_time += t->grad_sync;
     t->dp_bytes += w->dp ? comm_bytes_sent(w->dp) - b0 : 0;
     return 0;
@@ -766,18 +760,18 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
                     int *stop_all, herr *e)
 {
     struct step_times t = {0};
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     w->param_wait = 0;
     gpt_stage_zero_grads(w->gs);
     float loss_sum = 0;
     if (pipe_run(pr, &loss_sum, e) != 0 || params_ready(w, e) != 0)
         return -1;
     t.param_sync = w->param_wait;
-    t.pipeline = now_s() - t0 - t.param_sync;
+    t.pipeline = clock_mono_s() - t0 - t.param_sync;
     int overlapped = zero_buckets_started(w->z);
     if (sync_grads(w, &t, e) != 0)
         return -1;
-    double t1 = now_s();
+    double t1 = clock_mono_s();
     double sq = 0;
     float loss = 0;
     if (global_sq_norm(w, loss_sum / (float)w->M, stop_req, &sq, &loss, stop_all, e) != 0)
@@ -809,9 +803,9 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
         if (zero_params_gather_part(w->z, blo, bhi, e) != 0)
             return -1;
     }
-    t.optimizer = now_s() - t1;
+    t.optimizer = clock_mono_s() - t1;
     w->step++;
-    double dt = now_s() - t0;
+    double dt = clock_mono_s() - t0;
     *rep = (struct trainer_report){
         .step = w->step, .loss = loss, .lr = lr, .grad_norm = (float)sqrt(sq),
         .tokens_per_s = (double)w->D * w->M * w->cfg->B * w->cfg->T / (dt > 0 ? dt : 1e-9),

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <time.h>
 
+#include "clock.h"
 #include "log.h"
 
 struct qmsg {
@@ -186,17 +187,10 @@ static void timer_cb(lws_sorted_usec_list_t *sul)
     lws_sul_schedule(cl->ctx, 0, &cl->timer, timer_cb, TICK_US);
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
 /* Deadline in ms (monotonic) for timeout_ms; timeout_ms < 0 means none. */
 static double deadline(int timeout_ms)
 {
-    return timeout_ms < 0 ? INFINITY : now_ms() + timeout_ms;
+    return timeout_ms < 0 ? INFINITY : clock_mono_ms() + timeout_ms;
 }
 
 static void lws_log_to_ours(int level, const char *line)
@@ -299,7 +293,7 @@ int coord_client_connect(struct coord_client *cl, int timeout_ms, herr *e)
         return herr_set(e, "cannot connect to %s", cl->url);
     }
     double until = deadline(timeout_ms);
-    while (cl->state == CL_CONNECTING && now_ms() < until)
+    while (cl->state == CL_CONNECTING && clock_mono_ms() < until)
         if (lws_service(cl->ctx, 0) < 0)
             break;
     if (cl->state == CL_OPEN)
@@ -366,7 +360,7 @@ int coord_client_poll(struct coord_client *cl, int timeout_ms, struct proto_msg 
         if (cl->state != CL_OPEN) {
             return herr_set(e, "%s", cl->close_why[0] ? cl->close_why : "not connected");
         }
-        if (now_ms() >= until)
+        if (clock_mono_ms() >= until)
             return 0;
         if (lws_service(cl->ctx, 0) < 0) {
             return herr_set(e, "coordinator connection: event loop failed");
@@ -381,7 +375,7 @@ void coord_client_flush(struct coord_client *cl, int timeout_ms)
         pthread_mutex_lock(&cl->mu);
         int pending = cl->out_head != NULL;
         pthread_mutex_unlock(&cl->mu);
-        if (!pending || cl->state != CL_OPEN || now_ms() >= until)
+        if (!pending || cl->state != CL_OPEN || clock_mono_ms() >= until)
             break;
         if (lws_service(cl->ctx, 0) < 0)
             break;

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "coord_client.h"
 #include "log.h"
 
@@ -63,13 +64,6 @@ void worker_report_notice(struct worker_link *l, const char *reason, const char 
 int worker_stop_requested(const struct worker_link *l)
 {
     return l->stop;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* ---------------------------------------------------------------- training thread */
@@ -137,11 +131,11 @@ static int send_hello(struct session *s, herr *e)
 /* Connects, retrying every 500 ms for at most budget_ms, then says hello. */
 static int connect_and_hello(struct session *s, int budget_ms, herr *e)
 {
-    double until = now_s() + budget_ms / 1000.0;
+    double until = clock_mono_s() + budget_ms / 1000.0;
     for (;;) {
         if (coord_client_connect(s->cl, 3000, e) == 0)
             return send_hello(s, e);
-        if (now_s() >= until)
+        if (clock_mono_s() >= until)
             return herr_wrap(e, "gave up after %d ms", budget_ms);
         usleep(500 * 1000);
     }
@@ -316,7 +310,7 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
     }
     thread_started = 1;
     s.training = 1;
-    double last_flush = now_s();
+    double last_flush = clock_mono_s();
     int stopped = 0, restart = 0, preempting = 0;
     char stop_reason[512] = "";
     while (!t.finished) {
@@ -337,9 +331,9 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
         }
         if (stopped)
             break;
-        if ((now_s() - last_flush) * 1000.0 >= interval_ms) {
+        if ((clock_mono_s() - last_flush) * 1000.0 >= interval_ms) {
             flush_progress(&s);
-            last_flush = now_s();
+            last_flush = clock_mono_s();
         }
     }
     s.link.stop = stopped || preempting;
@@ -369,13 +363,13 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
     /* Report done and wait for the coordinator's verdict (the others may still be training).
      * If the coordinator is away, reconnect (hello with resume) and report again. */
     int done_sent = 0;
-    double give_up = now_s() + (o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 60000) / 1e3;
+    double give_up = clock_mono_s() + (o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 60000) / 1e3;
     s.training = 1; /* a reconnecting hello still says where we are */
     for (;;) {
         if (!coord_client_connected(s.cl)) {
             done_sent = 0;
             herr ce = {0};
-            if (now_s() > give_up) {
+            if (clock_mono_s() > give_up) {
                 result = 0; /* our part is finished; nobody is left to tell */
                 break;
             }

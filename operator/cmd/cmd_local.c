@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "clock.h"
 #include "commands.h"
 #include "coord_plan.h"
 #include "coordinator.h"
@@ -107,13 +108,6 @@ struct local {
     long first_step;
     int have_first;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void fmt_duration(double s, char *buf, size_t cap)
 {
@@ -235,7 +229,7 @@ static void hook_progress(void *user, const struct coord_progress *p)
         L->progress_line_open = 1;
     } else {
         static double last_print;
-        double t = now_s();
+        double t = clock_mono_s();
         if (t - last_print < 5.0 && p->step < p->total_steps)
             return;
         last_print = t;
@@ -248,10 +242,7 @@ static void write_row(struct local *L, const struct metric_row *r)
 {
     if (!L->metrics)
         return;
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    fprintf(L->metrics, "{\"step\":%ld,\"time\":%.3f,", r->step,
-            (double)now.tv_sec + (double)now.tv_nsec * 1e-9);
+    fprintf(L->metrics, "{\"step\":%ld,\"time\":%.3f,", r->step, clock_wall_s());
     if (r->nloss)
         fprintf(L->metrics, "\"loss\":%.6f,", r->loss / r->nloss);
     fprintf(L->metrics, "\"lr\":%.6g,\"tokens_per_s\":%.1f,\"step_ms\":%.3f,\"stages\":[",
@@ -700,7 +691,7 @@ int cmd_local(int argc, char **argv)
 
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    L.t0 = now_s();
+    L.t0 = clock_mono_s();
     for (int i = 0; i < s->workers; i++) {
         L.kids[i].pid = spawn_worker(&L, i);
         L.kids[i].starts = 1;
@@ -724,20 +715,20 @@ int cmd_local(int argc, char **argv)
             coord_cancel_job(L.c, L.job.name, "not every worker came up in time", NULL);
         if (job_over(&L, &st)) {
             if (over_since < 0)
-                over_since = now_s();
+                over_since = clock_mono_s();
             int alive = 0;
             for (int i = 0; i < s->workers; i++)
                 alive += L.kids[i].pid > 0;
             if (!alive)
                 break;
-            if (now_s() - over_since > 10) { /* workers that do not leave: end them */
+            if (clock_mono_s() - over_since > 10) { /* workers that do not leave: end them */
                 for (int i = 0; i < s->workers; i++)
                     if (L.kids[i].pid > 0)
                         kill(L.kids[i].pid, SIGKILL);
             }
         }
     }
-    double wall = now_s() - L.t0;
+    double wall = clock_mono_s() - L.t0;
     end_progress_line(&L);
     struct coord_progress fin;
     coord_job_progress(L.c, L.job.name, &fin);

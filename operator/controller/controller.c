@@ -10,6 +10,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "clock.h"
 #include "kube_events.h"
 #include "kube_recorder.h"
 #include "kube_informer.h"
@@ -144,13 +145,6 @@ static void set_workers_ready(cJSON *st, int ready)
     snprintf(summary, sizeof summary, "%d/%d", ready, cJSON_IsNumber(total) ? total->valueint : 0);
     set_num(w, "ready", ready);
     set_str(w, "summary", summary);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 static uint64_t fnv(const char *s)
@@ -658,18 +652,11 @@ static void memo_mark(cJSON *set, const char *k, double expiry)
 /* Seconds this thread spent waiting for the API (the reconcile's own work is the rest). */
 static __thread double tl_api_s;
 
-static double clock_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static int call_delete(struct controller *c, enum api_op op, const char *ns, const char *name, herr *e)
 {
-    double t0 = clock_s();
+    double t0 = clock_mono_s();
     int rc = kube_delete(c->kc, controller_api_calls[op].res, ns, name, "Background", e);
-    tl_api_s += clock_s() - t0;
+    tl_api_s += clock_mono_s() - t0;
     return rc;
 }
 
@@ -677,9 +664,9 @@ static int call_patch(struct controller *c, enum api_op op, const char *ns, cons
                       const cJSON *patch, herr *e)
 {
     const struct api_call *a = &controller_api_calls[op];
-    double t0 = clock_s();
+    double t0 = clock_mono_s();
     int rc = kube_patch(c->kc, a->res, ns, name, a->sub, patch, NULL, e);
-    tl_api_s += clock_s() - t0;
+    tl_api_s += clock_mono_s() - t0;
     return rc;
 }
 
@@ -902,7 +889,7 @@ static int delete_pods(struct controller *c, struct memo *m, const cJSON *pods, 
         if (r != 0 && r != 404)
             rc = r;
         else if (m)
-            memo_mark(m->gone, kube_meta_str(p, "uid"), now_s() + 60);
+            memo_mark(m->gone, kube_meta_str(p, "uid"), clock_wall_s() + 60);
     }
     return rc;
 }
@@ -964,7 +951,7 @@ static int creates_run(struct controller *c, const char *ns, struct create_list 
     while (first < l->n && l->items[first].rc != -2)
         first++;
     int rc = 0;
-    double t0 = clock_s();
+    double t0 = clock_mono_s();
     for (int batch = SLOW_START_INITIAL, i = first; i < l->n && rc == 0; i += batch, batch *= 2) {
         int m = l->n - i < batch ? l->n - i : batch;
         struct kube_call *calls = calloc((size_t)m, sizeof *calls);
@@ -996,7 +983,7 @@ static int creates_run(struct controller *c, const char *ns, struct create_list 
         free(paths);
         free(calls);
     }
-    tl_api_s += clock_s() - t0; /* the batches' wall time, counted once */
+    tl_api_s += clock_mono_s() - t0; /* the batches' wall time, counted once */
     return rc;
 }
 
@@ -1177,7 +1164,7 @@ static int reconcile_job(struct reconcile *r, herr *e)
     /* After a restart, wait out the backoff before recreating pods. */
     if (restarts > 0 && cJSON_GetArraySize(pods) == 0) {
         double since = kube_time_parse(get_str(r->st, "lastRestartTime"));
-        double wait = since > 0 ? since + restart_backoff(c, job, restarts) - now_s() : 0;
+        double wait = since > 0 ? since + restart_backoff(c, job, restarts) - clock_wall_s() : 0;
         if (wait > 0) {
             r->requeue_s = wait;
             cJSON_Delete(pods);
@@ -1273,7 +1260,7 @@ static int reconcile_job(struct reconcile *r, herr *e)
     double gang = get_num(job, "spec.gangTimeoutSeconds", 600);
     if (scheduled == workers) {
         set_condition(r->st, "PodsScheduled", 1, "AllScheduled", "every worker pod is scheduled", r->now);
-    } else if (oldest_unsched > 0 && now_s() - oldest_unsched >= gang) {
+    } else if (oldest_unsched > 0 && clock_wall_s() - oldest_unsched >= gang) {
         snprintf(msg, sizeof msg, "pods %s unschedulable for more than %gs "
                  "(spec.gangTimeoutSeconds): %s", unsched_names, gang,
                  sched_msg[0] ? sched_msg : "no reason given");
@@ -1283,7 +1270,7 @@ static int reconcile_job(struct reconcile *r, herr *e)
         snprintf(msg, sizeof msg, "%d of %d worker pods scheduled", scheduled, workers);
         set_condition(r->st, "PodsScheduled", 0, "Scheduling", msg, r->now);
         if (oldest_unsched > 0) {
-            double left = oldest_unsched + gang - now_s();
+            double left = oldest_unsched + gang - clock_wall_s();
             r->requeue_s = left > 0.05 ? left : 0.05;
         }
     }
@@ -1337,7 +1324,7 @@ static int reconcile_key(struct controller *c, const char *key, double *requeue,
     }
     const cJSON *old = cJSON_GetObjectItemCaseSensitive(job, "status");
     struct reconcile r = {.c = c, .job = job, .ns = ns, .name = name, .old = old, .memo = m,
-                          .t = now_s()};
+                          .t = clock_wall_s()};
     r.st = cJSON_IsObject(old) ? cJSON_Duplicate(old, 1) : cJSON_CreateObject();
     kube_time_now(r.now, sizeof r.now, 0);
     int rc = r.st ? reconcile_job(&r, e) : herr_set(e, "out of memory");
@@ -1359,13 +1346,6 @@ static int reconcile_key(struct controller *c, const char *key, double *requeue,
     return rc;
 }
 
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static void *worker(void *arg)
 {
     struct controller *c = arg;
@@ -1377,10 +1357,10 @@ static void *worker(void *arg)
             return NULL;
     while ((key = kube_queue_get(c->queue))) {
         herr e = {0};
-        double requeue = 0, t0 = mono();
+        double requeue = 0, t0 = clock_mono_s();
         tl_api_s = 0;
         int rc = reconcile_key(c, key, &requeue, &e);
-        double took = mono() - t0;
+        double took = clock_mono_s() - t0;
         metrics_hist_observe(&c->latency, took);
         metrics_hist_observe(&c->own_latency, took - tl_api_s > 0 ? took - tl_api_s : 0);
         atomic_fetch_add(&c->reconciles, 1);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "coord_plan.h"
 #include "coordinator.h"
 #include "log.h"
@@ -32,13 +33,6 @@ struct coord_operator {
     int status_interval_ms;
     struct opjob *jobs;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* A label value: at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends. */
 static void label_value(const char *in, char *out, size_t cap)
@@ -262,7 +256,7 @@ static void on_event(void *user, enum coord_job_state s, const char *msg)
         type = "Warning";
         reason = "GangTimeout";
     } else if (strncmp(msg, "refused", 7) == 0) {
-        double t = now_s();
+        double t = clock_mono_s();
         if (t - j->last_refusal_event < 10)
             return;
         j->last_refusal_event = t;
@@ -289,7 +283,7 @@ static void on_event(void *user, enum coord_job_state s, const char *msg)
         condition(j, "Running", 0, "CoordinatorFailed", msg);
     if (s == COORD_FAILED || strstr(msg, "gang timeout")) {
         if (s == COORD_FAILED)
-            j->failed_at = now_s();
+            j->failed_at = clock_mono_s();
         cJSON *st = cJSON_CreateObject();
         if (st && cJSON_AddStringToObject(st, "message", msg))
             patch_status(j, st);
@@ -377,7 +371,7 @@ out:
 static void sweep(struct coord_operator *co)
 {
     struct opjob **pj = &co->jobs;
-    double t = now_s();
+    double t = clock_mono_s();
     while (*pj) {
         struct opjob *j = *pj;
         cJSON *obj = controller_get_job(co->ctl, j->ns, j->name);
@@ -397,12 +391,12 @@ static void sweep(struct coord_operator *co)
 static void *serve(void *arg)
 {
     struct coord_operator *co = arg;
-    double last_sweep = now_s();
+    double last_sweep = clock_mono_s();
     while (!co->quit) {
         coord_service(co->c);
-        if (now_s() - last_sweep > 2) {
+        if (clock_mono_s() - last_sweep > 2) {
             sweep(co);
-            last_sweep = now_s();
+            last_sweep = clock_mono_s();
         }
     }
     return NULL;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "log.h"
 
 #define TICK_US (100 * 1000)
@@ -95,13 +96,6 @@ struct coordinator {
     void *user;
     long refused;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 const char *coord_state_name(enum coord_job_state s)
 {
@@ -215,7 +209,7 @@ static void job_reset_round(struct job *j)
         cJSON_Delete(s->ids);
         s->ids = NULL;
     }
-    j->gather_since = now_s();
+    j->gather_since = clock_mono_s();
     j->gang_reported = 0;
 }
 
@@ -287,7 +281,7 @@ static void job_report_failure(struct job *j, enum fail_rank rank, const char *w
     if (j->state != COORD_RENDEZVOUS && j->state != COORD_RUNNING)
         return; /* a failure is already being handled, or the gang is not running */
     if (!j->fail_deadline)
-        j->fail_deadline = now_s() + FAILURE_WINDOW_S;
+        j->fail_deadline = clock_mono_s() + FAILURE_WINDOW_S;
     if (fail_weight(rank) > fail_weight(j->fail_rank)) {
         j->fail_rank = rank;
         snprintf(j->fail_why, sizeof j->fail_why, "%s", why);
@@ -512,7 +506,7 @@ static void job_maybe_emit(struct job *j, int force)
 {
     if (!j->progress_dirty || !j->hooks.on_progress)
         return;
-    double t = now_s();
+    double t = clock_mono_s();
     if (!force && (t - j->last_emit) * 1000.0 < j->progress_interval_ms)
         return;
     job_aggregate(j, &j->emitted);
@@ -851,7 +845,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 static void tick(lws_sorted_usec_list_t *sul)
 {
     struct coordinator *c = lws_container_of(sul, struct coordinator, tick);
-    double t = now_s();
+    double t = clock_mono_s();
     for (struct job *j = c->jobs; j; j = j->next) {
         job_settle(j, t);
         job_maybe_emit(j, 0);
@@ -1038,7 +1032,7 @@ int coord_add_job(struct coordinator *c, const struct coord_job_spec *spec, herr
     j->hooks = spec->hooks;
     j->user = spec->user;
     j->state = COORD_GATHERING;
-    j->gather_since = now_s();
+    j->gather_since = clock_mono_s();
     j->last_emit = -1e9;
     j->next = c->jobs;
     c->jobs = j;

@@ -10,6 +10,8 @@
 #include <strings.h>
 #include <time.h>
 
+#include "clock.h"
+
 const struct kube_resource KUBE_PODS = {"", "v1", "pods", "Pod"};
 const struct kube_resource KUBE_SECRETS = {"", "v1", "secrets", "Secret"};
 const struct kube_resource KUBE_SERVICES = {"", "v1", "services", "Service"};
@@ -40,13 +42,6 @@ struct kube_client {
     struct metrics_hist latency; /* per request: sent until answered */
     double throttled_s;          /* time spent waiting for the rate limiter (under lock) */
 };
-
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void sleep_s(double s)
 {
@@ -131,7 +126,7 @@ static void give_handle(struct kube_client *kc, CURL *h)
 static void rate_wait(struct kube_client *kc)
 {
     pthread_mutex_lock(&kc->lock);
-    double now = mono_now();
+    double now = clock_mono_s();
     double last = (double)kc->last.tv_sec + kc->last.tv_nsec / 1e9;
     if (last > 0)
         kc->tokens += (now - last) * kc->o.qps;
@@ -370,7 +365,7 @@ static int xfer_start(struct kube_client *kc, struct xfer *x)
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &x->rh);
     curl_easy_setopt(h, CURLOPT_PRIVATE, x);
-    x->t0 = mono_now();
+    x->t0 = clock_mono_s();
     return 0;
 }
 
@@ -380,7 +375,7 @@ static int xfer_finish(struct kube_client *kc, struct xfer *x, CURLcode cc)
 {
     struct kube_call *c = x->call;
     long code = 0;
-    metrics_hist_observe(&kc->latency, mono_now() - x->t0);
+    metrics_hist_observe(&kc->latency, clock_mono_s() - x->t0);
     curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
     curl_slist_free_all(x->hd);
     x->hd = NULL;
@@ -403,7 +398,7 @@ static int xfer_finish(struct kube_client *kc, struct xfer *x, CURLcode cc)
         if (wait > 60)
             wait = 60;
         pthread_mutex_lock(&kc->lock);
-        double nb = mono_now() + wait;
+        double nb = clock_mono_s() + wait;
         if (nb > kc->not_before)
             kc->not_before = nb;
         pthread_mutex_unlock(&kc->lock);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "kube_events.h"
 #include "log.h"
 
@@ -24,13 +25,6 @@ struct kube_lease {
     void (*on_lost)(void *);
     void *user;
 };
-
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void nap(struct kube_lease *l, const volatile int *stop, double s)
 {
@@ -129,7 +123,7 @@ int kube_lease_try(struct kube_lease *l, herr *e)
         rc = kube_create(l->kc, &KUBE_LEASES, l->ns, obj, NULL, e);
         cJSON_Delete(obj);
         if (rc == 0) {
-            l->last_renew = mono();
+            l->last_renew = clock_mono_s();
             return 1;
         }
         return rc == 409 ? 0 : -1;
@@ -153,7 +147,7 @@ int kube_lease_try(struct kube_lease *l, herr *e)
     } else {
         char seen[512];
         snprintf(seen, sizeof seen, "%s|%s", holder ? holder : "", renew ? renew : "");
-        double now = mono();
+        double now = clock_mono_s();
         if (strcmp(seen, l->observed) != 0) {
             snprintf(l->observed, sizeof l->observed, "%s", seen);
             l->observed_at = now;
@@ -167,7 +161,7 @@ int kube_lease_try(struct kube_lease *l, herr *e)
         }
     }
     if (result == 1)
-        l->last_renew = mono();
+        l->last_renew = clock_mono_s();
     cJSON_Delete(lease);
     return result;
 }
@@ -183,7 +177,7 @@ static void *renew_loop(void *arg)
         int r = kube_lease_try(l, &e);
         if (r == 1)
             continue;
-        if (r == 0 || mono() - l->last_renew > l->o.renew_deadline_s) {
+        if (r == 0 || clock_mono_s() - l->last_renew > l->o.renew_deadline_s) {
             log_error("leader election: lost lease %s/%s%s%s", l->ns, l->name, r < 0 ? ": " : "",
                       r < 0 ? e.msg : "");
             atomic_store(&l->leader, 0);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "kube_map.h"
 
 struct key_state {
@@ -31,13 +32,6 @@ struct kube_queue {
     double base, max;
     int shutdown;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 struct kube_queue *kube_queue_new(double base_delay_s, double max_delay_s)
 {
@@ -148,7 +142,7 @@ int kube_queue_add_after(struct kube_queue *q, const char *key, double delay_s)
     if (!q->shutdown) {
         struct key_state *s = state(q, key);
         if (s) {
-            double due = now_s() + delay_s;
+            double due = clock_mono_s() + delay_s;
             if (s->due == 0)
                 q->ndelayed++;
             if (s->due == 0 || due < s->due)
@@ -231,7 +225,7 @@ static double promote(struct kube_queue *q)
 {
     if (q->ndelayed == 0)
         return 0;
-    struct due_ctx c = {q, now_s(), 0, NULL, 0, 0};
+    struct due_ctx c = {q, clock_mono_s(), 0, NULL, 0, 0};
     kube_map_each(q->keys, find_due, &c);
     for (size_t i = 0; i < c.nready; i++) {
         char *key = strdup(c.ready[i]);
@@ -249,7 +243,7 @@ static double promote(struct kube_queue *q)
 
 char *kube_queue_get_timeout(struct kube_queue *q, int timeout_ms)
 {
-    double deadline = timeout_ms >= 0 ? now_s() + timeout_ms / 1000.0 : 0;
+    double deadline = timeout_ms >= 0 ? clock_mono_s() + timeout_ms / 1000.0 : 0;
     pthread_mutex_lock(&q->lock);
     char *out = NULL;
     for (;;) {
@@ -276,7 +270,7 @@ char *kube_queue_get_timeout(struct kube_queue *q, int timeout_ms)
         double wake = next;
         if (deadline > 0 && (wake == 0 || deadline < wake))
             wake = deadline;
-        if (deadline > 0 && now_s() >= deadline)
+        if (deadline > 0 && clock_mono_s() >= deadline)
             break;
         if (wake == 0) {
             pthread_cond_wait(&q->cond, &q->lock);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "log.h"
 
 #define QUEUE_MAX 1000
@@ -22,13 +23,6 @@ struct kube_recorder {
     int started;
     struct kube_recorder_counts counts;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static const char *str_at(const cJSON *o, const char *a, const char *b)
 {
@@ -71,7 +65,7 @@ int kube_recorder_send(struct kube_recorder *r, cJSON *ev, herr *e)
     char nsbuf[256];
     snprintf(nsbuf, sizeof nsbuf, "%s", ns);
     pthread_mutex_lock(&r->send_lock);
-    double t = now_s();
+    double t = clock_wall_s();
     struct kube_event_decision d;
     int rc = 0;
     if (kube_event_correlate(r->corr, ev, t, &d) != 0) {

@@ -9,6 +9,8 @@
 
 #include <nccl.h>
 
+#include "clock.h"
+
 struct nccl_comm {
     char name[64];
     char planned[16];
@@ -21,13 +23,6 @@ struct nccl_comm {
 };
 
 static char log_path[512]; /* NCCL_DEBUG_FILE we asked for, "" when the user set NCCL_DEBUG */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static long log_size(void)
 {
@@ -99,7 +94,7 @@ static int nccl_fail(struct nccl_comm *c, const char *op, ncclResult_t r, herr *
 /* Polls a non-blocking communicator until its pending work (init or a call) is done. */
 static int wait_async(struct nccl_comm *c, const char *op, herr *e)
 {
-    double deadline = now_s() + c->timeout_s;
+    double deadline = clock_mono_s() + c->timeout_s;
     for (;;) {
         ncclResult_t st;
         ncclResult_t r = ncclCommGetAsyncError(c->comm, &st);
@@ -109,7 +104,7 @@ static int wait_async(struct nccl_comm *c, const char *op, herr *e)
             return 0;
         if (st != ncclInProgress)
             return nccl_fail(c, op, st, e);
-        if (now_s() > deadline)
+        if (clock_mono_s() > deadline)
             return herr_set(e, "NCCL communicator %s: %s did not complete within %g s (a peer "
                             "missing or stuck)", c->name, op, c->timeout_s);
         usleep(1000);
@@ -250,7 +245,7 @@ int nccl_comm_sendrecv(struct nccl_comm *c, int to, const void *sbuf, size_t sby
 
 int nccl_comm_sync(struct nccl_comm *c, herr *e)
 {
-    double deadline = now_s() + c->timeout_s;
+    double deadline = clock_mono_s() + c->timeout_s;
     for (;;) {
         cudaError_t ce = cudaStreamQuery(c->stream);
         if (ce == cudaSuccess)
@@ -264,7 +259,7 @@ int nccl_comm_sync(struct nccl_comm *c, herr *e)
             c->comm = NULL;
             return nccl_fail(c, "an operation", st, e);
         }
-        if (now_s() > deadline) {
+        if (clock_mono_s() > deadline) {
             ncclCommAbort(c->comm);
             c->comm = NULL;
             return herr_set(e, "NCCL communicator %s: an operation did not complete within %g s "

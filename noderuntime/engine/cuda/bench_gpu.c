@@ -8,15 +8,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "gpt_cuda.h"
 #include "optimizer.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -74,7 +68,7 @@ int main(int argc, char **argv)
     struct adamw_config o = {0.9f, 0.95f, 1e-8f, 0.1f};
     float loss = 0.0f;
     for (int k = -2; k < steps; k++) { /* two warm-up steps, not counted */
-        double t0 = now(), sq;
+        double t0 = clock_mono_s(), sq;
         if (gpu_stage_zero_grads(s) < 0 || gpu_stage_forward(s, 0, tok, NULL, tgt, NULL, &loss) < 0 ||
             gpu_stage_backward(s, 0, NULL, NULL, 1.0f) < 0 ||
             gpu_stage_grad_sq_norm(s, 0, n, &sq) < 0 ||
@@ -84,7 +78,7 @@ int main(int argc, char **argv)
             return 1;
         }
         if (k >= 0)
-            ms[k] = (now() - t0) * 1e3;
+            ms[k] = (clock_mono_s() - t0) * 1e3;
     }
     qsort(ms, (size_t)steps, sizeof(double), cmp_double);
     double med = ms[steps / 2], tflops = gpu_stage_flops(s) / (med / 1e3) / 1e12;

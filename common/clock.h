@@ -1,0 +1,10 @@
+/* The one clock: seconds as doubles. Monotonic for intervals, deadlines and rates (never
+ * jumps); wall for what is shown to people or compared across processes (timestamps). */
+#ifndef HOLMES_CLOCK_H
+#define HOLMES_CLOCK_H
+
+double clock_mono_s(void);  /* CLOCK_MONOTONIC */
+double clock_mono_ms(void); /* the same in milliseconds */
+double clock_wall_s(void);  /* CLOCK_REALTIME: Unix seconds */
+
+#endif
