@@ -14,16 +14,10 @@
 
 /* ---------------------------------------------------------------- names and presets */
 
-static const char *const schedule_names[] = {"1f1b", "gpipe"};
-static const char *const policy_names[] = {"holmes", "naive"};
-static const char *const precision_names[] = {"fp32", "bf16"};
 static const char *const lr_names[] = {"cosine", "constant"};
 static const char *const format_names[] = {"llmc", "text"};
 static const char *const class_names[] = {"infiniband", "roce", "ethernet"};
 
-const char *tj_schedule_name(enum tj_schedule s) { return (unsigned)s < 2 ? schedule_names[s] : "?"; }
-const char *tj_policy_name(enum tj_policy p) { return (unsigned)p < 2 ? policy_names[p] : "?"; }
-const char *tj_precision_name(enum tj_precision p) { return (unsigned)p < 2 ? precision_names[p] : "?"; }
 const char *tj_lr_schedule_name(enum tj_lr_schedule s) { return (unsigned)s < 2 ? lr_names[s] : "?"; }
 const char *tj_data_format_name(enum tj_data_format f) { return (unsigned)f < 2 ? format_names[f] : "?"; }
 
@@ -75,7 +69,7 @@ void tj_spec_describe(const struct tj_spec *s, char *buf, size_t n)
              "%d x %d micro-batches %s, %s, %ld steps", who, s->model.preset[0] ? s->model.preset : "custom",
              s->model.layers, s->model.hidden, s->model.heads, s->model.vocab, s->model.seq_len, params,
              s->par.tensor, pipe, data, s->par.micro_batches, s->par.micro_batch_size,
-             tj_schedule_name(s->par.schedule), tj_precision_name(s->training.precision), s->training.steps);
+             schedule_name(s->par.schedule), dtype_name(s->training.precision), s->training.steps);
 }
 
 /* ---------------------------------------------------------------- errors */
@@ -351,10 +345,10 @@ void tj_spec_defaults(struct tj_spec *s)
     s->par.data = TJ_AUTO;
     s->par.micro_batches = 8;
     s->par.micro_batch_size = 1;
-    s->par.schedule = TJ_SCHED_1F1B;
-    s->par.pipeline_dtype = TJ_FP32;
-    s->par.param_gather_dtype = TJ_FP32;
-    s->placement.policy = TJ_POLICY_HOLMES;
+    s->par.schedule = SCHED_1F1B;
+    s->par.pipeline_dtype = DTYPE_FP32;
+    s->par.param_gather_dtype = DTYPE_FP32;
+    s->placement.policy = POLICY_HOLMES;
     struct tj_training *t = &s->training;
     t->opt.lr = 6.0e-4;
     t->opt.warmup_steps = 0;
@@ -365,7 +359,7 @@ void tj_spec_defaults(struct tj_spec *s)
     t->opt.eps = 1.0e-8;
     t->opt.weight_decay = 0.1;
     t->opt.grad_clip = 1.0;
-    t->precision = TJ_FP32;
+    t->precision = DTYPE_FP32;
     t->seed = 1337;
     snprintf(t->data.path, sizeof t->data.path, "%s", TJ_DEMO_CORPUS);
     t->data.format = TJ_DATA_TEXT;
@@ -423,12 +417,12 @@ static void parse_parallelism(const cJSON *spec, const char *sp, struct tj_spec 
     get_int(o, p, "microBatches", 1, 65536, 0, &s->par.micro_batches, errs);
     get_int(o, p, "microBatchSize", 1, 65536, 0, &s->par.micro_batch_size, errs);
     int v;
-    if (get_enum(o, p, "schedule", schedule_names, 2, &v, errs) == 1)
-        s->par.schedule = (enum tj_schedule)v;
-    if (get_enum(o, p, "pipelineDtype", precision_names, 2, &v, errs) == 1)
-        s->par.pipeline_dtype = (enum tj_precision)v;
-    if (get_enum(o, p, "paramGatherDtype", precision_names, 2, &v, errs) == 1)
-        s->par.param_gather_dtype = (enum tj_precision)v;
+    if (get_enum(o, p, "schedule", schedule_names, SCHED_COUNT, &v, errs) == 1)
+        s->par.schedule = (enum schedule)v;
+    if (get_enum(o, p, "pipelineDtype", dtype_names, DTYPE_API_COUNT, &v, errs) == 1)
+        s->par.pipeline_dtype = (enum dtype)v;
+    if (get_enum(o, p, "paramGatherDtype", dtype_names, DTYPE_API_COUNT, &v, errs) == 1)
+        s->par.param_gather_dtype = (enum dtype)v;
 }
 
 static void parse_placement(const cJSON *spec, const char *sp, struct tj_spec *s, struct tj_errors *errs)
@@ -441,8 +435,8 @@ static void parse_placement(const cJSON *spec, const char *sp, struct tj_spec *s
     static const char *const keys[] = {"policy", "fabrics", "crossFabricGbps", NULL};
     check_keys(o, p, keys, errs);
     int v;
-    if (get_enum(o, p, "policy", policy_names, 2, &v, errs) == 1)
-        s->placement.policy = (enum tj_policy)v;
+    if (get_enum(o, p, "policy", policy_names, POLICY_API_COUNT, &v, errs) == 1)
+        s->placement.policy = (enum policy)v;
     get_num(o, p, "crossFabricGbps", 0, 1, 100000, 0, &s->placement.cross_fabric_gbps, errs);
     const cJSON *f = member(o, "fabrics");
     if (!f)
@@ -496,8 +490,8 @@ static void parse_training(const cJSON *spec, const char *sp, struct tj_spec *s,
     if (get_int64(o, p, "steps", 1, 1000000000, 1, &steps, errs) == 1)
         t->steps = (long)steps;
     int v;
-    if (get_enum(o, p, "precision", precision_names, 2, &v, errs) == 1)
-        t->precision = (enum tj_precision)v;
+    if (get_enum(o, p, "precision", dtype_names, DTYPE_API_COUNT, &v, errs) == 1)
+        t->precision = (enum dtype)v;
     long long seed;
     if (get_int64(o, p, "seed", 0, (long long)TJ_MAX_SAFE_INT, 0, &seed, errs) == 1)
         t->seed = (unsigned long long)seed;
@@ -806,7 +800,7 @@ int tj_spec_validate(const struct tj_spec *s, const char *path, struct tj_errors
                           sp, par->data, world / known, m->layers);
         }
     }
-    if (par->schedule == TJ_SCHED_1F1B && par->pipeline > 0 && par->micro_batches < par->pipeline)
+    if (par->schedule == SCHED_1F1B && par->pipeline > 0 && par->micro_batches < par->pipeline)
         tj_errors_add(errs, "%s.parallelism.microBatches: %d is fewer than pipeline %d stages (1f1b needs at "
                       "least one micro-batch per stage)", sp, par->micro_batches, par->pipeline);
 
@@ -816,7 +810,7 @@ int tj_spec_validate(const struct tj_spec *s, const char *path, struct tj_errors
     if (t->opt.warmup_steps > t->steps && t->steps >= 1)
         tj_errors_add(errs, "%s.training.optimizer.warmupSteps: %d exceeds training.steps %ld", sp,
                       t->opt.warmup_steps, t->steps);
-    if (t->precision == TJ_BF16 && s->gpus_per_worker == 0)
+    if (t->precision == DTYPE_BF16 && s->gpus_per_worker == 0)
         tj_errors_add(errs, "%s.training.precision: bf16 needs GPU workers (gpusPerWorker >= 1); CPU workers "
                       "train in fp32", sp);
     if (!t->data.path[0])
@@ -947,14 +941,14 @@ cJSON *tj_spec_to_json(const struct tj_spec *s)
         ok &= s->par.data == TJ_AUTO ? !!str(p, "data", "auto") : !!num(p, "data", s->par.data);
         ok &= !!num(p, "microBatches", s->par.micro_batches);
         ok &= !!num(p, "microBatchSize", s->par.micro_batch_size);
-        ok &= !!str(p, "schedule", tj_schedule_name(s->par.schedule));
-        ok &= !!str(p, "pipelineDtype", tj_precision_name(s->par.pipeline_dtype));
-        ok &= !!str(p, "paramGatherDtype", tj_precision_name(s->par.param_gather_dtype));
+        ok &= !!str(p, "schedule", schedule_name(s->par.schedule));
+        ok &= !!str(p, "pipelineDtype", dtype_name(s->par.pipeline_dtype));
+        ok &= !!str(p, "paramGatherDtype", dtype_name(s->par.param_gather_dtype));
     }
     cJSON *pl = cJSON_AddObjectToObject(o, "placement");
     ok &= !!pl;
     if (pl) {
-        ok &= !!str(pl, "policy", tj_policy_name(s->placement.policy));
+        ok &= !!str(pl, "policy", policy_name(s->placement.policy));
         if (s->placement.cross_fabric_gbps > 0)
             ok &= !!num(pl, "crossFabricGbps", s->placement.cross_fabric_gbps);
         if (s->placement.n_fabrics > 0) {
@@ -989,7 +983,7 @@ cJSON *tj_spec_to_json(const struct tj_spec *s)
             ok &= !!num(op, "weightDecay", t->opt.weight_decay);
             ok &= !!num(op, "gradClip", t->opt.grad_clip);
         }
-        ok &= !!str(tr, "precision", tj_precision_name(t->precision));
+        ok &= !!str(tr, "precision", dtype_name(t->precision));
         ok &= !!num(tr, "seed", (double)t->seed);
         if (!t->data.is_demo) {
             cJSON *d = cJSON_AddObjectToObject(tr, "data");

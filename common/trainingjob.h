@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "error.h"
+#include "names.h"
 
 #define TJ_AUTO 0              /* parallelism.pipeline / parallelism.data: chosen by the planner */
 #define TJ_MAX_ERRORS 64
@@ -22,9 +23,6 @@
 #define TJ_DEMO_CORPUS "examples/data/corpus.txt" /* used when training.data is omitted */
 #define TJ_TEXT_VOCAB 256      /* text data is tokenized byte by byte: model.vocab must be >= 256 */
 
-enum tj_schedule { TJ_SCHED_1F1B = 0, TJ_SCHED_GPIPE = 1 };
-enum tj_policy { TJ_POLICY_HOLMES = 0, TJ_POLICY_NAIVE = 1 };
-enum tj_precision { TJ_FP32 = 0, TJ_BF16 = 1 };
 enum tj_lr_schedule { TJ_LR_COSINE = 0, TJ_LR_CONSTANT = 1 };
 enum tj_data_format { TJ_DATA_LLMC = 0, TJ_DATA_TEXT = 1 };
 
@@ -43,14 +41,14 @@ struct tj_parallelism {
     int data;             /* >= 1 or TJ_AUTO */
     int micro_batches;    /* per optimizer step, per data-parallel replica */
     int micro_batch_size; /* sequences per micro-batch */
-    enum tj_schedule schedule;
+    enum schedule schedule;
     /* element type of the activations and activation gradients sent between pipeline stages:
-     * TJ_FP32 (exact) or TJ_BF16 (half the bytes, values rounded to bfloat16) */
-    enum tj_precision pipeline_dtype;
+     * DTYPE_FP32 (exact) or DTYPE_BF16 (half the bytes, values rounded to bfloat16) */
+    enum dtype pipeline_dtype;
     /* element type in which a stage's data-parallel replicas all-gather their updated parameter
-     * shards: TJ_FP32 (exact) or TJ_BF16 (half the bytes; every replica computes with its
+     * shards: DTYPE_FP32 (exact) or DTYPE_BF16 (half the bytes; every replica computes with its
      * parameters rounded to bfloat16, the optimizer keeps the fp32 values of its shard) */
-    enum tj_precision param_gather_dtype;
+    enum dtype param_gather_dtype;
 };
 
 struct tj_fabric_bw {
@@ -59,7 +57,7 @@ struct tj_fabric_bw {
 };
 
 struct tj_placement {
-    enum tj_policy policy;
+    enum policy policy;
     int n_fabrics;
     struct tj_fabric_bw fabrics[TJ_MAX_FABRICS];
     double cross_fabric_gbps; /* 0: the planner's default for TCP between fabrics */
@@ -89,7 +87,7 @@ struct tj_checkpoint {
 struct tj_training {
     long steps;
     struct tj_optimizer opt;
-    enum tj_precision precision;
+    enum dtype precision;
     unsigned long long seed;
     struct tj_data data;
     struct tj_checkpoint checkpoint;
@@ -198,9 +196,6 @@ int tj_model_preset(const char *name, struct tj_model *m);
 /* Parameter count of the GPT-2 architecture (tied embeddings), for reports and planning. */
 long long tj_model_params(const struct tj_model *m);
 
-const char *tj_schedule_name(enum tj_schedule s);       /* "1f1b", "gpipe" */
-const char *tj_policy_name(enum tj_policy p);           /* "holmes", "naive" */
-const char *tj_precision_name(enum tj_precision p);     /* "fp32", "bf16" */
 const char *tj_lr_schedule_name(enum tj_lr_schedule s); /* "cosine", "constant" */
 const char *tj_data_format_name(enum tj_data_format f); /* "llmc", "text" */
 

@@ -100,13 +100,13 @@ static int parse_float(const char *opt, const char *s, double lo, double hi, flo
 }
 
 /* fp32 | bf16: what an element type option (--pipeline-dtype, --param-gather-dtype) selects. */
-static int parse_wire(const char *opt, const char *s, enum pipe_wire *out)
+static int parse_wire(const char *opt, const char *s, enum dtype *out)
 {
     if (strcmp(s, "fp32") && strcmp(s, "bf16")) {
         fprintf(stderr, "holmes-node worker: %s: '%s' is not one of fp32, bf16\n", opt, s);
         return -1;
     }
-    *out = strcmp(s, "bf16") ? PIPE_WIRE_FP32 : PIPE_WIRE_BF16;
+    *out = strcmp(s, "bf16") ? DTYPE_FP32 : DTYPE_BF16;
     return 0;
 }
 
@@ -171,9 +171,9 @@ int cmd_worker(int argc, char **argv)
         else if (strcmp(a, "--steps") == 0)
             bad = parse_long(a, v, 1, LONG_MAX, &c.steps);
         else if (strcmp(a, "--schedule") == 0) {
-            herr e;
-            if (pipe_schedule_parse(v, &c.schedule, &e) != 0) {
-                fprintf(stderr, "holmes-node worker: --schedule: %s\n", e.msg);
+            if (schedule_parse(v, &c.schedule) != 0) {
+                fprintf(stderr, "holmes-node worker: --schedule: '%s' is not one of 1f1b, gpipe\n",
+                        v);
                 return 2;
             }
         } else if (strcmp(a, "--pipeline-dtype") == 0)

@@ -8,22 +8,9 @@
 #define TAG_ACT 1u
 #define TAG_GRAD 2u
 
-int pipe_schedule_parse(const char *s, enum pipe_schedule *out, herr *e)
+int pipe_slots_needed(enum schedule s, int stage, int stages, int micro_batches)
 {
-    if (s && strcmp(s, "gpipe") == 0)
-        *out = PIPE_GPIPE;
-    else if (s && strcmp(s, "1f1b") == 0)
-        *out = PIPE_1F1B;
-    else
-        return herr_set(e, "pipeline schedule '%s' is not one of gpipe, 1f1b", s ? s : "");
-    return 0;
-}
-
-const char *pipe_schedule_name(enum pipe_schedule s) { return s == PIPE_GPIPE ? "gpipe" : "1f1b"; }
-
-int pipe_slots_needed(enum pipe_schedule s, int stage, int stages, int micro_batches)
-{
-    if (s == PIPE_GPIPE)
+    if (s == SCHED_GPIPE)
         return micro_batches;
     int n = stages - stage;
     return n < micro_batches ? n : micro_batches;
@@ -37,7 +24,7 @@ struct pipe_runner {
     float *out;    /* activation to send */
     float *dout;   /* received gradient */
     float *din;    /* gradient to send */
-    uint16_t *wire; /* PIPE_WIRE_BF16: one activation as sent or received */
+    uint16_t *wire; /* DTYPE_BF16: one activation as sent or received */
     float loss_sum;
 };
 
@@ -87,7 +74,7 @@ int pipe_runner_create(struct pipe_runner **out, const struct pipe_config *cfg,
         ok = (p->out = malloc(bytes ? bytes : 1)) != NULL;
         ok = ok && (p->dout = malloc(bytes ? bytes : 1)) != NULL;
     }
-    if (ok && cfg->wire == PIPE_WIRE_BF16 && cfg->stages > 1)
+    if (ok && cfg->wire == DTYPE_BF16 && cfg->stages > 1)
         ok = (p->wire = malloc(ops->act_count ? ops->act_count * sizeof *p->wire : 1)) != NULL;
     if (!ok) {
         pipe_runner_free(p);
@@ -102,7 +89,7 @@ int pipe_runner_create(struct pipe_runner **out, const struct pipe_config *cfg,
 static int wire_send(struct pipe_runner *p, int peer, uint32_t tag, const float *x, herr *e)
 {
     size_t n = p->ops.act_count;
-    if (p->cfg.wire != PIPE_WIRE_BF16)
+    if (p->cfg.wire != DTYPE_BF16)
         return comm_send(p->cfg.comm, peer, tag, x, n * sizeof *x, e);
     bf16_pack(p->wire, x, n);
     return comm_send(p->cfg.comm, peer, tag, p->wire, n * sizeof *p->wire, e);
@@ -111,7 +98,7 @@ static int wire_send(struct pipe_runner *p, int peer, uint32_t tag, const float 
 static int wire_recv(struct pipe_runner *p, int peer, uint32_t tag, float *x, herr *e)
 {
     size_t n = p->ops.act_count;
-    if (p->cfg.wire != PIPE_WIRE_BF16)
+    if (p->cfg.wire != DTYPE_BF16)
         return comm_recv(p->cfg.comm, peer, tag, x, n * sizeof *x, e);
     if (comm_recv(p->cfg.comm, peer, tag, p->wire, n * sizeof *p->wire, e) != 0)
         return -1;
@@ -153,7 +140,7 @@ int pipe_run(struct pipe_runner *p, float *loss_sum, herr *e)
 {
     int M = p->cfg.micro_batches;
     p->loss_sum = 0;
-    if (p->cfg.schedule == PIPE_GPIPE) {
+    if (p->cfg.schedule == SCHED_GPIPE) {
         for (int i = 0; i < M; i++)
             if (do_forward(p, i, e) != 0)
                 return -1;

@@ -10,15 +10,11 @@
 
 #include "comm.h"
 #include "error.h"
+#include "names.h"
 
-enum pipe_schedule { PIPE_GPIPE, PIPE_1F1B };
-/* What travels between stages: the stages' floats as they are, or each rounded to bfloat16
- * (round to nearest even; half the bytes) and widened again by the receiver. */
-enum pipe_wire { PIPE_WIRE_FP32, PIPE_WIRE_BF16 };
-
-/* Parses "gpipe" / "1f1b". */
-int pipe_schedule_parse(const char *s, enum pipe_schedule *out, herr *e);
-const char *pipe_schedule_name(enum pipe_schedule s);
+/* The schedule and the element type between stages come from names.h. What travels between
+ * stages: the stages' floats as they are (DTYPE_FP32), or each rounded to bfloat16 (DTYPE_BF16:
+ * round to nearest even; half the bytes) and widened again by the receiver. */
 
 struct pipe_stage_ops {
     void *ctx;
@@ -32,13 +28,13 @@ struct pipe_stage_ops {
 
 struct pipe_config {
     int stage, stages, micro_batches;
-    enum pipe_schedule schedule;
+    enum schedule schedule;
     struct comm *comm; /* pipeline group; NULL when stages == 1 */
-    enum pipe_wire wire;
+    enum dtype wire;
 };
 
 /* Activation slots a stage needs: micro_batches for GPipe, min(stages - stage, M) for 1F1B. */
-int pipe_slots_needed(enum pipe_schedule s, int stage, int stages, int micro_batches);
+int pipe_slots_needed(enum schedule s, int stage, int stages, int micro_batches);
 
 struct pipe_runner;
 int pipe_runner_create(struct pipe_runner **out, const struct pipe_config *cfg,

@@ -9,16 +9,6 @@
 
 #define MAX_WORLD 4096
 
-const char *rt_transport_name(enum rt_transport t)
-{
-    return t == RT_IB ? "ib" : t == RT_ROCE ? "roce" : "socket";
-}
-
-const char *rt_group_kind_name(enum rt_group_kind k)
-{
-    return k == RT_DP ? "dp" : k == RT_PP ? "pp" : "embedding";
-}
-
 /* Integer field: absent -> def (if allow_absent), else must be a whole number in [lo, hi]. */
 static int get_int(const cJSON *o, const char *key, const char *where, int lo, int hi, int def,
                    int required, int *out, herr *e)
@@ -100,20 +90,20 @@ void rank_table_free(struct rank_table *rt)
     memset(rt, 0, sizeof *rt);
 }
 
-static int parse_transport(const char *s, enum rt_transport *t)
+static int parse_transport(const char *s, enum transport *t)
 {
     if (strcmp(s, "ib") == 0 || strcmp(s, "infiniband") == 0)
-        *t = RT_IB;
+        *t = TRANSPORT_IB;
     else if (strcmp(s, "roce") == 0)
-        *t = RT_ROCE;
+        *t = TRANSPORT_ROCE;
     else if (strcmp(s, "socket") == 0 || strcmp(s, "tcp") == 0)
-        *t = RT_SOCKET;
+        *t = TRANSPORT_SOCKET;
     else
         return -1;
     return 0;
 }
 
-static int add_group(struct rank_table *rt, enum rt_group_kind kind, int stage, int n, herr *e)
+static int add_group(struct rank_table *rt, enum group_kind kind, int stage, int n, herr *e)
 {
     struct rt_group *g = realloc(rt->groups, (size_t)(rt->ngroups + 1) * sizeof *g);
     if (!g)
@@ -128,32 +118,32 @@ static int add_group(struct rank_table *rt, enum rt_group_kind kind, int stage, 
     g->kind = kind;
     g->stage = stage;
     g->n = n;
-    g->transport = RT_SOCKET;
+    g->transport = TRANSPORT_SOCKET;
     snprintf(g->nccl_net, sizeof g->nccl_net, "Socket");
     g->gid_index = -1;
     return 0;
 }
 
-static int derive_groups(struct rank_table *rt, enum rt_group_kind kind, herr *e)
+static int derive_groups(struct rank_table *rt, enum group_kind kind, herr *e)
 {
     int P = rt->pipeline, D = rt->data;
-    if (kind == RT_DP) {
+    if (kind == GROUP_DP) {
         for (int s = 0; s < P; s++) {
-            if (add_group(rt, RT_DP, s, D, e) != 0)
+            if (add_group(rt, GROUP_DP, s, D, e) != 0)
                 return -1;
             for (int d = 0; d < D; d++)
                 rt->groups[rt->ngroups - 1].members[d] = d + D * s;
         }
-    } else if (kind == RT_PP) {
+    } else if (kind == GROUP_PP) {
         for (int d = 0; d < D; d++) {
-            if (add_group(rt, RT_PP, -1, P, e) != 0)
+            if (add_group(rt, GROUP_PP, -1, P, e) != 0)
                 return -1;
             for (int s = 0; s < P; s++)
                 rt->groups[rt->ngroups - 1].members[s] = d + D * s;
         }
     } else if (P > 1) {
         for (int d = 0; d < D; d++) {
-            if (add_group(rt, RT_EMBEDDING, -1, 2, e) != 0)
+            if (add_group(rt, GROUP_EMBEDDING, -1, 2, e) != 0)
                 return -1;
             rt->groups[rt->ngroups - 1].members[0] = d;
             rt->groups[rt->ngroups - 1].members[1] = d + D * (P - 1);
@@ -170,13 +160,13 @@ static int parse_group(struct rank_table *rt, const cJSON *x, const char *w, her
     if (get_str(x, "kind", w, kind, sizeof kind, 1, e) != 0 ||
         get_str(x, "transport", w, tr, sizeof tr, 0, e) != 0)
         return -1;
-    enum rt_group_kind k;
+    enum group_kind k;
     if (strcmp(kind, "dp") == 0)
-        k = RT_DP;
+        k = GROUP_DP;
     else if (strcmp(kind, "pp") == 0)
-        k = RT_PP;
+        k = GROUP_PP;
     else if (strcmp(kind, "embedding") == 0)
-        k = RT_EMBEDDING;
+        k = GROUP_EMBEDDING;
     else if (strcmp(kind, "tp") == 0)
         return herr_set(e, "%s.kind: tensor-parallel groups are not supported by the CPU engine", w);
     else
@@ -190,7 +180,7 @@ static int parse_group(struct rank_table *rt, const cJSON *x, const char *w, her
     struct rt_group *g = &rt->groups[rt->ngroups - 1];
     if (parse_transport(tr, &g->transport) != 0)
         return herr_set(e, "%s.transport '%s' is not one of ib, roce, socket", w, tr);
-    snprintf(g->nccl_net, sizeof g->nccl_net, "%s", g->transport == RT_SOCKET ? "Socket" : "IB");
+    snprintf(g->nccl_net, sizeof g->nccl_net, "%s", g->transport == TRANSPORT_SOCKET ? "Socket" : "IB");
     if (get_str(x, "nccl_net", w, g->nccl_net, sizeof g->nccl_net, 0, e) != 0 ||
         get_int(x, "gid_index", w, -1, 255, -1, 0, &g->gid_index, e) != 0 ||
         get_pacing(x, "pacing", w, &g->pacing, e) != 0)
@@ -211,12 +201,12 @@ static int parse_group(struct rank_table *rt, const cJSON *x, const char *w, her
 static int check_groups(const struct rank_table *rt, herr *e)
 {
     int P = rt->pipeline, D = rt->data;
-    for (int k = RT_DP; k <= RT_EMBEDDING; k++) {
-        if (k == RT_EMBEDDING && P == 1)
-            continue;
+    for (int k = GROUP_DP; k <= GROUP_EMBEDDING; k++) {
+        if (k == GROUP_TP || (k == GROUP_EMBEDDING && P == 1))
+            continue; /* the CPU engine has no tensor groups */
         for (int r = 0; r < rt->world; r++) {
             int s = rank_table_stage(rt, r);
-            int needs = k != RT_EMBEDDING || s == 0 || s == P - 1;
+            int needs = k != GROUP_EMBEDDING || s == 0 || s == P - 1;
             int count = 0;
             for (int g = 0; g < rt->ngroups; g++) {
                 const struct rt_group *gr = &rt->groups[g];
@@ -227,26 +217,26 @@ static int check_groups(const struct rank_table *rt, herr *e)
             }
             if (count != needs)
                 return herr_set(e, "groups: rank %d is in %d '%s' groups, must be in %d", r, count,
-                                rt_group_kind_name(k), needs);
+                                group_kind_name(k), needs);
         }
     }
     for (int g = 0; g < rt->ngroups; g++) {
         struct rt_group *gr = &rt->groups[g];
-        int want = gr->kind == RT_DP ? D : gr->kind == RT_PP ? P : 2;
+        int want = gr->kind == GROUP_DP ? D : gr->kind == GROUP_PP ? P : 2;
         if (gr->n != want)
             return herr_set(e, "groups[%d]: a '%s' group must have %d ranks, has %d", g,
-                            rt_group_kind_name(gr->kind), want, gr->n);
+                            group_kind_name(gr->kind), want, gr->n);
         for (int i = 0; i < gr->n; i++) {
             int s = rank_table_stage(rt, gr->members[i]), d = rank_table_dp(rt, gr->members[i]);
-            int ok = gr->kind == RT_DP ? s == rank_table_stage(rt, gr->members[0]) && d == i
-                   : gr->kind == RT_PP ? s == i && d == rank_table_dp(rt, gr->members[0])
+            int ok = gr->kind == GROUP_DP ? s == rank_table_stage(rt, gr->members[0]) && d == i
+                   : gr->kind == GROUP_PP ? s == i && d == rank_table_dp(rt, gr->members[0])
                                        : s == (i ? P - 1 : 0) && d == rank_table_dp(rt, gr->members[0]);
             if (!ok)
                 return herr_set(e, "groups[%d]: rank %d does not belong at position %d of a '%s' group "
                                 "(rank = dp + data * stage)", g, gr->members[i], i,
-                                rt_group_kind_name(gr->kind));
+                                group_kind_name(gr->kind));
         }
-        if (gr->kind == RT_DP)
+        if (gr->kind == GROUP_DP)
             gr->stage = rank_table_stage(rt, gr->members[0]);
     }
     return 0;
@@ -351,7 +341,7 @@ static int parse_table(const cJSON *j, struct rank_table *rt, herr *e)
     const cJSON *gs = cJSON_GetObjectItemCaseSensitive(j, "groups");
     if (gs && !cJSON_IsArray(gs))
         return herr_set(e, "'groups' must be an array");
-    int have[3] = {0, 0, 0}, gi = 0;
+    int have[GROUP_KIND_COUNT] = {0}, gi = 0;
     cJSON_ArrayForEach(x, gs)
     {
         char w[32];
@@ -364,8 +354,8 @@ static int parse_table(const cJSON *j, struct rank_table *rt, herr *e)
             return -1;
         have[rt->groups[rt->ngroups - 1].kind] = 1;
     }
-    for (int k = RT_DP; k <= RT_EMBEDDING; k++)
-        if (!have[k] && derive_groups(rt, (enum rt_group_kind)k, e) != 0)
+    for (int k = GROUP_DP; k <= GROUP_EMBEDDING; k++)
+        if (k != GROUP_TP && !have[k] && derive_groups(rt, (enum group_kind)k, e) != 0)
             return -1;
     return check_groups(rt, e);
 }
@@ -412,7 +402,7 @@ int rank_table_from_env(struct rank_table *rt, herr *e)
     return herr_set(e, "no rank table: set HOLMES_RANK_TABLE (a file) or HOLMES_RANK_TABLE_JSON");
 }
 
-int rank_table_find_group(const struct rank_table *rt, enum rt_group_kind kind, int rank)
+int rank_table_find_group(const struct rank_table *rt, enum group_kind kind, int rank)
 {
     for (int g = 0; g < rt->ngroups; g++) {
         if (rt->groups[g].kind != kind)
@@ -461,10 +451,10 @@ int rank_table_comm_spec(const struct rank_table *rt, int g, int rank, struct rt
         else if (strcmp(k->fabric, rt->ranks[rank].fabric) != 0)
             out->pacing[i] = rt->cross_fabric;
     }
-    if (gr->kind == RT_DP)
+    if (gr->kind == GROUP_DP)
         snprintf(out->name, sizeof out->name, "dp[stage %d]", gr->stage);
     else
-        snprintf(out->name, sizeof out->name, "%s[replica %d]", rt_group_kind_name(gr->kind),
+        snprintf(out->name, sizeof out->name, "%s[replica %d]", group_kind_name(gr->kind),
                  rank_table_dp(rt, gr->members[0]));
     out->spec.name = out->name;
     out->spec.group_id = (uint32_t)g + 1;

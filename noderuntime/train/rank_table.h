@@ -10,12 +10,9 @@
 
 #include "comm_tcp.h"
 #include "error.h"
+#include "names.h"
 
-enum rt_transport { RT_IB = 0, RT_ROCE = 1, RT_SOCKET = 2 };
-enum rt_group_kind { RT_DP = 0, RT_PP = 1, RT_EMBEDDING = 2 };
 
-const char *rt_transport_name(enum rt_transport t); /* "ib", "roce", "socket" */
-const char *rt_group_kind_name(enum rt_group_kind k); /* "dp", "pp", "embedding" */
 
 struct rt_rank {
     char host[256];
@@ -27,11 +24,11 @@ struct rt_rank {
 };
 
 struct rt_group {
-    enum rt_group_kind kind;
+    enum group_kind kind;
     int stage;             /* dp groups: their stage; else -1 */
     int n;
     int *members;          /* global ranks in communicator order */
-    enum rt_transport transport;
+    enum transport transport;
     char nccl_net[16];     /* "IB" or "Socket" */
     int gid_index;         /* -1 = unset */
     struct tcp_pacing pacing; /* every link of the group (0 = unpaced) */
@@ -59,7 +56,7 @@ static inline int rank_table_stage(const struct rank_table *rt, int rank) { retu
 static inline int rank_table_dp(const struct rank_table *rt, int rank) { return rank % rt->data; }
 
 /* Index of the group of `kind` that holds `rank`, or -1. */
-int rank_table_find_group(const struct rank_table *rt, enum rt_group_kind kind, int rank);
+int rank_table_find_group(const struct rank_table *rt, enum group_kind kind, int rank);
 
 /* A TCP group spec for `rank`'s membership in group g (endpoints, pacing per link: the group's,
  * or cross_fabric between different fabrics when the group sets none). */

@@ -19,7 +19,7 @@
 void trainer_config_defaults(struct trainer_config *c)
 {
     memset(c, 0, sizeof *c);
-    c->schedule = PIPE_1F1B;
+    c->schedule = SCHED_1F1B;
     c->adamw = (struct adamw_config){0.9f, 0.95f, 1e-8f, 0.1f};
     c->lr = (struct lr_schedule){3e-4f, 0, 0, 1.0f};
     c->grad_clip = 1.0f;
@@ -223,7 +223,7 @@ static int open_comms(struct worker *w, struct tcp_listener *l, herr *e)
             member |= gr->members[i] == w->rank;
         if (!member || gr->n == 1)
             continue;
-        struct comm **slot = gr->kind == RT_DP ? &w->dp : gr->kind == RT_PP ? &w->pp : &w->emb;
+        struct comm **slot = gr->kind == GROUP_DP ? &w->dp : gr->kind == GROUP_PP ? &w->pp : &w->emb;
         struct rt_comm_spec cs;
         if (rank_table_comm_spec(w->rt, g, w->rank, &cs, e) != 0)
             return -1;
@@ -546,7 +546,7 @@ static int worker_optim_init(struct worker *w, herr *e)
     if (rc != 0)
         return -1;
     gpt_stage_set_forward_hook(w->gs, params_needed, w);
-    if (w->cfg->param_wire == PIPE_WIRE_BF16 && zero_params_bf16(w->z, e) != 0)
+    if (w->cfg->param_wire == DTYPE_BF16 && zero_params_bf16(w->z, e) != 0)
         return -1;
     w->tied = w->emb && w->has_wte;
     if (w->tied) {

@@ -32,9 +32,9 @@ struct trainer_config {
     int B, T;                    /* sequences per micro-batch, tokens per sequence */
     int micro_batches;           /* per replica per step */
     long steps;                  /* total steps of the run (resume continues up to it) */
-    enum pipe_schedule schedule;
-    enum pipe_wire pipe_wire;    /* element type between pipeline stages */
-    enum pipe_wire param_wire;   /* parameters all-gathered and computed with (bf16: rounded
+    enum schedule schedule;
+    enum dtype pipe_wire;    /* element type between pipeline stages */
+    enum dtype param_wire;   /* parameters all-gathered and computed with (bf16: rounded
                                     from fp32 masters the optimizer updates) */
     struct adamw_config adamw;
     struct lr_schedule lr;

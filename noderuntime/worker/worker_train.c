@@ -105,9 +105,9 @@ static int config_from_spec(const struct tj_spec *sp, struct trainer_config *c, 
     c->T = sp->model.seq_len;
     c->micro_batches = sp->par.micro_batches;
     c->steps = sp->training.steps;
-    c->schedule = sp->par.schedule == TJ_SCHED_GPIPE ? PIPE_GPIPE : PIPE_1F1B;
-    c->pipe_wire = sp->par.pipeline_dtype == TJ_BF16 ? PIPE_WIRE_BF16 : PIPE_WIRE_FP32;
-    c->param_wire = sp->par.param_gather_dtype == TJ_BF16 ? PIPE_WIRE_BF16 : PIPE_WIRE_FP32;
+    c->schedule = sp->par.schedule;
+    c->pipe_wire = sp->par.pipeline_dtype;
+    c->param_wire = sp->par.param_gather_dtype;
     const struct tj_optimizer *o = &sp->training.opt;
     c->adamw = (struct adamw_config){(float)o->beta1, (float)o->beta2, (float)o->eps,
                                      (float)o->weight_decay};

@@ -143,7 +143,7 @@ static int hook_plan(void *user, const struct coord_worker *w, int n, cJSON **a,
     L->stages = p->n_stages;
     end_progress_line(L);
     printf("placement (%s policy): pipeline %d x data %d, %d micro-batches of %d\n",
-           plan_policy_name(p->policy), p->pipeline, p->data, p->micro_batches,
+           policy_name(p->policy), p->pipeline, p->data, p->micro_batches,
            p->micro_batch_size);
     printf("  %-6s %-12s %-9s %s\n", "stage", "fabric", "layers", "workers");
     for (int s = 0; s < p->n_stages; s++) {
@@ -165,10 +165,10 @@ static int hook_plan(void *user, const struct coord_worker *w, int n, cJSON **a,
     }
     for (int g = 0; g < p->n_groups; g++) {
         const struct plan_group *pg = &p->groups[g];
-        if (pg->kind != PLAN_GROUP_DP || pg->n < 2)
+        if (pg->kind != GROUP_DP || pg->n < 2)
             continue;
         printf("  data-parallel group of stage %d: %s%s%s\n", pg->stage,
-               plan_transport_name(pg->transport.kind), pg->transport.reason[0] ? " - " : "",
+               transport_name(pg->transport.kind), pg->transport.reason[0] ? " - " : "",
                pg->transport.reason);
     }
     printf("  predicted step time %.3f s (model's estimate for the emulated fabrics)\n",

@@ -53,8 +53,8 @@ static void print_workers(const struct plan *p, int s)
 static void print_table(const struct plan *p)
 {
     printf("policy %s: tensor %d x pipeline %d x data %d, %d micro-batches of %d, %s\n",
-           plan_policy_name(p->policy), p->tensor, p->pipeline, p->data, p->micro_batches,
-           p->micro_batch_size, p->schedule == COST_GPIPE ? "gpipe" : "1f1b");
+           policy_name(p->policy), p->tensor, p->pipeline, p->data, p->micro_batches,
+           p->micro_batch_size, p->schedule == SCHED_GPIPE ? "gpipe" : "1f1b");
     printf("\n%-6s %-24s %-12s %-8s %-9s %-7s %s\n", "stage", "fabric", "layers", "TFLOPS",
            "fwd ms", "mem GB", "workers");
     for (int s = 0; s < p->n_stages; s++) {
@@ -75,20 +75,20 @@ static void print_table(const struct plan *p)
         int n = count[k][0] + count[k][1] + count[k][2];
         if (!n)
             continue;
-        printf("  %-10s %5d: %d ib, %d roce, %d socket\n", plan_group_kind_name(k), n, count[k][0],
+        printf("  %-10s %5d: %d ib, %d roce, %d socket\n", group_kind_name(k), n, count[k][0],
                count[k][1], count[k][2]);
     }
     /* dp/tp groups on TCP: one line per (kind, stage) */
     int shown = 0;
     for (int g = 0; g < p->n_groups && shown < 16; g++) {
         const struct plan_group *gr = &p->groups[g];
-        if (gr->transport.kind != PLAN_SOCKET || gr->kind == PLAN_GROUP_PP ||
-            gr->kind == PLAN_GROUP_EMBEDDING || gr->transport.intra_node)
+        if (gr->transport.kind != TRANSPORT_SOCKET || gr->kind == GROUP_PP ||
+            gr->kind == GROUP_EMBEDDING || gr->transport.intra_node)
             continue;
         int n = 0, seen = 0;
         for (int h = 0; h < p->n_groups; h++) {
             const struct plan_group *o = &p->groups[h];
-            if (o->kind == gr->kind && o->stage == gr->stage && o->transport.kind == PLAN_SOCKET &&
+            if (o->kind == gr->kind && o->stage == gr->stage && o->transport.kind == TRANSPORT_SOCKET &&
                 !o->transport.intra_node) {
                 if (h < g)
                     seen = 1;
@@ -97,7 +97,7 @@ static void print_table(const struct plan *p)
         }
         if (seen)
             continue;
-        printf("  on TCP: %d %s group(s) of stage %d (%s)\n", n, plan_group_kind_name(gr->kind),
+        printf("  on TCP: %d %s group(s) of stage %d (%s)\n", n, group_kind_name(gr->kind),
                gr->stage, gr->transport.reason);
         shown++;
     }
@@ -221,7 +221,7 @@ int cmd_plan(int argc, char **argv)
         job.pinned = pin;
         job.n_pinned = n_pin;
     }
-    if (policy && plan_policy_parse(policy, &job.policy)) {
+    if (policy && policy_parse(policy, &job.policy)) {
         fprintf(stderr, "holmes-operator plan: --policy: must be holmes, naive or ethernet\n");
         rc = 2;
         goto out;

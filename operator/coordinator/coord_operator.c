@@ -138,7 +138,7 @@ static cJSON *plan_status_json(const struct plan *p, const struct coord_worker *
     cJSON *o = cJSON_CreateObject();
     if (!o)
         return NULL;
-    cJSON_AddStringToObject(o, "policy", plan_policy_name(p->policy));
+    cJSON_AddStringToObject(o, "policy", policy_name(p->policy));
     cJSON_AddNumberToObject(o, "tensor", p->tensor);
     cJSON_AddNumberToObject(o, "pipeline", p->pipeline);
     cJSON_AddNumberToObject(o, "data", p->data);
@@ -198,7 +198,7 @@ static int on_plan(void *user, const struct coord_worker *w, int n, cJSON **a, h
     }
     char msg[256];
     snprintf(msg, sizeof msg, "planned %d stages x %d replicas (%s policy), predicted %.3f s/step",
-             p->n_stages, p->data, plan_policy_name(p->policy), p->step_s);
+             p->n_stages, p->data, policy_name(p->policy), p->step_s);
     event(j, "Normal", "Planned", msg);
     char gang[96];
     snprintf(gang, sizeof gang, "all %d workers said hello", n);

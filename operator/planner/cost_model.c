@@ -163,7 +163,7 @@ double cost_stage_memory(const struct cost_job *j, int layers, int s, int n)
     double b = j->micro_batch_size, sq = j->seq, h = j->hidden, a = j->heads;
     double act_layer = sq * b * h * (10.0 + 24.0 / t + 5.0 * a * sq / (h * t)) *
                        (j->elem_bytes / 2.0);
-    int inflight = j->schedule == COST_GPIPE ? j->micro_batches
+    int inflight = j->schedule == SCHED_GPIPE ? j->micro_batches
                    : (n - s < j->micro_batches ? n - s : j->micro_batches);
     double logits = last ? b * sq * (double)j->vocab * 4.0 / t : 0;
     return state + inflight * (layers * act_layer) + logits;
@@ -260,9 +260,9 @@ void cost_sim_free(struct cost_sim *s)
 }
 
 /* The k-th op of stage s: returns 0 for forward, 1 for backward; *mb gets the micro-batch. */
-static int op_at(enum cost_schedule sched, int s, int k, int P, int m, int *mb)
+static int op_at(enum schedule sched, int s, int k, int P, int m, int *mb)
 {
-    if (sched == COST_GPIPE) {
+    if (sched == SCHED_GPIPE) {
         *mb = k < m ? k : k - m;
         return k >= m;
     }

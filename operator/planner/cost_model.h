@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 
 #include "error.h"
+#include "names.h"
 
 /* Link and device constants. Every field can be overridden by the cluster file's `links`
  * object (or a calibration file with the same keys), so measured numbers replace defaults. */
@@ -43,7 +44,6 @@ int cost_links_apply_json(struct cost_links *l, const cJSON *j, const char *wher
 int cost_links_check(const struct cost_links *l, herr *e);
 cJSON *cost_links_to_json(const struct cost_links *l);
 
-enum cost_schedule { COST_1F1B = 0, COST_GPIPE = 1 };
 
 /* Model shape and per-step work, as the cost model needs it. */
 struct cost_job {
@@ -55,7 +55,7 @@ struct cost_job {
     int elem_bytes;        /* 4 for fp32, 2 for bf16/fp16 */
     int act_elem_bytes;    /* per element between pipeline stages; 0 = elem_bytes */
     int gather_elem_bytes; /* per element of the parameter all-gather; 0 = elem_bytes */
-    enum cost_schedule schedule;
+    enum schedule schedule;
 };
 
 /* One link: bandwidth in bytes/s and latency in seconds. */

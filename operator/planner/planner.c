@@ -8,88 +8,17 @@
 
 /* ---- names ---- */
 
-const char *plan_policy_name(enum plan_policy p)
-{
-    switch (p) {
-    case PLAN_HOLMES: return "holmes";
-    case PLAN_NAIVE: return "naive";
-    case PLAN_ETHERNET: return "ethernet";
-    }
-    return "unknown";
-}
-
-int plan_policy_parse(const char *s, enum plan_policy *out)
-{
-    if (!s)
-        return -1;
-    if (!strcmp(s, "holmes"))
-        *out = PLAN_HOLMES;
-    else if (!strcmp(s, "naive"))
-        *out = PLAN_NAIVE;
-    else if (!strcmp(s, "ethernet"))
-        *out = PLAN_ETHERNET;
-    else
-        return -1;
-    return 0;
-}
-
-const char *plan_transport_name(enum plan_transport t)
-{
-    switch (t) {
-    case PLAN_IB: return "ib";
-    case PLAN_ROCE: return "roce";
-    case PLAN_SOCKET: return "socket";
-    }
-    return "unknown";
-}
-
-const char *plan_group_kind_name(enum plan_group_kind k)
-{
-    switch (k) {
-    case PLAN_GROUP_DP: return "dp";
-    case PLAN_GROUP_TP: return "tp";
-    case PLAN_GROUP_PP: return "pp";
-    case PLAN_GROUP_EMBEDDING: return "embedding";
-    }
-    return "unknown";
-}
-
-const char *plan_precision_name(enum plan_precision p)
-{
-    switch (p) {
-    case PLAN_FP32: return "fp32";
-    case PLAN_BF16: return "bf16";
-    case PLAN_FP16: return "fp16";
-    }
-    return "unknown";
-}
-
-int plan_precision_parse(const char *s, enum plan_precision *out)
-{
-    if (!s)
-        return -1;
-    if (!strcmp(s, "fp32"))
-        *out = PLAN_FP32;
-    else if (!strcmp(s, "bf16"))
-        *out = PLAN_BF16;
-    else if (!strcmp(s, "fp16"))
-        *out = PLAN_FP16;
-    else
-        return -1;
-    return 0;
-}
-
 void plan_job_init(struct plan_job *j)
 {
     memset(j, 0, sizeof *j);
     j->tensor = 1;
     j->micro_batches = 1;
     j->micro_batch_size = 1;
-    j->precision = PLAN_BF16;
-    j->pipeline_dtype = PLAN_FP32;
-    j->param_gather_dtype = PLAN_FP32;
-    j->schedule = COST_1F1B;
-    j->policy = PLAN_HOLMES;
+    j->precision = DTYPE_BF16;
+    j->pipeline_dtype = DTYPE_FP32;
+    j->param_gather_dtype = DTYPE_FP32;
+    j->schedule = SCHED_1F1B;
+    j->policy = POLICY_HOLMES;
 }
 
 /* ---- input checks ---- */
@@ -172,7 +101,7 @@ int plan_check_input(const struct plan_worker *workers, int n_workers, const str
                         "needs at least one layer)", job->pipeline, m->layers);
     if (job->micro_batches < 1 || job->micro_batch_size < 1)
         return herr_set(e, "parallelism: microBatches and microBatchSize must be >= 1");
-    if (job->schedule == COST_1F1B && job->pipeline && job->micro_batches < job->pipeline)
+    if (job->schedule == SCHED_1F1B && job->pipeline && job->micro_batches < job->pipeline)
         return herr_set(e, "parallelism.microBatches: %d is fewer than pipeline %d stages (1f1b "
                         "needs at least one micro-batch per stage)", job->micro_batches,
                         job->pipeline);
@@ -238,7 +167,7 @@ struct plan_eval {
     int n_workers;
     struct cost_links links;
     struct cost_job cj;
-    enum plan_policy policy;
+    enum policy policy;
     int P, D, t, L;
     int capP;              /* stages the buffers hold */
     int fast;              /* partition by the dynamic programme only (no refinement) */
@@ -425,9 +354,9 @@ static struct plan_eval *eval_new(const struct plan_worker *workers, int n_worke
     ev->cj.vocab = job->model.vocab;
     ev->cj.seq = job->model.seq;
     ev->cj.tensor = job->tensor;
-    ev->cj.elem_bytes = job->precision == PLAN_FP32 ? 4 : 2;
-    ev->cj.act_elem_bytes = job->pipeline_dtype == PLAN_BF16 ? 2 : ev->cj.elem_bytes;
-    ev->cj.gather_elem_bytes = job->param_gather_dtype == PLAN_BF16 ? 2 : ev->cj.elem_bytes;
+    ev->cj.elem_bytes = job->precision == DTYPE_FP32 ? 4 : 2;
+    ev->cj.act_elem_bytes = job->pipeline_dtype == DTYPE_BF16 ? 2 : ev->cj.elem_bytes;
+    ev->cj.gather_elem_bytes = job->param_gather_dtype == DTYPE_BF16 ? 2 : ev->cj.elem_bytes;
     ev->cj.schedule = job->schedule;
     return ev;
 fail:
@@ -482,7 +411,7 @@ static struct cost_link nic_link(const struct plan_eval *ev, const struct unit *
     const struct cost_links *l = &ev->links;
     double g = a->gbps < b->gbps ? a->gbps : b->gbps;
     int cls = a->cls < b->cls ? a->cls : b->cls;
-    if (a->fabric == b->fabric && cls != NIC_ETHERNET && ev->policy != PLAN_ETHERNET)
+    if (a->fabric == b->fabric && cls != NIC_ETHERNET && ev->policy != POLICY_ETHERNET)
         return cost_link_make(g * l->rdma_efficiency,
                               cls == NIC_INFINIBAND ? l->ib_latency_us : l->roce_latency_us, flows);
     g *= l->tcp_efficiency;
@@ -1289,27 +1218,27 @@ static void transport_of(const struct plan *p, const int *members, int n,
             gid = w->nic.gid_index;
     }
     t->intra_node = same_node;
-    if (p->policy == PLAN_ETHERNET && !same_node) {
-        t->kind = PLAN_SOCKET;
+    if (p->policy == POLICY_ETHERNET && !same_node) {
+        t->kind = TRANSPORT_SOCKET;
         snprintf(t->reason, sizeof t->reason, "ethernet baseline: every group on TCP");
     } else if (!same_fabric) {
-        t->kind = PLAN_SOCKET;
+        t->kind = TRANSPORT_SOCKET;
         snprintf(t->reason, sizeof t->reason, "members span fabrics %.80s and %.80s",
                  w0->nic.fabric, other);
     } else if (cls == NIC_ETHERNET) {
-        t->kind = PLAN_SOCKET;
+        t->kind = TRANSPORT_SOCKET;
         snprintf(t->reason, sizeof t->reason, "fabric %.120s is Ethernet (no RDMA)",
                  w0->nic.fabric);
     } else if (cls == NIC_INFINIBAND) {
-        t->kind = PLAN_IB;
+        t->kind = TRANSPORT_IB;
     } else {
-        t->kind = PLAN_ROCE;
+        t->kind = TRANSPORT_ROCE;
         t->gid_index = gid >= 0 ? gid : 3;
     }
-    t->nccl_net = t->kind == PLAN_SOCKET ? "Socket" : "IB";
+    t->nccl_net = t->kind == TRANSPORT_SOCKET ? "Socket" : "IB";
 }
 
-static int add_group(struct plan *p, enum plan_group_kind kind, int stage, int n, herr *e)
+static int add_group(struct plan *p, enum group_kind kind, int stage, int n, herr *e)
 {
     struct plan_group *g = &p->groups[p->n_groups];
     g->kind = kind;
@@ -1370,28 +1299,28 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
     }
     for (int s = 0; s < P && t > 1; s++)
         for (int d = 0; d < D; d++) {
-            if (add_group(p, PLAN_GROUP_TP, s, t, e))
+            if (add_group(p, GROUP_TP, s, t, e))
                 return -1;
             for (int r = 0; r < t; r++)
                 p->groups[p->n_groups - 1].members[r] = plan_rank_of(p, s, d, r);
         }
     for (int s = 0; s < P && D > 1; s++)
         for (int r = 0; r < t; r++) {
-            if (add_group(p, PLAN_GROUP_DP, s, D, e))
+            if (add_group(p, GROUP_DP, s, D, e))
                 return -1;
             for (int d = 0; d < D; d++)
                 p->groups[p->n_groups - 1].members[d] = plan_rank_of(p, s, d, r);
         }
     for (int d = 0; d < D && P > 1; d++)
         for (int r = 0; r < t; r++) {
-            if (add_group(p, PLAN_GROUP_PP, -1, P, e))
+            if (add_group(p, GROUP_PP, -1, P, e))
                 return -1;
             for (int s = 0; s < P; s++)
                 p->groups[p->n_groups - 1].members[s] = plan_rank_of(p, s, d, r);
         }
     for (int d = 0; d < D && P > 1; d++)
         for (int r = 0; r < t; r++) {
-            if (add_group(p, PLAN_GROUP_EMBEDDING, -1, 2, e))
+            if (add_group(p, GROUP_EMBEDDING, -1, 2, e))
                 return -1;
             p->groups[p->n_groups - 1].members[0] = plan_rank_of(p, 0, d, r);
             p->groups[p->n_groups - 1].members[1] = plan_rank_of(p, P - 1, d, r);
@@ -1400,8 +1329,8 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
     for (int g = 0; g < p->n_groups; g++) {
         struct plan_group *gr = &p->groups[g];
         transport_of(p, gr->members, gr->n, &gr->transport);
-        if ((gr->kind == PLAN_GROUP_DP || gr->kind == PLAN_GROUP_TP) &&
-            gr->transport.kind == PLAN_SOCKET && !gr->transport.intra_node)
+        if ((gr->kind == GROUP_DP || gr->kind == GROUP_TP) &&
+            gr->transport.kind == TRANSPORT_SOCKET && !gr->transport.intra_node)
             p->n_socket_groups++;
     }
     p->step_s = eval_sim(ev, P, layers, &p->breakdown);
@@ -1443,7 +1372,7 @@ static int list_shapes(const struct plan_job *job, int units, struct shape **out
             long m = per_replica / b;
             if (m > 4096 && b != job->micro_batch_size)
                 continue;
-            if (job->schedule == COST_1F1B && m < P)
+            if (job->schedule == SCHED_1F1B && m < P)
                 continue;
             if (k == cap) {
                 cap *= 2;
@@ -1531,7 +1460,7 @@ int plan_make(const struct plan_worker *workers, int n_workers, const struct pla
         herr_set(e, "planner: out of memory");
         goto done;
     }
-    for (int i = 0; i < n_shapes && n_shapes > 1 && job->policy == PLAN_HOLMES; i++) {
+    for (int i = 0; i < n_shapes && n_shapes > 1 && job->policy == POLICY_HOLMES; i++) {
         struct shape sh = shapes[i];
         struct search S;
         if (eval_shape(ev, sh.P, sh.D, sh.m, sh.b, e)) {
@@ -1558,7 +1487,7 @@ int plan_make(const struct plan_worker *workers, int n_workers, const struct pla
             goto done;
         }
         double t;
-        if (job->policy == PLAN_HOLMES && n_shapes > 1 && quick[i] < SHAPE_KEEP * quick_best) {
+        if (job->policy == POLICY_HOLMES && n_shapes > 1 && quick[i] < SHAPE_KEEP * quick_best) {
             if (quick[i] > 0) {
                 struct plan_candidate c = {sh.P, sh.D, sh.m, sh.b,
                                            (double)sh.m * sh.b * sh.D * job->model.seq / quick[i],
@@ -1567,7 +1496,7 @@ int plan_make(const struct plan_worker *workers, int n_workers, const struct pla
             }
             continue;
         }
-        if (job->policy == PLAN_HOLMES) {
+        if (job->policy == POLICY_HOLMES) {
             struct search S;
             if (search_init(&S, ev, job, sh.P, sh.D, e) || holmes_search(&S, e)) {
                 free(quick);
@@ -1640,9 +1569,9 @@ int plan_make(const struct plan_worker *workers, int n_workers, const struct pla
         free(fs);
     }
     /* baselines on the same shape */
-    ev->policy = PLAN_NAIVE;
+    ev->policy = POLICY_NAIVE;
     out->baseline_naive_s = naive_eval(ev, job, best_shape.P, naive_units, 1);
-    ev->policy = PLAN_ETHERNET;
+    ev->policy = POLICY_ETHERNET;
     out->baseline_ethernet_s = naive_eval(ev, job, best_shape.P, naive_units, 1);
     ev->policy = job->policy;
     if (build_plan(out, ev, best_units, best_layers, e))

@@ -21,19 +21,7 @@
 #define PLAN_NAME_MAX 64
 #define PLAN_TOP_MAX 5   /* candidates kept by the auto search */
 
-enum plan_policy { PLAN_HOLMES = 0, PLAN_NAIVE = 1, PLAN_ETHERNET = 2 };
-enum plan_precision { PLAN_FP32 = 0, PLAN_BF16 = 1, PLAN_FP16 = 2 };
-enum plan_transport { PLAN_IB = 0, PLAN_ROCE = 1, PLAN_SOCKET = 2 };
-/* dp, tp, pp, and the embedding tie group (first and last stage, same dp and tp rank). */
-enum plan_group_kind { PLAN_GROUP_DP = 0, PLAN_GROUP_TP = 1, PLAN_GROUP_PP = 2,
-                       PLAN_GROUP_EMBEDDING = 3 };
 
-const char *plan_policy_name(enum plan_policy p);      /* "holmes", "naive", "ethernet" */
-int plan_policy_parse(const char *s, enum plan_policy *out);
-const char *plan_transport_name(enum plan_transport t); /* "ib", "roce", "socket" */
-const char *plan_group_kind_name(enum plan_group_kind k); /* "dp", "tp", "pp", "embedding" */
-const char *plan_precision_name(enum plan_precision p); /* "fp32", "bf16", "fp16" */
-int plan_precision_parse(const char *s, enum plan_precision *out);
 
 struct plan_worker {
     char name[PLAN_NAME_MAX];
@@ -55,11 +43,11 @@ struct plan_job {
     int data;             /* 0 = auto */
     int micro_batches;    /* per data-parallel replica per step */
     int micro_batch_size; /* sequences per micro-batch */
-    enum plan_precision precision;
-    enum plan_precision pipeline_dtype; /* between stages: PLAN_BF16 halves fp32 activations */
-    enum plan_precision param_gather_dtype; /* all-gather: PLAN_BF16 halves fp32 parameters */
-    enum cost_schedule schedule;
-    enum plan_policy policy;
+    enum dtype precision;
+    enum dtype pipeline_dtype; /* between stages: DTYPE_BF16 halves fp32 activations */
+    enum dtype param_gather_dtype; /* all-gather: DTYPE_BF16 halves fp32 parameters */
+    enum schedule schedule;
+    enum policy policy;
     const int *pinned;    /* layers per stage, or NULL for the cost model's partition */
     int n_pinned;
 };
@@ -69,7 +57,7 @@ void plan_job_init(struct plan_job *j);
 
 /* Where a communicator's traffic goes and how NCCL / the TCP backend is told so. */
 struct plan_transport_spec {
-    enum plan_transport kind;
+    enum transport kind;
     const char *nccl_net;  /* ncclConfig_t.netName: "IB" or "Socket" */
     int gid_index;         /* RoCE: NCCL_IB_GID_INDEX (3 unless reported); else -1 */
     int intra_node;        /* every member on one node (NVLink / shared memory inside) */
@@ -94,7 +82,7 @@ struct plan_stage {
 };
 
 struct plan_group {
-    enum plan_group_kind kind;
+    enum group_kind kind;
     int stage;                    /* -1 for pp and embedding groups */
     int n;
     int *members;                 /* global ranks, in communicator order */
@@ -108,9 +96,9 @@ struct plan_candidate {
 };
 
 struct plan {
-    enum plan_policy policy;
+    enum policy policy;
     int tensor, pipeline, data, micro_batches, micro_batch_size;
-    enum cost_schedule schedule;
+    enum schedule schedule;
     int n_workers;
     struct plan_worker *workers;  /* a copy of the input workers */
     int n_ranks;

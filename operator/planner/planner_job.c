@@ -17,11 +17,11 @@ void planner_job_from_spec(const struct tj_spec *s, struct plan_job *out)
     out->data = s->par.data;
     out->micro_batches = s->par.micro_batches;
     out->micro_batch_size = s->par.micro_batch_size;
-    out->schedule = s->par.schedule == TJ_SCHED_GPIPE ? COST_GPIPE : COST_1F1B;
-    out->precision = s->training.precision == TJ_FP32 ? PLAN_FP32 : PLAN_BF16;
-    out->pipeline_dtype = s->par.pipeline_dtype == TJ_BF16 ? PLAN_BF16 : PLAN_FP32;
-    out->param_gather_dtype = s->par.param_gather_dtype == TJ_BF16 ? PLAN_BF16 : PLAN_FP32;
-    out->policy = s->placement.policy == TJ_POLICY_NAIVE ? PLAN_NAIVE : PLAN_HOLMES;
+    out->schedule = s->par.schedule;
+    out->precision = s->training.precision;
+    out->pipeline_dtype = s->par.pipeline_dtype;
+    out->param_gather_dtype = s->par.param_gather_dtype;
+    out->policy = s->placement.policy;
 }
 
 int planner_apply_spec(const struct tj_spec *s, struct plan_worker *workers, int n_workers,

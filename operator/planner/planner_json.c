@@ -36,7 +36,7 @@ cJSON *plan_to_json(const struct plan *p)
     cJSON *o = cJSON_CreateObject();
     if (!o)
         return NULL;
-    int ok = add_str(o, "policy", plan_policy_name(p->policy)) &&
+    int ok = add_str(o, "policy", policy_name(p->policy)) &&
              add_num(o, "predicted_step_seconds", p->step_s) &&
              add_num(o, "tokens_per_second", p->tokens_per_s);
     cJSON *br = ok ? breakdown_json(&p->breakdown) : NULL;
@@ -47,7 +47,7 @@ cJSON *plan_to_json(const struct plan *p)
     ok = ok && par && add_num(par, "tensor", p->tensor) && add_num(par, "pipeline", p->pipeline) &&
          add_num(par, "data", p->data) && add_num(par, "micro_batches", p->micro_batches) &&
          add_num(par, "micro_batch_size", p->micro_batch_size) &&
-         add_str(par, "schedule", p->schedule == COST_GPIPE ? "gpipe" : "1f1b");
+         add_str(par, "schedule", p->schedule == SCHED_GPIPE ? "gpipe" : "1f1b");
     cJSON *stages = ok ? cJSON_AddArrayToObject(o, "stages") : NULL;
     ok = ok && stages;
     for (int s = 0; ok && s < p->n_stages; s++) {
@@ -114,8 +114,8 @@ cJSON *plan_to_json(const struct plan *p)
         }
         cJSON *mem = cJSON_AddArrayToObject(x, "members");
         cJSON *rk = cJSON_AddArrayToObject(x, "ranks");
-        ok = add_str(x, "kind", plan_group_kind_name(gr->kind)) && mem && rk &&
-             add_str(x, "transport", plan_transport_name(gr->transport.kind)) &&
+        ok = add_str(x, "kind", group_kind_name(gr->kind)) && mem && rk &&
+             add_str(x, "transport", transport_name(gr->transport.kind)) &&
              add_str(x, "nccl_net", gr->transport.nccl_net) &&
              cJSON_AddBoolToObject(x, "intra_node", gr->transport.intra_node);
         if (ok && gr->stage >= 0)

@@ -79,7 +79,7 @@ static void test_schedule_closed_form(void)
     /* the last stage carries the (tiny, V=1) head: account for it exactly */
     struct cost_breakdown br;
     for (int sch = 0; sch < 2; sch++) {
-        j.schedule = sch ? COST_GPIPE : COST_1F1B;
+        j.schedule = sch ? SCHED_GPIPE : SCHED_1F1B;
         double t = cost_simulate(&j, &l, st, 4, &tie, &sim, &br);
         double want = (6 + 4 - 1) * 3 * f + 6 * 3 * head;
         CHECK_NEAR(sch ? "gpipe (m+P-1)(f+b)" : "1f1b (m+P-1)(f+b)", t, want, 1e-6);
@@ -182,9 +182,9 @@ static void test_links_json(void)
  * exactly the bytes over the link's bandwidth. */
 /* The 4-worker clusters of test_gateway; `m` micro-batches (1: gpipe, 2: 1f1b), what
  * travels between the stages and what the data-parallel rings all-gather as given. */
-static int gateway_plan_with(enum plan_policy pol, int three, double gateway, int m,
-                             enum plan_precision pipeline_dtype,
-                             enum plan_precision param_gather_dtype, struct plan *p)
+static int gateway_plan_with(enum policy pol, int three, double gateway, int m,
+                             enum dtype pipeline_dtype,
+                             enum dtype param_gather_dtype, struct plan *p)
 {
     struct plan_worker w[4];
     worker(&w[0], "w0", 0, 0.05, NIC_INFINIBAND, "ib-a", 0.4);
@@ -202,9 +202,9 @@ static int gateway_plan_with(enum plan_policy pol, int three, double gateway, in
     job.pipeline = 2;
     job.data = 2;
     job.micro_batches = m;
-    job.schedule = m < 2 ? COST_GPIPE : COST_1F1B;
+    job.schedule = m < 2 ? SCHED_GPIPE : SCHED_1F1B;
     job.micro_batch_size = 4;
-    job.precision = PLAN_FP32;
+    job.precision = DTYPE_FP32;
     job.pipeline_dtype = pipeline_dtype;
     job.param_gather_dtype = param_gather_dtype;
     job.policy = pol;
@@ -226,9 +226,9 @@ static int gateway_plan_with(enum plan_policy pol, int three, double gateway, in
     return rc;
 }
 
-static int gateway_plan(enum plan_policy pol, int three, double gateway, struct plan *p)
+static int gateway_plan(enum policy pol, int three, double gateway, struct plan *p)
 {
-    return gateway_plan_with(pol, three, gateway, 2, PLAN_FP32, PLAN_FP32, p);
+    return gateway_plan_with(pol, three, gateway, 2, DTYPE_FP32, DTYPE_FP32, p);
 }
 
 /* parallelism.pipelineDtype bf16: the activations between stages weigh half as much. */
@@ -240,7 +240,7 @@ static void test_pipeline_dtype(void)
     l.memory_gbps = 1e12;
     struct cost_job j = {.layers = 4, .hidden = 192, .heads = 4, .vocab = 1, .seq = 32,
                          .tensor = 1, .data = 1, .micro_batches = 1, .micro_batch_size = 4,
-                         .elem_bytes = 4, .schedule = COST_GPIPE};
+                         .elem_bytes = 4, .schedule = SCHED_GPIPE};
     CHECK_NEAR("fp32 activation: 4 bytes per value", cost_activation_bytes(&j), 4 * 32 * 192 * 4.0,
                1e-9);
     struct cost_stage st[2];
@@ -264,8 +264,8 @@ static void test_pipeline_dtype(void)
     cost_sim_free(&sim);
     /* through the planner: job.pipeline_dtype reaches the cost model; the rings are the same */
     struct plan a, b;
-    if (!gateway_plan_with(PLAN_HOLMES, 0, 0.05, 1, PLAN_FP32, PLAN_FP32, &a) &&
-        !gateway_plan_with(PLAN_HOLMES, 0, 0.05, 1, PLAN_BF16, PLAN_FP32, &b)) {
+    if (!gateway_plan_with(POLICY_HOLMES, 0, 0.05, 1, DTYPE_FP32, DTYPE_FP32, &a) &&
+        !gateway_plan_with(POLICY_HOLMES, 0, 0.05, 1, DTYPE_BF16, DTYPE_FP32, &b)) {
         CHECK("planner, bf16 wire: a shorter step", b.step_s < a.step_s);
         for (int s = 0; s < 2; s++)
             CHECK_NEAR("planner, bf16 wire: the rings are untouched", b.stages[s].dp_s,
@@ -286,7 +286,7 @@ static void test_param_gather_dtype(void)
     l.overlap = 0; /* nothing hides the ring */
     struct cost_job j = {.layers = 4, .hidden = 192, .heads = 4, .vocab = 1, .seq = 32,
                          .tensor = 1, .data = 2, .micro_batches = 1, .micro_batch_size = 4,
-                         .elem_bytes = 4, .schedule = COST_GPIPE};
+                         .elem_bytes = 4, .schedule = SCHED_GPIPE};
     struct cost_stage st = {.layers = 2, .tflops = 1, .mem_bytes = INFINITY,
                             .dp = cost_link_make(8, 0, 1), /* 1 GB/s */
                             .next = {INFINITY, 0}};
@@ -333,8 +333,8 @@ static void test_param_gather_dtype(void)
      * (The breakdown's pp_comm may change: a stage that starts sooner no longer hides the
      * activation transfer it used to wait for.) */
     struct plan a, b;
-    if (!gateway_plan_with(PLAN_HOLMES, 0, 0.05, 1, PLAN_FP32, PLAN_FP32, &a) &&
-        !gateway_plan_with(PLAN_HOLMES, 0, 0.05, 1, PLAN_FP32, PLAN_BF16, &b)) {
+    if (!gateway_plan_with(POLICY_HOLMES, 0, 0.05, 1, DTYPE_FP32, DTYPE_FP32, &a) &&
+        !gateway_plan_with(POLICY_HOLMES, 0, 0.05, 1, DTYPE_FP32, DTYPE_BF16, &b)) {
         CHECK("planner, bf16 all-gather: a shorter step", b.step_s < a.step_s);
         for (int s = 0; s < 2; s++) {
             CHECK_NEAR("planner, bf16 all-gather: each ring's exposed time x 3/4",
@@ -355,7 +355,7 @@ static void test_gateway(void)
     struct plan a, b;
     /* naive, 2 fabrics: both stages' rings cross (IB <-> RoCE) at once: 2 flows enter each
      * fabric, each gets half the gateway, so the data-parallel term doubles. */
-    if (!gateway_plan(PLAN_NAIVE, 0, 0, &a) && !gateway_plan(PLAN_NAIVE, 0, 0.05, &b)) {
+    if (!gateway_plan(POLICY_NAIVE, 0, 0, &a) && !gateway_plan(POLICY_NAIVE, 0, 0.05, &b)) {
         for (int s = 0; s < 2; s++)
             CHECK_NEAR("naive: two crossing rings share the gateway (dp term x2)",
                        b.stages[s].dp_s, 2 * a.stages[s].dp_s, 0.01);
@@ -365,7 +365,7 @@ static void test_gateway(void)
     plan_free(&b);
     /* holmes, 2 fabrics: the rings stay inside the fabrics, untouched by the gateway; the
      * stage boundary's two activation flows enter one fabric together and share it. */
-    if (!gateway_plan(PLAN_HOLMES, 0, 0, &a) && !gateway_plan(PLAN_HOLMES, 0, 0.05, &b)) {
+    if (!gateway_plan(POLICY_HOLMES, 0, 0, &a) && !gateway_plan(POLICY_HOLMES, 0, 0.05, &b)) {
         for (int s = 0; s < 2; s++)
             CHECK_NEAR("holmes: rings inside fabrics ignore the gateway", b.stages[s].dp_s,
                        a.stages[s].dp_s, 0.01);
@@ -375,7 +375,7 @@ static void test_gateway(void)
     plan_free(&b);
     /* holmes, 3 fabrics: one ring crosses (RoCE <-> Ethernet), alone on both gateways: the
      * same link as without sharing. */
-    if (!gateway_plan(PLAN_HOLMES, 1, 0, &a) && !gateway_plan(PLAN_HOLMES, 1, 0.05, &b)) {
+    if (!gateway_plan(POLICY_HOLMES, 1, 0, &a) && !gateway_plan(POLICY_HOLMES, 1, 0.05, &b)) {
         CHECK("3 fabrics: one ring crosses", b.n_socket_groups == 1);
         for (int s = 0; s < 2; s++)
             CHECK_NEAR("3 fabrics: a lone crossing ring keeps the whole gateway", b.stages[s].dp_s,
@@ -385,7 +385,7 @@ static void test_gateway(void)
     plan_free(&b);
     /* naive, 3 fabrics: rings IB<->RoCE and IB<->Ethernet: 2 flows enter IB, so each ring's
      * IB-bound hop gets half: the dp term doubles again. */
-    if (!gateway_plan(PLAN_NAIVE, 1, 0, &a) && !gateway_plan(PLAN_NAIVE, 1, 0.05, &b))
+    if (!gateway_plan(POLICY_NAIVE, 1, 0, &a) && !gateway_plan(POLICY_NAIVE, 1, 0.05, &b))
         CHECK_NEAR("3 fabrics naive: two flows into IB share it", b.breakdown.dp_comm,
                    2 * a.breakdown.dp_comm, 0.01);
     plan_free(&a);
@@ -418,7 +418,7 @@ static double shared_step(int P, int D, double cores, int same_node, struct cost
     job.data = D;
     job.micro_batches = 4;
     job.micro_batch_size = 4;
-    job.precision = PLAN_FP32;
+    job.precision = DTYPE_FP32;
     struct cost_links l;
     cost_links_default(&l);
     l.shared_cores = cores;
@@ -462,7 +462,7 @@ static void test_shared_cores(void)
         job.data = 1;
         job.micro_batches = 4;
         job.micro_batch_size = 4;
-        job.precision = PLAN_FP32;
+        job.precision = DTYPE_FP32;
         struct cost_links l;
         cost_links_default(&l);
         l.shared_cores = 1;
@@ -542,11 +542,11 @@ static void check_properties(const char *label, const struct plan *p, const stru
     CHECK(name, !empty && contiguous && p->stages[0].first_layer == 0);
     snprintf(name, sizeof name, "%s: tensor x pipeline x data = devices", label);
     CHECK_INT(name, (long)p->tensor * p->pipeline * p->data, dev);
-    if (p->homogeneous_possible && p->policy == PLAN_HOLMES) {
+    if (p->homogeneous_possible && p->policy == POLICY_HOLMES) {
         int homog = 1;
         for (int g = 0; g < p->n_groups; g++) {
             const struct plan_group *gr = &p->groups[g];
-            if (gr->kind != PLAN_GROUP_DP && gr->kind != PLAN_GROUP_TP)
+            if (gr->kind != GROUP_DP && gr->kind != GROUP_TP)
                 continue;
             for (int i = 1; i < gr->n; i++)
                 if (strcmp(p->workers[p->ranks[gr->members[i]].worker].nic.fabric,
@@ -597,13 +597,13 @@ static void test_two_fabrics(void)
     int dp_ib = 0, dp_roce = 0, pp_sock = 0, roce_gid = 1;
     for (int g = 0; g < p.n_groups; g++) {
         const struct plan_group *gr = &p.groups[g];
-        if (gr->kind == PLAN_GROUP_DP && gr->transport.kind == PLAN_IB)
+        if (gr->kind == GROUP_DP && gr->transport.kind == TRANSPORT_IB)
             dp_ib++;
-        if (gr->kind == PLAN_GROUP_DP && gr->transport.kind == PLAN_ROCE) {
+        if (gr->kind == GROUP_DP && gr->transport.kind == TRANSPORT_ROCE) {
             dp_roce++;
             roce_gid &= gr->transport.gid_index == 3 && !strcmp(gr->transport.nccl_net, "IB");
         }
-        if (gr->kind == PLAN_GROUP_PP && gr->transport.kind == PLAN_SOCKET &&
+        if (gr->kind == GROUP_PP && gr->transport.kind == TRANSPORT_SOCKET &&
             !strcmp(gr->transport.nccl_net, "Socket") && strstr(gr->transport.reason, "span"))
             pp_sock++;
     }
@@ -644,7 +644,7 @@ static void test_two_fabrics(void)
     plan_free(&p);
 
     /* naive: Megatron order over the workers as listed, equal layers */
-    job.policy = PLAN_NAIVE;
+    job.policy = POLICY_NAIVE;
     CHECK_INT("naive plan ok", plan_make(w, n, &job, &l, &p, &e), 0);
     check_properties("naive", &p, &job);
     CHECK("naive: rank r on the r-th worker", p.ranks[0].worker == 0 && p.ranks[5].worker == 5);
@@ -653,11 +653,11 @@ static void test_two_fabrics(void)
     CHECK("naive: step equals its baseline", fabs(p.step_s - p.baseline_naive_s) < 1e-12);
     CHECK("naive: dp groups on TCP", p.n_socket_groups > 0);
     plan_free(&p);
-    job.policy = PLAN_ETHERNET;
+    job.policy = POLICY_ETHERNET;
     CHECK_INT("ethernet plan ok", plan_make(w, n, &job, &l, &p, &e), 0);
     int all_sock = 1;
     for (int g = 0; g < p.n_groups; g++)
-        all_sock &= p.groups[g].transport.kind == PLAN_SOCKET;
+        all_sock &= p.groups[g].transport.kind == TRANSPORT_SOCKET;
     CHECK("ethernet: every group on sockets", all_sock);
     plan_free(&p);
 }
@@ -689,7 +689,7 @@ static void test_tensor_and_auto(void)
     int tp_ok = 1;
     for (int g = 0; g < p.n_groups; g++) {
         const struct plan_group *gr = &p.groups[g];
-        if (gr->kind != PLAN_GROUP_TP)
+        if (gr->kind != GROUP_TP)
             continue;
         for (int i = 0; i < gr->n; i++)
             tp_ok &= p.ranks[gr->members[i]].worker == p.ranks[gr->members[0]].worker &&
@@ -737,7 +737,7 @@ static void test_uneven(void)
     CHECK_INT("uneven: its dp group falls back to TCP", p.n_socket_groups, 1);
     int reason = 0;
     for (int g = 0; g < p.n_groups; g++)
-        if (p.groups[g].kind == PLAN_GROUP_DP && p.groups[g].transport.kind == PLAN_SOCKET)
+        if (p.groups[g].kind == GROUP_DP && p.groups[g].transport.kind == TRANSPORT_SOCKET)
             reason = strstr(p.groups[g].transport.reason, "span fabrics") != NULL;
     CHECK("uneven: the plan says why", reason);
     plan_free(&p);
@@ -802,7 +802,7 @@ static void test_memory(void)
     job.micro_batches = 8;
     struct cost_job cj = {.layers = 12, .hidden = 2048, .heads = 16, .vocab = 8000, .seq = 256,
                           .tensor = 1, .data = 8, .micro_batches = 8, .micro_batch_size = 2,
-                          .elem_bytes = 2, .schedule = COST_1F1B};
+                          .elem_bytes = 2, .schedule = SCHED_1F1B};
     double m1 = cost_stage_memory(&cj, 12, 0, 1); /* pipeline 1, data 8 */
     cj.data = 4;
     double m2 = 0;
@@ -906,7 +906,7 @@ static void test_cluster_file(void)
 {
     const char *yaml =
         "workers:\n"
-        "- {name: ib, node: n, count: 3, gpus: 8, gpu_tflops: 312,\n"
+        "- {name: ib, node: nd, count: 3, gpus: 8, gpu_tflops: 312,\n"
         "   nic: {summary: {class: infiniband, fabric: ib-a, gbps: 200,\n"
         "                   nccl: {NCCL_IB_HCA: 'mlx5_0:1'}}}}\n"
         "- {name: eth, gpu_tflops: 10, nic: {class: ethernet, fabric: lan, gbps: 10}}\n"
@@ -926,7 +926,7 @@ static void test_cluster_file(void)
     if (!rc) {
         CHECK_INT("count expands", c.n_workers, 4);
         CHECK_STR("expanded name", c.workers[2].name, "ib-2");
-        CHECK_STR("expanded node", c.workers[1].node, "n-1");
+        CHECK_STR("expanded node", c.workers[1].node, "nd-1");
         CHECK_STR("full NIC report accepted", c.workers[0].nic.ib_hca, "mlx5_0:1");
         CHECK_INT("cpu worker", c.workers[3].gpus, 0);
         CHECK_NEAR("links override", c.links.tcp_gbps, 7, 0);
@@ -995,11 +995,11 @@ static void test_job_manifest(void)
     CHECK_INT("data", pj.data, 2);
     CHECK_INT("tensor", pj.tensor, 2);
     CHECK_INT("micro-batches", pj.micro_batches, 6);
-    CHECK_INT("schedule", pj.schedule, COST_GPIPE);
-    CHECK_INT("policy", pj.policy, PLAN_NAIVE);
-    CHECK_INT("precision", pj.precision, PLAN_FP32);
-    CHECK_INT("pipelineDtype", pj.pipeline_dtype, PLAN_FP32);
-    CHECK_INT("paramGatherDtype", pj.param_gather_dtype, PLAN_BF16);
+    CHECK_INT("schedule", pj.schedule, SCHED_GPIPE);
+    CHECK_INT("policy", pj.policy, POLICY_NAIVE);
+    CHECK_INT("precision", pj.precision, DTYPE_FP32);
+    CHECK_INT("pipelineDtype", pj.pipeline_dtype, DTYPE_FP32);
+    CHECK_INT("paramGatherDtype", pj.param_gather_dtype, DTYPE_BF16);
     struct plan_worker w[4];
     for (int i = 0; i < 4; i++) {
         char name[16];

@@ -148,10 +148,10 @@ int main(void)
         job.model.hidden = 128 * pick(2, 12);
         job.model.vocab = pick(1000, 60000);
         job.model.seq = 128 * pick(1, 8);
-        job.schedule = pick(0, 1) ? COST_GPIPE : COST_1F1B;
-        job.micro_batches = pick(job.schedule == COST_1F1B ? job.pipeline : 1, 8);
+        job.schedule = pick(0, 1) ? SCHED_GPIPE : SCHED_1F1B;
+        job.micro_batches = pick(job.schedule == SCHED_1F1B ? job.pipeline : 1, 8);
         job.micro_batch_size = pick(1, 4);
-        job.precision = pick(0, 1) ? PLAN_BF16 : PLAN_FP32;
+        job.precision = pick(0, 1) ? DTYPE_BF16 : DTYPE_FP32;
         struct cost_links links;
         cost_links_default(&links);
         links.tcp_gbps = (double)pick(1, 40);

@@ -34,10 +34,10 @@ int main(void)
     if (rc == 0) {
         CHECK_INT("world", rt.world, 4);
         CHECK_INT("groups dp 2 + pp 2 + embedding 2", rt.ngroups, 6);
-        int g = rank_table_find_group(&rt, RT_DP, 3);
+        int g = rank_table_find_group(&rt, GROUP_DP, 3);
         CHECK("dp group of rank 3 is stage 1", g >= 0 && rt.groups[g].stage == 1 &&
                                                    rt.groups[g].members[0] == 2);
-        g = rank_table_find_group(&rt, RT_PP, 1);
+        g = rank_table_find_group(&rt, GROUP_PP, 1);
         CHECK("pp group of rank 1 = {1, 3}", g >= 0 && rt.groups[g].members[0] == 1 &&
                                                  rt.groups[g].members[1] == 3);
         struct rt_comm_spec cs;
@@ -47,7 +47,7 @@ int main(void)
         CHECK("cross-fabric link paced", cs.pacing[0].bytes_per_sec == 1e8 &&
                                              fabs(cs.pacing[0].latency_s - 1e-4) < 1e-12);
         rt_comm_spec_free(&cs);
-        g = rank_table_find_group(&rt, RT_DP, 0);
+        g = rank_table_find_group(&rt, GROUP_DP, 0);
         CHECK_INT("comm spec dp", rank_table_comm_spec(&rt, g, 0, &cs, &e), 0);
         CHECK("same-fabric link unpaced", cs.pacing[1].bytes_per_sec == 0);
         rt_comm_spec_free(&cs);
@@ -73,7 +73,7 @@ int main(void)
         CHECK_INT("roce gid", rt.groups[1].gid_index, 3);
         CHECK_STR("socket group nccl net", rt.groups[2].nccl_net, "Socket");
         CHECK("group pacing overrides", rt.groups[2].pacing.bytes_per_sec == 5e7);
-        CHECK_INT("embedding derived", rank_table_find_group(&rt, RT_EMBEDDING, 2) >= 0, 1);
+        CHECK_INT("embedding derived", rank_table_find_group(&rt, GROUP_EMBEDDING, 2) >= 0, 1);
         rank_table_free(&rt);
     }
     struct {

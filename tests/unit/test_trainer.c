@@ -140,7 +140,7 @@ static int make_table(struct rank_table *rt, int P, int D, const struct tcp_endp
 
 struct run_arg {
     int P, D;
-    enum pipe_schedule sched;
+    enum schedule sched;
     long steps;         /* this invocation's last step */
     const char *ckpt;   /* checkpoint dir or NULL */
     int die_rank;       /* rank whose data source exits (-1: none) */
@@ -223,7 +223,7 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
     c.listener = l;
     c.checkpoint_dir = ra->ckpt;
     c.checkpoint_every = 5;
-    c.param_wire = ra->bf16 ? PIPE_WIRE_BF16 : PIPE_WIRE_FP32;
+    c.param_wire = ra->bf16 ? DTYPE_BF16 : DTYPE_FP32;
     int die[2] = {ra->die_rank == rank ? 0 : -1, 3 * (MG / ra->D) + 1};
     struct trainer_data data = {die, batch};
     struct trainer_hooks hooks = {&res, on_step, NULL, ra->steps == STEPS ? on_end : NULL, NULL};
@@ -310,8 +310,8 @@ int main(void)
               "differ", run_group(1, reference_learns, NULL, -1, 60), 0);
     struct {
         int P, D;
-        enum pipe_schedule s;
-    } layouts[] = {{2, 2, PIPE_1F1B}, {4, 1, PIPE_1F1B}, {1, 4, PIPE_1F1B}, {2, 2, PIPE_GPIPE}};
+        enum schedule s;
+    } layouts[] = {{2, 2, SCHED_1F1B}, {4, 1, SCHED_1F1B}, {1, 4, SCHED_1F1B}, {2, 2, SCHED_GPIPE}};
     const char *only = getenv("TRAINER_ONLY"); /* debugging: one layout */
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
         if (only && atoi(only) != (int)i)
@@ -319,15 +319,15 @@ int main(void)
         struct run_arg ra = {layouts[i].P, layouts[i].D, layouts[i].s, STEPS, NULL, -1, 0, 0};
         char name[128];
         snprintf(name, sizeof name, "pipeline %d x data %d (%s): 20 step losses and final params "
-                 "match one process", ra.P, ra.D, pipe_schedule_name(ra.sched));
+                 "match one process", ra.P, ra.D, schedule_name(ra.sched));
         CHECK_INT(name, run_group(ra.P * ra.D, worker, &ra, -1, 120), 0);
     }
     /* resume: run 7 steps (checkpoint at 5 and 7), then the rest; must match the reference */
     char dir[] = "/tmp/holmes-trainer-XXXXXX";
     if (mkdtemp(dir)) {
-        struct run_arg a = {2, 2, PIPE_1F1B, 7, dir, -1, 0, 0};
+        struct run_arg a = {2, 2, SCHED_1F1B, 7, dir, -1, 0, 0};
         CHECK_INT("first 7 steps with checkpoints", run_group(4, worker, &a, -1, 120), 0);
-        struct run_arg b = {2, 2, PIPE_1F1B, STEPS, dir, -1, 7, 0};
+        struct run_arg b = {2, 2, SCHED_1F1B, STEPS, dir, -1, 7, 0};
         CHECK_INT("resumed run matches the uninterrupted reference", run_group(4, worker, &b, -1, 120), 0);
         char latest[256];
         snprintf(latest, sizeof latest, "%s/latest-step", dir);
@@ -347,14 +347,14 @@ int main(void)
     /* bf16 parameters (fp32 masters): the layout with every exchange (data-parallel shards, the
      * tied embedding between stages) against the bf16 reference, and a resume, whose checkpoint
      * must hold the masters (rounded parameters would not continue the same run) */
-    struct run_arg h = {2, 2, PIPE_1F1B, STEPS, NULL, -1, 0, 1};
+    struct run_arg h = {2, 2, SCHED_1F1B, STEPS, NULL, -1, 0, 1};
     CHECK_INT("pipeline 2 x data 2, bf16 parameters: losses and final fp32 masters match one "
               "process", run_group(4, worker, &h, -1, 120), 0);
     char dir2[] = "/tmp/holmes-trainer-XXXXXX";
     if (mkdtemp(dir2)) {
-        struct run_arg a = {2, 2, PIPE_1F1B, 7, dir2, -1, 0, 1};
+        struct run_arg a = {2, 2, SCHED_1F1B, 7, dir2, -1, 0, 1};
         CHECK_INT("bf16 parameters: first 7 steps with checkpoints", run_group(4, worker, &a, -1, 120), 0);
-        struct run_arg b = {2, 2, PIPE_1F1B, STEPS, dir2, -1, 7, 1};
+        struct run_arg b = {2, 2, SCHED_1F1B, STEPS, dir2, -1, 7, 1};
         CHECK_INT("bf16 parameters: the resumed run matches the uninterrupted reference",
                   run_group(4, worker, &b, -1, 120), 0);
         char cmd[300];
@@ -362,7 +362,7 @@ int main(void)
         if (system(cmd) != 0)
             fprintf(stderr, "could not remove %s\n", dir2);
     }
-    struct run_arg d = {2, 2, PIPE_1F1B, STEPS, NULL, 1, 0, 0};
+    struct run_arg d = {2, 2, SCHED_1F1B, STEPS, NULL, 1, 0, 0};
     CHECK_INT("a process dying mid-step fails every other with a clear error",
               run_group(4, worker, &d, -1, 60), 0);
     TEST_MAIN_END();

@@ -44,7 +44,7 @@ static void dump(const struct tj_errors *errs)
  * tj_spec_to_json / tj_spec_from_json; ok: 0 nothing parsed, 1 parsed, 2 also round-tripped. */
 struct dtypes {
     int ok;
-    enum tj_precision pipe, gather, pipe_again, gather_again;
+    enum dtype pipe, gather, pipe_again, gather_again;
 };
 
 static int dtype_round_trip(const char *par, struct dtypes *d)
@@ -108,9 +108,9 @@ int main(void)
     CHECK_INT("default pipeline auto", job.spec.par.pipeline, TJ_AUTO);
     CHECK_INT("default data auto", job.spec.par.data, TJ_AUTO);
     CHECK_INT("default microBatches", job.spec.par.micro_batches, 8);
-    CHECK_INT("default schedule", job.spec.par.schedule, TJ_SCHED_1F1B);
-    CHECK_INT("default pipelineDtype fp32", job.spec.par.pipeline_dtype, TJ_FP32);
-    CHECK_INT("default paramGatherDtype fp32", job.spec.par.param_gather_dtype, TJ_FP32);
+    CHECK_INT("default schedule", job.spec.par.schedule, SCHED_1F1B);
+    CHECK_INT("default pipelineDtype fp32", job.spec.par.pipeline_dtype, DTYPE_FP32);
+    CHECK_INT("default paramGatherDtype fp32", job.spec.par.param_gather_dtype, DTYPE_FP32);
     CHECK_NEAR("default lr", job.spec.training.opt.lr, 6e-4, 1e-12);
     CHECK_INT("default seed", job.spec.training.seed, 1337);
     CHECK("default demo corpus", job.spec.training.data.is_demo &&
@@ -141,13 +141,13 @@ int main(void)
      * round trip (what workers receive). */
     struct dtypes d;
     CHECK("pipelineDtype bf16 parses",
-          dtype_round_trip("{pipeline: 2, pipelineDtype: bf16}", &d) >= 1 && d.pipe == TJ_BF16);
-    CHECK("pipelineDtype bf16 round trip", d.ok == 2 && d.pipe_again == TJ_BF16);
+          dtype_round_trip("{pipeline: 2, pipelineDtype: bf16}", &d) >= 1 && d.pipe == DTYPE_BF16);
+    CHECK("pipelineDtype bf16 round trip", d.ok == 2 && d.pipe_again == DTYPE_BF16);
     CHECK("paramGatherDtype bf16 parses",
           dtype_round_trip("{data: 2, paramGatherDtype: bf16}", &d) >= 1 &&
-              d.gather == TJ_BF16 && d.pipe == TJ_FP32);
+              d.gather == DTYPE_BF16 && d.pipe == DTYPE_FP32);
     CHECK("paramGatherDtype bf16 round trip",
-          d.ok == 2 && d.gather_again == TJ_BF16 && d.pipe_again == TJ_FP32);
+          d.ok == 2 && d.gather_again == DTYPE_BF16 && d.pipe_again == DTYPE_FP32);
 
     /* The example error and several errors at once. */
     rc = parse_job("apiVersion: holmes.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: t}\n"
