@@ -48,6 +48,10 @@ struct slot {
     int reported;
     struct proto_step last;
     int done;
+    /* A worker back (its process restarted) while its gang's failure is being settled: its
+     * hello waits for the verdict, then joins the restart (or hears the job is over). */
+    int deferred;
+    struct proto_hello deferred_hello;
 };
 
 /* What a failure report says happened, in order of how much it tells of the cause (see
@@ -191,8 +195,8 @@ static void job_broadcast_stop(struct job *j, int restart, const char *reason)
 {
     for (int i = 0; i < j->n; i++) {
         struct conn *k = j->w[i].conn;
-        if (!k)
-            continue;
+        if (!k || (restart && j->w[i].deferred))
+            continue; /* a deferred hello is already the restarted process */
         conn_send(k, proto_stop_encode(j->attempt, restart, reason, NULL));
         if (!restart)
             conn_close_after(k, "job over");
@@ -211,6 +215,21 @@ static void job_reset_round(struct job *j)
     }
     j->gather_since = clock_mono_s();
     j->gang_reported = 0;
+}
+
+static void admit(struct conn *k, struct job *j, const struct proto_hello *h);
+
+/* Admits the hellos that waited for a failure's verdict (a restart has just begun). */
+static void admit_deferred(struct job *j)
+{
+    for (int i = 0; i < j->n; i++) {
+        struct slot *s = &j->w[i];
+        if (!s->deferred)
+            continue;
+        s->deferred = 0;
+        if (s->conn)
+            admit(s->conn, j, &s->deferred_hello);
+    }
 }
 
 /* A worker failed: restart in place, or fail the job when restarts are spent. */
@@ -235,6 +254,7 @@ static void job_failure(struct job *j, const char *why)
     snprintf(reason, sizeof reason, "%s; restarting in place (restart %d of %d)", why,
              j->restarts, j->max_restarts);
     set_state(j, COORD_RESTARTING, reason);
+    admit_deferred(j);
 }
 
 /* A configuration or data error fails the job at once: a restart would fail the same way. */
@@ -267,6 +287,7 @@ static void job_preempted(struct job *j, const char *why)
     snprintf(reason, sizeof reason, "%.600s; every worker checkpoints at the next step boundary and "
              "the gang restarts in place from there (not counted against maxRestarts)", why);
     set_state(j, COORD_RESTARTING, reason);
+    admit_deferred(j);
 }
 
 /* A worker's own fault and its configuration error tell as much: the first one kept wins. */
@@ -535,6 +556,34 @@ static int token_ok(const char *want, const char *got)
     return d == 0 && lw > 0;
 }
 
+/* Accepts a worker's hello into its job's gathering round (or a running worker's reconnect). */
+static void admit(struct conn *k, struct job *j, const struct proto_hello *h)
+{
+    struct slot *s = &j->w[h->worker];
+    lws_set_timeout(k->wsi, NO_PENDING_TIMEOUT, 0);
+    k->job = j;
+    k->worker = h->worker;
+    s->conn = k;
+    s->info.connected = 1;
+    snprintf(s->info.pod, sizeof s->info.pod, "%s", h->pod);
+    snprintf(s->info.node, sizeof s->info.node, "%s", h->node);
+    s->info.gpus = h->gpus;
+    s->info.tflops = h->tflops;
+    s->info.nic = h->nic;
+    if (j->hooks.on_hello)
+        j->hooks.on_hello(j->user, &s->info);
+    if (j->state == COORD_RUNNING) {
+        /* Reconnect of a running worker after a coordinator glitch: keep going. */
+        return;
+    }
+    s->hello = 1;
+    s->running = h->running;
+    s->resume_attempt = h->resume_attempt;
+    if (h->running)
+        s->info.rank = h->resume_rank;
+    job_check_gang(j);
+}
+
 static void on_hello(struct conn *k, const struct proto_hello *h)
 {
     struct coordinator *c = k->c;
@@ -568,10 +617,15 @@ static void on_hello(struct conn *k, const struct proto_hello *h)
         conn_refuse(k, PROTO_ERR_DUPLICATE, "hello: that worker is already connected");
         return;
     }
-    /* A worker back while its gang's failure is being settled has reported its part already
-     * (or crashed without a word): settle now, so it joins the restart instead of ending it. */
-    if (j->fail_deadline)
-        job_settle(j, j->fail_deadline);
+    if (j->fail_deadline && !h->running) {
+        /* Back while its gang's failure is being settled: wait for the verdict. */
+        k->job = j;
+        k->worker = h->worker;
+        s->conn = k;
+        s->deferred = 1;
+        s->deferred_hello = *h;
+        return;
+    }
     if (j->state == COORD_SUCCEEDED || j->state == COORD_FAILED) {
         conn_send(k, proto_stop_encode(j->attempt, 0, "the job is over", NULL));
         conn_close_after(k, "job over");
@@ -588,28 +642,7 @@ static void on_hello(struct conn *k, const struct proto_hello *h)
         job_report_failure(j, FAIL_DISCONNECT, why);
         return;
     }
-    lws_set_timeout(k->wsi, NO_PENDING_TIMEOUT, 0);
-    k->job = j;
-    k->worker = h->worker;
-    s->conn = k;
-    s->info.connected = 1;
-    snprintf(s->info.pod, sizeof s->info.pod, "%s", h->pod);
-    snprintf(s->info.node, sizeof s->info.node, "%s", h->node);
-    s->info.gpus = h->gpus;
-    s->info.tflops = h->tflops;
-    s->info.nic = h->nic;
-    if (j->hooks.on_hello)
-        j->hooks.on_hello(j->user, &s->info);
-    if (j->state == COORD_RUNNING) {
-        /* Reconnect of a running worker after a coordinator glitch: keep going. */
-        return;
-    }
-    s->hello = 1;
-    s->running = h->running;
-    s->resume_attempt = h->resume_attempt;
-    if (h->running)
-        s->info.rank = h->resume_rank;
-    job_check_gang(j);
+    admit(k, j, h);
 }
 
 static void on_rendezvous(struct conn *k, const struct proto_msg *m)
@@ -721,6 +754,7 @@ static void on_closed(struct conn *k)
         struct slot *s = &j->w[k->worker];
         s->conn = NULL;
         s->info.connected = 0;
+        s->deferred = 0;
         int was_in_round = s->hello;
         s->hello = 0;
         if ((j->state == COORD_RENDEZVOUS || j->state == COORD_RUNNING) && !s->done) {
