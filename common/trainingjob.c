@@ -39,6 +39,11 @@ int tj_model_preset(const char *name, struct tj_model *m)
     return -1;
 }
 
+int tj_worker_pod_name(char *out, size_t cap, const char *job, int index)
+{
+    return snprintf(out, cap, "%s-worker-%d", job, index);
+}
+
 long long tj_model_params(const struct tj_model *m)
 {
     long long L = m->layers, C = m->hidden, V = m->vocab, T = m->seq_len;

@@ -196,6 +196,10 @@ int tj_model_preset(const char *name, struct tj_model *m);
 /* Parameter count of the GPT-2 architecture (tied embeddings), for reports and planning. */
 long long tj_model_params(const struct tj_model *m);
 
+/* The name of worker `index`'s pod: "<job>-worker-<index>" (also its hostname, and its log's
+ * name in local mode). Returns the length snprintf would write. */
+int tj_worker_pod_name(char *out, size_t cap, const char *job, int index);
+
 const char *tj_lr_schedule_name(enum tj_lr_schedule s); /* "cosine", "constant" */
 const char *tj_data_format_name(enum tj_data_format f); /* "llmc", "text" */
 

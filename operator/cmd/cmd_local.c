@@ -368,7 +368,7 @@ static pid_t spawn_worker(struct local *L, int i)
     char url[320], idx[16], pod[128], nic[300], log_path[PATH_MAX + 32], steps[32], stepms[32];
     snprintf(url, sizeof url, "ws://%s:%d/", L->bind ? L->bind : "127.0.0.1", coord_port(L->c));
     snprintf(idx, sizeof idx, "%d", i);
-    snprintf(pod, sizeof pod, "%s-worker-%d", L->job.name, i);
+    tj_worker_pod_name(pod, sizeof pod, L->job.name, i);
     worker_nic(&L->job.spec, i, nic, sizeof nic);
     snprintf(log_path, sizeof log_path, "%s/worker-%d.log", L->run_dir, i);
     snprintf(steps, sizeof steps, "%ld", L->job.spec.training.steps);
@@ -638,7 +638,7 @@ int cmd_local(int argc, char **argv)
         goto out;
     }
     for (int i = 0; i < s->workers; i++) {
-        snprintf(podnames[i], sizeof podnames[i], "%s-worker-%d", L.job.name, i);
+        tj_worker_pod_name(podnames[i], sizeof podnames[i], L.job.name, i);
         pods[i] = podnames[i];
     }
     struct coord_job_spec js = {

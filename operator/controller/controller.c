@@ -346,7 +346,7 @@ cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator
         return NULL;
     }
     char name[128], idx[16];
-    snprintf(name, sizeof name, "%s-worker-%d", job_name, index);
+    tj_worker_pod_name(name, sizeof name, job_name, index);
     snprintf(idx, sizeof idx, "%d", index);
     cJSON *pod = base_object(job, name);
     if (!pod) {
@@ -1191,7 +1191,7 @@ static int reconcile_job(struct reconcile *r, herr *e)
     int first_pod = r->creates.n;
     for (int i = 0; i < workers && rc == 0; i++) {
         char pname[300];
-        snprintf(pname, sizeof pname, "%s-worker-%d", r->name, i);
+        tj_worker_pod_name(pname, sizeof pname, r->name, i);
         if (!have[i] && cJSON_GetObjectItemCaseSensitive(r->memo->made, pname)) {
             pending_creates++;
             continue;

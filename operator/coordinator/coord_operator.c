@@ -1,6 +1,5 @@
 #include "coord_operator.h"
 
-#include <ctype.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -12,6 +11,7 @@
 #include "coord_plan.h"
 #include "coordinator.h"
 #include "log.h"
+#include "nic_labels.h"
 #include "trainingjob.h"
 
 struct opjob {
@@ -35,20 +35,6 @@ struct coord_operator {
 };
 
 /* A label value: at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends. */
-static void label_value(const char *in, char *out, size_t cap)
-{
-    size_t n = 0;
-    for (const char *p = in; *p && n + 1 < cap && n < 63; p++)
-        out[n++] = isalnum((unsigned char)*p) || *p == '-' || *p == '_' || *p == '.' ? *p : '-';
-    out[n] = '\0';
-    while (n > 0 && !isalnum((unsigned char)out[n - 1]))
-        out[--n] = '\0';
-    size_t s = 0;
-    while (out[s] && !isalnum((unsigned char)out[s]))
-        s++;
-    memmove(out, out + s, strlen(out + s) + 1);
-}
-
 static void rfc3339_now(char *buf, size_t cap)
 {
     time_t t = time(NULL);
@@ -94,16 +80,14 @@ static void patch_labels(struct opjob *j, const char *pod, cJSON *labels)
 static void on_hello(void *user, const struct coord_worker *w)
 {
     struct opjob *j = user;
-    char fabric[64], gbps[32];
-    label_value(w->nic.fabric, fabric, sizeof fabric);
-    snprintf(gbps, sizeof gbps, "%g", w->nic.gbps);
-    cJSON *l = cJSON_CreateObject();
-    if (l && cJSON_AddStringToObject(l, "holmes.dev/nic-class", nic_class_name(w->nic.cls)) &&
-        cJSON_AddStringToObject(l, "holmes.dev/fabric", fabric) &&
-        cJSON_AddStringToObject(l, "holmes.dev/nic-gbps", gbps))
-        patch_labels(j, w->pod, l);
-    else
-        cJSON_Delete(l);
+    /* The same labels, by the same function, as the NIC labeller puts on the worker's Node. */
+    struct nic_labels nl;
+    herr e = {0};
+    if (nic_labels_from_summary(&w->nic, &nl, &e) != 0) {
+        log_warn("job %s: pod %s: no NIC labels: %s", j->key, w->pod, e.msg);
+        return;
+    }
+    patch_labels(j, w->pod, nic_labels_to_json(&nl));
 }
 
 static cJSON *nic_groups_json(const struct coord_worker *w, int n)
@@ -329,7 +313,7 @@ static int resolve(void *user, struct coordinator *c, const char *key)
     if (!pods || !podp)
         goto out;
     for (int i = 0; i < n; i++) {
-        snprintf(pods[i], sizeof pods[i], "%s-worker-%d", j->name, i);
+        tj_worker_pod_name(pods[i], sizeof pods[i], j->name, i);
         podp[i] = pods[i];
     }
     j->cp.job = &j->tj;

@@ -122,8 +122,10 @@ WPIDS=()
 for i in 0 1; do run_worker $i cx6-hdr-ib & WPIDS+=($!); done
 for i in 2 3; do run_worker $i cx5-roce-100g & WPIDS+=($!); done
 labels_are() { jq -e "$2" <<<"$(kubectl get pod "e2e-worker-$1" -n $NS -o json | jq -c .metadata.labels)" >/dev/null 2>&1; }
-check "pods labelled with their NIC class and fabric" wait_for 30 labels_are 3 \
-    '.["holmes.dev/nic-class"] == "roce" and .["holmes.dev/fabric"] == "roce-10.1.0.0-16"'
+# The fabric label is the one the NIC labeller puts on Nodes: class prefix, 16 hex digits of SHA-256.
+ROCE_LABEL=roce-$(printf %s 'roce-10.1.0.0/16' | sha256sum | cut -c1-16)
+check "pods labelled with their NIC class and fabric (as Nodes are)" wait_for 30 labels_are 3 \
+    ".[\"holmes.dev/nic-class\"] == \"roce\" and .[\"holmes.dev/fabric\"] == \"$ROCE_LABEL\""
 check "status.plan: two stages, each inside one fabric" wait_for 30 tj_is e2e \
     '.status.plan.pipeline == 2 and ([.status.plan.stages[].fabric] | sort) == ["ib-fe80000000000000-sm1","roce-10.1.0.0/16"]'
 check "pods labelled with stage and data-parallel rank" wait_for 10 labels_are 1 '.["holmes.dev/stage"] != null and .["holmes.dev/dp-rank"] != null'

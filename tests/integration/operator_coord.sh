@@ -39,7 +39,9 @@ pod_labels() { api GET /api/v1/namespaces/$NS/pods/e2e-worker-$1 | jq -c .metada
 labels_are() { jq_true "$(pod_labels "$1")" "$2"; } # labels_are INDEX FILTER
 check "pods labelled with their NIC" wait_for 20 labels_are 0 '.["holmes.dev/nic-class"] == "infiniband" and .["holmes.dev/nic-gbps"] == "200"'
 check "status.plan: the declared TFLOPS reached the planner (ib 0.5, roce the 0.05 default)" wait_for 20 job_is $NS e2e '([.status.plan.stages[] | select(.fabric | startswith("ib")) | .tflops] == [0.5]) and ([.status.plan.stages[] | select(.fabric | startswith("roce")) | .tflops] == [0.05])'
-check "RoCE pod labelled, fabric label sanitised" wait_for 20 labels_are 3 '.["holmes.dev/nic-class"] == "roce" and .["holmes.dev/fabric"] == "roce-10.1.0.0-16"'
+# The fabric label is the one the NIC labeller puts on Nodes: class prefix, 16 hex digits of SHA-256.
+ROCE_LABEL=roce-$(printf %s 'roce-10.1.0.0/16' | sha256sum | cut -c1-16)
+check "RoCE pod labelled, fabric label as on Nodes" wait_for 20 labels_are 3 ".[\"holmes.dev/nic-class\"] == \"roce\" and .[\"holmes.dev/fabric\"] == \"$ROCE_LABEL\""
 check "status.plan: two stages, each inside one fabric" wait_for 20 job_is $NS e2e '.status.plan.pipeline == 2 and ([.status.plan.stages[].fabric] | sort) == ["ib-fe80000000000000-sm1","roce-10.1.0.0/16"]'
 J=$(job_get $NS e2e)
 check "status.plan: IB workers share a stage" jq_true "$J" '.status.plan.stages[] | select(.fabric | startswith("ib")) | (.workers | sort) == ["e2e-worker-0","e2e-worker-1"]'
