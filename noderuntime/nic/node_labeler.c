@@ -4,10 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 
+#include "kube_config.h"
 #include "nic_report.h"
 #include "yaml_json.h"
 
@@ -27,8 +29,6 @@ int node_name_valid(const char *s)
 int node_labeler_config_from_env(const char *sa_dir, struct node_labeler_cfg *c, herr *e)
 {
     memset(c, 0, sizeof *c);
-    if (!sa_dir)
-        sa_dir = NODE_LABELER_SA_DIR;
     const char *node = getenv("NODE_NAME");
     if (!node || !node[0])
         return herr_set(e, "NODE_NAME: not set (the DaemonSet passes spec.nodeName through the "
@@ -45,37 +45,18 @@ int node_labeler_config_from_env(const char *sa_dir, struct node_labeler_cfg *c,
         if (strlen(url) >= sizeof c->api_url)
             return herr_set(e, "HOLMES_KUBE_API_URL: longer than %zu characters", sizeof c->api_url - 1);
         snprintf(c->api_url, sizeof c->api_url, "%s", url);
-    } else {
-        const char *host = getenv("KUBERNETES_SERVICE_HOST");
-        const char *port = getenv("KUBERNETES_SERVICE_PORT");
-        if (!host || !host[0])
-            return herr_set(e, "KUBERNETES_SERVICE_HOST: not set (not running in a pod?)");
-        if (!port || !port[0])
-            port = "443";
-        int v6 = strchr(host, ':') != NULL;
-        int n = snprintf(c->api_url, sizeof c->api_url, "https://%s%s%s:%s", v6 ? "[" : "", host,
-                         v6 ? "]" : "", port);
-        if (n < 0 || (size_t)n >= sizeof c->api_url)
-            return herr_set(e, "KUBERNETES_SERVICE_HOST/PORT: too long");
+    } else if (kube_service_url(c->api_url, sizeof c->api_url, e) != 0) {
+        return -1;
     }
-
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/token", sa_dir);
-    size_t len = 0;
-    char *tok = read_file_limited(path, sizeof c->token - 1, &len, e);
-    if (!tok)
+    /* The service account as the operator reads it (common/kube_config). */
+    struct kube_config kc;
+    if (kube_config_service_account(&kc, sa_dir, e) != 0)
         return herr_wrap(e, "service-account token");
-    while (len > 0 && isspace((unsigned char)tok[len - 1]))
-        tok[--len] = '\0';
-    snprintf(c->token, sizeof c->token, "%s", tok);
-    free(tok);
-    snprintf(path, sizeof path, "%s/ca.crt", sa_dir);
-    FILE *f = fopen(path, "r");
-    if (f) {
-        fclose(f);
-        snprintf(c->ca_file, sizeof c->ca_file, "%s", path);
-    }
-    return 0;
+    int rc = kube_config_token(&kc, c->token, sizeof c->token);
+    if (rc == 0 && access(kc.ca_file, R_OK) == 0)
+        snprintf(c->ca_file, sizeof c->ca_file, "%s", kc.ca_file);
+    kube_config_free(&kc);
+    return rc == 0 ? 0 : herr_set(e, "service-account token: empty");
 }
 
 char *node_labeler_patch_body(const struct nic_labels *l)

@@ -9,8 +9,6 @@
 #include "error.h"
 #include "nic_labels.h"
 
-#define NODE_LABELER_SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
-
 struct node_labeler_cfg {
     char api_url[512];      /* "https://10.96.0.1:443" */
     char node[254];         /* Node name (a DNS subdomain) */
@@ -21,7 +19,7 @@ struct node_labeler_cfg {
 /* True when s is a valid Node name (RFC 1123 subdomain, <= 253 chars). */
 int node_name_valid(const char *s);
 /* From NODE_NAME, KUBERNETES_SERVICE_HOST/PORT and the service-account token and ca.crt in
- * sa_dir (NULL: NODE_LABELER_SA_DIR). HOLMES_KUBE_API_URL, when set, replaces the
+ * sa_dir (NULL: KUBE_SA_DIR, common/kube_config.h). HOLMES_KUBE_API_URL, when set, replaces the
  * host/port pair (out-of-cluster use and tests). Errors name the missing variable or file. */
 int node_labeler_config_from_env(const char *sa_dir, struct node_labeler_cfg *c, herr *e);
 /* The merge-patch body for labels; caller frees. NULL on OOM. */

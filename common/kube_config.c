@@ -9,8 +9,6 @@
 
 #include "yaml_json.h"
 
-#define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
-
 static void init(struct kube_config *c)
 {
     memset(c, 0, sizeof *c);
@@ -214,26 +212,32 @@ out:
     return rc;
 }
 
-int kube_config_in_cluster(struct kube_config *c, const char *dir, herr *e)
+int kube_service_url(char *out, size_t cap, herr *e)
+{
+    const char *host = getenv("KUBERNETES_SERVICE_HOST"), *port = getenv("KUBERNETES_SERVICE_PORT");
+    if (!host || !*host)
+        return herr_set(e, "KUBERNETES_SERVICE_HOST: not set (not running in a pod?)");
+    if (!port || !*port)
+        port = "443";
+    int v6 = strchr(host, ':') != NULL;
+    int n = snprintf(out, cap, v6 ? "https://[%s]:%s" : "https://%s:%s", host, port);
+    if (n < 0 || (size_t)n >= cap)
+        return herr_set(e, "KUBERNETES_SERVICE_HOST/PORT: too long");
+    return 0;
+}
+
+int kube_config_service_account(struct kube_config *c, const char *dir, herr *e)
 {
     init(c);
-    const char *host = getenv("KUBERNETES_SERVICE_HOST"), *port = getenv("KUBERNETES_SERVICE_PORT");
-    if (!host || !*host || !port || !*port) {
-        kube_config_free(c);
-        return herr_set(e, "in-cluster config: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT "
-                        "must be set");
-    }
     if (!dir)
-        dir = SA_DIR;
-    int v6 = strchr(host, ':') != NULL;
-    if (asprintf(&c->server, v6 ? "https://[%s]:%s" : "https://%s:%s", host, port) < 0 ||
-        asprintf(&c->token_file, "%s/token", dir) < 0 || asprintf(&c->ca_file, "%s/ca.crt", dir) < 0) {
+        dir = KUBE_SA_DIR;
+    if (asprintf(&c->token_file, "%s/token", dir) < 0 || asprintf(&c->ca_file, "%s/ca.crt", dir) < 0) {
         kube_config_free(c);
-        return herr_set(e, "in-cluster config: out of memory");
+        return herr_set(e, "service account: out of memory");
     }
     char tok[8];
     if (kube_config_token(c, tok, sizeof tok) != 0) {
-        herr_set(e, "in-cluster config: cannot read the service-account token %s", c->token_file);
+        herr_set(e, "cannot read the service-account token %s", c->token_file);
         kube_config_free(c);
         return -1;
     }
@@ -247,6 +251,21 @@ int kube_config_in_cluster(struct kube_config *c, const char *dir, herr *e)
             c->namespace = ns;
         }
         free(nsfile);
+    }
+    return 0;
+}
+
+int kube_config_in_cluster(struct kube_config *c, const char *dir, herr *e)
+{
+    char url[512];
+    if (kube_service_url(url, sizeof url, e) != 0)
+        return herr_wrap(e, "in-cluster config");
+    if (kube_config_service_account(c, dir, e) != 0)
+        return herr_wrap(e, "in-cluster config");
+    c->server = strdup(url);
+    if (!c->server) {
+        kube_config_free(c);
+        return herr_set(e, "in-cluster config: out of memory");
     }
     return 0;
 }

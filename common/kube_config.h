@@ -29,8 +29,15 @@ struct kube_config {
  * kubeconfig are taken relative to its directory. */
 int kube_config_from_kubeconfig(struct kube_config *c, const char *path, const char *context,
                                 herr *e);
-/* In-cluster: KUBERNETES_SERVICE_HOST/PORT and the service account files under dir
- * (NULL = /var/run/secrets/kubernetes.io/serviceaccount). */
+#define KUBE_SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
+
+/* The API server's address inside a pod: "https://HOST:PORT" from KUBERNETES_SERVICE_HOST
+ * (brackets for IPv6) and KUBERNETES_SERVICE_PORT (443 when unset). */
+int kube_service_url(char *out, size_t cap, herr *e);
+/* The service account's token (re-read on rotation), ca.crt and namespace under dir
+ * (NULL = KUBE_SA_DIR); no server. Fails naming the token file when it cannot be read. */
+int kube_config_service_account(struct kube_config *c, const char *dir, herr *e);
+/* In-cluster: kube_service_url and kube_config_service_account. */
 int kube_config_in_cluster(struct kube_config *c, const char *dir, herr *e);
 /* The usual order: an explicit kubeconfig path, else $KUBECONFIG, else in-cluster when
  * KUBERNETES_SERVICE_HOST is set, else ~/.kube/config. */
