@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
+
 static const char *const type_names[] = {
     [PROTO_HELLO] = "hello",   [PROTO_ASSIGN] = "assign",     [PROTO_RENDEZVOUS] = "rendezvous",
     [PROTO_START] = "start",   [PROTO_PROGRESS] = "progress", [PROTO_DONE] = "done",
@@ -32,78 +34,25 @@ static int is_camel(const char *s)
 
 /* ---- field readers: each names "type.field" and the rule in errors ---- */
 
-static int get_int(const cJSON *o, const char *type, const char *key, int required, long lo,
-                   long hi, long *out, herr *e)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v) {
-        if (required)
-            return herr_set(e, "%s.%s: required", type, key);
-        return 0;
-    }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
-        v->valuedouble < (double)lo || v->valuedouble > (double)hi)
-        return herr_set(e, "%s.%s: must be an integer in [%ld, %ld]", type, key, lo, hi);
-    *out = (long)v->valuedouble;
-    return 0;
-}
-
-static int get_num(const cJSON *o, const char *type, const char *key, int required, double lo,
-                   double hi, double *out, herr *e)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v) {
-        if (required)
-            return herr_set(e, "%s.%s: required", type, key);
-        return 0;
-    }
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < lo ||
-        v->valuedouble > hi)
-        return herr_set(e, "%s.%s: must be a number in [%g, %g]", type, key, lo, hi);
-    *out = v->valuedouble;
-    return 0;
-}
-
-static int get_str(const cJSON *o, const char *type, const char *key, int required, char *dst,
-                   size_t cap, herr *e)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v) {
-        if (required)
-            return herr_set(e, "%s.%s: required", type, key);
-        dst[0] = '\0';
-        return 0;
-    }
-    if (!cJSON_IsString(v))
-        return herr_set(e, "%s.%s: must be a string", type, key);
-    size_t n = strlen(v->valuestring);
-    if (n >= cap)
-        return herr_set(e, "%s.%s: longer than %zu characters", type, key, cap - 1);
-    if (required && n == 0)
-        return herr_set(e, "%s.%s: must not be empty", type, key);
-    memcpy(dst, v->valuestring, n + 1);
-    return 0;
-}
-
 /* ---- per-type schema ---- */
 
 static int parse_hello(const cJSON *j, struct proto_hello *h, herr *e)
 {
     long v = 0;
     memset(h, 0, sizeof *h);
-    if (get_str(j, "hello", "job", 1, h->job, sizeof h->job, e) ||
-        get_str(j, "hello", "token", 0, h->token, sizeof h->token, e) ||
-        get_str(j, "hello", "pod", 1, h->pod, sizeof h->pod, e) ||
-        get_str(j, "hello", "node", 0, h->node, sizeof h->node, e))
+    if (json_str(j, "hello", "job", 1, h->job, sizeof h->job, e) ||
+        json_str(j, "hello", "token", 0, h->token, sizeof h->token, e) ||
+        json_str(j, "hello", "pod", 1, h->pod, sizeof h->pod, e) ||
+        json_str(j, "hello", "node", 0, h->node, sizeof h->node, e))
         return -1;
-    if (get_int(j, "hello", "worker", 1, 0, 65535, &v, e))
+    if (json_int(j, "hello", "worker", 1, 0, 65535, &v, e))
         return -1;
     h->worker = (int)v;
     v = 0;
-    if (get_int(j, "hello", "gpus", 0, 0, 1024, &v, e))
+    if (json_int(j, "hello", "gpus", 0, 0, 1024, &v, e))
         return -1;
     h->gpus = (int)v;
-    if (get_num(j, "hello", "tflops", 0, 1e-6, 1e6, &h->tflops, e))
+    if (json_num(j, "hello", "tflops", 0, 1e-6, 1e6, &h->tflops, e))
         return -1;
     const cJSON *nic = cJSON_GetObjectItemCaseSensitive(j, "nic");
     if (!nic)
@@ -115,13 +64,13 @@ static int parse_hello(const cJSON *j, struct proto_hello *h, herr *e)
         if (!cJSON_IsObject(r))
             return herr_set(e, "hello.resume: must be an object {attempt, rank, step}");
         h->running = 1;
-        if (get_int(r, "hello.resume", "attempt", 1, 0, 1000000, &v, e))
+        if (json_int(r, "hello.resume", "attempt", 1, 0, 1000000, &v, e))
             return -1;
         h->resume_attempt = (int)v;
-        if (get_int(r, "hello.resume", "rank", 1, 0, 65535, &v, e))
+        if (json_int(r, "hello.resume", "rank", 1, 0, 65535, &v, e))
             return -1;
         h->resume_rank = (int)v;
-        if (get_int(r, "hello.resume", "step", 1, 0, 1L << 40, &v, e))
+        if (json_int(r, "hello.resume", "step", 1, 0, 1L << 40, &v, e))
             return -1;
         h->resume_step = v;
     }
@@ -136,20 +85,20 @@ static int parse_step(const cJSON *s, int idx, struct proto_step *st, herr *e)
         return herr_set(e, "%s: must be an object", where);
     memset(st, 0, sizeof *st);
     long v = 0;
-    if (get_int(s, where, "step", 1, 0, 1L << 40, &v, e))
+    if (json_int(s, where, "step", 1, 0, 1L << 40, &v, e))
         return -1;
     st->step = v;
     if (cJSON_GetObjectItemCaseSensitive(s, "loss")) {
-        if (get_num(s, where, "loss", 1, 0, 1e6, &st->loss, e))
+        if (json_num(s, where, "loss", 1, 0, 1e6, &st->loss, e))
             return -1;
         st->has_loss = 1;
     }
-    if (get_num(s, where, "lr", 0, 0, 1e3, &st->lr, e) ||
-        get_num(s, where, "tokens_per_s", 0, 0, 1e15, &st->tokens_per_s, e) ||
-        get_num(s, where, "step_ms", 1, 0, 1e9, &st->step_ms, e) ||
-        get_num(s, where, "compute_ms", 0, 0, 1e9, &st->compute_ms, e) ||
-        get_num(s, where, "comm_ms", 0, 0, 1e9, &st->comm_ms, e) ||
-        get_num(s, where, "bubble_ms", 0, 0, 1e9, &st->bubble_ms, e))
+    if (json_num(s, where, "lr", 0, 0, 1e3, &st->lr, e) ||
+        json_num(s, where, "tokens_per_s", 0, 0, 1e15, &st->tokens_per_s, e) ||
+        json_num(s, where, "step_ms", 1, 0, 1e9, &st->step_ms, e) ||
+        json_num(s, where, "compute_ms", 0, 0, 1e9, &st->compute_ms, e) ||
+        json_num(s, where, "comm_ms", 0, 0, 1e9, &st->comm_ms, e) ||
+        json_num(s, where, "bubble_ms", 0, 0, 1e9, &st->bubble_ms, e))
         return -1;
     return 0;
 }
@@ -158,11 +107,11 @@ static int parse_progress(const cJSON *j, struct proto_progress *p, herr *e)
 {
     long v = 0;
     p->nsteps = p->nlinks = 0;
-    if (get_int(j, "progress", "rank", 1, 0, 65535, &v, e))
+    if (json_int(j, "progress", "rank", 1, 0, 65535, &v, e))
         return -1;
     p->rank = (int)v;
     v = 0;
-    if (get_int(j, "progress", "stage", 0, 0, PROTO_MAX_STAGES - 1, &v, e))
+    if (json_int(j, "progress", "stage", 0, 0, PROTO_MAX_STAGES - 1, &v, e))
         return -1;
     p->stage = (int)v;
     const cJSON *steps = cJSON_GetObjectItemCaseSensitive(j, "steps");
@@ -187,8 +136,8 @@ static int parse_progress(const cJSON *j, struct proto_progress *p, herr *e)
             struct proto_link *pl = &p->links[p->nlinks];
             if (!cJSON_IsObject(l))
                 return herr_set(e, "progress.links[%d]: must be an object", p->nlinks);
-            if (get_int(l, "progress.links[]", "peer", 1, 0, 65535, &v, e) ||
-                get_num(l, "progress.links[]", "gbps", 1, 0, 1e6, &pl->gbps, e))
+            if (json_int(l, "progress.links[]", "peer", 1, 0, 65535, &v, e) ||
+                json_num(l, "progress.links[]", "gbps", 1, 0, 1e6, &pl->gbps, e))
                 return -1;
             pl->peer = (int)v;
             p->nlinks++;
@@ -203,7 +152,7 @@ static int parse_assign(const cJSON *j, struct proto_msg *m, herr *e)
     if (!cJSON_IsObject(a))
         return herr_set(e, "assign.assignment: required, an object");
     long v = 0;
-    if (get_int(a, "assign.assignment", "rank", 1, 0, 65535, &v, e))
+    if (json_int(a, "assign.assignment", "rank", 1, 0, 65535, &v, e))
         return -1;
     m->rank = (int)v;
     const cJSON *peers = cJSON_GetObjectItemCaseSensitive(a, "peers");
@@ -242,10 +191,10 @@ static int check_ids(const cJSON *ids, const char *where, herr *e)
 static int parse_rendezvous(const cJSON *j, struct proto_msg *m, herr *e)
 {
     long v = 0;
-    if (get_int(j, "rendezvous", "rank", 1, 0, 65535, &v, e))
+    if (json_int(j, "rendezvous", "rank", 1, 0, 65535, &v, e))
         return -1;
     m->rank = (int)v;
-    if (get_str(j, "rendezvous", "endpoint", 0, m->endpoint, sizeof m->endpoint, e))
+    if (json_str(j, "rendezvous", "endpoint", 0, m->endpoint, sizeof m->endpoint, e))
         return -1;
     const cJSON *ids = cJSON_GetObjectItemCaseSensitive(j, "ids");
     if (check_ids(ids, "rendezvous.ids", e))
@@ -257,7 +206,7 @@ static int parse_rendezvous(const cJSON *j, struct proto_msg *m, herr *e)
 static int parse_start(const cJSON *j, struct proto_msg *m, herr *e)
 {
     long v = 0;
-    if (get_int(j, "start", "step", 0, 0, 1L << 40, &v, e))
+    if (json_int(j, "start", "step", 0, 0, 1L << 40, &v, e))
         return -1;
     m->step = v;
     const cJSON *peers = cJSON_GetObjectItemCaseSensitive(j, "peers");
@@ -270,8 +219,8 @@ static int parse_start(const cJSON *j, struct proto_msg *m, herr *e)
         snprintf(where, sizeof where, "start.peers[%d]", i++);
         if (!cJSON_IsObject(p))
             return herr_set(e, "%s: must be an object", where);
-        if (get_int(p, where, "rank", 1, 0, 65535, &v, e) ||
-            get_str(p, where, "endpoint", 0, ep, sizeof ep, e))
+        if (json_int(p, where, "rank", 1, 0, 65535, &v, e) ||
+            json_str(p, where, "endpoint", 0, ep, sizeof ep, e))
             return -1;
         char iw[64];
         snprintf(iw, sizeof iw, "%s.ids", where);
@@ -299,7 +248,7 @@ int proto_parse(const char *text, size_t len, struct proto_msg *out, herr *e)
         goto fail;
     }
     long v = 0;
-    if (get_int(j, "message", "v", 1, 0, 1000, &v, e))
+    if (json_int(j, "message", "v", 1, 0, 1000, &v, e))
         goto fail;
     if (v != PROTO_VERSION) {
         herr_set(e, "message.v: version %ld is not supported (this build speaks %d)", v,
@@ -322,7 +271,7 @@ int proto_parse(const char *text, size_t len, struct proto_msg *out, herr *e)
     out->type = (enum proto_type)type;
     const char *tn = type_names[type];
     v = 0;
-    if (get_int(j, tn, "attempt", 0, 0, 1000000, &v, e))
+    if (json_int(j, tn, "attempt", 0, 0, 1000000, &v, e))
         goto fail;
     out->attempt = (int)v;
 
@@ -335,30 +284,30 @@ int proto_parse(const char *text, size_t len, struct proto_msg *out, herr *e)
     case PROTO_PROGRESS: rc = parse_progress(j, &out->u.progress, e); break;
     case PROTO_DONE:
         v = 0;
-        rc = get_int(j, "done", "rank", 1, 0, 65535, &v, e);
+        rc = json_int(j, "done", "rank", 1, 0, 65535, &v, e);
         out->rank = (int)v;
         v = 0;
         if (!rc)
-            rc = get_int(j, "done", "step", 0, 0, 1L << 40, &v, e);
+            rc = json_int(j, "done", "step", 0, 0, 1L << 40, &v, e);
         out->step = v;
         break;
     case PROTO_ERROR:
         v = PROTO_ERR_WORKER;
-        rc = get_int(j, "error", "code", 0, 0, 1000, &v, e) ||
-             get_str(j, "error", "message", 1, out->u.error.message,
+        rc = json_int(j, "error", "code", 0, 0, 1000, &v, e) ||
+             json_str(j, "error", "message", 1, out->u.error.message,
                      sizeof out->u.error.message, e);
         out->u.error.code = (int)v;
         break;
     case PROTO_NOTICE:
-        rc = get_str(j, "notice", "reason", 1, out->u.notice.reason, sizeof out->u.notice.reason,
+        rc = json_str(j, "notice", "reason", 1, out->u.notice.reason, sizeof out->u.notice.reason,
                      e) ||
-             get_str(j, "notice", "message", 1, out->u.notice.message,
+             json_str(j, "notice", "message", 1, out->u.notice.message,
                      sizeof out->u.notice.message, e);
         if (!rc && !is_camel(out->u.notice.reason))
             rc = herr_set(e, "notice.reason: must be a CamelCase word (letters and digits)");
         break;
     case PROTO_STOP:
-        rc = get_str(j, "stop", "reason", 0, out->u.stop.reason, sizeof out->u.stop.reason, e);
+        rc = json_str(j, "stop", "reason", 0, out->u.stop.reason, sizeof out->u.stop.reason, e);
         if (!rc) {
             const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "restart");
             if (r && !cJSON_IsBool(r))

@@ -1,60 +1,15 @@
 #include "rank_table.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
 #include "yaml_json.h"
 
 #define MAX_WORLD 4096
-
-/* Integer field: absent -> def (if allow_absent), else must be a whole number in [lo, hi]. */
-static int get_int(const cJSON *o, const char *key, const char *where, int lo, int hi, int def,
-                   int required, int *out, herr *e)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!x) {
-        if (required)
-            return herr_set(e, "%s: missing required field '%s'", where, key);
-        *out = def;
-        return 0;
-    }
-    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < lo ||
-        x->valuedouble > hi)
-        return herr_set(e, "%s.%s must be a whole number in %d..%d", where, key, lo, hi);
-    *out = (int)x->valuedouble;
-    return 0;
-}
-
-static int get_num(const cJSON *o, const char *key, const char *where, double lo, double def,
-                   double *out, herr *e)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!x) {
-        *out = def;
-        return 0;
-    }
-    if (!cJSON_IsNumber(x) || !(x->valuedouble >= lo) || !isfinite(x->valuedouble))
-        return herr_set(e, "%s.%s must be a number >= %g", where, key, lo);
-    *out = x->valuedouble;
-    return 0;
-}
-
-static int get_str(const cJSON *o, const char *key, const char *where, char *out, size_t cap,
-                   int required, herr *e)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!x) {
-        if (required)
-            return herr_set(e, "%s: missing required field '%s'", where, key);
-        return 0;
-    }
-    if (!cJSON_IsString(x) || strlen(x->valuestring) >= cap)
-        return herr_set(e, "%s.%s must be a string shorter than %zu characters", where, key, cap);
-    snprintf(out, cap, "%s", x->valuestring);
-    return 0;
-}
 
 static int get_pacing(const cJSON *o, const char *key, const char *where, struct tcp_pacing *p,
                       herr *e)
@@ -67,9 +22,10 @@ static int get_pacing(const cJSON *o, const char *key, const char *where, struct
     snprintf(w, sizeof w, "%s.%s", where, key);
     if (!cJSON_IsObject(x))
         return herr_set(e, "%s must be an object {bytes_per_second, latency_us}", w);
-    double lat;
-    if (get_num(x, "bytes_per_second", w, 0, 0, &p->bytes_per_sec, e) != 0 ||
-        get_num(x, "latency_us", w, 0, 0, &lat, e) != 0)
+    double lat = 0;
+    p->bytes_per_sec = 0;
+    if (json_num(x, w, "bytes_per_second", JSON_OPTIONAL, 0, DBL_MAX, &p->bytes_per_sec, e) != 0 ||
+        json_num(x, w, "latency_us", JSON_OPTIONAL, 0, DBL_MAX, &lat, e) != 0)
         return -1;
     if (p->bytes_per_sec > 0 && p->bytes_per_sec < 1000)
         return herr_set(e, "%s.bytes_per_second must be 0 (unpaced) or at least 1000", w);
@@ -157,9 +113,11 @@ static int parse_group(struct rank_table *rt, const cJSON *x, const char *w, her
     char kind[32] = "", tr[32] = "socket";
     if (!cJSON_IsObject(x))
         return herr_set(e, "%s must be an object", w);
-    if (get_str(x, "kind", w, kind, sizeof kind, 1, e) != 0 ||
-        get_str(x, "transport", w, tr, sizeof tr, 0, e) != 0)
+    if (json_str(x, w, "kind", JSON_REQUIRED, kind, sizeof kind, e) != 0 ||
+        json_str(x, w, "transport", JSON_OPTIONAL, tr, sizeof tr, e) != 0)
         return -1;
+    if (!tr[0])
+        snprintf(tr, sizeof tr, "socket");
     enum group_kind k;
     if (strcmp(kind, "dp") == 0)
         k = GROUP_DP;
@@ -181,10 +139,14 @@ static int parse_group(struct rank_table *rt, const cJSON *x, const char *w, her
     if (parse_transport(tr, &g->transport) != 0)
         return herr_set(e, "%s.transport '%s' is not one of ib, roce, socket", w, tr);
     snprintf(g->nccl_net, sizeof g->nccl_net, "%s", g->transport == TRANSPORT_SOCKET ? "Socket" : "IB");
-    if (get_str(x, "nccl_net", w, g->nccl_net, sizeof g->nccl_net, 0, e) != 0 ||
-        get_int(x, "gid_index", w, -1, 255, -1, 0, &g->gid_index, e) != 0 ||
+    char net[sizeof g->nccl_net];
+    g->gid_index = -1;
+    if (json_str(x, w, "nccl_net", JSON_OPTIONAL, net, sizeof net, e) != 0 ||
+        json_int32(x, w, "gid_index", JSON_OPTIONAL, -1, 255, &g->gid_index, e) != 0 ||
         get_pacing(x, "pacing", w, &g->pacing, e) != 0)
         return -1;
+    if (net[0])
+        snprintf(g->nccl_net, sizeof g->nccl_net, "%s", net);
     int i = 0;
     const cJSON *m;
     cJSON_ArrayForEach(m, rk)
@@ -248,20 +210,20 @@ static int parse_rank(struct rank_table *rt, const cJSON *x, int idx, herr *e)
     snprintf(w, sizeof w, "workers[%d]", idx);
     if (!cJSON_IsObject(x))
         return herr_set(e, "%s must be an object", w);
-    int r;
-    if (get_int(x, "rank", w, 0, rt->world - 1, idx, 0, &r, e) != 0)
+    int r = idx;
+    if (json_int32(x, w, "rank", JSON_OPTIONAL, 0, rt->world - 1, &r, e) != 0)
         return -1;
     if (r != idx)
         return herr_set(e, "%s.rank is %d: workers must be listed in rank order", w, r);
     struct rt_rank *k = &rt->ranks[r];
     k->gid_index = -1;
-    if (get_str(x, "host", w, k->host, sizeof k->host, 1, e) != 0 ||
-        get_int(x, "port", w, 1, 65535, 0, 1, &k->port, e) != 0 ||
-        get_str(x, "fabric", w, k->fabric, sizeof k->fabric, 0, e) != 0)
+    if (json_str(x, w, "host", JSON_REQUIRED, k->host, sizeof k->host, e) != 0 ||
+        json_int32(x, w, "port", JSON_REQUIRED, 1, 65535, &k->port, e) != 0 ||
+        json_str(x, w, "fabric", JSON_OPTIONAL, k->fabric, sizeof k->fabric, e) != 0)
         return -1;
-    int st, dp;
-    if (get_int(x, "stage", w, 0, rt->pipeline - 1, rank_table_stage(rt, r), 0, &st, e) != 0 ||
-        get_int(x, "dp_rank", w, 0, rt->data - 1, rank_table_dp(rt, r), 0, &dp, e) != 0)
+    int st = rank_table_stage(rt, r), dp = rank_table_dp(rt, r);
+    if (json_int32(x, w, "stage", JSON_OPTIONAL, 0, rt->pipeline - 1, &st, e) != 0 ||
+        json_int32(x, w, "dp_rank", JSON_OPTIONAL, 0, rt->data - 1, &dp, e) != 0)
         return -1;
     if (st != rank_table_stage(rt, r) || dp != rank_table_dp(rt, r))
         return herr_set(e, "%s: stage %d / dp_rank %d do not match rank %d = dp + data * stage", w,
@@ -270,12 +232,13 @@ static int parse_rank(struct rank_table *rt, const cJSON *x, int idx, herr *e)
     if (nic) {
         char nw[80];
         snprintf(nw, sizeof nw, "%s.nic", w);
-        if (get_str(nic, "ib_hca", nw, k->ib_hca, sizeof k->ib_hca, 0, e) != 0 ||
-            get_int(nic, "gid_index", nw, -1, 255, -1, 0, &k->gid_index, e) != 0 ||
-            get_str(nic, "socket_ifname", nw, k->socket_ifname, sizeof k->socket_ifname, 0, e) != 0)
+        if (json_str(nic, nw, "ib_hca", JSON_OPTIONAL, k->ib_hca, sizeof k->ib_hca, e) != 0 ||
+            json_int32(nic, nw, "gid_index", JSON_OPTIONAL, -1, 255, &k->gid_index, e) != 0 ||
+            json_str(nic, nw, "socket_ifname", JSON_OPTIONAL, k->socket_ifname,
+                     sizeof k->socket_ifname, e) != 0)
             return -1;
         if (!k->fabric[0])
-            get_str(nic, "fabric", nw, k->fabric, sizeof k->fabric, 0, NULL);
+            json_str(nic, nw, "fabric", JSON_OPTIONAL, k->fabric, sizeof k->fabric, NULL);
     }
     return 0;
 }
@@ -287,17 +250,18 @@ static int parse_table(const cJSON *j, struct rank_table *rt, herr *e)
     const cJSON *par = cJSON_GetObjectItemCaseSensitive(j, "parallelism");
     if (!cJSON_IsObject(par))
         return herr_set(e, "missing object 'parallelism' {pipeline, data}");
-    int tensor;
-    if (get_int(par, "pipeline", "parallelism", 1, MAX_WORLD, 1, 1, &rt->pipeline, e) != 0 ||
-        get_int(par, "data", "parallelism", 1, MAX_WORLD, 1, 1, &rt->data, e) != 0 ||
-        get_int(par, "tensor", "parallelism", 1, MAX_WORLD, 1, 0, &tensor, e) != 0)
+    int tensor = 1;
+    if (json_int32(par, "parallelism", "pipeline", JSON_REQUIRED, 1, MAX_WORLD, &rt->pipeline, e) != 0 ||
+        json_int32(par, "parallelism", "data", JSON_REQUIRED, 1, MAX_WORLD, &rt->data, e) != 0 ||
+        json_int32(par, "parallelism", "tensor", JSON_OPTIONAL, 1, MAX_WORLD, &tensor, e) != 0)
         return -1;
     if (tensor != 1)
         return herr_set(e, "parallelism.tensor must be 1 for the CPU engine, got %d", tensor);
     if ((long)rt->pipeline * rt->data > MAX_WORLD)
         return herr_set(e, "parallelism: pipeline x data must be at most %d", MAX_WORLD);
     rt->world = rt->pipeline * rt->data;
-    if (get_num(j, "timeout_seconds", "rank table", 0.001, 60, &rt->timeout_s, e) != 0 ||
+    rt->timeout_s = 60;
+    if (json_num(j, "rank table", "timeout_seconds", JSON_OPTIONAL, 0.001, DBL_MAX, &rt->timeout_s, e) != 0 ||
         get_pacing(j, "cross_fabric_pacing", "rank table", &rt->cross_fabric, e) != 0)
         return -1;
     const cJSON *ws = cJSON_GetObjectItemCaseSensitive(j, "workers");

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "json.h"
 #include "kube_events.h"
 #include "kube_recorder.h"
 #include "kube_informer.h"
@@ -77,33 +78,6 @@ struct controller {
 };
 
 /* ---- small JSON helpers */
-
-static const cJSON *get(const cJSON *o, const char *dotted)
-{
-    char part[128];
-    while (o && *dotted) {
-        size_t n = strcspn(dotted, ".");
-        if (n >= sizeof part)
-            return NULL;
-        memcpy(part, dotted, n);
-        part[n] = '\0';
-        o = cJSON_GetObjectItemCaseSensitive(o, part);
-        dotted += n + (dotted[n] == '.');
-    }
-    return o;
-}
-
-static const char *get_str(const cJSON *o, const char *dotted)
-{
-    const cJSON *v = get(o, dotted);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-static double get_num(const cJSON *o, const char *dotted, double def)
-{
-    const cJSON *v = get(o, dotted);
-    return cJSON_IsNumber(v) ? v->valuedouble : def;
-}
 
 static cJSON *obj_child(cJSON *o, const char *k)
 {
@@ -277,8 +251,8 @@ static cJSON *owner_refs(const cJSON *job)
     cJSON_AddItemToArray(arr, r);
     cJSON_AddStringToObject(r, "apiVersion", JOB_API_VERSION);
     cJSON_AddStringToObject(r, "kind", "TrainingJob");
-    cJSON_AddStringToObject(r, "name", get_str(job, "metadata.name"));
-    cJSON_AddStringToObject(r, "uid", get_str(job, "metadata.uid") ? get_str(job, "metadata.uid") : "");
+    cJSON_AddStringToObject(r, "name", json_str_at(job, "metadata.name"));
+    cJSON_AddStringToObject(r, "uid", json_str_at(job, "metadata.uid") ? json_str_at(job, "metadata.uid") : "");
     cJSON_AddBoolToObject(r, "controller", 1);
     cJSON_AddBoolToObject(r, "blockOwnerDeletion", 1);
     return arr;
@@ -296,8 +270,8 @@ static cJSON *base_object(const cJSON *job, const char *name)
         return NULL;
     }
     cJSON_AddStringToObject(md, "name", name);
-    cJSON_AddStringToObject(md, "namespace", get_str(job, "metadata.namespace"));
-    cJSON_AddStringToObject(labels, LABEL_JOB, get_str(job, "metadata.name"));
+    cJSON_AddStringToObject(md, "namespace", json_str_at(job, "metadata.namespace"));
+    cJSON_AddStringToObject(labels, LABEL_JOB, json_str_at(job, "metadata.name"));
     cJSON_AddItemToObject(md, "ownerReferences", refs);
     return o;
 }
@@ -308,7 +282,7 @@ static void env_set(cJSON *env, const char *name, const char *value, cJSON *valu
     int i = 0;
     cJSON *it;
     cJSON_ArrayForEach(it, env) {
-        const char *n = get_str(it, "name");
+        const char *n = json_str_at(it, "name");
         if (n && !strcmp(n, name)) {
             cJSON_DeleteItemFromArray(env, i);
             break;
@@ -331,14 +305,14 @@ static void env_set(cJSON *env, const char *name, const char *value, cJSON *valu
 cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator_url,
                             const char *default_image, herr *e)
 {
-    const char *job_name = get_str(job, "metadata.name");
-    const char *ns = get_str(job, "metadata.namespace");
-    const char *uid = get_str(job, "metadata.uid");
+    const char *job_name = json_str_at(job, "metadata.name");
+    const char *ns = json_str_at(job, "metadata.namespace");
+    const char *uid = json_str_at(job, "metadata.uid");
     if (!job_name || !ns) {
         herr_set(e, "job without metadata.name/namespace");
         return NULL;
     }
-    const char *image = get_str(job, "spec.image");
+    const char *image = json_str_at(job, "spec.image");
     if (!image)
         image = default_image;
     if (!image || !*image) {
@@ -356,14 +330,14 @@ cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator
     cJSON *md = cJSON_GetObjectItemCaseSensitive(pod, "metadata");
     cJSON *labels = cJSON_GetObjectItemCaseSensitive(md, "labels");
     /* Template labels and annotations first, ours on top. */
-    const cJSON *tl = get(job, "spec.template.metadata.labels"), *it;
+    const cJSON *tl = json_at(job, "spec.template.metadata.labels"), *it;
     cJSON_ArrayForEach(it, tl) {
         if (cJSON_IsString(it) && strcmp(it->string, LABEL_JOB) && strcmp(it->string, LABEL_INDEX))
             cJSON_AddStringToObject(labels, it->string, it->valuestring);
     }
     cJSON_AddStringToObject(labels, LABEL_INDEX, idx);
     cJSON *ann = cJSON_AddObjectToObject(md, "annotations");
-    const cJSON *ta = get(job, "spec.template.metadata.annotations");
+    const cJSON *ta = json_at(job, "spec.template.metadata.annotations");
     cJSON_ArrayForEach(it, ta) {
         if (cJSON_IsString(it))
             cJSON_AddStringToObject(ann, it->string, it->valuestring);
@@ -372,7 +346,7 @@ cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator
     set_str(ann, ANN_SPEC, hash ? hash : "");
     free(hash);
 
-    const cJSON *tspec = get(job, "spec.template.spec");
+    const cJSON *tspec = json_at(job, "spec.template.spec");
     cJSON *spec = cJSON_IsObject(tspec) ? cJSON_Duplicate(tspec, 1) : cJSON_CreateObject();
     if (!spec) {
         cJSON_Delete(pod);
@@ -396,7 +370,7 @@ cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator
     /* The worker container: the one named "worker", else the first, else a new one. */
     cJSON *c = NULL, *ci;
     cJSON_ArrayForEach(ci, containers) {
-        const char *n = get_str(ci, "name");
+        const char *n = json_str_at(ci, "name");
         if (n && !strcmp(n, "worker")) {
             c = ci;
             break;
@@ -408,7 +382,7 @@ cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator
         c = cJSON_CreateObject();
         cJSON_AddItemToArray(containers, c);
     }
-    if (!get_str(c, "name"))
+    if (!json_str_at(c, "name"))
         set_str(c, "name", "worker");
     set_str(c, "image", image);
     cJSON *cmd = cJSON_CreateArray();
@@ -435,7 +409,7 @@ cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator
     cJSON_AddStringToObject(ref, "key", "token");
     env_set(env, "HOLMES_TOKEN", NULL, vf);
     /* GPUs: ask for them unless the template already does. */
-    int gpus = (int)get_num(job, "spec.gpusPerWorker", 0);
+    int gpus = (int)json_num_at(job, "spec.gpusPerWorker", 0);
     if (gpus > 0) {
         cJSON *res = obj_child(c, "resources");
         cJSON *lim = obj_child(res, "limits");
@@ -448,7 +422,7 @@ cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator
 static cJSON *build_secret(const cJSON *job)
 {
     char name[160];
-    snprintf(name, sizeof name, "%s-token", get_str(job, "metadata.name"));
+    snprintf(name, sizeof name, "%s-token", json_str_at(job, "metadata.name"));
     cJSON *s = base_object(job, name);
     unsigned char raw[24];
     if (!s || getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
@@ -467,14 +441,14 @@ static cJSON *build_secret(const cJSON *job)
 
 static cJSON *build_service(const cJSON *job)
 {
-    cJSON *s = base_object(job, get_str(job, "metadata.name"));
+    cJSON *s = base_object(job, json_str_at(job, "metadata.name"));
     if (!s)
         return NULL;
     cJSON *spec = cJSON_AddObjectToObject(s, "spec");
     cJSON_AddStringToObject(spec, "clusterIP", "None");
     cJSON_AddBoolToObject(spec, "publishNotReadyAddresses", 1);
     cJSON *sel = cJSON_AddObjectToObject(spec, "selector");
-    cJSON_AddStringToObject(sel, LABEL_JOB, get_str(job, "metadata.name"));
+    cJSON_AddStringToObject(sel, LABEL_JOB, json_str_at(job, "metadata.name"));
     cJSON *ports = cJSON_AddArrayToObject(spec, "ports");
     cJSON *p = cJSON_CreateObject();
     cJSON_AddStringToObject(p, "name", "rendezvous");
@@ -507,7 +481,7 @@ static cJSON *trim_pod(cJSON *pod)
         cJSON_AddItemToObject(md, "annotations", keep);
         cJSON_AddItemToObject(out, "metadata", md);
     }
-    const char *node = get_str(pod, "spec.nodeName");
+    const char *node = json_str_at(pod, "spec.nodeName");
     if (node) {
         cJSON *sp = cJSON_AddObjectToObject(out, "spec");
         cJSON_AddStringToObject(sp, "nodeName", node);
@@ -685,7 +659,7 @@ static void emit(struct controller *c, const cJSON *job, const char *type, const
     cJSON_Delete(copy);
     if (kube_recorder_emit(c->events, ev) != 0)
         log_warn("event %s for %s dropped (out of memory or the event queue is full)", reason,
-                 get_str(job, "metadata.name"));
+                 json_str_at(job, "metadata.name"));
 }
 
 /* ---- status */
@@ -695,7 +669,7 @@ static cJSON *find_condition(const cJSON *conds, const char *type)
 {
     cJSON *it;
     cJSON_ArrayForEach(it, conds) {
-        const char *t = get_str(it, "type");
+        const char *t = json_str_at(it, "type");
         if (t && !strcmp(t, type))
             return it;
     }
@@ -714,7 +688,7 @@ static int set_condition(cJSON *status, const char *type, int ok, const char *re
     const char *st = ok ? "True" : "False";
     cJSON *cnd = find_condition(conds, type);
     if (cnd) {
-        const char *os = get_str(cnd, "status"), *orr = get_str(cnd, "reason"), *om = get_str(cnd, "message");
+        const char *os = json_str_at(cnd, "status"), *orr = json_str_at(cnd, "reason"), *om = json_str_at(cnd, "message");
         int same_status = os && !strcmp(os, st);
         if (same_status && orr && !strcmp(orr, reason) && om && !strcmp(om, msg))
             return 0;
@@ -738,7 +712,7 @@ static int set_condition(cJSON *status, const char *type, int ok, const char *re
 static const char *condition_message(const cJSON *status, const char *type)
 {
     const cJSON *c = find_condition(cJSON_GetObjectItemCaseSensitive(status, "conditions"), type);
-    return c ? get_str(c, "message") : NULL;
+    return c ? json_str_at(c, "message") : NULL;
 }
 
 /* Patches status with the top-level fields that differ from old. */
@@ -762,8 +736,8 @@ static int write_status(struct controller *c, const cJSON *job, const cJSON *old
     }
     int rc = 0;
     if (n) {
-        rc = call_patch(c, API_PATCH_JOB_STATUS, get_str(job, "metadata.namespace"),
-                        get_str(job, "metadata.name"), patch, e);
+        rc = call_patch(c, API_PATCH_JOB_STATUS, json_str_at(job, "metadata.namespace"),
+                        json_str_at(job, "metadata.name"), patch, e);
         if (rc == 0) {
             atomic_fetch_add(&c->status_writes, 1);
             if (m) {
@@ -795,8 +769,8 @@ static int scan_pod(const cJSON *pod, void *user)
         /* Only pods this incarnation of the job owns. */
         const cJSON *r;
         int mine = 0;
-        cJSON_ArrayForEach(r, get(pod, "metadata.ownerReferences")) {
-            const char *u = get_str(r, "uid");
+        cJSON_ArrayForEach(r, json_at(pod, "metadata.ownerReferences")) {
+            const char *u = json_str_at(r, "uid");
             if (u && !strcmp(u, s->uid))
                 mine = 1;
         }
@@ -852,24 +826,24 @@ static cJSON *pods_of(struct controller *c, const char *ns, const char *job, con
 
 static const cJSON *pod_condition(const cJSON *pod, const char *type)
 {
-    return find_condition(get(pod, "status.conditions"), type);
+    return find_condition(json_at(pod, "status.conditions"), type);
 }
 
 static int pod_condition_true(const cJSON *pod, const char *type)
 {
-    const char *s = get_str(pod_condition(pod, type), "status");
+    const char *s = json_str_at(pod_condition(pod, type), "status");
     return s && !strcmp(s, "True");
 }
 
 static int pod_failed(const cJSON *pod)
 {
-    const char *ph = get_str(pod, "status.phase"), *r = get_str(pod, "status.reason");
+    const char *ph = json_str_at(pod, "status.phase"), *r = json_str_at(pod, "status.reason");
     return (ph && !strcmp(ph, "Failed")) || (r && !strcmp(r, "Evicted"));
 }
 
 static double restart_backoff(struct controller *c, const cJSON *job, int restarts)
 {
-    double base = get_num(job, "spec.restartPolicy.backoffSeconds", 30);
+    double base = json_num_at(job, "spec.restartPolicy.backoffSeconds", 30);
     double d = base * pow(2.0, restarts > 0 ? restarts - 1 : 0);
     return d > c->o.backoff_cap_s ? c->o.backoff_cap_s : d;
 }
@@ -880,9 +854,9 @@ static int delete_pods(struct controller *c, struct memo *m, const cJSON *pods, 
     const cJSON *p;
     int rc = 0;
     cJSON_ArrayForEach(p, pods) {
-        if (get(p, "metadata.deletionTimestamp"))
+        if (json_at(p, "metadata.deletionTimestamp"))
             continue;
-        const char *ph = get_str(p, "status.phase");
+        const char *ph = json_str_at(p, "status.phase");
         if (only_active && ph && (!strcmp(ph, "Failed") || !strcmp(ph, "Succeeded")))
             continue;
         int r = call_delete(c, API_DELETE_POD, kube_meta_str(p, "namespace"), kube_meta_str(p, "name"), e);
@@ -1029,9 +1003,9 @@ static int reconcile_job(struct reconcile *r, herr *e)
 {
     struct controller *c = r->c;
     const cJSON *job = r->job;
-    const char *phase = get_str(r->st, "phase");
-    double gen = get_num(job, "metadata.generation", 1);
-    int workers = (int)get_num(job, "spec.workers", 0);
+    const char *phase = json_str_at(r->st, "phase");
+    double gen = json_num_at(job, "metadata.generation", 1);
+    int workers = (int)json_num_at(job, "spec.workers", 0);
     set_num(r->st, "observedGeneration", gen);
 
     cJSON *errs = controller_spec_errors(job);
@@ -1054,7 +1028,7 @@ static int reconcile_job(struct reconcile *r, herr *e)
     }
     cJSON_Delete(errs);
 
-    const char *uid = get_str(job, "metadata.uid");
+    const char *uid = json_str_at(job, "metadata.uid");
     cJSON *pods = pods_of(c, r->ns, r->name, uid);
     if (!pods)
         return herr_set(e, "out of memory");
@@ -1074,14 +1048,14 @@ static int reconcile_job(struct reconcile *r, herr *e)
     const cJSON *p;
     const char *pod_hash = NULL;
     cJSON_ArrayForEach(p, pods) {
-        const cJSON *hv = cJSON_GetObjectItemCaseSensitive(get(p, "metadata.annotations"), ANN_SPEC);
+        const cJSON *hv = cJSON_GetObjectItemCaseSensitive(json_at(p, "metadata.annotations"), ANN_SPEC);
         const char *h = cJSON_IsString(hv) ? hv->valuestring : NULL;
-        if (h && !get(p, "metadata.deletionTimestamp")) {
+        if (h && !json_at(p, "metadata.deletionTimestamp")) {
             pod_hash = h;
             break;
         }
     }
-    if (hash && pod_hash && strcmp(hash, pod_hash) != 0 && !cJSON_IsTrue(get(job, "spec.suspend"))) {
+    if (hash && pod_hash && strcmp(hash, pod_hash) != 0 && !cJSON_IsTrue(json_at(job, "spec.suspend"))) {
         char fields[512], msg[1024];
         changed_fields(pod_hash, hash, fields, sizeof fields);
         snprintf(msg, sizeof msg, "refused: %s changed while the job has pods; these fields are "
@@ -1109,7 +1083,7 @@ static int reconcile_job(struct reconcile *r, herr *e)
     }
 
     set_num(obj_child(r->st, "workers"), "total", workers);
-    if (cJSON_IsTrue(get(job, "spec.suspend"))) {
+    if (cJSON_IsTrue(json_at(job, "spec.suspend"))) {
         rc = delete_pods(c, r->memo, pods, 0, e);
         set_workers_ready(r->st, 0);
         if (!is_phase(phase, "Suspended"))
@@ -1123,15 +1097,15 @@ static int reconcile_job(struct reconcile *r, herr *e)
     /* Failed or evicted pods: restart the whole gang, or give up. */
     const cJSON *failed = NULL;
     cJSON_ArrayForEach(p, pods) {
-        if (pod_failed(p) && !get(p, "metadata.deletionTimestamp")) {
+        if (pod_failed(p) && !json_at(p, "metadata.deletionTimestamp")) {
             failed = p;
             break;
         }
     }
-    int restarts = (int)get_num(r->st, "restarts", 0);
+    int restarts = (int)json_num_at(r->st, "restarts", 0);
     if (failed) {
-        int max = (int)get_num(job, "spec.restartPolicy.maxRestarts", 3);
-        const char *why = get_str(failed, "status.reason"), *wmsg = get_str(failed, "status.message");
+        int max = (int)json_num_at(job, "spec.restartPolicy.maxRestarts", 3);
+        const char *why = json_str_at(failed, "status.reason"), *wmsg = json_str_at(failed, "status.message");
         char msg[1024];
         if (restarts >= max) {
             snprintf(msg, sizeof msg, "pod %s failed (%s%s%s) and the job has used all %d restarts "
@@ -1163,7 +1137,7 @@ static int reconcile_job(struct reconcile *r, herr *e)
 
     /* After a restart, wait out the backoff before recreating pods. */
     if (restarts > 0 && cJSON_GetArraySize(pods) == 0) {
-        double since = kube_time_parse(get_str(r->st, "lastRestartTime"));
+        double since = kube_time_parse(json_str_at(r->st, "lastRestartTime"));
         double wait = since > 0 ? since + restart_backoff(c, job, restarts) - clock_wall_s() : 0;
         if (wait > 0) {
             r->requeue_s = wait;
@@ -1178,7 +1152,7 @@ static int reconcile_job(struct reconcile *r, herr *e)
     cJSON_ArrayForEach(p, pods) {
         int i = pod_index(p);
         if (i < 0 || i >= workers) {
-            if (!get(p, "metadata.deletionTimestamp")) {
+            if (!json_at(p, "metadata.deletionTimestamp")) {
                 int d = call_delete(c, API_DELETE_POD, r->ns, kube_meta_str(p, "name"), e);
                 if (d != 0 && d != 404)
                     rc = d;
@@ -1217,7 +1191,7 @@ static int reconcile_job(struct reconcile *r, herr *e)
             atomic_fetch_add(&c->pods_created, 1);
         }
     }
-    if (created && !get(r->st, "startTime"))
+    if (created && !json_at(r->st, "startTime"))
         set_str(r->st, "startTime", r->now);
     if (created == workers)
         emit(c, job, "Normal", "PodsCreated", "created the worker pods");
@@ -1231,19 +1205,19 @@ static int reconcile_job(struct reconcile *r, herr *e)
     size_t ul = 0;
     cJSON_ArrayForEach(p, pods) {
         int i = pod_index(p);
-        if (i < 0 || i >= workers || get(p, "metadata.deletionTimestamp"))
+        if (i < 0 || i >= workers || json_at(p, "metadata.deletionTimestamp"))
             continue;
-        const char *ph = get_str(p, "status.phase");
+        const char *ph = json_str_at(p, "status.phase");
         if (is_phase(ph, "Succeeded"))
             succeeded++;
         if (pod_condition_true(p, "Ready"))
             ready++;
-        if (pod_condition_true(p, "PodScheduled") || get_str(p, "spec.nodeName"))
+        if (pod_condition_true(p, "PodScheduled") || json_str_at(p, "spec.nodeName"))
             scheduled++;
         const cJSON *ps = pod_condition(p, "PodScheduled");
-        const char *reason = get_str(ps, "reason");
+        const char *reason = json_str_at(ps, "reason");
         if (ps && reason && !strcmp(reason, "Unschedulable")) {
-            double since = kube_time_parse(get_str(ps, "lastTransitionTime"));
+            double since = kube_time_parse(json_str_at(ps, "lastTransitionTime"));
             if (since <= 0)
                 since = kube_time_parse(kube_meta_str(p, "creationTimestamp"));
             if (since > 0 && (oldest_unsched == 0 || since < oldest_unsched))
@@ -1251,13 +1225,13 @@ static int reconcile_job(struct reconcile *r, herr *e)
             if (ul + 80 < sizeof unsched_names)
                 ul += (size_t)snprintf(unsched_names + ul, sizeof unsched_names - ul, "%s%s",
                                        ul ? ", " : "", kube_meta_str(p, "name"));
-            if (!sched_msg[0] && get_str(ps, "message"))
-                snprintf(sched_msg, sizeof sched_msg, "%s", get_str(ps, "message"));
+            if (!sched_msg[0] && json_str_at(ps, "message"))
+                snprintf(sched_msg, sizeof sched_msg, "%s", json_str_at(ps, "message"));
         }
     }
     set_workers_ready(r->st, ready);
     char msg[2048];
-    double gang = get_num(job, "spec.gangTimeoutSeconds", 600);
+    double gang = json_num_at(job, "spec.gangTimeoutSeconds", 600);
     if (scheduled == workers) {
         set_condition(r->st, "PodsScheduled", 1, "AllScheduled", "every worker pod is scheduled", r->now);
     } else if (oldest_unsched > 0 && clock_wall_s() - oldest_unsched >= gang) {
@@ -1283,7 +1257,7 @@ static int reconcile_job(struct reconcile *r, herr *e)
     if (succeeded == workers && workers > 0) {
         set_phase(r, "Succeeded");
         set_condition(r->st, "Complete", 1, "AllWorkersSucceeded", "every worker finished", r->now);
-        if (!get(r->st, "completionTime"))
+        if (!json_at(r->st, "completionTime"))
             set_str(r->st, "completionTime", r->now);
         emit(c, job, "Normal", "Succeeded", "every worker finished");
     } else if (ready == workers) {
@@ -1306,7 +1280,7 @@ static int reconcile_key(struct controller *c, const char *key, double *requeue,
     snprintf(name, sizeof name, "%s", slash + 1);
     cJSON *job = kube_informer_get(c->inf[INF_JOBS], ns, name);
     struct memo *m = memo_take(c, key);
-    if (!job || get(job, "metadata.deletionTimestamp") || !m) {
+    if (!job || json_at(job, "metadata.deletionTimestamp") || !m) {
         cJSON_Delete(job);
         memo_free(m);
         return 0; /* gone: ownerReferences take the rest */
@@ -1490,7 +1464,7 @@ struct phase_count {
 static int count_phase(const cJSON *job, void *user)
 {
     struct phase_count *pc = user;
-    const char *ph = get_str(job, "status.phase");
+    const char *ph = json_str_at(job, "status.phase");
     if (!ph)
         ph = "Pending";
     for (int i = 0; i < 8; i++)
@@ -1622,7 +1596,7 @@ int controller_set_job_condition(struct controller *c, const char *ns, const cha
         int changed = 0;
         cJSON *st = controller_merge_condition(cJSON_GetObjectItemCaseSensitive(j, "status"), type,
                                                ok, reason, message, now, &changed);
-        const char *rv = get_str(j, "metadata.resourceVersion");
+        const char *rv = json_str_at(j, "metadata.resourceVersion");
         cJSON *patch = st && changed ? cJSON_CreateObject() : NULL;
         cJSON *md = patch ? cJSON_AddObjectToObject(patch, "metadata") : NULL;
         int rc = 0;
@@ -1688,7 +1662,7 @@ cJSON *controller_get_job(struct controller *c, const char *ns, const char *job)
 cJSON *controller_job_pods(struct controller *c, const char *ns, const char *job)
 {
     cJSON *j = kube_informer_get(c->inf[INF_JOBS], ns, job);
-    const char *uid = j ? get_str(j, "metadata.uid") : NULL;
+    const char *uid = j ? json_str_at(j, "metadata.uid") : NULL;
     cJSON *pods = pods_of(c, ns, job, uid);
     cJSON_Delete(j);
     return pods;
@@ -1702,8 +1676,8 @@ char *controller_job_token(struct controller *c, const char *ns, const char *job
     if (!s)
         return NULL;
     char *out = NULL;
-    const char *plain = get_str(s, "stringData.token");
-    const char *b64 = get_str(s, "data.token");
+    const char *plain = json_str_at(s, "stringData.token");
+    const char *b64 = json_str_at(s, "data.token");
     if (b64) {
         size_t n = strlen(b64);
         unsigned char *buf = malloc(n + 1);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
 #include "planner_job.h"
 #include "yaml_json.h"
 
@@ -25,40 +26,6 @@ static int check_keys(const cJSON *obj, const char *const *keys, const char *whe
     return 0;
 }
 
-/* An optional integer member in [lo, hi]; `def` when absent. */
-static int get_int(const cJSON *obj, const char *key, int def, int lo, int hi, const char *where,
-                   int *out, herr *e)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!v) {
-        *out = def;
-        return 0;
-    }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo ||
-        v->valuedouble > hi)
-        return herr_set(e, "%s.%s: must be an integer in [%d, %d]", where, key, lo, hi);
-    *out = (int)v->valuedouble;
-    return 0;
-}
-
-static int get_name(const cJSON *obj, const char *key, const char *where, char *dst, size_t cap,
-                    int required, herr *e)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!v) {
-        if (required)
-            return herr_set(e, "%s.%s: required", where, key);
-        dst[0] = '\0';
-        return 0;
-    }
-    if (!cJSON_IsString(v) || !v->valuestring[0])
-        return herr_set(e, "%s.%s: must be a non-empty string", where, key);
-    if (strlen(v->valuestring) >= cap - 8)
-        return herr_set(e, "%s.%s: longer than %zu characters", where, key, cap - 9);
-    snprintf(dst, cap, "%s", v->valuestring);
-    return 0;
-}
-
 static int parse_worker(const cJSON *wj, const char *where, struct plan_worker *w, int *count,
                         herr *e)
 {
@@ -67,10 +34,12 @@ static int parse_worker(const cJSON *wj, const char *where, struct plan_worker *
     if (check_keys(wj, worker_keys, where, e))
         return -1;
     memset(w, 0, sizeof *w);
-    if (get_name(wj, "name", where, w->name, sizeof w->name, 1, e) ||
-        get_name(wj, "node", where, w->node, sizeof w->node, 0, e) ||
-        get_int(wj, "gpus", 0, 0, 1024, where, &w->gpus, e) ||
-        get_int(wj, "count", 1, 1, CLUSTER_MAX_WORKERS, where, count, e))
+    *count = 1;
+    /* Names leave room for the "-<index>" a count adds. */
+    if (json_str(wj, where, "name", JSON_REQUIRED, w->name, sizeof w->name - 8, e) ||
+        json_str(wj, where, "node", JSON_OPTIONAL, w->node, sizeof w->node - 8, e) ||
+        json_int32(wj, where, "gpus", JSON_OPTIONAL, 0, 1024, &w->gpus, e) ||
+        json_int32(wj, where, "count", JSON_OPTIONAL, 1, CLUSTER_MAX_WORKERS, count, e))
         return -1;
     const cJSON *tf = cJSON_GetObjectItemCaseSensitive(wj, "gpu_tflops");
     if (!tf)

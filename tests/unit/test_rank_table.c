@@ -82,7 +82,7 @@ int main(void)
         {"{\"workers\": []}", "parallelism"},
         {"{\"parallelism\": {\"pipeline\": 2, \"data\": 2}, \"workers\": []}", "4 entries"},
         {"{\"parallelism\": {\"pipeline\": 0, \"data\": 2}, \"workers\": []}", "parallelism.pipeline"},
-        {"{\"parallelism\": {\"pipeline\": 1, \"data\": 1}, \"workers\": [{\"host\": \"h\"}]}", "'port'"},
+        {"{\"parallelism\": {\"pipeline\": 1, \"data\": 1}, \"workers\": [{\"host\": \"h\"}]}", "workers[0].port: required"},
         {"{\"parallelism\": {\"pipeline\": 1, \"data\": 1}, \"workers\": [{\"host\": \"h\", \"port\": 70000}]}",
          "workers[0].port"},
         {"{\"parallelism\": {\"pipeline\": 2, \"data\": 2}," W4 ", \"groups\": [{\"kind\": \"dp\", \"ranks\": [0, 2]},"

@@ -1,0 +1,88 @@
+#include "json.h"
+
+#include <math.h>
+#include <string.h>
+
+int json_int(const cJSON *o, const char *where, const char *key, int required, long lo, long hi,
+             long *out, herr *e)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v)
+        return required ? herr_set(e, "%s.%s: required", where, key) : 0;
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+        v->valuedouble < (double)lo || v->valuedouble > (double)hi)
+        return herr_set(e, "%s.%s: must be an integer in [%ld, %ld]", where, key, lo, hi);
+    *out = (long)v->valuedouble;
+    return 0;
+}
+
+int json_int32(const cJSON *o, const char *where, const char *key, int required, int lo, int hi,
+               int *out, herr *e)
+{
+    long v = *out;
+    if (json_int(o, where, key, required, lo, hi, &v, e) != 0)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+int json_num(const cJSON *o, const char *where, const char *key, int required, double lo,
+             double hi, double *out, herr *e)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v)
+        return required ? herr_set(e, "%s.%s: required", where, key) : 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < lo ||
+        v->valuedouble > hi)
+        return herr_set(e, "%s.%s: must be a number in [%g, %g]", where, key, lo, hi);
+    *out = v->valuedouble;
+    return 0;
+}
+
+int json_str(const cJSON *o, const char *where, const char *key, int required, char *dst,
+             size_t cap, herr *e)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v) {
+        if (required)
+            return herr_set(e, "%s.%s: required", where, key);
+        dst[0] = '\0';
+        return 0;
+    }
+    if (!cJSON_IsString(v))
+        return herr_set(e, "%s.%s: must be a string", where, key);
+    size_t n = strlen(v->valuestring);
+    if (n >= cap)
+        return herr_set(e, "%s.%s: longer than %zu characters", where, key, cap - 1);
+    if (required && n == 0)
+        return herr_set(e, "%s.%s: must not be empty", where, key);
+    memcpy(dst, v->valuestring, n + 1);
+    return 0;
+}
+
+const cJSON *json_at(const cJSON *o, const char *dotted)
+{
+    char part[128];
+    while (o && *dotted) {
+        size_t n = strcspn(dotted, ".");
+        if (n >= sizeof part)
+            return NULL;
+        memcpy(part, dotted, n);
+        part[n] = '\0';
+        o = cJSON_GetObjectItemCaseSensitive(o, part);
+        dotted += n + (dotted[n] == '.');
+    }
+    return o;
+}
+
+const char *json_str_at(const cJSON *o, const char *dotted)
+{
+    const cJSON *v = json_at(o, dotted);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+double json_num_at(const cJSON *o, const char *dotted, double def)
+{
+    const cJSON *v = json_at(o, dotted);
+    return cJSON_IsNumber(v) ? v->valuedouble : def;
+}

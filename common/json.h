@@ -1,0 +1,38 @@
+/* Reading JSON the same way everywhere. Two families:
+ *  - checked reads of one member of an object, for documents from outside (protocol messages,
+ *    plan documents, cluster files): absent and not required leaves *out as it was (set the
+ *    default first); a wrong type or a value out of range fails naming "where.key" and the rule;
+ *  - lookups by dotted path with a default, for documents already validated (a TrainingJob the
+ *    controller reads back from the API server). */
+#ifndef HOLMES_JSON_H
+#define HOLMES_JSON_H
+
+#include <stddef.h>
+#include <cjson/cJSON.h>
+
+#include "error.h"
+
+#define JSON_OPTIONAL 0
+#define JSON_REQUIRED 1
+
+/* A whole number in [lo, hi]. */
+int json_int(const cJSON *o, const char *where, const char *key, int required, long lo, long hi,
+             long *out, herr *e);
+/* The same into an int (lo and hi must fit one). */
+int json_int32(const cJSON *o, const char *where, const char *key, int required, int lo, int hi,
+               int *out, herr *e);
+/* A finite number in [lo, hi]. */
+int json_num(const cJSON *o, const char *where, const char *key, int required, double lo,
+             double hi, double *out, herr *e);
+/* A string shorter than cap; a required one must not be empty. Absent and optional: "". */
+int json_str(const cJSON *o, const char *where, const char *key, int required, char *dst,
+             size_t cap, herr *e);
+
+/* The member at "a.b.c", or NULL. */
+const cJSON *json_at(const cJSON *o, const char *dotted);
+/* Its string, or NULL when absent or not a string. */
+const char *json_str_at(const cJSON *o, const char *dotted);
+/* Its number, or def when absent or not a number. */
+double json_num_at(const cJSON *o, const char *dotted, double def);
+
+#endif
