@@ -196,6 +196,10 @@ int cmd_worker(int argc, char **argv)
             c.bucket_floats = (size_t)n;
         else if (strcmp(a, "--checkpoint-dir") == 0)
             c.checkpoint_dir = v;
+        else if (strcmp(a, "--init-from") == 0) {
+            c.init_from = v;
+            c.init_from_name = "--init-from";
+        }
         else if (strcmp(a, "--checkpoint-every") == 0 && !(bad = parse_long(a, v, 0, INT_MAX, &n)))
             c.checkpoint_every = (int)n;
         else if (strcmp(a, "--keep") == 0 && !(bad = parse_long(a, v, 1, 1000, &n)))

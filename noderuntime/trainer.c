@@ -343,9 +343,11 @@ static int resume_path(struct worker *w, char *path, size_t cap, herr *e)
     return 0;
 }
 
-static int ckpt_resume(struct worker *w, herr *e)
+/* Sets *resumed when a checkpoint was loaded. */
+static int ckpt_resume(struct worker *w, int *resumed, herr *e)
 {
     char path[4096];
+    *resumed = 0;
     int r = resume_path(w, path, sizeof path, e);
     if (r != 0)
         return r < 0 ? -1 : 0;
@@ -362,11 +364,23 @@ static int ckpt_resume(struct worker *w, herr *e)
         shard_copy(w, vf, w->v, 0);
         zero_master_from_params(w->z);
         w->step = (long)meta.step;
+        *resumed = 1;
         rc = 0;
     }
     free(mf);
     free(vf);
     return rc != 0 ? herr_wrap(e, "resuming") : 0;
+}
+
+/* This stage's parameters from an llm.c GPT-2 checkpoint (c->init_from): its layers, plus the
+ * embeddings, final LayerNorm and tied head where it holds them; the optimizer's masters follow. */
+static int init_from_llmc(struct worker *w, herr *e)
+{
+    const struct trainer_config *c = w->cfg;
+    if (llmc_load_stage(c->init_from, w->gs, e) != 0)
+        return herr_wrap(e, "%s", c->init_from_name ? c->init_from_name : "init_from");
+    zero_master_from_params(w->z);
+    return 0;
 }
 
 /* ---------- setup ---------- */
@@ -738,7 +752,10 @@ int trainer_run(const struct trainer_config *c, const struct rank_table *rt, int
         goto out;
     if (worker_optim_init(&w, e) != 0)
         goto out;
-    if (c->checkpoint_dir && ckpt_resume(&w, e) != 0)
+    int resumed = 0;
+    if (c->checkpoint_dir && ckpt_resume(&w, &resumed, e) != 0)
+        goto out;
+    if (!resumed && c->init_from && c->init_from[0] && init_from_llmc(&w, e) != 0)
         goto out;
     struct pipe_stage_ops ops = {&w, (size_t)c->B * (size_t)c->T * (size_t)c->model.channels,
                                  stage_forward, stage_backward};

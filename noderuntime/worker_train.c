@@ -111,6 +111,10 @@ static int config_from_spec(const struct tj_spec *sp, struct trainer_config *c, 
                                                                                : (float)o->min_lr_ratio};
     c->grad_clip = (float)o->grad_clip;
     c->seed = sp->training.seed;
+    if (sp->training.init_from[0]) {
+        c->init_from = sp->training.init_from;
+        c->init_from_name = "spec.training.initFrom";
+    }
     if (sp->training.checkpoint.path[0]) {
         c->checkpoint_dir = sp->training.checkpoint.path;
         c->checkpoint_every = sp->training.checkpoint.every_steps;
