@@ -174,7 +174,9 @@ cJSON *controller_spec_errors(const cJSON *job)
     memset(&tj, 0, sizeof tj);
     if (!errs)
         return NULL;
-    tj_job_from_json(job, &tj, &te);
+    /* what the API accepts but this version cannot run is refused too, with its reason */
+    if (tj_job_from_json(job, &tj, &te) == 0)
+        tj_spec_runnable(&tj.spec, "spec", &te);
     int kept = te.count < TJ_MAX_ERRORS ? te.count : TJ_MAX_ERRORS;
     for (int i = 0; i < kept; i++)
         cJSON_AddItemToArray(errs, cJSON_CreateString(te.msg[i]));
