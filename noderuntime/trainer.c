@@ -300,18 +300,25 @@ static int ckpt_save(struct worker *w, herr *e)
     if (zero_all_gather(w->z, mf, e) != 0 || zero_all_gather(w->z, vf, e) != 0 ||
         (pf && zero_master_gather(w->z, pf, e) != 0))
         goto out;
+    /* One checkpoint more than `keep` survives the write: until latest-step names the new one,
+     * the one it names must stay (a crash in between resumes from it). Pruned after the mark. */
+    int keep = w->cfg->checkpoint_keep >= 1 ? w->cfg->checkpoint_keep : 2;
     if (w->replica == 0) {
         struct ckpt_meta meta = {.c = w->cfg->model, .first = w->lo, .last = w->hi,
                                  .step = w->step, .data_pos = (uint64_t)w->step * (uint64_t)w->M,
                                  .nparams = n, .has_moments = 1};
         if (ckpt_write(w->cfg->checkpoint_dir, &meta, pf ? pf : gpt_stage_params(w->gs), mf, vf,
-                       w->cfg->checkpoint_keep > 1 ? w->cfg->checkpoint_keep : 2, NULL, 0, e) != 0)
+                       keep + 1, NULL, 0, e) != 0)
             goto out;
     }
     if (world_barrier(w, e) != 0)
         goto out;
     if (w->rank == 0 && mark_latest(w->cfg->checkpoint_dir, w->step, e) != 0)
         goto out;
+    if (world_barrier(w, e) != 0)
+        goto out;
+    if (w->replica == 0)
+        ckpt_prune(w->cfg->checkpoint_dir, w->lo, w->hi, keep);
     rc = 0;
 out:
     free(mf);
