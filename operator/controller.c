@@ -425,6 +425,21 @@ cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator
     cJSON_AddStringToObject(ref, "name", secret);
     cJSON_AddStringToObject(ref, "key", "token");
     env_set(env, "HOLMES_TOKEN", NULL, vf);
+    /* spec.emulation: the worker reports its group's NIC, as holmes-operator local's workers do
+     * (groups in worker order, `count` workers each). */
+    const cJSON *g;
+    int first = 0;
+    cJSON_ArrayForEach(g, get(job, "spec.emulation.nics")) {
+        int count = (int)get_num(g, "count", 0);
+        const char *cls = get_str(g, "class"), *fabric = get_str(g, "fabric");
+        if (index >= first && index < first + count && cls && fabric) {
+            char nic[300];
+            snprintf(nic, sizeof nic, "%s:%s:%g", cls, fabric, get_num(g, "gbps", 0));
+            env_set(env, "HOLMES_EMULATE_NIC", nic, NULL);
+            break;
+        }
+        first += count;
+    }
     /* GPUs: ask for them unless the template already does. */
     int gpus = (int)get_num(job, "spec.gpusPerWorker", 0);
     if (gpus > 0) {
