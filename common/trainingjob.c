@@ -843,6 +843,21 @@ int tj_spec_validate(const struct tj_spec *s, const char *path, struct tj_errors
     return errs->count == before ? 0 : -1;
 }
 
+int tj_spec_runnable(const struct tj_spec *s, const char *path, struct tj_errors *errs)
+{
+    const char *sp = path ? path : "spec";
+    int before = errs->count;
+    if (s->gpus_per_worker > 1)
+        tj_errors_add(errs, "%s.gpusPerWorker: %d: workers with several GPUs each are not supported by "
+                      "the coordinator yet (one rank per worker); run one worker per GPU (gpusPerWorker 1)",
+                      sp, s->gpus_per_worker);
+    if (s->training.precision == DTYPE_BF16)
+        tj_errors_add(errs, "%s.training.precision: bf16 is not supported by the workers yet: holmes-node "
+                      "worker trains with the CPU engine in fp32 (the bf16 GPU engine is not wired into "
+                      "it); use fp32", sp);
+    return errs->count == before ? 0 : -1;
+}
+
 /* ---------------------------------------------------------------- whole objects */
 
 static int is_dns_label(const char *s)

@@ -164,6 +164,14 @@ int tj_job_from_json(const cJSON *obj, struct tj_job *out, struct tj_errors *err
  * `errs`; returns 0 when valid. */
 int tj_spec_validate(const struct tj_spec *s, const char *path, struct tj_errors *errs);
 
+/* What this version cannot run yet although the API (and tj_spec_validate) accepts it, each with
+ * its reason, appended to `errs` ("spec.gpusPerWorker: 8: workers with several GPUs each are not
+ * supported by the coordinator yet ..."); 0 when the job can run. `holmes-operator validate`,
+ * `holmes-operator local`, the operator's admission of a job and the coordinator's plan hook all
+ * apply it, so they refuse the same jobs for the same reason. `holmes-operator plan` does not:
+ * planning such a job is still a valid what-if. docs/api.md lists the rules (marked **run**). */
+int tj_spec_runnable(const struct tj_spec *s, const char *path, struct tj_errors *errs);
+
 /* The resolved spec as JSON in the API's field names (pipeline/data "auto" for TJ_AUTO; the
  * model with preset AND layers/hidden/...). tj_spec_from_json of the result gives the same
  * struct. NULL when out of memory. */

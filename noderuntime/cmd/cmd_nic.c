@@ -85,7 +85,7 @@ static void print_text(const struct nic_report *r)
     const struct nic_summary *s = &r->summary;
     printf("summary: class %s fabric %s %g Gb/s", nic_class_name(s->cls), s->fabric, s->gbps);
     if (s->ib_hca[0])
-        printf(" NCCL_IB_HCA=%s", s->ib_hca);
+        printf(" NCCL_IB_HCA='%s'", s->ib_hca); /* "=dev:port,...": NCCL's exact-name form */
     if (s->gid_index >= 0)
         printf(" NCCL_IB_GID_INDEX=%d", s->gid_index);
     if (s->socket_ifname[0])

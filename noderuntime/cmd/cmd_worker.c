@@ -1,6 +1,7 @@
-/* holmes-node worker: one rank of a distributed training job. Ranks, peers and transports come
- * from a rank table (--rank-table FILE, or HOLMES_RANK_TABLE / HOLMES_RANK_TABLE_JSON); the
- * model and the run from flags. Progress goes to stdout (one line per step, JSON with
+/* holmes-node worker: one rank of a distributed training job. With --coordinator (or
+ * HOLMES_COORDINATOR) cmd_worker_coord.c takes over. Otherwise (rank-table mode) ranks, peers and
+ * transports come from a rank table (--rank-table FILE, or HOLMES_RANK_TABLE /
+ * HOLMES_RANK_TABLE_JSON); the model and the run from flags. Progress goes to stdout (one line per step, JSON with
  * --log-format json); SIGTERM/SIGINT stop every rank after the current step, with a checkpoint. */
 #include <errno.h>
 #include <limits.h>
@@ -15,16 +16,31 @@
 #include "rank_table.h"
 #include "trainer.h"
 
-static void usage(FILE *f)
+/* Both modes: the coordinator mode first (what TrainingJob pods run), then the rank-table mode. */
+void cmd_worker_usage(FILE *f)
 {
     fprintf(f,
-            "Usage: holmes-node worker --rank R --data PATTERN [--rank-table FILE] [options]\n\n"
-            "Runs global rank R of a pipeline x data parallel job (docs/comm.md). The rank table\n"
-            "(planner-style JSON/YAML with each rank's host and port) comes from --rank-table,\n"
-            "else HOLMES_RANK_TABLE (a path) or HOLMES_RANK_TABLE_JSON (the document); R may come\n"
-            "from HOLMES_RANK.\n\n"
+            "Usage: holmes-node worker --coordinator URL --job NAME --pod POD --worker I [options]\n"
+            "       holmes-node worker --rank R --data PATTERN [--rank-table FILE] [options]\n\n"
+            "One worker of a distributed training job, in one of two modes:\n"
+            "  coordinator mode  (--coordinator URL, or HOLMES_COORDINATOR set): what the pods of\n"
+            "                    a TrainingJob and `holmes-operator local` run; the place in the job,\n"
+            "                    the model and the run come from the coordinator.\n"
+            "  rank-table mode   (otherwise): a fixed job without the operator; ranks, peers and\n"
+            "                    transports from a rank table, the model and the run from flags.\n\n");
+    cmd_worker_coord_usage(f);
+    fprintf(f,
+            "\nRank-table mode: runs global rank R of a pipeline x data parallel job (docs/comm.md).\n"
+            "The rank table (planner-style JSON/YAML with each rank's host and port) comes from\n"
+            "--rank-table, else HOLMES_RANK_TABLE (a path) or HOLMES_RANK_TABLE_JSON (the\n"
+            "document); R may come from HOLMES_RANK. Progress goes to stdout (one line per step);\n"
+            "SIGTERM/SIGINT stop every rank after the current step, with a checkpoint.\n\n"
+            "  --rank R              this process's global rank (or HOLMES_RANK)\n"
+            "  --rank-table FILE     the rank table (default: HOLMES_RANK_TABLE[_JSON])\n"
             "  --data PATTERN        llm.c .bin shards or text files (glob)\n"
             "  --layers N --channels N --heads N --vocab N --max-seq N   model (default 4 64 4 256 64)\n"
+            "  --init-from FILE      start from llm.c GPT-2 weights of that shape (each stage loads\n"
+            "                        its layers; a resume from --checkpoint-dir takes precedence)\n"
             "  --batch B --seq T     sequences per micro-batch, tokens per sequence (default 4 32)\n"
             "  --micro-batches M     per data-parallel replica per step (default 2)\n"
             "  --steps N             total optimizer steps (default 20)\n"
@@ -33,12 +49,18 @@ static void usage(FILE *f)
             "  --param-gather-dtype D   fp32 | bf16: parameters all-gathered and computed with,\n"
             "                        bf16 rounded from fp32 masters (default fp32)\n"
             "  --lr X --warmup N --min-lr-ratio X --clip X --weight-decay X --seed N\n"
+            "                        optimizer (default 3e-4 constant, clip 1, weight decay 0.1,\n"
+            "                        seed 1337)\n"
             "  --bucket N            ZeRO bucket size in floats (default 1048576)\n"
             "  --checkpoint-dir DIR --checkpoint-every N --keep K   (resume from DIR's latest)\n"
             "  --listen HOST         bind address (default all interfaces)\n"
             "  --log-format text|json   progress format (default text)\n"
-            "  --all-ranks           every rank prints progress (default: rank 0)\n");
+            "  --all-ranks           every rank prints progress (default: rank 0)\n"
+            "  -h, --help            this help\n\n"
+            "Exit status (rank-table mode): 0 finished or stopped, 1 failed, 2 usage.\n");
 }
+
+static void usage(FILE *f) { cmd_worker_usage(f); }
 
 static volatile sig_atomic_t stop_requested;
 static void on_signal(int sig) { (void)sig; stop_requested = 1; }
@@ -196,6 +218,10 @@ int cmd_worker(int argc, char **argv)
             c.bucket_floats = (size_t)n;
         else if (strcmp(a, "--checkpoint-dir") == 0)
             c.checkpoint_dir = v;
+        else if (strcmp(a, "--init-from") == 0) {
+            c.init_from = v;
+            c.init_from_name = "--init-from";
+        }
         else if (strcmp(a, "--checkpoint-every") == 0 && !(bad = parse_long(a, v, 0, INT_MAX, &n)))
             c.checkpoint_every = (int)n;
         else if (strcmp(a, "--keep") == 0 && !(bad = parse_long(a, v, 1, 1000, &n)))

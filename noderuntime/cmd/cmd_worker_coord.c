@@ -18,25 +18,30 @@
 #include "worker_coord.h"
 #include "worker_train.h"
 
-static void usage(FILE *f)
+void cmd_worker_coord_usage(FILE *f)
 {
     fprintf(f,
-        "Usage: holmes-node worker --coordinator URL --job NAME --pod POD --worker I\n"
-        "                          [--token-file FILE] [--ca FILE] [--node NODE] [--emulate-nic SPEC]\n"
-        "                          [--sysfs ROOT] [--progress-ms MS] [--connect-timeout S]\n"
-        "                          [--tflops T] [--cpu-affinity none|spread]\n"
-        "                          [--simulate STEPS [--step-ms MS] [--fail-at STEP]]\n\n"
-        "Connects to the coordinator, reports this worker's NICs, receives its place in the\n"
-        "job (stage, layers, ranks, peers), rendezvous with its peers and trains, streaming\n"
-        "progress. Each option may come from the environment instead: HOLMES_COORDINATOR,\n"
-        "HOLMES_JOB (or HOLMES_JOB_NAME, with HOLMES_JOB_NAMESPACE), HOLMES_TOKEN (preferred\n"
-        "over --token-file), HOLMES_POD (or POD_NAME, HOSTNAME), HOLMES_WORKER (or\n"
-        "HOLMES_WORKER_INDEX), HOLMES_NODE (or NODE_NAME), HOLMES_EMULATE_NIC,\n"
-        "HOLMES_DECLARED_TFLOPS, HOLMES_CPU_AFFINITY.\n\n"
+        "Coordinator mode: connects to the coordinator, reports this worker's NICs, receives its\n"
+        "place in the job (stage, layers, ranks, peers and the resolved TrainingJob spec),\n"
+        "rendezvous with its peers and trains, streaming progress. Each option may come from the\n"
+        "environment instead (the operator's pods set these): HOLMES_COORDINATOR, HOLMES_JOB (or\n"
+        "HOLMES_JOB_NAME, with HOLMES_JOB_NAMESPACE), HOLMES_TOKEN (preferred over --token-file),\n"
+        "HOLMES_POD (or POD_NAME, HOSTNAME), HOLMES_WORKER (or HOLMES_WORKER_INDEX), HOLMES_NODE\n"
+        "(or NODE_NAME), HOLMES_EMULATE_NIC, HOLMES_DECLARED_TFLOPS, HOLMES_CPU_AFFINITY,\n"
+        "HOLMES_COORDINATOR_CA.\n\n"
+        "  --coordinator URL   ws:// or wss:// address of the coordinator (the operator's, or\n"
+        "                      holmes-operator local's)\n"
+        "  --job NAME          the TrainingJob (\"namespace/name\" in a cluster)\n"
+        "  --pod POD           this worker's pod name\n"
+        "  --worker I          this worker's index in the job (0..workers-1)\n"
+        "  --token-file FILE   the job's rendezvous token (default: HOLMES_TOKEN)\n"
         "  --ca FILE           wss:// only: PEM CA that signed the coordinator's certificate\n"
         "                      (HOLMES_COORDINATOR_CA; default: the system's CAs)\n"
+        "  --node NODE         the node it runs on (reported to the planner)\n"
         "  --emulate-nic SPEC  report CLASS:FABRIC:GBPS instead of discovering NICs\n"
         "  --sysfs ROOT        discover NICs from a recorded sysfs tree\n"
+        "  --progress-ms MS    interval of progress reports to the coordinator (default 500)\n"
+        "  --connect-timeout S give up connecting to the coordinator after S seconds (default 60)\n"
         "  --tflops T          declare this worker's compute rate (TFLOPS per rank) for the\n"
         "                      planner instead of measuring it; a CPU worker otherwise measures\n"
         "                      its fp32 matrix-product rate at start (a ~30 ms probe; skipped\n"
@@ -46,11 +51,13 @@ static void usage(FILE *f)
         "                      training to its share of the cores, replicas of one stage\n"
         "                      on different cores (holmes-operator local sets spread)\n"
         "  --simulate STEPS    train nothing: report STEPS simulated steps (protocol tests and\n"
-        "                      benchmarks); --fail-at makes the run fail at that step\n\n"
+        "                      benchmarks)\n"
+        "  --step-ms MS        with --simulate: milliseconds per simulated step (default 10)\n"
+        "  --fail-at STEP      with --simulate: the run fails at that step\n\n"
         "SIGTERM or SIGINT mid-training: the coordinator is told, every rank stops and\n"
         "checkpoints at the next step boundary, and the worker leaves (status 143).\n\n"
-        "Exit status: 0 finished, 75 stopped for an in-place restart (start it again), 1 failed,\n"
-        "2 usage, 143 left on SIGTERM after checkpointing.\n");
+        "Exit status (coordinator mode): 0 finished, 75 stopped for an in-place restart (start it\n"
+        "again), 1 failed, 2 usage, 143 left on SIGTERM after checkpointing.\n");
 }
 
 /* SIGTERM (eviction, drain, preemption, Ctrl-C): leave after checkpointing at the next step. */
@@ -122,7 +129,7 @@ static char *read_token(const char *path)
 int cmd_worker_coord(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
-        usage(stdout);
+        cmd_worker_usage(stdout);
         return 0;
     }
     /* The operator's pods set HOLMES_JOB_NAME, HOLMES_JOB_NAMESPACE, HOLMES_WORKER_INDEX,

@@ -1,10 +1,15 @@
 /* The subcommands of holmes-node; each lives in noderuntime/cmd/cmd_<name>.c. */
 #ifndef HOLMES_NODE_COMMANDS_H
 #define HOLMES_NODE_COMMANDS_H
+#include <stdio.h>
 int cmd_nic(int argc, char **argv);    /* NIC discovery report */
 int cmd_worker(int argc, char **argv); /* one worker of a distributed job */
 int cmd_train(int argc, char **argv);  /* single-process training on this machine */
 /* `worker --coordinator URL` (cmd_worker_coord.c): cmd_worker hands over when wanted. */
 int cmd_worker_coord_wanted(int argc, char **argv);
 int cmd_worker_coord(int argc, char **argv);
+/* `holmes-node worker --help`: both modes (cmd_worker.c), and the coordinator mode's part of it
+ * (cmd_worker_coord.c). */
+void cmd_worker_usage(FILE *f);
+void cmd_worker_coord_usage(FILE *f);
 #endif

@@ -1,7 +1,11 @@
 #include "nic_discover.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "nic_addrs.h"
@@ -30,6 +34,31 @@ static int read_sysfs_devices(const char *root, struct nic_report *r)
     }
     nic_sysfs_names_free(names, n);
     return added;
+}
+
+/* Why no RDMA device was found, from what ROOT/class/infiniband shows (the kernel's RDMA
+ * devices), rather than libibverbs' errno (ENOSYS when that directory is missing). */
+static void no_rdma_note(const char *root, struct nic_report *r)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/class/infiniband", root);
+    DIR *d = opendir(dir);
+    if (!d && (errno == ENOENT || errno == ENOTDIR)) {
+        snprintf(r->rdma_note, sizeof r->rdma_note,
+                 "no RDMA devices found: %.120s does not exist (no RDMA NIC, or its kernel driver is "
+                 "not loaded); reporting Ethernet only", dir);
+        return;
+    }
+    if (!d) {
+        snprintf(r->rdma_note, sizeof r->rdma_note,
+                 "no RDMA devices found: %.120s cannot be read (%.40s); reporting Ethernet only", dir,
+                 strerror(errno));
+        return;
+    }
+    closedir(d);
+    snprintf(r->rdma_note, sizeof r->rdma_note,
+             "no RDMA devices found: %.120s lists none (no NIC bound to an RDMA driver); reporting "
+             "Ethernet only", dir);
 }
 
 int nic_discover(const struct nic_discover_opts *o, struct nic_report *r, herr *e)
@@ -65,6 +94,8 @@ int nic_discover(const struct nic_discover_opts *o, struct nic_report *r, herr *
             nic_report_warn(r, "libibverbs lists no devices but %s/class/infiniband has %d; "
                             "read from sysfs (is the ibverbs provider installed?)", root, n);
             r->rdma_note[0] = '\0';
+        } else {
+            no_rdma_note(root, r);
         }
     }
     r->rdma_found = r->ndevs > 0;

@@ -177,7 +177,7 @@ static int list_stage(const char *dir, int first, int last, struct ckpt_entry **
     return 0;
 }
 
-static void prune(const char *dir, int first, int last, int keep)
+void ckpt_prune(const char *dir, int first, int last, int keep)
 {
     struct ckpt_entry *v;
     int n;
@@ -289,7 +289,7 @@ int ckpt_write(const char *dir, const struct ckpt_meta *meta, const float *param
     /* Older checkpoints go only once the new one reads back intact. */
     if (verify_file(final, e) != 0)
         return herr_wrap(e, "reading back what was just written (older checkpoints kept)");
-    prune(dir, meta->first, meta->last, keep);
+    ckpt_prune(dir, meta->first, meta->last, keep);
     if (path)
         snprintf(path, path_len, "%s", final);
     return 0;

@@ -38,6 +38,8 @@ struct ckpt_meta {
  * checkpoints of this stage survive. On success fills path (may be NULL) with the file name. */
 int ckpt_write(const char *dir, const struct ckpt_meta *meta, const float *params,
                const float *m, const float *v, int keep, char *path, size_t path_len, herr *e);
+/* Removes all but the `keep` newest checkpoints of stage [first, last) in dir (best effort). */
+void ckpt_prune(const char *dir, int first, int last, int keep);
 /* Reads and checks a checkpoint's header (magic, version, header CRC) into *meta. */
 int ckpt_read_meta(const char *path, struct ckpt_meta *meta, herr *e);
 /* Checks that a checkpoint's shape and layer range are the job's; the error names the file and

@@ -297,18 +297,25 @@ static int ckpt_save(struct worker *w, herr *e)
     if (zero_all_gather(w->z, mf, e) != 0 || zero_all_gather(w->z, vf, e) != 0 ||
         (pf && zero_master_gather(w->z, pf, e) != 0))
         goto out;
+    /* One checkpoint more than `keep` survives the write: until latest-step names the new one,
+     * the one it names must stay (a crash in between resumes from it). Pruned after the mark. */
+    int keep = w->cfg->checkpoint_keep >= 1 ? w->cfg->checkpoint_keep : 2;
     if (w->replica == 0) {
         struct ckpt_meta meta = {.c = w->cfg->model, .first = w->lo, .last = w->hi,
                                  .step = w->step, .data_pos = (uint64_t)w->step * (uint64_t)w->M,
                                  .nparams = n, .has_moments = 1};
         if (ckpt_write(w->cfg->checkpoint_dir, &meta, pf ? pf : gpt_stage_params(w->gs), mf, vf,
-                       w->cfg->checkpoint_keep > 1 ? w->cfg->checkpoint_keep : 2, NULL, 0, e) != 0)
+                       keep + 1, NULL, 0, e) != 0)
             goto out;
     }
     if (world_barrier(w, e) != 0)
         goto out;
     if (w->rank == 0 && mark_latest(w->cfg->checkpoint_dir, w->step, e) != 0)
         goto out;
+    if (world_barrier(w, e) != 0)
+        goto out;
+    if (w->replica == 0)
+        ckpt_prune(w->cfg->checkpoint_dir, w->lo, w->hi, keep);
     rc = 0;
 out:
     free(mf);
@@ -392,9 +399,11 @@ static int read_step(struct worker *w, long step, float *mf, float *vf, size_t n
  * its checks on any rank (CRC, truncation, a missing file) is passed over for the next older
  * one that every rank has, and the fallback is logged. No set verifying at all is an error:
  * training never restarts from scratch over checkpoints it could not read. */
-static int ckpt_resume(struct worker *w, const struct trainer_hooks *hooks, herr *e)
+static int ckpt_resume(struct worker *w, const struct trainer_hooks *hooks, int *resumed,
+                       herr *e)
 {
     const char *dir = w->cfg->checkpoint_dir;
+    *resumed = 0;
     int64_t *steps = NULL;
     int nsteps = 0;
     long newest;
@@ -430,6 +439,7 @@ static int ckpt_resume(struct worker *w, const struct trainer_hooks *hooks, herr
             shard_copy(w, vf, w->v, 0);
             zero_master_from_params(w->z);
             w->step = cand;
+            *resumed = 1;
             if (w->rank == 0)
                 log_info("resumed from the checkpoint of step %ld in %s", cand, dir);
             if (cand != newest && w->rank == 0) {
@@ -461,6 +471,17 @@ out:
     free(mf);
     free(vf);
     return rc != 0 ? herr_wrap(e, "resuming") : 0;
+}
+
+/* This stage's parameters from an llm.c GPT-2 checkpoint (c->init_from): its layers, plus the
+ * embeddings, final LayerNorm and tied head where it holds them; the optimizer's masters follow. */
+static int init_from_llmc(struct worker *w, herr *e)
+{
+    const struct trainer_config *c = w->cfg;
+    if (llmc_load_stage(c->init_from, w->gs, e) != 0)
+        return herr_wrap(e, "%s", c->init_from_name ? c->init_from_name : "init_from");
+    zero_master_from_params(w->z);
+    return 0;
 }
 
 /* ---------- setup ---------- */
@@ -832,7 +853,10 @@ int trainer_run(const struct trainer_config *c, const struct rank_table *rt, int
         goto out;
     if (worker_optim_init(&w, e) != 0)
         goto out;
-    if (c->checkpoint_dir && ckpt_resume(&w, hooks, e) != 0)
+    int resumed = 0;
+    if (c->checkpoint_dir && ckpt_resume(&w, hooks, &resumed, e) != 0)
+        goto out;
+    if (!resumed && c->init_from && c->init_from[0] && init_from_llmc(&w, e) != 0)
         goto out;
     struct pipe_stage_ops ops = {&w, (size_t)c->B * (size_t)c->T * (size_t)c->model.channels,
                                  stage_forward, stage_backward};

@@ -39,7 +39,13 @@ struct trainer_config {
     struct adamw_config adamw;
     struct lr_schedule lr;
     float grad_clip;             /* global-norm clip; <= 0 disables */
-    uint64_t seed;               /* parameter init */
+    uint64_t seed;               /* parameter init (and the data order) */
+    const char *init_from;       /* NULL = random init from seed; else an llm.c GPT-2 checkpoint
+                                    of the model's exact shape: every stage loads its own layers
+                                    (and the embeddings, final LayerNorm and tied head it holds).
+                                    A resume from checkpoint_dir takes precedence. */
+    const char *init_from_name;  /* how the caller names that setting in errors
+                                    ("spec.training.initFrom", "--init-from"); NULL: "init_from" */
     size_t bucket_floats;        /* ZeRO bucket size (0 = default) */
     const char *checkpoint_dir;  /* NULL = no checkpoints */
     int checkpoint_every;        /* steps between checkpoints (0 = only at the end / on stop) */

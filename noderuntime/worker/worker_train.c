@@ -61,6 +61,8 @@ struct step_sink {
     struct worker_link *link;
     int last_stage;
     long last_step;
+    int log_every;  /* spec.training.logEverySteps: a progress line in this worker's log */
+    long steps;     /* spec.training.steps (the last step is always logged) */
 };
 
 static int on_step(void *ctx, const struct trainer_report *r)
@@ -77,6 +79,14 @@ static int on_step(void *ctx, const struct trainer_report *r)
         ps.has_loss = 0;
     worker_report_step(s->link, &ps);
     s->last_step = r->step;
+    if (s->log_every > 0 && (r->step % s->log_every == 0 || r->step == s->steps)) {
+        if (ps.has_loss)
+            log_info("step %ld/%ld loss %.4f lr %.3g %.0f tokens/s %.1f ms (stage %d)", r->step,
+                     s->steps, r->loss, r->lr, r->tokens_per_s, r->step_s * 1e3, r->stage);
+        else
+            log_info("step %ld/%ld lr %.3g %.1f ms (stage %d)", r->step, s->steps, r->lr,
+                     r->step_s * 1e3, r->stage);
+    }
     return 0;
 }
 
@@ -117,6 +127,10 @@ static int config_from_spec(const struct tj_spec *sp, struct trainer_config *c, 
                                                                                : (float)o->min_lr_ratio};
     c->grad_clip = (float)o->grad_clip;
     c->seed = sp->training.seed;
+    if (sp->training.init_from[0]) {
+        c->init_from = sp->training.init_from;
+        c->init_from_name = "spec.training.initFrom";
+    }
     if (sp->training.checkpoint.path[0]) {
         c->checkpoint_dir = sp->training.checkpoint.path;
         c->checkpoint_every = sp->training.checkpoint.every_steps;
@@ -189,6 +203,14 @@ static int train_run(void *user, const cJSON *assignment, const cJSON *peers, lo
         herr_wrap(e, "spec.training.data");
         goto out;
     }
+    if (dataloader_is_text(dl) != (spec.training.data.format == TJ_DATA_TEXT)) {
+        herr_set(e, "spec.training.data.format: %s, but %s is %s (the engine reads *.bin files as "
+                 "llm.c token shards and any other file as text); set format: %s",
+                 tj_data_format_name(spec.training.data.format), spec.training.data.path,
+                 dataloader_is_text(dl) ? "text" : "llm.c shards",
+                 dataloader_is_text(dl) ? "text" : "llmc");
+        goto out;
+    }
     c.listener = wt->listener;
     /* This thread runs the training and starts the communication threads: pinned before them,
      * they share its cores. An optimisation only: the run goes on unpinned when it fails. */
@@ -208,7 +230,9 @@ static int train_run(void *user, const cJSON *assignment, const cJSON *peers, lo
                      n);
     }
     struct step_sink sink = {.link = link,
-                             .last_stage = stage_j->valueint == stages_j->valueint - 1};
+                             .last_stage = stage_j->valueint == stages_j->valueint - 1,
+                             .log_every = spec.training.log_every_steps,
+                             .steps = spec.training.steps};
     struct trainer_data td = {dl, dataloader_batch_at};
     struct trainer_hooks hooks = {&sink, on_step, on_should_stop, NULL, on_notice};
     rc = trainer_run(&c, &rt, rank, &td, &hooks, e);

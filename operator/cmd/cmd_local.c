@@ -594,6 +594,17 @@ int cmd_local(int argc, char **argv)
         tj_job_free(&L.job);
         return 2;
     }
+    if (s->suspend) { /* as the operator: a suspended job runs no workers */
+        printf("job %s: spec.suspend is true: no workers started (set it to false to run)\n",
+               L.job.name);
+        tj_job_free(&L.job);
+        return 0;
+    }
+    if (s->image[0] || s->pod_template) /* pod fields: said, not silently dropped */
+        printf("note: %s%s%s configure%s the worker pods of a cluster; local runs this build's "
+               "holmes-node processes and uses neither\n", s->image[0] ? "spec.image" : "",
+               s->image[0] && s->pod_template ? " and " : "", s->pod_template ? "spec.template" : "",
+               s->image[0] && s->pod_template ? "" : "s");
     if (setup_paths(&L, argv[0], run_dir) || random_token(L.token, sizeof L.token)) {
         tj_job_free(&L.job);
         return 1;
@@ -645,6 +656,7 @@ int cmd_local(int argc, char **argv)
         .name = L.job.name, .token = L.token, .workers = s->workers, .pods = pods,
         .gang_timeout_ms = s->gang_timeout_seconds * 1000,
         .max_restarts = s->restart.max_restarts, .total_steps = s->training.steps,
+        .restart_backoff_ms = s->restart.backoff_seconds * 1000,
         .progress_interval_ms = L.tty ? 250 : 1000,
         .hooks = {.plan = hook_plan, .on_steps = hook_steps, .on_progress = hook_progress,
                   .on_event = hook_event, .on_notice = hook_notice},

@@ -154,7 +154,9 @@ cJSON *controller_spec_errors(const cJSON *job)
     memset(&tj, 0, sizeof tj);
     if (!errs)
         return NULL;
-    tj_job_from_json(job, &tj, &te);
+    /* what the API accepts but this version cannot run is refused too, with its reason */
+    if (tj_job_from_json(job, &tj, &te) == 0)
+        tj_spec_runnable(&tj.spec, "spec", &te);
     int kept = te.count < TJ_MAX_ERRORS ? te.count : TJ_MAX_ERRORS;
     for (int i = 0; i < kept; i++)
         cJSON_AddItemToArray(errs, cJSON_CreateString(te.msg[i]));
@@ -408,6 +410,21 @@ cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator
     cJSON_AddStringToObject(ref, "name", secret);
     cJSON_AddStringToObject(ref, "key", "token");
     env_set(env, "HOLMES_TOKEN", NULL, vf);
+    /* spec.emulation: the worker reports its group's NIC, as holmes-operator local's workers do
+     * (groups in worker order, `count` workers each). */
+    const cJSON *g;
+    int first = 0;
+    cJSON_ArrayForEach(g, json_at(job, "spec.emulation.nics")) {
+        int count = (int)json_num_at(g, "count", 0);
+        const char *cls = json_str_at(g, "class"), *fabric = json_str_at(g, "fabric");
+        if (index >= first && index < first + count && cls && fabric) {
+            char nic[300];
+            snprintf(nic, sizeof nic, "%s:%s:%g", cls, fabric, json_num_at(g, "gbps", 0));
+            env_set(env, "HOLMES_EMULATE_NIC", nic, NULL);
+            break;
+        }
+        first += count;
+    }
     /* GPUs: ask for them unless the template already does. */
     int gpus = (int)json_num_at(job, "spec.gpusPerWorker", 0);
     if (gpus > 0) {

@@ -321,6 +321,7 @@ static int resolve(void *user, struct coordinator *c, const char *key)
         .name = j->key, .token = token, .workers = n, .pods = podp,
         .gang_timeout_ms = j->tj.spec.gang_timeout_seconds * 1000,
         .max_restarts = j->tj.spec.restart.max_restarts,
+        .restart_backoff_ms = j->tj.spec.restart.backoff_seconds * 1000,
         .total_steps = j->tj.spec.training.steps,
         .progress_interval_ms = co->status_interval_ms,
         .hooks = {.plan = on_plan, .on_hello = on_hello, .on_progress = on_progress,

@@ -55,9 +55,16 @@ int coord_plan_hook(void *user, const struct coord_worker *workers, int n, cJSON
 {
     struct coord_plan *cp = user;
     const struct tj_spec *s = &cp->job->spec;
-    if (tj_ranks_per_worker(s) != 1)
-        return herr_set(e, "plan: workers with several GPUs each are not supported by the "
-                           "coordinator yet (spec.gpusPerWorker %d)", s->gpus_per_worker);
+    /* the jobs validation refuses as not runnable yet (tj_spec_runnable), for the same reason */
+    struct tj_errors *run = calloc(1, sizeof *run);
+    if (!run)
+        return herr_set(e, "plan: out of memory");
+    if (tj_spec_runnable(s, "spec", run)) {
+        tj_errors_to_herr(run, e);
+        free(run);
+        return herr_wrap(e, "plan");
+    }
+    free(run);
     struct plan_worker *pw = calloc((size_t)n, sizeof *pw);
     if (!pw)
         return herr_set(e, "plan: out of memory");

@@ -65,7 +65,8 @@ struct job {
     char *name, *token;
     int n;
     char **pods;
-    int gang_timeout_ms, max_restarts, progress_interval_ms;
+    int gang_timeout_ms, max_restarts, progress_interval_ms, restart_backoff_ms;
+    double resume_at;       /* seconds, monotonic: a restarted gang starts no sooner */
     long total_steps;
     struct coord_hooks hooks;
     void *user;
@@ -250,9 +251,17 @@ static void job_failure(struct job *j, const char *why)
     job_broadcast_stop(j, 1, why);
     j->attempt++;
     job_reset_round(j);
+    /* restartPolicy.backoffSeconds: the gang starts again no sooner; the gang timeout counts
+     * from then */
+    j->resume_at = clock_mono_s() + j->restart_backoff_ms / 1000.0;
+    j->gather_since = j->resume_at;
     char reason[700];
-    snprintf(reason, sizeof reason, "%s; restarting in place (restart %d of %d)", why,
-             j->restarts, j->max_restarts);
+    if (j->restart_backoff_ms > 0)
+        snprintf(reason, sizeof reason, "%s; restarting in place after a %g s backoff (restart %d of %d)",
+                 why, j->restart_backoff_ms / 1000.0, j->restarts, j->max_restarts);
+    else
+        snprintf(reason, sizeof reason, "%s; restarting in place (restart %d of %d)", why,
+                 j->restarts, j->max_restarts);
     set_state(j, COORD_RESTARTING, reason);
     admit_deferred(j);
 }
@@ -424,6 +433,8 @@ static void job_check_gang(struct job *j)
     for (int i = 0; i < j->n; i++)
         if (!j->w[i].hello)
             return;
+    if (clock_mono_s() < j->resume_at)
+        return; /* restart backoff: tick() checks again */
     job_gang_complete(j);
 }
 
@@ -883,6 +894,8 @@ static void tick(lws_sorted_usec_list_t *sul)
     for (struct job *j = c->jobs; j; j = j->next) {
         job_settle(j, t);
         job_maybe_emit(j, 0);
+        if (j->state == COORD_RESTARTING && j->resume_at > 0 && t >= j->resume_at)
+            job_check_gang(j); /* the backoff is over: start when the gang is complete */
         if ((j->state == COORD_GATHERING || j->state == COORD_RESTARTING) && !j->gang_reported &&
             (t - j->gather_since) * 1000.0 >= j->gang_timeout_ms) {
             char missing[800] = "";
@@ -1061,6 +1074,7 @@ int coord_add_job(struct coordinator *c, const struct coord_job_spec *spec, herr
     }
     j->gang_timeout_ms = spec->gang_timeout_ms > 0 ? spec->gang_timeout_ms : 300000;
     j->max_restarts = spec->max_restarts > 0 ? spec->max_restarts : 0;
+    j->restart_backoff_ms = spec->restart_backoff_ms > 0 ? spec->restart_backoff_ms : 0;
     j->progress_interval_ms = spec->progress_interval_ms > 0 ? spec->progress_interval_ms : 2000;
     j->total_steps = spec->total_steps;
     j->hooks = spec->hooks;

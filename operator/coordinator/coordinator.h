@@ -97,6 +97,8 @@ struct coord_job_spec {
     const char *const *pods; /* NULL: any pod name; else pods[i] is the only pod for index i */
     int gang_timeout_ms;    /* 0 = 300000; reported once per gathering, the job keeps waiting */
     int max_restarts;       /* in-place restarts after failures */
+    int restart_backoff_ms; /* after a failure, the restarted gang starts no sooner than this
+                             * (spec.restartPolicy.backoffSeconds); 0 = at once */
     long total_steps;       /* for the ETA; 0 = unknown */
     int progress_interval_ms; /* 0 = 2000 */
     struct coord_hooks hooks;

@@ -6,3 +6,20 @@ for b in "$OPERATOR" "$NODE"; do
     "$b" --help | grep -q '^Commands:' && pass "$n --help" || fail "$n --help"
     "$b" no-such-command 2>/dev/null; [ $? -eq 2 ] && pass "$n unknown command" || fail "$n unknown command"
 done
+
+# holmes-node worker --help documents both modes and every flag either mode parses (the flags
+# are read from the sources, so a new flag without help fails here).
+help=$("$NODE" worker --help 2>&1); rc=$?
+missing=""
+for flag in $(grep -ho 'strcmp(a, "--[a-z-]*")' "$REPO/noderuntime/cmd/cmd_worker.c" "$REPO/noderuntime/cmd/cmd_worker_coord.c" \
+              | sed 's/.*"\(--[a-z-]*\)".*/\1/' | sort -u); do
+    grep -q -- "$flag\b" <<<"$help" || missing="$missing $flag"
+done
+nflags=$(grep -ho 'strcmp(a, "--[a-z-]*")' "$REPO/noderuntime/cmd/cmd_worker.c" "$REPO/noderuntime/cmd/cmd_worker_coord.c" | sort -u | wc -l)
+[ $rc -eq 0 ] && [ -z "$missing" ] && [ "$nflags" -ge 30 ] \
+    && grep -q 'coordinator mode' <<<"$help" && grep -q 'rank-table mode' <<<"$help" \
+    && pass "worker --help names both modes and all $nflags flags" \
+    || fail "worker --help names both modes and every flag" "rc $rc, $nflags flags, missing:$missing"
+chelp=$("$NODE" worker --coordinator ws://x --help 2>&1)
+[ "$chelp" = "$help" ] && pass "worker --coordinator URL --help prints the same help" \
+    || fail "worker --coordinator URL --help prints the same help" "$(head -3 <<<"$chelp")"

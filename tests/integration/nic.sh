@@ -20,6 +20,29 @@ fi
 SYSFS_PATH=$FIX/gpu-pcie-switch/sys "$NODE" nic --quiet >"$tmp/gpu.txt" 2>&1
 grep -q 'gpu 0000:03:00.0 numa 0 nearest mlx5_0 (pcie-switch)' "$tmp/gpu.txt" && pass "SYSFS_PATH tree" || fail "SYSFS_PATH tree" "$(cat "$tmp/gpu.txt")"
 
+# The text summary: NCCL_IB_HCA's value ("=dev:port", NCCL's exact-name form) quoted, so the line
+# never reads NCCL_IB_HCA==...
+txt=$("$NODE" nic --quiet --sysfs "$FIX/cx6-hdr-ib/sys")
+grep -q "NCCL_IB_HCA='=mlx5_0:1'" <<<"$txt" && ! grep -q 'NCCL_IB_HCA==' <<<"$txt" \
+    && pass "text summary: NCCL_IB_HCA='=mlx5_0:1', no double =" || fail "text summary: NCCL_IB_HCA quoted" "$txt"
+
+# No RDMA through libibverbs (SYSFS_PATH): the reason from sysfs, not libibverbs' errno text.
+txt=$(SYSFS_PATH=$FIX/plain-ethernet/sys "$NODE" nic --quiet 2>&1)
+grep -q "^RDMA: no RDMA devices found: $FIX/plain-ethernet/sys/class/infiniband does not exist (no RDMA NIC, or its kernel driver is not loaded)" <<<"$txt" \
+    && ! grep -q 'Function not implemented' <<<"$txt" \
+    && pass "no RDMA: says class/infiniband does not exist, not the errno text" \
+    || fail "no RDMA: says class/infiniband does not exist, not the errno text" "$txt"
+cp -r "$FIX/plain-ethernet/sys" "$tmp/empty-ib" && mkdir -p "$tmp/empty-ib/class/infiniband"
+txt=$(SYSFS_PATH=$tmp/empty-ib "$NODE" nic --quiet 2>&1)
+grep -q "^RDMA: no RDMA devices found: $tmp/empty-ib/class/infiniband lists none" <<<"$txt" \
+    && pass "no RDMA: an empty class/infiniband is said so" || fail "no RDMA: an empty class/infiniband is said so" "$txt"
+if ! ls /sys/class/infiniband/* >/dev/null 2>&1; then
+    txt=$("$NODE" nic --quiet 2>&1)
+    grep -q '^RDMA: no RDMA devices found: /sys/class/infiniband ' <<<"$txt" && ! grep -q 'libibverbs: ' <<<"$txt" \
+        && pass "no RDMA on this machine: the reason, not libibverbs' errno" \
+        || fail "no RDMA on this machine: the reason, not libibverbs' errno" "$txt"
+fi
+
 # Labels.
 labels=$("$NODE" nic --print-labels --quiet --sysfs "$FIX/cx6-hdr-ib/sys")
 grep -qx 'holmes.dev/nic-class=infiniband' <<<"$labels" && grep -qx 'holmes.dev/nic-gbps=200' <<<"$labels" &&

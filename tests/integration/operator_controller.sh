@@ -8,7 +8,7 @@ start_operator op --metrics-addr 127.0.0.1:$MPORT --health-addr 127.0.0.1:$HPORT
 NS=team
 job() { # name workers [extra spec JSON]
     echo "{\"apiVersion\":\"holmes.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"$1\"},
-      \"spec\":{\"workers\":$2,\"image\":\"reg/holmes-node:1\",\"gpusPerWorker\":2,
+      \"spec\":{\"workers\":$2,\"image\":\"reg/holmes-node:1\",\"gpusPerWorker\":1,
       \"model\":{\"preset\":\"gpt2-124m\"},\"training\":{\"steps\":10},
       \"restartPolicy\":{\"maxRestarts\":1,\"backoffSeconds\":1},\"gangTimeoutSeconds\":600,
       \"template\":{\"metadata\":{\"labels\":{\"team\":\"nlp\"}},\"spec\":{\"nodeSelector\":{\"gpu\":\"a100\"},
@@ -31,7 +31,7 @@ check "container: image, command holmes-node worker" jq_true "$P1" "$C.image == 
 check "env: job name/namespace/uid, index, coordinator" jq_true "$P1" "[$C.env[] | {(.name): .value}] | add | .HOLMES_JOB_NAME == \"a\" and .HOLMES_JOB_NAMESPACE == \"$NS\" and .HOLMES_JOB_UID == \"$UID_A\" and .HOLMES_WORKER_INDEX == \"1\" and .HOLMES_COORDINATOR == \"ws://coord.test:8443\" and .FOO == \"bar\""
 check "env: HOLMES_TOKEN from the job's Secret" jq_true "$P1" "$C.env[] | select(.name == \"HOLMES_TOKEN\") | .valueFrom.secretKeyRef == {\"name\":\"a-token\",\"key\":\"token\"}"
 check "env: template entry overridden, not duplicated" jq_true "$P1" "[$C.env[] | select(.name == \"HOLMES_WORKER_INDEX\")] | length == 1"
-check "template kept: nodeSelector, resources + GPUs, restartPolicy Never" jq_true "$P1" ".spec.nodeSelector.gpu == \"a100\" and $C.resources.limits[\"rdma/hca\"] == 1 and $C.resources.limits[\"nvidia.com/gpu\"] == 2 and .spec.restartPolicy == \"Never\" and .spec.subdomain == \"a\""
+check "template kept: nodeSelector, resources + GPUs, restartPolicy Never" jq_true "$P1" ".spec.nodeSelector.gpu == \"a100\" and $C.resources.limits[\"rdma/hca\"] == 1 and $C.resources.limits[\"nvidia.com/gpu\"] == 1 and .spec.restartPolicy == \"Never\" and .spec.subdomain == \"a\""
 SEC=$(api GET /api/v1/namespaces/$NS/secrets/a-token)
 check "Secret <job>-token with a token, owned by the job" jq_true "$SEC" ".data.token | length > 40 and (\"$UID_A\" as \$u | true)"
 check "Secret owner reference" jq_true "$SEC" ".metadata.ownerReferences[0].uid == \"$UID_A\" and .metadata.ownerReferences[0].controller"
@@ -83,6 +83,11 @@ api POST "$JOBS/$NS/trainingjobs" '{"metadata":{"name":"bad"},"spec":{"workers":
 check "invalid job -> Valid=False listing every field error" wait_for 15 job_is $NS bad '.status.conditions[] | select(.type == "Valid") | .status == "False" and .reason == "InvalidSpec" and (.message | contains("spec.workers: 0 is below the minimum 1")) and (.message | contains("spec.image")) and (.message | contains("spec.model: required")) and (.message | contains("spec.restartPolicy.maxRestarts"))'
 check "invalid job -> Warning Event" wait_for 15 bash -c "curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/events' | jq -e 'any(.items[]; .reason == \"InvalidSpec\" and .type == \"Warning\" and .involvedObject.name == \"bad\")'"
 check "invalid job -> no pods" test "$(npods $NS bad)" = 0
+# Accepted by the API but not runnable yet (tj_spec_runnable): refused at admission with the
+# coordinator's reason, no pods.
+api POST "$JOBS/$NS/trainingjobs" "$(job multi 2 | sed 's/"gpusPerWorker":1,/"gpusPerWorker":4,/')" >/dev/null
+check "several GPUs per worker -> Valid=False with the coordinator's reason" wait_for 15 job_is $NS multi '.status.conditions[] | select(.type == "Valid") | .status == "False" and .reason == "InvalidSpec" and (.message | contains("spec.gpusPerWorker: 4: workers with several GPUs each are not supported by the coordinator yet"))'
+check "several GPUs per worker -> no pods" test "$(npods $NS multi)" = 0
 
 # Gang timeout: unschedulable pods past gangTimeoutSeconds.
 api POST "$JOBS/$NS/trainingjobs" "$(job g 2 '"gangTimeoutSeconds":1')" >/dev/null

@@ -3,9 +3,39 @@ source "$(dirname "$0")/lib.bash"
 M=$REPO/tests/manifests
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
-out=$("$OPERATOR" validate "$M/valid/minimal-cpu.yaml" "$M/valid/multi-doc.yaml" 2>&1); rc=$?
-[ $rc -eq 0 ] && [ "$(grep -c ' valid: ' <<<"$out")" -eq 3 ] && pass "validate: valid files exit 0, one line per job" \
+out=$("$OPERATOR" validate "$M/valid/minimal-cpu.yaml" "$M/valid/custom-model.yaml" 2>&1); rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c ' valid: ' <<<"$out")" -eq 2 ] && pass "validate: valid files exit 0, one line per job" \
     || fail "validate: valid files exit 0" "rc=$rc out=$out"
+
+# Accepted by the API but not runnable yet (tj_spec_runnable): exit 1 with the reason the
+# coordinator would give; the runnable document of the same file is still reported valid.
+out=$("$OPERATOR" validate "$M/valid/multi-doc.yaml" 2>&1); rc=$?
+[ $rc -eq 1 ] && [ "$(grep -c ' valid: ' <<<"$out")" -eq 1 ] \
+    && grep -q 'multi-doc.yaml\[1\]: spec.gpusPerWorker: 2: workers with several GPUs each are not supported by the coordinator yet' <<<"$out" \
+    && grep -q 'multi-doc.yaml\[1\]: spec.training.precision: bf16 is not supported by the workers yet' <<<"$out" \
+    && pass "validate: a job the coordinator cannot run is refused with its reason" \
+    || fail "validate: a job the coordinator cannot run is refused with its reason" "rc=$rc out=$out"
+
+# Every shipped example: valid, or (several GPUs per worker, bf16) refused with the reason.
+bad=0; n=0; refused=0
+for f in "$REPO"/examples/*.yaml "$REPO"/examples/clusters/*-job.yaml; do
+    n=$((n + 1))
+    out=$("$OPERATOR" validate "$f" 2>&1); rc=$?
+    if grep -Eq '^ *gpusPerWorker: *([2-9]|1[0-9])' "$f"; then
+        refused=$((refused + 1))
+        [ $rc -eq 1 ] && grep -q "spec.gpusPerWorker: [0-9]*: workers with several GPUs each are not supported by the coordinator yet" <<<"$out" \
+            || { bad=$((bad + 1)); echo "  $f: rc $rc, want the several-GPUs refusal: $out"; }
+    elif grep -Eq '^ *precision: *bf16' "$f"; then
+        refused=$((refused + 1))
+        [ $rc -eq 1 ] && grep -q "spec.training.precision: bf16 is not supported by the workers yet" <<<"$out" \
+            || { bad=$((bad + 1)); echo "  $f: rc $rc, want the bf16 refusal: $out"; }
+    else
+        [ $rc -eq 0 ] && grep -q " valid: " <<<"$out" || { bad=$((bad + 1)); echo "  $f: rc $rc: $out"; }
+    fi
+done
+[ $bad -eq 0 ] && [ $n -ge 5 ] \
+    && pass "validate: the $n examples: $((n - refused)) valid, $refused refused as not runnable yet with the reason" \
+    || fail "validate: examples" "$bad of $n unexpected"
 
 err=$("$OPERATOR" validate "$M/invalid/pipeline-exceeds-layers.yaml" 2>&1 >/dev/null); rc=$?
 [ $rc -eq 1 ] && grep -q 'pipeline-exceeds-layers.yaml: spec.parallelism.pipeline: 12 exceeds model layers 8' <<<"$err" \

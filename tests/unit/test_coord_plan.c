@@ -284,6 +284,53 @@ int main(void)
     for (int i = 0; i < 4; i++)
         cJSON_Delete(c[i]);
     jobs[0].spec.placement = saved;
+
+    /* Validation (tj_spec_runnable, what `validate`, `local` and the operator's admission apply)
+     * and the coordinator refuse the same jobs for the same reason: every GPU count the API
+     * accepts, in both precisions. */
+    int agree = 1;
+    char why[600] = "";
+    struct tj_spec keep = jobs[0].spec;
+    for (int g = 0; g <= 16; g++)
+        for (int prec = 0; prec < 2; prec++) {
+            jobs[0].spec.gpus_per_worker = g;
+            jobs[0].spec.training.precision = prec ? DTYPE_BF16 : DTYPE_FP32;
+            for (int i = 0; i < 4; i++)
+                w[i].gpus = g; /* the workers have what the job asks for */
+            struct tj_errors run = {0};
+            int refused = tj_spec_runnable(&jobs[0].spec, "spec", &run) != 0;
+            cJSON *d[4] = {0};
+            herr de = {0};
+            int hook_refused = coord_plan_hook(&cp, w, 4, d, &de) != 0;
+            for (int i = 0; i < 4; i++)
+                cJSON_Delete(d[i]);
+            int same = refused == hook_refused;
+            for (int k = 0; same && k < run.count; k++)
+                same = strstr(de.msg, run.msg[k]) != NULL;
+            if (!same && agree) {
+                agree = 0;
+                snprintf(why, sizeof why, "gpusPerWorker %d %s: validation %s (%.200s), coordinator %s (%.200s)",
+                         g, prec ? "bf16" : "fp32", refused ? "refuses" : "accepts", run.msg[0],
+                         hook_refused ? "refuses" : "accepts", de.msg);
+            }
+        }
+    jobs[0].spec = keep;
+    for (int i = 0; i < 4; i++)
+        w[i].gpus = 0;
+    if (agree)
+        TEST_PASS("validation and the coordinator refuse the same GPU counts and precisions, same reason");
+    else
+        TEST_FAIL("validation and the coordinator refuse the same GPU counts and precisions, same reason",
+                  "%s", why);
+    {
+        struct tj_errors run = {0};
+        jobs[0].spec.gpus_per_worker = 8;
+        CHECK("gpusPerWorker 8 refused as not runnable, with the coordinator's words",
+              tj_spec_runnable(&jobs[0].spec, "spec", &run) != 0 &&
+              strstr(run.msg[0], "spec.gpusPerWorker: 8: workers with several GPUs each are not "
+                                 "supported by the coordinator yet") != NULL);
+        jobs[0].spec = keep;
+    }
     coord_plan_free(&cp);
     tj_job_free(&jobs[0]);
     free(jobs);

@@ -79,6 +79,24 @@ static void test_build_pod(void)
     cJSON_Delete(pod);
     cJSON_Delete(job);
 
+    /* spec.emulation: each pod's worker reports its group's NIC (groups in worker order). */
+    job = cJSON_Parse(
+        "{\"metadata\":{\"name\":\"em\",\"namespace\":\"ml\"},\"spec\":{\"workers\":3,"
+        "\"gpusPerWorker\":0,\"emulation\":{\"nics\":[{\"class\":\"infiniband\",\"fabric\":\"ib-a\","
+        "\"gbps\":200,\"count\":2},{\"class\":\"roce\",\"fabric\":\"roce-b\",\"gbps\":100,\"count\":1}]}}}");
+    const char *want[3] = {"infiniband:ib-a:200", "infiniband:ib-a:200", "roce:roce-b:100"};
+    for (int i = 0; i < 3; i++) {
+        pod = controller_build_pod(job, i, "ws://c", "img", &e);
+        const cJSON *wc = pod ? cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "spec"),
+                                                                       "containers"), 0) : NULL;
+        v = wc ? env_value(wc, "HOLMES_EMULATE_NIC", &n) : NULL;
+        char name[96];
+        snprintf(name, sizeof name, "spec.emulation: worker %d's pod emulates %s", i, want[i]);
+        CHECK(name, v && !strcmp(v, want[i]) && n == 1);
+        cJSON_Delete(pod);
+    }
+    cJSON_Delete(job);
+
     job = cJSON_Parse("{\"metadata\":{\"name\":\"j\",\"namespace\":\"n\"},\"spec\":{\"workers\":1,"
                       "\"image\":\"i\",\"gpusPerWorker\":2}}");
     pod = controller_build_pod(job, 0, "ws://c", NULL, &e);
