@@ -106,7 +106,7 @@ static int parse_step(const cJSON *s, int idx, struct proto_step *st, herr *e)
 static int parse_progress(const cJSON *j, struct proto_progress *p, herr *e)
 {
     long v = 0;
-    p->nsteps = p->nlinks = 0;
+    p->nsteps = 0;
     if (json_int(j, "progress", "rank", 1, 0, 65535, &v, e))
         return -1;
     p->rank = (int)v;
@@ -125,23 +125,6 @@ static int parse_progress(const cJSON *j, struct proto_progress *p, herr *e)
         if (parse_step(s, p->nsteps, &p->steps[p->nsteps], e))
             return -1;
         p->nsteps++;
-    }
-    const cJSON *links = cJSON_GetObjectItemCaseSensitive(j, "links");
-    if (links) {
-        if (!cJSON_IsArray(links) || cJSON_GetArraySize(links) > PROTO_MAX_LINKS)
-            return herr_set(e, "progress.links: must be an array of at most %d {peer, gbps}",
-                            PROTO_MAX_LINKS);
-        const cJSON *l;
-        cJSON_ArrayForEach(l, links) {
-            struct proto_link *pl = &p->links[p->nlinks];
-            if (!cJSON_IsObject(l))
-                return herr_set(e, "progress.links[%d]: must be an object", p->nlinks);
-            if (json_int(l, "progress.links[]", "peer", 1, 0, 65535, &v, e) ||
-                json_num(l, "progress.links[]", "gbps", 1, 0, 1e6, &pl->gbps, e))
-                return -1;
-            pl->peer = (int)v;
-            p->nlinks++;
-        }
     }
     return 0;
 }
@@ -450,10 +433,8 @@ char *proto_start_encode(int attempt, long resume_step, const cJSON *peers, herr
 
 char *proto_progress_encode(const struct proto_progress *p, herr *e)
 {
-    if (p->nsteps < 1 || p->nsteps > PROTO_MAX_STEPS || p->nlinks < 0 ||
-        p->nlinks > PROTO_MAX_LINKS) {
-        herr_set(e, "progress: 1 to %d steps and at most %d links", PROTO_MAX_STEPS,
-                 PROTO_MAX_LINKS);
+    if (p->nsteps < 1 || p->nsteps > PROTO_MAX_STEPS) {
+        herr_set(e, "progress: 1 to %d steps", PROTO_MAX_STEPS);
         return NULL;
     }
     cJSON *j = new_msg(PROTO_PROGRESS);
@@ -475,18 +456,6 @@ char *proto_progress_encode(const struct proto_progress *p, herr *e)
              cJSON_AddNumberToObject(o, "compute_ms", s->compute_ms) &&
              cJSON_AddNumberToObject(o, "comm_ms", s->comm_ms) &&
              cJSON_AddNumberToObject(o, "bubble_ms", s->bubble_ms);
-    }
-    if (ok && p->nlinks > 0) {
-        cJSON *links = cJSON_AddArrayToObject(j, "links");
-        ok = links != NULL;
-        for (int i = 0; ok && i < p->nlinks; i++) {
-            cJSON *o = cJSON_CreateObject();
-            ok = o != NULL;
-            if (ok)
-                cJSON_AddItemToArray(links, o);
-            ok = ok && cJSON_AddNumberToObject(o, "peer", p->links[i].peer) &&
-                 cJSON_AddNumberToObject(o, "gbps", p->links[i].gbps);
-        }
     }
     return checked(finish(j, ok, e), e);
 }

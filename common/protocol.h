@@ -25,8 +25,6 @@
 #define PROTO_MAX_STEPS 256
 /* Most stages a step-time breakdown may name. */
 #define PROTO_MAX_STAGES 64
-/* Most measured links one progress message may carry. */
-#define PROTO_MAX_LINKS 64
 
 enum proto_type {
     PROTO_HELLO,
@@ -72,18 +70,11 @@ struct proto_step {
     double bubble_ms;   /* pipeline idle time */
 };
 
-struct proto_link {
-    int peer;           /* rank at the other end */
-    double gbps;        /* measured */
-};
-
 struct proto_progress {
     int rank;
     int stage;
     int nsteps;
     struct proto_step steps[PROTO_MAX_STEPS];
-    int nlinks;
-    struct proto_link links[PROTO_MAX_LINKS];
 };
 
 struct proto_error {

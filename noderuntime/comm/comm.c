@@ -166,15 +166,6 @@ int comm_wait(struct comm_req *r, herr *e)
     return rc;
 }
 
-int comm_test(struct comm_req *r)
-{
-    struct comm *c = r->comm;
-    pthread_mutex_lock(&c->mu);
-    int d = r->done;
-    pthread_mutex_unlock(&c->mu);
-    return d;
-}
-
 int comm_isend(struct comm *c, int peer, uint32_t tag, const void *buf, size_t len,
                struct comm_req **req, herr *e)
 {

@@ -38,8 +38,6 @@ int comm_iall_reduce(struct comm *c, float *buf, size_t count, struct comm_req *
 int comm_ibroadcast(struct comm *c, void *buf, size_t len, int root, struct comm_req **req, herr *e);
 /* Waits for the operation, frees the request and returns its status (error in e). */
 int comm_wait(struct comm_req *req, herr *e);
-/* True once the operation has finished (comm_wait is then immediate). */
-int comm_test(struct comm_req *req);
 
 /* Blocking forms (queue + wait). Semantics as in comm_tcp.h. */
 int comm_reduce_scatter(struct comm *c, float *buf, size_t count, herr *e);

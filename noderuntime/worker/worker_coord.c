@@ -17,8 +17,6 @@ struct worker_link {
     struct proto_step steps[PROTO_MAX_STEPS];
     int nsteps;
     long last_step;
-    struct proto_link links[PROTO_MAX_LINKS];
-    int nlinks;
     volatile int stop;
     int nnotices;
     struct proto_notice notices[4];
@@ -33,20 +31,6 @@ void worker_report_step(struct worker_link *l, const struct proto_step *s)
     }
     l->steps[l->nsteps++] = *s;
     l->last_step = s->step;
-    pthread_mutex_unlock(&l->mu);
-}
-
-void worker_report_link(struct worker_link *l, int peer, double gbps)
-{
-    pthread_mutex_lock(&l->mu);
-    int i = 0;
-    while (i < l->nlinks && l->links[i].peer != peer)
-        i++;
-    if (i < PROTO_MAX_LINKS) {
-        l->links[i] = (struct proto_link){.peer = peer, .gbps = gbps};
-        if (i == l->nlinks)
-            l->nlinks++;
-    }
     pthread_mutex_unlock(&l->mu);
 }
 
@@ -148,8 +132,6 @@ static void flush_progress(struct session *s)
     pthread_mutex_lock(&s->link.mu);
     p.nsteps = s->link.nsteps;
     memcpy(p.steps, s->link.steps, (size_t)p.nsteps * sizeof p.steps[0]);
-    p.nlinks = s->link.nlinks;
-    memcpy(p.links, s->link.links, (size_t)p.nlinks * sizeof p.links[0]);
     int connected = coord_client_connected(s->cl);
     if (connected)
         s->link.nsteps = 0;

@@ -24,8 +24,6 @@ struct worker_link; /* handed to the runner: report steps, check for a stop */
 
 /* Records one finished step (thread-safe; called from the runner's thread). */
 void worker_report_step(struct worker_link *l, const struct proto_step *s);
-/* Records a measured link bandwidth to `peer` (rank). */
-void worker_report_link(struct worker_link *l, int peer, double gbps);
 /* Queues a notice for the coordinator (thread-safe; at most a few are kept until sent). */
 void worker_report_notice(struct worker_link *l, const char *reason, const char *message);
 /* True once the coordinator asked the worker to stop. */
