@@ -86,3 +86,25 @@ double json_num_at(const cJSON *o, const char *dotted, double def)
     const cJSON *v = json_at(o, dotted);
     return cJSON_IsNumber(v) ? v->valuedouble : def;
 }
+
+static void set_item(cJSON *o, const char *key, cJSON *v)
+{
+    if (!v)
+        return;
+    if (cJSON_GetObjectItemCaseSensitive(o, key))
+        cJSON_ReplaceItemInObjectCaseSensitive(o, key, v);
+    else
+        cJSON_AddItemToObject(o, key, v);
+}
+
+void json_set_num(cJSON *o, const char *key, double v) { set_item(o, key, cJSON_CreateNumber(v)); }
+void json_set_str(cJSON *o, const char *key, const char *v) { set_item(o, key, cJSON_CreateString(v)); }
+
+cJSON *json_child_object(cJSON *o, const char *key)
+{
+    cJSON *c = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (cJSON_IsObject(c))
+        return c;
+    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+    return cJSON_AddObjectToObject(o, key);
+}

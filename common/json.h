@@ -35,4 +35,11 @@ const char *json_str_at(const cJSON *o, const char *dotted);
 /* Its number, or def when absent or not a number. */
 double json_num_at(const cJSON *o, const char *dotted, double def);
 
+/* Writers that replace a member of the same name: a number, a string, or an object (made
+ * when absent or not an object) to write into. On out-of-memory they leave `o` as it was
+ * (json_child_object then returns NULL). */
+void json_set_num(cJSON *o, const char *key, double v);
+void json_set_str(cJSON *o, const char *key, const char *v);
+cJSON *json_child_object(cJSON *o, const char *key);
+
 #endif

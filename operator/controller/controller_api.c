@@ -1,0 +1,265 @@
+/* Metrics, and the API the coordinator calls: status and conditions, pod labels, events, the
+ * job's pods and token. Every call reads the informer caches and is thread-safe. */
+#include "controller_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "json.h"
+#include "kube_events.h"
+
+/* ---- metrics */
+
+struct phase_count {
+    const char *names[8];
+    unsigned long n[8];
+};
+
+static int count_phase(const cJSON *job, void *user)
+{
+    struct phase_count *pc = user;
+    const char *ph = json_str_at(job, "status.phase");
+    if (!ph)
+        ph = "Pending";
+    for (int i = 0; i < 8; i++)
+        if (!strcmp(pc->names[i], ph)) {
+            pc->n[i]++;
+            break;
+        }
+    return 0;
+}
+
+static void put_error(int code, unsigned long n, void *user)
+{
+    metrics_printf(user, "holmes_api_errors_total{code=\"%d\"} %lu\n", code, n);
+}
+
+void controller_metrics(struct controller *c, struct metrics_buf *b)
+{
+    struct phase_count pc = {{"Pending", "Discovering", "Planning", "Running", "Succeeded",
+                              "Failed", "Suspended", "Unknown"}, {0}};
+    kube_informer_each(c->inf[INF_JOBS], count_phase, &pc);
+    metrics_printf(b, "# HELP holmes_jobs TrainingJobs by phase.\n# TYPE holmes_jobs gauge\n");
+    for (int i = 0; i < 7; i++)
+        metrics_printf(b, "holmes_jobs{phase=\"%s\"} %lu\n", pc.names[i], pc.n[i]);
+    metrics_printf(b, "# HELP holmes_reconciles_total Reconciles run.\n# TYPE holmes_reconciles_total counter\n"
+                      "holmes_reconciles_total %lu\n", atomic_load(&c->reconciles));
+    metrics_printf(b, "# HELP holmes_reconcile_errors_total Reconciles that failed.\n"
+                      "# TYPE holmes_reconcile_errors_total counter\nholmes_reconcile_errors_total %lu\n",
+                   atomic_load(&c->reconcile_errors));
+    metrics_hist_render(&c->latency, b, "holmes_reconcile_duration_seconds", "Reconcile latency.");
+    metrics_printf(b, "# HELP holmes_reconcile_latency_seconds Reconcile latency quantiles "
+                      "(from 7.5%%-wide buckets).\n# TYPE holmes_reconcile_latency_seconds gauge\n");
+    static const double qs[] = {0.5, 0.9, 0.99};
+    for (int i = 0; i < 3; i++)
+        metrics_printf(b, "holmes_reconcile_latency_seconds{quantile=\"%g\"} %.6f\n", qs[i],
+                       metrics_hist_quantile(&c->latency, qs[i]));
+    metrics_printf(b, "# HELP holmes_reconcile_own_latency_seconds Reconcile latency without the "
+                      "time spent waiting for API answers.\n"
+                      "# TYPE holmes_reconcile_own_latency_seconds gauge\n");
+    for (int i = 0; i < 3; i++)
+        metrics_printf(b, "holmes_reconcile_own_latency_seconds{quantile=\"%g\"} %.6f\n", qs[i],
+                       metrics_hist_quantile(&c->own_latency, qs[i]));
+    metrics_printf(b, "# HELP holmes_api_errors_total Kubernetes API errors by HTTP status (0: no answer).\n"
+                      "# TYPE holmes_api_errors_total counter\n");
+    kube_client_error_counts(c->kc, put_error, b);
+    metrics_printf(b, "# HELP holmes_api_requests_total Kubernetes API requests sent.\n"
+                      "# TYPE holmes_api_requests_total counter\nholmes_api_requests_total %lu\n",
+                   kube_client_request_count(c->kc));
+    metrics_hist_render(kube_client_latency(c->kc), b, "holmes_api_request_duration_seconds",
+                        "Kubernetes API request latency (sent until answered).");
+    metrics_printf(b, "# HELP holmes_api_request_latency_seconds API request latency quantiles "
+                      "(from 7.5%%-wide buckets).\n# TYPE holmes_api_request_latency_seconds gauge\n");
+    for (int i = 0; i < 3; i++)
+        metrics_printf(b, "holmes_api_request_latency_seconds{quantile=\"%g\"} %.6f\n", qs[i],
+                       metrics_hist_quantile(kube_client_latency(c->kc), qs[i]));
+    metrics_printf(b, "# HELP holmes_api_throttled_seconds_total Time spent waiting for the "
+                      "client-side rate limiter.\n# TYPE holmes_api_throttled_seconds_total counter\n"
+                      "holmes_api_throttled_seconds_total %.6f\n", kube_client_throttled_seconds(c->kc));
+    metrics_printf(b, "# HELP holmes_gang_restarts_total Gang restarts after failed pods.\n"
+                      "# TYPE holmes_gang_restarts_total counter\nholmes_gang_restarts_total %lu\n",
+                   atomic_load(&c->restarts));
+    metrics_printf(b, "# HELP holmes_pods_created_total Worker pods created.\n"
+                      "# TYPE holmes_pods_created_total counter\nholmes_pods_created_total %lu\n",
+                   atomic_load(&c->pods_created));
+    metrics_printf(b, "# HELP holmes_status_writes_total Status patches written.\n"
+                      "# TYPE holmes_status_writes_total counter\nholmes_status_writes_total %lu\n",
+                   atomic_load(&c->status_writes));
+    struct kube_recorder_counts ec;
+    kube_recorder_counts(c->events, &ec);
+    metrics_printf(b, "# HELP holmes_events_total Events by outcome: created, patched (a repeat "
+                      "counted on the Event it repeats), dropped (spam filter or full queue), "
+                      "failed.\n# TYPE holmes_events_total counter\n"
+                      "holmes_events_total{outcome=\"created\"} %lu\n"
+                      "holmes_events_total{outcome=\"patched\"} %lu\n"
+                      "holmes_events_total{outcome=\"dropped\"} %lu\n"
+                      "holmes_events_total{outcome=\"failed\"} %lu\n",
+                   ec.created, ec.patched, ec.dropped_spam + ec.dropped_full, ec.failed);
+}
+
+double controller_latency_quantile(struct controller *c, double q)
+{
+    return metrics_hist_quantile(&c->latency, q);
+}
+
+unsigned long controller_reconciles(struct controller *c) { return atomic_load(&c->reconciles); }
+
+/* ---- coordinator API */
+
+int controller_patch_job_status(struct controller *c, const char *ns, const char *job,
+                                const cJSON *fields, herr *e)
+{
+    cJSON *patch = cJSON_CreateObject();
+    if (!patch || !cJSON_AddItemToObject(patch, "status", cJSON_Duplicate(fields, 1))) {
+        cJSON_Delete(patch);
+        return herr_set(e, "out of memory");
+    }
+    int rc = ctl_call_patch(c, API_PATCH_JOB_STATUS, ns, job, patch, e);
+    cJSON_Delete(patch);
+    return rc;
+}
+
+cJSON *controller_merge_condition(const cJSON *status, const char *type, int ok,
+                                  const char *reason, const char *message, const char *now,
+                                  int *changed)
+{
+    cJSON *st = cJSON_CreateObject();
+    const cJSON *old = cJSON_GetObjectItemCaseSensitive(status, "conditions");
+    cJSON *conds = cJSON_IsArray(old) ? cJSON_Duplicate(old, 1) : cJSON_CreateArray();
+    if (!st || !conds || !cJSON_AddItemToObject(st, "conditions", conds)) {
+        cJSON_Delete(st);
+        cJSON_Delete(conds);
+        return NULL;
+    }
+    *changed = ctl_set_condition(st, type, ok, reason, message ? message : "", now);
+    return st;
+}
+
+int controller_set_job_condition(struct controller *c, const char *ns, const char *job,
+                                 const char *type, int ok, const char *reason,
+                                 const char *message, herr *e)
+{
+    /* The patch carries the cached resourceVersion: a list changed meanwhile (by the
+     * controller) answers 409 and is merged again once the cache has caught up. */
+    for (int attempt = 0;; attempt++) {
+        cJSON *j = kube_informer_get(c->inf[INF_JOBS], ns, job);
+        if (!j)
+            return herr_set(e, "condition %s: no TrainingJob %s/%s in the cache", type, ns, job);
+        char now[48];
+        kube_time_now(now, sizeof now, 0);
+        int changed = 0;
+        cJSON *st = controller_merge_condition(cJSON_GetObjectItemCaseSensitive(j, "status"), type,
+                                               ok, reason, message, now, &changed);
+        const char *rv = json_str_at(j, "metadata.resourceVersion");
+        cJSON *patch = st && changed ? cJSON_CreateObject() : NULL;
+        cJSON *md = patch ? cJSON_AddObjectToObject(patch, "metadata") : NULL;
+        int rc = 0;
+        if (st && changed) {
+            if (!md || (rv && !cJSON_AddStringToObject(md, "resourceVersion", rv)) ||
+                !cJSON_AddItemToObject(patch, "status", st))
+                rc = herr_set(e, "out of memory");
+            else
+                rc = ctl_call_patch(c, API_PATCH_JOB_STATUS, ns, job, patch, e);
+            if (!patch || !cJSON_GetObjectItem(patch, "status"))
+                cJSON_Delete(st);
+        } else if (!st) {
+            rc = herr_set(e, "out of memory");
+        } else {
+            cJSON_Delete(st);
+        }
+        cJSON_Delete(patch);
+        cJSON_Delete(j);
+        if (rc == 0 || attempt >= 20 || !strstr(e->msg, ": 409 "))
+            return rc ? herr_wrap(e, "condition %s of %s/%s", type, ns, job) : 0;
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+int controller_patch_pod_labels(struct controller *c, const char *ns, const char *pod,
+                                const cJSON *labels, herr *e)
+{
+    cJSON *patch = cJSON_CreateObject();
+    cJSON *md = cJSON_AddObjectToObject(patch, "metadata");
+    if (!md || !cJSON_AddItemToObject(md, "labels", cJSON_Duplicate(labels, 1))) {
+        cJSON_Delete(patch);
+        return herr_set(e, "out of memory");
+    }
+    int rc = ctl_call_patch(c, API_PATCH_POD, ns, pod, patch, e);
+    cJSON_Delete(patch);
+    return rc;
+}
+
+int controller_emit_event(struct controller *c, const char *ns, const char *job,
+                          const char *type, const char *reason, const char *message, herr *e)
+{
+    cJSON *j = kube_informer_get(c->inf[INF_JOBS], ns, job);
+    if (!j)
+        return herr_set(e, "event %s: no TrainingJob %s/%s in the cache", reason, ns, job);
+    /* LIST items may come without apiVersion and kind. */
+    if (!cJSON_GetObjectItem(j, "apiVersion"))
+        cJSON_AddStringToObject(j, "apiVersion", JOB_API_VERSION);
+    if (!cJSON_GetObjectItem(j, "kind"))
+        cJSON_AddStringToObject(j, "kind", "TrainingJob");
+    cJSON *ev = kube_event_build(j, type, reason, message, "holmes-operator");
+    cJSON_Delete(j);
+    if (!ev)
+        return herr_set(e, "out of memory");
+    return kube_recorder_send(c->events, ev, e);
+}
+
+cJSON *controller_get_job(struct controller *c, const char *ns, const char *job)
+{
+    return kube_informer_get(c->inf[INF_JOBS], ns, job);
+}
+
+cJSON *controller_job_pods(struct controller *c, const char *ns, const char *job)
+{
+    cJSON *j = kube_informer_get(c->inf[INF_JOBS], ns, job);
+    const char *uid = j ? json_str_at(j, "metadata.uid") : NULL;
+    cJSON *pods = ctl_pods_of(c, ns, job, uid);
+    cJSON_Delete(j);
+    return pods;
+}
+
+char *controller_job_token(struct controller *c, const char *ns, const char *job)
+{
+    char name[300];
+    snprintf(name, sizeof name, "%s-token", job);
+    cJSON *s = kube_informer_get(c->inf[INF_SECRETS], ns, name);
+    if (!s)
+        return NULL;
+    char *out = NULL;
+    const char *plain = json_str_at(s, "stringData.token");
+    const char *b64 = json_str_at(s, "data.token");
+    if (b64) {
+        size_t n = strlen(b64);
+        unsigned char *buf = malloc(n + 1);
+        if (buf) {
+            /* Minimal base64 decoding (the API server always pads). */
+            static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+            size_t o = 0;
+            unsigned v = 0;
+            int bits = 0;
+            for (size_t i = 0; i < n && b64[i] != '='; i++) {
+                const char *pos = strchr(tbl, b64[i]);
+                if (!pos || !b64[i])
+                    continue;
+                v = (v << 6) | (unsigned)(pos - tbl);
+                bits += 6;
+                if (bits >= 8) {
+                    bits -= 8;
+                    buf[o++] = (unsigned char)(v >> bits);
+                }
+            }
+            buf[o] = '\0';
+            out = (char *)buf;
+        }
+    } else if (plain) {
+        out = strdup(plain);
+    }
+    cJSON_Delete(s);
+    return out;
+}

@@ -1,0 +1,60 @@
+/* Private to operator/controller/: the controller's state and what its files share.
+ *   controller.c         informers, work queue, reconcile, status, lifecycle
+ *   controller_render.c  the job's spec checks and the objects made for it (pods, Secret,
+ *                        Service, spec hash)
+ *   controller_api.c     metrics, and the API the coordinator calls (status, conditions,
+ *                        pod labels, events, the job's pods and token) */
+#ifndef HOLMES_CONTROLLER_IMPL_H
+#define HOLMES_CONTROLLER_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "controller.h"
+#include "kube_informer.h"
+#include "kube_map.h"
+#include "kube_queue.h"
+#include "kube_recorder.h"
+
+#define LABEL_JOB "holmes.dev/job"
+#define LABEL_INDEX "holmes.dev/worker-index"
+#define ANN_SPEC "holmes.dev/spec-hash"
+#define JOB_API_VERSION "holmes.dev/v1alpha1"
+#define MAX_WORKERS 4096
+#define POD_GRACE_S 300 /* terminationGracePeriodSeconds unless the template sets it */
+
+
+enum { INF_JOBS, INF_PODS, INF_SECRETS, INF_SERVICES, INF_COUNT };
+
+struct controller {
+    struct kube_client *kc;
+    struct controller_opts o;
+    char *ns, *coordinator, *image;
+    struct kube_informer *inf[INF_COUNT];
+    struct kube_queue *queue;
+    pthread_t *threads;
+    int nthreads;
+    struct metrics_hist latency;
+    struct metrics_hist own_latency; /* latency minus the time waiting for the API */
+    atomic_ulong reconciles, reconcile_errors, restarts, pods_created, status_writes;
+    atomic_int stopping;
+    pthread_mutex_t memo_lock;
+    struct kube_map *memos; /* job key -> struct memo */
+    struct kube_recorder *events; /* Events: aggregated, sent off the reconcile path */
+};
+
+/* controller_render.c */
+char *ctl_spec_hash(const cJSON *job);
+void ctl_changed_fields(const char *a, const char *b, char *out, size_t n);
+cJSON *ctl_build_secret(const cJSON *job);
+cJSON *ctl_build_service(const cJSON *job);
+
+/* controller.c */
+int ctl_call_patch(struct controller *c, enum api_op op, const char *ns, const char *name,
+                   const cJSON *patch, herr *e);
+int ctl_set_condition(cJSON *status, const char *type, int ok, const char *reason,
+                      const char *msg, const char *now);
+cJSON *ctl_pods_of(struct controller *c, const char *ns, const char *job, const char *uid);
+
+#endif

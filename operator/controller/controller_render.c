@@ -1,0 +1,367 @@
+/* The TrainingJob's spec checks and the objects the controller makes for it: worker pods,
+ * the token Secret, the headless Service, and the spec hash that notices immutable changes. */
+#include "controller_impl.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "json.h"
+#include "trainingjob.h"
+
+static uint64_t fnv(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+
+/* ---- spec */
+
+static void add_err(cJSON *errs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add_err(cJSON *errs, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    cJSON_AddItemToArray(errs, cJSON_CreateString(buf));
+}
+
+/* Every error of the spec module (common/trainingjob.h), each "field.path: rule". */
+cJSON *controller_spec_errors(const cJSON *job)
+{
+    cJSON *errs = cJSON_CreateArray();
+    struct tj_errors te;
+    memset(&te, 0, sizeof te);
+    struct tj_job tj;
+    memset(&tj, 0, sizeof tj);
+    if (!errs)
+        return NULL;
+    /* what the API accepts but this version cannot run is refused too, with its reason */
+    if (tj_job_from_json(job, &tj, &te) == 0)
+        tj_spec_runnable(&tj.spec, "spec", &te);
+    int kept = te.count < TJ_MAX_ERRORS ? te.count : TJ_MAX_ERRORS;
+    for (int i = 0; i < kept; i++)
+        cJSON_AddItemToArray(errs, cJSON_CreateString(te.msg[i]));
+    if (te.count > kept)
+        add_err(errs, "and %d more errors", te.count - kept);
+    tj_job_free(&tj);
+    return errs;
+}
+
+/* Spec fields that may change while pods run; everything else is immutable then. */
+static int mutable_field(const char *k)
+{
+    return !strcmp(k, "suspend") || !strcmp(k, "restartPolicy") || !strcmp(k, "gangTimeoutSeconds");
+}
+
+/* "field=hash,field=hash" of the immutable spec fields, sorted by name. */
+char *ctl_spec_hash(const cJSON *job)
+{
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(job, "spec");
+    const char *names[64];
+    int n = 0;
+    const cJSON *f;
+    cJSON_ArrayForEach(f, spec) {
+        if (!mutable_field(f->string) && n < 64)
+            names[n++] = f->string;
+    }
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {
+            const char *t = names[j];
+            names[j] = names[j - 1];
+            names[j - 1] = t;
+        }
+    size_t cap = 64 + (size_t)n * 64, len = 0;
+    char *out = malloc(cap);
+    if (!out)
+        return NULL;
+    out[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        char *txt = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(spec, names[i]));
+        uint64_t h = txt ? fnv(txt) : 0;
+        cJSON_free(txt);
+        len += (size_t)snprintf(out + len, cap - len, "%s%.40s=%08x", i ? "," : "", names[i],
+                                (unsigned)(h ^ (h >> 32)));
+    }
+    return out;
+}
+
+/* Names the immutable fields whose hash differs between two spec-hash strings. */
+void ctl_changed_fields(const char *a, const char *b, char *out, size_t n)
+{
+    out[0] = '\0';
+    size_t len = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        const char *x = pass ? b : a, *y = pass ? a : b;
+        char *copy = strdup(x);
+        if (!copy)
+            return;
+        for (char *save, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            char name[64];
+            snprintf(name, sizeof name, "%.*s", (int)strcspn(tok, "="), tok);
+            /* changed or missing on the other side */
+            char needle[128];
+            snprintf(needle, sizeof needle, "%s", tok);
+            int same = 0;
+            const char *p = y;
+            size_t tl = strlen(needle);
+            while ((p = strstr(p, needle))) {
+                if ((p == y || p[-1] == ',') && (p[tl] == ',' || p[tl] == '\0')) {
+                    same = 1;
+                    break;
+                }
+                p += tl;
+            }
+            char field[80];
+            snprintf(field, sizeof field, "spec.%s", name);
+            if (!same && !strstr(out, field) && len + strlen(field) + 3 < n)
+                len += (size_t)snprintf(out + len, n - len, "%s%s", len ? ", " : "", field);
+        }
+        free(copy);
+    }
+}
+
+/* ---- building objects */
+
+static cJSON *owner_refs(const cJSON *job)
+{
+    cJSON *arr = cJSON_CreateArray();
+    cJSON *r = cJSON_CreateObject();
+    if (!arr || !r) {
+        cJSON_Delete(arr);
+        cJSON_Delete(r);
+        return NULL;
+    }
+    cJSON_AddItemToArray(arr, r);
+    cJSON_AddStringToObject(r, "apiVersion", JOB_API_VERSION);
+    cJSON_AddStringToObject(r, "kind", "TrainingJob");
+    cJSON_AddStringToObject(r, "name", json_str_at(job, "metadata.name"));
+    cJSON_AddStringToObject(r, "uid", json_str_at(job, "metadata.uid") ? json_str_at(job, "metadata.uid") : "");
+    cJSON_AddBoolToObject(r, "controller", 1);
+    cJSON_AddBoolToObject(r, "blockOwnerDeletion", 1);
+    return arr;
+}
+
+static cJSON *base_object(const cJSON *job, const char *name)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *md = cJSON_AddObjectToObject(o, "metadata");
+    cJSON *labels = cJSON_AddObjectToObject(md, "labels");
+    cJSON *refs = owner_refs(job);
+    if (!md || !labels || !refs) {
+        cJSON_Delete(refs);
+        cJSON_Delete(o);
+        return NULL;
+    }
+    cJSON_AddStringToObject(md, "name", name);
+    cJSON_AddStringToObject(md, "namespace", json_str_at(job, "metadata.namespace"));
+    cJSON_AddStringToObject(labels, LABEL_JOB, json_str_at(job, "metadata.name"));
+    cJSON_AddItemToObject(md, "ownerReferences", refs);
+    return o;
+}
+
+static void env_set(cJSON *env, const char *name, const char *value, cJSON *value_from)
+{
+    /* Replace a same-named entry from the template: ours win. */
+    int i = 0;
+    cJSON *it;
+    cJSON_ArrayForEach(it, env) {
+        const char *n = json_str_at(it, "name");
+        if (n && !strcmp(n, name)) {
+            cJSON_DeleteItemFromArray(env, i);
+            break;
+        }
+        i++;
+    }
+    cJSON *e = cJSON_CreateObject();
+    if (!e) {
+        cJSON_Delete(value_from);
+        return;
+    }
+    cJSON_AddStringToObject(e, "name", name);
+    if (value_from)
+        cJSON_AddItemToObject(e, "valueFrom", value_from);
+    else
+        cJSON_AddStringToObject(e, "value", value);
+    cJSON_AddItemToArray(env, e);
+}
+
+cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator_url,
+                            const char *default_image, herr *e)
+{
+    const char *job_name = json_str_at(job, "metadata.name");
+    const char *ns = json_str_at(job, "metadata.namespace");
+    const char *uid = json_str_at(job, "metadata.uid");
+    if (!job_name || !ns) {
+        herr_set(e, "job without metadata.name/namespace");
+        return NULL;
+    }
+    const char *image = json_str_at(job, "spec.image");
+    if (!image)
+        image = default_image;
+    if (!image || !*image) {
+        herr_set(e, "%s/%s: spec.image is not set and the operator has no --node-image", ns, job_name);
+        return NULL;
+    }
+    char name[128], idx[16];
+    tj_worker_pod_name(name, sizeof name, job_name, index);
+    snprintf(idx, sizeof idx, "%d", index);
+    cJSON *pod = base_object(job, name);
+    if (!pod) {
+        herr_set(e, "out of memory");
+        return NULL;
+    }
+    cJSON *md = cJSON_GetObjectItemCaseSensitive(pod, "metadata");
+    cJSON *labels = cJSON_GetObjectItemCaseSensitive(md, "labels");
+    /* Template labels and annotations first, ours on top. */
+    const cJSON *tl = json_at(job, "spec.template.metadata.labels"), *it;
+    cJSON_ArrayForEach(it, tl) {
+        if (cJSON_IsString(it) && strcmp(it->string, LABEL_JOB) && strcmp(it->string, LABEL_INDEX))
+            cJSON_AddStringToObject(labels, it->string, it->valuestring);
+    }
+    cJSON_AddStringToObject(labels, LABEL_INDEX, idx);
+    cJSON *ann = cJSON_AddObjectToObject(md, "annotations");
+    const cJSON *ta = json_at(job, "spec.template.metadata.annotations");
+    cJSON_ArrayForEach(it, ta) {
+        if (cJSON_IsString(it))
+            cJSON_AddStringToObject(ann, it->string, it->valuestring);
+    }
+    char *hash = ctl_spec_hash(job);
+    json_set_str(ann, ANN_SPEC, hash ? hash : "");
+    free(hash);
+
+    const cJSON *tspec = json_at(job, "spec.template.spec");
+    cJSON *spec = cJSON_IsObject(tspec) ? cJSON_Duplicate(tspec, 1) : cJSON_CreateObject();
+    if (!spec) {
+        cJSON_Delete(pod);
+        herr_set(e, "out of memory");
+        return NULL;
+    }
+    cJSON_AddItemToObject(pod, "spec", spec);
+    json_set_str(spec, "restartPolicy", "Never");
+    /* On SIGTERM (eviction, drain, preemption) a worker finishes its step and every rank
+     * checkpoints before leaving: Kubernetes' 30 s default is short for that on a large model.
+     * A template's own value wins. */
+    if (!cJSON_GetObjectItemCaseSensitive(spec, "terminationGracePeriodSeconds"))
+        cJSON_AddNumberToObject(spec, "terminationGracePeriodSeconds", POD_GRACE_S);
+    json_set_str(spec, "hostname", name);
+    json_set_str(spec, "subdomain", job_name);
+    cJSON *containers = cJSON_GetObjectItemCaseSensitive(spec, "containers");
+    if (!cJSON_IsArray(containers)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(spec, "containers");
+        containers = cJSON_AddArrayToObject(spec, "containers");
+    }
+    /* The worker container: the one named "worker", else the first, else a new one. */
+    cJSON *c = NULL, *ci;
+    cJSON_ArrayForEach(ci, containers) {
+        const char *n = json_str_at(ci, "name");
+        if (n && !strcmp(n, "worker")) {
+            c = ci;
+            break;
+        }
+    }
+    if (!c)
+        c = cJSON_GetArrayItem(containers, 0);
+    if (!c) {
+        c = cJSON_CreateObject();
+        cJSON_AddItemToArray(containers, c);
+    }
+    if (!json_str_at(c, "name"))
+        json_set_str(c, "name", "worker");
+    json_set_str(c, "image", image);
+    cJSON *cmd = cJSON_CreateArray();
+    cJSON_AddItemToArray(cmd, cJSON_CreateString("holmes-node"));
+    cJSON_AddItemToArray(cmd, cJSON_CreateString("worker"));
+    cJSON_DeleteItemFromObjectCaseSensitive(c, "command");
+    cJSON_DeleteItemFromObjectCaseSensitive(c, "args");
+    cJSON_AddItemToObject(c, "command", cmd);
+    cJSON *env = cJSON_GetObjectItemCaseSensitive(c, "env");
+    if (!cJSON_IsArray(env)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(c, "env");
+        env = cJSON_AddArrayToObject(c, "env");
+    }
+    env_set(env, "HOLMES_JOB_NAME", job_name, NULL);
+    env_set(env, "HOLMES_JOB_NAMESPACE", ns, NULL);
+    env_set(env, "HOLMES_JOB_UID", uid ? uid : "", NULL);
+    env_set(env, "HOLMES_WORKER_INDEX", idx, NULL);
+    env_set(env, "HOLMES_COORDINATOR", coordinator_url ? coordinator_url : "", NULL);
+    cJSON *vf = cJSON_CreateObject();
+    cJSON *ref = cJSON_AddObjectToObject(vf, "secretKeyRef");
+    char secret[160];
+    snprintf(secret, sizeof secret, "%s-token", job_name);
+    cJSON_AddStringToObject(ref, "name", secret);
+    cJSON_AddStringToObject(ref, "key", "token");
+    env_set(env, "HOLMES_TOKEN", NULL, vf);
+    /* spec.emulation: the worker reports its group's NIC, as holmes-operator local's workers do
+     * (groups in worker order, `count` workers each). */
+    const cJSON *g;
+    int first = 0;
+    cJSON_ArrayForEach(g, json_at(job, "spec.emulation.nics")) {
+        int count = (int)json_num_at(g, "count", 0);
+        const char *cls = json_str_at(g, "class"), *fabric = json_str_at(g, "fabric");
+        if (index >= first && index < first + count && cls && fabric) {
+            char nic[300];
+            snprintf(nic, sizeof nic, "%s:%s:%g", cls, fabric, json_num_at(g, "gbps", 0));
+            env_set(env, "HOLMES_EMULATE_NIC", nic, NULL);
+            break;
+        }
+        first += count;
+    }
+    /* GPUs: ask for them unless the template already does. */
+    int gpus = (int)json_num_at(job, "spec.gpusPerWorker", 0);
+    if (gpus > 0) {
+        cJSON *res = json_child_object(c, "resources");
+        cJSON *lim = json_child_object(res, "limits");
+        if (!cJSON_GetObjectItemCaseSensitive(lim, "nvidia.com/gpu"))
+            cJSON_AddNumberToObject(lim, "nvidia.com/gpu", gpus);
+    }
+    return pod;
+}
+
+cJSON *ctl_build_secret(const cJSON *job)
+{
+    char name[160];
+    snprintf(name, sizeof name, "%s-token", json_str_at(job, "metadata.name"));
+    cJSON *s = base_object(job, name);
+    unsigned char raw[24];
+    if (!s || getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
+        cJSON_Delete(s);
+        return NULL;
+    }
+    /* 48 hex characters, sent as stringData so the server encodes it. */
+    char hex[49];
+    for (size_t i = 0; i < sizeof raw; i++)
+        snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+    cJSON_AddStringToObject(s, "type", "Opaque");
+    cJSON *sd = cJSON_AddObjectToObject(s, "stringData");
+    cJSON_AddStringToObject(sd, "token", hex);
+    return s;
+}
+
+cJSON *ctl_build_service(const cJSON *job)
+{
+    cJSON *s = base_object(job, json_str_at(job, "metadata.name"));
+    if (!s)
+        return NULL;
+    cJSON *spec = cJSON_AddObjectToObject(s, "spec");
+    cJSON_AddStringToObject(spec, "clusterIP", "None");
+    cJSON_AddBoolToObject(spec, "publishNotReadyAddresses", 1);
+    cJSON *sel = cJSON_AddObjectToObject(spec, "selector");
+    cJSON_AddStringToObject(sel, LABEL_JOB, json_str_at(job, "metadata.name"));
+    cJSON *ports = cJSON_AddArrayToObject(spec, "ports");
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "name", "rendezvous");
+    cJSON_AddNumberToObject(p, "port", 29500);
+    cJSON_AddItemToArray(ports, p);
+    return s;
+}
+
