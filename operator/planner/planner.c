@@ -1109,7 +1109,8 @@ static int holmes_search(struct search *S, herr *e)
      * so take a snapshot first) */
     size_t n = (size_t)S->P * S->D;
     int n_start = S->n_top;
-    int *starts = malloc(sizeof(int) * n * (size_t)(n_start ? n_start : 1));
+    /* room for the whole top list: it is copied again below, after climbing has grown it */
+    int *starts = malloc(sizeof(int) * n * SEARCH_TOP);
     double start_t[SEARCH_TOP];
     if (!starts)
         return herr_set(e, "planner: out of memory");

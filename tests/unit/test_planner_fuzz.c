@@ -1,0 +1,225 @@
+/* The planner on random clusters (run under ASan + UBSan by `make test`): 1 to 16,384 GPUs, 1 to 6
+ * fabrics of uneven sizes listed interleaved or grouped, mixed GPU speeds and GPU counts, random
+ * jobs (valid and impossible, auto and pinned shapes, both policies and schedules). Every plan
+ * returned must hold together; every refusal must say why; nothing may crash.
+ * HOLMES_FUZZ_SEED and HOLMES_FUZZ_ITERS run it longer (e.g. 2000 iterations). The first case is
+ * the one that once crashed (2,048 workers x 8 GPUs, IB and RoCE interleaved, a GPT-3 175B shape,
+ * tensor 8 x pipeline 16 x data 128: the search's refinement overran its start buffer). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "planner.h"
+#include "test.h"
+
+static uint64_t rng;
+static uint32_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+static int pick(int lo, int hi) { return lo + (int)(rnd() % (uint32_t)(hi - lo + 1)); }
+
+struct fab {
+    enum nic_class cls;
+    char id[32];
+    double gbps;
+};
+
+static void make_worker(struct plan_worker *w, int i, const struct fab *f, int gpus, double tflops)
+{
+    memset(w, 0, sizeof *w);
+    snprintf(w->name, sizeof w->name, "w%d", i);
+    w->gpus = gpus;
+    w->tflops = tflops;
+    w->nic.cls = f->cls;
+    w->nic.gbps = f->gbps;
+    w->nic.gid_index = f->cls == NIC_ROCE ? 3 : -1;
+    snprintf(w->nic.fabric, sizeof w->nic.fabric, "%s", f->id);
+}
+
+static int divisors(int n, int *out, int cap)
+{
+    int k = 0;
+    for (int d = 1; d <= n && k < cap; d++)
+        if (n % d == 0)
+            out[k++] = d;
+    return k;
+}
+
+/* Checks of a plan: every layer in exactly one stage, stages contiguous and in order, the ranks
+ * the shape needs, each rank on a worker that has the device, and a finite positive prediction.
+ * Returns the number of failed checks (each printed). */
+static int check_plan(const char *name, const struct plan *p, const struct plan_worker *w, int n,
+                      const struct plan_job *j)
+{
+    int bad = 0;
+#define EXPECT(cond, ...)                                                                          \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            printf("# %s: ", name);                                                                \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+            bad++;                                                                                 \
+        }                                                                                          \
+    } while (0)
+    EXPECT(p->tensor == j->tensor, "tensor %d, asked %d", p->tensor, j->tensor);
+    EXPECT(j->pipeline == 0 || p->pipeline == j->pipeline, "pipeline %d, asked %d", p->pipeline,
+           j->pipeline);
+    EXPECT(j->data == 0 || p->data == j->data, "data %d, asked %d", p->data, j->data);
+    EXPECT(p->n_stages == p->pipeline, "%d stages for pipeline %d", p->n_stages, p->pipeline);
+    EXPECT((long)p->tensor * p->pipeline * p->data == p->n_ranks, "t x p x d = %ld, ranks %d",
+           (long)p->tensor * p->pipeline * p->data, p->n_ranks);
+    EXPECT(p->n_ranks <= plan_devices(w, n), "%d ranks on %ld devices", p->n_ranks,
+           plan_devices(w, n));
+    int next = 0;
+    for (int s = 0; s < p->n_stages && bad < 5; s++) {
+        EXPECT(p->stages[s].first_layer == next, "stage %d starts at %d, expected %d", s,
+               p->stages[s].first_layer, next);
+        EXPECT(p->stages[s].last_layer > p->stages[s].first_layer, "stage %d is empty", s);
+        next = p->stages[s].last_layer;
+    }
+    EXPECT(next == j->model.layers, "stages cover %d of %d layers", next, j->model.layers);
+    for (int r = 0; r < p->n_ranks && bad < 5; r++) {
+        const struct plan_rank *k = &p->ranks[r];
+        EXPECT(k->worker >= 0 && k->worker < n, "rank %d on worker %d", r, k->worker);
+        if (k->worker < 0 || k->worker >= n)
+            continue;
+        int devs = w[k->worker].gpus > 0 ? w[k->worker].gpus : 1;
+        EXPECT(k->local >= 0 && k->local < devs, "rank %d on device %d of %d", r, k->local, devs);
+        EXPECT(plan_rank_of(p, k->stage, k->dp_rank, k->tp_rank) == r, "rank %d's coordinates", r);
+    }
+    /* a tensor group stays inside one worker */
+    for (int g = 0; g < p->n_groups && bad < 5; g++) {
+        const struct plan_group *gr = &p->groups[g];
+        if (gr->kind != GROUP_TP)
+            continue;
+        for (int i = 1; i < gr->n; i++)
+            EXPECT(p->ranks[gr->members[i]].worker == p->ranks[gr->members[0]].worker,
+                   "tensor group %d spans workers", g);
+    }
+    EXPECT(isfinite(p->step_s) && p->step_s > 0, "predicted step %g s", p->step_s);
+#undef EXPECT
+    return bad;
+}
+
+static int one_case(int it, struct plan_worker *w, int n, const struct plan_job *j,
+                    const struct cost_links *l, int *planned, int *refused)
+{
+    char name[96];
+    snprintf(name, sizeof name, "case %d (%d workers, %ld devices)", it, n, plan_devices(w, n));
+    struct plan p;
+    herr e = {0};
+    int bad = 0;
+    if (plan_make(w, n, j, l, &p, &e) == 0) {
+        (*planned)++;
+        bad = check_plan(name, &p, w, n, j);
+        plan_free(&p);
+    } else {
+        (*refused)++;
+        if (!e.msg[0]) {
+            printf("# %s: refused without a reason\n", name);
+            bad = 1;
+        }
+    }
+    return bad;
+}
+
+int main(void)
+{
+    const char *seed_s = getenv("HOLMES_FUZZ_SEED"), *iters_s = getenv("HOLMES_FUZZ_ITERS");
+    uint64_t seed = seed_s ? strtoull(seed_s, NULL, 0) : 20261124;
+    int iters = iters_s ? atoi(iters_s) : 60;
+    rng = seed ? seed : 1;
+    struct cost_links l;
+    cost_links_default(&l);
+    int planned = 0, refused = 0, bad = 0;
+    struct plan_worker *w = calloc(16384, sizeof *w);
+    if (!w) {
+        TEST_FAIL("memory", "calloc");
+        return 1;
+    }
+
+    /* The case that crashed. */
+    struct fab ib = {NIC_INFINIBAND, "ib-a", 200}, roce = {NIC_ROCE, "roce-b", 100};
+    for (int i = 0; i < 2048; i++)
+        make_worker(&w[i], i, i % 2 ? &roce : &ib, 8, 312);
+    struct plan_job j;
+    plan_job_init(&j);
+    j.model = (struct plan_model){96, 12288, 96, 50257, 2048};
+    j.tensor = 8;
+    j.pipeline = 16;
+    j.data = 128;
+    j.micro_batches = 64;
+    j.micro_batch_size = 1;
+    int b = one_case(-1, w, 2048, &j, &l, &planned, &refused);
+    CHECK("2,048 x 8 GPUs, IB/RoCE interleaved, GPT-3 175B, 8 x 16 x 128: planned and sound",
+          b == 0 && planned == 1);
+
+    static const enum nic_class classes[] = {NIC_INFINIBAND, NIC_ROCE, NIC_ETHERNET};
+    static const int layer_choices[] = {2, 4, 12, 24, 48, 96};
+    for (int it = 0; it < iters; it++) {
+        /* the cluster: GPUs per worker, a size class (big clusters rarely), fabrics */
+        int gpus = (int[]){0, 1, 2, 4, 8}[pick(0, 4)];
+        int per = gpus ? gpus : 1;
+        int size_class = pick(0, 19);
+        int max_devices = size_class < 14 ? 64 : size_class < 19 ? 2048 : 16384;
+        int n = pick(1, max_devices / per);
+        int nf = pick(1, 6);
+        struct fab fabs[6];
+        for (int f = 0; f < nf; f++) {
+            fabs[f].cls = classes[pick(0, 2)];
+            snprintf(fabs[f].id, sizeof fabs[f].id, "%s-%d",
+                     fabs[f].cls == NIC_INFINIBAND ? "ib" : fabs[f].cls == NIC_ROCE ? "roce" : "eth", f);
+            fabs[f].gbps = (double[]){10, 25, 100, 200, 400}[pick(0, 4)];
+        }
+        int interleave = pick(0, 1);
+        double speeds[3] = {gpus ? 312 : 0.05, gpus ? 156 : 0.02, gpus ? 989 : 0.1};
+        int mixed = pick(0, 1);
+        for (int i = 0; i < n; i++) {
+            /* uneven fabric sizes: fabric f takes a share that halves with f */
+            int f = interleave ? i % nf : 0;
+            if (!interleave) {
+                int r = pick(0, (1 << nf) - 2);
+                while (f < nf - 1 && r >= (1 << (nf - 1 - f)))
+                    r -= 1 << (nf - 1 - f), f++;
+            }
+            make_worker(&w[i], i, &fabs[f], gpus, mixed ? speeds[pick(0, 2)] : speeds[0]);
+        }
+        /* the job: a shape that fits, or not */
+        plan_job_init(&j);
+        int layers = layer_choices[pick(0, 5)];
+        int heads = (int[]){1, 2, 4, 8, 12, 16}[pick(0, 5)];
+        j.model = (struct plan_model){layers, heads * 64, heads, pick(0, 1) ? 256 : 50257,
+                                      (int[]){64, 256, 1024}[pick(0, 2)]};
+        int tdiv[8], nt = divisors(per, tdiv, 8);
+        j.tensor = gpus ? tdiv[pick(0, nt - 1)] : 1;
+        if (gpus && j.tensor > 1 && heads % j.tensor != 0)
+            j.tensor = 1;
+        long devices = plan_devices(w, n);
+        long blocks = devices / j.tensor;
+        if (pick(0, 2) == 0) {
+            j.pipeline = 0;
+            j.data = 0;
+        } else {
+            int want = pick(1, layers + (pick(0, 4) == 0 ? 3 : 0)); /* sometimes too many */
+            j.pipeline = want;
+            j.data = blocks % want == 0 ? (int)(blocks / want) : pick(1, 8);
+        }
+        j.micro_batches = pick(1, 64);
+        j.micro_batch_size = pick(1, 4);
+        j.schedule = pick(0, 1) ? SCHED_1F1B : SCHED_GPIPE;
+        j.policy = pick(0, 3) ? POLICY_HOLMES : POLICY_NAIVE;
+        bad += one_case(it, w, n, &j, &l, &planned, &refused);
+    }
+    printf("# seed %llu: %d cases, %d planned, %d refused\n", (unsigned long long)seed,
+           iters + 1, planned, refused);
+    CHECK_INT("every plan holds together and every refusal says why", bad, 0);
+    CHECK("some random cases planned", planned > 1);
+    CHECK("some random cases refused", refused > 0);
+    free(w);
+    TEST_MAIN_END();
+}
