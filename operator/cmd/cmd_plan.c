@@ -50,7 +50,30 @@ static void print_workers(const struct plan *p, int s)
         printf(" ... (%d workers)", total);
 }
 
-static void print_table(const struct plan *p)
+/* Each fabric-blind policy planned on its own, with the same job (so with its own best shape
+ * when the shape is auto): what `--policy naive` would give. step_s INFINITY when it cannot plan. */
+struct own_best {
+    enum policy policy;
+    double step_s, tokens_per_s; /* shapes differ in tokens per step: compare tokens/s */
+    int pipeline, data, micro_batches, micro_batch_size;
+};
+
+static void own_best(const struct plan_worker *w, int n, const struct plan_job *job,
+                     const struct cost_links *l, enum policy pol, struct own_best *out)
+{
+    struct plan_job j = *job;
+    struct plan q;
+    herr e = {0};
+    j.policy = pol;
+    *out = (struct own_best){.policy = pol, .step_s = INFINITY};
+    if (plan_make(w, n, &j, l, &q, &e) == 0) {
+        *out = (struct own_best){pol, q.step_s, q.tokens_per_s, q.pipeline, q.data,
+                                 q.micro_batches, q.micro_batch_size};
+        plan_free(&q);
+    }
+}
+
+static void print_table(const struct plan *p, const struct own_best *best, int n_best)
 {
     printf("policy %s: tensor %d x pipeline %d x data %d, %d micro-batches of %d, %s\n",
            policy_name(p->policy), p->tensor, p->pipeline, p->data, p->micro_batches,
@@ -112,7 +135,8 @@ static void print_table(const struct plan *p)
            p->tokens_per_s, b->critical_stage);
     printf("  compute %.4f  tp_comm %.4f  pp_comm %.4f  bubble %.4f  dp_comm %.4f  optimizer "
            "%.4f\n", b->compute, b->tp_comm, b->pp_comm, b->bubble, b->dp_comm, b->optimizer);
-    printf("baselines:");
+    printf("baselines at this shape (pipeline %d x data %d, the paper's comparison):", p->pipeline,
+           p->data);
     const double base[2] = {p->baseline_naive_s, p->baseline_ethernet_s};
     for (int i = 0; i < 2; i++) {
         if (isfinite(base[i]))
@@ -123,6 +147,18 @@ static void print_table(const struct plan *p)
                    i ? "" : ",");
     }
     printf("\n");
+    if (n_best) {
+        printf("each policy at its own best shape (tokens/s; this plan %.0f):\n", p->tokens_per_s);
+        for (int i = 0; i < n_best; i++) {
+            if (isfinite(best[i].step_s) && best[i].tokens_per_s > 0)
+                printf("  %-9s %.0f tokens/s (this plan x%.2f) at pipeline %d x data %d, %d "
+                       "micro-batches of %d\n", policy_name(best[i].policy), best[i].tokens_per_s,
+                       p->tokens_per_s / best[i].tokens_per_s, best[i].pipeline, best[i].data,
+                       best[i].micro_batches, best[i].micro_batch_size);
+            else
+                printf("  %-9s no plan\n", policy_name(best[i].policy));
+        }
+    }
     if (p->n_top > 1) {
         printf("\nbest shapes (auto):\n  %-8s %-6s %-13s %-10s %-12s %s\n", "pipeline", "data",
                "micro-batches", "mb size", "step s", "tokens/s");
@@ -238,8 +274,27 @@ int cmd_plan(int argc, char **argv)
         fprintf(stderr, "holmes-operator plan: %s\n", e.msg);
         goto out;
     }
+    /* Beside a holmes plan: what each fabric-blind policy does at its own best shape. */
+    struct own_best best[2];
+    int n_best = 0;
+    if (p.policy == POLICY_HOLMES) {
+        own_best(cl.workers, cl.n_workers, &job, &cl.links, POLICY_NAIVE, &best[n_best++]);
+        own_best(cl.workers, cl.n_workers, &job, &cl.links, POLICY_ETHERNET, &best[n_best++]);
+    }
     if (json) {
         cJSON *j = plan_to_json(&p);
+        cJSON *ob = j && n_best ? cJSON_AddObjectToObject(j, "baselines_own_best") : NULL;
+        for (int i = 0; ob && i < n_best; i++) {
+            cJSON *x = cJSON_AddObjectToObject(ob, policy_name(best[i].policy));
+            if (x && isfinite(best[i].step_s)) {
+                cJSON_AddNumberToObject(x, "step_seconds", best[i].step_s);
+                cJSON_AddNumberToObject(x, "tokens_per_second", best[i].tokens_per_s);
+                cJSON_AddNumberToObject(x, "pipeline", best[i].pipeline);
+                cJSON_AddNumberToObject(x, "data", best[i].data);
+                cJSON_AddNumberToObject(x, "micro_batches", best[i].micro_batches);
+                cJSON_AddNumberToObject(x, "micro_batch_size", best[i].micro_batch_size);
+            }
+        }
         char *s = j ? cJSON_Print(j) : NULL;
         cJSON_Delete(j);
         if (!s) {
@@ -249,7 +304,7 @@ int cmd_plan(int argc, char **argv)
         printf("%s\n", s);
         free(s);
     } else {
-        print_table(&p);
+        print_table(&p, best, n_best);
     }
     rc = 0;
 out:

@@ -32,8 +32,11 @@ PY
 
 # The readable table names stages, groups, the step time and the speed-up.
 out=$("$OPERATOR" plan --cluster "$EX/paper-ib-roce.yaml" "$EX/gpt-7.5b-job.yaml" 2>&1)
-echo "$out" | grep -q "^predicted step:" && echo "$out" | grep -q "^baselines: naive" &&
+echo "$out" | grep -q "^predicted step:" && echo "$out" | grep -q "^baselines at this shape (pipeline 2 x data 4, the paper's comparison): naive" &&
     echo "$out" | grep -q "ib-fabric-a" && pass "plan table" || fail "plan table" "$out"
+echo "$out" | grep -qE "^  naive +[0-9]+ tokens/s \(this plan x[0-9.]+\) at pipeline [0-9]+ x data [0-9]+" \
+    && pass "plan table: naive at its own best shape, labelled apart from the same-shape baseline" \
+    || fail "plan table: naive at its own best shape" "$out"
 
 # Every example plans (the baselines as policies on the paper's cluster).
 for c in paper-ib-roce:gpt-7.5b-job:naive paper-ib-roce:gpt-7.5b-job:ethernet \
