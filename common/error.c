@@ -12,16 +12,21 @@ static int set_va(herr *e, enum herr_kind kind, const char *fmt, va_list ap)
     return -1;
 }
 
-int herr_set(herr *e, const char *fmt, ...)
-{
-    if (!e)
-        return -1;
-    va_list ap;
-    va_start(ap, fmt);
-    set_va(e, HERR_FAULT, fmt, ap);
-    va_end(ap);
-    return -1;
-}
+/* herr_set, herr_config, herr_peer: the same setter for each fixed kind. */
+#define KIND_SETTER(fn, kind)                                                                      \
+    int fn(herr *e, const char *fmt, ...)                                                          \
+    {                                                                                              \
+        if (!e)                                                                                    \
+            return -1;                                                                             \
+        va_list ap;                                                                                \
+        va_start(ap, fmt);                                                                         \
+        set_va(e, kind, fmt, ap);                                                                  \
+        va_end(ap);                                                                                \
+        return -1;                                                                                 \
+    }
+KIND_SETTER(herr_set, HERR_FAULT)
+KIND_SETTER(herr_config, HERR_CONFIG)
+KIND_SETTER(herr_peer, HERR_PEER)
 
 int herr_set_kind(herr *e, enum herr_kind kind, const char *fmt, ...)
 {
@@ -30,28 +35,6 @@ int herr_set_kind(herr *e, enum herr_kind kind, const char *fmt, ...)
     va_list ap;
     va_start(ap, fmt);
     set_va(e, kind, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-int herr_config(herr *e, const char *fmt, ...)
-{
-    if (!e)
-        return -1;
-    va_list ap;
-    va_start(ap, fmt);
-    set_va(e, HERR_CONFIG, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-int herr_peer(herr *e, const char *fmt, ...)
-{
-    if (!e)
-        return -1;
-    va_list ap;
-    va_start(ap, fmt);
-    set_va(e, HERR_PEER, fmt, ap);
     va_end(ap);
     return -1;
 }
