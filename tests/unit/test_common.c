@@ -1,3 +1,5 @@
+#include <errno.h>
+
 #include "test.h"
 
 #include "cli.h"
@@ -14,6 +16,18 @@ int main(void)
     CHECK_STR("herr_set formats", e.msg, "field spec.workers: 3");
     herr_wrap(&e, "file %s", "job.yaml");
     CHECK_STR("herr_wrap prefixes", e.msg, "file job.yaml: field spec.workers: 3");
+    CHECK_INT("herr_set is a fault", e.kind, HERR_FAULT);
+    herr_config(&e, "disk %s", "full");
+    herr_wrap(&e, "checkpoint at step %d", 20);
+    CHECK("herr_wrap keeps a config error's kind", e.kind == HERR_CONFIG &&
+          !strcmp(e.msg, "checkpoint at step 20: disk full"));
+    herr_peer(&e, "lost rank 2");
+    CHECK_INT("herr_peer", e.kind, HERR_PEER);
+    herr_set(&e, "again");
+    CHECK_INT("herr_set resets the kind", e.kind, HERR_FAULT);
+    CHECK("a full disk is a configuration error", herr_kind_of_errno(ENOSPC) == HERR_CONFIG &&
+          herr_kind_of_errno(EROFS) == HERR_CONFIG && herr_kind_of_errno(EIO) == HERR_FAULT);
+    CHECK_STR("kind names", herr_kind_name(HERR_PEER), "peer");
     CHECK_INT("herr_set NULL ok", herr_set(NULL, "x"), -1);
 
     enum log_level lv;
