@@ -46,7 +46,7 @@ LIB_NODE   := $(BUILD)/libholmes_node.a
 ALL_LIBS   := $(LIB_OP) $(LIB_NODE) $(LIB_COMMON)
 TEST_BINS  := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
-.PHONY: all build deps run test test-build clean cuda help
+.PHONY: all build deps run test test-build test-fresh clean cuda help
 all: build
 build: $(BINDIR)/holmes-operator $(BINDIR)/holmes-node
 
@@ -98,6 +98,11 @@ test: .deps-ok
 	@$(MAKE) --no-print-directory VARIANT=asan test-build
 	@tests/run.sh build/release bin build/asan build/asan/bin
 
+# The README's commands in a fresh Debian 12 chroot (debootstrap), on a clean clone of HEAD:
+# tests/fresh/fresh_debian.sh. Root; about 15 minutes on 2 cores. Not part of `make test`.
+test-fresh:
+	@tests/fresh/fresh_debian.sh
+
 clean:
 	rm -rf build bin .deps-ok
 
@@ -106,6 +111,7 @@ help:
 	@echo "make deps       install the Debian packages build, tests and run need"
 	@echo "make run        run examples/local-tiny.yaml on this machine"
 	@echo "make test       unit + integration tests, plain and under ASan/UBSan"
+	@echo "make test-fresh make run + make test, as README says, in a fresh Debian 12 chroot"
 	@echo "make cuda       build the CUDA engine (needs nvcc)"
 	@echo "make bench-*    benchmarks; results go to docs/benchmarks.md"
 
