@@ -89,7 +89,15 @@ else
     echo "$stamp" >"$tarball.key"
 fi
 log "root ready in $((SECONDS - t0)) s"
+# This machine's network set-up, as its admins would have made it on any machine here: the
+# resolver, the certificate authorities it trusts (a TLS-intercepting proxy's, say: npm
+# failed with SELF_SIGNED_CERT_IN_CHAIN without them) and npm's site config naming them.
 cp -L /etc/resolv.conf "$root/etc/resolv.conf"
+if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+    mkdir -p "$root/usr/local/share/ca-certificates"
+    cp -L /etc/ssl/certs/ca-certificates.crt "$root/usr/local/share/ca-certificates/fresh-host-trust.crt"
+fi
+[ ! -f /etc/npmrc ] || cp -L /etc/npmrc "$root/etc/npmrc"
 echo holmes-fresh >"$root/etc/hostname"
 # In a chroot nothing may start services (a booted machine would; the tests start none).
 printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"; chmod +x "$root/usr/sbin/policy-rc.d"
