@@ -31,7 +31,7 @@ LDLIBS   += $(PKG_LIBS) -lm -lpthread
 # Debian packages the build, the tests and `make run` need (mk/*.mk may add).
 DEB_PKGS := build-essential pkg-config libcurl4-openssl-dev libcjson-dev libwebsockets-dev \
             libyaml-dev libibverbs-dev ibverbs-providers rdma-core libopenblas-dev zlib1g-dev \
-            libssl-dev libomp-dev iproute2 python3
+            libssl-dev libomp-dev iproute2 procps python3
 
 COMMON_SRC := $(wildcard common/*.c)
 OP_SRC     := $(filter-out operator/main.c,$(wildcard operator/*.c))
