@@ -7,8 +7,8 @@
 #
 # The bootstrapped root is cached as a tarball under .cache/fresh/ (git-ignored) for
 # FRESH_CACHE_DAYS days (default 7; 0 = always bootstrap anew); with no cache it is made
-# from nothing. /proc, /sys, /dev and /run (a tmpfs, as on a booted machine: `ip netns`
-# needs /run/netns) are mounted in a private mount namespace, so they never show on the host
+# from nothing. The root itself, /proc, /sys, /dev and /run (a tmpfs, as on a booted machine:
+# `ip netns` needs /run/netns) are mounted in a private mount namespace, so they never show on the host
 # and go with it; the exit trap kills what is left running in the root and removes it.
 # FRESH_KEEP=1 keeps the root (its path is printed). Needs root, debootstrap (installed if
 # missing), network access to the Debian mirror (and to what `make run` itself fetches).
@@ -114,7 +114,10 @@ log "clone of $(git log -1 --format='%h %s' "$head" | cut -c1-72)"
 # --- the README, inside the root ----------------------------------------------------------
 log "running README.md's block in the chroot:"
 sed 's/^/fresh:   | /' <<<"$block"
+# The root bound onto itself first, so that / in the chroot is a mount point, as on a booted
+# machine (`ip netns exec` runs `mount --make-rslave /`, which fails with EINVAL otherwise).
 inner='set -e
+mount --bind "$R" "$R"
 mount -t proc proc "$R/proc"
 mount -t sysfs sysfs "$R/sys"
 mount --rbind /dev "$R/dev"
