@@ -99,7 +99,7 @@ test: .deps-ok
 	@tests/run.sh build/release bin build/asan build/asan/bin
 
 # The README's commands in a fresh Debian 12 chroot (debootstrap), on a clean clone of HEAD:
-# tests/fresh/fresh_debian.sh. Root; about 15 minutes on 2 cores. Not part of `make test`.
+# tests/fresh/fresh_debian.sh. Root; about 7 minutes on 2 cores. Not part of `make test`.
 test-fresh:
 	@tests/fresh/fresh_debian.sh
 

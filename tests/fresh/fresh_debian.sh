@@ -12,6 +12,7 @@
 # and go with it; the exit trap kills what is left running in the root and removes it.
 # FRESH_KEEP=1 keeps the root (its path is printed). Needs root, debootstrap (installed if
 # missing), network access to the Debian mirror (and to what `make run` itself fetches).
+{ # parsed whole before it runs: editing this file during a run (it is long) leaves the run be
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$PWD
@@ -133,3 +134,5 @@ if [ $rc -ne 0 ]; then
     die "README.md's commands failed in a fresh Debian 12 (exit $rc, after $((SECONDS - t1)) s)"
 fi
 log "README.md's commands passed in a fresh Debian 12 ($((SECONDS - t1)) s; $((SECONDS - t0)) s in all)"
+exit 0
+}

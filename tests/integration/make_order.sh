@@ -1,6 +1,7 @@
 # The README's order on a fresh machine, cheaply: in a copy of the tree with no build outputs
 # (no .deps-ok, build/, bin/, tools/), `make -n` of each target README.md names prints the
-# dependency installation (scripts/deps.sh) before the first compiler or archiver call.
+# installation of the Debian packages (scripts/deps.sh ... build-essential ...) before the
+# first compiler or archiver call.
 # `make run` and `make test` must print both (README: they install what is missing).
 # The full check, a real fresh Debian 12, is `make test-fresh` (tests/fresh/fresh_debian.sh).
 # MAKEFILE_UNDER_TEST=FILE checks that Makefile instead of the tree's (e.g. an old one).
@@ -33,7 +34,9 @@ done
 
 # First line number of make -n's output matching an extended regex, or empty.
 first() { grep -nE "$1" "$2" | head -1 | cut -d: -f1; }
-DEPS_RE='(^|[;&|( ])scripts/deps\.sh '
+# The installation of DEB_PKGS (build-essential and the -dev packages), not a hook's own
+# `command -v X || scripts/deps.sh X`.
+DEPS_RE='(^|[;&|( ])scripts/deps\.sh .*\bbuild-essential\b'
 CC_RE='^(\S*/)?(gcc|cc|clang|g\+\+|c\+\+|nvcc|ar)(-[0-9]+)? '
 for t in $targets; do
     out=$tmp/$t.out
