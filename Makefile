@@ -35,7 +35,7 @@ LDLIBS   += $(PKG_LIBS) -lm -lpthread
 # Debian packages the build, the tests and `make run` need (mk/*.mk may add).
 DEB_PKGS := build-essential pkg-config libcurl4-openssl-dev libcjson-dev libwebsockets-dev \
             libyaml-dev libibverbs-dev ibverbs-providers rdma-core libopenblas-dev zlib1g-dev \
-            libssl-dev libomp-dev iproute2 python3
+            libssl-dev libomp-dev iproute2 procps python3
 
 COMMON_SRC := $(wildcard common/*.c)
 OP_SRC     := $(filter-out operator/main.c,$(wildcard operator/*.c operator/*/*.c))
@@ -50,7 +50,7 @@ LIB_NODE   := $(BUILD)/libholmes_node.a
 ALL_LIBS   := $(LIB_OP) $(LIB_NODE) $(LIB_COMMON)
 TEST_BINS  := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
-.PHONY: all build deps run test test-build clean cuda help
+.PHONY: all build deps run test test-build test-fresh clean cuda help
 all: build
 build: $(BINDIR)/holmes-operator $(BINDIR)/holmes-node
 
@@ -102,6 +102,11 @@ test: .deps-ok
 	@$(MAKE) --no-print-directory VARIANT=asan test-build
 	@tests/run.sh build/release bin build/asan build/asan/bin
 
+# The README's commands in a fresh Debian 12 chroot (debootstrap), on a clean clone of HEAD:
+# tests/fresh/fresh_debian.sh. Root; about 7 minutes on 2 cores. Not part of `make test`.
+test-fresh:
+	@tests/fresh/fresh_debian.sh
+
 clean:
 	rm -rf build bin .deps-ok
 
@@ -110,6 +115,7 @@ help:
 	@echo "make deps       install the Debian packages build, tests and run need"
 	@echo "make run        run examples/local-tiny.yaml on this machine"
 	@echo "make test       unit + integration tests, plain and under ASan/UBSan"
+	@echo "make test-fresh make run + make test, as README says, in a fresh Debian 12 chroot"
 	@echo "make cuda       build the CUDA engine (needs nvcc)"
 	@echo "make bench-*    benchmarks; results go to docs/benchmarks.md"
 

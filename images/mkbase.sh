@@ -17,15 +17,8 @@ if [ "${FORCE:-0}" != 1 ] && podman image exists "$IMAGE"; then
     exit 0
 fi
 
-# The mirror this machine's apt uses (deb822 or one-line format), unless DEBIAN_MIRROR says.
-mirror=${DEBIAN_MIRROR:-}
-if [ -z "$mirror" ]; then
-    mirror=$(awk '/^URIs:/ && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
-fi
-if [ -z "$mirror" ]; then
-    mirror=$(awk '$1 == "deb" && $2 !~ /security/ && $2 !~ /^\[/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
-fi
-[ -n "$mirror" ] || { echo "mkbase: no Debian mirror found in /etc/apt; set DEBIAN_MIRROR" >&2; exit 1; }
+# The mirror this machine's apt uses, unless DEBIAN_MIRROR says (scripts/debian-mirror.sh).
+mirror=$(scripts/debian-mirror.sh) || { echo "mkbase: no Debian mirror" >&2; exit 1; }
 
 root=$(mktemp -d /var/tmp/holmes-base.XXXXXX)
 trap 'rm -rf "$root"' EXIT

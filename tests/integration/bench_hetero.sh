@@ -10,7 +10,11 @@ if [ "$(id -u)" != 0 ]; then
     exit 0
 fi
 if command -v setpriv >/dev/null; then
-    out=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$B" 2>&1); rc=$?
+    # As nobody, from a copy: the checkout may sit where nobody cannot read it (/root is 0700).
+    nb=$(mktemp -d /tmp/holmes-bh-nobody.XXXXXX)
+    mkdir -p "$nb/tests/bench/hetero" && cp "$B" "$nb/tests/bench/hetero/" && chmod -R a+rX "$nb"
+    out=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$nb/tests/bench/hetero/run.sh" 2>&1); rc=$?
+    rm -rf "$nb"
     [ $rc -ne 0 ] && grep -q "needs root" <<<"$out" && pass "refuses without root" || fail "refuses without root" "rc $rc: $out"
 fi
 tmp=$(mktemp -d /tmp/holmes-bh.XXXXXX)
