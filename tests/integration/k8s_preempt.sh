@@ -1,0 +1,91 @@
+# SIGTERM on the operator path, on a real kube-apiserver (tests/k8s/envtest.bash) with the test as
+# kubelet: four real training workers (examples/local-tiny.yaml's model, NICs from the job's
+# spec.emulation) run with their pods' environment; one gets SIGTERM mid-run (as on eviction, a
+# node drain or preemption). Every rank checkpoints at the next step boundary, the worker leaves
+# with status 143, the others stop for an in-place restart (75) and this kubelet starts each
+# process again; the gang resumes from exactly that step, maxRestarts is not charged, and the
+# TrainingJob's status and Events say why.
+source "$(dirname "$0")/lib.bash"
+source "$REPO/tests/k8s/envtest.bash"
+k8s_require
+OP_PID=
+WPIDS=()
+stop_all() {
+    local p
+    for p in "${WPIDS[@]}" $OP_PID; do kill "$p" 2>/dev/null; done
+    for p in "${WPIDS[@]}" $OP_PID; do wait "$p" 2>/dev/null; done
+    k8s_stop
+}
+k8s_start || exit 1
+trap stop_all EXIT
+W=$K8S_DIR/preempt
+mkdir -p "$W"
+NS=team
+kubectl create namespace $NS >/dev/null
+kubectl apply -f "$REPO/crds/trainingjob.yaml" >/dev/null &&
+    kubectl wait --for condition=established crd/trainingjobs.holmes.dev --timeout=30s >/dev/null ||
+    { fail "CRD installed"; exit 1; }
+CPORT=$(k8s_free_port)
+"$OPERATOR" run --kubeconfig "$KUBECONFIG_FILE" --metrics-addr 0 --health-addr 0 \
+    --coordinator-addr 127.0.0.1:$CPORT --coordinator-url ws://127.0.0.1:$CPORT/ \
+    --node-image holmes-node:test >"$W/operator.log" 2>&1 &
+OP_PID=$!
+
+sed -e "s/name: local-tiny/name: pre/" \
+    -e "s/steps: 300/steps: 400/" -e "s#local-runs/local-tiny/checkpoints#$W/ckpt#" \
+    -e "s#examples/data/corpus.txt#$REPO/examples/data/corpus.txt#" \
+    -e "s/everySteps: 50/everySteps: 1000/" "$REPO/examples/local-tiny.yaml" >"$W/job.yaml"
+kubectl apply -n $NS -f "$W/job.yaml" >/dev/null
+pods_are() { [ "$(kubectl get pods -n $NS -l holmes.dev/job=pre -o json | jq '.items | length')" = "$1" ]; }
+check "apply -> 4 worker pods" wait_for 30 pods_are 4
+for i in 0 1 2 3; do
+    kubectl patch pod pre-worker-$i -n $NS --subresource=status --type=merge \
+        -p '{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}' >/dev/null
+done
+TOKEN=$(kubectl get secret pre-token -n $NS -o jsonpath='{.data.token}' | base64 -d)
+
+# kubelet for worker I: runs holmes-node worker with the pod's env; starts it again after an
+# in-place restart (75) or a SIGTERM (143), as a pod's supervisor would; logs every exit status.
+kubelet() {
+    local i=$1 envs rc
+    envs=$(kubectl get pod "pre-worker-$i" -n $NS -o json | jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"')
+    for run in 1 2 3 4; do
+        # shellcheck disable=SC2086
+        (cd "$REPO" && exec env -i PATH="$PATH" HOSTNAME="pre-worker-$i" HOLMES_TOKEN="$TOKEN" \
+            NODE_NAME="node-$i" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $envs \
+            timeout -k 5 300 "$NODE" worker --tflops 0.05 >>"$W/worker-$i.log" 2>&1)
+        rc=$?
+        echo "$run $rc" >>"$W/exits-$i"
+        [ "$rc" = 75 ] || [ "$rc" = 143 ] || break
+    done
+}
+for i in 0 1 2 3; do kubelet $i & WPIDS+=($!); done
+step_of() { kubectl get tj pre -n $NS -o jsonpath='{.status.progress.step}' 2>/dev/null; }
+past() { local s; s=$(step_of); [ -n "$s" ] && [ "$s" -ge "$1" ]; }
+check "training reaches step 60" wait_for 120 past 60
+victim=$(pgrep -f -- "--tflops 0.05" | while read -r p; do tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -q '^HOSTNAME=pre-worker-2$' && echo "$p"; done | head -1)
+if [ -n "$victim" ]; then kill -TERM "$victim"; fi
+check "a worker process to preempt was found" test -n "$victim"
+ok=1
+for p in "${WPIDS[@]}"; do wait "$p" || ok=0; done
+WPIDS=()
+check "every worker ended with status 0" bash -c "for i in 0 1 2 3; do [ \"\$(tail -n 1 '$W'/exits-\$i | cut -d' ' -f2)\" = 0 ] || exit 1; done"
+check "the preempted worker left with 143, the others restarted in place (75)" \
+    bash -c "grep -q '^1 143$' '$W/exits-2' && grep -q '^1 75$' '$W/exits-0'"
+left=$(sed -nE 's/.*left on SIGTERM after step ([0-9]+), checkpointed there.*/\1/p' "$W/worker-2.log" | head -1)
+resumed=$(sed -nE 's/.*resumed from the checkpoint of step ([0-9]+).*/\1/p' "$W"/worker-*.log | head -1)
+if [ -n "$left" ] && [ "$resumed" = "$left" ]; then
+    pass "no step lost: checkpointed at step $left and resumed there"
+else
+    fail "no step lost" "left at '$left', resumed at '$resumed'"
+fi
+for i in 0 1 2 3; do
+    kubectl patch pod pre-worker-$i -n $NS --subresource=status --type=merge \
+        -p '{"status":{"phase":"Succeeded","conditions":[{"type":"Ready","status":"False"}]}}' >/dev/null
+done
+tj_is() { kubectl get tj pre -n $NS -o json | jq -e "$1" >/dev/null 2>&1; }
+check "the job Succeeded at step 400" wait_for 30 tj_is '.status.phase == "Succeeded" and .status.progress.step == 400'
+check "no restart charged (status.restarts absent or 0)" tj_is '(.status.restarts // 0) == 0'
+EV=$(kubectl get events -n $NS -o json)
+check "an Event says the worker got SIGTERM and the restart is not charged" jq_true "$EV" \
+    'any(.items[]; .involvedObject.name == "pre" and (.message | contains("received SIGTERM")) and (.message | contains("not counted against maxRestarts")))'
