@@ -81,7 +81,7 @@ YAML
         fail "holmes-operator image: /metrics" "$(curl -s "http://127.0.0.1:$mp/metrics" | head -3)"
     curl -s -X POST -H "Authorization: Bearer $tok" -H 'Content-Type: application/json' \
         --data-binary '{"apiVersion":"holmes.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"smoke"},
-          "spec":{"workers":2,"gpusPerWorker":2,"model":{"preset":"gpt2-124m"},"training":{"steps":10}}}' \
+          "spec":{"workers":2,"gpusPerWorker":1,"model":{"preset":"gpt2-124m"},"training":{"steps":10}}}' \
         "$api/apis/holmes.dev/v1alpha1/namespaces/smoke/trainingjobs" >/dev/null
     ok=0
     for _ in $(seq 50); do
@@ -101,8 +101,9 @@ done
 
 if podman image exists "$OP_IMAGE"; then
     smoke_common "$OP_IMAGE" holmes-operator
-    # The real parser and validator inside the image (libyaml, libcjson), on a shipped example.
-    ex=examples/gpt2-1.5b-ib-roce.yaml
+    # The real parser and validator inside the image (libyaml, libcjson), on a shipped example
+    # this version can run (the GPU examples are refused until GPU jobs run: docs/api.md).
+    ex=examples/local-tiny.yaml
     if [ -f "$ex" ]; then
         out=$(podman run --rm --network=none --read-only --tmpfs /tmp -v "$PWD/examples:/examples:ro" \
             "$OP_IMAGE" validate "/$ex" 2>&1) && grep -q 'valid' <<<"$out" &&
