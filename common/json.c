@@ -108,3 +108,23 @@ cJSON *json_child_object(cJSON *o, const char *key)
     cJSON_DeleteItemFromObjectCaseSensitive(o, key);
     return cJSON_AddObjectToObject(o, key);
 }
+
+int json_merge_patch(cJSON *target, const cJSON *patch)
+{
+    const cJSON *it;
+    cJSON_ArrayForEach(it, patch) {
+        if (cJSON_IsNull(it)) {
+            cJSON_DeleteItemFromObjectCaseSensitive(target, it->string);
+        } else if (cJSON_IsObject(it)) {
+            cJSON *t = json_child_object(target, it->string);
+            if (!t || json_merge_patch(t, it) != 0)
+                return -1;
+        } else {
+            cJSON *v = cJSON_Duplicate(it, 1);
+            if (!v)
+                return -1;
+            set_item(target, it->string, v);
+        }
+    }
+    return 0;
+}

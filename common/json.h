@@ -42,4 +42,9 @@ void json_set_num(cJSON *o, const char *key, double v);
 void json_set_str(cJSON *o, const char *key, const char *v);
 cJSON *json_child_object(cJSON *o, const char *key);
 
+/* Applies a JSON merge patch (RFC 7386) to the object `target`: members of `patch` replace
+ * those of `target`, objects merge member by member, null removes. -1 when out of memory
+ * (`target` then holds part of the patch). */
+int json_merge_patch(cJSON *target, const cJSON *patch);
+
 #endif

@@ -15,6 +15,7 @@
 #include "log.h"
 #include "nic_discover.h"
 #include "nic_report.h"
+#include "supervisor.h"
 #include "worker_coord.h"
 #include "worker_train.h"
 
@@ -56,8 +57,17 @@ void cmd_worker_coord_usage(FILE *f)
         "  --fail-at STEP      with --simulate: the run fails at that step\n\n"
         "SIGTERM or SIGINT mid-training: the coordinator is told, every rank stops and\n"
         "checkpoints at the next step boundary, and the worker leaves (status 143).\n\n"
-        "Exit status (coordinator mode): 0 finished, 75 stopped for an in-place restart (start it\n"
-        "again), 1 failed, 2 usage, 143 left on SIGTERM after checkpointing.\n");
+        "Supervision: the command runs the worker as a child process and starts it again,\n"
+        "inside the same pod, when it stops for an in-place restart (at once) or fails or dies\n"
+        "(after 1 s, doubling up to 30 s; 10 failures in a row within 60 s of a start end it);\n"
+        "the coordinator decides whether the gang restarts (spec.restartPolicy). SIGTERM and\n"
+        "SIGINT are passed to the child. HOLMES_SUPERVISED=1 runs the worker itself, unsupervised\n"
+        "(set by the supervisor in its child, and by holmes-operator local, which restarts its\n"
+        "workers itself).\n\n"
+        "Exit status (coordinator mode): 0 finished, 1 failed (the job failed, or the worker kept\n"
+        "failing), 2 usage, 143 left on SIGTERM after checkpointing. Unsupervised, also: 75\n"
+        "stopped for an in-place restart (start it again), 78 failed for good (do not start it\n"
+        "again).\n");
 }
 
 /* SIGTERM (eviction, drain, preemption, Ctrl-C): leave after checkpointing at the next step. */
@@ -124,6 +134,28 @@ static char *read_token(const char *path)
     buf[n] = '\0';
     buf[strcspn(buf, "\r\n")] = '\0';
     return strdup(buf);
+}
+
+/* The pod's main process: this same command, run as a supervised child (supervisor.h). */
+static int supervise(int argc, char **argv)
+{
+    char **cargv = calloc((size_t)argc + 2, sizeof *cargv);
+    if (!cargv) {
+        fprintf(stderr, "holmes-node worker: out of memory\n");
+        return 1;
+    }
+    cargv[0] = (char *)"holmes-node";
+    for (int i = 0; i < argc; i++)
+        cargv[i + 1] = argv[i];
+    struct supervisor_opts so = {.exe = "/proc/self/exe", .argv = cargv};
+    herr e = {0};
+    int rc = supervisor_run(&so, &e);
+    free(cargv);
+    if (rc < 0) {
+        log_error("%s", e.msg);
+        return 1;
+    }
+    return rc;
 }
 
 int cmd_worker_coord(int argc, char **argv)
@@ -204,6 +236,10 @@ int cmd_worker_coord(int argc, char **argv)
     char comp[64];
     snprintf(comp, sizeof comp, "worker-%ld", worker);
     log_set_component(comp);
+    if (!supervisor_is_child()) {
+        free(token);
+        return supervise(argc, argv);
+    }
 
     struct worker_coord_options o;
     memset(&o, 0, sizeof o);
@@ -240,7 +276,7 @@ int cmd_worker_coord(int argc, char **argv)
                 rc ? e.msg : "no usable NIC found");
         nic_report_free(&rep);
         free(token);
-        return 1;
+        return WORKER_EXIT_FINAL; /* this node's NICs will not change on a restart */
     }
     o.nic = rep.summary;
     o.gpus = rep.ngpus;
@@ -300,6 +336,10 @@ int cmd_worker_coord(int argc, char **argv)
     if (rc == WORKER_EXIT_TERMINATED) {
         log_info("%s", e.msg);
         return WORKER_EXIT_TERMINATED;
+    }
+    if (rc == WORKER_EXIT_FINAL) {
+        log_error("%s", e.msg);
+        return WORKER_EXIT_FINAL;
     }
     if (rc) {
         log_error("%s", e.msg);

@@ -252,6 +252,8 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
                 herr pe = *e;
                 coord_client_send(s.cl, proto_error_encode(error_code_of(&pe), pe.msg, NULL));
                 coord_client_flush(s.cl, 1000);
+                if (pe.kind == HERR_CONFIG)
+                    result = WORKER_EXIT_FINAL;
                 goto out;
             }
             char *text = proto_rendezvous_encode(s.attempt, s.rank, endpoint, ids, e);
@@ -266,13 +268,17 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
             start = m;
             break;
         } else if (m.type == PROTO_STOP) {
-            result = m.u.stop.restart ? WORKER_EXIT_RESTART : -1;
+            result = m.u.stop.restart ? WORKER_EXIT_RESTART : WORKER_EXIT_FINAL;
             if (!m.u.stop.restart)
                 herr_set(e, "stopped by the coordinator before training: %s", m.u.stop.reason);
             proto_msg_free(&m);
             goto out;
         } else if (m.type == PROTO_ERROR) {
             herr_set(e, "the coordinator refused: %s", m.u.error.message);
+            /* Not part of the job, or a plan that cannot be: the same again next time. A
+             * token or job not known yet (caches catching up) is worth another try. */
+            if (m.u.error.code == PROTO_ERR_UNKNOWN_WORKER || m.u.error.code == PROTO_ERR_PLAN)
+                result = WORKER_EXIT_FINAL;
             proto_msg_free(&m);
             goto out;
         } else {
@@ -330,7 +336,7 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
         goto out;
     }
     if (stopped) {
-        result = restart ? WORKER_EXIT_RESTART : -1;
+        result = restart ? WORKER_EXIT_RESTART : WORKER_EXIT_FINAL;
         if (!restart)
             herr_set(e, "stopped by the coordinator: %s", stop_reason);
         goto out;
@@ -340,6 +346,8 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
         *e = t.e;
         coord_client_send(s.cl, proto_error_encode(error_code_of(&t.e), t.e.msg, NULL));
         coord_client_flush(s.cl, 2000);
+        if (t.e.kind == HERR_CONFIG)
+            result = WORKER_EXIT_FINAL;
         goto out;
     }
     /* Report done and wait for the coordinator's verdict (the others may still be training).

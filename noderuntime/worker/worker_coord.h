@@ -19,6 +19,9 @@
 
 #define WORKER_EXIT_RESTART 75 /* EX_TEMPFAIL: start me again (in-place restart) */
 #define WORKER_EXIT_TERMINATED 143 /* 128 + SIGTERM: left on SIGTERM after checkpointing */
+/* EX_CONFIG: do not start me again: the coordinator ended the job (failed, or over), refused
+ * this worker, or the failure is one of configuration (a restart would fail the same way). */
+#define WORKER_EXIT_FINAL 78
 
 struct worker_link; /* handed to the runner: report steps, check for a stop */
 
@@ -65,8 +68,9 @@ struct worker_coord_options {
 
 /* Runs the protocol until the job is over for this worker. Returns 0 (finished),
  * WORKER_EXIT_RESTART (stopped for an in-place restart), WORKER_EXIT_TERMINATED (left on
- * `terminate`, with `e` saying where), or -1 with the reason in `e`
- * (refused, planner failed, the runner failed, the coordinator unreachable). */
+ * `terminate`, with `e` saying where), WORKER_EXIT_FINAL with the reason in `e` (the
+ * coordinator stopped the job or refused this worker, or a configuration error), or -1 with
+ * the reason in `e` (the runner failed, the coordinator unreachable: worth starting again). */
 int worker_coord_run(const struct worker_coord_options *o, const struct worker_runner *r, herr *e);
 
 /* A runner that trains nothing: it sleeps step_ms per step and reports steps (loss only on

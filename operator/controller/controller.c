@@ -163,6 +163,8 @@ struct memo {
     cJSON *made;       /* pod name -> expiry (created by us, maybe not cached yet) */
 };
 
+static void feed_free(void *v) { cJSON_Delete(v); }
+
 static void memo_free(void *v)
 {
     struct memo *m = v;
@@ -447,13 +449,6 @@ static int pod_failed(const cJSON *pod)
     return (ph && !strcmp(ph, "Failed")) || (r && !strcmp(r, "Evicted"));
 }
 
-static double restart_backoff(struct controller *c, const cJSON *job, int restarts)
-{
-    double base = json_num_at(job, "spec.restartPolicy.backoffSeconds", 30);
-    double d = base * pow(2.0, restarts > 0 ? restarts - 1 : 0);
-    return d > c->o.backoff_cap_s ? c->o.backoff_cap_s : d;
-}
-
 static int delete_pods(struct controller *c, struct memo *m, const cJSON *pods, int only_active,
                        herr *e)
 {
@@ -676,48 +671,43 @@ static int refuse_immutable_change(struct reconcile *r, const cJSON *pods)
     return refused;
 }
 
-/* Failed or evicted pods: restart the whole gang, or give up. 1 when a pod had failed. */
-static int restart_failed(struct reconcile *r, const cJSON *pods, int workers, int *rc, herr *e)
+/* A failed or evicted pod is replaced, alone: its worker's supervisor gave up, or the pod or
+ * its node is gone. The other pods keep running; the coordinator restarts the gang in place
+ * and is the one that counts restarts (status.restarts) and fails the job when they are spent.
+ * A pod is replaced no sooner than spec.restartPolicy.backoffSeconds after it was created, so a
+ * pod that fails at start is replaced at that rate at most. 1 when a pod had failed. */
+static int replace_failed(struct reconcile *r, const cJSON *pods, int *rc, herr *e)
 {
     struct controller *c = r->c;
-    const cJSON *job = r->job, *failed = NULL, *p;
+    const cJSON *job = r->job, *p;
+    double backoff = json_num_at(job, "spec.restartPolicy.backoffSeconds", 30);
+    int any = 0;
     cJSON_ArrayForEach(p, pods) {
-        if (pod_failed(p) && !json_at(p, "metadata.deletionTimestamp")) {
-            failed = p;
-            break;
+        if (!pod_failed(p) || json_at(p, "metadata.deletionTimestamp"))
+            continue;
+        any = 1;
+        double born = kube_time_parse(kube_meta_str(p, "creationTimestamp"));
+        double wait = born > 0 ? born + backoff - clock_wall_s() : 0;
+        if (wait > 0) {
+            if (r->requeue_s <= 0 || wait < r->requeue_s)
+                r->requeue_s = wait;
+            continue;
         }
+        const char *why = json_str_at(p, "status.reason"), *wmsg = json_str_at(p, "status.message");
+        char msg[1024];
+        snprintf(msg, sizeof msg, "pod %s failed (%s%s%s): replacing it; the other workers' pods "
+                 "stay, and the gang restarts in place from its last checkpoint",
+                 kube_meta_str(p, "name"), why ? why : "Error", wmsg ? ": " : "", wmsg ? wmsg : "");
+        int d = call_delete(c, API_DELETE_POD, kube_meta_str(p, "namespace"), kube_meta_str(p, "name"), e);
+        if (d != 0 && d != 404) {
+            *rc = d;
+            continue;
+        }
+        memo_mark(r->memo->gone, kube_meta_str(p, "uid"), clock_wall_s() + 60);
+        emit(c, job, "Warning", "PodReplaced", msg);
+        atomic_fetch_add(&c->pod_replacements, 1);
     }
-    if (!failed)
-        return 0;
-    int restarts = (int)json_num_at(r->st, "restarts", 0);
-    int max = (int)json_num_at(job, "spec.restartPolicy.maxRestarts", 3);
-    const char *why = json_str_at(failed, "status.reason"), *wmsg = json_str_at(failed, "status.message");
-    char msg[1024];
-    if (restarts >= max) {
-        snprintf(msg, sizeof msg, "pod %s failed (%s%s%s) and the job has used all %d restarts "
-                 "(spec.restartPolicy.maxRestarts)", kube_meta_str(failed, "name"),
-                 why ? why : "Error", wmsg ? ": " : "", wmsg ? wmsg : "", max);
-        *rc = delete_pods(c, r->memo, pods, 1, e);
-        set_phase(r, "Failed");
-        ctl_set_condition(r->st, "Failed", 1, "RestartLimitExceeded", msg, r->now);
-        json_set_str(r->st, "completionTime", r->now);
-        emit(c, job, "Warning", "RestartLimitExceeded", msg);
-        return 1;
-    }
-    snprintf(msg, sizeof msg, "pod %s failed (%s%s%s): restarting all %d workers (restart "
-             "%d of %d)", kube_meta_str(failed, "name"), why ? why : "Error",
-             wmsg ? ": " : "", wmsg ? wmsg : "", workers, restarts + 1, max);
-    *rc = delete_pods(c, r->memo, pods, 0, e);
-    if (*rc == 0) {
-        json_set_num(r->st, "restarts", restarts + 1);
-        json_set_str(r->st, "lastRestartTime", r->now);
-        set_phase(r, "Pending");
-        ctl_set_condition(r->st, "PodsReady", 0, "GangRestart", msg, r->now);
-        emit(c, job, "Warning", "GangRestart", msg);
-        atomic_fetch_add(&c->restarts, 1);
-        r->requeue_s = restart_backoff(c, job, restarts + 1);
-    }
-    return 1;
+    return any;
 }
 
 /* Pods beyond spec.workers go; missing ones are created (in slow-start batches). */
@@ -892,19 +882,8 @@ static int reconcile_job(struct reconcile *r, herr *e)
         ctl_set_condition(r->st, "PodsReady", 0, "Suspended", "the job is suspended", r->now);
         goto out;
     }
-    if (restart_failed(r, pods, workers, &rc, e))
+    if (replace_failed(r, pods, &rc, e) && rc)
         goto out;
-
-    /* After a restart, wait out the backoff before recreating pods. */
-    int restarts = (int)json_num_at(r->st, "restarts", 0);
-    if (restarts > 0 && cJSON_GetArraySize(pods) == 0) {
-        double since = kube_time_parse(json_str_at(r->st, "lastRestartTime"));
-        double wait = since > 0 ? since + restart_backoff(c, job, restarts) - clock_wall_s() : 0;
-        if (wait > 0) {
-            r->requeue_s = wait;
-            goto out;
-        }
-    }
     rc = create_missing(r, pods, workers, e);
     status_from_pods(r, pods, workers, phase);
 out:
@@ -922,8 +901,10 @@ static int reconcile_key(struct controller *c, const char *key, double *requeue,
     snprintf(name, sizeof name, "%s", slash + 1);
     cJSON *job = kube_informer_get(c->inf[INF_JOBS], ns, name);
     struct memo *m = memo_take(c, key);
+    cJSON *feed = ctl_feed_take(c, key);
     if (!job || json_at(job, "metadata.deletionTimestamp") || !m) {
         cJSON_Delete(job);
+        cJSON_Delete(feed);
         memo_free(m);
         return 0; /* gone: ownerReferences take the rest */
     }
@@ -943,18 +924,27 @@ static int reconcile_key(struct controller *c, const char *key, double *requeue,
                           .t = clock_wall_s()};
     r.st = cJSON_IsObject(old) ? cJSON_Duplicate(old, 1) : cJSON_CreateObject();
     kube_time_now(r.now, sizeof r.now, 0);
+    /* What the coordinator reported since (phase, plan, progress, its conditions) first: the
+     * reconcile then sees a phase it set (Failed is final) and writes everything at once. */
+    if (r.st && feed)
+        ctl_feed_apply(feed, r.st, r.now);
     int rc = r.st ? reconcile_job(&r, e) : herr_set(e, "out of memory");
     if (rc == 0) /* the Secret and Service of a reconcile that wanted no pod */
         rc = creates_run(c, ns, &r.creates, e);
     creates_free(&r.creates);
     herr we;
+    int wrc = -1;
     if (r.st) {
-        int wrc = write_status(c, job, old, r.st, m, &we);
+        wrc = write_status(c, job, old, r.st, m, &we);
         if (wrc != 0 && rc == 0) {
             *e = we;
             rc = wrc;
         }
     }
+    if (wrc != 0)
+        ctl_feed_return(c, key, feed); /* not written: the next try writes it */
+    else
+        cJSON_Delete(feed);
     *requeue = r.requeue_s;
     memo_put(c, key, m, r.t);
     cJSON_Delete(r.st);
@@ -1008,14 +998,14 @@ struct controller *controller_new(struct kube_client *kc, const struct controlle
     c->o = *o;
     if (c->o.threads <= 0)
         c->o.threads = 2;
-    if (c->o.backoff_cap_s <= 0)
-        c->o.backoff_cap_s = 600;
     c->ns = o->namespace && *o->namespace ? strdup(o->namespace) : NULL;
     c->coordinator = strdup(o->coordinator_url ? o->coordinator_url : "");
     c->image = o->default_image ? strdup(o->default_image) : NULL;
     c->queue = kube_queue_new(0.05, 60);
     c->memos = kube_map_new();
     pthread_mutex_init(&c->memo_lock, NULL);
+    c->feeds = kube_map_new();
+    pthread_mutex_init(&c->feed_lock, NULL);
     metrics_hist_init(&c->latency);
     metrics_hist_init(&c->own_latency);
     static const struct {
@@ -1030,7 +1020,7 @@ struct controller *controller_new(struct kube_client *kc, const struct controlle
         [INF_SERVICES] = {&KUBE_SERVICES, LABEL_JOB, trim_service, 0},
     };
     c->events = kube_recorder_new(kc, NULL, e);
-    int ok = c->coordinator && c->queue && c->memos && c->events;
+    int ok = c->coordinator && c->queue && c->memos && c->feeds && c->events;
     for (int i = 0; ok && i < INF_COUNT; i++) {
         struct kube_informer_opts io = {.resource = spec[i].res, .ns = c->ns,
                                         .label_selector = spec[i].selector,
@@ -1089,7 +1079,9 @@ void controller_free(struct controller *c)
     kube_recorder_free(c->events);
     kube_queue_free(c->queue);
     kube_map_free(c->memos, memo_free);
+    kube_map_free(c->feeds, feed_free);
     pthread_mutex_destroy(&c->memo_lock);
+    pthread_mutex_destroy(&c->feed_lock);
     free(c->ns);
     free(c->coordinator);
     free(c->image);

@@ -14,9 +14,11 @@
  *   controller_get_job           the cached job
  *   controller_job_pods          the cached pods of a job
  *   controller_job_token         the job's token from the cached Secret
- * The controller owns phases Pending, Discovering (all pods ready), Suspended, Succeeded (all
- * pods succeeded) and Failed (restart limit); it leaves Planning and Running, set by the
- * coordinator, alone while all pods stay ready, and keeps conditions it does not own. */
+ * The controller owns phases Pending, Discovering (all pods ready), Suspended and Succeeded (all
+ * pods succeeded); it leaves Planning and Running, set by the coordinator, alone while all pods
+ * stay ready, and keeps conditions it does not own. Restarts are the coordinator's: it restarts
+ * the gang in place, counts status.restarts and sets phase Failed when they are spent; the
+ * controller only replaces a pod that failed or was evicted (and recreates one deleted). */
 #ifndef HOLMES_CONTROLLER_H
 #define HOLMES_CONTROLLER_H
 
@@ -51,7 +53,6 @@ struct controller_opts {
     const char *coordinator_url; /* HOLMES_COORDINATOR for the pods */
     const char *default_image;   /* when spec.image is absent */
     int threads;                 /* reconcile workers (default 2) */
-    double backoff_cap_s;        /* gang-restart backoff cap (default 600) */
 };
 
 struct controller;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <pthread.h>
 
 #include "json.h"
 #include "kube_events.h"
@@ -78,9 +79,9 @@ void controller_metrics(struct controller *c, struct metrics_buf *b)
     metrics_printf(b, "# HELP holmes_api_throttled_seconds_total Time spent waiting for the "
                       "client-side rate limiter.\n# TYPE holmes_api_throttled_seconds_total counter\n"
                       "holmes_api_throttled_seconds_total %.6f\n", kube_client_throttled_seconds(c->kc));
-    metrics_printf(b, "# HELP holmes_gang_restarts_total Gang restarts after failed pods.\n"
-                      "# TYPE holmes_gang_restarts_total counter\nholmes_gang_restarts_total %lu\n",
-                   atomic_load(&c->restarts));
+    metrics_printf(b, "# HELP holmes_pod_replacements_total Failed or evicted worker pods replaced.\n"
+                      "# TYPE holmes_pod_replacements_total counter\nholmes_pod_replacements_total %lu\n",
+                   atomic_load(&c->pod_replacements));
     metrics_printf(b, "# HELP holmes_pods_created_total Worker pods created.\n"
                       "# TYPE holmes_pods_created_total counter\nholmes_pods_created_total %lu\n",
                    atomic_load(&c->pods_created));
@@ -108,17 +109,122 @@ unsigned long controller_reconciles(struct controller *c) { return atomic_load(&
 
 /* ---- coordinator API */
 
+/* The coordinator's status feed. The controller is the one writer of a job's status: what the
+ * coordinator reports waits here, merged, until the job's next reconcile takes it into the
+ * status it writes (ctl_feed_take). A feed is {"fields": merge patch, "conditions": [...]}. */
+static cJSON *feed_new(void)
+{
+    cJSON *f = cJSON_CreateObject();
+    if (f && (!cJSON_AddObjectToObject(f, "fields") || !cJSON_AddArrayToObject(f, "conditions"))) {
+        cJSON_Delete(f);
+        return NULL;
+    }
+    return f;
+}
+
+/* Runs add(feed) on the job's feed (made when absent) under the lock, then queues the job. */
+static int feed_update(struct controller *c, const char *ns, const char *job,
+                       int (*add)(cJSON *feed, const void *arg), const void *arg, herr *e)
+{
+    char key[512];
+    snprintf(key, sizeof key, "%s/%s", ns, job);
+    pthread_mutex_lock(&c->feed_lock);
+    cJSON *f = kube_map_get(c->feeds, key);
+    int made = 0, rc = 0;
+    if (!f) {
+        f = feed_new();
+        made = f != NULL;
+    }
+    if (!f || add(f, arg) != 0 || (made && kube_map_put(c->feeds, key, f, NULL) != 0)) {
+        if (made)
+            cJSON_Delete(f);
+        rc = herr_set(e, "status of %s: out of memory", key);
+    }
+    pthread_mutex_unlock(&c->feed_lock);
+    if (rc == 0)
+        kube_queue_add(c->queue, key);
+    return rc;
+}
+
+static int add_fields(cJSON *feed, const void *arg)
+{
+    return json_merge_patch(cJSON_GetObjectItemCaseSensitive(feed, "fields"), arg);
+}
+
 int controller_patch_job_status(struct controller *c, const char *ns, const char *job,
                                 const cJSON *fields, herr *e)
 {
-    cJSON *patch = cJSON_CreateObject();
-    if (!patch || !cJSON_AddItemToObject(patch, "status", cJSON_Duplicate(fields, 1))) {
-        cJSON_Delete(patch);
-        return herr_set(e, "out of memory");
+    return feed_update(c, ns, job, add_fields, fields, e);
+}
+
+static int add_condition(cJSON *feed, const void *arg)
+{
+    const cJSON *cond = arg;
+    cJSON *list = cJSON_GetObjectItemCaseSensitive(feed, "conditions"), *it;
+    const char *type = json_str_at(cond, "type");
+    cJSON_ArrayForEach(it, list) {
+        const char *t = json_str_at(it, "type");
+        if (t && type && !strcmp(t, type)) {
+            cJSON *v = cJSON_Duplicate(cond, 1);
+            return v && cJSON_ReplaceItemViaPointer(list, it, v) ? 0 : -1;
+        }
     }
-    int rc = ctl_call_patch(c, API_PATCH_JOB_STATUS, ns, job, patch, e);
-    cJSON_Delete(patch);
+    cJSON *v = cJSON_Duplicate(cond, 1);
+    return v && cJSON_AddItemToArray(list, v) ? 0 : -1;
+}
+
+int controller_set_job_condition(struct controller *c, const char *ns, const char *job,
+                                 const char *type, int ok, const char *reason,
+                                 const char *message, herr *e)
+{
+    cJSON *cond = cJSON_CreateObject();
+    if (!cond || !cJSON_AddStringToObject(cond, "type", type) ||
+        !cJSON_AddBoolToObject(cond, "ok", ok) ||
+        !cJSON_AddStringToObject(cond, "reason", reason ? reason : "") ||
+        !cJSON_AddStringToObject(cond, "message", message ? message : "")) {
+        cJSON_Delete(cond);
+        return herr_set(e, "condition %s: out of memory", type);
+    }
+    int rc = feed_update(c, ns, job, add_condition, cond, e);
+    cJSON_Delete(cond);
     return rc;
+}
+
+cJSON *ctl_feed_take(struct controller *c, const char *key)
+{
+    pthread_mutex_lock(&c->feed_lock);
+    cJSON *f = kube_map_remove(c->feeds, key);
+    pthread_mutex_unlock(&c->feed_lock);
+    return f;
+}
+
+void ctl_feed_apply(const cJSON *feed, cJSON *status, const char *now)
+{
+    const cJSON *it;
+    json_merge_patch(status, cJSON_GetObjectItemCaseSensitive(feed, "fields"));
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(feed, "conditions"))
+        ctl_set_condition(status, json_str_at(it, "type"), cJSON_IsTrue(cJSON_GetObjectItem(it, "ok")),
+                          json_str_at(it, "reason"), json_str_at(it, "message"), now);
+}
+
+void ctl_feed_return(struct controller *c, const char *key, cJSON *feed)
+{
+    if (!feed)
+        return;
+    /* What came meanwhile is newer: it goes on top of what is returned. */
+    pthread_mutex_lock(&c->feed_lock);
+    cJSON *newer = kube_map_remove(c->feeds, key);
+    if (newer) {
+        json_merge_patch(cJSON_GetObjectItemCaseSensitive(feed, "fields"),
+                         cJSON_GetObjectItemCaseSensitive(newer, "fields"));
+        const cJSON *it;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(newer, "conditions"))
+            add_condition(feed, it);
+        cJSON_Delete(newer);
+    }
+    if (kube_map_put(c->feeds, key, feed, NULL) != 0)
+        cJSON_Delete(feed);
+    pthread_mutex_unlock(&c->feed_lock);
 }
 
 cJSON *controller_merge_condition(const cJSON *status, const char *type, int ok,
@@ -135,47 +241,6 @@ cJSON *controller_merge_condition(const cJSON *status, const char *type, int ok,
     }
     *changed = ctl_set_condition(st, type, ok, reason, message ? message : "", now);
     return st;
-}
-
-int controller_set_job_condition(struct controller *c, const char *ns, const char *job,
-                                 const char *type, int ok, const char *reason,
-                                 const char *message, herr *e)
-{
-    /* The patch carries the cached resourceVersion: a list changed meanwhile (by the
-     * controller) answers 409 and is merged again once the cache has caught up. */
-    for (int attempt = 0;; attempt++) {
-        cJSON *j = kube_informer_get(c->inf[INF_JOBS], ns, job);
-        if (!j)
-            return herr_set(e, "condition %s: no TrainingJob %s/%s in the cache", type, ns, job);
-        char now[48];
-        kube_time_now(now, sizeof now, 0);
-        int changed = 0;
-        cJSON *st = controller_merge_condition(cJSON_GetObjectItemCaseSensitive(j, "status"), type,
-                                               ok, reason, message, now, &changed);
-        const char *rv = json_str_at(j, "metadata.resourceVersion");
-        cJSON *patch = st && changed ? cJSON_CreateObject() : NULL;
-        cJSON *md = patch ? cJSON_AddObjectToObject(patch, "metadata") : NULL;
-        int rc = 0;
-        if (st && changed) {
-            if (!md || (rv && !cJSON_AddStringToObject(md, "resourceVersion", rv)) ||
-                !cJSON_AddItemToObject(patch, "status", st))
-                rc = herr_set(e, "out of memory");
-            else
-                rc = ctl_call_patch(c, API_PATCH_JOB_STATUS, ns, job, patch, e);
-            if (!patch || !cJSON_GetObjectItem(patch, "status"))
-                cJSON_Delete(st);
-        } else if (!st) {
-            rc = herr_set(e, "out of memory");
-        } else {
-            cJSON_Delete(st);
-        }
-        cJSON_Delete(patch);
-        cJSON_Delete(j);
-        if (rc == 0 || attempt >= 20 || !strstr(e->msg, ": 409 "))
-            return rc ? herr_wrap(e, "condition %s of %s/%s", type, ns, job) : 0;
-        struct timespec ts = {0, 50 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
 }
 
 int controller_patch_pod_labels(struct controller *c, const char *ns, const char *pod,

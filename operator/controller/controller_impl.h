@@ -37,10 +37,12 @@ struct controller {
     int nthreads;
     struct metrics_hist latency;
     struct metrics_hist own_latency; /* latency minus the time waiting for the API */
-    atomic_ulong reconciles, reconcile_errors, restarts, pods_created, status_writes;
+    atomic_ulong reconciles, reconcile_errors, pod_replacements, pods_created, status_writes;
     atomic_int stopping;
     pthread_mutex_t memo_lock;
     struct kube_map *memos; /* job key -> struct memo */
+    pthread_mutex_t feed_lock;
+    struct kube_map *feeds; /* job key -> cJSON: the coordinator's status feed */
     struct kube_recorder *events; /* Events: aggregated, sent off the reconcile path */
 };
 
@@ -49,6 +51,12 @@ char *ctl_spec_hash(const cJSON *job);
 void ctl_changed_fields(const char *a, const char *b, char *out, size_t n);
 cJSON *ctl_build_secret(const cJSON *job);
 cJSON *ctl_build_service(const cJSON *job);
+
+/* controller_api.c: the coordinator's status feed, taken by the job's reconcile (the one
+ * status writer), applied to the status it writes, and returned when the write failed. */
+cJSON *ctl_feed_take(struct controller *c, const char *key);
+void ctl_feed_apply(const cJSON *feed, cJSON *status, const char *now);
+void ctl_feed_return(struct controller *c, const char *key, cJSON *feed);
 
 /* controller.c */
 int ctl_call_patch(struct controller *c, enum api_op op, const char *ns, const char *name,

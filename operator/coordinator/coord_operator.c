@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "json.h"
 #include "coord_plan.h"
 #include "coordinator.h"
 #include "log.h"
@@ -23,6 +24,7 @@ struct opjob {
     struct coord_plan cp;
     double last_refusal_event;
     double failed_at;           /* when the coordinator failed it; removed a little later */
+    int restarts_written;       /* status.restarts as last written */
 };
 
 struct coord_operator {
@@ -232,6 +234,42 @@ static void on_notice(void *user, const char *reason, const char *msg)
     condition(j, reason, 1, reason, msg);
 }
 
+/* status.restarts: the coordinator's one counter (charged restarts only). */
+static void status_restarts(struct opjob *j)
+{
+    int n = coord_job_restarts(j->co->c, j->key);
+    if (n <= j->restarts_written)
+        return;
+    char now[32];
+    rfc3339_now(now, sizeof now);
+    cJSON *st = cJSON_CreateObject();
+    if (st && cJSON_AddNumberToObject(st, "restarts", n) &&
+        cJSON_AddStringToObject(st, "lastRestartTime", now)) {
+        j->restarts_written = n;
+        patch_status(j, st);
+    } else {
+        cJSON_Delete(st);
+    }
+}
+
+/* The job failed for good (restarts spent, or a failure a restart would repeat). */
+static void status_failed(struct opjob *j, const char *msg)
+{
+    char now[32];
+    rfc3339_now(now, sizeof now);
+    cJSON *st = cJSON_CreateObject();
+    if (st && cJSON_AddStringToObject(st, "phase", "Failed") &&
+        cJSON_AddStringToObject(st, "message", msg) &&
+        cJSON_AddStringToObject(st, "completionTime", now))
+        patch_status(j, st);
+    else
+        cJSON_Delete(st);
+    const char *reason = strstr(msg, "no restarts left") ? "RestartLimitExceeded"
+                         : strstr(msg, "not retried")    ? "NotRetried"
+                                                         : "JobFailed";
+    condition(j, "Failed", 1, reason, msg);
+}
+
 static void on_event(void *user, enum coord_job_state s, const char *msg)
 {
     struct opjob *j = user;
@@ -265,9 +303,12 @@ static void on_event(void *user, enum coord_job_state s, const char *msg)
         condition(j, "Running", 0, "Restarting", msg);
     else if (s == COORD_FAILED)
         condition(j, "Running", 0, "CoordinatorFailed", msg);
-    if (s == COORD_FAILED || strstr(msg, "gang timeout")) {
-        if (s == COORD_FAILED)
-            j->failed_at = clock_mono_s();
+    if (s == COORD_RESTARTING)
+        status_restarts(j);
+    if (s == COORD_FAILED) {
+        j->failed_at = clock_mono_s();
+        status_failed(j, msg);
+    } else if (strstr(msg, "gang timeout")) {
         cJSON *st = cJSON_CreateObject();
         if (st && cJSON_AddStringToObject(st, "message", msg))
             patch_status(j, st);
@@ -307,6 +348,11 @@ static int resolve(void *user, struct coordinator *c, const char *key)
     const char **podp = NULL;
     if (!obj || !token || tj_job_from_json(obj, &j->tj, &errs))
         goto out;
+    const char *phase = json_str_at(obj, "status.phase");
+    if (phase && (!strcmp(phase, "Failed") || !strcmp(phase, "Succeeded"))) {
+        rc = 1; /* over: a worker started again after the end hears so, nothing restarts */
+        goto out;
+    }
     int n = j->tj.spec.workers;
     pods = calloc((size_t)n, sizeof *pods);
     podp = calloc((size_t)n, sizeof *podp);
@@ -321,6 +367,7 @@ static int resolve(void *user, struct coordinator *c, const char *key)
         .name = j->key, .token = token, .workers = n, .pods = podp,
         .gang_timeout_ms = j->tj.spec.gang_timeout_seconds * 1000,
         .max_restarts = j->tj.spec.restart.max_restarts,
+        .restarts_used = (int)json_num_at(obj, "status.restarts", 0),
         .restart_backoff_ms = j->tj.spec.restart.backoff_seconds * 1000,
         .total_steps = j->tj.spec.training.steps,
         .progress_interval_ms = co->status_interval_ms,
@@ -333,7 +380,9 @@ static int resolve(void *user, struct coordinator *c, const char *key)
         log_warn("job %s: %s", key, e.msg);
         goto out;
     }
-    log_info("coordinator: job %s registered (%d workers)", key, n);
+    j->restarts_written = js.restarts_used;
+    log_info("coordinator: job %s registered (%d workers, %d of %d restarts used)", key, n,
+             js.restarts_used, js.max_restarts);
     j->next = co->jobs;
     co->jobs = j;
     j = NULL;
@@ -351,8 +400,8 @@ out:
     return rc;
 }
 
-/* Forgets jobs whose TrainingJob is gone, and failed jobs (a controller restart recreates the
- * pods; their workers then register the job afresh). */
+/* Forgets jobs whose TrainingJob is gone, and failed jobs once their status says Failed (a
+ * worker that says hello after that hears the job is over: resolve). */
 static void sweep(struct coord_operator *co)
 {
     struct opjob **pj = &co->jobs;
@@ -361,8 +410,10 @@ static void sweep(struct coord_operator *co)
         struct opjob *j = *pj;
         cJSON *obj = controller_get_job(co->ctl, j->ns, j->name);
         int gone = obj == NULL;
+        const char *ph = json_str_at(obj, "status.phase");
+        int failed = ph && !strcmp(ph, "Failed") && j->failed_at > 0 && t - j->failed_at > 5;
         cJSON_Delete(obj);
-        if (gone || (j->failed_at > 0 && t - j->failed_at > 5)) {
+        if (gone || failed) {
             coord_remove_job(co->c, j->key);
             *pj = j->next;
             log_info("coordinator: job %s forgotten (%s)", j->key, gone ? "deleted" : "failed");

@@ -606,8 +606,14 @@ static void on_hello(struct conn *k, const struct proto_hello *h)
         }
     }
     struct job *j = find_job(c, h->job);
-    if (!j && c->resolve_job && c->resolve_job(c->user, c, h->job) == 0)
+    int resolved = j || !c->resolve_job ? 0 : c->resolve_job(c->user, c, h->job);
+    if (resolved == 0 && !j)
         j = find_job(c, h->job);
+    if (resolved == 1) { /* a job that is over: its workers leave for good */
+        conn_send(k, proto_stop_encode(0, 0, "the job is over", NULL));
+        conn_close_after(k, "job over");
+        return;
+    }
     if (!j || !token_ok(j->token, h->token)) {
         conn_refuse(k, PROTO_ERR_AUTH, h->token[0] ? "hello: unknown job or wrong token"
                                                    : "hello: token required");
@@ -1074,6 +1080,7 @@ int coord_add_job(struct coordinator *c, const struct coord_job_spec *spec, herr
     }
     j->gang_timeout_ms = spec->gang_timeout_ms > 0 ? spec->gang_timeout_ms : 300000;
     j->max_restarts = spec->max_restarts > 0 ? spec->max_restarts : 0;
+    j->restarts = spec->restarts_used > 0 ? spec->restarts_used : 0;
     j->restart_backoff_ms = spec->restart_backoff_ms > 0 ? spec->restart_backoff_ms : 0;
     j->progress_interval_ms = spec->progress_interval_ms > 0 ? spec->progress_interval_ms : 2000;
     j->total_steps = spec->total_steps;

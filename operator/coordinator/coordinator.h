@@ -30,7 +30,8 @@ struct coord_options {
     int hello_timeout_s;    /* a connection that has not said hello by then is closed; 0 = 10 */
     /* A hello names a job that is not registered: the owner may register it now with
      * coord_add_job (e.g. from the TrainingJob in the API server) and return 0; -1 refuses
-     * the hello like any unknown job. Optional. */
+     * the hello like any unknown job; 1 says the job is over (failed or succeeded): the
+     * worker is told to stop for good. Optional. */
     int (*resolve_job)(void *user, struct coordinator *c, const char *job);
     void *user;
 };
@@ -97,6 +98,8 @@ struct coord_job_spec {
     const char *const *pods; /* NULL: any pod name; else pods[i] is the only pod for index i */
     int gang_timeout_ms;    /* 0 = 300000; reported once per gathering, the job keeps waiting */
     int max_restarts;       /* in-place restarts after failures */
+    int restarts_used;      /* of those, already used (status.restarts: a new coordinator goes on
+                             * counting where the last one stopped) */
     int restart_backoff_ms; /* after a failure, the restarted gang starts no sooner than this
                              * (spec.restartPolicy.backoffSeconds); 0 = at once */
     long total_steps;       /* for the ETA; 0 = unknown */

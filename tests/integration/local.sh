@@ -63,7 +63,8 @@ wait
 grep -q "no restarts left" "$tmp/out3" && pass "no restarts left: reason printed" \
     || fail "no restarts left: reason printed" "$(cat "$tmp/out3")"
 
-# 4. kill -9 of holmes-operator local: its workers die with it.
+# 4. kill -9 of holmes-operator local: its workers die with it (each worker is a supervisor and
+# the worker process it runs: 8 processes).
 ( cd "$REPO" && exec timeout 120 "$OPERATOR" local "$tmp/job.yaml" --simulate --step-ms 50 \
       --run-dir "$tmp/run4" >"$tmp/out4" 2>&1 ) &
 for _ in $(seq 100); do
@@ -79,8 +80,8 @@ for _ in $(seq 50); do
     sleep 0.1
 done
 wait
-[ "$nw" -eq 4 ] && [ "$left" -eq 0 ] && pass "kill -9 of local: its 4 workers die with it" \
-    || fail "kill -9 of local: its 4 workers die with it" "$nw workers before, $left after 5 s"
+[ "$nw" -eq 8 ] && [ "$left" -eq 0 ] && pass "kill -9 of local: its 4 workers (supervisor and worker process each) die with it" \
+    || fail "kill -9 of local: its 4 workers die with it" "$nw worker processes before (want 8), $left after 5 s"
 pkill -9 -f -- "--pod $name-worker-" 2>/dev/null
 
 # 5. Bad input.

@@ -110,15 +110,36 @@ int main(void)
             sleep_ms(50);
     }
     CHECK("all pods ready -> phase Discovering", discovering);
+    /* The coordinator's feed: fields and a condition, written by the controller's reconcile
+     * (the one status writer) together with its own conditions. */
     cJSON *st = cJSON_Parse("{\"phase\":\"Running\",\"progress\":{\"step\":3,\"loss\":4.5}}");
     CHECK_INT("controller_patch_job_status", controller_patch_job_status(c, "ml", "gpt", st, &e), 0);
     cJSON_Delete(st);
-    kube_get(kc, &KUBE_TRAININGJOBS, "ml", "gpt", &job, &e);
-    const cJSON *status = cJSON_GetObjectItem(job, "status");
-    CHECK("status patched through /status",
-          !strcmp(str(status, "phase", NULL), "Running") &&
-              cJSON_GetObjectItem(cJSON_GetObjectItem(status, "progress"), "step")->valueint == 3);
-    cJSON_Delete(job);
+    st = cJSON_Parse("{\"progress\":{\"step\":4,\"loss\":null}}");
+    CHECK_INT("a second feed merges into the first", controller_patch_job_status(c, "ml", "gpt", st, &e), 0);
+    cJSON_Delete(st);
+    CHECK_INT("controller_set_job_condition", controller_set_job_condition(c, "ml", "gpt", "Planned", 1, "Planned", "2 stages", &e), 0);
+    int written = 0;
+    for (int i = 0; i < 100 && !written; i++) {
+        job = NULL;
+        kube_get(kc, &KUBE_TRAININGJOBS, "ml", "gpt", &job, &e);
+        const cJSON *status = cJSON_GetObjectItem(job, "status");
+        const cJSON *prog = cJSON_GetObjectItem(status, "progress");
+        int planned = 0, ready = 0;
+        const cJSON *cd;
+        cJSON_ArrayForEach(cd, cJSON_GetObjectItem(status, "conditions")) {
+            planned |= !strcmp(str(cd, "type", NULL), "Planned") && !strcmp(str(cd, "status", NULL), "True");
+            ready |= !strcmp(str(cd, "type", NULL), "PodsReady") && !strcmp(str(cd, "status", NULL), "True");
+        }
+        written = str(status, "phase", NULL) && !strcmp(str(status, "phase", NULL), "Running") &&
+                  cJSON_GetObjectItem(prog, "step") && cJSON_GetObjectItem(prog, "step")->valueint == 4 &&
+                  !cJSON_GetObjectItem(prog, "loss") && planned && ready;
+        cJSON_Delete(job);
+        if (!written)
+            sleep_ms(50);
+    }
+    CHECK("the feed is written through /status (merged; the coordinator's condition beside the "
+          "controller's)", written);
     CHECK_INT("event about a job", controller_emit_event(c, "ml", "gpt", "Normal", "Planned",
                                                          "4 stages on 2 fabrics", &e), 0);
     CHECK("event about an unknown job is an error naming it",
