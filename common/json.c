@@ -109,15 +109,15 @@ cJSON *json_child_object(cJSON *o, const char *key)
     return cJSON_AddObjectToObject(o, key);
 }
 
-int json_merge_patch(cJSON *target, const cJSON *patch)
+int json_merge_patch(cJSON *target, const cJSON *patch, int compose)
 {
     const cJSON *it;
     cJSON_ArrayForEach(it, patch) {
-        if (cJSON_IsNull(it)) {
+        if (cJSON_IsNull(it) && !compose) {
             cJSON_DeleteItemFromObjectCaseSensitive(target, it->string);
         } else if (cJSON_IsObject(it)) {
             cJSON *t = json_child_object(target, it->string);
-            if (!t || json_merge_patch(t, it) != 0)
+            if (!t || json_merge_patch(t, it, compose) != 0)
                 return -1;
         } else {
             cJSON *v = cJSON_Duplicate(it, 1);
@@ -127,4 +127,34 @@ int json_merge_patch(cJSON *target, const cJSON *patch)
         }
     }
     return 0;
+}
+
+cJSON *json_merge_diff(const cJSON *from, const cJSON *to)
+{
+    cJSON *d = cJSON_CreateObject();
+    const cJSON *it;
+    cJSON_ArrayForEach(it, to) {
+        if (!d)
+            return NULL;
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(from, it->string);
+        cJSON *v = NULL;
+        if (o && cJSON_Compare(o, it, 1))
+            continue;
+        if (cJSON_IsObject(o) && cJSON_IsObject(it))
+            v = json_merge_diff(o, it);
+        else
+            v = cJSON_Duplicate(it, 1);
+        if (!v || !cJSON_AddItemToObject(d, it->string, v)) {
+            cJSON_Delete(v);
+            cJSON_Delete(d);
+            return NULL;
+        }
+    }
+    cJSON_ArrayForEach(it, from) {
+        if (d && !cJSON_GetObjectItemCaseSensitive(to, it->string) && !cJSON_AddNullToObject(d, it->string)) {
+            cJSON_Delete(d);
+            return NULL;
+        }
+    }
+    return d;
 }

@@ -43,8 +43,13 @@ void json_set_str(cJSON *o, const char *key, const char *v);
 cJSON *json_child_object(cJSON *o, const char *key);
 
 /* Applies a JSON merge patch (RFC 7386) to the object `target`: members of `patch` replace
- * those of `target`, objects merge member by member, null removes. -1 when out of memory
- * (`target` then holds part of the patch). */
-int json_merge_patch(cJSON *target, const cJSON *patch);
+ * those of `target`, objects merge member by member, null removes. With `compose`, `target`
+ * is itself a patch and the result the patch doing both: a null is kept, to remove later.
+ * -1 when out of memory (`target` then holds part of the patch). */
+int json_merge_patch(cJSON *target, const cJSON *patch, int compose);
+/* The merge patch that turns object `from` into object `to` (json_merge_patch(from, it, 0)
+ * gives `to`): changed members, objects member by member, null for those removed. An empty
+ * object when they are equal; NULL when out of memory. */
+cJSON *json_merge_diff(const cJSON *from, const cJSON *to);
 
 #endif

@@ -327,23 +327,15 @@ static const char *condition_message(const cJSON *status, const char *type)
 static int write_status(struct controller *c, const cJSON *job, const cJSON *old, const cJSON *st,
                         struct memo *m, herr *e)
 {
-    cJSON *patch = cJSON_CreateObject();
-    cJSON *ps = cJSON_AddObjectToObject(patch, "status");
-    if (!ps) {
+    /* Only what changed, removals included (a merge patch of the difference). */
+    cJSON *patch = cJSON_CreateObject(), *ps = json_merge_diff(old, st);
+    if (!patch || !ps || !cJSON_AddItemToObject(patch, "status", ps)) {
         cJSON_Delete(patch);
+        cJSON_Delete(ps);
         return herr_set(e, "out of memory");
     }
-    const cJSON *it;
-    int n = 0;
-    cJSON_ArrayForEach(it, st) {
-        const cJSON *o = cJSON_GetObjectItemCaseSensitive(old, it->string);
-        if (!o || !cJSON_Compare(o, it, 1)) {
-            cJSON_AddItemToObject(ps, it->string, cJSON_Duplicate(it, 1));
-            n++;
-        }
-    }
     int rc = 0;
-    if (n) {
+    if (ps->child) {
         rc = ctl_call_patch(c, API_PATCH_JOB_STATUS, json_str_at(job, "metadata.namespace"),
                         json_str_at(job, "metadata.name"), patch, e);
         if (rc == 0) {

@@ -148,7 +148,7 @@ static int feed_update(struct controller *c, const char *ns, const char *job,
 
 static int add_fields(cJSON *feed, const void *arg)
 {
-    return json_merge_patch(cJSON_GetObjectItemCaseSensitive(feed, "fields"), arg);
+    return json_merge_patch(cJSON_GetObjectItemCaseSensitive(feed, "fields"), arg, 1);
 }
 
 int controller_patch_job_status(struct controller *c, const char *ns, const char *job,
@@ -201,7 +201,7 @@ cJSON *ctl_feed_take(struct controller *c, const char *key)
 void ctl_feed_apply(const cJSON *feed, cJSON *status, const char *now)
 {
     const cJSON *it;
-    json_merge_patch(status, cJSON_GetObjectItemCaseSensitive(feed, "fields"));
+    json_merge_patch(status, cJSON_GetObjectItemCaseSensitive(feed, "fields"), 0);
     cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(feed, "conditions"))
         ctl_set_condition(status, json_str_at(it, "type"), cJSON_IsTrue(cJSON_GetObjectItem(it, "ok")),
                           json_str_at(it, "reason"), json_str_at(it, "message"), now);
@@ -216,7 +216,7 @@ void ctl_feed_return(struct controller *c, const char *key, cJSON *feed)
     cJSON *newer = kube_map_remove(c->feeds, key);
     if (newer) {
         json_merge_patch(cJSON_GetObjectItemCaseSensitive(feed, "fields"),
-                         cJSON_GetObjectItemCaseSensitive(newer, "fields"));
+                         cJSON_GetObjectItemCaseSensitive(newer, "fields"), 1);
         const cJSON *it;
         cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(newer, "conditions"))
             add_condition(feed, it);

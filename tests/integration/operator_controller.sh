@@ -1,5 +1,5 @@
 # The TrainingJob controller against the fake API server: objects, status, invalid specs,
-# immutability, suspend, gang restart, gang timeout, cascade, metrics.
+# immutability, suspend, failed pods replaced, gang timeout, cascade, metrics.
 source "$(dirname "$0")/lib.bash"
 source "$(dirname "$0")/fakeapi.bash"
 start_fakeapi
@@ -67,16 +67,25 @@ check "suspended status kept" wait_for 15 job_is $NS a '.status.phase == "Suspen
 api PATCH "$JOBS/$NS/trainingjobs/a" '{"spec":{"suspend":false}}' >/dev/null
 check "resume -> pods recreated" wait_for 15 pods_are $NS a 3
 
-# Gang restart: one pod evicted -> all recreated, restarts 1; again -> Failed (maxRestarts 1).
-OLD=$(pods_of $NS a | jq -c '[.items[].metadata.uid] | sort')
+# A failed pod: replaced alone (the gang restarts in place, inside the other pods: the
+# coordinator's business, which counts restarts); backoffSeconds after its creation at the earliest.
+OLD=$(pods_of $NS a | jq -c '[.items[] | select(.metadata.name != "a-worker-2") | .metadata.uid] | sort')
+OLD2=$(pods_of $NS a | jq -r '.items[] | select(.metadata.name == "a-worker-2") | .metadata.uid')
 fake kubelet "{\"namespace\":\"$NS\",\"name\":\"a-worker-2\",\"phase\":\"Failed\",\"reason\":\"Evicted\",\"message\":\"node low on memory\"}" >/dev/null
-check "evicted pod -> restarts 1" wait_for 15 job_is $NS a '.status.restarts == 1 and .status.lastRestartTime != null'
-check "gang restart recreates all 3 pods after the backoff" wait_for 20 bash -c "curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/pods?labelSelector=holmes.dev%2Fjob%3Da' | jq -e '(.items|length) == 3 and ([.items[].metadata.uid] | sort) != $OLD' "
-check "one failure counted once (restarts still 1)" job_is $NS a '.status.restarts == 1'
+replaced() { pods_of $NS a | jq -e --arg old "$OLD2" '(.items | length) == 3 and any(.items[]; .metadata.name == "a-worker-2" and .metadata.uid != $old)' >/dev/null; }
+check "evicted pod -> that pod alone is replaced" wait_for 20 replaced
+check "the other pods are kept (same UIDs)" test "$(pods_of $NS a | jq -c '[.items[] | select(.metadata.name != "a-worker-2") | .metadata.uid] | sort')" = "$OLD"
+check "the controller charges no restart (status.restarts is the coordinator's)" job_is $NS a '(.status.restarts // 0) == 0'
 EVS=$(api GET /api/v1/namespaces/$NS/events)
-check "GangRestart Warning Event naming the pod and the reason" jq_true "$EVS" 'any(.items[]; .reason == "GangRestart" and .type == "Warning" and .involvedObject.name == "a" and (.message | contains("a-worker-2")) and (.message | contains("Evicted: node low on memory")))'
+check "PodReplaced Warning Event naming the pod and the reason" jq_true "$EVS" 'any(.items[]; .reason == "PodReplaced" and .type == "Warning" and .involvedObject.name == "a" and (.message | contains("a-worker-2")) and (.message | contains("Evicted: node low on memory")))'
+# Failed (written by the coordinator when restarts are spent) is final: nothing is replaced.
+api PATCH "$JOBS/$NS/trainingjobs/a/status" '{"status":{"phase":"Failed"}}' >/dev/null
+sleep 0.5
+OLD0=$(pods_of $NS a | jq -r '.items[] | select(.metadata.name == "a-worker-0") | .metadata.uid')
 fake kubelet "{\"namespace\":\"$NS\",\"name\":\"a-worker-0\",\"phase\":\"Failed\",\"reason\":\"Error\",\"message\":\"exit code 1\"}" >/dev/null
-check "second failure with maxRestarts 1 -> Failed with the reason" wait_for 15 job_is $NS a '.status.phase == "Failed" and (.status.conditions[] | select(.type == "Failed") | .reason == "RestartLimitExceeded" and (.message | contains("a-worker-0")))'
+sleep 2.5
+check "a failed job's failed pod is kept (for its logs), not replaced" test "$(pods_of $NS a | jq -r '.items[] | select(.metadata.name == "a-worker-0") | .metadata.uid')" = "$OLD0"
+check "phase Failed stays" job_is $NS a '.status.phase == "Failed"'
 
 # Invalid spec: Valid=False with every error, a Warning Event, no pods.
 api POST "$JOBS/$NS/trainingjobs" '{"metadata":{"name":"bad"},"spec":{"workers":0,"image":"","restartPolicy":{"maxRestarts":-1}}}' >/dev/null
@@ -100,7 +109,7 @@ check "gang timeout Warning Event" wait_for 10 bash -c "curl -s -H 'Authorizatio
 M=$(curl -s "http://127.0.0.1:$MPORT/metrics")
 check "metrics: jobs by phase" grep -q 'holmes_jobs{phase="Failed"} 1' <<<"$M"
 check "metrics: reconcile latency histogram" grep -q 'holmes_reconcile_duration_seconds_bucket{le="+Inf"}' <<<"$M"
-check "metrics: restarts" grep -q 'holmes_gang_restarts_total 1' <<<"$M"
+check "metrics: pod replacements" grep -q 'holmes_pod_replacements_total 1' <<<"$M"
 
 # Delete -> cascade.
 api DELETE "$JOBS/$NS/trainingjobs/g" >/dev/null

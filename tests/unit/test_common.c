@@ -4,13 +4,45 @@
 
 #include "cli.h"
 #include "error.h"
+#include "json.h"
 #include "log.h"
 
 static int ran;
 static int fake_cmd(int argc, char **argv) { ran = argc; (void)argv; return 7; }
 
+/* json_merge_patch / json_merge_diff on RFC 7386's own example, and composing patches. */
+static void test_merge_patch(void)
+{
+    cJSON *t = cJSON_Parse("{\"title\":\"Goodbye!\",\"author\":{\"givenName\":\"John\","
+                           "\"familyName\":\"Doe\"},\"tags\":[\"example\",\"sample\"],\"content\":\"x\"}");
+    cJSON *p = cJSON_Parse("{\"title\":\"Hello!\",\"phoneNumber\":\"+01-123-456-7890\","
+                           "\"author\":{\"familyName\":null},\"tags\":[\"example\"]}");
+    cJSON *want = cJSON_Parse("{\"title\":\"Hello!\",\"author\":{\"givenName\":\"John\"},"
+                              "\"tags\":[\"example\"],\"content\":\"x\",\"phoneNumber\":\"+01-123-456-7890\"}");
+    cJSON *from = cJSON_Duplicate(t, 1);
+    CHECK_INT("merge patch applies", json_merge_patch(t, p, 0), 0);
+    CHECK("merge patch: RFC 7386's example", cJSON_Compare(t, want, 1));
+    cJSON *d = json_merge_diff(from, want);
+    CHECK("merge diff: only what changed, null for a removed member",
+          d && cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetObjectItem(d, "author"), "familyName")) &&
+              !cJSON_GetObjectItem(d, "content") && !cJSON_GetObjectItem(cJSON_GetObjectItem(d, "author"), "givenName"));
+    CHECK_INT("merge diff applied to its source", json_merge_patch(from, d, 0), 0);
+    CHECK("merge diff applied to its source gives the target", cJSON_Compare(from, want, 1));
+    cJSON *same = json_merge_diff(want, want);
+    CHECK("merge diff of equal objects is empty", same && !same->child);
+    cJSON *p1 = cJSON_Parse("{\"progress\":{\"step\":3,\"loss\":4.5}}");
+    cJSON *p2 = cJSON_Parse("{\"progress\":{\"step\":4,\"loss\":null}}");
+    json_merge_patch(p1, p2, 1);
+    CHECK("composed patches keep the null that removes later",
+          cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetObjectItem(p1, "progress"), "loss")));
+    cJSON *items[] = {t, p, want, from, d, same, p1, p2};
+    for (size_t i = 0; i < sizeof items / sizeof items[0]; i++)
+        cJSON_Delete(items[i]);
+}
+
 int main(void)
 {
+    test_merge_patch();
     herr e;
     CHECK_INT("herr_set returns -1", herr_set(&e, "field %s: %d", "spec.workers", 3), -1);
     CHECK_STR("herr_set formats", e.msg, "field spec.workers: 3");
