@@ -54,6 +54,14 @@ static int parse_hello(const cJSON *j, struct proto_hello *h, herr *e)
     h->gpus = (int)v;
     if (json_num(j, "hello", "tflops", 0, 1e-6, 1e6, &h->tflops, e))
         return -1;
+    char src[16] = "";
+    if (json_str(j, "hello", "tflopsSource", 0, src, sizeof src, e))
+        return -1;
+    if (src[0] && strcmp(src, "declared") && strcmp(src, "measured"))
+        return herr_set(e, "hello.tflopsSource: \"%s\" is not one of declared, measured", src);
+    if (src[0] && h->tflops <= 0)
+        return herr_set(e, "hello.tflopsSource: given without hello.tflops");
+    h->tflops_measured = !strcmp(src, "measured");
     const cJSON *nic = cJSON_GetObjectItemCaseSensitive(j, "nic");
     if (!nic)
         return herr_set(e, "hello.nic: required (the NIC report or its summary)");
@@ -383,7 +391,8 @@ char *proto_hello_encode(const struct proto_hello *h, herr *e)
     }
     cJSON_Delete(nic);
     if (ok && h->tflops > 0)
-        ok = cJSON_AddNumberToObject(j, "tflops", h->tflops) != NULL;
+        ok = cJSON_AddNumberToObject(j, "tflops", h->tflops) &&
+             cJSON_AddStringToObject(j, "tflopsSource", h->tflops_measured ? "measured" : "declared");
     if (ok && h->running) {
         cJSON *r = cJSON_AddObjectToObject(j, "resume");
         ok = r && cJSON_AddNumberToObject(r, "attempt", h->resume_attempt) &&

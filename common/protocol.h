@@ -50,6 +50,7 @@ struct proto_hello {
     int worker;         /* worker index in the job, 0..workers-1 */
     int gpus;           /* 0 = CPU worker */
     double tflops;      /* effective TFLOPS per rank (measured or declared); 0 = not sent */
+    int tflops_measured; /* with tflops: 1 measured by the worker, 0 declared to it */
     struct nic_summary nic;
     int running;        /* 1 when resume_* are meaningful */
     int resume_attempt;

@@ -45,7 +45,8 @@ void cmd_worker_coord_usage(FILE *f)
         "  --connect-timeout S give up connecting to the coordinator after S seconds (default 60)\n"
         "  --tflops T          declare this worker's compute rate (TFLOPS per rank) for the\n"
         "                      planner instead of measuring it; a CPU worker otherwise measures\n"
-        "                      its fp32 matrix-product rate at start (a ~30 ms probe; skipped\n"
+        "                      its fp32 matrix-product rate at start (a 200 ms probe, its best\n"
+        "                      5 ms window; skipped\n"
         "                      with --simulate)\n"
         "  --cpu-affinity M    none (default): the kernel places the threads; spread: every\n"
         "                      rank of the job runs on this machine, so each pins its\n"
@@ -58,8 +59,8 @@ void cmd_worker_coord_usage(FILE *f)
         "SIGTERM or SIGINT mid-training: the coordinator is told, every rank stops and\n"
         "checkpoints at the next step boundary, and the worker leaves (status 143).\n\n"
         "Supervision: the command runs the worker as a child process and starts it again,\n"
-        "inside the same pod, when it stops for an in-place restart (at once) or fails or dies\n"
-        "(after 1 s, doubling up to 30 s; 10 failures in a row within 60 s of a start end it);\n"
+        "inside the same pod, when it stops for an in-place restart or fails or dies (at once,\n"
+        "then after 1 s, doubling up to 30 s; 10 failures in a row within 60 s of a start end it);\n"
         "the coordinator decides whether the gang restarts (spec.restartPolicy). SIGTERM and\n"
         "SIGINT are passed to the child. HOLMES_SUPERVISED=1 runs the worker itself, unsupervised\n"
         "(set by the supervisor in its child, and by holmes-operator local, which restarts its\n"
@@ -286,9 +287,10 @@ int cmd_worker_coord(int argc, char **argv)
         log_info("compute: %g TFLOPS per rank (declared)", declared);
     } else if (o.gpus == 0 && sim_steps < 0) {
         /* The engine's own matrix product, with the threads it will use. */
-        double t = gpt_gemm_probe_tflops(256, 30, &e);
+        double t = gpt_gemm_probe_tflops(256, 200, &e);
         if (t > 0) {
             o.tflops = t;
+            o.tflops_measured = 1;
             log_info("compute: %.4g TFLOPS fp32 (measured, %d threads)", t, omp_get_max_threads());
         } else {
             log_warn("compute probe: %s; the planner will assume a default", e.msg);

@@ -200,18 +200,33 @@ double gpt_gemm_probe_tflops(int dim, int budget_ms, herr *e)
     }
     openblas_set_num_threads(1); /* as gpt_stage_create leaves it */
     gemm(0, 1, dim, dim, dim, a, dim, b, dim, 0.0f, c, dim); /* warm-up: pages, thread pool */
-    double t0 = clock_mono_s(), t = t0, until = t0 + budget_ms / 1000.0;
-    long reps = 0;
+    /* The best window of >= 5 ms: what the cores give when they are ours. Other processes
+     * starting at the same time (every worker of a job probes at once) take whole windows,
+     * not a share of every one. */
+    double t0 = clock_mono_s(), t = t0, until = t0 + budget_ms / 1000.0, best = 0;
+    double win_t0 = t0, win_s = budget_ms / 1000.0 < 0.02 ? budget_ms / 4000.0 : 0.005;
+    long reps = 0, win_reps = 0;
     while (reps < 2 || t < until) {
         gemm(0, 1, dim, dim, dim, a, dim, b, dim, 0.0f, c, dim);
         reps++;
+        win_reps++;
         t = clock_mono_s();
+        if (t - win_t0 >= win_s) {
+            double rate = (double)win_reps / (t - win_t0);
+            if (rate > best)
+                best = rate;
+            win_t0 = t;
+            win_reps = 0;
+        }
     }
     free(a);
     free(b);
     free(c);
-    double secs = t - t0 > 1e-9 ? t - t0 : 1e-9;
-    return 2.0 * dim * (double)dim * dim * reps / secs / 1e12;
+    if (best <= 0) {
+        double secs = t - t0 > 1e-9 ? t - t0 : 1e-9;
+        best = (double)reps / secs;
+    }
+    return 2.0 * dim * (double)dim * dim * best / 1e12;
 }
 
 /* out[N,OC] = inp[N,IC] @ w[OC,IC]^T + bias */

@@ -110,7 +110,9 @@ double gpt_stage_flops(const struct gpt_stage *s);
 
 /* The engine's effective fp32 matrix-product rate in TFLOPS: times square dim x dim products
  * through the same gemm the engine uses (OpenMP threads as the engine will run them, OpenBLAS
- * single-threaded inside) for about budget_ms after one warm-up, and returns flops / seconds.
+ * single-threaded inside) for about budget_ms after one warm-up, and returns the rate of the
+ * best 5 ms window (flops / seconds): processes probing at the same time on shared cores
+ * take whole windows from each other rather than slowing every one.
  * Returns a value > 0, or -1 with `e` set (bad arguments, out of memory). */
 double gpt_gemm_probe_tflops(int dim, int budget_ms, herr *e);
 

@@ -144,8 +144,8 @@ int supervisor_run(const struct supervisor_opts *o, herr *e)
                       "start; not starting it again", what, streak, quick_s);
             return 1;
         }
-        double d = backoff;
-        for (int i = 1; i < streak && d < cap; i++)
+        double d = streak == 1 ? 0 : backoff; /* a first failure comes back at once */
+        for (int i = 2; i < streak && d < cap; i++)
             d *= 2;
         if (d > cap)
             d = cap;

@@ -8,7 +8,8 @@
  * The child's exit status says what to do (worker_coord.h):
  *   0 finished                       -> the supervisor exits 0 (pod Succeeded)
  *   75 stopped for an in-place restart -> started again at once
- *   1, or killed by a signal          -> started again after a backoff (1 s, doubling, <= 30 s)
+ *   1, or killed by a signal          -> started again: at once, then after 1 s, doubling up
+ *                                        to 30 s while it keeps failing
  *   78 final: the job failed or this worker cannot run -> exits 1 (pod Failed)
  *   2 usage                          -> exits 2
  *   143 left on SIGTERM              -> exits 143
@@ -29,7 +30,7 @@ struct supervisor_opts {
     char *const *argv;         /* its argv, NULL-terminated */
     int max_quick_failures;    /* 0 = 10 */
     double quick_s;            /* 0 = 60 */
-    double backoff_s;          /* first backoff after a failure; 0 = 1 */
+    double backoff_s;          /* backoff after a second failure in a row; 0 = 1 */
     double backoff_cap_s;      /* 0 = 30 */
 };
 

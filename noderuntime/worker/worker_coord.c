@@ -95,6 +95,7 @@ static int send_hello(struct session *s, herr *e)
     h.worker = s->o->worker;
     h.gpus = s->o->gpus;
     h.tflops = s->o->tflops;
+    h.tflops_measured = s->o->tflops_measured;
     h.nic = s->o->nic;
     if (s->training) {
         h.running = 1;

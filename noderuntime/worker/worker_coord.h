@@ -57,6 +57,7 @@ struct worker_coord_options {
     int worker;
     int gpus;
     double tflops;              /* sent in hello when > 0 (measured or declared) */
+    int tflops_measured;        /* 1: measured here; 0: declared (--tflops) */
     struct nic_summary nic;
     int progress_interval_ms;   /* 0 = 500 */
     int connect_timeout_ms;     /* total time to keep trying to connect at start; 0 = 60000 */

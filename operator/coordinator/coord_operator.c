@@ -119,6 +119,13 @@ static cJSON *nic_groups_json(const struct coord_worker *w, int n)
     return arr;
 }
 
+/* Where a worker's compute figure came from: its own probe, its declaration (--tflops), or
+ * the planner's default for its kind (it sent none). */
+static const char *tflops_source(const struct coord_worker *w)
+{
+    return w->tflops <= 0 ? "assumed" : w->tflops_measured ? "measured" : "declared";
+}
+
 static cJSON *plan_status_json(const struct plan *p, const struct coord_worker *w)
 {
     cJSON *o = cJSON_CreateObject();
@@ -140,6 +147,14 @@ static cJSON *plan_status_json(const struct plan *p, const struct coord_worker *
         cJSON_AddNumberToObject(st, "layers", p->stages[s].last_layer - p->stages[s].first_layer);
         cJSON_AddNumberToObject(st, "firstLayer", p->stages[s].first_layer);
         cJSON_AddNumberToObject(st, "tflops", p->stages[s].tflops); /* its slowest worker's */
+        int slowest = -1;
+        for (int r = 0; r < p->n_ranks; r++) {
+            int wi = p->ranks[r].worker;
+            if (p->ranks[r].stage == s && (slowest < 0 || w[wi].tflops < w[slowest].tflops))
+                slowest = wi;
+        }
+        if (slowest >= 0)
+            cJSON_AddStringToObject(st, "tflopsSource", tflops_source(&w[slowest]));
         cJSON *ws = cJSON_AddArrayToObject(st, "workers");
         for (int r = 0; ws && r < p->n_ranks; r++)
             if (p->ranks[r].stage == s && p->ranks[r].local == 0)

@@ -541,9 +541,14 @@ static void job_maybe_emit(struct job *j, int force)
     double t = clock_mono_s();
     if (!force && (t - j->last_emit) * 1000.0 < j->progress_interval_ms)
         return;
+    j->progress_dirty = 0;
+    int reported = 0;
+    for (int i = 0; i < j->n; i++)
+        reported |= j->w[i].reported;
+    if (!reported)
+        return; /* a restarted gang that has not stepped yet: the last progress still stands */
     job_aggregate(j, &j->emitted);
     j->last_emit = t;
-    j->progress_dirty = 0;
     j->hooks.on_progress(j->user, &j->emitted);
 }
 
@@ -580,6 +585,7 @@ static void admit(struct conn *k, struct job *j, const struct proto_hello *h)
     snprintf(s->info.node, sizeof s->info.node, "%s", h->node);
     s->info.gpus = h->gpus;
     s->info.tflops = h->tflops;
+    s->info.tflops_measured = h->tflops_measured;
     s->info.nic = h->nic;
     if (j->hooks.on_hello)
         j->hooks.on_hello(j->user, &s->info);

@@ -54,6 +54,7 @@ struct coord_worker {
     char node[128];
     int gpus;
     double tflops;          /* per rank, from hello (measured or declared); 0 = not sent */
+    int tflops_measured;    /* with tflops: 1 measured by the worker, 0 declared */
     struct nic_summary nic;
     int rank;               /* from the assignment; -1 before */
 };

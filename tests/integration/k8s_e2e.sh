@@ -1,0 +1,199 @@
+# End to end on a real kube-apiserver (tests/k8s/envtest.bash), the test playing kubelet: each
+# pod's main process (`holmes-node worker`, a supervisor) runs with the pod's environment, four
+# real training workers (examples/local-tiny.yaml's model). One job lives through:
+#   1. a worker process killed mid-run: restarted inside its pod, the gang restarts in place
+#      (same pod UIDs, no pod process exits), status.restarts 1, training resumes from the
+#      last checkpoint;
+#   2. the operator killed (-9) mid-run and started again: it adopts the job, training goes on,
+#      and the restart counter carries over (a second kill makes it 2, not 1);
+#   3. a pod deleted: its worker checkpoints on SIGTERM, the pod is recreated, the gang resumes
+#      from that step (not charged);
+#   4. suspend and resume: every worker checkpoints and leaves, pods go; on resume new pods
+#      continue from that step to the end; the job Succeeds.
+# A second job (simulated workers, maxRestarts 0) fails on its first worker death: phase
+# Failed with the reason, every pod process exits 1, and no failed pod is replaced.
+source "$(dirname "$0")/lib.bash"
+source "$REPO/tests/k8s/envtest.bash"
+k8s_require
+OP_PID=
+declare -A KPID # pod -> its kubelet's pid
+TAG=HOLMES_E2E_TEST=$$ # in every worker's environment: how this test finds its processes
+procs() { # pids of this test's worker processes whose environment has every line given
+    local p env l ok
+    for p in $(pgrep -f -- "worker --tflops 0.05"); do
+        env=$(tr '\0' '\n' </proc/$p/environ 2>/dev/null) || continue
+        ok=1
+        for l in "$TAG" "$@"; do
+            case $l in
+            !*) grep -qx -- "${l#!}" <<<"$env" && ok=0 ;;
+            *) grep -qx -- "$l" <<<"$env" || ok=0 ;;
+            esac
+        done
+        [ $ok = 1 ] && echo "$p"
+    done
+}
+stop_all() {
+    local p
+    for p in $(procs '!HOLMES_SUPERVISED=1') $OP_PID; do kill -9 "$p" 2>/dev/null; done
+    for p in "${KPID[@]}" $OP_PID; do wait "$p" 2>/dev/null; done
+    k8s_stop
+}
+k8s_start || exit 1
+trap stop_all EXIT
+W=$K8S_DIR/e2e
+mkdir -p "$W"
+NS=team
+kubectl create namespace $NS >/dev/null
+kubectl apply -f "$REPO/crds/trainingjob.yaml" >/dev/null &&
+    kubectl wait --for condition=established crd/trainingjobs.holmes.dev --timeout=30s >/dev/null ||
+    { fail "CRD installed"; exit 1; }
+CPORT=$(k8s_free_port)
+start_operator() {
+    "$OPERATOR" run --kubeconfig "$KUBECONFIG_FILE" --metrics-addr 0 --health-addr 0 \
+        --coordinator-addr 127.0.0.1:$CPORT --coordinator-url ws://127.0.0.1:$CPORT/ \
+        --node-image holmes-node:test >>"$W/operator.log" 2>&1 &
+    OP_PID=$!
+}
+start_operator
+
+sed -e "s/name: local-tiny/name: e2e/" -e "s/steps: 300/steps: 800/" \
+    -e "s#local-runs/local-tiny/checkpoints#$W/ckpt#" \
+    -e "s#examples/data/corpus.txt#$REPO/examples/data/corpus.txt#" \
+    -e "s/everySteps: 50/everySteps: 20/" -e "s/keep: 2/keep: 3/" \
+    -e "s/maxRestarts: 2, backoffSeconds: 0/maxRestarts: 3, backoffSeconds: 1/" \
+    -e "s/bandwidthScale: 0.01/bandwidthScale: 0.001/" \
+    "$REPO/examples/local-tiny.yaml" >"$W/job.yaml" # ~0.1 s a step: time to act mid-run
+kubectl apply -n $NS -f "$W/job.yaml" >/dev/null
+npods() { kubectl get pods -n $NS -l "holmes.dev/job=$1" -o json | jq '[.items[] | select(.metadata.deletionTimestamp == null)] | length'; }
+pods_are() { [ "$(npods "$1")" = "$2" ]; }
+uids() { kubectl get pods -n $NS -l "holmes.dev/job=$1" -o json | jq -c '[.items[] | [.metadata.name, .metadata.uid]] | sort'; }
+uid_of() { kubectl get pod "$1" -n $NS -o jsonpath='{.metadata.uid}' 2>/dev/null; }
+set_pod() { # pod phase ready
+    kubectl patch pod "$1" -n $NS --subresource=status --type=merge \
+        -p "{\"status\":{\"phase\":\"$2\",\"conditions\":[{\"type\":\"Ready\",\"status\":\"$3\"}]}}" >/dev/null
+}
+token_of() { kubectl get secret "$1-token" -n $NS -o jsonpath='{.data.token}' | base64 -d; }
+
+# kubelet POD [worker args...]: runs the pod's main process once with the pod's env; logs its
+# exit status to exits-POD. No restarts here: a worker that dies is the supervisor's business.
+kubelet() {
+    local pod=$1 envs tok rc
+    shift
+    envs=$(kubectl get pod "$pod" -n $NS -o json | jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"')
+    tok=$(token_of "$(kubectl get pod "$pod" -n $NS -o jsonpath='{.metadata.labels.holmes\.dev/job}')")
+    # shellcheck disable=SC2086
+    (cd "$REPO" && exec env -i PATH="$PATH" HOSTNAME="$pod" HOLMES_TOKEN="$tok" "$TAG" \
+        NODE_NAME="node-$pod" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $envs \
+        timeout -k 5 400 "$NODE" worker --tflops 0.05 "$@" >>"$W/$pod.log" 2>&1)
+    rc=$?
+    echo "$rc" >>"$W/exits-$pod"
+}
+run_pod() { # pod [args]: Running + Ready, and its main process started
+    set_pod "$1" Running True
+    kubelet "$@" &
+    KPID[$1]=$!
+}
+supervisor_of() { procs "HOSTNAME=$1" '!HOLMES_SUPERVISED=1' | head -1; } # the pod's main process
+worker_of() { procs "HOSTNAME=$1" 'HOLMES_SUPERVISED=1' | head -1; }         # the worker it runs
+tj_is() { kubectl get tj "$1" -n $NS -o json | jq -e "$2" >/dev/null 2>&1; }
+step_of() { kubectl get tj e2e -n $NS -o jsonpath='{.status.progress.step}' 2>/dev/null; }
+past() { local s; s=$(step_of); [ -n "$s" ] && [ "$s" -ge "$1" ]; }
+alive() { kill -0 "${KPID[$1]}" 2>/dev/null; }
+
+check "apply -> 4 worker pods" wait_for 30 pods_are e2e 4
+for i in 0 1 2 3; do run_pod e2e-worker-$i; done
+check "training reaches step 50" wait_for 120 past 50
+U0=$(uids e2e)
+
+# 1. A worker process dies (kill -9): restarted inside its pod, the gang restarts in place.
+victim=$(worker_of e2e-worker-1)
+kill -9 "$victim" 2>/dev/null
+check "a worker process was killed" test -n "$victim"
+check "status.restarts 1 (the coordinator's count), lastRestartTime set" wait_for 30 tj_is e2e '.status.restarts == 1 and .status.lastRestartTime != null'
+at=$(step_of)
+check "training goes on after the in-place restart" wait_for 120 past $((at + 30))
+check "no pod recreated: the same 4 pod UIDs" test "$(uids e2e)" = "$U0"
+check "no pod's main process exited" bash -c "for p in ${KPID[*]}; do kill -0 \$p || exit 1; done"
+check "the supervisor started the killed worker again in its pod" \
+    grep -q "supervisor: the worker was killed by signal 9" "$W/e2e-worker-1.log"
+check "the gang resumed from a checkpoint, not step 0" \
+    grep -qE "resumed from the checkpoint of step [1-9]" "$W/e2e-worker-0.log"
+EV=$(kubectl get events -n $NS -o json)
+check "an Event says the gang restarts in place (restart 1 of 3)" jq_true "$EV" \
+    'any(.items[]; .involvedObject.name == "e2e" and (.message | contains("restarting in place")) and (.message | contains("restart 1 of 3")))'
+
+# 2. The operator killed mid-run: a new one adopts the job; training goes on meanwhile.
+kill -9 "$OP_PID"; wait "$OP_PID" 2>/dev/null
+at=$(step_of)
+start_operator
+check "a new operator adopts the job: progress goes on" wait_for 120 past $((at + 30))
+check "after the operator restart: the same pods" test "$(uids e2e)" = "$U0"
+check "after the operator restart: status.restarts still 1" tj_is e2e '.status.restarts == 1'
+kill -9 "$(worker_of e2e-worker-3)" 2>/dev/null
+check "the count carries over the operator restart: a second death makes restarts 2" \
+    wait_for 30 tj_is e2e '.status.restarts == 2'
+
+# 3. A pod deleted (as by a drain): SIGTERM to its main process, the worker checkpoints and
+# leaves, the pod goes, a new one comes and the gang resumes from that step; not charged.
+at=$(step_of)
+wait_for 120 past $((at + 10))
+kubectl delete pod e2e-worker-2 -n $NS --wait=false >/dev/null
+kill -TERM "$(supervisor_of e2e-worker-2)" 2>/dev/null
+wait "${KPID[e2e-worker-2]}" 2>/dev/null
+check "the deleted pod's main process left with 143 after checkpointing" \
+    bash -c "[ \"\$(tail -n 1 '$W/exits-e2e-worker-2')\" = 143 ] && grep -q 'left on SIGTERM after step' '$W/e2e-worker-2.log'"
+old2=$(jq -r '.[] | select(.[0] == "e2e-worker-2") | .[1]' <<<"$U0")
+kubectl delete pod e2e-worker-2 -n $NS --grace-period=0 --force >/dev/null 2>&1
+newpod() { local u; u=$(uid_of e2e-worker-2); [ -n "$u" ] && [ "$u" != "$old2" ]; }
+check "the pod is recreated (a new UID)" wait_for 30 newpod
+left=$(sed -nE 's/.*left on SIGTERM after step ([0-9]+).*/\1/p' "$W/e2e-worker-2.log" | tail -1)
+run_pod e2e-worker-2
+check "the gang resumes with the new pod" wait_for 120 past $((left + 20))
+check "resumed from exactly the step the deleted pod's worker left at ($left)" \
+    grep -q "resumed from the checkpoint of step $left" "$W/e2e-worker-0.log"
+check "a deleted pod is not charged (restarts still 2)" tj_is e2e '.status.restarts == 2'
+
+# 4. Suspend and resume.
+kubectl patch tj e2e -n $NS --type=merge -p '{"spec":{"suspend":true}}' >/dev/null
+# (pods not bound to a node go at once: no kubelet has to confirm)
+check "suspend: the controller deletes every pod" wait_for 30 pods_are e2e 0
+for i in 0 1 2 3; do kill -TERM "$(supervisor_of e2e-worker-$i)" 2>/dev/null; done
+for i in 0 1 2 3; do wait "${KPID[e2e-worker-$i]}" 2>/dev/null; done
+check "suspend: every worker checkpointed and left (143)" \
+    bash -c "for i in 0 1 2 3; do [ \"\$(tail -n 1 '$W/exits-e2e-worker-'\$i)\" = 143 ] || exit 1; done"
+check "suspend: phase Suspended, the last progress kept" wait_for 30 tj_is e2e '.status.phase == "Suspended" and .status.progress.step > 0'
+sus=$(step_of)
+kubectl patch tj e2e -n $NS --type=merge -p '{"spec":{"suspend":false}}' >/dev/null
+check "resume: 4 new pods" wait_for 30 pods_are e2e 4
+for i in 0 1 2 3; do run_pod e2e-worker-$i; done
+for i in 0 1 2 3; do wait "${KPID[e2e-worker-$i]}" 2>/dev/null; done
+check "resume: every pod's main process finished (0)" \
+    bash -c "for i in 0 1 2 3; do [ \"\$(tail -n 1 '$W/exits-e2e-worker-'\$i)\" = 0 ] || exit 1; done"
+ls "$W/ckpt" >"$W/ckpt.list" 2>&1
+check "resume: training went on from where the suspended run stopped (step $sus), not step 0" \
+    bash -c "grep -hoE 'resumed from the checkpoint of step [0-9]+' '$W/e2e-worker-0.log' | tail -1 | awk '{ exit !(\$NF >= $sus && \$NF > 0) }'"
+for i in 0 1 2 3; do set_pod e2e-worker-$i Succeeded False; done
+check "the job Succeeded at step 800, restarts 2" wait_for 30 tj_is e2e '.status.phase == "Succeeded" and .status.progress.step == 800 and .status.restarts == 2'
+loss=$(kubectl get tj e2e -n $NS -o jsonpath='{.status.progress.loss}')
+check "the final loss ($loss) is below 3.5 (from ~5.5: the curve continued)" awk -v l="$loss" 'BEGIN { exit !(l > 0 && l < 3.5) }'
+
+# A job out of restarts: Failed, for good.
+sed -e "s/name: e2e/name: lim/" -e "s/maxRestarts: 3, backoffSeconds: 1/maxRestarts: 0, backoffSeconds: 1/" \
+    -e "s#$W/ckpt#$W/ckpt-lim#" "$W/job.yaml" >"$W/lim.yaml"
+kubectl apply -n $NS -f "$W/lim.yaml" >/dev/null
+check "second job: 4 pods" wait_for 30 pods_are lim 4
+for i in 0 1 2 3; do run_pod lim-worker-$i --simulate 100000 --step-ms 20; done
+running() { tj_is lim '.status.phase == "Running"'; }
+check "second job runs" wait_for 60 running
+kill -9 "$(worker_of lim-worker-0)" 2>/dev/null
+check "out of restarts -> phase Failed, condition Failed RestartLimitExceeded" wait_for 30 tj_is lim \
+    '.status.phase == "Failed" and .status.completionTime != null and (.status.conditions[] | select(.type == "Failed") | .status == "True" and .reason == "RestartLimitExceeded")'
+for i in 0 1 2 3; do wait "${KPID[lim-worker-$i]}" 2>/dev/null; done
+check "every pod's main process exits 1 (the killed worker's too: it hears the job is over)" \
+    bash -c "for i in 0 1 2 3; do [ \"\$(tail -n 1 '$W/exits-lim-worker-'\$i)\" = 1 ] || exit 1; done"
+UL=$(uids lim)
+for i in 0 1 2 3; do set_pod lim-worker-$i Failed False; done
+sleep 3
+check "a failed job's pods are kept, not replaced" test "$(uids lim)" = "$UL"
+check "phase Failed stays" tj_is lim '.status.phase == "Failed"'
+check "no call forbidden, no sanitizer report in the operator log" bash -c "! grep -qE 'forbidden|ERROR: AddressSanitizer|runtime error' '$W/operator.log'"
