@@ -109,6 +109,7 @@ int supervisor_run(const struct supervisor_opts *o, herr *e)
     int max_quick = o->max_quick_failures > 0 ? o->max_quick_failures : 10;
     double quick_s = o->quick_s > 0 ? o->quick_s : 60;
     double backoff = o->backoff_s > 0 ? o->backoff_s : 1, cap = o->backoff_cap_s > 0 ? o->backoff_cap_s : 30;
+    term_sig = 0;
     struct sigaction sa = {.sa_handler = on_term};
     sigemptyset(&sa.sa_mask);
     if (sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGINT, &sa, NULL) != 0)

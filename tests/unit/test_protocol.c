@@ -66,10 +66,21 @@ static void test_hello(void)
     CHECK_INT("hello with tflops parses", s ? parse_str(s, &m, &e) : -1, 0);
     if (s && m.json) {
         CHECK_NEAR("hello tflops carried", m.u.hello.tflops, 0.0375, 1e-12);
+        CHECK("hello tflops: declared unless said measured", !m.u.hello.tflops_measured &&
+              !strcmp(cJSON_GetObjectItem(m.json, "tflopsSource")->valuestring, "declared"));
+        proto_msg_free(&m);
+    }
+    free(s);
+    h.tflops_measured = 1;
+    s = proto_hello_encode(&h, &e);
+    CHECK_INT("hello with measured tflops parses", s ? parse_str(s, &m, &e) : -1, 0);
+    if (s && m.json) {
+        CHECK("hello tflopsSource measured carried", m.u.hello.tflops_measured == 1);
         proto_msg_free(&m);
     }
     free(s);
     h.tflops = 0;
+    h.tflops_measured = 0;
 
     h.running = 1;
     h.resume_attempt = 2;
@@ -228,6 +239,14 @@ static void test_refusals(void)
     refused("hello string tflops",
             "{\"v\":1,\"type\":\"hello\",\"job\":\"j\",\"pod\":\"p\",\"worker\":1,\"tflops\":\"fast\","
             "\"nic\":{\"class\":\"ib\",\"fabric\":\"x\",\"gbps\":1}}", "hello.tflops");
+    refused("hello unknown tflopsSource",
+            "{\"v\":1,\"type\":\"hello\",\"job\":\"j\",\"pod\":\"p\",\"worker\":1,\"tflops\":2,"
+            "\"tflopsSource\":\"guessed\",\"nic\":{\"class\":\"ib\",\"fabric\":\"x\",\"gbps\":1}}",
+            "hello.tflopsSource: \"guessed\" is not one of declared, measured");
+    refused("hello tflopsSource without tflops",
+            "{\"v\":1,\"type\":\"hello\",\"job\":\"j\",\"pod\":\"p\",\"worker\":1,"
+            "\"tflopsSource\":\"measured\",\"nic\":{\"class\":\"ib\",\"fabric\":\"x\",\"gbps\":1}}",
+            "hello.tflopsSource: given without hello.tflops");
     refused("hello empty pod",
             "{\"v\":1,\"type\":\"hello\",\"job\":\"j\",\"pod\":\"\",\"worker\":1,"
             "\"nic\":{\"class\":\"ib\",\"fabric\":\"x\",\"gbps\":1}}", "hello.pod: must not be empty");
