@@ -56,6 +56,8 @@ static void usage(FILE *f)
             "                           \"0\" = off); TLS with --coordinator-cert/--coordinator-key\n"
             "  --node-image IMAGE       worker image when a job sets no spec.image\n"
             "  --workers N              reconcile threads (default 2)\n"
+            "  --status-interval S      write a running job's progress to its status at most every\n"
+            "                           S seconds (default 5; 0.2 to 3600)\n"
             "  --qps Q --burst B        client-side API rate limit (default 50 / 100)\n"
             "  --log-format text|json   --log-level debug|info|warn|error\n"
             "  --print-api-calls        print every API call the operator can make and exit\n"
@@ -122,7 +124,7 @@ int cmd_run(int argc, char **argv)
     enum { O_KUBECONFIG = 1000, O_CONTEXT, O_NAMESPACE, O_LEADER, O_LEASE_NAME, O_LEASE_NS,
            O_LEASE_DUR, O_RENEW, O_RETRY, O_IDENTITY, O_METRICS, O_HEALTH, O_COORD, O_IMAGE,
            O_WORKERS, O_QPS, O_BURST, O_LOGFMT, O_LOGLVL, O_PRINT, O_HELP, O_COORD_ADDR,
-           O_COORD_CERT, O_COORD_KEY };
+           O_COORD_CERT, O_COORD_KEY, O_STATUS_INTERVAL };
     static const struct option opts[] = {
         {"kubeconfig", required_argument, 0, O_KUBECONFIG}, {"context", required_argument, 0, O_CONTEXT},
         {"namespace", required_argument, 0, O_NAMESPACE}, {"leader-elect", no_argument, 0, O_LEADER},
@@ -139,12 +141,14 @@ int cmd_run(int argc, char **argv)
         {"coordinator-addr", required_argument, 0, O_COORD_ADDR},
         {"coordinator-cert", required_argument, 0, O_COORD_CERT},
         {"coordinator-key", required_argument, 0, O_COORD_KEY},
+        {"status-interval", required_argument, 0, O_STATUS_INTERVAL},
         {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
     const char *kubeconfig = NULL, *context = NULL, *ns = NULL, *lease_name = "holmes-operator";
     const char *lease_ns = NULL, *identity = NULL, *metrics_addr = ":8080", *health_addr = ":8081";
     const char *coord = NULL, *image = NULL;
     const char *coord_addr = ":8443", *coord_cert = NULL, *coord_key = NULL;
     double lease_dur = 15, renew = 10, retry = 2, qps = 50, burst = 100, workers = 2;
+    double status_interval = 5;
     int leader_elect = 0;
     optind = 1;
     opterr = 0;
@@ -169,6 +173,14 @@ int cmd_run(int argc, char **argv)
         case O_COORD_KEY: coord_key = optarg; break;
         case O_IMAGE: image = optarg; break;
         case O_WORKERS: if (parse_double("--workers", optarg, &workers)) return 2; break;
+        case O_STATUS_INTERVAL:
+            if (parse_double("--status-interval", optarg, &status_interval)) return 2;
+            if (status_interval < 0.2 || status_interval > 3600) {
+                fprintf(stderr, "holmes-operator run: --status-interval: %g is not in [0.2, 3600] "
+                                "seconds\n", status_interval);
+                return 2;
+            }
+            break;
         case O_QPS: if (parse_double("--qps", optarg, &qps)) return 2; break;
         case O_BURST: if (parse_double("--burst", optarg, &burst)) return 2; break;
         case O_LOGFMT: {
@@ -298,7 +310,8 @@ int cmd_run(int argc, char **argv)
     if (coord_port) {
         struct coord_operator_opts coo = {.bind = coord_host[0] ? coord_host : NULL,
                                           .port = coord_port, .tls_cert = coord_cert,
-                                          .tls_key = coord_key};
+                                          .tls_key = coord_key,
+                                          .status_interval_ms = (int)(status_interval * 1000)};
         coordinator = coord_operator_start(ctl, &coo, &e);
         if (coordinator)
             log_info("coordinator listening on %s", coord_addr);

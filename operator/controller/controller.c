@@ -567,6 +567,10 @@ struct reconcile {
     struct create_list creates; /* objects to create, sent together with the pods */
     struct memo *memo;
     double t;           /* now, seconds */
+    /* The spec, parsed once per reconcile by the spec module (common/trainingjob.h), with its
+     * defaults from there; te: every error, what this version cannot run included. */
+    struct tj_job tj;
+    struct tj_errors te;
 };
 
 static void set_phase(struct reconcile *r, const char *phase)
@@ -593,22 +597,19 @@ static int ensure_owned(struct reconcile *r, int inf, enum api_op op, const char
 }
 
 /* spec errors -> Valid=False with every error and a Warning Event. 1 when the spec is invalid. */
-static int refuse_invalid_spec(struct reconcile *r, const char *phase, herr *e)
+static int refuse_invalid_spec(struct reconcile *r, const char *phase)
 {
-    cJSON *errs = controller_spec_errors(r->job);
-    if (!errs)
-        return herr_set(e, "out of memory");
-    if (cJSON_GetArraySize(errs) == 0) {
-        cJSON_Delete(errs);
+    if (r->te.count == 0)
         return 0;
-    }
     char msg[2048] = "";
     size_t len = 0;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, errs)
+    int kept = r->te.count < TJ_MAX_ERRORS ? r->te.count : TJ_MAX_ERRORS;
+    for (int i = 0; i < kept; i++)
         len += (size_t)snprintf(msg + len, len < sizeof msg ? sizeof msg - len : 0, "%s%s",
-                                len ? "; " : "", it->valuestring);
-    cJSON_Delete(errs);
+                                len ? "; " : "", r->te.msg[i]);
+    if (r->te.count > kept)
+        snprintf(msg + len, len < sizeof msg ? sizeof msg - len : 0, "; and %d more errors",
+                 r->te.count - kept);
     const char *before = condition_message(r->old, "Valid");
     if (ctl_set_condition(r->st, "Valid", 0, "InvalidSpec", msg, r->now) || !before)
         emit(r->c, r->job, "Warning", "InvalidSpec", msg);
@@ -650,7 +651,7 @@ static int refuse_immutable_change(struct reconcile *r, const cJSON *pods)
         }
     }
     int refused = hash && pod_hash && strcmp(hash, pod_hash) != 0 &&
-                  !cJSON_IsTrue(json_at(r->job, "spec.suspend"));
+                  !r->tj.spec.suspend;
     if (refused) {
         char fields[512], msg[1024];
         ctl_changed_fields(pod_hash, hash, fields, sizeof fields);
@@ -672,7 +673,7 @@ static int replace_failed(struct reconcile *r, const cJSON *pods, int *rc, herr 
 {
     struct controller *c = r->c;
     const cJSON *job = r->job, *p;
-    double backoff = json_num_at(job, "spec.restartPolicy.backoffSeconds", 30);
+    double backoff = r->tj.spec.restart.backoff_seconds;
     int any = 0;
     cJSON_ArrayForEach(p, pods) {
         if (!pod_failed(p) || json_at(p, "metadata.deletionTimestamp"))
@@ -799,7 +800,7 @@ static void status_from_pods(struct reconcile *r, const cJSON *pods, int workers
     }
     set_workers_ready(r->st, ready);
     char msg[2048];
-    double gang = json_num_at(job, "spec.gangTimeoutSeconds", 600);
+    double gang = r->tj.spec.gang_timeout_seconds;
     if (scheduled == workers) {
         ctl_set_condition(r->st, "PodsScheduled", 1, "AllScheduled", "every worker pod is scheduled", r->now);
     } else if (oldest_unsched > 0 && clock_wall_s() - oldest_unsched >= gang) {
@@ -842,12 +843,11 @@ static int reconcile_job(struct reconcile *r, herr *e)
     const cJSON *job = r->job;
     const char *phase = json_str_at(r->st, "phase");
     double gen = json_num_at(job, "metadata.generation", 1);
-    int workers = (int)json_num_at(job, "spec.workers", 0);
+    int workers = r->tj.spec.workers;
     json_set_num(r->st, "observedGeneration", gen);
 
-    int invalid = refuse_invalid_spec(r, phase, e);
-    if (invalid != 0)
-        return invalid < 0 ? -1 : 0;
+    if (refuse_invalid_spec(r, phase))
+        return 0;
     cJSON *pods = live_pods(r);
     if (!pods)
         return herr_set(e, "out of memory");
@@ -865,7 +865,7 @@ static int reconcile_job(struct reconcile *r, herr *e)
         goto out;
 
     json_set_num(json_child_object(r->st, "workers"), "total", workers);
-    if (cJSON_IsTrue(json_at(job, "spec.suspend"))) {
+    if (r->tj.spec.suspend) {
         rc = delete_pods(c, r->memo, pods, 0, e);
         set_workers_ready(r->st, 0);
         if (!is_phase(phase, "Suspended"))
@@ -916,6 +916,8 @@ static int reconcile_key(struct controller *c, const char *key, double *requeue,
                           .t = clock_wall_s()};
     r.st = cJSON_IsObject(old) ? cJSON_Duplicate(old, 1) : cJSON_CreateObject();
     kube_time_now(r.now, sizeof r.now, 0);
+    if (tj_job_from_json(job, &r.tj, &r.te) == 0) /* what the API takes but this version */
+        tj_spec_runnable(&r.tj.spec, "spec", &r.te); /* cannot run is refused too */
     /* What the coordinator reported since (phase, plan, progress, its conditions) first: the
      * reconcile then sees a phase it set (Failed is final) and writes everything at once. */
     if (r.st && feed)
@@ -940,6 +942,7 @@ static int reconcile_key(struct controller *c, const char *key, double *requeue,
     *requeue = r.requeue_s;
     memo_put(c, key, m, r.t);
     cJSON_Delete(r.st);
+    tj_job_free(&r.tj);
     cJSON_Delete(job);
     return rc;
 }

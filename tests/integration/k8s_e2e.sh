@@ -50,13 +50,13 @@ kubectl apply -f "$REPO/crds/trainingjob.yaml" >/dev/null &&
 CPORT=$(k8s_free_port)
 start_operator() {
     "$OPERATOR" run --kubeconfig "$KUBECONFIG_FILE" --metrics-addr 0 --health-addr 0 \
-        --coordinator-addr 127.0.0.1:$CPORT --coordinator-url ws://127.0.0.1:$CPORT/ \
+        --coordinator-addr 127.0.0.1:$CPORT --coordinator-url ws://127.0.0.1:$CPORT/ --status-interval 1 \
         --node-image holmes-node:test >>"$W/operator.log" 2>&1 &
     OP_PID=$!
 }
 start_operator
 
-sed -e "s/name: local-tiny/name: e2e/" -e "s/steps: 300/steps: 800/" \
+sed -e "s/name: local-tiny/name: e2e/" -e "s/steps: 300/steps: 500/" \
     -e "s#local-runs/local-tiny/checkpoints#$W/ckpt#" \
     -e "s#examples/data/corpus.txt#$REPO/examples/data/corpus.txt#" \
     -e "s/everySteps: 50/everySteps: 20/" -e "s/keep: 2/keep: 3/" \
@@ -173,7 +173,7 @@ ls "$W/ckpt" >"$W/ckpt.list" 2>&1
 check "resume: training went on from where the suspended run stopped (step $sus), not step 0" \
     bash -c "grep -hoE 'resumed from the checkpoint of step [0-9]+' '$W/e2e-worker-0.log' | tail -1 | awk '{ exit !(\$NF >= $sus && \$NF > 0) }'"
 for i in 0 1 2 3; do set_pod e2e-worker-$i Succeeded False; done
-check "the job Succeeded at step 800, restarts 2" wait_for 30 tj_is e2e '.status.phase == "Succeeded" and .status.progress.step == 800 and .status.restarts == 2'
+check "the job Succeeded at step 500, restarts 2" wait_for 30 tj_is e2e '.status.phase == "Succeeded" and .status.progress.step == 500 and .status.restarts == 2'
 loss=$(kubectl get tj e2e -n $NS -o jsonpath='{.status.progress.loss}')
 check "the final loss ($loss) is below 3.5 (from ~5.5: the curve continued)" awk -v l="$loss" 'BEGIN { exit !(l > 0 && l < 3.5) }'
 
