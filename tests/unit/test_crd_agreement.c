@@ -1,4 +1,4 @@
-/* The C validator (common/trainingjob.c) and the CRD schema (crds/trainingjob.yaml) agree.
+/* The C validator (common/trainingjob*.c) and the CRD schema (crds/trainingjob.yaml) agree.
  *
  * For every manifest under tests/manifests/ and examples/:
  *  - valid ones pass both; the schema's defaults, applied to the manifest, give the same

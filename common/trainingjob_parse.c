@@ -1,0 +1,687 @@
+/* The TrainingJob parser: JSON field readers that report "field.path: rule broken", the spec
+ * section by section over tj_spec_defaults, the cross-field rules, and the whole object
+ * (tj_spec_from_json, tj_job_from_json). */
+#include "trainingjob_impl.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "version.h"
+
+#define TJ_MAX_SAFE_INT 9007199254740992.0 /* 2^53: every integer below is exact in JSON */
+
+/* ---------------------------------------------------------------- JSON field readers */
+
+/* A string that reads as a number too large for any field (YAML keeps 1e400 as a string). */
+static int is_overflowed_number(const cJSON *v)
+{
+    if (!cJSON_IsString(v) || !*v->valuestring)
+        return 0;
+    const char *s = v->valuestring;
+    if (strspn(s, "0123456789.eE+-") != strlen(s) || !strpbrk(s, "0123456789"))
+        return 0;
+    char *end;
+    double d = strtod(s, &end);
+    return !*end && !isfinite(d);
+}
+
+static const char *json_type_name(const cJSON *v)
+{
+    if (cJSON_IsNumber(v)) return "a number";
+    if (is_overflowed_number(v)) return "a number out of range";
+    if (cJSON_IsString(v)) return "a string";
+    if (cJSON_IsBool(v)) return "a boolean";
+    if (cJSON_IsArray(v)) return "a list";
+    if (cJSON_IsObject(v)) return "an object";
+    if (cJSON_IsNull(v)) return "null";
+    return "invalid";
+}
+
+/* A member, or NULL when absent or null (the API server treats null as unset). */
+static const cJSON *member(const cJSON *obj, const char *key)
+{
+    const cJSON *v = obj ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
+    return (v && !cJSON_IsNull(v)) ? v : NULL;
+}
+
+static void join(char *out, size_t n, const char *path, const char *key)
+{
+    snprintf(out, n, "%s.%s", path, key);
+}
+
+/* Every key of `obj` must be listed in `allowed` (NULL-terminated). */
+static void check_keys(const cJSON *obj, const char *path, const char *const *allowed, struct tj_errors *errs)
+{
+    const cJSON *c;
+    cJSON_ArrayForEach(c, obj) {
+        int ok = 0;
+        for (const char *const *a = allowed; *a; a++)
+            if (c->string && !strcmp(c->string, *a))
+                ok = 1;
+        if (!ok)
+            tj_errors_add(errs, "%s.%.60s: unknown field", path, c->string ? c->string : "?");
+    }
+}
+
+/* An object member; absent/null gives NULL silently, a wrong type gives NULL and an error. */
+static const cJSON *get_object(const cJSON *obj, const char *path, const char *key, int required,
+                               struct tj_errors *errs)
+{
+    const cJSON *v = member(obj, key);
+    if (!v) {
+        if (required)
+            tj_errors_add(errs, "%s.%s: required", path, key);
+        return NULL;
+    }
+    if (!cJSON_IsObject(v)) {
+        tj_errors_add(errs, "%s.%s: must be an object, got %s", path, key, json_type_name(v));
+        return NULL;
+    }
+    return v;
+}
+
+/* An integer in [min, max]. Returns 1 when present and valid, 0 when absent (out untouched),
+ * -1 on error. */
+static int get_int64(const cJSON *obj, const char *path, const char *key, long long min, long long max,
+                     int required, long long *out, struct tj_errors *errs)
+{
+    const cJSON *v = member(obj, key);
+    if (!v) {
+        if (required)
+            tj_errors_add(errs, "%s.%s: required", path, key);
+        return required ? -1 : 0;
+    }
+    if (!cJSON_IsNumber(v)) {
+        tj_errors_add(errs, "%s.%s: must be an integer, got %s", path, key, json_type_name(v));
+        return -1;
+    }
+    double d = v->valuedouble;
+    if (!isfinite(d) || d != floor(d)) {
+        tj_errors_add(errs, "%s.%s: must be an integer, got %g", path, key, d);
+        return -1;
+    }
+    if (d < (double)min) {
+        tj_errors_add(errs, "%s.%s: %.0f is below the minimum %lld", path, key, d, min);
+        return -1;
+    }
+    if (d > (double)max) {
+        tj_errors_add(errs, "%s.%s: %.0f exceeds the maximum %lld", path, key, d, max);
+        return -1;
+    }
+    *out = (long long)d;
+    return 1;
+}
+
+static int get_int(const cJSON *obj, const char *path, const char *key, int min, int max, int required,
+                   int *out, struct tj_errors *errs)
+{
+    long long v;
+    int r = get_int64(obj, path, key, min, max, required, &v, errs);
+    if (r == 1)
+        *out = (int)v;
+    return r;
+}
+
+/* A number with min (inclusive unless min_excl) and max (inclusive unless max_excl). */
+static int get_num(const cJSON *obj, const char *path, const char *key, double min, int min_excl,
+                   double max, int max_excl, double *out, struct tj_errors *errs)
+{
+    const cJSON *v = member(obj, key);
+    if (!v)
+        return 0;
+    if (!cJSON_IsNumber(v)) {
+        tj_errors_add(errs, "%s.%s: must be a number, got %s", path, key, json_type_name(v));
+        return -1;
+    }
+    double d = v->valuedouble;
+    if (!isfinite(d)) {
+        tj_errors_add(errs, "%s.%s: must be a finite number", path, key);
+        return -1;
+    }
+    if (min_excl ? !(d > min) : !(d >= min)) {
+        tj_errors_add(errs, "%s.%s: %g must be %s %g", path, key, d, min_excl ? "greater than" : "at least", min);
+        return -1;
+    }
+    if (max_excl ? !(d < max) : !(d <= max)) {
+        tj_errors_add(errs, "%s.%s: %g must be %s %g", path, key, d, max_excl ? "less than" : "at most", max);
+        return -1;
+    }
+    *out = d;
+    return 1;
+}
+
+static int get_bool(const cJSON *obj, const char *path, const char *key, int *out, struct tj_errors *errs)
+{
+    const cJSON *v = member(obj, key);
+    if (!v)
+        return 0;
+    if (!cJSON_IsBool(v)) {
+        tj_errors_add(errs, "%s.%s: must be true or false, got %s", path, key, json_type_name(v));
+        return -1;
+    }
+    *out = cJSON_IsTrue(v);
+    return 1;
+}
+
+/* A string of 1..cap-1 bytes. */
+static int get_str(const cJSON *obj, const char *path, const char *key, int required, char *out, size_t cap,
+                   struct tj_errors *errs)
+{
+    const cJSON *v = member(obj, key);
+    if (!v) {
+        if (required)
+            tj_errors_add(errs, "%s.%s: required", path, key);
+        return required ? -1 : 0;
+    }
+    if (!cJSON_IsString(v)) {
+        tj_errors_add(errs, "%s.%s: must be a string, got %s", path, key, json_type_name(v));
+        return -1;
+    }
+    size_t len = strlen(v->valuestring);
+    if (len == 0) {
+        tj_errors_add(errs, "%s.%s: must not be empty", path, key);
+        return -1;
+    }
+    if (len >= cap) {
+        tj_errors_add(errs, "%s.%s: longer than %zu characters", path, key, cap - 1);
+        return -1;
+    }
+    memcpy(out, v->valuestring, len + 1);
+    return 1;
+}
+
+/* One of `names` (n of them); the index goes to *out. */
+static int get_enum(const cJSON *obj, const char *path, const char *key, const char *const *names, int n,
+                    int *out, struct tj_errors *errs)
+{
+    const cJSON *v = member(obj, key);
+    if (!v)
+        return 0;
+    if (cJSON_IsString(v)) {
+        for (int i = 0; i < n; i++) {
+            if (!strcmp(v->valuestring, names[i])) {
+                *out = i;
+                return 1;
+            }
+        }
+    }
+    char list[256] = "";
+    for (int i = 0; i < n; i++) {
+        size_t l = strlen(list);
+        snprintf(list + l, sizeof list - l, "%s%s", i ? ", " : "", names[i]);
+    }
+    if (cJSON_IsString(v))
+        tj_errors_add(errs, "%s.%s: \"%.60s\" is not one of %s", path, key, v->valuestring, list);
+    else
+        tj_errors_add(errs, "%s.%s: must be one of %s, got %s", path, key, list, json_type_name(v));
+    return -1;
+}
+
+/* A positive integer or "auto" (TJ_AUTO). */
+static int get_int_or_auto(const cJSON *obj, const char *path, const char *key, int max, int *out,
+                           struct tj_errors *errs)
+{
+    const cJSON *v = member(obj, key);
+    if (!v)
+        return 0;
+    if (cJSON_IsString(v)) {
+        if (!strcmp(v->valuestring, "auto")) {
+            *out = TJ_AUTO;
+            return 1;
+        }
+        tj_errors_add(errs, "%s.%s: must be a positive integer or \"auto\", got \"%.60s\"", path, key,
+                      v->valuestring);
+        return -1;
+    }
+    if (!cJSON_IsNumber(v)) {
+        tj_errors_add(errs, "%s.%s: must be a positive integer or \"auto\", got %s", path, key, json_type_name(v));
+        return -1;
+    }
+    return get_int(obj, path, key, 1, max, 0, out, errs);
+}
+
+/* ---------------------------------------------------------------- parsing */
+
+static void parse_model(const cJSON *spec, const char *sp, struct tj_spec *s, struct tj_errors *errs)
+{
+    char p[256];
+    join(p, sizeof p, sp, "model");
+    const cJSON *m = get_object(spec, sp, "model", 1, errs);
+    if (!m)
+        return;
+    static const char *const keys[] = {"preset", "layers", "hidden", "heads", "vocab", "seqLen", NULL};
+    check_keys(m, p, keys, errs);
+    struct tj_model *mo = &s->model;
+    const cJSON *pv = member(m, "preset");
+    if (pv) {
+        if (!cJSON_IsString(pv))
+            tj_errors_add(errs, "%s.preset: must be a string, got %s", p, json_type_name(pv));
+        else if (tj_model_preset(pv->valuestring, mo))
+            tj_errors_add(errs, "%s.preset: \"%.60s\" is not one of gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b",
+                          p, pv->valuestring);
+    }
+    /* A preset gives every size; any size given beside it overrides the preset's. */
+    get_int(m, p, "layers", 1, 1024, !pv, &mo->layers, errs);
+    get_int(m, p, "hidden", 1, 65536, !pv, &mo->hidden, errs);
+    get_int(m, p, "heads", 1, 1024, !pv, &mo->heads, errs);
+    get_int(m, p, "vocab", 1, 1048576, !pv, &mo->vocab, errs);
+    get_int(m, p, "seqLen", 1, 131072, !pv, &mo->seq_len, errs);
+}
+
+static void parse_parallelism(const cJSON *spec, const char *sp, struct tj_spec *s, struct tj_errors *errs)
+{
+    char p[256];
+    join(p, sizeof p, sp, "parallelism");
+    const cJSON *o = get_object(spec, sp, "parallelism", 0, errs);
+    if (!o)
+        return;
+    static const char *const keys[] = {"tensor", "pipeline", "data", "microBatches", "microBatchSize",
+                                       "schedule", "pipelineDtype", "paramGatherDtype", NULL};
+    check_keys(o, p, keys, errs);
+    get_int(o, p, "tensor", 1, 1024, 0, &s->par.tensor, errs);
+    get_int_or_auto(o, p, "pipeline", 1024, &s->par.pipeline, errs);
+    get_int_or_auto(o, p, "data", 1048576, &s->par.data, errs);
+    get_int(o, p, "microBatches", 1, 65536, 0, &s->par.micro_batches, errs);
+    get_int(o, p, "microBatchSize", 1, 65536, 0, &s->par.micro_batch_size, errs);
+    int v;
+    if (get_enum(o, p, "schedule", schedule_names, SCHED_COUNT, &v, errs) == 1)
+        s->par.schedule = (enum schedule)v;
+    if (get_enum(o, p, "pipelineDtype", dtype_names, DTYPE_API_COUNT, &v, errs) == 1)
+        s->par.pipeline_dtype = (enum dtype)v;
+    if (get_enum(o, p, "paramGatherDtype", dtype_names, DTYPE_API_COUNT, &v, errs) == 1)
+        s->par.param_gather_dtype = (enum dtype)v;
+}
+
+static void parse_placement(const cJSON *spec, const char *sp, struct tj_spec *s, struct tj_errors *errs)
+{
+    char p[256];
+    join(p, sizeof p, sp, "placement");
+    const cJSON *o = get_object(spec, sp, "placement", 0, errs);
+    if (!o)
+        return;
+    static const char *const keys[] = {"policy", "fabrics", "crossFabricGbps", NULL};
+    check_keys(o, p, keys, errs);
+    int v;
+    if (get_enum(o, p, "policy", policy_names, POLICY_API_COUNT, &v, errs) == 1)
+        s->placement.policy = (enum policy)v;
+    get_num(o, p, "crossFabricGbps", 0, 1, 100000, 0, &s->placement.cross_fabric_gbps, errs);
+    const cJSON *f = member(o, "fabrics");
+    if (!f)
+        return;
+    if (!cJSON_IsArray(f)) {
+        tj_errors_add(errs, "%s.fabrics: must be a list, got %s", p, json_type_name(f));
+        return;
+    }
+    int n = cJSON_GetArraySize(f);
+    if (n > TJ_MAX_FABRICS) {
+        tj_errors_add(errs, "%s.fabrics: %d entries exceed the maximum %d", p, n, TJ_MAX_FABRICS);
+        return;
+    }
+    static const char *const fkeys[] = {"fabric", "gbps", NULL};
+    const cJSON *it;
+    int i = 0;
+    cJSON_ArrayForEach(it, f) {
+        char ip[300];
+        snprintf(ip, sizeof ip, "%s.fabrics[%d]", p, i);
+        if (!cJSON_IsObject(it)) {
+            tj_errors_add(errs, "%s: must be an object, got %s", ip, json_type_name(it));
+            i++;
+            continue;
+        }
+        check_keys(it, ip, fkeys, errs);
+        struct tj_fabric_bw *fb = &s->placement.fabrics[i];
+        get_str(it, ip, "fabric", 1, fb->fabric, sizeof fb->fabric, errs);
+        if (!member(it, "gbps"))
+            tj_errors_add(errs, "%s.gbps: required", ip);
+        get_num(it, ip, "gbps", 0, 1, 100000, 0, &fb->gbps, errs);
+        for (int k = 0; k < i; k++)
+            if (fb->fabric[0] && !strcmp(fb->fabric, s->placement.fabrics[k].fabric))
+                tj_errors_add(errs, "%s.fabric: \"%s\" is listed twice", ip, fb->fabric);
+        i++;
+    }
+    s->placement.n_fabrics = n;
+}
+
+static void parse_training(const cJSON *spec, const char *sp, struct tj_spec *s, struct tj_errors *errs)
+{
+    char p[256];
+    join(p, sizeof p, sp, "training");
+    const cJSON *o = get_object(spec, sp, "training", 1, errs);
+    if (!o)
+        return;
+    static const char *const keys[] = {"steps", "optimizer", "precision", "seed", "data", "checkpoint",
+                                       "initFrom", "logEverySteps", NULL};
+    check_keys(o, p, keys, errs);
+    struct tj_training *t = &s->training;
+    long long steps = 0;
+    if (get_int64(o, p, "steps", 1, 1000000000, 1, &steps, errs) == 1)
+        t->steps = (long)steps;
+    int v;
+    if (get_enum(o, p, "precision", dtype_names, DTYPE_API_COUNT, &v, errs) == 1)
+        t->precision = (enum dtype)v;
+    long long seed;
+    if (get_int64(o, p, "seed", 0, (long long)TJ_MAX_SAFE_INT, 0, &seed, errs) == 1)
+        t->seed = (unsigned long long)seed;
+    get_str(o, p, "initFrom", 0, t->init_from, sizeof t->init_from, errs);
+    get_int(o, p, "logEverySteps", 1, 1000000, 0, &t->log_every_steps, errs);
+
+    char q[300];
+    snprintf(q, sizeof q, "%s.optimizer", p);
+    const cJSON *opt = get_object(o, p, "optimizer", 0, errs);
+    if (opt) {
+        static const char *const okeys[] = {"lr", "warmupSteps", "schedule", "minLrRatio", "beta1", "beta2",
+                                            "eps", "weightDecay", "gradClip", NULL};
+        check_keys(opt, q, okeys, errs);
+        struct tj_optimizer *op = &t->opt;
+        get_num(opt, q, "lr", 0, 1, 10, 0, &op->lr, errs);
+        get_int(opt, q, "warmupSteps", 0, 1000000000, 0, &op->warmup_steps, errs);
+        if (get_enum(opt, q, "schedule", tj_lr_names, 2, &v, errs) == 1)
+            op->schedule = (enum tj_lr_schedule)v;
+        get_num(opt, q, "minLrRatio", 0, 0, 1, 0, &op->min_lr_ratio, errs);
+        get_num(opt, q, "beta1", 0, 0, 1, 1, &op->beta1, errs);
+        get_num(opt, q, "beta2", 0, 0, 1, 1, &op->beta2, errs);
+        get_num(opt, q, "eps", 0, 1, 1, 0, &op->eps, errs);
+        get_num(opt, q, "weightDecay", 0, 0, 10, 0, &op->weight_decay, errs);
+        get_num(opt, q, "gradClip", 0, 0, 1e6, 0, &op->grad_clip, errs);
+    }
+
+    snprintf(q, sizeof q, "%s.data", p);
+    const cJSON *d = get_object(o, p, "data", 0, errs);
+    if (d) {
+        static const char *const dkeys[] = {"path", "format", NULL};
+        check_keys(d, q, dkeys, errs);
+        t->data.is_demo = 0;
+        t->data.path[0] = '\0';
+        t->data.format = TJ_DATA_LLMC;
+        get_str(d, q, "path", 1, t->data.path, sizeof t->data.path, errs);
+        if (get_enum(d, q, "format", tj_format_names, 2, &v, errs) == 1)
+            t->data.format = (enum tj_data_format)v;
+    }
+
+    snprintf(q, sizeof q, "%s.checkpoint", p);
+    const cJSON *c = get_object(o, p, "checkpoint", 0, errs);
+    if (c) {
+        static const char *const ckeys[] = {"path", "everySteps", "keep", NULL};
+        check_keys(c, q, ckeys, errs);
+        get_str(c, q, "path", 0, t->checkpoint.path, sizeof t->checkpoint.path, errs);
+        get_int(c, q, "everySteps", 0, 1000000000, 0, &t->checkpoint.every_steps, errs);
+        get_int(c, q, "keep", 1, 1000, 0, &t->checkpoint.keep, errs);
+    }
+}
+
+static void parse_emulation(const cJSON *spec, const char *sp, struct tj_spec *s, struct tj_errors *errs)
+{
+    char p[256];
+    join(p, sizeof p, sp, "emulation");
+    const cJSON *o = get_object(spec, sp, "emulation", 0, errs);
+    if (!o)
+        return;
+    static const char *const keys[] = {"nics", "crossFabricGbps", "bandwidthScale", NULL};
+    check_keys(o, p, keys, errs);
+    struct tj_emulation *em = &s->emulation;
+    em->enabled = 1;
+    get_num(o, p, "crossFabricGbps", 0, 1, 100000, 0, &em->cross_fabric_gbps, errs);
+    get_num(o, p, "bandwidthScale", 0, 1, 1, 0, &em->bandwidth_scale, errs);
+    const cJSON *nics = member(o, "nics");
+    if (!nics) {
+        tj_errors_add(errs, "%s.nics: required", p);
+        return;
+    }
+    if (!cJSON_IsArray(nics)) {
+        tj_errors_add(errs, "%s.nics: must be a list, got %s", p, json_type_name(nics));
+        return;
+    }
+    int n = cJSON_GetArraySize(nics);
+    if (n < 1) {
+        tj_errors_add(errs, "%s.nics: needs at least one NIC group", p);
+        return;
+    }
+    if (n > TJ_MAX_NIC_GROUPS) {
+        tj_errors_add(errs, "%s.nics: %d groups exceed the maximum %d", p, n, TJ_MAX_NIC_GROUPS);
+        return;
+    }
+    static const char *const gkeys[] = {"class", "fabric", "gbps", "count", NULL};
+    const cJSON *it;
+    int i = 0;
+    cJSON_ArrayForEach(it, nics) {
+        char ip[300];
+        snprintf(ip, sizeof ip, "%s.nics[%d]", p, i);
+        struct tj_nic_group *g = &em->groups[i++];
+        if (!cJSON_IsObject(it)) {
+            tj_errors_add(errs, "%s: must be an object, got %s", ip, json_type_name(it));
+            continue;
+        }
+        check_keys(it, ip, gkeys, errs);
+        int v;
+        if (!member(it, "class"))
+            tj_errors_add(errs, "%s.class: required", ip);
+        else if (get_enum(it, ip, "class", tj_class_names, 3, &v, errs) == 1)
+            snprintf(g->cls, sizeof g->cls, "%s", tj_class_names[v]);
+        get_str(it, ip, "fabric", 1, g->fabric, sizeof g->fabric, errs);
+        if (!member(it, "gbps"))
+            tj_errors_add(errs, "%s.gbps: required", ip);
+        get_num(it, ip, "gbps", 0, 1, 100000, 0, &g->gbps, errs);
+        get_int(it, ip, "count", 1, 65536, 1, &g->count, errs);
+    }
+    em->n_groups = n;
+}
+
+static void parse_template(const cJSON *spec, const char *sp, struct tj_spec *s, struct tj_errors *errs)
+{
+    char p[256];
+    join(p, sizeof p, sp, "template");
+    const cJSON *t = get_object(spec, sp, "template", 0, errs);
+    if (!t)
+        return;
+    static const char *const keys[] = {"metadata", "spec", NULL};
+    check_keys(t, p, keys, errs);
+    get_object(t, p, "metadata", 0, errs);
+    char q[300];
+    snprintf(q, sizeof q, "%s.spec", p);
+    const cJSON *ps = get_object(t, p, "spec", 0, errs);
+    if (ps) {
+        const cJSON *cs = member(ps, "containers");
+        if (cs && !cJSON_IsArray(cs)) {
+            tj_errors_add(errs, "%s.containers: must be a list, got %s", q, json_type_name(cs));
+        } else if (cs) {
+            const cJSON *c;
+            int i = 0;
+            cJSON_ArrayForEach(c, cs) {
+                if (!cJSON_IsObject(c))
+                    tj_errors_add(errs, "%s.containers[%d]: must be an object, got %s", q, i, json_type_name(c));
+                else {
+                    char cp[340];
+                    snprintf(cp, sizeof cp, "%s.containers[%d]", q, i);
+                    char name[64];
+                    get_str(c, cp, "name", 1, name, sizeof name, errs);
+                }
+                i++;
+            }
+        }
+        const cJSON *ns = member(ps, "nodeSelector");
+        if (ns && !cJSON_IsObject(ns))
+            tj_errors_add(errs, "%s.nodeSelector: must be an object, got %s", q, json_type_name(ns));
+        else if (ns) {
+            const cJSON *kv;
+            cJSON_ArrayForEach(kv, ns)
+                if (!cJSON_IsString(kv))
+                    tj_errors_add(errs, "%s.nodeSelector.%.60s: must be a string, got %s", q, kv->string,
+                                  json_type_name(kv));
+        }
+        static const char *const lists[] = {"tolerations", "volumes", "imagePullSecrets", "initContainers", NULL};
+        for (const char *const *l = lists; *l; l++) {
+            const cJSON *v = member(ps, *l);
+            if (v && !cJSON_IsArray(v))
+                tj_errors_add(errs, "%s.%s: must be a list, got %s", q, *l, json_type_name(v));
+        }
+        static const char *const strs[] = {"priorityClassName", "serviceAccountName", "schedulerName", NULL};
+        for (const char *const *l = strs; *l; l++) {
+            const cJSON *v = member(ps, *l);
+            if (v && !cJSON_IsString(v))
+                tj_errors_add(errs, "%s.%s: must be a string, got %s", q, *l, json_type_name(v));
+        }
+        const cJSON *aff = member(ps, "affinity");
+        if (aff && !cJSON_IsObject(aff))
+            tj_errors_add(errs, "%s.affinity: must be an object, got %s", q, json_type_name(aff));
+    }
+    s->pod_template = cJSON_Duplicate(t, 1);
+    if (!s->pod_template)
+        tj_errors_add(errs, "%s: out of memory", p);
+}
+
+/* True when one of errs->msg[from..to-1] is about `path` or a field below it. */
+static int errors_under(const struct tj_errors *errs, int from, int to, const char *path)
+{
+    size_t n = strlen(path);
+    for (int i = from; i < to && i < TJ_MAX_ERRORS; i++)
+        if (!strncmp(errs->msg[i], path, n) && (errs->msg[i][n] == ':' || errs->msg[i][n] == '.' ||
+                                                 errs->msg[i][n] == '['))
+            return 1;
+    return 0;
+}
+
+/* Runs the cross-field rules and keeps each error unless a field it depends on already failed
+ * to parse (its value is then a default, and the rule would report a consequence, not a cause):
+ * the sizes every rule uses (workers, gpusPerWorker, model) and the error's own section. */
+static void add_cross_field_errors(const struct tj_spec *s, const char *sp, int before, struct tj_errors *errs)
+{
+    char base[3][300];
+    snprintf(base[0], sizeof base[0], "%s.workers", sp);
+    snprintf(base[1], sizeof base[1], "%s.gpusPerWorker", sp);
+    snprintf(base[2], sizeof base[2], "%s.model", sp);
+    for (int i = 0; i < 3; i++)
+        if (errors_under(errs, before, errs->count, base[i]))
+            return;
+    struct tj_errors *cross = calloc(1, sizeof *cross);
+    if (!cross) {
+        tj_errors_add(errs, "%s: out of memory", sp);
+        return;
+    }
+    tj_spec_validate(s, sp, cross);
+    size_t splen = strlen(sp);
+    int parse_end = errs->count;
+    for (int i = 0; i < cross->count && i < TJ_MAX_ERRORS; i++) {
+        /* The section: "spec.parallelism" of "spec.parallelism.tensor: ..." */
+        char section[300];
+        const char *m = cross->msg[i];
+        if (strncmp(m, sp, splen) || m[splen] != '.') {
+            tj_errors_add(errs, "%s", m);
+            continue;
+        }
+        size_t end = splen + 1;
+        while (m[end] && m[end] != '.' && m[end] != ':' && m[end] != '[')
+            end++;
+        snprintf(section, sizeof section, "%.*s", (int)end, m);
+        if (!errors_under(errs, before, parse_end, section))
+            tj_errors_add(errs, "%s", m);
+    }
+    free(cross);
+}
+
+int tj_spec_from_json(const cJSON *spec, const char *path, struct tj_spec *out, struct tj_errors *errs)
+{
+    const char *sp = path ? path : "spec";
+    int before = errs->count;
+    tj_spec_defaults(out);
+    if (!cJSON_IsObject(spec)) {
+        tj_errors_add(errs, "%s: must be an object, got %s", sp, spec ? json_type_name(spec) : "nothing");
+        return -1;
+    }
+    static const char *const keys[] = {"workers", "gpusPerWorker", "image", "model", "parallelism",
+                                       "placement", "training", "gangTimeoutSeconds", "restartPolicy",
+                                       "suspend", "emulation", "template", NULL};
+    check_keys(spec, sp, keys, errs);
+    get_int(spec, sp, "workers", 1, 4096, 1, &out->workers, errs);
+    get_int(spec, sp, "gpusPerWorker", 0, 16, 1, &out->gpus_per_worker, errs);
+    get_str(spec, sp, "image", 0, out->image, sizeof out->image, errs);
+    parse_model(spec, sp, out, errs);
+    parse_parallelism(spec, sp, out, errs);
+    parse_placement(spec, sp, out, errs);
+    parse_training(spec, sp, out, errs);
+    get_int(spec, sp, "gangTimeoutSeconds", 1, 86400, 0, &out->gang_timeout_seconds, errs);
+    char p[256];
+    join(p, sizeof p, sp, "restartPolicy");
+    const cJSON *rp = get_object(spec, sp, "restartPolicy", 0, errs);
+    if (rp) {
+        static const char *const rkeys[] = {"maxRestarts", "backoffSeconds", NULL};
+        check_keys(rp, p, rkeys, errs);
+        get_int(rp, p, "maxRestarts", 0, 100, 0, &out->restart.max_restarts, errs);
+        get_int(rp, p, "backoffSeconds", 0, 3600, 0, &out->restart.backoff_seconds, errs);
+    }
+    get_bool(spec, sp, "suspend", &out->suspend, errs);
+    parse_emulation(spec, sp, out, errs);
+    parse_template(spec, sp, out, errs);
+    add_cross_field_errors(out, sp, before, errs);
+    return errs->count == before ? 0 : -1;
+}
+
+/* ---------------------------------------------------------------- whole objects */
+
+static int is_dns_label(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 52)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!(islower((unsigned char)s[i]) || isdigit((unsigned char)s[i]) || s[i] == '-'))
+            return 0;
+    return isalnum((unsigned char)s[0]) && isalnum((unsigned char)s[n - 1]);
+}
+
+int tj_job_from_json(const cJSON *obj, struct tj_job *out, struct tj_errors *errs)
+{
+    int before = errs->count;
+    memset(out, 0, sizeof *out);
+    tj_spec_defaults(&out->spec);
+    if (!cJSON_IsObject(obj)) {
+        tj_errors_add(errs, "document: must be an object, got %s", obj ? json_type_name(obj) : "nothing");
+        return -1;
+    }
+    const cJSON *av = member(obj, "apiVersion"), *kind = member(obj, "kind");
+    if (!av)
+        tj_errors_add(errs, "apiVersion: required (%s)", HOLMES_API_VERSION);
+    else if (!cJSON_IsString(av) || strcmp(av->valuestring, HOLMES_API_VERSION))
+        tj_errors_add(errs, "apiVersion: must be %s", HOLMES_API_VERSION);
+    if (!kind)
+        tj_errors_add(errs, "kind: required (TrainingJob)");
+    else if (!cJSON_IsString(kind) || strcmp(kind->valuestring, "TrainingJob"))
+        tj_errors_add(errs, "kind: must be TrainingJob");
+    const cJSON *md = get_object(obj, "", "metadata", 1, errs);
+    if (md) {
+        const cJSON *name = member(md, "name");
+        if (!name)
+            tj_errors_add(errs, "metadata.name: required");
+        else if (!cJSON_IsString(name))
+            tj_errors_add(errs, "metadata.name: must be a string, got %s", json_type_name(name));
+        else if (!is_dns_label(name->valuestring))
+            tj_errors_add(errs, "metadata.name: \"%.60s\" must be 1-52 lowercase letters, digits or '-', starting "
+                          "and ending with a letter or digit", name->valuestring);
+        else
+            snprintf(out->name, sizeof out->name, "%s", name->valuestring);
+        const cJSON *ns = member(md, "namespace");
+        if (ns && (!cJSON_IsString(ns) || strlen(ns->valuestring) >= sizeof out->namespace_))
+            tj_errors_add(errs, "metadata.namespace: must be a string of at most %zu characters",
+                          sizeof out->namespace_ - 1);
+        else if (ns)
+            snprintf(out->namespace_, sizeof out->namespace_, "%s", ns->valuestring);
+        const cJSON *uid = member(md, "uid");
+        if (cJSON_IsString(uid))
+            snprintf(out->uid, sizeof out->uid, "%s", uid->valuestring);
+        const cJSON *gen = member(md, "generation");
+        if (cJSON_IsNumber(gen))
+            out->generation = (long long)gen->valuedouble;
+    }
+    const cJSON *spec = member(obj, "spec");
+    if (!spec)
+        tj_errors_add(errs, "spec: required");
+    else
+        tj_spec_from_json(spec, "spec", &out->spec, errs);
+    /* The "." that get_object put before top-level keys reads oddly; errors name "metadata" directly. */
+    for (int i = before; i < errs->count && i < TJ_MAX_ERRORS; i++)
+        if (errs->msg[i][0] == '.')
+            memmove(errs->msg[i], errs->msg[i] + 1, strlen(errs->msg[i]));
+    return errs->count == before ? 0 : -1;
+}

@@ -1,0 +1,386 @@
+/* The holmes placement search: candidate placements (fabric-first, speed-first, striped, in
+ * every stage order), a hill-climb from the best few, and the naive placement. */
+#include "planner_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- holmes placement search ---- */
+
+static int next_perm(int *a, int n)
+{
+    int i = n - 2;
+    while (i >= 0 && a[i] >= a[i + 1])
+        i--;
+    if (i < 0)
+        return 0;
+    int j = n - 1;
+    while (a[j] <= a[i])
+        j--;
+    int t = a[i];
+    a[i] = a[j];
+    a[j] = t;
+    for (int l = i + 1, r = n - 1; l < r; l++, r--) {
+        t = a[l];
+        a[l] = a[r];
+        a[r] = t;
+    }
+    return 1;
+}
+
+/* Evaluates S->cur (after putting each stage in canonical order); keeps the global best and
+ * the SEARCH_TOP best distinct starting points. Returns the step time. */
+static double try_candidate(struct search *S)
+{
+    size_t n = (size_t)S->P * S->D;
+    pl_canonical(S->ev, S->P, S->cur);
+    double t = pl_eval_placement(S->ev, S->P, S->cur, S->job, 0);
+    S->evals++;
+    if (t < S->best_t * (1 - 1e-12)) {
+        S->best_t = t;
+        memcpy(S->best, S->cur, sizeof(int) * n);
+        memcpy(S->best_layers, S->ev->best_layers, sizeof(int) * (size_t)S->P);
+    }
+    if (!S->top || !isfinite(t))
+        return t;
+    for (int i = 0; i < S->n_top; i++)
+        if (S->top_t[i] == t && !memcmp(S->top + i * n, S->cur, sizeof(int) * n))
+            return t;
+    int pos = S->n_top < SEARCH_TOP ? S->n_top : SEARCH_TOP - 1;
+    if (S->n_top == SEARCH_TOP && t >= S->top_t[pos])
+        return t;
+    while (pos > 0 && S->top_t[pos - 1] > t) {
+        memcpy(S->top + (size_t)pos * n, S->top + (size_t)(pos - 1) * n, sizeof(int) * n);
+        S->top_t[pos] = S->top_t[pos - 1];
+        pos--;
+    }
+    memcpy(S->top + (size_t)pos * n, S->cur, sizeof(int) * n);
+    S->top_t[pos] = t;
+    if (S->n_top < SEARCH_TOP)
+        S->n_top++;
+    return t;
+}
+
+/* Tries S->cur with its stages in every order (short pipelines on small clusters), or in
+ * its own and the reverse order. */
+static void try_orders(struct search *S)
+{
+    int D = S->P > 0 ? S->D : 0, P = S->P;
+    size_t n = (size_t)P * D;
+    if (P <= 5 && S->ev->n_units <= 256) {
+        int base[5 * 256], perm[5];
+        memcpy(base, S->cur, sizeof(int) * n);
+        for (int i = 0; i < P; i++)
+            perm[i] = i;
+        do {
+            for (int st = 0; st < P; st++)
+                memcpy(S->cur + (size_t)st * D, base + (size_t)perm[st] * D, sizeof(int) * D);
+            try_candidate(S);
+        } while (next_perm(perm, P));
+        return;
+    }
+    try_candidate(S);
+    for (int l = 0, r = P - 1; l < r; l++, r--)
+        for (int d = 0; d < D; d++) {
+            int t = S->cur[l * D + d];
+            S->cur[l * D + d] = S->cur[r * D + d];
+            S->cur[r * D + d] = t;
+        }
+    try_candidate(S);
+}
+
+static int cmp_speed_desc(const void *a, const void *b, void *ctx)
+{
+    const struct plan_eval *ev = ctx;
+    int x = *(const int *)a, y = *(const int *)b;
+    const struct unit *ux = &ev->units[x], *uy = &ev->units[y];
+    if (ux->tflops != uy->tflops)
+        return ux->tflops < uy->tflops ? 1 : -1;
+    if (ux->gbps != uy->gbps)
+        return ux->gbps < uy->gbps ? 1 : -1;
+    return x - y;
+}
+
+/* Fabric-first candidate: fabrics in `perm` order, units of each fabric by speed (descending,
+ * or ascending when `asc`), cut into stages of D consecutive units. */
+static void build_fabric_first(struct search *S, int asc)
+{
+    struct plan_eval *ev = S->ev;
+    int k = 0;
+    for (int i = 0; i < ev->n_fabrics; i++) {
+        int f = S->perm[i];
+        int a = S->fab_start[f], b = S->fab_start[f + 1];
+        for (int x = a; x < b; x++)
+            S->cur[k++] = S->fab_units[asc ? b - 1 - (x - a) : x];
+    }
+}
+
+/* Striped: each replica's column of stages from one fabric where possible (units in fabric
+ * order fill column after column), so stage boundaries stay inside fabrics and the data-parallel
+ * rings cross them instead. Only when homogeneous stages are impossible. */
+static void build_striped(struct search *S)
+{
+    struct plan_eval *ev = S->ev;
+    int k = 0, P = S->P, D = S->D;
+    for (int i = 0; i < ev->n_fabrics; i++) {
+        int f = S->perm[i];
+        for (int x = S->fab_start[f]; x < S->fab_start[f + 1]; x++, k++)
+            S->cur[(k % P) * D + k / P] = S->fab_units[x];
+    }
+}
+
+/* Speed-first: all units by speed, fabric order breaking ties (only when homogeneity is
+ * impossible anyway). */
+static void build_speed_first(struct search *S)
+{
+    struct plan_eval *ev = S->ev;
+    int k = 0;
+    for (int i = 0; i < ev->n_fabrics; i++) {
+        int f = S->perm[i];
+        for (int x = S->fab_start[f]; x < S->fab_start[f + 1]; x++)
+            S->cur[k++] = S->fab_units[x];
+    }
+    /* stable by speed: insertion order is fabric order */
+    for (int i = 1; i < k; i++) {
+        int v = S->cur[i], j = i - 1;
+        while (j >= 0 && ev->units[S->cur[j]].tflops < ev->units[v].tflops) {
+            S->cur[j + 1] = S->cur[j];
+            j--;
+        }
+        S->cur[j + 1] = v;
+    }
+}
+
+
+/* Hill-climb from S->loc: swap two units of different classes between stages (keeping
+ * stages fabric-homogeneous when required), or swap two whole stages. */
+static void local_search(struct search *S, double loc_t, long budget)
+{
+    struct plan_eval *ev = S->ev;
+    int P = S->P, D = S->D, n = P * D;
+    long stop = S->evals + budget;
+    for (int round = 0; round < 200 && S->evals < stop; round++) {
+        int improved = 0;
+        for (int i = 0; i < P && S->evals < stop; i++) {
+            for (int j = i + 1; j < P && S->evals < stop; j++) {
+                memcpy(S->cur, S->loc, sizeof(int) * (size_t)n);
+                for (int d = 0; d < D; d++) {
+                    int t = S->cur[i * D + d];
+                    S->cur[i * D + d] = S->cur[j * D + d];
+                    S->cur[j * D + d] = t;
+                }
+                double t = try_candidate(S);
+                if (t < loc_t * (1 - 1e-12)) {
+                    loc_t = t;
+                    memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
+                    improved = 1;
+                }
+            }
+        }
+        /* unit swaps: one per (stage, class) x (stage, class) pair */
+        int *rep = S->rep, *nrep = S->nrep;
+        for (int st = 0; st < P; st++) {
+            nrep[st] = 0;
+            for (int d = 0; d < D && nrep[st] < SEARCH_REPS; d++) {
+                int pos = st * D + d, c = ev->units[S->loc[pos]].klass, seen = 0;
+                for (int k = 0; k < nrep[st] && !seen; k++)
+                    seen = ev->units[S->loc[rep[st * SEARCH_REPS + k]]].klass == c;
+                if (!seen)
+                    rep[st * SEARCH_REPS + nrep[st]++] = pos;
+            }
+        }
+        int moved = 0;
+        for (int i = 0; i < P && !moved && S->evals < stop; i++)
+            for (int j = i + 1; j < P && !moved && S->evals < stop; j++)
+                for (int x = 0; x < nrep[i] && !moved && S->evals < stop; x++)
+                    for (int y = 0; y < nrep[j] && !moved && S->evals < stop; y++) {
+                        int a = rep[i * SEARCH_REPS + x], b = rep[j * SEARCH_REPS + y];
+                        const struct unit *ua = &ev->units[S->loc[a]];
+                        const struct unit *ub = &ev->units[S->loc[b]];
+                        if (ua->klass == ub->klass || (S->homog && ua->fabric != ub->fabric))
+                            continue;
+                        memcpy(S->cur, S->loc, sizeof(int) * (size_t)n);
+                        S->cur[a] = S->loc[b];
+                        S->cur[b] = S->loc[a];
+                        double t = try_candidate(S);
+                        if (t < loc_t * (1 - 1e-12)) {
+                            loc_t = t;
+                            memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
+                            improved = moved = 1;
+                        }
+                    }
+        if (!improved)
+            break;
+    }
+}
+
+/* Is a fabric-homogeneous placement possible: every fabric's units a multiple of D. */
+int pl_homogeneous_possible(const struct plan_eval *ev, const int *fab_start, int D)
+{
+    for (int f = 0; f < ev->n_fabrics; f++)
+        if ((fab_start[f + 1] - fab_start[f]) % D)
+            return 0;
+    return 1;
+}
+
+/* Best holmes placement for (P, D): fills S->best, S->best_layers, S->best_t. */
+int pl_holmes_search(struct search *S, herr *e)
+{
+    struct plan_eval *ev = S->ev;
+    int nf = ev->n_fabrics;
+    S->fab_units = malloc(sizeof(int) * (size_t)ev->n_units);
+    S->fab_start = calloc((size_t)nf + 1, sizeof(int));
+    S->perm = malloc(sizeof(int) * (size_t)nf);
+    if (!S->fab_units || !S->fab_start || !S->perm)
+        return herr_set(e, "planner: out of memory");
+    for (int u = 0; u < ev->n_units; u++)
+        S->fab_start[ev->units[u].fabric + 1]++;
+    for (int f = 0; f < nf; f++)
+        S->fab_start[f + 1] += S->fab_start[f];
+    int *fill = calloc((size_t)nf, sizeof(int));
+    if (!fill)
+        return herr_set(e, "planner: out of memory");
+    for (int u = 0; u < ev->n_units; u++) {
+        int f = ev->units[u].fabric;
+        S->fab_units[S->fab_start[f] + fill[f]++] = u;
+    }
+    free(fill);
+    for (int f = 0; f < nf; f++)
+        qsort_r(S->fab_units + S->fab_start[f], (size_t)(S->fab_start[f + 1] - S->fab_start[f]),
+                sizeof(int), cmp_speed_desc, ev);
+    S->homog = pl_homogeneous_possible(ev, S->fab_start, S->D);
+    S->best_t = INFINITY;
+    /* fabric orders: every permutation up to 5 fabrics, else preference order and reverse */
+    for (int i = 0; i < nf; i++)
+        S->perm[i] = i;
+    int by_pref = nf > 5;
+    if (by_pref) {
+        for (int f = 0; f < nf; f++)
+            S->perm[ev->fabric_rank[f]] = f;
+    }
+    if (S->quick) {
+        /* one fabric-first candidate in preference order: a cheap estimate of the shape */
+        for (int f = 0; f < nf; f++)
+            S->perm[ev->fabric_rank[f]] = f;
+        build_fabric_first(S, 0);
+        try_candidate(S);
+        return 0;
+    }
+    for (int round = 0;; round++) {
+        for (int asc = 0; asc <= 1; asc++) {
+            build_fabric_first(S, asc);
+            try_orders(S);
+        }
+        if (!S->homog) {
+            build_speed_first(S);
+            try_orders(S);
+            build_striped(S);
+            try_orders(S);
+        }
+        if (by_pref) {
+            if (round == 1)
+                break;
+            for (int l = 0, r = nf - 1; l < r; l++, r--) {
+                int t = S->perm[l];
+                S->perm[l] = S->perm[r];
+                S->perm[r] = t;
+            }
+        } else if (!next_perm(S->perm, nf)) {
+            break;
+        }
+    }
+    /* the workers as listed (the naive order), when it respects the fabric constraint */
+    int ok = 1;
+    for (int u = 0; u < ev->n_units; u++) {
+        S->cur[u] = u;
+        if (S->homog && ev->units[u].fabric != ev->units[u - u % S->D].fabric)
+            ok = 0;
+    }
+    if (ok)
+        try_candidate(S);
+    /* hill-climb from each of the best few starting points (the list grows while climbing,
+     * so take a snapshot first) */
+    size_t n = (size_t)S->P * S->D;
+    int n_start = S->n_top;
+    /* room for the whole top list: it is copied again below, after climbing has grown it */
+    int *starts = malloc(sizeof(int) * n * SEARCH_TOP);
+    double start_t[SEARCH_TOP];
+    if (!starts)
+        return herr_set(e, "planner: out of memory");
+    memcpy(starts, S->top, sizeof(int) * n * (size_t)n_start);
+    memcpy(start_t, S->top_t, sizeof start_t);
+    for (int i = 0; i < n_start; i++) {
+        memcpy(S->loc, starts + (size_t)i * n, sizeof(int) * n);
+        local_search(S, start_t[i], S->budget / n_start);
+    }
+    if (ev->fast) {
+        /* large clusters searched with the quick partition: refine the best few fully */
+        ev->fast = 0;
+        memcpy(starts, S->top, sizeof(int) * n * (size_t)S->n_top);
+        n_start = S->n_top;
+        S->best_t = INFINITY;
+        for (int i = 0; i < n_start; i++) {
+            memcpy(S->cur, starts + (size_t)i * n, sizeof(int) * n);
+            try_candidate(S);
+        }
+        ev->fast = 1;
+    }
+    free(starts);
+    return 0;
+}
+
+void pl_search_free(struct search *S)
+{
+    free(S->cur);
+    free(S->best);
+    free(S->best_layers);
+    free(S->fab_units);
+    free(S->fab_start);
+    free(S->perm);
+    free(S->top);
+    free(S->loc);
+    free(S->rep);
+    free(S->nrep);
+    memset(S, 0, sizeof *S);
+}
+
+int pl_search_init(struct search *S, struct plan_eval *ev, const struct plan_job *job, int P,
+                   int D, herr *e)
+{
+    memset(S, 0, sizeof *S);
+    S->ev = ev;
+    S->job = job;
+    S->P = P;
+    S->D = D;
+    S->cur = malloc(sizeof(int) * (size_t)ev->n_units);
+    S->best = malloc(sizeof(int) * (size_t)ev->n_units);
+    S->best_layers = malloc(sizeof(int) * (size_t)P);
+    S->top = malloc(sizeof(int) * (size_t)ev->n_units * SEARCH_TOP);
+    S->loc = malloc(sizeof(int) * (size_t)ev->n_units);
+    S->rep = malloc(sizeof(int) * (size_t)P * SEARCH_REPS);
+    S->nrep = malloc(sizeof(int) * (size_t)P);
+    if (!S->cur || !S->best || !S->best_layers || !S->top || !S->loc || !S->rep || !S->nrep)
+        return herr_set(e, "planner: out of memory");
+    /* evaluations allowed in the local search: generous for small clusters, bounded work for
+     * large ones (each evaluation is O(units + stages * micro-batches)) */
+    long work = (long)ev->n_units + (long)P * ev->cj.micro_batches * 4 + (long)P * ev->L * 8;
+    S->budget = 4000000L / (work > 0 ? work : 1);
+    if (S->budget < 32)
+        S->budget = 32;
+    /* beyond small clusters, candidates are compared with the quick partition */
+    ev->fast = ev->n_units > 32;
+    if (S->budget > 20000)
+        S->budget = 20000;
+    return 0;
+}
+
+/* Naive (Megatron order over the workers as listed) placement with equal layers (or the pin,
+ * unless `baseline`). */
+double pl_naive_eval(struct plan_eval *ev, const struct plan_job *job, int P, int *stage_units,
+                     int baseline)
+{
+    for (int u = 0; u < P * ev->D; u++)
+        stage_units[u] = u;
+    return pl_eval_placement(ev, P, stage_units, job, baseline ? 2 : 1);
+}

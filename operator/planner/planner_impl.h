@@ -1,0 +1,107 @@
+/* Private to operator/planner/: what the planner's files share.
+ *   planner_check.c  the input checks (plan_check_input, plan_devices)
+ *   plan_eval.c      the evaluation of one placement (units, links, partition, step time) and
+ *                    the plan_eval_* entry points
+ *   plan_search.c    the holmes placement search and the naive placement
+ *   planner.c        plan_make: the shapes of the auto search, and the plan built */
+#ifndef HOLMES_PLANNER_IMPL_H
+#define HOLMES_PLANNER_IMPL_H
+
+#include "planner.h"
+
+static inline int worker_devices(const struct plan_worker *w)
+{
+    return w->gpus > 0 ? w->gpus : 1;
+}
+
+/* ---- plan_eval.c ---- */
+
+struct unit {
+    int worker, local;   /* first device */
+    int fabric;          /* index into ev->fabric_names */
+    int cls;             /* enum nic_class */
+    int node;            /* node index */
+    int klass;           /* interchangeable units share a class */
+    double gbps, tflops;
+    double mem;          /* bytes per device, INFINITY when unknown */
+};
+
+struct plan_eval {
+    const struct plan_worker *workers;
+    int n_workers;
+    struct cost_links links;
+    struct cost_job cj;
+    enum policy policy;
+    int P, D, t, L;
+    int capP;              /* stages the buffers hold */
+    int fast;              /* partition by the dynamic programme only (no refinement) */
+    int n_units, n_fabrics, n_classes;
+    struct unit *units;
+    const char **fabric_names;
+    int *fabric_rank;      /* preference order of each fabric (0 = best) */
+    int *worker_count;     /* scratch: units of a worker in the current stage */
+    int *gw_in;            /* scratch, n_fabrics: ring flows entering each fabric's gateway */
+    int *gw_a, *gw_b;      /* scratch, n_fabrics: pair flows entering each fabric (a, b side) */
+    struct cost_stage *stages;
+    struct cost_link tie;
+    struct cost_sim sim;
+    double *table;         /* partition table: P * (L + 1) */
+    int *choice;           /* P * (L + 1) */
+    int *layers;           /* P */
+    int *best_layers;      /* P */
+};
+
+/* Sets up the units (tensor blocks) and fabrics; P/D/micro-batches are set by pl_eval_shape. */
+struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
+                              const struct plan_job *job, const struct cost_links *links,
+                              herr *e);
+/* Sets pipeline, data and micro-batching; (re)allocates the per-stage buffers. */
+int pl_eval_shape(struct plan_eval *ev, int P, int D, int m, int b, herr *e);
+/* Fills ev->stages[0..P) (all but layers) from stage_units. */
+void pl_eval_links(struct plan_eval *ev, int P, const int *stage_units);
+/* Simulated step time of the split `layers` on the links pl_eval_links filled; INFINITY when a
+ * stage does not fit in its devices' memory. */
+double pl_eval_sim(struct plan_eval *ev, int P, const int *layers, struct cost_breakdown *br);
+/* Step time of a placement with the policy's partition (or the pin); split in best_layers. */
+double pl_eval_placement(struct plan_eval *ev, int P, const int *stage_units,
+                         const struct plan_job *job, int equal);
+/* Puts each stage's units in the canonical replica order. */
+void pl_canonical(struct plan_eval *ev, int P, int *stage_units);
+
+/* ---- plan_search.c ---- */
+
+struct search {
+    struct plan_eval *ev;
+    const struct plan_job *job;
+    int P, D;
+    int homog;            /* restrict to fabric-homogeneous stages */
+    int *cur, *best;      /* P*D unit ids */
+    int *best_layers;
+    double best_t;
+    int *fab_units;       /* units grouped by fabric */
+    int *fab_start;       /* n_fabrics + 1 */
+    int *perm;
+    long evals, budget;
+    int *top;             /* SEARCH_TOP starting points for the local search, P*D each */
+    double top_t[8];
+    int n_top;
+    int *loc;             /* the local search's current solution */
+    int *rep, *nrep;      /* per stage: a position of each distinct class (SEARCH_REPS max) */
+    int quick;            /* evaluate one candidate only */
+};
+#define SEARCH_TOP 8
+#define SEARCH_REPS 32
+
+/* Is a fabric-homogeneous placement possible: every fabric's units a multiple of D. */
+int pl_homogeneous_possible(const struct plan_eval *ev, const int *fab_start, int D);
+int pl_search_init(struct search *S, struct plan_eval *ev, const struct plan_job *job, int P,
+                   int D, herr *e);
+void pl_search_free(struct search *S);
+/* Best holmes placement for (P, D): fills S->best, S->best_layers, S->best_t. */
+int pl_holmes_search(struct search *S, herr *e);
+/* Naive (Megatron order over the workers as listed) placement with equal layers (or the pin,
+ * unless `baseline`). */
+double pl_naive_eval(struct plan_eval *ev, const struct plan_job *job, int P, int *stage_units,
+                     int baseline);
+
+#endif
