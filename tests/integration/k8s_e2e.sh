@@ -43,17 +43,9 @@ trap stop_all EXIT
 W=$K8S_DIR/e2e
 mkdir -p "$W"
 NS=team
-kubectl create namespace $NS >/dev/null
-kubectl apply -f "$REPO/crds/trainingjob.yaml" >/dev/null &&
-    kubectl wait --for condition=established crd/trainingjobs.holmes.dev --timeout=30s >/dev/null ||
-    { fail "CRD installed"; exit 1; }
+k8s_setup_jobs $NS || { fail "namespace and CRD installed"; exit 1; }
 CPORT=$(k8s_free_port)
-start_operator() {
-    "$OPERATOR" run --kubeconfig "$KUBECONFIG_FILE" --metrics-addr 0 --health-addr 0 \
-        --coordinator-addr 127.0.0.1:$CPORT --coordinator-url ws://127.0.0.1:$CPORT/ --status-interval 1 \
-        --node-image holmes-node:test >>"$W/operator.log" 2>&1 &
-    OP_PID=$!
-}
+start_operator() { k8s_operator "$W/operator.log" $CPORT --status-interval 1; }
 start_operator
 
 sed -e "s/name: local-tiny/name: e2e/" -e "s/steps: 300/steps: 500/" \

@@ -22,15 +22,9 @@ trap stop_all EXIT
 W=$K8S_DIR/preempt
 mkdir -p "$W"
 NS=team
-kubectl create namespace $NS >/dev/null
-kubectl apply -f "$REPO/crds/trainingjob.yaml" >/dev/null &&
-    kubectl wait --for condition=established crd/trainingjobs.holmes.dev --timeout=30s >/dev/null ||
-    { fail "CRD installed"; exit 1; }
+k8s_setup_jobs $NS || { fail "namespace and CRD installed"; exit 1; }
 CPORT=$(k8s_free_port)
-"$OPERATOR" run --kubeconfig "$KUBECONFIG_FILE" --metrics-addr 0 --health-addr 0 \
-    --coordinator-addr 127.0.0.1:$CPORT --coordinator-url ws://127.0.0.1:$CPORT/ \
-    --node-image holmes-node:test >"$W/operator.log" 2>&1 &
-OP_PID=$!
+k8s_operator "$W/operator.log" $CPORT
 
 sed -e "s/name: local-tiny/name: pre/" \
     -e "s/steps: 300/steps: 400/" -e "s#local-runs/local-tiny/checkpoints#$W/ckpt#" \

@@ -163,6 +163,24 @@ YAML
     return 1
 }
 
+# k8s_setup_jobs NAMESPACE: that namespace, and the TrainingJob CRD installed and established.
+k8s_setup_jobs() {
+    kubectl create namespace "$1" >/dev/null &&
+        kubectl apply -f "$REPO/crds/trainingjob.yaml" >/dev/null &&
+        kubectl wait --for condition=established crd/trainingjobs.holmes.dev --timeout=30s >/dev/null
+}
+
+# k8s_operator LOG PORT [ARGS...]: `holmes-operator run` against this control plane in the
+# background (OP_PID), with its coordinator on 127.0.0.1:PORT, its output appended to LOG.
+k8s_operator() {
+    local log=$1 port=$2
+    shift 2
+    "$OPERATOR" run --kubeconfig "$KUBECONFIG_FILE" --metrics-addr 0 --health-addr 0 \
+        --coordinator-addr 127.0.0.1:$port --coordinator-url ws://127.0.0.1:$port/ \
+        --node-image holmes-node:test "$@" >>"$log" 2>&1 &
+    OP_PID=$!
+}
+
 k8s_stop() {
     local p
     for p in "${K8S_PIDS[@]}"; do kill "$p" 2>/dev/null; done
