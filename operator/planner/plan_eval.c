@@ -59,6 +59,15 @@ static int ids_by_name(const char **names, int n, int *ids, int *n_ids)
     return 0;
 }
 
+/* The buffers sized by a shape (stages, partition tables, the simulator). */
+static void free_shape_buffers(struct plan_eval *ev)
+{
+    void *bufs[] = {ev->stages, ev->table, ev->choice, ev->layers, ev->best_layers};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    cost_sim_free(&ev->sim);
+}
+
 void plan_eval_free(struct plan_eval *ev)
 {
     if (!ev)
@@ -70,12 +79,7 @@ void plan_eval_free(struct plan_eval *ev)
     free(ev->gw_in);
     free(ev->gw_a);
     free(ev->gw_b);
-    free(ev->stages);
-    free(ev->table);
-    free(ev->choice);
-    free(ev->layers);
-    free(ev->best_layers);
-    cost_sim_free(&ev->sim);
+    free_shape_buffers(ev);
     free(ev);
 }
 
@@ -201,12 +205,7 @@ int pl_eval_shape(struct plan_eval *ev, int P, int D, int m, int b, herr *e)
     if (P > ev->capP || m > ev->sim.cap_mb) {
         int cap = P > ev->capP ? P : ev->capP;
         int capm = m > ev->sim.cap_mb ? m : ev->sim.cap_mb;
-        free(ev->stages);
-        free(ev->table);
-        free(ev->choice);
-        free(ev->layers);
-        free(ev->best_layers);
-        cost_sim_free(&ev->sim);
+        free_shape_buffers(ev);
         ev->stages = calloc((size_t)cap, sizeof *ev->stages);
         ev->table = malloc(sizeof(double) * (size_t)cap * (size_t)(ev->L + 1));
         ev->choice = malloc(sizeof(int) * (size_t)cap * (size_t)(ev->L + 1));

@@ -34,9 +34,8 @@ procs() { # pids of this test's worker processes whose environment has every lin
 }
 stop_all() {
     local p
-    for p in $(procs '!HOLMES_SUPERVISED=1') $OP_PID; do kill -9 "$p" 2>/dev/null; done
-    for p in "${KPID[@]}" $OP_PID; do wait "$p" 2>/dev/null; done
-    k8s_stop
+    for p in $(procs '!HOLMES_SUPERVISED=1'); do kill -9 "$p" 2>/dev/null; done
+    k8s_stop_all "${KPID[@]}" $OP_PID
 }
 k8s_start || exit 1
 trap stop_all EXIT

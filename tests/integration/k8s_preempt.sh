@@ -11,12 +11,7 @@ source "$REPO/tests/k8s/envtest.bash"
 k8s_require
 OP_PID=
 WPIDS=()
-stop_all() {
-    local p
-    for p in "${WPIDS[@]}" $OP_PID; do kill "$p" 2>/dev/null; done
-    for p in "${WPIDS[@]}" $OP_PID; do wait "$p" 2>/dev/null; done
-    k8s_stop
-}
+stop_all() { k8s_stop_all "${WPIDS[@]}" $OP_PID; }
 k8s_start || exit 1
 trap stop_all EXIT
 W=$K8S_DIR/preempt

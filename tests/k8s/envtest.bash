@@ -181,6 +181,14 @@ k8s_operator() {
     OP_PID=$!
 }
 
+# k8s_stop_all PID...: those processes (TERM, then waited for), then the control plane.
+k8s_stop_all() {
+    local p
+    for p in "$@"; do kill "$p" 2>/dev/null; done
+    for p in "$@"; do wait "$p" 2>/dev/null; done
+    k8s_stop
+}
+
 k8s_stop() {
     local p
     for p in "${K8S_PIDS[@]}"; do kill "$p" 2>/dev/null; done

@@ -128,3 +128,22 @@ int fakeapi_control(struct fakeapi *f, const char *method, const char *path, con
     curl_easy_cleanup(h);
     return (int)code;
 }
+
+struct kube_client *fakeapi_start_client(struct fakeapi *f, struct kube_config *cfg,
+                                         const struct kube_client_opts *o, herr *e)
+{
+    if (fakeapi_start(f, NULL) != 0) {
+        herr_set(e, "could not start tests/fakeapi/fakeapi.py");
+        return NULL;
+    }
+    if (kube_config_from_kubeconfig(cfg, f->kubeconfig, NULL, e) != 0) {
+        fakeapi_stop(f);
+        return NULL;
+    }
+    struct kube_client *kc = kube_client_new(cfg, o, e);
+    if (!kc) {
+        kube_config_free(cfg);
+        fakeapi_stop(f);
+    }
+    return kc;
+}

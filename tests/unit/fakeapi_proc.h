@@ -4,6 +4,10 @@
 
 #include <sys/types.h>
 
+#include "error.h"
+#include "kube_client.h"
+#include "kube_config.h"
+
 struct fakeapi {
     pid_t pid;
     int port;
@@ -16,6 +20,10 @@ struct fakeapi {
 /* Starts the server with extra arguments (NULL-terminated, may be NULL); returns 0 or -1. */
 int fakeapi_start(struct fakeapi *f, const char *const *extra_args);
 void fakeapi_stop(struct fakeapi *f);
+/* Starts the server and a client of it (cfg from its kubeconfig, o may be NULL): the client,
+ * or NULL with `e` saying which part failed (the server is then stopped). */
+struct kube_client *fakeapi_start_client(struct fakeapi *f, struct kube_config *cfg,
+                                         const struct kube_client_opts *o, herr *e);
 /* POSTs a JSON body to a /_fake/ control path; returns the HTTP status or -1. The answer
  * goes to out (NUL-terminated, truncated to n) when out is non-NULL. */
 int fakeapi_control(struct fakeapi *f, const char *method, const char *path, const char *body,

@@ -279,23 +279,19 @@ static void test_informer(struct fakeapi *f, struct kube_client *kc)
 int main(void)
 {
     struct fakeapi f;
-    if (fakeapi_start(&f, NULL) != 0) {
-        TEST_FAIL("fakeapi starts", "could not start tests/fakeapi/fakeapi.py");
+    herr e = {0};
+    struct kube_config cfg;
+    struct kube_client_opts o = {.qps = 500, .burst = 500};
+    struct kube_client *kc = fakeapi_start_client(&f, &cfg, &o, &e);
+    if (!kc) {
+        TEST_FAIL("a client of the fake API server", "%s", e.msg);
         TEST_MAIN_END();
     }
-    herr e;
-    struct kube_config cfg;
-    int rc = kube_config_from_kubeconfig(&cfg, f.kubeconfig, NULL, &e);
-    CHECK_INT("kubeconfig of the fake server", rc, 0);
-    struct kube_client_opts o = {.qps = 500, .burst = 500};
-    struct kube_client *kc = rc == 0 ? kube_client_new(&cfg, &o, &e) : NULL;
     cfg_of_test = &cfg;
-    if (kc) {
-        test_rest(&f, kc);
-        test_informer(&f, kc);
-        kube_client_free(kc);
-        kube_config_free(&cfg);
-    }
+    test_rest(&f, kc);
+    test_informer(&f, kc);
+    kube_client_free(kc);
+    kube_config_free(&cfg);
     fakeapi_stop(&f);
     TEST_MAIN_END();
 }

@@ -35,14 +35,13 @@ static const char *str(const cJSON *o, const char *a, const char *b)
 int main(void)
 {
     struct fakeapi f;
-    if (fakeapi_start(&f, NULL) != 0) {
-        TEST_FAIL("fakeapi starts", "could not start tests/fakeapi/fakeapi.py");
+    herr e = {0};
+    struct kube_config cfg;
+    struct kube_client *kc = fakeapi_start_client(&f, &cfg, NULL, &e);
+    if (!kc) {
+        TEST_FAIL("a client of the fake API server", "%s", e.msg);
         TEST_MAIN_END();
     }
-    herr e;
-    struct kube_config cfg;
-    kube_config_from_kubeconfig(&cfg, f.kubeconfig, NULL, &e);
-    struct kube_client *kc = kube_client_new(&cfg, NULL, &e);
     struct controller_opts o = {.namespace = "ml", .coordinator_url = "ws://coord:8443",
                                 .default_image = "holmes-node:t"};
     struct controller *c = controller_new(kc, &o, &e);

@@ -251,20 +251,16 @@ int main(void)
 {
     test_correlator();
     struct fakeapi f;
-    if (fakeapi_start(&f, NULL) != 0) {
-        TEST_FAIL("fakeapi starts", "could not start tests/fakeapi/fakeapi.py");
+    herr e = {0};
+    struct kube_config cfg;
+    struct kube_client *kc = fakeapi_start_client(&f, &cfg, NULL, &e);
+    if (!kc) {
+        TEST_FAIL("a client of the fake API server", "%s", e.msg);
         TEST_MAIN_END();
     }
-    herr e;
-    struct kube_config cfg;
-    int rc = kube_config_from_kubeconfig(&cfg, f.kubeconfig, NULL, &e);
-    CHECK_INT("kubeconfig of the fake server", rc, 0);
-    struct kube_client *kc = rc == 0 ? kube_client_new(&cfg, NULL, &e) : NULL;
-    if (kc) {
-        test_recorder(kc);
-        kube_client_free(kc);
-        kube_config_free(&cfg);
-    }
+    test_recorder(kc);
+    kube_client_free(kc);
+    kube_config_free(&cfg);
     fakeapi_stop(&f);
     TEST_MAIN_END();
 }
