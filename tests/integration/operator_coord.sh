@@ -48,9 +48,11 @@ check "status.plan: IB workers share a stage" jq_true "$J" '.status.plan.stages[
 check "status.nicGroups" jq_true "$J" '(.status.nicGroups | length) == 2 and all(.status.nicGroups[]; .workers == 2)'
 check "pods labelled with stage and dp-rank" wait_for 5 labels_are 1 '.["holmes.dev/stage"] != null and .["holmes.dev/dp-rank"] != null'
 
-# Refusals while the job runs.
+# Refusals while the job runs. The wrong token runs unsupervised (HOLMES_SUPERVISED=1): a
+# refusal for an unknown job or token is worth retrying (caches catching up), so a supervisor
+# would keep trying for a while; what is tested here is the coordinator's answer.
 pod0=$(api GET /api/v1/namespaces/$NS/pods/e2e-worker-0)
-env -i PATH="$PATH" HOSTNAME=e2e-worker-0 HOLMES_TOKEN=not-the-token \
+env -i PATH="$PATH" HOSTNAME=e2e-worker-0 HOLMES_TOKEN=not-the-token HOLMES_SUPERVISED=1 \
     $(jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"' <<<"$pod0") \
     "$NODE" worker --emulate-nic ethernet:x:1 --simulate 1 --connect-timeout 5 >"$FAKEAPI_DIR/bad1.log" 2>&1
 rc=$?
@@ -60,6 +62,7 @@ env -i PATH="$PATH" HOSTNAME=intruder HOLMES_TOKEN="$TOKEN" HOLMES_JOB_NAME=e2e 
     HOLMES_WORKER_INDEX=2 HOLMES_COORDINATOR=ws://127.0.0.1:$CPORT/ \
     "$NODE" worker --emulate-nic ethernet:x:1 --simulate 1 --connect-timeout 5 >"$FAKEAPI_DIR/bad2.log" 2>&1
 rc=$?
+# Supervised: "not part of the job" is final, so the pod fails at once (1), not after retries.
 [ $rc -eq 1 ] && grep -q "not part of job" "$FAKEAPI_DIR/bad2.log" && pass "pod not in the job refused" \
     || fail "pod not in the job refused" "rc $rc: $(cat "$FAKEAPI_DIR/bad2.log")"
 
