@@ -159,100 +159,197 @@ static int supervise(int argc, char **argv)
     return rc;
 }
 
+/* The command line and the environment, read and checked. */
+struct args {
+    const char *url, *job, *pod, *node, *emulate, *sysfs, *ca, *token_file;
+    long progress_ms, connect_s, sim_steps, step_ms, fail_at, worker;
+    double declared;               /* --tflops; 0 = measure */
+    enum cpu_affinity affinity;
+    char jobkey[160];              /* "namespace/name" in a cluster */
+};
+
+/* Flags over the environment (the operator's pods set HOLMES_JOB_NAME, HOLMES_JOB_NAMESPACE,
+ * HOLMES_WORKER_INDEX, HOLMES_COORDINATOR and HOLMES_TOKEN; the pod's hostname is its name).
+ * 0, or 2 (usage) after saying why. */
+static int parse_args(int argc, char **argv, struct args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->url = env2("HOLMES_COORDINATOR", NULL);
+    a->job = env2("HOLMES_JOB", "HOLMES_JOB_NAME");
+    a->pod = env2("HOLMES_POD", "POD_NAME");
+    if (!a->pod)
+        a->pod = env2("HOSTNAME", NULL);
+    a->node = env2("HOLMES_NODE", "NODE_NAME");
+    a->emulate = env2("HOLMES_EMULATE_NIC", NULL);
+    a->ca = env2("HOLMES_COORDINATOR_CA", NULL);
+    const char *worker_s = env2("HOLMES_WORKER", "HOLMES_WORKER_INDEX");
+    const char *tflops_s = env2("HOLMES_DECLARED_TFLOPS", NULL);
+    const char *affinity_s = env2("HOLMES_CPU_AFFINITY", NULL);
+    a->progress_ms = 500, a->connect_s = 60, a->sim_steps = -1, a->step_ms = 10, a->worker = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(o, "--coordinator") == 0 && v) a->url = v;
+        else if (strcmp(o, "--job") == 0 && v) a->job = v;
+        else if (strcmp(o, "--pod") == 0 && v) a->pod = v;
+        else if (strcmp(o, "--node") == 0 && v) a->node = v;
+        else if (strcmp(o, "--worker") == 0 && v) worker_s = v;
+        else if (strcmp(o, "--token-file") == 0 && v) a->token_file = v;
+        else if (strcmp(o, "--ca") == 0 && v) a->ca = v;
+        else if (strcmp(o, "--emulate-nic") == 0 && v) a->emulate = v;
+        else if (strcmp(o, "--sysfs") == 0 && v) a->sysfs = v;
+        else if (strcmp(o, "--tflops") == 0 && v) tflops_s = v;
+        else if (strcmp(o, "--cpu-affinity") == 0 && v) affinity_s = v;
+        else if (strcmp(o, "--progress-ms") == 0 && v) {
+            if (parse_int(v, o, 1, 600000, &a->progress_ms)) return 2;
+        } else if (strcmp(o, "--connect-timeout") == 0 && v) {
+            if (parse_int(v, o, 1, 86400, &a->connect_s)) return 2;
+        } else if (strcmp(o, "--simulate") == 0 && v) {
+            if (parse_int(v, o, 0, 1L << 40, &a->sim_steps)) return 2;
+        } else if (strcmp(o, "--step-ms") == 0 && v) {
+            if (parse_int(v, o, 0, 600000, &a->step_ms)) return 2;
+        } else if (strcmp(o, "--fail-at") == 0 && v) {
+            if (parse_int(v, o, 0, 1L << 40, &a->fail_at)) return 2;
+        } else {
+            fprintf(stderr, "holmes-node worker: unknown or incomplete option %s (see --help)\n", o);
+            return 2;
+        }
+        i++;
+    }
+    if (!a->url || !a->job || !a->pod || !worker_s) {
+        fprintf(stderr, "holmes-node worker: --coordinator, --job, --pod and --worker are required "
+                        "(or HOLMES_COORDINATOR, HOLMES_JOB, HOLMES_POD, HOLMES_WORKER)\n");
+        return 2;
+    }
+    if (parse_int(worker_s, "--worker", 0, 65535, &a->worker))
+        return 2;
+    if (tflops_s && parse_tflops(tflops_s, &a->declared))
+        return 2;
+    a->affinity = CPU_AFFINITY_NONE;
+    if (affinity_s && cpu_affinity_parse(affinity_s, &a->affinity)) {
+        fprintf(stderr, "holmes-node worker: --cpu-affinity (or HOLMES_CPU_AFFINITY): \"%s\" must "
+                        "be none or spread\n", affinity_s);
+        return 2;
+    }
+    const char *ns = env2("HOLMES_JOB_NAMESPACE", NULL);
+    if (ns && !strchr(a->job, '/')) { /* jobs in a cluster are "namespace/name" */
+        snprintf(a->jobkey, sizeof a->jobkey, "%s/%s", ns, a->job);
+        a->job = a->jobkey;
+    }
+    return 0;
+}
+
+/* This worker's NIC summary and GPUs (discovered, from a sysfs tree, or emulated), and its
+ * compute rate: declared, else measured on a CPU worker. WORKER_EXIT_FINAL when no NIC. */
+static int describe_worker(const struct args *a, struct worker_coord_options *o)
+{
+    herr e = {0};
+    struct nic_report rep;
+    nic_report_init(&rep);
+    int rc;
+    if (a->emulate) {
+        rc = nic_report_emulate(a->emulate, &rep, &e);
+    } else {
+        struct nic_discover_opts dopt = {.sysfs_root = a->sysfs};
+        rc = nic_discover(&dopt, &rep, &e);
+    }
+    if (rc || !rep.have_summary) {
+        fprintf(stderr, "holmes-node worker: NIC discovery: %s\n",
+                rc ? e.msg : "no usable NIC found");
+        nic_report_free(&rep);
+        return WORKER_EXIT_FINAL; /* this node's NICs will not change on a restart */
+    }
+    o->nic = rep.summary;
+    o->gpus = rep.ngpus;
+    nic_report_free(&rep);
+    o->tflops = a->declared;
+    if (a->declared > 0) {
+        log_info("compute: %g TFLOPS per rank (declared)", a->declared);
+    } else if (o->gpus == 0 && a->sim_steps < 0) {
+        /* The engine's own matrix product, with the threads it will use. */
+        double t = gpt_gemm_probe_tflops(256, 200, &e);
+        if (t > 0) {
+            o->tflops = t;
+            o->tflops_measured = 1;
+            log_info("compute: %.4g TFLOPS fp32 (measured, %d threads)", t, omp_get_max_threads());
+        } else {
+            log_warn("compute probe: %s; the planner will assume a default", e.msg);
+        }
+    }
+    return 0;
+}
+
+/* Where peers reach this worker: HOLMES_ADVERTISE_HOST, the pod IP, else loopback when the
+ * coordinator is local, else the pod's DNS name. */
+static void advertise_host(const char *url, char *host, size_t cap)
+{
+    snprintf(host, cap, "127.0.0.1");
+    const char *adv = env2("HOLMES_ADVERTISE_HOST", "POD_IP");
+    if (adv) {
+        snprintf(host, cap, "%s", adv);
+    } else if (!strstr(url, "127.0.0.1") && !strstr(url, "localhost")) {
+        /* In a pod: hostname is the pod name and the job's headless Service its subdomain,
+         * so "<pod>.<job>" resolves through the namespace's search domain. */
+        char hn[128] = "";
+        gethostname(hn, sizeof hn - 1);
+        const char *sub = env2("HOLMES_JOB_NAME", NULL);
+        snprintf(host, cap, "%s%s%s", hn, sub ? "." : "", sub ? sub : "");
+    }
+}
+
+/* The process's exit status for worker_coord_run's result, said in the log. */
+static int exit_status(int rc, const herr *e)
+{
+    switch (rc) {
+    case 0:
+        log_info("finished");
+        return 0;
+    case WORKER_EXIT_RESTART:
+        log_info("stopped for an in-place restart");
+        return rc;
+    case WORKER_EXIT_TERMINATED:
+        log_info("%s", e->msg);
+        return rc;
+    case WORKER_EXIT_FINAL:
+        log_error("%s", e->msg);
+        return rc;
+    default:
+        log_error("%s", e->msg);
+        return 1;
+    }
+}
+
 int cmd_worker_coord(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
         cmd_worker_usage(stdout);
         return 0;
     }
-    /* The operator's pods set HOLMES_JOB_NAME, HOLMES_JOB_NAMESPACE, HOLMES_WORKER_INDEX,
-     * HOLMES_COORDINATOR and HOLMES_TOKEN; the pod's hostname is its name. */
-    const char *url = env2("HOLMES_COORDINATOR", NULL), *job = env2("HOLMES_JOB", "HOLMES_JOB_NAME");
-    const char *pod = env2("HOLMES_POD", "POD_NAME"), *node = env2("HOLMES_NODE", "NODE_NAME");
-    const char *worker_s = env2("HOLMES_WORKER", "HOLMES_WORKER_INDEX");
-    const char *emulate = env2("HOLMES_EMULATE_NIC", NULL), *ns = env2("HOLMES_JOB_NAMESPACE", NULL);
-    if (!pod)
-        pod = env2("HOSTNAME", NULL);
-    const char *tflops_s = env2("HOLMES_DECLARED_TFLOPS", NULL);
-    const char *affinity_s = env2("HOLMES_CPU_AFFINITY", NULL);
-    const char *token_file = NULL, *sysfs = NULL, *ca = env2("HOLMES_COORDINATOR_CA", NULL);
-    long progress_ms = 500, connect_s = 60, sim_steps = -1, step_ms = 10, fail_at = 0, worker = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int takes = 1;
-        if (strcmp(a, "--coordinator") == 0 && v) url = v;
-        else if (strcmp(a, "--job") == 0 && v) job = v;
-        else if (strcmp(a, "--pod") == 0 && v) pod = v;
-        else if (strcmp(a, "--node") == 0 && v) node = v;
-        else if (strcmp(a, "--worker") == 0 && v) worker_s = v;
-        else if (strcmp(a, "--token-file") == 0 && v) token_file = v;
-        else if (strcmp(a, "--ca") == 0 && v) ca = v;
-        else if (strcmp(a, "--emulate-nic") == 0 && v) emulate = v;
-        else if (strcmp(a, "--sysfs") == 0 && v) sysfs = v;
-        else if (strcmp(a, "--tflops") == 0 && v) tflops_s = v;
-        else if (strcmp(a, "--cpu-affinity") == 0 && v) affinity_s = v;
-        else if (strcmp(a, "--progress-ms") == 0 && v) {
-            if (parse_int(v, a, 1, 600000, &progress_ms)) return 2;
-        } else if (strcmp(a, "--connect-timeout") == 0 && v) {
-            if (parse_int(v, a, 1, 86400, &connect_s)) return 2;
-        } else if (strcmp(a, "--simulate") == 0 && v) {
-            if (parse_int(v, a, 0, 1L << 40, &sim_steps)) return 2;
-        } else if (strcmp(a, "--step-ms") == 0 && v) {
-            if (parse_int(v, a, 0, 600000, &step_ms)) return 2;
-        } else if (strcmp(a, "--fail-at") == 0 && v) {
-            if (parse_int(v, a, 0, 1L << 40, &fail_at)) return 2;
-        } else {
-            fprintf(stderr, "holmes-node worker: unknown or incomplete option %s (see --help)\n", a);
-            return 2;
-        }
-        i += takes;
-    }
-    if (!url || !job || !pod || !worker_s) {
-        fprintf(stderr, "holmes-node worker: --coordinator, --job, --pod and --worker are required "
-                        "(or HOLMES_COORDINATOR, HOLMES_JOB, HOLMES_POD, HOLMES_WORKER)\n");
+    struct args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc)
+        return rc;
+    char *token = a.token_file ? read_token(a.token_file) : NULL;
+    if (a.token_file && !token)
         return 2;
-    }
-    if (parse_int(worker_s, "--worker", 0, 65535, &worker))
-        return 2;
-    double declared = 0;
-    if (tflops_s && parse_tflops(tflops_s, &declared))
-        return 2;
-    enum cpu_affinity affinity = CPU_AFFINITY_NONE;
-    if (affinity_s && cpu_affinity_parse(affinity_s, &affinity)) {
-        fprintf(stderr, "holmes-node worker: --cpu-affinity (or HOLMES_CPU_AFFINITY): \"%s\" must "
-                        "be none or spread\n", affinity_s);
-        return 2;
-    }
-    char *token = token_file ? read_token(token_file) : NULL;
-    if (token_file && !token)
-        return 2;
-    const char *tok = token ? token : env2("HOLMES_TOKEN", NULL);
-
-    char jobkey[160];
-    if (ns && !strchr(job, '/')) { /* jobs in a cluster are "namespace/name" */
-        snprintf(jobkey, sizeof jobkey, "%s/%s", ns, job);
-        job = jobkey;
-    }
     char comp[64];
-    snprintf(comp, sizeof comp, "worker-%ld", worker);
+    snprintf(comp, sizeof comp, "worker-%ld", a.worker);
     log_set_component(comp);
     if (!supervisor_is_child()) {
         free(token);
         return supervise(argc, argv);
     }
-
     struct worker_coord_options o;
     memset(&o, 0, sizeof o);
-    o.url = url;
-    o.ca_file = ca;
-    o.job = job;
-    o.token = tok;
-    o.pod = pod;
-    o.node = node ? node : "";
-    o.worker = (int)worker;
-    o.progress_interval_ms = (int)progress_ms;
-    o.connect_timeout_ms = (int)(connect_s * 1000);
+    o.url = a.url;
+    o.ca_file = a.ca;
+    o.job = a.job;
+    o.token = token ? token : env2("HOLMES_TOKEN", NULL);
+    o.pod = a.pod;
+    o.node = a.node ? a.node : "";
+    o.worker = (int)a.worker;
+    o.progress_interval_ms = (int)a.progress_ms;
+    o.connect_timeout_ms = (int)(a.connect_s * 1000);
     o.terminate = &terminate_requested;
     struct sigaction sa = {.sa_handler = on_terminate};
     sigemptyset(&sa.sa_mask);
@@ -261,92 +358,30 @@ int cmd_worker_coord(int argc, char **argv)
         free(token);
         return 1;
     }
-
-    herr e = {0};
-    struct nic_report rep;
-    nic_report_init(&rep);
-    int rc;
-    if (emulate) {
-        rc = nic_report_emulate(emulate, &rep, &e);
-    } else {
-        struct nic_discover_opts dopt = {.sysfs_root = sysfs};
-        rc = nic_discover(&dopt, &rep, &e);
-    }
-    if (rc || !rep.have_summary) {
-        fprintf(stderr, "holmes-node worker: NIC discovery: %s\n",
-                rc ? e.msg : "no usable NIC found");
-        nic_report_free(&rep);
+    if ((rc = describe_worker(&a, &o)) != 0) {
         free(token);
-        return WORKER_EXIT_FINAL; /* this node's NICs will not change on a restart */
+        return rc;
     }
-    o.nic = rep.summary;
-    o.gpus = rep.ngpus;
-    nic_report_free(&rep);
-    o.tflops = declared;
-    if (declared > 0) {
-        log_info("compute: %g TFLOPS per rank (declared)", declared);
-    } else if (o.gpus == 0 && sim_steps < 0) {
-        /* The engine's own matrix product, with the threads it will use. */
-        double t = gpt_gemm_probe_tflops(256, 200, &e);
-        if (t > 0) {
-            o.tflops = t;
-            o.tflops_measured = 1;
-            log_info("compute: %.4g TFLOPS fp32 (measured, %d threads)", t, omp_get_max_threads());
-        } else {
-            log_warn("compute probe: %s; the planner will assume a default", e.msg);
-        }
-    }
-
-    struct worker_sim sim = {.steps = sim_steps, .step_ms = (int)step_ms,
-                             .fail_at_step = fail_at};
-    struct worker_runner runner;
+    herr e = {0};
+    struct worker_sim sim = {.steps = a.sim_steps, .step_ms = (int)a.step_ms,
+                             .fail_at_step = a.fail_at};
+    struct worker_runner runner = worker_sim_runner;
+    runner.user = &sim;
     struct worker_train *wt = NULL;
-    if (sim_steps >= 0) {
-        runner = worker_sim_runner;
-        runner.user = &sim;
-    } else {
-        /* Where peers reach this worker: HOLMES_ADVERTISE_HOST, the pod IP, else loopback
-         * when the coordinator is local, else the pod's DNS name. */
-        char host[256] = "127.0.0.1";
-        const char *adv = env2("HOLMES_ADVERTISE_HOST", "POD_IP");
-        if (adv)
-            snprintf(host, sizeof host, "%s", adv);
-        else if (!strstr(url, "127.0.0.1") && !strstr(url, "localhost")) {
-            /* In a pod: hostname is the pod name and the job's headless Service its subdomain,
-             * so "<pod>.<job>" resolves through the namespace's search domain. */
-            char hn[128] = "";
-            gethostname(hn, sizeof hn - 1);
-            const char *sub = env2("HOLMES_JOB_NAME", NULL);
-            snprintf(host, sizeof host, "%s%s%s", hn, sub ? "." : "", sub ? sub : "");
-        }
-        if (worker_train_create(&wt, host, affinity, &e)) {
+    if (a.sim_steps < 0) {
+        char host[256];
+        advertise_host(a.url, host, sizeof host);
+        if (worker_train_create(&wt, host, a.affinity, &e)) {
             fprintf(stderr, "holmes-node worker: %s\n", e.msg);
             free(token);
             return 1;
         }
         runner = worker_train_runner(wt);
     }
-    log_info("connecting to %s as %s (worker %ld of job %s, NIC %s %s %g Gb/s)", url, pod, worker,
-             job, nic_class_name(o.nic.cls), o.nic.fabric, o.nic.gbps);
+    log_info("connecting to %s as %s (worker %ld of job %s, NIC %s %s %g Gb/s)", a.url, a.pod,
+             a.worker, a.job, nic_class_name(o.nic.cls), o.nic.fabric, o.nic.gbps);
     rc = worker_coord_run(&o, &runner, &e);
     worker_train_free(wt);
     free(token);
-    if (rc == WORKER_EXIT_RESTART) {
-        log_info("stopped for an in-place restart");
-        return WORKER_EXIT_RESTART;
-    }
-    if (rc == WORKER_EXIT_TERMINATED) {
-        log_info("%s", e.msg);
-        return WORKER_EXIT_TERMINATED;
-    }
-    if (rc == WORKER_EXIT_FINAL) {
-        log_error("%s", e.msg);
-        return WORKER_EXIT_FINAL;
-    }
-    if (rc) {
-        log_error("%s", e.msg);
-        return 1;
-    }
-    log_info("finished");
-    return 0;
+    return exit_status(rc, &e);
 }
