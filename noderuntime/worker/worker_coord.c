@@ -202,6 +202,186 @@ static int next_message(struct session *s, int timeout_ms, struct proto_msg *m, 
     return 0;
 }
 
+/* Before training: hello was said; take the assignment (the runner binds its endpoint and
+ * rendezvous), until the start. 1 when started (*assignment and *start set), else 0 with the
+ * result of the run in *result (`e` says why). */
+static int await_start(struct session *s, cJSON **assignment, struct proto_msg *start,
+                       int *result, herr *e)
+{
+    const struct worker_runner *r = s->r;
+    *result = -1;
+    for (;;) {
+        if (terminating(s)) {
+            *result = WORKER_EXIT_TERMINATED;
+            herr_set(e, "SIGTERM before training started: nothing to checkpoint");
+            return 0;
+        }
+        struct proto_msg m;
+        int rc = next_message(s, 250, &m, e);
+        if (rc < 0 && !terminating(s))
+            return 0;
+        if (rc <= 0)
+            continue;
+        if (m.type == PROTO_ASSIGN) {
+            cJSON_Delete(*assignment);
+            *assignment = cJSON_Duplicate(m.body, 1);
+            s->attempt = m.attempt;
+            s->rank = m.rank;
+            proto_msg_free(&m);
+            if (!*assignment) {
+                herr_set(e, "out of memory");
+                return 0;
+            }
+            s->stage = get_stage(*assignment);
+            char endpoint[256] = "";
+            cJSON *ids = NULL;
+            if (r->prepare(r->user, *assignment, s->attempt, endpoint, sizeof endpoint, &ids, e)) {
+                herr pe = *e;
+                coord_client_send(s->cl, proto_error_encode(error_code_of(&pe), pe.msg, NULL));
+                coord_client_flush(s->cl, 1000);
+                if (pe.kind == HERR_CONFIG)
+                    *result = WORKER_EXIT_FINAL;
+                return 0;
+            }
+            char *text = proto_rendezvous_encode(s->attempt, s->rank, endpoint, ids, e);
+            cJSON_Delete(ids);
+            if (!text || coord_client_send(s->cl, text))
+                return 0;
+        } else if (m.type == PROTO_START) {
+            if (!*assignment || m.attempt != s->attempt) {
+                proto_msg_free(&m);
+                continue;
+            }
+            *start = m;
+            return 1;
+        } else if (m.type == PROTO_STOP) {
+            *result = m.u.stop.restart ? WORKER_EXIT_RESTART : WORKER_EXIT_FINAL;
+            if (!m.u.stop.restart)
+                herr_set(e, "stopped by the coordinator before training: %s", m.u.stop.reason);
+            proto_msg_free(&m);
+            return 0;
+        } else if (m.type == PROTO_ERROR) {
+            herr_set(e, "the coordinator refused: %s", m.u.error.message);
+            /* Not part of the job, or a plan that cannot be: the same again next time. A
+             * token or job not known yet (caches catching up) is worth another try. */
+            if (m.u.error.code == PROTO_ERR_UNKNOWN_WORKER || m.u.error.code == PROTO_ERR_PLAN)
+                *result = WORKER_EXIT_FINAL;
+            proto_msg_free(&m);
+            return 0;
+        } else {
+            proto_msg_free(&m);
+        }
+    }
+}
+
+/* Training, on the runner's thread, while this one streams progress and listens for a stop or
+ * SIGTERM. 1 when the runner finished its steps (report done next), else 0 with the result in
+ * *result. */
+static int train_until_done(struct session *s, struct train_thread *t, int interval_ms,
+                            int *result, herr *e)
+{
+    double last_flush = clock_mono_s();
+    int stopped = 0, restart = 0, preempting = 0;
+    char stop_reason[512] = "";
+    while (!t->finished) {
+        if (!preempting && terminating(s)) {
+            preempting = 1;
+            announce_termination(s);
+        }
+        struct proto_msg m;
+        int rc = next_message(s, 100, &m, e);
+        if (rc == 1) {
+            if (m.type == PROTO_STOP) {
+                stopped = 1;
+                restart = m.u.stop.restart;
+                snprintf(stop_reason, sizeof stop_reason, "%s", m.u.stop.reason);
+                s->link.stop = 1;
+            }
+            proto_msg_free(&m);
+        }
+        if (stopped)
+            break;
+        if ((clock_mono_s() - last_flush) * 1000.0 >= interval_ms) {
+            flush_progress(s);
+            last_flush = clock_mono_s();
+        }
+    }
+    s->link.stop = stopped || preempting;
+    pthread_join(t->th, NULL);
+    s->training = 0;
+    *result = -1;
+    if (preempting && !t->rc) {
+        flush_progress(s);
+        coord_client_flush(s->cl, 1000);
+        *result = WORKER_EXIT_TERMINATED;
+        herr_set(e, "left on SIGTERM after step %ld, checkpointed there", t->last_step);
+        return 0;
+    }
+    if (stopped) {
+        *result = restart ? WORKER_EXIT_RESTART : WORKER_EXIT_FINAL;
+        if (!restart)
+            herr_set(e, "stopped by the coordinator: %s", stop_reason);
+        return 0;
+    }
+    flush_progress(s);
+    if (t->rc) {
+        *e = t->e;
+        coord_client_send(s->cl, proto_error_encode(error_code_of(&t->e), t->e.msg, NULL));
+        coord_client_flush(s->cl, 2000);
+        if (t->e.kind == HERR_CONFIG)
+            *result = WORKER_EXIT_FINAL;
+        return 0;
+    }
+    return 1;
+}
+
+/* Reports done and waits for the coordinator's verdict (the others may still be training). If
+ * the coordinator is away, reconnects (hello with resume) and reports again. The result. */
+static int report_done(struct session *s, long last_step)
+{
+    int done_sent = 0, result = 0;
+    double give_up = clock_mono_s() +
+                     (s->o->connect_timeout_ms > 0 ? s->o->connect_timeout_ms : 60000) / 1e3;
+    s->training = 1; /* a reconnecting hello still says where we are */
+    for (;;) {
+        if (!coord_client_connected(s->cl)) {
+            done_sent = 0;
+            herr ce = {0};
+            if (clock_mono_s() > give_up) {
+                result = 0; /* our part is finished; nobody is left to tell */
+                break;
+            }
+            if (connect_and_hello(s, 0, &ce)) {
+                usleep(500 * 1000);
+                continue;
+            }
+        }
+        if (!done_sent) {
+            /* steps batched while the coordinator was away go first, so its progress
+             * reaches the last step before it hears we are done */
+            flush_progress(s);
+            coord_client_send(s->cl, proto_done_encode(s->rank, last_step, NULL));
+            done_sent = 1;
+        }
+        struct proto_msg m;
+        herr pe = {0};
+        int rc = coord_client_poll(s->cl, 1000, &m, &pe);
+        if (rc <= 0)
+            continue;
+        int is_stop = m.type == PROTO_STOP;
+        if (is_stop) {
+            /* After our done, a final stop means the job is over: our part succeeded.
+             * A restart means another worker failed before the end. */
+            result = m.u.stop.restart ? WORKER_EXIT_RESTART : 0;
+        }
+        proto_msg_free(&m);
+        if (is_stop)
+            break;
+    }
+    s->training = 0;
+    return result;
+}
+
 int worker_coord_run(const struct worker_coord_options *o, const struct worker_runner *r, herr *e)
 {
     struct session s;
@@ -216,78 +396,13 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
     struct proto_msg start = {0};
     struct train_thread t;
     memset(&t, 0, sizeof t);
-    int thread_started = 0;
 
     if (coord_client_create_tls(&s.cl, o->url, o->ca_file, e))
         goto out;
     if (connect_and_hello(&s, o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 60000, e))
         goto out;
-
-    /* Before training: assign, then start. */
-    for (;;) {
-        if (terminating(&s)) {
-            result = WORKER_EXIT_TERMINATED;
-            herr_set(e, "SIGTERM before training started: nothing to checkpoint");
-            goto out;
-        }
-        struct proto_msg m;
-        int rc = next_message(&s, 250, &m, e);
-        if (rc < 0 && !terminating(&s))
-            goto out;
-        if (rc <= 0)
-            continue;
-        if (m.type == PROTO_ASSIGN) {
-            cJSON_Delete(assignment);
-            assignment = cJSON_Duplicate(m.body, 1);
-            s.attempt = m.attempt;
-            s.rank = m.rank;
-            proto_msg_free(&m);
-            if (!assignment) {
-                herr_set(e, "out of memory");
-                goto out;
-            }
-            s.stage = get_stage(assignment);
-            char endpoint[256] = "";
-            cJSON *ids = NULL;
-            if (r->prepare(r->user, assignment, s.attempt, endpoint, sizeof endpoint, &ids, e)) {
-                herr pe = *e;
-                coord_client_send(s.cl, proto_error_encode(error_code_of(&pe), pe.msg, NULL));
-                coord_client_flush(s.cl, 1000);
-                if (pe.kind == HERR_CONFIG)
-                    result = WORKER_EXIT_FINAL;
-                goto out;
-            }
-            char *text = proto_rendezvous_encode(s.attempt, s.rank, endpoint, ids, e);
-            cJSON_Delete(ids);
-            if (!text || coord_client_send(s.cl, text))
-                goto out;
-        } else if (m.type == PROTO_START) {
-            if (!assignment || m.attempt != s.attempt) {
-                proto_msg_free(&m);
-                continue;
-            }
-            start = m;
-            break;
-        } else if (m.type == PROTO_STOP) {
-            result = m.u.stop.restart ? WORKER_EXIT_RESTART : WORKER_EXIT_FINAL;
-            if (!m.u.stop.restart)
-                herr_set(e, "stopped by the coordinator before training: %s", m.u.stop.reason);
-            proto_msg_free(&m);
-            goto out;
-        } else if (m.type == PROTO_ERROR) {
-            herr_set(e, "the coordinator refused: %s", m.u.error.message);
-            /* Not part of the job, or a plan that cannot be: the same again next time. A
-             * token or job not known yet (caches catching up) is worth another try. */
-            if (m.u.error.code == PROTO_ERR_UNKNOWN_WORKER || m.u.error.code == PROTO_ERR_PLAN)
-                result = WORKER_EXIT_FINAL;
-            proto_msg_free(&m);
-            goto out;
-        } else {
-            proto_msg_free(&m);
-        }
-    }
-
-    /* Training. */
+    if (!await_start(&s, &assignment, &start, &result, e))
+        goto out;
     t.r = r;
     t.assignment = assignment;
     t.peers = start.body;
@@ -297,106 +412,10 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
         herr_set(e, "cannot start the training thread");
         goto out;
     }
-    thread_started = 1;
     s.training = 1;
-    double last_flush = clock_mono_s();
-    int stopped = 0, restart = 0, preempting = 0;
-    char stop_reason[512] = "";
-    while (!t.finished) {
-        if (!preempting && terminating(&s)) {
-            preempting = 1;
-            announce_termination(&s);
-        }
-        struct proto_msg m;
-        int rc = next_message(&s, 100, &m, e);
-        if (rc == 1) {
-            if (m.type == PROTO_STOP) {
-                stopped = 1;
-                restart = m.u.stop.restart;
-                snprintf(stop_reason, sizeof stop_reason, "%s", m.u.stop.reason);
-                s.link.stop = 1;
-            }
-            proto_msg_free(&m);
-        }
-        if (stopped)
-            break;
-        if ((clock_mono_s() - last_flush) * 1000.0 >= interval_ms) {
-            flush_progress(&s);
-            last_flush = clock_mono_s();
-        }
-    }
-    s.link.stop = stopped || preempting;
-    pthread_join(t.th, NULL);
-    thread_started = 0;
-    s.training = 0;
-    if (preempting && !t.rc) {
-        flush_progress(&s);
-        coord_client_flush(s.cl, 1000);
-        result = WORKER_EXIT_TERMINATED;
-        herr_set(e, "left on SIGTERM after step %ld, checkpointed there", t.last_step);
-        goto out;
-    }
-    if (stopped) {
-        result = restart ? WORKER_EXIT_RESTART : WORKER_EXIT_FINAL;
-        if (!restart)
-            herr_set(e, "stopped by the coordinator: %s", stop_reason);
-        goto out;
-    }
-    flush_progress(&s);
-    if (t.rc) {
-        *e = t.e;
-        coord_client_send(s.cl, proto_error_encode(error_code_of(&t.e), t.e.msg, NULL));
-        coord_client_flush(s.cl, 2000);
-        if (t.e.kind == HERR_CONFIG)
-            result = WORKER_EXIT_FINAL;
-        goto out;
-    }
-    /* Report done and wait for the coordinator's verdict (the others may still be training).
-     * If the coordinator is away, reconnect (hello with resume) and report again. */
-    int done_sent = 0;
-    double give_up = clock_mono_s() + (o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 60000) / 1e3;
-    s.training = 1; /* a reconnecting hello still says where we are */
-    for (;;) {
-        if (!coord_client_connected(s.cl)) {
-            done_sent = 0;
-            herr ce = {0};
-            if (clock_mono_s() > give_up) {
-                result = 0; /* our part is finished; nobody is left to tell */
-                break;
-            }
-            if (connect_and_hello(&s, 0, &ce)) {
-                usleep(500 * 1000);
-                continue;
-            }
-        }
-        if (!done_sent) {
-            /* steps batched while the coordinator was away go first, so its progress
-             * reaches the last step before it hears we are done */
-            flush_progress(&s);
-            coord_client_send(s.cl, proto_done_encode(s.rank, t.last_step, NULL));
-            done_sent = 1;
-        }
-        struct proto_msg m;
-        herr pe = {0};
-        int rc = coord_client_poll(s.cl, 1000, &m, &pe);
-        if (rc <= 0)
-            continue;
-        int is_stop = m.type == PROTO_STOP;
-        if (is_stop) {
-            /* After our done, a final stop means the job is over: our part succeeded.
-             * A restart means another worker failed before the end. */
-            result = m.u.stop.restart ? WORKER_EXIT_RESTART : 0;
-        }
-        proto_msg_free(&m);
-        if (is_stop)
-            break;
-    }
-    s.training = 0;
+    if (train_until_done(&s, &t, interval_ms, &result, e)) /* joins the training thread */
+        result = report_done(&s, t.last_step);
 out:
-    if (thread_started) {
-        s.link.stop = 1;
-        pthread_join(t.th, NULL);
-    }
     proto_msg_free(&start);
     cJSON_Delete(assignment);
     if (s.cl)
