@@ -186,7 +186,7 @@ static int parse_args(int argc, char **argv, struct args *a)
     const char *tflops_s = env2("HOLMES_DECLARED_TFLOPS", NULL);
     const char *affinity_s = env2("HOLMES_CPU_AFFINITY", NULL);
     a->progress_ms = 500, a->connect_s = 60, a->sim_steps = -1, a->step_ms = 10, a->worker = -1;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *o = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(o, "--coordinator") == 0 && v) a->url = v;
@@ -214,7 +214,6 @@ static int parse_args(int argc, char **argv, struct args *a)
             fprintf(stderr, "holmes-node worker: unknown or incomplete option %s (see --help)\n", o);
             return 2;
         }
-        i++;
     }
     if (!a->url || !a->job || !a->pod || !worker_s) {
         fprintf(stderr, "holmes-node worker: --coordinator, --job, --pod and --worker are required "

@@ -1,4 +1,7 @@
-#include "coordinator.h"
+/* The coordinator (coordinator.h): connections and their messages (hello, rendezvous, progress,
+ * done, error), the libwebsockets glue and timer, and the public API. A job's state machine is in
+ * coord_job.c. */
+#include "coordinator_impl.h"
 
 #include <libwebsockets.h>
 #include <stdarg.h>
@@ -12,95 +15,6 @@
 
 #define TICK_US (100 * 1000)
 #define RX_CHUNK 65536
-
-struct outmsg {
-    struct outmsg *next;
-    size_t len;
-    unsigned char buf[]; /* LWS_PRE bytes, then the text */
-};
-
-struct job;
-
-struct conn {
-    struct lws *wsi;
-    struct coordinator *c;
-    struct job *job;        /* set once the hello is accepted */
-    int worker;             /* index in job, -1 before hello */
-    char *rx;
-    size_t rx_len, rx_cap;
-    int rx_overflow;
-    struct outmsg *head, *tail;
-    int closing;            /* close after the queue drains */
-    int close_code;
-    char close_reason[100];
-    struct conn *prev, *next;
-};
-
-struct slot {
-    struct coord_worker info;
-    struct conn *conn;
-    int hello;              /* hello accepted in this gathering round */
-    int running;            /* hello said it is mid-training (adoption) */
-    int resume_attempt;
-    int rendezvous;
-    char endpoint[256];
-    cJSON *ids;
-    int reported;
-    struct proto_step last;
-    int done;
-    /* A worker back (its process restarted) while its gang's failure is being settled: its
-     * hello waits for the verdict, then joins the restart (or hears the job is over). */
-    int deferred;
-    struct proto_hello deferred_hello;
-};
-
-/* What a failure report says happened, in order of how much it tells of the cause (see
- * fail_weight): a lost peer is usually a consequence; a disconnect without a word is a crash;
- * a worker's own error (a fault, or a configuration error) is the cause. */
-enum fail_rank { FAIL_NONE = 0, FAIL_PEER, FAIL_DISCONNECT, FAIL_FAULT, FAIL_CONFIG };
-#define FAILURE_WINDOW_S 1.0
-
-struct job {
-    struct job *next;
-    char *name, *token;
-    int n;
-    char **pods;
-    int gang_timeout_ms, max_restarts, progress_interval_ms, restart_backoff_ms;
-    double resume_at;       /* seconds, monotonic: a restarted gang starts no sooner */
-    long total_steps;
-    struct coord_hooks hooks;
-    void *user;
-
-    enum coord_job_state state;
-    int attempt, restarts;
-    struct slot *w;
-    cJSON **assign;         /* per worker index; NULL until planned */
-    int *worker_of_rank;
-    double gather_since;    /* seconds, monotonic */
-    /* A failure being settled: the reports of one failure arrive within a moment of each
-     * other, the cause's and its consequences' (peers that lost a connection to it), in any
-     * order; the verdict waits FAILURE_WINDOW_S and takes the report that ranks highest. */
-    double fail_deadline;   /* 0 = none pending */
-    enum fail_rank fail_rank; /* of the report kept */
-    char fail_why[700];
-    int gang_reported;
-    double last_emit;
-    struct coord_progress emitted;
-    int progress_dirty;
-};
-
-struct coordinator {
-    struct lws_context *ctx;
-    struct lws_protocols protocols[2];
-    lws_sorted_usec_list_t tick;
-    struct job *jobs;
-    struct conn *conns;
-    int port;
-    int hello_timeout_s;
-    int (*resolve_job)(void *user, struct coordinator *c, const char *job);
-    void *user;
-    long refused;
-};
 
 const char *coord_state_name(enum coord_job_state s)
 {
@@ -118,7 +32,7 @@ const char *coord_state_name(enum coord_job_state s)
 /* ---------------------------------------------------------------- sending */
 
 /* Queues `text` (taken over and freed) on the connection. */
-static int conn_send(struct conn *k, char *text)
+int co_conn_send(struct conn *k, char *text)
 {
     if (!text)
         return -1;
@@ -146,7 +60,7 @@ static void conn_refuse(struct conn *k, int code, const char *why)
 {
     if (k->closing)
         return;
-    conn_send(k, proto_error_encode(code, why, NULL));
+    co_conn_send(k, proto_error_encode(code, why, NULL));
     k->closing = 1;
     k->close_code = code == PROTO_ERR_BAD_MESSAGE ? LWS_CLOSE_STATUS_POLICY_VIOLATION
                                                   : LWS_CLOSE_STATUS_NORMAL;
@@ -155,7 +69,7 @@ static void conn_refuse(struct conn *k, int code, const char *why)
     lws_callback_on_writable(k->wsi);
 }
 
-static void conn_close_after(struct conn *k, const char *why)
+void co_conn_close_after(struct conn *k, const char *why)
 {
     k->closing = 1;
     k->close_code = LWS_CLOSE_STATUS_NORMAL;
@@ -171,385 +85,6 @@ static void conn_free_queue(struct conn *k)
         free(m);
     }
     k->tail = NULL;
-}
-
-static void job_event(struct job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void job_event(struct job *j, const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (j->hooks.on_event)
-        j->hooks.on_event(j->user, j->state, msg);
-}
-
-static void set_state(struct job *j, enum coord_job_state s, const char *why)
-{
-    j->state = s;
-    job_event(j, "%s: %s", coord_state_name(s), why);
-}
-
-/* Stop to every connected worker of the job. */
-static void job_broadcast_stop(struct job *j, int restart, const char *reason)
-{
-    for (int i = 0; i < j->n; i++) {
-        struct conn *k = j->w[i].conn;
-        if (!k || (restart && j->w[i].deferred))
-            continue; /* a deferred hello is already the restarted process */
-        conn_send(k, proto_stop_encode(j->attempt, restart, reason, NULL));
-        if (!restart)
-            conn_close_after(k, "job over");
-    }
-}
-
-static void job_reset_round(struct job *j)
-{
-    for (int i = 0; i < j->n; i++) {
-        struct slot *s = &j->w[i];
-        s->hello = s->running = s->rendezvous = s->done = 0;
-        s->reported = 0;
-        s->endpoint[0] = '\0';
-        cJSON_Delete(s->ids);
-        s->ids = NULL;
-    }
-    j->gather_since = clock_mono_s();
-    j->gang_reported = 0;
-}
-
-static void admit(struct conn *k, struct job *j, const struct proto_hello *h);
-
-/* Admits the hellos that waited for a failure's verdict (a restart has just begun). */
-static void admit_deferred(struct job *j)
-{
-    for (int i = 0; i < j->n; i++) {
-        struct slot *s = &j->w[i];
-        if (!s->deferred)
-            continue;
-        s->deferred = 0;
-        if (s->conn)
-            admit(s->conn, j, &s->deferred_hello);
-    }
-}
-
-/* A worker failed: restart in place, or fail the job when restarts are spent. */
-static void job_failure(struct job *j, const char *why)
-{
-    j->fail_deadline = 0;
-    j->fail_rank = FAIL_NONE;
-    if (j->state == COORD_SUCCEEDED || j->state == COORD_FAILED)
-        return;
-    if (j->restarts >= j->max_restarts) {
-        char reason[700];
-        snprintf(reason, sizeof reason, "%s; no restarts left (%d used)", why, j->restarts);
-        set_state(j, COORD_FAILED, reason);
-        job_broadcast_stop(j, 0, reason);
-        return;
-    }
-    j->restarts++;
-    job_broadcast_stop(j, 1, why);
-    j->attempt++;
-    job_reset_round(j);
-    /* restartPolicy.backoffSeconds: the gang starts again no sooner; the gang timeout counts
-     * from then */
-    j->resume_at = clock_mono_s() + j->restart_backoff_ms / 1000.0;
-    j->gather_since = j->resume_at;
-    char reason[700];
-    if (j->restart_backoff_ms > 0)
-        snprintf(reason, sizeof reason, "%s; restarting in place after a %g s backoff (restart %d of %d)",
-                 why, j->restart_backoff_ms / 1000.0, j->restarts, j->max_restarts);
-    else
-        snprintf(reason, sizeof reason, "%s; restarting in place (restart %d of %d)", why,
-                 j->restarts, j->max_restarts);
-    set_state(j, COORD_RESTARTING, reason);
-    admit_deferred(j);
-}
-
-/* A configuration or data error fails the job at once: a restart would fail the same way. */
-static void job_fail_now(struct job *j, const char *why)
-{
-    j->fail_deadline = 0;
-    j->fail_rank = FAIL_NONE;
-    if (j->state == COORD_SUCCEEDED || j->state == COORD_FAILED)
-        return;
-    char reason[800];
-    snprintf(reason, sizeof reason, "%s; not retried: a configuration, data or storage error "
-             "fails the same way again", why);
-    set_state(j, COORD_FAILED, reason);
-    job_broadcast_stop(j, 0, reason);
-}
-
-/* A worker received SIGTERM (eviction, drain, preemption) and checkpoints at the next step
- * boundary: every worker stops there too and the gang restarts in place from that checkpoint.
- * Not a fault of the job: maxRestarts is not charged. */
-static void job_preempted(struct job *j, const char *why)
-{
-    if (j->state != COORD_RENDEZVOUS && j->state != COORD_RUNNING)
-        return;
-    j->fail_deadline = 0;
-    j->fail_rank = FAIL_NONE;
-    job_broadcast_stop(j, 1, why);
-    j->attempt++;
-    job_reset_round(j);
-    char reason[800];
-    snprintf(reason, sizeof reason, "%.600s; every worker checkpoints at the next step boundary and "
-             "the gang restarts in place from there (not counted against maxRestarts)", why);
-    set_state(j, COORD_RESTARTING, reason);
-    admit_deferred(j);
-}
-
-/* A worker's own fault and its configuration error tell as much: the first one kept wins. */
-static int fail_weight(enum fail_rank r)
-{
-    return r == FAIL_CONFIG ? FAIL_FAULT : (int)r;
-}
-
-/* Records one report of a failure of the running gang; the verdict comes in job_settle. */
-static void job_report_failure(struct job *j, enum fail_rank rank, const char *why)
-{
-    if (j->state != COORD_RENDEZVOUS && j->state != COORD_RUNNING)
-        return; /* a failure is already being handled, or the gang is not running */
-    if (!j->fail_deadline)
-        j->fail_deadline = clock_mono_s() + FAILURE_WINDOW_S;
-    if (fail_weight(rank) > fail_weight(j->fail_rank)) {
-        j->fail_rank = rank;
-        snprintf(j->fail_why, sizeof j->fail_why, "%s", why);
-    }
-}
-
-/* The verdict on a failure once its window has passed: its cause decides. */
-static void job_settle(struct job *j, double now)
-{
-    if (!j->fail_deadline || now < j->fail_deadline)
-        return;
-    char why[sizeof j->fail_why];
-    snprintf(why, sizeof why, "%s", j->fail_why);
-    if (j->fail_rank == FAIL_CONFIG)
-        job_fail_now(j, why);
-    else
-        job_failure(j, why);
-}
-
-/* ---------------------------------------------------------------- gang barrier, plan, start */
-
-static int job_plan(struct job *j, herr *e)
-{
-    if (!j->assign) {
-        j->assign = calloc((size_t)j->n, sizeof *j->assign);
-        if (!j->assign)
-            return herr_set(e, "out of memory");
-    }
-    int have = 1;
-    for (int i = 0; i < j->n; i++)
-        have = have && j->assign[i];
-    if (!have) {
-        struct coord_worker *ws = malloc((size_t)j->n * sizeof *ws);
-        if (!ws)
-            return herr_set(e, "out of memory");
-        for (int i = 0; i < j->n; i++)
-            ws[i] = j->w[i].info;
-        int rc = j->hooks.plan(j->user, ws, j->n, j->assign, e);
-        free(ws);
-        if (rc)
-            return -1;
-    }
-    for (int i = 0; i < j->n; i++)
-        j->worker_of_rank[i] = -1;
-    for (int i = 0; i < j->n; i++) {
-        const cJSON *r = cJSON_GetObjectItemCaseSensitive(j->assign[i], "rank");
-        if (!cJSON_IsObject(j->assign[i]) || !cJSON_IsNumber(r))
-            return herr_set(e, "plan: assignment of worker %d has no rank", i);
-        int rank = r->valueint;
-        if (rank < 0 || rank >= j->n || j->worker_of_rank[rank] >= 0)
-            return herr_set(e, "plan: rank %d of worker %d is out of range or taken", rank, i);
-        j->worker_of_rank[rank] = i;
-        j->w[i].info.rank = rank;
-    }
-    return 0;
-}
-
-static void job_send_assignments(struct job *j)
-{
-    herr e = {0};
-    if (job_plan(j, &e)) {
-        for (int i = 0; j->assign && i < j->n; i++) {
-            cJSON_Delete(j->assign[i]);
-            j->assign[i] = NULL;
-        }
-        set_state(j, COORD_FAILED, e.msg);
-        for (int i = 0; i < j->n; i++)
-            if (j->w[i].conn) {
-                conn_send(j->w[i].conn, proto_error_encode(PROTO_ERR_PLAN, e.msg, NULL));
-            }
-        job_broadcast_stop(j, 0, e.msg);
-        return;
-    }
-    for (int i = 0; i < j->n; i++)
-        conn_send(j->w[i].conn, proto_assign_encode(j->attempt, j->assign[i], NULL));
-    set_state(j, COORD_RENDEZVOUS, "assignments sent");
-}
-
-static void job_maybe_emit(struct job *j, int force);
-
-/* Running with every worker done: the job succeeded. */
-static void job_succeed_if_all_done(struct job *j)
-{
-    for (int i = 0; i < j->n; i++)
-        if (!j->w[i].done)
-            return;
-    job_maybe_emit(j, 1);
-    set_state(j, COORD_SUCCEEDED, "every worker finished");
-    job_broadcast_stop(j, 0, "the job succeeded");
-}
-
-/* All present with hello: adopt a running gang, or plan and assign. */
-static void job_gang_complete(struct job *j)
-{
-    int all_running = 1, attempt = j->w[0].resume_attempt;
-    for (int i = 0; i < j->n; i++)
-        all_running = all_running && j->w[i].running && j->w[i].resume_attempt == attempt;
-    if (all_running) {
-        j->attempt = attempt;
-        set_state(j, COORD_RUNNING, "every worker reconnected mid-training; adopted");
-        job_succeed_if_all_done(j); /* some or all may have finished while we were away */
-        return;
-    }
-    int any_running = 0;
-    for (int i = 0; i < j->n; i++)
-        any_running = any_running || j->w[i].running;
-    if (any_running) {
-        /* A partial gang of survivors cannot be resumed as is: restart everyone in place. */
-        job_failure(j, "workers reconnected from different attempts");
-        return;
-    }
-    job_send_assignments(j);
-}
-
-static void job_check_gang(struct job *j)
-{
-    if (j->state != COORD_GATHERING && j->state != COORD_RESTARTING)
-        return;
-    for (int i = 0; i < j->n; i++)
-        if (!j->w[i].hello)
-            return;
-    if (clock_mono_s() < j->resume_at)
-        return; /* restart backoff: tick() checks again */
-    job_gang_complete(j);
-}
-
-static cJSON *peer_entry(const struct slot *s)
-{
-    cJSON *o = cJSON_CreateObject();
-    if (!o)
-        return NULL;
-    if (!cJSON_AddNumberToObject(o, "rank", s->info.rank) ||
-        !cJSON_AddStringToObject(o, "endpoint", s->endpoint)) {
-        cJSON_Delete(o);
-        return NULL;
-    }
-    if (s->ids) {
-        cJSON *ids = cJSON_Duplicate(s->ids, 1);
-        if (!ids) {
-            cJSON_Delete(o);
-            return NULL;
-        }
-        cJSON_AddItemToObject(o, "ids", ids);
-    }
-    return o;
-}
-
-static void job_send_start(struct job *j)
-{
-    for (int i = 0; i < j->n; i++) {
-        cJSON *peers = cJSON_CreateArray();
-        if (!peers)
-            goto oom;
-        const cJSON *want = cJSON_GetObjectItemCaseSensitive(j->assign[i], "peers");
-        if (cJSON_IsArray(want)) {
-            const cJSON *p;
-            cJSON_ArrayForEach(p, want) {
-                int r = p->valueint;
-                if (r < 0 || r >= j->n)
-                    continue;
-                cJSON *pe = peer_entry(&j->w[j->worker_of_rank[r]]);
-                if (!pe) {
-                    cJSON_Delete(peers);
-                    goto oom;
-                }
-                cJSON_AddItemToArray(peers, pe);
-            }
-        } else {
-            for (int r = 0; r < j->n; r++) {
-                cJSON *pe = peer_entry(&j->w[j->worker_of_rank[r]]);
-                if (!pe) {
-                    cJSON_Delete(peers);
-                    goto oom;
-                }
-                cJSON_AddItemToArray(peers, pe);
-            }
-        }
-        conn_send(j->w[i].conn, proto_start_encode(j->attempt, 0, peers, NULL));
-        cJSON_Delete(peers);
-    }
-    set_state(j, COORD_RUNNING, "rendezvous complete; training started");
-    return;
-oom:
-    job_failure(j, "out of memory building the start messages");
-}
-
-/* ---------------------------------------------------------------- progress */
-
-static void job_aggregate(const struct job *j, struct coord_progress *p)
-{
-    memset(p, 0, sizeof *p);
-    p->attempt = j->attempt;
-    p->total_steps = j->total_steps;
-    p->step = -1;
-    int nloss = 0;
-    for (int i = 0; i < j->n; i++) {
-        const struct slot *s = &j->w[i];
-        if (!s->reported)
-            continue;
-        if (p->step < 0 || s->last.step < p->step)
-            p->step = s->last.step;
-        if (s->last.step_ms > p->step_ms)
-            p->step_ms = s->last.step_ms;
-        if (s->last.has_loss) {
-            p->loss += s->last.loss;
-            p->tokens_per_s += s->last.tokens_per_s;
-            nloss++;
-        }
-    }
-    if (p->step < 0)
-        p->step = 0;
-    if (nloss) {
-        p->has_loss = 1;
-        p->loss /= nloss;
-    }
-    p->eta_s = -1;
-    if (j->total_steps > 0 && p->step_ms > 0)
-        p->eta_s = (double)(j->total_steps - p->step) * p->step_ms / 1000.0;
-    if (p->eta_s < -0.5)
-        p->eta_s = 0;
-}
-
-static void job_maybe_emit(struct job *j, int force)
-{
-    if (!j->progress_dirty || !j->hooks.on_progress)
-        return;
-    double t = clock_mono_s();
-    if (!force && (t - j->last_emit) * 1000.0 < j->progress_interval_ms)
-        return;
-    j->progress_dirty = 0;
-    int reported = 0;
-    for (int i = 0; i < j->n; i++)
-        reported |= j->w[i].reported;
-    if (!reported)
-        return; /* a restarted gang that has not stepped yet: the last progress still stands */
-    job_aggregate(j, &j->emitted);
-    j->last_emit = t;
-    j->hooks.on_progress(j->user, &j->emitted);
 }
 
 /* ---------------------------------------------------------------- messages */
@@ -573,7 +108,7 @@ static int token_ok(const char *want, const char *got)
 }
 
 /* Accepts a worker's hello into its job's gathering round (or a running worker's reconnect). */
-static void admit(struct conn *k, struct job *j, const struct proto_hello *h)
+void co_admit(struct conn *k, struct job *j, const struct proto_hello *h)
 {
     struct slot *s = &j->w[h->worker];
     lws_set_timeout(k->wsi, NO_PENDING_TIMEOUT, 0);
@@ -598,7 +133,7 @@ static void admit(struct conn *k, struct job *j, const struct proto_hello *h)
     s->resume_attempt = h->resume_attempt;
     if (h->running)
         s->info.rank = h->resume_rank;
-    job_check_gang(j);
+    co_job_check_gang(j);
 }
 
 static void on_hello(struct conn *k, const struct proto_hello *h)
@@ -616,15 +151,15 @@ static void on_hello(struct conn *k, const struct proto_hello *h)
     if (resolved == 0 && !j)
         j = find_job(c, h->job);
     if (resolved == 1) { /* a job that is over: its workers leave for good */
-        conn_send(k, proto_stop_encode(0, 0, "the job is over", NULL));
-        conn_close_after(k, "job over");
+        co_conn_send(k, proto_stop_encode(0, 0, "the job is over", NULL));
+        co_conn_close_after(k, "job over");
         return;
     }
     if (!j || !token_ok(j->token, h->token)) {
         conn_refuse(k, PROTO_ERR_AUTH, h->token[0] ? "hello: unknown job or wrong token"
                                                    : "hello: token required");
         if (j)
-            job_event(j, "refused a connection claiming pod %s: wrong or missing token", h->pod);
+            co_job_event(j, "refused a connection claiming pod %s: wrong or missing token", h->pod);
         return;
     }
     if (h->worker >= j->n || (j->pods && strcmp(j->pods[h->worker], h->pod) != 0)) {
@@ -632,7 +167,7 @@ static void on_hello(struct conn *k, const struct proto_hello *h)
         snprintf(why, sizeof why, "hello: pod %s (worker %d) is not part of job %s", h->pod,
                  h->worker, j->name);
         conn_refuse(k, PROTO_ERR_UNKNOWN_WORKER, why);
-        job_event(j, "refused %s", why + 7);
+        co_job_event(j, "refused %s", why + 7);
         return;
     }
     struct slot *s = &j->w[h->worker];
@@ -650,8 +185,8 @@ static void on_hello(struct conn *k, const struct proto_hello *h)
         return;
     }
     if (j->state == COORD_SUCCEEDED || j->state == COORD_FAILED) {
-        conn_send(k, proto_stop_encode(j->attempt, 0, "the job is over", NULL));
-        conn_close_after(k, "job over");
+        co_conn_send(k, proto_stop_encode(j->attempt, 0, "the job is over", NULL));
+        co_conn_close_after(k, "job over");
         return;
     }
     if (j->state == COORD_RENDEZVOUS || (j->state == COORD_RUNNING && !h->running)) {
@@ -662,10 +197,10 @@ static void on_hello(struct conn *k, const struct proto_hello *h)
         char why[300];
         snprintf(why, sizeof why, "worker %d (%s) rejoined while the job was running",
                  h->worker, h->pod);
-        job_report_failure(j, FAIL_DISCONNECT, why);
+        co_job_report_failure(j, FAIL_DISCONNECT, why);
         return;
     }
-    admit(k, j, h);
+    co_admit(k, j, h);
 }
 
 static void on_rendezvous(struct conn *k, const struct proto_msg *m)
@@ -685,7 +220,7 @@ static void on_rendezvous(struct conn *k, const struct proto_msg *m)
     for (int i = 0; i < j->n; i++)
         if (!j->w[i].rendezvous)
             return;
-    job_send_start(j);
+    co_job_send_start(j);
 }
 
 static void on_progress(struct conn *k, const struct proto_msg *m)
@@ -704,6 +239,7 @@ static void on_progress(struct conn *k, const struct proto_msg *m)
 
 static void on_done(struct conn *k, const struct proto_msg *m)
 {
+    (void)m; /* its rank and last step are in the progress already */
     struct job *j = k->job;
     struct slot *s = &j->w[k->worker];
     if (j->state == COORD_GATHERING && s->running) {
@@ -715,7 +251,7 @@ static void on_done(struct conn *k, const struct proto_msg *m)
     if (j->state != COORD_RUNNING)
         return;
     s->done = 1;
-    job_succeed_if_all_done(j);
+    co_job_succeed_if_all_done(j);
 }
 
 static void on_message(struct conn *k, const char *text, size_t len)
@@ -755,10 +291,10 @@ static void on_message(struct conn *k, const char *text, size_t len)
             /* Only a failure of the running gang counts; after a failure the survivors often
              * report their broken links too - that is the same failure, and not its cause. */
             switch (m->u.error.code) {
-            case PROTO_ERR_PREEMPTED: job_preempted(k->job, why); break;
-            case PROTO_ERR_CONFIG: job_report_failure(k->job, FAIL_CONFIG, why); break;
-            case PROTO_ERR_PEER: job_report_failure(k->job, FAIL_PEER, why); break;
-            default: job_report_failure(k->job, FAIL_FAULT, why); break;
+            case PROTO_ERR_PREEMPTED: co_job_preempted(k->job, why); break;
+            case PROTO_ERR_CONFIG: co_job_report_failure(k->job, FAIL_CONFIG, why); break;
+            case PROTO_ERR_PEER: co_job_report_failure(k->job, FAIL_PEER, why); break;
+            default: co_job_report_failure(k->job, FAIL_FAULT, why); break;
             }
             break;
         }
@@ -783,7 +319,7 @@ static void on_closed(struct conn *k)
         if ((j->state == COORD_RENDEZVOUS || j->state == COORD_RUNNING) && !s->done) {
             char why[300];
             snprintf(why, sizeof why, "worker %d (%s) disconnected", k->worker, s->info.pod);
-            job_report_failure(j, FAIL_DISCONNECT, why);
+            co_job_report_failure(j, FAIL_DISCONNECT, why);
         } else if (was_in_round && (j->state == COORD_GATHERING || j->state == COORD_RESTARTING)) {
             s->running = 0;
         }
@@ -904,10 +440,10 @@ static void tick(lws_sorted_usec_list_t *sul)
     struct coordinator *c = lws_container_of(sul, struct coordinator, tick);
     double t = clock_mono_s();
     for (struct job *j = c->jobs; j; j = j->next) {
-        job_settle(j, t);
-        job_maybe_emit(j, 0);
+        co_job_settle(j, t);
+        co_job_maybe_emit(j, 0);
         if (j->state == COORD_RESTARTING && j->resume_at > 0 && t >= j->resume_at)
-            job_check_gang(j); /* the backoff is over: start when the gang is complete */
+            co_job_check_gang(j); /* the backoff is over: start when the gang is complete */
         if ((j->state == COORD_GATHERING || j->state == COORD_RESTARTING) && !j->gang_reported &&
             (t - j->gather_since) * 1000.0 >= j->gang_timeout_ms) {
             char missing[800] = "";
@@ -926,7 +462,7 @@ static void tick(lws_sorted_usec_list_t *sul)
                 }
             }
             j->gang_reported = 1;
-            job_event(j, "gang timeout after %d ms: %d of %d workers missing: %s%s",
+            co_job_event(j, "gang timeout after %d ms: %d of %d workers missing: %s%s",
                       j->gang_timeout_ms, count, j->n, missing,
                       used >= sizeof missing - 40 ? ", ..." : "");
         }
@@ -1113,7 +649,7 @@ int coord_remove_job(struct coordinator *c, const char *name)
             continue;
         k->job = NULL;
         k->worker = -1;
-        conn_close_after(k, "job removed");
+        co_conn_close_after(k, "job removed");
     }
     *pj = j->next;
     job_free(j);
@@ -1127,8 +663,8 @@ int coord_cancel_job(struct coordinator *c, const char *name, const char *reason
         return herr_set(e, "job %s: not registered", name);
     if (j->state == COORD_SUCCEEDED || j->state == COORD_FAILED)
         return 0;
-    set_state(j, COORD_FAILED, reason);
-    job_broadcast_stop(j, 0, reason);
+    co_set_state(j, COORD_FAILED, reason);
+    co_job_broadcast_stop(j, 0, reason);
     return 0;
 }
 
@@ -1146,7 +682,7 @@ int coord_job_progress(const struct coordinator *c, const char *name, struct coo
     const struct job *j = find_job(c, name);
     if (!j)
         return -1;
-    job_aggregate(j, p);
+    co_job_aggregate(j, p);
     return 0;
 }
 

@@ -1,0 +1,388 @@
+/* A job's state machine (coordinator_impl.h): failures settled by their cause into an in-place
+ * restart or a failed job, the gang barrier, the plan and the assignments, the start, and the
+ * progress aggregated over workers. */
+#include "coordinator_impl.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "log.h"
+
+void co_job_event(struct job *j, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (j->hooks.on_event)
+        j->hooks.on_event(j->user, j->state, msg);
+}
+
+void co_set_state(struct job *j, enum coord_job_state s, const char *why)
+{
+    j->state = s;
+    co_job_event(j, "%s: %s", coord_state_name(s), why);
+}
+
+/* Stop to every connected worker of the job. */
+void co_job_broadcast_stop(struct job *j, int restart, const char *reason)
+{
+    for (int i = 0; i < j->n; i++) {
+        struct conn *k = j->w[i].conn;
+        if (!k || (restart && j->w[i].deferred))
+            continue; /* a deferred hello is already the restarted process */
+        co_conn_send(k, proto_stop_encode(j->attempt, restart, reason, NULL));
+        if (!restart)
+            co_conn_close_after(k, "job over");
+    }
+}
+
+static void job_reset_round(struct job *j)
+{
+    for (int i = 0; i < j->n; i++) {
+        struct slot *s = &j->w[i];
+        s->hello = s->running = s->rendezvous = s->done = 0;
+        s->reported = 0;
+        s->endpoint[0] = '\0';
+        cJSON_Delete(s->ids);
+        s->ids = NULL;
+    }
+    j->gather_since = clock_mono_s();
+    j->gang_reported = 0;
+}
+
+
+/* Admits the hellos that waited for a failure's verdict (a restart has just begun). */
+static void admit_deferred(struct job *j)
+{
+    for (int i = 0; i < j->n; i++) {
+        struct slot *s = &j->w[i];
+        if (!s->deferred)
+            continue;
+        s->deferred = 0;
+        if (s->conn)
+            co_admit(s->conn, j, &s->deferred_hello);
+    }
+}
+
+/* A worker failed: restart in place, or fail the job when restarts are spent. */
+static void job_failure(struct job *j, const char *why)
+{
+    j->fail_deadline = 0;
+    j->fail_rank = FAIL_NONE;
+    if (j->state == COORD_SUCCEEDED || j->state == COORD_FAILED)
+        return;
+    if (j->restarts >= j->max_restarts) {
+        char reason[700];
+        snprintf(reason, sizeof reason, "%s; no restarts left (%d used)", why, j->restarts);
+        co_set_state(j, COORD_FAILED, reason);
+        co_job_broadcast_stop(j, 0, reason);
+        return;
+    }
+    j->restarts++;
+    co_job_broadcast_stop(j, 1, why);
+    j->attempt++;
+    job_reset_round(j);
+    /* restartPolicy.backoffSeconds: the gang starts again no sooner; the gang timeout counts
+     * from then */
+    j->resume_at = clock_mono_s() + j->restart_backoff_ms / 1000.0;
+    j->gather_since = j->resume_at;
+    char reason[700];
+    if (j->restart_backoff_ms > 0)
+        snprintf(reason, sizeof reason, "%s; restarting in place after a %g s backoff (restart %d of %d)",
+                 why, j->restart_backoff_ms / 1000.0, j->restarts, j->max_restarts);
+    else
+        snprintf(reason, sizeof reason, "%s; restarting in place (restart %d of %d)", why,
+                 j->restarts, j->max_restarts);
+    co_set_state(j, COORD_RESTARTING, reason);
+    admit_deferred(j);
+}
+
+/* A configuration or data error fails the job at once: a restart would fail the same way. */
+static void job_fail_now(struct job *j, const char *why)
+{
+    j->fail_deadline = 0;
+    j->fail_rank = FAIL_NONE;
+    if (j->state == COORD_SUCCEEDED || j->state == COORD_FAILED)
+        return;
+    char reason[800];
+    snprintf(reason, sizeof reason, "%s; not retried: a configuration, data or storage error "
+             "fails the same way again", why);
+    co_set_state(j, COORD_FAILED, reason);
+    co_job_broadcast_stop(j, 0, reason);
+}
+
+/* A worker received SIGTERM (eviction, drain, preemption) and checkpoints at the next step
+ * boundary: every worker stops there too and the gang restarts in place from that checkpoint.
+ * Not a fault of the job: maxRestarts is not charged. */
+void co_job_preempted(struct job *j, const char *why)
+{
+    if (j->state != COORD_RENDEZVOUS && j->state != COORD_RUNNING)
+        return;
+    j->fail_deadline = 0;
+    j->fail_rank = FAIL_NONE;
+    co_job_broadcast_stop(j, 1, why);
+    j->attempt++;
+    job_reset_round(j);
+    char reason[800];
+    snprintf(reason, sizeof reason, "%.600s; every worker checkpoints at the next step boundary and "
+             "the gang restarts in place from there (not counted against maxRestarts)", why);
+    co_set_state(j, COORD_RESTARTING, reason);
+    admit_deferred(j);
+}
+
+/* A worker's own fault and its configuration error tell as much: the first one kept wins. */
+static int fail_weight(enum fail_rank r)
+{
+    return r == FAIL_CONFIG ? FAIL_FAULT : (int)r;
+}
+
+/* Records one report of a failure of the running gang; the verdict comes in job_settle. */
+void co_job_report_failure(struct job *j, enum fail_rank rank, const char *why)
+{
+    if (j->state != COORD_RENDEZVOUS && j->state != COORD_RUNNING)
+        return; /* a failure is already being handled, or the gang is not running */
+    if (!j->fail_deadline)
+        j->fail_deadline = clock_mono_s() + FAILURE_WINDOW_S;
+    if (fail_weight(rank) > fail_weight(j->fail_rank)) {
+        j->fail_rank = rank;
+        snprintf(j->fail_why, sizeof j->fail_why, "%s", why);
+    }
+}
+
+/* The verdict on a failure once its window has passed: its cause decides. */
+void co_job_settle(struct job *j, double now)
+{
+    if (!j->fail_deadline || now < j->fail_deadline)
+        return;
+    char why[sizeof j->fail_why];
+    snprintf(why, sizeof why, "%s", j->fail_why);
+    if (j->fail_rank == FAIL_CONFIG)
+        job_fail_now(j, why);
+    else
+        job_failure(j, why);
+}
+
+/* ---------------------------------------------------------------- gang barrier, plan, start */
+
+static int job_plan(struct job *j, herr *e)
+{
+    if (!j->assign) {
+        j->assign = calloc((size_t)j->n, sizeof *j->assign);
+        if (!j->assign)
+            return herr_set(e, "out of memory");
+    }
+    int have = 1;
+    for (int i = 0; i < j->n; i++)
+        have = have && j->assign[i];
+    if (!have) {
+        struct coord_worker *ws = malloc((size_t)j->n * sizeof *ws);
+        if (!ws)
+            return herr_set(e, "out of memory");
+        for (int i = 0; i < j->n; i++)
+            ws[i] = j->w[i].info;
+        int rc = j->hooks.plan(j->user, ws, j->n, j->assign, e);
+        free(ws);
+        if (rc)
+            return -1;
+    }
+    for (int i = 0; i < j->n; i++)
+        j->worker_of_rank[i] = -1;
+    for (int i = 0; i < j->n; i++) {
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(j->assign[i], "rank");
+        if (!cJSON_IsObject(j->assign[i]) || !cJSON_IsNumber(r))
+            return herr_set(e, "plan: assignment of worker %d has no rank", i);
+        int rank = r->valueint;
+        if (rank < 0 || rank >= j->n || j->worker_of_rank[rank] >= 0)
+            return herr_set(e, "plan: rank %d of worker %d is out of range or taken", rank, i);
+        j->worker_of_rank[rank] = i;
+        j->w[i].info.rank = rank;
+    }
+    return 0;
+}
+
+static void job_send_assignments(struct job *j)
+{
+    herr e = {0};
+    if (job_plan(j, &e)) {
+        for (int i = 0; j->assign && i < j->n; i++) {
+            cJSON_Delete(j->assign[i]);
+            j->assign[i] = NULL;
+        }
+        co_set_state(j, COORD_FAILED, e.msg);
+        for (int i = 0; i < j->n; i++)
+            if (j->w[i].conn) {
+                co_conn_send(j->w[i].conn, proto_error_encode(PROTO_ERR_PLAN, e.msg, NULL));
+            }
+        co_job_broadcast_stop(j, 0, e.msg);
+        return;
+    }
+    for (int i = 0; i < j->n; i++)
+        co_conn_send(j->w[i].conn, proto_assign_encode(j->attempt, j->assign[i], NULL));
+    co_set_state(j, COORD_RENDEZVOUS, "assignments sent");
+}
+
+
+/* Running with every worker done: the job succeeded. */
+void co_job_succeed_if_all_done(struct job *j)
+{
+    for (int i = 0; i < j->n; i++)
+        if (!j->w[i].done)
+            return;
+    co_job_maybe_emit(j, 1);
+    co_set_state(j, COORD_SUCCEEDED, "every worker finished");
+    co_job_broadcast_stop(j, 0, "the job succeeded");
+}
+
+/* All present with hello: adopt a running gang, or plan and assign. */
+static void job_gang_complete(struct job *j)
+{
+    int all_running = 1, attempt = j->w[0].resume_attempt;
+    for (int i = 0; i < j->n; i++)
+        all_running = all_running && j->w[i].running && j->w[i].resume_attempt == attempt;
+    if (all_running) {
+        j->attempt = attempt;
+        co_set_state(j, COORD_RUNNING, "every worker reconnected mid-training; adopted");
+        co_job_succeed_if_all_done(j); /* some or all may have finished while we were away */
+        return;
+    }
+    int any_running = 0;
+    for (int i = 0; i < j->n; i++)
+        any_running = any_running || j->w[i].running;
+    if (any_running) {
+        /* A partial gang of survivors cannot be resumed as is: restart everyone in place. */
+        job_failure(j, "workers reconnected from different attempts");
+        return;
+    }
+    job_send_assignments(j);
+}
+
+void co_job_check_gang(struct job *j)
+{
+    if (j->state != COORD_GATHERING && j->state != COORD_RESTARTING)
+        return;
+    for (int i = 0; i < j->n; i++)
+        if (!j->w[i].hello)
+            return;
+    if (clock_mono_s() < j->resume_at)
+        return; /* restart backoff: tick() checks again */
+    job_gang_complete(j);
+}
+
+static cJSON *peer_entry(const struct slot *s)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    if (!cJSON_AddNumberToObject(o, "rank", s->info.rank) ||
+        !cJSON_AddStringToObject(o, "endpoint", s->endpoint)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    if (s->ids) {
+        cJSON *ids = cJSON_Duplicate(s->ids, 1);
+        if (!ids) {
+            cJSON_Delete(o);
+            return NULL;
+        }
+        cJSON_AddItemToObject(o, "ids", ids);
+    }
+    return o;
+}
+
+void co_job_send_start(struct job *j)
+{
+    for (int i = 0; i < j->n; i++) {
+        cJSON *peers = cJSON_CreateArray();
+        if (!peers)
+            goto oom;
+        const cJSON *want = cJSON_GetObjectItemCaseSensitive(j->assign[i], "peers");
+        if (cJSON_IsArray(want)) {
+            const cJSON *p;
+            cJSON_ArrayForEach(p, want) {
+                int r = p->valueint;
+                if (r < 0 || r >= j->n)
+                    continue;
+                cJSON *pe = peer_entry(&j->w[j->worker_of_rank[r]]);
+                if (!pe) {
+                    cJSON_Delete(peers);
+                    goto oom;
+                }
+                cJSON_AddItemToArray(peers, pe);
+            }
+        } else {
+            for (int r = 0; r < j->n; r++) {
+                cJSON *pe = peer_entry(&j->w[j->worker_of_rank[r]]);
+                if (!pe) {
+                    cJSON_Delete(peers);
+                    goto oom;
+                }
+                cJSON_AddItemToArray(peers, pe);
+            }
+        }
+        co_conn_send(j->w[i].conn, proto_start_encode(j->attempt, 0, peers, NULL));
+        cJSON_Delete(peers);
+    }
+    co_set_state(j, COORD_RUNNING, "rendezvous complete; training started");
+    return;
+oom:
+    job_failure(j, "out of memory building the start messages");
+}
+
+/* ---------------------------------------------------------------- progress */
+
+void co_job_aggregate(const struct job *j, struct coord_progress *p)
+{
+    memset(p, 0, sizeof *p);
+    p->attempt = j->attempt;
+    p->total_steps = j->total_steps;
+    p->step = -1;
+    int nloss = 0;
+    for (int i = 0; i < j->n; i++) {
+        const struct slot *s = &j->w[i];
+        if (!s->reported)
+            continue;
+        if (p->step < 0 || s->last.step < p->step)
+            p->step = s->last.step;
+        if (s->last.step_ms > p->step_ms)
+            p->step_ms = s->last.step_ms;
+        if (s->last.has_loss) {
+            p->loss += s->last.loss;
+            p->tokens_per_s += s->last.tokens_per_s;
+            nloss++;
+        }
+    }
+    if (p->step < 0)
+        p->step = 0;
+    if (nloss) {
+        p->has_loss = 1;
+        p->loss /= nloss;
+    }
+    p->eta_s = -1;
+    if (j->total_steps > 0 && p->step_ms > 0)
+        p->eta_s = (double)(j->total_steps - p->step) * p->step_ms / 1000.0;
+    if (p->eta_s < -0.5)
+        p->eta_s = 0;
+}
+
+void co_job_maybe_emit(struct job *j, int force)
+{
+    if (!j->progress_dirty || !j->hooks.on_progress)
+        return;
+    double t = clock_mono_s();
+    if (!force && (t - j->last_emit) * 1000.0 < j->progress_interval_ms)
+        return;
+    j->progress_dirty = 0;
+    int reported = 0;
+    for (int i = 0; i < j->n; i++)
+        reported |= j->w[i].reported;
+    if (!reported)
+        return; /* a restarted gang that has not stepped yet: the last progress still stands */
+    co_job_aggregate(j, &j->emitted);
+    j->last_emit = t;
+    j->hooks.on_progress(j->user, &j->emitted);
+}
