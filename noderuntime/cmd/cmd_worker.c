@@ -132,6 +132,109 @@ static int parse_wire(const char *opt, const char *s, enum dtype *out)
     return 0;
 }
 
+struct worker_args {
+    const char *table_path, *data, *fmt;
+    long rank;
+    int all_ranks;
+};
+
+/* HOLMES_RANK and the command line into c and w: -1 to go on, else the exit status (--help: 0,
+ * a bad option: 2). */
+static int parse_args(int argc, char **argv, struct trainer_config *c, struct worker_args *w)
+{
+    const char *env_rank = getenv("HOLMES_RANK");
+    if (env_rank && parse_long("HOLMES_RANK", env_rank, 0, INT_MAX, &w->rank) != 0)
+        return 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long n;
+        int bad = 0;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--all-ranks") == 0) {
+            w->all_ranks = 1;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "holmes-node worker: unknown or incomplete option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        i++;
+        if (strcmp(a, "--rank-table") == 0)
+            w->table_path = v;
+        else if (strcmp(a, "--rank") == 0)
+            bad = parse_long(a, v, 0, INT_MAX, &w->rank);
+        else if (strcmp(a, "--data") == 0)
+            w->data = v;
+        else if (strcmp(a, "--layers") == 0 && !(bad = parse_long(a, v, 1, 1000, &n)))
+            c->model.layers = (int)n;
+        else if (strcmp(a, "--channels") == 0 && !(bad = parse_long(a, v, 1, 100000, &n)))
+            c->model.channels = (int)n;
+        else if (strcmp(a, "--heads") == 0 && !(bad = parse_long(a, v, 1, 1000, &n)))
+            c->model.heads = (int)n;
+        else if (strcmp(a, "--vocab") == 0 && !(bad = parse_long(a, v, 1, 10000000, &n)))
+            c->model.vocab = (int)n;
+        else if (strcmp(a, "--max-seq") == 0 && !(bad = parse_long(a, v, 1, 1000000, &n)))
+            c->model.max_seq = (int)n;
+        else if (strcmp(a, "--batch") == 0 && !(bad = parse_long(a, v, 1, 100000, &n)))
+            c->B = (int)n;
+        else if (strcmp(a, "--seq") == 0 && !(bad = parse_long(a, v, 1, 1000000, &n)))
+            c->T = (int)n;
+        else if (strcmp(a, "--micro-batches") == 0 && !(bad = parse_long(a, v, 1, 100000, &n)))
+            c->micro_batches = (int)n;
+        else if (strcmp(a, "--steps") == 0)
+            bad = parse_long(a, v, 1, LONG_MAX, &c->steps);
+        else if (strcmp(a, "--schedule") == 0) {
+            if (schedule_parse(v, &c->schedule) != 0) {
+                fprintf(stderr, "holmes-node worker: --schedule: '%s' is not one of 1f1b, gpipe\n",
+                        v);
+                return 2;
+            }
+        } else if (strcmp(a, "--pipeline-dtype") == 0)
+            bad = parse_wire(a, v, &c->pipe_wire);
+        else if (strcmp(a, "--param-gather-dtype") == 0)
+            bad = parse_wire(a, v, &c->param_wire);
+        else if (strcmp(a, "--lr") == 0)
+            bad = parse_float(a, v, 1e-12, 10, &c->lr.max_lr);
+        else if (strcmp(a, "--warmup") == 0)
+            bad = parse_long(a, v, 0, LONG_MAX, &c->lr.warmup_steps);
+        else if (strcmp(a, "--min-lr-ratio") == 0)
+            bad = parse_float(a, v, 0, 1, &c->lr.min_lr_ratio);
+        else if (strcmp(a, "--clip") == 0)
+            bad = parse_float(a, v, 0, 1e9, &c->grad_clip);
+        else if (strcmp(a, "--weight-decay") == 0)
+            bad = parse_float(a, v, 0, 10, &c->adamw.weight_decay);
+        else if (strcmp(a, "--seed") == 0 && !(bad = parse_long(a, v, 0, LONG_MAX, &n)))
+            c->seed = (uint64_t)n;
+        else if (strcmp(a, "--bucket") == 0 && !(bad = parse_long(a, v, 1, LONG_MAX, &n)))
+            c->bucket_floats = (size_t)n;
+        else if (strcmp(a, "--checkpoint-dir") == 0)
+            c->checkpoint_dir = v;
+        else if (strcmp(a, "--init-from") == 0) {
+            c->init_from = v;
+            c->init_from_name = "--init-from";
+        }
+        else if (strcmp(a, "--checkpoint-every") == 0 && !(bad = parse_long(a, v, 0, INT_MAX, &n)))
+            c->checkpoint_every = (int)n;
+        else if (strcmp(a, "--keep") == 0 && !(bad = parse_long(a, v, 1, 1000, &n)))
+            c->checkpoint_keep = (int)n;
+        else if (strcmp(a, "--listen") == 0)
+            c->listen_host = v;
+        else if (strcmp(a, "--log-format") == 0)
+            w->fmt = v;
+        else if (!bad) {
+            fprintf(stderr, "holmes-node worker: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (bad)
+            return 2;
+    }
+    return -1;
+}
+
 int cmd_worker(int argc, char **argv)
 {
     /* --coordinator URL (or HOLMES_COORDINATOR): the place in the job comes from the
@@ -145,99 +248,13 @@ int cmd_worker(int argc, char **argv)
     c.T = 32;
     c.micro_batches = 2;
     c.steps = 20;
-    const char *table_path = NULL, *data = NULL, *fmt = "text";
-    long rank = -1;
-    int all_ranks = 0;
-    const char *env_rank = getenv("HOLMES_RANK");
-    if (env_rank && parse_long("HOLMES_RANK", env_rank, 0, INT_MAX, &rank) != 0)
-        return 2;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long n;
-        int bad = 0;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--all-ranks") == 0) {
-            all_ranks = 1;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "holmes-node worker: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        i++;
-        if (strcmp(a, "--rank-table") == 0)
-            table_path = v;
-        else if (strcmp(a, "--rank") == 0)
-            bad = parse_long(a, v, 0, INT_MAX, &rank);
-        else if (strcmp(a, "--data") == 0)
-            data = v;
-        else if (strcmp(a, "--layers") == 0 && !(bad = parse_long(a, v, 1, 1000, &n)))
-            c.model.layers = (int)n;
-        else if (strcmp(a, "--channels") == 0 && !(bad = parse_long(a, v, 1, 100000, &n)))
-            c.model.channels = (int)n;
-        else if (strcmp(a, "--heads") == 0 && !(bad = parse_long(a, v, 1, 1000, &n)))
-            c.model.heads = (int)n;
-        else if (strcmp(a, "--vocab") == 0 && !(bad = parse_long(a, v, 1, 10000000, &n)))
-            c.model.vocab = (int)n;
-        else if (strcmp(a, "--max-seq") == 0 && !(bad = parse_long(a, v, 1, 1000000, &n)))
-            c.model.max_seq = (int)n;
-        else if (strcmp(a, "--batch") == 0 && !(bad = parse_long(a, v, 1, 100000, &n)))
-            c.B = (int)n;
-        else if (strcmp(a, "--seq") == 0 && !(bad = parse_long(a, v, 1, 1000000, &n)))
-            c.T = (int)n;
-        else if (strcmp(a, "--micro-batches") == 0 && !(bad = parse_long(a, v, 1, 100000, &n)))
-            c.micro_batches = (int)n;
-        else if (strcmp(a, "--steps") == 0)
-            bad = parse_long(a, v, 1, LONG_MAX, &c.steps);
-        else if (strcmp(a, "--schedule") == 0) {
-            if (schedule_parse(v, &c.schedule) != 0) {
-                fprintf(stderr, "holmes-node worker: --schedule: '%s' is not one of 1f1b, gpipe\n",
-                        v);
-                return 2;
-            }
-        } else if (strcmp(a, "--pipeline-dtype") == 0)
-            bad = parse_wire(a, v, &c.pipe_wire);
-        else if (strcmp(a, "--param-gather-dtype") == 0)
-            bad = parse_wire(a, v, &c.param_wire);
-        else if (strcmp(a, "--lr") == 0)
-            bad = parse_float(a, v, 1e-12, 10, &c.lr.max_lr);
-        else if (strcmp(a, "--warmup") == 0)
-            bad = parse_long(a, v, 0, LONG_MAX, &c.lr.warmup_steps);
-        else if (strcmp(a, "--min-lr-ratio") == 0)
-            bad = parse_float(a, v, 0, 1, &c.lr.min_lr_ratio);
-        else if (strcmp(a, "--clip") == 0)
-            bad = parse_float(a, v, 0, 1e9, &c.grad_clip);
-        else if (strcmp(a, "--weight-decay") == 0)
-            bad = parse_float(a, v, 0, 10, &c.adamw.weight_decay);
-        else if (strcmp(a, "--seed") == 0 && !(bad = parse_long(a, v, 0, LONG_MAX, &n)))
-            c.seed = (uint64_t)n;
-        else if (strcmp(a, "--bucket") == 0 && !(bad = parse_long(a, v, 1, LONG_MAX, &n)))
-            c.bucket_floats = (size_t)n;
-        else if (strcmp(a, "--checkpoint-dir") == 0)
-            c.checkpoint_dir = v;
-        else if (strcmp(a, "--init-from") == 0) {
-            c.init_from = v;
-            c.init_from_name = "--init-from";
-        }
-        else if (strcmp(a, "--checkpoint-every") == 0 && !(bad = parse_long(a, v, 0, INT_MAX, &n)))
-            c.checkpoint_every = (int)n;
-        else if (strcmp(a, "--keep") == 0 && !(bad = parse_long(a, v, 1, 1000, &n)))
-            c.checkpoint_keep = (int)n;
-        else if (strcmp(a, "--listen") == 0)
-            c.listen_host = v;
-        else if (strcmp(a, "--log-format") == 0)
-            fmt = v;
-        else if (!bad) {
-            fprintf(stderr, "holmes-node worker: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        if (bad)
-            return 2;
-    }
+    struct worker_args w = {.fmt = "text", .rank = -1};
+    int rc = parse_args(argc, argv, &c, &w);
+    if (rc >= 0)
+        return rc;
+    const char *table_path = w.table_path, *data = w.data, *fmt = w.fmt;
+    long rank = w.rank;
+    int all_ranks = w.all_ranks;
     enum log_format lf;
     if (log_parse_format(fmt, &lf) != 0) {
         fprintf(stderr, "holmes-node worker: --log-format must be text or json, got '%s'\n", fmt);
@@ -284,7 +301,7 @@ int cmd_worker(int argc, char **argv)
     struct trainer_hooks hooks = {&pr, print_step, poll_stop, NULL, NULL};
     log_info("rank %ld: stage %d of %d, replica %d of %d", rank, rank_table_stage(&rt, (int)rank),
              rt.pipeline, rank_table_dp(&rt, (int)rank), rt.data);
-    int rc = trainer_run(&c, &rt, (int)rank, &td, &hooks, &e);
+    rc = trainer_run(&c, &rt, (int)rank, &td, &hooks, &e);
     if (rc != 0)
         log_error("%s", e.msg);
     else if (stop_requested)

@@ -526,49 +526,53 @@ static int setup_paths(struct local *L, const char *argv0, const char *run_dir)
     return 0;
 }
 
-int cmd_local(int argc, char **argv)
+struct local_args {
+    const char *path, *metrics_out, *run_dir;
+};
+
+/* The command line into L and a: 0, or the exit status 2 (usage). */
+static int parse_args(int argc, char **argv, struct local *L, struct local_args *a)
 {
-    if (cli_wants_help(argc, argv)) {
-        usage(stdout);
-        return 0;
-    }
-    const char *path = NULL, *metrics_out = NULL, *run_dir = NULL;
-    static struct local L;
-    memset(&L, 0, sizeof L);
-    L.step_ms = 20;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--metrics-out") == 0 && i + 1 < argc) {
-            metrics_out = argv[++i];
+            a->metrics_out = argv[++i];
         } else if (strcmp(argv[i], "--run-dir") == 0 && i + 1 < argc) {
-            run_dir = argv[++i];
+            a->run_dir = argv[++i];
         } else if (strcmp(argv[i], "--simulate") == 0) {
-            L.simulate = 1;
+            L->simulate = 1;
         } else if (strcmp(argv[i], "--step-ms") == 0 && i + 1 < argc) {
-            L.step_ms = atoi(argv[++i]);
-            if (L.step_ms < 0 || L.step_ms > 60000) {
+            L->step_ms = atoi(argv[++i]);
+            if (L->step_ms < 0 || L->step_ms > 60000) {
                 fprintf(stderr, "holmes-operator local: --step-ms: must be in [0, 60000]\n");
                 return 2;
             }
         } else if (strcmp(argv[i], "--quiet") == 0) {
-            L.quiet = 1;
+            L->quiet = 1;
         } else if (strcmp(argv[i], "--bind") == 0 && i + 1 < argc) {
-            L.bind = argv[++i];
+            L->bind = argv[++i];
         } else if (strcmp(argv[i], "--worker-wrap") == 0 && i + 1 < argc) {
-            L.wrap = argv[++i];
+            L->wrap = argv[++i];
         } else if (strcmp(argv[i], "--calibration") == 0 && i + 1 < argc) {
-            L.cp.calibration = argv[++i];
-        } else if (argv[i][0] == '-' || path) {
+            L->cp.calibration = argv[++i];
+        } else if (argv[i][0] == '-' || a->path) {
             fprintf(stderr, "holmes-operator local: unexpected argument %s (see --help)\n",
                     argv[i]);
             return 2;
         } else {
-            path = argv[i];
+            a->path = argv[i];
         }
     }
-    if (!path) {
+    if (!a->path) {
         usage(stderr);
         return 2;
     }
+    return 0;
+}
+
+/* The one TrainingJob of path into L->job, if local can run it: -1 to go on, else the exit
+ * status (the job freed). */
+static int load_job(struct local *L, const char *path)
+{
     struct tj_job *jobs = NULL;
     int njobs = 0;
     static struct tj_errors errs;
@@ -584,20 +588,19 @@ int cmd_local(int argc, char **argv)
         free(jobs);
         return 2;
     }
-    L.job = jobs[0];
+    L->job = jobs[0];
     free(jobs);
-    int rc = 1;
-    const struct tj_spec *s = &L.job.spec;
+    const struct tj_spec *s = &L->job.spec;
     if (s->gpus_per_worker != 0) {
         fprintf(stderr, "%s: spec.gpusPerWorker: local runs use CPU workers (0), got %d\n", path,
                 s->gpus_per_worker);
-        tj_job_free(&L.job);
+        tj_job_free(&L->job);
         return 2;
     }
     if (s->suspend) { /* as the operator: a suspended job runs no workers */
         printf("job %s: spec.suspend is true: no workers started (set it to false to run)\n",
-               L.job.name);
-        tj_job_free(&L.job);
+               L->job.name);
+        tj_job_free(&L->job);
         return 0;
     }
     if (s->image[0] || s->pod_template) /* pod fields: said, not silently dropped */
@@ -605,178 +608,251 @@ int cmd_local(int argc, char **argv)
                "holmes-node processes and uses neither\n", s->image[0] ? "spec.image" : "",
                s->image[0] && s->pod_template ? " and " : "", s->pod_template ? "spec.template" : "",
                s->image[0] && s->pod_template ? "" : "s");
-    if (setup_paths(&L, argv[0], run_dir) || random_token(L.token, sizeof L.token)) {
-        tj_job_free(&L.job);
-        return 1;
-    }
-    if (metrics_out) {
-        L.metrics = fopen(metrics_out, "w");
-        L.rows = calloc(METRIC_SLOTS, sizeof *L.rows);
-        if (!L.metrics || !L.rows) {
-            fprintf(stderr, "holmes-operator local: --metrics-out %s: %s\n", metrics_out,
-                    strerror(errno));
-            goto out;
-        }
-        for (int i = 0; i < METRIC_SLOTS; i++)
-            L.rows[i].step = -1;
-    }
-    L.tty = isatty(STDOUT_FILENO);
-    L.cp.job = &L.job;
-    if (L.cp.calibration) { /* refused now rather than when the workers have joined */
-        struct cost_links scratch;
-        herr ce = {0};
-        cost_links_default(&scratch);
-        if (cluster_load_calibration(L.cp.calibration, &scratch, &ce)) {
-            fprintf(stderr, "holmes-operator local: --calibration: %s\n", ce.msg);
-            rc = 2;
-            goto out;
-        }
-    }
+    return -1;
+}
 
+/* --metrics-out: the file and the rows a step's metrics collect in. 0, or -1 (said). */
+static int open_metrics(struct local *L, const char *metrics_out)
+{
+    L->metrics = fopen(metrics_out, "w");
+    L->rows = calloc(METRIC_SLOTS, sizeof *L->rows);
+    if (!L->metrics || !L->rows) {
+        fprintf(stderr, "holmes-operator local: --metrics-out %s: %s\n", metrics_out,
+                strerror(errno));
+        return -1;
+    }
+    for (int i = 0; i < METRIC_SLOTS; i++)
+        L->rows[i].step = -1;
+    return 0;
+}
+
+/* --calibration, refused now rather than when the workers have joined. 0, or -1 (said). */
+static int check_calibration(const char *path)
+{
+    struct cost_links scratch;
+    herr ce = {0};
+    cost_links_default(&scratch);
+    if (cluster_load_calibration(path, &scratch, &ce)) {
+        fprintf(stderr, "holmes-operator local: --calibration: %s\n", ce.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* The embedded coordinator, with the job added (its pods: the workers' names). 0, or -1
+ * (said). */
+static int start_coordinator(struct local *L)
+{
+    const struct tj_spec *s = &L->job.spec;
     herr e = {0};
-    struct coord_options co = {.bind = L.bind ? L.bind : "127.0.0.1", .port = 0};
-    if (coord_create(&L.c, &co, &e)) {
+    struct coord_options co = {.bind = L->bind ? L->bind : "127.0.0.1", .port = 0};
+    if (coord_create(&L->c, &co, &e)) {
         fprintf(stderr, "holmes-operator local: %s\n", e.msg);
-        goto out;
+        return -1;
     }
     const char **pods = calloc((size_t)s->workers, sizeof *pods);
     char (*podnames)[128] = calloc((size_t)s->workers, sizeof *podnames);
-    L.kids = calloc((size_t)s->workers, sizeof *L.kids);
-    if (!pods || !podnames || !L.kids) {
+    L->kids = calloc((size_t)s->workers, sizeof *L->kids);
+    if (!pods || !podnames || !L->kids) {
         free(pods);
         free(podnames);
         fprintf(stderr, "holmes-operator local: out of memory\n");
-        goto out;
+        return -1;
     }
     for (int i = 0; i < s->workers; i++) {
-        tj_worker_pod_name(podnames[i], sizeof podnames[i], L.job.name, i);
+        tj_worker_pod_name(podnames[i], sizeof podnames[i], L->job.name, i);
         pods[i] = podnames[i];
     }
     struct coord_job_spec js = {
-        .name = L.job.name, .token = L.token, .workers = s->workers, .pods = pods,
+        .name = L->job.name, .token = L->token, .workers = s->workers, .pods = pods,
         .gang_timeout_ms = s->gang_timeout_seconds * 1000,
         .max_restarts = s->restart.max_restarts, .total_steps = s->training.steps,
         .restart_backoff_ms = s->restart.backoff_seconds * 1000,
-        .progress_interval_ms = L.tty ? 250 : 1000,
+        .progress_interval_ms = L->tty ? 250 : 1000,
         .hooks = {.plan = hook_plan, .on_steps = hook_steps, .on_progress = hook_progress,
                   .on_event = hook_event, .on_notice = hook_notice},
-        .user = &L,
+        .user = L,
     };
-    int added = coord_add_job(L.c, &js, &e);
+    int added = coord_add_job(L->c, &js, &e);
     free(pods);
     free(podnames);
     if (added) {
         fprintf(stderr, "holmes-operator local: %s\n", e.msg);
-        goto out;
+        return -1;
     }
     printf("job %s: %d workers on this machine, coordinator ws://%s:%d/, logs in %s/\n",
-           L.job.name, s->workers, co.bind, coord_port(L.c), L.run_dir);
-    if (s->training.checkpoint.path[0] && !L.simulate) {
-        char latest[TJ_PATH_MAX + 32];
-        snprintf(latest, sizeof latest, "%s/latest-step", s->training.checkpoint.path);
-        FILE *lf = fopen(latest, "r");
-        long done = -1;
-        if (lf) {
-            if (fscanf(lf, "%ld", &done) != 1)
-                done = -1;
-            fclose(lf);
+           L->job.name, s->workers, co.bind, coord_port(L->c), L->run_dir);
+    return 0;
+}
+
+/* The checkpoints of spec.training.checkpoint.path: resumed from, or, from a finished run,
+ * moved aside (one previous run kept) so the job trains again from scratch. */
+static void prepare_checkpoints(const struct tj_spec *s)
+{
+    char latest[TJ_PATH_MAX + 32];
+    snprintf(latest, sizeof latest, "%s/latest-step", s->training.checkpoint.path);
+    FILE *lf = fopen(latest, "r");
+    long done = -1;
+    if (lf) {
+        if (fscanf(lf, "%ld", &done) != 1)
+            done = -1;
+        fclose(lf);
+    }
+    if (done >= s->training.steps) {
+        /* A finished run: keep its checkpoints aside and train again from scratch. */
+        char old[TJ_PATH_MAX + 32];
+        snprintf(old, sizeof old, "%s.previous", s->training.checkpoint.path);
+        char cmdline[2 * TJ_PATH_MAX + 64];
+        if (access(old, F_OK) == 0) { /* keep one previous run */
+            snprintf(cmdline, sizeof cmdline, "rm -rf -- '%s'", old);
+            if (!strchr(old, '\'') && system(cmdline) != 0)
+                fprintf(stderr, "holmes-operator local: could not remove %s\n", old);
         }
-        if (done >= s->training.steps) {
-            /* A finished run: keep its checkpoints aside and train again from scratch. */
-            char old[TJ_PATH_MAX + 32];
-            snprintf(old, sizeof old, "%s.previous", s->training.checkpoint.path);
-            char cmdline[2 * TJ_PATH_MAX + 64];
-            if (access(old, F_OK) == 0) { /* keep one previous run */
-                snprintf(cmdline, sizeof cmdline, "rm -rf -- '%s'", old);
-                if (!strchr(old, '\'') && system(cmdline) != 0)
-                    fprintf(stderr, "holmes-operator local: could not remove %s\n", old);
-            }
-            if (rename(s->training.checkpoint.path, old) == 0)
-                printf("the checkpoints in %s are from a finished run: moved to %s, starting "
-                       "over\n", s->training.checkpoint.path, old);
-        } else if (done >= 0) {
-            printf("resuming from step %ld of the checkpoints in %s (remove that directory to "
-                   "start over)\n", done, s->training.checkpoint.path);
+        if (rename(s->training.checkpoint.path, old) == 0)
+            printf("the checkpoints in %s are from a finished run: moved to %s, starting "
+                   "over\n", s->training.checkpoint.path, old);
+    } else if (done >= 0) {
+        printf("resuming from step %ld of the checkpoints in %s (remove that directory to "
+               "start over)\n", done, s->training.checkpoint.path);
+    }
+}
+
+static void spawn_workers(struct local *L)
+{
+    for (int i = 0; i < L->job.spec.workers; i++) {
+        L->kids[i].pid = spawn_worker(L, i);
+        L->kids[i].starts = 1;
+        if (L->kids[i].pid < 0) {
+            fprintf(stderr, "holmes-operator local: fork: %s\n", strerror(errno));
+            L->kids[i].pid = 0;
+            coord_cancel_job(L->c, L->job.name, "could not start the workers", NULL);
         }
     }
+}
+
+/* Serves the coordinator and keeps the workers running until the job is over and every
+ * worker has left (killed 10 s after the end if it does not); the job's final state. */
+static enum coord_job_state run_until_over(struct local *L)
+{
+    const struct tj_spec *s = &L->job.spec;
+    enum coord_job_state st = COORD_GATHERING;
+    double over_since = -1;
+    for (;;) {
+        coord_service(L->c);
+        reap_and_respawn(L);
+        if (interrupted) {
+            coord_cancel_job(L->c, L->job.name, "interrupted", NULL);
+            interrupted = 0;
+        }
+        if (L->gang_failed && !job_over(L, &st))
+            coord_cancel_job(L->c, L->job.name, "not every worker came up in time", NULL);
+        if (job_over(L, &st)) {
+            if (over_since < 0)
+                over_since = clock_mono_s();
+            int alive = 0;
+            for (int i = 0; i < s->workers; i++)
+                alive += L->kids[i].pid > 0;
+            if (!alive)
+                break;
+            if (clock_mono_s() - over_since > 10) { /* workers that do not leave: end them */
+                for (int i = 0; i < s->workers; i++)
+                    if (L->kids[i].pid > 0)
+                        kill(L->kids[i].pid, SIGKILL);
+            }
+        }
+    }
+    return st;
+}
+
+static void print_summary(struct local *L, enum coord_job_state st, const char *metrics_out)
+{
+    const struct tj_spec *s = &L->job.spec;
+    double wall = clock_mono_s() - L->t0;
+    end_progress_line(L);
+    struct coord_progress fin;
+    coord_job_progress(L->c, L->job.name, &fin);
+    char dur[32];
+    fmt_duration(wall, dur, sizeof dur);
+    printf("\n%s %s in %s: %ld of %ld steps, %d restart%s\n", L->job.name,
+           st == COORD_SUCCEEDED ? "succeeded" : "failed", dur, fin.step,
+           s->training.steps, coord_job_restarts(L->c, L->job.name),
+           coord_job_restarts(L->c, L->job.name) == 1 ? "" : "s");
+    if (L->have_first && L->have_progress && L->last.has_loss)
+        printf("  loss %.4f (step %ld) -> %.4f (step %ld)\n", L->first_loss, L->first_step,
+               L->last.loss, L->last.step);
+    if (L->have_progress && wall > 0)
+        printf("  last %.0f tokens/s, %.0f ms/step\n", L->last.tokens_per_s, L->last.step_ms);
+    if (s->training.checkpoint.path[0])
+        printf("  checkpoints: %s\n", s->training.checkpoint.path);
+    if (metrics_out)
+        printf("  metrics: %s\n", metrics_out);
+    printf("  worker logs: %s/\n", L->run_dir);
+    if (st != COORD_SUCCEEDED && L->fail_reason[0])
+        printf("  reason: %s\n", L->fail_reason);
+}
+
+/* Workers still alive killed and reaped; the coordinator, the plan, metrics and job freed. */
+static void local_free(struct local *L)
+{
+    if (L->kids) {
+        for (int i = 0; i < L->job.spec.workers; i++)
+            if (L->kids[i].pid > 0) {
+                kill(L->kids[i].pid, SIGKILL);
+                waitpid(L->kids[i].pid, NULL, 0);
+            }
+    }
+    coord_destroy(L->c);
+    coord_plan_free(&L->cp);
+    if (L->metrics)
+        fclose(L->metrics);
+    free(L->rows);
+    free(L->kids);
+    tj_job_free(&L->job);
+}
+
+int cmd_local(int argc, char **argv)
+{
+    if (cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
+    struct local_args a = {0};
+    static struct local L;
+    memset(&L, 0, sizeof L);
+    L.step_ms = 20;
+    int rc = parse_args(argc, argv, &L, &a);
+    if (rc != 0)
+        return rc;
+    if ((rc = load_job(&L, a.path)) >= 0)
+        return rc;
+    rc = 1;
+    const struct tj_spec *s = &L.job.spec;
+    if (setup_paths(&L, argv[0], a.run_dir) || random_token(L.token, sizeof L.token)) {
+        tj_job_free(&L.job);
+        return 1;
+    }
+    if (a.metrics_out && open_metrics(&L, a.metrics_out) != 0)
+        goto out;
+    L.tty = isatty(STDOUT_FILENO);
+    L.cp.job = &L.job;
+    if (L.cp.calibration && check_calibration(L.cp.calibration) != 0) {
+        rc = 2;
+        goto out;
+    }
+    if (start_coordinator(&L) != 0)
+        goto out;
+    if (s->training.checkpoint.path[0] && !L.simulate)
+        prepare_checkpoints(s);
     fflush(stdout);
 
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     L.t0 = clock_mono_s();
-    for (int i = 0; i < s->workers; i++) {
-        L.kids[i].pid = spawn_worker(&L, i);
-        L.kids[i].starts = 1;
-        if (L.kids[i].pid < 0) {
-            fprintf(stderr, "holmes-operator local: fork: %s\n", strerror(errno));
-            L.kids[i].pid = 0;
-            coord_cancel_job(L.c, L.job.name, "could not start the workers", NULL);
-        }
-    }
-
-    enum coord_job_state st = COORD_GATHERING;
-    double over_since = -1;
-    for (;;) {
-        coord_service(L.c);
-        reap_and_respawn(&L);
-        if (interrupted) {
-            coord_cancel_job(L.c, L.job.name, "interrupted", NULL);
-            interrupted = 0;
-        }
-        if (L.gang_failed && !job_over(&L, &st))
-            coord_cancel_job(L.c, L.job.name, "not every worker came up in time", NULL);
-        if (job_over(&L, &st)) {
-            if (over_since < 0)
-                over_since = clock_mono_s();
-            int alive = 0;
-            for (int i = 0; i < s->workers; i++)
-                alive += L.kids[i].pid > 0;
-            if (!alive)
-                break;
-            if (clock_mono_s() - over_since > 10) { /* workers that do not leave: end them */
-                for (int i = 0; i < s->workers; i++)
-                    if (L.kids[i].pid > 0)
-                        kill(L.kids[i].pid, SIGKILL);
-            }
-        }
-    }
-    double wall = clock_mono_s() - L.t0;
-    end_progress_line(&L);
-    struct coord_progress fin;
-    coord_job_progress(L.c, L.job.name, &fin);
-    char dur[32];
-    fmt_duration(wall, dur, sizeof dur);
-    printf("\n%s %s in %s: %ld of %ld steps, %d restart%s\n", L.job.name,
-           st == COORD_SUCCEEDED ? "succeeded" : "failed", dur, fin.step,
-           s->training.steps, coord_job_restarts(L.c, L.job.name),
-           coord_job_restarts(L.c, L.job.name) == 1 ? "" : "s");
-    if (L.have_first && L.have_progress && L.last.has_loss)
-        printf("  loss %.4f (step %ld) -> %.4f (step %ld)\n", L.first_loss, L.first_step,
-               L.last.loss, L.last.step);
-    if (L.have_progress && wall > 0)
-        printf("  last %.0f tokens/s, %.0f ms/step\n", L.last.tokens_per_s, L.last.step_ms);
-    if (s->training.checkpoint.path[0])
-        printf("  checkpoints: %s\n", s->training.checkpoint.path);
-    if (metrics_out)
-        printf("  metrics: %s\n", metrics_out);
-    printf("  worker logs: %s/\n", L.run_dir);
-    if (st != COORD_SUCCEEDED && L.fail_reason[0])
-        printf("  reason: %s\n", L.fail_reason);
+    spawn_workers(&L);
+    enum coord_job_state st = run_until_over(&L);
+    print_summary(&L, st, a.metrics_out);
     rc = st == COORD_SUCCEEDED ? 0 : 1;
 out:
-    if (L.kids) {
-        for (int i = 0; i < s->workers; i++)
-            if (L.kids[i].pid > 0) {
-                kill(L.kids[i].pid, SIGKILL);
-                waitpid(L.kids[i].pid, NULL, 0);
-            }
-    }
-    coord_destroy(L.c);
-    coord_plan_free(&L.cp);
-    if (L.metrics)
-        fclose(L.metrics);
-    free(L.rows);
-    free(L.kids);
-    tj_job_free(&L.job);
+    local_free(&L);
     return rc;
 }

@@ -183,6 +183,34 @@ static int parse_partition(const char *s, int *out, int *n, int cap)
     return *n ? 0 : -1;
 }
 
+/* --json: the plan document, with the fabric-blind policies' own best beside a holmes plan.
+ * 0, or -1 (out of memory, said). */
+static int print_json(const struct plan *p, const struct own_best *best, int n_best)
+{
+    cJSON *j = plan_to_json(p);
+    cJSON *ob = j && n_best ? cJSON_AddObjectToObject(j, "baselines_own_best") : NULL;
+    for (int i = 0; ob && i < n_best; i++) {
+        cJSON *x = cJSON_AddObjectToObject(ob, policy_name(best[i].policy));
+        if (x && isfinite(best[i].step_s)) {
+            cJSON_AddNumberToObject(x, "step_seconds", best[i].step_s);
+            cJSON_AddNumberToObject(x, "tokens_per_second", best[i].tokens_per_s);
+            cJSON_AddNumberToObject(x, "pipeline", best[i].pipeline);
+            cJSON_AddNumberToObject(x, "data", best[i].data);
+            cJSON_AddNumberToObject(x, "micro_batches", best[i].micro_batches);
+            cJSON_AddNumberToObject(x, "micro_batch_size", best[i].micro_batch_size);
+        }
+    }
+    char *s = j ? cJSON_Print(j) : NULL;
+    cJSON_Delete(j);
+    if (!s) {
+        fprintf(stderr, "holmes-operator plan: out of memory\n");
+        return -1;
+    }
+    printf("%s\n", s);
+    free(s);
+    return 0;
+}
+
 int cmd_plan(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
@@ -282,27 +310,8 @@ int cmd_plan(int argc, char **argv)
         own_best(cl.workers, cl.n_workers, &job, &cl.links, POLICY_ETHERNET, &best[n_best++]);
     }
     if (json) {
-        cJSON *j = plan_to_json(&p);
-        cJSON *ob = j && n_best ? cJSON_AddObjectToObject(j, "baselines_own_best") : NULL;
-        for (int i = 0; ob && i < n_best; i++) {
-            cJSON *x = cJSON_AddObjectToObject(ob, policy_name(best[i].policy));
-            if (x && isfinite(best[i].step_s)) {
-                cJSON_AddNumberToObject(x, "step_seconds", best[i].step_s);
-                cJSON_AddNumberToObject(x, "tokens_per_second", best[i].tokens_per_s);
-                cJSON_AddNumberToObject(x, "pipeline", best[i].pipeline);
-                cJSON_AddNumberToObject(x, "data", best[i].data);
-                cJSON_AddNumberToObject(x, "micro_batches", best[i].micro_batches);
-                cJSON_AddNumberToObject(x, "micro_batch_size", best[i].micro_batch_size);
-            }
-        }
-        char *s = j ? cJSON_Print(j) : NULL;
-        cJSON_Delete(j);
-        if (!s) {
-            fprintf(stderr, "holmes-operator plan: out of memory\n");
+        if (print_json(&p, best, n_best) != 0)
             goto out;
-        }
-        printf("%s\n", s);
-        free(s);
     } else {
         print_table(&p, best, n_best);
     }

@@ -119,7 +119,20 @@ static int parse_double(const char *flag, const char *v, double *out)
     return 0;
 }
 
-int cmd_run(int argc, char **argv)
+struct run_opts {
+    const char *kubeconfig, *context, *ns, *lease_name, *lease_ns, *identity;
+    const char *metrics_addr, *health_addr, *coord, *image;
+    const char *coord_addr, *coord_cert, *coord_key;
+    double lease_dur, renew, retry, qps, burst, workers;
+    double status_interval;
+    int leader_elect;
+    char coord_host[256]; /* --coordinator-addr: host ("" = any) and port (0 = off) */
+    int coord_port;
+};
+
+/* The command line into o: -1 to go on, else the exit status (--help, --print-api-calls: 0;
+ * a bad option: 2). */
+static int parse_opts(int argc, char **argv, struct run_opts *o)
 {
     enum { O_KUBECONFIG = 1000, O_CONTEXT, O_NAMESPACE, O_LEADER, O_LEASE_NAME, O_LEASE_NS,
            O_LEASE_DUR, O_RENEW, O_RETRY, O_IDENTITY, O_METRICS, O_HEALTH, O_COORD, O_IMAGE,
@@ -143,46 +156,39 @@ int cmd_run(int argc, char **argv)
         {"coordinator-key", required_argument, 0, O_COORD_KEY},
         {"status-interval", required_argument, 0, O_STATUS_INTERVAL},
         {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
-    const char *kubeconfig = NULL, *context = NULL, *ns = NULL, *lease_name = "holmes-operator";
-    const char *lease_ns = NULL, *identity = NULL, *metrics_addr = ":8080", *health_addr = ":8081";
-    const char *coord = NULL, *image = NULL;
-    const char *coord_addr = ":8443", *coord_cert = NULL, *coord_key = NULL;
-    double lease_dur = 15, renew = 10, retry = 2, qps = 50, burst = 100, workers = 2;
-    double status_interval = 5;
-    int leader_elect = 0;
     optind = 1;
     opterr = 0;
     int ch;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
-        case O_KUBECONFIG: kubeconfig = optarg; break;
-        case O_CONTEXT: context = optarg; break;
-        case O_NAMESPACE: ns = optarg; break;
-        case O_LEADER: leader_elect = 1; break;
-        case O_LEASE_NAME: lease_name = optarg; break;
-        case O_LEASE_NS: lease_ns = optarg; break;
-        case O_LEASE_DUR: if (parse_double("--lease-duration", optarg, &lease_dur)) return 2; break;
-        case O_RENEW: if (parse_double("--renew-deadline", optarg, &renew)) return 2; break;
-        case O_RETRY: if (parse_double("--retry-period", optarg, &retry)) return 2; break;
-        case O_IDENTITY: identity = optarg; break;
-        case O_METRICS: metrics_addr = optarg; break;
-        case O_HEALTH: health_addr = optarg; break;
-        case O_COORD: coord = optarg; break;
-        case O_COORD_ADDR: coord_addr = optarg; break;
-        case O_COORD_CERT: coord_cert = optarg; break;
-        case O_COORD_KEY: coord_key = optarg; break;
-        case O_IMAGE: image = optarg; break;
-        case O_WORKERS: if (parse_double("--workers", optarg, &workers)) return 2; break;
+        case O_KUBECONFIG: o->kubeconfig = optarg; break;
+        case O_CONTEXT: o->context = optarg; break;
+        case O_NAMESPACE: o->ns = optarg; break;
+        case O_LEADER: o->leader_elect = 1; break;
+        case O_LEASE_NAME: o->lease_name = optarg; break;
+        case O_LEASE_NS: o->lease_ns = optarg; break;
+        case O_LEASE_DUR: if (parse_double("--lease-duration", optarg, &o->lease_dur)) return 2; break;
+        case O_RENEW: if (parse_double("--renew-deadline", optarg, &o->renew)) return 2; break;
+        case O_RETRY: if (parse_double("--retry-period", optarg, &o->retry)) return 2; break;
+        case O_IDENTITY: o->identity = optarg; break;
+        case O_METRICS: o->metrics_addr = optarg; break;
+        case O_HEALTH: o->health_addr = optarg; break;
+        case O_COORD: o->coord = optarg; break;
+        case O_COORD_ADDR: o->coord_addr = optarg; break;
+        case O_COORD_CERT: o->coord_cert = optarg; break;
+        case O_COORD_KEY: o->coord_key = optarg; break;
+        case O_IMAGE: o->image = optarg; break;
+        case O_WORKERS: if (parse_double("--workers", optarg, &o->workers)) return 2; break;
         case O_STATUS_INTERVAL:
-            if (parse_double("--status-interval", optarg, &status_interval)) return 2;
-            if (status_interval < 0.2 || status_interval > 3600) {
+            if (parse_double("--status-interval", optarg, &o->status_interval)) return 2;
+            if (o->status_interval < 0.2 || o->status_interval > 3600) {
                 fprintf(stderr, "holmes-operator run: --status-interval: %g is not in [0.2, 3600] "
-                                "seconds\n", status_interval);
+                                "seconds\n", o->status_interval);
                 return 2;
             }
             break;
-        case O_QPS: if (parse_double("--qps", optarg, &qps)) return 2; break;
-        case O_BURST: if (parse_double("--burst", optarg, &burst)) return 2; break;
+        case O_QPS: if (parse_double("--qps", optarg, &o->qps)) return 2; break;
+        case O_BURST: if (parse_double("--burst", optarg, &o->burst)) return 2; break;
         case O_LOGFMT: {
             enum log_format f;
             if (log_parse_format(optarg, &f) != 0) {
@@ -215,47 +221,128 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "holmes-operator run: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (leader_elect && renew >= lease_dur) {
+    if (o->leader_elect && o->renew >= o->lease_dur) {
         fprintf(stderr, "holmes-operator run: --renew-deadline (%g) must be below --lease-duration (%g)\n",
-                renew, lease_dur);
+                o->renew, o->lease_dur);
         return 2;
     }
-    log_set_component("operator");
-    char coord_host[256] = "";
-    int coord_port = 0;
-    if (strcmp(coord_addr, "0") != 0) {
-        const char *colon = strrchr(coord_addr, ':');
+    return -1;
+}
+
+/* --coordinator-addr HOST:PORT or :PORT into o->coord_host, o->coord_port ("0": off). 0, or
+ * the exit status 2. */
+static int parse_coord_addr(struct run_opts *o)
+{
+    if (strcmp(o->coord_addr, "0") != 0) {
+        const char *colon = strrchr(o->coord_addr, ':');
         char *end;
         long p = colon ? strtol(colon + 1, &end, 10) : -1;
-        if (!colon || *end || p < 1 || p > 65535 || (size_t)(colon - coord_addr) >= sizeof coord_host) {
+        if (!colon || *end || p < 1 || p > 65535 || (size_t)(colon - o->coord_addr) >= sizeof o->coord_host) {
             fprintf(stderr, "holmes-operator run: --coordinator-addr: \"%s\" is not HOST:PORT or :PORT\n",
-                    coord_addr);
+                    o->coord_addr);
             return 2;
         }
-        snprintf(coord_host, sizeof coord_host, "%.*s", (int)(colon - coord_addr), coord_addr);
-        coord_port = (int)p;
+        snprintf(o->coord_host, sizeof o->coord_host, "%.*s", (int)(colon - o->coord_addr), o->coord_addr);
+        o->coord_port = (int)p;
     }
+    return 0;
+}
+
+/* --leader-elect: waits for the lease. -1 to go on (leading), else the exit status (1: the
+ * lease failed; 0: stopped while waiting). */
+static int elect_leader(struct kube_client *kc, const struct run_opts *o, struct run_state *st,
+                        herr *e)
+{
+    struct kube_lease_opts lo = {.ns = o->lease_ns, .name = o->lease_name, .identity = o->identity,
+                                 .duration_s = o->lease_dur, .renew_deadline_s = o->renew,
+                                 .retry_s = o->retry};
+    st->lease = kube_lease_new(kc, &lo, e);
+    if (!st->lease) {
+        fprintf(stderr, "holmes-operator run: %s\n", e->msg);
+        return 1;
+    }
+    if (kube_lease_run(st->lease, &g_stop_flag, on_lost, NULL) != 0)
+        return 0; /* stopped while waiting */
+    return -1;
+}
+
+/* The controller, and the workers' coordinator, until a signal or lost leadership; the
+ * metrics server stopped before the controller is freed. The exit status. */
+static int run_controller(struct kube_client *kc, const struct run_opts *o, struct run_state *st,
+                          struct http_server **ms, herr *e)
+{
+    struct controller_opts cop = {.namespace = o->ns, .coordinator_url = o->coord,
+                                  .default_image = o->image, .threads = (int)o->workers};
+    struct controller *ctl = controller_new(kc, &cop, e);
+    if (!ctl || controller_start(ctl, e) != 0) {
+        fprintf(stderr, "holmes-operator run: %s\n", e->msg);
+        controller_free(ctl);
+        return 1;
+    }
+    __atomic_store_n(&st->ctl, ctl, __ATOMIC_RELEASE);
+    if (controller_wait_synced(ctl, 60000) == 0)
+        log_info("caches synced; reconciling");
+    struct coord_operator *coordinator = NULL;
+    if (o->coord_port) {
+        struct coord_operator_opts coo = {.bind = o->coord_host[0] ? o->coord_host : NULL,
+                                          .port = o->coord_port, .tls_cert = o->coord_cert,
+                                          .tls_key = o->coord_key,
+                                          .status_interval_ms = (int)(o->status_interval * 1000)};
+        coordinator = coord_operator_start(ctl, &coo, e);
+        if (coordinator)
+            log_info("coordinator listening on %s", o->coord_addr);
+        else
+            log_error("coordinator not started (workers cannot connect): %s", e->msg);
+    }
+    while (!g_stop_flag) {
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    int status = g_lost ? 1 : 0;
+    log_info("%s; shutting down", g_lost ? "lost leadership" : "signal received");
+    coord_operator_stop(coordinator);
+    __atomic_store_n(&st->ctl, NULL, __ATOMIC_RELEASE);
+    /* Let a scrape in flight finish before freeing. */
+    http_server_stop(*ms);
+    *ms = NULL;
+    controller_free(ctl);
+    return status;
+}
+
+int cmd_run(int argc, char **argv)
+{
+    struct run_opts opts = {.lease_name = "holmes-operator", .metrics_addr = ":8080",
+                            .health_addr = ":8081", .coord_addr = ":8443", .lease_dur = 15,
+                            .renew = 10, .retry = 2, .qps = 50, .burst = 100, .workers = 2,
+                            .status_interval = 5};
+    struct run_opts *o = &opts;
+    int rc = parse_opts(argc, argv, o);
+    if (rc >= 0)
+        return rc;
+    log_set_component("operator");
+    if (parse_coord_addr(o) != 0)
+        return 2;
 
     herr e = {0};
     struct kube_config cfg;
-    if (kube_config_load(&cfg, kubeconfig, context, &e) != 0) {
+    if (kube_config_load(&cfg, o->kubeconfig, o->context, &e) != 0) {
         fprintf(stderr, "holmes-operator run: %s\n", e.msg);
         return 1;
     }
-    if (!lease_ns)
-        lease_ns = cfg.namespace ? cfg.namespace : "default";
+    if (!o->lease_ns)
+        o->lease_ns = cfg.namespace ? cfg.namespace : "default";
     char coord_buf[300], id_buf[300];
-    if (!coord) {
-        snprintf(coord_buf, sizeof coord_buf, "ws://holmes-operator.%s.svc:8443", lease_ns);
-        coord = coord_buf;
+    if (!o->coord) {
+        snprintf(coord_buf, sizeof coord_buf, "ws://holmes-operator.%s.svc:8443", o->lease_ns);
+        o->coord = coord_buf;
     }
-    if (!identity) {
+    if (!o->identity) {
         char host[256] = "holmes";
         gethostname(host, sizeof host - 1);
         snprintf(id_buf, sizeof id_buf, "%s_%d", host, (int)getpid());
-        identity = id_buf;
+        o->identity = id_buf;
     }
-    struct kube_client_opts co = {.qps = qps, .burst = (int)burst};
+    struct kube_client_opts co = {.qps = o->qps, .burst = (int)o->burst};
     struct kube_client *kc = kube_client_new(&cfg, &co, &e);
     if (!kc) {
         fprintf(stderr, "holmes-operator run: %s\n", e.msg);
@@ -269,67 +356,23 @@ int cmd_run(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     int status = 1;
-    struct run_state st = {.leader_elect = leader_elect};
+    struct run_state st = {.leader_elect = o->leader_elect};
     struct http_server *ms = NULL, *hs = NULL;
-    if (strcmp(metrics_addr, "0") != 0 && !(ms = http_server_start(metrics_addr, metrics_handler, &st, &e))) {
+    if (strcmp(o->metrics_addr, "0") != 0 && !(ms = http_server_start(o->metrics_addr, metrics_handler, &st, &e))) {
         fprintf(stderr, "holmes-operator run: --metrics-addr: %s\n", e.msg);
         goto out;
     }
-    if (strcmp(health_addr, "0") != 0 && !(hs = http_server_start(health_addr, health_handler, &st, &e))) {
+    if (strcmp(o->health_addr, "0") != 0 && !(hs = http_server_start(o->health_addr, health_handler, &st, &e))) {
         fprintf(stderr, "holmes-operator run: --health-addr: %s\n", e.msg);
         goto out;
     }
     log_info("holmes-operator run: API %s, namespace %s, identity %s%s", cfg.server,
-             ns ? ns : "(all)", identity, leader_elect ? ", leader election on" : "");
-    if (leader_elect) {
-        struct kube_lease_opts lo = {.ns = lease_ns, .name = lease_name, .identity = identity,
-                                     .duration_s = lease_dur, .renew_deadline_s = renew,
-                                     .retry_s = retry};
-        st.lease = kube_lease_new(kc, &lo, &e);
-        if (!st.lease) {
-            fprintf(stderr, "holmes-operator run: %s\n", e.msg);
-            goto out;
-        }
-        if (kube_lease_run(st.lease, &g_stop_flag, on_lost, NULL) != 0) {
-            status = 0; /* stopped while waiting */
-            goto out;
-        }
-    }
-    struct controller_opts cop = {.namespace = ns, .coordinator_url = coord,
-                                  .default_image = image, .threads = (int)workers};
-    struct controller *ctl = controller_new(kc, &cop, &e);
-    if (!ctl || controller_start(ctl, &e) != 0) {
-        fprintf(stderr, "holmes-operator run: %s\n", e.msg);
-        controller_free(ctl);
+             o->ns ? o->ns : "(all)", o->identity, o->leader_elect ? ", leader election on" : "");
+    if (o->leader_elect && (rc = elect_leader(kc, o, &st, &e)) >= 0) {
+        status = rc;
         goto out;
     }
-    __atomic_store_n(&st.ctl, ctl, __ATOMIC_RELEASE);
-    if (controller_wait_synced(ctl, 60000) == 0)
-        log_info("caches synced; reconciling");
-    struct coord_operator *coordinator = NULL;
-    if (coord_port) {
-        struct coord_operator_opts coo = {.bind = coord_host[0] ? coord_host : NULL,
-                                          .port = coord_port, .tls_cert = coord_cert,
-                                          .tls_key = coord_key,
-                                          .status_interval_ms = (int)(status_interval * 1000)};
-        coordinator = coord_operator_start(ctl, &coo, &e);
-        if (coordinator)
-            log_info("coordinator listening on %s", coord_addr);
-        else
-            log_error("coordinator not started (workers cannot connect): %s", e.msg);
-    }
-    while (!g_stop_flag) {
-        struct timespec ts = {0, 100 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-    status = g_lost ? 1 : 0;
-    log_info("%s; shutting down", g_lost ? "lost leadership" : "signal received");
-    coord_operator_stop(coordinator);
-    __atomic_store_n(&st.ctl, NULL, __ATOMIC_RELEASE);
-    /* Let a scrape in flight finish before freeing. */
-    http_server_stop(ms);
-    ms = NULL;
-    controller_free(ctl);
+    status = run_controller(kc, o, &st, &ms, &e);
 out:
     if (st.lease) {
         if (!g_lost)

@@ -63,182 +63,16 @@ static void set_workers_ready(cJSON *st, int ready)
     json_set_str(w, "summary", summary);
 }
 
-/* ---- informer plumbing */
-
-/* Keep what the controller reads of a pod: small cache, small RSS. */
-static cJSON *trim_pod(cJSON *pod)
-{
-    cJSON *out = cJSON_CreateObject();
-    if (!out) {
-        cJSON_Delete(pod);
-        return NULL;
-    }
-    cJSON *md = cJSON_DetachItemFromObjectCaseSensitive(pod, "metadata");
-    if (md) {
-        cJSON_DeleteItemFromObjectCaseSensitive(md, "managedFields");
-        cJSON *ann = cJSON_GetObjectItemCaseSensitive(md, "annotations");
-        cJSON *keep = cJSON_CreateObject();
-        const cJSON *it;
-        cJSON_ArrayForEach(it, ann) {
-            if (!strncmp(it->string, "holmes.dev/", 11))
-                cJSON_AddItemToObject(keep, it->string, cJSON_Duplicate(it, 1));
-        }
-        cJSON_DeleteItemFromObjectCaseSensitive(md, "annotations");
-        cJSON_AddItemToObject(md, "annotations", keep);
-        cJSON_AddItemToObject(out, "metadata", md);
-    }
-    const char *node = json_str_at(pod, "spec.nodeName");
-    if (node) {
-        cJSON *sp = cJSON_AddObjectToObject(out, "spec");
-        cJSON_AddStringToObject(sp, "nodeName", node);
-    }
-    cJSON *st = cJSON_DetachItemFromObjectCaseSensitive(pod, "status");
-    if (st) {
-        cJSON *keep = cJSON_CreateObject();
-        static const char *const fields[] = {"phase", "reason", "message", "conditions", "podIP"};
-        for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-            cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(st, fields[i]);
-            if (v)
-                cJSON_AddItemToObject(keep, fields[i], v);
-        }
-        cJSON_AddItemToObject(out, "status", keep);
-        cJSON_Delete(st);
-    }
-    cJSON_Delete(pod);
-    return out;
-}
-
-static cJSON *trim_meta(cJSON *obj)
-{
-    cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
-    cJSON_DeleteItemFromObjectCaseSensitive(md, "managedFields");
-    cJSON *ann = cJSON_GetObjectItemCaseSensitive(md, "annotations");
-    cJSON_DeleteItemFromObjectCaseSensitive(ann, "kubectl.kubernetes.io/last-applied-configuration");
-    return obj;
-}
-
-static cJSON *trim_service(cJSON *obj)
-{
-    cJSON_DeleteItemFromObjectCaseSensitive(obj, "spec");
-    cJSON_DeleteItemFromObjectCaseSensitive(obj, "status");
-    return trim_meta(obj);
-}
-
-static void enqueue_obj_job(struct controller *c, const cJSON *obj)
-{
-    const char *job = kube_label(obj, LABEL_JOB), *ns = kube_meta_str(obj, "namespace");
-    if (!job || !ns)
-        return;
-    char key[512];
-    snprintf(key, sizeof key, "%s/%s", ns, job);
-    kube_queue_add(c->queue, key);
-}
-
-static void on_job(void *user, enum kube_event_type t, const cJSON *obj, const cJSON *old)
-{
-    struct controller *c = user;
-    char key[512];
-    (void)t;
-    (void)old;
-    if (kube_object_key(obj, key, sizeof key) == 0)
-        kube_queue_add(c->queue, key);
-}
-
-static void on_owned(void *user, enum kube_event_type t, const cJSON *obj, const cJSON *old)
-{
-    (void)t;
-    (void)old;
-    enqueue_obj_job(user, obj);
-}
-
-/* ---- what the caches cannot know yet (client-go's "expectations")
- * The informers lag behind our own writes: right after a status patch the cached job still
- * has the old status, right after deleting pods the cache still lists them, right after
- * creating pods it does not. A memo per job bridges that gap so reconciles do not act twice. */
-
-struct memo {
-    char base_rv[64];  /* the job's resourceVersion our last status write was based on */
-    cJSON *status;     /* what we wrote */
-    cJSON *gone;       /* pod uid -> expiry (deleted by us, maybe still cached) */
-    cJSON *made;       /* pod name -> expiry (created by us, maybe not cached yet) */
-};
-
-static void feed_free(void *v) { cJSON_Delete(v); }
-
-static void memo_free(void *v)
-{
-    struct memo *m = v;
-    if (!m)
-        return;
-    cJSON_Delete(m->status);
-    cJSON_Delete(m->gone);
-    cJSON_Delete(m->made);
-    free(m);
-}
-
-static struct memo *memo_take(struct controller *c, const char *key)
-{
-    pthread_mutex_lock(&c->memo_lock);
-    struct memo *m = kube_map_remove(c->memos, key);
-    pthread_mutex_unlock(&c->memo_lock);
-    if (!m) {
-        m = calloc(1, sizeof *m);
-        if (m) {
-            m->gone = cJSON_CreateObject();
-            m->made = cJSON_CreateObject();
-            if (!m->gone || !m->made) {
-                memo_free(m);
-                m = NULL;
-            }
-        }
-    }
-    return m;
-}
-
-/* Drops expired entries; keeps the memo only when it still says something. */
-static void memo_put(struct controller *c, const char *key, struct memo *m, double now)
-{
-    if (!m)
-        return;
-    for (int pass = 0; pass < 2; pass++) {
-        cJSON *set = pass ? m->made : m->gone, *it = set->child;
-        while (it) {
-            cJSON *next = it->next;
-            if (it->valuedouble < now)
-                cJSON_Delete(cJSON_DetachItemViaPointer(set, it));
-            it = next;
-        }
-    }
-    if (!m->status && !m->gone->child && !m->made->child) {
-        memo_free(m);
-        return;
-    }
-    pthread_mutex_lock(&c->memo_lock);
-    struct memo *old = NULL;
-    if (kube_map_put(c->memos, key, m, (void **)&old) != 0)
-        memo_free(m);
-    memo_free(old);
-    pthread_mutex_unlock(&c->memo_lock);
-}
-
-static void memo_mark(cJSON *set, const char *k, double expiry)
-{
-    if (!k)
-        return;
-    cJSON_DeleteItemFromObjectCaseSensitive(set, k);
-    cJSON_AddNumberToObject(set, k, expiry);
-}
-
 /* ---- API calls through the table */
 
 /* Seconds this thread spent waiting for the API (the reconcile's own work is the rest). */
-static __thread double tl_api_s;
+__thread double ctl_tl_api_s;
 
 static int call_delete(struct controller *c, enum api_op op, const char *ns, const char *name, herr *e)
 {
     double t0 = clock_mono_s();
     int rc = kube_delete(c->kc, controller_api_calls[op].res, ns, name, "Background", e);
-    tl_api_s += clock_mono_s() - t0;
+    ctl_tl_api_s += clock_mono_s() - t0;
     return rc;
 }
 
@@ -248,7 +82,7 @@ int ctl_call_patch(struct controller *c, enum api_op op, const char *ns, const c
     const struct api_call *a = &controller_api_calls[op];
     double t0 = clock_mono_s();
     int rc = kube_patch(c->kc, a->res, ns, name, a->sub, patch, NULL, e);
-    tl_api_s += clock_mono_s() - t0;
+    ctl_tl_api_s += clock_mono_s() - t0;
     return rc;
 }
 
@@ -456,103 +290,12 @@ static int delete_pods(struct controller *c, struct memo *m, const cJSON *pods, 
         if (r != 0 && r != 404)
             rc = r;
         else if (m)
-            memo_mark(m->gone, kube_meta_str(p, "uid"), clock_wall_s() + 60);
+            ctl_memo_mark(m->gone, kube_meta_str(p, "uid"), clock_wall_s() + 60);
     }
     return rc;
 }
 
 static int is_phase(const char *p, const char *want) { return p && !strcmp(p, want); }
-
-/* ---- creating a job's objects: concurrently, in slow-start batches (as the Kubernetes Job
- * and ReplicaSet controllers do): 2, then 4, 8, 16 ... at once, stopping after a batch with
- * an error, so a namespace where creates fail costs 2 requests, not one per worker, and a
- * healthy gang costs a few round trips instead of one per object. The first batch holds the
- * Secret and the Service, so they exist before the pods that use them. */
-
-#define SLOW_START_INITIAL 2
-
-struct create_job {
-    enum api_op op;
-    cJSON *obj;
-    char name[300];
-    int rc;  /* 0 created (or already there), else the API's answer; -2 not tried */
-    herr e;
-};
-
-struct create_list {
-    struct create_job *items;
-    int n, cap;
-};
-
-static int creates_add(struct create_list *l, enum api_op op, cJSON *obj, const char *name)
-{
-    if (l->n == l->cap) {
-        int cap = l->cap ? l->cap * 2 : 16;
-        struct create_job *it = realloc(l->items, (size_t)cap * sizeof *it);
-        if (!it)
-            return -1;
-        l->items = it;
-        l->cap = cap;
-    }
-    struct create_job *j = &l->items[l->n++];
-    memset(j, 0, sizeof *j);
-    j->op = op;
-    j->obj = obj;
-    j->rc = -2;
-    snprintf(j->name, sizeof j->name, "%s", name);
-    return 0;
-}
-
-static void creates_free(struct create_list *l)
-{
-    for (int i = 0; i < l->n; i++)
-        cJSON_Delete(l->items[i].obj);
-    free(l->items);
-    memset(l, 0, sizeof *l);
-}
-
-/* Sends the creates not sent yet; 0, or the first error (in e). */
-static int creates_run(struct controller *c, const char *ns, struct create_list *l, herr *e)
-{
-    int first = 0;
-    while (first < l->n && l->items[first].rc != -2)
-        first++;
-    int rc = 0;
-    double t0 = clock_mono_s();
-    for (int batch = SLOW_START_INITIAL, i = first; i < l->n && rc == 0; i += batch, batch *= 2) {
-        int m = l->n - i < batch ? l->n - i : batch;
-        struct kube_call *calls = calloc((size_t)m, sizeof *calls);
-        char **paths = calloc((size_t)m, sizeof *paths);
-        int ok = calls && paths;
-        for (int k = 0; ok && k < m; k++) {
-            paths[k] = kube_path(controller_api_calls[l->items[i + k].op].res, ns, NULL, NULL);
-            ok = paths[k] != NULL;
-            calls[k] = (struct kube_call){.method = "POST", .path_query = paths[k],
-                                          .content_type = "application/json",
-                                          .body = l->items[i + k].obj};
-        }
-        if (ok)
-            kube_calls(c->kc, calls, m);
-        for (int k = 0; k < m; k++) {
-            struct create_job *j = &l->items[i + k];
-            if (!ok) {
-                j->rc = herr_set(&j->e, "%s/%s: out of memory", ns, j->name);
-            } else {
-                j->rc = calls[k].rc == 409 ? 0 : calls[k].rc; /* AlreadyExists: it is there */
-                j->e = calls[k].e;
-            }
-            if (j->rc != 0 && rc == 0) {
-                rc = j->rc;
-                *e = j->e;
-            }
-            free(paths ? paths[k] : NULL);
-        }
-        free(paths);
-        free(calls);
-    }
-    tl_api_s += clock_mono_s() - t0; /* the batches' wall time, counted once */
-    return rc;
-}
 
 /* ---- reconcile */
 
@@ -589,7 +332,7 @@ static int ensure_owned(struct reconcile *r, int inf, enum api_op op, const char
         return 0;
     }
     cJSON *obj = build(r->job);
-    if (!obj || creates_add(&r->creates, op, obj, name) != 0) {
+    if (!obj || ctl_creates_add(&r->creates, op, obj, name) != 0) {
         cJSON_Delete(obj);
         return herr_set(e, "%s/%s: cannot build %s", r->ns, name, controller_api_calls[op].res->resource);
     }
@@ -696,7 +439,7 @@ static int replace_failed(struct reconcile *r, const cJSON *pods, int *rc, herr 
             *rc = d;
             continue;
         }
-        memo_mark(r->memo->gone, kube_meta_str(p, "uid"), clock_wall_s() + 60);
+        ctl_memo_mark(r->memo->gone, kube_meta_str(p, "uid"), clock_wall_s() + 60);
         emit(c, job, "Warning", "PodReplaced", msg);
         atomic_fetch_add(&c->pod_replacements, 1);
     }
@@ -739,17 +482,17 @@ static int create_missing(struct reconcile *r, const cJSON *pods, int workers, h
             rc = -1;
             break;
         }
-        if (creates_add(&r->creates, API_CREATE_POD, pod, pname) != 0) {
+        if (ctl_creates_add(&r->creates, API_CREATE_POD, pod, pname) != 0) {
             cJSON_Delete(pod);
             rc = herr_set(e, "out of memory");
         }
     }
     if (rc == 0)
-        rc = creates_run(c, r->ns, &r->creates, e);
+        rc = ctl_creates_run(c, r->ns, &r->creates, e);
     for (int k = first_pod; k < r->creates.n; k++) {
         if (r->creates.items[k].rc == 0) {
             created++;
-            memo_mark(r->memo->made, r->creates.items[k].name, r->t + 30);
+            ctl_memo_mark(r->memo->made, r->creates.items[k].name, r->t + 30);
             atomic_fetch_add(&c->pods_created, 1);
         }
     }
@@ -892,12 +635,12 @@ static int reconcile_key(struct controller *c, const char *key, double *requeue,
     snprintf(ns, sizeof ns, "%.*s", (int)(slash - key), key);
     snprintf(name, sizeof name, "%s", slash + 1);
     cJSON *job = kube_informer_get(c->inf[INF_JOBS], ns, name);
-    struct memo *m = memo_take(c, key);
+    struct memo *m = ctl_memo_take(c, key);
     cJSON *feed = ctl_feed_take(c, key);
     if (!job || json_at(job, "metadata.deletionTimestamp") || !m) {
         cJSON_Delete(job);
         cJSON_Delete(feed);
-        memo_free(m);
+        ctl_memo_free(m);
         return 0; /* gone: ownerReferences take the rest */
     }
     /* The cache still holds the version our last status write was based on: use what we
@@ -924,8 +667,8 @@ static int reconcile_key(struct controller *c, const char *key, double *requeue,
         ctl_feed_apply(feed, r.st, r.now);
     int rc = r.st ? reconcile_job(&r, e) : herr_set(e, "out of memory");
     if (rc == 0) /* the Secret and Service of a reconcile that wanted no pod */
-        rc = creates_run(c, ns, &r.creates, e);
-    creates_free(&r.creates);
+        rc = ctl_creates_run(c, ns, &r.creates, e);
+    ctl_creates_free(&r.creates);
     herr we;
     int wrc = -1;
     if (r.st) {
@@ -940,7 +683,7 @@ static int reconcile_key(struct controller *c, const char *key, double *requeue,
     else
         cJSON_Delete(feed);
     *requeue = r.requeue_s;
-    memo_put(c, key, m, r.t);
+    ctl_memo_put(c, key, m, r.t);
     cJSON_Delete(r.st);
     tj_job_free(&r.tj);
     cJSON_Delete(job);
@@ -959,11 +702,11 @@ static void *worker(void *arg)
     while ((key = kube_queue_get(c->queue))) {
         herr e = {0};
         double requeue = 0, t0 = clock_mono_s();
-        tl_api_s = 0;
+        ctl_tl_api_s = 0;
         int rc = reconcile_key(c, key, &requeue, &e);
         double took = clock_mono_s() - t0;
         metrics_hist_observe(&c->latency, took);
-        metrics_hist_observe(&c->own_latency, took - tl_api_s > 0 ? took - tl_api_s : 0);
+        metrics_hist_observe(&c->own_latency, took - ctl_tl_api_s > 0 ? took - ctl_tl_api_s : 0);
         atomic_fetch_add(&c->reconciles, 1);
         if (rc != 0) {
             atomic_fetch_add(&c->reconcile_errors, 1);
@@ -981,6 +724,8 @@ static void *worker(void *arg)
 }
 
 /* ---- lifecycle */
+
+static void feed_free(void *v) { cJSON_Delete(v); }
 
 struct controller *controller_new(struct kube_client *kc, const struct controller_opts *o, herr *e)
 {
@@ -1003,28 +748,10 @@ struct controller *controller_new(struct kube_client *kc, const struct controlle
     pthread_mutex_init(&c->feed_lock, NULL);
     metrics_hist_init(&c->latency);
     metrics_hist_init(&c->own_latency);
-    static const struct {
-        const struct kube_resource *res;
-        const char *selector;
-        kube_transform_fn tf;
-        int jobs;
-    } spec[INF_COUNT] = {
-        [INF_JOBS] = {&KUBE_TRAININGJOBS, NULL, trim_meta, 1},
-        [INF_PODS] = {&KUBE_PODS, LABEL_JOB, trim_pod, 0},
-        [INF_SECRETS] = {&KUBE_SECRETS, LABEL_JOB, trim_meta, 0},
-        [INF_SERVICES] = {&KUBE_SERVICES, LABEL_JOB, trim_service, 0},
-    };
     c->events = kube_recorder_new(kc, NULL, e);
     int ok = c->coordinator && c->queue && c->memos && c->feeds && c->events;
-    for (int i = 0; ok && i < INF_COUNT; i++) {
-        struct kube_informer_opts io = {.resource = spec[i].res, .ns = c->ns,
-                                        .label_selector = spec[i].selector,
-                                        .transform = spec[i].tf,
-                                        .handler = spec[i].jobs ? on_job : on_owned, .user = c,
-                                        .index_label = i == INF_PODS ? LABEL_JOB : NULL};
-        c->inf[i] = kube_informer_new(kc, &io, e);
-        ok = c->inf[i] != NULL;
-    }
+    if (ok)
+        ok = ctl_informers_new(c, e) == 0;
     if (!ok) {
         controller_free(c);
         return NULL;
@@ -1073,7 +800,7 @@ void controller_free(struct controller *c)
         kube_informer_free(c->inf[i]);
     kube_recorder_free(c->events);
     kube_queue_free(c->queue);
-    kube_map_free(c->memos, memo_free);
+    kube_map_free(c->memos, ctl_memo_free);
     kube_map_free(c->feeds, feed_free);
     pthread_mutex_destroy(&c->memo_lock);
     pthread_mutex_destroy(&c->feed_lock);

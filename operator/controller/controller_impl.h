@@ -1,9 +1,12 @@
 /* Private to operator/controller/: the controller's state and what its files share.
- *   controller.c         informers, work queue, reconcile, status, lifecycle
- *   controller_render.c  the job's spec checks and the objects made for it (pods, Secret,
- *                        Service, spec hash)
- *   controller_api.c     metrics, and the API the coordinator calls (status, conditions,
- *                        pod labels, events, the job's pods and token) */
+ *   controller.c            work queue, reconcile, status, lifecycle
+ *   controller_informers.c  the informers: what they watch and keep, the keys they queue
+ *   controller_memo.c       the memo per job: what the caches cannot know yet ("expectations")
+ *   controller_create.c     creating a job's objects in slow-start batches
+ *   controller_render.c     the job's spec checks and the objects made for it (pods, Secret,
+ *                           Service, spec hash)
+ *   controller_api.c        metrics, and the API the coordinator calls (status, conditions,
+ *                           pod labels, events, the job's pods and token) */
 #ifndef HOLMES_CONTROLLER_IMPL_H
 #define HOLMES_CONTROLLER_IMPL_H
 
@@ -46,6 +49,42 @@ struct controller {
     struct kube_recorder *events; /* Events: aggregated, sent off the reconcile path */
 };
 
+/* controller_informers.c: c->inf[] made; 0, or -1 with e set. */
+int ctl_informers_new(struct controller *c, herr *e);
+
+/* controller_memo.c: a job's memo of what the caches cannot know yet (client-go's
+ * "expectations"): our own writes the informers have not shown. */
+struct memo {
+    char base_rv[64];  /* the job's resourceVersion our last status write was based on */
+    cJSON *status;     /* what we wrote */
+    cJSON *gone;       /* pod uid -> expiry (deleted by us, maybe still cached) */
+    cJSON *made;       /* pod name -> expiry (created by us, maybe not cached yet) */
+};
+void ctl_memo_free(void *v);
+struct memo *ctl_memo_take(struct controller *c, const char *key);
+/* Drops expired entries; keeps the memo only when it still says something. */
+void ctl_memo_put(struct controller *c, const char *key, struct memo *m, double now);
+void ctl_memo_mark(cJSON *set, const char *k, double expiry);
+
+/* controller_create.c: a job's objects, created concurrently in slow-start batches. */
+struct create_job {
+    enum api_op op;
+    cJSON *obj;
+    char name[300];
+    int rc;  /* 0 created (or already there), else the API's answer; -2 not tried */
+    herr e;
+};
+
+struct create_list {
+    struct create_job *items;
+    int n, cap;
+};
+
+int ctl_creates_add(struct create_list *l, enum api_op op, cJSON *obj, const char *name);
+void ctl_creates_free(struct create_list *l);
+/* Sends the creates not sent yet; 0, or the first error (in e). */
+int ctl_creates_run(struct controller *c, const char *ns, struct create_list *l, herr *e);
+
 /* controller_render.c */
 char *ctl_spec_hash(const cJSON *job);
 void ctl_changed_fields(const char *a, const char *b, char *out, size_t n);
@@ -59,6 +98,8 @@ void ctl_feed_apply(const cJSON *feed, cJSON *status, const char *now);
 void ctl_feed_return(struct controller *c, const char *key, cJSON *feed);
 
 /* controller.c */
+/* Seconds this thread spent waiting for the API (the reconcile's own work is the rest). */
+extern __thread double ctl_tl_api_s;
 int ctl_call_patch(struct controller *c, enum api_op op, const char *ns, const char *name,
                    const cJSON *patch, herr *e);
 int ctl_set_condition(cJSON *status, const char *type, int ok, const char *reason,

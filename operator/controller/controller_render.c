@@ -195,6 +195,51 @@ static void env_set(cJSON *env, const char *name, const char *value, cJSON *valu
     cJSON_AddItemToArray(env, e);
 }
 
+/* The pod spec's worker container: the one named "worker", else the first, else a new one
+ * (spec.containers made an array first when it is not one). */
+static cJSON *worker_container(cJSON *spec)
+{
+    cJSON *containers = cJSON_GetObjectItemCaseSensitive(spec, "containers");
+    if (!cJSON_IsArray(containers)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(spec, "containers");
+        containers = cJSON_AddArrayToObject(spec, "containers");
+    }
+    cJSON *c = NULL, *ci;
+    cJSON_ArrayForEach(ci, containers) {
+        const char *n = json_str_at(ci, "name");
+        if (n && !strcmp(n, "worker")) {
+            c = ci;
+            break;
+        }
+    }
+    if (!c)
+        c = cJSON_GetArrayItem(containers, 0);
+    if (!c) {
+        c = cJSON_CreateObject();
+        cJSON_AddItemToArray(containers, c);
+    }
+    return c;
+}
+
+static void set_emulated_nic(cJSON *env, const cJSON *job, int index)
+{
+    /* spec.emulation: the worker reports its group's NIC, as holmes-operator local's workers do
+     * (groups in worker order, `count` workers each). */
+    const cJSON *g;
+    int first = 0;
+    cJSON_ArrayForEach(g, json_at(job, "spec.emulation.nics")) {
+        int count = (int)json_num_at(g, "count", 0);
+        const char *cls = json_str_at(g, "class"), *fabric = json_str_at(g, "fabric");
+        if (index >= first && index < first + count && cls && fabric) {
+            char nic[300];
+            snprintf(nic, sizeof nic, "%s:%s:%g", cls, fabric, json_num_at(g, "gbps", 0));
+            env_set(env, "HOLMES_EMULATE_NIC", nic, NULL);
+            break;
+        }
+        first += count;
+    }
+}
+
 cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator_url,
                             const char *default_image, herr *e)
 {
@@ -255,26 +300,7 @@ cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator
         cJSON_AddNumberToObject(spec, "terminationGracePeriodSeconds", POD_GRACE_S);
     json_set_str(spec, "hostname", name);
     json_set_str(spec, "subdomain", job_name);
-    cJSON *containers = cJSON_GetObjectItemCaseSensitive(spec, "containers");
-    if (!cJSON_IsArray(containers)) {
-        cJSON_DeleteItemFromObjectCaseSensitive(spec, "containers");
-        containers = cJSON_AddArrayToObject(spec, "containers");
-    }
-    /* The worker container: the one named "worker", else the first, else a new one. */
-    cJSON *c = NULL, *ci;
-    cJSON_ArrayForEach(ci, containers) {
-        const char *n = json_str_at(ci, "name");
-        if (n && !strcmp(n, "worker")) {
-            c = ci;
-            break;
-        }
-    }
-    if (!c)
-        c = cJSON_GetArrayItem(containers, 0);
-    if (!c) {
-        c = cJSON_CreateObject();
-        cJSON_AddItemToArray(containers, c);
-    }
+    cJSON *c = worker_container(spec);
     if (!json_str_at(c, "name"))
         json_set_str(c, "name", "worker");
     json_set_str(c, "image", image);
@@ -301,21 +327,7 @@ cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator
     cJSON_AddStringToObject(ref, "name", secret);
     cJSON_AddStringToObject(ref, "key", "token");
     env_set(env, "HOLMES_TOKEN", NULL, vf);
-    /* spec.emulation: the worker reports its group's NIC, as holmes-operator local's workers do
-     * (groups in worker order, `count` workers each). */
-    const cJSON *g;
-    int first = 0;
-    cJSON_ArrayForEach(g, json_at(job, "spec.emulation.nics")) {
-        int count = (int)json_num_at(g, "count", 0);
-        const char *cls = json_str_at(g, "class"), *fabric = json_str_at(g, "fabric");
-        if (index >= first && index < first + count && cls && fabric) {
-            char nic[300];
-            snprintf(nic, sizeof nic, "%s:%s:%g", cls, fabric, json_num_at(g, "gbps", 0));
-            env_set(env, "HOLMES_EMULATE_NIC", nic, NULL);
-            break;
-        }
-        first += count;
-    }
+    set_emulated_nic(env, job, index);
     /* GPUs: ask for them unless the template already does. */
     int gpus = (int)json_num_at(job, "spec.gpusPerWorker", 0);
     if (gpus > 0) {

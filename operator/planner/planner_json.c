@@ -31,25 +31,11 @@ static int add_num(cJSON *o, const char *k, double v)
     return cJSON_AddNumberToObject(o, k, v) != NULL;
 }
 
-cJSON *plan_to_json(const struct plan *p)
+/* "stages": each stage's layers, fabric, times, memory and workers. 1, or 0 out of memory. */
+static int add_stages(cJSON *o, const struct plan *p)
 {
-    cJSON *o = cJSON_CreateObject();
-    if (!o)
-        return NULL;
-    int ok = add_str(o, "policy", policy_name(p->policy)) &&
-             add_num(o, "predicted_step_seconds", p->step_s) &&
-             add_num(o, "tokens_per_second", p->tokens_per_s);
-    cJSON *br = ok ? breakdown_json(&p->breakdown) : NULL;
-    ok = ok && br && cJSON_AddItemToObject(o, "breakdown", br);
-    if (!ok && br)
-        cJSON_Delete(br);
-    cJSON *par = ok ? cJSON_AddObjectToObject(o, "parallelism") : NULL;
-    ok = ok && par && add_num(par, "tensor", p->tensor) && add_num(par, "pipeline", p->pipeline) &&
-         add_num(par, "data", p->data) && add_num(par, "micro_batches", p->micro_batches) &&
-         add_num(par, "micro_batch_size", p->micro_batch_size) &&
-         add_str(par, "schedule", p->schedule == SCHED_GPIPE ? "gpipe" : "1f1b");
-    cJSON *stages = ok ? cJSON_AddArrayToObject(o, "stages") : NULL;
-    ok = ok && stages;
+    cJSON *stages = cJSON_AddArrayToObject(o, "stages");
+    int ok = stages != NULL;
     for (int s = 0; ok && s < p->n_stages; s++) {
         const struct plan_stage *st = &p->stages[s];
         cJSON *x = cJSON_CreateObject();
@@ -78,8 +64,14 @@ cJSON *plan_to_json(const struct plan *p)
                 ok = cJSON_AddItemToArray(ws, cJSON_CreateString(p->workers[w].name));
             }
     }
-    cJSON *wk = ok ? cJSON_AddArrayToObject(o, "workers") : NULL;
-    ok = ok && wk;
+    return ok;
+}
+
+/* "workers": each rank's worker, place in the plan and NIC. 1, or 0 out of memory. */
+static int add_workers(cJSON *o, const struct plan *p)
+{
+    cJSON *wk = cJSON_AddArrayToObject(o, "workers");
+    int ok = wk != NULL;
     for (int r = 0; ok && r < p->n_ranks; r++) {
         const struct plan_rank *rk = &p->ranks[r];
         const struct plan_worker *w = &p->workers[rk->worker];
@@ -102,8 +94,14 @@ cJSON *plan_to_json(const struct plan *p)
         if (!ok && nic)
             cJSON_Delete(nic);
     }
-    cJSON *gs = ok ? cJSON_AddArrayToObject(o, "groups") : NULL;
-    ok = ok && gs;
+    return ok;
+}
+
+/* "groups": each communicator's kind, transport and members. 1, or 0 out of memory. */
+static int add_groups(cJSON *o, const struct plan *p)
+{
+    cJSON *gs = cJSON_AddArrayToObject(o, "groups");
+    int ok = gs != NULL;
     for (int g = 0; ok && g < p->n_groups; g++) {
         const struct plan_group *gr = &p->groups[g];
         cJSON *x = cJSON_CreateObject();
@@ -129,13 +127,14 @@ cJSON *plan_to_json(const struct plan *p)
                                                p->workers[p->ranks[gr->members[i]].worker].name)) &&
                  cJSON_AddItemToArray(rk, cJSON_CreateNumber(gr->members[i]));
     }
-    cJSON *bl = ok ? cJSON_AddObjectToObject(o, "baselines") : NULL;
-    ok = ok && bl && add_num(bl, "naive", p->baseline_naive_s) &&
-         add_num(bl, "ethernet", p->baseline_ethernet_s);
-    ok = ok && add_num(o, "socket_groups", p->n_socket_groups) &&
-         cJSON_AddBoolToObject(o, "homogeneous_possible", p->homogeneous_possible);
-    cJSON *top = ok ? cJSON_AddArrayToObject(o, "candidates") : NULL;
-    ok = ok && top;
+    return ok;
+}
+
+/* "candidates": the best shapes the search found. 1, or 0 out of memory. */
+static int add_candidates(cJSON *o, const struct plan *p)
+{
+    cJSON *top = cJSON_AddArrayToObject(o, "candidates");
+    int ok = top != NULL;
     for (int i = 0; ok && i < p->n_top; i++) {
         cJSON *x = cJSON_CreateObject();
         ok = x && cJSON_AddItemToArray(top, x);
@@ -149,6 +148,35 @@ cJSON *plan_to_json(const struct plan *p)
              add_num(x, "step_seconds", p->top[i].step_s) &&
              add_num(x, "tokens_per_second", p->top[i].tokens_per_s);
     }
+    return ok;
+}
+
+cJSON *plan_to_json(const struct plan *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    int ok = add_str(o, "policy", policy_name(p->policy)) &&
+             add_num(o, "predicted_step_seconds", p->step_s) &&
+             add_num(o, "tokens_per_second", p->tokens_per_s);
+    cJSON *br = ok ? breakdown_json(&p->breakdown) : NULL;
+    ok = ok && br && cJSON_AddItemToObject(o, "breakdown", br);
+    if (!ok && br)
+        cJSON_Delete(br);
+    cJSON *par = ok ? cJSON_AddObjectToObject(o, "parallelism") : NULL;
+    ok = ok && par && add_num(par, "tensor", p->tensor) && add_num(par, "pipeline", p->pipeline) &&
+         add_num(par, "data", p->data) && add_num(par, "micro_batches", p->micro_batches) &&
+         add_num(par, "micro_batch_size", p->micro_batch_size) &&
+         add_str(par, "schedule", p->schedule == SCHED_GPIPE ? "gpipe" : "1f1b");
+    ok = ok && add_stages(o, p);
+    ok = ok && add_workers(o, p);
+    ok = ok && add_groups(o, p);
+    cJSON *bl = ok ? cJSON_AddObjectToObject(o, "baselines") : NULL;
+    ok = ok && bl && add_num(bl, "naive", p->baseline_naive_s) &&
+         add_num(bl, "ethernet", p->baseline_ethernet_s);
+    ok = ok && add_num(o, "socket_groups", p->n_socket_groups) &&
+         cJSON_AddBoolToObject(o, "homogeneous_possible", p->homogeneous_possible);
+    ok = ok && add_candidates(o, p);
     cJSON *lk = ok ? cost_links_to_json(&p->links) : NULL;
     ok = ok && lk && cJSON_AddItemToObject(o, "links", lk);
     if (!ok && lk)

@@ -66,634 +66,9 @@ static int fail_msg(char *buf, size_t n, const char *fmt, ...)
 
 static unsigned blocks_for(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
 
-/* ---------------------------------------------------------------- conversions */
-
-__device__ __forceinline__ float tof(float x) { return x; }
-__device__ __forceinline__ float tof(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ void put(float *p, float x) { *p = x; }
-__device__ __forceinline__ void put(__nv_bfloat16 *p, float x) { *p = __float2bfloat16(x); }
-
-__device__ __forceinline__ float warp_sum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ __forceinline__ float warp_max(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-/* Block-wide sum / max (blockDim.x a multiple of 32, at most 1024); every thread gets the result. */
-__device__ float block_sum(float v)
-{
-    __shared__ float sh[32];
-    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
-    v = warp_sum(v);
-    __syncthreads();
-    if (lane == 0)
-        sh[w] = v;
-    __syncthreads();
-    v = lane < nw ? sh[lane] : 0.0f;
-    return warp_sum(v);
-}
-__device__ float block_max(float v)
-{
-    __shared__ float sh[32];
-    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0)
-        sh[w] = v;
-    __syncthreads();
-    v = lane < nw ? sh[lane] : -INFINITY;
-    return warp_max(v);
-}
-
-__global__ void cast_kernel(floatX *out, const float *in, size_t n)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        put(out + i, in[i]);
-}
-__global__ void uncast_kernel(float *out, const floatX *in, size_t n)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        out[i] = tof(in[i]);
-}
-/* uniform [-1, 1) from a hash of the index: benchmark inputs, never zeros */
-__global__ void fill_random_kernel(floatX *out, size_t n, unsigned seed)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        unsigned x = (unsigned)i * 2654435761u ^ seed;
-        x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
-        put(out + i, (float)x * (2.0f / 4294967296.0f) - 1.0f);
-    }
-}
-
-/* ---------------------------------------------------------------- kernels: embeddings */
-
-__global__ void encoder_forward_kernel(floatX *x, const int *tok, const floatX *wte,
-                                       const floatX *wpe, int BT, int T, int C)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)BT * C)
-        return;
-    size_t r = i / C, c = i % C;
-    put(x + i, tof(wte[(size_t)tok[r] * C + c]) + tof(wpe[(r % T) * C + c]));
-}
-
-/* dwte rows: block u sums the positions of distinct token utok[u] (upos[ustart[u]..ustart[u+1]),
- * ascending) in order: deterministic, no atomics. */
-__global__ void wte_backward_kernel(float *dwte, const floatX *dres, const int *utok,
-                                    const int *ustart, const int *upos, int C)
-{
-    int u = blockIdx.x;
-    size_t row = (size_t)utok[u] * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float acc = 0.0f;
-        for (int j = ustart[u]; j < ustart[u + 1]; j++)
-            acc += tof(dres[(size_t)upos[j] * C + c]);
-        dwte[row + c] += acc;
-    }
-}
-
-__global__ void wpe_backward_kernel(float *dwpe, const floatX *dres, int B, int T, int C)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)T * C)
-        return;
-    float acc = 0.0f;
-    for (int b = 0; b < B; b++)
-        acc += tof(dres[(size_t)b * T * C + i]);
-    dwpe[i] += acc;
-}
-
-/* ---------------------------------------------------------------- kernels: LayerNorm */
-
-/* one warp per row; statistics in fp32; weights from the fp32 master copy */
-__global__ void layernorm_forward_kernel(floatX *out, float *mean, float *rstd, const floatX *inp,
-                                         const float *w, const float *b, int N, int C)
-{
-    int row = (int)(((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
-    if (row >= N)
-        return;
-    const floatX *x = inp + (size_t)row * C;
-    float s = 0.0f;
-    for (int c = lane; c < C; c += 32)
-        s += tof(x[c]);
-    float m = warp_sum(s) / (float)C;
-    float v = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float d = tof(x[c]) - m;
-        v += d * d;
-    }
-    float rs = rsqrtf(warp_sum(v) / (float)C + 1e-5f);
-    floatX *o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += 32)
-        put(o + c, (tof(x[c]) - m) * rs * w[c] + b[c]);
-    if (lane == 0) {
-        mean[row] = m;
-        rstd[row] = rs;
-    }
-}
-
-/* dinp += d(layernorm)/dinp, one warp per row (parameter gradients: colsum kernels) */
-__global__ void layernorm_backward_kernel(floatX *dinp, const floatX *dout, const floatX *inp,
-                                          const float *w, const float *mean, const float *rstd,
-                                          int N, int C)
-{
-    int row = (int)(((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
-    if (row >= N)
-        return;
-    const floatX *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
-    float m = mean[row], rs = rstd[row];
-    float dmean = 0.0f, dnm = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float dn = w[c] * tof(d[c]);
-        dmean += dn;
-        dnm += dn * (tof(x[c]) - m) * rs;
-    }
-    dmean = warp_sum(dmean) / (float)C;
-    dnm = warp_sum(dnm) / (float)C;
-    floatX *dx = dinp + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) {
-        float norm = (tof(x[c]) - m) * rs;
-        put(dx + c, tof(dx[c]) + (w[c] * tof(d[c]) - dmean - norm * dnm) * rs);
-    }
-}
-
-/* Column sums over rows in chunks of COLSUM_ROWS: partial[chunk][0][c] = sum d*xhat (when x is
- * given: LayerNorm weight gradient), partial[chunk][1][c] = sum d (bias gradient). */
-__global__ void colsum_partial_kernel(float *partial, const floatX *d, const floatX *x,
-                                      const float *mean, const float *rstd, int N, int C)
-{
-    int c = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
-    if (c >= C)
-        return;
-    int r0 = chunk * COLSUM_ROWS, r1 = min(N, r0 + COLSUM_ROWS);
-    float s0 = 0.0f, s1 = 0.0f;
-    for (int r = r0; r < r1; r++) {
-        float dv = tof(d[(size_t)r * C + c]);
-        s1 += dv;
-        if (x)
-            s0 += dv * (tof(x[(size_t)r * C + c]) - mean[r]) * rstd[r];
-    }
-    partial[((size_t)chunk * 2 + 0) * C + c] = s0;
-    partial[((size_t)chunk * 2 + 1) * C + c] = s1;
-}
-__global__ void colsum_finish_kernel(float *gw, float *gb, const float *partial, int chunks, int C)
-{
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C)
-        return;
-    float s0 = 0.0f, s1 = 0.0f;
-    for (int k = 0; k < chunks; k++) {
-        s0 += partial[((size_t)k * 2 + 0) * C + c];
-        s1 += partial[((size_t)k * 2 + 1) * C + c];
-    }
-    if (gw)
-        gw[c] += s0;
-    if (gb)
-        gb[c] += s1;
-}
-
-/* ---------------------------------------------------------------- kernels: GELU, bias */
-
-__device__ __forceinline__ float gelu_f(float x)
-{
-    return 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
-}
-__global__ void gelu_forward_kernel(floatX *out, const floatX *inp, size_t n)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        put(out + i, gelu_f(tof(inp[i])));
-}
-__global__ void gelu_backward_kernel(floatX *d, const floatX *inp, size_t n)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n)
-        return;
-    float x = tof(inp[i]);
-    float t = tanhf(GELU_K * (x + 0.044715f * x * x * x));
-    float g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-    put(d + i, tof(d[i]) * g);
-}
-__global__ void bias_add_kernel(floatX *out, const floatX *bias, size_t n, int OC)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        put(out + i, tof(out[i]) + tof(bias[i % OC]));
-}
-
-/* ---------------------------------------------------------------- kernels: attention */
-
-/* qkv [B][T][3][NH][hs] -> q, k, v [B][NH][T][hs] */
-__global__ void permute_kernel(floatX *q, floatX *k, floatX *v, const floatX *qkv, int B, int T,
-                               int NH, int hs)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t C = (size_t)NH * hs;
-    if (i >= (size_t)B * T * C)
-        return;
-    int d = (int)(i % hs);
-    int t = (int)((i / hs) % T);
-    int h = (int)((i / hs / T) % NH);
-    size_t b = i / hs / T / NH;
-    size_t src = (b * T + t) * 3 * C + (size_t)h * hs + d;
-    q[i] = qkv[src];
-    k[i] = qkv[src + C];
-    v[i] = qkv[src + 2 * C];
-}
-/* dq, dk, dv [B][NH][T][hs] -> dqkv [B][T][3C] */
-__global__ void permute_backward_kernel(floatX *dqkv, const floatX *dq, const floatX *dk,
-                                        const floatX *dv, int B, int T, int NH, int hs)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t C = (size_t)NH * hs;
-    if (i >= (size_t)B * T * C)
-        return;
-    int d = (int)(i % hs);
-    int t = (int)((i / hs) % T);
-    int h = (int)((i / hs / T) % NH);
-    size_t b = i / hs / T / NH;
-    size_t dst = (b * T + t) * 3 * C + (size_t)h * hs + d;
-    dqkv[dst] = dq[i];
-    dqkv[dst + C] = dk[i];
-    dqkv[dst + 2 * C] = dv[i];
-}
-/* y [B][NH][T][hs] <-> out [B][T][C]; dir 0: y -> out, dir 1: out -> y */
-__global__ void unpermute_kernel(floatX *out, floatX *y, int B, int T, int NH, int hs, int dir)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t C = (size_t)NH * hs;
-    if (i >= (size_t)B * T * C)
-        return;
-    int d = (int)(i % hs);
-    int t = (int)((i / hs) % T);
-    int h = (int)((i / hs / T) % NH);
-    size_t b = i / hs / T / NH;
-    size_t o = (b * T + t) * C + (size_t)h * hs + d;
-    if (dir == 0)
-        out[o] = y[i];
-    else
-        y[i] = out[o];
-}
-/* causal softmax in place over rows of [B*NH*T][T]; row r is query t = r % T; zero above the
- * diagonal; one warp per row */
-__global__ void softmax_forward_kernel(floatX *att, int rows, int T)
-{
-    int row = (int)(((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
-    if (row >= rows)
-        return;
-    int t = row % T;
-    floatX *p = att + (size_t)row * T;
-    float mx = -INFINITY;
-    for (int j = lane; j <= t; j += 32)
-        mx = fmaxf(mx, tof(p[j]));
-    mx = warp_max(mx);
-    float sum = 0.0f;
-    for (int j = lane; j <= t; j += 32)
-        sum += expf(tof(p[j]) - mx);
-    float inv = 1.0f / warp_sum(sum);
-    for (int j = lane; j < T; j += 32)
-        put(p + j, j <= t ? expf(tof(p[j]) - mx) * inv : 0.0f);
-}
-/* datt -> dpre in place: dpre_j = att_j (datt_j - sum_i att_i datt_i), zero above the diagonal */
-__global__ void softmax_backward_kernel(floatX *datt, const floatX *att, int rows, int T)
-{
-    int row = (int)(((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
-    if (row >= rows)
-        return;
-    int t = row % T;
-    floatX *d = datt + (size_t)row * T;
-    const floatX *a = att + (size_t)row * T;
-    float dot = 0.0f;
-    for (int j = lane; j <= t; j += 32)
-        dot += tof(a[j]) * tof(d[j]);
-    dot = warp_sum(dot);
-    for (int j = lane; j < T; j += 32)
-        put(d + j, j <= t ? tof(a[j]) * (tof(d[j]) - dot) : 0.0f);
-}
-
-/* ---------------------------------------------------------------- kernels: cross-entropy */
-
-/* one block per row: losses[r] = logsumexp(logits[r][0..V)) - logits[r][target] */
-__global__ void ce_forward_kernel(float *losses, const floatX *logits, const int *targets, int V,
-                                  int Vp)
-{
-    size_t r = blockIdx.x;
-    const floatX *lg = logits + r * Vp;
-    float mx = -INFINITY;
-    for (int v = threadIdx.x; v < V; v += blockDim.x)
-        mx = fmaxf(mx, tof(lg[v]));
-    mx = block_max(mx);
-    float sum = 0.0f;
-    for (int v = threadIdx.x; v < V; v += blockDim.x)
-        sum += expf(tof(lg[v]) - mx);
-    sum = block_sum(sum);
-    if (threadIdx.x == 0)
-        losses[r] = logf(sum) + mx - tof(lg[targets[r]]);
-}
-/* in place: logits -> scale * (softmax - onehot(target)), zero for the padded columns */
-__global__ void ce_backward_kernel(floatX *logits, const int *targets, float scale, int V, int Vp)
-{
-    size_t r = blockIdx.x;
-    floatX *lg = logits + r * Vp;
-    float mx = -INFINITY;
-    for (int v = threadIdx.x; v < V; v += blockDim.x)
-        mx = fmaxf(mx, tof(lg[v]));
-    mx = block_max(mx);
-    float sum = 0.0f;
-    for (int v = threadIdx.x; v < V; v += blockDim.x)
-        sum += expf(tof(lg[v]) - mx);
-    sum = block_sum(sum);
-    float inv = scale / sum;
-    int tg = targets[r];
-    for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
-        float g = v < V ? expf(tof(lg[v]) - mx) * inv : 0.0f;
-        if (v == tg)
-            g -= scale;
-        put(lg + v, g);
-    }
-}
-
-/* ---------------------------------------------------------------- kernels: optimizer */
-
-/* AdamW over params[lo, hi) in one launch; seg_end (ascending) gives each tensor's end and
- * seg_decay whether weight decay applies; pX (bf16 mode) receives the updated weights. */
-__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, floatX *pX,
-                             const size_t *seg_end, const int *seg_decay, int nseg, size_t lo,
-                             size_t hi, float lr, float b1, float b2, float eps, float wd,
-                             float bc1, float bc2, float gs)
-{
-    size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= hi)
-        return;
-    int a = 0, b = nseg - 1;
-    while (a < b) {
-        int mid = (a + b) / 2;
-        if (seg_end[mid] > i)
-            b = mid;
-        else
-            a = mid + 1;
-    }
-    float w = seg_decay[a] ? wd : 0.0f;
-    float gi = g[i] * gs;
-    float mi = b1 * m[i] + (1.0f - b1) * gi;
-    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    float mh = mi / bc1, vh = vi / bc2;
-    float pi = p[i] - lr * (mh / (sqrtf(vh) + eps) + w * p[i]);
-    p[i] = pi;
-    if (pX)
-        put(pX + i, pi);
-}
-
-/* fixed grid (SQ_BLOCKS blocks): partial[block] = sum of g^2 over a grid-stride, in fp64 */
-__global__ void sq_partial_kernel(double *partial, const float *g, size_t lo, size_t hi)
-{
-    __shared__ double sh[256];
-    double s = 0.0;
-    for (size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < hi;
-         i += (size_t)gridDim.x * blockDim.x)
-        s += (double)g[i] * g[i];
-    sh[threadIdx.x] = s;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w)
-            sh[threadIdx.x] += sh[threadIdx.x + w];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0)
-        partial[blockIdx.x] = sh[0];
-}
-
-/* ---------------------------------------------------------------- cuBLASLt matrix products */
-
-struct gpu_ctx {
-    cublasLtHandle_t lt;
-    cublasHandle_t blas;
-    cudaStream_t stream;
-    void *ws;
-    char *eb;    /* error buffer */
-    size_t en;
-};
-
-enum { EPI_NONE, EPI_BIAS, EPI_GELU_BIAS, EPI_DGELU };
-
-static int align_of(const void *p)
-{
-    uintptr_t a = (uintptr_t)p;
-    int al = 256;
-    while (al > 1 && a % (uintptr_t)al)
-        al /= 2;
-    return al;
-}
-
-/* Column-major D(m x n) = alpha * op(A) op(B) + beta * C (+ epilogue), A and B of the activation
- * type, C and D of dtype (C NULL: D itself). Without an epilogue, a product cuBLASLt has no
- * algorithm for goes to cublasGemmEx; with one, 1 is returned (no error set) so that the caller
- * falls back to separate kernels. */
-static int matmul(struct gpu_ctx *x, void *D, cudaDataType dtype, const void *A, int ta,
-                  const void *B, int tb, int m, int n, int k, int lda, int ldb, int ldd,
-                  float alpha, float beta, const void *C, int epi, const void *bias, void *aux,
-                  int ldaux)
-{
-    char *EB = x->eb;
-    size_t EN = x->en;
-    cublasLtMatmulDesc_t op = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
-    cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t heur;
-    int nres = 0, rc = -1;
-    cublasStatus_t st;
-    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_DEFAULT;
-    uint64_t ws = LT_WORKSPACE;
-    uint32_t aa = (uint32_t)align_of(A), ab = (uint32_t)align_of(B);
-    uint32_t ac = (uint32_t)align_of(C ? C : D), ad = (uint32_t)align_of(D);
-    int64_t ldaux64 = ldaux;
-#define LTCK(call) do { st = (call); if (st != CUBLAS_STATUS_SUCCESS) { \
-        fail_msg(EB, EN, "cuBLASLt: %s failed (%s:%d): %s", #call, __FILE__, __LINE__, \
-                 cublasGetStatusString(st)); goto done; } } while (0)
-    LTCK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    LTCK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-    LTCK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    if (epi == EPI_BIAS)
-        e = CUBLASLT_EPILOGUE_BIAS;
-    else if (epi == EPI_GELU_BIAS)
-        e = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    else if (epi == EPI_DGELU)
-        e = CUBLASLT_EPILOGUE_DGELU;
-    LTCK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
-    if (epi == EPI_BIAS || epi == EPI_GELU_BIAS)
-        LTCK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    if (epi == EPI_GELU_BIAS || epi == EPI_DGELU) {
-        LTCK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
-        LTCK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux64, sizeof ldaux64));
-    }
-    LTCK(cublasLtMatrixLayoutCreate(&la, CUDA_X, ta ? k : m, ta ? m : k, lda));
-    LTCK(cublasLtMatrixLayoutCreate(&lb, CUDA_X, tb ? n : k, tb ? k : n, ldb));
-    LTCK(cublasLtMatrixLayoutCreate(&lc, dtype, m, n, ldd));
-    LTCK(cublasLtMatmulPreferenceCreate(&pref));
-    LTCK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    LTCK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa));
-    LTCK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab));
-    LTCK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac));
-    LTCK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof ad));
-    st = cublasLtMatmulAlgoGetHeuristic(x->lt, op, la, lb, lc, lc, pref, 1, &heur, &nres);
-    if (st != CUBLAS_STATUS_SUCCESS || nres == 0) {
-        if (epi != EPI_NONE) {
-            rc = 1; /* the caller falls back to separate kernels */
-            goto done;
-        }
-        /* no cuBLASLt algorithm for these types or alignments: cublasGemmEx (its type table
-         * has bf16 x bf16 -> fp32 and -> bf16 with fp32 compute), in place on D */
-        if (C && C != D && beta != 0.0f) {
-            cudaError_t ce = cudaMemcpy2DAsync(D, (size_t)ldd * (dtype == CUDA_R_32F ? 4 : 2), C,
-                                               (size_t)ldd * (dtype == CUDA_R_32F ? 4 : 2),
-                                               (size_t)m * (dtype == CUDA_R_32F ? 4 : 2), (size_t)n,
-                                               cudaMemcpyDeviceToDevice, x->stream);
-            if (ce != cudaSuccess) {
-                fail_msg(EB, EN, "CUDA: copying C for cublasGemmEx: %s", cudaGetErrorString(ce));
-                goto done;
-            }
-        }
-        if (!x->blas) {
-            fail_msg(EB, EN, "cuBLASLt: no algorithm for a %dx%dx%d product", m, n, k);
-            goto done;
-        }
-        LTCK(cublasGemmEx(x->blas, opa, opb, m, n, k, &alpha, A, CUDA_X, lda, B, CUDA_X, ldb, &beta,
-                          D, dtype, ldd, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        rc = 0;
-        goto done;
-    }
-    LTCK(cublasLtMatmul(x->lt, op, &alpha, A, la, B, lb, &beta, C ? C : D, lc, D, lc, &heur.algo,
-                        x->ws, LT_WORKSPACE, x->stream));
-    rc = 0;
-#undef LTCK
-done:
-    if (pref)
-        cublasLtMatmulPreferenceDestroy(pref);
-    if (lc)
-        cublasLtMatrixLayoutDestroy(lc);
-    if (lb)
-        cublasLtMatrixLayoutDestroy(lb);
-    if (la)
-        cublasLtMatrixLayoutDestroy(la);
-    if (op)
-        cublasLtMatmulDescDestroy(op);
-    return rc;
-}
-
-/* matmul with the arguments of a gemm_plan (gemm_plan.h, checked on the CPU by
- * tests/unit/test_cuda_gemm_plan.c) */
-static int matmul_plan(struct gpu_ctx *x, struct gemm_plan p, void *D, cudaDataType dtype,
-                       const void *A, const void *B, float beta, const void *C, int epi,
-                       const void *bias, void *aux, int ldaux)
-{
-    return matmul(x, D, dtype, A, p.ta, B, p.tb, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, 1.0f, beta,
-                  C, epi, bias, aux, ldaux);
-}
-
-/* Row-major out[N][OC] = inp[N][IC] @ w[OC][IC]^T (+ bias) (+ res). With gelu_out: out gets the
- * pre-activation and gelu_out = gelu(out) (the GELU_AUX_BIAS epilogue when cuBLASLt has it). */
-static int linear_fwd(struct gpu_ctx *x, floatX *out, const floatX *inp, const floatX *w,
-                      const floatX *bias, const floatX *res, floatX *gelu_out, int N, int IC,
-                      int OC)
-{
-    char *EB = x->eb;
-    size_t EN = x->en;
-    size_t n = (size_t)N * OC;
-    if (gelu_out) {
-        int rc = matmul_plan(x, plan_linear_fwd(N, IC, OC), gelu_out, CUDA_X, w, inp, 0.0f, NULL,
-                             EPI_GELU_BIAS, bias, out, OC);
-        if (rc <= 0)
-            return rc;
-    }
-    int rc = bias ? matmul_plan(x, plan_linear_fwd(N, IC, OC), out, CUDA_X, w, inp,
-                                res ? 1.0f : 0.0f, res, EPI_BIAS, bias, NULL, 0) : 1;
-    if (rc < 0)
-        return -1;
-    if (rc == 1) { /* no bias epilogue: plain product, then the bias */
-        OK(matmul_plan(x, plan_linear_fwd(N, IC, OC), out, CUDA_X, w, inp, res ? 1.0f : 0.0f, res,
-                       EPI_NONE, NULL, NULL, 0));
-        if (bias) {
-            bias_add_kernel<<<blocks_for(n, 256), 256, 0, x->stream>>>(out, bias, n, OC);
-            LAUNCHED(x->stream);
-        }
-    }
-    if (gelu_out) {
-        gelu_forward_kernel<<<blocks_for(n, 256), 256, 0, x->stream>>>(gelu_out, out, n);
-        LAUNCHED(x->stream);
-    }
-    return 0;
-}
-
-
-static int colsum(struct gpu_ctx *x, float *partial, float *gw, float *gb, const floatX *d,
-                  const floatX *inp, const float *mean, const float *rstd, int N, int C)
-{
-    char *EB = x->eb;
-    size_t EN = x->en;
-    int chunks = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
-    dim3 grid(blocks_for((size_t)C, 128), (unsigned)chunks);
-    colsum_partial_kernel<<<grid, 128, 0, x->stream>>>(partial, d, inp, mean, rstd, N, C);
-    LAUNCHED(x->stream);
-    colsum_finish_kernel<<<blocks_for((size_t)C, 128), 128, 0, x->stream>>>(gw, gb, partial, chunks, C);
-    LAUNCHED(x->stream);
-    return 0;
-}
-
-/* dinp[N][IC] = dout @ w (overwritten; times gelu'(dgelu_pre) when given); dw[OC][IC] +=
- * dout^T @ inp (fp32); dbias[OC] += column sums of dout */
-static int linear_bwd(struct gpu_ctx *x, float *partial, floatX *dinp, float *dw, float *dbias,
-                      const floatX *dout, const floatX *inp, const floatX *w,
-                      const floatX *dgelu_pre, int N, int IC, int OC)
-{
-    char *EB = x->eb;
-    size_t EN = x->en;
-    int rc = 1;
-    if (dgelu_pre)
-        rc = matmul_plan(x, plan_linear_dinp(N, IC, OC), dinp, CUDA_X, w, dout, 0.0f, NULL,
-                         EPI_DGELU, NULL, (void *)dgelu_pre, IC);
-    if (rc < 0)
-        return -1;
-    if (rc == 1) {
-        OK(matmul_plan(x, plan_linear_dinp(N, IC, OC), dinp, CUDA_X, w, dout, 0.0f, NULL,
-                       EPI_NONE, NULL, NULL, 0));
-        if (dgelu_pre) {
-            size_t n = (size_t)N * IC;
-            gelu_backward_kernel<<<blocks_for(n, 256), 256, 0, x->stream>>>(dinp, dgelu_pre, n);
-            LAUNCHED(x->stream);
-        }
-    }
-    OK(matmul_plan(x, plan_linear_dw(N, IC, OC), dw, CUDA_R_32F, inp, dout, 1.0f, NULL, EPI_NONE,
-                   NULL, NULL, 0));
-    if (dbias)
-        OK(colsum(x, partial, NULL, dbias, dout, NULL, NULL, NULL, N, OC));
-    return 0;
-}
-
-/* strided-batched products for attention (cuBLAS), arguments from a gemm_plan */
-static int bgemm(struct gpu_ctx *x, struct gemm_plan p, float alpha, const floatX *A,
-                 const floatX *B, floatX *D, int batch)
-{
-    char *EB = x->eb;
-    size_t EN = x->en;
-    float beta = 0.0f;
-    CKB(cublasGemmStridedBatchedEx(x->blas, p.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                   p.tb ? CUBLAS_OP_T : CUBLAS_OP_N, p.m, p.n, p.k, &alpha, A,
-                                   CUDA_X, p.lda, p.sa, B, CUDA_X, p.ldb, p.sb, &beta, D, CUDA_X,
-                                   p.ldd, p.sd, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    return 0;
-}
+/* The kernels and the matrix products (one translation unit: see each file's comment). */
+#include "gpt_cuda_kernels.cuh"
+#include "gpt_cuda_matmul.cuh"
 
 /* ---------------------------------------------------------------- the stage */
 
@@ -864,6 +239,105 @@ void gpu_stage_free(struct gpu_stage *s)
     free(s);
 }
 
+/* The stage's stream and its cuBLASLt and cuBLAS handles. 0, or -1 (message in EB). */
+static int create_handles(struct gpu_stage *s, char *EB, size_t EN)
+{
+    cudaError_t ce = cudaStreamCreateWithFlags(&s->x.stream, cudaStreamNonBlocking);
+    if (ce != cudaSuccess) {
+        fail_msg(EB, EN, "CUDA: cannot create a stream (is there a GPU?): %s", cudaGetErrorString(ce));
+        return -1;
+    }
+    cublasStatus_t st = cublasLtCreate(&s->x.lt);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasCreate(&s->x.blas);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasSetStream(s->x.blas, s->x.stream);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        fail_msg(EB, EN, "cuBLAS: cannot create a handle: %s", cublasGetStatusString(st));
+        return -1;
+    }
+    return 0;
+}
+
+/* The stage's device memory: parameters, gradients, moments, the tensor table, the shared
+ * scratch and the activation slots. 0, or -1 (message in EB, with the memory left). */
+static int alloc_device(struct gpu_stage *s, char *EB, size_t EN)
+{
+    const struct gpt_config c = s->c;
+    int B = s->B, T = s->T, slots = s->nslots, first = s->first, last = s->last;
+    size_t BT = (size_t)B * T, BTC = BT * c.channels, X = sizeof(floatX);
+    int bad = 0;
+    size_t n = s->nparams, nh = (size_t)c.heads, maxcols = 4 * (size_t)c.channels;
+    s->x.ws = dalloc(LT_WORKSPACE, &bad);
+    s->params = (float *)dalloc(n * sizeof(float), &bad);
+    s->grads = (float *)dalloc(n * sizeof(float), &bad);
+    s->m = (float *)dalloc(n * sizeof(float), &bad);
+    s->v = (float *)dalloc(n * sizeof(float), &bad);
+#ifdef HOLMES_GPU_FP32
+    s->wX = s->params;
+#else
+    s->wX = (floatX *)dalloc(n * X, &bad);
+#endif
+    s->seg_end = (size_t *)dalloc((size_t)s->ntensors * sizeof(size_t), &bad);
+    s->seg_decay = (int *)dalloc((size_t)s->ntensors * sizeof(int), &bad);
+    s->dres = (floatX *)dalloc(BTC * X, &bad);
+    s->dbuf = (floatX *)dalloc(BTC * X, &bad);
+    s->dfch = (floatX *)dalloc(4 * BTC * X, &bad);
+    s->dqkv = (floatX *)dalloc(3 * BTC * X, &bad);
+    s->q = (floatX *)dalloc(BTC * X, &bad);
+    s->k = (floatX *)dalloc(BTC * X, &bad);
+    s->vv = (floatX *)dalloc(BTC * X, &bad);
+    s->y = (floatX *)dalloc(BTC * X, &bad);
+    s->dq = (floatX *)dalloc(BTC * X, &bad);
+    s->dk = (floatX *)dalloc(BTC * X, &bad);
+    s->dv = (floatX *)dalloc(BTC * X, &bad);
+    s->datt = (floatX *)dalloc((size_t)B * nh * T * T * X, &bad);
+    if (s->recompute)
+        s->fchg = (floatX *)dalloc(4 * BTC * X, &bad);
+    s->partial = (float *)dalloc(((BT + COLSUM_ROWS - 1) / COLSUM_ROWS) * 2 * maxcols * sizeof(float), &bad);
+    s->sq_partial = (double *)dalloc(SQ_BLOCKS * sizeof(double), &bad);
+    for (int i = 0; i < slots && !bad; i++)
+        if (slot_alloc(s, &s->slots[i]) < 0)
+            bad = 1;
+    if (bad) {
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        fail_msg(EB, EN, "out of GPU memory allocating stage [%d, %d) (B=%d, T=%d, %d slots, "
+                 "%zu parameters; %.1f of %.1f GiB free)", first, last, B, T, slots, n,
+                 fr / 1073741824.0, tot / 1073741824.0);
+        return -1;
+    }
+    return 0;
+}
+
+/* The tensor table to the device: where each tensor ends and whether it decays (AdamW).
+ * 0, or -1 (message in EB). */
+static int upload_tensor_table(struct gpu_stage *s, char *EB, size_t EN)
+{
+    size_t *h_end = (size_t *)malloc((size_t)s->ntensors * sizeof(size_t));
+    int *h_dec = (int *)malloc((size_t)s->ntensors * sizeof(int));
+    if (!h_end || !h_dec) {
+        free(h_end);
+        free(h_dec);
+        fail_msg(EB, EN, "out of memory allocating the GPU stage");
+        return -1;
+    }
+    for (int i = 0; i < s->ntensors; i++) {
+        h_end[i] = s->tensors[i].offset + s->tensors[i].size;
+        h_dec[i] = s->tensors[i].decay;
+    }
+    cudaError_t c1 = cudaMemcpy(s->seg_end, h_end, (size_t)s->ntensors * sizeof(size_t), cudaMemcpyHostToDevice);
+    cudaError_t c2 = cudaMemcpy(s->seg_decay, h_dec, (size_t)s->ntensors * sizeof(int), cudaMemcpyHostToDevice);
+    free(h_end);
+    free(h_dec);
+    if (c1 != cudaSuccess || c2 != cudaSuccess) {
+        fail_msg(EB, EN, "CUDA: copying the tensor table: %s",
+                 cudaGetErrorString(c1 != cudaSuccess ? c1 : c2));
+        return -1;
+    }
+    return 0;
+}
+
 int gpu_stage_create(struct gpu_stage **out, const struct gpt_config *cfg, int first, int last,
                      int B, int T, int slots, int flags, herr *e)
 {
@@ -900,7 +374,7 @@ int gpu_stage_create(struct gpu_stage **out, const struct gpt_config *cfg, int f
     s->ntensors = gpt_stage_tensors(s->host, &s->tensors);
     s->lw = (struct layer_w *)calloc((size_t)(s->nl > 0 ? s->nl : 1), sizeof *s->lw);
     s->slots = (struct gslot *)calloc((size_t)slots, sizeof *s->slots);
-    size_t BT = (size_t)B * T, BTC = BT * c.channels, X = sizeof(floatX);
+    size_t BT = (size_t)B * T;
     s->h_losses = (float *)malloc(BT * sizeof(float));
     s->h_csr = (int *)malloc(((size_t)c.vocab + 1 + 3 * BT + 1) * sizeof(int));
     if (!s->lw || !s->slots || !s->h_losses || !s->h_csr) {
@@ -911,86 +385,9 @@ int gpu_stage_create(struct gpu_stage **out, const struct gpt_config *cfg, int f
     s->x.eb = s->err;
     s->x.en = sizeof s->err;
     int rc = -1;
-    {
-        cudaError_t ce = cudaStreamCreateWithFlags(&s->x.stream, cudaStreamNonBlocking);
-        if (ce != cudaSuccess) {
-            fail_msg(EB, EN, "CUDA: cannot create a stream (is there a GPU?): %s", cudaGetErrorString(ce));
-            goto fail;
-        }
-        cublasStatus_t st = cublasLtCreate(&s->x.lt);
-        if (st == CUBLAS_STATUS_SUCCESS)
-            st = cublasCreate(&s->x.blas);
-        if (st == CUBLAS_STATUS_SUCCESS)
-            st = cublasSetStream(s->x.blas, s->x.stream);
-        if (st != CUBLAS_STATUS_SUCCESS) {
-            fail_msg(EB, EN, "cuBLAS: cannot create a handle: %s", cublasGetStatusString(st));
-            goto fail;
-        }
-    }
-    {
-        int bad = 0;
-        size_t n = s->nparams, nh = (size_t)c.heads, maxcols = 4 * (size_t)c.channels;
-        s->x.ws = dalloc(LT_WORKSPACE, &bad);
-        s->params = (float *)dalloc(n * sizeof(float), &bad);
-        s->grads = (float *)dalloc(n * sizeof(float), &bad);
-        s->m = (float *)dalloc(n * sizeof(float), &bad);
-        s->v = (float *)dalloc(n * sizeof(float), &bad);
-#ifdef HOLMES_GPU_FP32
-        s->wX = s->params;
-#else
-        s->wX = (floatX *)dalloc(n * X, &bad);
-#endif
-        s->seg_end = (size_t *)dalloc((size_t)s->ntensors * sizeof(size_t), &bad);
-        s->seg_decay = (int *)dalloc((size_t)s->ntensors * sizeof(int), &bad);
-        s->dres = (floatX *)dalloc(BTC * X, &bad);
-        s->dbuf = (floatX *)dalloc(BTC * X, &bad);
-        s->dfch = (floatX *)dalloc(4 * BTC * X, &bad);
-        s->dqkv = (floatX *)dalloc(3 * BTC * X, &bad);
-        s->q = (floatX *)dalloc(BTC * X, &bad);
-        s->k = (floatX *)dalloc(BTC * X, &bad);
-        s->vv = (floatX *)dalloc(BTC * X, &bad);
-        s->y = (floatX *)dalloc(BTC * X, &bad);
-        s->dq = (floatX *)dalloc(BTC * X, &bad);
-        s->dk = (floatX *)dalloc(BTC * X, &bad);
-        s->dv = (floatX *)dalloc(BTC * X, &bad);
-        s->datt = (floatX *)dalloc((size_t)B * nh * T * T * X, &bad);
-        if (s->recompute)
-            s->fchg = (floatX *)dalloc(4 * BTC * X, &bad);
-        s->partial = (float *)dalloc(((BT + COLSUM_ROWS - 1) / COLSUM_ROWS) * 2 * maxcols * sizeof(float), &bad);
-        s->sq_partial = (double *)dalloc(SQ_BLOCKS * sizeof(double), &bad);
-        for (int i = 0; i < slots && !bad; i++)
-            if (slot_alloc(s, &s->slots[i]) < 0)
-                bad = 1;
-        if (bad) {
-            size_t fr = 0, tot = 0;
-            cudaMemGetInfo(&fr, &tot);
-            fail_msg(EB, EN, "out of GPU memory allocating stage [%d, %d) (B=%d, T=%d, %d slots, "
-                     "%zu parameters; %.1f of %.1f GiB free)", first, last, B, T, slots, n,
-                     fr / 1073741824.0, tot / 1073741824.0);
-            goto fail;
-        }
-        size_t *h_end = (size_t *)malloc((size_t)s->ntensors * sizeof(size_t));
-        int *h_dec = (int *)malloc((size_t)s->ntensors * sizeof(int));
-        if (!h_end || !h_dec) {
-            free(h_end);
-            free(h_dec);
-            fail_msg(EB, EN, "out of memory allocating the GPU stage");
-            goto fail;
-        }
-        for (int i = 0; i < s->ntensors; i++) {
-            h_end[i] = s->tensors[i].offset + s->tensors[i].size;
-            h_dec[i] = s->tensors[i].decay;
-        }
-        cudaError_t c1 = cudaMemcpy(s->seg_end, h_end, (size_t)s->ntensors * sizeof(size_t), cudaMemcpyHostToDevice);
-        cudaError_t c2 = cudaMemcpy(s->seg_decay, h_dec, (size_t)s->ntensors * sizeof(int), cudaMemcpyHostToDevice);
-        free(h_end);
-        free(h_dec);
-        if (c1 != cudaSuccess || c2 != cudaSuccess) {
-            fail_msg(EB, EN, "CUDA: copying the tensor table: %s",
-                     cudaGetErrorString(c1 != cudaSuccess ? c1 : c2));
-            goto fail;
-        }
-    }
+    if (create_handles(s, EB, EN) < 0 || alloc_device(s, EB, EN) < 0 ||
+        upload_tensor_table(s, EB, EN) < 0)
+        goto fail;
     *out = s;
     return 0;
 fail:
@@ -1419,143 +816,5 @@ int gpu_stage_adamw(struct gpu_stage *s, const struct adamw_config *o, size_t lo
     return 0;
 }
 
-/* ---------------------------------------------------------------- activations, benchmarks */
-
-void *gpu_act_alloc(size_t n, herr *e)
-{
-    void *p = NULL;
-    cudaError_t ce = cudaMalloc(&p, (n ? n : 1) * sizeof(floatX));
-    if (ce != cudaSuccess) {
-        herr_set(e, "CUDA: cannot allocate %zu activations: %s", n, cudaGetErrorString(ce));
-        return NULL;
-    }
-    return p;
-}
-void gpu_act_free(void *p)
-{
-    if (p)
-        cudaFree(p);
-}
-
-int gpu_act_upload(void *dev, const float *host, size_t n, herr *e)
-{
-    char *EB = e ? e->msg : NULL;
-    size_t EN = e ? sizeof e->msg : 0;
-    float *tmp = NULL;
-    CK(cudaMalloc(&tmp, (n ? n : 1) * sizeof(float)));
-    cudaError_t ce = cudaMemcpy(tmp, host, n * sizeof(float), cudaMemcpyHostToDevice);
-    if (ce == cudaSuccess && n) {
-        cast_kernel<<<blocks_for(n, 256), 256>>>((floatX *)dev, tmp, n);
-        ce = cudaGetLastError();
-    }
-    if (ce == cudaSuccess)
-        ce = cudaDeviceSynchronize();
-    cudaFree(tmp);
-    if (ce != cudaSuccess)
-        return fail_msg(EB, EN, "CUDA: activation upload: %s", cudaGetErrorString(ce));
-    return 0;
-}
-
-int gpu_act_download(float *host, const void *dev, size_t n, herr *e)
-{
-    char *EB = e ? e->msg : NULL;
-    size_t EN = e ? sizeof e->msg : 0;
-    float *tmp = NULL;
-    CK(cudaMalloc(&tmp, (n ? n : 1) * sizeof(float)));
-    cudaError_t ce = cudaSuccess;
-    if (n) {
-        uncast_kernel<<<blocks_for(n, 256), 256>>>(tmp, (const floatX *)dev, n);
-        ce = cudaGetLastError();
-    }
-    if (ce == cudaSuccess)
-        ce = cudaDeviceSynchronize();
-    if (ce == cudaSuccess)
-        ce = cudaMemcpy(host, tmp, n * sizeof(float), cudaMemcpyDeviceToHost);
-    cudaFree(tmp);
-    if (ce != cudaSuccess)
-        return fail_msg(EB, EN, "CUDA: activation download: %s", cudaGetErrorString(ce));
-    return 0;
-}
-
-static int cmp_float(const void *a, const void *b)
-{
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-int gpu_gemm_tflops(int n, int iters, double *tflops, herr *e)
-{
-    char *EB = e ? e->msg : NULL;
-    size_t EN = e ? sizeof e->msg : 0;
-    struct gpu_ctx x;
-    memset(&x, 0, sizeof x);
-    x.eb = EB;
-    x.en = EN;
-    floatX *A = NULL, *B = NULL, *D = NULL;
-    cudaEvent_t e0 = NULL, e1 = NULL;
-    float *ms = (float *)calloc((size_t)(iters > 0 ? iters : 1), sizeof(float));
-    int rc = -1;
-    size_t nn = (size_t)n * n;
-    if (!ms || n <= 0 || iters <= 0) {
-        free(ms);
-        return herr_set(e, "GEMM benchmark: size and iterations must be positive");
-    }
-#define GK(call) do { cudaError_t ce_ = (call); if (ce_ != cudaSuccess) { \
-        fail_msg(EB, EN, "CUDA: %s: %s", #call, cudaGetErrorString(ce_)); goto out; } } while (0)
-    GK(cudaStreamCreate(&x.stream));
-    if (cublasLtCreate(&x.lt) != CUBLAS_STATUS_SUCCESS) {
-        fail_msg(EB, EN, "cuBLASLt: cannot create a handle");
-        goto out;
-    }
-    GK(cudaMalloc((void **)&A, nn * sizeof(floatX)));
-    GK(cudaMalloc((void **)&B, nn * sizeof(floatX)));
-    GK(cudaMalloc((void **)&D, nn * sizeof(floatX)));
-    GK(cudaMalloc(&x.ws, LT_WORKSPACE));
-    fill_random_kernel<<<blocks_for(nn, 256), 256, 0, x.stream>>>(A, nn, 1u);
-    fill_random_kernel<<<blocks_for(nn, 256), 256, 0, x.stream>>>(B, nn, 2u);
-    GK(cudaGetLastError());
-    GK(cudaEventCreate(&e0));
-    GK(cudaEventCreate(&e1));
-    for (int i = -3; i < iters; i++) {
-        GK(cudaEventRecord(e0, x.stream));
-        if (matmul(&x, D, CUDA_X, A, 1, B, 0, n, n, n, n, n, n, 1.0f, 0.0f, NULL, EPI_NONE, NULL,
-                   NULL, 0) != 0)
-            goto out;
-        GK(cudaEventRecord(e1, x.stream));
-        GK(cudaEventSynchronize(e1));
-        if (i >= 0)
-            GK(cudaEventElapsedTime(&ms[i], e0, e1));
-    }
-    qsort(ms, (size_t)iters, sizeof(float), cmp_float);
-    *tflops = 2.0 * n * (double)n * n / (ms[iters / 2] * 1e-3) / 1e12;
-    rc = 0;
-#undef GK
-out:
-    if (e0)
-        cudaEventDestroy(e0);
-    if (e1)
-        cudaEventDestroy(e1);
-    cudaFree(A);
-    cudaFree(B);
-    cudaFree(D);
-    cudaFree(x.ws);
-    if (x.lt)
-        cublasLtDestroy(x.lt);
-    if (x.stream)
-        cudaStreamDestroy(x.stream);
-    free(ms);
-    return rc;
-}
-
-int gpu_device_name(char *buf, size_t len, herr *e)
-{
-    char *EB = e ? e->msg : NULL;
-    size_t EN = e ? sizeof e->msg : 0;
-    int dev = 0;
-    cudaDeviceProp p;
-    CK(cudaGetDevice(&dev));
-    CK(cudaGetDeviceProperties(&p, dev));
-    snprintf(buf, len, "%s, %d SMs, %.0f GiB, compute capability %d.%d", p.name,
-             p.multiProcessorCount, p.totalGlobalMem / 1073741824.0, p.major, p.minor);
-    return 0;
-}
+/* Activation buffers, the GEMM benchmark, the device name. */
+#include "gpt_cuda_device.cuh"
