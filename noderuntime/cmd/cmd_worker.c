@@ -274,22 +274,22 @@ int cmd_worker(int argc, char **argv)
         log_error("model: %s", e.msg);
         return 2;
     }
-    struct rank_table rt;
+    struct plan_doc rt;
     if ((table_path ? rank_table_load(table_path, &rt, &e) : rank_table_from_env(&rt, &e)) != 0) {
         log_error("%s", e.msg);
         return 2;
     }
     if (rank >= rt.world) {
         log_error("--rank %ld is outside the rank table's 0..%d", rank, rt.world - 1);
-        rank_table_free(&rt);
+        plan_doc_free(&rt);
         return 2;
     }
     struct dataloader *dl = NULL;
-    struct dataloader_config dc = {data, c.B, c.T, rank_table_dp(&rt, (int)rank), rt.data, c.seed,
+    struct dataloader_config dc = {data, c.B, c.T, plan_doc_dp_of(&rt, (int)rank), rt.data, c.seed,
                                    c.model.vocab};
     if (dataloader_open(&dl, &dc, &e) != 0) {
         log_error("data: %s", e.msg);
-        rank_table_free(&rt);
+        plan_doc_free(&rt);
         return 2;
     }
     struct sigaction sa = {.sa_handler = on_signal};
@@ -299,14 +299,14 @@ int cmd_worker(int argc, char **argv)
     struct progress pr = {lf == LOG_JSON, all_ranks || rank == 0};
     struct trainer_data td = {dl, dataloader_batch_at};
     struct trainer_hooks hooks = {&pr, print_step, poll_stop, NULL, NULL};
-    log_info("rank %ld: stage %d of %d, replica %d of %d", rank, rank_table_stage(&rt, (int)rank),
-             rt.pipeline, rank_table_dp(&rt, (int)rank), rt.data);
+    log_info("rank %ld: stage %d of %d, replica %d of %d", rank, plan_doc_stage_of(&rt, (int)rank),
+             rt.pipeline, plan_doc_dp_of(&rt, (int)rank), rt.data);
     rc = trainer_run(&c, &rt, (int)rank, &td, &hooks, &e);
     if (rc != 0)
         log_error("%s", e.msg);
     else if (stop_requested)
         log_info("stopped on request");
     dataloader_free(dl);
-    rank_table_free(&rt);
+    plan_doc_free(&rt);
     return rc != 0 ? 1 : 0;
 }

@@ -107,7 +107,7 @@ int cpu_pin_thread(int first, int count, char *desc, size_t cap, herr *e)
     return 0;
 }
 
-int cpu_spread_rank(const struct rank_table *rt, int layers, int rank, char *desc, size_t cap,
+int cpu_spread_rank(const struct plan_doc *rt, int layers, int rank, char *desc, size_t cap,
                     herr *e)
 {
     if (rank < 0 || rank >= rt->world)
@@ -125,7 +125,7 @@ int cpu_spread_rank(const struct rank_table *rt, int layers, int rank, char *des
     }
     for (int r = 0; r < rt->world; r++) {
         int lo, hi;
-        trainer_stage_layers(rt, layers, rank_table_stage(rt, r), &lo, &hi);
+        trainer_stage_layers(rt, layers, plan_doc_stage_of(rt, r), &lo, &hi);
         load[r] = hi - lo;
     }
     if (cpu_spread(load, rt->world, CPU_COUNT(&have), first, count, e) == 0 &&

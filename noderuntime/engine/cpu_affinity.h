@@ -31,7 +31,7 @@ int cpu_pin_thread(int first, int count, char *desc, size_t cap, herr *e);
 
 /* cpu_spread over every rank of rt (loads: its stage's layer count, of `layers` in the model),
  * then cpu_pin_thread for `rank`. Returns how many cores `rank` got (>= 1), or -1. */
-int cpu_spread_rank(const struct rank_table *rt, int layers, int rank, char *desc, size_t cap,
+int cpu_spread_rank(const struct plan_doc *rt, int layers, int rank, char *desc, size_t cap,
                     herr *e);
 
 #endif

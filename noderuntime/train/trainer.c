@@ -28,7 +28,7 @@ void trainer_config_defaults(struct trainer_config *c)
     c->micro_batches = 1;
 }
 
-void trainer_stage_layers(const struct rank_table *rt, int layers, int s, int *first, int *last)
+void trainer_stage_layers(const struct plan_doc *rt, int layers, int s, int *first, int *last)
 {
     if (rt->stage_first) {
         *first = rt->stage_first[s];
@@ -48,7 +48,7 @@ void trainer_stage_layers(const struct rank_table *rt, int layers, int s, int *f
 
 struct worker {
     const struct trainer_config *cfg;
-    const struct rank_table *rt;
+    const struct plan_doc *rt;
     const struct trainer_data *data;
     int rank, stage, replica, P, D, M;
     int first, last;           /* stage holds embeddings / head */
@@ -217,7 +217,7 @@ static void worker_free(struct worker *w)
 static int open_comms(struct worker *w, struct tcp_listener *l, herr *e)
 {
     for (int g = 0; g < w->rt->ngroups; g++) {
-        const struct rt_group *gr = &w->rt->groups[g];
+        const struct plan_doc_group *gr = &w->rt->groups[g];
         int member = 0;
         for (int i = 0; i < gr->n; i++)
             member |= gr->members[i] == w->rank;
@@ -486,7 +486,7 @@ static int init_from_llmc(struct worker *w, herr *e)
 
 /* ---------- setup ---------- */
 
-static int worker_init(struct worker *w, const struct trainer_config *c, const struct rank_table *rt,
+static int worker_init(struct worker *w, const struct trainer_config *c, const struct plan_doc *rt,
                        int rank, const struct trainer_data *data, herr *e)
 {
     memset(w, 0, sizeof *w);
@@ -496,6 +496,9 @@ static int worker_init(struct worker *w, const struct trainer_config *c, const s
     w->rank = rank;
     if (rank < 0 || rank >= rt->world)
         return herr_set(e, "rank %d is outside the rank table's 0..%d", rank, rt->world - 1);
+    if (rt->tensor != 1)
+        return herr_set(e, "parallelism.tensor is %d: the engine has no tensor parallelism yet, "
+                        "tensor must be 1", rt->tensor);
     if (c->B < 1 || c->T < 1 || c->micro_batches < 1 || c->steps < 1)
         return herr_set(e, "batch size, sequence length, micro-batches and steps must be >= 1");
     if (rt->pipeline > c->model.layers)
@@ -514,8 +517,8 @@ static int worker_init(struct worker *w, const struct trainer_config *c, const s
     w->P = rt->pipeline;
     w->D = rt->data;
     w->M = c->micro_batches;
-    w->stage = rank_table_stage(rt, rank);
-    w->replica = rank_table_dp(rt, rank);
+    w->stage = plan_doc_stage_of(rt, rank);
+    w->replica = plan_doc_dp_of(rt, rank);
     w->first = w->stage == 0;
     w->last = w->stage == w->P - 1;
     trainer_stage_layers(rt, c->model.layers, w->stage, &w->lo, &w->hi);
@@ -838,7 +841,7 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
     return 0;
 }
 
-int trainer_run(const struct trainer_config *c, const struct rank_table *rt, int rank,
+int trainer_run(const struct trainer_config *c, const struct plan_doc *rt, int rank,
                 const struct trainer_data *data, const struct trainer_hooks *hooks, herr *e)
 {
     struct worker w;

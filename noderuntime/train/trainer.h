@@ -93,11 +93,11 @@ struct trainer_hooks {
 
 /* Layers [first, last) of stage s: the rank table's split, else an even split (remainder to the
  * first stages). */
-void trainer_stage_layers(const struct rank_table *rt, int layers, int s, int *first, int *last);
+void trainer_stage_layers(const struct plan_doc *rt, int layers, int s, int *first, int *last);
 
 /* Runs (or resumes) training as global rank `rank`. Returns 0 when the last step is done or a stop
  * was agreed; -1 with the reason (naming the peer on communication errors). */
-int trainer_run(const struct trainer_config *c, const struct rank_table *rt, int rank,
+int trainer_run(const struct trainer_config *c, const struct plan_doc *rt, int rank,
                 const struct trainer_data *data, const struct trainer_hooks *hooks, herr *e);
 
 #endif

@@ -55,7 +55,8 @@ int worker_stop_requested(const struct worker_link *l)
 struct train_thread {
     pthread_t th;
     const struct worker_runner *r;
-    const cJSON *assignment, *peers;
+    struct plan_assignment *assignment;
+    const cJSON *peers;
     long resume_step;
     struct worker_link *link;
     volatile int finished;
@@ -151,13 +152,6 @@ static void flush_progress(struct session *s)
     coord_client_send(s->cl, proto_progress_encode(&p, NULL));
 }
 
-static int get_stage(const cJSON *a)
-{
-    const cJSON *st = cJSON_GetObjectItemCaseSensitive(a, "stage");
-    return cJSON_IsNumber(st) && st->valueint >= 0 && st->valueint < PROTO_MAX_STAGES
-               ? st->valueint : 0;
-}
-
 /* The protocol's error code for a failure of this kind: the coordinator tells a cause from
  * its consequences by it, and does not retry a configuration error. */
 static int error_code_of(const herr *e)
@@ -205,10 +199,11 @@ static int next_message(struct session *s, int timeout_ms, struct proto_msg *m, 
 /* Before training: hello was said; take the assignment (the runner binds its endpoint and
  * rendezvous), until the start. 1 when started (*assignment and *start set), else 0 with the
  * result of the run in *result (`e` says why). */
-static int await_start(struct session *s, cJSON **assignment, struct proto_msg *start,
-                       int *result, herr *e)
+static int await_start(struct session *s, struct plan_assignment *assignment,
+                       struct proto_msg *start, int *result, herr *e)
 {
     const struct worker_runner *r = s->r;
+    int have = 0;
     *result = -1;
     for (;;) {
         if (terminating(s)) {
@@ -223,19 +218,23 @@ static int await_start(struct session *s, cJSON **assignment, struct proto_msg *
         if (rc <= 0)
             continue;
         if (m.type == PROTO_ASSIGN) {
-            cJSON_Delete(*assignment);
-            *assignment = cJSON_Duplicate(m.body, 1);
+            plan_assignment_free(assignment);
             s->attempt = m.attempt;
             s->rank = m.rank;
+            rc = plan_assignment_from_json(m.body, assignment, e);
             proto_msg_free(&m);
-            if (!*assignment) {
-                herr_set(e, "out of memory");
+            if (rc) { /* the coordinator's plan cannot be run: the same again next time */
+                e->kind = HERR_CONFIG;
+                coord_client_send(s->cl, proto_error_encode(PROTO_ERR_CONFIG, e->msg, NULL));
+                coord_client_flush(s->cl, 1000);
+                *result = WORKER_EXIT_FINAL;
                 return 0;
             }
-            s->stage = get_stage(*assignment);
+            have = 1;
+            s->stage = assignment->stage < PROTO_MAX_STAGES ? assignment->stage : 0;
             char endpoint[256] = "";
             cJSON *ids = NULL;
-            if (r->prepare(r->user, *assignment, s->attempt, endpoint, sizeof endpoint, &ids, e)) {
+            if (r->prepare(r->user, assignment, s->attempt, endpoint, sizeof endpoint, &ids, e)) {
                 herr pe = *e;
                 coord_client_send(s->cl, proto_error_encode(error_code_of(&pe), pe.msg, NULL));
                 coord_client_flush(s->cl, 1000);
@@ -248,7 +247,7 @@ static int await_start(struct session *s, cJSON **assignment, struct proto_msg *
             if (!text || coord_client_send(s->cl, text))
                 return 0;
         } else if (m.type == PROTO_START) {
-            if (!*assignment || m.attempt != s->attempt) {
+            if (!have || m.attempt != s->attempt) {
                 proto_msg_free(&m);
                 continue;
             }
@@ -392,7 +391,8 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
     pthread_mutex_init(&s.link.mu, NULL);
     int interval_ms = o->progress_interval_ms > 0 ? o->progress_interval_ms : 500;
     int result = -1;
-    cJSON *assignment = NULL;
+    struct plan_assignment assignment;
+    memset(&assignment, 0, sizeof assignment);
     struct proto_msg start = {0};
     struct train_thread t;
     memset(&t, 0, sizeof t);
@@ -404,7 +404,7 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
     if (!await_start(&s, &assignment, &start, &result, e))
         goto out;
     t.r = r;
-    t.assignment = assignment;
+    t.assignment = &assignment;
     t.peers = start.body;
     t.resume_step = start.step;
     t.link = &s.link;
@@ -417,7 +417,7 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
         result = report_done(&s, t.last_step);
 out:
     proto_msg_free(&start);
-    cJSON_Delete(assignment);
+    plan_assignment_free(&assignment);
     if (s.cl)
         coord_client_flush(s.cl, 500);
     coord_client_destroy(s.cl);
@@ -427,26 +427,23 @@ out:
 
 /* ---------------------------------------------------------------- simulated runner */
 
-static int sim_prepare(void *user, const cJSON *assignment, int attempt, char *endpoint,
+static int sim_prepare(void *user, const struct plan_assignment *a, int attempt, char *endpoint,
                        size_t cap, cJSON **ids, herr *e)
 {
     (void)user;
     (void)attempt;
     (void)e;
-    const cJSON *rank = cJSON_GetObjectItemCaseSensitive(assignment, "rank");
-    snprintf(endpoint, cap, "sim:%d", cJSON_IsNumber(rank) ? rank->valueint : -1);
+    snprintf(endpoint, cap, "sim:%d", a->rank);
     *ids = NULL;
     return 0;
 }
 
-static int sim_run(void *user, const cJSON *assignment, const cJSON *peers, long resume_step,
+static int sim_run(void *user, struct plan_assignment *a, const cJSON *peers, long resume_step,
                    struct worker_link *link, long *last_step, herr *e)
 {
     const struct worker_sim *sim = user;
     (void)peers;
-    const cJSON *st = cJSON_GetObjectItemCaseSensitive(assignment, "stage");
-    const cJSON *ns = cJSON_GetObjectItemCaseSensitive(assignment, "stages");
-    int last = !cJSON_IsNumber(st) || !cJSON_IsNumber(ns) || st->valueint == ns->valueint - 1;
+    int last = a->stage == a->stages - 1;
     *last_step = resume_step;
     for (long step = resume_step + 1; step <= sim->steps; step++) {
         if (worker_stop_requested(link))

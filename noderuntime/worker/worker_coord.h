@@ -15,6 +15,7 @@
 
 #include "error.h"
 #include "nic_summary.h"
+#include "plan_doc.h"
 #include "protocol.h"
 
 #define WORKER_EXIT_RESTART 75 /* EX_TEMPFAIL: start me again (in-place restart) */
@@ -32,19 +33,20 @@ void worker_report_notice(struct worker_link *l, const char *reason, const char 
 /* True once the coordinator asked the worker to stop. */
 int worker_stop_requested(const struct worker_link *l);
 
-/* What trains. Both calls get the assignment object from the coordinator. */
+/* What trains. Both calls get the coordinator's assignment, decoded (common/plan_doc.h); run
+ * may fill in its plan's endpoints. */
 struct worker_runner {
     void *user;
     /* Bind what peers will connect to; write "host:port" into endpoint (may be "") and
      * optionally return ids (an object of name -> string, e.g. NCCL unique ids; freed by the
      * caller). Called on the main thread. */
-    int (*prepare)(void *user, const cJSON *assignment, int attempt, char *endpoint, size_t cap,
-                   cJSON **ids, herr *e);
+    int (*prepare)(void *user, const struct plan_assignment *assignment, int attempt,
+                   char *endpoint, size_t cap, cJSON **ids, herr *e);
     /* Train, on a thread of its own. `peers`: [{rank, endpoint, ids}] from start. Report every
      * step with worker_report_step; return early (0) once worker_stop_requested. Returns 0
      * when finished (*last_step set), -1 with `e` on failure. */
-    int (*run)(void *user, const cJSON *assignment, const cJSON *peers, long resume_step,
-               struct worker_link *link, long *last_step, herr *e);
+    int (*run)(void *user, struct plan_assignment *assignment, const cJSON *peers,
+               long resume_step, struct worker_link *link, long *last_step, herr *e);
 };
 
 struct worker_coord_options {

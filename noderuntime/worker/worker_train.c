@@ -14,8 +14,6 @@
 #include "trainer.h"
 #include "trainingjob.h"
 
-#define TCP_LATENCY_US 50.0 /* emulated latency of a cross-fabric TCP message */
-
 struct worker_train {
     char host[256];               /* advertised to peers */
     struct tcp_listener *listener; /* opened by prepare, used by run */
@@ -42,7 +40,8 @@ void worker_train_free(struct worker_train *wt)
     free(wt);
 }
 
-static int train_prepare(void *user, const cJSON *assignment, int attempt, char *endpoint,
+static int train_prepare(void *user, const struct plan_assignment *assignment, int attempt,
+                         char *endpoint,
                          size_t cap, cJSON **ids, herr *e)
 {
     struct worker_train *wt = user;
@@ -157,48 +156,34 @@ static int make_dirs(const char *path, herr *e)
     return 0;
 }
 
-static int train_run(void *user, const cJSON *assignment, const cJSON *peers, long resume_step,
+static int train_run(void *user, struct plan_assignment *a, const cJSON *peers, long resume_step,
                      struct worker_link *link, long *last_step, herr *e)
 {
     struct worker_train *wt = user;
     (void)resume_step; /* the trainer resumes from its latest checkpoint itself */
     *last_step = 0;
-    const cJSON *rank_j = cJSON_GetObjectItemCaseSensitive(assignment, "rank");
-    const cJSON *stage_j = cJSON_GetObjectItemCaseSensitive(assignment, "stage");
-    const cJSON *stages_j = cJSON_GetObjectItemCaseSensitive(assignment, "stages");
-    const cJSON *spec_j = cJSON_GetObjectItemCaseSensitive(assignment, "spec");
-    if (!cJSON_IsNumber(rank_j) || !cJSON_IsNumber(stage_j) || !cJSON_IsNumber(stages_j) ||
-        !cJSON_IsObject(spec_j))
-        return herr_set(e, "assignment: rank, stage, stages and spec are required");
+    if (!a->has_plan || !a->spec)
+        return herr_set(e, "assignment: plan and spec are required");
     static struct tj_spec spec; /* one run per process */
     static struct tj_errors errs;
     memset(&errs, 0, sizeof errs);
-    if (tj_spec_from_json(spec_j, "assignment.spec", &spec, &errs)) {
+    if (tj_spec_from_json(a->spec, "assignment.spec", &spec, &errs)) {
         tj_errors_to_herr(&errs, e);
         tj_spec_free(&spec);
         return -1;
     }
     struct trainer_config c;
-    struct rank_table rt;
-    memset(&rt, 0, sizeof rt);
+    struct plan_doc *rt = &a->plan;
     struct dataloader *dl = NULL;
-    int have_rt = 0, rc = -1;
-    cJSON *rtj = NULL;
+    int rc = -1, rank = a->rank;
     if (config_from_spec(&spec, &c, e))
         goto out;
     if (c.checkpoint_dir && make_dirs(c.checkpoint_dir, e))
         goto out;
-    rtj = worker_rank_table_json(assignment, peers, e);
-    if (!rtj || rank_table_from_json(rtj, "rank table from the coordinator", &rt, e))
+    if (worker_plan_endpoints(rt, peers, e))
         goto out;
-    have_rt = 1;
-    int rank = rank_j->valueint;
-    if (rank < 0 || rank >= rt.world) {
-        herr_set(e, "assignment.rank %d: outside the rank table's 0..%d", rank, rt.world - 1);
-        goto out;
-    }
-    struct dataloader_config dc = {spec.training.data.path, c.B, c.T, rank_table_dp(&rt, rank),
-                                   rt.data, c.seed, c.model.vocab};
+    struct dataloader_config dc = {spec.training.data.path, c.B, c.T, plan_doc_dp_of(rt, rank),
+                                   rt->data, c.seed, c.model.vocab};
     if (dataloader_open(&dl, &dc, e)) {
         herr_wrap(e, "spec.training.data");
         goto out;
@@ -217,10 +202,10 @@ static int train_run(void *user, const cJSON *assignment, const cJSON *peers, lo
     if (wt->affinity == CPU_AFFINITY_SPREAD) {
         char cores[64];
         herr pe = {0};
-        int n = cpu_spread_rank(&rt, c.model.layers, rank, cores, sizeof cores, &pe);
+        int n = cpu_spread_rank(rt, c.model.layers, rank, cores, sizeof cores, &pe);
         if (n > 0)
             log_info("cpu affinity: rank %d computes on core %s (the job's %d ranks spread over "
-                     "this machine's cores)", rank, cores, rt.world);
+                     "this machine's cores)", rank, cores, rt->world);
         else
             log_warn("cpu affinity spread: %s; the kernel places this rank", pe.msg);
         int threads = omp_get_max_threads();
@@ -230,18 +215,15 @@ static int train_run(void *user, const cJSON *assignment, const cJSON *peers, lo
                      n);
     }
     struct step_sink sink = {.link = link,
-                             .last_stage = stage_j->valueint == stages_j->valueint - 1,
+                             .last_stage = a->stage == a->stages - 1,
                              .log_every = spec.training.log_every_steps,
                              .steps = spec.training.steps};
     struct trainer_data td = {dl, dataloader_batch_at};
     struct trainer_hooks hooks = {&sink, on_step, on_should_stop, NULL, on_notice};
-    rc = trainer_run(&c, &rt, rank, &td, &hooks, e);
+    rc = trainer_run(&c, rt, rank, &td, &hooks, e);
     *last_step = sink.last_step;
 out:
     dataloader_free(dl);
-    if (have_rt)
-        rank_table_free(&rt);
-    cJSON_Delete(rtj);
     tj_spec_free(&spec);
     return rc;
 }
@@ -276,89 +258,30 @@ static int split_endpoint(const char *ep, char *host, size_t cap, int *port)
     return 0;
 }
 
-static int add_pacing(cJSON *obj, const char *key, double gbps, double scale, double latency_us)
+int worker_plan_endpoints(struct plan_doc *d, const cJSON *peers, herr *e)
 {
-    cJSON *p = cJSON_AddObjectToObject(obj, key);
-    return p && cJSON_AddNumberToObject(p, "bytes_per_second", gbps * scale * 1e9 / 8.0) &&
-           cJSON_AddNumberToObject(p, "latency_us", latency_us);
-}
-
-/* The slowest NIC among a group's ranks (workers[] entries carry nic.gbps). */
-static double group_gbps(const cJSON *workers, const cJSON *ranks)
-{
-    double g = 0;
-    const cJSON *r;
-    cJSON_ArrayForEach(r, ranks) {
-        const cJSON *w = cJSON_GetArrayItem(workers, r->valueint);
-        const cJSON *gb = cJSON_GetObjectItemCaseSensitive(
-            cJSON_GetObjectItemCaseSensitive(w, "nic"), "gbps");
-        if (cJSON_IsNumber(gb) && (g == 0 || gb->valuedouble < g))
-            g = gb->valuedouble;
-    }
-    return g;
-}
-
-cJSON *worker_rank_table_json(const cJSON *assignment, const cJSON *peers, herr *e)
-{
-    const cJSON *plan = cJSON_GetObjectItemCaseSensitive(assignment, "plan");
-    if (!cJSON_IsObject(plan))
-        return herr_set(e, "assignment.plan: required (the planner's document)"), NULL;
-    cJSON *rt = cJSON_Duplicate(plan, 1);
-    if (!rt)
-        return herr_set(e, "out of memory"), NULL;
-    cJSON *workers = cJSON_GetObjectItemCaseSensitive(rt, "workers");
-    if (!cJSON_IsArray(workers)) {
-        cJSON_Delete(rt);
-        return herr_set(e, "assignment.plan.workers: required, an array by rank"), NULL;
-    }
-    int world = cJSON_GetArraySize(workers);
     const cJSON *p;
     int i = 0;
     cJSON_ArrayForEach(p, peers) {
         const cJSON *r = cJSON_GetObjectItemCaseSensitive(p, "rank");
         const cJSON *ep = cJSON_GetObjectItemCaseSensitive(p, "endpoint");
-        char host[256];
-        int port;
-        if (!cJSON_IsNumber(r) || r->valueint < 0 || r->valueint >= world ||
-            !cJSON_IsString(ep) || split_endpoint(ep->valuestring, host, sizeof host, &port)) {
-            cJSON_Delete(rt);
+        struct plan_doc_rank *k = cJSON_IsNumber(r) && r->valueint >= 0 && r->valueint < d->world
+                                      ? &d->ranks[r->valueint] : NULL;
+        if (!k || !cJSON_IsString(ep) ||
+            split_endpoint(ep->valuestring, k->host, sizeof k->host, &k->port))
             return herr_set(e, "start.peers[%d]: needs a rank below %d and an endpoint host:port",
-                            i, world), NULL;
-        }
-        cJSON *w = cJSON_GetArrayItem(workers, r->valueint);
-        cJSON_DeleteItemFromObjectCaseSensitive(w, "host");
-        cJSON_DeleteItemFromObjectCaseSensitive(w, "port");
-        if (!cJSON_AddStringToObject(w, "host", host) || !cJSON_AddNumberToObject(w, "port", port)) {
-            cJSON_Delete(rt);
-            return herr_set(e, "out of memory"), NULL;
-        }
+                            i, d->world);
         i++;
     }
-    const cJSON *em = cJSON_GetObjectItemCaseSensitive(assignment, "emulation");
+    if (plan_doc_check_endpoints(d, "start.peers", e))
+        return -1;
     /* HOLMES_NO_PACING=1: the network itself is shaped (tc in the fabric benchmark's
      * namespaces), so the transport sends at full speed and adds no emulated latency. */
     const char *nopace = getenv("HOLMES_NO_PACING");
-    if (cJSON_IsObject(em) && !(nopace && strcmp(nopace, "1") == 0)) {
-        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(em, "bandwidth_scale");
-        const cJSON *cf = cJSON_GetObjectItemCaseSensitive(em, "cross_fabric_gbps");
-        double scale = cJSON_IsNumber(sc) && sc->valuedouble > 0 ? sc->valuedouble : 1.0;
-        double cross = cJSON_IsNumber(cf) && cf->valuedouble > 0 ? cf->valuedouble : 25.0;
-        int ok = add_pacing(rt, "cross_fabric_pacing", cross, scale, TCP_LATENCY_US);
-        cJSON *g;
-        cJSON_ArrayForEach(g, cJSON_GetObjectItemCaseSensitive(rt, "groups")) {
-            const cJSON *tr = cJSON_GetObjectItemCaseSensitive(g, "transport");
-            const cJSON *reason = cJSON_GetObjectItemCaseSensitive(g, "reason");
-            int spans = cJSON_IsString(reason) && strstr(reason->valuestring, "span");
-            double gbps = group_gbps(workers, cJSON_GetObjectItemCaseSensitive(g, "ranks"));
-            int socket = cJSON_IsString(tr) && strcmp(tr->valuestring, "socket") == 0;
-            if (spans || gbps <= 0)
-                gbps = cross;
-            ok = ok && add_pacing(g, "pacing", gbps, scale, socket ? TCP_LATENCY_US : 0);
-        }
-        if (!ok) {
-            cJSON_Delete(rt);
-            return herr_set(e, "out of memory"), NULL;
-        }
+    if (nopace && strcmp(nopace, "1") == 0) {
+        memset(&d->cross_fabric, 0, sizeof d->cross_fabric);
+        for (int g = 0; g < d->ngroups; g++)
+            memset(&d->groups[g].pacing, 0, sizeof d->groups[g].pacing);
     }
-    return rt;
+    return 0;
 }

@@ -19,11 +19,9 @@ void worker_train_free(struct worker_train *wt);
 /* A runner whose user is wt. */
 struct worker_runner worker_train_runner(struct worker_train *wt);
 
-/* The rank table document (noderuntime/train/rank_table.h) for this job: the planner's document from
- * assignment.plan, every rank's host and port from start's peers, and, when the assignment
- * carries `emulation`, pacing: each group at the slowest member NIC's Gb/s (cross-fabric groups
- * and links at emulation.cross_fabric_gbps), times bandwidth_scale. NULL with `e` when the
- * assignment or a peer is malformed. */
-cJSON *worker_rank_table_json(const cJSON *assignment, const cJSON *peers, herr *e);
+/* Fills in every rank's host and port from start's peers ([{rank, endpoint "host:port"}]); with
+ * HOLMES_NO_PACING=1 (the network itself is shaped) clears the plan's emulated pacing. -1 with
+ * `e` when a peer is malformed or a rank has no endpoint. */
+int worker_plan_endpoints(struct plan_doc *d, const cJSON *peers, herr *e);
 
 #endif

@@ -6,8 +6,39 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define TCP_LATENCY_US 50.0 /* emulated latency of a cross-fabric TCP message */
+
+static struct plan_pacing pacing_at(double gbps, double scale, double latency_us)
+{
+    return (struct plan_pacing){gbps * scale * 1e9 / 8.0, latency_us * 1e-6};
+}
+
+/* spec.emulation: every link paced as its NICs would carry it. Each group at the slowest member
+ * NIC's Gb/s; groups that span fabrics, and links between fabrics, at cross_fabric_gbps; all
+ * times bandwidth_scale; socket links with a TCP message's latency. */
+static void emulate_links(const struct tj_emulation *em, const struct plan *p, struct plan_doc *d)
+{
+    double cross = em->cross_fabric_gbps > 0 ? em->cross_fabric_gbps : 25.0;
+    double scale = em->bandwidth_scale > 0 ? em->bandwidth_scale : 1.0;
+    d->cross_fabric = pacing_at(cross, scale, TCP_LATENCY_US);
+    for (int g = 0; g < p->n_groups; g++) {
+        const struct plan_group *gr = &p->groups[g];
+        double gbps = 0;
+        for (int i = 0; i < gr->n; i++) {
+            double b = p->workers[p->ranks[gr->members[i]].worker].nic.gbps;
+            if (b > 0 && (gbps == 0 || b < gbps))
+                gbps = b;
+        }
+        if (strstr(gr->transport.reason, "span") || gbps <= 0)
+            gbps = cross;
+        d->groups[g].pacing = pacing_at(gbps, scale, gr->transport.kind == TRANSPORT_SOCKET
+                                                          ? TCP_LATENCY_US : 0);
+    }
+}
+
+/* The assignment of worker `worker`: its first rank, the plan, the spec. */
 static int add_assignment(const struct coord_plan *cp, const struct plan *p, int worker,
-                          const cJSON *plan_json, const cJSON *spec_json, cJSON **out)
+                          const struct plan_doc *doc, const cJSON *spec_json, cJSON **out)
 {
     int rank = -1;
     for (int r = 0; r < p->n_ranks; r++)
@@ -16,38 +47,13 @@ static int add_assignment(const struct coord_plan *cp, const struct plan *p, int
     if (rank < 0)
         return -1;
     const struct plan_rank *pr = &p->ranks[rank];
-    const struct plan_stage *st = &p->stages[pr->stage];
-    cJSON *a = cJSON_CreateObject();
-    if (!a)
-        return -1;
-    *out = a;
-    cJSON *layers = cJSON_CreateIntArray((const int[]){st->first_layer, st->last_layer}, 2);
-    cJSON *pj = cJSON_Duplicate(plan_json, 1), *sj = cJSON_Duplicate(spec_json, 1);
-    if (!layers || !pj || !sj) {
-        cJSON_Delete(layers);
-        cJSON_Delete(pj);
-        cJSON_Delete(sj);
-        return -1;
-    }
-    cJSON_AddItemToObject(a, "layers", layers);
-    cJSON_AddItemToObject(a, "plan", pj);
-    cJSON_AddItemToObject(a, "spec", sj);
-    const struct tj_emulation *em = &cp->job->spec.emulation;
-    if (em->enabled) {
-        cJSON *emj = cJSON_AddObjectToObject(a, "emulation");
-        if (!emj || !cJSON_AddNumberToObject(emj, "bandwidth_scale", em->bandwidth_scale) ||
-            !cJSON_AddNumberToObject(emj, "cross_fabric_gbps", em->cross_fabric_gbps))
-            return -1;
-    }
-    if (!cJSON_AddNumberToObject(a, "rank", rank) ||
-        !cJSON_AddNumberToObject(a, "stage", pr->stage) ||
-        !cJSON_AddNumberToObject(a, "stages", p->n_stages) ||
-        !cJSON_AddNumberToObject(a, "dp_rank", pr->dp_rank) ||
-        !cJSON_AddNumberToObject(a, "tp_rank", pr->tp_rank) ||
-        !cJSON_AddStringToObject(a, "fabric", st->fabric) ||
-        !cJSON_AddStringToObject(a, "job", cp->job->name))
-        return -1;
-    return 0;
+    struct plan_assignment a = {.rank = rank, .stage = pr->stage, .stages = p->n_stages,
+                                .dp_rank = pr->dp_rank, .tp_rank = pr->tp_rank, .has_plan = 1,
+                                .plan = *doc, .spec = (cJSON *)spec_json};
+    snprintf(a.fabric, sizeof a.fabric, "%s", p->stages[pr->stage].fabric);
+    snprintf(a.job, sizeof a.job, "%s", cp->job->name);
+    *out = plan_assignment_to_json(&a); /* a borrows doc and spec: not freed here */
+    return *out ? 0 : -1;
 }
 
 int coord_plan_hook(void *user, const struct coord_worker *workers, int n, cJSON **assignments,
@@ -104,18 +110,21 @@ int coord_plan_hook(void *user, const struct coord_worker *workers, int n, cJSON
     if (rc)
         return herr_wrap(e, "planner");
     cp->planned = 1;
-    cJSON *plan_json = plan_to_json(&cp->plan);
+    struct plan_doc doc;
+    if (plan_to_doc(&cp->plan, &doc, e))
+        return herr_wrap(e, "plan");
+    /* The group order is the planner's: plan_to_doc derives only what the planner leaves out. */
+    if (s->emulation.enabled)
+        emulate_links(&s->emulation, &cp->plan, &doc);
     cJSON *spec_json = tj_spec_to_json(s);
-    rc = 0;
-    if (!plan_json || !spec_json)
-        rc = herr_set(e, "plan: out of memory");
+    rc = spec_json ? 0 : herr_set(e, "plan: out of memory");
     /* The template is for pods, not for workers. */
     cJSON_DeleteItemFromObjectCaseSensitive(spec_json, "template");
     for (int i = 0; !rc && i < n; i++)
-        if (add_assignment(cp, &cp->plan, i, plan_json, spec_json, &assignments[i]))
+        if (add_assignment(cp, &cp->plan, i, &doc, spec_json, &assignments[i]))
             rc = herr_set(e, "plan: worker %d (%s) got no rank, or out of memory", i,
                           workers[i].pod);
-    cJSON_Delete(plan_json);
+    plan_doc_free(&doc);
     cJSON_Delete(spec_json);
     return rc;
 }

@@ -17,6 +17,7 @@
 #include "cost_model.h"
 #include "error.h"
 #include "nic_summary.h"
+#include "plan_doc.h"
 
 #define PLAN_NAME_MAX 64
 #define PLAN_TOP_MAX 5   /* candidates kept by the auto search */
@@ -135,6 +136,9 @@ static inline int plan_rank_of(const struct plan *p, int stage, int dp, int tp)
 
 /* The --json document (see docs/planner.md). NULL on out-of-memory. */
 cJSON *plan_to_json(const struct plan *p);
+/* The plan document the workers get (common/plan_doc.h): layout, layers, each rank's NIC, each
+ * group's transport; no endpoints or pacing yet. 0, or -1 with `e`. */
+int plan_to_doc(const struct plan *p, struct plan_doc *d, herr *e);
 
 /* Checks the input alone (names, NIC reports, numbers); plan_make calls it. */
 int plan_check_input(const struct plan_worker *workers, int n_workers, const struct plan_job *job,

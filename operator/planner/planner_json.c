@@ -1,5 +1,8 @@
-/* plan_to_json: the `holmes-operator plan --json` document (docs/planner.md). */
+/* The planner's output: plan_to_json, the `holmes-operator plan --json` report (docs/planner.md),
+ * and plan_to_doc, the plan document both binaries speak (common/plan_doc.h). */
 #include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "planner.h"
 
@@ -186,4 +189,54 @@ cJSON *plan_to_json(const struct plan *p)
         return NULL;
     }
     return o;
+}
+
+/* Group g of the plan into the document's group d->groups[d->ngroups - 1]. */
+static int group_to_doc(const struct plan_group *gr, struct plan_doc *d, herr *e)
+{
+    if (plan_doc_add_group(d, gr->kind, gr->stage, gr->n, e))
+        return -1;
+    struct plan_doc_group *g = &d->groups[d->ngroups - 1];
+    for (int i = 0; i < gr->n; i++)
+        g->members[i] = gr->members[i];
+    g->transport = gr->transport.kind;
+    snprintf(g->nccl_net, sizeof g->nccl_net, "%s", gr->transport.nccl_net);
+    g->gid_index = gr->transport.gid_index;
+    return 0;
+}
+
+int plan_to_doc(const struct plan *p, struct plan_doc *d, herr *e)
+{
+    if (plan_doc_init(d, p->tensor, p->pipeline, p->data, e))
+        return -1;
+    d->stage_first = calloc((size_t)p->n_stages, sizeof(int));
+    d->stage_last = calloc((size_t)p->n_stages, sizeof(int));
+    if (!d->stage_first || !d->stage_last) {
+        plan_doc_free(d);
+        return herr_set(e, "out of memory for the plan document");
+    }
+    for (int s = 0; s < p->n_stages; s++) {
+        d->stage_first[s] = p->stages[s].first_layer;
+        d->stage_last[s] = p->stages[s].last_layer;
+    }
+    for (int r = 0; r < p->n_ranks; r++) {
+        const struct plan_worker *w = &p->workers[p->ranks[r].worker];
+        struct plan_doc_rank *k = &d->ranks[r];
+        snprintf(k->name, sizeof k->name, "%s", w->name);
+        k->local_rank = p->ranks[r].local;
+        snprintf(k->fabric, sizeof k->fabric, "%s", w->nic.fabric);
+        snprintf(k->ib_hca, sizeof k->ib_hca, "%s", w->nic.ib_hca);
+        k->gid_index = w->nic.gid_index;
+        snprintf(k->socket_ifname, sizeof k->socket_ifname, "%s", w->nic.socket_ifname);
+    }
+    for (int g = 0; g < p->n_groups; g++)
+        if (group_to_doc(&p->groups[g], d, e)) {
+            plan_doc_free(d);
+            return -1;
+        }
+    if (plan_doc_complete(d, e)) {
+        plan_doc_free(d);
+        return herr_wrap(e, "the planner's groups");
+    }
+    return 0;
 }

@@ -73,13 +73,6 @@ static const char *str(const cJSON *o, const char *k)
     return cJSON_IsString(v) ? v->valuestring : "";
 }
 
-static double pacing_bps(const cJSON *o)
-{
-    const cJSON *b = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(o, "pacing"), "bytes_per_second");
-    return cJSON_IsNumber(b) ? b->valuedouble : -1;
-}
-
 int main(void)
 {
     struct tj_job *jobs = NULL;
@@ -111,19 +104,28 @@ int main(void)
         seen |= 1 << num(a[i], "rank");
     CHECK_INT("ranks distinct", seen, 15);
     CHECK("data-parallel ranks differ in a stage", num(a[0], "dp_rank") != num(a[1], "dp_rank"));
-    const cJSON *l0 = cJSON_GetObjectItem(a[0], "layers"), *l2 = cJSON_GetObjectItem(a[2], "layers");
-    int first = num(a[0], "stage") == 0;
-    const cJSON *lf = first ? l0 : l2, *ll = first ? l2 : l0;
-    CHECK("layers cover the model in order",
-          cJSON_GetArrayItem(lf, 0)->valueint == 0 &&
-          cJSON_GetArrayItem(lf, 1)->valueint == cJSON_GetArrayItem(ll, 0)->valueint &&
-          cJSON_GetArrayItem(ll, 1)->valueint == 4);
     CHECK("spec carried", cJSON_IsObject(cJSON_GetObjectItem(a[0], "spec")));
     CHECK_STR("job name carried", str(a[0], "job"), "local-tiny");
-    CHECK("emulation carried", cJSON_IsObject(cJSON_GetObjectItem(a[0], "emulation")));
     CHECK("planner kept the plan", cp.planned && cp.plan.n_stages == 2);
 
-    /* The rank table from the assignment and the peers' endpoints. */
+    /* The worker decodes the assignment into the same plan type. */
+    struct plan_assignment pa;
+    int rc = plan_assignment_from_json(a[0], &pa, &e);
+    CHECK_INT("assignment decodes", rc, 0);
+    if (rc)
+        printf("  %s\n", e.msg);
+    if (rc == 0) {
+        const struct plan_doc *d = &pa.plan;
+        CHECK("the plan is carried", pa.has_plan && pa.spec != NULL);
+        CHECK_INT("rank and stage agree with the plan", plan_doc_stage_of(d, pa.rank), pa.stage);
+        CHECK("layers cover the model in order", d->stage_first && d->stage_first[0] == 0 &&
+                                                     d->stage_last[0] == d->stage_first[1] &&
+                                                     d->stage_last[1] == 4);
+        CHECK_INT("no endpoints before the rendezvous", plan_doc_check_endpoints(d, "x", &e), -1);
+        plan_assignment_free(&pa);
+    }
+
+    /* The rank table: the assignment's plan and the peers' endpoints. */
     cJSON *peers = cJSON_CreateArray();
     for (int r = 0; r < 4; r++) {
         cJSON *p = cJSON_CreateObject();
@@ -133,53 +135,59 @@ int main(void)
         cJSON_AddStringToObject(p, "endpoint", ep);
         cJSON_AddItemToArray(peers, p);
     }
-    cJSON *rt = worker_rank_table_json(a[0], peers, &e);
-    CHECK("rank table built", rt != NULL);
-    if (rt) {
-        const cJSON *ws = cJSON_GetObjectItem(rt, "workers");
-        CHECK_STR("rank 2 host", str(cJSON_GetArrayItem(ws, 2), "host"), "127.0.0.1");
-        CHECK_INT("rank 2 port", num(cJSON_GetArrayItem(ws, 2), "port"), 41002);
+    rc = plan_assignment_from_json(a[0], &pa, &e) || worker_plan_endpoints(&pa.plan, peers, &e);
+    CHECK_INT("rank table built", rc, 0);
+    if (rc == 0) {
+        const struct plan_doc *d = &pa.plan;
+        CHECK_STR("rank 2 host", d->ranks[2].host, "127.0.0.1");
+        CHECK_INT("rank 2 port", d->ranks[2].port, 41002);
         int checked = 0;
-        const cJSON *g;
-        cJSON_ArrayForEach(g, cJSON_GetObjectItem(rt, "groups")) {
-            if (strcmp(str(g, "kind"), "dp") == 0 && strcmp(str(g, "transport"), "ib") == 0) {
-                CHECK_NEAR("ib group paced at 200 Gb/s x 0.01", pacing_bps(g), 200 * 0.01e9 / 8, 1e-9);
+        for (int g = 0; g < d->ngroups; g++) {
+            const struct plan_doc_group *gr = &d->groups[g];
+            double bps = gr->pacing.bytes_per_sec;
+            if (gr->kind == GROUP_DP && gr->transport == TRANSPORT_IB) {
+                CHECK_NEAR("ib group paced at 200 Gb/s x 0.01", bps, 200 * 0.01e9 / 8, 1e-9);
                 checked++;
-            } else if (strcmp(str(g, "kind"), "dp") == 0) {
-                CHECK_NEAR("roce group paced at 100 Gb/s x 0.01", pacing_bps(g), 100 * 0.01e9 / 8, 1e-9);
+            } else if (gr->kind == GROUP_DP) {
+                CHECK_NEAR("roce group paced at 100 Gb/s x 0.01", bps, 100 * 0.01e9 / 8, 1e-9);
                 checked++;
-            } else if (strcmp(str(g, "kind"), "pp") == 0) {
-                CHECK_NEAR("cross-fabric pp group at 10 Gb/s x 0.01", pacing_bps(g), 10 * 0.01e9 / 8, 1e-9);
+            } else if (gr->kind == GROUP_PP) {
+                CHECK_NEAR("cross-fabric pp group at 10 Gb/s x 0.01", bps, 10 * 0.01e9 / 8, 1e-9);
+                CHECK_NEAR("socket pp group has TCP latency", gr->pacing.latency_s, 50e-6, 1e-12);
                 checked++;
             }
         }
         CHECK("dp and pp groups paced", checked >= 3);
-        const cJSON *cf = cJSON_GetObjectItem(cJSON_GetObjectItem(rt, "cross_fabric_pacing"),
-                                              "bytes_per_second");
-        CHECK_NEAR("cross-fabric links", cJSON_IsNumber(cf) ? cf->valuedouble : -1,
-                   10 * 0.01e9 / 8, 1e-9);
-        cJSON_Delete(rt);
+        CHECK_NEAR("cross-fabric links", d->cross_fabric.bytes_per_sec, 10 * 0.01e9 / 8, 1e-9);
     }
+    plan_assignment_free(&pa);
     /* HOLMES_NO_PACING=1 (bench-hetero: tc shapes the links): no pacing anywhere. */
     setenv("HOLMES_NO_PACING", "1", 1);
-    rt = worker_rank_table_json(a[0], peers, &e);
+    rc = plan_assignment_from_json(a[0], &pa, &e) || worker_plan_endpoints(&pa.plan, peers, &e);
     unsetenv("HOLMES_NO_PACING");
-    CHECK("rank table built without pacing", rt != NULL);
-    if (rt) {
-        int paced = cJSON_GetObjectItem(rt, "cross_fabric_pacing") != NULL;
-        const cJSON *g;
-        cJSON_ArrayForEach(g, cJSON_GetObjectItem(rt, "groups"))
-            paced += cJSON_GetObjectItem(g, "pacing") != NULL;
+    CHECK_INT("rank table built without pacing", rc, 0);
+    if (rc == 0) {
+        int paced = pa.plan.cross_fabric.bytes_per_sec > 0;
+        for (int g = 0; g < pa.plan.ngroups; g++)
+            paced += pa.plan.groups[g].pacing.bytes_per_sec > 0 || pa.plan.groups[g].pacing.latency_s > 0;
         CHECK_INT("HOLMES_NO_PACING=1 leaves every link unpaced", paced, 0);
-        cJSON_Delete(rt);
     }
+    plan_assignment_free(&pa);
     cJSON *bad = cJSON_Parse("[{\"rank\":0,\"endpoint\":\"nohostport\"}]");
-    rt = worker_rank_table_json(a[0], bad, &e);
-    CHECK("bad endpoint refused", rt == NULL && strstr(e.msg, "start.peers[0]"));
-    cJSON_Delete(rt);
+    rc = plan_assignment_from_json(a[0], &pa, &e);
+    CHECK("bad endpoint refused", rc == 0 && worker_plan_endpoints(&pa.plan, bad, &e) != 0 &&
+                                      strstr(e.msg, "start.peers[0]"));
+    plan_assignment_free(&pa);
+    cJSON_DeleteItemFromArray(peers, 3);
+    rc = plan_assignment_from_json(a[0], &pa, &e);
+    CHECK("a rank without an endpoint refused", rc == 0 && worker_plan_endpoints(&pa.plan, peers, &e) != 0 &&
+                                                    strstr(e.msg, "workers[3] needs a host"));
+    plan_assignment_free(&pa);
     cJSON_Delete(bad);
-    rt = worker_rank_table_json(peers, peers, &e);
-    CHECK("assignment without plan refused", rt == NULL && strstr(e.msg, "assignment.plan"));
+    cJSON *noplan = cJSON_Parse("{\"rank\": 0, \"stage\": 2, \"stages\": 2}");
+    CHECK("an assignment's stage out of range refused",
+          plan_assignment_from_json(noplan, &pa, &e) != 0 && strstr(e.msg, "assignment.stage"));
+    cJSON_Delete(noplan);
     cJSON_Delete(peers);
     for (int i = 0; i < 4; i++)
         cJSON_Delete(a[i]);

@@ -144,7 +144,7 @@ static void test_pin(void)
 
 /* cpu_spread_rank in a thread limited to two cores first (as a 2-core machine) */
 struct rank_job {
-    const struct rank_table *rt;
+    const struct plan_doc *rt;
     int rank, rc, two[2];
     cpu_set_t after;
     herr e;
@@ -178,8 +178,8 @@ static void test_rank_table(void)
                       "{\"host\": \"127.0.0.1\", \"port\": 1002}]}";
     herr e;
     cJSON *d = yaml_parse_documents(doc, strlen(doc), "doc", &e);
-    struct rank_table rt;
-    int rc = d ? rank_table_from_json(cJSON_GetArrayItem(d, 0), "doc", &rt, &e) : -1;
+    struct plan_doc rt;
+    int rc = d ? plan_doc_from_json(cJSON_GetArrayItem(d, 0), "doc", &rt, &e) : -1;
     cJSON_Delete(d);
     CHECK_INT("rank table loads", rc, 0);
     if (rc != 0)
@@ -205,7 +205,7 @@ static void test_rank_table(void)
     char desc[64];
     CHECK_INT("rank outside the table", cpu_spread_rank(&rt, 8, 3, desc, sizeof desc, &e), -1);
     CHECK("... names it", strstr(e.msg, "rank 3") != NULL);
-    rank_table_free(&rt);
+    plan_doc_free(&rt);
 }
 
 int main(void)

@@ -1,4 +1,5 @@
-/* Rank table: derived groups, planner-style groups, per-link pacing, clear errors. */
+/* The plan document and the rank table: derived groups (tensor too), planner-style groups, per-link
+ * pacing, encode and decode agree, clear errors. */
 #include "test.h"
 
 #include <stdlib.h>
@@ -6,12 +7,14 @@
 #include "rank_table.h"
 #include "yaml_json.h"
 
-static int load(const char *doc, struct rank_table *rt, herr *e)
+static int load(const char *doc, struct plan_doc *rt, herr *e)
 {
     cJSON *d = yaml_parse_documents(doc, strlen(doc), "doc", e);
     if (!d)
         return -1;
-    int rc = rank_table_from_json(cJSON_GetArrayItem(d, 0), "doc", rt, e);
+    int rc = plan_doc_from_json(cJSON_GetArrayItem(d, 0), "doc", rt, e);
+    if (rc == 0 && (rc = plan_doc_check_endpoints(rt, "doc", e)) != 0)
+        plan_doc_free(rt);
     cJSON_Delete(d);
     return rc;
 }
@@ -23,7 +26,7 @@ static int load(const char *doc, struct rank_table *rt, herr *e)
 
 int main(void)
 {
-    struct rank_table rt;
+    struct plan_doc rt;
     herr e;
     const char *derived = "{\"parallelism\": {\"pipeline\": 2, \"data\": 2}, \"timeout_seconds\": 5,"
                           "\"cross_fabric_pacing\": {\"bytes_per_second\": 1e8, \"latency_us\": 100}," W4 "}";
@@ -34,10 +37,10 @@ int main(void)
     if (rc == 0) {
         CHECK_INT("world", rt.world, 4);
         CHECK_INT("groups dp 2 + pp 2 + embedding 2", rt.ngroups, 6);
-        int g = rank_table_find_group(&rt, GROUP_DP, 3);
+        int g = plan_doc_find_group(&rt, GROUP_DP, 3);
         CHECK("dp group of rank 3 is stage 1", g >= 0 && rt.groups[g].stage == 1 &&
                                                    rt.groups[g].members[0] == 2);
-        g = rank_table_find_group(&rt, GROUP_PP, 1);
+        g = plan_doc_find_group(&rt, GROUP_PP, 1);
         CHECK("pp group of rank 1 = {1, 3}", g >= 0 && rt.groups[g].members[0] == 1 &&
                                                  rt.groups[g].members[1] == 3);
         struct rt_comm_spec cs;
@@ -47,14 +50,14 @@ int main(void)
         CHECK("cross-fabric link paced", cs.pacing[0].bytes_per_sec == 1e8 &&
                                              fabs(cs.pacing[0].latency_s - 1e-4) < 1e-12);
         rt_comm_spec_free(&cs);
-        g = rank_table_find_group(&rt, GROUP_DP, 0);
+        g = plan_doc_find_group(&rt, GROUP_DP, 0);
         CHECK_INT("comm spec dp", rank_table_comm_spec(&rt, g, 0, &cs, &e), 0);
         CHECK("same-fabric link unpaced", cs.pacing[1].bytes_per_sec == 0);
         rt_comm_spec_free(&cs);
         CHECK_STR("nic hca read", rt.ranks[3].ib_hca, "mlx5_0:1");
         CHECK_INT("nic gid read", rt.ranks[3].gid_index, 3);
         CHECK("timeout read", rt.timeout_s == 5);
-        rank_table_free(&rt);
+        plan_doc_free(&rt);
     }
     const char *planned = "{\"parallelism\": {\"pipeline\": 2, \"data\": 2, \"tensor\": 1},"
                           "\"stages\": [{\"layers\": [0, 3]}, {\"layers\": [3, 4]}]," W4 ","
@@ -73,8 +76,8 @@ int main(void)
         CHECK_INT("roce gid", rt.groups[1].gid_index, 3);
         CHECK_STR("socket group nccl net", rt.groups[2].nccl_net, "Socket");
         CHECK("group pacing overrides", rt.groups[2].pacing.bytes_per_sec == 5e7);
-        CHECK_INT("embedding derived", rank_table_find_group(&rt, GROUP_EMBEDDING, 2) >= 0, 1);
-        rank_table_free(&rt);
+        CHECK_INT("embedding derived", plan_doc_find_group(&rt, GROUP_EMBEDDING, 2) >= 0, 1);
+        plan_doc_free(&rt);
     }
     struct {
         const char *doc, *want;
@@ -82,7 +85,7 @@ int main(void)
         {"{\"workers\": []}", "parallelism"},
         {"{\"parallelism\": {\"pipeline\": 2, \"data\": 2}, \"workers\": []}", "4 entries"},
         {"{\"parallelism\": {\"pipeline\": 0, \"data\": 2}, \"workers\": []}", "parallelism.pipeline"},
-        {"{\"parallelism\": {\"pipeline\": 1, \"data\": 1}, \"workers\": [{\"host\": \"h\"}]}", "workers[0].port: required"},
+        {"{\"parallelism\": {\"pipeline\": 1, \"data\": 1}, \"workers\": [{\"host\": \"h\"}]}", "workers[0] needs a host and a port"},
         {"{\"parallelism\": {\"pipeline\": 1, \"data\": 1}, \"workers\": [{\"host\": \"h\", \"port\": 70000}]}",
          "workers[0].port"},
         {"{\"parallelism\": {\"pipeline\": 2, \"data\": 2}," W4 ", \"groups\": [{\"kind\": \"dp\", \"ranks\": [0, 2]},"
@@ -101,7 +104,7 @@ int main(void)
         snprintf(name, sizeof name, "bad table %zu rejected naming '%s'", i, bad[i].want);
         rc = load(bad[i].doc, &rt, &e);
         if (rc == 0) {
-            rank_table_free(&rt);
+            plan_doc_free(&rt);
             TEST_FAIL(name, "accepted");
         } else if (!strstr(e.msg, bad[i].want)) {
             TEST_FAIL(name, "message: %s", e.msg);
@@ -109,6 +112,64 @@ int main(void)
             TEST_PASS(name);
         }
     }
+    /* tensor 2 x pipeline 2 x data 2: every kind derived, rank = tp + 2 * (dp + 2 * stage). */
+    struct plan_doc d;
+    rc = plan_doc_init(&d, 2, 2, 2, &e) || plan_doc_complete(&d, &e);
+    CHECK_INT("tensor 2 x pipeline 2 x data 2 completes", rc, 0);
+    if (rc == 0) {
+        CHECK_INT("groups: tp 4 + dp 4 + pp 4 + embedding 4", d.ngroups, 16);
+        int g = plan_doc_find_group(&d, GROUP_TP, 5);
+        CHECK("tp group of rank 5 = {4, 5}", g >= 0 && d.groups[g].members[0] == 4 &&
+                                                d.groups[g].members[1] == 5 && d.groups[g].stage == 1);
+        g = plan_doc_find_group(&d, GROUP_DP, 5);
+        CHECK("dp group of rank 5 = {5, 7}", g >= 0 && d.groups[g].members[0] == 5 &&
+                                                d.groups[g].members[1] == 7);
+        g = plan_doc_find_group(&d, GROUP_EMBEDDING, 3);
+        CHECK("embedding group of rank 3 = {3, 7}", g >= 0 && d.groups[g].members[0] == 3 &&
+                                                       d.groups[g].members[1] == 7);
+        CHECK_INT("rank 6: stage 1 dp 1 tp 0", plan_doc_stage_of(&d, 6) * 100 +
+                                                   plan_doc_dp_of(&d, 6) * 10 + plan_doc_tp_of(&d, 6), 110);
+        /* encode, decode: the same document */
+        d.ranks[6].port = 999;
+        snprintf(d.ranks[6].host, sizeof d.ranks[6].host, "h6");
+        snprintf(d.ranks[6].ib_hca, sizeof d.ranks[6].ib_hca, "mlx5_1:1");
+        d.groups[3].transport = TRANSPORT_ROCE;
+        d.groups[3].gid_index = 3;
+        d.groups[3].pacing = (struct plan_pacing){1e6, 2e-5};
+        d.cross_fabric = (struct plan_pacing){5e5, 1e-4};
+        cJSON *j = plan_doc_to_json(&d);
+        struct plan_doc back;
+        rc = j ? plan_doc_from_json(j, "encoded", &back, &e) : -1;
+        CHECK_INT("an encoded document decodes", rc, 0);
+        if (rc == 0) {
+            CHECK_INT("same groups", back.ngroups, d.ngroups);
+            int same = back.world == d.world && back.tensor == 2;
+            for (int k = 0; same && k < d.ngroups; k++) {
+                same = back.groups[k].kind == d.groups[k].kind && back.groups[k].n == d.groups[k].n &&
+                       back.groups[k].transport == d.groups[k].transport &&
+                       back.groups[k].gid_index == d.groups[k].gid_index &&
+                       fabs(back.groups[k].pacing.latency_s - d.groups[k].pacing.latency_s) < 1e-12 &&
+                       back.groups[k].pacing.bytes_per_sec == d.groups[k].pacing.bytes_per_sec;
+                for (int m = 0; same && m < d.groups[k].n; m++)
+                    same = back.groups[k].members[m] == d.groups[k].members[m];
+            }
+            CHECK("groups, transports and pacing round-trip", same);
+            CHECK("rank 6 round-trips", back.ranks[6].port == 999 && !strcmp(back.ranks[6].host, "h6") &&
+                                            !strcmp(back.ranks[6].ib_hca, "mlx5_1:1"));
+            CHECK("cross-fabric pacing round-trips", back.cross_fabric.bytes_per_sec == 5e5 &&
+                                                         fabs(back.cross_fabric.latency_s - 1e-4) < 1e-12);
+            CHECK_STR("roce group nccl net kept", back.groups[3].nccl_net, "Socket");
+            plan_doc_free(&back);
+        }
+        cJSON_Delete(j);
+        plan_doc_free(&d);
+    }
+    rc = load("{\"parallelism\": {\"pipeline\": 1, \"data\": 1, \"tensor\": 2},"
+              "\"workers\": [{\"host\": \"h\", \"port\": 1}, {\"host\": \"h\", \"port\": 2}],"
+              "\"groups\": [{\"kind\": \"tp\", \"ranks\": [1, 0]}]}", &rt, &e);
+    CHECK("a tensor group out of order refused", rc != 0 && strstr(e.msg, "does not belong"));
+    if (rc == 0)
+        plan_doc_free(&rt);
     unsetenv("HOLMES_RANK_TABLE_JSON");
     unsetenv("HOLMES_RANK_TABLE");
     CHECK_INT("no env is an error", rank_table_from_env(&rt, &e), -1);
@@ -116,7 +177,7 @@ int main(void)
     rc = rank_table_from_env(&rt, &e);
     CHECK_INT("table from env", rc, 0);
     if (rc == 0)
-        rank_table_free(&rt);
+        plan_doc_free(&rt);
     CHECK_INT("missing file", rank_table_load("/nonexistent/rt.json", &rt, &e), -1);
     CHECK("missing file named", strstr(e.msg, "/nonexistent/rt.json") != NULL);
     TEST_MAIN_END();

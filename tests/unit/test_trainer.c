@@ -121,7 +121,7 @@ static int reference(float *losses, struct gpt_stage **out, int bf16, herr *e)
     return 0;
 }
 
-static int make_table(struct rank_table *rt, int P, int D, const struct tcp_endpoint *eps, herr *e)
+static int make_table(struct plan_doc *rt, int P, int D, const struct tcp_endpoint *eps, herr *e)
 {
     char doc[8192];
     int n = snprintf(doc, sizeof doc, "{\"parallelism\": {\"pipeline\": %d, \"data\": %d}, "
@@ -133,7 +133,7 @@ static int make_table(struct rank_table *rt, int P, int D, const struct tcp_endp
     cJSON *j = cJSON_Parse(doc);
     if (!j)
         return herr_set(e, "bad test table");
-    int rc = rank_table_from_json(j, "test table", rt, e);
+    int rc = plan_doc_from_json(j, "test table", rt, e);
     cJSON_Delete(j);
     return rc;
 }
@@ -211,7 +211,7 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
         fprintf(stderr, "reference: %s\n", e.msg);
         return 1;
     }
-    struct rank_table rt;
+    struct plan_doc rt;
     if (make_table(&rt, ra->P, ra->D, eps, &e) != 0) {
         fprintf(stderr, "%s\n", e.msg);
         return 1;
@@ -228,7 +228,7 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
     struct trainer_data data = {die, batch};
     struct trainer_hooks hooks = {&res, on_step, NULL, ra->steps == STEPS ? on_end : NULL, NULL};
     int rc = trainer_run(&c, &rt, rank, &data, &hooks, &e);
-    rank_table_free(&rt);
+    plan_doc_free(&rt);
     gpt_stage_free(res.ref);
     if (ra->die_rank >= 0) {
         if (rc == 0) {

@@ -1,0 +1,111 @@
+/* The plan as both binaries speak it. The operator's planner decides a placement (struct plan,
+ * operator/planner/) and turns it into this document; the coordinator sends it inside every
+ * worker's assignment; the worker fills in where each rank listens (from the rendezvous) and
+ * derives its communicators from it (noderuntime/train/rank_table.h). One type, one encoder,
+ * one decoder: a field added here reaches both sides.
+ *
+ * JSON form (the planner's `--json` document is a superset, so it decodes too):
+ *   {parallelism: {tensor, pipeline, data}, timeout_seconds, cross_fabric_pacing,
+ *    stages: [{layers: [first, last)}],
+ *    workers: [{rank, stage, dp_rank, tp_rank, local_rank, name, fabric, host, port,
+ *               nic: {ib_hca, gid_index, socket_ifname}}],        (one per rank, in rank order)
+ *    groups: [{kind, stage, ranks, transport, nccl_net, gid_index, pacing}]}
+ * Global rank = tp + tensor * (dp + data * stage). Groups of a kind the document leaves out are
+ * derived (dp per stage and tensor rank, pp and embedding per replica and tensor rank, tp per
+ * stage and replica; all "socket"). */
+#ifndef HOLMES_PLAN_DOC_H
+#define HOLMES_PLAN_DOC_H
+
+#include <cjson/cJSON.h>
+
+#include "error.h"
+#include "names.h"
+
+#define PLAN_DOC_MAX_WORLD 65536
+
+/* Emulated link speed: 0 = unpaced. JSON {bytes_per_second, latency_us}. */
+struct plan_pacing {
+    double bytes_per_sec;
+    double latency_s;
+};
+
+struct plan_doc_rank {
+    char name[256];         /* the worker (pod) it runs in; "" when not given */
+    int local_rank;         /* device index inside that worker */
+    char host[256];         /* where it listens for peers: "" / 0 until the rendezvous */
+    int port;
+    char fabric[128];
+    char ib_hca[256];       /* NCCL_IB_HCA, "" if none */
+    int gid_index;          /* -1 if none */
+    char socket_ifname[64];
+};
+
+struct plan_doc_group {
+    enum group_kind kind;
+    int stage;              /* dp and tp groups: their stage; else -1 */
+    int n;
+    int *members;           /* global ranks in communicator order */
+    enum transport transport;
+    char nccl_net[16];      /* "IB" or "Socket" */
+    int gid_index;          /* -1 = unset */
+    struct plan_pacing pacing; /* every link of the group (0 = unpaced) */
+};
+
+struct plan_doc {
+    int world, tensor, pipeline, data;
+    double timeout_s;                /* bound on every communication wait (default 60) */
+    struct plan_doc_rank *ranks;     /* [world] */
+    int *stage_first, *stage_last;   /* [pipeline] layer ranges, or NULL when not given */
+    int ngroups;
+    struct plan_doc_group *groups;
+    struct plan_pacing cross_fabric; /* links between ranks of different fabrics (0 = unpaced) */
+};
+
+static inline int plan_doc_stage_of(const struct plan_doc *d, int rank)
+{
+    return rank / (d->tensor * d->data);
+}
+static inline int plan_doc_dp_of(const struct plan_doc *d, int rank)
+{
+    return rank / d->tensor % d->data;
+}
+static inline int plan_doc_tp_of(const struct plan_doc *d, int rank) { return rank % d->tensor; }
+
+/* An empty document of tensor x pipeline x data ranks (every rank's gid_index -1, no groups, no
+ * stages); the caller fills it. 0, or -1 with the rule broken in `e`. */
+int plan_doc_init(struct plan_doc *d, int tensor, int pipeline, int data, herr *e);
+/* Appends a group of n ranks (members zeroed, transport socket): 0, or -1 out of memory. */
+int plan_doc_add_group(struct plan_doc *d, enum group_kind kind, int stage, int n, herr *e);
+/* Derives the groups of each kind that has none, then checks that every rank is in exactly one
+ * group of each kind, at its place. 0, or -1 naming the group and rank. */
+int plan_doc_complete(struct plan_doc *d, herr *e);
+
+/* Decodes (and completes) a document; `where` names it in errors. Endpoints may be absent. */
+int plan_doc_from_json(const cJSON *j, const char *where, struct plan_doc *d, herr *e);
+/* Encodes it; NULL on out-of-memory. */
+cJSON *plan_doc_to_json(const struct plan_doc *d);
+/* Every rank has a host and a port. */
+int plan_doc_check_endpoints(const struct plan_doc *d, const char *where, herr *e);
+void plan_doc_free(struct plan_doc *d);
+
+/* Index of the group of `kind` that holds `rank`, or -1. */
+int plan_doc_find_group(const struct plan_doc *d, enum group_kind kind, int rank);
+
+/* What the coordinator tells one worker: its rank and place, the plan, and the resolved spec. */
+struct plan_assignment {
+    char job[256];
+    int rank, stage, stages, dp_rank, tp_rank;
+    char fabric[128];
+    int has_plan;
+    struct plan_doc plan;
+    cJSON *spec;            /* the resolved TrainingJob spec, or NULL; owned */
+};
+
+/* Encodes it (the plan when has_plan, the spec when set); NULL on out-of-memory. */
+cJSON *plan_assignment_to_json(const struct plan_assignment *a);
+/* Decodes the coordinator's "assignment": rank is required, the rest optional (a simulated job
+ * sends no plan). 0, or -1 naming the field. */
+int plan_assignment_from_json(const cJSON *j, struct plan_assignment *a, herr *e);
+void plan_assignment_free(struct plan_assignment *a);
+
+#endif
