@@ -266,9 +266,13 @@ int main(void)
     cJSON *f[4] = {0};
     CHECK_INT("plan with measured TFLOPS", coord_plan_hook(&cp, w, 4, f, &e), 0);
     if (f[0] && f[2]) {
-        const cJSON *lfast = cJSON_GetObjectItem(f[0], "layers"), *lslow = cJSON_GetObjectItem(f[2], "layers");
-        int nfast = cJSON_GetArrayItem(lfast, 1)->valueint - cJSON_GetArrayItem(lfast, 0)->valueint;
-        int nslow = cJSON_GetArrayItem(lslow, 1)->valueint - cJSON_GetArrayItem(lslow, 0)->valueint;
+        const cJSON *st = cJSON_GetObjectItem(cJSON_GetObjectItem(f[0], "plan"), "stages");
+        const cJSON *lfast = cJSON_GetObjectItem(cJSON_GetArrayItem(st, num(f[0], "stage")), "layers");
+        const cJSON *lslow = cJSON_GetObjectItem(cJSON_GetArrayItem(st, num(f[2], "stage")), "layers");
+        int nfast = cJSON_GetArraySize(lfast) == 2 ? cJSON_GetArrayItem(lfast, 1)->valueint -
+                                                         cJSON_GetArrayItem(lfast, 0)->valueint : 0;
+        int nslow = cJSON_GetArraySize(lslow) == 2 ? cJSON_GetArrayItem(lslow, 1)->valueint -
+                                                         cJSON_GetArrayItem(lslow, 0)->valueint : 0;
         CHECK("the faster fabric's stage holds more layers", nfast > nslow);
     }
     CHECK_NEAR("the plan's stage carries the worker's TFLOPS",

@@ -3,6 +3,7 @@
 #include "test.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "rank_table.h"
 #include "yaml_json.h"
@@ -23,6 +24,91 @@ static int load(const char *doc, struct plan_doc *rt, herr *e)
            "{\"host\": \"127.0.0.1\", \"port\": 1001, \"fabric\": \"a\"}," \
            "{\"host\": \"127.0.0.1\", \"port\": 1002, \"fabric\": \"b\"}," \
            "{\"host\": \"127.0.0.1\", \"port\": 1003, \"fabric\": \"b\", \"nic\": {\"ib_hca\": \"mlx5_0:1\", \"gid_index\": 3}}]"
+
+/* Every node of a document, in order (for the fuzzer to pick one). */
+static int collect(cJSON *n, cJSON **out, int cap, int k)
+{
+    if (k < cap)
+        out[k++] = n;
+    for (cJSON *c = n->child; c; c = c->next)
+        k = collect(c, out, cap, k);
+    return k;
+}
+
+/* A random value in place of node `n` (or n removed): types, ranges and shapes a user gets wrong. */
+static void mutate(cJSON *root, unsigned *seed)
+{
+    cJSON *nodes[512];
+    int n = collect(root, nodes, 512, 0);
+    cJSON *t = nodes[1 + rand_r(seed) % (n - 1)];
+    static const char *const strs[] = {"", "tp", "dp", "embedding", "ib", "roce", "x", "-1"};
+    static const double nums[] = {-1, 0, 1, 2, 3, 7, 0.5, 1e9, 65535, 65536, 4294967296.0};
+    cJSON *v;
+    switch (rand_r(seed) % 6) {
+    case 0: v = cJSON_CreateNumber(nums[rand_r(seed) % 11]); break;
+    case 1: v = cJSON_CreateString(strs[rand_r(seed) % 8]); break;
+    case 2: v = cJSON_CreateNull(); break;
+    case 3: v = cJSON_CreateArray(); break;
+    case 4: v = cJSON_CreateObject(); break;
+    default: v = NULL; break;
+    }
+    cJSON *parent = NULL;
+    for (int i = 0; i < n && !parent; i++)
+        for (cJSON *c = nodes[i]->child; c && !parent; c = c->next)
+            if (c == t)
+                parent = nodes[i];
+    if (!v) {
+        cJSON_Delete(cJSON_DetachItemViaPointer(parent, t));
+        return;
+    }
+    if (t->string) {
+        v->string = strdup(t->string);
+        if (!v->string) {
+            cJSON_Delete(v);
+            return;
+        }
+    }
+    cJSON_ReplaceItemViaPointer(parent, t, v);
+}
+
+/* Mutated documents never crash the decoder: each is refused naming something, or decodes into
+ * a table that holds together (every rank in its groups, members in range). */
+static void fuzz_decoder(const char *doc)
+{
+    unsigned seed = 12345;
+    int refused = 0, accepted = 0, bad = 0, silent = 0;
+    for (int i = 0; i < 4000; i++) {
+        cJSON *j = cJSON_Parse(doc);
+        if (!j)
+            break;
+        for (int m = 1 + i % 3; m > 0; m--)
+            mutate(j, &seed);
+        struct plan_doc d;
+        herr e = {0};
+        if (plan_doc_from_json(j, "fuzz", &d, &e) != 0) {
+            refused++;
+            silent += !e.msg[0];
+        } else {
+            accepted++;
+            for (int g = 0; g < d.ngroups; g++)
+                for (int k = 0; k < d.groups[g].n; k++)
+                    bad += d.groups[g].members[k] < 0 || d.groups[g].members[k] >= d.world;
+            cJSON *back = plan_doc_to_json(&d);
+            struct plan_doc d2;
+            if (!back || plan_doc_from_json(back, "re-encoded", &d2, &e) != 0)
+                bad++;
+            else
+                plan_doc_free(&d2);
+            cJSON_Delete(back);
+            plan_doc_free(&d);
+        }
+        cJSON_Delete(j);
+    }
+    printf("  fuzz: %d refused, %d accepted\n", refused, accepted);
+    CHECK("fuzzed documents: some refused, some accepted", refused > 100 && accepted > 100);
+    CHECK_INT("every refusal says why", silent, 0);
+    CHECK_INT("every accepted document is consistent and re-encodes", bad, 0);
+}
 
 int main(void)
 {
@@ -170,6 +256,7 @@ int main(void)
     CHECK("a tensor group out of order refused", rc != 0 && strstr(e.msg, "does not belong"));
     if (rc == 0)
         plan_doc_free(&rt);
+    fuzz_decoder(planned);
     unsetenv("HOLMES_RANK_TABLE_JSON");
     unsetenv("HOLMES_RANK_TABLE");
     CHECK_INT("no env is an error", rank_table_from_env(&rt, &e), -1);
