@@ -397,14 +397,23 @@ static int add_pacing(cJSON *o, const char *key, const struct plan_pacing *p)
            cJSON_AddNumberToObject(x, "latency_us", p->latency_s * 1e6);
 }
 
+/* A rank's place: {rank, stage, dp_rank, tp_rank}. 1, or 0 out of memory. */
+static int add_place(cJSON *o, int rank, int stage, int dp, int tp)
+{
+    const char *const keys[] = {"rank", "stage", "dp_rank", "tp_rank"};
+    const int vals[] = {rank, stage, dp, tp};
+    for (int i = 0; i < 4; i++)
+        if (!cJSON_AddNumberToObject(o, keys[i], vals[i]))
+            return 0;
+    return 1;
+}
+
 static cJSON *rank_to_json(const struct plan_doc *d, int r)
 {
     const struct plan_doc_rank *k = &d->ranks[r];
     cJSON *x = cJSON_CreateObject(), *nic = cJSON_CreateObject();
-    int ok = x && nic && cJSON_AddNumberToObject(x, "rank", r) &&
-             cJSON_AddNumberToObject(x, "stage", plan_doc_stage_of(d, r)) &&
-             cJSON_AddNumberToObject(x, "dp_rank", plan_doc_dp_of(d, r)) &&
-             cJSON_AddNumberToObject(x, "tp_rank", plan_doc_tp_of(d, r)) &&
+    int ok = x && nic &&
+             add_place(x, r, plan_doc_stage_of(d, r), plan_doc_dp_of(d, r), plan_doc_tp_of(d, r)) &&
              cJSON_AddNumberToObject(x, "local_rank", k->local_rank) &&
              cJSON_AddStringToObject(x, "name", k->name) &&
              cJSON_AddStringToObject(x, "fabric", k->fabric) &&
@@ -498,11 +507,8 @@ void plan_assignment_free(struct plan_assignment *a)
 cJSON *plan_assignment_to_json(const struct plan_assignment *a)
 {
     cJSON *o = cJSON_CreateObject();
-    int ok = o && cJSON_AddNumberToObject(o, "rank", a->rank) &&
-             cJSON_AddNumberToObject(o, "stage", a->stage) &&
+    int ok = o && add_place(o, a->rank, a->stage, a->dp_rank, a->tp_rank) &&
              cJSON_AddNumberToObject(o, "stages", a->stages) &&
-             cJSON_AddNumberToObject(o, "dp_rank", a->dp_rank) &&
-             cJSON_AddNumberToObject(o, "tp_rank", a->tp_rank) &&
              cJSON_AddStringToObject(o, "fabric", a->fabric) &&
              cJSON_AddStringToObject(o, "job", a->job);
     if (ok && a->has_plan) {

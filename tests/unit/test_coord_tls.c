@@ -1,6 +1,7 @@
 /* The coordinator over TLS (wss://): a self-signed certificate for 127.0.0.1 made here with
  * OpenSSL; a client trusting it is admitted, a client that does not trust it cannot connect. */
 #include "test.h"
+#include "coord_testutil.h"
 
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -53,23 +54,9 @@ static int make_cert(const char *cert_path, const char *key_path)
 }
 
 struct server {
-    struct coordinator *c;
-    pthread_mutex_t mu;
-    volatile int quit;
+    struct coord_thread ct;
     int hellos;
 };
-
-static void *serve(void *arg)
-{
-    struct server *s = arg;
-    while (!s->quit) {
-        pthread_mutex_lock(&s->mu);
-        coord_service(s->c);
-        pthread_mutex_unlock(&s->mu);
-        usleep(200);
-    }
-    return NULL;
-}
 
 static int plan(void *user, const struct coord_worker *w, int n, cJSON **a, herr *e)
 {
@@ -100,10 +87,10 @@ int main(void)
     CHECK_INT("self-signed certificate made", make_cert(cert, key), 0);
 
     static struct server s;
-    pthread_mutex_init(&s.mu, NULL);
+    pthread_mutex_init(&s.ct.mu, NULL);
     struct coord_options o = {.bind = "127.0.0.1", .tls_cert = cert, .tls_key = key};
     herr e = {0};
-    int rc = coord_create(&s.c, &o, &e);
+    int rc = coord_create(&s.ct.c, &o, &e);
     CHECK_INT("coordinator with TLS", rc, 0);
     if (rc) {
         printf("# %s\n", e.msg);
@@ -111,11 +98,10 @@ int main(void)
     }
     struct coord_job_spec js = {.name = "tj", .token = TOKEN, .workers = 1,
                                 .hooks = {.plan = plan, .on_hello = on_hello}, .user = &s};
-    coord_add_job(s.c, &js, &e);
-    pthread_t th;
-    pthread_create(&th, NULL, serve, &s);
+    coord_add_job(s.ct.c, &js, &e);
+    coord_thread_start(&s.ct);
     char url[64];
-    snprintf(url, sizeof url, "wss://127.0.0.1:%d/", coord_port(s.c));
+    snprintf(url, sizeof url, "wss://127.0.0.1:%d/", coord_port(s.ct.c));
 
     struct coord_client *cl = NULL;
     rc = coord_client_create_tls(&cl, url, cert, &e) || coord_client_connect(cl, 5000, &e);
@@ -146,18 +132,14 @@ int main(void)
     CHECK("untrusted certificate refused", rc != 0);
     coord_client_destroy(cl);
     /* Plain ws:// against the TLS port fails too. */
-    snprintf(url, sizeof url, "ws://127.0.0.1:%d/", coord_port(s.c));
+    snprintf(url, sizeof url, "ws://127.0.0.1:%d/", coord_port(s.ct.c));
     cl = NULL;
     rc = coord_client_create(&cl, url, &e) || coord_client_connect(cl, 3000, &e);
     CHECK("plain connection to the TLS port refused", rc != 0);
     coord_client_destroy(cl);
 
-    s.quit = 1;
-    pthread_join(th, NULL);
-    pthread_mutex_lock(&s.mu);
+    coord_thread_stop(&s.ct);
     CHECK_INT("one worker admitted", s.hellos, 1);
-    pthread_mutex_unlock(&s.mu);
-    coord_destroy(s.c);
     unlink(cert);
     unlink(key);
     rmdir(dir);

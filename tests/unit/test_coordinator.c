@@ -3,6 +3,7 @@
  * workers by a new coordinator, gang timeout, plan failure, and refusals (wrong token, unknown
  * pod, garbled and oversized frames) that leave the job unaffected. */
 #include "test.h"
+#include "coord_testutil.h"
 
 #include <netinet/in.h>
 #include <pthread.h>
@@ -17,10 +18,7 @@
 #define TOKEN "token-0123456789"
 
 struct server {
-    struct coordinator *c;
-    pthread_t th;
-    pthread_mutex_t mu;
-    volatile int quit;
+    struct coord_thread ct;
     /* recorded by hooks, under mu */
     int hellos;
     int plans;
@@ -30,18 +28,6 @@ struct server {
     int steps_seen;
     char events[8192];
 };
-
-static void *serve(void *arg)
-{
-    struct server *s = arg;
-    while (!s->quit) {
-        pthread_mutex_lock(&s->mu);
-        coord_service(s->c);
-        pthread_mutex_unlock(&s->mu);
-        usleep(200); /* let the test thread take the lock */
-    }
-    return NULL;
-}
 
 /* Ring of n workers: rank = n-1-index (so rank != index), peers = next rank. */
 static int plan_ring(void *user, const struct coord_worker *w, int n, cJSON **a, herr *e)
@@ -102,10 +88,10 @@ static const char *pods4[] = {"job-w0", "job-w1", "job-w2", "job-w3"};
 static int server_start(struct server *s, const char *job, int n, int gang_ms, int restarts)
 {
     memset(s, 0, sizeof *s);
-    pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->ct.mu, NULL);
     struct coord_options o = {.bind = "127.0.0.1", .port = 0};
     herr e = {0};
-    if (coord_create(&s->c, &o, &e)) {
+    if (coord_create(&s->ct.c, &o, &e)) {
         printf("# coord_create: %s\n", e.msg);
         return -1;
     }
@@ -117,27 +103,25 @@ static int server_start(struct server *s, const char *job, int n, int gang_ms, i
                   .on_progress = hk_progress, .on_event = hk_event},
         .user = s,
     };
-    if (coord_add_job(s->c, &js, &e)) {
+    if (coord_add_job(s->ct.c, &js, &e)) {
         printf("# coord_add_job: %s\n", e.msg);
         return -1;
     }
-    return pthread_create(&s->th, NULL, serve, s) == 0 ? 0 : -1;
+    return coord_thread_start(&s->ct);
 }
 
 static void server_stop(struct server *s)
 {
-    s->quit = 1;
-    pthread_join(s->th, NULL);
-    coord_destroy(s->c);
-    pthread_mutex_destroy(&s->mu);
+    coord_thread_stop(&s->ct);
+    pthread_mutex_destroy(&s->ct.mu);
 }
 
 static enum coord_job_state job_state(struct server *s, const char *job)
 {
     enum coord_job_state st = COORD_FAILED;
-    pthread_mutex_lock(&s->mu);
-    coord_job_state(s->c, job, &st);
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&s->ct.mu);
+    coord_job_state(s->ct.c, job, &st);
+    pthread_mutex_unlock(&s->ct.mu);
     return st;
 }
 
@@ -155,7 +139,7 @@ static int wait_state(struct server *s, const char *job, enum coord_job_state wa
 static struct coord_client *connect_to(struct server *s)
 {
     char url[64];
-    snprintf(url, sizeof url, "ws://127.0.0.1:%d/", coord_port(s->c));
+    snprintf(url, sizeof url, "ws://127.0.0.1:%d/", coord_port(s->ct.c));
     struct coord_client *cl = NULL;
     herr e = {0};
     if (coord_client_create(&cl, url, &e) || coord_client_connect(cl, 5000, &e)) {
@@ -337,16 +321,16 @@ static void test_gang_and_security(void)
         }
         coord_client_destroy(bad);
     }
-    pthread_mutex_lock(&s.mu);
-    long refused = coord_refused(s.c);
+    pthread_mutex_lock(&s.ct.mu);
+    long refused = coord_refused(s.ct.c);
     int hellos = s.hellos;
-    pthread_mutex_unlock(&s.mu);
+    pthread_mutex_unlock(&s.ct.mu);
     CHECK_INT("refusals counted", refused, 8);
     CHECK_INT("no refused hello admitted", hellos, 0);
     CHECK_INT("job still gathering", job_state(&s, "job"), COORD_GATHERING);
-    pthread_mutex_lock(&s.mu);
+    pthread_mutex_lock(&s.ct.mu);
     CHECK("refused pod named in an event", strstr(s.events, "intruder-pod") != NULL);
-    pthread_mutex_unlock(&s.mu);
+    pthread_mutex_unlock(&s.ct.mu);
 
     struct coord_client *cl[4] = {0};
     int ok = 1;
@@ -379,10 +363,10 @@ static void test_gang_and_security(void)
         }
         CHECK("every worker assigned after the gang barrier", got);
         CHECK("ranks from the plan", ranks[0] == 3 && ranks[1] == 2 && ranks[2] == 1 && ranks[3] == 0);
-        pthread_mutex_lock(&s.mu);
+        pthread_mutex_lock(&s.ct.mu);
         CHECK_INT("planned once", s.plans, 1);
         CHECK_INT("four admitted", s.hellos, 4);
-        pthread_mutex_unlock(&s.mu);
+        pthread_mutex_unlock(&s.ct.mu);
         CHECK_INT("state rendezvous", job_state(&s, "job"), COORD_RENDEZVOUS);
         for (int i = 0; i < 4; i++) {
             char ep[64];
@@ -428,11 +412,11 @@ static void test_gang_and_security(void)
         for (int i = 0; i < 4; i++)
             send_progress(cl[i], ranks[i], 10 + i, ranks[i] == 0 || ranks[i] == 1);
         usleep(300000);
-        pthread_mutex_lock(&s.mu);
+        pthread_mutex_lock(&s.ct.mu);
         struct coord_progress agg;
-        coord_job_progress(s.c, "job", &agg);
+        coord_job_progress(s.ct.c, "job", &agg);
         int steps_seen = s.steps_seen, calls = s.progress_calls;
-        pthread_mutex_unlock(&s.mu);
+        pthread_mutex_unlock(&s.ct.mu);
         CHECK_INT("progress records relayed", steps_seen, 4);
         CHECK("progress hook called", calls >= 1);
         CHECK_INT("aggregate step is the slowest", agg.step, 10);
@@ -489,10 +473,10 @@ static void test_restart_in_place(void)
     cl[1] = connect_to(&s);
     CHECK("restart: second gang runs with attempt 1",
           cl[0] && cl[1] && run_gang(cl, 2, "rj", 1, ranks));
-    pthread_mutex_lock(&s.mu);
+    pthread_mutex_lock(&s.ct.mu);
     CHECK_INT("restart: plan reused", s.plans, 1);
-    CHECK_INT("restart: one restart used", coord_job_restarts(s.c, "rj"), 1);
-    pthread_mutex_unlock(&s.mu);
+    CHECK_INT("restart: one restart used", coord_job_restarts(s.ct.c, "rj"), 1);
+    pthread_mutex_unlock(&s.ct.mu);
     /* A second failure exhausts max_restarts = 1. */
     if (cl[0] && cl[1]) {
         tsend(cl[1], proto_error_encode(PROTO_ERR_WORKER, "loss is NaN", NULL));
@@ -501,9 +485,9 @@ static void test_restart_in_place(void)
         if (got)
             proto_msg_free(&m);
         CHECK("restart: job failed", wait_state(&s, "rj", COORD_FAILED));
-        pthread_mutex_lock(&s.mu);
+        pthread_mutex_lock(&s.ct.mu);
         CHECK("restart: error text in event", strstr(s.events, "loss is NaN") != NULL);
-        pthread_mutex_unlock(&s.mu);
+        pthread_mutex_unlock(&s.ct.mu);
     }
     coord_client_destroy(cl[0]);
     coord_client_destroy(cl[1]);
@@ -521,18 +505,18 @@ static void test_adopt_gang_timeout_plan_failure(void)
     if (cl[0])
         send_hello(cl[0], "aj", TOKEN, "p0", 0, 1);
     usleep(600000);
-    pthread_mutex_lock(&s.mu);
+    pthread_mutex_lock(&s.ct.mu);
     CHECK("gang timeout event names the missing worker",
           strstr(s.events, "gang timeout") && strstr(s.events, "1 of 2 workers missing: 1"));
-    pthread_mutex_unlock(&s.mu);
+    pthread_mutex_unlock(&s.ct.mu);
     CHECK_INT("gang timeout keeps waiting", job_state(&s, "aj"), COORD_GATHERING);
     cl[1] = connect_to(&s);
     if (cl[1])
         send_hello(cl[1], "aj", TOKEN, "p1", 1, 1);
     CHECK("running workers adopted", wait_state(&s, "aj", COORD_RUNNING));
-    pthread_mutex_lock(&s.mu);
+    pthread_mutex_lock(&s.ct.mu);
     CHECK_INT("adoption does not replan", s.plans, 0);
-    pthread_mutex_unlock(&s.mu);
+    pthread_mutex_unlock(&s.ct.mu);
     for (int i = 0; i < 2; i++)
         if (cl[i])
             tsend(cl[i], proto_done_encode(i, 100, NULL));
@@ -644,10 +628,10 @@ static void test_resolve_and_remove(void)
 {
     static struct server s;
     memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
+    pthread_mutex_init(&s.ct.mu, NULL);
     struct coord_options o = {.bind = "127.0.0.1", .resolve_job = resolve, .user = &s};
     herr e = {0};
-    if (coord_create(&s.c, &o, &e) || pthread_create(&s.th, NULL, serve, &s)) {
+    if (coord_create(&s.ct.c, &o, &e) || coord_thread_start(&s.ct)) {
         TEST_FAIL("resolve: server", "%s", e.msg);
         return;
     }
@@ -657,14 +641,14 @@ static void test_resolve_and_remove(void)
         send_hello(bad, "ns/other", TOKEN, "x", 0, 0);
         CHECK("resolve: unresolvable job refused", refused_with(bad, PROTO_ERR_AUTH));
         usleep(200000);
-        pthread_mutex_lock(&s.mu);
-        CHECK_INT("resolve: job registered on first hello", coord_job_connected(s.c, "ns/lazy"), 1);
+        pthread_mutex_lock(&s.ct.mu);
+        CHECK_INT("resolve: job registered on first hello", coord_job_connected(s.ct.c, "ns/lazy"), 1);
         CHECK_INT("resolve: hook asked twice", resolve_calls, 2);
         CHECK_INT("resolve: worker admitted", s.hellos, 1);
-        CHECK_INT("remove: removed", coord_remove_job(s.c, "ns/lazy"), 0);
-        CHECK_INT("remove: gone", coord_job_connected(s.c, "ns/lazy"), -1);
-        CHECK_INT("remove: unknown", coord_remove_job(s.c, "ns/lazy"), -1);
-        pthread_mutex_unlock(&s.mu);
+        CHECK_INT("remove: removed", coord_remove_job(s.ct.c, "ns/lazy"), 0);
+        CHECK_INT("remove: gone", coord_job_connected(s.ct.c, "ns/lazy"), -1);
+        CHECK_INT("remove: unknown", coord_remove_job(s.ct.c, "ns/lazy"), -1);
+        pthread_mutex_unlock(&s.ct.mu);
         struct proto_msg m;
         int rc = coord_client_poll(cl, 5000, &m, &e);
         if (rc == 1)

@@ -3,6 +3,7 @@
  * away mid-training and comes back on the same port -> the workers keep training, reconnect,
  * are adopted and the job succeeds. */
 #include "test.h"
+#include "coord_testutil.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -15,25 +16,10 @@
 #define N 4
 
 struct server {
-    struct coordinator *c;
-    pthread_t th;
-    pthread_mutex_t mu;
-    volatile int quit;
+    struct coord_thread ct;
     int plans;
     char events[8192];
 };
-
-static void *serve(void *arg)
-{
-    struct server *s = arg;
-    while (!s->quit) {
-        pthread_mutex_lock(&s->mu);
-        coord_service(s->c);
-        pthread_mutex_unlock(&s->mu);
-        usleep(200);
-    }
-    return NULL;
-}
 
 static int plan2x2(void *user, const struct coord_worker *w, int n, cJSON **a, herr *e)
 {
@@ -59,16 +45,15 @@ static void on_event(void *user, enum coord_job_state st, const char *msg)
 
 static int server_start(struct server *s, int port, int restarts)
 {
-    s->quit = 0;
-    s->c = NULL;
+    s->ct.c = NULL;
     struct coord_options o = {.bind = "127.0.0.1", .port = port};
     herr e = {0};
     for (int tries = 0; tries < 50; tries++) { /* the old socket may linger briefly */
-        if (coord_create(&s->c, &o, &e) == 0)
+        if (coord_create(&s->ct.c, &o, &e) == 0)
             break;
         usleep(100000);
     }
-    if (!s->c) {
+    if (!s->ct.c) {
         printf("# coord_create: %s\n", e.msg);
         return -1;
     }
@@ -76,27 +61,24 @@ static int server_start(struct server *s, int port, int restarts)
                                 .gang_timeout_ms = 60000, .max_restarts = restarts,
                                 .total_steps = 40,
                                 .hooks = {.plan = plan2x2, .on_event = on_event}, .user = s};
-    if (coord_add_job(s->c, &js, &e)) {
+    if (coord_add_job(s->ct.c, &js, &e)) {
         printf("# add job: %s\n", e.msg);
         return -1;
     }
-    return pthread_create(&s->th, NULL, serve, s);
+    return coord_thread_start(&s->ct);
 }
 
 static void server_stop(struct server *s)
 {
-    s->quit = 1;
-    pthread_join(s->th, NULL);
-    coord_destroy(s->c);
-    s->c = NULL;
+    coord_thread_stop(&s->ct);
 }
 
 static enum coord_job_state state_of(struct server *s)
 {
     enum coord_job_state st = COORD_FAILED;
-    pthread_mutex_lock(&s->mu);
-    coord_job_state(s->c, "wj", &st);
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&s->ct.mu);
+    coord_job_state(s->ct.c, "wj", &st);
+    pthread_mutex_unlock(&s->ct.mu);
     return st;
 }
 
@@ -181,13 +163,13 @@ static void test_whole_job_and_restart(void)
 {
     static struct server s;
     memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
+    pthread_mutex_init(&s.ct.mu, NULL);
     if (server_start(&s, 0, 1)) {
         TEST_FAIL("server", "start");
         return;
     }
     struct worker ws[N];
-    start_workers(ws, coord_port(s.c), 20, 2);
+    start_workers(ws, coord_port(s.ct.c), 20, 2);
     run_workers(ws);
     join_workers(ws);
     CHECK("whole job: every worker finished", all_ok(ws));
@@ -195,12 +177,12 @@ static void test_whole_job_and_restart(void)
     server_stop(&s);
 
     memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
+    pthread_mutex_init(&s.ct.mu, NULL);
     if (server_start(&s, 0, 1)) {
         TEST_FAIL("server", "start");
         return;
     }
-    start_workers(ws, coord_port(s.c), 20, 2);
+    start_workers(ws, coord_port(s.ct.c), 20, 2);
     ws[1].fail_first = 1;
     run_workers(ws);
     join_workers(ws);
@@ -208,11 +190,11 @@ static void test_whole_job_and_restart(void)
     CHECK_INT("failure: succeeded", state_of(&s), COORD_SUCCEEDED);
     CHECK_INT("failure: failing worker ran twice", ws[1].runs, 2);
     CHECK_INT("failure: others restarted in place too", ws[0].runs, 2);
-    pthread_mutex_lock(&s.mu);
-    CHECK_INT("failure: one restart", coord_job_restarts(s.c, "wj"), 1);
+    pthread_mutex_lock(&s.ct.mu);
+    CHECK_INT("failure: one restart", coord_job_restarts(s.ct.c, "wj"), 1);
     CHECK("failure: reason relayed", strstr(s.events, "simulated failure at step 5") != NULL);
     CHECK_INT("failure: the plan is reused", s.plans, 1);
-    pthread_mutex_unlock(&s.mu);
+    pthread_mutex_unlock(&s.ct.mu);
     server_stop(&s);
 }
 
@@ -220,12 +202,12 @@ static void test_coordinator_restart(void)
 {
     static struct server s;
     memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
+    pthread_mutex_init(&s.ct.mu, NULL);
     if (server_start(&s, 0, 0)) {
         TEST_FAIL("server", "start");
         return;
     }
-    int port = coord_port(s.c);
+    int port = coord_port(s.ct.c);
     struct worker ws[N];
     start_workers(ws, port, 40, 25); /* ~1 s of training */
     run_workers(ws);
@@ -239,17 +221,17 @@ static void test_coordinator_restart(void)
     server_stop(&s); /* the operator dies: no stop is sent */
     usleep(300000);
     memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
+    pthread_mutex_init(&s.ct.mu, NULL);
     CHECK_INT("coordinator restart: new coordinator on the same port", server_start(&s, port, 0), 0);
     join_workers(ws);
     CHECK("coordinator restart: every worker finished", all_ok(ws));
     CHECK_INT("coordinator restart: each worker ran once", ws[0].runs + ws[1].runs + ws[2].runs + ws[3].runs, N);
-    if (s.c) {
+    if (s.ct.c) {
         CHECK_INT("coordinator restart: new coordinator saw success", state_of(&s), COORD_SUCCEEDED);
-        pthread_mutex_lock(&s.mu);
+        pthread_mutex_lock(&s.ct.mu);
         CHECK("coordinator restart: adopted", strstr(s.events, "adopted") != NULL);
         CHECK_INT("coordinator restart: no replanning", s.plans, 0);
-        pthread_mutex_unlock(&s.mu);
+        pthread_mutex_unlock(&s.ct.mu);
         server_stop(&s);
     }
 }
