@@ -1,5 +1,6 @@
 #include "clock.h"
 
+#include <errno.h>
 #include <time.h>
 
 static double read_s(clockid_t id)
@@ -12,3 +13,12 @@ static double read_s(clockid_t id)
 double clock_mono_s(void) { return read_s(CLOCK_MONOTONIC); }
 double clock_mono_ms(void) { return read_s(CLOCK_MONOTONIC) * 1e3; }
 double clock_wall_s(void) { return read_s(CLOCK_REALTIME); }
+
+void clock_sleep_s(double s)
+{
+    if (s <= 0)
+        return;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}

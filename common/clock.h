@@ -6,5 +6,7 @@
 double clock_mono_s(void);  /* CLOCK_MONOTONIC */
 double clock_mono_ms(void); /* the same in milliseconds */
 double clock_wall_s(void);  /* CLOCK_REALTIME: Unix seconds */
+/* Sleeps s seconds (nothing when s <= 0), going on after a signal handler ran. */
+void clock_sleep_s(double s);
 
 #endif

@@ -1,23 +1,17 @@
 #include "comm_tcp.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
+#include "tcp_socket.h"
 
-#define HELLO_MAGIC 0x484c4d53u /* "HLMS" */
 #define FRAME_MAGIC 0x46524d45u /* "FRME": the last (or only) frame of a message */
 #define FRAME_MORE 0x4d4f5245u  /* "MORE": more frames of the same message follow */
 #define TAG_COLL (TCP_TAG_RESERVED | 1u)
@@ -25,219 +19,6 @@
 #define SEG_BYTES ((size_t)1 << 20)      /* collectives move data in segments of this size */
 #endif
 #define MAX_FRAME ((uint64_t)1 << 36)
-#define MAX_PENDING 256
-
-static void sleep_s(double s)
-{
-    if (s <= 0)
-        return;
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
-/* ---------- listener ---------- */
-
-struct pending_conn {
-    int fd;
-    uint32_t group_id;
-    int from;
-    int size;
-};
-
-struct tcp_listener {
-    int fd;
-    int port;
-    struct pending_conn pending[MAX_PENDING];
-    int npending;
-};
-
-int tcp_listener_open(struct tcp_listener **out, const char *bind_host, int port, herr *e)
-{
-    *out = NULL;
-    if (port < 0 || port > 65535)
-        return herr_set(e, "listen port %d is out of range 0..65535", port);
-    struct tcp_listener *l = calloc(1, sizeof *l);
-    if (!l)
-        return herr_set(e, "out of memory for the TCP listener");
-    l->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (l->fd < 0) {
-        free(l);
-        return herr_set(e, "socket: %s", strerror(errno));
-    }
-    int one = 1;
-    setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    if (bind_host && *bind_host) {
-        struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
-        int rc = getaddrinfo(bind_host, NULL, &hints, &res);
-        if (rc != 0) {
-            close(l->fd);
-            free(l);
-            return herr_set(e, "cannot resolve listen host '%s': %s", bind_host, gai_strerror(rc));
-        }
-        a.sin_addr = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
-        freeaddrinfo(res);
-    }
-    if (bind(l->fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(l->fd, 128) != 0) {
-        herr_set(e, "cannot listen on %s:%d: %s", bind_host ? bind_host : "*", port, strerror(errno));
-        close(l->fd);
-        free(l);
-        return -1;
-    }
-    socklen_t alen = sizeof a;
-    if (getsockname(l->fd, (struct sockaddr *)&a, &alen) != 0) {
-        herr_set(e, "getsockname: %s", strerror(errno));
-        close(l->fd);
-        free(l);
-        return -1;
-    }
-    l->port = ntohs(a.sin_port);
-    *out = l;
-    return 0;
-}
-
-int tcp_listener_port(const struct tcp_listener *l) { return l->port; }
-
-void tcp_listener_close(struct tcp_listener *l)
-{
-    if (!l)
-        return;
-    for (int i = 0; i < l->npending; i++)
-        close(l->pending[i].fd);
-    close(l->fd);
-    free(l);
-}
-
-/* Reads exactly len bytes; 0 on success, -1 with errno (0 for EOF). */
-static int read_full(int fd, void *buf, size_t len)
-{
-    char *p = buf;
-    while (len > 0) {
-        ssize_t n = recv(fd, p, len, MSG_WAITALL);
-        if (n == 0) {
-            errno = 0;
-            return -1;
-        }
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-static int write_full(int fd, const void *buf, size_t len, int more)
-{
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t n = send(fd, p, len, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-static void set_timeout(int fd, int opt, double s)
-{
-    struct timeval tv = {(time_t)s, (suseconds_t)((s - (double)(time_t)s) * 1e6)};
-    setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof tv);
-}
-
-static void tune_socket(int fd)
-{
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
-/* Accepts until a connection for (group_id, from) is stashed or the deadline passes. */
-static int listener_take(struct tcp_listener *l, uint32_t group_id, int from, double deadline,
-                         int *fd_out)
-{
-    for (;;) {
-        for (int i = 0; i < l->npending; i++) {
-            if (l->pending[i].group_id == group_id && l->pending[i].from == from) {
-                *fd_out = l->pending[i].fd;
-                l->pending[i] = l->pending[--l->npending];
-                return 0;
-            }
-        }
-        double left = deadline - clock_mono_s();
-        if (left <= 0)
-            return -1;
-        struct pollfd p = {.fd = l->fd, .events = POLLIN};
-        int pr = poll(&p, 1, (int)(left * 1000) + 1);
-        if (pr <= 0)
-            continue;
-        int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0)
-            continue;
-        uint32_t hello[4];
-        set_timeout(fd, SO_RCVTIMEO, left > 5 ? 5 : left);
-        if (read_full(fd, hello, sizeof hello) != 0 || hello[0] != HELLO_MAGIC ||
-            l->npending == MAX_PENDING) {
-            close(fd);
-            continue;
-        }
-        set_timeout(fd, SO_RCVTIMEO, 0);
-        l->pending[l->npending++] = (struct pending_conn){fd, hello[1], (int)hello[2], (int)hello[3]};
-    }
-}
-
-static int connect_until(const struct tcp_endpoint *ep, double deadline, char *why, size_t whylen)
-{
-    char port[16];
-    snprintf(port, sizeof port, "%d", ep->port);
-    snprintf(why, whylen, "no attempt");
-    while (clock_mono_s() < deadline) {
-        struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
-        int rc = getaddrinfo(ep->host, port, &hints, &res);
-        if (rc != 0) {
-            snprintf(why, whylen, "%s", gai_strerror(rc));
-            sleep_s(0.05);
-            continue;
-        }
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0) {
-            snprintf(why, whylen, "socket: %s", strerror(errno));
-            freeaddrinfo(res);
-            return -1;
-        }
-        int cr = connect(fd, res->ai_addr, res->ai_addrlen);
-        freeaddrinfo(res);
-        if (cr != 0 && errno == EINPROGRESS) {
-            double left = deadline - clock_mono_s();
-            struct pollfd p = {.fd = fd, .events = POLLOUT};
-            if (left > 0 && poll(&p, 1, (int)(left * 1000) + 1) == 1) {
-                int err = 0;
-                socklen_t el = sizeof err;
-                getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
-                cr = err ? -1 : 0;
-                errno = err ? err : ETIMEDOUT;
-            } else {
-                errno = ETIMEDOUT;
-            }
-        }
-        if (cr == 0) {
-            int flags = fcntl(fd, F_GETFL);
-            fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-            return fd;
-        }
-        snprintf(why, whylen, "%s", strerror(errno));
-        close(fd);
-        sleep_s(0.05);
-    }
-    return -1;
-}
 
 /* ---------- connections ---------- */
 
@@ -346,7 +127,7 @@ static int read_reduce(struct tcp_conn *k, float *dst, size_t len)
 {
     while (len > 0) {
         size_t piece = len < SCRATCH_BYTES ? len : SCRATCH_BYTES;
-        if (read_full(k->fd, k->scratch, piece) != 0)
+        if (tcp_read_full(k->fd, k->scratch, piece) != 0)
             return -1;
         add_f32(dst, k->scratch, piece / sizeof(float));
         dst += piece / sizeof(float);
@@ -418,7 +199,7 @@ static int reader_stage(struct tcp_conn *k, uint32_t tag, uint64_t len, int more
         conn_mark_dead(k, "out of memory for an incoming message");
         return -1;
     }
-    if (len && read_full(k->fd, data, len) != 0) {
+    if (len && tcp_read_full(k->fd, data, len) != 0) {
         free(m);
         free(data);
         conn_mark_dead(k, errno ? strerror(errno) : "connection closed by peer mid-message");
@@ -448,7 +229,7 @@ static void *reader_main(void *arg)
     struct tcp_conn *k = arg;
     for (;;) {
         uint32_t hdr[4];
-        if (read_full(k->fd, hdr, sizeof hdr) != 0) {
+        if (tcp_read_full(k->fd, hdr, sizeof hdr) != 0) {
             conn_mark_dead(k, errno ? strerror(errno) : "connection closed by peer");
             return NULL;
         }
@@ -476,7 +257,7 @@ static void *reader_main(void *arg)
         }
         /* only this thread changes p->filled, so it can be read without the lock here */
         char *dst = p->buf + p->filled;
-        int rc = p->reduce ? read_reduce(k, (float *)(void *)dst, len) : read_full(k->fd, dst, len);
+        int rc = p->reduce ? read_reduce(k, (float *)(void *)dst, len) : tcp_read_full(k->fd, dst, len);
         int err = errno;
         pthread_mutex_lock(&k->mu);
         if (rc == 0)
@@ -508,8 +289,8 @@ static int conn_init(struct tcp_conn *k, struct tcp_comm *c, int peer, int fd,
     pthread_mutex_init(&k->send_mu, NULL);
     pthread_cond_init(&k->cv, &ca);
     pthread_condattr_destroy(&ca);
-    tune_socket(fd);
-    set_timeout(fd, SO_SNDTIMEO, c->timeout_s);
+    tcp_tune_socket(fd);
+    tcp_set_timeout(fd, SO_SNDTIMEO, c->timeout_s);
     k->scratch = malloc(SCRATCH_BYTES);
     if (!k->scratch)
         return -1;
@@ -572,7 +353,7 @@ int tcp_comm_create(struct tcp_comm **out, struct tcp_listener *l, const struct 
     /* Connect to lower indices first (their listeners queue us even before they accept). */
     for (int i = 0; i < c->index; i++) {
         char why[160];
-        int fd = connect_until(&s->endpoints[i], deadline, why, sizeof why);
+        int fd = tcp_connect_until(&s->endpoints[i], deadline, why, sizeof why);
         if (fd < 0) {
             herr_peer(e, "group %s: rank %d could not connect to rank %d at %s:%d within %g s (%s)",
                         c->name, me, c->world_ranks[i], s->endpoints[i].host, s->endpoints[i].port,
@@ -581,7 +362,7 @@ int tcp_comm_create(struct tcp_comm **out, struct tcp_listener *l, const struct 
             return -1;
         }
         uint32_t hello[4] = {HELLO_MAGIC, c->group_id, (uint32_t)c->index, (uint32_t)c->size};
-        if (write_full(fd, hello, sizeof hello, 0) != 0) {
+        if (tcp_write_full(fd, hello, sizeof hello, 0) != 0) {
             herr_set(e, "group %s: sending hello to rank %d: %s", c->name, c->world_ranks[i],
                      strerror(errno));
             close(fd);
@@ -595,7 +376,7 @@ int tcp_comm_create(struct tcp_comm **out, struct tcp_listener *l, const struct 
     }
     for (int i = c->index + 1; i < c->size; i++) {
         int fd;
-        if (listener_take(l, c->group_id, i, deadline, &fd) != 0) {
+        if (tcp_listener_take(l, c->group_id, i, deadline, &fd) != 0) {
             herr_peer(e, "group %s: rank %d (expected from %s:%d) never connected to rank %d within %g s",
                         c->name, c->world_ranks[i], s->endpoints[i].host, s->endpoints[i].port, me,
                         c->timeout_s);
@@ -625,7 +406,7 @@ static void pace(struct tcp_conn *k, size_t bytes)
         k->tokens = burst;
     k->refill_at = t;
     if (k->tokens < (double)bytes) {
-        sleep_s(((double)bytes - k->tokens) / rate);
+        clock_sleep_s(((double)bytes - k->tokens) / rate);
         k->refill_at = clock_mono_s();
         k->tokens = 0;
     } else {
@@ -651,7 +432,7 @@ static int send_op(struct tcp_comm *c, int peer, uint32_t tag, const void *buf, 
                            c->name, c->world_ranks[c->index], c->world_ranks[peer], why, op);
     pthread_mutex_lock(&k->send_mu);
     if (k->pacing.latency_s > 0)
-        sleep_s(k->pacing.latency_s);
+        clock_sleep_s(k->pacing.latency_s);
     /* frames of at most SEG_BYTES, so the receiver never stages a whole large message */
     const char *p = buf;
     size_t left = len;
@@ -660,12 +441,12 @@ static int send_op(struct tcp_comm *c, int peer, uint32_t tag, const void *buf, 
         size_t fl = left < SEG_BYTES ? left : SEG_BYTES;
         uint32_t hdr[4] = {left > fl || more_after ? FRAME_MORE : FRAME_MAGIC, tag, (uint32_t)fl,
                            (uint32_t)((uint64_t)fl >> 32)};
-        rc = write_full(k->fd, hdr, sizeof hdr, fl > 0);
+        rc = tcp_write_full(k->fd, hdr, sizeof hdr, fl > 0);
         size_t piece = k->pacing.bytes_per_sec > 0 ? 65536 : fl;
         while (rc == 0 && fl > 0) {
             size_t n = fl < piece ? fl : piece;
             pace(k, n);
-            rc = write_full(k->fd, p, n, 0);
+            rc = tcp_write_full(k->fd, p, n, 0);
             p += n;
             left -= n;
             fl -= n;

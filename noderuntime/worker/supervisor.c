@@ -80,8 +80,7 @@ static int wait_child(pid_t pid, int *status, herr *e)
             kill(pid, term_sig);
             passed = 1;
         }
-        struct timespec ts = {0, 50 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+        clock_sleep_s(0.05);
     }
 }
 
@@ -90,8 +89,7 @@ static int sleep_unless_terminated(double s)
 {
     double until = clock_mono_s() + s;
     while (!term_sig && clock_mono_s() < until) {
-        struct timespec ts = {0, 50 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+        clock_sleep_s(0.05);
     }
     return term_sig != 0;
 }

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "commands.h"
 #include "controller.h"
 #include "coord_operator.h"
@@ -294,10 +295,8 @@ static int run_controller(struct kube_client *kc, const struct run_opts *o, stru
         else
             log_error("coordinator not started (workers cannot connect): %s", e->msg);
     }
-    while (!g_stop_flag) {
-        struct timespec ts = {0, 100 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
+    while (!g_stop_flag)
+        clock_sleep_s(0.1);
     int status = g_lost ? 1 : 0;
     log_info("%s; shutting down", g_lost ? "lost leadership" : "signal received");
     coord_operator_stop(coordinator);

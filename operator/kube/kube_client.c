@@ -43,15 +43,6 @@ struct kube_client {
     double throttled_s;          /* time spent waiting for the rate limiter (under lock) */
 };
 
-static void sleep_s(double s)
-{
-    if (s <= 0)
-        return;
-    struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 static void global_init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
 struct kube_client *kube_client_new(struct kube_config *cfg, const struct kube_client_opts *opts,
@@ -139,7 +130,7 @@ static void rate_wait(struct kube_client *kc)
         wait = kc->not_before - now;
     kc->throttled_s += wait;
     pthread_mutex_unlock(&kc->lock);
-    sleep_s(wait);
+    clock_sleep_s(wait);
 }
 
 void kube_client_count_error(struct kube_client *kc, int code)
