@@ -118,30 +118,30 @@ cJSON *cost_links_to_json(const struct cost_links *l)
 
 double cost_layer_fwd_flops(const struct cost_job *j)
 {
-    double b = j->micro_batch_size, s = j->seq, h = j->hidden;
+    double b = j->micro_batch_size, s = j->model.seq_len, h = j->model.hidden;
     return 24.0 * b * s * h * h + 4.0 * b * s * s * h;
 }
 
 double cost_head_fwd_flops(const struct cost_job *j)
 {
-    return 2.0 * j->micro_batch_size * (double)j->seq * j->hidden * (double)j->vocab;
+    return 2.0 * j->micro_batch_size * (double)j->model.seq_len * j->model.hidden * (double)j->model.vocab;
 }
 
 double cost_layer_params(const struct cost_job *j)
 {
-    double h = j->hidden;
+    double h = j->model.hidden;
     return 12.0 * h * h + 13.0 * h;
 }
 
 double cost_embedding_params(const struct cost_job *j)
 {
-    return ((double)j->vocab + j->seq) * j->hidden;
+    return ((double)j->model.vocab + j->model.seq_len) * j->model.hidden;
 }
 
 double cost_activation_bytes(const struct cost_job *j)
 {
     int b = j->act_elem_bytes > 0 ? j->act_elem_bytes : j->elem_bytes;
-    return (double)j->micro_batch_size * j->seq * j->hidden * b;
+    return (double)j->micro_batch_size * j->model.seq_len * j->model.hidden * b;
 }
 
 struct cost_link cost_link_make(double gbps, double lat_us, double flows)
@@ -156,16 +156,16 @@ double cost_stage_memory(const struct cost_job *j, int layers, int s, int n)
 {
     int first = s == 0, last = s == n - 1, t = j->tensor;
     double params = layers * cost_layer_params(j) + (first ? cost_embedding_params(j) : 0) +
-                    (last && !first ? (double)j->vocab * j->hidden : 0);
+                    (last && !first ? (double)j->model.vocab * j->model.hidden : 0);
     double per_rank = params / t;
     double state = per_rank * 2.0 * j->elem_bytes +
                    per_rank * (j->elem_bytes == 4 ? 8.0 : 12.0) / j->data;
-    double b = j->micro_batch_size, sq = j->seq, h = j->hidden, a = j->heads;
+    double b = j->micro_batch_size, sq = j->model.seq_len, h = j->model.hidden, a = j->model.heads;
     double act_layer = sq * b * h * (10.0 + 24.0 / t + 5.0 * a * sq / (h * t)) *
                        (j->elem_bytes / 2.0);
     int inflight = j->schedule == SCHED_GPIPE ? j->micro_batches
                    : (n - s < j->micro_batches ? n - s : j->micro_batches);
-    double logits = last ? b * sq * (double)j->vocab * 4.0 / t : 0;
+    double logits = last ? b * sq * (double)j->model.vocab * 4.0 / t : 0;
     return state + inflight * (layers * act_layer) + logits;
 }
 
@@ -202,8 +202,8 @@ void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,
     out->tp_bwd = 2 * st->layers * allreduce_time(act, t, intra);
 
     double params = st->layers * cost_layer_params(j) + (first ? cost_embedding_params(j) : 0) +
-                    (last ? 2.0 * j->hidden : 0) +
-                    (last && !first ? (double)j->vocab * j->hidden : 0);
+                    (last ? 2.0 * j->model.hidden : 0) +
+                    (last && !first ? (double)j->model.vocab * j->model.hidden : 0);
     double per_rank = params / t;
     double grad_bytes = per_rank * j->elem_bytes;
     /* the updated parameters are gathered in gather_elem_bytes (2: bf16), the gradients are
@@ -224,7 +224,7 @@ void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,
      * forward. `tie` is one such transfer. */
     out->tie = 0;
     if (tie && (first || last) && !(first && last))
-        out->tie = (double)j->vocab * j->hidden / t * j->elem_bytes / j->data / tie->bw + tie->lat;
+        out->tie = (double)j->model.vocab * j->model.hidden / t * j->elem_bytes / j->data / tie->bw + tie->lat;
     out->dp_exposed = out->ag_exposed + fmax(out->rs_exposed, out->tie);
     out->optimizer = per_rank / j->data * l->optimizer_bytes_per_param / (l->memory_gbps * 1e9);
 }

@@ -9,6 +9,7 @@
 
 #include "error.h"
 #include "names.h"
+#include "trainingjob.h"
 
 /* Link and device constants. Every field can be overridden by the cluster file's `links`
  * object (or a calibration file with the same keys), so measured numbers replace defaults. */
@@ -47,7 +48,7 @@ cJSON *cost_links_to_json(const struct cost_links *l);
 
 /* Model shape and per-step work, as the cost model needs it. */
 struct cost_job {
-    int layers, hidden, heads, vocab, seq;
+    struct tj_model model; /* the shape (common/trainingjob.h) */
     int tensor;            /* tensor-parallel degree */
     int data;              /* data-parallel degree */
     int micro_batches;     /* per replica per step */

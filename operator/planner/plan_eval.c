@@ -173,11 +173,7 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
     free(nodes);
     free(wfab);
     free(wnode);
-    ev->cj.layers = job->model.layers;
-    ev->cj.hidden = job->model.hidden;
-    ev->cj.heads = job->model.heads;
-    ev->cj.vocab = job->model.vocab;
-    ev->cj.seq = job->model.seq;
+    ev->cj.model = job->model;
     ev->cj.tensor = job->tensor;
     ev->cj.elem_bytes = job->precision == DTYPE_FP32 ? 4 : 2;
     ev->cj.act_elem_bytes = job->pipeline_dtype == DTYPE_BF16 ? 2 : ev->cj.elem_bytes;

@@ -255,7 +255,7 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
     }
     p->step_s = pl_eval_sim(ev, P, layers, &p->breakdown);
     struct shape sh = {P, D, p->micro_batches, p->micro_batch_size};
-    p->tokens_per_s = tokens_per_s(&sh, ev->cj.seq, p->step_s);
+    p->tokens_per_s = tokens_per_s(&sh, ev->cj.model.seq_len, p->step_s);
     return 0;
 }
 
@@ -332,7 +332,7 @@ static int estimate_shapes(struct auto_search *A, herr *e)
             return -1;
         }
         if (isfinite(S.best_t) && S.best_t > 0)
-            A->quick[i] = tokens_per_s(&sh, job->model.seq, S.best_t);
+            A->quick[i] = tokens_per_s(&sh, job->model.seq_len, S.best_t);
         if (A->quick[i] > A->quick_best)
             A->quick_best = A->quick[i];
         pl_search_free(&S);
@@ -347,7 +347,7 @@ static void take_result(struct plan *out, struct auto_search *A, struct shape sh
 {
     if (!isfinite(t) || t <= 0)
         return;
-    double tps = tokens_per_s(&sh, A->job->model.seq, t);
+    double tps = tokens_per_s(&sh, A->job->model.seq_len, t);
     struct plan_candidate c = {sh.P, sh.D, sh.m, sh.b, t, tps};
     keep_top(out, &c);
     if (tps > A->best_tps) {
@@ -371,7 +371,7 @@ static int search_shape(struct plan *out, struct auto_search *A, int i, herr *e)
         A->quick[i] < SHAPE_KEEP * A->quick_best) {
         if (A->quick[i] > 0) {
             struct plan_candidate c = {sh.P, sh.D, sh.m, sh.b,
-                                       tokens_per_step(&sh, job->model.seq) / A->quick[i],
+                                       tokens_per_step(&sh, job->model.seq_len) / A->quick[i],
                                        A->quick[i]};
             keep_top(out, &c);
         }

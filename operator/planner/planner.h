@@ -18,6 +18,7 @@
 #include "error.h"
 #include "nic_summary.h"
 #include "plan_doc.h"
+#include "trainingjob.h"
 
 #define PLAN_NAME_MAX 64
 #define PLAN_TOP_MAX 5   /* candidates kept by the auto search */
@@ -33,12 +34,8 @@ struct plan_worker {
     struct nic_summary nic;
 };
 
-struct plan_model {
-    int layers, hidden, heads, vocab, seq;
-};
-
 struct plan_job {
-    struct plan_model model;
+    struct tj_model model; /* the model's shape (common/trainingjob.h; preset unused) */
     int tensor;           /* >= 1; tensor groups never leave a worker */
     int pipeline;         /* 0 = auto */
     int data;             /* 0 = auto */

@@ -61,10 +61,10 @@ int plan_check_input(const struct plan_worker *workers, int n_workers, const str
     }
     free(idx);
 
-    const struct plan_model *m = &job->model;
+    const struct tj_model *m = &job->model;
     if (m->layers < 1 || m->layers > 100000)
         return herr_set(e, "model.layers: must be an integer in [1, 100000]");
-    if (m->hidden < 1 || m->heads < 1 || m->vocab < 1 || m->seq < 1)
+    if (m->hidden < 1 || m->heads < 1 || m->vocab < 1 || m->seq_len < 1)
         return herr_set(e, "model: layers, hidden, heads, vocab and seq must all be >= 1");
     if (m->hidden % m->heads)
         return herr_set(e, "model.hidden: %d is not divisible by model.heads %d", m->hidden,

@@ -7,11 +7,7 @@
 void planner_job_from_spec(const struct tj_spec *s, struct plan_job *out)
 {
     plan_job_init(out);
-    out->model.layers = s->model.layers;
-    out->model.hidden = s->model.hidden;
-    out->model.heads = s->model.heads;
-    out->model.vocab = s->model.vocab;
-    out->model.seq = s->model.seq_len;
+    out->model = s->model;
     out->tensor = s->par.tensor;
     out->pipeline = s->par.pipeline; /* TJ_AUTO == 0 == auto */
     out->data = s->par.data;

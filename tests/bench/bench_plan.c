@@ -48,7 +48,7 @@ int main(int argc, char **argv)
     }
     struct plan_job job;
     plan_job_init(&job);
-    job.model = (struct plan_model){96, 12288, 96, 50257, 2048};
+    job.model = (struct tj_model){.layers = 96, .hidden = 12288, .heads = 96, .vocab = 50257, .seq_len = 2048};
     job.tensor = 8;
     job.micro_batches = 32;
     job.micro_batch_size = 1;

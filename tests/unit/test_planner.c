@@ -27,7 +27,7 @@ static void worker(struct plan_worker *w, const char *name, int gpus, double tfl
 static void small_job(struct plan_job *j, int layers, int P, int D)
 {
     plan_job_init(j);
-    j->model = (struct plan_model){layers, 512, 8, 8000, 256};
+    j->model = (struct tj_model){.layers = layers, .hidden = 512, .heads = 8, .vocab = 8000, .seq_len = 256};
     j->pipeline = P;
     j->data = D;
     j->micro_batches = 8;
@@ -38,7 +38,7 @@ static void small_job(struct plan_job *j, int layers, int P, int D)
 
 static void test_formulas(void)
 {
-    struct cost_job j = {.layers = 2, .hidden = 64, .heads = 4, .vocab = 100, .seq = 16,
+    struct cost_job j = {.model = {.layers = 2, .hidden = 64, .heads = 4, .vocab = 100, .seq_len = 16},
                          .tensor = 1, .data = 1, .micro_batches = 4, .micro_batch_size = 2,
                          .elem_bytes = 2};
     CHECK_NEAR("layer flops 24bsh^2+4bs^2h", cost_layer_fwd_flops(&j),
@@ -59,7 +59,7 @@ static void test_schedule_closed_form(void)
     cost_links_default(&l);
     l.compute_efficiency = 1;
     l.memory_gbps = 1e12; /* optimizer ~ 0 */
-    struct cost_job j = {.layers = 8, .hidden = 256, .heads = 4, .vocab = 1, .seq = 64,
+    struct cost_job j = {.model = {.layers = 8, .hidden = 256, .heads = 4, .vocab = 1, .seq_len = 64},
                          .tensor = 1, .data = 1, .micro_batches = 6, .micro_batch_size = 1,
                          .elem_bytes = 2};
     struct cost_stage st[4];
@@ -198,7 +198,7 @@ static int gateway_plan_with(enum policy pol, int three, double gateway, int m,
     plan_job_init(&job);
     /* vocab 8: the embedding tie (first <-> last stage, also on the gateway) is small: the
      * checks below allow it 1 % */
-    job.model = (struct plan_model){4, 192, 4, 8, 32};
+    job.model = (struct tj_model){.layers = 4, .hidden = 192, .heads = 4, .vocab = 8, .seq_len = 32};
     job.pipeline = 2;
     job.data = 2;
     job.micro_batches = m;
@@ -238,7 +238,7 @@ static void test_pipeline_dtype(void)
     cost_links_default(&l);
     l.compute_efficiency = 1;
     l.memory_gbps = 1e12;
-    struct cost_job j = {.layers = 4, .hidden = 192, .heads = 4, .vocab = 1, .seq = 32,
+    struct cost_job j = {.model = {.layers = 4, .hidden = 192, .heads = 4, .vocab = 1, .seq_len = 32},
                          .tensor = 1, .data = 1, .micro_batches = 1, .micro_batch_size = 4,
                          .elem_bytes = 4, .schedule = SCHED_GPIPE};
     CHECK_NEAR("fp32 activation: 4 bytes per value", cost_activation_bytes(&j), 4 * 32 * 192 * 4.0,
@@ -284,14 +284,14 @@ static void test_param_gather_dtype(void)
     l.compute_efficiency = 1;
     l.memory_gbps = 1e12;
     l.overlap = 0; /* nothing hides the ring */
-    struct cost_job j = {.layers = 4, .hidden = 192, .heads = 4, .vocab = 1, .seq = 32,
+    struct cost_job j = {.model = {.layers = 4, .hidden = 192, .heads = 4, .vocab = 1, .seq_len = 32},
                          .tensor = 1, .data = 2, .micro_batches = 1, .micro_batch_size = 4,
                          .elem_bytes = 4, .schedule = SCHED_GPIPE};
     struct cost_stage st = {.layers = 2, .tflops = 1, .mem_bytes = INFINITY,
                             .dp = cost_link_make(8, 0, 1), /* 1 GB/s */
                             .next = {INFINITY, 0}};
     /* one stage, first and last: blocks, embeddings, final norm */
-    double params = 2 * cost_layer_params(&j) + cost_embedding_params(&j) + 2.0 * j.hidden;
+    double params = 2 * cost_layer_params(&j) + cost_embedding_params(&j) + 2.0 * j.model.hidden;
     struct cost_stage_terms t32, t16;
     cost_stage_terms(&j, &l, &st, 1, 1, NULL, &t32);
     CHECK_NEAR("fp32 all-gather: 1/2 x 4 bytes per parameter / bw", t32.ag_exposed,
@@ -413,7 +413,7 @@ static double shared_step(int P, int D, double cores, int same_node, struct cost
     }
     struct plan_job job;
     plan_job_init(&job);
-    job.model = (struct plan_model){4, 192, 4, 256, 32};
+    job.model = (struct tj_model){.layers = 4, .hidden = 192, .heads = 4, .vocab = 256, .seq_len = 32};
     job.pipeline = P;
     job.data = D;
     job.micro_batches = 4;
@@ -457,7 +457,7 @@ static void test_shared_cores(void)
         snprintf(w[1].node, sizeof w[1].node, "box");
         struct plan_job job;
         plan_job_init(&job);
-        job.model = (struct plan_model){4, 192, 4, 256, 32};
+        job.model = (struct tj_model){.layers = 4, .hidden = 192, .heads = 4, .vocab = 256, .seq_len = 32};
         job.pipeline = 2;
         job.data = 1;
         job.micro_batches = 4;
@@ -800,7 +800,7 @@ static void test_memory(void)
     job.model.hidden = 2048;
     job.model.heads = 16;
     job.micro_batches = 8;
-    struct cost_job cj = {.layers = 12, .hidden = 2048, .heads = 16, .vocab = 8000, .seq = 256,
+    struct cost_job cj = {.model = {.layers = 12, .hidden = 2048, .heads = 16, .vocab = 8000, .seq_len = 256},
                           .tensor = 1, .data = 8, .micro_batches = 8, .micro_batch_size = 2,
                           .elem_bytes = 2, .schedule = SCHED_1F1B};
     double m1 = cost_stage_memory(&cj, 12, 0, 1); /* pipeline 1, data 8 */

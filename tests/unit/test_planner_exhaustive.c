@@ -147,7 +147,7 @@ int main(void)
         job.model.heads = 4;
         job.model.hidden = 128 * pick(2, 12);
         job.model.vocab = pick(1000, 60000);
-        job.model.seq = 128 * pick(1, 8);
+        job.model.seq_len = 128 * pick(1, 8);
         job.schedule = pick(0, 1) ? SCHED_GPIPE : SCHED_1F1B;
         job.micro_batches = pick(job.schedule == SCHED_1F1B ? job.pipeline : 1, 8);
         job.micro_batch_size = pick(1, 4);
@@ -224,7 +224,7 @@ int main(void)
             printf("#  tcp %g eff %g overlap %g m %d b %d sched %d h %d V %d s %d\n", links.tcp_gbps,
                    links.compute_efficiency, links.overlap, job.micro_batches,
                    job.micro_batch_size, job.schedule, job.model.hidden, job.model.vocab,
-                   job.model.seq);
+                   job.model.seq_len);
             for (int s = 0; s < x.P; s++) {
                 printf("#  stage %d: holmes layers %d:", s, p.stages[s].last_layer -
                        p.stages[s].first_layer);

@@ -149,7 +149,7 @@ int main(void)
         make_worker(&w[i], i, i % 2 ? &roce : &ib, 8, 312);
     struct plan_job j;
     plan_job_init(&j);
-    j.model = (struct plan_model){96, 12288, 96, 50257, 2048};
+    j.model = (struct tj_model){.layers = 96, .hidden = 12288, .heads = 96, .vocab = 50257, .seq_len = 2048};
     j.tensor = 8;
     j.pipeline = 16;
     j.data = 128;
@@ -193,8 +193,9 @@ int main(void)
         plan_job_init(&j);
         int layers = layer_choices[pick(0, 5)];
         int heads = (int[]){1, 2, 4, 8, 12, 16}[pick(0, 5)];
-        j.model = (struct plan_model){layers, heads * 64, heads, pick(0, 1) ? 256 : 50257,
-                                      (int[]){64, 256, 1024}[pick(0, 2)]};
+        j.model = (struct tj_model){.layers = layers, .hidden = heads * 64, .heads = heads,
+                                    .vocab = pick(0, 1) ? 256 : 50257,
+                                    .seq_len = (int[]){64, 256, 1024}[pick(0, 2)]};
         int tdiv[8], nt = divisors(per, tdiv, 8);
         j.tensor = gpus ? tdiv[pick(0, nt - 1)] : 1;
         if (gpus && j.tensor > 1 && heads % j.tensor != 0)
