@@ -1,6 +1,8 @@
 #include "cli.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "version.h"
@@ -48,4 +50,31 @@ int cli_dispatch(const char *prog, const char *about, const struct cli_command *
             return argc >= 2 ? c->run(argc - 1, argv + 1) : c->run(1, (char *[]){(char *)name, NULL});
     fprintf(stderr, "%s: unknown command '%s' (see '%s --help')\n", prog, name, prog);
     return 2;
+}
+
+int cli_long(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "%s: %s must be an integer in [%ld, %ld] (got \"%s\")\n", cmd, flag, lo, hi,
+                s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_float(const char *cmd, const char *flag, const char *s, double lo, double hi, float *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "%s: %s must be a number in [%g, %g] (got \"%s\")\n", cmd, flag, lo, hi, s);
+        return -1;
+    }
+    *out = (float)v;
+    return 0;
 }

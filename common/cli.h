@@ -14,4 +14,9 @@ int cli_dispatch(const char *prog, const char *about, const struct cli_command *
 /* True when argv holds -h or --help before any "--". */
 int cli_wants_help(int argc, char **argv);
 
+/* A command-line value: an integer, or a finite number, in [lo, hi]. 0, or -1 after printing
+ * "CMD: FLAG must be an integer in [lo, hi] (got "s")" to stderr. */
+int cli_long(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
+int cli_float(const char *cmd, const char *flag, const char *s, double lo, double hi, float *out);
+
 #endif

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli.h"
 #include "checkpoint.h"
 #include "clock.h"
 #include "commands.h"
@@ -62,34 +63,6 @@ static void usage(FILE *f)
         "  --log-every N (1)\n");
 }
 
-static int parse_long(const char *flag, const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "holmes-node train: %s must be an integer in [%ld, %ld] (got \"%s\")\n",
-                flag, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int parse_float(const char *flag, const char *s, double lo, double hi, float *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "holmes-node train: %s must be a number in [%g, %g] (got \"%s\")\n", flag,
-                lo, hi, s);
-        return -1;
-    }
-    *out = (float)v;
-    return 0;
-}
-
 enum { O_LAYERS = 256, O_CHANNELS, O_HEADS, O_VOCAB, O_MAXSEQ, O_INIT, O_BATCH, O_SEQ, O_ACCUM,
        O_STEPS, O_LR, O_WARMUP, O_MINLR, O_WD, O_B1, O_B2, O_EPS, O_CLIP, O_SEED, O_DATA, O_CKDIR,
        O_CKEVERY, O_KEEP, O_RESUME, O_METRICS, O_LOGEVERY };
@@ -117,32 +90,32 @@ static int parse_args(int argc, char **argv, struct train_opts *o)
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         int rc = 0;
         switch (c) {
-        case O_LAYERS: rc = parse_long("--layers", optarg, 1, 1000, &v); o->c.layers = (int)v; break;
-        case O_CHANNELS: rc = parse_long("--channels", optarg, 1, 65536, &v); o->c.channels = (int)v; break;
-        case O_HEADS: rc = parse_long("--heads", optarg, 1, 4096, &v); o->c.heads = (int)v; break;
-        case O_VOCAB: rc = parse_long("--vocab", optarg, 2, 1 << 24, &v); o->c.vocab = (int)v; o->have_vocab = 1; break;
-        case O_MAXSEQ: rc = parse_long("--max-seq", optarg, 1, 1 << 20, &v); o->c.max_seq = (int)v; o->have_max_seq = 1; break;
+        case O_LAYERS: rc = cli_long("holmes-node train", "--layers", optarg, 1, 1000, &v); o->c.layers = (int)v; break;
+        case O_CHANNELS: rc = cli_long("holmes-node train", "--channels", optarg, 1, 65536, &v); o->c.channels = (int)v; break;
+        case O_HEADS: rc = cli_long("holmes-node train", "--heads", optarg, 1, 4096, &v); o->c.heads = (int)v; break;
+        case O_VOCAB: rc = cli_long("holmes-node train", "--vocab", optarg, 2, 1 << 24, &v); o->c.vocab = (int)v; o->have_vocab = 1; break;
+        case O_MAXSEQ: rc = cli_long("holmes-node train", "--max-seq", optarg, 1, 1 << 20, &v); o->c.max_seq = (int)v; o->have_max_seq = 1; break;
         case O_INIT: o->init_from = optarg; break;
-        case O_BATCH: rc = parse_long("--batch", optarg, 1, 1 << 20, &v); o->B = (int)v; break;
-        case O_SEQ: rc = parse_long("--seq", optarg, 1, 1 << 20, &v); o->T = (int)v; break;
-        case O_ACCUM: rc = parse_long("--grad-accum", optarg, 1, 1 << 20, &v); o->accum = (int)v; break;
-        case O_STEPS: rc = parse_long("--steps", optarg, 1, 1L << 40, &o->steps); break;
-        case O_LR: rc = parse_float("--lr", optarg, 1e-12, 10, &o->lr.max_lr); break;
-        case O_WARMUP: rc = parse_long("--warmup", optarg, 0, 1L << 40, &o->lr.warmup_steps); break;
-        case O_MINLR: rc = parse_float("--min-lr-ratio", optarg, 0, 1, &o->lr.min_lr_ratio); break;
-        case O_WD: rc = parse_float("--weight-decay", optarg, 0, 10, &o->adam.weight_decay); break;
-        case O_B1: rc = parse_float("--beta1", optarg, 0, 0.999999, &o->adam.beta1); break;
-        case O_B2: rc = parse_float("--beta2", optarg, 0, 0.999999999, &o->adam.beta2); break;
-        case O_EPS: rc = parse_float("--eps", optarg, 0, 1, &o->adam.eps); break;
-        case O_CLIP: rc = parse_float("--grad-clip", optarg, 0, 1e9, &o->clip); break;
-        case O_SEED: rc = parse_long("--seed", optarg, 0, __LONG_MAX__, &v); o->seed = (uint64_t)v; break;
+        case O_BATCH: rc = cli_long("holmes-node train", "--batch", optarg, 1, 1 << 20, &v); o->B = (int)v; break;
+        case O_SEQ: rc = cli_long("holmes-node train", "--seq", optarg, 1, 1 << 20, &v); o->T = (int)v; break;
+        case O_ACCUM: rc = cli_long("holmes-node train", "--grad-accum", optarg, 1, 1 << 20, &v); o->accum = (int)v; break;
+        case O_STEPS: rc = cli_long("holmes-node train", "--steps", optarg, 1, 1L << 40, &o->steps); break;
+        case O_LR: rc = cli_float("holmes-node train", "--lr", optarg, 1e-12, 10, &o->lr.max_lr); break;
+        case O_WARMUP: rc = cli_long("holmes-node train", "--warmup", optarg, 0, 1L << 40, &o->lr.warmup_steps); break;
+        case O_MINLR: rc = cli_float("holmes-node train", "--min-lr-ratio", optarg, 0, 1, &o->lr.min_lr_ratio); break;
+        case O_WD: rc = cli_float("holmes-node train", "--weight-decay", optarg, 0, 10, &o->adam.weight_decay); break;
+        case O_B1: rc = cli_float("holmes-node train", "--beta1", optarg, 0, 0.999999, &o->adam.beta1); break;
+        case O_B2: rc = cli_float("holmes-node train", "--beta2", optarg, 0, 0.999999999, &o->adam.beta2); break;
+        case O_EPS: rc = cli_float("holmes-node train", "--eps", optarg, 0, 1, &o->adam.eps); break;
+        case O_CLIP: rc = cli_float("holmes-node train", "--grad-clip", optarg, 0, 1e9, &o->clip); break;
+        case O_SEED: rc = cli_long("holmes-node train", "--seed", optarg, 0, __LONG_MAX__, &v); o->seed = (uint64_t)v; break;
         case O_DATA: o->data = optarg; break;
         case O_CKDIR: o->ckpt_dir = optarg; break;
-        case O_CKEVERY: rc = parse_long("--checkpoint-every", optarg, 0, 1L << 40, &o->ckpt_every); break;
-        case O_KEEP: rc = parse_long("--keep", optarg, 1, 1000000, &v); o->keep = (int)v; break;
+        case O_CKEVERY: rc = cli_long("holmes-node train", "--checkpoint-every", optarg, 0, 1L << 40, &o->ckpt_every); break;
+        case O_KEEP: rc = cli_long("holmes-node train", "--keep", optarg, 1, 1000000, &v); o->keep = (int)v; break;
         case O_RESUME: o->resume = 1; break;
         case O_METRICS: o->metrics_out = optarg; break;
-        case O_LOGEVERY: rc = parse_long("--log-every", optarg, 1, 1L << 40, &v); o->log_every = (int)v; break;
+        case O_LOGEVERY: rc = cli_long("holmes-node train", "--log-every", optarg, 1, 1L << 40, &v); o->log_every = (int)v; break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return -1;
         }

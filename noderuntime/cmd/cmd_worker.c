@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "commands.h"
 #include "dataloader.h"
 #include "log.h"
@@ -93,34 +94,6 @@ static int print_step(void *ctx, const struct trainer_report *r)
 
 static int poll_stop(void *ctx) { (void)ctx; return stop_requested != 0; }
 
-static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi) {
-        fprintf(stderr, "holmes-node worker: %s must be an integer in %ld..%ld, got '%s'\n", opt, lo,
-                hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int parse_float(const char *opt, const char *s, double lo, double hi, float *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || end == s || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "holmes-node worker: %s must be a number in %g..%g, got '%s'\n", opt, lo,
-                hi, s);
-        return -1;
-    }
-    *out = (float)v;
-    return 0;
-}
-
 /* fp32 | bf16: what an element type option (--pipeline-dtype, --param-gather-dtype) selects. */
 static int parse_wire(const char *opt, const char *s, enum dtype *out)
 {
@@ -143,7 +116,7 @@ struct worker_args {
 static int parse_args(int argc, char **argv, struct trainer_config *c, struct worker_args *w)
 {
     const char *env_rank = getenv("HOLMES_RANK");
-    if (env_rank && parse_long("HOLMES_RANK", env_rank, 0, INT_MAX, &w->rank) != 0)
+    if (env_rank && cli_long("holmes-node worker", "HOLMES_RANK", env_rank, 0, INT_MAX, &w->rank) != 0)
         return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -165,27 +138,27 @@ static int parse_args(int argc, char **argv, struct trainer_config *c, struct wo
         if (strcmp(a, "--rank-table") == 0)
             w->table_path = v;
         else if (strcmp(a, "--rank") == 0)
-            bad = parse_long(a, v, 0, INT_MAX, &w->rank);
+            bad = cli_long("holmes-node worker", a, v, 0, INT_MAX, &w->rank);
         else if (strcmp(a, "--data") == 0)
             w->data = v;
-        else if (strcmp(a, "--layers") == 0 && !(bad = parse_long(a, v, 1, 1000, &n)))
+        else if (strcmp(a, "--layers") == 0 && !(bad = cli_long("holmes-node worker", a, v, 1, 1000, &n)))
             c->model.layers = (int)n;
-        else if (strcmp(a, "--channels") == 0 && !(bad = parse_long(a, v, 1, 100000, &n)))
+        else if (strcmp(a, "--channels") == 0 && !(bad = cli_long("holmes-node worker", a, v, 1, 100000, &n)))
             c->model.channels = (int)n;
-        else if (strcmp(a, "--heads") == 0 && !(bad = parse_long(a, v, 1, 1000, &n)))
+        else if (strcmp(a, "--heads") == 0 && !(bad = cli_long("holmes-node worker", a, v, 1, 1000, &n)))
             c->model.heads = (int)n;
-        else if (strcmp(a, "--vocab") == 0 && !(bad = parse_long(a, v, 1, 10000000, &n)))
+        else if (strcmp(a, "--vocab") == 0 && !(bad = cli_long("holmes-node worker", a, v, 1, 10000000, &n)))
             c->model.vocab = (int)n;
-        else if (strcmp(a, "--max-seq") == 0 && !(bad = parse_long(a, v, 1, 1000000, &n)))
+        else if (strcmp(a, "--max-seq") == 0 && !(bad = cli_long("holmes-node worker", a, v, 1, 1000000, &n)))
             c->model.max_seq = (int)n;
-        else if (strcmp(a, "--batch") == 0 && !(bad = parse_long(a, v, 1, 100000, &n)))
+        else if (strcmp(a, "--batch") == 0 && !(bad = cli_long("holmes-node worker", a, v, 1, 100000, &n)))
             c->B = (int)n;
-        else if (strcmp(a, "--seq") == 0 && !(bad = parse_long(a, v, 1, 1000000, &n)))
+        else if (strcmp(a, "--seq") == 0 && !(bad = cli_long("holmes-node worker", a, v, 1, 1000000, &n)))
             c->T = (int)n;
-        else if (strcmp(a, "--micro-batches") == 0 && !(bad = parse_long(a, v, 1, 100000, &n)))
+        else if (strcmp(a, "--micro-batches") == 0 && !(bad = cli_long("holmes-node worker", a, v, 1, 100000, &n)))
             c->micro_batches = (int)n;
         else if (strcmp(a, "--steps") == 0)
-            bad = parse_long(a, v, 1, LONG_MAX, &c->steps);
+            bad = cli_long("holmes-node worker", a, v, 1, LONG_MAX, &c->steps);
         else if (strcmp(a, "--schedule") == 0) {
             if (schedule_parse(v, &c->schedule) != 0) {
                 fprintf(stderr, "holmes-node worker: --schedule: '%s' is not one of 1f1b, gpipe\n",
@@ -197,18 +170,18 @@ static int parse_args(int argc, char **argv, struct trainer_config *c, struct wo
         else if (strcmp(a, "--param-gather-dtype") == 0)
             bad = parse_wire(a, v, &c->param_wire);
         else if (strcmp(a, "--lr") == 0)
-            bad = parse_float(a, v, 1e-12, 10, &c->lr.max_lr);
+            bad = cli_float("holmes-node worker", a, v, 1e-12, 10, &c->lr.max_lr);
         else if (strcmp(a, "--warmup") == 0)
-            bad = parse_long(a, v, 0, LONG_MAX, &c->lr.warmup_steps);
+            bad = cli_long("holmes-node worker", a, v, 0, LONG_MAX, &c->lr.warmup_steps);
         else if (strcmp(a, "--min-lr-ratio") == 0)
-            bad = parse_float(a, v, 0, 1, &c->lr.min_lr_ratio);
+            bad = cli_float("holmes-node worker", a, v, 0, 1, &c->lr.min_lr_ratio);
         else if (strcmp(a, "--clip") == 0)
-            bad = parse_float(a, v, 0, 1e9, &c->grad_clip);
+            bad = cli_float("holmes-node worker", a, v, 0, 1e9, &c->grad_clip);
         else if (strcmp(a, "--weight-decay") == 0)
-            bad = parse_float(a, v, 0, 10, &c->adamw.weight_decay);
-        else if (strcmp(a, "--seed") == 0 && !(bad = parse_long(a, v, 0, LONG_MAX, &n)))
+            bad = cli_float("holmes-node worker", a, v, 0, 10, &c->adamw.weight_decay);
+        else if (strcmp(a, "--seed") == 0 && !(bad = cli_long("holmes-node worker", a, v, 0, LONG_MAX, &n)))
             c->seed = (uint64_t)n;
-        else if (strcmp(a, "--bucket") == 0 && !(bad = parse_long(a, v, 1, LONG_MAX, &n)))
+        else if (strcmp(a, "--bucket") == 0 && !(bad = cli_long("holmes-node worker", a, v, 1, LONG_MAX, &n)))
             c->bucket_floats = (size_t)n;
         else if (strcmp(a, "--checkpoint-dir") == 0)
             c->checkpoint_dir = v;
@@ -216,9 +189,9 @@ static int parse_args(int argc, char **argv, struct trainer_config *c, struct wo
             c->init_from = v;
             c->init_from_name = "--init-from";
         }
-        else if (strcmp(a, "--checkpoint-every") == 0 && !(bad = parse_long(a, v, 0, INT_MAX, &n)))
+        else if (strcmp(a, "--checkpoint-every") == 0 && !(bad = cli_long("holmes-node worker", a, v, 0, INT_MAX, &n)))
             c->checkpoint_every = (int)n;
-        else if (strcmp(a, "--keep") == 0 && !(bad = parse_long(a, v, 1, 1000, &n)))
+        else if (strcmp(a, "--keep") == 0 && !(bad = cli_long("holmes-node worker", a, v, 1, 1000, &n)))
             c->checkpoint_keep = (int)n;
         else if (strcmp(a, "--listen") == 0)
             c->listen_host = v;

@@ -109,19 +109,6 @@ static int parse_tflops(const char *s, double *out)
     return 0;
 }
 
-static int parse_int(const char *s, const char *opt, long lo, long hi, long *out)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!s[0] || *end || v < lo || v > hi) {
-        fprintf(stderr, "holmes-node worker: %s: \"%s\" is not an integer in [%ld, %ld]\n", opt,
-                s, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 static char *read_token(const char *path)
 {
     FILE *f = fopen(path, "r");
@@ -201,15 +188,15 @@ static int parse_args(int argc, char **argv, struct args *a)
         else if (strcmp(o, "--tflops") == 0 && v) tflops_s = v;
         else if (strcmp(o, "--cpu-affinity") == 0 && v) affinity_s = v;
         else if (strcmp(o, "--progress-ms") == 0 && v) {
-            if (parse_int(v, o, 1, 600000, &a->progress_ms)) return 2;
+            if (cli_long("holmes-node worker", o, v, 1, 600000, &a->progress_ms)) return 2;
         } else if (strcmp(o, "--connect-timeout") == 0 && v) {
-            if (parse_int(v, o, 1, 86400, &a->connect_s)) return 2;
+            if (cli_long("holmes-node worker", o, v, 1, 86400, &a->connect_s)) return 2;
         } else if (strcmp(o, "--simulate") == 0 && v) {
-            if (parse_int(v, o, 0, 1L << 40, &a->sim_steps)) return 2;
+            if (cli_long("holmes-node worker", o, v, 0, 1L << 40, &a->sim_steps)) return 2;
         } else if (strcmp(o, "--step-ms") == 0 && v) {
-            if (parse_int(v, o, 0, 600000, &a->step_ms)) return 2;
+            if (cli_long("holmes-node worker", o, v, 0, 600000, &a->step_ms)) return 2;
         } else if (strcmp(o, "--fail-at") == 0 && v) {
-            if (parse_int(v, o, 0, 1L << 40, &a->fail_at)) return 2;
+            if (cli_long("holmes-node worker", o, v, 0, 1L << 40, &a->fail_at)) return 2;
         } else {
             fprintf(stderr, "holmes-node worker: unknown or incomplete option %s (see --help)\n", o);
             return 2;
@@ -220,7 +207,7 @@ static int parse_args(int argc, char **argv, struct args *a)
                         "(or HOLMES_COORDINATOR, HOLMES_JOB, HOLMES_POD, HOLMES_WORKER)\n");
         return 2;
     }
-    if (parse_int(worker_s, "--worker", 0, 65535, &a->worker))
+    if (cli_long("holmes-node worker", "--worker", worker_s, 0, 65535, &a->worker))
         return 2;
     if (tflops_s && parse_tflops(tflops_s, &a->declared))
         return 2;
