@@ -54,13 +54,11 @@ CPORT=$(k8s_free_port)
 start_operator() { k8s_operator "$W/operator.log" $CPORT --status-interval 1; }
 start_operator
 
-sed -e "s/name: local-tiny/name: e2e/" -e "s/steps: 300/steps: 500/" \
-    -e "s#local-runs/local-tiny/checkpoints#$W/ckpt#" \
-    -e "s#examples/data/corpus.txt#$REPO/examples/data/corpus.txt#" \
+# ~0.1 s a step: time to act mid-run
+example_job "$W/job.yaml" e2e 500 "$W/ckpt" -e "s#examples/data/corpus.txt#$REPO/examples/data/corpus.txt#" \
     -e "s/everySteps: 50/everySteps: 20/" -e "s/keep: 2/keep: 3/" \
     -e "s/maxRestarts: 2, backoffSeconds: 0/maxRestarts: 3, backoffSeconds: 1/" \
-    -e "s/bandwidthScale: 0.01/bandwidthScale: 0.001/" \
-    "$REPO/examples/local-tiny.yaml" >"$W/job.yaml" # ~0.1 s a step: time to act mid-run
+    -e "s/bandwidthScale: 0.01/bandwidthScale: 0.001/"
 kubectl apply -n $NS -f "$W/job.yaml" >/dev/null
 npods() { kubectl get pods -n $NS -l "holmes.dev/job=$1" -o json | jq '[.items[] | select(.metadata.deletionTimestamp == null)] | length'; }
 pods_are() { [ "$(npods "$1")" = "$2" ]; }

@@ -21,10 +21,8 @@ k8s_setup_jobs $NS || { fail "namespace and CRD installed"; exit 1; }
 CPORT=$(k8s_free_port)
 k8s_operator "$W/operator.log" $CPORT
 
-sed -e "s/name: local-tiny/name: pre/" \
-    -e "s/steps: 300/steps: 400/" -e "s#local-runs/local-tiny/checkpoints#$W/ckpt#" \
-    -e "s#examples/data/corpus.txt#$REPO/examples/data/corpus.txt#" \
-    -e "s/everySteps: 50/everySteps: 1000/" "$REPO/examples/local-tiny.yaml" >"$W/job.yaml"
+example_job "$W/job.yaml" pre 400 "$W/ckpt" -e "s#examples/data/corpus.txt#$REPO/examples/data/corpus.txt#" \
+    -e "s/everySteps: 50/everySteps: 1000/"
 kubectl apply -n $NS -f "$W/job.yaml" >/dev/null
 pods_are() { [ "$(kubectl get pods -n $NS -l holmes.dev/job=pre -o json | jq '.items | length')" = "$1" ]; }
 check "apply -> 4 worker pods" wait_for 30 pods_are 4

@@ -19,3 +19,12 @@ wait_for() {
     return 1
 }
 jq_true() { jq -e "$2" <<<"$1" >/dev/null 2>&1; } # jq_true JSON FILTER
+
+# example_job OUT NAME STEPS CKPT_DIR [sed expressions...]: examples/local-tiny.yaml renamed, with
+# its own step count and checkpoint directory, plus the caller's edits.
+example_job() {
+    local out=$1 name=$2 steps=$3 ckpt=$4
+    shift 4
+    sed -e "s/name: local-tiny/name: $name/" -e "s/steps: 300/steps: $steps/" \
+        -e "s#local-runs/local-tiny/checkpoints#$ckpt#" "$@" "$REPO/examples/local-tiny.yaml" >"$out"
+}

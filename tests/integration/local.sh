@@ -5,8 +5,7 @@ source "$(dirname "$0")/lib.bash"
 tmp=$(mktemp -d /tmp/holmes-local.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 name=it-local-$$
-sed -e "s/name: local-tiny/name: $name/" -e "s/steps: 300/steps: 100/" \
-    -e "s#local-runs/local-tiny/checkpoints#$tmp/ckpt#" "$REPO/examples/local-tiny.yaml" >"$tmp/job.yaml"
+example_job "$tmp/job.yaml" "$name" 100 "$tmp/ckpt"
 
 # 1. A whole run.
 out=$(cd "$REPO" && timeout 120 "$OPERATOR" local "$tmp/job.yaml" --simulate --step-ms 5 \

@@ -17,9 +17,7 @@ cleanup() {
 trap cleanup EXIT
 # job NAME STEPS EVERY: a copy of the example with its own name and checkpoint directory
 job() {
-    sed -e "s/name: local-tiny/name: lf-$$-$1/" -e "s/steps: 300/steps: $2/" \
-        -e "s#local-runs/local-tiny/checkpoints#${4:-$tmp/$1-ckpt}#" -e "s/everySteps: 50/everySteps: $3/" \
-        "$REPO/examples/local-tiny.yaml" >"$tmp/$1.yaml"
+    example_job "$tmp/$1.yaml" "lf-$$-$1" "$2" "${4:-$tmp/$1-ckpt}" -e "s/everySteps: 50/everySteps: $3/"
 }
 run_local() { # NAME [extra args]: runs the job in the background; output in $tmp/NAME.out
     local n=$1; shift

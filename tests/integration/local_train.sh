@@ -7,9 +7,8 @@ trap 'rm -rf "$tmp"' EXIT
 name=it-train-$$
 steps=24
 [ "${HOLMES_VARIANT:-}" = asan ] && steps=8
-sed -e "s/name: local-tiny/name: $name/" -e "s/steps: 300/steps: $steps/" -e "s/warmupSteps: 20/warmupSteps: 2/" \
-    -e "s/everySteps: 50/everySteps: 4/" -e "s#local-runs/local-tiny/checkpoints#$tmp/ckpt#" \
-    "$REPO/examples/local-tiny.yaml" >"$tmp/job.yaml"
+example_job "$tmp/job.yaml" "$name" "$steps" "$tmp/ckpt" -e "s/warmupSteps: 20/warmupSteps: 2/" \
+    -e "s/everySteps: 50/everySteps: 4/"
 
 if [ "${HOLMES_VARIANT:-}" != asan ]; then # under ASan only the restart run below (time)
 out=$(cd "$REPO" && timeout 300 "$OPERATOR" local "$tmp/job.yaml" --run-dir "$tmp/run" \

@@ -5,8 +5,7 @@ source "$(dirname "$0")/lib.bash"
 tmp=$(mktemp -d /tmp/holmes-wrap.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 name=it-wrap-$$
-sed -e "s/name: local-tiny/name: $name/" -e "s/steps: 300/steps: 20/" \
-    -e "s#local-runs/local-tiny/checkpoints#$tmp/ckpt#" "$REPO/examples/local-tiny.yaml" >"$tmp/job.yaml"
+example_job "$tmp/job.yaml" "$name" 20 "$tmp/ckpt"
 cat >"$tmp/wrap.sh" <<'W'
 #!/usr/bin/env bash
 # wrap.sh DIR I CMD...: notes that worker I started through the wrapper, then runs it

@@ -27,6 +27,19 @@ static int test_passes_;
         if (d_ / s_ <= (rel)) TEST_PASS(name); \
         else TEST_FAIL(name, "got %.9g, want %.9g (rel err %.3g > %.3g)", g_, w_, d_ / s_, (double)(rel)); } while (0)
 
+/* The integer a file starts with, or `def` when it cannot be read. */
+static inline long test_read_long(const char *path, long def)
+{
+    FILE *f = fopen(path, "r");
+    long v = def;
+    if (f) {
+        if (fscanf(f, "%ld", &v) != 1)
+            v = def;
+        fclose(f);
+    }
+    return v;
+}
+
 #define TEST_MAIN_END() do { return test_failures_ ? 1 : 0; } while (0)
 
 #endif

@@ -34,13 +34,7 @@ static int starts(void)
 {
     char p[128];
     snprintf(p, sizeof p, "%s/n", dir);
-    FILE *f = fopen(p, "r");
-    int n = -1;
-    if (f) {
-        if (fscanf(f, "%d", &n) != 1)
-            n = -1;
-        fclose(f);
-    }
+    int n = (int)test_read_long(p, -1);
     unlink(p);
     return n;
 }

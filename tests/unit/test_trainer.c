@@ -331,14 +331,7 @@ int main(void)
         CHECK_INT("resumed run matches the uninterrupted reference", run_group(4, worker, &b, -1, 120), 0);
         char latest[256];
         snprintf(latest, sizeof latest, "%s/latest-step", dir);
-        FILE *f = fopen(latest, "r");
-        long st = -1;
-        if (f) {
-            if (fscanf(f, "%ld", &st) != 1)
-                st = -1;
-            fclose(f);
-        }
-        CHECK_INT("latest checkpoint step recorded", st, STEPS);
+        CHECK_INT("latest checkpoint step recorded", test_read_long(latest, -1), STEPS);
         char cmd[300];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
         if (system(cmd) != 0)
