@@ -33,7 +33,8 @@ endif
 GPU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart \
             -fopenmp -lm -lpthread
 
-GPU_HOST_SRC := common/error.c common/clock.c noderuntime/engine/gpt.c noderuntime/engine/optimizer.c \
+GPU_HOST_SRC := common/error.c common/clock.c noderuntime/engine/gpt.c noderuntime/engine/gpt_layers.c \
+                noderuntime/engine/optimizer.c \
                 noderuntime/train/dataloader.c noderuntime/train/checkpoint.c noderuntime/engine/cuda/cpu_shim.c \
                 noderuntime/engine/cuda/token_groups.c
 GPU_HOST_OBJ := $(patsubst %.c,$(GB)/host/%.o,$(GPU_HOST_SRC))

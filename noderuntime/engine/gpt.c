@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "gpt_layers.h"
 
 #define GPT_MAX_TENSORS_PER_LAYER 12
 
@@ -122,385 +123,6 @@ static float *falloc(size_t n)
     if (p)
         memset(p, 0, bytes);
     return p;
-}
-
-/* ---------------------------------------------------------------- matrix products */
-
-/* chunks per thread for the matrix products (HOLMES_GEMM_CHUNKS, default 4) */
-static int gemm_chunks_per_thread(void)
-{
-    static int cached;
-    if (!cached) {
-        const char *v = getenv("HOLMES_GEMM_CHUNKS");
-        int n = v ? atoi(v) : 0;
-        cached = n >= 1 && n <= 64 ? n : 4;
-    }
-    return cached;
-}
-
-/* Row-major C[M,N] = alpha*op(A)[M,K]*op(B)[K,N] + beta*C, with OpenBLAS kept single-threaded
- * and the larger output dimension split across the OpenMP threads: one thread pool for the whole
- * engine, no hand-over between OpenBLAS's threads and OpenMP's. */
-static void gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
-                 const float *B, int ldb, float beta, float *Cm, int ldc)
-{
-    enum CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE tb = transB ? CblasTrans : CblasNoTrans;
-    int nt = omp_get_max_threads();
-    double work = (double)M * N * K;
-    if (nt <= 1 || work < 4e6 || omp_in_parallel()) {
-        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc);
-        return;
-    }
-    int split_n = N >= M;
-    int total = split_n ? N : M;
-    /* Chunks of whole 16-wide blocks, a few per thread, handed out dynamically: a thread that
-     * loses its core to another process holds up only its current chunk, not half the product. */
-    int blocks = (total + 15) / 16;
-    int chunks = nt * gemm_chunks_per_thread();
-    if (chunks > blocks / 4)
-        chunks = blocks / 4 > nt ? blocks / 4 : nt;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-    for (int ch = 0; ch < chunks; ch++) {
-        int b0 = (int)((long)blocks * ch / chunks), b1 = (int)((long)blocks * (ch + 1) / chunks);
-        int lo = b0 * 16, hi = b1 * 16 < total ? b1 * 16 : total;
-        if (hi <= lo)
-            continue;
-        if (split_n) {
-            const float *Bp = transB ? B + (size_t)lo * ldb : B + lo;
-            cblas_sgemm(CblasRowMajor, ta, tb, M, hi - lo, K, 1.0f, A, lda, Bp, ldb, beta,
-                        Cm + lo, ldc);
-        } else {
-            const float *Ap = transA ? A + lo : A + (size_t)lo * lda;
-            cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, N, K, 1.0f, Ap, lda, B, ldb, beta,
-                        Cm + (size_t)lo * ldc, ldc);
-        }
-    }
-}
-
-double gpt_gemm_probe_tflops(int dim, int budget_ms, herr *e)
-{
-    if (dim < 16 || dim > 4096 || budget_ms < 1 || budget_ms > 10000) {
-        herr_set(e, "gemm probe: dim %d must be in [16, 4096] and budget %d ms in [1, 10000]",
-                 dim, budget_ms);
-        return -1;
-    }
-    size_t n = (size_t)dim * dim;
-    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *c = malloc(n * sizeof *c);
-    if (!a || !b || !c) {
-        free(a);
-        free(b);
-        free(c);
-        herr_set(e, "gemm probe: out of memory for %d x %d matrices", dim, dim);
-        return -1;
-    }
-    for (size_t i = 0; i < n; i++) {
-        a[i] = (float)((i * 7 + 3) % 17) / 17.0f - 0.5f;
-        b[i] = (float)((i * 5 + 1) % 13) / 13.0f - 0.5f;
-    }
-    openblas_set_num_threads(1); /* as gpt_stage_create leaves it */
-    gemm(0, 1, dim, dim, dim, a, dim, b, dim, 0.0f, c, dim); /* warm-up: pages, thread pool */
-    /* The best window of >= 5 ms: what the cores give when they are ours. Other processes
-     * starting at the same time (every worker of a job probes at once) take whole windows,
-     * not a share of every one. */
-    double t0 = clock_mono_s(), t = t0, until = t0 + budget_ms / 1000.0, best = 0;
-    double win_t0 = t0, win_s = budget_ms / 1000.0 < 0.02 ? budget_ms / 4000.0 : 0.005;
-    long reps = 0, win_reps = 0;
-    while (reps < 2 || t < until) {
-        gemm(0, 1, dim, dim, dim, a, dim, b, dim, 0.0f, c, dim);
-        reps++;
-        win_reps++;
-        t = clock_mono_s();
-        if (t - win_t0 >= win_s) {
-            double rate = (double)win_reps / (t - win_t0);
-            if (rate > best)
-                best = rate;
-            win_t0 = t;
-            win_reps = 0;
-        }
-    }
-    free(a);
-    free(b);
-    free(c);
-    if (best <= 0) {
-        double secs = t - t0 > 1e-9 ? t - t0 : 1e-9;
-        best = (double)reps / secs;
-    }
-    return 2.0 * dim * (double)dim * dim * best / 1e12;
-}
-
-/* out[N,OC] = inp[N,IC] @ w[OC,IC]^T + bias */
-static void linear_forward(float *out, const float *inp, const float *w, const float *bias,
-                           int N, int IC, int OC)
-{
-    if (bias) {
-#pragma omp parallel for
-        for (int r = 0; r < N; r++)
-            memcpy(out + (size_t)r * OC, bias, (size_t)OC * sizeof(float));
-    }
-    gemm(0, 1, N, OC, IC, inp, IC, w, IC, bias ? 1.0f : 0.0f, out, OC);
-}
-
-/* dinp[N,IC] = dout @ w (overwritten); dw[OC,IC] += dout^T @ inp; dbias[OC] += column sums */
-static void linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                            const float *inp, const float *w, int N, int IC, int OC)
-{
-    gemm(0, 0, N, IC, OC, dout, OC, w, IC, 0.0f, dinp, IC);
-    gemm(1, 0, OC, IC, N, dout, OC, inp, IC, 1.0f, dw, IC);
-    if (dbias) {
-#pragma omp parallel for
-        for (int o0 = 0; o0 < OC; o0 += 64) {
-            int o1 = o0 + 64 < OC ? o0 + 64 : OC;
-            for (int r = 0; r < N; r++) {
-                const float *d = dout + (size_t)r * OC;
-#pragma omp simd
-                for (int o = o0; o < o1; o++)
-                    dbias[o] += d[o];
-            }
-        }
-    }
-}
-
-/* ---------------------------------------------------------------- element-wise layers */
-
-static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                              const float *w, const float *b, int N, int C)
-{
-#pragma omp parallel for
-    for (int r = 0; r < N; r++) {
-        const float *x = inp + (size_t)r * C;
-        float m = 0.0f;
-#pragma omp simd reduction(+ : m)
-        for (int i = 0; i < C; i++)
-            m += x[i];
-        m /= (float)C;
-        float v = 0.0f;
-#pragma omp simd reduction(+ : v)
-        for (int i = 0; i < C; i++)
-            v += (x[i] - m) * (x[i] - m);
-        v /= (float)C;
-        float rs = 1.0f / sqrtf(v + 1e-5f);
-        float *o = out + (size_t)r * C;
-#pragma omp simd
-        for (int i = 0; i < C; i++)
-            o[i] = (x[i] - m) * rs * w[i] + b[i];
-        mean[r] = m;
-        rstd[r] = rs;
-    }
-}
-
-/* dinp += d(layernorm)/dinp; dw, db += parameter gradients */
-static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
-                               const float *inp, const float *w, const float *mean,
-                               const float *rstd, int N, int C)
-{
-#pragma omp parallel for
-    for (int r = 0; r < N; r++) {
-        const float *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
-        float m = mean[r], rs = rstd[r];
-        float dmean = 0.0f, dnm = 0.0f;
-#pragma omp simd reduction(+ : dmean, dnm)
-        for (int i = 0; i < C; i++) {
-            float dn = w[i] * d[i];
-            dmean += dn;
-            dnm += dn * (x[i] - m) * rs;
-        }
-        dmean /= (float)C;
-        dnm /= (float)C;
-        float *dx = dinp + (size_t)r * C;
-#pragma omp simd
-        for (int i = 0; i < C; i++) {
-            float norm = (x[i] - m) * rs;
-            dx[i] += (w[i] * d[i] - dmean - norm * dnm) * rs;
-        }
-    }
-#pragma omp parallel for
-    for (int c0 = 0; c0 < C; c0 += 64) {
-        int c1 = c0 + 64 < C ? c0 + 64 : C;
-        for (int r = 0; r < N; r++) {
-            const float *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
-            float m = mean[r], rs = rstd[r];
-#pragma omp simd
-            for (int i = c0; i < c1; i++) {
-                dw[i] += d[i] * (x[i] - m) * rs;
-                db[i] += d[i];
-            }
-        }
-    }
-}
-
-/* exp(x) for x <= 0 from a polynomial on [-ln2/2, ln2/2] and an exponent shift; relative error
- * ~1e-7, and it vectorises (the libm call does not without -ffast-math). */
-static inline float exp_neg(float x)
-{
-    x = x < -87.0f ? -87.0f : x;
-    /* round to nearest by adding and subtracting 1.5 * 2^23 (floorf is a libm call before
-     * SSE4.1, which would stop the loops from vectorising) */
-    float k = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
-    float r = x - k * 0.693145751953125f - k * 1.428606765330187e-06f;
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.16666667f + r * (0.041666667f
-              + r * (0.0083333333f + r * 0.0013888889f)))));
-    /* scale by 2^k in the exponent bits; memcpy (not a union) keeps it in registers, and the
-     * unsigned add wraps instead of shifting a negative number */
-    uint32_t bits;
-    memcpy(&bits, &p, sizeof bits);
-    bits += (uint32_t)(int32_t)k << 23;
-    memcpy(&p, &bits, sizeof p);
-    return p;
-}
-
-/* max of x[0..n), in 8 independent lanes so that both gcc and clang vectorise it */
-static inline float row_max(const float *x, int n)
-{
-    float m[8];
-    for (int j = 0; j < 8; j++)
-        m[j] = -INFINITY;
-    int v = 0;
-    for (; v + 8 <= n; v += 8)
-        for (int j = 0; j < 8; j++)
-            m[j] = x[v + j] > m[j] ? x[v + j] : m[j];
-    for (; v < n; v++)
-        m[0] = x[v] > m[0] ? x[v] : m[0];
-    float r = m[0];
-    for (int j = 1; j < 8; j++)
-        r = m[j] > r ? m[j] : r;
-    return r;
-}
-
-/* tanh(u) = sign(u) * (1 - e) / (1 + e), e = exp(-2|u|) */
-static inline float tanh_fast(float u)
-{
-    float a = fabsf(u);
-    float e = exp_neg(-2.0f * a);
-    float t = (1.0f - e) / (1.0f + e);
-    return u < 0.0f ? -t : t;
-}
-
-#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-
-static void gelu_forward(float *out, const float *inp, size_t n)
-{
-#pragma omp parallel for simd
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float t = tanh_fast(GELU_K * (x + 0.044715f * x * x * x));
-        out[i] = 0.5f * x * (1.0f + t);
-    }
-}
-
-/* d *= gelu'(inp), in place */
-static void gelu_backward(float *d, const float *inp, size_t n)
-{
-#pragma omp parallel for simd
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float u = GELU_K * (x + 0.044715f * x * x * x);
-        float t = tanh_fast(u);
-        float sech2 = 1.0f - t * t;
-        float g = 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        d[i] *= g;
-    }
-}
-
-/* ---------------------------------------------------------------- attention */
-
-/* qkv [B,T,3C] -> y [B,T,C]; att [B,NH,T,T] keeps the softmax rows (zero above the diagonal) */
-static void attention_forward(float *y, float *att, const float *qkv, int B, int T, int C, int NH)
-{
-    int hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    size_t C3 = 3 * (size_t)C;
-#pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            float *A = att + ((size_t)b * NH + h) * T * T;
-            for (int t = 0; t < T; t++) {
-                const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
-                float *row = A + (size_t)t * T;
-                float mx = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
-                    float d = 0.0f;
-#pragma omp simd reduction(+ : d)
-                    for (int i = 0; i < hs; i++)
-                        d += q[i] * k[i];
-                    d *= scale;
-                    row[t2] = d;
-                    if (d > mx)
-                        mx = d;
-                }
-                float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-                for (int t2 = 0; t2 <= t; t2++) {
-                    float e = exp_neg(row[t2] - mx);
-                    row[t2] = e;
-                    sum += e;
-                }
-                float inv = 1.0f / sum;
-                for (int t2 = 0; t2 <= t; t2++)
-                    row[t2] *= inv;
-                for (int t2 = t + 1; t2 < T; t2++)
-                    row[t2] = 0.0f;
-                float *yo = y + ((size_t)b * T + t) * C + h * hs;
-                for (int i = 0; i < hs; i++)
-                    yo[i] = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                    float a = row[t2];
-#pragma omp simd
-                    for (int i = 0; i < hs; i++)
-                        yo[i] += a * v[i];
-                }
-            }
-        }
-}
-
-/* dqkv (overwritten) from dy [B,T,C]; scratch holds B*NH*T floats */
-static void attention_backward(float *dqkv, const float *dy, const float *att, const float *qkv,
-                               float *scratch, int B, int T, int C, int NH)
-{
-    int hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    size_t C3 = 3 * (size_t)C;
-    memset(dqkv, 0, (size_t)B * T * C3 * sizeof(float));
-#pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            const float *A = att + ((size_t)b * NH + h) * T * T;
-            float *datt = scratch + ((size_t)b * NH + h) * T;
-            for (int t = 0; t < T; t++) {
-                const float *row = A + (size_t)t * T;
-                const float *g = dy + ((size_t)b * T + t) * C + h * hs;
-                /* through y = att @ v */
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                    float *dv = dqkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                    float d = 0.0f, a = row[t2];
-#pragma omp simd reduction(+ : d)
-                    for (int i = 0; i < hs; i++) {
-                        d += g[i] * v[i];
-                        dv[i] += a * g[i];
-                    }
-                    datt[t2] = d;
-                }
-                /* through the softmax */
-                float dot = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++)
-                    dot += row[t2] * datt[t2];
-                const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
-                float *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    float dp = row[t2] * (datt[t2] - dot) * scale;
-                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
-                    float *dk = dqkv + ((size_t)b * T + t2) * C3 + C + h * hs;
-#pragma omp simd
-                    for (int i = 0; i < hs; i++) {
-                        dq[i] += dp * k[i];
-                        dk[i] += dp * q[i];
-                    }
-                }
-            }
-        }
 }
 
 /* ---------------------------------------------------------------- create / free */
@@ -840,17 +462,17 @@ int gpt_stage_forward(struct gpt_stage *s, int slot, const int *tokens, const fl
         float *res3 = a->res3 + i * BTC;
         if (need_params(s, o->ln1w, o->fcprojb + C) != 0)
             return -1;
-        layernorm_forward(ln1, ln1m, ln1r, x, P + o->ln1w, P + o->ln1b, (int)BT, C);
-        linear_forward(qkv, ln1, P + o->qkvw, P + o->qkvb, (int)BT, C, 3 * C);
-        attention_forward(atty, att, qkv, B, T, C, NH);
-        linear_forward(res2, atty, P + o->attprojw, P + o->attprojb, (int)BT, C, C);
+        gpt_layernorm_forward(ln1, ln1m, ln1r, x, P + o->ln1w, P + o->ln1b, (int)BT, C);
+        gpt_linear_forward(qkv, ln1, P + o->qkvw, P + o->qkvb, (int)BT, C, 3 * C);
+        gpt_attention_forward(atty, att, qkv, B, T, C, NH);
+        gpt_linear_forward(res2, atty, P + o->attprojw, P + o->attprojb, (int)BT, C, C);
 #pragma omp parallel for simd
         for (size_t k = 0; k < BTC; k++)
             res2[k] += x[k];
-        layernorm_forward(ln2, ln2m, ln2r, res2, P + o->ln2w, P + o->ln2b, (int)BT, C);
-        linear_forward(fch, ln2, P + o->fcw, P + o->fcb, (int)BT, C, 4 * C);
-        gelu_forward(fchg, fch, 4 * BTC);
-        linear_forward(res3, fchg, P + o->fcprojw, P + o->fcprojb, (int)BT, 4 * C, C);
+        gpt_layernorm_forward(ln2, ln2m, ln2r, res2, P + o->ln2w, P + o->ln2b, (int)BT, C);
+        gpt_linear_forward(fch, ln2, P + o->fcw, P + o->fcb, (int)BT, C, 4 * C);
+        gpt_gelu_forward(fchg, fch, 4 * BTC);
+        gpt_linear_forward(res3, fchg, P + o->fcprojw, P + o->fcprojb, (int)BT, 4 * C, C);
 #pragma omp parallel for simd
         for (size_t k = 0; k < BTC; k++)
             res3[k] += res2[k];
@@ -864,9 +486,9 @@ int gpt_stage_forward(struct gpt_stage *s, int slot, const int *tokens, const fl
     }
     if (need_params(s, s->lnfw_off, s->nparams) != 0)
         return -1;
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, P + s->lnfw_off, P + s->lnfb_off,
+    gpt_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, P + s->lnfw_off, P + s->lnfb_off,
                       (int)BT, C);
-    linear_forward(a->logits, a->lnf, P + s->head_off, NULL, (int)BT, C, Vp);
+    gpt_linear_forward(a->logits, a->lnf, P + s->head_off, NULL, (int)BT, C, Vp);
     a->forwarded = 1;
     a->has_targets = targets != NULL;
     if (targets) {
@@ -935,10 +557,10 @@ int gpt_stage_backward(struct gpt_stage *s, int slot, const float *dout, float *
             for (int v = V; v < Vp; v++)
                 lg[v] = 0.0f;
         }
-        linear_backward(s->dbuf, G + s->head_off, NULL, a->logits, a->lnf, P + s->head_off,
+        gpt_linear_backward(s->dbuf, G + s->head_off, NULL, a->logits, a->lnf, P + s->head_off,
                         (int)BT, C, Vp);
         memset(dres, 0, BTC * sizeof(float));
-        layernorm_backward(dres, G + s->lnfw_off, G + s->lnfb_off, s->dbuf, x_out,
+        gpt_layernorm_backward(dres, G + s->lnfw_off, G + s->lnfb_off, s->dbuf, x_out,
                            P + s->lnfw_off, a->lnf_mean, a->lnf_rstd, (int)BT, C);
     } else {
         memcpy(dres, dout, BTC * sizeof(float));
@@ -952,20 +574,20 @@ int gpt_stage_backward(struct gpt_stage *s, int slot, const float *dout, float *
         float *ln2m = a->ln2_mean + i * BT, *ln2r = a->ln2_rstd + i * BT;
         float *fch = a->fch + i * 4 * BTC, *fchg = a->fch_gelu + i * 4 * BTC;
         /* MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))) */
-        linear_backward(s->dfch, G + o->fcprojw, G + o->fcprojb, dres, fchg, P + o->fcprojw,
+        gpt_linear_backward(s->dfch, G + o->fcprojw, G + o->fcprojb, dres, fchg, P + o->fcprojw,
                         (int)BT, 4 * C, C);
-        gelu_backward(s->dfch, fch, 4 * BTC);
-        linear_backward(s->dbuf, G + o->fcw, G + o->fcb, s->dfch, ln2, P + o->fcw, (int)BT, C,
+        gpt_gelu_backward(s->dfch, fch, 4 * BTC);
+        gpt_linear_backward(s->dbuf, G + o->fcw, G + o->fcb, s->dfch, ln2, P + o->fcw, (int)BT, C,
                         4 * C);
-        layernorm_backward(dres, G + o->ln2w, G + o->ln2b, s->dbuf, res2, P + o->ln2w, ln2m, ln2r,
+        gpt_layernorm_backward(dres, G + o->ln2w, G + o->ln2b, s->dbuf, res2, P + o->ln2w, ln2m, ln2r,
                            (int)BT, C);
         /* attention: res2 = x + proj(attn(qkv(ln1(x)))) */
-        linear_backward(s->dbuf, G + o->attprojw, G + o->attprojb, dres, atty, P + o->attprojw,
+        gpt_linear_backward(s->dbuf, G + o->attprojw, G + o->attprojb, dres, atty, P + o->attprojw,
                         (int)BT, C, C);
-        attention_backward(s->dqkv, s->dbuf, att, qkv, s->datt_row, B, T, C, NH);
-        linear_backward(s->dbuf, G + o->qkvw, G + o->qkvb, s->dqkv, ln1, P + o->qkvw, (int)BT, C,
+        gpt_attention_backward(s->dqkv, s->dbuf, att, qkv, s->datt_row, B, T, C, NH);
+        gpt_linear_backward(s->dbuf, G + o->qkvw, G + o->qkvb, s->dqkv, ln1, P + o->qkvw, (int)BT, C,
                         3 * C);
-        layernorm_backward(dres, G + o->ln1w, G + o->ln1b, s->dbuf, x, P + o->ln1w, ln1m, ln1r,
+        gpt_layernorm_backward(dres, G + o->ln1w, G + o->ln1b, s->dbuf, x, P + o->ln1w, ln1m, ln1r,
                            (int)BT, C);
         if (s->layer_hook)
             s->layer_hook(s->layer_hook_ctx, s->first + i);
