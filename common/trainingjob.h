@@ -115,6 +115,7 @@ struct tj_emulation {
     struct tj_nic_group groups[TJ_MAX_NIC_GROUPS];
     double cross_fabric_gbps; /* TCP between fabrics */
     double bandwidth_scale;   /* pacing multiplies every Gb/s by this */
+    int gpus;                 /* emulation.gpus: a worker's gpusPerWorker ranks run as CPU processes */
 };
 
 struct tj_spec {
@@ -165,8 +166,8 @@ int tj_job_from_json(const cJSON *obj, struct tj_job *out, struct tj_errors *err
 int tj_spec_validate(const struct tj_spec *s, const char *path, struct tj_errors *errs);
 
 /* What this version cannot run yet although the API (and tj_spec_validate) accepts it, each with
- * its reason, appended to `errs` ("spec.gpusPerWorker: 8: workers with several GPUs each are not
- * supported by the coordinator yet ..."); 0 when the job can run. `holmes-operator validate`,
+ * its reason, appended to `errs` ("spec.training.precision: bf16 is not supported by the workers
+ * yet ..."); 0 when the job can run. `holmes-operator validate`,
  * `holmes-operator local`, the operator's admission of a job and the coordinator's plan hook all
  * apply it, so they refuse the same jobs for the same reason. `holmes-operator plan` does not:
  * planning such a job is still a valid what-if. docs/api.md lists the rules (marked **run**). */

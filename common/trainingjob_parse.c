@@ -419,12 +419,13 @@ static void parse_emulation(const cJSON *spec, const char *sp, struct tj_spec *s
     const cJSON *o = get_object(spec, sp, "emulation", 0, errs);
     if (!o)
         return;
-    static const char *const keys[] = {"nics", "crossFabricGbps", "bandwidthScale", NULL};
+    static const char *const keys[] = {"nics", "crossFabricGbps", "bandwidthScale", "gpus", NULL};
     check_keys(o, p, keys, errs);
     struct tj_emulation *em = &s->emulation;
     em->enabled = 1;
     get_num(o, p, "crossFabricGbps", 0, 1, 100000, 0, &em->cross_fabric_gbps, errs);
     get_num(o, p, "bandwidthScale", 0, 1, 1, 0, &em->bandwidth_scale, errs);
+    get_bool(o, p, "gpus", &em->gpus, errs);
     const cJSON *nics = member(o, "nics");
     if (!nics) {
         tj_errors_add(errs, "%s.nics: required", p);

@@ -130,7 +130,8 @@ static int emulation_to_json(cJSON *o, const struct tj_spec *s)
             ok &= str(g, "class", em->groups[i].cls) && str(g, "fabric", em->groups[i].fabric) &&
                   num(g, "gbps", em->groups[i].gbps) && num(g, "count", em->groups[i].count);
         }
-        ok &= num(e, "crossFabricGbps", em->cross_fabric_gbps) && num(e, "bandwidthScale", em->bandwidth_scale);
+        ok &= num(e, "crossFabricGbps", em->cross_fabric_gbps) && num(e, "bandwidthScale", em->bandwidth_scale) &&
+              cJSON_AddBoolToObject(e, "gpus", em->gpus) != NULL;
     }
     return ok;
 }

@@ -90,6 +90,9 @@ int tj_spec_validate(const struct tj_spec *s, const char *path, struct tj_errors
         }
         if (sum != s->workers)
             tj_errors_add(errs, "%s.emulation.nics: counts sum to %lld, but workers is %d", sp, sum, s->workers);
+        if (em->gpus && s->gpus_per_worker < 1)
+            tj_errors_add(errs, "%s.emulation.gpus: needs gpusPerWorker >= 1 (the GPUs it emulates), got %d",
+                          sp, s->gpus_per_worker);
     }
     return errs->count == before ? 0 : -1;
 }
@@ -98,10 +101,6 @@ int tj_spec_runnable(const struct tj_spec *s, const char *path, struct tj_errors
 {
     const char *sp = path ? path : "spec";
     int before = errs->count;
-    if (s->gpus_per_worker > 1)
-        tj_errors_add(errs, "%s.gpusPerWorker: %d: workers with several GPUs each are not supported by "
-                      "the coordinator yet (one rank per worker); run one worker per GPU (gpusPerWorker 1)",
-                      sp, s->gpus_per_worker);
     if (s->training.precision == DTYPE_BF16)
         tj_errors_add(errs, "%s.training.precision: bf16 is not supported by the workers yet: holmes-node "
                       "worker trains with the CPU engine in fp32 (the bf16 GPU engine is not wired into "

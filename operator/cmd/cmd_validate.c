@@ -13,7 +13,7 @@ static void usage(FILE *f)
                "Checks TrainingJob manifests (YAML or JSON, several documents per file allowed,\n"
                "List objects as kubectl prints them, \"-\" for standard input) against every rule\n"
                "of the API and prints each error with its field path. A job the API accepts but\n"
-               "this version cannot run yet (several GPUs per worker, bf16) is refused with the\n"
+               "this version cannot run yet (bf16 training) is refused with the\n"
                "reason the operator and the coordinator give (docs/api.md).\n"
                "Exit status: 0 when all are valid, 1 when any is not, 2 on usage errors.\n\n"
                "  --print   print each valid job's resolved spec (defaults applied) as JSON\n");

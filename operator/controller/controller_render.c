@@ -328,9 +328,10 @@ cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator
     cJSON_AddStringToObject(ref, "key", "token");
     env_set(env, "HOLMES_TOKEN", NULL, vf);
     set_emulated_nic(env, job, index);
-    /* GPUs: ask for them unless the template already does. */
+    /* GPUs: ask for them unless the template already does, or they are emulated by CPU ranks. */
     int gpus = (int)json_num_at(job, "spec.gpusPerWorker", 0);
-    if (gpus > 0) {
+    const cJSON *emu = json_at(job, "spec.emulation.gpus");
+    if (gpus > 0 && !cJSON_IsTrue(emu)) {
         cJSON *res = json_child_object(c, "resources");
         cJSON *lim = json_child_object(res, "limits");
         if (!cJSON_GetObjectItemCaseSensitive(lim, "nvidia.com/gpu"))

@@ -92,11 +92,18 @@ api POST "$JOBS/$NS/trainingjobs" '{"metadata":{"name":"bad"},"spec":{"workers":
 check "invalid job -> Valid=False listing every field error" wait_for 15 job_is $NS bad '.status.conditions[] | select(.type == "Valid") | .status == "False" and .reason == "InvalidSpec" and (.message | contains("spec.workers: 0 is below the minimum 1")) and (.message | contains("spec.image")) and (.message | contains("spec.model: required")) and (.message | contains("spec.restartPolicy.maxRestarts"))'
 check "invalid job -> Warning Event" wait_for 15 bash -c "curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/events' | jq -e 'any(.items[]; .reason == \"InvalidSpec\" and .type == \"Warning\" and .involvedObject.name == \"bad\")'"
 check "invalid job -> no pods" test "$(npods $NS bad)" = 0
+# Several GPUs per worker: runnable, every pod asks for them.
+api POST "$JOBS/$NS/trainingjobs" "$(job multi 2 | sed 's/"gpusPerWorker":1,/"gpusPerWorker":4,/')" >/dev/null
+check "several GPUs per worker -> Valid" wait_for 15 job_is $NS multi '.status.conditions[] | select(.type == "Valid") | .status == "True"'
+has_npods() { [ "$(npods "$1" "$2")" = "$3" ]; }
+check "several GPUs per worker -> 2 pods" wait_for 15 has_npods $NS multi 2
+check "... each asking for 4 GPUs" jq_true "$(pods_of $NS multi)" 'all(.items[]; .spec.containers[0].resources.limits["nvidia.com/gpu"] == 4)'
+
 # Accepted by the API but not runnable yet (tj_spec_runnable): refused at admission with the
 # coordinator's reason, no pods.
-api POST "$JOBS/$NS/trainingjobs" "$(job multi 2 | sed 's/"gpusPerWorker":1,/"gpusPerWorker":4,/')" >/dev/null
-check "several GPUs per worker -> Valid=False with the coordinator's reason" wait_for 15 job_is $NS multi '.status.conditions[] | select(.type == "Valid") | .status == "False" and .reason == "InvalidSpec" and (.message | contains("spec.gpusPerWorker: 4: workers with several GPUs each are not supported by the coordinator yet"))'
-check "several GPUs per worker -> no pods" test "$(npods $NS multi)" = 0
+api POST "$JOBS/$NS/trainingjobs" "$(job half 2 | sed 's/"training":{"steps":10}/"training":{"steps":10,"precision":"bf16"}/')" >/dev/null
+check "bf16 -> Valid=False with the coordinator's reason" wait_for 15 job_is $NS half '.status.conditions[] | select(.type == "Valid") | .status == "False" and .reason == "InvalidSpec" and (.message | contains("bf16 is not supported by the workers yet"))'
+check "bf16 -> no pods" test "$(npods $NS half)" = 0
 
 # Gang timeout: unschedulable pods past gangTimeoutSeconds.
 api POST "$JOBS/$NS/trainingjobs" "$(job g 2 '"gangTimeoutSeconds":1')" >/dev/null

@@ -306,6 +306,7 @@ int main(void)
     for (int g = 0; g <= 16; g++)
         for (int prec = 0; prec < 2; prec++) {
             jobs[0].spec.gpus_per_worker = g;
+            jobs[0].spec.par.pipeline = jobs[0].spec.par.data = 0; /* auto: any device count plans */
             jobs[0].spec.training.precision = prec ? DTYPE_BF16 : DTYPE_FP32;
             for (int i = 0; i < 4; i++)
                 w[i].gpus = g; /* the workers have what the job asks for */
@@ -337,10 +338,12 @@ int main(void)
     {
         struct tj_errors run = {0};
         jobs[0].spec.gpus_per_worker = 8;
-        CHECK("gpusPerWorker 8 refused as not runnable, with the coordinator's words",
+        CHECK_INT("gpusPerWorker 8 is runnable (a rank per GPU)",
+                  tj_spec_runnable(&jobs[0].spec, "spec", &run), 0);
+        jobs[0].spec.training.precision = DTYPE_BF16;
+        CHECK("bf16 refused as not runnable, with the coordinator's words",
               tj_spec_runnable(&jobs[0].spec, "spec", &run) != 0 &&
-              strstr(run.msg[0], "spec.gpusPerWorker: 8: workers with several GPUs each are not "
-                                 "supported by the coordinator yet") != NULL);
+              strstr(run.msg[0], "spec.training.precision: bf16 is not supported") != NULL);
         jobs[0].spec = keep;
     }
     coord_plan_free(&cp);

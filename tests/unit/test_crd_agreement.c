@@ -381,6 +381,7 @@ static cJSON *random_spec(void)
             cJSON_AddItemToArray(nics, n);
             left -= c;
         }
+        if (pick(3) == 0) cJSON_AddBoolToObject(e, "gpus", pick(2));
         if (cJSON_GetArraySize(nics) == 0) cJSON_Delete(cJSON_DetachItemFromObject(e, "emulation"));
     }
     return s;
