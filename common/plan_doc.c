@@ -507,7 +507,14 @@ void plan_assignment_free(struct plan_assignment *a)
 cJSON *plan_assignment_to_json(const struct plan_assignment *a)
 {
     cJSON *o = cJSON_CreateObject();
-    int ok = o && add_place(o, a->rank, a->stage, a->dp_rank, a->tp_rank) &&
+    int n = a->nranks > 0 ? a->nranks : 1;
+    cJSON *rk = o ? cJSON_CreateIntArray(n > 1 ? a->ranks : &a->rank, n) : NULL;
+    if (!rk || !cJSON_AddItemToObject(o, "ranks", rk)) {
+        cJSON_Delete(rk);
+        cJSON_Delete(o);
+        return NULL;
+    }
+    int ok = add_place(o, a->rank, a->stage, a->dp_rank, a->tp_rank) &&
              cJSON_AddNumberToObject(o, "stages", a->stages) &&
              cJSON_AddStringToObject(o, "fabric", a->fabric) &&
              cJSON_AddStringToObject(o, "job", a->job);
@@ -529,6 +536,34 @@ cJSON *plan_assignment_to_json(const struct plan_assignment *a)
     return NULL;
 }
 
+/* "ranks": the worker's global ranks, first == rank, distinct; absent = [rank]. */
+static int decode_ranks(const cJSON *j, struct plan_assignment *a, herr *e)
+{
+    const cJSON *rk = cJSON_GetObjectItemCaseSensitive(j, "ranks");
+    a->nranks = 1;
+    a->ranks[0] = a->rank;
+    if (!rk)
+        return 0;
+    int n = cJSON_GetArraySize(rk);
+    if (!cJSON_IsArray(rk) || n < 1 || n > PLAN_MAX_LOCAL_RANKS)
+        return herr_set(e, "assignment.ranks must be an array of 1..%d global ranks",
+                        PLAN_MAX_LOCAL_RANKS);
+    for (int i = 0; i < n; i++) {
+        const cJSON *x = cJSON_GetArrayItem(rk, i);
+        if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 0 ||
+            x->valuedouble >= PLAN_DOC_MAX_WORLD)
+            return herr_set(e, "assignment.ranks[%d] must be a global rank", i);
+        a->ranks[i] = (int)x->valuedouble;
+        for (int k = 0; k < i; k++)
+            if (a->ranks[k] == a->ranks[i])
+                return herr_set(e, "assignment.ranks[%d]: rank %d is listed twice", i, a->ranks[i]);
+    }
+    if (a->ranks[0] != a->rank)
+        return herr_set(e, "assignment.ranks[0] is %d, but rank is %d", a->ranks[0], a->rank);
+    a->nranks = n;
+    return 0;
+}
+
 static int decode_assignment(const cJSON *j, struct plan_assignment *a, herr *e)
 {
     const char *w = "assignment";
@@ -543,6 +578,8 @@ static int decode_assignment(const cJSON *j, struct plan_assignment *a, herr *e)
         json_str(j, w, "fabric", JSON_OPTIONAL, a->fabric, sizeof a->fabric, e) != 0 ||
         json_str(j, w, "job", JSON_OPTIONAL, a->job, sizeof a->job, e) != 0)
         return -1;
+    if (decode_ranks(j, a, e) != 0)
+        return -1;
     const cJSON *spec = cJSON_GetObjectItemCaseSensitive(j, "spec");
     if (spec) {
         if (!cJSON_IsObject(spec))
@@ -556,8 +593,10 @@ static int decode_assignment(const cJSON *j, struct plan_assignment *a, herr *e)
     if (plan_doc_from_json(plan, "assignment.plan", &a->plan, e) != 0)
         return -1;
     a->has_plan = 1;
-    if (a->rank >= a->plan.world)
-        return herr_set(e, "assignment.rank %d: outside the plan's 0..%d", a->rank, a->plan.world - 1);
+    for (int i = 0; i < a->nranks; i++)
+        if (a->ranks[i] >= a->plan.world)
+            return herr_set(e, "assignment.ranks[%d] %d: outside the plan's 0..%d", i, a->ranks[i],
+                            a->plan.world - 1);
     if (a->stages != a->plan.pipeline || a->stage != plan_doc_stage_of(&a->plan, a->rank))
         return herr_set(e, "assignment: stage %d of %d does not match rank %d of the plan "
                         "(stage %d of %d)", a->stage, a->stages, a->rank,

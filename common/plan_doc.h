@@ -91,10 +91,15 @@ void plan_doc_free(struct plan_doc *d);
 /* Index of the group of `kind` that holds `rank`, or -1. */
 int plan_doc_find_group(const struct plan_doc *d, enum group_kind kind, int rank);
 
-/* What the coordinator tells one worker: its rank and place, the plan, and the resolved spec. */
+#define PLAN_MAX_LOCAL_RANKS 16 /* ranks of one worker: one per GPU (spec.gpusPerWorker <= 16) */
+
+/* What the coordinator tells one worker: its ranks, the first one's place, the plan, and the
+ * resolved spec. */
 struct plan_assignment {
     char job[256];
-    int rank, stage, stages, dp_rank, tp_rank;
+    int rank, stage, stages, dp_rank, tp_rank; /* the worker's first rank */
+    int nranks;                                /* >= 1: a rank per GPU, one for a CPU worker */
+    int ranks[PLAN_MAX_LOCAL_RANKS];           /* global ranks by local index; ranks[0] == rank */
     char fabric[128];
     int has_plan;
     struct plan_doc plan;

@@ -191,6 +191,20 @@ static int parse_rendezvous(const cJSON *j, struct proto_msg *m, herr *e)
     if (check_ids(ids, "rendezvous.ids", e))
         return -1;
     m->body = ids;
+    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(j, "endpoints");
+    if (!eps)
+        return 0;
+    if (!cJSON_IsArray(eps) || cJSON_GetArraySize(eps) < 1 || cJSON_GetArraySize(eps) > 1024)
+        return herr_set(e, "rendezvous.endpoints: must be an array of 1..1024 \"host:port\" strings");
+    int i = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, eps) {
+        if (!cJSON_IsString(x) || strlen(x->valuestring) >= sizeof m->endpoint)
+            return herr_set(e, "rendezvous.endpoints[%d]: must be a string shorter than %zu", i,
+                            sizeof m->endpoint);
+        i++;
+    }
+    m->endpoints = eps;
     return 0;
 }
 
@@ -419,8 +433,8 @@ char *proto_assign_encode(int attempt, const cJSON *assignment, herr *e)
     return checked(finish(j, ok, e), e);
 }
 
-char *proto_rendezvous_encode(int attempt, int rank, const char *endpoint, const cJSON *ids,
-                              herr *e)
+char *proto_rendezvous_encode(int attempt, int rank, const char *endpoint, const cJSON *endpoints,
+                              const cJSON *ids, herr *e)
 {
     cJSON *j = new_msg(PROTO_RENDEZVOUS);
     int ok = j && cJSON_AddNumberToObject(j, "attempt", attempt) &&
@@ -428,6 +442,8 @@ char *proto_rendezvous_encode(int attempt, int rank, const char *endpoint, const
              cJSON_AddStringToObject(j, "endpoint", endpoint ? endpoint : "");
     if (ok && ids)
         ok = add_copy(j, "ids", ids);
+    if (ok && endpoints)
+        ok = add_copy(j, "endpoints", endpoints);
     return checked(finish(j, ok, e), e);
 }
 

@@ -118,6 +118,8 @@ struct proto_msg {
     const cJSON *body;  /* assign: "assignment" object; start: "peers" array;
                            rendezvous: "ids" object (may be NULL) */
     char endpoint[256]; /* rendezvous: host:port the worker listens on ("" if none) */
+    const cJSON *endpoints; /* rendezvous: one host:port per rank of the worker, in its
+                               assignment's "ranks" order; NULL when it has one rank */
     long step;          /* start: step training resumes from (0 = fresh); done: last step */
     union {
         struct proto_hello hello;
@@ -139,9 +141,11 @@ void proto_msg_free(struct proto_msg *m);
 char *proto_hello_encode(const struct proto_hello *h, herr *e);
 /* `assignment` must hold at least "rank" (int); it is copied. */
 char *proto_assign_encode(int attempt, const cJSON *assignment, herr *e);
-/* `ids` may be NULL: a map of name -> string (e.g. NCCL unique ids, base64). Copied. */
-char *proto_rendezvous_encode(int attempt, int rank, const char *endpoint, const cJSON *ids,
-                              herr *e);
+/* `ids` may be NULL: a map of name -> string (e.g. NCCL unique ids, base64). `endpoints` may be
+ * NULL: an array of "host:port" strings, one per rank of the worker (endpoint is the first).
+ * Both copied. */
+char *proto_rendezvous_encode(int attempt, int rank, const char *endpoint, const cJSON *endpoints,
+                              const cJSON *ids, herr *e);
 /* `peers`: array of {rank, endpoint[, ids]}; copied. */
 char *proto_start_encode(int attempt, long resume_step, const cJSON *peers, herr *e);
 char *proto_progress_encode(const struct proto_progress *p, herr *e);

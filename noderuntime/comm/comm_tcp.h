@@ -18,6 +18,10 @@ struct tcp_listener;
 int tcp_listener_open(struct tcp_listener **out, const char *bind_host, int port, herr *e);
 int tcp_listener_port(const struct tcp_listener *l);
 void tcp_listener_close(struct tcp_listener *l);
+/* The listening socket, e.g. to hand to a rank process, which takes it back with
+ * tcp_listener_adopt (a listening TCP socket; it becomes the listener's). */
+int tcp_listener_fd(const struct tcp_listener *l);
+int tcp_listener_adopt(struct tcp_listener **out, int fd, herr *e);
 
 struct tcp_endpoint {
     char host[256];

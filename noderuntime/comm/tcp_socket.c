@@ -81,6 +81,30 @@ int tcp_listener_open(struct tcp_listener **out, const char *bind_host, int port
 }
 
 int tcp_listener_port(const struct tcp_listener *l) { return l->port; }
+int tcp_listener_fd(const struct tcp_listener *l) { return l->fd; }
+
+int tcp_listener_adopt(struct tcp_listener **out, int fd, herr *e)
+{
+    *out = NULL;
+    struct sockaddr_in a;
+    socklen_t alen = sizeof a;
+    int listening = 0;
+    socklen_t il = sizeof listening;
+    if (getsockname(fd, (struct sockaddr *)&a, &alen) != 0 || a.sin_family != AF_INET ||
+        getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &il) != 0 || !listening)
+        return herr_set(e, "fd %d is not a listening TCP socket", fd);
+    struct tcp_listener *l = calloc(1, sizeof *l);
+    if (!l)
+        return herr_set(e, "out of memory for the TCP listener");
+    if (fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) {
+        free(l);
+        return herr_set(e, "fcntl: %s", strerror(errno));
+    }
+    l->fd = fd;
+    l->port = ntohs(a.sin_port);
+    *out = l;
+    return 0;
+}
 
 void tcp_listener_close(struct tcp_listener *l)
 {

@@ -232,9 +232,8 @@ static int await_start(struct session *s, struct plan_assignment *assignment,
             }
             have = 1;
             s->stage = assignment->stage < PROTO_MAX_STAGES ? assignment->stage : 0;
-            char endpoint[256] = "";
-            cJSON *ids = NULL;
-            if (r->prepare(r->user, assignment, s->attempt, endpoint, sizeof endpoint, &ids, e)) {
+            cJSON *eps = NULL, *ids = NULL;
+            if (r->prepare(r->user, assignment, s->attempt, &eps, &ids, e)) {
                 herr pe = *e;
                 coord_client_send(s->cl, proto_error_encode(error_code_of(&pe), pe.msg, NULL));
                 coord_client_flush(s->cl, 1000);
@@ -242,7 +241,11 @@ static int await_start(struct session *s, struct plan_assignment *assignment,
                     *result = WORKER_EXIT_FINAL;
                 return 0;
             }
-            char *text = proto_rendezvous_encode(s->attempt, s->rank, endpoint, ids, e);
+            const cJSON *first = cJSON_GetArrayItem(eps, 0);
+            char *text = proto_rendezvous_encode(s->attempt, s->rank,
+                                                 cJSON_IsString(first) ? first->valuestring : "",
+                                                 cJSON_GetArraySize(eps) > 1 ? eps : NULL, ids, e);
+            cJSON_Delete(eps);
             cJSON_Delete(ids);
             if (!text || coord_client_send(s->cl, text))
                 return 0;
@@ -427,15 +430,22 @@ out:
 
 /* ---------------------------------------------------------------- simulated runner */
 
-static int sim_prepare(void *user, const struct plan_assignment *a, int attempt, char *endpoint,
-                       size_t cap, cJSON **ids, herr *e)
+static int sim_prepare(void *user, const struct plan_assignment *a, int attempt, cJSON **endpoints,
+                       cJSON **ids, herr *e)
 {
     (void)user;
     (void)attempt;
-    (void)e;
-    snprintf(endpoint, cap, "sim:%d", a->rank);
     *ids = NULL;
-    return 0;
+    *endpoints = cJSON_CreateArray();
+    for (int i = 0; *endpoints && i < a->nranks; i++) {
+        char ep[32];
+        snprintf(ep, sizeof ep, "sim:%d", a->ranks[i]);
+        if (!cJSON_AddItemToArray(*endpoints, cJSON_CreateString(ep))) {
+            cJSON_Delete(*endpoints);
+            *endpoints = NULL;
+        }
+    }
+    return *endpoints ? 0 : herr_set(e, "out of memory");
 }
 
 static int sim_run(void *user, struct plan_assignment *a, const cJSON *peers, long resume_step,

@@ -37,11 +37,11 @@ int worker_stop_requested(const struct worker_link *l);
  * may fill in its plan's endpoints. */
 struct worker_runner {
     void *user;
-    /* Bind what peers will connect to; write "host:port" into endpoint (may be "") and
-     * optionally return ids (an object of name -> string, e.g. NCCL unique ids; freed by the
-     * caller). Called on the main thread. */
+    /* Bind what peers will connect to: return *endpoints, an array with one "host:port" (may
+     * be "") per rank of the assignment, and optionally ids (an object of name -> string, e.g.
+     * NCCL unique ids); both freed by the caller. Called on the main thread. */
     int (*prepare)(void *user, const struct plan_assignment *assignment, int attempt,
-                   char *endpoint, size_t cap, cJSON **ids, herr *e);
+                   cJSON **endpoints, cJSON **ids, herr *e);
     /* Train, on a thread of its own. `peers`: [{rank, endpoint, ids}] from start. Report every
      * step with worker_report_step; return early (0) once worker_stop_requested. Returns 0
      * when finished (*last_step set), -1 with `e` on failure. */

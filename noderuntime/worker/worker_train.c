@@ -10,13 +10,14 @@
 #include "comm_tcp.h"
 #include "dataloader.h"
 #include "log.h"
+#include "rank_procs.h"
 #include "rank_table.h"
 #include "trainer.h"
 #include "trainingjob.h"
 
 struct worker_train {
     char host[256];               /* advertised to peers */
-    struct tcp_listener *listener; /* opened by prepare, used by run */
+    struct tcp_listener *listeners[PLAN_MAX_LOCAL_RANKS]; /* one per rank: opened by prepare */
     enum cpu_affinity affinity;
 };
 
@@ -32,32 +33,45 @@ int worker_train_create(struct worker_train **out, const char *advertise_host,
     return 0;
 }
 
+static void close_listeners(struct worker_train *wt)
+{
+    for (int i = 0; i < PLAN_MAX_LOCAL_RANKS; i++) {
+        tcp_listener_close(wt->listeners[i]);
+        wt->listeners[i] = NULL;
+    }
+}
+
 void worker_train_free(struct worker_train *wt)
 {
     if (!wt)
         return;
-    tcp_listener_close(wt->listener);
+    close_listeners(wt);
     free(wt);
 }
 
-static int train_prepare(void *user, const struct plan_assignment *assignment, int attempt,
-                         char *endpoint,
-                         size_t cap, cJSON **ids, herr *e)
+/* A listener per rank of the assignment (a new attempt: fresh ports), and their endpoints. */
+static int train_prepare(void *user, const struct plan_assignment *a, int attempt,
+                         cJSON **endpoints, cJSON **ids, herr *e)
 {
     struct worker_train *wt = user;
-    (void)assignment;
     (void)attempt;
     *ids = NULL;
-    tcp_listener_close(wt->listener); /* a new attempt: a fresh port */
-    wt->listener = NULL;
-    if (tcp_listener_open(&wt->listener, NULL, 0, e))
-        return herr_wrap(e, "opening the TCP listener for peers");
-    snprintf(endpoint, cap, "%s:%d", wt->host, tcp_listener_port(wt->listener));
+    close_listeners(wt);
+    if (!(*endpoints = cJSON_CreateArray()))
+        return herr_set(e, "out of memory");
+    for (int i = 0; i < a->nranks; i++) {
+        char ep[300];
+        if (tcp_listener_open(&wt->listeners[i], NULL, 0, e))
+            return herr_wrap(e, "opening the TCP listener for peers of rank %d", a->ranks[i]);
+        snprintf(ep, sizeof ep, "%s:%d", wt->host, tcp_listener_port(wt->listeners[i]));
+        if (!cJSON_AddItemToArray(*endpoints, cJSON_CreateString(ep)))
+            return herr_set(e, "out of memory");
+    }
     return 0;
 }
 
 struct step_sink {
-    struct worker_link *link;
+    const struct rank_sink *out;
     int last_stage;
     long last_step;
     int log_every;  /* spec.training.logEverySteps: a progress line in this worker's log */
@@ -76,7 +90,7 @@ static int on_step(void *ctx, const struct trainer_report *r)
     };
     if (!(ps.loss >= 0 && ps.loss < 1e6)) /* NaN or absurd: the protocol refuses it */
         ps.has_loss = 0;
-    worker_report_step(s->link, &ps);
+    s->out->step(s->out->ctx, &ps);
     s->last_step = r->step;
     if (s->log_every > 0 && (r->step % s->log_every == 0 || r->step == s->steps)) {
         if (ps.has_loss)
@@ -92,14 +106,22 @@ static int on_step(void *ctx, const struct trainer_report *r)
 static void on_notice(void *ctx, const char *reason, const char *message)
 {
     const struct step_sink *s = ctx;
-    worker_report_notice(s->link, reason, message);
+    s->out->notice(s->out->ctx, reason, message);
 }
 
 static int on_should_stop(void *ctx)
 {
     const struct step_sink *s = ctx;
-    return worker_stop_requested(s->link);
+    return s->out->should_stop(s->out->ctx);
 }
+
+/* The sink of a rank that runs in the worker's own process: the coordinator link. */
+static void link_step(void *ctx, const struct proto_step *s) { worker_report_step(ctx, s); }
+static void link_notice(void *ctx, const char *reason, const char *message)
+{
+    worker_report_notice(ctx, reason, message);
+}
+static int link_should_stop(void *ctx) { return worker_stop_requested(ctx); }
 
 /* The trainer's configuration from the resolved TrainingJob spec. */
 static int config_from_spec(const struct tj_spec *sp, struct trainer_config *c, herr *e)
@@ -156,6 +178,76 @@ static int make_dirs(const char *path, herr *e)
     return 0;
 }
 
+int worker_check_devices(const struct tj_spec *spec, herr *e)
+{
+    if (spec->gpus_per_worker > 0 && !spec->emulation.gpus)
+        return herr_set_kind(e, HERR_CONFIG,
+                             "spec.gpusPerWorker %d: this holmes-node trains with the CPU engine only "
+                             "(the CUDA engine is not wired into the worker yet) and will not train "
+                             "GPU ranks on the CPU; set spec.emulation.gpus: true to run each GPU's "
+                             "rank as a CPU process, or gpusPerWorker 0", spec->gpus_per_worker);
+    return 0;
+}
+
+int worker_train_rank(const struct tj_spec *spec, const struct plan_assignment *a, int local,
+                      struct tcp_listener *l, enum cpu_affinity affinity,
+                      const struct rank_sink *out, long *last_step, herr *e)
+{
+    *last_step = 0;
+    struct trainer_config c;
+    const struct plan_doc *rt = &a->plan;
+    struct dataloader *dl = NULL;
+    int rc = -1, rank = a->ranks[local];
+    if (config_from_spec(spec, &c, e))
+        goto out;
+    if (c.checkpoint_dir && make_dirs(c.checkpoint_dir, e))
+        goto out;
+    struct dataloader_config dc = {spec->training.data.path, c.B, c.T, plan_doc_dp_of(rt, rank),
+                                   rt->data, c.seed, c.model.vocab};
+    if (dataloader_open(&dl, &dc, e)) {
+        herr_wrap(e, "spec.training.data");
+        goto out;
+    }
+    if (dataloader_is_text(dl) != (spec->training.data.format == TJ_DATA_TEXT)) {
+        herr_set(e, "spec.training.data.format: %s, but %s is %s (the engine reads *.bin files as "
+                 "llm.c token shards and any other file as text); set format: %s",
+                 tj_data_format_name(spec->training.data.format), spec->training.data.path,
+                 dataloader_is_text(dl) ? "text" : "llm.c shards",
+                 dataloader_is_text(dl) ? "text" : "llmc");
+        goto out;
+    }
+    c.listener = l;
+    /* This thread runs the training and starts the communication threads: pinned before them,
+     * they share its cores. An optimisation only: the run goes on unpinned when it fails. */
+    if (affinity == CPU_AFFINITY_SPREAD) {
+        char cores[64];
+        herr pe = {0};
+        int n = cpu_spread_rank(rt, c.model.layers, rank, cores, sizeof cores, &pe);
+        if (n > 0)
+            log_info("cpu affinity: rank %d computes on core %s (the job's %d ranks spread over "
+                     "this machine's cores)", rank, cores, rt->world);
+        else
+            log_warn("cpu affinity spread: %s; the kernel places this rank", pe.msg);
+        int threads = omp_get_max_threads();
+        if (n > 0 && threads > n)
+            log_warn("cpu affinity: %d compute threads (OMP_NUM_THREADS) share this rank's %d "
+                     "core(s); set OMP_NUM_THREADS=%d, or HOLMES_CPU_AFFINITY=none", threads, n,
+                     n);
+    }
+    int stage = plan_doc_stage_of(rt, rank);
+    struct step_sink sink = {.out = out,
+                             .last_stage = stage == rt->pipeline - 1,
+                             .log_every = spec->training.log_every_steps,
+                             .steps = spec->training.steps};
+    struct trainer_data td = {dl, dataloader_batch_at};
+    struct trainer_hooks hooks = {&sink, on_step, on_should_stop, NULL, on_notice};
+    rc = trainer_run(&c, rt, rank, &td, &hooks, e);
+    *last_step = sink.last_step;
+out:
+    dataloader_free(dl);
+    return rc;
+}
+
 static int train_run(void *user, struct plan_assignment *a, const cJSON *peers, long resume_step,
                      struct worker_link *link, long *last_step, herr *e)
 {
@@ -172,58 +264,15 @@ static int train_run(void *user, struct plan_assignment *a, const cJSON *peers, 
         tj_spec_free(&spec);
         return -1;
     }
-    struct trainer_config c;
-    struct plan_doc *rt = &a->plan;
-    struct dataloader *dl = NULL;
-    int rc = -1, rank = a->rank;
-    if (config_from_spec(&spec, &c, e))
-        goto out;
-    if (c.checkpoint_dir && make_dirs(c.checkpoint_dir, e))
-        goto out;
-    if (worker_plan_endpoints(rt, peers, e))
-        goto out;
-    struct dataloader_config dc = {spec.training.data.path, c.B, c.T, plan_doc_dp_of(rt, rank),
-                                   rt->data, c.seed, c.model.vocab};
-    if (dataloader_open(&dl, &dc, e)) {
-        herr_wrap(e, "spec.training.data");
-        goto out;
+    int rc;
+    if (worker_check_devices(&spec, e) || worker_plan_endpoints(&a->plan, peers, e)) {
+        rc = -1;
+    } else if (a->nranks == 1) {
+        struct rank_sink out = {link, link_step, link_notice, link_should_stop};
+        rc = worker_train_rank(&spec, a, 0, wt->listeners[0], wt->affinity, &out, last_step, e);
+    } else {
+        rc = rank_procs_run(a, wt->listeners, link, last_step, e);
     }
-    if (dataloader_is_text(dl) != (spec.training.data.format == TJ_DATA_TEXT)) {
-        herr_set(e, "spec.training.data.format: %s, but %s is %s (the engine reads *.bin files as "
-                 "llm.c token shards and any other file as text); set format: %s",
-                 tj_data_format_name(spec.training.data.format), spec.training.data.path,
-                 dataloader_is_text(dl) ? "text" : "llm.c shards",
-                 dataloader_is_text(dl) ? "text" : "llmc");
-        goto out;
-    }
-    c.listener = wt->listener;
-    /* This thread runs the training and starts the communication threads: pinned before them,
-     * they share its cores. An optimisation only: the run goes on unpinned when it fails. */
-    if (wt->affinity == CPU_AFFINITY_SPREAD) {
-        char cores[64];
-        herr pe = {0};
-        int n = cpu_spread_rank(rt, c.model.layers, rank, cores, sizeof cores, &pe);
-        if (n > 0)
-            log_info("cpu affinity: rank %d computes on core %s (the job's %d ranks spread over "
-                     "this machine's cores)", rank, cores, rt->world);
-        else
-            log_warn("cpu affinity spread: %s; the kernel places this rank", pe.msg);
-        int threads = omp_get_max_threads();
-        if (n > 0 && threads > n)
-            log_warn("cpu affinity: %d compute threads (OMP_NUM_THREADS) share this rank's %d "
-                     "core(s); set OMP_NUM_THREADS=%d, or HOLMES_CPU_AFFINITY=none", threads, n,
-                     n);
-    }
-    struct step_sink sink = {.link = link,
-                             .last_stage = a->stage == a->stages - 1,
-                             .log_every = spec.training.log_every_steps,
-                             .steps = spec.training.steps};
-    struct trainer_data td = {dl, dataloader_batch_at};
-    struct trainer_hooks hooks = {&sink, on_step, on_should_stop, NULL, on_notice};
-    rc = trainer_run(&c, rt, rank, &td, &hooks, e);
-    *last_step = sink.last_step;
-out:
-    dataloader_free(dl);
     tj_spec_free(&spec);
     return rc;
 }

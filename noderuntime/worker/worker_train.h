@@ -7,6 +7,10 @@
 
 #include "cpu_affinity.h"
 #include "error.h"
+#include "comm_tcp.h"
+#include "plan_doc.h"
+#include "protocol.h"
+#include "trainingjob.h"
 #include "worker_coord.h"
 
 struct worker_train;
@@ -18,6 +22,25 @@ int worker_train_create(struct worker_train **out, const char *advertise_host,
 void worker_train_free(struct worker_train *wt);
 /* A runner whose user is wt. */
 struct worker_runner worker_train_runner(struct worker_train *wt);
+
+/* Where a training rank's reports go: the coordinator link when the rank runs in the worker's
+ * process, the pipe to the worker when it is one of several rank processes (rank_procs.h). */
+struct rank_sink {
+    void *ctx;
+    void (*step)(void *ctx, const struct proto_step *s);
+    void (*notice)(void *ctx, const char *reason, const char *message);
+    int (*should_stop)(void *ctx);
+};
+
+/* Trains rank a->ranks[local] of the assignment's plan (every endpoint filled in) on listener
+ * l, reporting every step to `out`. *last_step: the last step done. 0, or -1 with `e`. */
+int worker_train_rank(const struct tj_spec *spec, const struct plan_assignment *a, int local,
+                      struct tcp_listener *l, enum cpu_affinity affinity,
+                      const struct rank_sink *out, long *last_step, herr *e);
+
+/* GPU ranks need an engine for them: this build has the CPU engine only, so real GPUs
+ * (gpusPerWorker >= 1 without emulation.gpus) are a configuration error. */
+int worker_check_devices(const struct tj_spec *spec, herr *e);
 
 /* Fills in every rank's host and port from start's peers ([{rank, endpoint "host:port"}]); with
  * HOLMES_NO_PACING=1 (the network itself is shaped) clears the plan's emulated pacing. -1 with

@@ -150,11 +150,22 @@ static int hook_plan(void *user, const struct coord_worker *w, int n, cJSON **a,
         char ws[512] = "";
         size_t used = 0;
         for (int r = 0; r < p->n_ranks; r++) {
+            int wi = p->ranks[r].worker, seen = 0, here = 0;
             if (p->ranks[r].stage != s)
                 continue;
-            const struct coord_worker *cw = &w[p->ranks[r].worker];
-            int k = snprintf(ws + used, sizeof ws - used, "%s%s (%s %g Gb/s)", used ? ", " : "",
-                             cw->pod, nic_class_name(cw->nic.cls), cw->nic.gbps);
+            for (int q = 0; q < p->n_ranks; q++)
+                if (p->ranks[q].stage == s && p->ranks[q].worker == wi) {
+                    seen += q < r;
+                    here++;
+                }
+            if (seen)
+                continue; /* each worker once: "x2" when it holds two ranks (GPUs) of the stage */
+            const struct coord_worker *cw = &w[wi];
+            char times[16] = "";
+            if (here > 1)
+                snprintf(times, sizeof times, " x%d", here);
+            int k = snprintf(ws + used, sizeof ws - used, "%s%s%s (%s %g Gb/s)", used ? ", " : "",
+                             cw->pod, times, nic_class_name(cw->nic.cls), cw->nic.gbps);
             if (k > 0 && (size_t)k < sizeof ws - used)
                 used += (size_t)k;
         }
@@ -591,8 +602,9 @@ static int load_job(struct local *L, const char *path)
     L->job = jobs[0];
     free(jobs);
     const struct tj_spec *s = &L->job.spec;
-    if (s->gpus_per_worker != 0) {
-        fprintf(stderr, "%s: spec.gpusPerWorker: local runs use CPU workers (0), got %d\n", path,
+    if (s->gpus_per_worker != 0 && !s->emulation.gpus) {
+        fprintf(stderr, "%s: spec.gpusPerWorker: %d: local runs have no GPUs; set "
+                        "spec.emulation.gpus: true (a CPU rank per GPU) or gpusPerWorker 0\n", path,
                 s->gpus_per_worker);
         tj_job_free(&L->job);
         return 2;

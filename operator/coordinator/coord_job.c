@@ -50,6 +50,8 @@ static void job_reset_round(struct job *j)
         s->endpoint[0] = '\0';
         cJSON_Delete(s->ids);
         s->ids = NULL;
+        cJSON_Delete(s->endpoints);
+        s->endpoints = NULL;
     }
     j->gather_since = clock_mono_s();
     j->gang_reported = 0;
@@ -167,6 +169,49 @@ void co_job_settle(struct job *j, double now)
         job_failure(j, why);
 }
 
+/* Each worker's ranks from its assignment ("rank", and "ranks" when it has several), and the
+ * worker and local index of every rank: all of 0..world-1, each once. */
+static int index_ranks(struct job *j, herr *e)
+{
+    int world = 0;
+    for (int i = 0; i < j->n; i++) {
+        struct slot *s = &j->w[i];
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(j->assign[i], "rank");
+        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j->assign[i], "ranks");
+        if (!cJSON_IsObject(j->assign[i]) || !cJSON_IsNumber(r))
+            return herr_set(e, "plan: assignment of worker %d has no rank", i);
+        s->nranks = cJSON_IsArray(rs) ? cJSON_GetArraySize(rs) : 1;
+        if (s->nranks < 1 || s->nranks > PLAN_MAX_LOCAL_RANKS)
+            return herr_set(e, "plan: worker %d has %d ranks (1..%d)", i, s->nranks,
+                            PLAN_MAX_LOCAL_RANKS);
+        for (int k = 0; k < s->nranks; k++) {
+            const cJSON *x = cJSON_IsArray(rs) ? cJSON_GetArrayItem(rs, k) : r;
+            s->ranks[k] = cJSON_IsNumber(x) ? x->valueint : -1;
+        }
+        s->info.rank = s->ranks[0];
+        world += s->nranks;
+    }
+    int *wr = malloc((size_t)world * sizeof *wr), *lr = malloc((size_t)world * sizeof *lr);
+    free(j->worker_of_rank);
+    free(j->local_of_rank);
+    j->worker_of_rank = wr;
+    j->local_of_rank = lr;
+    j->world = wr && lr ? world : 0;
+    if (!wr || !lr)
+        return herr_set(e, "out of memory");
+    for (int r = 0; r < world; r++)
+        wr[r] = -1;
+    for (int i = 0; i < j->n; i++)
+        for (int k = 0; k < j->w[i].nranks; k++) {
+            int rank = j->w[i].ranks[k];
+            if (rank < 0 || rank >= world || wr[rank] >= 0)
+                return herr_set(e, "plan: rank %d of worker %d is out of range or taken", rank, i);
+            wr[rank] = i;
+            lr[rank] = k;
+        }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- gang barrier, plan, start */
 
 static int job_plan(struct job *j, herr *e)
@@ -190,19 +235,7 @@ static int job_plan(struct job *j, herr *e)
         if (rc)
             return -1;
     }
-    for (int i = 0; i < j->n; i++)
-        j->worker_of_rank[i] = -1;
-    for (int i = 0; i < j->n; i++) {
-        const cJSON *r = cJSON_GetObjectItemCaseSensitive(j->assign[i], "rank");
-        if (!cJSON_IsObject(j->assign[i]) || !cJSON_IsNumber(r))
-            return herr_set(e, "plan: assignment of worker %d has no rank", i);
-        int rank = r->valueint;
-        if (rank < 0 || rank >= j->n || j->worker_of_rank[rank] >= 0)
-            return herr_set(e, "plan: rank %d of worker %d is out of range or taken", rank, i);
-        j->worker_of_rank[rank] = i;
-        j->w[i].info.rank = rank;
-    }
-    return 0;
+    return index_ranks(j, e);
 }
 
 static void job_send_assignments(struct job *j)
@@ -273,17 +306,21 @@ void co_job_check_gang(struct job *j)
     job_gang_complete(j);
 }
 
-static cJSON *peer_entry(const struct slot *s)
+/* Rank r's entry in start.peers: its endpoint, and its worker's ids with its first rank. */
+static cJSON *peer_entry(const struct job *j, int r)
 {
+    const struct slot *s = &j->w[j->worker_of_rank[r]];
+    int k = j->local_of_rank[r];
+    const cJSON *ep = k > 0 ? cJSON_GetArrayItem(s->endpoints, k) : NULL;
     cJSON *o = cJSON_CreateObject();
     if (!o)
         return NULL;
-    if (!cJSON_AddNumberToObject(o, "rank", s->info.rank) ||
-        !cJSON_AddStringToObject(o, "endpoint", s->endpoint)) {
+    if (!cJSON_AddNumberToObject(o, "rank", r) ||
+        !cJSON_AddStringToObject(o, "endpoint", cJSON_IsString(ep) ? ep->valuestring : s->endpoint)) {
         cJSON_Delete(o);
         return NULL;
     }
-    if (s->ids) {
+    if (s->ids && k == 0) {
         cJSON *ids = cJSON_Duplicate(s->ids, 1);
         if (!ids) {
             cJSON_Delete(o);
@@ -305,9 +342,9 @@ void co_job_send_start(struct job *j)
             const cJSON *p;
             cJSON_ArrayForEach(p, want) {
                 int r = p->valueint;
-                if (r < 0 || r >= j->n)
+                if (r < 0 || r >= j->world)
                     continue;
-                cJSON *pe = peer_entry(&j->w[j->worker_of_rank[r]]);
+                cJSON *pe = peer_entry(j, r);
                 if (!pe) {
                     cJSON_Delete(peers);
                     goto oom;
@@ -315,8 +352,8 @@ void co_job_send_start(struct job *j)
                 cJSON_AddItemToArray(peers, pe);
             }
         } else {
-            for (int r = 0; r < j->n; r++) {
-                cJSON *pe = peer_entry(&j->w[j->worker_of_rank[r]]);
+            for (int r = 0; r < j->world; r++) {
+                cJSON *pe = peer_entry(j, r);
                 if (!pe) {
                     cJSON_Delete(peers);
                     goto oom;

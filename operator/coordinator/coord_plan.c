@@ -36,7 +36,7 @@ static void emulate_links(const struct tj_emulation *em, const struct plan *p, s
     }
 }
 
-/* The assignment of worker `worker`: its first rank, the plan, the spec. */
+/* The assignment of worker `worker`: its ranks (device order), the plan, the spec. */
 static int add_assignment(const struct coord_plan *cp, const struct plan *p, int worker,
                           const struct plan_doc *doc, const cJSON *spec_json, cJSON **out)
 {
@@ -50,6 +50,13 @@ static int add_assignment(const struct coord_plan *cp, const struct plan *p, int
     struct plan_assignment a = {.rank = rank, .stage = pr->stage, .stages = p->n_stages,
                                 .dp_rank = pr->dp_rank, .tp_rank = pr->tp_rank, .has_plan = 1,
                                 .plan = *doc, .spec = (cJSON *)spec_json};
+    for (int r = 0; r < p->n_ranks; r++) /* the worker's ranks by device index */
+        if (p->ranks[r].worker == worker) {
+            if (p->ranks[r].local >= PLAN_MAX_LOCAL_RANKS)
+                return -1;
+            a.ranks[p->ranks[r].local] = r;
+            a.nranks = p->ranks[r].local + 1 > a.nranks ? p->ranks[r].local + 1 : a.nranks;
+        }
     snprintf(a.fabric, sizeof a.fabric, "%s", p->stages[pr->stage].fabric);
     snprintf(a.job, sizeof a.job, "%s", cp->job->name);
     *out = plan_assignment_to_json(&a); /* a borrows doc and spec: not freed here */
@@ -82,11 +89,12 @@ int coord_plan_hook(void *user, const struct coord_worker *workers, int n, cJSON
         if (!s->emulation.enabled)
             snprintf(pw[i].node, sizeof pw[i].node, "%.*s", (int)sizeof pw[i].node - 1,
                      workers[i].node);
-        pw[i].gpus = workers[i].gpus > 0 ? s->gpus_per_worker : 0;
+        /* Emulated GPUs: the worker runs gpusPerWorker CPU ranks whatever it has. */
+        pw[i].gpus = workers[i].gpus > 0 || s->emulation.gpus ? s->gpus_per_worker : 0;
         if (workers[i].tflops > 0) /* measured or declared by the worker */
             pw[i].tflops = workers[i].tflops;
         else
-            pw[i].tflops = pw[i].gpus ? (cp->gpu_tflops > 0 ? cp->gpu_tflops : 100)
+            pw[i].tflops = pw[i].gpus && !s->emulation.gpus ? (cp->gpu_tflops > 0 ? cp->gpu_tflops : 100)
                                       : (cp->cpu_tflops > 0 ? cp->cpu_tflops : 0.05);
         pw[i].nic = workers[i].nic;
     }

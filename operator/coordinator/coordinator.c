@@ -213,7 +213,14 @@ static void on_rendezvous(struct conn *k, const struct proto_msg *m)
         conn_refuse(k, PROTO_ERR_BAD_MESSAGE, "rendezvous.rank: not the rank assigned");
         return;
     }
+    int neps = m->endpoints ? cJSON_GetArraySize(m->endpoints) : 1;
+    if (neps != s->nranks) {
+        conn_refuse(k, PROTO_ERR_BAD_MESSAGE, "rendezvous.endpoints: not one per rank assigned");
+        return;
+    }
     snprintf(s->endpoint, sizeof s->endpoint, "%s", m->endpoint);
+    cJSON_Delete(s->endpoints);
+    s->endpoints = m->endpoints ? cJSON_Duplicate(m->endpoints, 1) : NULL;
     cJSON_Delete(s->ids);
     s->ids = m->body ? cJSON_Duplicate(m->body, 1) : NULL;
     s->rendezvous = 1;
@@ -531,6 +538,7 @@ static void job_free(struct job *j)
 {
     for (int i = 0; i < j->n; i++) {
         cJSON_Delete(j->w[i].ids);
+        cJSON_Delete(j->w[i].endpoints);
         if (j->assign)
             cJSON_Delete(j->assign[i]);
         if (j->pods)
@@ -540,6 +548,7 @@ static void job_free(struct job *j)
     free(j->assign);
     free(j->w);
     free(j->worker_of_rank);
+    free(j->local_of_rank);
     free(j->name);
     free(j->token);
     free(j);
@@ -604,8 +613,7 @@ int coord_add_job(struct coordinator *c, const struct coord_job_spec *spec, herr
     j->name = strdup(spec->name);
     j->token = strdup(spec->token);
     j->w = calloc((size_t)j->n, sizeof *j->w);
-    j->worker_of_rank = calloc((size_t)j->n, sizeof *j->worker_of_rank);
-    int ok = j->name && j->token && j->w && j->worker_of_rank;
+    int ok = j->name && j->token && j->w;
     if (ok && spec->pods) {
         j->pods = calloc((size_t)j->n, sizeof *j->pods);
         ok = j->pods != NULL;

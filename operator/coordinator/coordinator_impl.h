@@ -8,6 +8,7 @@
 #include <libwebsockets.h>
 
 #include "coordinator.h"
+#include "plan_doc.h"
 
 struct outmsg {
     struct outmsg *next;
@@ -39,8 +40,11 @@ struct slot {
     int running;            /* hello said it is mid-training (adoption) */
     int resume_attempt;
     int rendezvous;
-    char endpoint[256];
+    char endpoint[256];     /* of its first rank */
+    cJSON *endpoints;       /* one per rank when it has several (rendezvous.endpoints), or NULL */
     cJSON *ids;
+    int nranks;             /* from its assignment: a rank per GPU */
+    int ranks[PLAN_MAX_LOCAL_RANKS];
     int reported;
     struct proto_step last;
     int done;
@@ -71,7 +75,9 @@ struct job {
     int attempt, restarts;
     struct slot *w;
     cJSON **assign;         /* per worker index; NULL until planned */
-    int *worker_of_rank;
+    int world;              /* ranks of all workers (>= n) */
+    int *worker_of_rank;    /* [world] */
+    int *local_of_rank;     /* [world]: index among its worker's ranks */
     double gather_since;    /* seconds, monotonic */
     /* A failure being settled: the reports of one failure arrive within a moment of each
      * other, the cause's and its consequences' (peers that lost a connection to it), in any

@@ -149,7 +149,7 @@ static int client_cb(struct lws *wsi, enum lws_callback_reasons reason, void *us
             char ep[64];
             snprintf(ep, sizeof ep, "10.0.%d.%d:29500", s->idx / 250, s->idx % 250);
             s->want_write = 0;
-            return send_text(wsi, proto_rendezvous_encode(0, s->rank, ep, NULL, NULL));
+            return send_text(wsi, proto_rendezvous_encode(0, s->rank, ep, NULL, NULL, NULL));
         }
         return 0;
     case LWS_CALLBACK_CLIENT_RECEIVE: {

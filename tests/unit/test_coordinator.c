@@ -237,7 +237,7 @@ static int run_gang(struct coord_client **cl, int n, const char *job, int attemp
     for (int i = 0; i < n; i++) {
         char ep[64];
         snprintf(ep, sizeof ep, "127.0.0.1:%d", 30000 + ranks[i]);
-        if (tsend(cl[i], proto_rendezvous_encode(attempt, ranks[i], ep, NULL, NULL)))
+        if (tsend(cl[i], proto_rendezvous_encode(attempt, ranks[i], ep, NULL, NULL, NULL)))
             return 0;
     }
     for (int i = 0; i < n; i++) {
@@ -374,7 +374,7 @@ static void test_gang_and_security(void)
             cJSON *ids = NULL;
             if (ranks[i] == 0)
                 ids = cJSON_Parse("{\"nccl-dp0\":\"c2VjcmV0\"}");
-            tsend(cl[i], proto_rendezvous_encode(0, ranks[i], ep, ids, NULL));
+            tsend(cl[i], proto_rendezvous_encode(0, ranks[i], ep, NULL, ids, NULL));
             cJSON_Delete(ids);
         }
         int starts = 1;

@@ -128,7 +128,7 @@ static void test_assign_rendezvous_start(void)
     free(s);
 
     cJSON *ids = cJSON_Parse("{\"dp0\":\"AAECAw==\"}");
-    s = proto_rendezvous_encode(1, 2, "127.0.0.1:4000", ids, &e);
+    s = proto_rendezvous_encode(1, 2, "127.0.0.1:4000", NULL, ids, &e);
     cJSON_Delete(ids);
     CHECK_INT("rendezvous parses", s ? parse_str(s, &m, &e) : -1, 0);
     if (s && m.json) {
