@@ -184,6 +184,22 @@ int main(void)
                                                     strstr(e.msg, "workers[3] needs a host"));
     plan_assignment_free(&pa);
     cJSON_Delete(bad);
+    static const struct {
+        const char *doc, *want;
+    } bad_ranks[] = {
+        {"{\"rank\": 1, \"ranks\": [1, 1]}", "listed twice"},
+        {"{\"rank\": 1, \"ranks\": [0, 1]}", "assignment.ranks[0] is 0, but rank is 1"},
+        {"{\"rank\": 1, \"ranks\": []}", "assignment.ranks must be an array"},
+        {"{\"rank\": 1, \"ranks\": [1, \"x\"]}", "assignment.ranks[1] must be a global rank"},
+    };
+    for (int i = 0; i < 4; i++) {
+        cJSON *bj = cJSON_Parse(bad_ranks[i].doc);
+        rc = plan_assignment_from_json(bj, &pa, &e);
+        CHECK(bad_ranks[i].want, rc != 0 && strstr(e.msg, bad_ranks[i].want));
+        if (rc == 0)
+            plan_assignment_free(&pa);
+        cJSON_Delete(bj);
+    }
     cJSON *noplan = cJSON_Parse("{\"rank\": 0, \"stage\": 2, \"stages\": 2}");
     CHECK("an assignment's stage out of range refused",
           plan_assignment_from_json(noplan, &pa, &e) != 0 && strstr(e.msg, "assignment.stage"));
@@ -337,6 +353,42 @@ int main(void)
                   "%s", why);
     {
         struct tj_errors run = {0};
+        /* Emulated GPUs: each worker gets gpusPerWorker ranks, all ranks once. */
+        jobs[0].spec.gpus_per_worker = 2;
+        jobs[0].spec.emulation.gpus = 1;
+        jobs[0].spec.par.pipeline = 2;
+        jobs[0].spec.par.data = 4;
+        cJSON *g[4] = {0};
+        rc = coord_plan_hook(&cp, w, 4, g, &e);
+        CHECK_INT("emulated GPUs: 4 workers x 2 planned as pipeline 2 x data 4", rc, 0);
+        if (rc)
+            printf("  %s\n", e.msg);
+        int mask = 0, two = 1;
+        for (int i = 0; rc == 0 && i < 4; i++) {
+            struct plan_assignment ga;
+            if (plan_assignment_from_json(g[i], &ga, &e) != 0) {
+                two = 0;
+                continue;
+            }
+            two = two && ga.nranks == 2 && ga.plan.world == 8 &&
+                  !strcmp(ga.plan.ranks[ga.ranks[0]].name, ga.plan.ranks[ga.ranks[1]].name);
+            for (int k = 0; k < ga.nranks; k++)
+                mask |= 1 << ga.ranks[k];
+            plan_assignment_free(&ga);
+        }
+        CHECK("emulated GPUs: two ranks per worker, both placed on it", two);
+        CHECK_INT("emulated GPUs: every rank 0..7 assigned once", mask, 255);
+        for (int i = 0; i < 4; i++)
+            cJSON_Delete(g[i]);
+        herr de = {0};
+        CHECK_INT("emulated GPUs: the worker trains them", worker_check_devices(&jobs[0].spec, &de), 0);
+        jobs[0].spec.emulation.gpus = 0;
+        CHECK("real GPUs: this CPU-only worker refuses them as a configuration error",
+              worker_check_devices(&jobs[0].spec, &de) != 0 && de.kind == HERR_CONFIG &&
+                  strstr(de.msg, "spec.gpusPerWorker 2: this holmes-node trains with the CPU engine only"));
+        jobs[0].spec.gpus_per_worker = 0;
+        CHECK_INT("CPU workers: trained", worker_check_devices(&jobs[0].spec, &de), 0);
+        jobs[0].spec = keep;
         jobs[0].spec.gpus_per_worker = 8;
         CHECK_INT("gpusPerWorker 8 is runnable (a rank per GPU)",
                   tj_spec_runnable(&jobs[0].spec, "spec", &run), 0);

@@ -23,6 +23,7 @@ struct server {
     int hellos;
     int plans;
     int fail_plan;
+    int gpus;           /* > 1: each worker gets that many ranks ("ranks"), no peers list */
     int progress_calls;
     struct coord_progress last;
     int steps_seen;
@@ -36,7 +37,14 @@ static int plan_ring(void *user, const struct coord_worker *w, int n, cJSON **a,
     s->plans++;
     if (s->fail_plan)
         return herr_set(e, "planner: no stage fits in one fabric");
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && s->gpus > 1; i++) { /* worker i: ranks g*(n-1-i) + g-1 .. down */
+        a[i] = cJSON_CreateObject();
+        cJSON *rs = cJSON_AddArrayToObject(a[i], "ranks");
+        for (int k = 0; k < s->gpus; k++)
+            cJSON_AddItemToArray(rs, cJSON_CreateNumber(s->gpus * (n - 1 - w[i].index) + s->gpus - 1 - k));
+        cJSON_AddNumberToObject(a[i], "rank", s->gpus * (n - 1 - w[i].index) + s->gpus - 1);
+    }
+    for (int i = 0; i < n && s->gpus <= 1; i++) {
         a[i] = cJSON_CreateObject();
         if (!a[i])
             return herr_set(e, "oom");
@@ -494,6 +502,95 @@ static void test_restart_in_place(void)
     server_stop(&s);
 }
 
+/* Workers with several ranks (a rank per GPU): the assignment lists them, the rendezvous gives
+ * one endpoint each, and start lists every rank of the job with its own endpoint. */
+static void test_ranks_per_worker(void)
+{
+    struct server s;
+    if (server_start(&s, "gj", 2, 60000, 0)) {
+        TEST_FAIL("server start", "could not start");
+        return;
+    }
+    pthread_mutex_lock(&s.ct.mu);
+    s.gpus = 2;
+    pthread_mutex_unlock(&s.ct.mu);
+    struct coord_client *cl[2] = {connect_to(&s), connect_to(&s)};
+    struct proto_msg m;
+    int lead[2] = {-1, -1}, ok = cl[0] && cl[1];
+    for (int i = 0; ok && i < 2; i++)
+        ok = !send_hello(cl[i], "gj", TOKEN, "any", i, 0);
+    for (int i = 0; ok && i < 2; i++) {
+        ok = expect(cl[i], PROTO_ASSIGN, &m);
+        if (ok) {
+            lead[i] = m.rank;
+            ok = cJSON_GetArraySize(cJSON_GetObjectItem(m.body, "ranks")) == 2;
+            proto_msg_free(&m);
+        }
+    }
+    CHECK("several ranks: each worker assigned two", ok && lead[0] == 3 && lead[1] == 1);
+    /* worker 1 (ranks 1, 0) says one endpoint for two ranks: refused */
+    if (ok) {
+        tsend(cl[1], proto_rendezvous_encode(0, 1, "127.0.0.1:30001", NULL, NULL, NULL));
+        CHECK("several ranks: one endpoint for two ranks refused", refused_with(cl[1], PROTO_ERR_BAD_MESSAGE));
+    }
+    coord_client_destroy(cl[0]);
+    coord_client_destroy(cl[1]);
+    server_stop(&s);
+
+    /* again, properly */
+    if (server_start(&s, "gk", 2, 60000, 0)) {
+        TEST_FAIL("server start", "could not start");
+        return;
+    }
+    pthread_mutex_lock(&s.ct.mu);
+    s.gpus = 2;
+    pthread_mutex_unlock(&s.ct.mu);
+    cl[0] = connect_to(&s);
+    cl[1] = connect_to(&s);
+    ok = cl[0] && cl[1];
+    for (int i = 0; ok && i < 2; i++)
+        ok = !send_hello(cl[i], "gk", TOKEN, "any", i, 0);
+    for (int i = 0; ok && i < 2; i++) {
+        ok = expect(cl[i], PROTO_ASSIGN, &m);
+        if (ok) {
+            lead[i] = m.rank;
+            proto_msg_free(&m);
+        }
+    }
+    for (int i = 0; ok && i < 2; i++) { /* ranks lead, lead-1: endpoints 127.0.0.1:30000+rank */
+        cJSON *eps = cJSON_CreateArray();
+        for (int k = 0; k < 2; k++) {
+            char ep[64];
+            snprintf(ep, sizeof ep, "127.0.0.1:%d", 30000 + lead[i] - k);
+            cJSON_AddItemToArray(eps, cJSON_CreateString(ep));
+        }
+        ok = !tsend(cl[i], proto_rendezvous_encode(0, lead[i], cJSON_GetArrayItem(eps, 0)->valuestring,
+                                                   eps, NULL, NULL));
+        cJSON_Delete(eps);
+    }
+    int peers_ok = ok;
+    for (int i = 0; ok && i < 2; i++) {
+        ok = expect(cl[i], PROTO_START, &m);
+        if (!ok)
+            break;
+        peers_ok = peers_ok && cJSON_GetArraySize(m.body) == 4;
+        for (int r = 0; r < 4; r++) {
+            const cJSON *p = cJSON_GetArrayItem(m.body, r);
+            char want[64];
+            snprintf(want, sizeof want, "127.0.0.1:%d", 30000 + r);
+            const cJSON *ep = cJSON_GetObjectItem(p, "endpoint");
+            peers_ok = peers_ok && cJSON_GetObjectItem(p, "rank")->valueint == r && cJSON_IsString(ep) &&
+                       strcmp(ep->valuestring, want) == 0;
+        }
+        proto_msg_free(&m);
+    }
+    CHECK("several ranks: start lists all 4 ranks, each with its own endpoint", ok && peers_ok);
+    CHECK("several ranks: running", wait_state(&s, "gk", COORD_RUNNING));
+    coord_client_destroy(cl[0]);
+    coord_client_destroy(cl[1]);
+    server_stop(&s);
+}
+
 static void test_adopt_gang_timeout_plan_failure(void)
 {
     struct server s;
@@ -696,6 +793,7 @@ int main(void)
     test_api_errors();
     test_gang_and_security();
     test_restart_in_place();
+    test_ranks_per_worker();
     test_adopt_gang_timeout_plan_failure();
     test_silent_server();
     TEST_MAIN_END();

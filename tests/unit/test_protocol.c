@@ -140,6 +140,30 @@ static void test_assign_rendezvous_start(void)
     }
     free(s);
 
+    cJSON *eps = cJSON_Parse("[\"h:1\", \"h:2\"]");
+    s = proto_rendezvous_encode(0, 4, "h:1", eps, NULL, &e);
+    cJSON_Delete(eps);
+    CHECK_INT("rendezvous with one endpoint per rank parses", s ? parse_str(s, &m, &e) : -1, 0);
+    if (s && m.json) {
+        CHECK_INT("rendezvous endpoints", cJSON_GetArraySize(m.endpoints), 2);
+        CHECK_STR("rendezvous second endpoint", cJSON_GetArrayItem(m.endpoints, 1)->valuestring, "h:2");
+        proto_msg_free(&m);
+    }
+    free(s);
+    static const char *const bad_eps[] = {
+        "{\"type\":\"rendezvous\",\"v\":1,\"attempt\":0,\"rank\":0,\"endpoints\":\"h:1\"}",
+        "{\"type\":\"rendezvous\",\"v\":1,\"attempt\":0,\"rank\":0,\"endpoints\":[]}",
+        "{\"type\":\"rendezvous\",\"v\":1,\"attempt\":0,\"rank\":0,\"endpoints\":[\"h:1\",3]}",
+    };
+    for (int i = 0; i < 3; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "bad rendezvous.endpoints %d refused", i);
+        int rc = parse_str(bad_eps[i], &m, &e);
+        CHECK(name, rc != 0 && strstr(e.msg, "rendezvous.endpoints"));
+        if (rc == 0)
+            proto_msg_free(&m);
+    }
+
     cJSON *peers = cJSON_Parse("[{\"rank\":0,\"endpoint\":\"h:1\"},{\"rank\":3,\"endpoint\":\"h:2\"}]");
     s = proto_start_encode(1, 40, peers, &e);
     cJSON_Delete(peers);
