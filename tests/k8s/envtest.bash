@@ -181,6 +181,22 @@ k8s_operator() {
     OP_PID=$!
 }
 
+# k8s_kubelet NS POD LOG [worker args...]: plays kubelet once for POD: marks it Running and
+# Ready and runs its main process (`holmes-node worker`, a supervisor) with the pod's env and its
+# job's token, output appended to LOG; returns its exit status.
+k8s_kubelet() {
+    local ns=$1 pod=$2 log=$3 envs job tok
+    shift 3
+    kubectl patch pod "$pod" -n "$ns" --subresource=status --type=merge \
+        -p '{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}' >/dev/null
+    envs=$(kubectl get pod "$pod" -n "$ns" -o json | jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"')
+    job=$(kubectl get pod "$pod" -n "$ns" -o jsonpath='{.metadata.labels.holmes\.dev/job}')
+    tok=$(kubectl get secret "$job-token" -n "$ns" -o jsonpath='{.data.token}' | base64 -d)
+    # shellcheck disable=SC2086
+    (cd "$REPO" && exec env -i PATH="$PATH" HOSTNAME="$pod" HOLMES_TOKEN="$tok" NODE_NAME="node-$pod" \
+        OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $envs timeout -k 5 400 "$NODE" worker "$@" >>"$log" 2>&1)
+}
+
 # k8s_stop_all PID...: those processes (TERM, then waited for), then the control plane.
 k8s_stop_all() {
     local p

@@ -1,0 +1,60 @@
+# Workers with several (emulated) GPUs on a real kube-apiserver (tests/k8s/envtest.bash), the test
+# playing kubelet: a TrainingJob of 2 workers x 2 GPUs with spec.emulation.gpus. Its pods ask for
+# no nvidia.com/gpu; each pod's worker runs a rank process per GPU; status shows the 4 ranks'
+# plan; a rank process killed (-9) fails its worker, the gang restarts in place (status.restarts
+# 1, the same pods) and the job Succeeds.
+source "$(dirname "$0")/lib.bash"
+source "$REPO/tests/k8s/envtest.bash"
+if [ "${HOLMES_VARIANT:-release}" != release ]; then # time: the ASan pass runs local_gpus.sh
+    echo "SKIP k8s_gpus: run in the release pass (time); local_gpus runs the rank processes under ASan"
+    exit 0
+fi
+k8s_require
+OP_PID=
+KPIDS=()
+stop_all() { k8s_stop_all "${KPIDS[@]}" $OP_PID; }
+k8s_start || exit 1
+trap stop_all EXIT
+W=$K8S_DIR/gpus
+mkdir -p "$W"
+NS=team
+k8s_setup_jobs $NS || { fail "namespace and CRD installed"; exit 1; }
+CPORT=$(k8s_free_port)
+k8s_operator "$W/operator.log" $CPORT --status-interval 1
+
+sed -e "s/name: local-gpus/name: gj/" -e "s/steps: 100/steps: 300/" -e "s#local-runs/local-gpus/checkpoints#$W/ckpt#" \
+    -e "s#examples/data/corpus.txt#$REPO/examples/data/corpus.txt#" -e "s/everySteps: 25/everySteps: 20/" \
+    -e "s/bandwidthScale: 0.01/bandwidthScale: 0.001/" "$REPO/examples/local-gpus.yaml" >"$W/job.yaml"
+kubectl apply -n $NS -f "$W/job.yaml" >/dev/null
+pods() { kubectl get pods -n $NS -l holmes.dev/job=gj -o json; }
+npods_are() { [ "$(pods | jq '.items | length')" = "$1" ]; }
+tj_is() { kubectl get tj gj -n $NS -o json | jq -e "$1" >/dev/null 2>&1; }
+step_of() { kubectl get tj gj -n $NS -o jsonpath='{.status.progress.step}' 2>/dev/null; }
+past() { local s; s=$(step_of); [ -n "$s" ] && [ "$s" -ge "$1" ]; }
+uids() { pods | jq -c '[.items[] | .metadata.uid] | sort'; }
+
+check "apply -> 2 worker pods" wait_for 30 npods_are 2
+check "emulated GPUs: the pods ask for no nvidia.com/gpu" jq_true "$(pods)" \
+    'all(.items[]; (.spec.containers[0].resources.limits // {}) | has("nvidia.com/gpu") | not)'
+for i in 0 1; do k8s_kubelet $NS gj-worker-$i "$W/gj-worker-$i.log" --tflops 0.05 & KPIDS+=($!); done
+check "training reaches step 40" wait_for 120 past 40
+check "status: a plan of 4 ranks, pipeline 2 x data 2, each stage on one worker's fabric" tj_is \
+    '.status.plan.pipeline == 2 and .status.plan.data == 2 and ([.status.plan.stages[].fabric] | sort) == ["ib-a", "roce-b"]'
+check "each pod's worker runs its two ranks as processes" bash -c \
+    "grep -q '2 rank processes started' '$W/gj-worker-0.log' && grep -q '2 rank processes started' '$W/gj-worker-1.log'"
+U0=$(uids)
+victim=$(pgrep -f "holmes-node rank" | while read -r p; do
+    grep -qx HOSTNAME=gj-worker-1 <(tr '\0' '\n' </proc/$p/environ 2>/dev/null) && echo "$p"; done | head -1)
+[ -n "$victim" ] && kill -9 "$victim"
+check "a rank process of worker 1 was killed" test -n "$victim"
+check "status.restarts 1: the gang restarts in place" wait_for 30 tj_is '.status.restarts == 1'
+check "the worker named the rank and how it ended" grep -q "was killed by signal 9" "$W/gj-worker-1.log"
+gone() { for p in "${KPIDS[@]}"; do kill -0 "$p" 2>/dev/null && return 1; done; return 0; }
+check "both pods' main processes finish" wait_for 180 gone
+for i in 0 1; do
+    kubectl patch pod gj-worker-$i -n $NS --subresource=status --type=merge \
+        -p '{"status":{"phase":"Succeeded","conditions":[{"type":"Ready","status":"False"}]}}' >/dev/null
+done
+check "the job Succeeds at step 300" wait_for 180 tj_is '.status.phase == "Succeeded" and .status.progress.step == 300'
+check "no pod recreated: the same 2 pod UIDs" test "$(uids)" = "$U0"
+check "the gang resumed from a checkpoint, not step 0" grep -qE "resumed from the checkpoint of step [1-9]" "$W/gj-worker-0.log"
