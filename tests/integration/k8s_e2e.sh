@@ -44,13 +44,7 @@ stop_all() {
     for p in $(procs '!HOLMES_SUPERVISED=1'); do kill -9 "$p" 2>/dev/null; done
     k8s_stop_all "${KPID[@]}" $OP_PID
 }
-k8s_start || exit 1
-trap stop_all EXIT
-W=$K8S_DIR/e2e
-mkdir -p "$W"
-NS=team
-k8s_setup_jobs $NS || { fail "namespace and CRD installed"; exit 1; }
-CPORT=$(k8s_free_port)
+k8s_begin e2e
 start_operator() { k8s_operator "$W/operator.log" $CPORT --status-interval 1; }
 start_operator
 

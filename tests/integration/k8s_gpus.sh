@@ -13,13 +13,7 @@ k8s_require
 OP_PID=
 KPIDS=()
 stop_all() { k8s_stop_all "${KPIDS[@]}" $OP_PID; }
-k8s_start || exit 1
-trap stop_all EXIT
-W=$K8S_DIR/gpus
-mkdir -p "$W"
-NS=team
-k8s_setup_jobs $NS || { fail "namespace and CRD installed"; exit 1; }
-CPORT=$(k8s_free_port)
+k8s_begin gpus
 k8s_operator "$W/operator.log" $CPORT --status-interval 1
 
 sed -e "s/name: local-gpus/name: gj/" -e "s/steps: 100/steps: 300/" -e "s#local-runs/local-gpus/checkpoints#$W/ckpt#" \

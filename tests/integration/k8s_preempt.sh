@@ -12,13 +12,7 @@ k8s_require
 OP_PID=
 WPIDS=()
 stop_all() { k8s_stop_all "${WPIDS[@]}" $OP_PID; }
-k8s_start || exit 1
-trap stop_all EXIT
-W=$K8S_DIR/preempt
-mkdir -p "$W"
-NS=team
-k8s_setup_jobs $NS || { fail "namespace and CRD installed"; exit 1; }
-CPORT=$(k8s_free_port)
+k8s_begin preempt
 k8s_operator "$W/operator.log" $CPORT
 
 example_job "$W/job.yaml" pre 400 "$W/ckpt" -e "s#examples/data/corpus.txt#$REPO/examples/data/corpus.txt#" \

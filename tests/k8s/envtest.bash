@@ -163,6 +163,19 @@ YAML
     return 1
 }
 
+# k8s_begin NAME: the control plane started (stop_all, the caller's, on exit), a work directory
+# W=$K8S_DIR/NAME, namespace NS=team with the TrainingJob CRD, and a free coordinator port CPORT.
+# Exits the test when any of it fails.
+k8s_begin() {
+    k8s_start || exit 1
+    trap stop_all EXIT
+    W=$K8S_DIR/$1
+    mkdir -p "$W"
+    NS=team
+    k8s_setup_jobs $NS || { fail "namespace and CRD installed"; exit 1; }
+    CPORT=$(k8s_free_port)
+}
+
 # k8s_setup_jobs NAMESPACE: that namespace, and the TrainingJob CRD installed and established.
 k8s_setup_jobs() {
     kubectl create namespace "$1" >/dev/null &&

@@ -502,24 +502,27 @@ static void test_restart_in_place(void)
     server_stop(&s);
 }
 
-/* Workers with several ranks (a rank per GPU): the assignment lists them, the rendezvous gives
- * one endpoint each, and start lists every rank of the job with its own endpoint. */
-static void test_ranks_per_worker(void)
+/* A coordinator whose plan gives each of 2 workers 2 ranks, both workers connected, hello said
+ * and assigned: 1 with lead[i] = worker i's first rank, else 0. */
+static int gpu_gang_assigned(struct server *s, const char *job, struct coord_client **cl, int *lead)
 {
-    struct server s;
-    if (server_start(&s, "gj", 2, 60000, 0)) {
+    cl[0] = cl[1] = NULL;
+    if (server_start(s, job, 2, 60000, 0)) {
         TEST_FAIL("server start", "could not start");
-        return;
+        coord_destroy(s->ct.c); /* its thread never started */
+        s->ct.c = NULL;
+        return 0;
     }
-    pthread_mutex_lock(&s.ct.mu);
-    s.gpus = 2;
-    pthread_mutex_unlock(&s.ct.mu);
-    struct coord_client *cl[2] = {connect_to(&s), connect_to(&s)};
-    struct proto_msg m;
-    int lead[2] = {-1, -1}, ok = cl[0] && cl[1];
+    pthread_mutex_lock(&s->ct.mu);
+    s->gpus = 2;
+    pthread_mutex_unlock(&s->ct.mu);
+    cl[0] = connect_to(s);
+    cl[1] = connect_to(s);
+    int ok = cl[0] && cl[1];
     for (int i = 0; ok && i < 2; i++)
-        ok = !send_hello(cl[i], "gj", TOKEN, "any", i, 0);
+        ok = !send_hello(cl[i], job, TOKEN, "any", i, 0);
     for (int i = 0; ok && i < 2; i++) {
+        struct proto_msg m;
         ok = expect(cl[i], PROTO_ASSIGN, &m);
         if (ok) {
             lead[i] = m.rank;
@@ -527,36 +530,35 @@ static void test_ranks_per_worker(void)
             proto_msg_free(&m);
         }
     }
+    return ok;
+}
+
+static void gpu_gang_end(struct server *s, struct coord_client **cl)
+{
+    coord_client_destroy(cl[0]);
+    coord_client_destroy(cl[1]);
+    if (s->ct.c)
+        server_stop(s);
+}
+
+/* Workers with several ranks (a rank per GPU): the assignment lists them, the rendezvous gives
+ * one endpoint each, and start lists every rank of the job with its own endpoint. */
+static void test_ranks_per_worker(void)
+{
+    struct server s;
+    struct coord_client *cl[2];
+    int lead[2] = {-1, -1};
+    int ok = gpu_gang_assigned(&s, "gj", cl, lead);
     CHECK("several ranks: each worker assigned two", ok && lead[0] == 3 && lead[1] == 1);
     /* worker 1 (ranks 1, 0) says one endpoint for two ranks: refused */
     if (ok) {
         tsend(cl[1], proto_rendezvous_encode(0, 1, "127.0.0.1:30001", NULL, NULL, NULL));
         CHECK("several ranks: one endpoint for two ranks refused", refused_with(cl[1], PROTO_ERR_BAD_MESSAGE));
     }
-    coord_client_destroy(cl[0]);
-    coord_client_destroy(cl[1]);
-    server_stop(&s);
+    gpu_gang_end(&s, cl);
 
     /* again, properly */
-    if (server_start(&s, "gk", 2, 60000, 0)) {
-        TEST_FAIL("server start", "could not start");
-        return;
-    }
-    pthread_mutex_lock(&s.ct.mu);
-    s.gpus = 2;
-    pthread_mutex_unlock(&s.ct.mu);
-    cl[0] = connect_to(&s);
-    cl[1] = connect_to(&s);
-    ok = cl[0] && cl[1];
-    for (int i = 0; ok && i < 2; i++)
-        ok = !send_hello(cl[i], "gk", TOKEN, "any", i, 0);
-    for (int i = 0; ok && i < 2; i++) {
-        ok = expect(cl[i], PROTO_ASSIGN, &m);
-        if (ok) {
-            lead[i] = m.rank;
-            proto_msg_free(&m);
-        }
-    }
+    ok = gpu_gang_assigned(&s, "gk", cl, lead);
     for (int i = 0; ok && i < 2; i++) { /* ranks lead, lead-1: endpoints 127.0.0.1:30000+rank */
         cJSON *eps = cJSON_CreateArray();
         for (int k = 0; k < 2; k++) {
@@ -570,6 +572,7 @@ static void test_ranks_per_worker(void)
     }
     int peers_ok = ok;
     for (int i = 0; ok && i < 2; i++) {
+        struct proto_msg m;
         ok = expect(cl[i], PROTO_START, &m);
         if (!ok)
             break;
@@ -586,9 +589,7 @@ static void test_ranks_per_worker(void)
     }
     CHECK("several ranks: start lists all 4 ranks, each with its own endpoint", ok && peers_ok);
     CHECK("several ranks: running", wait_state(&s, "gk", COORD_RUNNING));
-    coord_client_destroy(cl[0]);
-    coord_client_destroy(cl[1]);
-    server_stop(&s);
+    gpu_gang_end(&s, cl);
 }
 
 static void test_adopt_gang_timeout_plan_failure(void)
