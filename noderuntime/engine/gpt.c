@@ -27,11 +27,19 @@ struct slot_acts { /* one micro-batch's saved activations */
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2;
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3; /* per layer, nl blocks each */
     float *lnf, *lnf_mean, *lnf_rstd, *logits;
+    float *ce_max, *ce_sum;         /* [BT] tensor parallel: each row's global softmax max, sum */
 };
 
 struct gpt_stage {
     struct gpt_config c;
     int first, last, nl, B, T, nslots;
+    int tp, tpr;                    /* tensor-parallel group size and this rank (1, 0: none) */
+    int Cl, NHl, F, Vl;             /* this rank's attention channels, heads, MLP width, vocab rows */
+    int (*tp_sum)(void *ctx, float *buf, size_t n); /* gpt_stage_set_tp_sum */
+    void *tp_sum_ctx;
+    float *ce_buf;                  /* [BT * (2 tp + 1)] the loss's exchange */
+    float *whole;                   /* tp > 1: one whole tensor (the largest), for initialisation */
+    size_t full_nparams;            /* the tensor 1 layout's count */
     void (*layer_hook)(void *ctx, int layer); /* gpt_stage_set_backward_hook */
     void *layer_hook_ctx;
     int (*param_hook)(void *ctx, size_t lo, size_t hi); /* gpt_stage_set_forward_hook */
@@ -61,56 +69,128 @@ static int stage_fail(struct gpt_stage *s, const char *fmt, ...)
     return -1;
 }
 
-static size_t add_tensor(struct gpt_stage *s, const char *name, size_t size, int decay)
+/* Adds a tensor of the whole shape rows x cols (vectors: cols 1), split across the tensor group
+ * as `split` says; returns its offset in this rank's buffer. */
+static size_t add_tensor(struct gpt_stage *s, const char *name, size_t rows, size_t cols, int decay,
+                         enum gpt_split split)
 {
     struct gpt_tensor *t = &s->tensors[s->ntensors++];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->offset = s->nparams;
-    t->size = size;
+    t->rows = rows;
+    t->cols = cols;
+    t->split = s->tp > 1 ? split : GPT_REPLICATED;
+    t->size = t->split == GPT_REPLICATED ? rows * cols
+            : t->split == GPT_SPLIT_COLS ? rows * (cols / (size_t)s->tp)
+                                         : rows / (size_t)s->tp * cols;
     t->decay = decay;
-    s->nparams += size;
+    t->full_offset = s->full_nparams;
+    s->nparams += t->size;
+    s->full_nparams += rows * cols;
     return t->offset;
 }
 
-static size_t add_layer_tensor(struct gpt_stage *s, int l, const char *what, size_t size, int decay)
+static size_t add_layer_tensor(struct gpt_stage *s, int l, const char *what, size_t rows,
+                               size_t cols, int decay, enum gpt_split split)
 {
     char name[48];
     snprintf(name, sizeof name, "h%d.%s", l, what);
-    return add_tensor(s, name, size, decay);
+    return add_tensor(s, name, rows, cols, decay, split);
 }
 
 static void build_layout(struct gpt_stage *s)
 {
     size_t C = (size_t)s->c.channels, Vp = (size_t)s->c.padded_vocab, maxT = (size_t)s->c.max_seq;
     s->nparams = 0;
+    s->full_nparams = 0;
     s->ntensors = 0;
     if (s->first == 0) {
-        s->wte_off = add_tensor(s, "wte", Vp * C, 1);
-        s->wpe_off = add_tensor(s, "wpe", maxT * C, 1);
+        s->wte_off = add_tensor(s, "wte", Vp, C, 1, GPT_SPLIT_ROWS);
+        s->wpe_off = add_tensor(s, "wpe", maxT, C, 1, GPT_REPLICATED);
         s->head_off = s->wte_off;
     }
     for (int i = 0; i < s->nl; i++) {
         int l = s->first + i;
         struct layer_off *o = &s->lo[i];
-        o->ln1w = add_layer_tensor(s, l, "ln_1.weight", C, 0);
-        o->ln1b = add_layer_tensor(s, l, "ln_1.bias", C, 0);
-        o->qkvw = add_layer_tensor(s, l, "attn.qkv.weight", 3 * C * C, 1);
-        o->qkvb = add_layer_tensor(s, l, "attn.qkv.bias", 3 * C, 0);
-        o->attprojw = add_layer_tensor(s, l, "attn.proj.weight", C * C, 1);
-        o->attprojb = add_layer_tensor(s, l, "attn.proj.bias", C, 0);
-        o->ln2w = add_layer_tensor(s, l, "ln_2.weight", C, 0);
-        o->ln2b = add_layer_tensor(s, l, "ln_2.bias", C, 0);
-        o->fcw = add_layer_tensor(s, l, "mlp.fc.weight", 4 * C * C, 1);
-        o->fcb = add_layer_tensor(s, l, "mlp.fc.bias", 4 * C, 0);
-        o->fcprojw = add_layer_tensor(s, l, "mlp.proj.weight", 4 * C * C, 1);
-        o->fcprojb = add_layer_tensor(s, l, "mlp.proj.bias", C, 0);
+        o->ln1w = add_layer_tensor(s, l, "ln_1.weight", C, 1, 0, GPT_REPLICATED);
+        o->ln1b = add_layer_tensor(s, l, "ln_1.bias", C, 1, 0, GPT_REPLICATED);
+        o->qkvw = add_layer_tensor(s, l, "attn.qkv.weight", 3 * C, C, 1, GPT_SPLIT_QKV);
+        o->qkvb = add_layer_tensor(s, l, "attn.qkv.bias", 3 * C, 1, 0, GPT_SPLIT_QKV);
+        o->attprojw = add_layer_tensor(s, l, "attn.proj.weight", C, C, 1, GPT_SPLIT_COLS);
+        o->attprojb = add_layer_tensor(s, l, "attn.proj.bias", C, 1, 0, GPT_REPLICATED);
+        o->ln2w = add_layer_tensor(s, l, "ln_2.weight", C, 1, 0, GPT_REPLICATED);
+        o->ln2b = add_layer_tensor(s, l, "ln_2.bias", C, 1, 0, GPT_REPLICATED);
+        o->fcw = add_layer_tensor(s, l, "mlp.fc.weight", 4 * C, C, 1, GPT_SPLIT_ROWS);
+        o->fcb = add_layer_tensor(s, l, "mlp.fc.bias", 4 * C, 1, 0, GPT_SPLIT_ROWS);
+        o->fcprojw = add_layer_tensor(s, l, "mlp.proj.weight", C, 4 * C, 1, GPT_SPLIT_COLS);
+        o->fcprojb = add_layer_tensor(s, l, "mlp.proj.bias", C, 1, 0, GPT_REPLICATED);
     }
     if (s->last == s->c.layers) {
-        s->lnfw_off = add_tensor(s, "ln_f.weight", C, 0);
-        s->lnfb_off = add_tensor(s, "ln_f.bias", C, 0);
+        s->lnfw_off = add_tensor(s, "ln_f.weight", C, 1, 0, GPT_REPLICATED);
+        s->lnfb_off = add_tensor(s, "ln_f.bias", C, 1, 0, GPT_REPLICATED);
         if (s->first != 0)
-            s->head_off = add_tensor(s, "wte", Vp * C, 1);
+            s->head_off = add_tensor(s, "wte", Vp, C, 1, GPT_SPLIT_ROWS);
     }
+}
+
+/* Copies tensor t's part of rank r between the whole layout (`full`) and r's (`local`). */
+static void move_part(const struct gpt_stage *s, const struct gpt_tensor *t, int r, float *local,
+                      float *full, int to_full)
+{
+    float *f = full + t->full_offset, *l = local + t->offset;
+    size_t tp = (size_t)s->tp, rows = t->rows, cols = t->cols;
+    size_t blocks = t->split == GPT_SPLIT_QKV ? 3 : 1;
+    size_t runs = t->split == GPT_SPLIT_COLS ? rows : blocks;
+    for (size_t k = 0; k < runs; k++) {
+        size_t len, at;
+        if (t->split == GPT_REPLICATED) {
+            len = rows * cols;
+            at = 0;
+        } else if (t->split == GPT_SPLIT_COLS) {
+            len = cols / tp;
+            at = k * cols + (size_t)r * len;
+        } else { /* rows, or each of the three q/k/v blocks by rows */
+            size_t block = rows / blocks, part = block / tp;
+            len = part * cols;
+            at = (k * block + (size_t)r * part) * cols;
+        }
+        if (to_full)
+            memcpy(f + at, l + k * len, len * sizeof(float));
+        else
+            memcpy(l + k * len, f + at, len * sizeof(float));
+    }
+}
+
+size_t gpt_stage_full_params(const struct gpt_stage *s) { return s->full_nparams; }
+int gpt_stage_tp(const struct gpt_stage *s) { return s->tp; }
+
+void gpt_stage_from_full(const struct gpt_stage *s, const float *full, float *local)
+{
+    for (int i = 0; i < s->ntensors; i++)
+        move_part(s, &s->tensors[i], s->tpr, local, (float *)(uintptr_t)full, 0);
+}
+
+void gpt_stage_to_full(const struct gpt_stage *s, int r, const float *local, float *full)
+{
+    for (int i = 0; i < s->ntensors; i++)
+        move_part(s, &s->tensors[i], r, (float *)(uintptr_t)local, full, 1);
+}
+
+void gpt_stage_set_tp_sum(struct gpt_stage *s, int (*fn)(void *ctx, float *buf, size_t n), void *ctx)
+{
+    s->tp_sum = fn;
+    s->tp_sum_ctx = ctx;
+}
+
+/* Sums buf[n] across the tensor group (nothing without one): -1 with the stage's error set. */
+static int tp_sum(struct gpt_stage *s, float *buf, size_t n)
+{
+    if (s->tp == 1)
+        return 0;
+    if (!s->tp_sum || s->tp_sum(s->tp_sum_ctx, buf, n) != 0)
+        return stage_fail(s, "the tensor-parallel sum of %zu values failed%s", n,
+                          s->tp_sum ? "" : " (no sum function set)");
+    return 0;
 }
 
 static float *falloc(size_t n)
@@ -156,12 +236,13 @@ int gpt_config_check(struct gpt_config *c, herr *e)
 static int slot_alloc(struct gpt_stage *s, struct slot_acts *a)
 {
     size_t B = (size_t)s->B, T = (size_t)s->T, C = (size_t)s->c.channels;
-    size_t NH = (size_t)s->c.heads, nl = (size_t)s->nl, BT = B * T, BTC = BT * C;
+    size_t NH = (size_t)s->NHl, nl = (size_t)s->nl, BT = B * T, BTC = BT * C;
+    size_t BTl = BT * (size_t)s->Cl, BTF = BT * (size_t)s->F; /* this rank's heads, MLP width */
     size_t n = BTC                                                 /* x0 */
-               + nl * (BTC + 2 * BT + 3 * BTC + B * NH * T * T + BTC + BTC /* ln1..res2 */
-                       + BTC + 2 * BT + 4 * BTC + 4 * BTC + BTC);         /* ln2..res3 */
+               + nl * (BTC + 2 * BT + 3 * BTl + B * NH * T * T + BTl + BTC /* ln1..res2 */
+                       + BTC + 2 * BT + BTF + BTF + BTC);                 /* ln2..res3 */
     if (s->last == s->c.layers)
-        n += BTC + 2 * BT + BT * (size_t)s->c.padded_vocab;
+        n += BTC + 2 * BT + BT * (size_t)s->Vl + 2 * BT;
     a->mem = falloc(n);
     a->tokens = calloc(BT, sizeof(int));
     a->targets = calloc(BT, sizeof(int));
@@ -173,21 +254,23 @@ static int slot_alloc(struct gpt_stage *s, struct slot_acts *a)
     CARVE(ln1, nl * BTC);
     CARVE(ln1_mean, nl * BT);
     CARVE(ln1_rstd, nl * BT);
-    CARVE(qkv, nl * 3 * BTC);
+    CARVE(qkv, nl * 3 * BTl);
     CARVE(att, nl * B * NH * T * T);
-    CARVE(atty, nl * BTC);
+    CARVE(atty, nl * BTl);
     CARVE(res2, nl * BTC);
     CARVE(ln2, nl * BTC);
     CARVE(ln2_mean, nl * BT);
     CARVE(ln2_rstd, nl * BT);
-    CARVE(fch, nl * 4 * BTC);
-    CARVE(fch_gelu, nl * 4 * BTC);
+    CARVE(fch, nl * BTF);
+    CARVE(fch_gelu, nl * BTF);
     CARVE(res3, nl * BTC);
     if (s->last == s->c.layers) {
         CARVE(lnf, BTC);
         CARVE(lnf_mean, BT);
         CARVE(lnf_rstd, BT);
-        CARVE(logits, BT * (size_t)s->c.padded_vocab);
+        CARVE(logits, BT * (size_t)s->Vl);
+        CARVE(ce_max, BT);
+        CARVE(ce_sum, BT);
     }
 #undef CARVE
     return 0;
@@ -195,6 +278,12 @@ static int slot_alloc(struct gpt_stage *s, struct slot_acts *a)
 
 int gpt_stage_create(struct gpt_stage **out, const struct gpt_config *cfg, int first, int last,
                      int B, int T, int slots, herr *e)
+{
+    return gpt_stage_create_tp(out, cfg, first, last, B, T, slots, 1, 0, e);
+}
+
+int gpt_stage_create_tp(struct gpt_stage **out, const struct gpt_config *cfg, int first, int last,
+                        int B, int T, int slots, int tp, int tp_rank, herr *e)
 {
     *out = NULL;
     struct gpt_config c = *cfg;
@@ -208,6 +297,11 @@ int gpt_stage_create(struct gpt_stage **out, const struct gpt_config *cfg, int f
                         B, T, c.max_seq);
     if (slots <= 0 || slots > 1024)
         return herr_set(e, "activation slots must be in [1, 1024] (got %d)", slots);
+    if (tp < 1 || tp_rank < 0 || tp_rank >= tp)
+        return herr_set(e, "tensor parallelism: rank %d of %d is not a rank of the group", tp_rank, tp);
+    if (c.heads % tp != 0 || c.padded_vocab % tp != 0)
+        return herr_set(e, "tensor parallelism %d must divide the model's heads (%d) and padded "
+                        "vocabulary (%d)", tp, c.heads, c.padded_vocab);
     struct gpt_stage *s = calloc(1, sizeof *s);
     if (!s)
         return herr_set(e, "out of memory allocating the stage");
@@ -218,6 +312,12 @@ int gpt_stage_create(struct gpt_stage **out, const struct gpt_config *cfg, int f
     s->B = B;
     s->T = T;
     s->nslots = slots;
+    s->tp = tp;
+    s->tpr = tp_rank;
+    s->Cl = c.channels / tp;
+    s->NHl = c.heads / tp;
+    s->F = 4 * c.channels / tp;
+    s->Vl = c.padded_vocab / tp;
     s->lo = calloc((size_t)s->nl, sizeof *s->lo);
     s->tensors = calloc((size_t)s->nl * GPT_MAX_TENSORS_PER_LAYER + 5, sizeof *s->tensors);
     s->slots = calloc((size_t)slots, sizeof *s->slots);
@@ -228,14 +328,23 @@ int gpt_stage_create(struct gpt_stage **out, const struct gpt_config *cfg, int f
     s->grads = falloc(s->nparams);
     if (!s->params || !s->grads)
         goto oom;
-    size_t BTC = (size_t)B * T * c.channels;
+    size_t BT = (size_t)B * T, BTC = BT * c.channels;
     s->dres = falloc(BTC);
     s->dbuf = falloc(BTC);
-    s->dqkv = falloc(3 * BTC);
-    s->dfch = falloc(4 * BTC);
-    s->datt_row = falloc((size_t)B * c.heads * T);
-    if (!s->dres || !s->dbuf || !s->dqkv || !s->dfch || !s->datt_row)
+    s->dqkv = falloc(3 * BT * s->Cl);
+    s->dfch = falloc(BT * s->F);
+    s->datt_row = falloc((size_t)B * s->NHl * T);
+    s->ce_buf = falloc(BT * (2 * (size_t)tp + 1));
+    if (!s->dres || !s->dbuf || !s->dqkv || !s->dfch || !s->datt_row || !s->ce_buf)
         goto oom;
+    if (tp > 1) {
+        size_t biggest = 0;
+        for (int i = 0; i < s->ntensors; i++)
+            if (s->tensors[i].rows * s->tensors[i].cols > biggest)
+                biggest = s->tensors[i].rows * s->tensors[i].cols;
+        if (!(s->whole = falloc(biggest)))
+            goto oom;
+    }
     for (int i = 0; i < slots; i++)
         if (slot_alloc(s, &s->slots[i]) < 0)
             goto oom;
@@ -269,6 +378,8 @@ void gpt_stage_free(struct gpt_stage *s)
     free(s->dqkv);
     free(s->dfch);
     free(s->datt_row);
+    free(s->ce_buf);
+    free(s->whole);
     free(s);
 }
 
@@ -319,7 +430,7 @@ int gpt_stage_wte(const struct gpt_stage *s, size_t *offset, size_t *count)
     if (s->first != 0 && s->last != s->c.layers)
         return -1;
     *offset = s->head_off;
-    *count = (size_t)s->c.padded_vocab * s->c.channels;
+    *count = (size_t)s->Vl * s->c.channels;
     return 0;
 }
 
@@ -344,11 +455,11 @@ const float *gpt_stage_logits(const struct gpt_stage *s, int slot)
 
 double gpt_stage_flops(const struct gpt_stage *s)
 {
-    double BT = (double)s->B * s->T, C = s->c.channels, T = s->T;
-    double fwd = s->nl * (2.0 * BT * 12.0 * C * C            /* qkv, proj, fc, fc proj */
-                          + 2.0 * 2.0 * s->B * (T * (T + 1) / 2) * C); /* scores, att @ v */
+    double BT = (double)s->B * s->T, C = s->c.channels, T = s->T, Cl = s->Cl;
+    double fwd = s->nl * (2.0 * BT * 12.0 * C * Cl           /* qkv, proj, fc, fc proj */
+                          + 2.0 * 2.0 * s->B * (T * (T + 1) / 2) * Cl); /* scores, att @ v */
     if (s->last == s->c.layers)
-        fwd += 2.0 * BT * C * s->c.padded_vocab;
+        fwd += 2.0 * BT * C * s->Vl;
     return 3.0 * fwd;
 }
 
@@ -378,34 +489,146 @@ static void fill_normal(float *p, size_t n, float std, uint64_t seed, const char
     }
 }
 
-void gpt_stage_init_params(struct gpt_stage *s, uint64_t seed)
+/* Initial values of one whole tensor (see gpt_stage_init_params). */
+static void init_tensor(const struct gpt_stage *s, const struct gpt_tensor *t, float *p, size_t n,
+                        uint64_t seed)
 {
     float proj_std = 0.02f / sqrtf(2.0f * (float)s->c.layers);
-    size_t C = (size_t)s->c.channels;
+    const char *dot = strrchr(t->name, '.');
+    if (strcmp(t->name, "wte") == 0) {
+        size_t real = (size_t)s->c.vocab * s->c.channels;
+        fill_normal(p, real, 0.02f, seed, t->name);
+        memset(p + real, 0, (n - real) * sizeof(float));
+    } else if (strcmp(t->name, "wpe") == 0) {
+        fill_normal(p, n, 0.02f, seed, t->name);
+    } else if (dot && strcmp(dot, ".bias") == 0) {
+        memset(p, 0, n * sizeof(float));
+    } else if (strstr(t->name, "ln_")) {
+        for (size_t k = 0; k < n; k++)
+            p[k] = 1.0f;
+    } else if (strstr(t->name, ".proj.weight")) {
+        fill_normal(p, n, proj_std, seed, t->name);
+    } else {
+        fill_normal(p, n, 0.02f, seed, t->name);
+    }
+}
+
+void gpt_stage_init_params(struct gpt_stage *s, uint64_t seed)
+{
+    /* With tensor parallelism every rank draws each whole tensor and keeps its part, so the
+     * model is the same whatever the group's size. */
     for (int i = 0; i < s->ntensors; i++) {
         const struct gpt_tensor *t = &s->tensors[i];
-        float *p = s->params + t->offset;
-        const char *dot = strrchr(t->name, '.');
-        if (strcmp(t->name, "wte") == 0) {
-            size_t real = (size_t)s->c.vocab * C;
-            fill_normal(p, real, 0.02f, seed, t->name);
-            memset(p + real, 0, (t->size - real) * sizeof(float));
-        } else if (strcmp(t->name, "wpe") == 0) {
-            fill_normal(p, t->size, 0.02f, seed, t->name);
-        } else if (dot && strcmp(dot, ".bias") == 0) {
-            memset(p, 0, t->size * sizeof(float));
-        } else if (strstr(t->name, "ln_")) {
-            for (size_t k = 0; k < t->size; k++)
-                p[k] = 1.0f;
-        } else if (strstr(t->name, ".proj.weight")) {
-            fill_normal(p, t->size, proj_std, seed, t->name);
-        } else {
-            fill_normal(p, t->size, 0.02f, seed, t->name);
+        if (s->tp == 1) {
+            init_tensor(s, t, s->params + t->offset, t->size, seed);
+            continue;
         }
+        struct gpt_tensor at0 = *t; /* the tensor alone, at offset 0 of a whole buffer */
+        at0.full_offset = 0;
+        init_tensor(s, t, s->whole, t->rows * t->cols, seed);
+        move_part(s, &at0, s->tpr, s->params, s->whole, 0);
     }
 }
 
 /* ---------------------------------------------------------------- forward */
+
+/* x0 = wte[token] + wpe[position]; with tensor parallelism each rank looks up the tokens of its
+ * vocabulary rows (0 for the others) and the group sums them before wpe is added. */
+static int embed_forward(struct gpt_stage *s, struct slot_acts *a, const int *tokens)
+{
+    size_t BT = (size_t)s->B * s->T;
+    int C = s->c.channels, T = s->T, v0 = s->tpr * s->Vl, Vl = s->Vl;
+    if (need_params(s, s->wte_off, s->wpe_off + (size_t)s->c.max_seq * C) != 0)
+        return -1;
+    const float *wte = s->params + s->wte_off, *wpe = s->params + s->wpe_off;
+#pragma omp parallel for
+    for (size_t i = 0; i < BT; i++) {
+        int v = tokens[i] - v0;
+        float *x = a->x0 + i * C;
+        if (v >= 0 && v < Vl)
+            memcpy(x, wte + (size_t)v * C, (size_t)C * sizeof(float));
+        else
+            memset(x, 0, (size_t)C * sizeof(float));
+    }
+    if (tp_sum(s, a->x0, BT * C) != 0)
+        return -1;
+#pragma omp parallel for
+    for (size_t i = 0; i < BT; i++) {
+        const float *pe = wpe + (i % T) * C;
+        float *x = a->x0 + i * C;
+        for (int k = 0; k < C; k++)
+            x[k] += pe[k];
+    }
+    return 0;
+}
+
+/* out[BT, C] = in[BT, IC] @ w^T (+ bias), summed across the tensor group (a row-parallel layer:
+ * each rank holds IC of the inputs), + res. */
+static int row_parallel_forward(struct gpt_stage *s, float *out, const float *in, const float *w,
+                                const float *bias, int IC, const float *res)
+{
+    size_t BT = (size_t)s->B * s->T, BTC = BT * s->c.channels;
+    int C = s->c.channels;
+    gpt_linear_forward(out, in, w, s->tp == 1 ? bias : NULL, (int)BT, IC, C);
+    if (tp_sum(s, out, BTC) != 0)
+        return -1;
+    if (s->tp > 1) {
+#pragma omp parallel for
+        for (size_t r = 0; r < BT; r++)
+            for (int k = 0; k < C; k++)
+                out[r * C + k] += bias[k];
+    }
+#pragma omp parallel for simd
+    for (size_t k = 0; k < BTC; k++)
+        out[k] += res[k];
+    return 0;
+}
+
+/* The mean cross-entropy of the last forward's logits. With tensor parallelism each rank holds
+ * Vl of the vocabulary: the group sums every rank's row max and sum of exponentials (each rank
+ * writing its own slot of ce_buf) and the target's logit (held by one rank), and each row's
+ * global max and sum are kept for backward. */
+static int cross_entropy(struct gpt_stage *s, struct slot_acts *a, const int *targets, float *loss)
+{
+    size_t BT = (size_t)s->B * s->T;
+    int Vl = s->Vl, v0 = s->tpr * Vl, tp = s->tp;
+    int n = s->c.vocab - v0 < Vl ? s->c.vocab - v0 : Vl; /* real vocabulary rows held */
+    if (n < 0)
+        n = 0;
+    float *buf = s->ce_buf; /* [tp][BT] max, [tp][BT] sum, [BT] target logit */
+    memset(buf, 0, BT * (2 * (size_t)tp + 1) * sizeof(float));
+#pragma omp parallel for
+    for (size_t r = 0; r < BT; r++) {
+        const float *lg = a->logits + r * Vl;
+        float mx = n > 0 ? row_max(lg, n) : -1e30f;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int v = 0; v < n; v++)
+            sum += exp_neg(lg[v] - mx);
+        buf[(size_t)s->tpr * BT + r] = mx;
+        buf[((size_t)tp + s->tpr) * BT + r] = sum;
+        int t = targets[r] - v0;
+        buf[2 * (size_t)tp * BT + r] = t >= 0 && t < n ? lg[t] : 0.0f;
+    }
+    if (tp_sum(s, buf, BT * (2 * (size_t)tp + 1)) != 0)
+        return -1;
+    double total = 0.0;
+#pragma omp parallel for reduction(+ : total)
+    for (size_t r = 0; r < BT; r++) {
+        float mx = buf[r];
+        for (int k = 1; k < tp; k++)
+            mx = buf[(size_t)k * BT + r] > mx ? buf[(size_t)k * BT + r] : mx;
+        float sum = tp == 1 ? buf[BT + r] : 0.0f;
+        for (int k = 0; tp > 1 && k < tp; k++)
+            sum += buf[((size_t)tp + k) * BT + r] * expf(buf[(size_t)k * BT + r] - mx);
+        a->ce_max[r] = mx;
+        a->ce_sum[r] = sum;
+        total += (double)logf(sum) + mx - buf[2 * (size_t)tp * BT + r];
+    }
+    if (loss)
+        *loss = (float)(total / (double)BT);
+    return 0;
+}
 
 int gpt_stage_forward(struct gpt_stage *s, int slot, const int *tokens, const float *in_act,
                       const int *targets, float *out_act, float *loss)
@@ -413,9 +636,9 @@ int gpt_stage_forward(struct gpt_stage *s, int slot, const int *tokens, const fl
     if (slot < 0 || slot >= s->nslots)
         return stage_fail(s, "activation slot %d is out of range [0, %d)", slot, s->nslots);
     struct slot_acts *a = &s->slots[slot];
-    int B = s->B, T = s->T, C = s->c.channels, NH = s->c.heads, V = s->c.vocab;
-    int Vp = s->c.padded_vocab;
-    size_t BT = (size_t)B * T, BTC = BT * C;
+    int B = s->B, T = s->T, C = s->c.channels, V = s->c.vocab;
+    int Cl = s->Cl, NHl = s->NHl, F = s->F;
+    size_t BT = (size_t)B * T, BTC = BT * C, BTl = BT * Cl, BTF = BT * F;
     int is_last = s->last == s->c.layers;
     a->forwarded = 0;
     if (s->first == 0) {
@@ -425,16 +648,8 @@ int gpt_stage_forward(struct gpt_stage *s, int slot, const int *tokens, const fl
             if (tokens[i] < 0 || tokens[i] >= V)
                 return stage_fail(s, "token %d at position %zu is outside the vocabulary [0, %d)", tokens[i], i, V);
         memcpy(a->tokens, tokens, BT * sizeof(int));
-        if (need_params(s, s->wte_off, s->wpe_off + (size_t)s->c.max_seq * C) != 0)
+        if (embed_forward(s, a, tokens) != 0)
             return -1;
-        const float *wte = s->params + s->wte_off, *wpe = s->params + s->wpe_off;
-#pragma omp parallel for
-        for (size_t i = 0; i < BT; i++) {
-            const float *te = wte + (size_t)tokens[i] * C, *pe = wpe + (i % T) * C;
-            float *x = a->x0 + i * C;
-            for (int k = 0; k < C; k++)
-                x[k] = te[k] + pe[k];
-        }
     } else {
         if (!in_act)
             return stage_fail(s, "a stage after the first needs in_act");
@@ -455,27 +670,23 @@ int gpt_stage_forward(struct gpt_stage *s, int slot, const int *tokens, const fl
     for (int i = 0; i < s->nl; i++) {
         const struct layer_off *o = &s->lo[i];
         float *ln1 = a->ln1 + i * BTC, *ln1m = a->ln1_mean + i * BT, *ln1r = a->ln1_rstd + i * BT;
-        float *qkv = a->qkv + i * 3 * BTC, *att = a->att + (size_t)i * B * NH * T * T;
-        float *atty = a->atty + i * BTC, *res2 = a->res2 + i * BTC, *ln2 = a->ln2 + i * BTC;
+        float *qkv = a->qkv + i * 3 * BTl, *att = a->att + (size_t)i * B * NHl * T * T;
+        float *atty = a->atty + i * BTl, *res2 = a->res2 + i * BTC, *ln2 = a->ln2 + i * BTC;
         float *ln2m = a->ln2_mean + i * BT, *ln2r = a->ln2_rstd + i * BT;
-        float *fch = a->fch + i * 4 * BTC, *fchg = a->fch_gelu + i * 4 * BTC;
+        float *fch = a->fch + i * BTF, *fchg = a->fch_gelu + i * BTF;
         float *res3 = a->res3 + i * BTC;
         if (need_params(s, o->ln1w, o->fcprojb + C) != 0)
             return -1;
         gpt_layernorm_forward(ln1, ln1m, ln1r, x, P + o->ln1w, P + o->ln1b, (int)BT, C);
-        gpt_linear_forward(qkv, ln1, P + o->qkvw, P + o->qkvb, (int)BT, C, 3 * C);
-        gpt_attention_forward(atty, att, qkv, B, T, C, NH);
-        gpt_linear_forward(res2, atty, P + o->attprojw, P + o->attprojb, (int)BT, C, C);
-#pragma omp parallel for simd
-        for (size_t k = 0; k < BTC; k++)
-            res2[k] += x[k];
+        gpt_linear_forward(qkv, ln1, P + o->qkvw, P + o->qkvb, (int)BT, C, 3 * Cl);
+        gpt_attention_forward(atty, att, qkv, B, T, Cl, NHl);
+        if (row_parallel_forward(s, res2, atty, P + o->attprojw, P + o->attprojb, Cl, x) != 0)
+            return -1;
         gpt_layernorm_forward(ln2, ln2m, ln2r, res2, P + o->ln2w, P + o->ln2b, (int)BT, C);
-        gpt_linear_forward(fch, ln2, P + o->fcw, P + o->fcb, (int)BT, C, 4 * C);
-        gpt_gelu_forward(fchg, fch, 4 * BTC);
-        gpt_linear_forward(res3, fchg, P + o->fcprojw, P + o->fcprojb, (int)BT, 4 * C, C);
-#pragma omp parallel for simd
-        for (size_t k = 0; k < BTC; k++)
-            res3[k] += res2[k];
+        gpt_linear_forward(fch, ln2, P + o->fcw, P + o->fcb, (int)BT, C, F);
+        gpt_gelu_forward(fchg, fch, BTF);
+        if (row_parallel_forward(s, res3, fchg, P + o->fcprojw, P + o->fcprojb, F, res2) != 0)
+            return -1;
         x = res3;
     }
     if (!is_last) {
@@ -487,29 +698,55 @@ int gpt_stage_forward(struct gpt_stage *s, int slot, const int *tokens, const fl
     if (need_params(s, s->lnfw_off, s->nparams) != 0)
         return -1;
     gpt_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, P + s->lnfw_off, P + s->lnfb_off,
-                      (int)BT, C);
-    gpt_linear_forward(a->logits, a->lnf, P + s->head_off, NULL, (int)BT, C, Vp);
-    a->forwarded = 1;
+                          (int)BT, C);
+    gpt_linear_forward(a->logits, a->lnf, P + s->head_off, NULL, (int)BT, C, s->Vl);
     a->has_targets = targets != NULL;
-    if (targets) {
-        double total = 0.0;
-#pragma omp parallel for reduction(+ : total)
-        for (size_t r = 0; r < BT; r++) {
-            const float *lg = a->logits + r * Vp;
-            float mx = row_max(lg, V);
-            float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-            for (int v = 0; v < V; v++)
-                sum += exp_neg(lg[v] - mx);
-            total += (double)logf(sum) + mx - lg[targets[r]];
-        }
-        if (loss)
-            *loss = (float)(total / (double)BT);
-    }
+    if (targets && cross_entropy(s, a, targets, loss) != 0)
+        return -1;
+    a->forwarded = 1;
     return 0;
 }
 
 /* ---------------------------------------------------------------- backward */
+
+/* dlogits = (softmax - onehot) * sc, in place over the logits (this rank's vocabulary rows;
+ * with tensor parallelism the softmax's max and sum are the forward's, over all rows). */
+static void dlogits(struct gpt_stage *s, struct slot_acts *a, float sc)
+{
+    size_t BT = (size_t)s->B * s->T;
+    int Vl = s->Vl, v0 = s->tpr * Vl, V = s->c.vocab;
+    int n = V - v0 < Vl ? V - v0 : Vl;
+    if (n < 0)
+        n = 0;
+#pragma omp parallel for
+    for (size_t r = 0; r < BT; r++) {
+        float *lg = a->logits + r * Vl;
+        float mx = s->tp == 1 ? row_max(lg, n) : a->ce_max[r];
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int v = 0; v < n; v++) {
+            float e = exp_neg(lg[v] - mx);
+            lg[v] = e;
+            sum += e;
+        }
+        float inv = sc / (s->tp == 1 ? sum : a->ce_sum[r]);
+#pragma omp simd
+        for (int v = 0; v < n; v++)
+            lg[v] *= inv;
+        int t = a->targets[r] - v0;
+        if (t >= 0 && t < n)
+            lg[t] -= sc;
+        for (int v = n; v < Vl; v++)
+            lg[v] = 0.0f;
+    }
+}
+
+/* The backward of a column-parallel layer's input: din[BT, C] (partial on each rank) summed
+ * across the tensor group. */
+static int column_parallel_dinput(struct gpt_stage *s, float *din)
+{
+    return tp_sum(s, din, (size_t)s->B * s->T * s->c.channels);
+}
 
 int gpt_stage_backward(struct gpt_stage *s, int slot, const float *dout, float *din,
                        float loss_scale)
@@ -519,9 +756,8 @@ int gpt_stage_backward(struct gpt_stage *s, int slot, const float *dout, float *
     struct slot_acts *a = &s->slots[slot];
     if (!a->forwarded)
         return stage_fail(s, "backward of slot %d, which holds no forward pass", slot);
-    int B = s->B, T = s->T, C = s->c.channels, NH = s->c.heads, V = s->c.vocab;
-    int Vp = s->c.padded_vocab;
-    size_t BT = (size_t)B * T, BTC = BT * C;
+    int B = s->B, T = s->T, C = s->c.channels, Cl = s->Cl, NHl = s->NHl, F = s->F;
+    size_t BT = (size_t)B * T, BTC = BT * C, BTl = BT * Cl, BTF = BT * F;
     int is_last = s->last == s->c.layers;
     if (is_last && !a->has_targets)
         return stage_fail(s, "backward of slot %d, whose forward had no targets", slot);
@@ -536,32 +772,14 @@ int gpt_stage_backward(struct gpt_stage *s, int slot, const float *dout, float *
     float *dres = s->dres;
     const float *x_out = s->nl > 0 ? a->res3 + (size_t)(s->nl - 1) * BTC : a->x0;
     if (is_last) {
-        /* dlogits = (softmax - onehot) * scale / BT, in place over the logits */
-        float sc = loss_scale / (float)BT;
-#pragma omp parallel for
-        for (size_t r = 0; r < BT; r++) {
-            float *lg = a->logits + r * Vp;
-            float mx = row_max(lg, V);
-            float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-            for (int v = 0; v < V; v++) {
-                float e = exp_neg(lg[v] - mx);
-                lg[v] = e;
-                sum += e;
-            }
-            float inv = sc / sum;
-#pragma omp simd
-            for (int v = 0; v < V; v++)
-                lg[v] *= inv;
-            lg[a->targets[r]] -= sc;
-            for (int v = V; v < Vp; v++)
-                lg[v] = 0.0f;
-        }
+        dlogits(s, a, loss_scale / (float)BT);
         gpt_linear_backward(s->dbuf, G + s->head_off, NULL, a->logits, a->lnf, P + s->head_off,
-                        (int)BT, C, Vp);
+                            (int)BT, C, s->Vl);
+        if (column_parallel_dinput(s, s->dbuf) != 0)
+            return -1;
         memset(dres, 0, BTC * sizeof(float));
         gpt_layernorm_backward(dres, G + s->lnfw_off, G + s->lnfb_off, s->dbuf, x_out,
-                           P + s->lnfw_off, a->lnf_mean, a->lnf_rstd, (int)BT, C);
+                               P + s->lnfw_off, a->lnf_mean, a->lnf_rstd, (int)BT, C);
     } else {
         memcpy(dres, dout, BTC * sizeof(float));
     }
@@ -569,40 +787,51 @@ int gpt_stage_backward(struct gpt_stage *s, int slot, const float *dout, float *
         const struct layer_off *o = &s->lo[i];
         const float *x = i == 0 ? a->x0 : a->res3 + (size_t)(i - 1) * BTC;
         float *ln1 = a->ln1 + i * BTC, *ln1m = a->ln1_mean + i * BT, *ln1r = a->ln1_rstd + i * BT;
-        float *qkv = a->qkv + i * 3 * BTC, *att = a->att + (size_t)i * B * NH * T * T;
-        float *atty = a->atty + i * BTC, *res2 = a->res2 + i * BTC, *ln2 = a->ln2 + i * BTC;
+        float *qkv = a->qkv + i * 3 * BTl, *att = a->att + (size_t)i * B * NHl * T * T;
+        float *atty = a->atty + i * BTl, *res2 = a->res2 + i * BTC, *ln2 = a->ln2 + i * BTC;
         float *ln2m = a->ln2_mean + i * BT, *ln2r = a->ln2_rstd + i * BT;
-        float *fch = a->fch + i * 4 * BTC, *fchg = a->fch_gelu + i * 4 * BTC;
-        /* MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))) */
+        float *fch = a->fch + i * BTF, *fchg = a->fch_gelu + i * BTF;
+        /* MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))); the projection's bias gradient is the
+         * same on every rank of a tensor group (replicated). */
         gpt_linear_backward(s->dfch, G + o->fcprojw, G + o->fcprojb, dres, fchg, P + o->fcprojw,
-                        (int)BT, 4 * C, C);
-        gpt_gelu_backward(s->dfch, fch, 4 * BTC);
+                            (int)BT, F, C);
+        gpt_gelu_backward(s->dfch, fch, BTF);
         gpt_linear_backward(s->dbuf, G + o->fcw, G + o->fcb, s->dfch, ln2, P + o->fcw, (int)BT, C,
-                        4 * C);
-        gpt_layernorm_backward(dres, G + o->ln2w, G + o->ln2b, s->dbuf, res2, P + o->ln2w, ln2m, ln2r,
-                           (int)BT, C);
+                            F);
+        if (column_parallel_dinput(s, s->dbuf) != 0)
+            return -1;
+        gpt_layernorm_backward(dres, G + o->ln2w, G + o->ln2b, s->dbuf, res2, P + o->ln2w, ln2m,
+                               ln2r, (int)BT, C);
         /* attention: res2 = x + proj(attn(qkv(ln1(x)))) */
         gpt_linear_backward(s->dbuf, G + o->attprojw, G + o->attprojb, dres, atty, P + o->attprojw,
-                        (int)BT, C, C);
-        gpt_attention_backward(s->dqkv, s->dbuf, att, qkv, s->datt_row, B, T, C, NH);
-        gpt_linear_backward(s->dbuf, G + o->qkvw, G + o->qkvb, s->dqkv, ln1, P + o->qkvw, (int)BT, C,
-                        3 * C);
+                            (int)BT, Cl, C);
+        gpt_attention_backward(s->dqkv, s->dbuf, att, qkv, s->datt_row, B, T, Cl, NHl);
+        gpt_linear_backward(s->dbuf, G + o->qkvw, G + o->qkvb, s->dqkv, ln1, P + o->qkvw, (int)BT,
+                            C, 3 * Cl);
+        if (column_parallel_dinput(s, s->dbuf) != 0)
+            return -1;
         gpt_layernorm_backward(dres, G + o->ln1w, G + o->ln1b, s->dbuf, x, P + o->ln1w, ln1m, ln1r,
-                           (int)BT, C);
+                               (int)BT, C);
         if (s->layer_hook)
             s->layer_hook(s->layer_hook_ctx, s->first + i);
     }
     if (s->first == 0) {
         float *dwte = G + s->wte_off, *dwpe = G + s->wpe_off;
+        int v0 = s->tpr * s->Vl;
         /* serial over positions keeps repeated tokens race-free; vectorised over channels */
         for (size_t r = 0; r < BT; r++) {
-            float *dt = dwte + (size_t)a->tokens[r] * C, *dp = dwpe + (r % T) * C;
+            int v = a->tokens[r] - v0;
+            float *dp = dwpe + (r % T) * C;
             const float *d = dres + r * C;
+            if (v >= 0 && v < s->Vl) {
+                float *dt = dwte + (size_t)v * C;
 #pragma omp simd
-            for (int k = 0; k < C; k++) {
-                dt[k] += d[k];
-                dp[k] += d[k];
+                for (int k = 0; k < C; k++)
+                    dt[k] += d[k];
             }
+#pragma omp simd
+            for (int k = 0; k < C; k++)
+                dp[k] += d[k];
         }
     } else {
         memcpy(din, dres, BTC * sizeof(float));

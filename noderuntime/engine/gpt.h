@@ -40,11 +40,22 @@ struct gpt_config {
     int max_seq;      /* maximum context (rows of wpe) */
 };
 
+/* How a tensor is split across a tensor-parallel group (gpt_stage_create_tp). */
+enum gpt_split {
+    GPT_REPLICATED = 0, /* every rank holds all of it (LayerNorms, wpe, row-parallel biases) */
+    GPT_SPLIT_ROWS,     /* rank t holds rows [t*R/tp, (t+1)*R/tp): MLP fc, wte (vocabulary) */
+    GPT_SPLIT_QKV,      /* the q, k and v blocks each split by rows: rank t holds its heads */
+    GPT_SPLIT_COLS,     /* rank t holds columns [t*K/tp, (t+1)*K/tp): the two projections */
+};
+
 struct gpt_tensor {
     char name[48];  /* "wte", "h3.attn.qkv.weight", "ln_f.bias", ... */
     size_t offset;  /* in floats, into params / grads */
-    size_t size;    /* floats */
+    size_t size;    /* floats (this rank's part) */
     int decay;      /* 1 for matrices (weight decay applies), 0 for biases and LayerNorm */
+    enum gpt_split split;
+    size_t rows, cols;   /* the whole tensor's shape ([out][in]; vectors: rows 1) */
+    size_t full_offset;  /* its offset in the stage's whole (tensor 1) layout */
 };
 
 struct gpt_stage;
@@ -58,6 +69,27 @@ int gpt_config_check(struct gpt_config *c, herr *e);
  * gpt_stage_init_params() or a load; gradients start at zero. */
 int gpt_stage_create(struct gpt_stage **out, const struct gpt_config *c, int first, int last,
                      int B, int T, int slots, herr *e);
+/* The same stage as rank tp_rank of a tensor-parallel group of tp (Megatron-LM): each rank holds
+ * heads/tp heads of the attention (q, k, v column-parallel, the output projection row-parallel),
+ * 4C/tp of the MLP (fc column-parallel, its projection row-parallel) and padded_vocab/tp rows of
+ * the tied embedding (vocabulary-parallel embedding and cross-entropy); LayerNorms, wpe and the
+ * row-parallel biases are replicated (their gradients come out equal on every rank). Forward and
+ * backward then sum partial results across the group through the function given with
+ * gpt_stage_set_tp_sum: 2 per block each way, plus the embedding, the head and the loss. Needs
+ * heads and padded_vocab divisible by tp. tp 1 is gpt_stage_create. */
+int gpt_stage_create_tp(struct gpt_stage **out, const struct gpt_config *c, int first, int last,
+                        int B, int T, int slots, int tp, int tp_rank, herr *e);
+/* The group's sum: buf[n] becomes the element-wise sum of every rank's buf (all ranks call it in
+ * the same order). Non-zero stops the forward or backward with an error. */
+void gpt_stage_set_tp_sum(struct gpt_stage *s, int (*fn)(void *ctx, float *buf, size_t n),
+                          void *ctx);
+/* Between this rank's parameters and the whole stage's (the tensor 1 layout, which checkpoints
+ * use): the count of the whole; this rank's part of a whole buffer; tensor rank r's part (in r's
+ * layout, which is this rank's) put in its place in a whole buffer. */
+size_t gpt_stage_full_params(const struct gpt_stage *s);
+void gpt_stage_from_full(const struct gpt_stage *s, const float *full, float *local);
+void gpt_stage_to_full(const struct gpt_stage *s, int r, const float *local, float *full);
+int gpt_stage_tp(const struct gpt_stage *s); /* the group's size (1: no tensor parallelism) */
 void gpt_stage_free(struct gpt_stage *s);
 
 const struct gpt_config *gpt_stage_config(const struct gpt_stage *s);

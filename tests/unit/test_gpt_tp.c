@@ -1,0 +1,213 @@
+/* Tensor parallelism in the CPU engine (gpt_stage_create_tp): tp ranks, each a thread with its own
+ * stage, summing through a shared buffer, give the loss, the activations passed on and every
+ * gradient of the same stage without tensor parallelism (1e-5), for tp 2 and 4, on the whole
+ * model, a first stage and a last stage. The vocabulary (60, padded to 128) leaves tp 4's last two
+ * ranks only padding rows. Parameters round-trip through the whole layout. */
+#include "test.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "gpt.h"
+
+#define L 2
+#define B 2
+#define T 8
+
+struct group {
+    int n;
+    pthread_barrier_t bar;
+    pthread_mutex_t mu;
+    float *acc;
+};
+
+struct rank {
+    struct group *g;
+    struct gpt_stage *s;
+    const int *tokens, *targets;
+    const float *in, *dout;
+    float *out, *din, loss;
+    int rc;
+};
+
+/* The group's sum: every rank adds its buffer into acc (zero between sums), then takes it back. */
+static int group_sum(void *ctx, float *buf, size_t n)
+{
+    struct group *g = ((struct rank *)ctx)->g;
+    pthread_mutex_lock(&g->mu);
+    for (size_t i = 0; i < n; i++)
+        g->acc[i] += buf[i];
+    pthread_mutex_unlock(&g->mu);
+    pthread_barrier_wait(&g->bar); /* every rank has added */
+    memcpy(buf, g->acc, n * sizeof *buf);
+    if (pthread_barrier_wait(&g->bar) == PTHREAD_BARRIER_SERIAL_THREAD) /* every rank has copied */
+        memset(g->acc, 0, n * sizeof *buf);
+    pthread_barrier_wait(&g->bar); /* zero again before anyone adds */
+    return 0;
+}
+
+static void *run_rank(void *arg)
+{
+    struct rank *r = arg;
+    r->rc = gpt_stage_forward(r->s, 0, r->tokens, r->in, r->targets, r->out, &r->loss) ||
+            gpt_stage_backward(r->s, 0, r->dout, r->din, 1.0f);
+    return NULL;
+}
+
+static float max_abs(const float *x, size_t n)
+{
+    float m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
+    return m;
+}
+
+/* Largest difference relative to the reference's largest magnitude. */
+static double rel_diff(const float *a, const float *ref, size_t n)
+{
+    double d = 0;
+    for (size_t i = 0; i < n; i++)
+        d = fabs((double)a[i] - ref[i]) > d ? fabs((double)a[i] - ref[i]) : d;
+    float m = max_abs(ref, n);
+    return d / (m > 0 ? m : 1);
+}
+
+static void check_case(int tp, int first, int last)
+{
+    char name[96];
+    struct gpt_config c = {.layers = L, .channels = 32, .heads = 4, .vocab = 60, .max_seq = T};
+    herr e = {0};
+    struct gpt_stage *ref = NULL;
+    if (gpt_stage_create(&ref, &c, first, last, B, T, 1, &e) != 0) {
+        TEST_FAIL("reference stage", "%s", e.msg);
+        return;
+    }
+    gpt_stage_init_params(ref, 7);
+    size_t BTC = (size_t)B * T * c.channels;
+    int tokens[B * T], targets[B * T];
+    float *in = calloc(BTC, sizeof(float)), *dout = calloc(BTC, sizeof(float));
+    float *out_ref = calloc(BTC, sizeof(float)), *din_ref = calloc(BTC, sizeof(float));
+    unsigned seed = 3;
+    for (int i = 0; i < B * T; i++) {
+        tokens[i] = (int)(rand_r(&seed) % 60);
+        targets[i] = (int)(rand_r(&seed) % 60);
+    }
+    for (size_t i = 0; i < BTC; i++) {
+        in[i] = (float)(rand_r(&seed) % 2001 - 1000) * 1e-3f;
+        dout[i] = (float)(rand_r(&seed) % 2001 - 1000) * 1e-5f;
+    }
+    int is_first = first == 0, is_last = last == L;
+    struct rank rr = {.s = ref, .tokens = tokens, .targets = is_last ? targets : NULL,
+                      .in = is_first ? NULL : in, .dout = is_last ? NULL : dout,
+                      .out = is_last ? NULL : out_ref, .din = is_first ? NULL : din_ref};
+    run_rank(&rr);
+    snprintf(name, sizeof name, "tp %d, layers [%d, %d): reference runs", tp, first, last);
+    CHECK(name, rr.rc == 0);
+
+    struct group g = {.n = tp, .acc = calloc(BTC * 16, sizeof(float))};
+    pthread_barrier_init(&g.bar, NULL, (unsigned)tp);
+    pthread_mutex_init(&g.mu, NULL);
+    struct rank rk[4];
+    pthread_t th[4];
+    int ok = 1;
+    size_t full = gpt_stage_num_params(ref);
+    float *grads = calloc(full, sizeof(float)), *params = calloc(full, sizeof(float));
+    for (int t = 0; t < tp; t++) {
+        rk[t] = (struct rank){.g = &g, .tokens = tokens, .targets = is_last ? targets : NULL,
+                              .in = is_first ? NULL : in, .dout = is_last ? NULL : dout,
+                              .out = is_last ? NULL : calloc(BTC, sizeof(float)),
+                              .din = is_first ? NULL : calloc(BTC, sizeof(float))};
+        if (gpt_stage_create_tp(&rk[t].s, &c, first, last, B, T, 1, tp, t, &e) != 0) {
+            TEST_FAIL("tensor-parallel stage", "%s", e.msg);
+            ok = 0;
+            break;
+        }
+        gpt_stage_set_tp_sum(rk[t].s, group_sum, &rk[t]);
+        gpt_stage_init_params(rk[t].s, 7);
+    }
+    for (int t = 0; ok && t < tp; t++)
+        pthread_create(&th[t], NULL, run_rank, &rk[t]);
+    for (int t = 0; ok && t < tp; t++)
+        pthread_join(th[t], NULL);
+    if (ok) {
+        int runs = 1;
+        double dl = 0, da = 0;
+        for (int t = 0; t < tp; t++) {
+            runs = runs && rk[t].rc == 0;
+            gpt_stage_to_full(rk[t].s, t, gpt_stage_grads(rk[t].s), grads);
+            gpt_stage_to_full(rk[t].s, t, gpt_stage_params(rk[t].s), params);
+            if (is_last)
+                dl = fmax(dl, fabs(rk[t].loss - rr.loss) / rr.loss);
+            if (!is_last)
+                da = fmax(da, rel_diff(rk[t].out, out_ref, BTC));
+            if (!is_first)
+                da = fmax(da, rel_diff(rk[t].din, din_ref, BTC));
+        }
+        snprintf(name, sizeof name, "tp %d, layers [%d, %d): every rank runs", tp, first, last);
+        CHECK(name, runs);
+        snprintf(name, sizeof name, "tp %d, layers [%d, %d): the whole layout's size", tp, first, last);
+        CHECK_INT(name, gpt_stage_full_params(rk[0].s), full);
+        snprintf(name, sizeof name, "tp %d, layers [%d, %d): initial parameters equal", tp, first, last);
+        CHECK(name, memcmp(params, gpt_stage_params(ref), full * sizeof(float)) == 0);
+        snprintf(name, sizeof name, "tp %d, layers [%d, %d): loss and activations (1e-5)", tp, first, last);
+        CHECK(name, dl <= 1e-5 && da <= 1e-5);
+        if (!(dl <= 1e-5 && da <= 1e-5))
+            printf("  loss %.3g activations %.3g\n", dl, da);
+        /* every tensor's gradient, against the reference's */
+        const struct gpt_tensor *tt;
+        int nt = gpt_stage_tensors(ref, &tt), bad = -1;
+        double worst = 0;
+        for (int i = 0; i < nt; i++) {
+            double d = rel_diff(grads + tt[i].offset, gpt_stage_grads(ref) + tt[i].offset, tt[i].size);
+            if (d > worst)
+                worst = d;
+            if (d > 1e-5 && bad < 0)
+                bad = i;
+        }
+        snprintf(name, sizeof name, "tp %d, layers [%d, %d): every gradient (1e-5)", tp, first, last);
+        CHECK(name, bad < 0 && max_abs(grads, full) > 0);
+        if (bad >= 0)
+            printf("  %s differs by %.3g\n", tt[bad].name, worst);
+    }
+    for (int t = 0; t < tp; t++) {
+        gpt_stage_free(rk[t].s);
+        free(rk[t].out);
+        free(rk[t].din);
+    }
+    pthread_barrier_destroy(&g.bar);
+    pthread_mutex_destroy(&g.mu);
+    free(g.acc);
+    free(grads);
+    free(params);
+    free(in);
+    free(dout);
+    free(out_ref);
+    free(din_ref);
+    gpt_stage_free(ref);
+}
+
+int main(void)
+{
+    for (int tp = 2; tp <= 4; tp *= 2) {
+        check_case(tp, 0, L);
+        check_case(tp, 0, 1);
+        check_case(tp, 1, L);
+    }
+    struct gpt_config c = {.layers = L, .channels = 32, .heads = 4, .vocab = 60, .max_seq = T};
+    struct gpt_stage *s = NULL;
+    herr e = {0};
+    CHECK("tp 3 (does not divide 4 heads) refused",
+          gpt_stage_create_tp(&s, &c, 0, L, B, T, 1, 3, 0, &e) != 0 && strstr(e.msg, "divide"));
+    CHECK("rank outside the group refused",
+          gpt_stage_create_tp(&s, &c, 0, L, B, T, 1, 2, 2, &e) != 0 && strstr(e.msg, "rank 2 of 2"));
+    /* a group without a sum function: the forward says so instead of computing a part */
+    if (gpt_stage_create_tp(&s, &c, 0, L, B, T, 1, 2, 0, &e) == 0) {
+        int tok[B * T] = {0};
+        float loss;
+        CHECK("no sum function: forward refused",
+              gpt_stage_forward(s, 0, tok, NULL, tok, NULL, &loss) != 0 &&
+                  strstr(gpt_stage_error(s), "no sum function"));
+        gpt_stage_free(s);
+    }
+    TEST_MAIN_END();
+}
