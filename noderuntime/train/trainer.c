@@ -51,9 +51,10 @@ struct worker {
     const struct plan_doc *rt;
     const struct trainer_data *data;
     int rank, stage, replica, P, D, M;
+    int TP, tpr;               /* tensor-parallel group size and this rank's place in it */
     int first, last;           /* stage holds embeddings / head */
     int lo, hi;                /* its layers [lo, hi) */
-    struct comm *pp, *dp, *emb;
+    struct comm *pp, *dp, *emb, *tp;
     struct gpt_stage *gs;
     struct zero *z;
     float *m, *v;              /* AdamW state of the owned shard */
@@ -181,7 +182,7 @@ static int stage_backward(void *ctx, int mb, int slot, const float *dout, float 
         gpt_stage_set_backward_hook(w->gs, on_layer_done, w);
     int rc = gpt_stage_backward(w->gs, slot, dout, din, 1.0f / (float)w->M);
     gpt_stage_set_backward_hook(w->gs, NULL, NULL);
-    if (rc != 0)
+    if (rc != 0 && !w->hook_failed)
         return herr_set(e, "%s", gpt_stage_error(w->gs));
     if (w->hook_failed) {
         *e = w->hook_err;
@@ -204,6 +205,7 @@ static void worker_free(struct worker *w)
     comm_free(w->pp);
     comm_free(w->dp);
     comm_free(w->emb);
+    comm_free(w->tp);
     gpt_stage_free(w->gs);
     free(w->m);
     free(w->v);
@@ -223,7 +225,8 @@ static int open_comms(struct worker *w, struct tcp_listener *l, herr *e)
             member |= gr->members[i] == w->rank;
         if (!member || gr->n == 1)
             continue;
-        struct comm **slot = gr->kind == GROUP_DP ? &w->dp : gr->kind == GROUP_PP ? &w->pp : &w->emb;
+        struct comm **slot = gr->kind == GROUP_DP ? &w->dp : gr->kind == GROUP_PP ? &w->pp
+                           : gr->kind == GROUP_TP ? &w->tp : &w->emb;
         struct rt_comm_spec cs;
         if (rank_table_comm_spec(w->rt, g, w->rank, &cs, e) != 0)
             return -1;
@@ -243,6 +246,8 @@ static int open_comms(struct worker *w, struct tcp_listener *l, herr *e)
 
 static int world_barrier(struct worker *w, herr *e)
 {
+    if (w->tp && comm_barrier(w->tp, e) != 0)
+        return -1;
     if (w->dp && comm_barrier(w->dp, e) != 0)
         return -1;
     if (w->pp && comm_barrier(w->pp, e) != 0)
@@ -279,11 +284,45 @@ static int mark_latest(const char *dir, long step, herr *e)
     return 0;
 }
 
+/* Tensor parallelism: every tensor rank's `local` (its layout) into `full` (the whole stage's, as
+ * checkpoints hold it) on all of them: each rank puts its parts in place (the replicated tensors
+ * from tensor rank 0 only) into zeros, and the group sums. */
+static int tp_assemble(struct worker *w, const float *local, float *full, herr *e)
+{
+    size_t N = gpt_stage_full_params(w->gs);
+    memset(full, 0, N * sizeof *full);
+    gpt_stage_to_full(w->gs, w->tpr, local, full);
+    for (int t = 0; w->tpr != 0 && t < w->ntens; t++)
+        if (w->tens[t].split == GPT_REPLICATED)
+            memset(full + w->tens[t].full_offset, 0, w->tens[t].rows * w->tens[t].cols * sizeof *full);
+    return comm_all_reduce(w->tp, full, N, e);
+}
+
+/* The checkpoint's three buffers in the whole layout: with tensor parallelism assembled from the
+ * group into pF, mF, vF (allocated here); without, the local ones themselves. */
+static int tp_whole(struct worker *w, float **p, float **m, float **v, float *bufs[3], herr *e)
+{
+    bufs[0] = bufs[1] = bufs[2] = NULL;
+    if (w->TP == 1)
+        return 0;
+    size_t N = gpt_stage_full_params(w->gs);
+    float **io[3] = {p, m, v};
+    for (int i = 0; i < 3; i++) {
+        if (!(bufs[i] = calloc(N, sizeof(float))))
+            return herr_set(e, "out of memory for the whole stage (%zu floats)", N);
+        if (tp_assemble(w, *io[i], bufs[i], e) != 0)
+            return -1;
+        *io[i] = bufs[i];
+    }
+    return 0;
+}
+
 static int ckpt_save(struct worker *w, herr *e)
 {
     if (params_ready(w, e) != 0)
         return herr_wrap(e, "checkpoint at step %ld", w->step);
     size_t n = gpt_stage_num_params(w->gs);
+    float *whole[3] = {NULL, NULL, NULL};
     float *mf = calloc(n ? n : 1, sizeof *mf), *vf = calloc(n ? n : 1, sizeof *vf);
     /* bf16 parameters: the file holds the fp32 masters, gathered from every replica */
     float *pf = zero_master(w->z) ? calloc(n ? n : 1, sizeof *pf) : NULL;
@@ -300,12 +339,14 @@ static int ckpt_save(struct worker *w, herr *e)
     /* One checkpoint more than `keep` survives the write: until latest-step names the new one,
      * the one it names must stay (a crash in between resumes from it). Pruned after the mark. */
     int keep = w->cfg->checkpoint_keep >= 1 ? w->cfg->checkpoint_keep : 2;
-    if (w->replica == 0) {
+    float *wp = pf ? pf : gpt_stage_params(w->gs), *wm = mf, *wv = vf;
+    if (tp_whole(w, &wp, &wm, &wv, whole, e) != 0)
+        goto out;
+    if (w->replica == 0 && w->tpr == 0) {
         struct ckpt_meta meta = {.c = w->cfg->model, .first = w->lo, .last = w->hi,
                                  .step = w->step, .data_pos = (uint64_t)w->step * (uint64_t)w->M,
-                                 .nparams = n, .has_moments = 1};
-        if (ckpt_write(w->cfg->checkpoint_dir, &meta, pf ? pf : gpt_stage_params(w->gs), mf, vf,
-                       keep + 1, NULL, 0, e) != 0)
+                                 .nparams = gpt_stage_full_params(w->gs), .has_moments = 1};
+        if (ckpt_write(w->cfg->checkpoint_dir, &meta, wp, wm, wv, keep + 1, NULL, 0, e) != 0)
             goto out;
     }
     if (world_barrier(w, e) != 0)
@@ -314,10 +355,12 @@ static int ckpt_save(struct worker *w, herr *e)
         goto out;
     if (world_barrier(w, e) != 0)
         goto out;
-    if (w->replica == 0)
+    if (w->replica == 0 && w->tpr == 0)
         ckpt_prune(w->cfg->checkpoint_dir, w->lo, w->hi, keep);
     rc = 0;
 out:
+    for (int i = 0; i < 3; i++)
+        free(whole[i]);
     free(mf);
     free(vf);
     free(pf);
@@ -350,14 +393,14 @@ static int resume_newest(struct worker *w, const int64_t *steps, int nsteps, lon
     return 0;
 }
 
-/* Every rank's `mine`, combined: the minimum (two all-gathers: the replicas of each stage,
- * then the stages of each replica). */
+/* Every rank's `mine`, combined: the minimum (all-gathers: the tensor ranks of each place, the
+ * replicas of each stage, then the stages of each replica). */
 static int world_min(struct worker *w, long mine, long *out, herr *e)
 {
-    struct comm *groups[2] = {w->dp, w->pp};
-    int sizes[2] = {w->D, w->P};
+    struct comm *groups[3] = {w->tp, w->dp, w->pp};
+    int sizes[3] = {w->TP, w->D, w->P};
     int64_t v = mine;
-    for (int g = 0; g < 2; g++) {
+    for (int g = 0; g < 3; g++) {
         if (!groups[g] || sizes[g] < 2)
             continue;
         int64_t *all = calloc((size_t)sizes[g], sizeof *all);
@@ -379,20 +422,38 @@ static int world_min(struct worker *w, long mine, long *out, herr *e)
     return 0;
 }
 
-/* Reads this stage's checkpoint at `step` into the parameters and mf, vf (full layout). */
+/* Reads this stage's checkpoint at `step` into the parameters and mf, vf (the stage's layout;
+ * the file holds the whole stage: with tensor parallelism each rank keeps its part, so a
+ * checkpoint written at one tensor degree resumes at another). */
 static int read_step(struct worker *w, long step, float *mf, float *vf, size_t n, herr *e)
 {
     char path[4096];
     struct ckpt_meta meta;
+    size_t N = gpt_stage_full_params(w->gs);
+    float *whole = w->TP > 1 ? calloc(3 * N, sizeof *whole) : NULL;
+    if (w->TP > 1 && !whole)
+        return herr_set(e, "out of memory for the whole stage (%zu floats)", 3 * N);
+    int rc = -1;
     if (ckpt_path(w->cfg->checkpoint_dir, w->lo, w->hi, step, path, sizeof path, e) != 0 ||
         ckpt_read_meta(path, &meta, e) != 0 ||
-        ckpt_check_shape(path, &meta, &w->cfg->model, w->lo, w->hi, e) != 0 ||
-        ckpt_read(path, &meta, gpt_stage_params(w->gs), mf, vf, n, e) != 0)
-        return -1;
-    if (meta.step != step)
-        return herr_config(e, "checkpoint %s: its header says step %lld",
-                                path, (long long)meta.step);
-    return 0;
+        ckpt_check_shape(path, &meta, &w->cfg->model, w->lo, w->hi, e) != 0)
+        goto out;
+    if (whole ? ckpt_read(path, &meta, whole, whole + N, whole + 2 * N, N, e)
+              : ckpt_read(path, &meta, gpt_stage_params(w->gs), mf, vf, n, e))
+        goto out;
+    if (meta.step != step) {
+        herr_config(e, "checkpoint %s: its header says step %lld", path, (long long)meta.step);
+        goto out;
+    }
+    if (whole) {
+        gpt_stage_from_full(w->gs, whole, gpt_stage_params(w->gs));
+        gpt_stage_from_full(w->gs, whole + N, mf);
+        gpt_stage_from_full(w->gs, whole + 2 * N, vf);
+    }
+    rc = 0;
+out:
+    free(whole);
+    return rc;
 }
 
 /* Resumes from the newest checkpoint set that verifies on every stage: a set whose file fails
@@ -478,13 +539,35 @@ out:
 static int init_from_llmc(struct worker *w, herr *e)
 {
     const struct trainer_config *c = w->cfg;
-    if (llmc_load_stage(c->init_from, w->gs, e) != 0)
-        return herr_wrap(e, "%s", c->init_from_name ? c->init_from_name : "init_from");
+    const char *what = c->init_from_name ? c->init_from_name : "init_from";
+    if (w->TP == 1) {
+        if (llmc_load_stage(c->init_from, w->gs, e) != 0)
+            return herr_wrap(e, "%s", what);
+    } else { /* the whole stage (one token of activations), then this rank's part */
+        struct gpt_stage *whole = NULL;
+        int rc = gpt_stage_create(&whole, &c->model, w->lo, w->hi, 1, 1, 1, e) ||
+                 llmc_load_stage(c->init_from, whole, e);
+        if (rc == 0)
+            gpt_stage_from_full(w->gs, gpt_stage_params(whole), gpt_stage_params(w->gs));
+        gpt_stage_free(whole);
+        if (rc != 0)
+            return herr_wrap(e, "%s", what);
+    }
     zero_master_from_params(w->z);
     return 0;
 }
 
 /* ---------- setup ---------- */
+
+/* The engine's tensor-parallel sum: an all-reduce on the tensor group. */
+static int tp_sum(void *ctx, float *buf, size_t n)
+{
+    struct worker *w = ctx;
+    if (comm_all_reduce(w->tp, buf, n, &w->hook_err) == 0)
+        return 0;
+    w->hook_failed = 1;
+    return -1;
+}
 
 static int worker_init(struct worker *w, const struct trainer_config *c, const struct plan_doc *rt,
                        int rank, const struct trainer_data *data, herr *e)
@@ -496,9 +579,6 @@ static int worker_init(struct worker *w, const struct trainer_config *c, const s
     w->rank = rank;
     if (rank < 0 || rank >= rt->world)
         return herr_set(e, "rank %d is outside the rank table's 0..%d", rank, rt->world - 1);
-    if (rt->tensor != 1)
-        return herr_set(e, "parallelism.tensor is %d: the engine has no tensor parallelism yet, "
-                        "tensor must be 1", rt->tensor);
     if (c->B < 1 || c->T < 1 || c->micro_batches < 1 || c->steps < 1)
         return herr_set(e, "batch size, sequence length, micro-batches and steps must be >= 1");
     if (rt->pipeline > c->model.layers)
@@ -519,13 +599,16 @@ static int worker_init(struct worker *w, const struct trainer_config *c, const s
     w->M = c->micro_batches;
     w->stage = plan_doc_stage_of(rt, rank);
     w->replica = plan_doc_dp_of(rt, rank);
+    w->TP = rt->tensor;
+    w->tpr = plan_doc_tp_of(rt, rank);
     w->first = w->stage == 0;
     w->last = w->stage == w->P - 1;
     trainer_stage_layers(rt, c->model.layers, w->stage, &w->lo, &w->hi);
     int lo = w->lo, hi = w->hi;
     w->slots = pipe_slots_needed(c->schedule, w->stage, w->P, w->M);
-    if (gpt_stage_create(&w->gs, &c->model, lo, hi, c->B, c->T, w->slots, e) != 0)
+    if (gpt_stage_create_tp(&w->gs, &c->model, lo, hi, c->B, c->T, w->slots, w->TP, w->tpr, e) != 0)
         return herr_wrap(e, "stage %d (layers %d..%d)", w->stage, lo, hi);
+    gpt_stage_set_tp_sum(w->gs, tp_sum, w);
     gpt_stage_init_params(w->gs, c->seed);
     w->has_wte = gpt_stage_wte(w->gs, &w->wte_off, &w->wte_n) == 0;
     w->ntens = gpt_stage_tensors(w->gs, &w->tens);
@@ -751,6 +834,23 @@ static int sync_grads(struct worker *w, struct step_times *t, herr *e)
     return 0;
 }
 
+/* The squared gradient norm of this replica's ZeRO shard inside [lo, hi), outside [skip_lo,
+ * skip_hi). */
+static double shard_sq_norm_range(const struct worker *w, size_t lo, size_t hi, size_t skip_lo,
+                                  size_t skip_hi)
+{
+    const float *g = gpt_stage_grads(w->gs);
+    double s = 0;
+    for (int b = 0; b < zero_num_buckets(w->z); b++) {
+        size_t slo, shi;
+        zero_shard(w->z, b, &slo, &shi);
+        for (size_t j = slo > lo ? slo : lo; j < shi && j < hi; j++)
+            if (j < skip_lo || j >= skip_hi)
+                s += (double)g[j] * g[j];
+    }
+    return s;
+}
+
 /* Global gradient norm over all stages and replicas (the tied embedding counted once), and in
  * the same all-reduces the step's loss (last stage, averaged over replicas) and the stop vote:
  * the step's only synchronisation of every rank, so a stage starts its next step as soon as its
@@ -764,9 +864,17 @@ static int global_sq_norm(struct worker *w, float loss, int stop_req, double *sq
         skip_hi = w->wte_off + w->wte_n;
     }
     double local = zero_shard_sq_norm(w->z, skip_lo, skip_hi);
+    /* a tensor group: the replicated tensors' gradients are the same on every rank, counted
+     * once (tensor rank 0's); the group's all-reduce below adds the split ones' parts */
+    for (int t = 0; w->tpr > 0 && t < w->ntens; t++)
+        if (w->tens[t].split == GPT_REPLICATED)
+            local -= shard_sq_norm_range(w, w->tens[t].offset, w->tens[t].offset + w->tens[t].size,
+                                         skip_lo, skip_hi);
     /* as two floats (high and low part) to keep most of the double's precision */
-    float v[4] = {(float)local, 0, w->last ? loss : 0.0f, stop_req ? 1.0f : 0.0f};
+    float v[4] = {(float)local, 0, w->last && w->tpr == 0 ? loss : 0.0f, stop_req ? 1.0f : 0.0f};
     v[1] = (float)(local - (double)v[0]);
+    if (w->tp && comm_all_reduce(w->tp, v, 4, e) != 0)
+        return herr_wrap(e, "gradient norm");
     /* pipeline first: once a rank's data-parallel all-reduce is done, every pipeline group's is
      * (its replicas' values went into it), so nothing a rank sends after the norm (the first
      * stage's embedding shard) can delay another replica's norm message between the fabrics */
