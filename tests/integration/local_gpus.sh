@@ -102,7 +102,25 @@ for a, b in zip(steps, steps[1:]):
     assert b == a + 1 or (b - 1) % 4 == 0, (a, b, steps)
 PY
 
-# 4. GPUs that are not emulated: local has none.
+# 4. SIGTERM to a worker with rank processes (preemption): its ranks checkpoint at the step
+#    boundary and stop, it leaves, the gang resumes from exactly that step, no restart charged.
+gpus_job "$tmp/t.yaml" gpus-t-$$ $((steps * 25)) "$tmp/ckpt-t" -e "s/everySteps: 25/everySteps: 1000/"
+( run_local "$tmp/t.yaml" "$tmp/run-t" "$tmp/t.jsonl" >"$tmp/out-t"; echo $? >"$tmp/rc-t" ) &
+for _ in $(seq 600); do grep -q "step 20/" "$tmp"/run-t/worker-1.log 2>/dev/null && break; sleep 0.1; done
+termed=""
+for p in $(pgrep -f -- "--pod gpus-t-$$-worker-1 "); do
+    if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx HOLMES_SUPERVISED=1; then kill -TERM "$p"; termed=$p; fi
+done
+wait
+left=$(sed -nE 's/.*left on SIGTERM after step ([0-9]+), checkpointed there.*/\1/p' "$tmp/run-t/worker-1.log" | head -1)
+resumed=$(sed -nE 's/.*resumed from the checkpoint of step ([0-9]+).*/\1/p' "$tmp"/run-t/worker-*.log | head -1)
+[ -n "$termed" ] && [ "$(cat "$tmp/rc-t")" = 0 ] && [ -n "$left" ] && [ "$resumed" = "$left" ] \
+    && grep -q "0 restarts" "$tmp/out-t" && [ "$(grep -c 'rank [23]: stopped at step' "$tmp/run-t/worker-1.log")" = 2 ] \
+    && pass "SIGTERM: both rank processes checkpoint and stop, the gang resumes from that step, not charged" \
+    || fail "SIGTERM: both rank processes checkpoint and stop, the gang resumes from that step, not charged" \
+        "termed '$termed' left '$left' resumed '$resumed': $(tail -n 4 "$tmp/out-t")"
+
+# 5. GPUs that are not emulated: local has none.
 sed -e "s/gpus: true/gpus: false/" "$tmp/pp.yaml" >"$tmp/real.yaml"
 out=$(cd "$REPO" && "$OPERATOR" local "$tmp/real.yaml" 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "spec.gpusPerWorker: 2: local runs have no GPUs; set spec.emulation.gpus: true" <<<"$out" \
