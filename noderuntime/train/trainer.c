@@ -1,18 +1,16 @@
 #include "trainer.h"
 
-#include <dirent.h>
 #include <math.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
 #include "clock.h"
 #include "log.h"
+#include "trainer_impl.h"
 #include "zero.h"
 
 
@@ -44,50 +42,6 @@ void trainer_stage_layers(const struct plan_doc *rt, int layers, int s, int *fir
  * reduce-scattered gradient shard of the tied embedding. */
 #define TAG_TIE_GRAD 1u
 
-/* ---------- one worker's state ---------- */
-
-struct worker {
-    const struct trainer_config *cfg;
-    const struct plan_doc *rt;
-    const struct trainer_data *data;
-    int rank, stage, replica, P, D, M;
-    int TP, tpr;               /* tensor-parallel group size and this rank's place in it */
-    int first, last;           /* stage holds embeddings / head */
-    int lo, hi;                /* its layers [lo, hi) */
-    struct comm *pp, *dp, *emb, *tp;
-    struct gpt_stage *gs;
-    struct zero *z;
-    float *m, *v;              /* AdamW state of the owned shard */
-    int *tokens, *targets;     /* [slots][B*T] */
-    int slots;
-    long step;                 /* steps done */
-    size_t wte_off, wte_n;
-    int has_wte;
-    struct lr_schedule lr;     /* total_steps defaults to the run's steps */
-    const struct gpt_tensor *tens;
-    int ntens;
-    int *reported;             /* [ntens]: gradient handed to ZeRO this step */
-    int *tens_layer;           /* [ntens]: transformer block, -1 for the others */
-    int hook_failed;
-    herr hook_err;
-    int params_pending;        /* the last step's parameter all-gather is still in flight */
-    double param_wait;         /* this step's forward waited this long for it */
-    /* The tied embedding (pipeline > 1): see "the tied embedding". */
-    int tied;                  /* first or last stage of a pipeline > 1 */
-    int tie_params_due;        /* last stage: its embedding update is still to do */
-    float tie_lr, tie_scale;   /* ... with this step's learning rate and gradient scale */
-    long tie_step;
-    struct tie_shard {
-        int bucket;
-        size_t lo, hi;         /* this replica's shard of the bucket */
-        size_t at;             /* where it sits in tie_out and tie_in */
-    } *tie;                    /* [ntie] the embedding's buckets, in buffer order */
-    int ntie;
-    struct comm_req **tie_sends; /* [ntie] sends in flight (from tie_out) */
-    float *tie_out;            /* [wte_n] this stage's gradient shards, as sent */
-    float *tie_in;             /* [wte_n] the other stage's, as received */
-};
-
 static int tie_head_update(struct worker *w, herr *e);
 static int tie_sends_wait(struct worker *w, herr *e);
 
@@ -113,7 +67,7 @@ static int params_needed(void *ctx, size_t lo, size_t hi)
 
 /* Every parameter gathered (before anything reads them all: a checkpoint, the end of training,
  * the next reduce-scatter). */
-static int params_ready(struct worker *w, herr *e)
+int tr_params_ready(struct worker *w, herr *e)
 {
     if (!w->params_pending)
         return 0;
@@ -144,7 +98,7 @@ static int stage_forward(void *ctx, int mb, int slot, const float *in, float *ou
         }
         return herr_set(e, "%s", gpt_stage_error(w->gs));
     }
-    return params_ready(w, e);
+    return tr_params_ready(w, e);
 }
 
 static int report_tensor(struct worker *w, int t, herr *e)
@@ -235,325 +189,6 @@ static int open_comms(struct worker *w, struct tcp_listener *l, herr *e)
         if (rc != 0)
             return -1;
     }
-    return 0;
-}
-
-/* ---------- checkpoints ----------
- * The engine's per-stage format (checkpoint.h) with full AdamW moments: the replicas all-gather
- * their moment shards and replica 0 of each stage writes the file, so a run can resume with
- * another data-parallel degree, or in `holmes-node train`. After every stage has written, rank 0
- * records the step in <dir>/latest-step; resume reads that step's files. */
-
-static int world_barrier(struct worker *w, herr *e)
-{
-    if (w->tp && comm_barrier(w->tp, e) != 0)
-        return -1;
-    if (w->dp && comm_barrier(w->dp, e) != 0)
-        return -1;
-    if (w->pp && comm_barrier(w->pp, e) != 0)
-        return -1;
-    return 0;
-}
-
-/* Copies the owned shard between the compact (m, v) and a full-layout buffer. */
-static void shard_copy(struct worker *w, float *full, float *compact, int to_full)
-{
-    for (int b = 0; b < zero_num_buckets(w->z); b++) {
-        size_t lo, hi, off = zero_shard_offset(w->z, b);
-        zero_shard(w->z, b, &lo, &hi);
-        if (to_full)
-            memcpy(full + lo, compact + off, (hi - lo) * sizeof *full);
-        else
-            memcpy(compact + off, full + lo, (hi - lo) * sizeof *full);
-    }
-}
-
-static int mark_latest(const char *dir, long step, herr *e)
-{
-    char path[4096], tmp[4200];
-    snprintf(path, sizeof path, "%s/latest-step", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return herr_set_kind(e, herr_kind_of_errno(errno), "cannot write %s: %s", tmp,
-                             strerror(errno));
-    int bad = fprintf(f, "%ld\n", step) < 0;
-    if (fclose(f) != 0 || bad || rename(tmp, path) != 0)
-        return herr_set_kind(e, herr_kind_of_errno(errno), "cannot write %s: %s", path,
-                             strerror(errno));
-    return 0;
-}
-
-/* Tensor parallelism: every tensor rank's `local` (its layout) into `full` (the whole stage's, as
- * checkpoints hold it) on all of them: each rank puts its parts in place (the replicated tensors
- * from tensor rank 0 only) into zeros, and the group sums. */
-static int tp_assemble(struct worker *w, const float *local, float *full, herr *e)
-{
-    size_t N = gpt_stage_full_params(w->gs);
-    memset(full, 0, N * sizeof *full);
-    gpt_stage_to_full(w->gs, w->tpr, local, full);
-    for (int t = 0; w->tpr != 0 && t < w->ntens; t++)
-        if (w->tens[t].split == GPT_REPLICATED)
-            memset(full + w->tens[t].full_offset, 0, w->tens[t].rows * w->tens[t].cols * sizeof *full);
-    return comm_all_reduce(w->tp, full, N, e);
-}
-
-/* The checkpoint's three buffers in the whole layout: with tensor parallelism assembled from the
- * group into pF, mF, vF (allocated here); without, the local ones themselves. */
-static int tp_whole(struct worker *w, float **p, float **m, float **v, float *bufs[3], herr *e)
-{
-    bufs[0] = bufs[1] = bufs[2] = NULL;
-    if (w->TP == 1)
-        return 0;
-    size_t N = gpt_stage_full_params(w->gs);
-    float **io[3] = {p, m, v};
-    for (int i = 0; i < 3; i++) {
-        if (!(bufs[i] = calloc(N, sizeof(float))))
-            return herr_set(e, "out of memory for the whole stage (%zu floats)", N);
-        if (tp_assemble(w, *io[i], bufs[i], e) != 0)
-            return -1;
-        *io[i] = bufs[i];
-    }
-    return 0;
-}
-
-static int ckpt_save(struct worker *w, herr *e)
-{
-    if (params_ready(w, e) != 0)
-        return herr_wrap(e, "checkpoint at step %ld", w->step);
-    size_t n = gpt_stage_num_params(w->gs);
-    float *whole[3] = {NULL, NULL, NULL};
-    float *mf = calloc(n ? n : 1, sizeof *mf), *vf = calloc(n ? n : 1, sizeof *vf);
-    /* bf16 parameters: the file holds the fp32 masters, gathered from every replica */
-    float *pf = zero_master(w->z) ? calloc(n ? n : 1, sizeof *pf) : NULL;
-    int rc = -1;
-    if (!mf || !vf || (zero_master(w->z) && !pf)) {
-        herr_set(e, "out of memory for the checkpoint moments (%zu floats)", n);
-        goto out;
-    }
-    shard_copy(w, mf, w->m, 1);
-    shard_copy(w, vf, w->v, 1);
-    if (zero_all_gather(w->z, mf, e) != 0 || zero_all_gather(w->z, vf, e) != 0 ||
-        (pf && zero_master_gather(w->z, pf, e) != 0))
-        goto out;
-    /* One checkpoint more than `keep` survives the write: until latest-step names the new one,
-     * the one it names must stay (a crash in between resumes from it). Pruned after the mark. */
-    int keep = w->cfg->checkpoint_keep >= 1 ? w->cfg->checkpoint_keep : 2;
-    float *wp = pf ? pf : gpt_stage_params(w->gs), *wm = mf, *wv = vf;
-    if (tp_whole(w, &wp, &wm, &wv, whole, e) != 0)
-        goto out;
-    if (w->replica == 0 && w->tpr == 0) {
-        struct ckpt_meta meta = {.c = w->cfg->model, .first = w->lo, .last = w->hi,
-                                 .step = w->step, .data_pos = (uint64_t)w->step * (uint64_t)w->M,
-                                 .nparams = gpt_stage_full_params(w->gs), .has_moments = 1};
-        if (ckpt_write(w->cfg->checkpoint_dir, &meta, wp, wm, wv, keep + 1, NULL, 0, e) != 0)
-            goto out;
-    }
-    if (world_barrier(w, e) != 0)
-        goto out;
-    if (w->rank == 0 && mark_latest(w->cfg->checkpoint_dir, w->step, e) != 0)
-        goto out;
-    if (world_barrier(w, e) != 0)
-        goto out;
-    if (w->replica == 0 && w->tpr == 0)
-        ckpt_prune(w->cfg->checkpoint_dir, w->lo, w->hi, keep);
-    rc = 0;
-out:
-    for (int i = 0; i < 3; i++)
-        free(whole[i]);
-    free(mf);
-    free(vf);
-    free(pf);
-    return rc != 0 ? herr_wrap(e, "checkpoint at step %ld", w->step) : 0;
-}
-
-/* The newest checkpoint step the job recorded (latest-step, written by rank 0 once every
- * stage has written its file); one process without that marker: its own newest. 1 when there
- * is none. */
-static int resume_newest(struct worker *w, const int64_t *steps, int nsteps, long *step, herr *e)
-{
-    const char *dir = w->cfg->checkpoint_dir;
-    char mark[4096];
-    snprintf(mark, sizeof mark, "%s/latest-step", dir);
-    FILE *f = fopen(mark, "r");
-    if (!f) {
-        if (errno != ENOENT)
-            return herr_set_kind(e, herr_kind_of_errno(errno), "cannot read %s: %s", mark,
-                                 strerror(errno));
-        if (w->P == 1 && w->D == 1 && nsteps > 0) {
-            *step = (long)steps[nsteps - 1];
-            return 0;
-        }
-        return 1;
-    }
-    int ok = fscanf(f, "%ld", step) == 1 && *step >= 0;
-    fclose(f);
-    if (!ok)
-        return herr_config(e, "%s must hold a step number", mark);
-    return 0;
-}
-
-/* Every rank's `mine`, combined: the minimum (all-gathers: the tensor ranks of each place, the
- * replicas of each stage, then the stages of each replica). */
-static int world_min(struct worker *w, long mine, long *out, herr *e)
-{
-    struct comm *groups[3] = {w->tp, w->dp, w->pp};
-    int sizes[3] = {w->TP, w->D, w->P};
-    int64_t v = mine;
-    for (int g = 0; g < 3; g++) {
-        if (!groups[g] || sizes[g] < 2)
-            continue;
-        int64_t *all = calloc((size_t)sizes[g], sizeof *all);
-        if (!all)
-            return herr_set(e, "out of memory");
-        size_t off, len;
-        comm_chunk(groups[g], (size_t)sizes[g], comm_rank(groups[g]), &off, &len);
-        for (size_t i = off; i < off + len; i++)
-            all[i] = v;
-        if (comm_all_gather(groups[g], all, (size_t)sizes[g], sizeof *all, e) != 0) {
-            free(all);
-            return -1;
-        }
-        for (int i = 0; i < sizes[g]; i++)
-            v = all[i] < v ? all[i] : v;
-        free(all);
-    }
-    *out = (long)v;
-    return 0;
-}
-
-/* Reads this stage's checkpoint at `step` into the parameters and mf, vf (the stage's layout;
- * the file holds the whole stage: with tensor parallelism each rank keeps its part, so a
- * checkpoint written at one tensor degree resumes at another). */
-static int read_step(struct worker *w, long step, float *mf, float *vf, size_t n, herr *e)
-{
-    char path[4096];
-    struct ckpt_meta meta;
-    size_t N = gpt_stage_full_params(w->gs);
-    float *whole = w->TP > 1 ? calloc(3 * N, sizeof *whole) : NULL;
-    if (w->TP > 1 && !whole)
-        return herr_set(e, "out of memory for the whole stage (%zu floats)", 3 * N);
-    int rc = -1;
-    if (ckpt_path(w->cfg->checkpoint_dir, w->lo, w->hi, step, path, sizeof path, e) != 0 ||
-        ckpt_read_meta(path, &meta, e) != 0 ||
-        ckpt_check_shape(path, &meta, &w->cfg->model, w->lo, w->hi, e) != 0)
-        goto out;
-    if (whole ? ckpt_read(path, &meta, whole, whole + N, whole + 2 * N, N, e)
-              : ckpt_read(path, &meta, gpt_stage_params(w->gs), mf, vf, n, e))
-        goto out;
-    if (meta.step != step) {
-        herr_config(e, "checkpoint %s: its header says step %lld", path, (long long)meta.step);
-        goto out;
-    }
-    if (whole) {
-        gpt_stage_from_full(w->gs, whole, gpt_stage_params(w->gs));
-        gpt_stage_from_full(w->gs, whole + N, mf);
-        gpt_stage_from_full(w->gs, whole + 2 * N, vf);
-    }
-    rc = 0;
-out:
-    free(whole);
-    return rc;
-}
-
-/* Resumes from the newest checkpoint set that verifies on every stage: a set whose file fails
- * its checks on any rank (CRC, truncation, a missing file) is passed over for the next older
- * one that every rank has, and the fallback is logged. No set verifying at all is an error:
- * training never restarts from scratch over checkpoints it could not read. */
-static int ckpt_resume(struct worker *w, const struct trainer_hooks *hooks, int *resumed,
-                       herr *e)
-{
-    const char *dir = w->cfg->checkpoint_dir;
-    *resumed = 0;
-    int64_t *steps = NULL;
-    int nsteps = 0;
-    long newest;
-    if (ckpt_steps(dir, w->lo, w->hi, &steps, &nsteps, e) != 0)
-        return herr_wrap(e, "resuming");
-    int r = resume_newest(w, steps, nsteps, &newest, e);
-    if (r != 0) {
-        free(steps);
-        return r < 0 ? herr_wrap(e, "resuming") : 0;
-    }
-    size_t n = gpt_stage_num_params(w->gs);
-    float *mf = calloc(n ? n : 1, sizeof *mf), *vf = calloc(n ? n : 1, sizeof *vf);
-    int rc = -1;
-    char first_err[sizeof e->msg] = "";
-    if (!mf || !vf) {
-        herr_set(e, "out of memory for the checkpoint moments (%zu floats)", n);
-        goto out;
-    }
-    for (long cand = newest;;) {
-        herr me = {0};
-        int ok = cand >= 0 && read_step(w, cand, mf, vf, n, &me) == 0;
-        if (!ok && cand >= 0) {
-            log_warn("rank %d: the checkpoint of step %ld does not verify: %s", w->rank, cand,
-                     me.msg);
-            if (!first_err[0])
-                snprintf(first_err, sizeof first_err, "%s", me.msg);
-        }
-        long all_ok;
-        if (world_min(w, ok, &all_ok, e) != 0)
-            goto out;
-        if (all_ok) {
-            shard_copy(w, mf, w->m, 0);
-            shard_copy(w, vf, w->v, 0);
-            zero_master_from_params(w->z);
-            w->step = cand;
-            *resumed = 1;
-            if (w->rank == 0)
-                log_info("resumed from the checkpoint of step %ld in %s", cand, dir);
-            if (cand != newest && w->rank == 0) {
-                char msg[300];
-                snprintf(msg, sizeof msg, "resuming from the checkpoint of step %ld: the newer "
-                         "set of step %ld does not verify on every stage (see the workers' logs)",
-                         cand, newest);
-                log_warn("%s", msg);
-                if (hooks && hooks->on_notice)
-                    hooks->on_notice(hooks->ctx, "CheckpointFallback", msg);
-            }
-            rc = 0;
-            break;
-        }
-        if (cand < 0) {
-            herr_config(e, "no checkpoint set in %s verifies on every stage%s%s",
-                             dir, first_err[0] ? "; this rank's first error: " : "", first_err);
-            goto out;
-        }
-        long next = -1; /* this rank's newest older step, agreed as the oldest of them */
-        for (int i = 0; i < nsteps; i++)
-            if (steps[i] < cand && steps[i] > next)
-                next = (long)steps[i];
-        if (world_min(w, next, &cand, e) != 0)
-            goto out;
-    }
-out:
-    free(steps);
-    free(mf);
-    free(vf);
-    return rc != 0 ? herr_wrap(e, "resuming") : 0;
-}
-
-/* This stage's parameters from an llm.c GPT-2 checkpoint (c->init_from): its layers, plus the
- * embeddings, final LayerNorm and tied head where it holds them; the optimizer's masters follow. */
-static int init_from_llmc(struct worker *w, herr *e)
-{
-    const struct trainer_config *c = w->cfg;
-    const char *what = c->init_from_name ? c->init_from_name : "init_from";
-    if (w->TP == 1) {
-        if (llmc_load_stage(c->init_from, w->gs, e) != 0)
-            return herr_wrap(e, "%s", what);
-    } else { /* the whole stage (one token of activations), then this rank's part */
-        struct gpt_stage *whole = NULL;
-        int rc = gpt_stage_create(&whole, &c->model, w->lo, w->hi, 1, 1, 1, e) ||
-                 llmc_load_stage(c->init_from, whole, e);
-        if (rc == 0)
-            gpt_stage_from_full(w->gs, gpt_stage_params(whole), gpt_stage_params(w->gs));
-        gpt_stage_free(whole);
-        if (rc != 0)
-            return herr_wrap(e, "%s", what);
-    }
-    zero_master_from_params(w->z);
     return 0;
 }
 
@@ -896,7 +531,7 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
     w->param_wait = 0;
     gpt_stage_zero_grads(w->gs);
     float loss_sum = 0;
-    if (pipe_run(pr, &loss_sum, e) != 0 || params_ready(w, e) != 0)
+    if (pipe_run(pr, &loss_sum, e) != 0 || tr_params_ready(w, e) != 0)
         return -1;
     t.param_sync = w->param_wait;
     t.pipeline = clock_mono_s() - t0 - t.param_sync;
@@ -965,9 +600,9 @@ int trainer_run(const struct trainer_config *c, const struct plan_doc *rt, int r
     if (worker_optim_init(&w, e) != 0)
         goto out;
     int resumed = 0;
-    if (c->checkpoint_dir && ckpt_resume(&w, hooks, &resumed, e) != 0)
+    if (c->checkpoint_dir && tr_ckpt_resume(&w, hooks, &resumed, e) != 0)
         goto out;
-    if (!resumed && c->init_from && c->init_from[0] && init_from_llmc(&w, e) != 0)
+    if (!resumed && c->init_from && c->init_from[0] && tr_init_from_llmc(&w, e) != 0)
         goto out;
     struct pipe_stage_ops ops = {&w, (size_t)c->B * (size_t)c->T * (size_t)c->model.channels,
                                  stage_forward, stage_backward};
@@ -989,11 +624,11 @@ int trainer_run(const struct trainer_config *c, const struct plan_doc *rt, int r
         }
         int every = c->checkpoint_every;
         if (c->checkpoint_dir && (stop || w.step == c->steps || (every > 0 && w.step % every == 0)) &&
-            ckpt_save(&w, e) != 0)
+            tr_ckpt_save(&w, e) != 0)
             goto out;
     }
     /* the trained parameters in fp32 (bf16 parameters: every replica's masters) */
-    if (params_ready(&w, e) != 0 || zero_master_gather(w.z, gpt_stage_params(w.gs), e) != 0)
+    if (tr_params_ready(&w, e) != 0 || zero_master_gather(w.z, gpt_stage_params(w.gs), e) != 0)
         goto out;
     if (hooks && hooks->on_end)
         hooks->on_end(hooks->ctx, w.gs, w.step);
