@@ -10,6 +10,7 @@
 #include "clock.h"
 #include "commands.h"
 #include "controller.h"
+#include "coord_metrics.h"
 #include "coord_operator.h"
 #include "http_server.h"
 #include "kube_config.h"
@@ -67,6 +68,7 @@ static void usage(FILE *f)
 
 struct run_state {
     struct controller *ctl;
+    struct coord_metrics *jobs; /* the coordinator's per-job gauges; outlives both servers */
     struct kube_lease *lease;
     int leader_elect;
 };
@@ -84,6 +86,7 @@ static int metrics_handler(void *user, const char *path, struct metrics_buf *b)
                    s->lease ? kube_lease_is_leader(s->lease) : (ctl != NULL));
     if (ctl)
         controller_metrics(ctl, b);
+    coord_metrics_render(s->jobs, b);
     return b->oom ? 500 : 200;
 }
 
@@ -288,7 +291,8 @@ static int run_controller(struct kube_client *kc, const struct run_opts *o, stru
         struct coord_operator_opts coo = {.bind = o->coord_host[0] ? o->coord_host : NULL,
                                           .port = o->coord_port, .tls_cert = o->coord_cert,
                                           .tls_key = o->coord_key,
-                                          .status_interval_ms = (int)(o->status_interval * 1000)};
+                                          .status_interval_ms = (int)(o->status_interval * 1000),
+                                          .metrics = st->jobs};
         coordinator = coord_operator_start(ctl, &coo, e);
         if (coordinator)
             log_info("coordinator listening on %s", o->coord_addr);
@@ -355,7 +359,7 @@ int cmd_run(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     int status = 1;
-    struct run_state st = {.leader_elect = o->leader_elect};
+    struct run_state st = {.leader_elect = o->leader_elect, .jobs = coord_metrics_new()};
     struct http_server *ms = NULL, *hs = NULL;
     if (strcmp(o->metrics_addr, "0") != 0 && !(ms = http_server_start(o->metrics_addr, metrics_handler, &st, &e))) {
         fprintf(stderr, "holmes-operator run: --metrics-addr: %s\n", e.msg);
@@ -380,6 +384,7 @@ out:
     }
     http_server_stop(ms);
     http_server_stop(hs);
+    coord_metrics_free(st.jobs);
     kube_client_free(kc);
     kube_config_free(&cfg);
     return status;

@@ -32,6 +32,18 @@ static int count_phase(const cJSON *job, void *user)
     return 0;
 }
 
+/* holmes_job_phase: each job's phase (one series at 1 per job), so an alert can hold on how
+ * long a job stays in one. */
+static int job_phase(const cJSON *job, void *user)
+{
+    const char *ph = json_str_at(job, "status.phase");
+    metrics_printf(user, "holmes_job_phase{namespace=\"%s\",job=\"%s\",phase=\"%s\"} 1\n",
+                   json_str_at(job, "metadata.namespace") ? json_str_at(job, "metadata.namespace") : "",
+                   json_str_at(job, "metadata.name") ? json_str_at(job, "metadata.name") : "",
+                   ph ? ph : "Pending");
+    return 0;
+}
+
 static void put_error(int code, unsigned long n, void *user)
 {
     metrics_printf(user, "holmes_api_errors_total{code=\"%d\"} %lu\n", code, n);
@@ -45,6 +57,9 @@ void controller_metrics(struct controller *c, struct metrics_buf *b)
     metrics_printf(b, "# HELP holmes_jobs TrainingJobs by phase.\n# TYPE holmes_jobs gauge\n");
     for (int i = 0; i < 7; i++)
         metrics_printf(b, "holmes_jobs{phase=\"%s\"} %lu\n", pc.names[i], pc.n[i]);
+    metrics_printf(b, "# HELP holmes_job_phase Each TrainingJob's phase (1).\n"
+                      "# TYPE holmes_job_phase gauge\n");
+    kube_informer_each(c->inf[INF_JOBS], job_phase, b);
     metrics_printf(b, "# HELP holmes_reconciles_total Reconciles run.\n# TYPE holmes_reconciles_total counter\n"
                       "holmes_reconciles_total %lu\n", atomic_load(&c->reconciles));
     metrics_printf(b, "# HELP holmes_reconcile_errors_total Reconciles that failed.\n"

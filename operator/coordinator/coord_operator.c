@@ -9,6 +9,7 @@
 
 #include "clock.h"
 #include "json.h"
+#include "coord_metrics.h"
 #include "coord_plan.h"
 #include "coordinator.h"
 #include "log.h"
@@ -34,6 +35,7 @@ struct coord_operator {
     volatile int quit;
     int status_interval_ms;
     struct opjob *jobs;
+    struct coord_metrics *metrics; /* per-job gauges for /metrics (the caller's; may be NULL) */
 };
 
 /* A label value: at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends. */
@@ -174,6 +176,7 @@ static int on_plan(void *user, const struct coord_worker *w, int n, cJSON **a, h
         return -1;
     }
     const struct plan *p = &j->cp.plan;
+    coord_metrics_plan(j->co->metrics, j->ns, j->name, p->step_s, p->n_socket_groups, p->n_stages);
     cJSON *st = cJSON_CreateObject();
     if (st) {
         cJSON_AddStringToObject(st, "phase", "Planning");
@@ -214,6 +217,8 @@ static void on_progress(void *user, const struct coord_progress *pr)
     const struct tj_spec *s = &j->tj.spec;
     double devices = (double)s->workers * (s->gpus_per_worker > 0 ? s->gpus_per_worker : 1);
     double tflops = 6.0 * (double)tj_model_params(&s->model) * pr->tokens_per_s / devices / 1e12;
+    coord_metrics_progress(j->co->metrics, j->ns, j->name, pr->step_ms / 1000.0, pr->tokens_per_s,
+                           tflops);
     char now[32];
     rfc3339_now(now, sizeof now);
     cJSON *st = cJSON_CreateObject();
@@ -242,6 +247,18 @@ static void on_progress(void *user, const struct coord_progress *pr)
     patch_status(j, st);
 }
 
+/* A worker's step records: its stage's last compute, communication and bubble times. */
+static void on_steps(void *user, const struct coord_worker *w, const struct proto_progress *p)
+{
+    struct opjob *j = user;
+    (void)w;
+    if (p->nsteps < 1)
+        return;
+    const struct proto_step *s = &p->steps[p->nsteps - 1];
+    coord_metrics_stage(j->co->metrics, j->ns, j->name, p->stage, s->compute_ms / 1000.0,
+                        s->comm_ms / 1000.0, s->bubble_ms / 1000.0);
+}
+
 static void on_notice(void *user, const char *reason, const char *msg)
 {
     struct opjob *j = user;
@@ -261,6 +278,7 @@ static void status_restarts(struct opjob *j)
     if (st && cJSON_AddNumberToObject(st, "restarts", n) &&
         cJSON_AddStringToObject(st, "lastRestartTime", now)) {
         j->restarts_written = n;
+        coord_metrics_restarts(j->co->metrics, j->ns, j->name, n);
         patch_status(j, st);
     } else {
         cJSON_Delete(st);
@@ -386,8 +404,8 @@ static int resolve(void *user, struct coordinator *c, const char *key)
         .restart_backoff_ms = j->tj.spec.restart.backoff_seconds * 1000,
         .total_steps = j->tj.spec.training.steps,
         .progress_interval_ms = co->status_interval_ms,
-        .hooks = {.plan = on_plan, .on_hello = on_hello, .on_progress = on_progress,
-                  .on_event = on_event, .on_notice = on_notice},
+        .hooks = {.plan = on_plan, .on_hello = on_hello, .on_steps = on_steps,
+                  .on_progress = on_progress, .on_event = on_event, .on_notice = on_notice},
         .user = j,
     };
     herr e = {0};
@@ -396,6 +414,7 @@ static int resolve(void *user, struct coordinator *c, const char *key)
         goto out;
     }
     j->restarts_written = js.restarts_used;
+    coord_metrics_restarts(co->metrics, j->ns, j->name, js.restarts_used);
     log_info("coordinator: job %s registered (%d workers, %d of %d restarts used)", key, n,
              js.restarts_used, js.max_restarts);
     j->next = co->jobs;
@@ -432,6 +451,7 @@ static void sweep(struct coord_operator *co)
             coord_remove_job(co->c, j->key);
             *pj = j->next;
             log_info("coordinator: job %s forgotten (%s)", j->key, gone ? "deleted" : "failed");
+            coord_metrics_forget(co->metrics, j->ns, j->name);
             opjob_free(j);
             continue;
         }
@@ -462,6 +482,7 @@ struct coord_operator *coord_operator_start(struct controller *ctl,
         return NULL;
     }
     co->ctl = ctl;
+    co->metrics = o->metrics;
     co->status_interval_ms = o->status_interval_ms > 0 ? o->status_interval_ms : 5000;
     struct coord_options copt = {.bind = o->bind, .port = o->port, .tls_cert = o->tls_cert,
                                  .tls_key = o->tls_key, .resolve_job = resolve, .user = co};

@@ -17,12 +17,14 @@
 #include "error.h"
 
 struct coord_operator;
+struct coord_metrics;
 
 struct coord_operator_opts {
     const char *bind;       /* NULL = all interfaces */
     int port;               /* e.g. 8443 */
     const char *tls_cert, *tls_key;
     int status_interval_ms; /* progress writes per job; 0 = 5000 */
+    struct coord_metrics *metrics; /* per-job gauges to keep (coord_metrics.h); NULL = none */
 };
 
 /* Starts the coordinator thread. The controller must outlive it. */

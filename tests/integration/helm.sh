@@ -110,6 +110,24 @@ PYEOF
 s=$tmp/metrics.sum
 has "$s" "object ServiceMonitor/$NS/$REL-holmes-operator" && has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --metrics-addr=:9090" &&
     pass "metrics: ServiceMonitor and --metrics-addr" || fail "metrics: ServiceMonitor and --metrics-addr"
+! has_re "$tmp/defaults.sum" "^object (PrometheusRule|ConfigMap)/" && pass "defaults: no PrometheusRule, no dashboard" \
+    || fail "defaults: no PrometheusRule, no dashboard"
+# The alerts and the dashboard (metrics.yaml turns both on); their metric names are checked
+# against a running operator's /metrics in k8s_gpus.sh.
+$PY - "$tmp/metrics.yaml" <<'PYEOF' >"$tmp/mon" 2>&1 && pass "metrics: PrometheusRule with the 4 alerts and the Grafana dashboard ConfigMap" || fail "metrics: PrometheusRule and dashboard" "$(cat "$tmp/mon")"
+import json, sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+rule = [d for d in docs if d["kind"] == "PrometheusRule"]
+assert len(rule) == 1 and rule[0]["metadata"]["labels"]["release"] == "prometheus"
+alerts = {r["alert"]: r for g in rule[0]["spec"]["groups"] for r in g["rules"]}
+assert set(alerts) == {"HolmesJobStuck", "HolmesJobRestartLoop", "HolmesStepSlowerThanPlan", "HolmesTransportFellBack"}, alerts
+assert alerts["HolmesStepSlowerThanPlan"]["expr"] == "holmes_job_step_seconds > 2 * holmes_job_predicted_step_seconds"
+assert "{{ $labels.job }}" in alerts["HolmesJobStuck"]["annotations"]["summary"]
+cm = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-dashboard")]
+assert len(cm) == 1 and cm[0]["metadata"]["labels"]["grafana_dashboard"] == "1"
+dash = json.loads(cm[0]["data"]["holmes-dashboard.json"])
+assert dash["uid"] == "holmes-trainingjobs" and all(p["targets"] for p in dash["panels"]), dash
+PYEOF
 $PY - "$tmp/metrics.yaml" <<'PYEOF' >"$tmp/sm" 2>&1 && pass "metrics: ServiceMonitor selects the metrics Service" || fail "metrics: ServiceMonitor selects the metrics Service" "$(cat "$tmp/sm")"
 import sys, yaml
 docs = [x for x in yaml.safe_load_all(open(sys.argv[1])) if x]

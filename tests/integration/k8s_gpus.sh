@@ -2,7 +2,9 @@
 # playing kubelet: a TrainingJob of 2 workers x 2 GPUs with spec.emulation.gpus. Its pods ask for
 # no nvidia.com/gpu; each pod's worker runs a rank process per GPU; status shows the 4 ranks'
 # plan; a rank process killed (-9) fails its worker, the gang restarts in place (status.restarts
-# 1, the same pods) and the job Succeeds.
+# 1, the same pods) and the job Succeeds. The operator's /metrics carries the job's training
+# gauges, and every metric the chart's alerts and Grafana dashboard name (helm template with
+# tests/helm/values/metrics.yaml).
 source "$(dirname "$0")/lib.bash"
 source "$REPO/tests/k8s/envtest.bash"
 if [ "${HOLMES_VARIANT:-release}" != release ]; then # time: the ASan pass runs local_gpus.sh
@@ -14,7 +16,8 @@ OP_PID=
 KPIDS=()
 stop_all() { k8s_stop_all "${KPIDS[@]}" $OP_PID; }
 k8s_begin gpus
-k8s_operator "$W/operator.log" $CPORT --status-interval 1
+MPORT=$(k8s_free_port)
+k8s_operator "$W/operator.log" $CPORT --status-interval 1 --metrics-addr 127.0.0.1:$MPORT
 
 sed -e "s/name: local-gpus/name: gj/" -e "s/steps: 100/steps: 300/" -e "s#local-runs/local-gpus/checkpoints#$W/ckpt#" \
     -e "s#examples/data/corpus.txt#$REPO/examples/data/corpus.txt#" -e "s/everySteps: 25/everySteps: 20/" \
@@ -36,6 +39,29 @@ check "status: a plan of 4 ranks, pipeline 2 x data 2, each stage on one worker'
     '.status.plan.pipeline == 2 and .status.plan.data == 2 and ([.status.plan.stages[].fabric] | sort) == ["ib-a", "roce-b"]'
 check "each pod's worker runs its two ranks as processes" bash -c \
     "grep -q '2 rank processes started' '$W/gj-worker-0.log' && grep -q '2 rank processes started' '$W/gj-worker-1.log'"
+metrics() { curl -sf "http://127.0.0.1:$MPORT/metrics"; }
+L='namespace="team",job="gj"'
+has_gauges() {
+    local m; m=$(metrics) || return 1
+    grep -q "^holmes_job_phase{$L,phase=\"Running\"} 1$" <<<"$m" &&
+        grep -qE "^holmes_job_tokens_per_second\{$L\} [1-9]" <<<"$m" &&
+        grep -qE "^holmes_job_predicted_step_seconds\{$L\} [0-9.e+-]+$" <<<"$m" &&
+        grep -qE "^holmes_job_step_seconds\{$L\} 0?\.?[0-9]" <<<"$m" &&
+        grep -q "^holmes_job_socket_groups{$L} 0$" <<<"$m" &&
+        grep -qE "^holmes_job_stage_seconds\{$L,stage=\"1\",part=\"compute\"\} [0-9]" <<<"$m"
+}
+check "/metrics: the job's phase, tokens/s, step time and prediction, groups on TCP, per-stage times" wait_for 20 has_gauges
+HELM=$REPO/tools/helm
+[ -x "$HELM" ] || HELM=$(command -v helm || true)
+if [ -n "$HELM" ] && "$HELM" template t "$REPO/helm/holmes" -f "$REPO/tests/helm/values/metrics.yaml" >"$W/chart.yaml" 2>&1; then
+    names=$(grep -oE 'holmes_[a-z_]+' "$W/chart.yaml" | grep -v '^holmes_dashboard' | sort -u)
+    missing=$(for n in $names; do grep -q "^# TYPE $n " <<<"$(metrics)" || echo "$n"; done)
+    [ -n "$names" ] && [ -z "$missing" ] \
+        && pass "every metric the chart's alerts and dashboard name is exported ($(wc -w <<<"$names") names)" \
+        || fail "every metric the chart's alerts and dashboard name is exported" "missing: $missing"
+else
+    fail "helm template of the chart's alerts and dashboard" "$(tail -n 3 "$W/chart.yaml" 2>/dev/null)"
+fi
 U0=$(uids)
 victim=$(pgrep -f "holmes-node rank" | while read -r p; do
     grep -qx HOSTNAME=gj-worker-1 <(tr '\0' '\n' </proc/$p/environ 2>/dev/null) && echo "$p"; done | head -1)
@@ -43,6 +69,8 @@ victim=$(pgrep -f "holmes-node rank" | while read -r p; do
 check "a rank process of worker 1 was killed" test -n "$victim"
 check "status.restarts 1: the gang restarts in place" wait_for 30 tj_is '.status.restarts == 1'
 check "the worker named the rank and how it ended" grep -q "was killed by signal 9" "$W/gj-worker-1.log"
+restarts_metric() { metrics | grep -q "^holmes_job_restarts{$L} 1$"; }
+check "/metrics: holmes_job_restarts 1" wait_for 20 restarts_metric
 gone() { for p in "${KPIDS[@]}"; do kill -0 "$p" 2>/dev/null && return 1; done; return 0; }
 check "both pods' main processes finish" wait_for 180 gone
 for i in 0 1; do

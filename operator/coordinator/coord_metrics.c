@@ -1,0 +1,175 @@
+#include "coord_metrics.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "protocol.h"
+
+struct gauges {
+    struct gauges *next;
+    char ns[64], job[64];
+    int planned;
+    double predicted_s;
+    int socket_groups, stages;
+    int progressed;
+    double step_s, tokens_per_s, tflops;
+    int restarts;
+    int staged[PROTO_MAX_STAGES];
+    double stage[PROTO_MAX_STAGES][3]; /* compute, communication, bubble (seconds) */
+};
+
+struct coord_metrics {
+    pthread_mutex_t mu;
+    struct gauges *jobs;
+};
+
+struct coord_metrics *coord_metrics_new(void)
+{
+    struct coord_metrics *m = calloc(1, sizeof *m);
+    if (m)
+        pthread_mutex_init(&m->mu, NULL);
+    return m;
+}
+
+void coord_metrics_free(struct coord_metrics *m)
+{
+    if (!m)
+        return;
+    while (m->jobs) {
+        struct gauges *g = m->jobs;
+        m->jobs = g->next;
+        free(g);
+    }
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+/* The job's gauges, added when new; with m->mu held. NULL out of memory. */
+static struct gauges *find(struct coord_metrics *m, const char *ns, const char *job)
+{
+    for (struct gauges *g = m->jobs; g; g = g->next)
+        if (!strcmp(g->ns, ns) && !strcmp(g->job, job))
+            return g;
+    struct gauges *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    snprintf(g->ns, sizeof g->ns, "%s", ns);
+    snprintf(g->job, sizeof g->job, "%s", job);
+    g->next = m->jobs;
+    m->jobs = g;
+    return g;
+}
+
+#define WITH_JOB(m, ns, job, body)                                                                  \
+    do {                                                                                            \
+        if (!(m))                                                                                   \
+            break;                                                                                  \
+        pthread_mutex_lock(&(m)->mu);                                                               \
+        struct gauges *g = find((m), (ns), (job));                                                  \
+        if (g) {                                                                                    \
+            body;                                                                                   \
+        }                                                                                           \
+        pthread_mutex_unlock(&(m)->mu);                                                             \
+    } while (0)
+
+void coord_metrics_plan(struct coord_metrics *m, const char *ns, const char *job,
+                        double predicted_step_s, int socket_groups, int stages)
+{
+    WITH_JOB(m, ns, job, {
+        g->planned = 1;
+        g->predicted_s = predicted_step_s;
+        g->socket_groups = socket_groups;
+        g->stages = stages < PROTO_MAX_STAGES ? stages : PROTO_MAX_STAGES;
+        memset(g->staged, 0, sizeof g->staged);
+    });
+}
+
+void coord_metrics_progress(struct coord_metrics *m, const char *ns, const char *job,
+                            double step_s, double tokens_per_s, double tflops_per_gpu)
+{
+    WITH_JOB(m, ns, job, {
+        g->progressed = 1;
+        g->step_s = step_s;
+        g->tokens_per_s = tokens_per_s;
+        g->tflops = tflops_per_gpu;
+    });
+}
+
+void coord_metrics_stage(struct coord_metrics *m, const char *ns, const char *job, int stage,
+                         double compute_s, double comm_s, double bubble_s)
+{
+    if (stage < 0 || stage >= PROTO_MAX_STAGES)
+        return;
+    WITH_JOB(m, ns, job, {
+        g->staged[stage] = 1;
+        g->stage[stage][0] = compute_s;
+        g->stage[stage][1] = comm_s;
+        g->stage[stage][2] = bubble_s;
+    });
+}
+
+void coord_metrics_restarts(struct coord_metrics *m, const char *ns, const char *job, int restarts)
+{
+    WITH_JOB(m, ns, job, g->restarts = restarts);
+}
+
+void coord_metrics_forget(struct coord_metrics *m, const char *ns, const char *job)
+{
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->mu);
+    for (struct gauges **p = &m->jobs; *p; p = &(*p)->next)
+        if (!strcmp((*p)->ns, ns) && !strcmp((*p)->job, job)) {
+            struct gauges *g = *p;
+            *p = g->next;
+            free(g);
+            break;
+        }
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* One family: HELP and TYPE, then a sample per job that has the value. */
+static void family(struct coord_metrics *m, struct metrics_buf *b, const char *name,
+                   const char *help, int which)
+{
+    metrics_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+    for (struct gauges *g = m->jobs; g; g = g->next) {
+        double v;
+        int have;
+        switch (which) {
+        case 0: have = g->planned, v = g->predicted_s; break;
+        case 1: have = g->planned, v = g->socket_groups; break;
+        case 2: have = g->progressed, v = g->step_s; break;
+        case 3: have = g->progressed, v = g->tokens_per_s; break;
+        case 4: have = g->progressed, v = g->tflops; break;
+        default: have = 1, v = g->restarts; break;
+        }
+        if (have)
+            metrics_printf(b, "%s{namespace=\"%s\",job=\"%s\"} %.9g\n", name, g->ns, g->job, v);
+    }
+}
+
+void coord_metrics_render(struct coord_metrics *m, struct metrics_buf *b)
+{
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->mu);
+    family(m, b, "holmes_job_predicted_step_seconds", "The plan's predicted step time.", 0);
+    family(m, b, "holmes_job_socket_groups",
+           "Data- and tensor-parallel groups the plan put on TCP (no common RDMA fabric).", 1);
+    family(m, b, "holmes_job_step_seconds", "Measured step time (the slowest worker's).", 2);
+    family(m, b, "holmes_job_tokens_per_second", "Training throughput.", 3);
+    family(m, b, "holmes_job_tflops_per_gpu", "Model TFLOPS per device (6 x parameters x tokens/s).", 4);
+    family(m, b, "holmes_job_restarts", "In-place gang restarts charged to the job.", 5);
+    static const char *const parts[] = {"compute", "communication", "bubble"};
+    metrics_printf(b, "# HELP holmes_job_stage_seconds A stage's last step: compute, communication "
+                      "and pipeline bubble time.\n# TYPE holmes_job_stage_seconds gauge\n");
+    for (struct gauges *g = m->jobs; g; g = g->next)
+        for (int s = 0; s < PROTO_MAX_STAGES; s++)
+            for (int k = 0; g->staged[s] && k < 3; k++)
+                metrics_printf(b, "holmes_job_stage_seconds{namespace=\"%s\",job=\"%s\",stage=\"%d\","
+                                  "part=\"%s\"} %.9g\n", g->ns, g->job, s, parts[k], g->stage[s][k]);
+    pthread_mutex_unlock(&m->mu);
+}
