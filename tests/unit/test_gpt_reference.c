@@ -5,80 +5,9 @@
 #include <stdlib.h>
 
 #include "gpt.h"
+#include "gpt_reference.h"
 #include "optimizer.h"
 #include "test.h"
-
-#define REF_FILE "tests/reference/gpt_tiny.bin"
-
-struct ref {
-    int32_t hdr[16];
-    float hyper[8];
-    int *tokens, *targets;
-    float *init, *logits, *grads, *losses, *final;
-};
-
-static int read_exact(FILE *f, void *p, size_t n)
-{
-    return fread(p, 1, n, f) == n ? 0 : -1;
-}
-
-static int load_ref(struct ref *r)
-{
-    FILE *f = fopen(REF_FILE, "rb");
-    if (!f)
-        return -1;
-    int rc = -1;
-    if (read_exact(f, r->hdr, sizeof r->hdr) || read_exact(f, r->hyper, sizeof r->hyper) ||
-        r->hdr[0] != 0x46455248 || r->hdr[1] != 1)
-        goto out;
-    size_t BT = (size_t)r->hdr[8] * r->hdr[9], n = (size_t)r->hdr[11], V = (size_t)r->hdr[5];
-    size_t steps = (size_t)r->hdr[10];
-    r->tokens = malloc(BT * sizeof(int));
-    r->targets = malloc(BT * sizeof(int));
-    r->init = malloc(n * sizeof(float));
-    r->logits = malloc(BT * V * sizeof(float));
-    r->grads = malloc(n * sizeof(float));
-    r->losses = malloc(steps * sizeof(float));
-    r->final = malloc(n * sizeof(float));
-    if (!r->tokens || !r->targets || !r->init || !r->logits || !r->grads || !r->losses ||
-        !r->final)
-        goto out;
-    if (read_exact(f, r->tokens, BT * sizeof(int)) || read_exact(f, r->targets, BT * sizeof(int)) ||
-        read_exact(f, r->init, n * sizeof(float)) ||
-        read_exact(f, r->logits, BT * V * sizeof(float)) ||
-        read_exact(f, r->grads, n * sizeof(float)) ||
-        read_exact(f, r->losses, steps * sizeof(float)) ||
-        read_exact(f, r->final, n * sizeof(float)))
-        goto out;
-    rc = 0;
-out:
-    fclose(f);
-    return rc;
-}
-
-static void free_ref(struct ref *r)
-{
-    free(r->tokens);
-    free(r->targets);
-    free(r->init);
-    free(r->logits);
-    free(r->grads);
-    free(r->losses);
-    free(r->final);
-}
-
-static double rel_err(const float *got, const float *want, size_t n)
-{
-    double md = 0.0, mx = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        if (d > md || d != d)
-            md = d != d ? INFINITY : d;
-        if (fabs(want[i]) > mx)
-            mx = fabs(want[i]);
-    }
-    return mx > 0.0 ? md / mx : md;
-}
 
 /* one CHECK per tensor */
 static void check_tensors(struct gpt_stage *s, const char *what, const float *got,

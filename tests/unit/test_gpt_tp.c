@@ -2,13 +2,15 @@
  * stage, summing through a shared buffer, give the loss, the activations passed on and every
  * gradient of the same stage without tensor parallelism (1e-5), for tp 2 and 4, on the whole
  * model, a first stage and a last stage. The vocabulary (60, padded to 128) leaves tp 4's last two
- * ranks only padding rows. Parameters round-trip through the whole layout. */
+ * ranks only padding rows. Parameters round-trip through the whole layout. And tp 2 against the
+ * PyTorch reference (tests/reference/gpt_tiny.bin): the loss to 1e-5, every gradient to 1e-4. */
 #include "test.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 
 #include "gpt.h"
+#include "gpt_reference.h"
 
 #define L 2
 #define B 2
@@ -186,8 +188,70 @@ static void check_case(int tp, int first, int last)
     gpt_stage_free(ref);
 }
 
+/* tp 2 on the reference model, parameters and batch: loss and gradients against PyTorch's. */
+static void check_reference(void)
+{
+    struct ref r = {0};
+    if (load_ref(&r) < 0) {
+        TEST_FAIL("reference: load", "cannot read %s (run from the repository root)", REF_FILE);
+        free_ref(&r);
+        return;
+    }
+    struct gpt_config c = {.layers = r.hdr[2], .channels = r.hdr[3], .heads = r.hdr[4],
+                           .vocab = r.hdr[5], .padded_vocab = r.hdr[6], .max_seq = r.hdr[7]};
+    int b = r.hdr[8], t = r.hdr[9], tp = 2;
+    struct group g = {.n = tp, .acc = calloc((size_t)b * t * (c.channels + 8), sizeof(float))};
+    pthread_barrier_init(&g.bar, NULL, (unsigned)tp);
+    pthread_mutex_init(&g.mu, NULL);
+    struct rank rk[2] = {{0}};
+    pthread_t th[2];
+    herr e = {0};
+    int ok = g.acc != NULL;
+    for (int k = 0; k < tp; k++) {
+        rk[k] = (struct rank){.g = &g, .tokens = r.tokens, .targets = r.targets};
+        ok = ok && gpt_stage_create_tp(&rk[k].s, &c, 0, c.layers, b, t, 1, tp, k, &e) == 0;
+        if (!ok)
+            break;
+        gpt_stage_set_tp_sum(rk[k].s, group_sum, &rk[k]);
+        gpt_stage_from_full(rk[k].s, r.init, gpt_stage_params(rk[k].s));
+    }
+    CHECK("reference: tp 2 stages of the reference model", ok);
+    size_t n = (size_t)r.hdr[11];
+    float *grads = calloc(n, sizeof(float));
+    if (ok && grads) {
+        for (int k = 0; k < tp; k++)
+            pthread_create(&th[k], NULL, run_rank, &rk[k]);
+        for (int k = 0; k < tp; k++)
+            pthread_join(th[k], NULL);
+        CHECK("reference: both ranks run", rk[0].rc == 0 && rk[1].rc == 0);
+        CHECK_NEAR("reference: tp 2 loss = PyTorch's", rk[0].loss, r.losses[0], 1e-5);
+        for (int k = 0; k < tp; k++)
+            gpt_stage_to_full(rk[k].s, k, gpt_stage_grads(rk[k].s), grads);
+        const struct gpt_tensor *tt;
+        int nt = gpt_stage_tensors(rk[0].s, &tt), bad = 0;
+        for (int i = 0; i < nt; i++) {
+            double err = rel_err(grads + tt[i].full_offset, r.grads + tt[i].full_offset,
+                                 tt[i].rows * tt[i].cols);
+            if (err > 1e-4) {
+                printf("  %s: relative error %.3g\n", tt[i].name, err);
+                bad++;
+            }
+        }
+        CHECK("reference: tp 2 gradients = PyTorch's (1e-4, every tensor)", bad == 0 && nt > 10);
+    }
+    for (int k = 0; k < tp; k++)
+        if (rk[k].s)
+            gpt_stage_free(rk[k].s);
+    pthread_barrier_destroy(&g.bar);
+    pthread_mutex_destroy(&g.mu);
+    free(g.acc);
+    free(grads);
+    free_ref(&r);
+}
+
 int main(void)
 {
+    check_reference();
     for (int tp = 2; tp <= 4; tp *= 2) {
         check_case(tp, 0, L);
         check_case(tp, 0, 1);
