@@ -142,8 +142,11 @@ static int hook_plan(void *user, const struct coord_worker *w, int n, cJSON **a,
     const struct plan *p = &L->cp.plan;
     L->stages = p->n_stages;
     end_progress_line(L);
-    printf("placement (%s policy): pipeline %d x data %d, %d micro-batches of %d\n",
-           policy_name(p->policy), p->pipeline, p->data, p->micro_batches,
+    char tensor[32] = "";
+    if (p->tensor > 1) /* a tensor group inside each worker */
+        snprintf(tensor, sizeof tensor, "tensor %d x ", p->tensor);
+    printf("placement (%s policy): %spipeline %d x data %d, %d micro-batches of %d\n",
+           policy_name(p->policy), tensor, p->pipeline, p->data, p->micro_batches,
            p->micro_batch_size);
     printf("  %-6s %-12s %-9s %s\n", "stage", "fabric", "layers", "workers");
     for (int s = 0; s < p->n_stages; s++) {
