@@ -10,11 +10,15 @@
 struct gauges {
     struct gauges *next;
     char ns[64], job[64];
-    int planned;
-    double predicted_s;
-    int socket_groups, stages;
-    int progressed;
-    double step_s, tokens_per_s, tflops;
+    struct {
+        int set;
+        double predicted_s;
+        int socket_groups, stages;
+    } plan;
+    struct {
+        int set;
+        double step_s, tokens_per_s, tflops;
+    } prog;
     int restarts;
     int staged[PROTO_MAX_STAGES];
     double stage[PROTO_MAX_STAGES][3]; /* compute, communication, bubble (seconds) */
@@ -62,57 +66,61 @@ static struct gauges *find(struct coord_metrics *m, const char *ns, const char *
     return g;
 }
 
-#define WITH_JOB(m, ns, job, body)                                                                  \
-    do {                                                                                            \
-        if (!(m))                                                                                   \
-            break;                                                                                  \
-        pthread_mutex_lock(&(m)->mu);                                                               \
-        struct gauges *g = find((m), (ns), (job));                                                  \
-        if (g) {                                                                                    \
-            body;                                                                                   \
-        }                                                                                           \
-        pthread_mutex_unlock(&(m)->mu);                                                             \
-    } while (0)
+/* The job's gauges with m->mu held (the caller unlocks), or NULL (nothing held). */
+static struct gauges *lock_job(struct coord_metrics *m, const char *ns, const char *job)
+{
+    if (!m)
+        return NULL;
+    pthread_mutex_lock(&m->mu);
+    struct gauges *g = find(m, ns, job);
+    if (!g)
+        pthread_mutex_unlock(&m->mu);
+    return g;
+}
 
 void coord_metrics_plan(struct coord_metrics *m, const char *ns, const char *job,
                         double predicted_step_s, int socket_groups, int stages)
 {
-    WITH_JOB(m, ns, job, {
-        g->planned = 1;
-        g->predicted_s = predicted_step_s;
-        g->socket_groups = socket_groups;
-        g->stages = stages < PROTO_MAX_STAGES ? stages : PROTO_MAX_STAGES;
-        memset(g->staged, 0, sizeof g->staged);
-    });
+    struct gauges *g = lock_job(m, ns, job);
+    if (!g)
+        return;
+    g->plan.set = 1;
+    g->plan.predicted_s = predicted_step_s;
+    g->plan.socket_groups = socket_groups;
+    g->plan.stages = stages < PROTO_MAX_STAGES ? stages : PROTO_MAX_STAGES;
+    memset(g->staged, 0, sizeof g->staged);
+    pthread_mutex_unlock(&m->mu);
 }
 
 void coord_metrics_progress(struct coord_metrics *m, const char *ns, const char *job,
                             double step_s, double tokens_per_s, double tflops_per_gpu)
 {
-    WITH_JOB(m, ns, job, {
-        g->progressed = 1;
-        g->step_s = step_s;
-        g->tokens_per_s = tokens_per_s;
-        g->tflops = tflops_per_gpu;
-    });
+    struct gauges *g = lock_job(m, ns, job);
+    if (g) {
+        g->prog.set = 1;
+        g->prog.step_s = step_s, g->prog.tokens_per_s = tokens_per_s, g->prog.tflops = tflops_per_gpu;
+        pthread_mutex_unlock(&m->mu);
+    }
 }
 
 void coord_metrics_stage(struct coord_metrics *m, const char *ns, const char *job, int stage,
                          double compute_s, double comm_s, double bubble_s)
 {
-    if (stage < 0 || stage >= PROTO_MAX_STAGES)
-        return;
-    WITH_JOB(m, ns, job, {
+    struct gauges *g = stage >= 0 && stage < PROTO_MAX_STAGES ? lock_job(m, ns, job) : NULL;
+    if (g) {
         g->staged[stage] = 1;
-        g->stage[stage][0] = compute_s;
-        g->stage[stage][1] = comm_s;
-        g->stage[stage][2] = bubble_s;
-    });
+        memcpy(g->stage[stage], (double[3]){compute_s, comm_s, bubble_s}, sizeof g->stage[stage]);
+        pthread_mutex_unlock(&m->mu);
+    }
 }
 
 void coord_metrics_restarts(struct coord_metrics *m, const char *ns, const char *job, int restarts)
 {
-    WITH_JOB(m, ns, job, g->restarts = restarts);
+    struct gauges *g = lock_job(m, ns, job);
+    if (g) {
+        g->restarts = restarts;
+        pthread_mutex_unlock(&m->mu);
+    }
 }
 
 void coord_metrics_forget(struct coord_metrics *m, const char *ns, const char *job)
@@ -139,11 +147,11 @@ static void family(struct coord_metrics *m, struct metrics_buf *b, const char *n
         double v;
         int have;
         switch (which) {
-        case 0: have = g->planned, v = g->predicted_s; break;
-        case 1: have = g->planned, v = g->socket_groups; break;
-        case 2: have = g->progressed, v = g->step_s; break;
-        case 3: have = g->progressed, v = g->tokens_per_s; break;
-        case 4: have = g->progressed, v = g->tflops; break;
+        case 0: have = g->plan.set, v = g->plan.predicted_s; break;
+        case 1: have = g->plan.set, v = g->plan.socket_groups; break;
+        case 2: have = g->prog.set, v = g->prog.step_s; break;
+        case 3: have = g->prog.set, v = g->prog.tokens_per_s; break;
+        case 4: have = g->prog.set, v = g->prog.tflops; break;
         default: have = 1, v = g->restarts; break;
         }
         if (have)

@@ -20,6 +20,15 @@ wait_for() {
 }
 jq_true() { jq -e "$2" <<<"$1" >/dev/null 2>&1; } # jq_true JSON FILTER
 
+# gpus_job OUT NAME STEPS CKPT_DIR [sed expressions...]: examples/local-gpus.yaml (2 workers x 2
+# emulated GPUs) renamed, with its own step count (a 2-step warm-up) and checkpoint directory.
+gpus_job() {
+    local out=$1 name=$2 steps=$3 ckpt=$4
+    shift 4
+    sed -e "s/name: local-gpus/name: $name/" -e "s/steps: 100/steps: $steps/" -e "s/warmupSteps: 20/warmupSteps: 2/" \
+        -e "s#local-runs/local-gpus/checkpoints#$ckpt#" "$@" "$REPO/examples/local-gpus.yaml" >"$out"
+}
+
 # example_job OUT NAME STEPS CKPT_DIR [sed expressions...]: examples/local-tiny.yaml renamed, with
 # its own step count and checkpoint directory, plus the caller's edits.
 example_job() {

@@ -10,13 +10,6 @@ tmp=$(mktemp -d /tmp/holmes-local-gpus.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 steps=16
 [ "${HOLMES_VARIANT:-}" = asan ] && steps=6
-# gpus_job OUT NAME STEPS CKPT [sed...]: examples/local-gpus.yaml renamed, own steps and checkpoints
-gpus_job() {
-    local out=$1 name=$2 n=$3 ckpt=$4
-    shift 4
-    sed -e "s/name: local-gpus/name: $name/" -e "s/steps: 100/steps: $n/" -e "s/warmupSteps: 20/warmupSteps: 2/" \
-        -e "s#local-runs/local-gpus/checkpoints#$ckpt#" "$@" "$REPO/examples/local-gpus.yaml" >"$out"
-}
 run_local() { # JOB RUNDIR METRICS
     (cd "$REPO" && timeout 300 "$OPERATOR" local "$1" --run-dir "$2" --metrics-out "$3" --quiet 2>&1)
 }

@@ -18,10 +18,9 @@ tp_job() {
     local out=$1 name=$2 workers=$3 gpus=$4 par=$5 every=$6 emu=true
     shift 6
     [ "$gpus" = 0 ] && emu=false
-    sed -e "s/name: local-gpus/name: $name/" -e "s/steps: 100/steps: $steps/" -e "s/warmupSteps: 20/warmupSteps: 2/" \
-        -e "s#local-runs/local-gpus/checkpoints#$tmp/ckpt-$name#" -e "s/everySteps: 25/everySteps: $every/" \
+    gpus_job "$out" "$name" "$steps" "$tmp/ckpt-$name" -e "s/everySteps: 25/everySteps: $every/" \
         -e "s/workers: 2/workers: $workers/" -e "s/gpusPerWorker: 2/gpusPerWorker: $gpus/" -e "s/gpus: true/gpus: $emu/" \
-        -e "s/parallelism: {pipeline: 2, data: 2,/parallelism: {$par,/" "$@" "$REPO/examples/local-gpus.yaml" >"$out"
+        -e "s/parallelism: {pipeline: 2, data: 2,/parallelism: {$par,/" "$@"
 }
 run_job() { # NAME: runs $tmp/NAME.yaml; 0 when it succeeded
     (cd "$REPO" && timeout 300 "$OPERATOR" local "$tmp/$1.yaml" --run-dir "$tmp/run-$1" \
