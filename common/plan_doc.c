@@ -230,6 +230,8 @@ static int parse_group(struct plan_doc *d, const cJSON *x, const char *w, herr *
     const cJSON *rk = cJSON_GetObjectItemCaseSensitive(x, "ranks");
     if (!cJSON_IsArray(rk) || cJSON_GetArraySize(rk) < 1)
         return herr_set(e, "%s.ranks must be a non-empty array of global ranks", w);
+    if (k == GROUP_TP && d->tensor == 1 && cJSON_GetArraySize(rk) == 1)
+        return 0; /* a planner's trivial tensor group: there is no tensor parallelism */
     if (plan_doc_add_group(d, k, -1, cJSON_GetArraySize(rk), e) != 0)
         return -1;
     struct plan_doc_group *g = &d->groups[d->ngroups - 1];
@@ -365,11 +367,6 @@ static int parse_doc(const cJSON *j, struct plan_doc *d, herr *e)
     {
         char w[32];
         snprintf(w, sizeof w, "groups[%d]", gi++);
-        const cJSON *rk = cJSON_GetObjectItemCaseSensitive(x, "ranks");
-        if (d->tensor == 1 && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(x, "kind")) &&
-            strcmp(cJSON_GetObjectItemCaseSensitive(x, "kind")->valuestring, "tp") == 0 &&
-            cJSON_GetArraySize(rk) == 1)
-            continue; /* a trivial tensor group: there is no tensor parallelism */
         if (parse_group(d, x, w, e) != 0)
             return -1;
     }

@@ -17,83 +17,66 @@
 extern char **environ;
 
 #define STOP_GRACE_S 60.0 /* a stopped rank checkpoints and leaves within this, or is killed */
-#define LINE_MAX_BYTES 4096
+#define LINE_MAX_BYTES 8192
 
 /* ---------------------------------------------------------------- child side */
 
-static void write_line(int fd, cJSON *o)
+/* One protocol message a line (its text has no newline); the worker gone: PR_SET_PDEATHSIG
+ * ends this process. */
+static void write_line(int fd, char *text)
 {
-    char *text = o ? cJSON_PrintUnformatted(o) : NULL;
-    cJSON_Delete(o);
     if (!text)
         return;
     size_t n = strlen(text);
-    text[n] = '\n'; /* replaces the NUL: written as one line */
-    const char *p = text;
-    size_t left = n + 1;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
+    for (size_t off = 0; off <= n;) {
+        ssize_t w = off < n ? write(fd, text + off, n - off) : write(fd, "\n", 1);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
-            break; /* the worker is gone: PR_SET_PDEATHSIG ends this process */
-        p += w;
-        left -= (size_t)w;
+            break;
+        off += (size_t)w;
     }
     free(text);
 }
 
+static struct {
+    int fd, rank, stage;
+    volatile int *stop;
+} g_child;
+
 static void child_step(void *ctx, const struct proto_step *s)
 {
-    cJSON *o = cJSON_CreateObject();
-    if (o && cJSON_AddStringToObject(o, "type", "step") &&
-        cJSON_AddNumberToObject(o, "step", (double)s->step) &&
-        cJSON_AddBoolToObject(o, "has_loss", s->has_loss) &&
-        cJSON_AddNumberToObject(o, "loss", s->has_loss ? s->loss : 0) &&
-        cJSON_AddNumberToObject(o, "lr", s->lr) &&
-        cJSON_AddNumberToObject(o, "tokens_per_s", s->tokens_per_s) &&
-        cJSON_AddNumberToObject(o, "step_ms", s->step_ms) &&
-        cJSON_AddNumberToObject(o, "compute_ms", s->compute_ms) &&
-        cJSON_AddNumberToObject(o, "comm_ms", s->comm_ms) &&
-        cJSON_AddNumberToObject(o, "bubble_ms", s->bubble_ms))
-        write_line(*(int *)ctx, o);
-    else
-        cJSON_Delete(o);
+    (void)ctx;
+    struct proto_progress p = {.rank = g_child.rank, .stage = g_child.stage, .nsteps = 1};
+    p.steps[0] = *s;
+    write_line(g_child.fd, proto_progress_encode(&p, NULL));
 }
 
 static void child_notice(void *ctx, const char *reason, const char *message)
 {
-    cJSON *o = cJSON_CreateObject();
-    if (o && cJSON_AddStringToObject(o, "type", "notice") &&
-        cJSON_AddStringToObject(o, "reason", reason) &&
-        cJSON_AddStringToObject(o, "message", message))
-        write_line(*(int *)ctx, o);
-    else
-        cJSON_Delete(o);
+    (void)ctx;
+    write_line(g_child.fd, proto_notice_encode(reason, message, NULL));
 }
 
-static volatile int *g_child_stop;
 static int child_should_stop(void *ctx)
 {
     (void)ctx;
-    return g_child_stop && *g_child_stop;
+    return g_child.stop && *g_child.stop;
 }
 
-struct rank_sink rank_procs_child_sink(int *fd, volatile int *stop)
+struct rank_sink rank_procs_child_sink(int fd, int rank, int stage, volatile int *stop)
 {
-    g_child_stop = stop;
-    return (struct rank_sink){fd, child_step, child_notice, child_should_stop};
+    g_child.fd = fd;
+    g_child.rank = rank;
+    g_child.stage = stage < PROTO_MAX_STAGES ? stage : 0;
+    g_child.stop = stop;
+    return (struct rank_sink){NULL, child_step, child_notice, child_should_stop};
 }
 
 void rank_procs_report_error(int fd, const herr *e)
 {
-    cJSON *o = cJSON_CreateObject();
-    if (o && cJSON_AddStringToObject(o, "type", "error") &&
-        cJSON_AddStringToObject(o, "kind", herr_kind_name((enum herr_kind)e->kind)) &&
-        cJSON_AddStringToObject(o, "message", e->msg))
-        write_line(fd, o);
-    else
-        cJSON_Delete(o);
+    write_line(fd, proto_error_encode(e->kind == HERR_CONFIG ? PROTO_ERR_CONFIG : PROTO_ERR_WORKER,
+                                      e->msg, NULL));
 }
 
 int rank_procs_read_work(int fd, struct plan_assignment *a, int *local, herr *e)
@@ -255,38 +238,28 @@ static int spawn_one(const struct plan_assignment *a, int k, struct tcp_listener
     return send_work(work[1], a, k, e);
 }
 
-/* One report line of child c: a step (relayed when c reports for the worker), a notice
- * (relayed), or its error (kept for the verdict). */
+/* One report line of child c (a protocol message): its steps (relayed when c reports for the
+ * worker), a notice (relayed), or its error (kept for the verdict). */
 static void handle_line(struct family *f, struct child *c, const char *line)
 {
-    cJSON *o = cJSON_Parse(line);
-    const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "type"));
-    if (type && strcmp(type, "step") == 0 && c->local == f->reporter) {
-        struct proto_step s = {0};
-        const char *const keys[] = {"step", "loss", "lr", "tokens_per_s", "step_ms", "compute_ms",
-                                    "comm_ms", "bubble_ms"};
-        double v[8];
-        for (int i = 0; i < 8; i++)
-            v[i] = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, keys[i]));
-        s = (struct proto_step){.step = (long)v[0], .loss = v[1], .lr = v[2], .tokens_per_s = v[3],
-                                .step_ms = v[4], .compute_ms = v[5], .comm_ms = v[6], .bubble_ms = v[7],
-                                .has_loss = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "has_loss"))};
-        if (s.step > 0) {
-            worker_report_step(f->link, &s);
-            f->last_step = s.step;
-        }
-    } else if (type && strcmp(type, "notice") == 0) {
-        const char *r = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "reason"));
-        const char *m = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "message"));
-        if (r && m)
-            worker_report_notice(f->link, r, m);
-    } else if (type && strcmp(type, "error") == 0) {
-        const char *k = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "kind"));
-        const char *m = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "message"));
-        snprintf(c->error, sizeof c->error, "%s", m ? m : "");
-        c->config = k && strcmp(k, "config") == 0;
+    struct proto_msg m;
+    herr e = {0};
+    if (proto_parse(line, strlen(line), &m, &e) != 0) {
+        log_warn("worker: rank %d's report refused: %s", c->rank, e.msg);
+        return;
     }
-    cJSON_Delete(o);
+    if (m.type == PROTO_PROGRESS && c->local == f->reporter) {
+        for (int i = 0; i < m.u.progress.nsteps; i++) {
+            worker_report_step(f->link, &m.u.progress.steps[i]);
+            f->last_step = m.u.progress.steps[i].step;
+        }
+    } else if (m.type == PROTO_NOTICE) {
+        worker_report_notice(f->link, m.u.notice.reason, m.u.notice.message);
+    } else if (m.type == PROTO_ERROR) {
+        snprintf(c->error, sizeof c->error, "%s", m.u.error.message);
+        c->config = m.u.error.code == PROTO_ERR_CONFIG;
+    }
+    proto_msg_free(&m);
 }
 
 /* Reads what child c has written; at EOF closes its pipe. */

@@ -6,9 +6,9 @@
  * the last checkpoint.
  *
  * The parent's side is rank_procs_run; the child's side (cmd_rank.c) reads its work with
- * rank_procs_read_work and reports through rank_procs_child_sink. Between them, one JSON object
- * a line on the report pipe: {"type":"step", ...proto_step} | {"type":"notice", reason, message}
- * | {"type":"error", kind, message}. */
+ * rank_procs_read_work and reports through rank_procs_child_sink. Between them, one protocol
+ * message (common/protocol.h) a line on the report pipe: progress (one step), notice, or error
+ * (code config for a configuration error). */
 #ifndef HOLMES_RANK_PROCS_H
 #define HOLMES_RANK_PROCS_H
 
@@ -32,9 +32,9 @@ int rank_procs_run(const struct plan_assignment *a, struct tcp_listener *const *
 
 /* Child: reads the work from fd (the assignment, decoded, and its local index). */
 int rank_procs_read_work(int fd, struct plan_assignment *a, int *local, herr *e);
-/* Child: a sink writing report lines to fd; should_stop turns true once `*stop` is set (by the
- * SIGTERM handler). */
-struct rank_sink rank_procs_child_sink(int *fd, volatile int *stop);
+/* Child: a sink writing report lines to fd for global rank `rank` of `stage`; should_stop turns
+ * true once `*stop` is set (by the SIGTERM handler). */
+struct rank_sink rank_procs_child_sink(int fd, int rank, int stage, volatile int *stop);
 /* Child: the error line the parent reads before the exit status. */
 void rank_procs_report_error(int fd, const herr *e);
 

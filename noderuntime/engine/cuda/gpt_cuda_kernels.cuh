@@ -230,6 +230,18 @@ __global__ void bias_add_kernel(floatX *out, const floatX *bias, size_t n, int O
 
 /* ---------------------------------------------------------------- kernels: attention */
 
+/* Element i of q (or k, v) [B][NH][T][hs]: its place in qkv [B][T][3][NH][hs] (k and v are C
+ * and 2C further on). */
+__device__ inline size_t qkv_index(size_t i, int T, int NH, int hs)
+{
+    size_t C = (size_t)NH * hs;
+    int d = (int)(i % hs);
+    int t = (int)((i / hs) % T);
+    int h = (int)((i / hs / T) % NH);
+    size_t b = i / hs / T / NH;
+    return (b * T + t) * 3 * C + (size_t)h * hs + d;
+}
+
 /* qkv [B][T][3][NH][hs] -> q, k, v [B][NH][T][hs] */
 __global__ void permute_kernel(floatX *q, floatX *k, floatX *v, const floatX *qkv, int B, int T,
                                int NH, int hs)
@@ -238,11 +250,7 @@ __global__ void permute_kernel(floatX *q, floatX *k, floatX *v, const floatX *qk
     size_t C = (size_t)NH * hs;
     if (i >= (size_t)B * T * C)
         return;
-    int d = (int)(i % hs);
-    int t = (int)((i / hs) % T);
-    int h = (int)((i / hs / T) % NH);
-    size_t b = i / hs / T / NH;
-    size_t src = (b * T + t) * 3 * C + (size_t)h * hs + d;
+    size_t src = qkv_index(i, T, NH, hs);
     q[i] = qkv[src];
     k[i] = qkv[src + C];
     v[i] = qkv[src + 2 * C];
@@ -255,11 +263,7 @@ __global__ void permute_backward_kernel(floatX *dqkv, const floatX *dq, const fl
     size_t C = (size_t)NH * hs;
     if (i >= (size_t)B * T * C)
         return;
-    int d = (int)(i % hs);
-    int t = (int)((i / hs) % T);
-    int h = (int)((i / hs / T) % NH);
-    size_t b = i / hs / T / NH;
-    size_t dst = (b * T + t) * 3 * C + (size_t)h * hs + d;
+    size_t dst = qkv_index(i, T, NH, hs);
     dqkv[dst] = dq[i];
     dqkv[dst + C] = dk[i];
     dqkv[dst + 2 * C] = dv[i];
