@@ -101,9 +101,13 @@ int tj_spec_runnable(const struct tj_spec *s, const char *path, struct tj_errors
 {
     const char *sp = path ? path : "spec";
     int before = errs->count;
-    if (s->training.precision == DTYPE_BF16)
-        tj_errors_add(errs, "%s.training.precision: bf16 is not supported by the workers yet: holmes-node "
-                      "worker trains with the CPU engine in fp32 (the bf16 GPU engine is not wired into "
-                      "it); use fp32", sp);
+    int real_gpus = s->gpus_per_worker > 0 && !s->emulation.gpus;
+    if (s->training.precision == DTYPE_BF16 && s->emulation.gpus)
+        tj_errors_add(errs, "%s.training.precision: bf16 needs real GPUs: emulated GPUs "
+                      "(emulation.gpus) run the CPU engine, which trains in fp32", sp);
+    if (real_gpus && s->par.tensor > 1)
+        tj_errors_add(errs, "%s.parallelism.tensor: %d on GPUs is not supported yet: the CUDA engine "
+                      "has no tensor parallelism (the CPU engine has); use tensor 1, or "
+                      "emulation.gpus to run the ranks on CPUs", sp, s->par.tensor);
     return errs->count == before ? 0 : -1;
 }

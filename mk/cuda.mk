@@ -1,6 +1,8 @@
 # GPU training engine (noderuntime/engine/cuda/, docs/gpu.md). The plain build never needs nvcc.
-#   make cuda        builds the engine in fp32 and bf16 (sm_80 + sm_90), test_gpu and bench_gpu
-#   make test-gpu    GPU vs CPU engine, 2-stage = 1-stage, resume, compute-sanitizer (needs a GPU)
+#   make cuda        builds the engine in fp32 and bf16 (sm_80 + sm_90), test_gpu and bench_gpu, and
+#                    build/cuda/bin/holmes-node: the worker with the CUDA engines and NCCL
+#   make test-gpu    GPU vs CPU engine, 2-stage = 1-stage, resume, compute-sanitizer, and the worker
+#                    path (tests/gpu/worker_gpu.sh: the CUDA holmes-node trains; needs a GPU)
 #   make bench-gpu   GEMM ceiling, GPT-2 124M and 1.5B (seq 1024, bf16), PyTorch beside it
 #   make gpu-check   all three in one command; log in build/cuda/gpu-check.log
 # The binaries need only the CUDA runtime and cuBLAS(Lt) (libgomp and libstdc++ from gcc): the CPU
@@ -55,14 +57,55 @@ $(GB)/bf16/gpt_cuda.o: noderuntime/engine/cuda/gpt_cuda.cu $(GPU_HDRS)
 	@echo "  NVCC    $< (bf16)"
 	@$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 
-$(GB)/%/test_gpu: $(GB)/%/gpt_cuda.o $(GB)/host/noderuntime/engine/cuda/test_gpu.o $(GPU_HOST_OBJ)
+# gpt_cuda.h names each engine function for its precision (both link into holmes-node), so the
+# files that call it are compiled once per precision too.
+$(GB)/fp32/host/%.o: %.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $< (GPU build, fp32)"
+	@$(CC) $(GPU_HOST_CFLAGS) -DHOLMES_GPU_FP32 -MMD -MP -c $< -o $@
+$(GB)/bf16/host/%.o: %.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $< (GPU build, bf16)"
+	@$(CC) $(GPU_HOST_CFLAGS) -MMD -MP -c $< -o $@
+
+$(GB)/%/test_gpu: $(GB)/%/gpt_cuda.o $(GB)/%/host/noderuntime/engine/cuda/test_gpu.o $(GPU_HOST_OBJ)
 	@echo "  LD      $@"
 	@$(CXX) -o $@ $^ $(GPU_LIBS)
-$(GB)/%/bench_gpu: $(GB)/%/gpt_cuda.o $(GB)/host/noderuntime/engine/cuda/bench_gpu.o $(GPU_HOST_OBJ)
+$(GB)/%/bench_gpu: $(GB)/%/gpt_cuda.o $(GB)/%/host/noderuntime/engine/cuda/bench_gpu.o $(GPU_HOST_OBJ)
 	@echo "  LD      $@"
 	@$(CXX) -o $@ $^ $(GPU_LIBS)
 
-GPU_BINS := $(GB)/fp32/test_gpu $(GB)/bf16/test_gpu $(GB)/bf16/bench_gpu $(GB)/fp32/bench_gpu
+# The CUDA holmes-node: the plain worker runtime plus both CUDA engines behind the engine seam
+# (engine_cuda.c, once per precision) and the NCCL backend behind the comm seam. It links the
+# same Debian libraries as bin/holmes-node (the CUDA node image installs them) and CUDA's.
+NODE_GB := $(GB)/node
+NODE_CUDA_CFLAGS = $(CFLAGS) -Inoderuntime/engine/cuda -Inoderuntime/comm/nccl -I$(CUDA_HOME)/include
+NODE_CUDA_OBJ := $(NODE_GB)/fp32/engine_cuda.o $(NODE_GB)/bf16/engine_cuda.o \
+                 $(GB)/fp32/gpt_cuda.o $(GB)/bf16/gpt_cuda.o $(NODE_GB)/token_groups.o \
+                 $(NODE_GB)/comm_nccl.o $(NODE_GB)/comm_nccl_host.o
+$(NODE_GB)/fp32/engine_cuda.o: noderuntime/engine/cuda/engine_cuda.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $< (holmes-node, fp32)"
+	@$(CC) $(NODE_CUDA_CFLAGS) -DHOLMES_GPU_FP32 -MMD -MP -c $< -o $@
+$(NODE_GB)/bf16/engine_cuda.o: noderuntime/engine/cuda/engine_cuda.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $< (holmes-node, bf16)"
+	@$(CC) $(NODE_CUDA_CFLAGS) -MMD -MP -c $< -o $@
+$(NODE_GB)/token_groups.o: noderuntime/engine/cuda/token_groups.c
+	@mkdir -p $(dir $@)
+	@$(CC) $(NODE_CUDA_CFLAGS) -MMD -MP -c $< -o $@
+$(NODE_GB)/%.o: noderuntime/comm/nccl/%.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $< (holmes-node)"
+	@$(CC) $(NODE_CUDA_CFLAGS) -I$(NCCL_HOME)/include -MMD -MP -c $< -o $@
+$(GB)/bin/holmes-node: $(call obj,noderuntime/main.c) $(NODE_CUDA_OBJ) $(LIB_NODE) $(LIB_COMMON)
+	@mkdir -p $(dir $@)
+	@echo "  LD      $@ (CUDA engines, NCCL)"
+	@$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS) -L$(NCCL_HOME)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib64 -lnccl $(GPU_LIBS)
+-include $(wildcard $(NODE_GB)/*.d $(NODE_GB)/*/*.d $(GB)/*/host/*/*/*/*.d)
+
+GPU_BINS := $(GB)/fp32/test_gpu $(GB)/bf16/test_gpu $(GB)/bf16/bench_gpu $(GB)/fp32/bench_gpu \
+            $(GB)/bin/holmes-node
 
 .PHONY: cuda test-gpu bench-gpu gpu-check
 cuda: $(GPU_BINS)
@@ -74,6 +117,7 @@ test-gpu: cuda
 	@fail=0; \
 	$(GB)/fp32/test_gpu || fail=1; \
 	$(GB)/bf16/test_gpu || fail=1; \
+	tests/gpu/worker_gpu.sh $(GB)/bin/holmes-node || fail=1; \
 	if [ -n "$(SANITIZER)" ]; then \
 	    $(SANITIZER) --tool memcheck --leak-check full --error-exitcode 1 $(GB)/bf16/test_gpu --quick \
 	        && echo "PASS gpu.compute_sanitizer.memcheck" || { echo "FAIL gpu.compute_sanitizer.memcheck"; fail=1; }; \

@@ -46,6 +46,9 @@ void cmd_worker_usage(FILE *f)
             "  --micro-batches M     per data-parallel replica per step (default 2)\n"
             "  --steps N             total optimizer steps (default 20)\n"
             "  --schedule S          1f1b | gpipe (default 1f1b)\n"
+            "  --engine E            cpu | cuda-fp32 | cuda-bf16 (default cpu; CUDA needs the\n"
+            "                        CUDA build, see `holmes-node engines`)\n"
+            "  --device N            CUDA device of this rank (default 0)\n"
             "  --pipeline-dtype D    fp32 | bf16: activations between stages (default fp32)\n"
             "  --param-gather-dtype D   fp32 | bf16: parameters all-gathered and computed with,\n"
             "                        bf16 rounded from fp32 masters (default fp32)\n"
@@ -102,6 +105,27 @@ static int parse_wire(const char *opt, const char *s, enum dtype *out)
         return -1;
     }
     *out = strcmp(s, "bf16") ? DTYPE_FP32 : DTYPE_BF16;
+    return 0;
+}
+
+/* cpu | cuda-fp32 | cuda-bf16 (--engine); one this binary lacks is refused here, by name. */
+static int parse_engine(const char *s, struct trainer_config *c)
+{
+    if (!strcmp(s, "cpu")) {
+        c->engine = ENGINE_CPU;
+        c->precision = DTYPE_FP32;
+    } else if (!strcmp(s, "cuda-fp32") || !strcmp(s, "cuda-bf16")) {
+        c->engine = ENGINE_CUDA;
+        c->precision = strcmp(s, "cuda-bf16") ? DTYPE_FP32 : DTYPE_BF16;
+    } else {
+        fprintf(stderr, "holmes-node worker: --engine: '%s' is not one of cpu, cuda-fp32, cuda-bf16\n", s);
+        return -1;
+    }
+    char why[256];
+    if (!engine_available(c->engine, c->precision, why, sizeof why)) {
+        fprintf(stderr, "holmes-node worker: --engine %s: %s\n", s, why);
+        return -1;
+    }
     return 0;
 }
 
@@ -165,7 +189,12 @@ static int parse_args(int argc, char **argv, struct trainer_config *c, struct wo
                         v);
                 return 2;
             }
-        } else if (strcmp(a, "--pipeline-dtype") == 0)
+        } else if (strcmp(a, "--engine") == 0) {
+            if (parse_engine(v, c) != 0)
+                return 2;
+        } else if (strcmp(a, "--device") == 0 && !(bad = cli_long("holmes-node worker", a, v, 0, 1024, &n)))
+            c->device = (int)n;
+        else if (strcmp(a, "--pipeline-dtype") == 0)
             bad = parse_wire(a, v, &c->pipe_wire);
         else if (strcmp(a, "--param-gather-dtype") == 0)
             bad = parse_wire(a, v, &c->param_wire);

@@ -1,5 +1,7 @@
 #include "comm.h"
 
+#include "comm_backend.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -18,7 +20,8 @@ struct comm_req {
 };
 
 struct comm {
-    struct tcp_comm *tcp;
+    const struct comm_backend *be;
+    void *impl;
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* work queued, stop requested */
@@ -29,20 +32,21 @@ struct comm {
 
 static int run_req(struct comm_req *r)
 {
-    struct tcp_comm *t = r->comm->tcp;
+    const struct comm_backend *be = r->comm->be;
+    void *t = r->comm->impl;
     switch (r->kind) {
     case REQ_SEND:
-        return tcp_send(t, r->peer, r->tag, r->buf, r->count, &r->err);
+        return be->send(t, r->peer, r->tag, r->buf, r->count, &r->err);
     case REQ_REDUCE_SCATTER:
-        return tcp_reduce_scatter_f32(t, r->buf, r->count, &r->err);
+        return be->reduce_scatter_f32(t, r->buf, r->count, &r->err);
     case REQ_ALL_GATHER:
-        return tcp_all_gather(t, r->buf, r->count, r->elem_size, &r->err);
+        return be->all_gather(t, r->buf, r->count, r->elem_size, &r->err);
     case REQ_ALL_REDUCE:
-        return tcp_all_reduce_f32(t, r->buf, r->count, &r->err);
+        return be->all_reduce_f32(t, r->buf, r->count, &r->err);
     case REQ_BROADCAST:
-        return tcp_broadcast(t, r->buf, r->count, r->peer, &r->err);
+        return be->broadcast(t, r->buf, r->count, r->peer, &r->err);
     case REQ_BARRIER:
-        return tcp_barrier(t, &r->err);
+        return be->barrier(t, &r->err);
     }
     return herr_set(&r->err, "unknown request kind");
 }
@@ -71,26 +75,79 @@ static void *progress_main(void *arg)
     return NULL;
 }
 
-int comm_create(struct comm **out, struct tcp_listener *l, const struct tcp_group_spec *spec, herr *e)
+int comm_create_backend(struct comm **out, const struct comm_backend *be, void *impl, herr *e)
 {
     *out = NULL;
     struct comm *c = calloc(1, sizeof *c);
-    if (!c)
-        return herr_set(e, "out of memory for communicator %s", spec->name);
-    if (tcp_comm_create(&c->tcp, l, spec, e) != 0) {
-        free(c);
+    if (!c) {
+        herr_set(e, "out of memory for communicator %s", be->name(impl));
+        be->destroy(impl);
         return -1;
     }
+    c->be = be;
+    c->impl = impl;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     pthread_cond_init(&c->done_cv, NULL);
     if (pthread_create(&c->thread, NULL, progress_main, c) != 0) {
-        tcp_comm_free(c->tcp);
+        herr_set(e, "communicator %s: cannot start its progress thread", be->name(impl));
+        be->destroy(impl);
         free(c);
-        return herr_set(e, "communicator %s: cannot start its progress thread", spec->name);
+        return -1;
     }
     *out = c;
     return 0;
+}
+
+/* ---------- the TCP backend ---------- */
+
+static int tcp_be_size(const void *t) { return tcp_comm_size(t); }
+static int tcp_be_rank(const void *t) { return tcp_comm_index(t); }
+static const char *tcp_be_name(const void *t) { return tcp_comm_name(t); }
+static uint64_t tcp_be_bytes(const void *t) { return tcp_comm_bytes_sent(t); }
+static const char *tcp_be_transport(const void *t) { (void)t; return "tcp"; }
+static int tcp_be_send(void *t, int peer, uint32_t tag, const void *buf, size_t len, herr *e)
+{
+    return tcp_send(t, peer, tag, buf, len, e);
+}
+static int tcp_be_recv(void *t, int peer, uint32_t tag, void *buf, size_t len, herr *e)
+{
+    return tcp_recv(t, peer, tag, buf, len, e);
+}
+static int tcp_be_rs(void *t, float *buf, size_t count, herr *e)
+{
+    return tcp_reduce_scatter_f32(t, buf, count, e);
+}
+static int tcp_be_ag(void *t, void *buf, size_t count, size_t esz, herr *e)
+{
+    return tcp_all_gather(t, buf, count, esz, e);
+}
+static int tcp_be_ar(void *t, float *buf, size_t count, herr *e)
+{
+    return tcp_all_reduce_f32(t, buf, count, e);
+}
+static int tcp_be_bcast(void *t, void *buf, size_t len, int root, herr *e)
+{
+    return tcp_broadcast(t, buf, len, root, e);
+}
+static int tcp_be_barrier(void *t, herr *e) { return tcp_barrier(t, e); }
+static void tcp_be_destroy(void *t) { tcp_comm_free(t); }
+
+static const struct comm_backend tcp_backend = {
+    .kind = "tcp", .size = tcp_be_size, .rank = tcp_be_rank, .name = tcp_be_name,
+    .bytes_sent = tcp_be_bytes, .transport = tcp_be_transport, .send = tcp_be_send,
+    .recv = tcp_be_recv, .reduce_scatter_f32 = tcp_be_rs, .all_gather = tcp_be_ag,
+    .all_reduce_f32 = tcp_be_ar, .broadcast = tcp_be_bcast, .barrier = tcp_be_barrier,
+    .destroy = tcp_be_destroy,
+};
+
+int comm_create(struct comm **out, struct tcp_listener *l, const struct tcp_group_spec *spec, herr *e)
+{
+    *out = NULL;
+    struct tcp_comm *t;
+    if (tcp_comm_create(&t, l, spec, e) != 0)
+        return -1;
+    return comm_create_backend(out, &tcp_backend, t, e);
 }
 
 void comm_free(struct comm *c)
@@ -102,17 +159,19 @@ void comm_free(struct comm *c)
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     pthread_join(c->thread, NULL);
-    tcp_comm_free(c->tcp);
+    c->be->destroy(c->impl);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     pthread_cond_destroy(&c->done_cv);
     free(c);
 }
 
-int comm_size(const struct comm *c) { return tcp_comm_size(c->tcp); }
-int comm_rank(const struct comm *c) { return tcp_comm_index(c->tcp); }
-const char *comm_name(const struct comm *c) { return tcp_comm_name(c->tcp); }
-uint64_t comm_bytes_sent(const struct comm *c) { return tcp_comm_bytes_sent(c->tcp); }
+int comm_size(const struct comm *c) { return c->be->size(c->impl); }
+int comm_rank(const struct comm *c) { return c->be->rank(c->impl); }
+const char *comm_name(const struct comm *c) { return c->be->name(c->impl); }
+uint64_t comm_bytes_sent(const struct comm *c) { return c->be->bytes_sent(c->impl); }
+const char *comm_backend_kind(const struct comm *c) { return c->be->kind; }
+const char *comm_transport(const struct comm *c) { return c->be->transport(c->impl); }
 
 void comm_chunk(const struct comm *c, size_t count, int r, size_t *offset, size_t *len)
 {
@@ -121,12 +180,12 @@ void comm_chunk(const struct comm *c, size_t count, int r, size_t *offset, size_
 
 int comm_send(struct comm *c, int peer, uint32_t tag, const void *buf, size_t len, herr *e)
 {
-    return tcp_send(c->tcp, peer, tag, buf, len, e);
+    return c->be->send(c->impl, peer, tag, buf, len, e);
 }
 
 int comm_recv(struct comm *c, int peer, uint32_t tag, void *buf, size_t len, herr *e)
 {
-    return tcp_recv(c->tcp, peer, tag, buf, len, e);
+    return c->be->recv(c->impl, peer, tag, buf, len, e);
 }
 
 static int submit(struct comm *c, enum req_kind kind, void *buf, size_t count, size_t esz, int peer,

@@ -92,3 +92,22 @@ int rank_table_comm_spec(const struct plan_doc *rt, int g, int rank, struct rt_c
     out->spec.timeout_s = rt->timeout_s;
     return 0;
 }
+
+int rank_table_nccl_params(const struct plan_doc *rt, int g, int rank, int device,
+                           struct comm_nccl_params *out)
+{
+    memset(out, 0, sizeof *out);
+    if (g < 0 || g >= rt->ngroups || rank < 0 || rank >= rt->world)
+        return 0;
+    const struct plan_doc_group *gr = &rt->groups[g];
+    if ((gr->kind != GROUP_DP && gr->kind != GROUP_TP) || strcmp(gr->nccl_net, "IB") != 0)
+        return 0;
+    const struct plan_doc_rank *k = &rt->ranks[rank];
+    out->device = device;
+    out->net_name = gr->nccl_net;
+    out->ib_hca = k->ib_hca[0] ? k->ib_hca : NULL;
+    out->gid_index = gr->gid_index >= 0 ? gr->gid_index : k->gid_index;
+    out->socket_ifname = k->socket_ifname[0] ? k->socket_ifname : NULL;
+    out->timeout_s = rt->timeout_s;
+    return 1;
+}

@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "comm.h"
 #include "comm_tcp.h"
 #include "error.h"
 #include "plan_doc.h"
@@ -27,5 +28,13 @@ struct rt_comm_spec {
 int rank_table_comm_spec(const struct plan_doc *rt, int g, int rank, struct rt_comm_spec *out,
                          herr *e);
 void rt_comm_spec_free(struct rt_comm_spec *s);
+
+/* Whether group g runs on NCCL when its ranks are GPUs: data- and tensor-parallel groups the plan
+ * put on RDMA (nccl_net "IB", which covers RoCE); pipeline and embedding links, and every socket
+ * group, stay on TCP. 1 with `out` filled for `rank` on CUDA device `device` (the network, the
+ * rank's HCA and socket interface, the group's GID index or else the rank's, the plan's
+ * timeout; out->name left to the caller), 0 for TCP. */
+int rank_table_nccl_params(const struct plan_doc *rt, int g, int rank, int device,
+                           struct comm_nccl_params *out);
 
 #endif

@@ -91,12 +91,12 @@ static int stage_forward(void *ctx, int mb, int slot, const float *in, float *ou
         if (w->data->batch(w->data->ctx, k, w->replica, w->D, tok, tgt, e) != 0)
             return herr_wrap(e, "training data, micro-batch %llu", (unsigned long long)k);
     }
-    if (gpt_stage_forward(w->gs, slot, tok, in, w->last ? tgt : NULL, out, loss) != 0) {
+    if (engine_forward(w->eng, slot, tok, in, w->last ? tgt : NULL, out, loss) != 0) {
         if (w->hook_failed) {
             *e = w->hook_err;
             return -1;
         }
-        return herr_set(e, "%s", gpt_stage_error(w->gs));
+        return herr_set(e, "%s", engine_error(w->eng));
     }
     return tr_params_ready(w, e);
 }
@@ -133,11 +133,11 @@ static int stage_backward(void *ctx, int mb, int slot, const float *dout, float 
     struct worker *w = ctx;
     int last_mb = mb == w->M - 1;
     if (last_mb && w->dp)
-        gpt_stage_set_backward_hook(w->gs, on_layer_done, w);
-    int rc = gpt_stage_backward(w->gs, slot, dout, din, 1.0f / (float)w->M);
-    gpt_stage_set_backward_hook(w->gs, NULL, NULL);
+        engine_set_backward_hook(w->eng, on_layer_done, w);
+    int rc = engine_backward(w->eng, slot, dout, din, 1.0f / (float)w->M);
+    engine_set_backward_hook(w->eng, NULL, NULL);
     if (rc != 0 && !w->hook_failed)
-        return herr_set(e, "%s", gpt_stage_error(w->gs));
+        return herr_set(e, "%s", engine_error(w->eng));
     if (w->hook_failed) {
         *e = w->hook_err;
         return -1;
@@ -160,7 +160,7 @@ static void worker_free(struct worker *w)
     comm_free(w->dp);
     comm_free(w->emb);
     comm_free(w->tp);
-    gpt_stage_free(w->gs);
+    engine_free(w->eng);
     free(w->m);
     free(w->v);
     free(w->tokens);
@@ -185,6 +185,20 @@ static int open_comms(struct worker *w, struct tcp_listener *l, herr *e)
         if (rank_table_comm_spec(w->rt, g, w->rank, &cs, e) != 0)
             return -1;
         int rc = comm_create(slot, l, &cs.spec, e);
+        struct comm_nccl_params np;
+        if (rc == 0 && w->cfg->engine == ENGINE_CUDA &&
+            rank_table_nccl_params(w->rt, g, w->rank, w->cfg->device, &np)) {
+            /* GPU ranks on an RDMA group: NCCL, bootstrapped over the TCP group just made */
+            np.name = cs.name;
+            struct comm *boot = *slot;
+            *slot = NULL;
+            rc = comm_create_nccl ? comm_create_nccl(slot, boot, &np, e)
+                                  : (comm_free(boot), herr_set(e, "communicator %s: planned on "
+                                     "NCCL, but this holmes-node has no NCCL backend", cs.name));
+            if (rc == 0)
+                log_info("communicator %s: NCCL over %s (planned %s)", cs.name,
+                         comm_transport(*slot), np.net_name);
+        }
         rt_comm_spec_free(&cs);
         if (rc != 0)
             return -1;
@@ -241,10 +255,15 @@ static int worker_init(struct worker *w, const struct trainer_config *c, const s
     trainer_stage_layers(rt, c->model.layers, w->stage, &w->lo, &w->hi);
     int lo = w->lo, hi = w->hi;
     w->slots = pipe_slots_needed(c->schedule, w->stage, w->P, w->M);
-    if (gpt_stage_create_tp(&w->gs, &c->model, lo, hi, c->B, c->T, w->slots, w->TP, w->tpr, e) != 0)
+    struct engine_spec es = {.kind = c->engine, .precision = c->precision, .device = c->device,
+                             .model = c->model, .first = lo, .last = hi, .B = c->B, .T = c->T,
+                             .slots = w->slots, .tp = w->TP, .tp_rank = w->tpr};
+    if (engine_create(&w->eng, &es, e) != 0)
         return herr_wrap(e, "stage %d (layers %d..%d)", w->stage, lo, hi);
-    gpt_stage_set_tp_sum(w->gs, tp_sum, w);
-    gpt_stage_init_params(w->gs, c->seed);
+    w->gs = engine_host(w->eng);
+    engine_set_tp_sum(w->eng, tp_sum, w);
+    if (engine_init_params(w->eng, c->seed, e) != 0)
+        return -1;
     w->has_wte = gpt_stage_wte(w->gs, &w->wte_off, &w->wte_n) == 0;
     w->ntens = gpt_stage_tensors(w->gs, &w->tens);
     w->reported = calloc((size_t)w->ntens, sizeof *w->reported);
@@ -287,7 +306,7 @@ static int worker_optim_init(struct worker *w, herr *e)
     free(cuts);
     if (rc != 0)
         return -1;
-    gpt_stage_set_forward_hook(w->gs, params_needed, w);
+    engine_set_forward_hook(w->eng, params_needed, w);
     if (w->cfg->param_wire == DTYPE_BF16 && zero_params_bf16(w->z, e) != 0)
         return -1;
     w->tied = w->emb && w->has_wte;
@@ -453,6 +472,8 @@ static int sync_grads(struct worker *w, struct step_times *t, herr *e)
 {
     double t0 = clock_mono_s();
     uint64_t b0 = w->dp ? comm_bytes_sent(w->dp) : 0;
+    if (engine_grads_fetch(w->eng, e) != 0)
+        return -1;
     for (int i = 0; i < w->ntens; i++)
         if (report_tensor(w, i, e) != 0)
             return -1;
@@ -529,7 +550,8 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
     struct step_times t = {0};
     double t0 = clock_mono_s();
     w->param_wait = 0;
-    gpt_stage_zero_grads(w->gs);
+    if (engine_zero_grads(w->eng, e) != 0)
+        return -1;
     float loss_sum = 0;
     if (pipe_run(pr, &loss_sum, e) != 0 || tr_params_ready(w, e) != 0)
         return -1;

@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 
+#include "engine.h"
 #include "error.h"
 #include "gpt.h"
 #include "optimizer.h"
@@ -29,6 +30,9 @@ struct trainer_data {
 
 struct trainer_config {
     struct gpt_config model;
+    enum engine_kind engine;     /* ENGINE_CPU (default) or ENGINE_CUDA (engine.h) */
+    enum dtype precision;        /* the engine's matrix products: fp32 (default), bf16 (CUDA) */
+    int device;                  /* CUDA device of this rank */
     int B, T;                    /* sequences per micro-batch, tokens per sequence */
     int micro_batches;           /* per replica per step */
     long steps;                  /* total steps of the run (resume continues up to it) */

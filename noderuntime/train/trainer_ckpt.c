@@ -302,6 +302,8 @@ out:
     free(steps);
     free(mf);
     free(vf);
+    if (rc == 0 && *resumed)
+        engine_params_changed(w->eng);
     return rc != 0 ? herr_wrap(e, "resuming") : 0;
 }
 
@@ -325,5 +327,6 @@ int tr_init_from_llmc(struct worker *w, herr *e)
             return herr_wrap(e, "%s", what);
     }
     zero_master_from_params(w->z);
+    engine_params_changed(w->eng);
     return 0;
 }

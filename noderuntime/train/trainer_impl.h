@@ -4,6 +4,7 @@
 #define HOLMES_TRAINER_IMPL_H
 
 #include "comm.h"
+#include "engine.h"
 #include "gpt.h"
 #include "trainer.h"
 #include "zero.h"
@@ -19,7 +20,8 @@ struct worker {
     int first, last;           /* stage holds embeddings / head */
     int lo, hi;                /* its layers [lo, hi) */
     struct comm *pp, *dp, *emb, *tp;
-    struct gpt_stage *gs;
+    struct engine *eng;
+    struct gpt_stage *gs;      /* the engine's host stage: layout, parameters, gradients */
     struct zero *z;
     float *m, *v;              /* AdamW state of the owned shard */
     int *tokens, *targets;     /* [slots][B*T] */

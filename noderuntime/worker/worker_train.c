@@ -178,15 +178,29 @@ static int make_dirs(const char *path, herr *e)
     return 0;
 }
 
+/* The engine a rank of this spec trains with: CUDA for real GPUs, the CPU engine otherwise
+ * (CPU workers and emulated GPUs). */
+static void spec_engine(const struct tj_spec *spec, enum engine_kind *kind, enum dtype *precision)
+{
+    int gpus = spec->gpus_per_worker > 0 && !spec->emulation.gpus;
+    *kind = gpus ? ENGINE_CUDA : ENGINE_CPU;
+    *precision = spec->training.precision;
+}
+
 int worker_check_devices(const struct tj_spec *spec, herr *e)
 {
-    if (spec->gpus_per_worker > 0 && !spec->emulation.gpus)
+    enum engine_kind kind;
+    enum dtype precision;
+    char why[256];
+    spec_engine(spec, &kind, &precision);
+    if (engine_available(kind, precision, why, sizeof why))
+        return 0;
+    if (kind == ENGINE_CUDA)
         return herr_set_kind(e, HERR_CONFIG,
-                             "spec.gpusPerWorker %d: this holmes-node trains with the CPU engine only "
-                             "(the CUDA engine is not wired into the worker yet) and will not train "
-                             "GPU ranks on the CPU; set spec.emulation.gpus: true to run each GPU's "
-                             "rank as a CPU process, or gpusPerWorker 0", spec->gpus_per_worker);
-    return 0;
+                             "spec.gpusPerWorker %d: %s; it will not train GPU ranks on the CPU "
+                             "(spec.emulation.gpus: true runs each GPU's rank as a CPU process)",
+                             spec->gpus_per_worker, why);
+    return herr_set_kind(e, HERR_CONFIG, "spec.training.precision: %s", why);
 }
 
 int worker_train_rank(const struct tj_spec *spec, const struct plan_assignment *a, int local,
@@ -200,6 +214,8 @@ int worker_train_rank(const struct tj_spec *spec, const struct plan_assignment *
     int rc = -1, rank = a->ranks[local];
     if (config_from_spec(spec, &c, e))
         goto out;
+    spec_engine(spec, &c.engine, &c.precision);
+    c.device = local;
     if (c.checkpoint_dir && make_dirs(c.checkpoint_dir, e))
         goto out;
     struct dataloader_config dc = {spec->training.data.path, c.B, c.T, plan_doc_dp_of(rt, rank),

@@ -38,8 +38,10 @@ int worker_train_rank(const struct tj_spec *spec, const struct plan_assignment *
                       struct tcp_listener *l, enum cpu_affinity affinity,
                       const struct rank_sink *out, long *last_step, herr *e);
 
-/* GPU ranks need an engine for them: this build has the CPU engine only, so real GPUs
- * (gpusPerWorker >= 1 without emulation.gpus) are a configuration error. */
+/* Every rank needs an engine this binary has: real GPUs (gpusPerWorker >= 1 without
+ * emulation.gpus) the CUDA engine of the spec's precision (the CUDA build, `make cuda`), CPU
+ * workers and emulated GPUs the CPU engine (fp32). A configuration error naming the field
+ * otherwise: a GPU job never falls back to the CPU. */
 int worker_check_devices(const struct tj_spec *spec, herr *e);
 
 /* Fills in every rank's host and port from start's peers ([{rank, endpoint "host:port"}]); with

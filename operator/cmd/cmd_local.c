@@ -545,6 +545,33 @@ struct local_args {
 };
 
 /* The command line into L and a: 0, or the exit status 2 (usage). */
+/* Real GPUs (gpusPerWorker without emulation.gpus) need a holmes-node with the CUDA engine of
+ * the job's precision: asked of the binary itself (`holmes-node engines`) before any worker
+ * starts. 0, or 2 with the reason printed. */
+static int check_node_engines(const struct local *L, const char *path)
+{
+    const struct tj_spec *s = &L->job.spec;
+    if (s->gpus_per_worker == 0 || s->emulation.gpus || L->simulate)
+        return 0;
+    char want[32], cmd[PATH_MAX + 32], line[64];
+    snprintf(want, sizeof want, "cuda-%s\n", dtype_name(s->training.precision));
+    snprintf(cmd, sizeof cmd, "'%s' engines 2>/dev/null", L->node_bin);
+    int found = 0;
+    FILE *f = strchr(L->node_bin, '\'') ? NULL : popen(cmd, "r");
+    while (f && fgets(line, sizeof line, f))
+        found |= strcmp(line, want) == 0;
+    if (f)
+        pclose(f);
+    if (found)
+        return 0;
+    want[strlen(want) - 1] = '\0';
+    fprintf(stderr, "%s: spec.gpusPerWorker: %d: %s has no %s engine (build it with `make cuda`, "
+                    "or point HOLMES_NODE_BIN at a CUDA build); set spec.emulation.gpus: true to "
+                    "run a CPU rank per GPU, or gpusPerWorker 0\n",
+            path, s->gpus_per_worker, L->node_bin, want);
+    return 2;
+}
+
 static int parse_args(int argc, char **argv, struct local *L, struct local_args *a)
 {
     for (int i = 1; i < argc; i++) {
@@ -605,13 +632,6 @@ static int load_job(struct local *L, const char *path)
     L->job = jobs[0];
     free(jobs);
     const struct tj_spec *s = &L->job.spec;
-    if (s->gpus_per_worker != 0 && !s->emulation.gpus) {
-        fprintf(stderr, "%s: spec.gpusPerWorker: %d: local runs have no GPUs; set "
-                        "spec.emulation.gpus: true (a CPU rank per GPU) or gpusPerWorker 0\n", path,
-                s->gpus_per_worker);
-        tj_job_free(&L->job);
-        return 2;
-    }
     if (s->suspend) { /* as the operator: a suspended job runs no workers */
         printf("job %s: spec.suspend is true: no workers started (set it to false to run)\n",
                L->job.name);
@@ -845,6 +865,10 @@ int cmd_local(int argc, char **argv)
     if (setup_paths(&L, argv[0], a.run_dir) || random_token(L.token, sizeof L.token)) {
         tj_job_free(&L.job);
         return 1;
+    }
+    if ((rc = check_node_engines(&L, a.path)) != 0) {
+        tj_job_free(&L.job);
+        return rc;
     }
     if (a.metrics_out && open_metrics(&L, a.metrics_out) != 0)
         goto out;

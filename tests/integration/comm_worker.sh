@@ -91,6 +91,15 @@ out=$("$NODE" worker --rank-table "$tmp/bad.json" --rank 0 --data "$tmp/data.txt
 rc=$?
 check "bad --pipeline-dtype exits 2" test $rc = 2
 check "bad --pipeline-dtype names the choices" grep -q "'fp8' is not one of fp32, bf16" <<<"$out"
+out=$("$NODE" worker --rank-table "$tmp/bad.json" --rank 0 --data "$tmp/data.txt" --engine tpu 2>&1)
+rc=$?
+check "bad --engine exits 2, naming the choices" test $rc = 2 -a -n "$(grep "'tpu' is not one of cpu, cuda-fp32, cuda-bf16" <<<"$out")"
+if [ "$("$NODE" engines)" = cpu ]; then
+    out=$("$NODE" worker --rank-table "$tmp/bad.json" --rank 0 --data "$tmp/data.txt" --engine cuda-bf16 2>&1)
+    rc=$?
+    check "--engine cuda-bf16 on a build without CUDA exits 2: no CPU fall-back" \
+        test $rc = 2 -a -n "$(grep "built without the CUDA engine" <<<"$out")"
+fi
 out=$(HOLMES_CPU_AFFINITY=pinned "$NODE" worker --coordinator ws://127.0.0.1:1/ --job j --pod p --worker 0 2>&1)
 rc=$?
 check "bad HOLMES_CPU_AFFINITY exits 2" test $rc = 2

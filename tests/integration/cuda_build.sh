@@ -62,3 +62,32 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
         fail "cuda.no_gpu_clear_error" "rc $rc: $(head -c 300 <<<"$out")"
     fi
 fi
+
+# The CUDA holmes-node (engine seam + comm seam): both CUDA engines and NCCL linked in.
+node=$GB/bin/holmes-node
+libs=$(ldd "$node" 2>/dev/null | awk '{print $1}')
+if [ "$("$node" engines 2>&1 | tr '\n' ' ')" = "cpu cuda-fp32 cuda-bf16 " ] \
+   && grep -q libnccl <<<"$libs" && grep -q libcudart <<<"$libs" && grep -q cublasLt <<<"$libs"; then
+    pass "cuda.node: build/cuda/bin/holmes-node has the cpu, cuda-fp32 and cuda-bf16 engines and NCCL"
+else
+    fail "cuda.node: engines and NCCL" "$("$node" engines 2>&1 | tr '\n' ' ') links: $(tr '\n' ' ' <<<"$libs")"
+fi
+# Its CPU engine trains exactly as the plain binary's (the seam changes nothing on CPUs).
+tmpd=$(mktemp -d /tmp/holmes-cuda-node.XXXXXX)
+port=$((29600 + RANDOM % 300))
+printf '{"parallelism": {"pipeline": 1, "data": 1}, "workers": [{"host": "127.0.0.1", "port": %s}]}' "$port" >"$tmpd/rt.json"
+run_rt() { "$1" worker --rank 0 --rank-table "$tmpd/rt.json" --data "$REPO/examples/data/corpus.txt" --steps 3 "${@:2}" 2>&1; }
+a=$(run_rt "$node" | grep -o 'step 3 loss [0-9.]*'); b=$(run_rt "$NODE" | grep -o 'step 3 loss [0-9.]*')
+[ -n "$a" ] && [ "$a" = "$b" ] && pass "cuda.node: its CPU engine trains as bin/holmes-node's ($a)" \
+    || fail "cuda.node: its CPU engine trains as bin/holmes-node's" "cuda node '$a', plain '$b'"
+# With --engine cuda-*, the trainer reaches the CUDA engine: on a machine without a GPU it
+# stops with a clear error instead of training on the CPU.
+if ! nvidia-smi -L >/dev/null 2>&1; then
+    for p in fp32 bf16; do
+        out=$(run_rt "$node" --engine cuda-$p); rc=$?
+        [ $rc -eq 1 ] && grep -q "stage 0 (layers 0..4): CUDA: no usable GPU" <<<"$out" && ! grep -q "^step 1" <<<"$out" \
+            && pass "cuda.node.no_gpu.$p: --engine cuda-$p without a GPU fails clearly, trains nothing" \
+            || fail "cuda.node.no_gpu.$p" "rc $rc: $(tail -3 <<<"$out")"
+    done
+fi
+rm -rf "$tmpd"

@@ -113,8 +113,14 @@ resumed=$(sed -nE 's/.*resumed from the checkpoint of step ([0-9]+).*/\1/p' "$tm
     || fail "SIGTERM: both rank processes checkpoint and stop, the gang resumes from that step, not charged" \
         "termed '$termed' left '$left' resumed '$resumed': $(tail -n 4 "$tmp/out-t")"
 
-# 5. GPUs that are not emulated: local has none.
+# 5. GPUs that are not emulated: this holmes-node has no CUDA engine (`holmes-node engines`).
 sed -e "s/gpus: true/gpus: false/" "$tmp/pp.yaml" >"$tmp/real.yaml"
 out=$(cd "$REPO" && "$OPERATOR" local "$tmp/real.yaml" 2>&1); rc=$?
-[ $rc -eq 2 ] && grep -q "spec.gpusPerWorker: 2: local runs have no GPUs; set spec.emulation.gpus: true" <<<"$out" \
-    && pass "real GPUs refused by local, naming the field" || fail "real GPUs refused by local, naming the field" "rc $rc: $out"
+[ "$("$NODE" engines)" = cpu ] && [ $rc -eq 2 ] \
+    && grep -q "spec.gpusPerWorker: 2: .*holmes-node has no cuda-fp32 engine (build it with .make cuda." <<<"$out" \
+    && pass "real GPUs refused by local, naming the field: this holmes-node has no CUDA engine" \
+    || fail "real GPUs refused by local, naming the field: this holmes-node has no CUDA engine" "rc $rc: $out"
+# It asks the binary it would run, not itself.
+out=$(HOLMES_NODE_BIN=/bin/true "$OPERATOR" local "$tmp/real.yaml" 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "/bin/true has no cuda-fp32 engine" <<<"$out" \
+    && pass "local asks the node binary it runs (HOLMES_NODE_BIN)" || fail "local asks the node binary it runs" "rc $rc: $out"

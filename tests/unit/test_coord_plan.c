@@ -382,9 +382,16 @@ int main(void)
         herr de = {0};
         CHECK_INT("emulated GPUs: the worker trains them", worker_check_devices(&jobs[0].spec, &de), 0);
         jobs[0].spec.emulation.gpus = 0;
-        CHECK("real GPUs: this CPU-only worker refuses them as a configuration error",
+        CHECK("real GPUs: this worker without the CUDA engine refuses them as a configuration error",
               worker_check_devices(&jobs[0].spec, &de) != 0 && de.kind == HERR_CONFIG &&
-                  strstr(de.msg, "spec.gpusPerWorker 2: this holmes-node trains with the CPU engine only"));
+                  strstr(de.msg, "spec.gpusPerWorker 2: this holmes-node was built without the CUDA engine"));
+        jobs[0].spec.emulation.gpus = 1;
+        jobs[0].spec.training.precision = DTYPE_BF16;
+        CHECK("emulated GPUs in bf16: the CPU engine refuses, naming the field",
+              worker_check_devices(&jobs[0].spec, &de) != 0 && de.kind == HERR_CONFIG &&
+                  strstr(de.msg, "spec.training.precision: the CPU engine trains in fp32 only"));
+        jobs[0].spec.training.precision = DTYPE_FP32;
+        jobs[0].spec.emulation.gpus = 0;
         jobs[0].spec.gpus_per_worker = 0;
         CHECK_INT("CPU workers: trained", worker_check_devices(&jobs[0].spec, &de), 0);
         jobs[0].spec = keep;
@@ -392,9 +399,19 @@ int main(void)
         CHECK_INT("gpusPerWorker 8 is runnable (a rank per GPU)",
                   tj_spec_runnable(&jobs[0].spec, "spec", &run), 0);
         jobs[0].spec.training.precision = DTYPE_BF16;
-        CHECK("bf16 refused as not runnable, with the coordinator's words",
+        CHECK_INT("bf16 on GPUs is runnable (the CUDA engine's bf16)",
+                  tj_spec_runnable(&jobs[0].spec, "spec", &run), 0);
+        jobs[0].spec.emulation.gpus = 1;
+        CHECK("bf16 on emulated GPUs refused, naming the field",
               tj_spec_runnable(&jobs[0].spec, "spec", &run) != 0 &&
-              strstr(run.msg[0], "spec.training.precision: bf16 is not supported") != NULL);
+              strstr(run.msg[0], "spec.training.precision: bf16 needs real GPUs") != NULL);
+        jobs[0].spec.emulation.gpus = 0;
+        jobs[0].spec.training.precision = DTYPE_FP32;
+        jobs[0].spec.par.tensor = 2;
+        struct tj_errors run2 = {0};
+        CHECK("tensor 2 on GPUs refused (no tensor parallelism in the CUDA engine), naming the field",
+              tj_spec_runnable(&jobs[0].spec, "spec", &run2) != 0 &&
+              strstr(run2.msg[0], "spec.parallelism.tensor: 2 on GPUs is not supported yet") != NULL);
         jobs[0].spec = keep;
     }
     coord_plan_free(&cp);

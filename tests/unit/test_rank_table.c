@@ -163,6 +163,20 @@ int main(void)
         CHECK_STR("socket group nccl net", rt.groups[2].nccl_net, "Socket");
         CHECK("group pacing overrides", rt.groups[2].pacing.bytes_per_sec == 5e7);
         CHECK_INT("embedding derived", plan_doc_find_group(&rt, GROUP_EMBEDDING, 2) >= 0, 1);
+        /* the comm seam on GPUs: RDMA dp/tp groups on NCCL with the plan's network and the
+         * rank's NIC; pipeline links and socket groups on TCP */
+        struct comm_nccl_params np;
+        CHECK("ib dp group -> NCCL IB on the rank's device",
+              rank_table_nccl_params(&rt, 0, 1, 1, &np) == 1 && !strcmp(np.net_name, "IB") &&
+                  np.device == 1 && np.ib_hca == NULL && np.gid_index == -1 && np.timeout_s == rt.timeout_s);
+        CHECK("roce dp group -> NCCL IB with the HCA and the group's GID index",
+              rank_table_nccl_params(&rt, 1, 3, 0, &np) == 1 && !strcmp(np.net_name, "IB") &&
+                  np.ib_hca && !strcmp(np.ib_hca, "mlx5_0:1") && np.gid_index == 3);
+        CHECK_INT("pipeline group (socket) -> TCP", rank_table_nccl_params(&rt, 2, 0, 0, &np), 0);
+        snprintf(rt.groups[3].nccl_net, sizeof rt.groups[3].nccl_net, "IB");
+        CHECK_INT("pipeline group (planned IB) -> TCP", rank_table_nccl_params(&rt, 3, 1, 0, &np), 0);
+        snprintf(rt.groups[0].nccl_net, sizeof rt.groups[0].nccl_net, "Socket");
+        CHECK_INT("socket dp group -> TCP", rank_table_nccl_params(&rt, 0, 1, 0, &np), 0);
         plan_doc_free(&rt);
     }
     struct {

@@ -224,6 +224,12 @@ int nccl_comm_all_gather(struct nccl_comm *c, const float *send, float *recv, si
     return check(c, "all-gather", ncclAllGather(send, recv, count, ncclFloat32, c->comm, c->stream), e);
 }
 
+int nccl_comm_all_gather_bytes(struct nccl_comm *c, const void *send, void *recv, size_t bytes,
+                               herr *e)
+{
+    return check(c, "all-gather", ncclAllGather(send, recv, bytes, ncclUint8, c->comm, c->stream), e);
+}
+
 int nccl_comm_broadcast(struct nccl_comm *c, void *buf, size_t bytes, int root, herr *e)
 {
     return check(c, "broadcast", ncclBroadcast(buf, buf, bytes, ncclUint8, root, c->comm, c->stream), e);

@@ -48,6 +48,9 @@ int nccl_comm_all_reduce(struct nccl_comm *c, float *buf, size_t count, herr *e)
 int nccl_comm_reduce_scatter(struct nccl_comm *c, const float *send, float *recv, size_t count, herr *e);
 /* send[count] -> recv[count*size]. */
 int nccl_comm_all_gather(struct nccl_comm *c, const float *send, float *recv, size_t count, herr *e);
+/* send[bytes] -> recv[bytes*size], any element type. */
+int nccl_comm_all_gather_bytes(struct nccl_comm *c, const void *send, void *recv, size_t bytes,
+                               herr *e);
 int nccl_comm_broadcast(struct nccl_comm *c, void *buf, size_t bytes, int root, herr *e);
 /* Pipeline traffic: send to one peer and receive from another in one NCCL group (either peer
  * may be -1 to skip that half). */

@@ -67,7 +67,10 @@ static int fail_msg(char *buf, size_t n, const char *fmt, ...)
 static unsigned blocks_for(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
 
 /* The kernels and the matrix products (one translation unit: see each file's comment). */
+/* internal linkage: the fp32 and bf16 objects link into one binary (the CUDA holmes-node) */
+namespace {
 #include "gpt_cuda_kernels.cuh"
+} /* namespace */
 #include "gpt_cuda_matmul.cuh"
 
 /* ---------------------------------------------------------------- the stage */

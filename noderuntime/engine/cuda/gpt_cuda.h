@@ -40,6 +40,47 @@ extern "C" {
 #include "gpt.h"
 #include "optimizer.h"
 
+/* Both precisions link into one binary (the CUDA holmes-node, engine_cuda.c): each object's
+ * names carry its precision, so a file that includes this header talks to the engine of the
+ * precision it is compiled for (HOLMES_GPU_FP32 defined or not). */
+#ifdef HOLMES_GPU_FP32
+#define GPU_API(name) gpu_fp32_##name
+#else
+#define GPU_API(name) gpu_bf16_##name
+#endif
+#define gpu_precision_name GPU_API(precision_name)
+#define gpu_act_bytes GPU_API(act_bytes)
+#define gpu_stage_create GPU_API(stage_create)
+#define gpu_stage_free GPU_API(stage_free)
+#define gpu_stage_config GPU_API(stage_config)
+#define gpu_stage_num_params GPU_API(stage_num_params)
+#define gpu_stage_tensors GPU_API(stage_tensors)
+#define gpu_stage_wte GPU_API(stage_wte)
+#define gpu_stage_stream GPU_API(stage_stream)
+#define gpu_stage_sync GPU_API(stage_sync)
+#define gpu_stage_flops GPU_API(stage_flops)
+#define gpu_stage_error GPU_API(stage_error)
+#define gpu_stage_init_params GPU_API(stage_init_params)
+#define gpu_stage_set_params GPU_API(stage_set_params)
+#define gpu_stage_get_params GPU_API(stage_get_params)
+#define gpu_stage_get_grads GPU_API(stage_get_grads)
+#define gpu_stage_set_grads GPU_API(stage_set_grads)
+#define gpu_stage_set_moments GPU_API(stage_set_moments)
+#define gpu_stage_get_moments GPU_API(stage_get_moments)
+#define gpu_stage_params_dev GPU_API(stage_params_dev)
+#define gpu_stage_grads_dev GPU_API(stage_grads_dev)
+#define gpu_stage_forward GPU_API(stage_forward)
+#define gpu_stage_backward GPU_API(stage_backward)
+#define gpu_stage_zero_grads GPU_API(stage_zero_grads)
+#define gpu_stage_grad_sq_norm GPU_API(stage_grad_sq_norm)
+#define gpu_stage_adamw GPU_API(stage_adamw)
+#define gpu_act_alloc GPU_API(act_alloc)
+#define gpu_act_free GPU_API(act_free)
+#define gpu_act_upload GPU_API(act_upload)
+#define gpu_act_download GPU_API(act_download)
+#define gpu_gemm_tflops GPU_API(gemm_tflops)
+#define gpu_device_name GPU_API(device_name)
+
 struct gpu_stage;
 
 /* "fp32" or "bf16": the mode this engine was compiled in. */

@@ -1,0 +1,119 @@
+#include "engine.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+extern const struct engine_ops engine_cpu_ops;
+/* Defined by cuda/engine_cuda.c, which only the CUDA build of holmes-node links. */
+extern const struct engine_ops engine_cuda_fp32_ops __attribute__((weak));
+extern const struct engine_ops engine_cuda_bf16_ops __attribute__((weak));
+
+static const struct engine_ops *ops_for(enum engine_kind kind, enum dtype precision)
+{
+    if (kind == ENGINE_CPU)
+        return precision == DTYPE_FP32 ? &engine_cpu_ops : NULL;
+    if (kind == ENGINE_CUDA && precision == DTYPE_FP32)
+        return &engine_cuda_fp32_ops;
+    if (kind == ENGINE_CUDA && precision == DTYPE_BF16)
+        return &engine_cuda_bf16_ops;
+    return NULL;
+}
+
+int engine_available(enum engine_kind kind, enum dtype precision, char *why, size_t why_len)
+{
+    if (ops_for(kind, precision))
+        return 1;
+    if (kind == ENGINE_CPU)
+        snprintf(why, why_len, "the CPU engine trains in fp32 only, not %s", dtype_name(precision));
+    else if (precision != DTYPE_FP32 && precision != DTYPE_BF16)
+        snprintf(why, why_len, "the CUDA engine trains in fp32 or bf16, not %s", dtype_name(precision));
+    else
+        snprintf(why, why_len, "this holmes-node was built without the CUDA engine (build it with "
+                 "`make cuda`, or use the CUDA node image)");
+    return 0;
+}
+
+int engine_create(struct engine **out, const struct engine_spec *s, herr *e)
+{
+    *out = NULL;
+    char why[256];
+    if (!engine_available(s->kind, s->precision, why, sizeof why))
+        return herr_set(e, "%s", why);
+    struct engine *en = calloc(1, sizeof *en);
+    if (!en)
+        return herr_set(e, "out of memory for the engine");
+    en->ops = ops_for(s->kind, s->precision);
+    if (en->ops->create(en, s, e) != 0) {
+        free(en);
+        return -1;
+    }
+    *out = en;
+    return 0;
+}
+
+void engine_free(struct engine *en)
+{
+    if (!en)
+        return;
+    en->ops->destroy(en);
+    free(en);
+}
+
+const char *engine_name(const struct engine *en) { return en->ops->name; }
+struct gpt_stage *engine_host(struct engine *en) { return en->host; }
+
+int engine_init_params(struct engine *en, uint64_t seed, herr *e)
+{
+    return en->ops->init_params(en, seed, e);
+}
+
+int engine_forward(struct engine *en, int slot, const int *tokens, const float *in_act,
+                   const int *targets, float *out_act, float *loss)
+{
+    return en->ops->forward(en, slot, tokens, in_act, targets, out_act, loss);
+}
+
+int engine_backward(struct engine *en, int slot, const float *dout, float *din, float loss_scale)
+{
+    return en->ops->backward(en, slot, dout, din, loss_scale);
+}
+
+int engine_zero_grads(struct engine *en, herr *e) { return en->ops->zero_grads(en, e); }
+int engine_grads_fetch(struct engine *en, herr *e) { return en->ops->grads_fetch(en, e); }
+void engine_params_changed(struct engine *en) { en->ops->params_changed(en); }
+const char *engine_error(const struct engine *en) { return en->ops->error(en); }
+
+void engine_set_forward_hook(struct engine *en, int (*fn)(void *ctx, size_t lo, size_t hi),
+                             void *ctx)
+{
+    en->fwd_hook = fn;
+    en->fwd_ctx = ctx;
+    if (en->ops == &engine_cpu_ops)
+        gpt_stage_set_forward_hook(en->host, fn, ctx);
+}
+
+void engine_set_backward_hook(struct engine *en, void (*fn)(void *ctx, int layer), void *ctx)
+{
+    en->bwd_hook = fn;
+    en->bwd_ctx = ctx;
+    if (en->ops == &engine_cpu_ops)
+        gpt_stage_set_backward_hook(en->host, fn, ctx);
+}
+
+void engine_set_tp_sum(struct engine *en, int (*fn)(void *ctx, float *buf, size_t n), void *ctx)
+{
+    en->tp_sum = fn;
+    en->tp_ctx = ctx;
+    if (en->ops == &engine_cpu_ops)
+        gpt_stage_set_tp_sum(en->host, fn, ctx);
+}
+
+int engine_fail(struct engine *en, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(en->err, sizeof en->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
