@@ -59,17 +59,33 @@ runtime_packages() {
     echo "$pkgs" | sort -u | grep -v -x -e libc6 -e libgcc-s1 || true
 }
 
+# The CUDA variant's holmes-node is make cuda's build/cuda/bin/holmes-node (the CUDA engines and
+# NCCL linked in); NCCL comes from Ubuntu's libnccl-dev in NVIDIA's devel images (/usr), or from
+# the CUDA tree.
 build() {
     variant=$1; shift
     # shellcheck disable=SC2046
     make -j"$(nproc)" VARIANT=release $(printf "bin/%s " "$@")
-    if [ "$variant" = cuda ]; then make VARIANT=release cuda; fi
+    src=bin
+    if [ "$variant" = cuda ]; then
+        nccl="NCCL_HOME=/usr/local/cuda"
+        if [ -f /usr/include/nccl.h ]; then
+            nccl="NCCL_HOME=/usr NCCL_LIBDIR=/usr/lib/$(gcc -dumpmachine)"
+        fi
+        # shellcheck disable=SC2086
+        make -j"$(nproc)" VARIANT=release $nccl cuda
+        src=build/cuda/bin
+        for b in "$@"; do
+            [ "$b" != holmes-node ] || "$src/$b" engines | grep -qx cuda-bf16 || {
+                echo "container.sh: $src/$b has no CUDA engine" >&2; exit 1; }
+        done
+    fi
     mkdir -p /out/bin
     for b in "$@"; do
-        [ -x "bin/$b" ] || { echo "container.sh: bin/$b was not built" >&2; exit 1; }
-        strip --strip-unneeded -o "/out/bin/$b" "bin/$b"
+        [ -x "$src/$b" ] || { echo "container.sh: $src/$b was not built" >&2; exit 1; }
+        strip --strip-unneeded -o "/out/bin/$b" "$src/$b"
     done
-    (cd bin && runtime_packages "$@") >/out/runtime-packages || exit 1
+    (cd "$src" && runtime_packages "$@") >/out/runtime-packages || exit 1
     echo "container.sh: runtime packages: $(tr '\n' ' ' </out/runtime-packages)"
 }
 

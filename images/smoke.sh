@@ -135,6 +135,24 @@ if podman image exists "$NODE_IMAGE"; then
         fail "holmes-node image: libibverbs providers resolve" "$out"
 fi
 
+# The CUDA variant, where it was built (IMAGES=node-cuda images/build.sh, on a machine that can
+# pull nvidia/cuda): holmes-node is make cuda's, with both CUDA engines; a worker answers --help
+# and reports its NICs (the GPUs themselves need --gpus at run time).
+CUDA_IMAGE=$REPO_PREFIX/holmes-node:$TAG
+if podman image exists "$CUDA_IMAGE" 2>/dev/null; then
+    smoke_common "$CUDA_IMAGE" holmes-node
+    out=$(run_in "$CUDA_IMAGE" engines 2>&1) && [ "$(tr '\n' ' ' <<<"$out")" = "cpu cuda-fp32 cuda-bf16 " ] &&
+        pass "holmes-node CUDA image: the CUDA engines (holmes-node engines: $(tr '\n' ' ' <<<"$out"))" ||
+        fail "holmes-node CUDA image: the CUDA engines" "$out"
+    out=$(run_in "$CUDA_IMAGE" worker --help 2>&1) && grep -q -- '--engine E' <<<"$out" &&
+        pass "holmes-node CUDA image: worker --help" || fail "holmes-node CUDA image: worker --help" "$out"
+    out=$(run_in "$CUDA_IMAGE" nic --json 2>/dev/null) && grep -q '"kind":[[:space:]]*"NicReport"' <<<"$out" &&
+        pass "holmes-node CUDA image: nic --json prints a NIC report" ||
+        fail "holmes-node CUDA image: nic --json" "$out"
+else
+    echo "note: $CUDA_IMAGE not built here (NVIDIA's base images cannot be fetched): CUDA image smoke skipped"
+fi
+
 # The CUDA variant: its bases cannot be fetched here; lint both Dockerfiles instead.
 if [ -x "$DOCKERFILE_UTILS" ]; then
     for f in images/Dockerfile.node images/Dockerfile.operator; do

@@ -17,6 +17,7 @@ bench-comm: $(BUILD)/bench/bench_comm
 
 # NCCL backend: built only here (the plain build does not descend into noderuntime/comm/nccl/).
 NCCL_HOME ?= /usr/local/cuda
+NCCL_LIBDIR ?= $(NCCL_HOME)/lib64
 COMM_GB   := build/comm-nccl
 COMM_GPU_CFLAGS := -std=gnu11 -O2 -g $(WARN) -D_GNU_SOURCE -Icommon -Inoderuntime/comm \
                    -Inoderuntime/comm/nccl \
@@ -29,7 +30,7 @@ $(COMM_GB)/%.o: %.c
 	@$(CC) $(COMM_GPU_CFLAGS) -MMD -MP -c $< -o $@
 $(COMM_GB)/test_comm_nccl: $(patsubst %.c,$(COMM_GB)/%.o,$(COMM_GPU_SRC))
 	@echo "  LD      $@"
-	@$(CC) -o $@ $^ -L$(NCCL_HOME)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib64 -lnccl -lcudart -lpthread -lm
+	@$(CC) -o $@ $^ -L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR) -lnccl -lcudart -lpthread -lm
 
 .PHONY: comm-nccl
 comm-nccl: $(COMM_GB)/test_comm_nccl

@@ -101,11 +101,29 @@ $(NODE_GB)/%.o: noderuntime/comm/nccl/%.c
 $(GB)/bin/holmes-node: $(call obj,noderuntime/main.c) $(NODE_CUDA_OBJ) $(LIB_NODE) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@ (CUDA engines, NCCL)"
-	@$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS) -L$(NCCL_HOME)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib64 -lnccl $(GPU_LIBS)
+	@$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS) -L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR) -lnccl $(GPU_LIBS)
 -include $(wildcard $(NODE_GB)/*.d $(NODE_GB)/*/*.d $(GB)/*/host/*/*/*/*.d)
 
-GPU_BINS := $(GB)/fp32/test_gpu $(GB)/bf16/test_gpu $(GB)/bf16/bench_gpu $(GB)/fp32/bench_gpu \
-            $(GB)/bin/holmes-node
+GPU_BINS := $(GB)/fp32/test_gpu $(GB)/bf16/test_gpu $(GB)/bf16/bench_gpu $(GB)/fp32/bench_gpu
+# holmes-node needs the plain build's Debian -dev packages, which GPU machines may lack: built
+# where pkg-config finds them (CI, the images); elsewhere carried (gpu-carry below).
+ifneq ($(PKG_LIBS),)
+GPU_BINS += $(GB)/bin/holmes-node
+endif
+HOLMES_GPU_NODE ?= $(GB)/bin/holmes-node
+
+# For a GPU machine without Debian's packages (the device tool's): the CUDA holmes-node built here
+# and the .debs of the libraries it loads (images/container.sh runtime-packages), to carry there;
+# tests/gpu/worker_gpu.sh unpacks them (dpkg -x) beside the binary when its libraries are missing.
+GPU_CARRY := build/gpu-carry
+.PHONY: gpu-carry
+gpu-carry: $(GB)/bin/holmes-node $(BINDIR)/holmes-node
+	@rm -rf $(GPU_CARRY) && mkdir -p $(GPU_CARRY)/debs
+	@cp $(GB)/bin/holmes-node $(GPU_CARRY)/holmes-node
+	@pkgs=$$(images/container.sh runtime-packages $(BINDIR)/holmes-node) && \
+	    cd $(GPU_CARRY)/debs && apt-get download $$pkgs >/dev/null
+	@echo "gpu-carry: $(GPU_CARRY), $$(du -sh $(GPU_CARRY) | cut -f1): carry it, then run" \
+	      "make test-gpu HOLMES_GPU_NODE=$(GPU_CARRY)/holmes-node"
 
 .PHONY: cuda test-gpu bench-gpu gpu-check
 cuda: $(GPU_BINS)
@@ -117,7 +135,7 @@ test-gpu: cuda
 	@fail=0; \
 	$(GB)/fp32/test_gpu || fail=1; \
 	$(GB)/bf16/test_gpu || fail=1; \
-	tests/gpu/worker_gpu.sh $(GB)/bin/holmes-node || fail=1; \
+	tests/gpu/worker_gpu.sh $(HOLMES_GPU_NODE) || fail=1; \
 	if [ -n "$(SANITIZER)" ]; then \
 	    $(SANITIZER) --tool memcheck --leak-check full --error-exitcode 1 $(GB)/bf16/test_gpu --quick \
 	        && echo "PASS gpu.compute_sanitizer.memcheck" || { echo "FAIL gpu.compute_sanitizer.memcheck"; fail=1; }; \
