@@ -297,7 +297,9 @@ static void signal_all(struct family *f, int sig)
             kill(f->c[i].pid, sig);
 }
 
-/* Collects the children that have exited; the index of the first that failed, or -1. */
+/* Collects the children that have exited; the index of the one that failed first, or -1. Of
+ * those found in one pass, one killed by a signal is the cause: the others (its peers, which
+ * lost their connections to it within the same poll interval) exited because of it. */
 static int reap(struct family *f)
 {
     int failed = -1;
@@ -312,7 +314,7 @@ static int reap(struct family *f)
         c->exited = 1;
         c->status = st;
         int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-        if (!ok && failed < 0)
+        if (!ok && (failed < 0 || (WIFSIGNALED(st) && !WIFSIGNALED(f->c[failed].status))))
             failed = i;
     }
     return failed;
