@@ -118,6 +118,7 @@ void tj_spec_defaults(struct tj_spec *s)
     s->par.data = TJ_AUTO;
     s->par.micro_batches = 8;
     s->par.micro_batch_size = 1;
+    s->par.token_slices = 1;
     s->par.schedule = SCHED_1F1B;
     s->par.pipeline_dtype = DTYPE_FP32;
     s->par.param_gather_dtype = DTYPE_FP32;

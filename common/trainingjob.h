@@ -41,6 +41,9 @@ struct tj_parallelism {
     int data;             /* >= 1 or TJ_AUTO */
     int micro_batches;    /* per optimizer step, per data-parallel replica */
     int micro_batch_size; /* sequences per micro-batch */
+    /* TeraPipe: pieces each sequence is cut into along its tokens, pipelined like micro-batches
+     * (1: unsliced), or TJ_AUTO: the planner chooses how many and their lengths */
+    int token_slices;
     enum schedule schedule;
     /* element type of the activations and activation gradients sent between pipeline stages:
      * DTYPE_FP32 (exact) or DTYPE_BF16 (half the bytes, values rounded to bfloat16) */

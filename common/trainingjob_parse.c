@@ -279,13 +279,15 @@ static void parse_parallelism(const cJSON *spec, const char *sp, struct tj_spec 
     if (!o)
         return;
     static const char *const keys[] = {"tensor", "pipeline", "data", "microBatches", "microBatchSize",
-                                       "schedule", "pipelineDtype", "paramGatherDtype", NULL};
+                                       "tokenSlices", "schedule", "pipelineDtype", "paramGatherDtype",
+                                       NULL};
     check_keys(o, p, keys, errs);
     get_int(o, p, "tensor", 1, 1024, 0, &s->par.tensor, errs);
     get_int_or_auto(o, p, "pipeline", 1024, &s->par.pipeline, errs);
     get_int_or_auto(o, p, "data", 1048576, &s->par.data, errs);
     get_int(o, p, "microBatches", 1, 65536, 0, &s->par.micro_batches, errs);
     get_int(o, p, "microBatchSize", 1, 65536, 0, &s->par.micro_batch_size, errs);
+    get_int_or_auto(o, p, "tokenSlices", 131072, &s->par.token_slices, errs);
     int v;
     if (get_enum(o, p, "schedule", schedule_names, SCHED_COUNT, &v, errs) == 1)
         s->par.schedule = (enum schedule)v;

@@ -37,6 +37,8 @@ static int parallelism_to_json(cJSON *o, const struct tj_spec *s)
         ok &= s->par.data == TJ_AUTO ? !!str(p, "data", "auto") : !!num(p, "data", s->par.data);
         ok &= !!num(p, "microBatches", s->par.micro_batches);
         ok &= !!num(p, "microBatchSize", s->par.micro_batch_size);
+        ok &= s->par.token_slices == TJ_AUTO ? !!str(p, "tokenSlices", "auto")
+                                             : !!num(p, "tokenSlices", s->par.token_slices);
         ok &= !!str(p, "schedule", schedule_name(s->par.schedule));
         ok &= !!str(p, "pipelineDtype", dtype_name(s->par.pipeline_dtype));
         ok &= !!str(p, "paramGatherDtype", dtype_name(s->par.param_gather_dtype));

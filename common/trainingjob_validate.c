@@ -60,6 +60,10 @@ int tj_spec_validate(const struct tj_spec *s, const char *path, struct tj_errors
         tj_errors_add(errs, "%s.parallelism.microBatches: %d is fewer than pipeline %d stages (1f1b needs at "
                       "least one micro-batch per stage)", sp, par->micro_batches, par->pipeline);
 
+    if (par->token_slices != TJ_AUTO && m->seq_len > 0 && par->token_slices > m->seq_len)
+        tj_errors_add(errs, "%s.parallelism.tokenSlices: %d exceeds model.seqLen %d (every slice holds at "
+                      "least one token)", sp, par->token_slices, m->seq_len);
+
     const struct tj_training *t = &s->training;
     if (t->steps < 1)
         tj_errors_add(errs, "%s.training.steps: must be at least 1", sp);
@@ -105,6 +109,12 @@ int tj_spec_runnable(const struct tj_spec *s, const char *path, struct tj_errors
     if (s->training.precision == DTYPE_BF16 && s->emulation.gpus)
         tj_errors_add(errs, "%s.training.precision: bf16 needs real GPUs: emulated GPUs "
                       "(emulation.gpus) run the CPU engine, which trains in fp32", sp);
+    if (real_gpus && s->par.token_slices != 1)
+        tj_errors_add(errs, "%s.parallelism.tokenSlices: token slicing (TeraPipe) on GPUs is not supported "
+                      "yet: the CUDA engine has none (the CPU engine has); use 1, or emulation.gpus", sp);
+    if (s->par.tensor > 1 && s->par.token_slices != 1)
+        tj_errors_add(errs, "%s.parallelism.tokenSlices: token slicing with tensor parallelism (tensor %d) "
+                      "is not supported yet; use tokenSlices 1 or tensor 1", sp, s->par.tensor);
     if (real_gpus && s->par.tensor > 1)
         tj_errors_add(errs, "%s.parallelism.tensor: %d on GPUs is not supported yet: the CUDA engine "
                       "has no tensor parallelism (the CPU engine has); use tensor 1, or "
