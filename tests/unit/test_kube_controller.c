@@ -127,7 +127,7 @@ static void test_api_table(void)
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    controller_print_api_calls(f);
+    controller_print_api_calls(f, 0);
     fclose(f);
     CHECK("api calls: status subresource", strstr(buf, "patch holmes.dev trainingjobs/status\n") != NULL);
     CHECK("api calls: pods", strstr(buf, "create core pods\n") && strstr(buf, "delete core pods\n"));
