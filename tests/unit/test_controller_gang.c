@@ -257,6 +257,7 @@ static void test_gated(void)
 {
     cJSON *pods = cJSON_Parse("[{\"spec\":{\"schedulingGates\":[{\"name\":\"other\"},{\"name\":\"kueue.x-k8s.io/admission\"}]}},"
                               "{\"spec\":{\"schedulingGates\":[{\"name\":\"other\"}]}},{\"spec\":{}},{},"
+                              "{\"spec\":{\"schedulingGates\":[{\"name\":\"x\"},{\"name\":\"y\"}]}},"
                               "{\"spec\":{\"schedulingGates\":[{\"name\":\"kueue.x-k8s.io/admission\"}]}}]");
     CHECK_INT("gated: pods carrying Kueue's admission gate", controller_pods_gated(pods), 2);
     cJSON_Delete(pods);
