@@ -110,10 +110,10 @@ int ctl_informers_new(struct controller *c, herr *e)
         int jobs;
         enum tj_gang gang; /* made only when this gang scheduler is enabled */
     } spec[INF_COUNT] = {
-        [INF_JOBS] = {&KUBE_TRAININGJOBS, NULL, trim_meta, 1},
-        [INF_PODS] = {&KUBE_PODS, LABEL_JOB, trim_pod, 0},
-        [INF_SECRETS] = {&KUBE_SECRETS, LABEL_JOB, trim_meta, 0},
-        [INF_SERVICES] = {&KUBE_SERVICES, LABEL_JOB, trim_service, 0},
+        [INF_JOBS] = {&KUBE_TRAININGJOBS, NULL, trim_meta, 1, TJ_GANG_DEFAULT},
+        [INF_PODS] = {&KUBE_PODS, LABEL_JOB, trim_pod, 0, TJ_GANG_DEFAULT},
+        [INF_SECRETS] = {&KUBE_SECRETS, LABEL_JOB, trim_meta, 0, TJ_GANG_DEFAULT},
+        [INF_SERVICES] = {&KUBE_SERVICES, LABEL_JOB, trim_service, 0, TJ_GANG_DEFAULT},
         [INF_VOLCANO_PG] = {&CTL_VOLCANO_PODGROUPS, LABEL_JOB, trim_service, 0, TJ_GANG_VOLCANO},
         [INF_COSCHED_PG] = {&CTL_COSCHED_PODGROUPS, LABEL_JOB, trim_service, 0, TJ_GANG_COSCHEDULING},
     };
