@@ -19,6 +19,19 @@ const char *const tj_class_names[3] = {"infiniband", "roce", "ethernet"};
 const char *tj_lr_schedule_name(enum tj_lr_schedule s) { return (unsigned)s < 2 ? tj_lr_names[s] : "?"; }
 const char *tj_data_format_name(enum tj_data_format f) { return (unsigned)f < 2 ? tj_format_names[f] : "?"; }
 
+const char *const tj_gang_names[TJ_GANG_COUNT] = {"", "none", "kueue", "volcano", "coscheduling"};
+const char *tj_gang_name(enum tj_gang g) { return (unsigned)g < TJ_GANG_COUNT ? tj_gang_names[g] : "?"; }
+
+int tj_gang_parse(const char *name, enum tj_gang *out)
+{
+    for (int i = 1; i < TJ_GANG_COUNT; i++)
+        if (!strcmp(name, tj_gang_names[i])) {
+            *out = (enum tj_gang)i;
+            return 0;
+        }
+    return -1;
+}
+
 static const struct tj_model presets[] = {
     {"gpt2-124m", 12, 768, 12, 50257, 1024},
     {"gpt2-350m", 24, 1024, 16, 50257, 1024},

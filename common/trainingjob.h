@@ -121,6 +121,23 @@ struct tj_emulation {
     int gpus;                 /* emulation.gpus: a worker's gpusPerWorker ranks run as CPU processes */
 };
 
+/* spec.scheduling.gang: who admits the worker pods, all or none. TJ_GANG_DEFAULT (the field
+ * omitted) leaves the choice to the operator (--gang-scheduler, the chart's
+ * scheduling.default). */
+enum tj_gang { TJ_GANG_DEFAULT = 0, TJ_GANG_NONE, TJ_GANG_KUEUE, TJ_GANG_VOLCANO, TJ_GANG_COSCHEDULING };
+#define TJ_GANG_COUNT 5
+#define TJ_SCHED_NAME_MAX 64  /* queue and scheduler names: at most 63 characters */
+
+struct tj_scheduling {
+    enum tj_gang gang;
+    char queue[TJ_SCHED_NAME_MAX];          /* kueue: the LocalQueue (required); volcano: the Queue
+                                             * ("" = Volcano's default queue) */
+    char scheduler_name[TJ_SCHED_NAME_MAX]; /* volcano, coscheduling: the pods' schedulerName
+                                             * ("" = the operator's) */
+    int schedule_timeout_seconds;           /* coscheduling: the PodGroup's scheduleTimeoutSeconds
+                                             * (0 = gangTimeoutSeconds) */
+};
+
 struct tj_spec {
     int workers;              /* pods / worker processes */
     int gpus_per_worker;      /* 0 = CPU worker with exactly one rank */
@@ -133,6 +150,7 @@ struct tj_spec {
     struct tj_restart_policy restart;
     int suspend;
     struct tj_emulation emulation;
+    struct tj_scheduling scheduling;
     cJSON *pod_template;      /* spec.template (a PodTemplateSpec) as given, or NULL; owned */
 };
 
@@ -176,6 +194,14 @@ int tj_spec_validate(const struct tj_spec *s, const char *path, struct tj_errors
  * planning such a job is still a valid what-if. docs/api.md lists the rules (marked **run**). */
 int tj_spec_runnable(const struct tj_spec *s, const char *path, struct tj_errors *errs);
 
+/* The rules of spec.scheduling for gang scheduler `gang` (the spec's own, or the operator's
+ * default when the spec names none): kueue needs a queue; queue, schedulerName and
+ * scheduleTimeoutSeconds only where that scheduler uses them; no template schedulerName where
+ * the gang scheduler sets it. tj_spec_validate applies it when spec.scheduling.gang is given.
+ * Appends to `errs`; returns 0 when valid. */
+int tj_scheduling_check(const struct tj_spec *s, enum tj_gang gang, const char *path,
+                        struct tj_errors *errs);
+
 /* The resolved spec as JSON in the API's field names (pipeline/data "auto" for TJ_AUTO; the
  * model with preset AND layers/hidden/...). tj_spec_from_json of the result gives the same
  * struct. NULL when out of memory. */
@@ -214,5 +240,9 @@ int tj_worker_pod_name(char *out, size_t cap, const char *job, int index);
 
 const char *tj_lr_schedule_name(enum tj_lr_schedule s); /* "cosine", "constant" */
 const char *tj_data_format_name(enum tj_data_format f); /* "llmc", "text" */
+/* "" (TJ_GANG_DEFAULT), "none", "kueue", "volcano", "coscheduling" */
+const char *tj_gang_name(enum tj_gang g);
+/* A name tj_gang_name gives (not ""); 0, or -1 for an unknown name. */
+int tj_gang_parse(const char *name, enum tj_gang *out);
 
 #endif

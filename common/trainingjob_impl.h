@@ -13,5 +13,6 @@
 extern const char *const tj_lr_names[2];
 extern const char *const tj_format_names[2];
 extern const char *const tj_class_names[3];
+extern const char *const tj_gang_names[TJ_GANG_COUNT]; /* [TJ_GANG_DEFAULT] is "" */
 
 #endif

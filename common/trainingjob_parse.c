@@ -472,6 +472,49 @@ static void parse_emulation(const cJSON *spec, const char *sp, struct tj_spec *s
     em->n_groups = n;
 }
 
+/* A queue or scheduler name: a DNS-1123 subdomain short enough for a label value (Kueue puts
+ * the queue in one): 1-63 lowercase letters, digits, '-' or '.', letters or digits at both ends. */
+static int is_sched_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= TJ_SCHED_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!(islower((unsigned char)s[i]) || isdigit((unsigned char)s[i]) || s[i] == '-' || s[i] == '.'))
+            return 0;
+    return isalnum((unsigned char)s[0]) && isalnum((unsigned char)s[n - 1]);
+}
+
+static void get_sched_name(const cJSON *o, const char *p, const char *key, char *out, struct tj_errors *errs)
+{
+    char v[256];
+    if (get_str(o, p, key, 0, v, sizeof v, errs) != 1)
+        return;
+    if (!is_sched_name(v))
+        tj_errors_add(errs, "%s.%s: \"%.60s\" must be 1-63 lowercase letters, digits, '-' or '.', starting "
+                      "and ending with a letter or digit", p, key, v);
+    else
+        snprintf(out, TJ_SCHED_NAME_MAX, "%s", v);
+}
+
+static void parse_scheduling(const cJSON *spec, const char *sp, struct tj_spec *s, struct tj_errors *errs)
+{
+    char p[256];
+    join(p, sizeof p, sp, "scheduling");
+    const cJSON *o = get_object(spec, sp, "scheduling", 0, errs);
+    if (!o)
+        return;
+    static const char *const keys[] = {"gang", "queue", "schedulerName", "scheduleTimeoutSeconds", NULL};
+    check_keys(o, p, keys, errs);
+    struct tj_scheduling *sc = &s->scheduling;
+    int v;
+    if (get_enum(o, p, "gang", tj_gang_names + 1, TJ_GANG_COUNT - 1, &v, errs) == 1)
+        sc->gang = (enum tj_gang)(v + 1);
+    get_sched_name(o, p, "queue", sc->queue, errs);
+    get_sched_name(o, p, "schedulerName", sc->scheduler_name, errs);
+    get_int(o, p, "scheduleTimeoutSeconds", 1, 86400, 0, &sc->schedule_timeout_seconds, errs);
+}
+
 static void parse_template(const cJSON *spec, const char *sp, struct tj_spec *s, struct tj_errors *errs)
 {
     char p[256];
@@ -595,7 +638,7 @@ int tj_spec_from_json(const cJSON *spec, const char *path, struct tj_spec *out, 
     }
     static const char *const keys[] = {"workers", "gpusPerWorker", "image", "model", "parallelism",
                                        "placement", "training", "gangTimeoutSeconds", "restartPolicy",
-                                       "suspend", "emulation", "template", NULL};
+                                       "suspend", "emulation", "scheduling", "template", NULL};
     check_keys(spec, sp, keys, errs);
     get_int(spec, sp, "workers", 1, 4096, 1, &out->workers, errs);
     get_int(spec, sp, "gpusPerWorker", 0, 16, 1, &out->gpus_per_worker, errs);
@@ -616,6 +659,7 @@ int tj_spec_from_json(const cJSON *spec, const char *path, struct tj_spec *out, 
     }
     get_bool(spec, sp, "suspend", &out->suspend, errs);
     parse_emulation(spec, sp, out, errs);
+    parse_scheduling(spec, sp, out, errs);
     parse_template(spec, sp, out, errs);
     add_cross_field_errors(out, sp, before, errs);
     return errs->count == before ? 0 : -1;

@@ -138,6 +138,23 @@ static int emulation_to_json(cJSON *o, const struct tj_spec *s)
     return ok;
 }
 
+static int scheduling_to_json(cJSON *o, const struct tj_scheduling *sc)
+{
+    cJSON *g = cJSON_AddObjectToObject(o, "scheduling");
+    if (!g)
+        return 0;
+    int ok = 1;
+    if (sc->gang != TJ_GANG_DEFAULT)
+        ok &= !!str(g, "gang", tj_gang_name(sc->gang));
+    if (sc->queue[0])
+        ok &= !!str(g, "queue", sc->queue);
+    if (sc->scheduler_name[0])
+        ok &= !!str(g, "schedulerName", sc->scheduler_name);
+    if (sc->schedule_timeout_seconds)
+        ok &= !!num(g, "scheduleTimeoutSeconds", sc->schedule_timeout_seconds);
+    return ok;
+}
+
 cJSON *tj_spec_to_json(const struct tj_spec *s)
 {
     cJSON *o = cJSON_CreateObject();
@@ -158,6 +175,9 @@ cJSON *tj_spec_to_json(const struct tj_spec *s)
     ok &= !!cJSON_AddBoolToObject(o, "suspend", s->suspend);
     if (s->emulation.enabled)
         ok &= emulation_to_json(o, s);
+    if (s->scheduling.gang != TJ_GANG_DEFAULT || s->scheduling.queue[0] || s->scheduling.scheduler_name[0] ||
+        s->scheduling.schedule_timeout_seconds)
+        ok &= scheduling_to_json(o, &s->scheduling);
     if (s->pod_template) {
         cJSON *tp = cJSON_Duplicate(s->pod_template, 1);
         ok &= !!tp;

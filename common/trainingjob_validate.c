@@ -98,6 +98,33 @@ int tj_spec_validate(const struct tj_spec *s, const char *path, struct tj_errors
             tj_errors_add(errs, "%s.emulation.gpus: needs gpusPerWorker >= 1 (the GPUs it emulates), got %d",
                           sp, s->gpus_per_worker);
     }
+    if (s->scheduling.gang != TJ_GANG_DEFAULT)
+        tj_scheduling_check(s, s->scheduling.gang, sp, errs);
+    return errs->count == before ? 0 : -1;
+}
+
+int tj_scheduling_check(const struct tj_spec *s, enum tj_gang gang, const char *path, struct tj_errors *errs)
+{
+    const char *sp = path ? path : "spec";
+    int before = errs->count;
+    const struct tj_scheduling *sc = &s->scheduling;
+    const char *g = tj_gang_name(gang);
+    if (gang == TJ_GANG_KUEUE && !sc->queue[0])
+        tj_errors_add(errs, "%s.scheduling.queue: required when gang is kueue (the LocalQueue that admits the "
+                      "job)", sp);
+    if (sc->queue[0] && gang != TJ_GANG_KUEUE && gang != TJ_GANG_VOLCANO)
+        tj_errors_add(errs, "%s.scheduling.queue: applies only to gang kueue or volcano, not %s", sp, g);
+    if (sc->scheduler_name[0] && gang != TJ_GANG_VOLCANO && gang != TJ_GANG_COSCHEDULING)
+        tj_errors_add(errs, "%s.scheduling.schedulerName: applies only to gang volcano or coscheduling, not %s",
+                      sp, g);
+    if (sc->schedule_timeout_seconds && gang != TJ_GANG_COSCHEDULING)
+        tj_errors_add(errs, "%s.scheduling.scheduleTimeoutSeconds: applies only to gang coscheduling, not %s",
+                      sp, g);
+    const cJSON *tspec = s->pod_template ? cJSON_GetObjectItemCaseSensitive(s->pod_template, "spec") : NULL;
+    const cJSON *tsched = tspec ? cJSON_GetObjectItemCaseSensitive(tspec, "schedulerName") : NULL;
+    if (tsched && !cJSON_IsNull(tsched) && (gang == TJ_GANG_VOLCANO || gang == TJ_GANG_COSCHEDULING))
+        tj_errors_add(errs, "%s.template.spec.schedulerName: gang %s sets the pods' scheduler; use "
+                      "spec.scheduling.schedulerName", sp, g);
     return errs->count == before ? 0 : -1;
 }
 

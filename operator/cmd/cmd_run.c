@@ -62,7 +62,15 @@ static void usage(FILE *f)
             "                           S seconds (default 5; 0.2 to 3600)\n"
             "  --qps Q --burst B        client-side API rate limit (default 50 / 100)\n"
             "  --log-format text|json   --log-level debug|info|warn|error\n"
-            "  --print-api-calls        print every API call the operator can make and exit\n"
+            "  --gang-schedulers LIST   gang schedulers jobs may use (spec.scheduling.gang): comma-\n"
+            "                           separated kueue, volcano, coscheduling (default: none)\n"
+            "  --gang-default NAME      gang scheduler of jobs that name none: none (default) or an\n"
+            "                           enabled one\n"
+            "  --volcano-scheduler-name NAME       pods' schedulerName for volcano (default volcano)\n"
+            "  --coscheduling-scheduler-name NAME  ... for coscheduling (default\n"
+            "                           scheduler-plugins-scheduler)\n"
+            "  --print-api-calls        print every API call the operator can make (with the\n"
+            "                           --gang-schedulers given) and exit\n"
             "  --help\n");
 }
 
@@ -129,7 +137,8 @@ struct run_opts {
     const char *coord_addr, *coord_cert, *coord_key;
     double lease_dur, renew, retry, qps, burst, workers;
     double status_interval;
-    int leader_elect;
+    int leader_elect, print_calls;
+    struct controller_gang gang;
     char coord_host[256]; /* --coordinator-addr: host ("" = any) and port (0 = off) */
     int coord_port;
 };
@@ -141,7 +150,8 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
     enum { O_KUBECONFIG = 1000, O_CONTEXT, O_NAMESPACE, O_LEADER, O_LEASE_NAME, O_LEASE_NS,
            O_LEASE_DUR, O_RENEW, O_RETRY, O_IDENTITY, O_METRICS, O_HEALTH, O_COORD, O_IMAGE,
            O_WORKERS, O_QPS, O_BURST, O_LOGFMT, O_LOGLVL, O_PRINT, O_HELP, O_COORD_ADDR,
-           O_COORD_CERT, O_COORD_KEY, O_STATUS_INTERVAL };
+           O_COORD_CERT, O_COORD_KEY, O_STATUS_INTERVAL, O_GANGS, O_GANG_DEFAULT, O_VOLCANO_SCHED,
+           O_COSCHED_SCHED };
     static const struct option opts[] = {
         {"kubeconfig", required_argument, 0, O_KUBECONFIG}, {"context", required_argument, 0, O_CONTEXT},
         {"namespace", required_argument, 0, O_NAMESPACE}, {"leader-elect", no_argument, 0, O_LEADER},
@@ -159,6 +169,9 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
         {"coordinator-cert", required_argument, 0, O_COORD_CERT},
         {"coordinator-key", required_argument, 0, O_COORD_KEY},
         {"status-interval", required_argument, 0, O_STATUS_INTERVAL},
+        {"gang-schedulers", required_argument, 0, O_GANGS}, {"gang-default", required_argument, 0, O_GANG_DEFAULT},
+        {"volcano-scheduler-name", required_argument, 0, O_VOLCANO_SCHED},
+        {"coscheduling-scheduler-name", required_argument, 0, O_COSCHED_SCHED},
         {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -212,7 +225,24 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
             log_set_level(l);
             break;
         }
-        case O_PRINT: controller_print_api_calls(stdout); return 0;
+        case O_PRINT: o->print_calls = 1; break;
+        case O_GANGS: {
+            herr ge;
+            if (controller_gang_parse_list(optarg, &o->gang.enabled, &ge) != 0) {
+                fprintf(stderr, "holmes-operator run: --gang-schedulers: %s\n", ge.msg);
+                return 2;
+            }
+            break;
+        }
+        case O_GANG_DEFAULT:
+            if (tj_gang_parse(optarg, &o->gang.default_gang) != 0) {
+                fprintf(stderr, "holmes-operator run: --gang-default: \"%s\" is not none, kueue, volcano or "
+                                "coscheduling\n", optarg);
+                return 2;
+            }
+            break;
+        case O_VOLCANO_SCHED: o->gang.volcano_scheduler = optarg; break;
+        case O_COSCHED_SCHED: o->gang.cosched_scheduler = optarg; break;
         case 'h':
         case O_HELP: usage(stdout); return 0;
         default:
@@ -224,6 +254,15 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
     if (optind < argc) {
         fprintf(stderr, "holmes-operator run: unexpected argument '%s'\n", argv[optind]);
         return 2;
+    }
+    enum tj_gang dg = o->gang.default_gang;
+    if (dg != TJ_GANG_DEFAULT && dg != TJ_GANG_NONE && !(o->gang.enabled & (1u << dg))) {
+        fprintf(stderr, "holmes-operator run: --gang-default: %s is not in --gang-schedulers\n", tj_gang_name(dg));
+        return 2;
+    }
+    if (o->print_calls) {
+        controller_print_api_calls(stdout, o->gang.enabled);
+        return 0;
     }
     if (o->leader_elect && o->renew >= o->lease_dur) {
         fprintf(stderr, "holmes-operator run: --renew-deadline (%g) must be below --lease-duration (%g)\n",
@@ -276,7 +315,8 @@ static int run_controller(struct kube_client *kc, const struct run_opts *o, stru
                           struct http_server **ms, herr *e)
 {
     struct controller_opts cop = {.namespace = o->ns, .coordinator_url = o->coord,
-                                  .default_image = o->image, .threads = (int)o->workers};
+                                  .default_image = o->image, .threads = (int)o->workers,
+                                  .gang = o->gang};
     struct controller *ctl = controller_new(kc, &cop, e);
     if (!ctl || controller_start(ctl, e) != 0) {
         fprintf(stderr, "holmes-operator run: %s\n", e->msg);

@@ -21,31 +21,43 @@
 #include "trainingjob.h"
 
 const struct api_call controller_api_calls[API_OP_COUNT] = {
-    [API_LIST_JOBS] = {"list", &KUBE_TRAININGJOBS, NULL},
-    [API_WATCH_JOBS] = {"watch", &KUBE_TRAININGJOBS, NULL},
-    [API_PATCH_JOB_STATUS] = {"patch", &KUBE_TRAININGJOBS, "status"},
-    [API_LIST_PODS] = {"list", &KUBE_PODS, NULL},
-    [API_WATCH_PODS] = {"watch", &KUBE_PODS, NULL},
-    [API_CREATE_POD] = {"create", &KUBE_PODS, NULL},
-    [API_DELETE_POD] = {"delete", &KUBE_PODS, NULL},
-    [API_PATCH_POD] = {"patch", &KUBE_PODS, NULL},
-    [API_LIST_SECRETS] = {"list", &KUBE_SECRETS, NULL},
-    [API_WATCH_SECRETS] = {"watch", &KUBE_SECRETS, NULL},
-    [API_CREATE_SECRET] = {"create", &KUBE_SECRETS, NULL},
-    [API_LIST_SERVICES] = {"list", &KUBE_SERVICES, NULL},
-    [API_WATCH_SERVICES] = {"watch", &KUBE_SERVICES, NULL},
-    [API_CREATE_SERVICE] = {"create", &KUBE_SERVICES, NULL},
-    [API_CREATE_EVENT] = {"create", &KUBE_EVENTS, NULL},
-    [API_PATCH_EVENT] = {"patch", &KUBE_EVENTS, NULL}, /* a repeat: count + 1 (kube_recorder.h) */
-    [API_GET_LEASE] = {"get", &KUBE_LEASES, NULL},
-    [API_CREATE_LEASE] = {"create", &KUBE_LEASES, NULL},
-    [API_PATCH_LEASE] = {"patch", &KUBE_LEASES, NULL},
+    [API_LIST_JOBS] = {"list", &KUBE_TRAININGJOBS, NULL, TJ_GANG_DEFAULT},
+    [API_WATCH_JOBS] = {"watch", &KUBE_TRAININGJOBS, NULL, TJ_GANG_DEFAULT},
+    [API_PATCH_JOB_STATUS] = {"patch", &KUBE_TRAININGJOBS, "status", TJ_GANG_DEFAULT},
+    [API_LIST_PODS] = {"list", &KUBE_PODS, NULL, TJ_GANG_DEFAULT},
+    [API_WATCH_PODS] = {"watch", &KUBE_PODS, NULL, TJ_GANG_DEFAULT},
+    [API_CREATE_POD] = {"create", &KUBE_PODS, NULL, TJ_GANG_DEFAULT},
+    [API_DELETE_POD] = {"delete", &KUBE_PODS, NULL, TJ_GANG_DEFAULT},
+    [API_PATCH_POD] = {"patch", &KUBE_PODS, NULL, TJ_GANG_DEFAULT},
+    [API_LIST_SECRETS] = {"list", &KUBE_SECRETS, NULL, TJ_GANG_DEFAULT},
+    [API_WATCH_SECRETS] = {"watch", &KUBE_SECRETS, NULL, TJ_GANG_DEFAULT},
+    [API_CREATE_SECRET] = {"create", &KUBE_SECRETS, NULL, TJ_GANG_DEFAULT},
+    [API_LIST_SERVICES] = {"list", &KUBE_SERVICES, NULL, TJ_GANG_DEFAULT},
+    [API_WATCH_SERVICES] = {"watch", &KUBE_SERVICES, NULL, TJ_GANG_DEFAULT},
+    [API_CREATE_SERVICE] = {"create", &KUBE_SERVICES, NULL, TJ_GANG_DEFAULT},
+    [API_CREATE_EVENT] = {"create", &KUBE_EVENTS, NULL, TJ_GANG_DEFAULT},
+    [API_PATCH_EVENT] = {"patch", &KUBE_EVENTS, NULL, TJ_GANG_DEFAULT}, /* a repeat: count + 1 (kube_recorder.h) */
+    [API_GET_LEASE] = {"get", &KUBE_LEASES, NULL, TJ_GANG_DEFAULT},
+    [API_CREATE_LEASE] = {"create", &KUBE_LEASES, NULL, TJ_GANG_DEFAULT},
+    [API_PATCH_LEASE] = {"patch", &KUBE_LEASES, NULL, TJ_GANG_DEFAULT},
+    /* A job's PodGroup: cached, created, deleted on suspend (deletion with the job is left to
+     * ownerReferences). */
+    [API_LIST_VOLCANO_PG] = {"list", &CTL_VOLCANO_PODGROUPS, NULL, TJ_GANG_VOLCANO},
+    [API_WATCH_VOLCANO_PG] = {"watch", &CTL_VOLCANO_PODGROUPS, NULL, TJ_GANG_VOLCANO},
+    [API_CREATE_VOLCANO_PG] = {"create", &CTL_VOLCANO_PODGROUPS, NULL, TJ_GANG_VOLCANO},
+    [API_DELETE_VOLCANO_PG] = {"delete", &CTL_VOLCANO_PODGROUPS, NULL, TJ_GANG_VOLCANO},
+    [API_LIST_COSCHED_PG] = {"list", &CTL_COSCHED_PODGROUPS, NULL, TJ_GANG_COSCHEDULING},
+    [API_WATCH_COSCHED_PG] = {"watch", &CTL_COSCHED_PODGROUPS, NULL, TJ_GANG_COSCHEDULING},
+    [API_CREATE_COSCHED_PG] = {"create", &CTL_COSCHED_PODGROUPS, NULL, TJ_GANG_COSCHEDULING},
+    [API_DELETE_COSCHED_PG] = {"delete", &CTL_COSCHED_PODGROUPS, NULL, TJ_GANG_COSCHEDULING},
 };
 
-void controller_print_api_calls(FILE *f)
+void controller_print_api_calls(FILE *f, unsigned gang_enabled)
 {
     for (int i = 0; i < API_OP_COUNT; i++) {
         const struct api_call *a = &controller_api_calls[i];
+        if (a->gang != TJ_GANG_DEFAULT && !(gang_enabled & (1u << a->gang)))
+            continue;
         fprintf(f, "%s %s %s%s%s\n", a->verb, a->res->group[0] ? a->res->group : "core",
                 a->res->resource, a->sub ? "/" : "", a->sub ? a->sub : "");
     }
@@ -155,6 +167,14 @@ static const char *condition_message(const cJSON *status, const char *type)
 {
     const cJSON *c = find_condition(cJSON_GetObjectItemCaseSensitive(status, "conditions"), type);
     return c ? json_str_at(c, "message") : NULL;
+}
+
+/* 1 when status holds condition `type` with `reason`. */
+static int condition_is(const cJSON *status, const char *type, const char *reason)
+{
+    const cJSON *c = find_condition(cJSON_GetObjectItemCaseSensitive(status, "conditions"), type);
+    const char *r = c ? json_str_at(c, "reason") : NULL;
+    return r && !strcmp(r, reason);
 }
 
 /* Patches status with the top-level fields that differ from old. */
@@ -339,6 +359,63 @@ static int ensure_owned(struct reconcile *r, int inf, enum api_op op, const char
     return 0;
 }
 
+/* The cache index and API calls of the job's PodGroup; -1 when its gang scheduler has none. */
+static int podgroup_ops(const struct reconcile *r, enum api_op *create, enum api_op *del)
+{
+    switch (controller_gang_of(&r->tj.spec, &r->c->o.gang)) {
+    case TJ_GANG_VOLCANO:
+        *create = API_CREATE_VOLCANO_PG;
+        *del = API_DELETE_VOLCANO_PG;
+        return INF_VOLCANO_PG;
+    case TJ_GANG_COSCHEDULING:
+        *create = API_CREATE_COSCHED_PG;
+        *del = API_DELETE_COSCHED_PG;
+        return INF_COSCHED_PG;
+    default:
+        return -1;
+    }
+}
+
+/* Queues the creation of the job's PodGroup (volcano, coscheduling) when the cache lacks it;
+ * it goes out in the first batch, before the pods that name it. An existing one (409) is fine. */
+static int ensure_podgroup(struct reconcile *r, herr *e)
+{
+    enum api_op create, del;
+    int inf = podgroup_ops(r, &create, &del);
+    if (inf < 0 || r->tj.spec.suspend)
+        return 0;
+    if (!r->c->inf[inf])
+        return herr_set(e, "%s/%s: the %s informer is not running", r->ns, r->name,
+                        controller_api_calls[create].res->group);
+    cJSON *have = kube_informer_get(r->c->inf[inf], r->ns, r->name);
+    if (have) {
+        cJSON_Delete(have);
+        return 0;
+    }
+    cJSON *pg = controller_build_podgroup(r->job, &r->tj.spec, &r->c->o.gang);
+    if (!pg || ctl_creates_add(&r->creates, create, pg, r->name) != 0) {
+        cJSON_Delete(pg);
+        return herr_set(e, "%s/%s: cannot build the PodGroup", r->ns, r->name);
+    }
+    return 0;
+}
+
+/* A suspended job holds no PodGroup: the gang scheduler releases what it reserved for it. */
+static int delete_podgroup(struct reconcile *r, herr *e)
+{
+    enum api_op create, del;
+    int inf = podgroup_ops(r, &create, &del);
+    if (inf < 0 || !r->c->inf[inf])
+        return 0;
+    cJSON *have = kube_informer_get(r->c->inf[inf], r->ns, r->name);
+    int cached = have && !json_at(have, "metadata.deletionTimestamp");
+    cJSON_Delete(have);
+    if (!cached)
+        return 0;
+    int rc = call_delete(r->c, del, r->ns, r->name, e);
+    return rc == 404 ? 0 : rc;
+}
+
 /* spec errors -> Valid=False with every error and a Warning Event. 1 when the spec is invalid. */
 static int refuse_invalid_spec(struct reconcile *r, const char *phase)
 {
@@ -477,7 +554,7 @@ static int create_missing(struct reconcile *r, const cJSON *pods, int workers, h
         }
         if (have[i])
             continue;
-        cJSON *pod = controller_build_pod(job, i, c->coordinator, c->image, e);
+        cJSON *pod = controller_build_gang_pod(job, &r->tj.spec, i, c->coordinator, c->image, &c->o.gang, e);
         if (!pod) {
             rc = -1;
             break;
@@ -544,8 +621,17 @@ static void status_from_pods(struct reconcile *r, const cJSON *pods, int workers
     set_workers_ready(r->st, ready);
     char msg[2048];
     double gang = r->tj.spec.gang_timeout_seconds;
+    int gated = controller_pods_gated(pods);
     if (scheduled == workers) {
         ctl_set_condition(r->st, "PodsScheduled", 1, "AllScheduled", "every worker pod is scheduled", r->now);
+    } else if (gated > 0) {
+        /* Kueue holds the gang until its LocalQueue admits all of it: not a gang timeout. */
+        snprintf(msg, sizeof msg, "waiting for Kueue admission in LocalQueue %s: %d of %d worker pods "
+                 "carry the scheduling gate %s", r->tj.spec.scheduling.queue, gated, workers,
+                 KUEUE_ADMISSION_GATE);
+        if (ctl_set_condition(r->st, "PodsScheduled", 0, "WaitingForAdmission", msg, r->now) &&
+            !condition_is(r->old, "PodsScheduled", "WaitingForAdmission"))
+            emit(c, job, "Normal", "WaitingForAdmission", msg);
     } else if (oldest_unsched > 0 && clock_wall_s() - oldest_unsched >= gang) {
         snprintf(msg, sizeof msg, "pods %s unschedulable for more than %gs "
                  "(spec.gangTimeoutSeconds): %s", unsched_names, gang,
@@ -607,9 +693,14 @@ static int reconcile_job(struct reconcile *r, herr *e)
         (rc = ensure_owned(r, INF_SERVICES, API_CREATE_SERVICE, r->name, ctl_build_service, e)) != 0)
         goto out;
 
+    if ((rc = ensure_podgroup(r, e)) != 0)
+        goto out;
+
     json_set_num(json_child_object(r->st, "workers"), "total", workers);
     if (r->tj.spec.suspend) {
         rc = delete_pods(c, r->memo, pods, 0, e);
+        if (rc == 0)
+            rc = delete_podgroup(r, e);
         set_workers_ready(r->st, 0);
         if (!is_phase(phase, "Suspended"))
             emit(c, job, "Normal", "Suspended", "spec.suspend is true: worker pods deleted");
@@ -659,8 +750,10 @@ static int reconcile_key(struct controller *c, const char *key, double *requeue,
                           .t = clock_wall_s()};
     r.st = cJSON_IsObject(old) ? cJSON_Duplicate(old, 1) : cJSON_CreateObject();
     kube_time_now(r.now, sizeof r.now, 0);
-    if (tj_job_from_json(job, &r.tj, &r.te) == 0) /* what the API takes but this version */
-        tj_spec_runnable(&r.tj.spec, "spec", &r.te); /* cannot run is refused too */
+    if (tj_job_from_json(job, &r.tj, &r.te) == 0) { /* what the API takes but this version */
+        tj_spec_runnable(&r.tj.spec, "spec", &r.te);  /* cannot run is refused too, and what */
+        controller_gang_check(&r.tj.spec, &c->o.gang, &r.te); /* this operator's gang */
+    }                                                             /* schedulers refuse */
     /* What the coordinator reported since (phase, plan, progress, its conditions) first: the
      * reconcile then sees a phase it set (Failed is final) and writes everything at once. */
     if (r.st && feed)
@@ -762,7 +855,7 @@ struct controller *controller_new(struct kube_client *kc, const struct controlle
 int controller_start(struct controller *c, herr *e)
 {
     for (int i = 0; i < INF_COUNT; i++)
-        if (kube_informer_start(c->inf[i], e) != 0)
+        if (c->inf[i] && kube_informer_start(c->inf[i], e) != 0)
             return -1;
     c->threads = calloc((size_t)c->o.threads, sizeof *c->threads);
     if (!c->threads)
@@ -779,7 +872,7 @@ int controller_start(struct controller *c, herr *e)
 int controller_wait_synced(struct controller *c, int timeout_ms)
 {
     for (int i = 0; i < INF_COUNT; i++)
-        if (kube_informer_wait_synced(c->inf[i], timeout_ms) != 0)
+        if (c->inf[i] && kube_informer_wait_synced(c->inf[i], timeout_ms) != 0)
             return -1;
     return 0;
 }

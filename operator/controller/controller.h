@@ -28,12 +28,15 @@
 #include "error.h"
 #include "kube_client.h"
 #include "metrics.h"
+#include "trainingjob.h"
 
 /* Every API call the operator can make, for `run --print-api-calls` and the Helm RBAC test. */
 struct api_call {
     const char *verb;                  /* get list watch create patch delete */
     const struct kube_resource *res;
     const char *sub;                   /* "status" or NULL */
+    enum tj_gang gang;                 /* made only when this gang scheduler is enabled
+                                        * (TJ_GANG_DEFAULT: always) */
 };
 enum api_op {
     API_LIST_JOBS, API_WATCH_JOBS, API_PATCH_JOB_STATUS,
@@ -42,17 +45,33 @@ enum api_op {
     API_LIST_SERVICES, API_WATCH_SERVICES, API_CREATE_SERVICE,
     API_CREATE_EVENT, API_PATCH_EVENT,
     API_GET_LEASE, API_CREATE_LEASE, API_PATCH_LEASE,
+    API_LIST_VOLCANO_PG, API_WATCH_VOLCANO_PG, API_CREATE_VOLCANO_PG, API_DELETE_VOLCANO_PG,
+    API_LIST_COSCHED_PG, API_WATCH_COSCHED_PG, API_CREATE_COSCHED_PG, API_DELETE_COSCHED_PG,
     API_OP_COUNT
 };
 extern const struct api_call controller_api_calls[API_OP_COUNT];
-/* Writes "<verb> <group|core> <resource>[/<sub>]" lines. */
-void controller_print_api_calls(FILE *f);
+/* Writes "<verb> <group|core> <resource>[/<sub>]" lines: the calls always made, and those of
+ * the gang schedulers in `gang_enabled` (bits 1u << TJ_GANG_*). */
+void controller_print_api_calls(FILE *f, unsigned gang_enabled);
+
+/* Gang admission (controller_gang.c, docs/operator.md): the gang schedulers this operator may
+ * use (the chart enables each, with its RBAC) and the one a job that names none gets. */
+struct controller_gang {
+    unsigned enabled;              /* 1u << TJ_GANG_KUEUE | ...; none is always allowed */
+    enum tj_gang default_gang;     /* for jobs without spec.scheduling.gang; TJ_GANG_DEFAULT = none */
+    const char *volcano_scheduler; /* the pods' schedulerName for volcano (NULL: "volcano") */
+    const char *cosched_scheduler; /* ... for coscheduling (NULL: "scheduler-plugins-scheduler") */
+};
+/* "kueue,volcano" into bits 1u << TJ_GANG_*; "" and "none" give 0. 0, or -1 naming the bad
+ * entry in e. */
+int controller_gang_parse_list(const char *list, unsigned *enabled, herr *e);
 
 struct controller_opts {
     const char *namespace;       /* NULL or "" = all namespaces */
     const char *coordinator_url; /* HOLMES_COORDINATOR for the pods */
     const char *default_image;   /* when spec.image is absent */
     int threads;                 /* reconcile workers (default 2) */
+    struct controller_gang gang; /* zero: no gang scheduler, every job none */
 };
 
 struct controller;
@@ -102,6 +121,23 @@ cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator
 cJSON *controller_merge_condition(const cJSON *status, const char *type, int ok,
                                   const char *reason, const char *message, const char *now,
                                   int *changed);
+/* The gang scheduler of a job: its spec.scheduling.gang, else the operator's default (never
+ * TJ_GANG_DEFAULT). */
+enum tj_gang controller_gang_of(const struct tj_spec *s, const struct controller_gang *g);
+/* What this operator refuses of a job's spec.scheduling (the gang scheduler resolved): a gang
+ * scheduler not enabled, and tj_scheduling_check's rules. Appends to errs; 0 when accepted. */
+int controller_gang_check(const struct tj_spec *s, const struct controller_gang *g, struct tj_errors *errs);
+/* Worker pod i as controller_build_pod makes it, with what the job's gang scheduler needs:
+ * labels, annotations, schedulerName (controller_gang.c). */
+cJSON *controller_build_gang_pod(const cJSON *job, const struct tj_spec *s, int index,
+                                 const char *coordinator_url, const char *default_image,
+                                 const struct controller_gang *g, herr *e);
+/* The job's PodGroup (volcano: scheduling.volcano.sh/v1beta1, coscheduling:
+ * scheduling.x-k8s.io/v1alpha1), owned by the job; NULL when its gang scheduler has none (none,
+ * kueue) or out of memory. */
+cJSON *controller_build_podgroup(const cJSON *job, const struct tj_spec *s, const struct controller_gang *g);
+/* How many of the pods carry Kueue's scheduling gate (they wait for admission). */
+int controller_pods_gated(const cJSON *pods);
 /* Every spec error as "spec.field: rule" strings in a JSON array (empty when valid). */
 cJSON *controller_spec_errors(const cJSON *job);
 

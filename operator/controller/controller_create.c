@@ -2,7 +2,7 @@
  * and ReplicaSet controllers do): 2, then 4, 8, 16 ... at once, stopping after a batch with
  * an error, so a namespace where creates fail costs 2 requests, not one per worker, and a
  * healthy gang costs a few round trips instead of one per object. The first batch holds the
- * Secret and the Service, so they exist before the pods that use them. */
+ * Secret, the Service and the PodGroup, so they exist before the pods that use them. */
 #include "controller_impl.h"
 
 #include <stdio.h>
@@ -48,7 +48,12 @@ int ctl_creates_run(struct controller *c, const char *ns, struct create_list *l,
         first++;
     int rc = 0;
     double t0 = clock_mono_s();
-    for (int batch = SLOW_START_INITIAL, i = first; i < l->n && rc == 0; i += batch, batch *= 2) {
+    /* The first batch holds every object before the first pod (Secret, Service, PodGroup). */
+    int lead = 0;
+    while (first + lead < l->n && l->items[first + lead].op != API_CREATE_POD)
+        lead++;
+    int batch0 = lead > SLOW_START_INITIAL ? lead : SLOW_START_INITIAL;
+    for (int batch = batch0, i = first; i < l->n && rc == 0; i += batch, batch *= 2) {
         int m = l->n - i < batch ? l->n - i : batch;
         struct kube_call *calls = calloc((size_t)m, sizeof *calls);
         char **paths = calloc((size_t)m, sizeof *paths);

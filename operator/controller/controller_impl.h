@@ -5,6 +5,8 @@
  *   controller_create.c     creating a job's objects in slow-start batches
  *   controller_render.c     the job's spec checks and the objects made for it (pods, Secret,
  *                           Service, spec hash)
+ *   controller_gang.c       gang admission: the pods' Kueue/Volcano/coscheduling labels and
+ *                           annotations, the PodGroup, the Kueue admission gate
  *   controller_api.c        metrics, and the API the coordinator calls (status, conditions,
  *                           pod labels, events, the job's pods and token) */
 #ifndef HOLMES_CONTROLLER_IMPL_H
@@ -25,10 +27,12 @@
 #define ANN_SPEC "holmes.dev/spec-hash"
 #define JOB_API_VERSION "holmes.dev/v1alpha1"
 #define MAX_WORKERS 4096
-#define POD_GRACE_S 300 /* terminationGracePeriodSeconds unless the template sets it */
+#define POD_GRACE_S 300
+#define KUEUE_ADMISSION_GATE "kueue.x-k8s.io/admission" /* Kueue's scheduling gate on waiting pods */ /* terminationGracePeriodSeconds unless the template sets it */
 
 
-enum { INF_JOBS, INF_PODS, INF_SECRETS, INF_SERVICES, INF_COUNT };
+/* The PodGroup informers exist only when their gang scheduler is enabled (else NULL). */
+enum { INF_JOBS, INF_PODS, INF_SECRETS, INF_SERVICES, INF_VOLCANO_PG, INF_COSCHED_PG, INF_COUNT };
 
 struct controller {
     struct kube_client *kc;
@@ -85,7 +89,14 @@ void ctl_creates_free(struct create_list *l);
 /* Sends the creates not sent yet; 0, or the first error (in e). */
 int ctl_creates_run(struct controller *c, const char *ns, struct create_list *l, herr *e);
 
+/* controller_gang.c */
+extern const struct kube_resource CTL_VOLCANO_PODGROUPS, CTL_COSCHED_PODGROUPS;
+/* The PodGroup resource of a gang scheduler; NULL for none and kueue. */
+const struct kube_resource *ctl_podgroup_resource(enum tj_gang gang);
+
 /* controller_render.c */
+/* {metadata: {name, namespace, labels: {holmes.dev/job}, ownerReferences: [the job, controller]}} */
+cJSON *ctl_base_object(const cJSON *job, const char *name);
 char *ctl_spec_hash(const cJSON *job);
 void ctl_changed_fields(const char *a, const char *b, char *out, size_t n);
 cJSON *ctl_build_secret(const cJSON *job);

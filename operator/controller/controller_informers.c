@@ -30,9 +30,14 @@ static cJSON *trim_pod(cJSON *pod)
         cJSON_AddItemToObject(out, "metadata", md);
     }
     const char *node = json_str_at(pod, "spec.nodeName");
-    if (node) {
+    cJSON *gates = cJSON_DetachItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(pod, "spec"),
+                                                           "schedulingGates");
+    if (node || gates) {
         cJSON *sp = cJSON_AddObjectToObject(out, "spec");
-        cJSON_AddStringToObject(sp, "nodeName", node);
+        if (node)
+            cJSON_AddStringToObject(sp, "nodeName", node);
+        if (gates)
+            cJSON_AddItemToObject(sp, "schedulingGates", gates); /* Kueue's admission gate */
     }
     cJSON *st = cJSON_DetachItemFromObjectCaseSensitive(pod, "status");
     if (st) {
@@ -59,6 +64,7 @@ static cJSON *trim_meta(cJSON *obj)
     return obj;
 }
 
+/* Services and PodGroups: the controller reads only their metadata. */
 static cJSON *trim_service(cJSON *obj)
 {
     cJSON_DeleteItemFromObjectCaseSensitive(obj, "spec");
@@ -102,14 +108,19 @@ int ctl_informers_new(struct controller *c, herr *e)
         const char *selector;
         kube_transform_fn tf;
         int jobs;
+        enum tj_gang gang; /* made only when this gang scheduler is enabled */
     } spec[INF_COUNT] = {
-        [INF_JOBS] = {&KUBE_TRAININGJOBS, NULL, trim_meta, 1},
-        [INF_PODS] = {&KUBE_PODS, LABEL_JOB, trim_pod, 0},
-        [INF_SECRETS] = {&KUBE_SECRETS, LABEL_JOB, trim_meta, 0},
-        [INF_SERVICES] = {&KUBE_SERVICES, LABEL_JOB, trim_service, 0},
+        [INF_JOBS] = {&KUBE_TRAININGJOBS, NULL, trim_meta, 1, TJ_GANG_DEFAULT},
+        [INF_PODS] = {&KUBE_PODS, LABEL_JOB, trim_pod, 0, TJ_GANG_DEFAULT},
+        [INF_SECRETS] = {&KUBE_SECRETS, LABEL_JOB, trim_meta, 0, TJ_GANG_DEFAULT},
+        [INF_SERVICES] = {&KUBE_SERVICES, LABEL_JOB, trim_service, 0, TJ_GANG_DEFAULT},
+        [INF_VOLCANO_PG] = {&CTL_VOLCANO_PODGROUPS, LABEL_JOB, trim_service, 0, TJ_GANG_VOLCANO},
+        [INF_COSCHED_PG] = {&CTL_COSCHED_PODGROUPS, LABEL_JOB, trim_service, 0, TJ_GANG_COSCHEDULING},
     };
     int ok = 1;
     for (int i = 0; ok && i < INF_COUNT; i++) {
+        if (spec[i].gang != TJ_GANG_DEFAULT && !(c->o.gang.enabled & (1u << spec[i].gang)))
+            continue;
         struct kube_informer_opts io = {.resource = spec[i].res, .ns = c->ns,
                                         .label_selector = spec[i].selector,
                                         .transform = spec[i].tf,

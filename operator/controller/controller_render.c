@@ -151,7 +151,7 @@ static cJSON *owner_refs(const cJSON *job)
     return arr;
 }
 
-static cJSON *base_object(const cJSON *job, const char *name)
+cJSON *ctl_base_object(const cJSON *job, const char *name)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON *md = cJSON_AddObjectToObject(o, "metadata");
@@ -260,7 +260,7 @@ cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator
     char name[128], idx[16];
     tj_worker_pod_name(name, sizeof name, job_name, index);
     snprintf(idx, sizeof idx, "%d", index);
-    cJSON *pod = base_object(job, name);
+    cJSON *pod = ctl_base_object(job, name);
     if (!pod) {
         herr_set(e, "out of memory");
         return NULL;
@@ -344,7 +344,7 @@ cJSON *ctl_build_secret(const cJSON *job)
 {
     char name[160];
     snprintf(name, sizeof name, "%s-token", json_str_at(job, "metadata.name"));
-    cJSON *s = base_object(job, name);
+    cJSON *s = ctl_base_object(job, name);
     unsigned char raw[24];
     if (!s || getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
         cJSON_Delete(s);
@@ -362,7 +362,7 @@ cJSON *ctl_build_secret(const cJSON *job)
 
 cJSON *ctl_build_service(const cJSON *job)
 {
-    cJSON *s = base_object(job, json_str_at(job, "metadata.name"));
+    cJSON *s = ctl_base_object(job, json_str_at(job, "metadata.name"));
     if (!s)
         return NULL;
     cJSON *spec = cJSON_AddObjectToObject(s, "spec");

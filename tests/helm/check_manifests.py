@@ -137,7 +137,7 @@ def read_calls(path):
         if not line:
             continue
         parts = line.split()
-        if len(parts) != 3 or parts[0] not in VERBS or not re.match(r"^[a-z0-9.]+$", parts[1]) \
+        if len(parts) != 3 or parts[0] not in VERBS or not re.match(r"^[a-z0-9.-]+$", parts[1]) \
                 or not re.match(r"^[a-z0-9]+(/[a-z0-9]+)?$", parts[2]):
             raise BadInput(f"{path}:{n}: '{line}' is not '<verb> <group|core> <resource>[/<subresource>]'"
                            f" (verbs: {', '.join(sorted(VERBS))})")

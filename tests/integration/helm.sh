@@ -61,8 +61,17 @@ for v in "$REPO"/tests/helm/values/*.yaml; do
     pass "helm template ($c)"
     expect_ok "manifests well-formed ($c)" "$tmp/$c.wf" check_py wellformed "$tmp/$c.yaml"
     expect_ok "no privileged or root containers ($c)" "$tmp/$c.sec" check_py security "$tmp/$c.yaml"
-    expect_ok "operator RBAC = its API calls ($c)" "$tmp/$c.rbac" check_py rbac "$tmp/$c.yaml" "$CALLS" "$OP_SA"
     check_py summary "$tmp/$c.yaml" >"$tmp/$c.sum"
+    # The calls of the gang schedulers this rendering enables (--gang-schedulers), asked of the
+    # operator itself; without the binary, the listed file (no gang scheduler).
+    calls=$CALLS
+    gangs=$(sed -n "s/^arg Deployment\/$NS\/$REL-holmes-operator operator --gang-schedulers=//p" "$tmp/$c.sum")
+    if [ -n "$gangs" ] && [ "$CALLS" != "$REPO/tests/helm/api-calls.txt" ]; then
+        calls=$tmp/$c.calls
+        "$OPERATOR" run --print-api-calls --gang-schedulers="$gangs" >"$calls"
+    fi
+    expect_ok "operator RBAC = its API calls ($c${gangs:+, gang schedulers $gangs})" "$tmp/$c.rbac" \
+        check_py rbac "$tmp/$c.yaml" "$calls" "$OP_SA"
 done
 
 # --- what each values file must change ----------------------------------------------------
@@ -172,6 +181,47 @@ has "$s" "object Role/ml-team/$REL-holmes-operator" && ! has_re "$s" "^object Cl
 grep -q 'name: regcred' "$tmp/custom-image.yaml" && pass "custom-image: imagePullSecrets" || fail "custom-image: imagePullSecrets"
 has "$s" "image DaemonSet/$NS/$REL-holmes-nic-labeler nic-labeler registry.example.com/ml/holmes-node:0.1.0-rc1-cuda12" &&
     pass "custom-image: DaemonSet uses nodeImage" || fail "custom-image: DaemonSet uses nodeImage"
+
+# --- gang admission: flags and RBAC only for the gang schedulers enabled ----------------------
+# podgroups rules of one API group in a rendering: "verbs" (sorted), or nothing
+podgroup_verbs() {
+    $PY - "$1" "$2" <<'PYEOF'
+import sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d and d["kind"] in ("ClusterRole", "Role") and d["metadata"]["name"].endswith("holmes-operator"):
+        for r in d.get("rules", []):
+            if sys.argv[2] in r.get("apiGroups", []) and "podgroups" in r.get("resources", []):
+                print(" ".join(sorted(r["verbs"])))
+PYEOF
+}
+[ -z "$(podgroup_verbs "$tmp/defaults.yaml" scheduling.volcano.sh)" ] &&
+    [ -z "$(podgroup_verbs "$tmp/defaults.yaml" scheduling.x-k8s.io)" ] &&
+    ! has_re "$tmp/defaults.sum" "--gang-" &&
+    pass "defaults: no gang scheduler, no PodGroup RBAC, no --gang flags" || fail "defaults: no gang scheduler, no PodGroup RBAC"
+s=$tmp/gang.sum
+[ "$(podgroup_verbs "$tmp/gang.yaml" scheduling.volcano.sh)" = "create delete list watch" ] &&
+    [ -z "$(podgroup_verbs "$tmp/gang.yaml" scheduling.x-k8s.io)" ] &&
+    pass "gang: Volcano PodGroups list/watch/create/delete; nothing for coscheduling (not enabled)" ||
+    fail "gang: Volcano PodGroup RBAC only" "volcano: $(podgroup_verbs "$tmp/gang.yaml" scheduling.volcano.sh); x-k8s: $(podgroup_verbs "$tmp/gang.yaml" scheduling.x-k8s.io)"
+has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --gang-schedulers=kueue,volcano" &&
+    has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --gang-default=volcano" &&
+    has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --volcano-scheduler-name=volcano-prod" &&
+    ! has_re "$s" "--coscheduling-scheduler-name" &&
+    pass "gang: --gang-schedulers, --gang-default, --volcano-scheduler-name" || fail "gang: flags" "$(grep -- --gang "$s")"
+s=$tmp/gang-coscheduling.sum
+[ "$(podgroup_verbs "$tmp/gang-coscheduling.yaml" scheduling.x-k8s.io)" = "create delete list watch" ] &&
+    [ -z "$(podgroup_verbs "$tmp/gang-coscheduling.yaml" scheduling.volcano.sh)" ] &&
+    has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --gang-schedulers=coscheduling" &&
+    has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --coscheduling-scheduler-name=sp-scheduler" &&
+    ! has_re "$s" "--gang-default" &&
+    pass "gang-coscheduling: coscheduling PodGroups RBAC and flags only" || fail "gang-coscheduling: coscheduling PodGroups RBAC and flags only"
+printf 'scheduling:\n  default: kueue\n' >"$tmp/gang-off.yaml"
+if "$HELM" template "$REL" "$CHART" -n "$NS" -f "$tmp/gang-off.yaml" >/dev/null 2>"$tmp/gang-off.err"; then
+    fail "a default gang scheduler that is not enabled is refused" "helm template accepted scheduling.default: kueue"
+else
+    grep -qF "scheduling.default: kueue is not enabled (set scheduling.kueue.enabled: true)" "$tmp/gang-off.err" &&
+        pass "a default gang scheduler that is not enabled is refused" || fail "a default gang scheduler that is not enabled is refused" "$(cat "$tmp/gang-off.err")"
+fi
 
 # --- bad values are refused by the schema, naming the field -----------------------------------
 for v in "$REPO"/tests/helm/bad-values/*.yaml; do

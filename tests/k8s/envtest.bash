@@ -6,6 +6,7 @@
 #   k8s_require            # prints "SKIP ..." and exits 0 when KUBEBUILDER_ASSETS is unset
 #   k8s_start              # certificates, free ports, servers up; sets K8S_DIR, K8S_API,
 #                          # KUBECONFIG_FILE (admin), KUBECTL (kubectl as admin; also a function)
+#                          # K8S_APISERVER_ARGS (an array): more kube-apiserver flags
 #   k8s_stop               # stops exactly the processes k8s_start started (also on EXIT)
 #
 # Each run has its own directory and ports, so several runs can go at once. There are no
@@ -118,7 +119,7 @@ YAML
         --service-account-key-file "$K8S_DIR/sa.pub" \
         --service-account-signing-key-file "$K8S_DIR/sa.key" \
         --service-cluster-ip-range 10.0.0.0/24 \
-        --authorization-mode RBAC \
+        --authorization-mode RBAC ${K8S_APISERVER_ARGS[@]+"${K8S_APISERVER_ARGS[@]}"} \
         >"$K8S_DIR/apiserver.log" 2>&1 &
     K8S_PIDS+=($!)
 

@@ -127,7 +127,7 @@ static void test_api_table(void)
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    controller_print_api_calls(f);
+    controller_print_api_calls(f, 0);
     fclose(f);
     CHECK("api calls: status subresource", strstr(buf, "patch holmes.dev trainingjobs/status\n") != NULL);
     CHECK("api calls: pods", strstr(buf, "create core pods\n") && strstr(buf, "delete core pods\n"));
@@ -135,7 +135,20 @@ static void test_api_table(void)
     int lines = 0;
     for (char *p = buf; *p; p++)
         lines += *p == '\n';
-    CHECK_INT("api calls: one line per table entry", lines, API_OP_COUNT);
+    CHECK_INT("api calls: one line per table entry without gang schedulers", lines, API_OP_COUNT - 8);
+    CHECK("api calls: no PodGroups without gang schedulers", !strstr(buf, "podgroups"));
+    free(buf);
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    controller_print_api_calls(f, 1u << TJ_GANG_VOLCANO | 1u << TJ_GANG_COSCHEDULING | 1u << TJ_GANG_KUEUE);
+    fclose(f);
+    lines = 0;
+    for (char *p = buf; *p; p++)
+        lines += *p == '\n';
+    CHECK_INT("api calls: one line per table entry with every gang scheduler", lines, API_OP_COUNT);
+    CHECK("api calls: volcano PodGroups", strstr(buf, "create scheduling.volcano.sh podgroups\n") &&
+          strstr(buf, "delete scheduling.volcano.sh podgroups\n"));
+    CHECK("api calls: coscheduling PodGroups", strstr(buf, "watch scheduling.x-k8s.io podgroups\n") != NULL);
     free(buf);
 }
 

@@ -86,3 +86,17 @@ runAsNonRoot: true
 capabilities:
   drop: ["ALL"]
 {{- end }}
+
+{{/* The enabled gang schedulers, "kueue,volcano,coscheduling" order ("" when none); fails when
+scheduling.default names one that is not enabled. */}}
+{{- define "holmes.gangSchedulers" -}}
+{{- $s := .Values.scheduling }}
+{{- $on := list }}
+{{- range $g := list "kueue" "volcano" "coscheduling" }}
+{{- if (index $s $g).enabled }}{{ $on = append $on $g }}{{ end }}
+{{- end }}
+{{- if and (ne $s.default "none") (not (has $s.default $on)) }}
+{{- fail (printf "scheduling.default: %s is not enabled (set scheduling.%s.enabled: true)" $s.default $s.default) }}
+{{- end }}
+{{- join "," $on }}
+{{- end }}
