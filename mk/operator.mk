@@ -1,5 +1,7 @@
 # Operator module: packages its tests need, and `make bench-operator`.
 DEB_PKGS += curl jq bc
+# tests/integration/job_page.sh loads the job page in headless Chromium (it says SKIP without).
+DEB_PKGS += chromium
 
 .PHONY: bench-operator
 # 1,000 TrainingJobs x 8 workers against tests/fakeapi: time until all pods exist, reconcile

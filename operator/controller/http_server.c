@@ -57,10 +57,10 @@ static void serve_one(struct http_server *s, int c)
                       "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nCache-Control: no-store\r\n"
                       "Content-Length: %zu\r\nConnection: close\r\n\r\n", code, reason, type,
                       body.len);
-    if (hn > 0 && hn < (int)sizeof head && write(c, head, (size_t)hn) == hn && body.len) {
+    if (hn > 0 && hn < (int)sizeof head && send(c, head, (size_t)hn, MSG_NOSIGNAL) == hn && body.len) {
         size_t off = 0;
         while (off < body.len) {
-            ssize_t n = write(c, body.data + off, body.len - off);
+            ssize_t n = send(c, body.data + off, body.len - off, MSG_NOSIGNAL); /* a closed peer: no SIGPIPE */
             if (n <= 0)
                 break;
             off += (size_t)n;
