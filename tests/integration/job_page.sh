@@ -77,3 +77,11 @@ ext=$(grep -Eio '(src|href|action)=["'"'"']?(https?:)?//[^"'"'"' >]*|@import|url
     || fail "the page loads nothing from elsewhere" "${ext:-no page}"
 code=$(curl -s -o /dev/null -w '%{http_code}' "$base/nope")
 [ "$code" = 404 ] && pass "other paths 404" || fail "other paths 404" "$code"
+
+# Interrupted, local stops its page with the job (under ASan: no leak, no error report).
+kill -TERM "$lp" 2>/dev/null
+wait "$lp" 2>/dev/null
+lp=""
+san=$(grep -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$tmp/out")
+[ -z "$san" ] && ! curl -sf -o /dev/null "$base/jobs" && pass "SIGTERM: local ends, page and all, without a sanitizer report" \
+    || fail "SIGTERM: local ends, page and all, without a sanitizer report" "${san:-the page still answers}"
