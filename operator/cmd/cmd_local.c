@@ -2,7 +2,7 @@
  * 127.0.0.1 and one `holmes-node worker` process per worker, each reporting its emulated NIC
  * (spec.emulation) so the planner places stages inside fabrics and the TCP transport paces the
  * links. Prints the placement table, a live progress line and a summary; --metrics-out writes
- * one JSON object per step. Workers stopped for an in-place restart (exit 75), or that died,
+ * one JSON object per step; the live job page (/jobs) is served on --page-addr. Workers stopped for an in-place restart (exit 75), or that died,
  * are started again while the job is alive; they resume from their last checkpoint. */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,8 +21,11 @@
 #include "cli.h"
 #include "clock.h"
 #include "commands.h"
+#include "coord_history.h"
 #include "coord_plan.h"
 #include "coordinator.h"
+#include "http_server.h"
+#include "job_page.h"
 #include "log.h"
 #include "trainingjob.h"
 
@@ -42,7 +45,7 @@ static void usage(FILE *f)
         "usage: holmes-operator local JOB.yaml [--metrics-out FILE] [--run-dir DIR]\n"
         "                                      [--simulate [--step-ms MS]] [--quiet]\n"
         "                                      [--bind ADDR] [--worker-wrap CMD]\n"
-        "                                      [--calibration LINKS.yaml]\n"
+        "                                      [--calibration LINKS.yaml] [--page-addr ADDR]\n"
         "Runs a TrainingJob on this machine: an embedded coordinator and one holmes-node worker\n"
         "process per worker over the TCP transport, with the NICs of spec.emulation (each\n"
         "worker pretends to have its group's NIC; links are paced to the emulated bandwidth).\n"
@@ -61,6 +64,9 @@ static void usage(FILE *f)
         "                      'ip netns exec fab-w{i}' (the fabric benchmark)\n"
         "  --calibration FILE  link constants for the planner, as `holmes-operator plan\n"
         "                      --calibration FILE` uses them (same plan, same prediction)\n"
+        "  --page-addr ADDR    serve the live job page (/jobs; JSON: /api/jobs) on ADDR,\n"
+        "                      HOST:PORT (default 127.0.0.1:0: a free port; \"0\" = off);\n"
+        "                      its URL is printed when the job starts\n"
         "The workers share this machine's cores: each computes with one thread\n"
         "(OMP_NUM_THREADS) and pins it to its share of the cores, the replicas of one stage\n"
         "on different cores (HOLMES_CPU_AFFINITY=spread; set it to none to leave the\n"
@@ -97,6 +103,9 @@ struct local {
     int simulate, step_ms, quiet, tty;
     FILE *metrics;
     struct metric_row *rows;
+    const char *page_addr;       /* --page-addr; "0" = no page */
+    struct coord_history *history; /* what the job page shows */
+    struct http_server *page;
     int stages;
     double t0;
     struct coord_progress last;
@@ -134,6 +143,80 @@ static void end_progress_line(struct local *L)
 
 /* ---------------------------------------------------------------- hooks */
 
+/* ---------------------------------------------------------------- the job page */
+
+/* The plan into the page's history, with the conditions the operator would set. */
+static void page_record_plan(struct local *L, const struct plan *p, const struct coord_worker *w,
+                             int n)
+{
+    const char *ns = L->job.namespace_, *name = L->job.name;
+    cJSON *pj = coord_plan_status_json(p, w);
+    coord_history_plan(L->history, ns, name, pj);
+    cJSON_Delete(pj);
+    char gang[96];
+    snprintf(gang, sizeof gang, "all %d workers said hello", n);
+    coord_history_condition(L->history, ns, name, "GangReady", 1, "AllWorkersConnected", gang);
+    coord_history_condition(L->history, ns, name, "Planned", 1, "Planned", "planned");
+}
+
+/* A state change or event into the page's history: the event, and the phase and conditions
+ * the operator would write for it. */
+static void page_record_event(struct local *L, enum coord_job_state s, const char *msg)
+{
+    static const char *const phases[] = {
+        [COORD_GATHERING] = "Discovering", [COORD_RENDEZVOUS] = "Planning",
+        [COORD_RUNNING] = "Running", [COORD_RESTARTING] = "Running",
+        [COORD_SUCCEEDED] = "Succeeded", [COORD_FAILED] = "Failed"};
+    struct coord_history *h = L->history;
+    const char *ns = L->job.namespace_, *name = L->job.name;
+    int warn = s == COORD_RESTARTING || s == COORD_FAILED || strstr(msg, "gang timeout") ||
+               strncmp(msg, "refused", 7) == 0;
+    coord_history_event(h, ns, name, warn ? "Warning" : "Normal", coord_state_name(s), msg);
+    coord_history_phase(h, ns, name, phases[s], s == COORD_FAILED ? msg : NULL);
+    if (s == COORD_RUNNING)
+        coord_history_condition(h, ns, name, "Running", 1, "Running", msg);
+    else if (s == COORD_RESTARTING) {
+        coord_history_condition(h, ns, name, "Running", 0, "Restarting", msg);
+        coord_history_restarting(h, ns, name);
+        coord_history_restarts(h, ns, name, coord_job_restarts(L->c, name));
+    } else if (s == COORD_FAILED)
+        coord_history_condition(h, ns, name, "Failed", 1, "JobFailed", msg);
+    else if (s == COORD_SUCCEEDED)
+        coord_history_condition(h, ns, name, "Succeeded", 1, "Succeeded", msg);
+}
+
+static int page_handler(void *user, const char *path, struct metrics_buf *b, const char **type)
+{
+    struct local *L = user;
+    cJSON *jobs = NULL;
+    herr e = {0};
+    if (strcmp(path, JOB_PAGE_API_PATH) == 0)
+        jobs = job_page_jobs(NULL, coord_history_json(L->history, &e));
+    return job_page_serve(path, jobs, b, type);
+}
+
+/* --page-addr: the history and the page's server, its URL printed. 0, or -1 (said). */
+static int start_page(struct local *L)
+{
+    if (!(L->history = coord_history_new(0))) {
+        fprintf(stderr, "holmes-operator local: out of memory\n");
+        return -1;
+    }
+    if (strcmp(L->page_addr, "0") == 0)
+        return 0;
+    herr e = {0};
+    if (!(L->page = http_server_start(L->page_addr, page_handler, L, &e))) {
+        fprintf(stderr, "holmes-operator local: --page-addr: %s\n", e.msg);
+        return -1;
+    }
+    const char *colon = strrchr(L->page_addr, ':');
+    int hl = (int)(colon - L->page_addr);
+    int any = hl == 0 || (hl == 7 && strncmp(L->page_addr, "0.0.0.0", 7) == 0);
+    printf("job page: http://%.*s:%d%s\n", any ? 9 : hl, any ? "127.0.0.1" : L->page_addr,
+           http_server_port(L->page), JOB_PAGE_PATH);
+    return 0;
+}
+
 static int hook_plan(void *user, const struct coord_worker *w, int n, cJSON **a, herr *e)
 {
     struct local *L = user;
@@ -141,6 +224,7 @@ static int hook_plan(void *user, const struct coord_worker *w, int n, cJSON **a,
         return -1;
     const struct plan *p = &L->cp.plan;
     L->stages = p->n_stages;
+    page_record_plan(L, p, w, n);
     end_progress_line(L);
     char tensor[32] = "";
     if (p->tensor > 1) /* a tensor group inside each worker */
@@ -194,6 +278,7 @@ static int hook_plan(void *user, const struct coord_worker *w, int n, cJSON **a,
 static void hook_event(void *user, enum coord_job_state s, const char *msg)
 {
     struct local *L = user;
+    page_record_event(L, s, msg);
     end_progress_line(L);
     printf("[%s] %s\n", coord_state_name(s), msg);
     fflush(stdout);
@@ -213,6 +298,8 @@ static void hook_event(void *user, enum coord_job_state s, const char *msg)
 static void hook_notice(void *user, const char *reason, const char *msg)
 {
     struct local *L = user;
+    coord_history_event(L->history, L->job.namespace_, L->job.name, "Warning", reason, msg);
+    coord_history_condition(L->history, L->job.namespace_, L->job.name, reason, 1, reason, msg);
     end_progress_line(L);
     printf("[%s] %s\n", reason, msg);
     fflush(stdout);
@@ -277,6 +364,7 @@ static void hook_steps(void *user, const struct coord_worker *w, const struct pr
 {
     struct local *L = user;
     (void)w;
+    coord_history_steps(L->history, L->job.namespace_, L->job.name, p);
     if (!L->rows)
         return;
     int n = L->job.spec.workers;
@@ -593,6 +681,8 @@ static int parse_args(int argc, char **argv, struct local *L, struct local_args 
             L->bind = argv[++i];
         } else if (strcmp(argv[i], "--worker-wrap") == 0 && i + 1 < argc) {
             L->wrap = argv[++i];
+        } else if (strcmp(argv[i], "--page-addr") == 0 && i + 1 < argc) {
+            L->page_addr = argv[++i];
         } else if (strcmp(argv[i], "--calibration") == 0 && i + 1 < argc) {
             L->cp.calibration = argv[++i];
         } else if (argv[i][0] == '-' || a->path) {
@@ -836,6 +926,8 @@ static void local_free(struct local *L)
                 waitpid(L->kids[i].pid, NULL, 0);
             }
     }
+    http_server_stop(L->page); /* before what it serves */
+    coord_history_free(L->history);
     coord_destroy(L->c);
     coord_plan_free(&L->cp);
     if (L->metrics)
@@ -855,6 +947,7 @@ int cmd_local(int argc, char **argv)
     static struct local L;
     memset(&L, 0, sizeof L);
     L.step_ms = 20;
+    L.page_addr = "127.0.0.1:0";
     int rc = parse_args(argc, argv, &L, &a);
     if (rc != 0)
         return rc;
@@ -878,7 +971,7 @@ int cmd_local(int argc, char **argv)
         rc = 2;
         goto out;
     }
-    if (start_coordinator(&L) != 0)
+    if (start_page(&L) != 0 || start_coordinator(&L) != 0)
         goto out;
     if (s->training.checkpoint.path[0] && !L.simulate)
         prepare_checkpoints(s);

@@ -10,9 +10,11 @@
 #include "clock.h"
 #include "commands.h"
 #include "controller.h"
+#include "coord_history.h"
 #include "coord_metrics.h"
 #include "coord_operator.h"
 #include "http_server.h"
+#include "job_page.h"
 #include "kube_config.h"
 #include "kube_lease.h"
 #include "log.h"
@@ -50,7 +52,8 @@ static void usage(FILE *f)
             "  --lease-namespace NS     default: the kubeconfig/service-account namespace, else default\n"
             "  --lease-duration S       default 15; --renew-deadline S default 10; --retry-period S default 2\n"
             "  --identity ID            leader-election identity (default: hostname_pid)\n"
-            "  --metrics-addr ADDR      Prometheus metrics on ADDR (default :8080, \"0\" = off)\n"
+            "  --metrics-addr ADDR      Prometheus metrics on ADDR (default :8080, \"0\" = off),\n"
+            "                           and the live job page: /jobs (JSON: /api/jobs)\n"
             "  --health-addr ADDR       /healthz and /readyz on ADDR (default :8081, \"0\" = off)\n"
             "  --coordinator-url URL    HOLMES_COORDINATOR for the pods\n"
             "                           (default ws://holmes-operator.<lease namespace>.svc:8443)\n"
@@ -77,13 +80,36 @@ static void usage(FILE *f)
 struct run_state {
     struct controller *ctl;
     struct coord_metrics *jobs; /* the coordinator's per-job gauges; outlives both servers */
+    struct coord_history *history; /* what the job page shows of each job; the same */
     struct kube_lease *lease;
     int leader_elect;
 };
 
-static int metrics_handler(void *user, const char *path, struct metrics_buf *b)
+/* The job page's paths: its jobs from the controller's cache and the coordinator's history. */
+static int page_handler(struct run_state *s, const char *path, struct metrics_buf *b,
+                        const char **type)
+{
+    cJSON *jobs = NULL;
+    if (strcmp(path, JOB_PAGE_API_PATH) == 0) {
+        struct controller *ctl = __atomic_load_n(&s->ctl, __ATOMIC_ACQUIRE);
+        herr e = {0};
+        cJSON *listed = ctl ? controller_jobs_json(ctl) : cJSON_CreateArray();
+        cJSON *seen = coord_history_json(s->history, &e);
+        if (listed && seen)
+            jobs = job_page_jobs(listed, seen);
+        else {
+            cJSON_Delete(listed);
+            cJSON_Delete(seen);
+        }
+    }
+    return job_page_serve(path, jobs, b, type);
+}
+
+static int metrics_handler(void *user, const char *path, struct metrics_buf *b, const char **type)
 {
     struct run_state *s = user;
+    if (job_page_handles(path))
+        return page_handler(s, path, b, type);
     if (strcmp(path, "/metrics") != 0) {
         metrics_printf(b, "not found\n");
         return 404;
@@ -98,9 +124,10 @@ static int metrics_handler(void *user, const char *path, struct metrics_buf *b)
     return b->oom ? 500 : 200;
 }
 
-static int health_handler(void *user, const char *path, struct metrics_buf *b)
+static int health_handler(void *user, const char *path, struct metrics_buf *b, const char **type)
 {
     struct run_state *s = user;
+    (void)type;
     if (strcmp(path, "/healthz") == 0) {
         metrics_printf(b, "ok\n");
         return 200;
@@ -332,7 +359,7 @@ static int run_controller(struct kube_client *kc, const struct run_opts *o, stru
                                           .port = o->coord_port, .tls_cert = o->coord_cert,
                                           .tls_key = o->coord_key,
                                           .status_interval_ms = (int)(o->status_interval * 1000),
-                                          .metrics = st->jobs};
+                                          .metrics = st->jobs, .history = st->history};
         coordinator = coord_operator_start(ctl, &coo, e);
         if (coordinator)
             log_info("coordinator listening on %s", o->coord_addr);
@@ -399,7 +426,8 @@ int cmd_run(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     int status = 1;
-    struct run_state st = {.leader_elect = o->leader_elect, .jobs = coord_metrics_new()};
+    struct run_state st = {.leader_elect = o->leader_elect, .jobs = coord_metrics_new(),
+                           .history = coord_history_new(0)};
     struct http_server *ms = NULL, *hs = NULL;
     if (strcmp(o->metrics_addr, "0") != 0 && !(ms = http_server_start(o->metrics_addr, metrics_handler, &st, &e))) {
         fprintf(stderr, "holmes-operator run: --metrics-addr: %s\n", e.msg);
@@ -425,6 +453,7 @@ out:
     http_server_stop(ms);
     http_server_stop(hs);
     coord_metrics_free(st.jobs);
+    coord_history_free(st.history);
     kube_client_free(kc);
     kube_config_free(&cfg);
     return status;

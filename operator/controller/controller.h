@@ -88,6 +88,10 @@ void controller_free(struct controller *c);
 
 /* Prometheus text: jobs by phase, reconciles and latency, API errors by code, restarts. */
 void controller_metrics(struct controller *c, struct metrics_buf *out);
+/* Every cached TrainingJob as the job page lists it: [{namespace, name, phase, message,
+ * conditions, plan, restarts}] from its status (phase Pending when it has none). NULL out of
+ * memory. */
+cJSON *controller_jobs_json(struct controller *c);
 /* Reconcile latency quantile in seconds (for the benchmark); count of reconciles. */
 double controller_latency_quantile(struct controller *c, double q);
 unsigned long controller_reconciles(struct controller *c);

@@ -44,6 +44,56 @@ static int job_phase(const cJSON *job, void *user)
     return 0;
 }
 
+struct summaries {
+    cJSON *jobs;
+    int oom;
+};
+
+/* One job's summary added to the page's list; out of memory: 1 (stop), oom set. */
+static int job_summary(const cJSON *job, void *user)
+{
+    struct summaries *sm = user;
+    sm->oom = 1;
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddItemToArray(sm->jobs, o)) {
+        cJSON_Delete(o);
+        return 1;
+    }
+    const char *ns = json_str_at(job, "metadata.namespace"), *name = json_str_at(job, "metadata.name");
+    const char *ph = json_str_at(job, "status.phase"), *msg = json_str_at(job, "status.message");
+    const cJSON *r = json_at(job, "status.restarts");
+    if (!cJSON_AddStringToObject(o, "namespace", ns ? ns : "") ||
+        !cJSON_AddStringToObject(o, "name", name ? name : "") ||
+        !cJSON_AddStringToObject(o, "phase", ph ? ph : "Pending") ||
+        !cJSON_AddStringToObject(o, "message", msg ? msg : "") ||
+        !cJSON_AddNumberToObject(o, "restarts", cJSON_IsNumber(r) ? r->valuedouble : 0))
+        return 1;
+    static const char *const keys[] = {"conditions", "plan"};
+    static const char *const paths[] = {"status.conditions", "status.plan"};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *v = json_at(job, paths[k]);
+        cJSON *copy = v ? cJSON_Duplicate(v, 1) : k == 0 ? cJSON_CreateArray() : cJSON_CreateNull();
+        if (!copy || !cJSON_AddItemToObject(o, keys[k], copy)) {
+            cJSON_Delete(copy);
+            return 1;
+        }
+    }
+    sm->oom = 0;
+    return 0;
+}
+
+cJSON *controller_jobs_json(struct controller *c)
+{
+    struct summaries sm = {cJSON_CreateArray(), 0};
+    if (sm.jobs)
+        kube_informer_each(c->inf[INF_JOBS], job_summary, &sm);
+    if (sm.oom) {
+        cJSON_Delete(sm.jobs);
+        return NULL;
+    }
+    return sm.jobs;
+}
+
 static void put_error(int code, unsigned long n, void *user)
 {
     metrics_printf(user, "holmes_api_errors_total{code=\"%d\"} %lu\n", code, n);

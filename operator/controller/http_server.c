@@ -37,6 +37,7 @@ static void serve_one(struct http_server *s, int c)
     req[len] = '\0';
     char method[8] = "", path[512] = "";
     struct metrics_buf body = {0};
+    const char *type = "text/plain; version=0.0.4";
     int code;
     if (sscanf(req, "%7s %511s", method, path) != 2) {
         code = 400;
@@ -48,17 +49,18 @@ static void serve_one(struct http_server *s, int c)
         char *q = strchr(path, '?');
         if (q)
             *q = '\0';
-        code = s->fn(s->user, path, &body);
+        code = s->fn(s->user, path, &body, &type);
     }
     const char *reason = code == 200 ? "OK" : code == 404 ? "Not Found" : code == 503 ? "Service Unavailable" : "Error";
-    char head[256];
+    char head[384];
     int hn = snprintf(head, sizeof head,
-                      "HTTP/1.0 %d %s\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                      "Content-Length: %zu\r\nConnection: close\r\n\r\n", code, reason, body.len);
-    if (write(c, head, (size_t)hn) == hn && body.len) {
+                      "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nCache-Control: no-store\r\n"
+                      "Content-Length: %zu\r\nConnection: close\r\n\r\n", code, reason, type,
+                      body.len);
+    if (hn > 0 && hn < (int)sizeof head && send(c, head, (size_t)hn, MSG_NOSIGNAL) == hn && body.len) {
         size_t off = 0;
         while (off < body.len) {
-            ssize_t n = write(c, body.data + off, body.len - off);
+            ssize_t n = send(c, body.data + off, body.len - off, MSG_NOSIGNAL); /* a closed peer: no SIGPIPE */
             if (n <= 0)
                 break;
             off += (size_t)n;

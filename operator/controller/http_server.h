@@ -1,4 +1,4 @@
-/* A minimal HTTP/1.0 server for the metrics and health endpoints: one thread, GET only,
+/* A minimal HTTP/1.0 server for the metrics, health and job page endpoints: one thread, GET only,
  * one request per connection. */
 #ifndef HOLMES_HTTP_SERVER_H
 #define HOLMES_HTTP_SERVER_H
@@ -6,8 +6,10 @@
 #include "error.h"
 #include "metrics.h"
 
-/* Fills body (text) for path; returns the HTTP status to send. */
-typedef int (*http_handler_fn)(void *user, const char *path, struct metrics_buf *body);
+/* Fills body for path; returns the HTTP status to send. *content_type starts as the
+ * Prometheus text format; a handler serving something else sets it (a static string). */
+typedef int (*http_handler_fn)(void *user, const char *path, struct metrics_buf *body,
+                               const char **content_type);
 
 struct http_server;
 

@@ -9,6 +9,7 @@
 
 #include "clock.h"
 #include "json.h"
+#include "coord_history.h"
 #include "coord_metrics.h"
 #include "coord_plan.h"
 #include "coordinator.h"
@@ -36,6 +37,7 @@ struct coord_operator {
     int status_interval_ms;
     struct opjob *jobs;
     struct coord_metrics *metrics; /* per-job gauges for /metrics (the caller's; may be NULL) */
+    struct coord_history *history; /* for the job page (the caller's; may be NULL) */
 };
 
 /* A label value: at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends. */
@@ -58,6 +60,7 @@ static void patch_status(struct opjob *j, cJSON *fields)
 static void event(struct opjob *j, const char *type, const char *reason, const char *msg)
 {
     herr e = {0};
+    coord_history_event(j->co->history, j->ns, j->name, type, reason, msg);
     if (controller_emit_event(j->co->ctl, j->ns, j->name, type, reason, msg, &e))
         log_warn("job %s: event: %s", j->key, e.msg);
 }
@@ -121,50 +124,6 @@ static cJSON *nic_groups_json(const struct coord_worker *w, int n)
     return arr;
 }
 
-/* Where a worker's compute figure came from: its own probe, its declaration (--tflops), or
- * the planner's default for its kind (it sent none). */
-static const char *tflops_source(const struct coord_worker *w)
-{
-    return w->tflops <= 0 ? "assumed" : w->tflops_measured ? "measured" : "declared";
-}
-
-static cJSON *plan_status_json(const struct plan *p, const struct coord_worker *w)
-{
-    cJSON *o = cJSON_CreateObject();
-    if (!o)
-        return NULL;
-    cJSON_AddStringToObject(o, "policy", policy_name(p->policy));
-    cJSON_AddNumberToObject(o, "tensor", p->tensor);
-    cJSON_AddNumberToObject(o, "pipeline", p->pipeline);
-    cJSON_AddNumberToObject(o, "data", p->data);
-    cJSON_AddNumberToObject(o, "predictedStepSeconds", p->step_s);
-    cJSON *stages = cJSON_AddArrayToObject(o, "stages");
-    for (int s = 0; stages && s < p->n_stages; s++) {
-        cJSON *st = cJSON_CreateObject();
-        if (!st)
-            break;
-        cJSON_AddItemToArray(stages, st);
-        cJSON_AddNumberToObject(st, "index", s);
-        cJSON_AddStringToObject(st, "fabric", p->stages[s].fabric);
-        cJSON_AddNumberToObject(st, "layers", p->stages[s].last_layer - p->stages[s].first_layer);
-        cJSON_AddNumberToObject(st, "firstLayer", p->stages[s].first_layer);
-        cJSON_AddNumberToObject(st, "tflops", p->stages[s].tflops); /* its slowest worker's */
-        int slowest = -1;
-        for (int r = 0; r < p->n_ranks; r++) {
-            int wi = p->ranks[r].worker;
-            if (p->ranks[r].stage == s && (slowest < 0 || w[wi].tflops < w[slowest].tflops))
-                slowest = wi;
-        }
-        if (slowest >= 0)
-            cJSON_AddStringToObject(st, "tflopsSource", tflops_source(&w[slowest]));
-        cJSON *ws = cJSON_AddArrayToObject(st, "workers");
-        for (int r = 0; ws && r < p->n_ranks; r++)
-            if (p->ranks[r].stage == s && p->ranks[r].local == 0)
-                cJSON_AddItemToArray(ws, cJSON_CreateString(w[p->ranks[r].worker].pod));
-    }
-    return o;
-}
-
 static int on_plan(void *user, const struct coord_worker *w, int n, cJSON **a, herr *e)
 {
     struct opjob *j = user;
@@ -180,7 +139,8 @@ static int on_plan(void *user, const struct coord_worker *w, int n, cJSON **a, h
     cJSON *st = cJSON_CreateObject();
     if (st) {
         cJSON_AddStringToObject(st, "phase", "Planning");
-        cJSON *ng = nic_groups_json(w, n), *pj = plan_status_json(p, w);
+        cJSON *ng = nic_groups_json(w, n), *pj = coord_plan_status_json(p, w);
+        coord_history_plan(j->co->history, j->ns, j->name, pj);
         if (ng)
             cJSON_AddItemToObject(st, "nicGroups", ng);
         if (pj)
@@ -254,6 +214,7 @@ static void on_steps(void *user, const struct coord_worker *w, const struct prot
     (void)w;
     if (p->nsteps < 1)
         return;
+    coord_history_steps(j->co->history, j->ns, j->name, p);
     const struct proto_step *s = &p->steps[p->nsteps - 1];
     coord_metrics_stage(j->co->metrics, j->ns, j->name, p->stage, s->compute_ms / 1000.0,
                         s->comm_ms / 1000.0, s->bubble_ms / 1000.0);
@@ -279,6 +240,7 @@ static void status_restarts(struct opjob *j)
         cJSON_AddStringToObject(st, "lastRestartTime", now)) {
         j->restarts_written = n;
         coord_metrics_restarts(j->co->metrics, j->ns, j->name, n);
+        coord_history_restarts(j->co->history, j->ns, j->name, n);
         patch_status(j, st);
     } else {
         cJSON_Delete(st);
@@ -336,8 +298,10 @@ static void on_event(void *user, enum coord_job_state s, const char *msg)
         condition(j, "Running", 0, "Restarting", msg);
     else if (s == COORD_FAILED)
         condition(j, "Running", 0, "CoordinatorFailed", msg);
-    if (s == COORD_RESTARTING)
+    if (s == COORD_RESTARTING) {
+        coord_history_restarting(j->co->history, j->ns, j->name);
         status_restarts(j);
+    }
     if (s == COORD_FAILED) {
         j->failed_at = clock_mono_s();
         status_failed(j, msg);
@@ -415,6 +379,7 @@ static int resolve(void *user, struct coordinator *c, const char *key)
     }
     j->restarts_written = js.restarts_used;
     coord_metrics_restarts(co->metrics, j->ns, j->name, js.restarts_used);
+    coord_history_restarts(co->history, j->ns, j->name, js.restarts_used);
     log_info("coordinator: job %s registered (%d workers, %d of %d restarts used)", key, n,
              js.restarts_used, js.max_restarts);
     j->next = co->jobs;
@@ -452,6 +417,8 @@ static void sweep(struct coord_operator *co)
             *pj = j->next;
             log_info("coordinator: job %s forgotten (%s)", j->key, gone ? "deleted" : "failed");
             coord_metrics_forget(co->metrics, j->ns, j->name);
+            if (gone) /* a failed job's page keeps its curves and events */
+                coord_history_forget(co->history, j->ns, j->name);
             opjob_free(j);
             continue;
         }
@@ -483,6 +450,7 @@ struct coord_operator *coord_operator_start(struct controller *ctl,
     }
     co->ctl = ctl;
     co->metrics = o->metrics;
+    co->history = o->history;
     co->status_interval_ms = o->status_interval_ms > 0 ? o->status_interval_ms : 5000;
     struct coord_options copt = {.bind = o->bind, .port = o->port, .tls_cert = o->tls_cert,
                                  .tls_key = o->tls_key, .resolve_job = resolve, .user = co};

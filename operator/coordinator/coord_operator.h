@@ -18,6 +18,7 @@
 
 struct coord_operator;
 struct coord_metrics;
+struct coord_history;
 
 struct coord_operator_opts {
     const char *bind;       /* NULL = all interfaces */
@@ -25,6 +26,7 @@ struct coord_operator_opts {
     const char *tls_cert, *tls_key;
     int status_interval_ms; /* progress writes per job; 0 = 5000 */
     struct coord_metrics *metrics; /* per-job gauges to keep (coord_metrics.h); NULL = none */
+    struct coord_history *history; /* what the job page shows (coord_history.h); NULL = none */
 };
 
 /* Starts the coordinator thread. The controller must outlive it. */

@@ -144,3 +144,47 @@ void coord_plan_free(struct coord_plan *cp)
         cp->planned = 0;
     }
 }
+
+/* Where a worker's compute figure came from: its own probe, its declaration (--tflops), or
+ * the planner's default for its kind (it sent none). */
+static const char *tflops_source(const struct coord_worker *w)
+{
+    return w->tflops <= 0 ? "assumed" : w->tflops_measured ? "measured" : "declared";
+}
+
+cJSON *coord_plan_status_json(const struct plan *p, const struct coord_worker *w)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "policy", policy_name(p->policy));
+    cJSON_AddNumberToObject(o, "tensor", p->tensor);
+    cJSON_AddNumberToObject(o, "pipeline", p->pipeline);
+    cJSON_AddNumberToObject(o, "data", p->data);
+    cJSON_AddNumberToObject(o, "predictedStepSeconds", p->step_s);
+    cJSON *stages = cJSON_AddArrayToObject(o, "stages");
+    for (int s = 0; stages && s < p->n_stages; s++) {
+        cJSON *st = cJSON_CreateObject();
+        if (!st)
+            break;
+        cJSON_AddItemToArray(stages, st);
+        cJSON_AddNumberToObject(st, "index", s);
+        cJSON_AddStringToObject(st, "fabric", p->stages[s].fabric);
+        cJSON_AddNumberToObject(st, "layers", p->stages[s].last_layer - p->stages[s].first_layer);
+        cJSON_AddNumberToObject(st, "firstLayer", p->stages[s].first_layer);
+        cJSON_AddNumberToObject(st, "tflops", p->stages[s].tflops); /* its slowest worker's */
+        int slowest = -1;
+        for (int r = 0; r < p->n_ranks; r++) {
+            int wi = p->ranks[r].worker;
+            if (p->ranks[r].stage == s && (slowest < 0 || w[wi].tflops < w[slowest].tflops))
+                slowest = wi;
+        }
+        if (slowest >= 0)
+            cJSON_AddStringToObject(st, "tflopsSource", tflops_source(&w[slowest]));
+        cJSON *ws = cJSON_AddArrayToObject(st, "workers");
+        for (int r = 0; ws && r < p->n_ranks; r++)
+            if (p->ranks[r].stage == s && p->ranks[r].local == 0)
+                cJSON_AddItemToArray(ws, cJSON_CreateString(w[p->ranks[r].worker].pod));
+    }
+    return o;
+}

@@ -3,7 +3,7 @@
 # no nvidia.com/gpu; each pod's worker runs a rank process per GPU; status shows the 4 ranks'
 # plan; a rank process killed (-9) fails its worker, the gang restarts in place (status.restarts
 # 1, the same pods) and the job Succeeds. The operator's /metrics carries the job's training
-# gauges, and every metric the chart's alerts and Grafana dashboard name (helm template with
+# gauges (and its job page, /jobs and /api/jobs, the job), and every metric the chart's alerts and Grafana dashboard name (helm template with
 # tests/helm/values/metrics.yaml).
 source "$(dirname "$0")/lib.bash"
 source "$REPO/tests/k8s/envtest.bash"
@@ -51,6 +51,16 @@ has_gauges() {
         grep -qE "^holmes_job_stage_seconds\{$L,stage=\"1\",part=\"compute\"\} [0-9]" <<<"$m"
 }
 check "/metrics: the job's phase, tokens/s, step time and prediction, groups on TCP, per-stage times" wait_for 20 has_gauges
+# The job page on the same listener: its HTML, and the job as /api/jobs shows it (the status's
+# phase and plan, the coordinator's loss points).
+page_has_job() {
+    curl -sf "http://127.0.0.1:$MPORT/jobs" | grep -q '<title>Holmes jobs</title>' &&
+        curl -sf "http://127.0.0.1:$MPORT/api/jobs" | jq -e '.jobs[] | select(.namespace == "team" and
+            .name == "gj") | .phase == "Running" and (.plan.stages | length) == 2 and
+            (.points.loss | length) > 0 and (.stages | length) == 2' >/dev/null
+}
+check "/jobs and /api/jobs on the metrics port: the page, the job's phase, plan and loss points" \
+    wait_for 20 page_has_job
 HELM=$REPO/tools/helm
 [ -x "$HELM" ] || HELM=$(command -v helm || true)
 if [ -n "$HELM" ] && "$HELM" template t "$REPO/helm/holmes" -f "$REPO/tests/helm/values/metrics.yaml" >"$W/chart.yaml" 2>&1; then

@@ -186,9 +186,9 @@ static void test_hist(void)
     free(b.data);
 }
 
-static int handler(void *user, const char *path, struct metrics_buf *b)
+static int handler(void *user, const char *path, struct metrics_buf *b, const char **type)
 {
-    (void)user;
+    (void)user, (void)type;
     if (strcmp(path, "/metrics"))
         return 404;
     metrics_printf(b, "up 1\n");
