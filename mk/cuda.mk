@@ -35,7 +35,7 @@ endif
 GPU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart \
             -fopenmp -lm -lpthread
 
-GPU_HOST_SRC := common/error.c common/clock.c noderuntime/engine/gpt.c noderuntime/engine/gpt_layers.c \
+GPU_HOST_SRC := common/error.c common/clock.c noderuntime/engine/gpt.c noderuntime/engine/gpt_pass.c noderuntime/engine/gpt_layers.c \
                 noderuntime/engine/optimizer.c \
                 noderuntime/train/dataloader.c noderuntime/train/checkpoint.c noderuntime/engine/cuda/cpu_shim.c \
                 noderuntime/engine/cuda/token_groups.c

@@ -3,7 +3,8 @@
 
 # The engine's element-wise loops (exp, tanh, selects) vectorise only when the compiler may
 # ignore floating-point traps and errno; no reassociation, so results stay IEEE-exact per op.
-ENGINE_OBJS := $(call obj,noderuntime/engine/gpt.c noderuntime/engine/gpt_layers.c noderuntime/engine/optimizer.c)
+ENGINE_OBJS := $(call obj,noderuntime/engine/gpt.c noderuntime/engine/gpt_pass.c noderuntime/engine/gpt_layers.c \
+                         noderuntime/engine/optimizer.c)
 $(ENGINE_OBJS): CFLAGS += -fno-trapping-math -fno-math-errno
 
 # The benchmark binary: one whole-model stage, forward + backward + AdamW.

@@ -11,56 +11,12 @@
 #include <time.h>
 
 #include "clock.h"
+#include "gpt_impl.h"
 #include "gpt_layers.h"
-
-#define GPT_MAX_TENSORS_PER_LAYER 12
-
-struct layer_off { /* offsets of one block's tensors in params/grads */
-    size_t ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
-};
-
-struct slot_acts { /* one micro-batch's saved activations */
-    int forwarded, has_targets;
-    int *tokens, *targets;          /* [BT] */
-    float *mem;                     /* the block everything below points into */
-    float *x0;                      /* [BTC] stage input (embeddings or in_act) */
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2;
-    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3; /* per layer, nl blocks each */
-    float *lnf, *lnf_mean, *lnf_rstd, *logits;
-    float *ce_max, *ce_sum;         /* [BT] tensor parallel: each row's global softmax max, sum */
-};
-
-struct gpt_stage {
-    struct gpt_config c;
-    int first, last, nl, B, T, nslots;
-    int tp, tpr;                    /* tensor-parallel group size and this rank (1, 0: none) */
-    int Cl, NHl, F, Vl;             /* this rank's attention channels, heads, MLP width, vocab rows */
-    int (*tp_sum)(void *ctx, float *buf, size_t n); /* gpt_stage_set_tp_sum */
-    void *tp_sum_ctx;
-    float *ce_buf;                  /* [BT * (2 tp + 1)] the loss's exchange */
-    float *whole;                   /* tp > 1: one whole tensor (the largest), for initialisation */
-    size_t full_nparams;            /* the tensor 1 layout's count */
-    void (*layer_hook)(void *ctx, int layer); /* gpt_stage_set_backward_hook */
-    void *layer_hook_ctx;
-    int (*param_hook)(void *ctx, size_t lo, size_t hi); /* gpt_stage_set_forward_hook */
-    void *param_hook_ctx;
-    size_t nparams;
-    float *params, *grads;
-    struct gpt_tensor *tensors;
-    int ntensors;
-    size_t wte_off, wpe_off, lnfw_off, lnfb_off, head_off; /* head_off: the wte used by the head */
-    struct layer_off *lo;           /* [nl] */
-    struct slot_acts *slots;
-    /* backward scratch, shared by all slots */
-    float *dres, *dbuf, *dqkv, *dfch, *datt_row;
-    char err[256];
-};
 
 /* ---------------------------------------------------------------- small helpers */
 
-static int stage_fail(struct gpt_stage *s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static int stage_fail(struct gpt_stage *s, const char *fmt, ...)
+int gpt_stage_fail(struct gpt_stage *s, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -182,18 +138,17 @@ void gpt_stage_set_tp_sum(struct gpt_stage *s, int (*fn)(void *ctx, float *buf, 
     s->tp_sum_ctx = ctx;
 }
 
-/* Sums buf[n] across the tensor group (nothing without one): -1 with the stage's error set. */
-static int tp_sum(struct gpt_stage *s, float *buf, size_t n)
+int gpt_tp_sum(struct gpt_stage *s, float *buf, size_t n)
 {
     if (s->tp == 1)
         return 0;
     if (!s->tp_sum || s->tp_sum(s->tp_sum_ctx, buf, n) != 0)
-        return stage_fail(s, "the tensor-parallel sum of %zu values failed%s", n,
+        return gpt_stage_fail(s, "the tensor-parallel sum of %zu values failed%s", n,
                           s->tp_sum ? "" : " (no sum function set)");
     return 0;
 }
 
-static float *falloc(size_t n)
+float *gpt_falloc(size_t n)
 {
     if (n == 0)
         n = 1;
@@ -243,7 +198,7 @@ static int slot_alloc(struct gpt_stage *s, struct slot_acts *a)
                        + BTC + 2 * BT + BTF + BTF + BTC);                 /* ln2..res3 */
     if (s->last == s->c.layers)
         n += BTC + 2 * BT + BT * (size_t)s->Vl + 2 * BT;
-    a->mem = falloc(n);
+    a->mem = gpt_falloc(n);
     a->tokens = calloc(BT, sizeof(int));
     a->targets = calloc(BT, sizeof(int));
     if (!a->mem || !a->tokens || !a->targets)
@@ -324,17 +279,17 @@ int gpt_stage_create_tp(struct gpt_stage **out, const struct gpt_config *cfg, in
     if (!s->lo || !s->tensors || !s->slots)
         goto oom;
     build_layout(s);
-    s->params = falloc(s->nparams);
-    s->grads = falloc(s->nparams);
+    s->params = gpt_falloc(s->nparams);
+    s->grads = gpt_falloc(s->nparams);
     if (!s->params || !s->grads)
         goto oom;
     size_t BT = (size_t)B * T, BTC = BT * c.channels;
-    s->dres = falloc(BTC);
-    s->dbuf = falloc(BTC);
-    s->dqkv = falloc(3 * BT * s->Cl);
-    s->dfch = falloc(BT * s->F);
-    s->datt_row = falloc((size_t)B * s->NHl * T);
-    s->ce_buf = falloc(BT * (2 * (size_t)tp + 1));
+    s->dres = gpt_falloc(BTC);
+    s->dbuf = gpt_falloc(BTC);
+    s->dqkv = gpt_falloc(3 * BT * s->Cl);
+    s->dfch = gpt_falloc(BT * s->F);
+    s->datt_row = gpt_falloc((size_t)B * s->NHl * T);
+    s->ce_buf = gpt_falloc(BT * (2 * (size_t)tp + 1));
     if (!s->dres || !s->dbuf || !s->dqkv || !s->dfch || !s->datt_row || !s->ce_buf)
         goto oom;
     if (tp > 1) {
@@ -342,7 +297,7 @@ int gpt_stage_create_tp(struct gpt_stage **out, const struct gpt_config *cfg, in
         for (int i = 0; i < s->ntensors; i++)
             if (s->tensors[i].rows * s->tensors[i].cols > biggest)
                 biggest = s->tensors[i].rows * s->tensors[i].cols;
-        if (!(s->whole = falloc(biggest)))
+        if (!(s->whole = gpt_falloc(biggest)))
             goto oom;
     }
     for (int i = 0; i < slots; i++)
@@ -365,6 +320,7 @@ void gpt_stage_free(struct gpt_stage *s)
     if (s->slots)
         for (int i = 0; i < s->nslots; i++) {
             free(s->slots[i].mem);
+            free(s->slots[i].dqkv_acc);
             free(s->slots[i].tokens);
             free(s->slots[i].targets);
         }
@@ -405,11 +361,10 @@ void gpt_stage_set_forward_hook(struct gpt_stage *s, int (*fn)(void *ctx, size_t
     s->param_hook_ctx = ctx;
 }
 
-/* The forward hook for parameters [lo, hi): -1 (with the stage's error set) when it refuses. */
-static int need_params(struct gpt_stage *s, size_t lo, size_t hi)
+int gpt_need_params(struct gpt_stage *s, size_t lo, size_t hi)
 {
     if (s->param_hook && s->param_hook(s->param_hook_ctx, lo, hi) != 0)
-        return stage_fail(s, "forward stopped: parameters [%zu, %zu) are not available", lo, hi);
+        return gpt_stage_fail(s, "forward stopped: parameters [%zu, %zu) are not available", lo, hi);
     return 0;
 }
 
@@ -530,311 +485,3 @@ void gpt_stage_init_params(struct gpt_stage *s, uint64_t seed)
     }
 }
 
-/* ---------------------------------------------------------------- forward */
-
-/* x0 = wte[token] + wpe[position]; with tensor parallelism each rank looks up the tokens of its
- * vocabulary rows (0 for the others) and the group sums them before wpe is added. */
-static int embed_forward(struct gpt_stage *s, struct slot_acts *a, const int *tokens)
-{
-    size_t BT = (size_t)s->B * s->T;
-    int C = s->c.channels, T = s->T, v0 = s->tpr * s->Vl, Vl = s->Vl;
-    if (need_params(s, s->wte_off, s->wpe_off + (size_t)s->c.max_seq * C) != 0)
-        return -1;
-    const float *wte = s->params + s->wte_off, *wpe = s->params + s->wpe_off;
-#pragma omp parallel for
-    for (size_t i = 0; i < BT; i++) {
-        int v = tokens[i] - v0;
-        float *x = a->x0 + i * C;
-        if (v >= 0 && v < Vl)
-            memcpy(x, wte + (size_t)v * C, (size_t)C * sizeof(float));
-        else
-            memset(x, 0, (size_t)C * sizeof(float));
-    }
-    if (tp_sum(s, a->x0, BT * C) != 0)
-        return -1;
-#pragma omp parallel for
-    for (size_t i = 0; i < BT; i++) {
-        const float *pe = wpe + (i % T) * C;
-        float *x = a->x0 + i * C;
-        for (int k = 0; k < C; k++)
-            x[k] += pe[k];
-    }
-    return 0;
-}
-
-/* out[BT, C] = in[BT, IC] @ w^T (+ bias), summed across the tensor group (a row-parallel layer:
- * each rank holds IC of the inputs), + res. */
-static int row_parallel_forward(struct gpt_stage *s, float *out, const float *in, const float *w,
-                                const float *bias, int IC, const float *res)
-{
-    size_t BT = (size_t)s->B * s->T, BTC = BT * s->c.channels;
-    int C = s->c.channels;
-    gpt_linear_forward(out, in, w, s->tp == 1 ? bias : NULL, (int)BT, IC, C);
-    if (tp_sum(s, out, BTC) != 0)
-        return -1;
-    if (s->tp > 1) {
-#pragma omp parallel for
-        for (size_t r = 0; r < BT; r++)
-            for (int k = 0; k < C; k++)
-                out[r * C + k] += bias[k];
-    }
-#pragma omp parallel for simd
-    for (size_t k = 0; k < BTC; k++)
-        out[k] += res[k];
-    return 0;
-}
-
-/* The mean cross-entropy of the last forward's logits. With tensor parallelism each rank holds
- * Vl of the vocabulary: the group sums every rank's row max and sum of exponentials (each rank
- * writing its own slot of ce_buf) and the target's logit (held by one rank), and each row's
- * global max and sum are kept for backward. */
-static int cross_entropy(struct gpt_stage *s, struct slot_acts *a, const int *targets, float *loss)
-{
-    size_t BT = (size_t)s->B * s->T;
-    int Vl = s->Vl, v0 = s->tpr * Vl, tp = s->tp;
-    int n = s->c.vocab - v0 < Vl ? s->c.vocab - v0 : Vl; /* real vocabulary rows held */
-    if (n < 0)
-        n = 0;
-    float *buf = s->ce_buf; /* [tp][BT] max, [tp][BT] sum, [BT] target logit */
-    memset(buf, 0, BT * (2 * (size_t)tp + 1) * sizeof(float));
-#pragma omp parallel for
-    for (size_t r = 0; r < BT; r++) {
-        const float *lg = a->logits + r * Vl;
-        float mx = n > 0 ? row_max(lg, n) : -1e30f;
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int v = 0; v < n; v++)
-            sum += exp_neg(lg[v] - mx);
-        buf[(size_t)s->tpr * BT + r] = mx;
-        buf[((size_t)tp + s->tpr) * BT + r] = sum;
-        int t = targets[r] - v0;
-        buf[2 * (size_t)tp * BT + r] = t >= 0 && t < n ? lg[t] : 0.0f;
-    }
-    if (tp_sum(s, buf, BT * (2 * (size_t)tp + 1)) != 0)
-        return -1;
-    double total = 0.0;
-#pragma omp parallel for reduction(+ : total)
-    for (size_t r = 0; r < BT; r++) {
-        float mx = buf[r];
-        for (int k = 1; k < tp; k++)
-            mx = buf[(size_t)k * BT + r] > mx ? buf[(size_t)k * BT + r] : mx;
-        float sum = tp == 1 ? buf[BT + r] : 0.0f;
-        for (int k = 0; tp > 1 && k < tp; k++)
-            sum += buf[((size_t)tp + k) * BT + r] * expf(buf[(size_t)k * BT + r] - mx);
-        a->ce_max[r] = mx;
-        a->ce_sum[r] = sum;
-        total += (double)logf(sum) + mx - buf[2 * (size_t)tp * BT + r];
-    }
-    if (loss)
-        *loss = (float)(total / (double)BT);
-    return 0;
-}
-
-int gpt_stage_forward(struct gpt_stage *s, int slot, const int *tokens, const float *in_act,
-                      const int *targets, float *out_act, float *loss)
-{
-    if (slot < 0 || slot >= s->nslots)
-        return stage_fail(s, "activation slot %d is out of range [0, %d)", slot, s->nslots);
-    struct slot_acts *a = &s->slots[slot];
-    int B = s->B, T = s->T, C = s->c.channels, V = s->c.vocab;
-    int Cl = s->Cl, NHl = s->NHl, F = s->F;
-    size_t BT = (size_t)B * T, BTC = BT * C, BTl = BT * Cl, BTF = BT * F;
-    int is_last = s->last == s->c.layers;
-    a->forwarded = 0;
-    if (s->first == 0) {
-        if (!tokens)
-            return stage_fail(s, "the first stage needs tokens");
-        for (size_t i = 0; i < BT; i++)
-            if (tokens[i] < 0 || tokens[i] >= V)
-                return stage_fail(s, "token %d at position %zu is outside the vocabulary [0, %d)", tokens[i], i, V);
-        memcpy(a->tokens, tokens, BT * sizeof(int));
-        if (embed_forward(s, a, tokens) != 0)
-            return -1;
-    } else {
-        if (!in_act)
-            return stage_fail(s, "a stage after the first needs in_act");
-        memcpy(a->x0, in_act, BTC * sizeof(float));
-    }
-    if (is_last && targets) {
-        for (size_t i = 0; i < BT; i++)
-            if (targets[i] < 0 || targets[i] >= V)
-                return stage_fail(s, "target %d at position %zu is outside the vocabulary [0, %d)",
-                                  targets[i], i, V);
-        memcpy(a->targets, targets, BT * sizeof(int));
-    }
-    if (!is_last && !out_act)
-        return stage_fail(s, "a stage before the last needs out_act");
-
-    const float *P = s->params;
-    const float *x = a->x0;
-    for (int i = 0; i < s->nl; i++) {
-        const struct layer_off *o = &s->lo[i];
-        float *ln1 = a->ln1 + i * BTC, *ln1m = a->ln1_mean + i * BT, *ln1r = a->ln1_rstd + i * BT;
-        float *qkv = a->qkv + i * 3 * BTl, *att = a->att + (size_t)i * B * NHl * T * T;
-        float *atty = a->atty + i * BTl, *res2 = a->res2 + i * BTC, *ln2 = a->ln2 + i * BTC;
-        float *ln2m = a->ln2_mean + i * BT, *ln2r = a->ln2_rstd + i * BT;
-        float *fch = a->fch + i * BTF, *fchg = a->fch_gelu + i * BTF;
-        float *res3 = a->res3 + i * BTC;
-        if (need_params(s, o->ln1w, o->fcprojb + C) != 0)
-            return -1;
-        gpt_layernorm_forward(ln1, ln1m, ln1r, x, P + o->ln1w, P + o->ln1b, (int)BT, C);
-        gpt_linear_forward(qkv, ln1, P + o->qkvw, P + o->qkvb, (int)BT, C, 3 * Cl);
-        gpt_attention_forward(atty, att, qkv, B, T, Cl, NHl);
-        if (row_parallel_forward(s, res2, atty, P + o->attprojw, P + o->attprojb, Cl, x) != 0)
-            return -1;
-        gpt_layernorm_forward(ln2, ln2m, ln2r, res2, P + o->ln2w, P + o->ln2b, (int)BT, C);
-        gpt_linear_forward(fch, ln2, P + o->fcw, P + o->fcb, (int)BT, C, F);
-        gpt_gelu_forward(fchg, fch, BTF);
-        if (row_parallel_forward(s, res3, fchg, P + o->fcprojw, P + o->fcprojb, F, res2) != 0)
-            return -1;
-        x = res3;
-    }
-    if (!is_last) {
-        memcpy(out_act, x, BTC * sizeof(float));
-        a->forwarded = 1;
-        a->has_targets = 0;
-        return 0;
-    }
-    if (need_params(s, s->lnfw_off, s->nparams) != 0)
-        return -1;
-    gpt_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, P + s->lnfw_off, P + s->lnfb_off,
-                          (int)BT, C);
-    gpt_linear_forward(a->logits, a->lnf, P + s->head_off, NULL, (int)BT, C, s->Vl);
-    a->has_targets = targets != NULL;
-    if (targets && cross_entropy(s, a, targets, loss) != 0)
-        return -1;
-    a->forwarded = 1;
-    return 0;
-}
-
-/* ---------------------------------------------------------------- backward */
-
-/* dlogits = (softmax - onehot) * sc, in place over the logits (this rank's vocabulary rows;
- * with tensor parallelism the softmax's max and sum are the forward's, over all rows). */
-static void dlogits(struct gpt_stage *s, struct slot_acts *a, float sc)
-{
-    size_t BT = (size_t)s->B * s->T;
-    int Vl = s->Vl, v0 = s->tpr * Vl, V = s->c.vocab;
-    int n = V - v0 < Vl ? V - v0 : Vl;
-    if (n < 0)
-        n = 0;
-#pragma omp parallel for
-    for (size_t r = 0; r < BT; r++) {
-        float *lg = a->logits + r * Vl;
-        float mx = s->tp == 1 ? row_max(lg, n) : a->ce_max[r];
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int v = 0; v < n; v++) {
-            float e = exp_neg(lg[v] - mx);
-            lg[v] = e;
-            sum += e;
-        }
-        float inv = sc / (s->tp == 1 ? sum : a->ce_sum[r]);
-#pragma omp simd
-        for (int v = 0; v < n; v++)
-            lg[v] *= inv;
-        int t = a->targets[r] - v0;
-        if (t >= 0 && t < n)
-            lg[t] -= sc;
-        for (int v = n; v < Vl; v++)
-            lg[v] = 0.0f;
-    }
-}
-
-/* The backward of a column-parallel layer's input: din[BT, C] (partial on each rank) summed
- * across the tensor group. */
-static int column_parallel_dinput(struct gpt_stage *s, float *din)
-{
-    return tp_sum(s, din, (size_t)s->B * s->T * s->c.channels);
-}
-
-int gpt_stage_backward(struct gpt_stage *s, int slot, const float *dout, float *din,
-                       float loss_scale)
-{
-    if (slot < 0 || slot >= s->nslots)
-        return stage_fail(s, "activation slot %d is out of range [0, %d)", slot, s->nslots);
-    struct slot_acts *a = &s->slots[slot];
-    if (!a->forwarded)
-        return stage_fail(s, "backward of slot %d, which holds no forward pass", slot);
-    int B = s->B, T = s->T, C = s->c.channels, Cl = s->Cl, NHl = s->NHl, F = s->F;
-    size_t BT = (size_t)B * T, BTC = BT * C, BTl = BT * Cl, BTF = BT * F;
-    int is_last = s->last == s->c.layers;
-    if (is_last && !a->has_targets)
-        return stage_fail(s, "backward of slot %d, whose forward had no targets", slot);
-    if (!is_last && !dout)
-        return stage_fail(s, "a stage before the last needs dout");
-    if (s->first != 0 && !din)
-        return stage_fail(s, "a stage after the first needs din");
-    a->forwarded = 0;
-
-    const float *P = s->params;
-    float *G = s->grads;
-    float *dres = s->dres;
-    const float *x_out = s->nl > 0 ? a->res3 + (size_t)(s->nl - 1) * BTC : a->x0;
-    if (is_last) {
-        dlogits(s, a, loss_scale / (float)BT);
-        gpt_linear_backward(s->dbuf, G + s->head_off, NULL, a->logits, a->lnf, P + s->head_off,
-                            (int)BT, C, s->Vl);
-        if (column_parallel_dinput(s, s->dbuf) != 0)
-            return -1;
-        memset(dres, 0, BTC * sizeof(float));
-        gpt_layernorm_backward(dres, G + s->lnfw_off, G + s->lnfb_off, s->dbuf, x_out,
-                               P + s->lnfw_off, a->lnf_mean, a->lnf_rstd, (int)BT, C);
-    } else {
-        memcpy(dres, dout, BTC * sizeof(float));
-    }
-    for (int i = s->nl - 1; i >= 0; i--) {
-        const struct layer_off *o = &s->lo[i];
-        const float *x = i == 0 ? a->x0 : a->res3 + (size_t)(i - 1) * BTC;
-        float *ln1 = a->ln1 + i * BTC, *ln1m = a->ln1_mean + i * BT, *ln1r = a->ln1_rstd + i * BT;
-        float *qkv = a->qkv + i * 3 * BTl, *att = a->att + (size_t)i * B * NHl * T * T;
-        float *atty = a->atty + i * BTl, *res2 = a->res2 + i * BTC, *ln2 = a->ln2 + i * BTC;
-        float *ln2m = a->ln2_mean + i * BT, *ln2r = a->ln2_rstd + i * BT;
-        float *fch = a->fch + i * BTF, *fchg = a->fch_gelu + i * BTF;
-        /* MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))); the projection's bias gradient is the
-         * same on every rank of a tensor group (replicated). */
-        gpt_linear_backward(s->dfch, G + o->fcprojw, G + o->fcprojb, dres, fchg, P + o->fcprojw,
-                            (int)BT, F, C);
-        gpt_gelu_backward(s->dfch, fch, BTF);
-        gpt_linear_backward(s->dbuf, G + o->fcw, G + o->fcb, s->dfch, ln2, P + o->fcw, (int)BT, C,
-                            F);
-        if (column_parallel_dinput(s, s->dbuf) != 0)
-            return -1;
-        gpt_layernorm_backward(dres, G + o->ln2w, G + o->ln2b, s->dbuf, res2, P + o->ln2w, ln2m,
-                               ln2r, (int)BT, C);
-        /* attention: res2 = x + proj(attn(qkv(ln1(x)))) */
-        gpt_linear_backward(s->dbuf, G + o->attprojw, G + o->attprojb, dres, atty, P + o->attprojw,
-                            (int)BT, Cl, C);
-        gpt_attention_backward(s->dqkv, s->dbuf, att, qkv, s->datt_row, B, T, Cl, NHl);
-        gpt_linear_backward(s->dbuf, G + o->qkvw, G + o->qkvb, s->dqkv, ln1, P + o->qkvw, (int)BT,
-                            C, 3 * Cl);
-        if (column_parallel_dinput(s, s->dbuf) != 0)
-            return -1;
-        gpt_layernorm_backward(dres, G + o->ln1w, G + o->ln1b, s->dbuf, x, P + o->ln1w, ln1m, ln1r,
-                               (int)BT, C);
-        if (s->layer_hook)
-            s->layer_hook(s->layer_hook_ctx, s->first + i);
-    }
-    if (s->first == 0) {
-        float *dwte = G + s->wte_off, *dwpe = G + s->wpe_off;
-        int v0 = s->tpr * s->Vl;
-        /* serial over positions keeps repeated tokens race-free; vectorised over channels */
-        for (size_t r = 0; r < BT; r++) {
-            int v = a->tokens[r] - v0;
-            float *dp = dwpe + (r % T) * C;
-            const float *d = dres + r * C;
-            if (v >= 0 && v < s->Vl) {
-                float *dt = dwte + (size_t)v * C;
-#pragma omp simd
-                for (int k = 0; k < C; k++)
-                    dt[k] += d[k];
-            }
-#pragma omp simd
-            for (int k = 0; k < C; k++)
-                dp[k] += d[k];
-        }
-    } else {
-        memcpy(din, dres, BTC * sizeof(float));
-    }
-    return 0;
-}

@@ -121,6 +121,19 @@ int gpt_stage_forward(struct gpt_stage *s, int slot, const int *tokens, const fl
  * stages write din[B*T*C]. Parameter gradients accumulate into grads. */
 int gpt_stage_backward(struct gpt_stage *s, int slot, const float *dout, float *din,
                        float loss_scale);
+/* TeraPipe: the same forward and backward one token slice at a time. A micro-batch's slices
+ * [t0, t1) tile [0, T): forwards in order (t0 = 0 starts the micro-batch; tokens and targets are
+ * its whole [B*T] arrays, read then), backwards in reverse (t1 = T first), all in `slot`. in_act,
+ * out_act, dout and din hold the slice's positions of every sequence: [B][t1 - t0][C]. Last
+ * stage: *loss is the slice's share of the micro-batch's mean loss (its positions' sum over
+ * B*T), so the slices' losses add up to gpt_stage_forward's; backward scales the same way.
+ * Attention over a slice reads the keys and values its earlier slices left in the slot, and the
+ * backward hook runs at the last slice (t0 = 0). gpt_stage_forward/backward are the slice
+ * (0, T). Not with tensor parallelism (-1). */
+int gpt_stage_forward_slice(struct gpt_stage *s, int slot, int t0, int t1, const int *tokens,
+                            const float *in_act, const int *targets, float *out_act, float *loss);
+int gpt_stage_backward_slice(struct gpt_stage *s, int slot, int t0, int t1, const float *dout,
+                             float *din, float loss_scale);
 void gpt_stage_zero_grads(struct gpt_stage *s);
 /* Called by gpt_stage_backward right after the gradients of each transformer block (global layer
  * index) are accumulated, last block first, so a distributed optimizer can start reducing them

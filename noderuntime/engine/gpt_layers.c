@@ -254,7 +254,8 @@ void gpt_gelu_backward(float *d, const float *inp, size_t n)
 /* ---------------------------------------------------------------- attention */
 
 /* qkv [B,T,3C] -> y [B,T,C]; att [B,NH,T,T] keeps the softmax rows (zero above the diagonal) */
-void gpt_attention_forward(float *y, float *att, const float *qkv, int B, int T, int C, int NH)
+void gpt_attention_forward(float *y, float *att, const float *qkv, int B, int T, int C, int NH,
+                           int t0, int t1)
 {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
@@ -263,7 +264,7 @@ void gpt_attention_forward(float *y, float *att, const float *qkv, int B, int T,
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             float *A = att + ((size_t)b * NH + h) * T * T;
-            for (int t = 0; t < T; t++) {
+            for (int t = t0; t < t1; t++) {
                 const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
                 float *row = A + (size_t)t * T;
                 float mx = -INFINITY;
@@ -304,22 +305,20 @@ void gpt_attention_forward(float *y, float *att, const float *qkv, int B, int T,
         }
 }
 
-/* dqkv (overwritten) from dy [B,T,C]; scratch holds B*NH*T floats */
 void gpt_attention_backward(float *dqkv, const float *dy, const float *att, const float *qkv,
-                                   float *scratch, int B, int T, int C, int NH)
+                            float *scratch, int B, int T, int C, int NH, int t0, int t1)
 {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
-    size_t C3 = 3 * (size_t)C;
-    memset(dqkv, 0, (size_t)B * T * C3 * sizeof(float));
+    size_t C3 = 3 * (size_t)C, rows = (size_t)(t1 - t0);
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             const float *A = att + ((size_t)b * NH + h) * T * T;
             float *datt = scratch + ((size_t)b * NH + h) * T;
-            for (int t = 0; t < T; t++) {
+            for (int t = t0; t < t1; t++) {
                 const float *row = A + (size_t)t * T;
-                const float *g = dy + ((size_t)b * T + t) * C + h * hs;
+                const float *g = dy + ((size_t)b * rows + (size_t)(t - t0)) * C + h * hs;
                 /* through y = att @ v */
                 for (int t2 = 0; t2 <= t; t2++) {
                     const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;

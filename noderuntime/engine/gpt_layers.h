@@ -61,8 +61,17 @@ void gpt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
                                    const float *rstd, int N, int C);
 void gpt_gelu_forward(float *out, const float *inp, size_t n);
 void gpt_gelu_backward(float *d, const float *inp, size_t n);
-void gpt_attention_forward(float *y, float *att, const float *qkv, int B, int T, int C, int NH);
+/* Causal attention of B sequences of T positions (qkv [B,T,3C] rows q, k, v; y [B,T,C]; att
+ * [B,NH,T,T] the softmax rows kept for backward), for the queries at positions [t0, t1) only:
+ * each attends to the keys and values at [0, t]. (0, T) is the whole; TeraPipe slices call it
+ * slice by slice, in order, the earlier positions' k and v already in qkv. */
+void gpt_attention_forward(float *y, float *att, const float *qkv, int B, int T, int C, int NH,
+                           int t0, int t1);
+/* Its backward for the queries at [t0, t1): dy [B][t1 - t0][C] (those positions only) adds into
+ * dqkv [B,T,3C]: the queries' gradients at [t0, t1) and the keys' and values' at [0, t1), which
+ * the earlier slices' backward (called later, slices in reverse) then uses. The caller zeroes
+ * dqkv before the first call. scratch holds B*NH*T floats. */
 void gpt_attention_backward(float *dqkv, const float *dy, const float *att, const float *qkv,
-                                   float *scratch, int B, int T, int C, int NH);
+                            float *scratch, int B, int T, int C, int NH, int t0, int t1);
 
 #endif
