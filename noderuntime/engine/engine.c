@@ -68,15 +68,16 @@ int engine_init_params(struct engine *en, uint64_t seed, herr *e)
     return en->ops->init_params(en, seed, e);
 }
 
-int engine_forward(struct engine *en, int slot, const int *tokens, const float *in_act,
-                   const int *targets, float *out_act, float *loss)
+int engine_forward(struct engine *en, int slot, int t0, int t1, const int *tokens,
+                   const float *in_act, const int *targets, float *out_act, float *loss)
 {
-    return en->ops->forward(en, slot, tokens, in_act, targets, out_act, loss);
+    return en->ops->forward(en, slot, t0, t1, tokens, in_act, targets, out_act, loss);
 }
 
-int engine_backward(struct engine *en, int slot, const float *dout, float *din, float loss_scale)
+int engine_backward(struct engine *en, int slot, int t0, int t1, const float *dout, float *din,
+                    float loss_scale)
 {
-    return en->ops->backward(en, slot, dout, din, loss_scale);
+    return en->ops->backward(en, slot, t0, t1, dout, din, loss_scale);
 }
 
 int engine_zero_grads(struct engine *en, herr *e) { return en->ops->zero_grads(en, e); }

@@ -45,9 +45,10 @@ struct engine_ops {
     int (*create)(struct engine *en, const struct engine_spec *s, herr *e);
     void (*destroy)(struct engine *en);
     int (*init_params)(struct engine *en, uint64_t seed, herr *e);
-    int (*forward)(struct engine *en, int slot, const int *tokens, const float *in_act,
-                   const int *targets, float *out_act, float *loss);
-    int (*backward)(struct engine *en, int slot, const float *dout, float *din, float loss_scale);
+    int (*forward)(struct engine *en, int slot, int t0, int t1, const int *tokens,
+                   const float *in_act, const int *targets, float *out_act, float *loss);
+    int (*backward)(struct engine *en, int slot, int t0, int t1, const float *dout, float *din,
+                    float loss_scale);
     int (*zero_grads)(struct engine *en, herr *e);
     int (*grads_fetch)(struct engine *en, herr *e);
     void (*params_changed)(struct engine *en);
@@ -77,10 +78,13 @@ struct gpt_stage *engine_host(struct engine *en);
 
 /* gpt_stage_init_params's values on every engine (same seed, same numbers). */
 int engine_init_params(struct engine *en, uint64_t seed, herr *e);
-/* As gpt_stage_forward / gpt_stage_backward (host buffers); -1 with engine_error. */
-int engine_forward(struct engine *en, int slot, const int *tokens, const float *in_act,
-                   const int *targets, float *out_act, float *loss);
-int engine_backward(struct engine *en, int slot, const float *dout, float *din, float loss_scale);
+/* As gpt_stage_forward_slice / gpt_stage_backward_slice (host buffers): tokens [t0, t1) of
+ * the micro-batch in `slot`, (0, T) for all of it; -1 with engine_error. An engine without token
+ * slices refuses any other range. */
+int engine_forward(struct engine *en, int slot, int t0, int t1, const int *tokens,
+                   const float *in_act, const int *targets, float *out_act, float *loss);
+int engine_backward(struct engine *en, int slot, int t0, int t1, const float *dout, float *din,
+                    float loss_scale);
 int engine_zero_grads(struct engine *en, herr *e);
 int engine_grads_fetch(struct engine *en, herr *e);
 void engine_params_changed(struct engine *en);

@@ -16,16 +16,16 @@ static int cpu_init_params(struct engine *en, uint64_t seed, herr *e)
     return 0;
 }
 
-static int cpu_forward(struct engine *en, int slot, const int *tokens, const float *in_act,
-                       const int *targets, float *out_act, float *loss)
+static int cpu_forward(struct engine *en, int slot, int t0, int t1, const int *tokens,
+                       const float *in_act, const int *targets, float *out_act, float *loss)
 {
-    return gpt_stage_forward(en->host, slot, tokens, in_act, targets, out_act, loss);
+    return gpt_stage_forward_slice(en->host, slot, t0, t1, tokens, in_act, targets, out_act, loss);
 }
 
-static int cpu_backward(struct engine *en, int slot, const float *dout, float *din,
-                        float loss_scale)
+static int cpu_backward(struct engine *en, int slot, int t0, int t1, const float *dout,
+                        float *din, float loss_scale)
 {
-    return gpt_stage_backward(en->host, slot, dout, din, loss_scale);
+    return gpt_stage_backward_slice(en->host, slot, t0, t1, dout, din, loss_scale);
 }
 
 static int cpu_zero_grads(struct engine *en, herr *e)

@@ -8,12 +8,22 @@
 #define TAG_ACT 1u
 #define TAG_GRAD 2u
 
-int pipe_slots_needed(enum schedule s, int stage, int stages, int micro_batches)
+/* 1F1B's warm-up forwards (units) on a stage. */
+static long warm_units(int stage, int stages, int slices, long units)
+{
+    long w = (long)(stages - stage - 1) + (slices - 1);
+    return w < units ? w : units;
+}
+
+int pipe_slots_needed(enum schedule s, int stage, int stages, int micro_batches, int slices)
 {
     if (s == SCHED_GPIPE)
         return micro_batches;
-    int n = stages - stage;
-    return n < micro_batches ? n : micro_batches;
+    int S = slices > 1 ? slices : 1;
+    /* the forward of unit f = (m + slots) S reuses m's slot: m's last backward (unit m S + S - 1)
+     * is done by then, as 1F1B has done f - warm backwards */
+    long n = (warm_units(stage, stages, S, (long)micro_batches * S) + 2L * S - 1) / S;
+    return n < micro_batches ? (int)n : micro_batches;
 }
 
 struct pipe_runner {
@@ -26,6 +36,8 @@ struct pipe_runner {
     float *din;    /* gradient to send */
     uint16_t *wire; /* DTYPE_BF16: one activation as sent or received */
     float loss_sum;
+    int S;          /* slices per micro-batch (>= 1) */
+    int *bounds;    /* [S + 1] */
 };
 
 void pipe_runner_free(struct pipe_runner *p)
@@ -39,6 +51,7 @@ void pipe_runner_free(struct pipe_runner *p)
     free(p->dout);
     free(p->din);
     free(p->wire);
+    free(p->bounds);
     free(p);
 }
 
@@ -54,12 +67,30 @@ int pipe_runner_create(struct pipe_runner **out, const struct pipe_config *cfg,
                             comm_rank(cfg->comm) != cfg->stage))
         return herr_set(e, "pipeline communicator does not match stage %d of %d", cfg->stage,
                         cfg->stages);
+    int S = cfg->slices > 1 ? cfg->slices : 1;
+    if (S > 1 && !cfg->bounds)
+        return herr_set(e, "pipeline: %d token slices without their bounds", S);
+    for (int k = 0; S > 1 && k < S; k++)
+        if (cfg->bounds[k] >= cfg->bounds[k + 1] || (k == 0 && cfg->bounds[0] != 0))
+            return herr_set(e, "pipeline: token slice %d [%d, %d) is empty or out of order", k,
+                            cfg->bounds[k], cfg->bounds[k + 1]);
     struct pipe_runner *p = calloc(1, sizeof *p);
     if (!p)
         return herr_set(e, "out of memory for the pipeline");
     p->cfg = *cfg;
     p->ops = *ops;
-    p->slots = pipe_slots_needed(cfg->schedule, cfg->stage, cfg->stages, cfg->micro_batches);
+    p->S = S;
+    p->bounds = malloc(((size_t)S + 1) * sizeof *p->bounds);
+    if (!p->bounds) {
+        free(p);
+        return herr_set(e, "out of memory for the pipeline");
+    }
+    p->bounds[0] = 0;
+    p->bounds[1] = 1;
+    for (int k = 0; S > 1 && k <= S; k++)
+        p->bounds[k] = cfg->bounds[k];
+    p->cfg.bounds = p->bounds;
+    p->slots = pipe_slots_needed(cfg->schedule, cfg->stage, cfg->stages, cfg->micro_batches, S);
     size_t bytes = ops->act_count * sizeof(float);
     int first = cfg->stage == 0, last = cfg->stage == cfg->stages - 1;
     int ok = 1;
@@ -85,19 +116,29 @@ int pipe_runner_create(struct pipe_runner **out, const struct pipe_config *cfg,
     return 0;
 }
 
-/* One activation (or its gradient) to / from the neighbour stage in the configured wire format. */
-static int wire_send(struct pipe_runner *p, int peer, uint32_t tag, const float *x, herr *e)
+/* Floats of slice k's activation (the whole micro-batch's without slices). */
+static size_t unit_count(const struct pipe_runner *p, int k)
 {
-    size_t n = p->ops.act_count;
+    if (p->S == 1)
+        return p->ops.act_count;
+    size_t T = (size_t)p->bounds[p->S];
+    return p->ops.act_count / T * (size_t)(p->bounds[k + 1] - p->bounds[k]);
+}
+
+/* One activation (or its gradient) of slice k to / from the neighbour stage in the configured
+ * wire format. */
+static int wire_send(struct pipe_runner *p, int k, int peer, uint32_t tag, const float *x, herr *e)
+{
+    size_t n = unit_count(p, k);
     if (p->cfg.wire != DTYPE_BF16)
         return comm_send(p->cfg.comm, peer, tag, x, n * sizeof *x, e);
     bf16_pack(p->wire, x, n);
     return comm_send(p->cfg.comm, peer, tag, p->wire, n * sizeof *p->wire, e);
 }
 
-static int wire_recv(struct pipe_runner *p, int peer, uint32_t tag, float *x, herr *e)
+static int wire_recv(struct pipe_runner *p, int k, int peer, uint32_t tag, float *x, herr *e)
 {
-    size_t n = p->ops.act_count;
+    size_t n = unit_count(p, k);
     if (p->cfg.wire != DTYPE_BF16)
         return comm_recv(p->cfg.comm, peer, tag, x, n * sizeof *x, e);
     if (comm_recv(p->cfg.comm, peer, tag, p->wire, n * sizeof *p->wire, e) != 0)
@@ -106,58 +147,76 @@ static int wire_recv(struct pipe_runner *p, int peer, uint32_t tag, float *x, he
     return 0;
 }
 
-static int do_forward(struct pipe_runner *p, int mb, herr *e)
+/* Unit u of the forward order: micro-batch u / S, slice u % S. */
+static void forward_unit(const struct pipe_runner *p, long u, int *mb, int *k)
 {
+    *mb = (int)(u / p->S);
+    *k = (int)(u % p->S);
+}
+
+/* Unit u of the backward order: micro-batch u / S, slices in reverse. */
+static void backward_unit(const struct pipe_runner *p, long u, int *mb, int *k)
+{
+    *mb = (int)(u / p->S);
+    *k = p->S - 1 - (int)(u % p->S);
+}
+
+static int do_forward(struct pipe_runner *p, long u, herr *e)
+{
+    int mb, k;
+    forward_unit(p, u, &mb, &k);
     int s = p->cfg.stage, slot = mb % p->slots;
     int first = s == 0, last = s == p->cfg.stages - 1;
-    if (!first && wire_recv(p, s - 1, TAG_ACT, p->in[slot], e) != 0)
-        return herr_wrap(e, "stage %d: receiving activations of micro-batch %d", s, mb);
+    if (!first && wire_recv(p, k, s - 1, TAG_ACT, p->in[slot], e) != 0)
+        return herr_wrap(e, "stage %d: receiving activations of micro-batch %d%s", s, mb,
+                         p->S > 1 ? ", a token slice" : "");
     float loss = 0;
-    if (p->ops.forward(p->ops.ctx, mb, slot, first ? NULL : p->in[slot], last ? NULL : p->out,
+    if (p->ops.forward(p->ops.ctx, mb, slot, k, first ? NULL : p->in[slot], last ? NULL : p->out,
                        &loss, e) != 0)
         return herr_wrap(e, "stage %d: forward of micro-batch %d", s, mb);
     if (last)
         p->loss_sum += loss;
-    else if (wire_send(p, s + 1, TAG_ACT, p->out, e) != 0)
+    else if (wire_send(p, k, s + 1, TAG_ACT, p->out, e) != 0)
         return herr_wrap(e, "stage %d: sending activations of micro-batch %d", s, mb);
     return 0;
 }
 
-static int do_backward(struct pipe_runner *p, int mb, herr *e)
+static int do_backward(struct pipe_runner *p, long u, herr *e)
 {
+    int mb, k;
+    backward_unit(p, u, &mb, &k);
     int s = p->cfg.stage, slot = mb % p->slots;
     int first = s == 0, last = s == p->cfg.stages - 1;
-    if (!last && wire_recv(p, s + 1, TAG_GRAD, p->dout, e) != 0)
+    if (!last && wire_recv(p, k, s + 1, TAG_GRAD, p->dout, e) != 0)
         return herr_wrap(e, "stage %d: receiving gradients of micro-batch %d", s, mb);
-    if (p->ops.backward(p->ops.ctx, mb, slot, last ? NULL : p->dout, first ? NULL : p->din, e) != 0)
+    if (p->ops.backward(p->ops.ctx, mb, slot, k, last ? NULL : p->dout, first ? NULL : p->din,
+                        e) != 0)
         return herr_wrap(e, "stage %d: backward of micro-batch %d", s, mb);
-    if (!first && wire_send(p, s - 1, TAG_GRAD, p->din, e) != 0)
+    if (!first && wire_send(p, k, s - 1, TAG_GRAD, p->din, e) != 0)
         return herr_wrap(e, "stage %d: sending gradients of micro-batch %d", s, mb);
     return 0;
 }
 
 int pipe_run(struct pipe_runner *p, float *loss_sum, herr *e)
 {
-    int M = p->cfg.micro_batches;
+    long U = (long)p->cfg.micro_batches * p->S;
     p->loss_sum = 0;
     if (p->cfg.schedule == SCHED_GPIPE) {
-        for (int i = 0; i < M; i++)
-            if (do_forward(p, i, e) != 0)
+        for (long u = 0; u < U; u++)
+            if (do_forward(p, u, e) != 0)
                 return -1;
-        for (int i = 0; i < M; i++)
-            if (do_backward(p, i, e) != 0)
+        for (long u = 0; u < U; u++)
+            if (do_backward(p, u, e) != 0)
                 return -1;
     } else {
-        int warm = p->cfg.stages - p->cfg.stage - 1;
-        if (warm > M)
-            warm = M;
-        for (int i = 0; i < warm; i++)
-            if (do_forward(p, i, e) != 0)
+        long warm = warm_units(p->cfg.stage, p->cfg.stages, p->S, U);
+        for (long u = 0; u < warm; u++)
+            if (do_forward(p, u, e) != 0)
                 return -1;
-        for (int j = 0; j < M - warm; j++)
+        for (long j = 0; j < U - warm; j++)
             if (do_forward(p, warm + j, e) != 0 || do_backward(p, j, e) != 0)
                 return -1;
-        for (int j = M - warm; j < M; j++)
+        for (long j = U - warm; j < U; j++)
             if (do_backward(p, j, e) != 0)
                 return -1;
     }

@@ -2,7 +2,13 @@
  * forwards, then all backwards) and 1F1B (non-interleaved: warm-up forwards, one forward / one
  * backward in the steady state, cool-down backwards; at most stages - stage micro-batches in
  * flight on a stage). Activations go forward to stage+1 and activation gradients back to
- * stage-1 over the pipeline communicator (member index = stage). */
+ * stage-1 over the pipeline communicator (member index = stage).
+ *
+ * TeraPipe: with token slices the unit that flows is a slice of a micro-batch. Forwards take the
+ * units micro-batch by micro-batch, slices in order; backwards micro-batch by micro-batch,
+ * slices in reverse (a slice's keys and values feed the later slices of its sequence). 1F1B
+ * warms up with slices - 1 more units, so that a micro-batch's last slice is forwarded before
+ * its backward starts. */
 #ifndef HOLMES_PIPELINE_H
 #define HOLMES_PIPELINE_H
 
@@ -19,11 +25,15 @@
 struct pipe_stage_ops {
     void *ctx;
     size_t act_count; /* floats in one activation (and its gradient) between stages */
-    /* Forward micro-batch mb in activation slot `slot`. in is NULL on the first stage, out is
-     * NULL on the last stage, which returns the micro-batch loss in *loss. */
-    int (*forward)(void *ctx, int mb, int slot, const float *in, float *out, float *loss, herr *e);
-    /* Backward of micro-batch mb: dout is NULL on the last stage, din NULL on the first. */
-    int (*backward)(void *ctx, int mb, int slot, const float *dout, float *din, herr *e);
+    /* Forward token slice k of micro-batch mb in activation slot `slot` (k = 0 without slices).
+     * in is NULL on the first stage, out is NULL on the last stage, which returns the slice's
+     * share of the micro-batch loss in *loss. in and out hold the slice: act_count * (its
+     * tokens) / (all tokens) floats. */
+    int (*forward)(void *ctx, int mb, int slot, int k, const float *in, float *out, float *loss,
+                   herr *e);
+    /* Backward of slice k of micro-batch mb: dout is NULL on the last stage, din NULL on the
+     * first. */
+    int (*backward)(void *ctx, int mb, int slot, int k, const float *dout, float *din, herr *e);
 };
 
 struct pipe_config {
@@ -31,10 +41,15 @@ struct pipe_config {
     enum schedule schedule;
     struct comm *comm; /* pipeline group; NULL when stages == 1 */
     enum dtype wire;
+    int slices;         /* token slices per micro-batch (0 or 1: none) */
+    const int *bounds;  /* [slices + 1]: slice k is tokens [bounds[k], bounds[k + 1]) of
+                           bounds[slices]; NULL without slices */
 };
 
-/* Activation slots a stage needs: micro_batches for GPipe, min(stages - stage, M) for 1F1B. */
-int pipe_slots_needed(enum schedule s, int stage, int stages, int micro_batches);
+/* Activation slots (micro-batches in flight) a stage needs: micro_batches for GPipe;
+ * min(stages - stage, M) for 1F1B, and with S > 1 token slices min(ceil((stages - stage - 1 +
+ * 2S - 1) / S), M). */
+int pipe_slots_needed(enum schedule s, int stage, int stages, int micro_batches, int slices);
 
 struct pipe_runner;
 int pipe_runner_create(struct pipe_runner **out, const struct pipe_config *cfg,

@@ -80,18 +80,28 @@ int tr_params_ready(struct worker *w, herr *e)
     return rc;
 }
 
-static int stage_forward(void *ctx, int mb, int slot, const float *in, float *out, float *loss,
-                         herr *e)
+/* Tokens [t0, t1) of slice k (all of them without slices). */
+static void slice_range(const struct worker *w, int k, int *t0, int *t1)
+{
+    const struct trainer_config *c = w->cfg;
+    *t0 = c->token_slices > 1 ? c->slice_bounds[k] : 0;
+    *t1 = c->token_slices > 1 ? c->slice_bounds[k + 1] : c->T;
+}
+
+static int stage_forward(void *ctx, int mb, int slot, int k, const float *in, float *out,
+                         float *loss, herr *e)
 {
     struct worker *w = ctx;
     size_t bt = (size_t)w->cfg->B * (size_t)w->cfg->T;
     int *tok = w->tokens + (size_t)slot * bt, *tgt = w->targets + (size_t)slot * bt;
-    if (w->first || w->last) {
-        uint64_t k = (uint64_t)w->step * (uint64_t)w->M + (uint64_t)mb;
-        if (w->data->batch(w->data->ctx, k, w->replica, w->D, tok, tgt, e) != 0)
-            return herr_wrap(e, "training data, micro-batch %llu", (unsigned long long)k);
+    int t0, t1;
+    slice_range(w, k, &t0, &t1);
+    if ((w->first || w->last) && k == 0) { /* the micro-batch's data, at its first slice */
+        uint64_t at = (uint64_t)w->step * (uint64_t)w->M + (uint64_t)mb;
+        if (w->data->batch(w->data->ctx, at, w->replica, w->D, tok, tgt, e) != 0)
+            return herr_wrap(e, "training data, micro-batch %llu", (unsigned long long)at);
     }
-    if (engine_forward(w->eng, slot, tok, in, w->last ? tgt : NULL, out, loss) != 0) {
+    if (engine_forward(w->eng, slot, t0, t1, tok, in, w->last ? tgt : NULL, out, loss) != 0) {
         if (w->hook_failed) {
             *e = w->hook_err;
             return -1;
@@ -128,13 +138,16 @@ static void on_layer_done(void *ctx, int layer)
         }
 }
 
-static int stage_backward(void *ctx, int mb, int slot, const float *dout, float *din, herr *e)
+static int stage_backward(void *ctx, int mb, int slot, int k, const float *dout, float *din,
+                          herr *e)
 {
     struct worker *w = ctx;
-    int last_mb = mb == w->M - 1;
-    if (last_mb && w->dp)
+    int last_unit = mb == w->M - 1 && k == 0; /* the step's last backward: gradients final */
+    int t0, t1;
+    slice_range(w, k, &t0, &t1);
+    if (last_unit && w->dp)
         engine_set_backward_hook(w->eng, on_layer_done, w);
-    int rc = engine_backward(w->eng, slot, dout, din, 1.0f / (float)w->M);
+    int rc = engine_backward(w->eng, slot, t0, t1, dout, din, 1.0f / (float)w->M);
     engine_set_backward_hook(w->eng, NULL, NULL);
     if (rc != 0 && !w->hook_failed)
         return herr_set(e, "%s", engine_error(w->eng));
@@ -254,7 +267,11 @@ static int worker_init(struct worker *w, const struct trainer_config *c, const s
     w->last = w->stage == w->P - 1;
     trainer_stage_layers(rt, c->model.layers, w->stage, &w->lo, &w->hi);
     int lo = w->lo, hi = w->hi;
-    w->slots = pipe_slots_needed(c->schedule, w->stage, w->P, w->M);
+    if (c->token_slices > 1 && (!c->slice_bounds || c->slice_bounds[0] != 0 ||
+                                c->slice_bounds[c->token_slices] != c->T))
+        return herr_set(e, "token slices: %d slices whose bounds do not tile [0, %d)",
+                        c->token_slices, c->T);
+    w->slots = pipe_slots_needed(c->schedule, w->stage, w->P, w->M, c->token_slices);
     struct engine_spec es = {.kind = c->engine, .precision = c->precision, .device = c->device,
                              .model = c->model, .first = lo, .last = hi, .B = c->B, .T = c->T,
                              .slots = w->slots, .tp = w->TP, .tp_rank = w->tpr};
@@ -628,7 +645,8 @@ int trainer_run(const struct trainer_config *c, const struct plan_doc *rt, int r
         goto out;
     struct pipe_stage_ops ops = {&w, (size_t)c->B * (size_t)c->T * (size_t)c->model.channels,
                                  stage_forward, stage_backward};
-    struct pipe_config pc = {w.stage, w.P, w.M, c->schedule, w.pp, c->pipe_wire};
+    struct pipe_config pc = {w.stage, w.P, w.M, c->schedule, w.pp, c->pipe_wire, c->token_slices,
+                             c->slice_bounds};
     if (pipe_runner_create(&pr, &pc, &ops, e) != 0)
         goto out;
     int stop = 0;

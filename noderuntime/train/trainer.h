@@ -35,6 +35,8 @@ struct trainer_config {
     int device;                  /* CUDA device of this rank */
     int B, T;                    /* sequences per micro-batch, tokens per sequence */
     int micro_batches;           /* per replica per step */
+    int token_slices;            /* TeraPipe: slices per micro-batch (0 or 1: none) */
+    const int *slice_bounds;     /* [token_slices + 1]: slice k is tokens [b[k], b[k + 1]) of T */
     long steps;                  /* total steps of the run (resume continues up to it) */
     enum schedule schedule;
     enum dtype pipe_wire;    /* element type between pipeline stages */

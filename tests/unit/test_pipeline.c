@@ -2,7 +2,9 @@
  * on the last stage), in forked processes over TCP: per-stage gradients and the loss match a
  * single-process computation; 1F1B never needs more than stages - stage activation slots. With
  * the bf16 wire they match the single process that rounds to bfloat16 where a stage boundary
- * is, and differ from the exact one. */
+ * is, and differ from the exact one. With token slices (the D elements cut in 3 uneven slices)
+ * every stage sees each micro-batch's slices forward in order and backward in reverse, only
+ * after its last slice was forwarded, within the slots pipe_slots_needed gives. */
 #include "test.h"
 
 #include <math.h>
@@ -22,31 +24,44 @@ static float param_w(int s, int i) { return 0.5f + 0.1f * (float)((s * 3 + i) % 
 static float param_b(int s, int i) { return 0.05f * (float)((s + 2 * i) % 5) - 0.1f; }
 
 struct toy {
-    int stage, stages, M, slots;
+    int stage, stages, M, slots, S;
+    const int *bounds;          /* [S + 1] slice k: elements [bounds[k], bounds[k + 1]) */
     float w[D], b[D], gw[D], gb[D];
     float x[MAXM][D], y[MAXM][D];
     int busy[MAXM], busy_mb[MAXM];
+    int fwd_next[MAXM], bwd_next[MAXM]; /* the slice each slot's micro-batch expects next */
     int overflow;
 };
 
-static int toy_forward(void *ctx, int mb, int slot, const float *in, float *out, float *loss, herr *e)
+static const int whole_bounds[] = {0, D};
+
+static int toy_forward(void *ctx, int mb, int slot, int k, const float *in, float *out,
+                       float *loss, herr *e)
 {
     struct toy *t = ctx;
-    if (slot >= t->slots || t->busy[slot]) {
-        t->overflow = 1;
-        return herr_set(e, "slot %d reused while busy", slot);
+    if (k == 0) {
+        if (slot >= t->slots || t->busy[slot]) {
+            t->overflow = 1;
+            return herr_set(e, "slot %d reused while busy", slot);
+        }
+        t->busy[slot] = 1;
+        t->busy_mb[slot] = mb;
+        t->fwd_next[slot] = 0;
+        t->bwd_next[slot] = t->S - 1;
     }
-    t->busy[slot] = 1;
-    t->busy_mb[slot] = mb;
-    for (int i = 0; i < D; i++) {
-        t->x[slot][i] = in ? in[i] : data_x(mb, i);
+    if (!t->busy[slot] || t->busy_mb[slot] != mb || t->fwd_next[slot] != k)
+        return herr_set(e, "forward of micro-batch %d slice %d on slot %d out of order", mb, k, slot);
+    t->fwd_next[slot] = k + 1;
+    int lo = t->bounds[k], hi = t->bounds[k + 1];
+    for (int i = lo; i < hi; i++) {
+        t->x[slot][i] = in ? in[i - lo] : data_x(mb, i);
         t->y[slot][i] = t->w[i] * t->x[slot][i] + t->b[i];
     }
     if (out)
-        memcpy(out, t->y[slot], sizeof t->y[slot]);
+        memcpy(out, t->y[slot] + lo, (size_t)(hi - lo) * sizeof(float));
     else {
         float l = 0;
-        for (int i = 0; i < D; i++) {
+        for (int i = lo; i < hi; i++) {
             float d = t->y[slot][i] - data_t(mb, i);
             l += 0.5f * d * d;
         }
@@ -55,18 +70,24 @@ static int toy_forward(void *ctx, int mb, int slot, const float *in, float *out,
     return 0;
 }
 
-static int toy_backward(void *ctx, int mb, int slot, const float *dout, float *din, herr *e)
+static int toy_backward(void *ctx, int mb, int slot, int k, const float *dout, float *din,
+                        herr *e)
 {
     struct toy *t = ctx;
-    if (!t->busy[slot] || t->busy_mb[slot] != mb)
-        return herr_set(e, "backward of micro-batch %d on slot %d out of order", mb, slot);
-    t->busy[slot] = 0;
-    for (int i = 0; i < D; i++) {
-        float dy = dout ? dout[i] : (t->y[slot][i] - data_t(mb, i)) / D / (float)t->M;
+    if (!t->busy[slot] || t->busy_mb[slot] != mb || t->bwd_next[slot] != k ||
+        t->fwd_next[slot] != t->S)
+        return herr_set(e, "backward of micro-batch %d slice %d on slot %d out of order", mb, k,
+                        slot);
+    t->bwd_next[slot] = k - 1;
+    if (k == 0)
+        t->busy[slot] = 0;
+    int lo = t->bounds[k], hi = t->bounds[k + 1];
+    for (int i = lo; i < hi; i++) {
+        float dy = dout ? dout[i - lo] : (t->y[slot][i] - data_t(mb, i)) / D / (float)t->M;
         t->gw[i] += dy * t->x[slot][i];
         t->gb[i] += dy;
         if (din)
-            din[i] = dy * t->w[i];
+            din[i - lo] = dy * t->w[i];
     }
     return 0;
 }
@@ -114,7 +135,10 @@ struct case_arg {
     int M;
     enum schedule sched;
     enum dtype wire;
+    int S;               /* token slices (0: none) */
 };
+
+static const int three_slices[] = {0, 5, 17, D};
 
 static int run_stage(int rank, int n, struct tcp_listener *l, const struct tcp_endpoint *eps, void *arg)
 {
@@ -134,13 +158,16 @@ static int run_stage(int rank, int n, struct tcp_listener *l, const struct tcp_e
     t.stage = rank;
     t.stages = n;
     t.M = ca->M;
-    t.slots = pipe_slots_needed(ca->sched, rank, n, ca->M);
+    t.S = ca->S > 1 ? ca->S : 1;
+    t.bounds = ca->S > 1 ? three_slices : whole_bounds;
+    t.slots = pipe_slots_needed(ca->sched, rank, n, ca->M, ca->S);
     for (int i = 0; i < D; i++) {
         t.w[i] = param_w(rank, i);
         t.b[i] = param_b(rank, i);
     }
     struct pipe_stage_ops ops = {&t, D, toy_forward, toy_backward};
-    struct pipe_config cfg = {rank, n, ca->M, ca->sched, c, ca->wire};
+    struct pipe_config cfg = {rank, n, ca->M, ca->sched, c, ca->wire, ca->S,
+                              ca->S > 1 ? three_slices : NULL};
     struct pipe_runner *p;
     int bad = 0;
     float loss = 0;
@@ -193,7 +220,7 @@ int main(void)
     for (int si = 0; si < 2; si++)
         for (size_t pi = 0; pi < 4; pi++)
             for (size_t mi = 0; mi < 2; mi++) {
-                struct case_arg ca = {Ms[mi], si ? SCHED_1F1B : SCHED_GPIPE, DTYPE_FP32};
+                struct case_arg ca = {Ms[mi], si ? SCHED_1F1B : SCHED_GPIPE, DTYPE_FP32, 0};
                 char name[96];
                 snprintf(name, sizeof name, "%s %d stages %d micro-batches matches single process",
                          schedule_name(ca.sched), Ps[pi], Ms[mi]);
@@ -201,12 +228,21 @@ int main(void)
             }
     for (int si = 0; si < 2; si++)
         for (size_t pi = 1; pi < 4; pi++) {
-            struct case_arg ca = {5, si ? SCHED_1F1B : SCHED_GPIPE, DTYPE_BF16};
+            struct case_arg ca = {5, si ? SCHED_1F1B : SCHED_GPIPE, DTYPE_BF16, 0};
             char name[96];
             snprintf(name, sizeof name, "%s %d stages, bf16 wire: the rounded single process",
                      schedule_name(ca.sched), Ps[pi]);
             CHECK_INT(name, run_group(Ps[pi], run_stage, &ca, -1, 60), 0);
         }
+    for (int si = 0; si < 2; si++)
+        for (size_t pi = 0; pi < 4; pi++)
+            for (size_t mi = 0; mi < 2; mi++) {
+                struct case_arg ca = {Ms[mi], si ? SCHED_1F1B : SCHED_GPIPE, DTYPE_FP32, 3};
+                char name[112];
+                snprintf(name, sizeof name, "%s %d stages %d micro-batches x 3 token slices "
+                         "matches single process", schedule_name(ca.sched), Ps[pi], Ms[mi]);
+                CHECK_INT(name, run_group(Ps[pi], run_stage, &ca, -1, 60), 0);
+            }
     /* round to nearest even on the 16 bits kept */
     CHECK_INT("bf16 1.0", bits_bf16(0x3f800000u), 0x3f80);
     CHECK_INT("bf16 rounds a tie down to even", bits_bf16(0x3f808000u), 0x3f80);
@@ -218,8 +254,10 @@ int main(void)
     uint16_t nan = bits_bf16(0x7f800001u); /* payload only in the low bits */
     CHECK("bf16 NaN stays NaN", (nan & 0x7f80) == 0x7f80 && (nan & 0x7f) != 0);
     CHECK("bf16 widened back exactly", bf16_to_float(0x3fc0) == 1.5f);
-    CHECK_INT("1f1b slots bounded by stages - stage", pipe_slots_needed(SCHED_1F1B, 1, 4, 8), 3);
-    CHECK_INT("gpipe slots = micro-batches", pipe_slots_needed(SCHED_GPIPE, 1, 4, 8), 8);
+    CHECK_INT("1f1b slots bounded by stages - stage", pipe_slots_needed(SCHED_1F1B, 1, 4, 8, 1), 3);
+    CHECK_INT("gpipe slots = micro-batches", pipe_slots_needed(SCHED_GPIPE, 1, 4, 8, 1), 8);
+    CHECK_INT("1f1b with 4 slices: the last stage holds 2 micro-batches", pipe_slots_needed(SCHED_1F1B, 3, 4, 8, 4), 2);
+    CHECK_INT("1f1b with 4 slices: the first of 4 stages (6 units of warm-up) holds 3", pipe_slots_needed(SCHED_1F1B, 0, 4, 8, 4), 3);
     enum schedule s;
     CHECK_INT("bad schedule rejected", schedule_parse("zigzag", &s), -1);
     CHECK("schedule names round-trip", schedule_parse(schedule_name(SCHED_GPIPE), &s) == 0 &&

@@ -29,6 +29,7 @@ struct cuda_engine {
     struct gpu_stage *g;
     int device;
     size_t act_n;       /* B*T*C */
+    int T;
     void *in_dev, *out_dev; /* activations in, out (device, activation type) */
     int params_dirty;   /* host parameters changed since the last upload */
     int grads_dirty;    /* device gradients changed since the last download */
@@ -75,6 +76,7 @@ static int cuda_create(struct engine *en, const struct engine_spec *s, herr *e)
     en->impl = c;
     c->device = s->device;
     c->act_n = (size_t)s->B * (size_t)s->T * (size_t)s->model.channels;
+    c->T = s->T;
     c->params_dirty = 1;
     if (gpu_stage_create(&c->g, &s->model, s->first, s->last, s->B, s->T, s->slots, 0, e) != 0 ||
         (s->first > 0 && !(c->in_dev = gpu_act_alloc(c->act_n, e))) ||
@@ -113,11 +115,22 @@ static int upload_params(struct engine *en)
     return 0;
 }
 
-static int cuda_forward(struct engine *en, int slot, const int *tokens, const float *in_act,
-                        const int *targets, float *out_act, float *loss)
+/* Token slices (TeraPipe) are not in this engine: only whole micro-batches. */
+static int whole_only(struct engine *en, int t0, int t1)
+{
+    if (t0 == 0 && t1 == ce_of(en)->T)
+        return 0;
+    return engine_fail(en, "token slices [%d, %d) of %d: the CUDA engine has no token slicing",
+                       t0, t1, ce_of(en)->T);
+}
+
+static int cuda_forward(struct engine *en, int slot, int t0, int t1, const int *tokens,
+                        const float *in_act, const int *targets, float *out_act, float *loss)
 {
     struct cuda_engine *c = ce_of(en);
     herr e;
+    if (whole_only(en, t0, t1) != 0)
+        return -1;
     if (cudaSetDevice(c->device) != cudaSuccess)
         return engine_fail(en, "CUDA device %d lost", c->device);
     if (upload_params(en) != 0)
@@ -131,11 +144,13 @@ static int cuda_forward(struct engine *en, int slot, const int *tokens, const fl
     return 0;
 }
 
-static int cuda_backward(struct engine *en, int slot, const float *dout, float *din,
-                         float loss_scale)
+static int cuda_backward(struct engine *en, int slot, int t0, int t1, const float *dout,
+                         float *din, float loss_scale)
 {
     struct cuda_engine *c = ce_of(en);
     herr e;
+    if (whole_only(en, t0, t1) != 0)
+        return -1;
     if (cudaSetDevice(c->device) != cudaSuccess)
         return engine_fail(en, "CUDA device %d lost", c->device);
     /* on the last stage out_dev is absent and dout unused; elsewhere out_dev carries dout */
