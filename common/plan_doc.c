@@ -19,6 +19,7 @@ void plan_doc_free(struct plan_doc *d)
     free(d->groups);
     free(d->ranks);
     free(d->stage_first);
+    free(d->slice_bounds);
     free(d->stage_last);
     memset(d, 0, sizeof *d);
 }
@@ -329,6 +330,29 @@ static int parse_stages(struct plan_doc *d, const cJSON *st, herr *e)
     return 0;
 }
 
+/* token_slices: [0, b1, ..., T], strictly increasing (TeraPipe's slice bounds). */
+static int parse_slices(struct plan_doc *d, const cJSON *ts, herr *e)
+{
+    int n = cJSON_IsArray(ts) ? cJSON_GetArraySize(ts) : 0;
+    if (n < 2 || n > 131073)
+        return herr_set(e, "'token_slices' must be an array of 2 to 131073 token bounds [0, ..., T]");
+    d->slice_bounds = calloc((size_t)n, sizeof(int));
+    if (!d->slice_bounds)
+        return herr_set(e, "out of memory for the token slices");
+    d->slices = n - 1;
+    int k = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, ts)
+    {
+        double v = cJSON_IsNumber(x) ? x->valuedouble : -1;
+        if (v != (double)(int)v || v < 0 || v > 131072 || (k == 0 && v != 0) ||
+            (k > 0 && (int)v <= d->slice_bounds[k - 1]))
+            return herr_set(e, "token_slices[%d]: bounds must be integers rising from 0", k);
+        d->slice_bounds[k++] = (int)v;
+    }
+    return 0;
+}
+
 static int parse_doc(const cJSON *j, struct plan_doc *d, herr *e)
 {
     if (!cJSON_IsObject(j))
@@ -358,6 +382,9 @@ static int parse_doc(const cJSON *j, struct plan_doc *d, herr *e)
     }
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "stages");
     if (st && parse_stages(d, st, e) != 0)
+        return -1;
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(j, "token_slices");
+    if (ts && !cJSON_IsNull(ts) && parse_slices(d, ts, e) != 0)
         return -1;
     const cJSON *gs = cJSON_GetObjectItemCaseSensitive(j, "groups");
     if (gs && !cJSON_IsArray(gs))
@@ -474,6 +501,12 @@ cJSON *plan_doc_to_json(const struct plan_doc *d)
             if (!ok && x)
                 cJSON_Delete(ly);
         }
+    }
+    if (ok && d->slices > 0) {
+        cJSON *ts = cJSON_CreateIntArray(d->slice_bounds, d->slices + 1);
+        ok = ts && cJSON_AddItemToObject(o, "token_slices", ts);
+        if (!ok)
+            cJSON_Delete(ts);
     }
     cJSON *ws = ok ? cJSON_AddArrayToObject(o, "workers") : NULL;
     ok = ok && ws;

@@ -6,7 +6,7 @@
  *
  * JSON form (the planner's `--json` document is a superset, so it decodes too):
  *   {parallelism: {tensor, pipeline, data}, timeout_seconds, cross_fabric_pacing,
- *    stages: [{layers: [first, last)}],
+ *    stages: [{layers: [first, last)}], token_slices: [0, b1, ..., T] (optional),
  *    workers: [{rank, stage, dp_rank, tp_rank, local_rank, name, fabric, host, port,
  *               nic: {ib_hca, gid_index, socket_ifname}}],        (one per rank, in rank order)
  *    groups: [{kind, stage, ranks, transport, nccl_net, gid_index, pacing}]}
@@ -56,6 +56,8 @@ struct plan_doc {
     double timeout_s;                /* bound on every communication wait (default 60) */
     struct plan_doc_rank *ranks;     /* [world] */
     int *stage_first, *stage_last;   /* [pipeline] layer ranges, or NULL when not given */
+    int slices;                      /* TeraPipe token slices per micro-batch (0: none given) */
+    int *slice_bounds;               /* [slices + 1]: slice k is tokens [b[k], b[k + 1]); b[0] 0 */
     int ngroups;
     struct plan_doc_group *groups;
     struct plan_pacing cross_fabric; /* links between ranks of different fabrics (0 = unpaced) */

@@ -16,6 +16,7 @@
 #include "log.h"
 #include "rank_table.h"
 #include "trainer.h"
+#include "worker_train.h"
 
 /* Both modes: the coordinator mode first (what TrainingJob pods run), then the rank-table mode. */
 void cmd_worker_usage(FILE *f)
@@ -44,6 +45,8 @@ void cmd_worker_usage(FILE *f)
             "                        its layers; a resume from --checkpoint-dir takes precedence)\n"
             "  --batch B --seq T     sequences per micro-batch, tokens per sequence (default 4 32)\n"
             "  --micro-batches M     per data-parallel replica per step (default 2)\n"
+            "  --token-slices N      TeraPipe: cut each sequence into N slices of its tokens,\n"
+            "                        pipelined (default 1; a rank table's token_slices win)\n"
             "  --steps N             total optimizer steps (default 20)\n"
             "  --schedule S          1f1b | gpipe (default 1f1b)\n"
             "  --engine E            cpu | cuda-fp32 | cuda-bf16 (default cpu; CUDA needs the\n"
@@ -181,6 +184,8 @@ static int parse_args(int argc, char **argv, struct trainer_config *c, struct wo
             c->T = (int)n;
         else if (strcmp(a, "--micro-batches") == 0 && !(bad = cli_long("holmes-node worker", a, v, 1, 100000, &n)))
             c->micro_batches = (int)n;
+        else if (strcmp(a, "--token-slices") == 0 && !(bad = cli_long("holmes-node worker", a, v, 1, 131072, &n)))
+            c->token_slices = (int)n;
         else if (strcmp(a, "--steps") == 0)
             bad = cli_long("holmes-node worker", a, v, 1, LONG_MAX, &c->steps);
         else if (strcmp(a, "--schedule") == 0) {
@@ -294,6 +299,19 @@ int cmd_worker(int argc, char **argv)
         plan_doc_free(&rt);
         return 2;
     }
+    /* the rank table's slices (a planner's), else --token-slices cut evenly */
+    int *bounds = NULL;
+    if (rt.slices > 0) {
+        c.token_slices = rt.slices;
+        c.slice_bounds = rt.slice_bounds;
+    } else if (worker_slice_bounds(c.token_slices, c.T, &bounds, &e) != 0) {
+        log_error("--token-slices: %s", e.msg);
+        dataloader_free(dl);
+        plan_doc_free(&rt);
+        return 2;
+    } else {
+        c.slice_bounds = bounds;
+    }
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
@@ -310,5 +328,6 @@ int cmd_worker(int argc, char **argv)
         log_info("stopped on request");
     dataloader_free(dl);
     plan_doc_free(&rt);
+    free(bounds);
     return rc != 0 ? 1 : 0;
 }

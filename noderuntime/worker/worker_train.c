@@ -203,6 +203,46 @@ int worker_check_devices(const struct tj_spec *spec, herr *e)
     return herr_set_kind(e, HERR_CONFIG, "spec.training.precision: %s", why);
 }
 
+int worker_slice_bounds(int slices, int T, int **bounds, herr *e)
+{
+    *bounds = NULL;
+    if (slices <= 1)
+        return 0;
+    if (slices > T)
+        return herr_set_kind(e, HERR_CONFIG, "%d token slices of a %d-token sequence: every slice "
+                             "holds at least one token", slices, T);
+    int *b = malloc(((size_t)slices + 1) * sizeof *b);
+    if (!b)
+        return herr_set(e, "out of memory for %d token slices", slices);
+    b[0] = 0;
+    for (int k = 0; k < slices; k++)
+        b[k + 1] = b[k] + T / slices + (k < T % slices ? 1 : 0);
+    *bounds = b;
+    return 0;
+}
+
+/* TeraPipe's slices for this run: the plan's (the planner's choice, `auto` included), else the
+ * spec's count cut evenly, else none. */
+static int run_slices(const struct tj_spec *spec, const struct plan_doc *rt, int T,
+                      struct trainer_config *c, int **owned, herr *e)
+{
+    *owned = NULL;
+    if (rt->slices > 0) {
+        if (rt->slice_bounds[rt->slices] != T)
+            return herr_set_kind(e, HERR_CONFIG, "the plan's token slices end at %d, the sequence "
+                                 "at %d", rt->slice_bounds[rt->slices], T);
+        c->token_slices = rt->slices;
+        c->slice_bounds = rt->slice_bounds;
+        return 0;
+    }
+    int n = spec->par.token_slices == TJ_AUTO ? 1 : spec->par.token_slices;
+    if (worker_slice_bounds(n, T, owned, e) != 0)
+        return herr_wrap(e, "spec.parallelism.tokenSlices");
+    c->token_slices = n > 1 ? n : 0;
+    c->slice_bounds = *owned;
+    return 0;
+}
+
 int worker_train_rank(const struct tj_spec *spec, const struct plan_assignment *a, int local,
                       struct tcp_listener *l, enum cpu_affinity affinity,
                       const struct rank_sink *out, long *last_step, herr *e)
@@ -211,11 +251,13 @@ int worker_train_rank(const struct tj_spec *spec, const struct plan_assignment *
     struct trainer_config c;
     const struct plan_doc *rt = &a->plan;
     struct dataloader *dl = NULL;
-    int rc = -1, rank = a->ranks[local];
+    int rc = -1, rank = a->ranks[local], *slices = NULL;
     if (config_from_spec(spec, &c, e))
         goto out;
     spec_engine(spec, &c.engine, &c.precision);
     c.device = local;
+    if (run_slices(spec, rt, c.T, &c, &slices, e))
+        goto out;
     if (c.checkpoint_dir && make_dirs(c.checkpoint_dir, e))
         goto out;
     struct dataloader_config dc = {spec->training.data.path, c.B, c.T, plan_doc_dp_of(rt, rank),
@@ -261,6 +303,7 @@ int worker_train_rank(const struct tj_spec *spec, const struct plan_assignment *
     *last_step = sink.last_step;
 out:
     dataloader_free(dl);
+    free(slices);
     return rc;
 }
 

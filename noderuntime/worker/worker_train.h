@@ -44,6 +44,11 @@ int worker_train_rank(const struct tj_spec *spec, const struct plan_assignment *
  * otherwise: a GPU job never falls back to the CPU. */
 int worker_check_devices(const struct tj_spec *spec, herr *e);
 
+/* Bounds [0, ..., T] of `slices` token slices cut evenly (the first T % slices one token
+ * longer), allocated into *bounds; none (NULL) for slices <= 1. A configuration error when a
+ * slice would be empty. */
+int worker_slice_bounds(int slices, int T, int **bounds, herr *e);
+
 /* Fills in every rank's host and port from start's peers ([{rank, endpoint "host:port"}]); with
  * HOLMES_NO_PACING=1 (the network itself is shaped) clears the plan's emulated pacing. -1 with
  * `e` when a peer is malformed or a rank has no endpoint. */

@@ -1,11 +1,14 @@
 /* TeraPipe token slices in the CPU engine: a micro-batch forwarded and backwarded slice by slice
  * (uneven slices, several sequences, two micro-batches in flight, a two-stage split) equals the
- * unsliced pass: losses, activations passed on, every gradient. Order rules are enforced. */
+ * unsliced pass: losses, activations passed on, every gradient; on the PyTorch reference model
+ * (tests/reference/gpt_tiny.bin) the sliced loss and gradients equal PyTorch's. Order rules are
+ * enforced. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpt.h"
+#include "gpt_reference.h"
 #include "test.h"
 
 static const struct gpt_config cfg = {
@@ -175,8 +178,54 @@ static void test_two_stages(void)
     gpt_stage_free(s1);
 }
 
+/* The reference model and batch in slices of 3, 1 and 4 of its 8 tokens, against PyTorch. */
+static void test_reference(void)
+{
+    struct ref r = {0};
+    if (load_ref(&r) < 0) {
+        TEST_FAIL("reference: load", "cannot read %s (run from the repository root)", REF_FILE);
+        free_ref(&r);
+        return;
+    }
+    struct gpt_config c = {.layers = r.hdr[2], .channels = r.hdr[3], .heads = r.hdr[4],
+                           .vocab = r.hdr[5], .padded_vocab = r.hdr[6], .max_seq = r.hdr[7]};
+    int b = r.hdr[8], t = r.hdr[9];
+    static const int rc[] = {0, 3, 4, 8};
+    struct gpt_stage *st = NULL;
+    herr e;
+    int ok = t == 8 && gpt_stage_create(&st, &c, 0, c.layers, b, t, 1, &e) == 0;
+    CHECK("reference: a whole-model stage of 8 tokens", ok);
+    float loss = 0, l;
+    if (ok) {
+        memcpy(gpt_stage_params(st), r.init, (size_t)r.hdr[11] * sizeof(float));
+        for (int k = 0; ok && k < 3; k++) {
+            ok = gpt_stage_forward_slice(st, 0, rc[k], rc[k + 1], r.tokens, NULL, r.targets, NULL,
+                                         &l) == 0;
+            loss += l;
+        }
+        for (int k = 2; ok && k >= 0; k--)
+            ok = gpt_stage_backward_slice(st, 0, rc[k], rc[k + 1], NULL, NULL, 1.0f) == 0;
+        CHECK("reference: sliced passes run", ok);
+        CHECK_NEAR("reference: sliced loss = PyTorch's", loss, r.losses[0], 1e-5);
+        const struct gpt_tensor *tt;
+        int nt = gpt_stage_tensors(st, &tt), bad = 0;
+        for (int i = 0; i < nt; i++) {
+            double err = rel_err(gpt_stage_grads(st) + tt[i].offset, r.grads + tt[i].offset,
+                                 tt[i].size);
+            if (err > 1e-4) {
+                printf("  %s: relative error %.3g\n", tt[i].name, err);
+                bad++;
+            }
+        }
+        CHECK("reference: sliced gradients = PyTorch's (1e-4, every tensor)", ok && bad == 0 && nt > 10);
+    }
+    gpt_stage_free(st);
+    free_ref(&r);
+}
+
 int main(void)
 {
+    test_reference();
     test_whole_model();
     test_two_stages();
     TEST_MAIN_END();
