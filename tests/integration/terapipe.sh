@@ -1,11 +1,10 @@
 # TeraPipe token slices on real processes (holmes-node worker, rank-table mode, TCP between the
 # stages): 20 steps with uneven slices of 5, 17 and 42 of 64 tokens on pipeline 2 x data 2 (1F1B)
-# and on pipeline 4 (GPipe) equal the unsliced runs: every step's loss and the final AdamW moments
-# within 1e-5, the final parameters within 1e-4 of their largest magnitude (the gradients agree
-# to 1e-5, test_gpt_slice; AdamW divides by the square root of tiny second moments, which
-# magnifies the slices' different summation order on parameters whose gradients are near zero:
-# the same bound as local_tp.sh's). The engine against PyTorch is test_gpt_slice's. Release pass
-# only (time); the ASan pass runs test_gpt_slice and test_pipeline.
+# and on pipeline 4 (GPipe) equal the unsliced runs: every step's loss, the final parameters and
+# AdamW moments within 1e-5 (of their largest magnitude). At lr 1e-3; at 3e-3 the slices'
+# different summation order, magnified by AdamW on parameters whose gradients are near zero,
+# reached 1e-4 on the parameters (local_tp.sh's bound). The engine against PyTorch is
+# test_gpt_slice's. Release pass only (time); the ASan pass runs test_gpt_slice and test_pipeline.
 source "$(dirname "$0")/lib.bash"
 if [ "${HOLMES_VARIANT:-release}" != release ]; then
     echo "# terapipe: checked in the release pass"; exit 0
@@ -25,7 +24,7 @@ run() {
     for ((r = 0; r < P * D; r++)); do
         timeout -k 5 240 "$NODE" worker --rank-table "$tmp/$name.json" --rank $r --data "$REPO/examples/data/corpus.txt" \
             --layers 4 --channels 64 --heads 4 --vocab 256 --max-seq 64 --batch 1 --seq 64 --micro-batches 4 \
-            --schedule "$sched" --steps $steps --lr 3e-3 --checkpoint-dir "$tmp/ckpt-$name" --checkpoint-every $steps \
+            --schedule "$sched" --steps $steps --lr 1e-3 --checkpoint-dir "$tmp/ckpt-$name" --checkpoint-every $steps \
             --all-ranks >"$tmp/$name.$r.log" 2>&1 &
         pids+=($!)
     done
@@ -57,7 +56,7 @@ def ck(n):
 ca, cb = ck(a), ck(b)
 assert len(ca) == len(cb)
 for sa, sb in zip(ca, cb):
-    for i, (name, tol) in enumerate((("parameters", 1e-4), ("first moments", 1e-5), ("second moments", 1e-5))):
+    for i, (name, tol) in enumerate((("parameters", 1e-5), ("first moments", 1e-5), ("second moments", 1e-5))):
         d = max(abs(x - y) for x, y in zip(sa[i], sb[i])) / max(abs(y) for y in sb[i])
         print("  %s: largest difference %.2g of the largest magnitude" % (name, d))
         assert len(sa[i]) == len(sb[i]) and d <= tol, (name, d)
@@ -69,7 +68,7 @@ for c in "p2d2 2 2 1f1b" "p4 4 1 gpipe"; do
     set -- $c
     if run "$1-sliced" "$2" "$3" "$4" "$uneven" && run "$1-whole" "$2" "$3" "$4" ""; then
         pass "$1 ($4): sliced (5, 17, 42 of 64 tokens) and unsliced runs train $steps steps"
-        out=$(same "$1-sliced" "$1-whole" 2>&1) && pass "$1 ($4): slices = unsliced (losses and moments 1e-5, parameters 1e-4)" \
+        out=$(same "$1-sliced" "$1-whole" 2>&1) && pass "$1 ($4): slices = unsliced (losses, parameters, moments 1e-5)" \
             || fail "$1 ($4): slices = unsliced" "$out"
         echo "$out"
     else
