@@ -20,3 +20,9 @@ bench-coordinator: $(BUILD)/bench/bench_coordinator
 .PHONY: chaos
 chaos: $(BINDIR)/holmes-operator $(BINDIR)/holmes-node
 	@tests/chaos/chaos.sh
+
+# make bench-terapipe: TeraPipe token slicing vs the unsliced pipeline (tests/bench/terapipe/run.sh;
+# results in docs/benchmarks.md). REPS, STEPS, SEQ, LAYERS, HIDDEN as the script says.
+.PHONY: bench-terapipe
+bench-terapipe: $(BINDIR)/holmes-operator $(BINDIR)/holmes-node
+	@tests/bench/terapipe/run.sh

@@ -19,7 +19,20 @@ int cpu_affinity_parse(const char *s, enum cpu_affinity *out)
     return 0;
 }
 
-int cpu_spread(const double *load, int n, int ncpu, int *first, int *count, herr *e)
+/* Does core c hold a rank of a stage next to `st` (ranks placed so far: placed[0..k))? */
+static int holds_neighbour(const int *stage, const int *order, int k, const int *first, int c,
+                           int st)
+{
+    for (int i = 0; stage && i < k; i++) {
+        int r = order[i];
+        if (first[r] == c && (stage[r] == st - 1 || stage[r] == st + 1))
+            return 1;
+    }
+    return 0;
+}
+
+int cpu_spread(const double *load, const int *stage, int n, int ncpu, int *first, int *count,
+               herr *e)
 {
     if (n < 1 || ncpu < 1)
         return herr_set(e, "cpu spread: %d ranks over %d cores (both must be at least 1)", n, ncpu);
@@ -55,6 +68,14 @@ int cpu_spread(const double *load, int n, int ncpu, int *first, int *count, herr
         for (int c = 1; c < ncpu; c++)
             if (core[c] < core[best])
                 best = c;
+        /* among the equally loaded, one without a neighbouring stage */
+        for (int c = 0; stage && c < ncpu; c++)
+            if (core[c] == core[best] &&
+                !holds_neighbour(stage, order, k, first, c, stage[r]) &&
+                holds_neighbour(stage, order, k, first, best, stage[r])) {
+                best = c;
+                break;
+            }
         core[best] += load[r];
         first[r] = best;
         count[r] = 1;
@@ -118,8 +139,9 @@ int cpu_spread_rank(const struct plan_doc *rt, int layers, int rank, char *desc,
     double *load = malloc((size_t)rt->world * sizeof *load);
     int *first = malloc((size_t)rt->world * sizeof *first);
     int *count = malloc((size_t)rt->world * sizeof *count);
+    int *stage = malloc((size_t)rt->world * sizeof *stage);
     int rc = -1;
-    if (!load || !first || !count) {
+    if (!load || !first || !count || !stage) {
         herr_set(e, "cpu spread: out of memory for %d ranks", rt->world);
         goto out;
     }
@@ -127,13 +149,15 @@ int cpu_spread_rank(const struct plan_doc *rt, int layers, int rank, char *desc,
         int lo, hi;
         trainer_stage_layers(rt, layers, plan_doc_stage_of(rt, r), &lo, &hi);
         load[r] = hi - lo;
+        stage[r] = plan_doc_stage_of(rt, r);
     }
-    if (cpu_spread(load, rt->world, CPU_COUNT(&have), first, count, e) == 0 &&
+    if (cpu_spread(load, stage, rt->world, CPU_COUNT(&have), first, count, e) == 0 &&
         cpu_pin_thread(first[rank], count[rank], desc, cap, e) == 0)
         rc = count[rank];
 out:
     free(load);
     free(first);
     free(count);
+    free(stage);
     return rc;
 }

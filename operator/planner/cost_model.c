@@ -254,58 +254,98 @@ void cost_sim_free(struct cost_sim *s)
 {
     free(s->buf);
     free(s->ibuf);
+    free(s->cw);
     s->buf = NULL;
     s->ibuf = NULL;
-    s->cap_stages = s->cap_mb = 0;
+    s->cw = s->tw = NULL;
+    s->cap_stages = s->cap_mb = s->cap_slices = 0;
 }
 
-/* The k-th op of stage s: returns 0 for forward, 1 for backward; *mb gets the micro-batch. */
-static int op_at(enum schedule sched, int s, int k, int P, int m, int *mb)
+double cost_slice_compute_share(const struct cost_job *j, int t0, int t1)
 {
-    if (sched == SCHED_GPIPE) {
-        *mb = k < m ? k : k - m;
-        return k >= m;
-    }
-    int w = P - s - 1 < m ? P - s - 1 : m;
-    if (k < w) {
-        *mb = k;
-        return 0;
-    }
-    int k2 = k - w;
-    if (k2 < 2 * (m - w)) {
-        *mb = (k2 % 2 == 0) ? w + k2 / 2 : k2 / 2;
-        return k2 % 2;
-    }
-    *mb = (m - w) + (k2 - 2 * (m - w));
-    return 1;
+    double T = j->model.seq_len, h = j->model.hidden;
+    double lin = 24.0 * h * T, att = 4.0 * T * T * h; /* cost_layer_fwd_flops per sequence */
+    double pairs = T * (T + 1) / 2;
+    double p = ((double)t1 * (t1 + 1) - (double)t0 * (t0 + 1)) / 2;
+    return (lin * (t1 - t0) / T + att * p / pairs) / (lin + att);
 }
 
-/* Completes op (b, mb) of stage s at `fin`: sends its result to the neighbour stage. */
+/* The slices' compute and token shares into the sim (S = 1: the whole micro-batch). */
+static int sim_slices(const struct cost_job *j, struct cost_sim *sim)
+{
+    int S = j->slices > 1 && j->slice_bounds ? j->slices : 1;
+    if (S > sim->cap_slices) {
+        double *w = realloc(sim->cw, 2 * (size_t)S * sizeof *w);
+        if (!w)
+            return -1;
+        sim->cw = w;
+        sim->cap_slices = S;
+    }
+    sim->tw = sim->cw + sim->cap_slices;
+    sim->S = S;
+    for (int k = 0; k < S; k++) {
+        int t0 = S > 1 ? j->slice_bounds[k] : 0, t1 = S > 1 ? j->slice_bounds[k + 1] : j->model.seq_len;
+        sim->cw[k] = S > 1 ? cost_slice_compute_share(j, t0, t1) : 1;
+        sim->tw[k] = (double)(t1 - t0) / j->model.seq_len;
+    }
+    return 0;
+}
+
+/* The k-th op of stage s over U units (micro-batches x S token slices): returns 0 for forward,
+ * 1 for backward; *mb gets the unit (micro-batch x S + slice). Forwards take the units in
+ * order; backwards micro-batch by micro-batch, slices in reverse; 1F1B warms up with
+ * stages - stage - 1 + S - 1 forwards (pipeline.c's order). */
+static int op_at(enum schedule sched, int s, int k, int P, int U, int S, int *mb)
+{
+    int j, b;
+    if (sched == SCHED_GPIPE) {
+        b = k >= U;
+        j = b ? k - U : k;
+    } else {
+        int w = P - s - 1 + S - 1 < U ? P - s - 1 + S - 1 : U;
+        int k2 = k - w;
+        if (k < w) {
+            j = k;
+            b = 0;
+        } else if (k2 < 2 * (U - w)) {
+            b = k2 % 2;
+            j = b ? k2 / 2 : w + k2 / 2;
+        } else {
+            j = (U - w) + (k2 - 2 * (U - w));
+            b = 1;
+        }
+    }
+    *mb = b ? j / S * S + (S - 1 - j % S) : j;
+    return b;
+}
+
+/* Completes op (b, unit mb) of stage s at `fin`: sends its result (tw: the unit's share of the
+ * activation) to the neighbour stage. */
 static void finish_op(int P, int m, int s, int b, int mb, double fin, const double *xfer,
-                      const double *lat, double *farr, double *barr, double *lastf, double *lf,
-                      double *lb)
+                      const double *lat, double tw, double *farr, double *barr, double *lastf,
+                      double *lf, double *lb)
 {
     if (!b && s == P - 1)
         lastf[mb] = fin;
     if (!b && s < P - 1) {
         double go = fin > lf[s] ? fin : lf[s];
-        lf[s] = go + xfer[s];
-        farr[(size_t)(s + 1) * m + mb] = go + xfer[s] + lat[s];
+        lf[s] = go + xfer[s] * tw;
+        farr[(size_t)(s + 1) * m + mb] = go + xfer[s] * tw + lat[s];
     } else if (b && s > 0) {
         double go = fin > lb[s - 1] ? fin : lb[s - 1];
-        lb[s - 1] = go + xfer[s - 1];
-        barr[(size_t)(s - 1) * m + mb] = go + xfer[s - 1] + lat[s - 1];
+        lb[s - 1] = go + xfer[s - 1] * tw;
+        barr[(size_t)(s - 1) * m + mb] = go + xfer[s - 1] * tw + lat[s - 1];
     }
 }
 
 /* When the op at idx of stage s may start (-1: its input has not been produced yet), never
  * before the stage's start; *b gets forward 0 / backward 1, *mb the micro-batch. */
-static double op_ready(const struct cost_job *j, int s, int idx, int P, const double *farr,
-                       const double *barr, const double *lastf, const double *start, int *b,
-                       int *mb)
+static double op_ready(const struct cost_job *j, const struct cost_sim *sim, int s, int idx,
+                       int P, const double *farr, const double *barr, const double *lastf,
+                       const double *start, int *b, int *mb)
 {
-    int m = j->micro_batches;
-    *b = op_at(j->schedule, s, idx, P, m, mb);
+    int m = j->micro_batches * sim->S;
+    *b = op_at(j->schedule, s, idx, P, m, sim->S, mb);
     double ready = !*b ? (s == 0 ? 0 : farr[(size_t)s * m + *mb])
                        : (s == P - 1 ? lastf[*mb] : barr[(size_t)s * m + *mb]);
     return ready >= 0 && ready < start[s] ? start[s] : ready;
@@ -317,7 +357,7 @@ static int run_schedule(const struct cost_job *j, int P, const double *start, co
                         const double *bwd, const double *xfer, const double *lat,
                         struct cost_sim *sim, double *end)
 {
-    int m = j->micro_batches;
+    int m = j->micro_batches * sim->S, S = sim->S;
     size_t pm = (size_t)P * (size_t)m;
     double *farr = sim->buf, *barr = farr + pm, *lastf = barr + pm;
     double *t = lastf + m, *lf = t + P, *lb = lf + P;
@@ -335,13 +375,14 @@ static int run_schedule(const struct cost_job *j, int P, const double *start, co
         for (int s = 0; s < P; s++) {
             while (idx[s] < 2 * m) {
                 int mb, b;
-                double ready = op_ready(j, s, idx[s], P, farr, barr, lastf, start, &b, &mb);
+                double ready = op_ready(j, sim, s, idx[s], P, farr, barr, lastf, start, &b, &mb);
                 if (ready < 0)
                     break;
                 double begin = t[s] > ready ? t[s] : ready;
-                double fin = begin + (b ? bwd[s] : fwd[s]);
+                double fin = begin + (b ? bwd[s] : fwd[s]) * sim->cw[mb % S];
                 t[s] = fin;
-                finish_op(P, m, s, b, mb, fin, xfer, lat, farr, barr, lastf, lf, lb);
+                finish_op(P, m, s, b, mb, fin, xfer, lat, sim->tw[mb % S], farr, barr, lastf, lf,
+                          lb);
                 idx[s]++;
                 done++;
                 progress = 1;
@@ -360,7 +401,7 @@ static int run_schedule_shared(const struct cost_job *j, int P, double cores, co
                                const double *fwd, const double *bwd, const double *xfer,
                                const double *lat, struct cost_sim *sim, double *end)
 {
-    int m = j->micro_batches;
+    int m = j->micro_batches * sim->S, S = sim->S;
     size_t pm = (size_t)P * (size_t)m;
     double *farr = sim->buf, *barr = farr + pm, *lastf = barr + pm;
     double *t = lastf + m, *lf = t + P, *lb = lf + P;
@@ -384,9 +425,9 @@ static int run_schedule_shared(const struct cost_job *j, int P, double cores, co
             left++;
             if (rem[s] < 0) {
                 int mb, b;
-                double ready = op_ready(j, s, idx[s], P, farr, barr, lastf, start, &b, &mb);
+                double ready = op_ready(j, sim, s, idx[s], P, farr, barr, lastf, start, &b, &mb);
                 if (ready >= 0 && ready <= now)
-                    rem[s] = b ? bwd[s] : fwd[s];
+                    rem[s] = (b ? bwd[s] : fwd[s]) * sim->cw[mb % S];
             }
             if (rem[s] >= 0)
                 running++;
@@ -409,7 +450,7 @@ static int run_schedule_shared(const struct cost_job *j, int P, double cores, co
                 continue;
             }
             int mb, b;
-            double ready = op_ready(j, s, idx[s], P, farr, barr, lastf, start, &b, &mb);
+            double ready = op_ready(j, sim, s, idx[s], P, farr, barr, lastf, start, &b, &mb);
             if (ready > now && ready - now < dt)
                 dt = ready - now;
         }
@@ -422,8 +463,8 @@ static int run_schedule_shared(const struct cost_job *j, int P, double cores, co
             rem[s] -= rate * dt;
             if (rem[s] > 1e-12 * (fwd[s] + bwd[s]) + 1e-15)
                 continue;
-            int mb, b = op_at(j->schedule, s, idx[s], P, m, &mb);
-            finish_op(P, m, s, b, mb, now, xfer, lat, farr, barr, lastf, lf, lb);
+            int mb, b = op_at(j->schedule, s, idx[s], P, m, S, &mb);
+            finish_op(P, m, s, b, mb, now, xfer, lat, sim->tw[mb % S], farr, barr, lastf, lf, lb);
             t[s] = now;
             rem[s] = -1;
             idx[s]++;
@@ -447,11 +488,13 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
                      struct cost_sim *sim, struct cost_breakdown *br)
 {
     int m = j->micro_batches;
-    if (n < 1 || n > sim->cap_stages || m < 1 || m > sim->cap_mb)
+    if (sim_slices(j, sim) != 0)
         return INFINITY;
-    size_t pm = (size_t)n * (size_t)m;
+    if (n < 1 || n > sim->cap_stages || m < 1 || (long)m * sim->S > sim->cap_mb)
+        return INFINITY;
+    size_t um = (size_t)m * sim->S, pm = (size_t)n * um;
     /* 9*P doubles after farr, barr, lastf: t, lf, lb, fwd, bwd, xfer, lat, rem, start */
-    double *fwd = sim->buf + 2 * pm + m + 3 * (size_t)n;
+    double *fwd = sim->buf + 2 * pm + um + 3 * (size_t)n;
     double *bwd = fwd + n, *xfer = bwd + n, *lat = xfer + n, *start = lat + 2 * n;
     double act = cost_activation_bytes(j);
     struct cost_stage_terms terms[n];

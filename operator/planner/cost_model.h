@@ -57,6 +57,8 @@ struct cost_job {
     int act_elem_bytes;    /* per element between pipeline stages; 0 = elem_bytes */
     int gather_elem_bytes; /* per element of the parameter all-gather; 0 = elem_bytes */
     enum schedule schedule;
+    int slices;               /* TeraPipe token slices per micro-batch (0 or 1: none) */
+    const int *slice_bounds;  /* [slices + 1] token bounds 0 .. seq_len (NULL: none) */
 };
 
 /* One link: bandwidth in bytes/s and latency in seconds. */
@@ -111,15 +113,26 @@ void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,
 /* Scratch for cost_simulate, sized for `stages` stages and `micro_batches` micro-batches.
  * Reusable across calls of the same or smaller size. */
 struct cost_sim {
-    int cap_stages, cap_mb;
+    int cap_stages, cap_mb;     /* cap_mb: units (micro-batches x token slices) */
     double *buf;
     int *ibuf;
+    int S;                      /* token slices of the simulation under way (>= 1) */
+    double *cw, *tw;            /* [S] each slice's share of a micro-batch's compute, tokens */
+    int cap_slices;
 };
 int cost_sim_init(struct cost_sim *s, int stages, int micro_batches, herr *e);
 void cost_sim_free(struct cost_sim *s);
 
+/* A token slice [t0, t1)'s share of one micro-batch's forward compute: its tokens' share of
+ * the matrix products plus its share of the causal attention's (query, key) pairs. */
+double cost_slice_compute_share(const struct cost_job *j, int t0, int t1);
+
 /* Predicts the step time of `n` stages by simulating the schedule (1F1B or GPipe) with
- * per-stage op times and per-boundary transfers (a link carries one transfer at a time).
+ * per-stage op times and per-boundary transfers (a link carries one transfer at a time). With
+ * token slices (j->slices) the units are the slices of each micro-batch (TeraPipe: forwards in
+ * order, backwards in reverse, 1F1B warming up slices - 1 more units), each costing its compute
+ * share and carrying its tokens' share of the activations, a message latency each. The sim must
+ * be sized for micro_batches x slices units.
  * With links.shared_cores > 0 the simulation is a processor-sharing one: at every moment the
  * running stages' ops progress at min(1, shared_cores / (data x tensor x running stages)).
  * Fills `br` when non-NULL (one more simulation without transfers splits pp_comm from

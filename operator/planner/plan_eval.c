@@ -97,6 +97,7 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
     ev->n_workers = n_workers;
     ev->links = *links;
     ev->policy = job->policy;
+    ev->token_slices = job->token_slices;
     ev->t = job->tensor;
     ev->L = job->model.layers;
     long dev = plan_devices(workers, n_workers);

@@ -20,6 +20,7 @@ void plan_job_init(struct plan_job *j)
     j->param_gather_dtype = DTYPE_FP32;
     j->schedule = SCHED_1F1B;
     j->policy = POLICY_HOLMES;
+    j->token_slices = 1;
 }
 
 /* ---- shapes of the auto search ---- */
@@ -254,6 +255,8 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
             p->n_socket_groups++;
     }
     p->step_s = pl_eval_sim(ev, P, layers, &p->breakdown);
+    if (ev->token_slices != 1 && pl_slices(ev, P, layers, ev->token_slices, p, e) != 0)
+        return -1;
     struct shape sh = {P, D, p->micro_batches, p->micro_batch_size};
     p->tokens_per_s = tokens_per_s(&sh, ev->cj.model.seq_len, p->step_s);
     return 0;
@@ -269,6 +272,7 @@ void plan_free(struct plan *p)
     free(p->ranks);
     free(p->stages);
     free(p->workers);
+    free(p->slice_bounds);
     memset(p, 0, sizeof *p);
 }
 

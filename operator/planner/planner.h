@@ -48,6 +48,7 @@ struct plan_job {
     enum policy policy;
     const int *pinned;    /* layers per stage, or NULL for the cost model's partition */
     int n_pinned;
+    int token_slices;     /* TeraPipe: 1 none, N cut evenly, TJ_AUTO the planner's choice */
 };
 
 /* Sensible defaults: tensor 1, pipeline/data auto, 1F1B, bf16, holmes, no pin. */
@@ -105,7 +106,13 @@ struct plan {
     struct plan_stage *stages;
     int n_groups;
     struct plan_group *groups;
-    double step_s;                /* predicted seconds per step */
+    double step_s;                /* predicted seconds per step (with the token slicing) */
+    int slices;                   /* TeraPipe token slices per micro-batch (0: none) */
+    int *slice_bounds;            /* [slices + 1] token bounds, or NULL */
+    int slices_auto;              /* chosen by the planner (tokenSlices: auto) */
+    int auto_rejected_slices;     /* auto: the slicing found did not pay (0: none tried) */
+    double unsliced_step_s;       /* the same plan without token slices */
+    double sliced_step_s;         /* the slicing tried (kept or not); 0 when none */
     double tokens_per_s;
     struct cost_breakdown breakdown;
     double baseline_naive_s;      /* same job, naive policy (0 if not computed) */

@@ -32,6 +32,7 @@ struct plan_eval {
     struct cost_links links;
     struct cost_job cj;
     enum policy policy;
+    int token_slices;      /* the job's tokenSlices (1, N, TJ_AUTO) */
     int P, D, t, L;
     int capP;              /* stages the buffers hold */
     int fast;              /* partition by the dynamic programme only (no refinement) */
@@ -67,6 +68,14 @@ double pl_eval_placement(struct plan_eval *ev, int P, const int *stage_units,
                          const struct plan_job *job, int equal);
 /* Puts each stage's units in the canonical replica order. */
 void pl_canonical(struct plan_eval *ev, int P, int *stage_units);
+
+/* ---- plan_slices.c ---- */
+
+/* TeraPipe's token slicing of the plan p built on ev (P stages of `layers`; p->step_s the
+ * unsliced step): `want` 1 nothing, N an even cut, TJ_AUTO TeraPipe's DP over the cost model,
+ * kept only when the simulated step is shorter. Fills p's slice fields (and step_s, breakdown).
+ * 0, or -1 with `e`. */
+int pl_slices(struct plan_eval *ev, int P, const int *layers, int want, struct plan *p, herr *e);
 
 /* ---- plan_search.c ---- */
 

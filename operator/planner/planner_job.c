@@ -13,6 +13,7 @@ void planner_job_from_spec(const struct tj_spec *s, struct plan_job *out)
     out->data = s->par.data;
     out->micro_batches = s->par.micro_batches;
     out->micro_batch_size = s->par.micro_batch_size;
+    out->token_slices = s->par.token_slices;
     out->schedule = s->par.schedule;
     out->precision = s->training.precision;
     out->pipeline_dtype = s->par.pipeline_dtype;

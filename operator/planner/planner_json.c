@@ -3,6 +3,7 @@
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "planner.h"
 
@@ -154,6 +155,28 @@ static int add_candidates(cJSON *o, const struct plan *p)
     return ok;
 }
 
+/* token_slices: what the planner decided about TeraPipe slicing, beside the unsliced step:
+ * {count, lengths, predicted_step_seconds, unsliced_step_seconds, chosen_by}; with auto
+ * rejecting a slicing, count 1 and the rejected try. Absent when the job asked for none. */
+static int add_slices(cJSON *o, const struct plan *p)
+{
+    if (p->slices <= 1 && !p->slices_auto)
+        return 1;
+    cJSON *ts = cJSON_AddObjectToObject(o, "token_slices");
+    int ok = ts && add_num(ts, "count", p->slices > 1 ? p->slices : 1) &&
+             add_str(ts, "chosen_by", p->slices_auto ? "planner" : "spec") &&
+             add_num(ts, "predicted_step_seconds", p->step_s) &&
+             add_num(ts, "unsliced_step_seconds", p->unsliced_step_s);
+    cJSON *len = ok ? cJSON_AddArrayToObject(ts, "lengths") : NULL;
+    ok = ok && len;
+    for (int k = 0; ok && k < p->slices; k++)
+        ok = cJSON_AddItemToArray(len, cJSON_CreateNumber(p->slice_bounds[k + 1] - p->slice_bounds[k]));
+    if (ok && p->auto_rejected_slices > 1)
+        ok = add_num(ts, "rejected_count", p->auto_rejected_slices) &&
+             add_num(ts, "rejected_step_seconds", p->sliced_step_s);
+    return ok;
+}
+
 cJSON *plan_to_json(const struct plan *p)
 {
     cJSON *o = cJSON_CreateObject();
@@ -171,6 +194,7 @@ cJSON *plan_to_json(const struct plan *p)
          add_num(par, "data", p->data) && add_num(par, "micro_batches", p->micro_batches) &&
          add_num(par, "micro_batch_size", p->micro_batch_size) &&
          add_str(par, "schedule", p->schedule == SCHED_GPIPE ? "gpipe" : "1f1b");
+    ok = ok && add_slices(o, p);
     ok = ok && add_stages(o, p);
     ok = ok && add_workers(o, p);
     ok = ok && add_groups(o, p);
@@ -218,6 +242,15 @@ int plan_to_doc(const struct plan *p, struct plan_doc *d, herr *e)
     for (int s = 0; s < p->n_stages; s++) {
         d->stage_first[s] = p->stages[s].first_layer;
         d->stage_last[s] = p->stages[s].last_layer;
+    }
+    if (p->slices > 1) {
+        d->slice_bounds = malloc(((size_t)p->slices + 1) * sizeof(int));
+        if (!d->slice_bounds) {
+            plan_doc_free(d);
+            return herr_set(e, "out of memory for the plan document");
+        }
+        memcpy(d->slice_bounds, p->slice_bounds, ((size_t)p->slices + 1) * sizeof(int));
+        d->slices = p->slices;
     }
     for (int r = 0; r < p->n_ranks; r++) {
         const struct plan_worker *w = &p->workers[p->ranks[r].worker];

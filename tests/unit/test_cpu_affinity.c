@@ -33,20 +33,20 @@ static void test_spread(void)
     double per[8];
     /* the benchmark's 2 fabrics: stages of 1 and 7 layers, 2 replicas (rank = dp + 2 * stage) */
     double l17[4] = {1, 1, 7, 7};
-    CHECK_INT("1/7 x 2 on 2 cores", cpu_spread(l17, 4, 2, first, count, &e), 0);
+    CHECK_INT("1/7 x 2 on 2 cores", cpu_spread(l17, NULL, 4, 2, first, count, &e), 0);
     CHECK("1/7: the replicas of stage 1 apart", first[2] != first[3]);
     CHECK("1/7: the replicas of stage 0 apart", first[0] != first[1]);
     CHECK_NEAR("1/7: every core carries 8 layers", core_loads(l17, 4, 2, first, count, per), 8, 0);
     CHECK("1/7: one core each", count[0] == 1 && count[1] == 1 && count[2] == 1 && count[3] == 1);
     /* 3 stages of 1, 3, 4 layers on 2 cores: one of each stage per core */
     double l134[6] = {1, 1, 3, 3, 4, 4};
-    CHECK_INT("1/3/4 x 2 on 2 cores", cpu_spread(l134, 6, 2, first, count, &e), 0);
+    CHECK_INT("1/3/4 x 2 on 2 cores", cpu_spread(l134, NULL, 6, 2, first, count, &e), 0);
     CHECK_NEAR("1/3/4: every core 8 layers", core_loads(l134, 6, 2, first, count, per), 8, 0);
     CHECK("1/3/4: replicas apart", first[0] != first[1] && first[2] != first[3] &&
                                        first[4] != first[5]);
     /* uneven: 5 ranks on 3 cores, the heaviest alone */
     double l5[5] = {2, 2, 2, 2, 6};
-    CHECK_INT("5 ranks on 3 cores", cpu_spread(l5, 5, 3, first, count, &e), 0);
+    CHECK_INT("5 ranks on 3 cores", cpu_spread(l5, NULL, 5, 3, first, count, &e), 0);
     CHECK_NEAR("5 ranks: largest core load 6 (the best there is)",
                core_loads(l5, 5, 3, first, count, per), 6, 0);
     int alone = 1;
@@ -54,16 +54,24 @@ static void test_spread(void)
         alone = alone && first[i] != first[4];
     CHECK("5 ranks: the heavy rank has its core to itself", alone);
     /* more cores than ranks: disjoint blocks of ncpu / n */
-    CHECK_INT("4 ranks on 10 cores", cpu_spread(l17, 4, 10, first, count, &e), 0);
+    CHECK_INT("4 ranks on 10 cores", cpu_spread(l17, NULL, 4, 10, first, count, &e), 0);
     int disjoint = 1;
     for (int i = 0; i < 4; i++)
         disjoint = disjoint && count[i] == 2 && first[i] == 2 * i;
     CHECK("4 ranks on 10 cores: 2 cores each, disjoint", disjoint);
+    /* a pipeline of 4 stages (3, 1, 1, 3 layers) on 2 cores: adjacent stages on different cores
+     * (without the stages, stages 0 and 1 share a core, and 2 and 3) */
+    double l3113[4] = {3, 1, 1, 3};
+    int st4[4] = {0, 1, 2, 3};
+    CHECK_INT("pipeline 3/1/1/3 on 2 cores", cpu_spread(l3113, st4, 4, 2, first, count, &e), 0);
+    CHECK("pipeline: adjacent stages on different cores",
+          first[0] != first[1] && first[1] != first[2] && first[2] != first[3]);
+    CHECK_NEAR("pipeline: every core carries 4 layers", core_loads(l3113, 4, 2, first, count, per), 4, 0);
     /* bad input is refused with the rule */
-    CHECK_INT("no ranks", cpu_spread(l17, 0, 2, first, count, &e), -1);
+    CHECK_INT("no ranks", cpu_spread(l17, NULL, 0, 2, first, count, &e), -1);
     CHECK("no ranks: says so", strstr(e.msg, "at least 1") != NULL);
     double bad[2] = {1, -1};
-    CHECK_INT("negative load", cpu_spread(bad, 2, 1, first, count, &e), -1);
+    CHECK_INT("negative load", cpu_spread(bad, NULL, 2, 1, first, count, &e), -1);
     CHECK("negative load: names the rank", strstr(e.msg, "rank 1") != NULL);
     enum cpu_affinity a = CPU_AFFINITY_NONE;
     CHECK("parse spread", cpu_affinity_parse("spread", &a) == 0 && a == CPU_AFFINITY_SPREAD);

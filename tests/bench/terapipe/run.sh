@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# make bench-terapipe: TeraPipe token slicing against the unsliced pipeline, real processes.
+# A long-sequence job with one sequence per replica (micro-batch 1, GPipe, 1 micro-batch) over 4
+# stages on two emulated fabrics (holmes-operator local: a worker process per stage, each pinned
+# to its share of the cores, links paced as the planner emulates them), run unsliced and with the
+# planner's slicing (tokenSlices: auto), interleaved REPS times; the median of each run's last
+# steps, and the planner's prediction of each (holmes-operator plan --json on the same job).
+# Env: REPS (3), STEPS (12), SEQ (1024), LAYERS (8), HIDDEN (128), OUT (a temporary folder).
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/../../.." && pwd)
+bin=${HOLMES_BIN_DIR:-$repo/bin}
+REPS=${REPS:-3} STEPS=${STEPS:-12} SEQ=${SEQ:-1024} LAYERS=${LAYERS:-8} HIDDEN=${HIDDEN:-128}
+out=${OUT:-$(mktemp -d /tmp/holmes-terapipe.XXXXXX)}
+mkdir -p "$out"
+job() { # NAME SLICES
+    cat <<YAML
+apiVersion: holmes.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: $1}
+spec:
+  workers: 4
+  gpusPerWorker: 0
+  model: {layers: $LAYERS, hidden: $HIDDEN, heads: 4, vocab: 256, seqLen: $SEQ}
+  parallelism: {pipeline: 4, data: 1, microBatches: 1, microBatchSize: 1, tokenSlices: $2, schedule: gpipe}
+  training: {steps: $STEPS, data: {path: examples/data/corpus.txt, format: text}, optimizer: {lr: 1.0e-3}}
+  emulation:
+    nics:
+    - {class: infiniband, fabric: ib-a, gbps: 200, count: 2}
+    - {class: roce, fabric: roce-b, gbps: 100, count: 2}
+    crossFabricGbps: 10
+YAML
+}
+job tp-whole 1 >"$out/whole.yaml"
+job tp-auto auto >"$out/auto.yaml"
+cd "$repo" || exit 1
+echo "== bench-terapipe: $(date -u '+%F %H:%M UTC'), $(nproc) cores, load $(uptime | sed 's/.*load average: //')"
+echo "job: GPT L$LAYERS C$HIDDEN T$SEQ, pipeline 4 (ib-a x 2, roce-b x 2, 10 Gb/s between), GPipe, 1 sequence per step, $STEPS steps x $REPS runs each"
+plan() { "$bin/holmes-operator" plan "$out/$1.yaml" --json; }
+plan auto >"$out/plan-auto.json" && plan whole >"$out/plan-whole.json" || { echo "bench-terapipe: plan failed"; exit 1; }
+/usr/bin/python3 - "$out/plan-auto.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+ts = p.get("token_slices", {})
+print("planner: %s slice(s) %s; predicted %.3f s/step, unsliced %.3f s/step" % (
+    ts.get("count", 1), ts.get("lengths", []), p["predicted_step_seconds"], ts.get("unsliced_step_seconds", p["predicted_step_seconds"])))
+PY
+median_step() { # JSONL -> median step seconds of the steps after the first 4
+    /usr/bin/python3 -c 'import json,sys; v=sorted(json.loads(l)["step_ms"] for l in open(sys.argv[1]).readlines()[4:]); print("%.4f" % (v[len(v)//2] / 1e3))' "$1"
+}
+: >"$out/results.tsv"
+for r in $(seq "$REPS"); do
+    for v in whole auto; do
+        if ! timeout 600 "$bin/holmes-operator" local "$out/$v.yaml" --run-dir "$out/run-$v-$r" \
+                --metrics-out "$out/$v-$r.jsonl" --quiet >"$out/$v-$r.out" 2>&1; then
+            echo "bench-terapipe: the $v run $r failed: $(tail -3 "$out/$v-$r.out")"; exit 1
+        fi
+        s=$(median_step "$out/$v-$r.jsonl")
+        printf '%s\t%d\t%s\n' "$v" "$r" "$s" | tee -a "$out/results.tsv"
+    done
+done
+/usr/bin/python3 - "$out" <<'PY'
+import json, statistics, sys
+out = sys.argv[1]
+rows = [l.split("\t") for l in open(out + "/results.tsv").read().split("\n") if l]
+m = {v: statistics.median(float(r[2]) for r in rows if r[0] == v) for v in ("whole", "auto")}
+pa, pw = json.load(open(out + "/plan-auto.json")), json.load(open(out + "/plan-whole.json"))
+ts = pa.get("token_slices", {})
+pred_auto, pred_whole = pa["predicted_step_seconds"], pw["predicted_step_seconds"]
+print("| run | slices | measured s/step (median) | predicted s/step | prediction error |")
+print("| --- | --- | --- | --- | --- |")
+print("| unsliced | 1 | %.3f | %.3f | %+.0f %% |" % (m["whole"], pred_whole, 100 * (pred_whole / m["whole"] - 1)))
+print("| planner's slicing | %s (%s) | %.3f | %.3f | %+.0f %% |" % (ts.get("count", 1), ", ".join(map(str, ts.get("lengths", []))),
+      m["auto"], pred_auto, 100 * (pred_auto / m["auto"] - 1)))
+print("speed-up %.2fx (goal 1.5x); predicted %.2fx" % (m["whole"] / m["auto"], pred_whole / pred_auto))
+PY
