@@ -22,6 +22,7 @@ void cost_links_default(struct cost_links *l)
     l->optimizer_bytes_per_param = 16;
     l->overlap = 1.0;
     l->shared_cores = 0;
+    l->op_overhead_us = 0;
 }
 
 struct link_field {
@@ -47,6 +48,7 @@ static const struct link_field link_fields[] = {
     LF(optimizer_bytes_per_param, 0, 1e3, 0),
     LF(overlap, 0, 1, 0),
     LF(shared_cores, 0, 1e6, 0),
+    LF(op_overhead_us, 0, 1e7, 0),
 };
 #define N_LINK_FIELDS (sizeof link_fields / sizeof link_fields[0])
 
@@ -79,7 +81,8 @@ int cost_links_apply_json(struct cost_links *l, const cJSON *j, const char *wher
             return herr_set(e, "%s.%s: unknown link constant (known: tcp_gbps, gateway_gbps, tcp_latency_us, "
                             "tcp_efficiency, ib_latency_us, roce_latency_us, rdma_efficiency, "
                             "intra_node_gbps, intra_node_latency_us, compute_efficiency, "
-                            "memory_gbps, optimizer_bytes_per_param, overlap, shared_cores)", where, it->string);
+                            "memory_gbps, optimizer_bytes_per_param, overlap, shared_cores, op_overhead_us)", where,
+                            it->string);
         if (!cJSON_IsNumber(it) || !field_ok(f, it->valuedouble))
             return herr_set(e, "%s.%s: %s", where, f->key, field_rule(f, rule, sizeof rule));
         *(double *)((char *)l + f->off) = it->valuedouble;
@@ -379,7 +382,7 @@ static int run_schedule(const struct cost_job *j, int P, const double *start, co
                 if (ready < 0)
                     break;
                 double begin = t[s] > ready ? t[s] : ready;
-                double fin = begin + (b ? bwd[s] : fwd[s]) * sim->cw[mb % S];
+                double fin = begin + (b ? bwd[s] : fwd[s]) * sim->cw[mb % S] + sim->ovh;
                 t[s] = fin;
                 finish_op(P, m, s, b, mb, fin, xfer, lat, sim->tw[mb % S], farr, barr, lastf, lf,
                           lb);
@@ -427,7 +430,7 @@ static int run_schedule_shared(const struct cost_job *j, int P, double cores, co
                 int mb, b;
                 double ready = op_ready(j, sim, s, idx[s], P, farr, barr, lastf, start, &b, &mb);
                 if (ready >= 0 && ready <= now)
-                    rem[s] = (b ? bwd[s] : fwd[s]) * sim->cw[mb % S];
+                    rem[s] = (b ? bwd[s] : fwd[s]) * sim->cw[mb % S] + sim->ovh;
             }
             if (rem[s] >= 0)
                 running++;
@@ -490,6 +493,7 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
     int m = j->micro_batches;
     if (sim_slices(j, sim) != 0)
         return INFINITY;
+    sim->ovh = l->op_overhead_us * 1e-6;
     if (n < 1 || n > sim->cap_stages || m < 1 || (long)m * sim->S > sim->cap_mb)
         return INFINITY;
     size_t um = (size_t)m * sim->S, pm = (size_t)n * um;

@@ -35,6 +35,10 @@ struct cost_links {
                                      computes at min(1, cores / busy devices) of its rate, so a
                                      waiting stage leaves its core to the others; 0 = every
                                      device has its own */
+    double op_overhead_us;        /* fixed cost of one forward or backward of one unit (a
+                                     micro-batch, or a token slice of one) on a stage, beside its
+                                     compute: kernel launches, thread wake-ups, message set-up.
+                                     What makes many small token slices cost more than a few */
 };
 
 void cost_links_default(struct cost_links *l);
@@ -117,6 +121,7 @@ struct cost_sim {
     double *buf;
     int *ibuf;
     int S;                      /* token slices of the simulation under way (>= 1) */
+    double ovh;                 /* links.op_overhead_us in seconds */
     double *cw, *tw;            /* [S] each slice's share of a micro-batch's compute, tokens */
     int cap_slices;
 };

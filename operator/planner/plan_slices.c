@@ -25,19 +25,21 @@ struct slice_price {
     double compute;   /* forward + backward seconds of a micro-batch on the slowest stage */
     double xfer;      /* seconds to send one micro-batch's activations over the slowest link */
     double lat;       /* that link's latency */
+    double ovh;       /* links.op_overhead_us: a forward and a backward of a slice each pay it */
     int T;
 };
 
 static double price(const struct plan_eval *ev, const struct slice_price *sp, int a, int b)
 {
     double share = cost_slice_compute_share(&ev->cj, a, b);
-    return sp->compute * share + 2 * (sp->xfer * (b - a) / sp->T + sp->lat);
+    return sp->compute * share + 2 * (sp->xfer * (b - a) / sp->T + sp->lat + sp->ovh);
 }
 
 static void slice_prices(struct plan_eval *ev, int P, struct slice_price *sp)
 {
     memset(sp, 0, sizeof *sp);
     sp->T = ev->cj.model.seq_len;
+    sp->ovh = ev->links.op_overhead_us * 1e-6;
     for (int s = 0; s < P; s++) {
         struct cost_stage_terms t;
         cost_stage_terms(&ev->cj, &ev->links, &ev->stages[s], s == 0, s == P - 1,

@@ -5,6 +5,9 @@
 # to its share of the cores, links paced as the planner emulates them), run unsliced and with the
 # planner's slicing (tokenSlices: auto), interleaved REPS times; the median of each run's last
 # steps, and the planner's prediction of each (holmes-operator plan --json on the same job).
+# Calibration first: one run with 8 even slices; the fixed cost per forward or backward of a
+# unit (links.op_overhead_us) is fitted so that the planner predicts that run (bisection), and
+# the planner then chooses and predicts with it (plan and local --calibration).
 # Env: REPS (3), STEPS (12), SEQ (1024), LAYERS (8), HIDDEN (128), OUT (a temporary folder).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../../.." && pwd)
@@ -35,7 +38,25 @@ job tp-auto auto >"$out/auto.yaml"
 cd "$repo" || exit 1
 echo "== bench-terapipe: $(date -u '+%F %H:%M UTC'), $(nproc) cores, load $(uptime | sed 's/.*load average: //')"
 echo "job: GPT L$LAYERS C$HIDDEN T$SEQ, pipeline 4 (ib-a x 2, roce-b x 2, 10 Gb/s between), GPipe, 1 sequence per step, $STEPS steps x $REPS runs each"
-plan() { "$bin/holmes-operator" plan "$out/$1.yaml" --json; }
+median_step() { # JSONL -> median step seconds of the steps after the first 4
+    /usr/bin/python3 -c 'import json,sys; v=sorted(json.loads(l)["step_ms"] for l in open(sys.argv[1]).readlines()[4:]); print("%.4f" % (v[len(v)//2] / 1e3))' "$1"
+}
+calib() { printf '{"links": {"shared_cores": %d, "op_overhead_us": %s}}\n' "$(nproc)" "$1" >"$out/calib.json"; }
+plan() { "$bin/holmes-operator" plan "$out/$1.yaml" --json --calibration "$out/calib.json"; }
+predicted() { plan "$1" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["predicted_step_seconds"])'; }
+job tp-cal 8 >"$out/cal.yaml"
+calib 0
+timeout 600 "$bin/holmes-operator" local "$out/cal.yaml" --run-dir "$out/run-cal" --metrics-out "$out/cal.jsonl" \
+    --calibration "$out/calib.json" --quiet >"$out/cal.out" 2>&1 || { echo "bench-terapipe: the calibration run failed"; exit 1; }
+m8=$(median_step "$out/cal.jsonl")
+lo=0 hi=50000
+for _ in $(seq 18); do
+    mid=$(/usr/bin/python3 -c "print(($lo + $hi) / 2)")
+    calib "$mid"
+    if /usr/bin/python3 -c "import sys; sys.exit(0 if $(predicted cal) < $m8 else 1)"; then lo=$mid; else hi=$mid; fi
+done
+calib "$lo"
+echo "calibration: 8 even slices measured $m8 s/step; op_overhead_us fitted to $lo"
 plan auto >"$out/plan-auto.json" && plan whole >"$out/plan-whole.json" || { echo "bench-terapipe: plan failed"; exit 1; }
 /usr/bin/python3 - "$out/plan-auto.json" <<'PY'
 import json, sys
@@ -44,14 +65,11 @@ ts = p.get("token_slices", {})
 print("planner: %s slice(s) %s; predicted %.3f s/step, unsliced %.3f s/step" % (
     ts.get("count", 1), ts.get("lengths", []), p["predicted_step_seconds"], ts.get("unsliced_step_seconds", p["predicted_step_seconds"])))
 PY
-median_step() { # JSONL -> median step seconds of the steps after the first 4
-    /usr/bin/python3 -c 'import json,sys; v=sorted(json.loads(l)["step_ms"] for l in open(sys.argv[1]).readlines()[4:]); print("%.4f" % (v[len(v)//2] / 1e3))' "$1"
-}
 : >"$out/results.tsv"
 for r in $(seq "$REPS"); do
     for v in whole auto; do
         if ! timeout 600 "$bin/holmes-operator" local "$out/$v.yaml" --run-dir "$out/run-$v-$r" \
-                --metrics-out "$out/$v-$r.jsonl" --quiet >"$out/$v-$r.out" 2>&1; then
+                --metrics-out "$out/$v-$r.jsonl" --calibration "$out/calib.json" --quiet >"$out/$v-$r.out" 2>&1; then
             echo "bench-terapipe: the $v run $r failed: $(tail -3 "$out/$v-$r.out")"; exit 1
         fi
         s=$(median_step "$out/$v-$r.jsonl")
