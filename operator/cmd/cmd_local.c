@@ -217,6 +217,24 @@ static int start_page(struct local *L)
     return 0;
 }
 
+/* TeraPipe: the slicing the plan carries, beside the unsliced prediction. */
+static void print_slices(const struct plan *p)
+{
+    if (p->slices > 1) {
+        char lens[160];
+        size_t at = 0;
+        for (int k = 0; k < p->slices && at < sizeof lens - 16; k++)
+            at += (size_t)snprintf(lens + at, sizeof lens - at, "%s%d", k ? ", " : "",
+                                   p->slice_bounds[k + 1] - p->slice_bounds[k]);
+        printf("  token slices: %d (%s%s tokens), chosen by the %s; unsliced: %.3f s\n",
+               p->slices, lens, at >= sizeof lens - 16 ? ", ..." : "",
+               p->slices_auto ? "planner" : "spec", p->unsliced_step_s);
+    } else if (p->slices_auto) {
+        printf("  token slices: none (tokenSlices auto: slicing does not pay here%s)\n",
+               p->auto_rejected_slices > 1 ? ", the best found was slower" : "");
+    }
+}
+
 static int hook_plan(void *user, const struct coord_worker *w, int n, cJSON **a, herr *e)
 {
     struct local *L = user;
@@ -271,6 +289,7 @@ static int hook_plan(void *user, const struct coord_worker *w, int n, cJSON **a,
     }
     printf("  predicted step time %.3f s (model's estimate for the emulated fabrics)\n",
            p->step_s);
+    print_slices(p);
     fflush(stdout);
     return 0;
 }

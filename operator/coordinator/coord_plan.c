@@ -162,6 +162,18 @@ cJSON *coord_plan_status_json(const struct plan *p, const struct coord_worker *w
     cJSON_AddNumberToObject(o, "pipeline", p->pipeline);
     cJSON_AddNumberToObject(o, "data", p->data);
     cJSON_AddNumberToObject(o, "predictedStepSeconds", p->step_s);
+    if (p->slices > 1 || p->slices_auto) {
+        cJSON *ts = cJSON_AddObjectToObject(o, "tokenSlices");
+        if (ts) {
+            cJSON_AddNumberToObject(ts, "count", p->slices > 1 ? p->slices : 1);
+            cJSON *len = cJSON_AddArrayToObject(ts, "lengths");
+            for (int k = 0; len && k < p->slices; k++)
+                cJSON_AddItemToArray(len, cJSON_CreateNumber(p->slice_bounds[k + 1] -
+                                                             p->slice_bounds[k]));
+            cJSON_AddStringToObject(ts, "chosenBy", p->slices_auto ? "planner" : "spec");
+            cJSON_AddNumberToObject(ts, "unslicedStepSeconds", p->unsliced_step_s);
+        }
+    }
     cJSON *stages = cJSON_AddArrayToObject(o, "stages");
     for (int s = 0; stages && s < p->n_stages; s++) {
         cJSON *st = cJSON_CreateObject();

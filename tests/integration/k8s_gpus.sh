@@ -2,7 +2,8 @@
 # playing kubelet: a TrainingJob of 2 workers x 2 GPUs with spec.emulation.gpus. Its pods ask for
 # no nvidia.com/gpu; each pod's worker runs a rank process per GPU; status shows the 4 ranks'
 # plan; a rank process killed (-9) fails its worker, the gang restarts in place (status.restarts
-# 1, the same pods) and the job Succeeds. The operator's /metrics carries the job's training
+# 1, the same pods) and the job Succeeds. With tokenSlices: auto, status.plan.tokenSlices says
+# what the planner chose and the ranks train with it. The operator's /metrics carries the job's training
 # gauges (and its job page, /jobs and /api/jobs, the job), and every metric the chart's alerts and Grafana dashboard name (helm template with
 # tests/helm/values/metrics.yaml).
 source "$(dirname "$0")/lib.bash"
@@ -21,7 +22,8 @@ k8s_operator "$W/operator.log" $CPORT --status-interval 1 --metrics-addr 127.0.0
 
 sed -e "s/name: local-gpus/name: gj/" -e "s/steps: 100/steps: 300/" -e "s#local-runs/local-gpus/checkpoints#$W/ckpt#" \
     -e "s#examples/data/corpus.txt#$REPO/examples/data/corpus.txt#" -e "s/everySteps: 25/everySteps: 20/" \
-    -e "s/bandwidthScale: 0.01/bandwidthScale: 0.001/" "$REPO/examples/local-gpus.yaml" >"$W/job.yaml"
+    -e "s/bandwidthScale: 0.01/bandwidthScale: 0.001/" -e "s/schedule: 1f1b}/schedule: 1f1b, tokenSlices: auto}/" \
+    "$REPO/examples/local-gpus.yaml" >"$W/job.yaml"
 kubectl apply -n $NS -f "$W/job.yaml" >/dev/null
 pods() { kubectl get pods -n $NS -l holmes.dev/job=gj -o json; }
 npods_are() { [ "$(pods | jq '.items | length')" = "$1" ]; }
@@ -37,6 +39,19 @@ for i in 0 1; do k8s_kubelet $NS gj-worker-$i "$W/gj-worker-$i.log" --tflops 0.0
 check "training reaches step 40" wait_for 120 past 40
 check "status: a plan of 4 ranks, pipeline 2 x data 2, each stage on one worker's fabric" tj_is \
     '.status.plan.pipeline == 2 and .status.plan.data == 2 and ([.status.plan.stages[].fabric] | sort) == ["ib-a", "roce-b"]'
+# tokenSlices: auto: the planner's choice in status, and the ranks train with exactly that
+slicing_agrees() {
+    local ts n lens
+    ts=$(kubectl get tj gj -n $NS -o json | jq -c '.status.plan.tokenSlices') || return 1
+    [ "$(jq -r .chosenBy <<<"$ts")" = planner ] || return 1
+    n=$(jq -r .count <<<"$ts"); lens=$(jq -r '.lengths | map(tostring) | join(", ")' <<<"$ts")
+    if [ "$n" -gt 1 ]; then
+        grep -q "TeraPipe: $n token slices of $lens tokens of 64" "$W/gj-worker-0.log"
+    else
+        ! grep -q "TeraPipe:" "$W/gj-worker-0.log"
+    fi
+}
+check "status.plan.tokenSlices: the planner's choice (tokenSlices auto), and the ranks train with it" slicing_agrees
 check "each pod's worker runs its two ranks as processes" bash -c \
     "grep -q '2 rank processes started' '$W/gj-worker-0.log' && grep -q '2 rank processes started' '$W/gj-worker-1.log'"
 metrics() { curl -sf "http://127.0.0.1:$MPORT/metrics"; }

@@ -75,6 +75,46 @@ for c in "p2d2 2 2 1f1b" "p4 4 1 gpipe"; do
         fail "$1 ($4): sliced and unsliced runs train" "$(tail -n 3 "$tmp"/$1-*.log | head -20)"
     fi
 done
+# holmes-operator local with tokenSlices: auto: the planner's slicing is printed beside the
+# unsliced prediction, and every worker trains with exactly it
+cat >"$tmp/auto.yaml" <<YAML
+apiVersion: holmes.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: terapipe-auto-$$}
+spec:
+  workers: 4
+  gpusPerWorker: 0
+  model: {layers: 4, hidden: 64, heads: 4, vocab: 256, seqLen: 256}
+  parallelism: {pipeline: 4, data: 1, microBatches: 1, microBatchSize: 1, tokenSlices: auto, schedule: gpipe}
+  training: {steps: 3, data: {path: $REPO/examples/data/corpus.txt, format: text}}
+  emulation:
+    nics:
+    - {class: infiniband, fabric: ib-a, gbps: 200, count: 2}
+    - {class: roce, fabric: roce-b, gbps: 100, count: 2}
+    crossFabricGbps: 10
+YAML
+out=$(cd "$REPO" && timeout 120 "$OPERATOR" local "$tmp/auto.yaml" --run-dir "$tmp/run-auto" 2>&1); rc=$?
+line=$(grep -o 'token slices: [0-9]* ([0-9, ]*\(, \.\.\.\)\? tokens), chosen by the planner; unsliced: [0-9.]* s' <<<"$out")
+n=$(sed -nE 's/token slices: ([0-9]+) .*/\1/p' <<<"$line"); lens=$(sed -nE 's/.*\(([0-9, ]*) tokens\).*/\1/p' <<<"$line")
+agree=1
+for w in 0 1 2 3; do grep -q "TeraPipe: $n token slices of $lens tokens of 256" "$tmp/run-auto/worker-$w.log" || agree=0; done
+[ $rc -eq 0 ] && [ -n "$line" ] && [ "${n:-0}" -gt 1 ] && [ $agree = 1 ] \
+    && pass "local, tokenSlices auto: the planner's $n slices ($lens) printed, and every worker trains with them" \
+    || fail "local, tokenSlices auto: the planner's slicing printed and trained" "rc $rc line '$line': $(tail -5 <<<"$out") $(grep -h TeraPipe "$tmp"/run-auto/worker-*.log | head -2)"
+# plan --json shows the slicing beside the unsliced prediction
+pj=$("$OPERATOR" plan "$tmp/auto.yaml" --json)
+jq -e '.token_slices.chosen_by == "planner" and .token_slices.count > 1 and (.token_slices.lengths | add) == 256
+       and .token_slices.predicted_step_seconds < .token_slices.unsliced_step_seconds' <<<"$pj" >/dev/null \
+    && pass "plan --json: the slicing, its predicted step and the unsliced one" \
+    || fail "plan --json: the slicing" "$(jq -c .token_slices <<<"$pj")"
+# where slicing cannot pay (1 stage: nothing to overlap), auto keeps the sequence whole
+sed -e 's/workers: 4/workers: 1/' -e 's/pipeline: 4/pipeline: 1/' -e 's/count: 2}/count: 1}/' \
+    -e '/roce-b/d' "$tmp/auto.yaml" >"$tmp/auto1.yaml"
+pj=$("$OPERATOR" plan "$tmp/auto1.yaml" --json)
+jq -e '.token_slices.chosen_by == "planner" and .token_slices.count == 1 and (.token_slices.lengths | length) == 0' <<<"$pj" >/dev/null \
+    && pass "plan: auto picks unsliced when slicing does not pay (one stage)" \
+    || fail "plan: auto picks unsliced when slicing does not pay" "$(jq -c .token_slices <<<"$pj")"
+
 # the pipeline really carried slices: each activation message is one slice's tokens
 grep -q "TeraPipe: 3 token slices of 5, 17, 42 tokens of 64" "$tmp/p4-sliced.0.log" && pass "the worker says it pipelines token slices" \
     || fail "the worker says it pipelines token slices" "$(head -5 "$tmp/p4-sliced.0.log")"
