@@ -365,8 +365,9 @@ static void write_row(struct local *L, const struct metric_row *r)
     fprintf(L->metrics, "{\"step\":%ld,\"time\":%.3f,", r->step, clock_wall_s());
     if (r->nloss)
         fprintf(L->metrics, "\"loss\":%.6f,", r->loss / r->nloss);
+    /* each last-stage replica reports the whole step's rate: their mean */
     fprintf(L->metrics, "\"lr\":%.6g,\"tokens_per_s\":%.1f,\"step_ms\":%.3f,\"stages\":[",
-            r->lr, r->tokens_per_s, r->step_ms);
+            r->lr, r->nloss ? r->tokens_per_s / r->nloss : 0.0, r->step_ms);
     int n = L->stages > 0 ? L->stages : 1;
     for (int s = 0; s < n && s < PROTO_MAX_STAGES; s++)
         fprintf(L->metrics,

@@ -396,8 +396,11 @@ void co_job_aggregate(const struct job *j, struct coord_progress *p)
     if (p->step < 0)
         p->step = 0;
     if (nloss) {
+        /* every last-stage replica reports the loss and the whole step's tokens/s (its global
+         * batch over its step time): the mean of each, not the sum */
         p->has_loss = 1;
         p->loss /= nloss;
+        p->tokens_per_s /= nloss;
     }
     p->eta_s = -1;
     if (j->total_steps > 0 && p->step_ms > 0)
