@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "bf16.h"
+#include "clock.h"
 
 #define TAG_ACT 1u
 #define TAG_GRAD 2u
@@ -38,6 +39,7 @@ struct pipe_runner {
     float loss_sum;
     int S;          /* slices per micro-batch (>= 1) */
     int *bounds;    /* [S + 1] */
+    double wait_s, send_s; /* this step: blocked receiving from, and sending to, the neighbours */
 };
 
 void pipe_runner_free(struct pipe_runner *p)
@@ -127,7 +129,20 @@ static size_t unit_count(const struct pipe_runner *p, int k)
 
 /* One activation (or its gradient) of slice k to / from the neighbour stage in the configured
  * wire format. */
+static int wire_send_raw(struct pipe_runner *p, int k, int peer, uint32_t tag, const float *x,
+                         herr *e);
+
+/* wire_send, timed (send_s). */
 static int wire_send(struct pipe_runner *p, int k, int peer, uint32_t tag, const float *x, herr *e)
+{
+    double t0 = clock_mono_s();
+    int rc = wire_send_raw(p, k, peer, tag, x, e);
+    p->send_s += clock_mono_s() - t0;
+    return rc;
+}
+
+static int wire_send_raw(struct pipe_runner *p, int k, int peer, uint32_t tag, const float *x,
+                         herr *e)
 {
     size_t n = unit_count(p, k);
     if (p->cfg.wire != DTYPE_BF16)
@@ -136,7 +151,18 @@ static int wire_send(struct pipe_runner *p, int k, int peer, uint32_t tag, const
     return comm_send(p->cfg.comm, peer, tag, p->wire, n * sizeof *p->wire, e);
 }
 
+static int wire_recv_raw(struct pipe_runner *p, int k, int peer, uint32_t tag, float *x, herr *e);
+
+/* wire_recv, timed (wait_s: the neighbour's work not done yet, and the message's transfer). */
 static int wire_recv(struct pipe_runner *p, int k, int peer, uint32_t tag, float *x, herr *e)
+{
+    double t0 = clock_mono_s();
+    int rc = wire_recv_raw(p, k, peer, tag, x, e);
+    p->wait_s += clock_mono_s() - t0;
+    return rc;
+}
+
+static int wire_recv_raw(struct pipe_runner *p, int k, int peer, uint32_t tag, float *x, herr *e)
 {
     size_t n = unit_count(p, k);
     if (p->cfg.wire != DTYPE_BF16)
@@ -201,6 +227,7 @@ int pipe_run(struct pipe_runner *p, float *loss_sum, herr *e)
 {
     long U = (long)p->cfg.micro_batches * p->S;
     p->loss_sum = 0;
+    p->wait_s = p->send_s = 0;
     if (p->cfg.schedule == SCHED_GPIPE) {
         for (long u = 0; u < U; u++)
             if (do_forward(p, u, e) != 0)
@@ -223,4 +250,10 @@ int pipe_run(struct pipe_runner *p, float *loss_sum, herr *e)
     if (loss_sum)
         *loss_sum = p->loss_sum;
     return 0;
+}
+
+void pipe_run_times(const struct pipe_runner *p, double *wait_s, double *send_s)
+{
+    *wait_s = p->wait_s;
+    *send_s = p->send_s;
 }

@@ -58,5 +58,9 @@ void pipe_runner_free(struct pipe_runner *p);
 /* One optimizer step's worth of micro-batches. On the last stage *loss_sum is the sum of the
  * micro-batch losses (0 elsewhere). */
 int pipe_run(struct pipe_runner *p, float *loss_sum, herr *e);
+/* The last pipe_run's seconds blocked receiving from the neighbour stages (waiting for their
+ * work: the pipeline's fill, drain and imbalance, plus the awaited message's transfer) and
+ * sending to them. */
+void pipe_run_times(const struct pipe_runner *p, double *wait_s, double *send_s);
 
 #endif

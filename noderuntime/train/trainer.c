@@ -356,7 +356,7 @@ static int worker_optim_init(struct worker *w, herr *e)
 /* ---------- one step ---------- */
 
 struct step_times {
-    double pipeline, grad_sync, optimizer, param_sync;
+    double pipeline, grad_sync, optimizer, param_sync, pipe_wait, pipe_send;
     uint64_t dp_bytes;
     double dp_time;
 };
@@ -574,6 +574,7 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
         return -1;
     t.param_sync = w->param_wait;
     t.pipeline = clock_mono_s() - t0 - t.param_sync;
+    pipe_run_times(pr, &t.pipe_wait, &t.pipe_send);
     int overlapped = zero_buckets_started(w->z);
     if (sync_grads(w, &t, e) != 0)
         return -1;
@@ -615,7 +616,8 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
     *rep = (struct trainer_report){
         .step = w->step, .loss = loss, .lr = lr, .grad_norm = (float)sqrt(sq),
         .tokens_per_s = (double)w->D * w->M * w->cfg->B * w->cfg->T / (dt > 0 ? dt : 1e-9),
-        .step_s = dt, .pipeline_s = t.pipeline, .grad_sync_s = t.grad_sync,
+        .step_s = dt, .pipeline_s = t.pipeline, .pipe_wait_s = t.pipe_wait,
+        .pipe_send_s = t.pipe_send, .grad_sync_s = t.grad_sync,
         .optimizer_s = t.optimizer, .param_sync_s = t.param_sync,
         .dp_link_bytes_per_s = t.dp_time > 0 ? (double)t.dp_bytes / t.dp_time : 0,
         .stage = w->stage, .replica = w->replica, .buckets_overlapped = overlapped,

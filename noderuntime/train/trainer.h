@@ -73,6 +73,9 @@ struct trainer_report {
     double tokens_per_s;       /* global batch tokens / step time */
     double step_s;             /* whole step */
     double pipeline_s;         /* forward/backward incl. activation exchange, without param_sync_s */
+    double pipe_wait_s;        /* of pipeline_s: blocked waiting for the neighbour stages'
+                                  activations or gradients (bubble, with their transfer) */
+    double pipe_send_s;        /* of pipeline_s: sending activations or gradients */
     double grad_sync_s;        /* tied-embedding exchange + waiting for reduce-scatters */
     double optimizer_s;        /* norm, clipping, AdamW on the shard */
     double param_sync_s;       /* waiting in this step's forward for the parameters the previous

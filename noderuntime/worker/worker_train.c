@@ -84,9 +84,12 @@ static int on_step(void *ctx, const struct trainer_report *r)
     struct proto_step ps = {
         .step = r->step, .has_loss = s->last_stage, .loss = r->loss, .lr = r->lr,
         .tokens_per_s = r->tokens_per_s, .step_ms = r->step_s * 1e3,
-        .compute_ms = (r->pipeline_s + r->optimizer_s) * 1e3,
-        .comm_ms = (r->grad_sync_s + r->param_sync_s) * 1e3,
-        .bubble_ms = 0,
+        /* compute: the stage's own forward, backward and optimizer; comm: sending activations
+         * and gradients, the gradient and parameter exchanges; bubble: waiting for the
+         * neighbour stages (their transfers included) */
+        .compute_ms = (r->pipeline_s - r->pipe_wait_s - r->pipe_send_s + r->optimizer_s) * 1e3,
+        .comm_ms = (r->pipe_send_s + r->grad_sync_s + r->param_sync_s) * 1e3,
+        .bubble_ms = r->pipe_wait_s * 1e3,
     };
     if (!(ps.loss >= 0 && ps.loss < 1e6)) /* NaN or absurd: the protocol refuses it */
         ps.has_loss = 0;

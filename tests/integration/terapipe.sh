@@ -93,7 +93,7 @@ spec:
     - {class: roce, fabric: roce-b, gbps: 100, count: 2}
     crossFabricGbps: 10
 YAML
-out=$(cd "$REPO" && timeout 120 "$OPERATOR" local "$tmp/auto.yaml" --run-dir "$tmp/run-auto" 2>&1); rc=$?
+out=$(cd "$REPO" && timeout 120 "$OPERATOR" local "$tmp/auto.yaml" --run-dir "$tmp/run-auto" --metrics-out "$tmp/auto.jsonl" 2>&1); rc=$?
 line=$(grep -o 'token slices: [0-9]* ([0-9, ]*\(, \.\.\.\)\? tokens), chosen by the planner; unsliced: [0-9.]* s' <<<"$out")
 n=$(sed -nE 's/token slices: ([0-9]+) .*/\1/p' <<<"$line"); lens=$(sed -nE 's/.*\(([0-9, ]*) tokens\).*/\1/p' <<<"$line")
 agree=1
@@ -101,6 +101,17 @@ for w in 0 1 2 3; do grep -q "TeraPipe: $n token slices of $lens tokens of 256" 
 [ $rc -eq 0 ] && [ -n "$line" ] && [ "${n:-0}" -gt 1 ] && [ $agree = 1 ] \
     && pass "local, tokenSlices auto: the planner's $n slices ($lens) printed, and every worker trains with them" \
     || fail "local, tokenSlices auto: the planner's slicing printed and trained" "rc $rc line '$line': $(tail -5 <<<"$out") $(grep -h TeraPipe "$tmp"/run-auto/worker-*.log | head -2)"
+# the stages' times as the workers measure them: compute, communication and the bubble (waits for
+# the neighbours) fill the step; the first stage, with the fewest layers, waits
+/usr/bin/python3 - "$tmp/auto.jsonl" <<'PY' && pass "stage times: compute + comm + bubble fill each stage's step, and the bubble is measured" \
+    || fail "stage times: compute + comm + bubble fill each stage's step, and the bubble is measured"
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])][-1]
+for st in r["stages"]:
+    parts = st["compute_ms"] + st["comm_ms"] + st["bubble_ms"]
+    assert st["compute_ms"] > 0 and abs(parts - st["step_ms"]) <= 0.05 * st["step_ms"] + 1, st
+assert sum(st["bubble_ms"] for st in r["stages"]) > 0, r["stages"]
+PY
 # plan --json shows the slicing beside the unsliced prediction
 pj=$("$OPERATOR" plan "$tmp/auto.yaml" --json)
 jq -e '.token_slices.chosen_by == "planner" and .token_slices.count > 1 and (.token_slices.lengths | add) == 256
