@@ -1028,8 +1028,78 @@ static void test_job_manifest(void)
     cJSON_Delete(j);
 }
 
+/* ---- TeraPipe token slices ---- */
+
+static void test_token_slices(void)
+{
+    struct plan_job job;
+    small_job(&job, 8, 4, 1);
+    job.model.seq_len = 1024;
+    job.micro_batches = 1;
+    job.micro_batch_size = 1;
+    job.schedule = SCHED_GPIPE;
+    struct cost_job cj = {.model = job.model, .tensor = 1, .data = 1, .micro_batches = 1,
+                          .micro_batch_size = 1, .elem_bytes = 4};
+    /* compute shares: they add up to the whole; a later slice of the same length costs more */
+    double sum = 0;
+    for (int k = 0; k < 8; k++)
+        sum += cost_slice_compute_share(&cj, k * 128, (k + 1) * 128);
+    CHECK_NEAR("slice shares add up to 1", sum, 1.0, 1e-12);
+    CHECK("a later slice of the same length costs more (it attends to more context)",
+          cost_slice_compute_share(&cj, 896, 1024) > 1.5 * cost_slice_compute_share(&cj, 0, 128));
+    struct plan_worker w[4];
+    for (int i = 0; i < 4; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%d", i);
+        worker(&w[i], name, 0, 0.05, i < 2 ? NIC_INFINIBAND : NIC_ROCE, i < 2 ? "ib-a" : "roce-b",
+               i < 2 ? 200 : 100);
+    }
+    struct cost_links l;
+    cost_links_default(&l);
+    herr e = {0};
+    struct plan p0, p4, pa, pn;
+    job.token_slices = 1;
+    int ok = plan_make(w, 4, &job, &l, &p0, &e) == 0;
+    job.token_slices = 4;
+    ok = ok && plan_make(w, 4, &job, &l, &p4, &e) == 0;
+    job.token_slices = TJ_AUTO;
+    ok = ok && plan_make(w, 4, &job, &l, &pa, &e) == 0;
+    CHECK("token slices: plans made", ok);
+    if (!ok) {
+        printf("# %s\n", e.msg);
+        return;
+    }
+    CHECK("1 slice: no slicing, nothing recorded", p0.slices == 0 && !p0.slices_auto);
+    int even = p4.slices == 4;
+    for (int k = 0; even && k < 4; k++)
+        even = p4.slice_bounds[k + 1] - p4.slice_bounds[k] == 256;
+    CHECK("4 slices: cut evenly (256 tokens each)", even);
+    CHECK("4 slices: predicted faster than unsliced on 4 stages, one sequence (GPipe)",
+          p4.step_s < p4.unsliced_step_s && p4.unsliced_step_s == p0.step_s);
+    CHECK("auto: the DP's slicing beats the even 4", pa.slices > 1 && pa.slices_auto &&
+                                                        pa.step_s <= p4.step_s);
+    int rising = pa.slices > 1 && pa.slice_bounds[0] == 0 && pa.slice_bounds[pa.slices] == 1024;
+    for (int k = 0; rising && k < pa.slices; k++)
+        rising = pa.slice_bounds[k + 1] > pa.slice_bounds[k];
+    CHECK("auto: bounds rise from 0 to seqLen", rising);
+    CHECK("auto: the first slice is the longest (later ones attend to more)",
+          pa.slices > 1 && pa.slice_bounds[1] - pa.slice_bounds[0] >=
+                               pa.slice_bounds[pa.slices] - pa.slice_bounds[pa.slices - 1]);
+    /* a large fixed cost per op: slicing does not pay, auto keeps the sequence whole */
+    l.op_overhead_us = 1e6;
+    ok = plan_make(w, 4, &job, &l, &pn, &e) == 0;
+    CHECK("auto with a 1 s op overhead: the DP keeps one slice, the plan is unsliced",
+          ok && pn.slices == 0 && pn.slices_auto && pn.step_s == pn.unsliced_step_s);
+    plan_free(&p0);
+    plan_free(&p4);
+    plan_free(&pa);
+    if (ok)
+        plan_free(&pn);
+}
+
 int main(void)
 {
+    test_token_slices();
     test_formulas();
     test_schedule_closed_form();
     test_links_json();
