@@ -494,7 +494,7 @@ static void get_sched_name(const cJSON *o, const char *p, const char *key, char 
         tj_errors_add(errs, "%s.%s: \"%.60s\" must be 1-63 lowercase letters, digits, '-' or '.', starting "
                       "and ending with a letter or digit", p, key, v);
     else
-        snprintf(out, TJ_SCHED_NAME_MAX, "%s", v);
+        snprintf(out, TJ_SCHED_NAME_MAX, "%.*s", TJ_SCHED_NAME_MAX - 1, v);
 }
 
 static void parse_scheduling(const cJSON *spec, const char *sp, struct tj_spec *s, struct tj_errors *errs)
