@@ -643,3 +643,20 @@ int plan_assignment_from_json(const cJSON *j, struct plan_assignment *a, herr *e
     }
     return 0;
 }
+
+void plan_doc_slice_lengths(const int *bounds, int slices, char *buf, size_t cap)
+{
+    size_t at = 0;
+    if (cap)
+        buf[0] = '\0';
+    for (int k = 0; k < slices && cap > 8; k++) {
+        char one[24];
+        int n = snprintf(one, sizeof one, "%s%d", k ? ", " : "", bounds[k + 1] - bounds[k]);
+        if (n < 0 || at + (size_t)n + 6 > cap) {
+            snprintf(buf + at, cap - at, ", ...");
+            return;
+        }
+        memcpy(buf + at, one, (size_t)n + 1);
+        at += (size_t)n;
+    }
+}

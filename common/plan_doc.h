@@ -90,6 +90,10 @@ cJSON *plan_doc_to_json(const struct plan_doc *d);
 int plan_doc_check_endpoints(const struct plan_doc *d, const char *where, herr *e);
 void plan_doc_free(struct plan_doc *d);
 
+/* The token slices' lengths, "72, 32, 24" (bounds[0..slices]), into buf; ", ..." ends a list
+ * that does not fit. For logs and reports. */
+void plan_doc_slice_lengths(const int *bounds, int slices, char *buf, size_t cap);
+
 /* Index of the group of `kind` that holds `rank`, or -1. */
 int plan_doc_find_group(const struct plan_doc *d, enum group_kind kind, int rank);
 

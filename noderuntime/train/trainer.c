@@ -652,11 +652,8 @@ int trainer_run(const struct trainer_config *c, const struct plan_doc *rt, int r
     if (pipe_runner_create(&pr, &pc, &ops, e) != 0)
         goto out;
     if (c->token_slices > 1) {
-        char sl[160];
-        size_t at = 0;
-        for (int k = 0; k < c->token_slices && at < sizeof sl - 16; k++)
-            at += (size_t)snprintf(sl + at, sizeof sl - at, "%s%d", k ? ", " : "",
-                                   c->slice_bounds[k + 1] - c->slice_bounds[k]);
+        char sl[512];
+        plan_doc_slice_lengths(c->slice_bounds, c->token_slices, sl, sizeof sl);
         log_info("rank %d: TeraPipe: %d token slices of %s tokens of %d", rank, c->token_slices,
                  sl, c->T);
     }

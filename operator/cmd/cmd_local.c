@@ -221,14 +221,10 @@ static int start_page(struct local *L)
 static void print_slices(const struct plan *p)
 {
     if (p->slices > 1) {
-        char lens[160];
-        size_t at = 0;
-        for (int k = 0; k < p->slices && at < sizeof lens - 16; k++)
-            at += (size_t)snprintf(lens + at, sizeof lens - at, "%s%d", k ? ", " : "",
-                                   p->slice_bounds[k + 1] - p->slice_bounds[k]);
-        printf("  token slices: %d (%s%s tokens), chosen by the %s; unsliced: %.3f s\n",
-               p->slices, lens, at >= sizeof lens - 16 ? ", ..." : "",
-               p->slices_auto ? "planner" : "spec", p->unsliced_step_s);
+        char lens[512];
+        plan_doc_slice_lengths(p->slice_bounds, p->slices, lens, sizeof lens);
+        printf("  token slices: %d (%s tokens), chosen by the %s; unsliced: %.3f s\n", p->slices,
+               lens, p->slices_auto ? "planner" : "spec", p->unsliced_step_s);
     } else if (p->slices_auto) {
         printf("  token slices: none (tokenSlices auto: slicing does not pay here%s)\n",
                p->auto_rejected_slices > 1 ? ", the best found was slower" : "");

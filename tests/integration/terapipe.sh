@@ -36,31 +36,16 @@ run() {
 }
 
 same() { # A B: losses and final checkpoints within 1e-5
-    /usr/bin/python3 - "$tmp" "$1" "$2" "$steps" <<'PY'
-import glob, struct, sys
+    /usr/bin/python3 - "$tmp" "$1" "$2" "$steps" <<'PY' || return 1
+import sys
 tmp, a, b, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 la = [float(l.split()[1]) for l in open("%s/%s.loss" % (tmp, a))]
 lb = [float(l.split()[1]) for l in open("%s/%s.loss" % (tmp, b))]
 worst = max(abs(x - y) / abs(y) for x, y in zip(la, lb))
 print("  losses of %d steps: largest relative difference %.2g" % (len(la), worst))
 assert len(la) == len(lb) == steps and worst <= 1e-5, worst
-def ck(n):
-    fs = sorted(glob.glob("%s/ckpt-%s/stage-*-step-%09d.ckpt" % (tmp, n, steps)))
-    assert fs, n
-    out = []
-    for f in fs:
-        d = open(f, "rb").read()
-        k = struct.unpack_from("<Q", d, 96)[0]
-        out.append([struct.unpack_from("<%df" % k, d, 256 + 4 * k * i) for i in range(3)])
-    return out
-ca, cb = ck(a), ck(b)
-assert len(ca) == len(cb)
-for sa, sb in zip(ca, cb):
-    for i, (name, tol) in enumerate((("parameters", 1e-5), ("first moments", 1e-5), ("second moments", 1e-5))):
-        d = max(abs(x - y) for x, y in zip(sa[i], sb[i])) / max(abs(y) for y in sb[i])
-        print("  %s: largest difference %.2g of the largest magnitude" % (name, d))
-        assert len(sa[i]) == len(sb[i]) and d <= tol, (name, d)
 PY
+    /usr/bin/python3 "$REPO/tests/integration/ckpt_same.py" "$tmp/ckpt-$1" "$tmp/ckpt-$2" "$steps" 1e-5 1e-5
 }
 
 uneven='[0, 5, 22, 64]'

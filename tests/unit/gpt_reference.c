@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "gpt.h"
+
 static int read_exact(FILE *f, void *p, size_t n)
 {
     return fread(p, 1, n, f) == n ? 0 : -1;
@@ -65,4 +67,20 @@ double rel_err(const float *got, const float *want, size_t n)
             mx = fabs(want[i]);
     }
     return mx > 0.0 ? md / mx : md;
+}
+
+int ref_bad_tensors(const struct gpt_tensor *t, int nt, const float *got, const float *want,
+                    int full, double tol)
+{
+    int bad = 0;
+    for (int i = 0; i < nt; i++) {
+        size_t off = full ? t[i].full_offset : t[i].offset;
+        size_t n = full ? t[i].rows * t[i].cols : t[i].size;
+        double err = rel_err(got + off, want + off, n);
+        if (err > tol) {
+            printf("  %s: relative error %.3g\n", t[i].name, err);
+            bad++;
+        }
+    }
+    return bad;
 }

@@ -23,5 +23,11 @@ int load_ref(struct ref *r);
 void free_ref(struct ref *r);
 /* max |got - want| / max |want| over n values (INFINITY for a NaN). */
 double rel_err(const float *got, const float *want, size_t n);
+struct gpt_tensor;
+/* How many of the nt tensors' gradients in `got` (laid out as the table says: at each
+ * tensor's full_offset when `full`, else its offset) differ from the reference's by more than
+ * tol (rel_err over the whole tensor); each one printed. */
+int ref_bad_tensors(const struct gpt_tensor *t, int nt, const float *got, const float *want,
+                    int full, double tol);
 
 #endif

@@ -208,15 +208,8 @@ static void test_reference(void)
         CHECK("reference: sliced passes run", ok);
         CHECK_NEAR("reference: sliced loss = PyTorch's", loss, r.losses[0], 1e-5);
         const struct gpt_tensor *tt;
-        int nt = gpt_stage_tensors(st, &tt), bad = 0;
-        for (int i = 0; i < nt; i++) {
-            double err = rel_err(gpt_stage_grads(st) + tt[i].offset, r.grads + tt[i].offset,
-                                 tt[i].size);
-            if (err > 1e-4) {
-                printf("  %s: relative error %.3g\n", tt[i].name, err);
-                bad++;
-            }
-        }
+        int nt = gpt_stage_tensors(st, &tt);
+        int bad = ref_bad_tensors(tt, nt, gpt_stage_grads(st), r.grads, 0, 1e-4);
         CHECK("reference: sliced gradients = PyTorch's (1e-4, every tensor)", ok && bad == 0 && nt > 10);
     }
     gpt_stage_free(st);

@@ -228,15 +228,8 @@ static void check_reference(void)
         for (int k = 0; k < tp; k++)
             gpt_stage_to_full(rk[k].s, k, gpt_stage_grads(rk[k].s), grads);
         const struct gpt_tensor *tt;
-        int nt = gpt_stage_tensors(rk[0].s, &tt), bad = 0;
-        for (int i = 0; i < nt; i++) {
-            double err = rel_err(grads + tt[i].full_offset, r.grads + tt[i].full_offset,
-                                 tt[i].rows * tt[i].cols);
-            if (err > 1e-4) {
-                printf("  %s: relative error %.3g\n", tt[i].name, err);
-                bad++;
-            }
-        }
+        int nt = gpt_stage_tensors(rk[0].s, &tt);
+        int bad = ref_bad_tensors(tt, nt, grads, r.grads, 1, 1e-4);
         CHECK("reference: tp 2 gradients = PyTorch's (1e-4, every tensor)", bad == 0 && nt > 10);
     }
     for (int k = 0; k < tp; k++)
