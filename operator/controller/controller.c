@@ -659,10 +659,12 @@ static void status_from_pods(struct reconcile *r, const cJSON *pods, int workers
             json_set_str(r->st, "completionTime", r->now);
         emit(c, job, "Normal", "Succeeded", "every worker finished");
     } else if (ready == workers) {
-        if (!phase || is_phase(phase, "Pending") || is_phase(phase, "Suspended"))
+        if (!phase || is_phase(phase, "Pending") || is_phase(phase, "Queued") ||
+            is_phase(phase, "Suspended"))
             set_phase(r, "Discovering");
     } else {
-        set_phase(r, "Pending");
+        /* Queued: a gang scheduler (Kueue) holds the pods until it admits them all */
+        set_phase(r, gated > 0 ? "Queued" : "Pending");
     }
 }
 

@@ -13,9 +13,10 @@
 
 /* ---- metrics */
 
+#define N_PHASES 8 /* the phases below, "Unknown" (anything else) after them */
 struct phase_count {
-    const char *names[8];
-    unsigned long n[8];
+    const char *names[N_PHASES + 1];
+    unsigned long n[N_PHASES + 1];
 };
 
 static int count_phase(const cJSON *job, void *user)
@@ -24,7 +25,7 @@ static int count_phase(const cJSON *job, void *user)
     const char *ph = json_str_at(job, "status.phase");
     if (!ph)
         ph = "Pending";
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i <= N_PHASES; i++)
         if (!strcmp(pc->names[i], ph)) {
             pc->n[i]++;
             break;
@@ -101,11 +102,11 @@ static void put_error(int code, unsigned long n, void *user)
 
 void controller_metrics(struct controller *c, struct metrics_buf *b)
 {
-    struct phase_count pc = {{"Pending", "Discovering", "Planning", "Running", "Succeeded",
-                              "Failed", "Suspended", "Unknown"}, {0}};
+    struct phase_count pc = {{"Pending", "Queued", "Discovering", "Planning", "Running",
+                              "Succeeded", "Failed", "Suspended", "Unknown"}, {0}};
     kube_informer_each(c->inf[INF_JOBS], count_phase, &pc);
     metrics_printf(b, "# HELP holmes_jobs TrainingJobs by phase.\n# TYPE holmes_jobs gauge\n");
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < N_PHASES; i++)
         metrics_printf(b, "holmes_jobs{phase=\"%s\"} %lu\n", pc.names[i], pc.n[i]);
     metrics_printf(b, "# HELP holmes_job_phase Each TrainingJob's phase (1).\n"
                       "# TYPE holmes_job_phase gauge\n");

@@ -96,12 +96,12 @@ check "kueue: the pods carry Kueue's admission gate (the webhook stand-in)" jq_t
     'all(.items[]; [.spec.schedulingGates[]?.name] == ["kueue.x-k8s.io/admission"])'
 check "kueue: PodsScheduled says the job waits for Kueue admission in LocalQueue team-a" wait_for 10 tj_is gk \
     '.status.conditions[] | select(.type == "PodsScheduled") | .status == "False" and .reason == "WaitingForAdmission" and (.message | test("LocalQueue team-a"))'
-check "kueue: phase Pending while it waits" tj_is gk '.status.phase == "Pending"'
+check "kueue: phase Queued while it waits for admission" tj_is gk '.status.phase == "Queued"'
 for i in 0 1; do # Kueue admits the group: it removes the gate
     kubectl patch pod gk-worker-$i -n $NS --type=json -p '[{"op":"remove","path":"/spec/schedulingGates"}]' >/dev/null
 done
-check "kueue: admitted (gates removed) -> no longer WaitingForAdmission" wait_for 10 tj_is gk \
-    '.status.conditions[] | select(.type == "PodsScheduled") | .reason == "Scheduling"'
+check "kueue: admitted (gates removed) -> no longer WaitingForAdmission, phase Pending" wait_for 10 tj_is gk \
+    '(.status.conditions[] | select(.type == "PodsScheduled") | .reason == "Scheduling") and .status.phase == "Pending"'
 # -- none
 check "none: no PodGroup, the default scheduler, no gang labels" jq_true "$(pods gn)" \
     'all(.items[]; .spec.schedulerName == "default-scheduler" and ((.metadata.labels | keys | map(select(test("kueue|scheduling"))) | length) == 0)

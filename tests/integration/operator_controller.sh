@@ -101,7 +101,7 @@ check "... each asking for 4 GPUs" jq_true "$(pods_of $NS multi)" 'all(.items[];
 
 # Accepted by the API but not runnable yet (tj_spec_runnable): refused at admission with the
 # coordinator's reason, no pods.
-api POST "$JOBS/$NS/trainingjobs" "$(job half 2 | sed 's/"training":{"steps":10}/"training":{"steps":10,"precision":"bf16"}/; s/"gpusPerWorker":1,/"gpusPerWorker":1,"emulation":{"gpus":true},/')" >/dev/null
+api POST "$JOBS/$NS/trainingjobs" "$(job half 2 | sed 's/"training":{"steps":10}/"training":{"steps":10,"precision":"bf16"}/; s/"gpusPerWorker":1,/"gpusPerWorker":1,"emulation":{"gpus":true,"nics":[{"class":"ethernet","fabric":"eth-a","gbps":10,"count":2}]},/')" >/dev/null
 check "bf16 on emulated GPUs -> Valid=False with the coordinator's reason" wait_for 15 job_is $NS half '.status.conditions[] | select(.type == "Valid") | .status == "False" and .reason == "InvalidSpec" and (.message | contains("bf16 needs real GPUs"))'
 check "bf16 on emulated GPUs -> no pods" test "$(npods $NS half)" = 0
 
