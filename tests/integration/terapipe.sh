@@ -23,7 +23,7 @@ run() {
         "${slices:+\"token_slices\": $slices,}" "$w" >"$tmp/$name.json"
     for ((r = 0; r < P * D; r++)); do
         timeout -k 5 240 "$NODE" worker --rank-table "$tmp/$name.json" --rank $r --data "$REPO/examples/data/corpus.txt" \
-            --layers 4 --channels 64 --heads 4 --vocab 256 --max-seq 64 --batch 1 --seq 64 --micro-batches 4 \
+            --layers 4 --channels 32 --heads 4 --vocab 256 --max-seq 64 --batch 1 --seq 64 --micro-batches 2 \
             --schedule "$sched" --steps $steps --lr 1e-3 --checkpoint-dir "$tmp/ckpt-$name" --checkpoint-every $steps \
             --all-ranks >"$tmp/$name.$r.log" 2>&1 &
         pids+=($!)
