@@ -21,14 +21,21 @@ stop_all() { k8s_stop_all "${KPIDS[@]}" $OP_PID; }
 FIX=$REPO/tests/fixtures/gang
 K8S_APISERVER_ARGS=(--feature-gates=MutatingAdmissionPolicy=true
                     --runtime-config=admissionregistration.k8s.io/v1beta1=true)
+# installed before the controller manager, so its garbage collector watches them from the start
+K8S_CRDS_BEFORE_KCM=("$REPO/crds/trainingjob.yaml" "$FIX/volcano-podgroup-crd.yaml"
+                     "$FIX/coscheduling-podgroup-crd.yaml" "$FIX/kueue-localqueue-crd.yaml")
 k8s_begin gang
-kubectl apply -f "$FIX/volcano-podgroup-crd.yaml" -f "$FIX/coscheduling-podgroup-crd.yaml" \
-    -f "$FIX/kueue-localqueue-crd.yaml" >/dev/null &&
-    kubectl wait --for condition=established --timeout=30s crd/podgroups.scheduling.volcano.sh \
-        crd/podgroups.scheduling.x-k8s.io crd/localqueues.kueue.x-k8s.io >/dev/null
+kubectl wait --for condition=established --timeout=30s crd/podgroups.scheduling.volcano.sh \
+    crd/podgroups.scheduling.x-k8s.io crd/localqueues.kueue.x-k8s.io >/dev/null
 check "fixture CRDs established (Volcano and scheduler-plugins PodGroups, Kueue LocalQueue)" test $? -eq 0
 check "LocalQueue team-a and PriorityClass batch-high" kubectl apply -f "$FIX/queues.yaml"
 check "the stand-in for Kueue's webhook (MutatingAdmissionPolicy) installed" kubectl apply -f "$FIX/kueue-admission-gate.yaml"
+# the policy takes effect once the API server has loaded it: a queued pod, created as a dry run
+gate_active() {
+    printf '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"probe","namespace":"%s","labels":{"kueue.x-k8s.io/queue-name":"team-a"}},"spec":{"containers":[{"name":"c","image":"x"}]}}' "$NS" |
+        kubectl create --dry-run=server -f - -o json 2>/dev/null | jq -e '[.spec.schedulingGates[]?.name] == ["kueue.x-k8s.io/admission"]' >/dev/null
+}
+check "... and in effect (a queued pod gets the gate)" wait_for 30 gate_active
 
 k8s_operator "$W/operator.log" $CPORT --gang-schedulers kueue,volcano,coscheduling --status-interval 1
 

@@ -6,7 +6,9 @@
 #   k8s_require            # prints "SKIP ..." and exits 0 when KUBEBUILDER_ASSETS is unset
 #   k8s_start              # certificates, free ports, servers up; sets K8S_DIR, K8S_API,
 #                          # KUBECONFIG_FILE (admin), KUBECTL (kubectl as admin; also a function)
-#                          # K8S_APISERVER_ARGS (an array): more kube-apiserver flags
+#                          # K8S_APISERVER_ARGS (an array): more kube-apiserver flags;
+#                          # K8S_CRDS_BEFORE_KCM (an array): CRD files applied before the
+#                          # controller manager starts (its garbage collector watches them at once)
 #   k8s_stop               # stops exactly the processes k8s_start started (also on EXIT)
 #
 # Each run has its own directory and ports, so several runs can go at once. There are no
@@ -142,6 +144,15 @@ YAML
         return 1
     fi
 
+    # CRDs a test names in K8S_CRDS_BEFORE_KCM go in before the controller manager starts: its
+    # garbage collector then watches their objects from the start, instead of discovering the
+    # new kinds on its 30 s resync.
+    if [ -n "${K8S_CRDS_BEFORE_KCM[*]+x}" ]; then
+        local f args=()
+        for f in "${K8S_CRDS_BEFORE_KCM[@]}"; do args+=(-f "$f"); done
+        kubectl apply "${args[@]}" >/dev/null && kubectl wait --for condition=established --all crd \
+            --timeout=30s >/dev/null || { echo "FAIL envtest: CRDs ${K8S_CRDS_BEFORE_KCM[*]}"; return 1; }
+    fi
     "$KUBEBUILDER_ASSETS/kube-controller-manager" \
         --kubeconfig "$K8S_DIR/kcm.kubeconfig" \
         --authentication-kubeconfig "$K8S_DIR/kcm.kubeconfig" \
@@ -168,6 +179,9 @@ YAML
 # W=$K8S_DIR/NAME, namespace NS=team with the TrainingJob CRD, and a free coordinator port CPORT.
 # Exits the test when any of it fails.
 k8s_begin() {
+    # the TrainingJob CRD before the controller manager: its garbage collector follows jobs
+    # (and what they own) from the start
+    [ -n "${K8S_CRDS_BEFORE_KCM[*]+x}" ] || K8S_CRDS_BEFORE_KCM=("$REPO/crds/trainingjob.yaml")
     k8s_start || exit 1
     trap stop_all EXIT
     W=$K8S_DIR/$1

@@ -102,6 +102,16 @@ static int check_plan(const char *name, const struct plan *p, const struct plan_
                    "tensor group %d spans workers", g);
     }
     EXPECT(isfinite(p->step_s) && p->step_s > 0, "predicted step %g s", p->step_s);
+    /* token slices: bounds rising from 0 to seqLen; never slower than unsliced under auto */
+    if (p->slices > 1) {
+        EXPECT(p->slice_bounds[0] == 0 && p->slice_bounds[p->slices] == j->model.seq_len,
+               "slices %d span [%d, %d)", p->slices, p->slice_bounds[0], p->slice_bounds[p->slices]);
+        for (int k = 0; k < p->slices && bad < 5; k++)
+            EXPECT(p->slice_bounds[k + 1] > p->slice_bounds[k], "slice %d empty", k);
+        EXPECT(!p->slices_auto || p->step_s < p->unsliced_step_s, "auto sliced slower: %g vs %g",
+               p->step_s, p->unsliced_step_s);
+    }
+    EXPECT(j->token_slices != 1 || p->slices == 0, "%d slices for tokenSlices 1", p->slices);
 #undef EXPECT
     return bad;
 }
@@ -213,6 +223,9 @@ int main(void)
         j.micro_batches = pick(1, 64);
         j.micro_batch_size = pick(1, 4);
         j.schedule = pick(0, 1) ? SCHED_1F1B : SCHED_GPIPE;
+        /* TeraPipe: unsliced mostly; else auto, or a count (sometimes more than the tokens) */
+        int ts = pick(0, 5);
+        j.token_slices = ts < 3 ? 1 : ts == 3 ? TJ_AUTO : pick(2, j.model.seq_len + (ts == 5 ? 8 : 0));
         j.policy = pick(0, 3) ? POLICY_HOLMES : POLICY_NAIVE;
         bad += one_case(it, w, n, &j, &l, &planned, &refused);
     }
