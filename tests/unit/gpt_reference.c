@@ -84,3 +84,9 @@ int ref_bad_tensors(const struct gpt_tensor *t, int nt, const float *got, const 
     }
     return bad;
 }
+
+struct gpt_config ref_config(const struct ref *r)
+{
+    return (struct gpt_config){.layers = r->hdr[2], .channels = r->hdr[3], .heads = r->hdr[4],
+                               .vocab = r->hdr[5], .padded_vocab = r->hdr[6], .max_seq = r->hdr[7]};
+}

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpt.h"
+
 #define REF_FILE "tests/reference/gpt_tiny.bin"
 
 /* hdr: magic, version, layers, channels, heads, vocab, padded_vocab, max_seq, B, T, steps,
@@ -23,7 +25,9 @@ int load_ref(struct ref *r);
 void free_ref(struct ref *r);
 /* max |got - want| / max |want| over n values (INFINITY for a NaN). */
 double rel_err(const float *got, const float *want, size_t n);
-struct gpt_tensor;
+/* The reference model's shape, from its header. */
+struct gpt_config ref_config(const struct ref *r);
+
 /* How many of the nt tensors' gradients in `got` (laid out as the table says: at each
  * tensor's full_offset when `full`, else its offset) differ from the reference's by more than
  * tol (rel_err over the whole tensor); each one printed. */

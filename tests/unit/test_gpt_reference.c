@@ -43,8 +43,7 @@ int main(void)
         free_ref(&r);
         TEST_MAIN_END();
     }
-    struct gpt_config c = {.layers = r.hdr[2], .channels = r.hdr[3], .heads = r.hdr[4],
-                           .vocab = r.hdr[5], .padded_vocab = r.hdr[6], .max_seq = r.hdr[7]};
+    struct gpt_config c = ref_config(&r);
     int B = r.hdr[8], T = r.hdr[9], steps = r.hdr[10];
     herr e;
     struct gpt_stage *s;

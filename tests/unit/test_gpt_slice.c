@@ -187,8 +187,7 @@ static void test_reference(void)
         free_ref(&r);
         return;
     }
-    struct gpt_config c = {.layers = r.hdr[2], .channels = r.hdr[3], .heads = r.hdr[4],
-                           .vocab = r.hdr[5], .padded_vocab = r.hdr[6], .max_seq = r.hdr[7]};
+    struct gpt_config c = ref_config(&r);
     int b = r.hdr[8], t = r.hdr[9];
     static const int rc[] = {0, 3, 4, 8};
     struct gpt_stage *st = NULL;

@@ -197,8 +197,7 @@ static void check_reference(void)
         free_ref(&r);
         return;
     }
-    struct gpt_config c = {.layers = r.hdr[2], .channels = r.hdr[3], .heads = r.hdr[4],
-                           .vocab = r.hdr[5], .padded_vocab = r.hdr[6], .max_seq = r.hdr[7]};
+    struct gpt_config c = ref_config(&r);
     int b = r.hdr[8], t = r.hdr[9], tp = 2;
     struct group g = {.n = tp, .acc = calloc((size_t)b * t * (c.channels + 8), sizeof(float))};
     pthread_barrier_init(&g.bar, NULL, (unsigned)tp);
