@@ -5,16 +5,49 @@
 # to its share of the cores, links paced as the planner emulates them), run unsliced and with the
 # planner's slicing (tokenSlices: auto), interleaved REPS times; the median of each run's last
 # steps, and the planner's prediction of each (holmes-operator plan --json on the same job).
-# Calibration first: one run with 8 even slices; the fixed cost per forward or backward of a
-# unit (links.op_overhead_us) is fitted so that the planner predicts that run (bisection), and
-# the planner then chooses and predicts with it (plan and local --calibration).
-# Env: REPS (3), STEPS (12), SEQ (1024), LAYERS (8), HIDDEN (128), OUT (a temporary folder).
+# Calibration first: one unsliced run, to which links.compute_efficiency is fitted, then one
+# with 8 even slices, to which the fixed cost per forward or backward of a unit
+# (links.op_overhead_us) is fitted (bisection: the planner predicts each run); the planner then
+# chooses and predicts with both (plan and local --calibration).
+# Fabrics: as root (NETNS=1, the default for root), bench-hetero's set-up: every worker in its own
+# network namespace, each fabric a bridge shaped with TBF (IB_MBIT, ROCE_MBIT), cross-fabric
+# traffic through a router namespace shaped to CROSS_MBIT (scripts/fabric-netns.sh), the
+# transport's pacing off, the coordinator in the router namespace. NETNS=0 (or not root): local's
+# own paced links at the emulation block's speeds.
+# Env: REPS (3), STEPS (12), SEQ (1024), LAYERS (8), HIDDEN (128), OUT (a temporary folder), NETNS,
+# IB_MBIT (1000), ROCE_MBIT (500), CROSS_MBIT (125).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../../.." && pwd)
 bin=${HOLMES_BIN_DIR:-$repo/bin}
 REPS=${REPS:-3} STEPS=${STEPS:-12} SEQ=${SEQ:-1024} LAYERS=${LAYERS:-8} HIDDEN=${HIDDEN:-128}
+IB_MBIT=${IB_MBIT:-1000} ROCE_MBIT=${ROCE_MBIT:-500} CROSS_MBIT=${CROSS_MBIT:-125}
+NETNS=${NETNS:-$([ "$(id -u)" = 0 ] && echo 1 || echo 0)}
 out=${OUT:-$(mktemp -d /tmp/holmes-terapipe.XXXXXX)}
 mkdir -p "$out"
+P=tp$(($$ % 10000))
+if [ "$NETNS" = 1 ]; then
+    [ "$(id -u)" = 0 ] || { echo "bench-terapipe: NETNS=1 needs root"; exit 1; }
+    trap '"$repo/scripts/fabric-netns.sh" down "$P" >/dev/null 2>&1 || true' EXIT
+    trap 'exit 130' INT TERM
+    "$repo/scripts/fabric-netns.sh" up "$P" "$CROSS_MBIT" "ib-a:2:$IB_MBIT" "roce-b:2:$ROCE_MBIT" >"$out/ns" ||
+        { echo "bench-terapipe: building the fabrics failed"; exit 1; }
+    awk '{print $1, $3}' "$out/ns" >"$out/map" # worker i: the i-th namespace (ib-a, ib-a, roce-b, roce-b)
+    gb() { awk "BEGIN{print $1/1000}"; }
+    IB_GBPS=$(gb "$IB_MBIT") ROCE_GBPS=$(gb "$ROCE_MBIT") CROSS_GBPS=$(gb "$CROSS_MBIT")
+else
+    IB_GBPS=200 ROCE_GBPS=100 CROSS_GBPS=10
+fi
+# local: in the router namespace with the workers in theirs (NETNS=1), or plain
+run_local() { # YAML RUN_DIR JSONL OUT
+    if [ "$NETNS" = 1 ]; then
+        ip netns exec "$P-r" "$bin/holmes-operator" local "$1" --quiet --bind 10.77.1.1 \
+            --worker-wrap "$repo/tests/bench/hetero/inns.sh $out/map {i}" --run-dir "$2" \
+            --metrics-out "$3" --calibration "$out/calib.json" >"$4" 2>&1
+    else
+        "$bin/holmes-operator" local "$1" --quiet --run-dir "$2" --metrics-out "$3" \
+            --calibration "$out/calib.json" >"$4" 2>&1
+    fi
+}
 job() { # NAME SLICES
     cat <<YAML
 apiVersion: holmes.dev/v1alpha1
@@ -28,26 +61,47 @@ spec:
   training: {steps: $STEPS, data: {path: examples/data/corpus.txt, format: text}, optimizer: {lr: 1.0e-3}}
   emulation:
     nics:
-    - {class: infiniband, fabric: ib-a, gbps: 200, count: 2}
-    - {class: roce, fabric: roce-b, gbps: 100, count: 2}
-    crossFabricGbps: 10
+    - {class: infiniband, fabric: ib-a, gbps: $IB_GBPS, count: 2}
+    - {class: roce, fabric: roce-b, gbps: $ROCE_GBPS, count: 2}
+    crossFabricGbps: $CROSS_GBPS
+    bandwidthScale: 1
 YAML
 }
 job tp-whole 1 >"$out/whole.yaml"
 job tp-auto auto >"$out/auto.yaml"
 cd "$repo" || exit 1
 echo "== bench-terapipe: $(date -u '+%F %H:%M UTC'), $(nproc) cores, load $(uptime | sed 's/.*load average: //')"
-echo "job: GPT L$LAYERS C$HIDDEN T$SEQ, pipeline 4 (ib-a x 2, roce-b x 2, 10 Gb/s between), GPipe, 1 sequence per step, $STEPS steps x $REPS runs each"
+if [ "$NETNS" = 1 ]; then
+    echo "fabrics: network namespaces, TBF: ib-a $IB_MBIT Mbit/s, roce-b $ROCE_MBIT Mbit/s, $CROSS_MBIT Mbit/s between (bench-hetero's set-up)"
+else
+    echo "fabrics: holmes-operator local's paced links: ib-a 200 Gb/s, roce-b 100 Gb/s, 10 Gb/s between"
+fi
+echo "job: GPT L$LAYERS C$HIDDEN T$SEQ, pipeline 4 (ib-a x 2, roce-b x 2), GPipe, 1 sequence per step, $STEPS steps x $REPS runs each"
 median_step() { # JSONL -> median step seconds of the steps after the first 4
     /usr/bin/python3 -c 'import json,sys; v=sorted(json.loads(l)["step_ms"] for l in open(sys.argv[1]).readlines()[4:]); print("%.4f" % (v[len(v)//2] / 1e3))' "$1"
 }
-calib() { printf '{"links": {"shared_cores": %d, "op_overhead_us": %s}}\n' "$(nproc)" "$1" >"$out/calib.json"; }
+EFF=0.6
+calib() { printf '{"links": {"shared_cores": %d, "tcp_gbps": %s, "gateway_gbps": %s, "compute_efficiency": %s, "op_overhead_us": %s}}\n' \
+    "$(nproc)" "$CROSS_GBPS" "$CROSS_GBPS" "$EFF" "$1" >"$out/calib.json"; }
 plan() { "$bin/holmes-operator" plan "$out/$1.yaml" --json --calibration "$out/calib.json"; }
 predicted() { plan "$1" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["predicted_step_seconds"])'; }
+job tp-cal-whole 1 >"$out/calw.yaml"
+calib 0
+run_local "$out/calw.yaml" "$out/run-calw" "$out/calw.jsonl" "$out/calw.out" ||
+    { echo "bench-terapipe: the unsliced calibration run failed: $(tail -3 "$out/calw.out")"; exit 1; }
+m1=$(median_step "$out/calw.jsonl")
+lo=0.01 hi=1
+for _ in $(seq 16); do # a higher efficiency predicts a shorter step
+    EFF=$(/usr/bin/python3 -c "print(($lo + $hi) / 2)")
+    calib 0
+    if /usr/bin/python3 -c "import sys; sys.exit(0 if $(predicted calw) > $m1 else 1)"; then lo=$EFF; else hi=$EFF; fi
+done
+EFF=$hi
+echo "calibration: unsliced measured $m1 s/step; compute_efficiency fitted to $EFF"
 job tp-cal 8 >"$out/cal.yaml"
 calib 0
-timeout 600 "$bin/holmes-operator" local "$out/cal.yaml" --run-dir "$out/run-cal" --metrics-out "$out/cal.jsonl" \
-    --calibration "$out/calib.json" --quiet >"$out/cal.out" 2>&1 || { echo "bench-terapipe: the calibration run failed"; exit 1; }
+run_local "$out/cal.yaml" "$out/run-cal" "$out/cal.jsonl" "$out/cal.out" ||
+    { echo "bench-terapipe: the calibration run failed: $(tail -3 "$out/cal.out")"; exit 1; }
 m8=$(median_step "$out/cal.jsonl")
 lo=0 hi=50000
 for _ in $(seq 18); do
@@ -68,8 +122,7 @@ PY
 : >"$out/results.tsv"
 for r in $(seq "$REPS"); do
     for v in whole auto; do
-        if ! timeout 600 "$bin/holmes-operator" local "$out/$v.yaml" --run-dir "$out/run-$v-$r" \
-                --metrics-out "$out/$v-$r.jsonl" --calibration "$out/calib.json" --quiet >"$out/$v-$r.out" 2>&1; then
+        if ! run_local "$out/$v.yaml" "$out/run-$v-$r" "$out/$v-$r.jsonl" "$out/$v-$r.out"; then
             echo "bench-terapipe: the $v run $r failed: $(tail -3 "$out/$v-$r.out")"; exit 1
         fi
         s=$(median_step "$out/$v-$r.jsonl")
