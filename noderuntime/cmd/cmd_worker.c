@@ -301,16 +301,11 @@ int cmd_worker(int argc, char **argv)
     }
     /* the rank table's slices (a planner's), else --token-slices cut evenly */
     int *bounds = NULL;
-    if (rt.slices > 0) {
-        c.token_slices = rt.slices;
-        c.slice_bounds = rt.slice_bounds;
-    } else if (worker_slice_bounds(c.token_slices, c.T, &bounds, &e) != 0) {
+    if (worker_run_slices(&rt, c.token_slices, &c, &bounds, &e) != 0) {
         log_error("--token-slices: %s", e.msg);
         dataloader_free(dl);
         plan_doc_free(&rt);
         return 2;
-    } else {
-        c.slice_bounds = bounds;
     }
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);

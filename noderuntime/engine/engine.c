@@ -90,24 +90,21 @@ void engine_set_forward_hook(struct engine *en, int (*fn)(void *ctx, size_t lo, 
 {
     en->fwd_hook = fn;
     en->fwd_ctx = ctx;
-    if (en->ops == &engine_cpu_ops)
-        gpt_stage_set_forward_hook(en->host, fn, ctx);
+    en->ops->hooks_changed(en);
 }
 
 void engine_set_backward_hook(struct engine *en, void (*fn)(void *ctx, int layer), void *ctx)
 {
     en->bwd_hook = fn;
     en->bwd_ctx = ctx;
-    if (en->ops == &engine_cpu_ops)
-        gpt_stage_set_backward_hook(en->host, fn, ctx);
+    en->ops->hooks_changed(en);
 }
 
 void engine_set_tp_sum(struct engine *en, int (*fn)(void *ctx, float *buf, size_t n), void *ctx)
 {
     en->tp_sum = fn;
     en->tp_ctx = ctx;
-    if (en->ops == &engine_cpu_ops)
-        gpt_stage_set_tp_sum(en->host, fn, ctx);
+    en->ops->hooks_changed(en);
 }
 
 int engine_fail(struct engine *en, const char *fmt, ...)

@@ -52,6 +52,8 @@ struct engine_ops {
     int (*zero_grads)(struct engine *en, herr *e);
     int (*grads_fetch)(struct engine *en, herr *e);
     void (*params_changed)(struct engine *en);
+    /* the hooks in struct engine changed (an engine that runs them itself passes them on) */
+    void (*hooks_changed)(struct engine *en);
     const char *(*error)(const struct engine *en);
 };
 

@@ -46,6 +46,14 @@ static int cpu_grads_fetch(struct engine *en, herr *e)
 /* forward reads the host buffer itself */
 static void cpu_params_changed(struct engine *en) { (void)en; }
 
+/* the stage calls the hooks itself */
+static void cpu_hooks_changed(struct engine *en)
+{
+    gpt_stage_set_forward_hook(en->host, en->fwd_hook, en->fwd_ctx);
+    gpt_stage_set_backward_hook(en->host, en->bwd_hook, en->bwd_ctx);
+    gpt_stage_set_tp_sum(en->host, en->tp_sum, en->tp_ctx);
+}
+
 static const char *cpu_error(const struct engine *en) { return gpt_stage_error(en->host); }
 
 const struct engine_ops engine_cpu_ops = {
@@ -58,5 +66,6 @@ const struct engine_ops engine_cpu_ops = {
     .zero_grads = cpu_zero_grads,
     .grads_fetch = cpu_grads_fetch,
     .params_changed = cpu_params_changed,
+    .hooks_changed = cpu_hooks_changed,
     .error = cpu_error,
 };

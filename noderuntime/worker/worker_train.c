@@ -224,24 +224,21 @@ int worker_slice_bounds(int slices, int T, int **bounds, herr *e)
     return 0;
 }
 
-/* TeraPipe's slices for this run: the plan's (the planner's choice, `auto` included), else the
- * spec's count cut evenly, else none. */
-static int run_slices(const struct tj_spec *spec, const struct plan_doc *rt, int T,
-                      struct trainer_config *c, int **owned, herr *e)
+int worker_run_slices(const struct plan_doc *rt, int count, struct trainer_config *c, int **owned,
+                      herr *e)
 {
     *owned = NULL;
     if (rt->slices > 0) {
-        if (rt->slice_bounds[rt->slices] != T)
+        if (rt->slice_bounds[rt->slices] != c->T)
             return herr_set_kind(e, HERR_CONFIG, "the plan's token slices end at %d, the sequence "
-                                 "at %d", rt->slice_bounds[rt->slices], T);
+                                 "at %d", rt->slice_bounds[rt->slices], c->T);
         c->token_slices = rt->slices;
         c->slice_bounds = rt->slice_bounds;
         return 0;
     }
-    int n = spec->par.token_slices == TJ_AUTO ? 1 : spec->par.token_slices;
-    if (worker_slice_bounds(n, T, owned, e) != 0)
-        return herr_wrap(e, "spec.parallelism.tokenSlices");
-    c->token_slices = n > 1 ? n : 0;
+    if (worker_slice_bounds(count, c->T, owned, e) != 0)
+        return -1;
+    c->token_slices = count > 1 ? count : 0;
     c->slice_bounds = *owned;
     return 0;
 }
@@ -259,8 +256,11 @@ int worker_train_rank(const struct tj_spec *spec, const struct plan_assignment *
         goto out;
     spec_engine(spec, &c.engine, &c.precision);
     c.device = local;
-    if (run_slices(spec, rt, c.T, &c, &slices, e))
+    if (worker_run_slices(rt, spec->par.token_slices == TJ_AUTO ? 1 : spec->par.token_slices, &c,
+                          &slices, e)) {
+        herr_wrap(e, "spec.parallelism.tokenSlices");
         goto out;
+    }
     if (c.checkpoint_dir && make_dirs(c.checkpoint_dir, e))
         goto out;
     struct dataloader_config dc = {spec->training.data.path, c.B, c.T, plan_doc_dp_of(rt, rank),

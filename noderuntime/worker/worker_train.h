@@ -49,6 +49,14 @@ int worker_check_devices(const struct tj_spec *spec, herr *e);
  * slice would be empty. */
 int worker_slice_bounds(int slices, int T, int **bounds, herr *e);
 
+/* TeraPipe's slices of a run into c (token_slices, slice_bounds; c->T set): the plan's (a
+ * planner's choice, auto included) when it has them, else `count` cut evenly (bounds allocated
+ * into *owned, for the caller to free), else none. A configuration error when the plan's slices
+ * do not end at c->T. */
+struct trainer_config;
+int worker_run_slices(const struct plan_doc *rt, int count, struct trainer_config *c, int **owned,
+                      herr *e);
+
 /* Fills in every rank's host and port from start's peers ([{rank, endpoint "host:port"}]); with
  * HOLMES_NO_PACING=1 (the network itself is shaped) clears the plan's emulated pacing. -1 with
  * `e` when a peer is malformed or a rank has no endpoint. */

@@ -189,6 +189,9 @@ static int cuda_grads_fetch(struct engine *en, herr *e)
 
 static void cuda_params_changed(struct engine *en) { ce_of(en)->params_dirty = 1; }
 
+/* the forward hook runs in upload_params; no per-block backward hook; no tensor groups */
+static void cuda_hooks_changed(struct engine *en) { (void)en; }
+
 static const char *cuda_error(const struct engine *en) { return en->err; }
 
 const struct engine_ops ENGINE_OPS = {
@@ -201,5 +204,6 @@ const struct engine_ops ENGINE_OPS = {
     .zero_grads = cuda_zero_grads,
     .grads_fetch = cuda_grads_fetch,
     .params_changed = cuda_params_changed,
+    .hooks_changed = cuda_hooks_changed,
     .error = cuda_error,
 };
