@@ -11,16 +11,6 @@ export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 # text corpus (byte tokens, vocabulary 256)
 for i in $(seq 1 200); do echo "the quick brown fox $i jumps over the lazy dog $((i * 7))"; done >"$tmp/data.txt"
 
-free_ports() { # N: prints N free TCP ports
-    /usr/bin/python3 - "$1" <<'EOF'
-import socket, sys
-ss = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))
-for s in ss: s.close()
-EOF
-}
-
 table() { # P D TIMEOUT: writes $tmp/rt.json
     local P=$1 D=$2 to=$3 ports sep="" w=""
     read -r -a ports <<<"$(free_ports $((P * D)))"

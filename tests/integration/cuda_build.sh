@@ -74,7 +74,7 @@ else
 fi
 # Its CPU engine trains exactly as the plain binary's (the seam changes nothing on CPUs).
 tmpd=$(mktemp -d /tmp/holmes-cuda-node.XXXXXX)
-port=$((29600 + RANDOM % 300))
+port=$(free_ports 1)
 printf '{"parallelism": {"pipeline": 1, "data": 1}, "workers": [{"host": "127.0.0.1", "port": %s}]}' "$port" >"$tmpd/rt.json"
 run_rt() { "$1" worker --rank 0 --rank-table "$tmpd/rt.json" --data "$REPO/examples/data/corpus.txt" --steps 3 "${@:2}" 2>&1; }
 a=$(run_rt "$node" | grep -o 'step 3 loss [0-9.]*'); b=$(run_rt "$NODE" | grep -o 'step 3 loss [0-9.]*')

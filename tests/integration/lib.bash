@@ -18,6 +18,17 @@ wait_for() {
     done
     return 1
 }
+# free_ports N: prints N TCP ports free on 127.0.0.1 now, chosen by the kernel (never a fixed
+# range: one inside ip_local_port_range can be taken by any outgoing connection meanwhile)
+free_ports() {
+    /usr/bin/python3 - "$1" <<'EOF'
+import socket, sys
+ss = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))
+for s in ss: s.close()
+EOF
+}
 jq_true() { jq -e "$2" <<<"$1" >/dev/null 2>&1; } # jq_true JSON FILTER
 
 # gpus_job OUT NAME STEPS CKPT_DIR [sed expressions...]: examples/local-gpus.yaml (2 workers x 2

@@ -12,13 +12,11 @@ fi
 tmp=$(mktemp -d /tmp/holmes-terapipe.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
 steps=20
-base=$((33000 + RANDOM % 2000))
 
 # run NAME P D SCHEDULE SLICES_JSON: 4 ranks of pipeline P x data D; logs and checkpoints in $tmp
 run() {
-    local name=$1 P=$2 D=$3 sched=$4 slices=$5 w="" r pids=()
-    for ((r = 0; r < P * D; r++)); do w="$w${w:+, }{\"host\": \"127.0.0.1\", \"port\": $((base + r))}"; done
-    base=$((base + P * D))
+    local name=$1 P=$2 D=$3 sched=$4 slices=$5 w="" r p pids=()
+    for p in $(free_ports $((P * D))); do w="$w${w:+, }{\"host\": \"127.0.0.1\", \"port\": $p}"; done
     printf '{"parallelism": {"pipeline": %d, "data": %d}, %s "workers": [%s]}' "$P" "$D" \
         "${slices:+\"token_slices\": $slices,}" "$w" >"$tmp/$name.json"
     for ((r = 0; r < P * D; r++)); do
@@ -57,7 +55,7 @@ for c in "p2d2 2 2 1f1b" "p4 4 1 gpipe"; do
             || fail "$1 ($4): slices = unsliced" "$out"
         echo "$out"
     else
-        fail "$1 ($4): sliced and unsliced runs train" "$(tail -n 3 "$tmp"/$1-*.log | head -20)"
+        fail "$1 ($4): sliced and unsliced runs train" "$(grep -iE 'error|fail|refused|in use' "$tmp"/$1-*.log | head -8; tail -n 2 "$tmp"/$1-*.log | head -24)"
     fi
 done
 # holmes-operator local with tokenSlices: auto: the planner's slicing is printed beside the
