@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 
+#include "core_spread.h"
 #include "error.h"
 #include "rank_table.h"
 
@@ -16,17 +17,6 @@ enum cpu_affinity { CPU_AFFINITY_NONE = 0, CPU_AFFINITY_SPREAD = 1 };
 
 /* "none" | "spread"; -1 for anything else. */
 int cpu_affinity_parse(const char *s, enum cpu_affinity *out);
-
-/* Assigns n ranks with planned compute load[i] >= 0 to ncpu cores. With ncpu >= n, each rank
- * gets ncpu / n cores of its own. Otherwise one core each: heaviest first onto the least loaded
- * core (ties: the lower rank, then a core holding no rank of a neighbouring pipeline stage, then
- * the lower core), so that equal loads (the replicas of one stage) go to different cores, every
- * core carries about the same compute, and adjacent stages (which overlap in a pipeline, token
- * slices most) compute on different cores. stage[i]: rank i's pipeline stage, or NULL. Writes
- * the first core's index (0..ncpu-1, an index into the usable cores) and the core count of each
- * rank. */
-int cpu_spread(const double *load, const int *stage, int n, int ncpu, int *first, int *count,
-               herr *e);
 
 /* Pins the calling thread, and so the threads it starts later, to `count` of the cores the
  * thread may use now, from the first-th of them on; writes their numbers ("3" or "4-7") into

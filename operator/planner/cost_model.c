@@ -1,5 +1,7 @@
 #include "cost_model.h"
 
+#include "core_spread.h"
+
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -22,6 +24,7 @@ void cost_links_default(struct cost_links *l)
     l->optimizer_bytes_per_param = 16;
     l->overlap = 1.0;
     l->shared_cores = 0;
+    l->pinned_cores = 0;
     l->op_overhead_us = 0;
 }
 
@@ -29,10 +32,11 @@ struct link_field {
     const char *key;
     size_t off;
     double min, max;  /* allowed range; min exclusive when min_open */
-    int min_open;
+    int min_open;     /* 2: a switch, exactly min or max */
 };
 
 #define LF(k, lo, hi, open) {#k, offsetof(struct cost_links, k), lo, hi, open}
+#define LF_SWITCH(k) {#k, offsetof(struct cost_links, k), 0, 1, 2}
 static const struct link_field link_fields[] = {
     LF(tcp_gbps, 0, 1e6, 1),
     LF(gateway_gbps, 0, 1e6, 0),
@@ -48,13 +52,17 @@ static const struct link_field link_fields[] = {
     LF(optimizer_bytes_per_param, 0, 1e3, 0),
     LF(overlap, 0, 1, 0),
     LF(shared_cores, 0, 1e6, 0),
+    LF_SWITCH(pinned_cores),
     LF(op_overhead_us, 0, 1e7, 0),
 };
 #define N_LINK_FIELDS (sizeof link_fields / sizeof link_fields[0])
 
 static const char *field_rule(const struct link_field *f, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "must be a number in %s%g, %g]", f->min_open ? "(" : "[", f->min, f->max);
+    if (f->min_open == 2)
+        snprintf(buf, cap, "must be %g or %g", f->min, f->max);
+    else
+        snprintf(buf, cap, "must be a number in %s%g, %g]", f->min_open ? "(" : "[", f->min, f->max);
     return buf;
 }
 
@@ -62,6 +70,8 @@ static int field_ok(const struct link_field *f, double v)
 {
     if (!isfinite(v) || v > f->max)
         return 0;
+    if (f->min_open == 2)
+        return v == f->min || v == f->max;
     return f->min_open ? v > f->min : v >= f->min;
 }
 
@@ -81,7 +91,8 @@ int cost_links_apply_json(struct cost_links *l, const cJSON *j, const char *wher
             return herr_set(e, "%s.%s: unknown link constant (known: tcp_gbps, gateway_gbps, tcp_latency_us, "
                             "tcp_efficiency, ib_latency_us, roce_latency_us, rdma_efficiency, "
                             "intra_node_gbps, intra_node_latency_us, compute_efficiency, "
-                            "memory_gbps, optimizer_bytes_per_param, overlap, shared_cores, op_overhead_us)", where,
+                            "memory_gbps, optimizer_bytes_per_param, overlap, shared_cores, pinned_cores, "
+                            "op_overhead_us)", where,
                             it->string);
         if (!cJSON_IsNumber(it) || !field_ok(f, it->valuedouble))
             return herr_set(e, "%s.%s: %s", where, f->key, field_rule(f, rule, sizeof rule));
@@ -258,10 +269,16 @@ void cost_sim_free(struct cost_sim *s)
     free(s->buf);
     free(s->ibuf);
     free(s->cw);
+    free(s->pin_first);
+    free(s->pin_busy);
+    free(s->rate);
     s->buf = NULL;
     s->ibuf = NULL;
     s->cw = s->tw = NULL;
+    s->pin_first = s->pin_count = NULL;
+    s->pin_busy = s->rate = NULL;
     s->cap_stages = s->cap_mb = s->cap_slices = 0;
+    s->cap_ranks = s->cap_cores = s->cap_rate = 0;
 }
 
 double cost_slice_compute_share(const struct cost_job *j, int t0, int t1)
@@ -397,10 +414,75 @@ static int run_schedule(const struct cost_job *j, int P, const double *start, co
     return done == total ? 0 : -1;
 }
 
-/* run_schedule with processor sharing: `devices` devices per stage share `cores` cores, and
- * every running op progresses at min(1, cores / (devices x running stages)). Event-driven:
- * the next event is an op's completion or a known arrival at an idle stage. */
-static int run_schedule_shared(const struct cost_job *j, int P, double cores, const double *start,
+/* links.pinned_cores: the core of every rank (tensor x data per stage, stage-major as the rank
+ * table numbers them), as the workers pin themselves: cpu_spread with each stage's layers as its
+ * ranks' load. 0, or -1 when out of memory or the spread fails. */
+static int sim_pin(const struct cost_job *j, const struct cost_stage *st, int P, int ncpu,
+                   struct cost_sim *sim)
+{
+    long per = (long)j->data * j->tensor, R = per * P;
+    if (R < 1 || R > (1L << 24) || ncpu < 1)
+        return -1;
+    if (R > sim->cap_ranks) { /* first, count, stage: R ints each */
+        int *f = realloc(sim->pin_first, 3 * (size_t)R * sizeof *f);
+        if (!f)
+            return -1;
+        sim->pin_first = f;
+        sim->cap_ranks = (int)R;
+    }
+    if (R + ncpu > sim->cap_cores) { /* load: R doubles; busy: ncpu doubles */
+        double *b = realloc(sim->pin_busy, ((size_t)R + (size_t)ncpu) * sizeof *b);
+        if (!b)
+            return -1;
+        sim->pin_busy = b;
+        sim->cap_cores = (int)(R + ncpu);
+    }
+    sim->pin_count = sim->pin_first + sim->cap_ranks;
+    int *stage = sim->pin_count + sim->cap_ranks;
+    double *load = sim->pin_busy + ncpu;
+    for (long r = 0; r < R; r++) {
+        stage[r] = (int)(r / per);
+        load[r] = st[r / per].layers;
+    }
+    herr e;
+    return cpu_spread(load, stage, (int)R, ncpu, sim->pin_first, sim->pin_count, &e);
+}
+
+/* Each stage's progress rate now (running[s]: its op is running): shared cores, every running
+ * device at min(1, cores / running devices); pinned, 1 / (running ranks on its busiest core). */
+static void shared_rates(const struct cost_job *j, int P, double cores, int pinned,
+                         const int *running, struct cost_sim *sim)
+{
+    int per = j->data * j->tensor, nrun = 0;
+    for (int s = 0; s < P; s++)
+        nrun += running[s] != 0;
+    if (!pinned) {
+        double r = nrun ? cores / ((double)per * nrun) : 0;
+        for (int s = 0; s < P; s++)
+            sim->rate[s] = r > 1 ? 1 : r;
+        return;
+    }
+    int ncpu = (int)cores;
+    double *busy = sim->pin_busy;
+    for (int c = 0; c < ncpu; c++)
+        busy[c] = 0;
+    for (int s = 0; s < P; s++)
+        for (int r = s * per; running[s] && r < (s + 1) * per; r++)
+            busy[sim->pin_first[r]] += 1;
+    for (int s = 0; s < P; s++) {
+        double most = 1;
+        for (int r = s * per; r < (s + 1) * per; r++)
+            if (sim->pin_count[r] == 1 && busy[sim->pin_first[r]] > most)
+                most = busy[sim->pin_first[r]];
+        sim->rate[s] = 1 / most;
+    }
+}
+
+/* run_schedule with processor sharing (shared_rates): every running op progresses at its
+ * stage's rate. Event-driven: the next event is an op's completion or a known arrival at an
+ * idle stage. */
+static int run_schedule_shared(const struct cost_job *j, const struct cost_links *l,
+                               const struct cost_stage *st, int P, const double *start,
                                const double *fwd, const double *bwd, const double *xfer,
                                const double *lat, struct cost_sim *sim, double *end)
 {
@@ -409,8 +491,18 @@ static int run_schedule_shared(const struct cost_job *j, int P, double cores, co
     double *farr = sim->buf, *barr = farr + pm, *lastf = barr + pm;
     double *t = lastf + m, *lf = t + P, *lb = lf + P;
     double *rem = sim->buf + 2 * pm + m + 7 * (size_t)P;
-    int *idx = sim->ibuf;
-    double devices = (double)j->data * j->tensor;
+    int *idx = sim->ibuf, pinned = l->pinned_cores != 0;
+    double cores = pinned ? floor(l->shared_cores) : l->shared_cores;
+    if (pinned && (cores < 1 || sim_pin(j, st, P, (int)cores, sim) != 0))
+        return -1;
+    if (P > sim->cap_rate) { /* rate: P doubles; running: P ints (in ibuf's twin) */
+        double *r = realloc(sim->rate, (size_t)P * (sizeof(double) + sizeof(int)));
+        if (!r)
+            return -1;
+        sim->rate = r;
+        sim->cap_rate = P;
+    }
+    int *running = (int *)(sim->rate + sim->cap_rate);
     for (size_t i = 0; i < 2 * pm + (size_t)m; i++)
         sim->buf[i] = -1;
     for (int s = 0; s < P; s++) {
@@ -421,8 +513,9 @@ static int run_schedule_shared(const struct cost_job *j, int P, double cores, co
     }
     double now = 0;
     for (long guard = 0; guard < 8L * m * P + 16; guard++) {
-        int running = 0, left = 0;
+        int left = 0;
         for (int s = 0; s < P; s++) {
+            running[s] = 0;
             if (idx[s] >= 2 * m)
                 continue;
             left++;
@@ -432,24 +525,21 @@ static int run_schedule_shared(const struct cost_job *j, int P, double cores, co
                 if (ready >= 0 && ready <= now)
                     rem[s] = (b ? bwd[s] : fwd[s]) * sim->cw[mb % S] + sim->ovh;
             }
-            if (rem[s] >= 0)
-                running++;
+            running[s] = rem[s] >= 0;
         }
         if (!left) {
             for (int s = 0; s < P; s++)
                 end[s] = t[s];
             return 0;
         }
-        double rate = running ? cores / (devices * running) : 0;
-        if (rate > 1)
-            rate = 1;
+        shared_rates(j, P, cores, pinned, running, sim);
         double dt = INFINITY;
         for (int s = 0; s < P; s++) {
             if (idx[s] >= 2 * m)
                 continue;
             if (rem[s] >= 0) {
-                if (rem[s] / rate < dt)
-                    dt = rem[s] / rate;
+                if (rem[s] / sim->rate[s] < dt)
+                    dt = rem[s] / sim->rate[s];
                 continue;
             }
             int mb, b;
@@ -463,7 +553,7 @@ static int run_schedule_shared(const struct cost_job *j, int P, double cores, co
         for (int s = 0; s < P; s++) {
             if (idx[s] >= 2 * m || rem[s] < 0)
                 continue;
-            rem[s] -= rate * dt;
+            rem[s] -= sim->rate[s] * dt;
             if (rem[s] > 1e-12 * (fwd[s] + bwd[s]) + 1e-15)
                 continue;
             int mb, b = op_at(j->schedule, s, idx[s], P, m, S, &mb);
@@ -477,12 +567,12 @@ static int run_schedule_shared(const struct cost_job *j, int P, double cores, co
 }
 
 /* The schedule with or without shared cores (links.shared_cores). */
-static int schedule(const struct cost_job *j, const struct cost_links *l, int n,
-                    const double *start, const double *fwd, const double *bwd, const double *xfer,
+static int schedule(const struct cost_job *j, const struct cost_links *l,
+                    const struct cost_stage *st, int n, const double *start, const double *fwd, const double *bwd, const double *xfer,
                     const double *lat, struct cost_sim *sim, double *end)
 {
     return l->shared_cores > 0
-               ? run_schedule_shared(j, n, l->shared_cores, start, fwd, bwd, xfer, lat, sim, end)
+               ? run_schedule_shared(j, l, st, n, start, fwd, bwd, xfer, lat, sim, end)
                : run_schedule(j, n, start, fwd, bwd, xfer, lat, sim, end);
 }
 
@@ -520,7 +610,7 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
     if (terms[n - 1].tie > start[n - 1])
         start[n - 1] = terms[n - 1].tie;
     double end[n];
-    if (schedule(j, l, n, start, fwd, bwd, xfer, lat, sim, end) != 0)
+    if (schedule(j, l, st, n, start, fwd, bwd, xfer, lat, sim, end) != 0)
         return INFINITY;
     double best = -1;
     int crit = 0;
@@ -539,7 +629,7 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
         double crit_end = end[crit], crit_start = start[crit];
         for (int s = 0; s < n; s++)
             xfer[s] = lat[s] = 0;
-        if (schedule(j, l, n, start, fwd, bwd, xfer, lat, sim, end) != 0)
+        if (schedule(j, l, st, n, start, fwd, bwd, xfer, lat, sim, end) != 0)
             return INFINITY;
         br->critical_stage = crit;
         br->compute = m * (ct->fwd + ct->bwd);

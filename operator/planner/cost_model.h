@@ -35,6 +35,11 @@ struct cost_links {
                                      computes at min(1, cores / busy devices) of its rate, so a
                                      waiting stage leaves its core to the others; 0 = every
                                      device has its own */
+    double pinned_cores;          /* 1 (with shared_cores): every rank computes only on the core
+                                     common/core_spread.h's cpu_spread gives it, as
+                                     `holmes-operator local`'s workers pin themselves, so a stage
+                                     shares a core only with the ranks pinned beside it; 0: the
+                                     cores are shared by all (the kernel's scheduler) */
     double op_overhead_us;        /* fixed cost of one forward or backward of one unit (a
                                      micro-batch, or a token slice of one) on a stage, beside its
                                      compute: kernel launches, thread wake-ups, message set-up.
@@ -124,6 +129,9 @@ struct cost_sim {
     double ovh;                 /* links.op_overhead_us in seconds */
     double *cw, *tw;            /* [S] each slice's share of a micro-batch's compute, tokens */
     int cap_slices;
+    int *pin_first, *pin_count; /* links.pinned_cores: each rank's core and core count */
+    double *pin_busy, *rate;    /* per core: running ranks; per stage: its ops' progress rate */
+    int cap_ranks, cap_cores, cap_rate;
 };
 int cost_sim_init(struct cost_sim *s, int stages, int micro_batches, herr *e);
 void cost_sim_free(struct cost_sim *s);
@@ -139,7 +147,9 @@ double cost_slice_compute_share(const struct cost_job *j, int t0, int t1);
  * share and carrying its tokens' share of the activations, a message latency each. The sim must
  * be sized for micro_batches x slices units.
  * With links.shared_cores > 0 the simulation is a processor-sharing one: at every moment the
- * running stages' ops progress at min(1, shared_cores / (data x tensor x running stages)).
+ * running stages' ops progress at min(1, shared_cores / (data x tensor x running stages)); with
+ * links.pinned_cores as well, each rank is on the core cpu_spread gives it (loads: its stage's
+ * layers) and a stage progresses at 1 / (running ranks on its busiest core).
  * Fills `br` when non-NULL (one more simulation without transfers splits pp_comm from
  * bubble). `tie`: the embedding tie link between first and last stage (NULL when n == 1).
  * Returns the step time in seconds. */

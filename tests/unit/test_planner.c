@@ -401,6 +401,9 @@ static void test_gateway(void)
 
 /* ---- shared cores (links.shared_cores): processor sharing in the schedule simulation ---- */
 
+static int shared_pinned;  /* links.pinned_cores for shared_step */
+static int shared_layers = 4;
+
 static double shared_step(int P, int D, double cores, int same_node, struct cost_breakdown *br)
 {
     struct plan_worker w[4];
@@ -413,7 +416,7 @@ static double shared_step(int P, int D, double cores, int same_node, struct cost
     }
     struct plan_job job;
     plan_job_init(&job);
-    job.model = (struct tj_model){.layers = 4, .hidden = 192, .heads = 4, .vocab = 256, .seq_len = 32};
+    job.model = (struct tj_model){.layers = shared_layers, .hidden = 192, .heads = 4, .vocab = 256, .seq_len = 32};
     job.pipeline = P;
     job.data = D;
     job.micro_batches = 4;
@@ -422,6 +425,7 @@ static double shared_step(int P, int D, double cores, int same_node, struct cost
     struct cost_links l;
     cost_links_default(&l);
     l.shared_cores = cores;
+    l.pinned_cores = shared_pinned;
     struct plan p;
     herr e = {0};
     if (plan_make(w, P * D, &job, &l, &p, &e)) {
@@ -487,6 +491,36 @@ static void test_shared_cores(void)
     CHECK_INT("negative shared_cores rejected", cost_links_apply_json(&l, j, "links", &e), -1);
     CHECK_STR("negative shared_cores message", e.msg,
               "links.shared_cores: must be a number in [0, 1e+06]");
+    cJSON_Delete(j);
+}
+
+/* links.pinned_cores: each rank on the core cpu_spread gives it, as the local workers pin. */
+static void test_pinned_cores(void)
+{
+    /* Enough cores: every rank has its own, as without sharing. */
+    shared_pinned = 1;
+    double p4 = shared_step(2, 2, 4, 0, NULL);
+    shared_pinned = 0;
+    CHECK_NEAR("pinned, cores >= ranks: as unshared", p4, shared_step(2, 2, 0, 0, NULL), 1e-9);
+    /* One core: pinned or not, every running rank shares it. */
+    double u1 = shared_step(2, 2, 1, 0, NULL);
+    shared_pinned = 1;
+    CHECK_NEAR("pinned on 1 core: as shared", shared_step(2, 2, 1, 0, NULL), u1, 1e-9);
+    /* 3 stages of one layer on 2 cores: stages 0 and 2 are pinned to one core (cpu_spread keeps
+     * neighbours apart), stage 1 has the other. When all three run, 0 and 2 go at half speed
+     * while stage 1 runs alone; shared, each would go at 2/3. Pinning is slower. */
+    shared_layers = 3;
+    double pin3 = shared_step(3, 1, 2, 1, NULL);
+    shared_pinned = 0;
+    double sh3 = shared_step(3, 1, 2, 1, NULL);
+    shared_layers = 4;
+    CHECK("3 stages on 2 pinned cores: slower than the cores shared", pin3 > sh3 * 1.01);
+    herr e = {0};
+    struct cost_links l;
+    cost_links_default(&l);
+    cJSON *j = cJSON_Parse("{\"pinned_cores\": 0.5}");
+    CHECK_INT("pinned_cores 0.5 rejected", cost_links_apply_json(&l, j, "links", &e), -1);
+    CHECK_STR("pinned_cores message", e.msg, "links.pinned_cores: must be 0 or 1");
     cJSON_Delete(j);
 }
 
@@ -1108,6 +1142,7 @@ int main(void)
     test_pipeline_dtype();
     test_param_gather_dtype();
     test_shared_cores();
+    test_pinned_cores();
     test_two_fabrics();
     test_tensor_and_auto();
     test_uneven();

@@ -81,7 +81,9 @@ median_step() { # JSONL -> median step seconds of the steps after the first 4
     /usr/bin/python3 -c 'import json,sys; v=sorted(json.loads(l)["step_ms"] for l in open(sys.argv[1]).readlines()[4:]); print("%.4f" % (v[len(v)//2] / 1e3))' "$1"
 }
 EFF=0.6
-calib() { printf '{"links": {"shared_cores": %d, "tcp_gbps": %s, "gateway_gbps": %s, "compute_efficiency": %s, "op_overhead_us": %s}}\n' \
+# the workers share this machine's cores, each pinned to the one cpu_spread gives it (local's
+# HOLMES_CPU_AFFINITY=spread): the planner simulates the same pinning (links.pinned_cores)
+calib() { printf '{"links": {"shared_cores": %d, "pinned_cores": 1, "tcp_gbps": %s, "gateway_gbps": %s, "compute_efficiency": %s, "op_overhead_us": %s}}\n' \
     "$(nproc)" "$CROSS_GBPS" "$CROSS_GBPS" "$EFF" "$1" >"$out/calib.json"; }
 plan() { "$bin/holmes-operator" plan "$out/$1.yaml" --json --calibration "$out/calib.json"; }
 predicted() { plan "$1" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["predicted_step_seconds"])'; }
