@@ -142,9 +142,5 @@ int tj_spec_runnable(const struct tj_spec *s, const char *path, struct tj_errors
     if (s->par.tensor > 1 && s->par.token_slices != 1)
         tj_errors_add(errs, "%s.parallelism.tokenSlices: token slicing with tensor parallelism (tensor %d) "
                       "is not supported yet; use tokenSlices 1 or tensor 1", sp, s->par.tensor);
-    if (real_gpus && s->par.tensor > 1)
-        tj_errors_add(errs, "%s.parallelism.tensor: %d on GPUs is not supported yet: the CUDA engine "
-                      "has no tensor parallelism (the CPU engine has); use tensor 1, or "
-                      "emulation.gpus to run the ranks on CPUs", sp, s->par.tensor);
     return errs->count == before ? 0 : -1;
 }

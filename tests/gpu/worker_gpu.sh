@@ -3,7 +3,9 @@
 # trainer driving the CUDA engine through the engine seam.
 #   1. one rank, CUDA fp32 = the CPU engine within tolerance (losses of 20 steps);
 #   2. two ranks on one GPU as a 2-stage pipeline (activations over TCP) = the same;
-#   3. bf16: the loss curve of 200 steps within 1 % of fp32's (mean over the last 50 steps).
+#   3. two ranks on one GPU as a tensor group of 2 (Megatron-LM; the group's sums over TCP, as
+#      the rank table plans no NCCL network) = the CPU engine's tensor group of 2;
+#   4. bf16: the loss curve of 200 steps within 1 % of fp32's (mean over the last 50 steps).
 # Usage: worker_gpu.sh NODE_BIN [GPU_ENGINE_FP32 GPU_ENGINE_BF16]; the engines default to
 # cuda-fp32 and cuda-bf16 (`cpu cpu` runs the script's own logic on a machine without a GPU).
 set -u
@@ -30,28 +32,31 @@ data=$repo/examples/data/corpus.txt
 model=(--layers 4 --channels 128 --heads 4 --vocab 256 --max-seq 64 --batch 8 --seq 64 --micro-batches 2 --lr 1e-3)
 base=$((20000 + RANDOM % 20000))
 
-table() { # stages -> a rank table on 127.0.0.1
-    local p=$1 w="" i
-    for ((i = 0; i < p; i++)); do
+table() { # name stages [tensor] -> $tmp/rt.name.json, a rank table on 127.0.0.1
+    local name=$1 p=$2 t=${3:-1} w="" i
+    for ((i = 0; i < p * t; i++)); do
         w="$w${w:+, }{\"host\": \"127.0.0.1\", \"port\": $((base + i))}"
     done
-    printf '{"parallelism": {"pipeline": %d, "data": 1}, "workers": [%s]}' "$p" "$w" >"$tmp/rt$p.json"
-    base=$((base + p))
+    printf '{"parallelism": {"tensor": %d, "pipeline": %d, "data": 1}, "workers": [%s]}' "$t" "$p" "$w" \
+        >"$tmp/rt.$name.json"
+    base=$((base + p * t))
 }
 
-run() { # name stages steps engine -> $tmp/name.loss (one loss per step, from rank 0's log)
-    local name=$1 p=$2 steps=$3 engine=$4 r pids=()
-    table "$p"
-    for ((r = 0; r < p; r++)); do
-        timeout 600 "$node" worker --rank-table "$tmp/rt$p.json" --rank $r --data "$data" --steps "$steps" \
+# name stages steps engine [tensor] -> $tmp/name.loss (one loss per step, from the last rank's log)
+run() {
+    local name=$1 p=$2 steps=$3 engine=$4 t=${5:-1} r pids=()
+    local n=$((p * t))
+    table "$name" "$p" "$t"
+    for ((r = 0; r < n; r++)); do
+        timeout 600 "$node" worker --rank-table "$tmp/rt.$name.json" --rank $r --data "$data" --steps "$steps" \
             --engine "$engine" --device 0 --all-ranks "${model[@]}" >"$tmp/$name.$r.log" 2>&1 &
         pids+=($!)
     done
     local rc=0
     for r in "${pids[@]}"; do wait "$r" || rc=1; done
-    sed -nE 's/^step [0-9]+ loss ([0-9.]+).*/\1/p' "$tmp/$name.$((p - 1)).log" >"$tmp/$name.loss"
+    sed -nE 's/^step [0-9]+ loss ([0-9.]+).*/\1/p' "$tmp/$name.$((n - 1)).log" >"$tmp/$name.loss"
     [ $rc -eq 0 ] && [ "$(wc -l <"$tmp/$name.loss")" -eq "$steps" ] || {
-        echo "  $name: exit $rc, $(wc -l <"$tmp/$name.loss") steps; $(tail -2 "$tmp/$name.$((p - 1)).log")"; return 1; }
+        echo "  $name: exit $rc, $(wc -l <"$tmp/$name.loss") steps; $(tail -2 "$tmp/$name.$((n - 1)).log")"; return 1; }
 }
 
 maxrel() { # a b -> the largest |a-b|/|b| over the steps
@@ -69,6 +74,11 @@ if run g2 2 20 "$e32"; then
     awk -v m="$m" 'BEGIN {exit !(m < 1e-3)}' && pass "gpu.worker.two_stages_one_gpu: 2-stage pipeline on one GPU = CPU engine ($m)" \
         || failed gpu.worker.two_stages_one_gpu "largest relative loss difference $m (bound 1e-3)"
 else failed gpu.worker.two_stages_one_gpu "did not train"; fi
+if run cpu_t2 1 20 cpu 2 && run g_t2 1 20 "$e32" 2; then
+    m=$(maxrel "$tmp/g_t2.loss" "$tmp/cpu_t2.loss")
+    awk -v m="$m" 'BEGIN {exit !(m < 1e-3)}' && pass "gpu.worker.tensor2_one_gpu: tensor 2 on one GPU = the CPU engine's tensor 2 ($m)" \
+        || failed gpu.worker.tensor2_one_gpu "largest relative loss difference $m (bound 1e-3)"
+else failed gpu.worker.tensor2_one_gpu "did not train"; fi
 if run f32 1 200 "$e32" && run b16 1 200 "$e16"; then
     m=$(paste "$tmp/b16.loss" "$tmp/f32.loss" | tail -n 50 | awk '{a += $1; b += $2} END {d = (a - b) / b; printf "%.4f", d < 0 ? -d : d}')
     awk -v m="$m" 'BEGIN {exit !(m < 0.01)}' && pass "gpu.worker.bf16: $e16's loss over the last 50 of 200 steps within 1 % of $e32's (${m})" \

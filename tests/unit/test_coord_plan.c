@@ -409,9 +409,16 @@ int main(void)
         jobs[0].spec.training.precision = DTYPE_FP32;
         jobs[0].spec.par.tensor = 2;
         struct tj_errors run2 = {0};
-        CHECK("tensor 2 on GPUs refused (no tensor parallelism in the CUDA engine), naming the field",
+        CHECK_INT("tensor 2 on GPUs is runnable (the CUDA engine's tensor parallelism)",
+                  tj_spec_runnable(&jobs[0].spec, "spec", &run2), 0);
+        jobs[0].spec.training.precision = DTYPE_BF16;
+        CHECK_INT("tensor 2 on GPUs in bf16 is runnable", tj_spec_runnable(&jobs[0].spec, "spec", &run2), 0);
+        jobs[0].spec.training.precision = DTYPE_FP32;
+        jobs[0].spec.par.token_slices = 2;
+        CHECK("tensor 2 with token slices on GPUs still refused, naming the field",
               tj_spec_runnable(&jobs[0].spec, "spec", &run2) != 0 &&
-              strstr(run2.msg[0], "spec.parallelism.tensor: 2 on GPUs is not supported yet") != NULL);
+              strstr(run2.msg[run2.count - 1], "spec.parallelism.tokenSlices: token slicing with tensor "
+                     "parallelism (tensor 2) is not supported yet") != NULL);
         jobs[0].spec = keep;
     }
     coord_plan_free(&cp);

@@ -6,8 +6,8 @@
  * with them. Parameters are uploaded in the first forward after they changed (the forward hook
  * runs first, for all of them, so the ZeRO all-gather is complete); gradients are downloaded
  * when the trainer asks (engine_grads_fetch); activations cross in host fp32, converted to and
- * from the device's activation type. Tensor parallelism is not in this engine yet: a tensor
- * group is refused at creation. */
+ * from the device's activation type. A tensor group (Megatron-LM, gpu_stage_create_tp) sums its
+ * partial results through the trainer's function (engine_set_tp_sum), on host fp32 buffers. */
 #include "engine.h"
 
 #include <stdlib.h>
@@ -52,9 +52,6 @@ static void cuda_destroy(struct engine *en)
 
 static int cuda_create(struct engine *en, const struct engine_spec *s, herr *e)
 {
-    if (s->tp > 1)
-        return herr_set(e, "tensor parallelism (tensor %d) is not in the CUDA engine yet: use "
-                        "spec.parallelism.tensor 1 on GPUs", s->tp);
     int ndev = 0;
     cudaError_t ce = cudaGetDeviceCount(&ndev);
     if (ce != cudaSuccess)
@@ -64,8 +61,10 @@ static int cuda_create(struct engine *en, const struct engine_spec *s, herr *e)
                         "CUDA_VISIBLE_DEVICES)", s->device, ndev);
     if ((ce = cudaSetDevice(s->device)) != cudaSuccess)
         return herr_set(e, "CUDA device %d: %s", s->device, cudaGetErrorString(ce));
-    /* the host stage: layout and the trainer's buffers; no micro-batch of its own */
-    if (gpt_stage_create(&en->host, &s->model, s->first, s->last, 1, 1, 1, e) != 0)
+    /* the host stage: layout (this tensor rank's) and the trainer's buffers; no micro-batch of
+     * its own */
+    if (gpt_stage_create_tp(&en->host, &s->model, s->first, s->last, 1, 1, 1, s->tp, s->tp_rank,
+                            e) != 0)
         return -1;
     struct cuda_engine *c = calloc(1, sizeof *c);
     if (!c) {
@@ -78,7 +77,8 @@ static int cuda_create(struct engine *en, const struct engine_spec *s, herr *e)
     c->act_n = (size_t)s->B * (size_t)s->T * (size_t)s->model.channels;
     c->T = s->T;
     c->params_dirty = 1;
-    if (gpu_stage_create(&c->g, &s->model, s->first, s->last, s->B, s->T, s->slots, 0, e) != 0 ||
+    if (gpu_stage_create_tp(&c->g, &s->model, s->first, s->last, s->B, s->T, s->slots, 0, s->tp,
+                            s->tp_rank, e) != 0 ||
         (s->first > 0 && !(c->in_dev = gpu_act_alloc(c->act_n, e))) ||
         (s->last < s->model.layers && !(c->out_dev = gpu_act_alloc(c->act_n, e)))) {
         cuda_destroy(en);
@@ -93,6 +93,7 @@ static int cuda_create(struct engine *en, const struct engine_spec *s, herr *e)
         return herr_set(e, "CUDA engine: %zu parameters, the host stage %zu (layouts differ)",
                         gpu_stage_num_params(c->g), gpt_stage_num_params(en->host));
     }
+    gpu_stage_set_tp_sum(c->g, en->tp_sum, en->tp_ctx);
     return 0;
 }
 
@@ -189,8 +190,14 @@ static int cuda_grads_fetch(struct engine *en, herr *e)
 
 static void cuda_params_changed(struct engine *en) { ce_of(en)->params_dirty = 1; }
 
-/* the forward hook runs in upload_params; no per-block backward hook; no tensor groups */
-static void cuda_hooks_changed(struct engine *en) { (void)en; }
+/* the forward hook runs in upload_params; no per-block backward hook; the tensor group's sum
+ * goes to the device stage */
+static void cuda_hooks_changed(struct engine *en)
+{
+    struct cuda_engine *c = ce_of(en);
+    if (c && c->g)
+        gpu_stage_set_tp_sum(c->g, en->tp_sum, en->tp_ctx);
+}
 
 static const char *cuda_error(const struct engine *en) { return en->err; }
 

@@ -86,11 +86,19 @@ struct gslot {
     int nuniq;
     floatX *x0, *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fchg, *res3, *lnf, *logits;
     float *ln1m, *ln1r, *ln2m, *ln2r, *lnfm, *lnfr, *losses;
+    float *ce_max, *ce_sum;            /* [BT] tensor parallelism: each row's global softmax max, sum */
 };
 
 struct gpu_stage {
     struct gpt_config c;
     int first, last, nl, B, T, nslots, recompute;
+    int tp, tpr;                       /* tensor-parallel group size and this rank (1, 0: none) */
+    int Cl, NHl, F, Vl;                /* this rank's attention channels, heads, MLP width, vocab rows */
+    int (*tp_sum)(void *ctx, float *buf, size_t n); /* gpu_stage_set_tp_sum */
+    void *tp_ctx;
+    float *tp_dev;                     /* device fp32 [tp_n]: partial results on their way to the sum */
+    float *tp_host;                    /* pinned host [tp_n]: the sum's staging buffer */
+    size_t tp_n;
     struct gpt_stage *host;            /* layout, initialisation, host staging */
     const struct gpt_tensor *tensors;
     int ntensors;
@@ -108,7 +116,9 @@ struct gpu_stage {
     float *partial;
     double *sq_partial;
     float *h_losses;                   /* host [BT] */
-    int *h_csr;                        /* host: counts [V+1], utok [BT], ustart [BT+1], upos [BT] */
+    int ncount;                        /* token values token_groups may see: V, or Vl + 1 (tp > 1) */
+    int *h_csr;                        /* host: counts [ncount+1], utok [BT], ustart [BT+1], upos [BT],
+                                          tokens [BT] (tp > 1: shifted to this rank's rows) */
     struct gpu_ctx x;
     char err[512];
 };
@@ -170,7 +180,8 @@ static void slot_free(struct gslot *a)
 {
     void *ptrs[] = {a->tokens, a->targets, a->utok, a->ustart, a->upos, a->x0, a->ln1, a->qkv,
                     a->att, a->atty, a->res2, a->ln2, a->fch, a->fchg, a->res3, a->lnf,
-                    a->logits, a->ln1m, a->ln1r, a->ln2m, a->ln2r, a->lnfm, a->lnfr, a->losses};
+                    a->logits, a->ln1m, a->ln1r, a->ln2m, a->ln2r, a->lnfm, a->lnfr, a->losses,
+                    a->ce_max, a->ce_sum};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
         if (ptrs[i])
             cudaFree(ptrs[i]);
@@ -178,8 +189,9 @@ static void slot_free(struct gslot *a)
 
 static int slot_alloc(struct gpu_stage *s, struct gslot *a)
 {
-    size_t B = (size_t)s->B, T = (size_t)s->T, C = (size_t)s->c.channels, NH = (size_t)s->c.heads;
+    size_t B = (size_t)s->B, T = (size_t)s->T, C = (size_t)s->c.channels, NH = (size_t)s->NHl;
     size_t BT = B * T, BTC = BT * C, nl = (size_t)s->nl, X = sizeof(floatX);
+    size_t BTl = BT * (size_t)s->Cl, BTF = BT * (size_t)s->F; /* this rank's heads, MLP width */
     int bad = 0, last = s->last == s->c.layers;
     a->tokens = (int *)dalloc(BT * sizeof(int), &bad);
     a->targets = (int *)dalloc(BT * sizeof(int), &bad);
@@ -188,14 +200,14 @@ static int slot_alloc(struct gpu_stage *s, struct gslot *a)
     a->upos = (int *)dalloc(BT * sizeof(int), &bad);
     a->x0 = (floatX *)dalloc(BTC * X, &bad);
     a->ln1 = (floatX *)dalloc(nl * BTC * X, &bad);
-    a->qkv = (floatX *)dalloc(nl * 3 * BTC * X, &bad);
+    a->qkv = (floatX *)dalloc(nl * 3 * BTl * X, &bad);
     a->att = (floatX *)dalloc(nl * B * NH * T * T * X, &bad);
-    a->atty = (floatX *)dalloc(nl * BTC * X, &bad);
+    a->atty = (floatX *)dalloc(nl * BTl * X, &bad);
     a->res2 = (floatX *)dalloc(nl * BTC * X, &bad);
     a->ln2 = (floatX *)dalloc(nl * BTC * X, &bad);
-    a->fch = (floatX *)dalloc(nl * 4 * BTC * X, &bad);
+    a->fch = (floatX *)dalloc(nl * BTF * X, &bad);
     if (!s->recompute)
-        a->fchg = (floatX *)dalloc(nl * 4 * BTC * X, &bad);
+        a->fchg = (floatX *)dalloc(nl * BTF * X, &bad);
     a->res3 = (floatX *)dalloc(nl * BTC * X, &bad);
     a->ln1m = (float *)dalloc(nl * BT * sizeof(float), &bad);
     a->ln1r = (float *)dalloc(nl * BT * sizeof(float), &bad);
@@ -203,10 +215,14 @@ static int slot_alloc(struct gpu_stage *s, struct gslot *a)
     a->ln2r = (float *)dalloc(nl * BT * sizeof(float), &bad);
     if (last) {
         a->lnf = (floatX *)dalloc(BTC * X, &bad);
-        a->logits = (floatX *)dalloc(BT * (size_t)s->c.padded_vocab * X, &bad);
+        a->logits = (floatX *)dalloc(BT * (size_t)s->Vl * X, &bad);
         a->lnfm = (float *)dalloc(BT * sizeof(float), &bad);
         a->lnfr = (float *)dalloc(BT * sizeof(float), &bad);
         a->losses = (float *)dalloc(BT * sizeof(float), &bad);
+        if (s->tp > 1) {
+            a->ce_max = (float *)dalloc(BT * sizeof(float), &bad);
+            a->ce_sum = (float *)dalloc(BT * sizeof(float), &bad);
+        }
     }
     return bad ? -1 : 0;
 }
@@ -221,10 +237,12 @@ void gpu_stage_free(struct gpu_stage *s)
     free(s->slots);
     void *ptrs[] = {s->params, s->grads, s->m, s->v, s->seg_end, s->seg_decay, s->dres, s->dbuf,
                     s->dfch, s->dqkv, s->q, s->k, s->vv, s->y, s->dq, s->dk, s->dv, s->datt,
-                    s->partial, s->sq_partial, s->x.ws, s->fchg};
+                    s->partial, s->sq_partial, s->x.ws, s->fchg, s->tp_dev};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
         if (ptrs[i])
             cudaFree(ptrs[i]);
+    if (s->tp_host)
+        cudaFreeHost(s->tp_host);
 #ifndef HOLMES_GPU_FP32
     if (s->wX)
         cudaFree(s->wX);
@@ -270,7 +288,8 @@ static int alloc_device(struct gpu_stage *s, char *EB, size_t EN)
     int B = s->B, T = s->T, slots = s->nslots, first = s->first, last = s->last;
     size_t BT = (size_t)B * T, BTC = BT * c.channels, X = sizeof(floatX);
     int bad = 0;
-    size_t n = s->nparams, nh = (size_t)c.heads, maxcols = 4 * (size_t)c.channels;
+    size_t n = s->nparams, nh = (size_t)s->NHl, maxcols = 4 * (size_t)c.channels;
+    size_t BTl = BT * (size_t)s->Cl, BTF = BT * (size_t)s->F; /* this rank's heads, MLP width */
     s->x.ws = dalloc(LT_WORKSPACE, &bad);
     s->params = (float *)dalloc(n * sizeof(float), &bad);
     s->grads = (float *)dalloc(n * sizeof(float), &bad);
@@ -285,18 +304,28 @@ static int alloc_device(struct gpu_stage *s, char *EB, size_t EN)
     s->seg_decay = (int *)dalloc((size_t)s->ntensors * sizeof(int), &bad);
     s->dres = (floatX *)dalloc(BTC * X, &bad);
     s->dbuf = (floatX *)dalloc(BTC * X, &bad);
-    s->dfch = (floatX *)dalloc(4 * BTC * X, &bad);
-    s->dqkv = (floatX *)dalloc(3 * BTC * X, &bad);
-    s->q = (floatX *)dalloc(BTC * X, &bad);
-    s->k = (floatX *)dalloc(BTC * X, &bad);
-    s->vv = (floatX *)dalloc(BTC * X, &bad);
-    s->y = (floatX *)dalloc(BTC * X, &bad);
-    s->dq = (floatX *)dalloc(BTC * X, &bad);
-    s->dk = (floatX *)dalloc(BTC * X, &bad);
-    s->dv = (floatX *)dalloc(BTC * X, &bad);
+    s->dfch = (floatX *)dalloc(BTF * X, &bad);
+    s->dqkv = (floatX *)dalloc(3 * BTl * X, &bad);
+    s->q = (floatX *)dalloc(BTl * X, &bad);
+    s->k = (floatX *)dalloc(BTl * X, &bad);
+    s->vv = (floatX *)dalloc(BTl * X, &bad);
+    s->y = (floatX *)dalloc(BTl * X, &bad);
+    s->dq = (floatX *)dalloc(BTl * X, &bad);
+    s->dk = (floatX *)dalloc(BTl * X, &bad);
+    s->dv = (floatX *)dalloc(BTl * X, &bad);
     s->datt = (floatX *)dalloc((size_t)B * nh * T * T * X, &bad);
     if (s->recompute)
-        s->fchg = (floatX *)dalloc(4 * BTC * X, &bad);
+        s->fchg = (floatX *)dalloc(BTF * X, &bad);
+    if (s->tp > 1) { /* the largest sum: an activation [BT][C], or the loss's exchange */
+        size_t ce = BT * (2 * (size_t)s->tp + 1);
+        s->tp_n = BTC > ce ? BTC : ce;
+        s->tp_dev = (float *)dalloc(s->tp_n * sizeof(float), &bad);
+        if (cudaMallocHost((void **)&s->tp_host, s->tp_n * sizeof(float)) != cudaSuccess) {
+            s->tp_host = NULL;
+            (void)cudaGetLastError();
+            bad = 1;
+        }
+    }
     s->partial = (float *)dalloc(((BT + COLSUM_ROWS - 1) / COLSUM_ROWS) * 2 * maxcols * sizeof(float), &bad);
     s->sq_partial = (double *)dalloc(SQ_BLOCKS * sizeof(double), &bad);
     for (int i = 0; i < slots && !bad; i++)
@@ -344,6 +373,12 @@ static int upload_tensor_table(struct gpu_stage *s, char *EB, size_t EN)
 int gpu_stage_create(struct gpu_stage **out, const struct gpt_config *cfg, int first, int last,
                      int B, int T, int slots, int flags, herr *e)
 {
+    return gpu_stage_create_tp(out, cfg, first, last, B, T, slots, flags, 1, 0, e);
+}
+
+int gpu_stage_create_tp(struct gpu_stage **out, const struct gpt_config *cfg, int first, int last,
+                        int B, int T, int slots, int flags, int tp, int tp_rank, herr *e)
+{
     char *EB = e ? e->msg : NULL;
     size_t EN = e ? sizeof e->msg : 0;
     struct gpt_config c = *cfg;
@@ -359,9 +394,9 @@ int gpu_stage_create(struct gpu_stage **out, const struct gpt_config *cfg, int f
     struct gpu_stage *s = (struct gpu_stage *)calloc(1, sizeof *s);
     if (!s)
         return herr_set(e, "out of memory allocating the GPU stage");
-    /* the host twin (B = T = 1: no activations to speak of) gives the layout and checks the
-     * layer range */
-    if (gpt_stage_create(&s->host, &c, first, last, 1, 1, 1, e) < 0) {
+    /* the host twin (B = T = 1: no activations to speak of) gives the layout (this tensor rank's)
+     * and checks the layer range and the tensor group */
+    if (gpt_stage_create_tp(&s->host, &c, first, last, 1, 1, 1, tp, tp_rank, e) < 0) {
         free(s);
         return -1;
     }
@@ -373,13 +408,20 @@ int gpu_stage_create(struct gpu_stage **out, const struct gpt_config *cfg, int f
     s->T = T;
     s->nslots = slots;
     s->recompute = (flags & GPU_RECOMPUTE_GELU) != 0;
+    s->tp = tp;
+    s->tpr = tp_rank;
+    s->Cl = c.channels / tp;
+    s->NHl = c.heads / tp;
+    s->F = 4 * c.channels / tp;
+    s->Vl = c.padded_vocab / tp;
+    s->ncount = tp > 1 && s->Vl + 1 > c.vocab ? s->Vl + 1 : c.vocab;
     s->nparams = gpt_stage_num_params(s->host);
     s->ntensors = gpt_stage_tensors(s->host, &s->tensors);
     s->lw = (struct layer_w *)calloc((size_t)(s->nl > 0 ? s->nl : 1), sizeof *s->lw);
     s->slots = (struct gslot *)calloc((size_t)slots, sizeof *s->slots);
     size_t BT = (size_t)B * T;
     s->h_losses = (float *)malloc(BT * sizeof(float));
-    s->h_csr = (int *)malloc(((size_t)c.vocab + 1 + 3 * BT + 1) * sizeof(int));
+    s->h_csr = (int *)malloc(((size_t)s->ncount + 1 + 4 * BT + 1) * sizeof(int));
     if (!s->lw || !s->slots || !s->h_losses || !s->h_csr) {
         gpu_stage_free(s);
         return herr_set(e, "out of memory allocating the GPU stage");
@@ -399,6 +441,13 @@ fail:
 }
 
 /* ---------------------------------------------------------------- accessors, transfers */
+
+void gpu_stage_set_tp_sum(struct gpu_stage *s, int (*fn)(void *ctx, float *buf, size_t n),
+                          void *ctx)
+{
+    s->tp_sum = fn;
+    s->tp_ctx = ctx;
+}
 
 const struct gpt_config *gpu_stage_config(const struct gpu_stage *s) { return &s->c; }
 size_t gpu_stage_num_params(const struct gpu_stage *s) { return s->nparams; }
@@ -426,10 +475,10 @@ int gpu_stage_sync(struct gpu_stage *s)
 
 double gpu_stage_flops(const struct gpu_stage *s)
 {
-    double BT = (double)s->B * s->T, C = s->c.channels, T = s->T;
-    double fwd = s->nl * (2.0 * BT * 12.0 * C * C + 2.0 * 2.0 * s->B * (T * (T + 1) / 2) * C);
+    double BT = (double)s->B * s->T, C = s->c.channels, T = s->T, Cl = s->Cl;
+    double fwd = s->nl * (2.0 * BT * 12.0 * C * Cl + 2.0 * 2.0 * s->B * (T * (T + 1) / 2) * Cl);
     if (s->last == s->c.layers)
-        fwd += 2.0 * BT * C * s->c.padded_vocab;
+        fwd += 2.0 * BT * C * s->Vl;
     return 3.0 * fwd;
 }
 
@@ -512,13 +561,26 @@ int gpu_stage_zero_grads(struct gpu_stage *s)
 
 /* ---------------------------------------------------------------- forward */
 
-/* positions of the micro-batch grouped by token (token_groups.h), uploaded */
+/* positions of the micro-batch grouped by token (token_groups.h), uploaded. With tensor
+ * parallelism only the tokens of this rank's wte rows [v0, v0 + Vl), as rows of its wte (token -
+ * v0): every other token goes into one group past them (Vl), the last one, which is dropped. */
 static int upload_token_groups(struct gpu_stage *s, struct gslot *a, const int *tokens)
 {
-    int V = s->c.vocab;
     size_t BT = (size_t)s->B * s->T;
-    int *cnt = s->h_csr, *utok = cnt + V + 1, *ustart = utok + BT, *upos = ustart + BT + 1;
-    int nu = token_groups(tokens, BT, V, cnt, utok, ustart, upos);
+    int *cnt = s->h_csr, *utok = cnt + s->ncount + 1, *ustart = utok + BT, *upos = ustart + BT + 1;
+    int nu;
+    if (s->tp == 1) {
+        nu = token_groups(tokens, BT, s->c.vocab, cnt, utok, ustart, upos);
+    } else {
+        int *mine = upos + BT, v0 = s->tpr * s->Vl;
+        for (size_t i = 0; i < BT; i++) {
+            int v = tokens[i] - v0;
+            mine[i] = v >= 0 && v < s->Vl ? v : s->Vl;
+        }
+        nu = token_groups(mine, BT, s->Vl + 1, cnt, utok, ustart, upos);
+        if (nu > 0 && utok[nu - 1] == s->Vl)
+            nu--;
+    }
     a->nuniq = nu;
     OK(h2d(s, a->utok, utok, (size_t)nu * sizeof(int)));
     OK(h2d(s, a->ustart, ustart, ((size_t)nu + 1) * sizeof(int)));
@@ -533,6 +595,35 @@ static int stage_fail(struct gpu_stage *s, const char *fmt, ...)
     vsnprintf(s->err, sizeof s->err, fmt, ap);
     va_end(ap);
     return -1;
+}
+
+/* Sums the device fp32 buf[n] across the tensor group (gpt_pass.c's gpt_tp_sum): down to the host
+ * staging buffer, the group's sum (gpu_stage_set_tp_sum), back up, on the stream (which this
+ * synchronises). `what` names the values for the error. */
+static int tp_sum_dev(struct gpu_stage *s, float *buf, size_t n, const char *what)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    if (!s->tp_sum)
+        return stage_fail(s, "tensor parallelism: no group sum set for %s (gpu_stage_set_tp_sum)",
+                          what);
+    if (n > s->tp_n)
+        return stage_fail(s, "tensor parallelism: %zu values of %s exceed the staging buffer's %zu",
+                          n, what, s->tp_n);
+    CK(cudaMemcpyAsync(s->tp_host, buf, n * sizeof(float), cudaMemcpyDeviceToHost, s->x.stream));
+    CK(cudaStreamSynchronize(s->x.stream));
+    if (s->tp_sum(s->tp_ctx, s->tp_host, n) != 0)
+        return stage_fail(s, "tensor parallelism: the group's sum of %s (%zu values) failed", what, n);
+    /* the next sum's download into tp_host is queued behind this upload on the same stream */
+    CK(cudaMemcpyAsync(buf, s->tp_host, n * sizeof(float), cudaMemcpyHostToDevice, s->x.stream));
+    return 0;
+}
+
+/* Real vocabulary columns among this rank's Vl logits: global index tpr * Vl + v < V. */
+static int vocab_held(const struct gpu_stage *s)
+{
+    int n = s->c.vocab - s->tpr * s->Vl;
+    return n < 0 ? 0 : n < s->Vl ? n : s->Vl;
 }
 
 static int layernorm_fwd(struct gpu_stage *s, floatX *out, float *mean, float *rstd,
@@ -559,11 +650,12 @@ static int layernorm_bwd(struct gpu_stage *s, floatX *dinp, size_t woff, size_t 
     return colsum(&s->x, s->partial, s->grads + woff, s->grads + boff, dout, inp, mean, rstd, N, C);
 }
 
+/* over this rank's NHl heads (qkv [B][T][3][NHl][hs], atty [B][T][Cl]) */
 static int attention_fwd(struct gpu_stage *s, floatX *atty, floatX *att, const floatX *qkv)
 {
     char *EB = s->err;
     size_t EN = sizeof s->err;
-    int B = s->B, T = s->T, C = s->c.channels, NH = s->c.heads, hs = C / NH;
+    int B = s->B, T = s->T, C = s->Cl, NH = s->NHl, hs = C / NH;
     size_t BTC = (size_t)B * T * C;
     int rows = B * NH * T;
     permute_kernel<<<blocks_for(BTC, 256), 256, 0, s->x.stream>>>(s->q, s->k, s->vv, qkv, B, T, NH, hs);
@@ -579,6 +671,81 @@ static int attention_fwd(struct gpu_stage *s, floatX *atty, floatX *att, const f
     return 0;
 }
 
+/* x0 = wte[token] + wpe[position]. With tensor parallelism (gpt_pass.c's embed_forward) each rank
+ * looks up the tokens of its vocabulary rows (0 for the others), the group sums them (fp32), and
+ * wpe is added after the sum. */
+static int embed_fwd(struct gpu_stage *s, struct gslot *a)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    int T = s->T, C = s->c.channels, BT = s->B * s->T;
+    size_t BTC = (size_t)BT * C;
+    cudaStream_t st = s->x.stream;
+    if (s->tp == 1) {
+        encoder_forward_kernel<<<blocks_for(BTC, 256), 256, 0, st>>>(
+            a->x0, a->tokens, s->wX + s->wte_off, s->wX + s->wpe_off, BT, T, C);
+        LAUNCHED(st);
+        return 0;
+    }
+    encoder_tp_kernel<<<blocks_for(BTC, 256), 256, 0, st>>>(s->tp_dev, a->tokens, s->wX + s->wte_off,
+                                                           s->tpr * s->Vl, s->Vl, BT, C);
+    LAUNCHED(st);
+    OK(tp_sum_dev(s, s->tp_dev, BTC, "the token embeddings"));
+    encoder_tp_finish_kernel<<<blocks_for(BTC, 256), 256, 0, st>>>(a->x0, s->tp_dev,
+                                                                  s->wX + s->wpe_off, BT, T, C);
+    LAUNCHED(st);
+    return 0;
+}
+
+/* out[BT][C] = inp[BT][IC] @ w^T + bias + res. With tensor parallelism a row-parallel layer (each
+ * rank holds IC of the inputs; gpt_pass.c's row_parallel_forward): the product without bias in
+ * fp32, summed across the group, then the bias and the residual. */
+static int row_parallel_fwd(struct gpu_stage *s, floatX *out, const floatX *inp, size_t woff,
+                            size_t boff, const floatX *res, int IC, const char *what)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    int N = s->B * s->T, C = s->c.channels;
+    size_t n = (size_t)N * C;
+    if (s->tp == 1)
+        return linear_fwd(&s->x, out, inp, s->wX + woff, s->wX + boff, res, NULL, N, IC, C);
+    OK(linear_fwd_f32(&s->x, s->tp_dev, inp, s->wX + woff, N, IC, C));
+    OK(tp_sum_dev(s, s->tp_dev, n, what));
+    row_parallel_finish_kernel<<<blocks_for(n, 256), 256, 0, s->x.stream>>>(
+        out, s->tp_dev, s->params + boff, res, n, C);
+    LAUNCHED(s->x.stream);
+    return 0;
+}
+
+/* The loss of each row into a->losses. With tensor parallelism (gpt_pass.c's cross_entropy) each
+ * rank holds Vl of the vocabulary: the group sums every rank's row max and sum of exponentials
+ * (each in its own slots of the exchange) and the target's logit (held by one rank), and each
+ * row's global max and sum are kept for backward. */
+static int cross_entropy_fwd(struct gpu_stage *s, struct gslot *a)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    int BT = s->B * s->T;
+    cudaStream_t st = s->x.stream;
+    if (s->tp == 1) {
+        ce_forward_kernel<<<(unsigned)BT, 256, 0, st>>>(a->losses, a->logits, a->targets,
+                                                        s->c.vocab, s->c.padded_vocab);
+        LAUNCHED(st);
+        return 0;
+    }
+    size_t nx = (size_t)BT * (2 * (size_t)s->tp + 1); /* [tp][BT] max, [tp][BT] sum, [BT] target */
+    CK(cudaMemsetAsync(s->tp_dev, 0, nx * sizeof(float), st));
+    ce_tp_local_kernel<<<(unsigned)BT, 256, 0, st>>>(s->tp_dev, a->logits, a->targets,
+                                                     s->tpr * s->Vl, vocab_held(s), s->Vl, s->tp,
+                                                     s->tpr, BT);
+    LAUNCHED(st);
+    OK(tp_sum_dev(s, s->tp_dev, nx, "the loss's row maxima and sums"));
+    ce_tp_global_kernel<<<blocks_for((size_t)BT, 256), 256, 0, st>>>(a->losses, a->ce_max,
+                                                                    a->ce_sum, s->tp_dev, s->tp, BT);
+    LAUNCHED(st);
+    return 0;
+}
+
 int gpu_stage_forward(struct gpu_stage *s, int slot, const int *tokens, const void *in_act,
                       const int *targets, void *out_act, float *loss)
 {
@@ -587,8 +754,8 @@ int gpu_stage_forward(struct gpu_stage *s, int slot, const int *tokens, const vo
     if (slot < 0 || slot >= s->nslots)
         return stage_fail(s, "activation slot %d is out of range [0, %d)", slot, s->nslots);
     struct gslot *a = &s->slots[slot];
-    int B = s->B, T = s->T, C = s->c.channels, V = s->c.vocab, Vp = s->c.padded_vocab;
-    size_t BT = (size_t)B * T, BTC = BT * C;
+    int B = s->B, T = s->T, C = s->c.channels, V = s->c.vocab, Cl = s->Cl, F = s->F;
+    size_t BT = (size_t)B * T, BTC = BT * C, BTl = BT * Cl, BTF = BT * F;
     int is_last = s->last == s->c.layers;
     cudaStream_t st = s->x.stream;
     a->forwarded = 0;
@@ -612,9 +779,7 @@ int gpu_stage_forward(struct gpu_stage *s, int slot, const int *tokens, const vo
     if (s->first == 0) {
         OK(h2d(s, a->tokens, tokens, BT * sizeof(int)));
         OK(upload_token_groups(s, a, tokens));
-        encoder_forward_kernel<<<blocks_for(BTC, 256), 256, 0, st>>>(
-            a->x0, a->tokens, s->wX + s->wte_off, s->wX + s->wpe_off, (int)BT, T, C);
-        LAUNCHED(st);
+        OK(embed_fwd(s, a));
     } else {
         CK(cudaMemcpyAsync(a->x0, in_act, BTC * sizeof(floatX), cudaMemcpyDeviceToDevice, st));
     }
@@ -623,23 +788,26 @@ int gpu_stage_forward(struct gpu_stage *s, int slot, const int *tokens, const vo
 
     const floatX *W = s->wX;
     const floatX *x = a->x0;
-    size_t attn = (size_t)B * s->c.heads * T * T;
+    size_t attn = (size_t)B * s->NHl * T * T;
     for (int i = 0; i < s->nl; i++) {
         const struct layer_w *o = &s->lw[i];
-        floatX *ln1 = a->ln1 + i * BTC, *qkv = a->qkv + i * 3 * BTC, *att = a->att + i * attn;
-        floatX *atty = a->atty + i * BTC, *res2 = a->res2 + i * BTC, *ln2 = a->ln2 + i * BTC;
-        floatX *fch = a->fch + i * 4 * BTC, *res3 = a->res3 + i * BTC;
-        floatX *fchg = s->recompute ? s->fchg : a->fchg + i * 4 * BTC;
+        floatX *ln1 = a->ln1 + i * BTC, *qkv = a->qkv + i * 3 * BTl, *att = a->att + i * attn;
+        floatX *atty = a->atty + i * BTl, *res2 = a->res2 + i * BTC, *ln2 = a->ln2 + i * BTC;
+        floatX *fch = a->fch + i * BTF, *res3 = a->res3 + i * BTC;
+        floatX *fchg = s->recompute ? s->fchg : a->fchg + i * BTF;
         float *ln1m = a->ln1m + i * BT, *ln1r = a->ln1r + i * BT;
         float *ln2m = a->ln2m + i * BT, *ln2r = a->ln2r + i * BT;
+        /* tensor parallelism: qkv and fc column-parallel (this rank's 3 Cl and F outputs), the
+         * two projections row-parallel (summed across the group) */
         OK(layernorm_fwd(s, ln1, ln1m, ln1r, x, o->ln1w, o->ln1b, (int)BT));
-        OK(linear_fwd(&s->x, qkv, ln1, W + o->qkvw, W + o->qkvb, NULL, NULL, (int)BT, C, 3 * C));
+        OK(linear_fwd(&s->x, qkv, ln1, W + o->qkvw, W + o->qkvb, NULL, NULL, (int)BT, C, 3 * Cl));
         OK(attention_fwd(s, atty, att, qkv));
-        OK(linear_fwd(&s->x, res2, atty, W + o->attprojw, W + o->attprojb, x, NULL, (int)BT, C, C));
+        OK(row_parallel_fwd(s, res2, atty, o->attprojw, o->attprojb, x, Cl,
+                            "the attention projection's output"));
         OK(layernorm_fwd(s, ln2, ln2m, ln2r, res2, o->ln2w, o->ln2b, (int)BT));
-        OK(linear_fwd(&s->x, fch, ln2, W + o->fcw, W + o->fcb, NULL, fchg, (int)BT, C, 4 * C));
-        OK(linear_fwd(&s->x, res3, fchg, W + o->fcprojw, W + o->fcprojb, res2, NULL, (int)BT,
-                      4 * C, C));
+        OK(linear_fwd(&s->x, fch, ln2, W + o->fcw, W + o->fcb, NULL, fchg, (int)BT, C, F));
+        OK(row_parallel_fwd(s, res3, fchg, o->fcprojw, o->fcprojb, res2, F,
+                            "the MLP projection's output"));
         x = res3;
     }
     if (!is_last) {
@@ -650,12 +818,11 @@ int gpu_stage_forward(struct gpu_stage *s, int slot, const int *tokens, const vo
         return 0;
     }
     OK(layernorm_fwd(s, a->lnf, a->lnfm, a->lnfr, x, s->lnfw_off, s->lnfb_off, (int)BT));
-    OK(linear_fwd(&s->x, a->logits, a->lnf, W + s->head_off, NULL, NULL, NULL, (int)BT, C, Vp));
+    OK(linear_fwd(&s->x, a->logits, a->lnf, W + s->head_off, NULL, NULL, NULL, (int)BT, C, s->Vl));
     a->forwarded = 1;
     a->has_targets = targets != NULL;
     if (targets) {
-        ce_forward_kernel<<<(unsigned)BT, 256, 0, st>>>(a->losses, a->logits, a->targets, V, Vp);
-        LAUNCHED(st);
+        OK(cross_entropy_fwd(s, a));
         if (loss) {
             OK(d2h(s, s->h_losses, a->losses, BT * sizeof(float)));
             double total = 0.0;
@@ -674,7 +841,7 @@ static int attention_bwd(struct gpu_stage *s, floatX *dqkv, const floatX *dy, co
 {
     char *EB = s->err;
     size_t EN = sizeof s->err;
-    int B = s->B, T = s->T, C = s->c.channels, NH = s->c.heads, hs = C / NH;
+    int B = s->B, T = s->T, C = s->Cl, NH = s->NHl, hs = C / NH;
     size_t BTC = (size_t)B * T * C;
     int rows = B * NH * T, batch = B * NH;
     float scale = 1.0f / sqrtf((float)hs);
@@ -696,6 +863,28 @@ static int attention_bwd(struct gpu_stage *s, floatX *dqkv, const floatX *dy, co
     return 0;
 }
 
+/* A column-parallel layer's backward (linear_bwd, no GELU). With tensor parallelism each rank
+ * holds OC of the outputs, so its input gradient dinp[BT][IC] is partial (gpt_pass.c's
+ * column_parallel_dinput): the product in fp32, summed across the group, then cast to the
+ * activation type. */
+static int column_parallel_bwd(struct gpu_stage *s, floatX *dinp, float *dw, float *dbias,
+                               const floatX *dout, const floatX *inp, const floatX *w, int IC,
+                               int OC, const char *what)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    int N = s->B * s->T;
+    size_t n = (size_t)N * IC;
+    if (s->tp == 1)
+        return linear_bwd(&s->x, s->partial, dinp, dw, dbias, dout, inp, w, NULL, N, IC, OC);
+    OK(linear_bwd(&s->x, s->partial, NULL, dw, dbias, dout, inp, w, NULL, N, IC, OC));
+    OK(linear_dinp_f32(&s->x, s->tp_dev, w, dout, N, IC, OC));
+    OK(tp_sum_dev(s, s->tp_dev, n, what));
+    cast_kernel<<<blocks_for(n, 256), 256, 0, s->x.stream>>>(dinp, s->tp_dev, n);
+    LAUNCHED(s->x.stream);
+    return 0;
+}
+
 int gpu_stage_backward(struct gpu_stage *s, int slot, const void *dout, void *din, float loss_scale)
 {
     char *EB = s->err;
@@ -706,7 +895,8 @@ int gpu_stage_backward(struct gpu_stage *s, int slot, const void *dout, void *di
     if (!a->forwarded)
         return stage_fail(s, "backward of slot %d, which holds no forward pass", slot);
     int B = s->B, T = s->T, C = s->c.channels, V = s->c.vocab, Vp = s->c.padded_vocab;
-    size_t BT = (size_t)B * T, BTC = BT * C;
+    int Cl = s->Cl, F = s->F;
+    size_t BT = (size_t)B * T, BTC = BT * C, BTl = BT * Cl, BTF = BT * F;
     int is_last = s->last == s->c.layers;
     cudaStream_t st = s->x.stream;
     if (is_last && !a->has_targets)
@@ -722,45 +912,55 @@ int gpu_stage_backward(struct gpu_stage *s, int slot, const void *dout, void *di
     floatX *dres = s->dres;
     const floatX *x_out = s->nl > 0 ? a->res3 + (size_t)(s->nl - 1) * BTC : a->x0;
     if (is_last) {
-        ce_backward_kernel<<<(unsigned)BT, 256, 0, st>>>(a->logits, a->targets,
-                                                         loss_scale / (float)BT, V, Vp);
+        if (s->tp == 1)
+            ce_backward_kernel<<<(unsigned)BT, 256, 0, st>>>(a->logits, a->targets,
+                                                             loss_scale / (float)BT, V, Vp);
+        else /* the forward's global max and sum over the whole vocabulary */
+            ce_tp_backward_kernel<<<(unsigned)BT, 256, 0, st>>>(
+                a->logits, a->targets, a->ce_max, a->ce_sum, loss_scale / (float)BT,
+                s->tpr * s->Vl, vocab_held(s), s->Vl);
         LAUNCHED(st);
-        OK(linear_bwd(&s->x, s->partial, s->dbuf, G + s->head_off, NULL, a->logits, a->lnf,
-                      W + s->head_off, NULL, (int)BT, C, Vp));
+        /* the head is column-parallel over the vocabulary */
+        OK(column_parallel_bwd(s, s->dbuf, G + s->head_off, NULL, a->logits, a->lnf,
+                               W + s->head_off, C, s->Vl, "the head's input gradient"));
         CK(cudaMemsetAsync(dres, 0, BTC * sizeof(floatX), st));
         OK(layernorm_bwd(s, dres, s->lnfw_off, s->lnfb_off, s->dbuf, x_out, a->lnfm, a->lnfr, (int)BT));
     } else {
         CK(cudaMemcpyAsync(dres, dout, BTC * sizeof(floatX), cudaMemcpyDeviceToDevice, st));
     }
-    size_t attn = (size_t)B * s->c.heads * T * T;
+    size_t attn = (size_t)B * s->NHl * T * T;
     for (int i = s->nl - 1; i >= 0; i--) {
         const struct layer_w *o = &s->lw[i];
         const floatX *x = i == 0 ? a->x0 : a->res3 + (size_t)(i - 1) * BTC;
-        floatX *ln1 = a->ln1 + i * BTC, *qkv = a->qkv + i * 3 * BTC, *att = a->att + i * attn;
-        floatX *atty = a->atty + i * BTC, *res2 = a->res2 + i * BTC, *ln2 = a->ln2 + i * BTC;
-        floatX *fch = a->fch + i * 4 * BTC;
-        floatX *fchg = s->recompute ? s->fchg : a->fchg + i * 4 * BTC;
+        floatX *ln1 = a->ln1 + i * BTC, *qkv = a->qkv + i * 3 * BTl, *att = a->att + i * attn;
+        floatX *atty = a->atty + i * BTl, *res2 = a->res2 + i * BTC, *ln2 = a->ln2 + i * BTC;
+        floatX *fch = a->fch + i * BTF;
+        floatX *fchg = s->recompute ? s->fchg : a->fchg + i * BTF;
         float *ln1m = a->ln1m + i * BT, *ln1r = a->ln1r + i * BT;
         float *ln2m = a->ln2m + i * BT, *ln2r = a->ln2r + i * BT;
         if (s->recompute) {
-            gelu_forward_kernel<<<blocks_for(4 * BTC, 256), 256, 0, st>>>(fchg, fch, 4 * BTC);
+            gelu_forward_kernel<<<blocks_for(BTF, 256), 256, 0, st>>>(fchg, fch, BTF);
             LAUNCHED(st);
         }
-        /* MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))) */
+        /* MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))); with tensor parallelism the
+         * projection's input gradient is this rank's F columns (no sum) and its bias gradient
+         * the same on every rank; fc's input gradient is summed across the group */
         OK(linear_bwd(&s->x, s->partial, s->dfch, G + o->fcprojw, G + o->fcprojb, dres, fchg,
-                      W + o->fcprojw, fch, (int)BT, 4 * C, C));
-        OK(linear_bwd(&s->x, s->partial, s->dbuf, G + o->fcw, G + o->fcb, s->dfch, ln2, W + o->fcw,
-                      NULL, (int)BT, C, 4 * C));
+                      W + o->fcprojw, fch, (int)BT, F, C));
+        OK(column_parallel_bwd(s, s->dbuf, G + o->fcw, G + o->fcb, s->dfch, ln2, W + o->fcw, C, F,
+                               "the MLP's input gradient"));
         OK(layernorm_bwd(s, dres, o->ln2w, o->ln2b, s->dbuf, res2, ln2m, ln2r, (int)BT));
-        /* attention: res2 = x + proj(attn(qkv(ln1(x)))) */
+        /* attention: res2 = x + proj(attn(qkv(ln1(x)))), likewise */
         OK(linear_bwd(&s->x, s->partial, s->dbuf, G + o->attprojw, G + o->attprojb, dres, atty,
-                      W + o->attprojw, NULL, (int)BT, C, C));
+                      W + o->attprojw, NULL, (int)BT, Cl, C));
         OK(attention_bwd(s, s->dqkv, s->dbuf, att, qkv));
-        OK(linear_bwd(&s->x, s->partial, s->dbuf, G + o->qkvw, G + o->qkvb, s->dqkv, ln1,
-                      W + o->qkvw, NULL, (int)BT, C, 3 * C));
+        OK(column_parallel_bwd(s, s->dbuf, G + o->qkvw, G + o->qkvb, s->dqkv, ln1, W + o->qkvw, C,
+                               3 * Cl, "the attention's input gradient"));
         OK(layernorm_bwd(s, dres, o->ln1w, o->ln1b, s->dbuf, x, ln1m, ln1r, (int)BT));
     }
     if (s->first == 0) {
+        /* wte: the groups of upload_token_groups (with tensor parallelism only this rank's
+         * rows); wpe, like the residual, the same on every rank */
         if (a->nuniq > 0) {
             wte_backward_kernel<<<(unsigned)a->nuniq, 256, 0, st>>>(G + s->wte_off, dres, a->utok,
                                                                     a->ustart, a->upos, C);

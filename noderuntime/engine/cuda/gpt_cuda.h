@@ -51,6 +51,8 @@ extern "C" {
 #define gpu_precision_name GPU_API(precision_name)
 #define gpu_act_bytes GPU_API(act_bytes)
 #define gpu_stage_create GPU_API(stage_create)
+#define gpu_stage_create_tp GPU_API(stage_create_tp)
+#define gpu_stage_set_tp_sum GPU_API(stage_set_tp_sum)
 #define gpu_stage_free GPU_API(stage_free)
 #define gpu_stage_config GPU_API(stage_config)
 #define gpu_stage_num_params GPU_API(stage_num_params)
@@ -96,6 +98,20 @@ size_t gpu_act_bytes(void);
  * gpu_stage_init_params() or gpu_stage_set_params(); gradients and moments start at zero. */
 int gpu_stage_create(struct gpu_stage **out, const struct gpt_config *c, int first, int last,
                      int B, int T, int slots, int flags, herr *e);
+/* The same stage as rank tp_rank of a tensor-parallel group of tp: gpt_stage_create_tp's split
+ * (Megatron-LM) and parameter layout, so the tensor table, the parameter count and every offset
+ * are that rank's, and forward and backward do gpt_pass.c's math: the vocabulary-parallel
+ * embedding and cross-entropy, q, k, v and the MLP's fc column-parallel, both projections
+ * row-parallel. The group's partial results are summed in fp32 (also in bf16 mode) through the
+ * function given with gpu_stage_set_tp_sum, on host buffers: each sum copies its device buffer
+ * to a host staging buffer, calls the function and copies the result back, on the stage's
+ * stream (synchronising it). tp 1 is gpu_stage_create. */
+int gpu_stage_create_tp(struct gpu_stage **out, const struct gpt_config *c, int first, int last,
+                        int B, int T, int slots, int flags, int tp, int tp_rank, herr *e);
+/* gpt_stage_set_tp_sum's function: buf[n] (host, fp32) becomes the sum of every rank's buf.
+ * Without one (or when it fails), a tensor-parallel forward or backward returns -1. */
+void gpu_stage_set_tp_sum(struct gpu_stage *s, int (*fn)(void *ctx, float *buf, size_t n),
+                          void *ctx);
 void gpu_stage_free(struct gpu_stage *s);
 
 const struct gpt_config *gpu_stage_config(const struct gpu_stage *s);

@@ -84,6 +84,30 @@ __global__ void encoder_forward_kernel(floatX *x, const int *tok, const floatX *
     put(x + i, tof(wte[(size_t)tok[r] * C + c]) + tof(wpe[(r % T) * C + c]));
 }
 
+/* Tensor parallelism: this rank's part of the token embeddings, in fp32: the wte row of a token
+ * of its vocabulary rows [v0, v0 + Vl) (row token - v0 of its wte), zero for any other token (the
+ * group's sum then holds every token's row) */
+__global__ void encoder_tp_kernel(float *x, const int *tok, const floatX *wte, int v0, int Vl,
+                                  int BT, int C)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)BT * C)
+        return;
+    size_t r = i / C, c = i % C;
+    int v = tok[r] - v0;
+    x[i] = v >= 0 && v < Vl ? tof(wte[(size_t)v * C + c]) : 0.0f;
+}
+/* x = the group's sum of the token embeddings + wpe[position] (wpe after the sum, once) */
+__global__ void encoder_tp_finish_kernel(floatX *x, const float *sum, const floatX *wpe, int BT,
+                                         int T, int C)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)BT * C)
+        return;
+    size_t r = i / C, c = i % C;
+    put(x + i, sum[i] + tof(wpe[(r % T) * C + c]));
+}
+
 /* dwte rows: block u sums the positions of distinct token utok[u] (upos[ustart[u]..ustart[u+1]),
  * ascending) in order: deterministic, no atomics. */
 __global__ void wte_backward_kernel(float *dwte, const floatX *dres, const int *utok,
@@ -228,6 +252,16 @@ __global__ void bias_add_kernel(floatX *out, const floatX *bias, size_t n, int O
         put(out + i, tof(out[i]) + tof(bias[i % OC]));
 }
 
+/* Tensor parallelism, a row-parallel layer after the group's sum of its products (fp32):
+ * out[N][C] = sum + bias (fp32 master) + res, in that order (gpt_pass.c's row_parallel_forward) */
+__global__ void row_parallel_finish_kernel(floatX *out, const float *sum, const float *bias,
+                                           const floatX *res, size_t n, int C)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        put(out + i, (sum[i] + bias[i % C]) + tof(res[i]));
+}
+
 /* ---------------------------------------------------------------- kernels: attention */
 
 /* Element i of q (or k, v) [B][NH][T][hs]: its place in qkv [B][T][3][NH][hs] (k and v are C
@@ -359,6 +393,69 @@ __global__ void ce_backward_kernel(floatX *logits, const int *targets, float sca
     for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
         float g = v < V ? expf(tof(lg[v]) - mx) * inv : 0.0f;
         if (v == tg)
+            g -= scale;
+        put(lg + v, g);
+    }
+}
+
+/* Tensor parallelism (gpt_pass.c's cross_entropy): each rank holds Vl logits of a row, the first n
+ * of them real vocabulary (global index v0 + v < V; n may be 0). One block per row writes this
+ * rank's slots of buf, [tp][N] maxima, [tp][N] sums, [N] target logits, whose other slots are
+ * zero, so that the group's sum gathers every rank's: the row's max over its n logits (-1e30
+ * when n is 0), the sum of exp(logit - that max), and the target's logit where this rank holds
+ * it. */
+__global__ void ce_tp_local_kernel(float *buf, const floatX *logits, const int *targets, int v0,
+                                   int n, int Vl, int tp, int tpr, int N)
+{
+    size_t r = blockIdx.x;
+    const floatX *lg = logits + r * Vl;
+    float mx = -INFINITY;
+    for (int v = threadIdx.x; v < n; v += blockDim.x)
+        mx = fmaxf(mx, tof(lg[v]));
+    mx = block_max(mx);
+    if (n == 0)
+        mx = -1e30f;
+    float sum = 0.0f;
+    for (int v = threadIdx.x; v < n; v += blockDim.x)
+        sum += expf(tof(lg[v]) - mx);
+    sum = block_sum(sum);
+    if (threadIdx.x == 0) {
+        int t = targets[r] - v0;
+        buf[(size_t)tpr * N + r] = mx;
+        buf[((size_t)tp + tpr) * N + r] = sum;
+        buf[2 * (size_t)tp * N + r] = t >= 0 && t < n ? tof(lg[t]) : 0.0f;
+    }
+}
+/* After the group's sum of buf, one thread per row: the row's global max and sum of exponentials
+ * (every rank's sum rescaled to the global max), kept for backward, and its loss */
+__global__ void ce_tp_global_kernel(float *losses, float *ce_max, float *ce_sum, const float *buf,
+                                    int tp, int N)
+{
+    size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= (size_t)N)
+        return;
+    float mx = buf[r];
+    for (int k = 1; k < tp; k++)
+        mx = fmaxf(mx, buf[(size_t)k * N + r]);
+    float sum = 0.0f;
+    for (int k = 0; k < tp; k++)
+        sum += buf[((size_t)tp + k) * N + r] * expf(buf[(size_t)k * N + r] - mx);
+    ce_max[r] = mx;
+    ce_sum[r] = sum;
+    losses[r] = logf(sum) + mx - buf[2 * (size_t)tp * N + r];
+}
+/* in place, one block per row: this rank's Vl logits -> scale * (softmax - onehot(target)) with
+ * the forward's global max and sum; zero for the columns past the real vocabulary (n) */
+__global__ void ce_tp_backward_kernel(floatX *logits, const int *targets, const float *ce_max,
+                                      const float *ce_sum, float scale, int v0, int n, int Vl)
+{
+    size_t r = blockIdx.x;
+    floatX *lg = logits + r * Vl;
+    float mx = ce_max[r], inv = scale / ce_sum[r];
+    int t = targets[r] - v0;
+    for (int v = threadIdx.x; v < Vl; v += blockDim.x) {
+        float g = v < n ? expf(tof(lg[v]) - mx) * inv : 0.0f;
+        if (v == t)
             g -= scale;
         put(lg + v, g);
     }

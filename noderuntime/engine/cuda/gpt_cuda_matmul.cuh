@@ -182,16 +182,16 @@ static int colsum(struct gpu_ctx *x, float *partial, float *gw, float *gb, const
     return 0;
 }
 
-/* dinp[N][IC] = dout @ w (overwritten; times gelu'(dgelu_pre) when given); dw[OC][IC] +=
- * dout^T @ inp (fp32); dbias[OC] += column sums of dout */
+/* dinp[N][IC] = dout @ w (overwritten; times gelu'(dgelu_pre) when given; dinp NULL: not
+ * computed); dw[OC][IC] += dout^T @ inp (fp32); dbias[OC] += column sums of dout */
 static int linear_bwd(struct gpu_ctx *x, float *partial, floatX *dinp, float *dw, float *dbias,
                       const floatX *dout, const floatX *inp, const floatX *w,
                       const floatX *dgelu_pre, int N, int IC, int OC)
 {
     char *EB = x->eb;
     size_t EN = x->en;
-    int rc = 1;
-    if (dgelu_pre)
+    int rc = dinp ? 1 : 0;
+    if (dinp && dgelu_pre)
         rc = matmul_plan(x, plan_linear_dinp(N, IC, OC), dinp, CUDA_X, w, dout, 0.0f, NULL,
                          EPI_DGELU, NULL, (void *)dgelu_pre, IC);
     if (rc < 0)
@@ -210,6 +210,22 @@ static int linear_bwd(struct gpu_ctx *x, float *partial, floatX *dinp, float *dw
     if (dbias)
         OK(colsum(x, partial, NULL, dbias, dout, NULL, NULL, NULL, N, OC));
     return 0;
+}
+
+/* Tensor parallelism's partial products, written in fp32 so that nothing is rounded to the
+ * activation type before the group's sum: out[N][OC] = inp @ w^T (no bias) and
+ * dinp[N][IC] = dout @ w. */
+static int linear_fwd_f32(struct gpu_ctx *x, float *out, const floatX *inp, const floatX *w,
+                          int N, int IC, int OC)
+{
+    return matmul_plan(x, plan_linear_fwd(N, IC, OC), out, CUDA_R_32F, w, inp, 0.0f, NULL,
+                       EPI_NONE, NULL, NULL, 0);
+}
+static int linear_dinp_f32(struct gpu_ctx *x, float *dinp, const floatX *w, const floatX *dout,
+                           int N, int IC, int OC)
+{
+    return matmul_plan(x, plan_linear_dinp(N, IC, OC), dinp, CUDA_R_32F, w, dout, 0.0f, NULL,
+                       EPI_NONE, NULL, NULL, 0);
 }
 
 /* strided-batched products for attention (cuBLAS), arguments from a gemm_plan */

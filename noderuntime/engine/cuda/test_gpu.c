@@ -4,6 +4,9 @@
  *   gpu.adamw.*      three optimizer steps with global-norm clipping: losses and parameters
  *   gpu.two_stage.*  stages [0,1) + [1,2) with two micro-batches in flight = one stage [0,2)
  *   gpu.recompute.*  GELU recomputation in backward = stored GELU outputs
+ *   gpu.tensor.*     tensor parallelism (gpu_stage_create_tp), tp 2 and 4 ranks on one GPU, each a
+ *                    thread summing through a shared host buffer: the layout, the loss and every
+ *                    gradient (put together in the whole layout) = the CPU engine's one stage
  *   gpu.resume.*     a run resumed from a checkpoint (checkpoint.h, dataloader.h) repeats the
  *                    uninterrupted run's losses and parameters exactly
  *   gpu.bad_input.*  out-of-range tokens, slots, backward without forward: -1 and a message
@@ -11,6 +14,7 @@
  * Usage: test_gpu [--quick] [--seed N]   (--quick: the first group only, for compute-sanitizer;
  *        HOLMES_TEST_VERBOSE=1 prints every tensor's error)
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -333,6 +337,166 @@ out:
     gpu_stage_free(re);
 }
 
+/* ---------------------------------------------------------------- tensor parallelism */
+
+struct tp_group {
+    pthread_barrier_t bar;
+    pthread_mutex_t mu;
+    float *acc;
+};
+
+struct tp_rank {
+    struct tp_group *g;
+    struct gpu_stage *s;
+    const int *tok, *tgt;
+    float loss;
+    int rc;
+};
+
+/* The group's sum: every rank adds its buffer into acc (zero between sums), then takes it back. */
+static int tp_group_sum(void *ctx, float *buf, size_t n)
+{
+    struct tp_group *g = ((struct tp_rank *)ctx)->g;
+    pthread_mutex_lock(&g->mu);
+    for (size_t i = 0; i < n; i++)
+        g->acc[i] += buf[i];
+    pthread_mutex_unlock(&g->mu);
+    pthread_barrier_wait(&g->bar); /* every rank has added */
+    memcpy(buf, g->acc, n * sizeof *buf);
+    if (pthread_barrier_wait(&g->bar) == PTHREAD_BARRIER_SERIAL_THREAD) /* every rank has copied */
+        memset(g->acc, 0, n * sizeof *buf);
+    pthread_barrier_wait(&g->bar); /* zero again before anyone adds */
+    return 0;
+}
+
+static void *tp_run(void *arg)
+{
+    struct tp_rank *r = arg;
+    r->rc = gpu_stage_zero_grads(r->s) < 0 ||
+            gpu_stage_forward(r->s, 0, r->tok, NULL, r->tgt, NULL, &r->loss) < 0 ||
+            gpu_stage_backward(r->s, 0, NULL, NULL, 1.0f) < 0;
+    return NULL;
+}
+
+/* tp ranks of the whole model against the CPU engine's one stage (vocabulary 97 padded to 128:
+ * with tp 4 the last rank holds one real row and 31 of padding) */
+static void test_tensor(int tp)
+{
+    struct gpt_config c = tiny();
+    int B = 2, T = 16;
+    size_t BT = (size_t)B * T;
+    char name[64];
+    herr e;
+    struct gpt_stage *cs = NULL, *twin = NULL;
+    struct tp_rank rk[4];
+    pthread_t th[4];
+    struct tp_group g;
+    memset(rk, 0, sizeof rk);
+    memset(&g, 0, sizeof g);
+    int *tok = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
+    float *full = NULL, *local = NULL;
+    if (!tok || !tgt || gpt_stage_create(&cs, &c, 0, c.layers, B, T, 1, &e) < 0 ||
+        gpt_stage_create_tp(&twin, &c, 0, c.layers, 1, 1, 1, tp, 0, &e) < 0) {
+        snprintf(name, sizeof name, "gpu.tensor%d.create", tp);
+        TEST_FAIL(name, "%s", tok && tgt ? e.msg : "out of memory");
+        goto out;
+    }
+    gpt_config_check(&c, NULL);
+    for (int t = 0; t < tp; t++)
+        if (gpu_stage_create_tp(&rk[t].s, &c, 0, c.layers, B, T, 1, 0, tp, t, &e) < 0) {
+            snprintf(name, sizeof name, "gpu.tensor%d.create", tp);
+            TEST_FAIL(name, "rank %d: %s", t, e.msg);
+            goto out;
+        }
+    size_t n = gpt_stage_num_params(cs), nl = gpu_stage_num_params(rk[0].s);
+    snprintf(name, sizeof name, "gpu.tensor%d.layout", tp);
+    CHECK_INT(name, nl, gpt_stage_num_params(twin));
+    full = calloc(n, sizeof(float));
+    local = calloc(nl, sizeof(float));
+    g.acc = calloc(BT * (size_t)c.channels * 16, sizeof(float));
+    if (!full || !local || !g.acc) {
+        TEST_FAIL("gpu.tensor", "out of memory");
+        goto out;
+    }
+    random_tokens(tok, BT, c.vocab);
+    random_tokens(tgt, BT, c.vocab);
+    uint64_t seed = (uint64_t)rand_below(1 << 30);
+    gpt_stage_init_params(cs, seed);
+    /* the ranks' parameters, put together, are the whole stage's */
+    for (int t = 0; t < tp; t++) {
+        if (gpu_stage_init_params(rk[t].s, seed) < 0 || gpu_stage_get_params(rk[t].s, local) < 0) {
+            snprintf(name, sizeof name, "gpu.tensor%d.init", tp);
+            TEST_FAIL(name, "rank %d: %s", t, gpu_stage_error(rk[t].s));
+            goto out;
+        }
+        gpt_stage_to_full(twin, t, local, full);
+    }
+    snprintf(name, sizeof name, "gpu.tensor%d.same_init", tp);
+    CHECK(name, memcmp(full, gpt_stage_params(cs), n * sizeof(float)) == 0);
+
+    /* a tensor-parallel stage without the group's sum: an error, not a hang */
+    snprintf(name, sizeof name, "gpu.tensor%d.no_sum", tp);
+    CHECK(name, gpu_stage_forward(rk[0].s, 0, tok, NULL, tgt, NULL, NULL) < 0 &&
+                strstr(gpu_stage_error(rk[0].s), "no group sum") != NULL);
+
+    float lc = 0.0f;
+    if (gpt_stage_forward(cs, 0, tok, NULL, tgt, NULL, &lc) < 0 ||
+        gpt_stage_backward(cs, 0, NULL, NULL, 1.0f) < 0) {
+        TEST_FAIL("gpu.tensor.cpu_step", "%s", gpt_stage_error(cs));
+        goto out;
+    }
+    pthread_barrier_init(&g.bar, NULL, (unsigned)tp);
+    pthread_mutex_init(&g.mu, NULL);
+    for (int t = 0; t < tp; t++) {
+        rk[t].g = &g;
+        rk[t].tok = tok;
+        rk[t].tgt = tgt;
+        gpu_stage_set_tp_sum(rk[t].s, tp_group_sum, &rk[t]);
+    }
+    for (int t = 0; t < tp; t++)
+        pthread_create(&th[t], NULL, tp_run, &rk[t]);
+    for (int t = 0; t < tp; t++)
+        pthread_join(th[t], NULL);
+    pthread_barrier_destroy(&g.bar);
+    pthread_mutex_destroy(&g.mu);
+    int ran = 1;
+    double worst_loss = 0.0;
+    memset(full, 0, n * sizeof(float));
+    for (int t = 0; t < tp; t++) {
+        if (rk[t].rc || gpu_stage_get_grads(rk[t].s, local) < 0) {
+            snprintf(name, sizeof name, "gpu.tensor%d.step", tp);
+            TEST_FAIL(name, "rank %d: %s", t, gpu_stage_error(rk[t].s));
+            ran = 0;
+            break;
+        }
+        double rl = fabs(rk[t].loss - lc) / fabs(lc);
+        worst_loss = rl > worst_loss ? rl : worst_loss;
+        gpt_stage_to_full(twin, t, local, full); /* replicated tensors: the last rank's */
+    }
+    if (ran) {
+        snprintf(name, sizeof name, "gpu.tensor%d.loss", tp);
+        if (worst_loss <= TOL)
+            TEST_PASS(name);
+        else
+            TEST_FAIL(name, "worst relative loss difference over the ranks %.3g > %.3g",
+                      worst_loss, TOL);
+        const struct gpt_tensor *tt;
+        int nt = gpt_stage_tensors(cs, &tt);
+        snprintf(name, sizeof name, "gpu.tensor%d.grads", tp);
+        CHECK_TENSORS(name, tt, nt, full, gpt_stage_grads(cs), 0, c.channels, TOL);
+    }
+out:
+    free(tok);
+    free(tgt);
+    free(full);
+    free(local);
+    free(g.acc);
+    for (int t = 0; t < 4; t++)
+        gpu_stage_free(rk[t].s);
+    gpt_stage_free(cs);
+    gpt_stage_free(twin);
+}
+
 /* ---------------------------------------------------------------- resume */
 
 struct run {
@@ -512,6 +676,8 @@ int main(int argc, char **argv)
         test_vs_cpu(3, 32, 0); /* T = max_seq, odd batch */
         test_two_stage();
         test_recompute();
+        test_tensor(2);
+        test_tensor(4);
         const char *corpus = getenv("HOLMES_CORPUS");
         test_resume(corpus ? corpus : "examples/data/corpus.txt");
         test_bad_input();
