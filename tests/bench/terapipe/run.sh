@@ -6,7 +6,7 @@
 # planner's slicing (tokenSlices: auto), interleaved REPS times; the median of each run's last
 # steps, and the planner's prediction of each (holmes-operator plan --json on the same job).
 # Calibration first: one unsliced run, to which links.compute_efficiency is fitted, then one
-# with 8 even slices, to which the fixed cost per forward or backward of a unit
+# with CAL_SLICES (32) even slices, to which the fixed cost per forward or backward of a unit
 # (links.op_overhead_us) is fitted (bisection: the planner predicts each run); the planner then
 # chooses and predicts with both (plan and local --calibration).
 # Fabrics: as root (NETNS=1, the default for root), bench-hetero's set-up: every worker in its own
@@ -14,12 +14,12 @@
 # traffic through a router namespace shaped to CROSS_MBIT (scripts/fabric-netns.sh), the
 # transport's pacing off, the coordinator in the router namespace. NETNS=0 (or not root): local's
 # own paced links at the emulation block's speeds.
-# Env: REPS (3), STEPS (12), SEQ (1024), LAYERS (8), HIDDEN (128), OUT (a temporary folder), NETNS,
+# Env: REPS (3), STEPS (12), SEQ (1024), CAL_SLICES (32), LAYERS (8), HIDDEN (128), OUT (a temporary folder), NETNS,
 # IB_MBIT (1000), ROCE_MBIT (500), CROSS_MBIT (125).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../../.." && pwd)
 bin=${HOLMES_BIN_DIR:-$repo/bin}
-REPS=${REPS:-3} STEPS=${STEPS:-12} SEQ=${SEQ:-1024} LAYERS=${LAYERS:-8} HIDDEN=${HIDDEN:-128}
+REPS=${REPS:-3} STEPS=${STEPS:-12} CAL_SLICES=${CAL_SLICES:-32} SEQ=${SEQ:-1024} LAYERS=${LAYERS:-8} HIDDEN=${HIDDEN:-128}
 IB_MBIT=${IB_MBIT:-1000} ROCE_MBIT=${ROCE_MBIT:-500} CROSS_MBIT=${CROSS_MBIT:-125}
 NETNS=${NETNS:-$([ "$(id -u)" = 0 ] && echo 1 || echo 0)}
 out=${OUT:-$(mktemp -d /tmp/holmes-terapipe.XXXXXX)}
@@ -100,7 +100,9 @@ for _ in $(seq 16); do # a higher efficiency predicts a shorter step
 done
 EFF=$hi
 echo "calibration: unsliced measured $m1 s/step; compute_efficiency fitted to $EFF"
-job tp-cal 8 >"$out/cal.yaml"
+# many slices: the overhead is then a large enough part of the step to be told from run-to-run
+# noise (at 8 slices, 16 ops per stage, it was within it: fitted 0 to 12 ms from one run to the next)
+job tp-cal "$CAL_SLICES" >"$out/cal.yaml"
 calib 0
 run_local "$out/cal.yaml" "$out/run-cal" "$out/cal.jsonl" "$out/cal.out" ||
     { echo "bench-terapipe: the calibration run failed: $(tail -3 "$out/cal.out")"; exit 1; }
@@ -112,7 +114,7 @@ for _ in $(seq 18); do
     if /usr/bin/python3 -c "import sys; sys.exit(0 if $(predicted cal) < $m8 else 1)"; then lo=$mid; else hi=$mid; fi
 done
 calib "$lo"
-echo "calibration: 8 even slices measured $m8 s/step; op_overhead_us fitted to $lo"
+echo "calibration: $CAL_SLICES even slices measured $m8 s/step; op_overhead_us fitted to $lo"
 plan auto >"$out/plan-auto.json" && plan whole >"$out/plan-whole.json" || { echo "bench-terapipe: plan failed"; exit 1; }
 /usr/bin/python3 - "$out/plan-auto.json" <<'PY'
 import json, sys
