@@ -3,14 +3,18 @@
 # pairs "BUILDDIR BINDIR", counts PASS/FAIL lines, and ends with "N passed, N failed".
 # A test that exits non-zero without printing a FAIL line (a crash, a sanitizer report,
 # a timeout) counts as one failure. Per-test timeout: HOLMES_TEST_TIMEOUT (default 600 s).
+# The variants run side by side, each its tests one after another (HOLMES_TEST_JOBS, default:
+# the machine's cores; 1 runs them one after another): the first variant's lines appear as they
+# come, the others' when they are done. Tests that build into the repository (make cuda,
+# make comm-nccl) run in the release variant only, so two never build at once.
 set -u
 cd "$(dirname "$0")/.."
 timeout_s=${HOLMES_TEST_TIMEOUT:-600}
-passed=0; failed=0
+jobs_n=${HOLMES_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
 log_dir=$(mktemp -d /tmp/holmes-test.XXXXXX)
-failed_names=()
 
-run_one() { # variant label, command...
+# run_one LABEL COMMAND...: one test; its summary line on stdout, counts added to the variant's
+run_one() {
     local label=$1; shift
     local out="$log_dir/$(echo "$label" | tr '/ ' '__').log"
     local start=$SECONDS
@@ -30,12 +34,15 @@ run_one() { # variant label, command...
     else
         printf '  %-52s %4d passed (%ds)\n' "$label" "$p" $((SECONDS - start))
     fi
-    grep '^SKIP ' "$out" | head -3 | sed 's/^/      /' 
+    grep '^SKIP ' "$out" | head -3 | sed 's/^/      /'
 }
 
-while [ $# -ge 2 ]; do
-    build=$1; bindir=$2; shift 2
+# run_variant BUILDDIR BINDIR: all of one variant's tests; writes "passed failed names..." to
+# $log_dir/VARIANT.counts
+run_variant() (
+    local build=$1 bindir=$2 variant t s
     variant=$(basename "$build")
+    passed=0; failed=0; failed_names=()
     echo "== tests ($variant)"
     export HOLMES_BIN_DIR=$PWD/$bindir HOLMES_BUILD_DIR=$PWD/$build HOLMES_VARIANT=$variant
     if [ "$variant" = asan ]; then
@@ -53,8 +60,43 @@ while [ $# -ge 2 ]; do
         [ -f "$s" ] || continue
         run_one "$variant/$(basename "$s" .sh)" bash "$s"
     done
+    echo "$passed $failed ${failed_names[*]}" >"$log_dir/$variant.counts"
+)
+
+variants=()
+while [ $# -ge 2 ]; do
+    variants+=("$1 $2"); shift 2
+done
+bg=()
+for ((i = 1; i < ${#variants[@]}; i++)); do
+    if [ "$jobs_n" -ge 2 ]; then
+        # shellcheck disable=SC2086
+        run_variant ${variants[$i]} >"$log_dir/variant-$i.out" 2>&1 &
+        bg+=($!)
+    fi
+done
+# shellcheck disable=SC2086
+[ ${#variants[@]} -gt 0 ] && run_variant ${variants[0]}
+for ((i = 1; i < ${#variants[@]}; i++)); do
+    if [ "$jobs_n" -ge 2 ]; then
+        wait "${bg[$((i - 1))]}"
+        cat "$log_dir/variant-$i.out"
+    else
+        # shellcheck disable=SC2086
+        run_variant ${variants[$i]}
+    fi
 done
 
+passed=0; failed=0; failed_names=()
+for v in "${variants[@]}"; do
+    c="$log_dir/$(basename "${v%% *}").counts"
+    if [ ! -f "$c" ]; then
+        failed=$((failed + 1)); failed_names+=("$(basename "${v%% *}") (did not finish)"); continue
+    fi
+    read -r p f names <"$c"
+    passed=$((passed + p)); failed=$((failed + f))
+    [ -n "$names" ] && failed_names+=($names)
+done
 if [ ${#failed_names[@]} -gt 0 ]; then
     echo "failed: ${failed_names[*]} (logs in $log_dir)"
 else
