@@ -11,20 +11,15 @@
 
 #include "gpt.h"
 #include "gpt_reference.h"
+#include "tp_group.h"
 
 #define L 2
 #define B 2
 #define T 8
 
-struct group {
-    int n;
-    pthread_barrier_t bar;
-    pthread_mutex_t mu;
-    float *acc;
-};
 
 struct rank {
-    struct group *g;
+    struct tp_group *g;
     struct gpt_stage *s;
     const int *tokens, *targets;
     const float *in, *dout;
@@ -32,20 +27,10 @@ struct rank {
     int rc;
 };
 
-/* The group's sum: every rank adds its buffer into acc (zero between sums), then takes it back. */
+/* The group's sum (tp_group.h). */
 static int group_sum(void *ctx, float *buf, size_t n)
 {
-    struct group *g = ((struct rank *)ctx)->g;
-    pthread_mutex_lock(&g->mu);
-    for (size_t i = 0; i < n; i++)
-        g->acc[i] += buf[i];
-    pthread_mutex_unlock(&g->mu);
-    pthread_barrier_wait(&g->bar); /* every rank has added */
-    memcpy(buf, g->acc, n * sizeof *buf);
-    if (pthread_barrier_wait(&g->bar) == PTHREAD_BARRIER_SERIAL_THREAD) /* every rank has copied */
-        memset(g->acc, 0, n * sizeof *buf);
-    pthread_barrier_wait(&g->bar); /* zero again before anyone adds */
-    return 0;
+    return tp_group_sum(((struct rank *)ctx)->g, buf, n);
 }
 
 static void *run_rank(void *arg)
@@ -106,9 +91,11 @@ static void check_case(int tp, int first, int last)
     snprintf(name, sizeof name, "tp %d, layers [%d, %d): reference runs", tp, first, last);
     CHECK(name, rr.rc == 0);
 
-    struct group g = {.n = tp, .acc = calloc(BTC * 16, sizeof(float))};
-    pthread_barrier_init(&g.bar, NULL, (unsigned)tp);
-    pthread_mutex_init(&g.mu, NULL);
+    struct tp_group g;
+    if (tp_group_init(&g, tp, BTC * 16) != 0) {
+        TEST_FAIL("tp group", "out of memory");
+        return;
+    }
     struct rank rk[4];
     pthread_t th[4];
     int ok = 1;
@@ -176,9 +163,7 @@ static void check_case(int tp, int first, int last)
         free(rk[t].out);
         free(rk[t].din);
     }
-    pthread_barrier_destroy(&g.bar);
-    pthread_mutex_destroy(&g.mu);
-    free(g.acc);
+    tp_group_destroy(&g);
     free(grads);
     free(params);
     free(in);
@@ -199,13 +184,11 @@ static void check_reference(void)
     }
     struct gpt_config c = ref_config(&r);
     int b = r.hdr[8], t = r.hdr[9], tp = 2;
-    struct group g = {.n = tp, .acc = calloc((size_t)b * t * (c.channels + 8), sizeof(float))};
-    pthread_barrier_init(&g.bar, NULL, (unsigned)tp);
-    pthread_mutex_init(&g.mu, NULL);
+    struct tp_group g;
+    int ok = tp_group_init(&g, tp, (size_t)b * t * (c.channels + 8)) == 0;
     struct rank rk[2] = {{0}};
     pthread_t th[2];
     herr e = {0};
-    int ok = g.acc != NULL;
     for (int k = 0; k < tp; k++) {
         rk[k] = (struct rank){.g = &g, .tokens = r.tokens, .targets = r.targets};
         ok = ok && gpt_stage_create_tp(&rk[k].s, &c, 0, c.layers, b, t, 1, tp, k, &e) == 0;
@@ -234,9 +217,7 @@ static void check_reference(void)
     for (int k = 0; k < tp; k++)
         if (rk[k].s)
             gpt_stage_free(rk[k].s);
-    pthread_barrier_destroy(&g.bar);
-    pthread_mutex_destroy(&g.mu);
-    free(g.acc);
+    tp_group_destroy(&g);
     free(grads);
     free_ref(&r);
 }

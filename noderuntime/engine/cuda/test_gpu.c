@@ -28,6 +28,7 @@
 #include "gpt_cuda.h"
 #include "optimizer.h"
 #include "test.h"
+#include "tp_group.h"
 
 static double TOL;
 static int verbose; /* HOLMES_TEST_VERBOSE=1: every tensor's error */
@@ -339,12 +340,6 @@ out:
 
 /* ---------------------------------------------------------------- tensor parallelism */
 
-struct tp_group {
-    pthread_barrier_t bar;
-    pthread_mutex_t mu;
-    float *acc;
-};
-
 struct tp_rank {
     struct tp_group *g;
     struct gpu_stage *s;
@@ -353,20 +348,10 @@ struct tp_rank {
     int rc;
 };
 
-/* The group's sum: every rank adds its buffer into acc (zero between sums), then takes it back. */
-static int tp_group_sum(void *ctx, float *buf, size_t n)
+/* The group's sum (tests/unit/tp_group.h). */
+static int tp_rank_sum(void *ctx, float *buf, size_t n)
 {
-    struct tp_group *g = ((struct tp_rank *)ctx)->g;
-    pthread_mutex_lock(&g->mu);
-    for (size_t i = 0; i < n; i++)
-        g->acc[i] += buf[i];
-    pthread_mutex_unlock(&g->mu);
-    pthread_barrier_wait(&g->bar); /* every rank has added */
-    memcpy(buf, g->acc, n * sizeof *buf);
-    if (pthread_barrier_wait(&g->bar) == PTHREAD_BARRIER_SERIAL_THREAD) /* every rank has copied */
-        memset(g->acc, 0, n * sizeof *buf);
-    pthread_barrier_wait(&g->bar); /* zero again before anyone adds */
-    return 0;
+    return tp_group_sum(((struct tp_rank *)ctx)->g, buf, n);
 }
 
 static void *tp_run(void *arg)
@@ -413,8 +398,7 @@ static void test_tensor(int tp)
     CHECK_INT(name, nl, gpt_stage_num_params(twin));
     full = calloc(n, sizeof(float));
     local = calloc(nl, sizeof(float));
-    g.acc = calloc(BT * (size_t)c.channels * 16, sizeof(float));
-    if (!full || !local || !g.acc) {
+    if (!full || !local || tp_group_init(&g, tp, BT * (size_t)c.channels * 16) != 0) {
         TEST_FAIL("gpu.tensor", "out of memory");
         goto out;
     }
@@ -445,20 +429,16 @@ static void test_tensor(int tp)
         TEST_FAIL("gpu.tensor.cpu_step", "%s", gpt_stage_error(cs));
         goto out;
     }
-    pthread_barrier_init(&g.bar, NULL, (unsigned)tp);
-    pthread_mutex_init(&g.mu, NULL);
     for (int t = 0; t < tp; t++) {
         rk[t].g = &g;
         rk[t].tok = tok;
         rk[t].tgt = tgt;
-        gpu_stage_set_tp_sum(rk[t].s, tp_group_sum, &rk[t]);
+        gpu_stage_set_tp_sum(rk[t].s, tp_rank_sum, &rk[t]);
     }
     for (int t = 0; t < tp; t++)
         pthread_create(&th[t], NULL, tp_run, &rk[t]);
     for (int t = 0; t < tp; t++)
         pthread_join(th[t], NULL);
-    pthread_barrier_destroy(&g.bar);
-    pthread_mutex_destroy(&g.mu);
     int ran = 1;
     double worst_loss = 0.0;
     memset(full, 0, n * sizeof(float));
@@ -490,7 +470,7 @@ out:
     free(tgt);
     free(full);
     free(local);
-    free(g.acc);
+    tp_group_destroy(&g);
     for (int t = 0; t < 4; t++)
         gpu_stage_free(rk[t].s);
     gpt_stage_free(cs);
