@@ -2,7 +2,9 @@
 # The worker path on a GPU (part of `make test-gpu`): holmes-node worker in rank-table mode, the
 # trainer driving the CUDA engine through the engine seam.
 #   1. one rank, CUDA fp32 = the CPU engine within tolerance (losses of 20 steps);
-#   2. two ranks on one GPU as a 2-stage pipeline (activations over TCP) = the same;
+#   2. two ranks on one GPU as a 2-stage pipeline (activations over TCP) = the same; and with
+#      TeraPipe token slices (5, 17, 42 of 64 tokens, rank table "token_slices", as
+#      tests/integration/terapipe.sh) = the unsliced 2-stage run within 1e-4;
 #   3. two ranks on one GPU as a tensor group of 2 (Megatron-LM; the group's sums over TCP, as
 #      the rank table plans no NCCL network) = the CPU engine's tensor group of 2;
 #   4. bf16: the loss curve of 200 steps within 1 % of fp32's (mean over the last 50 steps).
@@ -32,21 +34,22 @@ data=$repo/examples/data/corpus.txt
 model=(--layers 4 --channels 128 --heads 4 --vocab 256 --max-seq 64 --batch 8 --seq 64 --micro-batches 2 --lr 1e-3)
 base=$((20000 + RANDOM % 20000))
 
-table() { # name stages [tensor] -> $tmp/rt.name.json, a rank table on 127.0.0.1
-    local name=$1 p=$2 t=${3:-1} w="" i
+table() { # name stages [tensor [slices]] -> $tmp/rt.name.json, a rank table on 127.0.0.1
+    local name=$1 p=$2 t=${3:-1} sl=${4:-} w="" i
     for ((i = 0; i < p * t; i++)); do
         w="$w${w:+, }{\"host\": \"127.0.0.1\", \"port\": $((base + i))}"
     done
-    printf '{"parallelism": {"tensor": %d, "pipeline": %d, "data": 1}, "workers": [%s]}' "$t" "$p" "$w" \
-        >"$tmp/rt.$name.json"
+    printf '{"parallelism": {"tensor": %d, "pipeline": %d, "data": 1}, %s "workers": [%s]}' "$t" "$p" \
+        "${sl:+\"token_slices\": $sl,}" "$w" >"$tmp/rt.$name.json"
     base=$((base + p * t))
 }
 
-# name stages steps engine [tensor] -> $tmp/name.loss (one loss per step, from the last rank's log)
+# name stages steps engine [tensor [slices]] -> $tmp/name.loss (one loss per step, from the last
+# rank's log); slices: the rank table's token_slices (boundaries, JSON)
 run() {
-    local name=$1 p=$2 steps=$3 engine=$4 t=${5:-1} r pids=()
+    local name=$1 p=$2 steps=$3 engine=$4 t=${5:-1} sl=${6:-} r pids=()
     local n=$((p * t))
-    table "$name" "$p" "$t"
+    table "$name" "$p" "$t" "$sl"
     for ((r = 0; r < n; r++)); do
         timeout 600 "$node" worker --rank-table "$tmp/rt.$name.json" --rank $r --data "$data" --steps "$steps" \
             --engine "$engine" --device 0 --all-ranks "${model[@]}" >"$tmp/$name.$r.log" 2>&1 &
@@ -74,6 +77,12 @@ if run g2 2 20 "$e32"; then
     awk -v m="$m" 'BEGIN {exit !(m < 1e-3)}' && pass "gpu.worker.two_stages_one_gpu: 2-stage pipeline on one GPU = CPU engine ($m)" \
         || failed gpu.worker.two_stages_one_gpu "largest relative loss difference $m (bound 1e-3)"
 else failed gpu.worker.two_stages_one_gpu "did not train"; fi
+if [ -s "$tmp/g2.loss" ] && run g2_sl 2 20 "$e32" 1 '[0, 5, 22, 64]'; then
+    m=$(maxrel "$tmp/g2_sl.loss" "$tmp/g2.loss")
+    grep -q 'TeraPipe: 3 token slices' "$tmp/g2_sl.1.log" \
+        && awk -v m="$m" 'BEGIN {exit !(m < 1e-4)}' && pass "gpu.worker.token_slices: 2-stage pipeline with token slices (5, 17, 42 of 64) = unsliced ($m)" \
+        || failed gpu.worker.token_slices "largest relative loss difference $m (bound 1e-4), or the log names no slices: $(grep -m1 TeraPipe "$tmp/g2_sl.1.log")"
+else failed gpu.worker.token_slices "did not train (or the unsliced 2-stage run did not)"; fi
 if run cpu_t2 1 20 cpu 2 && run g_t2 1 20 "$e32" 2; then
     m=$(maxrel "$tmp/g_t2.loss" "$tmp/cpu_t2.loss")
     awk -v m="$m" 'BEGIN {exit !(m < 1e-3)}' && pass "gpu.worker.tensor2_one_gpu: tensor 2 on one GPU = the CPU engine's tensor 2 ($m)" \

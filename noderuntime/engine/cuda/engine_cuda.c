@@ -29,7 +29,7 @@ struct cuda_engine {
     struct gpu_stage *g;
     int device;
     size_t act_n;       /* B*T*C */
-    int T;
+    int T, tp;
     void *in_dev, *out_dev; /* activations in, out (device, activation type) */
     int params_dirty;   /* host parameters changed since the last upload */
     int grads_dirty;    /* device gradients changed since the last download */
@@ -76,6 +76,7 @@ static int cuda_create(struct engine *en, const struct engine_spec *s, herr *e)
     c->device = s->device;
     c->act_n = (size_t)s->B * (size_t)s->T * (size_t)s->model.channels;
     c->T = s->T;
+    c->tp = s->tp;
     c->params_dirty = 1;
     if (gpu_stage_create_tp(&c->g, &s->model, s->first, s->last, s->B, s->T, s->slots, 0, s->tp,
                             s->tp_rank, e) != 0 ||
@@ -116,13 +117,19 @@ static int upload_params(struct engine *en)
     return 0;
 }
 
-/* Token slices (TeraPipe) are not in this engine: only whole micro-batches. */
-static int whole_only(struct engine *en, int t0, int t1)
+/* Token slices (TeraPipe): gpu_stage_forward_slice / _backward_slice, for tensor 1 only (as
+ * gpt_pass.c). Returns the activation elements of the slice ([B][t1 - t0][C]) through *n. */
+static int slice_check(struct engine *en, int t0, int t1, size_t *n)
 {
-    if (t0 == 0 && t1 == ce_of(en)->T)
-        return 0;
-    return engine_fail(en, "token slices [%d, %d) of %d: the CUDA engine has no token slicing",
-                       t0, t1, ce_of(en)->T);
+    struct cuda_engine *c = ce_of(en);
+    if (t0 < 0 || t1 > c->T || t0 >= t1)
+        return engine_fail(en, "token slice [%d, %d) is not inside [0, %d) or is empty", t0, t1,
+                           c->T);
+    if (!(t0 == 0 && t1 == c->T) && c->tp > 1)
+        return engine_fail(en, "token slices [%d, %d) of %d with tensor parallelism (%d): the CUDA "
+                           "engine slices only tensor 1", t0, t1, c->T, c->tp);
+    *n = c->act_n / (size_t)c->T * (size_t)(t1 - t0);
+    return 0;
 }
 
 static int cuda_forward(struct engine *en, int slot, int t0, int t1, const int *tokens,
@@ -130,17 +137,19 @@ static int cuda_forward(struct engine *en, int slot, int t0, int t1, const int *
 {
     struct cuda_engine *c = ce_of(en);
     herr e;
-    if (whole_only(en, t0, t1) != 0)
+    size_t n;
+    if (slice_check(en, t0, t1, &n) != 0)
         return -1;
     if (cudaSetDevice(c->device) != cudaSuccess)
         return engine_fail(en, "CUDA device %d lost", c->device);
     if (upload_params(en) != 0)
         return -1;
-    if (c->in_dev && gpu_act_upload(c->in_dev, in_act, c->act_n, &e) != 0)
+    if (c->in_dev && gpu_act_upload(c->in_dev, in_act, n, &e) != 0)
         return engine_fail(en, "forward: %s", e.msg);
-    if (gpu_stage_forward(c->g, slot, tokens, c->in_dev, targets, c->out_dev, loss) != 0)
+    if (gpu_stage_forward_slice(c->g, slot, t0, t1, tokens, c->in_dev, targets, c->out_dev,
+                                loss) != 0)
         return engine_fail(en, "%s", gpu_stage_error(c->g));
-    if (c->out_dev && gpu_act_download(out_act, c->out_dev, c->act_n, &e) != 0)
+    if (c->out_dev && gpu_act_download(out_act, c->out_dev, n, &e) != 0)
         return engine_fail(en, "forward: %s", e.msg);
     return 0;
 }
@@ -150,17 +159,18 @@ static int cuda_backward(struct engine *en, int slot, int t0, int t1, const floa
 {
     struct cuda_engine *c = ce_of(en);
     herr e;
-    if (whole_only(en, t0, t1) != 0)
+    size_t n;
+    if (slice_check(en, t0, t1, &n) != 0)
         return -1;
     if (cudaSetDevice(c->device) != cudaSuccess)
         return engine_fail(en, "CUDA device %d lost", c->device);
     /* on the last stage out_dev is absent and dout unused; elsewhere out_dev carries dout */
-    if (c->out_dev && gpu_act_upload(c->out_dev, dout, c->act_n, &e) != 0)
+    if (c->out_dev && gpu_act_upload(c->out_dev, dout, n, &e) != 0)
         return engine_fail(en, "backward: %s", e.msg);
-    if (gpu_stage_backward(c->g, slot, c->out_dev, c->in_dev, loss_scale) != 0)
+    if (gpu_stage_backward_slice(c->g, slot, t0, t1, c->out_dev, c->in_dev, loss_scale) != 0)
         return engine_fail(en, "%s", gpu_stage_error(c->g));
     c->grads_dirty = 1;
-    if (c->in_dev && gpu_act_download(din, c->in_dev, c->act_n, &e) != 0)
+    if (c->in_dev && gpu_act_download(din, c->in_dev, n, &e) != 0)
         return engine_fail(en, "backward: %s", e.msg);
     return 0;
 }

@@ -87,6 +87,13 @@ struct gslot {
     floatX *x0, *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fchg, *res3, *lnf, *logits;
     float *ln1m, *ln1r, *ln2m, *ln2r, *lnfm, *lnfr, *losses;
     float *ce_max, *ce_sum;            /* [BT] tensor parallelism: each row's global softmax max, sum */
+    /* token slices (TeraPipe): where the forward and the backward of this micro-batch stand */
+    int fwd_upto;                      /* positions [0, fwd_upto) forwarded */
+    int bwd_from;                      /* positions [bwd_from, T) through backward */
+    float *dqkv_acc;                   /* [nl][BT * 3Cl] sliced backward: each block's q, k, v
+                                          gradients gathered over the slices (first use) */
+    floatX *dx0;                       /* [BTC] sliced backward, first stage: the embeddings'
+                                          gradient, into wte and wpe at the last slice */
 };
 
 struct gpu_stage {
@@ -181,7 +188,7 @@ static void slot_free(struct gslot *a)
     void *ptrs[] = {a->tokens, a->targets, a->utok, a->ustart, a->upos, a->x0, a->ln1, a->qkv,
                     a->att, a->atty, a->res2, a->ln2, a->fch, a->fchg, a->res3, a->lnf,
                     a->logits, a->ln1m, a->ln1r, a->ln2m, a->ln2r, a->lnfm, a->lnfr, a->losses,
-                    a->ce_max, a->ce_sum};
+                    a->ce_max, a->ce_sum, a->dqkv_acc, a->dx0};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
         if (ptrs[i])
             cudaFree(ptrs[i]);
@@ -746,8 +753,9 @@ static int cross_entropy_fwd(struct gpu_stage *s, struct gslot *a)
     return 0;
 }
 
-int gpu_stage_forward(struct gpu_stage *s, int slot, const int *tokens, const void *in_act,
-                      const int *targets, void *out_act, float *loss)
+/* The whole micro-batch (the slice (0, T)). */
+static int forward_whole(struct gpu_stage *s, int slot, const int *tokens, const void *in_act,
+                         const int *targets, void *out_act, float *loss)
 {
     char *EB = s->err;
     size_t EN = sizeof s->err;
@@ -885,7 +893,9 @@ static int column_parallel_bwd(struct gpu_stage *s, floatX *dinp, float *dw, flo
     return 0;
 }
 
-int gpu_stage_backward(struct gpu_stage *s, int slot, const void *dout, void *din, float loss_scale)
+/* The whole micro-batch (the slice (0, T)). */
+static int backward_whole(struct gpu_stage *s, int slot, const void *dout, void *din,
+                          float loss_scale)
 {
     char *EB = s->err;
     size_t EN = sizeof s->err;
@@ -973,6 +983,325 @@ int gpu_stage_backward(struct gpu_stage *s, int slot, const void *dout, void *di
         CK(cudaStreamSynchronize(st)); /* din is complete for any stream */
     }
     return 0;
+}
+
+/* ---------------------------------------------------------------- token slices (TeraPipe) */
+
+/* gpt_pass.c's token slices (tensor 1). A slice [t0, t1) works on one block of S = t1 - t0 rows per
+ * sequence b: rows b T + t0 .. b T + t1 of the slot's [B][T] activations, and b S .. (b + 1) S of
+ * the pass's [B][S] buffers (in_act, out_act, dout, din, and the scratch dres, dbuf, dfch). The
+ * per-row layers (LayerNorm, the linear layers, GELU, the loss) run block by block, b ascending
+ * (so every parameter gradient adds the blocks in gpt_pass.c's order). Attention runs over the
+ * whole [B][T] (attention_fwd / attention_bwd as they are):
+ *   forward: the rows [t1, T) of q, k, v are zeroed first; being causal, the rows before t1 read
+ *     only the keys and values before t1, which this and the earlier slices left in the slot, so
+ *     the slice's rows come out right, the rows before t0 as they were (the same inputs), and the
+ *     rows from t1 on (finite, from zeros) are written again by the later slices, the last of
+ *     which (t1 = T) leaves the whole att and atty of the micro-batch;
+ *   backward: the gradient of the attention's output is zero outside the slice's rows, so the
+ *     product gives the slice's queries' gradients and its contributions to the keys' and values'
+ *     gradients of rows [0, t1) (zero elsewhere), which add into the slot's fp32 dqkv_acc
+ *     (gpt_pass.c's); the qkv layer's backward of the slice's rows then reads them complete, the
+ *     later slices having gone first.
+ * The first stage embeds the whole micro-batch at its first slice (the token ids are all there
+ * then) and collects the embeddings' gradient in the slot's dx0, which goes into wte and wpe at the
+ * last slice of the backward (t0 = 0) through the whole micro-batch's kernels. */
+
+static int whole_range(const struct gpu_stage *s, int t0, int t1) { return t0 == 0 && t1 == s->T; }
+
+/* *p = bytes of device memory unless it is there already; -1 (stage error) when out of memory */
+static int lazy_alloc(struct gpu_stage *s, void **p, size_t bytes, const char *what)
+{
+    if (*p)
+        return 0;
+    void *q = NULL;
+    cudaError_t e = cudaMalloc(&q, bytes ? bytes : 16);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* a failed allocation's error is not sticky: clear it */
+        return stage_fail(s, "CUDA: allocating %s (%zu bytes) for the sliced backward: %s", what,
+                          bytes, cudaGetErrorString(e));
+    }
+    *p = q;
+    return 0;
+}
+
+static int forward_slice(struct gpu_stage *s, struct gslot *a, int t0, int t1, const int *tokens,
+                         const void *in_act, const int *targets, void *out_act, float *loss)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    int B = s->B, T = s->T, S = t1 - t0, C = s->c.channels, V = s->c.vocab, Vl = s->Vl;
+    int Cl = s->Cl, F = s->F, is_last = s->last == s->c.layers;
+    size_t BT = (size_t)B * T, BTC = BT * C, BTl = BT * Cl, BTF = BT * F, X = sizeof(floatX);
+    cudaStream_t st = s->x.stream;
+    if (t0 == 0) {
+        a->forwarded = 0;
+        a->has_targets = 0;
+        if (s->first == 0) {
+            if (!tokens)
+                return stage_fail(s, "the first stage needs tokens");
+            for (size_t i = 0; i < BT; i++)
+                if (tokens[i] < 0 || tokens[i] >= V)
+                    return stage_fail(s, "token %d at position %zu is outside the vocabulary "
+                                      "[0, %d)", tokens[i], i, V);
+        }
+        if (is_last && targets)
+            for (size_t i = 0; i < BT; i++)
+                if (targets[i] < 0 || targets[i] >= V)
+                    return stage_fail(s, "target %d at position %zu is outside the vocabulary "
+                                      "[0, %d)", targets[i], i, V);
+    }
+    if (s->first != 0 && !in_act)
+        return stage_fail(s, "a stage after the first needs in_act");
+    if (!is_last && !out_act)
+        return stage_fail(s, "a stage before the last needs out_act");
+    if (t0 == 0) {
+        if (s->first == 0) {
+            OK(h2d(s, a->tokens, tokens, BT * sizeof(int)));
+            OK(upload_token_groups(s, a, tokens));
+            OK(embed_fwd(s, a)); /* every position: the same values whichever slice made them */
+        }
+        if (is_last && targets)
+            OK(h2d(s, a->targets, targets, BT * sizeof(int)));
+        a->has_targets = is_last && targets;
+    }
+    if (s->first != 0) /* [B][S][C] -> rows [t0, t1) of each sequence */
+        CK(cudaMemcpy2DAsync(a->x0 + (size_t)t0 * C, (size_t)T * C * X, in_act, (size_t)S * C * X,
+                             (size_t)S * C * X, (size_t)B, cudaMemcpyDeviceToDevice, st));
+
+    const floatX *W = s->wX;
+    const floatX *x = a->x0;
+    size_t attn = (size_t)B * s->NHl * T * T;
+    for (int i = 0; i < s->nl; i++) {
+        const struct layer_w *o = &s->lw[i];
+        floatX *ln1 = a->ln1 + i * BTC, *qkv = a->qkv + i * 3 * BTl, *att = a->att + i * attn;
+        floatX *atty = a->atty + i * BTl, *res2 = a->res2 + i * BTC, *ln2 = a->ln2 + i * BTC;
+        floatX *fch = a->fch + i * BTF, *res3 = a->res3 + i * BTC;
+        floatX *fchg = s->recompute ? s->fchg : a->fchg + i * BTF;
+        float *ln1m = a->ln1m + i * BT, *ln1r = a->ln1r + i * BT;
+        float *ln2m = a->ln2m + i * BT, *ln2r = a->ln2r + i * BT;
+        for (int b = 0; b < B; b++) {
+            size_t R = (size_t)b * T + (size_t)t0;
+            OK(layernorm_fwd(s, ln1 + R * C, ln1m + R, ln1r + R, x + R * C, o->ln1w, o->ln1b, S));
+            OK(linear_fwd(&s->x, qkv + R * 3 * Cl, ln1 + R * C, W + o->qkvw, W + o->qkvb, NULL,
+                          NULL, S, C, 3 * Cl));
+        }
+        if (t1 < T) /* the positions no slice has reached yet (an earlier micro-batch's) */
+            CK(cudaMemset2DAsync(qkv + (size_t)t1 * 3 * Cl, (size_t)T * 3 * Cl * X, 0,
+                                 (size_t)(T - t1) * 3 * Cl * X, (size_t)B, st));
+        OK(attention_fwd(s, atty, att, qkv));
+        for (int b = 0; b < B; b++) {
+            size_t R = (size_t)b * T + (size_t)t0;
+            OK(linear_fwd(&s->x, res2 + R * C, atty + R * Cl, W + o->attprojw, W + o->attprojb,
+                          x + R * C, NULL, S, Cl, C));
+            OK(layernorm_fwd(s, ln2 + R * C, ln2m + R, ln2r + R, res2 + R * C, o->ln2w, o->ln2b, S));
+            OK(linear_fwd(&s->x, fch + R * F, ln2 + R * C, W + o->fcw, W + o->fcb, NULL,
+                          fchg + R * F, S, C, F));
+            OK(linear_fwd(&s->x, res3 + R * C, fchg + R * F, W + o->fcprojw, W + o->fcprojb,
+                          res2 + R * C, NULL, S, F, C));
+        }
+        x = res3;
+    }
+    if (!is_last) {
+        CK(cudaMemcpy2DAsync(out_act, (size_t)S * C * X, x + (size_t)t0 * C, (size_t)T * C * X,
+                             (size_t)S * C * X, (size_t)B, cudaMemcpyDeviceToDevice, st));
+        CK(cudaStreamSynchronize(st)); /* out_act is complete for any stream */
+    } else {
+        for (int b = 0; b < B; b++) {
+            size_t R = (size_t)b * T + (size_t)t0;
+            OK(layernorm_fwd(s, a->lnf + R * C, a->lnfm + R, a->lnfr + R, x + R * C, s->lnfw_off,
+                             s->lnfb_off, S));
+            OK(linear_fwd(&s->x, a->logits + R * Vl, a->lnf + R * C, W + s->head_off, NULL, NULL,
+                          NULL, S, C, Vl));
+            if (a->has_targets) {
+                ce_forward_kernel<<<(unsigned)S, 256, 0, st>>>(a->losses + R, a->logits + R * Vl,
+                                                               a->targets + R, V, Vl);
+                LAUNCHED(st);
+            }
+        }
+        if (a->has_targets && loss) { /* the slice's share of the micro-batch's mean */
+            OK(d2h(s, s->h_losses, a->losses, BT * sizeof(float)));
+            double total = 0.0;
+            for (int b = 0; b < B; b++)
+                for (int t = t0; t < t1; t++)
+                    total += s->h_losses[(size_t)b * T + t];
+            *loss = (float)(total / (double)BT);
+        }
+    }
+    a->fwd_upto = t1;
+    a->bwd_from = T;
+    a->forwarded = t1 == T;
+    return 0;
+}
+
+static int backward_slice(struct gpu_stage *s, struct gslot *a, int t0, int t1, const void *dout,
+                          void *din, float loss_scale)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    int B = s->B, T = s->T, S = t1 - t0, C = s->c.channels, V = s->c.vocab, Vl = s->Vl;
+    int Cl = s->Cl, F = s->F, is_last = s->last == s->c.layers;
+    size_t BT = (size_t)B * T, BTC = BT * C, BTl = BT * Cl, BTF = BT * F, X = sizeof(floatX);
+    size_t SC = (size_t)S * C, SF = (size_t)S * F, nacc = (size_t)s->nl * 3 * BTl;
+    cudaStream_t st = s->x.stream;
+    if (is_last && !a->has_targets)
+        return stage_fail(s, "backward of the slot, whose forward had no targets");
+    if (!is_last && !dout)
+        return stage_fail(s, "a stage before the last needs dout");
+    if (s->first != 0 && !din)
+        return stage_fail(s, "a stage after the first needs din");
+    if (t1 == T) { /* a sliced micro-batch's first backward */
+        OK(lazy_alloc(s, (void **)&a->dqkv_acc, nacc * sizeof(float), "the q, k, v gradients"));
+        if (s->first == 0)
+            OK(lazy_alloc(s, (void **)&a->dx0, BTC * X, "the embeddings' gradient"));
+        if (nacc > 0)
+            CK(cudaMemsetAsync(a->dqkv_acc, 0, nacc * sizeof(float), st));
+    }
+
+    const floatX *W = s->wX;
+    float *G = s->grads;
+    floatX *dres = s->dres; /* [B][S][C] */
+    const floatX *x_out = s->nl > 0 ? a->res3 + (size_t)(s->nl - 1) * BTC : a->x0;
+    if (is_last) {
+        CK(cudaMemsetAsync(dres, 0, (size_t)B * SC * X, st));
+        for (int b = 0; b < B; b++) {
+            size_t R = (size_t)b * T + (size_t)t0;
+            /* the micro-batch's mean: every slice's rows divide by all B*T */
+            ce_backward_kernel<<<(unsigned)S, 256, 0, st>>>(a->logits + R * Vl, a->targets + R,
+                                                            loss_scale / (float)BT, V, Vl);
+            LAUNCHED(st);
+            OK(linear_bwd(&s->x, s->partial, s->dbuf + b * SC, G + s->head_off, NULL,
+                          a->logits + R * Vl, a->lnf + R * C, W + s->head_off, NULL, S, C, Vl));
+            OK(layernorm_bwd(s, dres + b * SC, s->lnfw_off, s->lnfb_off, s->dbuf + b * SC,
+                             x_out + R * C, a->lnfm + R, a->lnfr + R, S));
+        }
+    } else {
+        CK(cudaMemcpyAsync(dres, dout, (size_t)B * SC * X, cudaMemcpyDeviceToDevice, st));
+    }
+    size_t attn = (size_t)B * s->NHl * T * T;
+    for (int i = s->nl - 1; i >= 0; i--) {
+        const struct layer_w *o = &s->lw[i];
+        const floatX *x = i == 0 ? a->x0 : a->res3 + (size_t)(i - 1) * BTC;
+        floatX *ln1 = a->ln1 + i * BTC, *qkv = a->qkv + i * 3 * BTl, *att = a->att + i * attn;
+        floatX *atty = a->atty + i * BTl, *res2 = a->res2 + i * BTC, *ln2 = a->ln2 + i * BTC;
+        floatX *fch = a->fch + i * BTF;
+        floatX *fchg = s->recompute ? s->fchg : a->fchg + i * BTF;
+        float *ln1m = a->ln1m + i * BT, *ln1r = a->ln1r + i * BT;
+        float *ln2m = a->ln2m + i * BT, *ln2r = a->ln2r + i * BT;
+        float *acc = a->dqkv_acc + (size_t)i * 3 * BTl;
+        /* MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))) */
+        for (int b = 0; b < B; b++) {
+            size_t R = (size_t)b * T + (size_t)t0;
+            floatX *dr = dres + b * SC;
+            if (s->recompute) {
+                gelu_forward_kernel<<<blocks_for(SF, 256), 256, 0, st>>>(fchg + R * F, fch + R * F, SF);
+                LAUNCHED(st);
+            }
+            OK(linear_bwd(&s->x, s->partial, s->dfch + b * SF, G + o->fcprojw, G + o->fcprojb, dr,
+                          fchg + R * F, W + o->fcprojw, fch + R * F, S, F, C));
+            OK(linear_bwd(&s->x, s->partial, s->dbuf + b * SC, G + o->fcw, G + o->fcb,
+                          s->dfch + b * SF, ln2 + R * C, W + o->fcw, NULL, S, C, F));
+            OK(layernorm_bwd(s, dr, o->ln2w, o->ln2b, s->dbuf + b * SC, res2 + R * C, ln2m + R,
+                             ln2r + R, S));
+        }
+        /* attention: res2 = x + proj(attn(qkv(ln1(x)))); the output's gradient dy in dbuf as
+         * [B][T][Cl], zero outside the slice's rows */
+        CK(cudaMemsetAsync(s->dbuf, 0, BTl * X, st));
+        for (int b = 0; b < B; b++) {
+            size_t R = (size_t)b * T + (size_t)t0;
+            OK(linear_bwd(&s->x, s->partial, s->dbuf + R * Cl, G + o->attprojw, G + o->attprojb,
+                          dres + b * SC, atty + R * Cl, W + o->attprojw, NULL, S, Cl, C));
+        }
+        OK(attention_bwd(s, s->dqkv, s->dbuf, att, qkv));
+        accumulate_kernel<<<blocks_for(3 * BTl, 256), 256, 0, st>>>(acc, s->dqkv, 3 * BTl);
+        LAUNCHED(st);
+        for (int b = 0; b < B; b++) {
+            size_t R = (size_t)b * T + (size_t)t0;
+            OK(linear_bwd(&s->x, s->partial, s->dbuf + b * SC, G + o->qkvw, G + o->qkvb,
+                          s->dqkv + R * 3 * Cl, ln1 + R * C, W + o->qkvw, NULL, S, C, 3 * Cl));
+            OK(layernorm_bwd(s, dres + b * SC, o->ln1w, o->ln1b, s->dbuf + b * SC, x + R * C,
+                             ln1m + R, ln1r + R, S));
+        }
+    }
+    if (s->first == 0) {
+        CK(cudaMemcpy2DAsync(a->dx0 + (size_t)t0 * C, (size_t)T * C * X, dres, SC * X, SC * X,
+                             (size_t)B, cudaMemcpyDeviceToDevice, st));
+        if (t0 == 0) { /* every position's gradient is in: the whole micro-batch's kernels */
+            if (a->nuniq > 0) {
+                wte_backward_kernel<<<(unsigned)a->nuniq, 256, 0, st>>>(G + s->wte_off, a->dx0,
+                                                                        a->utok, a->ustart,
+                                                                        a->upos, C);
+                LAUNCHED(st);
+            }
+            wpe_backward_kernel<<<blocks_for((size_t)T * C, 256), 256, 0, st>>>(G + s->wpe_off,
+                                                                               a->dx0, B, T, C);
+            LAUNCHED(st);
+        }
+    } else {
+        CK(cudaMemcpyAsync(din, dres, (size_t)B * SC * X, cudaMemcpyDeviceToDevice, st));
+        CK(cudaStreamSynchronize(st)); /* din is complete for any stream */
+    }
+    a->bwd_from = t0;
+    a->forwarded = t0 != 0;
+    return 0;
+}
+
+int gpu_stage_forward_slice(struct gpu_stage *s, int slot, int t0, int t1, const int *tokens,
+                            const void *in_act, const int *targets, void *out_act, float *loss)
+{
+    if (slot < 0 || slot >= s->nslots)
+        return stage_fail(s, "activation slot %d is out of range [0, %d)", slot, s->nslots);
+    if (t0 < 0 || t1 > s->T || t0 >= t1)
+        return stage_fail(s, "token slice [%d, %d) is not inside [0, %d) or is empty", t0, t1,
+                          s->T);
+    struct gslot *a = &s->slots[slot];
+    if (t0 > 0 && a->fwd_upto != t0)
+        return stage_fail(s, "forward of tokens [%d, %d) of slot %d, whose forward stands at %d: "
+                          "slices go in order", t0, t1, slot, a->fwd_upto);
+    if (whole_range(s, t0, t1)) {
+        a->fwd_upto = 0;
+        OK(forward_whole(s, slot, tokens, in_act, targets, out_act, loss));
+        a->fwd_upto = s->T;
+        a->bwd_from = s->T;
+        return 0;
+    }
+    if (s->tp > 1)
+        return stage_fail(s, "token slices with tensor parallelism are not supported");
+    if (t0 == 0)
+        a->fwd_upto = 0;
+    return forward_slice(s, a, t0, t1, tokens, in_act, targets, out_act, loss);
+}
+
+int gpu_stage_backward_slice(struct gpu_stage *s, int slot, int t0, int t1, const void *dout,
+                             void *din, float loss_scale)
+{
+    if (slot < 0 || slot >= s->nslots)
+        return stage_fail(s, "activation slot %d is out of range [0, %d)", slot, s->nslots);
+    struct gslot *a = &s->slots[slot];
+    if (!a->forwarded)
+        return stage_fail(s, "backward of slot %d, which holds no forward pass", slot);
+    if (t0 < 0 || t0 >= t1 || t1 != a->bwd_from)
+        return stage_fail(s, "backward of tokens [%d, %d) of slot %d, whose backward stands at "
+                          "%d: slices go in reverse", t0, t1, slot, a->bwd_from);
+    if (whole_range(s, t0, t1)) {
+        OK(backward_whole(s, slot, dout, din, loss_scale));
+        a->bwd_from = 0;
+        return 0;
+    }
+    if (s->tp > 1)
+        return stage_fail(s, "token slices with tensor parallelism are not supported");
+    return backward_slice(s, a, t0, t1, dout, din, loss_scale);
+}
+
+int gpu_stage_forward(struct gpu_stage *s, int slot, const int *tokens, const void *in_act,
+                      const int *targets, void *out_act, float *loss)
+{
+    return gpu_stage_forward_slice(s, slot, 0, s->T, tokens, in_act, targets, out_act, loss);
+}
+
+int gpu_stage_backward(struct gpu_stage *s, int slot, const void *dout, void *din, float loss_scale)
+{
+    return gpu_stage_backward_slice(s, slot, 0, s->T, dout, din, loss_scale);
 }
 
 /* ---------------------------------------------------------------- optimizer */

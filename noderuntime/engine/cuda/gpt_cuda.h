@@ -73,6 +73,8 @@ extern "C" {
 #define gpu_stage_grads_dev GPU_API(stage_grads_dev)
 #define gpu_stage_forward GPU_API(stage_forward)
 #define gpu_stage_backward GPU_API(stage_backward)
+#define gpu_stage_forward_slice GPU_API(stage_forward_slice)
+#define gpu_stage_backward_slice GPU_API(stage_backward_slice)
 #define gpu_stage_zero_grads GPU_API(stage_zero_grads)
 #define gpu_stage_grad_sq_norm GPU_API(stage_grad_sq_norm)
 #define gpu_stage_adamw GPU_API(stage_adamw)
@@ -148,6 +150,19 @@ int gpu_stage_forward(struct gpu_stage *s, int slot, const int *tokens, const vo
                       const int *targets, void *out_act, float *loss);
 int gpu_stage_backward(struct gpu_stage *s, int slot, const void *dout, void *din,
                        float loss_scale);
+/* TeraPipe, as gpt_stage_forward_slice / gpt_stage_backward_slice (gpt.h's contract: slices
+ * [t0, t1) tile [0, T), forwards in order, backwards in reverse, all in `slot`; tokens and
+ * targets are the micro-batch's whole host arrays, read at t0 = 0; in_act, out_act, dout and din
+ * are device buffers of the slice's positions of every sequence, [B][t1 - t0][C]; the last
+ * stage's *loss is the slice's share of the micro-batch's mean). gpu_stage_forward/backward are
+ * the slice (0, T), which runs the whole micro-batch's code. Not with tensor parallelism (-1).
+ * A sliced micro-batch's backward keeps, per slot and allocated at its first use, an fp32 copy
+ * of every block's q, k, v gradients ([nl][B*T*3C]) and, on the first stage, the embeddings'
+ * gradient ([B*T*C], activation type). Compiled, not yet run on a GPU. */
+int gpu_stage_forward_slice(struct gpu_stage *s, int slot, int t0, int t1, const int *tokens,
+                            const void *in_act, const int *targets, void *out_act, float *loss);
+int gpu_stage_backward_slice(struct gpu_stage *s, int slot, int t0, int t1, const void *dout,
+                             void *din, float loss_scale);
 int gpu_stage_zero_grads(struct gpu_stage *s);
 
 /* Sum of squares of grads[lo, hi) (fp64 accumulation, deterministic), synchronising. */

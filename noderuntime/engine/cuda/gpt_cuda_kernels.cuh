@@ -61,6 +61,17 @@ __global__ void uncast_kernel(float *out, const floatX *in, size_t n)
     if (i < n)
         out[i] = tof(in[i]);
 }
+/* the sliced backward's key and value gradients: acc += d (fp32), then d = acc (the sum so far,
+ * in the activation type) */
+__global__ void accumulate_kernel(float *acc, floatX *d, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float v = acc[i] + tof(d[i]);
+        acc[i] = v;
+        put(d + i, v);
+    }
+}
 /* uniform [-1, 1) from a hash of the index: benchmark inputs, never zeros */
 __global__ void fill_random_kernel(floatX *out, size_t n, unsigned seed)
 {

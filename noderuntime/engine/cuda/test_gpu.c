@@ -4,6 +4,8 @@
  *   gpu.adamw.*      three optimizer steps with global-norm clipping: losses and parameters
  *   gpu.two_stage.*  stages [0,1) + [1,2) with two micro-batches in flight = one stage [0,2)
  *   gpu.recompute.*  GELU recomputation in backward = stored GELU outputs
+ *   gpu.slices.*     token slices (TeraPipe; 3, 9, 20 of T = 32), on one stage and on two, = the
+ *                    unsliced stage's losses and gradients; refused with tensor parallelism
  *   gpu.tensor.*     tensor parallelism (gpu_stage_create_tp), tp 2 and 4 ranks on one GPU, each a
  *                    thread summing through a shared host buffer: the layout, the loss and every
  *                    gradient (put together in the whole layout) = the CPU engine's one stage
@@ -289,6 +291,149 @@ out:
     gpu_stage_free(one);
     gpu_stage_free(s0);
     gpu_stage_free(s1);
+}
+
+/* ---------------------------------------------------------------- token slices (TeraPipe) */
+
+/* g[name] = the sum of every stage's gradient of that tensor (both wte copies, as the pipeline
+ * sums them), in the layout of `t`; returns the tensors found nowhere */
+static int assemble_grads(const struct gpt_tensor *t, int nt, float *g, struct gpu_stage **st,
+                          float **gs, int nst)
+{
+    int missing = 0;
+    for (int i = 0; i < nt; i++) {
+        float *dst = g + t[i].offset;
+        int found = 0;
+        memset(dst, 0, t[i].size * sizeof(float));
+        for (int k = 0; k < nst; k++) {
+            const struct gpt_tensor *tk;
+            int ntk = gpu_stage_tensors(st[k], &tk);
+            for (int j = 0; j < ntk; j++)
+                if (!strcmp(tk[j].name, t[i].name)) {
+                    for (size_t q = 0; q < t[i].size; q++)
+                        dst[q] += gs[k][tk[j].offset + q];
+                    found = 1;
+                }
+        }
+        missing += !found;
+    }
+    return missing;
+}
+
+/* Two micro-batches cut into uneven slices (3, 9, 20 of T = 32; odd batch), all forwarded
+ * (slices in order) before the backwards (micro-batches and slices in reverse), on one stage
+ * [0, 2) (GELU recomputed, to take that path too) and on two stages [0, 1) + [1, 2) (the
+ * activations and their gradients crossing as [B][S][C] slices): the losses (the slices' shares
+ * summed) and every gradient = one unsliced stage [0, 2). */
+static void test_slices(void)
+{
+    struct gpt_config c = tiny();
+    int B = 3, T = 32, cut[] = {0, 3, 12, 32}, ns = 3;
+    size_t BT = (size_t)B * T, BTC = BT * (size_t)c.channels;
+    herr e;
+    struct gpu_stage *one = NULL, *sl = NULL, *s0 = NULL, *s1 = NULL, *tp = NULL;
+    void *act = NULL, *dact = NULL;
+    float *g1 = NULL, *gsl = NULL, *ga = NULL, *gb = NULL, *gm = NULL;
+    int *tok = malloc(2 * BT * sizeof(int)), *tgt = malloc(2 * BT * sizeof(int));
+    if (!tok || !tgt || gpu_stage_create(&one, &c, 0, 2, B, T, 1, 0, &e) < 0 ||
+        gpu_stage_create(&sl, &c, 0, 2, B, T, 2, GPU_RECOMPUTE_GELU, &e) < 0 ||
+        gpu_stage_create(&s0, &c, 0, 1, B, T, 2, 0, &e) < 0 ||
+        gpu_stage_create(&s1, &c, 1, 2, B, T, 2, 0, &e) < 0 ||
+        !(act = gpu_act_alloc(BTC, &e)) || !(dact = gpu_act_alloc(BTC, &e))) {
+        TEST_FAIL("gpu.slices.create", "%s", tok && tgt ? e.msg : "out of memory");
+        goto out;
+    }
+    gpt_config_check(&c, NULL);
+    random_tokens(tok, 2 * BT, c.vocab);
+    random_tokens(tgt, 2 * BT, c.vocab);
+    uint64_t seed = 13;
+    if (gpu_stage_init_params(one, seed) < 0 || gpu_stage_init_params(sl, seed) < 0 ||
+        gpu_stage_init_params(s0, seed) < 0 || gpu_stage_init_params(s1, seed) < 0) {
+        TEST_FAIL("gpu.slices.init", "%s", gpu_stage_error(one));
+        goto out;
+    }
+    CHECK("gpu.slices.in_order",
+          gpu_stage_forward_slice(sl, 0, 3, 12, tok, NULL, tgt, NULL, NULL) < 0 &&
+              strstr(gpu_stage_error(sl), "in order") != NULL);
+    float lw[2], ls[2] = {0, 0}, lp[2] = {0, 0};
+    for (int k = 0; k < 2; k++)
+        if (gpu_stage_forward(one, 0, tok + k * BT, NULL, tgt + k * BT, NULL, &lw[k]) < 0 ||
+            gpu_stage_backward(one, 0, NULL, NULL, 1.0f) < 0) {
+            TEST_FAIL("gpu.slices.whole", "%s", gpu_stage_error(one));
+            goto out;
+        }
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < ns; j++) {
+            float l = 0.0f, m = 0.0f;
+            if (gpu_stage_forward_slice(sl, k, cut[j], cut[j + 1], tok + k * BT, NULL,
+                                        tgt + k * BT, NULL, &l) < 0 ||
+                gpu_stage_forward_slice(s0, k, cut[j], cut[j + 1], tok + k * BT, NULL, NULL, act,
+                                        NULL) < 0 ||
+                gpu_stage_forward_slice(s1, k, cut[j], cut[j + 1], NULL, act, tgt + k * BT, NULL,
+                                        &m) < 0) {
+                TEST_FAIL("gpu.slices.forward", "%s / %s / %s", gpu_stage_error(sl),
+                          gpu_stage_error(s0), gpu_stage_error(s1));
+                goto out;
+            }
+            ls[k] += l;
+            lp[k] += m;
+        }
+    for (int k = 1; k >= 0; k--)
+        for (int j = ns - 1; j >= 0; j--)
+            if (gpu_stage_backward_slice(sl, k, cut[j], cut[j + 1], NULL, NULL, 1.0f) < 0 ||
+                gpu_stage_backward_slice(s1, k, cut[j], cut[j + 1], NULL, dact, 1.0f) < 0 ||
+                gpu_stage_backward_slice(s0, k, cut[j], cut[j + 1], dact, NULL, 1.0f) < 0) {
+                TEST_FAIL("gpu.slices.backward", "%s / %s / %s", gpu_stage_error(sl),
+                          gpu_stage_error(s1), gpu_stage_error(s0));
+                goto out;
+            }
+    CHECK("gpu.slices.done", gpu_stage_backward_slice(sl, 0, 0, 3, NULL, NULL, 1.0f) < 0);
+    for (int k = 0; k < 2; k++) {
+        CHECK_NEAR("gpu.slices.loss", ls[k], lw[k], TOL);
+        CHECK_NEAR("gpu.slices.two_stage_loss", lp[k], lw[k], TOL);
+    }
+    size_t n1 = gpu_stage_num_params(one), na = gpu_stage_num_params(s0), nb = gpu_stage_num_params(s1);
+    g1 = malloc(n1 * sizeof(float));
+    gsl = malloc(n1 * sizeof(float));
+    gm = malloc(n1 * sizeof(float));
+    ga = malloc(na * sizeof(float));
+    gb = malloc(nb * sizeof(float));
+    if (!g1 || !gsl || !gm || !ga || !gb || gpu_stage_get_grads(one, g1) < 0 ||
+        gpu_stage_get_grads(sl, gsl) < 0 || gpu_stage_get_grads(s0, ga) < 0 ||
+        gpu_stage_get_grads(s1, gb) < 0) {
+        TEST_FAIL("gpu.slices.grads", "cannot read the gradients");
+        goto out;
+    }
+    const struct gpt_tensor *t1;
+    int n1t = gpu_stage_tensors(one, &t1);
+    CHECK_TENSORS("gpu.slices.grads", t1, n1t, gsl, g1, 0, c.channels, TOL);
+    struct gpu_stage *two[2] = {s0, s1};
+    float *g2[2] = {ga, gb};
+    CHECK_INT("gpu.slices.every_tensor_somewhere", assemble_grads(t1, n1t, gm, two, g2, 2), 0);
+    CHECK_TENSORS("gpu.slices.two_stage_grads", t1, n1t, gm, g1, 0, c.channels, TOL);
+    /* tensor parallelism: slices refused (as gpt_pass.c), the whole micro-batch not */
+    if (gpu_stage_create_tp(&tp, &c, 0, 2, B, T, 1, 0, 2, 0, &e) < 0) {
+        TEST_FAIL("gpu.slices.tensor_create", "%s", e.msg);
+        goto out;
+    }
+    CHECK("gpu.slices.tensor_refused",
+          gpu_stage_forward_slice(tp, 0, 0, 3, tok, NULL, tgt, NULL, NULL) < 0 &&
+              strstr(gpu_stage_error(tp), "tensor parallelism") != NULL);
+out:
+    free(tok);
+    free(tgt);
+    free(g1);
+    free(gsl);
+    free(gm);
+    free(ga);
+    free(gb);
+    gpu_act_free(act);
+    gpu_act_free(dact);
+    gpu_stage_free(one);
+    gpu_stage_free(sl);
+    gpu_stage_free(s0);
+    gpu_stage_free(s1);
+    gpu_stage_free(tp);
 }
 
 /* ---------------------------------------------------------------- recomputation */
@@ -656,6 +801,7 @@ int main(int argc, char **argv)
         test_vs_cpu(3, 32, 0); /* T = max_seq, odd batch */
         test_two_stage();
         test_recompute();
+        test_slices();
         test_tensor(2);
         test_tensor(4);
         const char *corpus = getenv("HOLMES_CORPUS");
