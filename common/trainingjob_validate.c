@@ -132,13 +132,9 @@ int tj_spec_runnable(const struct tj_spec *s, const char *path, struct tj_errors
 {
     const char *sp = path ? path : "spec";
     int before = errs->count;
-    int real_gpus = s->gpus_per_worker > 0 && !s->emulation.gpus;
     if (s->training.precision == DTYPE_BF16 && s->emulation.gpus)
         tj_errors_add(errs, "%s.training.precision: bf16 needs real GPUs: emulated GPUs "
                       "(emulation.gpus) run the CPU engine, which trains in fp32", sp);
-    if (real_gpus && s->par.token_slices != 1)
-        tj_errors_add(errs, "%s.parallelism.tokenSlices: token slicing (TeraPipe) on GPUs is not supported "
-                      "yet: the CUDA engine has none (the CPU engine has); use 1, or emulation.gpus", sp);
     if (s->par.tensor > 1 && s->par.token_slices != 1)
         tj_errors_add(errs, "%s.parallelism.tokenSlices: token slicing with tensor parallelism (tensor %d) "
                       "is not supported yet; use tokenSlices 1 or tensor 1", sp, s->par.tensor);

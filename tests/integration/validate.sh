@@ -16,6 +16,24 @@ out=$("$OPERATOR" validate "$M/valid/multi-doc.yaml" 2>&1); rc=$?
     && pass "validate: a job the coordinator cannot run is refused with its reason" \
     || fail "validate: a job the coordinator cannot run is refused with its reason" "rc=$rc out=$out"
 
+# Token slices (TeraPipe) on real GPUs with tensor 1: runnable (the CUDA engine slices); with
+# tensor 2 still refused (multi-doc.yaml above).
+cat >"$tmp/gpu-slices.yaml" <<'YAML'
+apiVersion: holmes.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: gpu-slices}
+spec:
+  workers: 2
+  gpusPerWorker: 1
+  model: {preset: gpt2-124m}
+  parallelism: {tensor: 1, pipeline: 2, data: 1, microBatches: 2, tokenSlices: 4}
+  training: {steps: 2, precision: bf16}
+YAML
+out=$("$OPERATOR" validate "$tmp/gpu-slices.yaml" 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q ' valid: ' <<<"$out" \
+    && pass "validate: token slices on real GPUs with tensor 1 are runnable" \
+    || fail "validate: token slices on real GPUs with tensor 1 are runnable" "rc=$rc out=$out"
+
 # Every shipped example is runnable: several GPUs per worker, bf16, and tensor parallelism on real
 # GPUs (the CUDA engine's) among them.
 bad=0; n=0; tp_gpus=0

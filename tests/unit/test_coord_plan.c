@@ -414,7 +414,14 @@ int main(void)
         jobs[0].spec.training.precision = DTYPE_BF16;
         CHECK_INT("tensor 2 on GPUs in bf16 is runnable", tj_spec_runnable(&jobs[0].spec, "spec", &run2), 0);
         jobs[0].spec.training.precision = DTYPE_FP32;
+        jobs[0].spec.par.tensor = 1;
         jobs[0].spec.par.token_slices = 2;
+        CHECK_INT("token slices on GPUs with tensor 1 are runnable (the CUDA engine's TeraPipe)",
+                  tj_spec_runnable(&jobs[0].spec, "spec", &run2), 0);
+        jobs[0].spec.training.precision = DTYPE_BF16;
+        CHECK_INT("token slices on GPUs in bf16 are runnable", tj_spec_runnable(&jobs[0].spec, "spec", &run2), 0);
+        jobs[0].spec.training.precision = DTYPE_FP32;
+        jobs[0].spec.par.tensor = 2;
         CHECK("tensor 2 with token slices on GPUs still refused, naming the field",
               tj_spec_runnable(&jobs[0].spec, "spec", &run2) != 0 &&
               strstr(run2.msg[run2.count - 1], "spec.parallelism.tokenSlices: token slicing with tensor "
