@@ -32,10 +32,13 @@ check "jumbo frames: worker" grep -q 'mtu 9000' <<<"$(ip netns exec "$P-w1" ip l
 # A TCP exchange inside a fabric and across fabrics (router) both work.
 echo_srv='import socket,sys;s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind((sys.argv[1],5055));s.listen(1);s.settimeout(10);c,_=s.accept();c.sendall(c.recv(64)[::-1])'
 echo_cli='import socket,sys;c=socket.create_connection((sys.argv[1],5055),timeout=5);c.sendall(b"holmes");print(c.recv(64).decode())'
+# listening NS PORT: a socket listens on PORT in namespace NS (the server is up; a fixed sleep
+# was not enough on a busy machine: the client found nothing listening)
+listening() { ip netns exec "$1" ss -Hltn "sport = :$2" | grep -q LISTEN; }
 for target in "$P-w1 10.77.1.11 intra" "$P-w2 10.77.2.10 cross"; do
     set -- $target
     ip netns exec "$1" python3 -c "$echo_srv" "$2" & srv=$!
-    sleep 0.5
+    wait_for 20 listening "$1" 5055
     got=$(ip netns exec "$P-w0" python3 -c "$echo_cli" "$2" 2>&1)
     wait $srv
     [ "$got" = "semloh" ] && pass "tcp $3-fabric" || fail "tcp $3-fabric" "$got"
@@ -57,7 +60,7 @@ for _ in range(3):
 print("%.2f"%(min(ts)*1e3))'
 msg_time() {
     ip netns exec "$P-w2" python3 -c "$msg_srv" 10.77.2.10 "$1" & local srv=$!
-    sleep 0.5
+    wait_for 20 listening "$P-w2" 5056
     ip netns exec "$P-w0" python3 -c "$msg_cli" 10.77.2.10 "$1" 2>&1
     wait $srv
 }
