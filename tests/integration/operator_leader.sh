@@ -17,7 +17,7 @@ start_operator b "${LE[@]}" --identity op-b --metrics-addr 127.0.0.1:$M2
 PID_B=$OP_PID
 sleep 1
 check "second operator waits (lease held by op-a)" holder_is op-a
-check "standby reports holmes_leader 0" bash -c "curl -s http://127.0.0.1:$M2/metrics | grep -q '^holmes_leader 0'"
+check "standby reports holmes_leader 0" wait_for 20 bash -c "curl -s http://127.0.0.1:$M2/metrics | grep -q '^holmes_leader 0'"
 check "leader reports holmes_leader 1" bash -c "curl -s http://127.0.0.1:$M1/metrics | grep -q '^holmes_leader 1'"
 api POST "$JOBS/$NS/trainingjobs" '{"metadata":{"name":"x"},"spec":{"workers":3,"image":"img","gpusPerWorker":0,"model":{"preset":"gpt2-124m"},"training":{"steps":10}}}' >/dev/null
 check "the leader creates the pods" wait_for 20 pods_are $NS x 3
