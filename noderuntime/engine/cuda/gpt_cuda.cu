@@ -626,6 +626,56 @@ static int tp_sum_dev(struct gpu_stage *s, float *buf, size_t n, const char *wha
     return 0;
 }
 
+/* A micro-batch's token ids (first stage) and targets (last stage, when given) are in the
+ * vocabulary. */
+static int check_ids(struct gpu_stage *s, const int *tokens, const int *targets)
+{
+    size_t BT = (size_t)s->B * s->T;
+    int V = s->c.vocab;
+    if (s->first == 0) {
+        if (!tokens)
+            return stage_fail(s, "the first stage needs tokens");
+        for (size_t i = 0; i < BT; i++)
+            if (tokens[i] < 0 || tokens[i] >= V)
+                return stage_fail(s, "token %d at position %zu is outside the vocabulary [0, %d)",
+                                  tokens[i], i, V);
+    }
+    if (s->last == s->c.layers && targets)
+        for (size_t i = 0; i < BT; i++)
+            if (targets[i] < 0 || targets[i] >= V)
+                return stage_fail(s, "target %d at position %zu is outside the vocabulary [0, %d)",
+                                  targets[i], i, V);
+    return 0;
+}
+
+/* Layer i's saved activations in slot a: [B][T] rows each, of the layer's widths (C, 3 Cl, Cl,
+ * F: this rank's share with tensor parallelism); fchg is the shared scratch when GELU outputs are
+ * recomputed. */
+struct layer_acts {
+    floatX *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fchg, *res3;
+    float *ln1m, *ln1r, *ln2m, *ln2r;
+};
+static struct layer_acts layer_acts_of(const struct gpu_stage *s, const struct gslot *a, int i)
+{
+    size_t BT = (size_t)s->B * s->T, BTC = BT * s->c.channels, BTl = BT * s->Cl, BTF = BT * s->F;
+    size_t attn = (size_t)s->B * s->NHl * s->T * s->T;
+    struct layer_acts A;
+    A.ln1 = a->ln1 + i * BTC;
+    A.qkv = a->qkv + i * 3 * BTl;
+    A.att = a->att + i * attn;
+    A.atty = a->atty + i * BTl;
+    A.res2 = a->res2 + i * BTC;
+    A.ln2 = a->ln2 + i * BTC;
+    A.fch = a->fch + i * BTF;
+    A.fchg = s->recompute ? s->fchg : a->fchg + i * BTF;
+    A.res3 = a->res3 + i * BTC;
+    A.ln1m = a->ln1m + i * BT;
+    A.ln1r = a->ln1r + i * BT;
+    A.ln2m = a->ln2m + i * BT;
+    A.ln2r = a->ln2r + i * BT;
+    return A;
+}
+
 /* Real vocabulary columns among this rank's Vl logits: global index tpr * Vl + v < V. */
 static int vocab_held(const struct gpu_stage *s)
 {
@@ -762,26 +812,14 @@ static int forward_whole(struct gpu_stage *s, int slot, const int *tokens, const
     if (slot < 0 || slot >= s->nslots)
         return stage_fail(s, "activation slot %d is out of range [0, %d)", slot, s->nslots);
     struct gslot *a = &s->slots[slot];
-    int B = s->B, T = s->T, C = s->c.channels, V = s->c.vocab, Cl = s->Cl, F = s->F;
-    size_t BT = (size_t)B * T, BTC = BT * C, BTl = BT * Cl, BTF = BT * F;
+    int B = s->B, T = s->T, C = s->c.channels, Cl = s->Cl, F = s->F;
+    size_t BT = (size_t)B * T, BTC = BT * C;
     int is_last = s->last == s->c.layers;
     cudaStream_t st = s->x.stream;
     a->forwarded = 0;
-    if (s->first == 0) {
-        if (!tokens)
-            return stage_fail(s, "the first stage needs tokens");
-        for (size_t i = 0; i < BT; i++)
-            if (tokens[i] < 0 || tokens[i] >= V)
-                return stage_fail(s, "token %d at position %zu is outside the vocabulary [0, %d)",
-                                  tokens[i], i, V);
-    } else if (!in_act) {
+    OK(check_ids(s, tokens, targets));
+    if (s->first != 0 && !in_act)
         return stage_fail(s, "a stage after the first needs in_act");
-    }
-    if (is_last && targets)
-        for (size_t i = 0; i < BT; i++)
-            if (targets[i] < 0 || targets[i] >= V)
-                return stage_fail(s, "target %d at position %zu is outside the vocabulary [0, %d)",
-                                  targets[i], i, V);
     if (!is_last && !out_act)
         return stage_fail(s, "a stage before the last needs out_act");
     if (s->first == 0) {
@@ -796,27 +834,22 @@ static int forward_whole(struct gpu_stage *s, int slot, const int *tokens, const
 
     const floatX *W = s->wX;
     const floatX *x = a->x0;
-    size_t attn = (size_t)B * s->NHl * T * T;
     for (int i = 0; i < s->nl; i++) {
         const struct layer_w *o = &s->lw[i];
-        floatX *ln1 = a->ln1 + i * BTC, *qkv = a->qkv + i * 3 * BTl, *att = a->att + i * attn;
-        floatX *atty = a->atty + i * BTl, *res2 = a->res2 + i * BTC, *ln2 = a->ln2 + i * BTC;
-        floatX *fch = a->fch + i * BTF, *res3 = a->res3 + i * BTC;
-        floatX *fchg = s->recompute ? s->fchg : a->fchg + i * BTF;
-        float *ln1m = a->ln1m + i * BT, *ln1r = a->ln1r + i * BT;
-        float *ln2m = a->ln2m + i * BT, *ln2r = a->ln2r + i * BT;
+        struct layer_acts A = layer_acts_of(s, a, i);
         /* tensor parallelism: qkv and fc column-parallel (this rank's 3 Cl and F outputs), the
          * two projections row-parallel (summed across the group) */
-        OK(layernorm_fwd(s, ln1, ln1m, ln1r, x, o->ln1w, o->ln1b, (int)BT));
-        OK(linear_fwd(&s->x, qkv, ln1, W + o->qkvw, W + o->qkvb, NULL, NULL, (int)BT, C, 3 * Cl));
-        OK(attention_fwd(s, atty, att, qkv));
-        OK(row_parallel_fwd(s, res2, atty, o->attprojw, o->attprojb, x, Cl,
+        OK(layernorm_fwd(s, A.ln1, A.ln1m, A.ln1r, x, o->ln1w, o->ln1b, (int)BT));
+        OK(linear_fwd(&s->x, A.qkv, A.ln1, W + o->qkvw, W + o->qkvb, NULL, NULL, (int)BT, C,
+                      3 * Cl));
+        OK(attention_fwd(s, A.atty, A.att, A.qkv));
+        OK(row_parallel_fwd(s, A.res2, A.atty, o->attprojw, o->attprojb, x, Cl,
                             "the attention projection's output"));
-        OK(layernorm_fwd(s, ln2, ln2m, ln2r, res2, o->ln2w, o->ln2b, (int)BT));
-        OK(linear_fwd(&s->x, fch, ln2, W + o->fcw, W + o->fcb, NULL, fchg, (int)BT, C, F));
-        OK(row_parallel_fwd(s, res3, fchg, o->fcprojw, o->fcprojb, res2, F,
+        OK(layernorm_fwd(s, A.ln2, A.ln2m, A.ln2r, A.res2, o->ln2w, o->ln2b, (int)BT));
+        OK(linear_fwd(&s->x, A.fch, A.ln2, W + o->fcw, W + o->fcb, NULL, A.fchg, (int)BT, C, F));
+        OK(row_parallel_fwd(s, A.res3, A.fchg, o->fcprojw, o->fcprojb, A.res2, F,
                             "the MLP projection's output"));
-        x = res3;
+        x = A.res3;
     }
     if (!is_last) {
         CK(cudaMemcpyAsync(out_act, x, BTC * sizeof(floatX), cudaMemcpyDeviceToDevice, st));
@@ -906,7 +939,7 @@ static int backward_whole(struct gpu_stage *s, int slot, const void *dout, void 
         return stage_fail(s, "backward of slot %d, which holds no forward pass", slot);
     int B = s->B, T = s->T, C = s->c.channels, V = s->c.vocab, Vp = s->c.padded_vocab;
     int Cl = s->Cl, F = s->F;
-    size_t BT = (size_t)B * T, BTC = BT * C, BTl = BT * Cl, BTF = BT * F;
+    size_t BT = (size_t)B * T, BTC = BT * C, BTF = BT * F;
     int is_last = s->last == s->c.layers;
     cudaStream_t st = s->x.stream;
     if (is_last && !a->has_targets)
@@ -938,35 +971,29 @@ static int backward_whole(struct gpu_stage *s, int slot, const void *dout, void 
     } else {
         CK(cudaMemcpyAsync(dres, dout, BTC * sizeof(floatX), cudaMemcpyDeviceToDevice, st));
     }
-    size_t attn = (size_t)B * s->NHl * T * T;
     for (int i = s->nl - 1; i >= 0; i--) {
         const struct layer_w *o = &s->lw[i];
         const floatX *x = i == 0 ? a->x0 : a->res3 + (size_t)(i - 1) * BTC;
-        floatX *ln1 = a->ln1 + i * BTC, *qkv = a->qkv + i * 3 * BTl, *att = a->att + i * attn;
-        floatX *atty = a->atty + i * BTl, *res2 = a->res2 + i * BTC, *ln2 = a->ln2 + i * BTC;
-        floatX *fch = a->fch + i * BTF;
-        floatX *fchg = s->recompute ? s->fchg : a->fchg + i * BTF;
-        float *ln1m = a->ln1m + i * BT, *ln1r = a->ln1r + i * BT;
-        float *ln2m = a->ln2m + i * BT, *ln2r = a->ln2r + i * BT;
+        struct layer_acts A = layer_acts_of(s, a, i);
         if (s->recompute) {
-            gelu_forward_kernel<<<blocks_for(BTF, 256), 256, 0, st>>>(fchg, fch, BTF);
+            gelu_forward_kernel<<<blocks_for(BTF, 256), 256, 0, st>>>(A.fchg, A.fch, BTF);
             LAUNCHED(st);
         }
         /* MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))); with tensor parallelism the
          * projection's input gradient is this rank's F columns (no sum) and its bias gradient
          * the same on every rank; fc's input gradient is summed across the group */
-        OK(linear_bwd(&s->x, s->partial, s->dfch, G + o->fcprojw, G + o->fcprojb, dres, fchg,
-                      W + o->fcprojw, fch, (int)BT, F, C));
-        OK(column_parallel_bwd(s, s->dbuf, G + o->fcw, G + o->fcb, s->dfch, ln2, W + o->fcw, C, F,
+        OK(linear_bwd(&s->x, s->partial, s->dfch, G + o->fcprojw, G + o->fcprojb, dres, A.fchg,
+                      W + o->fcprojw, A.fch, (int)BT, F, C));
+        OK(column_parallel_bwd(s, s->dbuf, G + o->fcw, G + o->fcb, s->dfch, A.ln2, W + o->fcw, C, F,
                                "the MLP's input gradient"));
-        OK(layernorm_bwd(s, dres, o->ln2w, o->ln2b, s->dbuf, res2, ln2m, ln2r, (int)BT));
+        OK(layernorm_bwd(s, dres, o->ln2w, o->ln2b, s->dbuf, A.res2, A.ln2m, A.ln2r, (int)BT));
         /* attention: res2 = x + proj(attn(qkv(ln1(x)))), likewise */
-        OK(linear_bwd(&s->x, s->partial, s->dbuf, G + o->attprojw, G + o->attprojb, dres, atty,
+        OK(linear_bwd(&s->x, s->partial, s->dbuf, G + o->attprojw, G + o->attprojb, dres, A.atty,
                       W + o->attprojw, NULL, (int)BT, Cl, C));
-        OK(attention_bwd(s, s->dqkv, s->dbuf, att, qkv));
-        OK(column_parallel_bwd(s, s->dbuf, G + o->qkvw, G + o->qkvb, s->dqkv, ln1, W + o->qkvw, C,
+        OK(attention_bwd(s, s->dqkv, s->dbuf, A.att, A.qkv));
+        OK(column_parallel_bwd(s, s->dbuf, G + o->qkvw, G + o->qkvb, s->dqkv, A.ln1, W + o->qkvw, C,
                                3 * Cl, "the attention's input gradient"));
-        OK(layernorm_bwd(s, dres, o->ln1w, o->ln1b, s->dbuf, x, ln1m, ln1r, (int)BT));
+        OK(layernorm_bwd(s, dres, o->ln1w, o->ln1b, s->dbuf, x, A.ln1m, A.ln1r, (int)BT));
     }
     if (s->first == 0) {
         /* wte: the groups of upload_token_groups (with tensor parallelism only this rank's
@@ -1032,24 +1059,12 @@ static int forward_slice(struct gpu_stage *s, struct gslot *a, int t0, int t1, c
     size_t EN = sizeof s->err;
     int B = s->B, T = s->T, S = t1 - t0, C = s->c.channels, V = s->c.vocab, Vl = s->Vl;
     int Cl = s->Cl, F = s->F, is_last = s->last == s->c.layers;
-    size_t BT = (size_t)B * T, BTC = BT * C, BTl = BT * Cl, BTF = BT * F, X = sizeof(floatX);
+    size_t BT = (size_t)B * T, X = sizeof(floatX);
     cudaStream_t st = s->x.stream;
     if (t0 == 0) {
         a->forwarded = 0;
         a->has_targets = 0;
-        if (s->first == 0) {
-            if (!tokens)
-                return stage_fail(s, "the first stage needs tokens");
-            for (size_t i = 0; i < BT; i++)
-                if (tokens[i] < 0 || tokens[i] >= V)
-                    return stage_fail(s, "token %d at position %zu is outside the vocabulary "
-                                      "[0, %d)", tokens[i], i, V);
-        }
-        if (is_last && targets)
-            for (size_t i = 0; i < BT; i++)
-                if (targets[i] < 0 || targets[i] >= V)
-                    return stage_fail(s, "target %d at position %zu is outside the vocabulary "
-                                      "[0, %d)", targets[i], i, V);
+        OK(check_ids(s, tokens, targets));
     }
     if (s->first != 0 && !in_act)
         return stage_fail(s, "a stage after the first needs in_act");
@@ -1071,36 +1086,32 @@ static int forward_slice(struct gpu_stage *s, struct gslot *a, int t0, int t1, c
 
     const floatX *W = s->wX;
     const floatX *x = a->x0;
-    size_t attn = (size_t)B * s->NHl * T * T;
     for (int i = 0; i < s->nl; i++) {
         const struct layer_w *o = &s->lw[i];
-        floatX *ln1 = a->ln1 + i * BTC, *qkv = a->qkv + i * 3 * BTl, *att = a->att + i * attn;
-        floatX *atty = a->atty + i * BTl, *res2 = a->res2 + i * BTC, *ln2 = a->ln2 + i * BTC;
-        floatX *fch = a->fch + i * BTF, *res3 = a->res3 + i * BTC;
-        floatX *fchg = s->recompute ? s->fchg : a->fchg + i * BTF;
-        float *ln1m = a->ln1m + i * BT, *ln1r = a->ln1r + i * BT;
-        float *ln2m = a->ln2m + i * BT, *ln2r = a->ln2r + i * BT;
+        struct layer_acts A = layer_acts_of(s, a, i);
         for (int b = 0; b < B; b++) {
             size_t R = (size_t)b * T + (size_t)t0;
-            OK(layernorm_fwd(s, ln1 + R * C, ln1m + R, ln1r + R, x + R * C, o->ln1w, o->ln1b, S));
-            OK(linear_fwd(&s->x, qkv + R * 3 * Cl, ln1 + R * C, W + o->qkvw, W + o->qkvb, NULL,
+            OK(layernorm_fwd(s, A.ln1 + R * C, A.ln1m + R, A.ln1r + R, x + R * C, o->ln1w,
+                             o->ln1b, S));
+            OK(linear_fwd(&s->x, A.qkv + R * 3 * Cl, A.ln1 + R * C, W + o->qkvw, W + o->qkvb, NULL,
                           NULL, S, C, 3 * Cl));
         }
         if (t1 < T) /* the positions no slice has reached yet (an earlier micro-batch's) */
-            CK(cudaMemset2DAsync(qkv + (size_t)t1 * 3 * Cl, (size_t)T * 3 * Cl * X, 0,
+            CK(cudaMemset2DAsync(A.qkv + (size_t)t1 * 3 * Cl, (size_t)T * 3 * Cl * X, 0,
                                  (size_t)(T - t1) * 3 * Cl * X, (size_t)B, st));
-        OK(attention_fwd(s, atty, att, qkv));
+        OK(attention_fwd(s, A.atty, A.att, A.qkv));
         for (int b = 0; b < B; b++) {
             size_t R = (size_t)b * T + (size_t)t0;
-            OK(linear_fwd(&s->x, res2 + R * C, atty + R * Cl, W + o->attprojw, W + o->attprojb,
+            OK(linear_fwd(&s->x, A.res2 + R * C, A.atty + R * Cl, W + o->attprojw, W + o->attprojb,
                           x + R * C, NULL, S, Cl, C));
-            OK(layernorm_fwd(s, ln2 + R * C, ln2m + R, ln2r + R, res2 + R * C, o->ln2w, o->ln2b, S));
-            OK(linear_fwd(&s->x, fch + R * F, ln2 + R * C, W + o->fcw, W + o->fcb, NULL,
-                          fchg + R * F, S, C, F));
-            OK(linear_fwd(&s->x, res3 + R * C, fchg + R * F, W + o->fcprojw, W + o->fcprojb,
-                          res2 + R * C, NULL, S, F, C));
+            OK(layernorm_fwd(s, A.ln2 + R * C, A.ln2m + R, A.ln2r + R, A.res2 + R * C, o->ln2w,
+                             o->ln2b, S));
+            OK(linear_fwd(&s->x, A.fch + R * F, A.ln2 + R * C, W + o->fcw, W + o->fcb, NULL,
+                          A.fchg + R * F, S, C, F));
+            OK(linear_fwd(&s->x, A.res3 + R * C, A.fchg + R * F, W + o->fcprojw, W + o->fcprojb,
+                          A.res2 + R * C, NULL, S, F, C));
         }
-        x = res3;
+        x = A.res3;
     }
     if (!is_last) {
         CK(cudaMemcpy2DAsync(out_act, (size_t)S * C * X, x + (size_t)t0 * C, (size_t)T * C * X,
@@ -1141,7 +1152,7 @@ static int backward_slice(struct gpu_stage *s, struct gslot *a, int t0, int t1, 
     size_t EN = sizeof s->err;
     int B = s->B, T = s->T, S = t1 - t0, C = s->c.channels, V = s->c.vocab, Vl = s->Vl;
     int Cl = s->Cl, F = s->F, is_last = s->last == s->c.layers;
-    size_t BT = (size_t)B * T, BTC = BT * C, BTl = BT * Cl, BTF = BT * F, X = sizeof(floatX);
+    size_t BT = (size_t)B * T, BTC = BT * C, BTl = BT * Cl, X = sizeof(floatX);
     size_t SC = (size_t)S * C, SF = (size_t)S * F, nacc = (size_t)s->nl * 3 * BTl;
     cudaStream_t st = s->x.stream;
     if (is_last && !a->has_targets)
@@ -1178,31 +1189,26 @@ static int backward_slice(struct gpu_stage *s, struct gslot *a, int t0, int t1, 
     } else {
         CK(cudaMemcpyAsync(dres, dout, (size_t)B * SC * X, cudaMemcpyDeviceToDevice, st));
     }
-    size_t attn = (size_t)B * s->NHl * T * T;
     for (int i = s->nl - 1; i >= 0; i--) {
         const struct layer_w *o = &s->lw[i];
         const floatX *x = i == 0 ? a->x0 : a->res3 + (size_t)(i - 1) * BTC;
-        floatX *ln1 = a->ln1 + i * BTC, *qkv = a->qkv + i * 3 * BTl, *att = a->att + i * attn;
-        floatX *atty = a->atty + i * BTl, *res2 = a->res2 + i * BTC, *ln2 = a->ln2 + i * BTC;
-        floatX *fch = a->fch + i * BTF;
-        floatX *fchg = s->recompute ? s->fchg : a->fchg + i * BTF;
-        float *ln1m = a->ln1m + i * BT, *ln1r = a->ln1r + i * BT;
-        float *ln2m = a->ln2m + i * BT, *ln2r = a->ln2r + i * BT;
+        struct layer_acts A = layer_acts_of(s, a, i);
         float *acc = a->dqkv_acc + (size_t)i * 3 * BTl;
         /* MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))) */
         for (int b = 0; b < B; b++) {
             size_t R = (size_t)b * T + (size_t)t0;
             floatX *dr = dres + b * SC;
             if (s->recompute) {
-                gelu_forward_kernel<<<blocks_for(SF, 256), 256, 0, st>>>(fchg + R * F, fch + R * F, SF);
+                gelu_forward_kernel<<<blocks_for(SF, 256), 256, 0, st>>>(A.fchg + R * F,
+                                                                         A.fch + R * F, SF);
                 LAUNCHED(st);
             }
             OK(linear_bwd(&s->x, s->partial, s->dfch + b * SF, G + o->fcprojw, G + o->fcprojb, dr,
-                          fchg + R * F, W + o->fcprojw, fch + R * F, S, F, C));
+                          A.fchg + R * F, W + o->fcprojw, A.fch + R * F, S, F, C));
             OK(linear_bwd(&s->x, s->partial, s->dbuf + b * SC, G + o->fcw, G + o->fcb,
-                          s->dfch + b * SF, ln2 + R * C, W + o->fcw, NULL, S, C, F));
-            OK(layernorm_bwd(s, dr, o->ln2w, o->ln2b, s->dbuf + b * SC, res2 + R * C, ln2m + R,
-                             ln2r + R, S));
+                          s->dfch + b * SF, A.ln2 + R * C, W + o->fcw, NULL, S, C, F));
+            OK(layernorm_bwd(s, dr, o->ln2w, o->ln2b, s->dbuf + b * SC, A.res2 + R * C, A.ln2m + R,
+                             A.ln2r + R, S));
         }
         /* attention: res2 = x + proj(attn(qkv(ln1(x)))); the output's gradient dy in dbuf as
          * [B][T][Cl], zero outside the slice's rows */
@@ -1210,17 +1216,17 @@ static int backward_slice(struct gpu_stage *s, struct gslot *a, int t0, int t1, 
         for (int b = 0; b < B; b++) {
             size_t R = (size_t)b * T + (size_t)t0;
             OK(linear_bwd(&s->x, s->partial, s->dbuf + R * Cl, G + o->attprojw, G + o->attprojb,
-                          dres + b * SC, atty + R * Cl, W + o->attprojw, NULL, S, Cl, C));
+                          dres + b * SC, A.atty + R * Cl, W + o->attprojw, NULL, S, Cl, C));
         }
-        OK(attention_bwd(s, s->dqkv, s->dbuf, att, qkv));
+        OK(attention_bwd(s, s->dqkv, s->dbuf, A.att, A.qkv));
         accumulate_kernel<<<blocks_for(3 * BTl, 256), 256, 0, st>>>(acc, s->dqkv, 3 * BTl);
         LAUNCHED(st);
         for (int b = 0; b < B; b++) {
             size_t R = (size_t)b * T + (size_t)t0;
             OK(linear_bwd(&s->x, s->partial, s->dbuf + b * SC, G + o->qkvw, G + o->qkvb,
-                          s->dqkv + R * 3 * Cl, ln1 + R * C, W + o->qkvw, NULL, S, C, 3 * Cl));
+                          s->dqkv + R * 3 * Cl, A.ln1 + R * C, W + o->qkvw, NULL, S, C, 3 * Cl));
             OK(layernorm_bwd(s, dres + b * SC, o->ln1w, o->ln1b, s->dbuf + b * SC, x + R * C,
-                             ln1m + R, ln1r + R, S));
+                             A.ln1m + R, A.ln1r + R, S));
         }
     }
     if (s->first == 0) {
