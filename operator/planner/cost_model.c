@@ -110,6 +110,9 @@ int cost_links_check(const struct cost_links *l, herr *e)
         if (!field_ok(f, v))
             return herr_set(e, "links.%s: %s", f->key, field_rule(f, rule, sizeof rule));
     }
+    if (l->pinned_cores != 0 && l->shared_cores < 1)
+        return herr_set(e, "links.pinned_cores: 1 needs links.shared_cores >= 1 (the cores the "
+                        "ranks are pinned to; got %g)", l->shared_cores);
     return 0;
 }
 
@@ -568,8 +571,9 @@ static int run_schedule_shared(const struct cost_job *j, const struct cost_links
 
 /* The schedule with or without shared cores (links.shared_cores). */
 static int schedule(const struct cost_job *j, const struct cost_links *l,
-                    const struct cost_stage *st, int n, const double *start, const double *fwd, const double *bwd, const double *xfer,
-                    const double *lat, struct cost_sim *sim, double *end)
+                    const struct cost_stage *st, int n, const double *start, const double *fwd,
+                    const double *bwd, const double *xfer, const double *lat, struct cost_sim *sim,
+                    double *end)
 {
     return l->shared_cores > 0
                ? run_schedule_shared(j, l, st, n, start, fwd, bwd, xfer, lat, sim, end)

@@ -522,6 +522,15 @@ static void test_pinned_cores(void)
     CHECK_INT("pinned_cores 0.5 rejected", cost_links_apply_json(&l, j, "links", &e), -1);
     CHECK_STR("pinned_cores message", e.msg, "links.pinned_cores: must be 0 or 1");
     cJSON_Delete(j);
+    /* pinned to cores that are not given: refused, not silently ignored */
+    cost_links_default(&l);
+    l.pinned_cores = 1;
+    CHECK_INT("pinned_cores without shared_cores refused", cost_links_check(&l, &e), -1);
+    CHECK_STR("pinned_cores without shared_cores: message", e.msg,
+              "links.pinned_cores: 1 needs links.shared_cores >= 1 (the cores the ranks are "
+              "pinned to; got 0)");
+    l.shared_cores = 2;
+    CHECK_INT("pinned_cores with shared_cores 2 accepted", cost_links_check(&l, &e), 0);
 }
 
 /* ---- plans ---- */
