@@ -20,9 +20,10 @@ NCCL_HOME ?= /usr/local/cuda
 NCCL_LIBDIR ?= $(NCCL_HOME)/lib64
 COMM_GB   := build/comm-nccl
 COMM_GPU_CFLAGS := -std=gnu11 -O2 -g $(WARN) -D_GNU_SOURCE -Icommon -Inoderuntime/comm \
-                   -Inoderuntime/comm/nccl \
+                   -Inoderuntime/comm/nccl -Inoderuntime/engine \
                    -I$(NCCL_HOME)/include $(EXTRA_CFLAGS)
 COMM_GPU_SRC := noderuntime/comm/nccl/comm_nccl.c noderuntime/comm/comm.c noderuntime/comm/comm_tcp.c noderuntime/comm/tcp_socket.c \
+                noderuntime/comm/devmem.c noderuntime/engine/bf16.c \
                 common/error.c common/clock.c tests/gpu/test_comm_nccl.c
 $(COMM_GB)/%.o: %.c
 	@mkdir -p $(dir $@)

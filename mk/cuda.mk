@@ -82,7 +82,13 @@ NODE_GB := $(GB)/node
 NODE_CUDA_CFLAGS = $(CFLAGS) -Inoderuntime/engine/cuda -Inoderuntime/comm/nccl -I$(CUDA_HOME)/include
 NODE_CUDA_OBJ := $(NODE_GB)/fp32/engine_cuda.o $(NODE_GB)/bf16/engine_cuda.o \
                  $(GB)/fp32/gpt_cuda.o $(GB)/bf16/gpt_cuda.o $(NODE_GB)/token_groups.o \
-                 $(NODE_GB)/comm_nccl.o $(NODE_GB)/comm_nccl_host.o
+                 $(NODE_GB)/devmem_cuda.o $(NODE_GB)/comm_nccl.o $(NODE_GB)/comm_nccl_host.o
+# The GPU's memory behind devmem.h (precision-free: one object for both engines).
+$(NODE_GB)/devmem_cuda.o: noderuntime/engine/cuda/devmem_cuda.cu noderuntime/engine/cuda/devmem_cuda.h \
+                          noderuntime/comm/devmem.h
+	@mkdir -p $(dir $@)
+	@echo "  NVCC    $<"
+	@$(NVCC) $(NVCC_FLAGS) -Inoderuntime/comm -c $< -o $@
 $(NODE_GB)/fp32/engine_cuda.o: noderuntime/engine/cuda/engine_cuda.c
 	@mkdir -p $(dir $@)
 	@echo "  CC      $< (holmes-node, fp32)"

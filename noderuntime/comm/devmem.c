@@ -230,7 +230,7 @@ int devmem_from_host(struct devmem *m, void *dev, const void *host, size_t bytes
     return 0;
 }
 
-void devmem_stats(const struct devmem *m, struct devmem_stats *out)
+void devmem_read_stats(const struct devmem *m, struct devmem_stats *out)
 {
     out->host_syncs = __atomic_load_n(&m->host_syncs, __ATOMIC_RELAXED);
     out->bytes_h2d = __atomic_load_n(&m->bytes_h2d, __ATOMIC_RELAXED);

@@ -105,7 +105,7 @@ int devmem_from_host(struct devmem *m, void *dev, const void *host, size_t bytes
 struct devmem_stats {
     uint64_t host_syncs, bytes_h2d, bytes_d2h;
 };
-void devmem_stats(const struct devmem *m, struct devmem_stats *out);
+void devmem_read_stats(const struct devmem *m, struct devmem_stats *out);
 /* For implementations: counts a host wait / bytes moved. */
 void devmem_count_sync(struct devmem *m);
 void devmem_count_bytes(struct devmem *m, uint64_t h2d, uint64_t d2h);

@@ -616,7 +616,7 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
 {
     struct step_times t = {0};
     struct devmem_stats d0, d1;
-    devmem_stats(w->mem, &d0);
+    devmem_read_stats(w->mem, &d0);
     double t0 = clock_mono_s();
     w->param_wait = 0;
     if (engine_zero_grads(w->eng, e) != 0)
@@ -665,7 +665,7 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
     t.optimizer = clock_mono_s() - t1;
     w->step++;
     double dt = clock_mono_s() - t0;
-    devmem_stats(w->mem, &d1);
+    devmem_read_stats(w->mem, &d1);
     *rep = (struct trainer_report){
         .step = w->step, .loss = loss, .lr = lr, .grad_norm = (float)sqrt(sq),
         .tokens_per_s = (double)w->D * w->M * w->cfg->B * w->cfg->T / (dt > 0 ? dt : 1e-9),
