@@ -141,6 +141,7 @@ test-gpu: cuda
 	@fail=0; \
 	$(GB)/fp32/test_gpu || fail=1; \
 	$(GB)/bf16/test_gpu || fail=1; \
+	build/comm-nccl/test_comm_dev || fail=1; \
 	tests/gpu/worker_gpu.sh $(HOLMES_GPU_NODE) || fail=1; \
 	if [ -n "$(SANITIZER)" ]; then \
 	    $(SANITIZER) --tool memcheck --leak-check full --error-exitcode 1 $(GB)/bf16/test_gpu --quick \

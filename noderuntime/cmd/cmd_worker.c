@@ -84,16 +84,21 @@ static int print_step(void *ctx, const struct trainer_report *r)
     if (p->json)
         printf("{\"step\":%ld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.4f,\"tokens_per_s\":%.1f,"
                "\"step_s\":%.4f,\"pipeline_s\":%.4f,\"grad_sync_s\":%.4f,\"optimizer_s\":%.4f,"
-               "\"param_sync_s\":%.4f,\"dp_link_bytes_per_s\":%.0f,\"stage\":%d,\"replica\":%d}\n",
+               "\"param_sync_s\":%.4f,\"dp_link_bytes_per_s\":%.0f,\"stage\":%d,\"replica\":%d,"
+               "\"host_syncs\":%llu,\"h2d_bytes\":%llu,\"d2h_bytes\":%llu}\n",
                r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s, r->step_s, r->pipeline_s,
                r->grad_sync_s, r->optimizer_s, r->param_sync_s, r->dp_link_bytes_per_s, r->stage,
-               r->replica);
+               r->replica, (unsigned long long)r->host_syncs, (unsigned long long)r->h2d_bytes,
+               (unsigned long long)r->d2h_bytes);
     else
         printf("step %ld loss %.6f lr %.3g norm %.3f %.0f tok/s %.1f ms (pipeline %.1f, grad "
-               "sync %.1f, optimizer %.1f, param sync %.1f) dp link %.1f MB/s\n",
+               "sync %.1f, optimizer %.1f, param sync %.1f) dp link %.1f MB/s; device: %llu "
+               "host waits, %llu bytes up, %llu down\n",
                r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s, r->step_s * 1e3,
                r->pipeline_s * 1e3, r->grad_sync_s * 1e3, r->optimizer_s * 1e3,
-               r->param_sync_s * 1e3, r->dp_link_bytes_per_s / 1e6);
+               r->param_sync_s * 1e3, r->dp_link_bytes_per_s / 1e6,
+               (unsigned long long)r->host_syncs, (unsigned long long)r->h2d_bytes,
+               (unsigned long long)r->d2h_bytes);
     fflush(stdout);
     return 0;
 }
