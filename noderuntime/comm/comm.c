@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum req_kind { REQ_SEND, REQ_REDUCE_SCATTER, REQ_ALL_GATHER, REQ_ALL_REDUCE, REQ_BROADCAST, REQ_BARRIER };
+enum req_kind { REQ_SEND, REQ_REDUCE_SCATTER, REQ_ALL_GATHER, REQ_ALL_REDUCE, REQ_BROADCAST, REQ_BARRIER,
+                REQ_RECV /* device buffers on a native backend only */ };
 
 struct comm_req {
     struct comm_req *next;
@@ -71,6 +72,8 @@ static int run_req(struct comm_req *r)
         return be->broadcast(t, r->buf, r->count, r->peer, &r->err);
     case REQ_BARRIER:
         return be->barrier(t, &r->err);
+    case REQ_RECV:
+        break;
     }
     return herr_set(&r->err, "unknown request kind");
 }
@@ -533,6 +536,8 @@ static int native_run(struct comm_req *r)
     switch (r->kind) {
     case REQ_SEND:
         return be->dev_send(t, r->peer, r->buf, r->count, r->ready, r->ev_done, &r->err);
+    case REQ_RECV:
+        return be->dev_recv(t, r->peer, r->buf, r->count, r->ready, r->ev_done, &r->err);
     case REQ_REDUCE_SCATTER:
         return be->dev_reduce_scatter_f32(t, r->buf, r->count, r->ready, r->ev_done, &r->err);
     case REQ_ALL_GATHER:
@@ -574,15 +579,12 @@ int comm_dev_recv(struct comm *c, int peer, uint32_t tag, void *buf, size_t len,
     if (!c->dm)
         return comm_recv(c, peer, tag, buf, len, e);
     struct devmem *m = c->dm;
-    if (c->be->set_devmem) { /* NCCL: queued on its stream behind the compute lane's readers */
-        void *ready = NULL, *done = NULL;
-        int rc = event_take(c, &ready, e) || event_take(c, &done, e) ||
-                 devmem_record(m, NULL, ready, e) ||
-                 c->be->dev_recv(c->impl, peer, buf, len, ready, done, e) ||
-                 devmem_wait(m, NULL, done, e);
-        event_give(c, ready);
-        event_give(c, done);
-        return rc ? -1 : 0;
+    if (c->be->set_devmem) { /* NCCL: queued on its stream behind the compute lane's readers, by
+                                the progress thread (the one thread that calls NCCL on it) */
+        struct comm_req *r;
+        if (submit_dev(c, REQ_RECV, buf, len, 1, peer, tag, &r, e) != 0)
+            return -1;
+        return comm_wait(r, e);
     }
     /* staged: the bytes arrive in pinned memory; the copy up is queued on the compute lane (the
      * work after it reads them); the staging buffer is reused once that copy is done */

@@ -225,7 +225,8 @@ static int open_comms(struct worker *w, struct tcp_listener *l, herr *e)
                                      "NCCL, but this holmes-node has no NCCL backend", cs.name));
             if (rc == 0)
                 log_info("communicator %s: NCCL over %s (planned %s)", cs.name,
-                         comm_transport(*slot), np.net_name);
+                         comm_transport(*slot)[0] ? comm_transport(*slot) : "the node's links",
+                         np.net_name[0] ? np.net_name : "inside one node");
         }
         rt_comm_spec_free(&cs);
         /* every communicator takes the engine's buffers as they are (comm_dev_*) */

@@ -177,6 +177,20 @@ int main(void)
         CHECK_INT("pipeline group (planned IB) -> TCP", rank_table_nccl_params(&rt, 3, 1, 0, &np), 0);
         snprintf(rt.groups[0].nccl_net, sizeof rt.groups[0].nccl_net, "Socket");
         CHECK_INT("socket dp group -> TCP", rank_table_nccl_params(&rt, 0, 1, 0, &np), 0);
+        /* both members in one worker, on GPUs 0 and 1: NCCL inside the node, whatever the
+         * network; on one GPU (NCCL refuses two ranks of one communicator there), or in two
+         * workers, TCP */
+        snprintf(rt.ranks[0].name, sizeof rt.ranks[0].name, "w0");
+        snprintf(rt.ranks[1].name, sizeof rt.ranks[1].name, "w0");
+        rt.ranks[0].local_rank = 0;
+        rt.ranks[1].local_rank = 1;
+        CHECK("socket dp group inside one worker -> NCCL, NCCL's network",
+              rank_table_nccl_params(&rt, 0, 1, 1, &np) == 1 && !strcmp(np.net_name, ""));
+        rt.ranks[1].local_rank = 0;
+        CHECK_INT("... both on one GPU -> TCP", rank_table_nccl_params(&rt, 0, 1, 0, &np), 0);
+        rt.ranks[1].local_rank = 1;
+        snprintf(rt.ranks[1].name, sizeof rt.ranks[1].name, "w1");
+        CHECK_INT("... in two workers -> TCP", rank_table_nccl_params(&rt, 0, 1, 0, &np), 0);
         plan_doc_free(&rt);
     }
     struct {
