@@ -151,14 +151,22 @@ test-gpu: cuda
 
 # GPT-2 124M (12 768 12) and 1.5B (48 1600 25), vocabulary 50257, seq 1024, bf16.
 GPU_SHAPES ?= "12 768 12 50257 16 1024 20" "48 1600 25 50257 $(GPU_B_1558M) 1024 10"
+# The worker (holmes-node worker, one rank, state on the device) at the same shapes, with 1 and 8
+# micro-batches: "L C NH V B T M steps" (tests/bench/bench_worker_gpu.sh).
+GPU_WORKER_RUNS ?= "12 768 12 50257 16 1024 1 12" "12 768 12 50257 16 1024 8 5" \
+                   "48 1600 25 50257 $(GPU_B_1558M) 1024 1 8" "48 1600 25 50257 $(GPU_B_1558M) 1024 8 5"
+bench-gpu: SHELL := /bin/bash
 bench-gpu: $(GB)/bf16/bench_gpu
-	@echo "== bench-gpu: $$(date -u '+%F %H:%M UTC'), peak $(GPU_PEAK) TFLOP/s"
-	@nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
-	@$(GB)/bf16/bench_gpu --gemm 8192 20
-	@for s in $(GPU_SHAPES); do $(GB)/bf16/bench_gpu $$s $(GPU_PEAK) $(GPU_FLAGS) || exit 1; done
-	@if $(GPU_PYTHON) -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then \
+	@set -o pipefail; { \
+	echo "== bench-gpu: $$(date -u '+%F %H:%M UTC'), peak $(GPU_PEAK) TFLOP/s"; \
+	nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true; \
+	$(GB)/bf16/bench_gpu --gemm 8192 20 && \
+	for s in $(GPU_SHAPES); do $(GB)/bf16/bench_gpu $$s $(GPU_PEAK) $(GPU_FLAGS) || exit 1; done && \
+	for s in $(GPU_WORKER_RUNS); do tests/bench/bench_worker_gpu.sh $(HOLMES_GPU_NODE) $$s || exit 1; done && \
+	if $(GPU_PYTHON) -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then \
 	    for s in $(GPU_SHAPES); do PYTHONUNBUFFERED=1 $(GPU_PYTHON) tests/bench/bench_torch_gpu.py $$s $(GPU_PEAK) || exit 1; done; \
-	else echo "bench-gpu: $(GPU_PYTHON) has no CUDA PyTorch: PyTorch skipped"; fi
+	else echo "bench-gpu: $(GPU_PYTHON) has no CUDA PyTorch: PyTorch skipped"; fi; \
+	} 2>&1 | tee $(GB)/bench-gpu.log && python3 tests/bench/gpu_summary.py $(GB)/bench-gpu.log
 
 gpu-check: SHELL := /bin/bash
 gpu-check:
