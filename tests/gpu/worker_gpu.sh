@@ -116,11 +116,12 @@ if [ -s "$tmp/dp1.loss" ] && run dp2 1 20 "$e32" 1 "" 2; then
         || failed gpu.worker.data2_one_gpu "largest relative loss difference $m (bound 1e-4)"
 else failed gpu.worker.data2_one_gpu "did not train"; fi
 
-# 6. resume, bit for bit: the final checkpoint of 10 + 10 steps = that of 20 straight
+# 6. resume, bit for bit: the final checkpoint of 10 + 10 steps = that of 20 straight (a
+#    constant learning rate: a run of 10 steps is then the first half of one of 20)
 ck() { ls "$1"/*20* 2>/dev/null | head -1; }
-extra=(--checkpoint-dir "$tmp/ck-straight" --checkpoint-every 5)
+extra=(--checkpoint-dir "$tmp/ck-straight" --checkpoint-every 5 --lr-schedule constant)
 run straight 1 20 "$e16" || true
-extra=(--checkpoint-dir "$tmp/ck-resumed" --checkpoint-every 5)
+extra=(--checkpoint-dir "$tmp/ck-resumed" --checkpoint-every 5 --lr-schedule constant)
 if [ -s "$tmp/straight.loss" ] && run first10 1 10 "$e16" && expect=10 run resumed 1 20 "$e16"; then
     a=$(ck "$tmp/ck-straight"); b=$(ck "$tmp/ck-resumed")
     if [ -n "$a" ] && [ -n "$b" ] && cmp -s "$a" "$b" && grep -q 'resumed from the checkpoint of step 10' "$tmp/resumed.0.log"; then
