@@ -40,22 +40,35 @@ GPU_HOST_SRC := common/error.c common/clock.c noderuntime/engine/gpt.c noderunti
                 noderuntime/train/dataloader.c noderuntime/train/checkpoint.c noderuntime/engine/cuda/cpu_shim.c \
                 noderuntime/engine/cuda/token_groups.c
 GPU_HOST_OBJ := $(patsubst %.c,$(GB)/host/%.o,$(GPU_HOST_SRC))
-GPU_HDRS := noderuntime/engine/cuda/gpt_cuda.h noderuntime/engine/gpt.h noderuntime/engine/optimizer.h common/error.h \
-            $(wildcard noderuntime/engine/cuda/*.cuh)
+GPU_HDRS := noderuntime/engine/cuda/gpt_cuda.h noderuntime/engine/cuda/gemm_plan.h \
+            noderuntime/engine/cuda/token_groups.h noderuntime/engine/gpt.h \
+            noderuntime/engine/optimizer.h common/error.h $(wildcard noderuntime/engine/cuda/*.cuh)
 
 $(GB)/host/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC      $< (GPU build)"
 	@$(CC) $(GPU_HOST_CFLAGS) -MMD -MP -c $< -o $@
 
-$(GB)/fp32/gpt_cuda.o: noderuntime/engine/cuda/gpt_cuda.cu $(GPU_HDRS)
+# The engine: one translation unit per layer kind (stage.cuh lists them), compiled once per
+# precision into $(GB)/{fp32,bf16}/cu/.
+# (devmem_cuda.cu is precision-free: built once, for holmes-node and test_comm_dev)
+GPU_CU := $(filter-out %/devmem_cuda.cu,$(wildcard noderuntime/engine/cuda/*.cu))
+GPU_CU_NAMES := $(notdir $(GPU_CU:.cu=.o))
+GPU_CU_OBJ_fp32 := $(addprefix $(GB)/fp32/cu/,$(GPU_CU_NAMES))
+GPU_CU_OBJ_bf16 := $(addprefix $(GB)/bf16/cu/,$(GPU_CU_NAMES))
+$(GB)/fp32/cu/%.o: noderuntime/engine/cuda/%.cu $(GPU_HDRS)
 	@mkdir -p $(dir $@)
 	@echo "  NVCC    $< (fp32)"
 	@$(NVCC) $(NVCC_FLAGS) -DHOLMES_GPU_FP32 -c $< -o $@
-$(GB)/bf16/gpt_cuda.o: noderuntime/engine/cuda/gpt_cuda.cu $(GPU_HDRS)
+$(GB)/bf16/cu/%.o: noderuntime/engine/cuda/%.cu $(GPU_HDRS)
 	@mkdir -p $(dir $@)
 	@echo "  NVCC    $< (bf16)"
 	@$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
+# kept between runs (pattern-rule chains would delete them as intermediates and rebuild them)
+.SECONDARY: $(GPU_CU_OBJ_fp32) $(GPU_CU_OBJ_bf16) $(GPU_HOST_OBJ) \
+            $(foreach p,fp32 bf16,$(GB)/$(p)/host/noderuntime/engine/cuda/test_gpu.o \
+                                  $(GB)/$(p)/host/noderuntime/engine/cuda/bench_gpu.o)
 
 # gpt_cuda.h names each engine function for its precision (both link into holmes-node), so the
 # files that call it are compiled once per precision too.
@@ -68,10 +81,10 @@ $(GB)/bf16/host/%.o: %.c
 	@echo "  CC      $< (GPU build, bf16)"
 	@$(CC) $(GPU_HOST_CFLAGS) -MMD -MP -c $< -o $@
 
-$(GB)/%/test_gpu: $(GB)/%/gpt_cuda.o $(GB)/%/host/noderuntime/engine/cuda/test_gpu.o $(GPU_HOST_OBJ)
+$(GB)/%/test_gpu: $(addprefix $(GB)/%/cu/,$(GPU_CU_NAMES)) $(GB)/%/host/noderuntime/engine/cuda/test_gpu.o $(GPU_HOST_OBJ)
 	@echo "  LD      $@"
 	@$(CXX) -o $@ $^ $(GPU_LIBS)
-$(GB)/%/bench_gpu: $(GB)/%/gpt_cuda.o $(GB)/%/host/noderuntime/engine/cuda/bench_gpu.o $(GPU_HOST_OBJ)
+$(GB)/%/bench_gpu: $(addprefix $(GB)/%/cu/,$(GPU_CU_NAMES)) $(GB)/%/host/noderuntime/engine/cuda/bench_gpu.o $(GPU_HOST_OBJ)
 	@echo "  LD      $@"
 	@$(CXX) -o $@ $^ $(GPU_LIBS)
 
@@ -81,7 +94,7 @@ $(GB)/%/bench_gpu: $(GB)/%/gpt_cuda.o $(GB)/%/host/noderuntime/engine/cuda/bench
 NODE_GB := $(GB)/node
 NODE_CUDA_CFLAGS = $(CFLAGS) -Inoderuntime/engine/cuda -Inoderuntime/comm/nccl -I$(CUDA_HOME)/include
 NODE_CUDA_OBJ := $(NODE_GB)/fp32/engine_cuda.o $(NODE_GB)/bf16/engine_cuda.o \
-                 $(GB)/fp32/gpt_cuda.o $(GB)/bf16/gpt_cuda.o $(NODE_GB)/token_groups.o \
+                 $(GPU_CU_OBJ_fp32) $(GPU_CU_OBJ_bf16) $(NODE_GB)/token_groups.o \
                  $(NODE_GB)/devmem_cuda.o $(NODE_GB)/comm_nccl.o $(NODE_GB)/comm_nccl_host.o
 # The GPU's memory behind devmem.h (precision-free: one object for both engines).
 $(NODE_GB)/devmem_cuda.o: noderuntime/engine/cuda/devmem_cuda.cu noderuntime/engine/cuda/devmem_cuda.h \
