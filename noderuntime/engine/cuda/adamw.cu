@@ -57,6 +57,53 @@ __global__ void sq_partial_kernel(double *partial, const float *g, size_t lo, si
         partial[blockIdx.x] = sh[0];
 }
 
+/* AdamW over n elements held apart from the stage (gpu_stage_adamw_ex): element i is parameter
+ * lo + i, whose tensor (weight decay or not) the search of seg_end finds */
+__global__ void adamw_ex_kernel(float *p, const float *g, float *m, float *v, const size_t *seg_end,
+                                const int *seg_decay, int nseg, size_t lo, size_t n, float lr,
+                                float b1, float b2, float eps, float wd, float bc1, float bc2,
+                                float gs)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    size_t gi_ = lo + i;
+    int a = 0, b = nseg - 1;
+    while (a < b) {
+        int mid = (a + b) / 2;
+        if (seg_end[mid] > gi_)
+            b = mid;
+        else
+            a = mid + 1;
+    }
+    float w = seg_decay[a] ? wd : 0.0f;
+    float gi = g[i] * gs;
+    float mi = b1 * m[i] + (1.0f - b1) * gi;
+    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float mh = mi / bc1, vh = vi / bc2;
+    p[i] = p[i] - lr * (mh / (sqrtf(vh) + eps) + w * p[i]);
+}
+
+/* out[0] = the sum of partial[0, n) in a fixed order (one block) */
+__global__ void sq_final_kernel(double *out, const double *partial, size_t n)
+{
+    __shared__ double sh[256];
+    double s = 0.0;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x)
+        s += partial[i];
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w)
+            sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        out[0] = sh[0];
+}
+
 } /* namespace */
 
 /* The tensor table to the device: where each tensor ends and whether it decays (AdamW).
@@ -117,6 +164,8 @@ int gpu_stage_adamw(struct gpu_stage *s, const struct adamw_config *o, size_t lo
         return stage_fail(s, "parameter range [%zu, %zu) is outside [0, %zu)", lo, hi, s->nparams);
     if (step < 1)
         return stage_fail(s, "AdamW step counts from 1 (got %ld)", step);
+    if (s->no_moments)
+        return stage_fail(s, "this stage keeps no AdamW moments (GPU_NO_MOMENTS): gpu_stage_adamw_ex");
     if (hi == lo)
         return 0;
     float bc1 = 1.0f - powf(o->beta1, (float)step);
@@ -131,4 +180,56 @@ int gpu_stage_adamw(struct gpu_stage *s, const struct adamw_config *o, size_t lo
         o->beta1, o->beta2, o->eps, o->weight_decay, bc1, bc2, grad_scale);
     LAUNCHED(s->x.stream);
     return 0;
+}
+
+int gpu_stage_adamw_ex(struct gpu_stage *s, const struct adamw_config *o, size_t lo, size_t hi,
+                       float *p, const float *g, float *m, float *v, float lr, long step,
+                       float grad_scale)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    if (hi > s->nparams || lo > hi)
+        return stage_fail(s, "parameter range [%zu, %zu) is outside [0, %zu)", lo, hi, s->nparams);
+    if (step < 1)
+        return stage_fail(s, "AdamW step counts from 1 (got %ld)", step);
+    if (hi == lo)
+        return 0;
+    float bc1 = 1.0f - powf(o->beta1, (float)step);
+    float bc2 = 1.0f - powf(o->beta2, (float)step);
+    adamw_ex_kernel<<<blocks_for(hi - lo, 256), 256, 0, s->x.stream>>>(
+        p, g, m, v, s->seg_end, s->seg_decay, s->ntensors, lo, hi - lo, lr, o->beta1, o->beta2,
+        o->eps, o->weight_decay, bc1, bc2, grad_scale);
+    LAUNCHED(s->x.stream);
+    return 0;
+}
+
+int gpu_stage_sq_norm_ranges(struct gpu_stage *s, const float *base, const size_t *lo,
+                             const size_t *hi, int n, double *out)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    *out = 0.0;
+    if (n < 0)
+        return stage_fail(s, "gradient norm: %d ranges", n);
+    if (n > s->sq_cap) { /* grown once: the trainer's ranges do not change */
+        if (s->sq_parts)
+            cudaFree(s->sq_parts);
+        s->sq_parts = NULL;
+        s->sq_cap = 0;
+        CK(cudaMalloc((void **)&s->sq_parts, ((size_t)n * SQ_BLOCKS + 1) * sizeof(double)));
+        s->sq_cap = n;
+    }
+    if (n == 0)
+        return 0;
+    for (int r = 0; r < n; r++) {
+        if (lo[r] > hi[r])
+            return stage_fail(s, "gradient norm: range %d [%zu, %zu) is reversed", r, lo[r], hi[r]);
+        sq_partial_kernel<<<SQ_BLOCKS, 256, 0, s->x.stream>>>(s->sq_parts + (size_t)r * SQ_BLOCKS,
+                                                              base, lo[r], hi[r]);
+        LAUNCHED(s->x.stream);
+    }
+    double *total = s->sq_parts + (size_t)n * SQ_BLOCKS;
+    sq_final_kernel<<<1, 256, 0, s->x.stream>>>(total, s->sq_parts, (size_t)n * SQ_BLOCKS);
+    LAUNCHED(s->x.stream);
+    return d2h(s, out, total, sizeof *out);
 }

@@ -66,6 +66,7 @@ int gpu_act_upload(void *dev, const float *host, size_t n, herr *e)
     char *EB = e ? e->msg : NULL;
     size_t EN = e ? sizeof e->msg : 0;
     float *tmp = NULL;
+    CK(cudaDeviceSynchronize()); /* the stages' streams (non-blocking) are done with dev */
     CK(cudaMalloc(&tmp, (n ? n : 1) * sizeof(float)));
     cudaError_t ce = cudaMemcpy(tmp, host, n * sizeof(float), cudaMemcpyHostToDevice);
     int rc = ce == cudaSuccess ? launch_cast(0, (floatX *)dev, tmp, n, EB, EN) : 0;
@@ -84,6 +85,7 @@ int gpu_act_download(float *host, const void *dev, size_t n, herr *e)
     char *EB = e ? e->msg : NULL;
     size_t EN = e ? sizeof e->msg : 0;
     float *tmp = NULL;
+    CK(cudaDeviceSynchronize()); /* what the stages' streams (non-blocking) queued into dev */
     CK(cudaMalloc(&tmp, (n ? n : 1) * sizeof(float)));
     cudaError_t ce = cudaSuccess;
     int rc = launch_uncast(0, tmp, (const floatX *)dev, n, EB, EN);

@@ -71,13 +71,17 @@ __global__ void wpe_backward_kernel(float *dwpe, const floatX *dres, int B, int 
 
 } /* namespace */
 
-/* positions of the micro-batch grouped by token (token_groups.h), uploaded. With tensor
- * parallelism only the tokens of this rank's wte rows [v0, v0 + Vl), as rows of its wte (token -
- * v0): every other token goes into one group past them (Vl), the last one, which is dropped. */
-int upload_token_groups(struct gpu_stage *s, struct gslot *a, const int *tokens)
+/* positions of the micro-batch grouped by token (token_groups.h), into csr (pinned) and up,
+ * asynchronously. With tensor parallelism only the tokens of this rank's wte rows [v0, v0 + Vl),
+ * as rows of its wte (token - v0): every other token goes into one group past them (Vl), the
+ * last one, which is dropped. */
+static int upload_token_groups(struct gpu_stage *s, struct gslot *a, const int *tokens, int *csr)
 {
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    cudaStream_t st = s->x.stream;
     size_t BT = (size_t)s->B * s->T;
-    int *cnt = s->h_csr, *utok = cnt + s->ncount + 1, *ustart = utok + BT, *upos = ustart + BT + 1;
+    int *cnt = csr, *utok = cnt + s->ncount + 1, *ustart = utok + BT, *upos = ustart + BT + 1;
     int nu;
     if (s->tp == 1) {
         nu = token_groups(tokens, BT, s->c.vocab, cnt, utok, ustart, upos);
@@ -92,9 +96,38 @@ int upload_token_groups(struct gpu_stage *s, struct gslot *a, const int *tokens)
             nu--;
     }
     a->nuniq = nu;
-    OK(h2d(s, a->utok, utok, (size_t)nu * sizeof(int)));
-    OK(h2d(s, a->ustart, ustart, ((size_t)nu + 1) * sizeof(int)));
-    return h2d(s, a->upos, upos, BT * sizeof(int));
+    CK(cudaMemcpyAsync(a->utok, utok, (size_t)nu * sizeof(int), cudaMemcpyHostToDevice, st));
+    CK(cudaMemcpyAsync(a->ustart, ustart, ((size_t)nu + 1) * sizeof(int), cudaMemcpyHostToDevice,
+                       st));
+    CK(cudaMemcpyAsync(a->upos, upos, BT * sizeof(int), cudaMemcpyHostToDevice, st));
+    return 0;
+}
+
+int upload_ids(struct gpu_stage *s, struct gslot *a, const int *tokens, const int *targets)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    cudaStream_t st = s->x.stream;
+    size_t BT = (size_t)s->B * s->T;
+    int *ptok = a->h_pin, *ptgt = ptok + BT, *csr = ptgt + BT;
+    if (s->first != 0 && !targets)
+        return 0;
+    /* the slot's pinned buffer is rewritten once its last copies up are done (they are, but for
+     * a host far ahead of the GPU) */
+    if (a->up_used)
+        CK(cudaEventSynchronize(a->up_ev));
+    if (s->first == 0) {
+        memcpy(ptok, tokens, BT * sizeof(int));
+        CK(cudaMemcpyAsync(a->tokens, ptok, BT * sizeof(int), cudaMemcpyHostToDevice, st));
+        OK(upload_token_groups(s, a, ptok, csr));
+    }
+    if (targets) {
+        memcpy(ptgt, targets, BT * sizeof(int));
+        CK(cudaMemcpyAsync(a->targets, ptgt, BT * sizeof(int), cudaMemcpyHostToDevice, st));
+    }
+    CK(cudaEventRecord(a->up_ev, st));
+    a->up_used = 1;
+    return 0;
 }
 
 /* x0 = wte[token] + wpe[position]. With tensor parallelism (gpt_pass.c's embed_forward) each rank

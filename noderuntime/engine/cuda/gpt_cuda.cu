@@ -33,6 +33,12 @@ int tp_sum_dev(struct gpu_stage *s, float *buf, size_t n, const char *what)
 {
     char *EB = s->err;
     size_t EN = sizeof s->err;
+    if (s->tp_sum_d) { /* on the device, in the stream's order (gpu_stage_set_tp_sum_dev) */
+        if (s->tp_sum_d(s->tp_dctx, buf, n) != 0)
+            return stage_fail(s, "tensor parallelism: the group's sum of %s (%zu values) failed",
+                              what, n);
+        return 0;
+    }
     if (!s->tp_sum)
         return stage_fail(s, "tensor parallelism: no group sum set for %s (gpu_stage_set_tp_sum)",
                           what);
@@ -123,6 +129,45 @@ int d2h(struct gpu_stage *s, void *dst, const void *src, size_t bytes)
     return 0;
 }
 
+/* Unit u's parameter range: 0 the embeddings (first stage), 1 + i block i, nl + 1 the final
+ * LayerNorm and the head (last stage); an empty range for a unit the stage does not hold. */
+static void unit_range(const struct gpu_stage *s, int u, size_t *lo, size_t *hi)
+{
+    size_t C = (size_t)s->c.channels;
+    *lo = *hi = 0;
+    if (u == 0 && s->first == 0) {
+        *lo = s->wte_off;
+        *hi = s->wpe_off + (size_t)s->c.max_seq * C;
+    } else if (u >= 1 && u <= s->nl) {
+        *lo = s->lw[u - 1].ln1w;
+        *hi = s->lw[u - 1].fcprojb + C;
+    } else if (u == s->nl + 1 && s->last == s->c.layers) {
+        *lo = s->lnfw_off;
+        *hi = s->nparams;
+    }
+}
+
+int need_params(struct gpu_stage *s, int u)
+{
+    size_t lo, hi;
+    unit_range(s, u, &lo, &hi);
+    if (hi <= lo)
+        return 0;
+    if (s->fwd_hook && s->fwd_hook(s->fwd_ctx, lo, hi) != 0)
+        return stage_fail(s, "forward stopped: parameters [%zu, %zu) are not available", lo, hi);
+    if (s->stale[u]) {
+        OK(refresh_wx(s, lo, hi));
+        s->stale[u] = 0;
+    }
+    return 0;
+}
+
+void block_done(struct gpu_stage *s, int i)
+{
+    if (s->bwd_hook)
+        s->bwd_hook(s->bwd_ctx, s->first + i);
+}
+
 /* *p = bytes of device memory unless it is there already; -1 (stage error) when out of memory */
 int lazy_alloc(struct gpu_stage *s, void **p, size_t bytes, const char *what)
 {
@@ -200,6 +245,10 @@ void slot_free(struct gslot *a)
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
         if (ptrs[i])
             cudaFree(ptrs[i]);
+    if (a->h_pin)
+        cudaFreeHost(a->h_pin);
+    if (a->up_ev)
+        cudaEventDestroy(a->up_ev);
 }
 
 int slot_alloc(struct gpu_stage *s, struct gslot *a)
@@ -213,6 +262,13 @@ int slot_alloc(struct gpu_stage *s, struct gslot *a)
     a->utok = (int *)dalloc(BT * sizeof(int), &bad);
     a->ustart = (int *)dalloc((BT + 1) * sizeof(int), &bad);
     a->upos = (int *)dalloc(BT * sizeof(int), &bad);
+    /* tokens, targets and the token groups (encoder.cu), pinned: they go up asynchronously */
+    if (cudaMallocHost((void **)&a->h_pin, (2 * BT + (size_t)s->ncount + 1 + 4 * BT + 1) *
+                                               sizeof(int)) != cudaSuccess ||
+        cudaEventCreateWithFlags(&a->up_ev, cudaEventDisableTiming) != cudaSuccess) {
+        (void)cudaGetLastError();
+        bad = 1;
+    }
     a->x0 = (floatX *)dalloc(BTC * X, &bad);
     a->ln1 = (floatX *)dalloc(nl * BTC * X, &bad);
     a->qkv = (floatX *)dalloc(nl * 3 * BTl * X, &bad);
@@ -275,8 +331,11 @@ int alloc_device(struct gpu_stage *s, char *EB, size_t EN)
     s->x.ws = dalloc(LT_WORKSPACE, &bad);
     s->params = (float *)dalloc(n * sizeof(float), &bad);
     s->grads = (float *)dalloc(n * sizeof(float), &bad);
-    s->m = (float *)dalloc(n * sizeof(float), &bad);
-    s->v = (float *)dalloc(n * sizeof(float), &bad);
+    if (!s->no_moments) {
+        s->m = (float *)dalloc(n * sizeof(float), &bad);
+        s->v = (float *)dalloc(n * sizeof(float), &bad);
+    }
+    s->loss_acc = (double *)dalloc(sizeof(double), &bad);
 #ifdef HOLMES_GPU_FP32
     s->wX = s->params;
 #else
@@ -316,9 +375,16 @@ int alloc_device(struct gpu_stage *s, char *EB, size_t EN)
     if (bad) {
         size_t fr = 0, tot = 0;
         cudaMemGetInfo(&fr, &tot);
-        fail_msg(EB, EN, "out of GPU memory allocating stage [%d, %d) (B=%d, T=%d, %d slots, "
-                 "%zu parameters; %.1f of %.1f GiB free)", first, last, B, T, slots, n,
-                 fr / 1073741824.0, tot / 1073741824.0);
+        /* what the stage asks for: parameters, gradients, moments, the weight copy, and a
+         * slot's activations (the largest parts; scratch and workspace aside) */
+        size_t per_slot = BT * (size_t)s->nl * (6 * (size_t)c.channels + 3 * (size_t)s->Cl +
+                                                 2 * (size_t)s->F) * X +
+                          (size_t)s->nl * B * nh * T * T * X;
+        size_t asked = n * (2 + (s->no_moments ? 0 : 2)) * sizeof(float) + n * X * (X != 4) +
+                       (size_t)slots * per_slot;
+        fail_msg(EB, EN, "out of GPU memory: stage of layers [%d, %d) (B=%d, T=%d, %d slots, %zu "
+                 "parameters) asks about %.2f GiB; %.2f of %.2f GiB free", first, last, B, T,
+                 slots, n, asked / 1073741824.0, fr / 1073741824.0, tot / 1073741824.0);
         return -1;
     }
     return 0;
@@ -340,7 +406,8 @@ void gpu_stage_free(struct gpu_stage *s)
     free(s->slots);
     void *ptrs[] = {s->params, s->grads, s->m, s->v, s->seg_end, s->seg_decay, s->dres, s->dbuf,
                     s->dfch, s->dqkv, s->q, s->k, s->vv, s->y, s->dq, s->dk, s->dv, s->datt,
-                    s->partial, s->sq_partial, s->x.ws, s->fchg, s->tp_dev};
+                    s->partial, s->sq_partial, s->x.ws, s->fchg, s->tp_dev, s->loss_acc,
+                    s->sq_parts};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
         if (ptrs[i])
             cudaFree(ptrs[i]);
@@ -358,6 +425,7 @@ void gpu_stage_free(struct gpu_stage *s)
         cudaStreamDestroy(s->x.stream);
     gpt_stage_free(s->host);
     free(s->lw);
+    free(s->stale);
     free(s->h_losses);
     free(s->h_csr);
     free(s);
@@ -382,7 +450,7 @@ int gpu_stage_create_tp(struct gpu_stage **out, const struct gpt_config *cfg, in
                         B, T, c.max_seq);
     if (slots <= 0 || slots > 1024)
         return herr_set(e, "activation slots must be in [1, 1024] (got %d)", slots);
-    if (flags & ~GPU_RECOMPUTE_GELU)
+    if (flags & ~(GPU_RECOMPUTE_GELU | GPU_NO_MOMENTS))
         return herr_set(e, "unknown GPU stage flags 0x%x", (unsigned)flags);
     struct gpu_stage *s = (struct gpu_stage *)calloc(1, sizeof *s);
     if (!s)
@@ -401,6 +469,7 @@ int gpu_stage_create_tp(struct gpu_stage **out, const struct gpt_config *cfg, in
     s->T = T;
     s->nslots = slots;
     s->recompute = (flags & GPU_RECOMPUTE_GELU) != 0;
+    s->no_moments = (flags & GPU_NO_MOMENTS) != 0;
     s->tp = tp;
     s->tpr = tp_rank;
     s->Cl = c.channels / tp;
@@ -415,7 +484,8 @@ int gpu_stage_create_tp(struct gpu_stage **out, const struct gpt_config *cfg, in
     size_t BT = (size_t)B * T;
     s->h_losses = (float *)malloc(BT * sizeof(float));
     s->h_csr = (int *)malloc(((size_t)s->ncount + 1 + 4 * BT + 1) * sizeof(int));
-    if (!s->lw || !s->slots || !s->h_losses || !s->h_csr) {
+    s->stale = (unsigned char *)calloc((size_t)s->nl + 2, 1);
+    if (!s->lw || !s->slots || !s->h_losses || !s->h_csr || !s->stale) {
         gpu_stage_free(s);
         return herr_set(e, "out of memory allocating the GPU stage");
     }
@@ -484,6 +554,7 @@ int gpu_stage_set_params(struct gpu_stage *s, const float *host)
 {
     OK(h2d(s, s->params, host, s->nparams * sizeof(float)));
     OK(refresh_wx(s, 0, s->nparams));
+    memset(s->stale, 0, (size_t)s->nl + 2);
     char *EB = s->err;
     size_t EN = sizeof s->err;
     CK(cudaStreamSynchronize(s->x.stream));
@@ -503,11 +574,15 @@ int gpu_stage_set_grads(struct gpu_stage *s, const float *host)
 }
 int gpu_stage_set_moments(struct gpu_stage *s, const float *m, const float *v)
 {
+    if (s->no_moments)
+        return stage_fail(s, "this stage keeps no AdamW moments (GPU_NO_MOMENTS)");
     OK(h2d(s, s->m, m, s->nparams * sizeof(float)));
     return h2d(s, s->v, v, s->nparams * sizeof(float));
 }
 int gpu_stage_get_moments(struct gpu_stage *s, float *m, float *v)
 {
+    if (s->no_moments)
+        return stage_fail(s, "this stage keeps no AdamW moments (GPU_NO_MOMENTS)");
     OK(d2h(s, m, s->m, s->nparams * sizeof(float)));
     return d2h(s, v, s->v, s->nparams * sizeof(float));
 }
@@ -519,3 +594,46 @@ int gpu_stage_zero_grads(struct gpu_stage *s)
     return 0;
 }
 
+
+/* ---------------------------------------------------------------- the device-resident trainer */
+
+void gpu_stage_set_forward_hook(struct gpu_stage *s, int (*fn)(void *ctx, size_t lo, size_t hi),
+                                void *ctx)
+{
+    s->fwd_hook = fn;
+    s->fwd_ctx = ctx;
+}
+
+void gpu_stage_set_backward_hook(struct gpu_stage *s, void (*fn)(void *ctx, int layer), void *ctx)
+{
+    s->bwd_hook = fn;
+    s->bwd_ctx = ctx;
+}
+
+void gpu_stage_set_tp_sum_dev(struct gpu_stage *s, int (*fn)(void *ctx, float *buf, size_t n),
+                              void *ctx)
+{
+    s->tp_sum_d = fn;
+    s->tp_dctx = ctx;
+}
+
+void gpu_stage_params_changed(struct gpu_stage *s, size_t lo, size_t hi)
+{
+    for (int u = 0; u <= s->nl + 1; u++) {
+        size_t a, b;
+        unit_range(s, u, &a, &b);
+        if (a < b && lo < b && hi > a)
+            s->stale[u] = 1;
+    }
+}
+
+int gpu_stage_loss_take(struct gpu_stage *s, float *sum)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    double h = 0.0;
+    OK(d2h(s, &h, s->loss_acc, sizeof h));
+    CK(cudaMemsetAsync(s->loss_acc, 0, sizeof(double), s->x.stream));
+    *sum = (float)h;
+    return 0;
+}

@@ -68,21 +68,20 @@ int forward_whole(struct gpu_stage *s, int slot, const int *tokens, const void *
         return stage_fail(s, "a stage after the first needs in_act");
     if (!is_last && !out_act)
         return stage_fail(s, "a stage before the last needs out_act");
+    OK(upload_ids(s, a, tokens, is_last ? targets : NULL));
     if (s->first == 0) {
-        OK(h2d(s, a->tokens, tokens, BT * sizeof(int)));
-        OK(upload_token_groups(s, a, tokens));
+        OK(need_params(s, 0));
         OK(embed_fwd(s, a));
     } else {
         CK(cudaMemcpyAsync(a->x0, in_act, BTC * sizeof(floatX), cudaMemcpyDeviceToDevice, st));
     }
-    if (is_last && targets)
-        OK(h2d(s, a->targets, targets, BT * sizeof(int)));
 
     const floatX *W = s->wX;
     const floatX *x = a->x0;
     for (int i = 0; i < s->nl; i++) {
         const struct layer_w *o = &s->lw[i];
         struct layer_acts A = layer_acts_of(s, a, i);
+        OK(need_params(s, 1 + i));
         /* tensor parallelism: qkv and fc column-parallel (this rank's 3 Cl and F outputs), the
          * two projections row-parallel (summed across the group) */
         OK(layernorm_fwd(s, A.ln1, A.ln1m, A.ln1r, x, o->ln1w, o->ln1b, (int)BT));
@@ -97,13 +96,13 @@ int forward_whole(struct gpu_stage *s, int slot, const int *tokens, const void *
                             "the MLP projection's output"));
         x = A.res3;
     }
-    if (!is_last) {
+    if (!is_last) { /* complete for another stream once it waits for an event recorded now */
         CK(cudaMemcpyAsync(out_act, x, BTC * sizeof(floatX), cudaMemcpyDeviceToDevice, st));
-        CK(cudaStreamSynchronize(st)); /* out_act is complete for any stream (NCCL's, a peer's) */
         a->forwarded = 1;
         a->has_targets = 0;
         return 0;
     }
+    OK(need_params(s, s->nl + 1));
     OK(layernorm_fwd(s, a->lnf, a->lnfm, a->lnfr, x, s->lnfw_off, s->lnfb_off, (int)BT));
     OK(linear_fwd(&s->x, a->logits, a->lnf, W + s->head_off, NULL, NULL, NULL, (int)BT, C, s->Vl));
     a->forwarded = 1;
@@ -116,6 +115,8 @@ int forward_whole(struct gpu_stage *s, int slot, const int *tokens, const void *
             for (size_t r = 0; r < BT; r++)
                 total += s->h_losses[r];
             *loss = (float)(total / (double)BT);
+        } else { /* on the device, read once per step (gpu_stage_loss_take) */
+            OK(loss_add(s, a, 0, T));
         }
     }
     return 0;
@@ -202,12 +203,12 @@ int backward_whole(struct gpu_stage *s, int slot, const void *dout, void *din,
         OK(column_parallel_bwd(s, s->dbuf, G + o->qkvw, G + o->qkvb, s->dqkv, A.ln1, W + o->qkvw, C,
                                3 * Cl, "the attention's input gradient"));
         OK(layernorm_bwd(s, dres, o->ln1w, o->ln1b, s->dbuf, x, A.ln1m, A.ln1r, (int)BT));
+        block_done(s, i); /* its gradients are queued: the trainer may reduce them */
     }
     if (s->first == 0) {
         OK(embed_bwd(s, a, dres));
-    } else {
+    } else { /* complete for another stream once it waits for an event recorded now */
         CK(cudaMemcpyAsync(din, dres, BTC * sizeof(floatX), cudaMemcpyDeviceToDevice, st));
-        CK(cudaStreamSynchronize(st)); /* din is complete for any stream */
     }
     return 0;
 }
@@ -255,14 +256,14 @@ int forward_slice(struct gpu_stage *s, struct gslot *a, int t0, int t1, const in
     if (!is_last && !out_act)
         return stage_fail(s, "a stage before the last needs out_act");
     if (t0 == 0) {
+        OK(upload_ids(s, a, tokens, is_last ? targets : NULL));
         if (s->first == 0) {
-            OK(h2d(s, a->tokens, tokens, BT * sizeof(int)));
-            OK(upload_token_groups(s, a, tokens));
+            OK(need_params(s, 0));
             OK(embed_fwd(s, a)); /* every position: the same values whichever slice made them */
         }
-        if (is_last && targets)
-            OK(h2d(s, a->targets, targets, BT * sizeof(int)));
         a->has_targets = is_last && targets;
+    } else if (s->first == 0) {
+        OK(need_params(s, 0));
     }
     if (s->first != 0) /* [B][S][C] -> rows [t0, t1) of each sequence */
         CK(cudaMemcpy2DAsync(a->x0 + (size_t)t0 * C, (size_t)T * C * X, in_act, (size_t)S * C * X,
@@ -273,6 +274,7 @@ int forward_slice(struct gpu_stage *s, struct gslot *a, int t0, int t1, const in
     for (int i = 0; i < s->nl; i++) {
         const struct layer_w *o = &s->lw[i];
         struct layer_acts A = layer_acts_of(s, a, i);
+        OK(need_params(s, 1 + i));
         for (int b = 0; b < B; b++) {
             size_t R = (size_t)b * T + (size_t)t0;
             OK(layernorm_fwd(s, A.ln1 + R * C, A.ln1m + R, A.ln1r + R, x + R * C, o->ln1w,
@@ -297,11 +299,11 @@ int forward_slice(struct gpu_stage *s, struct gslot *a, int t0, int t1, const in
         }
         x = A.res3;
     }
-    if (!is_last) {
+    if (!is_last) { /* complete for another stream once it waits for an event recorded now */
         CK(cudaMemcpy2DAsync(out_act, (size_t)S * C * X, x + (size_t)t0 * C, (size_t)T * C * X,
                              (size_t)S * C * X, (size_t)B, cudaMemcpyDeviceToDevice, st));
-        CK(cudaStreamSynchronize(st)); /* out_act is complete for any stream */
     } else {
+        OK(need_params(s, s->nl + 1));
         for (int b = 0; b < B; b++) {
             size_t R = (size_t)b * T + (size_t)t0;
             OK(layernorm_fwd(s, a->lnf + R * C, a->lnfm + R, a->lnfr + R, x + R * C, s->lnfw_off,
@@ -318,6 +320,8 @@ int forward_slice(struct gpu_stage *s, struct gslot *a, int t0, int t1, const in
                 for (int t = t0; t < t1; t++)
                     total += s->h_losses[(size_t)b * T + t];
             *loss = (float)(total / (double)BT);
+        } else if (a->has_targets) {
+            OK(loss_add(s, a, t0, t1));
         }
     }
     a->fwd_upto = t1;
@@ -405,15 +409,16 @@ int backward_slice(struct gpu_stage *s, struct gslot *a, int t0, int t1, const v
             OK(layernorm_bwd(s, dres + b * SC, o->ln1w, o->ln1b, s->dbuf + b * SC, x + R * C,
                              A.ln1m + R, A.ln1r + R, S));
         }
+        if (t0 == 0) /* the micro-batch's last slice: the block's gradients are final */
+            block_done(s, i);
     }
     if (s->first == 0) {
         CK(cudaMemcpy2DAsync(a->dx0 + (size_t)t0 * C, (size_t)T * C * X, dres, SC * X, SC * X,
                              (size_t)B, cudaMemcpyDeviceToDevice, st));
         if (t0 == 0) /* every position's gradient is in: the whole micro-batch's kernels */
             OK(embed_bwd(s, a, a->dx0));
-    } else {
+    } else { /* complete for another stream once it waits for an event recorded now */
         CK(cudaMemcpyAsync(din, dres, (size_t)B * SC * X, cudaMemcpyDeviceToDevice, st));
-        CK(cudaStreamSynchronize(st)); /* din is complete for any stream */
     }
     a->bwd_from = t0;
     a->forwarded = t0 != 0;

@@ -36,6 +36,10 @@ struct gslot {
                                           gradients gathered over the slices (first use) */
     floatX *dx0;                       /* [BTC] sliced backward, first stage: the embeddings'
                                           gradient, into wte and wpe at the last slice */
+    int *h_pin;                        /* pinned host: tokens [BT], targets [BT], the token groups
+                                          (encoder.cu): what goes up, asynchronously */
+    cudaEvent_t up_ev;                 /* recorded after the last copy up from h_pin */
+    int up_used;
 };
 
 /* Layer i's saved activations in slot a: [B][T] rows each, of the layer's widths (C, 3 Cl, Cl,
@@ -78,6 +82,19 @@ struct gpu_stage {
     int ncount;                        /* token values token_groups may see: V, or Vl + 1 (tp > 1) */
     int *h_csr;                        /* host: counts [ncount+1], utok [BT], ustart [BT+1], upos [BT],
                                           tokens [BT] (tp > 1: shifted to this rank's rows) */
+    /* the device-resident trainer's hooks (gpt_cuda.h) */
+    int (*fwd_hook)(void *ctx, size_t lo, size_t hi);
+    void *fwd_ctx;
+    void (*bwd_hook)(void *ctx, int layer);
+    void *bwd_ctx;
+    int (*tp_sum_d)(void *ctx, float *buf, size_t n); /* gpu_stage_set_tp_sum_dev */
+    void *tp_dctx;
+    unsigned char *stale;              /* [nl + 2]: the bf16 copy of a unit (0: embeddings, 1 + i:
+                                          block i, nl + 1: ln_f and head) is to be refreshed */
+    double *loss_acc;                  /* device [1]: losses added by forwards without *loss */
+    double *sq_parts;                  /* device: the norm's partial sums, [cap][SQ_BLOCKS] */
+    int sq_cap;
+    int no_moments;                    /* GPU_NO_MOMENTS: m, v not allocated */
     GPU_NS::gpu_ctx x;
     char err[512];
 };
@@ -100,6 +117,11 @@ int check_ids(struct gpu_stage *s, const int *tokens, const int *targets);
 struct layer_acts layer_acts_of(const struct gpu_stage *s, const struct gslot *a, int i);
 /* *p = bytes of device memory unless it is there already; -1 (stage error) when out of memory */
 int lazy_alloc(struct gpu_stage *s, void **p, size_t bytes, const char *what);
+/* Before the forward reads unit u's parameters (0: embeddings, 1 + i: block i, nl + 1: ln_f and
+ * head): the forward hook, then the unit's bf16 copy refreshed if marked stale. */
+int need_params(struct gpu_stage *s, int u);
+/* Block i's gradients are queued: the backward hook (the trainer starts their reduce-scatter). */
+void block_done(struct gpu_stage *s, int i);
 
 /* ---------------------------------------------------------------- matmul.cu */
 
@@ -159,11 +181,15 @@ int cross_entropy_rows_fwd(struct gpu_stage *s, float *losses, const floatX *log
                            const int *targets, int n);
 int cross_entropy_rows_bwd(struct gpu_stage *s, floatX *logits, const int *targets, float scale,
                            int n);
+/* s->loss_acc += the losses of rows [t0, t1) of every sequence / (B T), in a fixed order */
+int loss_add(struct gpu_stage *s, struct gslot *a, int t0, int t1);
 
 /* ---------------------------------------------------------------- encoder.cu */
 
-/* positions of the micro-batch grouped by token, to the slot (wte backward) */
-int upload_token_groups(struct gpu_stage *s, struct gslot *a, const int *tokens);
+/* The micro-batch's tokens (first stage: and their groups for wte's backward) and targets (last
+ * stage, when given) up to the slot, asynchronously from its pinned buffer (reused once its last
+ * copies are done). */
+int upload_ids(struct gpu_stage *s, struct gslot *a, const int *tokens, const int *targets);
 /* a->x0 = wte[token] + wpe[position] (tensor parallelism: the group's sum of the lookups) */
 int embed_fwd(struct gpu_stage *s, struct gslot *a);
 /* wte and wpe gradients += those of the embeddings' output gradient dx [B][T][C] */
