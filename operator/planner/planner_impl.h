@@ -36,13 +36,15 @@ struct plan_eval {
     int P, D, t, L;
     int capP;              /* stages the buffers hold */
     int fast;              /* partition by the dynamic programme only (no refinement) */
+    double refine_work;    /* simulated ops one partition's refinement may spend */
     int n_units, n_fabrics, n_classes;
     struct unit *units;
     const char **fabric_names;
     int *fabric_rank;      /* preference order of each fabric (0 = best) */
-    int *worker_count;     /* scratch: units of a worker in the current stage */
     int *gw_in;            /* scratch, n_fabrics: ring flows entering each fabric's gateway */
     int *gw_a, *gw_b;      /* scratch, n_fabrics: pair flows entering each fabric (a, b side) */
+    int *nic_base;         /* n_workers + 1: worker w's NICs are nic_base[w] .. nic_base[w+1]-1 */
+    int *nic_out, *nic_in; /* scratch, per NIC: the links of a boundary leaving / entering it */
     struct cost_stage *stages;
     struct cost_link tie;
     struct cost_sim sim;
@@ -60,6 +62,12 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
 int pl_eval_shape(struct plan_eval *ev, int P, int D, int m, int b, herr *e);
 /* Fills ev->stages[0..P) (all but layers) from stage_units. */
 void pl_eval_links(struct plan_eval *ev, int P, const int *stage_units);
+/* The point-to-point links from the units a[0..D) to b[0..D) (t links each: tensor rank r of
+ * a[d] to tensor rank r of b[d]), each at its share of the NICs at both ends; `gw_extra[f]`
+ * (or NULL): other flows on fabric f's gateway meanwhile. Returns the slowest; fills link[d*t+r]
+ * and share[d*t+r] (the NIC share, 1 inside a node) when not NULL. */
+struct cost_link pl_boundary_links(struct plan_eval *ev, const int *a, const int *b,
+                                   const int *gw_extra, struct cost_link *link, double *share);
 /* Simulated step time of the split `layers` on the links pl_eval_links filled; INFINITY when a
  * stage does not fit in its devices' memory. */
 double pl_eval_sim(struct plan_eval *ev, int P, const int *layers, struct cost_breakdown *br);
