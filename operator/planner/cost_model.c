@@ -280,7 +280,7 @@ int cost_sim_init(struct cost_sim *s, int stages, int micro_batches, herr *e)
      * rings: 2 * P * COST_SEND_BUFFERS_MAX */
     s->buf = malloc(sizeof(double) * (2 * pm + (size_t)micro_batches + (SIM_STATE + SIM_IN) * P +
                                       2 * P * COST_SEND_BUFFERS_MAX));
-    s->ibuf = malloc(sizeof(int) * 3 * P); /* idx, forward sends, backward sends */
+    s->ibuf = malloc(sizeof(int) * 5 * P); /* idx, forward / backward sends, worklist, queued */
     if (!s->buf || !s->ibuf) {
         cost_sim_free(s);
         return herr_set(e, "cost model: out of memory for %d stages x %d micro-batches", stages,
@@ -499,27 +499,39 @@ static void sim_ends(const struct sim_view *v, double *end)
     }
 }
 
-/* One pass of the schedule; fills end[] with each stage's end. */
+/* One pass of the schedule; fills end[] with each stage's end. Each stage runs its ops in order
+ * as far as their inputs allow; a stage is taken up again only when a neighbour has produced
+ * something for it (a worklist: every op's times depend only on its inputs, its stage's clock
+ * and the link directions that stage feeds, so the order stages are visited in is free). */
 static int run_schedule(const struct cost_job *j, struct sim_view *v, struct cost_sim *sim,
                         double *end)
 {
     int P = v->P, U = v->U;
     sim_reset(v);
+    int *todo = v->idx + 3 * P, *queued = todo + P, n = 0; /* a stack of stages to visit */
+    for (int s = P - 1; s >= 0; s--) {
+        todo[n++] = s;
+        queued[s] = 1;
+    }
     long done = 0, total = 2L * U * P;
-    for (int progress = 1; progress;) {
-        progress = 0;
-        for (int s = 0; s < P; s++) {
-            while (v->idx[s] < 2 * U) {
-                int mb, b;
-                double ready = op_ready(j, v, s, v->idx[s], &b, &mb);
-                if (ready < 0)
-                    break;
-                double begin = v->t[s] > ready ? v->t[s] : ready;
-                double fin = begin + op_time(v, sim, s, b, mb);
-                v->t[s] = v->freeat[s] = finish_op(v, s, b, mb, fin, sim->tw[mb % v->S]);
-                v->idx[s]++;
-                done++;
-                progress = 1;
+    while (n > 0) {
+        int s = todo[--n];
+        queued[s] = 0;
+        while (v->idx[s] < 2 * U) {
+            int mb, b;
+            double ready = op_ready(j, v, s, v->idx[s], &b, &mb);
+            if (ready < 0)
+                break;
+            double begin = v->t[s] > ready ? v->t[s] : ready;
+            double fin = begin + op_time(v, sim, s, b, mb);
+            v->t[s] = v->freeat[s] = finish_op(v, s, b, mb, fin, sim->tw[mb % v->S]);
+            v->idx[s]++;
+            done++;
+            /* what it sent, or the last stage's forward, lets a neighbour go on */
+            int to = !b ? (s < P - 1 ? s + 1 : s) : (s > 0 ? s - 1 : -1);
+            if (to >= 0 && to != s && !queued[to]) {
+                todo[n++] = to;
+                queued[to] = 1;
             }
         }
     }
@@ -672,6 +684,7 @@ static int schedule(const struct cost_job *j, const struct cost_links *l,
                     double *end)
 {
     sim->work += 2.0 * v->P * v->U;
+    sim->runs++;
     return l->shared_cores > 0 ? run_schedule_shared(j, l, st, v, sim, end)
                                : run_schedule(j, v, sim, end);
 }

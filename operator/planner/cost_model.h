@@ -149,6 +149,7 @@ struct cost_sim {
     int cap_ranks, cap_cores, cap_rate;
     double work;                /* ops simulated so far (2 x stages x units per schedule pass):
                                    what the planner's search budget counts */
+    long runs;                  /* schedule passes so far */
 };
 int cost_sim_init(struct cost_sim *s, int stages, int micro_batches, herr *e);
 void cost_sim_free(struct cost_sim *s);

@@ -138,6 +138,8 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
             x->gbps = workers[w].nic.gbps;
             x->tflops = workers[w].tflops;
             x->mem = workers[w].memory_gb > 0 ? workers[w].memory_gb * 1e9 * 0.9 : INFINITY;
+            x->nics = plan_worker_nics(&workers[w]);
+            x->devs = worker_devices(&workers[w]);
         }
     }
     /* classes: same fabric, class, Gb/s, TFLOPS and devices per worker */
@@ -179,6 +181,8 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
     }
     for (int w = 0; w < n_workers; w++)
         ev->nic_base[w + 1] = ev->nic_base[w] + plan_worker_nics(&workers[w]);
+    for (int i = 0; i < ev->n_units; i++)
+        ev->units[i].nic_base = ev->nic_base[ev->units[i].worker];
     ev->nic_out = calloc((size_t)ev->nic_base[n_workers], sizeof *ev->nic_out);
     ev->nic_in = calloc((size_t)ev->nic_base[n_workers], sizeof *ev->nic_in);
     if (!ev->nic_out || !ev->nic_in) {
@@ -217,7 +221,8 @@ int pl_eval_shape(struct plan_eval *ev, int P, int D, int m, int b, herr *e)
     if (P > ev->capP || m > ev->sim.cap_mb) {
         int cap = P > ev->capP ? P : ev->capP;
         int capm = m > ev->sim.cap_mb ? m : ev->sim.cap_mb;
-        double work = ev->sim.work; /* the count goes on across re-allocations */
+        double work = ev->sim.work; /* the counts go on across re-allocations */
+        long runs = ev->sim.runs;
         free_shape_buffers(ev);
         ev->stages = calloc((size_t)cap, sizeof *ev->stages);
         ev->table = malloc(sizeof(double) * (size_t)cap * (size_t)(ev->L + 1));
@@ -229,6 +234,7 @@ int pl_eval_shape(struct plan_eval *ev, int P, int D, int m, int b, herr *e)
         if (cost_sim_init(&ev->sim, cap, capm, e))
             return -1;
         ev->sim.work = work;
+        ev->sim.runs = runs;
         ev->capP = cap;
     }
     ev->P = P;
@@ -318,23 +324,32 @@ static struct cost_link min_link(struct cost_link a, struct cost_link b)
     return r;
 }
 
-/* The NIC (index into nic_out / nic_in) device `dev` of worker w goes through. */
-static int nic_index(const struct plan_eval *ev, int w, int dev)
+/* The NIC (index into nic_out / nic_in) tensor rank r of unit x goes through: a worker's NICs
+ * serve equal runs of consecutive devices (plan_worker_nic_of). */
+static inline int nic_index(const struct unit *x, int r)
 {
-    return ev->nic_base[w] + plan_worker_nic_of(&ev->workers[w], dev);
+    return x->nic_base + (x->nics == 1 ? 0 : (int)((long)(x->local + r) * x->nics / x->devs));
 }
 
-/* Adds `k` to the NIC counters of the links a[d] -> b[d] that leave their node. */
+/* Adds `k` per link to the counters of the NICs the links a[d] -> b[d] that leave their node go
+ * through. */
 static void count_link_flows(struct plan_eval *ev, const int *a, const int *b, int k)
 {
+    int t = ev->t;
     for (int d = 0; d < ev->D; d++) {
         const struct unit *x = &ev->units[a[d]], *y = &ev->units[b[d]];
         if (x->node == y->node)
             continue;
-        for (int r = 0; r < ev->t; r++) {
-            ev->nic_out[nic_index(ev, x->worker, x->local + r)] += k;
-            ev->nic_in[nic_index(ev, y->worker, y->local + r)] += k;
-        }
+        if (x->nics == 1)
+            ev->nic_out[x->nic_base] += k * t;
+        else
+            for (int r = 0; r < t; r++)
+                ev->nic_out[nic_index(x, r)] += k;
+        if (y->nics == 1)
+            ev->nic_in[y->nic_base] += k * t;
+        else
+            for (int r = 0; r < t; r++)
+                ev->nic_in[nic_index(y, r)] += k;
     }
 }
 
@@ -350,11 +365,8 @@ static struct cost_link one_link(const struct plan_eval *ev, const struct unit *
         *share = 1;
         return cost_link_make(l->intra_node_gbps, l->intra_node_latency_us, 1);
     }
-    const struct plan_worker *wx = &ev->workers[x->worker], *wy = &ev->workers[y->worker];
-    int nx = plan_worker_nics(wx), ny = plan_worker_nics(wy);
-    int fo = ev->nic_out[nic_index(ev, x->worker, x->local + r)];
-    int fi = ev->nic_in[nic_index(ev, y->worker, y->local + r)];
-    double sx = 1.0 / (nx * (fo > 1 ? fo : 1)), sy = 1.0 / (ny * (fi > 1 ? fi : 1));
+    int fo = ev->nic_out[nic_index(x, r)], fi = ev->nic_in[nic_index(y, r)];
+    double sx = 1.0 / (x->nics * (fo > 1 ? fo : 1)), sy = 1.0 / (y->nics * (fi > 1 ? fi : 1));
     double gx = x->gbps * sx, gy = y->gbps * sy;
     double g = gx < gy ? gx : gy;
     *share = gx < gy ? sx : sy;
@@ -387,8 +399,7 @@ struct cost_link pl_boundary_links(struct plan_eval *ev, const int *a, const int
         int gw = gateway ? pair_gateway_share(ev, x, y, t, gw_extra) : 1;
         /* the unit's links differ only in their NICs: with one NIC (or one link) every link is
          * alike */
-        int alike = !link && (plan_worker_nics(&ev->workers[x->worker]) == 1 || t == 1) &&
-                    (plan_worker_nics(&ev->workers[y->worker]) == 1 || t == 1);
+        int alike = !link && !share && x->nics == 1 && y->nics == 1;
         for (int r = 0; r < (alike ? 1 : t); r++) {
             double sh;
             struct cost_link k = one_link(ev, x, y, r, gw, &sh);
@@ -481,6 +492,7 @@ static void stage_costs(struct plan_eval *ev, int s, int P, int k, double *bound
 {
     struct cost_stage st = ev->stages[s];
     struct cost_stage_terms t;
+    ev->sim.work += STAGE_COST_WORK;
     if (!stage_fits(ev, s, P, k)) {
         *bound = *op = INFINITY;
         return;

@@ -135,9 +135,13 @@ static double slice_step(struct plan_eval *ev, int P, const int *layers, int sli
     long units = (long)ev->cj.micro_batches * (slices > 1 ? slices : 1);
     if (units > ev->sim.cap_mb) {
         int cap = ev->sim.cap_stages;
+        double work = ev->sim.work;
+        long runs = ev->sim.runs;
         cost_sim_free(&ev->sim);
         if (cost_sim_init(&ev->sim, cap, (int)units, e) != 0)
             return NAN;
+        ev->sim.work = work;
+        ev->sim.runs = runs;
     }
     ev->cj.slices = slices;
     ev->cj.slice_bounds = bounds;

@@ -289,7 +289,16 @@ struct auto_search {
     int *best_units, *naive_units, *best_layers;
     struct shape best_shape;
     double best_tps;
+    int to_search;        /* shapes the full search has still to do */
+    double work_end;      /* the simulated-ops count PLAN_WORK ends at */
 };
+
+/* Does shape i get the full search (else its quick estimate stands)? */
+static int full_search(const struct auto_search *A, int i)
+{
+    return A->job->policy == POLICY_HOLMES &&
+           (A->n_shapes == 1 || A->quick[i] >= SHAPE_KEEP * A->quick_best);
+}
 
 static int auto_search_init(struct auto_search *A, herr *e)
 {
@@ -371,8 +380,7 @@ static int search_shape(struct plan *out, struct auto_search *A, int i, herr *e)
     struct shape sh = A->shapes[i];
     if (pl_eval_shape(ev, sh.P, sh.D, sh.m, sh.b, e))
         return -1;
-    if (job->policy == POLICY_HOLMES && A->n_shapes > 1 &&
-        A->quick[i] < SHAPE_KEEP * A->quick_best) {
+    if (job->policy == POLICY_HOLMES && !full_search(A, i)) {
         if (A->quick[i] > 0) {
             struct plan_candidate c = {sh.P, sh.D, sh.m, sh.b,
                                        tokens_per_step(&sh, job->model.seq_len) / A->quick[i],
@@ -387,7 +395,14 @@ static int search_shape(struct plan *out, struct auto_search *A, int i, herr *e)
         return 0;
     }
     struct search S;
-    if (pl_search_init(&S, ev, job, sh.P, sh.D, e) || pl_holmes_search(&S, e)) {
+    int rc_init = pl_search_init(&S, ev, job, sh.P, sh.D, e);
+    /* PLAN_WORK shared among the shapes still to search */
+    double left = A->work_end - ev->sim.work;
+    S.budget = left > 0 ? left / (A->to_search > 0 ? A->to_search : 1) : 0;
+    if (S.budget < PLAN_SEARCH_WORK / 16)
+        S.budget = PLAN_SEARCH_WORK / 16;
+    A->to_search--;
+    if (rc_init || pl_holmes_search(&S, e)) {
         pl_search_free(&S);
         return -1;
     }
@@ -457,6 +472,9 @@ int plan_make(const struct plan_worker *workers, int n_workers, const struct pla
     int rc = -1;
     if (auto_search_init(&A, e) || estimate_shapes(&A, e))
         goto done;
+    A.work_end = A.ev->sim.work + PLAN_WORK;
+    for (int i = 0; i < A.n_shapes; i++)
+        A.to_search += full_search(&A, i);
     for (int i = 0; i < A.n_shapes; i++)
         if (search_shape(out, &A, i, e))
             goto done;
@@ -468,6 +486,8 @@ int plan_make(const struct plan_worker *workers, int n_workers, const struct pla
     }
     if (fill_plan(out, &A, workers, n_workers, links, e))
         goto done;
+    out->sim_runs = A.ev->sim.runs;
+    out->sim_ops = A.ev->sim.work;
     rc = 0;
 done:
     if (rc)

@@ -140,6 +140,8 @@ struct plan {
     int n_top;
     struct plan_candidate top[PLAN_TOP_MAX]; /* best few of the auto search, best first */
     struct cost_links links;
+    long sim_runs;                /* schedule simulations the planning took (its search) */
+    double sim_ops;               /* the ops they simulated: what the search budget counts */
 };
 
 /* Plans `job` on `workers` with `links`. Also computes the naive and ethernet baselines for

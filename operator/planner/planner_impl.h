@@ -24,6 +24,8 @@ struct unit {
     int klass;           /* interchangeable units share a class */
     double gbps, tflops;
     double mem;          /* bytes per device, INFINITY when unknown */
+    int nics, devs;      /* its worker's NICs and devices */
+    int nic_base;        /* its worker's first NIC in plan_eval.nic_out / nic_in */
 };
 
 struct plan_eval {
@@ -98,7 +100,9 @@ struct search {
     int *fab_units;       /* units grouped by fabric */
     int *fab_start;       /* n_fabrics + 1 */
     int *perm;
-    long evals, budget;
+    long evals;
+    double budget;        /* simulated ops the search may spend (cost_sim.work) */
+    double stop;          /* ... until the ops count reaches this */
     int *top;             /* SEARCH_TOP starting points for the local search, P*D each */
     double top_t[8];
     int n_top;
@@ -108,6 +112,16 @@ struct search {
 };
 #define SEARCH_TOP 8
 #define SEARCH_REPS 32
+/* The search's budget, in simulated ops (a schedule simulation of P stages and m micro-batches
+ * is 2 P m of them; a stage's cost in the split's dynamic programme counts as STAGE_COST_WORK).
+ * plan_make shares PLAN_WORK among the shapes it searches; a search keeps SEARCH_REFINE_SHARE of
+ * its budget to refine the split of its best few placements. */
+#define PLAN_WORK 1.2e7
+#define PLAN_SEARCH_WORK 4e6
+#define SEARCH_REFINE_SHARE 0.25
+#define SEARCH_REFINE_EVALS 64 /* small clusters: one placement's split refinement, at most
+                                  budget / SEARCH_REFINE_EVALS */
+#define STAGE_COST_WORK 4
 
 /* Is a fabric-homogeneous placement possible: every fabric's units a multiple of D. */
 int pl_homogeneous_possible(const struct plan_eval *ev, const int *fab_start, int D);
