@@ -172,6 +172,48 @@ static int add_group(struct plan *p, enum group_kind kind, int stage, int n, her
     return 0;
 }
 
+/* What the cost model priced each link and embedding group at (its Gb/s and NIC share), and
+ * each boundary's slowest link (stages[].link_s). 0, or -1 out of memory. */
+static int price_links(struct plan *p, struct plan_eval *ev, const int *stage_units, int emb0,
+                       int link0, herr *e)
+{
+    int P = p->pipeline, D = p->data, t = p->tensor;
+    size_t n = (size_t)D * t;
+    struct cost_link *lk = malloc(n * sizeof *lk);
+    double *share = malloc(n * sizeof *share);
+    if (!lk || !share) {
+        free(lk);
+        free(share);
+        return herr_set(e, "planner: out of memory for the links");
+    }
+    double bytes = cost_link_bytes(&ev->cj);
+    for (int s = 0; s < P; s++) {
+        int to = s + 1 < P ? s + 1 : 0; /* the last: the embedding tie, back to the first */
+        enum group_kind kind = s + 1 < P ? GROUP_LINK : GROUP_EMBEDDING;
+        int from = kind == GROUP_LINK ? s : 0, other = kind == GROUP_LINK ? to : P - 1;
+        pl_boundary_links(ev, stage_units + (size_t)from * D, stage_units + (size_t)other * D,
+                          kind == GROUP_EMBEDDING && ev->links.gateway_gbps > 0 ? ev->gw_in : NULL,
+                          lk, share);
+        for (int d = 0; d < D; d++)
+            for (int r = 0; r < t; r++) {
+                /* build_plan's order: embedding by (replica, tensor rank), links by (stage,
+                 * replica, tensor rank) */
+                struct plan_group *g = &p->groups[kind == GROUP_LINK
+                                                      ? link0 + ((size_t)s * D + d) * t + r
+                                                      : emb0 + (size_t)d * t + r];
+                g->gbps = lk[(size_t)d * t + r].bw * 8 / 1e9;
+                g->nic_share = share[(size_t)d * t + r];
+            }
+        if (kind == GROUP_LINK) {
+            struct cost_link w = ev->stages[s].next;
+            p->stages[s].link_s = bytes / w.bw + w.lat;
+        }
+    }
+    free(lk);
+    free(share);
+    return 0;
+}
+
 static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_units,
                       const int *layers, herr *e)
 {
@@ -180,7 +222,8 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
     p->n_stages = P;
     p->ranks = calloc((size_t)p->n_ranks, sizeof *p->ranks);
     p->stages = calloc((size_t)P, sizeof *p->stages);
-    long ng = (long)(t > 1 ? P * D : 0) + (D > 1 ? P * t : 0) + (P > 1 ? 2L * D * t : 0);
+    long ng = (long)(t > 1 ? P * D : 0) + (D > 1 ? P * t : 0) + (P > 1 ? 2L * D * t : 0) +
+              (long)(P - 1) * D * t;
     p->groups = calloc((size_t)(ng > 0 ? ng : 1), sizeof *p->groups);
     if (!p->ranks || !p->stages || !p->groups)
         return herr_set(e, "planner: out of memory for %d ranks", p->n_ranks);
@@ -199,6 +242,7 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
         st->fwd_s = terms.fwd + terms.tp_fwd;
         st->bwd_s = terms.bwd + terms.tp_bwd;
         st->dp_s = terms.dp_exposed;
+        st->gather_s = terms.gather;
         st->memory_gb = cost_stage_memory(&ev->cj, layers[s], s, P) / 1e9;
         const struct unit *u0 = &ev->units[stage_units[(size_t)s * D]];
         snprintf(st->fabric, sizeof st->fabric, "%s", ev->fabric_names[u0->fabric]);
@@ -239,6 +283,7 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
             for (int s = 0; s < P; s++)
                 p->groups[p->n_groups - 1].members[s] = plan_rank_of(p, s, d, r);
         }
+    int emb0 = p->n_groups;
     for (int d = 0; d < D && P > 1; d++)
         for (int r = 0; r < t; r++) {
             if (add_group(p, GROUP_EMBEDDING, -1, 2, e))
@@ -246,6 +291,17 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
             p->groups[p->n_groups - 1].members[0] = plan_rank_of(p, 0, d, r);
             p->groups[p->n_groups - 1].members[1] = plan_rank_of(p, P - 1, d, r);
         }
+    /* the pipeline's point-to-point links: stage s -> s + 1, one per replica and tensor rank
+     * (after the collectives, so their indices stay what they were) */
+    int link0 = p->link_group0 = p->n_groups;
+    for (int s = 0; s + 1 < P; s++)
+        for (int d = 0; d < D; d++)
+            for (int r = 0; r < t; r++) {
+                if (add_group(p, GROUP_LINK, s, 2, e))
+                    return -1;
+                p->groups[p->n_groups - 1].members[0] = plan_rank_of(p, s, d, r);
+                p->groups[p->n_groups - 1].members[1] = plan_rank_of(p, s + 1, d, r);
+            }
     p->n_socket_groups = 0;
     for (int g = 0; g < p->n_groups; g++) {
         struct plan_group *gr = &p->groups[g];
@@ -254,12 +310,39 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
             gr->transport.kind == TRANSPORT_SOCKET && !gr->transport.intra_node)
             p->n_socket_groups++;
     }
+    if (P > 1 && price_links(p, ev, stage_units, emb0, link0, e))
+        return -1;
     p->step_s = pl_eval_sim(ev, P, layers, &p->breakdown);
     if (ev->token_slices != 1 && pl_slices(ev, P, layers, ev->token_slices, p, e) != 0)
         return -1;
     struct shape sh = {P, D, p->micro_batches, p->micro_batch_size};
     p->tokens_per_s = tokens_per_s(&sh, ev->cj.model.seq_len, p->step_s);
     return 0;
+}
+
+void plan_boundary_links(const struct plan *p, int s, struct plan_boundary *out)
+{
+    memset(out, 0, sizeof *out);
+    out->reason = "";
+    out->gbps = INFINITY;
+    if (s < 0 || s + 1 >= p->pipeline)
+        return;
+    int per = p->data * p->tensor, intra = 0;
+    for (int i = 0; i < per; i++) {
+        const struct plan_group *g = &p->groups[p->link_group0 + (size_t)s * per + i];
+        out->n[g->transport.kind]++;
+        intra += g->transport.intra_node;
+        out->gbps = g->gbps < out->gbps ? g->gbps : out->gbps;
+        if (g->transport.kind == TRANSPORT_SOCKET && !out->reason[0])
+            out->reason = g->transport.reason;
+    }
+    out->intra_node = intra == per;
+    for (int k = 0; k < TRANSPORT_COUNT; k++)
+        if (out->n[k]) {
+            out->mixed |= out->n[k] != per;
+            out->kind = (enum transport)k;
+        }
+    out->seconds = p->stages[s].link_s;
 }
 
 void plan_free(struct plan *p)

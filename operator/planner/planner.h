@@ -140,6 +140,8 @@ struct plan {
     int n_top;
     struct plan_candidate top[PLAN_TOP_MAX]; /* best few of the auto search, best first */
     struct cost_links links;
+    int link_group0;              /* groups[link_group0 + (s * data + d) * tensor + r]: the
+                                     link of stage s -> s + 1, replica d, tensor rank r */
     long sim_runs;                /* schedule simulations the planning took (its search) */
     double sim_ops;               /* the ops they simulated: what the search budget counts */
 };
@@ -157,6 +159,19 @@ static inline int plan_rank_of(const struct plan *p, int stage, int dp, int tp)
 {
     return tp + p->tensor * (dp + p->data * stage);
 }
+
+/* One stage boundary's links (stage s -> s + 1): how many go over each transport, the
+ * boundary's transport (`mixed` when they differ), the slowest link's Gb/s and one micro-batch's
+ * transfer on it, and why TCP (the first socket link's reason, "" when none). */
+struct plan_boundary {
+    int n[TRANSPORT_COUNT];
+    int mixed;
+    enum transport kind;
+    int intra_node;               /* every link inside a node */
+    double gbps, seconds;
+    const char *reason;
+};
+void plan_boundary_links(const struct plan *p, int s, struct plan_boundary *out);
 
 /* The --json document (see docs/planner.md). NULL on out-of-memory. */
 cJSON *plan_to_json(const struct plan *p);
