@@ -185,21 +185,52 @@ struct cost_link cost_link_make(double gbps, double lat_us, double flows)
     return k;
 }
 
-double cost_stage_memory(const struct cost_job *j, int layers, int s, int n)
+int cost_pipe_slots(enum schedule sched, int stage, int stages, int micro_batches, int slices)
+{
+    /* noderuntime/train/pipeline.c's pipe_slots_needed, written again here (the planner does
+     * not include the runtime): GPipe holds every micro-batch; 1F1B warms up with
+     * w = min(P - s - 1 + S - 1, M S) units and a micro-batch's slot is free once its last
+     * slice's backward is done, so ceil((w + 2S - 1) / S) - 1 + 1 of them, at most M */
+    if (sched == SCHED_GPIPE)
+        return micro_batches;
+    int S = slices > 1 ? slices : 1;
+    long w = (long)(stages - stage - 1) + (S - 1), units = (long)micro_batches * S;
+    if (w > units)
+        w = units;
+    long n = (w + 2L * S - 1) / S;
+    return n < micro_batches ? (int)n : micro_batches;
+}
+
+void cost_stage_memory_parts(const struct cost_job *j, int layers, int s, int n,
+                             struct cost_memory *out)
 {
     int first = s == 0, last = s == n - 1, t = j->tensor;
     double params = layers * cost_layer_params(j) + (first ? cost_embedding_params(j) : 0) +
+                    (last ? 2.0 * j->model.hidden : 0) +
                     (last && !first ? (double)j->model.vocab * j->model.hidden : 0);
     double per_rank = params / t;
-    double state = per_rank * 2.0 * j->elem_bytes +
-                   per_rank * (j->elem_bytes == 4 ? 8.0 : 12.0) / j->data;
+    out->params = per_rank;
+    out->weights_grads = per_rank * 2.0 * j->elem_bytes;
+    /* AdamW's two fp32 moments, and with 16-bit weights the fp32 masters: ZeRO-1 shards them
+     * over the data-parallel replicas */
+    out->optimizer = per_rank * (j->elem_bytes == 4 ? 8.0 : 12.0) / j->data;
     double b = j->micro_batch_size, sq = j->model.seq_len, h = j->model.hidden, a = j->model.heads;
+    /* Korthikanti et al. (2022), tensor parallel without sequence parallelism, for 16-bit
+     * activations; scaled by the element size */
     double act_layer = sq * b * h * (10.0 + 24.0 / t + 5.0 * a * sq / (h * t)) *
                        (j->elem_bytes / 2.0);
-    int inflight = j->schedule == SCHED_GPIPE ? j->micro_batches
-                   : (n - s < j->micro_batches ? n - s : j->micro_batches);
-    double logits = last ? b * sq * (double)j->model.vocab * 4.0 / t : 0;
-    return state + inflight * (layers * act_layer) + logits;
+    out->slots = cost_pipe_slots(j->schedule, s, n, j->micro_batches,
+                                 j->slices > 1 && j->slice_bounds ? j->slices : 1);
+    out->activations = out->slots * (layers * act_layer);
+    out->logits = last ? b * sq * (double)j->model.vocab * 4.0 / t : 0;
+    out->total = out->weights_grads + out->optimizer + out->activations + out->logits;
+}
+
+double cost_stage_memory(const struct cost_job *j, int layers, int s, int n)
+{
+    struct cost_memory m;
+    cost_stage_memory_parts(j, layers, s, n, &m);
+    return m.total;
 }
 
 /* Ring all-reduce of `bytes` over `n` members. */

@@ -177,11 +177,24 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
                      const struct cost_stage *st, int n, const struct cost_link *tie,
                      struct cost_sim *sim, struct cost_breakdown *br);
 
-/* Bytes one device of stage `s` (of `n`) holds with `layers` layers: bf16/fp32 weights and
- * gradients, the optimizer state sharded over data parallel (12 bytes/param for mixed precision,
- * 8 for fp32), and activations of the micro-batches in flight (1F1B: min(n - s, m); GPipe: m),
- * sbh(10 + 24/t + 5as/(ht)) bytes per layer each, plus the last stage's logits. */
+/* What one device of stage `s` (of `n`) holds with `layers` layers, in bytes (docs/planner.md,
+ * "Memory"): its 1/t of the stage's parameters in weights and gradients (elem_bytes each), the
+ * optimizer state sharded over data parallel (AdamW's fp32 moments, 8 bytes a parameter, and
+ * with 16-bit weights the fp32 masters, 4 more), the activations of the micro-batches in flight
+ * (cost_pipe_slots of them, sbh(10 + 24/t + 5as/(ht)) x elem_bytes/2 bytes per layer each), and
+ * the last stage's fp32 logits. */
+struct cost_memory {
+    double params;         /* parameters per device */
+    double weights_grads, optimizer, activations, logits, total;
+    int slots;             /* micro-batches whose activations are held at once */
+};
+void cost_stage_memory_parts(const struct cost_job *j, int layers, int s, int n,
+                             struct cost_memory *out);
 double cost_stage_memory(const struct cost_job *j, int layers, int s, int n);
+/* Micro-batches in flight on stage `stage` of `stages`: GPipe all M; 1F1B its warm-up plus one
+ * (with S token slices: ceil((min(P - s - 1 + S - 1, M S) + 2S - 1) / S)), at most M. The
+ * runtime's rule (noderuntime/train/pipeline.c, pipe_slots_needed), written again here. */
+int cost_pipe_slots(enum schedule sched, int stage, int stages, int micro_batches, int slices);
 
 /* A link of `gbps` Gb/s with latency `lat_us`, shared by `flows` concurrent flows. */
 struct cost_link cost_link_make(double gbps, double lat_us, double flows);

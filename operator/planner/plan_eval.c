@@ -541,11 +541,14 @@ static int better(double t, double bal, double best_t, double best_bal)
 }
 
 /* Minimax dynamic programme over contiguous splits into ev->layers: the largest per-stage
- * `bound` (cap < 0), or the largest per-stage busy time among the splits whose every stage's
- * bound is at most `cap` (the most balanced of the optimal ones). Both are monotone in a stage's
- * layers, so each step is a binary search: O(P L log L). Returns the optimum. */
+ * `bound` (cap -1), or the largest per-stage busy time among the splits whose every stage's
+ * bound is at most `cap` (the most balanced of the optimal ones), or (cap SPLIT_MEMORY) the
+ * largest ratio of a stage's memory to its devices'. All are monotone in a stage's layers, so
+ * each step is a binary search: O(P L log L). Returns the optimum. */
+#define SPLIT_MEMORY -2.0
 static double minimax_split(struct plan_eval *ev, int P, double cap, double *cost)
 {
+    int memory = cap == SPLIT_MEMORY;
     int L = ev->L;
     size_t W = (size_t)L + 1;
     double *T = ev->table;
@@ -561,6 +564,10 @@ static double minimax_split(struct plan_eval *ev, int P, double cap, double *cos
     for (int s = 0; s < P; s++) {
         for (int k = 1; k <= maxk; k++) {
             double b, op;
+            if (memory) {
+                cost[k] = cost_stage_memory(&ev->cj, k, s, P) / ev->stages[s].mem_bytes;
+                continue;
+            }
             stage_costs(ev, s, P, k, &b, &op);
             cost[k] = cap < 0 ? b : b <= cap ? op : INFINITY;
         }
@@ -660,6 +667,17 @@ static double partition(struct plan_eval *ev, int P)
     }
     memcpy(ev->best_layers, ev->layers, sizeof(int) * (size_t)P);
     return best;
+}
+
+double pl_memory_split(struct plan_eval *ev, int P)
+{
+    double *cost = malloc(sizeof(double) * (size_t)(ev->L + 2));
+    if (!cost)
+        return INFINITY;
+    double r = minimax_split(ev, P, SPLIT_MEMORY, cost);
+    free(cost);
+    memcpy(ev->best_layers, ev->layers, sizeof(int) * (size_t)P);
+    return r;
 }
 
 /* Step time of a placement with the policy's partition (or the pin); split in best_layers. */

@@ -542,6 +542,85 @@ static int fill_plan(struct plan *out, struct auto_search *A, const struct plan_
     return build_plan(out, ev, A->best_units, A->best_layers, e);
 }
 
+/* Nothing could be planned: when memory is why, names the stage of the shape that comes closest
+ * to fitting (its placement with the workers as listed, its split the one that needs the least
+ * memory, or the pinned one), the bytes it needs, part by part, and the bytes its GPUs have.
+ * Always -1. */
+static int memory_refusal(struct auto_search *A, herr *e)
+{
+    struct plan_eval *ev = A->ev;
+    const struct plan_job *job = A->job;
+    double best = INFINITY;
+    int bi = -1;
+    herr ignore;
+    for (int i = 0; i < A->n_shapes; i++) {
+        struct shape sh = A->shapes[i];
+        if (pl_eval_shape(ev, sh.P, sh.D, sh.m, sh.b, &ignore))
+            continue;
+        for (int u = 0; u < sh.P * sh.D; u++)
+            A->naive_units[u] = u;
+        pl_canonical(ev, sh.P, A->naive_units);
+        pl_eval_links(ev, sh.P, A->naive_units);
+        double r;
+        if (job->pinned && job->n_pinned == sh.P) {
+            r = 0;
+            for (int s = 0; s < sh.P; s++) {
+                double q = cost_stage_memory(&ev->cj, job->pinned[s], s, sh.P) / ev->stages[s].mem_bytes;
+                r = q > r ? q : r;
+            }
+        } else {
+            r = pl_memory_split(ev, sh.P);
+        }
+        if (r < best) {
+            best = r;
+            bi = i;
+        }
+    }
+    if (bi < 0 || !(best > 1) || !isfinite(best))
+        return herr_set(e, "planner: no placement fits: no (pipeline, data, micro-batch) shape "
+                        "has a feasible layer split");
+    struct shape sh = A->shapes[bi];
+    if (pl_eval_shape(ev, sh.P, sh.D, sh.m, sh.b, &ignore))
+        return herr_set(e, "%s", ignore.msg);
+    for (int u = 0; u < sh.P * sh.D; u++)
+        A->naive_units[u] = u;
+    pl_canonical(ev, sh.P, A->naive_units);
+    pl_eval_links(ev, sh.P, A->naive_units);
+    int pinned = job->pinned && job->n_pinned == sh.P;
+    if (pinned)
+        memcpy(ev->best_layers, job->pinned, sizeof(int) * (size_t)sh.P);
+    else
+        pl_memory_split(ev, sh.P);
+    int worst = 0, first = 0, first_worst = 0;
+    double wr = 0;
+    for (int s = 0; s < sh.P; s++) {
+        double q = cost_stage_memory(&ev->cj, ev->best_layers[s], s, sh.P) / ev->stages[s].mem_bytes;
+        if (q > wr) {
+            wr = q;
+            worst = s;
+            first_worst = first;
+        }
+        first += ev->best_layers[s];
+    }
+    struct cost_memory m;
+    int k = ev->best_layers[worst];
+    cost_stage_memory_parts(&ev->cj, k, worst, sh.P, &m);
+    double have = ev->stages[worst].mem_bytes;
+    const struct unit *u = &ev->units[A->naive_units[(size_t)worst * sh.D]];
+    return herr_set(e, "planner: nothing fits in the GPUs' memory: %s (pipeline %d x data %d, %d "
+                    "micro-batches of %d, %s split), stage %d (layers [%d, %d) on fabric %s) needs "
+                    "%.2f GB per GPU (%.0f bytes: weights and gradients %.2f GB, optimizer state "
+                    "%.2f GB sharded over data %d, activations %.2f GB of %d micro-batches in "
+                    "flight, logits %.2f GB; tensor %d), and its GPUs have %.2f GB (%.0f bytes: "
+                    "90 %% of gpu_memory_gb %g)",
+                    A->n_shapes > 1 ? "at the shape closest to fitting" : "at this shape", sh.P,
+                    sh.D, sh.m, sh.b, pinned ? "the pinned" : "the least memory-hungry", worst,
+                    first_worst, first_worst + k, ev->fabric_names[u->fabric], m.total / 1e9,
+                    m.total, m.weights_grads / 1e9, m.optimizer / 1e9, sh.D,
+                    m.activations / 1e9, m.slots, m.logits / 1e9, ev->t, have / 1e9, have,
+                    have / 0.9 / 1e9);
+}
+
 int plan_make(const struct plan_worker *workers, int n_workers, const struct plan_job *job,
               const struct cost_links *links, struct plan *out, herr *e)
 {
@@ -562,9 +641,7 @@ int plan_make(const struct plan_worker *workers, int n_workers, const struct pla
         if (search_shape(out, &A, i, e))
             goto done;
     if (A.best_tps <= 0) {
-        herr_set(e, "planner: no placement fits: every (pipeline, data, micro-batch) shape "
-                 "needs more device memory than the workers' gpu_memory_gb, or no layer split "
-                 "is feasible");
+        memory_refusal(&A, e);
         goto done;
     }
     if (fill_plan(out, &A, workers, n_workers, links, e))

@@ -76,6 +76,9 @@ double pl_eval_sim(struct plan_eval *ev, int P, const int *layers, struct cost_b
 /* Step time of a placement with the policy's partition (or the pin); split in best_layers. */
 double pl_eval_placement(struct plan_eval *ev, int P, const int *stage_units,
                          const struct plan_job *job, int equal);
+/* The split (into best_layers) of the placement pl_eval_links filled that needs the least
+ * memory relative to each stage's devices: returns its largest need / have (> 1: none fits). */
+double pl_memory_split(struct plan_eval *ev, int P);
 /* Puts each stage's units in the canonical replica order. */
 void pl_canonical(struct plan_eval *ev, int P, int *stage_units);
 
