@@ -3,6 +3,7 @@
 #include "planner_impl.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -220,6 +221,39 @@ static void local_search(struct search *S, double loc_t, double budget)
     }
 }
 
+/* Iterated local search: kicks the best placement found with a few random swaps of units of
+ * different classes between stages (inside a fabric when stages must stay homogeneous) and
+ * climbs again from there; stops after SEARCH_KICKS kicks in a row found nothing better, or at
+ * the budget. Deterministic (a fixed seed). */
+static void kick_and_climb(struct search *S)
+{
+    struct plan_eval *ev = S->ev;
+    int P = S->P, D = S->D, n = P * D;
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    for (int fails = 0; fails < SEARCH_KICKS && ev->sim.work < S->stop && isfinite(S->best_t);) {
+        memcpy(S->loc, S->best, sizeof(int) * (size_t)n);
+        int swaps = 0;
+        for (int tries = 0; tries < 64 && swaps < 2 + (int)(rng % 3); tries++) {
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            int a = (int)(rng % (uint64_t)n), b = (int)((rng >> 20) % (uint64_t)n);
+            const struct unit *ua = &ev->units[S->loc[a]], *ub = &ev->units[S->loc[b]];
+            if (a / D == b / D || ua->klass == ub->klass || (S->homog && ua->fabric != ub->fabric))
+                continue;
+            int t = S->loc[a];
+            S->loc[a] = S->loc[b];
+            S->loc[b] = t;
+            swaps++;
+        }
+        if (!swaps)
+            return; /* nothing to swap: one class */
+        memcpy(S->cur, S->loc, sizeof(int) * (size_t)n);
+        double before = S->best_t, t = try_candidate(S);
+        memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
+        local_search(S, t, S->stop - ev->sim.work);
+        fails = S->best_t < before * (1 - 1e-12) ? 0 : fails + 1;
+    }
+}
+
 /* Is a fabric-homogeneous placement possible: every fabric's units a multiple of D. */
 int pl_homogeneous_possible(const struct plan_eval *ev, const int *fab_start, int D)
 {
@@ -327,6 +361,7 @@ int pl_holmes_search(struct search *S, herr *e)
         double left = S->stop - ev->sim.work;
         local_search(S, start_t[i], left / (n_start - i));
     }
+    kick_and_climb(S);
     /* the best few, their splits refined by simulation; the budget left shared among them */
     ev->fast = 0;
     memcpy(starts, S->top, sizeof(int) * n * (size_t)S->n_top);

@@ -125,6 +125,7 @@ struct search {
 #define SEARCH_REFINE_EVALS 64 /* small clusters: one placement's split refinement, at most
                                   budget / SEARCH_REFINE_EVALS */
 #define STAGE_COST_WORK 4
+#define SEARCH_KICKS 16 /* the iterated local search stops after this many kicks found nothing */
 
 /* Is a fabric-homogeneous placement possible: every fabric's units a multiple of D. */
 int pl_homogeneous_possible(const struct plan_eval *ev, const int *fab_start, int D);
