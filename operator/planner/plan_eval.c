@@ -418,6 +418,7 @@ struct cost_link pl_boundary_links(struct plan_eval *ev, const int *a, const int
 void pl_eval_links(struct plan_eval *ev, int P, const int *stage_units)
 {
     int D = ev->D;
+    ev->sim.work += UNIT_WORK * (double)P * D; /* the budget counts this too */
     int gateway = ev->links.gateway_gbps > 0;
     if (gateway)
         count_dp_gateway_flows(ev, P, stage_units);

@@ -116,7 +116,8 @@ struct search {
 #define SEARCH_TOP 8
 #define SEARCH_REPS 32
 /* The search's budget, in simulated ops (a schedule simulation of P stages and m micro-batches
- * is 2 P m of them; a stage's cost in the split's dynamic programme counts as STAGE_COST_WORK).
+ * is 2 P m of them; a stage's cost in the split's dynamic programme counts as STAGE_COST_WORK, a
+ * placement's links UNIT_WORK per tensor block).
  * plan_make shares PLAN_WORK among the shapes it searches; a search keeps SEARCH_REFINE_SHARE of
  * its budget to refine the split of its best few placements. */
 #define PLAN_WORK 1.2e7
@@ -125,6 +126,7 @@ struct search {
 #define SEARCH_REFINE_EVALS 64 /* small clusters: one placement's split refinement, at most
                                   budget / SEARCH_REFINE_EVALS */
 #define STAGE_COST_WORK 4
+#define UNIT_WORK 4 /* a placement's links, per tensor block */
 #define SEARCH_KICKS 16 /* the iterated local search stops after this many kicks found nothing */
 
 /* Is a fabric-homogeneous placement possible: every fabric's units a multiple of D. */

@@ -54,7 +54,7 @@ static void print_result(const char *label, long gpus, const struct plan *p, dou
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("%-28s gpus %7ld  plan cpu %7.3f s  wall %7.3f s  peak RSS %7.1f MB  sims %7ld "
+    printf("%-26s gpus %6ld  plan cpu %6.3f s  wall %7.3f s  peak RSS %7.1f MB  sims %7ld "
            "(%.2g ops)  -> pipeline %d x data %d, step %.3f s (naive %.3f s, ethernet %.3f s)\n",
            label, gpus, cpu, wall, ru.ru_maxrss / 1024.0, p->sim_runs, p->sim_ops, p->pipeline,
            p->data, p->step_s, p->baseline_naive_s, p->baseline_ethernet_s);
@@ -230,6 +230,7 @@ static int sweep(int max_nodes, int cases, uint64_t seed)
             else
                 snprintf(worst_desc, sizeof worst_desc, "%.200s -> pipeline %d x data %d", desc,
                          p.pipeline, p.data);
+            worst_desc[sizeof worst_desc - 1] = '\0';
         }
         if (!rc)
             plan_free(&p);
