@@ -205,7 +205,7 @@ static int open_comms(struct worker *w, struct tcp_listener *l, herr *e)
         int member = 0;
         for (int i = 0; i < gr->n; i++)
             member |= gr->members[i] == w->rank;
-        if (!member || gr->n == 1)
+        if (!member || gr->n == 1 || gr->kind == GROUP_LINK) /* links: not opened here */
             continue;
         struct comm **slot = gr->kind == GROUP_DP ? &w->dp : gr->kind == GROUP_PP ? &w->pp
                            : gr->kind == GROUP_TP ? &w->tp : &w->emb;
