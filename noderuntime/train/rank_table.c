@@ -118,7 +118,7 @@ int rank_table_nccl_params(const struct plan_doc *rt, int g, int rank, int devic
     if (g < 0 || g >= rt->ngroups || rank < 0 || rank >= rt->world)
         return 0;
     const struct plan_doc_group *gr = &rt->groups[g];
-    if (gr->kind != GROUP_DP && gr->kind != GROUP_TP)
+    if (gr->kind == GROUP_PP) /* the pipeline group carries only the norm's scalars: TCP */
         return 0;
     int rdma = strcmp(gr->nccl_net, "IB") == 0, local = rank_table_same_node(rt, gr);
     if (!rdma && !local)

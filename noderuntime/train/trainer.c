@@ -176,6 +176,12 @@ static void worker_free(struct worker *w)
     free(w->tie);
     free(w->tie_sends);
     zero_free(w->z);
+    struct pipe_link *links[2] = {&w->prev, &w->next};
+    for (int i = 0; i < 2; i++) {
+        if (links[i]->bwd != links[i]->fwd)
+            comm_free(links[i]->bwd);
+        comm_free(links[i]->fwd);
+    }
     comm_free(w->pp);
     comm_free(w->dp);
     comm_free(w->emb);
@@ -197,6 +203,67 @@ static void worker_free(struct worker *w)
     free(w->tens_layer);
 }
 
+/* Group g as a communicator for this rank: TCP, or for GPU ranks on a group the plan put on RDMA
+ * (or inside one worker) NCCL bootstrapped over the TCP group; `second` makes another
+ * communicator of the same members (its own connections: a link's other direction). Every
+ * communicator takes the engine's buffers as they are (comm_dev_*). */
+static int open_group(struct worker *w, struct tcp_listener *l, int g, int second,
+                      struct comm **out, herr *e)
+{
+    struct rt_comm_spec cs;
+    *out = NULL;
+    if (rank_table_comm_spec(w->rt, g, w->rank, &cs, e) != 0)
+        return -1;
+    if (second) {
+        cs.spec.group_id |= 0x40000000u;
+        size_t n = strlen(cs.name);
+        snprintf(cs.name + n, sizeof cs.name - n, "%s", " back");
+        cs.spec.name = cs.name;
+    }
+    int rc = comm_create(out, l, &cs.spec, e);
+    struct comm_nccl_params np;
+    if (rc == 0 && w->cfg->engine == ENGINE_CUDA &&
+        rank_table_nccl_params(w->rt, g, w->rank, w->cfg->device, &np)) {
+        /* GPU ranks on an RDMA group: NCCL, bootstrapped over the TCP group just made */
+        np.name = cs.name;
+        struct comm *boot = *out;
+        *out = NULL;
+        rc = comm_create_nccl ? comm_create_nccl(out, boot, &np, e)
+                              : (comm_free(boot), herr_set(e, "communicator %s: planned on "
+                                 "NCCL, but this holmes-node has no NCCL backend", cs.name));
+        if (rc == 0)
+            log_info("communicator %s: NCCL over %s (planned %s)", cs.name,
+                     comm_transport(*out)[0] ? comm_transport(*out) : "the node's links",
+                     np.net_name[0] ? np.net_name : "inside one node");
+    }
+    rt_comm_spec_free(&cs);
+    if (rc == 0 && comm_set_devmem(*out, engine_mem(w->eng), e) != 0)
+        rc = -1;
+    return rc;
+}
+
+/* A pipeline link (the link group g, this rank member `me` of [stage s, stage s + 1]): one
+ * communicator for both directions on TCP (its reader threads never let one direction wait for
+ * the other), one per direction on NCCL (a communicator's operations run in order, so a send
+ * queued behind a receive could wait for a peer that waits for it). */
+static int open_link(struct worker *w, struct tcp_listener *l, int g, struct pipe_link *link,
+                     herr *e)
+{
+    const struct plan_doc_group *gr = &w->rt->groups[g];
+    int me = gr->members[0] == w->rank ? 0 : 1;
+    struct comm_nccl_params np;
+    int two = w->cfg->engine == ENGINE_CUDA &&
+              rank_table_nccl_params(w->rt, g, w->rank, w->cfg->device, &np);
+    link->peer = 1 - me;
+    if (open_group(w, l, g, 0, &link->fwd, e) != 0)
+        return -1;
+    if (!two) {
+        link->bwd = link->fwd;
+        return 0;
+    }
+    return open_group(w, l, g, 1, &link->bwd, e);
+}
+
 /* Creates this rank's communicators in group order (deadlock-free: see docs/comm.md). */
 static int open_comms(struct worker *w, struct tcp_listener *l, herr *e)
 {
@@ -205,34 +272,17 @@ static int open_comms(struct worker *w, struct tcp_listener *l, herr *e)
         int member = 0;
         for (int i = 0; i < gr->n; i++)
             member |= gr->members[i] == w->rank;
-        if (!member || gr->n == 1 || gr->kind == GROUP_LINK) /* links: not opened here */
+        if (!member || gr->n == 1)
             continue;
+        if (gr->kind == GROUP_LINK) {
+            struct pipe_link *link = gr->members[0] == w->rank ? &w->next : &w->prev;
+            if (open_link(w, l, g, link, e) != 0)
+                return -1;
+            continue;
+        }
         struct comm **slot = gr->kind == GROUP_DP ? &w->dp : gr->kind == GROUP_PP ? &w->pp
                            : gr->kind == GROUP_TP ? &w->tp : &w->emb;
-        struct rt_comm_spec cs;
-        if (rank_table_comm_spec(w->rt, g, w->rank, &cs, e) != 0)
-            return -1;
-        int rc = comm_create(slot, l, &cs.spec, e);
-        struct comm_nccl_params np;
-        if (rc == 0 && w->cfg->engine == ENGINE_CUDA &&
-            rank_table_nccl_params(w->rt, g, w->rank, w->cfg->device, &np)) {
-            /* GPU ranks on an RDMA group: NCCL, bootstrapped over the TCP group just made */
-            np.name = cs.name;
-            struct comm *boot = *slot;
-            *slot = NULL;
-            rc = comm_create_nccl ? comm_create_nccl(slot, boot, &np, e)
-                                  : (comm_free(boot), herr_set(e, "communicator %s: planned on "
-                                     "NCCL, but this holmes-node has no NCCL backend", cs.name));
-            if (rc == 0)
-                log_info("communicator %s: NCCL over %s (planned %s)", cs.name,
-                         comm_transport(*slot)[0] ? comm_transport(*slot) : "the node's links",
-                         np.net_name[0] ? np.net_name : "inside one node");
-        }
-        rt_comm_spec_free(&cs);
-        /* every communicator takes the engine's buffers as they are (comm_dev_*) */
-        if (rc == 0 && comm_set_devmem(*slot, engine_mem(w->eng), e) != 0)
-            rc = -1;
-        if (rc != 0)
+        if (open_group(w, l, g, 0, slot, e) != 0)
             return -1;
     }
     return 0;
@@ -704,7 +754,7 @@ int trainer_run(const struct trainer_config *c, const struct plan_doc *rt, int r
                                  stage_forward, stage_backward};
     struct pipe_config pc = {.stage = w.stage, .stages = w.P, .micro_batches = w.M,
                              .schedule = c->schedule,
-                             .prev = {w.pp, w.pp, w.stage - 1}, .next = {w.pp, w.pp, w.stage + 1},
+                             .prev = w.prev, .next = w.next,
                              .wire = c->pipe_wire, .slices = c->token_slices,
                              .bounds = c->slice_bounds, .mem = w.mem,
                              .act_bytes = engine_act_bytes(w.eng), .tp = w.tp};

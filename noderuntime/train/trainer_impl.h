@@ -6,6 +6,7 @@
 #include "comm.h"
 #include "engine.h"
 #include "gpt.h"
+#include "pipeline.h"
 #include "trainer.h"
 #include "zero.h"
 
@@ -19,7 +20,8 @@ struct worker {
     int TP, tpr;               /* tensor-parallel group size and this rank's place in it */
     int first, last;           /* stage holds embeddings / head */
     int lo, hi;                /* its layers [lo, hi) */
-    struct comm *pp, *dp, *emb, *tp;
+    struct comm *pp, *dp, *emb, *tp;  /* pp: the pipeline group's collectives (the norm) */
+    struct pipe_link prev, next;      /* the links to the neighbour stages (link groups) */
     struct engine *eng;
     struct gpt_stage *gs;      /* the engine's host stage: layout; host buffers for checkpoints */
     struct devmem *mem;        /* the engine's memory: parameters, gradients, optimizer state */

@@ -329,8 +329,10 @@ int main(void)
                   cs.spec.index == 1 && cs.pacing[0].bytes_per_sec == 2e6);
         rt_comm_spec_free(&cs);
         struct comm_nccl_params np;
-        CHECK_INT("a link planned IB is not a collective on NCCL (the pipeline opens links)",
-                  rank_table_nccl_params(&rt, a, 0, 0, &np), 0);
+        CHECK("a link planned IB runs on NCCL for GPU ranks (send/recv on device buffers)",
+              rank_table_nccl_params(&rt, a, 0, 0, &np) == 1 && !strcmp(np.net_name, "IB"));
+        CHECK_INT("a link between fabrics (socket) stays on TCP", rank_table_nccl_params(&rt, b, 2, 0, &np),
+                  0);
         cJSON *j = plan_doc_to_json(&rt);
         struct plan_doc back;
         int rc2 = j ? plan_doc_from_json(j, "encoded", &back, &e) : -1;
