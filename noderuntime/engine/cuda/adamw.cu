@@ -43,38 +43,24 @@ __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, float
 /* fixed grid (SQ_BLOCKS blocks): partial[block] = sum of g^2 over a grid-stride, in fp64 */
 __global__ void sq_partial_kernel(double *partial, const float *g, size_t lo, size_t hi)
 {
-    __shared__ double sh[256];
     double s = 0.0;
     for (size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < hi;
          i += (size_t)gridDim.x * blockDim.x)
         s += (double)g[i] * g[i];
-    sh[threadIdx.x] = s;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w)
-            sh[threadIdx.x] += sh[threadIdx.x + w];
-        __syncthreads();
-    }
+    s = block_sum_fixed(s);
     if (threadIdx.x == 0)
-        partial[blockIdx.x] = sh[0];
+        partial[blockIdx.x] = s;
 }
 
 /* out[0] = the sum of partial[0, n) in a fixed order (one block) */
 __global__ void sq_final_kernel(double *out, const double *partial, size_t n)
 {
-    __shared__ double sh[256];
     double s = 0.0;
     for (size_t i = threadIdx.x; i < n; i += blockDim.x)
         s += partial[i];
-    sh[threadIdx.x] = s;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w)
-            sh[threadIdx.x] += sh[threadIdx.x + w];
-        __syncthreads();
-    }
+    s = block_sum_fixed(s);
     if (threadIdx.x == 0)
-        out[0] = sh[0];
+        out[0] = s;
 }
 
 } /* namespace */
