@@ -4,10 +4,10 @@ backward + global-norm clipping + AdamW, B sequences of T tokens, vocab padded t
 PyTorch's best: bf16 autocast, torch.compile, fused scaled-dot-product (flash) attention, fused
 AdamW, TF32 allowed. MFU uses bench_gpu's FLOP count (gpt_stage_flops).
 Usage: python3 tests/bench/bench_torch_gpu.py L C NH V B T steps [peak_tflops]
-       [--micro-batches M[,M2...]] [--name NAME]
+       [--micro-batches M[,M2...]]
 (M micro-batches of B sequences a step, gradients accumulated, as bench_gpu's; several M: one
-run each after one compilation, named NAME-xM). Each run's last line, "BENCH name=...
-impl=pytorch tokens_per_s=... ms=... mfu=...", is read by make bench-gpu."""
+run each after one compilation). Its "pytorch ... L.. C.. NH.. V.. B.. T.. M.. on ..." lines are
+what make bench-gpu's summary (tests/bench/gpu_summary.py) reads."""
 import math
 import sys
 import time
@@ -15,13 +15,11 @@ import time
 import torch
 import torch.nn.functional as F
 
-ARGS, MS, NAME = [], [1], None
+ARGS, MS = [], [1]
 _it = iter(sys.argv[1:])
 for _a in _it:
     if _a == "--micro-batches":
         MS = [int(x) for x in next(_it).split(",")]
-    elif _a == "--name":
-        NAME = next(_it)
     else:
         ARGS.append(_a)
 L, C, NH, V, B, T, STEPS = (int(x) for x in ARGS[0:7])
@@ -110,12 +108,9 @@ for M in MS:
     BT = B * T
     flops = M * 3 * (L * (2 * BT * 12 * C * C + 4 * B * (T * (T + 1) / 2) * C) + 2 * BT * C * VP)
     tflops = flops / (med / 1e3) / 1e12
-    print(f"pytorch {torch.__version__} bf16-autocast+compile L{L} C{C} NH{NH} V{V} B{B} T{T} x{M} "
-          f"micro-batches on {torch.cuda.get_device_name()}: params {nparams / 1e6:.1f}M, median "
+    print(f"pytorch {torch.__version__} bf16-autocast+compile L{L} C{C} NH{NH} V{V} B{B} T{T} M{M} "
+          f"on {torch.cuda.get_device_name()}: params {nparams / 1e6:.1f}M, median "
           f"{med:.1f} ms/step (min {times[0]:.1f}, max {times[-1]:.1f}, {STEPS} steps), "
           f"{M * BT / (med / 1e3):.0f} tokens/s, {tflops:.0f} TFLOP/s, MFU {100 * tflops / PEAK:.1f}% "
           f"of {PEAK:.0f}, compile+warm-up {compile_s:.0f} s, peak memory "
-          f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB, loss {loss.item():.4f}")
-    name = (f"{NAME}-x{M}" if len(MS) > 1 else NAME) if NAME else f"L{L}-C{C}-B{B}x{M}"
-    print(f"BENCH name={name} impl=pytorch tokens_per_s={M * BT / (med / 1e3):.0f} "
-          f"ms={med:.2f} mfu={100 * tflops / PEAK:.2f}", flush=True)
+          f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB, loss {loss.item():.4f}", flush=True)

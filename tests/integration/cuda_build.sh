@@ -81,7 +81,8 @@ fi
 tmpd=$(mktemp -d /tmp/holmes-cuda-node.XXXXXX)
 port=$(free_ports 1)
 printf '{"parallelism": {"pipeline": 1, "data": 1}, "workers": [{"host": "127.0.0.1", "port": %s}]}' "$port" >"$tmpd/rt.json"
-run_rt() { "$1" worker --rank 0 --rank-table "$tmpd/rt.json" --data "$REPO/examples/data/corpus.txt" --steps 3 "${@:2}" 2>&1; }
+run_rt() { "$1" worker --rank 0 --rank-table "$tmpd/rt.json" --data "$REPO/examples/data/corpus.txt" --steps 3 \
+    --layers 4 --channels 64 --heads 4 --seq 32 --batch 4 --micro-batches 2 "${@:2}" 2>&1; }
 a=$(run_rt "$node" | grep -o 'step 3 loss [0-9.]*'); b=$(run_rt "$NODE" | grep -o 'step 3 loss [0-9.]*')
 [ -n "$a" ] && [ "$a" = "$b" ] && pass "cuda.node: its CPU engine trains as bin/holmes-node's ($a)" \
     || fail "cuda.node: its CPU engine trains as bin/holmes-node's" "cuda node '$a', plain '$b'"

@@ -5,12 +5,11 @@
  * optimizer, other, and idle (the step's GPU time no part covers: launch gaps, host work), with
  * the kernel launches (and other enqueued work) and host synchronisations of a step.
  * Usage: bench_gpu L C NH V B T steps [peak_tflops (default 989: H100 SXM bf16 dense) [flags]]
- *                  [--micro-batches M[,M2...]] [--name NAME]
- *        (several M: one run each on the same stage, named NAME or NAME-xM)
+ *                  [--micro-batches M[,M2...]]   (several M: one run each, on the same stage)
  *        (flags: gpu_stage_create's, 1 = GPU_RECOMPUTE_GELU, 4 = GPU_MATERIALISED_ATTENTION)
  *        bench_gpu --gemm N iters    (the GEMM ceiling: an NxNxN product, same path and type)
- * The last line, "BENCH name=... impl=holmes tokens_per_s=... ms=... mfu=...", is read by
- * make bench-gpu's summary. */
+ * The "holmes ... L.. C.. NH.. V.. B.. T.. M.. on ..." lines are what make bench-gpu's summary
+ * (tests/bench/gpu_summary.py) reads. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,7 +67,7 @@ int main(int argc, char **argv)
         return 0;
     }
     int Ms[4] = {1}, nM = 1, npos = 0;
-    const char *pos[9], *name = NULL;
+    const char *pos[9];
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--micro-batches") && i + 1 < argc) {
             char *q = argv[++i];
@@ -79,8 +78,6 @@ int main(int argc, char **argv)
                 else if (*q)
                     Ms[nM] = 0;
             }
-        } else if (!strcmp(argv[i], "--name") && i + 1 < argc) {
-            name = argv[++i];
         } else if (npos < 9) {
             pos[npos++] = argv[i];
         } else {
@@ -94,7 +91,7 @@ int main(int argc, char **argv)
     }
     if (npos < 7 || npos > 9 || badM) {
         fprintf(stderr, "usage: %s L C NH V B T steps [peak_tflops [flags]] [--micro-batches "
-                "M[,M...]] [--name NAME] | --gemm N iters\n", argv[0]);
+                "M[,M...]] | --gemm N iters\n", argv[0]);
         return 2;
     }
     struct gpt_config c = {atoi(pos[0]), atoi(pos[1]), atoi(pos[2]), atoi(pos[3]), 0, 1024};
@@ -138,7 +135,7 @@ int main(int argc, char **argv)
         qsort(ms, (size_t)steps, sizeof(double), cmp_double);
         double med = ms[steps / 2], flops = gpu_stage_flops(s) * M;
         double tflops = flops / (med / 1e3) / 1e12, tps = (double)M * BT / (med / 1e3);
-        printf("holmes %s%s L%d C%d NH%d V%d B%d T%d x%d micro-batches on %s: params %.1fM, "
+        printf("holmes %s%s L%d C%d NH%d V%d B%d T%d M%d on %s: params %.1fM, "
                "attention %s, median %.1f ms/step (min %.1f, max %.1f, %d steps), %.0f tokens/s, "
                "%.0f TFLOP/s, MFU %.1f%% of %.0f, loss %.4f\n",
                gpu_precision_name(), flags & GPU_RECOMPUTE_GELU ? " recompute-gelu" : "",
@@ -168,15 +165,6 @@ int main(int argc, char **argv)
         printf("  per step: %llu kernel launches and other enqueued work, %llu host "
                "synchronisations%s\n", p.launches, p.syncs,
                p.events_lost ? " (some parts not timed: event pool)" : "");
-        char shape[96];
-        if (name && nM > 1)
-            snprintf(shape, sizeof shape, "%s-x%d", name, M);
-        else if (name)
-            snprintf(shape, sizeof shape, "%s", name);
-        else
-            snprintf(shape, sizeof shape, "L%d-C%d-B%dx%d", c.layers, c.channels, B, M);
-        printf("BENCH name=%s impl=holmes tokens_per_s=%.0f ms=%.2f mfu=%.2f\n", shape, tps, med,
-               100.0 * tflops / peak);
         fflush(stdout);
     }
     gpu_stage_free(s);

@@ -58,6 +58,13 @@ extern "C" {
 #define gpu_stage_create GPU_API(stage_create)
 #define gpu_stage_create_tp GPU_API(stage_create_tp)
 #define gpu_stage_set_tp_sum GPU_API(stage_set_tp_sum)
+#define gpu_stage_set_tp_sum_dev GPU_API(stage_set_tp_sum_dev)
+#define gpu_stage_set_forward_hook GPU_API(stage_set_forward_hook)
+#define gpu_stage_set_backward_hook GPU_API(stage_set_backward_hook)
+#define gpu_stage_params_changed GPU_API(stage_params_changed)
+#define gpu_stage_loss_take GPU_API(stage_loss_take)
+#define gpu_stage_adamw_ex GPU_API(stage_adamw_ex)
+#define gpu_stage_sq_norm_ranges GPU_API(stage_sq_norm_ranges)
 #define gpu_stage_free GPU_API(stage_free)
 #define gpu_stage_config GPU_API(stage_config)
 #define gpu_stage_num_params GPU_API(stage_num_params)
@@ -83,16 +90,9 @@ extern "C" {
 #define gpu_stage_zero_grads GPU_API(stage_zero_grads)
 #define gpu_stage_grad_sq_norm GPU_API(stage_grad_sq_norm)
 #define gpu_stage_adamw GPU_API(stage_adamw)
-#define gpu_stage_set_forward_hook GPU_API(stage_set_forward_hook)
-#define gpu_stage_set_backward_hook GPU_API(stage_set_backward_hook)
-#define gpu_stage_params_changed GPU_API(stage_params_changed)
-#define gpu_stage_set_tp_sum_dev GPU_API(stage_set_tp_sum_dev)
 #define gpu_stage_event_record GPU_API(stage_event_record)
 #define gpu_stage_wait_event GPU_API(stage_wait_event)
-#define gpu_stage_loss_take GPU_API(stage_loss_take)
-#define gpu_stage_adamw_ex GPU_API(stage_adamw_ex)
 #define gpu_stage_sq_norm_ex GPU_API(stage_sq_norm_ex)
-#define gpu_stage_sq_norm_ranges GPU_API(stage_sq_norm_ranges)
 #define gpu_stage_attention_kind GPU_API(stage_attention_kind)
 #define gpu_stage_profile_begin GPU_API(stage_profile_begin)
 #define gpu_stage_profile_end GPU_API(stage_profile_end)
@@ -117,9 +117,9 @@ size_t gpu_act_bytes(void);
 /* gpu_stage_create flags */
 #define GPU_RECOMPUTE_GELU 1 /* keep no GELU outputs (4*B*T*C per layer and slot, a quarter of the
                                 activations): backward recomputes them */
-#define GPU_NO_MOMENTS 2     /* no whole-stage AdamW moments m, v (the caller keeps its shard's and
-                                calls gpu_stage_adamw_ex); gpu_stage_adamw and the moment
-                                transfers then fail */
+#define GPU_NO_MOMENTS 2     /* no whole-stage AdamW moments (gpu_stage_adamw, _set/_get_moments
+                                refuse): the caller keeps its own, e.g. a ZeRO shard's, and runs
+                                gpu_stage_adamw_ex */
 #define GPU_MATERIALISED_ATTENTION 4 /* bf16: the attention that materialises the T x T scores
                                 instead of flash attention (for checking; fp32 always does) */
 #define GPU_FLAGS_ALL 7
@@ -144,12 +144,6 @@ int gpu_stage_create_tp(struct gpu_stage **out, const struct gpt_config *c, int 
  * Without one (or when it fails), a tensor-parallel forward or backward returns -1. */
 void gpu_stage_set_tp_sum(struct gpu_stage *s, int (*fn)(void *ctx, float *buf, size_t n),
                           void *ctx);
-/* The group's sum on a DEVICE fp32 buffer, stream-ordered: called after the work producing
- * dev_buf[n] is enqueued on the stage's stream; fn makes that stream wait until dev_buf holds the
- * group's sum (e.g. a NCCL all-reduce on another stream, ordered by events both ways). Non-zero
- * fails the pass. When set, it is used instead of gpu_stage_set_tp_sum's; NULL removes it. */
-void gpu_stage_set_tp_sum_dev(struct gpu_stage *s, int (*fn)(void *ctx, float *dev_buf, size_t n),
-                              void *ctx);
 /* Device memory a stage of this shape needs (parameters, gradients, moments unless
  * GPU_NO_MOMENTS, the bf16 weight copy, scratch and slots; not cuBLASLt's tuning buffers nor the
  * sliced backward's lazily allocated accumulators), for planners and error messages; 0 when the
@@ -157,6 +151,44 @@ void gpu_stage_set_tp_sum_dev(struct gpu_stage *s, int (*fn)(void *ctx, float *d
 size_t gpu_stage_device_bytes(const struct gpt_config *c, int first, int last, int B, int T,
                               int slots, int flags, int tp);
 void gpu_stage_free(struct gpu_stage *s);
+
+/* The device-resident trainer's calls (engine_cuda.c). Forward and backward queue their work on
+ * the stream and return without waiting for it (an out_act or din is complete for another stream
+ * once that stream waits for an event recorded after the call); tokens and targets go up from
+ * per-slot pinned buffers, asynchronously.
+ *
+ * The forward hook: called on the host before the forward queues work that reads parameters
+ * [lo, hi) (the embeddings, each block, the final LayerNorm and head), in forward order, at every
+ * call (slices too), as gpt_stage_set_forward_hook; a non-zero return fails the forward. It may
+ * make the stream wait for events (the ZeRO all-gather of the range). */
+void gpu_stage_set_forward_hook(struct gpu_stage *s, int (*fn)(void *ctx, size_t lo, size_t hi),
+                                void *ctx);
+/* Parameters [lo, hi) were rewritten in device memory (an all-gather, AdamW through
+ * gpu_stage_adamw_ex, a load), in the stream's order: the bf16 weight copy of every unit they
+ * touch is refreshed right after that unit's forward hook, before it is read (fp32: nothing). */
+void gpu_stage_params_changed(struct gpu_stage *s, size_t lo, size_t hi);
+/* The backward hook: called right after the work that produces block `layer`'s final gradients
+ * (global layer index, last block first) is queued, at the backward that ends a micro-batch
+ * (t0 = 0 with token slices), as gpt_stage_set_backward_hook. */
+void gpu_stage_set_backward_hook(struct gpu_stage *s, void (*fn)(void *ctx, int layer), void *ctx);
+/* The tensor group's sum on a DEVICE fp32 buffer, in the stream's order: fn is called after the
+ * work producing buf is queued and makes the stream wait until buf holds the sum. When set, it
+ * replaces gpu_stage_set_tp_sum's host staging. */
+void gpu_stage_set_tp_sum_dev(struct gpu_stage *s, int (*fn)(void *ctx, float *buf, size_t n),
+                              void *ctx);
+/* The losses the last stage's forwards added since the last call (forwards given loss NULL; each
+ * a micro-batch's (or slice's share of its) mean), summed, and the sum reset: one wait. */
+int gpu_stage_loss_take(struct gpu_stage *s, float *sum);
+/* AdamW (optimizer.h's adamw_update_at) over parameters [lo, hi) held anywhere in device memory:
+ * p, g, m, v each with element 0 at parameter lo; weight decay by the tensor table at lo + i.
+ * Queued; it does not refresh the bf16 copy (gpu_stage_params_changed). */
+int gpu_stage_adamw_ex(struct gpu_stage *s, const struct adamw_config *o, size_t lo, size_t hi,
+                       float *p, const float *g, float *m, float *v, float lr, long step,
+                       float grad_scale);
+/* Sum of squares of base[lo[i], hi[i]) over the n ranges (device memory), fp64, a fixed order of
+ * reduction: one wait. */
+int gpu_stage_sq_norm_ranges(struct gpu_stage *s, const float *base, const size_t *lo,
+                             const size_t *hi, int n, double *out);
 
 const struct gpt_config *gpu_stage_config(const struct gpu_stage *s);
 size_t gpu_stage_num_params(const struct gpu_stage *s);
@@ -183,28 +215,15 @@ int gpu_stage_set_grads(struct gpu_stage *s, const float *host);
 int gpu_stage_set_moments(struct gpu_stage *s, const float *m, const float *v);
 int gpu_stage_get_moments(struct gpu_stage *s, float *m, float *v);
 /* Device pointers of the fp32 buffers, for collectives (NCCL all-reduce of grads, etc.).
- * Gradients are not cleared by gpu_stage_zero_grads: the next backward writes them instead of
- * adding (every element); gpu_stage_grads_dev() (like every other reader of the gradients) first
- * clears them on the stream when no backward has run since. */
+ * gpu_stage_zero_grads does not clear the gradients: the next backward writes every element
+ * instead of adding (the first micro-batch writes, later ones add), so between the two the
+ * buffer holds the old step's values. The stage's own readers (get_grads, grad_sq_norm, adamw,
+ * and gpu_stage_grads_dev itself) clear it on the stream first when no backward ran since; a
+ * caller reading through a pointer it kept reads after a backward (the backward hook's blocks,
+ * the end of the micro-batches). */
 float *gpu_stage_params_dev(struct gpu_stage *s);
 float *gpu_stage_grads_dev(struct gpu_stage *s);
-/* The fp32 parameters [lo, hi) were rewritten in device memory by someone else (an all-gather
- * into gpu_stage_params_dev(), a checkpoint load), ordered on the stage's stream: the bf16 weight
- * copy of that range is refreshed before its next use (per block, right after the forward hook
- * for that block). Nothing to do in fp32 mode. */
-void gpu_stage_params_changed(struct gpu_stage *s, size_t lo, size_t hi);
 
-/* Hooks, as gpt.h's. Forward: called on the host before the forward first enqueues work that
- * reads the parameters [lo, hi) (the embeddings, each block, the final LayerNorm and head), in
- * forward order, at every forward (and slice); it may make the stage's stream wait on events (the
- * ZeRO all-gather of that range); non-zero fails the forward. Backward: called right after the
- * work producing block `layer`'s final gradients (global layer index, last block first) is
- * enqueued on the stream, only at the backward that ends a micro-batch (t0 = 0 with token
- * slices), so that the caller can record an event and reduce the block's gradients on another
- * stream. NULL removes either. */
-void gpu_stage_set_forward_hook(struct gpu_stage *s, int (*fn)(void *ctx, size_t lo, size_t hi),
-                                void *ctx);
-void gpu_stage_set_backward_hook(struct gpu_stage *s, void (*fn)(void *ctx, int layer), void *ctx);
 /* Records `cuda_event` (a cudaEvent_t, cast to void *) on the stage's stream: every piece of work
  * enqueued so far (out_act, din, gradients) is complete when the event is. */
 int gpu_stage_event_record(struct gpu_stage *s, void *cuda_event);
@@ -235,28 +254,16 @@ int gpu_stage_backward_slice(struct gpu_stage *s, int slot, int t0, int t1, cons
                              void *din, float loss_scale);
 /* The next backward writes the gradients instead of adding to them (no memset). */
 int gpu_stage_zero_grads(struct gpu_stage *s);
-/* *sum = the losses accumulated on the device since the last take (the sum, over micro-batches
- * or slices forwarded with loss NULL, of what *loss would have been), and resets the
- * accumulator; synchronises the stream once. */
-int gpu_stage_loss_take(struct gpu_stage *s, float *sum);
 
 /* Sum of squares of grads[lo, hi) (fp64 accumulation, deterministic), synchronising. */
 int gpu_stage_grad_sq_norm(struct gpu_stage *s, size_t lo, size_t hi, double *out);
-/* The same over any device fp32 buffer g[0, n), and over several ranges [lo[i], hi[i]) of base
- * added in one synchronisation (the trainer's shard ranges); fixed reduction order. */
+/* The same over any device fp32 buffer g[0, n) (gpu_stage_sq_norm_ranges for several ranges in
+ * one wait). */
 int gpu_stage_sq_norm_ex(struct gpu_stage *s, const float *g, size_t n, double *out);
-int gpu_stage_sq_norm_ranges(struct gpu_stage *s, const float *base, const size_t *lo,
-                             const size_t *hi, int n, double *out);
 /* AdamW (optimizer.h's adamw_update, same formula) over params[lo, hi) on the device, moments
  * indexed like params; refreshes the bf16 weight copy of the range. */
 int gpu_stage_adamw(struct gpu_stage *s, const struct adamw_config *o, size_t lo, size_t hi,
                     float lr, long step, float grad_scale);
-/* AdamW over buffers held outside the stage (a ZeRO shard, fp32 masters): p, g, m, v are device
- * pointers whose element 0 is parameter lo (weight decay by the tensor table at lo + i), hi - lo
- * elements each. The bf16 weight copy is not touched: call gpu_stage_params_changed. */
-int gpu_stage_adamw_ex(struct gpu_stage *s, const struct adamw_config *o, size_t lo, size_t hi,
-                       float *p, const float *g, float *m, float *v, float lr, long step,
-                       float grad_scale);
 
 /* Tests: every activation and scratch buffer of the stage filled with NaN (0xff bytes), so that
  * a kernel that leaves part of its output unwritten shows; synchronises. */
