@@ -55,61 +55,55 @@ __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, float
 /* fixed grid (SQ_BLOCKS blocks): partial[block] = sum of g[0, n)^2 over a grid-stride, in fp64 */
 __global__ void sq_partial_kernel(double *partial, const float *g, size_t n)
 {
-    __shared__ double sh[256];
     double s = 0.0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         s += (double)g[i] * g[i];
-    sh[threadIdx.x] = s;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w)
-            sh[threadIdx.x] += sh[threadIdx.x + w];
-        __syncthreads();
-    }
+    s = block_sum_fixed(s);
     if (threadIdx.x == 0)
-        partial[blockIdx.x] = sh[0];
+        partial[blockIdx.x] = s;
 }
 
-/* the squares of each range [lo[r], hi[r]) of base into sq_partial[r SQ_BLOCKS ...], then their
- * sum: range by range, block by block (one synchronisation) */
+/* out[0] = the sum of partial[0, n) in a fixed order (one block) */
+__global__ void sq_final_kernel(double *out, const double *partial, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x)
+        s += partial[i];
+    s = block_sum_fixed(s);
+    if (threadIdx.x == 0)
+        out[0] = s;
+}
+
+/* the squares of each range [lo[r], hi[r]) of base into sq_partial[r SQ_BLOCKS ...], their sum
+ * on the device in a fixed order, read back: one synchronisation */
 int sq_ranges(struct gpu_stage *s, const float *base, const size_t *lo, const size_t *hi, int n,
               double *out)
 {
     PROF(&s->x, GPU_PART_OPTIMIZER);
     char *EB = s->err;
     size_t EN = sizeof s->err;
-    size_t need = (size_t)(n > 0 ? n : 1) * SQ_BLOCKS;
-    if (need > s->sq_cap) {
+    size_t need = (size_t)n * SQ_BLOCKS + 1;
+    *out = 0.0;
+    if (n == 0)
+        return 0;
+    if (need > s->sq_cap) { /* grown once: the trainer's ranges do not change */
         double *np = NULL;
-        CK(cudaStreamSynchronize(s->x.stream)); /* the old buffer is no longer read */
+        OK(sync_stream(s->x.stream, EB, EN)); /* the old buffer is no longer read */
         CK(cudaMalloc((void **)&np, need * sizeof(double)));
         cudaFree(s->sq_partial);
         s->sq_partial = np;
         s->sq_cap = need;
     }
-    double *h = (double *)malloc(need * sizeof(double));
-    if (!h)
-        return stage_fail(s, "out of memory for the norm's partial sums");
     for (int r = 0; r < n; r++) {
         sq_partial_kernel<<<SQ_BLOCKS, 256, 0, s->x.stream>>>(s->sq_partial + (size_t)r * SQ_BLOCKS,
                                                               base + lo[r], hi[r] - lo[r]);
-        if (cudaGetLastError() != cudaSuccess) {
-            free(h);
-            return stage_fail(s, "CUDA: the norm's kernel did not launch");
-        }
-        COUNT_LAUNCH();
+        LAUNCHED(s->x.stream);
     }
-    if (n > 0 && d2h(s, h, s->sq_partial, (size_t)n * SQ_BLOCKS * sizeof(double)) < 0) {
-        free(h);
-        return -1;
-    }
-    double sum = 0.0;
-    for (size_t i = 0; i < (size_t)n * SQ_BLOCKS; i++)
-        sum += h[i];
-    free(h);
-    *out = sum;
-    return 0;
+    double *total = s->sq_partial + (size_t)n * SQ_BLOCKS;
+    sq_final_kernel<<<1, 1024, 0, s->x.stream>>>(total, s->sq_partial, (size_t)n * SQ_BLOCKS);
+    LAUNCHED(s->x.stream);
+    return d2h(s, out, total, sizeof *out);
 }
 
 } /* namespace */

@@ -70,19 +70,12 @@ __global__ void fused_classifier_kernel(float *losses, floatX *logits, const int
 __global__ void loss_reduce_kernel(double *dst, int add, const float *losses, int B, int T, int t0,
                                    int S, double inv)
 {
-    __shared__ double sh[1024];
     double acc = 0.0;
     for (int j = threadIdx.x; j < B * S; j += blockDim.x)
         acc += losses[(size_t)(j / S) * T + t0 + j % S];
-    sh[threadIdx.x] = acc;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w)
-            sh[threadIdx.x] += sh[threadIdx.x + w];
-        __syncthreads();
-    }
+    acc = block_sum_fixed(acc);
     if (threadIdx.x == 0) {
-        double v = sh[0] * inv;
+        double v = acc * inv;
         dst[1] = v;
         if (add)
             dst[0] += v;

@@ -281,7 +281,7 @@ void alloc_device(struct gpu_stage *s, struct alloc_ctx *ac)
     }
     /* column sums: [chunks of COLSUM_ROWS rows][2][the widest row] */
     s->partial = (float *)dalloc(ac, ((BT + COLSUM_ROWS - 1) / COLSUM_ROWS) * 2 * maxcols * sizeof(float));
-    s->sq_cap = SQ_BLOCKS;
+    s->sq_cap = SQ_BLOCKS + 1; /* one range and the total */
     s->sq_partial = (double *)dalloc(ac, s->sq_cap * sizeof(double), 0);
     s->loss_dev = (double *)dalloc(ac, 2 * sizeof(double), 0);
     for (int i = 0; i < s->nslots; i++)
