@@ -145,8 +145,8 @@ static double worst_tensor(const struct gpt_tensor *t, int nt, const float *got,
 /* Engines a (reference) and b (its gradients perturbed by rel of each tensor's max, as the other
  * engine's rounding; wrong: b's AdamW decays every tensor) train 3 steps on the same tokens with
  * test_gpu's clipping; returns the old check's worst tensor error and the bound's violations. */
-static int run_pair(double rel, int wrong, double *old, const char **which, double *fcb,
-                    size_t *bad, double *worst)
+static int run_pair(double rel, int wrong, double *old, char *which, double *fcb, size_t *bad,
+                    double *worst)
 {
     struct gpt_config c = {2, 64, 4, 97, 0, 32};
     int B = 2, T = 16;
@@ -211,7 +211,9 @@ static int run_pair(double rel, int wrong, double *old, const char **which, doub
                             emax[q], lr, o.eps, k.c1, k.c2);
         }
     }
-    *old = worst_tensor(t, nt, gpt_stage_params(b), gpt_stage_params(a), which);
+    const char *wn = "?";
+    *old = worst_tensor(t, nt, gpt_stage_params(b), gpt_stage_params(a), &wn);
+    snprintf(which, 48, "%s", wn); /* the table goes with the stages */
     for (int q = 0; q < nt; q++)
         if (!strcmp(t[q].name, "h0.mlp.fc.bias")) {
             const char *w;
@@ -239,8 +241,8 @@ static void test_adamw_end_to_end(void)
 {
     double old, worst, fcb = 0.0;
     size_t bad;
-    const char *which = "?";
-    if (run_pair(1e-2, 0, &old, &which, &fcb, &bad, &worst) < 0) {
+    char which[48] = "?";
+    if (run_pair(1e-2, 0, &old, which, &fcb, &bad, &worst) < 0) {
         TEST_FAIL("cuda_bounds.adamw", "the CPU engine failed");
         return;
     }
@@ -249,14 +251,14 @@ static void test_adamw_end_to_end(void)
            worst);
     CHECK("cuda_bounds.adamw_bf16.old_check_fails_on_fc_bias", fcb > 2e-2);
     CHECK("cuda_bounds.adamw_bf16.bound_holds", bad == 0);
-    if (run_pair(1e-5, 0, &old, &which, &fcb, &bad, &worst) < 0) {
+    if (run_pair(1e-5, 0, &old, which, &fcb, &bad, &worst) < 0) {
         TEST_FAIL("cuda_bounds.adamw", "the CPU engine failed");
         return;
     }
     printf("# fp32-sized (1e-5) gradient differences: old check %.3g on %s; bound: %zu violations, "
            "worst %.3g of it\n", old, which, bad, worst);
     CHECK("cuda_bounds.adamw_fp32.bound_holds", bad == 0);
-    if (run_pair(1e-6, 1, &old, &which, &fcb, &bad, &worst) < 0) {
+    if (run_pair(1e-6, 1, &old, which, &fcb, &bad, &worst) < 0) {
         TEST_FAIL("cuda_bounds.adamw", "the CPU engine failed");
         return;
     }
