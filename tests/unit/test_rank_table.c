@@ -186,6 +186,20 @@ int main(void)
         CHECK_INT("pipeline group (planned IB) -> TCP", rank_table_nccl_params(&rt, 3, 1, 0, &np), 0);
         snprintf(rt.groups[0].nccl_net, sizeof rt.groups[0].nccl_net, "Socket");
         CHECK_INT("socket dp group -> TCP", rank_table_nccl_params(&rt, 0, 1, 0, &np), 0);
+        /* both members in one worker, on GPUs 0 and 1: NCCL inside the node, whatever the
+         * network; on one GPU (NCCL refuses two ranks of one communicator there), or in two
+         * workers, TCP */
+        snprintf(rt.ranks[0].name, sizeof rt.ranks[0].name, "w0");
+        snprintf(rt.ranks[1].name, sizeof rt.ranks[1].name, "w0");
+        rt.ranks[0].local_rank = 0;
+        rt.ranks[1].local_rank = 1;
+        CHECK("socket dp group inside one worker -> NCCL, NCCL's network",
+              rank_table_nccl_params(&rt, 0, 1, 1, &np) == 1 && !strcmp(np.net_name, ""));
+        rt.ranks[1].local_rank = 0;
+        CHECK_INT("... both on one GPU -> TCP", rank_table_nccl_params(&rt, 0, 1, 0, &np), 0);
+        rt.ranks[1].local_rank = 1;
+        snprintf(rt.ranks[1].name, sizeof rt.ranks[1].name, "w1");
+        CHECK_INT("... in two workers -> TCP", rank_table_nccl_params(&rt, 0, 1, 0, &np), 0);
         plan_doc_free(&rt);
     }
     struct {
@@ -315,8 +329,10 @@ int main(void)
                   cs.spec.index == 1 && cs.pacing[0].bytes_per_sec == 2e6);
         rt_comm_spec_free(&cs);
         struct comm_nccl_params np;
-        CHECK_INT("a link planned IB is not a collective on NCCL (the pipeline opens links)",
-                  rank_table_nccl_params(&rt, a, 0, 0, &np), 0);
+        CHECK("a link planned IB runs on NCCL for GPU ranks (send/recv on device buffers)",
+              rank_table_nccl_params(&rt, a, 0, 0, &np) == 1 && !strcmp(np.net_name, "IB"));
+        CHECK_INT("a link between fabrics (socket) stays on TCP", rank_table_nccl_params(&rt, b, 2, 0, &np),
+                  0);
         cJSON *j = plan_doc_to_json(&rt);
         struct plan_doc back;
         int rc2 = j ? plan_doc_from_json(j, "encoded", &back, &e) : -1;
