@@ -21,9 +21,10 @@ fabrics = [s["fabric"] for s in p["stages"]]
 assert "mixed" not in fabrics and len(set(fabrics)) == 2, fabrics
 assert sum(s["layers"][1] - s["layers"][0] for s in p["stages"]) == 36
 dp = [g for g in p["groups"] if g["kind"] == "dp"]
-assert dp and all(g["transport"] in ("ib", "roce") for g in dp)
+assert len(dp) == (p["parallelism"]["data"] > 1) * p["parallelism"]["pipeline"] * 8
+assert all(g["transport"] in ("ib", "roce") for g in dp)
 assert all(g["transport"] == "socket" for g in p["groups"] if g["kind"] == "pp")
-roce = [g for g in dp if g["transport"] == "roce"]
+roce = [g for g in p["groups"] if g["transport"] == "roce"]
 assert roce and all(g["gid_index"] == 3 for g in roce)
 assert p["baselines"]["naive"] > p["predicted_step_seconds"]
 assert p["baselines"]["ethernet"] > p["predicted_step_seconds"]
