@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make gpu-check: on a GPU machine, in one command, the build, every GPU test and the benchmarks,
+# make gpu-check: on a GPU machine, in one command, the build, every GPU test (the engine's first,
+# then compute-sanitizer's memcheck and racecheck, the comm layer's, the worker's) and the benchmarks,
 # within a time budget (GPU_CHECK_BUDGET seconds, default 480: a device-tool command gets 600).
 # Every phase runs even when an earlier one failed (a first run should tell at once what works),
 # each under `timeout` for what is left of the budget, and the last lines are one table: each
@@ -55,11 +56,13 @@ phase() {
     rm -f "$out"
 }
 
-# compute-sanitizer's memcheck on the first group of test_gpu (flash attention at head sizes 16
-# and 64 among it)
-sanitize='if [ -z "$1" ]; then echo "FAIL gpu.compute_sanitizer: compute-sanitizer not found"; exit 1; fi
-"$1" --tool memcheck --leak-check full --error-exitcode 1 "$2" --quick &&
-    echo "PASS gpu.compute_sanitizer.memcheck" || { echo "FAIL gpu.compute_sanitizer.memcheck"; exit 1; }'
+# compute-sanitizer's memcheck (and racecheck: shared memory) on the first group of test_gpu
+# (flash attention at head sizes 16 and 64 among it)
+sanitize='tool=$1; shift
+if [ -z "$1" ]; then echo "FAIL gpu.compute_sanitizer.$tool: compute-sanitizer not found"; exit 1; fi
+extra=; [ "$tool" = memcheck ] && extra="--leak-check full"
+"$1" --tool "$tool" $extra --error-exitcode 1 "$2" --quick &&
+    echo "PASS gpu.compute_sanitizer.$tool" || { echo "FAIL gpu.compute_sanitizer.$tool"; exit 1; }'
 
 {
     echo "== gpu-check: $(date -u '+%F %H:%M UTC'), budget $budget s"
@@ -68,9 +71,10 @@ sanitize='if [ -z "$1" ]; then echo "FAIL gpu.compute_sanitizer: compute-sanitiz
 phase "build (make cuda)" 200 "$make_cmd" --no-print-directory -j"$(nproc)" cuda
 phase "test_gpu fp32" 90 "$GB/fp32/test_gpu"
 phase "test_gpu bf16" 90 "$GB/bf16/test_gpu"
+phase "compute-sanitizer memcheck" 120 bash -c "$sanitize" _ memcheck "$sanitizer" "$GB/bf16/test_gpu"
+phase "compute-sanitizer racecheck" 90 bash -c "$sanitize" _ racecheck "$sanitizer" "$GB/bf16/test_gpu"
 phase "test_comm_dev" 60 build/comm-nccl/test_comm_dev
 phase "worker_gpu.sh" 150 tests/gpu/worker_gpu.sh "$node"
-phase "compute-sanitizer memcheck" 120 bash -c "$sanitize" _ "$sanitizer" "$GB/bf16/test_gpu"
 phase "bench-gpu" 600 "$make_cmd" --no-print-directory bench-gpu
 
 {
