@@ -1,8 +1,9 @@
 /* The stage's state (struct gpu_stage, its activation slots) and the host side of every layer
  * kind, one file each, as llm.c's llmc/ (forward beside backward in each file):
- *   matmul.cu      cuBLASLt products (descriptors and the timed choice of algorithm cached per
- *                  shape and epilogue), the linear layers, column sums (bias gradients), GELU,
- *                  the attention's batched products, the GEMM ceiling
+ *   matmul.cu      the linear layers, column sums (bias gradients), GELU, the attention's
+ *                  batched products, the GEMM ceiling
+ *   matmul_lt.cu   cuBLASLt's products: descriptors cached per shape and epilogue, the
+ *                  algorithm timed once per process
  *   attention.cu   causal self-attention with the scores materialised (fp32; bf16 on request)
  *   flash.cu       flash attention (bf16, tensor cores), forward and backward
  *   layernorm.cu   LayerNorm (its backward makes its own weight and bias gradients)
@@ -142,7 +143,7 @@ struct layer_acts layer_acts_of(const struct gpu_stage *s, const struct gslot *a
 /* *p = bytes of device memory unless it is there already; -1 (stage error) when out of memory */
 int lazy_alloc(struct gpu_stage *s, void **p, size_t bytes, const char *what);
 
-/* ---------------------------------------------------------------- matmul.cu */
+/* ---------------------------------------------------------------- matmul.cu, matmul_lt.cu */
 
 enum { EPI_NONE, EPI_BIAS, EPI_GELU_BIAS, EPI_DGELU };
 
