@@ -1,8 +1,8 @@
 /* The optimizer (llm.c's adamw.cuh and global_norm.cuh): AdamW over any range of the stage's
  * parameters (a ZeRO-1 shard), on the stage's buffers or on buffers held outside it, with
- * optimizer.h's formula (adamw_math.h), and sums of squares in a fixed reduction order. Each
- * block finds the tensor of its first element once (the tensor table: where each ends, whether
- * it decays); its threads step on from there. */
+ * optimizer.h's formula (adamw_math.h), 16-byte loads and stores where the buffers allow, and
+ * sums of squares in a fixed reduction order. Each block finds the tensor of its first element
+ * once (the tensor table: where each ends, whether it decays); its threads step on from there. */
 #include "adamw_math.h"
 #include "stage.cuh"
 
@@ -15,13 +15,16 @@ namespace {
 
 /* AdamW over parameters [lo, hi): p, g, m, v point at element lo's; the tensor table seg_end
  * (ascending ends) and seg_decay gives weight decay; pX (bf16 mode, may be NULL) receives the
- * updated weights. A block covers ADAMW_THREADS * ADAMW_ELEMS elements. */
+ * updated weights. A thread takes VEC consecutive elements (VEC 4: 16-byte loads and stores, the
+ * four buffers 16-byte aligned), ADAMW_ELEMS times, ADAMW_THREADS * VEC apart; a block covers
+ * ADAMW_THREADS * ADAMW_ELEMS * VEC elements. */
+template <int VEC>
 __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, floatX *pX,
                              const size_t *seg_end, const int *seg_decay, int nseg, size_t lo,
                              size_t hi, struct adamw_coef k, float wd, float gs)
 {
     __shared__ int seg0;
-    size_t base = lo + (size_t)blockIdx.x * ADAMW_THREADS * ADAMW_ELEMS;
+    size_t base = lo + (size_t)blockIdx.x * ADAMW_THREADS * ADAMW_ELEMS * VEC;
     if (threadIdx.x == 0) { /* the tensor of the block's first element */
         int a = 0, b = nseg - 1;
         while (a < b) {
@@ -36,19 +39,40 @@ __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, float
     __syncthreads();
     int seg = seg0;
     for (int e = 0; e < ADAMW_ELEMS; e++) {
-        size_t i = base + (size_t)e * ADAMW_THREADS + threadIdx.x;
-        if (i >= hi)
+        size_t i0 = base + ((size_t)e * ADAMW_THREADS + threadIdx.x) * VEC;
+        if (i0 >= hi)
             return;
-        while (seg < nseg - 1 && i >= seg_end[seg])
-            seg++;
-        size_t j = i - lo;
-        float pj = p[j], mj = m[j], vj = v[j];
-        adamw_elem(&k, &pj, &mj, &vj, g[j], gs, seg_decay[seg] ? wd : 0.0f);
-        p[j] = pj;
-        m[j] = mj;
-        v[j] = vj;
-        if (pX)
-            put(pX + j, pj);
+        size_t j0 = i0 - lo;
+        if (VEC == 4 && i0 + 3 < hi) {
+            float4 pp = *reinterpret_cast<const float4 *>(p + j0);
+            float4 gg = *reinterpret_cast<const float4 *>(g + j0);
+            float4 mm = *reinterpret_cast<const float4 *>(m + j0);
+            float4 vv = *reinterpret_cast<const float4 *>(v + j0);
+            float *pa = &pp.x, *ga = &gg.x, *ma = &mm.x, *va = &vv.x;
+            for (int q = 0; q < 4; q++) {
+                while (seg < nseg - 1 && i0 + q >= seg_end[seg])
+                    seg++;
+                adamw_elem(&k, &pa[q], &ma[q], &va[q], ga[q], gs, seg_decay[seg] ? wd : 0.0f);
+                if (pX)
+                    put(pX + j0 + q, pa[q]);
+            }
+            *reinterpret_cast<float4 *>(p + j0) = pp;
+            *reinterpret_cast<float4 *>(m + j0) = mm;
+            *reinterpret_cast<float4 *>(v + j0) = vv;
+            continue;
+        }
+        for (int q = 0; q < VEC && i0 + q < hi; q++) { /* VEC 1, or the range's last elements */
+            size_t j = j0 + q;
+            while (seg < nseg - 1 && i0 + q >= seg_end[seg])
+                seg++;
+            float pj = p[j], mj = m[j], vj = v[j];
+            adamw_elem(&k, &pj, &mj, &vj, g[j], gs, seg_decay[seg] ? wd : 0.0f);
+            p[j] = pj;
+            m[j] = mj;
+            v[j] = vj;
+            if (pX)
+                put(pX + j, pj);
+        }
     }
 }
 
@@ -150,10 +174,18 @@ int adamw_run(struct gpu_stage *s, const struct adamw_config *o, size_t lo, size
     if (hi == lo)
         return 0;
     struct adamw_coef k = adamw_coef_make(lr, o->beta1, o->beta2, o->eps, step);
-    size_t per = (size_t)ADAMW_THREADS * ADAMW_ELEMS;
-    adamw_kernel<<<(unsigned)((hi - lo + per - 1) / per), ADAMW_THREADS, 0, s->x.stream>>>(
-        p, g, m, v, pX, s->seg_end, s->seg_decay, s->ntensors, lo, hi, k, o->weight_decay,
-        grad_scale);
+    uintptr_t al = (uintptr_t)p | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v;
+    if (al % 16 == 0) {
+        size_t per = (size_t)ADAMW_THREADS * ADAMW_ELEMS * 4;
+        adamw_kernel<4><<<(unsigned)((hi - lo + per - 1) / per), ADAMW_THREADS, 0, s->x.stream>>>(
+            p, g, m, v, pX, s->seg_end, s->seg_decay, s->ntensors, lo, hi, k, o->weight_decay,
+            grad_scale);
+    } else {
+        size_t per = (size_t)ADAMW_THREADS * ADAMW_ELEMS;
+        adamw_kernel<1><<<(unsigned)((hi - lo + per - 1) / per), ADAMW_THREADS, 0, s->x.stream>>>(
+            p, g, m, v, pX, s->seg_end, s->seg_decay, s->ntensors, lo, hi, k, o->weight_decay,
+            grad_scale);
+    }
     LAUNCHED(s->x.stream);
     return 0;
 }
