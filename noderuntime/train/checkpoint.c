@@ -231,6 +231,26 @@ static int verify_file(const char *path, herr *e)
     return 0;
 }
 
+int ckpt_make_dir(const char *path, herr *e)
+{
+    char tmp[4096];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s", path) >= sizeof tmp)
+        return herr_config(e, "checkpoint directory %s: path too long", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, 0755) && errno != EEXIST)
+            return herr_set_kind(e, herr_kind_of_errno(errno), "checkpoint directory %s: %s", tmp,
+                                 strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(tmp, 0755) && errno != EEXIST)
+        return herr_set_kind(e, herr_kind_of_errno(errno), "checkpoint directory %s: %s", tmp,
+                             strerror(errno));
+    return 0;
+}
+
 int ckpt_write(const char *dir, const struct ckpt_meta *meta, const float *params,
                const float *m, const float *v, int keep, char *path, size_t path_len, herr *e)
 {

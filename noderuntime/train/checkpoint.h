@@ -36,6 +36,8 @@ struct ckpt_meta {
 
 /* Writes one stage's checkpoint (m and v may both be NULL: parameters only); keep >= 1 newest
  * checkpoints of this stage survive. On success fills path (may be NULL) with the file name. */
+/* mkdir -p: the checkpoint directory and its parents (0, or -1 naming the one that failed). */
+int ckpt_make_dir(const char *path, herr *e);
 int ckpt_write(const char *dir, const struct ckpt_meta *meta, const float *params,
                const float *m, const float *v, int keep, char *path, size_t path_len, herr *e);
 /* Removes all but the `keep` newest checkpoints of stage [first, last) in dir (best effort). */

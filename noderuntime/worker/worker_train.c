@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "checkpoint.h"
 #include "comm_tcp.h"
 #include "dataloader.h"
 #include "log.h"
@@ -127,24 +128,6 @@ static void link_notice(void *ctx, const char *reason, const char *message)
 }
 static int link_should_stop(void *ctx) { return worker_stop_requested(ctx); }
 
-/* mkdir -p */
-static int make_dirs(const char *path, herr *e)
-{
-    char tmp[TJ_PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(tmp, 0755) && errno != EEXIST)
-            return herr_set(e, "checkpoint directory %s: %s", tmp, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(tmp, 0755) && errno != EEXIST)
-        return herr_set(e, "checkpoint directory %s: %s", tmp, strerror(errno));
-    return 0;
-}
-
 int worker_check_devices(const struct tj_spec *spec, herr *e)
 {
     enum engine_kind kind;
@@ -215,7 +198,7 @@ int worker_train_rank(const struct tj_spec *spec, const struct plan_assignment *
         herr_wrap(e, "spec.parallelism.tokenSlices");
         goto out;
     }
-    if (c.checkpoint_dir && make_dirs(c.checkpoint_dir, e))
+    if (c.checkpoint_dir && ckpt_make_dir(c.checkpoint_dir, e))
         goto out;
     struct dataloader_config dc = {spec->training.data.path, c.B, c.T, plan_doc_dp_of(rt, rank),
                                    rt->data, c.seed, c.model.vocab};

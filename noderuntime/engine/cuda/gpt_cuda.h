@@ -106,6 +106,7 @@ extern "C" {
 #define gpu_act_download GPU_API(act_download)
 #define gpu_gemm_tflops GPU_API(gemm_tflops)
 #define gpu_device_name GPU_API(device_name)
+#define gpu_gemm_choices_file GPU_API(gemm_choices_file)
 
 struct gpu_stage;
 
@@ -303,6 +304,12 @@ int gpu_act_download(float *host, const void *dev, size_t n, herr *e);
 int gpu_gemm_tflops(int n, int iters, double *tflops, herr *e);
 /* The device's name and multiprocessor count, for reports. */
 int gpu_device_name(char *buf, size_t len, herr *e);
+/* The process's cuBLASLt algorithm choices (one per product shape, timed once: matmul_lt.cu)
+ * kept in `path` (NULL: none): the choices an earlier process recorded there for this GPU,
+ * cuBLASLt version and precision are taken, and every new choice is added, so a process that
+ * resumes another's run computes with the same algorithms (bit for bit). Before the first
+ * product. */
+int gpu_gemm_choices_file(const char *path, herr *e);
 
 #ifdef __cplusplus
 }

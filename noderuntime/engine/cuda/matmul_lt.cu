@@ -6,7 +6,9 @@
  * choice between runs). Different algorithms may round differently, so two processes that choose
  * differently do not repeat each other bit for bit; HOLMES_GPU_GEMM_TUNE=0 keeps the heuristic's
  * first choice (deterministic for a cuBLAS version and a GPU). Within a process every stage uses
- * the same choices. */
+ * the same choices, and a process given a choices file (gpu_gemm_choices_file: the trainer keeps
+ * one per rank beside its checkpoints) takes the choices an earlier process made from it and
+ * adds its own, so a run resumed from a checkpoint repeats the uninterrupted one bit for bit. */
 #include <pthread.h>
 
 #include "stage.cuh"
@@ -44,6 +46,85 @@ struct lt_choice {
 pthread_mutex_t g_choice_mu = PTHREAD_MUTEX_INITIALIZER;
 struct lt_choice *g_choice;
 int g_nchoice, g_capchoice;
+
+/* The choices file (gpu_gemm_choices_file): "" when none. Its records name the GPU, cuBLASLt's
+ * version and the precision; records of another are passed over. */
+char g_file[1024];
+
+void gpu_ident(char *buf, size_t n)
+{
+    cudaDeviceProp prop;
+    int dev = 0;
+    cudaGetDevice(&dev);
+    const char *name = cudaGetDeviceProperties(&prop, dev) == cudaSuccess ? prop.name : "?";
+    snprintf(buf, n, "%s-%zu-%s", PREC_NAME, (size_t)cublasLtGetVersion(), name);
+    for (char *q = buf; *q; q++) /* one word */
+        if (*q == ' ' || *q == '\t' || *q == '\n')
+            *q = '_';
+}
+
+/* One record: "ident key... algo...", the key's 15 fields and the algorithm's 8 words. */
+void choice_append(const struct lt_choice *c)
+{
+    if (!g_file[0])
+        return;
+    FILE *f = fopen(g_file, "a");
+    if (!f)
+        return; /* an optimisation for exact resumes: the run goes on without it */
+    char id[300];
+    gpu_ident(id, sizeof id);
+    const struct lt_key *k = &c->key;
+    fprintf(f, "%s %d %d %d %d %d %d %d %d %d %d %d %u %u %u %u %d", id, k->ta, k->tb, k->m, k->n,
+            k->k, k->lda, k->ldb, k->ldd, k->dtype, k->epi, k->ldaux, k->aa, k->ab, k->ac, k->ad,
+            c->have_algo);
+    for (int i = 0; i < 8; i++)
+        fprintf(f, " %llx", (unsigned long long)c->algo.data[i]);
+    fputc('\n', f);
+    fclose(f);
+}
+
+/* The file's records for this GPU, cuBLASLt and precision into the process's choices (lock held). */
+void choices_load(void)
+{
+    FILE *f = fopen(g_file, "r");
+    if (!f)
+        return;
+    char id[300], line[1024], word[300];
+    gpu_ident(id, sizeof id);
+    int dev = 0;
+    cudaGetDevice(&dev);
+    while (fgets(line, sizeof line, f)) {
+        struct lt_choice c;
+        memset(&c, 0, sizeof c);
+        struct lt_key *k = &c.key;
+        unsigned long long a[8];
+        int n = sscanf(line, "%299s %d %d %d %d %d %d %d %d %d %d %d %u %u %u %u %d %llx %llx %llx "
+                       "%llx %llx %llx %llx %llx", word, &k->ta, &k->tb, &k->m, &k->n, &k->k,
+                       &k->lda, &k->ldb, &k->ldd, &k->dtype, &k->epi, &k->ldaux, &k->aa, &k->ab,
+                       &k->ac, &k->ad, &c.have_algo, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5],
+                       &a[6], &a[7]);
+        if (n != 25 || strcmp(word, id) != 0) /* another GPU's, or a line cut short by a crash */
+            continue;
+        for (int i = 0; i < 8; i++)
+            c.algo.data[i] = (uint64_t)a[i];
+        c.dev = dev;
+        int seen = 0;
+        for (int i = 0; i < g_nchoice && !seen; i++)
+            seen = g_choice[i].dev == dev && memcmp(&g_choice[i].key, k, sizeof *k) == 0;
+        if (seen)
+            continue;
+        if (g_nchoice == g_capchoice) {
+            int cap = g_capchoice ? 2 * g_capchoice : 64;
+            struct lt_choice *ng = (struct lt_choice *)realloc(g_choice, (size_t)cap * sizeof *ng);
+            if (!ng)
+                break;
+            g_choice = ng;
+            g_capchoice = cap;
+        }
+        g_choice[g_nchoice++] = c;
+    }
+    fclose(f);
+}
 
 int tune_enabled(void)
 {
@@ -257,6 +338,7 @@ struct lt_plan *plan_of(struct gpu_ctx *x, const struct lt_key *k, void *D, cons
         }
         if (g_nchoice < g_capchoice)
             g_choice[g_nchoice++] = nc;
+        choice_append(&nc);
         ch = &nc;
     }
     p->have_algo = ch->have_algo;
@@ -344,3 +426,18 @@ int matmul(struct gpu_ctx *x, void *D, cudaDataType dtype, const void *A, int ta
 }
 
 } /* namespace GPU_NS */
+
+/* ---------------------------------------------------------------- the choices file */
+
+int gpu_gemm_choices_file(const char *path, herr *e)
+{
+    using namespace GPU_NS;
+    if (path && strlen(path) >= sizeof g_file)
+        return herr_set(e, "GEMM choices file %s: path too long", path);
+    pthread_mutex_lock(&g_choice_mu);
+    snprintf(g_file, sizeof g_file, "%s", path ? path : "");
+    if (g_file[0])
+        choices_load();
+    pthread_mutex_unlock(&g_choice_mu);
+    return 0;
+}
