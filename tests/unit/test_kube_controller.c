@@ -186,10 +186,11 @@ static void test_hist(void)
     free(b.data);
 }
 
-static int handler(void *user, const char *path, struct metrics_buf *b, const char **type)
+static int handler(void *user, const struct http_request *req, struct metrics_buf *b,
+                   const char **type)
 {
     (void)user, (void)type;
-    if (strcmp(path, "/metrics"))
+    if (strcmp(req->path, "/metrics"))
         return 404;
     metrics_printf(b, "up 1\n");
     return 200;
@@ -204,7 +205,7 @@ static size_t sink(char *p, size_t s, size_t n, void *ud)
 static void test_http(void)
 {
     herr e;
-    struct http_server *s = http_server_start("127.0.0.1:0", handler, NULL, &e);
+    struct http_server *s = http_server_start("127.0.0.1:0", handler, NULL, NULL, &e);
     CHECK("http server starts on port 0", s && http_server_port(s) > 0);
     if (!s)
         return;
@@ -226,7 +227,7 @@ static void test_http(void)
     CHECK_INT("unknown path 404", code, 404);
     curl_easy_cleanup(h);
     http_server_stop(s);
-    CHECK("bad address is an error naming it", !http_server_start("nohost", handler, NULL, &e) &&
+    CHECK("bad address is an error naming it", !http_server_start("nohost", handler, NULL, NULL, &e) &&
                                                    strstr(e.msg, "nohost"));
 }
 
