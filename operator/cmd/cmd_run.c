@@ -71,7 +71,7 @@ static void usage(FILE *f)
             "                           the pods get the CA in their job's Secret (ca.crt)\n"
             "  --tls-names LIST         the serving certificate's names, comma-separated (DNS names,\n"
             "                           IP:ADDR); default: the host of --coordinator-url\n"
-            "  --coordinator-cert FILE --coordinator-key FILE [--coordinator-ca FILE]\n"
+            "  --coordinator-cert FILE --coordinator-key FILE, and optionally --coordinator-ca FILE\n"
             "                           PEM files (e.g. cert-manager's Secret, mounted), read again\n"
             "                           when they change; the CA goes to the pods as above\n"
             "  --tls-check-interval S   how often the certificate is checked (default 3600 for the\n"
@@ -90,7 +90,7 @@ static void usage(FILE *f)
             "  --coscheduling-scheduler-name NAME  ... for coscheduling (default\n"
             "                           scheduler-plugins-scheduler)\n"
             "  --print-api-calls        print every API call the operator can make (with the\n"
-            "                           --gang-schedulers given) and exit\n"
+            "                           --gang-schedulers, TLS and --metrics-secure given), exit\n"
             "  --help\n");
 }
 
@@ -414,7 +414,10 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
         return 2;
     }
     if (o->print_calls) {
-        controller_print_api_calls(stdout, o->gang.enabled);
+        unsigned features = (o->tls_secret ? API_NEEDS_TLS_SECRET | API_NEEDS_CA : 0) |
+                            (o->coord_ca ? API_NEEDS_CA : 0) |
+                            (o->metrics_secure && strcmp(o->metrics_addr, "0") != 0 ? API_NEEDS_AUTH : 0);
+        controller_print_api_calls_for(stdout, o->gang.enabled, features);
         return 0;
     }
     if (o->tls_secret && (o->coord_cert || o->coord_key || o->coord_ca)) {

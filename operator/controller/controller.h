@@ -37,7 +37,12 @@ struct api_call {
     const char *sub;                   /* "status" or NULL */
     enum tj_gang gang;                 /* made only when this gang scheduler is enabled
                                         * (TJ_GANG_DEFAULT: always) */
+    unsigned needs;                    /* made only with one of these features (0: always) */
 };
+/* Features of `run` that make API calls of their own (struct api_call.needs). */
+enum { API_NEEDS_TLS_SECRET = 1,       /* --tls-secret: the operator's TLS Secret */
+       API_NEEDS_CA = 2,               /* a CA for the pods: kept in each job's Secret */
+       API_NEEDS_AUTH = 4 };           /* --metrics-secure: TokenReview, SubjectAccessReview */
 enum api_op {
     API_LIST_JOBS, API_WATCH_JOBS, API_PATCH_JOB_STATUS,
     API_LIST_PODS, API_WATCH_PODS, API_CREATE_POD, API_DELETE_POD, API_PATCH_POD,
@@ -55,6 +60,8 @@ extern const struct api_call controller_api_calls[API_OP_COUNT];
 /* Writes "<verb> <group|core> <resource>[/<sub>]" lines: the calls always made, and those of
  * the gang schedulers in `gang_enabled` (bits 1u << TJ_GANG_*). */
 void controller_print_api_calls(FILE *f, unsigned gang_enabled);
+/* The same for the features given (API_NEEDS_*); controller_print_api_calls prints all. */
+void controller_print_api_calls_for(FILE *f, unsigned gang_enabled, unsigned features);
 
 /* Gang admission (controller_gang.c, docs/operator.md): the gang schedulers this operator may
  * use (the chart enables each, with its RBAC) and the one a job that names none gets. */
