@@ -532,7 +532,8 @@ static void lws_log_to_ours(int level, const char *line)
 /* How the coordinator treats idle and slow peers (docs/protocol.md, "Limits"): an admitted
  * worker that has sent nothing for 30 s is pinged and dropped when nothing comes back within
  * 60 s more (a half-open connection); a peer that does not finish its WebSocket or TLS handshake
- * within 10 s is dropped; at most 256 handshakes are read at once. */
+ * within 10 s, or sends nothing for 5 s, is dropped; 2,048 handshakes are read at once (2 KiB of
+ * headers each: a flood of idle connections does not make a worker's handshake wait). */
 static const lws_retry_bo_t idle_policy = {
     .secs_since_valid_ping = 30,
     .secs_since_valid_hangup = 90,
@@ -563,8 +564,9 @@ int coord_create(struct coordinator **out, const struct coord_options *opt, herr
     info.user = c;
     info.options = LWS_SERVER_OPTION_VALIDATE_UTF8;
     info.timeout_secs = 10;
-    info.timeout_secs_ah_idle = 10;
-    info.max_http_header_pool = 256;
+    info.timeout_secs_ah_idle = 5;
+    info.max_http_header_pool = 2048;
+    info.max_http_header_data = 2048;
     info.retry_and_idle_policy = &idle_policy;
     info.ka_time = 60; /* TCP keepalive: a peer gone without a FIN is noticed */
     info.ka_probes = 3;
