@@ -14,25 +14,37 @@
 
 /* "<field path>: <rule>" (or "<path> must ..." / "<path> is ..."): the path is what comes before,
  * at most three words, starting with a letter ("hello.worker", "groups[2]", "watch stream",
- * "spec.parallelism.data"; a key that came from outside may hold any printable text). */
+ * "spec.parallelism.data"); a key that came from outside is quoted, ids["any text"]. */
 static inline int fuzz_names_field(const char *m)
 {
     if (!strncmp(m, "out of memory", 13))
         return 1; /* libFuzzer's memory limit: not the input's fault */
     if (!isalpha((unsigned char)m[0]))
         return 0;
-    const char *end = strstr(m, ": ");
-    const char *must = strstr(m, " must "), *is = strstr(m, " is ");
-    if (must && (!end || must < end))
-        end = must;
-    if (is && (!end || is < end))
-        end = is;
-    if (!end || end - m < 2)
-        return 0;
+    size_t i = 0;
     int spaces = 0;
-    for (const char *p = m; p < end; p++)
-        spaces += *p == ' ';
-    return spaces <= 2;
+    for (;;) {
+        if (m[i] == '[' && m[i + 1] == '"') { /* a key from outside, quoted: json_key_path */
+            i += 2;
+            while (m[i] && !(m[i] == '"' && m[i + 1] == ']'))
+                i += m[i] == '\\' && m[i + 1] ? 2 : 1;
+            if (!m[i])
+                return 0;
+            i += 2;
+            continue;
+        }
+        if (!m[i])
+            return 0;
+        if (m[i] == ':' && m[i + 1] == ' ')
+            return i >= 2;
+        if (!strncmp(m + i, " must ", 6) || !strncmp(m + i, " is ", 4))
+            return i >= 2;
+        if (m[i] == ' ' && ++spaces > 2)
+            return 0;
+        if ((unsigned char)m[i] < 0x20)
+            return 0;
+        i++;
+    }
 }
 
 /* One line a log or an Event takes: no control characters, well-formed UTF-8 (herr_clean). */
