@@ -41,17 +41,16 @@ const struct api_call controller_api_calls[API_OP_COUNT] = {
     [API_CREATE_SECRET] = {"create", &KUBE_SECRETS, NULL, TJ_GANG_DEFAULT},
     /* the operator's own TLS Secret (in its namespace: tls_keeper.c), and a job Secret's ca.crt
      * kept equal to the coordinator's CA */
-    [API_GET_SECRET] = {"get", &KUBE_SECRETS, NULL, TJ_GANG_DEFAULT, API_NEEDS_TLS_SECRET},
-    [API_PATCH_SECRET] = {"patch", &KUBE_SECRETS, NULL, TJ_GANG_DEFAULT,
-                          API_NEEDS_TLS_SECRET | API_NEEDS_CA},
+    [API_GET_SECRET] = {"get", &KUBE_SECRETS, NULL, TJ_GANG_DEFAULT},
+    [API_PATCH_SECRET] = {"patch", &KUBE_SECRETS, NULL, TJ_GANG_DEFAULT},
     [API_LIST_SERVICES] = {"list", &KUBE_SERVICES, NULL, TJ_GANG_DEFAULT},
     [API_WATCH_SERVICES] = {"watch", &KUBE_SERVICES, NULL, TJ_GANG_DEFAULT},
     [API_CREATE_SERVICE] = {"create", &KUBE_SERVICES, NULL, TJ_GANG_DEFAULT},
     [API_CREATE_EVENT] = {"create", &KUBE_EVENTS, NULL, TJ_GANG_DEFAULT},
     [API_PATCH_EVENT] = {"patch", &KUBE_EVENTS, NULL, TJ_GANG_DEFAULT}, /* a repeat: count + 1 (kube_recorder.h) */
     /* --metrics-secure: who reads /metrics and the job page (http_auth.c) */
-    [API_CREATE_TOKEN_REVIEW] = {"create", &CTL_TOKEN_REVIEWS, NULL, TJ_GANG_DEFAULT, API_NEEDS_AUTH},
-    [API_CREATE_ACCESS_REVIEW] = {"create", &CTL_ACCESS_REVIEWS, NULL, TJ_GANG_DEFAULT, API_NEEDS_AUTH},
+    [API_CREATE_TOKEN_REVIEW] = {"create", &CTL_TOKEN_REVIEWS, NULL, TJ_GANG_DEFAULT},
+    [API_CREATE_ACCESS_REVIEW] = {"create", &CTL_ACCESS_REVIEWS, NULL, TJ_GANG_DEFAULT},
     [API_GET_LEASE] = {"get", &KUBE_LEASES, NULL, TJ_GANG_DEFAULT},
     [API_CREATE_LEASE] = {"create", &KUBE_LEASES, NULL, TJ_GANG_DEFAULT},
     [API_PATCH_LEASE] = {"patch", &KUBE_LEASES, NULL, TJ_GANG_DEFAULT},
@@ -67,6 +66,13 @@ const struct api_call controller_api_calls[API_OP_COUNT] = {
     [API_DELETE_COSCHED_PG] = {"delete", &CTL_COSCHED_PODGROUPS, NULL, TJ_GANG_COSCHEDULING},
 };
 
+const unsigned controller_api_call_needs[API_OP_COUNT] = {
+    [API_GET_SECRET] = API_NEEDS_TLS_SECRET,
+    [API_PATCH_SECRET] = API_NEEDS_TLS_SECRET | API_NEEDS_CA,
+    [API_CREATE_TOKEN_REVIEW] = API_NEEDS_AUTH,
+    [API_CREATE_ACCESS_REVIEW] = API_NEEDS_AUTH,
+};
+
 void controller_print_api_calls(FILE *f, unsigned gang_enabled)
 {
     controller_print_api_calls_for(f, gang_enabled, ~0u);
@@ -78,7 +84,7 @@ void controller_print_api_calls_for(FILE *f, unsigned gang_enabled, unsigned fea
         const struct api_call *a = &controller_api_calls[i];
         if (a->gang != TJ_GANG_DEFAULT && !(gang_enabled & (1u << a->gang)))
             continue;
-        if (a->needs && !(a->needs & features))
+        if (controller_api_call_needs[i] && !(controller_api_call_needs[i] & features))
             continue;
         fprintf(f, "%s %s %s%s%s\n", a->verb, a->res->group[0] ? a->res->group : "core",
                 a->res->resource, a->sub ? "/" : "", a->sub ? a->sub : "");

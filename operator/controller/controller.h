@@ -37,9 +37,8 @@ struct api_call {
     const char *sub;                   /* "status" or NULL */
     enum tj_gang gang;                 /* made only when this gang scheduler is enabled
                                         * (TJ_GANG_DEFAULT: always) */
-    unsigned needs;                    /* made only with one of these features (0: always) */
 };
-/* Features of `run` that make API calls of their own (struct api_call.needs). */
+/* Features of `run` that make API calls of their own (controller_api_call_needs). */
 enum { API_NEEDS_TLS_SECRET = 1,       /* --tls-secret: the operator's TLS Secret */
        API_NEEDS_CA = 2,               /* a CA for the pods: kept in each job's Secret */
        API_NEEDS_AUTH = 4 };           /* --metrics-secure: TokenReview, SubjectAccessReview */
@@ -57,6 +56,8 @@ enum api_op {
     API_OP_COUNT
 };
 extern const struct api_call controller_api_calls[API_OP_COUNT];
+/* Per call: made only with one of these features (API_NEEDS_*; 0: always). */
+extern const unsigned controller_api_call_needs[API_OP_COUNT];
 /* Writes "<verb> <group|core> <resource>[/<sub>]" lines: the calls always made, and those of
  * the gang schedulers in `gang_enabled` (bits 1u << TJ_GANG_*). */
 void controller_print_api_calls(FILE *f, unsigned gang_enabled);
