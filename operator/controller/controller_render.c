@@ -359,13 +359,13 @@ static void writable_dir(cJSON *spec, cJSON *c, const char *name, const char *pa
         mounts = cJSON_AddArrayToObject(c, "volumeMounts");
     }
     cJSON *v = cJSON_CreateObject(), *m = cJSON_CreateObject();
-    cJSON *ed = v ? cJSON_AddObjectToObject(v, "emptyDir") : NULL;
+    cJSON *ed = v && cJSON_AddStringToObject(v, "name", name) ? cJSON_AddObjectToObject(v, "emptyDir")
+                                                               : NULL;
     if (!ed || !m || !vols || !mounts) {
         cJSON_Delete(v);
         cJSON_Delete(m);
         return;
     }
-    cJSON_AddStringToObject(v, "name", name);
     if (memory)
         cJSON_AddStringToObject(ed, "medium", "Memory");
     cJSON_AddItemToArray(vols, v);
@@ -383,9 +383,14 @@ int controller_pod_trust_ca(cJSON *pod, const char *job_name)
     cJSON *mounts = json_at(c, "volumeMounts") ? cJSON_GetObjectItemCaseSensitive(c, "volumeMounts")
                                                : cJSON_AddArrayToObject(c, "volumeMounts");
     cJSON *env = cJSON_GetObjectItemCaseSensitive(c, "env");
+    char secret[300];
+    snprintf(secret, sizeof secret, "%s-token", job_name);
     cJSON *v = cJSON_CreateObject(), *m = cJSON_CreateObject();
-    cJSON *sec = v ? cJSON_AddObjectToObject(v, "secret") : NULL;
-    cJSON *items = sec ? cJSON_AddArrayToObject(sec, "items") : NULL;
+    cJSON *sec = v && cJSON_AddStringToObject(v, "name", "holmes-coordinator-ca")
+                     ? cJSON_AddObjectToObject(v, "secret") : NULL;
+    cJSON *items = sec && cJSON_AddStringToObject(sec, "secretName", secret) &&
+                           cJSON_AddNumberToObject(sec, "defaultMode", 0444)
+                       ? cJSON_AddArrayToObject(sec, "items") : NULL;
     cJSON *item = cJSON_CreateObject();
     if (!cJSON_IsArray(vols) || !cJSON_IsArray(mounts) || !cJSON_IsArray(env) || !items || !m ||
         !item) {
@@ -394,11 +399,6 @@ int controller_pod_trust_ca(cJSON *pod, const char *job_name)
         cJSON_Delete(item);
         return -1;
     }
-    char secret[300];
-    snprintf(secret, sizeof secret, "%s-token", job_name);
-    cJSON_AddStringToObject(v, "name", "holmes-coordinator-ca");
-    cJSON_AddStringToObject(sec, "secretName", secret);
-    cJSON_AddNumberToObject(sec, "defaultMode", 0444);
     cJSON_AddStringToObject(item, "key", "ca.crt"); /* the token stays out of the file system */
     cJSON_AddStringToObject(item, "path", "ca.crt");
     cJSON_AddItemToArray(items, item);
@@ -542,8 +542,11 @@ cJSON *ctl_build_secret_ca(const cJSON *job, const char *ca)
 cJSON *ctl_secret_ca_patch(const cJSON *secret, const char *ca)
 {
     char *want = b64(ca);
-    const char *have = json_str_at(json_at(secret, "data"), "ca.crt");
-    const char *plain = json_str_at(json_at(secret, "stringData"), "ca.crt");
+    /* "ca.crt" holds a dot: a key, not a path (json_str_at would read ca, then crt) */
+    const char *have = cJSON_GetStringValue(
+        cJSON_GetObjectItemCaseSensitive(json_at(secret, "data"), "ca.crt"));
+    const char *plain = cJSON_GetStringValue(
+        cJSON_GetObjectItemCaseSensitive(json_at(secret, "stringData"), "ca.crt"));
     int same = want && ((have && !strcmp(have, want)) || (plain && !strcmp(plain, ca)));
     cJSON *p = NULL;
     if (want && !same) {

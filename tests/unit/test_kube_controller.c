@@ -52,7 +52,8 @@ static void test_pod_security(void)
     CHECK("writable /tmp, /dev/shm in memory, the checkpoint path",
           txt && strstr(txt, "{\"name\":\"holmes-tmp\",\"mountPath\":\"/tmp\"}") &&
               strstr(txt, "{\"name\":\"holmes-shm\",\"emptyDir\":{\"medium\":\"Memory\"}}") &&
-              strstr(txt, "{\"name\":\"holmes-checkpoints\",\"mountPath\":\"/ckpt/sec\"}"));
+              strstr(txt, "{\"name\":\"holmes-checkpoints\",\"mountPath\":\"/ckpt/sec\"}") &&
+              strstr(txt, "{\"name\":\"holmes-checkpoints\",\"emptyDir\":{}}"));
     free(txt);
     CHECK_INT("the CA from the job's Secret", controller_pod_trust_ca(pod, "sec"), 0);
     txt = pod ? cJSON_PrintUnformatted(pod) : NULL;
@@ -110,10 +111,12 @@ static void test_pod_security(void)
     /* the job Secret: made with the CA; an old one (no ca.crt, or another) patched */
     cJSON *sec = ctl_build_secret_ca(job, "-----BEGIN CERTIFICATE-----\nX\n-----END CERTIFICATE-----\n");
     CHECK("the Secret carries the token and ca.crt",
-          json_str_at(sec, "stringData.token") && json_str_at(cJSON_GetObjectItem(sec, "stringData"), "ca.crt"));
+          json_str_at(sec, "stringData.token") &&
+              cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(sec, "stringData"), "ca.crt")));
     cJSON *have = cJSON_Parse("{\"data\":{\"token\":\"eA==\"}}");
     cJSON *patch = ctl_secret_ca_patch(have, "CA1");
-    CHECK("no ca.crt: patched in, base64", patch && !strcmp(json_str_at(cJSON_GetObjectItem(patch, "data"), "ca.crt"), "Q0Ex"));
+    const char *got = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(patch, "data"), "ca.crt"));
+    CHECK("no ca.crt: patched in, base64", got && !strcmp(got, "Q0Ex"));
     cJSON_Delete(patch);
     cJSON_ReplaceItemInObject(have, "data", cJSON_Parse("{\"token\":\"eA==\",\"ca.crt\":\"Q0Ex\"}"));
     CHECK("the same CA: nothing to patch", !ctl_secret_ca_patch(have, "CA1"));
