@@ -166,6 +166,7 @@ check "worker pod: the coordinator's CA from the job's Secret, HOLMES_COORDINATO
      any(.spec.containers[0].env[]; .name == "HOLMES_COORDINATOR" and (.value | startswith("wss://")))'
 check "the job's Secret holds the coordinator's CA" bash -c \
     "[ \"\$('$KUBECTL' get secret sec-token -n $NS -o jsonpath='{.data.ca\\.crt}' | base64 -d)\" = \"\$(cat '$W/ca.crt')\" ]"
+SEC_RV=$(kubectl get secret sec-token -n $NS -o jsonpath='{.metadata.resourceVersion}')
 TOKEN=$(kubectl get secret sec-token -n $NS -o jsonpath='{.data.token}' | base64 -d)
 BADTOKEN=bad0$(printf '%s' "$TOKEN" | cut -c5- | rev)
 for i in 0 1; do
@@ -213,6 +214,8 @@ for i in 0 1; do
 done
 check "job Succeeded after the refused handshakes" wait_for 30 tj_is '.status.phase == "Succeeded" and .status.progress.step == 30'
 
+check "the job's Secret was not written again by the reconciles since (its CA unchanged)" test \
+    "$(kubectl get secret sec-token -n $NS -o jsonpath='{.metadata.resourceVersion}')" = "$SEC_RV"
 # --- the job page: per-namespace visibility --------------------------------------------------------
 check "/api/jobs without a token: 401" test "$(code /api/jobs)" = 401
 c=$(code /jobs)
