@@ -5,8 +5,8 @@
 # ERROR event for an expired resourceVersion. Each seed starts with the target's mode byte
 # (0: a watch stream, the next byte the read size; 1: one answer). Run by hand:
 #   KUBEBUILDER_ASSETS=... tests/fuzz/capture_kube_seeds.sh [OUT_DIR]
-# (default tests/fuzz/seeds/kube_decode). The TLS Secret's keys are made for this throwaway
-# control plane only.
+# (default tests/fuzz/seeds/kube_decode). The TLS Secret's private keys (ca.key, tls.key) are
+# replaced by a placeholder PEM before the seeds are written: no key goes into the repository.
 set -eu
 source "$(dirname "$0")/../integration/lib.bash"
 source "$REPO/tests/k8s/envtest.bash"
@@ -50,4 +50,13 @@ api /api/v1/namespaces/team/secrets/coordinator-tls | seed secret-tls 1
 api /api/v1/namespaces/team/secrets/local-tiny-token | seed secret-token 1
 api /api/v1/namespaces/team/pods/nope | seed status-404 1
 api "/api/v1/namespaces/team/pods?watch=1&resourceVersion=1&timeoutSeconds=1" | seed watch-expired 0 5
+# no private key in a committed seed: ca.key and tls.key become a placeholder PEM
+/usr/bin/python3 - "$OUT" <<'PYEOF'
+import base64, glob, re, sys
+dummy = base64.b64encode(b"-----BEGIN PRIVATE KEY-----\nREDACTED-IN-THE-SEED\n-----END PRIVATE KEY-----\n")
+for f in glob.glob(sys.argv[1] + "/*"):
+    raw = open(f, "rb").read()
+    new = re.sub(rb'("(?:ca|tls)\.key":\s*")[A-Za-z0-9+/=]+(")', lambda m: m.group(1) + dummy + m.group(2), raw)
+    open(f, "wb").write(new)
+PYEOF
 ls "$OUT"
