@@ -99,6 +99,7 @@ void tj_errors_add(struct tj_errors *errs, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(errs->msg[errs->count], sizeof errs->msg[0], fmt, ap);
         va_end(ap);
+        herr_clean(errs->msg[errs->count]); /* an unknown key is quoted as it came */
     }
     errs->count++;
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
 #include "version.h"
 
 #define TJ_MAX_SAFE_INT 9007199254740992.0 /* 2^53: every integer below is exact in JSON */
@@ -61,8 +62,11 @@ static void check_keys(const cJSON *obj, const char *path, const char *const *al
         for (const char *const *a = allowed; *a; a++)
             if (c->string && !strcmp(c->string, *a))
                 ok = 1;
-        if (!ok)
-            tj_errors_add(errs, "%s.%.60s: unknown field", path, c->string ? c->string : "?");
+        if (!ok) {
+            char field[400];
+            json_key_path(field, sizeof field, path, c->string);
+            tj_errors_add(errs, "%s: unknown field", field);
+        }
     }
 }
 

@@ -185,9 +185,11 @@ static void page_record_event(struct local *L, enum coord_job_state s, const cha
         coord_history_condition(h, ns, name, "Succeeded", 1, "Succeeded", msg);
 }
 
-static int page_handler(void *user, const char *path, struct metrics_buf *b, const char **type)
+static int page_handler(void *user, const struct http_request *req, struct metrics_buf *b,
+                        const char **type)
 {
     struct local *L = user;
+    const char *path = req->path;
     cJSON *jobs = NULL;
     herr e = {0};
     if (strcmp(path, JOB_PAGE_API_PATH) == 0)
@@ -205,7 +207,7 @@ static int start_page(struct local *L)
     if (strcmp(L->page_addr, "0") == 0)
         return 0;
     herr e = {0};
-    if (!(L->page = http_server_start(L->page_addr, page_handler, L, &e))) {
+    if (!(L->page = http_server_start(L->page_addr, page_handler, L, NULL, &e))) {
         fprintf(stderr, "holmes-operator local: --page-addr: %s\n", e.msg);
         return -1;
     }

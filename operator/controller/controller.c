@@ -18,7 +18,14 @@
 #include "kube_map.h"
 #include "kube_queue.h"
 #include "log.h"
+#include "tls_keeper.h"
 #include "trainingjob.h"
+
+static const struct kube_resource CTL_TOKEN_REVIEWS = {"authentication.k8s.io", "v1",
+                                                       "tokenreviews", "TokenReview"};
+static const struct kube_resource CTL_ACCESS_REVIEWS = {"authorization.k8s.io", "v1",
+                                                        "subjectaccessreviews",
+                                                        "SubjectAccessReview"};
 
 const struct api_call controller_api_calls[API_OP_COUNT] = {
     [API_LIST_JOBS] = {"list", &KUBE_TRAININGJOBS, NULL, TJ_GANG_DEFAULT},
@@ -32,11 +39,18 @@ const struct api_call controller_api_calls[API_OP_COUNT] = {
     [API_LIST_SECRETS] = {"list", &KUBE_SECRETS, NULL, TJ_GANG_DEFAULT},
     [API_WATCH_SECRETS] = {"watch", &KUBE_SECRETS, NULL, TJ_GANG_DEFAULT},
     [API_CREATE_SECRET] = {"create", &KUBE_SECRETS, NULL, TJ_GANG_DEFAULT},
+    /* the operator's own TLS Secret (in its namespace: tls_keeper.c), and a job Secret's ca.crt
+     * kept equal to the coordinator's CA */
+    [API_GET_SECRET] = {"get", &KUBE_SECRETS, NULL, TJ_GANG_DEFAULT},
+    [API_PATCH_SECRET] = {"patch", &KUBE_SECRETS, NULL, TJ_GANG_DEFAULT},
     [API_LIST_SERVICES] = {"list", &KUBE_SERVICES, NULL, TJ_GANG_DEFAULT},
     [API_WATCH_SERVICES] = {"watch", &KUBE_SERVICES, NULL, TJ_GANG_DEFAULT},
     [API_CREATE_SERVICE] = {"create", &KUBE_SERVICES, NULL, TJ_GANG_DEFAULT},
     [API_CREATE_EVENT] = {"create", &KUBE_EVENTS, NULL, TJ_GANG_DEFAULT},
     [API_PATCH_EVENT] = {"patch", &KUBE_EVENTS, NULL, TJ_GANG_DEFAULT}, /* a repeat: count + 1 (kube_recorder.h) */
+    /* --metrics-secure: who reads /metrics and the job page (http_auth.c) */
+    [API_CREATE_TOKEN_REVIEW] = {"create", &CTL_TOKEN_REVIEWS, NULL, TJ_GANG_DEFAULT},
+    [API_CREATE_ACCESS_REVIEW] = {"create", &CTL_ACCESS_REVIEWS, NULL, TJ_GANG_DEFAULT},
     [API_GET_LEASE] = {"get", &KUBE_LEASES, NULL, TJ_GANG_DEFAULT},
     [API_CREATE_LEASE] = {"create", &KUBE_LEASES, NULL, TJ_GANG_DEFAULT},
     [API_PATCH_LEASE] = {"patch", &KUBE_LEASES, NULL, TJ_GANG_DEFAULT},
@@ -52,11 +66,25 @@ const struct api_call controller_api_calls[API_OP_COUNT] = {
     [API_DELETE_COSCHED_PG] = {"delete", &CTL_COSCHED_PODGROUPS, NULL, TJ_GANG_COSCHEDULING},
 };
 
+const unsigned controller_api_call_needs[API_OP_COUNT] = {
+    [API_GET_SECRET] = API_NEEDS_TLS_SECRET,
+    [API_PATCH_SECRET] = API_NEEDS_TLS_SECRET | API_NEEDS_CA,
+    [API_CREATE_TOKEN_REVIEW] = API_NEEDS_AUTH,
+    [API_CREATE_ACCESS_REVIEW] = API_NEEDS_AUTH,
+};
+
 void controller_print_api_calls(FILE *f, unsigned gang_enabled)
+{
+    controller_print_api_calls_for(f, gang_enabled, ~0u);
+}
+
+void controller_print_api_calls_for(FILE *f, unsigned gang_enabled, unsigned features)
 {
     for (int i = 0; i < API_OP_COUNT; i++) {
         const struct api_call *a = &controller_api_calls[i];
         if (a->gang != TJ_GANG_DEFAULT && !(gang_enabled & (1u << a->gang)))
+            continue;
+        if (controller_api_call_needs[i] && !(controller_api_call_needs[i] & features))
             continue;
         fprintf(f, "%s %s %s%s%s\n", a->verb, a->res->group[0] ? a->res->group : "core",
                 a->res->resource, a->sub ? "/" : "", a->sub ? a->sub : "");
@@ -359,6 +387,33 @@ static int ensure_owned(struct reconcile *r, int inf, enum api_op op, const char
     return 0;
 }
 
+/* The job's Secret: its token, and the coordinator's CA as ca.crt when the operator has one
+ * (patched in when the cached Secret holds another, or none: a CA renewed, an operator
+ * upgraded). */
+static int ensure_secret(struct reconcile *r, herr *e)
+{
+    char name[300];
+    snprintf(name, sizeof name, "%s-token", r->name);
+    char *ca = r->c->o.tls ? tls_keeper_ca(r->c->o.tls) : NULL;
+    cJSON *have = kube_informer_get(r->c->inf[INF_SECRETS], r->ns, name);
+    int rc = 0;
+    if (have) {
+        cJSON *patch = ca ? ctl_secret_ca_patch(have, ca) : NULL;
+        if (patch)
+            rc = ctl_call_patch(r->c, API_PATCH_SECRET, r->ns, name, patch, e);
+        cJSON_Delete(patch);
+    } else {
+        cJSON *obj = ctl_build_secret_ca(r->job, ca);
+        if (!obj || ctl_creates_add(&r->creates, API_CREATE_SECRET, obj, name) != 0) {
+            cJSON_Delete(obj);
+            rc = herr_set(e, "%s/%s: cannot build secrets", r->ns, name);
+        }
+    }
+    cJSON_Delete(have);
+    free(ca);
+    return rc;
+}
+
 /* The cache index and API calls of the job's PodGroup; -1 when its gang scheduler has none. */
 static int podgroup_ops(const struct reconcile *r, enum api_op *create, enum api_op *del)
 {
@@ -559,6 +614,11 @@ static int create_missing(struct reconcile *r, const cJSON *pods, int workers, h
             rc = -1;
             break;
         }
+        if (c->o.tls && controller_pod_trust_ca(pod, r->name) != 0) {
+            cJSON_Delete(pod);
+            rc = herr_set(e, "out of memory");
+            break;
+        }
         if (ctl_creates_add(&r->creates, API_CREATE_POD, pod, pname) != 0) {
             cJSON_Delete(pod);
             rc = herr_set(e, "out of memory");
@@ -689,9 +749,7 @@ static int reconcile_job(struct reconcile *r, herr *e)
     if (is_phase(phase, "Succeeded") || is_phase(phase, "Failed"))
         goto out; /* terminal */
 
-    char secret[300];
-    snprintf(secret, sizeof secret, "%s-token", r->name);
-    if ((rc = ensure_owned(r, INF_SECRETS, API_CREATE_SECRET, secret, ctl_build_secret, e)) != 0 ||
+    if ((rc = ensure_secret(r, e)) != 0 ||
         (rc = ensure_owned(r, INF_SERVICES, API_CREATE_SERVICE, r->name, ctl_build_service, e)) != 0)
         goto out;
 

@@ -15,6 +15,7 @@
 #include "coordinator.h"
 #include "log.h"
 #include "nic_labels.h"
+#include "tls_keeper.h"
 #include "trainingjob.h"
 
 struct opjob {
@@ -38,6 +39,8 @@ struct coord_operator {
     struct opjob *jobs;
     struct coord_metrics *metrics; /* per-job gauges for /metrics (the caller's; may be NULL) */
     struct coord_history *history; /* for the job page (the caller's; may be NULL) */
+    struct tls_keeper *tls;        /* the serving certificate, renewed (may be NULL: ws://) */
+    unsigned long tls_gen;
 };
 
 /* A label value: at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends. */
@@ -426,6 +429,21 @@ static void sweep(struct coord_operator *co)
     }
 }
 
+/* A renewed certificate from the keeper: new connections get it (on this, the serving thread). */
+static void renew_tls(struct coord_operator *co)
+{
+    struct coord_tls t = {0};
+    if (!co->tls || tls_keeper_take(co->tls, &co->tls_gen, &t) != 1)
+        return;
+    herr e = {0};
+    if (coord_tls_reload(co->c, t.tls_crt, t.tls_key, &e) != 0)
+        log_warn("coordinator: the renewed certificate cannot be used (keeping the old): %s", e.msg);
+    else
+        log_info("coordinator: serving the renewed certificate (expires %ld)",
+                 (long)coord_tls_not_after(t.tls_crt));
+    coord_tls_free(&t);
+}
+
 static void *serve(void *arg)
 {
     struct coord_operator *co = arg;
@@ -434,6 +452,7 @@ static void *serve(void *arg)
         coord_service(co->c);
         if (clock_mono_s() - last_sweep > 2) {
             sweep(co);
+            renew_tls(co);
             last_sweep = clock_mono_s();
         }
     }
@@ -452,9 +471,18 @@ struct coord_operator *coord_operator_start(struct controller *ctl,
     co->metrics = o->metrics;
     co->history = o->history;
     co->status_interval_ms = o->status_interval_ms > 0 ? o->status_interval_ms : 5000;
-    struct coord_options copt = {.bind = o->bind, .port = o->port, .tls_cert = o->tls_cert,
-                                 .tls_key = o->tls_key, .resolve_job = resolve, .user = co};
-    if (coord_create(&co->c, &copt, e)) {
+    co->tls = o->tls;
+    struct coord_tls t = {0};
+    if (co->tls && tls_keeper_take(co->tls, &co->tls_gen, &t) != 1) {
+        free(co);
+        herr_set(e, "coordinator: no TLS certificate to serve with");
+        return NULL;
+    }
+    struct coord_options copt = {.bind = o->bind, .port = o->port, .tls_cert_pem = t.tls_crt,
+                                 .tls_key_pem = t.tls_key, .resolve_job = resolve, .user = co};
+    int rc = coord_create(&co->c, &copt, e);
+    coord_tls_free(&t);
+    if (rc) {
         free(co);
         return NULL;
     }

@@ -27,7 +27,11 @@ struct coord_options {
     int port;               /* 0 = an ephemeral port (see coord_port) */
     const char *tls_cert;   /* PEM files; both set = wss:// */
     const char *tls_key;
+    const char *tls_cert_pem; /* or the PEM texts themselves (wins over the files) */
+    const char *tls_key_pem;
     int hello_timeout_s;    /* a connection that has not said hello by then is closed; 0 = 10 */
+    int max_pending;        /* connections that have not said hello yet; more are closed at
+                             * once (0 = 1024). Admitted workers are not counted. */
     /* A hello names a job that is not registered: the owner may register it now with
      * coord_add_job (e.g. from the TrainingJob in the API server) and return 0; -1 refuses
      * the hello like any unknown job; 1 says the job is over (failed or succeeded): the
@@ -130,6 +134,13 @@ int coord_job_connected(const struct coordinator *c, const char *name);
 int coord_job_restarts(const struct coordinator *c, const char *name);
 /* Connections refused so far (bad token, bad message, unknown pod...), for tests and metrics. */
 long coord_refused(const struct coordinator *c);
+
+/* Serves new TLS connections with another certificate (a renewal); connections already open
+ * keep theirs. Only on a coordinator made with TLS, from the thread that runs coord_service. */
+int coord_tls_reload(struct coordinator *c, const char *cert_pem, const char *key_pem, herr *e);
+
+/* Open WebSocket connections, and of those the ones that have not said hello. */
+int coord_connections(const struct coordinator *c, int *pending);
 
 /* Runs the event loop once: waits for activity (at most ~100 ms) and handles it. */
 int coord_service(struct coordinator *c);

@@ -27,6 +27,8 @@ struct conn {
     size_t rx_len, rx_cap;
     int rx_overflow;
     struct outmsg *head, *tail;
+    size_t queued;          /* bytes in the queue */
+    int pending;            /* counted in npending: no hello accepted yet */
     int closing;            /* close after the queue drains */
     int close_code;
     char close_reason[100];
@@ -102,6 +104,11 @@ struct coordinator {
     int (*resolve_job)(void *user, struct coordinator *c, const char *job);
     void *user;
     long refused;
+    void *ssl_ctx;          /* the vhost's SSL_CTX when serving TLS (coord_tls_reload) */
+    const char *tls_cert_pem, *tls_key_pem; /* only while the vhost is made */
+    int tls_load_failed;
+    int max_pending;
+    int nconns, npending;   /* open connections; of those, not said hello yet */
 };
 
 /* coord_job.c */
