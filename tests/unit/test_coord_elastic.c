@@ -13,7 +13,9 @@
 #include <unistd.h>
 
 #include "coord_client.h"
+#include "coord_plan.h"
 #include "coordinator.h"
+#include "yaml_json.h"
 
 #define TOKEN "token-0123456789"
 
@@ -354,8 +356,115 @@ static void test_not_elastic(void)
     server_stop(&s);
 }
 
+/* ---------------------------------------------------------------- the plan hook */
+
+/* examples/local-tiny.yaml's job (2 x InfiniBand + 2 x RoCE), elastic, with microBatches mb. */
+static int tiny_job(struct tj_job *job, int layers, int mb)
+{
+    char doc[2048];
+    snprintf(doc, sizeof doc,
+             "{\"apiVersion\": \"holmes.dev/v1alpha1\", \"kind\": \"TrainingJob\", "
+             "\"metadata\": {\"name\": \"tiny\"}, \"spec\": {\"workers\": 4, \"gpusPerWorker\": 0, "
+             "\"model\": {\"layers\": %d, \"hidden\": 64, \"heads\": 4, \"vocab\": 256, \"seqLen\": 64}, "
+             "\"parallelism\": {\"pipeline\": 2, \"data\": 2, \"microBatches\": %d, \"microBatchSize\": 4}, "
+             "\"training\": {\"steps\": 100, \"checkpoint\": {\"path\": \"/tmp/x\"}}, "
+             "\"elastic\": {\"minWorkers\": 2}, "
+             "\"emulation\": {\"nics\": [{\"class\": \"infiniband\", \"fabric\": \"ib-a\", \"gbps\": 200, \"count\": 2}, "
+             "{\"class\": \"roce\", \"fabric\": \"roce-b\", \"gbps\": 100, \"count\": 2}]}}}", layers, mb);
+    cJSON *j = cJSON_Parse(doc);
+    struct tj_errors errs = {0};
+    int rc = j && tj_job_from_json(j, job, &errs) == 0 ? 0 : -1;
+    if (rc)
+        printf("# %s\n", errs.count ? errs.msg[0] : "bad json");
+    cJSON_Delete(j);
+    return rc;
+}
+
+static void tiny_workers(struct coord_worker *w)
+{
+    for (int k = 0; k < 4; k++) {
+        memset(&w[k], 0, sizeof w[k]);
+        w[k].index = k;
+        snprintf(w[k].pod, sizeof w[k].pod, "tiny-worker-%d", k);
+        snprintf(w[k].node, sizeof w[k].node, "localhost");
+        w[k].nic.cls = k < 2 ? NIC_INFINIBAND : NIC_ROCE;
+        snprintf(w[k].nic.fabric, sizeof w[k].nic.fabric, "%s", k < 2 ? "ib-a" : "roce-b");
+        w[k].nic.gbps = k < 2 ? 200 : 100;
+        w[k].nic.gid_index = -1;
+    }
+}
+
+static int par(const cJSON *a, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(a, "spec"), "parallelism"), k);
+    return cJSON_IsNumber(v) ? v->valueint : -1;
+}
+
+static void test_plan_hook(void)
+{
+    struct tj_job job;
+    struct coord_worker w[4], three[3];
+    cJSON *a[4] = {0};
+    herr e = {0};
+    if (tiny_job(&job, 4, 3) != 0) {
+        TEST_FAIL("plan hook: job", "parse");
+        return;
+    }
+    tiny_workers(w);
+    struct coord_plan cp = {.job = &job};
+    CHECK("plan hook: the full plan (pipeline 2 x data 2, 3 micro-batches)",
+          coord_plan_hook(&cp, w, 4, a, &e) == 0 && cp.plan.pipeline == 2 && cp.global_mb == 6);
+    for (int i = 0; i < 4; i++)
+        cJSON_Delete(a[i]), a[i] = NULL;
+    /* worker 1 (InfiniBand) lost: 3 left; a data degree of 1 or 3 divides the 6 micro-batches */
+    three[0] = w[0], three[1] = w[2], three[2] = w[3];
+    int rc = coord_plan_hook(&cp, three, 3, a, &e);
+    if (rc)
+        printf("# %s\n", e.msg);
+    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(a[0], "spec");
+    const cJSON *nics = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(sp, "emulation"), "nics");
+    int D = par(a[0], "data"), P = par(a[0], "pipeline"), M = par(a[0], "microBatches");
+    CHECK("plan hook: 3 survivors: pipeline x data = 3, the global batch of 6 kept",
+          rc == 0 && P * D == 3 && D * M == 6 && cp.plan.pipeline == P && cp.workers == 3 &&
+          cp.global_seqs == 24);
+    CHECK("plan hook: the assignments' spec is the survivors' (3 workers, ib-a 1 + roce-b 2)",
+          rc == 0 && cJSON_GetObjectItemCaseSensitive(sp, "workers")->valueint == 3 &&
+          cJSON_GetArraySize(nics) == 2 &&
+          cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(nics, 0), "count")->valueint == 1 &&
+          cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(nics, 1), "count")->valueint == 2);
+    CHECK("plan hook: the shapes before and after and the batch are said",
+          strstr(cp.prev_shape, "pipeline 2 x data 2") && strstr(cp.prev_shape, "4 workers") &&
+          strstr(cp.shape, "3 workers") && strstr(cp.batch_note, "global batch kept: 24 sequences"));
+    for (int i = 0; i < 3; i++)
+        cJSON_Delete(a[i]), a[i] = NULL;
+    coord_plan_free(&cp);
+    tj_job_free(&job);
+
+    /* 2 layers, 2 micro-batches a replica: a global batch of 4 micro-batches, which no shape of
+     * 3 workers keeps (data 1 needs 3 stages of 2 layers; data 3 does not divide 4) */
+    if (tiny_job(&job, 2, 2) != 0)
+        return;
+    struct coord_plan cq = {.job = &job};
+    CHECK("plan hook: full plan of a 2-layer model", coord_plan_hook(&cq, w, 4, a, &e) == 0 &&
+          cq.global_mb == 4);
+    for (int i = 0; i < 4; i++)
+        cJSON_Delete(a[i]), a[i] = NULL;
+    rc = coord_plan_hook(&cq, three, 3, a, &e);
+    if (rc)
+        printf("# %s\n", e.msg);
+    CHECK("plan hook: a global batch no shape of 3 keeps: planned anyway, the change said",
+          rc == 0 && strstr(cq.batch_note, "global batch changed from 16 to 24") &&
+          par(a[0], "pipeline") * par(a[0], "data") == 3);
+    for (int i = 0; i < 3; i++)
+        cJSON_Delete(a[i]);
+    coord_plan_free(&cq);
+    tj_job_free(&job);
+}
+
 int main(void)
 {
+    test_plan_hook();
     test_loss_replan_scale_up();
     test_no_scale_up_and_adoption();
     test_not_elastic();
