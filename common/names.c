@@ -6,7 +6,8 @@ const char *const schedule_names[SCHED_COUNT] = {"1f1b", "gpipe"};
 const char *const dtype_names[DTYPE_COUNT] = {"fp32", "bf16", "fp16"};
 const char *const policy_names[POLICY_COUNT] = {"holmes", "naive", "ethernet"};
 const char *const transport_names[TRANSPORT_COUNT] = {"ib", "roce", "socket"};
-const char *const group_kind_names[GROUP_KIND_COUNT] = {"dp", "tp", "pp", "embedding"};
+const char *const group_kind_names[GROUP_KIND_COUNT] = {"dp", "tp", "pp", "embedding",
+                                                              "link"};
 
 static const char *name_of(const char *const *names, int n, int v)
 {

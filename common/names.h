@@ -28,11 +28,13 @@ enum transport { TRANSPORT_IB = 0, TRANSPORT_ROCE = 1, TRANSPORT_SOCKET = 2 };
 #define TRANSPORT_COUNT 3
 extern const char *const transport_names[TRANSPORT_COUNT]; /* "ib", "roce", "socket" */
 
-/* A communicator's role: data-, tensor-, pipeline-parallel, or the tied embedding (first and
- * last stage, same data- and tensor-parallel rank). */
-enum group_kind { GROUP_DP = 0, GROUP_TP = 1, GROUP_PP = 2, GROUP_EMBEDDING = 3 };
-#define GROUP_KIND_COUNT 4
-extern const char *const group_kind_names[GROUP_KIND_COUNT]; /* "dp", "tp", "pp", "embedding" */
+/* A communicator's role: data-, tensor-, pipeline-parallel, the tied embedding (first and
+ * last stage, same data- and tensor-parallel rank), or one pipeline link (stage s and s + 1,
+ * same data- and tensor-parallel rank: the point-to-point activations and their gradients). */
+enum group_kind { GROUP_DP = 0, GROUP_TP = 1, GROUP_PP = 2, GROUP_EMBEDDING = 3, GROUP_LINK = 4 };
+#define GROUP_KIND_COUNT 5
+extern const char *const group_kind_names[GROUP_KIND_COUNT]; /* "dp", "tp", "pp", "embedding",
+                                                                "link" */
 
 const char *schedule_name(enum schedule s);
 const char *dtype_name(enum dtype d);

@@ -71,32 +71,49 @@ static int rank_of(const struct plan_doc *d, int stage, int dp, int tp)
     return tp + d->tensor * (dp + d->data * stage);
 }
 
-/* Size of a group of `kind`. */
+/* Size of a group of `kind` (embedding and link groups: 2). */
 static int group_size(const struct plan_doc *d, enum group_kind k)
 {
     return k == GROUP_DP ? d->data : k == GROUP_TP ? d->tensor : k == GROUP_PP ? d->pipeline : 2;
 }
 
-/* Does a rank of `stage` belong to a group of `kind`? (embedding: end stages only; tensor groups
- * only when there is tensor parallelism) */
+/* How many groups of `kind` a rank of `stage` belongs to: embedding, end stages only; tensor
+ * groups only with tensor parallelism; link groups one per neighbour stage (0, 1 or 2). */
 static int needs_group(const struct plan_doc *d, enum group_kind k, int stage)
 {
     if (k == GROUP_TP)
         return d->tensor > 1;
     if (k == GROUP_EMBEDDING)
         return d->pipeline > 1 && (stage == 0 || stage == d->pipeline - 1);
+    if (k == GROUP_LINK)
+        return (stage > 0) + (stage < d->pipeline - 1);
     return 1;
 }
 
-/* Member i of the group of `kind` through (stage, dp, tp). */
+/* Member i of the group of `kind` whose first member is (stage, dp, tp). */
 static int member(const struct plan_doc *d, enum group_kind k, int stage, int dp, int tp, int i)
 {
     switch (k) {
     case GROUP_DP: return rank_of(d, stage, i, tp);
     case GROUP_TP: return rank_of(d, stage, dp, i);
     case GROUP_PP: return rank_of(d, i, dp, tp);
+    case GROUP_LINK: return rank_of(d, stage + i, dp, tp);
     default: return rank_of(d, i ? d->pipeline - 1 : 0, dp, tp);
     }
+}
+
+/* Does a group of `kind` start at a rank of `stage`? (a link starts at every stage but the
+ * last; the others at the member-0 place the rank formula gives) */
+static int starts_group(const struct plan_doc *d, enum group_kind k, int stage)
+{
+    return k == GROUP_LINK ? stage < d->pipeline - 1 : needs_group(d, k, stage) > 0;
+}
+
+/* The stage a group of `kind` records: its own for dp and tp, the sending stage for a link
+ * (stage -> stage + 1), else -1. */
+static int group_stage(enum group_kind k, int first_stage)
+{
+    return k == GROUP_DP || k == GROUP_TP || k == GROUP_LINK ? first_stage : -1;
 }
 
 static int derive_groups(struct plan_doc *d, enum group_kind k, herr *e)
@@ -104,9 +121,9 @@ static int derive_groups(struct plan_doc *d, enum group_kind k, herr *e)
     int n = group_size(d, k);
     for (int r = 0; r < d->world; r++) {
         int s = plan_doc_stage_of(d, r), dp = plan_doc_dp_of(d, r), tp = plan_doc_tp_of(d, r);
-        if (!needs_group(d, k, s) || member(d, k, s, dp, tp, 0) != r)
+        if (!starts_group(d, k, s) || member(d, k, s, dp, tp, 0) != r)
             continue; /* one group per first member */
-        if (plan_doc_add_group(d, k, k == GROUP_DP || k == GROUP_TP ? s : -1, n, e) != 0)
+        if (plan_doc_add_group(d, k, group_stage(k, s), n, e) != 0)
             return -1;
         for (int i = 0; i < n; i++)
             d->groups[d->ngroups - 1].members[i] = member(d, k, s, dp, tp, i);
@@ -124,16 +141,20 @@ static int check_group(struct plan_doc *d, int g, herr *e)
         return herr_set(e, "groups[%d]: a '%s' group must have %d ranks, has %d", g, kn, want, gr->n);
     int m0 = gr->members[0];
     int s0 = plan_doc_stage_of(d, m0), dp0 = plan_doc_dp_of(d, m0), tp0 = plan_doc_tp_of(d, m0);
+    if (!starts_group(d, gr->kind, s0))
+        return herr_set(e, "groups[%d]: a '%s' group cannot start at rank %d (stage %d of %d)", g,
+                        kn, m0, s0, d->pipeline);
     for (int i = 0; i < gr->n; i++)
         if (gr->members[i] != member(d, gr->kind, s0, dp0, tp0, i) ||
             (gr->kind == GROUP_EMBEDDING && s0 != 0))
             return herr_set(e, "groups[%d]: rank %d does not belong at position %d of a '%s' group "
                             "(rank = tp + tensor * (dp + data * stage))", g, gr->members[i], i, kn);
-    gr->stage = gr->kind == GROUP_DP || gr->kind == GROUP_TP ? s0 : -1;
+    gr->stage = group_stage(gr->kind, s0);
     return 0;
 }
 
-/* Every rank in exactly one group of each kind it needs. */
+/* Every rank in as many groups of each kind as it needs (one, or none; links: one per
+ * neighbour stage). */
 static int check_membership(const struct plan_doc *d, herr *e)
 {
     int *count = calloc((size_t)d->world * GROUP_KIND_COUNT, sizeof *count);
@@ -181,6 +202,18 @@ int plan_doc_find_group(const struct plan_doc *d, enum group_kind kind, int rank
     return -1;
 }
 
+int plan_doc_find_link(const struct plan_doc *d, int rank, int dir)
+{
+    if (rank < 0 || rank >= d->world || (dir != 1 && dir != -1))
+        return -1;
+    for (int g = 0; g < d->ngroups; g++) {
+        const struct plan_doc_group *gr = &d->groups[g];
+        if (gr->kind == GROUP_LINK && gr->n == 2 && gr->members[dir > 0 ? 0 : 1] == rank)
+            return g;
+    }
+    return -1;
+}
+
 int plan_doc_check_endpoints(const struct plan_doc *d, const char *where, herr *e)
 {
     for (int r = 0; r < d->world; r++)
@@ -224,7 +257,7 @@ static int parse_group(struct plan_doc *d, const cJSON *x, const char *w, herr *
         return -1;
     enum group_kind k;
     if (group_kind_parse(kind, &k) != 0)
-        return herr_set(e, "%s.kind '%s' is not one of dp, tp, pp, embedding", w, kind);
+        return herr_set(e, "%s.kind '%s' is not one of dp, tp, pp, embedding, link", w, kind);
     enum transport t = TRANSPORT_SOCKET;
     if (tr[0] && transport_parse(tr, &t) != 0)
         return herr_set(e, "%s.transport '%s' is not one of ib, roce, socket", w, tr);

@@ -12,7 +12,10 @@
  *    groups: [{kind, stage, ranks, transport, nccl_net, gid_index, pacing}]}
  * Global rank = tp + tensor * (dp + data * stage). Groups of a kind the document leaves out are
  * derived (dp per stage and tensor rank, pp and embedding per replica and tensor rank, tp per
- * stage and replica; all "socket"). */
+ * stage and replica, link per stage boundary, replica and tensor rank; all "socket"), so a
+ * document written before link groups existed still decodes. A link group is the pipeline's
+ * point-to-point link between stage s and s + 1 (ranks [rank at s, rank at s + 1], same dp and
+ * tp; its `stage` is s): a rank is in one link group per neighbour stage. */
 #ifndef HOLMES_PLAN_DOC_H
 #define HOLMES_PLAN_DOC_H
 
@@ -79,7 +82,8 @@ int plan_doc_init(struct plan_doc *d, int tensor, int pipeline, int data, herr *
 /* Appends a group of n ranks (members zeroed, transport socket): 0, or -1 out of memory. */
 int plan_doc_add_group(struct plan_doc *d, enum group_kind kind, int stage, int n, herr *e);
 /* Derives the groups of each kind that has none, then checks that every rank is in exactly one
- * group of each kind, at its place. 0, or -1 naming the group and rank. */
+ * group of each kind (link groups: one per neighbour stage, so 0, 1 or 2), at its place. 0, or
+ * -1 naming the group and rank. */
 int plan_doc_complete(struct plan_doc *d, herr *e);
 
 /* Decodes (and completes) a document; `where` names it in errors. Endpoints may be absent. */
@@ -94,8 +98,12 @@ void plan_doc_free(struct plan_doc *d);
  * that does not fit. For logs and reports. */
 void plan_doc_slice_lengths(const int *bounds, int slices, char *buf, size_t cap);
 
-/* Index of the group of `kind` that holds `rank`, or -1. */
+/* Index of the group of `kind` that holds `rank`, or -1. (For links, which a rank may be in
+ * twice, use plan_doc_find_link.) */
 int plan_doc_find_group(const struct plan_doc *d, enum group_kind kind, int rank);
+/* Index of the link group between `rank` and the same dp and tp rank of the next stage (dir +1)
+ * or of the previous one (dir -1), or -1 when there is none (the last or first stage). */
+int plan_doc_find_link(const struct plan_doc *d, int rank, int dir);
 
 #define PLAN_MAX_LOCAL_RANKS 16 /* ranks of one worker: one per GPU (spec.gpusPerWorker <= 16) */
 

@@ -19,10 +19,11 @@ bench-comm: $(BUILD)/bench/bench_comm
 NCCL_HOME ?= /usr/local/cuda
 NCCL_LIBDIR ?= $(NCCL_HOME)/lib64
 COMM_GB   := build/comm-nccl
-COMM_GPU_CFLAGS := -std=gnu11 -O2 -g $(WARN) -D_GNU_SOURCE -Icommon -Inoderuntime/comm \
-                   -Inoderuntime/comm/nccl \
-                   -I$(NCCL_HOME)/include $(EXTRA_CFLAGS)
+COMM_GPU_CFLAGS = -std=gnu11 -O2 -g $(WARN) -D_GNU_SOURCE -Icommon -Inoderuntime/comm \
+                   -Inoderuntime/comm/nccl -Inoderuntime/engine -Inoderuntime/engine/cuda \
+                   -I$(NCCL_HOME)/include -I$(CUDA_HOME)/include $(EXTRA_CFLAGS)
 COMM_GPU_SRC := noderuntime/comm/nccl/comm_nccl.c noderuntime/comm/comm.c noderuntime/comm/comm_tcp.c noderuntime/comm/tcp_socket.c \
+                noderuntime/comm/devmem.c noderuntime/engine/bf16.c \
                 common/error.c common/clock.c tests/gpu/test_comm_nccl.c
 $(COMM_GB)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -32,6 +33,15 @@ $(COMM_GB)/test_comm_nccl: $(patsubst %.c,$(COMM_GB)/%.o,$(COMM_GPU_SRC))
 	@echo "  LD      $@"
 	@$(CC) -o $@ $^ -L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR) -lnccl -lcudart -lpthread -lm
 
+# The comm seam on device buffers (comm_dev_*: the NCCL backend's device operations and the TCP
+# staging), on the GPU's memory (devmem_cuda): tests/gpu/test_comm_dev.c, run by test-gpu.
+COMM_DEV_SRC := $(filter-out tests/gpu/test_comm_nccl.c,$(COMM_GPU_SRC)) \
+                noderuntime/comm/nccl/comm_nccl_host.c tests/gpu/test_comm_dev.c
+$(COMM_GB)/test_comm_dev: $(patsubst %.c,$(COMM_GB)/%.o,$(COMM_DEV_SRC)) build/cuda/node/devmem_cuda.o
+	@echo "  LD      $@"
+	@$(CXX) -o $@ $^ -L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR) -lnccl -L$(CUDA_HOME)/lib64 \
+	    -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lpthread -lm
+
 .PHONY: comm-nccl
-comm-nccl: $(COMM_GB)/test_comm_nccl
+comm-nccl: $(COMM_GB)/test_comm_nccl $(COMM_GB)/test_comm_dev
 cuda: comm-nccl

@@ -40,22 +40,35 @@ GPU_HOST_SRC := common/error.c common/clock.c noderuntime/engine/gpt.c noderunti
                 noderuntime/train/dataloader.c noderuntime/train/checkpoint.c noderuntime/engine/cuda/cpu_shim.c \
                 noderuntime/engine/cuda/token_groups.c
 GPU_HOST_OBJ := $(patsubst %.c,$(GB)/host/%.o,$(GPU_HOST_SRC))
-GPU_HDRS := noderuntime/engine/cuda/gpt_cuda.h noderuntime/engine/gpt.h noderuntime/engine/optimizer.h common/error.h \
-            $(wildcard noderuntime/engine/cuda/*.cuh)
+GPU_HDRS := noderuntime/engine/cuda/gpt_cuda.h noderuntime/engine/cuda/gemm_plan.h \
+            noderuntime/engine/cuda/token_groups.h noderuntime/engine/gpt.h \
+            noderuntime/engine/optimizer.h common/error.h $(wildcard noderuntime/engine/cuda/*.cuh)
 
 $(GB)/host/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC      $< (GPU build)"
 	@$(CC) $(GPU_HOST_CFLAGS) -MMD -MP -c $< -o $@
 
-$(GB)/fp32/gpt_cuda.o: noderuntime/engine/cuda/gpt_cuda.cu $(GPU_HDRS)
+# The engine: one translation unit per layer kind (stage.cuh lists them), compiled once per
+# precision into $(GB)/{fp32,bf16}/cu/.
+# (devmem_cuda.cu is precision-free: built once, for holmes-node and test_comm_dev)
+GPU_CU := $(filter-out %/devmem_cuda.cu,$(wildcard noderuntime/engine/cuda/*.cu))
+GPU_CU_NAMES := $(notdir $(GPU_CU:.cu=.o))
+GPU_CU_OBJ_fp32 := $(addprefix $(GB)/fp32/cu/,$(GPU_CU_NAMES))
+GPU_CU_OBJ_bf16 := $(addprefix $(GB)/bf16/cu/,$(GPU_CU_NAMES))
+$(GB)/fp32/cu/%.o: noderuntime/engine/cuda/%.cu $(GPU_HDRS)
 	@mkdir -p $(dir $@)
 	@echo "  NVCC    $< (fp32)"
 	@$(NVCC) $(NVCC_FLAGS) -DHOLMES_GPU_FP32 -c $< -o $@
-$(GB)/bf16/gpt_cuda.o: noderuntime/engine/cuda/gpt_cuda.cu $(GPU_HDRS)
+$(GB)/bf16/cu/%.o: noderuntime/engine/cuda/%.cu $(GPU_HDRS)
 	@mkdir -p $(dir $@)
 	@echo "  NVCC    $< (bf16)"
 	@$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
+# kept between runs (pattern-rule chains would delete them as intermediates and rebuild them)
+.SECONDARY: $(GPU_CU_OBJ_fp32) $(GPU_CU_OBJ_bf16) $(GPU_HOST_OBJ) \
+            $(foreach p,fp32 bf16,$(GB)/$(p)/host/noderuntime/engine/cuda/test_gpu.o \
+                                  $(GB)/$(p)/host/noderuntime/engine/cuda/bench_gpu.o)
 
 # gpt_cuda.h names each engine function for its precision (both link into holmes-node), so the
 # files that call it are compiled once per precision too.
@@ -68,10 +81,10 @@ $(GB)/bf16/host/%.o: %.c
 	@echo "  CC      $< (GPU build, bf16)"
 	@$(CC) $(GPU_HOST_CFLAGS) -MMD -MP -c $< -o $@
 
-$(GB)/%/test_gpu: $(GB)/%/gpt_cuda.o $(GB)/%/host/noderuntime/engine/cuda/test_gpu.o $(GPU_HOST_OBJ)
+$(GB)/%/test_gpu: $(addprefix $(GB)/%/cu/,$(GPU_CU_NAMES)) $(GB)/%/host/noderuntime/engine/cuda/test_gpu.o $(GPU_HOST_OBJ)
 	@echo "  LD      $@"
 	@$(CXX) -o $@ $^ $(GPU_LIBS)
-$(GB)/%/bench_gpu: $(GB)/%/gpt_cuda.o $(GB)/%/host/noderuntime/engine/cuda/bench_gpu.o $(GPU_HOST_OBJ)
+$(GB)/%/bench_gpu: $(addprefix $(GB)/%/cu/,$(GPU_CU_NAMES)) $(GB)/%/host/noderuntime/engine/cuda/bench_gpu.o $(GPU_HOST_OBJ)
 	@echo "  LD      $@"
 	@$(CXX) -o $@ $^ $(GPU_LIBS)
 
@@ -81,8 +94,14 @@ $(GB)/%/bench_gpu: $(GB)/%/gpt_cuda.o $(GB)/%/host/noderuntime/engine/cuda/bench
 NODE_GB := $(GB)/node
 NODE_CUDA_CFLAGS = $(CFLAGS) -Inoderuntime/engine/cuda -Inoderuntime/comm/nccl -I$(CUDA_HOME)/include
 NODE_CUDA_OBJ := $(NODE_GB)/fp32/engine_cuda.o $(NODE_GB)/bf16/engine_cuda.o \
-                 $(GB)/fp32/gpt_cuda.o $(GB)/bf16/gpt_cuda.o $(NODE_GB)/token_groups.o \
-                 $(NODE_GB)/comm_nccl.o $(NODE_GB)/comm_nccl_host.o
+                 $(GPU_CU_OBJ_fp32) $(GPU_CU_OBJ_bf16) $(NODE_GB)/token_groups.o \
+                 $(NODE_GB)/devmem_cuda.o $(NODE_GB)/comm_nccl.o $(NODE_GB)/comm_nccl_host.o
+# The GPU's memory behind devmem.h (precision-free: one object for both engines).
+$(NODE_GB)/devmem_cuda.o: noderuntime/engine/cuda/devmem_cuda.cu noderuntime/engine/cuda/devmem_cuda.h \
+                          noderuntime/comm/devmem.h
+	@mkdir -p $(dir $@)
+	@echo "  NVCC    $<"
+	@$(NVCC) $(NVCC_FLAGS) -Inoderuntime/comm -c $< -o $@
 $(NODE_GB)/fp32/engine_cuda.o: noderuntime/engine/cuda/engine_cuda.c
 	@mkdir -p $(dir $@)
 	@echo "  CC      $< (holmes-node, fp32)"
@@ -135,6 +154,7 @@ test-gpu: cuda
 	@fail=0; \
 	$(GB)/fp32/test_gpu || fail=1; \
 	$(GB)/bf16/test_gpu || fail=1; \
+	build/comm-nccl/test_comm_dev || fail=1; \
 	tests/gpu/worker_gpu.sh $(HOLMES_GPU_NODE) || fail=1; \
 	if [ -n "$(SANITIZER)" ]; then \
 	    $(SANITIZER) --tool memcheck --leak-check full --error-exitcode 1 $(GB)/bf16/test_gpu --quick \
@@ -144,14 +164,22 @@ test-gpu: cuda
 
 # GPT-2 124M (12 768 12) and 1.5B (48 1600 25), vocabulary 50257, seq 1024, bf16.
 GPU_SHAPES ?= "12 768 12 50257 16 1024 20" "48 1600 25 50257 $(GPU_B_1558M) 1024 10"
+# The worker (holmes-node worker, one rank, state on the device) at the same shapes, with 1 and 8
+# micro-batches: "L C NH V B T M steps" (tests/bench/bench_worker_gpu.sh).
+GPU_WORKER_RUNS ?= "12 768 12 50257 16 1024 1 12" "12 768 12 50257 16 1024 8 5" \
+                   "48 1600 25 50257 $(GPU_B_1558M) 1024 1 8" "48 1600 25 50257 $(GPU_B_1558M) 1024 8 5"
+bench-gpu: SHELL := /bin/bash
 bench-gpu: $(GB)/bf16/bench_gpu
-	@echo "== bench-gpu: $$(date -u '+%F %H:%M UTC'), peak $(GPU_PEAK) TFLOP/s"
-	@nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
-	@$(GB)/bf16/bench_gpu --gemm 8192 20
-	@for s in $(GPU_SHAPES); do $(GB)/bf16/bench_gpu $$s $(GPU_PEAK) $(GPU_FLAGS) || exit 1; done
-	@if $(GPU_PYTHON) -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then \
+	@set -o pipefail; { \
+	echo "== bench-gpu: $$(date -u '+%F %H:%M UTC'), peak $(GPU_PEAK) TFLOP/s"; \
+	nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true; \
+	$(GB)/bf16/bench_gpu --gemm 8192 20 && \
+	for s in $(GPU_SHAPES); do $(GB)/bf16/bench_gpu $$s $(GPU_PEAK) $(GPU_FLAGS) || exit 1; done && \
+	for s in $(GPU_WORKER_RUNS); do tests/bench/bench_worker_gpu.sh $(HOLMES_GPU_NODE) $$s || exit 1; done && \
+	if $(GPU_PYTHON) -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then \
 	    for s in $(GPU_SHAPES); do PYTHONUNBUFFERED=1 $(GPU_PYTHON) tests/bench/bench_torch_gpu.py $$s $(GPU_PEAK) || exit 1; done; \
-	else echo "bench-gpu: $(GPU_PYTHON) has no CUDA PyTorch: PyTorch skipped"; fi
+	else echo "bench-gpu: $(GPU_PYTHON) has no CUDA PyTorch: PyTorch skipped"; fi; \
+	} 2>&1 | tee $(GB)/bench-gpu.log && python3 tests/bench/gpu_summary.py $(GB)/bench-gpu.log
 
 gpu-check: SHELL := /bin/bash
 gpu-check:

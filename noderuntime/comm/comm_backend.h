@@ -12,6 +12,7 @@
 #include "error.h"
 
 struct comm;
+struct devmem;
 
 struct comm_backend {
     const char *kind; /* "tcp", "nccl" */
@@ -29,6 +30,21 @@ struct comm_backend {
     int (*broadcast)(void *impl, void *buf, size_t len, int root, herr *e);
     int (*barrier)(void *impl, herr *e);
     void (*destroy)(void *impl);
+    /* Device buffers (optional: NULL, and comm.c stages them through pinned host memory). Each
+     * queues the operation behind the event `ready` (of the rank's devmem) and records `done` when
+     * its result is in place (for a send: when the buffer may be reused). set_devmem is called
+     * once, before any of them. */
+    int (*set_devmem)(void *impl, struct devmem *m, herr *e);
+    int (*dev_send)(void *impl, int peer, const void *buf, size_t len, void *ready, void *done,
+                    herr *e);
+    int (*dev_recv)(void *impl, int peer, void *buf, size_t len, void *ready, void *done,
+                    herr *e);
+    int (*dev_reduce_scatter_f32)(void *impl, float *buf, size_t count, void *ready, void *done,
+                                  herr *e);
+    int (*dev_all_gather)(void *impl, void *buf, size_t count, size_t elem_size, void *ready,
+                          void *done, herr *e);
+    int (*dev_all_reduce_f32)(void *impl, float *buf, size_t count, void *ready, void *done,
+                              herr *e);
 };
 
 /* A communicator over `impl` (taken: destroyed by comm_free, or here on failure). */

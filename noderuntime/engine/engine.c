@@ -62,6 +62,12 @@ void engine_free(struct engine *en)
 
 const char *engine_name(const struct engine *en) { return en->ops->name; }
 struct gpt_stage *engine_host(struct engine *en) { return en->host; }
+struct devmem *engine_mem(struct engine *en) { return en->mem; }
+float *engine_params(struct engine *en) { return en->params; }
+float *engine_grads(struct engine *en) { return en->grads; }
+size_t engine_num_params(const struct engine *en) { return gpt_stage_num_params(en->host); }
+size_t engine_act_bytes(const struct engine *en) { return en->act_dtype == DTYPE_BF16 ? 2 : 4; }
+enum dtype engine_act_dtype(const struct engine *en) { return en->act_dtype; }
 
 int engine_init_params(struct engine *en, uint64_t seed, herr *e)
 {
@@ -69,20 +75,50 @@ int engine_init_params(struct engine *en, uint64_t seed, herr *e)
 }
 
 int engine_forward(struct engine *en, int slot, int t0, int t1, const int *tokens,
-                   const float *in_act, const int *targets, float *out_act, float *loss)
+                   const void *in_act, const int *targets, void *out_act)
 {
-    return en->ops->forward(en, slot, t0, t1, tokens, in_act, targets, out_act, loss);
+    return en->ops->forward(en, slot, t0, t1, tokens, in_act, targets, out_act);
 }
 
-int engine_backward(struct engine *en, int slot, int t0, int t1, const float *dout, float *din,
+int engine_backward(struct engine *en, int slot, int t0, int t1, const void *dout, void *din,
                     float loss_scale)
 {
     return en->ops->backward(en, slot, t0, t1, dout, din, loss_scale);
 }
 
 int engine_zero_grads(struct engine *en, herr *e) { return en->ops->zero_grads(en, e); }
-int engine_grads_fetch(struct engine *en, herr *e) { return en->ops->grads_fetch(en, e); }
-void engine_params_changed(struct engine *en) { en->ops->params_changed(en); }
+int engine_loss_take(struct engine *en, float *sum, herr *e) { return en->ops->loss_take(en, sum, e); }
+
+int engine_sq_norm(struct engine *en, const float *base, const size_t *lo, const size_t *hi,
+                   int n, double *out, herr *e)
+{
+    for (int i = 0; i < n; i++)
+        if (lo[i] > hi[i])
+            return herr_set(e, "gradient norm: range %d [%zu, %zu) is reversed", i, lo[i], hi[i]);
+    return en->ops->sq_norm(en, base, lo, hi, n, out, e);
+}
+
+int engine_adamw(struct engine *en, const struct adamw_config *o, size_t lo, size_t hi, float *p,
+                 const float *g, float *m, float *v, float lr, long step, float grad_scale,
+                 herr *e)
+{
+    if (lo > hi || hi > engine_num_params(en))
+        return herr_set(e, "AdamW: parameter range [%zu, %zu) is outside the stage's %zu", lo, hi,
+                        engine_num_params(en));
+    if (step < 1)
+        return herr_set(e, "AdamW: steps count from 1 (got %ld)", step);
+    if (hi == lo)
+        return 0;
+    return en->ops->adamw(en, o, lo, hi, p, g, m, v, lr, step, grad_scale, e);
+}
+
+void engine_params_changed(struct engine *en, size_t lo, size_t hi)
+{
+    en->ops->params_changed(en, lo, hi);
+}
+
+int engine_params_upload(struct engine *en, herr *e) { return en->ops->params_upload(en, e); }
+int engine_params_download(struct engine *en, herr *e) { return en->ops->params_download(en, e); }
 const char *engine_error(const struct engine *en) { return en->ops->error(en); }
 
 void engine_set_forward_hook(struct engine *en, int (*fn)(void *ctx, size_t lo, size_t hi),

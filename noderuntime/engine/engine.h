@@ -1,19 +1,30 @@
-/* The engine seam: one interface for the trainer (pipeline schedules, ZeRO-1, checkpoints, data)
- * with the CPU engine (gpt.h) and the CUDA engine (cuda/gpt_cuda.h) behind it.
+/* The engine seam: one interface for the trainer (pipeline schedules, ZeRO-1, the tied embedding,
+ * checkpoints, data) with the CPU engine (gpt.h) and the CUDA engine (cuda/gpt_cuda.h) behind it.
  *
- * Every engine keeps a host-side stage of the same shape (`engine_host`, a struct gpt_stage): its
- * tensor table, its flat fp32 parameter and gradient buffers and the tensor-parallel layout. The
- * trainer reads and writes those host buffers (ZeRO shards, AdamW, checkpoints, the tied
- * embedding), and tells the engine when they change:
- *   - parameters written outside a forward (a checkpoint loaded, initFrom): engine_params_changed;
- *   - at every step's start (engine_zero_grads) parameters count as changed too: the optimizer
- *     wrote them, and the forward hook (the all-gather) completes them before the engine reads
- *     them, so the CUDA engine uploads them in the step's first forward;
- *   - gradients are read after the pipeline: engine_grads_fetch first (the CUDA engine downloads
- *     them; the CPU engine computes into the host buffer and has nothing to do).
- * Activations between stages are host fp32 buffers [B*T*C], as the pipeline runner sends them.
+ * Where the state lives. Each engine keeps its buffers in its own memory (engine_mem, devmem.h):
+ * host memory for the CPU engine, the GPU's for the CUDA engine. The parameters and gradients
+ * (engine_params, engine_grads: the stage's flat fp32 buffers in the tensor table's layout) live
+ * there for the whole run, and so do the trainer's optimizer state and its activations between
+ * stages (allocated with devmem_alloc on engine_mem). The trainer never copies them to the host
+ * during a step: it hands them to the communicators (comm_dev_*), and asks the engine for the
+ * norm and AdamW over its shard (engine_sq_norm, engine_adamw). Only tokens and targets (host
+ * arrays, from the data loader) go down, and the loss comes up once per step (engine_loss_take).
+ * A checkpoint copies to the host when it is written and back when a run resumes.
  *
- * The CPU engine is always there. The CUDA engines (fp32 and bf16) are linked only into the
+ * Every engine also keeps a host-side stage of the same shape (engine_host, a struct gpt_stage):
+ * its tensor table, the tensor-parallel layout, and host buffers used to initialise, load and
+ * save (engine_params_upload / _download move the parameters between them and the engine).
+ * For the CPU engine the host stage is the engine, and both moves are nothing.
+ *
+ * Order. Work is queued on the engine's compute lane (devmem.h); calls return before the device
+ * has done it. The forward hook runs before the engine queues work that reads a parameter range,
+ * the backward hook right after it has queued the work that finishes a block's gradients, so a
+ * hook that queues communication (comm_dev_*) orders it correctly. The tensor group's sum
+ * (engine_set_tp_sum) gets buffers in engine memory, in that order too.
+ *
+ * The CPU engine is always there; with engine_spec.emulate_device its memory says it is a
+ * device's (devmem_emulated), so the communicators stage it through host buffers as they do a
+ * GPU's (CI runs that path on CPUs). The CUDA engines (fp32 and bf16) are linked only into the
  * CUDA build of holmes-node (`make cuda`); engine_available says whether this binary has one. */
 #ifndef HOLMES_ENGINE_H
 #define HOLMES_ENGINE_H
@@ -21,9 +32,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "devmem.h"
 #include "error.h"
 #include "gpt.h"
 #include "names.h"
+#include "optimizer.h"
 
 enum engine_kind { ENGINE_CPU = 0, ENGINE_CUDA = 1 };
 
@@ -35,23 +48,33 @@ struct engine_spec {
     int first, last;          /* layers [first, last) */
     int B, T, slots;          /* micro-batch shape, activation sets kept */
     int tp, tp_rank;          /* tensor-parallel group (1, 0: none) */
+    int emulate_device;       /* CPU engine: memory staged as a device's (tests) */
+    double timeout_s;         /* bound on a host wait for the device (0: none) */
 };
 
 struct engine;
 
-/* The operations each engine provides (engine_cpu.c, cuda/engine_cuda.c). */
+/* The operations each engine provides (engine_cpu.c, cuda/engine_cuda.c); the wrappers below
+ * say what each does. */
 struct engine_ops {
     const char *name; /* "cpu", "cuda-fp32", "cuda-bf16" */
     int (*create)(struct engine *en, const struct engine_spec *s, herr *e);
     void (*destroy)(struct engine *en);
     int (*init_params)(struct engine *en, uint64_t seed, herr *e);
     int (*forward)(struct engine *en, int slot, int t0, int t1, const int *tokens,
-                   const float *in_act, const int *targets, float *out_act, float *loss);
-    int (*backward)(struct engine *en, int slot, int t0, int t1, const float *dout, float *din,
+                   const void *in_act, const int *targets, void *out_act);
+    int (*backward)(struct engine *en, int slot, int t0, int t1, const void *dout, void *din,
                     float loss_scale);
     int (*zero_grads)(struct engine *en, herr *e);
-    int (*grads_fetch)(struct engine *en, herr *e);
-    void (*params_changed)(struct engine *en);
+    int (*loss_take)(struct engine *en, float *sum, herr *e);
+    int (*sq_norm)(struct engine *en, const float *base, const size_t *lo, const size_t *hi,
+                   int n, double *out, herr *e);
+    int (*adamw)(struct engine *en, const struct adamw_config *o, size_t lo, size_t hi, float *p,
+                 const float *g, float *m, float *v, float lr, long step, float grad_scale,
+                 herr *e);
+    void (*params_changed)(struct engine *en, size_t lo, size_t hi);
+    int (*params_upload)(struct engine *en, herr *e);
+    int (*params_download)(struct engine *en, herr *e);
     /* the hooks in struct engine changed (an engine that runs them itself passes them on) */
     void (*hooks_changed)(struct engine *en);
     const char *(*error)(const struct engine *en);
@@ -61,6 +84,9 @@ struct engine {
     const struct engine_ops *ops;
     struct gpt_stage *host;   /* the host-side stage (CPU: the engine itself) */
     void *impl;               /* the engine's own state */
+    struct devmem *mem;       /* where params, grads and activations live */
+    float *params, *grads;    /* [num_params] fp32, in mem */
+    enum dtype act_dtype;     /* activations between stages: fp32, or bf16 (cuda-bf16) */
     int (*fwd_hook)(void *ctx, size_t lo, size_t hi);
     void *fwd_ctx;
     void (*bwd_hook)(void *ctx, int layer);
@@ -77,22 +103,52 @@ int engine_create(struct engine **out, const struct engine_spec *s, herr *e);
 void engine_free(struct engine *en);
 const char *engine_name(const struct engine *en);
 struct gpt_stage *engine_host(struct engine *en);
+struct devmem *engine_mem(struct engine *en);
+float *engine_params(struct engine *en);
+float *engine_grads(struct engine *en);
+size_t engine_num_params(const struct engine *en);
+/* Bytes of one activation element between stages (4 for fp32, 2 for bf16). */
+size_t engine_act_bytes(const struct engine *en);
+enum dtype engine_act_dtype(const struct engine *en);
 
-/* gpt_stage_init_params's values on every engine (same seed, same numbers). */
+/* gpt_stage_init_params's values on every engine (same seed, same numbers), in engine memory. */
 int engine_init_params(struct engine *en, uint64_t seed, herr *e);
-/* As gpt_stage_forward_slice / gpt_stage_backward_slice (host buffers): tokens [t0, t1) of
- * the micro-batch in `slot`, (0, T) for all of it; -1 with engine_error. An engine without token
- * slices refuses any other range. */
+/* As gpt_stage_forward_slice / gpt_stage_backward_slice, on activation buffers in engine memory
+ * of engine_act_bytes per element ([B][t1 - t0][C]); tokens and targets are host arrays of the
+ * whole micro-batch ([B*T], read at t0 = 0). The last stage adds the slice's share of the loss to
+ * a sum in the engine (engine_loss_take). -1 with engine_error. An engine without token slices
+ * refuses any range other than (0, T). */
 int engine_forward(struct engine *en, int slot, int t0, int t1, const int *tokens,
-                   const float *in_act, const int *targets, float *out_act, float *loss);
-int engine_backward(struct engine *en, int slot, int t0, int t1, const float *dout, float *din,
+                   const void *in_act, const int *targets, void *out_act);
+int engine_backward(struct engine *en, int slot, int t0, int t1, const void *dout, void *din,
                     float loss_scale);
+/* The next backward's gradients are as if engine_grads had been zeroed (an engine may write
+ * instead of accumulating rather than clear the buffer). A step's first call. */
 int engine_zero_grads(struct engine *en, herr *e);
-int engine_grads_fetch(struct engine *en, herr *e);
-void engine_params_changed(struct engine *en);
+/* The losses the last stage's forwards added since the last call, summed (one host wait). */
+int engine_loss_take(struct engine *en, float *sum, herr *e);
+/* Sum of squares of base[lo[i], hi[i]) over the n ranges (base: engine memory, e.g. the
+ * gradients), in a fixed order (double accumulation): one host wait. */
+int engine_sq_norm(struct engine *en, const float *base, const size_t *lo, const size_t *hi,
+                   int n, double *out, herr *e);
+/* AdamW (optimizer.h's adamw_update_at) over parameters [lo, hi): p, g, m, v in engine memory,
+ * element 0 of each belongs to parameter lo. Queued on the compute lane. When p is
+ * engine_params + lo the engine refreshes whatever it computes with; otherwise the caller calls
+ * engine_params_changed once it has written the parameters. */
+int engine_adamw(struct engine *en, const struct adamw_config *o, size_t lo, size_t hi, float *p,
+                 const float *g, float *m, float *v, float lr, long step, float grad_scale,
+                 herr *e);
+/* engine_params [lo, hi) were written by someone else (a gather, a load), in the compute lane's
+ * order: what the engine derives from them (a bf16 copy) is refreshed before it reads them. */
+void engine_params_changed(struct engine *en, size_t lo, size_t hi);
+/* The host stage's parameters -> engine_params (after an initialisation or a load into the host
+ * stage), and back (before a checkpoint or the run's end), each with one host wait. */
+int engine_params_upload(struct engine *en, herr *e);
+int engine_params_download(struct engine *en, herr *e);
 const char *engine_error(const struct engine *en);
 
-/* As gpt_stage_set_forward_hook / _set_backward_hook / _set_tp_sum. An engine that cannot report
+/* As gpt_stage_set_forward_hook / _set_backward_hook / _set_tp_sum (see "Order" above: the
+ * buffers the tensor group's sum gets are in engine memory). An engine that cannot report
  * per-block progress calls the forward hook once for all parameters before it reads any, and
  * never the backward hook (the trainer then reduces every bucket after the pipeline). */
 void engine_set_forward_hook(struct engine *en, int (*fn)(void *ctx, size_t lo, size_t hi),

@@ -1,13 +1,37 @@
-/* The CPU engine behind the engine seam (engine.h): the host stage is the engine. */
+/* The CPU engine behind the engine seam (engine.h): the host stage is the engine, its memory the
+ * host's (or, for tests, the emulated device's: host memory the communicators stage). */
 #include "engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct cpu_engine {
+    double loss_sum; /* the last stage's losses since engine_loss_take */
+};
 
 static int cpu_create(struct engine *en, const struct engine_spec *s, herr *e)
 {
-    return gpt_stage_create_tp(&en->host, &s->model, s->first, s->last, s->B, s->T, s->slots,
-                               s->tp, s->tp_rank, e);
+    if (gpt_stage_create_tp(&en->host, &s->model, s->first, s->last, s->B, s->T, s->slots,
+                            s->tp, s->tp_rank, e) != 0)
+        return -1;
+    en->impl = calloc(1, sizeof(struct cpu_engine));
+    if (!en->impl) {
+        gpt_stage_free(en->host);
+        en->host = NULL;
+        return herr_set(e, "out of memory for the CPU engine");
+    }
+    en->mem = s->emulate_device ? devmem_emulated() : devmem_host();
+    en->params = gpt_stage_params(en->host);
+    en->grads = gpt_stage_grads(en->host);
+    en->act_dtype = DTYPE_FP32;
+    return 0;
 }
 
-static void cpu_destroy(struct engine *en) { gpt_stage_free(en->host); }
+static void cpu_destroy(struct engine *en)
+{
+    gpt_stage_free(en->host);
+    free(en->impl);
+}
 
 static int cpu_init_params(struct engine *en, uint64_t seed, herr *e)
 {
@@ -17,13 +41,19 @@ static int cpu_init_params(struct engine *en, uint64_t seed, herr *e)
 }
 
 static int cpu_forward(struct engine *en, int slot, int t0, int t1, const int *tokens,
-                       const float *in_act, const int *targets, float *out_act, float *loss)
+                       const void *in_act, const int *targets, void *out_act)
 {
-    return gpt_stage_forward_slice(en->host, slot, t0, t1, tokens, in_act, targets, out_act, loss);
+    float loss = 0;
+    if (gpt_stage_forward_slice(en->host, slot, t0, t1, tokens, in_act, targets, out_act,
+                                &loss) != 0)
+        return -1;
+    if (targets)
+        ((struct cpu_engine *)en->impl)->loss_sum += loss;
+    return 0;
 }
 
-static int cpu_backward(struct engine *en, int slot, int t0, int t1, const float *dout,
-                        float *din, float loss_scale)
+static int cpu_backward(struct engine *en, int slot, int t0, int t1, const void *dout, void *din,
+                        float loss_scale)
 {
     return gpt_stage_backward_slice(en->host, slot, t0, t1, dout, din, loss_scale);
 }
@@ -35,16 +65,47 @@ static int cpu_zero_grads(struct engine *en, herr *e)
     return 0;
 }
 
-/* backward accumulates into the host buffer itself */
-static int cpu_grads_fetch(struct engine *en, herr *e)
+static int cpu_loss_take(struct engine *en, float *sum, herr *e)
 {
-    (void)en;
     (void)e;
+    struct cpu_engine *c = en->impl;
+    *sum = (float)c->loss_sum;
+    c->loss_sum = 0;
     return 0;
 }
 
-/* forward reads the host buffer itself */
-static void cpu_params_changed(struct engine *en) { (void)en; }
+static int cpu_sq_norm(struct engine *en, const float *base, const size_t *lo, const size_t *hi,
+                       int n, double *out, herr *e)
+{
+    (void)en, (void)e;
+    double s = 0;
+    for (int i = 0; i < n; i++)
+        for (size_t j = lo[i]; j < hi[i]; j++)
+            s += (double)base[j] * base[j];
+    *out = s;
+    return 0;
+}
+
+static int cpu_adamw(struct engine *en, const struct adamw_config *o, size_t lo, size_t hi,
+                     float *p, const float *g, float *m, float *v, float lr, long step,
+                     float grad_scale, herr *e)
+{
+    (void)e;
+    const struct gpt_tensor *tens;
+    int nt = gpt_stage_tensors(en->host, &tens);
+    adamw_update_at(o, tens, nt, p, g, m, v, lo, hi, lr, step, grad_scale);
+    return 0;
+}
+
+/* forward reads the parameters themselves */
+static void cpu_params_changed(struct engine *en, size_t lo, size_t hi) { (void)en, (void)lo, (void)hi; }
+
+/* the host stage's buffers are the engine's */
+static int cpu_params_move(struct engine *en, herr *e)
+{
+    (void)en, (void)e;
+    return 0;
+}
 
 /* the stage calls the hooks itself */
 static void cpu_hooks_changed(struct engine *en)
@@ -64,8 +125,12 @@ const struct engine_ops engine_cpu_ops = {
     .forward = cpu_forward,
     .backward = cpu_backward,
     .zero_grads = cpu_zero_grads,
-    .grads_fetch = cpu_grads_fetch,
+    .loss_take = cpu_loss_take,
+    .sq_norm = cpu_sq_norm,
+    .adamw = cpu_adamw,
     .params_changed = cpu_params_changed,
+    .params_upload = cpu_params_move,
+    .params_download = cpu_params_move,
     .hooks_changed = cpu_hooks_changed,
     .error = cpu_error,
 };

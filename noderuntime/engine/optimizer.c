@@ -53,6 +53,13 @@ void adamw_update_range(const struct adamw_config *o, const struct gpt_tensor *t
                         int ntensors, float *p, const float *grads, float *m, float *v, size_t lo,
                         size_t hi, float lr, long step, float grad_scale)
 {
+    adamw_update_at(o, tensors, ntensors, p, grads + lo, m, v, lo, hi, lr, step, grad_scale);
+}
+
+void adamw_update_at(const struct adamw_config *o, const struct gpt_tensor *tensors, int ntensors,
+                     float *p, const float *g, float *m, float *v, size_t lo, size_t hi, float lr,
+                     long step, float grad_scale)
+{
     float bc1 = 1.0f - powf(o->beta1, (float)step);
     float bc2 = 1.0f - powf(o->beta2, (float)step);
     for (int t = 0; t < ntensors; t++) {
@@ -64,7 +71,7 @@ void adamw_update_range(const struct adamw_config *o, const struct gpt_tensor *t
         if (a >= b)
             continue;
         float wd = tensors[t].decay ? o->weight_decay : 0.0f;
-        adamw_segment(o, p + (a - lo), grads + a, m + (a - lo), v + (a - lo), b - a, lr, wd, bc1,
+        adamw_segment(o, p + (a - lo), g + (a - lo), m + (a - lo), v + (a - lo), b - a, lr, wd, bc1,
                       bc2, grad_scale);
     }
 }

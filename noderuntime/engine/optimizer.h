@@ -27,6 +27,13 @@ void adamw_update_range(const struct adamw_config *o, const struct gpt_tensor *t
                         int ntensors, float *p, const float *grads, float *m, float *v, size_t lo,
                         size_t hi, float lr, long step, float grad_scale);
 
+/* The same with every buffer held apart: p[0], g[0], m[0] and v[0] belong to parameter lo (a
+ * ZeRO shard's fp32 masters, a gradient gathered elsewhere); the tensor table still gives each
+ * element's weight decay by its global index. */
+void adamw_update_at(const struct adamw_config *o, const struct gpt_tensor *tensors, int ntensors,
+                     float *p, const float *g, float *m, float *v, size_t lo, size_t hi, float lr,
+                     long step, float grad_scale);
+
 struct lr_schedule {
     float max_lr;
     long warmup_steps;  /* linear from max_lr/warmup to max_lr over steps 0..warmup-1 */

@@ -93,6 +93,24 @@ int rank_table_comm_spec(const struct plan_doc *rt, int g, int rank, struct rt_c
     return 0;
 }
 
+int rank_table_same_node(const struct plan_doc *rt, const struct plan_doc_group *gr)
+{
+    if (gr->n < 2)
+        return 0;
+    const char *w = rt->ranks[gr->members[0]].name;
+    if (!w[0])
+        return 0;
+    for (int i = 0; i < gr->n; i++) {
+        const struct plan_doc_rank *a = &rt->ranks[gr->members[i]];
+        if (strcmp(a->name, w) != 0)
+            return 0;
+        for (int j = 0; j < i; j++)
+            if (rt->ranks[gr->members[j]].local_rank == a->local_rank)
+                return 0;
+    }
+    return 1;
+}
+
 int rank_table_nccl_params(const struct plan_doc *rt, int g, int rank, int device,
                            struct comm_nccl_params *out)
 {
@@ -100,11 +118,14 @@ int rank_table_nccl_params(const struct plan_doc *rt, int g, int rank, int devic
     if (g < 0 || g >= rt->ngroups || rank < 0 || rank >= rt->world)
         return 0;
     const struct plan_doc_group *gr = &rt->groups[g];
-    if ((gr->kind != GROUP_DP && gr->kind != GROUP_TP) || strcmp(gr->nccl_net, "IB") != 0)
+    if (gr->kind == GROUP_PP) /* the pipeline group carries only the norm's scalars: TCP */
+        return 0;
+    int rdma = strcmp(gr->nccl_net, "IB") == 0, local = rank_table_same_node(rt, gr);
+    if (!rdma && !local)
         return 0;
     const struct plan_doc_rank *k = &rt->ranks[rank];
     out->device = device;
-    out->net_name = gr->nccl_net;
+    out->net_name = rdma ? gr->nccl_net : ""; /* one node: NVLink / PCIe, NCCL's choice */
     out->ib_hca = k->ib_hca[0] ? k->ib_hca : NULL;
     out->gid_index = gr->gid_index >= 0 ? gr->gid_index : k->gid_index;
     out->socket_ifname = k->socket_ifname[0] ? k->socket_ifname : NULL;

@@ -29,12 +29,17 @@ int rank_table_comm_spec(const struct plan_doc *rt, int g, int rank, struct rt_c
                          herr *e);
 void rt_comm_spec_free(struct rt_comm_spec *s);
 
-/* Whether group g runs on NCCL when its ranks are GPUs: data- and tensor-parallel groups the plan
- * put on RDMA (nccl_net "IB", which covers RoCE); pipeline and embedding links, and every socket
- * group, stay on TCP. 1 with `out` filled for `rank` on CUDA device `device` (the network, the
- * rank's HCA and socket interface, the group's GID index or else the rank's, the plan's
- * timeout; out->name left to the caller), 0 for TCP. */
+/* Whether group g runs on NCCL when its ranks are GPUs: data- and tensor-parallel groups,
+ * pipeline links and the tied embedding's link the plan put on RDMA (nccl_net "IB", which covers
+ * RoCE: both ends on one RDMA fabric), and those whose members all sit in one worker on distinct
+ * GPUs (NVLink or PCIe inside the node: net_name "", NCCL's choice); links between fabrics, every
+ * other socket group and the pipeline group (the norm's scalars) stay on TCP. 1 with `out` filled for `rank` on
+ * CUDA device `device` (the network, the rank's HCA and socket interface, the group's GID index
+ * or else the rank's, the plan's timeout; out->name left to the caller), 0 for TCP. */
 int rank_table_nccl_params(const struct plan_doc *rt, int g, int rank, int device,
                            struct comm_nccl_params *out);
+/* 1 when the group's members all run in one worker (the plan's names, non-empty) on distinct
+ * local ranks (GPUs). */
+int rank_table_same_node(const struct plan_doc *rt, const struct plan_doc_group *gr);
 
 #endif

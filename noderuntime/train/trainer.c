@@ -65,6 +65,14 @@ static int params_needed(void *ctx, size_t lo, size_t hi)
     return rc;
 }
 
+/* ZeRO wrote parameters [lo, hi) (a gather, a rounding from the masters): the engine refreshes
+ * what it computes with before it reads them. */
+static void params_written(void *ctx, size_t lo, size_t hi)
+{
+    struct worker *w = ctx;
+    engine_params_changed(w->eng, lo, hi);
+}
+
 /* Every parameter gathered (before anything reads them all: a checkpoint, the end of training,
  * the next reduce-scatter). */
 int tr_params_ready(struct worker *w, herr *e)
@@ -88,10 +96,11 @@ static void slice_range(const struct worker *w, int k, int *t0, int *t1)
     *t1 = c->token_slices > 1 ? c->slice_bounds[k + 1] : c->T;
 }
 
-static int stage_forward(void *ctx, int mb, int slot, int k, const float *in, float *out,
+static int stage_forward(void *ctx, int mb, int slot, int k, const void *in, void *out,
                          float *loss, herr *e)
 {
     struct worker *w = ctx;
+    *loss = 0; /* the engine keeps the sum (engine_loss_take) */
     size_t bt = (size_t)w->cfg->B * (size_t)w->cfg->T;
     int *tok = w->tokens + (size_t)slot * bt, *tgt = w->targets + (size_t)slot * bt;
     int t0, t1;
@@ -101,7 +110,7 @@ static int stage_forward(void *ctx, int mb, int slot, int k, const float *in, fl
         if (w->data->batch(w->data->ctx, at, w->replica, w->D, tok, tgt, e) != 0)
             return herr_wrap(e, "training data, micro-batch %llu", (unsigned long long)at);
     }
-    if (engine_forward(w->eng, slot, t0, t1, tok, in, w->last ? tgt : NULL, out, loss) != 0) {
+    if (engine_forward(w->eng, slot, t0, t1, tok, in, w->last ? tgt : NULL, out) != 0) {
         if (w->hook_failed) {
             *e = w->hook_err;
             return -1;
@@ -138,7 +147,7 @@ static void on_layer_done(void *ctx, int layer)
         }
 }
 
-static int stage_backward(void *ctx, int mb, int slot, int k, const float *dout, float *din,
+static int stage_backward(void *ctx, int mb, int slot, int k, const void *dout, void *din,
                           herr *e)
 {
     struct worker *w = ctx;
@@ -166,20 +175,93 @@ static void worker_free(struct worker *w)
     }
     free(w->tie);
     free(w->tie_sends);
-    free(w->tie_out);
-    free(w->tie_in);
     zero_free(w->z);
+    struct pipe_link *links[2] = {&w->prev, &w->next};
+    for (int i = 0; i < 2; i++) {
+        if (links[i]->bwd != links[i]->fwd)
+            comm_free(links[i]->bwd);
+        comm_free(links[i]->fwd);
+    }
     comm_free(w->pp);
     comm_free(w->dp);
     comm_free(w->emb);
     comm_free(w->tp);
+    if (w->eng) { /* engine memory goes before the engine */
+        struct devmem *m = engine_mem(w->eng);
+        devmem_free(m, w->tie_out);
+        devmem_free(m, w->tie_in);
+        devmem_free(m, w->tie_sum);
+        devmem_free(m, w->m);
+        devmem_free(m, w->v);
+    }
     engine_free(w->eng);
-    free(w->m);
-    free(w->v);
+    free(w->norm_lo);
+    free(w->norm_hi);
     free(w->tokens);
     free(w->targets);
     free(w->reported);
     free(w->tens_layer);
+}
+
+/* Group g as a communicator for this rank: TCP, or for GPU ranks on a group the plan put on RDMA
+ * (or inside one worker) NCCL bootstrapped over the TCP group; `second` makes another
+ * communicator of the same members (its own connections: a link's other direction). Every
+ * communicator takes the engine's buffers as they are (comm_dev_*). */
+static int open_group(struct worker *w, struct tcp_listener *l, int g, int second,
+                      struct comm **out, herr *e)
+{
+    struct rt_comm_spec cs;
+    *out = NULL;
+    if (rank_table_comm_spec(w->rt, g, w->rank, &cs, e) != 0)
+        return -1;
+    if (second) {
+        cs.spec.group_id |= 0x40000000u;
+        size_t n = strlen(cs.name);
+        snprintf(cs.name + n, sizeof cs.name - n, "%s", " back");
+        cs.spec.name = cs.name;
+    }
+    int rc = comm_create(out, l, &cs.spec, e);
+    struct comm_nccl_params np;
+    if (rc == 0 && w->cfg->engine == ENGINE_CUDA &&
+        rank_table_nccl_params(w->rt, g, w->rank, w->cfg->device, &np)) {
+        /* GPU ranks on an RDMA group: NCCL, bootstrapped over the TCP group just made */
+        np.name = cs.name;
+        struct comm *boot = *out;
+        *out = NULL;
+        rc = comm_create_nccl ? comm_create_nccl(out, boot, &np, e)
+                              : (comm_free(boot), herr_set(e, "communicator %s: planned on "
+                                 "NCCL, but this holmes-node has no NCCL backend", cs.name));
+        if (rc == 0)
+            log_info("communicator %s: NCCL over %s (planned %s)", cs.name,
+                     comm_transport(*out)[0] ? comm_transport(*out) : "the node's links",
+                     np.net_name[0] ? np.net_name : "inside one node");
+    }
+    rt_comm_spec_free(&cs);
+    if (rc == 0 && comm_set_devmem(*out, engine_mem(w->eng), e) != 0)
+        rc = -1;
+    return rc;
+}
+
+/* A pipeline link (the link group g, this rank member `me` of [stage s, stage s + 1]): one
+ * communicator for both directions on TCP (its reader threads never let one direction wait for
+ * the other), one per direction on NCCL (a communicator's operations run in order, so a send
+ * queued behind a receive could wait for a peer that waits for it). */
+static int open_link(struct worker *w, struct tcp_listener *l, int g, struct pipe_link *link,
+                     herr *e)
+{
+    const struct plan_doc_group *gr = &w->rt->groups[g];
+    int me = gr->members[0] == w->rank ? 0 : 1;
+    struct comm_nccl_params np;
+    int two = w->cfg->engine == ENGINE_CUDA &&
+              rank_table_nccl_params(w->rt, g, w->rank, w->cfg->device, &np);
+    link->peer = 1 - me;
+    if (open_group(w, l, g, 0, &link->fwd, e) != 0)
+        return -1;
+    if (!two) {
+        link->bwd = link->fwd;
+        return 0;
+    }
+    return open_group(w, l, g, 1, &link->bwd, e);
 }
 
 /* Creates this rank's communicators in group order (deadlock-free: see docs/comm.md). */
@@ -192,28 +274,15 @@ static int open_comms(struct worker *w, struct tcp_listener *l, herr *e)
             member |= gr->members[i] == w->rank;
         if (!member || gr->n == 1)
             continue;
+        if (gr->kind == GROUP_LINK) {
+            struct pipe_link *link = gr->members[0] == w->rank ? &w->next : &w->prev;
+            if (open_link(w, l, g, link, e) != 0)
+                return -1;
+            continue;
+        }
         struct comm **slot = gr->kind == GROUP_DP ? &w->dp : gr->kind == GROUP_PP ? &w->pp
                            : gr->kind == GROUP_TP ? &w->tp : &w->emb;
-        struct rt_comm_spec cs;
-        if (rank_table_comm_spec(w->rt, g, w->rank, &cs, e) != 0)
-            return -1;
-        int rc = comm_create(slot, l, &cs.spec, e);
-        struct comm_nccl_params np;
-        if (rc == 0 && w->cfg->engine == ENGINE_CUDA &&
-            rank_table_nccl_params(w->rt, g, w->rank, w->cfg->device, &np)) {
-            /* GPU ranks on an RDMA group: NCCL, bootstrapped over the TCP group just made */
-            np.name = cs.name;
-            struct comm *boot = *slot;
-            *slot = NULL;
-            rc = comm_create_nccl ? comm_create_nccl(slot, boot, &np, e)
-                                  : (comm_free(boot), herr_set(e, "communicator %s: planned on "
-                                     "NCCL, but this holmes-node has no NCCL backend", cs.name));
-            if (rc == 0)
-                log_info("communicator %s: NCCL over %s (planned %s)", cs.name,
-                         comm_transport(*slot), np.net_name);
-        }
-        rt_comm_spec_free(&cs);
-        if (rc != 0)
+        if (open_group(w, l, g, 0, slot, e) != 0)
             return -1;
     }
     return 0;
@@ -221,11 +290,11 @@ static int open_comms(struct worker *w, struct tcp_listener *l, herr *e)
 
 /* ---------- setup ---------- */
 
-/* The engine's tensor-parallel sum: an all-reduce on the tensor group. */
+/* The engine's tensor-parallel sum: an all-reduce on the tensor group, on the engine's buffer. */
 static int tp_sum(void *ctx, float *buf, size_t n)
 {
     struct worker *w = ctx;
-    if (comm_all_reduce(w->tp, buf, n, &w->hook_err) == 0)
+    if (comm_dev_all_reduce(w->tp, buf, n, &w->hook_err) == 0)
         return 0;
     w->hook_failed = 1;
     return -1;
@@ -274,10 +343,12 @@ static int worker_init(struct worker *w, const struct trainer_config *c, const s
     w->slots = pipe_slots_needed(c->schedule, w->stage, w->P, w->M, c->token_slices);
     struct engine_spec es = {.kind = c->engine, .precision = c->precision, .device = c->device,
                              .model = c->model, .first = lo, .last = hi, .B = c->B, .T = c->T,
-                             .slots = w->slots, .tp = w->TP, .tp_rank = w->tpr};
+                             .slots = w->slots, .tp = w->TP, .tp_rank = w->tpr,
+                             .emulate_device = c->emulate_device, .timeout_s = rt->timeout_s};
     if (engine_create(&w->eng, &es, e) != 0)
         return herr_wrap(e, "stage %d (layers %d..%d)", w->stage, lo, hi);
     w->gs = engine_host(w->eng);
+    w->mem = engine_mem(w->eng);
     engine_set_tp_sum(w->eng, tp_sum, w);
     if (engine_init_params(w->eng, c->seed, e) != 0)
         return -1;
@@ -308,6 +379,61 @@ static int tensor_group(const struct worker *w, int t)
     return w->tens_layer[t];
 }
 
+/* The ranges of the gradient buffer this rank's norm adds up: its ZeRO shards, without the tied
+ * head of a last stage (counted on the first stage) and, on tensor ranks other than 0, without
+ * the replicated tensors (the same on every tensor rank: counted once, by rank 0; the group's
+ * all-reduce adds the split ones' parts). */
+static int norm_ranges(struct worker *w, herr *e)
+{
+    int nx = 0, cap = w->ntens + 1;
+    size_t *xlo = malloc((size_t)cap * sizeof *xlo), *xhi = malloc((size_t)cap * sizeof *xhi);
+    if (!xlo || !xhi) {
+        free(xlo);
+        free(xhi);
+        return herr_set(e, "out of memory for the norm's ranges");
+    }
+    if (w->last && !w->first && w->has_wte) {
+        xlo[nx] = w->wte_off;
+        xhi[nx++] = w->wte_off + w->wte_n;
+    }
+    for (int t = 0; w->tpr > 0 && t < w->ntens; t++)
+        if (w->tens[t].split == GPT_REPLICATED) {
+            xlo[nx] = w->tens[t].offset;
+            xhi[nx++] = w->tens[t].offset + w->tens[t].size;
+        }
+    /* each shard cut at every excluded range's ends: pieces wholly inside one are left out */
+    int nb = zero_num_buckets(w->z), rc = 0;
+    size_t max = (size_t)nb * (size_t)(2 * nx + 1);
+    w->norm_lo = malloc((max ? max : 1) * sizeof *w->norm_lo);
+    w->norm_hi = malloc((max ? max : 1) * sizeof *w->norm_hi);
+    if (!w->norm_lo || !w->norm_hi)
+        rc = herr_set(e, "out of memory for the norm's ranges");
+    for (int b = 0; b < nb && rc == 0; b++) {
+        size_t lo, hi;
+        zero_shard(w->z, b, &lo, &hi);
+        while (lo < hi) {
+            size_t end = hi;
+            int inside = 0;
+            for (int i = 0; i < nx; i++) {
+                if (xlo[i] <= lo && lo < xhi[i]) {
+                    inside = 1;
+                    end = xhi[i] < end ? xhi[i] : end;
+                } else if (xlo[i] > lo && xlo[i] < end) {
+                    end = xlo[i];
+                }
+            }
+            if (!inside) {
+                w->norm_lo[w->nnorm] = lo;
+                w->norm_hi[w->nnorm++] = end;
+            }
+            lo = end;
+        }
+    }
+    free(xlo);
+    free(xhi);
+    return rc;
+}
+
 static int worker_optim_init(struct worker *w, herr *e)
 {
     size_t n = gpt_stage_num_params(w->gs);
@@ -318,11 +444,12 @@ static int worker_optim_init(struct worker *w, herr *e)
     for (int t = 1; t < w->ntens; t++)
         if (tensor_group(w, t) != tensor_group(w, t - 1))
             cuts[ncuts++] = w->tens[t].offset;
-    int rc = zero_create(&w->z, gpt_stage_params(w->gs), gpt_stage_grads(w->gs), n, cuts, ncuts,
-                         w->cfg->bucket_floats, w->dp, e);
+    int rc = zero_create(&w->z, w->mem, engine_params(w->eng), engine_grads(w->eng), n, cuts,
+                         ncuts, w->cfg->bucket_floats, w->dp, e);
     free(cuts);
     if (rc != 0)
         return -1;
+    zero_set_params_written(w->z, params_written, w);
     engine_set_forward_hook(w->eng, params_needed, w);
     if (w->cfg->param_wire == DTYPE_BF16 && zero_params_bf16(w->z, e) != 0)
         return -1;
@@ -331,10 +458,13 @@ static int worker_optim_init(struct worker *w, herr *e)
         int nb = zero_num_buckets(w->z);
         w->tie = calloc((size_t)nb, sizeof *w->tie);
         w->tie_sends = calloc((size_t)nb, sizeof *w->tie_sends);
-        w->tie_out = malloc((w->wte_n ? w->wte_n : 1) * sizeof *w->tie_out);
-        w->tie_in = malloc((w->wte_n ? w->wte_n : 1) * sizeof *w->tie_in);
-        if (!w->tie || !w->tie_sends || !w->tie_out || !w->tie_in)
+        size_t tb = (w->wte_n ? w->wte_n : 1) * sizeof(float);
+        if (!w->tie || !w->tie_sends)
             return herr_set(e, "out of memory for the tied embedding exchange");
+        if (devmem_alloc(w->mem, tb, (void **)&w->tie_out, e) != 0 ||
+            devmem_alloc(w->mem, tb, (void **)&w->tie_in, e) != 0 ||
+            (w->last && devmem_alloc(w->mem, tb, (void **)&w->tie_sum, e) != 0))
+            return herr_wrap(e, "the tied embedding exchange");
         /* the embedding is cut off from its neighbours: each bucket is inside it or outside */
         for (size_t off = w->wte_off, at = 0; off < w->wte_off + w->wte_n; w->ntie++) {
             struct tie_shard *t = &w->tie[w->ntie];
@@ -346,11 +476,10 @@ static int worker_optim_init(struct worker *w, herr *e)
         }
     }
     size_t sh = zero_shard_total(w->z);
-    w->m = calloc(sh ? sh : 1, sizeof *w->m);
-    w->v = calloc(sh ? sh : 1, sizeof *w->v);
-    if (!w->m || !w->v)
-        return herr_set(e, "out of memory for the optimizer state (%zu floats)", sh);
-    return 0;
+    if (devmem_alloc(w->mem, (sh ? sh : 1) * sizeof(float), (void **)&w->m, e) != 0 ||
+        devmem_alloc(w->mem, (sh ? sh : 1) * sizeof(float), (void **)&w->v, e) != 0)
+        return herr_wrap(e, "the optimizer state (%zu floats)", sh);
+    return norm_ranges(w, e);
 }
 
 /* ---------- one step ---------- */
@@ -364,13 +493,13 @@ struct step_times {
 /* AdamW on the owned shard [lo, hi) (at `off` in m and v): on the parameters, or on their fp32
  * masters when the replicas compute with bf16 parameters (zero_params_bf16; the all-gather then
  * rounds the shard into the parameters). */
-static void shard_update(struct worker *w, const struct gpt_tensor *tens, int nt, const float *g,
-                         size_t off, size_t lo, size_t hi, float lr, long step, float scale)
+static int shard_update(struct worker *w, const float *g, size_t off, size_t lo, size_t hi,
+                        float lr, long step, float scale, herr *e)
 {
     float *master = zero_master(w->z);
-    float *p = master ? master + off : gpt_stage_params(w->gs) + lo;
-    adamw_update_range(&w->cfg->adamw, tens, nt, p, g, w->m + off, w->v + off, lo, hi, lr, step,
-                       scale);
+    float *p = master ? master + off : engine_params(w->eng) + lo;
+    return engine_adamw(w->eng, &w->cfg->adamw, lo, hi, p, g, w->m + off, w->v + off, lr, step,
+                        scale, e);
 }
 
 /* ---------- the tied embedding ----------
@@ -404,14 +533,15 @@ static int tie_sends_wait(struct worker *w, herr *e)
 /* Copies this replica's shards to tie_out once their reduce-scatter is done. */
 static int tie_copy_out(struct worker *w, herr *e)
 {
-    const float *g = gpt_stage_grads(w->gs);
+    const float *g = engine_grads(w->eng);
     if (tie_sends_wait(w, e) != 0) /* the last step's, from the same buffer */
         return -1;
     for (int i = 0; i < w->ntie; i++) {
         const struct tie_shard *t = &w->tie[i];
-        if (zero_bucket_wait(w->z, t->bucket, e) != 0)
+        if (zero_bucket_wait(w->z, t->bucket, e) != 0 ||
+            devmem_copy(w->mem, NULL, w->tie_out + t->at, g + t->lo,
+                        (t->hi - t->lo) * sizeof *g, e) != 0)
             return -1;
-        memcpy(w->tie_out + t->at, g + t->lo, (t->hi - t->lo) * sizeof *g);
     }
     return 0;
 }
@@ -422,8 +552,8 @@ static int tie_send(struct worker *w, herr *e)
     for (int i = 0; i < w->ntie; i++) {
         const struct tie_shard *t = &w->tie[i];
         size_t n = t->hi - t->lo;
-        if (n && comm_isend(w->emb, w->first ? 1 : 0, TAG_TIE_GRAD, w->tie_out + t->at,
-                            n * sizeof(float), &w->tie_sends[i], e) != 0)
+        if (n && comm_dev_isend(w->emb, w->first ? 1 : 0, TAG_TIE_GRAD, w->tie_out + t->at,
+                                n * sizeof(float), &w->tie_sends[i], e) != 0)
             return herr_wrap(e, "tied embedding: sending gradient shard %d", i);
     }
     return 0;
@@ -435,8 +565,8 @@ static int tie_recv(struct worker *w, herr *e)
     for (int i = 0; i < w->ntie; i++) {
         const struct tie_shard *t = &w->tie[i];
         size_t n = t->hi - t->lo;
-        if (n && comm_recv(w->emb, w->first ? 1 : 0, TAG_TIE_GRAD, w->tie_in + t->at,
-                           n * sizeof(float), e) != 0)
+        if (n && comm_dev_recv(w->emb, w->first ? 1 : 0, TAG_TIE_GRAD, w->tie_in + t->at,
+                               n * sizeof(float), e) != 0)
             return herr_wrap(e, "tied embedding: gradient shard %d from the %s stage", i,
                              w->first ? "last" : "first");
     }
@@ -448,36 +578,34 @@ static int tie_recv(struct worker *w, herr *e)
  * them on the link between the stages, and the last stage needs them only in its next forward). */
 static int tie_grads_in(struct worker *w, herr *e)
 {
-    float *g = gpt_stage_grads(w->gs);
+    float *g = engine_grads(w->eng);
     if (tie_copy_out(w, e) != 0 || tie_recv(w, e) != 0)
         return -1;
     for (int i = 0; i < w->ntie; i++) {
         const struct tie_shard *t = &w->tie[i];
-        for (size_t k = t->lo; k < t->hi; k++)
-            g[k] += w->tie_in[t->at + k - t->lo];
+        if (devmem_add_f32(w->mem, NULL, g + t->lo, w->tie_in + t->at, t->hi - t->lo, e) != 0)
+            return herr_wrap(e, "tied embedding");
     }
     return 0;
 }
 
-/* Last stage, during a forward (its gradient buffer is zero and unused until the backward):
- * the summed shards go there for the AdamW update of its embedding copy, then back to zero; then
- * the embedding buckets' all-gather starts. */
+/* Last stage, during a forward: its shards plus the first stage's (tie_sum) make the gradient of
+ * the AdamW update of its embedding copy; then the embedding buckets' all-gather starts. */
 static int tie_head_update(struct worker *w, herr *e)
 {
-    float *g = gpt_stage_grads(w->gs);
-    const struct gpt_tensor *tens;
-    int nt = gpt_stage_tensors(w->gs, &tens);
     w->tie_params_due = 0;
     if (tie_recv(w, e) != 0)
         return -1;
     for (int i = 0; i < w->ntie; i++) {
         const struct tie_shard *t = &w->tie[i];
-        size_t off = zero_shard_offset(w->z, t->bucket);
-        for (size_t k = t->lo; k < t->hi; k++)
-            g[k] = w->tie_out[t->at + k - t->lo] + w->tie_in[t->at + k - t->lo];
-        if (t->hi > t->lo)
-            shard_update(w, tens, nt, g, off, t->lo, t->hi, w->tie_lr, w->tie_step, w->tie_scale);
-        memset(g + t->lo, 0, (t->hi - t->lo) * sizeof *g);
+        size_t off = zero_shard_offset(w->z, t->bucket), n = t->hi - t->lo;
+        if (!n)
+            continue;
+        float *g = w->tie_sum + t->at;
+        if (devmem_copy(w->mem, NULL, g, w->tie_out + t->at, n * sizeof *g, e) != 0 ||
+            devmem_add_f32(w->mem, NULL, g, w->tie_in + t->at, n, e) != 0 ||
+            shard_update(w, g, off, t->lo, t->hi, w->tie_lr, w->tie_step, w->tie_scale, e) != 0)
+            return herr_wrap(e, "tied embedding update");
     }
     return zero_params_gather_part(w->z, w->wte_off, w->wte_off + w->wte_n, e);
 }
@@ -489,8 +617,6 @@ static int sync_grads(struct worker *w, struct step_times *t, herr *e)
 {
     double t0 = clock_mono_s();
     uint64_t b0 = w->dp ? comm_bytes_sent(w->dp) : 0;
-    if (engine_grads_fetch(w->eng, e) != 0)
-        return -1;
     for (int i = 0; i < w->ntens; i++)
         if (report_tensor(w, i, e) != 0)
             return -1;
@@ -507,23 +633,6 @@ static int sync_grads(struct worker *w, struct step_times *t, herr *e)
     return 0;
 }
 
-/* The squared gradient norm of this replica's ZeRO shard inside [lo, hi), outside [skip_lo,
- * skip_hi). */
-static double shard_sq_norm_range(const struct worker *w, size_t lo, size_t hi, size_t skip_lo,
-                                  size_t skip_hi)
-{
-    const float *g = gpt_stage_grads(w->gs);
-    double s = 0;
-    for (int b = 0; b < zero_num_buckets(w->z); b++) {
-        size_t slo, shi;
-        zero_shard(w->z, b, &slo, &shi);
-        for (size_t j = slo > lo ? slo : lo; j < shi && j < hi; j++)
-            if (j < skip_lo || j >= skip_hi)
-                s += (double)g[j] * g[j];
-    }
-    return s;
-}
-
 /* Global gradient norm over all stages and replicas (the tied embedding counted once), and in
  * the same all-reduces the step's loss (last stage, averaged over replicas) and the stop vote:
  * the step's only synchronisation of every rank, so a stage starts its next step as soon as its
@@ -531,18 +640,10 @@ static double shard_sq_norm_range(const struct worker *w, size_t lo, size_t hi, 
 static int global_sq_norm(struct worker *w, float loss, int stop_req, double *sq, float *loss_avg,
                           int *stop_all, herr *e)
 {
-    size_t skip_lo = 0, skip_hi = 0;
-    if (w->last && !w->first && w->has_wte) {
-        skip_lo = w->wte_off;
-        skip_hi = w->wte_off + w->wte_n;
-    }
-    double local = zero_shard_sq_norm(w->z, skip_lo, skip_hi);
-    /* a tensor group: the replicated tensors' gradients are the same on every rank, counted
-     * once (tensor rank 0's); the group's all-reduce below adds the split ones' parts */
-    for (int t = 0; w->tpr > 0 && t < w->ntens; t++)
-        if (w->tens[t].split == GPT_REPLICATED)
-            local -= shard_sq_norm_range(w, w->tens[t].offset, w->tens[t].offset + w->tens[t].size,
-                                         skip_lo, skip_hi);
+    double local = 0;
+    if (engine_sq_norm(w->eng, engine_grads(w->eng), w->norm_lo, w->norm_hi, w->nnorm, &local,
+                       e) != 0)
+        return herr_wrap(e, "gradient norm");
     /* as two floats (high and low part) to keep most of the double's precision */
     float v[4] = {(float)local, 0, w->last && w->tpr == 0 ? loss : 0.0f, stop_req ? 1.0f : 0.0f};
     v[1] = (float)(local - (double)v[0]);
@@ -565,12 +666,15 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
                     int *stop_all, herr *e)
 {
     struct step_times t = {0};
+    struct devmem_stats d0, d1;
+    devmem_read_stats(w->mem, &d0);
     double t0 = clock_mono_s();
     w->param_wait = 0;
     if (engine_zero_grads(w->eng, e) != 0)
         return -1;
     float loss_sum = 0;
-    if (pipe_run(pr, &loss_sum, e) != 0 || tr_params_ready(w, e) != 0)
+    if (pipe_run(pr, &loss_sum, e) != 0 || tr_params_ready(w, e) != 0 ||
+        (w->last && engine_loss_take(w->eng, &loss_sum, e) != 0))
         return -1;
     t.param_sync = w->param_wait;
     t.pipeline = clock_mono_s() - t0 - t.param_sync;
@@ -588,8 +692,6 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
     float clip = grad_clip_scale(sq, w->cfg->grad_clip);
     float lr = lr_at(&w->lr, w->step), scale = clip / (float)w->D;
     long step = w->step + 1;
-    const struct gpt_tensor *tens;
-    int nt = gpt_stage_tensors(w->gs, &tens);
     /* In forward order, each bucket's all-gather issued as soon as its shard is updated: the
      * next forward's first blocks arrive first, and the gather overlaps the rest of the update
      * and the next forward (params_needed). The last stage updates its embedding copy once the
@@ -605,14 +707,16 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
         zero_shard(w->z, b, &lo, &hi);
         if (w->tie_params_due && blo >= w->wte_off && blo < w->wte_off + w->wte_n)
             continue;
-        if (hi > lo)
-            shard_update(w, tens, nt, gpt_stage_grads(w->gs), off, lo, hi, lr, step, scale);
+        if (hi > lo && shard_update(w, engine_grads(w->eng) + lo, off, lo, hi, lr, step, scale,
+                                    e) != 0)
+            return -1;
         if (zero_params_gather_part(w->z, blo, bhi, e) != 0)
             return -1;
     }
     t.optimizer = clock_mono_s() - t1;
     w->step++;
     double dt = clock_mono_s() - t0;
+    devmem_read_stats(w->mem, &d1);
     *rep = (struct trainer_report){
         .step = w->step, .loss = loss, .lr = lr, .grad_norm = (float)sqrt(sq),
         .tokens_per_s = (double)w->D * w->M * w->cfg->B * w->cfg->T / (dt > 0 ? dt : 1e-9),
@@ -621,7 +725,8 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
         .optimizer_s = t.optimizer, .param_sync_s = t.param_sync,
         .dp_link_bytes_per_s = t.dp_time > 0 ? (double)t.dp_bytes / t.dp_time : 0,
         .stage = w->stage, .replica = w->replica, .buckets_overlapped = overlapped,
-        .buckets = zero_num_buckets(w->z)};
+        .buckets = zero_num_buckets(w->z), .host_syncs = d1.host_syncs - d0.host_syncs,
+        .h2d_bytes = d1.bytes_h2d - d0.bytes_h2d, .d2h_bytes = d1.bytes_d2h - d0.bytes_d2h};
     return 0;
 }
 
@@ -647,8 +752,12 @@ int trainer_run(const struct trainer_config *c, const struct plan_doc *rt, int r
         goto out;
     struct pipe_stage_ops ops = {&w, (size_t)c->B * (size_t)c->T * (size_t)c->model.channels,
                                  stage_forward, stage_backward};
-    struct pipe_config pc = {w.stage, w.P, w.M, c->schedule, w.pp, c->pipe_wire, c->token_slices,
-                             c->slice_bounds};
+    struct pipe_config pc = {.stage = w.stage, .stages = w.P, .micro_batches = w.M,
+                             .schedule = c->schedule,
+                             .prev = w.prev, .next = w.next,
+                             .wire = c->pipe_wire, .slices = c->token_slices,
+                             .bounds = c->slice_bounds, .mem = w.mem,
+                             .act_bytes = engine_act_bytes(w.eng), .tp = w.tp};
     if (pipe_runner_create(&pr, &pc, &ops, e) != 0)
         goto out;
     if (c->token_slices > 1) {
@@ -676,7 +785,7 @@ int trainer_run(const struct trainer_config *c, const struct plan_doc *rt, int r
             goto out;
     }
     /* the trained parameters in fp32 (bf16 parameters: every replica's masters) */
-    if (tr_params_ready(&w, e) != 0 || zero_master_gather(w.z, gpt_stage_params(w.gs), e) != 0)
+    if (tr_params_ready(&w, e) != 0 || zero_master_gather_host(w.z, gpt_stage_params(w.gs), e) != 0)
         goto out;
     if (hooks && hooks->on_end)
         hooks->on_end(hooks->ctx, w.gs, w.step);

@@ -33,6 +33,8 @@ struct trainer_config {
     enum engine_kind engine;     /* ENGINE_CPU (default) or ENGINE_CUDA (engine.h) */
     enum dtype precision;        /* the engine's matrix products: fp32 (default), bf16 (CUDA) */
     int device;                  /* CUDA device of this rank */
+    int emulate_device;          /* CPU engine: its memory staged as a device's by the
+                                    communicators, as a GPU rank's is (tests) */
     int B, T;                    /* sequences per micro-batch, tokens per sequence */
     int micro_batches;           /* per replica per step */
     int token_slices;            /* TeraPipe: slices per micro-batch (0 or 1: none) */
@@ -84,6 +86,9 @@ struct trainer_report {
     int stage, replica;
     int buckets;                /* ZeRO gradient buckets of this stage */
     int buckets_overlapped;     /* of which reduce-scatter started during backward */
+    /* the engine's memory this step (devmem.h; 0 for host memory): host waits for the device,
+     * bytes copied host -> device and device -> host (the communicators' staging included) */
+    uint64_t host_syncs, h2d_bytes, d2h_bytes;
 };
 
 struct trainer_hooks {

@@ -27,17 +27,19 @@ static int world_barrier(struct worker *w, herr *e)
     return 0;
 }
 
-/* Copies the owned shard between the compact (m, v) and a full-layout buffer. */
-static void shard_copy(struct worker *w, float *full, float *compact, int to_full)
+/* Copies the owned shard between the compact (m, v: engine memory) and a full-layout host
+ * buffer. */
+static int shard_copy(struct worker *w, float *full, float *compact, int to_full, herr *e)
 {
     for (int b = 0; b < zero_num_buckets(w->z); b++) {
         size_t lo, hi, off = zero_shard_offset(w->z, b);
         zero_shard(w->z, b, &lo, &hi);
-        if (to_full)
-            memcpy(full + lo, compact + off, (hi - lo) * sizeof *full);
-        else
-            memcpy(compact + off, full + lo, (hi - lo) * sizeof *full);
+        size_t bytes = (hi - lo) * sizeof *full;
+        if (to_full ? devmem_to_host(w->mem, full + lo, compact + off, bytes, e)
+                    : devmem_from_host(w->mem, compact + off, full + lo, bytes, e))
+            return herr_wrap(e, "the optimizer's moments");
     }
+    return 0;
 }
 
 static int mark_latest(const char *dir, long step, herr *e)
@@ -103,10 +105,10 @@ int tr_ckpt_save(struct worker *w, herr *e)
         herr_set(e, "out of memory for the checkpoint moments (%zu floats)", n);
         goto out;
     }
-    shard_copy(w, mf, w->m, 1);
-    shard_copy(w, vf, w->v, 1);
-    if (zero_all_gather(w->z, mf, e) != 0 || zero_all_gather(w->z, vf, e) != 0 ||
-        (pf && zero_master_gather(w->z, pf, e) != 0))
+    /* the state comes to the host here, and only here */
+    if (shard_copy(w, mf, w->m, 1, e) != 0 || shard_copy(w, vf, w->v, 1, e) != 0 ||
+        zero_all_gather_host(w->z, mf, e) != 0 || zero_all_gather_host(w->z, vf, e) != 0 ||
+        (pf ? zero_master_gather_host(w->z, pf, e) : engine_params_download(w->eng, e)) != 0)
         goto out;
     /* One checkpoint more than `keep` survives the write: until latest-step names the new one,
      * the one it names must stay (a crash in between resumes from it). Pruned after the mark. */
@@ -256,10 +258,11 @@ int tr_ckpt_resume(struct worker *w, const struct trainer_hooks *hooks, int *res
         long all_ok;
         if (world_min(w, ok, &all_ok, e) != 0)
             goto out;
-        if (all_ok) {
-            shard_copy(w, mf, w->m, 0);
-            shard_copy(w, vf, w->v, 0);
-            zero_master_from_params(w->z);
+        if (all_ok) { /* back to the engine: parameters, moments, masters */
+            if (engine_params_upload(w->eng, e) != 0 || shard_copy(w, mf, w->m, 0, e) != 0 ||
+                shard_copy(w, vf, w->v, 0, e) != 0 || zero_master_from_params(w->z, e) != 0)
+                goto out;
+            engine_params_changed(w->eng, 0, gpt_stage_num_params(w->gs));
             w->step = cand;
             *resumed = 1;
             if (w->rank == 0)
@@ -292,8 +295,6 @@ out:
     free(steps);
     free(mf);
     free(vf);
-    if (rc == 0 && *resumed)
-        engine_params_changed(w->eng);
     return rc != 0 ? herr_wrap(e, "resuming") : 0;
 }
 
@@ -316,7 +317,8 @@ int tr_init_from_llmc(struct worker *w, herr *e)
         if (rc != 0)
             return herr_wrap(e, "%s", what);
     }
-    zero_master_from_params(w->z);
-    engine_params_changed(w->eng);
+    if (engine_params_upload(w->eng, e) != 0 || zero_master_from_params(w->z, e) != 0)
+        return herr_wrap(e, "%s", what);
+    engine_params_changed(w->eng, 0, gpt_stage_num_params(w->gs));
     return 0;
 }

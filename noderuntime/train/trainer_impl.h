@@ -6,6 +6,7 @@
 #include "comm.h"
 #include "engine.h"
 #include "gpt.h"
+#include "pipeline.h"
 #include "trainer.h"
 #include "zero.h"
 
@@ -19,12 +20,16 @@ struct worker {
     int TP, tpr;               /* tensor-parallel group size and this rank's place in it */
     int first, last;           /* stage holds embeddings / head */
     int lo, hi;                /* its layers [lo, hi) */
-    struct comm *pp, *dp, *emb, *tp;
+    struct comm *pp, *dp, *emb, *tp;  /* pp: the pipeline group's collectives (the norm) */
+    struct pipe_link prev, next;      /* the links to the neighbour stages (link groups) */
     struct engine *eng;
-    struct gpt_stage *gs;      /* the engine's host stage: layout, parameters, gradients */
+    struct gpt_stage *gs;      /* the engine's host stage: layout; host buffers for checkpoints */
+    struct devmem *mem;        /* the engine's memory: parameters, gradients, optimizer state */
     struct zero *z;
-    float *m, *v;              /* AdamW state of the owned shard */
-    int *tokens, *targets;     /* [slots][B*T] */
+    float *m, *v;              /* AdamW state of the owned shard (engine memory) */
+    size_t *norm_lo, *norm_hi; /* the gradient ranges this rank's norm adds up */
+    int nnorm;
+    int *tokens, *targets;     /* [slots][B*T] (host) */
     int slots;
     long step;                 /* steps done */
     size_t wte_off, wte_n;
@@ -50,8 +55,9 @@ struct worker {
     } *tie;                    /* [ntie] the embedding's buckets, in buffer order */
     int ntie;
     struct comm_req **tie_sends; /* [ntie] sends in flight (from tie_out) */
-    float *tie_out;            /* [wte_n] this stage's gradient shards, as sent */
-    float *tie_in;             /* [wte_n] the other stage's, as received */
+    float *tie_out;            /* [wte_n] this stage's gradient shards, as sent (engine memory) */
+    float *tie_in;             /* [wte_n] the other stage's, as received (engine memory) */
+    float *tie_sum;            /* [wte_n] last stage: their sum, the update's gradient */
 };
 
 /* Every parameter gathered (before anything reads them all). */

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bf16.h"
 
 struct bucket {
     size_t lo, hi;       /* range in the flat buffer */
@@ -16,14 +15,19 @@ struct bucket {
 };
 
 struct zero {
+    struct devmem *mem;
     float *params, *grads;
     size_t n;
+    void (*written)(void *ctx, size_t lo, size_t hi);
+    void *written_ctx;
     struct comm *dp;
     int nb;
     struct bucket *b;
     size_t shard_total;
-    float *master;       /* bf16 parameters: the owned shards in fp32, laid out like m and v */
-    uint16_t *wire;      /* bf16 parameters, data > 1: the all-gather's buffer, n elements */
+    float *master;       /* bf16 parameters: the owned shards in fp32, laid out like m and v
+                            (engine memory) */
+    uint16_t *wire;      /* bf16 parameters, data > 1: the all-gather's buffer, n elements
+                            (engine memory) */
 };
 
 void zero_free(struct zero *z)
@@ -34,8 +38,8 @@ void zero_free(struct zero *z)
         if (z->b[i].req)
             comm_wait(z->b[i].req, NULL);
     free(z->b);
-    free(z->master);
-    free(z->wire);
+    devmem_free(z->mem, z->master);
+    devmem_free(z->mem, z->wire);
     free(z);
 }
 
@@ -49,8 +53,8 @@ static size_t bucket_lo(size_t hi, size_t max, const size_t *cuts, int ncuts)
     return lo;
 }
 
-int zero_create(struct zero **out, float *params, float *grads, size_t n, const size_t *cuts,
-                int ncuts, size_t bucket_floats, struct comm *dp, herr *e)
+int zero_create(struct zero **out, struct devmem *m, float *params, float *grads, size_t n,
+                const size_t *cuts, int ncuts, size_t bucket_floats, struct comm *dp, herr *e)
 {
     *out = NULL;
     if (bucket_floats == 0)
@@ -64,6 +68,7 @@ int zero_create(struct zero **out, float *params, float *grads, size_t n, const 
     struct zero *z = calloc(1, sizeof *z);
     if (!z)
         return herr_set(e, "out of memory for the distributed optimizer");
+    z->mem = m;
     z->params = params;
     z->grads = grads;
     z->n = n;
@@ -92,13 +97,26 @@ int zero_create(struct zero **out, float *params, float *grads, size_t n, const 
     return 0;
 }
 
+void zero_set_params_written(struct zero *z, void (*fn)(void *ctx, size_t lo, size_t hi),
+                             void *ctx)
+{
+    z->written = fn;
+    z->written_ctx = ctx;
+}
+
+static void params_written(struct zero *z, size_t lo, size_t hi)
+{
+    if (z->written && hi > lo)
+        z->written(z->written_ctx, lo, hi);
+}
+
 static int start_bucket(struct zero *z, int i, herr *e)
 {
     struct bucket *k = &z->b[i];
     k->started = 1;
     if (!z->dp || comm_size(z->dp) == 1)
         return 0;
-    if (comm_ireduce_scatter(z->dp, z->grads + k->lo, k->hi - k->lo, &k->req, e) != 0)
+    if (comm_dev_ireduce_scatter(z->dp, z->grads + k->lo, k->hi - k->lo, &k->req, e) != 0)
         return herr_wrap(e, "gradient bucket %d", i);
     return 0;
 }
@@ -203,51 +221,39 @@ void zero_shard(const struct zero *z, int b, size_t *lo, size_t *hi)
 size_t zero_shard_total(const struct zero *z) { return z->shard_total; }
 size_t zero_shard_offset(const struct zero *z, int b) { return z->b[b].shard_off; }
 
-double zero_shard_sq_norm(const struct zero *z, size_t skip_lo, size_t skip_hi)
+/* Issues the all-gather of the parameter buckets that lie inside [lo, hi), in forward order
+ * (from the start of the buffer: bucket nb-1 first). bf16: each owned shard is first rounded
+ * from its master copy, and the buckets travel as bf16. */
+static int gather_params(struct zero *z, size_t lo, size_t hi, herr *e)
 {
-    double s = 0;
-    for (int i = 0; i < z->nb; i++) {
-        const struct bucket *k = &z->b[i];
-        for (size_t j = k->shard_lo; j < k->shard_hi; j++) {
-            if (j >= skip_lo && j < skip_hi)
-                continue;
-            double g = z->grads[j];
-            s += g * g;
-        }
-    }
-    return s;
-}
-
-int zero_all_gather_params(struct zero *z, herr *e) { return zero_all_gather(z, z->params, e); }
-
-/* Issues the all-gather of buf's buckets that lie inside [lo, hi), in forward order (from the
- * start of the buffer: bucket nb-1 first). bf16: buf is the parameters; each owned shard is first
- * rounded from its master copy, and the buckets travel as bf16. */
-static int gather_part(struct zero *z, float *buf, size_t lo, size_t hi, int bf16, herr *e)
-{
-    int many = z->dp && comm_size(z->dp) > 1;
+    int many = z->dp && comm_size(z->dp) > 1, bf16 = z->master != NULL;
     for (int i = z->nb - 1; i >= 0; i--) {
         struct bucket *k = &z->b[i];
         if (k->lo < lo || k->hi > hi)
             continue;
         if (k->req)
             return herr_set(e, "bucket %d still has a collective in flight", i);
+        size_t len = k->shard_hi - k->shard_lo;
         if (bf16) {
             const float *ms = z->master + k->shard_off;
-            size_t len = k->shard_hi - k->shard_lo;
-            if (many) {
-                bf16_pack(z->wire + k->shard_lo, ms, len);
-                bf16_unpack(buf + k->shard_lo, z->wire + k->shard_lo, len);
-            } else {
-                for (size_t j = 0; j < len; j++)
-                    buf[k->shard_lo + j] = bf16_round(ms[j]);
+            if (many) { /* own shard: packed for the wire, and the same values in the params */
+                if (devmem_pack_bf16(z->mem, NULL, z->wire + k->shard_lo, ms, len, e) != 0 ||
+                    devmem_unpack_bf16(z->mem, NULL, z->params + k->shard_lo,
+                                       z->wire + k->shard_lo, len, e) != 0)
+                    return herr_wrap(e, "rounding bucket %d", i);
+            } else if (devmem_copy(z->mem, NULL, z->params + k->shard_lo, ms, len * sizeof *ms,
+                                   e) != 0 ||
+                       devmem_round_bf16(z->mem, NULL, z->params + k->shard_lo, len, e) != 0) {
+                return herr_wrap(e, "rounding bucket %d", i);
             }
+            params_written(z, k->shard_lo, k->shard_hi);
         }
         if (!many)
             continue;
-        int rc = bf16 ? comm_iall_gather(z->dp, z->wire + k->lo, k->hi - k->lo, sizeof *z->wire,
-                                         &k->req, e)
-                      : comm_iall_gather(z->dp, buf + k->lo, k->hi - k->lo, sizeof *buf, &k->req, e);
+        int rc = bf16 ? comm_dev_iall_gather(z->dp, z->wire + k->lo, k->hi - k->lo,
+                                             sizeof *z->wire, &k->req, e)
+                      : comm_dev_iall_gather(z->dp, z->params + k->lo, k->hi - k->lo,
+                                             sizeof *z->params, &k->req, e);
         if (rc != 0)
             return herr_wrap(e, "all-gather of bucket %d", i);
         k->bf16 = bf16;
@@ -257,12 +263,12 @@ static int gather_part(struct zero *z, float *buf, size_t lo, size_t hi, int bf1
 
 int zero_params_gather_part(struct zero *z, size_t lo, size_t hi, herr *e)
 {
-    return gather_part(z, z->params, lo, hi, z->master != NULL, e);
+    return gather_params(z, lo, hi, e);
 }
 
-/* Waits for the requests of the buckets overlapping [lo, hi), in forward order; the first error
- * is kept (`what` names the collective). */
-static int wait_range(struct zero *z, size_t lo, size_t hi, const char *what, herr *e)
+/* Waits for the parameter gathers of the buckets overlapping [lo, hi), in forward order (the
+ * compute lane's later work then reads them); the first error is kept. */
+int zero_params_wait(struct zero *z, size_t lo, size_t hi, herr *e)
 {
     int rc = 0;
     for (int i = z->nb - 1; i >= 0; i--) {
@@ -272,34 +278,48 @@ static int wait_range(struct zero *z, size_t lo, size_t hi, const char *what, he
         herr e2;
         if (comm_wait(k->req, &e2) != 0 && rc == 0) {
             *e = e2;
-            rc = herr_wrap(e, "%s of bucket %d", what, i);
+            rc = herr_wrap(e, "parameter all-gather of bucket %d", i);
         }
         k->req = NULL;
         if (k->bf16 && rc == 0) { /* the others' chunks; the own one is in place */
-            bf16_unpack(z->params + k->lo, z->wire + k->lo, k->shard_lo - k->lo);
-            bf16_unpack(z->params + k->shard_hi, z->wire + k->shard_hi, k->hi - k->shard_hi);
+            if (devmem_unpack_bf16(z->mem, NULL, z->params + k->lo, z->wire + k->lo,
+                                   k->shard_lo - k->lo, e) != 0 ||
+                devmem_unpack_bf16(z->mem, NULL, z->params + k->shard_hi, z->wire + k->shard_hi,
+                                   k->hi - k->shard_hi, e) != 0)
+                rc = herr_wrap(e, "parameter all-gather of bucket %d", i);
         }
         k->bf16 = 0;
+        if (rc == 0) {
+            params_written(z, k->lo, k->shard_lo);
+            params_written(z, k->shard_hi, k->hi);
+        }
     }
     return rc;
-}
-
-int zero_params_wait(struct zero *z, size_t lo, size_t hi, herr *e)
-{
-    return wait_range(z, lo, hi, "parameter all-gather", e);
 }
 
 int zero_params_gather_finish(struct zero *z, herr *e) { return zero_params_wait(z, 0, z->n, e); }
 
-int zero_all_gather(struct zero *z, float *buf, herr *e)
+int zero_all_gather_params(struct zero *z, herr *e)
 {
-    int rc = gather_part(z, buf, 0, z->n, 0, e);
+    int rc = gather_params(z, 0, z->n, e);
     herr e2;
-    if (wait_range(z, 0, z->n, "all-gather", &e2) != 0 && rc == 0) {
+    if (zero_params_wait(z, 0, z->n, &e2) != 0 && rc == 0) {
         *e = e2;
         rc = -1;
     }
     return rc;
+}
+
+int zero_all_gather_host(struct zero *z, float *buf, herr *e)
+{
+    if (!z->dp || comm_size(z->dp) == 1)
+        return 0;
+    for (int i = z->nb - 1; i >= 0; i--) {
+        struct bucket *k = &z->b[i];
+        if (comm_all_gather(z->dp, buf + k->lo, k->hi - k->lo, sizeof *buf, e) != 0)
+            return herr_wrap(e, "all-gather of bucket %d", i);
+    }
+    return 0;
 }
 
 int zero_params_bf16(struct zero *z, herr *e)
@@ -307,47 +327,44 @@ int zero_params_bf16(struct zero *z, herr *e)
     if (z->master)
         return 0;
     int many = z->dp && comm_size(z->dp) > 1;
-    z->master = malloc((z->shard_total ? z->shard_total : 1) * sizeof *z->master);
-    if (many)
-        z->wire = malloc((z->n ? z->n : 1) * sizeof *z->wire);
-    if (!z->master || (many && !z->wire)) {
-        free(z->master);
-        free(z->wire);
-        z->master = NULL;
-        z->wire = NULL;
-        return herr_set(e, "out of memory for the fp32 master parameters (%zu floats)",
-                        z->shard_total);
+    void *ms = NULL, *wire = NULL;
+    if (devmem_alloc(z->mem, (z->shard_total ? z->shard_total : 1) * sizeof(float), &ms, e) != 0 ||
+        (many && devmem_alloc(z->mem, (z->n ? z->n : 1) * sizeof(uint16_t), &wire, e) != 0)) {
+        devmem_free(z->mem, ms);
+        return herr_wrap(e, "the fp32 master parameters (%zu floats)", z->shard_total);
     }
-    zero_master_from_params(z);
-    return 0;
+    z->master = ms;
+    z->wire = wire;
+    return zero_master_from_params(z, e);
 }
 
 float *zero_master(const struct zero *z) { return z->master; }
 
-void zero_master_from_params(struct zero *z)
+int zero_master_from_params(struct zero *z, herr *e)
 {
     if (!z->master)
-        return;
+        return 0;
     for (int i = 0; i < z->nb; i++) {
         const struct bucket *k = &z->b[i];
-        memcpy(z->master + k->shard_off, z->params + k->shard_lo,
-               (k->shard_hi - k->shard_lo) * sizeof *z->master);
+        if (devmem_copy(z->mem, NULL, z->master + k->shard_off, z->params + k->shard_lo,
+                        (k->shard_hi - k->shard_lo) * sizeof *z->master, e) != 0)
+            return herr_wrap(e, "fp32 master parameters");
     }
-    for (size_t j = 0; j < z->n; j++)
-        z->params[j] = bf16_round(z->params[j]);
+    if (devmem_round_bf16(z->mem, NULL, z->params, z->n, e) != 0)
+        return herr_wrap(e, "rounding the parameters to bf16");
+    params_written(z, 0, z->n);
+    return 0;
 }
 
-int zero_master_gather(struct zero *z, float *out, herr *e)
+int zero_master_gather_host(struct zero *z, float *out, herr *e)
 {
-    if (!z->master) {
-        if (out != z->params)
-            memcpy(out, z->params, z->n * sizeof *out);
-        return 0;
-    }
+    if (!z->master)
+        return devmem_to_host(z->mem, out, z->params, z->n * sizeof *out, e);
     for (int i = 0; i < z->nb; i++) {
         const struct bucket *k = &z->b[i];
-        memcpy(out + k->shard_lo, z->master + k->shard_off,
-               (k->shard_hi - k->shard_lo) * sizeof *out);
+        if (devmem_to_host(z->mem, out + k->shard_lo, z->master + k->shard_off,
+                           (k->shard_hi - k->shard_lo) * sizeof *out, e) != 0)
+            return herr_wrap(e, "fp32 master parameters");
     }
-    return zero_all_gather(z, out, e);
+    return zero_all_gather_host(z, out, e);
 }

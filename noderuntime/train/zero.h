@@ -1,17 +1,21 @@
-/* ZeRO-1 style distributed optimizer over one stage's flat parameter / gradient buffers.
+/* ZeRO-1 style distributed optimizer over one stage's flat parameter / gradient buffers, in the
+ * memory of the rank's engine (devmem.h: host memory for CPU ranks, the GPU's for CUDA ranks).
  * The buffer is cut into buckets from its end backwards (the order backward produces gradients);
  * replica r of the data-parallel group owns chunk r (tcp_chunk) of every bucket. As soon as a
  * bucket's gradients are final (zero_grads_ready), its reduce-scatter starts asynchronously on the
- * data-parallel communicator, overlapping the rest of backward; zero_reduce_wait finishes them.
- * The caller then runs AdamW on the owned shards and zero_all_gather_params restores full
- * parameters on every replica (in fp32, or in bf16 from fp32 masters: zero_params_bf16). With
- * no communicator (data = 1) the shard is the whole buffer. */
+ * data-parallel communicator (comm_dev_*: in the compute lane's order, with no host wait on a
+ * GPU), overlapping the rest of backward; zero_reduce_wait finishes them. The caller then runs
+ * AdamW on the owned shards and the parts of zero_params_gather_* restore full parameters on
+ * every replica (in fp32, or in bf16 from fp32 masters: zero_params_bf16). With no communicator
+ * (data = 1) the shard is the whole buffer. Checkpoints gather into host buffers
+ * (zero_all_gather_host, zero_master_gather_host). */
 #ifndef HOLMES_ZERO_H
 #define HOLMES_ZERO_H
 
 #include <stddef.h>
 
 #include "comm.h"
+#include "devmem.h"
 #include "error.h"
 
 struct zero;
@@ -20,8 +24,13 @@ struct zero;
  * offsets in `cuts` (any order; e.g. layer boundaries, so that a layer's reduce-scatter can start
  * as soon as its backward is done, or a tensor that is exchanged on its own). dp may be NULL
  * (one replica). */
-int zero_create(struct zero **out, float *params, float *grads, size_t n, const size_t *cuts,
-                int ncuts, size_t bucket_floats, struct comm *dp, herr *e);
+int zero_create(struct zero **out, struct devmem *m, float *params, float *grads, size_t n,
+                const size_t *cuts, int ncuts, size_t bucket_floats, struct comm *dp, herr *e);
+/* Called (on the caller's thread, in the compute lane's order) whenever the parameters [lo, hi)
+ * were written by the gather or by rounding from the masters, so that an engine refreshes what
+ * it derives from them. */
+void zero_set_params_written(struct zero *z, void (*fn)(void *ctx, size_t lo, size_t hi),
+                             void *ctx);
 void zero_free(struct zero *z);
 
 /* Gradients [lo, hi) are final for this step: starts the reduce-scatter of every bucket that is
@@ -49,9 +58,6 @@ void zero_shard(const struct zero *z, int b, size_t *lo, size_t *hi);
  * inside that concatenation. */
 size_t zero_shard_total(const struct zero *z);
 size_t zero_shard_offset(const struct zero *z, int b);
-/* Sum of squares of the owned, reduced gradients, leaving out [skip_lo, skip_hi) (a tied
- * embedding counted on another stage), in double. */
-double zero_shard_sq_norm(const struct zero *z, size_t skip_lo, size_t skip_hi);
 /* All-gathers every bucket's parameters (each replica contributes its updated shard). */
 int zero_all_gather_params(struct zero *z, herr *e);
 /* The same in parts, so that the gather overlaps the next forward: part issues the all-gather of
@@ -62,8 +68,9 @@ int zero_all_gather_params(struct zero *z, herr *e);
 int zero_params_gather_part(struct zero *z, size_t lo, size_t hi, herr *e);
 int zero_params_wait(struct zero *z, size_t lo, size_t hi, herr *e);
 int zero_params_gather_finish(struct zero *z, herr *e);
-/* The same for any buffer of the parameters' layout (e.g. optimizer moments for a checkpoint). */
-int zero_all_gather(struct zero *z, float *buf, herr *e);
+/* The same for a HOST buffer of the parameters' layout (e.g. optimizer moments for a
+ * checkpoint): each replica's shards of `buf` filled in everywhere. */
+int zero_all_gather_host(struct zero *z, float *buf, herr *e);
 
 /* bf16 parameters (parallelism.paramGatherDtype bf16): the replicas compute with parameters
  * rounded to bfloat16 and all-gather them in 2 bytes each, while the optimizer updates fp32
@@ -72,14 +79,14 @@ int zero_all_gather(struct zero *z, float *buf, herr *e);
  * m and v: bucket b's shard at zero_shard_offset(b)) instead of the parameters, and
  * zero_params_gather_part rounds each owned shard from its master before sending it. */
 int zero_params_bf16(struct zero *z, herr *e);
-/* The owned shards' fp32 masters; NULL unless bf16 parameters are on. */
+/* The owned shards' fp32 masters (in engine memory); NULL unless bf16 parameters are on. */
 float *zero_master(const struct zero *z);
 /* After the parameters were overwritten (a checkpoint loaded): masters from the parameters'
  * owned shards, then the parameters rounded. Nothing without bf16 parameters. */
-void zero_master_from_params(struct zero *z);
-/* The full fp32 parameters into out (n floats; may be the parameters themselves): every
- * replica's masters all-gathered, or a copy of the parameters without bf16 parameters. Collective
- * on the data-parallel group. */
-int zero_master_gather(struct zero *z, float *out, herr *e);
+int zero_master_from_params(struct zero *z, herr *e);
+/* The full fp32 parameters into the HOST buffer out (n floats): every replica's masters
+ * all-gathered, or a copy of the parameters without bf16 parameters. Collective on the
+ * data-parallel group. */
+int zero_master_gather_host(struct zero *z, float *out, herr *e);
 
 #endif

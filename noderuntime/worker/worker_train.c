@@ -13,6 +13,7 @@
 #include "rank_procs.h"
 #include "rank_table.h"
 #include "trainer.h"
+#include "trainer_spec.h"
 #include "trainingjob.h"
 
 struct worker_train {
@@ -126,43 +127,6 @@ static void link_notice(void *ctx, const char *reason, const char *message)
 }
 static int link_should_stop(void *ctx) { return worker_stop_requested(ctx); }
 
-/* The trainer's configuration from the resolved TrainingJob spec. */
-static int config_from_spec(const struct tj_spec *sp, struct trainer_config *c, herr *e)
-{
-    trainer_config_defaults(c);
-    c->model = (struct gpt_config){.layers = sp->model.layers, .channels = sp->model.hidden,
-                                   .heads = sp->model.heads, .vocab = sp->model.vocab,
-                                   .padded_vocab = 0, .max_seq = sp->model.seq_len};
-    if (gpt_config_check(&c->model, e))
-        return herr_wrap(e, "spec.model");
-    c->B = sp->par.micro_batch_size;
-    c->T = sp->model.seq_len;
-    c->micro_batches = sp->par.micro_batches;
-    c->steps = sp->training.steps;
-    c->schedule = sp->par.schedule;
-    c->pipe_wire = sp->par.pipeline_dtype;
-    c->param_wire = sp->par.param_gather_dtype;
-    const struct tj_optimizer *o = &sp->training.opt;
-    c->adamw = (struct adamw_config){(float)o->beta1, (float)o->beta2, (float)o->eps,
-                                     (float)o->weight_decay};
-    c->lr = (struct lr_schedule){.max_lr = (float)o->lr, .warmup_steps = o->warmup_steps,
-                                 .total_steps = o->schedule == TJ_LR_CONSTANT ? 0 : sp->training.steps,
-                                 .min_lr_ratio = o->schedule == TJ_LR_CONSTANT ? 1.0f
-                                                                               : (float)o->min_lr_ratio};
-    c->grad_clip = (float)o->grad_clip;
-    c->seed = sp->training.seed;
-    if (sp->training.init_from[0]) {
-        c->init_from = sp->training.init_from;
-        c->init_from_name = "spec.training.initFrom";
-    }
-    if (sp->training.checkpoint.path[0]) {
-        c->checkpoint_dir = sp->training.checkpoint.path;
-        c->checkpoint_every = sp->training.checkpoint.every_steps;
-        c->checkpoint_keep = sp->training.checkpoint.keep;
-    }
-    return 0;
-}
-
 /* mkdir -p */
 static int make_dirs(const char *path, herr *e)
 {
@@ -181,21 +145,12 @@ static int make_dirs(const char *path, herr *e)
     return 0;
 }
 
-/* The engine a rank of this spec trains with: CUDA for real GPUs, the CPU engine otherwise
- * (CPU workers and emulated GPUs). */
-static void spec_engine(const struct tj_spec *spec, enum engine_kind *kind, enum dtype *precision)
-{
-    int gpus = spec->gpus_per_worker > 0 && !spec->emulation.gpus;
-    *kind = gpus ? ENGINE_CUDA : ENGINE_CPU;
-    *precision = spec->training.precision;
-}
-
 int worker_check_devices(const struct tj_spec *spec, herr *e)
 {
     enum engine_kind kind;
     enum dtype precision;
     char why[256];
-    spec_engine(spec, &kind, &precision);
+    trainer_spec_engine(spec, &kind, &precision);
     if (engine_available(kind, precision, why, sizeof why))
         return 0;
     if (kind == ENGINE_CUDA)
@@ -252,9 +207,8 @@ int worker_train_rank(const struct tj_spec *spec, const struct plan_assignment *
     const struct plan_doc *rt = &a->plan;
     struct dataloader *dl = NULL;
     int rc = -1, rank = a->ranks[local], *slices = NULL;
-    if (config_from_spec(spec, &c, e))
+    if (trainer_config_from_spec(spec, &c, e))
         goto out;
-    spec_engine(spec, &c.engine, &c.precision);
     c.device = local;
     if (worker_run_slices(rt, spec->par.token_slices == TJ_AUTO ? 1 : spec->par.token_slices, &c,
                           &slices, e)) {

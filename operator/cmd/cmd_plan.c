@@ -73,6 +73,31 @@ static void own_best(const struct plan_worker *w, int n, const struct plan_job *
     }
 }
 
+/* The pipeline's links, one line per stage boundary: the transport of its tensor x data links
+ * (each carrying its 1/tensor share), one micro-batch's transfer on the slowest, and why TCP. */
+static void print_links(const struct plan *p)
+{
+    if (p->pipeline < 2)
+        return;
+    printf("pipeline links (tensor x data = %d per boundary, each carrying 1/%d of an "
+           "activation):\n", p->tensor * p->data, p->tensor);
+    for (int s = 0; s + 1 < p->pipeline; s++) {
+        struct plan_boundary b;
+        plan_boundary_links(p, s, &b);
+        char what[96] = "";
+        size_t used = 0;
+        for (int k = 0; k < TRANSPORT_COUNT; k++) {
+            int c = b.n[k] ? snprintf(what + used, sizeof what - used, "%s%d %s", used ? ", " : "",
+                                      b.n[k], transport_name((enum transport)k)) : 0;
+            if (c > 0 && (size_t)c < sizeof what - used)
+                used += (size_t)c;
+        }
+        printf("  %d -> %-3d %-16.16s -> %-16.16s %-22s %8.3f ms at %.4g Gb/s%s%s%s\n", s, s + 1,
+               p->stages[s].fabric, p->stages[s + 1].fabric, what, b.seconds * 1e3, b.gbps,
+               b.intra_node ? " (inside a node)" : "", b.reason[0] ? " - " : "", b.reason);
+    }
+}
+
 static void print_table(const struct plan *p, const struct own_best *best, int n_best)
 {
     printf("policy %s: tensor %d x pipeline %d x data %d, %d micro-batches of %d, %s\n",
@@ -90,11 +115,11 @@ static void print_table(const struct plan *p, const struct own_best *best, int n
         print_workers(p, s);
         printf("\n");
     }
-    int count[4][3] = {{0}};
+    int count[GROUP_KIND_COUNT][TRANSPORT_COUNT] = {{0}};
     for (int g = 0; g < p->n_groups; g++)
         count[p->groups[g].kind][p->groups[g].transport.kind]++;
     printf("\ngroups:\n");
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < GROUP_KIND_COUNT; k++) {
         int n = count[k][0] + count[k][1] + count[k][2];
         if (!n)
             continue;
@@ -106,7 +131,7 @@ static void print_table(const struct plan *p, const struct own_best *best, int n
     for (int g = 0; g < p->n_groups && shown < 16; g++) {
         const struct plan_group *gr = &p->groups[g];
         if (gr->transport.kind != TRANSPORT_SOCKET || gr->kind == GROUP_PP ||
-            gr->kind == GROUP_EMBEDDING || gr->transport.intra_node)
+            gr->kind == GROUP_EMBEDDING || gr->kind == GROUP_LINK || gr->transport.intra_node)
             continue;
         int n = 0, seen = 0;
         for (int h = 0; h < p->n_groups; h++) {
@@ -130,6 +155,7 @@ static void print_table(const struct plan *p, const struct own_best *best, int n
     else if (!p->homogeneous_possible)
         printf("  (no fabric-homogeneous placement exists: fabric sizes are not multiples of "
                "data %d)\n", p->data);
+    print_links(p);
     const struct cost_breakdown *b = &p->breakdown;
     printf("\npredicted step: %.4f s (%.0f tokens/s), critical stage %d\n", p->step_s,
            p->tokens_per_s, b->critical_stage);

@@ -15,7 +15,9 @@ static struct plan_pacing pacing_at(double gbps, double scale, double latency_us
 
 /* spec.emulation: every link paced as its NICs would carry it. Each group at the slowest member
  * NIC's Gb/s; groups that span fabrics, and links between fabrics, at cross_fabric_gbps; all
- * times bandwidth_scale; socket links with a TCP message's latency. */
+ * times bandwidth_scale; socket links with a TCP message's latency. A pipeline link (or an
+ * embedding link) at its share of the NIC, as the planner priced it (the NIC's Gb/s over the
+ * links through it at once), capped at cross_fabric_gbps between fabrics. */
 static void emulate_links(const struct tj_emulation *em, const struct plan *p, struct plan_doc *d)
 {
     double cross = em->cross_fabric_gbps > 0 ? em->cross_fabric_gbps : 25.0;
@@ -29,8 +31,13 @@ static void emulate_links(const struct tj_emulation *em, const struct plan *p, s
             if (b > 0 && (gbps == 0 || b < gbps))
                 gbps = b;
         }
-        if (strstr(gr->transport.reason, "span") || gbps <= 0)
+        int p2p = gr->kind == GROUP_LINK || gr->kind == GROUP_EMBEDDING;
+        if (p2p && gr->nic_share > 0 && gbps > 0)
+            gbps *= gr->nic_share;
+        if (gbps <= 0)
             gbps = cross;
+        else if (strstr(gr->transport.reason, "span"))
+            gbps = p2p && gbps < cross ? gbps : cross;
         d->groups[g].pacing = pacing_at(gbps, scale, gr->transport.kind == TRANSPORT_SOCKET
                                                           ? TCP_LATENCY_US : 0);
     }
@@ -296,6 +303,22 @@ cJSON *coord_plan_status_json(const struct plan *p, const struct coord_worker *w
             cJSON_AddStringToObject(ts, "chosenBy", p->slices_auto ? "planner" : "spec");
             cJSON_AddNumberToObject(ts, "unslicedStepSeconds", p->unsliced_step_s);
         }
+    }
+    cJSON *links = p->pipeline > 1 ? cJSON_AddArrayToObject(o, "pipelineLinks") : NULL;
+    for (int s = 0; links && s + 1 < p->pipeline; s++) {
+        struct plan_boundary b;
+        plan_boundary_links(p, s, &b);
+        cJSON *x = cJSON_CreateObject();
+        if (!x)
+            break;
+        cJSON_AddItemToArray(links, x);
+        cJSON_AddNumberToObject(x, "fromStage", s);
+        cJSON_AddNumberToObject(x, "toStage", s + 1);
+        cJSON_AddStringToObject(x, "transport", b.mixed ? "mixed" : transport_name(b.kind));
+        cJSON_AddNumberToObject(x, "ib", b.n[TRANSPORT_IB]);
+        cJSON_AddNumberToObject(x, "roce", b.n[TRANSPORT_ROCE]);
+        cJSON_AddNumberToObject(x, "socket", b.n[TRANSPORT_SOCKET]);
+        cJSON_AddNumberToObject(x, "seconds", b.seconds);
     }
     cJSON *stages = cJSON_AddArrayToObject(o, "stages");
     for (int s = 0; stages && s < p->n_stages; s++) {

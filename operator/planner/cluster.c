@@ -12,7 +12,7 @@
 #define CLUSTER_MAX_WORKERS (1 << 20)
 
 static const char *const worker_keys[] = {"name", "node", "gpus", "gpu_tflops", "tflops", "nic",
-                                          "count", "gpu_memory_gb", NULL};
+                                          "count", "gpu_memory_gb", "nics", NULL};
 
 static int check_keys(const cJSON *obj, const char *const *keys, const char *where, herr *e)
 {
@@ -39,6 +39,7 @@ static int parse_worker(const cJSON *wj, const char *where, struct plan_worker *
     if (json_str(wj, where, "name", JSON_REQUIRED, w->name, sizeof w->name - 8, e) ||
         json_str(wj, where, "node", JSON_OPTIONAL, w->node, sizeof w->node - 8, e) ||
         json_int32(wj, where, "gpus", JSON_OPTIONAL, 0, 1024, &w->gpus, e) ||
+        json_int32(wj, where, "nics", JSON_OPTIONAL, 1, 1024, &w->nics, e) ||
         json_int32(wj, where, "count", JSON_OPTIONAL, 1, CLUSTER_MAX_WORKERS, count, e))
         return -1;
     const cJSON *tf = cJSON_GetObjectItemCaseSensitive(wj, "gpu_tflops");

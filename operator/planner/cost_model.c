@@ -8,6 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Per-stage arrays of one simulation (struct sim_view): SIM_STATE of state, SIM_IN of inputs. */
+#define SIM_STATE 5
+#define SIM_IN 9
+
 void cost_links_default(struct cost_links *l)
 {
     l->tcp_gbps = 25;
@@ -26,17 +30,19 @@ void cost_links_default(struct cost_links *l)
     l->shared_cores = 0;
     l->pinned_cores = 0;
     l->op_overhead_us = 0;
+    l->send_buffers = 0;
 }
 
 struct link_field {
     const char *key;
     size_t off;
     double min, max;  /* allowed range; min exclusive when min_open */
-    int min_open;     /* 2: a switch, exactly min or max */
+    int min_open;     /* 2: a switch, exactly min or max; 3: an integer in [min, max] */
 };
 
 #define LF(k, lo, hi, open) {#k, offsetof(struct cost_links, k), lo, hi, open}
 #define LF_SWITCH(k) {#k, offsetof(struct cost_links, k), 0, 1, 2}
+#define LF_INT(k, lo, hi) {#k, offsetof(struct cost_links, k), lo, hi, 3}
 static const struct link_field link_fields[] = {
     LF(tcp_gbps, 0, 1e6, 1),
     LF(gateway_gbps, 0, 1e6, 0),
@@ -54,6 +60,7 @@ static const struct link_field link_fields[] = {
     LF(shared_cores, 0, 1e6, 0),
     LF_SWITCH(pinned_cores),
     LF(op_overhead_us, 0, 1e7, 0),
+    LF_INT(send_buffers, 0, COST_SEND_BUFFERS_MAX),
 };
 #define N_LINK_FIELDS (sizeof link_fields / sizeof link_fields[0])
 
@@ -61,6 +68,8 @@ static const char *field_rule(const struct link_field *f, char *buf, size_t cap)
 {
     if (f->min_open == 2)
         snprintf(buf, cap, "must be %g or %g", f->min, f->max);
+    else if (f->min_open == 3)
+        snprintf(buf, cap, "must be an integer in [%g, %g]", f->min, f->max);
     else
         snprintf(buf, cap, "must be a number in %s%g, %g]", f->min_open ? "(" : "[", f->min, f->max);
     return buf;
@@ -72,6 +81,8 @@ static int field_ok(const struct link_field *f, double v)
         return 0;
     if (f->min_open == 2)
         return v == f->min || v == f->max;
+    if (f->min_open == 3)
+        return v >= f->min && v == floor(v);
     return f->min_open ? v > f->min : v >= f->min;
 }
 
@@ -92,7 +103,7 @@ int cost_links_apply_json(struct cost_links *l, const cJSON *j, const char *wher
                             "tcp_efficiency, ib_latency_us, roce_latency_us, rdma_efficiency, "
                             "intra_node_gbps, intra_node_latency_us, compute_efficiency, "
                             "memory_gbps, optimizer_bytes_per_param, overlap, shared_cores, pinned_cores, "
-                            "op_overhead_us)", where,
+                            "op_overhead_us, send_buffers)", where,
                             it->string);
         if (!cJSON_IsNumber(it) || !field_ok(f, it->valuedouble))
             return herr_set(e, "%s.%s: %s", where, f->key, field_rule(f, rule, sizeof rule));
@@ -161,6 +172,11 @@ double cost_activation_bytes(const struct cost_job *j)
     return (double)j->micro_batch_size * j->model.seq_len * j->model.hidden * b;
 }
 
+double cost_link_bytes(const struct cost_job *j)
+{
+    return cost_activation_bytes(j) / (j->tensor > 1 ? j->tensor : 1);
+}
+
 struct cost_link cost_link_make(double gbps, double lat_us, double flows)
 {
     struct cost_link k;
@@ -169,21 +185,52 @@ struct cost_link cost_link_make(double gbps, double lat_us, double flows)
     return k;
 }
 
-double cost_stage_memory(const struct cost_job *j, int layers, int s, int n)
+int cost_pipe_slots(enum schedule sched, int stage, int stages, int micro_batches, int slices)
+{
+    /* noderuntime/train/pipeline.c's pipe_slots_needed, written again here (the planner does
+     * not include the runtime): GPipe holds every micro-batch; 1F1B warms up with
+     * w = min(P - s - 1 + S - 1, M S) units and a micro-batch's slot is free once its last
+     * slice's backward is done, so ceil((w + 2S - 1) / S) - 1 + 1 of them, at most M */
+    if (sched == SCHED_GPIPE)
+        return micro_batches;
+    int S = slices > 1 ? slices : 1;
+    long w = (long)(stages - stage - 1) + (S - 1), units = (long)micro_batches * S;
+    if (w > units)
+        w = units;
+    long n = (w + 2L * S - 1) / S;
+    return n < micro_batches ? (int)n : micro_batches;
+}
+
+void cost_stage_memory_parts(const struct cost_job *j, int layers, int s, int n,
+                             struct cost_memory *out)
 {
     int first = s == 0, last = s == n - 1, t = j->tensor;
     double params = layers * cost_layer_params(j) + (first ? cost_embedding_params(j) : 0) +
+                    (last ? 2.0 * j->model.hidden : 0) +
                     (last && !first ? (double)j->model.vocab * j->model.hidden : 0);
     double per_rank = params / t;
-    double state = per_rank * 2.0 * j->elem_bytes +
-                   per_rank * (j->elem_bytes == 4 ? 8.0 : 12.0) / j->data;
+    out->params = per_rank;
+    out->weights_grads = per_rank * 2.0 * j->elem_bytes;
+    /* AdamW's two fp32 moments, and with 16-bit weights the fp32 masters: ZeRO-1 shards them
+     * over the data-parallel replicas */
+    out->optimizer = per_rank * (j->elem_bytes == 4 ? 8.0 : 12.0) / j->data;
     double b = j->micro_batch_size, sq = j->model.seq_len, h = j->model.hidden, a = j->model.heads;
+    /* Korthikanti et al. (2022), tensor parallel without sequence parallelism, for 16-bit
+     * activations; scaled by the element size */
     double act_layer = sq * b * h * (10.0 + 24.0 / t + 5.0 * a * sq / (h * t)) *
                        (j->elem_bytes / 2.0);
-    int inflight = j->schedule == SCHED_GPIPE ? j->micro_batches
-                   : (n - s < j->micro_batches ? n - s : j->micro_batches);
-    double logits = last ? b * sq * (double)j->model.vocab * 4.0 / t : 0;
-    return state + inflight * (layers * act_layer) + logits;
+    out->slots = cost_pipe_slots(j->schedule, s, n, j->micro_batches,
+                                 j->slices > 1 && j->slice_bounds ? j->slices : 1);
+    out->activations = out->slots * (layers * act_layer);
+    out->logits = last ? b * sq * (double)j->model.vocab * 4.0 / t : 0;
+    out->total = out->weights_grads + out->optimizer + out->activations + out->logits;
+}
+
+double cost_stage_memory(const struct cost_job *j, int layers, int s, int n)
+{
+    struct cost_memory m;
+    cost_stage_memory_parts(j, layers, s, n, &m);
+    return m.total;
 }
 
 /* Ring all-reduce of `bytes` over `n` members. */
@@ -213,10 +260,16 @@ void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,
     out->bwd = 2.0 * out->fwd;
 
     struct cost_link intra = cost_link_make(l->intra_node_gbps, l->intra_node_latency_us, 1);
-    double act = cost_activation_bytes(j);
+    /* the tensor group's sums and gathers are in the stage's own element type (the pipeline's
+     * wire type is only on the links between stages) */
+    double act = (double)j->micro_batch_size * j->model.seq_len * j->model.hidden * j->elem_bytes;
     int n_ar = 2 * st->layers + (first ? 1 : 0); /* forward all-reduces; backward has as many */
     out->tp_fwd = n_ar * allreduce_time(act, t, intra);
     out->tp_bwd = 2 * st->layers * allreduce_time(act, t, intra);
+    /* scatter-gather (Megatron-LM; noderuntime/train/pipeline.c): each of the t tensor ranks
+     * receives 1/t of a unit from its peer, then the group all-gathers the t chunks */
+    out->gather = scatter_time(act, t, intra);
+    out->gather_lat = t > 1 ? (t - 1) * intra.lat : 0;
 
     double params = st->layers * cost_layer_params(j) + (first ? cost_embedding_params(j) : 0) +
                     (last ? 2.0 * j->model.hidden : 0) +
@@ -253,10 +306,12 @@ int cost_sim_init(struct cost_sim *s, int stages, int micro_batches, herr *e)
     memset(s, 0, sizeof *s);
     if (stages < 1 || micro_batches < 1)
         return herr_set(e, "cost model: need at least one stage and one micro-batch");
-    size_t pm = (size_t)stages * (size_t)micro_batches;
-    /* farr, barr: P*m each; lastf: m; per stage: t, lf, lb, fwd, bwd, xfer, lat, rem, start */
-    s->buf = malloc(sizeof(double) * (2 * pm + (size_t)micro_batches + 9 * (size_t)stages));
-    s->ibuf = malloc(sizeof(int) * (size_t)stages);
+    size_t pm = (size_t)stages * (size_t)micro_batches, P = (size_t)stages;
+    /* farr, barr: P*m each; lastf: m; per stage: SIM_STATE state, SIM_IN inputs; the send
+     * rings: 2 * P * COST_SEND_BUFFERS_MAX */
+    s->buf = malloc(sizeof(double) * (2 * pm + (size_t)micro_batches + (SIM_STATE + SIM_IN) * P +
+                                      2 * P * COST_SEND_BUFFERS_MAX));
+    s->ibuf = malloc(sizeof(int) * 5 * P); /* idx, forward / backward sends, worklist, queued */
     if (!s->buf || !s->ibuf) {
         cost_sim_free(s);
         return herr_set(e, "cost model: out of memory for %d stages x %d micro-batches", stages,
@@ -342,78 +397,176 @@ static int op_at(enum schedule sched, int s, int k, int P, int U, int S, int *mb
     return b;
 }
 
+/* One simulation's arrays, views into cost_sim's buffers. Inputs per stage: an op's compute
+ * (fwd, bwd: per micro-batch, times the unit's compute share), the tensor group's all-gather of
+ * a received unit before it (gf before a forward, gb before a backward: per micro-batch, times
+ * the unit's token share, plus gfl / gbl once), the link to the next stage (xfer: one link's
+ * transfer of a micro-batch's share, times the token share; lat: once per message) and the
+ * stage's start. State: each stage's clock (t), when each direction of its link is free (lf to
+ * the next stage, lb to the previous), when it may start its next op (freeat: a blocking send
+ * holds it), its running op's remaining work (rem: shared cores), the arrival of every unit
+ * (farr, barr), the last stage's forward ends (lastf), and per stage and direction the ends of
+ * its last nbuf sends (ringf, ringb: an asynchronous send's buffer is free again then). */
+struct sim_view {
+    int P, U, S, nbuf;
+    double *farr, *barr, *lastf;
+    double *t, *lf, *lb, *freeat, *rem;
+    double *fwd, *bwd, *gf, *gb, *gfl, *gbl, *xfer, *lat, *start;
+    double *ringf, *ringb;
+    int *idx, *nsf, *nsb;
+};
+
+static void sim_view(struct cost_sim *sim, int P, int U, int nbuf, struct sim_view *v)
+{
+    size_t pu = (size_t)P * (size_t)U;
+    double *b = sim->buf;
+    v->P = P;
+    v->U = U;
+    v->S = sim->S;
+    v->nbuf = nbuf;
+    v->farr = b;
+    v->barr = b + pu;
+    v->lastf = b + 2 * pu;
+    double *ps = v->lastf + U;
+    double **arr[] = {&v->t, &v->lf, &v->lb, &v->freeat, &v->rem, &v->fwd, &v->bwd, &v->gf,
+                      &v->gb, &v->gfl, &v->gbl, &v->xfer, &v->lat, &v->start};
+    for (size_t i = 0; i < sizeof arr / sizeof arr[0]; i++)
+        *arr[i] = ps + i * (size_t)P;
+    v->ringf = ps + (SIM_STATE + SIM_IN) * (size_t)P;
+    v->ringb = v->ringf + (size_t)P * COST_SEND_BUFFERS_MAX;
+    v->idx = sim->ibuf;
+    v->nsf = sim->ibuf + P;
+    v->nsb = sim->ibuf + 2 * P;
+}
+
+/* Clears the state for a pass. */
+static void sim_reset(struct sim_view *v)
+{
+    size_t pu = (size_t)v->P * (size_t)v->U;
+    for (size_t i = 0; i < 2 * pu + (size_t)v->U; i++)
+        v->farr[i] = -1;
+    for (int s = 0; s < v->P; s++) {
+        v->t[s] = v->freeat[s] = v->start[s];
+        v->lf[s] = v->lb[s] = 0;
+        v->rem[s] = -1;
+        v->idx[s] = v->nsf[s] = v->nsb[s] = 0;
+    }
+    for (size_t i = 0; i < 2 * (size_t)v->P * COST_SEND_BUFFERS_MAX; i++)
+        v->ringf[i] = 0;
+}
+
+/* Seconds of op (b, unit mb) on stage s: the all-gather of what it received (not on the first
+ * stage's forwards nor the last stage's backwards), its compute, the fixed overhead. */
+static double op_time(const struct sim_view *v, const struct cost_sim *sim, int s, int b, int mb)
+{
+    int k = mb % v->S;
+    double g = b ? (s < v->P - 1 ? v->gb[s] * sim->tw[k] + v->gbl[s] : 0)
+                 : (s > 0 ? v->gf[s] * sim->tw[k] + v->gfl[s] : 0);
+    return (b ? v->bwd[s] : v->fwd[s]) * sim->cw[k] + g + sim->ovh;
+}
+
 /* Completes op (b, unit mb) of stage s at `fin`: sends its result (tw: the unit's share of the
- * activation) to the neighbour stage. */
-static void finish_op(int P, int m, int s, int b, int mb, double fin, const double *xfer,
-                      const double *lat, double tw, double *farr, double *barr, double *lastf,
-                      double *lf, double *lb)
+ * activation) to the neighbour stage once that direction of the link is free. Returns when the
+ * stage may go on: at once when sends are asynchronous (v->nbuf > 0; the send's end goes into the
+ * direction's ring of buffers), at the message's arrival when they block (nbuf 0: the runtime's
+ * comm_send carries the bytes on the stage's own thread). */
+static double finish_op(struct sim_view *v, int s, int b, int mb, double fin, double tw)
 {
+    int P = v->P, U = v->U;
     if (!b && s == P - 1)
-        lastf[mb] = fin;
-    if (!b && s < P - 1) {
-        double go = fin > lf[s] ? fin : lf[s];
-        lf[s] = go + xfer[s] * tw;
-        farr[(size_t)(s + 1) * m + mb] = go + xfer[s] * tw + lat[s];
-    } else if (b && s > 0) {
-        double go = fin > lb[s - 1] ? fin : lb[s - 1];
-        lb[s - 1] = go + xfer[s - 1] * tw;
-        barr[(size_t)(s - 1) * m + mb] = go + xfer[s - 1] * tw + lat[s - 1];
+        v->lastf[mb] = fin;
+    int to = !b && s < P - 1 ? s + 1 : b && s > 0 ? s - 1 : -1;
+    if (to < 0)
+        return fin;
+    int ln = b ? s - 1 : s; /* the link between s and its neighbour */
+    double *free_at = b ? &v->lb[s] : &v->lf[s];
+    double go = fin > *free_at ? fin : *free_at;
+    *free_at = go + v->xfer[ln] * tw;
+    double arrive = *free_at + v->lat[ln];
+    (b ? v->barr : v->farr)[(size_t)to * U + mb] = arrive;
+    if (!v->nbuf)
+        return arrive;
+    int *n = b ? &v->nsb[s] : &v->nsf[s];
+    (b ? v->ringb : v->ringf)[(size_t)s * COST_SEND_BUFFERS_MAX + (size_t)(*n % v->nbuf)] = arrive;
+    (*n)++;
+    return fin;
+}
+
+/* When the op at idx of stage s may start (-1: its input has not been produced yet): never
+ * before the stage's start nor while a blocking send holds it, and, with asynchronous sends, not
+ * before the send buffer it will write is free (the send nbuf before it has arrived). *b gets
+ * forward 0 / backward 1, *mb the unit. */
+static double op_ready(const struct cost_job *j, const struct sim_view *v, int s, int idx, int *b,
+                       int *mb)
+{
+    int P = v->P, U = v->U;
+    *b = op_at(j->schedule, s, idx, P, U, v->S, mb);
+    double ready = !*b ? (s == 0 ? 0 : v->farr[(size_t)s * U + *mb])
+                       : (s == P - 1 ? v->lastf[*mb] : v->barr[(size_t)s * U + *mb]);
+    if (ready < 0)
+        return -1;
+    double low = v->freeat[s] > v->start[s] ? v->freeat[s] : v->start[s];
+    int sends = !*b ? s < P - 1 : s > 0;
+    if (v->nbuf && sends) {
+        int n = !*b ? v->nsf[s] : v->nsb[s];
+        double buf = (!*b ? v->ringf : v->ringb)[(size_t)s * COST_SEND_BUFFERS_MAX +
+                                                 (size_t)(n % v->nbuf)];
+        low = buf > low ? buf : low;
+    }
+    return ready > low ? ready : low;
+}
+
+/* Each stage's end: its last op, and its last sends' arrivals. */
+static void sim_ends(const struct sim_view *v, double *end)
+{
+    for (int s = 0; s < v->P; s++) {
+        end[s] = v->t[s];
+        for (int i = 0; v->nbuf && i < v->nbuf; i++) {
+            double a = v->ringf[(size_t)s * COST_SEND_BUFFERS_MAX + i];
+            double b = v->ringb[(size_t)s * COST_SEND_BUFFERS_MAX + i];
+            end[s] = a > end[s] ? a : end[s];
+            end[s] = b > end[s] ? b : end[s];
+        }
     }
 }
 
-/* When the op at idx of stage s may start (-1: its input has not been produced yet), never
- * before the stage's start; *b gets forward 0 / backward 1, *mb the micro-batch. */
-static double op_ready(const struct cost_job *j, const struct cost_sim *sim, int s, int idx,
-                       int P, const double *farr, const double *barr, const double *lastf,
-                       const double *start, int *b, int *mb)
+/* One pass of the schedule; fills end[] with each stage's end. Each stage runs its ops in order
+ * as far as their inputs allow; a stage is taken up again only when a neighbour has produced
+ * something for it (a worklist: every op's times depend only on its inputs, its stage's clock
+ * and the link directions that stage feeds, so the order stages are visited in is free). */
+static int run_schedule(const struct cost_job *j, struct sim_view *v, struct cost_sim *sim,
+                        double *end)
 {
-    int m = j->micro_batches * sim->S;
-    *b = op_at(j->schedule, s, idx, P, m, sim->S, mb);
-    double ready = !*b ? (s == 0 ? 0 : farr[(size_t)s * m + *mb])
-                       : (s == P - 1 ? lastf[*mb] : barr[(size_t)s * m + *mb]);
-    return ready >= 0 && ready < start[s] ? start[s] : ready;
-}
-
-/* One pass of the schedule; fills end[] with each stage's last-op finish time. Stage s starts
- * no earlier than start[s]. */
-static int run_schedule(const struct cost_job *j, int P, const double *start, const double *fwd,
-                        const double *bwd, const double *xfer, const double *lat,
-                        struct cost_sim *sim, double *end)
-{
-    int m = j->micro_batches * sim->S, S = sim->S;
-    size_t pm = (size_t)P * (size_t)m;
-    double *farr = sim->buf, *barr = farr + pm, *lastf = barr + pm;
-    double *t = lastf + m, *lf = t + P, *lb = lf + P;
-    int *idx = sim->ibuf;
-    for (size_t i = 0; i < 2 * pm + (size_t)m; i++)
-        sim->buf[i] = -1;
-    for (int s = 0; s < P; s++) {
-        t[s] = start[s];
-        lf[s] = lb[s] = 0;
-        idx[s] = 0;
+    int P = v->P, U = v->U;
+    sim_reset(v);
+    int *todo = v->idx + 3 * P, *queued = todo + P, n = 0; /* a stack of stages to visit */
+    for (int s = P - 1; s >= 0; s--) {
+        todo[n++] = s;
+        queued[s] = 1;
     }
-    int done = 0, total = 2 * m * P;
-    for (int progress = 1; progress;) {
-        progress = 0;
-        for (int s = 0; s < P; s++) {
-            while (idx[s] < 2 * m) {
-                int mb, b;
-                double ready = op_ready(j, sim, s, idx[s], P, farr, barr, lastf, start, &b, &mb);
-                if (ready < 0)
-                    break;
-                double begin = t[s] > ready ? t[s] : ready;
-                double fin = begin + (b ? bwd[s] : fwd[s]) * sim->cw[mb % S] + sim->ovh;
-                t[s] = fin;
-                finish_op(P, m, s, b, mb, fin, xfer, lat, sim->tw[mb % S], farr, barr, lastf, lf,
-                          lb);
-                idx[s]++;
-                done++;
-                progress = 1;
+    long done = 0, total = 2L * U * P;
+    while (n > 0) {
+        int s = todo[--n];
+        queued[s] = 0;
+        while (v->idx[s] < 2 * U) {
+            int mb, b;
+            double ready = op_ready(j, v, s, v->idx[s], &b, &mb);
+            if (ready < 0)
+                break;
+            double begin = v->t[s] > ready ? v->t[s] : ready;
+            double fin = begin + op_time(v, sim, s, b, mb);
+            v->t[s] = v->freeat[s] = finish_op(v, s, b, mb, fin, sim->tw[mb % v->S]);
+            v->idx[s]++;
+            done++;
+            /* what it sent, or the last stage's forward, lets a neighbour go on */
+            int to = !b ? (s < P - 1 ? s + 1 : s) : (s > 0 ? s - 1 : -1);
+            if (to >= 0 && to != s && !queued[to]) {
+                todo[n++] = to;
+                queued[to] = 1;
             }
         }
     }
-    for (int s = 0; s < P; s++)
-        end[s] = t[s];
+    sim_ends(v, end);
     return done == total ? 0 : -1;
 }
 
@@ -482,19 +635,14 @@ static void shared_rates(const struct cost_job *j, int P, double cores, int pinn
 }
 
 /* run_schedule with processor sharing (shared_rates): every running op progresses at its
- * stage's rate. Event-driven: the next event is an op's completion or a known arrival at an
- * idle stage. */
+ * stage's rate; a stage waiting (for its input, a send buffer, a blocking send) runs nothing.
+ * Event-driven: the next event is an op's completion or the moment an idle stage's next op may
+ * start. */
 static int run_schedule_shared(const struct cost_job *j, const struct cost_links *l,
-                               const struct cost_stage *st, int P, const double *start,
-                               const double *fwd, const double *bwd, const double *xfer,
-                               const double *lat, struct cost_sim *sim, double *end)
+                               const struct cost_stage *st, struct sim_view *v,
+                               struct cost_sim *sim, double *end)
 {
-    int m = j->micro_batches * sim->S, S = sim->S;
-    size_t pm = (size_t)P * (size_t)m;
-    double *farr = sim->buf, *barr = farr + pm, *lastf = barr + pm;
-    double *t = lastf + m, *lf = t + P, *lb = lf + P;
-    double *rem = sim->buf + 2 * pm + m + 7 * (size_t)P;
-    int *idx = sim->ibuf, pinned = l->pinned_cores != 0;
+    int P = v->P, U = v->U, pinned = l->pinned_cores != 0;
     double cores = pinned ? floor(l->shared_cores) : l->shared_cores;
     if (pinned && (cores < 1 || sim_pin(j, st, P, (int)cores, sim) != 0))
         return -1;
@@ -506,47 +654,39 @@ static int run_schedule_shared(const struct cost_job *j, const struct cost_links
         sim->cap_rate = P;
     }
     int *running = (int *)(sim->rate + sim->cap_rate);
-    for (size_t i = 0; i < 2 * pm + (size_t)m; i++)
-        sim->buf[i] = -1;
-    for (int s = 0; s < P; s++) {
-        t[s] = start[s];
-        lf[s] = lb[s] = 0;
-        rem[s] = -1;
-        idx[s] = 0;
-    }
+    sim_reset(v);
     double now = 0;
-    for (long guard = 0; guard < 8L * m * P + 16; guard++) {
+    for (long guard = 0; guard < 16L * U * P + 16; guard++) {
         int left = 0;
         for (int s = 0; s < P; s++) {
             running[s] = 0;
-            if (idx[s] >= 2 * m)
+            if (v->idx[s] >= 2 * U)
                 continue;
             left++;
-            if (rem[s] < 0) {
+            if (v->rem[s] < 0) {
                 int mb, b;
-                double ready = op_ready(j, sim, s, idx[s], P, farr, barr, lastf, start, &b, &mb);
+                double ready = op_ready(j, v, s, v->idx[s], &b, &mb);
                 if (ready >= 0 && ready <= now)
-                    rem[s] = (b ? bwd[s] : fwd[s]) * sim->cw[mb % S] + sim->ovh;
+                    v->rem[s] = op_time(v, sim, s, b, mb);
             }
-            running[s] = rem[s] >= 0;
+            running[s] = v->rem[s] >= 0;
         }
         if (!left) {
-            for (int s = 0; s < P; s++)
-                end[s] = t[s];
+            sim_ends(v, end);
             return 0;
         }
         shared_rates(j, P, cores, pinned, running, sim);
         double dt = INFINITY;
         for (int s = 0; s < P; s++) {
-            if (idx[s] >= 2 * m)
+            if (v->idx[s] >= 2 * U)
                 continue;
-            if (rem[s] >= 0) {
-                if (rem[s] / sim->rate[s] < dt)
-                    dt = rem[s] / sim->rate[s];
+            if (v->rem[s] >= 0) {
+                if (v->rem[s] / sim->rate[s] < dt)
+                    dt = v->rem[s] / sim->rate[s];
                 continue;
             }
             int mb, b;
-            double ready = op_ready(j, sim, s, idx[s], P, farr, barr, lastf, start, &b, &mb);
+            double ready = op_ready(j, v, s, v->idx[s], &b, &mb);
             if (ready > now && ready - now < dt)
                 dt = ready - now;
         }
@@ -554,16 +694,16 @@ static int run_schedule_shared(const struct cost_job *j, const struct cost_links
             return -1;
         now += dt;
         for (int s = 0; s < P; s++) {
-            if (idx[s] >= 2 * m || rem[s] < 0)
+            if (v->idx[s] >= 2 * U || v->rem[s] < 0)
                 continue;
-            rem[s] -= sim->rate[s] * dt;
-            if (rem[s] > 1e-12 * (fwd[s] + bwd[s]) + 1e-15)
+            v->rem[s] -= sim->rate[s] * dt;
+            if (v->rem[s] > 1e-12 * (v->fwd[s] + v->bwd[s]) + 1e-15)
                 continue;
-            int mb, b = op_at(j->schedule, s, idx[s], P, m, S, &mb);
-            finish_op(P, m, s, b, mb, now, xfer, lat, sim->tw[mb % S], farr, barr, lastf, lf, lb);
-            t[s] = now;
-            rem[s] = -1;
-            idx[s]++;
+            int mb, b = op_at(j->schedule, s, v->idx[s], P, U, v->S, &mb);
+            v->t[s] = now;
+            v->freeat[s] = finish_op(v, s, b, mb, now, sim->tw[mb % v->S]);
+            v->rem[s] = -1;
+            v->idx[s]++;
         }
     }
     return -1;
@@ -571,13 +711,13 @@ static int run_schedule_shared(const struct cost_job *j, const struct cost_links
 
 /* The schedule with or without shared cores (links.shared_cores). */
 static int schedule(const struct cost_job *j, const struct cost_links *l,
-                    const struct cost_stage *st, int n, const double *start, const double *fwd,
-                    const double *bwd, const double *xfer, const double *lat, struct cost_sim *sim,
+                    const struct cost_stage *st, struct sim_view *v, struct cost_sim *sim,
                     double *end)
 {
-    return l->shared_cores > 0
-               ? run_schedule_shared(j, l, st, n, start, fwd, bwd, xfer, lat, sim, end)
-               : run_schedule(j, n, start, fwd, bwd, xfer, lat, sim, end);
+    sim->work += 2.0 * v->P * v->U;
+    sim->runs++;
+    return l->shared_cores > 0 ? run_schedule_shared(j, l, st, v, sim, end)
+                               : run_schedule(j, v, sim, end);
 }
 
 double cost_simulate(const struct cost_job *j, const struct cost_links *l,
@@ -590,11 +730,9 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
     sim->ovh = l->op_overhead_us * 1e-6;
     if (n < 1 || n > sim->cap_stages || m < 1 || (long)m * sim->S > sim->cap_mb)
         return INFINITY;
-    size_t um = (size_t)m * sim->S, pm = (size_t)n * um;
-    /* 9*P doubles after farr, barr, lastf: t, lf, lb, fwd, bwd, xfer, lat, rem, start */
-    double *fwd = sim->buf + 2 * pm + um + 3 * (size_t)n;
-    double *bwd = fwd + n, *xfer = bwd + n, *lat = xfer + n, *start = lat + 2 * n;
-    double act = cost_activation_bytes(j);
+    struct sim_view v;
+    sim_view(sim, n, m * sim->S, (int)l->send_buffers, &v);
+    double link_bytes = cost_link_bytes(j);
     struct cost_stage_terms terms[n];
     /* The step as a cycle from one gradient-norm all-reduce (every rank's only common point,
      * noderuntime/train/trainer.c) to the next: each stage runs its optimizer and starts its forward
@@ -602,19 +740,21 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
      * the embedding tie follows the first stage's. */
     for (int s = 0; s < n; s++) {
         cost_stage_terms(j, l, &st[s], s == 0, s == n - 1, n > 1 ? tie : NULL, &terms[s]);
-        fwd[s] = terms[s].fwd + terms[s].tp_fwd;
-        bwd[s] = terms[s].bwd + terms[s].tp_bwd;
-        xfer[s] = s < n - 1 ? act / st[s].next.bw : 0;
-        lat[s] = s < n - 1 ? st[s].next.lat : 0;
-        start[s] = terms[s].optimizer + terms[s].ag_exposed;
+        v.fwd[s] = terms[s].fwd + terms[s].tp_fwd;
+        v.bwd[s] = terms[s].bwd + terms[s].tp_bwd;
+        v.gf[s] = v.gb[s] = terms[s].gather - terms[s].gather_lat;
+        v.gfl[s] = v.gbl[s] = terms[s].gather_lat;
+        v.xfer[s] = s < n - 1 ? link_bytes / st[s].next.bw : 0;
+        v.lat[s] = s < n - 1 ? st[s].next.lat : 0;
+        v.start[s] = terms[s].optimizer + terms[s].ag_exposed;
     }
     /* the last stage's first forward needs the first stage's gradient shard, sent after the
      * norm (its own embedding update comes first, the embedding's all-gather hides behind the
      * blocks) */
-    if (terms[n - 1].tie > start[n - 1])
-        start[n - 1] = terms[n - 1].tie;
+    if (terms[n - 1].tie > v.start[n - 1])
+        v.start[n - 1] = terms[n - 1].tie;
     double end[n];
-    if (schedule(j, l, st, n, start, fwd, bwd, xfer, lat, sim, end) != 0)
+    if (schedule(j, l, st, &v, sim, end) != 0)
         return INFINITY;
     double best = -1;
     int crit = 0;
@@ -630,10 +770,12 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
     }
     if (br) {
         const struct cost_stage_terms *ct = &terms[crit];
-        double crit_end = end[crit], crit_start = start[crit];
+        double crit_end = end[crit], crit_start = v.start[crit];
+        /* the same schedule without the pipeline's communication: transfers, their latency,
+         * the receivers' all-gathers (and so no blocking sends) */
         for (int s = 0; s < n; s++)
-            xfer[s] = lat[s] = 0;
-        if (schedule(j, l, st, n, start, fwd, bwd, xfer, lat, sim, end) != 0)
+            v.xfer[s] = v.lat[s] = v.gf[s] = v.gb[s] = v.gfl[s] = v.gbl[s] = 0;
+        if (schedule(j, l, st, &v, sim, end) != 0)
             return INFINITY;
         br->critical_stage = crit;
         br->compute = m * (ct->fwd + ct->bwd);

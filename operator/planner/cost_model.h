@@ -44,7 +44,13 @@ struct cost_links {
                                      micro-batch, or a token slice of one) on a stage, beside its
                                      compute: kernel launches, thread wake-ups, message set-up.
                                      What makes many small token slices cost more than a few */
+    double send_buffers;          /* the pipeline's send buffers per direction: 0, a send runs on
+                                     the sending stage's thread (the runtime's comm_send), which
+                                     goes on only once its message has arrived; N (integer, at
+                                     most COST_SEND_BUFFERS_MAX), sends are asynchronous and a
+                                     stage waits only for a free buffer (the send N before) */
 };
+#define COST_SEND_BUFFERS_MAX 16
 
 void cost_links_default(struct cost_links *l);
 /* Applies the overrides in a JSON object with the field names above (all optional). Unknown
@@ -82,7 +88,9 @@ struct cost_stage {
     double tflops;         /* declared TFLOPS of the stage's slowest device */
     double mem_bytes;      /* memory of the stage's smallest device; INFINITY = not checked */
     struct cost_link dp;   /* data-parallel ring of the stage (bottleneck link, NIC share) */
-    struct cost_link next; /* activation link to the next stage (unused on the last) */
+    struct cost_link next; /* to the next stage (unused on the last): the slowest of the
+                              boundary's tensor x data point-to-point links, each carrying
+                              cost_link_bytes (1/t of the activation) at its share of the NICs */
 };
 
 /* Breakdown of the predicted step along its critical stage. The terms sum to the total. */
@@ -103,12 +111,19 @@ double cost_head_fwd_flops(const struct cost_job *j);         /* LM head, one mi
 double cost_layer_params(const struct cost_job *j);
 double cost_embedding_params(const struct cost_job *j);      /* token + position embeddings */
 double cost_activation_bytes(const struct cost_job *j);      /* one boundary, one micro-batch */
+/* What one pipeline link carries per micro-batch: with tensor parallelism each of a stage's t
+ * ranks sends its 1/t of the activation to the same tensor rank of the next stage (Megatron-LM's
+ * scatter-gather), which all-gathers the t chunks over its tensor group. */
+double cost_link_bytes(const struct cost_job *j);
 
 /* Per-stage terms of one micro-batch (forward compute, tensor comm) and per step after the
  * last backward (exposed data-parallel comm, optimizer). `last`/`first`: stage position. */
 struct cost_stage_terms {
     double fwd, bwd;         /* compute per micro-batch */
     double tp_fwd, tp_bwd;   /* tensor-parallel all-reduces per micro-batch */
+    double gather;           /* scatter-gather: the tensor group's all-gather of one received
+                                micro-batch (activation or its gradient); 0 with tensor 1 */
+    double gather_lat;       /* of which latency (paid once per message, also by a token slice) */
     double rs_exposed;       /* gradient reduce-scatter after the last backward */
     double ag_exposed;       /* parameter all-gather before the next forward can finish */
     double tie;              /* one shard of the tied embedding's gradient, first <-> last stage */
@@ -132,6 +147,9 @@ struct cost_sim {
     int *pin_first, *pin_count; /* links.pinned_cores: each rank's core and core count */
     double *pin_busy, *rate;    /* per core: running ranks; per stage: its ops' progress rate */
     int cap_ranks, cap_cores, cap_rate;
+    double work;                /* ops simulated so far (2 x stages x units per schedule pass):
+                                   what the planner's search budget counts */
+    long runs;                  /* schedule passes so far */
 };
 int cost_sim_init(struct cost_sim *s, int stages, int micro_batches, herr *e);
 void cost_sim_free(struct cost_sim *s);
@@ -141,7 +159,9 @@ void cost_sim_free(struct cost_sim *s);
 double cost_slice_compute_share(const struct cost_job *j, int t0, int t1);
 
 /* Predicts the step time of `n` stages by simulating the schedule (1F1B or GPipe) with
- * per-stage op times and per-boundary transfers (a link carries one transfer at a time). With
+ * per-stage op times and per-boundary transfers (a link carries one transfer at a time per
+ * direction; a stage receiving from a neighbour all-gathers over its tensor group before the op;
+ * links.send_buffers: a send holds its stage until it arrives, or waits only for a buffer). With
  * token slices (j->slices) the units are the slices of each micro-batch (TeraPipe: forwards in
  * order, backwards in reverse, 1F1B warming up slices - 1 more units), each costing its compute
  * share and carrying its tokens' share of the activations, a message latency each. The sim must
@@ -157,11 +177,24 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
                      const struct cost_stage *st, int n, const struct cost_link *tie,
                      struct cost_sim *sim, struct cost_breakdown *br);
 
-/* Bytes one device of stage `s` (of `n`) holds with `layers` layers: bf16/fp32 weights and
- * gradients, the optimizer state sharded over data parallel (12 bytes/param for mixed precision,
- * 8 for fp32), and activations of the micro-batches in flight (1F1B: min(n - s, m); GPipe: m),
- * sbh(10 + 24/t + 5as/(ht)) bytes per layer each, plus the last stage's logits. */
+/* What one device of stage `s` (of `n`) holds with `layers` layers, in bytes (docs/planner.md,
+ * "Memory"): its 1/t of the stage's parameters in weights and gradients (elem_bytes each), the
+ * optimizer state sharded over data parallel (AdamW's fp32 moments, 8 bytes a parameter, and
+ * with 16-bit weights the fp32 masters, 4 more), the activations of the micro-batches in flight
+ * (cost_pipe_slots of them, sbh(10 + 24/t + 5as/(ht)) x elem_bytes/2 bytes per layer each), and
+ * the last stage's fp32 logits. */
+struct cost_memory {
+    double params;         /* parameters per device */
+    double weights_grads, optimizer, activations, logits, total;
+    int slots;             /* micro-batches whose activations are held at once */
+};
+void cost_stage_memory_parts(const struct cost_job *j, int layers, int s, int n,
+                             struct cost_memory *out);
 double cost_stage_memory(const struct cost_job *j, int layers, int s, int n);
+/* Micro-batches in flight on stage `stage` of `stages`: GPipe all M; 1F1B its warm-up plus one
+ * (with S token slices: ceil((min(P - s - 1 + S - 1, M S) + 2S - 1) / S)), at most M. The
+ * runtime's rule (noderuntime/train/pipeline.c, pipe_slots_needed), written again here. */
+int cost_pipe_slots(enum schedule sched, int stage, int stages, int micro_batches, int slices);
 
 /* A link of `gbps` Gb/s with latency `lat_us`, shared by `flows` concurrent flows. */
 struct cost_link cost_link_make(double gbps, double lat_us, double flows);

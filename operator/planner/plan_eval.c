@@ -75,10 +75,12 @@ void plan_eval_free(struct plan_eval *ev)
     free(ev->units);
     free(ev->fabric_names);
     free(ev->fabric_rank);
-    free(ev->worker_count);
     free(ev->gw_in);
     free(ev->gw_a);
     free(ev->gw_b);
+    free(ev->nic_base);
+    free(ev->nic_out);
+    free(ev->nic_in);
     free_shape_buffers(ev);
     free(ev);
 }
@@ -104,11 +106,10 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
     ev->n_units = (int)(dev / job->tensor);
     ev->units = calloc((size_t)ev->n_units, sizeof *ev->units);
     ev->fabric_names = calloc((size_t)n_workers, sizeof *ev->fabric_names);
-    ev->worker_count = calloc((size_t)n_workers, sizeof *ev->worker_count);
     const char **nodes = calloc((size_t)n_workers, sizeof *nodes);
     int *wfab = calloc((size_t)n_workers, sizeof *wfab), *wnode = calloc((size_t)n_workers,
                                                                            sizeof *wnode);
-    if (!ev->units || !ev->fabric_names || !ev->worker_count || !nodes || !wfab || !wnode) {
+    if (!ev->units || !ev->fabric_names || !nodes || !wfab || !wnode) {
         herr_set(e, "planner: out of memory for %d workers", n_workers);
         goto fail;
     }
@@ -137,6 +138,8 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
             x->gbps = workers[w].nic.gbps;
             x->tflops = workers[w].tflops;
             x->mem = workers[w].memory_gb > 0 ? workers[w].memory_gb * 1e9 * 0.9 : INFINITY;
+            x->nics = plan_worker_nics(&workers[w]);
+            x->devs = worker_devices(&workers[w]);
         }
     }
     /* classes: same fabric, class, Gb/s, TFLOPS and devices per worker */
@@ -171,6 +174,21 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
     for (int r = 0; r < ev->n_fabrics; r++)
         ev->fabric_rank[order[r]] = r;
     free(order);
+    ev->nic_base = calloc((size_t)n_workers + 1, sizeof *ev->nic_base);
+    if (!ev->nic_base) {
+        herr_set(e, "planner: out of memory");
+        goto fail;
+    }
+    for (int w = 0; w < n_workers; w++)
+        ev->nic_base[w + 1] = ev->nic_base[w] + plan_worker_nics(&workers[w]);
+    for (int i = 0; i < ev->n_units; i++)
+        ev->units[i].nic_base = ev->nic_base[ev->units[i].worker];
+    ev->nic_out = calloc((size_t)ev->nic_base[n_workers], sizeof *ev->nic_out);
+    ev->nic_in = calloc((size_t)ev->nic_base[n_workers], sizeof *ev->nic_in);
+    if (!ev->nic_out || !ev->nic_in) {
+        herr_set(e, "planner: out of memory for %d NICs", ev->nic_base[n_workers]);
+        goto fail;
+    }
     free(nodes);
     free(wfab);
     free(wnode);
@@ -180,6 +198,7 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
     ev->cj.act_elem_bytes = job->pipeline_dtype == DTYPE_BF16 ? 2 : ev->cj.elem_bytes;
     ev->cj.gather_elem_bytes = job->param_gather_dtype == DTYPE_BF16 ? 2 : ev->cj.elem_bytes;
     ev->cj.schedule = job->schedule;
+    ev->refine_work = INFINITY;
     return ev;
 fail:
     free(nodes);
@@ -202,6 +221,8 @@ int pl_eval_shape(struct plan_eval *ev, int P, int D, int m, int b, herr *e)
     if (P > ev->capP || m > ev->sim.cap_mb) {
         int cap = P > ev->capP ? P : ev->capP;
         int capm = m > ev->sim.cap_mb ? m : ev->sim.cap_mb;
+        double work = ev->sim.work; /* the counts go on across re-allocations */
+        long runs = ev->sim.runs;
         free_shape_buffers(ev);
         ev->stages = calloc((size_t)cap, sizeof *ev->stages);
         ev->table = malloc(sizeof(double) * (size_t)cap * (size_t)(ev->L + 1));
@@ -212,6 +233,8 @@ int pl_eval_shape(struct plan_eval *ev, int P, int D, int m, int b, herr *e)
             return herr_set(e, "planner: out of memory for %d stages", cap);
         if (cost_sim_init(&ev->sim, cap, capm, e))
             return -1;
+        ev->sim.work = work;
+        ev->sim.runs = runs;
         ev->capP = cap;
     }
     ev->P = P;
@@ -283,12 +306,13 @@ static void count_pair_gateway_flows(struct plan_eval *ev, const int *a, const i
     }
 }
 
-/* The busier direction of the pair a -> b, plus `extra[f]` flows already on each gateway. */
+/* The busier direction of the pair a -> b with `per` flows each (their links), plus
+ * `extra[f]` flows already on each gateway. */
 static int pair_gateway_share(const struct plan_eval *ev, const struct unit *a,
-                              const struct unit *b, const int *extra)
+                              const struct unit *b, int per, const int *extra)
 {
-    int in_b = ev->gw_b[b->fabric] + (extra ? extra[b->fabric] : 0);
-    int in_a = ev->gw_a[a->fabric] + (extra ? extra[a->fabric] : 0);
+    int in_b = per * ev->gw_b[b->fabric] + (extra ? extra[b->fabric] : 0);
+    int in_a = per * ev->gw_a[a->fabric] + (extra ? extra[a->fabric] : 0);
     return in_a > in_b ? in_a : in_b;
 }
 
@@ -300,24 +324,101 @@ static struct cost_link min_link(struct cost_link a, struct cost_link b)
     return r;
 }
 
-/* Most units of one worker in the stage: they share its NIC. */
-static int stage_flows(struct plan_eval *ev, const int *su)
+/* The NIC (index into nic_out / nic_in) tensor rank r of unit x goes through: a worker's NICs
+ * serve equal runs of consecutive devices (plan_worker_nic_of). */
+static inline int nic_index(const struct unit *x, int r)
 {
-    int mx = 1;
+    return x->nic_base + (x->nics == 1 ? 0 : (int)((long)(x->local + r) * x->nics / x->devs));
+}
+
+/* Adds `k` per link to the counters of the NICs the links a[d] -> b[d] that leave their node go
+ * through. */
+static void count_link_flows(struct plan_eval *ev, const int *a, const int *b, int k)
+{
+    int t = ev->t;
     for (int d = 0; d < ev->D; d++) {
-        int c = ++ev->worker_count[ev->units[su[d]].worker];
-        if (c > mx)
-            mx = c;
+        const struct unit *x = &ev->units[a[d]], *y = &ev->units[b[d]];
+        if (x->node == y->node)
+            continue;
+        if (x->nics == 1)
+            ev->nic_out[x->nic_base] += k * t;
+        else
+            for (int r = 0; r < t; r++)
+                ev->nic_out[nic_index(x, r)] += k;
+        if (y->nics == 1)
+            ev->nic_in[y->nic_base] += k * t;
+        else
+            for (int r = 0; r < t; r++)
+                ev->nic_in[nic_index(y, r)] += k;
     }
-    for (int d = 0; d < ev->D; d++)
-        ev->worker_count[ev->units[su[d]].worker] = 0;
-    return mx;
+}
+
+/* One link x -> y (tensor rank r of each) at its share of the NICs (count_link_flows done): the
+ * NIC's Gb/s over its NICs and the links through it, the slower end; over RDMA inside one RDMA
+ * fabric, else over TCP (capped per flow by tcp_gbps between fabrics, and by the gateway's
+ * share). *share: that NIC share. */
+static struct cost_link one_link(const struct plan_eval *ev, const struct unit *x,
+                                 const struct unit *y, int r, int gw, double *share)
+{
+    const struct cost_links *l = &ev->links;
+    if (x->node == y->node) {
+        *share = 1;
+        return cost_link_make(l->intra_node_gbps, l->intra_node_latency_us, 1);
+    }
+    int fo = ev->nic_out[nic_index(x, r)], fi = ev->nic_in[nic_index(y, r)];
+    double sx = 1.0 / (x->nics * (fo > 1 ? fo : 1)), sy = 1.0 / (y->nics * (fi > 1 ? fi : 1));
+    double gx = x->gbps * sx, gy = y->gbps * sy;
+    double g = gx < gy ? gx : gy;
+    *share = gx < gy ? sx : sy;
+    int cls = x->cls < y->cls ? x->cls : y->cls;
+    if (x->fabric == y->fabric && cls != NIC_ETHERNET && ev->policy != POLICY_ETHERNET)
+        return cost_link_make(g * l->rdma_efficiency,
+                              cls == NIC_INFINIBAND ? l->ib_latency_us : l->roce_latency_us, 1);
+    g *= l->tcp_efficiency;
+    if (x->fabric != y->fabric && l->tcp_gbps < g)
+        g = l->tcp_gbps;
+    struct cost_link k = cost_link_make(g, l->tcp_latency_us, 1);
+    if (x->fabric != y->fabric && l->gateway_gbps > 0) {
+        struct cost_link sh = cost_link_make(l->gateway_gbps, l->tcp_latency_us, gw);
+        if (sh.bw < k.bw)
+            k.bw = sh.bw;
+    }
+    return k;
+}
+
+struct cost_link pl_boundary_links(struct plan_eval *ev, const int *a, const int *b,
+                                   const int *gw_extra, struct cost_link *link, double *share)
+{
+    int gateway = ev->links.gateway_gbps > 0, t = ev->t;
+    struct cost_link worst = {INFINITY, 0};
+    count_link_flows(ev, a, b, 1);
+    if (gateway)
+        count_pair_gateway_flows(ev, a, b);
+    for (int d = 0; d < ev->D; d++) {
+        const struct unit *x = &ev->units[a[d]], *y = &ev->units[b[d]];
+        int gw = gateway ? pair_gateway_share(ev, x, y, t, gw_extra) : 1;
+        /* the unit's links differ only in their NICs: with one NIC (or one link) every link is
+         * alike */
+        int alike = !link && !share && x->nics == 1 && y->nics == 1;
+        for (int r = 0; r < (alike ? 1 : t); r++) {
+            double sh;
+            struct cost_link k = one_link(ev, x, y, r, gw, &sh);
+            worst = min_link(worst, k);
+            if (link)
+                link[(size_t)d * t + r] = k;
+            if (share)
+                share[(size_t)d * t + r] = sh;
+        }
+    }
+    count_link_flows(ev, a, b, -1);
+    return worst;
 }
 
 /* Fills ev->stages[0..P) (all but layers) from stage_units. */
 void pl_eval_links(struct plan_eval *ev, int P, const int *stage_units)
 {
     int D = ev->D;
+    ev->sim.work += UNIT_WORK * (double)P * D; /* the budget counts this too */
     int gateway = ev->links.gateway_gbps > 0;
     if (gateway)
         count_dp_gateway_flows(ev, P, stage_units);
@@ -352,35 +453,18 @@ void pl_eval_links(struct plan_eval *ev, int P, const int *stage_units)
         st->mem_bytes = mem;
         st->dp = dp;
         if (s < P - 1) {
-            const int *sn = su + D;
-            double flows = stage_flows(ev, su);
-            struct cost_link nx = {INFINITY, 0};
-            if (gateway)
-                count_pair_gateway_flows(ev, su, sn);
-            for (int d = 0; d < D; d++) {
-                const struct unit *x = &ev->units[su[d]], *y = &ev->units[sn[d]];
-                nx = min_link(nx, pair_link(ev, x, y, flows,
-                                            gateway ? pair_gateway_share(ev, x, y, NULL) : 1));
-            }
-            st->next = nx;
+            st->next = pl_boundary_links(ev, su, su + D, NULL, NULL, NULL);
         } else {
             st->next.bw = INFINITY;
             st->next.lat = 0;
         }
     }
     struct cost_link tie = {INFINITY, 0};
-    if (P > 1) {
-        const int *a = stage_units, *b = stage_units + (size_t)(P - 1) * D;
-        double flows = stage_flows(ev, a);
-        if (gateway)
-            count_pair_gateway_flows(ev, a, b);
-        for (int d = 0; d < D; d++) {
-            const struct unit *x = &ev->units[a[d]], *y = &ev->units[b[d]];
-            /* the tie runs with the rings: it shares their gateways too */
-            tie = min_link(tie, pair_link(ev, x, y, flows,
-                                          gateway ? pair_gateway_share(ev, x, y, ev->gw_in) : 1));
-        }
-    }
+    /* the tie's shards go over the same kind of links, first <-> last stage; they run with the
+     * gradient rings: they share their gateways too */
+    if (P > 1)
+        tie = pl_boundary_links(ev, stage_units, stage_units + (size_t)(P - 1) * D,
+                                gateway ? ev->gw_in : NULL, NULL, NULL);
     ev->tie = tie;
 }
 
@@ -400,21 +484,34 @@ double pl_eval_sim(struct plan_eval *ev, int P, const int *layers, struct cost_b
     return cost_simulate(&ev->cj, &ev->links, ev->stages, P, &ev->tie, &ev->sim, br);
 }
 
-/* Per-stage cost with k layers: the steady-state bound m*(F+B) plus what follows the last
- * backward. The partition minimises the largest of these, then refines by simulation. */
-static double stage_bound(struct plan_eval *ev, int s, int P, int k)
+/* Stage s with k layers: its busy time per micro-batch (*op: compute, tensor all-reduces, the
+ * all-gathers of what it receives) and the split's bound (*bound): m times the larger of that
+ * (plus its sends when they block: links.send_buffers 0) and each link direction it feeds (the
+ * simulation queues each direction on its own), plus what follows the last backward. INFINITY
+ * when k layers do not fit in its devices' memory. */
+static void stage_costs(struct plan_eval *ev, int s, int P, int k, double *bound, double *op)
 {
     struct cost_stage st = ev->stages[s];
     struct cost_stage_terms t;
-    if (!stage_fits(ev, s, P, k))
-        return INFINITY;
+    ev->sim.work += STAGE_COST_WORK;
+    if (!stage_fits(ev, s, P, k)) {
+        *bound = *op = INFINITY;
+        return;
+    }
     st.layers = k;
     cost_stage_terms(&ev->cj, &ev->links, &st, s == 0, s == P - 1, P > 1 ? &ev->tie : NULL, &t);
-    double xfer = s < P - 1 ? cost_activation_bytes(&ev->cj) / st.next.bw : 0;
-    double per_mb = t.fwd + t.bwd + t.tp_fwd + t.tp_bwd;
-    if (2 * xfer > per_mb)
-        per_mb = 2 * xfer;
-    return ev->cj.micro_batches * per_mb + t.dp_exposed + t.optimizer;
+    double bytes = cost_link_bytes(&ev->cj);
+    double out = s < P - 1 ? bytes / st.next.bw : 0;                  /* activations forward */
+    double back = s > 0 ? bytes / ev->stages[s - 1].next.bw : 0;     /* gradients back */
+    *op = t.fwd + t.bwd + t.tp_fwd + t.tp_bwd + (s > 0 ? t.gather : 0) + (s < P - 1 ? t.gather : 0);
+    double per_mb = *op;
+    if (ev->links.send_buffers == 0) {
+        per_mb += (s < P - 1 ? out + st.next.lat : 0) + (s > 0 ? back + ev->stages[s - 1].next.lat : 0);
+    } else {
+        per_mb = out > per_mb ? out : per_mb;
+        per_mb = back > per_mb ? back : per_mb;
+    }
+    *bound = ev->cj.micro_batches * per_mb + t.dp_exposed + t.optimizer;
 }
 
 static void equal_split(int L, int P, int *layers)
@@ -423,10 +520,36 @@ static void equal_split(int L, int P, int *layers)
         layers[s] = L / P + (s < L % P ? 1 : 0);
 }
 
-/* Minimax dynamic programme over contiguous splits, then one-layer moves across boundaries
- * while the simulated step time improves. Leaves the split in ev->best_layers. */
-static double partition(struct plan_eval *ev, int P)
+/* How balanced a split is: its largest stage's busy time per micro-batch (smaller is better). */
+static double split_balance(struct plan_eval *ev, int P, const int *layers)
 {
+    double worst = 0, b, op;
+    for (int s = 0; s < P; s++) {
+        stage_costs(ev, s, P, layers[s], &b, &op);
+        worst = op > worst ? op : worst;
+    }
+    return worst;
+}
+
+#define TIE_REL 1e-9 /* step times this close are equal: the more balanced split wins */
+
+/* Is (t, bal) better than (best_t, best_bal): a shorter step, or as short and more balanced. */
+static int better(double t, double bal, double best_t, double best_bal)
+{
+    if (t < best_t * (1 - TIE_REL))
+        return 1;
+    return t <= best_t * (1 + TIE_REL) && bal < best_bal * (1 - TIE_REL);
+}
+
+/* Minimax dynamic programme over contiguous splits into ev->layers: the largest per-stage
+ * `bound` (cap -1), or the largest per-stage busy time among the splits whose every stage's
+ * bound is at most `cap` (the most balanced of the optimal ones), or (cap SPLIT_MEMORY) the
+ * largest ratio of a stage's memory to its devices'. All are monotone in a stage's layers, so
+ * each step is a binary search: O(P L log L). Returns the optimum. */
+#define SPLIT_MEMORY -2.0
+static double minimax_split(struct plan_eval *ev, int P, double cap, double *cost)
+{
+    int memory = cap == SPLIT_MEMORY;
     int L = ev->L;
     size_t W = (size_t)L + 1;
     double *T = ev->table;
@@ -439,12 +562,16 @@ static double partition(struct plan_eval *ev, int P)
             C[s * W + j] = 0;
         }
     }
-    double *cost = malloc(sizeof(double) * (size_t)(maxk + 1));
-    if (!cost)
-        return INFINITY;
     for (int s = 0; s < P; s++) {
-        for (int k = 1; k <= maxk; k++)
-            cost[k] = stage_bound(ev, s, P, k);
+        for (int k = 1; k <= maxk; k++) {
+            double b, op;
+            if (memory) {
+                cost[k] = cost_stage_memory(&ev->cj, k, s, P) / ev->stages[s].mem_bytes;
+                continue;
+            }
+            stage_costs(ev, s, P, k, &b, &op);
+            cost[k] = cap < 0 ? b : b <= cap ? op : INFINITY;
+        }
         int jmin = s + 1, jmax = L - (P - 1 - s);
         for (int j = jmin; j <= jmax; j++) {
             if (s == 0) {
@@ -477,36 +604,58 @@ static double partition(struct plan_eval *ev, int P)
             C[s * W + j] = bk;
         }
     }
-    free(cost);
     int j = L;
     for (int s = P - 1; s >= 0; s--) {
         int k = C[(size_t)s * W + (size_t)j];
-        ev->layers[s] = k;
-        j -= k;
+        ev->layers[s] = k > 0 ? k : 1;
+        j -= ev->layers[s];
     }
+    return T[(size_t)(P - 1) * W + (size_t)L];
+}
+
+/* The layer split of the placement pl_eval_links filled, into ev->best_layers: the dynamic
+ * programme's most balanced optimal split and the equal split, the better by simulation; then
+ * (unless ev->fast) one-layer moves across boundaries while the simulated step improves, or stays
+ * equal and the split gets more balanced, within ev->refine_work simulated ops. */
+static double partition(struct plan_eval *ev, int P)
+{
+    int L = ev->L;
+    double *cost = malloc(sizeof(double) * (size_t)(L + 2));
+    if (!cost)
+        return INFINITY;
+    double opt = minimax_split(ev, P, -1, cost);
+    if (isfinite(opt))
+        minimax_split(ev, P, opt * (1 + TIE_REL), cost);
+    free(cost);
     double best = pl_eval_sim(ev, P, ev->layers, NULL);
+    double bal = split_balance(ev, P, ev->layers);
     /* the equal split is a second starting point */
     memcpy(ev->best_layers, ev->layers, sizeof(int) * (size_t)P);
     equal_split(L, P, ev->layers);
-    double eq = pl_eval_sim(ev, P, ev->layers, NULL);
-    if (eq < best)
+    double eq = pl_eval_sim(ev, P, ev->layers, NULL), eq_bal = split_balance(ev, P, ev->layers);
+    if (better(eq, eq_bal, best, bal)) {
         best = eq;
-    else
+        bal = eq_bal;
+    } else {
         memcpy(ev->layers, ev->best_layers, sizeof(int) * (size_t)P);
+    }
     /* move one layer from stage a to stage b: every pair for short pipelines, neighbours
      * otherwise */
     int all_pairs = P <= 16;
-    for (int iter = 0; iter < 4 * L && !ev->fast; iter++) {
+    double stop = ev->sim.work + ev->refine_work;
+    for (int iter = 0; iter < 4 * L && !ev->fast && isfinite(best); iter++) {
         int improved = 0;
-        for (int a = 0; a < P; a++) {
-            for (int b = 0; b < P; b++) {
+        for (int a = 0; a < P && ev->sim.work < stop; a++) {
+            for (int b = 0; b < P && ev->sim.work < stop; b++) {
                 if (a == b || ev->layers[a] <= 1 || (!all_pairs && abs(a - b) != 1))
                     continue;
                 ev->layers[a]--;
                 ev->layers[b]++;
                 double v = pl_eval_sim(ev, P, ev->layers, NULL);
-                if (v < best * (1 - 1e-12)) {
+                double vb = v <= best * (1 + TIE_REL) ? split_balance(ev, P, ev->layers) : INFINITY;
+                if (better(v, vb, best, bal)) {
                     best = v;
+                    bal = vb;
                     improved = 1;
                 } else {
                     ev->layers[a]++;
@@ -519,6 +668,17 @@ static double partition(struct plan_eval *ev, int P)
     }
     memcpy(ev->best_layers, ev->layers, sizeof(int) * (size_t)P);
     return best;
+}
+
+double pl_memory_split(struct plan_eval *ev, int P)
+{
+    double *cost = malloc(sizeof(double) * (size_t)(ev->L + 2));
+    if (!cost)
+        return INFINITY;
+    double r = minimax_split(ev, P, SPLIT_MEMORY, cost);
+    free(cost);
+    memcpy(ev->best_layers, ev->layers, sizeof(int) * (size_t)P);
+    return r;
 }
 
 /* Step time of a placement with the policy's partition (or the pin); split in best_layers. */

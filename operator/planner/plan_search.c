@@ -3,6 +3,7 @@
 #include "planner_impl.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,8 @@ static int next_perm(int *a, int n)
 static double try_candidate(struct search *S)
 {
     size_t n = (size_t)S->P * S->D;
+    if (S->ev->sim.work >= S->stop)
+        return INFINITY; /* the search's budget is spent */
     pl_canonical(S->ev, S->P, S->cur);
     double t = pl_eval_placement(S->ev, S->P, S->cur, S->job, 0);
     S->evals++;
@@ -154,16 +157,19 @@ static void build_speed_first(struct search *S)
 
 
 /* Hill-climb from S->loc: swap two units of different classes between stages (keeping
- * stages fabric-homogeneous when required), or swap two whole stages. */
-static void local_search(struct search *S, double loc_t, long budget)
+ * stages fabric-homogeneous when required), or swap two whole stages; until no swap helps or
+ * `budget` simulated ops are spent. */
+static void local_search(struct search *S, double loc_t, double budget)
 {
     struct plan_eval *ev = S->ev;
     int P = S->P, D = S->D, n = P * D;
-    long stop = S->evals + budget;
-    for (int round = 0; round < 200 && S->evals < stop; round++) {
+    double stop = ev->sim.work + budget;
+    if (stop > S->stop)
+        stop = S->stop;
+    for (int round = 0; round < 200 && ev->sim.work < stop; round++) {
         int improved = 0;
-        for (int i = 0; i < P && S->evals < stop; i++) {
-            for (int j = i + 1; j < P && S->evals < stop; j++) {
+        for (int i = 0; i < P && ev->sim.work < stop; i++) {
+            for (int j = i + 1; j < P && ev->sim.work < stop; j++) {
                 memcpy(S->cur, S->loc, sizeof(int) * (size_t)n);
                 for (int d = 0; d < D; d++) {
                     int t = S->cur[i * D + d];
@@ -191,10 +197,10 @@ static void local_search(struct search *S, double loc_t, long budget)
             }
         }
         int moved = 0;
-        for (int i = 0; i < P && !moved && S->evals < stop; i++)
-            for (int j = i + 1; j < P && !moved && S->evals < stop; j++)
-                for (int x = 0; x < nrep[i] && !moved && S->evals < stop; x++)
-                    for (int y = 0; y < nrep[j] && !moved && S->evals < stop; y++) {
+        for (int i = 0; i < P && !moved && ev->sim.work < stop; i++)
+            for (int j = i + 1; j < P && !moved && ev->sim.work < stop; j++)
+                for (int x = 0; x < nrep[i] && !moved && ev->sim.work < stop; x++)
+                    for (int y = 0; y < nrep[j] && !moved && ev->sim.work < stop; y++) {
                         int a = rep[i * SEARCH_REPS + x], b = rep[j * SEARCH_REPS + y];
                         const struct unit *ua = &ev->units[S->loc[a]];
                         const struct unit *ub = &ev->units[S->loc[b]];
@@ -212,6 +218,39 @@ static void local_search(struct search *S, double loc_t, long budget)
                     }
         if (!improved)
             break;
+    }
+}
+
+/* Iterated local search: kicks the best placement found with a few random swaps of units of
+ * different classes between stages (inside a fabric when stages must stay homogeneous) and
+ * climbs again from there; stops after SEARCH_KICKS kicks in a row found nothing better, or at
+ * the budget. Deterministic (a fixed seed). */
+static void kick_and_climb(struct search *S)
+{
+    struct plan_eval *ev = S->ev;
+    int P = S->P, D = S->D, n = P * D;
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    for (int fails = 0; fails < SEARCH_KICKS && ev->sim.work < S->stop && isfinite(S->best_t);) {
+        memcpy(S->loc, S->best, sizeof(int) * (size_t)n);
+        int swaps = 0;
+        for (int tries = 0; tries < 64 && swaps < 2 + (int)(rng % 3); tries++) {
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            int a = (int)(rng % (uint64_t)n), b = (int)((rng >> 20) % (uint64_t)n);
+            const struct unit *ua = &ev->units[S->loc[a]], *ub = &ev->units[S->loc[b]];
+            if (a / D == b / D || ua->klass == ub->klass || (S->homog && ua->fabric != ub->fabric))
+                continue;
+            int t = S->loc[a];
+            S->loc[a] = S->loc[b];
+            S->loc[b] = t;
+            swaps++;
+        }
+        if (!swaps)
+            return; /* nothing to swap: one class */
+        memcpy(S->cur, S->loc, sizeof(int) * (size_t)n);
+        double before = S->best_t, t = try_candidate(S);
+        memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
+        local_search(S, t, S->stop - ev->sim.work);
+        fails = S->best_t < before * (1 - 1e-12) ? 0 : fails + 1;
     }
 }
 
@@ -251,6 +290,13 @@ int pl_holmes_search(struct search *S, herr *e)
                 sizeof(int), cmp_speed_desc, ev);
     S->homog = pl_homogeneous_possible(ev, S->fab_start, S->D);
     S->best_t = INFINITY;
+    /* the budget: candidates and the hill-climb compare placements with the dynamic
+     * programme's split (ev->fast); the best few are refined by simulation at the end, each
+     * within the same budget */
+    double begin = ev->sim.work;
+    S->stop = begin + S->budget * (1 - SEARCH_REFINE_SHARE);
+    int fast = ev->fast;
+    ev->refine_work = S->budget / SEARCH_REFINE_EVALS;
     /* fabric orders: every permutation up to 5 fabrics, else preference order and reverse */
     for (int i = 0; i < nf; i++)
         S->perm[i] = i;
@@ -312,20 +358,24 @@ int pl_holmes_search(struct search *S, herr *e)
     memcpy(start_t, S->top_t, sizeof start_t);
     for (int i = 0; i < n_start; i++) {
         memcpy(S->loc, starts + (size_t)i * n, sizeof(int) * n);
-        local_search(S, start_t[i], S->budget / n_start);
+        double left = S->stop - ev->sim.work;
+        local_search(S, start_t[i], left / (n_start - i));
     }
-    if (ev->fast) {
-        /* large clusters searched with the quick partition: refine the best few fully */
-        ev->fast = 0;
-        memcpy(starts, S->top, sizeof(int) * n * (size_t)S->n_top);
-        n_start = S->n_top;
-        S->best_t = INFINITY;
-        for (int i = 0; i < n_start; i++) {
-            memcpy(S->cur, starts + (size_t)i * n, sizeof(int) * n);
-            try_candidate(S);
-        }
-        ev->fast = 1;
+    kick_and_climb(S);
+    /* the best few, their splits refined by simulation; the budget left shared among them */
+    ev->fast = 0;
+    memcpy(starts, S->top, sizeof(int) * n * (size_t)S->n_top);
+    n_start = S->n_top;
+    S->best_t = INFINITY;
+    S->stop = INFINITY;
+    double end = begin + S->budget;
+    for (int i = 0; i < n_start; i++) {
+        memcpy(S->cur, starts + (size_t)i * n, sizeof(int) * n);
+        double left = end - ev->sim.work;
+        ev->refine_work = left > 0 ? left / (n_start - i) : 0;
+        try_candidate(S);
     }
+    ev->fast = fast;
     free(starts);
     return 0;
 }
@@ -362,16 +412,10 @@ int pl_search_init(struct search *S, struct plan_eval *ev, const struct plan_job
     S->nrep = malloc(sizeof(int) * (size_t)P);
     if (!S->cur || !S->best || !S->best_layers || !S->top || !S->loc || !S->rep || !S->nrep)
         return herr_set(e, "planner: out of memory");
-    /* evaluations allowed in the local search: generous for small clusters, bounded work for
-     * large ones (each evaluation is O(units + stages * micro-batches)) */
-    long work = (long)ev->n_units + (long)P * ev->cj.micro_batches * 4 + (long)P * ev->L * 8;
-    S->budget = 4000000L / (work > 0 ? work : 1);
-    if (S->budget < 32)
-        S->budget = 32;
-    /* beyond small clusters, candidates are compared with the quick partition */
+    S->budget = PLAN_SEARCH_WORK;
+    /* beyond small clusters, placements are compared with the dynamic programme's split (the
+     * best few are refined at the end of the search) */
     ev->fast = ev->n_units > 32;
-    if (S->budget > 20000)
-        S->budget = 20000;
     return 0;
 }
 

@@ -23,7 +23,8 @@
 /* The slowest stage's compute of one micro-batch and the pipeline's slowest link. */
 struct slice_price {
     double compute;   /* forward + backward seconds of a micro-batch on the slowest stage */
-    double xfer;      /* seconds to send one micro-batch's activations over the slowest link */
+    double xfer;      /* seconds to send one micro-batch's share of the activations (1/tensor)
+                         over the slowest link */
     double lat;       /* that link's latency */
     double ovh;       /* links.op_overhead_us: a forward and a backward of a slice each pay it */
     int T;
@@ -44,10 +45,13 @@ static void slice_prices(struct plan_eval *ev, int P, struct slice_price *sp)
         struct cost_stage_terms t;
         cost_stage_terms(&ev->cj, &ev->links, &ev->stages[s], s == 0, s == P - 1,
                          P > 1 ? &ev->tie : NULL, &t);
-        double c = t.fwd + t.bwd + t.tp_fwd + t.tp_bwd;
+        /* compute, tensor all-reduces, and the all-gathers of what the stage receives (a
+         * slice's share of them is its tokens', close enough to its compute share here) */
+        double c = t.fwd + t.bwd + t.tp_fwd + t.tp_bwd + (s > 0 ? t.gather : 0) +
+                   (s < P - 1 ? t.gather : 0);
         sp->compute = c > sp->compute ? c : sp->compute;
         if (s < P - 1) {
-            double x = cost_activation_bytes(&ev->cj) / ev->stages[s].next.bw;
+            double x = cost_link_bytes(&ev->cj) / ev->stages[s].next.bw;
             sp->xfer = x > sp->xfer ? x : sp->xfer;
             sp->lat = ev->stages[s].next.lat > sp->lat ? ev->stages[s].next.lat : sp->lat;
         }
@@ -131,9 +135,13 @@ static double slice_step(struct plan_eval *ev, int P, const int *layers, int sli
     long units = (long)ev->cj.micro_batches * (slices > 1 ? slices : 1);
     if (units > ev->sim.cap_mb) {
         int cap = ev->sim.cap_stages;
+        double work = ev->sim.work;
+        long runs = ev->sim.runs;
         cost_sim_free(&ev->sim);
         if (cost_sim_init(&ev->sim, cap, (int)units, e) != 0)
             return NAN;
+        ev->sim.work = work;
+        ev->sim.runs = runs;
     }
     ev->cj.slices = slices;
     ev->cj.slice_bounds = bounds;

@@ -172,6 +172,48 @@ static int add_group(struct plan *p, enum group_kind kind, int stage, int n, her
     return 0;
 }
 
+/* What the cost model priced each link and embedding group at (its Gb/s and NIC share), and
+ * each boundary's slowest link (stages[].link_s). 0, or -1 out of memory. */
+static int price_links(struct plan *p, struct plan_eval *ev, const int *stage_units, int emb0,
+                       int link0, herr *e)
+{
+    int P = p->pipeline, D = p->data, t = p->tensor;
+    size_t n = (size_t)D * t;
+    struct cost_link *lk = malloc(n * sizeof *lk);
+    double *share = malloc(n * sizeof *share);
+    if (!lk || !share) {
+        free(lk);
+        free(share);
+        return herr_set(e, "planner: out of memory for the links");
+    }
+    double bytes = cost_link_bytes(&ev->cj);
+    for (int s = 0; s < P; s++) {
+        int to = s + 1 < P ? s + 1 : 0; /* the last: the embedding tie, back to the first */
+        enum group_kind kind = s + 1 < P ? GROUP_LINK : GROUP_EMBEDDING;
+        int from = kind == GROUP_LINK ? s : 0, other = kind == GROUP_LINK ? to : P - 1;
+        pl_boundary_links(ev, stage_units + (size_t)from * D, stage_units + (size_t)other * D,
+                          kind == GROUP_EMBEDDING && ev->links.gateway_gbps > 0 ? ev->gw_in : NULL,
+                          lk, share);
+        for (int d = 0; d < D; d++)
+            for (int r = 0; r < t; r++) {
+                /* build_plan's order: embedding by (replica, tensor rank), links by (stage,
+                 * replica, tensor rank) */
+                struct plan_group *g = &p->groups[kind == GROUP_LINK
+                                                      ? link0 + ((size_t)s * D + d) * t + r
+                                                      : emb0 + (size_t)d * t + r];
+                g->gbps = lk[(size_t)d * t + r].bw * 8 / 1e9;
+                g->nic_share = share[(size_t)d * t + r];
+            }
+        if (kind == GROUP_LINK) {
+            struct cost_link w = ev->stages[s].next;
+            p->stages[s].link_s = bytes / w.bw + w.lat;
+        }
+    }
+    free(lk);
+    free(share);
+    return 0;
+}
+
 static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_units,
                       const int *layers, herr *e)
 {
@@ -180,7 +222,8 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
     p->n_stages = P;
     p->ranks = calloc((size_t)p->n_ranks, sizeof *p->ranks);
     p->stages = calloc((size_t)P, sizeof *p->stages);
-    long ng = (long)(t > 1 ? P * D : 0) + (D > 1 ? P * t : 0) + (P > 1 ? 2L * D * t : 0);
+    long ng = (long)(t > 1 ? P * D : 0) + (D > 1 ? P * t : 0) + (P > 1 ? 2L * D * t : 0) +
+              (long)(P - 1) * D * t;
     p->groups = calloc((size_t)(ng > 0 ? ng : 1), sizeof *p->groups);
     if (!p->ranks || !p->stages || !p->groups)
         return herr_set(e, "planner: out of memory for %d ranks", p->n_ranks);
@@ -199,6 +242,7 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
         st->fwd_s = terms.fwd + terms.tp_fwd;
         st->bwd_s = terms.bwd + terms.tp_bwd;
         st->dp_s = terms.dp_exposed;
+        st->gather_s = terms.gather;
         st->memory_gb = cost_stage_memory(&ev->cj, layers[s], s, P) / 1e9;
         const struct unit *u0 = &ev->units[stage_units[(size_t)s * D]];
         snprintf(st->fabric, sizeof st->fabric, "%s", ev->fabric_names[u0->fabric]);
@@ -239,6 +283,7 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
             for (int s = 0; s < P; s++)
                 p->groups[p->n_groups - 1].members[s] = plan_rank_of(p, s, d, r);
         }
+    int emb0 = p->n_groups;
     for (int d = 0; d < D && P > 1; d++)
         for (int r = 0; r < t; r++) {
             if (add_group(p, GROUP_EMBEDDING, -1, 2, e))
@@ -246,6 +291,17 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
             p->groups[p->n_groups - 1].members[0] = plan_rank_of(p, 0, d, r);
             p->groups[p->n_groups - 1].members[1] = plan_rank_of(p, P - 1, d, r);
         }
+    /* the pipeline's point-to-point links: stage s -> s + 1, one per replica and tensor rank
+     * (after the collectives, so their indices stay what they were) */
+    int link0 = p->link_group0 = p->n_groups;
+    for (int s = 0; s + 1 < P; s++)
+        for (int d = 0; d < D; d++)
+            for (int r = 0; r < t; r++) {
+                if (add_group(p, GROUP_LINK, s, 2, e))
+                    return -1;
+                p->groups[p->n_groups - 1].members[0] = plan_rank_of(p, s, d, r);
+                p->groups[p->n_groups - 1].members[1] = plan_rank_of(p, s + 1, d, r);
+            }
     p->n_socket_groups = 0;
     for (int g = 0; g < p->n_groups; g++) {
         struct plan_group *gr = &p->groups[g];
@@ -254,12 +310,39 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
             gr->transport.kind == TRANSPORT_SOCKET && !gr->transport.intra_node)
             p->n_socket_groups++;
     }
+    if (P > 1 && price_links(p, ev, stage_units, emb0, link0, e))
+        return -1;
     p->step_s = pl_eval_sim(ev, P, layers, &p->breakdown);
     if (ev->token_slices != 1 && pl_slices(ev, P, layers, ev->token_slices, p, e) != 0)
         return -1;
     struct shape sh = {P, D, p->micro_batches, p->micro_batch_size};
     p->tokens_per_s = tokens_per_s(&sh, ev->cj.model.seq_len, p->step_s);
     return 0;
+}
+
+void plan_boundary_links(const struct plan *p, int s, struct plan_boundary *out)
+{
+    memset(out, 0, sizeof *out);
+    out->reason = "";
+    out->gbps = INFINITY;
+    if (s < 0 || s + 1 >= p->pipeline)
+        return;
+    int per = p->data * p->tensor, intra = 0;
+    for (int i = 0; i < per; i++) {
+        const struct plan_group *g = &p->groups[p->link_group0 + (size_t)s * per + i];
+        out->n[g->transport.kind]++;
+        intra += g->transport.intra_node;
+        out->gbps = g->gbps < out->gbps ? g->gbps : out->gbps;
+        if (g->transport.kind == TRANSPORT_SOCKET && !out->reason[0])
+            out->reason = g->transport.reason;
+    }
+    out->intra_node = intra == per;
+    for (int k = 0; k < TRANSPORT_COUNT; k++)
+        if (out->n[k]) {
+            out->mixed |= out->n[k] != per;
+            out->kind = (enum transport)k;
+        }
+    out->seconds = p->stages[s].link_s;
 }
 
 void plan_free(struct plan *p)
@@ -289,7 +372,16 @@ struct auto_search {
     int *best_units, *naive_units, *best_layers;
     struct shape best_shape;
     double best_tps;
+    int to_search;        /* shapes the full search has still to do */
+    double work_end;      /* the simulated-ops count PLAN_WORK ends at */
 };
+
+/* Does shape i get the full search (else its quick estimate stands)? */
+static int full_search(const struct auto_search *A, int i)
+{
+    return A->job->policy == POLICY_HOLMES &&
+           (A->n_shapes == 1 || A->quick[i] >= SHAPE_KEEP * A->quick_best);
+}
 
 static int auto_search_init(struct auto_search *A, herr *e)
 {
@@ -371,8 +463,7 @@ static int search_shape(struct plan *out, struct auto_search *A, int i, herr *e)
     struct shape sh = A->shapes[i];
     if (pl_eval_shape(ev, sh.P, sh.D, sh.m, sh.b, e))
         return -1;
-    if (job->policy == POLICY_HOLMES && A->n_shapes > 1 &&
-        A->quick[i] < SHAPE_KEEP * A->quick_best) {
+    if (job->policy == POLICY_HOLMES && !full_search(A, i)) {
         if (A->quick[i] > 0) {
             struct plan_candidate c = {sh.P, sh.D, sh.m, sh.b,
                                        tokens_per_step(&sh, job->model.seq_len) / A->quick[i],
@@ -387,7 +478,14 @@ static int search_shape(struct plan *out, struct auto_search *A, int i, herr *e)
         return 0;
     }
     struct search S;
-    if (pl_search_init(&S, ev, job, sh.P, sh.D, e) || pl_holmes_search(&S, e)) {
+    int rc_init = pl_search_init(&S, ev, job, sh.P, sh.D, e);
+    /* PLAN_WORK shared among the shapes still to search */
+    double left = A->work_end - ev->sim.work;
+    S.budget = left > 0 ? left / (A->to_search > 0 ? A->to_search : 1) : 0;
+    if (S.budget < PLAN_SEARCH_WORK / 16)
+        S.budget = PLAN_SEARCH_WORK / 16;
+    A->to_search--;
+    if (rc_init || pl_holmes_search(&S, e)) {
         pl_search_free(&S);
         return -1;
     }
@@ -444,6 +542,85 @@ static int fill_plan(struct plan *out, struct auto_search *A, const struct plan_
     return build_plan(out, ev, A->best_units, A->best_layers, e);
 }
 
+/* Nothing could be planned: when memory is why, names the stage of the shape that comes closest
+ * to fitting (its placement with the workers as listed, its split the one that needs the least
+ * memory, or the pinned one), the bytes it needs, part by part, and the bytes its GPUs have.
+ * Always -1. */
+static int memory_refusal(struct auto_search *A, herr *e)
+{
+    struct plan_eval *ev = A->ev;
+    const struct plan_job *job = A->job;
+    double best = INFINITY;
+    int bi = -1;
+    herr ignore;
+    for (int i = 0; i < A->n_shapes; i++) {
+        struct shape sh = A->shapes[i];
+        if (pl_eval_shape(ev, sh.P, sh.D, sh.m, sh.b, &ignore))
+            continue;
+        for (int u = 0; u < sh.P * sh.D; u++)
+            A->naive_units[u] = u;
+        pl_canonical(ev, sh.P, A->naive_units);
+        pl_eval_links(ev, sh.P, A->naive_units);
+        double r;
+        if (job->pinned && job->n_pinned == sh.P) {
+            r = 0;
+            for (int s = 0; s < sh.P; s++) {
+                double q = cost_stage_memory(&ev->cj, job->pinned[s], s, sh.P) / ev->stages[s].mem_bytes;
+                r = q > r ? q : r;
+            }
+        } else {
+            r = pl_memory_split(ev, sh.P);
+        }
+        if (r < best) {
+            best = r;
+            bi = i;
+        }
+    }
+    if (bi < 0 || !(best > 1) || !isfinite(best))
+        return herr_set(e, "planner: no placement fits: no (pipeline, data, micro-batch) shape "
+                        "has a feasible layer split");
+    struct shape sh = A->shapes[bi];
+    if (pl_eval_shape(ev, sh.P, sh.D, sh.m, sh.b, &ignore))
+        return herr_set(e, "%s", ignore.msg);
+    for (int u = 0; u < sh.P * sh.D; u++)
+        A->naive_units[u] = u;
+    pl_canonical(ev, sh.P, A->naive_units);
+    pl_eval_links(ev, sh.P, A->naive_units);
+    int pinned = job->pinned && job->n_pinned == sh.P;
+    if (pinned)
+        memcpy(ev->best_layers, job->pinned, sizeof(int) * (size_t)sh.P);
+    else
+        pl_memory_split(ev, sh.P);
+    int worst = 0, first = 0, first_worst = 0;
+    double wr = 0;
+    for (int s = 0; s < sh.P; s++) {
+        double q = cost_stage_memory(&ev->cj, ev->best_layers[s], s, sh.P) / ev->stages[s].mem_bytes;
+        if (q > wr) {
+            wr = q;
+            worst = s;
+            first_worst = first;
+        }
+        first += ev->best_layers[s];
+    }
+    struct cost_memory m;
+    int k = ev->best_layers[worst];
+    cost_stage_memory_parts(&ev->cj, k, worst, sh.P, &m);
+    double have = ev->stages[worst].mem_bytes;
+    const struct unit *u = &ev->units[A->naive_units[(size_t)worst * sh.D]];
+    return herr_set(e, "planner: nothing fits in the GPUs' memory: %s (pipeline %d x data %d, %d "
+                    "micro-batches of %d, %s split), stage %d (layers [%d, %d) on fabric %s) needs "
+                    "%.2f GB per GPU (%.0f bytes: weights and gradients %.2f GB, optimizer state "
+                    "%.2f GB sharded over data %d, activations %.2f GB of %d micro-batches in "
+                    "flight, logits %.2f GB; tensor %d), and its GPUs have %.2f GB (%.0f bytes: "
+                    "90 %% of gpu_memory_gb %g)",
+                    A->n_shapes > 1 ? "at the shape closest to fitting" : "at this shape", sh.P,
+                    sh.D, sh.m, sh.b, pinned ? "the pinned" : "the least memory-hungry", worst,
+                    first_worst, first_worst + k, ev->fabric_names[u->fabric], m.total / 1e9,
+                    m.total, m.weights_grads / 1e9, m.optimizer / 1e9, sh.D,
+                    m.activations / 1e9, m.slots, m.logits / 1e9, ev->t, have / 1e9, have,
+                    have / 0.9 / 1e9);
+}
+
 int plan_make(const struct plan_worker *workers, int n_workers, const struct plan_job *job,
               const struct cost_links *links, struct plan *out, herr *e)
 {
@@ -457,17 +634,20 @@ int plan_make(const struct plan_worker *workers, int n_workers, const struct pla
     int rc = -1;
     if (auto_search_init(&A, e) || estimate_shapes(&A, e))
         goto done;
+    A.work_end = A.ev->sim.work + PLAN_WORK;
+    for (int i = 0; i < A.n_shapes; i++)
+        A.to_search += full_search(&A, i);
     for (int i = 0; i < A.n_shapes; i++)
         if (search_shape(out, &A, i, e))
             goto done;
     if (A.best_tps <= 0) {
-        herr_set(e, "planner: no placement fits: every (pipeline, data, micro-batch) shape "
-                 "needs more device memory than the workers' gpu_memory_gb, or no layer split "
-                 "is feasible");
+        memory_refusal(&A, e);
         goto done;
     }
     if (fill_plan(out, &A, workers, n_workers, links, e))
         goto done;
+    out->sim_runs = A.ev->sim.runs;
+    out->sim_ops = A.ev->sim.work;
     rc = 0;
 done:
     if (rc)

@@ -31,8 +31,16 @@ struct plan_worker {
     int gpus;                 /* 0 = CPU worker, one device */
     double tflops;            /* per device, declared or measured */
     double memory_gb;         /* per device; 0 = unknown (not checked) */
+    int nics;                 /* NICs that share nic.gbps, each serving an equal run of
+                                 consecutive devices (one per GPU: a rail each); 0 = the HCAs
+                                 listed in nic.ib_hca (RDMA), else 1 (plan_worker_nics) */
     struct nic_summary nic;
 };
+
+/* The NICs of worker w (its `nics`, or what its NIC report lists), at least 1. */
+int plan_worker_nics(const struct plan_worker *w);
+/* Which of them device `dev` of w sends and receives through: 0 .. nics - 1. */
+int plan_worker_nic_of(const struct plan_worker *w, int dev);
 
 struct plan_job {
     struct tj_model model; /* the model's shape (common/trainingjob.h; preset unused) */
@@ -78,14 +86,24 @@ struct plan_stage {
     double dp_s;                  /* predicted exposed data-parallel time per step (all-gather,
                                      reduce-scatter, embedding tie: cost_stage_terms) */
     double memory_gb;             /* predicted peak per device (see cost_stage_memory) */
+    double link_s;                /* one micro-batch to the next stage: the slowest of the
+                                     boundary's links carrying its 1/tensor share (latency
+                                     included); 0 on the last stage */
+    double gather_s;              /* the tensor group's all-gather of a received micro-batch */
 };
 
 struct plan_group {
     enum group_kind kind;
-    int stage;                    /* -1 for pp and embedding groups */
+    int stage;                    /* dp, tp: its stage; link: the sending stage (s -> s + 1);
+                                     -1 for pp and embedding groups */
     int n;
     int *members;                 /* global ranks, in communicator order */
     struct plan_transport_spec transport;
+    double nic_share;             /* link and embedding groups: the share of its slower end's
+                                     NIC Gb/s the cost model gave this link (1 / (NICs x links
+                                     through that NIC at once)); 1 inside a node; 0 otherwise */
+    double gbps;                  /* link and embedding groups: the Gb/s the cost model priced
+                                     this link at (efficiency, TCP and gateway caps applied) */
 };
 
 /* One point of the auto search. */
@@ -122,6 +140,10 @@ struct plan {
     int n_top;
     struct plan_candidate top[PLAN_TOP_MAX]; /* best few of the auto search, best first */
     struct cost_links links;
+    int link_group0;              /* groups[link_group0 + (s * data + d) * tensor + r]: the
+                                     link of stage s -> s + 1, replica d, tensor rank r */
+    long sim_runs;                /* schedule simulations the planning took (its search) */
+    double sim_ops;               /* the ops they simulated: what the search budget counts */
 };
 
 /* Plans `job` on `workers` with `links`. Also computes the naive and ethernet baselines for
@@ -137,6 +159,19 @@ static inline int plan_rank_of(const struct plan *p, int stage, int dp, int tp)
 {
     return tp + p->tensor * (dp + p->data * stage);
 }
+
+/* One stage boundary's links (stage s -> s + 1): how many go over each transport, the
+ * boundary's transport (`mixed` when they differ), the slowest link's Gb/s and one micro-batch's
+ * transfer on it, and why TCP (the first socket link's reason, "" when none). */
+struct plan_boundary {
+    int n[TRANSPORT_COUNT];
+    int mixed;
+    enum transport kind;
+    int intra_node;               /* every link inside a node */
+    double gbps, seconds;
+    const char *reason;
+};
+void plan_boundary_links(const struct plan *p, int s, struct plan_boundary *out);
 
 /* The --json document (see docs/planner.md). NULL on out-of-memory. */
 cJSON *plan_to_json(const struct plan *p);

@@ -16,6 +16,24 @@ long plan_devices(const struct plan_worker *workers, int n_workers)
     return d;
 }
 
+int plan_worker_nics(const struct plan_worker *w)
+{
+    if (w->nics > 0)
+        return w->nics;
+    if (w->nic.cls == NIC_ETHERNET || !w->nic.ib_hca[0])
+        return 1;
+    int n = 1;
+    for (const char *c = w->nic.ib_hca; *c; c++)
+        n += *c == ',';
+    return n;
+}
+
+int plan_worker_nic_of(const struct plan_worker *w, int dev)
+{
+    int g = worker_devices(w), n = plan_worker_nics(w);
+    return dev < 0 || dev >= g ? 0 : (int)((long)dev * n / g);
+}
+
 static int cmp_str_idx(const void *a, const void *b, void *ctx)
 {
     const struct plan_worker *w = ctx;
@@ -43,6 +61,9 @@ int plan_check_input(const struct plan_worker *workers, int n_workers, const str
                             w->name);
         if (!isfinite(w->nic.gbps) || w->nic.gbps <= 0)
             return herr_set(e, "workers[%d] (%s).nic.gbps: bandwidth must be > 0", i, w->name);
+        if (w->nics < 0 || w->nics > 1024)
+            return herr_set(e, "workers[%d] (%s).nics: must be an integer in [0, 1024] (0: the "
+                            "HCAs of its NIC report)", i, w->name);
     }
     int *idx = malloc(sizeof(int) * (size_t)n_workers);
     if (!idx)

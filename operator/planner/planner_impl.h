@@ -24,6 +24,8 @@ struct unit {
     int klass;           /* interchangeable units share a class */
     double gbps, tflops;
     double mem;          /* bytes per device, INFINITY when unknown */
+    int nics, devs;      /* its worker's NICs and devices */
+    int nic_base;        /* its worker's first NIC in plan_eval.nic_out / nic_in */
 };
 
 struct plan_eval {
@@ -36,13 +38,15 @@ struct plan_eval {
     int P, D, t, L;
     int capP;              /* stages the buffers hold */
     int fast;              /* partition by the dynamic programme only (no refinement) */
+    double refine_work;    /* simulated ops one partition's refinement may spend */
     int n_units, n_fabrics, n_classes;
     struct unit *units;
     const char **fabric_names;
     int *fabric_rank;      /* preference order of each fabric (0 = best) */
-    int *worker_count;     /* scratch: units of a worker in the current stage */
     int *gw_in;            /* scratch, n_fabrics: ring flows entering each fabric's gateway */
     int *gw_a, *gw_b;      /* scratch, n_fabrics: pair flows entering each fabric (a, b side) */
+    int *nic_base;         /* n_workers + 1: worker w's NICs are nic_base[w] .. nic_base[w+1]-1 */
+    int *nic_out, *nic_in; /* scratch, per NIC: the links of a boundary leaving / entering it */
     struct cost_stage *stages;
     struct cost_link tie;
     struct cost_sim sim;
@@ -60,12 +64,21 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
 int pl_eval_shape(struct plan_eval *ev, int P, int D, int m, int b, herr *e);
 /* Fills ev->stages[0..P) (all but layers) from stage_units. */
 void pl_eval_links(struct plan_eval *ev, int P, const int *stage_units);
+/* The point-to-point links from the units a[0..D) to b[0..D) (t links each: tensor rank r of
+ * a[d] to tensor rank r of b[d]), each at its share of the NICs at both ends; `gw_extra[f]`
+ * (or NULL): other flows on fabric f's gateway meanwhile. Returns the slowest; fills link[d*t+r]
+ * and share[d*t+r] (the NIC share, 1 inside a node) when not NULL. */
+struct cost_link pl_boundary_links(struct plan_eval *ev, const int *a, const int *b,
+                                   const int *gw_extra, struct cost_link *link, double *share);
 /* Simulated step time of the split `layers` on the links pl_eval_links filled; INFINITY when a
  * stage does not fit in its devices' memory. */
 double pl_eval_sim(struct plan_eval *ev, int P, const int *layers, struct cost_breakdown *br);
 /* Step time of a placement with the policy's partition (or the pin); split in best_layers. */
 double pl_eval_placement(struct plan_eval *ev, int P, const int *stage_units,
                          const struct plan_job *job, int equal);
+/* The split (into best_layers) of the placement pl_eval_links filled that needs the least
+ * memory relative to each stage's devices: returns its largest need / have (> 1: none fits). */
+double pl_memory_split(struct plan_eval *ev, int P);
 /* Puts each stage's units in the canonical replica order. */
 void pl_canonical(struct plan_eval *ev, int P, int *stage_units);
 
@@ -90,7 +103,9 @@ struct search {
     int *fab_units;       /* units grouped by fabric */
     int *fab_start;       /* n_fabrics + 1 */
     int *perm;
-    long evals, budget;
+    long evals;
+    double budget;        /* simulated ops the search may spend (cost_sim.work) */
+    double stop;          /* ... until the ops count reaches this */
     int *top;             /* SEARCH_TOP starting points for the local search, P*D each */
     double top_t[8];
     int n_top;
@@ -100,6 +115,19 @@ struct search {
 };
 #define SEARCH_TOP 8
 #define SEARCH_REPS 32
+/* The search's budget, in simulated ops (a schedule simulation of P stages and m micro-batches
+ * is 2 P m of them; a stage's cost in the split's dynamic programme counts as STAGE_COST_WORK, a
+ * placement's links UNIT_WORK per tensor block).
+ * plan_make shares PLAN_WORK among the shapes it searches; a search keeps SEARCH_REFINE_SHARE of
+ * its budget to refine the split of its best few placements. */
+#define PLAN_WORK 1.2e7
+#define PLAN_SEARCH_WORK 4e6
+#define SEARCH_REFINE_SHARE 0.25
+#define SEARCH_REFINE_EVALS 64 /* small clusters: one placement's split refinement, at most
+                                  budget / SEARCH_REFINE_EVALS */
+#define STAGE_COST_WORK 4
+#define UNIT_WORK 4 /* a placement's links, per tensor block */
+#define SEARCH_KICKS 16 /* the iterated local search stops after this many kicks found nothing */
 
 /* Is a fabric-homogeneous placement possible: every fabric's units a multiple of D. */
 int pl_homogeneous_possible(const struct plan_eval *ev, const int *fab_start, int D);

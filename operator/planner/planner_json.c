@@ -56,7 +56,8 @@ static int add_stages(cJSON *o, const struct plan *p)
              add_str(x, "fabric", st->fabric) && add_num(x, "tflops", st->tflops) &&
              add_num(x, "forward_seconds", st->fwd_s) && add_num(x, "backward_seconds", st->bwd_s) &&
              add_num(x, "data_parallel_seconds", st->dp_s) &&
-             add_num(x, "memory_gb", st->memory_gb);
+             add_num(x, "memory_gb", st->memory_gb) &&
+             add_num(x, "link_seconds", st->link_s) && add_num(x, "gather_seconds", st->gather_s);
         /* workers of the stage, each once, in rank order */
         int prev = -1;
         for (int d = 0; ok && d < p->data; d++)
@@ -126,10 +127,39 @@ static int add_groups(cJSON *o, const struct plan *p)
             ok = add_num(x, "gid_index", gr->transport.gid_index);
         if (ok && gr->transport.reason[0])
             ok = add_str(x, "reason", gr->transport.reason);
+        if (ok && (gr->kind == GROUP_LINK || gr->kind == GROUP_EMBEDDING) && gr->nic_share > 0)
+            ok = add_num(x, "gbps", gr->gbps) && add_num(x, "nic_share", gr->nic_share);
         for (int i = 0; ok && i < gr->n; i++)
             ok = cJSON_AddItemToArray(mem, cJSON_CreateString(
                                                p->workers[p->ranks[gr->members[i]].worker].name)) &&
                  cJSON_AddItemToArray(rk, cJSON_CreateNumber(gr->members[i]));
+    }
+    return ok;
+}
+
+/* "pipeline_links": per stage boundary, its links by transport, the slowest one's Gb/s and one
+ * micro-batch's transfer on it. 1, or 0 out of memory. */
+static int add_pipeline_links(cJSON *o, const struct plan *p)
+{
+    cJSON *a = cJSON_AddArrayToObject(o, "pipeline_links");
+    int ok = a != NULL;
+    for (int s = 0; ok && s + 1 < p->pipeline; s++) {
+        struct plan_boundary b;
+        plan_boundary_links(p, s, &b);
+        cJSON *x = cJSON_CreateObject();
+        ok = x && cJSON_AddItemToArray(a, x);
+        if (!ok) {
+            cJSON_Delete(x);
+            break;
+        }
+        ok = add_num(x, "stage", s) && add_num(x, "to_stage", s + 1) &&
+             add_str(x, "transport", b.mixed ? "mixed" : transport_name(b.kind)) &&
+             add_num(x, "ib", b.n[TRANSPORT_IB]) && add_num(x, "roce", b.n[TRANSPORT_ROCE]) &&
+             add_num(x, "socket", b.n[TRANSPORT_SOCKET]) && add_num(x, "gbps", b.gbps) &&
+             add_num(x, "seconds", b.seconds) &&
+             cJSON_AddBoolToObject(x, "intra_node", b.intra_node);
+        if (ok && b.reason[0])
+            ok = add_str(x, "reason", b.reason);
     }
     return ok;
 }
@@ -198,6 +228,7 @@ cJSON *plan_to_json(const struct plan *p)
     ok = ok && add_stages(o, p);
     ok = ok && add_workers(o, p);
     ok = ok && add_groups(o, p);
+    ok = ok && add_pipeline_links(o, p);
     cJSON *bl = ok ? cJSON_AddObjectToObject(o, "baselines") : NULL;
     ok = ok && bl && add_num(bl, "naive", p->baseline_naive_s) &&
          add_num(bl, "ethernet", p->baseline_ethernet_s);

@@ -7,7 +7,15 @@
 #      tests/integration/terapipe.sh) = the unsliced 2-stage run within 1e-4;
 #   3. two ranks on one GPU as a tensor group of 2 (Megatron-LM; the group's sums over TCP, as
 #      the rank table plans no NCCL network) = the CPU engine's tensor group of 2;
-#   4. bf16: the loss curve of 200 steps within 1 % of fp32's (mean over the last 50 steps).
+#   4. bf16: the loss curve of 200 steps within 1 % of fp32's (mean over the last 50 steps);
+#   5. data-parallel 2 on one GPU (two ranks over TCP: NCCL refuses two ranks of one
+#      communicator on one device) = one rank with twice the micro-batches, within 1e-4;
+#   6. resume: 10 steps with a checkpoint, then on to 20 = 20 steps straight, bit for bit (the
+#      final checkpoints' bytes), with the state on the device throughout;
+#   7. the device-resident step: after the first step, the bytes crossing PCIe per step are the
+#      tokens, the targets, the loss and the norm (nothing of the parameters or gradients), and
+#      the host waits per step are the same for 2 and 8 micro-batches;
+#   8. compute-sanitizer memcheck over 3 steps of the bf16 worker (when the tool is there).
 # Usage: worker_gpu.sh NODE_BIN [GPU_ENGINE_FP32 GPU_ENGINE_BF16]; the engines default to
 # cuda-fp32 and cuda-bf16 (`cpu cpu` runs the script's own logic on a machine without a GPU).
 set -u
@@ -34,31 +42,35 @@ data=$repo/examples/data/corpus.txt
 model=(--layers 4 --channels 128 --heads 4 --vocab 256 --max-seq 64 --batch 8 --seq 64 --micro-batches 2 --lr 1e-3)
 base=$((20000 + RANDOM % 20000))
 
-table() { # name stages [tensor [slices]] -> $tmp/rt.name.json, a rank table on 127.0.0.1
-    local name=$1 p=$2 t=${3:-1} sl=${4:-} w="" i
-    for ((i = 0; i < p * t; i++)); do
+table() { # name stages [tensor [slices [data]]] -> $tmp/rt.name.json, a rank table on 127.0.0.1
+    local name=$1 p=$2 t=${3:-1} sl=${4:-} d=${5:-1} w="" i
+    for ((i = 0; i < p * t * d; i++)); do
         w="$w${w:+, }{\"host\": \"127.0.0.1\", \"port\": $((base + i))}"
     done
-    printf '{"parallelism": {"tensor": %d, "pipeline": %d, "data": 1}, %s "workers": [%s]}' "$t" "$p" \
-        "${sl:+\"token_slices\": $sl,}" "$w" >"$tmp/rt.$name.json"
-    base=$((base + p * t))
+    printf '{"parallelism": {"tensor": %d, "pipeline": %d, "data": %d}, %s "workers": [%s]}' "$t" "$p" \
+        "$d" "${sl:+\"token_slices\": $sl,}" "$w" >"$tmp/rt.$name.json"
+    base=$((base + p * t * d))
 }
 
-# name stages steps engine [tensor [slices]] -> $tmp/name.loss (one loss per step, from the last
-# rank's log); slices: the rank table's token_slices (boundaries, JSON)
+# name stages steps engine [tensor [slices [data]]] -> $tmp/name.loss (one loss per step, from
+# the last rank's log); slices: the rank table's token_slices (boundaries, JSON). Options after
+# the model's in $extra (e.g. --micro-batches, --checkpoint-dir); $wrap runs before the node;
+# $expect: the steps the run prints when not all of them (a resumed run).
+extra=()
+wrap=()
 run() {
-    local name=$1 p=$2 steps=$3 engine=$4 t=${5:-1} sl=${6:-} r pids=()
-    local n=$((p * t))
-    table "$name" "$p" "$t" "$sl"
+    local name=$1 p=$2 steps=$3 engine=$4 t=${5:-1} sl=${6:-} d=${7:-1} r pids=()
+    local n=$((p * t * d))
+    table "$name" "$p" "$t" "$sl" "$d"
     for ((r = 0; r < n; r++)); do
-        timeout 600 "$node" worker --rank-table "$tmp/rt.$name.json" --rank $r --data "$data" --steps "$steps" \
-            --engine "$engine" --device 0 --all-ranks "${model[@]}" >"$tmp/$name.$r.log" 2>&1 &
+        timeout 600 "${wrap[@]}" "$node" worker --rank-table "$tmp/rt.$name.json" --rank $r --data "$data" --steps "$steps" \
+            --engine "$engine" --device 0 --all-ranks "${model[@]}" "${extra[@]}" >"$tmp/$name.$r.log" 2>&1 &
         pids+=($!)
     done
     local rc=0
     for r in "${pids[@]}"; do wait "$r" || rc=1; done
     sed -nE 's/^step [0-9]+ loss ([0-9.]+).*/\1/p' "$tmp/$name.$((n - 1)).log" >"$tmp/$name.loss"
-    [ $rc -eq 0 ] && [ "$(wc -l <"$tmp/$name.loss")" -eq "$steps" ] || {
+    [ $rc -eq 0 ] && [ "$(wc -l <"$tmp/$name.loss")" -eq "${expect:-$steps}" ] || {
         echo "  $name: exit $rc, $(wc -l <"$tmp/$name.loss") steps; $(tail -2 "$tmp/$name.$((n - 1)).log")"; return 1; }
 }
 
@@ -93,4 +105,66 @@ if run f32 1 200 "$e32" && run b16 1 200 "$e16"; then
     awk -v m="$m" 'BEGIN {exit !(m < 0.01)}' && pass "gpu.worker.bf16: $e16's loss over the last 50 of 200 steps within 1 % of $e32's (${m})" \
         || failed gpu.worker.bf16 "relative difference $m of the mean loss, last 50 steps (bound 0.01)"
 else failed gpu.worker.bf16 "did not train"; fi
+
+# 5. data-parallel 2 (2 micro-batches each) = one rank with 4: the same global batch
+extra=(--micro-batches 4)
+run dp1 1 20 "$e32" || true
+extra=(--micro-batches 2)
+if [ -s "$tmp/dp1.loss" ] && run dp2 1 20 "$e32" 1 "" 2; then
+    m=$(maxrel "$tmp/dp2.loss" "$tmp/dp1.loss")
+    awk -v m="$m" 'BEGIN {exit !(m < 1e-4)}' && pass "gpu.worker.data2_one_gpu: data-parallel 2 on one GPU = one rank with twice the micro-batches ($m)" \
+        || failed gpu.worker.data2_one_gpu "largest relative loss difference $m (bound 1e-4)"
+else failed gpu.worker.data2_one_gpu "did not train"; fi
+
+# 6. resume, bit for bit: the final checkpoint of 10 + 10 steps = that of 20 straight (a
+#    constant learning rate: a run of 10 steps is then the first half of one of 20)
+ck() { ls "$1"/*20* 2>/dev/null | head -1; }
+extra=(--checkpoint-dir "$tmp/ck-straight" --checkpoint-every 5 --lr-schedule constant)
+run straight 1 20 "$e16" || true
+extra=(--checkpoint-dir "$tmp/ck-resumed" --checkpoint-every 5 --lr-schedule constant)
+if [ -s "$tmp/straight.loss" ] && run first10 1 10 "$e16" && expect=10 run resumed 1 20 "$e16"; then
+    a=$(ck "$tmp/ck-straight"); b=$(ck "$tmp/ck-resumed")
+    if [ -n "$a" ] && [ -n "$b" ] && cmp -s "$a" "$b" && grep -q 'resumed from the checkpoint of step 10' "$tmp/resumed.0.log"; then
+        pass "gpu.worker.resume_exact: 10 steps, checkpoint, 10 more = 20 straight, bit for bit ($e16)"
+    else
+        failed gpu.worker.resume_exact "final checkpoints differ or the run did not resume at step 10: '$a' '$b'; $(grep -m1 -i resum "$tmp/resumed.0.log")"
+    fi
+else failed gpu.worker.resume_exact "did not train"; fi
+extra=()
+
+# 7. the device-resident step: PCIe bytes per step (steps 2..) = tokens + targets + loss + norm;
+#    host waits per step independent of the micro-batches
+B=8; T=64
+per_step() { # log -> "max up bytes, max down bytes, max host waits" over steps 2..
+    sed -nE 's/^step ([0-9]+) .*device: ([0-9]+) host waits, ([0-9]+) bytes up, ([0-9]+) down$/\1 \3 \4 \2/p' "$1" |
+        awk '$1 > 1 {if ($2 > u) u = $2; if ($3 > d) d = $3; if ($4 > w) w = $4} END {print u + 0, d + 0, w + 0}'
+}
+extra=(--micro-batches 2)
+run m2 1 5 "$e16" || true
+extra=(--micro-batches 8)
+if [ -s "$tmp/m2.loss" ] && run m8 1 5 "$e16"; then
+    read -r u2 d2 w2 < <(per_step "$tmp/m2.0.log")
+    read -r u8 d8 w8 < <(per_step "$tmp/m8.0.log")
+    want_u=$((8 * B * T * 4 * 2)) # 8 micro-batches of tokens and targets (int32)
+    if [ "$e16" = cpu ]; then
+        [ "$u8" -eq 0 ] && [ "$d8" -eq 0 ] && pass "gpu.worker.device_resident: (CPU engine: nothing crosses)" \
+            || failed gpu.worker.device_resident "the CPU engine moved $u8 / $d8 bytes"
+    elif [ "$u8" -eq "$want_u" ] && [ "$d8" -le 64 ] && [ "$w8" -eq "$w2" ] && [ "$w8" -le 4 ]; then
+        pass "gpu.worker.device_resident: per step $u8 bytes up (tokens + targets of 8 micro-batches), $d8 down (loss, norm), $w8 host waits (2 micro-batches: $w2)"
+    else
+        failed gpu.worker.device_resident "per step: $u8 bytes up (want $want_u), $d8 down (want <= 64), host waits $w8 with 8 micro-batches, $w2 with 2 (want equal, <= 4)"
+    fi
+else failed gpu.worker.device_resident "did not train"; fi
+extra=()
+
+# 8. compute-sanitizer over the device-resident worker (bf16, 3 steps)
+san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+if [ "$e16" = cpu ]; then
+    echo "# gpu.worker.memcheck: CPU mode, no sanitizer"
+elif [ -n "$san" ]; then
+    wrap=("$san" --tool memcheck --leak-check full --error-exitcode 3)
+    if run memcheck 1 3 "$e16"; then pass "gpu.worker.memcheck: compute-sanitizer memcheck clean over 3 steps of $e16"
+    else failed gpu.worker.memcheck "$(grep -m3 -E 'ERROR SUMMARY|Invalid|leak' "$tmp/memcheck.0.log")"; fi
+    wrap=()
+else failed gpu.worker.memcheck "compute-sanitizer not found"; fi
 exit $fail

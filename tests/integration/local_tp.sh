@@ -5,7 +5,8 @@
 # which magnifies the sums' different rounding order; moments to 1e-5):
 #   - tensor 2 x data 2 (2 workers x 2 GPUs) vs data 2 (2 CPU workers);
 #   - tensor 4 (1 worker x 4 GPUs) vs 1 CPU worker;
-#   - tensor 2 x pipeline 2 with GPipe vs pipeline 2 with GPipe;
+#   - tensor 2 x pipeline 2 with GPipe and with 1F1B vs pipeline 2 with the same schedule (each
+#     tensor rank sends its 1/t of the activations, the next stage's group all-gathers them);
 #   - tensor 2 x pipeline 2 x data 2 on 4 workers x 2 GPUs trains;
 #   - a checkpoint written at tensor 2 resumes at tensor 1, and the reverse.
 source "$(dirname "$0")/lib.bash"
@@ -64,7 +65,10 @@ both t4 t1 "tensor 4 (1 worker x 4 GPUs) vs 1 CPU worker" params
 gp='s/schedule: 1f1b/schedule: gpipe/'
 tp_job "$tmp/t2p2.yaml" t2p2 2 2 "tensor: 2, pipeline: 2, data: 1" "$steps" -e "$gp"
 tp_job "$tmp/p2.yaml" p2 2 0 "pipeline: 2, data: 1" "$steps" -e "$gp"
-both t2p2 p2 "tensor 2 x pipeline 2, GPipe, vs pipeline 2, GPipe"
+both t2p2 p2 "tensor 2 x pipeline 2, GPipe, vs pipeline 2, GPipe (each tensor rank sends its half of the activations)"
+tp_job "$tmp/t2p2f.yaml" t2p2f 2 2 "tensor: 2, pipeline: 2, data: 1" "$steps"
+tp_job "$tmp/p2f.yaml" p2f 2 0 "pipeline: 2, data: 1" "$steps"
+both t2p2f p2f "tensor 2 x pipeline 2, 1F1B, vs pipeline 2, 1F1B"
 
 if [ "${HOLMES_VARIANT:-}" != asan ]; then # 12 processes on CI's 2 cores: the release pass only
     four='s/gbps: 200, count: 1/gbps: 200, count: 2/;s/gbps: 100, count: 1/gbps: 100, count: 2/'

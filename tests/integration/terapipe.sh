@@ -1,10 +1,14 @@
 # TeraPipe token slices on real processes (holmes-node worker, rank-table mode, TCP between the
 # stages): 20 steps with uneven slices of 5, 17 and 42 of 64 tokens on pipeline 2 x data 2 (1F1B)
-# and on pipeline 4 (GPipe) equal the unsliced runs: every step's loss, the final parameters and
-# AdamW moments within 1e-5 (of their largest magnitude). At lr 1e-3; at 3e-3 the slices'
-# different summation order, magnified by AdamW on parameters whose gradients are near zero,
-# reached 1e-4 on the parameters (local_tp.sh's bound). The engine against PyTorch is
-# test_gpt_slice's. Release pass only (time); the ASan pass runs test_gpt_slice and test_pipeline.
+# and on pipeline 4 (GPipe) equal the unsliced runs: every step's loss within 1e-5, the final
+# parameters and AdamW moments within 5e-5 (of their largest magnitude). At lr 1e-3; at 3e-3 the
+# slices' different summation order, magnified by AdamW on parameters whose gradients are near
+# zero, reached 1e-4 on the parameters (local_tp.sh's bound). The 5e-5: on an AMD EPYC (OpenBLAS
+# 0.3.21's kernels for it) the largest difference was 2.1e-5, in 2 of 35,648 elements: the tied
+# embedding's moments, where a token's gradient sums its positions across the slices in another
+# order (the median difference was 2e-9); a slice computed wrongly differs by O(1). The engine
+# against PyTorch is test_gpt_slice's. Release pass only (time); the ASan pass runs
+# test_gpt_slice and test_pipeline.
 source "$(dirname "$0")/lib.bash"
 if [ "${HOLMES_VARIANT:-release}" != release ]; then
     echo "# terapipe: checked in the release pass"; exit 0
@@ -33,7 +37,7 @@ run() {
     [ $rc -eq 0 ] && [ "$(wc -l <"$tmp/$name.loss")" -eq $steps ]
 }
 
-same() { # A B: losses and final checkpoints within 1e-5
+same() { # A B: losses within 1e-5 and final checkpoints within 5e-5
     /usr/bin/python3 - "$tmp" "$1" "$2" "$steps" <<'PY' || return 1
 import sys
 tmp, a, b, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -43,7 +47,7 @@ worst = max(abs(x - y) / abs(y) for x, y in zip(la, lb))
 print("  losses of %d steps: largest relative difference %.2g" % (len(la), worst))
 assert len(la) == len(lb) == steps and worst <= 1e-5, worst
 PY
-    /usr/bin/python3 "$REPO/tests/integration/ckpt_same.py" "$tmp/ckpt-$1" "$tmp/ckpt-$2" "$steps" 1e-5 1e-5
+    /usr/bin/python3 "$REPO/tests/integration/ckpt_same.py" "$tmp/ckpt-$1" "$tmp/ckpt-$2" "$steps" 5e-5 5e-5
 }
 
 uneven='[0, 5, 22, 64]'
@@ -51,7 +55,7 @@ for c in "p2d2 2 2 1f1b" "p4 4 1 gpipe"; do
     set -- $c
     if run "$1-sliced" "$2" "$3" "$4" "$uneven" && run "$1-whole" "$2" "$3" "$4" ""; then
         pass "$1 ($4): sliced (5, 17, 42 of 64 tokens) and unsliced runs train $steps steps"
-        out=$(same "$1-sliced" "$1-whole" 2>&1) && pass "$1 ($4): slices = unsliced (losses, parameters, moments 1e-5)" \
+        out=$(same "$1-sliced" "$1-whole" 2>&1) && pass "$1 ($4): slices = unsliced (losses 1e-5, parameters, moments 5e-5)" \
             || fail "$1 ($4): slices = unsliced" "$out"
         echo "$out"
     else

@@ -1,4 +1,7 @@
-# holmes-node train: it learns, a resumed run repeats an uninterrupted one, bad input is refused.
+# holmes-node train (one rank of the distributed trainer, configured from a TrainingJob spec made of
+# its flags or --job): it learns, a resumed run repeats an uninterrupted one, a checkpoint that
+# does not verify is passed over for an older one, a manifest trains as its flags do, bad input
+# is refused.
 source "$(dirname "$0")/lib.bash"
 tmp=$(mktemp -d /tmp/holmes-train.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -20,7 +23,7 @@ mkdir -p "$tmp/b"
 cp "$tmp/a/stage-0-2-step-000000004.ckpt" "$tmp/b/"
 "$NODE" train "${args[@]}" --checkpoint-dir "$tmp/b" --resume --metrics-out "$tmp/b.jsonl" \
     >"$tmp/b.out" 2>&1
-check "train.resume_announced" grep -q "resumed from .*step-000000004.ckpt at step 4" "$tmp/b.out"
+check "train.resume_announced" grep -q "resumed from the checkpoint of step 4" "$tmp/b.out"
 strip() { sed 's/,"ms".*//' "$1"; }
 if [ "$(sed -n 5,8p "$tmp/a.jsonl" | sed 's/,"ms".*//')" = "$(strip "$tmp/b.jsonl")" ] &&
    [ "$(wc -l <"$tmp/b.jsonl")" -eq 4 ]; then
@@ -38,18 +41,52 @@ expect_error() { # name, needle, args...
     if [ $rc -eq 1 ] && grep -q -- "$needle" <<<"$out"; then pass "$name"; else fail "$name" "rc $rc: $out"; fi
 }
 printf 'not a shard' >"$tmp/foreign.bin"
-expect_error "train.bad_shard" "foreign.bin: .*header" --data "$tmp/foreign.bin" --vocab 256 --steps 1
+model=(--layers 2 --channels 32 --heads 2 --seq 32)
+expect_error "train.bad_shard" "foreign.bin: .*header" --data "$tmp/foreign.bin" "${model[@]}" --vocab 256 --steps 1
+# a truncated newest checkpoint, recorded as the latest: passed over for the one before it, with
+# the reason, nothing lost (a newer file that latest-step does not name is never read)
 cp "$tmp/a/stage-0-2-step-000000008.ckpt" "$tmp/b/stage-0-2-step-000000009.ckpt"
 truncate -s 1000 "$tmp/b/stage-0-2-step-000000009.ckpt"
-expect_error "train.truncated_checkpoint" "step-000000009.ckpt: .*truncated" "${args[@]}" --steps 12 \
-    --checkpoint-dir "$tmp/b" --resume
-rm "$tmp/b/stage-0-2-step-000000009.ckpt"
+echo 9 >"$tmp/b/latest-step"
+out=$("$NODE" train "${args[@]}" --steps 12 --checkpoint-dir "$tmp/b" 2>&1); rc=$?
+if [ $rc -eq 0 ] && grep -q "step 9 does not verify: .*step-000000009.ckpt.*truncated" <<<"$out" &&
+   grep -q "resumed from the checkpoint of step 8" <<<"$out" && grep -q "^step 12/12 " <<<"$out"; then
+    pass "train.truncated_checkpoint_passed_over"
+else fail "train.truncated_checkpoint_passed_over" "rc $rc: $out"; fi
+rm -f "$tmp/b/stage-0-2-step-000000009.ckpt" "$tmp/b"/*step-00000001[0-2]*
+echo 8 >"$tmp/b/latest-step"
 expect_error "train.checkpoint_shape" "channels is 32 but the job has 64" --data "$corpus" \
     --layers 2 --channels 64 --heads 2 --seq 32 --steps 9 --checkpoint-dir "$tmp/b" --resume
 expect_error "train.vocab_too_small" "corpus.txt: byte .* not below the model's vocabulary 100" \
-    --data "$corpus" --vocab 100 --steps 1
-out=$("$NODE" train --data "$corpus" --heads 3 2>&1); rc=$?
+    --data "$corpus" "${model[@]}" --vocab 100 --steps 1
+out=$("$NODE" train --data "$corpus" --layers 2 --channels 32 --heads 3 --seq 32 --steps 1 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -q "multiple of heads" <<<"$out" && pass "train.bad_heads" || fail "train.bad_heads" "$out"
+expect_error "train.model_required" "model's shape is required" --data "$corpus" --steps 1
+expect_error "train.steps_required" "steps is required" --data "$corpus" "${model[@]}"
+
+# --job: a TrainingJob manifest trains as the same flags do (the same spec, the same losses)
+cat >"$tmp/job.yaml" <<YAML
+apiVersion: holmes.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: train-job}
+spec:
+  workers: 1
+  gpusPerWorker: 0
+  model: {layers: 2, hidden: 32, heads: 2, vocab: 256, seqLen: 32}
+  parallelism: {microBatches: 2, microBatchSize: 4}
+  training:
+    steps: 3
+    seed: 7
+    optimizer: {lr: 3.0e-3, warmupSteps: 2}
+    data: {path: $corpus, format: text}
+YAML
+"$NODE" train --job "$tmp/job.yaml" --metrics-out "$tmp/job.jsonl" >"$tmp/job.out" 2>&1
+"$NODE" train "${args[@]}" --steps 3 --micro-batches 2 --metrics-out "$tmp/flags.jsonl" >"$tmp/flags.out" 2>&1
+if [ -s "$tmp/job.jsonl" ] && [ "$(strip "$tmp/job.jsonl")" = "$(strip "$tmp/flags.jsonl")" ]; then
+    pass "train.job_manifest_as_flags"
+else fail "train.job_manifest_as_flags" "$(cat "$tmp/job.jsonl" "$tmp/flags.jsonl"; tail -3 "$tmp/job.out")"; fi
+sed 's/heads: 2/heads: 3/' "$tmp/job.yaml" >"$tmp/bad-job.yaml"
+expect_error "train.job_invalid" "bad-job.yaml: .*spec.model.hidden" --job "$tmp/bad-job.yaml"
 out=$("$NODE" train --steps x 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q -- "--steps must be an integer" <<<"$out" && pass "train.bad_flag" || fail "train.bad_flag" "$out"
 "$NODE" train --help | grep -q -- "--checkpoint-dir" && pass "train.help" || fail "train.help"

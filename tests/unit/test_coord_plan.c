@@ -107,6 +107,15 @@ int main(void)
     CHECK("spec carried", cJSON_IsObject(cJSON_GetObjectItem(a[0], "spec")));
     CHECK_STR("job name carried", str(a[0], "job"), "local-tiny");
     CHECK("planner kept the plan", cp.planned && cp.plan.n_stages == 2);
+    /* status.plan.pipelineLinks: the boundary's links by transport (ib-a -> roce-b: TCP) */
+    cJSON *status = coord_plan_status_json(&cp.plan, w);
+    const cJSON *pl = cJSON_GetObjectItemCaseSensitive(status, "pipelineLinks");
+    const cJSON *b0 = cJSON_GetArrayItem(pl, 0);
+    CHECK("status: pipelineLinks, one boundary, 2 links on TCP",
+          cJSON_GetArraySize(pl) == 1 && num(b0, "fromStage") == 0 && num(b0, "toStage") == 1 &&
+              !strcmp(str(b0, "transport"), "socket") && num(b0, "socket") == 2 &&
+              num(b0, "ib") == 0 && cJSON_GetObjectItemCaseSensitive(b0, "seconds")->valuedouble > 0);
+    cJSON_Delete(status);
 
     /* The worker decodes the assignment into the same plan type. */
     struct plan_assignment pa;
@@ -155,9 +164,15 @@ int main(void)
                 CHECK_NEAR("cross-fabric pp group at 10 Gb/s x 0.01", bps, 10 * 0.01e9 / 8, 1e-9);
                 CHECK_NEAR("socket pp group has TCP latency", gr->pacing.latency_s, 50e-6, 1e-12);
                 checked++;
+            } else if (gr->kind == GROUP_LINK) {
+                /* one link per worker: the whole NIC, capped at the cross-fabric 10 Gb/s */
+                CHECK_NEAR("cross-fabric link at 10 Gb/s x 0.01", bps, 10 * 0.01e9 / 8, 1e-9);
+                CHECK("cross-fabric link on TCP, with its latency",
+                      gr->transport == TRANSPORT_SOCKET && fabs(gr->pacing.latency_s - 50e-6) < 1e-12);
+                checked += 10;
             }
         }
-        CHECK("dp and pp groups paced", checked >= 3);
+        CHECK("dp, pp and link groups paced", checked >= 23);
         CHECK_NEAR("cross-fabric links", d->cross_fabric.bytes_per_sec, 10 * 0.01e9 / 8, 1e-9);
     }
     plan_assignment_free(&pa);

@@ -4,7 +4,10 @@
  * the bf16 wire they match the single process that rounds to bfloat16 where a stage boundary
  * is, and differ from the exact one. With token slices (the D elements cut in 3 uneven slices)
  * every stage sees each micro-batch's slices forward in order and backward in reverse, only
- * after its last slice was forwarded, within the slots pipe_slots_needed gives. */
+ * after its last slice was forwarded, within the slots pipe_slots_needed gives. With a tensor
+ * group (scatter-gather: each stage held by t processes) the results are the same and each
+ * process sends exactly its 1/t share of every unit. On the emulated device (devmem.h) the
+ * activations are staged through host buffers as a GPU's are, with the same results. */
 #include "test.h"
 
 #include <math.h>
@@ -35,10 +38,12 @@ struct toy {
 
 static const int whole_bounds[] = {0, D};
 
-static int toy_forward(void *ctx, int mb, int slot, int k, const float *in, float *out,
+static int toy_forward(void *ctx, int mb, int slot, int k, const void *in_v, void *out_v,
                        float *loss, herr *e)
 {
     struct toy *t = ctx;
+    const float *in = in_v;
+    float *out = out_v;
     if (k == 0) {
         if (slot >= t->slots || t->busy[slot]) {
             t->overflow = 1;
@@ -70,10 +75,12 @@ static int toy_forward(void *ctx, int mb, int slot, int k, const float *in, floa
     return 0;
 }
 
-static int toy_backward(void *ctx, int mb, int slot, int k, const float *dout, float *din,
+static int toy_backward(void *ctx, int mb, int slot, int k, const void *dout_v, void *din_v,
                         herr *e)
 {
     struct toy *t = ctx;
+    const float *dout = dout_v;
+    float *din = din_v;
     if (!t->busy[slot] || t->busy_mb[slot] != mb || t->bwd_next[slot] != k ||
         t->fwd_next[slot] != t->S)
         return herr_set(e, "backward of micro-batch %d slice %d on slot %d out of order", mb, k,
@@ -136,23 +143,60 @@ struct case_arg {
     enum schedule sched;
     enum dtype wire;
     int S;               /* token slices (0: none) */
+    int tp;              /* processes per stage (0: 1) */
+    int emulated;        /* buffers in the emulated device's memory */
 };
 
 static const int three_slices[] = {0, 5, 17, D};
+
+/* The group of `size` members whose global ranks are first + i * stride, as member `index`. */
+static int sub_group(struct comm **c, struct tcp_listener *l, const struct tcp_endpoint *eps,
+                     const char *name, uint32_t id, int first, int stride, int size, int index)
+{
+    struct tcp_endpoint sub[8];
+    for (int i = 0; i < size; i++)
+        sub[i] = eps[first + i * stride];
+    struct tcp_group_spec s;
+    herr e;
+    group_spec(&s, name, id, size, index, sub, 20);
+    if (comm_create(c, l, &s, &e) != 0) {
+        fprintf(stderr, "%s: %s\n", name, e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Bytes one tensor rank sends on its pipeline links in a run: its chunk of every unit, each way. */
+static uint64_t share_bytes(const struct case_arg *ca, int stage, int stages, int tp, int tpr)
+{
+    int S = ca->S > 1 ? ca->S : 1;
+    const int *b = ca->S > 1 ? three_slices : whole_bounds;
+    size_t esz = ca->wire == DTYPE_BF16 ? 2 : 4;
+    int ways = (stage > 0) + (stage < stages - 1);
+    uint64_t sum = 0;
+    for (int k = 0; k < S; k++) {
+        size_t off, len;
+        tcp_chunk((size_t)(b[k + 1] - b[k]), tp, tpr, &off, &len);
+        sum += (uint64_t)len * esz;
+    }
+    return sum * (uint64_t)ca->M * (uint64_t)ways;
+}
 
 static int run_stage(int rank, int n, struct tcp_listener *l, const struct tcp_endpoint *eps, void *arg)
 {
     struct case_arg *ca = arg;
     herr e;
-    struct comm *c = NULL;
-    if (n > 1) {
-        struct tcp_group_spec s;
-        group_spec(&s, "pipeline", 21, n, rank, eps, 20);
-        if (comm_create(&c, l, &s, &e) != 0) {
-            fprintf(stderr, "%s\n", e.msg);
-            return 1;
-        }
-    }
+    int tp = ca->tp > 1 ? ca->tp : 1, tpr = rank % tp;
+    n /= tp;          /* stages */
+    rank /= tp;       /* this process's stage */
+    struct comm *c = NULL, *tc = NULL;
+    struct devmem *mem = ca->emulated ? devmem_emulated() : devmem_host();
+    if (n > 1 && sub_group(&c, l, eps, "pipeline", 21 + (uint32_t)tpr, tpr, tp, n, rank) != 0)
+        return 1;
+    if (tp > 1 && sub_group(&tc, l, eps, "tensor", 41 + (uint32_t)rank, rank * tp, 1, tp, tpr) != 0)
+        return 1;
+    if ((c && comm_set_devmem(c, mem, &e) != 0) || (tc && comm_set_devmem(tc, mem, &e) != 0))
+        return 1;
     static struct toy t;
     memset(&t, 0, sizeof t);
     t.stage = rank;
@@ -166,8 +210,11 @@ static int run_stage(int rank, int n, struct tcp_listener *l, const struct tcp_e
         t.b[i] = param_b(rank, i);
     }
     struct pipe_stage_ops ops = {&t, D, toy_forward, toy_backward};
-    struct pipe_config cfg = {rank, n, ca->M, ca->sched, c, ca->wire, ca->S,
-                              ca->S > 1 ? three_slices : NULL};
+    struct pipe_config cfg = {.stage = rank, .stages = n, .micro_batches = ca->M,
+                              .schedule = ca->sched, .prev = {c, c, rank - 1},
+                              .next = {c, c, rank + 1}, .wire = ca->wire, .slices = ca->S,
+                              .bounds = ca->S > 1 ? three_slices : NULL, .mem = mem,
+                              .act_bytes = 4, .tp = tc};
     struct pipe_runner *p;
     int bad = 0;
     float loss = 0;
@@ -176,6 +223,19 @@ static int run_stage(int rank, int n, struct tcp_listener *l, const struct tcp_e
         bad = 1;
     } else {
         pipe_runner_free(p);
+    }
+    if (c && !bad) {
+        uint64_t want = share_bytes(ca, rank, n, tp, tpr), sent = comm_bytes_sent(c);
+        if (sent != want) {
+            fprintf(stderr, "stage %d tensor rank %d sent %llu bytes, its share is %llu\n", rank,
+                    tpr, (unsigned long long)sent, (unsigned long long)want);
+            bad = 1;
+        }
+        if ((comm_bytes_staged(c) > 0) != (ca->emulated != 0)) {
+            fprintf(stderr, "stage %d: %llu bytes staged\n", rank,
+                    (unsigned long long)comm_bytes_staged(c));
+            bad = 1;
+        }
     }
     float gw[D], gb[D], rloss, xw[D], xb[D], xloss;
     int bf16 = ca->wire == DTYPE_BF16;
@@ -202,7 +262,10 @@ static int run_stage(int rank, int n, struct tcp_listener *l, const struct tcp_e
     }
     if (c && comm_barrier(c, &e) != 0)
         bad = 1;
+    if (tc && comm_barrier(tc, &e) != 0)
+        bad = 1;
     comm_free(c);
+    comm_free(tc);
     return bad;
 }
 
@@ -220,7 +283,7 @@ int main(void)
     for (int si = 0; si < 2; si++)
         for (size_t pi = 0; pi < 4; pi++)
             for (size_t mi = 0; mi < 2; mi++) {
-                struct case_arg ca = {Ms[mi], si ? SCHED_1F1B : SCHED_GPIPE, DTYPE_FP32, 0};
+                struct case_arg ca = {Ms[mi], si ? SCHED_1F1B : SCHED_GPIPE, DTYPE_FP32, 0, 1, 0};
                 char name[96];
                 snprintf(name, sizeof name, "%s %d stages %d micro-batches matches single process",
                          schedule_name(ca.sched), Ps[pi], Ms[mi]);
@@ -228,7 +291,7 @@ int main(void)
             }
     for (int si = 0; si < 2; si++)
         for (size_t pi = 1; pi < 4; pi++) {
-            struct case_arg ca = {5, si ? SCHED_1F1B : SCHED_GPIPE, DTYPE_BF16, 0};
+            struct case_arg ca = {5, si ? SCHED_1F1B : SCHED_GPIPE, DTYPE_BF16, 0, 1, 0};
             char name[96];
             snprintf(name, sizeof name, "%s %d stages, bf16 wire: the rounded single process",
                      schedule_name(ca.sched), Ps[pi]);
@@ -237,12 +300,30 @@ int main(void)
     for (int si = 0; si < 2; si++)
         for (size_t pi = 0; pi < 4; pi++)
             for (size_t mi = 0; mi < 2; mi++) {
-                struct case_arg ca = {Ms[mi], si ? SCHED_1F1B : SCHED_GPIPE, DTYPE_FP32, 3};
+                struct case_arg ca = {Ms[mi], si ? SCHED_1F1B : SCHED_GPIPE, DTYPE_FP32, 3, 1, 0};
                 char name[112];
                 snprintf(name, sizeof name, "%s %d stages %d micro-batches x 3 token slices "
                          "matches single process", schedule_name(ca.sched), Ps[pi], Ms[mi]);
                 CHECK_INT(name, run_group(Ps[pi], run_stage, &ca, -1, 60), 0);
             }
+    /* scatter-gather across a tensor group of 2 and 3, with slices, the bf16 wire, and on the
+     * emulated device */
+    struct {
+        int P, tp, S, emu;
+        enum schedule sched;
+        enum dtype wire;
+    } sg[] = {{2, 2, 0, 0, SCHED_1F1B, DTYPE_FP32}, {3, 2, 3, 0, SCHED_GPIPE, DTYPE_FP32},
+              {2, 3, 3, 0, SCHED_1F1B, DTYPE_BF16}, {2, 2, 0, 1, SCHED_1F1B, DTYPE_FP32},
+              {3, 2, 3, 1, SCHED_1F1B, DTYPE_BF16}, {4, 1, 0, 1, SCHED_GPIPE, DTYPE_FP32}};
+    for (size_t i = 0; i < sizeof sg / sizeof sg[0]; i++) {
+        struct case_arg ca = {5, sg[i].sched, sg[i].wire, sg[i].S, sg[i].tp, sg[i].emu};
+        char name[160];
+        snprintf(name, sizeof name, "%s %d stages x tensor %d%s%s%s: single process, each sends "
+                 "its share", schedule_name(ca.sched), sg[i].P, sg[i].tp,
+                 ca.S ? ", 3 token slices" : "", ca.wire == DTYPE_BF16 ? ", bf16 wire" : "",
+                 ca.emulated ? ", emulated device (staged)" : "");
+        CHECK_INT(name, run_group(sg[i].P * sg[i].tp, run_stage, &ca, -1, 60), 0);
+    }
     /* round to nearest even on the 16 bits kept */
     CHECK_INT("bf16 1.0", bits_bf16(0x3f800000u), 0x3f80);
     CHECK_INT("bf16 rounds a tie down to even", bits_bf16(0x3f808000u), 0x3f80);

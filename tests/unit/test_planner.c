@@ -874,7 +874,11 @@ static void test_memory(void)
     for (int i = 0; i < n; i++)
         w[i].memory_gb = 0.001;
     rc = plan_make(w, n, &job, &l, &p, &e);
-    CHECK("memory: nothing fits -> error", rc == -1 && strstr(e.msg, "no placement fits"));
+    CHECK("memory: nothing fits -> error naming the stage, the bytes needed and there",
+          rc == -1 && strstr(e.msg, "nothing fits in the GPUs' memory") &&
+              strstr(e.msg, "needs") && strstr(e.msg, "its GPUs have 0.00 GB (900000 bytes"));
+    if (rc)
+        printf("  %s\n", e.msg);
     if (!rc)
         plan_free(&p);
 }

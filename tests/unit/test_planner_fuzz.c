@@ -102,6 +102,26 @@ static int check_plan(const char *name, const struct plan *p, const struct plan_
                    "tensor group %d spans workers", g);
     }
     EXPECT(isfinite(p->step_s) && p->step_s > 0, "predicted step %g s", p->step_s);
+    /* a link per stage boundary, replica and tensor rank, priced; the document the workers get
+     * holds together (plan_doc_complete checks every group, links included) */
+    int links = 0;
+    for (int g = 0; g < p->n_groups; g++)
+        if (p->groups[g].kind == GROUP_LINK) {
+            links++;
+            EXPECT(p->groups[g].gbps > 0 && p->groups[g].nic_share > 0 &&
+                       p->groups[g].nic_share <= 1, "link group %d priced %g Gb/s, share %g", g,
+                   p->groups[g].gbps, p->groups[g].nic_share);
+        }
+    EXPECT(links == (p->pipeline - 1) * p->data * p->tensor, "%d link groups for %d x %d x %d",
+           links, p->pipeline, p->data, p->tensor);
+    struct plan_doc doc;
+    herr de = {0};
+    if (p->n_ranks <= PLAN_DOC_MAX_WORLD) {
+        int drc = plan_to_doc(p, &doc, &de);
+        EXPECT(drc == 0, "plan_to_doc: %s", de.msg);
+        if (drc == 0)
+            plan_doc_free(&doc);
+    }
     /* token slices: bounds rising from 0 to seqLen; never slower than unsliced under auto */
     if (p->slices > 1) {
         EXPECT(p->slice_bounds[0] == 0 && p->slice_bounds[p->slices] == j->model.seq_len,

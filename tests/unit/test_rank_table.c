@@ -122,7 +122,16 @@ int main(void)
         printf("  %s\n", e.msg);
     if (rc == 0) {
         CHECK_INT("world", rt.world, 4);
-        CHECK_INT("groups dp 2 + pp 2 + embedding 2", rt.ngroups, 6);
+        CHECK_INT("groups dp 2 + pp 2 + embedding 2 + link 2", rt.ngroups, 8);
+        int l = plan_doc_find_link(&rt, 1, 1);
+        CHECK("a document without link groups gets them derived: rank 1 -> 3, socket, stage 0",
+              l >= 0 && rt.groups[l].kind == GROUP_LINK && rt.groups[l].members[0] == 1 &&
+                  rt.groups[l].members[1] == 3 && rt.groups[l].stage == 0 &&
+                  rt.groups[l].transport == TRANSPORT_SOCKET &&
+                  !strcmp(rt.groups[l].nccl_net, "Socket"));
+        CHECK("rank 3's link back is rank 1's forward one; none beyond the ends",
+              plan_doc_find_link(&rt, 3, -1) == l && plan_doc_find_link(&rt, 3, 1) == -1 &&
+                  plan_doc_find_link(&rt, 1, -1) == -1);
         int g = plan_doc_find_group(&rt, GROUP_DP, 3);
         CHECK("dp group of rank 3 is stage 1", g >= 0 && rt.groups[g].stage == 1 &&
                                                    rt.groups[g].members[0] == 2);
@@ -177,6 +186,20 @@ int main(void)
         CHECK_INT("pipeline group (planned IB) -> TCP", rank_table_nccl_params(&rt, 3, 1, 0, &np), 0);
         snprintf(rt.groups[0].nccl_net, sizeof rt.groups[0].nccl_net, "Socket");
         CHECK_INT("socket dp group -> TCP", rank_table_nccl_params(&rt, 0, 1, 0, &np), 0);
+        /* both members in one worker, on GPUs 0 and 1: NCCL inside the node, whatever the
+         * network; on one GPU (NCCL refuses two ranks of one communicator there), or in two
+         * workers, TCP */
+        snprintf(rt.ranks[0].name, sizeof rt.ranks[0].name, "w0");
+        snprintf(rt.ranks[1].name, sizeof rt.ranks[1].name, "w0");
+        rt.ranks[0].local_rank = 0;
+        rt.ranks[1].local_rank = 1;
+        CHECK("socket dp group inside one worker -> NCCL, NCCL's network",
+              rank_table_nccl_params(&rt, 0, 1, 1, &np) == 1 && !strcmp(np.net_name, ""));
+        rt.ranks[1].local_rank = 0;
+        CHECK_INT("... both on one GPU -> TCP", rank_table_nccl_params(&rt, 0, 1, 0, &np), 0);
+        rt.ranks[1].local_rank = 1;
+        snprintf(rt.ranks[1].name, sizeof rt.ranks[1].name, "w1");
+        CHECK_INT("... in two workers -> TCP", rank_table_nccl_params(&rt, 0, 1, 0, &np), 0);
         plan_doc_free(&rt);
     }
     struct {
@@ -198,6 +221,19 @@ int main(void)
          "stages[1].layers"},
         {"{\"parallelism\": {\"pipeline\": 2, \"data\": 2}," W4 ", \"cross_fabric_pacing\": {\"bytes_per_second\": -1}}",
          "bytes_per_second"},
+        {"{\"parallelism\": {\"pipeline\": 2, \"data\": 2}," W4 ", \"groups\": [{\"kind\": \"link\", \"ranks\": [0, 3]},"
+         "{\"kind\": \"link\", \"ranks\": [1, 3]}]}", "rank 3 does not belong at position 1 of a 'link' group"},
+        {"{\"parallelism\": {\"pipeline\": 2, \"data\": 2}," W4 ", \"groups\": [{\"kind\": \"link\", \"ranks\": [2, 0]}]}",
+         "a 'link' group cannot start at rank 2 (stage 1 of 2)"},
+        {"{\"parallelism\": {\"pipeline\": 2, \"data\": 2}," W4 ", \"groups\": [{\"kind\": \"link\", \"ranks\": [0, 2, 1]}]}",
+         "a 'link' group must have 2 ranks, has 3"},
+        {"{\"parallelism\": {\"pipeline\": 2, \"data\": 2}," W4 ", \"groups\": [{\"kind\": \"link\", \"ranks\": [0, 2]}]}",
+         "rank 1 is in 0 'link' groups, must be in 1"},
+        {"{\"parallelism\": {\"pipeline\": 2, \"data\": 2}," W4 ", \"groups\": [{\"kind\": \"link\", \"ranks\": [0, 2]},"
+         "{\"kind\": \"link\", \"ranks\": [1, 3]}, {\"kind\": \"link\", \"ranks\": [1, 3]}]}",
+         "rank 1 is in 2 'link' groups, must be in 1"},
+        {"{\"parallelism\": {\"pipeline\": 2, \"data\": 2}," W4 ", \"groups\": [{\"kind\": \"wire\", \"ranks\": [0, 2]}]}",
+         "not one of dp, tp, pp, embedding, link"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char name[64];
@@ -217,7 +253,7 @@ int main(void)
     rc = plan_doc_init(&d, 2, 2, 2, &e) || plan_doc_complete(&d, &e);
     CHECK_INT("tensor 2 x pipeline 2 x data 2 completes", rc, 0);
     if (rc == 0) {
-        CHECK_INT("groups: tp 4 + dp 4 + pp 4 + embedding 4", d.ngroups, 16);
+        CHECK_INT("groups: tp 4 + dp 4 + pp 4 + embedding 4 + link 4", d.ngroups, 20);
         int g = plan_doc_find_group(&d, GROUP_TP, 5);
         CHECK("tp group of rank 5 = {4, 5}", g >= 0 && d.groups[g].members[0] == 4 &&
                                                 d.groups[g].members[1] == 5 && d.groups[g].stage == 1);
@@ -270,6 +306,46 @@ int main(void)
     CHECK("a tensor group out of order refused", rc != 0 && strstr(e.msg, "does not belong"));
     if (rc == 0)
         plan_doc_free(&rt);
+    /* pipeline 3 x data 1: the planner's link groups, each with its transport; the middle rank
+     * is in two, its ends in one; they survive encoding and decoding */
+    rc = load("{\"parallelism\": {\"pipeline\": 3, \"data\": 1},"
+              "\"workers\": [{\"host\": \"h\", \"port\": 1, \"fabric\": \"ib-a\"}, {\"host\": \"h\", \"port\": 2, \"fabric\": \"ib-a\"},"
+              "{\"host\": \"h\", \"port\": 3, \"fabric\": \"eth\"}],"
+              "\"groups\": [{\"kind\": \"link\", \"ranks\": [0, 1], \"transport\": \"ib\", \"stage\": 0},"
+              "{\"kind\": \"link\", \"ranks\": [1, 2], \"transport\": \"socket\","
+              " \"pacing\": {\"bytes_per_second\": 2e6, \"latency_us\": 50}}]}", &rt, &e);
+    CHECK_INT("a document with link groups loads", rc, 0);
+    if (rc != 0)
+        printf("  %s\n", e.msg);
+    if (rc == 0) {
+        int a = plan_doc_find_link(&rt, 1, -1), b = plan_doc_find_link(&rt, 1, 1);
+        CHECK("the middle rank's two links: ib back to rank 0 (stage 0), socket on to rank 2 (stage 1)",
+              a == 0 && b == 1 && rt.groups[a].transport == TRANSPORT_IB &&
+                  !strcmp(rt.groups[a].nccl_net, "IB") && rt.groups[b].transport == TRANSPORT_SOCKET &&
+                  rt.groups[a].stage == 0 && rt.groups[b].stage == 1);
+        struct rt_comm_spec cs;
+        CHECK("a link's comm spec: two members, its own pacing",
+              rank_table_comm_spec(&rt, b, 2, &cs, &e) == 0 && cs.spec.size == 2 &&
+                  cs.spec.index == 1 && cs.pacing[0].bytes_per_sec == 2e6);
+        rt_comm_spec_free(&cs);
+        struct comm_nccl_params np;
+        CHECK("a link planned IB runs on NCCL for GPU ranks (send/recv on device buffers)",
+              rank_table_nccl_params(&rt, a, 0, 0, &np) == 1 && !strcmp(np.net_name, "IB"));
+        CHECK_INT("a link between fabrics (socket) stays on TCP", rank_table_nccl_params(&rt, b, 2, 0, &np),
+                  0);
+        cJSON *j = plan_doc_to_json(&rt);
+        struct plan_doc back;
+        int rc2 = j ? plan_doc_from_json(j, "encoded", &back, &e) : -1;
+        CHECK("link groups round-trip", rc2 == 0 && back.ngroups == rt.ngroups &&
+                                           back.groups[0].kind == GROUP_LINK &&
+                                           back.groups[0].transport == TRANSPORT_IB &&
+                                           back.groups[1].pacing.bytes_per_sec == 2e6 &&
+                                           back.groups[1].stage == 1);
+        if (rc2 == 0)
+            plan_doc_free(&back);
+        cJSON_Delete(j);
+        plan_doc_free(&rt);
+    }
     fuzz_decoder(planned);
     unsetenv("HOLMES_RANK_TABLE_JSON");
     unsetenv("HOLMES_RANK_TABLE");

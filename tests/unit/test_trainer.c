@@ -146,12 +146,14 @@ struct run_arg {
     int die_rank;       /* rank whose data source exits (-1: none) */
     long first_step;    /* step of the first report expected (resume) */
     int bf16;           /* parameters gathered and computed with in bf16 (fp32 masters) */
+    int emulated;       /* the engine's memory staged as a device's (devmem_emulated) */
 };
 
 struct result {
     float losses[MAXSTEPS];
     long nsteps;
     int overlapped, buckets; /* most buckets started during backward in one step, of */
+    long staged_steps;       /* steps that copied bytes between the host and the engine */
     struct gpt_stage *ref;
     int bad;
 };
@@ -165,6 +167,7 @@ static int on_step(void *ctx, const struct trainer_report *r)
     if (r->buckets_overlapped > res->overlapped)
         res->overlapped = r->buckets_overlapped;
     res->buckets = r->buckets;
+    res->staged_steps += r->h2d_bytes > 0 && r->d2h_bytes > 0;
     if (getenv("TRAINER_VERBOSE"))
         fprintf(stderr, "stage %d replica %d step %ld loss %.6f time %.3f s (pipe %.3f sync %.3f)\n",
                 r->stage, r->replica, r->step, r->loss, r->step_s, r->pipeline_s, r->grad_sync_s);
@@ -224,6 +227,7 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
     c.checkpoint_dir = ra->ckpt;
     c.checkpoint_every = 5;
     c.param_wire = ra->bf16 ? DTYPE_BF16 : DTYPE_FP32;
+    c.emulate_device = ra->emulated;
     int die[2] = {ra->die_rank == rank ? 0 : -1, 3 * (MG / ra->D) + 1};
     struct trainer_data data = {die, batch};
     struct trainer_hooks hooks = {&res, on_step, NULL, ra->steps == STEPS ? on_end : NULL, NULL};
@@ -256,6 +260,14 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
     if (ra->D > 1 && res.overlapped == 0) {
         fprintf(stderr, "rank %d: no gradient bucket (of %d) was reduce-scattered during backward\n",
                 rank, res.buckets);
+        res.bad = 1;
+    }
+    /* every step of the emulated device's runs went through the staging (every rank exchanges
+     * with a neighbour or replica each step); host memory never does */
+    long want_staged = ra->emulated ? ra->steps - ra->first_step : 0;
+    if (res.staged_steps != want_staged) {
+        fprintf(stderr, "rank %d: %ld steps staged bytes, want %ld\n", rank, res.staged_steps,
+                want_staged);
         res.bad = 1;
     }
     if (res.nsteps != ra->steps) {
@@ -316,7 +328,7 @@ int main(void)
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
         if (only && atoi(only) != (int)i)
             continue;
-        struct run_arg ra = {layouts[i].P, layouts[i].D, layouts[i].s, STEPS, NULL, -1, 0, 0};
+        struct run_arg ra = {layouts[i].P, layouts[i].D, layouts[i].s, STEPS, NULL, -1, 0, 0, 0};
         char name[128];
         snprintf(name, sizeof name, "pipeline %d x data %d (%s): 20 step losses and final params "
                  "match one process", ra.P, ra.D, schedule_name(ra.sched));
@@ -325,9 +337,9 @@ int main(void)
     /* resume: run 7 steps (checkpoint at 5 and 7), then the rest; must match the reference */
     char dir[] = "/tmp/holmes-trainer-XXXXXX";
     if (mkdtemp(dir)) {
-        struct run_arg a = {2, 2, SCHED_1F1B, 7, dir, -1, 0, 0};
+        struct run_arg a = {2, 2, SCHED_1F1B, 7, dir, -1, 0, 0, 0};
         CHECK_INT("first 7 steps with checkpoints", run_group(4, worker, &a, -1, 120), 0);
-        struct run_arg b = {2, 2, SCHED_1F1B, STEPS, dir, -1, 7, 0};
+        struct run_arg b = {2, 2, SCHED_1F1B, STEPS, dir, -1, 7, 0, 0};
         CHECK_INT("resumed run matches the uninterrupted reference", run_group(4, worker, &b, -1, 120), 0);
         char latest[256];
         snprintf(latest, sizeof latest, "%s/latest-step", dir);
@@ -340,14 +352,14 @@ int main(void)
     /* bf16 parameters (fp32 masters): the layout with every exchange (data-parallel shards, the
      * tied embedding between stages) against the bf16 reference, and a resume, whose checkpoint
      * must hold the masters (rounded parameters would not continue the same run) */
-    struct run_arg h = {2, 2, SCHED_1F1B, STEPS, NULL, -1, 0, 1};
+    struct run_arg h = {2, 2, SCHED_1F1B, STEPS, NULL, -1, 0, 1, 0};
     CHECK_INT("pipeline 2 x data 2, bf16 parameters: losses and final fp32 masters match one "
               "process", run_group(4, worker, &h, -1, 120), 0);
     char dir2[] = "/tmp/holmes-trainer-XXXXXX";
     if (mkdtemp(dir2)) {
-        struct run_arg a = {2, 2, SCHED_1F1B, 7, dir2, -1, 0, 1};
+        struct run_arg a = {2, 2, SCHED_1F1B, 7, dir2, -1, 0, 1, 0};
         CHECK_INT("bf16 parameters: first 7 steps with checkpoints", run_group(4, worker, &a, -1, 120), 0);
-        struct run_arg b = {2, 2, SCHED_1F1B, STEPS, dir2, -1, 7, 1};
+        struct run_arg b = {2, 2, SCHED_1F1B, STEPS, dir2, -1, 7, 1, 0};
         CHECK_INT("bf16 parameters: the resumed run matches the uninterrupted reference",
                   run_group(4, worker, &b, -1, 120), 0);
         char cmd[300];
@@ -355,7 +367,25 @@ int main(void)
         if (system(cmd) != 0)
             fprintf(stderr, "could not remove %s\n", dir2);
     }
-    struct run_arg d = {2, 2, SCHED_1F1B, STEPS, NULL, 1, 0, 0};
+    /* the engine's memory as a device's: every exchange staged through host buffers, as on a
+     * GPU, with the same results (fp32 and bf16 parameters, and a resume) */
+    struct run_arg em = {2, 2, SCHED_1F1B, STEPS, NULL, -1, 0, 0, 1};
+    CHECK_INT("pipeline 2 x data 2 on the emulated device: losses and final params match one "
+              "process", run_group(4, worker, &em, -1, 120), 0);
+    char dir3[] = "/tmp/holmes-trainer-XXXXXX";
+    if (mkdtemp(dir3)) {
+        struct run_arg a = {2, 2, SCHED_GPIPE, 7, dir3, -1, 0, 1, 1};
+        CHECK_INT("emulated device, bf16 parameters: first 7 steps with checkpoints",
+                  run_group(4, worker, &a, -1, 120), 0);
+        struct run_arg b = {2, 2, SCHED_GPIPE, STEPS, dir3, -1, 7, 1, 1};
+        CHECK_INT("emulated device, bf16 parameters: the resumed run matches the reference",
+                  run_group(4, worker, &b, -1, 120), 0);
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir3);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", dir3);
+    }
+    struct run_arg d = {2, 2, SCHED_1F1B, STEPS, NULL, 1, 0, 0, 0};
     CHECK_INT("a process dying mid-step fails every other with a clear error",
               run_group(4, worker, &d, -1, 60), 0);
     TEST_MAIN_END();

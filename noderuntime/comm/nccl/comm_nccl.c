@@ -201,10 +201,14 @@ int nccl_comm_check_transport(const struct nccl_comm *c, herr *e)
     return 0;
 }
 
+/* A call on the non-blocking communicator: ncclInProgress means NCCL is still queueing it (a
+ * connection made on first use): wait until it has, as NCCL asks before the next call. */
 static int check(struct nccl_comm *c, const char *op, ncclResult_t r, herr *e)
 {
-    if (r == ncclSuccess || r == ncclInProgress)
+    if (r == ncclSuccess)
         return 0;
+    if (r == ncclInProgress)
+        return wait_async(c, op, e);
     return nccl_fail(c, op, r, e);
 }
 
@@ -272,5 +276,40 @@ int nccl_comm_sync(struct nccl_comm *c, herr *e)
                             "(a peer died or is stuck); communicator aborted", c->name, c->timeout_s);
         }
         usleep(100);
+    }
+}
+
+int nccl_comm_send(struct nccl_comm *c, int peer, const void *buf, size_t bytes, herr *e)
+{
+    return check(c, "send", ncclSend(buf, bytes, ncclUint8, peer, c->comm, c->stream), e);
+}
+
+int nccl_comm_recv(struct nccl_comm *c, int peer, void *buf, size_t bytes, herr *e)
+{
+    return check(c, "recv", ncclRecv(buf, bytes, ncclUint8, peer, c->comm, c->stream), e);
+}
+
+int nccl_comm_async_error(struct nccl_comm *c, herr *e)
+{
+    if (!c->comm)
+        return herr_peer(e, "NCCL communicator %s was aborted", c->name);
+    ncclResult_t st;
+    ncclResult_t r = ncclCommGetAsyncError(c->comm, &st);
+    if (r != ncclSuccess)
+        return nccl_fail(c, "checking for errors", r, e);
+    if (st != ncclSuccess && st != ncclInProgress) {
+        ncclCommAbort(c->comm);
+        c->comm = NULL;
+        return herr_peer(e, "NCCL communicator %s: %s (a peer lost?); communicator aborted",
+                         c->name, ncclGetErrorString(st));
+    }
+    return 0;
+}
+
+void nccl_comm_abort(struct nccl_comm *c)
+{
+    if (c && c->comm) {
+        ncclCommAbort(c->comm);
+        c->comm = NULL;
     }
 }

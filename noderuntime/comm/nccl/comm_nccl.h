@@ -56,8 +56,17 @@ int nccl_comm_broadcast(struct nccl_comm *c, void *buf, size_t bytes, int root, 
  * may be -1 to skip that half). */
 int nccl_comm_sendrecv(struct nccl_comm *c, int to, const void *sbuf, size_t sbytes, int from,
                        void *rbuf, size_t rbytes, herr *e);
+/* Point to point, one message each, queued on the communicator's stream. */
+int nccl_comm_send(struct nccl_comm *c, int peer, const void *buf, size_t bytes, herr *e);
+int nccl_comm_recv(struct nccl_comm *c, int peer, void *buf, size_t bytes, herr *e);
 /* Waits for the stream, bounded by the timeout; a NCCL error or a timeout aborts the
  * communicator and names it. */
 int nccl_comm_sync(struct nccl_comm *c, herr *e);
+/* An error NCCL met in the background (a peer lost inside a collective): the communicator is
+ * aborted (its kernels end) and the error, a peer error, names it. 0 while all is well. */
+int nccl_comm_async_error(struct nccl_comm *c, herr *e);
+/* Ends the communicator's work at once (ncclCommAbort), e.g. once a host wait for the GPU timed
+ * out. */
+void nccl_comm_abort(struct nccl_comm *c);
 
 #endif

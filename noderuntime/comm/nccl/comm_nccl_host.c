@@ -1,7 +1,10 @@
 /* The NCCL backend of the comm seam (comm.h's comm_create_nccl, comm_backend.h): an NCCL
- * communicator (comm_nccl.h) running the trainer's collectives on host buffers, staged through
- * device scratch memory. CUDA build only. Chunks follow comm_chunk (remainder to the first
- * ranks); NCCL's equal chunks are padded to the largest. */
+ * communicator (comm_nccl.h) running the trainer's operations on device buffers as they are
+ * (comm_dev_*: queued on the communicator's stream behind the compute lane's event, an event
+ * recorded after), and on host buffers staged through device scratch memory (the norm's
+ * scalars, checkpoints). CUDA build only. Chunks follow comm_chunk (remainder to the first
+ * ranks); where they are unequal, NCCL's equal chunks go through a padded scratch buffer (grown,
+ * never allocated per operation). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +15,7 @@
 #include "comm_backend.h"
 #include "comm_nccl.h"
 #include "comm_tcp.h"
+#include "devmem_cuda.h"
 
 struct nccl_host {
     struct nccl_comm *nc;
@@ -22,6 +26,9 @@ struct nccl_host {
     uint64_t bytes;
     unsigned char *dsend, *drecv; /* device scratch */
     size_t cap;                   /* bytes of each */
+    struct devmem *dm;            /* device buffers' memory (comm_set_devmem) */
+    unsigned char *pad;           /* padded scratch of unequal chunks (device) */
+    size_t pad_cap;
 };
 
 static int cuda_ok(struct nccl_host *h, cudaError_t ce, const char *what, herr *e)
@@ -141,8 +148,8 @@ static int nh_barrier(void *impl, herr *e)
 static int nh_p2p(void *impl, herr *e)
 {
     struct nccl_host *h = impl;
-    return herr_set(e, "NCCL communicator %s: point-to-point traffic goes over TCP groups, not NCCL "
-                    "ones (a bug: the trainer sent on a collective group)", h->name);
+    return herr_set(e, "NCCL communicator %s: point-to-point messages take device buffers "
+                    "(comm_dev_isend, comm_dev_recv); a host buffer here is a bug", h->name);
 }
 static int nh_send(void *impl, int peer, uint32_t tag, const void *buf, size_t len, herr *e)
 {
@@ -153,6 +160,155 @@ static int nh_recv(void *impl, int peer, uint32_t tag, void *buf, size_t len, he
 {
     (void)peer, (void)tag, (void)buf, (void)len;
     return nh_p2p(impl, e);
+}
+
+/* ---------- device buffers ---------- */
+
+static int nh_check(void *ctx, herr *e) { return nccl_comm_async_error(((struct nccl_host *)ctx)->nc, e); }
+static void nh_abort(void *ctx) { nccl_comm_abort(((struct nccl_host *)ctx)->nc); }
+
+static int nh_set_devmem(void *impl, struct devmem *m, herr *e)
+{
+    struct nccl_host *h = impl;
+    if (m->device != h->device)
+        return herr_set(e, "NCCL communicator %s: buffers on GPU %d, the communicator on GPU %d",
+                        h->name, m->device, h->device);
+    h->dm = m;
+    /* a host wait on this GPU also watches this communicator for a lost peer */
+    return devmem_cuda_watch(m, nh_check, nh_abort, h, e);
+}
+
+/* The operation's stream waits for the compute lane's event. */
+static int dev_begin(struct nccl_host *h, void *ready, herr *e)
+{
+    if (cuda_ok(h, cudaSetDevice(h->device), "selecting the device", e) != 0)
+        return -1;
+    return cuda_ok(h, cudaStreamWaitEvent(nccl_comm_stream(h->nc), (cudaEvent_t)ready, 0),
+                   "ordering after the compute stream", e);
+}
+
+static int dev_end(struct nccl_host *h, void *done, herr *e)
+{
+    return cuda_ok(h, cudaEventRecord((cudaEvent_t)done, nccl_comm_stream(h->nc)),
+                   "recording the operation's end", e);
+}
+
+/* Padded device scratch of at least `bytes` (allocated on growth only; the stream's earlier
+ * work on the old one is waited for first). */
+static int pad_fit(struct nccl_host *h, size_t bytes, herr *e)
+{
+    if (bytes <= h->pad_cap)
+        return 0;
+    if (h->pad && (cuda_ok(h, cudaStreamSynchronize(nccl_comm_stream(h->nc)), "waiting", e) != 0))
+        return -1;
+    devmem_free(h->dm, h->pad);
+    h->pad = NULL;
+    h->pad_cap = 0;
+    if (devmem_alloc(h->dm, bytes, (void **)&h->pad, e) != 0)
+        return herr_wrap(e, "NCCL communicator %s: padding scratch", h->name);
+    h->pad_cap = bytes;
+    return 0;
+}
+
+static int dcopy(struct nccl_host *h, void *dst, const void *src, size_t bytes, herr *e)
+{
+    if (!bytes)
+        return 0;
+    return cuda_ok(h, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+                                      nccl_comm_stream(h->nc)), "copying on the device", e);
+}
+
+static int nh_dev_all_reduce(void *impl, float *buf, size_t count, void *ready, void *done,
+                             herr *e)
+{
+    struct nccl_host *h = impl;
+    if (dev_begin(h, ready, e) != 0 || nccl_comm_all_reduce(h->nc, buf, count, e) != 0 ||
+        dev_end(h, done, e) != 0)
+        return -1;
+    h->bytes += 2 * count * sizeof(float) * (size_t)(h->size - 1) / (size_t)h->size;
+    return 0;
+}
+
+/* In place, rank r's chunk (tcp_chunk) summed; equal chunks go straight to NCCL. */
+static int nh_dev_reduce_scatter(void *impl, float *buf, size_t count, void *ready, void *done,
+                                 herr *e)
+{
+    struct nccl_host *h = impl;
+    int n = h->size;
+    size_t q = (count + (size_t)n - 1) / (size_t)n, off, len;
+    if (dev_begin(h, ready, e) != 0)
+        return -1;
+    if (count % (size_t)n == 0) {
+        if (nccl_comm_reduce_scatter(h->nc, buf, buf + (size_t)h->rank * q, q, e) != 0)
+            return -1;
+    } else {
+        size_t qb = q * sizeof(float);
+        if (pad_fit(h, qb * (size_t)n, e) != 0 ||
+            cuda_ok(h, cudaMemsetAsync(h->pad, 0, qb * (size_t)n, nccl_comm_stream(h->nc)),
+                    "clearing scratch", e) != 0)
+            return -1;
+        for (int r = 0; r < n; r++) {
+            tcp_chunk(count, n, r, &off, &len);
+            if (dcopy(h, h->pad + (size_t)r * qb, buf + off, len * sizeof(float), e) != 0)
+                return -1;
+        }
+        float *p = (float *)h->pad;
+        tcp_chunk(count, n, h->rank, &off, &len);
+        if (nccl_comm_reduce_scatter(h->nc, p, p + (size_t)h->rank * q, q, e) != 0 ||
+            dcopy(h, buf + off, p + (size_t)h->rank * q, len * sizeof(float), e) != 0)
+            return -1;
+    }
+    h->bytes += q * sizeof(float) * (size_t)(n - 1);
+    return dev_end(h, done, e);
+}
+
+/* In place: every rank's chunk (tcp_chunk) everywhere, any element size. */
+static int nh_dev_all_gather(void *impl, void *buf, size_t count, size_t esz, void *ready,
+                             void *done, herr *e)
+{
+    struct nccl_host *h = impl;
+    int n = h->size;
+    unsigned char *b = buf;
+    size_t q = (count + (size_t)n - 1) / (size_t)n, qb = q * esz, off, len;
+    if (dev_begin(h, ready, e) != 0)
+        return -1;
+    if (count % (size_t)n == 0) {
+        if (nccl_comm_all_gather_bytes(h->nc, b + (size_t)h->rank * qb, b, qb, e) != 0)
+            return -1;
+    } else {
+        tcp_chunk(count, n, h->rank, &off, &len);
+        if (pad_fit(h, qb * (size_t)n, e) != 0 ||
+            dcopy(h, h->pad + (size_t)h->rank * qb, b + off * esz, len * esz, e) != 0 ||
+            nccl_comm_all_gather_bytes(h->nc, h->pad + (size_t)h->rank * qb, h->pad, qb, e) != 0)
+            return -1;
+        for (int r = 0; r < n; r++) {
+            tcp_chunk(count, n, r, &off, &len);
+            if (r != h->rank && dcopy(h, b + off * esz, h->pad + (size_t)r * qb, len * esz, e) != 0)
+                return -1;
+        }
+    }
+    h->bytes += qb * (size_t)(n - 1);
+    return dev_end(h, done, e);
+}
+
+static int nh_dev_send(void *impl, int peer, const void *buf, size_t len, void *ready, void *done,
+                       herr *e)
+{
+    struct nccl_host *h = impl;
+    if (dev_begin(h, ready, e) != 0 || nccl_comm_send(h->nc, peer, buf, len, e) != 0 ||
+        dev_end(h, done, e) != 0)
+        return -1;
+    h->bytes += len;
+    return 0;
+}
+
+static int nh_dev_recv(void *impl, int peer, void *buf, size_t len, void *ready, void *done,
+                       herr *e)
+{
+    struct nccl_host *h = impl;
+    if (dev_begin(h, ready, e) != 0 || nccl_comm_recv(h->nc, peer, buf, len, e) != 0)
+        return -1;
+    return dev_end(h, done, e);
 }
 
 static int nh_size(const void *impl) { return ((const struct nccl_host *)impl)->size; }
@@ -170,9 +326,13 @@ static void nh_destroy(void *impl)
     if (!h)
         return;
     cudaSetDevice(h->device);
+    if (h->dm)
+        devmem_cuda_unwatch(h->dm, h);
     nccl_comm_free(h->nc);
     cudaFree(h->dsend);
     cudaFree(h->drecv);
+    if (h->dm)
+        devmem_free(h->dm, h->pad);
     comm_free(h->bootstrap);
     free(h);
 }
@@ -182,7 +342,9 @@ static const struct comm_backend nccl_backend = {
     .transport = nh_transport, .send = nh_send, .recv = nh_recv,
     .reduce_scatter_f32 = nh_reduce_scatter, .all_gather = nh_all_gather,
     .all_reduce_f32 = nh_all_reduce, .broadcast = nh_broadcast, .barrier = nh_barrier,
-    .destroy = nh_destroy,
+    .destroy = nh_destroy, .set_devmem = nh_set_devmem, .dev_send = nh_dev_send,
+    .dev_recv = nh_dev_recv, .dev_reduce_scatter_f32 = nh_dev_reduce_scatter,
+    .dev_all_gather = nh_dev_all_gather, .dev_all_reduce_f32 = nh_dev_all_reduce,
 };
 
 int comm_create_nccl(struct comm **out, struct comm *bootstrap, const struct comm_nccl_params *p,

@@ -1,13 +1,18 @@
 /* The CUDA engine behind the engine seam (engine.h). Compiled twice by mk/cuda.mk, once per
  * precision (HOLMES_GPU_FP32 defined: engine_cuda_fp32_ops; else engine_cuda_bf16_ops), each
- * against gpt_cuda.cu of the same precision, and linked only into the CUDA holmes-node.
+ * against gpt_cuda of the same precision, and linked only into the CUDA holmes-node.
  *
- * The trainer's buffers stay on the host (engine.h): this engine keeps the device stage in step
- * with them. Parameters are uploaded in the first forward after they changed (the forward hook
- * runs first, for all of them, so the ZeRO all-gather is complete); gradients are downloaded
- * when the trainer asks (engine_grads_fetch); activations cross in host fp32, converted to and
- * from the device's activation type. A tensor group (Megatron-LM, gpu_stage_create_tp) sums its
- * partial results through the trainer's function (engine_set_tp_sum), on host fp32 buffers. */
+ * Device-resident: the parameters and gradients the trainer works on are the device stage's own
+ * fp32 buffers (gpu_stage_params_dev, gpu_stage_grads_dev), its memory the GPU's (devmem_cuda,
+ * with the stage's stream as the compute lane). The trainer's optimizer state, ZeRO masters and
+ * pipeline activations are allocated there too. Forward and backward queue work and return; the
+ * forward hook runs before a block's parameters are read (the trainer makes the stream wait for
+ * their all-gather there), the backward hook right after a block's gradients are queued (the
+ * trainer starts their reduce-scatter behind an event), and the tensor group's sums run on device
+ * buffers (gpu_stage_set_tp_sum_dev: the trainer's all-reduce on the tensor group's communicator,
+ * NCCL on the device or staged for TCP). Only tokens and targets go down, the loss and the
+ * gradient norm come up once per step; parameters cross PCIe only to initialise, load and save.
+ * Written and compile-checked without a GPU; tests/gpu/worker_gpu.sh runs it. */
 #include "engine.h"
 
 #include <stdlib.h>
@@ -15,6 +20,7 @@
 
 #include <cuda_runtime.h>
 
+#include "devmem_cuda.h"
 #include "gpt_cuda.h"
 
 #ifdef HOLMES_GPU_FP32
@@ -27,12 +33,10 @@
 
 struct cuda_engine {
     struct gpu_stage *g;
+    struct devmem *mem;
     int device;
-    size_t act_n;       /* B*T*C */
-    int T, tp;
-    void *in_dev, *out_dev; /* activations in, out (device, activation type) */
-    int params_dirty;   /* host parameters changed since the last upload */
-    int grads_dirty;    /* device gradients changed since the last download */
+    int T, tp, B;
+    int last;           /* holds the head (and the loss) */
 };
 
 static struct cuda_engine *ce_of(struct engine *en) { return en->impl; }
@@ -42,12 +46,32 @@ static void cuda_destroy(struct engine *en)
     struct cuda_engine *c = ce_of(en);
     if (c) {
         cudaSetDevice(c->device);
-        gpu_act_free(c->in_dev);
-        gpu_act_free(c->out_dev);
         gpu_stage_free(c->g);
+        devmem_cuda_free(c->mem);
         free(c);
     }
     gpt_stage_free(en->host);
+}
+
+/* The forward hook: the trainer's, then (inside the stage) the bf16 copy of the range refreshed
+ * where it was marked changed. */
+static int fwd_hook(void *ctx, size_t lo, size_t hi)
+{
+    struct engine *en = ctx;
+    return en->fwd_hook ? en->fwd_hook(en->fwd_ctx, lo, hi) : 0;
+}
+
+static void bwd_hook(void *ctx, int layer)
+{
+    struct engine *en = ctx;
+    if (en->bwd_hook)
+        en->bwd_hook(en->bwd_ctx, layer);
+}
+
+static int tp_sum_hook(void *ctx, float *buf, size_t n)
+{
+    struct engine *en = ctx;
+    return en->tp_sum ? en->tp_sum(en->tp_ctx, buf, n) : -1;
 }
 
 static int cuda_create(struct engine *en, const struct engine_spec *s, herr *e)
@@ -61,8 +85,8 @@ static int cuda_create(struct engine *en, const struct engine_spec *s, herr *e)
                         "CUDA_VISIBLE_DEVICES)", s->device, ndev);
     if ((ce = cudaSetDevice(s->device)) != cudaSuccess)
         return herr_set(e, "CUDA device %d: %s", s->device, cudaGetErrorString(ce));
-    /* the host stage: layout (this tensor rank's) and the trainer's buffers; no micro-batch of
-     * its own */
+    /* the host stage: layout (this tensor rank's), and host buffers to initialise, load and
+     * save; no micro-batch of its own */
     if (gpt_stage_create_tp(&en->host, &s->model, s->first, s->last, 1, 1, 1, s->tp, s->tp_rank,
                             e) != 0)
         return -1;
@@ -74,52 +98,84 @@ static int cuda_create(struct engine *en, const struct engine_spec *s, herr *e)
     }
     en->impl = c;
     c->device = s->device;
-    c->act_n = (size_t)s->B * (size_t)s->T * (size_t)s->model.channels;
     c->T = s->T;
+    c->B = s->B;
     c->tp = s->tp;
-    c->params_dirty = 1;
-    if (gpu_stage_create_tp(&c->g, &s->model, s->first, s->last, s->B, s->T, s->slots, 0, s->tp,
-                            s->tp_rank, e) != 0 ||
-        (s->first > 0 && !(c->in_dev = gpu_act_alloc(c->act_n, e))) ||
-        (s->last < s->model.layers && !(c->out_dev = gpu_act_alloc(c->act_n, e)))) {
+    c->last = s->last == s->model.layers;
+    /* the trainer keeps its shard's AdamW moments: the stage keeps none */
+    if (gpu_stage_create_tp(&c->g, &s->model, s->first, s->last, s->B, s->T, s->slots,
+                            GPU_NO_MOMENTS, s->tp, s->tp_rank, e) != 0 ||
+        devmem_cuda_create(&c->mem, s->device, gpu_stage_stream(c->g), s->timeout_s, e) != 0) {
         cuda_destroy(en);
         en->impl = NULL;
         en->host = NULL;
         return -1;
     }
     if (gpu_stage_num_params(c->g) != gpt_stage_num_params(en->host)) {
+        herr_set(e, "CUDA engine: %zu parameters, the host stage %zu (layouts differ)",
+                 gpu_stage_num_params(c->g), gpt_stage_num_params(en->host));
         cuda_destroy(en);
         en->impl = NULL;
         en->host = NULL;
-        return herr_set(e, "CUDA engine: %zu parameters, the host stage %zu (layouts differ)",
-                        gpu_stage_num_params(c->g), gpt_stage_num_params(en->host));
+        return -1;
     }
-    gpu_stage_set_tp_sum(c->g, en->tp_sum, en->tp_ctx);
+    en->mem = c->mem;
+    en->params = gpu_stage_params_dev(c->g);
+    en->grads = gpu_stage_grads_dev(c->g);
+#ifdef HOLMES_GPU_FP32
+    en->act_dtype = DTYPE_FP32;
+#else
+    en->act_dtype = DTYPE_BF16;
+#endif
+    gpu_stage_set_forward_hook(c->g, fwd_hook, en);
+    gpu_stage_set_backward_hook(c->g, bwd_hook, en);
+    if (s->tp > 1)
+        gpu_stage_set_tp_sum_dev(c->g, tp_sum_hook, en);
+    return 0;
+}
+
+static int stage_err(struct engine *en, herr *e, const char *what)
+{
+    return herr_set(e, "CUDA engine: %s: %s", what, gpu_stage_error(ce_of(en)->g));
+}
+
+static int on_device(struct engine *en)
+{
+    struct cuda_engine *c = ce_of(en);
+    if (cudaSetDevice(c->device) != cudaSuccess)
+        return engine_fail(en, "CUDA device %d lost", c->device);
+    return 0;
+}
+
+static int cuda_params_upload(struct engine *en, herr *e)
+{
+    struct cuda_engine *c = ce_of(en);
+    if (cudaSetDevice(c->device) != cudaSuccess ||
+        gpu_stage_set_params(c->g, gpt_stage_params(en->host)) != 0)
+        return stage_err(en, e, "uploading the parameters");
+    devmem_count_bytes(c->mem, gpt_stage_num_params(en->host) * sizeof(float), 0);
+    return 0;
+}
+
+static int cuda_params_download(struct engine *en, herr *e)
+{
+    struct cuda_engine *c = ce_of(en);
+    if (cudaSetDevice(c->device) != cudaSuccess ||
+        gpu_stage_get_params(c->g, gpt_stage_params(en->host)) != 0)
+        return stage_err(en, e, "downloading the parameters");
+    devmem_count_bytes(c->mem, 0, gpt_stage_num_params(en->host) * sizeof(float));
     return 0;
 }
 
 static int cuda_init_params(struct engine *en, uint64_t seed, herr *e)
 {
-    (void)e;
     gpt_stage_init_params(en->host, seed); /* the same numbers as gpu_stage_init_params */
-    ce_of(en)->params_dirty = 1;
-    return 0;
-}
-
-static int upload_params(struct engine *en)
-{
-    struct cuda_engine *c = ce_of(en);
-    if (en->fwd_hook && en->fwd_hook(en->fwd_ctx, 0, gpt_stage_num_params(en->host)) != 0)
-        return engine_fail(en, "waiting for the parameters");
-    if (c->params_dirty && gpu_stage_set_params(c->g, gpt_stage_params(en->host)) != 0)
-        return engine_fail(en, "uploading parameters: %s", gpu_stage_error(c->g));
-    c->params_dirty = 0;
-    return 0;
+    return cuda_params_upload(en, e);
 }
 
 /* Token slices (TeraPipe): gpu_stage_forward_slice / _backward_slice, for tensor 1 only (as
- * gpt_pass.c). Returns the activation elements of the slice ([B][t1 - t0][C]) through *n. */
-static int slice_check(struct engine *en, int t0, int t1, size_t *n)
+ * gpt_pass.c). */
+static int slice_check(struct engine *en, int t0, int t1)
 {
     struct cuda_engine *c = ce_of(en);
     if (t0 < 0 || t1 > c->T || t0 >= t1)
@@ -128,86 +184,89 @@ static int slice_check(struct engine *en, int t0, int t1, size_t *n)
     if (!(t0 == 0 && t1 == c->T) && c->tp > 1)
         return engine_fail(en, "token slices [%d, %d) of %d with tensor parallelism (%d): the CUDA "
                            "engine slices only tensor 1", t0, t1, c->T, c->tp);
-    *n = c->act_n / (size_t)c->T * (size_t)(t1 - t0);
     return 0;
 }
 
 static int cuda_forward(struct engine *en, int slot, int t0, int t1, const int *tokens,
-                        const float *in_act, const int *targets, float *out_act, float *loss)
+                        const void *in_act, const int *targets, void *out_act)
 {
     struct cuda_engine *c = ce_of(en);
-    herr e;
-    size_t n;
-    if (slice_check(en, t0, t1, &n) != 0)
+    if (slice_check(en, t0, t1) != 0 || on_device(en) != 0)
         return -1;
-    if (cudaSetDevice(c->device) != cudaSuccess)
-        return engine_fail(en, "CUDA device %d lost", c->device);
-    if (upload_params(en) != 0)
-        return -1;
-    if (c->in_dev && gpu_act_upload(c->in_dev, in_act, n, &e) != 0)
-        return engine_fail(en, "forward: %s", e.msg);
-    if (gpu_stage_forward_slice(c->g, slot, t0, t1, tokens, c->in_dev, targets, c->out_dev,
-                                loss) != 0)
+    /* loss NULL: the last stage adds it to the stage's sum on the device (gpu_stage_loss_take) */
+    if (gpu_stage_forward_slice(c->g, slot, t0, t1, tokens, in_act, targets, out_act, NULL) != 0)
         return engine_fail(en, "%s", gpu_stage_error(c->g));
-    if (c->out_dev && gpu_act_download(out_act, c->out_dev, n, &e) != 0)
-        return engine_fail(en, "forward: %s", e.msg);
+    if (t0 == 0) /* the micro-batch's tokens (first stage) and targets (last) went down */
+        devmem_count_bytes(c->mem, (size_t)c->B * (size_t)c->T * sizeof(int) *
+                                       (size_t)((tokens != NULL) + (targets != NULL)), 0);
     return 0;
 }
 
-static int cuda_backward(struct engine *en, int slot, int t0, int t1, const float *dout,
-                         float *din, float loss_scale)
+static int cuda_backward(struct engine *en, int slot, int t0, int t1, const void *dout, void *din,
+                         float loss_scale)
 {
     struct cuda_engine *c = ce_of(en);
-    herr e;
-    size_t n;
-    if (slice_check(en, t0, t1, &n) != 0)
+    if (slice_check(en, t0, t1) != 0 || on_device(en) != 0)
         return -1;
-    if (cudaSetDevice(c->device) != cudaSuccess)
-        return engine_fail(en, "CUDA device %d lost", c->device);
-    /* on the last stage out_dev is absent and dout unused; elsewhere out_dev carries dout */
-    if (c->out_dev && gpu_act_upload(c->out_dev, dout, n, &e) != 0)
-        return engine_fail(en, "backward: %s", e.msg);
-    if (gpu_stage_backward_slice(c->g, slot, t0, t1, c->out_dev, c->in_dev, loss_scale) != 0)
+    if (gpu_stage_backward_slice(c->g, slot, t0, t1, dout, din, loss_scale) != 0)
         return engine_fail(en, "%s", gpu_stage_error(c->g));
-    c->grads_dirty = 1;
-    if (c->in_dev && gpu_act_download(din, c->in_dev, n, &e) != 0)
-        return engine_fail(en, "backward: %s", e.msg);
     return 0;
 }
 
 static int cuda_zero_grads(struct engine *en, herr *e)
 {
     struct cuda_engine *c = ce_of(en);
-    memset(gpt_stage_grads(en->host), 0, gpt_stage_num_params(en->host) * sizeof(float));
-    c->params_dirty = 1; /* a new step: the optimizer wrote the parameters */
-    c->grads_dirty = 0;
     if (cudaSetDevice(c->device) != cudaSuccess || gpu_stage_zero_grads(c->g) != 0)
-        return herr_set(e, "CUDA engine: zeroing gradients: %s", gpu_stage_error(c->g));
+        return stage_err(en, e, "zeroing gradients");
     return 0;
 }
 
-static int cuda_grads_fetch(struct engine *en, herr *e)
+static int cuda_loss_take(struct engine *en, float *sum, herr *e)
 {
     struct cuda_engine *c = ce_of(en);
-    if (!c->grads_dirty)
+    *sum = 0;
+    if (!c->last)
         return 0;
-    if (cudaSetDevice(c->device) != cudaSuccess ||
-        gpu_stage_get_grads(c->g, gpt_stage_grads(en->host)) != 0)
-        return herr_set(e, "CUDA engine: downloading gradients: %s", gpu_stage_error(c->g));
-    c->grads_dirty = 0;
+    if (cudaSetDevice(c->device) != cudaSuccess || gpu_stage_loss_take(c->g, sum) != 0)
+        return stage_err(en, e, "reading the loss");
+    devmem_count_sync(c->mem);
+    devmem_count_bytes(c->mem, 0, sizeof(float));
     return 0;
 }
 
-static void cuda_params_changed(struct engine *en) { ce_of(en)->params_dirty = 1; }
-
-/* the forward hook runs in upload_params; no per-block backward hook; the tensor group's sum
- * goes to the device stage */
-static void cuda_hooks_changed(struct engine *en)
+static int cuda_sq_norm(struct engine *en, const float *base, const size_t *lo, const size_t *hi,
+                        int n, double *out, herr *e)
 {
     struct cuda_engine *c = ce_of(en);
-    if (c && c->g)
-        gpu_stage_set_tp_sum(c->g, en->tp_sum, en->tp_ctx);
+    if (cudaSetDevice(c->device) != cudaSuccess ||
+        gpu_stage_sq_norm_ranges(c->g, base, lo, hi, n, out) != 0)
+        return stage_err(en, e, "the gradient norm");
+    devmem_count_sync(c->mem);
+    devmem_count_bytes(c->mem, 0, sizeof(double));
+    return 0;
 }
+
+static int cuda_adamw(struct engine *en, const struct adamw_config *o, size_t lo, size_t hi,
+                      float *p, const float *g, float *m, float *v, float lr, long step,
+                      float grad_scale, herr *e)
+{
+    struct cuda_engine *c = ce_of(en);
+    if (cudaSetDevice(c->device) != cudaSuccess ||
+        gpu_stage_adamw_ex(c->g, o, lo, hi, p, g, m, v, lr, step, grad_scale) != 0)
+        return stage_err(en, e, "AdamW");
+    /* the stage's own parameters: its bf16 copy of the range follows */
+    if (p == en->params + lo)
+        gpu_stage_params_changed(c->g, lo, hi);
+    return 0;
+}
+
+static void cuda_params_changed(struct engine *en, size_t lo, size_t hi)
+{
+    gpu_stage_params_changed(ce_of(en)->g, lo, hi);
+}
+
+/* the stage calls the hooks itself (set once at creation, reading en's fields) */
+static void cuda_hooks_changed(struct engine *en) { (void)en; }
 
 static const char *cuda_error(const struct engine *en) { return en->err; }
 
@@ -219,8 +278,12 @@ const struct engine_ops ENGINE_OPS = {
     .forward = cuda_forward,
     .backward = cuda_backward,
     .zero_grads = cuda_zero_grads,
-    .grads_fetch = cuda_grads_fetch,
+    .loss_take = cuda_loss_take,
+    .sq_norm = cuda_sq_norm,
+    .adamw = cuda_adamw,
     .params_changed = cuda_params_changed,
+    .params_upload = cuda_params_upload,
+    .params_download = cuda_params_download,
     .hooks_changed = cuda_hooks_changed,
     .error = cuda_error,
 };

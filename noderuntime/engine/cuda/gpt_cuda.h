@@ -53,6 +53,13 @@ extern "C" {
 #define gpu_stage_create GPU_API(stage_create)
 #define gpu_stage_create_tp GPU_API(stage_create_tp)
 #define gpu_stage_set_tp_sum GPU_API(stage_set_tp_sum)
+#define gpu_stage_set_tp_sum_dev GPU_API(stage_set_tp_sum_dev)
+#define gpu_stage_set_forward_hook GPU_API(stage_set_forward_hook)
+#define gpu_stage_set_backward_hook GPU_API(stage_set_backward_hook)
+#define gpu_stage_params_changed GPU_API(stage_params_changed)
+#define gpu_stage_loss_take GPU_API(stage_loss_take)
+#define gpu_stage_adamw_ex GPU_API(stage_adamw_ex)
+#define gpu_stage_sq_norm_ranges GPU_API(stage_sq_norm_ranges)
 #define gpu_stage_free GPU_API(stage_free)
 #define gpu_stage_config GPU_API(stage_config)
 #define gpu_stage_num_params GPU_API(stage_num_params)
@@ -95,6 +102,9 @@ size_t gpu_act_bytes(void);
 /* gpu_stage_create flags */
 #define GPU_RECOMPUTE_GELU 1 /* keep no GELU outputs (4*B*T*C per layer and slot, a quarter of the
                                 activations): backward recomputes them */
+#define GPU_NO_MOMENTS 2     /* no whole-stage AdamW moments (gpu_stage_adamw, _set/_get_moments
+                                refuse): the caller keeps its own, e.g. a ZeRO shard's, and runs
+                                gpu_stage_adamw_ex */
 
 /* Like gpt_stage_create, on the current CUDA device. Parameters are zero until
  * gpu_stage_init_params() or gpu_stage_set_params(); gradients and moments start at zero. */
@@ -115,6 +125,44 @@ int gpu_stage_create_tp(struct gpu_stage **out, const struct gpt_config *c, int 
 void gpu_stage_set_tp_sum(struct gpu_stage *s, int (*fn)(void *ctx, float *buf, size_t n),
                           void *ctx);
 void gpu_stage_free(struct gpu_stage *s);
+
+/* The device-resident trainer's calls (engine_cuda.c). Forward and backward queue their work on
+ * the stream and return without waiting for it (an out_act or din is complete for another stream
+ * once that stream waits for an event recorded after the call); tokens and targets go up from
+ * per-slot pinned buffers, asynchronously.
+ *
+ * The forward hook: called on the host before the forward queues work that reads parameters
+ * [lo, hi) (the embeddings, each block, the final LayerNorm and head), in forward order, at every
+ * call (slices too), as gpt_stage_set_forward_hook; a non-zero return fails the forward. It may
+ * make the stream wait for events (the ZeRO all-gather of the range). */
+void gpu_stage_set_forward_hook(struct gpu_stage *s, int (*fn)(void *ctx, size_t lo, size_t hi),
+                                void *ctx);
+/* Parameters [lo, hi) were rewritten in device memory (an all-gather, AdamW through
+ * gpu_stage_adamw_ex, a load), in the stream's order: the bf16 weight copy of every unit they
+ * touch is refreshed right after that unit's forward hook, before it is read (fp32: nothing). */
+void gpu_stage_params_changed(struct gpu_stage *s, size_t lo, size_t hi);
+/* The backward hook: called right after the work that produces block `layer`'s final gradients
+ * (global layer index, last block first) is queued, at the backward that ends a micro-batch
+ * (t0 = 0 with token slices), as gpt_stage_set_backward_hook. */
+void gpu_stage_set_backward_hook(struct gpu_stage *s, void (*fn)(void *ctx, int layer), void *ctx);
+/* The tensor group's sum on a DEVICE fp32 buffer, in the stream's order: fn is called after the
+ * work producing buf is queued and makes the stream wait until buf holds the sum. When set, it
+ * replaces gpu_stage_set_tp_sum's host staging. */
+void gpu_stage_set_tp_sum_dev(struct gpu_stage *s, int (*fn)(void *ctx, float *buf, size_t n),
+                              void *ctx);
+/* The losses the last stage's forwards added since the last call (forwards given loss NULL; each
+ * a micro-batch's (or slice's share of its) mean), summed, and the sum reset: one wait. */
+int gpu_stage_loss_take(struct gpu_stage *s, float *sum);
+/* AdamW (optimizer.h's adamw_update_at) over parameters [lo, hi) held anywhere in device memory:
+ * p, g, m, v each with element 0 at parameter lo; weight decay by the tensor table at lo + i.
+ * Queued; it does not refresh the bf16 copy (gpu_stage_params_changed). */
+int gpu_stage_adamw_ex(struct gpu_stage *s, const struct adamw_config *o, size_t lo, size_t hi,
+                       float *p, const float *g, float *m, float *v, float lr, long step,
+                       float grad_scale);
+/* Sum of squares of base[lo[i], hi[i]) over the n ranges (device memory), fp64, a fixed order of
+ * reduction: one wait. */
+int gpu_stage_sq_norm_ranges(struct gpu_stage *s, const float *base, const size_t *lo,
+                             const size_t *hi, int n, double *out);
 
 const struct gpt_config *gpu_stage_config(const struct gpu_stage *s);
 size_t gpu_stage_num_params(const struct gpu_stage *s);

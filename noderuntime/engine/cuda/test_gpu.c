@@ -12,10 +12,13 @@
  *   gpu.resume.*     a run resumed from a checkpoint (checkpoint.h, dataloader.h) repeats the
  *                    uninterrupted run's losses and parameters exactly
  *   gpu.bad_input.*  out-of-range tokens, slots, backward without forward: -1 and a message
+ *   gpu.resident.*   the device-resident trainer's calls (hooks, the loss summed on the device,
+ *                    the norm over ranges, AdamW on buffers apart, changed parameters)
  * Tolerance: 1e-4 in fp32 mode, 2e-2 in bf16 mode (the CPU engine is fp32).
  * Usage: test_gpu [--quick] [--seed N]   (--quick: the first group only, for compute-sanitizer;
  *        HOLMES_TEST_VERBOSE=1 prints every tensor's error)
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +26,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <cuda_runtime.h>
 
 #include "checkpoint.h"
 #include "dataloader.h"
@@ -227,16 +232,18 @@ static void test_two_stage(void)
             TEST_FAIL("gpu.two_stage.one", "%s", gpu_stage_error(one));
             goto out;
         }
-    /* two stages, both micro-batches in flight: F0 F1 then B1 B0 */
+    /* two stages, both micro-batches in flight: F0 F1 then B1 B0 (each stage's stream waited for
+     * before the other reads what it wrote: forward and backward return without waiting) */
     for (int k = 0; k < 2; k++)
         if (gpu_stage_forward(s0, k, tok + k * BT, NULL, NULL, act[k], NULL) < 0 ||
+            gpu_stage_sync(s0) < 0 ||
             gpu_stage_forward(s1, k, NULL, act[k], tgt + k * BT, NULL, &l2[k]) < 0) {
             TEST_FAIL("gpu.two_stage.forward", "%s / %s", gpu_stage_error(s0), gpu_stage_error(s1));
             goto out;
         }
     for (int k = 1; k >= 0; k--)
-        if (gpu_stage_backward(s1, k, NULL, dact, 1.0f) < 0 ||
-            gpu_stage_backward(s0, k, dact, NULL, 1.0f) < 0) {
+        if (gpu_stage_backward(s1, k, NULL, dact, 1.0f) < 0 || gpu_stage_sync(s1) < 0 ||
+            gpu_stage_backward(s0, k, dact, NULL, 1.0f) < 0 || gpu_stage_sync(s0) < 0) {
             TEST_FAIL("gpu.two_stage.backward", "%s / %s", gpu_stage_error(s1), gpu_stage_error(s0));
             goto out;
         }
@@ -368,7 +375,7 @@ static void test_slices(void)
             if (gpu_stage_forward_slice(sl, k, cut[j], cut[j + 1], tok + k * BT, NULL,
                                         tgt + k * BT, NULL, &l) < 0 ||
                 gpu_stage_forward_slice(s0, k, cut[j], cut[j + 1], tok + k * BT, NULL, NULL, act,
-                                        NULL) < 0 ||
+                                        NULL) < 0 || gpu_stage_sync(s0) < 0 ||
                 gpu_stage_forward_slice(s1, k, cut[j], cut[j + 1], NULL, act, tgt + k * BT, NULL,
                                         &m) < 0) {
                 TEST_FAIL("gpu.slices.forward", "%s / %s / %s", gpu_stage_error(sl),
@@ -382,7 +389,9 @@ static void test_slices(void)
         for (int j = ns - 1; j >= 0; j--)
             if (gpu_stage_backward_slice(sl, k, cut[j], cut[j + 1], NULL, NULL, 1.0f) < 0 ||
                 gpu_stage_backward_slice(s1, k, cut[j], cut[j + 1], NULL, dact, 1.0f) < 0 ||
-                gpu_stage_backward_slice(s0, k, cut[j], cut[j + 1], dact, NULL, 1.0f) < 0) {
+                gpu_stage_sync(s1) < 0 ||
+                gpu_stage_backward_slice(s0, k, cut[j], cut[j + 1], dact, NULL, 1.0f) < 0 ||
+                gpu_stage_sync(s0) < 0) {
                 TEST_FAIL("gpu.slices.backward", "%s / %s / %s", gpu_stage_error(sl),
                           gpu_stage_error(s1), gpu_stage_error(s0));
                 goto out;
@@ -771,6 +780,172 @@ static void test_bad_input(void)
     gpu_stage_free(s);
 }
 
+/* ---------------------------------------------------------------- the device-resident trainer's calls */
+
+struct hook_log {
+    size_t lo[64], hi[64];
+    int nf, layers[64], nb;
+};
+static int log_fwd(void *ctx, size_t lo, size_t hi)
+{
+    struct hook_log *h = ctx;
+    if (h->nf < 64) {
+        h->lo[h->nf] = lo;
+        h->hi[h->nf] = hi;
+    }
+    h->nf++;
+    return 0;
+}
+static void log_bwd(void *ctx, int layer)
+{
+    struct hook_log *h = ctx;
+    if (h->nb < 64)
+        h->layers[h->nb] = layer;
+    h->nb++;
+}
+
+/* gpu.resident.*: the calls engine_cuda.c makes, against the stage's own older calls and the CPU
+ * optimizer: the forward hook covers every parameter once per forward, in order; the backward
+ * hook names every block, last first; the loss summed on the device = the losses read one by
+ * one; the norm over ranges = gpu_stage_grad_sq_norm; AdamW on buffers held apart = the CPU's
+ * adamw_update_at; a changed range's bf16 copy follows the parameters before the next forward
+ * reads it (the loss with changed parameters = a fresh stage's with them) */
+static void test_resident(void)
+{
+    struct gpt_config c = tiny();
+    gpt_config_check(&c, NULL);
+    int B = 2, T = 16;
+    size_t BT = (size_t)B * T;
+    herr e;
+    struct gpu_stage *gs = NULL, *ref = NULL, *fresh = NULL;
+    struct gpt_stage *cs = NULL;
+    if (gpu_stage_create(&gs, &c, 0, c.layers, B, T, 2, GPU_NO_MOMENTS, &e) < 0 ||
+        gpu_stage_create(&ref, &c, 0, c.layers, B, T, 1, 0, &e) < 0 ||
+        gpu_stage_create(&fresh, &c, 0, c.layers, B, T, 1, 0, &e) < 0 ||
+        gpt_stage_create(&cs, &c, 0, c.layers, 1, 1, 1, &e) < 0) {
+        TEST_FAIL("gpu.resident.create", "%s", e.msg);
+        gpu_stage_free(gs);
+        gpu_stage_free(ref);
+        gpu_stage_free(fresh);
+        return;
+    }
+    size_t n = gpu_stage_num_params(gs);
+    int *tok = malloc(2 * BT * sizeof(int)), *tgt = malloc(2 * BT * sizeof(int));
+    float *h = malloc(n * sizeof(float)), *h2 = malloc(n * sizeof(float));
+    float *hm = calloc(n, sizeof(float)), *hv = calloc(n, sizeof(float)), *hg = malloc(n * sizeof(float));
+    float *dm = NULL, *dv = NULL, *dp = NULL;
+    if (!tok || !tgt || !h || !h2 || !hm || !hv || !hg) {
+        TEST_FAIL("gpu.resident", "out of memory");
+        goto out;
+    }
+    uint64_t seed = (uint64_t)rand_below(1 << 30);
+    CHECK("gpu.resident.no_moments_refuses_adamw",
+          gpu_stage_init_params(gs, seed) == 0 &&
+              gpu_stage_adamw(gs, &(struct adamw_config){0.9f, 0.95f, 1e-8f, 0.1f}, 0, n, 1e-3f, 1, 1.0f) < 0);
+    gpu_stage_init_params(ref, seed);
+    random_tokens(tok, 2 * BT, c.vocab);
+    random_tokens(tgt, 2 * BT, c.vocab);
+    struct hook_log hl = {{0}, {0}, 0, {0}, 0};
+    gpu_stage_set_forward_hook(gs, log_fwd, &hl);
+    gpu_stage_set_backward_hook(gs, log_bwd, &hl);
+    float want = 0.0f, got = -1.0f;
+    int ok = gpu_stage_zero_grads(gs) == 0 && gpu_stage_zero_grads(ref) == 0;
+    for (int k = 0; ok && k < 2; k++) {
+        float l = 0.0f;
+        ok = gpu_stage_forward(gs, k, tok + k * BT, NULL, tgt + k * BT, NULL, NULL) == 0 &&
+             gpu_stage_forward(ref, 0, tok + k * BT, NULL, tgt + k * BT, NULL, &l) == 0 &&
+             gpu_stage_backward(ref, 0, NULL, NULL, 0.5f) == 0;
+        want += l;
+    }
+    for (int k = 1; ok && k >= 0; k--)
+        ok = gpu_stage_backward(gs, k, NULL, NULL, 0.5f) == 0;
+    ok = ok && gpu_stage_loss_take(gs, &got) == 0;
+    if (!ok) {
+        TEST_FAIL("gpu.resident.pass", "%s / %s", gpu_stage_error(gs), gpu_stage_error(ref));
+        goto out;
+    }
+    CHECK_NEAR("gpu.resident.loss_summed_on_device", got, want, 1e-5 * fabs(want));
+    float again = -1.0f;
+    CHECK("gpu.resident.loss_take_resets", gpu_stage_loss_take(gs, &again) == 0 && again == 0.0f);
+    /* the forward hook: 2 forwards x (embeddings + blocks + head) ranges tiling [0, n) each */
+    int units = c.layers + 2, tiles = hl.nf == 2 * units;
+    for (int f = 0; tiles && f < 2; f++)
+        for (int u = 0; u < units; u++) {
+            size_t lo = hl.lo[f * units + u], hi = hl.hi[f * units + u];
+            size_t prev = u ? hl.hi[f * units + u - 1] : 0;
+            tiles = tiles && lo == prev && hi > lo && (u < units - 1 || hi == n);
+        }
+    CHECK("gpu.resident.forward_hook_tiles_the_parameters_in_order", tiles);
+    /* the backward hook: every block, last first, once per backward */
+    int order = hl.nb == 2 * c.layers;
+    for (int i = 0; order && i < hl.nb; i++)
+        order = hl.layers[i] == c.layers - 1 - i % c.layers;
+    CHECK("gpu.resident.backward_hook_every_block_last_first", order);
+    /* the norm over ranges (3 pieces, out of order of nothing) = the stage's own */
+    double whole = 0.0, parts = -1.0;
+    size_t lo[3] = {0, n / 3, n / 2}, hi[3] = {n / 3, n / 2, n};
+    CHECK("gpu.resident.sq_norm_ranges",
+          gpu_stage_grad_sq_norm(ref, 0, n, &whole) == 0 &&
+              gpu_stage_sq_norm_ranges(gs, gpu_stage_grads_dev(gs), lo, hi, 3, &parts) == 0 &&
+              fabs(parts - whole) <= 1e-4 * whole);
+    /* AdamW on buffers apart from the stage = the CPU's (from the same gradients) */
+    struct adamw_config o = {0.9f, 0.95f, 1e-8f, 0.1f};
+    size_t a = n / 5, z = n - n / 7; /* a shard inside tensors */
+    if (gpu_stage_get_grads(gs, hg) < 0 || gpu_stage_get_params(gs, h) < 0 ||
+        cudaMalloc((void **)&dm, n * sizeof(float)) != cudaSuccess ||
+        cudaMalloc((void **)&dv, n * sizeof(float)) != cudaSuccess ||
+        cudaMalloc((void **)&dp, n * sizeof(float)) != cudaSuccess ||
+        cudaMemset(dm, 0, n * sizeof(float)) != cudaSuccess ||
+        cudaMemset(dv, 0, n * sizeof(float)) != cudaSuccess ||
+        cudaMemcpy(dp, h + a, (z - a) * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess) {
+        TEST_FAIL("gpu.resident.adamw_ex", "set-up: %s", gpu_stage_error(gs));
+        goto out;
+    }
+    const struct gpt_tensor *tt;
+    int nt = gpt_stage_tensors(cs, &tt);
+    for (int step = 1; step <= 3; step++) {
+        adamw_update_at(&o, tt, nt, h + a, hg + a, hm, hv, a, z, 1e-3f, step, 0.7f);
+        gpu_stage_adamw_ex(gs, &o, a, z, dp, gpu_stage_grads_dev(gs) + a, dm, dv, 1e-3f, step, 0.7f);
+    }
+    ok = gpu_stage_sync(gs) == 0 &&
+         cudaMemcpy(h2, dp, (z - a) * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess;
+    double worst = 0.0;
+    for (size_t i = 0; ok && i < z - a; i++) {
+        double d = fabs((double)h2[i] - h[a + i]) / (fabs(h[a + i]) + 1e-3);
+        worst = d > worst ? d : worst;
+    }
+    if (ok && worst <= 1e-5)
+        TEST_PASS("gpu.resident.adamw_ex_equals_the_cpu");
+    else
+        TEST_FAIL("gpu.resident.adamw_ex_equals_the_cpu", "worst relative difference %.3g (%s)",
+                  worst, gpu_stage_error(gs));
+    /* changed parameters, written behind the stage's back, then marked: the next forward computes
+     * with them (bf16: its copy refreshed), as a stage given them fresh does */
+    ok = cudaMemcpy(gpu_stage_params_dev(gs) + a, dp, (z - a) * sizeof(float),
+                    cudaMemcpyDeviceToDevice) == cudaSuccess &&
+         gpu_stage_get_params(gs, h) == 0 && gpu_stage_set_params(fresh, h) == 0;
+    gpu_stage_params_changed(gs, a, z);
+    float lf = 0.0f, lg = 0.0f;
+    ok = ok && gpu_stage_forward(fresh, 0, tok, NULL, tgt, NULL, &lf) == 0 &&
+         gpu_stage_forward(gs, 0, tok, NULL, tgt, NULL, &lg) == 0;
+    CHECK("gpu.resident.changed_parameters_reach_the_forward", ok && lf == lg);
+out:
+    cudaFree(dm);
+    cudaFree(dv);
+    cudaFree(dp);
+    free(tok);
+    free(tgt);
+    free(h);
+    free(h2);
+    free(hm);
+    free(hv);
+    free(hg);
+    gpu_stage_free(gs);
+    gpu_stage_free(ref);
+    gpu_stage_free(fresh);
+    gpt_stage_free(cs);
+}
+
 int main(int argc, char **argv)
 {
     int quick = 0;
@@ -807,6 +982,7 @@ int main(int argc, char **argv)
         const char *corpus = getenv("HOLMES_CORPUS");
         test_resume(corpus ? corpus : "examples/data/corpus.txt");
         test_bad_input();
+        test_resident();
     }
     printf("%d passed, %d failed\n", test_passes_, test_failures_);
     TEST_MAIN_END();

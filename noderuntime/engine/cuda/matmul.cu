@@ -1,24 +1,88 @@
-/* The CUDA engine's matrix products through cuBLASLt (bias / GELU epilogues), the linear
- * layers' forward and backward on top, and the batched products of attention. Part of
- * gpt_cuda.cu's one translation unit (included there once, after gpt_cuda_kernels.cuh): the
- * precision, LT_WORKSPACE, COLSUM_ROWS and the error macros (CK, CKB, LAUNCHED, OK) come from
- * there. */
-#pragma once
+/* Matrix products (llm.c's matmul.cuh): cuBLASLt with bias / GELU epilogues, the linear layers'
+ * forward and backward on top, column sums (bias gradients), GELU, the attention's batched
+ * products, and the GEMM ceiling benchmark (gpu_gemm_tflops). */
+#include "stage.cuh"
 
-/* ---------------------------------------------------------------- cuBLASLt matrix products */
+namespace GPU_NS {
 
-struct gpu_ctx {
-    cublasLtHandle_t lt;
-    cublasHandle_t blas;
-    cudaStream_t stream;
-    void *ws;
-    char *eb;    /* error buffer */
-    size_t en;
-};
+namespace {
 
-enum { EPI_NONE, EPI_BIAS, EPI_GELU_BIAS, EPI_DGELU };
+/* ---------------------------------------------------------------- kernels */
 
-static int align_of(const void *p)
+__device__ __forceinline__ float gelu_f(float x)
+{
+    return 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+}
+__global__ void gelu_forward_kernel(floatX *out, const floatX *inp, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        put(out + i, gelu_f(tof(inp[i])));
+}
+__global__ void gelu_backward_kernel(floatX *d, const floatX *inp, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    float x = tof(inp[i]);
+    float t = tanhf(GELU_K * (x + 0.044715f * x * x * x));
+    float g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+    put(d + i, tof(d[i]) * g);
+}
+__global__ void bias_add_kernel(floatX *out, const floatX *bias, size_t n, int OC)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        put(out + i, tof(out[i]) + tof(bias[i % OC]));
+}
+
+/* Column sums over rows in chunks of COLSUM_ROWS: partial[chunk][0][c] = sum d*xhat (when x is
+ * given: LayerNorm weight gradient), partial[chunk][1][c] = sum d (bias gradient). */
+__global__ void colsum_partial_kernel(float *partial, const floatX *d, const floatX *x,
+                                      const float *mean, const float *rstd, int N, int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
+    if (c >= C)
+        return;
+    int r0 = chunk * COLSUM_ROWS, r1 = min(N, r0 + COLSUM_ROWS);
+    float s0 = 0.0f, s1 = 0.0f;
+    for (int r = r0; r < r1; r++) {
+        float dv = tof(d[(size_t)r * C + c]);
+        s1 += dv;
+        if (x)
+            s0 += dv * (tof(x[(size_t)r * C + c]) - mean[r]) * rstd[r];
+    }
+    partial[((size_t)chunk * 2 + 0) * C + c] = s0;
+    partial[((size_t)chunk * 2 + 1) * C + c] = s1;
+}
+__global__ void colsum_finish_kernel(float *gw, float *gb, const float *partial, int chunks, int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    float s0 = 0.0f, s1 = 0.0f;
+    for (int k = 0; k < chunks; k++) {
+        s0 += partial[((size_t)k * 2 + 0) * C + c];
+        s1 += partial[((size_t)k * 2 + 1) * C + c];
+    }
+    if (gw)
+        gw[c] += s0;
+    if (gb)
+        gb[c] += s1;
+}
+
+/* uniform [-1, 1) from a hash of the index: benchmark inputs, never zeros */
+__global__ void fill_random_kernel(floatX *out, size_t n, unsigned seed)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        unsigned x = (unsigned)i * 2654435761u ^ seed;
+        x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
+        put(out + i, (float)x * (2.0f / 4294967296.0f) - 1.0f);
+    }
+}
+
+int align_of(const void *p)
 {
     uintptr_t a = (uintptr_t)p;
     int al = 256;
@@ -27,14 +91,27 @@ static int align_of(const void *p)
     return al;
 }
 
+/* matmul with the arguments of a gemm_plan (gemm_plan.h, checked on the CPU by
+ * tests/unit/test_cuda_gemm_plan.c) */
+int matmul_plan(struct gpu_ctx *x, struct gemm_plan p, void *D, cudaDataType dtype, const void *A,
+                const void *B, float beta, const void *C, int epi, const void *bias, void *aux,
+                int ldaux)
+{
+    return matmul(x, D, dtype, A, p.ta, B, p.tb, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, 1.0f, beta,
+                  C, epi, bias, aux, ldaux);
+}
+
+} /* namespace */
+
+/* ---------------------------------------------------------------- cuBLASLt matrix products */
+
 /* Column-major D(m x n) = alpha * op(A) op(B) + beta * C (+ epilogue), A and B of the activation
  * type, C and D of dtype (C NULL: D itself). Without an epilogue, a product cuBLASLt has no
  * algorithm for goes to cublasGemmEx; with one, 1 is returned (no error set) so that the caller
  * falls back to separate kernels. */
-static int matmul(struct gpu_ctx *x, void *D, cudaDataType dtype, const void *A, int ta,
-                  const void *B, int tb, int m, int n, int k, int lda, int ldb, int ldd,
-                  float alpha, float beta, const void *C, int epi, const void *bias, void *aux,
-                  int ldaux)
+int matmul(struct gpu_ctx *x, void *D, cudaDataType dtype, const void *A, int ta, const void *B,
+           int tb, int m, int n, int k, int lda, int ldb, int ldd, float alpha, float beta,
+           const void *C, int epi, const void *bias, void *aux, int ldaux)
 {
     char *EB = x->eb;
     size_t EN = x->en;
@@ -123,21 +200,12 @@ done:
     return rc;
 }
 
-/* matmul with the arguments of a gemm_plan (gemm_plan.h, checked on the CPU by
- * tests/unit/test_cuda_gemm_plan.c) */
-static int matmul_plan(struct gpu_ctx *x, struct gemm_plan p, void *D, cudaDataType dtype,
-                       const void *A, const void *B, float beta, const void *C, int epi,
-                       const void *bias, void *aux, int ldaux)
-{
-    return matmul(x, D, dtype, A, p.ta, B, p.tb, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, 1.0f, beta,
-                  C, epi, bias, aux, ldaux);
-}
+/* ---------------------------------------------------------------- linear layers */
 
 /* Row-major out[N][OC] = inp[N][IC] @ w[OC][IC]^T (+ bias) (+ res). With gelu_out: out gets the
  * pre-activation and gelu_out = gelu(out) (the GELU_AUX_BIAS epilogue when cuBLASLt has it). */
-static int linear_fwd(struct gpu_ctx *x, floatX *out, const floatX *inp, const floatX *w,
-                      const floatX *bias, const floatX *res, floatX *gelu_out, int N, int IC,
-                      int OC)
+int linear_fwd(struct gpu_ctx *x, floatX *out, const floatX *inp, const floatX *w,
+               const floatX *bias, const floatX *res, floatX *gelu_out, int N, int IC, int OC)
 {
     char *EB = x->eb;
     size_t EN = x->en;
@@ -167,9 +235,17 @@ static int linear_fwd(struct gpu_ctx *x, floatX *out, const floatX *inp, const f
     return 0;
 }
 
+int gelu_fwd(struct gpu_ctx *x, floatX *out, const floatX *inp, size_t n)
+{
+    char *EB = x->eb;
+    size_t EN = x->en;
+    gelu_forward_kernel<<<blocks_for(n, 256), 256, 0, x->stream>>>(out, inp, n);
+    LAUNCHED(x->stream);
+    return 0;
+}
 
-static int colsum(struct gpu_ctx *x, float *partial, float *gw, float *gb, const floatX *d,
-                  const floatX *inp, const float *mean, const float *rstd, int N, int C)
+int colsum(struct gpu_ctx *x, float *partial, float *gw, float *gb, const floatX *d,
+           const floatX *inp, const float *mean, const float *rstd, int N, int C)
 {
     char *EB = x->eb;
     size_t EN = x->en;
@@ -184,9 +260,9 @@ static int colsum(struct gpu_ctx *x, float *partial, float *gw, float *gb, const
 
 /* dinp[N][IC] = dout @ w (overwritten; times gelu'(dgelu_pre) when given; dinp NULL: not
  * computed); dw[OC][IC] += dout^T @ inp (fp32); dbias[OC] += column sums of dout */
-static int linear_bwd(struct gpu_ctx *x, float *partial, floatX *dinp, float *dw, float *dbias,
-                      const floatX *dout, const floatX *inp, const floatX *w,
-                      const floatX *dgelu_pre, int N, int IC, int OC)
+int linear_bwd(struct gpu_ctx *x, float *partial, floatX *dinp, float *dw, float *dbias,
+               const floatX *dout, const floatX *inp, const floatX *w, const floatX *dgelu_pre,
+               int N, int IC, int OC)
 {
     char *EB = x->eb;
     size_t EN = x->en;
@@ -215,22 +291,22 @@ static int linear_bwd(struct gpu_ctx *x, float *partial, floatX *dinp, float *dw
 /* Tensor parallelism's partial products, written in fp32 so that nothing is rounded to the
  * activation type before the group's sum: out[N][OC] = inp @ w^T (no bias) and
  * dinp[N][IC] = dout @ w. */
-static int linear_fwd_f32(struct gpu_ctx *x, float *out, const floatX *inp, const floatX *w,
-                          int N, int IC, int OC)
+int linear_fwd_f32(struct gpu_ctx *x, float *out, const floatX *inp, const floatX *w, int N,
+                   int IC, int OC)
 {
     return matmul_plan(x, plan_linear_fwd(N, IC, OC), out, CUDA_R_32F, w, inp, 0.0f, NULL,
                        EPI_NONE, NULL, NULL, 0);
 }
-static int linear_dinp_f32(struct gpu_ctx *x, float *dinp, const floatX *w, const floatX *dout,
-                           int N, int IC, int OC)
+int linear_dinp_f32(struct gpu_ctx *x, float *dinp, const floatX *w, const floatX *dout, int N,
+                    int IC, int OC)
 {
     return matmul_plan(x, plan_linear_dinp(N, IC, OC), dinp, CUDA_R_32F, w, dout, 0.0f, NULL,
                        EPI_NONE, NULL, NULL, 0);
 }
 
 /* strided-batched products for attention (cuBLAS), arguments from a gemm_plan */
-static int bgemm(struct gpu_ctx *x, struct gemm_plan p, float alpha, const floatX *A,
-                 const floatX *B, floatX *D, int batch)
+int bgemm(struct gpu_ctx *x, struct gemm_plan p, float alpha, const floatX *A, const floatX *B,
+          floatX *D, int batch)
 {
     char *EB = x->eb;
     size_t EN = x->en;
@@ -240,4 +316,80 @@ static int bgemm(struct gpu_ctx *x, struct gemm_plan p, float alpha, const float
                                    CUDA_X, p.lda, p.sa, B, CUDA_X, p.ldb, p.sb, &beta, D, CUDA_X,
                                    p.ldd, p.sd, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return 0;
+}
+
+} /* namespace GPU_NS */
+
+using namespace GPU_NS;
+
+/* ---------------------------------------------------------------- the GEMM ceiling */
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+int gpu_gemm_tflops(int n, int iters, double *tflops, herr *e)
+{
+    char *EB = e ? e->msg : NULL;
+    size_t EN = e ? sizeof e->msg : 0;
+    struct gpu_ctx x;
+    memset(&x, 0, sizeof x);
+    x.eb = EB;
+    x.en = EN;
+    floatX *A = NULL, *B = NULL, *D = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float *ms = (float *)calloc((size_t)(iters > 0 ? iters : 1), sizeof(float));
+    int rc = -1;
+    size_t nn = (size_t)n * n;
+    if (!ms || n <= 0 || iters <= 0) {
+        free(ms);
+        return herr_set(e, "GEMM benchmark: size and iterations must be positive");
+    }
+#define GK(call) do { cudaError_t ce_ = (call); if (ce_ != cudaSuccess) { \
+        fail_msg(EB, EN, "CUDA: %s: %s", #call, cudaGetErrorString(ce_)); goto out; } } while (0)
+    GK(cudaStreamCreate(&x.stream));
+    if (cublasLtCreate(&x.lt) != CUBLAS_STATUS_SUCCESS) {
+        fail_msg(EB, EN, "cuBLASLt: cannot create a handle");
+        goto out;
+    }
+    GK(cudaMalloc((void **)&A, nn * sizeof(floatX)));
+    GK(cudaMalloc((void **)&B, nn * sizeof(floatX)));
+    GK(cudaMalloc((void **)&D, nn * sizeof(floatX)));
+    GK(cudaMalloc(&x.ws, LT_WORKSPACE));
+    fill_random_kernel<<<blocks_for(nn, 256), 256, 0, x.stream>>>(A, nn, 1u);
+    fill_random_kernel<<<blocks_for(nn, 256), 256, 0, x.stream>>>(B, nn, 2u);
+    GK(cudaGetLastError());
+    GK(cudaEventCreate(&e0));
+    GK(cudaEventCreate(&e1));
+    for (int i = -3; i < iters; i++) {
+        GK(cudaEventRecord(e0, x.stream));
+        if (matmul(&x, D, CUDA_X, A, 1, B, 0, n, n, n, n, n, n, 1.0f, 0.0f, NULL, EPI_NONE, NULL,
+                   NULL, 0) != 0)
+            goto out;
+        GK(cudaEventRecord(e1, x.stream));
+        GK(cudaEventSynchronize(e1));
+        if (i >= 0)
+            GK(cudaEventElapsedTime(&ms[i], e0, e1));
+    }
+    qsort(ms, (size_t)iters, sizeof(float), cmp_float);
+    *tflops = 2.0 * n * (double)n * n / (ms[iters / 2] * 1e-3) / 1e12;
+    rc = 0;
+#undef GK
+out:
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    cudaFree(A);
+    cudaFree(B);
+    cudaFree(D);
+    cudaFree(x.ws);
+    if (x.lt)
+        cublasLtDestroy(x.lt);
+    if (x.stream)
+        cudaStreamDestroy(x.stream);
+    free(ms);
+    return rc;
 }

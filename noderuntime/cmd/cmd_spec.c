@@ -1,0 +1,285 @@
+#include "cmd_spec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+#include "cli.h"
+#include "trainer_spec.h"
+#include "yaml_json.h"
+
+void cmd_spec_init(struct cmd_spec *cs, const char *cmd)
+{
+    memset(cs, 0, sizeof *cs);
+    cs->cmd = cmd;
+}
+
+void cmd_spec_free(struct cmd_spec *cs)
+{
+    if (cs->resolved)
+        tj_spec_free(&cs->spec);
+    cs->resolved = 0;
+}
+
+static int set_int(const struct cmd_spec *cs, const char *f, const char *v, long lo, long hi,
+                   int *out)
+{
+    long n;
+    if (cli_long(cs->cmd, f, v, lo, hi, &n) != 0)
+        return -1;
+    *out = (int)n;
+    return 0;
+}
+
+static int set_double(const struct cmd_spec *cs, const char *f, const char *v, double lo,
+                      double hi, double *out)
+{
+    float x;
+    if (cli_float(cs->cmd, f, v, lo, hi, &x) != 0)
+        return -1;
+    *out = x;
+    return 0;
+}
+
+static int set_str(const struct cmd_spec *cs, const char *f, const char *v, char *out, size_t cap)
+{
+    if (!v[0] || strlen(v) >= cap) {
+        fprintf(stderr, "%s: %s takes 1 to %zu characters\n", cs->cmd, f, cap - 1);
+        return -1;
+    }
+    snprintf(out, cap, "%s", v);
+    return 0;
+}
+
+static int bad_choice(const struct cmd_spec *cs, const char *f, const char *v, const char *choices)
+{
+    fprintf(stderr, "%s: %s: '%s' is not one of %s\n", cs->cmd, f, v, choices);
+    return -1;
+}
+
+/* The data's format as the engine tells it: llm.c shards by name (*.bin), text otherwise. */
+static enum tj_data_format format_of(const char *path)
+{
+    size_t n = strlen(path);
+    return n >= 4 && strcmp(path + n - 4, ".bin") == 0 ? TJ_DATA_LLMC : TJ_DATA_TEXT;
+}
+
+/* Applies one flag to s (cs: the command's own settings). 1 applied, 0 not a spec flag, -1 bad
+ * (printed). */
+static int apply(struct cmd_spec *cs, struct tj_spec *s, const char *f, const char *v)
+{
+    struct tj_model *m = &s->model;
+    struct tj_parallelism *p = &s->par;
+    struct tj_training *t = &s->training;
+    struct tj_optimizer *o = &t->opt;
+    int rc;
+    long n;
+    if (!strcmp(f, "--data")) {
+        rc = set_str(cs, f, v, t->data.path, sizeof t->data.path);
+        t->data.format = format_of(v);
+        t->data.is_demo = 0;
+    } else if (!strcmp(f, "--layers")) {
+        rc = set_int(cs, f, v, 1, 1024, &m->layers);
+        m->preset[0] = '\0';
+    } else if (!strcmp(f, "--channels")) {
+        rc = set_int(cs, f, v, 1, 65536, &m->hidden);
+    } else if (!strcmp(f, "--heads")) {
+        rc = set_int(cs, f, v, 1, 1024, &m->heads);
+    } else if (!strcmp(f, "--vocab")) {
+        rc = set_int(cs, f, v, 1, 1048576, &m->vocab);
+    } else if (!strcmp(f, "--seq") || !strcmp(f, "--max-seq")) {
+        rc = set_int(cs, f, v, 1, 131072, &m->seq_len); /* both: cmd_spec_resolve checks */
+    } else if (!strcmp(f, "--init-from")) {
+        rc = set_str(cs, f, v, t->init_from, sizeof t->init_from);
+    } else if (!strcmp(f, "--batch")) {
+        rc = set_int(cs, f, v, 1, 65536, &p->micro_batch_size);
+    } else if (!strcmp(f, "--micro-batches") || !strcmp(f, "--grad-accum")) {
+        rc = set_int(cs, f, v, 1, 65536, &p->micro_batches);
+    } else if (!strcmp(f, "--token-slices")) {
+        rc = set_int(cs, f, v, 1, 131072, &p->token_slices);
+    } else if (!strcmp(f, "--schedule")) {
+        rc = schedule_parse(v, &p->schedule) ? bad_choice(cs, f, v, "1f1b, gpipe") : 0;
+    } else if (!strcmp(f, "--pipeline-dtype") || !strcmp(f, "--param-gather-dtype")) {
+        enum dtype d;
+        rc = dtype_parse(v, &d) || d == DTYPE_FP16 ? bad_choice(cs, f, v, "fp32, bf16") : 0;
+        if (rc == 0)
+            *(!strcmp(f, "--pipeline-dtype") ? &p->pipeline_dtype : &p->param_gather_dtype) = d;
+    } else if (!strcmp(f, "--steps")) {
+        rc = cli_long(cs->cmd, f, v, 1, 1000000000L, &t->steps);
+    } else if (!strcmp(f, "--lr")) {
+        rc = set_double(cs, f, v, 1e-12, 10, &o->lr);
+    } else if (!strcmp(f, "--warmup")) {
+        rc = set_int(cs, f, v, 0, 1000000000, &o->warmup_steps);
+    } else if (!strcmp(f, "--lr-schedule")) {
+        rc = !strcmp(v, "cosine") ? (o->schedule = TJ_LR_COSINE, 0)
+           : !strcmp(v, "constant") ? (o->schedule = TJ_LR_CONSTANT, 0)
+                                    : bad_choice(cs, f, v, "cosine, constant");
+    } else if (!strcmp(f, "--min-lr-ratio")) {
+        rc = set_double(cs, f, v, 0, 1, &o->min_lr_ratio);
+    } else if (!strcmp(f, "--weight-decay")) {
+        rc = set_double(cs, f, v, 0, 10, &o->weight_decay);
+    } else if (!strcmp(f, "--beta1") || !strcmp(f, "--beta2")) {
+        rc = set_double(cs, f, v, 0, 0.999999999, !strcmp(f, "--beta1") ? &o->beta1 : &o->beta2);
+    } else if (!strcmp(f, "--eps")) {
+        rc = set_double(cs, f, v, 1e-30, 1, &o->eps);
+    } else if (!strcmp(f, "--clip") || !strcmp(f, "--grad-clip")) {
+        rc = set_double(cs, f, v, 0, 1e6, &o->grad_clip);
+    } else if (!strcmp(f, "--seed")) {
+        rc = cli_long(cs->cmd, f, v, 0, 9007199254740991L, &n);
+        t->seed = (unsigned long long)n;
+    } else if (!strcmp(f, "--checkpoint-dir")) {
+        rc = set_str(cs, f, v, t->checkpoint.path, sizeof t->checkpoint.path);
+    } else if (!strcmp(f, "--checkpoint-every")) {
+        rc = set_int(cs, f, v, 0, 1000000000, &t->checkpoint.every_steps);
+    } else if (!strcmp(f, "--keep")) {
+        rc = set_int(cs, f, v, 1, 1000, &t->checkpoint.keep);
+    } else if (!strcmp(f, "--log-every")) {
+        rc = set_int(cs, f, v, 1, 1000000, &t->log_every_steps);
+    } else if (!strcmp(f, "--engine")) {
+        /* the command's: real GPUs (one per rank) in the spec's terms, and its precision */
+        if (!strcmp(v, "cpu")) {
+            cs->engine = ENGINE_CPU;
+            t->precision = DTYPE_FP32;
+        } else if (!strcmp(v, "cuda-fp32") || !strcmp(v, "cuda-bf16")) {
+            cs->engine = ENGINE_CUDA;
+            t->precision = strcmp(v, "cuda-bf16") ? DTYPE_FP32 : DTYPE_BF16;
+        } else {
+            return bad_choice(cs, f, v, "cpu, cuda-fp32, cuda-bf16");
+        }
+        char why[256];
+        if (!engine_available(cs->engine, t->precision, why, sizeof why)) {
+            fprintf(stderr, "%s: --engine %s: %s\n", cs->cmd, v, why);
+            return -1;
+        }
+        cs->engine_set = 1;
+        rc = 0;
+    } else if (!strcmp(f, "--device")) {
+        rc = set_int(cs, f, v, 0, 1024, &cs->device);
+    } else if (!strcmp(f, "--bucket")) {
+        rc = cli_long(cs->cmd, f, v, 1, 1L << 40, &n);
+        cs->bucket = (size_t)n;
+    } else {
+        return 0;
+    }
+    return rc ? -1 : 1;
+}
+
+int cmd_spec_flag(struct cmd_spec *cs, const char *flag, const char *value)
+{
+    if (!strcmp(flag, "--job")) {
+        cs->job = value;
+        return 1;
+    }
+    /* the syntax now, on a scratch spec; applied in order by cmd_spec_resolve */
+    struct tj_spec scratch;
+    tj_spec_defaults(&scratch);
+    struct cmd_spec keep = *cs;
+    int rc = apply(cs, &scratch, flag, value);
+    tj_spec_free(&scratch);
+    if (rc <= 0) {
+        *cs = keep;
+        return rc;
+    }
+    if (cs->nflags == CMD_SPEC_MAX_FLAGS) {
+        fprintf(stderr, "%s: more than %d options\n", cs->cmd, CMD_SPEC_MAX_FLAGS);
+        return -1;
+    }
+    cs->flag[cs->nflags] = flag;
+    cs->value[cs->nflags++] = value;
+    return 1;
+}
+
+/* --job FILE: a TrainingJob manifest (or its spec alone), validated as the API validates it. */
+static int load_job(struct cmd_spec *cs, herr *e)
+{
+    cJSON *doc = yaml_parse_file(cs->job, e);
+    if (!doc)
+        return herr_wrap(e, "--job %s", cs->job);
+    const cJSON *obj = cJSON_IsArray(doc) ? cJSON_GetArrayItem(doc, 0) : doc;
+    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(obj, "spec");
+    struct tj_errors errs = {0};
+    tj_spec_free(&cs->spec);
+    int rc = tj_spec_from_json(sp ? sp : obj, "spec", &cs->spec, &errs);
+    cJSON_Delete(doc);
+    if (rc != 0) {
+        tj_errors_to_herr(&errs, e);
+        return herr_wrap(e, "--job %s", cs->job);
+    }
+    return 0;
+}
+
+int cmd_spec_resolve(struct cmd_spec *cs, herr *e)
+{
+    cmd_spec_free(cs);
+    tj_spec_defaults(&cs->spec);
+    cs->resolved = 1;
+    if (cs->job && load_job(cs, e) != 0)
+        return -1;
+    int seq = 0;
+    for (int i = 0; i < cs->nflags; i++) {
+        int s0 = cs->spec.model.seq_len;
+        if (apply(cs, &cs->spec, cs->flag[i], cs->value[i]) < 0)
+            return herr_set_kind(e, HERR_CONFIG, "%s %s", cs->flag[i], cs->value[i]);
+        if (!strcmp(cs->flag[i], "--seq") || !strcmp(cs->flag[i], "--max-seq")) {
+            if (seq && seq != cs->spec.model.seq_len)
+                return herr_config(e, "%s %s differs from the sequence length %d given before: "
+                                   "model.seqLen is both the sequence length and the model's "
+                                   "positions", cs->flag[i], cs->value[i], s0);
+            seq = cs->spec.model.seq_len;
+        }
+    }
+    struct tj_model *m = &cs->spec.model;
+    /* llm.c weights without a shape given: the file's (its positions are the sequence length) */
+    if (cs->spec.training.init_from[0] && !m->layers && !m->hidden && !m->heads) {
+        struct gpt_config fc;
+        if (llmc_read_config(cs->spec.training.init_from, &fc, e) < 0)
+            return herr_wrap(e, "--init-from");
+        *m = (struct tj_model){.layers = fc.layers, .hidden = fc.channels, .heads = fc.heads,
+                               .vocab = fc.vocab, .seq_len = seq ? seq : fc.max_seq};
+    }
+    if (!m->layers || !m->hidden || !m->heads || !m->seq_len)
+        return herr_config(e, "the model's shape is required: --layers, --channels, --heads and "
+                           "--seq (spec.model), or --job FILE, or --init-from FILE");
+    if (!m->vocab) /* as the engine reads the data: bytes for text, GPT-2's tokens for shards */
+        m->vocab = cs->spec.training.data.format == TJ_DATA_TEXT ? TJ_TEXT_VOCAB : 50257;
+    if (cs->spec.training.steps < 1)
+        return herr_config(e, "the number of steps is required: --steps N (spec.training.steps)");
+    return 0;
+}
+
+int cmd_spec_config(struct cmd_spec *cs, struct trainer_config *c, herr *e)
+{
+    if (!cs->resolved && cmd_spec_resolve(cs, e) != 0)
+        return -1;
+    if (trainer_config_from_spec(&cs->spec, c, e) != 0)
+        return -1;
+    if (cs->engine_set)
+        c->engine = cs->engine;
+    c->device = cs->device;
+    c->bucket_floats = cs->bucket;
+    if (c->init_from && !cs->job)
+        c->init_from_name = "--init-from";
+    return 0;
+}
+
+void cmd_spec_usage(FILE *f)
+{
+    fprintf(f,
+        "Training (each sets a TrainingJob spec field; defaults are the spec's, docs/api.md):\n"
+        "  --job FILE            a TrainingJob manifest (YAML or JSON): its spec, then the flags\n"
+        "  --data FILE|GLOB      training.data.path (*.bin: llm.c token shards, else text)\n"
+        "  --layers N --channels N --heads N --vocab N --seq T   model (required, or --job,\n"
+        "                        or --init-from); --max-seq T is --seq T\n"
+        "  --init-from FILE      training.initFrom: llm.c GPT-2 weights (their shape by default)\n"
+        "  --batch B             parallelism.microBatchSize (1)\n"
+        "  --micro-batches M     parallelism.microBatches per replica per step (8; --grad-accum)\n"
+        "  --steps N             training.steps (required)\n"
+        "  --schedule 1f1b|gpipe  --token-slices N  --pipeline-dtype / --param-gather-dtype fp32|bf16\n"
+        "  --lr X (6e-4) --warmup N (0) --lr-schedule cosine|constant (cosine)\n"
+        "  --min-lr-ratio X (0.1) --weight-decay X (0.1) --beta1 X (0.9) --beta2 X (0.95)\n"
+        "  --eps X (1e-8) --clip X (1.0, 0 = off; --grad-clip) --seed N (1337)\n"
+        "  --checkpoint-dir DIR --checkpoint-every N (0: at the end) --keep K (3): a run resumes\n"
+        "                        from DIR's newest checkpoint that verifies\n"
+        "  --log-every N (10)    a progress line every N steps and at the last\n"
+        "  --engine cpu|cuda-fp32|cuda-bf16 (cpu)  --device N (0)  --bucket FLOATS (ZeRO bucket)\n");
+}

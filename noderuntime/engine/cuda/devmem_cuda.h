@@ -1,0 +1,32 @@
+/* A GPU's memory behind devmem.h: cudaMalloc'd buffers, pinned host buffers, CUDA streams as
+ * lanes (lane NULL is the engine's compute stream), events, and the element kernels (add, bf16
+ * pack / unpack / round). Host waits poll with a bound (devmem.timeout_s): a peer lost inside a
+ * NCCL collective leaves the GPU waiting forever, and the wait then fails naming the bound
+ * instead of hanging (the caller aborts its NCCL communicators, comm_nccl.h). Precision-free: one
+ * object for both CUDA engines. CUDA build only. */
+#ifndef HOLMES_DEVMEM_CUDA_H
+#define HOLMES_DEVMEM_CUDA_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "devmem.h"
+#include "error.h"
+
+/* On `device`, with `stream` (a cudaStream_t) as the compute lane. */
+int devmem_cuda_create(struct devmem **out, int device, void *stream, double timeout_s, herr *e);
+void devmem_cuda_free(struct devmem *m);
+/* Something a host wait also watches (a NCCL communicator): `check` is called while the wait
+ * polls (non-zero: the wait fails with its error, e.g. a peer lost inside a collective), `abort`
+ * when the wait times out (so that the GPU work blocked on it ends). A devmem not made here
+ * ignores both calls. */
+int devmem_cuda_watch(struct devmem *m, int (*check)(void *ctx, herr *e), void (*abort)(void *ctx),
+                      void *ctx, herr *e);
+void devmem_cuda_unwatch(struct devmem *m, void *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,23 @@
+/* The trainer's configuration from a resolved TrainingJob spec: the one translation every entry
+ * point takes. The coordinator's workers get the spec in their assignment; `holmes-node worker`
+ * in rank-table mode and `holmes-node train` fill one from a manifest (--job) and their flags
+ * (cmd/cmd_spec.h). So the defaults are the spec's, and a field added to the spec reaches every
+ * path from here. */
+#ifndef HOLMES_TRAINER_SPEC_H
+#define HOLMES_TRAINER_SPEC_H
+
+#include "engine.h"
+#include "error.h"
+#include "trainer.h"
+#include "trainingjob.h"
+
+/* Model, batch, schedule, wires, optimizer, learning rate, clip, seed, initFrom, checkpoints and
+ * the engine (trainer_spec_engine) of `sp` into c (trainer_config_defaults first; the caller
+ * adds the run's own: device, listener, token slices). -1 naming the spec field otherwise. */
+int trainer_config_from_spec(const struct tj_spec *sp, struct trainer_config *c, herr *e);
+/* The engine a rank of this spec trains with: CUDA for real GPUs (gpusPerWorker >= 1 without
+ * emulation.gpus), the CPU engine otherwise (CPU workers and emulated GPUs), in the spec's
+ * precision. */
+void trainer_spec_engine(const struct tj_spec *sp, enum engine_kind *kind, enum dtype *precision);
+
+#endif
