@@ -237,8 +237,9 @@ static int st_entries(const struct gpt_config *c, const struct ckpt_tensor *t, i
     v[k++] = (struct st_entry){"ln_f.bias", tensor(t, nt, "ln_f.bias"), 0, (size_t)c->channels};
     for (int i = 0; i < k; i++)
         if (!v[i].src) {
+            herr_set(e, "safetensors export: no tensor for %s", v[i].name);
             free(v);
-            return herr_set(e, "safetensors export: no tensor for %s", v[i].name);
+            return -1;
         }
     *out = v;
     *n = k;

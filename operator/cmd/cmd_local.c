@@ -955,6 +955,25 @@ static void watch_absent(struct local *L)
     }
 }
 
+/* spec.elastic: a gang timeout does not end the job while at least minWorkers are there: the
+ * absent ones count as lost after replaceTimeoutSeconds and the job re-plans without them. */
+static int elastic_covers(struct local *L)
+{
+    const struct tj_spec *s = &L->job.spec;
+    int state[4096], present = 0;
+    int n = tj_is_elastic(s) ? coord_job_workers(L->c, L->job.name, state, 4096) : -1;
+    for (int i = 0; i < n && i < 4096; i++)
+        present += state[i] == 1;
+    if (n < 0 || present < s->elastic.min_workers)
+        return 0;
+    L->gang_failed = 0;
+    end_progress_line(L);
+    printf("[local] %d of %d workers are there (spec.elastic.minWorkers %d): the absent ones count "
+           "as lost after %d s (spec.elastic.replaceTimeoutSeconds)\n", present, s->workers,
+           s->elastic.min_workers, s->elastic.replace_timeout_seconds);
+    return 1;
+}
+
 /* Serves the coordinator and keeps the workers running until the job is over and every
  * worker has left (killed 10 s after the end if it does not); the job's final state. */
 static enum coord_job_state run_until_over(struct local *L)
@@ -970,7 +989,7 @@ static enum coord_job_state run_until_over(struct local *L)
             coord_cancel_job(L->c, L->job.name, "interrupted", NULL);
             interrupted = 0;
         }
-        if (L->gang_failed && !job_over(L, &st))
+        if (L->gang_failed && !job_over(L, &st) && !elastic_covers(L))
             coord_cancel_job(L->c, L->job.name, "not every worker came up in time", NULL);
         if (job_over(L, &st)) {
             if (over_since < 0)

@@ -40,7 +40,7 @@ sed -e "s/name: local-tiny/name: chaos-$P/" -e "s/steps: 300/steps: $STEPS/" \
     -e "s/keep: 2/keep: 3/" -e "s/gangTimeoutSeconds: 60/gangTimeoutSeconds: $GANG/" \
     -e "s/maxRestarts: 2/maxRestarts: 100/" \
     -e "s/microBatches: 2, microBatchSize: 4/microBatches: 3, microBatchSize: 4/" \
-    -e "/^  restartPolicy/i\\  elastic: {minWorkers: 3, replaceTimeoutSeconds: $((GANG + 20))}" \
+    -e "/^  restartPolicy/i\\  elastic: {minWorkers: 3, replaceTimeoutSeconds: $GANG}" \
     "$REPO/examples/local-tiny.yaml" >"$OUT/job.yaml"
 sed -e "s/name: chaos-$P/name: base-$P/" -e "s#$OUT/ckpt#$OUT/base-ckpt#" "$OUT/job.yaml" >"$OUT/base.yaml"
 
