@@ -86,7 +86,7 @@ while kill -0 "$RUN" 2>/dev/null; do
     t=$(date +%s.%N)
     case $kind in
     kill) kill -KILL "$pid" ;;
-    lose) touch "$OUT/gone-$w"; kill -KILL "$pid"; gone=$w ;;
+    lose) touch "$OUT/gone-$w"; kill -KILL "$pid"; gone=$w; sleep $((2 * GANG)) ;; # until re-planned
     term) kill -TERM "$pid" ;;
     stop) kill -STOP "$pid"; sleep $((GANG + 5)); kill -CONT "$pid" 2>/dev/null || true ;;
     drop)

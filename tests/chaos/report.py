@@ -30,8 +30,11 @@ for path in glob.glob(f"{out}/run/worker-*.log"):
 resumes.sort()
 
 unattributed = 0
+prev = 0.0
 for t, step in resumes:
-    reached = max([r["step"] for r in rows if r["time"] < t], default=0)
+    # the newest step reached since the previous resume (not before it: those were replayed)
+    reached = max([r["step"] for r in rows if prev < r["time"] < t], default=step)
+    prev = t
     lost = max(0, reached - step)
     before = [f for f in faults if f["time"] <= t]
     if not before:
