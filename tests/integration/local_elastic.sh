@@ -10,8 +10,11 @@
 source "$(dirname "$0")/lib.bash"
 tmp=$(mktemp -d /tmp/holmes-elastic.XXXXXX)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
+# Under ASan (time: make test runs both variants on 2 cores) only the elastic run, 24 steps, and
+# no sanitizer report in any worker's log; the comparisons with the 4-worker run in the release pass.
 N=40
-[ "${HOLMES_VARIANT:-}" = asan ] && N=30
+ASAN=
+[ "${HOLMES_VARIANT:-}" = asan ] && N=24 && ASAN=1
 job() { # NAME [more sed expressions]
     local n=$1; shift
     example_job "$tmp/$n.yaml" "le-$$-$n" $N "$tmp/$n-ckpt" -e "s/everySteps: 50/everySteps: 10/" \
@@ -33,9 +36,11 @@ run_local() { # NAME [args]
 }
 reached() { [ -s "$1" ] && [ "$(tail -n 1 "$1" | jq -r .step 2>/dev/null || echo 0)" -ge "$2" ]; }
 
-job base
-run_local base
-check "the uninterrupted run (4 workers) succeeds" grep -q "succeeded in" "$tmp/base.out"
+if [ -z "$ASAN" ]; then
+    job base
+    run_local base
+    check "the uninterrupted run (4 workers) succeeds" grep -q "succeeded in" "$tmp/base.out"
+fi
 
 job el -e '/^  restartPolicy/i\  elastic: {minWorkers: 3, replaceTimeoutSeconds: 3}'
 run_local el &
@@ -59,6 +64,10 @@ check "elastic: the survivors resumed from a checkpoint under the new plan (step
     test -n "$resumed" -a "${resumed:-0}" -ge 10
 new_files=$(ls "$tmp/el-ckpt" | grep -c "step-0000000$N.ckpt")
 check "elastic: the last set is the new plan's ($new_files stage files at step $N)" test "$new_files" -ge 1
+if [ -n "$ASAN" ]; then
+    check "elastic: no sanitizer report in a worker's log" bash -c "! grep -lE 'ERROR: AddressSanitizer|runtime error|LeakSanitizer' '$tmp'/el-run/*.log"
+    exit 0
+fi
 /usr/bin/python3 - "$tmp/base.jsonl" "$tmp/el.jsonl" "${resumed:-0}" $N >"$tmp/cmp.txt" 2>&1 <<'PY'
 import json, sys
 base = {j["step"]: j.get("loss") for j in map(json.loads, open(sys.argv[1]))}
