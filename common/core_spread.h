@@ -1,5 +1,5 @@
 /* Which cores the ranks of a job that all run on one machine compute on (holmes-operator local,
- * the benchmarks): the workers pin themselves by it (noderuntime/engine/cpu_affinity.h), and the
+ * the benchmarks): the workers pin themselves by it (noderuntime/train/cpu_affinity.h), and the
  * planner's cost model (links.pinned_cores) simulates the same assignment, so both binaries share
  * this one function. Pure: no system calls. */
 #ifndef HOLMES_CORE_SPREAD_H

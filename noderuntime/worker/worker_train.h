@@ -16,7 +16,7 @@
 struct worker_train;
 
 /* advertise_host: how peers reach this worker (its pod IP; "127.0.0.1" locally); affinity:
- * CPU_AFFINITY_SPREAD when every rank of the job runs on this machine (noderuntime/engine/cpu_affinity.h). */
+ * CPU_AFFINITY_SPREAD when every rank of the job runs on this machine (noderuntime/train/cpu_affinity.h). */
 int worker_train_create(struct worker_train **out, const char *advertise_host,
                         enum cpu_affinity affinity, herr *e);
 void worker_train_free(struct worker_train *wt);

@@ -545,7 +545,7 @@ static pid_t spawn_worker(struct local *L, int i)
     /* Several workers share this machine's cores: one compute thread each unless told. */
     setenv("OMP_NUM_THREADS", "1", 0);
     setenv("OPENBLAS_NUM_THREADS", "1", 0);
-    /* ... and each computes on its own share of them (noderuntime/engine/cpu_affinity.h) */
+    /* ... and each computes on its own share of them (noderuntime/train/cpu_affinity.h) */
     setenv("HOLMES_CPU_AFFINITY", "spread", 0);
     /* They also share its compute: a start-up probe would only measure which worker the
      * scheduler favoured, so all declare the same rate (the planner's CPU default) unless told. */

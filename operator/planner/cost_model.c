@@ -30,7 +30,7 @@ void cost_links_default(struct cost_links *l)
     l->shared_cores = 0;
     l->pinned_cores = 0;
     l->op_overhead_us = 0;
-    l->send_buffers = 0;
+    l->send_buffers = 2; /* noderuntime/train/pipeline.c: SEND_RING asynchronous sends */
 }
 
 struct link_field {

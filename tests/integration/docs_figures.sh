@@ -20,7 +20,9 @@ check "plan's own-best naive figure is what --policy naive plans ($own_tps token
     /usr/bin/python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-6 * b)" "$naive_tps" "$own_tps"
 
 printf 'overlap: 0\n' >"$tmp/ov.yaml"
-"$OPERATOR" plan --cluster "$CL" "$JOB" --calibration "$tmp/ov.yaml" --json >"$tmp/ov.json"
+# the paper's shape (pipeline 2 x data 4), whatever the planner's own choice
+sed 's/pipeline: auto, data: auto/pipeline: 2, data: 4/' "$JOB" >"$tmp/p2d4.yaml"
+"$OPERATOR" plan --cluster "$CL" "$tmp/p2d4.yaml" --calibration "$tmp/ov.yaml" --json >"$tmp/ov.json"
 row=$(jq -r '.stages[0] as $s | .parallelism.micro_batches as $m |
     "\($s.layers[1] - $s.layers[0]) \($m * ($s.forward_seconds + $s.backward_seconds) * 100 | round / 100) \($s.data_parallel_seconds * 100 | round / 100)"' "$tmp/ov.json")
 read -r l c d <<<"$row"

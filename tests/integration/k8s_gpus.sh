@@ -39,6 +39,9 @@ for i in 0 1; do k8s_kubelet $NS gj-worker-$i "$W/gj-worker-$i.log" --tflops 0.0
 check "training reaches step 40" wait_for 120 past 40
 check "status: a plan of 4 ranks, pipeline 2 x data 2, each stage on one worker's fabric" tj_is \
     '.status.plan.pipeline == 2 and .status.plan.data == 2 and ([.status.plan.stages[].fabric] | sort) == ["ib-a", "roce-b"]'
+check "status.plan.pipelineLinks (kept by the CRD's schema): the boundary's 2 links on TCP between the fabrics" tj_is \
+    '.status.plan.pipelineLinks | length == 1 and .[0].fromStage == 0 and .[0].toStage == 1 and
+     .[0].transport == "socket" and .[0].socket == 2 and .[0].ib == 0 and .[0].seconds > 0'
 # tokenSlices: auto: the planner's choice in status, and the ranks train with exactly that
 slicing_agrees() {
     local ts n lens

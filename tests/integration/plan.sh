@@ -4,13 +4,14 @@ EX=$REPO/examples/clusters
 TMP=$(mktemp -d /tmp/holmes-plan.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 
-# The paper's 4 IB + 4 RoCE cluster: two stages, one per fabric, DP groups on RDMA.
+# The paper's 4 IB + 4 RoCE cluster: stages inside one fabric each, DP groups on RDMA, each
+# pipeline link on IB or RoCE inside a fabric and on TCP between them.
 out=$("$OPERATOR" plan --cluster "$EX/paper-ib-roce.yaml" "$EX/gpt-7.5b-job.yaml" --json 2>&1)
 rc=$?
 [ $rc -eq 0 ] && pass "plan paper --json exits 0" || fail "plan paper --json exits 0" "$out"
 echo "$out" >"$TMP/paper.json"
 py() { /usr/bin/python3 - "$@"; }
-py "$TMP/paper.json" <<'PY' && pass "plan paper: stages on one fabric each, dp on rdma, beats baselines" || fail "plan paper: stages on one fabric each, dp on rdma, beats baselines"
+py "$TMP/paper.json" <<'PY' && pass "plan paper: stages on one fabric each, dp on rdma, links by fabric, beats baselines" || fail "plan paper: stages on one fabric each, dp on rdma, links by fabric, beats baselines"
 import json, sys
 p = json.load(open(sys.argv[1]))
 assert p["policy"] == "holmes"
@@ -20,19 +21,32 @@ fabrics = [s["fabric"] for s in p["stages"]]
 assert "mixed" not in fabrics and len(set(fabrics)) == 2, fabrics
 assert sum(s["layers"][1] - s["layers"][0] for s in p["stages"]) == 36
 dp = [g for g in p["groups"] if g["kind"] == "dp"]
-assert dp and all(g["transport"] in ("ib", "roce") for g in dp)
+assert len(dp) == (p["parallelism"]["data"] > 1) * p["parallelism"]["pipeline"] * 8
+assert all(g["transport"] in ("ib", "roce") for g in dp)
 assert all(g["transport"] == "socket" for g in p["groups"] if g["kind"] == "pp")
-roce = [g for g in dp if g["transport"] == "roce"]
+roce = [g for g in p["groups"] if g["transport"] == "roce"]
 assert roce and all(g["gid_index"] == 3 for g in roce)
 assert p["baselines"]["naive"] > p["predicted_step_seconds"]
 assert p["baselines"]["ethernet"] > p["predicted_step_seconds"]
 assert abs(sum(p["breakdown"].values()) - p["predicted_step_seconds"]) < 1e-6 * p["predicted_step_seconds"]
 assert len(p["workers"]) == 64 and len({(w["name"], w["local_rank"]) for w in p["workers"]}) == 64
+par = p["parallelism"]
+links = [g for g in p["groups"] if g["kind"] == "link"]
+assert len(links) == (par["pipeline"] - 1) * par["data"] * par["tensor"], len(links)
+fab = {w["rank"]: w["fabric"] for w in p["workers"]}
+for g in links:
+    a, b = g["ranks"]
+    want = "socket" if fab[a] != fab[b] else ("ib" if fab[a].startswith("ib") else "roce")
+    assert g["transport"] == want and g["gbps"] > 0, g
+assert len(p["pipeline_links"]) == par["pipeline"] - 1
+assert all(b["ib"] + b["roce"] + b["socket"] == par["data"] * par["tensor"] for b in p["pipeline_links"])
 PY
 
 # The readable table names stages, groups, the step time and the speed-up.
 out=$("$OPERATOR" plan --cluster "$EX/paper-ib-roce.yaml" "$EX/gpt-7.5b-job.yaml" 2>&1)
-echo "$out" | grep -q "^predicted step:" && echo "$out" | grep -q "^baselines at this shape (pipeline 2 x data 4, the paper's comparison): naive" &&
+echo "$out" | grep -q "^predicted step:" && echo "$out" | grep -qE "^baselines at this shape \(pipeline [0-9]+ x data [0-9]+, the paper's comparison\): naive" &&
+    echo "$out" | grep -qE "^  link +[0-9]+: [0-9]+ ib, [0-9]+ roce, [0-9]+ socket" &&
+    echo "$out" | grep -qE "^  [0-9]+ -> [0-9]+ .* socket .* ms at [0-9.]+ Gb/s - members span fabrics" &&
     echo "$out" | grep -q "ib-fabric-a" && pass "plan table" || fail "plan table" "$out"
 echo "$out" | grep -qE "^  naive +[0-9]+ tokens/s \(this plan x[0-9.]+\) at pipeline [0-9]+ x data [0-9]+" \
     && pass "plan table: naive at its own best shape, labelled apart from the same-shape baseline" \
@@ -114,6 +128,16 @@ cat >"$TMP/eight.yaml" <<'Y'
 workers:
 - {name: w, count: 8, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}
 Y
+cat >"$TMP/tiny-mem.yaml" <<'Y'
+workers:
+- {name: a, gpu_tflops: 1, gpu_memory_gb: 0.0001, nic: {class: ib, fabric: f, gbps: 100}}
+- {name: b, gpu_tflops: 1, gpu_memory_gb: 0.0001, nic: {class: ib, fabric: f, gbps: 100}}
+Y
+cat >"$TMP/nics.yaml" <<'Y'
+workers:
+- {name: a, gpu_tflops: 1, nics: 0, nic: {class: ib, fabric: f, gbps: 100}}
+- {name: b, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}
+Y
 expect_err "bad: duplicate names" "duplicate name \"a\"" --cluster "$TMP/dup.yaml" "$TMP/job2.yaml"
 expect_err "bad: worker without NIC" "workers[0].nic: required" --cluster "$TMP/nonic.yaml" "$TMP/job2.yaml"
 expect_err "bad: zero bandwidth" "workers[0].nic.gbps" --cluster "$TMP/zero.yaml" "$TMP/job2.yaml"
@@ -126,6 +150,11 @@ expect_err "bad: malformed pin" "--partition: must be" --cluster "$TMP/two.yaml"
 expect_err "bad: missing job file" "no-such-job.yaml" --cluster "$TMP/two.yaml" "$TMP/no-such-job.yaml"
 expect_err "bad: missing cluster file" "no-such-file" --cluster "$TMP/no-such-file.yaml" "$TMP/job2.yaml"
 expect_err "bad: unknown policy" "--policy: must be" --cluster "$TMP/two.yaml" "$TMP/job-pin.yaml" --policy best
+expect_err "bad: a plan that does not fit names the stage, the bytes needed and there" \
+    "stage 0 (layers [0, 6) on fabric f) needs" --cluster "$TMP/tiny-mem.yaml" "$TMP/job-pin.yaml" --partition 6,6
+expect_err "bad: its GPUs' bytes" "its GPUs have 0.00 GB (90000 bytes: 90 % of gpu_memory_gb 0.0001)" \
+    --cluster "$TMP/tiny-mem.yaml" "$TMP/job-pin.yaml"
+expect_err "bad: nics 0" "workers[0].nics: must be an integer in [1, 1024]" --cluster "$TMP/nics.yaml" "$TMP/job2.yaml"
 out=$("$OPERATOR" plan --cluster "$TMP/two.yaml" "$TMP/job-pin.yaml" --partition 5,7 --json) &&
     echo "$out" | /usr/bin/python3 -c "import json,sys; p=json.load(sys.stdin); assert [s['layers'] for s in p['stages']]==[[0,5],[5,12]]" &&
     pass "plan --partition pins the layers" || fail "plan --partition pins the layers" "$out"

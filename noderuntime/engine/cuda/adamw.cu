@@ -7,20 +7,22 @@ namespace GPU_NS {
 
 namespace {
 
-/* AdamW over params[lo, hi) in one launch; seg_end (ascending) gives each tensor's end and
+/* AdamW over n elements in one launch: element i is parameter lo + i (p, g, m, v, and pX when
+ * given, each point at parameter lo's place); seg_end (ascending) gives each tensor's end and
  * seg_decay whether weight decay applies; pX (bf16 mode) receives the updated weights. */
 __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, floatX *pX,
                              const size_t *seg_end, const int *seg_decay, int nseg, size_t lo,
-                             size_t hi, float lr, float b1, float b2, float eps, float wd,
+                             size_t n, float lr, float b1, float b2, float eps, float wd,
                              float bc1, float bc2, float gs)
 {
-    size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= hi)
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
         return;
+    size_t at = lo + i;
     int a = 0, b = nseg - 1;
     while (a < b) {
         int mid = (a + b) / 2;
-        if (seg_end[mid] > i)
+        if (seg_end[mid] > at)
             b = mid;
         else
             a = mid + 1;
@@ -41,67 +43,24 @@ __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, float
 /* fixed grid (SQ_BLOCKS blocks): partial[block] = sum of g^2 over a grid-stride, in fp64 */
 __global__ void sq_partial_kernel(double *partial, const float *g, size_t lo, size_t hi)
 {
-    __shared__ double sh[256];
     double s = 0.0;
     for (size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < hi;
          i += (size_t)gridDim.x * blockDim.x)
         s += (double)g[i] * g[i];
-    sh[threadIdx.x] = s;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w)
-            sh[threadIdx.x] += sh[threadIdx.x + w];
-        __syncthreads();
-    }
+    s = block_sum_fixed(s);
     if (threadIdx.x == 0)
-        partial[blockIdx.x] = sh[0];
-}
-
-/* AdamW over n elements held apart from the stage (gpu_stage_adamw_ex): element i is parameter
- * lo + i, whose tensor (weight decay or not) the search of seg_end finds */
-__global__ void adamw_ex_kernel(float *p, const float *g, float *m, float *v, const size_t *seg_end,
-                                const int *seg_decay, int nseg, size_t lo, size_t n, float lr,
-                                float b1, float b2, float eps, float wd, float bc1, float bc2,
-                                float gs)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n)
-        return;
-    size_t gi_ = lo + i;
-    int a = 0, b = nseg - 1;
-    while (a < b) {
-        int mid = (a + b) / 2;
-        if (seg_end[mid] > gi_)
-            b = mid;
-        else
-            a = mid + 1;
-    }
-    float w = seg_decay[a] ? wd : 0.0f;
-    float gi = g[i] * gs;
-    float mi = b1 * m[i] + (1.0f - b1) * gi;
-    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    float mh = mi / bc1, vh = vi / bc2;
-    p[i] = p[i] - lr * (mh / (sqrtf(vh) + eps) + w * p[i]);
+        partial[blockIdx.x] = s;
 }
 
 /* out[0] = the sum of partial[0, n) in a fixed order (one block) */
 __global__ void sq_final_kernel(double *out, const double *partial, size_t n)
 {
-    __shared__ double sh[256];
     double s = 0.0;
     for (size_t i = threadIdx.x; i < n; i += blockDim.x)
         s += partial[i];
-    sh[threadIdx.x] = s;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w)
-            sh[threadIdx.x] += sh[threadIdx.x + w];
-        __syncthreads();
-    }
+    s = block_sum_fixed(s);
     if (threadIdx.x == 0)
-        out[0] = sh[0];
+        out[0] = s;
 }
 
 } /* namespace */
@@ -176,8 +135,9 @@ int gpu_stage_adamw(struct gpu_stage *s, const struct adamw_config *o, size_t lo
     floatX *px = s->wX;
 #endif
     adamw_kernel<<<blocks_for(hi - lo, 256), 256, 0, s->x.stream>>>(
-        s->params, s->grads, s->m, s->v, px, s->seg_end, s->seg_decay, s->ntensors, lo, hi, lr,
-        o->beta1, o->beta2, o->eps, o->weight_decay, bc1, bc2, grad_scale);
+        s->params + lo, s->grads + lo, s->m + lo, s->v + lo, px ? px + lo : NULL, s->seg_end,
+        s->seg_decay, s->ntensors, lo, hi - lo, lr, o->beta1, o->beta2, o->eps, o->weight_decay,
+        bc1, bc2, grad_scale);
     LAUNCHED(s->x.stream);
     return 0;
 }
@@ -196,9 +156,9 @@ int gpu_stage_adamw_ex(struct gpu_stage *s, const struct adamw_config *o, size_t
         return 0;
     float bc1 = 1.0f - powf(o->beta1, (float)step);
     float bc2 = 1.0f - powf(o->beta2, (float)step);
-    adamw_ex_kernel<<<blocks_for(hi - lo, 256), 256, 0, s->x.stream>>>(
-        p, g, m, v, s->seg_end, s->seg_decay, s->ntensors, lo, hi - lo, lr, o->beta1, o->beta2,
-        o->eps, o->weight_decay, bc1, bc2, grad_scale);
+    adamw_kernel<<<blocks_for(hi - lo, 256), 256, 0, s->x.stream>>>(
+        p, g, m, v, NULL, s->seg_end, s->seg_decay, s->ntensors, lo, hi - lo, lr, o->beta1,
+        o->beta2, o->eps, o->weight_decay, bc1, bc2, grad_scale);
     LAUNCHED(s->x.stream);
     return 0;
 }

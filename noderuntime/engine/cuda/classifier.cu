@@ -169,20 +169,13 @@ int cross_entropy_bwd(struct gpu_stage *s, struct gslot *a, float scale)
  * thread a fixed stride, then a fixed tree (deterministic) */
 __global__ void loss_add_kernel(double *acc, const float *losses, int B, int T, int t0, int t1)
 {
-    __shared__ double sh[256];
     int S = t1 - t0;
     double sum = 0.0;
     for (int i = threadIdx.x; i < B * S; i += blockDim.x)
         sum += losses[(size_t)(i / S) * T + t0 + i % S];
-    sh[threadIdx.x] = sum;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w)
-            sh[threadIdx.x] += sh[threadIdx.x + w];
-        __syncthreads();
-    }
+    sum = block_sum_fixed(sum);
     if (threadIdx.x == 0)
-        acc[0] += sh[0] / ((double)B * T);
+        acc[0] += sum / ((double)B * T);
 }
 
 int loss_add(struct gpu_stage *s, struct gslot *a, int t0, int t1)

@@ -103,8 +103,12 @@ static int cuda_create(struct engine *en, const struct engine_spec *s, herr *e)
     c->tp = s->tp;
     c->last = s->last == s->model.layers;
     /* the trainer keeps its shard's AdamW moments: the stage keeps none */
-    if (gpu_stage_create_tp(&c->g, &s->model, s->first, s->last, s->B, s->T, s->slots,
-                            GPU_NO_MOMENTS, s->tp, s->tp_rank, e) != 0 ||
+    int rc = gpu_stage_create_tp(&c->g, &s->model, s->first, s->last, s->B, s->T, s->slots,
+                                 GPU_NO_MOMENTS, s->tp, s->tp_rank, e);
+    /* out of device memory: it fails the same way again, so the job is not retried */
+    if (rc != 0 && e && strstr(e->msg, "out of GPU memory"))
+        e->kind = HERR_CONFIG;
+    if (rc != 0 ||
         devmem_cuda_create(&c->mem, s->device, gpu_stage_stream(c->g), s->timeout_s, e) != 0) {
         cuda_destroy(en);
         en->impl = NULL;
