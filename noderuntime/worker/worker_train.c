@@ -201,7 +201,9 @@ int worker_train_rank(const struct tj_spec *spec, const struct plan_assignment *
     if (c.checkpoint_dir && ckpt_make_dir(c.checkpoint_dir, e))
         goto out;
     struct dataloader_config dc = {spec->training.data.path, c.B, c.T, plan_doc_dp_of(rt, rank),
-                                   rt->data, c.seed, c.model.vocab};
+                                   rt->data, c.seed, c.model.vocab,
+                                   /* spec.elastic: the same sample after a re-plan */
+                                   .global_epochs = spec->elastic.enabled};
     if (dataloader_open(&dl, &dc, e)) {
         herr_wrap(e, "spec.training.data");
         goto out;

@@ -54,6 +54,8 @@ const struct api_call controller_api_calls[API_OP_COUNT] = {
     [API_GET_LEASE] = {"get", &KUBE_LEASES, NULL, TJ_GANG_DEFAULT},
     [API_CREATE_LEASE] = {"create", &KUBE_LEASES, NULL, TJ_GANG_DEFAULT},
     [API_PATCH_LEASE] = {"patch", &KUBE_LEASES, NULL, TJ_GANG_DEFAULT},
+    /* spec.elastic: whether a missing worker's node is NotReady or gone (nodes: cluster-scoped) */
+    [API_GET_NODE] = {"get", &KUBE_NODES, NULL, TJ_GANG_DEFAULT},
     /* A job's PodGroup: cached, created, deleted on suspend (deletion with the job is left to
      * ownerReferences). */
     [API_LIST_VOLCANO_PG] = {"list", &CTL_VOLCANO_PODGROUPS, NULL, TJ_GANG_VOLCANO},
@@ -578,8 +580,34 @@ static int replace_failed(struct reconcile *r, const cJSON *pods, int *rc, herr 
     return any;
 }
 
-/* Pods beyond spec.workers go; missing ones are created (in slow-start batches). */
-static int create_missing(struct reconcile *r, const cJSON *pods, int workers, herr *e)
+/* spec.elastic: the workers the coordinator counted as lost (status.elastic.lostWorkers, their
+ * pod names) into lost[0..workers); their count. 0 for a job that is not elastic. */
+static int lost_workers(const struct reconcile *r, int workers, char *lost)
+{
+    memset(lost, 0, (size_t)workers);
+    if (!tj_is_elastic(&r->tj.spec))
+        return 0;
+    int n = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, json_at(r->st, "elastic.lostWorkers")) {
+        if (!cJSON_IsString(it))
+            continue;
+        for (int i = 0; i < workers; i++) {
+            char pname[300];
+            tj_worker_pod_name(pname, sizeof pname, r->name, i);
+            if (!strcmp(pname, it->valuestring) && !lost[i]) {
+                lost[i] = 1;
+                n++;
+            }
+        }
+    }
+    return n;
+}
+
+/* Pods beyond spec.workers go; missing ones are created (in slow-start batches), but not those
+ * of lost workers of an elastic job without scaleUp (the job re-planned without them for good). */
+static int create_missing(struct reconcile *r, const cJSON *pods, int workers, const char *lost,
+                          herr *e)
 {
     struct controller *c = r->c;
     const cJSON *job = r->job, *p;
@@ -607,7 +635,7 @@ static int create_missing(struct reconcile *r, const cJSON *pods, int workers, h
             pending_creates++;
             continue;
         }
-        if (have[i])
+        if (have[i] || (lost[i] && !r->tj.spec.elastic.scale_up))
             continue;
         cJSON *pod = controller_build_gang_pod(job, &r->tj.spec, i, c->coordinator, c->image, &c->o.gang, e);
         if (!pod) {
@@ -637,24 +665,28 @@ static int create_missing(struct reconcile *r, const cJSON *pods, int workers, h
         json_set_str(r->st, "startTime", r->now);
     if (created == workers)
         emit(c, job, "Normal", "PodsCreated", "created the worker pods");
+
     if (pending_creates)
         r->requeue_s = 1; /* look again if the cache has not shown them by then */
 
     return rc;
 }
 
-/* Status from the pods: readiness, scheduling (and the gang timeout), completion. */
-static void status_from_pods(struct reconcile *r, const cJSON *pods, int workers, const char *phase)
+/* Status from the pods: readiness, scheduling (and the gang timeout), completion. The pods of
+ * an elastic job's lost workers count for none of it: the job trains without them. */
+static void status_from_pods(struct reconcile *r, const cJSON *pods, int all, const char *lost,
+                             int nlost, const char *phase)
 {
     struct controller *c = r->c;
     const cJSON *job = r->job, *p;
+    int workers = all - nlost;
     int ready = 0, scheduled = 0, succeeded = 0;
     double oldest_unsched = 0;
     char unsched_names[512] = "", sched_msg[512] = "";
     size_t ul = 0;
     cJSON_ArrayForEach(p, pods) {
         int i = pod_index(p);
-        if (i < 0 || i >= workers || json_at(p, "metadata.deletionTimestamp"))
+        if (i < 0 || i >= all || lost[i] || json_at(p, "metadata.deletionTimestamp"))
             continue;
         const char *ph = json_str_at(p, "status.phase");
         if (is_phase(ph, "Succeeded"))
@@ -713,6 +745,14 @@ static void status_from_pods(struct reconcile *r, const cJSON *pods, int workers
         ctl_set_condition(r->st, "PodsReady", 0, "Waiting", msg, r->now);
     }
     if (succeeded == workers && workers > 0) {
+        /* a lost worker's pod waiting for capacity (scaleUp) is not needed any more */
+        cJSON_ArrayForEach(p, pods) {
+            int i = pod_index(p);
+            herr de = {0};
+            if (i >= 0 && i < all && lost[i] && !json_at(p, "metadata.deletionTimestamp") &&
+                call_delete(c, API_DELETE_POD, r->ns, kube_meta_str(p, "name"), &de) == 0)
+                ctl_memo_mark(r->memo->gone, kube_meta_str(p, "uid"), clock_wall_s() + 60);
+        }
         set_phase(r, "Succeeded");
         ctl_set_condition(r->st, "Complete", 1, "AllWorkersSucceeded", "every worker finished", r->now);
         if (!json_at(r->st, "completionTime"))
@@ -770,8 +810,15 @@ static int reconcile_job(struct reconcile *r, herr *e)
     }
     if (replace_failed(r, pods, &rc, e) && rc)
         goto out;
-    rc = create_missing(r, pods, workers, e);
-    status_from_pods(r, pods, workers, phase);
+    char *lost = calloc((size_t)workers + 1, 1);
+    if (!lost) {
+        rc = herr_set(e, "out of memory");
+        goto out;
+    }
+    int nlost = lost_workers(r, workers, lost);
+    rc = create_missing(r, pods, workers, lost, e);
+    status_from_pods(r, pods, workers, lost, nlost, phase);
+    free(lost);
 out:
     cJSON_Delete(pods);
     return rc;

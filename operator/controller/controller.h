@@ -51,6 +51,7 @@ enum api_op {
     API_CREATE_EVENT, API_PATCH_EVENT,
     API_CREATE_TOKEN_REVIEW, API_CREATE_ACCESS_REVIEW, /* who may read metrics, the job page */
     API_GET_LEASE, API_CREATE_LEASE, API_PATCH_LEASE,
+    API_GET_NODE,
     API_LIST_VOLCANO_PG, API_WATCH_VOLCANO_PG, API_CREATE_VOLCANO_PG, API_DELETE_VOLCANO_PG,
     API_LIST_COSCHED_PG, API_WATCH_COSCHED_PG, API_CREATE_COSCHED_PG, API_DELETE_COSCHED_PG,
     API_OP_COUNT
@@ -130,6 +131,12 @@ int controller_emit_event(struct controller *c, const char *ns, const char *job,
 cJSON *controller_get_job(struct controller *c, const char *ns, const char *job);
 cJSON *controller_job_pods(struct controller *c, const char *ns, const char *job);
 char *controller_job_token(struct controller *c, const char *ns, const char *job);
+/* spec.elastic: a node's state (a GET: nodes are not cached): 1 Ready (or no Ready condition
+ * yet), 0 NotReady or Unknown, 2 gone (404); -1 with `e` when it cannot be told. */
+int controller_node_state(struct controller *c, const char *node, herr *e);
+/* Deletes a pod at once (gracePeriodSeconds 0: a worker counted as lost, whose node will not
+ * confirm it); gone already is fine. */
+int controller_delete_pod(struct controller *c, const char *ns, const char *pod, herr *e);
 
 /* ---- pure pieces, exposed for tests */
 /* The pod for worker i of job (spec.template merged with the holmes-node container), locked down

@@ -195,6 +195,17 @@ static void on_hello(struct conn *k, const struct proto_hello *h)
         conn_refuse(k, PROTO_ERR_DUPLICATE, "hello: that worker is already connected");
         return;
     }
+    if (s->lost && j->state != COORD_SUCCEEDED && j->state != COORD_FAILED) {
+        if (!j->scale_up) {
+            char why[300];
+            snprintf(why, sizeof why, "hello: worker %d (%s) was lost and the job re-planned without "
+                     "it; spec.elastic.scaleUp is false", h->worker, h->pod);
+            conn_refuse(k, PROTO_ERR_UNKNOWN_WORKER, why);
+            return;
+        }
+        co_job_regain(j, k, h); /* spec.elastic.scaleUp: planned in again */
+        return;
+    }
     if (j->fail_deadline && !h->running) {
         /* Back while its gang's failure is being settled: wait for the verdict. */
         k->job = j;
@@ -245,7 +256,7 @@ static void on_rendezvous(struct conn *k, const struct proto_msg *m)
     s->ids = m->body ? cJSON_Duplicate(m->body, 1) : NULL;
     s->rendezvous = 1;
     for (int i = 0; i < j->n; i++)
-        if (!j->w[i].rendezvous)
+        if (!j->w[i].rendezvous && !j->w[i].lost)
             return;
     co_job_send_start(j);
 }
@@ -503,7 +514,7 @@ static void tick(lws_sorted_usec_list_t *sul)
             size_t used = 0;
             int count = 0;
             for (int i = 0; i < j->n; i++) {
-                if (j->w[i].hello)
+                if (j->w[i].hello || j->w[i].lost)
                     continue;
                 count++;
                 if (used < sizeof missing - 40) {
@@ -735,6 +746,15 @@ int coord_add_job(struct coordinator *c, const struct coord_job_spec *spec, herr
     j->restart_backoff_ms = spec->restart_backoff_ms > 0 ? spec->restart_backoff_ms : 0;
     j->progress_interval_ms = spec->progress_interval_ms > 0 ? spec->progress_interval_ms : 2000;
     j->total_steps = spec->total_steps;
+    j->min_workers = spec->min_workers > 0 && spec->min_workers < j->n ? spec->min_workers : 0;
+    j->scale_up = spec->scale_up;
+    for (int i = 0; co_elastic(j) && i < spec->nlost && spec->lost; i++) {
+        int x = spec->lost[i];
+        if (x >= 0 && x < j->n && !j->w[x].lost && j->n - j->nlost - 1 >= j->min_workers) {
+            j->w[x].lost = 1;
+            j->nlost++;
+        }
+    }
     j->hooks = spec->hooks;
     j->user = spec->user;
     j->state = COORD_GATHERING;
@@ -804,6 +824,35 @@ int coord_job_connected(const struct coordinator *c, const char *name)
     for (int i = 0; i < j->n; i++)
         n += j->w[i].conn != NULL;
     return n;
+}
+
+int coord_job_lose_worker(struct coordinator *c, const char *name, int index, const char *why,
+                          herr *e)
+{
+    struct job *j = find_job(c, name);
+    if (!j)
+        return herr_set(e, "job %s: not registered", name);
+    return co_job_lose(j, index, why, e);
+}
+
+int coord_job_workers(const struct coordinator *c, const char *name, int *state, int cap)
+{
+    const struct job *j = find_job(c, name);
+    if (!j)
+        return -1;
+    for (int i = 0; i < j->n && i < cap; i++)
+        state[i] = j->w[i].lost ? -1 : j->w[i].conn && !j->w[i].deferred ? 1 : 0;
+    return j->n;
+}
+
+int coord_job_elastic(const struct coordinator *c, const char *name, int *lost, int *replans)
+{
+    const struct job *j = find_job(c, name);
+    if (!j)
+        return -1;
+    *lost = j->nlost;
+    *replans = j->replans;
+    return 0;
 }
 
 int coord_job_restarts(const struct coordinator *c, const char *name)

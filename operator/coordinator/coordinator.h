@@ -94,6 +94,10 @@ struct coord_hooks {
     /* A worker's notice: not a failure, but the user must hear of it (a checkpoint fallback).
      * `reason` is CamelCase; `message` names the worker. Optional. */
     void (*on_notice)(void *user, const char *reason, const char *message);
+    /* Elastic jobs: worker w was counted as lost (lost 1: coord_job_lose_worker; delete its pod)
+     * or a lost worker is back (lost 0: scaleUp); the gang re-plans next, and the plan hook then
+     * gets the workers that remain. `why` says what happened. Optional. */
+    void (*on_elastic)(void *user, const struct coord_worker *w, int lost, const char *why);
 };
 
 struct coord_job_spec {
@@ -109,6 +113,13 @@ struct coord_job_spec {
                              * (spec.restartPolicy.backoffSeconds); 0 = at once */
     long total_steps;       /* for the ETA; 0 = unknown */
     int progress_interval_ms; /* 0 = 2000 */
+    /* spec.elastic: min_workers below workers makes the job elastic (0: workers, not elastic);
+     * scale_up: a lost worker that says hello again is planned in; lost: workers already lost
+     * (status.elastic: a new coordinator goes on without them), each index once. */
+    int min_workers;
+    int scale_up;
+    const int *lost;
+    int nlost;
     struct coord_hooks hooks;
     void *user;
 };
@@ -132,6 +143,20 @@ int coord_job_progress(const struct coordinator *c, const char *name, struct coo
 /* Connected, admitted workers of the job; -1 when no such job. */
 int coord_job_connected(const struct coordinator *c, const char *name);
 int coord_job_restarts(const struct coordinator *c, const char *name);
+/* Elastic jobs: counts worker `index` as lost for good (its pod unschedulable, its node gone:
+ * the owner decides). The workers that remain re-plan: at once when the gang is gathering (the
+ * usual case: the lost worker's disconnect restarted it), else after a stop at the next step
+ * boundary (not charged). 0 done; 1 not done because fewer than min_workers would remain (the
+ * job keeps waiting for it); -1 with `e`: not elastic, no such worker, already lost, or
+ * connected (a worker that is there is not lost). */
+int coord_job_lose_worker(struct coordinator *c, const char *name, int index, const char *why,
+                          herr *e);
+/* Per worker of the job: 1 connected (said hello, or training), 0 absent, -1 lost; fills
+ * state[0..workers-1] (cap entries at most) and returns the worker count, -1 when no such job. */
+int coord_job_workers(const struct coordinator *c, const char *name, int *state, int cap);
+/* Elastic jobs: workers lost, and re-plans so far (loss and scale-up). -1 when no such job. */
+int coord_job_elastic(const struct coordinator *c, const char *name, int *lost, int *replans);
+
 /* Connections refused so far (bad token, bad message, unknown pod...), for tests and metrics. */
 long coord_refused(const struct coordinator *c);
 

@@ -54,6 +54,7 @@ struct slot {
      * hello waits for the verdict, then joins the restart (or hears the job is over). */
     int deferred;
     struct proto_hello deferred_hello;
+    int lost;               /* elastic: counted as lost; the gang trains without it */
 };
 
 /* What a failure report says happened, in order of how much it tells of the cause (see
@@ -91,7 +92,11 @@ struct job {
     double last_emit;
     struct coord_progress emitted;
     int progress_dirty;
+    int min_workers, scale_up; /* elastic when min_workers < n */
+    int nlost, replans;
 };
+
+static inline int co_elastic(const struct job *j) { return j->min_workers > 0 && j->min_workers < j->n; }
 
 struct coordinator {
     struct lws_context *ctx;
@@ -123,6 +128,9 @@ void co_job_check_gang(struct job *j);
 void co_job_send_start(struct job *j);
 void co_job_aggregate(const struct job *j, struct coord_progress *p);
 void co_job_maybe_emit(struct job *j, int force);
+void co_job_forget_plan(struct job *j);
+int co_job_lose(struct job *j, int index, const char *why, herr *e);
+void co_job_regain(struct job *j, struct conn *k, const struct proto_hello *h);
 
 /* coordinator.c */
 int co_conn_send(struct conn *k, char *text);
