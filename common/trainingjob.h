@@ -217,8 +217,9 @@ int tj_scheduling_check(const struct tj_spec *s, enum tj_gang gang, const char *
                         struct tj_errors *errs);
 
 /* The resolved spec as JSON in the API's field names (pipeline/data "auto" for TJ_AUTO; the
- * model with preset AND layers/hidden/...). tj_spec_from_json of the result gives the same
- * struct. NULL when out of memory. */
+ * model with preset AND layers/hidden/...), without spec.template: what a worker trains on
+ * (the assignment's spec, common/plan_doc.h). tj_spec_from_json of the result gives the same
+ * struct, pod_template NULL. NULL when out of memory. */
 cJSON *tj_spec_to_json(const struct tj_spec *s);
 
 /* Deep copy (duplicates pod_template). Returns -1 on out of memory. */

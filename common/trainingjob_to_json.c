@@ -1,5 +1,5 @@
 /* The resolved TrainingJob spec as JSON in the API's field names (tj_spec_to_json), one
- * function per section of the spec. */
+ * function per section of the spec; spec.template is the pods' and stays out. */
 #include "trainingjob_impl.h"
 
 /* ---------------------------------------------------------------- JSON out */
@@ -184,12 +184,6 @@ cJSON *tj_spec_to_json(const struct tj_spec *s)
     if (s->scheduling.gang != TJ_GANG_DEFAULT || s->scheduling.queue[0] || s->scheduling.scheduler_name[0] ||
         s->scheduling.schedule_timeout_seconds)
         ok &= scheduling_to_json(o, &s->scheduling);
-    if (s->pod_template) {
-        cJSON *tp = cJSON_Duplicate(s->pod_template, 1);
-        ok &= !!tp;
-        if (tp)
-            cJSON_AddItemToObject(o, "template", tp);
-    }
     if (!ok) {
         cJSON_Delete(o);
         return NULL;

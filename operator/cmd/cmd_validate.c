@@ -47,7 +47,13 @@ static int validate_file(const char *path, int print)
             rc = 1;
         } else if (print) {
             cJSON *j = tj_spec_to_json(&jobs[i].spec);
-            char *s = j ? cJSON_Print(j) : NULL;
+            cJSON *tp = jobs[i].spec.pod_template ? cJSON_Duplicate(jobs[i].spec.pod_template, 1)
+                                                  : NULL;
+            if (j && tp) /* the resolved spec, and the pods' template as given */
+                cJSON_AddItemToObject(j, "template", tp);
+            else
+                cJSON_Delete(tp);
+            char *s = j && (tp || !jobs[i].spec.pod_template) ? cJSON_Print(j) : NULL;
             if (!s) {
                 fprintf(stderr, "%s: out of memory\n", path);
                 rc = 1;
