@@ -563,7 +563,8 @@ void plan_assignment_free(struct plan_assignment *a)
         return;
     if (a->has_plan)
         plan_doc_free(&a->plan);
-    cJSON_Delete(a->spec);
+    if (a->has_spec)
+        tj_spec_free(&a->spec);
     memset(a, 0, sizeof *a);
 }
 
@@ -587,8 +588,8 @@ cJSON *plan_assignment_to_json(const struct plan_assignment *a)
         if (!ok)
             cJSON_Delete(p);
     }
-    if (ok && a->spec) {
-        cJSON *s = cJSON_Duplicate(a->spec, 1);
+    if (ok && a->has_spec) {
+        cJSON *s = tj_spec_to_json(&a->spec);
         ok = s && cJSON_AddItemToObject(o, "spec", s);
         if (!ok)
             cJSON_Delete(s);
@@ -627,6 +628,20 @@ static int decode_ranks(const cJSON *j, struct plan_assignment *a, herr *e)
     return 0;
 }
 
+/* "spec": the resolved TrainingJob spec, decoded and validated once, here. */
+static int decode_spec(const cJSON *spec, struct plan_assignment *a, herr *e)
+{
+    if (!cJSON_IsObject(spec))
+        return herr_set(e, "assignment.spec must be an object");
+    struct tj_errors *errs = calloc(1, sizeof *errs);
+    if (!errs)
+        return herr_set(e, "out of memory");
+    a->has_spec = 1; /* what could be read is freed with the assignment */
+    int rc = tj_spec_from_json(spec, "assignment.spec", &a->spec, errs) ? tj_errors_to_herr(errs, e) : 0;
+    free(errs);
+    return rc;
+}
+
 static int decode_assignment(const cJSON *j, struct plan_assignment *a, herr *e)
 {
     const char *w = "assignment";
@@ -644,12 +659,8 @@ static int decode_assignment(const cJSON *j, struct plan_assignment *a, herr *e)
     if (decode_ranks(j, a, e) != 0)
         return -1;
     const cJSON *spec = cJSON_GetObjectItemCaseSensitive(j, "spec");
-    if (spec) {
-        if (!cJSON_IsObject(spec))
-            return herr_set(e, "assignment.spec must be an object");
-        if (!(a->spec = cJSON_Duplicate(spec, 1)))
-            return herr_set(e, "out of memory");
-    }
+    if (spec && decode_spec(spec, a, e) != 0)
+        return -1;
     const cJSON *plan = cJSON_GetObjectItemCaseSensitive(j, "plan");
     if (!plan)
         return 0;

@@ -23,6 +23,7 @@
 
 #include "error.h"
 #include "names.h"
+#include "trainingjob.h"
 
 #define PLAN_DOC_MAX_WORLD 65536
 
@@ -117,13 +118,17 @@ struct plan_assignment {
     char fabric[128];
     int has_plan;
     struct plan_doc plan;
-    cJSON *spec;            /* the resolved TrainingJob spec, or NULL; owned */
+    /* The resolved TrainingJob spec the plan was made for, by its own encoder and decoder
+     * (tj_spec_to_json, tj_spec_from_json: without spec.template); owned when has_spec. */
+    int has_spec;
+    struct tj_spec spec;
 };
 
-/* Encodes it (the plan when has_plan, the spec when set); NULL on out-of-memory. */
+/* Encodes it (the plan when has_plan, the spec when has_spec); NULL on out-of-memory. */
 cJSON *plan_assignment_to_json(const struct plan_assignment *a);
 /* Decodes the coordinator's "assignment": rank is required, the rest optional (a simulated job
- * sends no plan). 0, or -1 naming the field. */
+ * sends no plan and no spec). The spec is decoded and validated as a TrainingJob's
+ * (tj_spec_from_json, fields named "assignment.spec.*"). 0, or -1 naming the field. */
 int plan_assignment_from_json(const cJSON *j, struct plan_assignment *a, herr *e);
 void plan_assignment_free(struct plan_assignment *a);
 

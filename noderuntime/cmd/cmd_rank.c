@@ -27,31 +27,20 @@ static void on_term(int sig)
 static int run_rank(struct plan_assignment *a, int local, int report_fd, herr *e)
 {
     struct tcp_listener *l = NULL;
-    static struct tj_spec spec;
-    static struct tj_errors errs;
-    if (!a->spec) {
-        tj_spec_free(&spec);
+    if (!a->has_spec)
         return herr_set_kind(e, HERR_CONFIG, "assignment.spec: required");
-    }
-    if (tj_spec_from_json(a->spec, "assignment.spec", &spec, &errs)) {
-        tj_errors_to_herr(&errs, e);
-        e->kind = HERR_CONFIG;
-        tj_spec_free(&spec);
-        return -1;
-    }
     int rc = tcp_listener_adopt(&l, RANK_PROCS_LISTEN_FD, e);
     if (rc == 0 && (rc = plan_doc_check_endpoints(&a->plan, "the work's plan", e)) == 0) {
         struct rank_sink out = rank_procs_child_sink(report_fd, a->ranks[local],
                                                      plan_doc_stage_of(&a->plan, a->ranks[local]),
                                                      &g_stop);
         long last = 0;
-        rc = worker_train_rank(&spec, a, local, l, CPU_AFFINITY_NONE, &out, &last, e);
+        rc = worker_train_rank(a, local, l, CPU_AFFINITY_NONE, &out, &last, e);
         if (rc == 0)
             log_info("rank %d: %s at step %ld", a->ranks[local], g_stop ? "stopped" : "finished",
                      last);
     }
     tcp_listener_close(l);
-    tj_spec_free(&spec);
     return rc;
 }
 

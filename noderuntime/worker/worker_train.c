@@ -181,12 +181,15 @@ int worker_run_slices(const struct plan_doc *rt, int count, struct trainer_confi
     return 0;
 }
 
-int worker_train_rank(const struct tj_spec *spec, const struct plan_assignment *a, int local,
-                      struct tcp_listener *l, enum cpu_affinity affinity,
-                      const struct rank_sink *out, long *last_step, herr *e)
+int worker_train_rank(const struct plan_assignment *a, int local, struct tcp_listener *l,
+                      enum cpu_affinity affinity, const struct rank_sink *out, long *last_step,
+                      herr *e)
 {
     *last_step = 0;
+    if (!a->has_plan || !a->has_spec)
+        return herr_set_kind(e, HERR_CONFIG, "assignment: plan and spec are required");
     struct trainer_config c;
+    const struct tj_spec *spec = &a->spec;
     const struct plan_doc *rt = &a->plan;
     struct dataloader *dl = NULL;
     int rc = -1, rank = a->ranks[local], *slices = NULL;
@@ -255,27 +258,14 @@ static int train_run(void *user, struct plan_assignment *a, const cJSON *peers, 
     struct worker_train *wt = user;
     (void)resume_step; /* the trainer resumes from its latest checkpoint itself */
     *last_step = 0;
-    if (!a->has_plan || !a->spec)
+    if (!a->has_plan || !a->has_spec)
         return herr_set(e, "assignment: plan and spec are required");
-    static struct tj_spec spec; /* one run per process */
-    static struct tj_errors errs;
-    memset(&errs, 0, sizeof errs);
-    if (tj_spec_from_json(a->spec, "assignment.spec", &spec, &errs)) {
-        tj_errors_to_herr(&errs, e);
-        tj_spec_free(&spec);
+    if (worker_check_devices(&a->spec, e) || worker_plan_endpoints(&a->plan, peers, e))
         return -1;
-    }
-    int rc;
-    if (worker_check_devices(&spec, e) || worker_plan_endpoints(&a->plan, peers, e)) {
-        rc = -1;
-    } else if (a->nranks == 1) {
-        struct rank_sink out = {link, link_step, link_notice, link_should_stop};
-        rc = worker_train_rank(&spec, a, 0, wt->listeners[0], wt->affinity, &out, last_step, e);
-    } else {
-        rc = rank_procs_run(a, wt->listeners, link, last_step, e);
-    }
-    tj_spec_free(&spec);
-    return rc;
+    if (a->nranks > 1)
+        return rank_procs_run(a, wt->listeners, link, last_step, e);
+    struct rank_sink out = {link, link_step, link_notice, link_should_stop};
+    return worker_train_rank(a, 0, wt->listeners[0], wt->affinity, &out, last_step, e);
 }
 
 struct worker_runner worker_train_runner(struct worker_train *wt)

@@ -33,11 +33,12 @@ struct rank_sink {
     int (*should_stop)(void *ctx);
 };
 
-/* Trains rank a->ranks[local] of the assignment's plan (every endpoint filled in) on listener
- * l, reporting every step to `out`. *last_step: the last step done. 0, or -1 with `e`. */
-int worker_train_rank(const struct tj_spec *spec, const struct plan_assignment *a, int local,
-                      struct tcp_listener *l, enum cpu_affinity affinity,
-                      const struct rank_sink *out, long *last_step, herr *e);
+/* Trains rank a->ranks[local] of the assignment's plan (every endpoint filled in) with its
+ * spec on listener l, reporting every step to `out`. *last_step: the last step done. 0, or -1
+ * with `e`. */
+int worker_train_rank(const struct plan_assignment *a, int local, struct tcp_listener *l,
+                      enum cpu_affinity affinity, const struct rank_sink *out, long *last_step,
+                      herr *e);
 
 /* Every rank needs an engine this binary has: real GPUs (gpusPerWorker >= 1 without
  * emulation.gpus) the CUDA engine of the spec's precision (the CUDA build, `make cuda`), CPU

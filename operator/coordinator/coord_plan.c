@@ -45,7 +45,7 @@ static void emulate_links(const struct tj_emulation *em, const struct plan *p, s
 
 /* The assignment of worker `worker`: its ranks (device order), the plan, the spec. */
 static int add_assignment(const struct coord_plan *cp, const struct plan *p, int worker,
-                          const struct plan_doc *doc, const cJSON *spec_json, cJSON **out)
+                          const struct plan_doc *doc, const struct tj_spec *spec, cJSON **out)
 {
     int rank = -1;
     for (int r = 0; r < p->n_ranks; r++)
@@ -56,7 +56,7 @@ static int add_assignment(const struct coord_plan *cp, const struct plan *p, int
     const struct plan_rank *pr = &p->ranks[rank];
     struct plan_assignment a = {.rank = rank, .stage = pr->stage, .stages = p->n_stages,
                                 .dp_rank = pr->dp_rank, .tp_rank = pr->tp_rank, .has_plan = 1,
-                                .plan = *doc, .spec = (cJSON *)spec_json};
+                                .plan = *doc, .has_spec = 1, .spec = *spec};
     for (int r = 0; r < p->n_ranks; r++) /* the worker's ranks by device index */
         if (p->ranks[r].worker == worker) {
             if (p->ranks[r].local >= PLAN_MAX_LOCAL_RANKS)
@@ -253,16 +253,11 @@ int coord_plan_hook(void *user, const struct coord_worker *workers, int n, cJSON
     /* The group order is the planner's: plan_to_doc derives only what the planner leaves out. */
     if (ds.emulation.enabled)
         emulate_links(&ds.emulation, &cp->plan, &doc);
-    cJSON *spec_json = tj_spec_to_json(&ds);
-    rc = spec_json ? 0 : herr_set(e, "plan: out of memory");
-    /* The template is for pods, not for workers. */
-    cJSON_DeleteItemFromObjectCaseSensitive(spec_json, "template");
     for (int i = 0; !rc && i < n; i++)
-        if (add_assignment(cp, &cp->plan, i, &doc, spec_json, &assignments[i]))
+        if (add_assignment(cp, &cp->plan, i, &doc, &ds, &assignments[i]))
             rc = herr_set(e, "plan: worker %d (%s) got no rank, or out of memory", i,
                           workers[i].pod);
     plan_doc_free(&doc);
-    cJSON_Delete(spec_json);
     tj_spec_free(&ds);
     return rc;
 }

@@ -125,7 +125,7 @@ int main(void)
         printf("  %s\n", e.msg);
     if (rc == 0) {
         const struct plan_doc *d = &pa.plan;
-        CHECK("the plan is carried", pa.has_plan && pa.spec != NULL);
+        CHECK("the plan is carried", pa.has_plan && pa.has_spec);
         CHECK_INT("rank and stage agree with the plan", plan_doc_stage_of(d, pa.rank), pa.stage);
         CHECK("layers cover the model in order", d->stage_first && d->stage_first[0] == 0 &&
                                                      d->stage_last[0] == d->stage_first[1] &&
