@@ -65,6 +65,44 @@ int plan_doc_add_group(struct plan_doc *d, enum group_kind kind, int stage, int 
     return 0;
 }
 
+/* A copy of n ints of src into *dst (NULL for none): 0, or -1 out of memory. */
+static int dup_ints(int **dst, const int *src, int n)
+{
+    *dst = NULL;
+    if (!src || n <= 0)
+        return 0;
+    if (!(*dst = malloc((size_t)n * sizeof **dst)))
+        return -1;
+    memcpy(*dst, src, (size_t)n * sizeof **dst);
+    return 0;
+}
+
+int plan_doc_copy(struct plan_doc *dst, const struct plan_doc *src, herr *e)
+{
+    *dst = *src;
+    dst->ranks = NULL;
+    dst->stage_first = dst->stage_last = dst->slice_bounds = NULL;
+    dst->groups = NULL;
+    dst->ngroups = 0;
+    int ok = (dst->ranks = malloc((size_t)src->world * sizeof *dst->ranks)) != NULL &&
+             dup_ints(&dst->stage_first, src->stage_first, src->pipeline) == 0 &&
+             dup_ints(&dst->stage_last, src->stage_last, src->pipeline) == 0 &&
+             dup_ints(&dst->slice_bounds, src->slice_bounds, src->slices + 1) == 0 &&
+             (src->ngroups == 0 ||
+              (dst->groups = calloc((size_t)src->ngroups, sizeof *dst->groups)) != NULL);
+    if (ok)
+        memcpy(dst->ranks, src->ranks, (size_t)src->world * sizeof *dst->ranks);
+    for (int g = 0; ok && g < src->ngroups; g++) {
+        dst->groups[g] = src->groups[g];
+        ok = dup_ints(&dst->groups[g].members, src->groups[g].members, src->groups[g].n) == 0;
+        dst->ngroups = g + 1;
+    }
+    if (ok)
+        return 0;
+    plan_doc_free(dst);
+    return herr_set(e, "out of memory copying the plan");
+}
+
 /* Global rank of (stage, dp, tp). */
 static int rank_of(const struct plan_doc *d, int stage, int dp, int tp)
 {
@@ -565,6 +603,7 @@ void plan_assignment_free(struct plan_assignment *a)
         plan_doc_free(&a->plan);
     if (a->has_spec)
         tj_spec_free(&a->spec);
+    free(a->peers);
     memset(a, 0, sizeof *a);
 }
 
@@ -579,9 +618,15 @@ cJSON *plan_assignment_to_json(const struct plan_assignment *a)
         return NULL;
     }
     int ok = add_place(o, a->rank, a->stage, a->dp_rank, a->tp_rank) &&
-             cJSON_AddNumberToObject(o, "stages", a->stages) &&
+             cJSON_AddNumberToObject(o, "stages", a->stages > 0 ? a->stages : 1) &&
              cJSON_AddStringToObject(o, "fabric", a->fabric) &&
              cJSON_AddStringToObject(o, "job", a->job);
+    if (ok && a->peers) {
+        cJSON *p = cJSON_CreateIntArray(a->peers, a->npeers);
+        ok = p && cJSON_AddItemToObject(o, "peers", p);
+        if (!ok)
+            cJSON_Delete(p);
+    }
     if (ok && a->has_plan) {
         cJSON *p = plan_doc_to_json(&a->plan);
         ok = p && cJSON_AddItemToObject(o, "plan", p);
@@ -628,6 +673,29 @@ static int decode_ranks(const cJSON *j, struct plan_assignment *a, herr *e)
     return 0;
 }
 
+/* "peers": ranks of the job, each below PLAN_DOC_MAX_WORLD; absent = every rank. */
+static int decode_peers(const cJSON *j, struct plan_assignment *a, herr *e)
+{
+    const cJSON *peers = cJSON_GetObjectItemCaseSensitive(j, "peers");
+    if (!peers)
+        return 0;
+    int n = cJSON_GetArraySize(peers);
+    if (!cJSON_IsArray(peers) || n > PLAN_DOC_MAX_WORLD)
+        return herr_set(e, "assignment.peers must be an array of at most %d ranks",
+                        PLAN_DOC_MAX_WORLD);
+    if (!(a->peers = calloc((size_t)n + 1, sizeof *a->peers)))
+        return herr_set(e, "out of memory");
+    const cJSON *p;
+    cJSON_ArrayForEach(p, peers) {
+        if (!cJSON_IsNumber(p) || p->valuedouble < 0 || p->valuedouble >= PLAN_DOC_MAX_WORLD ||
+            p->valuedouble != floor(p->valuedouble))
+            return herr_set(e, "assignment.peers[%d] must be a rank in [0, %d]", a->npeers,
+                            PLAN_DOC_MAX_WORLD - 1);
+        a->peers[a->npeers++] = (int)p->valuedouble;
+    }
+    return 0;
+}
+
 /* "spec": the resolved TrainingJob spec, decoded and validated once, here. */
 static int decode_spec(const cJSON *spec, struct plan_assignment *a, herr *e)
 {
@@ -656,7 +724,7 @@ static int decode_assignment(const cJSON *j, struct plan_assignment *a, herr *e)
         json_str(j, w, "fabric", JSON_OPTIONAL, a->fabric, sizeof a->fabric, e) != 0 ||
         json_str(j, w, "job", JSON_OPTIONAL, a->job, sizeof a->job, e) != 0)
         return -1;
-    if (decode_ranks(j, a, e) != 0)
+    if (decode_ranks(j, a, e) != 0 || decode_peers(j, a, e) != 0)
         return -1;
     const cJSON *spec = cJSON_GetObjectItemCaseSensitive(j, "spec");
     if (spec && decode_spec(spec, a, e) != 0)

@@ -87,6 +87,8 @@ int plan_doc_add_group(struct plan_doc *d, enum group_kind kind, int stage, int 
  * -1 naming the group and rank. */
 int plan_doc_complete(struct plan_doc *d, herr *e);
 
+/* A deep copy of src into *dst (free it with plan_doc_free): 0, or -1 out of memory. */
+int plan_doc_copy(struct plan_doc *dst, const struct plan_doc *src, herr *e);
 /* Decodes (and completes) a document; `where` names it in errors. Endpoints may be absent. */
 int plan_doc_from_json(const cJSON *j, const char *where, struct plan_doc *d, herr *e);
 /* Encodes it; NULL on out-of-memory. */
@@ -112,10 +114,14 @@ int plan_doc_find_link(const struct plan_doc *d, int rank, int dir);
  * resolved spec. */
 struct plan_assignment {
     char job[256];
-    int rank, stage, stages, dp_rank, tp_rank; /* the worker's first rank */
-    int nranks;                                /* >= 1: a rank per GPU, one for a CPU worker */
+    int rank, stage, stages, dp_rank, tp_rank; /* the worker's first rank (stages 0: one) */
+    int nranks;                                /* a rank per GPU, one for a CPU worker (0: one) */
     int ranks[PLAN_MAX_LOCAL_RANKS];           /* global ranks by local index; ranks[0] == rank */
     char fabric[128];
+    /* The ranks whose endpoints the worker needs in start.peers (a plan that knows who talks to
+     * whom keeps the start small); NULL: every rank. Owned. */
+    int npeers;
+    int *peers;
     int has_plan;
     struct plan_doc plan;
     /* The resolved TrainingJob spec the plan was made for, by its own encoder and decoder

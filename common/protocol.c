@@ -142,22 +142,12 @@ static int parse_assign(const cJSON *j, struct proto_msg *m, herr *e)
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "assignment");
     if (!cJSON_IsObject(a))
         return herr_set(e, "assign.assignment: required, an object");
-    long v = 0;
-    if (json_int(a, "assign.assignment", "rank", 1, 0, 65535, &v, e))
+    if (plan_assignment_from_json(a, &m->u.assign, e) != 0) {
+        if (e) /* the coordinator's plan cannot be run here: the same next time */
+            e->kind = HERR_CONFIG;
         return -1;
-    m->rank = (int)v;
-    const cJSON *peers = cJSON_GetObjectItemCaseSensitive(a, "peers");
-    if (peers) {
-        if (!cJSON_IsArray(peers))
-            return herr_set(e, "assign.assignment.peers: must be an array of ranks");
-        const cJSON *p;
-        cJSON_ArrayForEach(p, peers) {
-            if (!cJSON_IsNumber(p) || p->valuedouble < 0 || p->valuedouble > 65535 ||
-                p->valuedouble != floor(p->valuedouble))
-                return herr_set(e, "assign.assignment.peers: must hold ranks in [0, 65535]");
-        }
     }
-    m->body = a;
+    m->rank = m->u.assign.rank;
     return 0;
 }
 
@@ -192,7 +182,7 @@ static int parse_rendezvous(const cJSON *j, struct proto_msg *m, herr *e)
     const cJSON *ids = cJSON_GetObjectItemCaseSensitive(j, "ids");
     if (check_ids(ids, "rendezvous.ids", e))
         return -1;
-    m->body = ids;
+    m->ids = ids;
     const cJSON *eps = cJSON_GetObjectItemCaseSensitive(j, "endpoints");
     if (!eps)
         return 0;
@@ -219,22 +209,27 @@ static int parse_start(const cJSON *j, struct proto_msg *m, herr *e)
     const cJSON *peers = cJSON_GetObjectItemCaseSensitive(j, "peers");
     if (!cJSON_IsArray(peers))
         return herr_set(e, "start.peers: required, an array of {rank, endpoint}");
+    int n = cJSON_GetArraySize(peers);
+    struct proto_start *st = &m->u.start;
+    if (n > 0 && !(st->peers = calloc((size_t)n, sizeof *st->peers)))
+        return herr_set(e, "out of memory for %d peers", n);
     const cJSON *p;
-    int i = 0;
     cJSON_ArrayForEach(p, peers) {
-        char where[48], ep[256];
-        snprintf(where, sizeof where, "start.peers[%d]", i++);
+        char where[48];
+        struct proto_peer *pe = &st->peers[st->npeers];
+        snprintf(where, sizeof where, "start.peers[%d]", st->npeers++);
         if (!cJSON_IsObject(p))
             return herr_set(e, "%s: must be an object", where);
         if (json_int(p, where, "rank", 1, 0, 65535, &v, e) ||
-            json_str(p, where, "endpoint", 0, ep, sizeof ep, e))
+            json_str(p, where, "endpoint", 0, pe->endpoint, sizeof pe->endpoint, e))
             return -1;
+        pe->rank = (int)v;
         char iw[64];
         snprintf(iw, sizeof iw, "%s.ids", where);
-        if (check_ids(cJSON_GetObjectItemCaseSensitive(p, "ids"), iw, e))
+        pe->ids = cJSON_GetObjectItemCaseSensitive(p, "ids");
+        if (check_ids(pe->ids, iw, e))
             return -1;
     }
-    m->body = peers;
     return 0;
 }
 
@@ -327,8 +322,7 @@ int proto_parse(const char *text, size_t len, struct proto_msg *out, herr *e)
         goto fail;
     return 0;
 fail:
-    cJSON_Delete(j);
-    out->json = NULL;
+    proto_msg_free(out);
     return -1;
 }
 
@@ -336,9 +330,18 @@ void proto_msg_free(struct proto_msg *m)
 {
     if (!m)
         return;
+    if (m->type == PROTO_ASSIGN)
+        plan_assignment_free(&m->u.assign);
+    else if (m->type == PROTO_START)
+        free(m->u.start.peers);
     cJSON_Delete(m->json);
-    m->json = NULL;
-    m->body = NULL;
+    memset(m, 0, sizeof *m);
+}
+
+void proto_take_assignment(struct proto_msg *m, struct plan_assignment *a)
+{
+    *a = m->u.assign;
+    memset(&m->u.assign, 0, sizeof m->u.assign);
 }
 
 /* ---- encoders ---- */
@@ -427,11 +430,14 @@ static int add_copy(cJSON *j, const char *key, const cJSON *item)
     return 1;
 }
 
-char *proto_assign_encode(int attempt, const cJSON *assignment, herr *e)
+char *proto_assign_encode(int attempt, const struct plan_assignment *assignment, herr *e)
 {
     cJSON *j = new_msg(PROTO_ASSIGN);
-    int ok = j && cJSON_AddNumberToObject(j, "attempt", attempt) &&
-             add_copy(j, "assignment", assignment);
+    int ok = j && cJSON_AddNumberToObject(j, "attempt", attempt);
+    cJSON *a = ok ? plan_assignment_to_json(assignment) : NULL;
+    ok = a && cJSON_AddItemToObject(j, "assignment", a);
+    if (!ok)
+        cJSON_Delete(a);
     return checked(finish(j, ok, e), e);
 }
 
@@ -449,12 +455,28 @@ char *proto_rendezvous_encode(int attempt, int rank, const char *endpoint, const
     return checked(finish(j, ok, e), e);
 }
 
-char *proto_start_encode(int attempt, long resume_step, const cJSON *peers, herr *e)
+static cJSON *peer_to_json(const struct proto_peer *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (o && cJSON_AddNumberToObject(o, "rank", p->rank) &&
+        cJSON_AddStringToObject(o, "endpoint", p->endpoint) && (!p->ids || add_copy(o, "ids", p->ids)))
+        return o;
+    cJSON_Delete(o);
+    return NULL;
+}
+
+char *proto_start_encode(int attempt, long resume_step, const struct proto_peer *peers,
+                         int npeers, herr *e)
 {
     cJSON *j = new_msg(PROTO_START);
     int ok = j && cJSON_AddNumberToObject(j, "attempt", attempt) &&
-             cJSON_AddNumberToObject(j, "step", (double)resume_step) &&
-             add_copy(j, "peers", peers);
+             cJSON_AddNumberToObject(j, "step", (double)resume_step);
+    cJSON *arr = ok ? cJSON_AddArrayToObject(j, "peers") : NULL;
+    ok = ok && arr;
+    for (int i = 0; ok && i < npeers; i++) {
+        cJSON *p = peer_to_json(&peers[i]);
+        ok = p && cJSON_AddItemToArray(arr, p);
+    }
     return checked(finish(j, ok, e), e);
 }
 

@@ -7,8 +7,9 @@
  *   coordinator -> worker: assign, start, stop, error
  *
  * proto_parse() checks the version, the type, the size limit and the schema of the type, and
- * returns a typed message; assign/start bodies and rendezvous ids stay cJSON (the planner and the
- * trainer own their inner shape) but their required members are checked. */
+ * returns a typed message: an assign's assignment decoded by its own decoder (common/plan_doc.h:
+ * the plan document and the TrainingJob spec), a start's peers. Rendezvous ids (name -> string,
+ * e.g. NCCL unique ids) stay cJSON, opaque to the protocol, but their shape is checked. */
 #ifndef HOLMES_PROTOCOL_H
 #define HOLMES_PROTOCOL_H
 
@@ -17,6 +18,7 @@
 
 #include "error.h"
 #include "nic_summary.h"
+#include "plan_doc.h"
 
 #define PROTO_VERSION 1
 /* Largest message either side accepts (bytes of JSON text). */
@@ -108,21 +110,38 @@ struct proto_stop {
     char reason[512];
 };
 
-/* A parsed message. `json` is the whole document (owned); assign/start/rendezvous keep their
- * payload there: `body` points into it. */
+#define PROTO_ENDPOINT_MAX 256
+
+/* One entry of start.peers: where global rank `rank` listens, and on a worker's first rank the
+ * ids its rendezvous sent. */
+struct proto_peer {
+    int rank;
+    char endpoint[PROTO_ENDPOINT_MAX]; /* "host:port" ("" if none) */
+    const cJSON *ids;   /* name -> string, or NULL; not owned (parsed: inside the message) */
+};
+
+/* start: every peer the worker needs (all ranks, unless its assignment named some). */
+struct proto_start {
+    int npeers;
+    struct proto_peer *peers; /* owned */
+};
+
+/* A parsed message. `json` is the whole document (owned); rendezvous ids and endpoints point
+ * into it. */
 struct proto_msg {
     enum proto_type type;
     cJSON *json;
     int attempt;        /* assign, start, rendezvous, stop: the restart attempt (0 first) */
     int rank;           /* assign, rendezvous, done: the worker's global rank */
-    const cJSON *body;  /* assign: "assignment" object; start: "peers" array;
-                           rendezvous: "ids" object (may be NULL) */
-    char endpoint[256]; /* rendezvous: host:port the worker listens on ("" if none) */
+    const cJSON *ids;   /* rendezvous: "ids" object (may be NULL) */
+    char endpoint[PROTO_ENDPOINT_MAX]; /* rendezvous: host:port the worker listens on ("" if none) */
     const cJSON *endpoints; /* rendezvous: one host:port per rank of the worker, in its
                                assignment's "ranks" order; NULL when it has one rank */
     long step;          /* start: step training resumes from (0 = fresh); done: last step */
     union {
         struct proto_hello hello;
+        struct plan_assignment assign; /* owned: take it with proto_take_assignment */
+        struct proto_start start;
         struct proto_progress progress;
         struct proto_error error;
         struct proto_stop stop;
@@ -132,22 +151,27 @@ struct proto_msg {
 
 /* Parses and schema-checks one message of `len` bytes (need not be NUL-terminated).
  * Returns 0 and fills `out` (release with proto_msg_free), or -1 with the rule broken in `e`
- * (e.g. "hello.worker: must be an integer in [0, 65535]"). */
+ * (e.g. "hello.worker: must be an integer in [0, 65535]"). An assign whose assignment does not
+ * decode (plan_assignment_from_json: a plan or a spec this worker cannot run) is refused with
+ * kind HERR_CONFIG: it would be the same again. */
 int proto_parse(const char *text, size_t len, struct proto_msg *out, herr *e);
 void proto_msg_free(struct proto_msg *m);
+/* Moves an assign's assignment into *a (free it with plan_assignment_free); m keeps none. */
+void proto_take_assignment(struct proto_msg *m, struct plan_assignment *a);
 
 /* Builders: each returns a malloc'ed NUL-terminated JSON text (caller frees), or NULL on OOM
  * or when an argument breaks the schema (`e` says which). */
 char *proto_hello_encode(const struct proto_hello *h, herr *e);
-/* `assignment` must hold at least "rank" (int); it is copied. */
-char *proto_assign_encode(int attempt, const cJSON *assignment, herr *e);
+/* The assignment by its own encoder (plan_assignment_to_json). */
+char *proto_assign_encode(int attempt, const struct plan_assignment *assignment, herr *e);
 /* `ids` may be NULL: a map of name -> string (e.g. NCCL unique ids, base64). `endpoints` may be
  * NULL: an array of "host:port" strings, one per rank of the worker (endpoint is the first).
  * Both copied. */
 char *proto_rendezvous_encode(int attempt, int rank, const char *endpoint, const cJSON *endpoints,
                               const cJSON *ids, herr *e);
-/* `peers`: array of {rank, endpoint[, ids]}; copied. */
-char *proto_start_encode(int attempt, long resume_step, const cJSON *peers, herr *e);
+/* `peers[0..npeers)`: {rank, endpoint[, ids]}; ids copied. */
+char *proto_start_encode(int attempt, long resume_step, const struct proto_peer *peers,
+                         int npeers, herr *e);
 char *proto_progress_encode(const struct proto_progress *p, herr *e);
 char *proto_done_encode(int rank, long step, herr *e);
 char *proto_error_encode(int code, const char *message, herr *e);

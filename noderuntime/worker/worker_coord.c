@@ -56,7 +56,7 @@ struct train_thread {
     pthread_t th;
     const struct worker_runner *r;
     struct plan_assignment *assignment;
-    const cJSON *peers;
+    const struct proto_start *start;
     long resume_step;
     struct worker_link *link;
     volatile int finished;
@@ -68,7 +68,7 @@ struct train_thread {
 static void *train_main(void *arg)
 {
     struct train_thread *t = arg;
-    t->rc = t->r->run(t->r->user, t->assignment, t->peers, t->resume_step, t->link,
+    t->rc = t->r->run(t->r->user, t->assignment, t->start, t->resume_step, t->link,
                       &t->last_step, &t->e);
     t->finished = 1;
     return NULL;
@@ -213,6 +213,13 @@ static int await_start(struct session *s, struct plan_assignment *assignment,
         }
         struct proto_msg m;
         int rc = next_message(s, 250, &m, e);
+        if (rc < 0 && e->kind == HERR_CONFIG) {
+            /* an assignment that does not decode: the same again next time (proto_parse) */
+            coord_client_send(s->cl, proto_error_encode(PROTO_ERR_CONFIG, e->msg, NULL));
+            coord_client_flush(s->cl, 1000);
+            *result = WORKER_EXIT_FINAL;
+            return 0;
+        }
         if (rc < 0 && !terminating(s))
             return 0;
         if (rc <= 0)
@@ -221,15 +228,8 @@ static int await_start(struct session *s, struct plan_assignment *assignment,
             plan_assignment_free(assignment);
             s->attempt = m.attempt;
             s->rank = m.rank;
-            rc = plan_assignment_from_json(m.body, assignment, e);
+            proto_take_assignment(&m, assignment);
             proto_msg_free(&m);
-            if (rc) { /* the coordinator's plan cannot be run: the same again next time */
-                e->kind = HERR_CONFIG;
-                coord_client_send(s->cl, proto_error_encode(PROTO_ERR_CONFIG, e->msg, NULL));
-                coord_client_flush(s->cl, 1000);
-                *result = WORKER_EXIT_FINAL;
-                return 0;
-            }
             have = 1;
             s->stage = assignment->stage < PROTO_MAX_STAGES ? assignment->stage : 0;
             cJSON *eps = NULL, *ids = NULL;
@@ -408,7 +408,7 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
         goto out;
     t.r = r;
     t.assignment = &assignment;
-    t.peers = start.body;
+    t.start = &start.u.start;
     t.resume_step = start.step;
     t.link = &s.link;
     if (pthread_create(&t.th, NULL, train_main, &t) != 0) {
@@ -448,11 +448,11 @@ static int sim_prepare(void *user, const struct plan_assignment *a, int attempt,
     return *endpoints ? 0 : herr_set(e, "out of memory");
 }
 
-static int sim_run(void *user, struct plan_assignment *a, const cJSON *peers, long resume_step,
-                   struct worker_link *link, long *last_step, herr *e)
+static int sim_run(void *user, struct plan_assignment *a, const struct proto_start *start,
+                   long resume_step, struct worker_link *link, long *last_step, herr *e)
 {
     const struct worker_sim *sim = user;
-    (void)peers;
+    (void)start;
     int last = a->stage == a->stages - 1;
     *last_step = resume_step;
     for (long step = resume_step + 1; step <= sim->steps; step++) {

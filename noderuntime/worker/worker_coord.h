@@ -42,10 +42,10 @@ struct worker_runner {
      * NCCL unique ids); both freed by the caller. Called on the main thread. */
     int (*prepare)(void *user, const struct plan_assignment *assignment, int attempt,
                    cJSON **endpoints, cJSON **ids, herr *e);
-    /* Train, on a thread of its own. `peers`: [{rank, endpoint, ids}] from start. Report every
+    /* Train, on a thread of its own. `start`: the peers from the start message. Report every
      * step with worker_report_step; return early (0) once worker_stop_requested. Returns 0
      * when finished (*last_step set), -1 with `e` on failure. */
-    int (*run)(void *user, struct plan_assignment *assignment, const cJSON *peers,
+    int (*run)(void *user, struct plan_assignment *assignment, const struct proto_start *start,
                long resume_step, struct worker_link *link, long *last_step, herr *e);
 };
 

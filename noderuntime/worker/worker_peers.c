@@ -28,20 +28,14 @@ static int split_endpoint(const char *ep, char *host, size_t cap, int *port)
     return 0;
 }
 
-int worker_plan_endpoints(struct plan_doc *d, const cJSON *peers, herr *e)
+int worker_plan_endpoints(struct plan_doc *d, const struct proto_start *start, herr *e)
 {
-    const cJSON *p;
-    int i = 0;
-    cJSON_ArrayForEach(p, peers) {
-        const cJSON *r = cJSON_GetObjectItemCaseSensitive(p, "rank");
-        const cJSON *ep = cJSON_GetObjectItemCaseSensitive(p, "endpoint");
-        struct plan_doc_rank *k = cJSON_IsNumber(r) && r->valueint >= 0 && r->valueint < d->world
-                                      ? &d->ranks[r->valueint] : NULL;
-        if (!k || !cJSON_IsString(ep) ||
-            split_endpoint(ep->valuestring, k->host, sizeof k->host, &k->port))
+    for (int i = 0; i < start->npeers; i++) {
+        const struct proto_peer *p = &start->peers[i];
+        struct plan_doc_rank *k = p->rank >= 0 && p->rank < d->world ? &d->ranks[p->rank] : NULL;
+        if (!k || split_endpoint(p->endpoint, k->host, sizeof k->host, &k->port))
             return herr_set(e, "start.peers[%d]: needs a rank below %d and an endpoint host:port",
                             i, d->world);
-        i++;
     }
     if (plan_doc_check_endpoints(d, "start.peers", e))
         return -1;

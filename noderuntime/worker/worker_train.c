@@ -252,15 +252,15 @@ out:
     return rc;
 }
 
-static int train_run(void *user, struct plan_assignment *a, const cJSON *peers, long resume_step,
-                     struct worker_link *link, long *last_step, herr *e)
+static int train_run(void *user, struct plan_assignment *a, const struct proto_start *start,
+                     long resume_step, struct worker_link *link, long *last_step, herr *e)
 {
     struct worker_train *wt = user;
     (void)resume_step; /* the trainer resumes from its latest checkpoint itself */
     *last_step = 0;
     if (!a->has_plan || !a->has_spec)
         return herr_set(e, "assignment: plan and spec are required");
-    if (worker_check_devices(&a->spec, e) || worker_plan_endpoints(&a->plan, peers, e))
+    if (worker_check_devices(&a->spec, e) || worker_plan_endpoints(&a->plan, start, e))
         return -1;
     if (a->nranks > 1)
         return rank_procs_run(a, wt->listeners, link, last_step, e);

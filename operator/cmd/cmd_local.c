@@ -241,7 +241,8 @@ static void print_slices(const struct plan *p)
     }
 }
 
-static int hook_plan(void *user, const struct coord_worker *w, int n, cJSON **a, herr *e)
+static int hook_plan(void *user, const struct coord_worker *w, int n, struct plan_assignment *a,
+                     herr *e)
 {
     struct local *L = user;
     if (coord_plan_hook(&L->cp, w, n, a, e))

@@ -169,8 +169,8 @@ void co_job_settle(struct job *j, double now)
         job_failure(j, why);
 }
 
-/* Each worker's ranks from its assignment ("rank", and "ranks" when it has several), and the
- * worker and local index of every rank: all of 0..world-1, each once. */
+/* Each worker's ranks from its assignment (its first rank, and its ranks when it has several),
+ * and the worker and local index of every rank: all of 0..world-1, each once. */
 static int index_ranks(struct job *j, herr *e)
 {
     int world = 0;
@@ -181,18 +181,13 @@ static int index_ranks(struct job *j, herr *e)
             s->info.rank = -1;
             continue;
         }
-        const cJSON *r = cJSON_GetObjectItemCaseSensitive(j->assign[i], "rank");
-        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j->assign[i], "ranks");
-        if (!cJSON_IsObject(j->assign[i]) || !cJSON_IsNumber(r))
-            return herr_set(e, "plan: assignment of worker %d has no rank", i);
-        s->nranks = cJSON_IsArray(rs) ? cJSON_GetArraySize(rs) : 1;
-        if (s->nranks < 1 || s->nranks > PLAN_MAX_LOCAL_RANKS)
+        const struct plan_assignment *a = j->assign[i];
+        s->nranks = a->nranks > 0 ? a->nranks : 1;
+        if (s->nranks > PLAN_MAX_LOCAL_RANKS)
             return herr_set(e, "plan: worker %d has %d ranks (1..%d)", i, s->nranks,
                             PLAN_MAX_LOCAL_RANKS);
-        for (int k = 0; k < s->nranks; k++) {
-            const cJSON *x = cJSON_IsArray(rs) ? cJSON_GetArrayItem(rs, k) : r;
-            s->ranks[k] = cJSON_IsNumber(x) ? x->valueint : -1;
-        }
+        for (int k = 0; k < s->nranks; k++)
+            s->ranks[k] = a->nranks > 0 ? a->ranks[k] : a->rank;
         s->info.rank = s->ranks[0];
         world += s->nranks;
     }
@@ -219,6 +214,12 @@ static int index_ranks(struct job *j, herr *e)
 
 /* ---------------------------------------------------------------- gang barrier, plan, start */
 
+void co_assignment_free(struct plan_assignment *a)
+{
+    plan_assignment_free(a);
+    free(a);
+}
+
 static int job_plan(struct job *j, herr *e)
 {
     if (!j->assign) {
@@ -232,7 +233,7 @@ static int job_plan(struct job *j, herr *e)
     if (!have) {
         /* the workers the plan is for: all of them, less the lost ones of an elastic job */
         struct coord_worker *ws = malloc((size_t)j->n * sizeof *ws);
-        cJSON **as = calloc((size_t)j->n, sizeof *as);
+        struct plan_assignment *as = calloc((size_t)j->n, sizeof *as);
         if (!ws || !as) {
             free(ws);
             free(as);
@@ -245,8 +246,15 @@ static int job_plan(struct job *j, herr *e)
         int rc = j->hooks.plan(j->user, ws, n, as, e);
         for (int i = 0, k = 0; i < j->n; i++)
             if (!j->w[i].lost) {
-                cJSON_Delete(j->assign[i]);
-                j->assign[i] = as[k++];
+                co_assignment_free(j->assign[i]);
+                j->assign[i] = malloc(sizeof *j->assign[i]);
+                if (j->assign[i])
+                    *j->assign[i] = as[k];
+                else
+                    plan_assignment_free(&as[k]);
+                if (!j->assign[i] && !rc)
+                    rc = herr_set(e, "out of memory");
+                k++;
             }
         free(ws);
         free(as);
@@ -260,10 +268,7 @@ static void job_send_assignments(struct job *j)
 {
     herr e = {0};
     if (job_plan(j, &e)) {
-        for (int i = 0; j->assign && i < j->n; i++) {
-            cJSON_Delete(j->assign[i]);
-            j->assign[i] = NULL;
-        }
+        co_job_forget_plan(j);
         co_set_state(j, COORD_FAILED, e.msg);
         for (int i = 0; i < j->n; i++)
             if (j->w[i].conn) {
@@ -335,7 +340,7 @@ void co_job_check_gang(struct job *j)
 void co_job_forget_plan(struct job *j)
 {
     for (int i = 0; j->assign && i < j->n; i++) {
-        cJSON_Delete(j->assign[i]);
+        co_assignment_free(j->assign[i]);
         j->assign[i] = NULL;
     }
 }
@@ -429,69 +434,41 @@ void co_job_regain(struct job *j, struct conn *k, const struct proto_hello *h)
 }
 
 /* Rank r's entry in start.peers: its endpoint, and its worker's ids with its first rank. */
-static cJSON *peer_entry(const struct job *j, int r)
+static struct proto_peer peer_entry(const struct job *j, int r)
 {
     const struct slot *s = &j->w[j->worker_of_rank[r]];
     int k = j->local_of_rank[r];
     const cJSON *ep = k > 0 ? cJSON_GetArrayItem(s->endpoints, k) : NULL;
-    cJSON *o = cJSON_CreateObject();
-    if (!o)
-        return NULL;
-    if (!cJSON_AddNumberToObject(o, "rank", r) ||
-        !cJSON_AddStringToObject(o, "endpoint", cJSON_IsString(ep) ? ep->valuestring : s->endpoint)) {
-        cJSON_Delete(o);
-        return NULL;
-    }
-    if (s->ids && k == 0) {
-        cJSON *ids = cJSON_Duplicate(s->ids, 1);
-        if (!ids) {
-            cJSON_Delete(o);
-            return NULL;
-        }
-        cJSON_AddItemToObject(o, "ids", ids);
-    }
-    return o;
+    struct proto_peer p = {.rank = r, .ids = k == 0 ? s->ids : NULL};
+    snprintf(p.endpoint, sizeof p.endpoint, "%s", cJSON_IsString(ep) ? ep->valuestring : s->endpoint);
+    return p;
 }
 
 void co_job_send_start(struct job *j)
 {
+    int cap = j->world;
+    for (int i = 0; i < j->n; i++)
+        if (!j->w[i].lost && j->assign[i]->npeers > cap)
+            cap = j->assign[i]->npeers;
+    struct proto_peer *peers = malloc(((size_t)cap + 1) * sizeof *peers);
+    if (!peers) {
+        job_failure(j, "out of memory building the start messages");
+        return;
+    }
     for (int i = 0; i < j->n; i++) {
         if (j->w[i].lost)
             continue;
-        cJSON *peers = cJSON_CreateArray();
-        if (!peers)
-            goto oom;
-        const cJSON *want = cJSON_GetObjectItemCaseSensitive(j->assign[i], "peers");
-        if (cJSON_IsArray(want)) {
-            const cJSON *p;
-            cJSON_ArrayForEach(p, want) {
-                int r = p->valueint;
-                if (r < 0 || r >= j->world)
-                    continue;
-                cJSON *pe = peer_entry(j, r);
-                if (!pe) {
-                    cJSON_Delete(peers);
-                    goto oom;
-                }
-                cJSON_AddItemToArray(peers, pe);
-            }
-        } else {
-            for (int r = 0; r < j->world; r++) {
-                cJSON *pe = peer_entry(j, r);
-                if (!pe) {
-                    cJSON_Delete(peers);
-                    goto oom;
-                }
-                cJSON_AddItemToArray(peers, pe);
-            }
-        }
-        co_conn_send(j->w[i].conn, proto_start_encode(j->attempt, 0, peers, NULL));
-        cJSON_Delete(peers);
+        const struct plan_assignment *a = j->assign[i];
+        int n = 0;
+        for (int k = 0; a->peers && k < a->npeers; k++) /* the peers its plan names */
+            if (a->peers[k] < j->world)
+                peers[n++] = peer_entry(j, a->peers[k]);
+        for (int r = 0; !a->peers && r < j->world; r++) /* else every rank */
+            peers[n++] = peer_entry(j, r);
+        co_conn_send(j->w[i].conn, proto_start_encode(j->attempt, 0, peers, n, NULL));
     }
+    free(peers);
     co_set_state(j, COORD_RUNNING, "rendezvous complete; training started");
-    return;
-oom:
-    job_failure(j, "out of memory building the start messages");
 }
 
 /* ---------------------------------------------------------------- progress */

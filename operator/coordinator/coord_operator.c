@@ -280,7 +280,8 @@ static void elastic_watch(struct opjob *j)
     free(state);
 }
 
-static int on_plan(void *user, const struct coord_worker *w, int n, cJSON **a, herr *e)
+static int on_plan(void *user, const struct coord_worker *w, int n, struct plan_assignment *a,
+                   herr *e)
 {
     struct opjob *j = user;
     if (coord_plan_hook(&j->cp, w, n, a, e)) {

@@ -43,9 +43,11 @@ static void emulate_links(const struct tj_emulation *em, const struct plan *p, s
     }
 }
 
-/* The assignment of worker `worker`: its ranks (device order), the plan, the spec. */
-static int add_assignment(const struct coord_plan *cp, const struct plan *p, int worker,
-                          const struct plan_doc *doc, const struct tj_spec *spec, cJSON **out)
+/* The assignment of worker `worker` into *a (zeroed): its ranks (device order), a copy of the
+ * plan document and of the spec. 0, or -1 when it got no rank or out of memory. */
+static int make_assignment(const struct coord_plan *cp, const struct plan *p, int worker,
+                           const struct plan_doc *doc, const struct tj_spec *spec,
+                           struct plan_assignment *a)
 {
     int rank = -1;
     for (int r = 0; r < p->n_ranks; r++)
@@ -54,20 +56,24 @@ static int add_assignment(const struct coord_plan *cp, const struct plan *p, int
     if (rank < 0)
         return -1;
     const struct plan_rank *pr = &p->ranks[rank];
-    struct plan_assignment a = {.rank = rank, .stage = pr->stage, .stages = p->n_stages,
-                                .dp_rank = pr->dp_rank, .tp_rank = pr->tp_rank, .has_plan = 1,
-                                .plan = *doc, .has_spec = 1, .spec = *spec};
+    *a = (struct plan_assignment){.rank = rank, .stage = pr->stage, .stages = p->n_stages,
+                                  .dp_rank = pr->dp_rank, .tp_rank = pr->tp_rank};
     for (int r = 0; r < p->n_ranks; r++) /* the worker's ranks by device index */
         if (p->ranks[r].worker == worker) {
             if (p->ranks[r].local >= PLAN_MAX_LOCAL_RANKS)
                 return -1;
-            a.ranks[p->ranks[r].local] = r;
-            a.nranks = p->ranks[r].local + 1 > a.nranks ? p->ranks[r].local + 1 : a.nranks;
+            a->ranks[p->ranks[r].local] = r;
+            a->nranks = p->ranks[r].local + 1 > a->nranks ? p->ranks[r].local + 1 : a->nranks;
         }
-    snprintf(a.fabric, sizeof a.fabric, "%s", p->stages[pr->stage].fabric);
-    snprintf(a.job, sizeof a.job, "%s", cp->job->name);
-    *out = plan_assignment_to_json(&a); /* a borrows doc and spec: not freed here */
-    return *out ? 0 : -1;
+    snprintf(a->fabric, sizeof a->fabric, "%s", p->stages[pr->stage].fabric);
+    snprintf(a->job, sizeof a->job, "%s", cp->job->name);
+    if (plan_doc_copy(&a->plan, doc, NULL))
+        return -1;
+    a->has_plan = 1;
+    if (tj_spec_copy(&a->spec, spec))
+        return -1;
+    a->has_spec = 1;
+    return 0;
 }
 
 /* The planner's input for `workers` under spec s, planned into *out. */
@@ -203,8 +209,8 @@ static int replan(struct coord_plan *cp, const struct coord_worker *workers, int
     return 0;
 }
 
-int coord_plan_hook(void *user, const struct coord_worker *workers, int n, cJSON **assignments,
-                    herr *e)
+int coord_plan_hook(void *user, const struct coord_worker *workers, int n,
+                    struct plan_assignment *assignments, herr *e)
 {
     struct coord_plan *cp = user;
     const struct tj_spec *s = &cp->job->spec;
@@ -254,7 +260,7 @@ int coord_plan_hook(void *user, const struct coord_worker *workers, int n, cJSON
     if (ds.emulation.enabled)
         emulate_links(&ds.emulation, &cp->plan, &doc);
     for (int i = 0; !rc && i < n; i++)
-        if (add_assignment(cp, &cp->plan, i, &doc, &ds, &assignments[i]))
+        if (make_assignment(cp, &cp->plan, i, &doc, &ds, &assignments[i]))
             rc = herr_set(e, "plan: worker %d (%s) got no rank, or out of memory", i,
                           workers[i].pod);
     plan_doc_free(&doc);

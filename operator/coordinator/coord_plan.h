@@ -4,11 +4,10 @@
  * "One computation"): link constants from planner_links_from_spec, spec.placement, then `calibration`, and, when the
  * job emulates NICs, every worker is its own node (the emulation gives each worker its own
  * NIC, whatever machine the processes share), so the same workers get the same plan and the
- * same predicted step time. Assignment:
- *   {rank, stage, stages, dp_rank, tp_rank, layers: [first, last), fabric, job,
- *    spec: the resolved TrainingJob spec, plan: plan_to_json (the rank table's base),
- *    emulation: {bandwidth_scale, cross_fabric_gbps} when the job emulates NICs}
- * The worker completes the rank table with every rank's endpoint from the start message. */
+ * same predicted step time. Each assignment (common/plan_doc.h) holds the worker's ranks and
+ * the first one's place, the plan document (plan_to_doc; with spec.emulation, every group's and
+ * every cross-fabric link's pacing) and the spec planned for. The worker completes the plan
+ * with every rank's endpoint from the start message. */
 #ifndef HOLMES_COORD_PLAN_H
 #define HOLMES_COORD_PLAN_H
 
@@ -41,8 +40,8 @@ struct coord_plan {
  * workers than spec.workers (an elastic job's survivors; coord_worker.index says which) the
  * assignments carry the spec the plan was made for (workers, pipeline, data, microBatches,
  * emulation.nics for those workers). */
-int coord_plan_hook(void *user, const struct coord_worker *workers, int n, cJSON **assignments,
-                    herr *e);
+int coord_plan_hook(void *user, const struct coord_worker *workers, int n,
+                    struct plan_assignment *assignments, herr *e);
 void coord_plan_free(struct coord_plan *cp);
 
 /* The plan as status.plan shows it (and the job page draws it): {policy, tensor, pipeline,

@@ -253,7 +253,7 @@ static void on_rendezvous(struct conn *k, const struct proto_msg *m)
     cJSON_Delete(s->endpoints);
     s->endpoints = m->endpoints ? cJSON_Duplicate(m->endpoints, 1) : NULL;
     cJSON_Delete(s->ids);
-    s->ids = m->body ? cJSON_Duplicate(m->body, 1) : NULL;
+    s->ids = m->ids ? cJSON_Duplicate(m->ids, 1) : NULL;
     s->rendezvous = 1;
     for (int i = 0; i < j->n; i++)
         if (!j->w[i].rendezvous && !j->w[i].lost)
@@ -652,7 +652,7 @@ static void job_free(struct job *j)
         cJSON_Delete(j->w[i].ids);
         cJSON_Delete(j->w[i].endpoints);
         if (j->assign)
-            cJSON_Delete(j->assign[i]);
+            co_assignment_free(j->assign[i]);
         if (j->pods)
             free(j->pods[i]);
     }

@@ -18,6 +18,7 @@
 
 #include "error.h"
 #include "nic_summary.h"
+#include "plan_doc.h"
 #include "protocol.h"
 
 struct coordinator;
@@ -76,12 +77,13 @@ struct coord_progress {
 };
 
 struct coord_hooks {
-    /* Every worker has said hello: fill assignments[i] (a new cJSON object owned by the
-     * coordinator afterwards) for each worker index i. Each holds at least "rank" (distinct
-     * 0..n-1) and may hold "peers" (the ranks whose endpoints the worker needs; all when
-     * absent). Return -1 with `e` to fail the job. Required. */
-    int (*plan)(void *user, const struct coord_worker *workers, int n, cJSON **assignments,
-                herr *e);
+    /* Every worker has said hello: fill assignments[i] (zeroed; the coordinator owns it
+     * afterwards) for each of the n workers given. Each holds at least its first rank (and
+     * nranks, ranks when it has several; every rank of the job in exactly one worker) and may
+     * name peers (the ranks whose endpoints the worker needs; all when NULL). Return -1 with
+     * `e` to fail the job. Required. */
+    int (*plan)(void *user, const struct coord_worker *workers, int n,
+                struct plan_assignment *assignments, herr *e);
     /* A worker was admitted (its hello accepted): e.g. label its pod. Optional. */
     void (*on_hello)(void *user, const struct coord_worker *w);
     /* Every progress message as received (per-step records of one worker). Optional. */

@@ -77,7 +77,7 @@ struct job {
     enum coord_job_state state;
     int attempt, restarts;
     struct slot *w;
-    cJSON **assign;         /* per worker index; NULL until planned */
+    struct plan_assignment **assign; /* per worker index; NULL until planned */
     int world;              /* ranks of all workers (>= n) */
     int *worker_of_rank;    /* [world] */
     int *local_of_rank;     /* [world]: index among its worker's ranks */
@@ -129,6 +129,7 @@ void co_job_send_start(struct job *j);
 void co_job_aggregate(const struct job *j, struct coord_progress *p);
 void co_job_maybe_emit(struct job *j, int force);
 void co_job_forget_plan(struct job *j);
+void co_assignment_free(struct plan_assignment *a);
 int co_job_lose(struct job *j, int index, const char *why, herr *e);
 void co_job_regain(struct job *j, struct conn *k, const struct proto_hello *h);
 

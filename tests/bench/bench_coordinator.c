@@ -29,18 +29,19 @@ static double now_s(void)
 static volatile sig_atomic_t server_quit;
 static void on_term(int s) { (void)s; server_quit = 1; }
 
-static int ring_plan(void *user, const struct coord_worker *w, int n, cJSON **a, herr *e)
+static int ring_plan(void *user, const struct coord_worker *w, int n, struct plan_assignment *a,
+                     herr *e)
 {
     (void)user;
     for (int i = 0; i < n; i++) {
-        a[i] = cJSON_CreateObject();
-        if (!a[i])
+        a[i].rank = w[i].index;
+        a[i].stage = w[i].index % 4;
+        a[i].stages = 4;
+        snprintf(a[i].fabric, sizeof a[i].fabric, "%s", w[i].nic.fabric);
+        if (!(a[i].peers = malloc(sizeof *a[i].peers)))
             return herr_set(e, "oom");
-        cJSON_AddNumberToObject(a[i], "rank", w[i].index);
-        cJSON_AddNumberToObject(a[i], "stage", w[i].index % 4);
-        cJSON_AddStringToObject(a[i], "fabric", w[i].nic.fabric);
-        cJSON *p = cJSON_AddArrayToObject(a[i], "peers");
-        cJSON_AddItemToArray(p, cJSON_CreateNumber((w[i].index ^ 1) < n ? (w[i].index ^ 1) : 0));
+        a[i].peers[0] = (w[i].index ^ 1) < n ? (w[i].index ^ 1) : 0;
+        a[i].npeers = 1;
     }
     return 0;
 }

@@ -15,7 +15,7 @@ static char *encode_again(const struct proto_msg *m, herr *e)
     switch (m->type) {
     case PROTO_HELLO: return proto_hello_encode(&m->u.hello, e);
     case PROTO_RENDEZVOUS:
-        return proto_rendezvous_encode(m->attempt, m->rank, m->endpoint, m->endpoints, m->body, e);
+        return proto_rendezvous_encode(m->attempt, m->rank, m->endpoint, m->endpoints, m->ids, e);
     case PROTO_PROGRESS: return proto_progress_encode(&m->u.progress, e);
     case PROTO_DONE: return proto_done_encode(m->rank, m->step, e);
     case PROTO_ERROR: return proto_error_encode(m->u.error.code, m->u.error.message, e);

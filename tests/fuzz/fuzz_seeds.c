@@ -70,7 +70,7 @@ static void plan_seeds(const char *yaml, const char *tag)
     struct tj_job *j = &jobs[0];
     int nw = j->spec.workers;
     struct coord_worker *w = calloc((size_t)nw, sizeof *w);
-    cJSON **a = calloc((size_t)nw, sizeof *a);
+    struct plan_assignment *a = calloc((size_t)nw, sizeof *a);
     for (int i = 0; i < nw; i++) {
         struct proto_hello h = hello(j->name, i, j->spec.gpus_per_worker,
                                      i < nw / 2 ? NIC_INFINIBAND : NIC_ROCE,
@@ -91,24 +91,21 @@ static void plan_seeds(const char *yaml, const char *tag)
         fprintf(stderr, "fuzz_seeds: plan %s: %s\n", yaml, e.msg);
         exit(1);
     }
-    cJSON *peers = cJSON_CreateArray();
+    struct proto_peer *peers = calloc((size_t)nw * PLAN_MAX_LOCAL_RANKS, sizeof *peers);
     char *assign[64] = {0};
     int rank = 0;
     for (int i = 0; i < nw; i++) {
         char name[64];
         snprintf(name, sizeof name, "assign-%s-%d", tag, i);
-        assign[i % 64] = proto_assign_encode(0, a[i], NULL);
+        assign[i % 64] = proto_assign_encode(0, &a[i], NULL);
         put2("worker_message", name, assign[i % 64] ? strdup(assign[i % 64]) : NULL, NULL);
-        const cJSON *ranks = cJSON_GetObjectItem(a[i], "ranks");
-        int nr = cJSON_IsArray(ranks) ? cJSON_GetArraySize(ranks) : 1;
+        int nr = a[i].nranks > 0 ? a[i].nranks : 1;
         cJSON *eps = cJSON_CreateArray();
         for (int k = 0; k < nr; k++, rank++) {
-            char ep[300];
+            char ep[PROTO_ENDPOINT_MAX];
             snprintf(ep, sizeof ep, "%s-worker-%d.%s:%d", j->name, i, j->name, 29500 + k);
-            cJSON *p = cJSON_CreateObject();
-            cJSON_AddNumberToObject(p, "rank", rank);
-            cJSON_AddStringToObject(p, "endpoint", ep);
-            cJSON_AddItemToArray(peers, p);
+            peers[rank].rank = rank;
+            snprintf(peers[rank].endpoint, sizeof peers[rank].endpoint, "%s", ep);
             cJSON_AddItemToArray(eps, cJSON_CreateString(ep));
         }
         cJSON *ids = cJSON_CreateObject();
@@ -119,11 +116,11 @@ static void plan_seeds(const char *yaml, const char *tag)
                                                            nr > 1 ? eps : NULL, ids, NULL));
         cJSON_Delete(eps);
         cJSON_Delete(ids);
-        cJSON_Delete(a[i]);
+        plan_assignment_free(&a[i]);
     }
     char name[64];
     snprintf(name, sizeof name, "start-%s", tag);
-    char *start = proto_start_encode(0, 0, peers, NULL);
+    char *start = proto_start_encode(0, 0, peers, rank, NULL);
     for (int i = 0; i < nw && i < 64; i++) { /* an assignment, then the start it is read with */
         snprintf(name, sizeof name, "assign-start-%s-%d", tag, i);
         put2("worker_message", name, assign[i], start);
@@ -131,8 +128,8 @@ static void plan_seeds(const char *yaml, const char *tag)
     snprintf(name, sizeof name, "start-%s", tag);
     put("worker_message", name, start);
     snprintf(name, sizeof name, "start-resume-%s", tag);
-    put("worker_message", name, proto_start_encode(2, 150, peers, NULL));
-    cJSON_Delete(peers);
+    put("worker_message", name, proto_start_encode(2, 150, peers, rank, NULL));
+    free(peers);
     coord_plan_free(&cp);
     free(a);
     free(w);

@@ -1,5 +1,6 @@
 #include "coord_testutil.h"
 
+#include <stdlib.h>
 #include <unistd.h>
 
 static void *serve(void *arg)
@@ -26,4 +27,16 @@ void coord_thread_stop(struct coord_thread *t)
     pthread_join(t->th, NULL);
     coord_destroy(t->c);
     t->c = NULL;
+}
+
+int coord_test_assign(struct plan_assignment *a, int rank, int peer)
+{
+    a->rank = rank;
+    if (peer < 0)
+        return 0;
+    if (!(a->peers = malloc(sizeof *a->peers)))
+        return -1;
+    a->peers[0] = peer;
+    a->npeers = 1;
+    return 0;
 }

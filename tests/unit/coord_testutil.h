@@ -5,6 +5,7 @@
 #include <pthread.h>
 
 #include "coordinator.h"
+#include "plan_doc.h"
 
 struct coord_thread {
     struct coordinator *c;  /* created by the test */
@@ -17,5 +18,9 @@ struct coord_thread {
 int coord_thread_start(struct coord_thread *t);
 /* Stops serving, joins the thread and destroys the coordinator (t->c = NULL). */
 void coord_thread_stop(struct coord_thread *t);
+
+/* A plan hook's assignment: first rank `rank` and, when peer >= 0, the one rank whose endpoint
+ * its start lists. 0, or -1 out of memory. */
+int coord_test_assign(struct plan_assignment *a, int rank, int peer);
 
 #endif

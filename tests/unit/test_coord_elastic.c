@@ -30,17 +30,16 @@ struct server {
 };
 
 /* Rank = position among the workers given (the lost ones are not), peers: the next rank. */
-static int plan(void *user, const struct coord_worker *w, int n, cJSON **a, herr *e)
+static int plan(void *user, const struct coord_worker *w, int n, struct plan_assignment *a,
+                herr *e)
 {
     struct server *s = user;
     s->plans++;
     s->last_n = n;
     for (int i = 0; i < n; i++) {
         s->planned_idx[i] = w[i].index;
-        if (!(a[i] = cJSON_CreateObject()))
+        if (coord_test_assign(&a[i], i, (i + 1) % n))
             return herr_set(e, "oom");
-        cJSON_AddNumberToObject(a[i], "rank", i);
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(a[i], "peers"), cJSON_CreateNumber((i + 1) % n));
     }
     return 0;
 }
@@ -394,18 +393,17 @@ static void tiny_workers(struct coord_worker *w)
     }
 }
 
-static int par(const cJSON *a, const char *k)
+static void free_assignments(struct plan_assignment *a, int n)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(a, "spec"), "parallelism"), k);
-    return cJSON_IsNumber(v) ? v->valueint : -1;
+    for (int i = 0; i < n; i++)
+        plan_assignment_free(&a[i]);
 }
 
 static void test_plan_hook(void)
 {
     struct tj_job job;
     struct coord_worker w[4], three[3];
-    cJSON *a[4] = {0};
+    struct plan_assignment a[4] = {0};
     herr e = {0};
     if (tiny_job(&job, 4, 3) != 0) {
         TEST_FAIL("plan hook: job", "parse");
@@ -415,29 +413,24 @@ static void test_plan_hook(void)
     struct coord_plan cp = {.job = &job};
     CHECK("plan hook: the full plan (pipeline 2 x data 2, 3 micro-batches)",
           coord_plan_hook(&cp, w, 4, a, &e) == 0 && cp.plan.pipeline == 2 && cp.global_mb == 6);
-    for (int i = 0; i < 4; i++)
-        cJSON_Delete(a[i]), a[i] = NULL;
+    free_assignments(a, 4);
     /* worker 1 (InfiniBand) lost: 3 left; a data degree of 1 or 3 divides the 6 micro-batches */
     three[0] = w[0], three[1] = w[2], three[2] = w[3];
     int rc = coord_plan_hook(&cp, three, 3, a, &e);
     if (rc)
         printf("# %s\n", e.msg);
-    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(a[0], "spec");
-    const cJSON *nics = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(sp, "emulation"), "nics");
-    int D = par(a[0], "data"), P = par(a[0], "pipeline"), M = par(a[0], "microBatches");
+    const struct tj_spec *sp = &a[0].spec;
+    int D = sp->par.data, P = sp->par.pipeline, M = sp->par.micro_batches;
     CHECK("plan hook: 3 survivors: pipeline x data = 3, the global batch of 6 kept",
           rc == 0 && P * D == 3 && D * M == 6 && cp.plan.pipeline == P && cp.workers == 3 &&
           cp.global_seqs == 24);
     CHECK("plan hook: the assignments' spec is the survivors' (3 workers, ib-a 1 + roce-b 2)",
-          rc == 0 && cJSON_GetObjectItemCaseSensitive(sp, "workers")->valueint == 3 &&
-          cJSON_GetArraySize(nics) == 2 &&
-          cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(nics, 0), "count")->valueint == 1 &&
-          cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(nics, 1), "count")->valueint == 2);
+          rc == 0 && a[0].has_spec && sp->workers == 3 && sp->emulation.n_groups == 2 &&
+          sp->emulation.groups[0].count == 1 && sp->emulation.groups[1].count == 2);
     CHECK("plan hook: the shapes before and after and the batch are said",
           strstr(cp.prev_shape, "pipeline 2 x data 2") && strstr(cp.prev_shape, "4 workers") &&
           strstr(cp.shape, "3 workers") && strstr(cp.batch_note, "global batch kept: 24 sequences"));
-    for (int i = 0; i < 3; i++)
-        cJSON_Delete(a[i]), a[i] = NULL;
+    free_assignments(a, 3);
     coord_plan_free(&cp);
     tj_job_free(&job);
 
@@ -448,16 +441,14 @@ static void test_plan_hook(void)
     struct coord_plan cq = {.job = &job};
     CHECK("plan hook: full plan of a 2-layer model", coord_plan_hook(&cq, w, 4, a, &e) == 0 &&
           cq.global_mb == 4);
-    for (int i = 0; i < 4; i++)
-        cJSON_Delete(a[i]), a[i] = NULL;
+    free_assignments(a, 4);
     rc = coord_plan_hook(&cq, three, 3, a, &e);
     if (rc)
         printf("# %s\n", e.msg);
     CHECK("plan hook: a global batch no shape of 3 keeps: planned anyway, the change said",
           rc == 0 && strstr(cq.batch_note, "global batch changed from 16 to 24") &&
-          par(a[0], "pipeline") * par(a[0], "data") == 3);
-    for (int i = 0; i < 3; i++)
-        cJSON_Delete(a[i]);
+          a[0].spec.par.pipeline * a[0].spec.par.data == 3);
+    free_assignments(a, 3);
     coord_plan_free(&cq);
     tj_job_free(&job);
 }

@@ -67,6 +67,21 @@ static int num(const cJSON *o, const char *k)
     return cJSON_IsNumber(v) ? v->valueint : -999;
 }
 
+static void free_assignments(struct plan_assignment *a, int n)
+{
+    for (int i = 0; i < n; i++)
+        plan_assignment_free(&a[i]);
+}
+
+/* The assignment as the worker gets it: through its encoder and decoder. */
+static int sent(const struct plan_assignment *a, struct plan_assignment *out, herr *e)
+{
+    cJSON *j = plan_assignment_to_json(a);
+    int rc = j ? plan_assignment_from_json(j, out, e) : herr_set(e, "out of memory");
+    cJSON_Delete(j);
+    return rc;
+}
+
 static const char *str(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -85,27 +100,28 @@ int main(void)
     struct coord_worker w[4];
     fill_workers(&jobs[0], w, 4);
     struct coord_plan cp = {.job = &jobs[0]};
-    cJSON *a[4] = {0};
+    struct plan_assignment a[4] = {0};
     herr e = {0};
     CHECK_INT("plan hook", coord_plan_hook(&cp, w, 4, a, &e), 0);
-    if (!a[3]) {
+    if (!a[3].has_plan) {
         TEST_FAIL("assignments", "%s", e.msg);
         TEST_MAIN_END();
     }
     /* Stages inside fabrics: workers 0,1 (ib-a) share a stage, 2,3 (roce-b) the other. */
-    CHECK_INT("ib workers share a stage", num(a[0], "stage"), num(a[1], "stage"));
-    CHECK_INT("roce workers share a stage", num(a[2], "stage"), num(a[3], "stage"));
-    CHECK("the two fabrics hold different stages", num(a[0], "stage") != num(a[2], "stage"));
-    CHECK_STR("stage fabric ib", str(a[0], "fabric"), "ib-a");
-    CHECK_STR("stage fabric roce", str(a[3], "fabric"), "roce-b");
-    CHECK_INT("stages", num(a[0], "stages"), 2);
+    CHECK_INT("ib workers share a stage", a[0].stage, a[1].stage);
+    CHECK_INT("roce workers share a stage", a[2].stage, a[3].stage);
+    CHECK("the two fabrics hold different stages", a[0].stage != a[2].stage);
+    CHECK_STR("stage fabric ib", a[0].fabric, "ib-a");
+    CHECK_STR("stage fabric roce", a[3].fabric, "roce-b");
+    CHECK_INT("stages", a[0].stages, 2);
     int seen = 0;
     for (int i = 0; i < 4; i++)
-        seen |= 1 << num(a[i], "rank");
+        seen |= 1 << a[i].rank;
     CHECK_INT("ranks distinct", seen, 15);
-    CHECK("data-parallel ranks differ in a stage", num(a[0], "dp_rank") != num(a[1], "dp_rank"));
-    CHECK("spec carried", cJSON_IsObject(cJSON_GetObjectItem(a[0], "spec")));
-    CHECK_STR("job name carried", str(a[0], "job"), "local-tiny");
+    CHECK("data-parallel ranks differ in a stage", a[0].dp_rank != a[1].dp_rank);
+    CHECK("spec carried, without the pods' template",
+          a[0].has_spec && a[0].spec.workers == 4 && !a[0].spec.pod_template);
+    CHECK_STR("job name carried", a[0].job, "local-tiny");
     CHECK("planner kept the plan", cp.planned && cp.plan.n_stages == 2);
     /* status.plan.pipelineLinks: the boundary's links by transport (ib-a -> roce-b: TCP) */
     cJSON *status = coord_plan_status_json(&cp.plan, w);
@@ -119,13 +135,15 @@ int main(void)
 
     /* The worker decodes the assignment into the same plan type. */
     struct plan_assignment pa;
-    int rc = plan_assignment_from_json(a[0], &pa, &e);
+    int rc = sent(&a[0], &pa, &e);
     CHECK_INT("assignment decodes", rc, 0);
     if (rc)
         printf("  %s\n", e.msg);
     if (rc == 0) {
         const struct plan_doc *d = &pa.plan;
-        CHECK("the plan is carried", pa.has_plan && pa.has_spec);
+        CHECK("the plan and the spec are carried", pa.has_plan && pa.has_spec &&
+                                                       pa.spec.emulation.n_groups == 2 &&
+                                                       pa.spec.model.layers == a[0].spec.model.layers);
         CHECK_INT("rank and stage agree with the plan", plan_doc_stage_of(d, pa.rank), pa.stage);
         CHECK("layers cover the model in order", d->stage_first && d->stage_first[0] == 0 &&
                                                      d->stage_last[0] == d->stage_first[1] &&
@@ -135,16 +153,13 @@ int main(void)
     }
 
     /* The rank table: the assignment's plan and the peers' endpoints. */
-    cJSON *peers = cJSON_CreateArray();
+    struct proto_peer pp[4];
     for (int r = 0; r < 4; r++) {
-        cJSON *p = cJSON_CreateObject();
-        cJSON_AddNumberToObject(p, "rank", r);
-        char ep[32];
-        snprintf(ep, sizeof ep, "127.0.0.1:%d", 41000 + r);
-        cJSON_AddStringToObject(p, "endpoint", ep);
-        cJSON_AddItemToArray(peers, p);
+        pp[r] = (struct proto_peer){.rank = r};
+        snprintf(pp[r].endpoint, sizeof pp[r].endpoint, "127.0.0.1:%d", 41000 + r);
     }
-    rc = plan_assignment_from_json(a[0], &pa, &e) || worker_plan_endpoints(&pa.plan, peers, &e);
+    struct proto_start peers = {4, pp};
+    rc = sent(&a[0], &pa, &e) || worker_plan_endpoints(&pa.plan, &peers, &e);
     CHECK_INT("rank table built", rc, 0);
     if (rc == 0) {
         const struct plan_doc *d = &pa.plan;
@@ -178,7 +193,7 @@ int main(void)
     plan_assignment_free(&pa);
     /* HOLMES_NO_PACING=1 (bench-hetero: tc shapes the links): no pacing anywhere. */
     setenv("HOLMES_NO_PACING", "1", 1);
-    rc = plan_assignment_from_json(a[0], &pa, &e) || worker_plan_endpoints(&pa.plan, peers, &e);
+    rc = sent(&a[0], &pa, &e) || worker_plan_endpoints(&pa.plan, &peers, &e);
     unsetenv("HOLMES_NO_PACING");
     CHECK_INT("rank table built without pacing", rc, 0);
     if (rc == 0) {
@@ -188,17 +203,17 @@ int main(void)
         CHECK_INT("HOLMES_NO_PACING=1 leaves every link unpaced", paced, 0);
     }
     plan_assignment_free(&pa);
-    cJSON *bad = cJSON_Parse("[{\"rank\":0,\"endpoint\":\"nohostport\"}]");
-    rc = plan_assignment_from_json(a[0], &pa, &e);
-    CHECK("bad endpoint refused", rc == 0 && worker_plan_endpoints(&pa.plan, bad, &e) != 0 &&
+    struct proto_peer nohost = {.rank = 0, .endpoint = "nohostport"};
+    struct proto_start bad = {1, &nohost};
+    rc = sent(&a[0], &pa, &e);
+    CHECK("bad endpoint refused", rc == 0 && worker_plan_endpoints(&pa.plan, &bad, &e) != 0 &&
                                       strstr(e.msg, "start.peers[0]"));
     plan_assignment_free(&pa);
-    cJSON_DeleteItemFromArray(peers, 3);
-    rc = plan_assignment_from_json(a[0], &pa, &e);
-    CHECK("a rank without an endpoint refused", rc == 0 && worker_plan_endpoints(&pa.plan, peers, &e) != 0 &&
+    peers.npeers = 3;
+    rc = sent(&a[0], &pa, &e);
+    CHECK("a rank without an endpoint refused", rc == 0 && worker_plan_endpoints(&pa.plan, &peers, &e) != 0 &&
                                                     strstr(e.msg, "workers[3] needs a host"));
     plan_assignment_free(&pa);
-    cJSON_Delete(bad);
     /* {assignment, the refusal it must get} */
     static const char *const bad_ranks[][2] = {
         {"{\"rank\": 1, \"ranks\": [1, 1]}", "listed twice"},
@@ -218,9 +233,7 @@ int main(void)
     CHECK("an assignment's stage out of range refused",
           plan_assignment_from_json(noplan, &pa, &e) != 0 && strstr(e.msg, "assignment.stage"));
     cJSON_Delete(noplan);
-    cJSON_Delete(peers);
-    for (int i = 0; i < 4; i++)
-        cJSON_Delete(a[i]);
+    free_assignments(a, 4);
 
     /* One computation: the coordinator embedded in `holmes-operator local` (every worker on
      * node "localhost", 0.05 TFLOPS declared) plans what `holmes-operator plan JOB` plans. The
@@ -230,7 +243,7 @@ int main(void)
         w[i].tflops = 0.05;
     struct plan ref;
     memset(&ref, 0, sizeof ref);
-    cJSON *q[4] = {0};
+    struct plan_assignment q[4] = {0};
     CHECK_INT("plan hook, local's inputs", coord_plan_hook(&cp, w, 4, q, &e), 0);
     if (plan_like_cmd_plan(&jobs[0], NULL, &ref, &e) == 0 && cp.planned) {
         check_same_plan("local-tiny", &cp.plan, &ref);
@@ -242,8 +255,7 @@ int main(void)
         TEST_FAIL("plan like cmd_plan", "%s", e.msg);
     }
     plan_free(&ref);
-    for (int i = 0; i < 4; i++)
-        cJSON_Delete(q[i]);
+    free_assignments(q, 4);
     /* ... and with a calibration file (local --calibration, plan --calibration). */
     char calib[] = "/tmp/test_coord_plan_XXXXXX";
     int fd = mkstemp(calib);
@@ -262,15 +274,11 @@ int main(void)
             TEST_FAIL("plan like cmd_plan, calibrated", "%s", e.msg);
         }
         plan_free(&ref);
-        for (int i = 0; i < 4; i++) {
-            cJSON_Delete(q[i]);
-            q[i] = NULL;
-        }
+        free_assignments(q, 4);
         cp.calibration = "/nonexistent/calib.yaml";
         CHECK_INT("missing calibration file refused", coord_plan_hook(&cp, w, 4, q, &e), -1);
         CHECK("refusal names the file", strstr(e.msg, "/nonexistent/calib.yaml") != NULL);
-        for (int i = 0; i < 4; i++)
-            cJSON_Delete(q[i]);
+        free_assignments(q, 4);
         cp.calibration = NULL;
         unlink(calib);
     } else {
@@ -282,35 +290,29 @@ int main(void)
     /* The planner's refusal comes back as an error naming the planner. */
     struct coord_worker three[3];
     memcpy(three, w, sizeof three);
-    cJSON *b[3] = {0};
+    struct plan_assignment b[3] = {0};
     CHECK_INT("3 workers for pipeline 2 x data 2 refused", coord_plan_hook(&cp, three, 3, b, &e), -1);
     CHECK("refusal names the planner", strstr(e.msg, "planner") != NULL);
     CHECK("refusal names spec.workers (planner_apply_spec)", strstr(e.msg, "spec.workers") != NULL);
-    for (int i = 0; i < 3; i++)
-        cJSON_Delete(b[i]);
+    free_assignments(b, 3);
 
     /* Each worker's TFLOPS from its hello reaches the planner: make the ib-a workers (0, 1)
      * four times faster than the roce-b ones and their stage gets more of the 4 layers. */
     for (int i = 0; i < 4; i++)
         w[i].tflops = i < 2 ? 0.2 : 0.05;
-    cJSON *f[4] = {0};
+    struct plan_assignment f[4] = {0};
     CHECK_INT("plan with measured TFLOPS", coord_plan_hook(&cp, w, 4, f, &e), 0);
-    if (f[0] && f[2]) {
-        const cJSON *st = cJSON_GetObjectItem(cJSON_GetObjectItem(f[0], "plan"), "stages");
-        const cJSON *lfast = cJSON_GetObjectItem(cJSON_GetArrayItem(st, num(f[0], "stage")), "layers");
-        const cJSON *lslow = cJSON_GetObjectItem(cJSON_GetArrayItem(st, num(f[2], "stage")), "layers");
-        int nfast = cJSON_GetArraySize(lfast) == 2 ? cJSON_GetArrayItem(lfast, 1)->valueint -
-                                                         cJSON_GetArrayItem(lfast, 0)->valueint : 0;
-        int nslow = cJSON_GetArraySize(lslow) == 2 ? cJSON_GetArrayItem(lslow, 1)->valueint -
-                                                         cJSON_GetArrayItem(lslow, 0)->valueint : 0;
+    if (f[0].has_plan && f[2].has_plan && f[0].plan.stage_first) {
+        const struct plan_doc *d = &f[0].plan;
+        int nfast = d->stage_last[f[0].stage] - d->stage_first[f[0].stage];
+        int nslow = d->stage_last[f[2].stage] - d->stage_first[f[2].stage];
         CHECK("the faster fabric's stage holds more layers", nfast > nslow);
     }
     CHECK_NEAR("the plan's stage carries the worker's TFLOPS",
-               f[0] ? cp.plan.stages[num(f[0], "stage")].tflops : -1, 0.2, 1e-12);
-    for (int i = 0; i < 4; i++) {
-        cJSON_Delete(f[i]);
+               f[0].has_plan ? cp.plan.stages[f[0].stage].tflops : -1, 0.2, 1e-12);
+    free_assignments(f, 4);
+    for (int i = 0; i < 4; i++)
         w[i].tflops = 0;
-    }
 
     /* spec.placement goes through planner_apply_spec: an override for a fabric no worker is on
      * is refused by name; a real one changes the plan's view of that fabric. */
@@ -319,12 +321,11 @@ int main(void)
     snprintf(jobs[0].spec.placement.fabrics[0].fabric, sizeof jobs[0].spec.placement.fabrics[0].fabric,
              "%s", "nosuch");
     jobs[0].spec.placement.fabrics[0].gbps = 50;
-    cJSON *c[4] = {0};
+    struct plan_assignment c[4] = {0};
     CHECK_INT("override for an absent fabric refused", coord_plan_hook(&cp, w, 4, c, &e), -1);
     CHECK("refusal names spec.placement.fabrics[0]",
           strstr(e.msg, "spec.placement.fabrics[0].fabric") != NULL);
-    for (int i = 0; i < 4; i++)
-        cJSON_Delete(c[i]);
+    free_assignments(c, 4);
     jobs[0].spec.placement = saved;
 
     /* Validation (tj_spec_runnable, what `validate`, `local` and the operator's admission apply)
@@ -342,11 +343,10 @@ int main(void)
                 w[i].gpus = g; /* the workers have what the job asks for */
             struct tj_errors run = {0};
             int refused = tj_spec_runnable(&jobs[0].spec, "spec", &run) != 0;
-            cJSON *d[4] = {0};
+            struct plan_assignment d[4] = {0};
             herr de = {0};
             int hook_refused = coord_plan_hook(&cp, w, 4, d, &de) != 0;
-            for (int i = 0; i < 4; i++)
-                cJSON_Delete(d[i]);
+            free_assignments(d, 4);
             int same = refused == hook_refused;
             for (int k = 0; same && k < run.count; k++)
                 same = strstr(de.msg, run.msg[k]) != NULL;
@@ -372,7 +372,7 @@ int main(void)
         jobs[0].spec.emulation.gpus = 1;
         jobs[0].spec.par.pipeline = 2;
         jobs[0].spec.par.data = 4;
-        cJSON *g[4] = {0};
+        struct plan_assignment g[4] = {0};
         rc = coord_plan_hook(&cp, w, 4, g, &e);
         CHECK_INT("emulated GPUs: 4 workers x 2 planned as pipeline 2 x data 4", rc, 0);
         if (rc)
@@ -380,7 +380,7 @@ int main(void)
         int mask = 0, two = 1;
         for (int i = 0; rc == 0 && i < 4; i++) {
             struct plan_assignment ga;
-            if (plan_assignment_from_json(g[i], &ga, &e) != 0) {
+            if (sent(&g[i], &ga, &e) != 0) {
                 two = 0;
                 continue;
             }
@@ -392,8 +392,7 @@ int main(void)
         }
         CHECK("emulated GPUs: two ranks per worker, both placed on it", two);
         CHECK_INT("emulated GPUs: every rank 0..7 assigned once", mask, 255);
-        for (int i = 0; i < 4; i++)
-            cJSON_Delete(g[i]);
+        free_assignments(g, 4);
         herr de = {0};
         CHECK_INT("emulated GPUs: the worker trains them", worker_check_devices(&jobs[0].spec, &de), 0);
         jobs[0].spec.emulation.gpus = 0;

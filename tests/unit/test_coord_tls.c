@@ -24,13 +24,12 @@ struct server {
     int hellos;
 };
 
-static int plan(void *user, const struct coord_worker *w, int n, cJSON **a, herr *e)
+static int plan(void *user, const struct coord_worker *w, int n, struct plan_assignment *a,
+                herr *e)
 {
     (void)user, (void)w, (void)e;
-    for (int i = 0; i < n; i++) {
-        a[i] = cJSON_CreateObject();
-        cJSON_AddNumberToObject(a[i], "rank", i);
-    }
+    for (int i = 0; i < n; i++)
+        a[i].rank = i;
     return 0;
 }
 

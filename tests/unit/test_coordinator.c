@@ -31,28 +31,24 @@ struct server {
 };
 
 /* Ring of n workers: rank = n-1-index (so rank != index), peers = next rank. */
-static int plan_ring(void *user, const struct coord_worker *w, int n, cJSON **a, herr *e)
+static int plan_ring(void *user, const struct coord_worker *w, int n, struct plan_assignment *a,
+                     herr *e)
 {
     struct server *s = user;
     s->plans++;
     if (s->fail_plan)
         return herr_set(e, "planner: no stage fits in one fabric");
     for (int i = 0; i < n && s->gpus > 1; i++) { /* worker i: ranks g*(n-1-i) + g-1 .. down */
-        a[i] = cJSON_CreateObject();
-        cJSON *rs = cJSON_AddArrayToObject(a[i], "ranks");
         for (int k = 0; k < s->gpus; k++)
-            cJSON_AddItemToArray(rs, cJSON_CreateNumber(s->gpus * (n - 1 - w[i].index) + s->gpus - 1 - k));
-        cJSON_AddNumberToObject(a[i], "rank", s->gpus * (n - 1 - w[i].index) + s->gpus - 1);
+            a[i].ranks[k] = s->gpus * (n - 1 - w[i].index) + s->gpus - 1 - k;
+        a[i].nranks = s->gpus;
+        a[i].rank = a[i].ranks[0];
     }
     for (int i = 0; i < n && s->gpus <= 1; i++) {
-        a[i] = cJSON_CreateObject();
-        if (!a[i])
-            return herr_set(e, "oom");
         int rank = n - 1 - w[i].index;
-        cJSON_AddNumberToObject(a[i], "rank", rank);
-        cJSON_AddStringToObject(a[i], "fabric", w[i].nic.fabric);
-        cJSON *p = cJSON_AddArrayToObject(a[i], "peers");
-        cJSON_AddItemToArray(p, cJSON_CreateNumber((rank + 1) % n));
+        if (coord_test_assign(&a[i], rank, (rank + 1) % n))
+            return herr_set(e, "oom");
+        snprintf(a[i].fabric, sizeof a[i].fabric, "%s", w[i].nic.fabric);
     }
     return 0;
 }
@@ -252,13 +248,11 @@ static int run_gang(struct coord_client **cl, int n, const char *job, int attemp
         if (!expect(cl[i], PROTO_START, &m))
             return 0;
         /* The plan names one peer: the next rank. */
-        const cJSON *p0 = cJSON_GetArrayItem(m.body, 0);
-        const cJSON *r = cJSON_GetObjectItem(p0, "rank");
-        const cJSON *ep = cJSON_GetObjectItem(p0, "endpoint");
+        const struct proto_start *st = &m.u.start;
         char want[64];
         snprintf(want, sizeof want, "127.0.0.1:%d", 30000 + (ranks[i] + 1) % n);
-        int ok = cJSON_GetArraySize(m.body) == 1 && r && r->valueint == (ranks[i] + 1) % n &&
-                 cJSON_IsString(ep) && strcmp(ep->valuestring, want) == 0;
+        int ok = st->npeers == 1 && st->peers[0].rank == (ranks[i] + 1) % n &&
+                 strcmp(st->peers[0].endpoint, want) == 0;
         proto_msg_free(&m);
         if (!ok)
             return 0;
@@ -391,16 +385,13 @@ static void test_gang_and_security(void)
                 starts = 0;
                 continue;
             }
-            const cJSON *p0 = cJSON_GetArrayItem(m.body, 0);
-            const cJSON *r = cJSON_GetObjectItem(p0, "rank");
-            const cJSON *ep = cJSON_GetObjectItem(p0, "endpoint");
+            const struct proto_start *st = &m.u.start;
             char want[64];
             snprintf(want, sizeof want, "127.0.0.1:%d", 30000 + (ranks[i] + 1) % 4);
-            starts = starts && cJSON_GetArraySize(m.body) == 1 && r &&
-                     r->valueint == (ranks[i] + 1) % 4 && cJSON_IsString(ep) &&
-                     strcmp(ep->valuestring, want) == 0;
-            if (ranks[i] == 3) { /* its peer is rank 0, which published an id */
-                const cJSON *id = cJSON_GetObjectItem(cJSON_GetObjectItem(p0, "ids"), "nccl-dp0");
+            starts = starts && st->npeers == 1 && st->peers[0].rank == (ranks[i] + 1) % 4 &&
+                     strcmp(st->peers[0].endpoint, want) == 0;
+            if (ranks[i] == 3 && st->npeers == 1) { /* its peer is rank 0, which published an id */
+                const cJSON *id = cJSON_GetObjectItem(st->peers[0].ids, "nccl-dp0");
                 CHECK_STR("nccl id relayed", cJSON_IsString(id) ? id->valuestring : NULL, "c2VjcmV0");
             }
             proto_msg_free(&m);
@@ -527,7 +518,7 @@ static int gpu_gang_assigned(struct server *s, const char *job, struct coord_cli
         ok = expect(cl[i], PROTO_ASSIGN, &m);
         if (ok) {
             lead[i] = m.rank;
-            ok = cJSON_GetArraySize(cJSON_GetObjectItem(m.body, "ranks")) == 2;
+            ok = m.u.assign.nranks == 2;
             proto_msg_free(&m);
         }
     }
@@ -577,14 +568,12 @@ static void test_ranks_per_worker(void)
         ok = expect(cl[i], PROTO_START, &m);
         if (!ok)
             break;
-        peers_ok = peers_ok && cJSON_GetArraySize(m.body) == 4;
-        for (int r = 0; r < 4; r++) {
-            const cJSON *p = cJSON_GetArrayItem(m.body, r);
+        peers_ok = peers_ok && m.u.start.npeers == 4;
+        for (int r = 0; peers_ok && r < 4; r++) {
+            const struct proto_peer *p = &m.u.start.peers[r];
             char want[64];
             snprintf(want, sizeof want, "127.0.0.1:%d", 30000 + r);
-            const cJSON *ep = cJSON_GetObjectItem(p, "endpoint");
-            peers_ok = peers_ok && cJSON_GetObjectItem(p, "rank")->valueint == r && cJSON_IsString(ep) &&
-                       strcmp(ep->valuestring, want) == 0;
+            peers_ok = p->rank == r && strcmp(p->endpoint, want) == 0;
         }
         proto_msg_free(&m);
     }

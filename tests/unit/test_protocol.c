@@ -107,25 +107,31 @@ static void test_hello(void)
 static void test_assign_rendezvous_start(void)
 {
     herr e = {0};
-    cJSON *a = cJSON_Parse("{\"rank\":2,\"stage\":1,\"layers\":[2,4],\"peers\":[0,3]}");
-    char *s = proto_assign_encode(1, a, &e);
-    cJSON_Delete(a);
+    int peers2[] = {0, 3};
+    struct plan_assignment a = {.rank = 2, .stage = 1, .stages = 2, .npeers = 2, .peers = peers2};
+    char *s = proto_assign_encode(1, &a, &e);
     struct proto_msg m;
     CHECK_INT("assign parses", s ? parse_str(s, &m, &e) : -1, 0);
     if (s && m.json) {
         CHECK_INT("assign type", m.type, PROTO_ASSIGN);
         CHECK_INT("assign attempt", m.attempt, 1);
         CHECK_INT("assign rank", m.rank, 2);
-        const cJSON *st = cJSON_GetObjectItem(m.body, "stage");
-        CHECK_INT("assign body kept", st ? st->valueint : -1, 1);
+        CHECK("assign decoded: stage and peers", m.u.assign.stage == 1 && m.u.assign.stages == 2 &&
+                                                     m.u.assign.npeers == 2 && m.u.assign.peers[1] == 3);
+        struct plan_assignment took;
+        proto_take_assignment(&m, &took);
+        CHECK("assignment taken", took.npeers == 2 && m.u.assign.peers == NULL);
+        plan_assignment_free(&took);
         proto_msg_free(&m);
     }
     free(s);
-    a = cJSON_Parse("{\"stage\":1}");
-    s = proto_assign_encode(0, a, &e);
-    cJSON_Delete(a);
-    CHECK("assign without rank refused", s == NULL && strstr(e.msg, "assign.assignment.rank"));
-    free(s);
+    int rc = parse_str("{\"v\":1,\"type\":\"assign\",\"assignment\":{\"stage\":1}}", &m, &e);
+    CHECK("assign without rank refused", rc != 0 && strstr(e.msg, "assignment.rank"));
+    rc = parse_str("{\"v\":1,\"type\":\"assign\",\"assignment\":{\"rank\":0,\"stage\":3}}", &m, &e);
+    CHECK("an assignment that does not decode is a configuration error",
+          rc != 0 && strstr(e.msg, "assignment.stage") && e.kind == HERR_CONFIG);
+    rc = parse_str("{\"v\":1,\"type\":\"assign\",\"assignment\":{\"rank\":0,\"peers\":[1.5]}}", &m, &e);
+    CHECK("assignment.peers must be ranks", rc != 0 && strstr(e.msg, "assignment.peers[0]"));
 
     cJSON *ids = cJSON_Parse("{\"dp0\":\"AAECAw==\"}");
     s = proto_rendezvous_encode(1, 2, "127.0.0.1:4000", NULL, ids, &e);
@@ -134,7 +140,7 @@ static void test_assign_rendezvous_start(void)
     if (s && m.json) {
         CHECK_INT("rendezvous rank", m.rank, 2);
         CHECK_STR("rendezvous endpoint", m.endpoint, "127.0.0.1:4000");
-        const cJSON *id = cJSON_GetObjectItem(m.body, "dp0");
+        const cJSON *id = cJSON_GetObjectItem(m.ids, "dp0");
         CHECK_STR("rendezvous id", cJSON_IsString(id) ? id->valuestring : NULL, "AAECAw==");
         proto_msg_free(&m);
     }
@@ -158,19 +164,24 @@ static void test_assign_rendezvous_start(void)
     for (int i = 0; i < 3; i++) {
         char name[64];
         snprintf(name, sizeof name, "bad rendezvous.endpoints %d refused", i);
-        int rc = parse_str(bad_eps[i], &m, &e);
+        rc = parse_str(bad_eps[i], &m, &e);
         CHECK(name, rc != 0 && strstr(e.msg, "rendezvous.endpoints"));
         if (rc == 0)
             proto_msg_free(&m);
     }
 
-    cJSON *peers = cJSON_Parse("[{\"rank\":0,\"endpoint\":\"h:1\"},{\"rank\":3,\"endpoint\":\"h:2\"}]");
-    s = proto_start_encode(1, 40, peers, &e);
-    cJSON_Delete(peers);
+    ids = cJSON_Parse("{\"dp0\":\"AAECAw==\"}");
+    struct proto_peer peers[] = {{0, "h:1", ids}, {3, "h:2", NULL}};
+    s = proto_start_encode(1, 40, peers, 2, &e);
+    cJSON_Delete(ids);
     CHECK_INT("start parses", s ? parse_str(s, &m, &e) : -1, 0);
     if (s && m.json) {
         CHECK_INT("start step", m.step, 40);
-        CHECK_INT("start peers", cJSON_GetArraySize(m.body), 2);
+        CHECK_INT("start peers", m.u.start.npeers, 2);
+        CHECK("start peers typed", m.u.start.npeers == 2 && m.u.start.peers[1].rank == 3 &&
+                                       !strcmp(m.u.start.peers[1].endpoint, "h:2") &&
+                                       cJSON_IsString(cJSON_GetObjectItem(m.u.start.peers[0].ids, "dp0")) &&
+                                       !m.u.start.peers[1].ids);
         proto_msg_free(&m);
     }
     free(s);
