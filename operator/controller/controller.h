@@ -139,13 +139,14 @@ int controller_node_state(struct controller *c, const char *node, herr *e);
 int controller_delete_pod(struct controller *c, const char *ns, const char *pod, herr *e);
 
 /* ---- pure pieces, exposed for tests */
-/* The pod for worker i of job (spec.template merged with the holmes-node container), locked down
+/* The pod for worker i of job, rendered from its parsed spec s (spec.template merged with the
+ * holmes-node container; the job object gives the metadata and the spec hash), locked down
  * unless its template says otherwise (docs/operator.md, "Worker pods' security"): non-root
  * (65532), no privilege escalation, every capability dropped (IPC_LOCK added when the worker
  * container asks for RDMA devices), seccomp RuntimeDefault, read-only root file system with
  * writable emptyDirs at /tmp, /dev/shm (memory) and the checkpoint path. */
-cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator_url,
-                            const char *default_image, herr *e);
+cJSON *controller_build_pod(const cJSON *job, const struct tj_spec *s, int index,
+                            const char *coordinator_url, const char *default_image, herr *e);
 /* Where the pods find the coordinator's CA: the job's Secret's ca.crt, mounted read-only. */
 #define CONTROLLER_CA_DIR "/var/run/holmes/coordinator"
 #define CONTROLLER_CA_FILE CONTROLLER_CA_DIR "/ca.crt"
@@ -177,7 +178,5 @@ cJSON *controller_build_gang_pod(const cJSON *job, const struct tj_spec *s, int 
 cJSON *controller_build_podgroup(const cJSON *job, const struct tj_spec *s, const struct controller_gang *g);
 /* How many of the pods carry Kueue's scheduling gate (they wait for admission). */
 int controller_pods_gated(const cJSON *pods);
-/* Every spec error as "spec.field: rule" strings in a JSON array (empty when valid). */
-cJSON *controller_spec_errors(const cJSON *job);
 
 #endif

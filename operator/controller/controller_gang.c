@@ -75,7 +75,7 @@ cJSON *controller_build_gang_pod(const cJSON *job, const struct tj_spec *s, int 
                                  const char *coordinator_url, const char *default_image,
                                  const struct controller_gang *g, herr *e)
 {
-    cJSON *pod = controller_build_pod(job, index, coordinator_url, default_image, e);
+    cJSON *pod = controller_build_pod(job, s, index, coordinator_url, default_image, e);
     if (!pod)
         return NULL;
     enum tj_gang gang = controller_gang_of(s, g);

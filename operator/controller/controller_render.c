@@ -1,8 +1,7 @@
-/* The TrainingJob's spec checks and the objects the controller makes for it: worker pods,
- * the token Secret, the headless Service, and the spec hash that notices immutable changes. */
+/* The objects the controller makes for a TrainingJob: worker pods (from its parsed spec), the
+ * token Secret, the headless Service, and the spec hash that notices immutable changes. */
 #include "controller_impl.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,41 +21,6 @@ static uint64_t fnv(const char *s)
     return h;
 }
 
-
-/* ---- spec */
-
-static void add_err(cJSON *errs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void add_err(cJSON *errs, const char *fmt, ...)
-{
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    cJSON_AddItemToArray(errs, cJSON_CreateString(buf));
-}
-
-/* Every error of the spec module (common/trainingjob.h), each "field.path: rule". */
-cJSON *controller_spec_errors(const cJSON *job)
-{
-    cJSON *errs = cJSON_CreateArray();
-    struct tj_errors te;
-    memset(&te, 0, sizeof te);
-    struct tj_job tj;
-    memset(&tj, 0, sizeof tj);
-    if (!errs)
-        return NULL;
-    /* what the API accepts but this version cannot run is refused too, with its reason */
-    if (tj_job_from_json(job, &tj, &te) == 0)
-        tj_spec_runnable(&tj.spec, "spec", &te);
-    int kept = te.count < TJ_MAX_ERRORS ? te.count : TJ_MAX_ERRORS;
-    for (int i = 0; i < kept; i++)
-        cJSON_AddItemToArray(errs, cJSON_CreateString(te.msg[i]));
-    if (te.count > kept)
-        add_err(errs, "and %d more errors", te.count - kept);
-    tj_job_free(&tj);
-    return errs;
-}
 
 /* Spec fields that may change while pods run; everything else is immutable then. */
 static int mutable_field(const char *k)
@@ -222,22 +186,18 @@ static cJSON *worker_container(cJSON *spec)
     return c;
 }
 
-static void set_emulated_nic(cJSON *env, const cJSON *job, int index)
+static void set_emulated_nic(cJSON *env, const struct tj_emulation *em, int index)
 {
     /* spec.emulation: the worker reports its group's NIC, as holmes-operator local's workers do
      * (groups in worker order, `count` workers each). */
-    const cJSON *g;
-    int first = 0;
-    cJSON_ArrayForEach(g, json_at(job, "spec.emulation.nics")) {
-        int count = (int)json_num_at(g, "count", 0);
-        const char *cls = json_str_at(g, "class"), *fabric = json_str_at(g, "fabric");
-        if (index >= first && index < first + count && cls && fabric) {
+    for (int g = 0, first = 0; em->enabled && g < em->n_groups; first += em->groups[g++].count) {
+        const struct tj_nic_group *ng = &em->groups[g];
+        if (index >= first && index < first + ng->count) {
             char nic[300];
-            snprintf(nic, sizeof nic, "%s:%s:%g", cls, fabric, json_num_at(g, "gbps", 0));
+            snprintf(nic, sizeof nic, "%s:%s:%g", ng->cls, ng->fabric, ng->gbps);
             env_set(env, "HOLMES_EMULATE_NIC", nic, NULL);
-            break;
+            return;
         }
-        first += count;
     }
 }
 
@@ -411,8 +371,8 @@ int controller_pod_trust_ca(cJSON *pod, const char *job_name)
     return 0;
 }
 
-cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator_url,
-                            const char *default_image, herr *e)
+cJSON *controller_build_pod(const cJSON *job, const struct tj_spec *s, int index,
+                            const char *coordinator_url, const char *default_image, herr *e)
 {
     const char *job_name = json_str_at(job, "metadata.name");
     const char *ns = json_str_at(job, "metadata.namespace");
@@ -421,9 +381,7 @@ cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator
         herr_set(e, "job without metadata.name/namespace");
         return NULL;
     }
-    const char *image = json_str_at(job, "spec.image");
-    if (!image)
-        image = default_image;
+    const char *image = s->image[0] ? s->image : default_image;
     if (!image || !*image) {
         herr_set(e, "%s/%s: spec.image is not set and the operator has no --node-image", ns, job_name);
         return NULL;
@@ -439,14 +397,14 @@ cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator
     cJSON *md = cJSON_GetObjectItemCaseSensitive(pod, "metadata");
     cJSON *labels = cJSON_GetObjectItemCaseSensitive(md, "labels");
     /* Template labels and annotations first, ours on top. */
-    const cJSON *tl = json_at(job, "spec.template.metadata.labels"), *it;
+    const cJSON *tl = json_at(s->pod_template, "metadata.labels"), *it;
     cJSON_ArrayForEach(it, tl) {
         if (cJSON_IsString(it) && strcmp(it->string, LABEL_JOB) && strcmp(it->string, LABEL_INDEX))
             cJSON_AddStringToObject(labels, it->string, it->valuestring);
     }
     cJSON_AddStringToObject(labels, LABEL_INDEX, idx);
     cJSON *ann = cJSON_AddObjectToObject(md, "annotations");
-    const cJSON *ta = json_at(job, "spec.template.metadata.annotations");
+    const cJSON *ta = json_at(s->pod_template, "metadata.annotations");
     cJSON_ArrayForEach(it, ta) {
         if (cJSON_IsString(it))
             cJSON_AddStringToObject(ann, it->string, it->valuestring);
@@ -455,7 +413,7 @@ cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator
     json_set_str(ann, ANN_SPEC, hash ? hash : "");
     free(hash);
 
-    const cJSON *tspec = json_at(job, "spec.template.spec");
+    const cJSON *tspec = json_at(s->pod_template, "spec");
     cJSON *spec = cJSON_IsObject(tspec) ? cJSON_Duplicate(tspec, 1) : cJSON_CreateObject();
     if (!spec) {
         cJSON_Delete(pod);
@@ -498,23 +456,21 @@ cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator
     cJSON_AddStringToObject(ref, "name", secret);
     cJSON_AddStringToObject(ref, "key", "token");
     env_set(env, "HOLMES_TOKEN", NULL, vf);
-    set_emulated_nic(env, job, index);
+    set_emulated_nic(env, &s->emulation, index);
     /* GPUs: ask for them unless the template already does, or they are emulated by CPU ranks. */
-    int gpus = (int)json_num_at(job, "spec.gpusPerWorker", 0);
-    const cJSON *emu = json_at(job, "spec.emulation.gpus");
-    if (gpus > 0 && !cJSON_IsTrue(emu)) {
+    if (s->gpus_per_worker > 0 && !s->emulation.gpus) {
         cJSON *res = json_child_object(c, "resources");
         cJSON *lim = json_child_object(res, "limits");
         if (!cJSON_GetObjectItemCaseSensitive(lim, "nvidia.com/gpu"))
-            cJSON_AddNumberToObject(lim, "nvidia.com/gpu", gpus);
+            cJSON_AddNumberToObject(lim, "nvidia.com/gpu", s->gpus_per_worker);
     }
     lock_down(spec, c);
     /* the root file system is read-only: scratch, shared memory (NCCL) and checkpoints get
      * writable volumes unless the template mounts its own there */
     writable_dir(spec, c, "holmes-tmp", "/tmp", 0);
     writable_dir(spec, c, "holmes-shm", "/dev/shm", 1);
-    const char *ckpt = json_str_at(job, "spec.training.checkpoint.path");
-    if (ckpt && ckpt[0] == '/' && strcmp(ckpt, "/") != 0)
+    const char *ckpt = s->training.checkpoint.path;
+    if (ckpt[0] == '/' && strcmp(ckpt, "/") != 0)
         writable_dir(spec, c, "holmes-checkpoints", ckpt, 0);
     return pod;
 }

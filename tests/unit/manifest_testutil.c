@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainingjob.h"
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 static int is_manifest(const char *name)
@@ -35,4 +37,14 @@ int for_each_manifest(const char *dir, void (*fn)(const char *path))
         free(names[i]);
     }
     return n;
+}
+
+int spec_of_job(const cJSON *job, struct tj_spec *s)
+{
+    static struct tj_errors errs;
+    memset(&errs, 0, sizeof errs);
+    int rc = tj_spec_from_json(cJSON_GetObjectItemCaseSensitive(job, "spec"), "spec", s, &errs);
+    for (int i = 0; i < errs.count && i < TJ_MAX_ERRORS; i++)
+        printf("    spec error: %s\n", errs.msg[i]);
+    return rc;
 }

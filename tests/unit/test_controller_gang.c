@@ -8,6 +8,7 @@
 
 #include "controller.h"
 #include "json.h"
+#include "manifest_testutil.h"
 #include "trainingjob.h"
 
 #define ALL_GANGS (1u << TJ_GANG_KUEUE | 1u << TJ_GANG_VOLCANO | 1u << TJ_GANG_COSCHEDULING)
@@ -21,15 +22,6 @@ static cJSON *job_with(const char *extra)
              "\"namespace\":\"ml\",\"uid\":\"u-1\"},\"spec\":{\"workers\":4,\"gpusPerWorker\":8,"
              "\"model\":{\"preset\":\"gpt2-124m\"},\"training\":{\"steps\":10}%s}}", extra);
     return cJSON_Parse(buf);
-}
-
-static int parse_spec(const cJSON *job, struct tj_spec *s)
-{
-    struct tj_errors errs = {0};
-    int rc = tj_spec_from_json(json_at(job, "spec"), "spec", s, &errs);
-    for (int i = 0; i < errs.count && i < TJ_MAX_ERRORS; i++)
-        printf("    spec error: %s\n", errs.msg[i]);
-    return rc;
 }
 
 static const char *label(const cJSON *o, const char *k)
@@ -74,7 +66,7 @@ static void test_none(void)
     struct controller_gang g = {.enabled = ALL_GANGS};
     cJSON *job = job_with(",\"template\":{\"spec\":{\"schedulerName\":\"mine\"}}");
     struct tj_spec s;
-    CHECK("none: spec parses", parse_spec(job, &s) == 0);
+    CHECK("none: spec parses", spec_of_job(job, &s) == 0);
     CHECK_INT("none: the default without --gang-default", controller_gang_of(&s, &g), TJ_GANG_NONE);
     herr e;
     cJSON *pod = controller_build_gang_pod(job, &s, 1, "ws://c", "img", &g, &e);
@@ -96,7 +88,7 @@ static void test_kueue(void)
                           "{\"kueue.x-k8s.io/queue-name\":\"spoof\",\"team\":\"a\"}},\"spec\":{"
                           "\"priorityClassName\":\"low\"}}");
     struct tj_spec s;
-    CHECK("kueue: spec parses", parse_spec(job, &s) == 0);
+    CHECK("kueue: spec parses", spec_of_job(job, &s) == 0);
     CHECK_INT("kueue: the operator's default applies", controller_gang_of(&s, &g), TJ_GANG_KUEUE);
     struct tj_errors errs = {0};
     CHECK("kueue: accepted", controller_gang_check(&s, &g, &errs) == 0);
@@ -123,7 +115,7 @@ static void test_volcano(void)
     cJSON *job = job_with(",\"scheduling\":{\"gang\":\"volcano\",\"queue\":\"research\"},\"template\":{\"spec\":"
                           "{\"priorityClassName\":\"high\"}}");
     struct tj_spec s;
-    CHECK("volcano: spec parses", parse_spec(job, &s) == 0);
+    CHECK("volcano: spec parses", spec_of_job(job, &s) == 0);
     herr e;
     cJSON *pod = controller_build_gang_pod(job, &s, 0, "ws://c", "img", &g, &e);
     CHECK("volcano: pod built", pod != NULL);
@@ -151,7 +143,7 @@ static void test_volcano(void)
     /* the chart's scheduler name, and the spec's over it; no queue: Volcano's default */
     g.volcano_scheduler = "volcano-prod";
     job = job_with(",\"scheduling\":{\"gang\":\"volcano\"}");
-    CHECK("volcano: spec without queue parses", parse_spec(job, &s) == 0);
+    CHECK("volcano: spec without queue parses", spec_of_job(job, &s) == 0);
     pod = controller_build_gang_pod(job, &s, 0, "ws://c", "img", &g, &e);
     pg = controller_build_podgroup(job, &s, &g);
     CHECK("volcano: the operator's scheduler name", pod && streq(json_str_at(pod, "spec.schedulerName"), "volcano-prod"));
@@ -162,7 +154,7 @@ static void test_volcano(void)
     tj_spec_free(&s);
     cJSON_Delete(job);
     job = job_with(",\"scheduling\":{\"gang\":\"volcano\",\"schedulerName\":\"vc2\"}");
-    CHECK("volcano: spec with schedulerName parses", parse_spec(job, &s) == 0);
+    CHECK("volcano: spec with schedulerName parses", spec_of_job(job, &s) == 0);
     pod = controller_build_gang_pod(job, &s, 0, "ws://c", "img", &g, &e);
     CHECK("volcano: the spec's scheduler name wins", pod && streq(json_str_at(pod, "spec.schedulerName"), "vc2"));
     cJSON_Delete(pod);
@@ -175,7 +167,7 @@ static void test_coscheduling(void)
     struct controller_gang g = {.enabled = ALL_GANGS};
     cJSON *job = job_with(",\"gangTimeoutSeconds\":90,\"scheduling\":{\"gang\":\"coscheduling\"}");
     struct tj_spec s;
-    CHECK("coscheduling: spec parses", parse_spec(job, &s) == 0);
+    CHECK("coscheduling: spec parses", spec_of_job(job, &s) == 0);
     herr e;
     cJSON *pod = controller_build_gang_pod(job, &s, 3, "ws://c", "img", &g, &e);
     CHECK("coscheduling: pod built", pod != NULL);
@@ -199,7 +191,7 @@ static void test_coscheduling(void)
 
     g.cosched_scheduler = "sp-sched";
     job = job_with(",\"scheduling\":{\"gang\":\"coscheduling\",\"scheduleTimeoutSeconds\":30}");
-    CHECK("coscheduling: spec with a timeout parses", parse_spec(job, &s) == 0);
+    CHECK("coscheduling: spec with a timeout parses", spec_of_job(job, &s) == 0);
     pod = controller_build_gang_pod(job, &s, 0, "ws://c", "img", &g, &e);
     pg = controller_build_podgroup(job, &s, &g);
     CHECK("coscheduling: the operator's scheduler name", pod && streq(json_str_at(pod, "spec.schedulerName"), "sp-sched"));
