@@ -347,7 +347,7 @@ static void on_progress(void *user, const struct coord_progress *pr)
 {
     struct opjob *j = user;
     const struct tj_spec *s = &j->tj.spec;
-    double devices = (double)s->workers * (s->gpus_per_worker > 0 ? s->gpus_per_worker : 1);
+    double devices = (double)tj_world_size(s); /* workers x tj_ranks_per_worker */
     double tflops = 6.0 * (double)tj_model_params(&s->model) * pr->tokens_per_s / devices / 1e12;
     coord_metrics_progress(j->co->metrics, j->ns, j->name, pr->step_ms / 1000.0, pr->tokens_per_s,
                            tflops);
