@@ -353,10 +353,19 @@ static void count_link_flows(struct plan_eval *ev, const int *a, const int *b, i
     }
 }
 
+/* The links counted through all of a worker's NICs (count_link_flows). */
+static int worker_flows(const int *per_nic, const struct unit *x)
+{
+    int f = 0;
+    for (int r = 0; r < x->nics; r++)
+        f += per_nic[x->nic_base + r];
+    return f;
+}
+
 /* One link x -> y (tensor rank r of each) at its share of the NICs (count_link_flows done): the
  * NIC's Gb/s over its NICs and the links through it, the slower end; over RDMA inside one RDMA
- * fabric, else over TCP (capped per flow by tcp_gbps between fabrics, and by the gateway's
- * share). *share: that NIC share. */
+ * fabric, else over TCP (between fabrics capped by tcp_gbps, a worker's path to the other
+ * fabrics, shared by its links there, and by the gateway's share). *share: that NIC share. */
 static struct cost_link one_link(const struct plan_eval *ev, const struct unit *x,
                                  const struct unit *y, int r, int gw, double *share)
 {
@@ -375,8 +384,12 @@ static struct cost_link one_link(const struct plan_eval *ev, const struct unit *
         return cost_link_make(g * l->rdma_efficiency,
                               cls == NIC_INFINIBAND ? l->ib_latency_us : l->roce_latency_us, 1);
     g *= l->tcp_efficiency;
-    if (x->fabric != y->fabric && l->tcp_gbps < g)
-        g = l->tcp_gbps;
+    if (x->fabric != y->fabric) { /* a worker's path to the other fabrics, shared by its flows */
+        int f = worker_flows(ev->nic_out, x), fy = worker_flows(ev->nic_in, y);
+        double cap = l->tcp_gbps / (double)(f > fy ? (f > 1 ? f : 1) : (fy > 1 ? fy : 1));
+        if (cap < g)
+            g = cap;
+    }
     struct cost_link k = cost_link_make(g, l->tcp_latency_us, 1);
     if (x->fabric != y->fabric && l->gateway_gbps > 0) {
         struct cost_link sh = cost_link_make(l->gateway_gbps, l->tcp_latency_us, gw);
