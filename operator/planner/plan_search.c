@@ -93,6 +93,44 @@ static void try_orders(struct search *S)
     try_candidate(S);
 }
 
+/* The tied embedding links the first and last stages (their shards cross between them every
+ * step), so the pipeline is a ring: S->cur (fabric-first) is tried again rotated by k stages,
+ * its first fabric split between both ends (k of its leading stages moved to the end), for up to
+ * SEARCH_ROTATIONS values of k spread over the fabric's stages. With every fabric order tried,
+ * this covers every placement whose fabrics are contiguous around the ring. Not needed when
+ * try_orders tries every stage order. */
+static void try_rotations(struct search *S)
+{
+    struct plan_eval *ev = S->ev;
+    int P = S->P, D = S->D;
+    if ((P <= 5 && ev->n_units <= 256) || ev->n_fabrics < 2)
+        return;
+    /* the leading stages wholly on the first stage's fabric */
+    int f = ev->units[S->cur[0]].fabric, lead = 0;
+    for (int st = 0; st < P; st++, lead++) {
+        int same = 1;
+        for (int d = 0; d < D && same; d++)
+            same = ev->units[S->cur[st * D + d]].fabric == f;
+        if (!same)
+            break;
+    }
+    if (lead < 2 || lead == P)
+        return;
+    size_t n = (size_t)P * D;
+    memcpy(S->loc, S->cur, sizeof(int) * n);
+    int tries = lead - 1 < SEARCH_ROTATIONS ? lead - 1 : SEARCH_ROTATIONS, last = 0;
+    for (int i = 1; i <= tries; i++) {
+        int k = (int)((long)i * lead / (tries + 1)); /* 1 .. lead - 1, evenly spread */
+        if (k <= last)
+            continue;
+        last = k;
+        memcpy(S->cur, S->loc + (size_t)k * D, sizeof(int) * (n - (size_t)k * D));
+        memcpy(S->cur + (n - (size_t)k * D), S->loc, sizeof(int) * (size_t)k * D);
+        try_candidate(S);
+    }
+    memcpy(S->cur, S->loc, sizeof(int) * n);
+}
+
 static int cmp_speed_desc(const void *a, const void *b, void *ctx)
 {
     const struct plan_eval *ev = ctx;
@@ -316,6 +354,7 @@ int pl_holmes_search(struct search *S, herr *e)
     for (int round = 0;; round++) {
         for (int asc = 0; asc <= 1; asc++) {
             build_fabric_first(S, asc);
+            try_rotations(S);
             try_orders(S);
         }
         if (!S->homog) {

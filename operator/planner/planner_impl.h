@@ -127,6 +127,7 @@ struct search {
                                   budget / SEARCH_REFINE_EVALS */
 #define STAGE_COST_WORK 4
 #define UNIT_WORK 4 /* a placement's links, per tensor block */
+#define SEARCH_ROTATIONS 8 /* ring rotations tried per fabric-first candidate */
 #define SEARCH_KICKS 16 /* the iterated local search stops after this many kicks found nothing */
 
 /* Is a fabric-homogeneous placement possible: every fabric's units a multiple of D. */
