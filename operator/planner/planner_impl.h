@@ -47,6 +47,8 @@ struct plan_eval {
     int *gw_a, *gw_b;      /* scratch, n_fabrics: pair flows entering each fabric (a, b side) */
     int *nic_base;         /* n_workers + 1: worker w's NICs are nic_base[w] .. nic_base[w+1]-1 */
     int *nic_out, *nic_in; /* scratch, per NIC: the links of a boundary leaving / entering it */
+    int *tcp_out, *tcp_in; /* scratch, per worker: the links of a boundary leaving / entering it
+                              to / from other fabrics (they share its tcp_gbps) */
     struct cost_stage *stages;
     struct cost_link tie;
     struct cost_sim sim;
