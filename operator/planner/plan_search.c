@@ -194,6 +194,16 @@ static void build_speed_first(struct search *S)
 }
 
 
+/* Do stages a and b of S->loc hold the same classes (in canonical order)? */
+static int same_stage(const struct search *S, int a, int b)
+{
+    const struct unit *u = S->ev->units;
+    for (int d = 0; d < S->D; d++)
+        if (u[S->loc[a * S->D + d]].klass != u[S->loc[b * S->D + d]].klass)
+            return 0;
+    return 1;
+}
+
 /* Hill-climb from S->loc: swap two units of different classes between stages (keeping
  * stages fabric-homogeneous when required), or swap two whole stages; until no swap helps or
  * `budget` simulated ops are spent. */
@@ -214,6 +224,32 @@ static void local_search(struct search *S, double loc_t, double budget)
                     S->cur[i * D + d] = S->cur[j * D + d];
                     S->cur[j * D + d] = t;
                 }
+                double t = try_candidate(S);
+                if (t < loc_t * (1 - 1e-12)) {
+                    loc_t = t;
+                    memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
+                    improved = 1;
+                }
+            }
+        }
+        /* move a stage elsewhere, the stages between shifting by one (a swap of neighbours
+         * is tried above): keeps fabrics contiguous where swaps would cut them, e.g. one stage
+         * of the first fabric moved to the far end, next to the first stage through the tie */
+        for (int i = 0; i < P && ev->sim.work < stop; i++) {
+            for (int j = 0; j < P && ev->sim.work < stop; j++) {
+                if (abs(i - j) < 2 || same_stage(S, i, i < j ? i + 1 : i - 1))
+                    continue; /* a neighbour or, moving the like neighbour, a move tried */
+                const int *src = S->loc;
+                int *dst = S->cur;
+                int lo = i < j ? i : j, hi = i < j ? j : i;
+                memcpy(dst, src, sizeof(int) * (size_t)n);
+                if (i < j)
+                    memcpy(dst + (size_t)lo * D, src + (size_t)(lo + 1) * D,
+                           sizeof(int) * (size_t)(hi - lo) * D);
+                else
+                    memcpy(dst + (size_t)(lo + 1) * D, src + (size_t)lo * D,
+                           sizeof(int) * (size_t)(hi - lo) * D);
+                memcpy(dst + (size_t)j * D, src + (size_t)i * D, sizeof(int) * (size_t)D);
                 double t = try_candidate(S);
                 if (t < loc_t * (1 - 1e-12)) {
                     loc_t = t;
@@ -259,8 +295,9 @@ static void local_search(struct search *S, double loc_t, double budget)
     }
 }
 
-/* Iterated local search: kicks the best placement found with a few random swaps of units of
- * different classes between stages (inside a fabric when stages must stay homogeneous) and
+/* Iterated local search: kicks the best placement found with a few random swaps of two whole
+ * stages of different classes, or of units of different classes between stages (inside a
+ * fabric when stages must stay homogeneous), and
  * climbs again from there; stops after SEARCH_KICKS kicks in a row found nothing better, or at
  * the budget. Deterministic (a fixed seed). */
 static void kick_and_climb(struct search *S)
@@ -274,8 +311,21 @@ static void kick_and_climb(struct search *S)
         for (int tries = 0; tries < 64 && swaps < 2 + (int)(rng % 3); tries++) {
             rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
             int a = (int)(rng % (uint64_t)n), b = (int)((rng >> 20) % (uint64_t)n);
+            if (a / D == b / D)
+                continue;
+            if ((rng >> 40) & 1) { /* two whole stages */
+                if (same_stage(S, a / D, b / D))
+                    continue;
+                for (int d = 0; d < D; d++) {
+                    int t = S->loc[a / D * D + d];
+                    S->loc[a / D * D + d] = S->loc[b / D * D + d];
+                    S->loc[b / D * D + d] = t;
+                }
+                swaps++;
+                continue;
+            }
             const struct unit *ua = &ev->units[S->loc[a]], *ub = &ev->units[S->loc[b]];
-            if (a / D == b / D || ua->klass == ub->klass || (S->homog && ua->fabric != ub->fabric))
+            if (ua->klass == ub->klass || (S->homog && ua->fabric != ub->fabric))
                 continue;
             int t = S->loc[a];
             S->loc[a] = S->loc[b];
@@ -283,7 +333,7 @@ static void kick_and_climb(struct search *S)
             swaps++;
         }
         if (!swaps)
-            return; /* nothing to swap: one class */
+            return; /* nothing to swap: every stage alike */
         memcpy(S->cur, S->loc, sizeof(int) * (size_t)n);
         double before = S->best_t, t = try_candidate(S);
         memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
