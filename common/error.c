@@ -5,9 +5,46 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Length of the well-formed UTF-8 sequence at s (1..4), or 0 when it is not one. */
+static int utf8_len(const unsigned char *s)
+{
+    unsigned c = s[0];
+    int n = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+    if (n == 0 || (n == 2 && c < 0xc2) || (n == 4 && c > 0xf4))
+        return 0;
+    for (int i = 1; i < n; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+    if (n == 3) { /* no overlong forms, no UTF-16 surrogates */
+        unsigned cp = (c & 0x0f) << 12 | (s[1] & 0x3fu) << 6 | (s[2] & 0x3fu);
+        if (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+    }
+    if (n == 4) {
+        unsigned cp = (c & 0x07) << 18 | (s[1] & 0x3fu) << 12 | (s[2] & 0x3fu) << 6 | (s[3] & 0x3fu);
+        if (cp < 0x10000 || cp > 0x10ffff)
+            return 0;
+    }
+    return n;
+}
+
+void herr_clean(char *s)
+{
+    unsigned char *p = (unsigned char *)s;
+    while (*p) {
+        int n = utf8_len(p);
+        if (n == 0 || (n == 1 && (*p < 0x20 || *p == 0x7f))) {
+            *p++ = '?';
+            continue;
+        }
+        p += n;
+    }
+}
+
 static int set_va(herr *e, enum herr_kind kind, const char *fmt, va_list ap)
 {
     vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    herr_clean(e->msg);
     e->kind = kind;
     return -1;
 }
@@ -56,6 +93,7 @@ int herr_wrap(herr *e, const char *fmt, ...)
     /* Keep the front of the sentence when it is too long. */
     memcpy(e->msg, joined, sizeof e->msg - 1);
     e->msg[sizeof e->msg - 1] = '\0';
+    herr_clean(e->msg);
     return -1;
 }
 

@@ -33,6 +33,11 @@ int herr_config(herr *e, const char *fmt, ...) __attribute__((format(printf, 2, 
 int herr_peer(herr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prefixes an existing message: "context: old message". Keeps the kind. Returns -1. */
 int herr_wrap(herr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Replaces, in place, control characters and bytes that are not well-formed UTF-8 with '?': an
+ * error often quotes what came from outside (a JSON key, a peer's message), and it must stay
+ * one readable line that a log, an Event or a status condition takes. Every setter above
+ * applies it. */
+void herr_clean(char *s);
 /* The kind an errno from a write or an open means: full or read-only storage, a missing or
  * forbidden path are HERR_CONFIG; anything else HERR_FAULT. */
 enum herr_kind herr_kind_of_errno(int err);

@@ -1,6 +1,8 @@
 #include "json.h"
 
+#include <ctype.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 int json_int(const cJSON *o, const char *where, const char *key, int required, long lo, long hi,
@@ -157,4 +159,27 @@ cJSON *json_merge_diff(const cJSON *from, const cJSON *to)
         }
     }
     return d;
+}
+
+void json_key_path(char *out, size_t n, const char *parent, const char *key)
+{
+    if (!key)
+        key = "?";
+    int plain = *key != '\0';
+    for (const char *k = key; *k; k++)
+        if (!isalnum((unsigned char)*k) && *k != '_' && *k != '-')
+            plain = 0;
+    if (plain) {
+        snprintf(out, n, "%s.%.60s", parent, key);
+        return;
+    }
+    char q[130];
+    size_t j = 0;
+    for (size_t i = 0; key[i] && i < 60 && j + 3 < sizeof q; i++) {
+        if (key[i] == '"' || key[i] == '\\')
+            q[j++] = '\\';
+        q[j++] = key[i];
+    }
+    q[j] = '\0';
+    snprintf(out, n, "%s[\"%s\"]", parent, q);
 }

@@ -28,6 +28,11 @@ int json_num(const cJSON *o, const char *where, const char *key, int required, d
 int json_str(const cJSON *o, const char *where, const char *key, int required, char *dst,
              size_t cap, herr *e);
 
+/* The path of member `key` under `parent` for a message: "parent.key", or, when the key is not
+ * a plain name ([A-Za-z0-9_-], as keys from outside may be anything), parent["key"] with the
+ * key's quotes and backslashes escaped and at most 60 of its bytes. */
+void json_key_path(char *out, size_t n, const char *parent, const char *key);
+
 /* The member at "a.b.c", or NULL. */
 const cJSON *json_at(const cJSON *o, const char *dotted);
 /* Its string, or NULL when absent or not a string. */

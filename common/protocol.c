@@ -170,9 +170,11 @@ static int check_ids(const cJSON *ids, const char *where, herr *e)
     const cJSON *i;
     int n = 0;
     cJSON_ArrayForEach(i, ids) {
-        if (!cJSON_IsString(i) || strlen(i->valuestring) > 4096)
-            return herr_set(e, "%s.%s: must be a string of at most 4096 characters", where,
-                            i->string ? i->string : "?");
+        if (!cJSON_IsString(i) || strlen(i->valuestring) > 4096) {
+            char path[200];
+            json_key_path(path, sizeof path, where, i->string);
+            return herr_set(e, "%s: must be a string of at most 4096 characters", path);
+        }
         if (++n > 64)
             return herr_set(e, "%s: at most 64 ids", where);
     }

@@ -99,6 +99,7 @@ void tj_errors_add(struct tj_errors *errs, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(errs->msg[errs->count], sizeof errs->msg[0], fmt, ap);
         va_end(ap);
+        herr_clean(errs->msg[errs->count]); /* an unknown key is quoted as it came */
     }
     errs->count++;
 }
@@ -156,8 +157,15 @@ void tj_spec_defaults(struct tj_spec *s)
     s->gang_timeout_seconds = 600;
     s->restart.max_restarts = 3;
     s->restart.backoff_seconds = 30;
+    s->elastic.replace_timeout_seconds = 300;
+    s->elastic.scale_up = 1;
     s->emulation.cross_fabric_gbps = 25;
     s->emulation.bandwidth_scale = 1.0;
+}
+
+int tj_is_elastic(const struct tj_spec *s)
+{
+    return s->elastic.enabled && s->elastic.min_workers >= 1 && s->elastic.min_workers < s->workers;
 }
 
 /* ---------------------------------------------------------------- lifetime */

@@ -138,6 +138,15 @@ struct tj_scheduling {
                                              * (0 = gangTimeoutSeconds) */
 };
 
+/* spec.elastic: a worker lost for good (its pod unschedulable, its node NotReady or gone, for
+ * replaceTimeoutSeconds) is re-planned around while at least minWorkers remain (docs/api.md). */
+struct tj_elastic {
+    int enabled;                 /* 1 when spec.elastic was given */
+    int min_workers;             /* default: workers (not elastic) */
+    int replace_timeout_seconds; /* default 300 */
+    int scale_up;                /* default 1: a lost worker's capacity back is used again */
+};
+
 struct tj_spec {
     int workers;              /* pods / worker processes */
     int gpus_per_worker;      /* 0 = CPU worker with exactly one rank */
@@ -151,8 +160,13 @@ struct tj_spec {
     int suspend;
     struct tj_emulation emulation;
     struct tj_scheduling scheduling;
+    struct tj_elastic elastic;
     cJSON *pod_template;      /* spec.template (a PodTemplateSpec) as given, or NULL; owned */
 };
+
+/* The job asked for elastic re-planning: spec.elastic with minWorkers below workers. Without
+ * it nothing elastic happens to the job. */
+int tj_is_elastic(const struct tj_spec *s);
 
 /* A whole TrainingJob object: metadata plus the resolved spec. */
 struct tj_job {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
 #include "version.h"
 
 #define TJ_MAX_SAFE_INT 9007199254740992.0 /* 2^53: every integer below is exact in JSON */
@@ -61,8 +62,11 @@ static void check_keys(const cJSON *obj, const char *path, const char *const *al
         for (const char *const *a = allowed; *a; a++)
             if (c->string && !strcmp(c->string, *a))
                 ok = 1;
-        if (!ok)
-            tj_errors_add(errs, "%s.%.60s: unknown field", path, c->string ? c->string : "?");
+        if (!ok) {
+            char field[400];
+            json_key_path(field, sizeof field, path, c->string);
+            tj_errors_add(errs, "%s: unknown field", field);
+        }
     }
 }
 
@@ -638,7 +642,7 @@ int tj_spec_from_json(const cJSON *spec, const char *path, struct tj_spec *out, 
     }
     static const char *const keys[] = {"workers", "gpusPerWorker", "image", "model", "parallelism",
                                        "placement", "training", "gangTimeoutSeconds", "restartPolicy",
-                                       "suspend", "emulation", "scheduling", "template", NULL};
+                                       "suspend", "emulation", "scheduling", "template", "elastic", NULL};
     check_keys(spec, sp, keys, errs);
     get_int(spec, sp, "workers", 1, 4096, 1, &out->workers, errs);
     get_int(spec, sp, "gpusPerWorker", 0, 16, 1, &out->gpus_per_worker, errs);
@@ -658,6 +662,18 @@ int tj_spec_from_json(const cJSON *spec, const char *path, struct tj_spec *out, 
         get_int(rp, p, "backoffSeconds", 0, 3600, 0, &out->restart.backoff_seconds, errs);
     }
     get_bool(spec, sp, "suspend", &out->suspend, errs);
+    join(p, sizeof p, sp, "elastic");
+    const cJSON *el = get_object(spec, sp, "elastic", 0, errs);
+    out->elastic.min_workers = out->workers; /* not elastic unless said */
+    if (el) {
+        static const char *const ekeys[] = {"minWorkers", "replaceTimeoutSeconds", "scaleUp", NULL};
+        check_keys(el, p, ekeys, errs);
+        out->elastic.enabled = 1;
+        get_int(el, p, "minWorkers", 1, 4096, 0, &out->elastic.min_workers, errs);
+        get_int(el, p, "replaceTimeoutSeconds", 1, 86400, 0, &out->elastic.replace_timeout_seconds,
+                errs);
+        get_bool(el, p, "scaleUp", &out->elastic.scale_up, errs);
+    }
     parse_emulation(spec, sp, out, errs);
     parse_scheduling(spec, sp, out, errs);
     parse_template(spec, sp, out, errs);

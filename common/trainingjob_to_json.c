@@ -173,6 +173,12 @@ cJSON *tj_spec_to_json(const struct tj_spec *s)
     cJSON *rp = cJSON_AddObjectToObject(o, "restartPolicy");
     ok &= rp && num(rp, "maxRestarts", s->restart.max_restarts) && num(rp, "backoffSeconds", s->restart.backoff_seconds);
     ok &= !!cJSON_AddBoolToObject(o, "suspend", s->suspend);
+    if (s->elastic.enabled) {
+        cJSON *el = cJSON_AddObjectToObject(o, "elastic");
+        ok &= el && num(el, "minWorkers", s->elastic.min_workers) &&
+              num(el, "replaceTimeoutSeconds", s->elastic.replace_timeout_seconds) &&
+              cJSON_AddBoolToObject(el, "scaleUp", s->elastic.scale_up);
+    }
     if (s->emulation.enabled)
         ok &= emulation_to_json(o, s);
     if (s->scheduling.gang != TJ_GANG_DEFAULT || s->scheduling.queue[0] || s->scheduling.scheduler_name[0] ||

@@ -98,6 +98,14 @@ int tj_spec_validate(const struct tj_spec *s, const char *path, struct tj_errors
             tj_errors_add(errs, "%s.emulation.gpus: needs gpusPerWorker >= 1 (the GPUs it emulates), got %d",
                           sp, s->gpus_per_worker);
     }
+    const struct tj_elastic *el = &s->elastic;
+    if (el->enabled && el->min_workers > s->workers && s->workers >= 1)
+        tj_errors_add(errs, "%s.elastic.minWorkers: %d exceeds workers %d", sp, el->min_workers,
+                      s->workers);
+    if (tj_is_elastic(s) && !t->checkpoint.path[0])
+        tj_errors_add(errs, "%s.elastic.minWorkers: %d below workers %d re-plans the job from its last "
+                      "checkpoint: spec.training.checkpoint.path is required", sp, el->min_workers,
+                      s->workers);
     if (s->scheduling.gang != TJ_GANG_DEFAULT)
         tj_scheduling_check(s, s->scheduling.gang, sp, errs);
     return errs->count == before ? 0 : -1;
@@ -120,6 +128,11 @@ int tj_scheduling_check(const struct tj_spec *s, enum tj_gang gang, const char *
     if (sc->schedule_timeout_seconds && gang != TJ_GANG_COSCHEDULING)
         tj_errors_add(errs, "%s.scheduling.scheduleTimeoutSeconds: applies only to gang coscheduling, not %s",
                       sp, g);
+    if (tj_is_elastic(s) && gang != TJ_GANG_NONE && gang != TJ_GANG_DEFAULT)
+        tj_errors_add(errs, "%s.elastic.minWorkers: %d below workers %d is not supported with gang %s: "
+                      "its pod group admits all %d workers or none, so a job re-planned onto fewer "
+                      "would not get a lost worker's pod back; use gang none", sp,
+                      s->elastic.min_workers, s->workers, g, s->workers);
     const cJSON *tspec = s->pod_template ? cJSON_GetObjectItemCaseSensitive(s->pod_template, "spec") : NULL;
     const cJSON *tsched = tspec ? cJSON_GetObjectItemCaseSensitive(tspec, "schedulerName") : NULL;
     if (tsched && !cJSON_IsNull(tsched) && (gang == TJ_GANG_VOLCANO || gang == TJ_GANG_COSCHEDULING))

@@ -195,7 +195,7 @@ int cmd_worker(int argc, char **argv)
         goto out;
     }
     struct dataloader_config dc = {cs.spec.training.data.path, c.B, c.T,
-                                   plan_doc_dp_of(&rt, (int)rank), rt.data, c.seed, c.model.vocab};
+                                   plan_doc_dp_of(&rt, (int)rank), rt.data, c.seed, c.model.vocab, 0};
     if (dataloader_open(&dl, &dc, &e) != 0) {
         log_error("data: %s", e.msg);
         goto out;

@@ -50,6 +50,8 @@ struct engine_spec {
     int tp, tp_rank;          /* tensor-parallel group (1, 0: none) */
     int emulate_device;       /* CPU engine: memory staged as a device's (tests) */
     double timeout_s;         /* bound on a host wait for the device (0: none) */
+    const char *choices_file; /* CUDA: where the rank's choices of algorithm are kept, so that a
+                                 resumed run computes as the first did (NULL: not kept) */
 };
 
 struct engine;

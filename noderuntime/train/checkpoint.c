@@ -90,18 +90,23 @@ static void ckpt_name(char *out, size_t n, int first, int last, int64_t step)
     snprintf(out, n, "stage-%d-%d-step-%09" PRId64 ".ckpt", first, last, step);
 }
 
-/* parses a checkpoint file name of stage [first, last); returns its step or -1 */
-static int64_t parse_name(const char *name, int first, int last)
+/* parses a checkpoint file name of any stage: its step (and range), or -1 */
+static int64_t parse_any_name(const char *name, int *first, int *last)
 {
     int f, l, used = 0;
     long long step;
     if (sscanf(name, "stage-%d-%d-step-%lld.ckpt%n", &f, &l, &step, &used) != 3 ||
-        name[used] != '\0' || f != first || l != last || step < 0)
+        name[used] != '\0' || f < 0 || l <= f || step < 0)
         return -1;
     char again[96];
     ckpt_name(again, sizeof again, f, l, step);
-    return strcmp(again, name) == 0 ? step : -1;
+    if (strcmp(again, name) != 0)
+        return -1;
+    *first = f;
+    *last = l;
+    return step;
 }
+
 
 /* ---------------------------------------------------------------- write */
 
@@ -127,6 +132,7 @@ static void encode_header(unsigned char *h, const struct ckpt_meta *m, uint32_t 
 
 struct ckpt_entry {
     int64_t step;
+    int first, last;
     char name[256];
 };
 
@@ -136,7 +142,8 @@ static int cmp_entry(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Lists the stage's checkpoints in dir, sorted by step; *out is malloc'ed. */
+/* Lists the checkpoints in dir of stage [first, last) (first < 0: of every stage), sorted by
+ * step; *out is malloc'ed. */
 static int list_stage(const char *dir, int first, int last, struct ckpt_entry **out, int *count,
                       herr *e)
 {
@@ -152,8 +159,9 @@ static int list_stage(const char *dir, int first, int last, struct ckpt_entry **
     int n = 0, cap = 0;
     struct dirent *de;
     while ((de = readdir(d))) {
-        int64_t step = parse_name(de->d_name, first, last);
-        if (step < 0)
+        int f, l;
+        int64_t step = parse_any_name(de->d_name, &f, &l);
+        if (step < 0 || (first >= 0 && (f != first || l != last)))
             continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
@@ -166,6 +174,8 @@ static int list_stage(const char *dir, int first, int last, struct ckpt_entry **
             v = nv;
         }
         v[n].step = step;
+        v[n].first = f;
+        v[n].last = l;
         snprintf(v[n].name, sizeof v[n].name, "%s", de->d_name);
         n++;
     }
@@ -177,13 +187,40 @@ static int list_stage(const char *dir, int first, int last, struct ckpt_entry **
     return 0;
 }
 
+/* 1 when stage [first, last) has a checkpoint of `step` among v[0..n) */
+static int has_step(const struct ckpt_entry *v, int n, int first, int last, int64_t step)
+{
+    for (int i = 0; i < n; i++)
+        if (v[i].first == first && v[i].last == last && v[i].step == step)
+            return 1;
+    return 0;
+}
+
 void ckpt_prune(const char *dir, int first, int last, int keep)
 {
     struct ckpt_entry *v;
     int n;
-    if (list_stage(dir, first, last, &v, &n, NULL) < 0)
+    if (list_stage(dir, -1, -1, &v, &n, NULL) < 0)
         return;
-    for (int i = 0; i < n - keep; i++) {
+    int own = 0;
+    for (int i = 0; i < n; i++)
+        own += v[i].first == first && v[i].last == last;
+    /* the oldest step this stage keeps (v is sorted by step); -1 while it has fewer than keep */
+    int64_t cutoff = -1;
+    for (int i = 0, seen = 0; i < n; i++)
+        if (v[i].first == first && v[i].last == last && ++seen == own - keep + 1)
+            cutoff = v[i].step;
+    for (int i = 0, seen = 0; i < n; i++) {
+        int mine = v[i].first == first && v[i].last == last;
+        int overlaps = v[i].first < last && first < v[i].last;
+        /* This stage's beyond the newest keep; and another layout's files of these layers (a
+         * re-planned job's earlier stage boundaries) once this stage has keep newer sets, or of a
+         * step it wrote again (superseded: what was trained since replaced them). */
+        int drop = mine ? ++seen <= own - keep
+                        : overlaps && ((cutoff >= 0 && v[i].step < cutoff) ||
+                                       has_step(v, n, first, last, v[i].step));
+        if (!drop)
+            continue;
         char p[4096];
         snprintf(p, sizeof p, "%s/%s", dir, v[i].name);
         unlink(p); /* best effort: an old file left behind is harmless */
@@ -228,6 +265,26 @@ static int verify_file(const char *path, herr *e)
     close(fd);
     if (rc != 0 || crc != want)
         return herr_set(e, "checkpoint %s: the payload does not read back intact", path);
+    return 0;
+}
+
+int ckpt_make_dir(const char *path, herr *e)
+{
+    char tmp[4096];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s", path) >= sizeof tmp)
+        return herr_config(e, "checkpoint directory %s: path too long", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, 0755) && errno != EEXIST)
+            return herr_set_kind(e, herr_kind_of_errno(errno), "checkpoint directory %s: %s", tmp,
+                                 strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(tmp, 0755) && errno != EEXIST)
+        return herr_set_kind(e, herr_kind_of_errno(errno), "checkpoint directory %s: %s", tmp,
+                             strerror(errno));
     return 0;
 }
 
@@ -466,6 +523,104 @@ int ckpt_steps(const char *dir, int first, int last, int64_t **steps, int *n, he
             (*steps)[i] = v[i].step;
     }
     free(v);
+    return 0;
+}
+
+int ckpt_list(const char *dir, struct ckpt_file **files, int *n, herr *e)
+{
+    struct ckpt_entry *v;
+    *files = NULL;
+    if (list_stage(dir, -1, -1, &v, n, e) < 0)
+        return -1;
+    if (*n > 0) {
+        *files = malloc((size_t)*n * sizeof **files);
+        if (!*files) {
+            free(v);
+            return herr_set(e, "checkpoint directory %s: out of memory", dir);
+        }
+        for (int i = 0; i < *n; i++)
+            (*files)[i] = (struct ckpt_file){v[i].first, v[i].last, v[i].step};
+    }
+    free(v);
+    return 0;
+}
+
+int ckpt_read_ranges(const char *path, struct ckpt_meta *meta, const struct ckpt_range *r, int nr,
+                     float *params, float *m, float *v, herr *e)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return herr_config(e, "checkpoint %s: cannot open: %s", path, strerror(errno));
+    unsigned char h[HDR_BYTES];
+    uint32_t want_crc;
+    struct stat st;
+    int rc = read_all(fd, h, sizeof h, 0);
+    if (rc != 0) {
+        int err = errno;
+        close(fd);
+        return rc < 0 ? herr_config(e, "checkpoint %s: cannot read: %s", path, strerror(err))
+                      : herr_config(e, "checkpoint %s: truncated header (shorter than %d bytes)",
+                                    path, HDR_BYTES);
+    }
+    if (decode_header(path, h, meta, &want_crc, e) < 0 || fstat(fd, &st) < 0) {
+        close(fd);
+        return -1;
+    }
+    uint64_t n = meta->nparams;
+    int parts = meta->has_moments ? 3 : 1;
+    uint64_t want_size = HDR_BYTES + n * sizeof(float) * (uint64_t)parts;
+    if ((uint64_t)st.st_size != want_size) {
+        close(fd);
+        return herr_config(e, "checkpoint %s: %lld bytes but the header describes %" PRIu64
+                           " (%s)", path, (long long)st.st_size, want_size,
+                           (uint64_t)st.st_size < want_size ? "truncated" : "trailing bytes");
+    }
+    for (int i = 0; i < nr; i++)
+        if (r[i].src > n || r[i].n > n - r[i].src) {
+            close(fd);
+            return herr_config(e, "checkpoint %s: holds %" PRIu64 " parameters, fewer than the "
+                               "range [%" PRIu64 ", %" PRIu64 ") asked of it", path, n, r[i].src,
+                               r[i].src + r[i].n);
+        }
+    /* The payload streamed a chunk at a time: all of it through the CRC, the ranges copied. */
+    size_t cap = 1u << 18; /* floats */
+    float *buf = malloc(cap * sizeof *buf);
+    if (!buf) {
+        close(fd);
+        return herr_set(e, "checkpoint %s: out of memory", path);
+    }
+    float *dst[3] = {params, m && v ? m : NULL, m && v ? v : NULL};
+    uint32_t crc = (uint32_t)crc32(0, Z_NULL, 0);
+    rc = 0;
+    for (int p = 0; p < parts && rc == 0; p++) {
+        for (uint64_t at = 0; at < n && rc == 0; at += cap) {
+            size_t k = n - at < cap ? (size_t)(n - at) : cap;
+            rc = read_all(fd, buf, k * sizeof *buf,
+                          HDR_BYTES + (off_t)((uint64_t)p * n + at) * (off_t)sizeof *buf);
+            if (rc != 0)
+                break;
+            crc = crc_update(crc, buf, k * sizeof *buf);
+            for (int i = 0; dst[p] && i < nr; i++) {
+                uint64_t lo = r[i].src > at ? r[i].src : at;
+                uint64_t hi = r[i].src + r[i].n < at + k ? r[i].src + r[i].n : at + k;
+                if (lo < hi)
+                    memcpy(dst[p] + r[i].dst + (lo - r[i].src), buf + (lo - at),
+                           (size_t)(hi - lo) * sizeof *buf);
+            }
+        }
+    }
+    int err = errno;
+    free(buf);
+    close(fd);
+    if (rc != 0)
+        return herr_config(e, "checkpoint %s: cannot read the payload: %s", path,
+                           rc < 0 ? strerror(err) : "unexpected end of file");
+    if (crc != want_crc)
+        return herr_config(e, "checkpoint %s: payload CRC mismatch (file is corrupt)", path);
+    for (int i = 0; !meta->has_moments && m && v && i < nr; i++) {
+        memset(m + r[i].dst, 0, r[i].n * sizeof *m);
+        memset(v + r[i].dst, 0, r[i].n * sizeof *v);
+    }
     return 0;
 }
 

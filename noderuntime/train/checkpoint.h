@@ -10,7 +10,9 @@
  *   payload: f32 params[n], then (has_moments) f32 AdamW m[n], f32 AdamW v[n].
  * Writes go to a temporary file in the same directory, are fsync'ed, renamed into place and the
  * directory fsync'ed; only then are older checkpoints of the same stage beyond the newest `keep`
- * removed, so a failed write never destroys the previous checkpoint.
+ * removed, so a failed write never destroys the previous checkpoint. Files of the same layers
+ * written under other stage boundaries (a re-planned job, ckpt_layout.h) go too: those of a step
+ * this stage wrote again, and, once it has `keep` checkpoints, those older than all of them.
  */
 #ifndef HOLMES_CHECKPOINT_H
 #define HOLMES_CHECKPOINT_H
@@ -36,9 +38,12 @@ struct ckpt_meta {
 
 /* Writes one stage's checkpoint (m and v may both be NULL: parameters only); keep >= 1 newest
  * checkpoints of this stage survive. On success fills path (may be NULL) with the file name. */
+/* mkdir -p: the checkpoint directory and its parents (0, or -1 naming the one that failed). */
+int ckpt_make_dir(const char *path, herr *e);
 int ckpt_write(const char *dir, const struct ckpt_meta *meta, const float *params,
                const float *m, const float *v, int keep, char *path, size_t path_len, herr *e);
-/* Removes all but the `keep` newest checkpoints of stage [first, last) in dir (best effort). */
+/* Removes all but the `keep` newest checkpoints of stage [first, last) in dir, and the files of
+ * other stage boundaries over the same layers that these supersede (see above; best effort). */
 void ckpt_prune(const char *dir, int first, int last, int keep);
 /* Reads and checks a checkpoint's header (magic, version, header CRC) into *meta. */
 int ckpt_read_meta(const char *path, struct ckpt_meta *meta, herr *e);
@@ -59,6 +64,26 @@ int ckpt_latest(const char *dir, int first, int last, char *path, size_t path_le
 int ckpt_steps(const char *dir, int first, int last, int64_t **steps, int *n, herr *e);
 /* The path of stage [first, last)'s checkpoint at `step` in dir. */
 int ckpt_path(const char *dir, int first, int last, int64_t step, char *path, size_t cap, herr *e);
+
+/* One stage checkpoint file: stage-<first>-<last>-step-<step>.ckpt. */
+struct ckpt_file {
+    int first, last;
+    int64_t step;
+};
+/* Every stage checkpoint in dir, whatever stage boundaries wrote it, sorted by step (*files
+ * malloc'ed, NULL when none; a missing dir has none). */
+int ckpt_list(const char *dir, struct ckpt_file **files, int *n, herr *e);
+
+/* Floats [src, src + n) of a file's stage layout, to [dst, dst + n) of the caller's buffers. */
+struct ckpt_range {
+    uint64_t src;
+    size_t dst, n;
+};
+/* Reads and verifies a whole checkpoint (header, size, payload CRC: the payload streamed, never
+ * held whole) and copies the ranges of its parameters into params, and of its AdamW moments into
+ * m and v when both are non-NULL (zeroed when the file has none). *meta gets its header. */
+int ckpt_read_ranges(const char *path, struct ckpt_meta *meta, const struct ckpt_range *r, int nr,
+                     float *params, float *m, float *v, herr *e);
 
 /* Reads the shape of an llm.c GPT-2 checkpoint (magic 20240326, version 3, fp32). */
 int llmc_read_config(const char *path, struct gpt_config *c, herr *e);

@@ -230,11 +230,20 @@ static void read_window(const struct dataloader *d, uint64_t w, int *inp, int *t
 
 void dataloader_next(struct dataloader *d, int *inputs, int *targets)
 {
-    int64_t epoch = (int64_t)(d->pos / d->per_epoch);
-    uint64_t k = d->pos % d->per_epoch;
+    int64_t epoch;
+    uint64_t base;
+    if (d->c.global_epochs) { /* the data degree does not move the epochs */
+        uint64_t g = d->pos * (uint64_t)d->c.world + (uint64_t)d->c.rank;
+        uint64_t per = d->nwin / (uint64_t)d->c.B;
+        epoch = (int64_t)(g / per);
+        base = g % per * (uint64_t)d->c.B;
+    } else {
+        epoch = (int64_t)(d->pos / d->per_epoch);
+        uint64_t k = d->pos % d->per_epoch;
+        base = (k * (uint64_t)d->c.world + (uint64_t)d->c.rank) * (uint64_t)d->c.B;
+    }
     if (epoch != d->perm_epoch)
         shuffle_epoch(d, epoch);
-    uint64_t base = (k * (uint64_t)d->c.world + (uint64_t)d->c.rank) * (uint64_t)d->c.B;
     for (int b = 0; b < d->c.B; b++)
         read_window(d, d->perm[base + (uint64_t)b], inputs + (size_t)b * d->c.T,
                     targets + (size_t)b * d->c.T);

@@ -8,7 +8,8 @@
  * Samples are windows of T+1 tokens starting at multiples of T inside one file (inputs are the
  * first T, targets the last T). Each epoch visits every window once in an order shuffled from
  * (seed, epoch); micro-batch k of data-parallel rank r takes windows [(k*world + r)*B, +B) of that
- * order, so ranks never share a window, and the leftover windows of an epoch are skipped. The
+ * order, so ranks never share a window, and the leftover windows of an epoch are skipped (with
+ * global_epochs the epoch is counted in global micro-batches k*world + r instead). The
  * position (micro-batches taken) goes into checkpoints; seeking to it replays exactly.
  */
 #ifndef HOLMES_DATALOADER_H
@@ -29,6 +30,11 @@ struct dataloader_config {
     int rank, world;     /* data-parallel rank in [0, world) */
     uint64_t seed;
     int vocab;           /* the model's vocabulary: every token must be below it */
+    /* Epochs counted in global micro-batches (g = k*world + rank: epoch g / (windows / B)),
+     * not per rank: step s then takes the same windows whatever the data degree, across epoch
+     * boundaries too (spec.elastic: a job re-planned onto another data degree continues at
+     * the same sample). 0: each rank's epoch is windows / (B*world) of its micro-batches. */
+    int global_epochs;
 };
 
 int dataloader_open(struct dataloader **out, const struct dataloader_config *c, herr *e);

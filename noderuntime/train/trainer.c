@@ -341,10 +341,18 @@ static int worker_init(struct worker *w, const struct trainer_config *c, const s
         return herr_set(e, "token slices: %d slices whose bounds do not tile [0, %d)",
                         c->token_slices, c->T);
     w->slots = pipe_slots_needed(c->schedule, w->stage, w->P, w->M, c->token_slices);
+    /* the checkpoint directory from the start: a GPU rank keeps its choices of algorithm there */
+    char choices[4200] = "";
+    if (c->checkpoint_dir) {
+        if (ckpt_make_dir(c->checkpoint_dir, e) != 0)
+            return -1;
+        snprintf(choices, sizeof choices, "%s/gpu-algorithms.rank%d.txt", c->checkpoint_dir, rank);
+    }
     struct engine_spec es = {.kind = c->engine, .precision = c->precision, .device = c->device,
                              .model = c->model, .first = lo, .last = hi, .B = c->B, .T = c->T,
                              .slots = w->slots, .tp = w->TP, .tp_rank = w->tpr,
-                             .emulate_device = c->emulate_device, .timeout_s = rt->timeout_s};
+                             .emulate_device = c->emulate_device, .timeout_s = rt->timeout_s,
+                             .choices_file = choices[0] ? choices : NULL};
     if (engine_create(&w->eng, &es, e) != 0)
         return herr_wrap(e, "stage %d (layers %d..%d)", w->stage, lo, hi);
     w->gs = engine_host(w->eng);

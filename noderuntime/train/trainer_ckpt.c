@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "ckpt_layout.h"
 #include "log.h"
 
 /* ---------- checkpoints ----------
@@ -196,35 +197,24 @@ static int world_min(struct worker *w, long mine, long *out, herr *e)
 }
 
 /* Reads this stage's checkpoint at `step` into the parameters and mf, vf (the stage's layout;
- * the file holds the whole stage: with tensor parallelism each rank keeps its part, so a
- * checkpoint written at one tensor degree resumes at another). */
+ * the set holds whole stages, of whatever plan wrote it (ckpt_layout.h): with tensor parallelism
+ * each rank keeps its part, so a checkpoint written under one plan resumes under another). */
 static int read_step(struct worker *w, long step, float *mf, float *vf, size_t n, herr *e)
 {
-    char path[4096];
     struct ckpt_meta meta;
     size_t N = gpt_stage_full_params(w->gs);
     float *whole = w->TP > 1 ? calloc(3 * N, sizeof *whole) : NULL;
     if (w->TP > 1 && !whole)
         return herr_set(e, "out of memory for the whole stage (%zu floats)", 3 * N);
-    int rc = -1;
-    if (ckpt_path(w->cfg->checkpoint_dir, w->lo, w->hi, step, path, sizeof path, e) != 0 ||
-        ckpt_read_meta(path, &meta, e) != 0 ||
-        ckpt_check_shape(path, &meta, &w->cfg->model, w->lo, w->hi, e) != 0)
-        goto out;
-    if (whole ? ckpt_read(path, &meta, whole, whole + N, whole + 2 * N, N, e)
-              : ckpt_read(path, &meta, gpt_stage_params(w->gs), mf, vf, n, e))
-        goto out;
-    if (meta.step != step) {
-        herr_config(e, "checkpoint %s: its header says step %lld", path, (long long)meta.step);
-        goto out;
-    }
-    if (whole) {
+    int rc = whole ? ckpt_layout_read(w->cfg->checkpoint_dir, step, &w->cfg->model, w->lo, w->hi,
+                                      whole, whole + N, whole + 2 * N, N, &meta, e)
+                   : ckpt_layout_read(w->cfg->checkpoint_dir, step, &w->cfg->model, w->lo, w->hi,
+                                      gpt_stage_params(w->gs), mf, vf, n, &meta, e);
+    if (rc == 0 && whole) {
         gpt_stage_from_full(w->gs, whole, gpt_stage_params(w->gs));
         gpt_stage_from_full(w->gs, whole + N, mf);
         gpt_stage_from_full(w->gs, whole + 2 * N, vf);
     }
-    rc = 0;
-out:
     free(whole);
     return rc;
 }
@@ -241,7 +231,7 @@ int tr_ckpt_resume(struct worker *w, const struct trainer_hooks *hooks, int *res
     int64_t *steps = NULL;
     int nsteps = 0;
     long newest;
-    if (ckpt_steps(dir, w->lo, w->hi, &steps, &nsteps, e) != 0)
+    if (ckpt_set_steps(dir, &steps, &nsteps, e) != 0)
         return herr_wrap(e, "resuming");
     int r = resume_newest(w, steps, nsteps, &newest, e);
     if (r != 0) {

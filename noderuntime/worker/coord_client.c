@@ -1,12 +1,15 @@
 #include "coord_client.h"
 
 #include <libwebsockets.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "log.h"
@@ -22,6 +25,7 @@ struct coord_client {
     struct lws_protocols protocols[2];
     struct lws *wsi;
     char url[512];
+    char ca[256];           /* the CA file given, for messages ("" = the system's CAs) */
     char address[256], path[256];
     int port, tls;
     enum { CL_IDLE, CL_CONNECTING, CL_OPEN, CL_CLOSED } state;
@@ -144,9 +148,16 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     case LWS_CALLBACK_CLIENT_CONNECTION_ERROR: {
         if (wsi != cl->wsi)
             return 0; /* an attempt already given up on must not close the current one */
-        char why[sizeof cl->url + 128];
-        snprintf(why, sizeof why, "cannot connect to %s: %.100s", cl->url,
-                 in ? (const char *)in : "connection error");
+        char why[sizeof cl->url + sizeof cl->ca + 200];
+        SSL *ssl = cl->tls ? lws_get_ssl(wsi) : NULL;
+        long vr = ssl ? SSL_get_verify_result(ssl) : X509_V_OK;
+        if (vr != X509_V_OK) /* say why TLS failed: OpenSSL's error queue says little */
+            snprintf(why, sizeof why, "cannot connect to %s: the coordinator's certificate does "
+                     "not verify against %s: %s", cl->url, cl->ca[0] ? cl->ca : "the system's CAs",
+                     X509_verify_cert_error_string(vr));
+        else
+            snprintf(why, sizeof why, "cannot connect to %s: %.100s", cl->url,
+                     in ? (const char *)in : "connection error");
         on_closed(cl, why);
         return 0;
     }
@@ -210,10 +221,14 @@ int coord_client_create_tls(struct coord_client **out, const char *url, const ch
     *out = NULL;
     if (!url || strlen(url) >= sizeof ((struct coord_client *)0)->url)
         return herr_set(e, "coordinator URL: missing or too long");
+    if (ca_file && (strlen(ca_file) >= sizeof ((struct coord_client *)0)->ca ||
+                    access(ca_file, R_OK) != 0))
+        return herr_set(e, "coordinator CA %s: cannot be read (HOLMES_COORDINATOR_CA)", ca_file);
     struct coord_client *cl = calloc(1, sizeof *cl);
     if (!cl)
         return herr_set(e, "out of memory");
     snprintf(cl->url, sizeof cl->url, "%s", url);
+    snprintf(cl->ca, sizeof cl->ca, "%s", ca_file ? ca_file : "");
     char tmp[512];
     snprintf(tmp, sizeof tmp, "%s", url);
     const char *prot = NULL, *ads = NULL, *path = NULL;

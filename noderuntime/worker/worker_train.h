@@ -12,6 +12,7 @@
 #include "protocol.h"
 #include "trainingjob.h"
 #include "worker_coord.h"
+#include "worker_peers.h"
 
 struct worker_train;
 
@@ -57,9 +58,6 @@ struct trainer_config;
 int worker_run_slices(const struct plan_doc *rt, int count, struct trainer_config *c, int **owned,
                       herr *e);
 
-/* Fills in every rank's host and port from start's peers ([{rank, endpoint "host:port"}]); with
- * HOLMES_NO_PACING=1 (the network itself is shaped) clears the plan's emulated pacing. -1 with
- * `e` when a peer is malformed or a rank has no endpoint. */
-int worker_plan_endpoints(struct plan_doc *d, const cJSON *peers, herr *e);
+/* worker_plan_endpoints (the start message's peers): worker_peers.h */
 
 #endif

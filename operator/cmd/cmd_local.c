@@ -3,7 +3,10 @@
  * (spec.emulation) so the planner places stages inside fabrics and the TCP transport paces the
  * links. Prints the placement table, a live progress line and a summary; --metrics-out writes
  * one JSON object per step; the live job page (/jobs) is served on --page-addr. Workers stopped for an in-place restart (exit 75), or that died,
- * are started again while the job is alive; they resume from their last checkpoint. */
+ * are started again while the job is alive; they resume from their last checkpoint. With
+ * spec.elastic, a worker absent from the gang for replaceTimeoutSeconds (it never came back:
+ * hung, or failing to start) counts as lost: it is not started again and the job re-plans on
+ * the workers that remain. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -78,6 +81,9 @@ struct child {
     pid_t pid;
     int exited;          /* finished for good (exit 0) */
     int starts;
+    int gave_up;         /* elastic: kept failing to start; not started again */
+    int lost;            /* elastic: counted as lost; not started again */
+    double absent_since; /* elastic: when it was first seen absent from the gang (0: present) */
 };
 
 /* Per-step metrics collected from every worker until the row is complete. */
@@ -116,6 +122,8 @@ struct local {
     double first_loss;
     long first_step;
     int have_first;
+    char elastic_why[300];       /* why the next plan is a re-plan */
+    int below_min_said;          /* "below minWorkers" printed for this absence */
 };
 
 static void fmt_duration(double s, char *buf, size_t cap)
@@ -185,9 +193,11 @@ static void page_record_event(struct local *L, enum coord_job_state s, const cha
         coord_history_condition(h, ns, name, "Succeeded", 1, "Succeeded", msg);
 }
 
-static int page_handler(void *user, const char *path, struct metrics_buf *b, const char **type)
+static int page_handler(void *user, const struct http_request *req, struct metrics_buf *b,
+                        const char **type)
 {
     struct local *L = user;
+    const char *path = req->path;
     cJSON *jobs = NULL;
     herr e = {0};
     if (strcmp(path, JOB_PAGE_API_PATH) == 0)
@@ -205,7 +215,7 @@ static int start_page(struct local *L)
     if (strcmp(L->page_addr, "0") == 0)
         return 0;
     herr e = {0};
-    if (!(L->page = http_server_start(L->page_addr, page_handler, L, &e))) {
+    if (!(L->page = http_server_start(L->page_addr, page_handler, L, NULL, &e))) {
         fprintf(stderr, "holmes-operator local: --page-addr: %s\n", e.msg);
         return -1;
     }
@@ -240,6 +250,14 @@ static int hook_plan(void *user, const struct coord_worker *w, int n, cJSON **a,
     L->stages = p->n_stages;
     page_record_plan(L, p, w, n);
     end_progress_line(L);
+    if (tj_is_elastic(&L->job.spec) && L->cp.prev_shape[0] && strcmp(L->cp.prev_shape, L->cp.shape)) {
+        char msg[1200];
+        snprintf(msg, sizeof msg, "%s -> %s: %s%s%s", L->cp.prev_shape, L->cp.shape,
+                 L->elastic_why[0] ? L->elastic_why : "the workers changed",
+                 L->cp.batch_note[0] ? "; " : "", L->cp.batch_note);
+        printf("[Replanned] %s\n", msg);
+        coord_history_event(L->history, L->job.namespace_, L->job.name, "Warning", "Replanned", msg);
+    }
     char tensor[32] = "";
     if (p->tensor > 1) /* a tensor group inside each worker */
         snprintf(tensor, sizeof tensor, "tensor %d x ", p->tensor);
@@ -320,6 +338,25 @@ static void hook_notice(void *user, const char *reason, const char *msg)
     fflush(stdout);
 }
 
+/* spec.elastic: a worker lost (not started again) or back. */
+static void hook_elastic(void *user, const struct coord_worker *w, int lost, const char *why)
+{
+    struct local *L = user;
+    end_progress_line(L);
+    snprintf(L->elastic_why, sizeof L->elastic_why, "worker %d (%s) %s: %s", w->index, w->pod,
+             lost ? "lost" : "back", why);
+    printf("[%s] %s\n", lost ? "WorkerLost" : "WorkerBack", L->elastic_why);
+    coord_history_event(L->history, L->job.namespace_, L->job.name, lost ? "Warning" : "Normal",
+                        lost ? "WorkerLost" : "WorkerBack", L->elastic_why);
+    if (lost && w->index >= 0 && w->index < L->job.spec.workers) {
+        struct child *k = &L->kids[w->index];
+        k->lost = 1;
+        if (k->pid > 0)
+            kill(k->pid, SIGKILL); /* reaped, not started again */
+    }
+    fflush(stdout);
+}
+
 static void hook_progress(void *user, const struct coord_progress *p)
 {
     struct local *L = user;
@@ -383,7 +420,7 @@ static void hook_steps(void *user, const struct coord_worker *w, const struct pr
     coord_history_steps(L->history, L->job.namespace_, L->job.name, p);
     if (!L->rows)
         return;
-    int n = L->job.spec.workers;
+    int n = L->cp.workers > 0 ? L->cp.workers : L->job.spec.workers; /* elastic: the plan's */
     for (int i = 0; i < p->nsteps; i++) {
         const struct proto_step *s = &p->steps[i];
         struct metric_row *r = &L->rows[s->step % METRIC_SLOTS];
@@ -580,6 +617,8 @@ static void reap_and_respawn(struct local *L)
             enum coord_job_state st;
             if (code == 0) {
                 k->exited = 1;
+            } else if (k->lost || k->gave_up) {
+                continue; /* elastic: lost, or given up on; not started again */
             } else if (!job_over(L, &st)) {
                 if (code != EXIT_RESTART) {
                     end_progress_line(L);
@@ -587,6 +626,12 @@ static void reap_and_respawn(struct local *L)
                            "(log: %s/worker-%d.log)\n", L->job.name, i, code, L->run_dir, i);
                 }
                 if (k->starts > 3 * (L->job.spec.restart.max_restarts + 2)) {
+                    if (tj_is_elastic(&L->job.spec)) { /* counted as lost once absent long enough */
+                        printf("[local] %s-worker-%d keeps failing to start; not started again\n",
+                               L->job.name, i);
+                        k->gave_up = 1;
+                        continue;
+                    }
                     coord_cancel_job(L->c, L->job.name, "a worker keeps failing to start", NULL);
                     continue;
                 }
@@ -810,8 +855,10 @@ static int start_coordinator(struct local *L)
         .max_restarts = s->restart.max_restarts, .total_steps = s->training.steps,
         .restart_backoff_ms = s->restart.backoff_seconds * 1000,
         .progress_interval_ms = L->tty ? 250 : 1000,
+        .min_workers = tj_is_elastic(s) ? s->elastic.min_workers : 0,
+        .scale_up = s->elastic.scale_up,
         .hooks = {.plan = hook_plan, .on_steps = hook_steps, .on_progress = hook_progress,
-                  .on_event = hook_event, .on_notice = hook_notice},
+                  .on_event = hook_event, .on_notice = hook_notice, .on_elastic = hook_elastic},
         .user = L,
     };
     int added = coord_add_job(L->c, &js, &e);
@@ -871,6 +918,64 @@ static void spawn_workers(struct local *L)
     }
 }
 
+/* spec.elastic: a worker absent from the gang (not connected) for replaceTimeoutSeconds counts
+ * as lost; below minWorkers the job keeps waiting for it, and says so once. */
+static void watch_absent(struct local *L)
+{
+    const struct tj_spec *s = &L->job.spec;
+    if (!tj_is_elastic(s))
+        return;
+    int state[4096];
+    int n = coord_job_workers(L->c, L->job.name, state, 4096);
+    enum coord_job_state st;
+    if (n < 0 || job_over(L, &st))
+        return;
+    double t = clock_mono_s();
+    for (int i = 0; i < n && i < s->workers; i++) {
+        struct child *k = &L->kids[i];
+        if (state[i] != 0) {
+            k->absent_since = 0;
+            continue;
+        }
+        if (k->absent_since == 0)
+            k->absent_since = t;
+        if (t - k->absent_since < s->elastic.replace_timeout_seconds)
+            continue;
+        char why[200];
+        snprintf(why, sizeof why, "not back in the gang for %d s (spec.elastic.replaceTimeoutSeconds)",
+                 s->elastic.replace_timeout_seconds);
+        herr e = {0};
+        int rc = coord_job_lose_worker(L->c, L->job.name, i, why, &e);
+        if (rc == 1 && !L->below_min_said) {
+            end_progress_line(L);
+            printf("[Waiting] worker %d is gone but only %d would remain, fewer than "
+                   "spec.elastic.minWorkers %d: waiting for it\n", i, n - 1, s->elastic.min_workers);
+            L->below_min_said = 1;
+        } else if (rc == 0) {
+            L->below_min_said = 0;
+        }
+    }
+}
+
+/* spec.elastic: a gang timeout does not end the job while at least minWorkers are there: the
+ * absent ones count as lost after replaceTimeoutSeconds and the job re-plans without them. */
+static int elastic_covers(struct local *L)
+{
+    const struct tj_spec *s = &L->job.spec;
+    int state[4096], present = 0;
+    int n = tj_is_elastic(s) ? coord_job_workers(L->c, L->job.name, state, 4096) : -1;
+    for (int i = 0; i < n && i < 4096; i++)
+        present += state[i] == 1;
+    if (n < 0 || present < s->elastic.min_workers)
+        return 0;
+    L->gang_failed = 0;
+    end_progress_line(L);
+    printf("[local] %d of %d workers are there (spec.elastic.minWorkers %d): the absent ones count "
+           "as lost after %d s (spec.elastic.replaceTimeoutSeconds)\n", present, s->workers,
+           s->elastic.min_workers, s->elastic.replace_timeout_seconds);
+    return 1;
+}
+
 /* Serves the coordinator and keeps the workers running until the job is over and every
  * worker has left (killed 10 s after the end if it does not); the job's final state. */
 static enum coord_job_state run_until_over(struct local *L)
@@ -881,11 +986,12 @@ static enum coord_job_state run_until_over(struct local *L)
     for (;;) {
         coord_service(L->c);
         reap_and_respawn(L);
+        watch_absent(L);
         if (interrupted) {
             coord_cancel_job(L->c, L->job.name, "interrupted", NULL);
             interrupted = 0;
         }
-        if (L->gang_failed && !job_over(L, &st))
+        if (L->gang_failed && !job_over(L, &st) && !elastic_covers(L))
             coord_cancel_job(L->c, L->job.name, "not every worker came up in time", NULL);
         if (job_over(L, &st)) {
             if (over_since < 0)
@@ -923,6 +1029,10 @@ static void print_summary(struct local *L, enum coord_job_state st, const char *
                L->last.loss, L->last.step);
     if (L->have_progress && wall > 0)
         printf("  last %.0f tokens/s, %.0f ms/step\n", L->last.tokens_per_s, L->last.step_ms);
+    int lost = 0, replans = 0;
+    if (tj_is_elastic(s) && coord_job_elastic(L->c, L->job.name, &lost, &replans) == 0 && replans)
+        printf("  elastic: %d re-plan%s, %d of %d workers lost, last plan %s\n", replans,
+               replans == 1 ? "" : "s", lost, s->workers, L->cp.shape);
     if (s->training.checkpoint.path[0])
         printf("  checkpoints: %s\n", s->training.checkpoint.path);
     if (metrics_out)

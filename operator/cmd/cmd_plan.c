@@ -237,6 +237,45 @@ static int print_json(const struct plan *p, const struct own_best *best, int n_b
     return 0;
 }
 
+static int cmp_memory(const void *a, const void *b)
+{
+    double x = ((const struct plan_worker *)a)->memory_gb, y = ((const struct plan_worker *)b)->memory_gb;
+    return (x > y) - (x < y);
+}
+
+/* spec.elastic with a cluster that says how much device memory its workers have: the job must
+ * still fit on the minWorkers of them with the least (pipeline and data chosen for them, as the
+ * coordinator's re-plan does). 0, or -1 with the planner's reason. */
+static int elastic_fits(const struct tj_spec *s, const struct cluster *cl, const struct plan_job *job,
+                        herr *e)
+{
+    int k = s->elastic.min_workers, known = 0;
+    for (int i = 0; i < cl->n_workers; i++)
+        known |= cl->workers[i].memory_gb > 0;
+    if (!tj_is_elastic(s) || !known || k < 1 || k >= cl->n_workers)
+        return 0;
+    struct plan_worker *w = malloc((size_t)cl->n_workers * sizeof *w);
+    if (!w)
+        return herr_set(e, "out of memory");
+    memcpy(w, cl->workers, (size_t)cl->n_workers * sizeof *w);
+    qsort(w, (size_t)cl->n_workers, sizeof *w, cmp_memory); /* unknown (0) first: unchecked */
+    struct plan_job j = *job;
+    j.pipeline = TJ_AUTO;
+    j.data = TJ_AUTO;
+    j.pinned = NULL;
+    j.n_pinned = 0;
+    struct plan p;
+    herr pe = {0};
+    int rc = plan_make(w, k, &j, &cl->links, &p, &pe);
+    if (rc == 0)
+        plan_free(&p);
+    else
+        herr_set(e, "spec.elastic.minWorkers %d: the job cannot run on the %d of these workers "
+                 "with the least device memory (%.0f GB a GPU): %s", k, k, w[k - 1].memory_gb, pe.msg);
+    free(w);
+    return rc;
+}
+
 int cmd_plan(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
@@ -326,6 +365,10 @@ int cmd_plan(int argc, char **argv)
     }
     if (plan_make(cl.workers, cl.n_workers, &job, &cl.links, &p, &e)) {
         fprintf(stderr, "holmes-operator plan: %s\n", e.msg);
+        goto out;
+    }
+    if (elastic_fits(&tj.spec, &cl, &job, &e)) {
+        fprintf(stderr, "holmes-operator plan: %s: %s\n", argv[optind], e.msg);
         goto out;
     }
     /* Beside a holmes plan: what each fabric-blind policy does at its own best shape. */

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -13,11 +14,13 @@
 #include "coord_history.h"
 #include "coord_metrics.h"
 #include "coord_operator.h"
+#include "http_auth.h"
 #include "http_server.h"
 #include "job_page.h"
 #include "kube_config.h"
 #include "kube_lease.h"
 #include "log.h"
+#include "tls_keeper.h"
 
 static volatile sig_atomic_t g_stop;
 static volatile int g_stop_flag; /* mirrors g_stop for the library's `volatile int *` */
@@ -54,11 +57,25 @@ static void usage(FILE *f)
             "  --identity ID            leader-election identity (default: hostname_pid)\n"
             "  --metrics-addr ADDR      Prometheus metrics on ADDR (default :8080, \"0\" = off),\n"
             "                           and the live job page: /jobs (JSON: /api/jobs)\n"
+            "  --metrics-secure         serve them over HTTPS (the operator's certificate), to\n"
+            "                           callers whose bearer token passes TokenReview and who may\n"
+            "                           get the /metrics URL, or TrainingJobs in a namespace (its\n"
+            "                           jobs on the page) - SubjectAccessReview, cached 30 s\n"
             "  --health-addr ADDR       /healthz and /readyz on ADDR (default :8081, \"0\" = off)\n"
-            "  --coordinator-url URL    HOLMES_COORDINATOR for the pods\n"
-            "                           (default ws://holmes-operator.<lease namespace>.svc:8443)\n"
+            "  --coordinator-url URL    HOLMES_COORDINATOR for the pods (default\n"
+            "                           ws[s]://holmes-operator.<lease namespace>.svc:8443)\n"
             "  --coordinator-addr ADDR  serve the workers' coordinator on ADDR (default :8443,\n"
-            "                           \"0\" = off); TLS with --coordinator-cert/--coordinator-key\n"
+            "                           \"0\" = off); wss:// with a certificate from either:\n"
+            "  --tls-secret NAME        a CA and serving certificate the operator makes and keeps in\n"
+            "                           Secret NAME of the lease namespace, renewed before expiry;\n"
+            "                           the pods get the CA in their job's Secret (ca.crt)\n"
+            "  --tls-names LIST         the serving certificate's names, comma-separated (DNS names,\n"
+            "                           IP:ADDR); default: the host of --coordinator-url\n"
+            "  --coordinator-cert FILE --coordinator-key FILE, and optionally --coordinator-ca FILE\n"
+            "                           PEM files (e.g. cert-manager's Secret, mounted), read again\n"
+            "                           when they change; the CA goes to the pods as above\n"
+            "  --tls-check-interval S   how often the certificate is checked (default 3600 for the\n"
+            "                           Secret, 60 for files)\n"
             "  --node-image IMAGE       worker image when a job sets no spec.image\n"
             "  --workers N              reconcile threads (default 2)\n"
             "  --status-interval S      write a running job's progress to its status at most every\n"
@@ -73,24 +90,92 @@ static void usage(FILE *f)
             "  --coscheduling-scheduler-name NAME  ... for coscheduling (default\n"
             "                           scheduler-plugins-scheduler)\n"
             "  --print-api-calls        print every API call the operator can make (with the\n"
-            "                           --gang-schedulers given) and exit\n"
+            "                           --gang-schedulers, TLS and --metrics-secure given), exit\n"
             "  --help\n");
 }
 
 struct run_state {
+    struct tls_keeper *tls;     /* the operator's certificate; NULL = plain */
+    int ca_to_pods;             /* the keeper has a CA: pods verify the coordinator with it */
     struct controller *ctl;
+    struct http_auth *auth;     /* --metrics-secure: who may read; NULL = anyone */
     struct coord_metrics *jobs; /* the coordinator's per-job gauges; outlives both servers */
     struct coord_history *history; /* what the job page shows of each job; the same */
     struct kube_lease *lease;
     int leader_elect;
 };
 
-/* The job page's paths: its jobs from the controller's cache and the coordinator's history. */
-static int page_handler(struct run_state *s, const char *path, struct metrics_buf *b,
-                        const char **type)
+/* The caller of a request, when the listener is secure: 0 with *who set, else the HTTP status
+ * with its body in b (401: no or bad token; 503: the API server did not answer). */
+static int caller(struct run_state *s, const struct http_request *req, cJSON **who,
+                  struct metrics_buf *b)
 {
+    char why[300];
+    int rc = http_auth_authenticate(s->auth, req->authorization, who, why, sizeof why);
+    if (rc == 1)
+        return 0;
+    log_debug("%s: %s", req->path, why);
+    metrics_printf(b, "%s: %s\n", rc == 0 ? "Unauthorized" : "authentication unavailable", why);
+    return rc == 0 ? 401 : 503;
+}
+
+/* Whether who may do what: 0, else 403 (or 503) with the body in b. */
+static int allowed(struct run_state *s, const cJSON *who, const struct http_access *what,
+                   struct metrics_buf *b)
+{
+    char why[400];
+    int rc = http_auth_authorize(s->auth, who, what, why, sizeof why);
+    if (rc == 1)
+        return 0;
+    log_debug("%s", why);
+    metrics_printf(b, "%s: %s\n", rc == 0 ? "Forbidden" : "authorization unavailable", why);
+    return rc == 0 ? 403 : 503;
+}
+
+/* The jobs of the namespaces who may `get` TrainingJobs in (all of them when it may in every
+ * namespace); *none set when that leaves none. Takes jobs. */
+static cJSON *visible_jobs(struct run_state *s, const cJSON *who, cJSON *jobs, int *none,
+                           char *why, size_t why_len)
+{
+    struct http_access all = {.verb = "get", .group = "holmes.dev", .resource = "trainingjobs"};
+    *none = 0;
+    if (http_auth_authorize(s->auth, who, &all, why, why_len) == 1)
+        return jobs;
+    int kept = 0;
+    for (int i = cJSON_GetArraySize(jobs) - 1; i >= 0; i--) {
+        const char *ns = cJSON_GetStringValue(
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(jobs, i), "namespace"));
+        struct http_access one = all;
+        one.ns = ns ? ns : "";
+        char w[400];
+        if (ns && http_auth_authorize(s->auth, who, &one, w, sizeof w) == 1)
+            kept++;
+        else
+            cJSON_DeleteItemFromArray(jobs, i);
+    }
+    *none = kept == 0;
+    return jobs;
+}
+
+/* The job page's paths: its jobs from the controller's cache and the coordinator's history;
+ * behind --metrics-secure the page needs a token (without one it answers 401 with the page, which
+ * asks for one) and /api/jobs lists the jobs of the namespaces the caller may read. */
+static int page_handler(struct run_state *s, const struct http_request *req,
+                        struct metrics_buf *b, const char **type)
+{
+    cJSON *who = NULL;
+    int denied = 0, api = strcmp(req->path, JOB_PAGE_API_PATH) == 0;
+    struct metrics_buf why = {0};
+    if (s->auth)
+        denied = caller(s, req, &who, &why);
+    if (denied && api) {
+        metrics_printf(b, "%s", why.data ? why.data : "");
+        free(why.data);
+        return denied;
+    }
+    free(why.data);
     cJSON *jobs = NULL;
-    if (strcmp(path, JOB_PAGE_API_PATH) == 0) {
+    if (!denied && api) {
         struct controller *ctl = __atomic_load_n(&s->ctl, __ATOMIC_ACQUIRE);
         herr e = {0};
         cJSON *listed = ctl ? controller_jobs_json(ctl) : cJSON_CreateArray();
@@ -101,18 +186,43 @@ static int page_handler(struct run_state *s, const char *path, struct metrics_bu
             cJSON_Delete(listed);
             cJSON_Delete(seen);
         }
+        int none = 0;
+        char reason[400] = "";
+        if (jobs && who)
+            jobs = visible_jobs(s, who, jobs, &none, reason, sizeof reason);
+        if (none) {
+            cJSON_Delete(jobs);
+            cJSON_Delete(who);
+            metrics_printf(b, "Forbidden: %s (and in no namespace that has a TrainingJob)\n", reason);
+            return 403;
+        }
     }
-    return job_page_serve(path, jobs, b, type);
+    cJSON_Delete(who);
+    int rc = job_page_serve(req->path, jobs, b, type);
+    return denied && rc == 200 ? denied : rc; /* the page itself asks for a token */
 }
 
-static int metrics_handler(void *user, const char *path, struct metrics_buf *b, const char **type)
+static int metrics_handler(void *user, const struct http_request *req, struct metrics_buf *b,
+                           const char **type)
 {
     struct run_state *s = user;
+    const char *path = req->path;
     if (job_page_handles(path))
-        return page_handler(s, path, b, type);
+        return page_handler(s, req, b, type);
     if (strcmp(path, "/metrics") != 0) {
         metrics_printf(b, "not found\n");
         return 404;
+    }
+    if (s->auth) {
+        cJSON *who = NULL;
+        int rc = caller(s, req, &who, b);
+        if (rc == 0) {
+            struct http_access a = {.verb = "get", .path = "/metrics"};
+            rc = allowed(s, who, &a, b);
+            cJSON_Delete(who);
+        }
+        if (rc)
+            return rc;
     }
     struct controller *ctl = __atomic_load_n(&s->ctl, __ATOMIC_ACQUIRE);
     metrics_printf(b, "# HELP holmes_leader 1 when this replica holds the lease.\n"
@@ -121,12 +231,16 @@ static int metrics_handler(void *user, const char *path, struct metrics_buf *b, 
     if (ctl)
         controller_metrics(ctl, b);
     coord_metrics_render(s->jobs, b);
+    if (s->auth)
+        http_auth_metrics(s->auth, b);
     return b->oom ? 500 : 200;
 }
 
-static int health_handler(void *user, const char *path, struct metrics_buf *b, const char **type)
+static int health_handler(void *user, const struct http_request *req, struct metrics_buf *b,
+                          const char **type)
 {
     struct run_state *s = user;
+    const char *path = req->path;
     (void)type;
     if (strcmp(path, "/healthz") == 0) {
         metrics_printf(b, "ok\n");
@@ -161,10 +275,11 @@ static int parse_double(const char *flag, const char *v, double *out)
 struct run_opts {
     const char *kubeconfig, *context, *ns, *lease_name, *lease_ns, *identity;
     const char *metrics_addr, *health_addr, *coord, *image;
-    const char *coord_addr, *coord_cert, *coord_key;
+    const char *coord_addr, *coord_cert, *coord_key, *coord_ca;
+    const char *tls_secret, *tls_names;
     double lease_dur, renew, retry, qps, burst, workers;
-    double status_interval;
-    int leader_elect, print_calls;
+    double status_interval, tls_interval;
+    int leader_elect, print_calls, metrics_secure;
     struct controller_gang gang;
     char coord_host[256]; /* --coordinator-addr: host ("" = any) and port (0 = off) */
     int coord_port;
@@ -178,7 +293,8 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
            O_LEASE_DUR, O_RENEW, O_RETRY, O_IDENTITY, O_METRICS, O_HEALTH, O_COORD, O_IMAGE,
            O_WORKERS, O_QPS, O_BURST, O_LOGFMT, O_LOGLVL, O_PRINT, O_HELP, O_COORD_ADDR,
            O_COORD_CERT, O_COORD_KEY, O_STATUS_INTERVAL, O_GANGS, O_GANG_DEFAULT, O_VOLCANO_SCHED,
-           O_COSCHED_SCHED };
+           O_COSCHED_SCHED, O_COORD_CA, O_TLS_SECRET, O_TLS_NAMES, O_TLS_INTERVAL,
+           O_METRICS_SECURE };
     static const struct option opts[] = {
         {"kubeconfig", required_argument, 0, O_KUBECONFIG}, {"context", required_argument, 0, O_CONTEXT},
         {"namespace", required_argument, 0, O_NAMESPACE}, {"leader-elect", no_argument, 0, O_LEADER},
@@ -195,6 +311,11 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
         {"coordinator-addr", required_argument, 0, O_COORD_ADDR},
         {"coordinator-cert", required_argument, 0, O_COORD_CERT},
         {"coordinator-key", required_argument, 0, O_COORD_KEY},
+        {"coordinator-ca", required_argument, 0, O_COORD_CA},
+        {"tls-secret", required_argument, 0, O_TLS_SECRET},
+        {"tls-names", required_argument, 0, O_TLS_NAMES},
+        {"tls-check-interval", required_argument, 0, O_TLS_INTERVAL},
+        {"metrics-secure", no_argument, 0, O_METRICS_SECURE},
         {"status-interval", required_argument, 0, O_STATUS_INTERVAL},
         {"gang-schedulers", required_argument, 0, O_GANGS}, {"gang-default", required_argument, 0, O_GANG_DEFAULT},
         {"volcano-scheduler-name", required_argument, 0, O_VOLCANO_SCHED},
@@ -221,6 +342,11 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
         case O_COORD_ADDR: o->coord_addr = optarg; break;
         case O_COORD_CERT: o->coord_cert = optarg; break;
         case O_COORD_KEY: o->coord_key = optarg; break;
+        case O_COORD_CA: o->coord_ca = optarg; break;
+        case O_TLS_SECRET: o->tls_secret = optarg; break;
+        case O_TLS_NAMES: o->tls_names = optarg; break;
+        case O_TLS_INTERVAL: if (parse_double("--tls-check-interval", optarg, &o->tls_interval)) return 2; break;
+        case O_METRICS_SECURE: o->metrics_secure = 1; break;
         case O_IMAGE: o->image = optarg; break;
         case O_WORKERS: if (parse_double("--workers", optarg, &o->workers)) return 2; break;
         case O_STATUS_INTERVAL:
@@ -288,8 +414,26 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
         return 2;
     }
     if (o->print_calls) {
-        controller_print_api_calls(stdout, o->gang.enabled);
+        unsigned features = (o->tls_secret ? API_NEEDS_TLS_SECRET | API_NEEDS_CA : 0) |
+                            (o->coord_ca ? API_NEEDS_CA : 0) |
+                            (o->metrics_secure && strcmp(o->metrics_addr, "0") != 0 ? API_NEEDS_AUTH : 0);
+        controller_print_api_calls_for(stdout, o->gang.enabled, features);
         return 0;
+    }
+    if (o->tls_secret && (o->coord_cert || o->coord_key || o->coord_ca)) {
+        fprintf(stderr, "holmes-operator run: --tls-secret and --coordinator-cert/-key/-ca are two "
+                        "sources of the certificate: give one\n");
+        return 2;
+    }
+    if (!o->tls_secret && (!o->coord_cert != !o->coord_key || (o->coord_ca && !o->coord_cert))) {
+        fprintf(stderr, "holmes-operator run: --coordinator-cert and --coordinator-key go together "
+                        "(and --coordinator-ca with them)\n");
+        return 2;
+    }
+    if (o->metrics_secure && !o->tls_secret && !o->coord_cert) {
+        fprintf(stderr, "holmes-operator run: --metrics-secure needs a certificate: --tls-secret, or "
+                        "--coordinator-cert and --coordinator-key\n");
+        return 2;
     }
     if (o->leader_elect && o->renew >= o->lease_dur) {
         fprintf(stderr, "holmes-operator run: --renew-deadline (%g) must be below --lease-duration (%g)\n",
@@ -343,7 +487,7 @@ static int run_controller(struct kube_client *kc, const struct run_opts *o, stru
 {
     struct controller_opts cop = {.namespace = o->ns, .coordinator_url = o->coord,
                                   .default_image = o->image, .threads = (int)o->workers,
-                                  .gang = o->gang};
+                                  .gang = o->gang, .tls = st->ca_to_pods ? st->tls : NULL};
     struct controller *ctl = controller_new(kc, &cop, e);
     if (!ctl || controller_start(ctl, e) != 0) {
         fprintf(stderr, "holmes-operator run: %s\n", e->msg);
@@ -356,13 +500,12 @@ static int run_controller(struct kube_client *kc, const struct run_opts *o, stru
     struct coord_operator *coordinator = NULL;
     if (o->coord_port) {
         struct coord_operator_opts coo = {.bind = o->coord_host[0] ? o->coord_host : NULL,
-                                          .port = o->coord_port, .tls_cert = o->coord_cert,
-                                          .tls_key = o->coord_key,
+                                          .port = o->coord_port, .tls = st->tls,
                                           .status_interval_ms = (int)(o->status_interval * 1000),
                                           .metrics = st->jobs, .history = st->history};
         coordinator = coord_operator_start(ctl, &coo, e);
         if (coordinator)
-            log_info("coordinator listening on %s", o->coord_addr);
+            log_info("coordinator listening on %s (%s)", o->coord_addr, st->tls ? "wss" : "ws");
         else
             log_error("coordinator not started (workers cannot connect): %s", e->msg);
     }
@@ -377,6 +520,66 @@ static int run_controller(struct kube_client *kc, const struct run_opts *o, stru
     *ms = NULL;
     controller_free(ctl);
     return status;
+}
+
+/* The host of a ws[s]:// URL into host ("" when there is none). */
+static void url_host(const char *url, char *host, size_t n)
+{
+    const char *h = strstr(url, "://");
+    h = h ? h + 3 : url;
+    size_t len = strcspn(h, ":/");
+    snprintf(host, n, "%.*s", (int)len, h);
+}
+
+/* The operator's certificate, when it has one (--tls-secret, or --coordinator-cert/-key): the
+ * keeper started into st. 0, or -1 (said). */
+static int start_tls(struct kube_client *kc, const struct run_opts *o, struct run_state *st)
+{
+    if (!o->tls_secret && !o->coord_cert)
+        return 0;
+    char host[256], list[2048];
+    url_host(o->coord, host, sizeof host);
+    snprintf(list, sizeof list, "%s", o->tls_names ? o->tls_names : host);
+    const char *names[64];
+    int n = 0;
+    for (char *save, *t = strtok_r(list, ",", &save); t && n < 64; t = strtok_r(NULL, ",", &save))
+        if (*t)
+            names[n++] = t;
+    if (o->tls_secret && n == 0) {
+        fprintf(stderr, "holmes-operator run: --tls-names: no name for the serving certificate\n");
+        return -1;
+    }
+    struct tls_keeper_opts ko = {.kc = kc, .secret_ns = o->lease_ns, .secret_name = o->tls_secret,
+                                 .names = {names, n}, .cert_file = o->coord_cert,
+                                 .key_file = o->coord_key, .ca_file = o->coord_ca,
+                                 .interval_s = o->tls_interval};
+    herr e = {0};
+    if (!(st->tls = tls_keeper_start(&ko, &e))) {
+        fprintf(stderr, "holmes-operator run: TLS: %s\n", e.msg);
+        return -1;
+    }
+    char *ca = tls_keeper_ca(st->tls);
+    st->ca_to_pods = ca != NULL;
+    free(ca);
+    if (strncmp(o->coord, "wss://", 6) != 0)
+        log_warn("the coordinator serves wss:// but --coordinator-url %s is not wss://: workers "
+                 "will not connect", o->coord);
+    log_info("TLS: %s%s, names %s; the pods %s", o->tls_secret ? "Secret " : "files ",
+             o->tls_secret ? o->tls_secret : o->coord_cert, o->tls_names ? o->tls_names : host,
+             st->ca_to_pods ? "verify the coordinator with its CA (HOLMES_COORDINATOR_CA)"
+                            : "verify the coordinator with the system's CAs");
+    return 0;
+}
+
+/* A coordinator that serves many workers (and withstands a flood of connections) needs file
+ * descriptors: the soft limit raised to the hard one (at most 65536), as Go programs do. */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max < 65536 ? rl.rlim_max : 65536;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
 }
 
 int cmd_run(int argc, char **argv)
@@ -403,9 +606,11 @@ int cmd_run(int argc, char **argv)
         o->lease_ns = cfg.namespace ? cfg.namespace : "default";
     char coord_buf[300], id_buf[300];
     if (!o->coord) {
-        snprintf(coord_buf, sizeof coord_buf, "ws://holmes-operator.%s.svc:8443", o->lease_ns);
+        snprintf(coord_buf, sizeof coord_buf, "%s://holmes-operator.%s.svc:8443",
+                 o->tls_secret || o->coord_cert ? "wss" : "ws", o->lease_ns);
         o->coord = coord_buf;
     }
+    raise_nofile();
     if (!o->identity) {
         char host[256] = "holmes";
         gethostname(host, sizeof host - 1);
@@ -429,11 +634,20 @@ int cmd_run(int argc, char **argv)
     struct run_state st = {.leader_elect = o->leader_elect, .jobs = coord_metrics_new(),
                            .history = coord_history_new(0)};
     struct http_server *ms = NULL, *hs = NULL;
-    if (strcmp(o->metrics_addr, "0") != 0 && !(ms = http_server_start(o->metrics_addr, metrics_handler, &st, &e))) {
+    if (start_tls(kc, o, &st) != 0)
+        goto out;
+    if (o->metrics_secure && !(st.auth = http_auth_new(kc, 0))) {
+        fprintf(stderr, "holmes-operator run: out of memory\n");
+        goto out;
+    }
+    if (strcmp(o->metrics_addr, "0") != 0 &&
+        !(ms = http_server_start(o->metrics_addr, metrics_handler, &st,
+                                 o->metrics_secure ? st.tls : NULL, &e))) {
         fprintf(stderr, "holmes-operator run: --metrics-addr: %s\n", e.msg);
         goto out;
     }
-    if (strcmp(o->health_addr, "0") != 0 && !(hs = http_server_start(o->health_addr, health_handler, &st, &e))) {
+    /* health probes stay plain and open: the kubelet probes them */
+    if (strcmp(o->health_addr, "0") != 0 && !(hs = http_server_start(o->health_addr, health_handler, &st, NULL, &e))) {
         fprintf(stderr, "holmes-operator run: --health-addr: %s\n", e.msg);
         goto out;
     }
@@ -452,6 +666,8 @@ out:
     }
     http_server_stop(ms);
     http_server_stop(hs);
+    http_auth_free(st.auth);
+    tls_keeper_stop(st.tls);
     coord_metrics_free(st.jobs);
     coord_history_free(st.history);
     kube_client_free(kc);

@@ -18,7 +18,14 @@
 #include "kube_map.h"
 #include "kube_queue.h"
 #include "log.h"
+#include "tls_keeper.h"
 #include "trainingjob.h"
+
+static const struct kube_resource CTL_TOKEN_REVIEWS = {"authentication.k8s.io", "v1",
+                                                       "tokenreviews", "TokenReview"};
+static const struct kube_resource CTL_ACCESS_REVIEWS = {"authorization.k8s.io", "v1",
+                                                        "subjectaccessreviews",
+                                                        "SubjectAccessReview"};
 
 const struct api_call controller_api_calls[API_OP_COUNT] = {
     [API_LIST_JOBS] = {"list", &KUBE_TRAININGJOBS, NULL, TJ_GANG_DEFAULT},
@@ -32,14 +39,23 @@ const struct api_call controller_api_calls[API_OP_COUNT] = {
     [API_LIST_SECRETS] = {"list", &KUBE_SECRETS, NULL, TJ_GANG_DEFAULT},
     [API_WATCH_SECRETS] = {"watch", &KUBE_SECRETS, NULL, TJ_GANG_DEFAULT},
     [API_CREATE_SECRET] = {"create", &KUBE_SECRETS, NULL, TJ_GANG_DEFAULT},
+    /* the operator's own TLS Secret (in its namespace: tls_keeper.c), and a job Secret's ca.crt
+     * kept equal to the coordinator's CA */
+    [API_GET_SECRET] = {"get", &KUBE_SECRETS, NULL, TJ_GANG_DEFAULT},
+    [API_PATCH_SECRET] = {"patch", &KUBE_SECRETS, NULL, TJ_GANG_DEFAULT},
     [API_LIST_SERVICES] = {"list", &KUBE_SERVICES, NULL, TJ_GANG_DEFAULT},
     [API_WATCH_SERVICES] = {"watch", &KUBE_SERVICES, NULL, TJ_GANG_DEFAULT},
     [API_CREATE_SERVICE] = {"create", &KUBE_SERVICES, NULL, TJ_GANG_DEFAULT},
     [API_CREATE_EVENT] = {"create", &KUBE_EVENTS, NULL, TJ_GANG_DEFAULT},
     [API_PATCH_EVENT] = {"patch", &KUBE_EVENTS, NULL, TJ_GANG_DEFAULT}, /* a repeat: count + 1 (kube_recorder.h) */
+    /* --metrics-secure: who reads /metrics and the job page (http_auth.c) */
+    [API_CREATE_TOKEN_REVIEW] = {"create", &CTL_TOKEN_REVIEWS, NULL, TJ_GANG_DEFAULT},
+    [API_CREATE_ACCESS_REVIEW] = {"create", &CTL_ACCESS_REVIEWS, NULL, TJ_GANG_DEFAULT},
     [API_GET_LEASE] = {"get", &KUBE_LEASES, NULL, TJ_GANG_DEFAULT},
     [API_CREATE_LEASE] = {"create", &KUBE_LEASES, NULL, TJ_GANG_DEFAULT},
     [API_PATCH_LEASE] = {"patch", &KUBE_LEASES, NULL, TJ_GANG_DEFAULT},
+    /* spec.elastic: whether a missing worker's node is NotReady or gone (nodes: cluster-scoped) */
+    [API_GET_NODE] = {"get", &KUBE_NODES, NULL, TJ_GANG_DEFAULT},
     /* A job's PodGroup: cached, created, deleted on suspend (deletion with the job is left to
      * ownerReferences). */
     [API_LIST_VOLCANO_PG] = {"list", &CTL_VOLCANO_PODGROUPS, NULL, TJ_GANG_VOLCANO},
@@ -52,11 +68,25 @@ const struct api_call controller_api_calls[API_OP_COUNT] = {
     [API_DELETE_COSCHED_PG] = {"delete", &CTL_COSCHED_PODGROUPS, NULL, TJ_GANG_COSCHEDULING},
 };
 
+const unsigned controller_api_call_needs[API_OP_COUNT] = {
+    [API_GET_SECRET] = API_NEEDS_TLS_SECRET,
+    [API_PATCH_SECRET] = API_NEEDS_TLS_SECRET | API_NEEDS_CA,
+    [API_CREATE_TOKEN_REVIEW] = API_NEEDS_AUTH,
+    [API_CREATE_ACCESS_REVIEW] = API_NEEDS_AUTH,
+};
+
 void controller_print_api_calls(FILE *f, unsigned gang_enabled)
+{
+    controller_print_api_calls_for(f, gang_enabled, ~0u);
+}
+
+void controller_print_api_calls_for(FILE *f, unsigned gang_enabled, unsigned features)
 {
     for (int i = 0; i < API_OP_COUNT; i++) {
         const struct api_call *a = &controller_api_calls[i];
         if (a->gang != TJ_GANG_DEFAULT && !(gang_enabled & (1u << a->gang)))
+            continue;
+        if (controller_api_call_needs[i] && !(controller_api_call_needs[i] & features))
             continue;
         fprintf(f, "%s %s %s%s%s\n", a->verb, a->res->group[0] ? a->res->group : "core",
                 a->res->resource, a->sub ? "/" : "", a->sub ? a->sub : "");
@@ -359,6 +389,33 @@ static int ensure_owned(struct reconcile *r, int inf, enum api_op op, const char
     return 0;
 }
 
+/* The job's Secret: its token, and the coordinator's CA as ca.crt when the operator has one
+ * (patched in when the cached Secret holds another, or none: a CA renewed, an operator
+ * upgraded). */
+static int ensure_secret(struct reconcile *r, herr *e)
+{
+    char name[300];
+    snprintf(name, sizeof name, "%s-token", r->name);
+    char *ca = r->c->o.tls ? tls_keeper_ca(r->c->o.tls) : NULL;
+    cJSON *have = kube_informer_get(r->c->inf[INF_SECRETS], r->ns, name);
+    int rc = 0;
+    if (have) {
+        cJSON *patch = ca ? ctl_secret_ca_patch(have, ca) : NULL;
+        if (patch)
+            rc = ctl_call_patch(r->c, API_PATCH_SECRET, r->ns, name, patch, e);
+        cJSON_Delete(patch);
+    } else {
+        cJSON *obj = ctl_build_secret_ca(r->job, ca);
+        if (!obj || ctl_creates_add(&r->creates, API_CREATE_SECRET, obj, name) != 0) {
+            cJSON_Delete(obj);
+            rc = herr_set(e, "%s/%s: cannot build secrets", r->ns, name);
+        }
+    }
+    cJSON_Delete(have);
+    free(ca);
+    return rc;
+}
+
 /* The cache index and API calls of the job's PodGroup; -1 when its gang scheduler has none. */
 static int podgroup_ops(const struct reconcile *r, enum api_op *create, enum api_op *del)
 {
@@ -523,8 +580,34 @@ static int replace_failed(struct reconcile *r, const cJSON *pods, int *rc, herr 
     return any;
 }
 
-/* Pods beyond spec.workers go; missing ones are created (in slow-start batches). */
-static int create_missing(struct reconcile *r, const cJSON *pods, int workers, herr *e)
+/* spec.elastic: the workers the coordinator counted as lost (status.elastic.lostWorkers, their
+ * pod names) into lost[0..workers); their count. 0 for a job that is not elastic. */
+static int lost_workers(const struct reconcile *r, int workers, char *lost)
+{
+    memset(lost, 0, (size_t)workers);
+    if (!tj_is_elastic(&r->tj.spec))
+        return 0;
+    int n = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, json_at(r->st, "elastic.lostWorkers")) {
+        if (!cJSON_IsString(it))
+            continue;
+        for (int i = 0; i < workers; i++) {
+            char pname[300];
+            tj_worker_pod_name(pname, sizeof pname, r->name, i);
+            if (!strcmp(pname, it->valuestring) && !lost[i]) {
+                lost[i] = 1;
+                n++;
+            }
+        }
+    }
+    return n;
+}
+
+/* Pods beyond spec.workers go; missing ones are created (in slow-start batches), but not those
+ * of lost workers of an elastic job without scaleUp (the job re-planned without them for good). */
+static int create_missing(struct reconcile *r, const cJSON *pods, int workers, const char *lost,
+                          herr *e)
 {
     struct controller *c = r->c;
     const cJSON *job = r->job, *p;
@@ -552,11 +635,16 @@ static int create_missing(struct reconcile *r, const cJSON *pods, int workers, h
             pending_creates++;
             continue;
         }
-        if (have[i])
+        if (have[i] || (lost[i] && !r->tj.spec.elastic.scale_up))
             continue;
         cJSON *pod = controller_build_gang_pod(job, &r->tj.spec, i, c->coordinator, c->image, &c->o.gang, e);
         if (!pod) {
             rc = -1;
+            break;
+        }
+        if (c->o.tls && controller_pod_trust_ca(pod, r->name) != 0) {
+            cJSON_Delete(pod);
+            rc = herr_set(e, "out of memory");
             break;
         }
         if (ctl_creates_add(&r->creates, API_CREATE_POD, pod, pname) != 0) {
@@ -577,24 +665,28 @@ static int create_missing(struct reconcile *r, const cJSON *pods, int workers, h
         json_set_str(r->st, "startTime", r->now);
     if (created == workers)
         emit(c, job, "Normal", "PodsCreated", "created the worker pods");
+
     if (pending_creates)
         r->requeue_s = 1; /* look again if the cache has not shown them by then */
 
     return rc;
 }
 
-/* Status from the pods: readiness, scheduling (and the gang timeout), completion. */
-static void status_from_pods(struct reconcile *r, const cJSON *pods, int workers, const char *phase)
+/* Status from the pods: readiness, scheduling (and the gang timeout), completion. The pods of
+ * an elastic job's lost workers count for none of it: the job trains without them. */
+static void status_from_pods(struct reconcile *r, const cJSON *pods, int all, const char *lost,
+                             int nlost, const char *phase)
 {
     struct controller *c = r->c;
     const cJSON *job = r->job, *p;
+    int workers = all - nlost;
     int ready = 0, scheduled = 0, succeeded = 0;
     double oldest_unsched = 0;
     char unsched_names[512] = "", sched_msg[512] = "";
     size_t ul = 0;
     cJSON_ArrayForEach(p, pods) {
         int i = pod_index(p);
-        if (i < 0 || i >= workers || json_at(p, "metadata.deletionTimestamp"))
+        if (i < 0 || i >= all || lost[i] || json_at(p, "metadata.deletionTimestamp"))
             continue;
         const char *ph = json_str_at(p, "status.phase");
         if (is_phase(ph, "Succeeded"))
@@ -653,6 +745,14 @@ static void status_from_pods(struct reconcile *r, const cJSON *pods, int workers
         ctl_set_condition(r->st, "PodsReady", 0, "Waiting", msg, r->now);
     }
     if (succeeded == workers && workers > 0) {
+        /* a lost worker's pod waiting for capacity (scaleUp) is not needed any more */
+        cJSON_ArrayForEach(p, pods) {
+            int i = pod_index(p);
+            herr de = {0};
+            if (i >= 0 && i < all && lost[i] && !json_at(p, "metadata.deletionTimestamp") &&
+                call_delete(c, API_DELETE_POD, r->ns, kube_meta_str(p, "name"), &de) == 0)
+                ctl_memo_mark(r->memo->gone, kube_meta_str(p, "uid"), clock_wall_s() + 60);
+        }
         set_phase(r, "Succeeded");
         ctl_set_condition(r->st, "Complete", 1, "AllWorkersSucceeded", "every worker finished", r->now);
         if (!json_at(r->st, "completionTime"))
@@ -689,9 +789,7 @@ static int reconcile_job(struct reconcile *r, herr *e)
     if (is_phase(phase, "Succeeded") || is_phase(phase, "Failed"))
         goto out; /* terminal */
 
-    char secret[300];
-    snprintf(secret, sizeof secret, "%s-token", r->name);
-    if ((rc = ensure_owned(r, INF_SECRETS, API_CREATE_SECRET, secret, ctl_build_secret, e)) != 0 ||
+    if ((rc = ensure_secret(r, e)) != 0 ||
         (rc = ensure_owned(r, INF_SERVICES, API_CREATE_SERVICE, r->name, ctl_build_service, e)) != 0)
         goto out;
 
@@ -712,8 +810,15 @@ static int reconcile_job(struct reconcile *r, herr *e)
     }
     if (replace_failed(r, pods, &rc, e) && rc)
         goto out;
-    rc = create_missing(r, pods, workers, e);
-    status_from_pods(r, pods, workers, phase);
+    char *lost = calloc((size_t)workers + 1, 1);
+    if (!lost) {
+        rc = herr_set(e, "out of memory");
+        goto out;
+    }
+    int nlost = lost_workers(r, workers, lost);
+    rc = create_missing(r, pods, workers, lost, e);
+    status_from_pods(r, pods, workers, lost, nlost, phase);
+    free(lost);
 out:
     cJSON_Delete(pods);
     return rc;

@@ -38,21 +38,32 @@ struct api_call {
     enum tj_gang gang;                 /* made only when this gang scheduler is enabled
                                         * (TJ_GANG_DEFAULT: always) */
 };
+/* Features of `run` that make API calls of their own (controller_api_call_needs). */
+enum { API_NEEDS_TLS_SECRET = 1,       /* --tls-secret: the operator's TLS Secret */
+       API_NEEDS_CA = 2,               /* a CA for the pods: kept in each job's Secret */
+       API_NEEDS_AUTH = 4 };           /* --metrics-secure: TokenReview, SubjectAccessReview */
 enum api_op {
     API_LIST_JOBS, API_WATCH_JOBS, API_PATCH_JOB_STATUS,
     API_LIST_PODS, API_WATCH_PODS, API_CREATE_POD, API_DELETE_POD, API_PATCH_POD,
     API_LIST_SECRETS, API_WATCH_SECRETS, API_CREATE_SECRET,
+    API_GET_SECRET, API_PATCH_SECRET, /* the operator's TLS Secret; a job Secret's ca.crt */
     API_LIST_SERVICES, API_WATCH_SERVICES, API_CREATE_SERVICE,
     API_CREATE_EVENT, API_PATCH_EVENT,
+    API_CREATE_TOKEN_REVIEW, API_CREATE_ACCESS_REVIEW, /* who may read metrics, the job page */
     API_GET_LEASE, API_CREATE_LEASE, API_PATCH_LEASE,
+    API_GET_NODE,
     API_LIST_VOLCANO_PG, API_WATCH_VOLCANO_PG, API_CREATE_VOLCANO_PG, API_DELETE_VOLCANO_PG,
     API_LIST_COSCHED_PG, API_WATCH_COSCHED_PG, API_CREATE_COSCHED_PG, API_DELETE_COSCHED_PG,
     API_OP_COUNT
 };
 extern const struct api_call controller_api_calls[API_OP_COUNT];
+/* Per call: made only with one of these features (API_NEEDS_*; 0: always). */
+extern const unsigned controller_api_call_needs[API_OP_COUNT];
 /* Writes "<verb> <group|core> <resource>[/<sub>]" lines: the calls always made, and those of
  * the gang schedulers in `gang_enabled` (bits 1u << TJ_GANG_*). */
 void controller_print_api_calls(FILE *f, unsigned gang_enabled);
+/* The same for the features given (API_NEEDS_*); controller_print_api_calls prints all. */
+void controller_print_api_calls_for(FILE *f, unsigned gang_enabled, unsigned features);
 
 /* Gang admission (controller_gang.c, docs/operator.md): the gang schedulers this operator may
  * use (the chart enables each, with its RBAC) and the one a job that names none gets. */
@@ -66,9 +77,14 @@ struct controller_gang {
  * entry in e. */
 int controller_gang_parse_list(const char *list, unsigned *enabled, herr *e);
 
+struct tls_keeper;
+
 struct controller_opts {
     const char *namespace;       /* NULL or "" = all namespaces */
     const char *coordinator_url; /* HOLMES_COORDINATOR for the pods */
+    struct tls_keeper *tls;      /* the coordinator's CA: each job's Secret gets it as ca.crt
+                                  * (kept equal to it) and the pods verify the coordinator with it
+                                  * (HOLMES_COORDINATOR_CA); NULL = none (ws://, or a public CA) */
     const char *default_image;   /* when spec.image is absent */
     int threads;                 /* reconcile workers (default 2) */
     struct controller_gang gang; /* zero: no gang scheduler, every job none */
@@ -115,11 +131,30 @@ int controller_emit_event(struct controller *c, const char *ns, const char *job,
 cJSON *controller_get_job(struct controller *c, const char *ns, const char *job);
 cJSON *controller_job_pods(struct controller *c, const char *ns, const char *job);
 char *controller_job_token(struct controller *c, const char *ns, const char *job);
+/* spec.elastic: a node's state (a GET: nodes are not cached): 1 Ready (or no Ready condition
+ * yet), 0 NotReady or Unknown, 2 gone (404); -1 with `e` when it cannot be told. */
+int controller_node_state(struct controller *c, const char *node, herr *e);
+/* Deletes a pod at once (gracePeriodSeconds 0: a worker counted as lost, whose node will not
+ * confirm it); gone already is fine. */
+int controller_delete_pod(struct controller *c, const char *ns, const char *pod, herr *e);
 
 /* ---- pure pieces, exposed for tests */
-/* The pod for worker i of job (spec.template merged with the holmes-node container). */
+/* The pod for worker i of job (spec.template merged with the holmes-node container), locked down
+ * unless its template says otherwise (docs/operator.md, "Worker pods' security"): non-root
+ * (65532), no privilege escalation, every capability dropped (IPC_LOCK added when the worker
+ * container asks for RDMA devices), seccomp RuntimeDefault, read-only root file system with
+ * writable emptyDirs at /tmp, /dev/shm (memory) and the checkpoint path. */
 cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator_url,
                             const char *default_image, herr *e);
+/* Where the pods find the coordinator's CA: the job's Secret's ca.crt, mounted read-only. */
+#define CONTROLLER_CA_DIR "/var/run/holmes/coordinator"
+#define CONTROLLER_CA_FILE CONTROLLER_CA_DIR "/ca.crt"
+/* Makes the pod verify the coordinator with the CA in its job's Secret (<job>-token, key ca.crt):
+ * a read-only volume at CONTROLLER_CA_DIR and HOLMES_COORDINATOR_CA. 0, or -1 out of memory. */
+int controller_pod_trust_ca(cJSON *pod, const char *job_name);
+/* Whether a resource name is an RDMA device (rdma/..., mellanox.com/..., nvidia.com/hostdev...):
+ * a worker container asking for one keeps IPC_LOCK (registering memory needs it). */
+int controller_is_rdma_resource(const char *name);
 /* status.conditions with one condition set (as controller_set_job_condition does), as a new
  * {"conditions": [...]} object; *changed = 0 when it was already so. NULL when out of memory. */
 cJSON *controller_merge_condition(const cJSON *status, const char *type, int ok,

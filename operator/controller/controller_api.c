@@ -394,3 +394,34 @@ char *controller_job_token(struct controller *c, const char *ns, const char *job
     cJSON_Delete(s);
     return out;
 }
+
+int controller_node_state(struct controller *c, const char *node, herr *e)
+{
+    cJSON *obj = NULL;
+    int rc = kube_get(c->kc, controller_api_calls[API_GET_NODE].res, NULL, node, &obj, e);
+    if (rc == 404) {
+        cJSON_Delete(obj);
+        return 2;
+    }
+    if (rc != 0) {
+        cJSON_Delete(obj);
+        return herr_wrap(e, "node %s", node);
+    }
+    int ready = 1;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, json_at(obj, "status.conditions")) {
+        const char *t = json_str_at(it, "type"), *st = json_str_at(it, "status");
+        if (t && !strcmp(t, "Ready"))
+            ready = st && !strcmp(st, "True");
+    }
+    cJSON_Delete(obj);
+    return ready;
+}
+
+int controller_delete_pod(struct controller *c, const char *ns, const char *pod, herr *e)
+{
+    /* at once: no kubelet confirms it (the node is gone, NotReady, or there is none) */
+    int rc = kube_delete_grace(c->kc, controller_api_calls[API_DELETE_POD].res, ns, pod,
+                               "Background", 0, e);
+    return rc == 404 ? 0 : rc;
+}

@@ -100,6 +100,10 @@ cJSON *ctl_base_object(const cJSON *job, const char *name);
 char *ctl_spec_hash(const cJSON *job);
 void ctl_changed_fields(const char *a, const char *b, char *out, size_t n);
 cJSON *ctl_build_secret(const cJSON *job);
+/* The job's Secret with ca.crt (ca NULL: the token alone). */
+cJSON *ctl_build_secret_ca(const cJSON *job, const char *ca);
+/* The merge patch that makes a cached Secret's ca.crt the given CA; NULL when it already is. */
+cJSON *ctl_secret_ca_patch(const cJSON *secret, const char *ca);
 cJSON *ctl_build_service(const cJSON *job);
 
 /* controller_api.c: the coordinator's status feed, taken by the job's reconcile (the one

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <openssl/evp.h>
 
 #include "json.h"
 #include "trainingjob.h"
@@ -240,6 +241,176 @@ static void set_emulated_nic(cJSON *env, const cJSON *job, int index)
     }
 }
 
+/* ---- worker pods' security (docs/operator.md, "Worker pods' security") */
+
+int controller_is_rdma_resource(const char *name)
+{
+    return !strncmp(name, "rdma/", 5) || !strncmp(name, "mellanox.com/", 13) ||
+           !strncmp(name, "nvidia.com/hostdev", 18) || strstr(name, "rdma") != NULL;
+}
+
+/* Whether the container asks for an RDMA device (limits or requests). */
+static int wants_rdma(const cJSON *c)
+{
+    const char *const kinds[] = {"limits", "requests"};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *r;
+        cJSON_ArrayForEach(r, json_at(cJSON_GetObjectItemCaseSensitive(c, "resources"), kinds[k]))
+            if (r->string && controller_is_rdma_resource(r->string))
+                return 1;
+    }
+    return 0;
+}
+
+/* name -> value in o unless o has it (the template's wins). */
+static void default_bool(cJSON *o, const char *name, int v)
+{
+    if (!cJSON_GetObjectItemCaseSensitive(o, name))
+        cJSON_AddBoolToObject(o, name, v);
+}
+
+static void default_num(cJSON *o, const char *name, double v)
+{
+    if (!cJSON_GetObjectItemCaseSensitive(o, name))
+        cJSON_AddNumberToObject(o, name, v);
+}
+
+static int has_string(const cJSON *arr, const char *s)
+{
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr) {
+        if (cJSON_IsString(it) && !strcmp(it->valuestring, s))
+            return 1;
+    }
+    return 0;
+}
+
+#define WORKER_UID 65532 /* the worker image's user (images/Dockerfile.node) */
+
+/* The pod's and the worker container's securityContext: each field the template leaves unset.
+ * Combinations the API refuses are avoided: a template that runs as uid 0 gets no runAsNonRoot,
+ * a privileged one (or one adding CAP_SYS_ADMIN) no allowPrivilegeEscalation: false. */
+static void lock_down(cJSON *spec, cJSON *c)
+{
+    cJSON *psc = json_child_object(spec, "securityContext");
+    cJSON *csc = json_child_object(c, "securityContext");
+    if (!psc || !csc)
+        return;
+    int root = json_num_at(psc, "runAsUser", -1) == 0 || json_num_at(csc, "runAsUser", -1) == 0;
+    if (!root && !cJSON_GetObjectItemCaseSensitive(csc, "runAsNonRoot"))
+        default_bool(psc, "runAsNonRoot", 1);
+    if (!cJSON_GetObjectItemCaseSensitive(csc, "runAsUser"))
+        default_num(psc, "runAsUser", WORKER_UID);
+    if (!cJSON_GetObjectItemCaseSensitive(csc, "runAsGroup"))
+        default_num(psc, "runAsGroup", WORKER_UID);
+    default_num(psc, "fsGroup", WORKER_UID); /* the volumes below are the worker's to write */
+    if (!json_at(psc, "seccompProfile") && !json_at(csc, "seccompProfile")) {
+        cJSON *sp = json_child_object(psc, "seccompProfile");
+        if (sp)
+            json_set_str(sp, "type", "RuntimeDefault");
+    }
+    cJSON *caps = cJSON_GetObjectItemCaseSensitive(csc, "capabilities");
+    if (!caps)
+        caps = cJSON_AddObjectToObject(csc, "capabilities");
+    if (caps && !cJSON_GetObjectItemCaseSensitive(caps, "drop")) {
+        cJSON *drop = cJSON_AddArrayToObject(caps, "drop");
+        cJSON_AddItemToArray(drop, cJSON_CreateString("ALL"));
+    }
+    if (caps && !cJSON_GetObjectItemCaseSensitive(caps, "add") && wants_rdma(c)) {
+        cJSON *add = cJSON_AddArrayToObject(caps, "add");
+        cJSON_AddItemToArray(add, cJSON_CreateString("IPC_LOCK")); /* pinning memory for RDMA */
+    }
+    const cJSON *add = json_at(caps, "add");
+    int escalates = cJSON_IsTrue(json_at(csc, "privileged")) || has_string(add, "SYS_ADMIN") ||
+                    has_string(add, "CAP_SYS_ADMIN");
+    if (!escalates)
+        default_bool(csc, "allowPrivilegeEscalation", 0);
+    default_bool(csc, "readOnlyRootFilesystem", 1);
+}
+
+/* Whether one of the container's volumeMounts is at path or above it. */
+static int mounted(const cJSON *c, const char *path)
+{
+    const cJSON *m;
+    cJSON_ArrayForEach(m, json_at(c, "volumeMounts")) {
+        const char *mp = json_str_at(m, "mountPath");
+        size_t n = mp ? strlen(mp) : 0;
+        while (n > 1 && mp[n - 1] == '/')
+            n--;
+        if (mp && !strncmp(path, mp, n) && (path[n] == '\0' || path[n] == '/' || n == 1))
+            return 1;
+    }
+    return 0;
+}
+
+/* An emptyDir volume named name at path unless something is mounted there already. */
+static void writable_dir(cJSON *spec, cJSON *c, const char *name, const char *path, int memory)
+{
+    if (mounted(c, path))
+        return;
+    cJSON *vols = cJSON_GetObjectItemCaseSensitive(spec, "volumes");
+    if (!cJSON_IsArray(vols)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(spec, "volumes");
+        vols = cJSON_AddArrayToObject(spec, "volumes");
+    }
+    cJSON *mounts = cJSON_GetObjectItemCaseSensitive(c, "volumeMounts");
+    if (!cJSON_IsArray(mounts)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(c, "volumeMounts");
+        mounts = cJSON_AddArrayToObject(c, "volumeMounts");
+    }
+    cJSON *v = cJSON_CreateObject(), *m = cJSON_CreateObject();
+    cJSON *ed = v && cJSON_AddStringToObject(v, "name", name) ? cJSON_AddObjectToObject(v, "emptyDir")
+                                                               : NULL;
+    if (!ed || !m || !vols || !mounts) {
+        cJSON_Delete(v);
+        cJSON_Delete(m);
+        return;
+    }
+    if (memory)
+        cJSON_AddStringToObject(ed, "medium", "Memory");
+    cJSON_AddItemToArray(vols, v);
+    cJSON_AddStringToObject(m, "name", name);
+    cJSON_AddStringToObject(m, "mountPath", path);
+    cJSON_AddItemToArray(mounts, m);
+}
+
+int controller_pod_trust_ca(cJSON *pod, const char *job_name)
+{
+    cJSON *spec = cJSON_GetObjectItemCaseSensitive(pod, "spec");
+    cJSON *c = spec ? worker_container(spec) : NULL;
+    cJSON *vols = json_at(spec, "volumes") ? cJSON_GetObjectItemCaseSensitive(spec, "volumes")
+                                           : cJSON_AddArrayToObject(spec, "volumes");
+    cJSON *mounts = json_at(c, "volumeMounts") ? cJSON_GetObjectItemCaseSensitive(c, "volumeMounts")
+                                               : cJSON_AddArrayToObject(c, "volumeMounts");
+    cJSON *env = cJSON_GetObjectItemCaseSensitive(c, "env");
+    char secret[300];
+    snprintf(secret, sizeof secret, "%s-token", job_name);
+    cJSON *v = cJSON_CreateObject(), *m = cJSON_CreateObject();
+    cJSON *sec = v && cJSON_AddStringToObject(v, "name", "holmes-coordinator-ca")
+                     ? cJSON_AddObjectToObject(v, "secret") : NULL;
+    cJSON *items = sec && cJSON_AddStringToObject(sec, "secretName", secret) &&
+                           cJSON_AddNumberToObject(sec, "defaultMode", 0444)
+                       ? cJSON_AddArrayToObject(sec, "items") : NULL;
+    cJSON *item = cJSON_CreateObject();
+    if (!cJSON_IsArray(vols) || !cJSON_IsArray(mounts) || !cJSON_IsArray(env) || !items || !m ||
+        !item) {
+        cJSON_Delete(v);
+        cJSON_Delete(m);
+        cJSON_Delete(item);
+        return -1;
+    }
+    cJSON_AddStringToObject(item, "key", "ca.crt"); /* the token stays out of the file system */
+    cJSON_AddStringToObject(item, "path", "ca.crt");
+    cJSON_AddItemToArray(items, item);
+    cJSON_AddItemToArray(vols, v);
+    cJSON_AddStringToObject(m, "name", "holmes-coordinator-ca");
+    cJSON_AddStringToObject(m, "mountPath", CONTROLLER_CA_DIR);
+    cJSON_AddBoolToObject(m, "readOnly", 1);
+    cJSON_AddItemToArray(mounts, m);
+    env_set(env, "HOLMES_COORDINATOR_CA", CONTROLLER_CA_FILE, NULL);
+    return 0;
+}
+
 cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator_url,
                             const char *default_image, herr *e)
 {
@@ -337,7 +508,57 @@ cJSON *controller_build_pod(const cJSON *job, int index, const char *coordinator
         if (!cJSON_GetObjectItemCaseSensitive(lim, "nvidia.com/gpu"))
             cJSON_AddNumberToObject(lim, "nvidia.com/gpu", gpus);
     }
+    lock_down(spec, c);
+    /* the root file system is read-only: scratch, shared memory (NCCL) and checkpoints get
+     * writable volumes unless the template mounts its own there */
+    writable_dir(spec, c, "holmes-tmp", "/tmp", 0);
+    writable_dir(spec, c, "holmes-shm", "/dev/shm", 1);
+    const char *ckpt = json_str_at(job, "spec.training.checkpoint.path");
+    if (ckpt && ckpt[0] == '/' && strcmp(ckpt, "/") != 0)
+        writable_dir(spec, c, "holmes-checkpoints", ckpt, 0);
     return pod;
+}
+
+static char *b64(const char *s)
+{
+    size_t n = strlen(s);
+    char *out = malloc((n + 2) / 3 * 4 + 1);
+    if (out)
+        EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)s, (int)n);
+    return out;
+}
+
+cJSON *ctl_build_secret_ca(const cJSON *job, const char *ca)
+{
+    cJSON *s = ctl_build_secret(job);
+    if (s && ca && !cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(s, "stringData"),
+                                            "ca.crt", ca)) {
+        cJSON_Delete(s);
+        return NULL;
+    }
+    return s;
+}
+
+cJSON *ctl_secret_ca_patch(const cJSON *secret, const char *ca)
+{
+    char *want = b64(ca);
+    /* "ca.crt" holds a dot: a key, not a path (json_str_at would read ca, then crt) */
+    const char *have = cJSON_GetStringValue(
+        cJSON_GetObjectItemCaseSensitive(json_at(secret, "data"), "ca.crt"));
+    const char *plain = cJSON_GetStringValue(
+        cJSON_GetObjectItemCaseSensitive(json_at(secret, "stringData"), "ca.crt"));
+    int same = want && ((have && !strcmp(have, want)) || (plain && !strcmp(plain, ca)));
+    cJSON *p = NULL;
+    if (want && !same) {
+        p = cJSON_CreateObject();
+        cJSON *data = p ? cJSON_AddObjectToObject(p, "data") : NULL;
+        if (!data || !cJSON_AddStringToObject(data, "ca.crt", want)) {
+            cJSON_Delete(p);
+            p = NULL;
+        }
+    }
+    free(want);
+    return p;
 }
 
 cJSON *ctl_build_secret(const cJSON *job)

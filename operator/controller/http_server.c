@@ -1,6 +1,7 @@
 #include "http_server.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -9,8 +10,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
+
+#include "tls_keeper.h"
+
+#define IO_TIMEOUT_S 2      /* a slow client holds the (one) thread at most this long per step */
+#define REQUEST_MAX 16384   /* request line and headers; a bearer token is 1 to 2 KiB */
 
 struct http_server {
     int fd, port;
@@ -18,15 +28,85 @@ struct http_server {
     pthread_t thread;
     http_handler_fn fn;
     void *user;
+    struct tls_keeper *tls;
+    unsigned long tls_gen;
+    SSL_CTX *ctx;           /* only the server's thread uses it */
 };
 
-static void serve_one(struct http_server *s, int c)
+/* One connection, plain or TLS. */
+struct conn {
+    int fd;
+    SSL *ssl;
+};
+
+static ssize_t conn_read(struct conn *c, char *buf, size_t n)
 {
-    char req[2048];
+    if (!c->ssl)
+        return read(c->fd, buf, n);
+    int r = SSL_read(c->ssl, buf, (int)n);
+    return r > 0 ? r : -1;
+}
+
+static int conn_write_all(struct conn *c, const char *buf, size_t n)
+{
+    size_t off = 0;
+    while (off < n) {
+        ssize_t w = c->ssl ? SSL_write(c->ssl, buf + off, (int)(n - off))
+                           : send(c->fd, buf + off, n - off, MSG_NOSIGNAL); /* no SIGPIPE */
+        if (w <= 0)
+            return -1;
+        off += (size_t)w;
+    }
+    return 0;
+}
+
+/* The value of header `name` (case-insensitive) in the request's head, copied into out. */
+static int header_value(const char *req, const char *name, char *out, size_t n)
+{
+    size_t nl = strlen(name);
+    for (const char *line = strchr(req, '\n'); line; line = strchr(line, '\n')) {
+        line++;
+        if (*line == '\r' || *line == '\n' || !*line)
+            break; /* end of the head */
+        if (strncasecmp(line, name, nl) == 0 && line[nl] == ':') {
+            const char *v = line + nl + 1;
+            while (*v == ' ' || *v == '\t')
+                v++;
+            size_t vl = strcspn(v, "\r\n");
+            while (vl && isspace((unsigned char)v[vl - 1]))
+                vl--;
+            if (vl >= n)
+                return -1;
+            memcpy(out, v, vl);
+            out[vl] = '\0';
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static const char *reason_of(int code)
+{
+    switch (code) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 503: return "Service Unavailable";
+    default: return "Error";
+    }
+}
+
+static void serve_one(struct http_server *s, struct conn *c)
+{
+    char req[REQUEST_MAX];
     size_t len = 0;
-    struct pollfd p = {c, POLLIN, 0};
-    while (len < sizeof req - 1 && poll(&p, 1, 2000) > 0) {
-        ssize_t n = read(c, req + len, sizeof req - 1 - len);
+    struct pollfd p = {c->fd, POLLIN, 0};
+    while (len < sizeof req - 1 && ((c->ssl && SSL_pending(c->ssl) > 0) ||
+                                    poll(&p, 1, IO_TIMEOUT_S * 1000) > 0)) {
+        ssize_t n = conn_read(c, req + len, sizeof req - 1 - len);
         if (n <= 0)
             break;
         len += (size_t)n;
@@ -35,6 +115,8 @@ static void serve_one(struct http_server *s, int c)
             break;
     }
     req[len] = '\0';
+    char auth[REQUEST_MAX];
+    int has_auth = header_value(req, "Authorization", auth, sizeof auth) == 0;
     char method[8] = "", path[512] = "";
     struct metrics_buf body = {0};
     const char *type = "text/plain; version=0.0.4";
@@ -49,24 +131,64 @@ static void serve_one(struct http_server *s, int c)
         char *q = strchr(path, '?');
         if (q)
             *q = '\0';
-        code = s->fn(s->user, path, &body, &type);
+        struct http_request r = {.path = path, .authorization = has_auth ? auth : NULL};
+        code = s->fn(s->user, &r, &body, &type);
     }
-    const char *reason = code == 200 ? "OK" : code == 404 ? "Not Found" : code == 503 ? "Service Unavailable" : "Error";
-    char head[384];
+    char head[448];
     int hn = snprintf(head, sizeof head,
-                      "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nCache-Control: no-store\r\n"
-                      "Content-Length: %zu\r\nConnection: close\r\n\r\n", code, reason, type,
-                      body.len);
-    if (hn > 0 && hn < (int)sizeof head && send(c, head, (size_t)hn, MSG_NOSIGNAL) == hn && body.len) {
-        size_t off = 0;
-        while (off < body.len) {
-            ssize_t n = send(c, body.data + off, body.len - off, MSG_NOSIGNAL); /* a closed peer: no SIGPIPE */
-            if (n <= 0)
-                break;
-            off += (size_t)n;
+                      "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nCache-Control: no-store\r\n%s"
+                      "Content-Length: %zu\r\nConnection: close\r\n\r\n", code, reason_of(code),
+                      type, code == 401 ? "WWW-Authenticate: Bearer\r\n" : "", body.len);
+    if (hn > 0 && hn < (int)sizeof head && conn_write_all(c, head, (size_t)hn) == 0 && body.len)
+        conn_write_all(c, body.data, body.len);
+    free(body.data);
+    if (has_auth) /* a bearer token: do not leave it in memory */
+        memset(auth, 0, strlen(auth));
+    memset(req, 0, len);
+}
+
+/* The SSL_CTX with the keeper's newest certificate; 0, or -1 when there is none to serve. */
+static int refresh_tls(struct http_server *s)
+{
+    struct coord_tls t = {0};
+    int rc = tls_keeper_take(s->tls, &s->tls_gen, &t);
+    if (rc <= 0)
+        return s->ctx ? 0 : -1;
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    herr e = {0};
+    if (!ctx || coord_tls_ctx_use(ctx, t.tls_crt, t.tls_key, &e) != 0) {
+        SSL_CTX_free(ctx);
+        coord_tls_free(&t);
+        return s->ctx ? 0 : -1; /* keep serving the one we have */
+    }
+    coord_tls_free(&t);
+    SSL_CTX_free(s->ctx);
+    s->ctx = ctx;
+    return 0;
+}
+
+static void serve_conn(struct http_server *s, int fd)
+{
+    struct timeval tv = {IO_TIMEOUT_S, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct conn c = {.fd = fd};
+    if (s->tls) {
+        if (refresh_tls(s) != 0)
+            return;
+        c.ssl = SSL_new(s->ctx);
+        if (!c.ssl || SSL_set_fd(c.ssl, fd) != 1 || SSL_accept(c.ssl) != 1) {
+            SSL_free(c.ssl);
+            ERR_clear_error();
+            return; /* a plain client, a bad handshake or a timeout */
         }
     }
-    free(body.data);
+    serve_one(s, &c);
+    if (c.ssl) {
+        SSL_shutdown(c.ssl);
+        SSL_free(c.ssl);
+        ERR_clear_error();
+    }
 }
 
 static void *run(void *arg)
@@ -79,13 +201,14 @@ static void *run(void *arg)
         int c = accept(s->fd, NULL, NULL);
         if (c < 0)
             continue;
-        serve_one(s, c);
+        serve_conn(s, c);
         close(c);
     }
     return NULL;
 }
 
-struct http_server *http_server_start(const char *addr, http_handler_fn fn, void *user, herr *e)
+struct http_server *http_server_start(const char *addr, http_handler_fn fn, void *user,
+                                      struct tls_keeper *tls, herr *e)
 {
     const char *colon = strrchr(addr, ':');
     if (!colon) {
@@ -139,9 +262,17 @@ struct http_server *http_server_start(const char *addr, http_handler_fn fn, void
     s->port = ntohs(sa.sin_port);
     s->fn = fn;
     s->user = user;
+    s->tls = tls;
+    if (tls && refresh_tls(s) != 0) {
+        close(fd);
+        free(s);
+        herr_set(e, "address %s: no usable TLS certificate for HTTPS", addr);
+        return NULL;
+    }
     int rc = pthread_create(&s->thread, NULL, run, s);
     if (rc != 0) {
         close(fd);
+        SSL_CTX_free(s->ctx);
         free(s);
         herr_set(e, "address %s: pthread_create: %s", addr, strerror(rc));
         return NULL;
@@ -158,5 +289,6 @@ void http_server_stop(struct http_server *s)
     s->stop = 1;
     pthread_join(s->thread, NULL);
     close(s->fd);
+    SSL_CTX_free(s->ctx);
     free(s);
 }

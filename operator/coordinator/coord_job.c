@@ -176,6 +176,11 @@ static int index_ranks(struct job *j, herr *e)
     int world = 0;
     for (int i = 0; i < j->n; i++) {
         struct slot *s = &j->w[i];
+        if (s->lost) { /* elastic: planned without it */
+            s->nranks = 0;
+            s->info.rank = -1;
+            continue;
+        }
         const cJSON *r = cJSON_GetObjectItemCaseSensitive(j->assign[i], "rank");
         const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j->assign[i], "ranks");
         if (!cJSON_IsObject(j->assign[i]) || !cJSON_IsNumber(r))
@@ -223,15 +228,28 @@ static int job_plan(struct job *j, herr *e)
     }
     int have = 1;
     for (int i = 0; i < j->n; i++)
-        have = have && j->assign[i];
+        have = have && (j->w[i].lost || j->assign[i]);
     if (!have) {
+        /* the workers the plan is for: all of them, less the lost ones of an elastic job */
         struct coord_worker *ws = malloc((size_t)j->n * sizeof *ws);
-        if (!ws)
+        cJSON **as = calloc((size_t)j->n, sizeof *as);
+        if (!ws || !as) {
+            free(ws);
+            free(as);
             return herr_set(e, "out of memory");
+        }
+        int n = 0;
         for (int i = 0; i < j->n; i++)
-            ws[i] = j->w[i].info;
-        int rc = j->hooks.plan(j->user, ws, j->n, j->assign, e);
+            if (!j->w[i].lost)
+                ws[n++] = j->w[i].info;
+        int rc = j->hooks.plan(j->user, ws, n, as, e);
+        for (int i = 0, k = 0; i < j->n; i++)
+            if (!j->w[i].lost) {
+                cJSON_Delete(j->assign[i]);
+                j->assign[i] = as[k++];
+            }
         free(ws);
+        free(as);
         if (rc)
             return -1;
     }
@@ -255,7 +273,8 @@ static void job_send_assignments(struct job *j)
         return;
     }
     for (int i = 0; i < j->n; i++)
-        co_conn_send(j->w[i].conn, proto_assign_encode(j->attempt, j->assign[i], NULL));
+        if (!j->w[i].lost)
+            co_conn_send(j->w[i].conn, proto_assign_encode(j->attempt, j->assign[i], NULL));
     co_set_state(j, COORD_RENDEZVOUS, "assignments sent");
 }
 
@@ -264,7 +283,7 @@ static void job_send_assignments(struct job *j)
 void co_job_succeed_if_all_done(struct job *j)
 {
     for (int i = 0; i < j->n; i++)
-        if (!j->w[i].done)
+        if (!j->w[i].done && !j->w[i].lost)
             return;
     co_job_maybe_emit(j, 1);
     co_set_state(j, COORD_SUCCEEDED, "every worker finished");
@@ -274,9 +293,13 @@ void co_job_succeed_if_all_done(struct job *j)
 /* All present with hello: adopt a running gang, or plan and assign. */
 static void job_gang_complete(struct job *j)
 {
-    int all_running = 1, attempt = j->w[0].resume_attempt;
+    int first = 0;
+    while (first < j->n - 1 && j->w[first].lost)
+        first++;
+    int all_running = 1, attempt = j->w[first].resume_attempt;
     for (int i = 0; i < j->n; i++)
-        all_running = all_running && j->w[i].running && j->w[i].resume_attempt == attempt;
+        all_running = all_running && (j->w[i].lost || (j->w[i].running &&
+                                                       j->w[i].resume_attempt == attempt));
     if (all_running) {
         j->attempt = attempt;
         co_set_state(j, COORD_RUNNING, "every worker reconnected mid-training; adopted");
@@ -299,11 +322,110 @@ void co_job_check_gang(struct job *j)
     if (j->state != COORD_GATHERING && j->state != COORD_RESTARTING)
         return;
     for (int i = 0; i < j->n; i++)
-        if (!j->w[i].hello)
+        if (!j->w[i].hello && !j->w[i].lost)
             return;
     if (clock_mono_s() < j->resume_at)
         return; /* restart backoff: tick() checks again */
     job_gang_complete(j);
+}
+
+/* ---------------------------------------------------------------- elastic */
+
+/* The assignments go: the next gang plans again (with the workers it has then). */
+void co_job_forget_plan(struct job *j)
+{
+    for (int i = 0; j->assign && i < j->n; i++) {
+        cJSON_Delete(j->assign[i]);
+        j->assign[i] = NULL;
+    }
+}
+
+/* A running gang stops at the next step boundary, every worker checkpointing there, and
+ * gathers again (not charged against maxRestarts): the way to a new plan while it trains. */
+static void replan_running(struct job *j, const char *why)
+{
+    j->fail_deadline = 0;
+    j->fail_rank = FAIL_NONE;
+    co_job_broadcast_stop(j, 1, why);
+    j->attempt++;
+    job_reset_round(j);
+    char reason[900];
+    snprintf(reason, sizeof reason, "%.700s; every worker checkpoints at the next step boundary "
+             "and the gang re-plans (not counted against maxRestarts)", why);
+    co_set_state(j, COORD_RESTARTING, reason);
+}
+
+int co_job_lose(struct job *j, int index, const char *why, herr *e)
+{
+    if (!co_elastic(j))
+        return herr_set(e, "job %s is not elastic (spec.elastic.minWorkers %d, workers %d)",
+                        j->name, j->min_workers, j->n);
+    if (index < 0 || index >= j->n)
+        return herr_set(e, "job %s has no worker %d", j->name, index);
+    struct slot *s = &j->w[index];
+    if (s->lost)
+        return herr_set(e, "worker %d of job %s is lost already", index, j->name);
+    if (s->conn)
+        return herr_set(e, "worker %d of job %s is connected", index, j->name);
+    if (j->state == COORD_SUCCEEDED || j->state == COORD_FAILED)
+        return herr_set(e, "job %s is over", j->name);
+    int left = j->n - j->nlost - 1;
+    if (left < j->min_workers)
+        return 1;
+    s->lost = 1;
+    s->hello = s->running = s->deferred = 0;
+    j->nlost++;
+    j->replans++;
+    co_job_forget_plan(j);
+    char msg[800];
+    snprintf(msg, sizeof msg, "worker %d (%s) lost: %s; re-planning onto the %d workers that remain "
+             "(spec.elastic.minWorkers %d)", index, s->info.pod[0] ? s->info.pod
+             : j->pods ? j->pods[index] : "?", why, left, j->min_workers);
+    if (j->hooks.on_elastic) {
+        struct coord_worker w = s->info;
+        if (!w.pod[0] && j->pods)
+            snprintf(w.pod, sizeof w.pod, "%s", j->pods[index]);
+        j->hooks.on_elastic(j->user, &w, 1, why);
+    }
+    if (j->state == COORD_RUNNING || j->state == COORD_RENDEZVOUS)
+        replan_running(j, msg);
+    else
+        co_job_event(j, "%s", msg);
+    co_job_check_gang(j);
+    return 0;
+}
+
+/* A lost worker said hello again (spec.elastic.scaleUp): planned in at once when the gang is
+ * gathering, else after a stop at the next step boundary, where every worker checkpoints. */
+void co_job_regain(struct job *j, struct conn *k, const struct proto_hello *h)
+{
+    struct slot *s = &j->w[h->worker];
+    s->lost = 0;
+    j->nlost--;
+    j->replans++;
+    co_job_forget_plan(j);
+    char msg[600];
+    snprintf(msg, sizeof msg, "worker %d (%s) is back; re-planning onto %d workers", h->worker,
+             h->pod, j->n - j->nlost);
+    if (j->hooks.on_elastic) {
+        struct coord_worker w = s->info;
+        snprintf(w.pod, sizeof w.pod, "%s", h->pod);
+        j->hooks.on_elastic(j->user, &w, 0, "its pod is ready again");
+    }
+    if (j->state == COORD_RUNNING || j->state == COORD_RENDEZVOUS) {
+        /* its hello waits for the gang's, as a process back during a failure's verdict */
+        k->job = j;
+        k->worker = h->worker;
+        s->conn = k;
+        s->deferred = 1;
+        s->deferred_hello = *h;
+        s->deferred_hello.running = 0;
+        replan_running(j, msg);
+        admit_deferred(j);
+        return;
+    }
+    co_job_event(j, "%s", msg);
+    co_admit(k, j, h);
 }
 
 /* Rank r's entry in start.peers: its endpoint, and its worker's ids with its first rank. */
@@ -334,6 +456,8 @@ static cJSON *peer_entry(const struct job *j, int r)
 void co_job_send_start(struct job *j)
 {
     for (int i = 0; i < j->n; i++) {
+        if (j->w[i].lost)
+            continue;
         cJSON *peers = cJSON_CreateArray();
         if (!peers)
             goto oom;

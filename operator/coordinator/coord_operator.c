@@ -15,6 +15,7 @@
 #include "coordinator.h"
 #include "log.h"
 #include "nic_labels.h"
+#include "tls_keeper.h"
 #include "trainingjob.h"
 
 struct opjob {
@@ -27,6 +28,11 @@ struct opjob {
     double last_refusal_event;
     double failed_at;           /* when the coordinator failed it; removed a little later */
     int restarts_written;       /* status.restarts as last written */
+    /* spec.elastic */
+    double *absent_since;       /* [workers] when a missing worker's pod was first seen
+                                   unschedulable or its node NotReady or gone (0: not so) */
+    char elastic_why[400];      /* what the next plan re-plans for */
+    int waiting_said;           /* the BelowMinWorkers condition is set */
 };
 
 struct coord_operator {
@@ -38,6 +44,8 @@ struct coord_operator {
     struct opjob *jobs;
     struct coord_metrics *metrics; /* per-job gauges for /metrics (the caller's; may be NULL) */
     struct coord_history *history; /* for the job page (the caller's; may be NULL) */
+    struct tls_keeper *tls;        /* the serving certificate, renewed (may be NULL: ws://) */
+    unsigned long tls_gen;
 };
 
 /* A label value: at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends. */
@@ -124,6 +132,154 @@ static cJSON *nic_groups_json(const struct coord_worker *w, int n)
     return arr;
 }
 
+/* ---------------------------------------------------------------- spec.elastic */
+
+/* status.elastic: the workers planned, lost (their pods) and re-plans so far, and the global
+ * batch the plan keeps, into st. */
+static void elastic_status(struct opjob *j, cJSON *st)
+{
+    if (!tj_is_elastic(&j->tj.spec))
+        return;
+    int n = j->tj.spec.workers, lost = 0, replans = 0;
+    int *state = calloc((size_t)n, sizeof *state);
+    cJSON *el = cJSON_AddObjectToObject(st, "elastic");
+    if (!state || !el || coord_job_workers(j->co->c, j->key, state, n) < 0 ||
+        coord_job_elastic(j->co->c, j->key, &lost, &replans) < 0) {
+        free(state);
+        return;
+    }
+    cJSON *names = cJSON_AddArrayToObject(el, "lostWorkers");
+    for (int i = 0; names && i < n; i++)
+        if (state[i] < 0) {
+            char pod[300];
+            tj_worker_pod_name(pod, sizeof pod, j->name, i);
+            cJSON_AddItemToArray(names, cJSON_CreateString(pod));
+        }
+    cJSON_AddNumberToObject(el, "workersPlanned", n - lost);
+    cJSON_AddNumberToObject(el, "workersLost", lost);
+    cJSON_AddNumberToObject(el, "replans", replans);
+    if (j->cp.global_seqs > 0)
+        cJSON_AddNumberToObject(el, "globalBatch", j->cp.global_seqs);
+    free(state);
+}
+
+/* A worker counted as lost (its pod deleted: the controller makes a new one that waits for
+ * capacity when scaleUp) or back. The re-plan that follows says old shape -> new shape. */
+static void on_elastic(void *user, const struct coord_worker *w, int lost, const char *why)
+{
+    struct opjob *j = user;
+    snprintf(j->elastic_why, sizeof j->elastic_why, "worker %d (%s) %s: %s", w->index, w->pod,
+             lost ? "lost" : "back", why);
+    event(j, lost ? "Warning" : "Normal", lost ? "WorkerLost" : "WorkerBack", j->elastic_why);
+    herr e = {0};
+    if (lost && controller_delete_pod(j->co->ctl, j->ns, w->pod, &e))
+        log_warn("job %s: deleting the lost worker's pod %s: %s", j->key, w->pod, e.msg);
+    cJSON *st = cJSON_CreateObject();
+    if (st)
+        elastic_status(j, st);
+    patch_status(j, st);
+    j->waiting_said = 0;
+}
+
+/* Why worker i's pod keeps it away for good, or NULL when nothing does: the pod unschedulable,
+ * its node NotReady or gone, the pod itself gone. */
+static const char *absence_cause(struct opjob *j, const cJSON *pods, int i, char *buf, size_t cap)
+{
+    char name[300];
+    tj_worker_pod_name(name, sizeof name, j->name, i);
+    const cJSON *pod = NULL, *p;
+    cJSON_ArrayForEach(p, pods) {
+        const char *pn = json_str_at(p, "metadata.name");
+        if (pn && !strcmp(pn, name) && !json_at(p, "metadata.deletionTimestamp"))
+            pod = p;
+    }
+    if (!pod) {
+        snprintf(buf, cap, "its pod %s is gone", name);
+        return buf;
+    }
+    const cJSON *c;
+    cJSON_ArrayForEach(c, json_at(pod, "status.conditions")) {
+        const char *t = json_str_at(c, "type"), *r = json_str_at(c, "reason");
+        if (t && !strcmp(t, "PodScheduled") && r && !strcmp(r, "Unschedulable")) {
+            const char *m = json_str_at(c, "message");
+            snprintf(buf, cap, "its pod %s is unschedulable (%s)", name, m ? m : "no reason given");
+            return buf;
+        }
+    }
+    const char *node = json_str_at(pod, "spec.nodeName");
+    if (!node)
+        return NULL;
+    herr e = {0};
+    int ns = controller_node_state(j->co->ctl, node, &e);
+    if (ns == 2)
+        snprintf(buf, cap, "its node %s is gone", node);
+    else if (ns == 0)
+        snprintf(buf, cap, "its node %s is NotReady", node);
+    else
+        return NULL;
+    return buf;
+}
+
+/* An elastic job gathering without some of its workers: each absent one whose pod stays
+ * unschedulable, or whose node stays NotReady or gone, for replaceTimeoutSeconds counts as
+ * lost; below minWorkers the job waits for it, with a condition that says so. */
+static void elastic_watch(struct opjob *j)
+{
+    const struct tj_spec *s = &j->tj.spec;
+    enum coord_job_state cs;
+    if (!tj_is_elastic(s) || coord_job_state(j->co->c, j->key, &cs) ||
+        (cs != COORD_GATHERING && cs != COORD_RESTARTING))
+        return;
+    int n = s->workers;
+    if (!j->absent_since && !(j->absent_since = calloc((size_t)n, sizeof *j->absent_since)))
+        return;
+    int *state = calloc((size_t)n, sizeof *state);
+    if (!state || coord_job_workers(j->co->c, j->key, state, n) < 0) {
+        free(state);
+        return;
+    }
+    cJSON *pods = NULL;
+    double t = clock_mono_s();
+    for (int i = 0; i < n; i++) {
+        if (state[i] != 0) {
+            j->absent_since[i] = 0;
+            continue;
+        }
+        if (!pods && !(pods = controller_job_pods(j->co->ctl, j->ns, j->name)))
+            break;
+        char cause[600];
+        if (!absence_cause(j, pods, i, cause, sizeof cause)) {
+            j->absent_since[i] = 0;
+            continue;
+        }
+        if (j->absent_since[i] == 0)
+            j->absent_since[i] = t;
+        double gone = t - j->absent_since[i];
+        if (gone < s->elastic.replace_timeout_seconds)
+            continue;
+        char why[800];
+        snprintf(why, sizeof why, "%s for %.0f s (spec.elastic.replaceTimeoutSeconds %d)", cause,
+                 gone, s->elastic.replace_timeout_seconds);
+        herr e = {0};
+        int rc = coord_job_lose_worker(j->co->c, j->key, i, why, &e);
+        if (rc == 1 && !j->waiting_said) {
+            int lost = 0, replans = 0;
+            coord_job_elastic(j->co->c, j->key, &lost, &replans);
+            char msg[1100];
+            snprintf(msg, sizeof msg, "waiting for worker %d: %s; without it %d workers would "
+                     "remain, fewer than spec.elastic.minWorkers %d", i, why, n - lost - 1,
+                     s->elastic.min_workers);
+            condition(j, "Elastic", 0, "BelowMinWorkers", msg);
+            event(j, "Warning", "BelowMinWorkers", msg);
+            j->waiting_said = 1;
+        } else if (rc < 0) {
+            log_warn("job %s: %s", j->key, e.msg);
+        }
+    }
+    cJSON_Delete(pods);
+    free(state);
+}
+
 static int on_plan(void *user, const struct coord_worker *w, int n, cJSON **a, herr *e)
 {
     struct opjob *j = user;
@@ -145,8 +301,23 @@ static int on_plan(void *user, const struct coord_worker *w, int n, cJSON **a, h
             cJSON_AddItemToObject(st, "nicGroups", ng);
         if (pj)
             cJSON_AddItemToObject(st, "plan", pj);
+        elastic_status(j, st);
     }
     patch_status(j, st);
+    if (tj_is_elastic(&j->tj.spec)) {
+        char msg[1400];
+        int replanned = j->cp.prev_shape[0] && strcmp(j->cp.prev_shape, j->cp.shape);
+        if (replanned) {
+            snprintf(msg, sizeof msg, "%s -> %s: %s%s%s", j->cp.prev_shape, j->cp.shape,
+                     j->elastic_why[0] ? j->elastic_why : "the workers changed",
+                     j->cp.batch_note[0] ? "; " : "", j->cp.batch_note);
+            event(j, "Warning", "Replanned", msg);
+        }
+        snprintf(msg, sizeof msg, "%s%s%s", j->cp.shape, j->cp.batch_note[0] ? "; " : "",
+                 j->cp.batch_note);
+        condition(j, "Elastic", 1, n < j->tj.spec.workers ? "Replanned" : "AllWorkers", msg);
+        j->elastic_why[0] = '\0';
+    }
     for (int r = 0; r < p->n_ranks; r++) {
         if (p->ranks[r].local != 0)
             continue;
@@ -318,6 +489,7 @@ static void on_event(void *user, enum coord_job_state s, const char *msg)
 
 static void opjob_free(struct opjob *j)
 {
+    free(j->absent_since);
     coord_plan_free(&j->cp);
     tj_job_free(&j->tj);
     free(j);
@@ -360,6 +532,19 @@ static int resolve(void *user, struct coordinator *c, const char *key)
         podp[i] = pods[i];
     }
     j->cp.job = &j->tj;
+    /* spec.elastic: the workers status says were lost stay lost for a new coordinator, and the
+     * global batch the re-plans keep is the one status recorded */
+    int *lost = calloc((size_t)n, sizeof *lost), nlost = 0;
+    if (!lost)
+        goto out;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, json_at(obj, "status.elastic.lostWorkers"))
+        for (int i = 0; cJSON_IsString(it) && i < n; i++)
+            if (!strcmp(pods[i], it->valuestring) && nlost < n)
+                lost[nlost++] = i;
+    int B = j->tj.spec.par.micro_batch_size;
+    if (tj_is_elastic(&j->tj.spec) && nlost > 0 && B > 0)
+        j->cp.global_mb = (int)json_num_at(obj, "status.elastic.globalBatch", 0) / B;
     struct coord_job_spec js = {
         .name = j->key, .token = token, .workers = n, .pods = podp,
         .gang_timeout_ms = j->tj.spec.gang_timeout_seconds * 1000,
@@ -368,12 +553,17 @@ static int resolve(void *user, struct coordinator *c, const char *key)
         .restart_backoff_ms = j->tj.spec.restart.backoff_seconds * 1000,
         .total_steps = j->tj.spec.training.steps,
         .progress_interval_ms = co->status_interval_ms,
+        .min_workers = tj_is_elastic(&j->tj.spec) ? j->tj.spec.elastic.min_workers : 0,
+        .scale_up = j->tj.spec.elastic.scale_up, .lost = lost, .nlost = nlost,
         .hooks = {.plan = on_plan, .on_hello = on_hello, .on_steps = on_steps,
-                  .on_progress = on_progress, .on_event = on_event, .on_notice = on_notice},
+                  .on_progress = on_progress, .on_event = on_event, .on_notice = on_notice,
+                  .on_elastic = on_elastic},
         .user = j,
     };
     herr e = {0};
-    if (coord_add_job(c, &js, &e)) {
+    int added = coord_add_job(c, &js, &e);
+    free(lost);
+    if (added) {
         log_warn("job %s: %s", key, e.msg);
         goto out;
     }
@@ -412,6 +602,8 @@ static void sweep(struct coord_operator *co)
         const char *ph = json_str_at(obj, "status.phase");
         int failed = ph && !strcmp(ph, "Failed") && j->failed_at > 0 && t - j->failed_at > 5;
         cJSON_Delete(obj);
+        if (!gone && !failed)
+            elastic_watch(j);
         if (gone || failed) {
             coord_remove_job(co->c, j->key);
             *pj = j->next;
@@ -426,6 +618,21 @@ static void sweep(struct coord_operator *co)
     }
 }
 
+/* A renewed certificate from the keeper: new connections get it (on this, the serving thread). */
+static void renew_tls(struct coord_operator *co)
+{
+    struct coord_tls t = {0};
+    if (!co->tls || tls_keeper_take(co->tls, &co->tls_gen, &t) != 1)
+        return;
+    herr e = {0};
+    if (coord_tls_reload(co->c, t.tls_crt, t.tls_key, &e) != 0)
+        log_warn("coordinator: the renewed certificate cannot be used (keeping the old): %s", e.msg);
+    else
+        log_info("coordinator: serving the renewed certificate (expires %ld)",
+                 (long)coord_tls_not_after(t.tls_crt));
+    coord_tls_free(&t);
+}
+
 static void *serve(void *arg)
 {
     struct coord_operator *co = arg;
@@ -434,6 +641,7 @@ static void *serve(void *arg)
         coord_service(co->c);
         if (clock_mono_s() - last_sweep > 2) {
             sweep(co);
+            renew_tls(co);
             last_sweep = clock_mono_s();
         }
     }
@@ -452,9 +660,18 @@ struct coord_operator *coord_operator_start(struct controller *ctl,
     co->metrics = o->metrics;
     co->history = o->history;
     co->status_interval_ms = o->status_interval_ms > 0 ? o->status_interval_ms : 5000;
-    struct coord_options copt = {.bind = o->bind, .port = o->port, .tls_cert = o->tls_cert,
-                                 .tls_key = o->tls_key, .resolve_job = resolve, .user = co};
-    if (coord_create(&co->c, &copt, e)) {
+    co->tls = o->tls;
+    struct coord_tls t = {0};
+    if (co->tls && tls_keeper_take(co->tls, &co->tls_gen, &t) != 1) {
+        free(co);
+        herr_set(e, "coordinator: no TLS certificate to serve with");
+        return NULL;
+    }
+    struct coord_options copt = {.bind = o->bind, .port = o->port, .tls_cert_pem = t.tls_crt,
+                                 .tls_key_pem = t.tls_key, .resolve_job = resolve, .user = co};
+    int rc = coord_create(&co->c, &copt, e);
+    coord_tls_free(&t);
+    if (rc) {
         free(co);
         return NULL;
     }

@@ -19,11 +19,13 @@
 struct coord_operator;
 struct coord_metrics;
 struct coord_history;
+struct tls_keeper;
 
 struct coord_operator_opts {
     const char *bind;       /* NULL = all interfaces */
     int port;               /* e.g. 8443 */
-    const char *tls_cert, *tls_key;
+    struct tls_keeper *tls; /* wss:// with the keeper's certificate, renewed as it renews it;
+                             * NULL = plain ws:// */
     int status_interval_ms; /* progress writes per job; 0 = 5000 */
     struct coord_metrics *metrics; /* per-job gauges to keep (coord_metrics.h); NULL = none */
     struct coord_history *history; /* what the job page shows (coord_history.h); NULL = none */

@@ -70,21 +70,10 @@ static int add_assignment(const struct coord_plan *cp, const struct plan *p, int
     return *out ? 0 : -1;
 }
 
-int coord_plan_hook(void *user, const struct coord_worker *workers, int n, cJSON **assignments,
-                    herr *e)
+/* The planner's input for `workers` under spec s, planned into *out. */
+static int make_plan(const struct coord_plan *cp, const struct tj_spec *s,
+                     const struct coord_worker *workers, int n, struct plan *out, herr *e)
 {
-    struct coord_plan *cp = user;
-    const struct tj_spec *s = &cp->job->spec;
-    /* the jobs validation refuses as not runnable yet (tj_spec_runnable), for the same reason */
-    struct tj_errors *run = calloc(1, sizeof *run);
-    if (!run)
-        return herr_set(e, "plan: out of memory");
-    if (tj_spec_runnable(s, "spec", run)) {
-        tj_errors_to_herr(run, e);
-        free(run);
-        return herr_wrap(e, "plan");
-    }
-    free(run);
     struct plan_worker *pw = calloc((size_t)n, sizeof *pw);
     if (!pw)
         return herr_set(e, "plan: out of memory");
@@ -117,21 +106,154 @@ int coord_plan_hook(void *user, const struct coord_worker *workers, int n, cJSON
         free(pw);
         return herr_wrap(e, "planner");
     }
+    int rc = plan_make(pw, n, &job, &links, out, e);
+    free(pw);
+    return rc ? herr_wrap(e, "planner") : 0;
+}
+
+/* The spec of an elastic job on `n` of its workers (indices from workers[].index): workers n,
+ * and each emulated NIC group counting the workers of it that remain. */
+static int survivors_spec(const struct tj_spec *s, const struct coord_worker *workers, int n,
+                          struct tj_spec *ds, herr *e)
+{
+    if (tj_spec_copy(ds, s))
+        return herr_set(e, "plan: out of memory");
+    ds->workers = n;
+    if (ds->elastic.min_workers > n)
+        ds->elastic.min_workers = n;
+    struct tj_emulation *em = &ds->emulation;
+    if (!em->enabled)
+        return 0;
+    int kept = 0;
+    for (int g = 0, first = 0; g < s->emulation.n_groups; g++) {
+        int count = s->emulation.groups[g].count, left = 0;
+        for (int i = 0; i < n; i++)
+            left += workers[i].index >= first && workers[i].index < first + count;
+        first += count;
+        if (left > 0) {
+            em->groups[kept] = s->emulation.groups[g];
+            em->groups[kept++].count = left;
+        }
+    }
+    em->n_groups = kept;
+    return 0;
+}
+
+/* An elastic job's plan on its survivors: every (pipeline, data) of their ranks whose data
+ * degree divides the global batch (kept: more micro-batches per replica), the fastest the
+ * planner predicts; when none plans, pipeline and data auto with the spec's micro-batches
+ * (the global batch changes, and cp->batch_note says so). ds gets the spec planned for. */
+static int replan(struct coord_plan *cp, const struct coord_worker *workers, int n,
+                  struct tj_spec *ds, herr *e)
+{
+    const struct tj_spec *s = &cp->job->spec;
+    if (survivors_spec(s, workers, n, ds, e))
+        return -1;
+    int units = n * tj_ranks_per_worker(s) / (s->par.tensor > 0 ? s->par.tensor : 1);
+    int G = cp->global_mb, best = 0;
+    struct plan p;
+    herr last = {0};
+    snprintf(last.msg, sizeof last.msg, "no data degree of %d tensor groups divides the global "
+             "batch of %d micro-batches", units, G);
+    for (int D = 1; G > 0 && D <= units; D++) {
+        int P = units / D, M = G / D;
+        if (units % D || G % D || P > s->model.layers ||
+            (s->par.schedule == SCHED_1F1B && M < P))
+            continue;
+        struct tj_spec try = *ds;
+        try.par.pipeline = P;
+        try.par.data = D;
+        try.par.micro_batches = M;
+        herr pe = {0};
+        if (make_plan(cp, &try, workers, n, &p, &pe) != 0) {
+            last = pe;
+            continue;
+        }
+        if (!best || p.step_s < cp->plan.step_s) {
+            if (best)
+                plan_free(&cp->plan);
+            cp->plan = p;
+            ds->par = try.par;
+            best = 1;
+        } else {
+            plan_free(&p);
+        }
+    }
+    int B = s->par.micro_batch_size;
+    if (best) {
+        snprintf(cp->batch_note, sizeof cp->batch_note, "global batch kept: %d sequences (%d "
+                 "micro-batches of %d a replica)", G * B, ds->par.micro_batches, B);
+        return 0;
+    }
+    ds->par.pipeline = TJ_AUTO;
+    ds->par.data = TJ_AUTO;
+    ds->par.micro_batches = s->par.micro_batches;
+    if (make_plan(cp, ds, workers, n, &cp->plan, e) != 0)
+        return herr_wrap(e, "%d workers left (%s)", n, last.msg);
+    ds->par.pipeline = cp->plan.pipeline;
+    ds->par.data = cp->plan.data;
+    int now = cp->plan.data * ds->par.micro_batches * B;
+    if (G > 0)
+        snprintf(cp->batch_note, sizeof cp->batch_note, "global batch changed from %d to %d "
+                 "sequences: %.150s; the data goes on at the new shape's sample of the step",
+                 G * B, now, last.msg);
+    else
+        snprintf(cp->batch_note, sizeof cp->batch_note, "global batch %d sequences (the full "
+                 "plan's was not known to this coordinator)", now);
+    return 0;
+}
+
+int coord_plan_hook(void *user, const struct coord_worker *workers, int n, cJSON **assignments,
+                    herr *e)
+{
+    struct coord_plan *cp = user;
+    const struct tj_spec *s = &cp->job->spec;
+    /* the jobs validation refuses as not runnable yet (tj_spec_runnable), for the same reason */
+    struct tj_errors *run = calloc(1, sizeof *run);
+    if (!run)
+        return herr_set(e, "plan: out of memory");
+    if (tj_spec_runnable(s, "spec", run)) {
+        tj_errors_to_herr(run, e);
+        free(run);
+        return herr_wrap(e, "plan");
+    }
+    free(run);
     if (cp->planned)
         plan_free(&cp->plan);
     cp->planned = 0;
-    int rc = plan_make(pw, n, &job, &links, &cp->plan, e);
-    free(pw);
-    if (rc)
-        return herr_wrap(e, "planner");
+    cp->batch_note[0] = '\0';
+    struct tj_spec ds; /* the spec planned for: the job's, or its survivors' */
+    int rc, survivors = n != s->workers && tj_is_elastic(s);
+    if (!survivors) { /* (any other count: planner_apply_spec refuses it, naming spec.workers) */
+        if (tj_spec_copy(&ds, s))
+            return herr_set(e, "plan: out of memory");
+        rc = make_plan(cp, s, workers, n, &cp->plan, e);
+    } else {
+        rc = replan(cp, workers, n, &ds, e);
+    }
+    if (rc) {
+        tj_spec_free(&ds);
+        return -1;
+    }
     cp->planned = 1;
+    const struct plan *p = &cp->plan;
+    if (!survivors)
+        cp->global_mb = p->data * s->par.micro_batches;
+    cp->workers = n;
+    cp->global_seqs = p->data * ds.par.micro_batches * ds.par.micro_batch_size;
+    snprintf(cp->prev_shape, sizeof cp->prev_shape, "%s", cp->shape);
+    snprintf(cp->shape, sizeof cp->shape, "pipeline %d x data %d%s on %d workers, %d "
+             "micro-batches of %d a replica", p->pipeline, p->data, p->tensor > 1 ? " (tensor)" : "",
+             n, ds.par.micro_batches, ds.par.micro_batch_size);
     struct plan_doc doc;
-    if (plan_to_doc(&cp->plan, &doc, e))
+    if (plan_to_doc(&cp->plan, &doc, e)) {
+        tj_spec_free(&ds);
         return herr_wrap(e, "plan");
+    }
     /* The group order is the planner's: plan_to_doc derives only what the planner leaves out. */
-    if (s->emulation.enabled)
-        emulate_links(&s->emulation, &cp->plan, &doc);
-    cJSON *spec_json = tj_spec_to_json(s);
+    if (ds.emulation.enabled)
+        emulate_links(&ds.emulation, &cp->plan, &doc);
+    cJSON *spec_json = tj_spec_to_json(&ds);
     rc = spec_json ? 0 : herr_set(e, "plan: out of memory");
     /* The template is for pods, not for workers. */
     cJSON_DeleteItemFromObjectCaseSensitive(spec_json, "template");
@@ -141,6 +263,7 @@ int coord_plan_hook(void *user, const struct coord_worker *workers, int n, cJSON
                           workers[i].pod);
     plan_doc_free(&doc);
     cJSON_Delete(spec_json);
+    tj_spec_free(&ds);
     return rc;
 }
 

@@ -25,9 +25,22 @@ struct coord_plan {
                                    `holmes-operator plan --calibration`; NULL = none */
     int planned;
     struct plan plan;           /* valid when planned */
+    /* spec.elastic: a plan for fewer workers than spec.workers (some lost) is made for the job
+     * as if it had those workers: pipeline and data chosen for them, the global batch kept
+     * (more micro-batches per replica) where a data degree divides it, else changed and said. */
+    int global_mb;              /* micro-batches of microBatchSize sequences a step keeps: the
+                                   full plan's data x microBatches (0: not known yet) */
+    int workers;                /* workers of the last plan */
+    int global_seqs;            /* sequences per step under the last plan */
+    char shape[200];            /* the last plan's shape, "pipeline 2 x data 2 (4 workers), ..." */
+    char prev_shape[200];       /* the plan's before it ("" for the first) */
+    char batch_note[400];       /* how the last re-plan kept or changed the global batch */
 };
 
-/* The hook (user = struct coord_plan *). CPU workers (gpus 0) hold one rank each. */
+/* The hook (user = struct coord_plan *). CPU workers (gpus 0) hold one rank each. With fewer
+ * workers than spec.workers (an elastic job's survivors; coord_worker.index says which) the
+ * assignments carry the spec the plan was made for (workers, pipeline, data, microBatches,
+ * emulation.nics for those workers). */
 int coord_plan_hook(void *user, const struct coord_worker *workers, int n, cJSON **assignments,
                     herr *e);
 void coord_plan_free(struct coord_plan *cp);

@@ -4,6 +4,7 @@
 #include "coordinator_impl.h"
 
 #include <libwebsockets.h>
+#include <openssl/ssl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,10 +12,17 @@
 #include <time.h>
 
 #include "clock.h"
+#include "coord_tls.h"
 #include "log.h"
 
 #define TICK_US (100 * 1000)
-#define RX_CHUNK 65536
+#define RX_CHUNK 16384
+/* Bounds on what one connection may cost (docs/protocol.md, "Limits"): before its hello a
+ * connection is nobody's, so its messages are small (a hello is a few KiB); a peer that does not
+ * read gets its connection closed once this much is queued for it. */
+#define PRE_HELLO_MAX_MESSAGE 16384
+#define OUT_QUEUE_MAX (8u << 20)
+#define DEFAULT_MAX_PENDING 1024
 
 const char *coord_state_name(enum coord_job_state s)
 {
@@ -46,6 +54,17 @@ int co_conn_send(struct conn *k, char *text)
     m->len = len;
     memcpy(m->buf + LWS_PRE, text, len);
     free(text);
+    if (k->queued + len > OUT_QUEUE_MAX) {
+        /* the peer does not read: it is not going to catch up; close instead of growing */
+        free(m);
+        k->closing = 1;
+        k->close_code = LWS_CLOSE_STATUS_POLICY_VIOLATION;
+        snprintf(k->close_reason, sizeof k->close_reason, "not reading: %u MiB queued",
+                 OUT_QUEUE_MAX >> 20);
+        lws_set_timeout(k->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+        return -1;
+    }
+    k->queued += len;
     if (k->tail)
         k->tail->next = m;
     else
@@ -85,6 +104,7 @@ static void conn_free_queue(struct conn *k)
         free(m);
     }
     k->tail = NULL;
+    k->queued = 0;
 }
 
 /* ---------------------------------------------------------------- messages */
@@ -175,6 +195,17 @@ static void on_hello(struct conn *k, const struct proto_hello *h)
         conn_refuse(k, PROTO_ERR_DUPLICATE, "hello: that worker is already connected");
         return;
     }
+    if (s->lost && j->state != COORD_SUCCEEDED && j->state != COORD_FAILED) {
+        if (!j->scale_up) {
+            char why[300];
+            snprintf(why, sizeof why, "hello: worker %d (%s) was lost and the job re-planned without "
+                     "it; spec.elastic.scaleUp is false", h->worker, h->pod);
+            conn_refuse(k, PROTO_ERR_UNKNOWN_WORKER, why);
+            return;
+        }
+        co_job_regain(j, k, h); /* spec.elastic.scaleUp: planned in again */
+        return;
+    }
     if (j->fail_deadline && !h->running) {
         /* Back while its gang's failure is being settled: wait for the verdict. */
         k->job = j;
@@ -225,7 +256,7 @@ static void on_rendezvous(struct conn *k, const struct proto_msg *m)
     s->ids = m->body ? cJSON_Duplicate(m->body, 1) : NULL;
     s->rendezvous = 1;
     for (int i = 0; i < j->n; i++)
-        if (!j->w[i].rendezvous)
+        if (!j->w[i].rendezvous && !j->w[i].lost)
             return;
     co_job_send_start(j);
 }
@@ -276,6 +307,10 @@ static void on_message(struct conn *k, const char *text, size_t len)
     }
     if (m->type == PROTO_HELLO) {
         on_hello(k, &m->u.hello);
+        if (k->job && k->pending) { /* introduced: no longer counted against max_pending */
+            k->pending = 0;
+            k->c->npending--;
+        }
     } else if (!k->job) {
         conn_refuse(k, PROTO_ERR_AUTH, "the first message must be hello");
     } else {
@@ -333,6 +368,9 @@ static void on_closed(struct conn *k)
     }
     conn_free_queue(k);
     free(k->rx);
+    k->c->nconns--;
+    if (k->pending)
+        k->c->npending--;
     if (k->prev)
         k->prev->next = k->next;
     else
@@ -354,8 +392,12 @@ static int receive(struct conn *k, const void *in, size_t len)
         conn_refuse(k, PROTO_ERR_BAD_MESSAGE, "message: binary frames are not accepted");
         return 0;
     }
-    if (k->rx_len + len > PROTO_MAX_MESSAGE) {
-        conn_refuse(k, PROTO_ERR_BAD_MESSAGE, "message: larger than the limit");
+    size_t limit = k->job ? PROTO_MAX_MESSAGE : PRE_HELLO_MAX_MESSAGE;
+    if (k->rx_len + len > limit) {
+        char why[100];
+        snprintf(why, sizeof why, "message: larger than the limit of %zu bytes%s", limit,
+                 k->job ? "" : " before hello");
+        conn_refuse(k, PROTO_ERR_BAD_MESSAGE, why);
         return 0;
     }
     if (k->rx_len + len > k->rx_cap) {
@@ -412,10 +454,25 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     struct coordinator *c = lws_context_user(lws_get_context(wsi));
     struct conn **pk = user;
     switch (reason) {
+    case LWS_CALLBACK_OPENSSL_LOAD_EXTRA_SERVER_VERIFY_CERTS:
+        /* the vhost's SSL_CTX, made for us (LWS_SERVER_OPTION_CREATE_VHOST_SSL_CTX): our
+         * certificate goes in here, now and at each renewal */
+        c->ssl_ctx = user;
+        if (c->tls_cert_pem &&
+            coord_tls_ctx_use(c->ssl_ctx, c->tls_cert_pem, c->tls_key_pem, NULL) != 0)
+            c->tls_load_failed = 1;
+        return 0;
     case LWS_CALLBACK_ESTABLISHED: {
+        if (c->npending >= c->max_pending) {
+            c->refused++;
+            return -1; /* a flood of connections nobody introduced: close the newest */
+        }
         struct conn *k = calloc(1, sizeof *k);
         if (!k)
             return -1;
+        c->nconns++;
+        c->npending++;
+        k->pending = 1;
         k->wsi = wsi;
         k->c = c;
         k->worker = -1;
@@ -457,7 +514,7 @@ static void tick(lws_sorted_usec_list_t *sul)
             size_t used = 0;
             int count = 0;
             for (int i = 0; i < j->n; i++) {
-                if (j->w[i].hello)
+                if (j->w[i].hello || j->w[i].lost)
                     continue;
                 count++;
                 if (used < sizeof missing - 40) {
@@ -483,6 +540,16 @@ static void lws_log_to_ours(int level, const char *line)
         log_debug("libwebsockets: %.*s", (int)strcspn(line, "\n"), line);
 }
 
+/* How the coordinator treats idle and slow peers (docs/protocol.md, "Limits"): an admitted
+ * worker that has sent nothing for 30 s is pinged and dropped when nothing comes back within
+ * 60 s more (a half-open connection); a peer that does not finish its WebSocket or TLS handshake
+ * within 10 s, or sends nothing for 5 s, is dropped; 2,048 handshakes are read at once (2 KiB of
+ * headers each: a flood of idle connections does not make a worker's handshake wait). */
+static const lws_retry_bo_t idle_policy = {
+    .secs_since_valid_ping = 30,
+    .secs_since_valid_hangup = 90,
+};
+
 int coord_create(struct coordinator **out, const struct coord_options *opt, herr *e)
 {
     *out = NULL;
@@ -490,6 +557,7 @@ int coord_create(struct coordinator **out, const struct coord_options *opt, herr
     if (!c)
         return herr_set(e, "coordinator: out of memory");
     c->hello_timeout_s = opt->hello_timeout_s > 0 ? opt->hello_timeout_s : 10;
+    c->max_pending = opt->max_pending > 0 ? opt->max_pending : DEFAULT_MAX_PENDING;
     c->resolve_job = opt->resolve_job;
     c->user = opt->user;
     c->protocols[0] = (struct lws_protocols){
@@ -506,32 +574,76 @@ int coord_create(struct coordinator **out, const struct coord_options *opt, herr
     info.protocols = c->protocols;
     info.user = c;
     info.options = LWS_SERVER_OPTION_VALIDATE_UTF8;
-    if (opt->tls_cert || opt->tls_key) {
-        if (!opt->tls_cert || !opt->tls_key) {
+    info.timeout_secs = 10;
+    info.timeout_secs_ah_idle = 5;
+    info.max_http_header_pool = 2048;
+    info.max_http_header_data = 2048;
+    info.retry_and_idle_policy = &idle_policy;
+    info.ka_time = 60; /* TCP keepalive: a peer gone without a FIN is noticed */
+    info.ka_probes = 3;
+    info.ka_interval = 10;
+    struct coord_tls files = {0};
+    if (opt->tls_cert_pem || opt->tls_key_pem || opt->tls_cert || opt->tls_key) {
+        if (opt->tls_cert_pem || opt->tls_key_pem) {
+            c->tls_cert_pem = opt->tls_cert_pem;
+            c->tls_key_pem = opt->tls_key_pem;
+        } else if (!opt->tls_cert || !opt->tls_key) {
             free(c);
             return herr_set(e, "coordinator: TLS needs both a certificate and a key file");
+        } else if (coord_tls_read_files(opt->tls_cert, opt->tls_key, NULL, &files, e) != 0) {
+            free(c);
+            return herr_wrap(e, "coordinator");
+        } else {
+            c->tls_cert_pem = files.tls_crt;
+            c->tls_key_pem = files.tls_key;
         }
-        info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
-        info.ssl_cert_filepath = opt->tls_cert;
-        info.ssl_private_key_filepath = opt->tls_key;
+        if (!c->tls_cert_pem || !c->tls_key_pem) {
+            coord_tls_free(&files);
+            free(c);
+            return herr_set(e, "coordinator: TLS needs both a certificate and a key");
+        }
+        /* lws makes the vhost's SSL_CTX; the callback puts our PEMs in it */
+        info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT |
+                        LWS_SERVER_OPTION_CREATE_VHOST_SSL_CTX;
     }
     info.options |= LWS_SERVER_OPTION_EXPLICIT_VHOSTS;
     c->ctx = lws_create_context(&info);
     if (!c->ctx) {
+        coord_tls_free(&files);
         free(c);
         return herr_set(e, "coordinator: cannot create the libwebsockets context");
     }
     struct lws_vhost *vh = lws_create_vhost(c->ctx, &info); /* port 0: the kernel picks */
-    if (!vh) {
+    int tls_bad = c->tls_cert_pem && (!c->ssl_ctx || c->tls_load_failed);
+    c->tls_cert_pem = c->tls_key_pem = NULL;
+    coord_tls_free(&files);
+    if (!vh || tls_bad) {
         lws_context_destroy(c->ctx);
         free(c);
-        return herr_set(e, "coordinator: cannot listen on %s:%d (in use, or bad TLS files?)",
+        if (tls_bad)
+            return herr_set(e, "coordinator: the TLS certificate or key cannot be used (not PEM, "
+                               "or the key is not the certificate's)");
+        return herr_set(e, "coordinator: cannot listen on %s:%d (in use?)",
                         opt->bind ? opt->bind : "*", opt->port);
     }
     c->port = lws_get_vhost_listen_port(vh);
     lws_sul_schedule(c->ctx, 0, &c->tick, tick, TICK_US);
     *out = c;
     return 0;
+}
+
+int coord_tls_reload(struct coordinator *c, const char *cert_pem, const char *key_pem, herr *e)
+{
+    if (!c->ssl_ctx)
+        return herr_set(e, "coordinator: not serving TLS");
+    return coord_tls_ctx_use(c->ssl_ctx, cert_pem, key_pem, e);
+}
+
+int coord_connections(const struct coordinator *c, int *pending)
+{
+    if (pending)
+        *pending = c->npending;
+    return c->nconns;
 }
 
 static void job_free(struct job *j)
@@ -634,6 +746,15 @@ int coord_add_job(struct coordinator *c, const struct coord_job_spec *spec, herr
     j->restart_backoff_ms = spec->restart_backoff_ms > 0 ? spec->restart_backoff_ms : 0;
     j->progress_interval_ms = spec->progress_interval_ms > 0 ? spec->progress_interval_ms : 2000;
     j->total_steps = spec->total_steps;
+    j->min_workers = spec->min_workers > 0 && spec->min_workers < j->n ? spec->min_workers : 0;
+    j->scale_up = spec->scale_up;
+    for (int i = 0; co_elastic(j) && i < spec->nlost && spec->lost; i++) {
+        int x = spec->lost[i];
+        if (x >= 0 && x < j->n && !j->w[x].lost && j->n - j->nlost - 1 >= j->min_workers) {
+            j->w[x].lost = 1;
+            j->nlost++;
+        }
+    }
     j->hooks = spec->hooks;
     j->user = spec->user;
     j->state = COORD_GATHERING;
@@ -703,6 +824,35 @@ int coord_job_connected(const struct coordinator *c, const char *name)
     for (int i = 0; i < j->n; i++)
         n += j->w[i].conn != NULL;
     return n;
+}
+
+int coord_job_lose_worker(struct coordinator *c, const char *name, int index, const char *why,
+                          herr *e)
+{
+    struct job *j = find_job(c, name);
+    if (!j)
+        return herr_set(e, "job %s: not registered", name);
+    return co_job_lose(j, index, why, e);
+}
+
+int coord_job_workers(const struct coordinator *c, const char *name, int *state, int cap)
+{
+    const struct job *j = find_job(c, name);
+    if (!j)
+        return -1;
+    for (int i = 0; i < j->n && i < cap; i++)
+        state[i] = j->w[i].lost ? -1 : j->w[i].conn && !j->w[i].deferred ? 1 : 0;
+    return j->n;
+}
+
+int coord_job_elastic(const struct coordinator *c, const char *name, int *lost, int *replans)
+{
+    const struct job *j = find_job(c, name);
+    if (!j)
+        return -1;
+    *lost = j->nlost;
+    *replans = j->replans;
+    return 0;
 }
 
 int coord_job_restarts(const struct coordinator *c, const char *name)

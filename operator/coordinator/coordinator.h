@@ -27,7 +27,11 @@ struct coord_options {
     int port;               /* 0 = an ephemeral port (see coord_port) */
     const char *tls_cert;   /* PEM files; both set = wss:// */
     const char *tls_key;
+    const char *tls_cert_pem; /* or the PEM texts themselves (wins over the files) */
+    const char *tls_key_pem;
     int hello_timeout_s;    /* a connection that has not said hello by then is closed; 0 = 10 */
+    int max_pending;        /* connections that have not said hello yet; more are closed at
+                             * once (0 = 1024). Admitted workers are not counted. */
     /* A hello names a job that is not registered: the owner may register it now with
      * coord_add_job (e.g. from the TrainingJob in the API server) and return 0; -1 refuses
      * the hello like any unknown job; 1 says the job is over (failed or succeeded): the
@@ -90,6 +94,10 @@ struct coord_hooks {
     /* A worker's notice: not a failure, but the user must hear of it (a checkpoint fallback).
      * `reason` is CamelCase; `message` names the worker. Optional. */
     void (*on_notice)(void *user, const char *reason, const char *message);
+    /* Elastic jobs: worker w was counted as lost (lost 1: coord_job_lose_worker; delete its pod)
+     * or a lost worker is back (lost 0: scaleUp); the gang re-plans next, and the plan hook then
+     * gets the workers that remain. `why` says what happened. Optional. */
+    void (*on_elastic)(void *user, const struct coord_worker *w, int lost, const char *why);
 };
 
 struct coord_job_spec {
@@ -105,6 +113,13 @@ struct coord_job_spec {
                              * (spec.restartPolicy.backoffSeconds); 0 = at once */
     long total_steps;       /* for the ETA; 0 = unknown */
     int progress_interval_ms; /* 0 = 2000 */
+    /* spec.elastic: min_workers below workers makes the job elastic (0: workers, not elastic);
+     * scale_up: a lost worker that says hello again is planned in; lost: workers already lost
+     * (status.elastic: a new coordinator goes on without them), each index once. */
+    int min_workers;
+    int scale_up;
+    const int *lost;
+    int nlost;
     struct coord_hooks hooks;
     void *user;
 };
@@ -128,8 +143,29 @@ int coord_job_progress(const struct coordinator *c, const char *name, struct coo
 /* Connected, admitted workers of the job; -1 when no such job. */
 int coord_job_connected(const struct coordinator *c, const char *name);
 int coord_job_restarts(const struct coordinator *c, const char *name);
+/* Elastic jobs: counts worker `index` as lost for good (its pod unschedulable, its node gone:
+ * the owner decides). The workers that remain re-plan: at once when the gang is gathering (the
+ * usual case: the lost worker's disconnect restarted it), else after a stop at the next step
+ * boundary (not charged). 0 done; 1 not done because fewer than min_workers would remain (the
+ * job keeps waiting for it); -1 with `e`: not elastic, no such worker, already lost, or
+ * connected (a worker that is there is not lost). */
+int coord_job_lose_worker(struct coordinator *c, const char *name, int index, const char *why,
+                          herr *e);
+/* Per worker of the job: 1 connected (said hello, or training), 0 absent, -1 lost; fills
+ * state[0..workers-1] (cap entries at most) and returns the worker count, -1 when no such job. */
+int coord_job_workers(const struct coordinator *c, const char *name, int *state, int cap);
+/* Elastic jobs: workers lost, and re-plans so far (loss and scale-up). -1 when no such job. */
+int coord_job_elastic(const struct coordinator *c, const char *name, int *lost, int *replans);
+
 /* Connections refused so far (bad token, bad message, unknown pod...), for tests and metrics. */
 long coord_refused(const struct coordinator *c);
+
+/* Serves new TLS connections with another certificate (a renewal); connections already open
+ * keep theirs. Only on a coordinator made with TLS, from the thread that runs coord_service. */
+int coord_tls_reload(struct coordinator *c, const char *cert_pem, const char *key_pem, herr *e);
+
+/* Open WebSocket connections, and of those the ones that have not said hello. */
+int coord_connections(const struct coordinator *c, int *pending);
 
 /* Runs the event loop once: waits for activity (at most ~100 ms) and handles it. */
 int coord_service(struct coordinator *c);

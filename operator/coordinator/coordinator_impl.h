@@ -27,6 +27,8 @@ struct conn {
     size_t rx_len, rx_cap;
     int rx_overflow;
     struct outmsg *head, *tail;
+    size_t queued;          /* bytes in the queue */
+    int pending;            /* counted in npending: no hello accepted yet */
     int closing;            /* close after the queue drains */
     int close_code;
     char close_reason[100];
@@ -52,6 +54,7 @@ struct slot {
      * hello waits for the verdict, then joins the restart (or hears the job is over). */
     int deferred;
     struct proto_hello deferred_hello;
+    int lost;               /* elastic: counted as lost; the gang trains without it */
 };
 
 /* What a failure report says happened, in order of how much it tells of the cause (see
@@ -89,7 +92,11 @@ struct job {
     double last_emit;
     struct coord_progress emitted;
     int progress_dirty;
+    int min_workers, scale_up; /* elastic when min_workers < n */
+    int nlost, replans;
 };
+
+static inline int co_elastic(const struct job *j) { return j->min_workers > 0 && j->min_workers < j->n; }
 
 struct coordinator {
     struct lws_context *ctx;
@@ -102,6 +109,11 @@ struct coordinator {
     int (*resolve_job)(void *user, struct coordinator *c, const char *job);
     void *user;
     long refused;
+    void *ssl_ctx;          /* the vhost's SSL_CTX when serving TLS (coord_tls_reload) */
+    const char *tls_cert_pem, *tls_key_pem; /* only while the vhost is made */
+    int tls_load_failed;
+    int max_pending;
+    int nconns, npending;   /* open connections; of those, not said hello yet */
 };
 
 /* coord_job.c */
@@ -116,6 +128,9 @@ void co_job_check_gang(struct job *j);
 void co_job_send_start(struct job *j);
 void co_job_aggregate(const struct job *j, struct coord_progress *p);
 void co_job_maybe_emit(struct job *j, int force);
+void co_job_forget_plan(struct job *j);
+int co_job_lose(struct job *j, int index, const char *why, herr *e);
+void co_job_regain(struct job *j, struct conn *k, const struct proto_hello *h);
 
 /* coordinator.c */
 int co_conn_send(struct conn *k, char *text);

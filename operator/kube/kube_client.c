@@ -16,6 +16,7 @@ const struct kube_resource KUBE_PODS = {"", "v1", "pods", "Pod"};
 const struct kube_resource KUBE_SECRETS = {"", "v1", "secrets", "Secret"};
 const struct kube_resource KUBE_SERVICES = {"", "v1", "services", "Service"};
 const struct kube_resource KUBE_EVENTS = {"", "v1", "events", "Event"};
+const struct kube_resource KUBE_NODES = {"", "v1", "nodes", "Node"};
 const struct kube_resource KUBE_LEASES = {"coordination.k8s.io", "v1", "leases", "Lease"};
 const struct kube_resource KUBE_TRAININGJOBS = {"holmes.dev", "v1alpha1", "trainingjobs",
                                                 "TrainingJob"};
@@ -588,12 +589,19 @@ int kube_patch(struct kube_client *kc, const struct kube_resource *r, const char
 int kube_delete(struct kube_client *kc, const struct kube_resource *r, const char *ns,
                 const char *name, const char *propagation, herr *e)
 {
+    return kube_delete_grace(kc, r, ns, name, propagation, -1, e);
+}
+
+int kube_delete_grace(struct kube_client *kc, const struct kube_resource *r, const char *ns,
+                      const char *name, const char *propagation, int grace_s, herr *e)
+{
     cJSON *opts = NULL;
-    if (propagation) {
+    if (propagation || grace_s >= 0) {
         opts = cJSON_CreateObject();
         if (!opts || !cJSON_AddStringToObject(opts, "kind", "DeleteOptions") ||
             !cJSON_AddStringToObject(opts, "apiVersion", "v1") ||
-            !cJSON_AddStringToObject(opts, "propagationPolicy", propagation)) {
+            (propagation && !cJSON_AddStringToObject(opts, "propagationPolicy", propagation)) ||
+            (grace_s >= 0 && !cJSON_AddNumberToObject(opts, "gracePeriodSeconds", grace_s))) {
             cJSON_Delete(opts);
             return herr_set(e, "out of memory");
         }

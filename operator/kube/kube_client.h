@@ -23,7 +23,7 @@ struct kube_resource {
     const char *resource; /* plural: "pods" */
     const char *kind;
 };
-extern const struct kube_resource KUBE_PODS, KUBE_SECRETS, KUBE_SERVICES, KUBE_EVENTS,
+extern const struct kube_resource KUBE_PODS, KUBE_NODES, KUBE_SECRETS, KUBE_SERVICES, KUBE_EVENTS,
     KUBE_LEASES, KUBE_TRAININGJOBS;
 
 struct kube_client_opts {
@@ -59,6 +59,10 @@ int kube_patch(struct kube_client *kc, const struct kube_resource *r, const char
 /* propagation: "Background", "Foreground", "Orphan" or NULL. */
 int kube_delete(struct kube_client *kc, const struct kube_resource *r, const char *ns,
                 const char *name, const char *propagation, herr *e);
+/* The same with DeleteOptions.gracePeriodSeconds (>= 0; -1: the object's own): 0 removes a pod
+ * at once, without its kubelet's confirmation (what the pod GC does for a node that is gone). */
+int kube_delete_grace(struct kube_client *kc, const struct kube_resource *r, const char *ns,
+                      const char *name, const char *propagation, int grace_s, herr *e);
 
 /* The raw request under the functions above: method, path with query, optional JSON body
  * (sent with content_type), parsed answer in *out (may be NULL). */

@@ -134,40 +134,47 @@ struct watch_state {
     size_t errlen;
 };
 
+int kube_watch_event_decode(cJSON *v, enum kube_event_type *t, cJSON **obj, herr *e)
+{
+    *obj = NULL;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(v, "type");
+    cJSON *o = cJSON_DetachItemFromObjectCaseSensitive(v, "object");
+    int rc = 0;
+    if (!cJSON_IsString(type))
+        rc = herr_set(e, "watch event.type: required, a string");
+    else if (!cJSON_IsObject(o))
+        rc = herr_set(e, "watch event.object: required, an object");
+    else if (strcmp(type->valuestring, "ADDED") == 0)
+        *t = KUBE_ADDED;
+    else if (strcmp(type->valuestring, "MODIFIED") == 0)
+        *t = KUBE_MODIFIED;
+    else if (strcmp(type->valuestring, "DELETED") == 0)
+        *t = KUBE_DELETED;
+    else if (strcmp(type->valuestring, "BOOKMARK") == 0)
+        *t = KUBE_BOOKMARK;
+    else if (strcmp(type->valuestring, "ERROR") == 0)
+        *t = KUBE_ERROR;
+    else
+        rc = herr_set(e, "watch event.type: unknown event type \"%.40s\"", type->valuestring);
+    cJSON_Delete(v);
+    if (rc) {
+        cJSON_Delete(o);
+        return -1;
+    }
+    *obj = o;
+    return 0;
+}
+
 static int on_value(cJSON *v, void *user)
 {
     struct watch_state *w = user;
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(v, "type");
-    cJSON *obj = cJSON_DetachItemFromObjectCaseSensitive(v, "object");
-    int rc = 0;
-    if (!cJSON_IsString(type) || !cJSON_IsObject(obj)) {
-        herr_set(w->e, "watch stream: an event without type or object");
-        cJSON_Delete(obj);
-        cJSON_Delete(v);
+    enum kube_event_type t = KUBE_ERROR;
+    cJSON *obj = NULL;
+    if (kube_watch_event_decode(v, &t, &obj, w->e) != 0) {
         w->failed = 1;
         return -1;
     }
-    enum kube_event_type t;
-    const char *ts = type->valuestring;
-    if (strcmp(ts, "ADDED") == 0)
-        t = KUBE_ADDED;
-    else if (strcmp(ts, "MODIFIED") == 0)
-        t = KUBE_MODIFIED;
-    else if (strcmp(ts, "DELETED") == 0)
-        t = KUBE_DELETED;
-    else if (strcmp(ts, "BOOKMARK") == 0)
-        t = KUBE_BOOKMARK;
-    else if (strcmp(ts, "ERROR") == 0)
-        t = KUBE_ERROR;
-    else {
-        herr_set(w->e, "watch stream: unknown event type \"%.40s\"", ts);
-        cJSON_Delete(obj);
-        cJSON_Delete(v);
-        w->failed = 1;
-        return -1;
-    }
-    cJSON_Delete(v);
-    rc = w->fn(t, obj, w->user);
+    int rc = w->fn(t, obj, w->user);
     if (rc)
         w->cb_rc = rc;
     return rc;

@@ -29,6 +29,10 @@ size_t kube_json_stream_pending(const struct kube_json_stream *s);
 enum kube_event_type { KUBE_ADDED, KUBE_MODIFIED, KUBE_DELETED, KUBE_BOOKMARK, KUBE_ERROR };
 const char *kube_event_name(enum kube_event_type t);
 
+/* One value of a watch stream, {"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": {...}},
+ * taken: its type and its object (the caller's). -1 naming the field when v is not an event. */
+int kube_watch_event_decode(cJSON *v, enum kube_event_type *t, cJSON **obj, herr *e);
+
 /* Called per event with the event's object (owned by the callee: free it or keep it).
  * Return 0 to go on, non-zero to stop the watch (kube_watch returns that value). */
 typedef int (*kube_watch_fn)(enum kube_event_type t, cJSON *obj, void *user);

@@ -46,17 +46,17 @@ def main():
                            waits=int(p.group(4)))
             wrk[k] = rec
         elif line.startswith("pytorch "):
-            pt[k[:4]] = rec
+            pt[k] = rec
     if not eng and not wrk:
         print("gpu summary: no benchmark lines found")
         return 1
     print("\n== summary (tokens/s; ratios: engine / PyTorch >= 1.1, worker / engine >= 0.95)")
     print("| model | B | M | PyTorch | engine | engine/PyTorch | engine MFU | worker | worker/engine | PCIe up/down per step (tokens+targets) | host waits/step |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for k in sorted(set(eng) | set(wrk)):
+    for k in sorted(set(eng) | set(wrk) | set(pt)):
         L, C, B, T, M = k
         name = {12: "124M", 48: "1.5B", 24: "350M", 36: "774M"}.get(L, "L%d C%d" % (L, C))
-        e, w, p = eng.get(k), wrk.get(k), pt.get(k[:4]) if M == 1 else None
+        e, w, p = eng.get(k), wrk.get(k), pt.get(k)
         f = lambda r: "%.0f" % r["tok"] if r else "-"
         r_ep = "%.2fx" % (e["tok"] / p["tok"]) if e and p else "-"
         r_we = "%.2fx" % (w["tok"] / e["tok"]) if w and e else "-"

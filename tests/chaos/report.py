@@ -1,6 +1,7 @@
 """report.py OUT EVERY: the chaos run's faults, restarts, steps lost and loss curve against the
 uninterrupted run. Exits 1 when a goal is missed: a step lost to SIGTERM, more than EVERY steps
-lost to SIGKILL, or a step whose loss differs from the uninterrupted run's."""
+lost to SIGKILL or to the permanent loss (re-planned on the survivors), or a step whose loss
+differs from the uninterrupted run's by more than 1e-4."""
 import datetime
 import glob
 import json
@@ -29,8 +30,11 @@ for path in glob.glob(f"{out}/run/worker-*.log"):
 resumes.sort()
 
 unattributed = 0
+prev = 0.0
 for t, step in resumes:
-    reached = max([r["step"] for r in rows if r["time"] < t], default=0)
+    # the newest step reached since the previous resume (not before it: those were replayed)
+    reached = max([r["step"] for r in rows if prev < r["time"] < t], default=step)
+    prev = t
     lost = max(0, reached - step)
     before = [f for f in faults if f["time"] <= t]
     if not before:
@@ -50,7 +54,7 @@ missing = sorted(set(base) - set(last))
 
 ok = True
 print(f"faults injected: {len(faults)}")
-for kind in ("kill", "term", "stop", "drop"):
+for kind in ("kill", "term", "stop", "drop", "lose"):
     fs = [f for f in faults if f["kind"] == kind]
     if not fs:
         continue
@@ -60,9 +64,10 @@ for kind in ("kill", "term", "stop", "drop"):
     if kind == "term" and max(lost) > 0:
         ok = False
         print("  GOAL MISSED: a step was lost to SIGTERM")
-    if kind == "kill" and max(lost) > every:
+    if kind in ("kill", "lose") and max(lost) > every:
         ok = False
-        print(f"  GOAL MISSED: more than everySteps ({every}) lost to SIGKILL")
+        print(f"  GOAL MISSED: more than everySteps ({every}) lost to "
+              f"{'SIGKILL' if kind == 'kill' else 'the permanent loss'}")
 print(f"restarts: {len(resumes)} ({unattributed} before the first fault)")
 print(f"loss curve: {len(last)} steps compared, largest difference from the uninterrupted run "
       f"{worst:.2e}; steps trained but never reported: {len(missing)}")
@@ -74,5 +79,10 @@ if worst > 1e-4:
 for f in faults:
     print(f"  {f['kind']:5} worker {f['worker']:4} at step {f['step']:5}: "
           f"{f['restarts']} restart(s), {f['lost']} step(s) lost")
+replans = [l for l in open(f"{out}/chaos.out") if l.startswith("[Replanned]")]
+print(f"re-plans: {len(replans)}" + "".join(f"\n  {l.strip()[:300]}" for l in replans))
+if any(f["kind"] == "lose" for f in faults) and not replans:
+    ok = False
+    print("  GOAL MISSED: the permanent loss was not re-planned around")
 print("all goals met" if ok else "goals missed")
 sys.exit(0 if ok else 1)

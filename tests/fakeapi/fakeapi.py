@@ -15,6 +15,9 @@ Test control (no auth) under /_fake/:
   POST /_fake/compact  forget the event history (next WATCH from an old version gets 410)
   POST /_fake/kubelet  {"namespace":..,"selector":..,"phase":"Running","ready":true,
                         "reason":..,"message":..,"unschedulable":"msg"} sets pod status
+  POST /_fake/reviews  {"users": {TOKEN: {"username": .., "groups": [..]}},
+                        "allow": ["USER VERB /path", "USER VERB GROUP/RESOURCE NS|*"]}
+                        what TokenReview and SubjectAccessReview answer
   GET  /_fake/stats    request counters
   POST /_fake/reset-stats
 Usage: fakeapi.py [--port N] [--port-file F] [--token T] [--history N] [--kubelet]
@@ -43,7 +46,11 @@ RESOURCES = {
     ("", "configmaps"): ("v1", "ConfigMap", True, False),
     ("holmes.dev", "trainingjobs"): ("v1alpha1", "TrainingJob", True, True),
     ("coordination.k8s.io", "leases"): ("v1", "Lease", True, False),
+    # reviews: answered, never stored (see review())
+    ("authentication.k8s.io", "tokenreviews"): ("v1", "TokenReview", False, False),
+    ("authorization.k8s.io", "subjectaccessreviews"): ("v1", "SubjectAccessReview", False, False),
 }
+REVIEWS = {"tokenreviews", "subjectaccessreviews"}
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
@@ -137,6 +144,7 @@ class Store:
         self.oldest = self.rv      # events with rv > oldest are kept
         self.drop_gen = 0
         self.faults = {}
+        self.review_users, self.review_allow = {}, set()
         self.stats = {}
         # Indexes, so that a create or delete costs O(its own dependents), not O(all objects):
         self.by_uid = {}           # uid -> key
@@ -433,7 +441,36 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(200, {"ok": True})
         if path == "/_fake/kubelet":
             return self.send_json(200, {"updated": self.kubelet(body or {})})
+        if path == "/_fake/reviews":
+            with st.meta_lock:
+                st.review_users = dict((body or {}).get("users") or {})
+                st.review_allow = set((body or {}).get("allow") or [])
+            return self.send_json(200, {"ok": True})
         raise ApiError(404, "NotFound", "no control endpoint %s" % path)
+
+    def review(self, resource, body):
+        """TokenReview / SubjectAccessReview from the users and grants /_fake/reviews set."""
+        st = self.server.store
+        spec = body.get("spec") or {}
+        with st.meta_lock:
+            users, allow = st.review_users, st.review_allow
+        if resource == "tokenreviews":
+            user = users.get(spec.get("token"))
+            status = {"authenticated": True, "user": user} if user else \
+                {"authenticated": False, "error": "invalid bearer token"}
+        else:
+            nra, ra = spec.get("nonResourceAttributes"), spec.get("resourceAttributes") or {}
+            who = spec.get("user", "")
+            if nra:
+                keys = ["%s %s %s" % (who, nra.get("verb"), nra.get("path"))]
+            else:
+                gr = "%s/%s" % (ra.get("group", ""), ra.get("resource", ""))
+                keys = ["%s %s %s *" % (who, ra.get("verb"), gr)]
+                if ra.get("namespace"):
+                    keys.append("%s %s %s %s" % (who, ra.get("verb"), gr, ra["namespace"]))
+            ok = any(k in allow for k in keys)
+            status = {"allowed": ok, "reason": "granted by the fake" if ok else "no grant"}
+        return dict(body, status=status)
 
     def kubelet(self, b):
         st = self.server.store
@@ -512,6 +549,8 @@ class Handler(BaseHTTPRequestHandler):
             body = self.read_body()
             if not isinstance(body, dict):
                 raise ApiError(400, "BadRequest", "the request body must be a JSON object")
+            if resource in REVIEWS:
+                return self.send_json(201, self.review(resource, body))
             obj, raw = self.create(route, body)
             return self.send_json(201, obj, raw=raw)
         key = (group, resource, ns, name)

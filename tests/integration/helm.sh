@@ -62,13 +62,15 @@ for v in "$REPO"/tests/helm/values/*.yaml; do
     expect_ok "manifests well-formed ($c)" "$tmp/$c.wf" check_py wellformed "$tmp/$c.yaml"
     expect_ok "no privileged or root containers ($c)" "$tmp/$c.sec" check_py security "$tmp/$c.yaml"
     check_py summary "$tmp/$c.yaml" >"$tmp/$c.sum"
-    # The calls of the gang schedulers this rendering enables (--gang-schedulers), asked of the
-    # operator itself; without the binary, the listed file (no gang scheduler).
+    # The calls this rendering's flags make (gang schedulers, TLS, --metrics-secure), asked of
+    # the operator itself with the Deployment's own arguments; without the binary, the listed
+    # file (no gang scheduler, no TLS, plain metrics).
     calls=$CALLS
     gangs=$(sed -n "s/^arg Deployment\/$NS\/$REL-holmes-operator operator --gang-schedulers=//p" "$tmp/$c.sum")
-    if [ -n "$gangs" ] && [ "$CALLS" != "$REPO/tests/helm/api-calls.txt" ]; then
+    if [ "$CALLS" != "$REPO/tests/helm/api-calls.txt" ]; then
         calls=$tmp/$c.calls
-        "$OPERATOR" run --print-api-calls --gang-schedulers="$gangs" >"$calls"
+        mapfile -t opargs < <(sed -n "s/^arg Deployment\/$NS\/$REL-holmes-operator operator //p" "$tmp/$c.sum" | grep -vx -e run -e holmes-operator)
+        "$OPERATOR" run --print-api-calls "${opargs[@]}" >"$calls"
     fi
     expect_ok "operator RBAC = its API calls ($c${gangs:+, gang schedulers $gangs})" "$tmp/$c.rbac" \
         check_py rbac "$tmp/$c.yaml" "$calls" "$OP_SA"
@@ -84,21 +86,21 @@ has "$s" "replicas Deployment/$NS/$REL-holmes-operator 2" &&
     pass "defaults: 2 replicas with leader election and a PodDisruptionBudget" || fail "defaults: 2 replicas with leader election and a PodDisruptionBudget"
 "$HELM" template "$REL" "$CHART" -n "$NS" --set operator.replicas=1 --set operator.leaderElect=false >"$tmp/one.yaml" 2>&1 &&
     check_py summary "$tmp/one.yaml" >"$tmp/one.txt" && ! has_re "$tmp/one.txt" "^object PodDisruptionBudget/" &&
-    ! has_re "$tmp/one.txt" "leader-elect|^object Role/" && has "$tmp/one.txt" "replicas Deployment/$NS/$REL-holmes-operator 1" &&
+    ! has_re "$tmp/one.txt" "leader-elect|^object Role/.*leader-election" && has "$tmp/one.txt" "replicas Deployment/$NS/$REL-holmes-operator 1" &&
     pass "one replica: no leader election, no Lease Role, no PodDisruptionBudget" || fail "one replica without leader election" "$(head -c 600 "$tmp/one.txt")"
 has "$s" "object ClusterRole/$REL-holmes-operator" && has "$s" "object Role/$NS/$REL-holmes-operator-leader-election" &&
     pass "defaults: ClusterRole (all namespaces) + leader-election Role" || fail "defaults: ClusterRole + leader-election Role"
 has "$s" "image Deployment/$NS/$REL-holmes-operator operator holmes/holmes-operator:0.1.0" &&
     has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --node-image=holmes/holmes-node:0.1.0" &&
     pass "defaults: images tagged with appVersion" || fail "defaults: images tagged with appVersion"
-has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --coordinator-url=ws://$REL-holmes-coordinator.$NS.svc:8443" &&
+has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --coordinator-url=wss://$REL-holmes-coordinator.$NS.svc:8443" &&
     has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --coordinator-addr=:8443" &&
     pass "defaults: the operator serves and advertises the coordinator Service" || fail "defaults: coordinator address and URL"
 # Another coordinator port: the operator is told to listen there, the Service and URL follow.
 "$HELM" template "$REL" "$CHART" -n "$NS" --set coordinator.port=9443 >"$tmp/port.yaml" 2>&1 &&
     check_py summary "$tmp/port.yaml" >"$tmp/port.txt" &&
     has "$tmp/port.txt" "arg Deployment/$NS/$REL-holmes-operator operator --coordinator-addr=:9443" &&
-    has "$tmp/port.txt" "arg Deployment/$NS/$REL-holmes-operator operator --coordinator-url=ws://$REL-holmes-coordinator.$NS.svc:9443" &&
+    has "$tmp/port.txt" "arg Deployment/$NS/$REL-holmes-operator operator --coordinator-url=wss://$REL-holmes-coordinator.$NS.svc:9443" &&
     grep -q '^      port: 9443$' "$tmp/port.yaml" &&
     pass "coordinator.port: listen address, URL and Service follow" || fail "coordinator.port: listen address, URL and Service follow" "$(head -c 1000 "$tmp/port.yaml")"
 has "$s" "object Service/$NS/$REL-holmes-coordinator" && has "$s" "object Service/$NS/$REL-holmes-metrics" &&
@@ -181,6 +183,79 @@ has "$s" "object Role/ml-team/$REL-holmes-operator" && ! has_re "$s" "^object Cl
 grep -q 'name: regcred' "$tmp/custom-image.yaml" && pass "custom-image: imagePullSecrets" || fail "custom-image: imagePullSecrets"
 has "$s" "image DaemonSet/$NS/$REL-holmes-nic-labeler nic-labeler registry.example.com/ml/holmes-node:0.1.0-rc1-cuda12" &&
     pass "custom-image: DaemonSet uses nodeImage" || fail "custom-image: DaemonSet uses nodeImage"
+
+# --- secure by default: TLS, authenticated metrics, NetworkPolicy; cert-manager; plain ---------
+s=$tmp/defaults.sum
+TLSN=$REL-holmes-coordinator-tls
+has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --tls-secret=$TLSN" &&
+    has_re "$s" "^arg Deployment/$NS/$REL-holmes-operator operator --tls-names=.*$REL-holmes-coordinator\.$NS\.svc,.*$REL-holmes-metrics\.$NS\.svc\.cluster\.local" &&
+    has "$s" "arg Deployment/$NS/$REL-holmes-operator operator --metrics-secure" &&
+    has "$s" "object Role/$NS/$REL-holmes-operator-tls" && has "$s" "object ClusterRole/$REL-holmes-operator-auth" &&
+    pass "defaults: wss:// with the operator's own certificate (Secret $TLSN), HTTPS metrics behind TokenReview/SAR" ||
+    fail "defaults: TLS and secure metrics" "$(grep -E 'tls|secure|Role' "$s")"
+$PY - "$tmp/defaults.yaml" "$TLSN" <<'PYEOF' >"$tmp/secdef" 2>&1 && pass "defaults: TLS Secret Role by name, metrics-reader ClusterRole, NetworkPolicy (workers -> coordinator, monitoring -> metrics, health open)" || fail "defaults: RBAC and NetworkPolicy for TLS and metrics" "$(cat "$tmp/secdef")"
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+tls = by[("Role", "h-holmes-operator-tls")]["rules"]
+named = [r for r in tls if r.get("resourceNames")]
+assert named == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [sys.argv[2]], "verbs": ["get", "patch"]}], tls
+reader = by[("ClusterRole", "h-holmes-metrics-reader")]["rules"]
+assert reader == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}], reader
+np = by[("NetworkPolicy", "h-holmes-operator")]["spec"]
+assert np["policyTypes"] == ["Ingress"] and np["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "operator"
+rules = {r["ports"][0]["port"]: r for r in np["ingress"]}
+coord = rules["coordinator"]["from"][0]
+assert coord["podSelector"]["matchExpressions"] == [{"key": "holmes.dev/job", "operator": "Exists"}], coord
+assert rules["metrics"]["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}], rules["metrics"]
+assert "from" not in rules["health"], rules["health"]
+dep = by[("Deployment", "h-holmes-operator")]["spec"]["template"]["spec"]
+assert [v["name"] for v in dep["volumes"]] == ["tmp"], dep["volumes"]
+PYEOF
+s=$tmp/metrics.sum
+$PY - "$tmp/metrics.yaml" "$TLSN" <<'PYEOF' >"$tmp/smtls" 2>&1 && pass "metrics: ServiceMonitor scrapes over HTTPS with a bearer token, verifying the CA" || fail "metrics: ServiceMonitor over HTTPS" "$(cat "$tmp/smtls")"
+import sys, yaml
+sm = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "ServiceMonitor"][0]
+ep = sm["spec"]["endpoints"][0]
+assert ep["scheme"] == "https" and ep["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token", ep
+assert ep["tlsConfig"] == {"serverName": "h-holmes-metrics.holmes-system.svc", "ca": {"secret": {"name": sys.argv[2], "key": "ca.crt"}}}, ep
+PYEOF
+printf 'certManager:\n  enabled: true\n' >"$tmp/cm.values"
+if "$HELM" template "$REL" "$CHART" -n "$NS" -f "$tmp/cm.values" >"$tmp/cm.yaml" 2>"$tmp/cm.err"; then
+    check_py summary "$tmp/cm.yaml" >"$tmp/cm.sum"
+    $PY - "$tmp/cm.yaml" "$TLSN" <<'PYEOF' >"$tmp/cm.chk" 2>&1 && pass "certManager.enabled: a self-signed CA, a Certificate for the Services into the Secret, mounted; the operator reads the files" || fail "certManager.enabled" "$(cat "$tmp/cm.chk")"
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+certs = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Certificate"}
+issuers = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Issuer"}
+c = certs["h-holmes-coordinator"]["spec"]
+assert c["secretName"] == sys.argv[2] and "h-holmes-coordinator.holmes-system.svc" in c["dnsNames"], c
+assert "h-holmes-metrics.holmes-system.svc" in c["dnsNames"] and c["issuerRef"] == {"kind": "Issuer", "name": "h-holmes-ca"}, c
+assert certs["h-holmes-ca"]["spec"]["isCA"] is True and "selfSigned" in issuers["h-holmes-selfsigned"]["spec"]
+dep = [d for d in docs if d["kind"] == "Deployment"][0]["spec"]["template"]["spec"]
+args = dep["containers"][0]["args"]
+assert "--coordinator-cert=/etc/holmes/tls/tls.crt" in args and "--coordinator-ca=/etc/holmes/tls/ca.crt" in args, args
+assert not [a for a in args if a.startswith("--tls-secret")], args
+assert {"name": "tls", "secret": {"secretName": sys.argv[2]}} in dep["volumes"], dep["volumes"]
+assert not [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-tls")]
+PYEOF
+    mapfile -t opargs < <(sed -n "s/^arg Deployment\/$NS\/$REL-holmes-operator operator //p" "$tmp/cm.sum" | grep -vx -e run -e holmes-operator)
+    "$OPERATOR" run --print-api-calls "${opargs[@]}" >"$tmp/cm.calls" &&
+        expect_ok "certManager.enabled: operator RBAC = its API calls" "$tmp/cm.rbac" check_py rbac "$tmp/cm.yaml" "$tmp/cm.calls" "$OP_SA"
+else
+    fail "certManager.enabled renders" "$(cat "$tmp/cm.err")"
+fi
+printf 'coordinator:\n  tls:\n    enabled: false\nmetrics:\n  secure: false\nnetworkPolicy:\n  enabled: false\n' >"$tmp/plain.values"
+"$HELM" template "$REL" "$CHART" -n "$NS" -f "$tmp/plain.values" >"$tmp/plain.yaml" 2>&1 &&
+    check_py summary "$tmp/plain.yaml" >"$tmp/plain.sum" &&
+    has "$tmp/plain.sum" "arg Deployment/$NS/$REL-holmes-operator operator --coordinator-url=ws://$REL-holmes-coordinator.$NS.svc:8443" &&
+    ! has_re "$tmp/plain.sum" "tls-|metrics-secure|^object NetworkPolicy/|^object (Cluster)?Role/.*-(tls|auth)$" &&
+    pass "TLS, secure metrics and the NetworkPolicy can each be turned off" || fail "TLS, secure metrics and the NetworkPolicy off" "$(grep -E 'tls|secure|Network|Role' "$tmp/plain.sum")"
+printf 'coordinator:\n  tls:\n    enabled: false\n' >"$tmp/half.values"
+"$HELM" template "$REL" "$CHART" -n "$NS" -f "$tmp/half.values" >/dev/null 2>"$tmp/half.err" &&
+    fail "metrics.secure without TLS is refused" "rendered" ||
+    { grep -q "metrics.secure serves HTTPS with the coordinator's certificate" "$tmp/half.err" &&
+      pass "metrics.secure without TLS is refused, saying why" || fail "metrics.secure without TLS is refused" "$(cat "$tmp/half.err")"; }
 
 # --- gang admission: flags and RBAC only for the gang schedulers enabled ----------------------
 # podgroups rules of one API group in a rendering: "verbs" (sorted), or nothing

@@ -235,8 +235,11 @@ k8s_stop_all() {
 
 k8s_stop() {
     local p
-    for p in "${K8S_PIDS[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${K8S_PIDS[@]}"; do wait "$p" 2>/dev/null; done
+    # The API server and the controller manager first, etcd (started first) last: an API server
+    # whose etcd is already gone waits about 15 s for it before it exits.
+    for p in "${K8S_PIDS[@]:1}"; do kill "$p" 2>/dev/null; done
+    for p in "${K8S_PIDS[@]:1}"; do wait "$p" 2>/dev/null; done
+    for p in "${K8S_PIDS[@]:0:1}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
     K8S_PIDS=()
     if [ -n "$K8S_DIR" ] && [ -z "${KEEP_LOGS:-}" ]; then rm -rf "$K8S_DIR"; fi
 }

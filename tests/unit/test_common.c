@@ -61,6 +61,18 @@ int main(void)
           herr_kind_of_errno(EROFS) == HERR_CONFIG && herr_kind_of_errno(EIO) == HERR_FAULT);
     CHECK_STR("kind names", herr_kind_name(HERR_PEER), "peer");
     CHECK_INT("herr_set NULL ok", herr_set(NULL, "x"), -1);
+    /* messages quote what came from outside: cleaned for a log line, an Event, a condition */
+    herr_set(&e, "spec.%s: unknown field", "a\nb\x01" "c\xff\xc3(d \xc3\xa9 \xe2\x82\xac");
+    CHECK_STR("control characters and broken UTF-8 become '?', good UTF-8 stays", e.msg,
+              "spec.a?b?c?" "?(d \xc3\xa9 \xe2\x82\xac: unknown field");
+    char cut[] = "ok \xe2\x82";
+    herr_clean(cut);
+    CHECK_STR("a sequence cut short by truncation", cut, "ok ?" "?");
+    char path[200];
+    json_key_path(path, sizeof path, "spec", "gangTimeout_s-1");
+    CHECK_STR("a plain key: parent.key", path, "spec.gangTimeout_s-1");
+    json_key_path(path, sizeof path, "rendezvous.ids", "a \"b\": c");
+    CHECK_STR("another key: quoted and escaped", path, "rendezvous.ids[\"a \\\"b\\\": c\"]");
 
     enum log_level lv;
     CHECK_INT("log level parse", log_parse_level("warn", &lv), 0);

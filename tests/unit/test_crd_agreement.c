@@ -384,6 +384,18 @@ static cJSON *random_spec(void)
         if (pick(3) == 0) cJSON_AddBoolToObject(e, "gpus", pick(2));
         if (cJSON_GetArraySize(nics) == 0) cJSON_Delete(cJSON_DetachItemFromObject(e, "emulation"));
     }
+    if (pick(3) == 0) { /* elastic: minWorkers around workers, with or without checkpoints, gangs */
+        cJSON *el = cJSON_AddObjectToObject(s, "elastic");
+        if (pick(4)) cJSON_AddNumberToObject(el, "minWorkers", w > 1 && pick(2) ? w - 1 : w + pick(2));
+        if (pick(2)) cJSON_AddBoolToObject(el, "scaleUp", pick(2));
+        if (pick(3) == 0) {
+            static const char *const gangs[] = {"none", "kueue", "volcano", "coscheduling"};
+            cJSON *sc = cJSON_AddObjectToObject(s, "scheduling");
+            const char *gang = PICK(gangs);
+            cJSON_AddStringToObject(sc, "gang", gang);
+            if (!strcmp(gang, "kueue")) cJSON_AddStringToObject(sc, "queue", "q");
+        }
+    }
     return s;
 }
 

@@ -138,6 +138,65 @@ static void test_coverage(void)
     CHECK("cover.each_window_once", once);
 }
 
+static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+/* A re-planned job keeps its global batch (data degree x micro-batches per replica): step s then
+ * takes the same windows whatever the layout, so its data resumes at the same sample; with
+ * global_epochs (spec.elastic) across epoch boundaries too (62 windows: 31 micro-batches of 2 an
+ * epoch, not a multiple of every data degree's share). */
+static int replan_windows(const char *pat, int global, int steps, int got[3][12][12])
+{
+    enum { B = 2, T = 4, MG = 6 };
+    const int degrees[3] = {2, 1, 3};
+    for (int l = 0; l < 3; l++) {
+        int D = degrees[l], M = MG / D;
+        for (int r = 0; r < D; r++) {
+            struct dataloader_config c = {.pattern = pat, .B = B, .T = T, .rank = r, .world = D,
+                                          .seed = 11, .vocab = 60000, .global_epochs = global};
+            herr e;
+            struct dataloader *d;
+            if (dataloader_open(&d, &c, &e) < 0)
+                return -1;
+            int in[B * T], tg[B * T];
+            for (int s = 0; s < steps; s++)
+                for (int mb = 0; mb < M; mb++) {
+                    dataloader_batch_at(d, (uint64_t)(s * M + mb), r, D, in, tg, &e);
+                    for (int b = 0; b < B; b++)
+                        got[l][s][(r * M + mb) * B + b] = in[b * T] / T; /* the window */
+                }
+            dataloader_free(d);
+        }
+        for (int s = 0; s < steps; s++)
+            qsort(got[l][s], MG * B, sizeof(int), cmp_int);
+    }
+    return 0;
+}
+
+static void test_replan_same_samples(void)
+{
+    enum { T = 4, W = 62, STEPS = 12 };
+    write_shard("r.bin", W * T + 1, 0, 60000, DATALOADER_SHARD_MAGIC, 1, W * T + 1, 0);
+    char pat[128];
+    path_of(pat, sizeof pat, "r.bin");
+    static int got[3][12][12], old[3][12][12];
+    if (replan_windows(pat, 1, STEPS, got) || replan_windows(pat, 0, STEPS, old)) {
+        TEST_FAIL("replan.open", "dataloader_open");
+        return;
+    }
+    CHECK("replan.same_windows_each_step_data2x3_data1x6_data3x2_across_epochs",
+          !memcmp(got[0], got[1], sizeof got[0]) && !memcmp(got[0], got[2], sizeof got[0]));
+    int distinct = 1;
+    for (int s = 1; s < 5; s++)
+        distinct &= memcmp(got[0][0], got[0][s], sizeof got[0][0]) != 0;
+    CHECK("replan.steps_differ", distinct);
+    /* per-rank epochs (the default, jobs without spec.elastic): the first epoch agrees, a later
+     * one does not (each degree skips its own leftover windows) */
+    CHECK("replan.per_rank_epochs_agree_in_the_first_epoch",
+          !memcmp(old[0], old[1], 5 * sizeof old[0][0]) && !memcmp(old[0], old[2], 5 * sizeof old[0][0]));
+    CHECK("replan.per_rank_epochs_move_with_the_degree_after_it",
+          memcmp(old[0], old[1], sizeof old[0]) != 0);
+}
+
 static void test_text(void)
 {
     char p[128];
@@ -226,6 +285,7 @@ int main(void)
     }
     test_shards();
     test_coverage();
+    test_replan_same_samples();
     test_text();
     test_bad();
     char cmd[128];

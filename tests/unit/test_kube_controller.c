@@ -6,6 +6,8 @@
 #include <stdlib.h>
 
 #include "controller.h"
+#include "controller_impl.h"
+#include "json.h"
 #include "http_server.h"
 #include "kube_events.h"
 #include "metrics.h"
@@ -24,6 +26,106 @@ static const char *env_value(const cJSON *c, const char *name, int *count)
         }
     }
     return v;
+}
+
+/* The worker pod's security defaults, the template's overrides, RDMA's IPC_LOCK, the writable
+ * volumes, the coordinator's CA; the job Secret's ca.crt kept equal to the CA. */
+static void test_pod_security(void)
+{
+    cJSON *job = cJSON_Parse(
+        "{\"metadata\":{\"name\":\"sec\",\"namespace\":\"ml\"},\"spec\":{\"workers\":2,"
+        "\"gpusPerWorker\":0,\"training\":{\"checkpoint\":{\"path\":\"/ckpt/sec\"}}}}");
+    herr e;
+    cJSON *pod = controller_build_pod(job, 0, "wss://c:8443", "img", &e);
+    char *txt = pod ? cJSON_PrintUnformatted(pod) : NULL;
+    const cJSON *psc = json_at(pod, "spec.securityContext");
+    const cJSON *w = cJSON_GetArrayItem(json_at(pod, "spec.containers"), 0);
+    const cJSON *csc = cJSON_GetObjectItem(w, "securityContext");
+    CHECK("defaults: non-root 65532, fsGroup, seccomp RuntimeDefault",
+          cJSON_IsTrue(cJSON_GetObjectItem(psc, "runAsNonRoot")) && json_num_at(psc, "runAsUser", 0) == 65532 &&
+              json_num_at(psc, "runAsGroup", 0) == 65532 && json_num_at(psc, "fsGroup", 0) == 65532 &&
+              json_str_at(psc, "seccompProfile.type") && !strcmp(json_str_at(psc, "seccompProfile.type"), "RuntimeDefault"));
+    CHECK("defaults: no escalation, read-only root, ALL dropped, nothing added",
+          cJSON_IsFalse(cJSON_GetObjectItem(csc, "allowPrivilegeEscalation")) &&
+              cJSON_IsTrue(cJSON_GetObjectItem(csc, "readOnlyRootFilesystem")) &&
+              txt && strstr(txt, "\"capabilities\":{\"drop\":[\"ALL\"]}"));
+    CHECK("writable /tmp, /dev/shm in memory, the checkpoint path",
+          txt && strstr(txt, "{\"name\":\"holmes-tmp\",\"mountPath\":\"/tmp\"}") &&
+              strstr(txt, "{\"name\":\"holmes-shm\",\"emptyDir\":{\"medium\":\"Memory\"}}") &&
+              strstr(txt, "{\"name\":\"holmes-checkpoints\",\"mountPath\":\"/ckpt/sec\"}") &&
+              strstr(txt, "{\"name\":\"holmes-checkpoints\",\"emptyDir\":{}}"));
+    free(txt);
+    CHECK_INT("the CA from the job's Secret", controller_pod_trust_ca(pod, "sec"), 0);
+    txt = pod ? cJSON_PrintUnformatted(pod) : NULL;
+    int n;
+    const char *v = env_value(w, "HOLMES_COORDINATOR_CA", &n);
+    CHECK("... only its ca.crt, read-only, HOLMES_COORDINATOR_CA",
+          txt && strstr(txt, "\"secret\":{\"secretName\":\"sec-token\",\"defaultMode\":292,\"items\":[{\"key\":\"ca.crt\",\"path\":\"ca.crt\"}]}") &&
+              strstr(txt, "{\"name\":\"holmes-coordinator-ca\",\"mountPath\":\"/var/run/holmes/coordinator\",\"readOnly\":true}") &&
+              v && !strcmp(v, "/var/run/holmes/coordinator/ca.crt") && n == 1);
+    free(txt);
+    cJSON_Delete(pod);
+    cJSON_Delete(job);
+
+    /* the template overrides each default it sets; RDMA keeps IPC_LOCK */
+    job = cJSON_Parse(
+        "{\"metadata\":{\"name\":\"rd\",\"namespace\":\"ml\"},\"spec\":{\"workers\":1,\"gpusPerWorker\":8,"
+        "\"template\":{\"spec\":{\"securityContext\":{\"runAsUser\":1000,\"seccompProfile\":{\"type\":\"Unconfined\"}},"
+        "\"volumes\":[{\"name\":\"dshm\",\"emptyDir\":{\"medium\":\"Memory\",\"sizeLimit\":\"64Gi\"}}],"
+        "\"containers\":[{\"name\":\"worker\",\"securityContext\":{\"readOnlyRootFilesystem\":false},"
+        "\"volumeMounts\":[{\"name\":\"dshm\",\"mountPath\":\"/dev/shm\"}],"
+        "\"resources\":{\"limits\":{\"rdma/hca_shared_devices_a\":1}}}]}}}}");
+    pod = controller_build_pod(job, 0, "ws://c", "img", &e);
+    txt = pod ? cJSON_PrintUnformatted(pod) : NULL;
+    psc = json_at(pod, "spec.securityContext");
+    csc = json_at(cJSON_GetArrayItem(json_at(pod, "spec.containers"), 0), "securityContext");
+    CHECK("template's runAsUser, seccomp and readOnlyRootFilesystem win",
+          json_num_at(psc, "runAsUser", 0) == 1000 && !strcmp(json_str_at(psc, "seccompProfile.type"), "Unconfined") &&
+              cJSON_IsFalse(cJSON_GetObjectItem(csc, "readOnlyRootFilesystem")) &&
+              cJSON_IsTrue(cJSON_GetObjectItem(psc, "runAsNonRoot")));
+    CHECK("an RDMA device keeps IPC_LOCK, ALL else dropped",
+          txt && strstr(txt, "\"capabilities\":{\"drop\":[\"ALL\"],\"add\":[\"IPC_LOCK\"]}"));
+    CHECK("the template's /dev/shm is kept, no second one",
+          txt && !strstr(txt, "holmes-shm") && strstr(txt, "\"sizeLimit\":\"64Gi\""));
+    CHECK("no checkpoint path, no checkpoint volume", txt && !strstr(txt, "holmes-checkpoints"));
+    free(txt);
+    cJSON_Delete(pod);
+    cJSON_Delete(job);
+    CHECK("RDMA resources told apart", controller_is_rdma_resource("rdma/rdma_shared_device_a") &&
+          controller_is_rdma_resource("mellanox.com/cx6") && controller_is_rdma_resource("nvidia.com/hostdev") &&
+          !controller_is_rdma_resource("nvidia.com/gpu") && !controller_is_rdma_resource("memory"));
+
+    /* root, or privileged, in the template: no combination the API refuses */
+    job = cJSON_Parse(
+        "{\"metadata\":{\"name\":\"pr\",\"namespace\":\"ml\"},\"spec\":{\"workers\":1,\"gpusPerWorker\":0,"
+        "\"template\":{\"spec\":{\"containers\":[{\"name\":\"worker\",\"securityContext\":"
+        "{\"privileged\":true,\"runAsUser\":0}}]}}}}");
+    pod = controller_build_pod(job, 0, "ws://c", "img", &e);
+    psc = json_at(pod, "spec.securityContext");
+    csc = json_at(cJSON_GetArrayItem(json_at(pod, "spec.containers"), 0), "securityContext");
+    CHECK("privileged and uid 0 from the template: no allowPrivilegeEscalation, no runAsNonRoot",
+          pod && !cJSON_GetObjectItem(csc, "allowPrivilegeEscalation") && !cJSON_GetObjectItem(psc, "runAsNonRoot") &&
+              !cJSON_GetObjectItem(psc, "runAsUser"));
+    cJSON_Delete(pod);
+
+    /* the job Secret: made with the CA; an old one (no ca.crt, or another) patched */
+    cJSON *sec = ctl_build_secret_ca(job, "-----BEGIN CERTIFICATE-----\nX\n-----END CERTIFICATE-----\n");
+    CHECK("the Secret carries the token and ca.crt",
+          json_str_at(sec, "stringData.token") &&
+              cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(sec, "stringData"), "ca.crt")));
+    cJSON *have = cJSON_Parse("{\"data\":{\"token\":\"eA==\"}}");
+    cJSON *patch = ctl_secret_ca_patch(have, "CA1");
+    const char *got = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(patch, "data"), "ca.crt"));
+    CHECK("no ca.crt: patched in, base64", got && !strcmp(got, "Q0Ex"));
+    cJSON_Delete(patch);
+    cJSON_ReplaceItemInObject(have, "data", cJSON_Parse("{\"token\":\"eA==\",\"ca.crt\":\"Q0Ex\"}"));
+    CHECK("the same CA: nothing to patch", !ctl_secret_ca_patch(have, "CA1"));
+    patch = ctl_secret_ca_patch(have, "CA2");
+    CHECK("a renewed CA: patched", patch != NULL);
+    cJSON_Delete(patch);
+    cJSON_Delete(have);
+    cJSON_Delete(sec);
+    cJSON_Delete(job);
 }
 
 static void test_build_pod(void)
@@ -186,10 +288,11 @@ static void test_hist(void)
     free(b.data);
 }
 
-static int handler(void *user, const char *path, struct metrics_buf *b, const char **type)
+static int handler(void *user, const struct http_request *req, struct metrics_buf *b,
+                   const char **type)
 {
     (void)user, (void)type;
-    if (strcmp(path, "/metrics"))
+    if (strcmp(req->path, "/metrics"))
         return 404;
     metrics_printf(b, "up 1\n");
     return 200;
@@ -204,7 +307,7 @@ static size_t sink(char *p, size_t s, size_t n, void *ud)
 static void test_http(void)
 {
     herr e;
-    struct http_server *s = http_server_start("127.0.0.1:0", handler, NULL, &e);
+    struct http_server *s = http_server_start("127.0.0.1:0", handler, NULL, NULL, &e);
     CHECK("http server starts on port 0", s && http_server_port(s) > 0);
     if (!s)
         return;
@@ -226,13 +329,14 @@ static void test_http(void)
     CHECK_INT("unknown path 404", code, 404);
     curl_easy_cleanup(h);
     http_server_stop(s);
-    CHECK("bad address is an error naming it", !http_server_start("nohost", handler, NULL, &e) &&
+    CHECK("bad address is an error naming it", !http_server_start("nohost", handler, NULL, NULL, &e) &&
                                                    strstr(e.msg, "nohost"));
 }
 
 int main(void)
 {
     test_build_pod();
+    test_pod_security();
     test_spec_errors();
     test_api_table();
     test_events_time();

@@ -63,9 +63,34 @@ app.kubernetes.io/component: nic-labeler
 {{- printf "%s:%s" .Values.nodeImage.repository (default .Chart.AppVersion .Values.nodeImage.tag) }}
 {{- end }}
 
-{{/* The coordinator's in-cluster URL, handed to every worker pod. */}}
+{{/* The coordinator's in-cluster URL, handed to every worker pod: wss:// unless
+coordinator.tls.enabled is false. */}}
 {{- define "holmes.coordinatorURL" -}}
-{{- printf "ws://%s-coordinator.%s.svc:%d" (include "holmes.fullname" .) .Release.Namespace (int .Values.coordinator.port) }}
+{{- printf "%s://%s-coordinator.%s.svc:%d" (ternary "wss" "ws" .Values.coordinator.tls.enabled) (include "holmes.fullname" .) .Release.Namespace (int .Values.coordinator.port) }}
+{{- end }}
+
+{{/* The Secret holding the coordinator's CA (ca.crt), serving certificate (tls.crt, tls.key)
+and, when the operator makes them itself, the CA's key (ca.key). */}}
+{{- define "holmes.tlsSecretName" -}}
+{{- default (printf "%s-coordinator-tls" (include "holmes.fullname" .)) .Values.coordinator.tls.secretName }}
+{{- end }}
+
+{{/* Whether the operator makes and renews the certificate itself (TLS on, no cert-manager). */}}
+{{- define "holmes.selfManagedTLS" -}}
+{{- if and .Values.coordinator.tls.enabled (not .Values.certManager.enabled) }}true{{ end }}
+{{- end }}
+
+{{/* The names the serving certificate is for: the coordinator and metrics Services, each as
+<svc>, <svc>.<ns>, <svc>.<ns>.svc and <svc>.<ns>.svc.<clusterDomain>; one per line. */}}
+{{- define "holmes.tlsNames" -}}
+{{- $ns := .Release.Namespace }}
+{{- $domain := .Values.coordinator.tls.clusterDomain }}
+{{- range $svc := list (printf "%s-coordinator" (include "holmes.fullname" .)) (printf "%s-metrics" (include "holmes.fullname" .)) }}
+{{ $svc }}
+{{ $svc }}.{{ $ns }}
+{{ $svc }}.{{ $ns }}.svc
+{{ $svc }}.{{ $ns }}.svc.{{ $domain }}
+{{- end }}
 {{- end }}
 
 {{/* Restricted pod security: non-root, no privilege escalation, read-only root, no capabilities. */}}

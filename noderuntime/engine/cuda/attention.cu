@@ -1,4 +1,5 @@
-/* Causal self-attention (llm.c's attention.cuh), forward beside backward, over this rank's NHl
+/* Causal self-attention with the scores materialised (fp32 mode, and bf16 with
+ * GPU_MATERIALISED_ATTENTION; flash.cu is bf16's), forward beside backward, over this rank's NHl
  * heads: q, k, v permuted out of the qkv product [B][T][3][NHl][hs] into [B][NHl][T][hs], the
  * T x T scores materialised per layer (scale q k^T by strided-batched cuBLAS, causal softmax in
  * place, att v), then permuted back to [B][T][Cl]. */
@@ -105,6 +106,7 @@ __global__ void softmax_backward_kernel(floatX *datt, const floatX *att, int row
 /* over this rank's NHl heads (qkv [B][T][3][NHl][hs], atty [B][T][Cl]) */
 int attention_fwd(struct gpu_stage *s, floatX *atty, floatX *att, const floatX *qkv)
 {
+    PROF(&s->x, GPU_PART_ATTENTION);
     char *EB = s->err;
     size_t EN = sizeof s->err;
     int B = s->B, T = s->T, C = s->Cl, NH = s->NHl, hs = C / NH;
@@ -126,6 +128,7 @@ int attention_fwd(struct gpu_stage *s, floatX *atty, floatX *att, const floatX *
 int attention_bwd(struct gpu_stage *s, floatX *dqkv, const floatX *dy, const floatX *att,
                   const floatX *qkv)
 {
+    PROF(&s->x, GPU_PART_ATTENTION);
     char *EB = s->err;
     size_t EN = sizeof s->err;
     int B = s->B, T = s->T, C = s->Cl, NH = s->NHl, hs = C / NH;

@@ -1,8 +1,15 @@
-/* make bench-gpu: one whole-model stage on one GPU, forward + backward + global-norm clipping +
- * AdamW per step; median ms/step, tokens/s, model TFLOP/s and MFU against a peak.
+/* make bench-gpu: one whole-model stage on one GPU, per step M micro-batches of forward +
+ * backward (gradient accumulation), global-norm clipping and AdamW; median ms/step, tokens/s,
+ * model TFLOP/s and MFU against a peak; then one more step timed by part with CUDA events
+ * (gpu_stage_profile_*): attention, matrix products, LayerNorm, classifier, embeddings,
+ * optimizer, other, and idle (the step's GPU time no part covers: launch gaps, host work), with
+ * the kernel launches (and other enqueued work) and host synchronisations of a step.
  * Usage: bench_gpu L C NH V B T steps [peak_tflops (default 989: H100 SXM bf16 dense) [flags]]
- *        (flags: gpu_stage_create's, 1 = GPU_RECOMPUTE_GELU)
- *        bench_gpu --gemm N iters    (the GEMM ceiling: an NxNxN product, same path and type) */
+ *                  [--micro-batches M[,M2...]]   (several M: one run each, on the same stage)
+ *        (flags: gpu_stage_create's, 1 = GPU_RECOMPUTE_GELU, 4 = GPU_MATERIALISED_ATTENTION)
+ *        bench_gpu --gemm N iters    (the GEMM ceiling: an NxNxN product, same path and type)
+ * The "holmes ... L.. C.. NH.. V.. B.. T.. M.. on ..." lines are what make bench-gpu's summary
+ * (tests/bench/gpu_summary.py) reads. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +23,28 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* zero_grads, M x (forward, backward), loss, norm, clip, AdamW; 0 or -1 */
+static int step(struct gpu_stage *s, const int *tok, const int *tgt, size_t BT, int M, long t,
+                float *loss)
+{
+    struct adamw_config o = {0.9f, 0.95f, 1e-8f, 0.1f};
+    size_t n = gpu_stage_num_params(s);
+    double sq;
+    float sum = 0.0f;
+    if (gpu_stage_zero_grads(s) < 0)
+        return -1;
+    for (int k = 0; k < M; k++)
+        if (gpu_stage_forward(s, 0, tok + (size_t)k * BT, NULL, tgt + (size_t)k * BT, NULL, NULL) < 0 ||
+            gpu_stage_backward(s, 0, NULL, NULL, 1.0f / (float)M) < 0)
+            return -1;
+    if (gpu_stage_loss_take(s, &sum) < 0 || gpu_stage_grad_sq_norm(s, 0, n, &sq) < 0 ||
+        gpu_stage_adamw(s, &o, 0, n, 1e-4f, t, grad_clip_scale(sq, 1.0f)) < 0 ||
+        gpu_stage_sync(s) < 0)
+        return -1;
+    *loss = sum / (float)M;
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -33,60 +62,111 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_gpu: %s\n", e.msg);
             return 1;
         }
-        printf("gemm %s %dx%dx%d on %s: %.0f TFLOP/s (median)\n", gpu_precision_name(), n, n, n,
-               dev, tf);
+        printf("gemm %s %dx%dx%d on %s: %.0f TFLOP/s (median of the fastest algorithm)\n",
+               gpu_precision_name(), n, n, n, dev, tf);
         return 0;
     }
-    if (argc < 8 || argc > 10) {
-        fprintf(stderr, "usage: %s L C NH V B T steps [peak_tflops [flags]] | --gemm N iters\n",
-                argv[0]);
+    int Ms[4] = {1}, nM = 1, npos = 0;
+    const char *pos[9];
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--micro-batches") && i + 1 < argc) {
+            char *q = argv[++i];
+            for (nM = 0; nM < 4 && *q; nM++) {
+                Ms[nM] = (int)strtol(q, &q, 10);
+                if (*q == ',')
+                    q++;
+                else if (*q)
+                    Ms[nM] = 0;
+            }
+        } else if (npos < 9) {
+            pos[npos++] = argv[i];
+        } else {
+            npos = 10;
+        }
+    }
+    int Mmax = 0, badM = nM == 0;
+    for (int k = 0; k < nM; k++) {
+        badM |= Ms[k] < 1;
+        Mmax = Ms[k] > Mmax ? Ms[k] : Mmax;
+    }
+    if (npos < 7 || npos > 9 || badM) {
+        fprintf(stderr, "usage: %s L C NH V B T steps [peak_tflops [flags]] [--micro-batches "
+                "M[,M...]] | --gemm N iters\n", argv[0]);
         return 2;
     }
-    struct gpt_config c = {atoi(argv[1]), atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), 0, 1024};
-    int B = atoi(argv[5]), T = atoi(argv[6]), steps = atoi(argv[7]);
-    double peak = argc >= 9 ? atof(argv[8]) : 989.0;
-    int flags = argc == 10 ? atoi(argv[9]) : 0;
+    struct gpt_config c = {atoi(pos[0]), atoi(pos[1]), atoi(pos[2]), atoi(pos[3]), 0, 1024};
+    int B = atoi(pos[4]), T = atoi(pos[5]), steps = atoi(pos[6]);
+    double peak = npos >= 8 ? atof(pos[7]) : 989.0;
+    int flags = npos == 9 ? atoi(pos[8]) : 0;
+    if (T > c.max_seq)
+        c.max_seq = T;
     struct gpu_stage *s;
     if (steps < 1 || gpu_stage_create(&s, &c, 0, c.layers, B, T, 1, flags, &e) < 0) {
         fprintf(stderr, "bench_gpu: %s\n", steps < 1 ? "steps must be >= 1" : e.msg);
         return 1;
     }
     size_t n = gpu_stage_num_params(s), BT = (size_t)B * T;
-    int *tok = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
+    int *tok = malloc((size_t)Mmax * BT * sizeof(int)), *tgt = malloc((size_t)Mmax * BT * sizeof(int));
     double *ms = malloc((size_t)steps * sizeof(double));
     if (!tok || !tgt || !ms || gpu_stage_init_params(s, 1) < 0) {
         fprintf(stderr, "bench_gpu: %s\n", !tok || !tgt || !ms ? "out of memory" : gpu_stage_error(s));
         return 1;
     }
     unsigned r = 1;
-    for (size_t i = 0; i < BT; i++) {
+    for (size_t i = 0; i < (size_t)Mmax * BT; i++) {
         r = r * 1103515245u + 12345u;
         tok[i] = (int)((r >> 8) % (unsigned)c.vocab);
         r = r * 1103515245u + 12345u;
         tgt[i] = (int)((r >> 8) % (unsigned)c.vocab);
     }
-    struct adamw_config o = {0.9f, 0.95f, 1e-8f, 0.1f};
-    float loss = 0.0f;
-    for (int k = -2; k < steps; k++) { /* two warm-up steps, not counted */
-        double t0 = clock_mono_s(), sq;
-        if (gpu_stage_zero_grads(s) < 0 || gpu_stage_forward(s, 0, tok, NULL, tgt, NULL, &loss) < 0 ||
-            gpu_stage_backward(s, 0, NULL, NULL, 1.0f) < 0 ||
-            gpu_stage_grad_sq_norm(s, 0, n, &sq) < 0 ||
-            gpu_stage_adamw(s, &o, 0, n, 1e-4f, k + 3, grad_clip_scale(sq, 1.0f)) < 0 ||
-            gpu_stage_sync(s) < 0) {
+    long t = 1;
+    for (int mi = 0; mi < nM; mi++) {
+        int M = Ms[mi];
+        float loss = 0.0f;
+        for (int k = -2; k < steps; k++, t++) { /* two warm-up steps (GEMM tuning), not counted */
+            double t0 = clock_mono_s();
+            if (step(s, tok, tgt, BT, M, t, &loss) < 0) {
+                fprintf(stderr, "bench_gpu: %s\n", gpu_stage_error(s));
+                return 1;
+            }
+            if (k >= 0)
+                ms[k] = (clock_mono_s() - t0) * 1e3;
+        }
+        qsort(ms, (size_t)steps, sizeof(double), cmp_double);
+        double med = ms[steps / 2], flops = gpu_stage_flops(s) * M;
+        double tflops = flops / (med / 1e3) / 1e12, tps = (double)M * BT / (med / 1e3);
+        printf("holmes %s%s L%d C%d NH%d V%d B%d T%d M%d on %s: params %.1fM, "
+               "attention %s, median %.1f ms/step (min %.1f, max %.1f, %d steps), %.0f tokens/s, "
+               "%.0f TFLOP/s, MFU %.1f%% of %.0f, loss %.4f\n",
+               gpu_precision_name(), flags & GPU_RECOMPUTE_GELU ? " recompute-gelu" : "",
+               c.layers, c.channels, c.heads, c.vocab, B, T, M, dev, n / 1e6,
+               gpu_stage_attention_kind(s), med, ms[0], ms[steps - 1], steps, tps, tflops,
+               100.0 * tflops / peak, peak, loss);
+
+        /* one more step, by part */
+        struct gpu_profile p;
+        double w0 = clock_mono_s();
+        if (gpu_stage_profile_begin(s) < 0 || step(s, tok, tgt, BT, M, t++, &loss) < 0 ||
+            gpu_stage_profile_end(s, &p) < 0) {
             fprintf(stderr, "bench_gpu: %s\n", gpu_stage_error(s));
             return 1;
         }
-        if (k >= 0)
-            ms[k] = (clock_mono_s() - t0) * 1e3;
+        double wall = (clock_mono_s() - w0) * 1e3, parts = 0.0;
+        printf("  one step by part (CUDA events, which add a little): %.2f ms on the GPU, "
+               "%.2f ms wall\n", p.total_ms, wall);
+        for (int i = 0; i < GPU_PARTS; i++) {
+            parts += p.ms[i];
+            printf("    %-11s %8.2f ms %5.1f%%\n", gpu_part_name(i), p.ms[i],
+                   p.total_ms > 0 ? 100.0 * p.ms[i] / p.total_ms : 0.0);
+        }
+        double idle = p.total_ms - parts;
+        printf("    %-11s %8.2f ms %5.1f%%  (GPU time no part covers: launch gaps, host work)\n",
+               "idle", idle, p.total_ms > 0 ? 100.0 * idle / p.total_ms : 0.0);
+        printf("  per step: %llu kernel launches and other enqueued work, %llu host "
+               "synchronisations%s\n", p.launches, p.syncs,
+               p.events_lost ? " (some parts not timed: event pool)" : "");
+        fflush(stdout);
     }
-    qsort(ms, (size_t)steps, sizeof(double), cmp_double);
-    double med = ms[steps / 2], tflops = gpu_stage_flops(s) / (med / 1e3) / 1e12;
-    printf("holmes %s%s L%d C%d NH%d V%d B%d T%d on %s: params %.1fM, median %.1f ms/step "
-           "(min %.1f, max %.1f, %d steps), %.0f tokens/s, %.0f TFLOP/s, MFU %.1f%% of %.0f, "
-           "loss %.4f\n",
-           gpu_precision_name(), flags & GPU_RECOMPUTE_GELU ? " recompute-gelu" : "", c.layers, c.channels, c.heads, c.vocab, B, T, dev, n / 1e6, med,
-           ms[0], ms[steps - 1], steps, BT / (med / 1e3), tflops, 100.0 * tflops / peak, peak, loss);
     gpu_stage_free(s);
     free(tok);
     free(tgt);

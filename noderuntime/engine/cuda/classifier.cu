@@ -1,49 +1,84 @@
 /* The classifier's loss (llm.c's fused_classifier.cuh), forward beside backward: cross-entropy
- * per row over the padded-vocabulary logits, and, with tensor parallelism, the exchange of
- * gpt_pass.c's cross_entropy (each rank holds Vl of the vocabulary). */
+ * per row over the padded-vocabulary logits in one kernel that also leaves the loss's gradient
+ * in place of the logits (read twice, written once, 16 bytes at a time), so that backward has
+ * nothing left to do but the head's products; with tensor parallelism, the exchange of
+ * gpt_pass.c's cross_entropy (each rank holds Vl of the vocabulary), its gradient in backward.
+ * The loss of a micro-batch (or slice) is summed on the device (loss_reduce). */
 #include "stage.cuh"
 
 namespace GPU_NS {
 
 namespace {
 
-/* one block per row: losses[r] = logsumexp(logits[r][0..V)) - logits[r][target] */
-__global__ void ce_forward_kernel(float *losses, const floatX *logits, const int *targets, int V,
-                                  int Vp)
+/* (m, s) pairs of an online softmax: s = sum exp(x - m) */
+__device__ __forceinline__ void online_add(float &m, float &s, float x)
 {
-    size_t r = blockIdx.x;
-    const floatX *lg = logits + r * Vp;
-    float mx = -INFINITY;
-    for (int v = threadIdx.x; v < V; v += blockDim.x)
-        mx = fmaxf(mx, tof(lg[v]));
-    mx = block_max(mx);
-    float sum = 0.0f;
-    for (int v = threadIdx.x; v < V; v += blockDim.x)
-        sum += expf(tof(lg[v]) - mx);
-    sum = block_sum(sum);
-    if (threadIdx.x == 0)
-        losses[r] = logf(sum) + mx - tof(lg[targets[r]]);
+    if (x > m) {
+        s = s * expf(m - x) + 1.0f;
+        m = x;
+    } else {
+        s += expf(x - m);
+    }
 }
-/* in place: logits -> scale * (softmax - onehot(target)), zero for the padded columns */
-__global__ void ce_backward_kernel(floatX *logits, const int *targets, float scale, int V, int Vp)
+
+/* Row j of blockIdx.x = rows [t0, t0 + S) of each sequence of T: the logits row b T + t0 + j % S
+ * (b = j / S). One block per row, VEC logits a load: losses[r] = logsumexp(logits[r][0..V)) -
+ * logits[r][target], and in place logits[r] = dscale (softmax - onehot(target)), zero in the
+ * padded columns [V, Vp). */
+template <int VEC>
+__global__ void fused_classifier_kernel(float *losses, floatX *logits, const int *targets, int V,
+                                        int Vp, int T, int t0, int S, float dscale)
 {
-    size_t r = blockIdx.x;
+    size_t r = (size_t)(blockIdx.x / S) * T + t0 + blockIdx.x % S;
     floatX *lg = logits + r * Vp;
-    float mx = -INFINITY;
-    for (int v = threadIdx.x; v < V; v += blockDim.x)
-        mx = fmaxf(mx, tof(lg[v]));
-    mx = block_max(mx);
-    float sum = 0.0f;
-    for (int v = threadIdx.x; v < V; v += blockDim.x)
-        sum += expf(tof(lg[v]) - mx);
-    sum = block_sum(sum);
-    float inv = scale / sum;
+    float m = -INFINITY, sum = 0.0f;
+    for (int v = threadIdx.x * VEC; v < V; v += blockDim.x * VEC) {
+        if (VEC > 1) {
+            pack16<floatX> p = load16(lg + v);
+            for (int j = 0; j < VEC; j++)
+                if (v + j < V)
+                    online_add(m, sum, tof(p.v[j]));
+        } else {
+            online_add(m, sum, tof(lg[v]));
+        }
+    }
+    float mx = block_max(m);
+    sum = block_sum(m == -INFINITY ? 0.0f : sum * expf(m - mx));
     int tg = targets[r];
-    for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
-        float g = v < V ? expf(tof(lg[v]) - mx) * inv : 0.0f;
-        if (v == tg)
-            g -= scale;
-        put(lg + v, g);
+    float xt = tof(lg[tg]);
+    __syncthreads(); /* everyone has read the target's logit before it is overwritten */
+    if (threadIdx.x == 0)
+        losses[r] = logf(sum) + mx - xt;
+    float inv = dscale / sum;
+    for (int v = threadIdx.x * VEC; v < Vp; v += blockDim.x * VEC) {
+        if (VEC > 1) {
+            pack16<floatX> p = load16(lg + v);
+            for (int j = 0; j < VEC; j++) {
+                float g = v + j < V ? expf(tof(p.v[j]) - mx) * inv : 0.0f;
+                put(&p.v[j], v + j == tg ? g - dscale : g);
+            }
+            store16(lg + v, p);
+        } else {
+            float g = v < V ? expf(tof(lg[v]) - mx) * inv : 0.0f;
+            put(lg + v, v == tg ? g - dscale : g);
+        }
+    }
+}
+
+/* dst[1] = the sum of losses over rows [t0, t0 + S) of each of B sequences of T, times inv;
+ * dst[0] += that when add. One block, fp64, a fixed order. */
+__global__ void loss_reduce_kernel(double *dst, int add, const float *losses, int B, int T, int t0,
+                                   int S, double inv)
+{
+    double acc = 0.0;
+    for (int j = threadIdx.x; j < B * S; j += blockDim.x)
+        acc += losses[(size_t)(j / S) * T + t0 + j % S];
+    acc = block_sum_fixed(acc);
+    if (threadIdx.x == 0) {
+        double v = acc * inv;
+        dst[1] = v;
+        if (add)
+            dst[0] += v;
     }
 }
 
@@ -119,24 +154,35 @@ int vocab_held(const struct gpu_stage *s)
 
 } /* namespace */
 
-/* The loss of each row into a->losses. With tensor parallelism (gpt_pass.c's cross_entropy) each
+/* The loss of each row into a->losses. tp 1: the fused kernel over the rows [t0, t1) of each
+ * sequence. With tensor parallelism (gpt_pass.c's cross_entropy, the whole micro-batch) each
  * rank holds Vl of the vocabulary: the group sums every rank's row max and sum of exponentials
  * (each in its own slots of the exchange) and the target's logit (held by one rank), and each
  * row's global max and sum are kept for backward. */
-int cross_entropy_fwd(struct gpu_stage *s, struct gslot *a)
+int classifier_fwd(struct gpu_stage *s, struct gslot *a, int t0, int t1)
 {
+    PROF(&s->x, GPU_PART_CLASSIFIER);
     char *EB = s->err;
     size_t EN = sizeof s->err;
-    int BT = s->B * s->T;
+    int BT = s->B * s->T, S = t1 - t0;
     cudaStream_t st = s->x.stream;
     if (s->tp == 1) {
-        ce_forward_kernel<<<(unsigned)BT, 256, 0, st>>>(a->losses, a->logits, a->targets,
-                                                        s->c.vocab, s->c.padded_vocab);
+        unsigned rows = (unsigned)(s->B * S);
+        float dscale = 1.0f / (float)BT; /* the micro-batch's mean, whichever slice */
+        if (s->Vl % XV == 0 && ((uintptr_t)a->logits & 15) == 0)
+            fused_classifier_kernel<XV><<<rows, 512, 0, st>>>(a->losses, a->logits, a->targets,
+                                                              s->c.vocab, s->Vl, s->T, t0, S,
+                                                              dscale);
+        else
+            fused_classifier_kernel<1><<<rows, 512, 0, st>>>(a->losses, a->logits, a->targets,
+                                                             s->c.vocab, s->Vl, s->T, t0, S,
+                                                             dscale);
         LAUNCHED(st);
+        a->dlogits = 1;
         return 0;
     }
     size_t nx = (size_t)BT * (2 * (size_t)s->tp + 1); /* [tp][BT] max, [tp][BT] sum, [BT] target */
-    CK(cudaMemsetAsync(s->tp_dev, 0, nx * sizeof(float), st));
+    ENQ(cudaMemsetAsync(s->tp_dev, 0, nx * sizeof(float), st));
     ce_tp_local_kernel<<<(unsigned)BT, 256, 0, st>>>(s->tp_dev, a->logits, a->targets,
                                                      s->tpr * s->Vl, vocab_held(s), s->Vl, s->tp,
                                                      s->tpr, BT);
@@ -145,66 +191,41 @@ int cross_entropy_fwd(struct gpu_stage *s, struct gslot *a)
     ce_tp_global_kernel<<<blocks_for((size_t)BT, 256), 256, 0, st>>>(a->losses, a->ce_max,
                                                                     a->ce_sum, s->tp_dev, s->tp, BT);
     LAUNCHED(st);
+    a->dlogits = 0;
     return 0;
 }
 
-int cross_entropy_bwd(struct gpu_stage *s, struct gslot *a, float scale)
+int classifier_bwd(struct gpu_stage *s, struct gslot *a, int t0, int t1, float loss_scale,
+                   float *alpha)
 {
+    PROF(&s->x, GPU_PART_CLASSIFIER);
     char *EB = s->err;
     size_t EN = sizeof s->err;
     int BT = s->B * s->T;
     cudaStream_t st = s->x.stream;
-    if (s->tp == 1)
-        ce_backward_kernel<<<(unsigned)BT, 256, 0, st>>>(a->logits, a->targets, scale, s->c.vocab,
-                                                         s->c.padded_vocab);
-    else /* the forward's global max and sum over the whole vocabulary */
-        ce_tp_backward_kernel<<<(unsigned)BT, 256, 0, st>>>(a->logits, a->targets, a->ce_max,
-                                                            a->ce_sum, scale, s->tpr * s->Vl,
-                                                            vocab_held(s), s->Vl);
+    if (a->dlogits) { /* the forward left (softmax - onehot) / (B T): the products scale it */
+        *alpha = loss_scale;
+        return 0;
+    }
+    if (s->tp == 1 || t0 != 0 || t1 != s->T)
+        return stage_fail(s, "backward of the loss: its forward left no gradient");
+    /* tensor parallelism: the forward's global max and sum over the whole vocabulary */
+    ce_tp_backward_kernel<<<(unsigned)BT, 256, 0, st>>>(a->logits, a->targets, a->ce_max,
+                                                        a->ce_sum, loss_scale / (float)BT,
+                                                        s->tpr * s->Vl, vocab_held(s), s->Vl);
     LAUNCHED(st);
+    *alpha = 1.0f;
     return 0;
 }
 
-/* acc[0] += the losses of rows [t0, t1) of each of B sequences of T, / (B T): one block, each
- * thread a fixed stride, then a fixed tree (deterministic) */
-__global__ void loss_add_kernel(double *acc, const float *losses, int B, int T, int t0, int t1)
+int loss_reduce(struct gpu_stage *s, struct gslot *a, int t0, int t1, int add)
 {
-    int S = t1 - t0;
-    double sum = 0.0;
-    for (int i = threadIdx.x; i < B * S; i += blockDim.x)
-        sum += losses[(size_t)(i / S) * T + t0 + i % S];
-    sum = block_sum_fixed(sum);
-    if (threadIdx.x == 0)
-        acc[0] += sum / ((double)B * T);
-}
-
-int loss_add(struct gpu_stage *s, struct gslot *a, int t0, int t1)
-{
+    PROF(&s->x, GPU_PART_CLASSIFIER);
     char *EB = s->err;
     size_t EN = sizeof s->err;
-    loss_add_kernel<<<1, 256, 0, s->x.stream>>>(s->loss_acc, a->losses, s->B, s->T, t0, t1);
-    LAUNCHED(s->x.stream);
-    return 0;
-}
-
-int cross_entropy_rows_fwd(struct gpu_stage *s, float *losses, const floatX *logits,
-                           const int *targets, int n)
-{
-    char *EB = s->err;
-    size_t EN = sizeof s->err;
-    ce_forward_kernel<<<(unsigned)n, 256, 0, s->x.stream>>>(losses, logits, targets, s->c.vocab,
-                                                            s->Vl);
-    LAUNCHED(s->x.stream);
-    return 0;
-}
-
-int cross_entropy_rows_bwd(struct gpu_stage *s, floatX *logits, const int *targets, float scale,
-                           int n)
-{
-    char *EB = s->err;
-    size_t EN = sizeof s->err;
-    ce_backward_kernel<<<(unsigned)n, 256, 0, s->x.stream>>>(logits, targets, scale, s->c.vocab,
-                                                             s->Vl);
+    double inv = 1.0 / ((double)s->B * s->T);
+    loss_reduce_kernel<<<1, 1024, 0, s->x.stream>>>(s->loss_dev, add, a->losses, s->B, s->T, t0,
+                                                    t1 - t0, inv);
     LAUNCHED(s->x.stream);
     return 0;
 }

@@ -58,14 +58,26 @@ int fail_msg(char *buf, size_t n, const char *fmt, ...) __attribute__((format(pr
 #define CKB(call) do { cublasStatus_t st_ = (call); if (st_ != CUBLAS_STATUS_SUCCESS) \
         return GPU_NS::fail_msg(EB, EN, "cuBLAS: %s failed (%s:%d): %s", #call, __FILE__, __LINE__, \
                                 cublasGetStatusString(st_)); } while (0)
+/* After each kernel launch (and each other piece of enqueued work: a library product, an
+ * asynchronous copy or memset): counts it (gpu_counters) and checks the launch. */
+#define COUNT_LAUNCH() __atomic_fetch_add(&GPU_NS::g_launches, 1ULL, __ATOMIC_RELAXED)
+#define COUNT_SYNC() __atomic_fetch_add(&GPU_NS::g_syncs, 1ULL, __ATOMIC_RELAXED)
 #ifdef HOLMES_GPU_DEBUG
-#define LAUNCHED(stream) do { CK(cudaGetLastError()); CK(cudaStreamSynchronize(stream)); } while (0)
+#define LAUNCHED(stream) do { COUNT_LAUNCH(); CK(cudaGetLastError()); \
+        CK(cudaStreamSynchronize(stream)); } while (0)
 #else
-#define LAUNCHED(stream) CK(cudaGetLastError())
+#define LAUNCHED(stream) do { COUNT_LAUNCH(); CK(cudaGetLastError()); } while (0)
 #endif
+/* an asynchronous copy or memset, counted */
+#define ENQ(call) do { COUNT_LAUNCH(); CK(call); } while (0)
 #define OK(x) do { if ((x) < 0) return -1; } while (0)
 
 namespace GPU_NS {
+
+extern unsigned long long g_launches, g_syncs; /* gpu_counters (gpt_cuda_host.cu) */
+
+/* cudaStreamSynchronize, counted; 0 or -1 (EB) */
+int sync_stream(cudaStream_t st, char *EB, size_t EN);
 
 static inline unsigned blocks_for(size_t n, unsigned threads)
 {
@@ -117,6 +129,56 @@ __device__ inline float block_max(float v)
     return warp_max(v);
 }
 
+/* 16 bytes of a type: the unit of the memory-bound kernels' loads and stores (8 bf16, 4 fp32) */
+template <typename T> struct alignas(16) pack16 {
+    static constexpr int N = 16 / sizeof(T);
+    T v[N];
+};
+template <typename T> __device__ __forceinline__ pack16<T> load16(const T *p)
+{
+    return *reinterpret_cast<const pack16<T> *>(p);
+}
+template <typename T> __device__ __forceinline__ void store16(T *p, const pack16<T> &x)
+{
+    *reinterpret_cast<pack16<T> *>(p) = x;
+}
+/* elements of the activation type in 16 bytes */
+#define XV ((int)(16 / sizeof(floatX)))
+
+/* ---------------------------------------------------------------- profiling */
+
+/* Each part of the stage's work between two CUDA events (gpu_stage_profile_begin/end): a scope
+ * records its start and end on the stream, nested scopes count for the outermost. Off: nothing. */
+struct gpu_prof {
+    int on, depth, open, cap, used, lost;   /* open: the outermost part's start was recorded */
+    cudaEvent_t *ev;              /* [2 cap]: start, end of each timed part */
+    unsigned char *part;          /* [cap] */
+    cudaEvent_t t0, t1;
+    unsigned long long l0, s0;    /* the counters at begin */
+};
+void prof_enter(struct gpu_prof *p, cudaStream_t st, int part);
+void prof_leave(struct gpu_prof *p, cudaStream_t st);
+struct prof_scope {
+    struct gpu_prof *p;
+    cudaStream_t st;
+    prof_scope(struct gpu_prof *p_, cudaStream_t st_, int part) : p(p_), st(st_)
+    {
+        if (p && p->on)
+            prof_enter(p, st, part);
+        else
+            p = NULL;
+    }
+    ~prof_scope()
+    {
+        if (p)
+            prof_leave(p, st);
+    }
+};
+#define PROF_CAT2(a, b) a##b
+#define PROF_CAT(a, b) PROF_CAT2(a, b)
+/* times the rest of the enclosing block as `part` (ctx: a gpu_ctx *) */
+#define PROF(ctx, part) GPU_NS::prof_scope PROF_CAT(prof_scope_, __LINE__)((ctx)->prof, (ctx)->stream, (part))
+
 /* Block-wide sum in fp64 (blockDim.x at most 1024 and a power of two), a fixed tree: the same
  * bits every run. Thread 0 gets the result. */
 __device__ inline double block_sum_fixed(double v)
@@ -134,14 +196,21 @@ __device__ inline double block_sum_fixed(double v)
 
 /* ---------------------------------------------------------------- the cuBLASLt context */
 
+struct lt_cache; /* matmul.cu: cuBLASLt descriptors and algorithms per shape */
 struct gpu_ctx {
+    struct lt_cache *cache;  /* made at the first product; gpu_ctx_release frees it */
     cublasLtHandle_t lt;
     cublasHandle_t blas;
     cudaStream_t stream;
     void *ws;
     char *eb;    /* error buffer */
     size_t en;
+    struct gpu_prof *prof;   /* the stage's (NULL: not timed) */
+    int accum;               /* parameter gradients: 1 add into them, 0 write them (the first
+                                backward after gpu_stage_zero_grads) */
 };
+
+void gpu_ctx_release(struct gpu_ctx *x);
 
 /* Conversions between fp32 and the activation type (device.cu), on `stream`; 0 or -1 (EB). */
 int launch_cast(cudaStream_t stream, floatX *out, const float *in, size_t n, char *EB, size_t EN);

@@ -66,7 +66,8 @@ int gpu_act_upload(void *dev, const float *host, size_t n, herr *e)
     char *EB = e ? e->msg : NULL;
     size_t EN = e ? sizeof e->msg : 0;
     float *tmp = NULL;
-    CK(cudaDeviceSynchronize()); /* the stages' streams (non-blocking) are done with dev */
+    COUNT_SYNC();
+    CK(cudaDeviceSynchronize()); /* no stream still reads dev (forward and backward do not sync) */
     CK(cudaMalloc(&tmp, (n ? n : 1) * sizeof(float)));
     cudaError_t ce = cudaMemcpy(tmp, host, n * sizeof(float), cudaMemcpyHostToDevice);
     int rc = ce == cudaSuccess ? launch_cast(0, (floatX *)dev, tmp, n, EB, EN) : 0;
@@ -85,7 +86,8 @@ int gpu_act_download(float *host, const void *dev, size_t n, herr *e)
     char *EB = e ? e->msg : NULL;
     size_t EN = e ? sizeof e->msg : 0;
     float *tmp = NULL;
-    CK(cudaDeviceSynchronize()); /* what the stages' streams (non-blocking) queued into dev */
+    COUNT_SYNC();
+    CK(cudaDeviceSynchronize()); /* every stream's writes of dev are done */
     CK(cudaMalloc(&tmp, (n ? n : 1) * sizeof(float)));
     cudaError_t ce = cudaSuccess;
     int rc = launch_uncast(0, tmp, (const floatX *)dev, n, EB, EN);

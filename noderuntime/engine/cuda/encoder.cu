@@ -1,22 +1,32 @@
 /* The embeddings (llm.c's encoder.cuh), forward beside backward: x0 = wte[token] + wpe[position];
  * wte's gradient one block per distinct token over its positions in order (the token groups of
- * token_groups.h, uploaded per micro-batch), wpe's per position over the batch. With tensor
- * parallelism (gpt_pass.c's embed_forward) each rank looks up the tokens of its vocabulary rows. */
+ * token_groups.h, uploaded per micro-batch by gpt_cuda_host.cu), wpe's per position over the
+ * batch. With tensor parallelism (gpt_pass.c's embed_forward) each rank looks up the tokens of
+ * its vocabulary rows. */
 #include "stage.cuh"
-#include "token_groups.h"
 
 namespace GPU_NS {
 
 namespace {
 
+/* VEC channels a thread (C a multiple of VEC) */
+template <int VEC>
 __global__ void encoder_forward_kernel(floatX *x, const int *tok, const floatX *wte,
                                        const floatX *wpe, int BT, int T, int C)
 {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
     if (i >= (size_t)BT * C)
         return;
     size_t r = i / C, c = i % C;
-    put(x + i, tof(wte[(size_t)tok[r] * C + c]) + tof(wpe[(r % T) * C + c]));
+    const floatX *a = wte + (size_t)tok[r] * C + c, *b = wpe + (r % T) * C + c;
+    if (VEC > 1) {
+        pack16<floatX> pa = load16(a), pb = load16(b), o;
+        for (int j = 0; j < VEC; j++)
+            put(&o.v[j], tof(pa.v[j]) + tof(pb.v[j]));
+        store16(x + i, o);
+    } else {
+        put(x + i, tof(a[0]) + tof(b[0]));
+    }
 }
 
 /* Tensor parallelism: this rank's part of the token embeddings, in fp32: the wte row of a token
@@ -58,7 +68,8 @@ __global__ void wte_backward_kernel(float *dwte, const floatX *dres, const int *
     }
 }
 
-__global__ void wpe_backward_kernel(float *dwpe, const floatX *dres, int B, int T, int C)
+/* dwpe (+)= the position's gradient summed over the batch (b ascending); accum 0: written */
+__global__ void wpe_backward_kernel(float *dwpe, const floatX *dres, int B, int T, int C, int accum)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)T * C)
@@ -66,69 +77,10 @@ __global__ void wpe_backward_kernel(float *dwpe, const floatX *dres, int B, int 
     float acc = 0.0f;
     for (int b = 0; b < B; b++)
         acc += tof(dres[(size_t)b * T * C + i]);
-    dwpe[i] += acc;
+    dwpe[i] = accum ? dwpe[i] + acc : acc;
 }
 
 } /* namespace */
-
-/* positions of the micro-batch grouped by token (token_groups.h), into csr (pinned) and up,
- * asynchronously. With tensor parallelism only the tokens of this rank's wte rows [v0, v0 + Vl),
- * as rows of its wte (token - v0): every other token goes into one group past them (Vl), the
- * last one, which is dropped. */
-static int upload_token_groups(struct gpu_stage *s, struct gslot *a, const int *tokens, int *csr)
-{
-    char *EB = s->err;
-    size_t EN = sizeof s->err;
-    cudaStream_t st = s->x.stream;
-    size_t BT = (size_t)s->B * s->T;
-    int *cnt = csr, *utok = cnt + s->ncount + 1, *ustart = utok + BT, *upos = ustart + BT + 1;
-    int nu;
-    if (s->tp == 1) {
-        nu = token_groups(tokens, BT, s->c.vocab, cnt, utok, ustart, upos);
-    } else {
-        int *mine = upos + BT, v0 = s->tpr * s->Vl;
-        for (size_t i = 0; i < BT; i++) {
-            int v = tokens[i] - v0;
-            mine[i] = v >= 0 && v < s->Vl ? v : s->Vl;
-        }
-        nu = token_groups(mine, BT, s->Vl + 1, cnt, utok, ustart, upos);
-        if (nu > 0 && utok[nu - 1] == s->Vl)
-            nu--;
-    }
-    a->nuniq = nu;
-    CK(cudaMemcpyAsync(a->utok, utok, (size_t)nu * sizeof(int), cudaMemcpyHostToDevice, st));
-    CK(cudaMemcpyAsync(a->ustart, ustart, ((size_t)nu + 1) * sizeof(int), cudaMemcpyHostToDevice,
-                       st));
-    CK(cudaMemcpyAsync(a->upos, upos, BT * sizeof(int), cudaMemcpyHostToDevice, st));
-    return 0;
-}
-
-int upload_ids(struct gpu_stage *s, struct gslot *a, const int *tokens, const int *targets)
-{
-    char *EB = s->err;
-    size_t EN = sizeof s->err;
-    cudaStream_t st = s->x.stream;
-    size_t BT = (size_t)s->B * s->T;
-    int *ptok = a->h_pin, *ptgt = ptok + BT, *csr = ptgt + BT;
-    if (s->first != 0 && !targets)
-        return 0;
-    /* the slot's pinned buffer is rewritten once its last copies up are done (they are, but for
-     * a host far ahead of the GPU) */
-    if (a->up_used)
-        CK(cudaEventSynchronize(a->up_ev));
-    if (s->first == 0) {
-        memcpy(ptok, tokens, BT * sizeof(int));
-        CK(cudaMemcpyAsync(a->tokens, ptok, BT * sizeof(int), cudaMemcpyHostToDevice, st));
-        OK(upload_token_groups(s, a, ptok, csr));
-    }
-    if (targets) {
-        memcpy(ptgt, targets, BT * sizeof(int));
-        CK(cudaMemcpyAsync(a->targets, ptgt, BT * sizeof(int), cudaMemcpyHostToDevice, st));
-    }
-    CK(cudaEventRecord(a->up_ev, st));
-    a->up_used = 1;
-    return 0;
-}
 
 /* x0 = wte[token] + wpe[position]. With tensor parallelism (gpt_pass.c's embed_forward) each rank
  * looks up the tokens of its vocabulary rows (0 for the others), the group sums them (fp32), and
@@ -140,9 +92,14 @@ int embed_fwd(struct gpu_stage *s, struct gslot *a)
     int T = s->T, C = s->c.channels, BT = s->B * s->T;
     size_t BTC = (size_t)BT * C;
     cudaStream_t st = s->x.stream;
+    PROF(&s->x, GPU_PART_EMBEDDING);
     if (s->tp == 1) {
-        encoder_forward_kernel<<<blocks_for(BTC, 256), 256, 0, st>>>(
-            a->x0, a->tokens, s->wX + s->wte_off, s->wX + s->wpe_off, BT, T, C);
+        if (C % XV == 0)
+            encoder_forward_kernel<XV><<<blocks_for(BTC / XV, 256), 256, 0, st>>>(
+                a->x0, a->tokens, s->wX + s->wte_off, s->wX + s->wpe_off, BT, T, C);
+        else
+            encoder_forward_kernel<1><<<blocks_for(BTC, 256), 256, 0, st>>>(
+                a->x0, a->tokens, s->wX + s->wte_off, s->wX + s->wpe_off, BT, T, C);
         LAUNCHED(st);
         return 0;
     }
@@ -156,21 +113,30 @@ int embed_fwd(struct gpu_stage *s, struct gslot *a)
     return 0;
 }
 
-/* wte: the groups of upload_token_groups (with tensor parallelism only this rank's rows); wpe,
- * like the residual, the same on every rank */
+/* wte: the token groups (with tensor parallelism only this rank's rows); wpe, like the residual,
+ * the same on every rank. When the gradients are written rather than added (x.accum 0), the wte
+ * rows no token of the micro-batch touched and wpe's positions from T on are cleared. */
 int embed_bwd(struct gpu_stage *s, struct gslot *a, const floatX *dx)
 {
+    PROF(&s->x, GPU_PART_EMBEDDING);
     char *EB = s->err;
     size_t EN = sizeof s->err;
     int B = s->B, T = s->T, C = s->c.channels;
     cudaStream_t st = s->x.stream;
     float *G = s->grads;
+    if (!s->x.accum) {
+        ENQ(cudaMemsetAsync(G + s->wte_off, 0, (size_t)s->Vl * C * sizeof(float), st));
+        if (T < s->c.max_seq)
+            ENQ(cudaMemsetAsync(G + s->wpe_off + (size_t)T * C, 0,
+                                (size_t)(s->c.max_seq - T) * C * sizeof(float), st));
+    }
     if (a->nuniq > 0) {
         wte_backward_kernel<<<(unsigned)a->nuniq, 256, 0, st>>>(G + s->wte_off, dx, a->utok,
                                                                 a->ustart, a->upos, C);
         LAUNCHED(st);
     }
-    wpe_backward_kernel<<<blocks_for((size_t)T * C, 256), 256, 0, st>>>(G + s->wpe_off, dx, B, T, C);
+    wpe_backward_kernel<<<blocks_for((size_t)T * C, 256), 256, 0, st>>>(G + s->wpe_off, dx, B, T, C,
+                                                                       s->x.accum);
     LAUNCHED(st);
     return 0;
 }

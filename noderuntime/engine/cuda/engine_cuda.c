@@ -102,6 +102,14 @@ static int cuda_create(struct engine *en, const struct engine_spec *s, herr *e)
     c->B = s->B;
     c->tp = s->tp;
     c->last = s->last == s->model.layers;
+    /* a resumed run takes the algorithms the first chose (bit for bit) */
+    if (s->choices_file && gpu_gemm_choices_file(s->choices_file, e) != 0) {
+        gpt_stage_free(en->host);
+        en->host = NULL;
+        free(c);
+        en->impl = NULL;
+        return -1;
+    }
     /* the trainer keeps its shard's AdamW moments: the stage keeps none */
     int rc = gpu_stage_create_tp(&c->g, &s->model, s->first, s->last, s->B, s->T, s->slots,
                                  GPU_NO_MOMENTS, s->tp, s->tp_rank, e);

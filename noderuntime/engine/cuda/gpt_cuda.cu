@@ -1,7 +1,8 @@
 /* The stage (llm.c's train_gpt2.cu, its GPT-2 part): creation and its device memory, the
- * parameter, gradient and moment transfers, the tensor group's sum, and the helpers every layer
- * file uses (errors, copies, the activations of a layer). Forward and backward are in
- * gpt_cuda_pass.cu, the layers in their own files (stage.cuh lists them). See gpt_cuda.h. */
+ * accessors, and the helpers every layer file uses (errors, the activations of a layer).
+ * Transfers, hooks and the loss are in gpt_cuda_host.cu, forward and backward in
+ * gpt_cuda_pass.cu and gpt_cuda_slices.cu, the layers in their own files (stage.cuh lists them).
+ * See gpt_cuda.h. */
 #include "stage.cuh"
 
 namespace GPU_NS {
@@ -26,65 +27,16 @@ int stage_fail(struct gpu_stage *s, const char *fmt, ...)
     return -1;
 }
 
-/* Sums the device fp32 buf[n] across the tensor group (gpt_pass.c's gpt_tp_sum): down to the host
- * staging buffer, the group's sum (gpu_stage_set_tp_sum), back up, on the stream (which this
- * synchronises). `what` names the values for the error. */
-int tp_sum_dev(struct gpu_stage *s, float *buf, size_t n, const char *what)
-{
-    char *EB = s->err;
-    size_t EN = sizeof s->err;
-    if (s->tp_sum_d) { /* on the device, in the stream's order (gpu_stage_set_tp_sum_dev) */
-        if (s->tp_sum_d(s->tp_dctx, buf, n) != 0)
-            return stage_fail(s, "tensor parallelism: the group's sum of %s (%zu values) failed",
-                              what, n);
-        return 0;
-    }
-    if (!s->tp_sum)
-        return stage_fail(s, "tensor parallelism: no group sum set for %s (gpu_stage_set_tp_sum)",
-                          what);
-    if (n > s->tp_n)
-        return stage_fail(s, "tensor parallelism: %zu values of %s exceed the staging buffer's %zu",
-                          n, what, s->tp_n);
-    CK(cudaMemcpyAsync(s->tp_host, buf, n * sizeof(float), cudaMemcpyDeviceToHost, s->x.stream));
-    CK(cudaStreamSynchronize(s->x.stream));
-    if (s->tp_sum(s->tp_ctx, s->tp_host, n) != 0)
-        return stage_fail(s, "tensor parallelism: the group's sum of %s (%zu values) failed", what, n);
-    /* the next sum's download into tp_host is queued behind this upload on the same stream */
-    CK(cudaMemcpyAsync(buf, s->tp_host, n * sizeof(float), cudaMemcpyHostToDevice, s->x.stream));
-    return 0;
-}
-
-/* A micro-batch's token ids (first stage) and targets (last stage, when given) are in the
- * vocabulary. */
-int check_ids(struct gpu_stage *s, const int *tokens, const int *targets)
-{
-    size_t BT = (size_t)s->B * s->T;
-    int V = s->c.vocab;
-    if (s->first == 0) {
-        if (!tokens)
-            return stage_fail(s, "the first stage needs tokens");
-        for (size_t i = 0; i < BT; i++)
-            if (tokens[i] < 0 || tokens[i] >= V)
-                return stage_fail(s, "token %d at position %zu is outside the vocabulary [0, %d)",
-                                  tokens[i], i, V);
-    }
-    if (s->last == s->c.layers && targets)
-        for (size_t i = 0; i < BT; i++)
-            if (targets[i] < 0 || targets[i] >= V)
-                return stage_fail(s, "target %d at position %zu is outside the vocabulary [0, %d)",
-                                  targets[i], i, V);
-    return 0;
-}
-
 /* Layer i's saved activations in slot a (stage.cuh) */
 struct layer_acts layer_acts_of(const struct gpu_stage *s, const struct gslot *a, int i)
 {
     size_t BT = (size_t)s->B * s->T, BTC = BT * s->c.channels, BTl = BT * s->Cl, BTF = BT * s->F;
-    size_t attn = (size_t)s->B * s->NHl * s->T * s->T;
+    size_t attn = (size_t)s->B * s->NHl * s->T * s->T, rows = (size_t)s->B * s->NHl * s->T;
     struct layer_acts A;
     A.ln1 = a->ln1 + i * BTC;
     A.qkv = a->qkv + i * 3 * BTl;
-    A.att = a->att + i * attn;
+    A.att = s->flash ? NULL : a->att + i * attn;
+    A.lse = s->flash ? a->lse + i * rows : NULL;
     A.atty = a->atty + i * BTl;
     A.res2 = a->res2 + i * BTC;
     A.ln2 = a->ln2 + i * BTC;
@@ -98,76 +50,6 @@ struct layer_acts layer_acts_of(const struct gpu_stage *s, const struct gslot *a
     return A;
 }
 
-int refresh_wx(struct gpu_stage *s, size_t lo, size_t hi)
-{
-#ifdef HOLMES_GPU_FP32
-    (void)s; (void)lo; (void)hi;
-    return 0;
-#else
-    char *EB = s->err;
-    size_t EN = sizeof s->err;
-    if (hi <= lo)
-        return 0;
-    return launch_cast(s->x.stream, s->wX + lo, s->params + lo, hi - lo, EB, EN);
-#endif
-}
-
-int h2d(struct gpu_stage *s, void *dst, const void *src, size_t bytes)
-{
-    char *EB = s->err;
-    size_t EN = sizeof s->err;
-    CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s->x.stream));
-    CK(cudaStreamSynchronize(s->x.stream));
-    return 0;
-}
-int d2h(struct gpu_stage *s, void *dst, const void *src, size_t bytes)
-{
-    char *EB = s->err;
-    size_t EN = sizeof s->err;
-    CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s->x.stream));
-    CK(cudaStreamSynchronize(s->x.stream));
-    return 0;
-}
-
-/* Unit u's parameter range: 0 the embeddings (first stage), 1 + i block i, nl + 1 the final
- * LayerNorm and the head (last stage); an empty range for a unit the stage does not hold. */
-static void unit_range(const struct gpu_stage *s, int u, size_t *lo, size_t *hi)
-{
-    size_t C = (size_t)s->c.channels;
-    *lo = *hi = 0;
-    if (u == 0 && s->first == 0) {
-        *lo = s->wte_off;
-        *hi = s->wpe_off + (size_t)s->c.max_seq * C;
-    } else if (u >= 1 && u <= s->nl) {
-        *lo = s->lw[u - 1].ln1w;
-        *hi = s->lw[u - 1].fcprojb + C;
-    } else if (u == s->nl + 1 && s->last == s->c.layers) {
-        *lo = s->lnfw_off;
-        *hi = s->nparams;
-    }
-}
-
-int need_params(struct gpu_stage *s, int u)
-{
-    size_t lo, hi;
-    unit_range(s, u, &lo, &hi);
-    if (hi <= lo)
-        return 0;
-    if (s->fwd_hook && s->fwd_hook(s->fwd_ctx, lo, hi) != 0)
-        return stage_fail(s, "forward stopped: parameters [%zu, %zu) are not available", lo, hi);
-    if (s->stale[u]) {
-        OK(refresh_wx(s, lo, hi));
-        s->stale[u] = 0;
-    }
-    return 0;
-}
-
-void block_done(struct gpu_stage *s, int i)
-{
-    if (s->bwd_hook)
-        s->bwd_hook(s->bwd_ctx, s->first + i);
-}
-
 /* *p = bytes of device memory unless it is there already; -1 (stage error) when out of memory */
 int lazy_alloc(struct gpu_stage *s, void **p, size_t bytes, const char *what)
 {
@@ -177,8 +59,11 @@ int lazy_alloc(struct gpu_stage *s, void **p, size_t bytes, const char *what)
     cudaError_t e = cudaMalloc(&q, bytes ? bytes : 16);
     if (e != cudaSuccess) {
         (void)cudaGetLastError(); /* a failed allocation's error is not sticky: clear it */
-        return stage_fail(s, "CUDA: allocating %s (%zu bytes) for the sliced backward: %s", what,
-                          bytes, cudaGetErrorString(e));
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        return stage_fail(s, "CUDA: allocating %s (%zu bytes) for stage layers [%d, %d): %s "
+                          "(%zu bytes free)", what, bytes, s->first, s->last,
+                          cudaGetErrorString(e), fr);
     }
     *p = q;
     return 0;
@@ -186,18 +71,51 @@ int lazy_alloc(struct gpu_stage *s, void **p, size_t bytes, const char *what)
 
 namespace {
 
-void *dalloc(size_t bytes, int *bad)
+/* ---------------------------------------------------------------- device memory */
+
+/* The allocations of a stage, made (or, dry, only counted: gpu_stage_device_bytes) in one place
+ * so that the count and the memory agree. */
+struct alloc_ctx {
+    int dry, bad;
+    size_t bytes;
+    struct gpu_stage *s; /* activations and scratch are listed in s->scratch (debug poison) */
+};
+
+/* bytes of device memory, zeroed; scratch: activations or scratch (gpu_stage_debug_poison) */
+void *dalloc(struct alloc_ctx *ac, size_t bytes, int scratch = 1)
 {
     void *p = NULL;
     if (bytes == 0)
         bytes = 16;
+    ac->bytes += (bytes + 255) / 256 * 256; /* cudaMalloc's granularity, at least */
+    if (ac->dry || ac->bad)
+        return NULL;
     if (cudaMalloc(&p, bytes) != cudaSuccess) {
-        *bad = 1;
-        (void)cudaGetLastError(); /* clear the sticky-free error state of a failed allocation */
+        ac->bad = 1;
+        (void)cudaGetLastError(); /* a failed allocation's error is not sticky: clear it */
         return NULL;
     }
     if (cudaMemset(p, 0, bytes) != cudaSuccess)
-        *bad = 1;
+        ac->bad = 1;
+    struct gpu_stage *s = ac->s;
+    if (scratch && s) {
+        if (s->nscratch == s->capscratch) {
+            int cap = s->capscratch ? 2 * s->capscratch : 64;
+            void **np = (void **)realloc(s->scratch, (size_t)cap * sizeof *np);
+            size_t *nb = (size_t *)realloc(s->scratch_bytes, (size_t)cap * sizeof *nb);
+            if (np)
+                s->scratch = np;
+            if (nb)
+                s->scratch_bytes = nb;
+            if (!np || !nb) {
+                ac->bad = 1;
+                return p;
+            }
+            s->capscratch = cap;
+        }
+        s->scratch[s->nscratch] = p;
+        s->scratch_bytes[s->nscratch++] = bytes;
+    }
     return p;
 }
 
@@ -236,158 +154,233 @@ void find_offsets(struct gpu_stage *s)
     }
 }
 
+/* The forward hook's units (gpt_pass.c's ranges): the embeddings, each block, the final
+ * LayerNorm and head. */
+void find_units(struct gpu_stage *s)
+{
+    size_t C = (size_t)s->c.channels;
+    int nu = s->nl + 2;
+    for (int u = 0; u < nu; u++)
+        s->unit_lo[u] = s->unit_hi[u] = 0;
+    if (s->first == 0) {
+        s->unit_lo[0] = s->wte_off;
+        s->unit_hi[0] = s->wpe_off + (size_t)s->c.max_seq * C;
+    }
+    for (int i = 0; i < s->nl; i++) {
+        s->unit_lo[1 + i] = s->lw[i].ln1w;
+        s->unit_hi[1 + i] = s->lw[i].fcprojb + C;
+    }
+    if (s->last == s->c.layers) {
+        s->unit_lo[nu - 1] = s->lnfw_off;
+        s->unit_hi[nu - 1] = s->nparams;
+    }
+}
+
 void slot_free(struct gslot *a)
 {
     void *ptrs[] = {a->tokens, a->targets, a->utok, a->ustart, a->upos, a->x0, a->ln1, a->qkv,
                     a->att, a->atty, a->res2, a->ln2, a->fch, a->fchg, a->res3, a->lnf,
                     a->logits, a->ln1m, a->ln1r, a->ln2m, a->ln2r, a->lnfm, a->lnfr, a->losses,
-                    a->ce_max, a->ce_sum, a->dqkv_acc, a->dx0};
+                    a->lse, a->ce_max, a->ce_sum, a->dqkv_acc, a->dx0};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
         if (ptrs[i])
             cudaFree(ptrs[i]);
-    if (a->h_pin)
-        cudaFreeHost(a->h_pin);
-    if (a->up_ev)
-        cudaEventDestroy(a->up_ev);
+    if (a->h_stage)
+        cudaFreeHost(a->h_stage);
+    if (a->up_done)
+        cudaEventDestroy(a->up_done);
 }
 
-int slot_alloc(struct gpu_stage *s, struct gslot *a)
+void slot_alloc(struct gpu_stage *s, struct gslot *a, struct alloc_ctx *ac)
 {
     size_t B = (size_t)s->B, T = (size_t)s->T, C = (size_t)s->c.channels, NH = (size_t)s->NHl;
     size_t BT = B * T, BTC = BT * C, nl = (size_t)s->nl, X = sizeof(floatX);
     size_t BTl = BT * (size_t)s->Cl, BTF = BT * (size_t)s->F; /* this rank's heads, MLP width */
-    int bad = 0, last = s->last == s->c.layers;
-    a->tokens = (int *)dalloc(BT * sizeof(int), &bad);
-    a->targets = (int *)dalloc(BT * sizeof(int), &bad);
-    a->utok = (int *)dalloc(BT * sizeof(int), &bad);
-    a->ustart = (int *)dalloc((BT + 1) * sizeof(int), &bad);
-    a->upos = (int *)dalloc(BT * sizeof(int), &bad);
-    /* tokens, targets and the token groups (encoder.cu), pinned: they go up asynchronously */
-    if (cudaMallocHost((void **)&a->h_pin, (2 * BT + (size_t)s->ncount + 1 + 4 * BT + 1) *
-                                               sizeof(int)) != cudaSuccess ||
-        cudaEventCreateWithFlags(&a->up_ev, cudaEventDisableTiming) != cudaSuccess) {
-        (void)cudaGetLastError();
-        bad = 1;
-    }
-    a->x0 = (floatX *)dalloc(BTC * X, &bad);
-    a->ln1 = (floatX *)dalloc(nl * BTC * X, &bad);
-    a->qkv = (floatX *)dalloc(nl * 3 * BTl * X, &bad);
-    a->att = (floatX *)dalloc(nl * B * NH * T * T * X, &bad);
-    a->atty = (floatX *)dalloc(nl * BTl * X, &bad);
-    a->res2 = (floatX *)dalloc(nl * BTC * X, &bad);
-    a->ln2 = (floatX *)dalloc(nl * BTC * X, &bad);
-    a->fch = (floatX *)dalloc(nl * BTF * X, &bad);
+    int last = s->last == s->c.layers;
+    a->tokens = (int *)dalloc(ac, BT * sizeof(int), 0);
+    a->targets = (int *)dalloc(ac, BT * sizeof(int), 0);
+    a->utok = (int *)dalloc(ac, BT * sizeof(int), 0);
+    a->ustart = (int *)dalloc(ac, (BT + 1) * sizeof(int), 0);
+    a->upos = (int *)dalloc(ac, BT * sizeof(int), 0);
+    a->x0 = (floatX *)dalloc(ac, BTC * X);
+    a->ln1 = (floatX *)dalloc(ac, nl * BTC * X);
+    a->qkv = (floatX *)dalloc(ac, nl * 3 * BTl * X);
+    if (s->flash)
+        a->lse = (float *)dalloc(ac, nl * B * NH * T * sizeof(float));
+    else
+        a->att = (floatX *)dalloc(ac, nl * B * NH * T * T * X);
+    a->atty = (floatX *)dalloc(ac, nl * BTl * X);
+    a->res2 = (floatX *)dalloc(ac, nl * BTC * X);
+    a->ln2 = (floatX *)dalloc(ac, nl * BTC * X);
+    a->fch = (floatX *)dalloc(ac, nl * BTF * X);
     if (!s->recompute)
-        a->fchg = (floatX *)dalloc(nl * BTF * X, &bad);
-    a->res3 = (floatX *)dalloc(nl * BTC * X, &bad);
-    a->ln1m = (float *)dalloc(nl * BT * sizeof(float), &bad);
-    a->ln1r = (float *)dalloc(nl * BT * sizeof(float), &bad);
-    a->ln2m = (float *)dalloc(nl * BT * sizeof(float), &bad);
-    a->ln2r = (float *)dalloc(nl * BT * sizeof(float), &bad);
+        a->fchg = (floatX *)dalloc(ac, nl * BTF * X);
+    a->res3 = (floatX *)dalloc(ac, nl * BTC * X);
+    a->ln1m = (float *)dalloc(ac, nl * BT * sizeof(float));
+    a->ln1r = (float *)dalloc(ac, nl * BT * sizeof(float));
+    a->ln2m = (float *)dalloc(ac, nl * BT * sizeof(float));
+    a->ln2r = (float *)dalloc(ac, nl * BT * sizeof(float));
     if (last) {
-        a->lnf = (floatX *)dalloc(BTC * X, &bad);
-        a->logits = (floatX *)dalloc(BT * (size_t)s->Vl * X, &bad);
-        a->lnfm = (float *)dalloc(BT * sizeof(float), &bad);
-        a->lnfr = (float *)dalloc(BT * sizeof(float), &bad);
-        a->losses = (float *)dalloc(BT * sizeof(float), &bad);
+        a->lnf = (floatX *)dalloc(ac, BTC * X);
+        a->logits = (floatX *)dalloc(ac, BT * (size_t)s->Vl * X);
+        a->lnfm = (float *)dalloc(ac, BT * sizeof(float));
+        a->lnfr = (float *)dalloc(ac, BT * sizeof(float));
+        a->losses = (float *)dalloc(ac, BT * sizeof(float));
         if (s->tp > 1) {
-            a->ce_max = (float *)dalloc(BT * sizeof(float), &bad);
-            a->ce_sum = (float *)dalloc(BT * sizeof(float), &bad);
+            a->ce_max = (float *)dalloc(ac, BT * sizeof(float));
+            a->ce_sum = (float *)dalloc(ac, BT * sizeof(float));
         }
     }
-    return bad ? -1 : 0;
 }
 
-/* The stage's stream and its cuBLASLt and cuBLAS handles. 0, or -1 (message in EB). */
-int create_handles(struct gpu_stage *s, char *EB, size_t EN)
+/* The stage's device memory: parameters, gradients, moments, the tensor table, the shared
+ * scratch and the activation slots (ac->dry: only counted). */
+void alloc_device(struct gpu_stage *s, struct alloc_ctx *ac)
+{
+    const struct gpt_config c = s->c;
+    int B = s->B, T = s->T;
+    size_t BT = (size_t)B * T, BTC = BT * c.channels, X = sizeof(floatX);
+    size_t n = s->nparams, nh = (size_t)s->NHl, maxcols = 4 * (size_t)c.channels;
+    size_t BTl = BT * (size_t)s->Cl, BTF = BT * (size_t)s->F; /* this rank's heads, MLP width */
+    s->x.ws = dalloc(ac, LT_WORKSPACE, 0);
+    s->params = (float *)dalloc(ac, n * sizeof(float), 0);
+    s->grads = (float *)dalloc(ac, n * sizeof(float), 0);
+    if (!(s->flags & GPU_NO_MOMENTS)) {
+        s->m = (float *)dalloc(ac, n * sizeof(float), 0);
+        s->v = (float *)dalloc(ac, n * sizeof(float), 0);
+    }
+#ifdef HOLMES_GPU_FP32
+    s->wX = s->params;
+#else
+    s->wX = (floatX *)dalloc(ac, n * X, 0);
+#endif
+    s->seg_end = (size_t *)dalloc(ac, (size_t)s->ntensors * sizeof(size_t), 0);
+    s->seg_decay = (int *)dalloc(ac, (size_t)s->ntensors * sizeof(int), 0);
+    s->dres = (floatX *)dalloc(ac, BTC * X);
+    s->dbuf = (floatX *)dalloc(ac, BTC * X);
+    s->dfch = (floatX *)dalloc(ac, BTF * X);
+    s->dqkv = (floatX *)dalloc(ac, 3 * BTl * X);
+    if (s->flash) {
+        s->dsum = (float *)dalloc(ac, (size_t)B * nh * T * sizeof(float));
+    } else {
+        s->q = (floatX *)dalloc(ac, BTl * X);
+        s->k = (floatX *)dalloc(ac, BTl * X);
+        s->vv = (floatX *)dalloc(ac, BTl * X);
+        s->y = (floatX *)dalloc(ac, BTl * X);
+        s->dq = (floatX *)dalloc(ac, BTl * X);
+        s->dk = (floatX *)dalloc(ac, BTl * X);
+        s->dv = (floatX *)dalloc(ac, BTl * X);
+        s->datt = (floatX *)dalloc(ac, (size_t)B * nh * T * T * X);
+    }
+    if (s->recompute)
+        s->fchg = (floatX *)dalloc(ac, BTF * X);
+    if (s->tp > 1) { /* the largest sum: an activation [BT][C], or the loss's exchange */
+        size_t ce = BT * (2 * (size_t)s->tp + 1);
+        s->tp_n = BTC > ce ? BTC : ce;
+        s->tp_dev = (float *)dalloc(ac, s->tp_n * sizeof(float));
+    }
+    /* column sums: [chunks of COLSUM_ROWS rows][2][the widest row] */
+    s->partial = (float *)dalloc(ac, ((BT + COLSUM_ROWS - 1) / COLSUM_ROWS) * 2 * maxcols * sizeof(float));
+    s->sq_cap = SQ_BLOCKS + 1; /* one range and the total */
+    s->sq_partial = (double *)dalloc(ac, s->sq_cap * sizeof(double), 0);
+    s->loss_dev = (double *)dalloc(ac, 2 * sizeof(double), 0);
+    for (int i = 0; i < s->nslots; i++)
+        slot_alloc(s, &s->slots[i], ac);
+}
+
+/* What is not device memory: the stream, handles, events, pinned staging. 0, or -1 (EB). */
+int create_host_side(struct gpu_stage *s, char *EB, size_t EN)
 {
     cudaError_t ce = cudaStreamCreateWithFlags(&s->x.stream, cudaStreamNonBlocking);
-    if (ce != cudaSuccess) {
-        fail_msg(EB, EN, "CUDA: cannot create a stream (is there a GPU?): %s", cudaGetErrorString(ce));
-        return -1;
-    }
+    if (ce != cudaSuccess)
+        return fail_msg(EB, EN, "CUDA: cannot create a stream (is there a GPU?): %s",
+                        cudaGetErrorString(ce));
     cublasStatus_t st = cublasLtCreate(&s->x.lt);
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasCreate(&s->x.blas);
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasSetStream(s->x.blas, s->x.stream);
-    if (st != CUBLAS_STATUS_SUCCESS) {
-        fail_msg(EB, EN, "cuBLAS: cannot create a handle: %s", cublasGetStatusString(st));
-        return -1;
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return fail_msg(EB, EN, "cuBLAS: cannot create a handle: %s", cublasGetStatusString(st));
+    size_t BT = (size_t)s->B * s->T;
+    for (int i = 0; i < s->nslots; i++) {
+        struct gslot *a = &s->slots[i];
+        CK(cudaEventCreateWithFlags(&a->up_done, cudaEventDisableTiming));
+        CK(cudaMallocHost((void **)&a->h_stage, (5 * BT + 1) * sizeof(int)));
     }
+    if (s->tp > 1)
+        CK(cudaMallocHost((void **)&s->tp_host, s->tp_n * sizeof(float)));
     return 0;
 }
 
-/* The stage's device memory: parameters, gradients, moments, the tensor table, the shared
- * scratch and the activation slots. 0, or -1 (message in EB, with the memory left). */
-int alloc_device(struct gpu_stage *s, char *EB, size_t EN)
+/* The shape of a stage, on the host only (no CUDA): the host twin, sizes, the tensor table and
+ * the units. 0, or -1 with e set. */
+int stage_shape(struct gpu_stage *s, const struct gpt_config *cfg, int first, int last, int B,
+                int T, int slots, int flags, int tp, int tp_rank, herr *e)
 {
-    const struct gpt_config c = s->c;
-    int B = s->B, T = s->T, slots = s->nslots, first = s->first, last = s->last;
-    size_t BT = (size_t)B * T, BTC = BT * c.channels, X = sizeof(floatX);
-    int bad = 0;
-    size_t n = s->nparams, nh = (size_t)s->NHl, maxcols = 4 * (size_t)c.channels;
-    size_t BTl = BT * (size_t)s->Cl, BTF = BT * (size_t)s->F; /* this rank's heads, MLP width */
-    s->x.ws = dalloc(LT_WORKSPACE, &bad);
-    s->params = (float *)dalloc(n * sizeof(float), &bad);
-    s->grads = (float *)dalloc(n * sizeof(float), &bad);
-    if (!s->no_moments) {
-        s->m = (float *)dalloc(n * sizeof(float), &bad);
-        s->v = (float *)dalloc(n * sizeof(float), &bad);
-    }
-    s->loss_acc = (double *)dalloc(sizeof(double), &bad);
-#ifdef HOLMES_GPU_FP32
-    s->wX = s->params;
-#else
-    s->wX = (floatX *)dalloc(n * X, &bad);
-#endif
-    s->seg_end = (size_t *)dalloc((size_t)s->ntensors * sizeof(size_t), &bad);
-    s->seg_decay = (int *)dalloc((size_t)s->ntensors * sizeof(int), &bad);
-    s->dres = (floatX *)dalloc(BTC * X, &bad);
-    s->dbuf = (floatX *)dalloc(BTC * X, &bad);
-    s->dfch = (floatX *)dalloc(BTF * X, &bad);
-    s->dqkv = (floatX *)dalloc(3 * BTl * X, &bad);
-    s->q = (floatX *)dalloc(BTl * X, &bad);
-    s->k = (floatX *)dalloc(BTl * X, &bad);
-    s->vv = (floatX *)dalloc(BTl * X, &bad);
-    s->y = (floatX *)dalloc(BTl * X, &bad);
-    s->dq = (floatX *)dalloc(BTl * X, &bad);
-    s->dk = (floatX *)dalloc(BTl * X, &bad);
-    s->dv = (floatX *)dalloc(BTl * X, &bad);
-    s->datt = (floatX *)dalloc((size_t)B * nh * T * T * X, &bad);
-    if (s->recompute)
-        s->fchg = (floatX *)dalloc(BTF * X, &bad);
-    if (s->tp > 1) { /* the largest sum: an activation [BT][C], or the loss's exchange */
-        size_t ce = BT * (2 * (size_t)s->tp + 1);
-        s->tp_n = BTC > ce ? BTC : ce;
-        s->tp_dev = (float *)dalloc(s->tp_n * sizeof(float), &bad);
-        if (cudaMallocHost((void **)&s->tp_host, s->tp_n * sizeof(float)) != cudaSuccess) {
-            s->tp_host = NULL;
-            (void)cudaGetLastError();
-            bad = 1;
-        }
-    }
-    s->partial = (float *)dalloc(((BT + COLSUM_ROWS - 1) / COLSUM_ROWS) * 2 * maxcols * sizeof(float), &bad);
-    s->sq_partial = (double *)dalloc(SQ_BLOCKS * sizeof(double), &bad);
-    for (int i = 0; i < slots && !bad; i++)
-        if (slot_alloc(s, &s->slots[i]) < 0)
-            bad = 1;
-    if (bad) {
-        size_t fr = 0, tot = 0;
-        cudaMemGetInfo(&fr, &tot);
-        /* what the stage asks for: parameters, gradients, moments, the weight copy, and a
-         * slot's activations (the largest parts; scratch and workspace aside) */
-        size_t per_slot = BT * (size_t)s->nl * (6 * (size_t)c.channels + 3 * (size_t)s->Cl +
-                                                 2 * (size_t)s->F) * X +
-                          (size_t)s->nl * B * nh * T * T * X;
-        size_t asked = n * (2 + (s->no_moments ? 0 : 2)) * sizeof(float) + n * X * (X != 4) +
-                       (size_t)slots * per_slot;
-        fail_msg(EB, EN, "out of GPU memory: stage of layers [%d, %d) (B=%d, T=%d, %d slots, %zu "
-                 "parameters) asks about %.2f GiB; %.2f of %.2f GiB free", first, last, B, T,
-                 slots, n, asked / 1073741824.0, fr / 1073741824.0, tot / 1073741824.0);
+    struct gpt_config c = *cfg;
+    if (gpt_config_check(&c, e) < 0)
         return -1;
-    }
+    if (B <= 0 || T <= 0 || T > c.max_seq)
+        return herr_set(e, "batch %d and sequence length %d must be positive, and T at most max_seq %d",
+                        B, T, c.max_seq);
+    if (slots <= 0 || slots > 1024)
+        return herr_set(e, "activation slots must be in [1, 1024] (got %d)", slots);
+    if (flags & ~GPU_FLAGS_ALL)
+        return herr_set(e, "unknown GPU stage flags 0x%x", (unsigned)flags);
+    /* the host twin (B = T = 1: no activations to speak of) gives the layout (this tensor rank's)
+     * and checks the layer range and the tensor group */
+    if (gpt_stage_create_tp(&s->host, &c, first, last, 1, 1, 1, tp, tp_rank, e) < 0)
+        return -1;
+    s->c = c;
+    s->first = first;
+    s->last = last;
+    s->nl = last - first;
+    s->B = B;
+    s->T = T;
+    s->nslots = slots;
+    s->flags = flags;
+    s->recompute = (flags & GPU_RECOMPUTE_GELU) != 0;
+    s->tp = tp;
+    s->tpr = tp_rank;
+    s->Cl = c.channels / tp;
+    s->NHl = c.heads / tp;
+    s->F = 4 * c.channels / tp;
+    s->Vl = c.padded_vocab / tp;
+#ifdef HOLMES_GPU_FP32
+    s->flash = 0;
+#else
+    s->flash = !(flags & GPU_MATERIALISED_ATTENTION) && flash_supported(s->Cl / s->NHl);
+#endif
+    s->ncount = tp > 1 && s->Vl + 1 > c.vocab ? s->Vl + 1 : c.vocab;
+    s->nparams = gpt_stage_num_params(s->host);
+    s->ntensors = gpt_stage_tensors(s->host, &s->tensors);
+    size_t nl1 = (size_t)(s->nl > 0 ? s->nl : 1), BT = (size_t)B * T;
+    s->lw = (layer_w *)calloc(nl1, sizeof *s->lw);
+    s->slots = (gslot *)calloc((size_t)slots, sizeof *s->slots);
+    s->unit_lo = (size_t *)calloc((size_t)s->nl + 2, sizeof(size_t));
+    s->unit_hi = (size_t *)calloc((size_t)s->nl + 2, sizeof(size_t));
+    s->wx_dirty = (unsigned char *)calloc((size_t)s->nl + 2, 1);
+    s->h_counts = (int *)malloc(((size_t)s->ncount + 1 + BT) * sizeof(int));
+    if (!s->lw || !s->slots || !s->unit_lo || !s->unit_hi || !s->wx_dirty || !s->h_counts)
+        return herr_set(e, "out of memory allocating the GPU stage");
+    find_offsets(s);
+    find_units(s);
     return 0;
+}
+
+void stage_release(struct gpu_stage *s)
+{
+    gpt_stage_free(s->host);
+    free(s->lw);
+    free(s->slots);
+    free(s->unit_lo);
+    free(s->unit_hi);
+    free(s->wx_dirty);
+    free(s->h_counts);
+    free(s->scratch);
+    free(s->scratch_bytes);
+    free(s);
 }
 
 } /* namespace */
@@ -403,11 +396,10 @@ void gpu_stage_free(struct gpu_stage *s)
     if (s->slots)
         for (int i = 0; i < s->nslots; i++)
             slot_free(&s->slots[i]);
-    free(s->slots);
     void *ptrs[] = {s->params, s->grads, s->m, s->v, s->seg_end, s->seg_decay, s->dres, s->dbuf,
                     s->dfch, s->dqkv, s->q, s->k, s->vv, s->y, s->dq, s->dk, s->dv, s->datt,
-                    s->partial, s->sq_partial, s->x.ws, s->fchg, s->tp_dev, s->loss_acc,
-                    s->sq_parts};
+                    s->dsum, s->partial, s->sq_partial, s->loss_dev, s->x.ws, s->fchg,
+                    s->tp_dev};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
         if (ptrs[i])
             cudaFree(ptrs[i]);
@@ -417,18 +409,38 @@ void gpu_stage_free(struct gpu_stage *s)
     if (s->wX)
         cudaFree(s->wX);
 #endif
+    if (s->prof.ev) {
+        for (int i = 0; i < 2 * s->prof.cap; i++)
+            if (s->prof.ev[i])
+                cudaEventDestroy(s->prof.ev[i]);
+        free(s->prof.ev);
+        free(s->prof.part);
+    }
+    if (s->prof.t0)
+        cudaEventDestroy(s->prof.t0);
+    if (s->prof.t1)
+        cudaEventDestroy(s->prof.t1);
+    gpu_ctx_release(&s->x);
     if (s->x.lt)
         cublasLtDestroy(s->x.lt);
     if (s->x.blas)
         cublasDestroy(s->x.blas);
     if (s->x.stream)
         cudaStreamDestroy(s->x.stream);
-    gpt_stage_free(s->host);
-    free(s->lw);
-    free(s->stale);
-    free(s->h_losses);
-    free(s->h_csr);
-    free(s);
+    stage_release(s);
+}
+
+size_t gpu_stage_device_bytes(const struct gpt_config *c, int first, int last, int B, int T,
+                              int slots, int flags, int tp)
+{
+    struct gpu_stage *s = (struct gpu_stage *)calloc(1, sizeof *s);
+    if (!s)
+        return 0;
+    struct alloc_ctx ac = {1, 0, 0, NULL};
+    if (stage_shape(s, c, first, last, B, T, slots, flags, tp, 0, NULL) == 0)
+        alloc_device(s, &ac);
+    stage_release(s);
+    return ac.bytes;
 }
 
 int gpu_stage_create(struct gpu_stage **out, const struct gpt_config *cfg, int first, int last,
@@ -442,75 +454,58 @@ int gpu_stage_create_tp(struct gpu_stage **out, const struct gpt_config *cfg, in
 {
     char *EB = e ? e->msg : NULL;
     size_t EN = e ? sizeof e->msg : 0;
-    struct gpt_config c = *cfg;
-    if (gpt_config_check(&c, e) < 0)
-        return -1;
-    if (B <= 0 || T <= 0 || T > c.max_seq)
-        return herr_set(e, "batch %d and sequence length %d must be positive, and T at most max_seq %d",
-                        B, T, c.max_seq);
-    if (slots <= 0 || slots > 1024)
-        return herr_set(e, "activation slots must be in [1, 1024] (got %d)", slots);
-    if (flags & ~(GPU_RECOMPUTE_GELU | GPU_NO_MOMENTS))
-        return herr_set(e, "unknown GPU stage flags 0x%x", (unsigned)flags);
     struct gpu_stage *s = (struct gpu_stage *)calloc(1, sizeof *s);
     if (!s)
         return herr_set(e, "out of memory allocating the GPU stage");
-    /* the host twin (B = T = 1: no activations to speak of) gives the layout (this tensor rank's)
-     * and checks the layer range and the tensor group */
-    if (gpt_stage_create_tp(&s->host, &c, first, last, 1, 1, 1, tp, tp_rank, e) < 0) {
-        free(s);
+    if (stage_shape(s, cfg, first, last, B, T, slots, flags, tp, tp_rank, e) < 0) {
+        stage_release(s);
         return -1;
     }
-    s->c = c;
-    s->first = first;
-    s->last = last;
-    s->nl = last - first;
-    s->B = B;
-    s->T = T;
-    s->nslots = slots;
-    s->recompute = (flags & GPU_RECOMPUTE_GELU) != 0;
-    s->no_moments = (flags & GPU_NO_MOMENTS) != 0;
-    s->tp = tp;
-    s->tpr = tp_rank;
-    s->Cl = c.channels / tp;
-    s->NHl = c.heads / tp;
-    s->F = 4 * c.channels / tp;
-    s->Vl = c.padded_vocab / tp;
-    s->ncount = tp > 1 && s->Vl + 1 > c.vocab ? s->Vl + 1 : c.vocab;
-    s->nparams = gpt_stage_num_params(s->host);
-    s->ntensors = gpt_stage_tensors(s->host, &s->tensors);
-    s->lw = (layer_w *)calloc((size_t)(s->nl > 0 ? s->nl : 1), sizeof *s->lw);
-    s->slots = (gslot *)calloc((size_t)slots, sizeof *s->slots);
-    size_t BT = (size_t)B * T;
-    s->h_losses = (float *)malloc(BT * sizeof(float));
-    s->h_csr = (int *)malloc(((size_t)s->ncount + 1 + 4 * BT + 1) * sizeof(int));
-    s->stale = (unsigned char *)calloc((size_t)s->nl + 2, 1);
-    if (!s->lw || !s->slots || !s->h_losses || !s->h_csr || !s->stale) {
+    struct alloc_ctx plan = {1, 0, 0, NULL}, ac = {0, 0, 0, s};
+    size_t fr = 0, tot = 0;
+    alloc_device(s, &plan); /* only counted: all of it fits, or nothing is allocated */
+    cudaError_t ce = cudaMemGetInfo(&fr, &tot);
+    if (ce == cudaSuccess && plan.bytes > fr) {
+        fail_msg(EB, EN, "out of GPU memory for the stage of layers [%d, %d) (B=%d, T=%d, %d "
+                 "slots, %zu parameters): it needs %zu bytes (%.2f GiB), %zu bytes (%.2f GiB) of "
+                 "%.1f GiB are free", first, last, B, T, slots, s->nparams, plan.bytes,
+                 plan.bytes / 1073741824.0, fr, fr / 1073741824.0, tot / 1073741824.0);
         gpu_stage_free(s);
-        return herr_set(e, "out of memory allocating the GPU stage");
+        return -1;
     }
-    find_offsets(s);
+    (void)cudaGetLastError(); /* no GPU: create_host_side says so */
+    if (create_host_side(s, EB, EN) < 0) {
+        gpu_stage_free(s);
+        return -1;
+    }
+    alloc_device(s, &ac);
+    if (ac.bad) {
+        cudaMemGetInfo(&fr, &tot);
+        fail_msg(EB, EN, "out of GPU memory allocating the stage of layers [%d, %d) (B=%d, T=%d, "
+                 "%d slots, %zu parameters): it needs %zu bytes (%.2f GiB), %zu bytes (%.2f GiB) "
+                 "of %.1f GiB are free", first, last, B, T, slots, s->nparams, plan.bytes,
+                 plan.bytes / 1073741824.0, fr, fr / 1073741824.0, tot / 1073741824.0);
+        gpu_stage_free(s);
+        return -1;
+    }
     s->x.eb = s->err;
     s->x.en = sizeof s->err;
-    int rc = -1;
-    if (create_handles(s, EB, EN) < 0 || alloc_device(s, EB, EN) < 0 ||
-        adamw_table_upload(s, EB, EN) < 0)
-        goto fail;
+    s->x.prof = &s->prof;
+    s->x.accum = 1;
+    if (adamw_table_upload(s, EB, EN) < 0) {
+        gpu_stage_free(s);
+        return -1;
+    }
+    if (s->flash && flash_prepare(s) < 0) {
+        herr_set(e, "%s", s->err);
+        gpu_stage_free(s);
+        return -1;
+    }
     *out = s;
     return 0;
-fail:
-    gpu_stage_free(s);
-    return rc;
 }
 
-/* ---------------------------------------------------------------- accessors, transfers */
-
-void gpu_stage_set_tp_sum(struct gpu_stage *s, int (*fn)(void *ctx, float *buf, size_t n),
-                          void *ctx)
-{
-    s->tp_sum = fn;
-    s->tp_ctx = ctx;
-}
+/* ---------------------------------------------------------------- accessors */
 
 const struct gpt_config *gpu_stage_config(const struct gpu_stage *s) { return &s->c; }
 size_t gpu_stage_num_params(const struct gpu_stage *s) { return s->nparams; }
@@ -526,14 +521,18 @@ int gpu_stage_wte(const struct gpu_stage *s, size_t *offset, size_t *count)
 void *gpu_stage_stream(struct gpu_stage *s) { return (void *)s->x.stream; }
 const char *gpu_stage_error(const struct gpu_stage *s) { return s->err; }
 float *gpu_stage_params_dev(struct gpu_stage *s) { return s->params; }
-float *gpu_stage_grads_dev(struct gpu_stage *s) { return s->grads; }
-
-int gpu_stage_sync(struct gpu_stage *s)
+int gpu_stage_debug_poison(struct gpu_stage *s)
 {
     char *EB = s->err;
     size_t EN = sizeof s->err;
-    CK(cudaStreamSynchronize(s->x.stream));
-    return 0;
+    for (int i = 0; i < s->nscratch; i++)
+        ENQ(cudaMemsetAsync(s->scratch[i], 0xff, s->scratch_bytes[i], s->x.stream));
+    return gpu_stage_sync(s);
+}
+
+const char *gpu_stage_attention_kind(const struct gpu_stage *s)
+{
+    return s->flash ? "flash" : "materialised";
 }
 
 double gpu_stage_flops(const struct gpu_stage *s)
@@ -543,97 +542,4 @@ double gpu_stage_flops(const struct gpu_stage *s)
     if (s->last == s->c.layers)
         fwd += 2.0 * BT * C * s->Vl;
     return 3.0 * fwd;
-}
-
-int gpu_stage_init_params(struct gpu_stage *s, uint64_t seed)
-{
-    gpt_stage_init_params(s->host, seed);
-    return gpu_stage_set_params(s, gpt_stage_params(s->host));
-}
-int gpu_stage_set_params(struct gpu_stage *s, const float *host)
-{
-    OK(h2d(s, s->params, host, s->nparams * sizeof(float)));
-    OK(refresh_wx(s, 0, s->nparams));
-    memset(s->stale, 0, (size_t)s->nl + 2);
-    char *EB = s->err;
-    size_t EN = sizeof s->err;
-    CK(cudaStreamSynchronize(s->x.stream));
-    return 0;
-}
-int gpu_stage_get_params(struct gpu_stage *s, float *host)
-{
-    return d2h(s, host, s->params, s->nparams * sizeof(float));
-}
-int gpu_stage_get_grads(struct gpu_stage *s, float *host)
-{
-    return d2h(s, host, s->grads, s->nparams * sizeof(float));
-}
-int gpu_stage_set_grads(struct gpu_stage *s, const float *host)
-{
-    return h2d(s, s->grads, host, s->nparams * sizeof(float));
-}
-int gpu_stage_set_moments(struct gpu_stage *s, const float *m, const float *v)
-{
-    if (s->no_moments)
-        return stage_fail(s, "this stage keeps no AdamW moments (GPU_NO_MOMENTS)");
-    OK(h2d(s, s->m, m, s->nparams * sizeof(float)));
-    return h2d(s, s->v, v, s->nparams * sizeof(float));
-}
-int gpu_stage_get_moments(struct gpu_stage *s, float *m, float *v)
-{
-    if (s->no_moments)
-        return stage_fail(s, "this stage keeps no AdamW moments (GPU_NO_MOMENTS)");
-    OK(d2h(s, m, s->m, s->nparams * sizeof(float)));
-    return d2h(s, v, s->v, s->nparams * sizeof(float));
-}
-int gpu_stage_zero_grads(struct gpu_stage *s)
-{
-    char *EB = s->err;
-    size_t EN = sizeof s->err;
-    CK(cudaMemsetAsync(s->grads, 0, s->nparams * sizeof(float), s->x.stream));
-    return 0;
-}
-
-
-/* ---------------------------------------------------------------- the device-resident trainer */
-
-void gpu_stage_set_forward_hook(struct gpu_stage *s, int (*fn)(void *ctx, size_t lo, size_t hi),
-                                void *ctx)
-{
-    s->fwd_hook = fn;
-    s->fwd_ctx = ctx;
-}
-
-void gpu_stage_set_backward_hook(struct gpu_stage *s, void (*fn)(void *ctx, int layer), void *ctx)
-{
-    s->bwd_hook = fn;
-    s->bwd_ctx = ctx;
-}
-
-void gpu_stage_set_tp_sum_dev(struct gpu_stage *s, int (*fn)(void *ctx, float *buf, size_t n),
-                              void *ctx)
-{
-    s->tp_sum_d = fn;
-    s->tp_dctx = ctx;
-}
-
-void gpu_stage_params_changed(struct gpu_stage *s, size_t lo, size_t hi)
-{
-    for (int u = 0; u <= s->nl + 1; u++) {
-        size_t a, b;
-        unit_range(s, u, &a, &b);
-        if (a < b && lo < b && hi > a)
-            s->stale[u] = 1;
-    }
-}
-
-int gpu_stage_loss_take(struct gpu_stage *s, float *sum)
-{
-    char *EB = s->err;
-    size_t EN = sizeof s->err;
-    double h = 0.0;
-    OK(d2h(s, &h, s->loss_acc, sizeof h));
-    CK(cudaMemsetAsync(s->loss_acc, 0, sizeof(double), s->x.stream));
-    *sum = (float)h;
-    return 0;
 }

@@ -16,10 +16,15 @@
  * gpu_act_bytes() per element ([B*T*C] elements of the engine's activation type, bf16 or fp32),
  * so that the communication layer (NCCL) sends them without a host copy; gpu_act_upload/download
  * convert from and to host fp32. Tokens and targets are host arrays (they come from the data
- * loader). All work is queued on gpu_stage_stream(); calls that return results to the host
- * (loss, parameters) synchronise it, and so do forward (when it writes out_act) and backward (when
- * it writes din), so that those buffers are complete for any other stream when the call returns;
- * in_act and dout must be complete when a call starts.
+ * loader): they go up through pinned staging buffers of the slot, asynchronously.
+ *
+ * All work is queued on gpu_stage_stream(), and forward and backward do not synchronise it: a
+ * caller that hands out_act or din to another stream (NCCL's) first orders that stream after the
+ * stage's (gpu_stage_event_record, then cudaStreamWaitEvent on the other stream), and one that
+ * hands in_act or dout produced on another stream makes the stage's stream wait for it
+ * (gpu_stage_wait_event). Calls that return results to the host (a non-NULL loss, parameters,
+ * gradients, norms, gpu_stage_loss_take) synchronise the stream; gpu_act_upload/download
+ * synchronise the whole device.
  *
  * Every CUDA and cuBLAS call is checked; a failure makes the call return -1 with the error in
  * the herr (create) or in gpu_stage_error(). Building with -DHOLMES_GPU_DEBUG (make cuda
@@ -85,12 +90,23 @@ extern "C" {
 #define gpu_stage_zero_grads GPU_API(stage_zero_grads)
 #define gpu_stage_grad_sq_norm GPU_API(stage_grad_sq_norm)
 #define gpu_stage_adamw GPU_API(stage_adamw)
+#define gpu_stage_event_record GPU_API(stage_event_record)
+#define gpu_stage_wait_event GPU_API(stage_wait_event)
+#define gpu_stage_sq_norm_ex GPU_API(stage_sq_norm_ex)
+#define gpu_stage_attention_kind GPU_API(stage_attention_kind)
+#define gpu_stage_profile_begin GPU_API(stage_profile_begin)
+#define gpu_stage_profile_end GPU_API(stage_profile_end)
+#define gpu_part_name GPU_API(part_name)
+#define gpu_counters GPU_API(counters)
+#define gpu_stage_device_bytes GPU_API(stage_device_bytes)
+#define gpu_stage_debug_poison GPU_API(stage_debug_poison)
 #define gpu_act_alloc GPU_API(act_alloc)
 #define gpu_act_free GPU_API(act_free)
 #define gpu_act_upload GPU_API(act_upload)
 #define gpu_act_download GPU_API(act_download)
 #define gpu_gemm_tflops GPU_API(gemm_tflops)
 #define gpu_device_name GPU_API(device_name)
+#define gpu_gemm_choices_file GPU_API(gemm_choices_file)
 
 struct gpu_stage;
 
@@ -105,6 +121,9 @@ size_t gpu_act_bytes(void);
 #define GPU_NO_MOMENTS 2     /* no whole-stage AdamW moments (gpu_stage_adamw, _set/_get_moments
                                 refuse): the caller keeps its own, e.g. a ZeRO shard's, and runs
                                 gpu_stage_adamw_ex */
+#define GPU_MATERIALISED_ATTENTION 4 /* bf16: the attention that materialises the T x T scores
+                                instead of flash attention (for checking; fp32 always does) */
+#define GPU_FLAGS_ALL 7
 
 /* Like gpt_stage_create, on the current CUDA device. Parameters are zero until
  * gpu_stage_init_params() or gpu_stage_set_params(); gradients and moments start at zero. */
@@ -115,15 +134,23 @@ int gpu_stage_create(struct gpu_stage **out, const struct gpt_config *c, int fir
  * are that rank's, and forward and backward do gpt_pass.c's math: the vocabulary-parallel
  * embedding and cross-entropy, q, k, v and the MLP's fc column-parallel, both projections
  * row-parallel. The group's partial results are summed in fp32 (also in bf16 mode) through the
- * function given with gpu_stage_set_tp_sum, on host buffers: each sum copies its device buffer
- * to a host staging buffer, calls the function and copies the result back, on the stage's
- * stream (synchronising it). tp 1 is gpu_stage_create. */
+ * function given with gpu_stage_set_tp_sum_dev (on the device buffer, stream-ordered) or else
+ * gpu_stage_set_tp_sum (on host buffers: each sum copies its device buffer to a host staging
+ * buffer, calls the function and copies the result back, synchronising the stream). tp 1 is
+ * gpu_stage_create. Out of device memory, the error names the stage's layers, the bytes it needs
+ * and the bytes free. */
 int gpu_stage_create_tp(struct gpu_stage **out, const struct gpt_config *c, int first, int last,
                         int B, int T, int slots, int flags, int tp, int tp_rank, herr *e);
 /* gpt_stage_set_tp_sum's function: buf[n] (host, fp32) becomes the sum of every rank's buf.
  * Without one (or when it fails), a tensor-parallel forward or backward returns -1. */
 void gpu_stage_set_tp_sum(struct gpu_stage *s, int (*fn)(void *ctx, float *buf, size_t n),
                           void *ctx);
+/* Device memory a stage of this shape needs (parameters, gradients, moments unless
+ * GPU_NO_MOMENTS, the bf16 weight copy, scratch and slots; not cuBLASLt's tuning buffers nor the
+ * sliced backward's lazily allocated accumulators), for planners and error messages; 0 when the
+ * shape is invalid. */
+size_t gpu_stage_device_bytes(const struct gpt_config *c, int first, int last, int B, int T,
+                              int slots, int flags, int tp);
 void gpu_stage_free(struct gpu_stage *s);
 
 /* The device-resident trainer's calls (engine_cuda.c). Forward and backward queue their work on
@@ -188,12 +215,26 @@ int gpu_stage_get_grads(struct gpu_stage *s, float *host);
 int gpu_stage_set_grads(struct gpu_stage *s, const float *host);
 int gpu_stage_set_moments(struct gpu_stage *s, const float *m, const float *v);
 int gpu_stage_get_moments(struct gpu_stage *s, float *m, float *v);
-/* Device pointers of the fp32 buffers, for collectives (NCCL all-reduce of grads, etc.). */
+/* Device pointers of the fp32 buffers, for collectives (NCCL all-reduce of grads, etc.).
+ * gpu_stage_zero_grads does not clear the gradients: the next backward writes every element
+ * instead of adding (the first micro-batch writes, later ones add), so between the two the
+ * buffer holds the old step's values. The stage's own readers (get_grads, grad_sq_norm, adamw,
+ * and gpu_stage_grads_dev itself) clear it on the stream first when no backward ran since; a
+ * caller reading through a pointer it kept reads after a backward (the backward hook's blocks,
+ * the end of the micro-batches). */
 float *gpu_stage_params_dev(struct gpu_stage *s);
 float *gpu_stage_grads_dev(struct gpu_stage *s);
 
+/* Records `cuda_event` (a cudaEvent_t, cast to void *) on the stage's stream: every piece of work
+ * enqueued so far (out_act, din, gradients) is complete when the event is. */
+int gpu_stage_event_record(struct gpu_stage *s, void *cuda_event);
+/* The stage's stream waits for `cuda_event` (recorded on another stream) before its next work. */
+int gpu_stage_wait_event(struct gpu_stage *s, void *cuda_event);
+
 /* Forward / backward, as gpt_stage_forward / gpt_stage_backward (see the header comment for
- * which pointers live where). *loss (last stage with targets) synchronises the stream. */
+ * which pointers live where). On the last stage with targets, a non-NULL loss gets the
+ * micro-batch's mean loss (synchronising the stream); with loss NULL it is added, on the device,
+ * to the stage's loss accumulator instead (gpu_stage_loss_take). */
 int gpu_stage_forward(struct gpu_stage *s, int slot, const int *tokens, const void *in_act,
                       const int *targets, void *out_act, float *loss);
 int gpu_stage_backward(struct gpu_stage *s, int slot, const void *dout, void *din,
@@ -206,21 +247,53 @@ int gpu_stage_backward(struct gpu_stage *s, int slot, const void *dout, void *di
  * the slice (0, T), which runs the whole micro-batch's code. Not with tensor parallelism (-1).
  * A sliced micro-batch's backward keeps, per slot and allocated at its first use, an fp32 copy
  * of every block's q, k, v gradients ([nl][B*T*3C]) and, on the first stage, the embeddings'
- * gradient ([B*T*C], activation type). Compiled, not yet run on a GPU. */
+ * gradient ([B*T*C], activation type). With flash attention a slice's attention costs its
+ * rectangle (its queries, the keys up to its end). Compiled, not yet run on a GPU. */
 int gpu_stage_forward_slice(struct gpu_stage *s, int slot, int t0, int t1, const int *tokens,
                             const void *in_act, const int *targets, void *out_act, float *loss);
 int gpu_stage_backward_slice(struct gpu_stage *s, int slot, int t0, int t1, const void *dout,
                              void *din, float loss_scale);
+/* The next backward writes the gradients instead of adding to them (no memset). */
 int gpu_stage_zero_grads(struct gpu_stage *s);
 
 /* Sum of squares of grads[lo, hi) (fp64 accumulation, deterministic), synchronising. */
 int gpu_stage_grad_sq_norm(struct gpu_stage *s, size_t lo, size_t hi, double *out);
+/* The same over any device fp32 buffer g[0, n) (gpu_stage_sq_norm_ranges for several ranges in
+ * one wait). */
+int gpu_stage_sq_norm_ex(struct gpu_stage *s, const float *g, size_t n, double *out);
 /* AdamW (optimizer.h's adamw_update, same formula) over params[lo, hi) on the device, moments
  * indexed like params; refreshes the bf16 weight copy of the range. */
 int gpu_stage_adamw(struct gpu_stage *s, const struct adamw_config *o, size_t lo, size_t hi,
                     float lr, long step, float grad_scale);
 
-/* Activation buffers: device memory for n elements of the activation type; host fp32 copies. */
+/* Tests: every activation and scratch buffer of the stage filled with NaN (0xff bytes), so that
+ * a kernel that leaves part of its output unwritten shows; synchronises. */
+int gpu_stage_debug_poison(struct gpu_stage *s);
+/* "flash" (bf16, head size 16, 32, 64 or 128) or "materialised": the attention this stage
+ * runs. */
+const char *gpu_stage_attention_kind(const struct gpu_stage *s);
+
+/* Where the time goes (bench_gpu): between begin and end every part of the stage's work is timed
+ * with CUDA events on its stream; end synchronises and fills ms[] per part, total_ms (begin to
+ * end on the GPU), and the kernel launches (and other enqueued work) and host synchronisations
+ * the engine made meanwhile (process-wide counters). */
+enum gpu_part {
+    GPU_PART_ATTENTION, GPU_PART_MATMUL, GPU_PART_LAYERNORM, GPU_PART_CLASSIFIER,
+    GPU_PART_EMBEDDING, GPU_PART_OPTIMIZER, GPU_PART_OTHER, GPU_PARTS
+};
+struct gpu_profile {
+    double ms[GPU_PARTS], total_ms;
+    unsigned long long launches, syncs;
+    int events_lost; /* parts not timed (the event pool ran out) */
+};
+int gpu_stage_profile_begin(struct gpu_stage *s);
+int gpu_stage_profile_end(struct gpu_stage *s, struct gpu_profile *out);
+const char *gpu_part_name(int part);
+/* The engine's process-wide counts of enqueued work and host synchronisations. */
+void gpu_counters(unsigned long long *launches, unsigned long long *syncs);
+
+/* Activation buffers: device memory for n elements of the activation type; host fp32 copies
+ * (synchronising the whole device before and after, so any stream's work on dev is complete). */
 void *gpu_act_alloc(size_t n, herr *e);
 void gpu_act_free(void *p);
 int gpu_act_upload(void *dev, const float *host, size_t n, herr *e);
@@ -231,6 +304,12 @@ int gpu_act_download(float *host, const void *dev, size_t n, herr *e);
 int gpu_gemm_tflops(int n, int iters, double *tflops, herr *e);
 /* The device's name and multiprocessor count, for reports. */
 int gpu_device_name(char *buf, size_t len, herr *e);
+/* The process's cuBLASLt algorithm choices (one per product shape, timed once: matmul_lt.cu)
+ * kept in `path` (NULL: none): the choices an earlier process recorded there for this GPU,
+ * cuBLASLt version and precision are taken, and every new choice is added, so a process that
+ * resumes another's run computes with the same algorithms (bit for bit). Before the first
+ * product. */
+int gpu_gemm_choices_file(const char *path, herr *e);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
-/* Matrix products (llm.c's matmul.cuh): cuBLASLt with bias / GELU epilogues, the linear layers'
- * forward and backward on top, column sums (bias gradients), GELU, the attention's batched
- * products, and the GEMM ceiling benchmark (gpu_gemm_tflops). */
+/* Matrix products (llm.c's matmul.cuh): the linear layers' forward and backward on cuBLASLt's
+ * products with bias / GELU epilogues (matmul_lt.cu: the products, their cache and the choice of
+ * algorithm), column sums (bias gradients), GELU, the attention's batched products, and the GEMM
+ * ceiling benchmark (gpu_gemm_tflops). */
 #include "stage.cuh"
 
 namespace GPU_NS {
@@ -13,21 +14,41 @@ __device__ __forceinline__ float gelu_f(float x)
 {
     return 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
 }
+/* n elements, VEC a thread (n a multiple of VEC) */
+template <int VEC>
 __global__ void gelu_forward_kernel(floatX *out, const floatX *inp, size_t n)
 {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        put(out + i, gelu_f(tof(inp[i])));
-}
-__global__ void gelu_backward_kernel(floatX *d, const floatX *inp, size_t n)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
     if (i >= n)
         return;
-    float x = tof(inp[i]);
+    if (VEC > 1) {
+        pack16<floatX> p = load16(inp + i), o;
+        for (int j = 0; j < VEC; j++)
+            put(&o.v[j], gelu_f(tof(p.v[j])));
+        store16(out + i, o);
+    } else {
+        put(out + i, gelu_f(tof(inp[i])));
+    }
+}
+__device__ __forceinline__ float gelu_grad(float x)
+{
     float t = tanhf(GELU_K * (x + 0.044715f * x * x * x));
-    float g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-    put(d + i, tof(d[i]) * g);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+}
+template <int VEC>
+__global__ void gelu_backward_kernel(floatX *d, const floatX *inp, size_t n)
+{
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+    if (i >= n)
+        return;
+    if (VEC > 1) {
+        pack16<floatX> p = load16(inp + i), g = load16(d + i);
+        for (int j = 0; j < VEC; j++)
+            put(&g.v[j], tof(g.v[j]) * gelu_grad(tof(p.v[j])));
+        store16(d + i, g);
+    } else {
+        put(d + i, tof(d[i]) * gelu_grad(tof(inp[i])));
+    }
 }
 __global__ void bias_add_kernel(floatX *out, const floatX *bias, size_t n, int OC)
 {
@@ -36,39 +57,49 @@ __global__ void bias_add_kernel(floatX *out, const floatX *bias, size_t n, int O
         put(out + i, tof(out[i]) + tof(bias[i % OC]));
 }
 
-/* Column sums over rows in chunks of COLSUM_ROWS: partial[chunk][0][c] = sum d*xhat (when x is
- * given: LayerNorm weight gradient), partial[chunk][1][c] = sum d (bias gradient). */
-__global__ void colsum_partial_kernel(float *partial, const floatX *d, const floatX *x,
-                                      const float *mean, const float *rstd, int N, int C)
+/* Column sums over rows in chunks of COLSUM_ROWS, VEC columns a thread: partial[chunk][1][c] =
+ * sum of d over the chunk's rows (row 0 of the pair is the LayerNorm weight's, unused here) */
+template <int VEC>
+__global__ void colsum_partial_kernel(float *partial, const floatX *d, int N, int C)
 {
-    int c = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
+    int c = (blockIdx.x * blockDim.x + threadIdx.x) * VEC, chunk = blockIdx.y;
     if (c >= C)
         return;
     int r0 = chunk * COLSUM_ROWS, r1 = min(N, r0 + COLSUM_ROWS);
-    float s0 = 0.0f, s1 = 0.0f;
+    float s1[VEC];
+    for (int j = 0; j < VEC; j++)
+        s1[j] = 0.0f;
     for (int r = r0; r < r1; r++) {
-        float dv = tof(d[(size_t)r * C + c]);
-        s1 += dv;
-        if (x)
-            s0 += dv * (tof(x[(size_t)r * C + c]) - mean[r]) * rstd[r];
+        const floatX *row = d + (size_t)r * C + c;
+        if (VEC > 1) {
+            pack16<floatX> p = load16(row);
+            for (int j = 0; j < VEC; j++)
+                s1[j] += tof(p.v[j]);
+        } else {
+            s1[0] += tof(row[0]);
+        }
     }
-    partial[((size_t)chunk * 2 + 0) * C + c] = s0;
-    partial[((size_t)chunk * 2 + 1) * C + c] = s1;
+    for (int j = 0; j < VEC; j++)
+        partial[((size_t)chunk * 2 + 1) * C + c + j] = s1[j];
 }
-__global__ void colsum_finish_kernel(float *gw, float *gb, const float *partial, int chunks, int C)
+/* the chunks in order: gw (+)= sum of row 0s, gb (+)= sum of row 1s (accum: add, else write) */
+__global__ void colsum_finish_kernel(float *gw, float *gb, const float *partial, int chunks, int C,
+                                     int accum)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C)
         return;
     float s0 = 0.0f, s1 = 0.0f;
     for (int k = 0; k < chunks; k++) {
-        s0 += partial[((size_t)k * 2 + 0) * C + c];
-        s1 += partial[((size_t)k * 2 + 1) * C + c];
+        if (gw)
+            s0 += partial[((size_t)k * 2 + 0) * C + c];
+        if (gb)
+            s1 += partial[((size_t)k * 2 + 1) * C + c];
     }
     if (gw)
-        gw[c] += s0;
+        gw[c] = accum ? gw[c] + s0 : s0;
     if (gb)
-        gb[c] += s1;
+        gb[c] = accum ? gb[c] + s1 : s1;
 }
 
 /* uniform [-1, 1) from a hash of the index: benchmark inputs, never zeros */
@@ -94,111 +125,14 @@ int align_of(const void *p)
 /* matmul with the arguments of a gemm_plan (gemm_plan.h, checked on the CPU by
  * tests/unit/test_cuda_gemm_plan.c) */
 int matmul_plan(struct gpu_ctx *x, struct gemm_plan p, void *D, cudaDataType dtype, const void *A,
-                const void *B, float beta, const void *C, int epi, const void *bias, void *aux,
-                int ldaux)
+                const void *B, float alpha, float beta, const void *C, int epi, const void *bias,
+                void *aux, int ldaux)
 {
-    return matmul(x, D, dtype, A, p.ta, B, p.tb, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, 1.0f, beta,
+    return matmul(x, D, dtype, A, p.ta, B, p.tb, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, alpha, beta,
                   C, epi, bias, aux, ldaux);
 }
 
 } /* namespace */
-
-/* ---------------------------------------------------------------- cuBLASLt matrix products */
-
-/* Column-major D(m x n) = alpha * op(A) op(B) + beta * C (+ epilogue), A and B of the activation
- * type, C and D of dtype (C NULL: D itself). Without an epilogue, a product cuBLASLt has no
- * algorithm for goes to cublasGemmEx; with one, 1 is returned (no error set) so that the caller
- * falls back to separate kernels. */
-int matmul(struct gpu_ctx *x, void *D, cudaDataType dtype, const void *A, int ta, const void *B,
-           int tb, int m, int n, int k, int lda, int ldb, int ldd, float alpha, float beta,
-           const void *C, int epi, const void *bias, void *aux, int ldaux)
-{
-    char *EB = x->eb;
-    size_t EN = x->en;
-    cublasLtMatmulDesc_t op = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
-    cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t heur;
-    int nres = 0, rc = -1;
-    cublasStatus_t st;
-    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_DEFAULT;
-    uint64_t ws = LT_WORKSPACE;
-    uint32_t aa = (uint32_t)align_of(A), ab = (uint32_t)align_of(B);
-    uint32_t ac = (uint32_t)align_of(C ? C : D), ad = (uint32_t)align_of(D);
-    int64_t ldaux64 = ldaux;
-#define LTCK(call) do { st = (call); if (st != CUBLAS_STATUS_SUCCESS) { \
-        fail_msg(EB, EN, "cuBLASLt: %s failed (%s:%d): %s", #call, __FILE__, __LINE__, \
-                 cublasGetStatusString(st)); goto done; } } while (0)
-    LTCK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    LTCK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-    LTCK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    if (epi == EPI_BIAS)
-        e = CUBLASLT_EPILOGUE_BIAS;
-    else if (epi == EPI_GELU_BIAS)
-        e = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    else if (epi == EPI_DGELU)
-        e = CUBLASLT_EPILOGUE_DGELU;
-    LTCK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
-    if (epi == EPI_BIAS || epi == EPI_GELU_BIAS)
-        LTCK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    if (epi == EPI_GELU_BIAS || epi == EPI_DGELU) {
-        LTCK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
-        LTCK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux64, sizeof ldaux64));
-    }
-    LTCK(cublasLtMatrixLayoutCreate(&la, CUDA_X, ta ? k : m, ta ? m : k, lda));
-    LTCK(cublasLtMatrixLayoutCreate(&lb, CUDA_X, tb ? n : k, tb ? k : n, ldb));
-    LTCK(cublasLtMatrixLayoutCreate(&lc, dtype, m, n, ldd));
-    LTCK(cublasLtMatmulPreferenceCreate(&pref));
-    LTCK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    LTCK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa));
-    LTCK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab));
-    LTCK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac));
-    LTCK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof ad));
-    st = cublasLtMatmulAlgoGetHeuristic(x->lt, op, la, lb, lc, lc, pref, 1, &heur, &nres);
-    if (st != CUBLAS_STATUS_SUCCESS || nres == 0) {
-        if (epi != EPI_NONE) {
-            rc = 1; /* the caller falls back to separate kernels */
-            goto done;
-        }
-        /* no cuBLASLt algorithm for these types or alignments: cublasGemmEx (its type table
-         * has bf16 x bf16 -> fp32 and -> bf16 with fp32 compute), in place on D */
-        if (C && C != D && beta != 0.0f) {
-            cudaError_t ce = cudaMemcpy2DAsync(D, (size_t)ldd * (dtype == CUDA_R_32F ? 4 : 2), C,
-                                               (size_t)ldd * (dtype == CUDA_R_32F ? 4 : 2),
-                                               (size_t)m * (dtype == CUDA_R_32F ? 4 : 2), (size_t)n,
-                                               cudaMemcpyDeviceToDevice, x->stream);
-            if (ce != cudaSuccess) {
-                fail_msg(EB, EN, "CUDA: copying C for cublasGemmEx: %s", cudaGetErrorString(ce));
-                goto done;
-            }
-        }
-        if (!x->blas) {
-            fail_msg(EB, EN, "cuBLASLt: no algorithm for a %dx%dx%d product", m, n, k);
-            goto done;
-        }
-        LTCK(cublasGemmEx(x->blas, opa, opb, m, n, k, &alpha, A, CUDA_X, lda, B, CUDA_X, ldb, &beta,
-                          D, dtype, ldd, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        rc = 0;
-        goto done;
-    }
-    LTCK(cublasLtMatmul(x->lt, op, &alpha, A, la, B, lb, &beta, C ? C : D, lc, D, lc, &heur.algo,
-                        x->ws, LT_WORKSPACE, x->stream));
-    rc = 0;
-#undef LTCK
-done:
-    if (pref)
-        cublasLtMatmulPreferenceDestroy(pref);
-    if (lc)
-        cublasLtMatrixLayoutDestroy(lc);
-    if (lb)
-        cublasLtMatrixLayoutDestroy(lb);
-    if (la)
-        cublasLtMatrixLayoutDestroy(la);
-    if (op)
-        cublasLtMatmulDescDestroy(op);
-    return rc;
-}
 
 /* ---------------------------------------------------------------- linear layers */
 
@@ -207,110 +141,134 @@ done:
 int linear_fwd(struct gpu_ctx *x, floatX *out, const floatX *inp, const floatX *w,
                const floatX *bias, const floatX *res, floatX *gelu_out, int N, int IC, int OC)
 {
+    PROF(x, GPU_PART_MATMUL);
     char *EB = x->eb;
     size_t EN = x->en;
     size_t n = (size_t)N * OC;
     if (gelu_out) {
-        int rc = matmul_plan(x, plan_linear_fwd(N, IC, OC), gelu_out, CUDA_X, w, inp, 0.0f, NULL,
-                             EPI_GELU_BIAS, bias, out, OC);
+        int rc = matmul_plan(x, plan_linear_fwd(N, IC, OC), gelu_out, CUDA_X, w, inp, 1.0f, 0.0f,
+                             NULL, EPI_GELU_BIAS, bias, out, OC);
         if (rc <= 0)
             return rc;
     }
-    int rc = bias ? matmul_plan(x, plan_linear_fwd(N, IC, OC), out, CUDA_X, w, inp,
+    int rc = bias ? matmul_plan(x, plan_linear_fwd(N, IC, OC), out, CUDA_X, w, inp, 1.0f,
                                 res ? 1.0f : 0.0f, res, EPI_BIAS, bias, NULL, 0) : 1;
     if (rc < 0)
         return -1;
     if (rc == 1) { /* no bias epilogue: plain product, then the bias */
-        OK(matmul_plan(x, plan_linear_fwd(N, IC, OC), out, CUDA_X, w, inp, res ? 1.0f : 0.0f, res,
-                       EPI_NONE, NULL, NULL, 0));
+        OK(matmul_plan(x, plan_linear_fwd(N, IC, OC), out, CUDA_X, w, inp, 1.0f,
+                       res ? 1.0f : 0.0f, res, EPI_NONE, NULL, NULL, 0));
         if (bias) {
             bias_add_kernel<<<blocks_for(n, 256), 256, 0, x->stream>>>(out, bias, n, OC);
             LAUNCHED(x->stream);
         }
     }
-    if (gelu_out) {
-        gelu_forward_kernel<<<blocks_for(n, 256), 256, 0, x->stream>>>(gelu_out, out, n);
-        LAUNCHED(x->stream);
-    }
+    if (gelu_out)
+        OK(gelu_fwd(x, gelu_out, out, n));
     return 0;
 }
 
 int gelu_fwd(struct gpu_ctx *x, floatX *out, const floatX *inp, size_t n)
 {
+    PROF(x, GPU_PART_MATMUL);
     char *EB = x->eb;
     size_t EN = x->en;
-    gelu_forward_kernel<<<blocks_for(n, 256), 256, 0, x->stream>>>(out, inp, n);
+    if (n % XV == 0 && align_of(out) >= 16 && align_of(inp) >= 16)
+        gelu_forward_kernel<XV><<<blocks_for(n / XV, 256), 256, 0, x->stream>>>(out, inp, n);
+    else
+        gelu_forward_kernel<1><<<blocks_for(n, 256), 256, 0, x->stream>>>(out, inp, n);
     LAUNCHED(x->stream);
     return 0;
 }
 
-int colsum(struct gpu_ctx *x, float *partial, float *gw, float *gb, const floatX *d,
-           const floatX *inp, const float *mean, const float *rstd, int N, int C)
+int colsum_finish(struct gpu_ctx *x, float *gw, float *gb, const float *partial, int chunks, int C)
+{
+    char *EB = x->eb;
+    size_t EN = x->en;
+    colsum_finish_kernel<<<blocks_for((size_t)C, 128), 128, 0, x->stream>>>(gw, gb, partial,
+                                                                            chunks, C, x->accum);
+    LAUNCHED(x->stream);
+    return 0;
+}
+
+int colsum(struct gpu_ctx *x, float *partial, float *gb, const floatX *d, int N, int C)
 {
     char *EB = x->eb;
     size_t EN = x->en;
     int chunks = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
-    dim3 grid(blocks_for((size_t)C, 128), (unsigned)chunks);
-    colsum_partial_kernel<<<grid, 128, 0, x->stream>>>(partial, d, inp, mean, rstd, N, C);
+    if (C % XV == 0 && align_of(d) >= 16) {
+        dim3 grid(blocks_for((size_t)(C / XV), 128), (unsigned)chunks);
+        colsum_partial_kernel<XV><<<grid, 128, 0, x->stream>>>(partial, d, N, C);
+    } else {
+        dim3 grid(blocks_for((size_t)C, 128), (unsigned)chunks);
+        colsum_partial_kernel<1><<<grid, 128, 0, x->stream>>>(partial, d, N, C);
+    }
     LAUNCHED(x->stream);
-    colsum_finish_kernel<<<blocks_for((size_t)C, 128), 128, 0, x->stream>>>(gw, gb, partial, chunks, C);
-    LAUNCHED(x->stream);
-    return 0;
+    return colsum_finish(x, NULL, gb, partial, chunks, C);
 }
 
-/* dinp[N][IC] = dout @ w (overwritten; times gelu'(dgelu_pre) when given; dinp NULL: not
- * computed); dw[OC][IC] += dout^T @ inp (fp32); dbias[OC] += column sums of dout */
+/* dinp[N][IC] = alpha dout @ w (overwritten; times gelu'(dgelu_pre) when given; dinp NULL: not
+ * computed); dw[OC][IC] (+)= alpha dout^T @ inp (fp32); dbias[OC] (+)= column sums of dout */
 int linear_bwd(struct gpu_ctx *x, float *partial, floatX *dinp, float *dw, float *dbias,
                const floatX *dout, const floatX *inp, const floatX *w, const floatX *dgelu_pre,
-               int N, int IC, int OC)
+               int N, int IC, int OC, float alpha)
 {
+    PROF(x, GPU_PART_MATMUL);
     char *EB = x->eb;
     size_t EN = x->en;
     int rc = dinp ? 1 : 0;
     if (dinp && dgelu_pre)
-        rc = matmul_plan(x, plan_linear_dinp(N, IC, OC), dinp, CUDA_X, w, dout, 0.0f, NULL,
+        rc = matmul_plan(x, plan_linear_dinp(N, IC, OC), dinp, CUDA_X, w, dout, alpha, 0.0f, NULL,
                          EPI_DGELU, NULL, (void *)dgelu_pre, IC);
     if (rc < 0)
         return -1;
     if (rc == 1) {
-        OK(matmul_plan(x, plan_linear_dinp(N, IC, OC), dinp, CUDA_X, w, dout, 0.0f, NULL,
+        OK(matmul_plan(x, plan_linear_dinp(N, IC, OC), dinp, CUDA_X, w, dout, alpha, 0.0f, NULL,
                        EPI_NONE, NULL, NULL, 0));
         if (dgelu_pre) {
             size_t n = (size_t)N * IC;
-            gelu_backward_kernel<<<blocks_for(n, 256), 256, 0, x->stream>>>(dinp, dgelu_pre, n);
+            if (n % XV == 0 && align_of(dinp) >= 16 && align_of(dgelu_pre) >= 16)
+                gelu_backward_kernel<XV><<<blocks_for(n / XV, 256), 256, 0, x->stream>>>(
+                    dinp, dgelu_pre, n);
+            else
+                gelu_backward_kernel<1><<<blocks_for(n, 256), 256, 0, x->stream>>>(dinp, dgelu_pre, n);
             LAUNCHED(x->stream);
         }
     }
-    OK(matmul_plan(x, plan_linear_dw(N, IC, OC), dw, CUDA_R_32F, inp, dout, 1.0f, NULL, EPI_NONE,
-                   NULL, NULL, 0));
+    OK(matmul_plan(x, plan_linear_dw(N, IC, OC), dw, CUDA_R_32F, inp, dout, alpha,
+                   x->accum ? 1.0f : 0.0f, NULL, EPI_NONE, NULL, NULL, 0));
     if (dbias)
-        OK(colsum(x, partial, NULL, dbias, dout, NULL, NULL, NULL, N, OC));
+        OK(colsum(x, partial, dbias, dout, N, OC));
     return 0;
 }
 
 /* Tensor parallelism's partial products, written in fp32 so that nothing is rounded to the
  * activation type before the group's sum: out[N][OC] = inp @ w^T (no bias) and
- * dinp[N][IC] = dout @ w. */
+ * dinp[N][IC] = alpha dout @ w. */
 int linear_fwd_f32(struct gpu_ctx *x, float *out, const floatX *inp, const floatX *w, int N,
                    int IC, int OC)
 {
-    return matmul_plan(x, plan_linear_fwd(N, IC, OC), out, CUDA_R_32F, w, inp, 0.0f, NULL,
+    PROF(x, GPU_PART_MATMUL);
+    return matmul_plan(x, plan_linear_fwd(N, IC, OC), out, CUDA_R_32F, w, inp, 1.0f, 0.0f, NULL,
                        EPI_NONE, NULL, NULL, 0);
 }
 int linear_dinp_f32(struct gpu_ctx *x, float *dinp, const floatX *w, const floatX *dout, int N,
-                    int IC, int OC)
+                    int IC, int OC, float alpha)
 {
-    return matmul_plan(x, plan_linear_dinp(N, IC, OC), dinp, CUDA_R_32F, w, dout, 0.0f, NULL,
-                       EPI_NONE, NULL, NULL, 0);
+    PROF(x, GPU_PART_MATMUL);
+    return matmul_plan(x, plan_linear_dinp(N, IC, OC), dinp, CUDA_R_32F, w, dout, alpha, 0.0f,
+                       NULL, EPI_NONE, NULL, NULL, 0);
 }
 
 /* strided-batched products for attention (cuBLAS), arguments from a gemm_plan */
 int bgemm(struct gpu_ctx *x, struct gemm_plan p, float alpha, const floatX *A, const floatX *B,
           floatX *D, int batch)
 {
+    PROF(x, GPU_PART_MATMUL);
     char *EB = x->eb;
     size_t EN = x->en;
     float beta = 0.0f;
+    COUNT_LAUNCH();
     CKB(cublasGemmStridedBatchedEx(x->blas, p.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                                    p.tb ? CUBLAS_OP_T : CUBLAS_OP_N, p.m, p.n, p.k, &alpha, A,
                                    CUDA_X, p.lda, p.sa, B, CUDA_X, p.ldb, p.sb, &beta, D, CUDA_X,
@@ -338,6 +296,7 @@ int gpu_gemm_tflops(int n, int iters, double *tflops, herr *e)
     memset(&x, 0, sizeof x);
     x.eb = EB;
     x.en = EN;
+    x.accum = 1;
     floatX *A = NULL, *B = NULL, *D = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
     float *ms = (float *)calloc((size_t)(iters > 0 ? iters : 1), sizeof(float));
@@ -386,6 +345,7 @@ out:
     cudaFree(B);
     cudaFree(D);
     cudaFree(x.ws);
+    gpu_ctx_release(&x);
     if (x.lt)
         cublasLtDestroy(x.lt);
     if (x.stream)

@@ -14,6 +14,16 @@
  *   gpu.bad_input.*  out-of-range tokens, slots, backward without forward: -1 and a message
  *   gpu.resident.*   the device-resident trainer's calls (hooks, the loss summed on the device,
  *                    the norm over ranges, AdamW on buffers apart, changed parameters)
+ *   gpu.vs_cpu.hs64  head size 64 (GPT-2's: flash attention's main case), T = max_seq = 80 (not
+ *                    a multiple of its 64-row tiles), an odd batch
+ *   gpu.adamw.isolated  AdamW alone, the GPU's and the CPU's on identical inputs, to fp32 rounding
+ *   gpu.flash.*      flash attention (bf16) = the materialised attention, and deterministic
+ *   gpu.memory.*     gpu_stage_device_bytes = what creation takes; too big: refused, named
+ *   gpu.profile.*    gpu_stage_profile_* (bench_gpu's breakdown) and the counters
+ * Every gpu.vs_cpu stage starts with its activations and scratch NaN (gpu_stage_debug_poison) and
+ * its gradients NaN before gpu_stage_zero_grads (the first backward must write every one).
+ * gpu.adamw.params and gpu.recompute.* use derived bounds (check_bounds.h, the reasoning there;
+ * tests/unit/test_cuda_bounds.c reproduces on the CPU the failures the fixed ones gave).
  * Tolerance: 1e-4 in fp32 mode, 2e-2 in bf16 mode (the CPU engine is fp32).
  * Usage: test_gpu [--quick] [--seed N]   (--quick: the first group only, for compute-sanitizer;
  *        HOLMES_TEST_VERBOSE=1 prints every tensor's error)
@@ -29,6 +39,8 @@
 
 #include <cuda_runtime.h>
 
+#include "adamw_math.h"
+#include "check_bounds.h"
 #include "checkpoint.h"
 #include "dataloader.h"
 #include "gpt.h"
@@ -97,40 +109,63 @@ static double worst_tensor(const struct gpt_tensor *t, int nt, const float *got,
 
 /* ---------------------------------------------------------------- GPU vs CPU */
 
-static void test_vs_cpu(int B, int T, int steps)
+/* A stage with head size 64 (GPT-2's) and a sequence that is not a multiple of flash
+ * attention's 64-row tiles: T = max_seq = 80 */
+static struct gpt_config wide(void)
 {
-    struct gpt_config c = tiny();
+    struct gpt_config c = {2, 128, 2, 97, 0, 80};
+    return c;
+}
+
+#define NAMED(buf, pre, what) (snprintf(buf, sizeof buf, "%s.%s", pre, what), buf)
+
+/* One whole-model stage against the CPU engine on shape (c, B, T), fresh random tokens: the loss,
+ * every gradient and the norm; then `steps` AdamW steps with clipping (gpu.adamw.*: the losses,
+ * and every parameter within its derived bound, check_bounds.h). The GPU stage starts with every
+ * activation and scratch buffer NaN and its gradients NaN before gpu_stage_zero_grads, so that a
+ * kernel leaving part of its output unwritten, or a first backward not writing every gradient,
+ * shows. */
+static void test_vs_cpu(const char *pre, struct gpt_config c, int B, int T, int steps)
+{
     herr e;
+    char name[96];
     struct gpt_stage *cs = NULL;
     struct gpu_stage *gs = NULL;
     if (gpt_stage_create(&cs, &c, 0, c.layers, B, T, 1, &e) < 0 ||
         gpu_stage_create(&gs, &c, 0, c.layers, B, T, 1, 0, &e) < 0) {
-        TEST_FAIL("gpu.vs_cpu.create", "%s", e.msg);
+        TEST_FAIL(NAMED(name, pre, "create"), "%s", e.msg);
         gpt_stage_free(cs);
         return;
     }
-    TEST_PASS("gpu.vs_cpu.create");
+    TEST_PASS(NAMED(name, pre, "create"));
     gpt_config_check(&c, NULL);
+    printf("# %s: L%d C%d NH%d B%d T%d (max_seq %d), attention %s\n", pre, c.layers, c.channels,
+           c.heads, B, T, c.max_seq, gpu_stage_attention_kind(gs));
     size_t n = gpt_stage_num_params(cs), BT = (size_t)B * T;
-    CHECK_INT("gpu.vs_cpu.same_layout", gpu_stage_num_params(gs), n);
+    CHECK_INT(NAMED(name, pre, "same_layout"), gpu_stage_num_params(gs), n);
     const struct gpt_tensor *t;
     int nt = gpt_stage_tensors(cs, &t);
     float *gp = malloc(n * sizeof(float)), *gg = malloc(n * sizeof(float));
-    float *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float));
+    float *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float)), *gc = malloc(n * sizeof(float));
+    double *bound = calloc(n, sizeof(double)), *emax = calloc((size_t)nt, sizeof(double));
     int *tok = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
-    if (!gp || !gg || !m || !v || !tok || !tgt) {
-        TEST_FAIL("gpu.vs_cpu", "out of memory");
+    if (!gp || !gg || !m || !v || !gc || !bound || !emax || !tok || !tgt) {
+        TEST_FAIL(NAMED(name, pre, "alloc"), "out of memory");
         goto out;
     }
     uint64_t seed = (uint64_t)rand_below(1 << 30);
     gpt_stage_init_params(cs, seed);
-    if (gpu_stage_init_params(gs, seed) < 0 || gpu_stage_get_params(gs, gp) < 0) {
-        TEST_FAIL("gpu.vs_cpu.init", "%s", gpu_stage_error(gs));
+    for (size_t i = 0; i < n; i++)
+        gg[i] = NAN;
+    if (gpu_stage_init_params(gs, seed) < 0 || gpu_stage_get_params(gs, gp) < 0 ||
+        gpu_stage_debug_poison(gs) < 0 || gpu_stage_set_grads(gs, gg) < 0) {
+        TEST_FAIL(NAMED(name, pre, "init"), "%s", gpu_stage_error(gs));
         goto out;
     }
-    CHECK("gpu.vs_cpu.same_init", memcmp(gp, gpt_stage_params(cs), n * sizeof(float)) == 0);
+    CHECK(NAMED(name, pre, "same_init"), memcmp(gp, gpt_stage_params(cs), n * sizeof(float)) == 0);
 
     struct adamw_config o = {0.9f, 0.95f, 1e-8f, 0.1f};
+    float lr = 1e-3f;
     double worst_loss = 0.0;
     for (int step = 0; step <= steps; step++) {
         random_tokens(tok, BT, c.vocab);
@@ -139,24 +174,28 @@ static void test_vs_cpu(int B, int T, int steps)
         gpt_stage_zero_grads(cs);
         if (gpt_stage_forward(cs, 0, tok, NULL, tgt, NULL, &lc) < 0 ||
             gpt_stage_backward(cs, 0, NULL, NULL, 1.0f) < 0) {
-            TEST_FAIL("gpu.vs_cpu.cpu_step", "%s", gpt_stage_error(cs));
+            TEST_FAIL(NAMED(name, pre, "cpu_step"), "%s", gpt_stage_error(cs));
             goto out;
         }
         if (gpu_stage_zero_grads(gs) < 0 || gpu_stage_forward(gs, 0, tok, NULL, tgt, NULL, &lg) < 0 ||
             gpu_stage_backward(gs, 0, NULL, NULL, 1.0f) < 0 || gpu_stage_get_grads(gs, gg) < 0) {
-            TEST_FAIL("gpu.vs_cpu.gpu_step", "%s", gpu_stage_error(gs));
+            TEST_FAIL(NAMED(name, pre, "gpu_step"), "%s", gpu_stage_error(gs));
             goto out;
         }
         double rl = fabs(lg - lc) / fabs(lc);
         worst_loss = rl > worst_loss ? rl : worst_loss;
         if (step == 0) {
-            CHECK_NEAR("gpu.vs_cpu.loss", lg, lc, TOL);
-            CHECK_TENSORS("gpu.vs_cpu.grads", t, nt, gg, gpt_stage_grads(cs), 0, c.channels, TOL);
+            size_t nan = 0;
+            for (size_t i = 0; i < n; i++)
+                nan += !isfinite(gg[i]);
+            CHECK_INT(NAMED(name, pre, "every_gradient_written"), nan, 0);
+            CHECK_NEAR(NAMED(name, pre, "loss"), lg, lc, TOL);
+            CHECK_TENSORS(NAMED(name, pre, "grads"), t, nt, gg, gpt_stage_grads(cs), 0, c.channels, TOL);
             double sqc = grad_sq_norm(gpt_stage_grads(cs), 0, n), sqg = 0.0;
             if (gpu_stage_grad_sq_norm(gs, 0, n, &sqg) < 0)
-                TEST_FAIL("gpu.vs_cpu.grad_norm", "%s", gpu_stage_error(gs));
+                TEST_FAIL(NAMED(name, pre, "grad_norm"), "%s", gpu_stage_error(gs));
             else
-                CHECK_NEAR("gpu.vs_cpu.grad_norm", sqg, sqc, TOL);
+                CHECK_NEAR(NAMED(name, pre, "grad_norm"), sqg, sqc, TOL);
         }
         if (step == steps)
             break;
@@ -168,11 +207,22 @@ static void test_vs_cpu(int B, int T, int steps)
         }
         float clip_c = grad_clip_scale(sqc, 0.5f * (float)sqrt(sqc));
         float clip_g = grad_clip_scale(sqg, 0.5f * (float)sqrt(sqc));
-        adamw_update(&o, t, nt, gpt_stage_params(cs), gpt_stage_grads(cs), m, v, 0, n, 1e-3f,
+        memcpy(gc, gpt_stage_grads(cs), n * sizeof(float));
+        adamw_update(&o, t, nt, gpt_stage_params(cs), gpt_stage_grads(cs), m, v, 0, n, lr,
                      step + 1, clip_c);
-        if (gpu_stage_adamw(gs, &o, 0, n, 1e-3f, step + 1, clip_g) < 0) {
+        if (gpu_stage_adamw(gs, &o, 0, n, lr, step + 1, clip_g) < 0) {
             TEST_FAIL("gpu.adamw.step", "%s", gpu_stage_error(gs));
             goto out;
+        }
+        /* the derived bound (check_bounds.h): each tensor's measured gradient difference, the
+         * largest so far (the moments mix every step's), through AdamW's sensitivity */
+        struct adamw_coef k = adamw_coef_make(lr, o.beta1, o.beta2, o.eps, step + 1);
+        for (int q = 0; q < nt; q++) {
+            size_t off = t[q].offset;
+            double eq = adamw_grad_diff(gc + off, gg + off, t[q].size, clip_c, clip_g);
+            emax[q] = eq > emax[q] ? eq : emax[q];
+            adamw_drift_add(bound + off, t[q].size, gpt_stage_params(cs) + off, m + off, v + off,
+                            emax[q], lr, o.eps, k.c1, k.c2);
         }
     }
     if (steps > 0) {
@@ -180,20 +230,143 @@ static void test_vs_cpu(int B, int T, int steps)
             TEST_PASS("gpu.adamw.losses");
         else
             TEST_FAIL("gpu.adamw.losses", "worst relative loss difference %.3g > %.3g", worst_loss, TOL);
-        if (gpu_stage_get_params(gs, gp) < 0)
+        double worst;
+        size_t where;
+        if (gpu_stage_get_params(gs, gp) < 0) {
             TEST_FAIL("gpu.adamw.params", "%s", gpu_stage_error(gs));
-        else
-            CHECK_TENSORS("gpu.adamw.params", t, nt, gp, gpt_stage_params(cs), 1, c.channels, TOL);
+        } else {
+            size_t bad = adamw_drift_violations(gpt_stage_params(cs), gp, bound, n, &worst, &where);
+            const char *tn = "?";
+            for (int q = 0; q < nt; q++)
+                if (where >= t[q].offset && where < t[q].offset + t[q].size)
+                    tn = t[q].name;
+            if (bad == 0)
+                TEST_PASS("gpu.adamw.params");
+            else
+                TEST_FAIL("gpu.adamw.params", "%zu parameters beyond their bound; worst %s[%zu]: "
+                          "%.3g x its bound (%.3g)", bad, tn, where, worst, bound[where]);
+        }
     }
 out:
     free(gp);
     free(gg);
+    free(gc);
     free(m);
     free(v);
+    free(bound);
+    free(emax);
     free(tok);
     free(tgt);
     gpt_stage_free(cs);
     gpu_stage_free(gs);
+}
+
+/* AdamW alone (gpu.adamw.isolated): the GPU's and the CPU's on identical parameters, gradients
+ * and moments must agree to fp32 rounding (the kernel's formula is optimizer.c's, adamw_math.h;
+ * what is left is the order of operations, fused multiply-adds); so must gpu_stage_adamw_ex on
+ * a range of buffers held apart. */
+static void test_adamw_isolated(void)
+{
+    struct gpt_config c = tiny();
+    herr e;
+    struct gpu_stage *gs = NULL;
+    struct gpt_stage *cs = NULL;
+    if (gpu_stage_create(&gs, &c, 0, c.layers, 1, 4, 1, 0, &e) < 0 ||
+        gpt_stage_create(&cs, &c, 0, c.layers, 1, 4, 1, &e) < 0) {
+        TEST_FAIL("gpu.adamw.isolated", "%s", e.msg);
+        gpu_stage_free(gs);
+        return;
+    }
+    size_t n = gpu_stage_num_params(gs);
+    const struct gpt_tensor *t;
+    int nt = gpt_stage_tensors(cs, &t);
+    float *p = malloc(n * 4), *g = malloc(n * 4), *m = malloc(n * 4), *v = malloc(n * 4);
+    float *pg = malloc(n * 4), *mg = malloc(n * 4), *vg = malloc(n * 4);
+    float *dp = NULL, *dg = NULL, *dm = NULL, *dv = NULL;
+    struct adamw_config o = {0.9f, 0.95f, 1e-8f, 0.1f};
+    if (!p || !g || !m || !v || !pg || !mg || !vg) {
+        TEST_FAIL("gpu.adamw.isolated", "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        p[i] = (float)(rand_below(2000) - 1000) * 4e-5f;
+        g[i] = (float)(rand_below(2000) - 1000) * (i % 5 ? 1e-5f : 1e-12f); /* some near zero */
+        m[i] = (float)(rand_below(2000) - 1000) * 1e-6f;
+        v[i] = (float)rand_below(1000) * 1e-10f;
+    }
+    if (gpu_stage_set_params(gs, p) < 0 || gpu_stage_set_grads(gs, g) < 0 ||
+        gpu_stage_set_moments(gs, m, v) < 0 || gpu_stage_adamw(gs, &o, 0, n, 1e-3f, 7, 0.8f) < 0 ||
+        gpu_stage_get_params(gs, pg) < 0 || gpu_stage_get_moments(gs, mg, vg) < 0) {
+        TEST_FAIL("gpu.adamw.isolated", "%s", gpu_stage_error(gs));
+        goto out;
+    }
+    /* gpu_stage_adamw_ex over [a, z) of the same inputs, held apart (before the CPU's update) */
+    size_t a = n / 3 + 5, z = n - n / 4 + 3, w = z - a;
+    if (cudaMalloc((void **)&dp, w * 4) != cudaSuccess || cudaMalloc((void **)&dg, w * 4) != cudaSuccess ||
+        cudaMalloc((void **)&dm, w * 4) != cudaSuccess || cudaMalloc((void **)&dv, w * 4) != cudaSuccess ||
+        cudaMemcpy(dp, p + a, w * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(dg, g + a, w * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(dm, m + a, w * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(dv, v + a, w * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+        gpu_stage_adamw_ex(gs, &o, a, z, dp, dg, dm, dv, 1e-3f, 7, 0.8f) < 0 || gpu_stage_sync(gs) < 0) {
+        TEST_FAIL("gpu.adamw.isolated_ex", "%s", gpu_stage_error(gs));
+        goto out;
+    }
+    /* each result against the size of what it is made of: p against |p| + lr (the step moves
+     * by about lr), m against its two terms (they may cancel), v (no cancellation) against v */
+    double *sp = malloc(n * sizeof(double)), *sm = malloc(n * sizeof(double));
+    if (!sp || !sm) {
+        free(sp);
+        free(sm);
+        TEST_FAIL("gpu.adamw.isolated", "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        sp[i] = fabs((double)p[i]) + 1e-3;
+        sm[i] = 0.9 * fabs((double)m[i]) + 0.1 * fabs((double)g[i] * 0.8) + 1e-30;
+    }
+    adamw_update(&o, t, nt, p, g, m, v, 0, n, 1e-3f, 7, 0.8f);
+    double wp = 0.0, wm = 0.0, wv = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        wp = fmax(wp, fabs((double)pg[i] - p[i]) / sp[i]);
+        wm = fmax(wm, fabs((double)mg[i] - m[i]) / sm[i]);
+        wv = fmax(wv, fabs((double)vg[i] - v[i]) / (fabs(v[i]) + 1e-30));
+    }
+    /* fp32: a handful of roundings (2^-23 each) */
+    if (wp <= 1e-6 && wm <= 1e-6 && wv <= 1e-6)
+        TEST_PASS("gpu.adamw.isolated");
+    else
+        TEST_FAIL("gpu.adamw.isolated", "relative differences p %.3g, m %.3g, v %.3g > 1e-6", wp,
+                  wm, wv);
+    if (cudaMemcpy(pg, dp, w * 4, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        free(sp);
+        free(sm);
+        TEST_FAIL("gpu.adamw.isolated_ex", "copy back");
+        goto out;
+    }
+    wp = 0.0;
+    for (size_t i = 0; i < w; i++)
+        wp = fmax(wp, fabs((double)pg[i] - p[a + i]) / sp[a + i]);
+    free(sp);
+    free(sm);
+    if (wp <= 1e-6)
+        TEST_PASS("gpu.adamw.isolated_ex");
+    else
+        TEST_FAIL("gpu.adamw.isolated_ex", "relative difference %.3g > 1e-6", wp);
+out:
+    cudaFree(dp);
+    cudaFree(dg);
+    cudaFree(dm);
+    cudaFree(dv);
+    free(p);
+    free(g);
+    free(m);
+    free(v);
+    free(pg);
+    free(mg);
+    free(vg);
+    gpu_stage_free(gs);
+    gpt_stage_free(cs);
 }
 
 /* ---------------------------------------------------------------- two stages = one */
@@ -232,21 +405,33 @@ static void test_two_stage(void)
             TEST_FAIL("gpu.two_stage.one", "%s", gpu_stage_error(one));
             goto out;
         }
-    /* two stages, both micro-batches in flight: F0 F1 then B1 B0 (each stage's stream waited for
-     * before the other reads what it wrote: forward and backward return without waiting) */
-    for (int k = 0; k < 2; k++)
-        if (gpu_stage_forward(s0, k, tok + k * BT, NULL, NULL, act[k], NULL) < 0 ||
-            gpu_stage_sync(s0) < 0 ||
-            gpu_stage_forward(s1, k, NULL, act[k], tgt + k * BT, NULL, &l2[k]) < 0) {
-            TEST_FAIL("gpu.two_stage.forward", "%s / %s", gpu_stage_error(s0), gpu_stage_error(s1));
-            goto out;
-        }
-    for (int k = 1; k >= 0; k--)
-        if (gpu_stage_backward(s1, k, NULL, dact, 1.0f) < 0 || gpu_stage_sync(s1) < 0 ||
-            gpu_stage_backward(s0, k, dact, NULL, 1.0f) < 0 || gpu_stage_sync(s0) < 0) {
-            TEST_FAIL("gpu.two_stage.backward", "%s / %s", gpu_stage_error(s1), gpu_stage_error(s0));
-            goto out;
-        }
+    /* two stages, both micro-batches in flight: F0 F1 then B1 B0. Forward and backward return
+     * without waiting: each stage's stream waits for an event the other recorded after writing
+     * what it reads (gpu_stage_event_record / gpu_stage_wait_event), and s1 waits for s0 to have
+     * read dact before writing it again; no host waits but the losses. */
+    cudaEvent_t ev0 = NULL, ev1 = NULL;
+    if (cudaEventCreateWithFlags(&ev0, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&ev1, cudaEventDisableTiming) != cudaSuccess) {
+        TEST_FAIL("gpu.two_stage.events", "cudaEventCreate failed");
+        goto out;
+    }
+    int fw = 1, bw = 1;
+    for (int k = 0; fw && k < 2; k++)
+        fw = gpu_stage_forward(s0, k, tok + k * BT, NULL, NULL, act[k], NULL) == 0 &&
+             gpu_stage_event_record(s0, ev0) == 0 && gpu_stage_wait_event(s1, ev0) == 0 &&
+             gpu_stage_forward(s1, k, NULL, act[k], tgt + k * BT, NULL, &l2[k]) == 0;
+    for (int k = 1; fw && bw && k >= 0; k--)
+        bw = gpu_stage_backward(s1, k, NULL, dact, 1.0f) == 0 &&
+             gpu_stage_event_record(s1, ev1) == 0 && gpu_stage_wait_event(s0, ev1) == 0 &&
+             gpu_stage_backward(s0, k, dact, NULL, 1.0f) == 0 &&
+             gpu_stage_event_record(s0, ev0) == 0 && gpu_stage_wait_event(s1, ev0) == 0;
+    cudaEventDestroy(ev0);
+    cudaEventDestroy(ev1);
+    if (!fw || !bw) {
+        TEST_FAIL(fw ? "gpu.two_stage.backward" : "gpu.two_stage.forward", "%s / %s",
+                  gpu_stage_error(s0), gpu_stage_error(s1));
+        goto out;
+    }
     double tol = TOL / 10;
     CHECK_NEAR("gpu.two_stage.loss0", l2[0], l1[0], tol);
     CHECK_NEAR("gpu.two_stage.loss1", l2[1], l1[1], tol);
@@ -478,9 +663,36 @@ static void test_recompute(void)
         goto out;
     }
     CHECK("gpu.recompute.same_loss", lk == lr);
+    /* The recomputed GELU outputs feed one product, the MLP projection's weight gradient: it may
+     * differ by one bf16 rounding of the GELU input and of its output each (check_bounds.h's
+     * reasoning: 3 u in bf16; fp32: a few fp32 roundings, TOL / 10), and every other gradient
+     * comes from the same values on both paths: the same bits. */
     const struct gpt_tensor *t;
-    int nt = gpu_stage_tensors(keep, &t);
-    CHECK_TENSORS("gpu.recompute.grads", t, nt, gr, gk, 0, c.channels, TOL / 10);
+    int nt = gpu_stage_tensors(keep, &t), differ = 0;
+    double bound = strcmp(gpu_precision_name(), "fp32") == 0 ? TOL / 10 : GELU_RECOMPUTE_BOUND_BF16;
+    double worst = 0.0;
+    const char *which = "";
+    for (int k = 0; k < nt; k++) {
+        const float *a = gk + t[k].offset, *b = gr + t[k].offset;
+        if (strstr(t[k].name, "mlp.proj.weight")) {
+            char w[64];
+            double r = worst_tensor(&t[k], 1, gr, gk, 0, c.channels, w, sizeof w);
+            if (r > worst) {
+                worst = r;
+                which = t[k].name;
+            }
+        } else if (memcmp(a, b, t[k].size * sizeof(float)) != 0) {
+            if (!differ)
+                printf("# gpu.recompute: %s differs\n", t[k].name);
+            differ++;
+        }
+    }
+    CHECK_INT("gpu.recompute.other_grads_identical", differ, 0);
+    if (worst <= bound)
+        TEST_PASS("gpu.recompute.proj_weight_grads");
+    else
+        TEST_FAIL("gpu.recompute.proj_weight_grads", "%s: relative error %.3g > %.3g", which,
+                  worst, bound);
     CHECK("gpu.recompute.bad_flag", gpu_stage_create(&re, &c, 0, 2, B, T, 1, 0x40, &e) < 0 &&
           strstr(e.msg, "flags") != NULL);
 out:
@@ -500,12 +712,27 @@ struct tp_rank {
     const int *tok, *tgt;
     float loss;
     int rc;
+    float *h;      /* the device sum's host copy */
 };
 
 /* The group's sum (tests/unit/tp_group.h). */
 static int tp_rank_sum(void *ctx, float *buf, size_t n)
 {
     return tp_group_sum(((struct tp_rank *)ctx)->g, buf, n);
+}
+
+/* The same on the device buffer (gpu_stage_set_tp_sum_dev's contract, through the host here):
+ * the stream's work done, the buffer down, the group's sum, up again queued on the stream. */
+static int tp_rank_sum_dev(void *ctx, float *dev_buf, size_t n)
+{
+    struct tp_rank *r = ctx;
+    cudaStream_t st = (cudaStream_t)gpu_stage_stream(r->s);
+    if (!r->h || gpu_stage_sync(r->s) < 0 ||
+        cudaMemcpy(r->h, dev_buf, n * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess ||
+        tp_group_sum(r->g, r->h, n) != 0 ||
+        cudaMemcpyAsync(dev_buf, r->h, n * sizeof(float), cudaMemcpyHostToDevice, st) != cudaSuccess)
+        return -1;
+    return 0;
 }
 
 static void *tp_run(void *arg)
@@ -519,7 +746,7 @@ static void *tp_run(void *arg)
 
 /* tp ranks of the whole model against the CPU engine's one stage (vocabulary 97 padded to 128:
  * with tp 4 the last rank holds one real row and 31 of padding) */
-static void test_tensor(int tp)
+static void test_tensor(int tp, int dev)
 {
     struct gpt_config c = tiny();
     int B = 2, T = 16;
@@ -536,19 +763,19 @@ static void test_tensor(int tp)
     float *full = NULL, *local = NULL;
     if (!tok || !tgt || gpt_stage_create(&cs, &c, 0, c.layers, B, T, 1, &e) < 0 ||
         gpt_stage_create_tp(&twin, &c, 0, c.layers, 1, 1, 1, tp, 0, &e) < 0) {
-        snprintf(name, sizeof name, "gpu.tensor%d.create", tp);
+        snprintf(name, sizeof name, "gpu.tensor%d%s.create", tp, dev ? "_dev" : "");
         TEST_FAIL(name, "%s", tok && tgt ? e.msg : "out of memory");
         goto out;
     }
     gpt_config_check(&c, NULL);
     for (int t = 0; t < tp; t++)
         if (gpu_stage_create_tp(&rk[t].s, &c, 0, c.layers, B, T, 1, 0, tp, t, &e) < 0) {
-            snprintf(name, sizeof name, "gpu.tensor%d.create", tp);
+            snprintf(name, sizeof name, "gpu.tensor%d%s.create", tp, dev ? "_dev" : "");
             TEST_FAIL(name, "rank %d: %s", t, e.msg);
             goto out;
         }
     size_t n = gpt_stage_num_params(cs), nl = gpu_stage_num_params(rk[0].s);
-    snprintf(name, sizeof name, "gpu.tensor%d.layout", tp);
+    snprintf(name, sizeof name, "gpu.tensor%d%s.layout", tp, dev ? "_dev" : "");
     CHECK_INT(name, nl, gpt_stage_num_params(twin));
     full = calloc(n, sizeof(float));
     local = calloc(nl, sizeof(float));
@@ -563,17 +790,17 @@ static void test_tensor(int tp)
     /* the ranks' parameters, put together, are the whole stage's */
     for (int t = 0; t < tp; t++) {
         if (gpu_stage_init_params(rk[t].s, seed) < 0 || gpu_stage_get_params(rk[t].s, local) < 0) {
-            snprintf(name, sizeof name, "gpu.tensor%d.init", tp);
+            snprintf(name, sizeof name, "gpu.tensor%d%s.init", tp, dev ? "_dev" : "");
             TEST_FAIL(name, "rank %d: %s", t, gpu_stage_error(rk[t].s));
             goto out;
         }
         gpt_stage_to_full(twin, t, local, full);
     }
-    snprintf(name, sizeof name, "gpu.tensor%d.same_init", tp);
+    snprintf(name, sizeof name, "gpu.tensor%d%s.same_init", tp, dev ? "_dev" : "");
     CHECK(name, memcmp(full, gpt_stage_params(cs), n * sizeof(float)) == 0);
 
     /* a tensor-parallel stage without the group's sum: an error, not a hang */
-    snprintf(name, sizeof name, "gpu.tensor%d.no_sum", tp);
+    snprintf(name, sizeof name, "gpu.tensor%d%s.no_sum", tp, dev ? "_dev" : "");
     CHECK(name, gpu_stage_forward(rk[0].s, 0, tok, NULL, tgt, NULL, NULL) < 0 &&
                 strstr(gpu_stage_error(rk[0].s), "no group sum") != NULL);
 
@@ -587,7 +814,12 @@ static void test_tensor(int tp)
         rk[t].g = &g;
         rk[t].tok = tok;
         rk[t].tgt = tgt;
-        gpu_stage_set_tp_sum(rk[t].s, tp_rank_sum, &rk[t]);
+        if (dev) {
+            rk[t].h = malloc(BT * (size_t)c.channels * 16 * sizeof(float));
+            gpu_stage_set_tp_sum_dev(rk[t].s, tp_rank_sum_dev, &rk[t]);
+        } else {
+            gpu_stage_set_tp_sum(rk[t].s, tp_rank_sum, &rk[t]);
+        }
     }
     for (int t = 0; t < tp; t++)
         pthread_create(&th[t], NULL, tp_run, &rk[t]);
@@ -598,7 +830,7 @@ static void test_tensor(int tp)
     memset(full, 0, n * sizeof(float));
     for (int t = 0; t < tp; t++) {
         if (rk[t].rc || gpu_stage_get_grads(rk[t].s, local) < 0) {
-            snprintf(name, sizeof name, "gpu.tensor%d.step", tp);
+            snprintf(name, sizeof name, "gpu.tensor%d%s.step", tp, dev ? "_dev" : "");
             TEST_FAIL(name, "rank %d: %s", t, gpu_stage_error(rk[t].s));
             ran = 0;
             break;
@@ -608,7 +840,7 @@ static void test_tensor(int tp)
         gpt_stage_to_full(twin, t, local, full); /* replicated tensors: the last rank's */
     }
     if (ran) {
-        snprintf(name, sizeof name, "gpu.tensor%d.loss", tp);
+        snprintf(name, sizeof name, "gpu.tensor%d%s.loss", tp, dev ? "_dev" : "");
         if (worst_loss <= TOL)
             TEST_PASS(name);
         else
@@ -616,7 +848,7 @@ static void test_tensor(int tp)
                       worst_loss, TOL);
         const struct gpt_tensor *tt;
         int nt = gpt_stage_tensors(cs, &tt);
-        snprintf(name, sizeof name, "gpu.tensor%d.grads", tp);
+        snprintf(name, sizeof name, "gpu.tensor%d%s.grads", tp, dev ? "_dev" : "");
         CHECK_TENSORS(name, tt, nt, full, gpt_stage_grads(cs), 0, c.channels, TOL);
     }
 out:
@@ -625,8 +857,10 @@ out:
     free(full);
     free(local);
     tp_group_destroy(&g);
-    for (int t = 0; t < 4; t++)
+    for (int t = 0; t < 4; t++) {
         gpu_stage_free(rk[t].s);
+        free(rk[t].h);
+    }
     gpt_stage_free(cs);
     gpt_stage_free(twin);
 }
@@ -662,7 +896,8 @@ static void test_resume(const char *corpus)
     int B = 4, T = 32;
     long steps = 8, at = 4;
     struct lr_schedule ls = {3e-3f, 2, steps, 0.1f};
-    struct dataloader_config dc = {corpus, B, T, 0, 1, 11, c.vocab};
+    struct dataloader_config dc = {.pattern = corpus, .B = B, .T = T, .rank = 0, .world = 1,
+                                   .seed = 11, .vocab = c.vocab};
     char dir[] = "/tmp/holmes-gpu-resume.XXXXXX", path[512] = "";
     herr e;
     struct run a = {0}, b = {0};
@@ -946,6 +1181,151 @@ out:
     gpt_stage_free(cs);
 }
 
+/* ---------------------------------------------------------------- this round's engine */
+
+/* gpu.flash.*: flash attention against the materialised one (bf16; GPU_MATERIALISED_ATTENTION),
+ * on GPT-2's head size and a T that is not a multiple of the tiles: the loss and every gradient
+ * within the precision's tolerance, and the backward deterministic (two runs, the same bits). */
+static void test_flash(void)
+{
+    if (strcmp(gpu_precision_name(), "bf16") != 0)
+        return;
+    struct gpt_config c = wide();
+    int B = 3, T = 80;
+    size_t BT = (size_t)B * T;
+    herr e;
+    struct gpu_stage *fl = NULL, *ma = NULL;
+    float *gf = NULL, *gm = NULL, *g2 = NULL;
+    int *tok = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
+    if (!tok || !tgt || gpu_stage_create(&fl, &c, 0, 2, B, T, 1, 0, &e) < 0 ||
+        gpu_stage_create(&ma, &c, 0, 2, B, T, 1, GPU_MATERIALISED_ATTENTION, &e) < 0) {
+        TEST_FAIL("gpu.flash.create", "%s", tok && tgt ? e.msg : "out of memory");
+        goto out;
+    }
+    CHECK("gpu.flash.kinds", !strcmp(gpu_stage_attention_kind(fl), "flash") &&
+                                 !strcmp(gpu_stage_attention_kind(ma), "materialised"));
+    gpt_config_check(&c, NULL);
+    random_tokens(tok, BT, c.vocab);
+    random_tokens(tgt, BT, c.vocab);
+    size_t n = gpu_stage_num_params(fl);
+    gf = malloc(n * sizeof(float));
+    gm = malloc(n * sizeof(float));
+    g2 = malloc(n * sizeof(float));
+    float lf = 0.0f, lm = 0.0f, l2 = 0.0f;
+    if (!gf || !gm || !g2 || gpu_stage_init_params(fl, 21) < 0 || gpu_stage_init_params(ma, 21) < 0 ||
+        gpu_stage_zero_grads(fl) < 0 || gpu_stage_zero_grads(ma) < 0 ||
+        gpu_stage_forward(fl, 0, tok, NULL, tgt, NULL, &lf) < 0 ||
+        gpu_stage_backward(fl, 0, NULL, NULL, 1.0f) < 0 || gpu_stage_get_grads(fl, gf) < 0 ||
+        gpu_stage_forward(ma, 0, tok, NULL, tgt, NULL, &lm) < 0 ||
+        gpu_stage_backward(ma, 0, NULL, NULL, 1.0f) < 0 || gpu_stage_get_grads(ma, gm) < 0 ||
+        gpu_stage_zero_grads(fl) < 0 || gpu_stage_forward(fl, 0, tok, NULL, tgt, NULL, &l2) < 0 ||
+        gpu_stage_backward(fl, 0, NULL, NULL, 1.0f) < 0 || gpu_stage_get_grads(fl, g2) < 0) {
+        TEST_FAIL("gpu.flash.run", "%s / %s", fl ? gpu_stage_error(fl) : "", ma ? gpu_stage_error(ma) : "");
+        goto out;
+    }
+    CHECK_NEAR("gpu.flash.loss", lf, lm, TOL);
+    const struct gpt_tensor *t;
+    int nt = gpu_stage_tensors(fl, &t);
+    CHECK_TENSORS("gpu.flash.grads", t, nt, gf, gm, 0, c.channels, TOL);
+    CHECK("gpu.flash.deterministic", lf == l2 && memcmp(gf, g2, n * sizeof(float)) == 0);
+out:
+    free(tok);
+    free(tgt);
+    free(gf);
+    free(gm);
+    free(g2);
+    gpu_stage_free(fl);
+    gpu_stage_free(ma);
+}
+
+/* gpu.memory.*: gpu_stage_device_bytes against what a creation takes (cudaMemGetInfo before and
+ * after; the handles' own allocations aside), and a stage too big for the GPU refused with the
+ * layers, the bytes asked and the bytes free named, and nothing left allocated. */
+static void test_memory(void)
+{
+    struct gpt_config c = wide();
+    herr e;
+    struct gpu_stage *s = NULL;
+    size_t f0 = 0, f1 = 0, f2 = 0, tot = 0;
+    size_t plan = gpu_stage_device_bytes(&c, 0, 2, 256, 80, 2, 0, 1);
+    if (cudaMemGetInfo(&f0, &tot) != cudaSuccess || gpu_stage_create(&s, &c, 0, 2, 256, 80, 2, 0, &e) < 0 ||
+        cudaMemGetInfo(&f1, &tot) != cudaSuccess) {
+        TEST_FAIL("gpu.memory.plan", "%s", e.msg);
+        gpu_stage_free(s);
+        return;
+    }
+    double got = (double)f0 - (double)f1;
+    printf("# gpu.memory: planned %.1f MiB, taken %.1f MiB\n", plan / 1048576.0, got / 1048576.0);
+    if (got >= 0.9 * plan && got <= 1.1 * plan + 64.0 * 1048576)
+        TEST_PASS("gpu.memory.plan");
+    else
+        TEST_FAIL("gpu.memory.plan", "planned %zu bytes, the creation took %.0f", plan, got);
+    gpu_stage_free(s);
+    s = NULL;
+    int B = 64;
+    while (gpu_stage_device_bytes(&c, 0, 2, B, 80, 8, 0, 1) < 2 * tot && B < (1 << 22))
+        B *= 2;
+    int rc = gpu_stage_create(&s, &c, 0, 2, B, 80, 8, 0, &e);
+    CHECK("gpu.memory.too_big_refused", rc < 0 && strstr(e.msg, "layers [0, 2)") &&
+                                            strstr(e.msg, "bytes") && strstr(e.msg, "free"));
+    if (rc == 0)
+        gpu_stage_free(s);
+    else
+        printf("# %s\n", e.msg);
+    CHECK("gpu.memory.nothing_left", cudaMemGetInfo(&f2, &tot) == cudaSuccess &&
+                                         (double)f2 >= (double)f0 - 8.0 * 1048576);
+}
+
+/* gpu.profile.*: a step between gpu_stage_profile_begin and _end: the parts (outermost only) fit
+ * inside the total, attention and the products took time, and the counters moved */
+static void test_profile(void)
+{
+    struct gpt_config c = tiny();
+    int B = 2, T = 32;
+    size_t BT = (size_t)B * T;
+    herr e;
+    struct gpu_stage *s = NULL;
+    int *tok = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
+    struct gpu_profile p;
+    double sq = 0.0, sq2 = -1.0;
+    float loss = 0.0f;
+    if (!tok || !tgt || gpu_stage_create(&s, &c, 0, 2, B, T, 1, 0, &e) < 0) {
+        TEST_FAIL("gpu.profile.create", "%s", tok && tgt ? e.msg : "out of memory");
+        goto out;
+    }
+    gpt_config_check(&c, NULL);
+    random_tokens(tok, BT, c.vocab);
+    random_tokens(tgt, BT, c.vocab);
+    size_t n = gpu_stage_num_params(s);
+    struct adamw_config o = {0.9f, 0.95f, 1e-8f, 0.1f};
+    if (gpu_stage_init_params(s, 4) < 0 || gpu_stage_profile_begin(s) < 0 ||
+        gpu_stage_zero_grads(s) < 0 || gpu_stage_forward(s, 0, tok, NULL, tgt, NULL, NULL) < 0 ||
+        gpu_stage_backward(s, 0, NULL, NULL, 1.0f) < 0 || gpu_stage_loss_take(s, &loss) < 0 ||
+        gpu_stage_grad_sq_norm(s, 0, n, &sq) < 0 ||
+        gpu_stage_adamw(s, &o, 0, n, 1e-3f, 1, grad_clip_scale(sq, 1.0f)) < 0 ||
+        gpu_stage_profile_end(s, &p) < 0) {
+        TEST_FAIL("gpu.profile.run", "%s", gpu_stage_error(s));
+        goto out;
+    }
+    double parts = 0.0;
+    for (int i = 0; i < GPU_PARTS; i++)
+        parts += p.ms[i];
+    CHECK("gpu.profile.parts_inside_total", p.total_ms > 0 && parts <= 1.01 * p.total_ms + 0.01);
+    CHECK("gpu.profile.attention_and_matmul", p.ms[GPU_PART_ATTENTION] > 0 &&
+                                                  p.ms[GPU_PART_MATMUL] > 0 &&
+                                                  p.ms[GPU_PART_OPTIMIZER] > 0);
+    CHECK("gpu.profile.counters", p.launches > 20 && p.syncs >= 2 && p.events_lost == 0);
+    CHECK("gpu.profile.loss_read_once", isfinite(loss) && loss > 0.0f);
+    /* the norm over one device buffer = the stage's own, the same reduction */
+    CHECK("gpu.sq_norm_ex", gpu_stage_grad_sq_norm(s, 0, n, &sq) == 0 &&
+                                gpu_stage_sq_norm_ex(s, gpu_stage_grads_dev(s), n, &sq2) == 0 &&
+                                sq == sq2);
+out:
+    free(tok);
+    free(tgt);
+    gpu_stage_free(s);
+}
+
 int main(int argc, char **argv)
 {
     int quick = 0;
@@ -971,18 +1351,24 @@ int main(int argc, char **argv)
     }
     printf("# %s, %s mode, tolerance %g, seed %llu\n", dev, gpu_precision_name(), TOL,
            (unsigned long long)seed);
-    test_vs_cpu(2, 16, quick ? 1 : 3);
+    test_vs_cpu("gpu.vs_cpu", tiny(), 2, 16, quick ? 1 : 3);
+    test_vs_cpu("gpu.vs_cpu.hs64", wide(), 3, 80, 0); /* GPT-2's head size, T = max_seq, odd */
     if (!quick) {
-        test_vs_cpu(3, 32, 0); /* T = max_seq, odd batch */
+        test_vs_cpu("gpu.vs_cpu.max_seq", tiny(), 3, 32, 0); /* T = max_seq, odd batch */
+        test_adamw_isolated();
         test_two_stage();
         test_recompute();
         test_slices();
-        test_tensor(2);
-        test_tensor(4);
+        test_tensor(2, 0);
+        test_tensor(4, 0);
+        test_tensor(2, 1); /* the group's sums through gpu_stage_set_tp_sum_dev */
         const char *corpus = getenv("HOLMES_CORPUS");
         test_resume(corpus ? corpus : "examples/data/corpus.txt");
         test_bad_input();
         test_resident();
+        test_flash();
+        test_memory();
+        test_profile();
     }
     printf("%d passed, %d failed\n", test_passes_, test_failures_);
     TEST_MAIN_END();

@@ -46,7 +46,9 @@ lines = [f"Links shaped: InfiniBand fabric {ib} Mbit/s, RoCE fabric {roce} Mbit/
 for n in order:
     m = median[n]
     pol = next(r[1] for r in rows if r[0] == n)
-    r = median.get("all-rdma6") if n.startswith("3fab6") or n.endswith("6") else ref  # same workers
+    # the same workers (and GPUs per worker)
+    r = (median.get("all-rdma6") if n.startswith("3fab6") or n.endswith("6")
+         else median.get("all-rdma-t2") if n.endswith("-t2") else ref)
     rel = f"{r / m:.2f}" if r else "-"
     lines.append(f"| {n} | {pol} | {m:.3f} | {min(meas[n]):.3f}-{max(meas[n]):.3f} | "
                  f"{tokens / m:.0f} | {rel} | {pred0[n]:.3f} | {100 * (pred0[n] / m - 1):+.1f} % | "
@@ -59,10 +61,11 @@ def ratio(a, b):
 
 
 goals = []
-for cl, sfx in (("2fab", ""), ("3fab", ""), ("3fab6", "6")):
-    h, nv, rd, et = f"{cl}-holmes", f"{cl}-naive", f"all-rdma{sfx}", f"all-ethernet{sfx}"
+for cl, sfx, tsfx in (("2fab", "", ""), ("3fab", "", ""), ("3fab6", "6", ""), ("2fab", "", "-t2")):
+    h, nv = f"{cl}-holmes{tsfx}", f"{cl}-naive{tsfx}"
+    rd, et = f"all-rdma{sfx}{tsfx}", f"all-ethernet{sfx}{tsfx}"
     if all(n in median for n in (h, nv, rd, et)):
-        goals.append(f"- {cl}: holmes = {ratio(h, rd):.2f} x {rd} throughput (goal >= 0.90), "
+        goals.append(f"- {cl}{tsfx}: holmes = {ratio(h, rd):.2f} x {rd} throughput (goal >= 0.90), "
                      f"{ratio(h, et):.2f} x {et} (goal >= 2), "
                      f"{ratio(h, nv):.2f} x naive (goal >= 1.37)")
 goals.append(f"- calibration (fitted {', '.join(f'{k}={v:.4g}' for k, v in vals.items())}): "

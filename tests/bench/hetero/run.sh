@@ -61,11 +61,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# name policy pipeline workers (fabric:class:mbit per worker, in the order the scheduler hands
-# them out). Data parallel 2 everywhere, so the global batch is the same; the 6-worker 3-fabric
-# cluster runs pipeline 3 so that every stage can stay inside one fabric (and, for 1F1B, 4
-# micro-batches of 2 sequences instead of 2 of 4); its references are the 6-worker all-rdma6 and
-# all-ethernet6 (the same shape and the same share of the cores per worker).
+# name policy pipeline workers [tensor] (fabric:class:mbit per worker, in the order the scheduler
+# hands them out). Data parallel 2 everywhere, so the global batch is the same; the 6-worker
+# 3-fabric cluster runs pipeline 3 so that every stage can stay inside one fabric (and, for 1F1B,
+# 4 micro-batches of 2 sequences instead of 2 of 4); its references are the 6-worker all-rdma6
+# and all-ethernet6 (the same shape and the same share of the cores per worker). The *-t2
+# scenarios give each worker 2 emulated GPUs (2 rank processes, a tensor group of 2 inside the
+# worker: each rank sends its half of the activations over its own link, both through the
+# worker's port); their references are all-rdma-t2 and all-ethernet-t2.
 ib="ib-a:infiniband:$IB_MBIT" roce="roce-b:roce:$ROCE_MBIT" eth="eth-c:ethernet:$CROSS_MBIT"
 SCENARIOS=(
     "all-rdma holmes 2 $ib,$ib,$ib,$ib"
@@ -78,16 +81,24 @@ SCENARIOS=(
     "3fab6-naive naive 3 $ib,$roce,$eth,$ib,$roce,$eth"
     "all-rdma6 holmes 3 $ib,$ib,$ib,$ib,$ib,$ib"
     "all-ethernet6 holmes 3 $eth,$eth,$eth,$eth,$eth,$eth"
+    "all-rdma-t2 holmes 2 $ib,$ib,$ib,$ib 2"
+    "all-ethernet-t2 holmes 2 $eth,$eth,$eth,$eth 2"
+    "2fab-holmes-t2 holmes 2 $ib,$roce,$ib,$roce 2"
+    "2fab-naive-t2 naive 2 $ib,$roce,$ib,$roce 2"
 )
 for o in $ONLY; do
     printf '%s\n' "${SCENARIOS[@]}" | grep -q "^$o " ||
         die "ONLY: no scenario $o ($(printf '%s\n' "${SCENARIOS[@]}" | awk '{printf "%s ", $1}'))"
 done
 
-# job NAME POLICY PIPELINE WORKERS: the TrainingJob (Gb/s in the emulation block = the shaped Mbit/1000,
-# so the planner predicts for the links the run really has; pacing is off, bandwidthScale 1).
+# job NAME POLICY PIPELINE WORKERS [TENSOR]: the TrainingJob (Gb/s in the emulation block = the
+# shaped Mbit/1000, so the planner predicts for the links the run really has; pacing is off,
+# bandwidthScale 1). TENSOR > 1: that many emulated GPUs per worker, a tensor group of them.
 job() {
-    local name=$1 policy=$2 pipeline=$3 workers=$4 prev= count=0 w f c m
+    local name=$1 policy=$2 pipeline=$3 workers=$4 tensor=${5:-1} prev= count=0 w f c m
+    local gpus=0 emu=""
+    [ "$tensor" -gt 1 ] && gpus=$tensor emu="
+    gpus: true"
     # 8 micro-batches of MICRO_BATCH_SIZE sequences per replica
     local nw mb=8 mbs=$MICRO_BATCH_SIZE; nw=$(tr ',' '\n' <<<"$workers" | wc -l)
     cat <<Y
@@ -96,9 +107,9 @@ kind: TrainingJob
 metadata: {name: $name}
 spec:
   workers: $nw
-  gpusPerWorker: 0
+  gpusPerWorker: $gpus
   model: {layers: $LAYERS, hidden: 192, heads: 4, vocab: 256, seqLen: 32}
-  parallelism: {pipeline: $pipeline, data: 2, microBatches: $mb, microBatchSize: $mbs, schedule: 1f1b, pipelineDtype: $PIPELINE_DTYPE, paramGatherDtype: $PARAM_GATHER_DTYPE}
+  parallelism: {tensor: $tensor, pipeline: $pipeline, data: 2, microBatches: $mb, microBatchSize: $mbs, schedule: 1f1b, pipelineDtype: $PIPELINE_DTYPE, paramGatherDtype: $PARAM_GATHER_DTYPE}
   placement: {policy: $policy}
   training:
     steps: $STEPS
@@ -108,7 +119,7 @@ spec:
   restartPolicy: {maxRestarts: 0, backoffSeconds: 0}
   emulation:
     crossFabricGbps: $(awk "BEGIN{print $CROSS_MBIT/1000}")
-    bandwidthScale: 1
+    bandwidthScale: 1$emu
     nics:
 Y
     for w in ${workers//,/ } END; do
@@ -201,9 +212,9 @@ echo "cores busy before the start: $busy %"
 t_start=$(date +%s)
 load0=$(uptime | sed 's/.*load average: //')
 for sc in "${SCENARIOS[@]}"; do
-    read -r name policy pipeline workers <<<"$sc"
+    read -r name policy pipeline workers tensor <<<"$sc"
     [ -z "$ONLY" ] || [[ " $ONLY " == *" $name "* ]] || continue
-    job "$name" "$policy" "$pipeline" "$workers" >"$WORK/job-$name.yaml"
+    job "$name" "$policy" "$pipeline" "$workers" "${tensor:-1}" >"$WORK/job-$name.yaml"
 done
 # run_phase LINKS PATTERN RUNS_FILE NRUNS MEASURE: NRUNS runs of every selected scenario whose name
 # matches PATTERN, each line appended to RUNS_FILE. The references (all-*) are placed with
@@ -214,7 +225,7 @@ run_phase() {
     local plinks=$1 pat=$2 runs=$3 nruns=$4 measure=$5 r sc name policy pipeline workers t0 tf pred wall links
     for ((r = 1; r <= nruns; r++)); do
         for sc in "${SCENARIOS[@]}"; do
-            read -r name policy pipeline workers <<<"$sc"
+            read -r name policy pipeline workers _ <<<"$sc"
             [ -z "$ONLY" ] || [[ " $ONLY " == *" $name "* ]] || continue
             [[ $name == $pat ]] || continue
             links=$plinks

@@ -1,0 +1,79 @@
+# Fuzzing what arrives over the network (docs/development.md, "Fuzzing"): libFuzzer targets
+# built with clang, AddressSanitizer and UBSan, in build/fuzz/. Owner: security.
+#
+#   make fuzz           every target for FUZZ_SECONDS (default 600) each, corpus in
+#                       build/fuzz/corpus/TARGET (seeded from tests/fuzz/seeds/TARGET);
+#                       findings (crash-*, timeout-*, leak-*) in build/fuzz/findings/TARGET
+#   make fuzz-build     the targets only
+#   make fuzz-short     every target for FUZZ_SHORT_SECONDS (default 4) each: make test runs this
+#                       (tests/integration/fuzz_short.sh)
+#   make fuzz-seeds     writes the protocol seeds again (tests/fuzz/fuzz_seeds.c, real messages
+#                       with real plans); the Kubernetes ones: tests/fuzz/capture_kube_seeds.sh
+#
+# Targets (tests/fuzz/fuzz_*.c): coord_message (the coordinator's parser and what it does with
+# a worker's message), worker_message (the worker's parser, its assignment and its start),
+# kube_decode (watch streams and API objects as the operator decodes them).
+
+FUZZ_CC            ?= clang
+FUZZ_BUILD         := build/fuzz
+FUZZ_SECONDS       ?= 600
+FUZZ_SHORT_SECONDS ?= 4
+FUZZ_TARGETS       := coord_message worker_message kube_decode
+FUZZ_SAN           := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_CFLAGS        := -std=gnu11 -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
+                      $(WARN) -D_GNU_SOURCE $(addprefix -I,$(patsubst %/,%,$(SRC_DIRS))) \
+                      $(PKG_CFLAGS) $(EXTRA_CFLAGS)
+# What the targets run: common/, the Kubernetes client, the coordinator's TLS material, the
+# worker's peers. Only these are built with the fuzzer's instrumentation.
+FUZZ_LIB_SRC       := $(wildcard common/*.c) $(wildcard operator/kube/*.c) \
+                      operator/coordinator/coord_tls.c operator/controller/metrics.c \
+                      noderuntime/worker/worker_peers.c
+FUZZ_LIB           := $(FUZZ_BUILD)/libholmes_fuzz.a
+FUZZ_BINS          := $(addprefix $(FUZZ_BUILD)/fuzz_,$(FUZZ_TARGETS))
+# libFuzzer: clang and its runtime (libclang-rt-14-dev holds libclang_rt.fuzzer).
+DEB_PKGS           += clang libclang-rt-14-dev
+
+.PHONY: fuzz fuzz-build fuzz-short fuzz-seeds
+
+$(FUZZ_BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	@echo "  FUZZCC  $<"
+	@$(FUZZ_CC) $(FUZZ_CFLAGS) -Itests/fuzz -MMD -MP -c $< -o $@
+
+$(FUZZ_LIB): $(patsubst %.c,$(FUZZ_BUILD)/%.o,$(FUZZ_LIB_SRC))
+	@rm -f $@; ar rcs $@ $^
+
+$(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/tests/fuzz/fuzz_%.o $(FUZZ_LIB)
+	@echo "  LD      $@"
+	@$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $< $(FUZZ_LIB) $(PKG_LIBS) -lm -lpthread
+
+fuzz-build: $(FUZZ_BINS)
+
+# run TARGET SECONDS: the corpus seeded, libFuzzer for that long; its last status line kept.
+define fuzz_run
+	@mkdir -p $(FUZZ_BUILD)/corpus/$(1) $(FUZZ_BUILD)/findings/$(1)
+	@cp -n tests/fuzz/seeds/$(1)/* $(FUZZ_BUILD)/corpus/$(1)/ 2>/dev/null || true
+	@echo "== fuzz_$(1): $(2) s"
+	@ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	    $(FUZZ_BUILD)/fuzz_$(1) -max_total_time=$(2) -timeout=10 -rss_limit_mb=2048 \
+	    -max_len=1100000 -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/findings/$(1)/ \
+	    $(FUZZ_BUILD)/corpus/$(1) 2>$(FUZZ_BUILD)/fuzz_$(1).log || \
+	    { tail -40 $(FUZZ_BUILD)/fuzz_$(1).log; exit 1; }
+	@grep -E '^stat::number_of_executed_units|^stat::average_exec_per_sec|^stat::peak_rss_mb' \
+	    $(FUZZ_BUILD)/fuzz_$(1).log | sed 's/^/   /'
+
+endef
+
+fuzz: fuzz-build
+	$(foreach t,$(FUZZ_TARGETS),$(call fuzz_run,$(t),$(FUZZ_SECONDS)))
+
+fuzz-short: fuzz-build
+	$(foreach t,$(FUZZ_TARGETS),$(call fuzz_run,$(t),$(FUZZ_SHORT_SECONDS)))
+
+$(BUILD)/tests/fuzz_seeds: $(call obj,tests/fuzz/fuzz_seeds.c) $(ALL_LIBS)
+	@mkdir -p $(dir $@)
+	@echo "  LD      $@"
+	@$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -Wl,--start-group $(ALL_LIBS) -Wl,--end-group $(LDLIBS)
+
+fuzz-seeds: $(BUILD)/tests/fuzz_seeds
+	@$(BUILD)/tests/fuzz_seeds tests/fuzz/seeds

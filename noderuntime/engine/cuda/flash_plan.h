@@ -1,0 +1,38 @@
+/* The tile arithmetic of flash attention (flash.cu), as pure functions, so that the CPU can check
+ * it (tests/unit/test_cuda_flash.c runs the same tiled algorithm in C against a plain attention,
+ * and counts that every visible query-key pair is visited once). Causal: query q sees key k when
+ * k <= q. A pass covers the queries [q0, q1) of each sequence (a token slice's rectangle: the
+ * keys [0, q1)). Plain C; __host__ __device__ under nvcc. */
+#ifndef HOLMES_FLASH_PLAN_H
+#define HOLMES_FLASH_PLAN_H
+
+#ifdef __CUDACC__
+#define FLASH_HD __host__ __device__ __forceinline__
+#else
+#define FLASH_HD static inline
+#endif
+
+#define FLASH_TILE 64 /* queries a block, keys a tile */
+
+/* query tiles of [q0, q1), and the first query of tile i */
+FLASH_HD int flash_query_tiles(int q0, int q1) { return (q1 - q0 + FLASH_TILE - 1) / FLASH_TILE; }
+FLASH_HD int flash_query_tile(int q0, int q1, int i)
+{
+    (void)q1;
+    return q0 + i * FLASH_TILE;
+}
+/* the keys a query tile starting at qt0 needs: [0, flash_key_end) */
+FLASH_HD int flash_key_end(int qt0, int q1)
+{
+    return qt0 + FLASH_TILE < q1 ? qt0 + FLASH_TILE : q1;
+}
+/* key tiles of [0, q1) (the backward's dK, dV blocks) */
+FLASH_HD int flash_key_tiles(int q1) { return (q1 + FLASH_TILE - 1) / FLASH_TILE; }
+/* the first query that can see a key tile starting at kt0: its query tiles start there */
+FLASH_HD int flash_first_query(int q0, int kt0) { return kt0 > q0 ? kt0 : q0; }
+/* whether nq queries from qfirst can see any key from kfirst (else a warp skips the pair) */
+FLASH_HD int flash_rows_see(int qfirst, int nq, int kfirst) { return qfirst + nq - 1 >= kfirst; }
+/* query q of the pass [., q1) sees key k */
+FLASH_HD int flash_visible(int q, int k, int q1) { return q < q1 && k <= q; }
+
+#endif

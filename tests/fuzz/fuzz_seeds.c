@@ -1,0 +1,185 @@
+/* Writes the fuzzers' seed corpora (tests/fuzz/seeds/): real protocol messages, made by the
+ * encoders both sides use, with a real plan (the coordinator's plan hook on examples/local-tiny.yaml
+ * and examples/local-gpus.yaml) in the assignments. `make fuzz-seeds` runs it; the seeds are
+ * committed. The Kubernetes seeds (kube_decode/) come from a real API server
+ * (tests/fuzz/capture_kube_seeds.sh). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "coord_plan.h"
+#include "protocol.h"
+#include "trainingjob.h"
+
+static const char *dir;
+
+/* Writes text (taken), and after a NUL byte the text `then` when given (not taken). */
+static void put2(const char *target, const char *name, char *text, const char *then)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, target);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/%s/%s.json", dir, target, name);
+    FILE *f = text ? fopen(path, "w") : NULL;
+    int ok = f && fputs(text, f) >= 0 && (!then || (fputc(0, f) == 0 && fputs(then, f) >= 0));
+    if (!f || fclose(f) != 0 || !ok) {
+        fprintf(stderr, "fuzz_seeds: %s: cannot write\n", path);
+        exit(1);
+    }
+    free(text);
+}
+
+static void put(const char *target, const char *name, char *text)
+{
+    put2(target, name, text, NULL);
+}
+
+static struct proto_hello hello(const char *job, int worker, int gpus, enum nic_class cls,
+                                const char *fabric, double gbps)
+{
+    struct proto_hello h;
+    memset(&h, 0, sizeof h);
+    snprintf(h.job, sizeof h.job, "%s", job);
+    snprintf(h.token, sizeof h.token, "0123456789abcdef0123456789abcdef0123456789abcdef");
+    snprintf(h.pod, sizeof h.pod, "%s-worker-%d", job, worker);
+    snprintf(h.node, sizeof h.node, "node-%d", worker);
+    h.worker = worker;
+    h.gpus = gpus;
+    h.nic.cls = cls;
+    snprintf(h.nic.fabric, sizeof h.nic.fabric, "%s", fabric);
+    h.nic.gbps = gbps;
+    h.nic.gid_index = cls == NIC_ROCE ? 3 : -1;
+    if (cls != NIC_ETHERNET)
+        snprintf(h.nic.ib_hca, sizeof h.nic.ib_hca, "mlx5_%d:1", worker);
+    snprintf(h.nic.socket_ifname, sizeof h.nic.socket_ifname, "eth0");
+    return h;
+}
+
+/* Plans the job for its workers as the coordinator does; writes assign and start messages. */
+static void plan_seeds(const char *yaml, const char *tag)
+{
+    struct tj_job *jobs = NULL;
+    int n = 0;
+    struct tj_errors te;
+    memset(&te, 0, sizeof te);
+    if (tj_load_file(yaml, &jobs, &n, &te) != 0 || n < 1) {
+        fprintf(stderr, "fuzz_seeds: %s: %s\n", yaml, te.count ? te.msg[0] : "no job");
+        exit(1);
+    }
+    struct tj_job *j = &jobs[0];
+    int nw = j->spec.workers;
+    struct coord_worker *w = calloc((size_t)nw, sizeof *w);
+    cJSON **a = calloc((size_t)nw, sizeof *a);
+    for (int i = 0; i < nw; i++) {
+        struct proto_hello h = hello(j->name, i, j->spec.gpus_per_worker,
+                                     i < nw / 2 ? NIC_INFINIBAND : NIC_ROCE,
+                                     i < nw / 2 ? "ib-a" : "roce-b", i < nw / 2 ? 200 : 100);
+        w[i].index = i;
+        w[i].connected = 1;
+        snprintf(w[i].pod, sizeof w[i].pod, "%s", h.pod);
+        w[i].gpus = h.gpus;
+        w[i].nic = h.nic;
+        w[i].rank = -1;
+        char name[64];
+        snprintf(name, sizeof name, "hello-%s-%d", tag, i);
+        put("coord_message", name, proto_hello_encode(&h, NULL));
+    }
+    struct coord_plan cp = {.job = j};
+    herr e = {0};
+    if (coord_plan_hook(&cp, w, nw, a, &e) != 0) {
+        fprintf(stderr, "fuzz_seeds: plan %s: %s\n", yaml, e.msg);
+        exit(1);
+    }
+    cJSON *peers = cJSON_CreateArray();
+    char *assign[64] = {0};
+    int rank = 0;
+    for (int i = 0; i < nw; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "assign-%s-%d", tag, i);
+        assign[i % 64] = proto_assign_encode(0, a[i], NULL);
+        put2("worker_message", name, assign[i % 64] ? strdup(assign[i % 64]) : NULL, NULL);
+        const cJSON *ranks = cJSON_GetObjectItem(a[i], "ranks");
+        int nr = cJSON_IsArray(ranks) ? cJSON_GetArraySize(ranks) : 1;
+        cJSON *eps = cJSON_CreateArray();
+        for (int k = 0; k < nr; k++, rank++) {
+            char ep[300];
+            snprintf(ep, sizeof ep, "%s-worker-%d.%s:%d", j->name, i, j->name, 29500 + k);
+            cJSON *p = cJSON_CreateObject();
+            cJSON_AddNumberToObject(p, "rank", rank);
+            cJSON_AddStringToObject(p, "endpoint", ep);
+            cJSON_AddItemToArray(peers, p);
+            cJSON_AddItemToArray(eps, cJSON_CreateString(ep));
+        }
+        cJSON *ids = cJSON_CreateObject();
+        cJSON_AddStringToObject(ids, "nccl-dp-0", "AgAXeP8AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA");
+        snprintf(name, sizeof name, "rendezvous-%s-%d", tag, i);
+        const cJSON *first = cJSON_GetArrayItem(eps, 0);
+        put("coord_message", name, proto_rendezvous_encode(0, rank - nr, first->valuestring,
+                                                           nr > 1 ? eps : NULL, ids, NULL));
+        cJSON_Delete(eps);
+        cJSON_Delete(ids);
+        cJSON_Delete(a[i]);
+    }
+    char name[64];
+    snprintf(name, sizeof name, "start-%s", tag);
+    char *start = proto_start_encode(0, 0, peers, NULL);
+    for (int i = 0; i < nw && i < 64; i++) { /* an assignment, then the start it is read with */
+        snprintf(name, sizeof name, "assign-start-%s-%d", tag, i);
+        put2("worker_message", name, assign[i], start);
+    }
+    snprintf(name, sizeof name, "start-%s", tag);
+    put("worker_message", name, start);
+    snprintf(name, sizeof name, "start-resume-%s", tag);
+    put("worker_message", name, proto_start_encode(2, 150, peers, NULL));
+    cJSON_Delete(peers);
+    coord_plan_free(&cp);
+    free(a);
+    free(w);
+    for (int i = 0; i < n; i++)
+        tj_job_free(&jobs[i]);
+    free(jobs);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: fuzz_seeds DIR (run from the repository root)\n");
+        return 2;
+    }
+    dir = argv[1];
+    mkdir(dir, 0755);
+    plan_seeds("examples/local-tiny.yaml", "tiny");
+    plan_seeds("examples/local-gpus.yaml", "gpus");
+
+    struct proto_hello h = hello("team/gpt2", 3, 8, NIC_INFINIBAND, "ib-fe80000000000000-sm1", 400);
+    h.tflops = 312.5;
+    h.tflops_measured = 1;
+    h.running = 1;
+    h.resume_attempt = 2;
+    h.resume_rank = 24;
+    h.resume_step = 1200;
+    put("coord_message", "hello-resume", proto_hello_encode(&h, NULL));
+    struct proto_progress p;
+    memset(&p, 0, sizeof p);
+    p.rank = 3;
+    p.stage = 1;
+    p.nsteps = 3;
+    for (int i = 0; i < 3; i++)
+        p.steps[i] = (struct proto_step){.step = 41 + i, .has_loss = 1, .loss = 4.1 - 0.1 * i,
+                                         .lr = 3e-4, .tokens_per_s = 51234.5, .step_ms = 812.4,
+                                         .compute_ms = 600.1, .comm_ms = 150.2, .bubble_ms = 62.1};
+    put("coord_message", "progress", proto_progress_encode(&p, NULL));
+    p.nsteps = 1;
+    p.steps[0].has_loss = 0;
+    put("coord_message", "progress-no-loss", proto_progress_encode(&p, NULL));
+    put("coord_message", "done", proto_done_encode(3, 300, NULL));
+    put("coord_message", "error-worker", proto_error_encode(PROTO_ERR_WORKER, "rank 3: NCCL error: unhandled system error", NULL));
+    put("coord_message", "error-preempted", proto_error_encode(PROTO_ERR_PREEMPTED, "received SIGTERM after step 41", NULL));
+    put("coord_message", "notice", proto_notice_encode("CheckpointFallback", "checkpoint step 40 of stage 1 is corrupt: resumed from step 30", NULL));
+    put("worker_message", "stop-restart", proto_stop_encode(1, 1, "worker 2 (gpt2-worker-2) disconnected", NULL));
+    put("worker_message", "stop-final", proto_stop_encode(3, 0, "the job is over", NULL));
+    put("worker_message", "error-auth", proto_error_encode(PROTO_ERR_AUTH, "hello: unknown job or wrong token", NULL));
+    put("worker_message", "error-plan", proto_error_encode(PROTO_ERR_PLAN, "planner: 3 stages need at least 3 workers", NULL));
+    return 0;
+}

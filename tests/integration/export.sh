@@ -1,0 +1,117 @@
+# holmes-node export on a real job's checkpoints: examples/local-tiny.yaml trains (pipeline 2 x
+# data 2: a set of two stage files) and the set is exported as one llm.c GPT-2 checkpoint and as
+# safetensors with GPT-2's tensor names. holmes-node train starts from the exported llm.c file
+# (initFrom's import) and computes its loss on one window of text; PyTorch (Debian's
+# python3-torch, where installed for /usr/bin/python3) loads the safetensors file into a GPT-2
+# with transformers' conventions (Conv1D weights [in, out], tied head) and must compute the same
+# loss on the same tokens, and the llm.c file must hold the same values. Without torch that part
+# prints SKIP. (The bit-exact import/export/import round trip: tests/unit/test_model_export.c.)
+source "$(dirname "$0")/lib.bash"
+tmp=$(mktemp -d /tmp/holmes-export.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+example_job "$tmp/job.yaml" "ex-$$" 8 "$tmp/ckpt" -e "s/everySteps: 50/everySteps: 4/" -e "s/warmupSteps: 20/warmupSteps: 2/"
+(cd "$REPO" && timeout 300 "$OPERATOR" local "$tmp/job.yaml" --quiet --run-dir "$tmp/run" >"$tmp/local.out" 2>&1)
+check "a pipeline 2 x data 2 job trains 8 steps and checkpoints" grep -q "succeeded in" "$tmp/local.out"
+check "its set is two stage files" test "$(ls "$tmp/ckpt" | grep -c 'step-000000008.ckpt')" = 2
+
+out=$("$NODE" export --checkpoint-dir "$tmp/ckpt" --llmc "$tmp/model.bin" --safetensors "$tmp/model.safetensors" 2>&1)
+check "export: step 8 written as llm.c and safetensors" grep -q "exported step 8 of" <<<"$out"
+check "export: both files there, no temporary left" bash -c "[ -s '$tmp/model.bin' ] && [ -s '$tmp/model.safetensors' ] && ! ls '$tmp' | grep -q '\.tmp\.'"
+out=$("$NODE" export --checkpoint-dir "$tmp/ckpt" --step 3 --llmc "$tmp/x.bin" 2>&1)
+check "export of a step with no set: refused, naming it" grep -q "no checkpoint of step 3" <<<"$out"
+out=$("$NODE" export --checkpoint-dir "$tmp/ckpt" 2>&1)
+check "export with nothing to write: usage" grep -q "nothing to write" <<<"$out"
+
+# One window of T + 1 = 65 tokens: the only batch of a micro-batch of one sequence.
+head -c 65 "$REPO/examples/data/corpus.txt" >"$tmp/one.txt"
+(cd "$tmp" && OMP_NUM_THREADS=1 "$NODE" train --data "$tmp/one.txt" --init-from "$tmp/model.bin" \
+    --batch 1 --seq 64 --steps 1 --lr 1e-9 --metrics-out "$tmp/m.jsonl" >"$tmp/train.out" 2>&1)
+loss=$(jq -r .loss "$tmp/m.jsonl" 2>/dev/null | head -1)
+check "holmes-node train imports the exported llm.c file (loss $loss)" awk -v l="$loss" 'BEGIN { exit !(l > 0 && l < 10) }'
+
+if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+    echo "SKIP export: PyTorch is not installed for /usr/bin/python3 (apt-get install python3-torch): the safetensors file was not loaded in PyTorch"
+    exit 0
+fi
+res=$(/usr/bin/python3 - "$tmp/model.safetensors" "$tmp/model.bin" "$tmp/one.txt" <<'PY' 2>&1
+import json, struct, sys
+import torch
+st_path, llmc_path, text_path = sys.argv[1:4]
+
+def load_safetensors(path):
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        assert t["dtype"] == "F32", name
+        lo, hi = t["data_offsets"]
+        out[name] = torch.frombuffer(bytearray(data[lo:hi]), dtype=torch.float32).reshape(t["shape"])
+    return out
+
+sd = load_safetensors(st_path)
+V, C = sd["wte.weight"].shape
+L = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("h."))
+hdr = struct.unpack("<256i", open(llmc_path, "rb").read(1024))
+maxT, NH, Vp = hdr[2], hdr[5], hdr[7]
+assert (hdr[3], hdr[4], hdr[6]) == (V, L, C), ("llm.c header", hdr[:8])
+
+# the llm.c file holds the same values (its matrices [out, in], the safetensors ones [in, out])
+flat = torch.frombuffer(bytearray(open(llmc_path, "rb").read()[1024:]), dtype=torch.float32)
+sizes = [("wte", Vp * C), ("wpe", maxT * C)] + [(k, L * s) for k, s in [
+    ("ln_1.weight", C), ("ln_1.bias", C), ("attn.c_attn.weight", 3 * C * C), ("attn.c_attn.bias", 3 * C),
+    ("attn.c_proj.weight", C * C), ("attn.c_proj.bias", C), ("ln_2.weight", C), ("ln_2.bias", C),
+    ("mlp.c_fc.weight", 4 * C * C), ("mlp.c_fc.bias", 4 * C), ("mlp.c_proj.weight", 4 * C * C),
+    ("mlp.c_proj.bias", C)]] + [("ln_f.weight", C), ("ln_f.bias", C)]
+at, groups = 0, {}
+for k, n in sizes:
+    groups[k] = flat[at:at + n]
+    at += n
+assert at == flat.numel()
+assert torch.equal(groups["wte"].reshape(Vp, C)[:V], sd["wte.weight"])
+assert torch.equal(groups["ln_f.bias"], sd["ln_f.bias"])
+for l in range(L):
+    for k in ("attn.c_attn.weight", "mlp.c_proj.weight", "mlp.c_fc.bias"):
+        g = groups[k].reshape(L, -1)[l]
+        hf = sd[f"h.{l}.{k}"]
+        assert torch.equal(g, (hf.t().reshape(-1) if hf.dim() == 2 else hf)), (l, k)
+
+# GPT-2 as transformers computes it (GELU tanh, LayerNorm eps 1e-5, causal attention, tied head)
+def gpt2_loss(sd, tokens, targets):
+    T = tokens.numel()
+    x = sd["wte.weight"][tokens] + sd["wpe.weight"][:T]
+    ln = lambda h, p: torch.nn.functional.layer_norm(h, (C,), sd[p + ".weight"], sd[p + ".bias"], 1e-5)
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    for l in range(L):
+        p = f"h.{l}."
+        h = ln(x, p + "ln_1")
+        qkv = h @ sd[p + "attn.c_attn.weight"] + sd[p + "attn.c_attn.bias"]
+        q, k, v = qkv.split(C, dim=-1)
+        heads = lambda t: t.reshape(T, NH, C // NH).transpose(0, 1)
+        q, k, v = heads(q), heads(k), heads(v)
+        att = (q @ k.transpose(-1, -2)) / (C // NH) ** 0.5
+        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(0, 1).reshape(T, C)
+        x = x + y @ sd[p + "attn.c_proj.weight"] + sd[p + "attn.c_proj.bias"]
+        h = ln(x, p + "ln_2")
+        h = torch.nn.functional.gelu(h @ sd[p + "mlp.c_fc.weight"] + sd[p + "mlp.c_fc.bias"], approximate="tanh")
+        x = x + h @ sd[p + "mlp.c_proj.weight"] + sd[p + "mlp.c_proj.bias"]
+    logits = ln(x, "ln_f") @ sd["wte.weight"].t()
+    return torch.nn.functional.cross_entropy(logits, targets).item()
+
+ids = torch.tensor(list(open(text_path, "rb").read()), dtype=torch.long)
+sd64 = {k: v.double() for k, v in sd.items()}
+print("%.7f" % gpt2_loss(sd64, ids[:-1], ids[1:]))
+PY
+)
+torch_loss=$(tail -n 1 <<<"$res")
+close() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d / a < 1e-4) }'; }
+check "PyTorch loads the safetensors file (GPT-2's names and layout; the llm.c file holds the same values)" \
+    grep -qE '^[0-9]+\.[0-9]+$' <<<"$torch_loss"
+check "PyTorch's loss on the window ($torch_loss) equals Holmes's on the exported model ($loss), within 1e-4" \
+    close "$torch_loss" "$loss"
+[ -n "${VERBOSE:-}" ] && echo "$res"
+exit 0

@@ -1,0 +1,472 @@
+/* The coordinator's elastic re-planning with simulated workers: a worker that dies and is
+ * counted as lost is planned around (the survivors re-plan, the hook hears of it), one more loss
+ * below minWorkers is refused and the job waits for the worker, a lost worker that says hello
+ * again is planned back in at the next step boundary (scaleUp) or refused (scaleUp false), the
+ * job succeeds without its lost worker, a new coordinator goes on without the workers status
+ * says were lost, and nothing elastic happens to a job that did not ask for it. */
+#include "test.h"
+#include "coord_testutil.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coord_client.h"
+#include "coord_plan.h"
+#include "coordinator.h"
+#include "yaml_json.h"
+
+#define TOKEN "token-0123456789"
+
+static const char *pods[] = {"el-w0", "el-w1", "el-w2", "el-w3"};
+
+struct server {
+    struct coord_thread ct;
+    int plans, last_n;
+    int planned_idx[4];     /* the worker indices of the last plan */
+    int lost_calls, back_calls;
+    char events[8192];
+};
+
+/* Rank = position among the workers given (the lost ones are not), peers: the next rank. */
+static int plan(void *user, const struct coord_worker *w, int n, cJSON **a, herr *e)
+{
+    struct server *s = user;
+    s->plans++;
+    s->last_n = n;
+    for (int i = 0; i < n; i++) {
+        s->planned_idx[i] = w[i].index;
+        if (!(a[i] = cJSON_CreateObject()))
+            return herr_set(e, "oom");
+        cJSON_AddNumberToObject(a[i], "rank", i);
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(a[i], "peers"), cJSON_CreateNumber((i + 1) % n));
+    }
+    return 0;
+}
+
+static void hk_event(void *user, enum coord_job_state st, const char *msg)
+{
+    struct server *s = user;
+    size_t u = strlen(s->events);
+    snprintf(s->events + u, sizeof s->events - u, "[%s] %s\n", coord_state_name(st), msg);
+}
+
+static void hk_elastic(void *user, const struct coord_worker *w, int lost, const char *why)
+{
+    struct server *s = user;
+    (void)why;
+    if (lost)
+        s->lost_calls++;
+    else
+        s->back_calls++;
+    hk_event(user, COORD_RESTARTING, w->pod);
+}
+
+static int server_start(struct server *s, const char *job, int min_workers, int scale_up,
+                        const int *lost, int nlost)
+{
+    memset(s, 0, sizeof *s);
+    pthread_mutex_init(&s->ct.mu, NULL);
+    struct coord_options o = {.bind = "127.0.0.1", .port = 0};
+    herr e = {0};
+    if (coord_create(&s->ct.c, &o, &e))
+        return -1;
+    struct coord_job_spec js = {
+        .name = job, .token = TOKEN, .workers = 4, .pods = pods, .gang_timeout_ms = 60000,
+        .max_restarts = 5, .total_steps = 100, .progress_interval_ms = 1,
+        .min_workers = min_workers, .scale_up = scale_up, .lost = lost, .nlost = nlost,
+        .hooks = {.plan = plan, .on_event = hk_event, .on_elastic = hk_elastic},
+        .user = s,
+    };
+    if (coord_add_job(s->ct.c, &js, &e)) {
+        printf("# coord_add_job: %s\n", e.msg);
+        return -1;
+    }
+    return coord_thread_start(&s->ct);
+}
+
+static void server_stop(struct server *s)
+{
+    coord_thread_stop(&s->ct);
+    pthread_mutex_destroy(&s->ct.mu);
+}
+
+static enum coord_job_state job_state(struct server *s, const char *job)
+{
+    enum coord_job_state st = COORD_FAILED;
+    pthread_mutex_lock(&s->ct.mu);
+    coord_job_state(s->ct.c, job, &st);
+    pthread_mutex_unlock(&s->ct.mu);
+    return st;
+}
+
+static int wait_state(struct server *s, const char *job, enum coord_job_state want)
+{
+    for (int i = 0; i < 500; i++) {
+        if (job_state(s, job) == want)
+            return 1;
+        usleep(10000);
+    }
+    return 0;
+}
+
+static int tsend(struct coord_client *cl, char *text)
+{
+    int rc = coord_client_send(cl, text);
+    coord_client_flush(cl, 2000);
+    return rc;
+}
+
+static struct coord_client *connect_to(struct server *s)
+{
+    char url[64];
+    snprintf(url, sizeof url, "ws://127.0.0.1:%d/", coord_port(s->ct.c));
+    struct coord_client *cl = NULL;
+    herr e = {0};
+    if (coord_client_create(&cl, url, &e) || coord_client_connect(cl, 5000, &e)) {
+        coord_client_destroy(cl);
+        return NULL;
+    }
+    return cl;
+}
+
+static int hello(struct coord_client *cl, const char *job, int idx)
+{
+    struct proto_hello h = {0};
+    snprintf(h.job, sizeof h.job, "%s", job);
+    snprintf(h.token, sizeof h.token, "%s", TOKEN);
+    snprintf(h.pod, sizeof h.pod, "%s", pods[idx]);
+    snprintf(h.node, sizeof h.node, "node-%d", idx);
+    h.worker = idx;
+    h.nic.cls = NIC_ETHERNET;
+    snprintf(h.nic.fabric, sizeof h.nic.fabric, "eth");
+    h.nic.gbps = 10;
+    h.nic.gid_index = -1;
+    return tsend(cl, proto_hello_encode(&h, NULL));
+}
+
+static int expect(struct coord_client *cl, enum proto_type want, struct proto_msg *m)
+{
+    herr e = {0};
+    if (!cl || coord_client_poll(cl, 5000, m, &e) != 1)
+        return 0;
+    if (m->type != want) {
+        printf("# expected %s, got %s\n", proto_type_name(want), proto_type_name(m->type));
+        proto_msg_free(m);
+        return 0;
+    }
+    return 1;
+}
+
+/* Workers idx[0..n) (already said hello) get their assignment for `attempt`, rendezvous and
+ * start. */
+static int assign_and_start(struct coord_client **cl, const int *idx, int n, int attempt)
+{
+    struct proto_msg m;
+    int ranks[4];
+    for (int i = 0; i < n; i++) {
+        if (!expect(cl[idx[i]], PROTO_ASSIGN, &m))
+            return 0;
+        ranks[i] = m.rank;
+        int ok = m.attempt == attempt;
+        proto_msg_free(&m);
+        if (!ok)
+            return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        char ep[64];
+        snprintf(ep, sizeof ep, "127.0.0.1:%d", 31000 + ranks[i]);
+        if (tsend(cl[idx[i]], proto_rendezvous_encode(attempt, ranks[i], ep, NULL, NULL, NULL)))
+            return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!expect(cl[idx[i]], PROTO_START, &m))
+            return 0;
+        proto_msg_free(&m);
+    }
+    return 1;
+}
+
+static int gang(struct coord_client **cl, const char *job, const int *idx, int n, int attempt)
+{
+    for (int i = 0; i < n; i++)
+        if (hello(cl[idx[i]], job, idx[i]))
+            return 0;
+    return assign_and_start(cl, idx, n, attempt);
+}
+
+/* Every client in idx gets a stop asking for a restart, closes, and connects again. */
+static int stopped_and_back(struct server *s, struct coord_client **cl, const int *idx, int n,
+                            const char *reason_has)
+{
+    int ok = 1;
+    for (int i = 0; i < n; i++) {
+        struct proto_msg m;
+        int got = expect(cl[idx[i]], PROTO_STOP, &m);
+        ok &= got && m.u.stop.restart && (!reason_has || strstr(m.u.stop.reason, reason_has));
+        if (got)
+            proto_msg_free(&m);
+        coord_client_destroy(cl[idx[i]]);
+        cl[idx[i]] = connect_to(s);
+    }
+    return ok;
+}
+
+static int lose(struct server *s, const char *job, int i, herr *e)
+{
+    pthread_mutex_lock(&s->ct.mu);
+    int rc = coord_job_lose_worker(s->ct.c, job, i, "its node is gone", e);
+    pthread_mutex_unlock(&s->ct.mu);
+    return rc;
+}
+
+static void test_loss_replan_scale_up(void)
+{
+    struct server s;
+    if (server_start(&s, "el", 3, 1, NULL, 0)) {
+        TEST_FAIL("start", "server");
+        return;
+    }
+    struct coord_client *cl[4];
+    for (int i = 0; i < 4; i++)
+        cl[i] = connect_to(&s);
+    const int all[] = {0, 1, 2, 3}, three[] = {0, 1, 2}, two[] = {0, 1};
+    CHECK("elastic: 4 workers run", gang(cl, "el", all, 4, 0) && wait_state(&s, "el", COORD_RUNNING));
+    /* worker 3's node goes: its connection drops, the gang restarts in place and waits */
+    coord_client_destroy(cl[3]);
+    cl[3] = NULL;
+    CHECK("elastic: the survivors restart in place", stopped_and_back(&s, cl, three, 3, "worker 3"));
+    for (int i = 0; i < 3; i++)
+        hello(cl[i], "el", i);
+    usleep(200000);
+    int st[4] = {9, 9, 9, 9};
+    pthread_mutex_lock(&s.ct.mu);
+    int nw = coord_job_workers(s.ct.c, "el", st, 4);
+    int plans = s.plans;
+    pthread_mutex_unlock(&s.ct.mu);
+    CHECK("elastic: the gang waits for worker 3 (absent) until it counts as lost",
+          nw == 4 && st[0] == 1 && st[3] == 0 && plans == 1 && job_state(&s, "el") == COORD_RESTARTING);
+    herr e = {0};
+    CHECK("elastic: a connected worker is not lost", lose(&s, "el", 1, &e) == -1 &&
+          strstr(e.msg, "connected"));
+    CHECK_INT("elastic: worker 3 counted as lost", lose(&s, "el", 3, &e), 0);
+    CHECK("elastic: the 3 survivors are re-planned and start", assign_and_start(cl, three, 3, 1) &&
+          wait_state(&s, "el", COORD_RUNNING));
+    int lost = -1, replans = -1;
+    pthread_mutex_lock(&s.ct.mu);
+    coord_job_elastic(s.ct.c, "el", &lost, &replans);
+    CHECK("elastic: the plan hook got the 3 survivors, the elastic hook the loss",
+          s.plans == 2 && s.last_n == 3 && s.planned_idx[2] == 2 && s.lost_calls == 1 &&
+          lost == 1 && replans == 1);
+    CHECK("elastic: an event says who was lost and why", strstr(s.events, "worker 3 (el-w3) lost: its node is gone"));
+    coord_job_workers(s.ct.c, "el", st, 4);
+    pthread_mutex_unlock(&s.ct.mu);
+    CHECK("elastic: worker 3 shows as lost", st[3] == -1);
+    CHECK("elastic: lost twice is refused", lose(&s, "el", 3, &e) == -1 && strstr(e.msg, "already"));
+
+    /* one more loss would leave 2 < minWorkers 3: the job waits for the worker instead */
+    coord_client_destroy(cl[2]);
+    cl[2] = NULL;
+    CHECK("elastic: a second death restarts the 2 left", stopped_and_back(&s, cl, two, 2, "worker 2"));
+    for (int i = 0; i < 2; i++)
+        hello(cl[i], "el", i);
+    usleep(100000);
+    CHECK_INT("elastic: below minWorkers: not lost, the job waits", lose(&s, "el", 2, &e), 1);
+    CHECK_INT("elastic: ... still gathering", job_state(&s, "el"), COORD_RESTARTING);
+    cl[2] = connect_to(&s);
+    hello(cl[2], "el", 2);
+    CHECK("elastic: worker 2 back: the 3 run on the same plan", assign_and_start(cl, three, 3, 2) &&
+          wait_state(&s, "el", COORD_RUNNING) && s.plans == 2);
+
+    /* scale up: worker 3's replacement says hello while the 3 train */
+    cl[3] = connect_to(&s);
+    hello(cl[3], "el", 3);
+    CHECK("elastic: scale up: the 3 stop at the next step boundary", stopped_and_back(&s, cl, three, 3, "is back"));
+    for (int i = 0; i < 3; i++)
+        hello(cl[i], "el", i);
+    CHECK("elastic: scale up: the 4 are re-planned and start", assign_and_start(cl, all, 4, 3) &&
+          wait_state(&s, "el", COORD_RUNNING));
+    pthread_mutex_lock(&s.ct.mu);
+    coord_job_elastic(s.ct.c, "el", &lost, &replans);
+    CHECK("elastic: scale up: plan of 4, hook heard, lost 0, 2 re-plans",
+          s.plans == 3 && s.last_n == 4 && s.back_calls == 1 && lost == 0 && replans == 2);
+    CHECK_INT("elastic: scale up and loss charged no restart beyond the 2 deaths",
+              coord_job_restarts(s.ct.c, "el"), 2);
+    pthread_mutex_unlock(&s.ct.mu);
+    for (int i = 0; i < 4; i++)
+        coord_client_destroy(cl[i]);
+    server_stop(&s);
+}
+
+/* scaleUp false: a lost worker's hello is refused; the job succeeds without it. A new
+ * coordinator told which workers were lost goes on without them. */
+static void test_no_scale_up_and_adoption(void)
+{
+    struct server s;
+    const int lost3[] = {3};
+    if (server_start(&s, "ad", 3, 0, lost3, 1)) {
+        TEST_FAIL("start", "server");
+        return;
+    }
+    struct coord_client *cl[4];
+    for (int i = 0; i < 4; i++)
+        cl[i] = connect_to(&s);
+    const int three[] = {0, 1, 2};
+    CHECK("adoption: the gang of 3 starts without the worker status says was lost",
+          gang(cl, "ad", three, 3, 0) && s.last_n == 3);
+    hello(cl[3], "ad", 3);
+    struct proto_msg m;
+    int got = expect(cl[3], PROTO_ERROR, &m);
+    CHECK("no scaleUp: the lost worker's hello is refused, saying why", got &&
+          m.u.error.code == PROTO_ERR_UNKNOWN_WORKER && strstr(m.u.error.message, "scaleUp is false"));
+    if (got)
+        proto_msg_free(&m);
+    for (int i = 0; i < 3; i++)
+        tsend(cl[i], proto_done_encode(i, 100, NULL));
+    CHECK("the job succeeds without its lost worker", wait_state(&s, "ad", COORD_SUCCEEDED));
+    for (int i = 0; i < 4; i++)
+        coord_client_destroy(cl[i]);
+    server_stop(&s);
+}
+
+static void test_not_elastic(void)
+{
+    struct server s;
+    const int lost3[] = {3};
+    if (server_start(&s, "ne", 0, 1, lost3, 1)) { /* min_workers 0: not elastic */
+        TEST_FAIL("start", "server");
+        return;
+    }
+    herr e = {0};
+    CHECK("not elastic: no worker is ever lost", lose(&s, "ne", 3, &e) == -1 &&
+          strstr(e.msg, "not elastic"));
+    struct coord_client *cl[4];
+    for (int i = 0; i < 4; i++)
+        cl[i] = connect_to(&s);
+    const int three[] = {0, 1, 2};
+    for (int i = 0; i < 3; i++)
+        hello(cl[i], "ne", i);
+    usleep(200000);
+    CHECK("not elastic: the gang waits for all 4 (a lost list is ignored)",
+          s.plans == 0 && job_state(&s, "ne") == COORD_GATHERING);
+    (void)three;
+    for (int i = 0; i < 4; i++)
+        coord_client_destroy(cl[i]);
+    server_stop(&s);
+}
+
+/* ---------------------------------------------------------------- the plan hook */
+
+/* examples/local-tiny.yaml's job (2 x InfiniBand + 2 x RoCE), elastic, with microBatches mb. */
+static int tiny_job(struct tj_job *job, int layers, int mb)
+{
+    char doc[2048];
+    snprintf(doc, sizeof doc,
+             "{\"apiVersion\": \"holmes.dev/v1alpha1\", \"kind\": \"TrainingJob\", "
+             "\"metadata\": {\"name\": \"tiny\"}, \"spec\": {\"workers\": 4, \"gpusPerWorker\": 0, "
+             "\"model\": {\"layers\": %d, \"hidden\": 64, \"heads\": 4, \"vocab\": 256, \"seqLen\": 64}, "
+             "\"parallelism\": {\"pipeline\": 2, \"data\": 2, \"microBatches\": %d, \"microBatchSize\": 4}, "
+             "\"training\": {\"steps\": 100, \"checkpoint\": {\"path\": \"/tmp/x\"}}, "
+             "\"elastic\": {\"minWorkers\": 2}, "
+             "\"emulation\": {\"nics\": [{\"class\": \"infiniband\", \"fabric\": \"ib-a\", \"gbps\": 200, \"count\": 2}, "
+             "{\"class\": \"roce\", \"fabric\": \"roce-b\", \"gbps\": 100, \"count\": 2}]}}}", layers, mb);
+    cJSON *j = cJSON_Parse(doc);
+    struct tj_errors errs = {0};
+    int rc = j && tj_job_from_json(j, job, &errs) == 0 ? 0 : -1;
+    if (rc)
+        printf("# %s\n", errs.count ? errs.msg[0] : "bad json");
+    cJSON_Delete(j);
+    return rc;
+}
+
+static void tiny_workers(struct coord_worker *w)
+{
+    for (int k = 0; k < 4; k++) {
+        memset(&w[k], 0, sizeof w[k]);
+        w[k].index = k;
+        snprintf(w[k].pod, sizeof w[k].pod, "tiny-worker-%d", k);
+        snprintf(w[k].node, sizeof w[k].node, "localhost");
+        w[k].nic.cls = k < 2 ? NIC_INFINIBAND : NIC_ROCE;
+        snprintf(w[k].nic.fabric, sizeof w[k].nic.fabric, "%s", k < 2 ? "ib-a" : "roce-b");
+        w[k].nic.gbps = k < 2 ? 200 : 100;
+        w[k].nic.gid_index = -1;
+    }
+}
+
+static int par(const cJSON *a, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(a, "spec"), "parallelism"), k);
+    return cJSON_IsNumber(v) ? v->valueint : -1;
+}
+
+static void test_plan_hook(void)
+{
+    struct tj_job job;
+    struct coord_worker w[4], three[3];
+    cJSON *a[4] = {0};
+    herr e = {0};
+    if (tiny_job(&job, 4, 3) != 0) {
+        TEST_FAIL("plan hook: job", "parse");
+        return;
+    }
+    tiny_workers(w);
+    struct coord_plan cp = {.job = &job};
+    CHECK("plan hook: the full plan (pipeline 2 x data 2, 3 micro-batches)",
+          coord_plan_hook(&cp, w, 4, a, &e) == 0 && cp.plan.pipeline == 2 && cp.global_mb == 6);
+    for (int i = 0; i < 4; i++)
+        cJSON_Delete(a[i]), a[i] = NULL;
+    /* worker 1 (InfiniBand) lost: 3 left; a data degree of 1 or 3 divides the 6 micro-batches */
+    three[0] = w[0], three[1] = w[2], three[2] = w[3];
+    int rc = coord_plan_hook(&cp, three, 3, a, &e);
+    if (rc)
+        printf("# %s\n", e.msg);
+    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(a[0], "spec");
+    const cJSON *nics = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(sp, "emulation"), "nics");
+    int D = par(a[0], "data"), P = par(a[0], "pipeline"), M = par(a[0], "microBatches");
+    CHECK("plan hook: 3 survivors: pipeline x data = 3, the global batch of 6 kept",
+          rc == 0 && P * D == 3 && D * M == 6 && cp.plan.pipeline == P && cp.workers == 3 &&
+          cp.global_seqs == 24);
+    CHECK("plan hook: the assignments' spec is the survivors' (3 workers, ib-a 1 + roce-b 2)",
+          rc == 0 && cJSON_GetObjectItemCaseSensitive(sp, "workers")->valueint == 3 &&
+          cJSON_GetArraySize(nics) == 2 &&
+          cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(nics, 0), "count")->valueint == 1 &&
+          cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(nics, 1), "count")->valueint == 2);
+    CHECK("plan hook: the shapes before and after and the batch are said",
+          strstr(cp.prev_shape, "pipeline 2 x data 2") && strstr(cp.prev_shape, "4 workers") &&
+          strstr(cp.shape, "3 workers") && strstr(cp.batch_note, "global batch kept: 24 sequences"));
+    for (int i = 0; i < 3; i++)
+        cJSON_Delete(a[i]), a[i] = NULL;
+    coord_plan_free(&cp);
+    tj_job_free(&job);
+
+    /* 2 layers, 2 micro-batches a replica: a global batch of 4 micro-batches, which no shape of
+     * 3 workers keeps (data 1 needs 3 stages of 2 layers; data 3 does not divide 4) */
+    if (tiny_job(&job, 2, 2) != 0)
+        return;
+    struct coord_plan cq = {.job = &job};
+    CHECK("plan hook: full plan of a 2-layer model", coord_plan_hook(&cq, w, 4, a, &e) == 0 &&
+          cq.global_mb == 4);
+    for (int i = 0; i < 4; i++)
+        cJSON_Delete(a[i]), a[i] = NULL;
+    rc = coord_plan_hook(&cq, three, 3, a, &e);
+    if (rc)
+        printf("# %s\n", e.msg);
+    CHECK("plan hook: a global batch no shape of 3 keeps: planned anyway, the change said",
+          rc == 0 && strstr(cq.batch_note, "global batch changed from 16 to 24") &&
+          par(a[0], "pipeline") * par(a[0], "data") == 3);
+    for (int i = 0; i < 3; i++)
+        cJSON_Delete(a[i]);
+    coord_plan_free(&cq);
+    tj_job_free(&job);
+}
+
+int main(void)
+{
+    test_plan_hook();
+    test_loss_replan_scale_up();
+    test_no_scale_up_and_adoption();
+    test_not_elastic();
+    TEST_MAIN_END();
+}

@@ -1,0 +1,305 @@
+/* Flash attention's tiled algorithm (noderuntime/engine/cuda/flash.cu), checked on the CPU: the
+ * same loops written in C with flash_plan.h's tiles and masks (the forward's query tiles, warps
+ * and key tiles with the online softmax in base 2; the backward's key-tile loop for dK, dV and
+ * query-tile loop for dQ, recomputing P from the log-sum-exp), against a plain causal attention,
+ * for whole sequences and token slices' rectangles, at lengths that are and are not multiples of
+ * the 64-row tiles; and every visible query-key pair visited exactly once by each loop. The
+ * slices' keys' and values' gradients, added over the slices (last first, as the sliced backward
+ * does), equal the whole sequence's. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/flash_plan.h"
+#include "test.h"
+
+#define HS 16
+#define W 16 /* rows a warp */
+
+static uint64_t st = 42;
+static float frand(void)
+{
+    st = st * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((double)(st >> 11) / 9007199254740992.0) * 2.0f - 1.0f;
+}
+
+static float dot(const float *a, const float *b)
+{
+    float s = 0.0f;
+    for (int d = 0; d < HS; d++)
+        s += a[d] * b[d];
+    return s;
+}
+
+/* plain attention over queries [q0, q1): y, and for dy (rows [q0, q1)) dq, and dk, dv added */
+static void plain(int T, int q0, int q1, const float *q, const float *k, const float *v,
+                  const float *dy, float *y, float *dq, float *dk, float *dv)
+{
+    float scale = 1.0f / sqrtf((float)HS);
+    float *p = malloc((size_t)T * sizeof(float));
+    for (int i = q0; i < q1; i++) {
+        float mx = -INFINITY, sum = 0.0f;
+        for (int j = 0; j <= i; j++) {
+            p[j] = dot(q + i * HS, k + j * HS) * scale;
+            mx = fmaxf(mx, p[j]);
+        }
+        for (int j = 0; j <= i; j++) {
+            p[j] = expf(p[j] - mx);
+            sum += p[j];
+        }
+        float dpp = 0.0f;
+        for (int d = 0; d < HS; d++)
+            y[i * HS + d] = 0.0f;
+        for (int j = 0; j <= i; j++) {
+            p[j] /= sum;
+            for (int d = 0; d < HS; d++)
+                y[i * HS + d] += p[j] * v[j * HS + d];
+            dpp += p[j] * dot(dy + i * HS, v + j * HS);
+        }
+        for (int d = 0; d < HS; d++)
+            dq[i * HS + d] = 0.0f;
+        for (int j = 0; j <= i; j++) {
+            float ds = p[j] * (dot(dy + i * HS, v + j * HS) - dpp);
+            for (int d = 0; d < HS; d++) {
+                dv[j * HS + d] += p[j] * dy[i * HS + d];
+                dq[i * HS + d] += scale * ds * k[j * HS + d];
+                dk[j * HS + d] += scale * ds * q[i * HS + d];
+            }
+        }
+    }
+    free(p);
+}
+
+/* flash.cu's loops. visits: [T][T] counts of the pairs each loop computed (forward, dkdv, dq
+ * add 1, 100, 10000). */
+static void tiled(int T, int q0, int q1, const float *q, const float *k, const float *v,
+                  const float *dy, float *y, float *lse, float *dq, float *dk, float *dv,
+                  int *visits)
+{
+    float scale = 1.0f / sqrtf((float)HS), sl2 = 1.4426950408889634f * scale;
+    /* forward: a block per query tile, 4 warps of 16 rows, key tiles up to the tile's last query */
+    for (int i = 0; i < flash_query_tiles(q0, q1); i++) {
+        int qt0 = flash_query_tile(q0, q1, i), kend = flash_key_end(qt0, q1);
+        for (int w = 0; w < FLASH_TILE / W; w++)
+            for (int r = 0; r < W; r++) {
+                int qq = qt0 + W * w + r;
+                float m = -INFINITY, l = 0.0f, o[HS] = {0};
+                for (int kt = 0; kt < kend; kt += FLASH_TILE) {
+                    if (!flash_rows_see(qt0 + W * w, W, kt))
+                        continue;
+                    float sv[FLASH_TILE], mx = m;
+                    for (int c = 0; c < FLASH_TILE; c++) {
+                        int key = kt + c;
+                        sv[c] = flash_visible(qq, key, q1) && key < kend
+                                    ? dot(q + qq * HS, k + key * HS) * sl2 : -INFINITY;
+                        if (sv[c] > -INFINITY)
+                            visits[qq * T + key] += 1;
+                        mx = fmaxf(mx, sv[c]);
+                    }
+                    float mu = mx == -INFINITY ? 0.0f : mx, alpha = exp2f(m - mu), ps = 0.0f;
+                    float pv[HS] = {0};
+                    for (int c = 0; c < FLASH_TILE; c++) {
+                        float pp = exp2f(sv[c] - mu);
+                        ps += pp;
+                        if (pp > 0.0f)
+                            for (int d = 0; d < HS; d++)
+                                pv[d] += pp * v[(kt + c) * HS + d];
+                    }
+                    l = l * alpha + ps;
+                    m = mx;
+                    for (int d = 0; d < HS; d++)
+                        o[d] = o[d] * alpha + pv[d];
+                }
+                if (qq < q1) {
+                    for (int d = 0; d < HS; d++)
+                        y[qq * HS + d] = o[d] / l;
+                    lse[qq] = m + log2f(l);
+                }
+            }
+    }
+    float *D = calloc((size_t)T, sizeof(float));
+    for (int i = q0; i < q1; i++)
+        D[i] = dot(dy + i * HS, y + i * HS);
+    /* dK, dV: a block per key tile of [0, q1), warps of 16 keys, the query tiles that see them */
+    for (int kt0 = 0; kt0 < flash_key_tiles(q1) * FLASH_TILE; kt0 += FLASH_TILE)
+        for (int w = 0; w < FLASH_TILE / W; w++)
+            for (int r = 0; r < W; r++) {
+                int key = kt0 + W * w + r;
+                float gk[HS] = {0}, gv[HS] = {0};
+                for (int qt = flash_first_query(q0, kt0); qt < q1; qt += FLASH_TILE) {
+                    if (!flash_rows_see(qt, FLASH_TILE, kt0 + W * w))
+                        continue;
+                    for (int c = 0; c < FLASH_TILE; c++) {
+                        int qq = qt + c;
+                        if (!flash_visible(qq, key, q1))
+                            continue;
+                        visits[qq * T + key] += 100;
+                        float p = exp2f(dot(k + key * HS, q + qq * HS) * sl2 - lse[qq]);
+                        float ds = p * (dot(v + key * HS, dy + qq * HS) - D[qq]);
+                        for (int d = 0; d < HS; d++) {
+                            gv[d] += p * dy[qq * HS + d];
+                            gk[d] += ds * q[qq * HS + d];
+                        }
+                    }
+                }
+                if (key < q1)
+                    for (int d = 0; d < HS; d++) {
+                        dk[key * HS + d] += gk[d] * scale;
+                        dv[key * HS + d] += gv[d];
+                    }
+            }
+    /* dQ: a block per query tile, warps of 16 queries, the key tiles up to the tile's end */
+    for (int i = 0; i < flash_query_tiles(q0, q1); i++) {
+        int qt0 = flash_query_tile(q0, q1, i), kend = flash_key_end(qt0, q1);
+        for (int w = 0; w < FLASH_TILE / W; w++)
+            for (int r = 0; r < W; r++) {
+                int qq = qt0 + W * w + r;
+                float g[HS] = {0};
+                for (int kt = 0; kt < kend; kt += FLASH_TILE) {
+                    if (!flash_rows_see(qt0 + W * w, W, kt))
+                        continue;
+                    for (int c = 0; c < FLASH_TILE; c++) {
+                        int key = kt + c;
+                        if (!flash_visible(qq, key, q1))
+                            continue;
+                        visits[qq * T + key] += 10000;
+                        float p = exp2f(dot(q + qq * HS, k + key * HS) * sl2 - lse[qq]);
+                        float ds = p * (dot(dy + qq * HS, v + key * HS) - D[qq]);
+                        for (int d = 0; d < HS; d++)
+                            g[d] += ds * k[key * HS + d];
+                    }
+                }
+                if (qq < q1)
+                    for (int d = 0; d < HS; d++)
+                        dq[qq * HS + d] = g[d] * scale;
+            }
+    }
+    free(D);
+}
+
+static double maxrel(const float *a, const float *b, size_t n)
+{
+    double md = 0.0, mr = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        md = fmax(md, fabs((double)a[i] - b[i]));
+        mr = fmax(mr, fabs((double)b[i]));
+    }
+    return mr > 0 ? md / mr : md;
+}
+
+/* one pass [q0, q1) of a sequence of T: tiled = plain, and every visible pair visited once */
+static void check_pass(int T, int q0, int q1)
+{
+    char name[96];
+    size_t n = (size_t)T * HS;
+    float *q = malloc(n * 4), *k = malloc(n * 4), *v = malloc(n * 4), *dy = calloc(n, 4);
+    float *y1 = calloc(n, 4), *y2 = calloc(n, 4), *dq1 = calloc(n, 4), *dq2 = calloc(n, 4);
+    float *dk1 = calloc(n, 4), *dk2 = calloc(n, 4), *dv1 = calloc(n, 4), *dv2 = calloc(n, 4);
+    float *lse = calloc((size_t)T, 4);
+    int *vis = calloc((size_t)T * T, sizeof(int));
+    for (size_t i = 0; i < n; i++) {
+        q[i] = 2.0f * frand();
+        k[i] = 2.0f * frand();
+        v[i] = frand();
+        dy[i] = (int)(i / HS) >= q0 && (int)(i / HS) < q1 ? frand() : 0.0f;
+    }
+    plain(T, q0, q1, q, k, v, dy, y1, dq1, dk1, dv1);
+    tiled(T, q0, q1, q, k, v, dy, y2, lse, dq2, dk2, dv2, vis);
+    int bad = 0;
+    for (int i = 0; i < T; i++)
+        for (int j = 0; j < T; j++)
+            bad += vis[i * T + j] != (i >= q0 && i < q1 && j <= i ? 10101 : 0);
+    snprintf(name, sizeof name, "flash.T%d.[%d,%d).every_pair_once", T, q0, q1);
+    CHECK_INT(name, bad, 0);
+    double e = fmax(fmax(maxrel(y2 + q0 * HS, y1 + q0 * HS, (size_t)(q1 - q0) * HS),
+                         maxrel(dq2 + q0 * HS, dq1 + q0 * HS, (size_t)(q1 - q0) * HS)),
+                    fmax(maxrel(dk2, dk1, (size_t)q1 * HS), maxrel(dv2, dv1, (size_t)q1 * HS)));
+    snprintf(name, sizeof name, "flash.T%d.[%d,%d).equals_plain", T, q0, q1);
+    if (e <= 1e-4)
+        TEST_PASS(name);
+    else
+        TEST_FAIL(name, "relative difference %.3g > 1e-4", e);
+    free(q);
+    free(k);
+    free(v);
+    free(dy);
+    free(y1);
+    free(y2);
+    free(dq1);
+    free(dq2);
+    free(dk1);
+    free(dk2);
+    free(dv1);
+    free(dv2);
+    free(lse);
+    free(vis);
+}
+
+/* token slices: the rectangles' backward, last slice first, adding dK and dV; = the whole */
+static void check_slices(int T, const int *cut, int ns)
+{
+    char name[96];
+    size_t n = (size_t)T * HS;
+    float *q = malloc(n * 4), *k = malloc(n * 4), *v = malloc(n * 4), *dy = malloc(n * 4);
+    float *ys = calloc(n, 4), *yw = calloc(n, 4), *lse = calloc((size_t)T, 4);
+    float *dqs = calloc(n, 4), *dqw = calloc(n, 4), *dks = calloc(n, 4), *dkw = calloc(n, 4);
+    float *dvs = calloc(n, 4), *dvw = calloc(n, 4), *dys = calloc(n, 4);
+    int *vis = calloc((size_t)T * T, sizeof(int));
+    for (size_t i = 0; i < n; i++) {
+        q[i] = 2.0f * frand();
+        k[i] = 2.0f * frand();
+        v[i] = frand();
+        dy[i] = frand();
+    }
+    tiled(T, 0, T, q, k, v, dy, yw, lse, dqw, dkw, dvw, vis);
+    memset(vis, 0, (size_t)T * T * sizeof(int));
+    for (int j = ns - 1; j >= 0; j--) { /* backward order; each slice's forward is its own */
+        int t0 = cut[j], t1 = cut[j + 1];
+        memset(dys, 0, n * 4);
+        memcpy(dys + t0 * HS, dy + t0 * HS, (size_t)(t1 - t0) * HS * 4);
+        tiled(T, t0, t1, q, k, v, dys, ys, lse, dqs, dks, dvs, vis);
+    }
+    double e = fmax(maxrel(ys, yw, n), fmax(maxrel(dqs, dqw, n),
+                                             fmax(maxrel(dks, dkw, n), maxrel(dvs, dvw, n))));
+    snprintf(name, sizeof name, "flash.T%d.%d_slices.equal_the_whole", T, ns);
+    if (e <= 1e-4)
+        TEST_PASS(name);
+    else
+        TEST_FAIL(name, "relative difference %.3g > 1e-4", e);
+    free(q);
+    free(k);
+    free(v);
+    free(dy);
+    free(ys);
+    free(yw);
+    free(lse);
+    free(dqs);
+    free(dqw);
+    free(dks);
+    free(dkw);
+    free(dvs);
+    free(dvw);
+    free(dys);
+    free(vis);
+}
+
+int main(void)
+{
+    int lens[] = {16, 37, 64, 80, 130};
+    for (int i = 0; i < 5; i++)
+        check_pass(lens[i], 0, lens[i]);
+    check_pass(80, 3, 12);
+    check_pass(130, 12, 130);
+    check_pass(130, 65, 100);
+    check_pass(130, 49, 130); /* a warp whose last query is a key tile's first */
+    int cut1[] = {0, 3, 12, 32};
+    check_slices(32, cut1, 3);
+    int cut2[] = {0, 50, 64, 101, 130};
+    check_slices(130, cut2, 4);
+    CHECK("flash.plan.tiles", flash_query_tiles(12, 130) == 2 && flash_query_tile(12, 130, 1) == 76 &&
+                                  flash_key_end(76, 130) == 130 && flash_key_end(12, 130) == 76 &&
+                                  flash_key_tiles(130) == 3 && flash_first_query(65, 64) == 65 &&
+                                  flash_first_query(12, 64) == 64);
+    TEST_MAIN_END();
+}
