@@ -18,6 +18,24 @@ static struct plan_pacing pacing_at(double gbps, double scale, double latency_us
  * times bandwidth_scale; socket links with a TCP message's latency. A pipeline link (or an
  * embedding link) at its share of the NIC, as the planner priced it (the NIC's Gb/s over the
  * links through it at once), capped at cross_fabric_gbps between fabrics. */
+/* The worker a group member (global rank) runs in. */
+static int worker_of(const struct plan *p, int rank) { return p->ranks[rank].worker; }
+
+/* Links between fabrics of the same boundary (the link groups of stage s) that leave worker `w`
+ * (end 0) or enter it (end 1): they share the worker's path to the other fabrics, as the cost
+ * model prices them (links.tcp_gbps per worker). */
+static int cross_links(const struct plan *p, int s, int w, int end)
+{
+    int k = 0;
+    for (int g = 0; g < p->n_groups; g++) {
+        const struct plan_group *gr = &p->groups[g];
+        if (gr->kind == GROUP_LINK && gr->stage == s && gr->n == 2 &&
+            strstr(gr->transport.reason, "span") && worker_of(p, gr->members[end]) == w)
+            k++;
+    }
+    return k;
+}
+
 static void emulate_links(const struct tj_emulation *em, const struct plan *p, struct plan_doc *d)
 {
     double cross = em->cross_fabric_gbps > 0 ? em->cross_fabric_gbps : 25.0;
@@ -34,10 +52,19 @@ static void emulate_links(const struct tj_emulation *em, const struct plan *p, s
         int p2p = gr->kind == GROUP_LINK || gr->kind == GROUP_EMBEDDING;
         if (p2p && gr->nic_share > 0 && gbps > 0)
             gbps *= gr->nic_share;
-        if (gbps <= 0)
+        if (gbps <= 0) {
             gbps = cross;
-        else if (strstr(gr->transport.reason, "span"))
-            gbps = p2p && gbps < cross ? gbps : cross;
+        } else if (strstr(gr->transport.reason, "span")) {
+            /* between fabrics: a pipeline link at its share of its workers' paths there */
+            double c = cross;
+            if (gr->kind == GROUP_LINK && gr->n == 2) {
+                int a = cross_links(p, gr->stage, worker_of(p, gr->members[0]), 0);
+                int b = cross_links(p, gr->stage, worker_of(p, gr->members[1]), 1);
+                int k = a > b ? a : b;
+                c = cross / (k > 1 ? k : 1);
+            }
+            gbps = p2p && gbps < c ? gbps : c;
+        }
         d->groups[g].pacing = pacing_at(gbps, scale, gr->transport.kind == TRANSPORT_SOCKET
                                                           ? TCP_LATENCY_US : 0);
     }

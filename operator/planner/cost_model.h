@@ -14,7 +14,9 @@
 /* Link and device constants. Every field can be overridden by the cluster file's `links`
  * object (or a calibration file with the same keys), so measured numbers replace defaults. */
 struct cost_links {
-    double tcp_gbps;              /* cross-fabric TCP bandwidth per flow, Gb/s */
+    double tcp_gbps;              /* cross-fabric TCP bandwidth of one worker (its node's path
+                                     to the other fabrics), Gb/s, shared by the worker's flows
+                                     there (a tensor group's links share it) */
     double gateway_gbps;          /* a fabric's link to the other fabrics (gateway, router
                                      port), per direction, shared by every flow that enters
                                      the fabric at the same time; 0 = no shared limit */

@@ -81,6 +81,8 @@ void plan_eval_free(struct plan_eval *ev)
     free(ev->nic_base);
     free(ev->nic_out);
     free(ev->nic_in);
+    free(ev->tcp_out);
+    free(ev->tcp_in);
     free_shape_buffers(ev);
     free(ev);
 }
@@ -185,7 +187,9 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
         ev->units[i].nic_base = ev->nic_base[ev->units[i].worker];
     ev->nic_out = calloc((size_t)ev->nic_base[n_workers], sizeof *ev->nic_out);
     ev->nic_in = calloc((size_t)ev->nic_base[n_workers], sizeof *ev->nic_in);
-    if (!ev->nic_out || !ev->nic_in) {
+    ev->tcp_out = calloc((size_t)n_workers, sizeof *ev->tcp_out);
+    ev->tcp_in = calloc((size_t)n_workers, sizeof *ev->tcp_in);
+    if (!ev->nic_out || !ev->nic_in || !ev->tcp_out || !ev->tcp_in) {
         herr_set(e, "planner: out of memory for %d NICs", ev->nic_base[n_workers]);
         goto fail;
     }
@@ -332,7 +336,7 @@ static inline int nic_index(const struct unit *x, int r)
 }
 
 /* Adds `k` per link to the counters of the NICs the links a[d] -> b[d] that leave their node go
- * through. */
+ * through, and to their workers' counters of links to other fabrics (tcp_out, tcp_in). */
 static void count_link_flows(struct plan_eval *ev, const int *a, const int *b, int k)
 {
     int t = ev->t;
@@ -340,6 +344,10 @@ static void count_link_flows(struct plan_eval *ev, const int *a, const int *b, i
         const struct unit *x = &ev->units[a[d]], *y = &ev->units[b[d]];
         if (x->node == y->node)
             continue;
+        if (x->fabric != y->fabric) {
+            ev->tcp_out[x->worker] += k * t;
+            ev->tcp_in[y->worker] += k * t;
+        }
         if (x->nics == 1)
             ev->nic_out[x->nic_base] += k * t;
         else
@@ -355,8 +363,9 @@ static void count_link_flows(struct plan_eval *ev, const int *a, const int *b, i
 
 /* One link x -> y (tensor rank r of each) at its share of the NICs (count_link_flows done): the
  * NIC's Gb/s over its NICs and the links through it, the slower end; over RDMA inside one RDMA
- * fabric, else over TCP (capped per flow by tcp_gbps between fabrics, and by the gateway's
- * share). *share: that NIC share. */
+ * fabric, else over TCP (between fabrics capped by tcp_gbps, a worker's path to the other
+ * fabrics, shared by all its links to other fabrics at this boundary, whichever fabric they go
+ * to: a tensor group's t links share it; and by the gateway's share). *share: that NIC share. */
 static struct cost_link one_link(const struct plan_eval *ev, const struct unit *x,
                                  const struct unit *y, int r, int gw, double *share)
 {
@@ -375,8 +384,14 @@ static struct cost_link one_link(const struct plan_eval *ev, const struct unit *
         return cost_link_make(g * l->rdma_efficiency,
                               cls == NIC_INFINIBAND ? l->ib_latency_us : l->roce_latency_us, 1);
     g *= l->tcp_efficiency;
-    if (x->fabric != y->fabric && l->tcp_gbps < g)
-        g = l->tcp_gbps;
+    if (x->fabric != y->fabric) { /* a worker's path to the other fabrics, shared by its links
+                                     there: the busier end */
+        int f = ev->tcp_out[x->worker], fy = ev->tcp_in[y->worker];
+        f = f > fy ? f : fy;
+        double cap = l->tcp_gbps / (f > 1 ? f : 1);
+        if (cap < g)
+            g = cap;
+    }
     struct cost_link k = cost_link_make(g, l->tcp_latency_us, 1);
     if (x->fabric != y->fabric && l->gateway_gbps > 0) {
         struct cost_link sh = cost_link_make(l->gateway_gbps, l->tcp_latency_us, gw);

@@ -93,6 +93,44 @@ static void try_orders(struct search *S)
     try_candidate(S);
 }
 
+/* The tied embedding links the first and last stages (their shards cross between them every
+ * step), so the pipeline is a ring: S->cur (fabric-first) is tried again rotated by k stages,
+ * its first fabric split between both ends (k of its leading stages moved to the end), for up to
+ * SEARCH_ROTATIONS values of k spread over the fabric's stages. With every fabric order tried,
+ * this covers every placement whose fabrics are contiguous around the ring. Not needed when
+ * try_orders tries every stage order. */
+static void try_rotations(struct search *S)
+{
+    struct plan_eval *ev = S->ev;
+    int P = S->P, D = S->D;
+    if ((P <= 5 && ev->n_units <= 256) || ev->n_fabrics < 2)
+        return;
+    /* the leading stages wholly on the first stage's fabric */
+    int f = ev->units[S->cur[0]].fabric, lead = 0;
+    for (int st = 0; st < P; st++, lead++) {
+        int same = 1;
+        for (int d = 0; d < D && same; d++)
+            same = ev->units[S->cur[st * D + d]].fabric == f;
+        if (!same)
+            break;
+    }
+    if (lead < 2 || lead == P)
+        return;
+    size_t n = (size_t)P * D;
+    memcpy(S->loc, S->cur, sizeof(int) * n);
+    int tries = lead - 1 < SEARCH_ROTATIONS ? lead - 1 : SEARCH_ROTATIONS, last = 0;
+    for (int i = 1; i <= tries; i++) {
+        int k = (int)((long)i * lead / (tries + 1)); /* 1 .. lead - 1, evenly spread */
+        if (k <= last)
+            continue;
+        last = k;
+        memcpy(S->cur, S->loc + (size_t)k * D, sizeof(int) * (n - (size_t)k * D));
+        memcpy(S->cur + (n - (size_t)k * D), S->loc, sizeof(int) * (size_t)k * D);
+        try_candidate(S);
+    }
+    memcpy(S->cur, S->loc, sizeof(int) * n);
+}
+
 static int cmp_speed_desc(const void *a, const void *b, void *ctx)
 {
     const struct plan_eval *ev = ctx;
@@ -156,6 +194,16 @@ static void build_speed_first(struct search *S)
 }
 
 
+/* Do stages a and b of S->loc hold the same classes (in canonical order)? */
+static int same_stage(const struct search *S, int a, int b)
+{
+    const struct unit *u = S->ev->units;
+    for (int d = 0; d < S->D; d++)
+        if (u[S->loc[a * S->D + d]].klass != u[S->loc[b * S->D + d]].klass)
+            return 0;
+    return 1;
+}
+
 /* Hill-climb from S->loc: swap two units of different classes between stages (keeping
  * stages fabric-homogeneous when required), or swap two whole stages; until no swap helps or
  * `budget` simulated ops are spent. */
@@ -176,6 +224,32 @@ static void local_search(struct search *S, double loc_t, double budget)
                     S->cur[i * D + d] = S->cur[j * D + d];
                     S->cur[j * D + d] = t;
                 }
+                double t = try_candidate(S);
+                if (t < loc_t * (1 - 1e-12)) {
+                    loc_t = t;
+                    memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
+                    improved = 1;
+                }
+            }
+        }
+        /* move a stage elsewhere, the stages between shifting by one (a swap of neighbours
+         * is tried above): keeps fabrics contiguous where swaps would cut them, e.g. one stage
+         * of the first fabric moved to the far end, next to the first stage through the tie */
+        for (int i = 0; i < P && ev->sim.work < stop; i++) {
+            for (int j = 0; j < P && ev->sim.work < stop; j++) {
+                if (abs(i - j) < 2 || same_stage(S, i, i < j ? i + 1 : i - 1))
+                    continue; /* a neighbour or, moving the like neighbour, a move tried */
+                const int *src = S->loc;
+                int *dst = S->cur;
+                int lo = i < j ? i : j, hi = i < j ? j : i;
+                memcpy(dst, src, sizeof(int) * (size_t)n);
+                if (i < j)
+                    memcpy(dst + (size_t)lo * D, src + (size_t)(lo + 1) * D,
+                           sizeof(int) * (size_t)(hi - lo) * D);
+                else
+                    memcpy(dst + (size_t)(lo + 1) * D, src + (size_t)lo * D,
+                           sizeof(int) * (size_t)(hi - lo) * D);
+                memcpy(dst + (size_t)j * D, src + (size_t)i * D, sizeof(int) * (size_t)D);
                 double t = try_candidate(S);
                 if (t < loc_t * (1 - 1e-12)) {
                     loc_t = t;
@@ -221,8 +295,9 @@ static void local_search(struct search *S, double loc_t, double budget)
     }
 }
 
-/* Iterated local search: kicks the best placement found with a few random swaps of units of
- * different classes between stages (inside a fabric when stages must stay homogeneous) and
+/* Iterated local search: kicks the best placement found with a few random swaps of two whole
+ * stages of different classes, or of units of different classes between stages (inside a
+ * fabric when stages must stay homogeneous), and
  * climbs again from there; stops after SEARCH_KICKS kicks in a row found nothing better, or at
  * the budget. Deterministic (a fixed seed). */
 static void kick_and_climb(struct search *S)
@@ -236,8 +311,21 @@ static void kick_and_climb(struct search *S)
         for (int tries = 0; tries < 64 && swaps < 2 + (int)(rng % 3); tries++) {
             rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
             int a = (int)(rng % (uint64_t)n), b = (int)((rng >> 20) % (uint64_t)n);
+            if (a / D == b / D)
+                continue;
+            if ((rng >> 40) & 1) { /* two whole stages */
+                if (same_stage(S, a / D, b / D))
+                    continue;
+                for (int d = 0; d < D; d++) {
+                    int t = S->loc[a / D * D + d];
+                    S->loc[a / D * D + d] = S->loc[b / D * D + d];
+                    S->loc[b / D * D + d] = t;
+                }
+                swaps++;
+                continue;
+            }
             const struct unit *ua = &ev->units[S->loc[a]], *ub = &ev->units[S->loc[b]];
-            if (a / D == b / D || ua->klass == ub->klass || (S->homog && ua->fabric != ub->fabric))
+            if (ua->klass == ub->klass || (S->homog && ua->fabric != ub->fabric))
                 continue;
             int t = S->loc[a];
             S->loc[a] = S->loc[b];
@@ -245,7 +333,7 @@ static void kick_and_climb(struct search *S)
             swaps++;
         }
         if (!swaps)
-            return; /* nothing to swap: one class */
+            return; /* nothing to swap: every stage alike */
         memcpy(S->cur, S->loc, sizeof(int) * (size_t)n);
         double before = S->best_t, t = try_candidate(S);
         memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
@@ -316,6 +404,7 @@ int pl_holmes_search(struct search *S, herr *e)
     for (int round = 0;; round++) {
         for (int asc = 0; asc <= 1; asc++) {
             build_fabric_first(S, asc);
+            try_rotations(S);
             try_orders(S);
         }
         if (!S->homog) {

@@ -47,6 +47,8 @@ struct plan_eval {
     int *gw_a, *gw_b;      /* scratch, n_fabrics: pair flows entering each fabric (a, b side) */
     int *nic_base;         /* n_workers + 1: worker w's NICs are nic_base[w] .. nic_base[w+1]-1 */
     int *nic_out, *nic_in; /* scratch, per NIC: the links of a boundary leaving / entering it */
+    int *tcp_out, *tcp_in; /* scratch, per worker: the links of a boundary leaving / entering it
+                              to / from other fabrics (they share its tcp_gbps) */
     struct cost_stage *stages;
     struct cost_link tie;
     struct cost_sim sim;
@@ -127,6 +129,7 @@ struct search {
                                   budget / SEARCH_REFINE_EVALS */
 #define STAGE_COST_WORK 4
 #define UNIT_WORK 4 /* a placement's links, per tensor block */
+#define SEARCH_ROTATIONS 8 /* ring rotations tried per fabric-first candidate */
 #define SEARCH_KICKS 16 /* the iterated local search stops after this many kicks found nothing */
 
 /* Is a fabric-homogeneous placement possible: every fabric's units a multiple of D. */

@@ -129,7 +129,12 @@ check "elb: back to 4 workers (status.elastic: 4 planned, none lost, 2 re-plans)
 EV=$(kubectl get events -n $NS -o json)
 check "elb: a Warning Event says 3 -> 4 workers because the worker is back" jq_true "$EV" \
     'any(.items[]; .involvedObject.name == "elb" and .reason == "Replanned" and (.message | test("on 3 workers.* -> pipeline 2 x data 2 on 4 workers.*worker 3 \\(elb-worker-3\\) back")))'
-back=$(grep -h "resumed from the checkpoint of step" "$W/elb-worker-0.log" | tail -1 | sed -nE 's/.*step ([0-9]+).*/\1/p')
+# the status says 4 once the coordinator has re-planned; the workers resume a moment later (on a
+# loaded machine, seconds): wait for the resume itself
+last_resume() { grep -h "resumed from the checkpoint of step" "$W/elb-worker-0.log" | tail -1 | sed -nE 's/.*step ([0-9]+).*/\1/p'; }
+resumed_from_at_least() { local b; b=$(last_resume); [ -n "$b" ] && [ "$b" -ge "$1" ]; }
+wait_for 60 resumed_from_at_least "$at"
+back=$(last_resume)
 check "elb: the scale-up resumed where the 3 stopped (step $back >= $at, shown before the node returned): no step lost" \
     test -n "$back" -a "${back:-0}" -ge "$at"
 

@@ -4,14 +4,14 @@ EX=$REPO/examples/clusters
 TMP=$(mktemp -d /tmp/holmes-plan.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 
-# The paper's 4 IB + 4 RoCE cluster: stages inside one fabric each, DP groups on RDMA, each
-# pipeline link on IB or RoCE inside a fabric and on TCP between them.
+# The paper's 4 IB + 4 RoCE cluster: stages inside one fabric each (one stage per fabric), DP
+# groups on RDMA, each pipeline link on IB or RoCE inside a fabric and on TCP between them.
 out=$("$OPERATOR" plan --cluster "$EX/paper-ib-roce.yaml" "$EX/gpt-7.5b-job.yaml" --json 2>&1)
 rc=$?
 [ $rc -eq 0 ] && pass "plan paper --json exits 0" || fail "plan paper --json exits 0" "$out"
 echo "$out" >"$TMP/paper.json"
 py() { /usr/bin/python3 - "$@"; }
-py "$TMP/paper.json" <<'PY' && pass "plan paper: stages on one fabric each, dp on rdma, links by fabric, beats baselines" || fail "plan paper: stages on one fabric each, dp on rdma, links by fabric, beats baselines"
+py "$TMP/paper.json" <<'PY' && pass "plan paper: one stage per fabric (pipeline 2 x data 4), dp on rdma, links by fabric at tcp_gbps / 8, beats baselines" || fail "plan paper: one stage per fabric (pipeline 2 x data 4), dp on rdma, links by fabric at tcp_gbps / 8, beats baselines"
 import json, sys
 p = json.load(open(sys.argv[1]))
 assert p["policy"] == "holmes"
@@ -40,6 +40,11 @@ for g in links:
     assert g["transport"] == want and g["gbps"] > 0, g
 assert len(p["pipeline_links"]) == par["pipeline"] - 1
 assert all(b["ib"] + b["roce"] + b["socket"] == par["data"] * par["tensor"] for b in p["pipeline_links"])
+# one stage per fabric, the paper's shape: each node's tcp_gbps (10) is shared by its 8 tensor
+# ranks' links to the other fabric (1.25 Gb/s each; priced per flow, 8 x 10 Gb/s made the
+# deepest pipeline win)
+assert (par["pipeline"], par["data"]) == (2, 4), par
+assert all(abs(g["gbps"] - p["links"]["tcp_gbps"] / 8) < 1e-9 for g in links if g["transport"] == "socket"), links[0]
 PY
 
 # The readable table names stages, groups, the step time and the speed-up.

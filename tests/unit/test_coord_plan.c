@@ -2,6 +2,7 @@
  * table a worker builds from its assignment and the peers' endpoints. */
 #include "test.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -443,6 +444,43 @@ int main(void)
         jobs[0].spec = keep;
     }
     coord_plan_free(&cp);
+    /* tensor 2 on emulated GPUs: each worker's 2 ranks send their halves over their own links
+     * between the fabrics, which share the worker's path there (the cost model's tcp_gbps per
+     * worker): each link paced at half the cross-fabric 10 Gb/s */
+    {
+        struct tj_spec keep2 = jobs[0].spec;
+        jobs[0].spec.gpus_per_worker = 2;
+        jobs[0].spec.emulation.gpus = 1;
+        jobs[0].spec.par.tensor = 2;
+        for (int i = 0; i < 4; i++)
+            w[i].gpus = 2;
+        struct coord_plan cp2 = {.job = &jobs[0]};
+        cJSON *a2[4] = {0};
+        int rc2 = coord_plan_hook(&cp2, w, 4, a2, &e);
+        CHECK_INT("tensor 2 x pipeline 2 x data 2 planned", rc2, 0);
+        if (rc2)
+            printf("  %s\n", e.msg);
+        struct plan_assignment p2;
+        if (rc2 == 0 && plan_assignment_from_json(a2[0], &p2, &e) == 0) {
+            int links = 0, right = 0;
+            for (int g = 0; g < p2.plan.ngroups; g++) {
+                const struct plan_doc_group *gr = &p2.plan.groups[g];
+                if (gr->kind != GROUP_LINK)
+                    continue;
+                links++;
+                right += fabs(gr->pacing.bytes_per_sec - 5 * 0.01e9 / 8) < 1e-6;
+            }
+            CHECK("each of a worker's 2 links between fabrics paced at half its 10 Gb/s",
+                  links == 4 && right == 4);
+            plan_assignment_free(&p2);
+        }
+        for (int i = 0; i < 4; i++)
+            cJSON_Delete(a2[i]);
+        coord_plan_free(&cp2);
+        for (int i = 0; i < 4; i++)
+            w[i].gpus = 0;
+        jobs[0].spec = keep2;
+    }
     tj_job_free(&jobs[0]);
     free(jobs);
     TEST_MAIN_END();

@@ -229,6 +229,76 @@ static void test_link_price(void)
     CHECK_NEAR("price: two NICs, one link: one NIC's 50 x 0.9", gb[1], 45, 1e-12);
 }
 
+/* ---- TCP between fabrics: a worker's path, shared by its links there ---- */
+
+/* The Gb/s the plan priced link group k (of the first boundary) at, or -1 when it does not plan. */
+static double link_gbps(struct plan_worker *w, int n, struct plan_job *job,
+                        const struct cost_links *l, int k)
+{
+    struct plan p;
+    herr e = {0};
+    if (plan_make(w, n, job, l, &p, &e)) {
+        printf("  %s\n", e.msg);
+        return -1;
+    }
+    double g = k < p.tensor * p.data ? p.groups[p.link_group0 + k].gbps : -1;
+    plan_free(&p);
+    return g;
+}
+
+static void test_tcp_per_worker(void)
+{
+    /* two workers on two fabrics, 4 GPUs with a NIC each (400 Gb/s: 100 a link, 80 over TCP);
+     * tensor 4, pipeline 2: the 4 tensor ranks' links between the fabrics share the sending
+     * worker's tcp_gbps 20 (its node's path to the other fabrics), 5 Gb/s each, not 20 each */
+    struct plan_worker w[3];
+    worker(&w[0], "a", 4, NIC_INFINIBAND, "ib-a", 400);
+    worker(&w[1], "b", 4, NIC_ROCE, "roce-b", 400);
+    w[0].nics = w[1].nics = 4;
+    struct plan_job job;
+    plan_job_init(&job);
+    job.model = (struct tj_model){.layers = 2, .hidden = 512, .heads = 8, .vocab = 1000, .seq_len = 256};
+    job.tensor = 4;
+    job.pipeline = 2;
+    job.data = 1;
+    job.micro_batches = 2;
+    struct cost_links l;
+    cost_links_default(&l);
+    l.tcp_gbps = 20;
+    int ok = 1;
+    for (int k = 0; k < 4; k++)
+        ok &= link_gbps(w, 2, &job, &l, k) == 5;
+    CHECK("tcp: a tensor group's 4 links between fabrics share one worker's 20 Gb/s: 5 each", ok);
+    /* a path faster than the NIC shares leaves them the limit */
+    l.tcp_gbps = 1000;
+    CHECK_NEAR("tcp: tcp_gbps 1000: the NIC share, 100 x tcp_efficiency 0.8",
+               link_gbps(w, 2, &job, &l, 0), 80, 1e-12);
+    /* one GPU a worker, tensor 1: the one link has the whole path */
+    l.tcp_gbps = 20;
+    w[0].gpus = w[1].gpus = 1;
+    w[0].nics = w[1].nics = 1;
+    job.tensor = 1;
+    CHECK_NEAR("tcp: tensor 1, one link: all of tcp_gbps 20", link_gbps(w, 2, &job, &l, 0), 20,
+               1e-12);
+
+    /* worker a (2 GPUs, tensor 1: two blocks, both in stage 0) sends to b on one fabric and to
+     * c on another (the workers as listed: policy naive; pipeline 2 x data 2): its two links
+     * go to two fabrics and share its 20 Gb/s, 10 each (its NICs give each 2 x 400 / 2 x 0.8) */
+    worker(&w[0], "a", 2, NIC_INFINIBAND, "ib-a", 800);
+    worker(&w[1], "b", 1, NIC_ROCE, "roce-b", 400);
+    worker(&w[2], "c", 1, NIC_ETHERNET, "eth-c", 400);
+    w[0].nics = 2;
+    job.policy = POLICY_NAIVE;
+    job.data = 2;
+    CHECK("tcp: one worker's links to two fabrics share its 20 Gb/s: 10 each",
+          link_gbps(w, 3, &job, &l, 0) == 10 && link_gbps(w, 3, &job, &l, 1) == 10);
+    /* a link inside its fabric (RDMA to b on ib-a) takes no share of the path: the one to c has
+     * all of it */
+    worker(&w[1], "b", 1, NIC_INFINIBAND, "ib-a", 400);
+    CHECK("tcp: a link inside the fabric takes no share: the link to c at 20, the one to b on IB",
+          link_gbps(w, 3, &job, &l, 0) == 360 && link_gbps(w, 3, &job, &l, 1) == 20);
+}
+
 /* ---- blocking and asynchronous sends in the schedule, closed forms ---- */
 
 static void test_send_modes(void)
@@ -527,6 +597,7 @@ int main(void)
 {
     test_link_groups();
     test_link_price();
+    test_tcp_per_worker();
     test_send_modes();
     test_balanced_ties();
     test_memory();

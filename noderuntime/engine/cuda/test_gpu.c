@@ -896,7 +896,8 @@ static void test_resume(const char *corpus)
     int B = 4, T = 32;
     long steps = 8, at = 4;
     struct lr_schedule ls = {3e-3f, 2, steps, 0.1f};
-    struct dataloader_config dc = {corpus, B, T, 0, 1, 11, c.vocab};
+    struct dataloader_config dc = {.pattern = corpus, .B = B, .T = T, .rank = 0, .world = 1,
+                                   .seed = 11, .vocab = c.vocab};
     char dir[] = "/tmp/holmes-gpu-resume.XXXXXX", path[512] = "";
     herr e;
     struct run a = {0}, b = {0};
