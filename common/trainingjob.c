@@ -64,6 +64,7 @@ long long tj_model_params(const struct tj_model *m)
 
 int tj_ranks_per_worker(const struct tj_spec *s) { return s->gpus_per_worker > 0 ? s->gpus_per_worker : 1; }
 int tj_world_size(const struct tj_spec *s) { return s->workers * tj_ranks_per_worker(s); }
+int tj_real_gpus(const struct tj_spec *s) { return s->gpus_per_worker > 0 && !s->emulation.gpus; }
 
 void tj_spec_describe(const struct tj_spec *s, char *buf, size_t n)
 {

@@ -241,6 +241,9 @@ int tj_errors_to_herr(const struct tj_errors *errs, herr *e);
 int tj_ranks_per_worker(const struct tj_spec *s);
 /* Total ranks: workers * ranks per worker. */
 int tj_world_size(const struct tj_spec *s);
+/* Whether the workers train on real GPUs: gpusPerWorker without spec.emulation.gpus (which runs
+ * a CPU rank per GPU). */
+int tj_real_gpus(const struct tj_spec *s);
 /* One line for logs: "8 workers x 8 GPUs, gpt2-1.5b (L48 C1600 NH25 V50257 T1024, 1.56B params),
  * tensor 1 pipeline auto data auto, 16 x 4 micro-batches 1f1b, bf16, 10000 steps". */
 void tj_spec_describe(const struct tj_spec *s, char *buf, size_t n);

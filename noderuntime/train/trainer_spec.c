@@ -2,8 +2,7 @@
 
 void trainer_spec_engine(const struct tj_spec *sp, enum engine_kind *kind, enum dtype *precision)
 {
-    int gpus = sp->gpus_per_worker > 0 && !sp->emulation.gpus;
-    *kind = gpus ? ENGINE_CUDA : ENGINE_CPU;
+    *kind = tj_real_gpus(sp) ? ENGINE_CUDA : ENGINE_CPU;
     *precision = sp->training.precision;
 }
 

@@ -133,7 +133,7 @@ cJSON *controller_build_podgroup(const cJSON *job, const struct tj_spec *s, cons
     int ok = cJSON_AddStringToObject(pg, "apiVersion", api) && cJSON_AddStringToObject(pg, "kind", res->kind) &&
              cJSON_AddNumberToObject(spec, "minMember", s->workers);
     /* What the whole gang asks of the queue: its GPUs (CPU workers leave it to the template). */
-    if (ok && s->gpus_per_worker > 0 && !s->emulation.gpus) {
+    if (ok && tj_real_gpus(s)) {
         char gpus[32];
         snprintf(gpus, sizeof gpus, "%lld", (long long)s->workers * s->gpus_per_worker);
         cJSON *mr = cJSON_AddObjectToObject(spec, "minResources");

@@ -458,7 +458,7 @@ cJSON *controller_build_pod(const cJSON *job, const struct tj_spec *s, int index
     env_set(env, "HOLMES_TOKEN", NULL, vf);
     set_emulated_nic(env, &s->emulation, index);
     /* GPUs: ask for them unless the template already does, or they are emulated by CPU ranks. */
-    if (s->gpus_per_worker > 0 && !s->emulation.gpus) {
+    if (tj_real_gpus(s)) {
         cJSON *res = json_child_object(c, "resources");
         cJSON *lim = json_child_object(res, "limits");
         if (!cJSON_GetObjectItemCaseSensitive(lim, "nvidia.com/gpu"))
