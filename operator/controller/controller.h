@@ -5,9 +5,12 @@
  * when something changed. Informers on TrainingJobs, pods, secrets and services feed a work
  * queue of job keys ("namespace/name") drained by worker threads.
  *
- * API for the coordinator (embedded in `holmes-operator run`), all thread-safe:
- *   controller_patch_job_status  merge-patch fields of a job's status (e.g. plan, progress,
- *                                phase Planning/Running, conditions Planned/Running)
+ * API for the coordinator (embedded in `holmes-operator run`), all thread-safe. The controller
+ * is the one writer of a job's status: what the coordinator reports is kept in the job's status
+ * feed and written by the job's next reconcile, together with what the controller sets, in one
+ * patch (controller_api.c, controller_status.c):
+ *   controller_patch_job_status  fields merged into the job's status (e.g. plan, progress,
+ *                                phase Planning/Running)
  *   controller_set_job_condition one status condition, keeping the others
  *   controller_patch_pod_labels  merge-patch labels of a pod (holmes.dev/fabric, ...)
  *   controller_emit_event        a core/v1 Event about a job
@@ -113,12 +116,15 @@ double controller_latency_quantile(struct controller *c, double q);
 unsigned long controller_reconciles(struct controller *c);
 
 /* ---- for the coordinator */
+/* Merges status_fields (a JSON merge patch of status) into the job's status feed and queues the
+ * job: its next reconcile writes them (a write that fails is tried again with what came since
+ * on top). Sends nothing itself; 0, or -1 out of memory. */
 int controller_patch_job_status(struct controller *c, const char *ns, const char *job,
                                 const cJSON *status_fields, herr *e);
-/* Sets ONE condition of a job's status and keeps the others: merges {type, status True/False,
- * reason, message} into the cached job's status.conditions (lastTransitionTime only when the
- * status changes) and patches the whole list, guarded by the cached resourceVersion (a 409
- * retries on a fresher cache, up to ~1 s). Writes nothing when nothing changed. */
+/* Sets ONE condition of a job's status and keeps the others: {type, status True/False, reason,
+ * message} goes into the job's status feed (replacing one of the same type there) and the next
+ * reconcile sets it among status.conditions (lastTransitionTime only when the status changes;
+ * nothing written when nothing changed). 0, or -1 out of memory. */
 int controller_set_job_condition(struct controller *c, const char *ns, const char *job,
                                  const char *type, int ok, const char *reason,
                                  const char *message, herr *e);

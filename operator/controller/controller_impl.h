@@ -1,5 +1,10 @@
 /* Private to operator/controller/: the controller's state and what its files share.
- *   controller.c            work queue, reconcile, status, lifecycle
+ *   controller.c            work queue, the reconcile of one job, lifecycle
+ *   controller_calls.c      the API calls it may make (the table) and those reconciles make
+ *   controller_status.c     the job's status: conditions, phase, workers, the status from the
+ *                           pods, the one status patch of a reconcile
+ *   controller_pods.c       the job's pods: read from the cache, deleted, replaced when failed,
+ *                           created when missing
  *   controller_informers.c  the informers: what they watch and keep, the keys they queue
  *   controller_memo.c       the memo per job: what the caches cannot know yet ("expectations")
  *   controller_create.c     creating a job's objects in slow-start batches
@@ -112,13 +117,81 @@ cJSON *ctl_feed_take(struct controller *c, const char *key);
 void ctl_feed_apply(const cJSON *feed, cJSON *status, const char *now);
 void ctl_feed_return(struct controller *c, const char *key, cJSON *feed);
 
-/* controller.c */
+/* One job's reconcile (controller.c), what its steps share. */
+struct reconcile {
+    struct controller *c;
+    const cJSON *job;
+    const char *ns, *name;
+    cJSON *st;          /* new status (copy of old, edited) */
+    const cJSON *old;   /* old status */
+    char now[48];
+    double requeue_s;   /* > 0: look again after this */
+    struct create_list creates; /* objects to create, sent together with the pods */
+    struct memo *memo;
+    double t;           /* now, seconds */
+    /* The spec, parsed once per reconcile by the spec module (common/trainingjob.h), with its
+     * defaults from there; te: every error, what this version cannot run included. */
+    struct tj_job tj;
+    struct tj_errors te;
+};
+
+/* controller_calls.c: calls through the table, their time added to ctl_tl_api_s. */
 /* Seconds this thread spent waiting for the API (the reconcile's own work is the rest). */
 extern __thread double ctl_tl_api_s;
 int ctl_call_patch(struct controller *c, enum api_op op, const char *ns, const char *name,
                    const cJSON *patch, herr *e);
+/* Deletes in the background; the API's answer (404: gone already). */
+int ctl_call_delete(struct controller *c, enum api_op op, const char *ns, const char *name,
+                    herr *e);
+/* An Event about the job, sent off the reconcile path (kube_recorder.h). */
+void ctl_emit(struct controller *c, const cJSON *job, const char *type, const char *reason,
+              const char *msg);
+
+/* controller_status.c */
+/* The condition of `type` in a conditions array (NULL when absent or not an array). */
+cJSON *ctl_find_condition(const cJSON *conds, const char *type);
+/* Sets a condition; returns 1 when its status, reason or message changed. */
 int ctl_set_condition(cJSON *status, const char *type, int ok, const char *reason,
                       const char *msg, const char *now);
+/* The message of condition `type` of a status; NULL when absent. */
+const char *ctl_condition_message(const cJSON *status, const char *type);
+/* 1 when status holds condition `type` with `reason`. */
+int ctl_condition_is(const cJSON *status, const char *type, const char *reason);
+void ctl_set_phase(struct reconcile *r, const char *phase);
+/* 1 when phase p (may be NULL) is want. */
+int ctl_is_phase(const char *p, const char *want);
+/* status.workers: ready, and "ready/total" for the printer column of `kubectl get tj`. */
+void ctl_set_workers_ready(cJSON *st, int ready);
+/* Status from the pods: readiness, scheduling (and the gang timeout), completion; the pods of
+ * an elastic job's lost workers (lost[i], nlost of the `all`) count for none of it. */
+void ctl_status_from_pods(struct reconcile *r, const cJSON *pods, int all, const char *lost,
+                          int nlost, const char *phase);
+/* Patches the job's status with what differs from old (nothing when nothing does); the memo
+ * remembers what was written. 0, or the API's answer with e. */
+int ctl_write_status(struct controller *c, const cJSON *job, const cJSON *old, const cJSON *st,
+                     struct memo *m, herr *e);
+
+/* controller_pods.c */
+/* The cached pods of a job (of its incarnation uid, when given), sorted by worker index. */
 cJSON *ctl_pods_of(struct controller *c, const char *ns, const char *job, const char *uid);
+/* A pod's worker index label; -1 when absent or bad. */
+int ctl_pod_index(const cJSON *pod);
+const cJSON *ctl_pod_condition(const cJSON *pod, const char *type);
+int ctl_pod_condition_true(const cJSON *pod, const char *type);
+/* Deletes the pods not being deleted yet (only_active: not those Failed or Succeeded). */
+int ctl_delete_pods(struct controller *c, struct memo *m, const cJSON *pods, int only_active,
+                    herr *e);
+/* The job's pods as this controller knows them: the cache, less the pods it deleted. */
+cJSON *ctl_live_pods(struct reconcile *r);
+/* Replaces failed or evicted pods (after spec.restartPolicy.backoffSeconds); 1 when one had
+ * failed, *rc the first error. */
+int ctl_replace_failed(struct reconcile *r, const cJSON *pods, int *rc, herr *e);
+/* spec.elastic: the workers counted as lost (status.elastic.lostWorkers) into lost[]; their
+ * count. */
+int ctl_lost_workers(const struct reconcile *r, int workers, char *lost);
+/* Pods beyond spec.workers deleted; the missing ones created (not a lost worker's without
+ * scaleUp), with the reconcile's other objects, in slow-start batches. */
+int ctl_create_missing(struct reconcile *r, const cJSON *pods, int workers, const char *lost,
+                       herr *e);
 
 #endif
