@@ -26,7 +26,7 @@ FUZZ_CFLAGS        := -std=gnu11 -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) -fsa
 # What the targets run: common/, the Kubernetes client, the coordinator's TLS material, the
 # worker's peers. Only these are built with the fuzzer's instrumentation.
 FUZZ_LIB_SRC       := $(wildcard common/*.c) $(wildcard operator/kube/*.c) \
-                      operator/coordinator/coord_tls.c operator/controller/metrics.c \
+                      operator/coordinator/coord_tls.c \
                       noderuntime/worker/worker_peers.c
 FUZZ_LIB           := $(FUZZ_BUILD)/libholmes_fuzz.a
 FUZZ_BINS          := $(addprefix $(FUZZ_BUILD)/fuzz_,$(FUZZ_TARGETS))

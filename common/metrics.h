@@ -1,4 +1,5 @@
-/* Prometheus text exposition helpers and a latency histogram fine enough for p50/p99. */
+/* Prometheus text exposition helpers and a latency histogram fine enough for p50/p99: the
+ * operator's /metrics (controller, coordinator) and its Kubernetes client's request latency. */
 #ifndef HOLMES_METRICS_H
 #define HOLMES_METRICS_H
 
