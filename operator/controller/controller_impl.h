@@ -1,10 +1,10 @@
 /* Private to operator/controller/: the controller's state and what its files share.
  *   controller.c            work queue, the reconcile of one job, lifecycle
  *   controller_calls.c      the API calls it may make (the table) and those reconciles make
- *   controller_status.c     the job's status: conditions, phase, workers, the status from the
- *                           pods, the one status patch of a reconcile
+ *   controller_status.c     the job's status: conditions, phase, workers, the one status patch
+ *                           of a reconcile
  *   controller_pods.c       the job's pods: read from the cache, deleted, replaced when failed,
- *                           created when missing
+ *                           created when missing; the status they make
  *   controller_informers.c  the informers: what they watch and keep, the keys they queue
  *   controller_memo.c       the memo per job: what the caches cannot know yet ("expectations")
  *   controller_create.c     creating a job's objects in slow-start batches
@@ -162,22 +162,18 @@ void ctl_set_phase(struct reconcile *r, const char *phase);
 int ctl_is_phase(const char *p, const char *want);
 /* status.workers: ready, and "ready/total" for the printer column of `kubectl get tj`. */
 void ctl_set_workers_ready(cJSON *st, int ready);
-/* Status from the pods: readiness, scheduling (and the gang timeout), completion; the pods of
- * an elastic job's lost workers (lost[i], nlost of the `all`) count for none of it. */
-void ctl_status_from_pods(struct reconcile *r, const cJSON *pods, int all, const char *lost,
-                          int nlost, const char *phase);
 /* Patches the job's status with what differs from old (nothing when nothing does); the memo
  * remembers what was written. 0, or the API's answer with e. */
 int ctl_write_status(struct controller *c, const cJSON *job, const cJSON *old, const cJSON *st,
                      struct memo *m, herr *e);
 
 /* controller_pods.c */
+/* Status from the pods: readiness, scheduling (and the gang timeout), completion; the pods of
+ * an elastic job's lost workers (lost[i], nlost of the `all`) count for none of it. */
+void ctl_status_from_pods(struct reconcile *r, const cJSON *pods, int all, const char *lost,
+                          int nlost, const char *phase);
 /* The cached pods of a job (of its incarnation uid, when given), sorted by worker index. */
 cJSON *ctl_pods_of(struct controller *c, const char *ns, const char *job, const char *uid);
-/* A pod's worker index label; -1 when absent or bad. */
-int ctl_pod_index(const cJSON *pod);
-const cJSON *ctl_pod_condition(const cJSON *pod, const char *type);
-int ctl_pod_condition_true(const cJSON *pod, const char *type);
 /* Deletes the pods not being deleted yet (only_active: not those Failed or Succeeded). */
 int ctl_delete_pods(struct controller *c, struct memo *m, const cJSON *pods, int only_active,
                     herr *e);

@@ -1,4 +1,5 @@
-/* The pods of a job: read from the cache, deleted, replaced when failed, created when missing. */
+/* The pods of a job: read from the cache, deleted, replaced when failed, created when missing,
+ * and what they say of the job's status. */
 #include "controller_impl.h"
 
 #include <stdlib.h>
@@ -34,7 +35,7 @@ static int scan_pod(const cJSON *pod, void *user)
     return 0;
 }
 
-int ctl_pod_index(const cJSON *pod)
+static int pod_index(const cJSON *pod)
 {
     const char *v = kube_label(pod, LABEL_INDEX);
     if (!v)
@@ -46,7 +47,7 @@ int ctl_pod_index(const cJSON *pod)
 
 static int cmp_index(const void *a, const void *b)
 {
-    return ctl_pod_index(*(cJSON *const *)a) - ctl_pod_index(*(cJSON *const *)b);
+    return pod_index(*(cJSON *const *)a) - pod_index(*(cJSON *const *)b);
 }
 
 cJSON *ctl_pods_of(struct controller *c, const char *ns, const char *job, const char *uid)
@@ -77,14 +78,14 @@ cJSON *ctl_pods_of(struct controller *c, const char *ns, const char *job, const 
     return s.pods;
 }
 
-const cJSON *ctl_pod_condition(const cJSON *pod, const char *type)
+const cJSON *pod_condition(const cJSON *pod, const char *type)
 {
     return ctl_find_condition(json_at(pod, "status.conditions"), type);
 }
 
-int ctl_pod_condition_true(const cJSON *pod, const char *type)
+static int pod_condition_true(const cJSON *pod, const char *type)
 {
-    const char *s = json_str_at(ctl_pod_condition(pod, type), "status");
+    const char *s = json_str_at(pod_condition(pod, type), "status");
     return s && !strcmp(s, "True");
 }
 
@@ -206,7 +207,7 @@ int ctl_create_missing(struct reconcile *r, const cJSON *pods, int workers, cons
     char have[MAX_WORKERS + 1];
     memset(have, 0, sizeof have);
     cJSON_ArrayForEach(p, pods) {
-        int i = ctl_pod_index(p);
+        int i = pod_index(p);
         if (i < 0 || i >= workers) {
             if (!json_at(p, "metadata.deletionTimestamp")) {
                 int d = ctl_call_delete(c, API_DELETE_POD, r->ns, kube_meta_str(p, "name"), e);
@@ -261,5 +262,101 @@ int ctl_create_missing(struct reconcile *r, const cJSON *pods, int workers, cons
         r->requeue_s = 1; /* look again if the cache has not shown them by then */
 
     return rc;
+}
+
+/* Status from the pods: readiness, scheduling (and the gang timeout), completion. The pods of
+ * an elastic job's lost workers count for none of it: the job trains without them. */
+void ctl_status_from_pods(struct reconcile *r, const cJSON *pods, int all, const char *lost,
+                             int nlost, const char *phase)
+{
+    struct controller *c = r->c;
+    const cJSON *job = r->job, *p;
+    int workers = all - nlost;
+    int ready = 0, scheduled = 0, succeeded = 0;
+    double oldest_unsched = 0;
+    char unsched_names[512] = "", sched_msg[512] = "";
+    size_t ul = 0;
+    cJSON_ArrayForEach(p, pods) {
+        int i = pod_index(p);
+        if (i < 0 || i >= all || lost[i] || json_at(p, "metadata.deletionTimestamp"))
+            continue;
+        const char *ph = json_str_at(p, "status.phase");
+        if (ctl_is_phase(ph, "Succeeded"))
+            succeeded++;
+        if (pod_condition_true(p, "Ready"))
+            ready++;
+        if (pod_condition_true(p, "PodScheduled") || json_str_at(p, "spec.nodeName"))
+            scheduled++;
+        const cJSON *ps = pod_condition(p, "PodScheduled");
+        const char *reason = json_str_at(ps, "reason");
+        if (ps && reason && !strcmp(reason, "Unschedulable")) {
+            double since = kube_time_parse(json_str_at(ps, "lastTransitionTime"));
+            if (since <= 0)
+                since = kube_time_parse(kube_meta_str(p, "creationTimestamp"));
+            if (since > 0 && (oldest_unsched == 0 || since < oldest_unsched))
+                oldest_unsched = since;
+            if (ul + 80 < sizeof unsched_names)
+                ul += (size_t)snprintf(unsched_names + ul, sizeof unsched_names - ul, "%s%s",
+                                       ul ? ", " : "", kube_meta_str(p, "name"));
+            if (!sched_msg[0] && json_str_at(ps, "message"))
+                snprintf(sched_msg, sizeof sched_msg, "%s", json_str_at(ps, "message"));
+        }
+    }
+    ctl_set_workers_ready(r->st, ready);
+    char msg[2048];
+    double gang = r->tj.spec.gang_timeout_seconds;
+    int gated = controller_pods_gated(pods);
+    if (scheduled == workers) {
+        ctl_set_condition(r->st, "PodsScheduled", 1, "AllScheduled", "every worker pod is scheduled", r->now);
+    } else if (gated > 0) {
+        /* Kueue holds the gang until its LocalQueue admits all of it: not a gang timeout. */
+        snprintf(msg, sizeof msg, "waiting for Kueue admission in LocalQueue %s: %d of %d worker pods "
+                 "carry the scheduling gate %s", r->tj.spec.scheduling.queue, gated, workers,
+                 KUEUE_ADMISSION_GATE);
+        if (ctl_set_condition(r->st, "PodsScheduled", 0, "WaitingForAdmission", msg, r->now) &&
+            !ctl_condition_is(r->old, "PodsScheduled", "WaitingForAdmission"))
+            ctl_emit(c, job, "Normal", "WaitingForAdmission", msg);
+    } else if (oldest_unsched > 0 && clock_wall_s() - oldest_unsched >= gang) {
+        snprintf(msg, sizeof msg, "pods %s unschedulable for more than %gs "
+                 "(spec.gangTimeoutSeconds): %s", unsched_names, gang,
+                 sched_msg[0] ? sched_msg : "no reason given");
+        if (ctl_set_condition(r->st, "PodsScheduled", 0, "GangTimeout", msg, r->now))
+            ctl_emit(c, job, "Warning", "GangTimeout", msg);
+    } else {
+        snprintf(msg, sizeof msg, "%d of %d worker pods scheduled", scheduled, workers);
+        ctl_set_condition(r->st, "PodsScheduled", 0, "Scheduling", msg, r->now);
+        if (oldest_unsched > 0) {
+            double left = oldest_unsched + gang - clock_wall_s();
+            r->requeue_s = left > 0.05 ? left : 0.05;
+        }
+    }
+    if (ready == workers) {
+        ctl_set_condition(r->st, "PodsReady", 1, "AllReady", "every worker pod is ready", r->now);
+    } else {
+        snprintf(msg, sizeof msg, "%d of %d worker pods ready", ready, workers);
+        ctl_set_condition(r->st, "PodsReady", 0, "Waiting", msg, r->now);
+    }
+    if (succeeded == workers && workers > 0) {
+        /* a lost worker's pod waiting for capacity (scaleUp) is not needed any more */
+        cJSON_ArrayForEach(p, pods) {
+            int i = pod_index(p);
+            herr de = {0};
+            if (i >= 0 && i < all && lost[i] && !json_at(p, "metadata.deletionTimestamp") &&
+                ctl_call_delete(c, API_DELETE_POD, r->ns, kube_meta_str(p, "name"), &de) == 0)
+                ctl_memo_mark(r->memo->gone, kube_meta_str(p, "uid"), clock_wall_s() + 60);
+        }
+        ctl_set_phase(r, "Succeeded");
+        ctl_set_condition(r->st, "Complete", 1, "AllWorkersSucceeded", "every worker finished", r->now);
+        if (!json_at(r->st, "completionTime"))
+            json_set_str(r->st, "completionTime", r->now);
+        ctl_emit(c, job, "Normal", "Succeeded", "every worker finished");
+    } else if (ready == workers) {
+        if (!phase || ctl_is_phase(phase, "Pending") || ctl_is_phase(phase, "Queued") ||
+            ctl_is_phase(phase, "Suspended"))
+            ctl_set_phase(r, "Discovering");
+    } else {
+        /* Queued: a gang scheduler (Kueue) holds the pods until it admits them all */
+        ctl_set_phase(r, gated > 0 ? "Queued" : "Pending");
+    }
 }
 
