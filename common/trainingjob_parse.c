@@ -70,20 +70,32 @@ static void check_keys(const cJSON *obj, const char *path, const char *const *al
     }
 }
 
-/* An object member; absent/null gives NULL silently, a wrong type gives NULL and an error. */
-static const cJSON *get_object(const cJSON *obj, const char *path, const char *key, int required,
-                               struct tj_errors *errs)
+/* The member key of obj, of the type `is` checks (`what` names the type): 1 with *out; 0 when
+ * absent, or -1 when it is required (said); -1 when of another type (said). */
+static int typed_member(const cJSON *obj, const char *path, const char *key, int required,
+                        cJSON_bool (*is)(const cJSON *), const char *what, const cJSON **out,
+                        struct tj_errors *errs)
 {
     const cJSON *v = member(obj, key);
     if (!v) {
         if (required)
             tj_errors_add(errs, "%s.%s: required", path, key);
-        return NULL;
+        return required ? -1 : 0;
     }
-    if (!cJSON_IsObject(v)) {
-        tj_errors_add(errs, "%s.%s: must be an object, got %s", path, key, json_type_name(v));
-        return NULL;
+    if (!is(v)) {
+        tj_errors_add(errs, "%s.%s: must be %s, got %s", path, key, what, json_type_name(v));
+        return -1;
     }
+    *out = v;
+    return 1;
+}
+
+/* An object member; absent/null gives NULL silently, a wrong type gives NULL and an error. */
+static const cJSON *get_object(const cJSON *obj, const char *path, const char *key, int required,
+                               struct tj_errors *errs)
+{
+    const cJSON *v = NULL;
+    typed_member(obj, path, key, required, cJSON_IsObject, "an object", &v, errs);
     return v;
 }
 
@@ -92,16 +104,10 @@ static const cJSON *get_object(const cJSON *obj, const char *path, const char *k
 static int get_int64(const cJSON *obj, const char *path, const char *key, long long min, long long max,
                      int required, long long *out, struct tj_errors *errs)
 {
-    const cJSON *v = member(obj, key);
-    if (!v) {
-        if (required)
-            tj_errors_add(errs, "%s.%s: required", path, key);
-        return required ? -1 : 0;
-    }
-    if (!cJSON_IsNumber(v)) {
-        tj_errors_add(errs, "%s.%s: must be an integer, got %s", path, key, json_type_name(v));
-        return -1;
-    }
+    const cJSON *v;
+    int rc = typed_member(obj, path, key, required, cJSON_IsNumber, "an integer", &v, errs);
+    if (rc != 1)
+        return rc;
     double d = v->valuedouble;
     if (!isfinite(d) || d != floor(d)) {
         tj_errors_add(errs, "%s.%s: must be an integer, got %g", path, key, d);
@@ -133,13 +139,10 @@ static int get_int(const cJSON *obj, const char *path, const char *key, int min,
 static int get_num(const cJSON *obj, const char *path, const char *key, double min, int min_excl,
                    double max, int max_excl, double *out, struct tj_errors *errs)
 {
-    const cJSON *v = member(obj, key);
-    if (!v)
-        return 0;
-    if (!cJSON_IsNumber(v)) {
-        tj_errors_add(errs, "%s.%s: must be a number, got %s", path, key, json_type_name(v));
-        return -1;
-    }
+    const cJSON *v;
+    int rc = typed_member(obj, path, key, 0, cJSON_IsNumber, "a number", &v, errs);
+    if (rc != 1)
+        return rc;
     double d = v->valuedouble;
     if (!isfinite(d)) {
         tj_errors_add(errs, "%s.%s: must be a finite number", path, key);
@@ -159,13 +162,10 @@ static int get_num(const cJSON *obj, const char *path, const char *key, double m
 
 static int get_bool(const cJSON *obj, const char *path, const char *key, int *out, struct tj_errors *errs)
 {
-    const cJSON *v = member(obj, key);
-    if (!v)
-        return 0;
-    if (!cJSON_IsBool(v)) {
-        tj_errors_add(errs, "%s.%s: must be true or false, got %s", path, key, json_type_name(v));
-        return -1;
-    }
+    const cJSON *v;
+    int rc = typed_member(obj, path, key, 0, cJSON_IsBool, "true or false", &v, errs);
+    if (rc != 1)
+        return rc;
     *out = cJSON_IsTrue(v);
     return 1;
 }
@@ -174,16 +174,10 @@ static int get_bool(const cJSON *obj, const char *path, const char *key, int *ou
 static int get_str(const cJSON *obj, const char *path, const char *key, int required, char *out, size_t cap,
                    struct tj_errors *errs)
 {
-    const cJSON *v = member(obj, key);
-    if (!v) {
-        if (required)
-            tj_errors_add(errs, "%s.%s: required", path, key);
-        return required ? -1 : 0;
-    }
-    if (!cJSON_IsString(v)) {
-        tj_errors_add(errs, "%s.%s: must be a string, got %s", path, key, json_type_name(v));
-        return -1;
-    }
+    const cJSON *v;
+    int rc = typed_member(obj, path, key, required, cJSON_IsString, "a string", &v, errs);
+    if (rc != 1)
+        return rc;
     size_t len = strlen(v->valuestring);
     if (len == 0) {
         tj_errors_add(errs, "%s.%s: must not be empty", path, key);
@@ -249,15 +243,67 @@ static int get_int_or_auto(const cJSON *obj, const char *path, const char *key, 
 
 /* ---------------------------------------------------------------- parsing */
 
-static void parse_model(const cJSON *spec, const char *sp, struct tj_spec *s, struct tj_errors *errs)
+/* ---------------------------------------------------------------- the spec, section by section */
+
+/* A section of the spec that is an object: its key, whether it must be there, the keys it may
+ * hold (NULL: any), and how its fields are read (o: the object, p: its path). */
+struct section {
+    const char *key;
+    int required;
+    const char *const *keys;
+    void (*parse)(const cJSON *o, const char *p, struct tj_spec *s, struct tj_errors *errs);
+};
+
+/* The section sec of obj (at path), its keys checked, read into s when it is there. */
+static void parse_section(const cJSON *obj, const char *path, const struct section *sec,
+                          struct tj_spec *s, struct tj_errors *errs)
 {
-    char p[256];
-    join(p, sizeof p, sp, "model");
-    const cJSON *m = get_object(spec, sp, "model", 1, errs);
-    if (!m)
+    char p[300];
+    join(p, sizeof p, path, sec->key);
+    const cJSON *o = get_object(obj, path, sec->key, sec->required, errs);
+    if (!o)
         return;
-    static const char *const keys[] = {"preset", "layers", "hidden", "heads", "vocab", "seqLen", NULL};
-    check_keys(m, p, keys, errs);
+    if (sec->keys)
+        check_keys(o, p, sec->keys, errs);
+    sec->parse(o, p, s, errs);
+}
+
+/* The list at path.key (p: its path, without the key): NULL when absent, or, said, not a list
+ * or longer than max (`what`: its entries, for the message). */
+static const cJSON *get_list(const cJSON *o, const char *p, const char *key, int max,
+                             const char *what, struct tj_errors *errs)
+{
+    const cJSON *l = member(o, key);
+    if (!l)
+        return NULL;
+    if (!cJSON_IsArray(l)) {
+        tj_errors_add(errs, "%s.%s: must be a list, got %s", p, key, json_type_name(l));
+        return NULL;
+    }
+    int n = cJSON_GetArraySize(l);
+    if (n > max) {
+        tj_errors_add(errs, "%s.%s: %d %s exceed the maximum %d", p, key, n, what, max);
+        return NULL;
+    }
+    return l;
+}
+
+/* Entry i of the list path.key: its path into ip; 1 when it is an object (its keys checked),
+ * else 0 (said). */
+static int list_entry(const cJSON *it, const char *p, const char *key, int i,
+                      const char *const *keys, char *ip, size_t cap, struct tj_errors *errs)
+{
+    snprintf(ip, cap, "%s.%s[%d]", p, key, i);
+    if (!cJSON_IsObject(it)) {
+        tj_errors_add(errs, "%s: must be an object, got %s", ip, json_type_name(it));
+        return 0;
+    }
+    check_keys(it, ip, keys, errs);
+    return 1;
+}
+
+static void parse_model(const cJSON *m, const char *p, struct tj_spec *s, struct tj_errors *errs)
+{
     struct tj_model *mo = &s->model;
     const cJSON *pv = member(m, "preset");
     if (pv) {
@@ -275,17 +321,8 @@ static void parse_model(const cJSON *spec, const char *sp, struct tj_spec *s, st
     get_int(m, p, "seqLen", 1, 131072, !pv, &mo->seq_len, errs);
 }
 
-static void parse_parallelism(const cJSON *spec, const char *sp, struct tj_spec *s, struct tj_errors *errs)
+static void parse_parallelism(const cJSON *o, const char *p, struct tj_spec *s, struct tj_errors *errs)
 {
-    char p[256];
-    join(p, sizeof p, sp, "parallelism");
-    const cJSON *o = get_object(spec, sp, "parallelism", 0, errs);
-    if (!o)
-        return;
-    static const char *const keys[] = {"tensor", "pipeline", "data", "microBatches", "microBatchSize",
-                                       "tokenSlices", "schedule", "pipelineDtype", "paramGatherDtype",
-                                       NULL};
-    check_keys(o, p, keys, errs);
     get_int(o, p, "tensor", 1, 1024, 0, &s->par.tensor, errs);
     get_int_or_auto(o, p, "pipeline", 1024, &s->par.pipeline, errs);
     get_int_or_auto(o, p, "data", 1048576, &s->par.data, errs);
@@ -301,66 +338,80 @@ static void parse_parallelism(const cJSON *spec, const char *sp, struct tj_spec 
         s->par.param_gather_dtype = (enum dtype)v;
 }
 
-static void parse_placement(const cJSON *spec, const char *sp, struct tj_spec *s, struct tj_errors *errs)
+static void parse_placement(const cJSON *o, const char *p, struct tj_spec *s, struct tj_errors *errs)
 {
-    char p[256];
-    join(p, sizeof p, sp, "placement");
-    const cJSON *o = get_object(spec, sp, "placement", 0, errs);
-    if (!o)
-        return;
-    static const char *const keys[] = {"policy", "fabrics", "crossFabricGbps", NULL};
-    check_keys(o, p, keys, errs);
     int v;
     if (get_enum(o, p, "policy", policy_names, POLICY_API_COUNT, &v, errs) == 1)
         s->placement.policy = (enum policy)v;
     get_num(o, p, "crossFabricGbps", 0, 1, 100000, 0, &s->placement.cross_fabric_gbps, errs);
-    const cJSON *f = member(o, "fabrics");
+    const cJSON *f = get_list(o, p, "fabrics", TJ_MAX_FABRICS, "entries", errs);
     if (!f)
         return;
-    if (!cJSON_IsArray(f)) {
-        tj_errors_add(errs, "%s.fabrics: must be a list, got %s", p, json_type_name(f));
-        return;
-    }
-    int n = cJSON_GetArraySize(f);
-    if (n > TJ_MAX_FABRICS) {
-        tj_errors_add(errs, "%s.fabrics: %d entries exceed the maximum %d", p, n, TJ_MAX_FABRICS);
-        return;
-    }
     static const char *const fkeys[] = {"fabric", "gbps", NULL};
     const cJSON *it;
     int i = 0;
     cJSON_ArrayForEach(it, f) {
         char ip[300];
-        snprintf(ip, sizeof ip, "%s.fabrics[%d]", p, i);
-        if (!cJSON_IsObject(it)) {
-            tj_errors_add(errs, "%s: must be an object, got %s", ip, json_type_name(it));
-            i++;
-            continue;
-        }
-        check_keys(it, ip, fkeys, errs);
         struct tj_fabric_bw *fb = &s->placement.fabrics[i];
+        if (!list_entry(it, p, "fabrics", i++, fkeys, ip, sizeof ip, errs))
+            continue;
         get_str(it, ip, "fabric", 1, fb->fabric, sizeof fb->fabric, errs);
         if (!member(it, "gbps"))
             tj_errors_add(errs, "%s.gbps: required", ip);
         get_num(it, ip, "gbps", 0, 1, 100000, 0, &fb->gbps, errs);
-        for (int k = 0; k < i; k++)
-            if (fb->fabric[0] && !strcmp(fb->fabric, s->placement.fabrics[k].fabric))
+        for (struct tj_fabric_bw *k = s->placement.fabrics; k < fb; k++)
+            if (fb->fabric[0] && !strcmp(fb->fabric, k->fabric))
                 tj_errors_add(errs, "%s.fabric: \"%s\" is listed twice", ip, fb->fabric);
-        i++;
     }
-    s->placement.n_fabrics = n;
+    s->placement.n_fabrics = i;
 }
 
-static void parse_training(const cJSON *spec, const char *sp, struct tj_spec *s, struct tj_errors *errs)
+static void parse_optimizer(const cJSON *o, const char *p, struct tj_spec *s, struct tj_errors *errs)
 {
-    char p[256];
-    join(p, sizeof p, sp, "training");
-    const cJSON *o = get_object(spec, sp, "training", 1, errs);
-    if (!o)
-        return;
-    static const char *const keys[] = {"steps", "optimizer", "precision", "seed", "data", "checkpoint",
-                                       "initFrom", "logEverySteps", NULL};
-    check_keys(o, p, keys, errs);
+    struct tj_optimizer *op = &s->training.opt;
+    int v;
+    get_num(o, p, "lr", 0, 1, 10, 0, &op->lr, errs);
+    get_int(o, p, "warmupSteps", 0, 1000000000, 0, &op->warmup_steps, errs);
+    if (get_enum(o, p, "schedule", tj_lr_names, 2, &v, errs) == 1)
+        op->schedule = (enum tj_lr_schedule)v;
+    get_num(o, p, "minLrRatio", 0, 0, 1, 0, &op->min_lr_ratio, errs);
+    get_num(o, p, "beta1", 0, 0, 1, 1, &op->beta1, errs);
+    get_num(o, p, "beta2", 0, 0, 1, 1, &op->beta2, errs);
+    get_num(o, p, "eps", 0, 1, 1, 0, &op->eps, errs);
+    get_num(o, p, "weightDecay", 0, 0, 10, 0, &op->weight_decay, errs);
+    get_num(o, p, "gradClip", 0, 0, 1e6, 0, &op->grad_clip, errs);
+}
+
+static void parse_data(const cJSON *o, const char *p, struct tj_spec *s, struct tj_errors *errs)
+{
+    struct tj_data *d = &s->training.data;
+    d->is_demo = 0;
+    d->path[0] = '\0';
+    d->format = TJ_DATA_LLMC;
+    get_str(o, p, "path", 1, d->path, sizeof d->path, errs);
+    int v;
+    if (get_enum(o, p, "format", tj_format_names, 2, &v, errs) == 1)
+        d->format = (enum tj_data_format)v;
+}
+
+static void parse_checkpoint(const cJSON *o, const char *p, struct tj_spec *s, struct tj_errors *errs)
+{
+    struct tj_checkpoint *c = &s->training.checkpoint;
+    get_str(o, p, "path", 0, c->path, sizeof c->path, errs);
+    get_int(o, p, "everySteps", 0, 1000000000, 0, &c->every_steps, errs);
+    get_int(o, p, "keep", 1, 1000, 0, &c->keep, errs);
+}
+
+static const struct section TRAINING_SECTIONS[] = {
+    {"optimizer", 0, (const char *const[]){"lr", "warmupSteps", "schedule", "minLrRatio", "beta1",
+                                           "beta2", "eps", "weightDecay", "gradClip", NULL},
+     parse_optimizer},
+    {"data", 0, (const char *const[]){"path", "format", NULL}, parse_data},
+    {"checkpoint", 0, (const char *const[]){"path", "everySteps", "keep", NULL}, parse_checkpoint},
+};
+
+static void parse_training(const cJSON *o, const char *p, struct tj_spec *s, struct tj_errors *errs)
+{
     struct tj_training *t = &s->training;
     long long steps = 0;
     if (get_int64(o, p, "steps", 1, 1000000000, 1, &steps, errs) == 1)
@@ -373,81 +424,40 @@ static void parse_training(const cJSON *spec, const char *sp, struct tj_spec *s,
         t->seed = (unsigned long long)seed;
     get_str(o, p, "initFrom", 0, t->init_from, sizeof t->init_from, errs);
     get_int(o, p, "logEverySteps", 1, 1000000, 0, &t->log_every_steps, errs);
-
-    char q[300];
-    snprintf(q, sizeof q, "%s.optimizer", p);
-    const cJSON *opt = get_object(o, p, "optimizer", 0, errs);
-    if (opt) {
-        static const char *const okeys[] = {"lr", "warmupSteps", "schedule", "minLrRatio", "beta1", "beta2",
-                                            "eps", "weightDecay", "gradClip", NULL};
-        check_keys(opt, q, okeys, errs);
-        struct tj_optimizer *op = &t->opt;
-        get_num(opt, q, "lr", 0, 1, 10, 0, &op->lr, errs);
-        get_int(opt, q, "warmupSteps", 0, 1000000000, 0, &op->warmup_steps, errs);
-        if (get_enum(opt, q, "schedule", tj_lr_names, 2, &v, errs) == 1)
-            op->schedule = (enum tj_lr_schedule)v;
-        get_num(opt, q, "minLrRatio", 0, 0, 1, 0, &op->min_lr_ratio, errs);
-        get_num(opt, q, "beta1", 0, 0, 1, 1, &op->beta1, errs);
-        get_num(opt, q, "beta2", 0, 0, 1, 1, &op->beta2, errs);
-        get_num(opt, q, "eps", 0, 1, 1, 0, &op->eps, errs);
-        get_num(opt, q, "weightDecay", 0, 0, 10, 0, &op->weight_decay, errs);
-        get_num(opt, q, "gradClip", 0, 0, 1e6, 0, &op->grad_clip, errs);
-    }
-
-    snprintf(q, sizeof q, "%s.data", p);
-    const cJSON *d = get_object(o, p, "data", 0, errs);
-    if (d) {
-        static const char *const dkeys[] = {"path", "format", NULL};
-        check_keys(d, q, dkeys, errs);
-        t->data.is_demo = 0;
-        t->data.path[0] = '\0';
-        t->data.format = TJ_DATA_LLMC;
-        get_str(d, q, "path", 1, t->data.path, sizeof t->data.path, errs);
-        if (get_enum(d, q, "format", tj_format_names, 2, &v, errs) == 1)
-            t->data.format = (enum tj_data_format)v;
-    }
-
-    snprintf(q, sizeof q, "%s.checkpoint", p);
-    const cJSON *c = get_object(o, p, "checkpoint", 0, errs);
-    if (c) {
-        static const char *const ckeys[] = {"path", "everySteps", "keep", NULL};
-        check_keys(c, q, ckeys, errs);
-        get_str(c, q, "path", 0, t->checkpoint.path, sizeof t->checkpoint.path, errs);
-        get_int(c, q, "everySteps", 0, 1000000000, 0, &t->checkpoint.every_steps, errs);
-        get_int(c, q, "keep", 1, 1000, 0, &t->checkpoint.keep, errs);
-    }
+    for (size_t i = 0; i < sizeof TRAINING_SECTIONS / sizeof *TRAINING_SECTIONS; i++)
+        parse_section(o, p, &TRAINING_SECTIONS[i], s, errs);
 }
 
-static void parse_emulation(const cJSON *spec, const char *sp, struct tj_spec *s, struct tj_errors *errs)
+static void parse_restart(const cJSON *o, const char *p, struct tj_spec *s, struct tj_errors *errs)
 {
-    char p[256];
-    join(p, sizeof p, sp, "emulation");
-    const cJSON *o = get_object(spec, sp, "emulation", 0, errs);
-    if (!o)
-        return;
-    static const char *const keys[] = {"nics", "crossFabricGbps", "bandwidthScale", "gpus", NULL};
-    check_keys(o, p, keys, errs);
+    get_int(o, p, "maxRestarts", 0, 100, 0, &s->restart.max_restarts, errs);
+    get_int(o, p, "backoffSeconds", 0, 3600, 0, &s->restart.backoff_seconds, errs);
+}
+
+static void parse_elastic(const cJSON *o, const char *p, struct tj_spec *s, struct tj_errors *errs)
+{
+    s->elastic.enabled = 1;
+    get_int(o, p, "minWorkers", 1, 4096, 0, &s->elastic.min_workers, errs);
+    get_int(o, p, "replaceTimeoutSeconds", 1, 86400, 0, &s->elastic.replace_timeout_seconds, errs);
+    get_bool(o, p, "scaleUp", &s->elastic.scale_up, errs);
+}
+
+static void parse_emulation(const cJSON *o, const char *p, struct tj_spec *s, struct tj_errors *errs)
+{
     struct tj_emulation *em = &s->emulation;
     em->enabled = 1;
     get_num(o, p, "crossFabricGbps", 0, 1, 100000, 0, &em->cross_fabric_gbps, errs);
     get_num(o, p, "bandwidthScale", 0, 1, 1, 0, &em->bandwidth_scale, errs);
     get_bool(o, p, "gpus", &em->gpus, errs);
-    const cJSON *nics = member(o, "nics");
-    if (!nics) {
+    if (!member(o, "nics")) {
         tj_errors_add(errs, "%s.nics: required", p);
         return;
     }
-    if (!cJSON_IsArray(nics)) {
-        tj_errors_add(errs, "%s.nics: must be a list, got %s", p, json_type_name(nics));
+    const cJSON *nics = get_list(o, p, "nics", TJ_MAX_NIC_GROUPS, "groups", errs);
+    if (!nics)
         return;
-    }
-    int n = cJSON_GetArraySize(nics);
-    if (n < 1) {
+    if (cJSON_GetArraySize(nics) < 1) {
         tj_errors_add(errs, "%s.nics: needs at least one NIC group", p);
-        return;
-    }
-    if (n > TJ_MAX_NIC_GROUPS) {
-        tj_errors_add(errs, "%s.nics: %d groups exceed the maximum %d", p, n, TJ_MAX_NIC_GROUPS);
         return;
     }
     static const char *const gkeys[] = {"class", "fabric", "gbps", "count", NULL};
@@ -455,13 +465,9 @@ static void parse_emulation(const cJSON *spec, const char *sp, struct tj_spec *s
     int i = 0;
     cJSON_ArrayForEach(it, nics) {
         char ip[300];
-        snprintf(ip, sizeof ip, "%s.nics[%d]", p, i);
-        struct tj_nic_group *g = &em->groups[i++];
-        if (!cJSON_IsObject(it)) {
-            tj_errors_add(errs, "%s: must be an object, got %s", ip, json_type_name(it));
+        struct tj_nic_group *g = &em->groups[i];
+        if (!list_entry(it, p, "nics", i++, gkeys, ip, sizeof ip, errs))
             continue;
-        }
-        check_keys(it, ip, gkeys, errs);
         int v;
         if (!member(it, "class"))
             tj_errors_add(errs, "%s.class: required", ip);
@@ -473,7 +479,7 @@ static void parse_emulation(const cJSON *spec, const char *sp, struct tj_spec *s
         get_num(it, ip, "gbps", 0, 1, 100000, 0, &g->gbps, errs);
         get_int(it, ip, "count", 1, 65536, 1, &g->count, errs);
     }
-    em->n_groups = n;
+    em->n_groups = i;
 }
 
 /* A queue or scheduler name: a DNS-1123 subdomain short enough for a label value (Kueue puts
@@ -501,15 +507,8 @@ static void get_sched_name(const cJSON *o, const char *p, const char *key, char 
         snprintf(out, TJ_SCHED_NAME_MAX, "%.*s", TJ_SCHED_NAME_MAX - 1, v);
 }
 
-static void parse_scheduling(const cJSON *spec, const char *sp, struct tj_spec *s, struct tj_errors *errs)
+static void parse_scheduling(const cJSON *o, const char *p, struct tj_spec *s, struct tj_errors *errs)
 {
-    char p[256];
-    join(p, sizeof p, sp, "scheduling");
-    const cJSON *o = get_object(spec, sp, "scheduling", 0, errs);
-    if (!o)
-        return;
-    static const char *const keys[] = {"gang", "queue", "schedulerName", "scheduleTimeoutSeconds", NULL};
-    check_keys(o, p, keys, errs);
     struct tj_scheduling *sc = &s->scheduling;
     int v;
     if (get_enum(o, p, "gang", tj_gang_names + 1, TJ_GANG_COUNT - 1, &v, errs) == 1)
@@ -519,68 +518,94 @@ static void parse_scheduling(const cJSON *spec, const char *sp, struct tj_spec *
     get_int(o, p, "scheduleTimeoutSeconds", 1, 86400, 0, &sc->schedule_timeout_seconds, errs);
 }
 
-static void parse_template(const cJSON *spec, const char *sp, struct tj_spec *s, struct tj_errors *errs)
+/* spec.template.spec: the fields the operator reads or merges, of the types it needs. */
+static void parse_pod_spec(const cJSON *ps, const char *q, struct tj_spec *s, struct tj_errors *errs)
 {
-    char p[256];
-    join(p, sizeof p, sp, "template");
-    const cJSON *t = get_object(spec, sp, "template", 0, errs);
-    if (!t)
-        return;
-    static const char *const keys[] = {"metadata", "spec", NULL};
-    check_keys(t, p, keys, errs);
-    get_object(t, p, "metadata", 0, errs);
-    char q[300];
-    snprintf(q, sizeof q, "%s.spec", p);
-    const cJSON *ps = get_object(t, p, "spec", 0, errs);
-    if (ps) {
-        const cJSON *cs = member(ps, "containers");
-        if (cs && !cJSON_IsArray(cs)) {
-            tj_errors_add(errs, "%s.containers: must be a list, got %s", q, json_type_name(cs));
-        } else if (cs) {
-            const cJSON *c;
-            int i = 0;
-            cJSON_ArrayForEach(c, cs) {
-                if (!cJSON_IsObject(c))
-                    tj_errors_add(errs, "%s.containers[%d]: must be an object, got %s", q, i, json_type_name(c));
-                else {
-                    char cp[340];
-                    snprintf(cp, sizeof cp, "%s.containers[%d]", q, i);
-                    char name[64];
-                    get_str(c, cp, "name", 1, name, sizeof name, errs);
-                }
-                i++;
+    (void)s;
+    const cJSON *cs = member(ps, "containers");
+    if (cs && !cJSON_IsArray(cs)) {
+        tj_errors_add(errs, "%s.containers: must be a list, got %s", q, json_type_name(cs));
+    } else if (cs) {
+        const cJSON *c;
+        int i = 0;
+        cJSON_ArrayForEach(c, cs) {
+            if (!cJSON_IsObject(c))
+                tj_errors_add(errs, "%s.containers[%d]: must be an object, got %s", q, i, json_type_name(c));
+            else {
+                char cp[340];
+                snprintf(cp, sizeof cp, "%s.containers[%d]", q, i);
+                char name[64];
+                get_str(c, cp, "name", 1, name, sizeof name, errs);
             }
+            i++;
         }
-        const cJSON *ns = member(ps, "nodeSelector");
-        if (ns && !cJSON_IsObject(ns))
-            tj_errors_add(errs, "%s.nodeSelector: must be an object, got %s", q, json_type_name(ns));
-        else if (ns) {
-            const cJSON *kv;
-            cJSON_ArrayForEach(kv, ns)
-                if (!cJSON_IsString(kv))
-                    tj_errors_add(errs, "%s.nodeSelector.%.60s: must be a string, got %s", q, kv->string,
-                                  json_type_name(kv));
-        }
-        static const char *const lists[] = {"tolerations", "volumes", "imagePullSecrets", "initContainers", NULL};
-        for (const char *const *l = lists; *l; l++) {
-            const cJSON *v = member(ps, *l);
-            if (v && !cJSON_IsArray(v))
-                tj_errors_add(errs, "%s.%s: must be a list, got %s", q, *l, json_type_name(v));
-        }
-        static const char *const strs[] = {"priorityClassName", "serviceAccountName", "schedulerName", NULL};
-        for (const char *const *l = strs; *l; l++) {
-            const cJSON *v = member(ps, *l);
-            if (v && !cJSON_IsString(v))
-                tj_errors_add(errs, "%s.%s: must be a string, got %s", q, *l, json_type_name(v));
-        }
-        const cJSON *aff = member(ps, "affinity");
-        if (aff && !cJSON_IsObject(aff))
-            tj_errors_add(errs, "%s.affinity: must be an object, got %s", q, json_type_name(aff));
     }
+    const cJSON *ns = member(ps, "nodeSelector");
+    if (ns && !cJSON_IsObject(ns))
+        tj_errors_add(errs, "%s.nodeSelector: must be an object, got %s", q, json_type_name(ns));
+    else if (ns) {
+        const cJSON *kv;
+        cJSON_ArrayForEach(kv, ns)
+            if (!cJSON_IsString(kv))
+                tj_errors_add(errs, "%s.nodeSelector.%.60s: must be a string, got %s", q, kv->string,
+                              json_type_name(kv));
+    }
+    static const char *const lists[] = {"tolerations", "volumes", "imagePullSecrets", "initContainers", NULL};
+    for (const char *const *l = lists; *l; l++) {
+        const cJSON *v = member(ps, *l);
+        if (v && !cJSON_IsArray(v))
+            tj_errors_add(errs, "%s.%s: must be a list, got %s", q, *l, json_type_name(v));
+    }
+    static const char *const strs[] = {"priorityClassName", "serviceAccountName", "schedulerName", NULL};
+    for (const char *const *l = strs; *l; l++) {
+        const cJSON *v = member(ps, *l);
+        if (v && !cJSON_IsString(v))
+            tj_errors_add(errs, "%s.%s: must be a string, got %s", q, *l, json_type_name(v));
+    }
+    const cJSON *aff = member(ps, "affinity");
+    if (aff && !cJSON_IsObject(aff))
+        tj_errors_add(errs, "%s.affinity: must be an object, got %s", q, json_type_name(aff));
+}
+
+static void parse_template(const cJSON *t, const char *p, struct tj_spec *s, struct tj_errors *errs)
+{
+    get_object(t, p, "metadata", 0, errs);
+    static const struct section pod_spec = {"spec", 0, NULL, parse_pod_spec};
+    parse_section(t, p, &pod_spec, s, errs);
     s->pod_template = cJSON_Duplicate(t, 1);
     if (!s->pod_template)
         tj_errors_add(errs, "%s: out of memory", p);
 }
+
+/* The spec's sections that are objects, in the order they are read (with the scalar fields
+ * between them: errors come in the spec's order). */
+enum { SEC_MODEL, SEC_PARALLELISM, SEC_PLACEMENT, SEC_TRAINING, SEC_RESTART, SEC_ELASTIC,
+       SEC_EMULATION, SEC_SCHEDULING, SEC_TEMPLATE, SEC_COUNT };
+static const struct section SPEC_SECTIONS[SEC_COUNT] = {
+    [SEC_MODEL] = {"model", 1, (const char *const[]){"preset", "layers", "hidden", "heads", "vocab",
+                                                     "seqLen", NULL}, parse_model},
+    [SEC_PARALLELISM] = {"parallelism", 0,
+                         (const char *const[]){"tensor", "pipeline", "data", "microBatches",
+                                               "microBatchSize", "tokenSlices", "schedule",
+                                               "pipelineDtype", "paramGatherDtype", NULL},
+                         parse_parallelism},
+    [SEC_PLACEMENT] = {"placement", 0, (const char *const[]){"policy", "fabrics", "crossFabricGbps",
+                                                             NULL}, parse_placement},
+    [SEC_TRAINING] = {"training", 1, (const char *const[]){"steps", "optimizer", "precision", "seed",
+                                                           "data", "checkpoint", "initFrom",
+                                                           "logEverySteps", NULL}, parse_training},
+    [SEC_RESTART] = {"restartPolicy", 0, (const char *const[]){"maxRestarts", "backoffSeconds", NULL},
+                     parse_restart},
+    [SEC_ELASTIC] = {"elastic", 0, (const char *const[]){"minWorkers", "replaceTimeoutSeconds",
+                                                         "scaleUp", NULL}, parse_elastic},
+    [SEC_EMULATION] = {"emulation", 0, (const char *const[]){"nics", "crossFabricGbps",
+                                                             "bandwidthScale", "gpus", NULL},
+                       parse_emulation},
+    [SEC_SCHEDULING] = {"scheduling", 0, (const char *const[]){"gang", "queue", "schedulerName",
+                                                               "scheduleTimeoutSeconds", NULL},
+                        parse_scheduling},
+    [SEC_TEMPLATE] = {"template", 0, (const char *const[]){"metadata", "spec", NULL}, parse_template},
+};
 
 /* True when one of errs->msg[from..to-1] is about `path` or a field below it. */
 static int errors_under(const struct tj_errors *errs, int from, int to, const char *path)
@@ -647,36 +672,14 @@ int tj_spec_from_json(const cJSON *spec, const char *path, struct tj_spec *out, 
     get_int(spec, sp, "workers", 1, 4096, 1, &out->workers, errs);
     get_int(spec, sp, "gpusPerWorker", 0, 16, 1, &out->gpus_per_worker, errs);
     get_str(spec, sp, "image", 0, out->image, sizeof out->image, errs);
-    parse_model(spec, sp, out, errs);
-    parse_parallelism(spec, sp, out, errs);
-    parse_placement(spec, sp, out, errs);
-    parse_training(spec, sp, out, errs);
+    for (int i = SEC_MODEL; i <= SEC_TRAINING; i++)
+        parse_section(spec, sp, &SPEC_SECTIONS[i], out, errs);
     get_int(spec, sp, "gangTimeoutSeconds", 1, 86400, 0, &out->gang_timeout_seconds, errs);
-    char p[256];
-    join(p, sizeof p, sp, "restartPolicy");
-    const cJSON *rp = get_object(spec, sp, "restartPolicy", 0, errs);
-    if (rp) {
-        static const char *const rkeys[] = {"maxRestarts", "backoffSeconds", NULL};
-        check_keys(rp, p, rkeys, errs);
-        get_int(rp, p, "maxRestarts", 0, 100, 0, &out->restart.max_restarts, errs);
-        get_int(rp, p, "backoffSeconds", 0, 3600, 0, &out->restart.backoff_seconds, errs);
-    }
+    parse_section(spec, sp, &SPEC_SECTIONS[SEC_RESTART], out, errs);
     get_bool(spec, sp, "suspend", &out->suspend, errs);
-    join(p, sizeof p, sp, "elastic");
-    const cJSON *el = get_object(spec, sp, "elastic", 0, errs);
     out->elastic.min_workers = out->workers; /* not elastic unless said */
-    if (el) {
-        static const char *const ekeys[] = {"minWorkers", "replaceTimeoutSeconds", "scaleUp", NULL};
-        check_keys(el, p, ekeys, errs);
-        out->elastic.enabled = 1;
-        get_int(el, p, "minWorkers", 1, 4096, 0, &out->elastic.min_workers, errs);
-        get_int(el, p, "replaceTimeoutSeconds", 1, 86400, 0, &out->elastic.replace_timeout_seconds,
-                errs);
-        get_bool(el, p, "scaleUp", &out->elastic.scale_up, errs);
-    }
-    parse_emulation(spec, sp, out, errs);
-    parse_scheduling(spec, sp, out, errs);
-    parse_template(spec, sp, out, errs);
+    for (int i = SEC_ELASTIC; i < SEC_COUNT; i++)
+        parse_section(spec, sp, &SPEC_SECTIONS[i], out, errs);
     add_cross_field_errors(out, sp, before, errs);
     return errs->count == before ? 0 : -1;
 }

@@ -425,14 +425,14 @@ int ckpt_check_shape(const char *path, const struct ckpt_meta *got, const struct
     return 0;
 }
 
-int ckpt_read(const char *path, struct ckpt_meta *meta, float *params, float *m, float *v,
-              size_t n, herr *e)
+/* Opens the checkpoint at path and reads its header into meta (want_crc: the payload's CRC it
+ * records); the file's size must be what the header describes. The open file, or -1 with e. */
+static int open_checked(const char *path, struct ckpt_meta *meta, uint32_t *want_crc, herr *e)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return herr_config(e, "checkpoint %s: cannot open: %s", path, strerror(errno));
     unsigned char h[HDR_BYTES];
-    uint32_t want_crc;
     struct stat st;
     int rc = read_all(fd, h, sizeof h, 0);
     if (rc != 0) {
@@ -442,23 +442,33 @@ int ckpt_read(const char *path, struct ckpt_meta *meta, float *params, float *m,
                       : herr_config(e, "checkpoint %s: truncated header (shorter than %d bytes)",
                                     path, HDR_BYTES);
     }
-    if (decode_header(path, h, meta, &want_crc, e) < 0 || fstat(fd, &st) < 0) {
+    if (decode_header(path, h, meta, want_crc, e) < 0 || fstat(fd, &st) < 0) {
         close(fd);
         return -1;
     }
-    if (meta->nparams != n) {
-        close(fd);
-        return herr_config(e, "checkpoint %s: holds %" PRIu64 " parameters but the stage has %zu",
-                           path, meta->nparams, n);
-    }
-    size_t bytes = n * sizeof(float);
-    uint64_t want_size = HDR_BYTES + (uint64_t)bytes * (meta->has_moments ? 3 : 1);
+    uint64_t want_size = HDR_BYTES + meta->nparams * sizeof(float) * (meta->has_moments ? 3 : 1);
     if ((uint64_t)st.st_size != want_size) {
         close(fd);
         return herr_config(e, "checkpoint %s: %lld bytes but the header describes %" PRIu64
                            " (%s)", path, (long long)st.st_size, want_size,
                            (uint64_t)st.st_size < want_size ? "truncated" : "trailing bytes");
     }
+    return fd;
+}
+
+int ckpt_read(const char *path, struct ckpt_meta *meta, float *params, float *m, float *v,
+              size_t n, herr *e)
+{
+    uint32_t want_crc;
+    int fd = open_checked(path, meta, &want_crc, e);
+    if (fd < 0)
+        return -1;
+    if (meta->nparams != n) {
+        close(fd);
+        return herr_config(e, "checkpoint %s: holds %" PRIu64 " parameters but the stage has %zu",
+                           path, meta->nparams, n);
+    }
+    size_t bytes = n * sizeof(float);
     float *scratch = NULL;
     if (meta->has_moments && (!m || !v)) { /* still read them for the CRC */
         scratch = malloc(bytes ? bytes : 1);
@@ -471,7 +481,7 @@ int ckpt_read(const char *path, struct ckpt_meta *meta, float *params, float *m,
     int parts = meta->has_moments ? 3 : 1;
     uint32_t crc = (uint32_t)crc32(0, Z_NULL, 0);
     for (int i = 0; i < parts; i++) {
-        rc = read_all(fd, dst[i], bytes, HDR_BYTES + (off_t)bytes * i);
+        int rc = read_all(fd, dst[i], bytes, HDR_BYTES + (off_t)bytes * i);
         if (rc != 0) {
             int err = errno;
             free(scratch);
@@ -548,33 +558,12 @@ int ckpt_list(const char *dir, struct ckpt_file **files, int *n, herr *e)
 int ckpt_read_ranges(const char *path, struct ckpt_meta *meta, const struct ckpt_range *r, int nr,
                      float *params, float *m, float *v, herr *e)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return herr_config(e, "checkpoint %s: cannot open: %s", path, strerror(errno));
-    unsigned char h[HDR_BYTES];
     uint32_t want_crc;
-    struct stat st;
-    int rc = read_all(fd, h, sizeof h, 0);
-    if (rc != 0) {
-        int err = errno;
-        close(fd);
-        return rc < 0 ? herr_config(e, "checkpoint %s: cannot read: %s", path, strerror(err))
-                      : herr_config(e, "checkpoint %s: truncated header (shorter than %d bytes)",
-                                    path, HDR_BYTES);
-    }
-    if (decode_header(path, h, meta, &want_crc, e) < 0 || fstat(fd, &st) < 0) {
-        close(fd);
+    int fd = open_checked(path, meta, &want_crc, e);
+    if (fd < 0)
         return -1;
-    }
     uint64_t n = meta->nparams;
     int parts = meta->has_moments ? 3 : 1;
-    uint64_t want_size = HDR_BYTES + n * sizeof(float) * (uint64_t)parts;
-    if ((uint64_t)st.st_size != want_size) {
-        close(fd);
-        return herr_config(e, "checkpoint %s: %lld bytes but the header describes %" PRIu64
-                           " (%s)", path, (long long)st.st_size, want_size,
-                           (uint64_t)st.st_size < want_size ? "truncated" : "trailing bytes");
-    }
     for (int i = 0; i < nr; i++)
         if (r[i].src > n || r[i].n > n - r[i].src) {
             close(fd);
@@ -591,7 +580,7 @@ int ckpt_read_ranges(const char *path, struct ckpt_meta *meta, const struct ckpt
     }
     float *dst[3] = {params, m && v ? m : NULL, m && v ? v : NULL};
     uint32_t crc = (uint32_t)crc32(0, Z_NULL, 0);
-    rc = 0;
+    int rc = 0;
     for (int p = 0; p < parts && rc == 0; p++) {
         for (uint64_t at = 0; at < n && rc == 0; at += cap) {
             size_t k = n - at < cap ? (size_t)(n - at) : cap;

@@ -6,19 +6,13 @@
 
 void planner_job_from_spec(const struct tj_spec *s, struct plan_job *out)
 {
-    plan_job_init(out);
-    out->model = s->model;
-    out->tensor = s->par.tensor;
-    out->pipeline = s->par.pipeline; /* TJ_AUTO == 0 == auto */
-    out->data = s->par.data;
-    out->micro_batches = s->par.micro_batches;
-    out->micro_batch_size = s->par.micro_batch_size;
-    out->token_slices = s->par.token_slices;
-    out->schedule = s->par.schedule;
-    out->precision = s->training.precision;
-    out->pipeline_dtype = s->par.pipeline_dtype;
-    out->param_gather_dtype = s->par.param_gather_dtype;
-    out->policy = s->placement.policy;
+    const struct tj_parallelism *par = &s->par; /* pipeline, data: TJ_AUTO == 0 == auto */
+    *out = (struct plan_job){
+        .model = s->model, .tensor = par->tensor, .pipeline = par->pipeline, .data = par->data,
+        .micro_batches = par->micro_batches, .micro_batch_size = par->micro_batch_size,
+        .token_slices = par->token_slices, .schedule = par->schedule,
+        .precision = s->training.precision, .pipeline_dtype = par->pipeline_dtype,
+        .param_gather_dtype = par->param_gather_dtype, .policy = s->placement.policy};
 }
 
 int planner_apply_spec(const struct tj_spec *s, struct plan_worker *workers, int n_workers,
