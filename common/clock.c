@@ -22,3 +22,16 @@ void clock_sleep_s(double s)
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }
+
+struct timespec clock_deadline(clockid_t id, double s)
+{
+    struct timespec dl;
+    clock_gettime(id, &dl);
+    dl.tv_sec += (time_t)s;
+    dl.tv_nsec += (long)((s - (double)(time_t)s) * 1e9);
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    return dl;
+}

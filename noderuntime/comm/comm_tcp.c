@@ -527,17 +527,6 @@ static void post_cancel(struct tcp_conn *k, struct tcp_post *p)
     pthread_mutex_unlock(&k->mu);
 }
 
-static void deadline_in(struct timespec *dl, double s)
-{
-    clock_gettime(CLOCK_MONOTONIC, dl);
-    dl->tv_sec += (time_t)s;
-    dl->tv_nsec += (long)((s - (double)(time_t)s) * 1e9);
-    if (dl->tv_nsec >= 1000000000L) {
-        dl->tv_sec++;
-        dl->tv_nsec -= 1000000000L;
-    }
-}
-
 /* Waits until p holds at least `need` bytes (need >= p->len: until the whole message is in).
  * The timeout runs from the last progress, so a long message on a slow link does not time out
  * while data keeps arriving. */
@@ -546,8 +535,7 @@ static int post_wait(struct tcp_comm *c, int peer, struct tcp_post *p, size_t ne
 {
     struct tcp_conn *k = &c->conns[peer];
     int me = c->world_ranks[c->index], them = c->world_ranks[peer], rc = 0;
-    struct timespec dl;
-    deadline_in(&dl, c->timeout_s);
+    struct timespec dl = clock_deadline(CLOCK_MONOTONIC, c->timeout_s);
     pthread_mutex_lock(&k->mu);
     size_t seen = p->filled;
     for (;;) {
@@ -566,7 +554,7 @@ static int post_wait(struct tcp_comm *c, int peer, struct tcp_post *p, size_t ne
         if (pthread_cond_timedwait(&k->cv, &k->mu, &dl) == ETIMEDOUT) {
             if (p->filled != seen) {
                 seen = p->filled;
-                deadline_in(&dl, c->timeout_s);
+                dl = clock_deadline(CLOCK_MONOTONIC, c->timeout_s);
                 continue;
             }
             rc = herr_peer(e, "group %s: rank %d timed out after %g s waiting for rank %d during %s",

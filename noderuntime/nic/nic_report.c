@@ -45,18 +45,15 @@ void nic_report_free(struct nic_report *r)
 
 void nic_report_warn(struct nic_report *r, const char *fmt, ...)
 {
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
     char **w = realloc(r->warnings, (size_t)(r->nwarnings + 1) * sizeof *w);
     if (!w)
         return;
     r->warnings = w;
-    char *copy = strdup(buf);
-    if (copy)
-        w[r->nwarnings++] = copy;
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&w[r->nwarnings], fmt, ap) >= 0)
+        r->nwarnings++;
+    va_end(ap);
 }
 
 /* Grows *arr by one zeroed element of `size` bytes; returns it, or NULL on OOM. */

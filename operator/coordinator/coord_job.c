@@ -118,6 +118,22 @@ static void job_fail_now(struct job *j, const char *why)
     co_job_broadcast_stop(j, 0, reason);
 }
 
+/* Every worker stops at the next step boundary, checkpointing there, and the gang then
+ * ("restarts in place from there", "re-plans") in a new round; not charged against
+ * maxRestarts. */
+static void stop_at_checkpoint(struct job *j, const char *why, const char *then)
+{
+    j->fail_deadline = 0;
+    j->fail_rank = FAIL_NONE;
+    co_job_broadcast_stop(j, 1, why);
+    j->attempt++;
+    job_reset_round(j);
+    char reason[900];
+    snprintf(reason, sizeof reason, "%.700s; every worker checkpoints at the next step boundary "
+             "and the gang %s (not counted against maxRestarts)", why, then);
+    co_set_state(j, COORD_RESTARTING, reason);
+}
+
 /* A worker received SIGTERM (eviction, drain, preemption) and checkpoints at the next step
  * boundary: every worker stops there too and the gang restarts in place from that checkpoint.
  * Not a fault of the job: maxRestarts is not charged. */
@@ -125,15 +141,7 @@ void co_job_preempted(struct job *j, const char *why)
 {
     if (j->state != COORD_RENDEZVOUS && j->state != COORD_RUNNING)
         return;
-    j->fail_deadline = 0;
-    j->fail_rank = FAIL_NONE;
-    co_job_broadcast_stop(j, 1, why);
-    j->attempt++;
-    job_reset_round(j);
-    char reason[800];
-    snprintf(reason, sizeof reason, "%.600s; every worker checkpoints at the next step boundary and "
-             "the gang restarts in place from there (not counted against maxRestarts)", why);
-    co_set_state(j, COORD_RESTARTING, reason);
+    stop_at_checkpoint(j, why, "restarts in place from there");
     admit_deferred(j);
 }
 
@@ -349,15 +357,7 @@ void co_job_forget_plan(struct job *j)
  * gathers again (not charged against maxRestarts): the way to a new plan while it trains. */
 static void replan_running(struct job *j, const char *why)
 {
-    j->fail_deadline = 0;
-    j->fail_rank = FAIL_NONE;
-    co_job_broadcast_stop(j, 1, why);
-    j->attempt++;
-    job_reset_round(j);
-    char reason[900];
-    snprintf(reason, sizeof reason, "%.700s; every worker checkpoints at the next step boundary "
-             "and the gang re-plans (not counted against maxRestarts)", why);
-    co_set_state(j, COORD_RESTARTING, reason);
+    stop_at_checkpoint(j, why, "re-plans");
 }
 
 int co_job_lose(struct job *j, int index, const char *why, herr *e)

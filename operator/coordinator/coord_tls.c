@@ -68,27 +68,20 @@ int coord_tls_same(const struct coord_tls *a, const struct coord_tls *b)
 
 /* ---- PEM in and out */
 
-static X509 *pem_cert(const char *pem)
+/* The first certificate (key 0) or private key (key 1) of a PEM text; NULL when it holds none. */
+static void *pem_read(const char *pem, int key)
 {
-    if (!pem)
-        return NULL;
-    BIO *b = BIO_new_mem_buf(pem, -1);
-    X509 *x = b ? PEM_read_bio_X509(b, NULL, NULL, NULL) : NULL;
+    BIO *b = pem ? BIO_new_mem_buf(pem, -1) : NULL;
+    void *x = !b  ? NULL
+              : key ? (void *)PEM_read_bio_PrivateKey(b, NULL, NULL, NULL)
+                    : (void *)PEM_read_bio_X509(b, NULL, NULL, NULL);
     BIO_free(b);
     ERR_clear_error();
     return x;
 }
 
-static EVP_PKEY *pem_key(const char *pem)
-{
-    if (!pem)
-        return NULL;
-    BIO *b = BIO_new_mem_buf(pem, -1);
-    EVP_PKEY *k = b ? PEM_read_bio_PrivateKey(b, NULL, NULL, NULL) : NULL;
-    BIO_free(b);
-    ERR_clear_error();
-    return k;
-}
+static X509 *pem_cert(const char *pem) { return pem_read(pem, 0); }
+static EVP_PKEY *pem_key(const char *pem) { return pem_read(pem, 1); }
 
 /* The BIO's contents as a new string. */
 static char *bio_string(BIO *b)

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "kube_map.h"
 #include "log.h"
 
@@ -436,14 +437,7 @@ void kube_informer_free(struct kube_informer *inf)
 
 int kube_informer_wait_synced(struct kube_informer *inf, int timeout_ms)
 {
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += timeout_ms / 1000;
-    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (dl.tv_nsec >= 1000000000L) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000L;
-    }
+    struct timespec dl = clock_deadline(CLOCK_REALTIME, timeout_ms / 1000.0);
     pthread_mutex_lock(&inf->sync_lock);
     int rc = 0;
     while (!inf->synced && rc != ETIMEDOUT)

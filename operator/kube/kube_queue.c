@@ -92,12 +92,11 @@ static void maybe_gc(struct kube_queue *q, const char *key, struct key_state *s)
 
 static int push(struct kube_queue *q, const char *key)
 {
-    size_t len = strlen(key);
-    struct node *n = malloc(sizeof *n + len + 1);
+    size_t size = strlen(key) + 1;
+    struct node *n = calloc(1, sizeof *n + size); /* next: NULL */
     if (!n)
         return -1;
-    memcpy(n->key, key, len + 1);
-    n->next = NULL;
+    memcpy(n->key, key, size);
     if (q->tail)
         q->tail->next = n;
     else

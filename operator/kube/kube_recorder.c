@@ -133,17 +133,15 @@ struct kube_recorder *kube_recorder_new(struct kube_client *kc,
                                         const struct kube_event_correlator_opts *o, herr *e)
 {
     struct kube_recorder *r = calloc(1, sizeof *r);
-    if (!r) {
+    struct kube_event_correlator *corr = kube_event_correlator_new(o);
+    if (!r || !corr) {
+        free(r);
+        kube_event_correlator_free(corr);
         herr_set(e, "event recorder: out of memory");
         return NULL;
     }
     r->kc = kc;
-    r->corr = kube_event_correlator_new(o);
-    if (!r->corr) {
-        free(r);
-        herr_set(e, "event recorder: out of memory");
-        return NULL;
-    }
+    r->corr = corr;
     pthread_mutex_init(&r->send_lock, NULL);
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->more, NULL);
@@ -201,14 +199,7 @@ int kube_recorder_emit(struct kube_recorder *r, cJSON *ev)
 
 int kube_recorder_flush(struct kube_recorder *r, int timeout_ms)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = clock_deadline(CLOCK_REALTIME, timeout_ms / 1000.0);
     int rc = 0;
     pthread_mutex_lock(&r->lock);
     while ((r->len > 0 || r->busy) && rc == 0)
