@@ -13,13 +13,8 @@
 void group_spec(struct tcp_group_spec *s, const char *name, uint32_t id, int n, int rank,
                 const struct tcp_endpoint *eps, double timeout_s)
 {
-    memset(s, 0, sizeof *s);
-    s->name = name;
-    s->group_id = id;
-    s->size = n;
-    s->index = rank;
-    s->endpoints = eps;
-    s->timeout_s = timeout_s;
+    *s = (struct tcp_group_spec){.name = name, .group_id = id, .size = n, .index = rank,
+                                 .endpoints = eps, .timeout_s = timeout_s};
 }
 
 int run_group(int n, group_fn fn, void *arg, int skip_rank, double limit_s)

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "fs_testutil.h"
 #include "test.h"
 
 static char dir[64];
@@ -213,16 +214,8 @@ static void test_llmc(void)
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/holmes-ck.XXXXXX");
-    if (!mkdtemp(dir)) {
-        TEST_FAIL("setup", "mkdtemp");
-        TEST_MAIN_END();
-    }
-    test_roundtrip_and_keep();
-    test_llmc();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        printf("could not remove %s\n", dir);
+    if (test_in_tmpdir(dir, sizeof dir, "ck",
+                       (void (*const[])(void)){test_roundtrip_and_keep, test_llmc, NULL}))
+        return 1;
     TEST_MAIN_END();
 }

@@ -7,6 +7,7 @@
 
 #include "checkpoint.h"
 #include "ckpt_layout.h"
+#include "fs_testutil.h"
 #include "test.h"
 
 static char dir[64];
@@ -226,17 +227,9 @@ int main(void)
 {
     herr e;
     gpt_config_check(&cfg, &e);
-    snprintf(dir, sizeof dir, "/tmp/holmes-cl.XXXXXX");
-    if (!mkdtemp(dir)) {
-        TEST_FAIL("setup", "mkdtemp");
-        TEST_MAIN_END();
-    }
-    test_layout_is_the_engines();
-    test_across_plans();
-    test_prune();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        printf("could not remove %s\n", dir);
+    if (test_in_tmpdir(dir, sizeof dir, "cl",
+                       (void (*const[])(void)){test_layout_is_the_engines, test_across_plans,
+                                               test_prune, NULL}))
+        return 1;
     TEST_MAIN_END();
 }

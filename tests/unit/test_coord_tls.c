@@ -4,6 +4,7 @@
  * certificate, a worker with a wrong token is refused and the job goes on; a renewed certificate
  * is served to new connections; the checks that decide a renewal (expiry, names, key, issuer);
  * the Secret's data read back. */
+#include "fs_testutil.h"
 #include "test.h"
 #include "coord_testutil.h"
 
@@ -37,15 +38,6 @@ static void on_hello(void *user, const struct coord_worker *w)
 {
     (void)w;
     ((struct server *)user)->hellos++;
-}
-
-static int write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return -1;
-    int ok = fputs(text, f) >= 0;
-    return fclose(f) == 0 && ok ? 0 : -1;
 }
 
 static void hello_of(struct proto_hello *h, int worker, const char *token)
@@ -171,8 +163,8 @@ int main(void)
     struct coord_tls w2 = {0};
     coord_tls_copy(&w2, &t);
     made = made && coord_tls_issue(&w2, &other, NULL, 0, &e) == 0;
-    made = made && write_file(ca_path, t.ca_crt) == 0 && write_file(ca2_path, t2.ca_crt) == 0 &&
-           write_file(cert_path, t.tls_crt) == 0 && write_file(key_path, t.tls_key) == 0;
+    made = made && test_write_file(ca_path, t.ca_crt) == 0 && test_write_file(ca2_path, t2.ca_crt) == 0 &&
+           test_write_file(cert_path, t.tls_crt) == 0 && test_write_file(key_path, t.tls_key) == 0;
     CHECK("CAs and certificates made", made);
     if (!made) {
         printf("# %s\n", e.msg);

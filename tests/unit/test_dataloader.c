@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "dataloader.h"
+#include "fs_testutil.h"
 #include "test.h"
 
 static char dir[64];
@@ -278,19 +279,9 @@ static void test_bad(void)
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/holmes-dl.XXXXXX");
-    if (!mkdtemp(dir)) {
-        TEST_FAIL("setup", "mkdtemp");
-        TEST_MAIN_END();
-    }
-    test_shards();
-    test_coverage();
-    test_replan_same_samples();
-    test_text();
-    test_bad();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        printf("could not remove %s\n", dir);
+    if (test_in_tmpdir(dir, sizeof dir, "dl",
+                       (void (*const[])(void)){test_shards, test_coverage, test_replan_same_samples,
+                                               test_text, test_bad, NULL}))
+        return 1;
     TEST_MAIN_END();
 }

@@ -4,6 +4,7 @@
  * token in no answer. The TLS keeper (tls_keeper.h): the Secret made once and shared by two
  * replicas, a broken certificate renewed with the same CA; files read again when they change.
  * The HTTPS listener (http_server.h) with the keeper's certificate, and the renewed one. */
+#include "fs_testutil.h"
 #include "test.h"
 
 #include <curl/curl.h>
@@ -87,15 +88,6 @@ static void test_auth(struct fakeapi *f, struct kube_client *kc)
     cJSON_Delete(who);
     cJSON_Delete(bob);
     http_auth_free(a);
-}
-
-static int write_file(const char *path, const char *text)
-{
-    FILE *fp = fopen(path, "w");
-    if (!fp)
-        return -1;
-    int ok = fputs(text, fp) >= 0;
-    return fclose(fp) == 0 && ok ? 0 : -1;
 }
 
 static const char *const NAMES[] = {"IP:127.0.0.1", "localhost"};
@@ -201,8 +193,8 @@ static void test_https_files(void)
     struct coord_tls a = {0}, b = {0};
     herr e = {0};
     int ok = coord_tls_issue(&a, &names, NULL, 1, &e) == 0 && coord_tls_issue(&b, &names, NULL, 1, &e) == 0 &&
-             write_file(crt, a.tls_crt) == 0 && write_file(key, a.tls_key) == 0 &&
-             write_file(ca, a.ca_crt) == 0 && write_file(ca2, b.ca_crt) == 0;
+             test_write_file(crt, a.tls_crt) == 0 && test_write_file(key, a.tls_key) == 0 &&
+             test_write_file(ca, a.ca_crt) == 0 && test_write_file(ca2, b.ca_crt) == 0;
     CHECK("certificates written as cert-manager's mounted Secret would be", ok);
     struct tls_keeper_opts o = {.cert_file = crt, .key_file = key, .ca_file = ca, .interval_s = 0.2};
     struct tls_keeper *k = ok ? tls_keeper_start(&o, &e) : NULL;
@@ -221,9 +213,9 @@ static void test_https_files(void)
         snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", http_server_port(s));
         CHECK("plain HTTP gets no answer", get(url, NULL, NULL, body) == 0);
         /* cert-manager renews: new files (another CA here, to tell them apart) */
-        write_file(key, b.tls_key);
-        write_file(crt, b.tls_crt);
-        write_file(ca, b.ca_crt);
+        test_write_file(key, b.tls_key);
+        test_write_file(crt, b.tls_crt);
+        test_write_file(ca, b.ca_crt);
         snprintf(url, sizeof url, "https://localhost:%d/metrics", http_server_port(s));
         int renewed = 0;
         for (int i = 0; i < 100 && !renewed; i++) {

@@ -1,4 +1,5 @@
 /* Offline parts of the Kubernetes client: map, JSON stream splitter, work queue, kubeconfig. */
+#include "fs_testutil.h"
 #include "test.h"
 
 #include <stdlib.h>
@@ -160,15 +161,6 @@ static void test_queue(void)
     kube_queue_free(q);
 }
 
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
-}
-
 static void test_config(void)
 {
     char dir[] = "/tmp/holmes-kcfg.XXXXXX";
@@ -179,7 +171,7 @@ static void test_config(void)
     char p[128];
     snprintf(p, sizeof p, "%s/config", dir);
     /* "LS0tLS1CRUdJTg==" is base64 of "-----BEGIN" */
-    write_file(p, "apiVersion: v1\ncurrent-context: a\n"
+    test_write_file(p, "apiVersion: v1\ncurrent-context: a\n"
                   "clusters:\n- name: c1\n  cluster:\n    server: https://10.0.0.1:6443/\n"
                   "    certificate-authority-data: LS0tLS1CRUdJTg==\n"
                   "- name: c2\n  cluster: {server: https://k2:443, insecure-skip-tls-verify: true}\n"
@@ -220,9 +212,9 @@ static void test_config(void)
     /* In-cluster, with token rotation. */
     char sa[160];
     snprintf(sa, sizeof sa, "%s/token", dir);
-    write_file(sa, "first\n");
+    test_write_file(sa, "first\n");
     snprintf(sa, sizeof sa, "%s/namespace", dir);
-    write_file(sa, "holmes-system");
+    test_write_file(sa, "holmes-system");
     setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1", 1);
     setenv("KUBERNETES_SERVICE_PORT", "443", 1);
     rc = kube_config_in_cluster(&c, dir, &e);
@@ -235,7 +227,7 @@ static void test_config(void)
         CHECK_STR("in-cluster token", tok, "first");
         usleep(20000);
         snprintf(sa, sizeof sa, "%s/token", dir);
-        write_file(sa, "second-rotated\n");
+        test_write_file(sa, "second-rotated\n");
         kube_config_token(&c, tok, sizeof tok);
         CHECK_STR("in-cluster token re-read after rotation", tok, "second-rotated");
         kube_config_free(&c);

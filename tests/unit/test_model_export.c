@@ -11,6 +11,7 @@
 #include "checkpoint.h"
 #include "ckpt_layout.h"
 #include "model_export.h"
+#include "fs_testutil.h"
 #include "test.h"
 
 static char dir[64];
@@ -223,13 +224,9 @@ static void test_refused(void)
     free(p);
 }
 
-int main(void)
+/* The llm.c file written, read back and out as safetensors; what is refused. */
+static void run_all(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/holmes-export.XXXXXX");
-    if (!mkdtemp(dir)) {
-        TEST_FAIL("setup", "mkdtemp");
-        TEST_MAIN_END();
-    }
     char orig[128];
     snprintf(orig, sizeof orig, "%s/orig.bin", dir);
     write_llmc(orig);
@@ -239,9 +236,11 @@ int main(void)
         test_safetensors(params);
     free(params);
     test_refused();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        printf("could not remove %s\n", dir);
+}
+
+int main(void)
+{
+    if (test_in_tmpdir(dir, sizeof dir, "export", (void (*const[])(void)){run_all, NULL}))
+        return 1;
     TEST_MAIN_END();
 }

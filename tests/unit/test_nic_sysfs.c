@@ -1,4 +1,5 @@
 /* sysfs attribute reading, directory listing order, PCI placement and `ip -o addr` parsing. */
+#include "fs_testutil.h"
 #include "test.h"
 
 #include <stdlib.h>
@@ -9,7 +10,7 @@
 #include "nic_addrs.h"
 #include "nic_sysfs.h"
 
-static char dir[] = "/tmp/holmes-nic-sysfs-XXXXXX";
+static char dir[64];
 
 static void put(const char *rel, const char *text)
 {
@@ -114,16 +115,7 @@ static void ip_lines(void)
 
 int main(void)
 {
-    if (!mkdtemp(dir)) {
-        TEST_FAIL("mkdtemp", "%s", dir);
-        TEST_MAIN_END();
-    }
-    files();
-    pci();
-    ip_lines();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        printf("note: could not remove %s\n", dir);
+    if (test_in_tmpdir(dir, sizeof dir, "nic-sysfs", (void (*const[])(void)){files, pci, ip_lines, NULL}))
+        return 1;
     TEST_MAIN_END();
 }
