@@ -147,3 +147,20 @@ struct kube_client *fakeapi_start_client(struct fakeapi *f, struct kube_config *
     }
     return kc;
 }
+
+int fakeapi_run(void (*fn)(struct fakeapi *f, struct kube_client *kc))
+{
+    struct fakeapi f;
+    herr e = {0};
+    struct kube_config cfg;
+    struct kube_client *kc = fakeapi_start_client(&f, &cfg, NULL, &e);
+    if (!kc) {
+        printf("FAIL a client of the fake API server: %s\n", e.msg);
+        return -1;
+    }
+    fn(&f, kc);
+    kube_client_free(kc);
+    kube_config_free(&cfg);
+    fakeapi_stop(&f);
+    return 0;
+}

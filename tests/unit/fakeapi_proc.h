@@ -24,6 +24,9 @@ void fakeapi_stop(struct fakeapi *f);
  * or NULL with `e` saying which part failed (the server is then stopped). */
 struct kube_client *fakeapi_start_client(struct fakeapi *f, struct kube_config *cfg,
                                          const struct kube_client_opts *o, herr *e);
+/* Starts the server and a client of it (default options), runs fn(f, kc) and stops both. 0, or
+ * -1 with a FAIL line when they could not start. */
+int fakeapi_run(void (*fn)(struct fakeapi *f, struct kube_client *kc));
 /* POSTs a JSON body to a /_fake/ control path; returns the HTTP status or -1. The answer
  * goes to out (NUL-terminated, truncated to n) when out is non-NULL. */
 int fakeapi_control(struct fakeapi *f, const char *method, const char *path, const char *body,

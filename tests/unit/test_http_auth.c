@@ -240,21 +240,16 @@ static void test_https_files(void)
     rmdir(dir);
 }
 
+static void with_api(struct fakeapi *f, struct kube_client *kc)
+{
+    test_auth(f, kc);
+    test_keeper_secret(kc);
+}
+
 int main(void)
 {
     test_https_files();
-    struct fakeapi f;
-    herr e = {0};
-    struct kube_config cfg;
-    struct kube_client *kc = fakeapi_start_client(&f, &cfg, NULL, &e);
-    if (!kc) {
-        TEST_FAIL("a client of the fake API server", "%s", e.msg);
-        TEST_MAIN_END();
-    }
-    test_auth(&f, kc);
-    test_keeper_secret(kc);
-    kube_client_free(kc);
-    kube_config_free(&cfg);
-    fakeapi_stop(&f);
+    if (fakeapi_run(with_api))
+        return 1;
     TEST_MAIN_END();
 }

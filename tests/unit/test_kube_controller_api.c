@@ -32,16 +32,10 @@ static const char *str(const cJSON *o, const char *a, const char *b)
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-int main(void)
+/* The controller on the fake API server, and the calls the coordinator makes of it. */
+static void with_api(struct fakeapi *f, struct kube_client *kc)
 {
-    struct fakeapi f;
     herr e = {0};
-    struct kube_config cfg;
-    struct kube_client *kc = fakeapi_start_client(&f, &cfg, NULL, &e);
-    if (!kc) {
-        TEST_FAIL("a client of the fake API server", "%s", e.msg);
-        TEST_MAIN_END();
-    }
     struct controller_opts o = {.namespace = "ml", .coordinator_url = "ws://coord:8443",
                                 .default_image = "holmes-node:t"};
     struct controller *c = controller_new(kc, &o, &e);
@@ -96,7 +90,7 @@ int main(void)
     cJSON_Delete(pod);
 
     /* Play kubelet: all pods running and ready -> Discovering. */
-    fakeapi_control(&f, "POST", "/_fake/kubelet",
+    fakeapi_control(f, "POST", "/_fake/kubelet",
                     "{\"namespace\":\"ml\",\"selector\":\"holmes.dev/job=gpt\",\"phase\":\"Running\",\"ready\":true}",
                     NULL, 0);
     int discovering = 0;
@@ -170,8 +164,11 @@ int main(void)
     cJSON_Delete(job);
 
     controller_free(c);
-    kube_client_free(kc);
-    kube_config_free(&cfg);
-    fakeapi_stop(&f);
+}
+
+int main(void)
+{
+    if (fakeapi_run(with_api))
+        return 1;
     TEST_MAIN_END();
 }

@@ -195,7 +195,7 @@ static int events_on_server(struct kube_client *kc, const char *reason, int *cou
     return found;
 }
 
-static void test_recorder(struct kube_client *kc)
+static void test_recorder(struct fakeapi *f, struct kube_client *kc)
 {
     herr e;
     struct kube_recorder *r = kube_recorder_new(kc, NULL, &e);
@@ -250,17 +250,7 @@ static void test_recorder(struct kube_client *kc)
 int main(void)
 {
     test_correlator();
-    struct fakeapi f;
-    herr e = {0};
-    struct kube_config cfg;
-    struct kube_client *kc = fakeapi_start_client(&f, &cfg, NULL, &e);
-    if (!kc) {
-        TEST_FAIL("a client of the fake API server", "%s", e.msg);
-        TEST_MAIN_END();
-    }
-    test_recorder(kc);
-    kube_client_free(kc);
-    kube_config_free(&cfg);
-    fakeapi_stop(&f);
+    if (fakeapi_run(test_recorder))
+        return 1;
     TEST_MAIN_END();
 }
