@@ -1,6 +1,8 @@
 #include "coord_testutil.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static void *serve(void *arg)
@@ -39,4 +41,71 @@ int coord_test_assign(struct plan_assignment *a, int rank, int peer)
     a->peers[0] = peer;
     a->npeers = 1;
     return 0;
+}
+
+int coord_thread_serve(struct coord_thread *t, int port, const struct coord_job_spec *js)
+{
+    struct coord_options o = {.bind = "127.0.0.1", .port = port};
+    herr e = {0};
+    t->c = NULL;
+    for (int tries = 0; tries < 50; tries++) { /* the old socket may linger briefly */
+        if (coord_create(&t->c, &o, &e) == 0)
+            break;
+        usleep(100000);
+    }
+    if (!t->c) {
+        printf("# coord_create: %s\n", e.msg);
+        return -1;
+    }
+    if (coord_add_job(t->c, js, &e)) {
+        printf("# coord_add_job: %s\n", e.msg);
+        return -1;
+    }
+    return coord_thread_start(t);
+}
+
+enum coord_job_state coord_thread_job_state(struct coord_thread *t, const char *job)
+{
+    enum coord_job_state st = COORD_FAILED;
+    pthread_mutex_lock(&t->mu);
+    coord_job_state(t->c, job, &st);
+    pthread_mutex_unlock(&t->mu);
+    return st;
+}
+
+int coord_thread_wait_state(struct coord_thread *t, const char *job, enum coord_job_state want)
+{
+    for (int i = 0; i < 500; i++) {
+        if (coord_thread_job_state(t, job) == want)
+            return 1;
+        usleep(10000);
+    }
+    return 0;
+}
+
+struct coord_client *coord_test_connect(struct coord_thread *t)
+{
+    char url[64];
+    snprintf(url, sizeof url, "ws://127.0.0.1:%d/", coord_port(t->c));
+    struct coord_client *cl = NULL;
+    herr e = {0};
+    if (coord_client_create(&cl, url, &e) || coord_client_connect(cl, 5000, &e)) {
+        printf("# connect: %s\n", e.msg);
+        coord_client_destroy(cl);
+        return NULL;
+    }
+    return cl;
+}
+
+int coord_test_send(struct coord_client *cl, char *text)
+{
+    int rc = coord_client_send(cl, text);
+    coord_client_flush(cl, 2000);
+    return rc;
+}
+
+void coord_test_record_event(char *events, size_t cap, enum coord_job_state st, const char *msg)
+{
+    size_t u = strlen(events);
+    snprintf(events + u, cap - u, "[%s] %s\n", coord_state_name(st), msg);
 }

@@ -1,9 +1,13 @@
-/* A coordinator served on a thread of its own, for tests that drive it from clients. */
+/* A coordinator served on a thread of its own, for tests that drive it from clients, and what
+ * those tests share: the job's state, clients connected and sending, events recorded. */
 #ifndef HOLMES_COORD_TESTUTIL_H
 #define HOLMES_COORD_TESTUTIL_H
 
 #include <pthread.h>
 
+#include <stddef.h>
+
+#include "coord_client.h"
 #include "coordinator.h"
 #include "plan_doc.h"
 
@@ -18,6 +22,21 @@ struct coord_thread {
 int coord_thread_start(struct coord_thread *t);
 /* Stops serving, joins the thread and destroys the coordinator (t->c = NULL). */
 void coord_thread_stop(struct coord_thread *t);
+
+/* Makes t->c on 127.0.0.1:port (0: a free port; one still held by a coordinator just stopped
+ * is waited for, up to 5 s), adds the job js and serves it (coord_thread_start). t->mu must be
+ * initialised. 0, or -1 said on a "#" line. */
+int coord_thread_serve(struct coord_thread *t, int port, const struct coord_job_spec *js);
+/* The job's state, read under t->mu (COORD_FAILED when the job is unknown). */
+enum coord_job_state coord_thread_job_state(struct coord_thread *t, const char *job);
+/* Waits (5 s at most) for the job to reach want: 1 when it did. */
+int coord_thread_wait_state(struct coord_thread *t, const char *job, enum coord_job_state want);
+/* A client connected to t's coordinator, or NULL (said on a "#" line). */
+struct coord_client *coord_test_connect(struct coord_thread *t);
+/* Sends text (taken) and flushes: a client only talks while it is serviced. */
+int coord_test_send(struct coord_client *cl, char *text);
+/* Appends "[STATE] msg" and a newline to events (of cap bytes), as the tests' on_event hooks do. */
+void coord_test_record_event(char *events, size_t cap, enum coord_job_state st, const char *msg);
 
 /* A plan hook's assignment: first rank `rank` and, when peer >= 0, the one rank whose endpoint
  * its start lists. 0, or -1 out of memory. */

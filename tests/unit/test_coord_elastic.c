@@ -47,8 +47,7 @@ static int plan(void *user, const struct coord_worker *w, int n, struct plan_ass
 static void hk_event(void *user, enum coord_job_state st, const char *msg)
 {
     struct server *s = user;
-    size_t u = strlen(s->events);
-    snprintf(s->events + u, sizeof s->events - u, "[%s] %s\n", coord_state_name(st), msg);
+    coord_test_record_event(s->events, sizeof s->events, st, msg);
 }
 
 static void hk_elastic(void *user, const struct coord_worker *w, int lost, const char *why)
@@ -67,10 +66,6 @@ static int server_start(struct server *s, const char *job, int min_workers, int 
 {
     memset(s, 0, sizeof *s);
     pthread_mutex_init(&s->ct.mu, NULL);
-    struct coord_options o = {.bind = "127.0.0.1", .port = 0};
-    herr e = {0};
-    if (coord_create(&s->ct.c, &o, &e))
-        return -1;
     struct coord_job_spec js = {
         .name = job, .token = TOKEN, .workers = 4, .pods = pods, .gang_timeout_ms = 60000,
         .max_restarts = 5, .total_steps = 100, .progress_interval_ms = 1,
@@ -78,56 +73,13 @@ static int server_start(struct server *s, const char *job, int min_workers, int 
         .hooks = {.plan = plan, .on_event = hk_event, .on_elastic = hk_elastic},
         .user = s,
     };
-    if (coord_add_job(s->ct.c, &js, &e)) {
-        printf("# coord_add_job: %s\n", e.msg);
-        return -1;
-    }
-    return coord_thread_start(&s->ct);
+    return coord_thread_serve(&s->ct, 0, &js);
 }
 
 static void server_stop(struct server *s)
 {
     coord_thread_stop(&s->ct);
     pthread_mutex_destroy(&s->ct.mu);
-}
-
-static enum coord_job_state job_state(struct server *s, const char *job)
-{
-    enum coord_job_state st = COORD_FAILED;
-    pthread_mutex_lock(&s->ct.mu);
-    coord_job_state(s->ct.c, job, &st);
-    pthread_mutex_unlock(&s->ct.mu);
-    return st;
-}
-
-static int wait_state(struct server *s, const char *job, enum coord_job_state want)
-{
-    for (int i = 0; i < 500; i++) {
-        if (job_state(s, job) == want)
-            return 1;
-        usleep(10000);
-    }
-    return 0;
-}
-
-static int tsend(struct coord_client *cl, char *text)
-{
-    int rc = coord_client_send(cl, text);
-    coord_client_flush(cl, 2000);
-    return rc;
-}
-
-static struct coord_client *connect_to(struct server *s)
-{
-    char url[64];
-    snprintf(url, sizeof url, "ws://127.0.0.1:%d/", coord_port(s->ct.c));
-    struct coord_client *cl = NULL;
-    herr e = {0};
-    if (coord_client_create(&cl, url, &e) || coord_client_connect(cl, 5000, &e)) {
-        coord_client_destroy(cl);
-        return NULL;
-    }
-    return cl;
 }
 
 static int hello(struct coord_client *cl, const char *job, int idx)
@@ -142,7 +94,7 @@ static int hello(struct coord_client *cl, const char *job, int idx)
     snprintf(h.nic.fabric, sizeof h.nic.fabric, "eth");
     h.nic.gbps = 10;
     h.nic.gid_index = -1;
-    return tsend(cl, proto_hello_encode(&h, NULL));
+    return coord_test_send(cl, proto_hello_encode(&h, NULL));
 }
 
 static int expect(struct coord_client *cl, enum proto_type want, struct proto_msg *m)
@@ -176,7 +128,7 @@ static int assign_and_start(struct coord_client **cl, const int *idx, int n, int
     for (int i = 0; i < n; i++) {
         char ep[64];
         snprintf(ep, sizeof ep, "127.0.0.1:%d", 31000 + ranks[i]);
-        if (tsend(cl[idx[i]], proto_rendezvous_encode(attempt, ranks[i], ep, NULL, NULL, NULL)))
+        if (coord_test_send(cl[idx[i]], proto_rendezvous_encode(attempt, ranks[i], ep, NULL, NULL, NULL)))
             return 0;
     }
     for (int i = 0; i < n; i++) {
@@ -207,7 +159,7 @@ static int stopped_and_back(struct server *s, struct coord_client **cl, const in
         if (got)
             proto_msg_free(&m);
         coord_client_destroy(cl[idx[i]]);
-        cl[idx[i]] = connect_to(s);
+        cl[idx[i]] = coord_test_connect(&s->ct);
     }
     return ok;
 }
@@ -229,9 +181,9 @@ static void test_loss_replan_scale_up(void)
     }
     struct coord_client *cl[4];
     for (int i = 0; i < 4; i++)
-        cl[i] = connect_to(&s);
+        cl[i] = coord_test_connect(&s.ct);
     const int all[] = {0, 1, 2, 3}, three[] = {0, 1, 2}, two[] = {0, 1};
-    CHECK("elastic: 4 workers run", gang(cl, "el", all, 4, 0) && wait_state(&s, "el", COORD_RUNNING));
+    CHECK("elastic: 4 workers run", gang(cl, "el", all, 4, 0) && coord_thread_wait_state(&s.ct, "el", COORD_RUNNING));
     /* worker 3's node goes: its connection drops, the gang restarts in place and waits */
     coord_client_destroy(cl[3]);
     cl[3] = NULL;
@@ -245,13 +197,13 @@ static void test_loss_replan_scale_up(void)
     int plans = s.plans;
     pthread_mutex_unlock(&s.ct.mu);
     CHECK("elastic: the gang waits for worker 3 (absent) until it counts as lost",
-          nw == 4 && st[0] == 1 && st[3] == 0 && plans == 1 && job_state(&s, "el") == COORD_RESTARTING);
+          nw == 4 && st[0] == 1 && st[3] == 0 && plans == 1 && coord_thread_job_state(&s.ct, "el") == COORD_RESTARTING);
     herr e = {0};
     CHECK("elastic: a connected worker is not lost", lose(&s, "el", 1, &e) == -1 &&
           strstr(e.msg, "connected"));
     CHECK_INT("elastic: worker 3 counted as lost", lose(&s, "el", 3, &e), 0);
     CHECK("elastic: the 3 survivors are re-planned and start", assign_and_start(cl, three, 3, 1) &&
-          wait_state(&s, "el", COORD_RUNNING));
+          coord_thread_wait_state(&s.ct, "el", COORD_RUNNING));
     int lost = -1, replans = -1;
     pthread_mutex_lock(&s.ct.mu);
     coord_job_elastic(s.ct.c, "el", &lost, &replans);
@@ -272,20 +224,20 @@ static void test_loss_replan_scale_up(void)
         hello(cl[i], "el", i);
     usleep(100000);
     CHECK_INT("elastic: below minWorkers: not lost, the job waits", lose(&s, "el", 2, &e), 1);
-    CHECK_INT("elastic: ... still gathering", job_state(&s, "el"), COORD_RESTARTING);
-    cl[2] = connect_to(&s);
+    CHECK_INT("elastic: ... still gathering", coord_thread_job_state(&s.ct, "el"), COORD_RESTARTING);
+    cl[2] = coord_test_connect(&s.ct);
     hello(cl[2], "el", 2);
     CHECK("elastic: worker 2 back: the 3 run on the same plan", assign_and_start(cl, three, 3, 2) &&
-          wait_state(&s, "el", COORD_RUNNING) && s.plans == 2);
+          coord_thread_wait_state(&s.ct, "el", COORD_RUNNING) && s.plans == 2);
 
     /* scale up: worker 3's replacement says hello while the 3 train */
-    cl[3] = connect_to(&s);
+    cl[3] = coord_test_connect(&s.ct);
     hello(cl[3], "el", 3);
     CHECK("elastic: scale up: the 3 stop at the next step boundary", stopped_and_back(&s, cl, three, 3, "is back"));
     for (int i = 0; i < 3; i++)
         hello(cl[i], "el", i);
     CHECK("elastic: scale up: the 4 are re-planned and start", assign_and_start(cl, all, 4, 3) &&
-          wait_state(&s, "el", COORD_RUNNING));
+          coord_thread_wait_state(&s.ct, "el", COORD_RUNNING));
     pthread_mutex_lock(&s.ct.mu);
     coord_job_elastic(s.ct.c, "el", &lost, &replans);
     CHECK("elastic: scale up: plan of 4, hook heard, lost 0, 2 re-plans",
@@ -310,7 +262,7 @@ static void test_no_scale_up_and_adoption(void)
     }
     struct coord_client *cl[4];
     for (int i = 0; i < 4; i++)
-        cl[i] = connect_to(&s);
+        cl[i] = coord_test_connect(&s.ct);
     const int three[] = {0, 1, 2};
     CHECK("adoption: the gang of 3 starts without the worker status says was lost",
           gang(cl, "ad", three, 3, 0) && s.last_n == 3);
@@ -322,8 +274,8 @@ static void test_no_scale_up_and_adoption(void)
     if (got)
         proto_msg_free(&m);
     for (int i = 0; i < 3; i++)
-        tsend(cl[i], proto_done_encode(i, 100, NULL));
-    CHECK("the job succeeds without its lost worker", wait_state(&s, "ad", COORD_SUCCEEDED));
+        coord_test_send(cl[i], proto_done_encode(i, 100, NULL));
+    CHECK("the job succeeds without its lost worker", coord_thread_wait_state(&s.ct, "ad", COORD_SUCCEEDED));
     for (int i = 0; i < 4; i++)
         coord_client_destroy(cl[i]);
     server_stop(&s);
@@ -342,13 +294,13 @@ static void test_not_elastic(void)
           strstr(e.msg, "not elastic"));
     struct coord_client *cl[4];
     for (int i = 0; i < 4; i++)
-        cl[i] = connect_to(&s);
+        cl[i] = coord_test_connect(&s.ct);
     const int three[] = {0, 1, 2};
     for (int i = 0; i < 3; i++)
         hello(cl[i], "ne", i);
     usleep(200000);
     CHECK("not elastic: the gang waits for all 4 (a lost list is ignored)",
-          s.plans == 0 && job_state(&s, "ne") == COORD_GATHERING);
+          s.plans == 0 && coord_thread_job_state(&s.ct, "ne") == COORD_GATHERING);
     (void)three;
     for (int i = 0; i < 4; i++)
         coord_client_destroy(cl[i]);

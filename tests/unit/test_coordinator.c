@@ -75,16 +75,7 @@ static void hk_progress(void *user, const struct coord_progress *p)
 static void hk_event(void *user, enum coord_job_state st, const char *msg)
 {
     struct server *s = user;
-    size_t u = strlen(s->events);
-    snprintf(s->events + u, sizeof s->events - u, "[%s] %s\n", coord_state_name(st), msg);
-}
-
-/* Sends and flushes: a client only talks while it is serviced. */
-static int tsend(struct coord_client *cl, char *text)
-{
-    int rc = coord_client_send(cl, text);
-    coord_client_flush(cl, 2000);
-    return rc;
+    coord_test_record_event(s->events, sizeof s->events, st, msg);
 }
 
 static const char *pods4[] = {"job-w0", "job-w1", "job-w2", "job-w3"};
@@ -93,12 +84,6 @@ static int server_start(struct server *s, const char *job, int n, int gang_ms, i
 {
     memset(s, 0, sizeof *s);
     pthread_mutex_init(&s->ct.mu, NULL);
-    struct coord_options o = {.bind = "127.0.0.1", .port = 0};
-    herr e = {0};
-    if (coord_create(&s->ct.c, &o, &e)) {
-        printf("# coord_create: %s\n", e.msg);
-        return -1;
-    }
     struct coord_job_spec js = {
         .name = job, .token = TOKEN, .workers = n, .pods = n == 4 ? pods4 : NULL,
         .gang_timeout_ms = gang_ms, .max_restarts = restarts, .total_steps = 100,
@@ -107,51 +92,13 @@ static int server_start(struct server *s, const char *job, int n, int gang_ms, i
                   .on_progress = hk_progress, .on_event = hk_event},
         .user = s,
     };
-    if (coord_add_job(s->ct.c, &js, &e)) {
-        printf("# coord_add_job: %s\n", e.msg);
-        return -1;
-    }
-    return coord_thread_start(&s->ct);
+    return coord_thread_serve(&s->ct, 0, &js);
 }
 
 static void server_stop(struct server *s)
 {
     coord_thread_stop(&s->ct);
     pthread_mutex_destroy(&s->ct.mu);
-}
-
-static enum coord_job_state job_state(struct server *s, const char *job)
-{
-    enum coord_job_state st = COORD_FAILED;
-    pthread_mutex_lock(&s->ct.mu);
-    coord_job_state(s->ct.c, job, &st);
-    pthread_mutex_unlock(&s->ct.mu);
-    return st;
-}
-
-/* Waits (bounded) for the job to reach `want`. */
-static int wait_state(struct server *s, const char *job, enum coord_job_state want)
-{
-    for (int i = 0; i < 500; i++) {
-        if (job_state(s, job) == want)
-            return 1;
-        usleep(10000);
-    }
-    return 0;
-}
-
-static struct coord_client *connect_to(struct server *s)
-{
-    char url[64];
-    snprintf(url, sizeof url, "ws://127.0.0.1:%d/", coord_port(s->ct.c));
-    struct coord_client *cl = NULL;
-    herr e = {0};
-    if (coord_client_create(&cl, url, &e) || coord_client_connect(cl, 5000, &e)) {
-        printf("# connect: %s\n", e.msg);
-        coord_client_destroy(cl);
-        return NULL;
-    }
-    return cl;
 }
 
 static int send_hello(struct coord_client *cl, const char *job, const char *token, const char *pod,
@@ -173,7 +120,7 @@ static int send_hello(struct coord_client *cl, const char *job, const char *toke
         h.resume_rank = idx;
         h.resume_step = 50;
     }
-    return tsend(cl, proto_hello_encode(&h, NULL));
+    return coord_test_send(cl, proto_hello_encode(&h, NULL));
 }
 
 /* Polls for one message of type `want`; returns 1 and fills m, else 0. */
@@ -218,7 +165,7 @@ static int send_progress(struct coord_client *cl, int rank, long step, int with_
     p.nsteps = 1;
     p.steps[0] = (struct proto_step){.step = step, .has_loss = with_loss, .loss = 3.0 + rank,
                                      .tokens_per_s = 100 + 20 * rank, .step_ms = 10.0 * (rank + 1)};
-    return tsend(cl, proto_progress_encode(&p, NULL));
+    return coord_test_send(cl, proto_progress_encode(&p, NULL));
 }
 
 /* Runs hello → assign → rendezvous → start for workers cl[0..n). Fills ranks. */
@@ -241,7 +188,7 @@ static int run_gang(struct coord_client **cl, int n, const char *job, int attemp
     for (int i = 0; i < n; i++) {
         char ep[64];
         snprintf(ep, sizeof ep, "127.0.0.1:%d", 30000 + ranks[i]);
-        if (tsend(cl[i], proto_rendezvous_encode(attempt, ranks[i], ep, NULL, NULL, NULL)))
+        if (coord_test_send(cl[i], proto_rendezvous_encode(attempt, ranks[i], ep, NULL, NULL, NULL)))
             return 0;
     }
     for (int i = 0; i < n; i++) {
@@ -268,57 +215,57 @@ static void test_gang_and_security(void)
         return;
     }
     /* Refusals first: none of them may disturb the job. */
-    struct coord_client *bad = connect_to(&s);
+    struct coord_client *bad = coord_test_connect(&s.ct);
     CHECK("bad connects", bad != NULL);
     if (bad) {
         send_hello(bad, "job", "wrong-token-xyz", "job-w0", 0, 0);
         CHECK("wrong token refused", refused_with(bad, PROTO_ERR_AUTH));
         coord_client_destroy(bad);
     }
-    bad = connect_to(&s);
+    bad = coord_test_connect(&s.ct);
     if (bad) {
         send_hello(bad, "job", "", "job-w0", 0, 0);
         CHECK("no token refused", refused_with(bad, PROTO_ERR_AUTH));
         coord_client_destroy(bad);
     }
-    bad = connect_to(&s);
+    bad = coord_test_connect(&s.ct);
     if (bad) {
         send_hello(bad, "other-job", TOKEN, "job-w0", 0, 0);
         CHECK("unknown job refused", refused_with(bad, PROTO_ERR_AUTH));
         coord_client_destroy(bad);
     }
-    bad = connect_to(&s);
+    bad = coord_test_connect(&s.ct);
     if (bad) {
         send_hello(bad, "job", TOKEN, "intruder-pod", 1, 0);
         CHECK("unknown pod refused", refused_with(bad, PROTO_ERR_UNKNOWN_WORKER));
         coord_client_destroy(bad);
     }
-    bad = connect_to(&s);
+    bad = coord_test_connect(&s.ct);
     if (bad) {
         send_hello(bad, "job", TOKEN, "job-w9", 9, 0);
         CHECK("index out of range refused", refused_with(bad, PROTO_ERR_UNKNOWN_WORKER));
         coord_client_destroy(bad);
     }
-    bad = connect_to(&s);
+    bad = coord_test_connect(&s.ct);
     if (bad) {
-        tsend(bad, strdup("{\"v\":1,\"type\":\"hello\",\"job\":"));
+        coord_test_send(bad, strdup("{\"v\":1,\"type\":\"hello\",\"job\":"));
         CHECK("garbled frame refused", refused_with(bad, PROTO_ERR_BAD_MESSAGE));
         coord_client_destroy(bad);
     }
-    bad = connect_to(&s);
+    bad = coord_test_connect(&s.ct);
     if (bad) {
-        tsend(bad, proto_done_encode(0, 1, NULL));
+        coord_test_send(bad, proto_done_encode(0, 1, NULL));
         CHECK("message before hello refused", refused_with(bad, PROTO_ERR_AUTH));
         coord_client_destroy(bad);
     }
-    bad = connect_to(&s);
+    bad = coord_test_connect(&s.ct);
     if (bad) {
         size_t n = PROTO_MAX_MESSAGE + 4096;
         char *big = malloc(n + 1);
         if (big) {
             memset(big, 'x', n);
             big[n] = '\0';
-            tsend(bad, big);
+            coord_test_send(bad, big);
             CHECK("oversized frame refused", refused_with(bad, PROTO_ERR_BAD_MESSAGE));
         }
         coord_client_destroy(bad);
@@ -329,7 +276,7 @@ static void test_gang_and_security(void)
     pthread_mutex_unlock(&s.ct.mu);
     CHECK_INT("refusals counted", refused, 8);
     CHECK_INT("no refused hello admitted", hellos, 0);
-    CHECK_INT("job still gathering", job_state(&s, "job"), COORD_GATHERING);
+    CHECK_INT("job still gathering", coord_thread_job_state(&s.ct, "job"), COORD_GATHERING);
     pthread_mutex_lock(&s.ct.mu);
     CHECK("refused pod named in an event", strstr(s.events, "intruder-pod") != NULL);
     pthread_mutex_unlock(&s.ct.mu);
@@ -337,13 +284,13 @@ static void test_gang_and_security(void)
     struct coord_client *cl[4] = {0};
     int ok = 1;
     for (int i = 0; i < 4; i++)
-        ok = ok && (cl[i] = connect_to(&s)) != NULL;
+        ok = ok && (cl[i] = coord_test_connect(&s.ct)) != NULL;
     CHECK("workers connect", ok);
     int ranks[4] = {0};
     if (ok) {
         /* A duplicate of worker 0 while the real one is connected is refused. */
         send_hello(cl[0], "job", TOKEN, "job-w0", 0, 0);
-        struct coord_client *dup = connect_to(&s);
+        struct coord_client *dup = coord_test_connect(&s.ct);
         usleep(100000);
         if (dup) {
             send_hello(dup, "job", TOKEN, "job-w0", 0, 0);
@@ -369,14 +316,14 @@ static void test_gang_and_security(void)
         CHECK_INT("planned once", s.plans, 1);
         CHECK_INT("four admitted", s.hellos, 4);
         pthread_mutex_unlock(&s.ct.mu);
-        CHECK_INT("state rendezvous", job_state(&s, "job"), COORD_RENDEZVOUS);
+        CHECK_INT("state rendezvous", coord_thread_job_state(&s.ct, "job"), COORD_RENDEZVOUS);
         for (int i = 0; i < 4; i++) {
             char ep[64];
             snprintf(ep, sizeof ep, "127.0.0.1:%d", 30000 + ranks[i]);
             cJSON *ids = NULL;
             if (ranks[i] == 0)
                 ids = cJSON_Parse("{\"nccl-dp0\":\"c2VjcmV0\"}");
-            tsend(cl[i], proto_rendezvous_encode(0, ranks[i], ep, NULL, ids, NULL));
+            coord_test_send(cl[i], proto_rendezvous_encode(0, ranks[i], ep, NULL, ids, NULL));
             cJSON_Delete(ids);
         }
         int starts = 1;
@@ -397,16 +344,16 @@ static void test_gang_and_security(void)
             proto_msg_free(&m);
         }
         CHECK("start carries the peers' endpoints", starts);
-        CHECK("state running", wait_state(&s, "job", COORD_RUNNING));
+        CHECK("state running", coord_thread_wait_state(&s.ct, "job", COORD_RUNNING));
 
         /* Refusals while running leave the job running. */
-        bad = connect_to(&s);
+        bad = coord_test_connect(&s.ct);
         if (bad) {
             send_hello(bad, "job", "wrong-token-xyz", "job-w1", 1, 0);
             CHECK("wrong token refused while running", refused_with(bad, PROTO_ERR_AUTH));
             coord_client_destroy(bad);
         }
-        CHECK_INT("still running after refusal", job_state(&s, "job"), COORD_RUNNING);
+        CHECK_INT("still running after refusal", coord_thread_job_state(&s.ct, "job"), COORD_RUNNING);
 
         for (int i = 0; i < 4; i++)
             send_progress(cl[i], ranks[i], 10 + i, ranks[i] == 0 || ranks[i] == 1);
@@ -426,7 +373,7 @@ static void test_gang_and_security(void)
         CHECK_NEAR("eta", agg.eta_s, (100 - 10) * 0.040, 1e-9);
 
         for (int i = 0; i < 4; i++)
-            tsend(cl[i], proto_done_encode(ranks[i], 100, NULL));
+            coord_test_send(cl[i], proto_done_encode(ranks[i], 100, NULL));
         int stops = 1;
         for (int i = 0; i < 4; i++) {
             if (expect(cl[i], PROTO_STOP, &m)) {
@@ -437,7 +384,7 @@ static void test_gang_and_security(void)
             }
         }
         CHECK("final stop without restart", stops);
-        CHECK("succeeded", wait_state(&s, "job", COORD_SUCCEEDED));
+        CHECK("succeeded", coord_thread_wait_state(&s.ct, "job", COORD_SUCCEEDED));
     }
     for (int i = 0; i < 4; i++)
         coord_client_destroy(cl[i]);
@@ -451,10 +398,10 @@ static void test_restart_in_place(void)
         TEST_FAIL("server start", "could not start");
         return;
     }
-    struct coord_client *cl[2] = {connect_to(&s), connect_to(&s)};
+    struct coord_client *cl[2] = {coord_test_connect(&s.ct), coord_test_connect(&s.ct)};
     int ranks[2];
     CHECK("restart: first gang runs", cl[0] && cl[1] && run_gang(cl, 2, "rj", 0, ranks));
-    CHECK("restart: running", wait_state(&s, "rj", COORD_RUNNING));
+    CHECK("restart: running", coord_thread_wait_state(&s.ct, "rj", COORD_RUNNING));
     /* Worker 1 dies. */
     coord_client_destroy(cl[1]);
     cl[1] = NULL;
@@ -466,11 +413,11 @@ static void test_restart_in_place(void)
         CHECK("restart: reason names the worker", strstr(m.u.stop.reason, "worker 1") != NULL);
         proto_msg_free(&m);
     }
-    CHECK_INT("restart: state restarting", job_state(&s, "rj"), COORD_RESTARTING);
+    CHECK_INT("restart: state restarting", coord_thread_job_state(&s.ct, "rj"), COORD_RESTARTING);
     /* Both come back (survivor reconnects as a new process would). */
     coord_client_destroy(cl[0]);
-    cl[0] = connect_to(&s);
-    cl[1] = connect_to(&s);
+    cl[0] = coord_test_connect(&s.ct);
+    cl[1] = coord_test_connect(&s.ct);
     CHECK("restart: second gang runs with attempt 1",
           cl[0] && cl[1] && run_gang(cl, 2, "rj", 1, ranks));
     pthread_mutex_lock(&s.ct.mu);
@@ -479,12 +426,12 @@ static void test_restart_in_place(void)
     pthread_mutex_unlock(&s.ct.mu);
     /* A second failure exhausts max_restarts = 1. */
     if (cl[0] && cl[1]) {
-        tsend(cl[1], proto_error_encode(PROTO_ERR_WORKER, "loss is NaN", NULL));
+        coord_test_send(cl[1], proto_error_encode(PROTO_ERR_WORKER, "loss is NaN", NULL));
         got = expect(cl[0], PROTO_STOP, &m);
         CHECK("restart: exhausted stop", got && !m.u.stop.restart);
         if (got)
             proto_msg_free(&m);
-        CHECK("restart: job failed", wait_state(&s, "rj", COORD_FAILED));
+        CHECK("restart: job failed", coord_thread_wait_state(&s.ct, "rj", COORD_FAILED));
         pthread_mutex_lock(&s.ct.mu);
         CHECK("restart: error text in event", strstr(s.events, "loss is NaN") != NULL);
         pthread_mutex_unlock(&s.ct.mu);
@@ -508,8 +455,8 @@ static int gpu_gang_assigned(struct server *s, const char *job, struct coord_cli
     pthread_mutex_lock(&s->ct.mu);
     s->gpus = 2;
     pthread_mutex_unlock(&s->ct.mu);
-    cl[0] = connect_to(s);
-    cl[1] = connect_to(s);
+    cl[0] = coord_test_connect(&s->ct);
+    cl[1] = coord_test_connect(&s->ct);
     int ok = cl[0] && cl[1];
     for (int i = 0; ok && i < 2; i++)
         ok = !send_hello(cl[i], job, TOKEN, "any", i, 0);
@@ -544,7 +491,7 @@ static void test_ranks_per_worker(void)
     CHECK("several ranks: each worker assigned two", ok && lead[0] == 3 && lead[1] == 1);
     /* worker 1 (ranks 1, 0) says one endpoint for two ranks: refused */
     if (ok) {
-        tsend(cl[1], proto_rendezvous_encode(0, 1, "127.0.0.1:30001", NULL, NULL, NULL));
+        coord_test_send(cl[1], proto_rendezvous_encode(0, 1, "127.0.0.1:30001", NULL, NULL, NULL));
         CHECK("several ranks: one endpoint for two ranks refused", refused_with(cl[1], PROTO_ERR_BAD_MESSAGE));
     }
     gpu_gang_end(&s, cl);
@@ -558,7 +505,7 @@ static void test_ranks_per_worker(void)
             snprintf(ep, sizeof ep, "127.0.0.1:%d", 30000 + lead[i] - k);
             cJSON_AddItemToArray(eps, cJSON_CreateString(ep));
         }
-        ok = !tsend(cl[i], proto_rendezvous_encode(0, lead[i], cJSON_GetArrayItem(eps, 0)->valuestring,
+        ok = !coord_test_send(cl[i], proto_rendezvous_encode(0, lead[i], cJSON_GetArrayItem(eps, 0)->valuestring,
                                                    eps, NULL, NULL));
         cJSON_Delete(eps);
     }
@@ -578,7 +525,7 @@ static void test_ranks_per_worker(void)
         proto_msg_free(&m);
     }
     CHECK("several ranks: start lists all 4 ranks, each with its own endpoint", ok && peers_ok);
-    CHECK("several ranks: running", wait_state(&s, "gk", COORD_RUNNING));
+    CHECK("several ranks: running", coord_thread_wait_state(&s.ct, "gk", COORD_RUNNING));
     gpu_gang_end(&s, cl);
 }
 
@@ -589,7 +536,7 @@ static void test_adopt_gang_timeout_plan_failure(void)
         TEST_FAIL("server start", "could not start");
         return;
     }
-    struct coord_client *cl[2] = {connect_to(&s), NULL};
+    struct coord_client *cl[2] = {coord_test_connect(&s.ct), NULL};
     if (cl[0])
         send_hello(cl[0], "aj", TOKEN, "p0", 0, 1);
     usleep(600000);
@@ -597,18 +544,18 @@ static void test_adopt_gang_timeout_plan_failure(void)
     CHECK("gang timeout event names the missing worker",
           strstr(s.events, "gang timeout") && strstr(s.events, "1 of 2 workers missing: 1"));
     pthread_mutex_unlock(&s.ct.mu);
-    CHECK_INT("gang timeout keeps waiting", job_state(&s, "aj"), COORD_GATHERING);
-    cl[1] = connect_to(&s);
+    CHECK_INT("gang timeout keeps waiting", coord_thread_job_state(&s.ct, "aj"), COORD_GATHERING);
+    cl[1] = coord_test_connect(&s.ct);
     if (cl[1])
         send_hello(cl[1], "aj", TOKEN, "p1", 1, 1);
-    CHECK("running workers adopted", wait_state(&s, "aj", COORD_RUNNING));
+    CHECK("running workers adopted", coord_thread_wait_state(&s.ct, "aj", COORD_RUNNING));
     pthread_mutex_lock(&s.ct.mu);
     CHECK_INT("adoption does not replan", s.plans, 0);
     pthread_mutex_unlock(&s.ct.mu);
     for (int i = 0; i < 2; i++)
         if (cl[i])
-            tsend(cl[i], proto_done_encode(i, 100, NULL));
-    CHECK("adopted job succeeds", wait_state(&s, "aj", COORD_SUCCEEDED));
+            coord_test_send(cl[i], proto_done_encode(i, 100, NULL));
+    CHECK("adopted job succeeds", coord_thread_wait_state(&s.ct, "aj", COORD_SUCCEEDED));
     coord_client_destroy(cl[0]);
     coord_client_destroy(cl[1]);
     server_stop(&s);
@@ -620,19 +567,19 @@ static void test_adopt_gang_timeout_plan_failure(void)
         TEST_FAIL("server start", "could not start");
         return;
     }
-    cl[0] = connect_to(&s);
+    cl[0] = coord_test_connect(&s.ct);
     if (cl[0]) {
         send_hello(cl[0], "dj", TOKEN, "p0", 0, 1);
-        tsend(cl[0], proto_done_encode(0, 100, NULL));
+        coord_test_send(cl[0], proto_done_encode(0, 100, NULL));
     }
     usleep(200000);
-    CHECK_INT("done before the gang is back: still gathering", job_state(&s, "dj"), COORD_GATHERING);
-    cl[1] = connect_to(&s);
+    CHECK_INT("done before the gang is back: still gathering", coord_thread_job_state(&s.ct, "dj"), COORD_GATHERING);
+    cl[1] = coord_test_connect(&s.ct);
     if (cl[1]) {
         send_hello(cl[1], "dj", TOKEN, "p1", 1, 1);
-        tsend(cl[1], proto_done_encode(1, 100, NULL));
+        coord_test_send(cl[1], proto_done_encode(1, 100, NULL));
     }
-    CHECK("finished gang adopted and succeeded", wait_state(&s, "dj", COORD_SUCCEEDED));
+    CHECK("finished gang adopted and succeeded", coord_thread_wait_state(&s.ct, "dj", COORD_SUCCEEDED));
     struct proto_msg dm;
     int final_stop = cl[0] && expect(cl[0], PROTO_STOP, &dm);
     if (final_stop) {
@@ -649,8 +596,8 @@ static void test_adopt_gang_timeout_plan_failure(void)
         return;
     }
     s.fail_plan = 1;
-    cl[0] = connect_to(&s);
-    cl[1] = connect_to(&s);
+    cl[0] = coord_test_connect(&s.ct);
+    cl[1] = coord_test_connect(&s.ct);
     for (int i = 0; i < 2; i++)
         if (cl[i])
             send_hello(cl[i], "pf", TOKEN, "p", i, 0);
@@ -660,7 +607,7 @@ static void test_adopt_gang_timeout_plan_failure(void)
                                                   strstr(m.u.error.message, "fabric"));
     if (got)
         proto_msg_free(&m);
-    CHECK("plan failure fails the job", wait_state(&s, "pf", COORD_FAILED));
+    CHECK("plan failure fails the job", coord_thread_wait_state(&s.ct, "pf", COORD_FAILED));
     coord_client_destroy(cl[0]);
     coord_client_destroy(cl[1]);
     server_stop(&s);
@@ -723,7 +670,7 @@ static void test_resolve_and_remove(void)
         TEST_FAIL("resolve: server", "%s", e.msg);
         return;
     }
-    struct coord_client *cl = connect_to(&s), *bad = connect_to(&s);
+    struct coord_client *cl = coord_test_connect(&s.ct), *bad = coord_test_connect(&s.ct);
     if (cl && bad) {
         send_hello(cl, "ns/lazy", TOKEN, "lazy-0", 0, 0);
         send_hello(bad, "ns/other", TOKEN, "x", 0, 0);

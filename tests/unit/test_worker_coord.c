@@ -38,47 +38,16 @@ static int plan2x2(void *user, const struct coord_worker *w, int n, struct plan_
 static void on_event(void *user, enum coord_job_state st, const char *msg)
 {
     struct server *s = user;
-    size_t u = strlen(s->events);
-    snprintf(s->events + u, sizeof s->events - u, "[%s] %s\n", coord_state_name(st), msg);
+    coord_test_record_event(s->events, sizeof s->events, st, msg);
 }
 
 static int server_start(struct server *s, int port, int restarts)
 {
-    s->ct.c = NULL;
-    struct coord_options o = {.bind = "127.0.0.1", .port = port};
-    herr e = {0};
-    for (int tries = 0; tries < 50; tries++) { /* the old socket may linger briefly */
-        if (coord_create(&s->ct.c, &o, &e) == 0)
-            break;
-        usleep(100000);
-    }
-    if (!s->ct.c) {
-        printf("# coord_create: %s\n", e.msg);
-        return -1;
-    }
     struct coord_job_spec js = {.name = "wj", .token = TOKEN, .workers = N,
                                 .gang_timeout_ms = 60000, .max_restarts = restarts,
                                 .total_steps = 40,
                                 .hooks = {.plan = plan2x2, .on_event = on_event}, .user = s};
-    if (coord_add_job(s->ct.c, &js, &e)) {
-        printf("# add job: %s\n", e.msg);
-        return -1;
-    }
-    return coord_thread_start(&s->ct);
-}
-
-static void server_stop(struct server *s)
-{
-    coord_thread_stop(&s->ct);
-}
-
-static enum coord_job_state state_of(struct server *s)
-{
-    enum coord_job_state st = COORD_FAILED;
-    pthread_mutex_lock(&s->ct.mu);
-    coord_job_state(s->ct.c, "wj", &st);
-    pthread_mutex_unlock(&s->ct.mu);
-    return st;
+    return coord_thread_serve(&s->ct, port, &js);
 }
 
 struct worker {
@@ -172,8 +141,8 @@ static void test_whole_job_and_restart(void)
     run_workers(ws);
     join_workers(ws);
     CHECK("whole job: every worker finished", all_ok(ws));
-    CHECK_INT("whole job: succeeded", state_of(&s), COORD_SUCCEEDED);
-    server_stop(&s);
+    CHECK_INT("whole job: succeeded", coord_thread_job_state(&s.ct, "wj"), COORD_SUCCEEDED);
+    coord_thread_stop(&s.ct);
 
     memset(&s, 0, sizeof s);
     pthread_mutex_init(&s.ct.mu, NULL);
@@ -186,7 +155,7 @@ static void test_whole_job_and_restart(void)
     run_workers(ws);
     join_workers(ws);
     CHECK("failure: every worker finished after the restart", all_ok(ws));
-    CHECK_INT("failure: succeeded", state_of(&s), COORD_SUCCEEDED);
+    CHECK_INT("failure: succeeded", coord_thread_job_state(&s.ct, "wj"), COORD_SUCCEEDED);
     CHECK_INT("failure: failing worker ran twice", ws[1].runs, 2);
     CHECK_INT("failure: others restarted in place too", ws[0].runs, 2);
     pthread_mutex_lock(&s.ct.mu);
@@ -194,7 +163,7 @@ static void test_whole_job_and_restart(void)
     CHECK("failure: reason relayed", strstr(s.events, "simulated failure at step 5") != NULL);
     CHECK_INT("failure: the plan is reused", s.plans, 1);
     pthread_mutex_unlock(&s.ct.mu);
-    server_stop(&s);
+    coord_thread_stop(&s.ct);
 }
 
 static void test_coordinator_restart(void)
@@ -212,12 +181,12 @@ static void test_coordinator_restart(void)
     run_workers(ws);
     int running = 0;
     for (int i = 0; i < 300 && !running; i++) {
-        running = state_of(&s) == COORD_RUNNING;
+        running = coord_thread_job_state(&s.ct, "wj") == COORD_RUNNING;
         usleep(10000);
     }
     CHECK("coordinator restart: job running", running);
     usleep(200000);
-    server_stop(&s); /* the operator dies: no stop is sent */
+    coord_thread_stop(&s.ct); /* the operator dies: no stop is sent */
     usleep(300000);
     memset(&s, 0, sizeof s);
     pthread_mutex_init(&s.ct.mu, NULL);
@@ -226,12 +195,12 @@ static void test_coordinator_restart(void)
     CHECK("coordinator restart: every worker finished", all_ok(ws));
     CHECK_INT("coordinator restart: each worker ran once", ws[0].runs + ws[1].runs + ws[2].runs + ws[3].runs, N);
     if (s.ct.c) {
-        CHECK_INT("coordinator restart: new coordinator saw success", state_of(&s), COORD_SUCCEEDED);
+        CHECK_INT("coordinator restart: new coordinator saw success", coord_thread_job_state(&s.ct, "wj"), COORD_SUCCEEDED);
         pthread_mutex_lock(&s.ct.mu);
         CHECK("coordinator restart: adopted", strstr(s.events, "adopted") != NULL);
         CHECK_INT("coordinator restart: no replanning", s.plans, 0);
         pthread_mutex_unlock(&s.ct.mu);
-        server_stop(&s);
+        coord_thread_stop(&s.ct);
     }
 }
 
