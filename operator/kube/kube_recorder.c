@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "json.h"
 #include "log.h"
 
 #define QUEUE_MAX 1000
@@ -24,14 +25,6 @@ struct kube_recorder {
     struct kube_recorder_counts counts;
 };
 
-static const char *str_at(const cJSON *o, const char *a, const char *b)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, a);
-    if (b)
-        v = cJSON_GetObjectItemCaseSensitive(v, b);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
 static void count(struct kube_recorder *r, unsigned long *field)
 {
     pthread_mutex_lock(&r->lock);
@@ -46,7 +39,7 @@ static int create(struct kube_recorder *r, struct kube_event_decision *d, const 
     cJSON *out = NULL;
     int rc = kube_create(r->kc, &KUBE_EVENTS, ns, ev, &out, e);
     if (rc == 0) {
-        kube_event_correlator_sent(r->corr, d, ev, str_at(out, "metadata", "name"), t);
+        kube_event_correlator_sent(r->corr, d, ev, json_str_at(out, "metadata.name"), t);
         count(r, &r->counts.created);
     }
     cJSON_Delete(out);
@@ -55,9 +48,9 @@ static int create(struct kube_recorder *r, struct kube_event_decision *d, const 
 
 int kube_recorder_send(struct kube_recorder *r, cJSON *ev, herr *e)
 {
-    const char *ns = str_at(ev, "metadata", "namespace");
+    const char *ns = json_str_at(ev, "metadata.namespace");
     if (!ns || !*ns)
-        ns = str_at(ev, "involvedObject", "namespace");
+        ns = json_str_at(ev, "involvedObject.namespace");
     if (!ns || !*ns) {
         cJSON_Delete(ev);
         return herr_set(e, "event: involvedObject.namespace is empty");
@@ -88,7 +81,7 @@ int kube_recorder_send(struct kube_recorder *r, cJSON *ev, herr *e)
             d.count = 1;
             cJSON_ReplaceItemInObjectCaseSensitive(ev, "count", cJSON_CreateNumber(1));
             cJSON_ReplaceItemInObjectCaseSensitive(ev, "firstTimestamp",
-                cJSON_CreateString(str_at(ev, "lastTimestamp", NULL) ? str_at(ev, "lastTimestamp", NULL) : ""));
+                cJSON_CreateString(json_str_at(ev, "lastTimestamp") ? json_str_at(ev, "lastTimestamp") : ""));
             rc = create(r, &d, ev, nsbuf, t, e);
         }
     }
@@ -116,7 +109,7 @@ static void *sender(void *arg)
         pthread_mutex_unlock(&r->lock);
         herr e;
         char reason[128];
-        const char *why = str_at(ev, "reason", NULL);
+        const char *why = json_str_at(ev, "reason");
         snprintf(reason, sizeof reason, "%s", why ? why : "");
         if (kube_recorder_send(r, ev, &e) != 0)
             log_warn("event %s: %s", reason, e.msg);

@@ -109,3 +109,42 @@ void coord_test_record_event(char *events, size_t cap, enum coord_job_state st, 
     size_t u = strlen(events);
     snprintf(events + u, cap - u, "[%s] %s\n", coord_state_name(st), msg);
 }
+
+int coord_test_expect(struct coord_client *cl, enum proto_type want, struct proto_msg *m)
+{
+    herr e = {0};
+    int rc = cl ? coord_client_poll(cl, 5000, m, &e) : -1;
+    if (rc != 1) {
+        printf("# expected %s, poll returned %d: %s\n", proto_type_name(want), rc, e.msg);
+        return 0;
+    }
+    if (m->type != want) {
+        printf("# expected %s, got %s\n", proto_type_name(want), proto_type_name(m->type));
+        proto_msg_free(m);
+        return 0;
+    }
+    return 1;
+}
+
+int coord_test_rendezvous(struct coord_client **cl, const int *idx, int n, int attempt,
+                          int port_base, int *ranks)
+{
+    struct proto_msg m;
+    for (int i = 0; i < n; i++) {
+        if (!coord_test_expect(cl[idx ? idx[i] : i], PROTO_ASSIGN, &m))
+            return 0;
+        ranks[i] = m.rank;
+        int ok = m.attempt == attempt;
+        proto_msg_free(&m);
+        if (!ok)
+            return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        char ep[64];
+        snprintf(ep, sizeof ep, "127.0.0.1:%d", port_base + ranks[i]);
+        if (coord_test_send(cl[idx ? idx[i] : i],
+                            proto_rendezvous_encode(attempt, ranks[i], ep, NULL, NULL, NULL)))
+            return 0;
+    }
+    return 1;
+}

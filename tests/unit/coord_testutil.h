@@ -35,6 +35,14 @@ int coord_thread_wait_state(struct coord_thread *t, const char *job, enum coord_
 struct coord_client *coord_test_connect(struct coord_thread *t);
 /* Sends text (taken) and flushes: a client only talks while it is serviced. */
 int coord_test_send(struct coord_client *cl, char *text);
+/* The next message of cl (5 s at most), which must be of type want: 1 with *m (free it with
+ * proto_msg_free), else 0 (said on a "#" line). */
+int coord_test_expect(struct coord_client *cl, enum proto_type want, struct proto_msg *m);
+/* Clients cl[idx[i]] (idx NULL: cl[i]), i < n, that said hello: each gets its assignment of
+ * `attempt` (its rank into ranks[i]) and sends its rendezvous with the endpoint
+ * 127.0.0.1:(port_base + rank). 1 when all did. */
+int coord_test_rendezvous(struct coord_client **cl, const int *idx, int n, int attempt,
+                          int port_base, int *ranks);
 /* Appends "[STATE] msg" and a newline to events (of cap bytes), as the tests' on_event hooks do. */
 void coord_test_record_event(char *events, size_t cap, enum coord_job_state st, const char *msg);
 

@@ -97,42 +97,16 @@ static int hello(struct coord_client *cl, const char *job, int idx)
     return coord_test_send(cl, proto_hello_encode(&h, NULL));
 }
 
-static int expect(struct coord_client *cl, enum proto_type want, struct proto_msg *m)
-{
-    herr e = {0};
-    if (!cl || coord_client_poll(cl, 5000, m, &e) != 1)
-        return 0;
-    if (m->type != want) {
-        printf("# expected %s, got %s\n", proto_type_name(want), proto_type_name(m->type));
-        proto_msg_free(m);
-        return 0;
-    }
-    return 1;
-}
-
 /* Workers idx[0..n) (already said hello) get their assignment for `attempt`, rendezvous and
  * start. */
 static int assign_and_start(struct coord_client **cl, const int *idx, int n, int attempt)
 {
-    struct proto_msg m;
     int ranks[4];
+    if (!coord_test_rendezvous(cl, idx, n, attempt, 31000, ranks))
+        return 0;
     for (int i = 0; i < n; i++) {
-        if (!expect(cl[idx[i]], PROTO_ASSIGN, &m))
-            return 0;
-        ranks[i] = m.rank;
-        int ok = m.attempt == attempt;
-        proto_msg_free(&m);
-        if (!ok)
-            return 0;
-    }
-    for (int i = 0; i < n; i++) {
-        char ep[64];
-        snprintf(ep, sizeof ep, "127.0.0.1:%d", 31000 + ranks[i]);
-        if (coord_test_send(cl[idx[i]], proto_rendezvous_encode(attempt, ranks[i], ep, NULL, NULL, NULL)))
-            return 0;
-    }
-    for (int i = 0; i < n; i++) {
-        if (!expect(cl[idx[i]], PROTO_START, &m))
+        struct proto_msg m;
+        if (!coord_test_expect(cl[idx[i]], PROTO_START, &m))
             return 0;
         proto_msg_free(&m);
     }
@@ -154,7 +128,7 @@ static int stopped_and_back(struct server *s, struct coord_client **cl, const in
     int ok = 1;
     for (int i = 0; i < n; i++) {
         struct proto_msg m;
-        int got = expect(cl[idx[i]], PROTO_STOP, &m);
+        int got = coord_test_expect(cl[idx[i]], PROTO_STOP, &m);
         ok &= got && m.u.stop.restart && (!reason_has || strstr(m.u.stop.reason, reason_has));
         if (got)
             proto_msg_free(&m);
@@ -268,7 +242,7 @@ static void test_no_scale_up_and_adoption(void)
           gang(cl, "ad", three, 3, 0) && s.last_n == 3);
     hello(cl[3], "ad", 3);
     struct proto_msg m;
-    int got = expect(cl[3], PROTO_ERROR, &m);
+    int got = coord_test_expect(cl[3], PROTO_ERROR, &m);
     CHECK("no scaleUp: the lost worker's hello is refused, saying why", got &&
           m.u.error.code == PROTO_ERR_UNKNOWN_WORKER && strstr(m.u.error.message, "scaleUp is false"));
     if (got)

@@ -145,11 +145,11 @@ int main(void)
         TEST_FAIL("tmp dir", "mkdtemp");
         TEST_MAIN_END();
     }
-    char ca_path[64], ca2_path[64], cert_path[64], key_path[64];
-    snprintf(ca_path, sizeof ca_path, "%s/ca.crt", dir);
-    snprintf(ca2_path, sizeof ca2_path, "%s/ca2.crt", dir);
-    snprintf(cert_path, sizeof cert_path, "%s/tls.crt", dir);
-    snprintf(key_path, sizeof key_path, "%s/tls.key", dir);
+    enum { CA, CA2, CERT, KEY, NFILES };
+    static const char *const file_names[NFILES] = {"ca.crt", "ca2.crt", "tls.crt", "tls.key"};
+    char files[NFILES][64];
+    for (int i = 0; i < NFILES; i++)
+        snprintf(files[i], sizeof files[i], "%s/%s", dir, file_names[i]);
     struct coord_tls_names names = {LOCAL_NAMES, 2};
     struct coord_tls t = {0}, t2 = {0}, wrong = {0};
     herr e = {0};
@@ -163,8 +163,8 @@ int main(void)
     struct coord_tls w2 = {0};
     coord_tls_copy(&w2, &t);
     made = made && coord_tls_issue(&w2, &other, NULL, 0, &e) == 0;
-    made = made && test_write_file(ca_path, t.ca_crt) == 0 && test_write_file(ca2_path, t2.ca_crt) == 0 &&
-           test_write_file(cert_path, t.tls_crt) == 0 && test_write_file(key_path, t.tls_key) == 0;
+    made = made && test_write_file(files[CA], t.ca_crt) == 0 && test_write_file(files[CA2], t2.ca_crt) == 0 &&
+           test_write_file(files[CERT], t.tls_crt) == 0 && test_write_file(files[KEY], t.tls_key) == 0;
     CHECK("CAs and certificates made", made);
     if (!made) {
         printf("# %s\n", e.msg);
@@ -174,7 +174,7 @@ int main(void)
     static struct server s;
     pthread_mutex_init(&s.ct.mu, NULL);
     /* files (as cert-manager's mounted Secret): read at start */
-    struct coord_options o = {.bind = "127.0.0.1", .tls_cert = cert_path, .tls_key = key_path};
+    struct coord_options o = {.bind = "127.0.0.1", .tls_cert = files[CERT], .tls_key = files[KEY]};
     int rc = coord_create(&s.ct.c, &o, &e);
     CHECK_INT("coordinator with TLS from files", rc, 0);
     if (rc) {
@@ -189,7 +189,7 @@ int main(void)
     snprintf(url, sizeof url, "wss://127.0.0.1:%d/", coord_port(s.ct.c));
 
     struct coord_client *cl = NULL, *c1 = NULL;
-    rc = try_connect(url, ca_path, &c1, &e);
+    rc = try_connect(url, files[CA], &c1, &e);
     CHECK_INT("client trusting the CA connects", rc, 0);
     struct proto_hello h;
     if (rc == 0) {
@@ -201,7 +201,7 @@ int main(void)
     }
 
     /* a wrong token: refused with a reason; the job keeps its first worker */
-    rc = try_connect(url, ca_path, &cl, &e);
+    rc = try_connect(url, files[CA], &cl, &e);
     if (rc == 0) {
         hello_of(&h, 1, "wrong-token-0000000000");
         coord_client_send(cl, proto_hello_encode(&h, NULL));
@@ -225,7 +225,7 @@ int main(void)
           st == COORD_GATHERING && connected == 1);
 
     /* the second worker: the gang is complete, both get their assignment over TLS */
-    rc = try_connect(url, ca_path, &cl, &e);
+    rc = try_connect(url, files[CA], &cl, &e);
     if (rc == 0) {
         hello_of(&h, 1, TOKEN);
         coord_client_send(cl, proto_hello_encode(&h, NULL));
@@ -246,7 +246,7 @@ int main(void)
     CHECK("untrusted certificate refused, saying it does not verify",
           rc != 0 && strstr(e.msg, "certificate does not verify against the system's CAs"));
     coord_client_destroy(cl);
-    rc = try_connect(url, ca2_path, &cl, &e);
+    rc = try_connect(url, files[CA2], &cl, &e);
     CHECK("another CA: refused", rc != 0);
     coord_client_destroy(cl);
     /* Plain ws:// against the TLS port fails too. */
@@ -262,7 +262,7 @@ int main(void)
     rc = coord_tls_reload(s.ct.c, w2.tls_crt, w2.tls_key, &e);
     pthread_mutex_unlock(&s.ct.mu);
     CHECK_INT("certificate reloaded (another name)", rc, 0);
-    rc = try_connect(url, ca_path, &cl, &e);
+    rc = try_connect(url, files[CA], &cl, &e);
     CHECK("certificate for another name: refused, naming the mismatch",
           rc != 0 && strstr(e.msg, "does not verify against") && strstr(e.msg, "mismatch"));
     coord_client_destroy(cl);
@@ -278,10 +278,10 @@ int main(void)
     pthread_mutex_unlock(&s.ct.mu);
     CHECK_INT("renewed certificate loaded", rc, 0);
     CHECK("a key that is not the certificate's is refused", bad != 0 && strstr(e.msg, "key"));
-    rc = try_connect(url, ca2_path, &cl, &e);
+    rc = try_connect(url, files[CA2], &cl, &e);
     CHECK_INT("new connections get the renewed certificate", rc, 0);
     coord_client_destroy(cl);
-    rc = try_connect(url, ca_path, &cl, &e);
+    rc = try_connect(url, files[CA], &cl, &e);
     CHECK("... which the old CA does not verify", rc != 0);
     coord_client_destroy(cl);
     CHECK("the connection made before the renewal is still open", coord_client_connected(c1));
@@ -304,10 +304,8 @@ int main(void)
     coord_tls_free(&t);
     coord_tls_free(&t2);
     coord_tls_free(&w2);
-    unlink(ca_path);
-    unlink(ca2_path);
-    unlink(cert_path);
-    unlink(key_path);
+    for (int i = 0; i < NFILES; i++)
+        unlink(files[i]);
     rmdir(dir);
     TEST_MAIN_END();
 }

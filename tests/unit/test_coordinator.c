@@ -124,27 +124,11 @@ static int send_hello(struct coord_client *cl, const char *job, const char *toke
 }
 
 /* Polls for one message of type `want`; returns 1 and fills m, else 0. */
-static int expect(struct coord_client *cl, enum proto_type want, struct proto_msg *m)
-{
-    herr e = {0};
-    int rc = coord_client_poll(cl, 5000, m, &e);
-    if (rc != 1) {
-        printf("# expected %s, poll returned %d: %s\n", proto_type_name(want), rc, e.msg);
-        return 0;
-    }
-    if (m->type != want) {
-        printf("# expected %s, got %s\n", proto_type_name(want), proto_type_name(m->type));
-        proto_msg_free(m);
-        return 0;
-    }
-    return 1;
-}
-
 /* After a refusal: an error with `code`, then the connection closes. */
 static int refused_with(struct coord_client *cl, int code)
 {
     struct proto_msg m;
-    if (!expect(cl, PROTO_ERROR, &m))
+    if (!coord_test_expect(cl, PROTO_ERROR, &m))
         return 0;
     int ok = m.u.error.code == code;
     if (!ok)
@@ -175,24 +159,11 @@ static int run_gang(struct coord_client **cl, int n, const char *job, int attemp
     for (int i = 0; i < n; i++)
         if (send_hello(cl[i], job, TOKEN, n == 4 ? pods[i] : "any", i, 0))
             return 0;
-    struct proto_msg m;
+    if (!coord_test_rendezvous(cl, NULL, n, attempt, 30000, ranks))
+        return 0;
     for (int i = 0; i < n; i++) {
-        if (!expect(cl[i], PROTO_ASSIGN, &m))
-            return 0;
-        ranks[i] = m.rank;
-        int ok = m.attempt == attempt;
-        proto_msg_free(&m);
-        if (!ok)
-            return 0;
-    }
-    for (int i = 0; i < n; i++) {
-        char ep[64];
-        snprintf(ep, sizeof ep, "127.0.0.1:%d", 30000 + ranks[i]);
-        if (coord_test_send(cl[i], proto_rendezvous_encode(attempt, ranks[i], ep, NULL, NULL, NULL)))
-            return 0;
-    }
-    for (int i = 0; i < n; i++) {
-        if (!expect(cl[i], PROTO_START, &m))
+        struct proto_msg m;
+        if (!coord_test_expect(cl[i], PROTO_START, &m))
             return 0;
         /* The plan names one peer: the next rank. */
         const struct proto_start *st = &m.u.start;
@@ -304,7 +275,7 @@ static void test_gang_and_security(void)
         struct proto_msg m;
         int got = 1;
         for (int i = 0; i < 4; i++) {
-            got = got && expect(cl[i], PROTO_ASSIGN, &m);
+            got = got && coord_test_expect(cl[i], PROTO_ASSIGN, &m);
             if (got) {
                 ranks[i] = m.rank;
                 proto_msg_free(&m);
@@ -328,7 +299,7 @@ static void test_gang_and_security(void)
         }
         int starts = 1;
         for (int i = 0; i < 4; i++) {
-            if (!expect(cl[i], PROTO_START, &m)) {
+            if (!coord_test_expect(cl[i], PROTO_START, &m)) {
                 starts = 0;
                 continue;
             }
@@ -376,7 +347,7 @@ static void test_gang_and_security(void)
             coord_test_send(cl[i], proto_done_encode(ranks[i], 100, NULL));
         int stops = 1;
         for (int i = 0; i < 4; i++) {
-            if (expect(cl[i], PROTO_STOP, &m)) {
+            if (coord_test_expect(cl[i], PROTO_STOP, &m)) {
                 stops = stops && !m.u.stop.restart;
                 proto_msg_free(&m);
             } else {
@@ -406,7 +377,7 @@ static void test_restart_in_place(void)
     coord_client_destroy(cl[1]);
     cl[1] = NULL;
     struct proto_msg m;
-    int got = cl[0] && expect(cl[0], PROTO_STOP, &m);
+    int got = cl[0] && coord_test_expect(cl[0], PROTO_STOP, &m);
     CHECK("restart: survivor told to stop", got);
     if (got) {
         CHECK_INT("restart: stop asks for a restart", m.u.stop.restart, 1);
@@ -427,7 +398,7 @@ static void test_restart_in_place(void)
     /* A second failure exhausts max_restarts = 1. */
     if (cl[0] && cl[1]) {
         coord_test_send(cl[1], proto_error_encode(PROTO_ERR_WORKER, "loss is NaN", NULL));
-        got = expect(cl[0], PROTO_STOP, &m);
+        got = coord_test_expect(cl[0], PROTO_STOP, &m);
         CHECK("restart: exhausted stop", got && !m.u.stop.restart);
         if (got)
             proto_msg_free(&m);
@@ -462,7 +433,7 @@ static int gpu_gang_assigned(struct server *s, const char *job, struct coord_cli
         ok = !send_hello(cl[i], job, TOKEN, "any", i, 0);
     for (int i = 0; ok && i < 2; i++) {
         struct proto_msg m;
-        ok = expect(cl[i], PROTO_ASSIGN, &m);
+        ok = coord_test_expect(cl[i], PROTO_ASSIGN, &m);
         if (ok) {
             lead[i] = m.rank;
             ok = m.u.assign.nranks == 2;
@@ -512,7 +483,7 @@ static void test_ranks_per_worker(void)
     int peers_ok = ok;
     for (int i = 0; ok && i < 2; i++) {
         struct proto_msg m;
-        ok = expect(cl[i], PROTO_START, &m);
+        ok = coord_test_expect(cl[i], PROTO_START, &m);
         if (!ok)
             break;
         peers_ok = peers_ok && m.u.start.npeers == 4;
@@ -581,7 +552,7 @@ static void test_adopt_gang_timeout_plan_failure(void)
     }
     CHECK("finished gang adopted and succeeded", coord_thread_wait_state(&s.ct, "dj", COORD_SUCCEEDED));
     struct proto_msg dm;
-    int final_stop = cl[0] && expect(cl[0], PROTO_STOP, &dm);
+    int final_stop = cl[0] && coord_test_expect(cl[0], PROTO_STOP, &dm);
     if (final_stop) {
         final_stop = !dm.u.stop.restart;
         proto_msg_free(&dm);
@@ -602,7 +573,7 @@ static void test_adopt_gang_timeout_plan_failure(void)
         if (cl[i])
             send_hello(cl[i], "pf", TOKEN, "p", i, 0);
     struct proto_msg m;
-    int got = cl[0] && expect(cl[0], PROTO_ERROR, &m);
+    int got = cl[0] && coord_test_expect(cl[0], PROTO_ERROR, &m);
     CHECK("plan failure reported to workers", got && m.u.error.code == PROTO_ERR_PLAN &&
                                                   strstr(m.u.error.message, "fabric"));
     if (got)

@@ -249,8 +249,8 @@ static void test_recorder(struct fakeapi *f, struct kube_client *kc)
 
 int main(void)
 {
-    test_correlator();
     if (fakeapi_run(test_recorder))
         return 1;
+    test_correlator();
     TEST_MAIN_END();
 }
