@@ -17,125 +17,28 @@
 #include "optimizer.h"
 #include "rank_table.h"
 #include "trainer.h"
+#include "fs_testutil.h"
+#include "trainer_testutil.h"
 
 #define STEPS 20
 #define MAXSTEPS 32
 
-static const struct gpt_config MODEL = {4, 32, 4, 64, 128, 16};
-enum { B = 2, T = 8, MG = 4 }; /* MG: micro-batches in the global batch */
+#define MODEL TRAINER_TEST_MODEL
+enum { B = TRAINER_TEST_B, T = TRAINER_TEST_T, MG = 4 }; /* MG: micro-batches in the global batch */
 
-static uint32_t hash(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return (uint32_t)x;
-}
-
-/* Window w of the synthetic corpus: token t of the sequence (a learnable pattern plus noise). */
-static int corpus(uint64_t w, int t)
-{
-    uint32_t h = hash(w * 131 + (uint64_t)t);
-    return (int)((w + (uint64_t)t * 3 + (h % 4 == 0 ? h : 0)) % (uint64_t)MODEL.vocab);
-}
-
-/* Micro-batch k of replica r: windows ((k * replicas + r) * B + b), as the dataloader lays out. */
+/* The tests' batches; ctx (int[2], may be NULL): with ctx[0] >= 0 the process dies as it asks for
+ * micro-batch ctx[1]. */
 static int batch(void *ctx, uint64_t k, int r, int replicas, int *tok, int *tgt, herr *e)
 {
     int *die = ctx;
     if (die && die[0] >= 0 && k == (uint64_t)die[1])
         _exit(0); /* a process dies mid-step */
-    (void)e;
-    for (int b = 0; b < B; b++) {
-        uint64_t w = (k * (uint64_t)replicas + (uint64_t)r) * B + (uint64_t)b;
-        for (int t = 0; t < T; t++) {
-            tok[b * T + t] = corpus(w, t);
-            tgt[b * T + t] = corpus(w, t + 1);
-        }
-    }
-    return 0;
+    return trainer_test_batch(NULL, k, r, replicas, tok, tgt, e);
 }
 
 static void config(struct trainer_config *c, int M, long steps)
 {
-    trainer_config_defaults(c);
-    c->model = MODEL;
-    c->B = B;
-    c->T = T;
-    c->micro_batches = M;
-    c->steps = steps;
-    c->lr = (struct lr_schedule){1e-3f, 3, STEPS, 0.1f};
-    c->grad_clip = 1.0f;
-    c->seed = 42;
-    c->bucket_floats = 3000; /* several buckets, boundaries inside tensors */
-}
-
-/* The single-process engine: one stage, the whole global batch as micro-batches. bf16: it
- * computes with the parameters rounded to bfloat16 and updates fp32 masters, which end up in the
- * stage's parameters. */
-static int reference(float *losses, struct gpt_stage **out, int bf16, herr *e)
-{
-    struct trainer_config c;
-    config(&c, MG, STEPS);
-    struct gpt_stage *s;
-    if (gpt_stage_create(&s, &MODEL, 0, MODEL.layers, B, T, 1, e) != 0)
-        return -1;
-    gpt_stage_init_params(s, c.seed);
-    size_t n = gpt_stage_num_params(s);
-    float *m = calloc(n, sizeof *m), *v = calloc(n, sizeof *v), *master = malloc(n * sizeof *master);
-    int *tok = malloc(B * T * sizeof *tok), *tgt = malloc(B * T * sizeof *tgt);
-    if (!m || !v || !master || !tok || !tgt)
-        return herr_set(e, "oom");
-    float *p = gpt_stage_params(s);
-    memcpy(master, p, n * sizeof *master);
-    const struct gpt_tensor *tens;
-    int nt = gpt_stage_tensors(s, &tens);
-    for (long step = 0; step < STEPS; step++) {
-        for (size_t i = 0; bf16 && i < n; i++)
-            p[i] = bf16_round(master[i]);
-        gpt_stage_zero_grads(s);
-        float sum = 0;
-        for (int mb = 0; mb < MG; mb++) {
-            float loss;
-            batch(NULL, (uint64_t)(step * MG + mb), 0, 1, tok, tgt, e);
-            if (gpt_stage_forward(s, 0, tok, NULL, tgt, NULL, &loss) != 0 ||
-                gpt_stage_backward(s, 0, NULL, NULL, 1.0f / MG) != 0)
-                return herr_set(e, "%s", gpt_stage_error(s));
-            sum += loss;
-        }
-        losses[step] = sum / MG;
-        double sq = grad_sq_norm(gpt_stage_grads(s), 0, n);
-        adamw_update(&c.adamw, tens, nt, bf16 ? master : p, gpt_stage_grads(s), m, v, 0, n,
-                     lr_at(&c.lr, step), step + 1, grad_clip_scale(sq, c.grad_clip));
-    }
-    if (bf16)
-        memcpy(p, master, n * sizeof *p);
-    free(master);
-    free(m);
-    free(v);
-    free(tok);
-    free(tgt);
-    *out = s;
-    return 0;
-}
-
-static int make_table(struct plan_doc *rt, int P, int D, const struct tcp_endpoint *eps, herr *e)
-{
-    char doc[8192];
-    int n = snprintf(doc, sizeof doc, "{\"parallelism\": {\"pipeline\": %d, \"data\": %d}, "
-                     "\"timeout_seconds\": 20, \"workers\": [", P, D);
-    for (int r = 0; r < P * D; r++)
-        n += snprintf(doc + n, sizeof doc - (size_t)n, "%s{\"host\": \"%s\", \"port\": %d}",
-                      r ? ", " : "", eps[r].host, eps[r].port);
-    snprintf(doc + n, sizeof doc - (size_t)n, "]}");
-    cJSON *j = cJSON_Parse(doc);
-    if (!j)
-        return herr_set(e, "bad test table");
-    int rc = plan_doc_from_json(j, "test table", rt, e);
-    cJSON_Delete(j);
-    return rc;
+    trainer_test_config(c, M, steps, STEPS, 42);
 }
 
 struct run_arg {
@@ -210,15 +113,9 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
     struct result res = {.bad = 0};
     omp_set_num_threads(1); /* several processes share a small machine */
     float ref_losses[STEPS];
-    if (reference(ref_losses, &res.ref, ra->bf16, &e) != 0) {
-        fprintf(stderr, "reference: %s\n", e.msg);
-        return 1;
-    }
     struct plan_doc rt;
-    if (make_table(&rt, ra->P, ra->D, eps, &e) != 0) {
-        fprintf(stderr, "%s\n", e.msg);
+    if (trainer_test_rank_setup(MG, STEPS, 42, ra->bf16, ra->P, ra->D, eps, ref_losses, &res.ref, &rt))
         return 1;
-    }
     (void)n;
     struct trainer_config c;
     config(&c, MG / ra->D, ra->steps);
@@ -287,7 +184,8 @@ static int reference_learns(int rank, int n, struct tcp_listener *l, const struc
     omp_set_num_threads(1);
     float ref_losses[STEPS], bf_losses[STEPS];
     struct gpt_stage *ref, *bf;
-    if (reference(ref_losses, &ref, 0, &e) != 0 || reference(bf_losses, &bf, 1, &e) != 0) {
+    if (trainer_test_reference(MG, STEPS, 42, 0, ref_losses, &ref, &e) != 0 ||
+        trainer_test_reference(MG, STEPS, 42, 1, bf_losses, &bf, &e) != 0) {
         fprintf(stderr, "reference: %s\n", e.msg);
         return 1;
     }
@@ -314,6 +212,31 @@ static int reference_learns(int rank, int n, struct tcp_listener *l, const struc
     return 0;
 }
 
+/* Layout a (pipeline 2 x data 2) runs 7 steps with checkpoints (at 5 and 7) in a fresh
+ * directory, then resumes to STEPS: its losses and final parameters must match the reference. */
+static void check_resume(const char *what, struct run_arg a)
+{
+    char dir[] = "/tmp/holmes-trainer-XXXXXX", name[256];
+    if (!mkdtemp(dir)) {
+        TEST_FAIL(what, "mkdtemp");
+        return;
+    }
+    a.ckpt = dir;
+    a.steps = 7;
+    a.first_step = 0;
+    snprintf(name, sizeof name, "%sfirst 7 steps with checkpoints", what);
+    CHECK_INT(name, run_group(4, worker, &a, -1, 120), 0);
+    a.steps = STEPS;
+    a.first_step = 7;
+    snprintf(name, sizeof name, "%sthe resumed run matches the uninterrupted reference", what);
+    CHECK_INT(name, run_group(4, worker, &a, -1, 120), 0);
+    char latest[256];
+    snprintf(latest, sizeof latest, "%s/latest-step", dir);
+    snprintf(name, sizeof name, "%sthe latest checkpoint step recorded", what);
+    CHECK_INT(name, test_read_long(latest, -1), STEPS);
+    test_remove_tree(dir);
+}
+
 int main(void)
 {
     /* four processes on a shared 2-core machine: one OpenMP thread each */
@@ -335,56 +258,21 @@ int main(void)
         CHECK_INT(name, run_group(ra.P * ra.D, worker, &ra, -1, 120), 0);
     }
     /* resume: run 7 steps (checkpoint at 5 and 7), then the rest; must match the reference */
-    char dir[] = "/tmp/holmes-trainer-XXXXXX";
-    if (mkdtemp(dir)) {
-        struct run_arg a = {2, 2, SCHED_1F1B, 7, dir, -1, 0, 0, 0};
-        CHECK_INT("first 7 steps with checkpoints", run_group(4, worker, &a, -1, 120), 0);
-        struct run_arg b = {2, 2, SCHED_1F1B, STEPS, dir, -1, 7, 0, 0};
-        CHECK_INT("resumed run matches the uninterrupted reference", run_group(4, worker, &b, -1, 120), 0);
-        char latest[256];
-        snprintf(latest, sizeof latest, "%s/latest-step", dir);
-        CHECK_INT("latest checkpoint step recorded", test_read_long(latest, -1), STEPS);
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", dir);
-    }
+    check_resume("", (struct run_arg){2, 2, SCHED_1F1B, 0, NULL, -1, 0, 0, 0});
     /* bf16 parameters (fp32 masters): the layout with every exchange (data-parallel shards, the
      * tied embedding between stages) against the bf16 reference, and a resume, whose checkpoint
      * must hold the masters (rounded parameters would not continue the same run) */
     struct run_arg h = {2, 2, SCHED_1F1B, STEPS, NULL, -1, 0, 1, 0};
     CHECK_INT("pipeline 2 x data 2, bf16 parameters: losses and final fp32 masters match one "
               "process", run_group(4, worker, &h, -1, 120), 0);
-    char dir2[] = "/tmp/holmes-trainer-XXXXXX";
-    if (mkdtemp(dir2)) {
-        struct run_arg a = {2, 2, SCHED_1F1B, 7, dir2, -1, 0, 1, 0};
-        CHECK_INT("bf16 parameters: first 7 steps with checkpoints", run_group(4, worker, &a, -1, 120), 0);
-        struct run_arg b = {2, 2, SCHED_1F1B, STEPS, dir2, -1, 7, 1, 0};
-        CHECK_INT("bf16 parameters: the resumed run matches the uninterrupted reference",
-                  run_group(4, worker, &b, -1, 120), 0);
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir2);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", dir2);
-    }
+    check_resume("bf16 parameters: ", (struct run_arg){2, 2, SCHED_1F1B, 0, NULL, -1, 0, 1, 0});
     /* the engine's memory as a device's: every exchange staged through host buffers, as on a
      * GPU, with the same results (fp32 and bf16 parameters, and a resume) */
     struct run_arg em = {2, 2, SCHED_1F1B, STEPS, NULL, -1, 0, 0, 1};
     CHECK_INT("pipeline 2 x data 2 on the emulated device: losses and final params match one "
               "process", run_group(4, worker, &em, -1, 120), 0);
-    char dir3[] = "/tmp/holmes-trainer-XXXXXX";
-    if (mkdtemp(dir3)) {
-        struct run_arg a = {2, 2, SCHED_GPIPE, 7, dir3, -1, 0, 1, 1};
-        CHECK_INT("emulated device, bf16 parameters: first 7 steps with checkpoints",
-                  run_group(4, worker, &a, -1, 120), 0);
-        struct run_arg b = {2, 2, SCHED_GPIPE, STEPS, dir3, -1, 7, 1, 1};
-        CHECK_INT("emulated device, bf16 parameters: the resumed run matches the reference",
-                  run_group(4, worker, &b, -1, 120), 0);
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir3);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", dir3);
-    }
+    check_resume("emulated device, bf16 parameters: ",
+                 (struct run_arg){2, 2, SCHED_GPIPE, 0, NULL, -1, 0, 1, 1});
     struct run_arg d = {2, 2, SCHED_1F1B, STEPS, NULL, 1, 0, 0, 0};
     CHECK_INT("a process dying mid-step fails every other with a clear error",
               run_group(4, worker, &d, -1, 60), 0);

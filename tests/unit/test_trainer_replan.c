@@ -20,110 +20,17 @@
 #include "optimizer.h"
 #include "rank_table.h"
 #include "trainer.h"
+#include "trainer_testutil.h"
 
 #define STEPS 12
 #define SAVED 6
 
-static const struct gpt_config MODEL = {4, 32, 4, 64, 128, 16};
-enum { B = 2, T = 8, MG = 6 }; /* MG: micro-batches in the global batch */
-
-static uint32_t hash(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return (uint32_t)x;
-}
-
-static int corpus(uint64_t w, int t)
-{
-    uint32_t h = hash(w * 131 + (uint64_t)t);
-    return (int)((w + (uint64_t)t * 3 + (h % 4 == 0 ? h : 0)) % (uint64_t)MODEL.vocab);
-}
-
-/* Micro-batch k of replica r: windows ((k * replicas + r) * B + b), as the dataloader lays out. */
-static int batch(void *ctx, uint64_t k, int r, int replicas, int *tok, int *tgt, herr *e)
-{
-    (void)ctx, (void)e;
-    for (int b = 0; b < B; b++) {
-        uint64_t w = (k * (uint64_t)replicas + (uint64_t)r) * B + (uint64_t)b;
-        for (int t = 0; t < T; t++) {
-            tok[b * T + t] = corpus(w, t);
-            tgt[b * T + t] = corpus(w, t + 1);
-        }
-    }
-    return 0;
-}
+#define MODEL TRAINER_TEST_MODEL
+enum { B = TRAINER_TEST_B, T = TRAINER_TEST_T, MG = 6 }; /* MG: micro-batches in the global batch */
 
 static void config(struct trainer_config *c, int M, long steps)
 {
-    trainer_config_defaults(c);
-    c->model = MODEL;
-    c->B = B;
-    c->T = T;
-    c->micro_batches = M;
-    c->steps = steps;
-    c->lr = (struct lr_schedule){1e-3f, 3, STEPS, 0.1f};
-    c->grad_clip = 1.0f;
-    c->seed = 7;
-    c->bucket_floats = 3000;
-}
-
-/* One process, the whole global batch: losses[STEPS] and the final stage. */
-static int reference(float *losses, struct gpt_stage **out, herr *e)
-{
-    struct trainer_config c;
-    config(&c, MG, STEPS);
-    struct gpt_stage *s;
-    if (gpt_stage_create(&s, &MODEL, 0, MODEL.layers, B, T, 1, e) != 0)
-        return -1;
-    gpt_stage_init_params(s, c.seed);
-    size_t n = gpt_stage_num_params(s);
-    float *m = calloc(n, sizeof *m), *v = calloc(n, sizeof *v);
-    int tok[B * T], tgt[B * T];
-    if (!m || !v)
-        return herr_set(e, "oom");
-    const struct gpt_tensor *tens;
-    int nt = gpt_stage_tensors(s, &tens);
-    for (long step = 0; step < STEPS; step++) {
-        gpt_stage_zero_grads(s);
-        float sum = 0;
-        for (int mb = 0; mb < MG; mb++) {
-            float loss;
-            batch(NULL, (uint64_t)(step * MG + mb), 0, 1, tok, tgt, e);
-            if (gpt_stage_forward(s, 0, tok, NULL, tgt, NULL, &loss) != 0 ||
-                gpt_stage_backward(s, 0, NULL, NULL, 1.0f / MG) != 0)
-                return herr_set(e, "%s", gpt_stage_error(s));
-            sum += loss;
-        }
-        losses[step] = sum / MG;
-        double sq = grad_sq_norm(gpt_stage_grads(s), 0, n);
-        adamw_update(&c.adamw, tens, nt, gpt_stage_params(s), gpt_stage_grads(s), m, v, 0, n,
-                     lr_at(&c.lr, step), step + 1, grad_clip_scale(sq, c.grad_clip));
-    }
-    free(m);
-    free(v);
-    *out = s;
-    return 0;
-}
-
-static int make_table(struct plan_doc *rt, int P, int D, const struct tcp_endpoint *eps, herr *e)
-{
-    char doc[8192];
-    int n = snprintf(doc, sizeof doc, "{\"parallelism\": {\"pipeline\": %d, \"data\": %d}, "
-                     "\"timeout_seconds\": 20, \"workers\": [", P, D);
-    for (int r = 0; r < P * D; r++)
-        n += snprintf(doc + n, sizeof doc - (size_t)n, "%s{\"host\": \"%s\", \"port\": %d}",
-                      r ? ", " : "", eps[r].host, eps[r].port);
-    snprintf(doc + n, sizeof doc - (size_t)n, "]}");
-    cJSON *j = cJSON_Parse(doc);
-    if (!j)
-        return herr_set(e, "bad test table");
-    int rc = plan_doc_from_json(j, "test table", rt, e);
-    cJSON_Delete(j);
-    return rc;
+    trainer_test_config(c, M, steps, STEPS, 7);
 }
 
 enum check { CHECK_NONE, CHECK_LOADED, CHECK_TRAINED };
@@ -139,9 +46,9 @@ struct run_arg {
 struct result {
     float losses[STEPS];
     long first_step, nsteps;   /* the first and last step reported */
-    const struct run_arg *ra;
     struct gpt_stage *ref;
     int bad;
+    const struct run_arg *ra;
 };
 
 static int on_step(void *ctx, const struct trainer_report *r)
@@ -258,21 +165,15 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
     (void)n;
     omp_set_num_threads(1);
     float ref_losses[STEPS];
-    if (reference(ref_losses, &res.ref, &e) != 0) {
-        fprintf(stderr, "reference: %s\n", e.msg);
-        return 1;
-    }
     struct plan_doc rt;
-    if (make_table(&rt, ra->P, ra->D, eps, &e) != 0) {
-        fprintf(stderr, "%s\n", e.msg);
+    if (trainer_test_rank_setup(MG, STEPS, 7, 0, ra->P, ra->D, eps, ref_losses, &res.ref, &rt))
         return 1;
-    }
     struct trainer_config c;
     config(&c, MG / ra->D, ra->steps);
     c.listener = l;
     c.checkpoint_dir = ra->ckpt;
     c.checkpoint_every = 3;
-    struct trainer_data data = {NULL, batch};
+    struct trainer_data data = {NULL, trainer_test_batch};
     struct trainer_hooks hooks = {&res, on_step, NULL, on_end, NULL};
     int rc = trainer_run(&c, &rt, rank, &data, &hooks, &e);
     plan_doc_free(&rt);
