@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gpt.h"
 
@@ -42,6 +43,8 @@ int load_ref(struct ref *r)
     rc = 0;
 out:
     fclose(f);
+    if (rc != 0)
+        free_ref(r);
     return rc;
 }
 
@@ -54,6 +57,17 @@ void free_ref(struct ref *r)
     free(r->grads);
     free(r->losses);
     free(r->final);
+    memset(r, 0, sizeof *r);
+}
+
+void ref_random_batch(int *tok, int *tgt, int n, int vocab, unsigned seed)
+{
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        tok[i] = (int)((seed >> 8) % (unsigned)vocab);
+        seed = seed * 1103515245u + 12345u;
+        tgt[i] = (int)((seed >> 8) % (unsigned)vocab);
+    }
 }
 
 double rel_err(const float *got, const float *want, size_t n)

@@ -20,11 +20,13 @@ struct ref {
     float *init, *logits, *grads, *losses, *final;
 };
 
-/* 0, or -1 when the file cannot be read (run from the repository root). */
+/* 0, or -1 when the file cannot be read (run from the repository root; nothing is kept). */
 int load_ref(struct ref *r);
 void free_ref(struct ref *r);
 /* max |got - want| / max |want| over n values (INFINITY for a NaN). */
 double rel_err(const float *got, const float *want, size_t n);
+/* n random tokens and targets below vocab (a linear congruential sequence from seed). */
+void ref_random_batch(int *tok, int *tgt, int n, int vocab, unsigned seed);
 /* The reference model's shape, from its header. */
 struct gpt_config ref_config(const struct ref *r);
 

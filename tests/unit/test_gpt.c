@@ -2,34 +2,12 @@
 #include <stdlib.h>
 
 #include "gpt.h"
+#include "gpt_reference.h"
 #include "test.h"
 
 static const struct gpt_config tiny = {
     .layers = 2, .channels = 16, .heads = 2, .vocab = 61, .padded_vocab = 128, .max_seq = 16};
 enum { B = 2, T = 8 };
-
-static void make_batch(int *tok, int *tgt, unsigned seed)
-{
-    for (int i = 0; i < B * T; i++) {
-        seed = seed * 1103515245u + 12345u;
-        tok[i] = (int)((seed >> 8) % (unsigned)tiny.vocab);
-        seed = seed * 1103515245u + 12345u;
-        tgt[i] = (int)((seed >> 8) % (unsigned)tiny.vocab);
-    }
-}
-
-static float max_rel_diff(const float *a, const float *b, size_t n)
-{
-    float md = 0.0f, mx = 0.0f;
-    for (size_t i = 0; i < n; i++) {
-        float d = fabsf(a[i] - b[i]);
-        if (d > md)
-            md = d;
-        if (fabsf(b[i]) > mx)
-            mx = fabsf(b[i]);
-    }
-    return mx > 0.0f ? md / mx : md;
-}
 
 static const struct gpt_tensor *find_tensor(struct gpt_stage *s, const char *name)
 {
@@ -41,14 +19,23 @@ static const struct gpt_tensor *find_tensor(struct gpt_stage *s, const char *nam
     return NULL;
 }
 
-static void test_layout(void)
+/* The whole tiny model as one stage; NULL with a FAIL line named `what`. */
+static struct gpt_stage *whole_tiny(const char *what)
 {
     herr e;
     struct gpt_stage *s;
     if (gpt_stage_create(&s, &tiny, 0, 2, B, T, 1, &e) < 0) {
-        TEST_FAIL("layout.create", "%s", e.msg);
-        return;
+        TEST_FAIL(what, "%s", e.msg);
+        return NULL;
     }
+    return s;
+}
+
+static void test_layout(void)
+{
+    struct gpt_stage *s = whole_tiny("layout.create");
+    if (!s)
+        return;
     size_t C = 16, L = 2, Vp = 128, maxT = 16;
     size_t want = Vp * C + maxT * C + L * (12 * C * C + 13 * C) + 2 * C;
     CHECK_INT("layout.num_params", gpt_stage_num_params(s), want);
@@ -74,6 +61,7 @@ static void test_layout(void)
     /* a middle stage of a 3-layer model has no wte */
     struct gpt_config c3 = tiny;
     c3.layers = 3;
+    herr e;
     CHECK("layout.middle_create", gpt_stage_create(&s, &c3, 1, 2, B, T, 1, &e) == 0);
     CHECK("layout.middle_no_wte", gpt_stage_wte(s, &off, &cnt) == -1);
     CHECK("layout.middle_params", gpt_stage_num_params(s) == 12 * C * C + 13 * C);
@@ -108,8 +96,8 @@ static void test_stage_split(void)
                                                        c0 * sizeof(float)) == 0);
 
     int tok[2][B * T], tgt[2][B * T];
-    make_batch(tok[0], tgt[0], 1);
-    make_batch(tok[1], tgt[1], 2);
+    ref_random_batch(tok[0], tgt[0], B * T, tiny.vocab, 1);
+    ref_random_batch(tok[1], tgt[1], B * T, tiny.vocab, 2);
     float lw[2], ls[2];
     for (int m = 0; m < 2; m++) {
         gpt_stage_forward(whole, 0, tok[m], NULL, tgt[m], NULL, &lw[m]);
@@ -143,7 +131,7 @@ static void test_stage_split(void)
             }
             if (strcmp(t[i].name, "wte") == 0)
                 continue;
-            float d = max_rel_diff(gpt_stage_grads(parts[p]) + t[i].offset,
+            float d = rel_err(gpt_stage_grads(parts[p]) + t[i].offset,
                                    gpt_stage_grads(whole) + w->offset, w->size);
             if (d > worst) {
                 worst = d;
@@ -160,7 +148,7 @@ static void test_stage_split(void)
         sum[i] = gpt_stage_grads(s0)[o0 + i] + gpt_stage_grads(s1)[o1 + i];
     size_t ow, cw;
     gpt_stage_wte(whole, &ow, &cw);
-    CHECK("split.wte_grad_sum", max_rel_diff(sum, gpt_stage_grads(whole) + ow, cw) <= 1e-5f);
+    CHECK("split.wte_grad_sum", rel_err(sum, gpt_stage_grads(whole) + ow, cw) <= 1e-5f);
     free(sum);
     gpt_stage_free(whole);
     gpt_stage_free(s0);
@@ -189,8 +177,8 @@ static void test_three_stages(void)
         gpt_stage_init_params(st[i], 11);
     }
     int tok[2][B * T], tgt[2][B * T];
-    make_batch(tok[0], tgt[0], 21);
-    make_batch(tok[1], tgt[1], 22);
+    ref_random_batch(tok[0], tgt[0], B * T, tiny.vocab, 21);
+    ref_random_batch(tok[1], tgt[1], B * T, tiny.vocab, 22);
     float lw[2], ls[2];
     for (int m = 0; m < 2; m++) {
         gpt_stage_forward(whole, 0, tok[m], NULL, tgt[m], NULL, &lw[m]);
@@ -219,7 +207,7 @@ static void test_three_stages(void)
             const struct gpt_tensor *w = find_tensor(whole, t[k].name);
             if (strcmp(t[k].name, "wte") == 0 || !w)
                 continue;
-            float d = max_rel_diff(gpt_stage_grads(st[i]) + t[k].offset,
+            float d = rel_err(gpt_stage_grads(st[i]) + t[k].offset,
                                    gpt_stage_grads(whole) + w->offset, w->size);
             if (d > worst)
                 worst = d;
@@ -234,19 +222,16 @@ static void test_three_stages(void)
 /* Central differences in double-checked fp32: a coarse check independent of the reference. */
 static void test_finite_difference(void)
 {
-    herr e;
-    struct gpt_stage *s;
-    if (gpt_stage_create(&s, &tiny, 0, 2, B, T, 1, &e) < 0) {
-        TEST_FAIL("fd.create", "%s", e.msg);
+    struct gpt_stage *s = whole_tiny("fd.create");
+    if (!s)
         return;
-    }
     gpt_stage_init_params(s, 7);
     /* larger weights than GPT-2 init so every path carries signal */
     float *p = gpt_stage_params(s);
     for (size_t i = 0; i < gpt_stage_num_params(s); i++)
         p[i] *= 5.0f;
     int tok[B * T], tgt[B * T];
-    make_batch(tok, tgt, 3);
+    ref_random_batch(tok, tgt, B * T, tiny.vocab, 3);
     float loss;
     gpt_stage_forward(s, 0, tok, NULL, tgt, NULL, &loss);
     gpt_stage_backward(s, 0, NULL, NULL, 1.0f);
@@ -296,7 +281,7 @@ static void test_bad_input(void)
         return;
     }
     int tok[B * T], tgt[B * T];
-    make_batch(tok, tgt, 5);
+    ref_random_batch(tok, tgt, B * T, tiny.vocab, 5);
     tok[3] = 61;
     float loss;
     CHECK("bad.token", gpt_stage_forward(s, 0, tok, NULL, tgt, NULL, &loss) == -1 &&

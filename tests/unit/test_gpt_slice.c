@@ -17,27 +17,6 @@ enum { B = 3, T = 64 };
 static const int cuts[] = {0, 5, 22, 64}; /* slices of 5, 17 and 42 tokens */
 enum { S = 3 };
 
-static void make_batch(int *tok, int *tgt, unsigned seed)
-{
-    for (int i = 0; i < B * T; i++) {
-        seed = seed * 1103515245u + 12345u;
-        tok[i] = (int)((seed >> 8) % (unsigned)cfg.vocab);
-        seed = seed * 1103515245u + 12345u;
-        tgt[i] = (int)((seed >> 8) % (unsigned)cfg.vocab);
-    }
-}
-
-static float max_rel_diff(const float *a, const float *b, size_t n)
-{
-    float md = 0.0f, mx = 0.0f;
-    for (size_t i = 0; i < n; i++) {
-        float d = fabsf(a[i] - b[i]);
-        md = d > md ? d : md;
-        mx = fabsf(b[i]) > mx ? fabsf(b[i]) : mx;
-    }
-    return mx > 0.0f ? md / mx : md;
-}
-
 /* [B][T][C] <-> the slice [t0, t1) of every sequence, [B][t1 - t0][C] */
 static void take_slice(float *dst, const float *src, int t0, int t1, int C)
 {
@@ -65,8 +44,8 @@ static void test_whole_model(void)
     gpt_stage_init_params(ref, 7);
     gpt_stage_init_params(sl, 7);
     int tok[2][B * T], tgt[2][B * T];
-    make_batch(tok[0], tgt[0], 11);
-    make_batch(tok[1], tgt[1], 12);
+    ref_random_batch(tok[0], tgt[0], B * T, cfg.vocab, 11);
+    ref_random_batch(tok[1], tgt[1], B * T, cfg.vocab, 12);
     float lref = 0, lsl = 0, l;
     for (int m = 0; m < 2; m++) {
         ok &= gpt_stage_forward(ref, m, tok[m], NULL, tgt[m], NULL, &l) == 0;
@@ -93,7 +72,7 @@ static void test_whole_model(void)
         printf("  %s\n", gpt_stage_error(sl));
     CHECK("loss: the slices' shares add up to the unsliced loss (1e-5)",
           fabsf(lsl - lref) <= 1e-5f * fabsf(lref));
-    float d = max_rel_diff(gpt_stage_grads(sl), gpt_stage_grads(ref), gpt_stage_num_params(ref));
+    float d = rel_err(gpt_stage_grads(sl), gpt_stage_grads(ref), gpt_stage_num_params(ref));
     CHECK("every gradient equals the unsliced backward's (1e-5)", d <= 1e-5f);
     if (d > 1e-5f)
         printf("  max relative gradient difference %g\n", d);
@@ -122,7 +101,7 @@ static void test_two_stages(void)
     float *act = calloc(BTC, 4), *dact = calloc(BTC, 4), *sact = calloc(BTC, 4),
           *sdact = calloc(BTC, 4), *buf = calloc(BTC, 4), *dbuf = calloc(BTC, 4);
     int tok[B * T], tgt[B * T];
-    make_batch(tok, tgt, 5);
+    ref_random_batch(tok, tgt, B * T, cfg.vocab, 5);
     float lref = 0, lsl = 0, l;
     ok = gpt_stage_forward(r0, 0, tok, NULL, NULL, act, NULL) == 0 &&
          gpt_stage_forward(r1, 0, NULL, act, tgt, NULL, &lref) == 0 &&
@@ -143,11 +122,11 @@ static void test_two_stages(void)
         ok = ok && gpt_stage_backward_slice(s0, 0, t0, t1, buf, NULL, 1.0f) == 0;
     }
     CHECK("two stages, sliced, run", ok);
-    CHECK("activations passed on equal the unsliced ones (1e-5)", max_rel_diff(sact, act, BTC) <= 1e-5f);
-    CHECK("gradients passed back equal the unsliced ones (1e-5)", max_rel_diff(sdact, dact, BTC) <= 1e-5f);
+    CHECK("activations passed on equal the unsliced ones (1e-5)", rel_err(sact, act, BTC) <= 1e-5f);
+    CHECK("gradients passed back equal the unsliced ones (1e-5)", rel_err(sdact, dact, BTC) <= 1e-5f);
     CHECK("loss equal (1e-5)", fabsf(lsl - lref) <= 1e-5f * fabsf(lref));
-    float d0 = max_rel_diff(gpt_stage_grads(s0), gpt_stage_grads(r0), gpt_stage_num_params(r0));
-    float d1 = max_rel_diff(gpt_stage_grads(s1), gpt_stage_grads(r1), gpt_stage_num_params(r1));
+    float d0 = rel_err(gpt_stage_grads(s0), gpt_stage_grads(r0), gpt_stage_num_params(r0));
+    float d1 = rel_err(gpt_stage_grads(s1), gpt_stage_grads(r1), gpt_stage_num_params(r1));
     CHECK("first stage's gradients (embeddings, block 0) equal (1e-5)", d0 <= 1e-5f);
     CHECK("last stage's gradients (blocks 1-2, head) equal (1e-5)", d1 <= 1e-5f);
     if (d0 > 1e-5f || d1 > 1e-5f)
