@@ -31,6 +31,18 @@ static struct gpt_stage *whole_tiny(const char *what)
     return s;
 }
 
+/* Two micro-batches (seeds seed and seed + 1) forward and backward through the whole model, each
+ * at half the loss: their tokens, targets and losses. */
+static void two_whole(struct gpt_stage *whole, int tok[2][B * T], int tgt[2][B * T], float lw[2],
+                      unsigned seed)
+{
+    for (int m = 0; m < 2; m++) {
+        ref_random_batch(tok[m], tgt[m], B * T, tiny.vocab, seed + (unsigned)m);
+        gpt_stage_forward(whole, 0, tok[m], NULL, tgt[m], NULL, &lw[m]);
+        gpt_stage_backward(whole, 0, NULL, NULL, 0.5f);
+    }
+}
+
 static void test_layout(void)
 {
     struct gpt_stage *s = whole_tiny("layout.create");
@@ -96,13 +108,8 @@ static void test_stage_split(void)
                                                        c0 * sizeof(float)) == 0);
 
     int tok[2][B * T], tgt[2][B * T];
-    ref_random_batch(tok[0], tgt[0], B * T, tiny.vocab, 1);
-    ref_random_batch(tok[1], tgt[1], B * T, tiny.vocab, 2);
     float lw[2], ls[2];
-    for (int m = 0; m < 2; m++) {
-        gpt_stage_forward(whole, 0, tok[m], NULL, tgt[m], NULL, &lw[m]);
-        gpt_stage_backward(whole, 0, NULL, NULL, 0.5f);
-    }
+    two_whole(whole, tok, tgt, lw, 1);
     float act[2][B * T * 16], grad[B * T * 16];
     int rc = 0;
     for (int m = 0; m < 2; m++) /* both forwards first, as a pipeline would */
@@ -177,13 +184,8 @@ static void test_three_stages(void)
         gpt_stage_init_params(st[i], 11);
     }
     int tok[2][B * T], tgt[2][B * T];
-    ref_random_batch(tok[0], tgt[0], B * T, tiny.vocab, 21);
-    ref_random_batch(tok[1], tgt[1], B * T, tiny.vocab, 22);
     float lw[2], ls[2];
-    for (int m = 0; m < 2; m++) {
-        gpt_stage_forward(whole, 0, tok[m], NULL, tgt[m], NULL, &lw[m]);
-        gpt_stage_backward(whole, 0, NULL, NULL, 0.5f);
-    }
+    two_whole(whole, tok, tgt, lw, 21);
     static float a01[2][B * T * 16], a12[2][B * T * 16], g21[B * T * 16], g10[B * T * 16];
     int rc = 0;
     for (int m = 0; m < 2; m++) {
