@@ -9,7 +9,7 @@ BENCH_PLAN_SIZES ?= 64 1024 2048 16384
 BENCH_PLAN_FIXTURES ?= three-fabrics-8 three-fabrics-16
 BENCH_PLAN_SWEEP ?= 100
 
-$(BENCH_PLAN): $(call obj,tests/bench/bench_plan.c) $(ALL_LIBS)
+$(BENCH_PLAN): $(call obj,tests/bench/bench_plan.c tests/unit/planner_testutil.c) $(ALL_LIBS)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
 	@$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -Wl,--start-group $(ALL_LIBS) -Wl,--end-group $(LDLIBS)

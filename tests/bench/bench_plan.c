@@ -21,6 +21,7 @@
 
 #include "cluster.h"
 #include "planner.h"
+#include "../unit/planner_testutil.h"
 #include "planner_job.h"
 
 static double now(clockid_t c)
@@ -141,36 +142,27 @@ static int from_files(const char *cluster_path, const char *job_path, int reps)
     return rc;
 }
 
-static uint64_t rng;
-static uint32_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 11);
-}
-static int pick(int lo, int hi) { return lo + (int)(rnd() % (uint32_t)(hi - lo + 1)); }
 
 /* One random cluster of at most `max_nodes` nodes and a job for it; 0, or -1 (none fits). */
 static int random_case(int max_nodes, struct plan_worker *w, int *n, struct plan_job *job,
                        struct cost_links *links, char *desc, size_t cap)
 {
     static const double gbps[] = {25, 100, 200, 400, 800, 1600};
-    int nodes = pick(1, max_nodes), nf = pick(1, 4), gpus = 1 << pick(0, 3);
+    int nodes = planner_test_pick(1, max_nodes), nf = planner_test_pick(1, 4), gpus = 1 << planner_test_pick(0, 3);
     int cls[4], nics[4];
-    double g[4], tf[2] = {312, pick(0, 1) ? 989 : 125};
+    double g[4], tf[2] = {312, planner_test_pick(0, 1) ? 989 : 125};
     for (int f = 0; f < nf; f++) {
-        cls[f] = pick(0, 2);
-        g[f] = gbps[pick(0, 5)];
-        nics[f] = cls[f] == NIC_ETHERNET ? pick(1, 2) : 1 << pick(0, 3);
+        cls[f] = planner_test_pick(0, 2);
+        g[f] = gbps[planner_test_pick(0, 5)];
+        nics[f] = cls[f] == NIC_ETHERNET ? planner_test_pick(1, 2) : 1 << planner_test_pick(0, 3);
     }
     *n = nodes;
     for (int i = 0; i < nodes; i++) {
-        int f = pick(0, nf - 1);
+        int f = planner_test_pick(0, nf - 1);
         memset(&w[i], 0, sizeof w[i]);
         snprintf(w[i].name, sizeof w[i].name, "w%d", i);
         w[i].gpus = gpus;
-        w[i].tflops = tf[pick(0, 1)];
+        w[i].tflops = tf[planner_test_pick(0, 1)];
         w[i].memory_gb = 80;
         w[i].nics = nics[f];
         w[i].nic.cls = (enum nic_class)cls[f];
@@ -180,17 +172,17 @@ static int random_case(int max_nodes, struct plan_worker *w, int *n, struct plan
     }
     plan_job_init(job);
     static const int hidden[] = {1024, 2048, 4096, 5120, 8192};
-    int h = hidden[pick(0, 4)];
-    job->model = (struct tj_model){.layers = pick(4, 128), .hidden = h, .heads = h / 128,
-                                   .vocab = 50257, .seq_len = 1 << pick(10, 12)};
-    job->tensor = 1 << pick(0, 3);
+    int h = hidden[planner_test_pick(0, 4)];
+    job->model = (struct tj_model){.layers = planner_test_pick(4, 128), .hidden = h, .heads = h / 128,
+                                   .vocab = 50257, .seq_len = 1 << planner_test_pick(10, 12)};
+    job->tensor = 1 << planner_test_pick(0, 3);
     while (job->tensor > gpus)
         job->tensor /= 2;
-    job->micro_batches = 1 << pick(2, 7);
-    job->micro_batch_size = pick(1, 4);
-    job->schedule = pick(0, 3) ? SCHED_1F1B : SCHED_GPIPE;
+    job->micro_batches = 1 << planner_test_pick(2, 7);
+    job->micro_batch_size = planner_test_pick(1, 4);
+    job->schedule = planner_test_pick(0, 3) ? SCHED_1F1B : SCHED_GPIPE;
     cost_links_default(links);
-    links->tcp_gbps = gbps[pick(0, 3)];
+    links->tcp_gbps = gbps[planner_test_pick(0, 3)];
     snprintf(desc, cap, "%d nodes x %d GPUs, %d fabrics, L%d h%d T%d, tensor %d, %d x %d mb, %s",
              nodes, gpus, nf, job->model.layers, h, job->model.seq_len, job->tensor,
              job->micro_batches, job->micro_batch_size, schedule_name(job->schedule));
@@ -199,7 +191,7 @@ static int random_case(int max_nodes, struct plan_worker *w, int *n, struct plan
 
 static int sweep(int max_nodes, int cases, uint64_t seed)
 {
-    rng = seed ? seed : 20261126;
+    planner_test_seed(seed ? seed : 20261126);
     struct plan_worker *w = calloc((size_t)max_nodes, sizeof *w);
     if (!w)
         return 1;

@@ -8,23 +8,12 @@
 #include <stdlib.h>
 
 #include "planner.h"
+#include "planner_testutil.h"
 #include "test.h"
 
 #define MAXW 12
 #define MAXC 12
 
-static uint64_t rng_state;
-static uint32_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 11);
-}
-static int pick(int lo, int hi) /* inclusive */
-{
-    return lo + (int)(rnd() % (uint32_t)(hi - lo + 1));
-}
 
 struct ex {
     struct plan_eval *ev;
@@ -112,24 +101,24 @@ int main(void)
     int want = getenv("PLAN_CASES") ? atoi(getenv("PLAN_CASES")) : 200;
     int seed0 = getenv("PLAN_SEED") ? atoi(getenv("PLAN_SEED")) : 1; /* e.g. one case again */
     for (int seed = seed0; cases < want; seed++) {
-        rng_state = 0x9E3779B97F4A7C15ull * (uint64_t)seed + 12345;
-        int nf = pick(1, 3);
+        planner_test_seed(0x9E3779B97F4A7C15ull * (uint64_t)seed + 12345);
+        int nf = planner_test_pick(1, 3);
         struct { int cls; double gbps; char name[16]; } fab[3];
         for (int f = 0; f < nf; f++) {
-            fab[f].cls = pick(0, 2);
-            fab[f].gbps = gbps_choices[pick(0, 3)];
+            fab[f].cls = planner_test_pick(0, 2);
+            fab[f].gbps = gbps_choices[planner_test_pick(0, 3)];
             snprintf(fab[f].name, sizeof fab[f].name, "fab%d", f);
         }
-        int n = pick(2, MAXW);
+        int n = planner_test_pick(2, MAXW);
         struct plan_worker w[MAXW];
         memset(w, 0, sizeof w);
         int fab_of[MAXW];
         for (int i = 0; i < n; i++) {
             snprintf(w[i].name, sizeof w[i].name, "w%d", i);
-            int f = pick(0, nf - 1);
+            int f = planner_test_pick(0, nf - 1);
             fab_of[i] = f;
-            w[i].gpus = pick(0, 1);
-            w[i].tflops = tflops_choices[pick(0, 1) + (f % 2) * 2 * pick(0, 1)];
+            w[i].gpus = planner_test_pick(0, 1);
+            w[i].tflops = tflops_choices[planner_test_pick(0, 1) + (f % 2) * 2 * planner_test_pick(0, 1)];
             w[i].nic.cls = (enum nic_class)fab[f].cls;
             w[i].nic.gbps = fab[f].gbps;
             w[i].nic.gid_index = -1;
@@ -142,25 +131,25 @@ int main(void)
                 divs[nd++] = p;
         struct plan_job job;
         plan_job_init(&job);
-        job.pipeline = divs[pick(0, nd - 1)];
+        job.pipeline = divs[planner_test_pick(0, nd - 1)];
         job.data = n / job.pipeline;
-        job.model.layers = pick(job.pipeline, job.pipeline + 4 < 8 ? job.pipeline + 4 : 8);
+        job.model.layers = planner_test_pick(job.pipeline, job.pipeline + 4 < 8 ? job.pipeline + 4 : 8);
         job.model.heads = 4;
-        job.model.hidden = 128 * pick(2, 12);
-        job.model.vocab = pick(1000, 60000);
-        job.model.seq_len = 128 * pick(1, 8);
-        job.schedule = pick(0, 1) ? SCHED_GPIPE : SCHED_1F1B;
-        job.micro_batches = pick(job.schedule == SCHED_1F1B ? job.pipeline : 1, 8);
-        job.micro_batch_size = pick(1, 4);
-        job.precision = pick(0, 1) ? DTYPE_BF16 : DTYPE_FP32;
+        job.model.hidden = 128 * planner_test_pick(2, 12);
+        job.model.vocab = planner_test_pick(1000, 60000);
+        job.model.seq_len = 128 * planner_test_pick(1, 8);
+        job.schedule = planner_test_pick(0, 1) ? SCHED_GPIPE : SCHED_1F1B;
+        job.micro_batches = planner_test_pick(job.schedule == SCHED_1F1B ? job.pipeline : 1, 8);
+        job.micro_batch_size = planner_test_pick(1, 4);
+        job.precision = planner_test_pick(0, 1) ? DTYPE_BF16 : DTYPE_FP32;
         struct cost_links links;
         cost_links_default(&links);
-        links.tcp_gbps = (double)pick(1, 40);
-        links.compute_efficiency = 0.05 * pick(2, 12);
-        links.overlap = pick(0, 1);
+        links.tcp_gbps = (double)planner_test_pick(1, 40);
+        links.compute_efficiency = 0.05 * planner_test_pick(2, 12);
+        links.overlap = planner_test_pick(0, 1);
         /* half the clusters have a shared inter-fabric gateway (flows entering a fabric at once
          * split it) */
-        links.gateway_gbps = pick(0, 1) ? (double)pick(1, 40) : 0;
+        links.gateway_gbps = planner_test_pick(0, 1) ? (double)planner_test_pick(1, 40) : 0;
 
         herr e = {0};
         struct plan p;

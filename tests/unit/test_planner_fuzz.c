@@ -11,17 +11,9 @@
 #include <stdlib.h>
 
 #include "planner.h"
+#include "planner_testutil.h"
 #include "test.h"
 
-static uint64_t rng;
-static uint32_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 11);
-}
-static int pick(int lo, int hi) { return lo + (int)(rnd() % (uint32_t)(hi - lo + 1)); }
 
 struct fab {
     enum nic_class cls;
@@ -163,7 +155,7 @@ int main(void)
     const char *seed_s = getenv("HOLMES_FUZZ_SEED"), *iters_s = getenv("HOLMES_FUZZ_ITERS");
     uint64_t seed = seed_s ? strtoull(seed_s, NULL, 0) : 20261124;
     int iters = iters_s ? atoi(iters_s) : 60;
-    rng = seed ? seed : 1;
+    planner_test_seed(seed);
     struct cost_links l;
     cost_links_default(&l);
     int planned = 0, refused = 0, bad = 0;
@@ -193,60 +185,60 @@ int main(void)
     static const int layer_choices[] = {2, 4, 12, 24, 48, 96};
     for (int it = 0; it < iters; it++) {
         /* the cluster: GPUs per worker, a size class (big clusters rarely), fabrics */
-        int gpus = (int[]){0, 1, 2, 4, 8}[pick(0, 4)];
+        int gpus = (int[]){0, 1, 2, 4, 8}[planner_test_pick(0, 4)];
         int per = gpus ? gpus : 1;
-        int size_class = pick(0, 19);
+        int size_class = planner_test_pick(0, 19);
         int max_devices = size_class < 14 ? 64 : size_class < 19 ? 2048 : 16384;
-        int n = pick(1, max_devices / per);
-        int nf = pick(1, 6);
+        int n = planner_test_pick(1, max_devices / per);
+        int nf = planner_test_pick(1, 6);
         struct fab fabs[6];
         for (int f = 0; f < nf; f++) {
-            fabs[f].cls = classes[pick(0, 2)];
+            fabs[f].cls = classes[planner_test_pick(0, 2)];
             snprintf(fabs[f].id, sizeof fabs[f].id, "%s-%d",
                      fabs[f].cls == NIC_INFINIBAND ? "ib" : fabs[f].cls == NIC_ROCE ? "roce" : "eth", f);
-            fabs[f].gbps = (double[]){10, 25, 100, 200, 400}[pick(0, 4)];
+            fabs[f].gbps = (double[]){10, 25, 100, 200, 400}[planner_test_pick(0, 4)];
         }
-        int interleave = pick(0, 1);
+        int interleave = planner_test_pick(0, 1);
         double speeds[3] = {gpus ? 312 : 0.05, gpus ? 156 : 0.02, gpus ? 989 : 0.1};
-        int mixed = pick(0, 1);
+        int mixed = planner_test_pick(0, 1);
         for (int i = 0; i < n; i++) {
             /* uneven fabric sizes: fabric f takes a share that halves with f */
             int f = interleave ? i % nf : 0;
             if (!interleave) {
-                int r = pick(0, (1 << nf) - 2);
+                int r = planner_test_pick(0, (1 << nf) - 2);
                 while (f < nf - 1 && r >= (1 << (nf - 1 - f)))
                     r -= 1 << (nf - 1 - f), f++;
             }
-            make_worker(&w[i], i, &fabs[f], gpus, mixed ? speeds[pick(0, 2)] : speeds[0]);
+            make_worker(&w[i], i, &fabs[f], gpus, mixed ? speeds[planner_test_pick(0, 2)] : speeds[0]);
         }
         /* the job: a shape that fits, or not */
         plan_job_init(&j);
-        int layers = layer_choices[pick(0, 5)];
-        int heads = (int[]){1, 2, 4, 8, 12, 16}[pick(0, 5)];
+        int layers = layer_choices[planner_test_pick(0, 5)];
+        int heads = (int[]){1, 2, 4, 8, 12, 16}[planner_test_pick(0, 5)];
         j.model = (struct tj_model){.layers = layers, .hidden = heads * 64, .heads = heads,
-                                    .vocab = pick(0, 1) ? 256 : 50257,
-                                    .seq_len = (int[]){64, 256, 1024}[pick(0, 2)]};
+                                    .vocab = planner_test_pick(0, 1) ? 256 : 50257,
+                                    .seq_len = (int[]){64, 256, 1024}[planner_test_pick(0, 2)]};
         int tdiv[8], nt = divisors(per, tdiv, 8);
-        j.tensor = gpus ? tdiv[pick(0, nt - 1)] : 1;
+        j.tensor = gpus ? tdiv[planner_test_pick(0, nt - 1)] : 1;
         if (gpus && j.tensor > 1 && heads % j.tensor != 0)
             j.tensor = 1;
         long devices = plan_devices(w, n);
         long blocks = devices / j.tensor;
-        if (pick(0, 2) == 0) {
+        if (planner_test_pick(0, 2) == 0) {
             j.pipeline = 0;
             j.data = 0;
         } else {
-            int want = pick(1, layers + (pick(0, 4) == 0 ? 3 : 0)); /* sometimes too many */
+            int want = planner_test_pick(1, layers + (planner_test_pick(0, 4) == 0 ? 3 : 0)); /* sometimes too many */
             j.pipeline = want;
-            j.data = blocks % want == 0 ? (int)(blocks / want) : pick(1, 8);
+            j.data = blocks % want == 0 ? (int)(blocks / want) : planner_test_pick(1, 8);
         }
-        j.micro_batches = pick(1, 64);
-        j.micro_batch_size = pick(1, 4);
-        j.schedule = pick(0, 1) ? SCHED_1F1B : SCHED_GPIPE;
+        j.micro_batches = planner_test_pick(1, 64);
+        j.micro_batch_size = planner_test_pick(1, 4);
+        j.schedule = planner_test_pick(0, 1) ? SCHED_1F1B : SCHED_GPIPE;
         /* TeraPipe: unsliced mostly; else auto, or a count (sometimes more than the tokens) */
-        int ts = pick(0, 5);
-        j.token_slices = ts < 3 ? 1 : ts == 3 ? TJ_AUTO : pick(2, j.model.seq_len + (ts == 5 ? 8 : 0));
-        j.policy = pick(0, 3) ? POLICY_HOLMES : POLICY_NAIVE;
+        int ts = planner_test_pick(0, 5);
+        j.token_slices = ts < 3 ? 1 : ts == 3 ? TJ_AUTO : planner_test_pick(2, j.model.seq_len + (ts == 5 ? 8 : 0));
+        j.policy = planner_test_pick(0, 3) ? POLICY_HOLMES : POLICY_NAIVE;
         bad += one_case(it, w, n, &j, &l, &planned, &refused);
     }
     printf("# seed %llu: %d cases, %d planned, %d refused\n", (unsigned long long)seed,
