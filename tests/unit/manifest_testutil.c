@@ -48,3 +48,17 @@ int spec_of_job(const cJSON *job, struct tj_spec *s)
         printf("    spec error: %s\n", errs.msg[i]);
     return rc;
 }
+
+int tj_errors_have(const struct tj_errors *errs, const char *needle)
+{
+    for (int i = 0; i < errs->count && i < TJ_MAX_ERRORS; i++)
+        if (strstr(errs->msg[i], needle))
+            return 1;
+    return 0;
+}
+
+void tj_errors_print(const struct tj_errors *errs, const char *prefix)
+{
+    for (int i = 0; i < errs->count && i < TJ_MAX_ERRORS; i++)
+        printf("%s%s\n", prefix, errs->msg[i]);
+}

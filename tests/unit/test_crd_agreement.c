@@ -28,20 +28,6 @@ static const cJSON *g_schema;      /* openAPIV3Schema */
 static const cJSON *g_spec_schema; /* .properties.spec */
 static const cJSON *g_name_schema; /* .properties.metadata.properties.name */
 
-static int has_error(const struct tj_errors *errs, const char *needle)
-{
-    for (int i = 0; i < errs->count && i < TJ_MAX_ERRORS; i++)
-        if (strstr(errs->msg[i], needle))
-            return 1;
-    return 0;
-}
-
-static void dump_errors(const struct tj_errors *errs)
-{
-    for (int i = 0; i < errs->count && i < TJ_MAX_ERRORS; i++)
-        printf("    C error: %s\n", errs->msg[i]);
-}
-
 /* Schema violations of one document (spec and metadata.name). */
 static void schema_doc(const cJSON *doc, struct schema_violations *v)
 {
@@ -121,7 +107,7 @@ static void check_valid_doc(const char *label, const cJSON *doc)
     int rc = tj_job_from_json(doc, &job, &errs);
     snprintf(name, sizeof name, "%s: C validator accepts", label);
     if (rc)
-        dump_errors(&errs);
+        tj_errors_print(&errs, "    C error: ");
     CHECK(name, rc == 0);
     struct schema_violations v;
     schema_doc(doc, &v);
@@ -239,9 +225,9 @@ static void check_invalid_file(const char *path)
     }
     for (int i = 0; i < n_expect; i++) {
         snprintf(name, sizeof name, "%s: error \"%s\"", path, expects[i]);
-        if (!has_error(&errs, expects[i]))
-            dump_errors(&errs);
-        CHECK(name, has_error(&errs, expects[i]));
+        if (!tj_errors_have(&errs, expects[i]))
+            tj_errors_print(&errs, "    C error: ");
+        CHECK(name, tj_errors_have(&errs, expects[i]));
     }
 
     herr e;
@@ -265,9 +251,9 @@ static void check_invalid_file(const char *path)
             char needle[300];
             snprintf(needle, sizeof needle, "%s: ", v.path[i]);
             snprintf(name, sizeof name, "%s: C reports the schema's violation at %s (%s)", path, v.path[i], v.rule[i]);
-            if (!has_error(&errs, needle))
-                dump_errors(&errs);
-            CHECK(name, has_error(&errs, needle));
+            if (!tj_errors_have(&errs, needle))
+                tj_errors_print(&errs, "    C error: ");
+            CHECK(name, tj_errors_have(&errs, needle));
         }
     } else if (!strcmp(layer, "cel") || !strcmp(layer, "validator")) {
         snprintf(name, sizeof name, "%s: structural schema accepts (rule is %s)", path, layer);
@@ -282,7 +268,7 @@ static void check_invalid_file(const char *path)
             for (int i = 0; i < cv.count && i < SCHEMA_MAX_VIOLATIONS; i++) {
                 snprintf(name, sizeof name, "%s: C reports the CEL violation at %s (%s)", path, cv.path[i], cv.rule[i]);
                 if (!has_error_at(&errs, cv.path[i]))
-                    dump_errors(&errs);
+                    tj_errors_print(&errs, "    C error: ");
                 CHECK(name, has_error_at(&errs, cv.path[i]));
             }
         } else {

@@ -27,20 +27,6 @@ static int parse_job(const char *yaml, struct tj_job *job, struct tj_errors *err
     return rc;
 }
 
-static int has_error(const struct tj_errors *errs, const char *needle)
-{
-    for (int i = 0; i < errs->count && i < TJ_MAX_ERRORS; i++)
-        if (strstr(errs->msg[i], needle))
-            return 1;
-    return 0;
-}
-
-static void dump(const struct tj_errors *errs)
-{
-    for (int i = 0; i < errs->count && i < TJ_MAX_ERRORS; i++)
-        printf("  error: %s\n", errs->msg[i]);
-}
-
 /* The two element-type fields of a job whose spec.parallelism is `par`, as parsed and after
  * tj_spec_to_json / tj_spec_from_json; ok: 0 nothing parsed, 1 parsed, 2 also round-tripped. */
 struct dtypes {
@@ -60,7 +46,7 @@ static int dtype_round_trip(const char *par, struct dtypes *d)
     memset(&errs, 0, sizeof errs);
     memset(d, 0, sizeof *d);
     if (parse_job(yaml, &job, &errs)) {
-        dump(&errs);
+        tj_errors_print(&errs, "  error: ");
         tj_job_free(&job);
         return 0;
     }
@@ -154,7 +140,7 @@ int main(void)
 
     /* Minimal job: defaults applied. */
     int rc = parse_job(MINIMAL, &job, &errs);
-    if (rc) dump(&errs);
+    if (rc) tj_errors_print(&errs, "  error: ");
     CHECK("minimal job valid", rc == 0);
     CHECK_STR("name", job.name, "t");
     CHECK_STR("no image by default (the operator picks)", job.spec.image, "");
@@ -184,7 +170,7 @@ int main(void)
     struct tj_spec again;
     memset(&errs, 0, sizeof errs);
     rc = tj_spec_from_json(j, "spec", &again, &errs);
-    if (rc) dump(&errs);
+    if (rc) tj_errors_print(&errs, "  error: ");
     CHECK("round trip parses", rc == 0);
     CHECK("round trip identical", memcmp(&again, &job.spec, sizeof again) == 0);
     cJSON_Delete(j);
@@ -211,9 +197,9 @@ int main(void)
                    &job, &errs);
     CHECK("cross-field errors make it invalid", rc == -1);
     CHECK("pipeline exceeds layers message",
-          has_error(&errs, "spec.parallelism.pipeline: 12 exceeds model layers 8"));
-    CHECK("hidden not divisible by heads", has_error(&errs, "spec.model.hidden: 100 is not divisible by heads 3"));
-    CHECK("1f1b microBatches", has_error(&errs, "spec.parallelism.microBatches: 4 is fewer than pipeline 12"));
+          tj_errors_have(&errs, "spec.parallelism.pipeline: 12 exceeds model layers 8"));
+    CHECK("hidden not divisible by heads", tj_errors_have(&errs, "spec.model.hidden: 100 is not divisible by heads 3"));
+    CHECK("1f1b microBatches", tj_errors_have(&errs, "spec.parallelism.microBatches: 4 is fewer than pipeline 12"));
     CHECK_INT("all three reported", errs.count, 3);
     tj_job_free(&job);
 
@@ -225,11 +211,11 @@ int main(void)
                    "  parallelism: {pipeline: 12, microBatches: 12}\n"
                    "  training: {steps: 10, precision: bf16, optimizer: {lr: fast}}\n",
                    &job, &errs);
-    if (errs.count != 2) dump(&errs);
+    if (errs.count != 2) tj_errors_print(&errs, "  error: ");
     CHECK("field and cross-field errors together", rc == -1 && errs.count == 2 &&
-          has_error(&errs, "spec.training.optimizer.lr: must be a number, got a string") &&
-          has_error(&errs, "spec.parallelism.pipeline: 12 exceeds model layers 8"));
-    CHECK("cross-field rule of a section with a field error is skipped", !has_error(&errs, "bf16 needs GPU workers"));
+          tj_errors_have(&errs, "spec.training.optimizer.lr: must be a number, got a string") &&
+          tj_errors_have(&errs, "spec.parallelism.pipeline: 12 exceeds model layers 8"));
+    CHECK("cross-field rule of a section with a field error is skipped", !tj_errors_have(&errs, "bf16 needs GPU workers"));
     tj_job_free(&job);
     rc = parse_job("apiVersion: holmes.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: t}\n"
                    "spec:\n  workers: many\n  gpusPerWorker: 0\n  model: {preset: gpt2-124m}\n"
@@ -243,16 +229,16 @@ int main(void)
                    "  parallelism: {schedule: zigzag, pipeline: sometimes}\n  training: {steps: 0}\n  colour: red\n",
                    &job, &errs);
     CHECK("field errors invalid", rc == -1);
-    CHECK("apiVersion", has_error(&errs, "apiVersion: must be holmes.dev/v1alpha1"));
-    CHECK("kind", has_error(&errs, "kind: must be TrainingJob"));
-    CHECK("name", has_error(&errs, "metadata.name: \"Bad_Name\""));
-    CHECK("workers type", has_error(&errs, "spec.workers: must be an integer, got a string"));
-    CHECK("gpus min", has_error(&errs, "spec.gpusPerWorker: -1 is below the minimum 0"));
-    CHECK("preset enum", has_error(&errs, "spec.model.preset: \"gpt3\" is not one of"));
-    CHECK("schedule enum", has_error(&errs, "spec.parallelism.schedule: \"zigzag\" is not one of 1f1b, gpipe"));
-    CHECK("auto", has_error(&errs, "spec.parallelism.pipeline: must be a positive integer or \"auto\""));
-    CHECK("steps min", has_error(&errs, "spec.training.steps: 0 is below the minimum 1"));
-    CHECK("unknown field", has_error(&errs, "spec.colour: unknown field"));
+    CHECK("apiVersion", tj_errors_have(&errs, "apiVersion: must be holmes.dev/v1alpha1"));
+    CHECK("kind", tj_errors_have(&errs, "kind: must be TrainingJob"));
+    CHECK("name", tj_errors_have(&errs, "metadata.name: \"Bad_Name\""));
+    CHECK("workers type", tj_errors_have(&errs, "spec.workers: must be an integer, got a string"));
+    CHECK("gpus min", tj_errors_have(&errs, "spec.gpusPerWorker: -1 is below the minimum 0"));
+    CHECK("preset enum", tj_errors_have(&errs, "spec.model.preset: \"gpt3\" is not one of"));
+    CHECK("schedule enum", tj_errors_have(&errs, "spec.parallelism.schedule: \"zigzag\" is not one of 1f1b, gpipe"));
+    CHECK("auto", tj_errors_have(&errs, "spec.parallelism.pipeline: must be a positive integer or \"auto\""));
+    CHECK("steps min", tj_errors_have(&errs, "spec.training.steps: 0 is below the minimum 1"));
+    CHECK("unknown field", tj_errors_have(&errs, "spec.colour: unknown field"));
     CHECK_INT("ten errors", errs.count, 10);
     tj_job_free(&job);
 
@@ -265,7 +251,7 @@ int main(void)
                    "    crossFabricGbps: 25\n    bandwidthScale: 0.001\n"
                    "  template: {spec: {containers: [{name: worker}]}}\n",
                    &job, &errs);
-    if (rc) dump(&errs);
+    if (rc) tj_errors_print(&errs, "  error: ");
     CHECK("emulation job valid", rc == 0);
     CHECK_INT("preset override layers", job.spec.model.layers, 4);
     CHECK_INT("preset override seqLen", job.spec.model.seq_len, 64);
