@@ -7,10 +7,7 @@
 # (default: the version in common/version.h).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/images/containers.conf}
-version=$(sed -n 's/^#define HOLMES_VERSION "\(.*\)"/\1/p' common/version.h)
-TAG=${TAG:-$version}
-REPO_PREFIX=${REPO_PREFIX:-localhost/holmes}
+source images/env.bash
 IMAGES=${IMAGES:-operator node-cpu}
 
 bud() { # tag, dockerfile, extra args...

@@ -8,10 +8,7 @@
 # Prints PASS/FAIL lines and ends with "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/images/containers.conf}
-version=$(sed -n 's/^#define HOLMES_VERSION "\(.*\)"/\1/p' common/version.h)
-TAG=${TAG:-$version}
-REPO_PREFIX=${REPO_PREFIX:-localhost/holmes}
+source images/env.bash
 OP_IMAGE=$REPO_PREFIX/holmes-operator:$TAG
 NODE_IMAGE=$REPO_PREFIX/holmes-node:$TAG-cpu
 DOCKERFILE_UTILS=${DOCKERFILE_UTILS:-tools/dockerfile-utils}
@@ -55,18 +52,11 @@ free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("12
 smoke_operator_run() {
     [ -f tests/fakeapi/fakeapi.py ] || { echo "note: no tests/fakeapi; operator run not smoke-tested"; return; }
     local tok=smoke-$$ api hp mp cp cid ok=0
-    /usr/bin/python3 tests/fakeapi/fakeapi.py --port-file "$tmp/api-port" --token "$tok" >"$tmp/fakeapi.log" 2>&1 &
+    /usr/bin/python3 tests/fakeapi/fakeapi.py --port-file "$tmp/api-port" --kubeconfig "$tmp/kubeconfig" \
+        --token "$tok" >"$tmp/fakeapi.log" 2>&1 &
     local fpid=$!
     for _ in $(seq 100); do [ -s "$tmp/api-port" ] && break; sleep 0.05; done
     api=http://127.0.0.1:$(cat "$tmp/api-port")
-    cat >"$tmp/kubeconfig" <<YAML
-apiVersion: v1
-kind: Config
-current-context: fake
-clusters: [{name: fake, cluster: {server: "$api"}}]
-contexts: [{name: fake, context: {cluster: fake, user: u, namespace: holmes-system}}]
-users: [{name: u, user: {token: "$tok"}}]
-YAML
     chmod 644 "$tmp/kubeconfig"
     hp=$(free_port); mp=$(free_port); cp=$(free_port)
     cid=$(podman run -d --network=host --read-only --tmpfs /tmp -v "$tmp/kubeconfig:/etc/holmes/kubeconfig:ro" \

@@ -20,7 +20,10 @@ Test control (no auth) under /_fake/:
                         what TokenReview and SubjectAccessReview answer
   GET  /_fake/stats    request counters
   POST /_fake/reset-stats
-Usage: fakeapi.py [--port N] [--port-file F] [--token T] [--history N] [--kubelet]
+Usage: fakeapi.py [--port N] [--port-file F] [--kubeconfig F [--namespace NS]] [--token T]
+                  [--history N] [--kubelet]
+--kubeconfig writes a kubeconfig for a client of this server (its token, NS as the context's
+namespace, default holmes-system) before the port file.
 """
 import argparse
 import base64
@@ -868,6 +871,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--port-file")
+    ap.add_argument("--kubeconfig")
+    ap.add_argument("--namespace", default="holmes-system")
     ap.add_argument("--token", default="")
     ap.add_argument("--history", type=int, default=100000)
     ap.add_argument("--bookmark-seconds", type=float, default=1.0)
@@ -885,6 +890,12 @@ def main():
     srv.watches = 0
     srv.bookmark_s = a.bookmark_seconds
     port = srv.server_address[1]
+    if a.kubeconfig:
+        with open(a.kubeconfig, "w") as f:
+            f.write('apiVersion: v1\nkind: Config\ncurrent-context: fake\n'
+                    'clusters: [{name: fake, cluster: {server: "http://127.0.0.1:%d"}}]\n'
+                    'contexts: [{name: fake, context: {cluster: fake, user: u, namespace: %s}}]\n'
+                    'users: [{name: u, user: {token: "%s"}}]\n' % (port, a.namespace, a.token))
     if a.port_file:
         with open(a.port_file + ".tmp", "w") as f:
             f.write("%d\n" % port)

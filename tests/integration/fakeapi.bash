@@ -14,20 +14,12 @@ trap cleanup EXIT
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 start_fakeapi() { # extra args...
+    KUBECONFIG_FILE=$FAKEAPI_DIR/kubeconfig
     /usr/bin/python3 "$REPO/tests/fakeapi/fakeapi.py" --port-file "$FAKEAPI_DIR/port" \
-        --token "$FAKEAPI_TOKEN" "$@" >"$FAKEAPI_DIR/fakeapi.log" 2>&1 &
+        --kubeconfig "$KUBECONFIG_FILE" --token "$FAKEAPI_TOKEN" "$@" >"$FAKEAPI_DIR/fakeapi.log" 2>&1 &
     PIDS+=($!)
     for _ in $(seq 100); do [ -s "$FAKEAPI_DIR/port" ] && break; sleep 0.05; done
     API=http://127.0.0.1:$(cat "$FAKEAPI_DIR/port")
-    KUBECONFIG_FILE=$FAKEAPI_DIR/kubeconfig
-    cat >"$KUBECONFIG_FILE" <<YAML
-apiVersion: v1
-kind: Config
-current-context: fake
-clusters: [{name: fake, cluster: {server: "$API"}}]
-contexts: [{name: fake, context: {cluster: fake, user: u, namespace: holmes-system}}]
-users: [{name: u, user: {token: "$FAKEAPI_TOKEN"}}]
-YAML
 }
 
 # api METHOD PATH [BODY]: prints the answer body.

@@ -22,6 +22,7 @@ k8s_require
 OP_PID=
 KPIDS=()
 TAG=HOLMES_ELASTIC_TEST=$$
+K8S_KUBELET_ENV=$TAG # every process of the test's kubelets carries it
 procs() { # pids of this test's worker processes of pod $1 (supervisor and worker)
     local p env
     for p in $(pgrep -f -- "worker --tflops 0.05"); do
@@ -63,19 +64,6 @@ run_pod() { # POD: bound to node-POD, Running and Ready, its main process starte
     bind "$1" "node-$1"
     ( k8s_kubelet $NS "$1" "$W/$1.log" --tflops 0.05; echo $? >>"$W/exits-$1" ) &
     KPIDS+=($!)
-}
-# every process of the test's kubelets carries $TAG
-k8s_kubelet() {
-    local ns=$1 pod=$2 log=$3 envs job tok
-    shift 3
-    kubectl patch pod "$pod" -n "$ns" --subresource=status --type=merge \
-        -p '{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}' >/dev/null
-    envs=$(kubectl get pod "$pod" -n "$ns" -o json | jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"')
-    job=$(kubectl get pod "$pod" -n "$ns" -o jsonpath='{.metadata.labels.holmes\.dev/job}')
-    tok=$(kubectl get secret "$job-token" -n "$ns" -o jsonpath='{.data.token}' | base64 -d)
-    # shellcheck disable=SC2086
-    (cd "$REPO" && exec env -i PATH="$PATH" HOSTNAME="$pod" HOLMES_TOKEN="$tok" NODE_NAME="node-$pod" \
-        "$TAG" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $envs timeout -k 5 400 "$NODE" worker "$@" >>"$log" 2>&1)
 }
 tj_is() { kubectl get tj "$1" -n $NS -o json | jq -e "$2" >/dev/null 2>&1; }
 step_of() { kubectl get tj "$1" -n $NS -o jsonpath='{.status.progress.step}' 2>/dev/null; }

@@ -10,12 +10,7 @@ source "$(dirname "$0")/lib.bash"
 source "$REPO/tests/k8s/envtest.bash"
 k8s_require
 OP_PIDS=()
-stop_all() {
-    local p
-    for p in "${OP_PIDS[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${OP_PIDS[@]}"; do wait "$p" 2>/dev/null; done
-    k8s_stop
-}
+stop_all() { k8s_stop_all "${OP_PIDS[@]}"; }
 k8s_start || exit 1
 trap stop_all EXIT
 FIX=$REPO/tests/fixtures/sysfs

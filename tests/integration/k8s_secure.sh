@@ -21,12 +21,7 @@ fi
 source "$REPO/tests/k8s/envtest.bash"
 k8s_require
 PIDS=()
-stop_all() {
-    local p
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-    k8s_stop
-}
+stop_all() { k8s_stop_all "${PIDS[@]}"; }
 K8S_CRDS_BEFORE_KCM=("$REPO/crds/trainingjob.yaml")
 k8s_start || exit 1
 trap stop_all EXIT

@@ -211,7 +211,8 @@ k8s_operator() {
 
 # k8s_kubelet NS POD LOG [worker args...]: plays kubelet once for POD: marks it Running and
 # Ready and runs its main process (`holmes-node worker`, a supervisor) with the pod's env and its
-# job's token, output appended to LOG; returns its exit status.
+# job's token (and K8S_KUBELET_ENV, NAME=VALUE words, when set: e.g. a tag to find the test's
+# processes by), output appended to LOG; returns its exit status.
 k8s_kubelet() {
     local ns=$1 pod=$2 log=$3 envs job tok
     shift 3
@@ -222,7 +223,8 @@ k8s_kubelet() {
     tok=$(kubectl get secret "$job-token" -n "$ns" -o jsonpath='{.data.token}' | base64 -d)
     # shellcheck disable=SC2086
     (cd "$REPO" && exec env -i PATH="$PATH" HOSTNAME="$pod" HOLMES_TOKEN="$tok" NODE_NAME="node-$pod" \
-        OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $envs timeout -k 5 400 "$NODE" worker "$@" >>"$log" 2>&1)
+        ${K8S_KUBELET_ENV:-} OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $envs timeout -k 5 400 "$NODE" worker \
+        "$@" >>"$log" 2>&1)
 }
 
 # k8s_stop_all PID...: those processes (TERM, then waited for), then the control plane.

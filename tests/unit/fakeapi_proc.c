@@ -19,9 +19,11 @@ int fakeapi_start(struct fakeapi *f, const char *const *extra)
     snprintf(f->token, sizeof f->token, "tok-%d", (int)getpid());
     char portfile[128];
     snprintf(portfile, sizeof portfile, "%s/port", f->dir);
-    const char *argv[32] = {"/usr/bin/python3", "tests/fakeapi/fakeapi.py", "--port-file",
-                            portfile, "--token", f->token};
-    int argc = 6;
+    snprintf(f->kubeconfig, sizeof f->kubeconfig, "%s/kubeconfig", f->dir);
+    const char *argv[32] = {"/usr/bin/python3", "tests/fakeapi/fakeapi.py", "--port-file", portfile,
+                            "--kubeconfig", f->kubeconfig, "--namespace", "default", "--token",
+                            f->token};
+    int argc = 10;
     for (int i = 0; extra && extra[i] && argc < 30; i++)
         argv[argc++] = extra[i];
     argv[argc] = NULL;
@@ -52,15 +54,6 @@ int fakeapi_start(struct fakeapi *f, const char *const *extra)
         return -1;
     }
     snprintf(f->url, sizeof f->url, "http://127.0.0.1:%d", f->port);
-    snprintf(f->kubeconfig, sizeof f->kubeconfig, "%s/kubeconfig", f->dir);
-    FILE *kc = fopen(f->kubeconfig, "w");
-    if (!kc)
-        return -1;
-    fprintf(kc, "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-                "clusters:\n- name: fake\n  cluster: {server: \"%s\"}\n"
-                "contexts:\n- name: fake\n  context: {cluster: fake, user: u, namespace: default}\n"
-                "users:\n- name: u\n  user: {token: \"%s\"}\n", f->url, f->token);
-    fclose(kc);
     return 0;
 }
 

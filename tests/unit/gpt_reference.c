@@ -50,13 +50,9 @@ out:
 
 void free_ref(struct ref *r)
 {
-    free(r->tokens);
-    free(r->targets);
-    free(r->init);
-    free(r->logits);
-    free(r->grads);
-    free(r->losses);
-    free(r->final);
+    void *owned[] = {r->tokens, r->targets, r->init, r->logits, r->grads, r->losses, r->final};
+    for (size_t i = 0; i < sizeof owned / sizeof *owned; i++)
+        free(owned[i]);
     memset(r, 0, sizeof *r);
 }
 
