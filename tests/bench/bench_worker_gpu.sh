@@ -11,12 +11,8 @@ L=$2 C=$3 NH=$4 V=$5 B=$6 T=$7 M=$8 steps=$9 engine=${10:-cuda-bf16}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d /tmp/holmes-bench-worker.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-# carried from a build machine (make gpu-carry): its libraries unpacked beside it, as worker_gpu.sh
-dir=$(cd "$(dirname "$node")" && pwd)
-if ldd "$node" 2>/dev/null | grep -q 'not found' && [ -d "$dir/debs" ]; then
-    [ -d "$dir/root" ] || for d in "$dir"/debs/*.deb; do dpkg -x "$d" "$dir/root" || exit 1; done
-    export LD_LIBRARY_PATH="$dir/root/usr/lib/x86_64-linux-gnu:$dir/root/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
+source "$repo/tests/gpu/carried_libs.bash"
+carried_libs "$node" || exit 1
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 printf '{"parallelism": {"tensor": 1, "pipeline": 1, "data": 1}, "workers": [{"host": "127.0.0.1", "port": %d}]}' \
     "$port" >"$tmp/rt.json"

@@ -25,12 +25,8 @@ e16=${3:-cuda-bf16}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d /tmp/holmes-gpu-worker.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
-# Carried from a build machine (make gpu-carry): the Debian libraries it needs, unpacked here.
-dir=$(cd "$(dirname "$node")" && pwd)
-if ldd "$node" 2>/dev/null | grep -q 'not found' && [ -d "$dir/debs" ]; then
-    [ -d "$dir/root" ] || for d in "$dir"/debs/*.deb; do dpkg -x "$d" "$dir/root" || exit 1; done
-    export LD_LIBRARY_PATH="$dir/root/usr/lib/x86_64-linux-gnu:$dir/root/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
+source "$repo/tests/gpu/carried_libs.bash"
+carried_libs "$node" || exit 1
 if ldd "$node" 2>/dev/null | grep 'not found' | grep -v 'libcuda\.so'; then
     echo "FAIL gpu.worker: $node has unresolved libraries (make gpu-carry on a build machine, carry build/gpu-carry)"
     exit 1

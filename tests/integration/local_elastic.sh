@@ -35,6 +35,18 @@ run_local() { # NAME [args]
           --metrics-out "$tmp/$n.jsonl" --worker-wrap "$tmp/wrap.sh {i}" "$@" >"$tmp/$n.out" 2>&1 )
 }
 reached() { [ -s "$1" ] && [ "$(tail -n 1 "$1" | jq -r .step 2>/dev/null || echo 0)" -ge "$2" ]; }
+# run_losing_worker3 NAME STEP: job NAME runs; once it has trained STEP steps, worker 3 dies and
+# hangs each time it is started again.
+run_losing_worker3() {
+    local victim run
+    run_local "$1" &
+    run=$!
+    wait_for 120 reached "$tmp/$1.jsonl" "$2"
+    touch "$tmp/gone-3"
+    victim=$(pgrep -f -- "--pod le-$$-$1-worker-3 " | head -1)
+    [ -n "$victim" ] && kill -9 "$victim"
+    wait $run
+}
 
 if [ -z "$ASAN" ]; then
     job base
@@ -43,13 +55,7 @@ if [ -z "$ASAN" ]; then
 fi
 
 job el -e '/^  restartPolicy/i\  elastic: {minWorkers: 3, replaceTimeoutSeconds: 3}'
-run_local el &
-RUN=$!
-wait_for 120 reached "$tmp/el.jsonl" 15
-touch "$tmp/gone-3"
-victim=$(pgrep -f -- "--pod le-$$-el-worker-3 " | head -1)
-[ -n "$victim" ] && kill -9 "$victim"
-wait $RUN
+run_losing_worker3 el 15
 out=$(cat "$tmp/el.out")
 check "elastic: the job succeeds on the survivors" grep -q "succeeded in" <<<"$out"
 check "elastic: worker 3 counted as lost after replaceTimeoutSeconds" \
@@ -91,13 +97,7 @@ check "elastic: every loss after the re-plan equals the uninterrupted run's ($(t
 # Without spec.elastic nothing elastic happens: the job waits for worker 3 (gang timeout).
 rm -f "$tmp/gone-3"
 job plain -e "s/gangTimeoutSeconds: 60/gangTimeoutSeconds: 4/"
-run_local plain &
-RUN=$!
-wait_for 120 reached "$tmp/plain.jsonl" 12
-touch "$tmp/gone-3"
-victim=$(pgrep -f -- "--pod le-$$-plain-worker-3 " | head -1)
-[ -n "$victim" ] && kill -9 "$victim"
-wait $RUN
+run_losing_worker3 plain 12
 check "not elastic: no worker is lost, no re-plan; the job fails on its gang timeout" \
     bash -c "grep -q 'gang timeout' '$tmp/plain.out' && ! grep -qE 'WorkerLost|Replanned' '$tmp/plain.out'"
 
