@@ -150,12 +150,12 @@ int main(int argc, char **argv)
     plan_seeds("examples/local-gpus.yaml", "gpus");
 
     struct proto_hello h = hello("team/gpt2", 3, 8, NIC_INFINIBAND, "ib-fe80000000000000-sm1", 400);
-    h.tflops = 312.5;
-    h.tflops_measured = 1;
-    h.running = 1;
+    h.running = 1; /* a worker resuming, with its measured rate */
     h.resume_attempt = 2;
     h.resume_rank = 24;
     h.resume_step = 1200;
+    h.tflops = 312.5;
+    h.tflops_measured = 1;
     put("coord_message", "hello-resume", proto_hello_encode(&h, NULL));
     struct proto_progress p;
     memset(&p, 0, sizeof p);

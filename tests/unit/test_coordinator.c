@@ -185,60 +185,53 @@ static void test_gang_and_security(void)
         TEST_FAIL("server start", "could not start");
         return;
     }
-    /* Refusals first: none of them may disturb the job. */
-    struct coord_client *bad = coord_test_connect(&s.ct);
-    CHECK("bad connects", bad != NULL);
-    if (bad) {
-        send_hello(bad, "job", "wrong-token-xyz", "job-w0", 0, 0);
-        CHECK("wrong token refused", refused_with(bad, PROTO_ERR_AUTH));
+    /* Refusals first: none of them may disturb the job. Hellos that must not be admitted: */
+    static const struct {
+        const char *name, *job, *token, *pod;
+        int index, code;
+    } refused_hellos[] = {
+        {"wrong token refused", "job", "wrong-token-xyz", "job-w0", 0, PROTO_ERR_AUTH},
+        {"no token refused", "job", "", "job-w0", 0, PROTO_ERR_AUTH},
+        {"unknown job refused", "other-job", TOKEN, "job-w0", 0, PROTO_ERR_AUTH},
+        {"unknown pod refused", "job", TOKEN, "intruder-pod", 1, PROTO_ERR_UNKNOWN_WORKER},
+        {"index out of range refused", "job", TOKEN, "job-w9", 9, PROTO_ERR_UNKNOWN_WORKER},
+    };
+    for (size_t i = 0; i < sizeof refused_hellos / sizeof *refused_hellos; i++) {
+        struct coord_client *bad = coord_test_connect(&s.ct);
+        CHECK("a refused client connects", bad != NULL);
+        if (!bad)
+            continue;
+        send_hello(bad, refused_hellos[i].job, refused_hellos[i].token, refused_hellos[i].pod,
+                   refused_hellos[i].index, 0);
+        CHECK(refused_hellos[i].name, refused_with(bad, refused_hellos[i].code));
         coord_client_destroy(bad);
     }
-    bad = coord_test_connect(&s.ct);
-    if (bad) {
-        send_hello(bad, "job", "", "job-w0", 0, 0);
-        CHECK("no token refused", refused_with(bad, PROTO_ERR_AUTH));
-        coord_client_destroy(bad);
+    /* ... and frames: garbled, before any hello, over the size limit */
+    size_t n = PROTO_MAX_MESSAGE + 4096;
+    char *big = malloc(n + 1);
+    if (big) {
+        memset(big, 'x', n);
+        big[n] = '\0';
     }
-    bad = coord_test_connect(&s.ct);
-    if (bad) {
-        send_hello(bad, "other-job", TOKEN, "job-w0", 0, 0);
-        CHECK("unknown job refused", refused_with(bad, PROTO_ERR_AUTH));
-        coord_client_destroy(bad);
-    }
-    bad = coord_test_connect(&s.ct);
-    if (bad) {
-        send_hello(bad, "job", TOKEN, "intruder-pod", 1, 0);
-        CHECK("unknown pod refused", refused_with(bad, PROTO_ERR_UNKNOWN_WORKER));
-        coord_client_destroy(bad);
-    }
-    bad = coord_test_connect(&s.ct);
-    if (bad) {
-        send_hello(bad, "job", TOKEN, "job-w9", 9, 0);
-        CHECK("index out of range refused", refused_with(bad, PROTO_ERR_UNKNOWN_WORKER));
-        coord_client_destroy(bad);
-    }
-    bad = coord_test_connect(&s.ct);
-    if (bad) {
-        coord_test_send(bad, strdup("{\"v\":1,\"type\":\"hello\",\"job\":"));
-        CHECK("garbled frame refused", refused_with(bad, PROTO_ERR_BAD_MESSAGE));
-        coord_client_destroy(bad);
-    }
-    bad = coord_test_connect(&s.ct);
-    if (bad) {
-        coord_test_send(bad, proto_done_encode(0, 1, NULL));
-        CHECK("message before hello refused", refused_with(bad, PROTO_ERR_AUTH));
-        coord_client_destroy(bad);
-    }
-    bad = coord_test_connect(&s.ct);
-    if (bad) {
-        size_t n = PROTO_MAX_MESSAGE + 4096;
-        char *big = malloc(n + 1);
-        if (big) {
-            memset(big, 'x', n);
-            big[n] = '\0';
-            coord_test_send(bad, big);
-            CHECK("oversized frame refused", refused_with(bad, PROTO_ERR_BAD_MESSAGE));
+    struct {
+        const char *name;
+        char *frame;
+        int code;
+    } frames[] = {
+        {"garbled frame refused", strdup("{\"v\":1,\"type\":\"hello\",\"job\":"), PROTO_ERR_BAD_MESSAGE},
+        {"message before hello refused", proto_done_encode(0, 1, NULL), PROTO_ERR_AUTH},
+        {"oversized frame refused", big, PROTO_ERR_BAD_MESSAGE},
+    };
+    for (size_t i = 0; i < sizeof frames / sizeof *frames; i++) {
+        struct coord_client *bad = coord_test_connect(&s.ct);
+        if (!bad || !frames[i].frame) {
+            TEST_FAIL(frames[i].name, "no client or no frame");
+            free(frames[i].frame);
+            coord_client_destroy(bad);
+            continue;
         }
+        coord_test_send(bad, frames[i].frame);
+        CHECK(frames[i].name, refused_with(bad, frames[i].code));
         coord_client_destroy(bad);
     }
     pthread_mutex_lock(&s.ct.mu);
@@ -318,7 +311,7 @@ static void test_gang_and_security(void)
         CHECK("state running", coord_thread_wait_state(&s.ct, "job", COORD_RUNNING));
 
         /* Refusals while running leave the job running. */
-        bad = coord_test_connect(&s.ct);
+        struct coord_client *bad = coord_test_connect(&s.ct);
         if (bad) {
             send_hello(bad, "job", "wrong-token-xyz", "job-w1", 1, 0);
             CHECK("wrong token refused while running", refused_with(bad, PROTO_ERR_AUTH));
