@@ -422,19 +422,22 @@ int main(void)
               strstr(run.msg[0], "spec.training.precision: bf16 needs real GPUs") != NULL);
         jobs[0].spec.emulation.gpus = 0;
         jobs[0].spec.training.precision = DTYPE_FP32;
-        jobs[0].spec.par.tensor = 2;
+        /* the CUDA engine's tensor parallelism, and its TeraPipe with tensor 1, fp32 and bf16 */
+        static const struct {
+            int tensor, slices;
+            const char *name;
+        } runnable[] = {{2, 1, "tensor 2 on GPUs is runnable"},
+                        {1, 2, "token slices on GPUs with tensor 1 are runnable"}};
         struct tj_errors run2 = {0};
-        CHECK_INT("tensor 2 on GPUs is runnable (the CUDA engine's tensor parallelism)",
-                  tj_spec_runnable(&jobs[0].spec, "spec", &run2), 0);
-        jobs[0].spec.training.precision = DTYPE_BF16;
-        CHECK_INT("tensor 2 on GPUs in bf16 is runnable", tj_spec_runnable(&jobs[0].spec, "spec", &run2), 0);
-        jobs[0].spec.training.precision = DTYPE_FP32;
-        jobs[0].spec.par.tensor = 1;
-        jobs[0].spec.par.token_slices = 2;
-        CHECK_INT("token slices on GPUs with tensor 1 are runnable (the CUDA engine's TeraPipe)",
-                  tj_spec_runnable(&jobs[0].spec, "spec", &run2), 0);
-        jobs[0].spec.training.precision = DTYPE_BF16;
-        CHECK_INT("token slices on GPUs in bf16 are runnable", tj_spec_runnable(&jobs[0].spec, "spec", &run2), 0);
+        for (int i = 0; i < 2; i++)
+            for (int bf16 = 0; bf16 < 2; bf16++) {
+                jobs[0].spec.par.tensor = runnable[i].tensor;
+                jobs[0].spec.par.token_slices = runnable[i].slices;
+                jobs[0].spec.training.precision = bf16 ? DTYPE_BF16 : DTYPE_FP32;
+                char name[128];
+                snprintf(name, sizeof name, "%s (%s)", runnable[i].name, bf16 ? "bf16" : "fp32");
+                CHECK_INT(name, tj_spec_runnable(&jobs[0].spec, "spec", &run2), 0);
+            }
         jobs[0].spec.training.precision = DTYPE_FP32;
         jobs[0].spec.par.tensor = 2;
         CHECK("tensor 2 with token slices on GPUs still refused, naming the field",

@@ -78,22 +78,21 @@ static void summary_choice(void)
     /* A RoCE port, two IB ports on fabric A (100 each), one IB port on B (150), one down. */
     struct nic_port *p = add_port(add_dev(&r, "mlx5_0"), 4, NIC_LL_ETHERNET, 400);
     add_gid(p, 3, "::ffff:10.0.0.1", NIC_GID_ROCE_V2, "");
-    p = add_port(add_dev(&r, "mlx5_1"), 4, NIC_LL_INFINIBAND, 100);
-    p->sm_lid = 1;
-    add_gid(p, 0, "fe80::1:0:0:1", NIC_GID_IB_ROCE_V1, "");
-    p->subnet_prefix = 0xfe80000000000001ULL;
-    p = add_port(add_dev(&r, "mlx5_2"), 4, NIC_LL_INFINIBAND, 100);
-    p->sm_lid = 1;
-    add_gid(p, 0, "fe80::1:0:0:2", NIC_GID_IB_ROCE_V1, "");
-    p->subnet_prefix = 0xfe80000000000001ULL;
-    p = add_port(add_dev(&r, "mlx5_3"), 4, NIC_LL_INFINIBAND, 150);
-    p->sm_lid = 1;
-    add_gid(p, 0, "fe80::2:0:0:3", NIC_GID_IB_ROCE_V1, "");
-    p->subnet_prefix = 0xfe80000000000002ULL;
-    p = add_port(add_dev(&r, "mlx5_4"), 1, NIC_LL_INFINIBAND, 400);
-    p->sm_lid = 1;
-    add_gid(p, 0, "fe80::2:0:0:4", NIC_GID_IB_ROCE_V1, "");
-    p->subnet_prefix = 0xfe80000000000002ULL;
+    static const struct {
+        const char *dev;
+        int state, gbps;
+        const char *gid;
+        uint64_t subnet;
+    } ib[] = {{"mlx5_1", 4, 100, "fe80::1:0:0:1", 0xfe80000000000001ULL},
+              {"mlx5_2", 4, 100, "fe80::1:0:0:2", 0xfe80000000000001ULL},
+              {"mlx5_3", 4, 150, "fe80::2:0:0:3", 0xfe80000000000002ULL},
+              {"mlx5_4", 1, 400, "fe80::2:0:0:4", 0xfe80000000000002ULL}};
+    for (int i = 0; i < 4; i++) {
+        p = add_port(add_dev(&r, ib[i].dev), ib[i].state, NIC_LL_INFINIBAND, ib[i].gbps);
+        p->sm_lid = 1;
+        add_gid(p, 0, ib[i].gid, NIC_GID_IB_ROCE_V1, "");
+        p->subnet_prefix = ib[i].subnet;
+    }
     nic_fabric_assign(&r);
     CHECK_STR("down port has no fabric", r.devs[4].ports[0].fabric, "");
     nic_fabric_summarize(&r);
@@ -206,13 +205,17 @@ static void nearest(void)
         g->numa_node = gpus[i][1][0] - '0';
     }
     nic_topology_nearest(&r);
-    CHECK_STR("gpu0 nearest", r.gpus[0].nearest_nic, "mlx5_0");
-    CHECK_STR("gpu0 affinity", r.gpus[0].affinity, "pcie-switch");
-    CHECK_STR("gpu1 nearest", r.gpus[1].nearest_nic, "mlx5_1");
-    CHECK_STR("gpu1 affinity", r.gpus[1].affinity, "pcie-switch");
-    CHECK_STR("gpu2 nearest: RDMA over netdev on same NUMA", r.gpus[2].nearest_nic, "mlx5_1");
-    CHECK_STR("gpu2 affinity", r.gpus[2].affinity, "numa");
-    CHECK_STR("gpu3 affinity", r.gpus[3].affinity, "system");
+    /* each GPU's nearest NIC (gpu2: RDMA over the netdev on its NUMA node) and how near */
+    static const char *const want[4][2] = {{"mlx5_0", "pcie-switch"}, {"mlx5_1", "pcie-switch"},
+                                           {"mlx5_1", "numa"}, {NULL, "system"}};
+    for (int i = 0; i < 4; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "gpu%d nearest", i);
+        if (want[i][0])
+            CHECK_STR(name, r.gpus[i].nearest_nic, want[i][0]);
+        snprintf(name, sizeof name, "gpu%d affinity", i);
+        CHECK_STR(name, r.gpus[i].affinity, want[i][1]);
+    }
     /* A down RDMA port loses to an up netdev at the same level. */
     r.devs[1].ports[0].state = 1;
     nic_topology_nearest(&r);

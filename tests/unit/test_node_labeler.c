@@ -66,20 +66,30 @@ static int listen_local(struct listener *l)
 
 static const struct nic_labels labels = {"roce", "roce-ddb4bd7148355363", "100"};
 
+/* node_labeler_patch(c) against l, which answers that one request (c->api_url set to it). */
+static int patch_once(struct listener *l, struct node_labeler_cfg *c, herr *e)
+{
+    if (listen_local(l) != 0) {
+        TEST_FAIL("a listener on 127.0.0.1", "cannot listen");
+        return -1;
+    }
+    pthread_t t;
+    pthread_create(&t, NULL, serve_one, l);
+    snprintf(c->api_url, sizeof c->api_url, "http://127.0.0.1:%d", l->port);
+    int rc = node_labeler_patch(c, &labels, e);
+    pthread_join(t, NULL);
+    close(l->fd);
+    return rc;
+}
+
 static void patch_ok(void)
 {
     static struct listener l = {.status = 200, .body = "{\"kind\":\"Node\"}"};
-    CHECK_INT("listener up", listen_local(&l), 0);
-    pthread_t t;
-    pthread_create(&t, NULL, serve_one, &l);
     struct node_labeler_cfg *c = calloc(1, sizeof *c);
-    snprintf(c->api_url, sizeof c->api_url, "http://127.0.0.1:%d", l.port);
     snprintf(c->node, sizeof c->node, "gpu-node-7");
     snprintf(c->token, sizeof c->token, "tok123");
     herr e = {0};
-    int rc = node_labeler_patch(c, &labels, &e);
-    pthread_join(t, NULL);
-    close(l.fd);
+    int rc = patch_once(&l, c, &e);
     CHECK_INT("patch ok", rc, 0);
     if (rc)
         printf("  error: %s\n", e.msg);
@@ -101,16 +111,10 @@ static void patch_forbidden(void)
 {
     static struct listener l = {.status = 403,
                                 .body = "{\"kind\":\"Status\",\"message\":\"nodes \\\"n1\\\" is forbidden\"}"};
-    CHECK_INT("listener 2 up", listen_local(&l), 0);
-    pthread_t t;
-    pthread_create(&t, NULL, serve_one, &l);
     struct node_labeler_cfg *c = calloc(1, sizeof *c);
-    snprintf(c->api_url, sizeof c->api_url, "http://127.0.0.1:%d", l.port);
     snprintf(c->node, sizeof c->node, "n1");
     herr e = {0};
-    int rc = node_labeler_patch(c, &labels, &e);
-    pthread_join(t, NULL);
-    close(l.fd);
+    int rc = patch_once(&l, c, &e);
     CHECK_INT("403 fails", rc, -1);
     CHECK("403 names status and message", strstr(e.msg, "HTTP 403") && strstr(e.msg, "is forbidden"));
     CHECK("no token, no Authorization header", strstr(l.request, "Authorization") == NULL);
