@@ -48,6 +48,18 @@ static enum kube_event_action decide(struct kube_event_correlator *c, cJSON *ev,
     return d->action;
 }
 
+/* decide() about a new event (about job, with reason and msg) at time t, then forgotten. */
+static enum kube_event_action decide_new(struct kube_event_correlator *c, const char *job,
+                                         const char *reason, const char *msg, double t, int *names)
+{
+    struct kube_event_decision d;
+    cJSON *ev = event(job, reason, msg);
+    enum kube_event_action a = decide(c, ev, t, &d, names);
+    kube_event_decision_clear(&d);
+    cJSON_Delete(ev);
+    return a;
+}
+
 static void test_correlator(void)
 {
     struct kube_event_correlator *c = kube_event_correlator_new(NULL);
@@ -129,21 +141,13 @@ static void test_correlator(void)
     for (int i = 0; i < 5; i++) {
         char m[32];
         snprintf(m, sizeof m, "message %d", i);
-        ev = event("s", "Noise", m);
-        drops += decide(c, ev, t, &d, &names) == KUBE_EVENT_DROP;
-        kube_event_decision_clear(&d);
-        cJSON_Delete(ev);
+        drops += decide_new(c, "s", "Noise", m, t, &names) == KUBE_EVENT_DROP;
     }
     CHECK_INT("spam filter: 5 events at once with burst 3 -> 2 dropped", drops, 2);
-    ev = event("other", "Noise", "x");
-    CHECK_INT("another object has its own bucket", decide(c, ev, t, &d, &names), KUBE_EVENT_CREATE);
-    kube_event_decision_clear(&d);
-    cJSON_Delete(ev);
-    ev = event("s", "Noise", "message 0");
-    CHECK_INT("2 s later (0.5 tokens/s) one more goes through", decide(c, ev, t + 2, &d, &names),
-              KUBE_EVENT_PATCH);
-    kube_event_decision_clear(&d);
-    cJSON_Delete(ev);
+    CHECK_INT("another object has its own bucket", decide_new(c, "other", "Noise", "x", t, &names),
+              KUBE_EVENT_CREATE);
+    CHECK_INT("2 s later (0.5 tokens/s) one more goes through",
+              decide_new(c, "s", "Noise", "message 0", t + 2, &names), KUBE_EVENT_PATCH);
     kube_event_correlator_free(c);
 
     /* Bounded caches: 4 entries at most; old ones go first, then everything. */
@@ -153,16 +157,10 @@ static void test_correlator(void)
     for (int i = 0; i < 50; i++) {
         char job[16];
         snprintf(job, sizeof job, "j%d", i);
-        ev = event(job, "X", "y");
-        decide(c, ev, t + i * 1000.0, &d, &names);
-        kube_event_decision_clear(&d);
-        cJSON_Delete(ev);
+        decide_new(c, job, "X", "y", t + i * 1000.0, &names);
     }
-    ev = event("j49", "X", "y");
-    CHECK_INT("bounded caches still de-duplicate the latest", decide(c, ev, t + 49000.5, &d, &names),
-              KUBE_EVENT_PATCH);
-    kube_event_decision_clear(&d);
-    cJSON_Delete(ev);
+    CHECK_INT("bounded caches still de-duplicate the latest",
+              decide_new(c, "j49", "X", "y", t + 49000.5, &names), KUBE_EVENT_PATCH);
     kube_event_correlator_free(c);
 }
 
