@@ -73,13 +73,13 @@ apiVersion: holmes.dev/v1alpha1
 kind: TrainingJob
 metadata: {name: e2e, namespace: $NS}
 spec:
+  gangTimeoutSeconds: 120
+  restartPolicy: {maxRestarts: 1, backoffSeconds: 0}
   workers: 4
   gpusPerWorker: 0
   model: {layers: 4, hidden: 64, heads: 4, vocab: 256, seqLen: 64}
   parallelism: {pipeline: 2, data: 2, microBatches: 2, microBatchSize: 2}
   training: {steps: 40}
-  gangTimeoutSeconds: 120
-  restartPolicy: {maxRestarts: 1, backoffSeconds: 0}
 YAML
 kubectl apply -f "$W/e2e.yaml" >/dev/null
 UID_E=$(kubectl get tj e2e -n $NS -o jsonpath='{.metadata.uid}')

@@ -90,19 +90,13 @@ expect_err() { # name, expected substring, args...
     local rc=$?
     if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [[ $err == *"$want"* ]]; then pass "$n"; else fail "$n" "rc $rc: $err"; fi
 }
-cat >"$TMP/dup.yaml" <<'Y'
-workers:
-- {name: a, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}
-- {name: a, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}
-Y
-cat >"$TMP/nonic.yaml" <<'Y'
-workers:
-- {name: a, gpu_tflops: 1}
-Y
-cat >"$TMP/zero.yaml" <<'Y'
-workers:
-- {name: a, gpu_tflops: 1, nic: {class: roce, fabric: f, gbps: 0}}
-Y
+cluster() { # FILE WORKER...: a cluster file of those workers (each a flow-style YAML entry)
+    local f=$1; shift
+    { echo "workers:"; printf -- '- %s\n' "$@"; } >"$f"
+}
+cluster "$TMP/dup.yaml" "{name: a, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}" "{name: a, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}"
+cluster "$TMP/nonic.yaml" "{name: a, gpu_tflops: 1}"
+cluster "$TMP/zero.yaml" "{name: a, gpu_tflops: 1, nic: {class: roce, fabric: f, gbps: 0}}"
 job() { # file workers pipeline data layers
     cat >"$1" <<Y
 apiVersion: holmes.dev/v1alpha1
@@ -120,29 +114,15 @@ job "$TMP/job2.yaml" 2 1 2 12
 job "$TMP/job-bad.yaml" 2 3 1 12
 job "$TMP/job-pin.yaml" 2 2 1 12
 job "$TMP/job8.yaml" 8 8 1 4
-cat >"$TMP/two.yaml" <<'Y'
-workers:
-- {name: a, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}
-- {name: b, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}
-Y
-cat >"$TMP/three.yaml" <<'Y'
-workers:
-- {name: w, count: 3, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}
-Y
-cat >"$TMP/eight.yaml" <<'Y'
-workers:
-- {name: w, count: 8, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}
-Y
+cluster "$TMP/two.yaml" "{name: a, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}" "{name: b, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}"
+cluster "$TMP/three.yaml" "{name: w, count: 3, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}"
+cluster "$TMP/eight.yaml" "{name: w, count: 8, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}"
 cat >"$TMP/tiny-mem.yaml" <<'Y'
 workers:
 - {name: a, gpu_tflops: 1, gpu_memory_gb: 0.0001, nic: {class: ib, fabric: f, gbps: 100}}
 - {name: b, gpu_tflops: 1, gpu_memory_gb: 0.0001, nic: {class: ib, fabric: f, gbps: 100}}
 Y
-cat >"$TMP/nics.yaml" <<'Y'
-workers:
-- {name: a, gpu_tflops: 1, nics: 0, nic: {class: ib, fabric: f, gbps: 100}}
-- {name: b, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}
-Y
+cluster "$TMP/nics.yaml" "{name: a, gpu_tflops: 1, nics: 0, nic: {class: ib, fabric: f, gbps: 100}}" "{name: b, gpu_tflops: 1, nic: {class: ib, fabric: f, gbps: 100}}"
 expect_err "bad: duplicate names" "duplicate name \"a\"" --cluster "$TMP/dup.yaml" "$TMP/job2.yaml"
 expect_err "bad: worker without NIC" "workers[0].nic: required" --cluster "$TMP/nonic.yaml" "$TMP/job2.yaml"
 expect_err "bad: zero bandwidth" "workers[0].nic.gbps" --cluster "$TMP/zero.yaml" "$TMP/job2.yaml"
