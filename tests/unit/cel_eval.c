@@ -565,12 +565,10 @@ int cel_check(const cJSON *s, const cJSON *val, const char *path, struct schema_
             cel_check(ps, m, p, v);
         }
     } else if (cJSON_IsArray(val) && items) {
-        int i = 0;
-        const cJSON *it;
-        cJSON_ArrayForEach(it, val) {
+        for (int i = 0; i < cJSON_GetArraySize(val); i++) {
             char p[256];
-            snprintf(p, sizeof p, "%s[%d]", path, i++);
-            cel_check(items, it, p, v);
+            snprintf(p, sizeof p, "%s[%d]", path, i);
+            cel_check(items, cJSON_GetArrayItem(val, i), p, v);
         }
     }
     return v->count - before;

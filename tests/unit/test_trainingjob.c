@@ -229,16 +229,20 @@ int main(void)
                    "  parallelism: {schedule: zigzag, pipeline: sometimes}\n  training: {steps: 0}\n  colour: red\n",
                    &job, &errs);
     CHECK("field errors invalid", rc == -1);
-    CHECK("apiVersion", tj_errors_have(&errs, "apiVersion: must be holmes.dev/v1alpha1"));
-    CHECK("kind", tj_errors_have(&errs, "kind: must be TrainingJob"));
-    CHECK("name", tj_errors_have(&errs, "metadata.name: \"Bad_Name\""));
-    CHECK("workers type", tj_errors_have(&errs, "spec.workers: must be an integer, got a string"));
-    CHECK("gpus min", tj_errors_have(&errs, "spec.gpusPerWorker: -1 is below the minimum 0"));
-    CHECK("preset enum", tj_errors_have(&errs, "spec.model.preset: \"gpt3\" is not one of"));
-    CHECK("schedule enum", tj_errors_have(&errs, "spec.parallelism.schedule: \"zigzag\" is not one of 1f1b, gpipe"));
-    CHECK("auto", tj_errors_have(&errs, "spec.parallelism.pipeline: must be a positive integer or \"auto\""));
-    CHECK("steps min", tj_errors_have(&errs, "spec.training.steps: 0 is below the minimum 1"));
-    CHECK("unknown field", tj_errors_have(&errs, "spec.colour: unknown field"));
+    static const char *const field_errors[] = {
+        "apiVersion: must be holmes.dev/v1alpha1",
+        "kind: must be TrainingJob",
+        "metadata.name: \"Bad_Name\"",
+        "spec.workers: must be an integer, got a string",
+        "spec.gpusPerWorker: -1 is below the minimum 0",
+        "spec.model.preset: \"gpt3\" is not one of",
+        "spec.parallelism.schedule: \"zigzag\" is not one of 1f1b, gpipe",
+        "spec.parallelism.pipeline: must be a positive integer or \"auto\"",
+        "spec.training.steps: 0 is below the minimum 1",
+        "spec.colour: unknown field",
+    };
+    for (size_t i = 0; i < sizeof field_errors / sizeof *field_errors; i++)
+        CHECK(field_errors[i], tj_errors_have(&errs, field_errors[i]));
     CHECK_INT("ten errors", errs.count, 10);
     tj_job_free(&job);
 
