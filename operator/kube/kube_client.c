@@ -46,6 +46,17 @@ struct kube_client {
 
 static void global_init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
+/* The options with their defaults where unset (kube_client.h). */
+static struct kube_client_opts client_opts(struct kube_client_opts d)
+{
+    d.qps = d.qps > 0 ? d.qps : 50;
+    d.burst = d.burst > 0 ? d.burst : 100;
+    d.max_429_retries = d.max_429_retries > 0 ? d.max_429_retries : 8;
+    d.timeout_ms = d.timeout_ms > 0 ? d.timeout_ms : 30000;
+    d.user_agent = d.user_agent ? d.user_agent : "holmes-operator";
+    return d;
+}
+
 struct kube_client *kube_client_new(struct kube_config *cfg, const struct kube_client_opts *opts,
                                     herr *e)
 {
@@ -57,18 +68,7 @@ struct kube_client *kube_client_new(struct kube_config *cfg, const struct kube_c
         return NULL;
     }
     kc->cfg = cfg;
-    if (opts)
-        kc->o = *opts;
-    if (kc->o.qps <= 0)
-        kc->o.qps = 50;
-    if (kc->o.burst <= 0)
-        kc->o.burst = 100;
-    if (kc->o.max_429_retries <= 0)
-        kc->o.max_429_retries = 8;
-    if (kc->o.timeout_ms <= 0)
-        kc->o.timeout_ms = 30000;
-    if (!kc->o.user_agent)
-        kc->o.user_agent = "holmes-operator";
+    kc->o = client_opts(opts ? *opts : (struct kube_client_opts){0});
     kc->tokens = kc->o.burst;
     kc->last.tv_sec = 0;
     pthread_mutex_init(&kc->lock, NULL);

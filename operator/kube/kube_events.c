@@ -117,23 +117,23 @@ static void similar_free(void *v)
     free(s);
 }
 
+/* The options with their defaults where unset (kube_events.h). */
+static struct kube_event_correlator_opts correlator_opts(struct kube_event_correlator_opts d)
+{
+    d.max_similar = d.max_similar > 0 ? d.max_similar : 10;
+    d.window_s = d.window_s > 0 ? d.window_s : 600;
+    d.spam_burst = d.spam_burst > 0 ? d.spam_burst : 25;
+    d.spam_qps = d.spam_qps > 0 ? d.spam_qps : 1.0 / 300;
+    d.max_entries = d.max_entries ? d.max_entries : 4096;
+    return d;
+}
+
 struct kube_event_correlator *kube_event_correlator_new(const struct kube_event_correlator_opts *o)
 {
     struct kube_event_correlator *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
-    if (o)
-        c->o = *o;
-    if (c->o.max_similar <= 0)
-        c->o.max_similar = 10;
-    if (c->o.window_s <= 0)
-        c->o.window_s = 600;
-    if (c->o.spam_burst <= 0)
-        c->o.spam_burst = 25;
-    if (c->o.spam_qps <= 0)
-        c->o.spam_qps = 1.0 / 300;
-    if (c->o.max_entries == 0)
-        c->o.max_entries = 4096;
+    c->o = correlator_opts(o ? *o : (struct kube_event_correlator_opts){0});
     c->spam = kube_map_new();
     c->similar = kube_map_new();
     c->seen = kube_map_new();

@@ -117,22 +117,26 @@ int kube_object_key(const cJSON *obj, char *buf, size_t n)
     return 0;
 }
 
+/* The options with their defaults where unset (kube_informer.h). */
+static struct kube_informer_opts informer_opts(struct kube_informer_opts d)
+{
+    d.list_limit = d.list_limit > 0 ? d.list_limit : 500;
+    d.watch_timeout_s = d.watch_timeout_s > 0 ? d.watch_timeout_s : 300;
+    d.backoff_max_s = d.backoff_max_s > 0 ? d.backoff_max_s : 30;
+    return d;
+}
+
 struct kube_informer *kube_informer_new(struct kube_client *kc,
                                         const struct kube_informer_opts *o, herr *e)
 {
+    struct kube_informer_opts opts = informer_opts(*o);
     struct kube_informer *inf = calloc(1, sizeof *inf);
     if (!inf) {
         herr_set(e, "informer: out of memory");
         return NULL;
     }
     inf->kc = kc;
-    inf->o = *o;
-    if (inf->o.list_limit <= 0)
-        inf->o.list_limit = 500;
-    if (inf->o.watch_timeout_s <= 0)
-        inf->o.watch_timeout_s = 300;
-    if (inf->o.backoff_max_s <= 0)
-        inf->o.backoff_max_s = 30;
+    inf->o = opts;
     inf->ns = o->ns ? strdup(o->ns) : NULL;
     inf->selector = o->label_selector ? strdup(o->label_selector) : NULL;
     inf->cache = kube_map_new();

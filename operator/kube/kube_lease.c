@@ -36,6 +36,15 @@ static void nap(struct kube_lease *l, const volatile int *stop, double s)
     }
 }
 
+/* The options with their defaults where unset (kube_lease.h). */
+static struct kube_lease_opts lease_opts(struct kube_lease_opts d)
+{
+    d.duration_s = d.duration_s > 0 ? d.duration_s : 15;
+    d.renew_deadline_s = d.renew_deadline_s > 0 ? d.renew_deadline_s : 10;
+    d.retry_s = d.retry_s > 0 ? d.retry_s : 2;
+    return d;
+}
+
 struct kube_lease *kube_lease_new(struct kube_client *kc, const struct kube_lease_opts *o, herr *e)
 {
     if (!o->ns || !o->name || !o->identity || !*o->identity) {
@@ -47,14 +56,8 @@ struct kube_lease *kube_lease_new(struct kube_client *kc, const struct kube_leas
         herr_set(e, "leader election: out of memory");
         return NULL;
     }
+    l->o = lease_opts(*o);
     l->kc = kc;
-    l->o = *o;
-    if (l->o.duration_s <= 0)
-        l->o.duration_s = 15;
-    if (l->o.renew_deadline_s <= 0)
-        l->o.renew_deadline_s = 10;
-    if (l->o.retry_s <= 0)
-        l->o.retry_s = 2;
     l->ns = strdup(o->ns);
     l->name = strdup(o->name);
     l->id = strdup(o->identity);
