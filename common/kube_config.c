@@ -1,12 +1,12 @@
 #include "kube_config.h"
 
 #include <libgen.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base64.h"
 #include "yaml_json.h"
 
 static void init(struct kube_config *c)
@@ -34,49 +34,6 @@ void kube_config_free(struct kube_config *c)
 }
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
-
-/* Decodes base64 (whitespace ignored) into a NUL-terminated buffer. */
-static char *b64_decode(const char *in, size_t *out_len, const char *field, herr *e)
-{
-    size_t n = strlen(in);
-    char *clean = malloc(n + 1);
-    if (!clean) {
-        herr_set(e, "%s: out of memory", field);
-        return NULL;
-    }
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (in[i] != '\n' && in[i] != '\r' && in[i] != ' ' && in[i] != '\t')
-            clean[k++] = in[i];
-    clean[k] = '\0';
-    if (k % 4 != 0) {
-        free(clean);
-        herr_set(e, "%s: not valid base64 (length %zu is not a multiple of 4)", field, k);
-        return NULL;
-    }
-    unsigned char *out = malloc(k / 4 * 3 + 1);
-    if (!out) {
-        free(clean);
-        herr_set(e, "%s: out of memory", field);
-        return NULL;
-    }
-    int m = k ? EVP_DecodeBlock(out, (unsigned char *)clean, (int)k) : 0;
-    if (m < 0) {
-        free(clean);
-        free(out);
-        herr_set(e, "%s: not valid base64", field);
-        return NULL;
-    }
-    size_t len = (size_t)m;
-    if (k >= 1 && clean[k - 1] == '=')
-        len--;
-    if (k >= 2 && clean[k - 2] == '=')
-        len--;
-    free(clean);
-    out[len] = '\0';
-    *out_len = len;
-    return (char *)out;
-}
 
 static const cJSON *named(const cJSON *list, const char *name, const char *inner)
 {
@@ -153,7 +110,7 @@ int kube_config_from_kubeconfig(struct kube_config *c, const char *path, const c
     const cJSON *ins = cJSON_GetObjectItemCaseSensitive(cluster, "insecure-skip-tls-verify");
     c->insecure = cJSON_IsTrue(ins);
     if (str(cluster, "certificate-authority-data")) {
-        c->ca_data = b64_decode(str(cluster, "certificate-authority-data"), &c->ca_data_len,
+        c->ca_data = base64_decode(str(cluster, "certificate-authority-data"), &c->ca_data_len,
                                 "certificate-authority-data", e);
         if (!c->ca_data)
             goto bad;
@@ -169,13 +126,13 @@ int kube_config_from_kubeconfig(struct kube_config *c, const char *path, const c
         c->token = dup_or_null(str(user, "token"));
         c->token_file = resolve(dir, str(user, "tokenFile"));
         if (str(user, "client-certificate-data")) {
-            c->cert_data = b64_decode(str(user, "client-certificate-data"), &c->cert_data_len,
+            c->cert_data = base64_decode(str(user, "client-certificate-data"), &c->cert_data_len,
                                       "client-certificate-data", e);
             if (!c->cert_data)
                 goto bad;
         }
         if (str(user, "client-key-data")) {
-            c->key_data = b64_decode(str(user, "client-key-data"), &c->key_data_len,
+            c->key_data = base64_decode(str(user, "client-key-data"), &c->key_data_len,
                                      "client-key-data", e);
             if (!c->key_data)
                 goto bad;

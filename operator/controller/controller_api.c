@@ -9,6 +9,7 @@
 #include <pthread.h>
 
 #include "json.h"
+#include "base64.h"
 #include "kube_events.h"
 
 /* ---- metrics */
@@ -366,28 +367,8 @@ char *controller_job_token(struct controller *c, const char *ns, const char *job
     const char *plain = json_str_at(s, "stringData.token");
     const char *b64 = json_str_at(s, "data.token");
     if (b64) {
-        size_t n = strlen(b64);
-        unsigned char *buf = malloc(n + 1);
-        if (buf) {
-            /* Minimal base64 decoding (the API server always pads). */
-            static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-            size_t o = 0;
-            unsigned v = 0;
-            int bits = 0;
-            for (size_t i = 0; i < n && b64[i] != '='; i++) {
-                const char *pos = strchr(tbl, b64[i]);
-                if (!pos || !b64[i])
-                    continue;
-                v = (v << 6) | (unsigned)(pos - tbl);
-                bits += 6;
-                if (bits >= 8) {
-                    bits -= 8;
-                    buf[o++] = (unsigned char)(v >> bits);
-                }
-            }
-            buf[o] = '\0';
-            out = (char *)buf;
-        }
+        herr e = {0};
+        out = base64_decode(b64, NULL, "data.token", &e);
     } else if (plain) {
         out = strdup(plain);
     }

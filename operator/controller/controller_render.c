@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <openssl/evp.h>
 
+#include "base64.h"
 #include "json.h"
 #include "trainingjob.h"
 
@@ -475,15 +475,6 @@ cJSON *controller_build_pod(const cJSON *job, const struct tj_spec *s, int index
     return pod;
 }
 
-static char *b64(const char *s)
-{
-    size_t n = strlen(s);
-    char *out = malloc((n + 2) / 3 * 4 + 1);
-    if (out)
-        EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)s, (int)n);
-    return out;
-}
-
 cJSON *ctl_build_secret_ca(const cJSON *job, const char *ca)
 {
     cJSON *s = ctl_build_secret(job);
@@ -497,7 +488,7 @@ cJSON *ctl_build_secret_ca(const cJSON *job, const char *ca)
 
 cJSON *ctl_secret_ca_patch(const cJSON *secret, const char *ca)
 {
-    char *want = b64(ca);
+    char *want = base64_encode(ca);
     /* "ca.crt" holds a dot: a key, not a path (json_str_at would read ca, then crt) */
     const char *have = cJSON_GetStringValue(
         cJSON_GetObjectItemCaseSensitive(json_at(secret, "data"), "ca.crt"));

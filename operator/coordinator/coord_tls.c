@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "base64.h"
 #include "kube_client.h"
 
 #define CA_LIFE_S (10L * 365 * 86400)
@@ -382,35 +383,16 @@ out:
 
 /* ---- the Secret */
 
-static char *b64_decode(const char *s)
+/* The PEM text base64 text s holds; NULL when it holds no text (or out of memory). */
+static char *pem_of_base64(const char *s)
 {
-    size_t n = strlen(s);
-    if (n % 4)
-        return NULL;
-    unsigned char *out = malloc(n / 4 * 3 + 1);
-    if (!out)
-        return NULL;
-    int m = EVP_DecodeBlock(out, (const unsigned char *)s, (int)n);
-    if (m < 0) {
+    size_t n;
+    herr e = {0};
+    char *out = base64_decode(s, &n, "data", &e);
+    if (out && memchr(out, '\0', n)) { /* PEM is text */
         free(out);
         return NULL;
     }
-    while (n > 0 && s[n - 1] == '=' && m > 0) /* EVP_DecodeBlock counts the padding */
-        n--, m--;
-    out[m] = '\0';
-    if (memchr(out, '\0', (size_t)m)) { /* PEM is text */
-        free(out);
-        return NULL;
-    }
-    return (char *)out;
-}
-
-static char *b64_encode(const char *s)
-{
-    size_t n = strlen(s);
-    char *out = malloc((n + 2) / 3 * 4 + 1);
-    if (out)
-        EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)s, (int)n);
     return out;
 }
 
@@ -424,7 +406,7 @@ int coord_tls_from_secret(const cJSON *secret, struct coord_tls *t, herr *e)
             coord_tls_free(&out);
             return herr_set(e, "data.%s: missing", KEYS[i]);
         }
-        if (!(*field(&out, i) = b64_decode(v->valuestring))) {
+        if (!(*field(&out, i) = pem_of_base64(v->valuestring))) {
             coord_tls_free(&out);
             return herr_set(e, "data.%s: not base64 of a PEM text", KEYS[i]);
         }
@@ -453,7 +435,7 @@ static cJSON *secret_body(const struct coord_tls *t, const char *ns, const char 
     if (rv)
         ok = ok && cJSON_AddStringToObject(md, "resourceVersion", rv);
     for (int i = 0; ok && i < 4; i++) {
-        char *b = b64_encode(*field((struct coord_tls *)t, i));
+        char *b = base64_encode(*field((struct coord_tls *)t, i));
         ok = b && cJSON_AddStringToObject(data, KEYS[i], b);
         if (b)
             OPENSSL_cleanse(b, strlen(b));
