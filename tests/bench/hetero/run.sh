@@ -202,7 +202,7 @@ RES=$WORK/results.tsv
 RUNS_HEADER="scenario\tpolicy\trep\tmedian_step_s\tsteps\tpredicted_s\twall_s"
 echo -e "$RUNS_HEADER" >"$RES"
 # The clusters differ in how much they compute against how much they wait on shaped links, so
-# other work on the machine moves the ratios (docs/benchmarks.md, seventh session): say so.
+# other work on the machine moves the ratios (docs/hetero.md, "How to read the results"): say so.
 cpu_jiffies() { awk '/^cpu /{t=0; for (i=2; i<=9; i++) t+=$i; print t, $5+$6}' /proc/stat; }
 read -r tot0 idle0 < <(cpu_jiffies); sleep 2; read -r tot1 idle1 < <(cpu_jiffies)
 busy=$(( (tot1 - tot0) > 0 ? 100 * ((tot1 - tot0) - (idle1 - idle0)) / (tot1 - tot0) : 0 ))
