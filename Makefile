@@ -119,7 +119,7 @@ help:
 	@echo "make cuda       build the CUDA engine (needs nvcc)"
 	@echo "make bench-*    benchmarks; results go to docs/benchmarks.md"
 
--include $(shell find build -name '*.d' 2>/dev/null)
+-include $(shell find build -name '*.d' -type f -not -path 'build/gpu-carry/*' 2>/dev/null)
 
 # The README's main command: the tiny example job on this machine (see mk/local.mk for details).
 RUN_JOB ?= examples/local-tiny.yaml

@@ -374,6 +374,14 @@ static int parse_rank(struct plan_doc *d, const cJSON *x, int r, herr *e)
     return parse_nic(x, w, k, e);
 }
 
+/* a layer bound: a whole number in [0, PLAN_DOC_MAX_LAYER] (checked before any cast to int) */
+enum { PLAN_DOC_MAX_LAYER = 1 << 20 };
+static int layer_index(const cJSON *n)
+{
+    return cJSON_IsNumber(n) && n->valuedouble >= 0 && n->valuedouble <= PLAN_DOC_MAX_LAYER &&
+           n->valuedouble == floor(n->valuedouble);
+}
+
 static int parse_stages(struct plan_doc *d, const cJSON *st, herr *e)
 {
     if (!cJSON_IsArray(st) || cJSON_GetArraySize(st) != d->pipeline)
@@ -388,8 +396,9 @@ static int parse_stages(struct plan_doc *d, const cJSON *st, herr *e)
     {
         const cJSON *ly = cJSON_GetObjectItemCaseSensitive(x, "layers");
         if (!cJSON_IsArray(ly) || cJSON_GetArraySize(ly) != 2 ||
-            !cJSON_IsNumber(cJSON_GetArrayItem(ly, 0)) || !cJSON_IsNumber(cJSON_GetArrayItem(ly, 1)))
-            return herr_set(e, "stages[%d].layers must be [first, last)", s);
+            !layer_index(cJSON_GetArrayItem(ly, 0)) || !layer_index(cJSON_GetArrayItem(ly, 1)))
+            return herr_set(e, "stages[%d].layers must be [first, last), whole numbers in 0..%d", s,
+                            PLAN_DOC_MAX_LAYER);
         d->stage_first[s] = (int)cJSON_GetArrayItem(ly, 0)->valuedouble;
         d->stage_last[s] = (int)cJSON_GetArrayItem(ly, 1)->valuedouble;
         int want = s ? d->stage_last[s - 1] : 0;

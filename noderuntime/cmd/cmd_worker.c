@@ -7,6 +7,7 @@
  * the current step, with a checkpoint. */
 #include <errno.h>
 #include <limits.h>
+#include <omp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "cpu_affinity.h"
 #include "dataloader.h"
 #include "log.h"
 #include "rank_table.h"
@@ -193,6 +195,13 @@ int cmd_worker(int argc, char **argv)
     if (rank >= rt.world) {
         log_error("--rank %ld is outside the rank table's 0..%d", rank, rt.world - 1);
         goto out;
+    }
+    /* several ranks of the table on this machine share its cores (OMP_NUM_THREADS overrides) */
+    int share = c.engine == ENGINE_CPU && !getenv("OMP_NUM_THREADS") ? cpu_threads_shared(&rt, (int)rank) : 0;
+    if (share > 0 && share < omp_get_max_threads()) {
+        log_info("rank %ld: %d compute thread(s), its share of this machine's cores with the "
+                 "table's other ranks here (OMP_NUM_THREADS overrides)", rank, share);
+        omp_set_num_threads(share);
     }
     struct dataloader_config dc = {cs.spec.training.data.path, c.B, c.T,
                                    plan_doc_dp_of(&rt, (int)rank), rt.data, c.seed, c.model.vocab, 0};

@@ -95,3 +95,18 @@ out:
     free(stage);
     return rc;
 }
+
+int cpu_threads_shared(const struct plan_doc *rt, int rank)
+{
+    if (rank < 0 || rank >= rt->world || !rt->ranks[rank].host[0])
+        return 0;
+    int here = 0;
+    for (int r = 0; r < rt->world; r++)
+        here += strcmp(rt->ranks[r].host, rt->ranks[rank].host) == 0;
+    cpu_set_t have;
+    herr e;
+    if (here < 2 || usable_cpus(&have, &e) != 0)
+        return 0;
+    int n = CPU_COUNT(&have) / here;
+    return n > 0 ? n : 1;
+}

@@ -28,4 +28,11 @@ int cpu_pin_thread(int first, int count, char *desc, size_t cap, herr *e);
 int cpu_spread_rank(const struct plan_doc *rt, int layers, int rank, char *desc, size_t cap,
                     herr *e);
 
+/* The compute threads for `rank` when the ranks of rt that name its host (host and port
+ * given: a rank table) share the cores this thread may use: their count divided among them,
+ * at least 1; 0 when it is the only one there (or the table names no hosts). Several ranks on
+ * one machine with a full OpenMP team each spend their cores spinning for one another's
+ * (20 steps of terapipe.sh's tiny model: 53 s with a team of 2 per rank, 2 s with 1). */
+int cpu_threads_shared(const struct plan_doc *rt, int rank);
+
 #endif

@@ -23,16 +23,19 @@ enum { N = 4 * 1000003 };
 
 static float val(size_t i, int round) { return (float)((int)((i * 7 + (size_t)round * 3) % 11) - 5); }
 
-/* The buffer filled on the compute stream (queued, not done), the operation, then the buffer
- * copied out on the compute stream: equal to what went in (one rank: every collective keeps the
- * values; the padded and equal-chunk paths alike). */
-static int round_trip(struct comm *c, struct devmem *m, cudaStream_t s, float *d, float *h,
-                      int op, int round, const char *name)
+/* The buffer filled on the compute stream (queued, not done) from hin, the operation, then the
+ * buffer copied out on the compute stream into h: equal to what went in (one rank: every
+ * collective keeps the values; the padded and equal-chunk paths alike). hin and h are apart:
+ * the copy up may still be reading hin when the host clears h. */
+static int round_trip(struct comm *c, struct devmem *m, cudaStream_t s, float *d, float *hin,
+                      float *h, int op, int round, const char *name)
 {
     herr e;
+    if (cudaStreamSynchronize(s) != cudaSuccess) /* hin's last copy up is done */
+        return -1;
     for (size_t i = 0; i < N; i++)
-        h[i] = val(i, round);
-    if (cudaMemcpyAsync(d, h, N * sizeof *h, cudaMemcpyHostToDevice, s) != cudaSuccess)
+        hin[i] = val(i, round);
+    if (cudaMemcpyAsync(d, hin, N * sizeof *hin, cudaMemcpyHostToDevice, s) != cudaSuccess)
         return -1;
     memset(h, 0, N * sizeof *h);
     struct comm_req *r = NULL;
@@ -68,10 +71,11 @@ int main(int argc, char **argv)
     cudaStream_t s;
     struct devmem *m = NULL;
     struct tcp_listener *l = NULL;
-    float *d = NULL, *h = NULL;
+    float *d = NULL, *h = NULL, *hin = NULL;
     if (cudaSetDevice(0) != cudaSuccess || cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
         devmem_cuda_create(&m, 0, s, 60, &e) != 0 || devmem_alloc(m, N * sizeof *d, (void **)&d, &e) != 0 ||
         devmem_alloc_host(m, N * sizeof *h, (void **)&h, &e) != 0 ||
+        devmem_alloc_host(m, N * sizeof *hin, (void **)&hin, &e) != 0 ||
         tcp_listener_open(&l, "127.0.0.1", 0, &e) != 0) {
         printf("FAIL gpu.comm_dev: set-up: %s\n", e.msg);
         return 1;
@@ -92,7 +96,7 @@ int main(int argc, char **argv)
         char name[128];
         snprintf(name, sizeof name, "gpu.comm_dev.nccl.%s: ordered after and before the compute "
                  "stream's work", names[op]);
-        round_trip(nc, m, s, d, h, op, op, name);
+        round_trip(nc, m, s, d, hin, h, op, op, name);
     }
     struct tcp_group_spec ts = {"staged", 8, 1, 0, &me, &ep, NULL, 60};
     ok = comm_create(&tc, l, &ts, &e) == 0 && comm_set_devmem(tc, m, &e) == 0;
@@ -101,7 +105,7 @@ int main(int argc, char **argv)
         char name[128];
         snprintf(name, sizeof name, "gpu.comm_dev.tcp.%s: staged through pinned memory, in order",
                  names[op]);
-        round_trip(tc, m, s, d, h, op, 3 + op, name);
+        round_trip(tc, m, s, d, hin, h, op, 3 + op, name);
     }
     if (ok)
         CHECK("gpu.comm_dev.tcp: bytes went through the staging", comm_bytes_staged(tc) > 0);
@@ -109,6 +113,7 @@ int main(int argc, char **argv)
     comm_free(nc);
     devmem_free(m, d);
     devmem_free_host(m, h);
+    devmem_free_host(m, hin);
     devmem_cuda_free(m);
     tcp_listener_close(l);
     cudaStreamDestroy(s);

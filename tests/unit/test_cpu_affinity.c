@@ -210,6 +210,16 @@ static void test_rank_table(void)
     } else {
         printf("note: rank pinning by layers not checked: this process may use only one core\n");
     }
+    /* three ranks on one host share its cores: a third each, at least one */
+    int third = CPU_COUNT(&have) / 3 > 0 ? CPU_COUNT(&have) / 3 : 1;
+    CHECK_INT("threads: three ranks on one host share its cores", cpu_threads_shared(&rt, 1), third);
+    snprintf(rt.ranks[1].host, sizeof rt.ranks[1].host, "10.0.0.2");
+    CHECK_INT("threads: a rank alone on its host keeps them all", cpu_threads_shared(&rt, 1), 0);
+    CHECK_INT("threads: the other two share theirs", cpu_threads_shared(&rt, 0),
+              CPU_COUNT(&have) / 2 > 0 ? CPU_COUNT(&have) / 2 : 1);
+    rt.ranks[2].host[0] = '\0';
+    CHECK_INT("threads: a rank with no host yet", cpu_threads_shared(&rt, 2), 0);
+    CHECK_INT("threads: a rank outside the table", cpu_threads_shared(&rt, 3), 0);
     char desc[64];
     CHECK_INT("rank outside the table", cpu_spread_rank(&rt, 8, 3, desc, sizeof desc, &e), -1);
     CHECK("... names it", strstr(e.msg, "rank 3") != NULL);

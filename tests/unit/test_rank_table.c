@@ -219,6 +219,11 @@ int main(void)
          " \"transport\": \"carrier-pigeon\"}]}", "transport 'carrier-pigeon'"},
         {"{\"parallelism\": {\"pipeline\": 2, \"data\": 2}," W4 ", \"stages\": [{\"layers\": [0, 2]}, {\"layers\": [3, 4]}]}",
          "stages[1].layers"},
+        /* found by make fuzz (fuzz_worker_message): a bound past int's range was cast first */
+        {"{\"parallelism\": {\"pipeline\": 2, \"data\": 2}," W4 ", \"stages\": [{\"layers\": [0, 2]}, {\"layers\": [2, 3.1e24]}]}",
+         "stages[1].layers must be [first, last), whole numbers"},
+        {"{\"parallelism\": {\"pipeline\": 2, \"data\": 2}," W4 ", \"stages\": [{\"layers\": [0, 1.5]}, {\"layers\": [1.5, 4]}]}",
+         "stages[0].layers must be [first, last), whole numbers"},
         {"{\"parallelism\": {\"pipeline\": 2, \"data\": 2}," W4 ", \"cross_fabric_pacing\": {\"bytes_per_second\": -1}}",
          "bytes_per_second"},
         {"{\"parallelism\": {\"pipeline\": 2, \"data\": 2}," W4 ", \"groups\": [{\"kind\": \"link\", \"ranks\": [0, 3]},"

@@ -115,7 +115,8 @@ int embed_fwd(struct gpu_stage *s, struct gslot *a)
 
 /* wte: the token groups (with tensor parallelism only this rank's rows); wpe, like the residual,
  * the same on every rank. When the gradients are written rather than added (x.accum 0), the wte
- * rows no token of the micro-batch touched and wpe's positions from T on are cleared. */
+ * rows no token of the micro-batch touched (unless the head wrote them: tied weights) and wpe's
+ * positions from T on are cleared. */
 int embed_bwd(struct gpu_stage *s, struct gslot *a, const floatX *dx)
 {
     PROF(&s->x, GPU_PART_EMBEDDING);
@@ -124,8 +125,12 @@ int embed_bwd(struct gpu_stage *s, struct gslot *a, const floatX *dx)
     int B = s->B, T = s->T, C = s->c.channels;
     cudaStream_t st = s->x.stream;
     float *G = s->grads;
+    /* tied weights: where this stage holds the head too, its gradient is the same rows, which
+     * the head's backward wrote (every row) earlier in this backward: add to them */
+    int head_wrote_wte = s->last == s->c.layers && s->head_off == s->wte_off;
     if (!s->x.accum) {
-        ENQ(cudaMemsetAsync(G + s->wte_off, 0, (size_t)s->Vl * C * sizeof(float), st));
+        if (!head_wrote_wte)
+            ENQ(cudaMemsetAsync(G + s->wte_off, 0, (size_t)s->Vl * C * sizeof(float), st));
         if (T < s->c.max_seq)
             ENQ(cudaMemsetAsync(G + s->wpe_off + (size_t)T * C, 0,
                                 (size_t)(s->c.max_seq - T) * C * sizeof(float), st));
