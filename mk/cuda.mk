@@ -195,7 +195,8 @@ gpu-check:
 # The CPU reference of the GPU build, checked without a GPU: the CPU engine's own unit tests
 # (gradients vs finite differences, stage split, checkpoints) compiled against the stand-ins.
 GPU_HOST_TESTS := $(GB)/host/tests/test_gpt $(GB)/host/tests/test_checkpoint
-$(GB)/host/tests/%: $(GB)/host/tests/unit/%.o $(GPU_HOST_OBJ)
+GPU_HOST_TEST_UTIL := $(GB)/host/tests/unit/gpt_reference.o $(GB)/host/tests/unit/fs_testutil.o
+$(GB)/host/tests/%: $(GB)/host/tests/unit/%.o $(GPU_HOST_OBJ) $(GPU_HOST_TEST_UTIL)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@ (GPU build's CPU reference)"
 	@$(CC) -o $@ $^ -fopenmp -lm -lpthread
