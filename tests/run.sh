@@ -6,7 +6,8 @@
 # The variants run side by side, each its tests one after another (HOLMES_TEST_JOBS, default:
 # the machine's cores; 1 runs them one after another): the first variant's lines appear as they
 # come, the others' when they are done. Tests that build into the repository (make cuda,
-# make comm-nccl) run in the release variant only, so two never build at once.
+# make comm-nccl) and others whose result does not depend on the variant run in one pass only
+# (once_per_run: the last variant's), so two never build at once.
 set -u
 cd "$(dirname "$0")/.."
 timeout_s=${HOLMES_TEST_TIMEOUT:-600}
@@ -67,6 +68,11 @@ variants=()
 while [ $# -ge 2 ]; do
     variants+=("$1 $2"); shift 2
 done
+# Tests whose result does not depend on the variant (once_per_run in tests/integration/lib.bash)
+# run in the last variant's pass only: with release and ASan that is the ASan pass, whose tests
+# are fewer (the release pass runs the real control plane's end-to-end scripts).
+last=(${variants[$((${#variants[@]} - 1))]})
+export HOLMES_ONCE_IN=$(basename "${last[0]}")
 bg=()
 for ((i = 1; i < ${#variants[@]}; i++)); do
     if [ "$jobs_n" -ge 2 ]; then

@@ -6,10 +6,7 @@
 # server-side dry-run.
 source "$(dirname "$0")/lib.bash"
 source "$REPO/tests/k8s/envtest.bash"
-if [ "${HOLMES_VARIANT:-release}" != release ]; then # time
-    echo "SKIP k8s_crd: run in the release pass (time): it checks the CRD and the chart on the server; the ASan pass runs validate.sh, which checks the same manifests with holmes-operator validate"
-    exit 0
-fi
+once_per_run k8s_crd # the CRD and the chart on the server; holmes-operator validate is only compared
 k8s_require
 k8s_start || exit 1
 tmp=$K8S_DIR/crd-test
