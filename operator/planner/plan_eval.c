@@ -280,7 +280,9 @@ static struct cost_link pair_link(const struct plan_eval *ev, const struct unit 
 
 /* Counts in ev->gw_in the flows that cross into each fabric during the step's data-parallel
  * phase, when every stage's gradient ring runs at once: each ring hop d -> d+1 between
- * fabrics. (The embedding tie, small, is charged its share but not counted against the rings.) */
+ * fabrics, once per tensor rank (each of a unit's t ranks has its own data-parallel ring, and
+ * all of them cross there at once). (The embedding tie, small, is charged its share but not
+ * counted against the rings.) */
 static void count_dp_gateway_flows(struct plan_eval *ev, int P, const int *stage_units)
 {
     int D = ev->D;
@@ -290,7 +292,7 @@ static void count_dp_gateway_flows(struct plan_eval *ev, int P, const int *stage
         for (int d = 0; d < D; d++) {
             const struct unit *a = &ev->units[su[d]], *b = &ev->units[su[(d + 1) % D]];
             if (a->fabric != b->fabric && a->node != b->node)
-                ev->gw_in[b->fabric]++;
+                ev->gw_in[b->fabric] += ev->t;
         }
     }
 }
