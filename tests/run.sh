@@ -71,8 +71,10 @@ done
 # Tests whose result does not depend on the variant (once_per_run in tests/integration/lib.bash)
 # run in the last variant's pass only: with release and ASan that is the ASan pass, whose tests
 # are fewer (the release pass runs the real control plane's end-to-end scripts).
-last=(${variants[$((${#variants[@]} - 1))]})
-export HOLMES_ONCE_IN=$(basename "${last[0]}")
+if [ ${#variants[@]} -gt 0 ]; then
+    last=(${variants[$((${#variants[@]} - 1))]})
+    export HOLMES_ONCE_IN=$(basename "${last[0]}")
+fi
 bg=()
 for ((i = 1; i < ${#variants[@]}; i++)); do
     if [ "$jobs_n" -ge 2 ]; then

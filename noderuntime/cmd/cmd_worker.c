@@ -197,7 +197,9 @@ int cmd_worker(int argc, char **argv)
         goto out;
     }
     /* several ranks of the table on this machine share its cores (OMP_NUM_THREADS overrides) */
-    int share = c.engine == ENGINE_CPU && !getenv("OMP_NUM_THREADS") ? cpu_threads_shared(&rt, (int)rank) : 0;
+    int share = c.engine == ENGINE_CPU && !getenv("OMP_NUM_THREADS")
+                    ? cpu_threads_shared(&rt, (int)rank)
+                    : 0;
     if (share > 0 && share < omp_get_max_threads()) {
         log_info("rank %ld: %d compute thread(s), its share of this machine's cores with the "
                  "table's other ranks here (OMP_NUM_THREADS overrides)", rank, share);
