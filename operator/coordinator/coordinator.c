@@ -382,22 +382,37 @@ static void on_closed(struct conn *k)
 
 /* ---------------------------------------------------------------- lws glue */
 
+/* An oversized message is read to its end and dropped before the refusal goes out: closing while
+ * the peer is still writing would reset the connection and lose the error frame on its side.
+ * Reading is bounded: past DISCARD_MAX bytes the connection is refused at once (before hello the
+ * hello timeout bounds it as well). */
+#define DISCARD_MAX (8 * (size_t)PROTO_MAX_MESSAGE)
+
+static void refuse_oversized(struct conn *k, size_t limit)
+{
+    char why[100];
+    snprintf(why, sizeof why, "message: larger than the limit of %zu bytes%s", limit,
+             k->job ? "" : " before hello");
+    conn_refuse(k, PROTO_ERR_BAD_MESSAGE, why);
+}
+
 static int receive(struct conn *k, const void *in, size_t len)
 {
     if (k->closing)
         return 0;
+    int last = lws_is_final_fragment(k->wsi) && !lws_remaining_packet_payload(k->wsi);
     if (lws_is_first_fragment(k->wsi))
-        k->rx_len = 0, k->rx_overflow = 0;
+        k->rx_len = 0, k->rx_discarded = 0;
     if (lws_frame_is_binary(k->wsi)) {
         conn_refuse(k, PROTO_ERR_BAD_MESSAGE, "message: binary frames are not accepted");
         return 0;
     }
     size_t limit = k->job ? PROTO_MAX_MESSAGE : PRE_HELLO_MAX_MESSAGE;
-    if (k->rx_len + len > limit) {
-        char why[100];
-        snprintf(why, sizeof why, "message: larger than the limit of %zu bytes%s", limit,
-                 k->job ? "" : " before hello");
-        conn_refuse(k, PROTO_ERR_BAD_MESSAGE, why);
+    if (k->rx_discarded || k->rx_len + len > limit) {
+        k->rx_discarded += k->rx_len + len;
+        k->rx_len = 0;
+        if (last || k->rx_discarded > DISCARD_MAX)
+            refuse_oversized(k, limit);
         return 0;
     }
     if (k->rx_len + len > k->rx_cap) {
@@ -414,7 +429,7 @@ static int receive(struct conn *k, const void *in, size_t len)
     }
     memcpy(k->rx + k->rx_len, in, len);
     k->rx_len += len;
-    if (lws_is_final_fragment(k->wsi) && !lws_remaining_packet_payload(k->wsi)) {
+    if (last) {
         on_message(k, k->rx, k->rx_len);
         k->rx_len = 0;
         if (k->rx_cap > 65536) { /* do not keep a large buffer around */

@@ -25,7 +25,7 @@ struct conn {
     int worker;             /* index in job, -1 before hello */
     char *rx;
     size_t rx_len, rx_cap;
-    int rx_overflow;
+    size_t rx_discarded;    /* bytes of an oversized message read and dropped so far */
     struct outmsg *head, *tail;
     size_t queued;          /* bytes in the queue */
     int pending;            /* counted in npending: no hello accepted yet */
