@@ -97,9 +97,12 @@ deps: $(DEPS_HOOKS)
 .deps-ok: scripts/deps.sh $(wildcard mk/*.mk) | $(DEPS_HOOKS)
 	@scripts/deps.sh $(sort $(DEB_PKGS)) && touch $@
 
+# The two builds use every core (-j$(nproc)) unless the caller gave its own -j: a plain
+# `make test` (CI's) would otherwise compile one file at a time.
+TEST_BUILD_JOBS = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 1))
 test: .deps-ok
-	@$(MAKE) --no-print-directory VARIANT=release test-build
-	@$(MAKE) --no-print-directory VARIANT=asan test-build
+	@$(MAKE) --no-print-directory $(TEST_BUILD_JOBS) VARIANT=release test-build
+	@$(MAKE) --no-print-directory $(TEST_BUILD_JOBS) VARIANT=asan test-build
 	@tests/run.sh build/release bin build/asan build/asan/bin
 
 # The README's commands in a fresh Debian 12 chroot (debootstrap), on a clean clone of HEAD:

@@ -49,7 +49,7 @@ start_operator() { k8s_operator "$W/operator.log" $CPORT --status-interval 1; }
 start_operator
 
 # ~0.1 s a step: time to act mid-run
-example_job "$W/job.yaml" e2e 500 "$W/ckpt" -e "s#examples/data/corpus.txt#$REPO/examples/data/corpus.txt#" \
+example_job "$W/job.yaml" e2e 320 "$W/ckpt" -e "s#examples/data/corpus.txt#$REPO/examples/data/corpus.txt#" \
     -e "s/everySteps: 50/everySteps: 20/" -e "s/keep: 2/keep: 3/" \
     -e "s/maxRestarts: 2, backoffSeconds: 0/maxRestarts: 3, backoffSeconds: 1/" \
     -e "s/bandwidthScale: 0.01/bandwidthScale: 0.001/"
@@ -163,7 +163,7 @@ ls "$W/ckpt" >"$W/ckpt.list" 2>&1
 check "resume: training went on from where the suspended run stopped (step $sus), not step 0" \
     bash -c "grep -hoE 'resumed from the checkpoint of step [0-9]+' '$W/e2e-worker-0.log' | tail -1 | awk '{ exit !(\$NF >= $sus && \$NF > 0) }'"
 for i in 0 1 2 3; do set_pod e2e-worker-$i Succeeded False; done
-check "the job Succeeded at step 500, restarts 2" wait_for 30 tj_is e2e '.status.phase == "Succeeded" and .status.progress.step == 500 and .status.restarts == 2'
+check "the job Succeeded at step 320, restarts 2" wait_for 30 tj_is e2e '.status.phase == "Succeeded" and .status.progress.step == 320 and .status.restarts == 2'
 loss=$(kubectl get tj e2e -n $NS -o jsonpath='{.status.progress.loss}')
 check "the final loss ($loss) is below 3.5 (from ~5.5: the curve continued)" awk -v l="$loss" 'BEGIN { exit !(l > 0 && l < 3.5) }'
 

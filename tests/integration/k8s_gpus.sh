@@ -20,7 +20,7 @@ k8s_begin gpus
 MPORT=$(k8s_free_port)
 k8s_operator "$W/operator.log" $CPORT --status-interval 1 --metrics-addr 127.0.0.1:$MPORT
 
-sed -e "s/name: local-gpus/name: gj/" -e "s/steps: 100/steps: 300/" -e "s#local-runs/local-gpus/checkpoints#$W/ckpt#" \
+sed -e "s/name: local-gpus/name: gj/" -e "s/steps: 100/steps: 160/" -e "s#local-runs/local-gpus/checkpoints#$W/ckpt#" \
     -e "s#examples/data/corpus.txt#$REPO/examples/data/corpus.txt#" -e "s/everySteps: 25/everySteps: 20/" \
     -e "s/bandwidthScale: 0.01/bandwidthScale: 0.001/" -e "s/schedule: 1f1b}/schedule: 1f1b, tokenSlices: auto}/" \
     "$REPO/examples/local-gpus.yaml" >"$W/job.yaml"
@@ -105,6 +105,6 @@ for i in 0 1; do
     kubectl patch pod gj-worker-$i -n $NS --subresource=status --type=merge \
         -p '{"status":{"phase":"Succeeded","conditions":[{"type":"Ready","status":"False"}]}}' >/dev/null
 done
-check "the job Succeeds at step 300" wait_for 180 tj_is '.status.phase == "Succeeded" and .status.progress.step == 300'
+check "the job Succeeds at step 160" wait_for 180 tj_is '.status.phase == "Succeeded" and .status.progress.step == 160'
 check "no pod recreated: the same 2 pod UIDs" test "$(uids)" = "$U0"
 check "the gang resumed from a checkpoint, not step 0" grep -qE "resumed from the checkpoint of step [1-9]" "$W/gj-worker-0.log"

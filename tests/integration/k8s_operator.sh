@@ -11,6 +11,9 @@ source "$REPO/tests/k8s/envtest.bash"
 k8s_require
 OP_PIDS=()
 stop_all() { k8s_stop_all "${OP_PIDS[@]}"; }
+# The chart's CRD before the controller manager: its garbage collector then follows jobs (and
+# what they own) from the start, not after its 30 s resync (the deletion check below waits on it).
+K8S_CRDS_BEFORE_KCM=("$REPO/helm/holmes/crds/trainingjob.yaml")
 k8s_start || exit 1
 trap stop_all EXIT
 FIX=$REPO/tests/fixtures/sysfs

@@ -19,7 +19,7 @@ stop_all() { k8s_stop_all "${WPIDS[@]}" $OP_PID; }
 k8s_begin preempt
 k8s_operator "$W/operator.log" $CPORT
 
-example_job "$W/job.yaml" pre 400 "$W/ckpt" -e "s#examples/data/corpus.txt#$REPO/examples/data/corpus.txt#" \
+example_job "$W/job.yaml" pre 200 "$W/ckpt" -e "s#examples/data/corpus.txt#$REPO/examples/data/corpus.txt#" \
     -e "s/everySteps: 50/everySteps: 1000/"
 kubectl apply -n $NS -f "$W/job.yaml" >/dev/null
 pods_are() { [ "$(kubectl get pods -n $NS -l holmes.dev/job=pre -o json | jq '.items | length')" = "$1" ]; }
@@ -72,7 +72,7 @@ for i in 0 1 2 3; do
         -p '{"status":{"phase":"Succeeded","conditions":[{"type":"Ready","status":"False"}]}}' >/dev/null
 done
 tj_is() { kubectl get tj pre -n $NS -o json | jq -e "$1" >/dev/null 2>&1; }
-check "the job Succeeded at step 400" wait_for 30 tj_is '.status.phase == "Succeeded" and .status.progress.step == 400'
+check "the job Succeeded at step 200" wait_for 30 tj_is '.status.phase == "Succeeded" and .status.progress.step == 200'
 check "no restart charged (status.restarts absent or 0)" tj_is '(.status.restarts // 0) == 0'
 EV=$(kubectl get events -n $NS -o json)
 check "an Event says the worker got SIGTERM and the restart is not charged" jq_true "$EV" \

@@ -8,13 +8,15 @@ pass() { echo "PASS $1"; }
 fail() { echo "FAIL $1: ${2:-}"; }
 # check NAME COMMAND...: passes when the command exits 0.
 check() { local n=$1; shift; if "$@"; then pass "$n"; else fail "$n" "command failed: $(printf "%s " "$@" | head -c 400)"; fi; }
-# wait_for SECONDS COMMAND...: polls until the command succeeds.
+# wait_for SECONDS COMMAND...: polls until the command succeeds: every 0.1 s for the first
+# second, then every WAIT_FOR_SLOW seconds (default 0.1; tests/k8s/envtest.bash sets 0.5: a
+# kubectl call costs about 0.1 s of CPU, which a long wait at 0.1 s would take from the rest).
 wait_for() {
-    local t=$1; shift
+    local t=$1 n=0; shift
     local end=$((SECONDS + t))
     while [ $SECONDS -le $end ]; do
         "$@" >/dev/null 2>&1 && return 0
-        sleep 0.1
+        if [ $((n += 1)) -le 10 ]; then sleep 0.1; else sleep "${WAIT_FOR_SLOW:-0.1}"; fi
     done
     return 1
 }
