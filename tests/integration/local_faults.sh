@@ -26,9 +26,9 @@ run_local() { # NAME [extra args]: runs the job in the background; output in $tm
 }
 reached() { [ -s "$1" ] && [ "$(tail -n 1 "$1" | jq -r .step 2>/dev/null || echo 0)" -ge "$2" ]; } # METRICS STEP
 
-# Steps of each run: 200; 90 under ASan (time), the interruptions scaled with them.
+# Steps of each run: 200; 60 under ASan (time), the interruptions scaled with them.
 N=200
-[ "${HOLMES_VARIANT:-}" = asan ] && N=90
+[ "${HOLMES_VARIANT:-}" = asan ] && N=60
 # The uninterrupted run every other run is compared with.
 job base $N 1000
 run_local base
