@@ -204,6 +204,18 @@ $(GB)/host/tests/%: $(GB)/host/tests/unit/%.o $(GPU_HOST_OBJ) $(GPU_HOST_TEST_UT
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@ (GPU build's CPU reference)"
 	@$(CC) -o $@ $^ -fopenmp -lm -lpthread
+# Flash attention's mma.sync kernels run on the host (tests/unit/flash_mma_emu.cc): the same source
+# as the GPU's, its warp-wide operations emulated as the PTX ISA lays them out; no nvcc, no GPU.
+FLASH_EMU := $(GB)/host/flash_mma_emu
+$(FLASH_EMU): tests/unit/flash_mma_emu.cc noderuntime/engine/cuda/flash_mma_kernels.cuh \
+              noderuntime/engine/cuda/flash_plan.h
+	@mkdir -p $(dir $@)
+	@echo "  CXX     $< (flash_mma's kernels, emulated on the host)"
+	@$(CXX) -std=c++17 -O2 -g $(WARN) -Wno-unknown-pragmas $(if $(filter true,$(CI)),-Werror) \
+	    -pthread -Inoderuntime/engine -o $@ $<
+.PHONY: flash-emu-check
+flash-emu-check: $(FLASH_EMU)
+	@$(FLASH_EMU)
 .PHONY: gpu-host-check
 gpu-host-check: $(GPU_HOST_TESTS)
 	@for t in $(GPU_HOST_TESTS); do $$t || exit 1; done
