@@ -263,12 +263,11 @@ static int cuda_adamw(struct engine *en, const struct adamw_config *o, size_t lo
                       float grad_scale, herr *e)
 {
     struct cuda_engine *c = ce_of(en);
+    /* on the stage's own parameters (p == en->params + lo) the same pass writes their bf16 copy:
+     * nothing to refresh before the next forward */
     if (cudaSetDevice(c->device) != cudaSuccess ||
         gpu_stage_adamw_ex(c->g, o, lo, hi, p, g, m, v, lr, step, grad_scale) != 0)
         return stage_err(en, e, "AdamW");
-    /* the stage's own parameters: its bf16 copy of the range follows */
-    if (p == en->params + lo)
-        gpu_stage_params_changed(c->g, lo, hi);
     return 0;
 }
 

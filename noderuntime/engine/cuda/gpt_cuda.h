@@ -165,8 +165,9 @@ void gpu_stage_free(struct gpu_stage *s);
 void gpu_stage_set_forward_hook(struct gpu_stage *s, int (*fn)(void *ctx, size_t lo, size_t hi),
                                 void *ctx);
 /* Parameters [lo, hi) were rewritten in device memory (an all-gather, AdamW through
- * gpu_stage_adamw_ex, a load), in the stream's order: the bf16 weight copy of every unit they
- * touch is refreshed right after that unit's forward hook, before it is read (fp32: nothing). */
+ * gpu_stage_adamw_ex on buffers other than the stage's, a load), in the stream's order: the bf16
+ * weight copy of every unit they touch is refreshed right after that unit's forward hook, before
+ * it is read (fp32: nothing). */
 void gpu_stage_params_changed(struct gpu_stage *s, size_t lo, size_t hi);
 /* The backward hook: called right after the work that produces block `layer`'s final gradients
  * (global layer index, last block first) is queued, at the backward that ends a micro-batch
@@ -182,7 +183,9 @@ void gpu_stage_set_tp_sum_dev(struct gpu_stage *s, int (*fn)(void *ctx, float *b
 int gpu_stage_loss_take(struct gpu_stage *s, float *sum);
 /* AdamW (optimizer.h's adamw_update_at) over parameters [lo, hi) held anywhere in device memory:
  * p, g, m, v each with element 0 at parameter lo; weight decay by the tensor table at lo + i.
- * Queued; it does not refresh the bf16 copy (gpu_stage_params_changed). */
+ * Queued. When p is the stage's own parameters (gpu_stage_params_dev(s) + lo) the kernel also
+ * writes their bf16 copy, as gpu_stage_adamw does (one pass: no gpu_stage_params_changed needed);
+ * other buffers (fp32 masters) leave it alone. */
 int gpu_stage_adamw_ex(struct gpu_stage *s, const struct adamw_config *o, size_t lo, size_t hi,
                        float *p, const float *g, float *m, float *v, float lr, long step,
                        float grad_scale);

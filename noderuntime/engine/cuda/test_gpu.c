@@ -1058,7 +1058,8 @@ static void log_bwd(void *ctx, int layer)
  * hook names every block, last first; the loss summed on the device = the losses read one by
  * one; the norm over ranges = gpu_stage_grad_sq_norm; AdamW on buffers held apart = the CPU's
  * adamw_update_at; a changed range's bf16 copy follows the parameters before the next forward
- * reads it (the loss with changed parameters = a fresh stage's with them) */
+ * reads it (the loss with changed parameters = a fresh stage's with them), and AdamW on the
+ * stage's own parameters writes it in the same pass */
 static void test_resident(void)
 {
     struct gpt_config c = tiny();
@@ -1178,6 +1179,31 @@ static void test_resident(void)
     ok = ok && gpu_stage_forward(fresh, 0, tok, NULL, tgt, NULL, &lf) == 0 &&
          gpu_stage_forward(gs, 0, tok, NULL, tgt, NULL, &lg) == 0;
     CHECK("gpu.resident.changed_parameters_reach_the_forward", ok && lf == lg);
+    /* AdamW on the stage's own parameters (the trainer's path with one replica and fp32
+     * parameters): the same pass writes the bf16 copy, so with no gpu_stage_params_changed the
+     * next forward computes with the updated parameters, as a stage given them fresh does; and
+     * the parameters are the CPU's update of the same state */
+    ok = ok && gpu_stage_get_params(gs, h) == 0;
+    for (size_t i = 0; ok && i < n; i++)
+        h2[i] = h[i];
+    adamw_update_at(&o, tt, nt, h2 + a, hg + a, hm, hv, a, z, 1e-3f, 4, 0.7f);
+    ok = ok && gpu_stage_adamw_ex(gs, &o, a, z, gpu_stage_params_dev(gs) + a,
+                                  gpu_stage_grads_dev(gs) + a, dm, dv, 1e-3f, 4, 0.7f) == 0 &&
+         gpu_stage_get_params(gs, h) == 0 && gpu_stage_set_params(fresh, h) == 0;
+    worst = 0.0; /* AdamW that did nothing would leave h at the old values: far from h2 */
+    for (size_t i = a; ok && i < z; i++) {
+        double d = fabs((double)h[i] - h2[i]) / (fabs(h2[i]) + 1e-3);
+        worst = d > worst ? d : worst;
+    }
+    lf = 0.0f, lg = -1.0f;
+    ok = ok && worst <= 1e-5 && gpu_stage_forward(fresh, 0, tok, NULL, tgt, NULL, &lf) == 0 &&
+         gpu_stage_forward(gs, 0, tok, NULL, tgt, NULL, &lg) == 0;
+    if (ok && lf == lg)
+        TEST_PASS("gpu.resident.adamw_own_params_writes_the_bf16_copy");
+    else
+        TEST_FAIL("gpu.resident.adamw_own_params_writes_the_bf16_copy",
+                  "loss %.9g, a fresh stage's %.9g; parameters vs the CPU: worst %.3g (%s)", lg, lf,
+                  worst, gpu_stage_error(gs));
 out:
     cudaFree(dm);
     cudaFree(dv);
