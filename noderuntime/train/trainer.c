@@ -65,6 +65,17 @@ static int params_needed(void *ctx, size_t lo, size_t hi)
     return rc;
 }
 
+/* ZeRO's own work on the compute lane (the masters' rounding, the gathers' widening), timed as
+ * such when the step is profiled. */
+static void zero_work(void *ctx, int begin)
+{
+    struct worker *w = ctx;
+    if (begin)
+        engine_profile_enter(w->eng, ENGINE_PART_MASTERS);
+    else
+        engine_profile_leave(w->eng);
+}
+
 /* ZeRO wrote parameters [lo, hi) (a gather, a rounding from the masters): the engine refreshes
  * what it computes with before it reads them. */
 static void params_written(void *ctx, size_t lo, size_t hi)
@@ -462,6 +473,7 @@ static int worker_optim_init(struct worker *w, herr *e)
     if (rc != 0)
         return -1;
     zero_set_params_written(w->z, params_written, w);
+    zero_set_device_work(w->z, zero_work, w);
     engine_set_forward_hook(w->eng, params_needed, w);
     if (w->cfg->param_wire == DTYPE_BF16 && zero_params_bf16(w->z, e) != 0)
         return -1;
@@ -593,9 +605,13 @@ static int tie_copy_out(struct worker *w, herr *e)
         return -1;
     for (int i = 0; i < w->ntie; i++) {
         const struct tie_shard *t = &w->tie[i];
-        if (zero_bucket_wait(w->z, t->bucket, e) != 0 ||
-            devmem_copy(w->mem, NULL, w->tie_out + t->at, g + t->lo,
-                        (t->hi - t->lo) * sizeof *g, e) != 0)
+        if (zero_bucket_wait(w->z, t->bucket, e) != 0)
+            return -1;
+        engine_profile_enter(w->eng, ENGINE_PART_OTHER);
+        int rc = devmem_copy(w->mem, NULL, w->tie_out + t->at, g + t->lo,
+                             (t->hi - t->lo) * sizeof *g, e);
+        engine_profile_leave(w->eng);
+        if (rc != 0)
             return -1;
     }
     return 0;
@@ -654,8 +670,11 @@ static int tie_grads_in(struct worker *w, herr *e)
     for (int i = 0, j; i < w->ntie; i = j) {
         j = tie_run_end(w, i);
         const struct tie_shard *t = &w->tie[i];
-        if (devmem_add_f32(w->mem, NULL, g + t->lo, w->tie_in + t->at, w->tie[j - 1].hi - t->lo,
-                           e) != 0)
+        engine_profile_enter(w->eng, ENGINE_PART_OTHER);
+        int rc = devmem_add_f32(w->mem, NULL, g + t->lo, w->tie_in + t->at,
+                                w->tie[j - 1].hi - t->lo, e);
+        engine_profile_leave(w->eng);
+        if (rc != 0)
             return herr_wrap(e, "tied embedding");
     }
     return 0;
@@ -675,10 +694,12 @@ static int tie_head_update(struct worker *w, herr *e)
         if (!n)
             continue;
         float *g = w->tie_sum + t->at;
-        if (devmem_copy(w->mem, NULL, g, w->tie_out + t->at, n * sizeof *g, e) != 0 ||
-            devmem_add_f32(w->mem, NULL, g, w->tie_in + t->at, n, e) != 0 ||
-            shard_update(w, g, off, t->lo, t->lo + n, w->tie_lr, w->tie_step, w->tie_scale,
-                         e) != 0)
+        engine_profile_enter(w->eng, ENGINE_PART_OTHER);
+        int rc = devmem_copy(w->mem, NULL, g, w->tie_out + t->at, n * sizeof *g, e) != 0 ||
+                 devmem_add_f32(w->mem, NULL, g, w->tie_in + t->at, n, e) != 0;
+        engine_profile_leave(w->eng);
+        if (rc || shard_update(w, g, off, t->lo, t->lo + n, w->tie_lr, w->tie_step, w->tie_scale,
+                               e) != 0)
             return herr_wrap(e, "tied embedding update");
     }
     return zero_params_gather_part(w->z, w->wte_off, w->wte_off + w->wte_n, e);
@@ -741,6 +762,9 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
 {
     struct step_times t = {0};
     struct devmem_stats d0, d1;
+    int profiled = w->cfg->profile_step == w->step + 1;
+    if (profiled && engine_profile_begin(w->eng, e) != 0)
+        return -1;
     devmem_read_stats(w->mem, &d0);
     double t0 = clock_mono_s();
     w->param_wait = 0;
@@ -790,7 +814,11 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
         .dp_link_bytes_per_s = t.dp_time > 0 ? (double)t.dp_bytes / t.dp_time : 0,
         .stage = w->stage, .replica = w->replica, .buckets_overlapped = overlapped,
         .buckets = zero_num_buckets(w->z), .host_syncs = d1.host_syncs - d0.host_syncs,
-        .h2d_bytes = d1.bytes_h2d - d0.bytes_h2d, .d2h_bytes = d1.bytes_d2h - d0.bytes_d2h};
+        .h2d_bytes = d1.bytes_h2d - d0.bytes_h2d, .d2h_bytes = d1.bytes_d2h - d0.bytes_d2h,
+        .profiled = profiled};
+    /* after the step's figures: its wait for the engine is the profile's, not the step's */
+    if (profiled && engine_profile_end(w->eng, &rep->profile, e) != 0)
+        return -1;
     return 0;
 }
 

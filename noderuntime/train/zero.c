@@ -20,6 +20,8 @@ struct zero {
     size_t n;
     void (*written)(void *ctx, size_t lo, size_t hi);
     void *written_ctx;
+    void (*work)(void *ctx, int begin);
+    void *work_ctx;
     struct comm *dp;
     int nb;
     struct bucket *b;
@@ -131,6 +133,24 @@ void zero_set_params_written(struct zero *z, void (*fn)(void *ctx, size_t lo, si
 {
     z->written = fn;
     z->written_ctx = ctx;
+}
+
+void zero_set_device_work(struct zero *z, void (*fn)(void *ctx, int begin), void *ctx)
+{
+    z->work = fn;
+    z->work_ctx = ctx;
+}
+
+/* Around zero's own work on the compute lane. */
+static void work_begin(struct zero *z)
+{
+    if (z->work)
+        z->work(z->work_ctx, 1);
+}
+static void work_end(struct zero *z)
+{
+    if (z->work)
+        z->work(z->work_ctx, 0);
 }
 
 static void params_written(struct zero *z, size_t lo, size_t hi)
@@ -266,9 +286,12 @@ static int round_masters(struct zero *z, int first, int last, herr *e)
             hi = z->b[i].shard_hi;
         if (hi == lo)
             continue;
-        if (devmem_copy(z->mem, NULL, z->params + lo, z->master + off, (hi - lo) * sizeof(float),
-                        e) != 0 ||
-            devmem_round_bf16(z->mem, NULL, z->params + lo, hi - lo, e) != 0)
+        work_begin(z);
+        int rc = devmem_copy(z->mem, NULL, z->params + lo, z->master + off,
+                             (hi - lo) * sizeof(float), e) != 0 ||
+                 devmem_round_bf16(z->mem, NULL, z->params + lo, hi - lo, e) != 0;
+        work_end(z);
+        if (rc)
             return herr_wrap(e, "rounding the parameters [%zu, %zu) from their masters", lo, hi);
         params_written(z, lo, hi);
     }
@@ -295,9 +318,12 @@ static int gather_params(struct zero *z, size_t lo, size_t hi, herr *e)
         size_t len = k->shard_hi - k->shard_lo;
         if (bf16) { /* own shard: packed for the wire, and the same values in the params */
             const float *ms = z->master + k->shard_off;
-            if (devmem_pack_bf16(z->mem, NULL, z->wire + k->shard_lo, ms, len, e) != 0 ||
-                devmem_unpack_bf16(z->mem, NULL, z->params + k->shard_lo, z->wire + k->shard_lo,
-                                   len, e) != 0)
+            work_begin(z);
+            int rc = devmem_pack_bf16(z->mem, NULL, z->wire + k->shard_lo, ms, len, e) != 0 ||
+                     devmem_unpack_bf16(z->mem, NULL, z->params + k->shard_lo,
+                                        z->wire + k->shard_lo, len, e) != 0;
+            work_end(z);
+            if (rc)
                 return herr_wrap(e, "rounding bucket %d", i);
             params_written(z, k->shard_lo, k->shard_hi);
         }
@@ -334,11 +360,13 @@ int zero_params_wait(struct zero *z, size_t lo, size_t hi, herr *e)
         }
         k->req = NULL;
         if (k->bf16 && rc == 0) { /* the others' chunks; the own one is in place */
+            work_begin(z);
             if (devmem_unpack_bf16(z->mem, NULL, z->params + k->lo, z->wire + k->lo,
                                    k->shard_lo - k->lo, e) != 0 ||
                 devmem_unpack_bf16(z->mem, NULL, z->params + k->shard_hi, z->wire + k->shard_hi,
                                    k->hi - k->shard_hi, e) != 0)
                 rc = herr_wrap(e, "parameter all-gather of bucket %d", i);
+            work_end(z);
         }
         k->bf16 = 0;
         if (rc == 0) {

@@ -104,7 +104,7 @@ __global__ void sq_final_kernel(double *out, const double *partial, size_t n)
 int sq_ranges(struct gpu_stage *s, const float *base, const size_t *lo, const size_t *hi, int n,
               double *out)
 {
-    PROF(&s->x, GPU_PART_OPTIMIZER);
+    PROF(&s->x, GPU_PART_NORM);
     char *EB = s->err;
     size_t EN = sizeof s->err;
     size_t need = (size_t)n * SQ_BLOCKS + 1;

@@ -96,6 +96,8 @@ extern "C" {
 #define gpu_stage_attention_kind GPU_API(stage_attention_kind)
 #define gpu_stage_profile_begin GPU_API(stage_profile_begin)
 #define gpu_stage_profile_end GPU_API(stage_profile_end)
+#define gpu_stage_profile_enter GPU_API(stage_profile_enter)
+#define gpu_stage_profile_leave GPU_API(stage_profile_leave)
 #define gpu_part_name GPU_API(part_name)
 #define gpu_counters GPU_API(counters)
 #define gpu_stage_device_bytes GPU_API(stage_device_bytes)
@@ -276,13 +278,18 @@ int gpu_stage_debug_poison(struct gpu_stage *s);
  * runs. */
 const char *gpu_stage_attention_kind(const struct gpu_stage *s);
 
-/* Where the time goes (bench_gpu): between begin and end every part of the stage's work is timed
- * with CUDA events on its stream; end synchronises and fills ms[] per part, total_ms (begin to
- * end on the GPU), and the kernel launches (and other enqueued work) and host synchronisations
- * the engine made meanwhile (process-wide counters). */
+/* Where the time goes (bench_gpu, the worker's --profile-step): between begin and end every part
+ * of the stage's work is timed with CUDA events on its stream; end synchronises and fills ms[]
+ * per part, total_ms (begin to end on the GPU), and the kernel launches (and other enqueued work)
+ * and host synchronisations the engine made meanwhile (process-wide counters). The optimizer is
+ * AdamW, the norm the sums of squares, the bf16 copy the refresh of changed parameters' copy
+ * (gpu_stage_params_changed), zeroing the clear of gradients no backward wrote; masters is work
+ * a caller queues on the stream and marks as such (gpu_stage_profile_enter: the trainer's fp32
+ * masters rounded into the parameters). Nested parts count for the outermost. */
 enum gpu_part {
     GPU_PART_ATTENTION, GPU_PART_MATMUL, GPU_PART_LAYERNORM, GPU_PART_CLASSIFIER,
-    GPU_PART_EMBEDDING, GPU_PART_OPTIMIZER, GPU_PART_OTHER, GPU_PARTS
+    GPU_PART_EMBEDDING, GPU_PART_OPTIMIZER, GPU_PART_NORM, GPU_PART_BF16_COPY, GPU_PART_ZEROING,
+    GPU_PART_MASTERS, GPU_PART_OTHER, GPU_PARTS
 };
 struct gpu_profile {
     double ms[GPU_PARTS], total_ms;
@@ -291,6 +298,10 @@ struct gpu_profile {
 };
 int gpu_stage_profile_begin(struct gpu_stage *s);
 int gpu_stage_profile_end(struct gpu_stage *s, struct gpu_profile *out);
+/* The work the caller queues on the stage's stream from enter to leave counts as `part` (a
+ * gpu_part); nothing when no profile is on. */
+void gpu_stage_profile_enter(struct gpu_stage *s, int part);
+void gpu_stage_profile_leave(struct gpu_stage *s);
 const char *gpu_part_name(int part);
 /* The engine's process-wide counts of enqueued work and host synchronisations. */
 void gpu_counters(unsigned long long *launches, unsigned long long *syncs);

@@ -13,13 +13,15 @@
  *                    uninterrupted run's losses and parameters exactly
  *   gpu.bad_input.*  out-of-range tokens, slots, backward without forward: -1 and a message
  *   gpu.resident.*   the device-resident trainer's calls (hooks, the loss summed on the device,
- *                    the norm over ranges, AdamW on buffers apart, changed parameters)
+ *                    the norm over ranges, AdamW on buffers apart, changed parameters, AdamW on
+ *                    the stage's own parameters writing the bf16 copy in the same pass)
  *   gpu.vs_cpu.hs64  head size 64 (GPT-2's: flash attention's main case), T = max_seq = 80 (not
  *                    a multiple of its 64-row tiles), an odd batch
  *   gpu.adamw.isolated  AdamW alone, the GPU's and the CPU's on identical inputs, to fp32 rounding
  *   gpu.flash.*      flash attention (bf16) = the materialised attention, and deterministic
  *   gpu.memory.*     gpu_stage_device_bytes = what creation takes; too big: refused, named
- *   gpu.profile.*    gpu_stage_profile_* (bench_gpu's breakdown) and the counters
+ *   gpu.profile.*    gpu_stage_profile_* (bench_gpu's breakdown, the worker's --profile-step: the
+ *                    norm, zeroing, the bf16 copy, a caller's marked work) and the counters
  * Every gpu.vs_cpu stage starts with its activations and scratch NaN (gpu_stage_debug_poison) and
  * its gradients NaN before gpu_stage_zero_grads (the first backward must write every one).
  * gpu.adamw.params and gpu.recompute.* use derived bounds (check_bounds.h, the reasoning there;
@@ -1353,7 +1355,27 @@ static void test_profile(void)
     CHECK("gpu.profile.parts_inside_total", p.total_ms > 0 && parts <= 1.01 * p.total_ms + 0.01);
     CHECK("gpu.profile.attention_and_matmul", p.ms[GPU_PART_ATTENTION] > 0 &&
                                                   p.ms[GPU_PART_MATMUL] > 0 &&
-                                                  p.ms[GPU_PART_OPTIMIZER] > 0);
+                                                  p.ms[GPU_PART_OPTIMIZER] > 0 &&
+                                                  p.ms[GPU_PART_NORM] > 0);
+    /* the worker's parts: gradients cleared (read with no backward since the zeroing), the
+     * caller's own marked work (the trainer's masters), the bf16 copy refreshed (bf16) */
+    void *scratch = NULL;
+    float l2 = 0.0f;
+    int prof_ok = cudaMalloc(&scratch, 1 << 20) == cudaSuccess && gpu_stage_profile_begin(s) == 0 &&
+                  gpu_stage_zero_grads(s) == 0 && gpu_stage_grad_sq_norm(s, 0, n, &sq) == 0;
+    gpu_stage_profile_enter(s, GPU_PART_MASTERS);
+    prof_ok = prof_ok && cudaMemsetAsync(scratch, 0, 1 << 20,
+                                         (cudaStream_t)gpu_stage_stream(s)) == cudaSuccess;
+    gpu_stage_profile_leave(s);
+    gpu_stage_params_changed(s, 0, n);
+    prof_ok = prof_ok && gpu_stage_forward(s, 0, tok, NULL, tgt, NULL, &l2) == 0 &&
+              gpu_stage_profile_end(s, &p) == 0;
+    cudaFree(scratch);
+    int bf16 = strcmp(gpu_precision_name(), "bf16") == 0;
+    CHECK("gpu.profile.worker_parts",
+          prof_ok && p.ms[GPU_PART_ZEROING] > 0 && p.ms[GPU_PART_MASTERS] > 0 &&
+              p.ms[GPU_PART_NORM] > 0 && (p.ms[GPU_PART_BF16_COPY] > 0) == bf16 &&
+              p.ms[GPU_PART_OPTIMIZER] == 0 && sq == 0.0);
     CHECK("gpu.profile.counters", p.launches > 20 && p.syncs >= 2 && p.events_lost == 0);
     CHECK("gpu.profile.loss_read_once", isfinite(loss) && loss > 0.0f);
     /* the norm over one device buffer = the stage's own, the same reduction */
