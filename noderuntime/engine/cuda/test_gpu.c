@@ -18,7 +18,9 @@
  *   gpu.vs_cpu.hs64  head size 64 (GPT-2's: flash attention's main case), T = max_seq = 80 (not
  *                    a multiple of its 64-row tiles), an odd batch
  *   gpu.adamw.isolated  AdamW alone, the GPU's and the CPU's on identical inputs, to fp32 rounding
- *   gpu.flash.*      flash attention (bf16) = the materialised attention, and deterministic
+ *   gpu.flash.*      flash attention (bf16), both kernel sets (wmma: flash.cu, mma: flash_mma.cu)
+ *                    = the materialised attention, and deterministic; HOLMES_FLASH=mma runs
+ *                    every other check on the mma kernels
  *   gpu.memory.*     gpu_stage_device_bytes = what creation takes; too big: refused, named
  *   gpu.profile.*    gpu_stage_profile_* (bench_gpu's breakdown, the worker's --profile-step: the
  *                    norm, zeroing, the bf16 copy, a caller's marked work) and the counters
@@ -1228,24 +1230,43 @@ out:
 /* gpu.flash.*: flash attention against the materialised one (bf16; GPU_MATERIALISED_ATTENTION),
  * on GPT-2's head size and a T that is not a multiple of the tiles: the loss and every gradient
  * within the precision's tolerance, and the backward deterministic (two runs, the same bits). */
+static void test_flash_kernel(int kflag, const char *kname, int B, int T);
+
+/* Both kernel sets, at T = 80 (a partial second tile) and T = 200 (whole tiles that no mask
+ * touches, in every kernel, beside the diagonal and the partial ones) */
 static void test_flash(void)
 {
     if (strcmp(gpu_precision_name(), "bf16") != 0)
         return;
+    test_flash_kernel(0, "wmma", 3, 80);
+    test_flash_kernel(GPU_FLASH_MMA, "mma", 3, 80);
+    test_flash_kernel(0, "wmma", 2, 200);
+    test_flash_kernel(GPU_FLASH_MMA, "mma", 2, 200);
+}
+
+/* one kernel set (its flag; HOLMES_FLASH, when set, decides for both) against the materialised
+ * attention on (B, T); check names carry the kernel set's name and T */
+static void test_flash_kernel(int kflag, const char *kname, int B, int T)
+{
+    char nm[6][64];
+    static const char *const what[6] = {"create", "kinds", "run", "loss", "grads", "deterministic"};
+    for (int i = 0; i < 6; i++)
+        snprintf(nm[i], sizeof nm[i], "gpu.flash.%s.T%d.%s", kname, T, what[i]);
     struct gpt_config c = wide();
-    int B = 3, T = 80;
+    c.max_seq = T;
     size_t BT = (size_t)B * T;
     herr e;
     struct gpu_stage *fl = NULL, *ma = NULL;
     float *gf = NULL, *gm = NULL, *g2 = NULL;
     int *tok = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
-    if (!tok || !tgt || gpu_stage_create(&fl, &c, 0, 2, B, T, 1, 0, &e) < 0 ||
+    if (!tok || !tgt || gpu_stage_create(&fl, &c, 0, 2, B, T, 1, kflag, &e) < 0 ||
         gpu_stage_create(&ma, &c, 0, 2, B, T, 1, GPU_MATERIALISED_ATTENTION, &e) < 0) {
-        TEST_FAIL("gpu.flash.create", "%s", tok && tgt ? e.msg : "out of memory");
+        TEST_FAIL(nm[0], "%s", tok && tgt ? e.msg : "out of memory");
         goto out;
     }
-    CHECK("gpu.flash.kinds", !strcmp(gpu_stage_attention_kind(fl), "flash") &&
-                                 !strcmp(gpu_stage_attention_kind(ma), "materialised"));
+    printf("# gpu.flash.%s.T%d: the stage runs the %s kernels\n", kname, T, gpu_stage_flash_kernel(fl));
+    CHECK(nm[1], !strcmp(gpu_stage_attention_kind(fl), "flash") &&
+                     !strcmp(gpu_stage_attention_kind(ma), "materialised"));
     gpt_config_check(&c, NULL);
     random_tokens(tok, BT, c.vocab);
     random_tokens(tgt, BT, c.vocab);
@@ -1262,14 +1283,14 @@ static void test_flash(void)
         gpu_stage_backward(ma, 0, NULL, NULL, 1.0f) < 0 || gpu_stage_get_grads(ma, gm) < 0 ||
         gpu_stage_zero_grads(fl) < 0 || gpu_stage_forward(fl, 0, tok, NULL, tgt, NULL, &l2) < 0 ||
         gpu_stage_backward(fl, 0, NULL, NULL, 1.0f) < 0 || gpu_stage_get_grads(fl, g2) < 0) {
-        TEST_FAIL("gpu.flash.run", "%s / %s", fl ? gpu_stage_error(fl) : "", ma ? gpu_stage_error(ma) : "");
+        TEST_FAIL(nm[2], "%s / %s", fl ? gpu_stage_error(fl) : "", ma ? gpu_stage_error(ma) : "");
         goto out;
     }
-    CHECK_NEAR("gpu.flash.loss", lf, lm, TOL);
+    CHECK_NEAR(nm[3], lf, lm, TOL);
     const struct gpt_tensor *t;
     int nt = gpu_stage_tensors(fl, &t);
-    CHECK_TENSORS("gpu.flash.grads", t, nt, gf, gm, 0, c.channels, TOL);
-    CHECK("gpu.flash.deterministic", lf == l2 && memcmp(gf, g2, n * sizeof(float)) == 0);
+    CHECK_TENSORS(nm[4], t, nt, gf, gm, 0, c.channels, TOL);
+    CHECK(nm[5], lf == l2 && memcmp(gf, g2, n * sizeof(float)) == 0);
 out:
     free(tok);
     free(tgt);
