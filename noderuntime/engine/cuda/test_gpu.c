@@ -13,7 +13,8 @@
  *                    uninterrupted run's losses and parameters exactly
  *   gpu.bad_input.*  out-of-range tokens, slots, backward without forward: -1 and a message
  *   gpu.resident.*   the device-resident trainer's calls (hooks, the loss summed on the device,
- *                    the norm over ranges, AdamW on buffers apart, changed parameters)
+ *                    the norm over ranges, AdamW on buffers apart, changed parameters, AdamW on
+ *                    the stage's own parameters writing the bf16 copy in the same pass)
  *   gpu.vs_cpu.hs64  head size 64 (GPT-2's: flash attention's main case), T = max_seq = 80 (not
  *                    a multiple of its 64-row tiles), an odd batch
  *   gpu.adamw.isolated  AdamW alone, the GPU's and the CPU's on identical inputs, to fp32 rounding
@@ -21,7 +22,8 @@
  *                    = the materialised attention, and deterministic; HOLMES_FLASH=mma runs
  *                    every other check on the mma kernels
  *   gpu.memory.*     gpu_stage_device_bytes = what creation takes; too big: refused, named
- *   gpu.profile.*    gpu_stage_profile_* (bench_gpu's breakdown) and the counters
+ *   gpu.profile.*    gpu_stage_profile_* (bench_gpu's breakdown, the worker's --profile-step: the
+ *                    norm, zeroing, the bf16 copy, a caller's marked work) and the counters
  * Every gpu.vs_cpu stage starts with its activations and scratch NaN (gpu_stage_debug_poison) and
  * its gradients NaN before gpu_stage_zero_grads (the first backward must write every one).
  * gpu.adamw.params and gpu.recompute.* use derived bounds (check_bounds.h, the reasoning there;
@@ -1060,7 +1062,8 @@ static void log_bwd(void *ctx, int layer)
  * hook names every block, last first; the loss summed on the device = the losses read one by
  * one; the norm over ranges = gpu_stage_grad_sq_norm; AdamW on buffers held apart = the CPU's
  * adamw_update_at; a changed range's bf16 copy follows the parameters before the next forward
- * reads it (the loss with changed parameters = a fresh stage's with them) */
+ * reads it (the loss with changed parameters = a fresh stage's with them), and AdamW on the
+ * stage's own parameters writes it in the same pass */
 static void test_resident(void)
 {
     struct gpt_config c = tiny();
@@ -1180,6 +1183,31 @@ static void test_resident(void)
     ok = ok && gpu_stage_forward(fresh, 0, tok, NULL, tgt, NULL, &lf) == 0 &&
          gpu_stage_forward(gs, 0, tok, NULL, tgt, NULL, &lg) == 0;
     CHECK("gpu.resident.changed_parameters_reach_the_forward", ok && lf == lg);
+    /* AdamW on the stage's own parameters (the trainer's path with one replica and fp32
+     * parameters): the same pass writes the bf16 copy, so with no gpu_stage_params_changed the
+     * next forward computes with the updated parameters, as a stage given them fresh does; and
+     * the parameters are the CPU's update of the same state */
+    ok = ok && gpu_stage_get_params(gs, h) == 0;
+    for (size_t i = 0; ok && i < n; i++)
+        h2[i] = h[i];
+    adamw_update_at(&o, tt, nt, h2 + a, hg + a, hm, hv, a, z, 1e-3f, 4, 0.7f);
+    ok = ok && gpu_stage_adamw_ex(gs, &o, a, z, gpu_stage_params_dev(gs) + a,
+                                  gpu_stage_grads_dev(gs) + a, dm, dv, 1e-3f, 4, 0.7f) == 0 &&
+         gpu_stage_get_params(gs, h) == 0 && gpu_stage_set_params(fresh, h) == 0;
+    worst = 0.0; /* AdamW that did nothing would leave h at the old values: far from h2 */
+    for (size_t i = a; ok && i < z; i++) {
+        double d = fabs((double)h[i] - h2[i]) / (fabs(h2[i]) + 1e-3);
+        worst = d > worst ? d : worst;
+    }
+    lf = 0.0f, lg = -1.0f;
+    ok = ok && worst <= 1e-5 && gpu_stage_forward(fresh, 0, tok, NULL, tgt, NULL, &lf) == 0 &&
+         gpu_stage_forward(gs, 0, tok, NULL, tgt, NULL, &lg) == 0;
+    if (ok && lf == lg)
+        TEST_PASS("gpu.resident.adamw_own_params_writes_the_bf16_copy");
+    else
+        TEST_FAIL("gpu.resident.adamw_own_params_writes_the_bf16_copy",
+                  "loss %.9g, a fresh stage's %.9g; parameters vs the CPU: worst %.3g (%s)", lg, lf,
+                  worst, gpu_stage_error(gs));
 out:
     cudaFree(dm);
     cudaFree(dv);
@@ -1348,7 +1376,27 @@ static void test_profile(void)
     CHECK("gpu.profile.parts_inside_total", p.total_ms > 0 && parts <= 1.01 * p.total_ms + 0.01);
     CHECK("gpu.profile.attention_and_matmul", p.ms[GPU_PART_ATTENTION] > 0 &&
                                                   p.ms[GPU_PART_MATMUL] > 0 &&
-                                                  p.ms[GPU_PART_OPTIMIZER] > 0);
+                                                  p.ms[GPU_PART_OPTIMIZER] > 0 &&
+                                                  p.ms[GPU_PART_NORM] > 0);
+    /* the worker's parts: gradients cleared (read with no backward since the zeroing), the
+     * caller's own marked work (the trainer's masters), the bf16 copy refreshed (bf16) */
+    void *scratch = NULL;
+    float l2 = 0.0f;
+    int prof_ok = cudaMalloc(&scratch, 1 << 20) == cudaSuccess && gpu_stage_profile_begin(s) == 0 &&
+                  gpu_stage_zero_grads(s) == 0 && gpu_stage_grad_sq_norm(s, 0, n, &sq) == 0;
+    gpu_stage_profile_enter(s, GPU_PART_MASTERS);
+    prof_ok = prof_ok && cudaMemsetAsync(scratch, 0, 1 << 20,
+                                         (cudaStream_t)gpu_stage_stream(s)) == cudaSuccess;
+    gpu_stage_profile_leave(s);
+    gpu_stage_params_changed(s, 0, n);
+    prof_ok = prof_ok && gpu_stage_forward(s, 0, tok, NULL, tgt, NULL, &l2) == 0 &&
+              gpu_stage_profile_end(s, &p) == 0;
+    cudaFree(scratch);
+    int bf16 = strcmp(gpu_precision_name(), "bf16") == 0;
+    CHECK("gpu.profile.worker_parts",
+          prof_ok && p.ms[GPU_PART_ZEROING] > 0 && p.ms[GPU_PART_MASTERS] > 0 &&
+              p.ms[GPU_PART_NORM] > 0 && (p.ms[GPU_PART_BF16_COPY] > 0) == bf16 &&
+              p.ms[GPU_PART_OPTIMIZER] == 0 && sq == 0.0);
     CHECK("gpu.profile.counters", p.launches > 20 && p.syncs >= 2 && p.events_lost == 0);
     CHECK("gpu.profile.loss_read_once", isfinite(loss) && loss > 0.0f);
     /* the norm over one device buffer = the stage's own, the same reduction */
