@@ -49,6 +49,9 @@ void cmd_worker_usage(FILE *f)
             "  --listen HOST         bind address (default all interfaces)\n"
             "  --log-format text|json   progress format (default text)\n"
             "  --all-ranks           every rank prints progress (default: rank 0)\n"
+            "  --profile-step N      time step N by part on the engine (CUDA events on a GPU:\n"
+            "                        forward/backward, bf16 copy, zeroing, norm, AdamW, masters,\n"
+            "                        other, idle) and print it after that step's line\n"
             "  -h, --help            this help\n");
     cmd_spec_usage(f);
     fprintf(f, "The rank table's token_slices (a planner's) win over --token-slices.\n\n"
@@ -63,6 +66,35 @@ static void on_signal(int sig) { (void)sig; stop_requested = 1; }
 struct progress {
     int json, print;
 };
+
+/* The step's engine time by part (--profile-step), after its line. */
+static void print_profile(const struct progress *p, const struct trainer_report *r)
+{
+    const struct engine_profile *q = &r->profile;
+    double parts = 0;
+    for (int i = 0; i < ENGINE_PARTS; i++)
+        parts += q->ms[i];
+    if (p->json) {
+        printf("{\"profile_step\":%ld,\"total_ms\":%.3f", r->step, q->total_ms);
+        for (int i = 0; i < ENGINE_PARTS; i++) {
+            char key[32];
+            snprintf(key, sizeof key, "%s", engine_part_name(i));
+            for (char *k = key; *k; k++)
+                *k = *k == ' ' ? '_' : *k;
+            printf(",\"%s_ms\":%.3f", key, q->ms[i]);
+        }
+        printf(",\"idle_ms\":%.3f,\"launches\":%llu,\"engine_syncs\":%llu,\"lost\":%d}\n",
+               q->total_ms - parts, (unsigned long long)q->launches,
+               (unsigned long long)q->syncs, q->lost);
+        return;
+    }
+    printf("profile step %ld: %.1f ms on the engine:", r->step, q->total_ms);
+    for (int i = 0; i < ENGINE_PARTS; i++)
+        printf(" %s %.2f,", engine_part_name(i), q->ms[i]);
+    printf(" idle %.2f ms; %llu launches, %llu engine host waits%s\n", q->total_ms - parts,
+           (unsigned long long)q->launches, (unsigned long long)q->syncs,
+           q->lost ? " (some parts not timed)" : "");
+}
 
 static int print_step(void *ctx, const struct trainer_report *r)
 {
@@ -87,6 +119,8 @@ static int print_step(void *ctx, const struct trainer_report *r)
                r->param_sync_s * 1e3, r->dp_link_bytes_per_s / 1e6,
                (unsigned long long)r->host_syncs, (unsigned long long)r->h2d_bytes,
                (unsigned long long)r->d2h_bytes);
+    if (r->profiled)
+        print_profile(p, r);
     fflush(stdout);
     return 0;
 }
@@ -95,7 +129,7 @@ static int poll_stop(void *ctx) { (void)ctx; return stop_requested != 0; }
 
 struct worker_args {
     const char *table_path, *data, *fmt, *listen;
-    long rank;
+    long rank, profile_step;
     int all_ranks;
 };
 
@@ -126,6 +160,8 @@ static int parse_args(int argc, char **argv, struct cmd_spec *cs, struct worker_
             w->table_path = v;
         else if (strcmp(a, "--rank") == 0)
             bad = cli_long("holmes-node worker", a, v, 0, INT_MAX, &w->rank);
+        else if (strcmp(a, "--profile-step") == 0)
+            bad = cli_long("holmes-node worker", a, v, 1, 1000000000L, &w->profile_step);
         else if (strcmp(a, "--listen") == 0)
             w->listen = v;
         else if (strcmp(a, "--log-format") == 0)
@@ -192,6 +228,7 @@ int cmd_worker(int argc, char **argv)
         goto out;
     }
     c.listen_host = w.listen;
+    c.profile_step = w.profile_step;
     if (rank >= rt.world) {
         log_error("--rank %ld is outside the rank table's 0..%d", rank, rt.world - 1);
         goto out;

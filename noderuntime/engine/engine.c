@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 extern const struct engine_ops engine_cpu_ops;
 /* Defined by cuda/engine_cuda.c, which only the CUDA build of holmes-node links. */
@@ -141,6 +142,29 @@ void engine_set_tp_sum(struct engine *en, int (*fn)(void *ctx, float *buf, size_
     en->tp_sum = fn;
     en->tp_ctx = ctx;
     en->ops->hooks_changed(en);
+}
+
+int engine_profile_begin(struct engine *en, herr *e) { return en->ops->profile_begin(en, e); }
+
+int engine_profile_end(struct engine *en, struct engine_profile *out, herr *e)
+{
+    memset(out, 0, sizeof *out);
+    return en->ops->profile_end(en, out, e);
+}
+
+void engine_profile_enter(struct engine *en, enum engine_part part)
+{
+    if (part >= 0 && part < ENGINE_PARTS)
+        en->ops->profile_enter(en, part);
+}
+
+void engine_profile_leave(struct engine *en) { en->ops->profile_leave(en); }
+
+const char *engine_part_name(int part)
+{
+    static const char *names[ENGINE_PARTS] = {"compute", "bf16 copy", "zeroing", "norm", "adamw",
+                                              "masters", "other"};
+    return part >= 0 && part < ENGINE_PARTS ? names[part] : "?";
 }
 
 int engine_fail(struct engine *en, const char *fmt, ...)

@@ -56,6 +56,34 @@ struct engine_spec {
 
 struct engine;
 
+/* Where the engine's time goes (the worker's --profile-step): between engine_profile_begin and
+ * engine_profile_end every operation of the engine is timed by part on the engine's own clock
+ * (CUDA events on the compute lane; the host's clock for the CPU engine, whose work is done when
+ * a call returns), and the caller marks work of its own that it queues on the compute lane
+ * (engine_profile_enter / _leave). A part nested in another counts for the outermost. */
+enum engine_part {
+    ENGINE_PART_COMPUTE,   /* forward and backward: attention, matrix products, LayerNorm, the
+                              classifier, the embeddings */
+    ENGINE_PART_BF16_COPY, /* the bf16 copy of parameters written behind the engine's back
+                              refreshed (engine_params_changed) */
+    ENGINE_PART_ZEROING,   /* gradients cleared */
+    ENGINE_PART_NORM,      /* sums of squares (engine_sq_norm, with its wait) */
+    ENGINE_PART_ADAMW,     /* engine_adamw */
+    ENGINE_PART_MASTERS,   /* the caller's: fp32 masters rounded into the parameters, gathered
+                              bf16 parameters widened */
+    ENGINE_PART_OTHER,     /* the rest: activation copies, tensor-parallel sums, the caller's
+                              other marked work (the tied embedding's sums) */
+    ENGINE_PARTS
+};
+struct engine_profile {
+    double total_ms;             /* begin to end on the engine's clock */
+    double ms[ENGINE_PARTS];     /* total_ms less their sum: the engine idle (waiting for the
+                                    host, launch gaps) */
+    uint64_t launches, syncs;    /* the engine's enqueued operations and host waits meanwhile
+                                    (CUDA; 0 on the CPU) */
+    int lost;                    /* parts not timed (CUDA: the event pool ran out) */
+};
+
 /* The operations each engine provides (engine_cpu.c, cuda/engine_cuda.c); the wrappers below
  * say what each does. */
 struct engine_ops {
@@ -79,6 +107,10 @@ struct engine_ops {
     int (*params_download)(struct engine *en, herr *e);
     /* the hooks in struct engine changed (an engine that runs them itself passes them on) */
     void (*hooks_changed)(struct engine *en);
+    int (*profile_begin)(struct engine *en, herr *e);
+    int (*profile_end)(struct engine *en, struct engine_profile *out, herr *e);
+    void (*profile_enter)(struct engine *en, enum engine_part part);
+    void (*profile_leave)(struct engine *en);
     const char *(*error)(const struct engine *en);
 };
 
@@ -157,6 +189,17 @@ void engine_set_forward_hook(struct engine *en, int (*fn)(void *ctx, size_t lo, 
                              void *ctx);
 void engine_set_backward_hook(struct engine *en, void (*fn)(void *ctx, int layer), void *ctx);
 void engine_set_tp_sum(struct engine *en, int (*fn)(void *ctx, float *buf, size_t n), void *ctx);
+
+/* Profiling (enum engine_part above): begin starts timing the engine's work by part; end waits
+ * for the engine's work so far (one host wait) and fills `out`. Between them the caller's own
+ * work on the compute lane from enter to leave counts as `part`; outside them enter and leave do
+ * nothing. */
+int engine_profile_begin(struct engine *en, herr *e);
+int engine_profile_end(struct engine *en, struct engine_profile *out, herr *e);
+void engine_profile_enter(struct engine *en, enum engine_part part);
+void engine_profile_leave(struct engine *en);
+/* "compute", "bf16 copy", "zeroing", "norm", "adamw", "masters", "other". */
+const char *engine_part_name(int part);
 
 /* For engines: records a message for engine_error and returns -1. */
 int engine_fail(struct engine *en, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

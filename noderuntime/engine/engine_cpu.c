@@ -5,9 +5,57 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
+
+/* Profiling on the host's clock: the work is done when a call returns. */
+struct cpu_prof {
+    int on, depth, part;
+    double t0, since;          /* begin; the outermost part's start */
+    double ms[ENGINE_PARTS];
+};
+
 struct cpu_engine {
     double loss_sum; /* the last stage's losses since engine_loss_take */
+    struct cpu_prof prof;
 };
+
+static void cpu_profile_enter(struct engine *en, enum engine_part part)
+{
+    struct cpu_prof *p = &((struct cpu_engine *)en->impl)->prof;
+    if (!p->on || p->depth++ > 0)
+        return;
+    p->part = part;
+    p->since = clock_mono_s();
+}
+
+static void cpu_profile_leave(struct engine *en)
+{
+    struct cpu_prof *p = &((struct cpu_engine *)en->impl)->prof;
+    if (!p->on || p->depth == 0 || --p->depth > 0)
+        return;
+    p->ms[p->part] += (clock_mono_s() - p->since) * 1e3;
+}
+
+static int cpu_profile_begin(struct engine *en, herr *e)
+{
+    (void)e;
+    struct cpu_prof *p = &((struct cpu_engine *)en->impl)->prof;
+    memset(p, 0, sizeof *p);
+    p->on = 1;
+    p->t0 = clock_mono_s();
+    return 0;
+}
+
+static int cpu_profile_end(struct engine *en, struct engine_profile *out, herr *e)
+{
+    struct cpu_prof *p = &((struct cpu_engine *)en->impl)->prof;
+    if (!p->on)
+        return herr_set(e, "engine profile: ended without a begin");
+    p->on = 0;
+    out->total_ms = (clock_mono_s() - p->t0) * 1e3;
+    memcpy(out->ms, p->ms, sizeof out->ms);
+    return 0;
+}
 
 static int cpu_create(struct engine *en, const struct engine_spec *s, herr *e)
 {
@@ -44,8 +92,11 @@ static int cpu_forward(struct engine *en, int slot, int t0, int t1, const int *t
                        const void *in_act, const int *targets, void *out_act)
 {
     float loss = 0;
-    if (gpt_stage_forward_slice(en->host, slot, t0, t1, tokens, in_act, targets, out_act,
-                                &loss) != 0)
+    cpu_profile_enter(en, ENGINE_PART_COMPUTE);
+    int rc = gpt_stage_forward_slice(en->host, slot, t0, t1, tokens, in_act, targets, out_act,
+                                     &loss);
+    cpu_profile_leave(en);
+    if (rc != 0)
         return -1;
     if (targets)
         ((struct cpu_engine *)en->impl)->loss_sum += loss;
@@ -55,13 +106,18 @@ static int cpu_forward(struct engine *en, int slot, int t0, int t1, const int *t
 static int cpu_backward(struct engine *en, int slot, int t0, int t1, const void *dout, void *din,
                         float loss_scale)
 {
-    return gpt_stage_backward_slice(en->host, slot, t0, t1, dout, din, loss_scale);
+    cpu_profile_enter(en, ENGINE_PART_COMPUTE);
+    int rc = gpt_stage_backward_slice(en->host, slot, t0, t1, dout, din, loss_scale);
+    cpu_profile_leave(en);
+    return rc;
 }
 
 static int cpu_zero_grads(struct engine *en, herr *e)
 {
     (void)e;
+    cpu_profile_enter(en, ENGINE_PART_ZEROING);
     gpt_stage_zero_grads(en->host);
+    cpu_profile_leave(en);
     return 0;
 }
 
@@ -77,12 +133,14 @@ static int cpu_loss_take(struct engine *en, float *sum, herr *e)
 static int cpu_sq_norm(struct engine *en, const float *base, const size_t *lo, const size_t *hi,
                        int n, double *out, herr *e)
 {
-    (void)en, (void)e;
+    (void)e;
+    cpu_profile_enter(en, ENGINE_PART_NORM);
     double s = 0;
     for (int i = 0; i < n; i++)
         for (size_t j = lo[i]; j < hi[i]; j++)
             s += (double)base[j] * base[j];
     *out = s;
+    cpu_profile_leave(en);
     return 0;
 }
 
@@ -93,7 +151,9 @@ static int cpu_adamw(struct engine *en, const struct adamw_config *o, size_t lo,
     (void)e;
     const struct gpt_tensor *tens;
     int nt = gpt_stage_tensors(en->host, &tens);
+    cpu_profile_enter(en, ENGINE_PART_ADAMW);
     adamw_update_at(o, tens, nt, p, g, m, v, lo, hi, lr, step, grad_scale);
+    cpu_profile_leave(en);
     return 0;
 }
 
@@ -132,5 +192,9 @@ const struct engine_ops engine_cpu_ops = {
     .params_upload = cpu_params_move,
     .params_download = cpu_params_move,
     .hooks_changed = cpu_hooks_changed,
+    .profile_begin = cpu_profile_begin,
+    .profile_end = cpu_profile_end,
+    .profile_enter = cpu_profile_enter,
+    .profile_leave = cpu_profile_leave,
     .error = cpu_error,
 };

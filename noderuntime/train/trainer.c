@@ -65,6 +65,17 @@ static int params_needed(void *ctx, size_t lo, size_t hi)
     return rc;
 }
 
+/* ZeRO's own work on the compute lane (the masters' rounding, the gathers' widening), timed as
+ * such when the step is profiled. */
+static void zero_work(void *ctx, int begin)
+{
+    struct worker *w = ctx;
+    if (begin)
+        engine_profile_enter(w->eng, ENGINE_PART_MASTERS);
+    else
+        engine_profile_leave(w->eng);
+}
+
 /* ZeRO wrote parameters [lo, hi) (a gather, a rounding from the masters): the engine refreshes
  * what it computes with before it reads them. */
 static void params_written(void *ctx, size_t lo, size_t hi)
@@ -416,7 +427,9 @@ static int norm_ranges(struct worker *w, herr *e)
     w->norm_hi = malloc((max ? max : 1) * sizeof *w->norm_hi);
     if (!w->norm_lo || !w->norm_hi)
         rc = herr_set(e, "out of memory for the norm's ranges");
-    for (int b = 0; b < nb && rc == 0; b++) {
+    /* in buffer order, pieces that meet merged: with one replica the whole stage is one range
+     * (one pass over the gradients), as the engine's own norm of the stage */
+    for (int b = nb - 1; b >= 0 && rc == 0; b--) {
         size_t lo, hi;
         zero_shard(w->z, b, &lo, &hi);
         while (lo < hi) {
@@ -430,7 +443,9 @@ static int norm_ranges(struct worker *w, herr *e)
                     end = xlo[i];
                 }
             }
-            if (!inside) {
+            if (!inside && w->nnorm > 0 && w->norm_hi[w->nnorm - 1] == lo) {
+                w->norm_hi[w->nnorm - 1] = end;
+            } else if (!inside) {
                 w->norm_lo[w->nnorm] = lo;
                 w->norm_hi[w->nnorm++] = end;
             }
@@ -458,6 +473,7 @@ static int worker_optim_init(struct worker *w, herr *e)
     if (rc != 0)
         return -1;
     zero_set_params_written(w->z, params_written, w);
+    zero_set_device_work(w->z, zero_work, w);
     engine_set_forward_hook(w->eng, params_needed, w);
     if (w->cfg->param_wire == DTYPE_BF16 && zero_params_bf16(w->z, e) != 0)
         return -1;
@@ -510,6 +526,49 @@ static int shard_update(struct worker *w, const float *g, size_t off, size_t lo,
                         scale, e);
 }
 
+/* AdamW on every owned shard (but the last stage's embedding while its update waits for the
+ * first stage's shard: tie_head_update), in forward order, each bucket's all-gather issued as soon
+ * as its shard is updated. Shards that follow each other in the parameters and in m and v (every
+ * one with one replica: zero.h lays the shards out in buffer order) are updated in one call, and
+ * their buckets' gathers issued after it: one AdamW pass over the stage, not one per bucket. */
+static int update_shards(struct worker *w, float lr, long step, float scale, herr *e)
+{
+    const float *g = engine_grads(w->eng);
+    size_t rlo = 0, rhi = 0, roff = 0; /* the run of shards not yet updated */
+    size_t glo = 0, ghi = 0;           /* the buckets whose gather waits for it */
+    for (int b = zero_num_buckets(w->z) - 1; b >= -1; b--) {
+        size_t blo = 0, bhi = 0, lo = 0, hi = 0, off = 0;
+        int skip = b < 0;
+        if (b >= 0) {
+            zero_bucket_range(w->z, b, &blo, &bhi);
+            zero_shard(w->z, b, &lo, &hi);
+            off = zero_shard_offset(w->z, b);
+            skip = w->tie_params_due && blo >= w->wte_off && blo < w->wte_off + w->wte_n;
+        }
+        int joins = !skip && ghi == blo && (hi == lo || rhi == rlo ||
+                                            (lo == rhi && off == roff + (rhi - rlo)));
+        if (!joins && ghi > glo) { /* the run so far: its update, then its buckets' gathers */
+            if ((rhi > rlo && shard_update(w, g + rlo, roff, rlo, rhi, lr, step, scale, e) != 0) ||
+                zero_params_gather_part(w->z, glo, ghi, e) != 0)
+                return -1;
+            rlo = rhi = roff = 0;
+            glo = ghi = 0;
+        }
+        if (skip)
+            continue;
+        if (ghi == glo)
+            glo = blo;
+        ghi = bhi;
+        if (hi > lo && rhi == rlo) {
+            rlo = lo;
+            roff = off;
+        }
+        if (hi > lo)
+            rhi = hi;
+    }
+    return 0;
+}
+
 /* ---------- the tied embedding ----------
  * The first stage's input embedding and the last stage's head are one matrix; each stage keeps a
  * copy and both apply the same update. The embedding is its own set of buckets on both stages,
@@ -546,9 +605,13 @@ static int tie_copy_out(struct worker *w, herr *e)
         return -1;
     for (int i = 0; i < w->ntie; i++) {
         const struct tie_shard *t = &w->tie[i];
-        if (zero_bucket_wait(w->z, t->bucket, e) != 0 ||
-            devmem_copy(w->mem, NULL, w->tie_out + t->at, g + t->lo,
-                        (t->hi - t->lo) * sizeof *g, e) != 0)
+        if (zero_bucket_wait(w->z, t->bucket, e) != 0)
+            return -1;
+        engine_profile_enter(w->eng, ENGINE_PART_OTHER);
+        int rc = devmem_copy(w->mem, NULL, w->tie_out + t->at, g + t->lo,
+                             (t->hi - t->lo) * sizeof *g, e);
+        engine_profile_leave(w->eng);
+        if (rc != 0)
             return -1;
     }
     return 0;
@@ -581,6 +644,21 @@ static int tie_recv(struct worker *w, herr *e)
     return 0;
 }
 
+/* The end of the run of tied-embedding shards from i: shards that follow each other in the
+ * parameters, in tie_out / tie_in and in m and v (every one with one replica) are summed and
+ * updated as one range. */
+static int tie_run_end(const struct worker *w, int i)
+{
+    const struct tie_shard *t = w->tie;
+    size_t off = zero_shard_offset(w->z, t[i].bucket);
+    int j = i + 1;
+    while (j < w->ntie && t[j].lo == t[j - 1].hi &&
+           t[j].at == t[j - 1].at + (t[j - 1].hi - t[j - 1].lo) &&
+           zero_shard_offset(w->z, t[j].bucket) == off + (t[j].at - t[i].at))
+        j++;
+    return j;
+}
+
 /* First stage, after its reduce-scatter: the last stage's shards added to its own (its own go
  * out after the norm: sent now, they would queue the norm's message to the last stage behind
  * them on the link between the stages, and the last stage needs them only in its next forward). */
@@ -589,9 +667,14 @@ static int tie_grads_in(struct worker *w, herr *e)
     float *g = engine_grads(w->eng);
     if (tie_copy_out(w, e) != 0 || tie_recv(w, e) != 0)
         return -1;
-    for (int i = 0; i < w->ntie; i++) {
+    for (int i = 0, j; i < w->ntie; i = j) {
+        j = tie_run_end(w, i);
         const struct tie_shard *t = &w->tie[i];
-        if (devmem_add_f32(w->mem, NULL, g + t->lo, w->tie_in + t->at, t->hi - t->lo, e) != 0)
+        engine_profile_enter(w->eng, ENGINE_PART_OTHER);
+        int rc = devmem_add_f32(w->mem, NULL, g + t->lo, w->tie_in + t->at,
+                                w->tie[j - 1].hi - t->lo, e);
+        engine_profile_leave(w->eng);
+        if (rc != 0)
             return herr_wrap(e, "tied embedding");
     }
     return 0;
@@ -604,15 +687,19 @@ static int tie_head_update(struct worker *w, herr *e)
     w->tie_params_due = 0;
     if (tie_recv(w, e) != 0)
         return -1;
-    for (int i = 0; i < w->ntie; i++) {
+    for (int i = 0, j; i < w->ntie; i = j) {
+        j = tie_run_end(w, i);
         const struct tie_shard *t = &w->tie[i];
-        size_t off = zero_shard_offset(w->z, t->bucket), n = t->hi - t->lo;
+        size_t off = zero_shard_offset(w->z, t->bucket), n = w->tie[j - 1].hi - t->lo;
         if (!n)
             continue;
         float *g = w->tie_sum + t->at;
-        if (devmem_copy(w->mem, NULL, g, w->tie_out + t->at, n * sizeof *g, e) != 0 ||
-            devmem_add_f32(w->mem, NULL, g, w->tie_in + t->at, n, e) != 0 ||
-            shard_update(w, g, off, t->lo, t->hi, w->tie_lr, w->tie_step, w->tie_scale, e) != 0)
+        engine_profile_enter(w->eng, ENGINE_PART_OTHER);
+        int rc = devmem_copy(w->mem, NULL, g, w->tie_out + t->at, n * sizeof *g, e) != 0 ||
+                 devmem_add_f32(w->mem, NULL, g, w->tie_in + t->at, n, e) != 0;
+        engine_profile_leave(w->eng);
+        if (rc || shard_update(w, g, off, t->lo, t->lo + n, w->tie_lr, w->tie_step, w->tie_scale,
+                               e) != 0)
             return herr_wrap(e, "tied embedding update");
     }
     return zero_params_gather_part(w->z, w->wte_off, w->wte_off + w->wte_n, e);
@@ -675,6 +762,9 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
 {
     struct step_times t = {0};
     struct devmem_stats d0, d1;
+    int profiled = w->cfg->profile_step == w->step + 1;
+    if (profiled && engine_profile_begin(w->eng, e) != 0)
+        return -1;
     devmem_read_stats(w->mem, &d0);
     double t0 = clock_mono_s();
     w->param_wait = 0;
@@ -709,18 +799,8 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
     w->tie_lr = lr;
     w->tie_step = step;
     w->tie_scale = scale;
-    for (int b = zero_num_buckets(w->z) - 1; b >= 0; b--) {
-        size_t blo, bhi, lo, hi, off = zero_shard_offset(w->z, b);
-        zero_bucket_range(w->z, b, &blo, &bhi);
-        zero_shard(w->z, b, &lo, &hi);
-        if (w->tie_params_due && blo >= w->wte_off && blo < w->wte_off + w->wte_n)
-            continue;
-        if (hi > lo && shard_update(w, engine_grads(w->eng) + lo, off, lo, hi, lr, step, scale,
-                                    e) != 0)
-            return -1;
-        if (zero_params_gather_part(w->z, blo, bhi, e) != 0)
-            return -1;
-    }
+    if (update_shards(w, lr, step, scale, e) != 0)
+        return -1;
     t.optimizer = clock_mono_s() - t1;
     w->step++;
     double dt = clock_mono_s() - t0;
@@ -734,7 +814,11 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
         .dp_link_bytes_per_s = t.dp_time > 0 ? (double)t.dp_bytes / t.dp_time : 0,
         .stage = w->stage, .replica = w->replica, .buckets_overlapped = overlapped,
         .buckets = zero_num_buckets(w->z), .host_syncs = d1.host_syncs - d0.host_syncs,
-        .h2d_bytes = d1.bytes_h2d - d0.bytes_h2d, .d2h_bytes = d1.bytes_d2h - d0.bytes_d2h};
+        .h2d_bytes = d1.bytes_h2d - d0.bytes_h2d, .d2h_bytes = d1.bytes_d2h - d0.bytes_d2h,
+        .profiled = profiled};
+    /* after the step's figures: its wait for the engine is the profile's, not the step's */
+    if (profiled && engine_profile_end(w->eng, &rep->profile, e) != 0)
+        return -1;
     return 0;
 }
 

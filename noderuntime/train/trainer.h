@@ -55,6 +55,10 @@ struct trainer_config {
     const char *init_from_name;  /* how the caller names that setting in errors
                                     ("spec.training.initFrom", "--init-from"); NULL: "init_from" */
     size_t bucket_floats;        /* ZeRO bucket size (0 = default) */
+    long profile_step;           /* this step (1-based: the first is 1) is timed by part on the
+                                    engine (engine.h's engine_profile: CUDA events on a GPU) and
+                                    reported (trainer_report.profiled); 0: none. The step ends
+                                    with a wait for the engine. */
     const char *checkpoint_dir;  /* NULL = no checkpoints */
     int checkpoint_every;        /* steps between checkpoints (0 = only at the end / on stop) */
     int checkpoint_keep;         /* newest checkpoints kept (>= 1) */
@@ -89,6 +93,10 @@ struct trainer_report {
     /* the engine's memory this step (devmem.h; 0 for host memory): host waits for the device,
      * bytes copied host -> device and device -> host (the communicators' staging included) */
     uint64_t host_syncs, h2d_bytes, d2h_bytes;
+    /* trainer_config.profile_step: this step's engine time by part (forward and backward, the
+     * bf16 copy, zeroing, the norm, AdamW, the masters' rounding, other, and what is left: idle) */
+    int profiled;
+    struct engine_profile profile;
 };
 
 struct trainer_hooks {

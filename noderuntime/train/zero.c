@@ -20,6 +20,8 @@ struct zero {
     size_t n;
     void (*written)(void *ctx, size_t lo, size_t hi);
     void *written_ctx;
+    void (*work)(void *ctx, int begin);
+    void *work_ctx;
     struct comm *dp;
     int nb;
     struct bucket *b;
@@ -90,11 +92,40 @@ int zero_create(struct zero **out, struct devmem *m, float *params, float *grads
         tcp_chunk(k->hi - k->lo, D, r, &off, &len);
         k->shard_lo = k->lo + off;
         k->shard_hi = k->shard_lo + len;
+    }
+    /* the owned shards in buffer order (from the start of the buffer: the last bucket first), so
+     * that with one replica they are laid out like the parameters */
+    for (int i = z->nb - 1; i >= 0; i--) {
+        struct bucket *k = &z->b[i];
         k->shard_off = z->shard_total;
-        z->shard_total += len;
+        z->shard_total += k->shard_hi - k->shard_lo;
     }
     *out = z;
     return 0;
+}
+
+/* The first bucket (lowest index) that starts below `hi`: buckets [0, that) lie at or above hi.
+ * Buckets go down the buffer as their index goes up. nb when none. */
+static int bucket_below(const struct zero *z, size_t hi)
+{
+    int a = 0, b = z->nb;
+    while (a < b) {
+        int mid = a + (b - a) / 2;
+        if (z->b[mid].lo < hi)
+            b = mid;
+        else
+            a = mid + 1;
+    }
+    return a;
+}
+
+/* The buckets overlapping [lo, hi): indices [*first, *last] (*first > *last when none). */
+static void buckets_over(const struct zero *z, size_t lo, size_t hi, int *first, int *last)
+{
+    *first = bucket_below(z, hi);
+    *last = lo < hi ? bucket_below(z, lo + 1) : *first - 1;
+    if (*last >= z->nb)
+        *last = z->nb - 1;
 }
 
 void zero_set_params_written(struct zero *z, void (*fn)(void *ctx, size_t lo, size_t hi),
@@ -102,6 +133,24 @@ void zero_set_params_written(struct zero *z, void (*fn)(void *ctx, size_t lo, si
 {
     z->written = fn;
     z->written_ctx = ctx;
+}
+
+void zero_set_device_work(struct zero *z, void (*fn)(void *ctx, int begin), void *ctx)
+{
+    z->work = fn;
+    z->work_ctx = ctx;
+}
+
+/* Around zero's own work on the compute lane. */
+static void work_begin(struct zero *z)
+{
+    if (z->work)
+        z->work(z->work_ctx, 1);
+}
+static void work_end(struct zero *z)
+{
+    if (z->work)
+        z->work(z->work_ctx, 0);
 }
 
 static void params_written(struct zero *z, size_t lo, size_t hi)
@@ -125,18 +174,19 @@ int zero_grads_ready(struct zero *z, size_t lo, size_t hi, herr *e)
 {
     if (lo > hi || hi > z->n)
         return herr_set(e, "gradient range [%zu, %zu) is outside the %zu parameters", lo, hi, z->n);
-    for (int i = 0; i < z->nb; i++) {
+    int first, last;
+    buckets_over(z, lo, hi, &first, &last);
+    for (int i = first; i <= last; i++) {
         struct bucket *k = &z->b[i];
         size_t a = lo > k->lo ? lo : k->lo, b = hi < k->hi ? hi : k->hi;
-        if (a >= b)
-            continue;
         k->ready += b - a;
         if (k->ready > k->hi - k->lo)
             return herr_set(e, "gradients of bucket %d reported final twice in one step", i);
     }
-    /* start every bucket that became complete; replicas of a stage report the same ranges in
-     * the same order, so they issue the same sequence of reduce-scatters */
-    for (int i = 0; i < z->nb; i++) {
+    /* start every bucket that became complete (only these can have: every other was started
+     * when its last range came); replicas of a stage report the same ranges in the same order,
+     * so they issue the same sequence of reduce-scatters */
+    for (int i = first; i <= last; i++) {
         struct bucket *k = &z->b[i];
         if (!k->started && k->ready == k->hi - k->lo && start_bucket(z, i, e) != 0)
             return -1;
@@ -224,32 +274,59 @@ size_t zero_shard_offset(const struct zero *z, int b) { return z->b[b].shard_off
 /* Issues the all-gather of the parameter buckets that lie inside [lo, hi), in forward order
  * (from the start of the buffer: bucket nb-1 first). bf16: each owned shard is first rounded
  * from its master copy, and the buckets travel as bf16. */
+/* One replica, bf16 parameters: the masters of buckets [first, last] rounded into the parameters,
+ * the buckets in forward order (the last index first); shards that follow each other in both the
+ * parameters and the masters (all of them, with one replica) in one copy and one rounding. */
+static int round_masters(struct zero *z, int first, int last, herr *e)
+{
+    for (int i = last; i >= first;) {
+        const struct bucket *k = &z->b[i];
+        size_t lo = k->shard_lo, hi = k->shard_hi, off = k->shard_off;
+        for (i--; i >= first && z->b[i].shard_lo == hi && z->b[i].shard_off == off + (hi - lo); i--)
+            hi = z->b[i].shard_hi;
+        if (hi == lo)
+            continue;
+        work_begin(z);
+        int rc = devmem_copy(z->mem, NULL, z->params + lo, z->master + off,
+                             (hi - lo) * sizeof(float), e) != 0 ||
+                 devmem_round_bf16(z->mem, NULL, z->params + lo, hi - lo, e) != 0;
+        work_end(z);
+        if (rc)
+            return herr_wrap(e, "rounding the parameters [%zu, %zu) from their masters", lo, hi);
+        params_written(z, lo, hi);
+    }
+    return 0;
+}
+
 static int gather_params(struct zero *z, size_t lo, size_t hi, herr *e)
 {
     int many = z->dp && comm_size(z->dp) > 1, bf16 = z->master != NULL;
-    for (int i = z->nb - 1; i >= 0; i--) {
-        struct bucket *k = &z->b[i];
-        if (k->lo < lo || k->hi > hi)
-            continue;
-        if (k->req)
+    int first, last;
+    buckets_over(z, lo, hi, &first, &last);
+    /* only the buckets that lie inside [lo, hi) */
+    if (first <= last && z->b[first].hi > hi)
+        first++;
+    if (first <= last && z->b[last].lo < lo)
+        last--;
+    for (int i = last; i >= first; i--)
+        if (z->b[i].req)
             return herr_set(e, "bucket %d still has a collective in flight", i);
+    if (!many)
+        return bf16 ? round_masters(z, first, last, e) : 0;
+    for (int i = last; i >= first; i--) {
+        struct bucket *k = &z->b[i];
         size_t len = k->shard_hi - k->shard_lo;
-        if (bf16) {
+        if (bf16) { /* own shard: packed for the wire, and the same values in the params */
             const float *ms = z->master + k->shard_off;
-            if (many) { /* own shard: packed for the wire, and the same values in the params */
-                if (devmem_pack_bf16(z->mem, NULL, z->wire + k->shard_lo, ms, len, e) != 0 ||
-                    devmem_unpack_bf16(z->mem, NULL, z->params + k->shard_lo,
-                                       z->wire + k->shard_lo, len, e) != 0)
-                    return herr_wrap(e, "rounding bucket %d", i);
-            } else if (devmem_copy(z->mem, NULL, z->params + k->shard_lo, ms, len * sizeof *ms,
-                                   e) != 0 ||
-                       devmem_round_bf16(z->mem, NULL, z->params + k->shard_lo, len, e) != 0) {
+            work_begin(z);
+            int rc = devmem_pack_bf16(z->mem, NULL, z->wire + k->shard_lo, ms, len, e) != 0 ||
+                     devmem_unpack_bf16(z->mem, NULL, z->params + k->shard_lo,
+                                        z->wire + k->shard_lo, len, e) != 0;
+            work_end(z);
+            if (rc)
                 return herr_wrap(e, "rounding bucket %d", i);
-            }
             params_written(z, k->shard_lo, k->shard_hi);
         }
-        if (!many)
-            continue;
         int rc = bf16 ? comm_dev_iall_gather(z->dp, z->wire + k->lo, k->hi - k->lo,
                                              sizeof *z->wire, &k->req, e)
                       : comm_dev_iall_gather(z->dp, z->params + k->lo, k->hi - k->lo,
@@ -270,10 +347,11 @@ int zero_params_gather_part(struct zero *z, size_t lo, size_t hi, herr *e)
  * compute lane's later work then reads them); the first error is kept. */
 int zero_params_wait(struct zero *z, size_t lo, size_t hi, herr *e)
 {
-    int rc = 0;
-    for (int i = z->nb - 1; i >= 0; i--) {
+    int rc = 0, first, last;
+    buckets_over(z, lo, hi, &first, &last);
+    for (int i = last; i >= first; i--) {
         struct bucket *k = &z->b[i];
-        if (!k->req || k->hi <= lo || k->lo >= hi)
+        if (!k->req)
             continue;
         herr e2;
         if (comm_wait(k->req, &e2) != 0 && rc == 0) {
@@ -282,11 +360,13 @@ int zero_params_wait(struct zero *z, size_t lo, size_t hi, herr *e)
         }
         k->req = NULL;
         if (k->bf16 && rc == 0) { /* the others' chunks; the own one is in place */
+            work_begin(z);
             if (devmem_unpack_bf16(z->mem, NULL, z->params + k->lo, z->wire + k->lo,
                                    k->shard_lo - k->lo, e) != 0 ||
                 devmem_unpack_bf16(z->mem, NULL, z->params + k->shard_hi, z->wire + k->shard_hi,
                                    k->hi - k->shard_hi, e) != 0)
                 rc = herr_wrap(e, "parameter all-gather of bucket %d", i);
+            work_end(z);
         }
         k->bf16 = 0;
         if (rc == 0) {

@@ -31,6 +31,10 @@ int zero_create(struct zero **out, struct devmem *m, float *params, float *grads
  * it derives from them. */
 void zero_set_params_written(struct zero *z, void (*fn)(void *ctx, size_t lo, size_t hi),
                              void *ctx);
+/* Called with begin 1 before and begin 0 after zero queues work of its own on the compute lane
+ * (the fp32 masters rounded into the parameters, gathered bf16 parameters widened), so that the
+ * caller can time it (engine_profile_enter). */
+void zero_set_device_work(struct zero *z, void (*fn)(void *ctx, int begin), void *ctx);
 void zero_free(struct zero *z);
 
 /* Gradients [lo, hi) are final for this step: starts the reduce-scatter of every bucket that is
@@ -54,8 +58,10 @@ int zero_num_buckets(const struct zero *z);
 int zero_buckets_started(const struct zero *z);
 /* The owned shard of bucket b: [*lo, *hi) in the flat buffer (may be empty). */
 void zero_shard(const struct zero *z, int b, size_t *lo, size_t *hi);
-/* Floats owned over all buckets (sizes of m and v for AdamW); *off = start of bucket b's shard
- * inside that concatenation. */
+/* Floats owned over all buckets (sizes of m and v for AdamW); zero_shard_offset = the start of
+ * bucket b's shard inside that concatenation, which holds the shards in buffer order (the last
+ * bucket's first), so with one replica offset = parameter (m, v and the masters are laid out like
+ * the parameters, and adjacent shards can be updated in one pass). */
 size_t zero_shard_total(const struct zero *z);
 size_t zero_shard_offset(const struct zero *z, int b);
 /* All-gathers every bucket's parameters (each replica contributes its updated shard). */
@@ -77,7 +83,8 @@ int zero_all_gather_host(struct zero *z, float *buf, herr *e);
  * master copies of the owned shards. zero_params_bf16 switches it on (masters from the current
  * parameters, which are then rounded); afterwards the caller updates zero_master() (laid out like
  * m and v: bucket b's shard at zero_shard_offset(b)) instead of the parameters, and
- * zero_params_gather_part rounds each owned shard from its master before sending it. */
+ * zero_params_gather_part rounds each owned shard from its master before sending it (with one
+ * replica: adjacent shards in one copy and one rounding). */
 int zero_params_bf16(struct zero *z, herr *e);
 /* The owned shards' fp32 masters (in engine memory); NULL unless bf16 parameters are on. */
 float *zero_master(const struct zero *z);

@@ -3,7 +3,10 @@
 # one rank, the trainer driving the CUDA engine with its state on the device, at GPT-2's shapes.
 # Prints one line per run, "worker ...", in the form bench_gpu's "holmes ..." lines take, with the
 # median step, tokens/s, the per-phase medians, and what crossed PCIe and how often the host
-# waited for the GPU per step (the trainer's counters, steps after the first two).
+# waited for the GPU per step (the trainer's counters, steps after the first two); then the last
+# step's GPU time by part (--profile-step: CUDA events; forward/backward, the bf16 copy, zeroing,
+# the norm, AdamW, the masters' rounding, other, idle), to set beside bench_gpu's "one step by
+# part".
 # Usage: bench_worker_gpu.sh NODE L C NH V B T M STEPS [ENGINE]
 set -u
 node=${1:?usage: bench_worker_gpu.sh NODE L C NH V B T M STEPS [ENGINE]}
@@ -18,7 +21,8 @@ printf '{"parallelism": {"tensor": 1, "pipeline": 1, "data": 1}, "workers": [{"h
     "$port" >"$tmp/rt.json"
 if ! timeout 900 "$node" worker --rank-table "$tmp/rt.json" --rank 0 --data "$repo/examples/data/corpus.txt" \
     --engine "$engine" --device 0 --layers "$L" --channels "$C" --heads "$NH" --vocab "$V" --max-seq "$T" \
-    --batch "$B" --seq "$T" --micro-batches "$M" --steps "$steps" --lr 1e-4 >"$tmp/log" 2>&1; then
+    --batch "$B" --seq "$T" --micro-batches "$M" --steps "$steps" --lr 1e-4 \
+    --profile-step "$steps" >"$tmp/log" 2>&1; then
     echo "bench_worker_gpu: the worker failed: $(grep -iE 'error|fail' "$tmp/log" | head -3)" >&2
     tail -3 "$tmp/log" >&2
     exit 1
@@ -42,3 +46,5 @@ awk -v L="$L" -v C="$C" -v NH="$NH" -v V="$V" -v B="$B" -v T="$T" -v M="$M" -v m
            "pipeline %.1f, grad sync %.1f, optimizer %.1f, param sync %.1f ms; per step %d bytes up, %d down " \
            "(tokens + targets: %d), %d host waits\n", eng, L, C, NH, V, B, T, M, gpu, ms, n,
            M * B * T / (ms / 1e3), pipe, sync, opt, psync, up, down, want, waits }'
+prof=$(sed -nE 's/^profile step ([0-9]+): (.*)$/step \1: \2/p' "$tmp/log" | tail -1)
+echo "  worker by part on the GPU (CUDA events), ${prof:-no profile line}"

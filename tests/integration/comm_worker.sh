@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# holmes-node worker as separate processes on loopback: a 2 x 2 run finishes and all ranks agree;
-# a process killed mid-run makes every other exit with a clear error within the timeout; a rank
-# that never starts is named by the others. Every wait is bounded by `timeout`.
+# holmes-node worker as separate processes on loopback: a 2 x 2 run finishes, all ranks agree and
+# print the step --profile-step names by part; a process killed mid-run makes every other exit
+# with a clear error within the timeout; a rank that never starts is named by the others. Every
+# wait is bounded by `timeout`.
 source "$(dirname "$0")/lib.bash"
 set -u
 tmp=$(mktemp -d /tmp/holmes-comm-worker.XXXXXX)
@@ -20,21 +21,28 @@ table() { # P D TIMEOUT: writes $tmp/rt.json
 
 MODEL=(--layers 2 --channels 32 --heads 4 --vocab 256 --max-seq 16 --batch 2 --seq 16 --micro-batches 2)
 
-start() { # RANK STEPS LOG
+start() { # RANK STEPS LOG [FLAG...]
     timeout -k 5 60 "$NODE" worker --rank-table "$tmp/rt.json" --rank "$1" --data "$tmp/data.txt" \
-        "${MODEL[@]}" --steps "$2" --all-ranks >"$3" 2>&1 &
+        "${MODEL[@]}" --steps "$2" --all-ranks "${@:4}" >"$3" 2>&1 &
 }
 
 # 1. a complete 2 x 2 run
 table 2 2 20
 pids=()
-for r in 0 1 2 3; do start $r 4 "$tmp/ok$r.log"; pids+=($!); done
+for r in 0 1 2 3; do start $r 4 "$tmp/ok$r.log" --profile-step 3; pids+=($!); done
 ok=1
 for p in "${pids[@]}"; do wait "$p" || ok=0; done
 check "2x2 workers all exit 0" test $ok = 1
 l0=$(grep '^step 4 ' "$tmp/ok0.log" | awk '{print $4}')
 l3=$(grep '^step 4 ' "$tmp/ok3.log" | awk '{print $4}')
 check "2x2 ranks report step 4 with the same loss" test -n "$l0" -a "$l0" = "$l3"
+profiled=0
+for r in 0 1 2 3; do
+    [ "$(grep -c '^profile step' "$tmp/ok$r.log")" = 1 ] &&
+        grep -qE '^profile step 3: [0-9.]+ ms on the engine: compute [0-9.]+, .* norm [0-9.]+, adamw [0-9.]+, .* idle -?[0-9.]+ ms' "$tmp/ok$r.log" &&
+        profiled=$((profiled + 1))
+done
+check "--profile-step 3: every rank prints step 3's engine time by part, once" test $profiled = 4
 [ $ok = 1 ] || tail -3 "$tmp"/ok*.log
 
 # 2. kill one process mid-run: the others fail with an error naming a peer, well within the timeout
@@ -90,6 +98,9 @@ if [ "$("$NODE" engines)" = cpu ]; then
     check "--engine cuda-bf16 on a build without CUDA exits 2: no CPU fall-back" \
         test $rc = 2 -a -n "$(grep "built without the CUDA engine" <<<"$out")"
 fi
+out=$("$NODE" worker --rank-table "$tmp/bad.json" --rank 0 --data "$tmp/data.txt" --profile-step 0 2>&1)
+rc=$?
+check "--profile-step 0 exits 2, naming the option" test $rc = 2 -a -n "$(grep -- "--profile-step" <<<"$out")"
 out=$(HOLMES_CPU_AFFINITY=pinned "$NODE" worker --coordinator ws://127.0.0.1:1/ --job j --pod p --worker 0 2>&1)
 rc=$?
 check "bad HOLMES_CPU_AFFINITY exits 2" test $rc = 2

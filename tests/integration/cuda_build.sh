@@ -1,18 +1,27 @@
 # The CUDA engine builds (compile and link only; CI has no GPU): `make cuda` for sm_80 + sm_90 in
 # fp32 and bf16, the binaries need none of the libraries GPU machines lack, the GPU build's CPU
 # reference (OpenBLAS/zlib stand-ins) passes the CPU engine's tests, and without a GPU test_gpu
-# stops with a clear message. Skips when nvcc is missing; runs in one pass (once_per_run).
+# stops with a clear message; flash attention's mma.sync kernels emulated on the host (g++ only).
+# Skips the nvcc parts when nvcc is missing; runs in one pass (once_per_run).
 source "$(dirname "$0")/lib.bash"
 NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
 once_per_run cuda_build # it builds into the repository: never beside comm_nccl.sh's build
-if [ ! -x "$NVCC" ]; then
-    NVCC=$(command -v nvcc) || { echo "# cuda build: no nvcc, skipped"; exit 0; }
-fi
 cd "$REPO" || exit 1
 unset MAKEFLAGS MFLAGS MAKELEVEL # a fresh make, whatever -j the caller ran with
 log=$(mktemp /tmp/holmes-cuda.XXXXXX)
 trap 'rm -f "$log" "$log.fatbin"' EXIT
 GB=build/cuda
+
+# flash attention's mma.sync kernels, emulated on the host (needs only g++): against a plain
+# attention, whole sequences and slices, every head size
+if make --no-print-directory flash-emu-check >"$log" 2>&1 && ! grep -q '^FAIL' "$log"; then
+    pass "cuda.flash_mma_emulated ($(grep -c '^PASS' "$log") checks of flash_mma_kernels.cuh on the host)"
+else
+    fail "cuda.flash_mma_emulated" "$(grep '^FAIL' "$log" | head -5 | tr '\n' ' ') $(tail -3 "$log" | tr '\n' ' ')"
+fi
+if [ ! -x "$NVCC" ]; then
+    NVCC=$(command -v nvcc) || { echo "# cuda build: no nvcc, the rest skipped"; exit 0; }
+fi
 
 if make --no-print-directory -j2 NVCC="$NVCC" cuda >"$log" 2>&1; then
     pass "cuda.build"

@@ -5,7 +5,8 @@
  * for whole sequences and token slices' rectangles, at lengths that are and are not multiples of
  * the 64-row tiles; and every visible query-key pair visited exactly once by each loop. The
  * slices' keys' and values' gradients, added over the slices (last first, as the sliced backward
- * does), equal the whole sequence's. */
+ * does), equal the whole sequence's. The mask is tested only where flash_needs_mask says (as
+ * flash_mma.cu does): a tile it wrongly calls whole would visit invisible pairs. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -88,10 +89,12 @@ static void tiled(int T, int q0, int q1, const float *q, const float *k, const f
                 for (int kt = 0; kt < kend; kt += FLASH_TILE) {
                     if (!flash_rows_see(qt0 + W * w, W, kt))
                         continue;
+                    /* the mask where flash_mma.cu applies it (flash_needs_mask); else all */
+                    int masked = flash_needs_mask(qt0 + W * w, W, kt, FLASH_TILE, q1);
                     float sv[FLASH_TILE], mx = m;
                     for (int c = 0; c < FLASH_TILE; c++) {
                         int key = kt + c;
-                        sv[c] = flash_visible(qq, key, q1) && key < kend
+                        sv[c] = !masked || (flash_visible(qq, key, q1) && key < kend)
                                     ? dot(q + qq * HS, k + key * HS) * sl2 : -INFINITY;
                         if (sv[c] > -INFINITY)
                             visits[qq * T + key] += 1;
@@ -130,9 +133,10 @@ static void tiled(int T, int q0, int q1, const float *q, const float *k, const f
                 for (int qt = flash_first_query(q0, kt0); qt < q1; qt += FLASH_TILE) {
                     if (!flash_rows_see(qt, FLASH_TILE, kt0 + W * w))
                         continue;
+                    int masked = flash_needs_mask(qt, FLASH_TILE, kt0 + W * w, W, q1);
                     for (int c = 0; c < FLASH_TILE; c++) {
                         int qq = qt + c;
-                        if (!flash_visible(qq, key, q1))
+                        if (masked && !flash_visible(qq, key, q1))
                             continue;
                         visits[qq * T + key] += 100;
                         float p = exp2f(dot(k + key * HS, q + qq * HS) * sl2 - lse[qq]);
@@ -159,9 +163,10 @@ static void tiled(int T, int q0, int q1, const float *q, const float *k, const f
                 for (int kt = 0; kt < kend; kt += FLASH_TILE) {
                     if (!flash_rows_see(qt0 + W * w, W, kt))
                         continue;
+                    int masked = flash_needs_mask(qt0 + W * w, W, kt, FLASH_TILE, q1);
                     for (int c = 0; c < FLASH_TILE; c++) {
                         int key = kt + c;
-                        if (!flash_visible(qq, key, q1))
+                        if (masked && !flash_visible(qq, key, q1))
                             continue;
                         visits[qq * T + key] += 10000;
                         float p = exp2f(dot(q + qq * HS, k + key * HS) * sl2 - lse[qq]);
@@ -286,13 +291,16 @@ static void check_slices(int T, const int *cut, int ns)
 
 int main(void)
 {
-    int lens[] = {16, 37, 64, 80, 130};
-    for (int i = 0; i < 5; i++)
+    int lens[] = {16, 37, 64, 80, 130, 200};
+    for (int i = 0; i < 6; i++)
         check_pass(lens[i], 0, lens[i]);
     check_pass(80, 3, 12);
     check_pass(130, 12, 130);
     check_pass(130, 65, 100);
     check_pass(130, 49, 130); /* a warp whose last query is a key tile's first */
+    check_pass(200, 70, 190); /* unmasked tiles (flash_needs_mask) inside a slice */
+    check_pass(200, 46, 200); /* a warp's first query one before a key tile's last key */
+    check_pass(130, 14, 100);
     int cut1[] = {0, 3, 12, 32};
     check_slices(32, cut1, 3);
     int cut2[] = {0, 50, 64, 101, 130};

@@ -50,6 +50,7 @@ struct run_arg {
     long first_step;    /* step of the first report expected (resume) */
     int bf16;           /* parameters gathered and computed with in bf16 (fp32 masters) */
     int emulated;       /* the engine's memory staged as a device's (devmem_emulated) */
+    long profile;       /* trainer_config.profile_step (0: none) */
 };
 
 struct result {
@@ -57,6 +58,8 @@ struct result {
     long nsteps;
     int overlapped, buckets; /* most buckets started during backward in one step, of */
     long staged_steps;       /* steps that copied bytes between the host and the engine */
+    long profiled_step;      /* the step reported with a profile (-1: none; -2: several) */
+    struct engine_profile profile;
     struct gpt_stage *ref;
     int bad;
 };
@@ -71,6 +74,10 @@ static int on_step(void *ctx, const struct trainer_report *r)
         res->overlapped = r->buckets_overlapped;
     res->buckets = r->buckets;
     res->staged_steps += r->h2d_bytes > 0 && r->d2h_bytes > 0;
+    if (r->profiled) {
+        res->profiled_step = res->profiled_step == -1 ? r->step : -2;
+        res->profile = r->profile;
+    }
     if (getenv("TRAINER_VERBOSE"))
         fprintf(stderr, "stage %d replica %d step %ld loss %.6f time %.3f s (pipe %.3f sync %.3f)\n",
                 r->stage, r->replica, r->step, r->loss, r->step_s, r->pipeline_s, r->grad_sync_s);
@@ -110,7 +117,7 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
 {
     struct run_arg *ra = arg;
     herr e;
-    struct result res = {.bad = 0};
+    struct result res = {.bad = 0, .profiled_step = -1};
     omp_set_num_threads(1); /* several processes share a small machine */
     float ref_losses[STEPS];
     struct plan_doc rt;
@@ -125,6 +132,7 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
     c.checkpoint_every = 5;
     c.param_wire = ra->bf16 ? DTYPE_BF16 : DTYPE_FP32;
     c.emulate_device = ra->emulated;
+    c.profile_step = ra->profile;
     int die[2] = {ra->die_rank == rank ? 0 : -1, 3 * (MG / ra->D) + 1};
     struct trainer_data data = {die, batch};
     struct trainer_hooks hooks = {&res, on_step, NULL, ra->steps == STEPS ? on_end : NULL, NULL};
@@ -165,6 +173,23 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
     if (res.staged_steps != want_staged) {
         fprintf(stderr, "rank %d: %ld steps staged bytes, want %ld\n", rank, res.staged_steps,
                 want_staged);
+        res.bad = 1;
+    }
+    /* the profiled step: the engine's time by part, each part that ran counted, inside the
+     * total (bf16 parameters: the masters rounded and the gathered parameters widened) */
+    const struct engine_profile *q = &res.profile;
+    double parts = 0;
+    for (int i = 0; i < ENGINE_PARTS; i++)
+        parts += q->ms[i];
+    if (res.profiled_step != (ra->profile ? ra->profile : -1) ||
+        (ra->profile && !(q->total_ms > 0 && q->ms[ENGINE_PART_COMPUTE] > 0 &&
+                          q->ms[ENGINE_PART_NORM] > 0 && q->ms[ENGINE_PART_ADAMW] > 0 &&
+                          (!ra->bf16 || q->ms[ENGINE_PART_MASTERS] > 0) &&
+                          parts <= q->total_ms * 1.001 + 1e-3))) {
+        fprintf(stderr, "rank %d: profiled step %ld (want %ld): total %g ms, compute %g, norm %g, "
+                "adamw %g, masters %g, parts %g\n", rank, res.profiled_step, ra->profile,
+                q->total_ms, q->ms[ENGINE_PART_COMPUTE], q->ms[ENGINE_PART_NORM],
+                q->ms[ENGINE_PART_ADAMW], q->ms[ENGINE_PART_MASTERS], parts);
         res.bad = 1;
     }
     if (res.nsteps != ra->steps) {
@@ -251,29 +276,30 @@ int main(void)
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
         if (only && atoi(only) != (int)i)
             continue;
-        struct run_arg ra = {layouts[i].P, layouts[i].D, layouts[i].s, STEPS, NULL, -1, 0, 0, 0};
+        struct run_arg ra = {layouts[i].P, layouts[i].D, layouts[i].s, STEPS, NULL, -1, 0, 0, 0, 5};
         char name[128];
         snprintf(name, sizeof name, "pipeline %d x data %d (%s): 20 step losses and final params "
-                 "match one process", ra.P, ra.D, schedule_name(ra.sched));
+                 "match one process; step 5 profiled by part", ra.P, ra.D,
+                 schedule_name(ra.sched));
         CHECK_INT(name, run_group(ra.P * ra.D, worker, &ra, -1, 120), 0);
     }
     /* resume: run 7 steps (checkpoint at 5 and 7), then the rest; must match the reference */
-    check_resume("", (struct run_arg){2, 2, SCHED_1F1B, 0, NULL, -1, 0, 0, 0});
+    check_resume("", (struct run_arg){2, 2, SCHED_1F1B, 0, NULL, -1, 0, 0, 0, 0});
     /* bf16 parameters (fp32 masters): the layout with every exchange (data-parallel shards, the
      * tied embedding between stages) against the bf16 reference, and a resume, whose checkpoint
      * must hold the masters (rounded parameters would not continue the same run) */
-    struct run_arg h = {2, 2, SCHED_1F1B, STEPS, NULL, -1, 0, 1, 0};
+    struct run_arg h = {2, 2, SCHED_1F1B, STEPS, NULL, -1, 0, 1, 0, 3};
     CHECK_INT("pipeline 2 x data 2, bf16 parameters: losses and final fp32 masters match one "
-              "process", run_group(4, worker, &h, -1, 120), 0);
-    check_resume("bf16 parameters: ", (struct run_arg){2, 2, SCHED_1F1B, 0, NULL, -1, 0, 1, 0});
+              "process; step 3 profiled by part", run_group(4, worker, &h, -1, 120), 0);
+    check_resume("bf16 parameters: ", (struct run_arg){2, 2, SCHED_1F1B, 0, NULL, -1, 0, 1, 0, 0});
     /* the engine's memory as a device's: every exchange staged through host buffers, as on a
      * GPU, with the same results (fp32 and bf16 parameters, and a resume) */
-    struct run_arg em = {2, 2, SCHED_1F1B, STEPS, NULL, -1, 0, 0, 1};
+    struct run_arg em = {2, 2, SCHED_1F1B, STEPS, NULL, -1, 0, 0, 1, 0};
     CHECK_INT("pipeline 2 x data 2 on the emulated device: losses and final params match one "
               "process", run_group(4, worker, &em, -1, 120), 0);
     check_resume("emulated device, bf16 parameters: ",
-                 (struct run_arg){2, 2, SCHED_GPIPE, 0, NULL, -1, 0, 1, 1});
-    struct run_arg d = {2, 2, SCHED_1F1B, STEPS, NULL, 1, 0, 0, 0};
+                 (struct run_arg){2, 2, SCHED_GPIPE, 0, NULL, -1, 0, 1, 1, 0});
+    struct run_arg d = {2, 2, SCHED_1F1B, STEPS, NULL, 1, 0, 0, 0, 0};
     CHECK_INT("a process dying mid-step fails every other with a clear error",
               run_group(4, worker, &d, -1, 60), 0);
     TEST_MAIN_END();

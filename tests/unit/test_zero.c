@@ -20,6 +20,20 @@ static float gval(int r, size_t i) { return (float)((int)((i * 13 + (size_t)r * 
 /* zero_set_params_written: counts the parameters reported written */
 static void count_written(void *ctx, size_t lo, size_t hi) { *(int *)ctx += (int)(hi - lo); }
 
+/* zero_set_params_written: the calls and the span they cover */
+struct span {
+    int calls;
+    size_t lo, hi;
+};
+static void note_span(void *ctx, size_t lo, size_t hi)
+{
+    struct span *s = ctx;
+    if (s->calls++ == 0 || lo < s->lo)
+        s->lo = lo;
+    if (hi > s->hi)
+        s->hi = hi;
+}
+
 /* The data-parallel group of n forked replicas (n > 1). */
 static int dp_open(struct comm **c, int tag, int n, int rank, struct tcp_listener *l,
                    const struct tcp_endpoint *eps)
@@ -70,12 +84,17 @@ static int replica(int rank, int n, struct tcp_listener *l, const struct tcp_end
             bad = 1;
             break;
         }
+        /* the owned shards laid out in buffer order (the last bucket, the buffer's start,
+         * first): with one replica exactly like the parameters */
         size_t owned = 0;
-        for (int b = 0; b < zero_num_buckets(z); b++) {
+        for (int b = zero_num_buckets(z) - 1; b >= 0; b--) {
             size_t lo, h;
             zero_shard(z, b, &lo, &h);
-            if (zero_shard_offset(z, b) != owned)
+            if (zero_shard_offset(z, b) != owned || (n == 1 && owned != lo)) {
+                fprintf(stderr, "rank %d: bucket %d's shard at %zu, want %zu\n", rank, b,
+                        zero_shard_offset(z, b), owned);
                 bad = 1;
+            }
             owned += h - lo;
             for (size_t i = lo; i < h; i++) {
                 float want = 0;
@@ -250,6 +269,30 @@ int main(void)
     CHECK_INT("long segment still split by size", zero_create(&z, devmem_host(), p, g, 10, big, 1, 4, NULL, &e), 0);
     CHECK_INT("[6,10) [2,6) [0,2)", zero_num_buckets(z), 3);
     CHECK_INT("end of bucket 2 at the cut", (int)zero_bucket_end(z, 2), 2);
+    zero_free(z);
+    /* a range over several buckets completes each it finishes, and only those */
+    CHECK_INT("zero create for ranges", zero_create(&z, devmem_host(), p, g, 10, NULL, 0, 4, NULL, &e), 0);
+    CHECK_INT("a range over two buckets", zero_grads_ready(z, 5, 10, &e), 0);
+    CHECK_INT("completes the one it covers", zero_buckets_started(z), 1);
+    CHECK_INT("the rest of the buffer", zero_grads_ready(z, 0, 5, &e), 0);
+    CHECK_INT("completes the other two", zero_buckets_started(z), 3);
+    CHECK_INT("a new step", zero_reduce_wait(z, &e), 0);
+    CHECK_INT("starts none", zero_buckets_started(z), 0);
+    zero_free(z);
+    /* one replica, bf16 parameters: the masters of every bucket rounded into the parameters in
+     * one piece (one copy and one rounding, not one per bucket) */
+    struct span sp = {0, 0, 0};
+    for (int i = 0; i < 10; i++)
+        p[i] = pval((size_t)i);
+    CHECK_INT("zero create, bf16", zero_create(&z, devmem_host(), p, g, 10, cuts, 2, 4, NULL, &e), 0);
+    CHECK_INT("bf16 parameters", zero_params_bf16(z, &e), 0);
+    for (int i = 0; i < 10; i++)
+        zero_master(z)[i] = pval((size_t)i) + 1.0f; /* one replica: masters laid out as params */
+    zero_set_params_written(z, note_span, &sp);
+    CHECK_INT("gather with one replica", zero_params_gather_part(z, 0, 10, &e), 0);
+    CHECK("the parameters rounded from the masters in one piece",
+          sp.calls == 1 && sp.lo == 0 && sp.hi == 10 && p[0] == bf16_round(pval(0) + 1.0f) &&
+              p[9] == bf16_round(pval(9) + 1.0f));
     zero_free(z);
     size_t bad[] = {11};
     CHECK_INT("cut outside rejected", zero_create(&z, devmem_host(), p, g, 10, bad, 1, 4, NULL, &e), -1);

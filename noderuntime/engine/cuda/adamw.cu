@@ -104,7 +104,7 @@ __global__ void sq_final_kernel(double *out, const double *partial, size_t n)
 int sq_ranges(struct gpu_stage *s, const float *base, const size_t *lo, const size_t *hi, int n,
               double *out)
 {
-    PROF(&s->x, GPU_PART_OPTIMIZER);
+    PROF(&s->x, GPU_PART_NORM);
     char *EB = s->err;
     size_t EN = sizeof s->err;
     size_t need = (size_t)n * SQ_BLOCKS + 1;
@@ -243,5 +243,14 @@ int gpu_stage_adamw_ex(struct gpu_stage *s, const struct adamw_config *o, size_t
 {
     if (!p || !g || !m || !v)
         return stage_fail(s, "gpu_stage_adamw_ex: p, g, m and v must be device buffers");
-    return adamw_run(s, o, lo, hi, p, g, m, v, NULL, lr, step, grad_scale);
+    if (hi > s->nparams || lo > hi)
+        return stage_fail(s, "parameter range [%zu, %zu) is outside [0, %zu)", lo, hi, s->nparams);
+#ifdef HOLMES_GPU_FP32
+    floatX *px = NULL;
+#else
+    /* the stage's own parameters: their bf16 copy written in the same pass (as gpu_stage_adamw
+     * does), instead of a refresh that reads them again before the next forward */
+    floatX *px = p == s->params + lo ? s->wX + lo : NULL;
+#endif
+    return adamw_run(s, o, lo, hi, p, g, m, v, px, lr, step, grad_scale);
 }

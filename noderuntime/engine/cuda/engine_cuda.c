@@ -263,12 +263,11 @@ static int cuda_adamw(struct engine *en, const struct adamw_config *o, size_t lo
                       float grad_scale, herr *e)
 {
     struct cuda_engine *c = ce_of(en);
+    /* on the stage's own parameters (p == en->params + lo) the same pass writes their bf16 copy:
+     * nothing to refresh before the next forward */
     if (cudaSetDevice(c->device) != cudaSuccess ||
         gpu_stage_adamw_ex(c->g, o, lo, hi, p, g, m, v, lr, step, grad_scale) != 0)
         return stage_err(en, e, "AdamW");
-    /* the stage's own parameters: its bf16 copy of the range follows */
-    if (p == en->params + lo)
-        gpu_stage_params_changed(c->g, lo, hi);
     return 0;
 }
 
@@ -279,6 +278,57 @@ static void cuda_params_changed(struct engine *en, size_t lo, size_t hi)
 
 /* the stage calls the hooks itself (set once at creation, reading en's fields) */
 static void cuda_hooks_changed(struct engine *en) { (void)en; }
+
+/* Profiling: the stage's own (CUDA events by part on its stream), its parts folded into the
+ * engine's. */
+static int engine_part_of(int gpu_part)
+{
+    switch (gpu_part) {
+    case GPU_PART_OPTIMIZER: return ENGINE_PART_ADAMW;
+    case GPU_PART_NORM: return ENGINE_PART_NORM;
+    case GPU_PART_BF16_COPY: return ENGINE_PART_BF16_COPY;
+    case GPU_PART_ZEROING: return ENGINE_PART_ZEROING;
+    case GPU_PART_MASTERS: return ENGINE_PART_MASTERS;
+    case GPU_PART_OTHER: return ENGINE_PART_OTHER;
+    default: return ENGINE_PART_COMPUTE; /* attention, matmul, layernorm, classifier, embedding */
+    }
+}
+
+static int cuda_profile_begin(struct engine *en, herr *e)
+{
+    struct cuda_engine *c = ce_of(en);
+    if (cudaSetDevice(c->device) != cudaSuccess || gpu_stage_profile_begin(c->g) != 0)
+        return stage_err(en, e, "starting the profile");
+    return 0;
+}
+
+static int cuda_profile_end(struct engine *en, struct engine_profile *out, herr *e)
+{
+    struct cuda_engine *c = ce_of(en);
+    struct gpu_profile p;
+    if (cudaSetDevice(c->device) != cudaSuccess || gpu_stage_profile_end(c->g, &p) != 0)
+        return stage_err(en, e, "the profile");
+    devmem_count_sync(c->mem);
+    out->total_ms = p.total_ms;
+    for (int i = 0; i < GPU_PARTS; i++)
+        out->ms[engine_part_of(i)] += p.ms[i];
+    out->launches = p.launches;
+    out->syncs = p.syncs;
+    out->lost = p.events_lost;
+    return 0;
+}
+
+static void cuda_profile_enter(struct engine *en, enum engine_part part)
+{
+    static const int gpu_part[ENGINE_PARTS] = {
+        [ENGINE_PART_COMPUTE] = GPU_PART_MATMUL, /* folded back into compute */
+        [ENGINE_PART_BF16_COPY] = GPU_PART_BF16_COPY, [ENGINE_PART_ZEROING] = GPU_PART_ZEROING,
+        [ENGINE_PART_NORM] = GPU_PART_NORM, [ENGINE_PART_ADAMW] = GPU_PART_OPTIMIZER,
+        [ENGINE_PART_MASTERS] = GPU_PART_MASTERS, [ENGINE_PART_OTHER] = GPU_PART_OTHER};
+    gpu_stage_profile_enter(ce_of(en)->g, gpu_part[part]);
+}
+
+static void cuda_profile_leave(struct engine *en) { gpu_stage_profile_leave(ce_of(en)->g); }
 
 static const char *cuda_error(const struct engine *en) { return en->err; }
 
@@ -297,5 +347,9 @@ const struct engine_ops ENGINE_OPS = {
     .params_upload = cuda_params_upload,
     .params_download = cuda_params_download,
     .hooks_changed = cuda_hooks_changed,
+    .profile_begin = cuda_profile_begin,
+    .profile_end = cuda_profile_end,
+    .profile_enter = cuda_profile_enter,
+    .profile_leave = cuda_profile_leave,
     .error = cuda_error,
 };

@@ -408,18 +408,30 @@ template <int HS> int launch_fwd(struct gpu_stage *s, floatX *atty, float *lse, 
     return 0;
 }
 
+/* D = rowsum(dy * y) of the queries [q0, q1) into s->dsum: both kernel sets' first step */
+template <int HS> int launch_dsum(struct gpu_stage *s, const floatX *dy, const floatX *y, int q0,
+                                  int q1)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    cudaStream_t st = s->x.stream;
+    size_t rows = (size_t)s->B * s->NHl * (size_t)(q1 - q0);
+    flash_dsum_kernel<HS><<<blocks_for(rows * 32, 256), 256, 0, st>>>(s->dsum, dy, y, s->B, s->T,
+                                                                      s->NHl, q0, q1);
+    LAUNCHED(st);
+    return 0;
+}
+
 template <int HS> int launch_bwd(struct gpu_stage *s, floatX *dqkv, const floatX *dy,
-                                 const floatX *y, const float *lse, const floatX *qkv, int q0,
-                                 int q1, float *kv_acc)
+                                 const float *lse, const floatX *qkv, int q0, int q1,
+                                 float *kv_acc)
 {
     char *EB = s->err;
     size_t EN = sizeof s->err;
     cudaStream_t st = s->x.stream;
     int B = s->B, T = s->T, NH = s->NHl;
-    size_t rows = (size_t)B * NH * (size_t)(q1 - q0), sm = bwd_smem<HS>();
+    size_t sm = bwd_smem<HS>();
     float scale = 1.0f / sqrtf((float)HS), sl2 = 1.4426950408889634f * scale;
-    flash_dsum_kernel<HS><<<blocks_for(rows * 32, 256), 256, 0, st>>>(s->dsum, dy, y, B, T, NH, q0, q1);
-    LAUNCHED(st);
     dim3 gk((unsigned)flash_key_tiles(q1), (unsigned)(B * NH));
     flash_dkdv_kernel<HS><<<gk, NTHREADS, sm, st>>>(dqkv, kv_acc, dy, lse, s->dsum, qkv, T, NH, q0,
                                                     q1, sl2, scale);
@@ -451,6 +463,8 @@ int flash_supported(int hs) { return hs == 16 || hs == 32 || hs == 64 || hs == 1
 
 int flash_prepare(struct gpu_stage *s)
 {
+    if (s->flash == FLASH_MMA)
+        return flash_mma_prepare(s);
     switch (s->Cl / s->NHl) {
     case 16: return prepare<16>(s);
     case 32: return prepare<32>(s);
@@ -463,6 +477,8 @@ int flash_prepare(struct gpu_stage *s)
 int flash_fwd(struct gpu_stage *s, floatX *atty, float *lse, const floatX *qkv, int q0, int q1)
 {
     PROF(&s->x, GPU_PART_ATTENTION);
+    if (s->flash == FLASH_MMA)
+        return flash_mma_fwd(s, atty, lse, qkv, q0, q1);
     switch (s->Cl / s->NHl) {
     case 16: return launch_fwd<16>(s, atty, lse, qkv, q0, q1);
     case 32: return launch_fwd<32>(s, atty, lse, qkv, q0, q1);
@@ -476,13 +492,25 @@ int flash_bwd(struct gpu_stage *s, floatX *dqkv, const floatX *dy, const floatX 
               const float *lse, const floatX *qkv, int q0, int q1, float *kv_acc)
 {
     PROF(&s->x, GPU_PART_ATTENTION);
+    int rc;
     switch (s->Cl / s->NHl) {
-    case 16: return launch_bwd<16>(s, dqkv, dy, y, lse, qkv, q0, q1, kv_acc);
-    case 32: return launch_bwd<32>(s, dqkv, dy, y, lse, qkv, q0, q1, kv_acc);
-    case 64: return launch_bwd<64>(s, dqkv, dy, y, lse, qkv, q0, q1, kv_acc);
-    case 128: return launch_bwd<128>(s, dqkv, dy, y, lse, qkv, q0, q1, kv_acc);
+    case 16: rc = launch_dsum<16>(s, dy, y, q0, q1); break;
+    case 32: rc = launch_dsum<32>(s, dy, y, q0, q1); break;
+    case 64: rc = launch_dsum<64>(s, dy, y, q0, q1); break;
+    case 128: rc = launch_dsum<128>(s, dy, y, q0, q1); break;
+    default:
+        return stage_fail(s, "flash attention: head size %d is not supported", s->Cl / s->NHl);
     }
-    return stage_fail(s, "flash attention: head size %d is not supported", s->Cl / s->NHl);
+    if (rc < 0)
+        return rc;
+    if (s->flash == FLASH_MMA)
+        return flash_mma_bwd(s, dqkv, dy, lse, qkv, q0, q1, kv_acc);
+    switch (s->Cl / s->NHl) {
+    case 16: return launch_bwd<16>(s, dqkv, dy, lse, qkv, q0, q1, kv_acc);
+    case 32: return launch_bwd<32>(s, dqkv, dy, lse, qkv, q0, q1, kv_acc);
+    case 64: return launch_bwd<64>(s, dqkv, dy, lse, qkv, q0, q1, kv_acc);
+    default: return launch_bwd<128>(s, dqkv, dy, lse, qkv, q0, q1, kv_acc);
+    }
 }
 
 #endif /* HOLMES_GPU_FP32 */

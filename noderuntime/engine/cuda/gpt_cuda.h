@@ -94,8 +94,11 @@ extern "C" {
 #define gpu_stage_wait_event GPU_API(stage_wait_event)
 #define gpu_stage_sq_norm_ex GPU_API(stage_sq_norm_ex)
 #define gpu_stage_attention_kind GPU_API(stage_attention_kind)
+#define gpu_stage_flash_kernel GPU_API(stage_flash_kernel)
 #define gpu_stage_profile_begin GPU_API(stage_profile_begin)
 #define gpu_stage_profile_end GPU_API(stage_profile_end)
+#define gpu_stage_profile_enter GPU_API(stage_profile_enter)
+#define gpu_stage_profile_leave GPU_API(stage_profile_leave)
 #define gpu_part_name GPU_API(part_name)
 #define gpu_counters GPU_API(counters)
 #define gpu_stage_device_bytes GPU_API(stage_device_bytes)
@@ -123,7 +126,11 @@ size_t gpu_act_bytes(void);
                                 gpu_stage_adamw_ex */
 #define GPU_MATERIALISED_ATTENTION 4 /* bf16: the attention that materialises the T x T scores
                                 instead of flash attention (for checking; fp32 always does) */
-#define GPU_FLAGS_ALL 7
+#define GPU_FLASH_MMA 8 /* bf16: flash attention on the mma.sync kernels (flash_mma.cu) instead of
+                           the WMMA ones (flash.cu); also chosen for every stage of the process
+                           by the environment variable HOLMES_FLASH=mma (HOLMES_FLASH=wmma: the
+                           WMMA ones even with this flag) */
+#define GPU_FLAGS_ALL 15
 
 /* Like gpt_stage_create, on the current CUDA device. Parameters are zero until
  * gpu_stage_init_params() or gpu_stage_set_params(); gradients and moments start at zero. */
@@ -165,8 +172,9 @@ void gpu_stage_free(struct gpu_stage *s);
 void gpu_stage_set_forward_hook(struct gpu_stage *s, int (*fn)(void *ctx, size_t lo, size_t hi),
                                 void *ctx);
 /* Parameters [lo, hi) were rewritten in device memory (an all-gather, AdamW through
- * gpu_stage_adamw_ex, a load), in the stream's order: the bf16 weight copy of every unit they
- * touch is refreshed right after that unit's forward hook, before it is read (fp32: nothing). */
+ * gpu_stage_adamw_ex on buffers other than the stage's, a load), in the stream's order: the bf16
+ * weight copy of every unit they touch is refreshed right after that unit's forward hook, before
+ * it is read (fp32: nothing). */
 void gpu_stage_params_changed(struct gpu_stage *s, size_t lo, size_t hi);
 /* The backward hook: called right after the work that produces block `layer`'s final gradients
  * (global layer index, last block first) is queued, at the backward that ends a micro-batch
@@ -182,7 +190,9 @@ void gpu_stage_set_tp_sum_dev(struct gpu_stage *s, int (*fn)(void *ctx, float *b
 int gpu_stage_loss_take(struct gpu_stage *s, float *sum);
 /* AdamW (optimizer.h's adamw_update_at) over parameters [lo, hi) held anywhere in device memory:
  * p, g, m, v each with element 0 at parameter lo; weight decay by the tensor table at lo + i.
- * Queued; it does not refresh the bf16 copy (gpu_stage_params_changed). */
+ * Queued. When p is the stage's own parameters (gpu_stage_params_dev(s) + lo) the kernel also
+ * writes their bf16 copy, as gpu_stage_adamw does (one pass: no gpu_stage_params_changed needed);
+ * other buffers (fp32 masters) leave it alone. */
 int gpu_stage_adamw_ex(struct gpu_stage *s, const struct adamw_config *o, size_t lo, size_t hi,
                        float *p, const float *g, float *m, float *v, float lr, long step,
                        float grad_scale);
@@ -272,14 +282,21 @@ int gpu_stage_debug_poison(struct gpu_stage *s);
 /* "flash" (bf16, head size 16, 32, 64 or 128) or "materialised": the attention this stage
  * runs. */
 const char *gpu_stage_attention_kind(const struct gpu_stage *s);
+/* The flash attention kernels the stage runs: "wmma", "mma", or "none" (materialised). */
+const char *gpu_stage_flash_kernel(const struct gpu_stage *s);
 
-/* Where the time goes (bench_gpu): between begin and end every part of the stage's work is timed
- * with CUDA events on its stream; end synchronises and fills ms[] per part, total_ms (begin to
- * end on the GPU), and the kernel launches (and other enqueued work) and host synchronisations
- * the engine made meanwhile (process-wide counters). */
+/* Where the time goes (bench_gpu, the worker's --profile-step): between begin and end every part
+ * of the stage's work is timed with CUDA events on its stream; end synchronises and fills ms[]
+ * per part, total_ms (begin to end on the GPU), and the kernel launches (and other enqueued work)
+ * and host synchronisations the engine made meanwhile (process-wide counters). The optimizer is
+ * AdamW, the norm the sums of squares, the bf16 copy the refresh of changed parameters' copy
+ * (gpu_stage_params_changed), zeroing the clear of gradients no backward wrote; masters is work
+ * a caller queues on the stream and marks as such (gpu_stage_profile_enter: the trainer's fp32
+ * masters rounded into the parameters). Nested parts count for the outermost. */
 enum gpu_part {
     GPU_PART_ATTENTION, GPU_PART_MATMUL, GPU_PART_LAYERNORM, GPU_PART_CLASSIFIER,
-    GPU_PART_EMBEDDING, GPU_PART_OPTIMIZER, GPU_PART_OTHER, GPU_PARTS
+    GPU_PART_EMBEDDING, GPU_PART_OPTIMIZER, GPU_PART_NORM, GPU_PART_BF16_COPY, GPU_PART_ZEROING,
+    GPU_PART_MASTERS, GPU_PART_OTHER, GPU_PARTS
 };
 struct gpu_profile {
     double ms[GPU_PARTS], total_ms;
@@ -288,6 +305,10 @@ struct gpu_profile {
 };
 int gpu_stage_profile_begin(struct gpu_stage *s);
 int gpu_stage_profile_end(struct gpu_stage *s, struct gpu_profile *out);
+/* The work the caller queues on the stage's stream from enter to leave counts as `part` (a
+ * gpu_part); nothing when no profile is on. */
+void gpu_stage_profile_enter(struct gpu_stage *s, int part);
+void gpu_stage_profile_leave(struct gpu_stage *s);
 const char *gpu_part_name(int part);
 /* The engine's process-wide counts of enqueued work and host synchronisations. */
 void gpu_counters(unsigned long long *launches, unsigned long long *syncs);

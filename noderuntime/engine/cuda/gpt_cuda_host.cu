@@ -40,7 +40,7 @@ int refresh_wx(struct gpu_stage *s, size_t lo, size_t hi)
     size_t EN = sizeof s->err;
     if (hi <= lo)
         return 0;
-    PROF(&s->x, GPU_PART_OTHER);
+    PROF(&s->x, GPU_PART_BF16_COPY);
     return launch_cast(s->x.stream, s->wX + lo, s->params + lo, hi - lo, EB, EN);
 #endif
 }
@@ -162,6 +162,7 @@ int grads_materialise(struct gpu_stage *s)
     size_t EN = sizeof s->err;
     if (!s->grads_fresh)
         return 0;
+    PROF(&s->x, GPU_PART_ZEROING);
     ENQ(cudaMemsetAsync(s->grads, 0, s->nparams * sizeof(float), s->x.stream));
     s->grads_fresh = 0;
     return 0;
@@ -324,8 +325,21 @@ void GPU_NS::prof_leave(struct gpu_prof *p, cudaStream_t st)
 const char *gpu_part_name(int part)
 {
     static const char *names[GPU_PARTS] = {"attention", "matmul", "layernorm", "classifier",
-                                           "embedding", "optimizer", "other"};
+                                           "embedding", "optimizer", "norm", "bf16 copy",
+                                           "zeroing", "masters", "other"};
     return part >= 0 && part < GPU_PARTS ? names[part] : "?";
+}
+
+void gpu_stage_profile_enter(struct gpu_stage *s, int part)
+{
+    if (s->prof.on && part >= 0 && part < GPU_PARTS)
+        prof_enter(&s->prof, s->x.stream, part);
+}
+
+void gpu_stage_profile_leave(struct gpu_stage *s)
+{
+    if (s->prof.on && s->prof.depth > 0)
+        prof_leave(&s->prof, s->x.stream);
 }
 
 void gpu_counters(unsigned long long *launches, unsigned long long *syncs)

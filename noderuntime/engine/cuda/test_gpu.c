@@ -13,13 +13,17 @@
  *                    uninterrupted run's losses and parameters exactly
  *   gpu.bad_input.*  out-of-range tokens, slots, backward without forward: -1 and a message
  *   gpu.resident.*   the device-resident trainer's calls (hooks, the loss summed on the device,
- *                    the norm over ranges, AdamW on buffers apart, changed parameters)
+ *                    the norm over ranges, AdamW on buffers apart, changed parameters, AdamW on
+ *                    the stage's own parameters writing the bf16 copy in the same pass)
  *   gpu.vs_cpu.hs64  head size 64 (GPT-2's: flash attention's main case), T = max_seq = 80 (not
  *                    a multiple of its 64-row tiles), an odd batch
  *   gpu.adamw.isolated  AdamW alone, the GPU's and the CPU's on identical inputs, to fp32 rounding
- *   gpu.flash.*      flash attention (bf16) = the materialised attention, and deterministic
+ *   gpu.flash.*      flash attention (bf16), both kernel sets (wmma: flash.cu, mma: flash_mma.cu)
+ *                    = the materialised attention, and deterministic; HOLMES_FLASH=mma runs
+ *                    every other check on the mma kernels
  *   gpu.memory.*     gpu_stage_device_bytes = what creation takes; too big: refused, named
- *   gpu.profile.*    gpu_stage_profile_* (bench_gpu's breakdown) and the counters
+ *   gpu.profile.*    gpu_stage_profile_* (bench_gpu's breakdown, the worker's --profile-step: the
+ *                    norm, zeroing, the bf16 copy, a caller's marked work) and the counters
  * Every gpu.vs_cpu stage starts with its activations and scratch NaN (gpu_stage_debug_poison) and
  * its gradients NaN before gpu_stage_zero_grads (the first backward must write every one).
  * gpu.adamw.params and gpu.recompute.* use derived bounds (check_bounds.h, the reasoning there;
@@ -1058,7 +1062,8 @@ static void log_bwd(void *ctx, int layer)
  * hook names every block, last first; the loss summed on the device = the losses read one by
  * one; the norm over ranges = gpu_stage_grad_sq_norm; AdamW on buffers held apart = the CPU's
  * adamw_update_at; a changed range's bf16 copy follows the parameters before the next forward
- * reads it (the loss with changed parameters = a fresh stage's with them) */
+ * reads it (the loss with changed parameters = a fresh stage's with them), and AdamW on the
+ * stage's own parameters writes it in the same pass */
 static void test_resident(void)
 {
     struct gpt_config c = tiny();
@@ -1178,6 +1183,31 @@ static void test_resident(void)
     ok = ok && gpu_stage_forward(fresh, 0, tok, NULL, tgt, NULL, &lf) == 0 &&
          gpu_stage_forward(gs, 0, tok, NULL, tgt, NULL, &lg) == 0;
     CHECK("gpu.resident.changed_parameters_reach_the_forward", ok && lf == lg);
+    /* AdamW on the stage's own parameters (the trainer's path with one replica and fp32
+     * parameters): the same pass writes the bf16 copy, so with no gpu_stage_params_changed the
+     * next forward computes with the updated parameters, as a stage given them fresh does; and
+     * the parameters are the CPU's update of the same state */
+    ok = ok && gpu_stage_get_params(gs, h) == 0;
+    for (size_t i = 0; ok && i < n; i++)
+        h2[i] = h[i];
+    adamw_update_at(&o, tt, nt, h2 + a, hg + a, hm, hv, a, z, 1e-3f, 4, 0.7f);
+    ok = ok && gpu_stage_adamw_ex(gs, &o, a, z, gpu_stage_params_dev(gs) + a,
+                                  gpu_stage_grads_dev(gs) + a, dm, dv, 1e-3f, 4, 0.7f) == 0 &&
+         gpu_stage_get_params(gs, h) == 0 && gpu_stage_set_params(fresh, h) == 0;
+    worst = 0.0; /* AdamW that did nothing would leave h at the old values: far from h2 */
+    for (size_t i = a; ok && i < z; i++) {
+        double d = fabs((double)h[i] - h2[i]) / (fabs(h2[i]) + 1e-3);
+        worst = d > worst ? d : worst;
+    }
+    lf = 0.0f, lg = -1.0f;
+    ok = ok && worst <= 1e-5 && gpu_stage_forward(fresh, 0, tok, NULL, tgt, NULL, &lf) == 0 &&
+         gpu_stage_forward(gs, 0, tok, NULL, tgt, NULL, &lg) == 0;
+    if (ok && lf == lg)
+        TEST_PASS("gpu.resident.adamw_own_params_writes_the_bf16_copy");
+    else
+        TEST_FAIL("gpu.resident.adamw_own_params_writes_the_bf16_copy",
+                  "loss %.9g, a fresh stage's %.9g; parameters vs the CPU: worst %.3g (%s)", lg, lf,
+                  worst, gpu_stage_error(gs));
 out:
     cudaFree(dm);
     cudaFree(dv);
@@ -1200,24 +1230,43 @@ out:
 /* gpu.flash.*: flash attention against the materialised one (bf16; GPU_MATERIALISED_ATTENTION),
  * on GPT-2's head size and a T that is not a multiple of the tiles: the loss and every gradient
  * within the precision's tolerance, and the backward deterministic (two runs, the same bits). */
+static void test_flash_kernel(int kflag, const char *kname, int B, int T);
+
+/* Both kernel sets, at T = 80 (a partial second tile) and T = 200 (whole tiles that no mask
+ * touches, in every kernel, beside the diagonal and the partial ones) */
 static void test_flash(void)
 {
     if (strcmp(gpu_precision_name(), "bf16") != 0)
         return;
+    test_flash_kernel(0, "wmma", 3, 80);
+    test_flash_kernel(GPU_FLASH_MMA, "mma", 3, 80);
+    test_flash_kernel(0, "wmma", 2, 200);
+    test_flash_kernel(GPU_FLASH_MMA, "mma", 2, 200);
+}
+
+/* one kernel set (its flag; HOLMES_FLASH, when set, decides for both) against the materialised
+ * attention on (B, T); check names carry the kernel set's name and T */
+static void test_flash_kernel(int kflag, const char *kname, int B, int T)
+{
+    char nm[6][64];
+    static const char *const what[6] = {"create", "kinds", "run", "loss", "grads", "deterministic"};
+    for (int i = 0; i < 6; i++)
+        snprintf(nm[i], sizeof nm[i], "gpu.flash.%s.T%d.%s", kname, T, what[i]);
     struct gpt_config c = wide();
-    int B = 3, T = 80;
+    c.max_seq = T;
     size_t BT = (size_t)B * T;
     herr e;
     struct gpu_stage *fl = NULL, *ma = NULL;
     float *gf = NULL, *gm = NULL, *g2 = NULL;
     int *tok = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
-    if (!tok || !tgt || gpu_stage_create(&fl, &c, 0, 2, B, T, 1, 0, &e) < 0 ||
+    if (!tok || !tgt || gpu_stage_create(&fl, &c, 0, 2, B, T, 1, kflag, &e) < 0 ||
         gpu_stage_create(&ma, &c, 0, 2, B, T, 1, GPU_MATERIALISED_ATTENTION, &e) < 0) {
-        TEST_FAIL("gpu.flash.create", "%s", tok && tgt ? e.msg : "out of memory");
+        TEST_FAIL(nm[0], "%s", tok && tgt ? e.msg : "out of memory");
         goto out;
     }
-    CHECK("gpu.flash.kinds", !strcmp(gpu_stage_attention_kind(fl), "flash") &&
-                                 !strcmp(gpu_stage_attention_kind(ma), "materialised"));
+    printf("# gpu.flash.%s.T%d: the stage runs the %s kernels\n", kname, T, gpu_stage_flash_kernel(fl));
+    CHECK(nm[1], !strcmp(gpu_stage_attention_kind(fl), "flash") &&
+                     !strcmp(gpu_stage_attention_kind(ma), "materialised"));
     gpt_config_check(&c, NULL);
     random_tokens(tok, BT, c.vocab);
     random_tokens(tgt, BT, c.vocab);
@@ -1234,14 +1283,14 @@ static void test_flash(void)
         gpu_stage_backward(ma, 0, NULL, NULL, 1.0f) < 0 || gpu_stage_get_grads(ma, gm) < 0 ||
         gpu_stage_zero_grads(fl) < 0 || gpu_stage_forward(fl, 0, tok, NULL, tgt, NULL, &l2) < 0 ||
         gpu_stage_backward(fl, 0, NULL, NULL, 1.0f) < 0 || gpu_stage_get_grads(fl, g2) < 0) {
-        TEST_FAIL("gpu.flash.run", "%s / %s", fl ? gpu_stage_error(fl) : "", ma ? gpu_stage_error(ma) : "");
+        TEST_FAIL(nm[2], "%s / %s", fl ? gpu_stage_error(fl) : "", ma ? gpu_stage_error(ma) : "");
         goto out;
     }
-    CHECK_NEAR("gpu.flash.loss", lf, lm, TOL);
+    CHECK_NEAR(nm[3], lf, lm, TOL);
     const struct gpt_tensor *t;
     int nt = gpu_stage_tensors(fl, &t);
-    CHECK_TENSORS("gpu.flash.grads", t, nt, gf, gm, 0, c.channels, TOL);
-    CHECK("gpu.flash.deterministic", lf == l2 && memcmp(gf, g2, n * sizeof(float)) == 0);
+    CHECK_TENSORS(nm[4], t, nt, gf, gm, 0, c.channels, TOL);
+    CHECK(nm[5], lf == l2 && memcmp(gf, g2, n * sizeof(float)) == 0);
 out:
     free(tok);
     free(tgt);
@@ -1327,7 +1376,27 @@ static void test_profile(void)
     CHECK("gpu.profile.parts_inside_total", p.total_ms > 0 && parts <= 1.01 * p.total_ms + 0.01);
     CHECK("gpu.profile.attention_and_matmul", p.ms[GPU_PART_ATTENTION] > 0 &&
                                                   p.ms[GPU_PART_MATMUL] > 0 &&
-                                                  p.ms[GPU_PART_OPTIMIZER] > 0);
+                                                  p.ms[GPU_PART_OPTIMIZER] > 0 &&
+                                                  p.ms[GPU_PART_NORM] > 0);
+    /* the worker's parts: gradients cleared (read with no backward since the zeroing), the
+     * caller's own marked work (the trainer's masters), the bf16 copy refreshed (bf16) */
+    void *scratch = NULL;
+    float l2 = 0.0f;
+    int prof_ok = cudaMalloc(&scratch, 1 << 20) == cudaSuccess && gpu_stage_profile_begin(s) == 0 &&
+                  gpu_stage_zero_grads(s) == 0 && gpu_stage_grad_sq_norm(s, 0, n, &sq) == 0;
+    gpu_stage_profile_enter(s, GPU_PART_MASTERS);
+    prof_ok = prof_ok && cudaMemsetAsync(scratch, 0, 1 << 20,
+                                         (cudaStream_t)gpu_stage_stream(s)) == cudaSuccess;
+    gpu_stage_profile_leave(s);
+    gpu_stage_params_changed(s, 0, n);
+    prof_ok = prof_ok && gpu_stage_forward(s, 0, tok, NULL, tgt, NULL, &l2) == 0 &&
+              gpu_stage_profile_end(s, &p) == 0;
+    cudaFree(scratch);
+    int bf16 = strcmp(gpu_precision_name(), "bf16") == 0;
+    CHECK("gpu.profile.worker_parts",
+          prof_ok && p.ms[GPU_PART_ZEROING] > 0 && p.ms[GPU_PART_MASTERS] > 0 &&
+              p.ms[GPU_PART_NORM] > 0 && (p.ms[GPU_PART_BF16_COPY] > 0) == bf16 &&
+              p.ms[GPU_PART_OPTIMIZER] == 0 && sq == 0.0);
     CHECK("gpu.profile.counters", p.launches > 20 && p.syncs >= 2 && p.events_lost == 0);
     CHECK("gpu.profile.loss_read_once", isfinite(loss) && loss > 0.0f);
     /* the norm over one device buffer = the stage's own, the same reduction */

@@ -1,0 +1,215 @@
+/* Flash attention's second kernel set (bf16 mode; chosen by GPU_FLASH_MMA or HOLMES_FLASH=mma,
+ * flash.cu dispatches): the same algorithm and the same results' definition as flash.cu's WMMA
+ * kernels, with what they lack for speed (FlashAttention-2's register-resident layout):
+ *   - mma.sync.m16n8k16 (bf16 in, fp32 accumulate) on fragments loaded by ldmatrix, so the scores
+ *     S, the probabilities P and dS stay in registers: an S accumulator's layout is the A operand
+ *     layout of the next product (P V, P^T dY, dS K), no round trip through shared memory;
+ *   - the tiles the loop walks (K and V in forward and dQ; Q and dY in dK/dV) double-buffered with
+ *     cp.async, the next tile loading while the current one is multiplied;
+ *   - the softmax row statistics reduced over the 4 lanes that share a row, the row sum kept per
+ *     lane and reduced once at the end.
+ * Geometry: a block of 4 warps takes 64 rows (queries in forward and dQ, keys in dK/dV), a warp 16;
+ * the walked tiles are 64 rows; head size HS in {16, 32, 64, 128}; shared rows padded by 16 bytes
+ * (ldmatrix's 8 row addresses fall in distinct banks).
+ *
+ * Fragment layouts (PTX ISA, "mma.m16n8k16"), lane = 4 g + t:
+ *   A 16x16 row-major, 4 registers of 2 bf16: (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)
+ *   B 16x8 (k x n), 2 registers: (k 2t..2t+1, n g), (k 2t+8..2t+9, n g)
+ *   C 16x8 fp32, 4 floats: (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)
+ * ldmatrix .x4 loads four 8x8 bf16 matrices whose rows lanes 8m..8m+7 address; lane l receives
+ * (row l/4, columns 2(l%4), +1) of each, or with .trans the transposed pair (rows 2(l%4), +1 of
+ * column l/4). So for X stored row-major [rows][d]:
+ *   A of X's rows (Q, K, V, dY in the role of the left operand): matrices (rows 0-7, d 0-7),
+ *     (rows 8-15, d 0-7), (rows 0-7, d 8-15), (rows 8-15, d 8-15);
+ *   B = X^T for S-like products (n = X's rows, k = d): non-transposed, matrices (rows 8j.., d 0-7),
+ *     (rows 8j.., d 8-15), (rows 8j+8.., d 0-7), (rows 8j+8.., d 8-15): b0 b1 of n-tiles j, j+1;
+ *   B = X for P-like products (k = X's rows, n = d): .trans, matrices (rows 0-7, d 8n..),
+ *     (rows 8-15, d 8n..), (rows 0-7, d 8n+8..), (rows 8-15, d 8n+8..).
+ * Determinism as flash.cu: no atomics, each output element written by one thread after a loop in
+ * a fixed order. The tile arithmetic is flash_plan.h's. */
+#include "flash_plan.h"
+#include "stage.cuh"
+
+namespace GPU_NS {
+
+#ifdef HOLMES_GPU_FP32
+
+int flash_mma_prepare(struct gpu_stage *s)
+{
+    return stage_fail(s, "flash attention runs in bf16 mode only");
+}
+int flash_mma_fwd(struct gpu_stage *s, floatX *, float *, const floatX *, int, int)
+{
+    return stage_fail(s, "flash attention runs in bf16 mode only");
+}
+int flash_mma_bwd(struct gpu_stage *s, floatX *, const floatX *, const float *, const floatX *,
+                  int, int, float *)
+{
+    return stage_fail(s, "flash attention runs in bf16 mode only");
+}
+
+#else
+
+namespace {
+
+typedef __nv_bfloat16 bf16;
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global -> shared, asynchronously; zeros when !ok (src is then not read) */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool ok)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(ok ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldsm4(uint32_t r[4], const bf16 *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm4t(uint32_t r[4], const bf16 *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+/* c += a b (16x8x16) */
+__device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* 2^x on the special-function unit (ex2.approx: relative error ~2^-22, far below bf16's; -inf
+ * gives +0) */
+__device__ __forceinline__ float fast_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* two floats as bf16 in one register, the first in the low half (the lower column) */
+__device__ __forceinline__ uint32_t pack2(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ __forceinline__ float shfl_xor(float v, int m)
+{
+    return __shfl_xor_sync(0xffffffffu, v, m);
+}
+__device__ __forceinline__ void block_sync()
+{
+    __syncthreads();
+}
+__device__ __forceinline__ void store_bf2(bf16 *p, float x, float y)
+{
+    *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(x, y);
+}
+#define FM_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
+
+#include "flash_mma_kernels.cuh"
+
+template <int HS> int launch_fwd(struct gpu_stage *s, floatX *atty, float *lse, const floatX *qkv,
+                                 int q0, int q1)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    dim3 grid((unsigned)flash_query_tiles(q0, q1), (unsigned)(s->B * s->NHl));
+    float sl2 = 1.4426950408889634f / sqrtf((float)HS);
+    mma_fwd_kernel<HS><<<grid, NTHREADS, fwd_smem<HS>(), s->x.stream>>>(atty, lse, qkv, s->T,
+                                                                        s->NHl, q0, q1, sl2);
+    LAUNCHED(s->x.stream);
+    return 0;
+}
+
+template <int HS> int launch_bwd(struct gpu_stage *s, floatX *dqkv, const floatX *dy,
+                                 const float *lse, const floatX *qkv, int q0, int q1, float *kv_acc)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    cudaStream_t st = s->x.stream;
+    int B = s->B, T = s->T, NH = s->NHl;
+    float scale = 1.0f / sqrtf((float)HS), sl2 = 1.4426950408889634f * scale;
+    dim3 gk((unsigned)flash_key_tiles(q1), (unsigned)(B * NH));
+    mma_dkdv_kernel<HS><<<gk, NTHREADS, dkdv_smem<HS>(), st>>>(dqkv, kv_acc, dy, lse, s->dsum,
+                                                               qkv, T, NH, q0, q1, sl2, scale);
+    LAUNCHED(st);
+    dim3 gq((unsigned)flash_query_tiles(q0, q1), (unsigned)(B * NH));
+    mma_dq_kernel<HS><<<gq, NTHREADS, dq_smem<HS>(), st>>>(dqkv, dy, lse, s->dsum, qkv, T, NH, q0,
+                                                           q1, sl2, scale);
+    LAUNCHED(st);
+    return 0;
+}
+
+template <int HS> int prepare(struct gpu_stage *s)
+{
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    CK(cudaFuncSetAttribute(mma_fwd_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            (int)fwd_smem<HS>()));
+    CK(cudaFuncSetAttribute(mma_dkdv_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            (int)dkdv_smem<HS>()));
+    CK(cudaFuncSetAttribute(mma_dq_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            (int)dq_smem<HS>()));
+    return 0;
+}
+
+} /* namespace */
+
+int flash_mma_prepare(struct gpu_stage *s)
+{
+    switch (s->Cl / s->NHl) {
+    case 16: return prepare<16>(s);
+    case 32: return prepare<32>(s);
+    case 64: return prepare<64>(s);
+    case 128: return prepare<128>(s);
+    }
+    return stage_fail(s, "flash attention: head size %d is not supported", s->Cl / s->NHl);
+}
+
+int flash_mma_fwd(struct gpu_stage *s, floatX *atty, float *lse, const floatX *qkv, int q0, int q1)
+{
+    switch (s->Cl / s->NHl) {
+    case 16: return launch_fwd<16>(s, atty, lse, qkv, q0, q1);
+    case 32: return launch_fwd<32>(s, atty, lse, qkv, q0, q1);
+    case 64: return launch_fwd<64>(s, atty, lse, qkv, q0, q1);
+    case 128: return launch_fwd<128>(s, atty, lse, qkv, q0, q1);
+    }
+    return stage_fail(s, "flash attention: head size %d is not supported", s->Cl / s->NHl);
+}
+
+int flash_mma_bwd(struct gpu_stage *s, floatX *dqkv, const floatX *dy, const float *lse,
+                  const floatX *qkv, int q0, int q1, float *kv_acc)
+{
+    switch (s->Cl / s->NHl) {
+    case 16: return launch_bwd<16>(s, dqkv, dy, lse, qkv, q0, q1, kv_acc);
+    case 32: return launch_bwd<32>(s, dqkv, dy, lse, qkv, q0, q1, kv_acc);
+    case 64: return launch_bwd<64>(s, dqkv, dy, lse, qkv, q0, q1, kv_acc);
+    case 128: return launch_bwd<128>(s, dqkv, dy, lse, qkv, q0, q1, kv_acc);
+    }
+    return stage_fail(s, "flash attention: head size %d is not supported", s->Cl / s->NHl);
+}
+
+#endif /* HOLMES_GPU_FP32 */
+
+} /* namespace GPU_NS */

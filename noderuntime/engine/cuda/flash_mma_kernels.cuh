@@ -1,0 +1,392 @@
+/* Flash attention's mma.sync kernels (flash_mma.cu has the whole description), written against a
+ * few primitives that the includer defines, so that the same source compiles for the GPU
+ * (flash_mma.cu: PTX) and for the host emulator that checks it without a GPU
+ * (tests/unit/flash_mma_emu.cc: the 128 threads of a block as host threads, the warp-wide
+ * operations exchanging their lanes' operands as the PTX ISA lays them out):
+ *   bf16                         the 16-bit brain float type
+ *   block_sync()                 __syncthreads
+ *   shfl_xor(v, m)               __shfl_xor_sync over the whole warp
+ *   cp_async16(dst, src, ok)     16 bytes global -> shared, asynchronous, zeros when !ok
+ *   cp_async_commit(), cp_async_wait<N>()
+ *   ldsm4(r, p), ldsm4t(r, p)    ldmatrix .x4 (and .trans); p: this lane's row address
+ *   mma(c, a, b0, b1)            mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32, c += a b
+ *   fast_exp2(x)                 2^x
+ *   pack2(lo, hi)                two floats as bf16 in one 32-bit register, lo in the low half
+ *   store_bf2(p, x, y)           p[0], p[1] = bf16(x), bf16(y)
+ *   FM_SMEM(name)                the block's dynamic shared memory as unsigned char name[]
+ * and threadIdx, blockIdx, gridDim, __global__, __device__, __forceinline__, __launch_bounds__.
+ * Include inside the includer's namespace, after flash_plan.h. */
+#pragma once
+
+constexpr int ROWS = FLASH_TILE; /* a block's own rows, and the rows of a walked tile */
+constexpr int NWARP = ROWS / 16;
+constexpr int NTHREADS = NWARP * 32;
+
+template <int HS> struct mgeo {
+    static constexpr int LDH = HS + 8;    /* a shared row, in bf16 (16 bytes of padding) */
+    static constexpr int TILE = ROWS * LDH;
+    static constexpr int NK = HS / 16;    /* 16-wide chunks of the head dimension */
+    static constexpr int ND = HS / 8;     /* 8-wide n-tiles of the head dimension */
+};
+
+/* rows [r0, r0 + 64) of a row-major matrix (row stride `stride`) into a shared tile, HS columns,
+ * asynchronously; rows from rend on are zero */
+template <int HS>
+__device__ __forceinline__ void tile_async(bf16 *tile, const bf16 *src, size_t stride, int r0,
+                                           int rend)
+{
+    constexpr int CH = HS / 8;
+    for (int i = threadIdx.x; i < ROWS * CH; i += NTHREADS) {
+        int r = i / CH, c = (i % CH) * 8;
+        bool ok = r0 + r < rend;
+        cp_async16(tile + r * mgeo<HS>::LDH + c, src + (size_t)(ok ? r0 + r : 0) * stride + c, ok);
+    }
+}
+
+/* The A fragment of chunk kk of a warp's 16 rows (from row w16) of a shared tile */
+template <int HS>
+__device__ __forceinline__ void frag_a(uint32_t a[4], const bf16 *tile, int w16, int kk)
+{
+    int lane = threadIdx.x % 32, m = lane / 8, r = lane % 8;
+    ldsm4(a, tile + (w16 + 8 * (m & 1) + r) * mgeo<HS>::LDH + 16 * kk + 8 * (m >> 1));
+}
+
+/* acc[j] (j < 8: the tile's 64 rows as n, 8 at a time) = the warp's rows of X (A fragments loaded
+ * from shared X at w16) times Y^T (shared tile Y [64][HS]) */
+template <int HS>
+__device__ __forceinline__ void xyT(float acc[8][4], const bf16 *X, int w16, const bf16 *Y)
+{
+    int lane = threadIdx.x % 32, m = lane / 8, r = lane % 8;
+    for (int j = 0; j < 8; j++)
+        acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < mgeo<HS>::NK; kk++) {
+        uint32_t a[4];
+        frag_a<HS>(a, X, w16, kk);
+#pragma unroll
+        for (int j = 0; j < 8; j += 2) {
+            uint32_t b[4];
+            ldsm4(b, Y + (8 * (j + (m >> 1)) + r) * mgeo<HS>::LDH + 16 * kk + 8 * (m & 1));
+            mma(acc[j], a, b[0], b[1]);
+            mma(acc[j + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+/* out[n] (n < ND: head dimension 8 at a time) += P (16 x 64, as C fragments p[8][4]) times the
+ * shared tile Y [64][HS] */
+template <int HS>
+__device__ __forceinline__ void pY(float out[][4], const float p[8][4], const bf16 *Y)
+{
+    int lane = threadIdx.x % 32, m = lane / 8, r = lane % 8;
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        uint32_t a[4] = {pack2(p[2 * kk][0], p[2 * kk][1]), pack2(p[2 * kk][2], p[2 * kk][3]),
+                         pack2(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                         pack2(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+        for (int n = 0; n < mgeo<HS>::ND; n += 2) {
+            uint32_t b[4];
+            ldsm4t(b, Y + (16 * kk + 8 * (m & 1) + r) * mgeo<HS>::LDH + 8 * (n + (m >> 1)));
+            mma(out[n], a, b[0], b[1]);
+            mma(out[n + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- forward */
+
+template <int HS>
+__global__ void __launch_bounds__(NTHREADS)
+mma_fwd_kernel(bf16 *atty, float *lse, const bf16 *qkv, int T, int NH, int q0, int q1, float sl2)
+{
+    typedef mgeo<HS> G;
+    FM_SMEM(smem);
+    bf16 *Qs = reinterpret_cast<bf16 *>(smem), *Ks = Qs + G::TILE, *Vs = Ks + 2 * G::TILE;
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    size_t stride = 3 * (size_t)C;
+    const bf16 *qb = qkv + (size_t)b * T * stride + (size_t)h * HS, *kb = qb + C, *vb = qb + 2 * C;
+    int qt0 = flash_query_tile(q0, q1, (int)gridDim.x - 1 - (int)blockIdx.x); /* heavy first */
+    int kend = flash_key_end(qt0, q1), ntiles = (kend + ROWS - 1) / ROWS;
+    tile_async<HS>(Qs, qb, stride, qt0, q1);
+    tile_async<HS>(Ks, kb, stride, 0, kend);
+    tile_async<HS>(Vs, vb, stride, 0, kend);
+    cp_async_commit();
+
+    int w16 = 16 * w, row[2] = {qt0 + w16 + g, qt0 + w16 + g + 8};
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f}; /* lrow: this lane's part */
+    float o[G::ND][4];
+    for (int n = 0; n < G::ND; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    for (int it = 0; it < ntiles; it++) {
+        int kt = it * ROWS;
+        const bf16 *Kc = Ks + (it & 1) * G::TILE, *Vc = Vs + (it & 1) * G::TILE;
+        if (it + 1 < ntiles) { /* the next tiles into the other buffers */
+            tile_async<HS>(Ks + ((it + 1) & 1) * G::TILE, kb, stride, kt + ROWS, kend);
+            tile_async<HS>(Vs + ((it + 1) & 1) * G::TILE, vb, stride, kt + ROWS, kend);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        block_sync();
+        if (flash_rows_see(qt0 + w16, 16, kt)) {
+            float s[8][4];
+            xyT<HS>(s, Qs, w16, Kc);
+            bool masked = flash_needs_mask(qt0 + w16, 16, kt, ROWS, q1);
+            float mx[2] = {mrow[0], mrow[1]};
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float v = s[j][e] * sl2;
+                    if (masked && !flash_visible(row[e >> 1], kt + 8 * j + 2 * t + (e & 1), q1))
+                        v = -INFINITY;
+                    s[j][e] = v;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], v);
+                }
+            float alpha[2], mu[2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                mx[i] = fmaxf(mx[i], shfl_xor(mx[i], 1));
+                mx[i] = fmaxf(mx[i], shfl_xor(mx[i], 2));
+                mu[i] = mx[i] == -INFINITY ? 0.0f : mx[i]; /* nothing visible yet (padding) */
+                alpha[i] = fast_exp2(mrow[i] - mu[i]);
+                mrow[i] = mx[i];
+                lrow[i] *= alpha[i];
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float p = fast_exp2(s[j][e] - mu[e >> 1]);
+                    lrow[e >> 1] += p;
+                    s[j][e] = p;
+                }
+#pragma unroll
+            for (int n = 0; n < G::ND; n++) {
+                o[n][0] *= alpha[0];
+                o[n][1] *= alpha[0];
+                o[n][2] *= alpha[1];
+                o[n][3] *= alpha[1];
+            }
+            pY<HS>(o, s, Vc);
+        }
+        block_sync(); /* the buffers just read are refilled next */
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        float l = lrow[i];
+        l += shfl_xor(l, 1);
+        l += shfl_xor(l, 2);
+        if (row[i] >= q1)
+            continue;
+        float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        bf16 *out = atty + ((size_t)b * T + row[i]) * C + (size_t)h * HS + 2 * t;
+        for (int n = 0; n < G::ND; n++)
+            store_bf2(out + 8 * n, o[n][2 * i] * inv, o[n][2 * i + 1] * inv);
+        if (t == 0)
+            lse[((size_t)b * NH + h) * T + row[i]] = mrow[i] + log2f(l);
+    }
+}
+
+/* ---------------------------------------------------------------- backward */
+
+/* rows' lse (rows at or past q1: +inf, so P = 0) and D of the query tile from qt into shared */
+__device__ __forceinline__ void rows_into(float *Ls, float *Ds, const float *lse, const float *D,
+                                          int qt, int q1)
+{
+    for (int i = threadIdx.x; i < ROWS; i += NTHREADS) {
+        int q = qt + i;
+        Ls[i] = q < q1 ? lse[q] : INFINITY;
+        Ds[i] = q < q1 ? D[q] : 0.0f;
+    }
+}
+
+/* A warp's 16 rows of accumulators (C layout, [ND][4]) times sc into a [rows][stride] gradient at
+ * columns [0, HS) from dst: rows row0 + g and + 8 (those < rend); with acc32 (fp32, same layout)
+ * the sum with it, written to both */
+template <int HS>
+__device__ __forceinline__ void rows_out(bf16 *dst, float *acc32, const float v[][4], float sc,
+                                         int row0, int rend, size_t stride)
+{
+    int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        int r = row0 + g + 8 * i;
+        if (r >= rend)
+            continue;
+        size_t o = (size_t)r * stride + 2 * t;
+        for (int n = 0; n < mgeo<HS>::ND; n++) {
+            float x = v[n][2 * i] * sc, y = v[n][2 * i + 1] * sc;
+            if (acc32) {
+                x += acc32[o + 8 * n];
+                y += acc32[o + 8 * n + 1];
+                acc32[o + 8 * n] = x;
+                acc32[o + 8 * n + 1] = y;
+            }
+            store_bf2(dst + o + 8 * n, x, y);
+        }
+    }
+}
+
+/* dK, dV of 64 keys (a warp 16) of one (sequence, head), over the query tiles that see them */
+template <int HS>
+__global__ void __launch_bounds__(NTHREADS)
+mma_dkdv_kernel(bf16 *dqkv, float *kv_acc, const bf16 *dy, const float *lse, const float *D,
+                const bf16 *qkv, int T, int NH, int q0, int q1, float sl2, float scale)
+{
+    typedef mgeo<HS> G;
+    FM_SMEM(smem);
+    bf16 *Ks = reinterpret_cast<bf16 *>(smem), *Vs = Ks + G::TILE, *Qs = Vs + G::TILE;
+    bf16 *dYs = Qs + 2 * G::TILE;
+    float *Ls = reinterpret_cast<float *>(dYs + 2 * G::TILE), *Ds = Ls + 2 * ROWS;
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    size_t stride = 3 * (size_t)C;
+    const bf16 *qb = qkv + (size_t)b * T * stride + (size_t)h * HS, *kb = qb + C, *vb = qb + 2 * C;
+    const bf16 *dyb = dy + (size_t)b * T * C + (size_t)h * HS;
+    const float *lseb = lse + ((size_t)b * NH + h) * T, *Db = D + ((size_t)b * NH + h) * T;
+    int kt0 = (int)blockIdx.x * ROWS, qfirst = flash_first_query(q0, kt0);
+    int ntiles = (q1 - qfirst + ROWS - 1) / ROWS;
+    tile_async<HS>(Ks, kb, stride, kt0, q1);
+    tile_async<HS>(Vs, vb, stride, kt0, q1);
+    tile_async<HS>(Qs, qb, stride, qfirst, q1);
+    tile_async<HS>(dYs, dyb, (size_t)C, qfirst, q1);
+    cp_async_commit();
+    rows_into(Ls, Ds, lseb, Db, qfirst, q1);
+
+    int w16 = 16 * w, key[2] = {kt0 + w16 + g, kt0 + w16 + g + 8};
+    float dk[G::ND][4], dv[G::ND][4];
+    for (int n = 0; n < G::ND; n++)
+        for (int e = 0; e < 4; e++)
+            dk[n][e] = dv[n][e] = 0.0f;
+    for (int it = 0; it < ntiles; it++) {
+        int qt = qfirst + it * ROWS, cur = it & 1, nxt = cur ^ 1;
+        const bf16 *Qc = Qs + cur * G::TILE, *dYc = dYs + cur * G::TILE;
+        const float *Lc = Ls + cur * ROWS, *Dc = Ds + cur * ROWS;
+        if (it + 1 < ntiles) {
+            tile_async<HS>(Qs + nxt * G::TILE, qb, stride, qt + ROWS, q1);
+            tile_async<HS>(dYs + nxt * G::TILE, dyb, (size_t)C, qt + ROWS, q1);
+            cp_async_commit();
+            rows_into(Ls + nxt * ROWS, Ds + nxt * ROWS, lseb, Db, qt + ROWS, q1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        block_sync();
+        if (flash_rows_see(qt, ROWS, kt0 + w16)) {
+            bool masked = flash_needs_mask(qt, ROWS, kt0 + w16, 16, q1);
+            float p[8][4], ds[8][4];
+            xyT<HS>(p, Ks, w16, Qc); /* S^T: the warp's keys x the tile's queries */
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int qi = 8 * j + 2 * t + (e & 1);
+                    float x = fast_exp2(p[j][e] * sl2 - Lc[qi]);
+                    p[j][e] = masked && !flash_visible(qt + qi, key[e >> 1], q1) ? 0.0f : x;
+                }
+            xyT<HS>(ds, Vs, w16, dYc); /* dP^T = V dY^T */
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    ds[j][e] = p[j][e] * (ds[j][e] - Dc[8 * j + 2 * t + (e & 1)]);
+            pY<HS>(dv, p, dYc);  /* dV += P^T dY */
+            pY<HS>(dk, ds, Qc);  /* dK += dS^T Q */
+        }
+        block_sync(); /* the buffers just read are refilled next */
+    }
+    bf16 *base = dqkv + (size_t)b * T * stride + (size_t)h * HS;
+    float *accb = kv_acc ? kv_acc + (size_t)b * T * stride + (size_t)h * HS : NULL;
+    rows_out<HS>(base + C, accb ? accb + C : NULL, dk, scale, kt0 + w16, q1, stride);
+    rows_out<HS>(base + 2 * C, accb ? accb + 2 * C : NULL, dv, 1.0f, kt0 + w16, q1, stride);
+}
+
+/* dQ of 64 queries (a warp 16) of one (sequence, head), over the key tiles they see */
+template <int HS>
+__global__ void __launch_bounds__(NTHREADS)
+mma_dq_kernel(bf16 *dqkv, const bf16 *dy, const float *lse, const float *D, const bf16 *qkv, int T,
+              int NH, int q0, int q1, float sl2, float scale)
+{
+    typedef mgeo<HS> G;
+    FM_SMEM(smem);
+    bf16 *Qs = reinterpret_cast<bf16 *>(smem), *dYs = Qs + G::TILE, *Ks = dYs + G::TILE;
+    bf16 *Vs = Ks + 2 * G::TILE;
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    size_t stride = 3 * (size_t)C;
+    const bf16 *qb = qkv + (size_t)b * T * stride + (size_t)h * HS, *kb = qb + C, *vb = qb + 2 * C;
+    const bf16 *dyb = dy + (size_t)b * T * C + (size_t)h * HS;
+    const float *lseb = lse + ((size_t)b * NH + h) * T, *Db = D + ((size_t)b * NH + h) * T;
+    int qt0 = flash_query_tile(q0, q1, (int)gridDim.x - 1 - (int)blockIdx.x); /* heavy first */
+    int kend = flash_key_end(qt0, q1), ntiles = (kend + ROWS - 1) / ROWS;
+    tile_async<HS>(Qs, qb, stride, qt0, q1);
+    tile_async<HS>(dYs, dyb, (size_t)C, qt0, q1);
+    tile_async<HS>(Ks, kb, stride, 0, kend);
+    tile_async<HS>(Vs, vb, stride, 0, kend);
+    cp_async_commit();
+
+    int w16 = 16 * w, row[2] = {qt0 + w16 + g, qt0 + w16 + g + 8};
+    float L[2], Dr[2];
+    for (int i = 0; i < 2; i++) {
+        L[i] = row[i] < q1 ? lseb[row[i]] : INFINITY;
+        Dr[i] = row[i] < q1 ? Db[row[i]] : 0.0f;
+    }
+    float dq[G::ND][4];
+    for (int n = 0; n < G::ND; n++)
+        dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    for (int it = 0; it < ntiles; it++) {
+        int kt = it * ROWS;
+        const bf16 *Kc = Ks + (it & 1) * G::TILE, *Vc = Vs + (it & 1) * G::TILE;
+        if (it + 1 < ntiles) {
+            tile_async<HS>(Ks + ((it + 1) & 1) * G::TILE, kb, stride, kt + ROWS, kend);
+            tile_async<HS>(Vs + ((it + 1) & 1) * G::TILE, vb, stride, kt + ROWS, kend);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        block_sync();
+        if (flash_rows_see(qt0 + w16, 16, kt)) {
+            bool masked = flash_needs_mask(qt0 + w16, 16, kt, ROWS, q1);
+            float p[8][4], ds[8][4];
+            xyT<HS>(p, Qs, w16, Kc); /* S: the warp's queries x the tile's keys */
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float x = fast_exp2(p[j][e] * sl2 - L[e >> 1]);
+                    p[j][e] = masked && !flash_visible(row[e >> 1], kt + 8 * j + 2 * t + (e & 1), q1)
+                                  ? 0.0f
+                                  : x;
+                }
+            xyT<HS>(ds, dYs, w16, Vc); /* dP = dY V^T */
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    ds[j][e] = p[j][e] * (ds[j][e] - Dr[e >> 1]);
+            pY<HS>(dq, ds, Kc); /* dQ += dS K */
+        }
+        block_sync(); /* the buffers just read are refilled next */
+    }
+    rows_out<HS>(dqkv + (size_t)b * T * stride + (size_t)h * HS, NULL, dq, scale, qt0 + w16, q1,
+                 stride);
+}
+
+/* each kernel's dynamic shared memory */
+template <int HS> constexpr size_t fwd_smem()
+{
+    return 5 * mgeo<HS>::TILE * sizeof(bf16);
+}
+template <int HS> constexpr size_t dkdv_smem()
+{
+    return 6 * mgeo<HS>::TILE * sizeof(bf16) + 4 * ROWS * sizeof(float);
+}
+template <int HS> constexpr size_t dq_smem()
+{
+    return 6 * mgeo<HS>::TILE * sizeof(bf16);
+}
