@@ -1,25 +1,25 @@
 /* Flash attention's mma.sync kernels (noderuntime/engine/cuda/flash_mma_kernels.cuh) run on the
  * host, without a GPU: the same source, compiled by g++ against an emulation of the primitives it
- * names. A block's 128 threads are host threads (barrier = __syncthreads); a warp-wide operation
+ * names. A block's 128 threads are coroutines (barrier = __syncthreads); a warp-wide operation
  * (ldmatrix, mma.sync, shfl) has every lane post its operands, waits for the warp, then computes
  * this lane's result from all of them exactly as the PTX ISA lays the fragments out; cp.async
- * copies are deferred to the cp.async.wait that covers them (a read before the wait sees stale
- * shared memory), shared memory starts as garbage, and every shared, global read and global write
- * is bounds-checked. The results are compared with a plain causal attention in double precision
+ * copies land either at the cp.async.wait that covers them (a read before the wait sees stale
+ * shared memory) or, with warps run one at a time as far as each can go, when issued (a refill
+ * while another warp still reads shows); shared memory starts as garbage, and every shared,
+ * global read and global write is bounds-checked. The results are compared with a plain causal attention in double precision
  * on the same bf16 inputs: the forward's output and log-sum-exp, the backward's dQ, dK and dV;
  * whole sequences and token slices (queries [q0, q1), keys [0, q1), dK and dV added into the fp32
  * accumulator), head sizes 16, 32, 64 and 128, lengths that are and are not multiples of the tiles.
  * Rows a pass must not write are checked untouched.
- * Built and run by `make gpu-host-check` (mk/cuda.mk; make test runs it in cuda_build.sh). */
+ * Built and run by `make flash-emu-check` (mk/cuda.mk; make test runs it in cuda_build.sh). */
 #include <math.h>
-#include <pthread.h>
+#include <ucontext.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <functional>
-#include <thread>
 #include <vector>
 
 #include "cuda/flash_plan.h"
@@ -34,9 +34,48 @@ namespace emu {
 struct dim3e {
     unsigned x, y, z;
 };
-static thread_local dim3e threadIdx, blockIdx;
-static dim3e gridDim;
-static thread_local int lane_id, warp_id;
+static dim3e gridDim, blockIdx;
+
+/* A block's threads are coroutines (ucontext) on this one host thread, switched only at a barrier
+ * or a warp-wide operation: cheap, and the order of everything between two switches is one
+ * thread's program order, as on the GPU between two synchronisations. */
+static const int MAXT = 128;
+struct emu_thread {
+    ucontext_t ctx;
+    dim3e idx;
+    bool done;
+};
+static emu_thread th[MAXT];
+static int emu_cur, nth;
+static ucontext_t sched_ctx;
+static unsigned long progress; /* barrier arrivals and thread ends: a round without any is a deadlock */
+/* Two schedules, the two ends of what the hardware may do:
+ *   lazy (round robin: every thread advances to its next barrier or warp-wide operation in turn;
+ *     a cp.async lands at its wait): a read of a tile before its wait sees garbage;
+ *   eager (a warp at a time: each runs as far as it can before the next starts; a cp.async lands
+ *     when issued): a refill of a buffer that another warp still reads overwrites it first. */
+static bool eager;
+#define threadIdx (th[emu_cur].idx)
+#define lane_id (emu_cur % 32)
+#define warp_id (emu_cur / 32)
+static void yield_to_scheduler() { swapcontext(&th[emu_cur].ctx, &sched_ctx); }
+
+struct cobarrier {
+    int n, count;
+    unsigned gen;
+};
+static void bar_wait(cobarrier &b)
+{
+    unsigned g = b.gen;
+    progress++;
+    if (++b.count == b.n) {
+        b.count = 0;
+        b.gen++;
+        return;
+    }
+    while (b.gen == g)
+        yield_to_scheduler();
+}
 
 struct bf16 {
     uint16_t u;
@@ -92,16 +131,16 @@ static void check_shared(const void *p, size_t n, size_t align)
         die("a misaligned shared-memory access (ldmatrix rows and cp.async need 16 bytes)");
 }
 
-static pthread_barrier_t block_bar;
+static cobarrier block_bar;
 struct warp_x {
     uint32_t ops[32][6];
     const void *addr[32];
     float f[32];
-    pthread_barrier_t bar;
+    cobarrier bar;
 };
 static warp_x warps[4];
-static void wsync() { pthread_barrier_wait(&warps[warp_id].bar); }
-static void block_sync() { pthread_barrier_wait(&block_bar); }
+static void wsync() { bar_wait(warps[warp_id].bar); }
+static void block_sync() { bar_wait(block_bar); }
 
 static float shfl_xor(float v, int m)
 {
@@ -183,16 +222,32 @@ struct copy {
     const void *src;
     bool ok;
 };
-static thread_local std::vector<copy> queued;
-static thread_local std::vector<size_t> group_end;
+struct copy_q {
+    std::vector<copy> list;
+    std::vector<size_t> ends;
+};
+static copy_q cq[MAXT];
+#define queued (cq[emu_cur].list)
+#define group_end (cq[emu_cur].ends)
 static void cp_async16(void *dst, const void *src, bool ok)
 {
     check_shared(dst, 16, 16);
     if (ok)
         check_global(src, 16, false);
+    if (eager) { /* the copy lands at once: a refill while another warp still reads shows */
+        if (ok)
+            memcpy(dst, src, 16);
+        else
+            memset(dst, 0, 16);
+        return;
+    }
     queued.push_back(copy{dst, src, ok});
 }
-static void cp_async_commit() { group_end.push_back(queued.size()); }
+static void cp_async_commit()
+{
+    if (!eager)
+        group_end.push_back(queued.size());
+}
 template <int N> static void cp_async_wait()
 {
     if (group_end.size() <= (size_t)N)
@@ -226,37 +281,69 @@ static void store_bf2(bf16 *p, float x, float y)
  * registered buffers by construction of the test: every row's entry exists) */
 #include "cuda/flash_mma_kernels.cuh"
 
-/* one launch: the grid's blocks one after another, each as 128 threads */
+/* one launch: the grid's blocks one after another, each as 128 coroutines */
+static const std::function<void()> *body_fn;
+static void thread_main()
+{
+    (*body_fn)();
+    th[emu_cur].done = true;
+    progress++;
+}
+/* thread i's context on its stack (apart: getcontext returns twice, nothing of the caller's may
+ * live across it) */
+__attribute__((noinline)) static void new_context(int i, char *stack, size_t bytes)
+{
+    if (getcontext(&th[i].ctx) != 0)
+        die("getcontext");
+    th[i].ctx.uc_stack.ss_sp = stack;
+    th[i].ctx.uc_stack.ss_size = bytes;
+    th[i].ctx.uc_link = &sched_ctx;
+    makecontext(&th[i].ctx, thread_main, 0);
+}
+
 static void launch(dim3e grid, size_t smem_bytes, const std::function<void()> &body)
 {
+    static std::vector<char> stacks((size_t)MAXT * 256 * 1024);
     gridDim = grid;
     std::vector<unsigned char> sm(smem_bytes);
     smem_base = sm.data();
     smem_size = smem_bytes;
+    body_fn = &body;
+    nth = NTHREADS;
     for (unsigned by = 0; by < grid.y; by++)
         for (unsigned bx = 0; bx < grid.x; bx++) {
             memset(sm.data(), 0xa5, smem_bytes); /* garbage: a read before its copy shows */
-            pthread_barrier_init(&block_bar, NULL, NTHREADS);
+            blockIdx = dim3e{bx, by, 0};
+            block_bar = cobarrier{NTHREADS, 0, 0};
             for (int w = 0; w < NWARP; w++)
-                pthread_barrier_init(&warps[w].bar, NULL, 32);
-            std::vector<std::thread> th;
-            for (int i = 0; i < NTHREADS; i++)
-                th.emplace_back([&, i] {
-                    threadIdx = dim3e{(unsigned)i, 0, 0};
-                    blockIdx = dim3e{bx, by, 0};
-                    lane_id = i % 32;
-                    warp_id = i / 32;
-                    queued.clear();
-                    group_end.clear();
-                    body();
-                    if (!queued.empty())
-                        die("cp.async copies never waited for");
-                });
-            for (std::thread &t : th)
-                t.join();
-            pthread_barrier_destroy(&block_bar);
-            for (int w = 0; w < NWARP; w++)
-                pthread_barrier_destroy(&warps[w].bar);
+                warps[w].bar = cobarrier{32, 0, 0};
+            for (int i = 0; i < nth; i++) {
+                th[i].idx = dim3e{(unsigned)i, 0, 0};
+                th[i].done = false;
+                cq[i].list.clear();
+                cq[i].ends.clear();
+                new_context(i, stacks.data() + (size_t)i * 256 * 1024, 256 * 1024);
+            }
+            for (int left = nth; left > 0;) {
+                unsigned long before = progress;
+                left = 0;
+                for (int w = 0; w < nth / 32; w++) /* eager: warp w until it stalls */
+                    for (unsigned long wp = progress + 1; wp != progress;) {
+                        wp = progress;
+                        for (emu_cur = 32 * w; emu_cur < 32 * w + 32; emu_cur++)
+                            if (!th[emu_cur].done)
+                                swapcontext(&sched_ctx, &th[emu_cur].ctx);
+                        if (!eager)
+                            break; /* lazy: one turn each */
+                    }
+                for (int i = 0; i < nth; i++)
+                    left += !th[i].done;
+                if (left > 0 && progress == before)
+                    die("deadlock: a barrier or warp-wide operation not reached by every thread");
+            }
+            for (int i = 0; i < nth; i++)
+                if (!cq[i].list.empty())
+                    die("cp.async copies never waited for");
         }
 }
 
@@ -328,8 +415,8 @@ template <int HS> static void run_case(int B, int NH, int T, int q0, int q1, boo
                                        bool rising = false)
 {
     char name[160], tag[96];
-    snprintf(tag, sizeof tag, "flash_mma_emu.hs%d.B%d.NH%d.T%d.[%d,%d)%s%s", HS, B, NH, T, q0, q1,
-             with_acc ? ".acc" : "", rising ? ".rising" : "");
+    snprintf(tag, sizeof tag, "flash_mma_emu.hs%d.B%d.NH%d.T%d.[%d,%d)%s%s%s", HS, B, NH, T, q0,
+             q1, with_acc ? ".acc" : "", rising ? ".rising" : "", eager ? ".eager" : "");
     int C = NH * HS;
     size_t S3 = (size_t)B * T * 3 * C, SC = (size_t)B * T * C, SR = (size_t)B * NH * T;
     std::vector<bf16> qkv(S3), atty(SC), dy(SC), dqkv(S3);
@@ -525,6 +612,9 @@ int main()
     run_case<128>(1, 1, 130, 0, 130, false);
     run_case<64>(1, 1, 200, 0, 200, false, true);
     run_case<64>(1, 1, 200, 46, 190, true, true);
+    eager = true; /* the other schedule, on the cases with several tiles to walk */
+    run_case<64>(1, 2, 200, 0, 200, false);
+    run_case<64>(1, 1, 200, 46, 190, true);
     printf("%d passed, %d failed\n", passes, failures);
     return failures ? 1 : 0;
 }
