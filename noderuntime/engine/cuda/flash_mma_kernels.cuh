@@ -94,6 +94,25 @@ __device__ __forceinline__ void pY(float out[][4], const float p[8][4], const bf
     }
 }
 
+/* Step `it` of a walk over ntiles key tiles (K and V, 64 rows each, rows from kend on zero),
+ * double-buffered in Ks[2], Vs[2]: the next pair starts loading into the other buffers, the
+ * current pair is waited for, and the block synchronises (every thread's copies visible) */
+template <int HS>
+__device__ __forceinline__ void kv_step(bf16 *Ks, bf16 *Vs, const bf16 *kb, const bf16 *vb,
+                                        size_t stride, int it, int ntiles, int kend)
+{
+    if (it + 1 < ntiles) {
+        int nxt = ((it + 1) & 1) * mgeo<HS>::TILE, r0 = (it + 1) * ROWS;
+        tile_async<HS>(Ks + nxt, kb, stride, r0, kend);
+        tile_async<HS>(Vs + nxt, vb, stride, r0, kend);
+        cp_async_commit();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+    block_sync();
+}
+
 /* ---------------------------------------------------------------- forward */
 
 template <int HS>
@@ -122,15 +141,7 @@ mma_fwd_kernel(bf16 *atty, float *lse, const bf16 *qkv, int T, int NH, int q0, i
     for (int it = 0; it < ntiles; it++) {
         int kt = it * ROWS;
         const bf16 *Kc = Ks + (it & 1) * G::TILE, *Vc = Vs + (it & 1) * G::TILE;
-        if (it + 1 < ntiles) { /* the next tiles into the other buffers */
-            tile_async<HS>(Ks + ((it + 1) & 1) * G::TILE, kb, stride, kt + ROWS, kend);
-            tile_async<HS>(Vs + ((it + 1) & 1) * G::TILE, vb, stride, kt + ROWS, kend);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        block_sync();
+        kv_step<HS>(Ks, Vs, kb, vb, stride, it, ntiles, kend);
         if (flash_rows_see(qt0 + w16, 16, kt)) {
             float s[8][4];
             xyT<HS>(s, Qs, w16, Kc);
@@ -341,15 +352,7 @@ mma_dq_kernel(bf16 *dqkv, const bf16 *dy, const float *lse, const float *D, cons
     for (int it = 0; it < ntiles; it++) {
         int kt = it * ROWS;
         const bf16 *Kc = Ks + (it & 1) * G::TILE, *Vc = Vs + (it & 1) * G::TILE;
-        if (it + 1 < ntiles) {
-            tile_async<HS>(Ks + ((it + 1) & 1) * G::TILE, kb, stride, kt + ROWS, kend);
-            tile_async<HS>(Vs + ((it + 1) & 1) * G::TILE, vb, stride, kt + ROWS, kend);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        block_sync();
+        kv_step<HS>(Ks, Vs, kb, vb, stride, it, ntiles, kend);
         if (flash_rows_see(qt0 + w16, 16, kt)) {
             bool masked = flash_needs_mask(qt0 + w16, 16, kt, ROWS, q1);
             float p[8][4], ds[8][4];
