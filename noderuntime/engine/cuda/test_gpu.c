@@ -1008,6 +1008,19 @@ static void test_bad_input(void)
     c.channels = 66; /* not a multiple of heads */
     CHECK("gpu.bad_input.config", gpu_stage_create(&s, &c, 0, 2, 1, 16, 1, 0, &e) < 0 &&
           strstr(e.msg, "heads") != NULL);
+    if (!strcmp(gpu_precision_name(), "bf16")) { /* flash attention's kernel set, misnamed */
+        struct gpt_config w = wide();
+        const char *was = getenv("HOLMES_FLASH");
+        char *keep = was ? strdup(was) : NULL;
+        setenv("HOLMES_FLASH", "fast", 1);
+        CHECK("gpu.bad_input.holmes_flash", gpu_stage_create(&s, &w, 0, 2, 1, 16, 1, 0, &e) < 0 &&
+                                                strstr(e.msg, "HOLMES_FLASH=fast") != NULL);
+        if (keep)
+            setenv("HOLMES_FLASH", keep, 1);
+        else
+            unsetenv("HOLMES_FLASH");
+        free(keep);
+    }
     c = tiny();
     CHECK("gpu.bad_input.range", gpu_stage_create(&s, &c, 1, 3, 1, 16, 1, 0, &e) < 0);
     CHECK("gpu.bad_input.seq", gpu_stage_create(&s, &c, 0, 2, 1, 64, 1, 0, &e) < 0 &&
