@@ -465,13 +465,7 @@ int flash_prepare(struct gpu_stage *s)
 {
     if (s->flash == FLASH_MMA)
         return flash_mma_prepare(s);
-    switch (s->Cl / s->NHl) {
-    case 16: return prepare<16>(s);
-    case 32: return prepare<32>(s);
-    case 64: return prepare<64>(s);
-    case 128: return prepare<128>(s);
-    }
-    return stage_fail(s, "flash attention: head size %d is not supported", s->Cl / s->NHl);
+    return by_head_size(s, [&](auto hs) { return prepare<decltype(hs)::value>(s); });
 }
 
 int flash_fwd(struct gpu_stage *s, floatX *atty, float *lse, const floatX *qkv, int q0, int q1)
@@ -479,38 +473,24 @@ int flash_fwd(struct gpu_stage *s, floatX *atty, float *lse, const floatX *qkv, 
     PROF(&s->x, GPU_PART_ATTENTION);
     if (s->flash == FLASH_MMA)
         return flash_mma_fwd(s, atty, lse, qkv, q0, q1);
-    switch (s->Cl / s->NHl) {
-    case 16: return launch_fwd<16>(s, atty, lse, qkv, q0, q1);
-    case 32: return launch_fwd<32>(s, atty, lse, qkv, q0, q1);
-    case 64: return launch_fwd<64>(s, atty, lse, qkv, q0, q1);
-    case 128: return launch_fwd<128>(s, atty, lse, qkv, q0, q1);
-    }
-    return stage_fail(s, "flash attention: head size %d is not supported", s->Cl / s->NHl);
+    return by_head_size(s, [&](auto hs) {
+        return launch_fwd<decltype(hs)::value>(s, atty, lse, qkv, q0, q1);
+    });
 }
 
+/* D = rowsum(dy * y) first (both kernel sets read it), then the chosen set's kernels */
 int flash_bwd(struct gpu_stage *s, floatX *dqkv, const floatX *dy, const floatX *y,
               const float *lse, const floatX *qkv, int q0, int q1, float *kv_acc)
 {
     PROF(&s->x, GPU_PART_ATTENTION);
-    int rc;
-    switch (s->Cl / s->NHl) {
-    case 16: rc = launch_dsum<16>(s, dy, y, q0, q1); break;
-    case 32: rc = launch_dsum<32>(s, dy, y, q0, q1); break;
-    case 64: rc = launch_dsum<64>(s, dy, y, q0, q1); break;
-    case 128: rc = launch_dsum<128>(s, dy, y, q0, q1); break;
-    default:
-        return stage_fail(s, "flash attention: head size %d is not supported", s->Cl / s->NHl);
-    }
-    if (rc < 0)
-        return rc;
-    if (s->flash == FLASH_MMA)
-        return flash_mma_bwd(s, dqkv, dy, lse, qkv, q0, q1, kv_acc);
-    switch (s->Cl / s->NHl) {
-    case 16: return launch_bwd<16>(s, dqkv, dy, lse, qkv, q0, q1, kv_acc);
-    case 32: return launch_bwd<32>(s, dqkv, dy, lse, qkv, q0, q1, kv_acc);
-    case 64: return launch_bwd<64>(s, dqkv, dy, lse, qkv, q0, q1, kv_acc);
-    default: return launch_bwd<128>(s, dqkv, dy, lse, qkv, q0, q1, kv_acc);
-    }
+    return by_head_size(s, [&](auto hs) {
+        constexpr int HS = decltype(hs)::value;
+        if (launch_dsum<HS>(s, dy, y, q0, q1) < 0)
+            return -1;
+        if (s->flash == FLASH_MMA)
+            return flash_mma_bwd(s, dqkv, dy, lse, qkv, q0, q1, kv_acc);
+        return launch_bwd<HS>(s, dqkv, dy, lse, qkv, q0, q1, kv_acc);
+    });
 }
 
 #endif /* HOLMES_GPU_FP32 */

@@ -178,36 +178,22 @@ template <int HS> int prepare(struct gpu_stage *s)
 
 int flash_mma_prepare(struct gpu_stage *s)
 {
-    switch (s->Cl / s->NHl) {
-    case 16: return prepare<16>(s);
-    case 32: return prepare<32>(s);
-    case 64: return prepare<64>(s);
-    case 128: return prepare<128>(s);
-    }
-    return stage_fail(s, "flash attention: head size %d is not supported", s->Cl / s->NHl);
+    return by_head_size(s, [&](auto hs) { return prepare<decltype(hs)::value>(s); });
 }
 
 int flash_mma_fwd(struct gpu_stage *s, floatX *atty, float *lse, const floatX *qkv, int q0, int q1)
 {
-    switch (s->Cl / s->NHl) {
-    case 16: return launch_fwd<16>(s, atty, lse, qkv, q0, q1);
-    case 32: return launch_fwd<32>(s, atty, lse, qkv, q0, q1);
-    case 64: return launch_fwd<64>(s, atty, lse, qkv, q0, q1);
-    case 128: return launch_fwd<128>(s, atty, lse, qkv, q0, q1);
-    }
-    return stage_fail(s, "flash attention: head size %d is not supported", s->Cl / s->NHl);
+    return by_head_size(s, [&](auto hs) {
+        return launch_fwd<decltype(hs)::value>(s, atty, lse, qkv, q0, q1);
+    });
 }
 
 int flash_mma_bwd(struct gpu_stage *s, floatX *dqkv, const floatX *dy, const float *lse,
                   const floatX *qkv, int q0, int q1, float *kv_acc)
 {
-    switch (s->Cl / s->NHl) {
-    case 16: return launch_bwd<16>(s, dqkv, dy, lse, qkv, q0, q1, kv_acc);
-    case 32: return launch_bwd<32>(s, dqkv, dy, lse, qkv, q0, q1, kv_acc);
-    case 64: return launch_bwd<64>(s, dqkv, dy, lse, qkv, q0, q1, kv_acc);
-    case 128: return launch_bwd<128>(s, dqkv, dy, lse, qkv, q0, q1, kv_acc);
-    }
-    return stage_fail(s, "flash attention: head size %d is not supported", s->Cl / s->NHl);
+    return by_head_size(s, [&](auto hs) {
+        return launch_bwd<decltype(hs)::value>(s, dqkv, dy, lse, qkv, q0, q1, kv_acc);
+    });
 }
 
 #endif /* HOLMES_GPU_FP32 */

@@ -204,6 +204,21 @@ int flash_fwd(struct gpu_stage *s, floatX *atty, float *lse, const floatX *qkv, 
  * Deterministic: every element is written by one thread, in a fixed order. */
 int flash_bwd(struct gpu_stage *s, floatX *dqkv, const floatX *dy, const floatX *y,
               const float *lse, const floatX *qkv, int q0, int q1, float *kv_acc);
+/* Calls f(head_size<HS>{}) with the stage's head size as a compile-time constant (flash
+ * attention's kernels are templates on it): 16, 32, 64 or 128, else the stage's error. */
+template <int HS> struct head_size {
+    static constexpr int value = HS;
+};
+template <class F> int by_head_size(struct gpu_stage *s, F f)
+{
+    switch (s->Cl / s->NHl) {
+    case 16: return f(head_size<16>{});
+    case 32: return f(head_size<32>{});
+    case 64: return f(head_size<64>{});
+    case 128: return f(head_size<128>{});
+    }
+    return stage_fail(s, "flash attention: head size %d is not supported", s->Cl / s->NHl);
+}
 /* flash_mma.cu: the same three calls on the mma.sync kernels (s->flash == FLASH_MMA; flash.cu
  * dispatches to them, its backward having filled s->dsum first) */
 int flash_mma_prepare(struct gpu_stage *s);
