@@ -21,6 +21,9 @@ if command -v setpriv >/dev/null; then
     rm -rf "$nb"
     [ $rc -ne 0 ] && grep -q "needs root" <<<"$out" && pass "refuses without root" || fail "refuses without root" "rc $rc: $out"
 fi
+out=$(LINK_SCALE=fast "$B" 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -q "LINK_SCALE=fast: must be auto or a positive number" <<<"$out" \
+    && pass "a bad LINK_SCALE is refused naming it" || fail "a bad LINK_SCALE is refused naming it" "rc $rc: $out"
 tmp=$(mktemp -d /tmp/holmes-bh.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 export HOLMES_BIN_DIR
@@ -39,6 +42,10 @@ done
 /usr/bin/python3 -c 'import json,sys; l=json.load(open(sys.argv[1]))["links"]; assert l["rdma_efficiency"] > 0' \
     "$tmp/hetero-links-refs.json" && pass "references fitted before the two-fabric run" \
     || fail "references fitted before the two-fabric run" "$out"
+# the emulated RDMA fabrics are the same TCP transport and shapers as the Ethernet one: one efficiency
+/usr/bin/python3 -c 'import json,sys; l=json.load(open(sys.argv[1]))["links"]; assert l["rdma_efficiency"] == l["tcp_efficiency"], l' \
+    "$tmp/hetero-links-refs.json" && pass "the fit keeps rdma_efficiency = tcp_efficiency" \
+    || fail "the fit keeps rdma_efficiency = tcp_efficiency" "$(cat "$tmp/hetero-links-refs.json")"
 grep -q 'fitting the cost model to the references (all-rdma' <<<"$out" && pass "the fit follows the reference" \
     || fail "the fit follows the reference" "$out"
 # the latency between fabrics is measured before the runs and kept, not fitted, by the fit
@@ -51,15 +58,21 @@ grep -qE '^cores busy before the start: ([0-9]|[1-9][0-9]|100) %$' <<<"$out" \
     && pass "how busy the cores were is reported" || fail "how busy the cores were is reported" "$out"
 [ "$(wc -l <"$tmp/hetero-results.tsv")" -eq 3 ] && pass "one results line per run" \
     || fail "one results line per run" "$(cat "$tmp/hetero-results.tsv")"
-# the reference runs twice: once for the fit, once among the measured runs (interleaved)
-[ "$(grep -c "^all-rdma"$'\t' <<<"$out")" = 2 ] && [ "$(grep -c "^2fab-naive"$'\t' <<<"$out")" = 1 ] \
-    && pass "the reference is calibrated on, then measured with the others" \
-    || fail "the reference is calibrated on, then measured with the others" "$out"
+# the reference runs three times: the machine-speed probe, the fit, and among the measured runs
+[ "$(grep -c "^all-rdma"$'\t' <<<"$out")" = 3 ] && [ "$(grep -c "^2fab-naive"$'\t' <<<"$out")" = 1 ] \
+    && pass "the reference is probed, calibrated on, then measured with the others" \
+    || fail "the reference is probed, calibrated on, then measured with the others" "$out"
+# LINK_SCALE=auto: the rates scaled by the probe's compute efficiency / 0.6, and shaped so
+read -r ib scale eff < <(sed -n 's/^links: IB \([0-9]*\), .*(rates x \([0-9.]*\): the machine computed at efficiency \([0-9.]*\) .*/\1 \2 \3/p' <<<"$out")
+/usr/bin/python3 -c 'import sys; ib, s, e = map(float, sys.argv[1:]); sys.exit(not (abs(s - min(4, max(0.25, e / 0.6))) < 2e-3 and ib == max(1, int(1000 * s + 0.5))))' \
+    "${ib:-0}" "${scale:-0}" "${eff:-0}" && grep -q "InfiniBand fabric $ib Mbit/s" "$tmp/hetero-table.md" \
+    && pass "links scaled to the machine's speed (x$scale, IB $ib Mbit/s)" \
+    || fail "links scaled to the machine's speed" "ib '$ib' scale '$scale' efficiency '$eff': $(grep '^links:' <<<"$out")"
 left=$(ip netns list | grep -E "^$pfx-" || true)
 [ -z "$left" ] && pass "namespaces removed after the run" || fail "namespaces removed after the run" "$left"
 
 # Interrupted in the middle of a run: everything is still removed.
-ONLY="2fab-naive" LAYERS=4 REPS=1 STEPS=50 OUT=$tmp/int "$B" >"$tmp/int.log" 2>&1 &
+ONLY="2fab-naive" LINK_SCALE=1 LAYERS=4 REPS=1 STEPS=50 OUT=$tmp/int "$B" >"$tmp/int.log" 2>&1 &
 pid=$!
 for _ in $(seq 150); do
     ip netns list | grep -qE "^$pfx-w3" && break; sleep 0.1

@@ -37,7 +37,8 @@ ref = median.get("all-rdma")
 lat = json.load(open(os.path.join(work, "links.json")))["links"].get("tcp_latency_us")
 lat = f" Latency between fabrics {lat:.0f} us (measured, one way)." if lat is not None else ""
 lines = [f"Links shaped: InfiniBand fabric {ib} Mbit/s, RoCE fabric {roce} Mbit/s, between "
-         f"fabrics (and the all-Ethernet fabric) {cross} Mbit/s.{lat} {tokens} tokens per step. "
+         f"fabrics (and the all-Ethernet fabric) {cross} Mbit/s ({os.environ.get('LINK_NOTE', 'rates as given')})."
+         f"{lat} {tokens} tokens per step. "
          f"{len(meas[order[0]])} runs per scenario; whole run {wall} s; load average before "
          f"{load0}, after {load1}.", "",
          "| scenario | policy | step s (median) | spread (min-max) | tokens/s | vs all-RDMA (same workers) | "

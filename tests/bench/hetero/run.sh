@@ -18,7 +18,7 @@ OP=$BIN/holmes-operator NODE=$BIN/holmes-node NETNS=$REPO/scripts/fabric-netns.s
 [ -x "$OP" ] && [ -x "$NODE" ] || die "build first (make): $OP, $NODE"
 
 REPS=${REPS:-3}            # runs per scenario
-CAL_REPS=${CAL_REPS:-2}    # calibration runs of each reference before the fit
+CAL_REPS=${CAL_REPS:-3}    # calibration runs of each reference before the fit
 STEPS=${STEPS:-14}         # training steps per run
 WARMUP=${WARMUP:-4}        # steps left out of the statistics
 # Bandwidths: the paper's 200 Gb/s IB, 100 Gb/s RoCE, 25 Gb/s TCP divided by 200, so that the
@@ -26,6 +26,15 @@ WARMUP=${WARMUP:-4}        # steps left out of the statistics
 IB_MBIT=${IB_MBIT:-1000}    # "200 Gb/s InfiniBand"
 ROCE_MBIT=${ROCE_MBIT:-500} # "100 Gb/s RoCE"
 CROSS_MBIT=${CROSS_MBIT:-125} # "25 Gb/s TCP between fabrics"
+# Those rates give the paper's ratio of communication to compute when a step computes at the
+# cost model's default efficiency (0.6 of the declared 0.1 TFLOPS per core; fitted 0.60 on
+# 2026-11-22). A slower machine would weigh the links less: LINK_SCALE=auto (the default)
+# measures the machine first (one all-rdma run, compute_efficiency fitted to it alone) and
+# scales the three rates by efficiency / 0.6, so that the ratio, not the absolute speed, is
+# kept (docs/hetero.md, "The scaling"). A number scales by that; 1 keeps the rates as given.
+LINK_SCALE=${LINK_SCALE:-auto}
+DESIGN_EFFICIENCY=0.6
+[[ $LINK_SCALE == auto || $LINK_SCALE =~ ^[0-9]*\.?[0-9]+$ ]] || die "LINK_SCALE=$LINK_SCALE: must be auto or a positive number"
 OUT=${OUT:-$REPO/docs}
 # Sequences per micro-batch: 3, so that data-parallel traffic weighs against compute as in the
 # paper's setting (docs/hetero.md, "The scaling"); 8 micro-batches per replica.
@@ -69,23 +78,26 @@ trap 'exit 130' INT TERM
 # scenarios give each worker 2 emulated GPUs (2 rank processes, a tensor group of 2 inside the
 # worker: each rank sends its half of the activations over its own link, both through the
 # worker's port); their references are all-rdma-t2 and all-ethernet-t2.
-ib="ib-a:infiniband:$IB_MBIT" roce="roce-b:roce:$ROCE_MBIT" eth="eth-c:ethernet:$CROSS_MBIT"
-SCENARIOS=(
-    "all-rdma holmes 2 $ib,$ib,$ib,$ib"
-    "all-ethernet holmes 2 $eth,$eth,$eth,$eth"
-    "2fab-holmes holmes 2 $ib,$roce,$ib,$roce"
-    "2fab-naive naive 2 $ib,$roce,$ib,$roce"
-    "3fab-holmes holmes 2 $ib,$roce,$ib,$eth"
-    "3fab-naive naive 2 $ib,$roce,$ib,$eth"
-    "3fab6-holmes holmes 3 $ib,$roce,$eth,$ib,$roce,$eth"
-    "3fab6-naive naive 3 $ib,$roce,$eth,$ib,$roce,$eth"
-    "all-rdma6 holmes 3 $ib,$ib,$ib,$ib,$ib,$ib"
-    "all-ethernet6 holmes 3 $eth,$eth,$eth,$eth,$eth,$eth"
-    "all-rdma-t2 holmes 2 $ib,$ib,$ib,$ib 2"
-    "all-ethernet-t2 holmes 2 $eth,$eth,$eth,$eth 2"
-    "2fab-holmes-t2 holmes 2 $ib,$roce,$ib,$roce 2"
-    "2fab-naive-t2 naive 2 $ib,$roce,$ib,$roce 2"
-)
+scenarios() { # (re)builds SCENARIOS from the rates
+    ib="ib-a:infiniband:$IB_MBIT" roce="roce-b:roce:$ROCE_MBIT" eth="eth-c:ethernet:$CROSS_MBIT"
+    SCENARIOS=(
+        "all-rdma holmes 2 $ib,$ib,$ib,$ib"
+        "all-ethernet holmes 2 $eth,$eth,$eth,$eth"
+        "2fab-holmes holmes 2 $ib,$roce,$ib,$roce"
+        "2fab-naive naive 2 $ib,$roce,$ib,$roce"
+        "3fab-holmes holmes 2 $ib,$roce,$ib,$eth"
+        "3fab-naive naive 2 $ib,$roce,$ib,$eth"
+        "3fab6-holmes holmes 3 $ib,$roce,$eth,$ib,$roce,$eth"
+        "3fab6-naive naive 3 $ib,$roce,$eth,$ib,$roce,$eth"
+        "all-rdma6 holmes 3 $ib,$ib,$ib,$ib,$ib,$ib"
+        "all-ethernet6 holmes 3 $eth,$eth,$eth,$eth,$eth,$eth"
+        "all-rdma-t2 holmes 2 $ib,$ib,$ib,$ib 2"
+        "all-ethernet-t2 holmes 2 $eth,$eth,$eth,$eth 2"
+        "2fab-holmes-t2 holmes 2 $ib,$roce,$ib,$roce 2"
+        "2fab-naive-t2 naive 2 $ib,$roce,$ib,$roce 2"
+    )
+}
+scenarios
 for o in $ONLY; do
     printf '%s\n' "${SCENARIOS[@]}" | grep -q "^$o " ||
         die "ONLY: no scenario $o ($(printf '%s\n' "${SCENARIOS[@]}" | awk '{printf "%s ", $1}'))"
@@ -169,7 +181,11 @@ netns() {
 # each fabric (CROSS_MBIT) is shared by all flows entering that fabric at once.
 # PLAN_LINKS=FILE plans with those constants instead (e.g. a previous run's
 # hetero-calibration.json: the planner fed with what was measured).
-cross_gbps=$(awk "BEGIN{print $CROSS_MBIT/1000}")
+write_links() { # the emulated network at the current rates: $WORK/links.json
+    local g; g=$(awk "BEGIN{print $CROSS_MBIT/1000}")
+    echo "{\"links\": {\"tcp_gbps\": $g, \"gateway_gbps\": $g, \"shared_cores\": $(nproc), \"tcp_latency_us\": $lat_us}}" \
+        >"$WORK/links.json"
+}
 if [ -n "${PLAN_LINKS:-}" ]; then
     [ -r "$PLAN_LINKS" ] || die "PLAN_LINKS=$PLAN_LINKS: not a readable file"
     cp "$PLAN_LINKS" "$WORK/links.json"
@@ -186,8 +202,7 @@ else
     wait "$srv" || true
     "$NETNS" down "$P"
     echo "latency between fabrics: $lat_us us (one way, 64 bytes)" >&2
-    echo "{\"links\": {\"tcp_gbps\": $cross_gbps, \"gateway_gbps\": $cross_gbps, \"shared_cores\": $(nproc), \"tcp_latency_us\": $lat_us}}" \
-        >"$WORK/links.json"
+    write_links
 fi
 
 # Compute: one engine thread does about 0.1 TFLOPS here, and every worker declares that
@@ -211,11 +226,15 @@ echo "cores busy before the start: $busy %"
     "the step times and ratios will not measure the fabrics alone" >&2
 t_start=$(date +%s)
 load0=$(uptime | sed 's/.*load average: //')
-for sc in "${SCENARIOS[@]}"; do
-    read -r name policy pipeline workers tensor <<<"$sc"
-    [ -z "$ONLY" ] || [[ " $ONLY " == *" $name "* ]] || continue
-    job "$name" "$policy" "$pipeline" "$workers" "${tensor:-1}" >"$WORK/job-$name.yaml"
-done
+write_jobs() { # the selected scenarios' TrainingJobs (and all-rdma's, for the probe)
+    local sc name policy pipeline workers tensor
+    for sc in "${SCENARIOS[@]}"; do
+        read -r name policy pipeline workers tensor <<<"$sc"
+        [ -z "$ONLY" ] || [[ " $ONLY all-rdma " == *" $name "* ]] || continue
+        job "$name" "$policy" "$pipeline" "$workers" "${tensor:-1}" >"$WORK/job-$name.yaml"
+    done
+}
+write_jobs
 # run_phase LINKS PATTERN RUNS_FILE NRUNS MEASURE: NRUNS runs of every selected scenario whose name
 # matches PATTERN, each line appended to RUNS_FILE. The references (all-*) are placed with
 # links.json, the others with LINKS. MEASURE=1: the runs the table reports (their placements
@@ -275,6 +294,36 @@ run_phase() {
 # with the fitted constants (their predictions are then out-of-sample), the references again
 # with links.json. PLAN_LINKS (given constants) or FIT_REFS=0 skip the calibration runs and place
 # everything with links.json.
+# The machine's speed (LINK_SCALE=auto): one all-rdma run at the rates given, compute_efficiency
+# fitted to it alone (all-rdma is bound by compute), the rates scaled by it / DESIGN_EFFICIENCY
+# (kept within 0.25-4), then the links and jobs rewritten.
+link_note="rates as given"
+if [ -n "${PLAN_LINKS:-}" ]; then
+    link_note="rates as given (PLAN_LINKS: not scaled)"
+elif [ "$LINK_SCALE" = auto ]; then
+    only_given=$ONLY ONLY=all-rdma
+    echo -e "$RUNS_HEADER" >"$WORK/probe-runs.tsv"
+    run_phase "$WORK/links.json" all-rdma "$WORK/probe-runs.tsv" 1 p
+    ONLY=$only_given
+    probe_eff=$(FIT_KEYS=compute_efficiency python3 "$HERE/fit.py" "$WORK/probe-runs.tsv" "$WORK" "$OP" \
+        "$WORK/probe.json" all-rdma | sed -n 's/^compute_efficiency=//p')
+    [ -n "$probe_eff" ] || die "the machine-speed probe (all-rdma, compute_efficiency) failed"
+    LINK_SCALE=$(awk "BEGIN{s = $probe_eff / $DESIGN_EFFICIENCY; if (s < 0.25) s = 0.25; if (s > 4) s = 4; printf \"%.3f\", s}")
+    link_note="rates x $LINK_SCALE: the machine computed at efficiency $probe_eff in a probe run against the design's $DESIGN_EFFICIENCY"
+else
+    link_note="rates x $LINK_SCALE (LINK_SCALE)"
+fi
+if [ -z "${PLAN_LINKS:-}" ] && [ "$LINK_SCALE" != 1 ]; then
+    for v in IB_MBIT ROCE_MBIT CROSS_MBIT; do
+        printf -v "$v" '%s' "$(awk "BEGIN{r = int(${!v} * $LINK_SCALE + 0.5); print r < 1 ? 1 : r}")"
+    done
+    scenarios
+    write_links
+    write_jobs
+fi
+echo "links: IB $IB_MBIT, RoCE $ROCE_MBIT, between fabrics $CROSS_MBIT Mbit/s ($link_note)" >&2
+export LINK_NOTE=$link_note
+
 plan_links=$WORK/links.json
 if [ -z "${PLAN_LINKS:-}" ] && [ "${FIT_REFS:-1}" != 0 ]; then
     CAL=$WORK/calibration-runs.tsv
