@@ -288,7 +288,7 @@ int gpt_stage_create_tp(struct gpt_stage **out, const struct gpt_config *cfg, in
     s->dbuf = gpt_falloc(BTC);
     s->dqkv = gpt_falloc(3 * BT * s->Cl);
     s->dfch = gpt_falloc(BT * s->F);
-    s->datt_row = gpt_falloc((size_t)B * s->NHl * T);
+    s->datt_row = gpt_falloc((size_t)B * s->NHl * GPT_ATT_ROWS * T);
     s->ce_buf = gpt_falloc(BT * (2 * (size_t)tp + 1));
     if (!s->dres || !s->dbuf || !s->dqkv || !s->dfch || !s->datt_row || !s->ce_buf)
         goto oom;

@@ -253,54 +253,56 @@ void gpt_gelu_backward(float *d, const float *inp, size_t n)
 
 /* ---------------------------------------------------------------- attention */
 
+/* Attention works on blocks of GPT_ATT_ROWS query rows: each block's scores against the keys up
+ * to its last row are one matrix product (OpenBLAS, single-threaded inside the heads' OpenMP
+ * loop), as are its products with v (and in backward with k, q and the output gradient). A
+ * block computes at most GPT_ATT_ROWS - 1 masked scores per row more than the causal triangle. */
+static void sgemm_rm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                     const float *Bm, int ldb, float beta, float *Cm, int ldc)
+{
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M,
+                N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
+}
+
+/* Row t of the scores (keys [0, t] valid) becomes its softmax; the rest of the row, to T, 0. */
+static void softmax_causal_row(float *row, int t, int T)
+{
+    float mx = -INFINITY;
+    for (int t2 = 0; t2 <= t; t2++)
+        mx = row[t2] > mx ? row[t2] : mx;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int t2 = 0; t2 <= t; t2++) {
+        float e = exp_neg(row[t2] - mx);
+        row[t2] = e;
+        sum += e;
+    }
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (int t2 = 0; t2 <= t; t2++)
+        row[t2] *= inv;
+    memset(row + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
+}
+
 /* qkv [B,T,3C] -> y [B,T,C]; att [B,NH,T,T] keeps the softmax rows (zero above the diagonal) */
 void gpt_attention_forward(float *y, float *att, const float *qkv, int B, int T, int C, int NH,
                            int t0, int t1)
 {
-    int hs = C / NH;
+    int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
-    size_t C3 = 3 * (size_t)C;
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             float *A = att + ((size_t)b * NH + h) * T * T;
-            for (int t = t0; t < t1; t++) {
-                const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
-                float *row = A + (size_t)t * T;
-                float mx = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
-                    float d = 0.0f;
-#pragma omp simd reduction(+ : d)
-                    for (int i = 0; i < hs; i++)
-                        d += q[i] * k[i];
-                    d *= scale;
-                    row[t2] = d;
-                    if (d > mx)
-                        mx = d;
-                }
-                float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-                for (int t2 = 0; t2 <= t; t2++) {
-                    float e = exp_neg(row[t2] - mx);
-                    row[t2] = e;
-                    sum += e;
-                }
-                float inv = 1.0f / sum;
-                for (int t2 = 0; t2 <= t; t2++)
-                    row[t2] *= inv;
-                for (int t2 = t + 1; t2 < T; t2++)
-                    row[t2] = 0.0f;
-                float *yo = y + ((size_t)b * T + t) * C + h * hs;
-                for (int i = 0; i < hs; i++)
-                    yo[i] = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                    float a = row[t2];
-#pragma omp simd
-                    for (int i = 0; i < hs; i++)
-                        yo[i] += a * v[i];
-                }
+            const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+            float *yb = y + (size_t)b * T * C + h * hs;
+            for (int r0 = t0; r0 < t1; r0 += GPT_ATT_ROWS) {
+                int r1 = r0 + GPT_ATT_ROWS < t1 ? r0 + GPT_ATT_ROWS : t1, n = r1 - r0;
+                float *S = A + (size_t)r0 * T; /* rows [r0, r1), keys [0, r1) */
+                sgemm_rm(0, 1, n, r1, hs, scale, q + (size_t)r0 * C3, C3, k, C3, 0.0f, S, T);
+                for (int i = 0; i < n; i++)
+                    softmax_causal_row(S + (size_t)i * T, r0 + i, T);
+                sgemm_rm(0, 0, n, hs, r1, 1.0f, S, T, v, C3, 0.0f, yb + (size_t)r0 * C, C);
             }
         }
 }
@@ -308,45 +310,39 @@ void gpt_attention_forward(float *y, float *att, const float *qkv, int B, int T,
 void gpt_attention_backward(float *dqkv, const float *dy, const float *att, const float *qkv,
                             float *scratch, int B, int T, int C, int NH, int t0, int t1)
 {
-    int hs = C / NH;
+    int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
-    size_t C3 = 3 * (size_t)C, rows = (size_t)(t1 - t0);
+    size_t rows = (size_t)(t1 - t0);
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             const float *A = att + ((size_t)b * NH + h) * T * T;
-            float *datt = scratch + ((size_t)b * NH + h) * T;
-            for (int t = t0; t < t1; t++) {
-                const float *row = A + (size_t)t * T;
-                const float *g = dy + ((size_t)b * rows + (size_t)(t - t0)) * C + h * hs;
-                /* through y = att @ v */
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                    float *dv = dqkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                    float d = 0.0f, a = row[t2];
-#pragma omp simd reduction(+ : d)
-                    for (int i = 0; i < hs; i++) {
-                        d += g[i] * v[i];
-                        dv[i] += a * g[i];
-                    }
-                    datt[t2] = d;
-                }
-                /* through the softmax */
-                float dot = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++)
-                    dot += row[t2] * datt[t2];
-                const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
-                float *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    float dp = row[t2] * (datt[t2] - dot) * scale;
-                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
-                    float *dk = dqkv + ((size_t)b * T + t2) * C3 + C + h * hs;
+            const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+            float *dq = dqkv + (size_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
+            float *dS = scratch + ((size_t)b * NH + h) * GPT_ATT_ROWS * T; /* [n][r1] */
+            for (int r0 = t0; r0 < t1; r0 += GPT_ATT_ROWS) {
+                int r1 = r0 + GPT_ATT_ROWS < t1 ? r0 + GPT_ATT_ROWS : t1, n = r1 - r0;
+                const float *P = A + (size_t)r0 * T;
+                const float *g = dy + ((size_t)b * rows + (size_t)(r0 - t0)) * C + h * hs;
+                /* through y = att @ v: d(att) = g v^T, dv += att^T g */
+                sgemm_rm(0, 1, n, r1, hs, 1.0f, g, C, v, C3, 0.0f, dS, r1);
+                sgemm_rm(1, 0, r1, hs, n, 1.0f, P, T, g, C, 1.0f, dv, C3);
+                /* through the softmax, into the scaled scores' gradient (0 above the diagonal) */
+                for (int i = 0; i < n; i++) {
+                    const float *pr = P + (size_t)i * T;
+                    float *dr = dS + (size_t)i * r1, dot = 0.0f;
+                    int t = r0 + i;
+                    for (int t2 = 0; t2 <= t; t2++)
+                        dot += pr[t2] * dr[t2];
 #pragma omp simd
-                    for (int i = 0; i < hs; i++) {
-                        dq[i] += dp * k[i];
-                        dk[i] += dp * q[i];
-                    }
+                    for (int t2 = 0; t2 <= t; t2++)
+                        dr[t2] = pr[t2] * (dr[t2] - dot) * scale;
+                    for (int t2 = t + 1; t2 < r1; t2++)
+                        dr[t2] = 0.0f;
                 }
+                /* scores = q k^T: dq += dS k, dk += dS^T q */
+                sgemm_rm(0, 0, n, hs, r1, 1.0f, dS, r1, k, C3, 1.0f, dq + (size_t)r0 * C3, C3);
+                sgemm_rm(1, 0, r1, hs, n, 1.0f, dS, r1, q + (size_t)r0 * C3, C3, 1.0f, dk, C3);
             }
         }
 }

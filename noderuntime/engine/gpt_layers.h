@@ -67,10 +67,12 @@ void gpt_gelu_backward(float *d, const float *inp, size_t n);
  * slice by slice, in order, the earlier positions' k and v already in qkv. */
 void gpt_attention_forward(float *y, float *att, const float *qkv, int B, int T, int C, int NH,
                            int t0, int t1);
+/* Query rows per block of the attention's matrix products (gpt_layers.c) */
+#define GPT_ATT_ROWS 32
 /* Its backward for the queries at [t0, t1): dy [B][t1 - t0][C] (those positions only) adds into
  * dqkv [B,T,3C]: the queries' gradients at [t0, t1) and the keys' and values' at [0, t1), which
  * the earlier slices' backward (called later, slices in reverse) then uses. The caller zeroes
- * dqkv before the first call. scratch holds B*NH*T floats. */
+ * dqkv before the first call. scratch holds B*NH*GPT_ATT_ROWS*T floats. */
 void gpt_attention_backward(float *dqkv, const float *dy, const float *att, const float *qkv,
                             float *scratch, int B, int T, int C, int NH, int t0, int t1);
 
