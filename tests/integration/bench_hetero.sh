@@ -21,9 +21,11 @@ if command -v setpriv >/dev/null; then
     rm -rf "$nb"
     [ $rc -ne 0 ] && grep -q "needs root" <<<"$out" && pass "refuses without root" || fail "refuses without root" "rc $rc: $out"
 fi
-out=$(LINK_SCALE=fast "$B" 2>&1); rc=$?
-[ $rc -ne 0 ] && grep -q "LINK_SCALE=fast: must be auto or a positive number" <<<"$out" \
-    && pass "a bad LINK_SCALE is refused naming it" || fail "a bad LINK_SCALE is refused naming it" "rc $rc: $out"
+for v in fast 0; do
+    out=$(LINK_SCALE=$v "$B" 2>&1); rc=$?
+    [ $rc -ne 0 ] && grep -q "LINK_SCALE=$v: must be auto or a positive number" <<<"$out" \
+        && pass "a bad LINK_SCALE ($v) is refused naming it" || fail "a bad LINK_SCALE ($v) is refused naming it" "rc $rc: $out"
+done
 tmp=$(mktemp -d /tmp/holmes-bh.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 export HOLMES_BIN_DIR

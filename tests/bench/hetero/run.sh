@@ -34,7 +34,8 @@ CROSS_MBIT=${CROSS_MBIT:-125} # "25 Gb/s TCP between fabrics"
 # kept (docs/hetero.md, "The scaling"). A number scales by that; 1 keeps the rates as given.
 LINK_SCALE=${LINK_SCALE:-auto}
 DESIGN_EFFICIENCY=0.6
-[[ $LINK_SCALE == auto || $LINK_SCALE =~ ^[0-9]*\.?[0-9]+$ ]] || die "LINK_SCALE=$LINK_SCALE: must be auto or a positive number"
+[[ $LINK_SCALE == auto ]] || { [[ $LINK_SCALE =~ ^[0-9]*\.?[0-9]+$ ]] && awk "BEGIN{exit !($LINK_SCALE > 0)}"; } ||
+    die "LINK_SCALE=$LINK_SCALE: must be auto or a positive number"
 OUT=${OUT:-$REPO/docs}
 # Sequences per micro-batch: 3, so that data-parallel traffic weighs against compute as in the
 # paper's setting (docs/hetero.md, "The scaling"); 8 micro-batches per replica.
