@@ -288,13 +288,6 @@ run_phase() {
     done
 }
 
-# Calibration: CAL_REPS runs of the references (one fabric: all-RDMA, all-Ethernet), placed with
-# links.json; the cost model's constants are fitted to them (fit.py), as a platform would
-# calibrate the planner on a cluster's homogeneous runs before placing jobs across its fabrics.
-# Measurement: REPS runs of every scenario, interleaved; the clusters with several fabrics placed
-# with the fitted constants (their predictions are then out-of-sample), the references again
-# with links.json. PLAN_LINKS (given constants) or FIT_REFS=0 skip the calibration runs and place
-# everything with links.json.
 # The machine's speed (LINK_SCALE=auto): one all-rdma run at the rates given, compute_efficiency
 # fitted to it alone (all-rdma is bound by compute), the rates scaled by it / DESIGN_EFFICIENCY
 # (kept within 0.25-4), then the links and jobs rewritten.
@@ -325,6 +318,13 @@ fi
 echo "links: IB $IB_MBIT, RoCE $ROCE_MBIT, between fabrics $CROSS_MBIT Mbit/s ($link_note)" >&2
 export LINK_NOTE=$link_note
 
+# Calibration: CAL_REPS runs of the references (one fabric: all-RDMA, all-Ethernet), placed with
+# links.json; the cost model's constants are fitted to them (fit.py), as a platform would
+# calibrate the planner on a cluster's homogeneous runs before placing jobs across its fabrics.
+# Measurement: REPS runs of every scenario, interleaved; the clusters with several fabrics placed
+# with the fitted constants (their predictions are then out-of-sample), the references again
+# with links.json. PLAN_LINKS (given constants) or FIT_REFS=0 skip the calibration runs and place
+# everything with links.json.
 plan_links=$WORK/links.json
 if [ -z "${PLAN_LINKS:-}" ] && [ "${FIT_REFS:-1}" != 0 ]; then
     CAL=$WORK/calibration-runs.tsv
