@@ -447,6 +447,8 @@ static int parse_doc(const cJSON *j, struct plan_doc *d, herr *e)
         plan_doc_init(d, T, P, D, e) != 0)
         return -1;
     if (json_num(j, "plan", "timeout_seconds", JSON_OPTIONAL, 0.001, DBL_MAX, &d->timeout_s, e) != 0 ||
+        json_int32(j, "plan", "warmup_extra", JSON_OPTIONAL, 0, PIPE_WARMUP_EXTRA_MAX,
+                   &d->warmup_extra, e) != 0 ||
         get_pacing(j, "cross_fabric_pacing", "plan", &d->cross_fabric, e) != 0)
         return -1;
     const cJSON *ws = cJSON_GetObjectItemCaseSensitive(j, "workers");
@@ -570,6 +572,7 @@ cJSON *plan_doc_to_json(const struct plan_doc *d)
              cJSON_AddNumberToObject(par, "pipeline", d->pipeline) &&
              cJSON_AddNumberToObject(par, "data", d->data) &&
              cJSON_AddNumberToObject(o, "timeout_seconds", d->timeout_s) &&
+             cJSON_AddNumberToObject(o, "warmup_extra", d->warmup_extra) &&
              add_pacing(o, "cross_fabric_pacing", &d->cross_fabric);
     if (ok && d->stage_first) {
         cJSON *st = cJSON_AddArrayToObject(o, "stages");

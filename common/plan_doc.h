@@ -5,7 +5,7 @@
  * one decoder: a field added here reaches both sides.
  *
  * JSON form (the planner's `--json` document is a superset, so it decodes too):
- *   {parallelism: {tensor, pipeline, data}, timeout_seconds, cross_fabric_pacing,
+ *   {parallelism: {tensor, pipeline, data}, timeout_seconds, warmup_extra, cross_fabric_pacing,
  *    stages: [{layers: [first, last)}], token_slices: [0, b1, ..., T] (optional),
  *    workers: [{rank, stage, dp_rank, tp_rank, local_rank, name, fabric, host, port,
  *               nic: {ib_hca, gid_index, socket_ifname}}],        (one per rank, in rank order)
@@ -23,6 +23,7 @@
 
 #include "error.h"
 #include "names.h"
+#include "pipe_order.h"
 #include "trainingjob.h"
 
 #define PLAN_DOC_MAX_WORLD 65536
@@ -62,6 +63,8 @@ struct plan_doc {
     int *stage_first, *stage_last;   /* [pipeline] layer ranges, or NULL when not given */
     int slices;                      /* TeraPipe token slices per micro-batch (0: none given) */
     int *slice_bounds;               /* [slices + 1]: slice k is tokens [b[k], b[k + 1]); b[0] 0 */
+    int warmup_extra;                /* 1F1B: micro-batches of warm-up beyond the standard on
+                                        every stage but the last (pipe_order.h; default 0) */
     int ngroups;
     struct plan_doc_group *groups;
     struct plan_pacing cross_fabric; /* links between ranks of different fabrics (0 = unpaced) */

@@ -4,27 +4,10 @@
 #include <string.h>
 
 #include "clock.h"
+#include "pipe_order.h"
 
 #define TAG_ACT 1u
 #define TAG_GRAD 2u
-
-/* 1F1B's warm-up forwards (units) on a stage. */
-static long warm_units(int stage, int stages, int slices, long units)
-{
-    long w = (long)(stages - stage - 1) + (slices - 1);
-    return w < units ? w : units;
-}
-
-int pipe_slots_needed(enum schedule s, int stage, int stages, int micro_batches, int slices)
-{
-    if (s == SCHED_GPIPE)
-        return micro_batches;
-    int S = slices > 1 ? slices : 1;
-    /* the forward of unit f = (m + slots) S reuses m's slot: m's last backward (unit m S + S - 1)
-     * is done by then, as 1F1B has done f - warm backwards */
-    long n = (warm_units(stage, stages, S, (long)micro_batches * S) + 2L * S - 1) / S;
-    return n < micro_batches ? (int)n : micro_batches;
-}
 
 /* Send buffers in flight per direction: a send's buffer is reused two sends later. */
 #define SEND_RING 2
@@ -141,7 +124,8 @@ int pipe_runner_create(struct pipe_runner **out, const struct pipe_config *cfg,
     for (int k = 0; S > 1 && k <= S; k++)
         p->bounds[k] = cfg->bounds[k];
     p->cfg.bounds = p->bounds;
-    p->slots = pipe_slots_needed(cfg->schedule, cfg->stage, cfg->stages, cfg->micro_batches, S);
+    p->slots = pipe_slots(cfg->schedule, cfg->stage, cfg->stages, cfg->micro_batches, S,
+                          cfg->warmup_extra);
     size_t n = ops->act_count;
     int rc = 0;
     if (!first) {
@@ -240,24 +224,17 @@ static int unit_recv(struct pipe_runner *p, int k, struct comm *c, int peer, uin
     return rc ? -1 : 0;
 }
 
-/* Unit u of the forward order: micro-batch u / S, slice u % S. */
-static void forward_unit(const struct pipe_runner *p, long u, int *mb, int *k)
+/* Unit u: micro-batch u / S, slice u % S (pipe_op_at gives backward units slices reversed). */
+static void unit_of(const struct pipe_runner *p, long u, int *mb, int *k)
 {
     *mb = (int)(u / p->S);
     *k = (int)(u % p->S);
 }
 
-/* Unit u of the backward order: micro-batch u / S, slices in reverse. */
-static void backward_unit(const struct pipe_runner *p, long u, int *mb, int *k)
-{
-    *mb = (int)(u / p->S);
-    *k = p->S - 1 - (int)(u % p->S);
-}
-
 static int do_forward(struct pipe_runner *p, long u, herr *e)
 {
     int mb, k;
-    forward_unit(p, u, &mb, &k);
+    unit_of(p, u, &mb, &k);
     int s = p->cfg.stage, slot = mb % p->slots;
     int first = s == 0, last = s == p->cfg.stages - 1;
     if (!first && unit_recv(p, k, p->cfg.prev.fwd, p->cfg.prev.peer, TAG_ACT, p->in[slot], e) != 0)
@@ -280,7 +257,7 @@ static int do_forward(struct pipe_runner *p, long u, herr *e)
 static int do_backward(struct pipe_runner *p, long u, herr *e)
 {
     int mb, k;
-    backward_unit(p, u, &mb, &k);
+    unit_of(p, u, &mb, &k);
     int s = p->cfg.stage, slot = mb % p->slots;
     int first = s == 0, last = s == p->cfg.stages - 1;
     if (!last && unit_recv(p, k, p->cfg.next.bwd, p->cfg.next.peer, TAG_GRAD, p->dout, e) != 0)
@@ -322,19 +299,11 @@ int pipe_run(struct pipe_runner *p, float *loss_sum, herr *e)
     p->loss_sum = 0;
     p->wait_s = p->send_s = 0;
     int rc = 0;
-    if (p->cfg.schedule == SCHED_GPIPE) {
-        for (long u = 0; u < U && rc == 0; u++)
-            rc = do_forward(p, u, e);
-        for (long u = 0; u < U && rc == 0; u++)
-            rc = do_backward(p, u, e);
-    } else {
-        long warm = warm_units(p->cfg.stage, p->cfg.stages, p->S, U);
-        for (long u = 0; u < warm && rc == 0; u++)
-            rc = do_forward(p, u, e);
-        for (long j = 0; j < U - warm && rc == 0; j++)
-            rc = do_forward(p, warm + j, e) || do_backward(p, j, e) ? -1 : 0;
-        for (long j = U - warm; j < U && rc == 0; j++)
-            rc = do_backward(p, j, e);
+    for (long k = 0; k < 2 * U && rc == 0; k++) {
+        long u;
+        int b = pipe_op_at(p->cfg.schedule, p->cfg.stage, p->cfg.stages, k, U, p->S,
+                           p->cfg.warmup_extra, &u);
+        rc = b ? do_backward(p, u, e) : do_forward(p, u, e);
     }
     double t0 = clock_mono_s();
     herr e2;

@@ -1,7 +1,8 @@
 /* Pipeline-parallel schedules over micro-batches, generic over stage callbacks: GPipe (all
  * forwards, then all backwards) and 1F1B (non-interleaved: warm-up forwards, one forward / one
  * backward in the steady state, cool-down backwards; at most stages - stage micro-batches in
- * flight on a stage). Activations go forward to stage+1 and activation gradients back to
+ * flight on a stage, more with a deeper warm-up: common/pipe_order.h, the order the planner
+ * simulates, whose pipe_slots gives a stage's activation slots). Activations go forward to stage+1 and activation gradients back to
  * stage-1 over the links to the neighbours (pipe_link: a communicator per direction, which may
  * be one and the same).
  *
@@ -28,6 +29,7 @@
 #include "comm.h"
 #include "error.h"
 #include "names.h"
+#include "pipe_order.h"
 
 /* The schedule and the element type between stages come from names.h. What travels between
  * stages: the stages' activations as they are (DTYPE_FP32, or bf16 activations as bf16), or fp32
@@ -68,12 +70,9 @@ struct pipe_config {
     struct devmem *mem; /* where the activation buffers live (NULL: host memory) */
     size_t act_bytes;   /* bytes of one activation element: 4 (fp32) or 2 (bf16) (0: 4) */
     struct comm *tp;    /* the stage's tensor group (scatter-gather), NULL without */
+    int warmup_extra;   /* 1F1B: micro-batches of warm-up beyond the standard on every stage
+                           but the last (pipe_order.h; the plan's warmup_extra) */
 };
-
-/* Activation slots (micro-batches in flight) a stage needs: micro_batches for GPipe;
- * min(stages - stage, M) for 1F1B, and with S > 1 token slices min(ceil((stages - stage - 1 +
- * 2S - 1) / S), M). */
-int pipe_slots_needed(enum schedule s, int stage, int stages, int micro_batches, int slices);
 
 struct pipe_runner;
 int pipe_runner_create(struct pipe_runner **out, const struct pipe_config *cfg,

@@ -351,7 +351,7 @@ static int worker_init(struct worker *w, const struct trainer_config *c, const s
                                 c->slice_bounds[c->token_slices] != c->T))
         return herr_set(e, "token slices: %d slices whose bounds do not tile [0, %d)",
                         c->token_slices, c->T);
-    w->slots = pipe_slots_needed(c->schedule, w->stage, w->P, w->M, c->token_slices);
+    w->slots = pipe_slots(c->schedule, w->stage, w->P, w->M, c->token_slices, rt->warmup_extra);
     /* the checkpoint directory from the start: a GPU rank keeps its choices of algorithm there */
     char choices[4200] = "";
     if (c->checkpoint_dir) {
@@ -849,7 +849,8 @@ int trainer_run(const struct trainer_config *c, const struct plan_doc *rt, int r
                              .prev = w.prev, .next = w.next,
                              .wire = c->pipe_wire, .slices = c->token_slices,
                              .bounds = c->slice_bounds, .mem = w.mem,
-                             .act_bytes = engine_act_bytes(w.eng), .tp = w.tp};
+                             .act_bytes = engine_act_bytes(w.eng), .tp = w.tp,
+                             .warmup_extra = rt->warmup_extra};
     if (pipe_runner_create(&pr, &pc, &ops, e) != 0)
         goto out;
     if (c->token_slices > 1) {

@@ -100,9 +100,11 @@ static void print_links(const struct plan *p)
 
 static void print_table(const struct plan *p, const struct own_best *best, int n_best)
 {
+    char sched[256];
+    plan_schedule_text(p, sched, sizeof sched);
     printf("policy %s: tensor %d x pipeline %d x data %d, %d micro-batches of %d, %s\n",
            policy_name(p->policy), p->tensor, p->pipeline, p->data, p->micro_batches,
-           p->micro_batch_size, p->schedule == SCHED_GPIPE ? "gpipe" : "1f1b");
+           p->micro_batch_size, sched);
     printf("\n%-6s %-24s %-12s %-8s %-9s %-7s %s\n", "stage", "fabric", "layers", "TFLOPS",
            "fwd ms", "mem GB", "workers");
     for (int s = 0; s < p->n_stages; s++) {

@@ -90,9 +90,11 @@ void local_console_placement(struct local_console *con, const struct plan *p,
     char tensor[32] = "";
     if (p->tensor > 1) /* a tensor group inside each worker */
         snprintf(tensor, sizeof tensor, "tensor %d x ", p->tensor);
-    printf("placement (%s policy): %spipeline %d x data %d, %d micro-batches of %d\n",
+    char sched[256];
+    plan_schedule_text(p, sched, sizeof sched);
+    printf("placement (%s policy): %spipeline %d x data %d, %d micro-batches of %d, %s\n",
            policy_name(p->policy), tensor, p->pipeline, p->data, p->micro_batches,
-           p->micro_batch_size);
+           p->micro_batch_size, sched);
     printf("  %-6s %-12s %-9s %s\n", "stage", "fabric", "layers", "workers");
     for (int s = 0; s < p->n_stages; s++) {
         char ws[512], layers[32];

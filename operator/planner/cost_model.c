@@ -1,6 +1,7 @@
 #include "cost_model.h"
 
 #include "core_spread.h"
+#include "pipe_order.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -185,20 +186,10 @@ struct cost_link cost_link_make(double gbps, double lat_us, double flows)
     return k;
 }
 
-int cost_pipe_slots(enum schedule sched, int stage, int stages, int micro_batches, int slices)
+int cost_pipe_slots(enum schedule sched, int stage, int stages, int micro_batches, int slices,
+                    int warmup_extra)
 {
-    /* noderuntime/train/pipeline.c's pipe_slots_needed, written again here (the planner does
-     * not include the runtime): GPipe holds every micro-batch; 1F1B warms up with
-     * w = min(P - s - 1 + S - 1, M S) units and a micro-batch's slot is free once its last
-     * slice's backward is done, so ceil((w + 2S - 1) / S) - 1 + 1 of them, at most M */
-    if (sched == SCHED_GPIPE)
-        return micro_batches;
-    int S = slices > 1 ? slices : 1;
-    long w = (long)(stages - stage - 1) + (S - 1), units = (long)micro_batches * S;
-    if (w > units)
-        w = units;
-    long n = (w + 2L * S - 1) / S;
-    return n < micro_batches ? (int)n : micro_batches;
+    return pipe_slots(sched, stage, stages, micro_batches, slices, warmup_extra);
 }
 
 void cost_stage_memory_parts(const struct cost_job *j, int layers, int s, int n,
@@ -220,7 +211,7 @@ void cost_stage_memory_parts(const struct cost_job *j, int layers, int s, int n,
     double act_layer = sq * b * h * (10.0 + 24.0 / t + 5.0 * a * sq / (h * t)) *
                        (j->elem_bytes / 2.0);
     out->slots = cost_pipe_slots(j->schedule, s, n, j->micro_batches,
-                                 j->slices > 1 && j->slice_bounds ? j->slices : 1);
+                                 j->slices > 1 && j->slice_bounds ? j->slices : 1, j->warmup_extra);
     out->activations = out->slots * (layers * act_layer);
     out->logits = last ? b * sq * (double)j->model.vocab * 4.0 / t : 0;
     out->total = out->weights_grads + out->optimizer + out->activations + out->logits;
@@ -369,34 +360,6 @@ static int sim_slices(const struct cost_job *j, struct cost_sim *sim)
     return 0;
 }
 
-/* The k-th op of stage s over U units (micro-batches x S token slices): returns 0 for forward,
- * 1 for backward; *mb gets the unit (micro-batch x S + slice). Forwards take the units in
- * order; backwards micro-batch by micro-batch, slices in reverse; 1F1B warms up with
- * stages - stage - 1 + S - 1 forwards (pipeline.c's order). */
-static int op_at(enum schedule sched, int s, int k, int P, int U, int S, int *mb)
-{
-    int j, b;
-    if (sched == SCHED_GPIPE) {
-        b = k >= U;
-        j = b ? k - U : k;
-    } else {
-        int w = P - s - 1 + S - 1 < U ? P - s - 1 + S - 1 : U;
-        int k2 = k - w;
-        if (k < w) {
-            j = k;
-            b = 0;
-        } else if (k2 < 2 * (U - w)) {
-            b = k2 % 2;
-            j = b ? k2 / 2 : w + k2 / 2;
-        } else {
-            j = (U - w) + (k2 - 2 * (U - w));
-            b = 1;
-        }
-    }
-    *mb = b ? j / S * S + (S - 1 - j % S) : j;
-    return b;
-}
-
 /* One simulation's arrays, views into cost_sim's buffers. Inputs per stage: an op's compute
  * (fwd, bwd: per micro-batch, times the unit's compute share), the tensor group's all-gather of
  * a received unit before it (gf before a forward, gb before a backward: per micro-batch, times
@@ -500,7 +463,9 @@ static double op_ready(const struct cost_job *j, const struct sim_view *v, int s
                        int *mb)
 {
     int P = v->P, U = v->U;
-    *b = op_at(j->schedule, s, idx, P, U, v->S, mb);
+    long unit;
+    *b = pipe_op_at(j->schedule, s, P, idx, U, v->S, j->warmup_extra, &unit);
+    *mb = (int)unit;
     double ready = !*b ? (s == 0 ? 0 : v->farr[(size_t)s * U + *mb])
                        : (s == P - 1 ? v->lastf[*mb] : v->barr[(size_t)s * U + *mb]);
     if (ready < 0)
@@ -699,7 +664,9 @@ static int run_schedule_shared(const struct cost_job *j, const struct cost_links
             v->rem[s] -= sim->rate[s] * dt;
             if (v->rem[s] > 1e-12 * (v->fwd[s] + v->bwd[s]) + 1e-15)
                 continue;
-            int mb, b = op_at(j->schedule, s, v->idx[s], P, U, v->S, &mb);
+            long unit;
+            int b = pipe_op_at(j->schedule, s, P, v->idx[s], U, v->S, j->warmup_extra, &unit);
+            int mb = (int)unit;
             v->t[s] = now;
             v->freeat[s] = finish_op(v, s, b, mb, now, sim->tw[mb % v->S]);
             v->rem[s] = -1;

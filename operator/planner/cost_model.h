@@ -76,6 +76,8 @@ struct cost_job {
     enum schedule schedule;
     int slices;               /* TeraPipe token slices per micro-batch (0 or 1: none) */
     const int *slice_bounds;  /* [slices + 1] token bounds 0 .. seq_len (NULL: none) */
+    int warmup_extra;         /* 1F1B: micro-batches of warm-up beyond the standard on every
+                                 stage but the last (common/pipe_order.h) */
 };
 
 /* One link: bandwidth in bytes/s and latency in seconds. */
@@ -160,7 +162,8 @@ void cost_sim_free(struct cost_sim *s);
  * the matrix products plus its share of the causal attention's (query, key) pairs. */
 double cost_slice_compute_share(const struct cost_job *j, int t0, int t1);
 
-/* Predicts the step time of `n` stages by simulating the schedule (1F1B or GPipe) with
+/* Predicts the step time of `n` stages by simulating the schedule (1F1B or GPipe, in
+ * common/pipe_order.h's order with j->warmup_extra) with
  * per-stage op times and per-boundary transfers (a link carries one transfer at a time per
  * direction; a stage receiving from a neighbour all-gathers over its tensor group before the op;
  * links.send_buffers: a send holds its stage until it arrives, or waits only for a buffer). With
@@ -194,9 +197,10 @@ void cost_stage_memory_parts(const struct cost_job *j, int layers, int s, int n,
                              struct cost_memory *out);
 double cost_stage_memory(const struct cost_job *j, int layers, int s, int n);
 /* Micro-batches in flight on stage `stage` of `stages`: GPipe all M; 1F1B its warm-up plus one
- * (with S token slices: ceil((min(P - s - 1 + S - 1, M S) + 2S - 1) / S)), at most M. The
- * runtime's rule (noderuntime/train/pipeline.c, pipe_slots_needed), written again here. */
-int cost_pipe_slots(enum schedule sched, int stage, int stages, int micro_batches, int slices);
+ * (with S token slices: ceil((min(P - s - 1 + S - 1 + x S, M S) + 2S - 1) / S), x the extra
+ * warm-up on all but the last stage), at most M: the runtime's rule (common/pipe_order.h). */
+int cost_pipe_slots(enum schedule sched, int stage, int stages, int micro_batches, int slices,
+                    int warmup_extra);
 
 /* A link of `gbps` Gb/s with latency `lat_us`, shared by `flows` concurrent flows. */
 struct cost_link cost_link_make(double gbps, double lat_us, double flows);

@@ -630,6 +630,83 @@ static double minimax_split(struct plan_eval *ev, int P, double cap, double *cos
     return T[(size_t)(P - 1) * W + (size_t)L];
 }
 
+/* Moves one layer from stage a to stage b while the simulated step improves, or stays equal and
+ * the split gets more balanced (every pair for short pipelines, neighbours otherwise), until
+ * ev->sim.work reaches `stop`; the split in ev->layers, its step and balance in *best, *bal. */
+static void refine(struct plan_eval *ev, int P, double *best, double *bal, double stop)
+{
+    int all_pairs = P <= 16, L = ev->L;
+    for (int iter = 0; iter < 4 * L && !ev->fast && isfinite(*best); iter++) {
+        int improved = 0;
+        for (int a = 0; a < P && ev->sim.work < stop; a++) {
+            for (int b = 0; b < P && ev->sim.work < stop; b++) {
+                if (a == b || ev->layers[a] <= 1 || (!all_pairs && abs(a - b) != 1))
+                    continue;
+                ev->layers[a]--;
+                ev->layers[b]++;
+                double v = pl_eval_sim(ev, P, ev->layers, NULL);
+                double vb = v <= *best * (1 + TIE_REL) ? split_balance(ev, P, ev->layers) : INFINITY;
+                if (better(v, vb, *best, *bal)) {
+                    *best = v;
+                    *bal = vb;
+                    improved = 1;
+                } else {
+                    ev->layers[a]++;
+                    ev->layers[b]--;
+                }
+            }
+        }
+        if (!improved)
+            break;
+    }
+}
+
+/* The 1F1B warm-up depth (common/pipe_order.h) for the split in ev->best_layers (step t0 with
+ * the standard warm-up): x = 1, 2, 4, ... extra micro-batches on every stage but the last, until
+ * the first stage warms up with all of them; with `resplit`, each x's split refined again from
+ * the standard one's (a deeper warm-up gives the later stages time to hide their data-parallel
+ * reduce-scatter, which may make a different split the best). A deeper warm-up holds more
+ * activations, so it is kept only when it shortens the best step so far by WARMUP_MIN_GAIN; a
+ * stage it does not fit in memory makes the step INFINITY. Leaves the choice in
+ * ev->best_warmup (and its split in ev->best_layers) and cj.warmup_extra 0. */
+#define WARMUP_MIN_GAIN 0.005
+static double choose_warmup(struct plan_eval *ev, int P, double t0, int resplit)
+{
+    int M = ev->cj.micro_batches;
+    double best = t0;
+    ev->best_warmup = 0;
+    if (ev->cj.schedule != SCHED_1F1B || P < 2 || P - 1 >= M || !isfinite(t0))
+        return t0;
+    int *base = malloc(sizeof(int) * 2 * (size_t)P);
+    if (!base)
+        return t0;
+    int *keep = base + P;
+    memcpy(base, ev->best_layers, sizeof(int) * (size_t)P);
+    for (int x = 1;; x *= 2) {
+        if (P - 1 + x > M)
+            x = M - (P - 1);
+        ev->cj.warmup_extra = x;
+        memcpy(ev->layers, base, sizeof(int) * (size_t)P);
+        double t = pl_eval_sim(ev, P, ev->layers, NULL);
+        if (resplit && isfinite(t)) {
+            double bal = split_balance(ev, P, ev->layers);
+            refine(ev, P, &t, &bal, ev->sim.work + ev->refine_work);
+        }
+        if (t < best * (1 - WARMUP_MIN_GAIN)) {
+            best = t;
+            ev->best_warmup = x;
+            memcpy(keep, ev->layers, sizeof(int) * (size_t)P);
+        }
+        if (P - 1 + x >= M)
+            break;
+    }
+    ev->cj.warmup_extra = 0;
+    if (ev->best_warmup > 0)
+        memcpy(ev->best_layers, keep, sizeof(int) * (size_t)P);
+    free(base);
+    return best;
+}
+
 /* The layer split of the placement pl_eval_links filled, into ev->best_layers: the dynamic
  * programme's most balanced optimal split and the equal split, the better by simulation; then
  * (unless ev->fast) one-layer moves across boundaries while the simulated step improves, or stays
@@ -637,6 +714,8 @@ static double minimax_split(struct plan_eval *ev, int P, double cap, double *cos
 static double partition(struct plan_eval *ev, int P)
 {
     int L = ev->L;
+    ev->cj.warmup_extra = 0;
+    ev->best_warmup = 0;
     double *cost = malloc(sizeof(double) * (size_t)(L + 2));
     if (!cost)
         return INFINITY;
@@ -656,35 +735,9 @@ static double partition(struct plan_eval *ev, int P)
     } else {
         memcpy(ev->layers, ev->best_layers, sizeof(int) * (size_t)P);
     }
-    /* move one layer from stage a to stage b: every pair for short pipelines, neighbours
-     * otherwise */
-    int all_pairs = P <= 16;
-    double stop = ev->sim.work + ev->refine_work;
-    for (int iter = 0; iter < 4 * L && !ev->fast && isfinite(best); iter++) {
-        int improved = 0;
-        for (int a = 0; a < P && ev->sim.work < stop; a++) {
-            for (int b = 0; b < P && ev->sim.work < stop; b++) {
-                if (a == b || ev->layers[a] <= 1 || (!all_pairs && abs(a - b) != 1))
-                    continue;
-                ev->layers[a]--;
-                ev->layers[b]++;
-                double v = pl_eval_sim(ev, P, ev->layers, NULL);
-                double vb = v <= best * (1 + TIE_REL) ? split_balance(ev, P, ev->layers) : INFINITY;
-                if (better(v, vb, best, bal)) {
-                    best = v;
-                    bal = vb;
-                    improved = 1;
-                } else {
-                    ev->layers[a]++;
-                    ev->layers[b]--;
-                }
-            }
-        }
-        if (!improved)
-            break;
-    }
+    refine(ev, P, &best, &bal, ev->sim.work + ev->refine_work);
     memcpy(ev->best_layers, ev->layers, sizeof(int) * (size_t)P);
-    return best;
+    return ev->warmup_search ? choose_warmup(ev, P, best, 1) : best;
 }
 
 double pl_memory_split(struct plan_eval *ev, int P)
@@ -703,9 +756,12 @@ double pl_eval_placement(struct plan_eval *ev, int P, const int *stage_units,
                          const struct plan_job *job, int equal)
 {
     pl_eval_links(ev, P, stage_units);
+    ev->cj.warmup_extra = 0;
+    ev->best_warmup = 0;
     if (equal != 2 && job->pinned && job->n_pinned == P) {
         memcpy(ev->best_layers, job->pinned, sizeof(int) * (size_t)P);
-        return pl_eval_sim(ev, P, ev->best_layers, NULL);
+        double t = pl_eval_sim(ev, P, ev->best_layers, NULL);
+        return ev->warmup_search && !equal ? choose_warmup(ev, P, t, 0) : t;
     }
     if (equal) {
         equal_split(ev->L, P, ev->best_layers);

@@ -44,6 +44,7 @@ static double try_candidate(struct search *S)
         S->best_t = t;
         memcpy(S->best, S->cur, sizeof(int) * n);
         memcpy(S->best_layers, S->ev->best_layers, sizeof(int) * (size_t)S->P);
+        S->best_warmup = S->ev->best_warmup;
     }
     if (!S->top || !isfinite(t))
         return t;
@@ -451,8 +452,10 @@ int pl_holmes_search(struct search *S, herr *e)
         local_search(S, start_t[i], left / (n_start - i));
     }
     kick_and_climb(S);
-    /* the best few, their splits refined by simulation; the budget left shared among them */
+    /* the best few, their splits refined by simulation and their 1F1B warm-up depth chosen; the
+     * budget left shared among them */
     ev->fast = 0;
+    ev->warmup_search = 1;
     memcpy(starts, S->top, sizeof(int) * n * (size_t)S->n_top);
     n_start = S->n_top;
     S->best_t = INFINITY;
@@ -465,6 +468,7 @@ int pl_holmes_search(struct search *S, herr *e)
         try_candidate(S);
     }
     ev->fast = fast;
+    ev->warmup_search = 0;
     free(starts);
     return 0;
 }

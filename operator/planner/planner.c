@@ -1,6 +1,7 @@
 /* The planner's entry point: plan_make searches the (pipeline, data, micro-batch) shapes and
  * builds the chosen plan (ranks, stages, communicators and their transports). */
 #include "planner_impl.h"
+#include "pipe_order.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -228,6 +229,7 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
     if (!p->ranks || !p->stages || !p->groups)
         return herr_set(e, "planner: out of memory for %d ranks", p->n_ranks);
     pl_eval_links(ev, P, stage_units);
+    ev->cj.warmup_extra = p->warmup_extra; /* the memory, the step and the slicing with it */
     struct cost_stage_terms terms;
     int first = 0;
     for (int s = 0; s < P; s++) {
@@ -320,6 +322,24 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
     return 0;
 }
 
+void plan_schedule_text(const struct plan *p, char *buf, size_t cap)
+{
+    int n = snprintf(buf, cap, "%s", schedule_name(p->schedule));
+    if (p->schedule != SCHED_1F1B || p->warmup_extra <= 0 || n < 0 || (size_t)n >= cap)
+        return;
+    n += snprintf(buf + n, cap - (size_t)n, ", warm-up +%d micro-batch%s on stage%s 0%s",
+                  p->warmup_extra, p->warmup_extra == 1 ? "" : "es", p->pipeline > 2 ? "s" : "",
+                  p->pipeline > 2 ? "-" : "");
+    if (p->pipeline > 2 && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, "%d", p->pipeline - 2);
+    for (int s = 0; s < p->pipeline && n > 0 && (size_t)n < cap; s++)
+        n += snprintf(buf + n, cap - (size_t)n, "%s%d", s ? ", " : " (micro-batches in flight per stage: ",
+                      pipe_slots(p->schedule, s, p->pipeline, p->micro_batches,
+                                 p->slices > 1 ? p->slices : 1, p->warmup_extra));
+    if (n > 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, ")");
+}
+
 void plan_boundary_links(const struct plan *p, int s, struct plan_boundary *out)
 {
     memset(out, 0, sizeof *out);
@@ -370,6 +390,7 @@ struct auto_search {
     double *quick;        /* per shape: the quick estimate in tokens/s, 0 when none */
     double quick_best;
     int *best_units, *naive_units, *best_layers;
+    int best_warmup;
     struct shape best_shape;
     double best_tps;
     int to_search;        /* shapes the full search has still to do */
@@ -437,9 +458,10 @@ static int estimate_shapes(struct auto_search *A, herr *e)
 }
 
 /* Takes the result of a full search of shape `sh` (step time t, placement `units`, split
- * `layers`): among the top candidates, and as the plan when it is the fastest so far. */
+ * `layers`, 1F1B warm-up depth `warmup`): among the top candidates, and as the plan when it is
+ * the fastest so far. */
 static void take_result(struct plan *out, struct auto_search *A, struct shape sh, double t,
-                        const int *units, const int *layers)
+                        const int *units, const int *layers, int warmup)
 {
     if (!isfinite(t) || t <= 0)
         return;
@@ -451,6 +473,7 @@ static void take_result(struct plan *out, struct auto_search *A, struct shape sh
         A->best_shape = sh;
         memcpy(A->best_units, units, sizeof(int) * (size_t)A->ev->n_units);
         memcpy(A->best_layers, layers, sizeof(int) * (size_t)sh.P);
+        A->best_warmup = warmup;
     }
 }
 
@@ -474,7 +497,7 @@ static int search_shape(struct plan *out, struct auto_search *A, int i, herr *e)
     }
     if (job->policy != POLICY_HOLMES) {
         double t = pl_naive_eval(ev, job, sh.P, A->naive_units, 0);
-        take_result(out, A, sh, t, A->naive_units, ev->best_layers);
+        take_result(out, A, sh, t, A->naive_units, ev->best_layers, ev->best_warmup);
         return 0;
     }
     struct search S;
@@ -489,7 +512,7 @@ static int search_shape(struct plan *out, struct auto_search *A, int i, herr *e)
         pl_search_free(&S);
         return -1;
     }
-    take_result(out, A, sh, S.best_t, S.best, S.best_layers);
+    take_result(out, A, sh, S.best_t, S.best, S.best_layers, S.best_warmup);
     pl_search_free(&S);
     return 0;
 }
@@ -524,6 +547,7 @@ static int fill_plan(struct plan *out, struct auto_search *A, const struct plan_
     out->micro_batches = best_shape.m;
     out->micro_batch_size = best_shape.b;
     out->schedule = job->schedule;
+    out->warmup_extra = A->best_warmup;
     out->links = *links;
     out->n_workers = n_workers;
     out->workers = malloc(sizeof *out->workers * (size_t)n_workers);

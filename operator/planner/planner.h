@@ -116,6 +116,9 @@ struct plan {
     enum policy policy;
     int tensor, pipeline, data, micro_batches, micro_batch_size;
     enum schedule schedule;
+    int warmup_extra;             /* 1F1B: micro-batches of warm-up beyond the standard on every
+                                     stage but the last (common/pipe_order.h), chosen by the
+                                     holmes search when it shortens the step */
     int n_workers;
     struct plan_worker *workers;  /* a copy of the input workers */
     int n_ranks;
@@ -153,6 +156,10 @@ struct plan {
 int plan_make(const struct plan_worker *workers, int n_workers, const struct plan_job *job,
               const struct cost_links *links, struct plan *out, herr *e);
 void plan_free(struct plan *p);
+
+/* The schedule as the plan runs it, for people: "gpipe", "1f1b", or "1f1b, warm-up +4
+ * micro-batches on stages 0-1 (micro-batches in flight per stage: 7, 6, 1)". */
+void plan_schedule_text(const struct plan *p, char *buf, size_t cap);
 
 /* Global rank of (stage, dp, tp). */
 static inline int plan_rank_of(const struct plan *p, int stage, int dp, int tp)

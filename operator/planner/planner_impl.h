@@ -39,6 +39,8 @@ struct plan_eval {
     int capP;              /* stages the buffers hold */
     int fast;              /* partition by the dynamic programme only (no refinement) */
     double refine_work;    /* simulated ops one partition's refinement may spend */
+    int warmup_search;     /* partitions also choose the 1F1B warm-up depth (best_warmup) */
+    int best_warmup;       /* the warm-up depth of best_layers (cost_job.warmup_extra) */
     int n_units, n_fabrics, n_classes;
     struct unit *units;
     const char **fabric_names;
@@ -101,6 +103,7 @@ struct search {
     int homog;            /* restrict to fabric-homogeneous stages */
     int *cur, *best;      /* P*D unit ids */
     int *best_layers;
+    int best_warmup;      /* best_layers' 1F1B warm-up depth (cost_job.warmup_extra) */
     double best_t;
     int *fab_units;       /* units grouped by fabric */
     int *fab_start;       /* n_fabrics + 1 */

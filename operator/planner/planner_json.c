@@ -224,6 +224,8 @@ cJSON *plan_to_json(const struct plan *p)
          add_num(par, "data", p->data) && add_num(par, "micro_batches", p->micro_batches) &&
          add_num(par, "micro_batch_size", p->micro_batch_size) &&
          add_str(par, "schedule", p->schedule == SCHED_GPIPE ? "gpipe" : "1f1b");
+    /* at the top, where the plan document (common/plan_doc.h) has it */
+    ok = ok && add_num(o, "warmup_extra", p->warmup_extra);
     ok = ok && add_slices(o, p);
     ok = ok && add_stages(o, p);
     ok = ok && add_workers(o, p);
@@ -283,6 +285,7 @@ int plan_to_doc(const struct plan *p, struct plan_doc *d, herr *e)
         memcpy(d->slice_bounds, p->slice_bounds, ((size_t)p->slices + 1) * sizeof(int));
         d->slices = p->slices;
     }
+    d->warmup_extra = p->warmup_extra;
     for (int r = 0; r < p->n_ranks; r++) {
         const struct plan_worker *w = &p->workers[p->ranks[r].worker];
         struct plan_doc_rank *k = &d->ranks[r];

@@ -4,7 +4,8 @@
  * the bf16 wire they match the single process that rounds to bfloat16 where a stage boundary
  * is, and differ from the exact one. With token slices (the D elements cut in 3 uneven slices)
  * every stage sees each micro-batch's slices forward in order and backward in reverse, only
- * after its last slice was forwarded, within the slots pipe_slots_needed gives. With a tensor
+ * after its last slice was forwarded, within the slots pipe_slots gives, and holds that many
+ * at its peak (also with a deeper warm-up, warmup_extra). With a tensor
  * group (scatter-gather: each stage held by t processes) the results are the same and each
  * process sends exactly its 1/t share of every unit. On the emulated device (devmem.h) the
  * activations are staged through host buffers as a GPU's are, with the same results. */
@@ -34,6 +35,7 @@ struct toy {
     int busy[MAXM], busy_mb[MAXM];
     int fwd_next[MAXM], bwd_next[MAXM]; /* the slice each slot's micro-batch expects next */
     int overflow;
+    int in_flight, peak;        /* micro-batches forwarded and not yet backward: now, at most */
 };
 
 static const int whole_bounds[] = {0, D};
@@ -51,6 +53,8 @@ static int toy_forward(void *ctx, int mb, int slot, int k, const void *in_v, voi
         }
         t->busy[slot] = 1;
         t->busy_mb[slot] = mb;
+        if (++t->in_flight > t->peak)
+            t->peak = t->in_flight;
         t->fwd_next[slot] = 0;
         t->bwd_next[slot] = t->S - 1;
     }
@@ -86,8 +90,10 @@ static int toy_backward(void *ctx, int mb, int slot, int k, const void *dout_v, 
         return herr_set(e, "backward of micro-batch %d slice %d on slot %d out of order", mb, k,
                         slot);
     t->bwd_next[slot] = k - 1;
-    if (k == 0)
+    if (k == 0) {
         t->busy[slot] = 0;
+        t->in_flight--;
+    }
     int lo = t->bounds[k], hi = t->bounds[k + 1];
     for (int i = lo; i < hi; i++) {
         float dy = dout ? dout[i - lo] : (t->y[slot][i] - data_t(mb, i)) / D / (float)t->M;
@@ -145,6 +151,7 @@ struct case_arg {
     int S;               /* token slices (0: none) */
     int tp;              /* processes per stage (0: 1) */
     int emulated;        /* buffers in the emulated device's memory */
+    int warm;            /* 1F1B: warmup_extra (pipe_order.h) */
 };
 
 static const int three_slices[] = {0, 5, 17, D};
@@ -204,7 +211,7 @@ static int run_stage(int rank, int n, struct tcp_listener *l, const struct tcp_e
     t.M = ca->M;
     t.S = ca->S > 1 ? ca->S : 1;
     t.bounds = ca->S > 1 ? three_slices : whole_bounds;
-    t.slots = pipe_slots_needed(ca->sched, rank, n, ca->M, ca->S);
+    t.slots = pipe_slots(ca->sched, rank, n, ca->M, ca->S, ca->warm);
     for (int i = 0; i < D; i++) {
         t.w[i] = param_w(rank, i);
         t.b[i] = param_b(rank, i);
@@ -214,7 +221,7 @@ static int run_stage(int rank, int n, struct tcp_listener *l, const struct tcp_e
                               .schedule = ca->sched, .prev = {c, c, rank - 1},
                               .next = {c, c, rank + 1}, .wire = ca->wire, .slices = ca->S,
                               .bounds = ca->S > 1 ? three_slices : NULL, .mem = mem,
-                              .act_bytes = 4, .tp = tc};
+                              .act_bytes = 4, .tp = tc, .warmup_extra = ca->warm};
     struct pipe_runner *p;
     int bad = 0;
     float loss = 0;
@@ -223,6 +230,12 @@ static int run_stage(int rank, int n, struct tcp_listener *l, const struct tcp_e
         bad = 1;
     } else {
         pipe_runner_free(p);
+    }
+    /* the schedule holds as many micro-batches at once as its slots: the warm-up took effect */
+    if (!bad && t.peak != t.slots) {
+        fprintf(stderr, "stage %d: at most %d micro-batches in flight, %d slots\n", rank, t.peak,
+                t.slots);
+        bad = 1;
     }
     if (c && !bad) {
         uint64_t want = share_bytes(ca, rank, n, tp, tpr), sent = comm_bytes_sent(c);
@@ -283,7 +296,7 @@ int main(void)
     for (int si = 0; si < 2; si++)
         for (size_t pi = 0; pi < 4; pi++)
             for (size_t mi = 0; mi < 2; mi++) {
-                struct case_arg ca = {Ms[mi], si ? SCHED_1F1B : SCHED_GPIPE, DTYPE_FP32, 0, 1, 0};
+                struct case_arg ca = {Ms[mi], si ? SCHED_1F1B : SCHED_GPIPE, DTYPE_FP32, 0, 1, 0, 0};
                 char name[96];
                 snprintf(name, sizeof name, "%s %d stages %d micro-batches matches single process",
                          schedule_name(ca.sched), Ps[pi], Ms[mi]);
@@ -291,7 +304,7 @@ int main(void)
             }
     for (int si = 0; si < 2; si++)
         for (size_t pi = 1; pi < 4; pi++) {
-            struct case_arg ca = {5, si ? SCHED_1F1B : SCHED_GPIPE, DTYPE_BF16, 0, 1, 0};
+            struct case_arg ca = {5, si ? SCHED_1F1B : SCHED_GPIPE, DTYPE_BF16, 0, 1, 0, 0};
             char name[96];
             snprintf(name, sizeof name, "%s %d stages, bf16 wire: the rounded single process",
                      schedule_name(ca.sched), Ps[pi]);
@@ -300,7 +313,7 @@ int main(void)
     for (int si = 0; si < 2; si++)
         for (size_t pi = 0; pi < 4; pi++)
             for (size_t mi = 0; mi < 2; mi++) {
-                struct case_arg ca = {Ms[mi], si ? SCHED_1F1B : SCHED_GPIPE, DTYPE_FP32, 3, 1, 0};
+                struct case_arg ca = {Ms[mi], si ? SCHED_1F1B : SCHED_GPIPE, DTYPE_FP32, 3, 1, 0, 0};
                 char name[112];
                 snprintf(name, sizeof name, "%s %d stages %d micro-batches x 3 token slices "
                          "matches single process", schedule_name(ca.sched), Ps[pi], Ms[mi]);
@@ -316,13 +329,47 @@ int main(void)
               {2, 3, 3, 0, SCHED_1F1B, DTYPE_BF16}, {2, 2, 0, 1, SCHED_1F1B, DTYPE_FP32},
               {3, 2, 3, 1, SCHED_1F1B, DTYPE_BF16}, {4, 1, 0, 1, SCHED_GPIPE, DTYPE_FP32}};
     for (size_t i = 0; i < sizeof sg / sizeof sg[0]; i++) {
-        struct case_arg ca = {5, sg[i].sched, sg[i].wire, sg[i].S, sg[i].tp, sg[i].emu};
+        struct case_arg ca = {5, sg[i].sched, sg[i].wire, sg[i].S, sg[i].tp, sg[i].emu, 0};
         char name[160];
         snprintf(name, sizeof name, "%s %d stages x tensor %d%s%s%s: single process, each sends "
                  "its share", schedule_name(ca.sched), sg[i].P, sg[i].tp,
                  ca.S ? ", 3 token slices" : "", ca.wire == DTYPE_BF16 ? ", bf16 wire" : "",
                  ca.emulated ? ", emulated device (staged)" : "");
         CHECK_INT(name, run_group(sg[i].P * sg[i].tp, run_stage, &ca, -1, 60), 0);
+    }
+    /* a deeper 1F1B warm-up (pipe_order.h): the same results, the extra micro-batches in flight
+     * on every stage but the last (the first stage up to all of them) */
+    struct {
+        int P, M, S, warm;
+    } wu[] = {{2, 5, 0, 1}, {3, 5, 0, 2}, {4, 8, 0, 1}, {4, 5, 0, 9}, {3, 5, 3, 1}, {2, 2, 3, 4}};
+    for (size_t i = 0; i < sizeof wu / sizeof wu[0]; i++) {
+        struct case_arg ca = {wu[i].M, SCHED_1F1B, DTYPE_FP32, wu[i].S, 1, 0, wu[i].warm};
+        char name[160];
+        snprintf(name, sizeof name, "1f1b %d stages %d micro-batches%s, warm-up +%d: single "
+                 "process, %d in flight on the first stage", wu[i].P, wu[i].M,
+                 wu[i].S ? " x 3 token slices" : "", wu[i].warm,
+                 pipe_slots(SCHED_1F1B, 0, wu[i].P, wu[i].M, wu[i].S, wu[i].warm));
+        CHECK_INT(name, run_group(wu[i].P, run_stage, &ca, -1, 60), 0);
+    }
+    CHECK_INT("warm-up +2: the first of 4 stages holds 4 + 2", pipe_slots(SCHED_1F1B, 0, 4, 8, 1, 2), 6);
+    CHECK_INT("warm-up +2: the last stage keeps 1", pipe_slots(SCHED_1F1B, 3, 4, 8, 1, 2), 1);
+    CHECK_INT("warm-up +9 of 5 micro-batches: all of them", pipe_slots(SCHED_1F1B, 0, 4, 5, 1, 9), 5);
+    CHECK_INT("warm-up +1 with 4 slices: (6 + 4 + 7) / 4 on the first of 4 stages", pipe_slots(SCHED_1F1B, 0, 4, 8, 4, 1), 4);
+    {
+        /* the order: stage 0 of 3 with +1 forwards 3 units, then alternates, then backwards */
+        static const int want[] = {0, 0, 0, 0, 1, 0, 1, 1, 1, 1};
+        int ok = 1;
+        long prev_b = -1;
+        for (long k = 0; k < 10; k++) {
+            long u;
+            int b = pipe_op_at(SCHED_1F1B, 0, 3, k, 5, 1, 1, &u);
+            ok &= b == want[k];
+            if (b) {
+                ok &= u == prev_b + 1; /* backwards keep their order: the same gradient sums */
+                prev_b = u;
+            }
+        }
+        CHECK("warm-up +1, stage 0 of 3, 5 micro-batches: F F F F B F B B B B, backwards in order", ok);
     }
     /* round to nearest even on the 16 bits kept */
     CHECK_INT("bf16 1.0", bits_bf16(0x3f800000u), 0x3f80);
@@ -335,10 +382,10 @@ int main(void)
     uint16_t nan = bits_bf16(0x7f800001u); /* payload only in the low bits */
     CHECK("bf16 NaN stays NaN", (nan & 0x7f80) == 0x7f80 && (nan & 0x7f) != 0);
     CHECK("bf16 widened back exactly", bf16_to_float(0x3fc0) == 1.5f);
-    CHECK_INT("1f1b slots bounded by stages - stage", pipe_slots_needed(SCHED_1F1B, 1, 4, 8, 1), 3);
-    CHECK_INT("gpipe slots = micro-batches", pipe_slots_needed(SCHED_GPIPE, 1, 4, 8, 1), 8);
-    CHECK_INT("1f1b with 4 slices: the last stage holds 2 micro-batches", pipe_slots_needed(SCHED_1F1B, 3, 4, 8, 4), 2);
-    CHECK_INT("1f1b with 4 slices: the first of 4 stages (6 units of warm-up) holds 3", pipe_slots_needed(SCHED_1F1B, 0, 4, 8, 4), 3);
+    CHECK_INT("1f1b slots bounded by stages - stage", pipe_slots(SCHED_1F1B, 1, 4, 8, 1, 0), 3);
+    CHECK_INT("gpipe slots = micro-batches", pipe_slots(SCHED_GPIPE, 1, 4, 8, 1, 0), 8);
+    CHECK_INT("1f1b with 4 slices: the last stage holds 2 micro-batches", pipe_slots(SCHED_1F1B, 3, 4, 8, 4, 0), 2);
+    CHECK_INT("1f1b with 4 slices: the first of 4 stages (6 units of warm-up) holds 3", pipe_slots(SCHED_1F1B, 0, 4, 8, 4, 0), 3);
     enum schedule s;
     CHECK_INT("bad schedule rejected", schedule_parse("zigzag", &s), -1);
     CHECK("schedule names round-trip", schedule_parse(schedule_name(SCHED_GPIPE), &s) == 0 &&
