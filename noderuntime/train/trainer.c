@@ -853,6 +853,9 @@ int trainer_run(const struct trainer_config *c, const struct plan_doc *rt, int r
                              .warmup_extra = rt->warmup_extra};
     if (pipe_runner_create(&pr, &pc, &ops, e) != 0)
         goto out;
+    if (rt->warmup_extra > 0 && c->schedule == SCHED_1F1B && w.stage < w.P - 1)
+        log_info("rank %d: 1F1B warm-up %d micro-batches deeper (%d in flight)", rank,
+                 rt->warmup_extra, w.slots);
     if (c->token_slices > 1) {
         char sl[512];
         plan_doc_slice_lengths(c->slice_bounds, c->token_slices, sl, sizeof sl);

@@ -320,6 +320,7 @@ cJSON *coord_plan_status_json(const struct plan *p, const struct coord_worker *w
     cJSON_AddNumberToObject(o, "pipeline", p->pipeline);
     cJSON_AddNumberToObject(o, "data", p->data);
     cJSON_AddNumberToObject(o, "predictedStepSeconds", p->step_s);
+    cJSON_AddNumberToObject(o, "warmupExtra", p->warmup_extra);
     if (p->slices > 1 || p->slices_auto) {
         cJSON *ts = cJSON_AddObjectToObject(o, "tokenSlices");
         if (ts) {

@@ -45,7 +45,7 @@ int coord_plan_hook(void *user, const struct coord_worker *workers, int n,
 void coord_plan_free(struct coord_plan *cp);
 
 /* The plan as status.plan shows it (and the job page draws it): {policy, tensor, pipeline,
- * data, predictedStepSeconds, stages: [{index, fabric, layers, firstLayer, tflops,
+ * data, predictedStepSeconds, warmupExtra, stages: [{index, fabric, layers, firstLayer, tflops,
  * tflopsSource, workers: [pod]}]}. NULL out of memory. */
 cJSON *coord_plan_status_json(const struct plan *p, const struct coord_worker *w);
 

@@ -839,3 +839,8 @@ double plan_eval_step_canonical(struct plan_eval *ev, int *stage_units, const in
     pl_canonical(ev, ev->P, stage_units);
     return plan_eval_step(ev, stage_units, layers);
 }
+
+void plan_eval_set_warmup(struct plan_eval *ev, int warmup_extra)
+{
+    ev->cj.warmup_extra = warmup_extra;
+}

@@ -211,5 +211,7 @@ double plan_eval_step(struct plan_eval *ev, const int *stage_units, const int *l
 /* Same, but each stage's blocks given as a set: they are put in the canonical replica order
  * (by fabric, class, Gb/s, TFLOPS, index) the holmes policy uses. `stage_units` is reordered. */
 double plan_eval_step_canonical(struct plan_eval *ev, int *stage_units, const int *layers);
+/* The 1F1B warm-up depth the next evaluations use (plan.warmup_extra; 0 when made). */
+void plan_eval_set_warmup(struct plan_eval *ev, int warmup_extra);
 
 #endif
