@@ -9,14 +9,16 @@
 #include "cluster.h"
 #include "commands.h"
 #include "planner.h"
+#include "pipe_order.h"
 #include "planner_job.h"
+#include "pipe_order.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: holmes-operator plan [--cluster CLUSTER.yaml] JOB.yaml [--policy holmes|naive|ethernet]\n"
             "                            [--calibration LINKS.yaml] [--partition N,N,...] [--json]\n"
-            "                            [--tflops T]\n"
+            "                            [--tflops T] [--warmup N]\n"
             "Plans JOB (a TrainingJob manifest) on the workers of CLUSTER (default: the workers the\n"
             "job's spec.emulation block describes) and prints the placement:\n"
             "stages with their fabric, workers and layers, the transport of every communicator, the\n"
@@ -28,6 +30,9 @@ static void usage(FILE *f)
             "  --tflops T          TFLOPS per device of the spec.emulation workers (default 0.05\n"
             "                      per CPU worker, 100 per GPU); what they declare to the\n"
             "                      coordinator (HOLMES_DECLARED_TFLOPS) for the same plan\n"
+            "  --warmup N          pin the 1F1B warm-up depth (micro-batches beyond the standard\n"
+            "                      on every stage but the last; 0: the standard schedule) instead\n"
+            "                      of the planner's choice\n"
             "  --json              one JSON document instead of the table\n");
 }
 
@@ -288,14 +293,14 @@ int cmd_plan(int argc, char **argv)
         {"cluster", required_argument, 0, 'c'}, {"policy", required_argument, 0, 'p'},
         {"calibration", required_argument, 0, 'k'}, {"json", no_argument, 0, 'j'},
         {"partition", required_argument, 0, 'P'}, {"tflops", required_argument, 0, 't'},
-        {0, 0, 0, 0},
+        {"warmup", required_argument, 0, 'w'}, {0, 0, 0, 0},
     };
     const char *cluster_path = NULL, *policy = NULL, *calib = NULL, *partition = NULL;
     double tflops = 0;
-    int json = 0, c;
+    int json = 0, c, warmup = -1;
     char *end;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "c:p:k:jP:t:", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:p:k:jP:t:w:", opts, NULL)) != -1) {
         switch (c) {
         case 'c': cluster_path = optarg; break;
         case 'p': policy = optarg; break;
@@ -310,6 +315,16 @@ int cmd_plan(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'w': {
+            long v = strtol(optarg, &end, 10);
+            if (end == optarg || *end || v < 0 || v > PIPE_WARMUP_EXTRA_MAX) {
+                fprintf(stderr, "holmes-operator plan: --warmup: \"%s\" must be an integer in "
+                        "[0, %d]\n", optarg, PIPE_WARMUP_EXTRA_MAX);
+                return 2;
+            }
+            warmup = (int)v;
+            break;
+        }
         default: usage(stderr); return 2;
         }
     }
@@ -351,6 +366,10 @@ int cmd_plan(int argc, char **argv)
     if (n_pin) {
         job.pinned = pin;
         job.n_pinned = n_pin;
+    }
+    if (warmup >= 0) {
+        job.warmup_pinned = 1;
+        job.warmup = warmup;
     }
     if (policy && policy_parse(policy, &job.policy)) {
         fprintf(stderr, "holmes-operator plan: --policy: must be holmes, naive or ethernet\n");

@@ -102,6 +102,7 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
     ev->links = *links;
     ev->policy = job->policy;
     ev->token_slices = job->token_slices;
+    ev->warmup_pinned = job->warmup_pinned;
     ev->t = job->tensor;
     ev->L = job->model.layers;
     long dev = plan_devices(workers, n_workers);
@@ -714,8 +715,8 @@ static double choose_warmup(struct plan_eval *ev, int P, double t0, int resplit)
 static double partition(struct plan_eval *ev, int P)
 {
     int L = ev->L;
-    ev->cj.warmup_extra = 0;
-    ev->best_warmup = 0;
+    ev->cj.warmup_extra = ev->warmup_pin;
+    ev->best_warmup = ev->warmup_pin;
     double *cost = malloc(sizeof(double) * (size_t)(L + 2));
     if (!cost)
         return INFINITY;
@@ -737,7 +738,8 @@ static double partition(struct plan_eval *ev, int P)
     }
     refine(ev, P, &best, &bal, ev->sim.work + ev->refine_work);
     memcpy(ev->best_layers, ev->layers, sizeof(int) * (size_t)P);
-    return ev->warmup_search ? choose_warmup(ev, P, best, 1) : best;
+    ev->cj.warmup_extra = 0;
+    return ev->warmup_search && !ev->warmup_pinned ? choose_warmup(ev, P, best, 1) : best;
 }
 
 double pl_memory_split(struct plan_eval *ev, int P)
@@ -756,18 +758,23 @@ double pl_eval_placement(struct plan_eval *ev, int P, const int *stage_units,
                          const struct plan_job *job, int equal)
 {
     pl_eval_links(ev, P, stage_units);
-    ev->cj.warmup_extra = 0;
-    ev->best_warmup = 0;
+    /* the baselines (equal 2) keep the standard warm-up */
+    ev->warmup_pin = equal != 2 && ev->warmup_pinned ? job->warmup : 0;
+    ev->cj.warmup_extra = ev->best_warmup = ev->warmup_pin;
+    double t;
     if (equal != 2 && job->pinned && job->n_pinned == P) {
         memcpy(ev->best_layers, job->pinned, sizeof(int) * (size_t)P);
-        double t = pl_eval_sim(ev, P, ev->best_layers, NULL);
-        return ev->warmup_search && !equal ? choose_warmup(ev, P, t, 0) : t;
-    }
-    if (equal) {
+        t = pl_eval_sim(ev, P, ev->best_layers, NULL);
+        if (ev->warmup_search && !equal && !ev->warmup_pinned)
+            t = choose_warmup(ev, P, t, 0);
+    } else if (equal) {
         equal_split(ev->L, P, ev->best_layers);
-        return pl_eval_sim(ev, P, ev->best_layers, NULL);
+        t = pl_eval_sim(ev, P, ev->best_layers, NULL);
+    } else {
+        t = partition(ev, P);
     }
-    return partition(ev, P);
+    ev->cj.warmup_extra = 0;
+    return t;
 }
 
 /* ---- canonical replica order ---- */

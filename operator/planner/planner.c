@@ -576,6 +576,8 @@ static int memory_refusal(struct auto_search *A, herr *e)
     const struct plan_job *job = A->job;
     double best = INFINITY;
     int bi = -1;
+    /* the standard warm-up needs the least memory; a pinned one is what was asked for */
+    ev->cj.warmup_extra = job->warmup_pinned ? job->warmup : 0;
     herr ignore;
     for (int i = 0; i < A->n_shapes; i++) {
         struct shape sh = A->shapes[i];

@@ -57,6 +57,9 @@ struct plan_job {
     const int *pinned;    /* layers per stage, or NULL for the cost model's partition */
     int n_pinned;
     int token_slices;     /* TeraPipe: 1 none, N cut evenly, TJ_AUTO the planner's choice */
+    int warmup_pinned;    /* 1: the 1F1B warm-up depth is `warmup` (what-if); 0: the holmes
+                             search chooses it */
+    int warmup;
 };
 
 /* Sensible defaults: tensor 1, pipeline/data auto, 1F1B, bf16, holmes, no pin. */

@@ -1,6 +1,7 @@
 /* The planner's input checks: worker names, NIC reports and the job's numbers, before any
  * evaluation (plan_check_input, plan_devices). */
 #include "planner_impl.h"
+#include "pipe_order.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -106,6 +107,12 @@ int plan_check_input(const struct plan_worker *workers, int n_workers, const str
         return herr_set(e, "parallelism.microBatches: %d is fewer than pipeline %d stages (1f1b "
                         "needs at least one micro-batch per stage)", job->micro_batches,
                         job->pipeline);
+    if (job->warmup_pinned && (job->warmup < 0 || job->warmup > PIPE_WARMUP_EXTRA_MAX))
+        return herr_set(e, "warm-up depth %d: must be an integer in [0, %d]", job->warmup,
+                        PIPE_WARMUP_EXTRA_MAX);
+    if (job->warmup_pinned && job->warmup > 0 && job->schedule != SCHED_1F1B)
+        return herr_set(e, "warm-up depth %d: the schedule is %s, which has no warm-up (1f1b has)",
+                        job->warmup, schedule_name(job->schedule));
     if (job->micro_batches > 65536 || job->micro_batch_size > 65536)
         return herr_set(e, "parallelism: microBatches and microBatchSize must be <= 65536");
     for (int i = 0; i < n_workers; i++)

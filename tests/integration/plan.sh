@@ -143,6 +143,18 @@ expect_err "bad: nics 0" "workers[0].nics: must be an integer in [1, 1024]" --cl
 out=$("$OPERATOR" plan --cluster "$TMP/two.yaml" "$TMP/job-pin.yaml" --partition 5,7 --json) &&
     echo "$out" | /usr/bin/python3 -c "import json,sys; p=json.load(sys.stdin); assert [s['layers'] for s in p['stages']]==[[0,5],[5,12]]" &&
     pass "plan --partition pins the layers" || fail "plan --partition pins the layers" "$out"
+expect_err "bad: malformed warm-up depth" "--warmup: \"-1\" must be an integer in [0, 65536]" --cluster "$TMP/two.yaml" "$TMP/job-pin.yaml" --warmup -1
+# the 1F1B warm-up depth: the planner's choice on bench-hetero's six-worker job, or pinned
+fx=$REPO/tests/fixtures/planner
+out=$("$OPERATOR" plan "$fx/hetero-3fab6-job.yaml" --calibration "$fx/hetero-3fab6-links.json" --tflops 0.1) &&
+    grep -qE "^policy holmes: .*, 1f1b, warm-up \+[0-9]+ micro-batches on stages 0-1 \(micro-batches in flight per stage: [0-9]+, [0-9]+, 1\)" <<<"$out" &&
+    pass "plan: the chosen warm-up depth in the header" || fail "plan: the chosen warm-up depth in the header" "$(head -n 2 <<<"$out")"
+std=$("$OPERATOR" plan "$fx/hetero-3fab6-job.yaml" --calibration "$fx/hetero-3fab6-links.json" --tflops 0.1 --warmup 0 --json) &&
+    deep=$("$OPERATOR" plan "$fx/hetero-3fab6-job.yaml" --calibration "$fx/hetero-3fab6-links.json" --tflops 0.1 --json) &&
+    jq -e --argjson s "$std" '.warmup_extra > 0 and $s.warmup_extra == 0 and
+        .predicted_step_seconds < 0.995 * $s.predicted_step_seconds' <<<"$deep" >/dev/null &&
+    pass "plan --warmup 0: the standard schedule, slower than the planner's depth ($(jq -r .predicted_step_seconds <<<"$std") s against $(jq -r .predicted_step_seconds <<<"$deep") s)" ||
+    fail "plan --warmup 0: the standard schedule, slower than the planner's depth" "$(jq -c '[.warmup_extra, .predicted_step_seconds]' <<<"$std" <<<"$deep" 2>&1)"
 # Without --cluster, the job's emulation block gives the workers (local runs).
 cat >"$TMP/emu.yaml" <<'Y'
 apiVersion: holmes.dev/v1alpha1

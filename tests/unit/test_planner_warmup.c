@@ -171,6 +171,42 @@ static void test_chosen(void)
                   need0, mx);
     }
 
+    /* a pinned depth (plan --warmup): 0 is the standard schedule, slower here; out of range and
+     * GPipe refused naming it */
+    f.job.warmup_pinned = 1;
+    f.job.warmup = 0;
+    rc = plan_make(f.cl.workers, f.cl.n_workers, &f.job, &f.cl.links, &p, &e);
+    CHECK("warm-up: pinned to 0, the standard schedule", rc == 0 && p.warmup_extra == 0);
+    double pinned0 = rc == 0 ? p.step_s : 0;
+    if (rc == 0)
+        plan_free(&p);
+    f.job.warmup = 2;
+    rc = plan_make(f.cl.workers, f.cl.n_workers, &f.job, &f.cl.links, &p, &e);
+    CHECK("warm-up: pinned to 2, kept", rc == 0 && p.warmup_extra == 2);
+    if (rc == 0)
+        plan_free(&p);
+    f.job.warmup_pinned = 0;
+    rc = plan_make(f.cl.workers, f.cl.n_workers, &f.job, &f.cl.links, &p, &e);
+    CHECK("warm-up: the chosen depth beats the standard schedule's plan",
+          rc == 0 && pinned0 > p.step_s * (1 + 0.005));
+    if (rc == 0)
+        plan_free(&p);
+    f.job.warmup_pinned = 1;
+    f.job.warmup = -1;
+    rc = plan_make(f.cl.workers, f.cl.n_workers, &f.job, &f.cl.links, &p, &e);
+    CHECK("warm-up: a negative depth refused naming it", rc != 0 && strstr(e.msg, "warm-up depth -1"));
+    if (rc == 0)
+        plan_free(&p);
+    f.job.warmup = 1;
+    f.job.schedule = SCHED_GPIPE;
+    rc = plan_make(f.cl.workers, f.cl.n_workers, &f.job, &f.cl.links, &p, &e);
+    CHECK("warm-up: a depth with GPipe refused naming the schedule",
+          rc != 0 && strstr(e.msg, "gpipe, which has no warm-up"));
+    if (rc == 0)
+        plan_free(&p);
+    f.job.schedule = SCHED_1F1B;
+    f.job.warmup_pinned = 0;
+
     /* the naive policy and GPipe keep the standard order */
     f.job.policy = POLICY_NAIVE;
     rc = plan_make(f.cl.workers, f.cl.n_workers, &f.job, &f.cl.links, &p, &e);
