@@ -33,6 +33,23 @@ EOF
 }
 jq_true() { jq -e "$2" <<<"$1" >/dev/null 2>&1; } # jq_true JSON FILTER
 
+# rank_table_job OUT P D TABLE_FIELDS WORKER_ARGS...: pipeline P x data D `holmes-node worker`
+# ranks in rank-table mode on free ports of 127.0.0.1, each with WORKER_ARGS; TABLE_FIELDS: more
+# top-level fields of the table, each followed by a comma ('"warmup_extra": 2,'), or "". The
+# table in OUT.json, rank r's output in OUT.r.log; 0 when every rank exited 0.
+rank_table_job() {
+    local out=$1 P=$2 D=$3 fields=$4 w="" p r rc=0 pids=()
+    shift 4
+    for p in $(free_ports $((P * D))); do w="$w${w:+, }{\"host\": \"127.0.0.1\", \"port\": $p}"; done
+    printf '{"parallelism": {"pipeline": %d, "data": %d}, %s "workers": [%s]}' "$P" "$D" "$fields" "$w" >"$out.json"
+    for ((r = 0; r < P * D; r++)); do
+        timeout -k 5 240 "$NODE" worker --rank-table "$out.json" --rank $r "$@" >"$out.$r.log" 2>&1 &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    return $rc
+}
+
 # gpus_job OUT NAME STEPS CKPT_DIR [sed expressions...]: examples/local-gpus.yaml (2 workers x 2
 # emulated GPUs) renamed, with its own step count (a 2-step warm-up) and checkpoint directory.
 gpus_job() {

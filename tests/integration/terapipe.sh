@@ -19,19 +19,11 @@ steps=20
 
 # run NAME P D SCHEDULE SLICES_JSON: 4 ranks of pipeline P x data D; logs and checkpoints in $tmp
 run() {
-    local name=$1 P=$2 D=$3 sched=$4 slices=$5 w="" r p pids=()
-    for p in $(free_ports $((P * D))); do w="$w${w:+, }{\"host\": \"127.0.0.1\", \"port\": $p}"; done
-    printf '{"parallelism": {"pipeline": %d, "data": %d}, %s "workers": [%s]}' "$P" "$D" \
-        "${slices:+\"token_slices\": $slices,}" "$w" >"$tmp/$name.json"
-    for ((r = 0; r < P * D; r++)); do
-        timeout -k 5 240 "$NODE" worker --rank-table "$tmp/$name.json" --rank $r --data "$REPO/examples/data/corpus.txt" \
-            --layers 4 --channels 32 --heads 4 --vocab 256 --max-seq 64 --batch 1 --seq 64 --micro-batches 2 \
-            --schedule "$sched" --steps $steps --lr 1e-3 --checkpoint-dir "$tmp/ckpt-$name" --checkpoint-every $steps \
-            --all-ranks >"$tmp/$name.$r.log" 2>&1 &
-        pids+=($!)
-    done
-    local rc=0
-    for r in "${pids[@]}"; do wait "$r" || rc=1; done
+    local name=$1 P=$2 D=$3 sched=$4 slices=$5 rc=0
+    rank_table_job "$tmp/$name" "$P" "$D" "${slices:+\"token_slices\": $slices,}" \
+        --data "$REPO/examples/data/corpus.txt" --layers 4 --channels 32 --heads 4 --vocab 256 \
+        --max-seq 64 --batch 1 --seq 64 --micro-batches 2 --schedule "$sched" --steps $steps --lr 1e-3 \
+        --checkpoint-dir "$tmp/ckpt-$name" --checkpoint-every $steps --all-ranks || rc=1
     # the last stage's first replica prints the loss
     sed -nE 's/^step ([0-9]+) loss ([0-9.]+).*/\1 \2/p' "$tmp/$name.$(((P - 1) * D)).log" >"$tmp/$name.loss"
     [ $rc -eq 0 ] && [ "$(wc -l <"$tmp/$name.loss")" -eq $steps ]

@@ -6,7 +6,8 @@
 #     micro-batches it holds;
 #   - holmes-operator local on make bench-hetero's six-worker, three-fabric job with its
 #     calibration (tests/fixtures/planner/hetero-3fab6-*): the planner chooses a deeper warm-up,
-#     the placement line says so, and the workers of every stage but the last run it.
+#     the placement line says so, and the workers of every stage but the last run it; the job's
+#     status (/api/jobs: status.plan.warmupExtra) and its page show the depth.
 source "$(dirname "$0")/lib.bash"
 tmp=$(mktemp -d /tmp/holmes-warmup.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
@@ -15,19 +16,11 @@ steps=6
 
 # run NAME P D WARMUP SLICES_JSON: P x D ranks; logs and checkpoints in $tmp
 run() {
-    local name=$1 P=$2 D=$3 warm=$4 slices=$5 w="" r p pids=()
-    for p in $(free_ports $((P * D))); do w="$w${w:+, }{\"host\": \"127.0.0.1\", \"port\": $p}"; done
-    printf '{"parallelism": {"pipeline": %d, "data": %d}, "warmup_extra": %d, %s "workers": [%s]}' \
-        "$P" "$D" "$warm" "${slices:+\"token_slices\": $slices,}" "$w" >"$tmp/$name.json"
-    for ((r = 0; r < P * D; r++)); do
-        timeout -k 5 240 "$NODE" worker --rank-table "$tmp/$name.json" --rank $r --data "$REPO/examples/data/corpus.txt" \
-            --layers 6 --channels 32 --heads 4 --vocab 256 --max-seq 32 --batch 1 --seq 32 --micro-batches 4 \
-            --schedule 1f1b --steps $steps --lr 1e-3 --checkpoint-dir "$tmp/ckpt-$name" --checkpoint-every $steps \
-            --all-ranks >"$tmp/$name.$r.log" 2>&1 &
-        pids+=($!)
-    done
-    local rc=0
-    for r in "${pids[@]}"; do wait "$r" || rc=1; done
+    local name=$1 P=$2 D=$3 warm=$4 slices=$5 rc=0
+    rank_table_job "$tmp/$name" "$P" "$D" "\"warmup_extra\": $warm, ${slices:+\"token_slices\": $slices,}" \
+        --data "$REPO/examples/data/corpus.txt" --layers 6 --channels 32 --heads 4 --vocab 256 \
+        --max-seq 32 --batch 1 --seq 32 --micro-batches 4 --schedule 1f1b --steps $steps --lr 1e-3 \
+        --checkpoint-dir "$tmp/ckpt-$name" --checkpoint-every $steps --all-ranks || rc=1
     sed -nE 's/^step ([0-9]+) loss ([0-9.]+).*/\1 \2/p' "$tmp/$name.$(((P - 1) * D)).log" >"$tmp/$name.loss"
     [ $rc -eq 0 ] && [ "$(wc -l <"$tmp/$name.loss")" -eq $steps ]
 }
@@ -68,3 +61,24 @@ if (cd "$REPO" && HOLMES_DECLARED_TFLOPS=0.1 timeout 300 "$OPERATOR" local "$tmp
 else
     fail "3fab6: the job trains" "$(tail -n 15 "$tmp/out")"
 fi
+# the depth in the job's status (/api/jobs: status.plan.warmupExtra) and on its page
+sed -i -e "s/steps: 3/steps: 300/" -e "s/name: warmup-$$/name: warmup-page-$$/" "$tmp/job.yaml"
+( cd "$REPO" && HOLMES_DECLARED_TFLOPS=0.1 exec timeout 60 "$OPERATOR" local "$tmp/job.yaml" --simulate --step-ms 100 \
+      --calibration "$REPO/tests/fixtures/planner/hetero-3fab6-links.json" --run-dir "$tmp/run-page" >"$tmp/out-page" 2>&1 ) &
+lp=$!
+wait_for 30 grep -q "Running: rendezvous complete" "$tmp/out-page"
+url=$(grep -o 'http://127\.0\.0\.1:[0-9]*/jobs' "$tmp/out-page" | head -1)
+want=$(grep -oE "warm-up \+[0-9]+" "$tmp/out-page" | head -1 | tr -dc 0-9)
+got=$(curl -sf "${url%/jobs}/api/jobs" | jq -r '.jobs[0].plan.warmupExtra' 2>/dev/null)
+[ -n "$want" ] && [ "$got" = "$want" ] && pass "3fab6: status.plan.warmupExtra is the plan's ($got)" \
+    || fail "3fab6: status.plan.warmupExtra is the plan's" "want '$want', got '$got'; $(tail -n 5 "$tmp/out-page")"
+chrome=$(command -v chromium || command -v chromium-browser || true)
+if [ -n "$chrome" ] && [ -n "$url" ]; then
+    timeout 40 "$chrome" --headless --disable-gpu --no-sandbox --user-data-dir="$tmp/profile" \
+        --virtual-time-budget=3000 --dump-dom "$url" >"$tmp/dom.html" 2>/dev/null
+    grep -q "1F1B warm-up +$want" "$tmp/dom.html" && pass "3fab6: the job page shows the warm-up depth" \
+        || fail "3fab6: the job page shows the warm-up depth" "$(grep -o 'pipeline [^<]*' "$tmp/dom.html" | head -3)"
+fi
+kill "$lp" 2>/dev/null
+wait "$lp" 2>/dev/null
+
