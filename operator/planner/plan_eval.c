@@ -103,6 +103,10 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
     ev->policy = job->policy;
     ev->token_slices = job->token_slices;
     ev->warmup_pinned = job->warmup_pinned;
+    /* a deeper warm-up holds more activations: on GPUs only where their memory is known */
+    for (int w = 0; w < n_workers; w++)
+        if (workers[w].gpus > 0 && !(workers[w].memory_gb > 0))
+            ev->warmup_unknown_memory = 1;
     ev->t = job->tensor;
     ev->L = job->model.layers;
     long dev = plan_devices(workers, n_workers);
@@ -668,7 +672,9 @@ static void refine(struct plan_eval *ev, int P, double *best, double *bal, doubl
  * the standard one's (a deeper warm-up gives the later stages time to hide their data-parallel
  * reduce-scatter, which may make a different split the best). A deeper warm-up holds more
  * activations, so it is kept only when it shortens the best step so far by WARMUP_MIN_GAIN; a
- * stage it does not fit in memory makes the step INFINITY. Leaves the choice in
+ * stage it does not fit in memory makes the step INFINITY, and GPU workers whose memory is not
+ * known (no gpu_memory_gb) keep the standard warm-up: there the planner could not tell a depth
+ * that runs out of device memory from one that fits. Leaves the choice in
  * ev->best_warmup (and its split in ev->best_layers) and cj.warmup_extra 0. */
 #define WARMUP_MIN_GAIN 0.005
 static double choose_warmup(struct plan_eval *ev, int P, double t0, int resplit)
@@ -676,7 +682,8 @@ static double choose_warmup(struct plan_eval *ev, int P, double t0, int resplit)
     int M = ev->cj.micro_batches;
     double best = t0;
     ev->best_warmup = 0;
-    if (ev->cj.schedule != SCHED_1F1B || P < 2 || P - 1 >= M || !isfinite(t0))
+    if (ev->cj.schedule != SCHED_1F1B || P < 2 || P - 1 >= M || !isfinite(t0) ||
+        ev->warmup_unknown_memory)
         return t0;
     int *base = malloc(sizeof(int) * 2 * (size_t)P);
     if (!base)

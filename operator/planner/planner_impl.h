@@ -41,6 +41,7 @@ struct plan_eval {
     double refine_work;    /* simulated ops one partition's refinement may spend */
     int warmup_search;     /* partitions also choose the 1F1B warm-up depth (best_warmup) */
     int best_warmup;       /* the warm-up depth of best_layers (cost_job.warmup_extra) */
+    int warmup_unknown_memory; /* a GPU worker without gpu_memory_gb: no deeper warm-up */
     int warmup_pinned;     /* the job pins the depth (plan_job.warmup_pinned) ... */
     int warmup_pin;        /* ... to this for the placement being evaluated (0: baselines) */
     int n_units, n_fabrics, n_classes;

@@ -222,8 +222,46 @@ static void test_chosen(void)
     unload(&f);
 }
 
+/* GPUs: a deeper warm-up only where their memory is known (the 8-node three-fabric fixture,
+ * gpu_memory_gb 80, slow links between fabrics) */
+static void test_gpu_memory(void)
+{
+    struct cluster cl;
+    struct tj_job tj;
+    herr e = {0};
+    if (cluster_load("tests/fixtures/planner/three-fabrics-8.yaml", &cl, &e) ||
+        planner_load_job("tests/fixtures/planner/three-fabrics-8-job.yaml", &tj, &e)) {
+        TEST_FAIL("warm-up: GPU fixtures load", "%s", e.msg);
+        return;
+    }
+    struct plan_job job;
+    planner_job_from_spec(&tj.spec, &job);
+    struct plan p;
+    int rc = planner_apply_spec(&tj.spec, cl.workers, cl.n_workers, &cl.links, &e) ||
+             plan_make(cl.workers, cl.n_workers, &job, &cl.links, &p, &e);
+    CHECK("warm-up: GPUs with known memory get a deeper warm-up", rc == 0 && p.warmup_extra > 0);
+    if (rc == 0) {
+        int fits = 1;
+        for (int s = 0; s < p.n_stages; s++)
+            fits &= p.stages[s].memory_gb <= 80 * 0.9;
+        printf("  # warm-up +%d, stage 0 %.1f GB\n", p.warmup_extra, p.stages[0].memory_gb);
+        CHECK("warm-up: and every stage fits in 90 % of their 80 GB", fits);
+        plan_free(&p);
+    }
+    for (int w = 0; w < cl.n_workers; w++)
+        cl.workers[w].memory_gb = 0;
+    rc = plan_make(cl.workers, cl.n_workers, &job, &cl.links, &p, &e);
+    CHECK("warm-up: GPUs whose memory is not known keep the standard one",
+          rc == 0 && p.warmup_extra == 0);
+    if (rc == 0)
+        plan_free(&p);
+    cluster_free(&cl);
+    tj_job_free(&tj);
+}
+
 int main(void)
 {
     test_chosen();
+    test_gpu_memory();
     TEST_MAIN_END();
 }
