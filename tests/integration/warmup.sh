@@ -79,6 +79,6 @@ if [ -n "$chrome" ] && [ -n "$url" ]; then
     grep -q "1F1B warm-up +$want" "$tmp/dom.html" && pass "3fab6: the job page shows the warm-up depth" \
         || fail "3fab6: the job page shows the warm-up depth" "$(grep -o 'pipeline [^<]*' "$tmp/dom.html" | head -3)"
 fi
-kill "$lp" 2>/dev/null
-wait "$lp" 2>/dev/null
+kill "$lp" 2>/dev/null || true
+wait "$lp" 2>/dev/null || true
 
