@@ -2,9 +2,9 @@
  * forwards, then all backwards) and 1F1B (non-interleaved: warm-up forwards, one forward / one
  * backward in the steady state, cool-down backwards; at most stages - stage micro-batches in
  * flight on a stage, more with a deeper warm-up: common/pipe_order.h, the order the planner
- * simulates, whose pipe_slots gives a stage's activation slots). Activations go forward to stage+1 and activation gradients back to
- * stage-1 over the links to the neighbours (pipe_link: a communicator per direction, which may
- * be one and the same).
+ * simulates, whose pipe_slots gives a stage's activation slots). Activations go forward to
+ * stage+1 and activation gradients back to stage-1 over the links to the neighbours (pipe_link:
+ * a communicator per direction, which may be one and the same).
  *
  * Buffers live in the engine's memory (devmem.h) and go over the links with comm_dev_isend /
  * comm_dev_recv: sends are asynchronous (a stage goes on computing while its activations leave;

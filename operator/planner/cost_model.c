@@ -186,12 +186,6 @@ struct cost_link cost_link_make(double gbps, double lat_us, double flows)
     return k;
 }
 
-int cost_pipe_slots(enum schedule sched, int stage, int stages, int micro_batches, int slices,
-                    int warmup_extra)
-{
-    return pipe_slots(sched, stage, stages, micro_batches, slices, warmup_extra);
-}
-
 void cost_stage_memory_parts(const struct cost_job *j, int layers, int s, int n,
                              struct cost_memory *out)
 {
@@ -210,8 +204,8 @@ void cost_stage_memory_parts(const struct cost_job *j, int layers, int s, int n,
      * activations; scaled by the element size */
     double act_layer = sq * b * h * (10.0 + 24.0 / t + 5.0 * a * sq / (h * t)) *
                        (j->elem_bytes / 2.0);
-    out->slots = cost_pipe_slots(j->schedule, s, n, j->micro_batches,
-                                 j->slices > 1 && j->slice_bounds ? j->slices : 1, j->warmup_extra);
+    out->slots = pipe_slots(j->schedule, s, n, j->micro_batches,
+                            j->slices > 1 && j->slice_bounds ? j->slices : 1, j->warmup_extra);
     out->activations = out->slots * (layers * act_layer);
     out->logits = last ? b * sq * (double)j->model.vocab * 4.0 / t : 0;
     out->total = out->weights_grads + out->optimizer + out->activations + out->logits;

@@ -186,7 +186,7 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
  * "Memory"): its 1/t of the stage's parameters in weights and gradients (elem_bytes each), the
  * optimizer state sharded over data parallel (AdamW's fp32 moments, 8 bytes a parameter, and
  * with 16-bit weights the fp32 masters, 4 more), the activations of the micro-batches in flight
- * (cost_pipe_slots of them, sbh(10 + 24/t + 5as/(ht)) x elem_bytes/2 bytes per layer each), and
+ * (common/pipe_order.h's pipe_slots of them, the runtime's rule, with j->warmup_extra; sbh(10 + 24/t + 5as/(ht)) x elem_bytes/2 bytes per layer each), and
  * the last stage's fp32 logits. */
 struct cost_memory {
     double params;         /* parameters per device */
@@ -196,11 +196,6 @@ struct cost_memory {
 void cost_stage_memory_parts(const struct cost_job *j, int layers, int s, int n,
                              struct cost_memory *out);
 double cost_stage_memory(const struct cost_job *j, int layers, int s, int n);
-/* Micro-batches in flight on stage `stage` of `stages`: GPipe all M; 1F1B its warm-up plus one
- * (with S token slices: ceil((min(P - s - 1 + S - 1 + x S, M S) + 2S - 1) / S), x the extra
- * warm-up on all but the last stage), at most M: the runtime's rule (common/pipe_order.h). */
-int cost_pipe_slots(enum schedule sched, int stage, int stages, int micro_batches, int slices,
-                    int warmup_extra);
 
 /* A link of `gbps` Gb/s with latency `lat_us`, shared by `flows` concurrent flows. */
 struct cost_link cost_link_make(double gbps, double lat_us, double flows);

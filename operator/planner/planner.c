@@ -324,20 +324,27 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
 
 void plan_schedule_text(const struct plan *p, char *buf, size_t cap)
 {
-    int n = snprintf(buf, cap, "%s", schedule_name(p->schedule));
-    if (p->schedule != SCHED_1F1B || p->warmup_extra <= 0 || n < 0 || (size_t)n >= cap)
+    if (p->schedule != SCHED_1F1B || p->warmup_extra <= 0) {
+        snprintf(buf, cap, "%s", schedule_name(p->schedule));
         return;
-    n += snprintf(buf + n, cap - (size_t)n, ", warm-up +%d micro-batch%s on stage%s 0%s",
-                  p->warmup_extra, p->warmup_extra == 1 ? "" : "es", p->pipeline > 2 ? "s" : "",
-                  p->pipeline > 2 ? "-" : "");
-    if (p->pipeline > 2 && n > 0 && (size_t)n < cap)
-        n += snprintf(buf + n, cap - (size_t)n, "%d", p->pipeline - 2);
-    for (int s = 0; s < p->pipeline && n > 0 && (size_t)n < cap; s++)
-        n += snprintf(buf + n, cap - (size_t)n, "%s%d", s ? ", " : " (micro-batches in flight per stage: ",
-                      pipe_slots(p->schedule, s, p->pipeline, p->micro_batches,
-                                 p->slices > 1 ? p->slices : 1, p->warmup_extra));
-    if (n > 0 && (size_t)n < cap)
-        snprintf(buf + n, cap - (size_t)n, ")");
+    }
+    int S = p->slices > 1 ? p->slices : 1, n_last = p->pipeline - 2;
+    char stages[32], slots[160] = "";
+    if (n_last > 0)
+        snprintf(stages, sizeof stages, "stages 0-%d", n_last);
+    else
+        snprintf(stages, sizeof stages, "stage 0");
+    size_t at = 0;
+    for (int s = 0; s < p->pipeline && at < sizeof slots; s++) {
+        int k = snprintf(slots + at, sizeof slots - at, "%s%d", s ? ", " : "",
+                         pipe_slots(p->schedule, s, p->pipeline, p->micro_batches, S,
+                                    p->warmup_extra));
+        if (k < 0)
+            break;
+        at += (size_t)k;
+    }
+    snprintf(buf, cap, "1f1b, warm-up +%d micro-batch%s on %s (micro-batches in flight per stage: %s)",
+             p->warmup_extra, p->warmup_extra == 1 ? "" : "es", stages, slots);
 }
 
 void plan_boundary_links(const struct plan *p, int s, struct plan_boundary *out)

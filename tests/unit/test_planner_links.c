@@ -10,6 +10,7 @@
 
 #include "cluster.h"
 #include "cost_model.h"
+#include "pipe_order.h"
 #include "planner.h"
 #include "planner_job.h"
 #include "test.h"
@@ -472,12 +473,12 @@ static void test_balanced_ties(void)
 
 static void test_memory(void)
 {
-    CHECK_INT("memory: GPipe holds every micro-batch", cost_pipe_slots(SCHED_GPIPE, 1, 4, 16, 1, 0), 16);
-    CHECK_INT("memory: 1F1B holds P - s", cost_pipe_slots(SCHED_1F1B, 1, 4, 16, 1, 0), 3);
-    CHECK_INT("memory: 1F1B, fewer micro-batches than stages", cost_pipe_slots(SCHED_1F1B, 0, 8, 4, 1, 0), 4);
+    CHECK_INT("memory: GPipe holds every micro-batch", pipe_slots(SCHED_GPIPE, 1, 4, 16, 1, 0), 16);
+    CHECK_INT("memory: 1F1B holds P - s", pipe_slots(SCHED_1F1B, 1, 4, 16, 1, 0), 3);
+    CHECK_INT("memory: 1F1B, fewer micro-batches than stages", pipe_slots(SCHED_1F1B, 0, 8, 4, 1, 0), 4);
     /* S = 4 slices, stage 0 of 4: warm-up 3 + 3 = 6 units, ceil((6 + 7) / 4) = 3 slots */
-    CHECK_INT("memory: 1F1B with token slices (pipeline.c's rule)", cost_pipe_slots(SCHED_1F1B, 0, 4, 16, 4, 0), 3);
-    CHECK_INT("memory: last stage, slices", cost_pipe_slots(SCHED_1F1B, 3, 4, 16, 4, 0), 2);
+    CHECK_INT("memory: 1F1B with token slices (pipeline.c's rule)", pipe_slots(SCHED_1F1B, 0, 4, 16, 4, 0), 3);
+    CHECK_INT("memory: last stage, slices", pipe_slots(SCHED_1F1B, 3, 4, 16, 4, 0), 2);
     struct cost_job j = {.model = {.layers = 8, .hidden = 1024, .heads = 16, .vocab = 32000, .seq_len = 512},
                          .tensor = 2, .data = 4, .micro_batches = 8, .micro_batch_size = 2,
                          .elem_bytes = 2, .schedule = SCHED_1F1B};
