@@ -67,8 +67,12 @@ smoke_operator_run() {
     [ $ok = 1 ] && curl -sf "http://127.0.0.1:$hp/healthz" >/dev/null &&
         pass "holmes-operator image: run is ready and healthy against the fake API server" ||
         fail "holmes-operator image: run is ready and healthy" "$(cat "$tmp/run.err"; podman logs "$cid" 2>&1 | tail -5)"
-    curl -sf "http://127.0.0.1:$mp/metrics" | grep -q '^holmes_' && pass "holmes-operator image: /metrics" ||
-        fail "holmes-operator image: /metrics" "$(curl -s "http://127.0.0.1:$mp/metrics" | head -3)"
+    # The body is read whole before it is searched: `curl | grep -q` under pipefail fails when
+    # grep stops at the first match and curl is still writing (SIGPIPE, curl exit 23).
+    local metrics
+    metrics=$(curl -sf "http://127.0.0.1:$mp/metrics")
+    grep -q '^holmes_' <<<"$metrics" && pass "holmes-operator image: /metrics" ||
+        fail "holmes-operator image: /metrics" "$(head -3 <<<"$metrics")"
     curl -s -X POST -H "Authorization: Bearer $tok" -H 'Content-Type: application/json' \
         --data-binary '{"apiVersion":"holmes.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"smoke"},
           "spec":{"workers":2,"gpusPerWorker":1,"model":{"preset":"gpt2-124m"},"training":{"steps":10}}}' \
