@@ -62,6 +62,16 @@ static int parse_hello(const cJSON *j, struct proto_hello *h, herr *e)
     if (src[0] && h->tflops <= 0)
         return herr_set(e, "hello.tflopsSource: given without hello.tflops");
     h->tflops_measured = !strcmp(src, "measured");
+    if (json_num(j, "hello", "gpuMemoryGb", 0, 1e-6, 1e6, &h->gpu_memory_gb, e))
+        return -1;
+    src[0] = 0;
+    if (json_str(j, "hello", "gpuMemorySource", 0, src, sizeof src, e))
+        return -1;
+    if (src[0] && strcmp(src, "declared") && strcmp(src, "measured"))
+        return herr_set(e, "hello.gpuMemorySource: \"%s\" is not one of declared, measured", src);
+    if (src[0] && h->gpu_memory_gb <= 0)
+        return herr_set(e, "hello.gpuMemorySource: given without hello.gpuMemoryGb");
+    h->gpu_memory_measured = !strcmp(src, "measured");
     const cJSON *nic = cJSON_GetObjectItemCaseSensitive(j, "nic");
     if (!nic)
         return herr_set(e, "hello.nic: required (the NIC report or its summary)");
@@ -412,6 +422,10 @@ char *proto_hello_encode(const struct proto_hello *h, herr *e)
     if (ok && h->tflops > 0)
         ok = cJSON_AddNumberToObject(j, "tflops", h->tflops) &&
              cJSON_AddStringToObject(j, "tflopsSource", h->tflops_measured ? "measured" : "declared");
+    if (ok && h->gpu_memory_gb > 0)
+        ok = cJSON_AddNumberToObject(j, "gpuMemoryGb", h->gpu_memory_gb) &&
+             cJSON_AddStringToObject(j, "gpuMemorySource",
+                                     h->gpu_memory_measured ? "measured" : "declared");
     if (ok && h->running) {
         cJSON *r = cJSON_AddObjectToObject(j, "resume");
         ok = r && cJSON_AddNumberToObject(r, "attempt", h->resume_attempt) &&

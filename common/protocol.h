@@ -53,6 +53,8 @@ struct proto_hello {
     int gpus;           /* 0 = CPU worker */
     double tflops;      /* effective TFLOPS per rank (measured or declared); 0 = not sent */
     int tflops_measured; /* with tflops: 1 measured by the worker, 0 declared to it */
+    double gpu_memory_gb; /* memory of each of its GPUs (the smallest), GB; 0 = not sent */
+    int gpu_memory_measured; /* with gpu_memory_gb: 1 read from the device, 0 declared to it */
     struct nic_summary nic;
     int running;        /* 1 when resume_* are meaningful */
     int resume_attempt;

@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "cpu_affinity.h"
+#include "engine.h"
 #include "gpt.h"
 #include "log.h"
 #include "nic_discover.h"
@@ -28,8 +29,8 @@ void cmd_worker_coord_usage(FILE *f)
         "environment instead (the operator's pods set these): HOLMES_COORDINATOR, HOLMES_JOB (or\n"
         "HOLMES_JOB_NAME, with HOLMES_JOB_NAMESPACE), HOLMES_TOKEN (preferred over --token-file),\n"
         "HOLMES_POD (or POD_NAME, HOSTNAME), HOLMES_WORKER (or HOLMES_WORKER_INDEX), HOLMES_NODE\n"
-        "(or NODE_NAME), HOLMES_EMULATE_NIC, HOLMES_DECLARED_TFLOPS, HOLMES_CPU_AFFINITY,\n"
-        "HOLMES_COORDINATOR_CA.\n\n"
+        "(or NODE_NAME), HOLMES_EMULATE_NIC, HOLMES_DECLARED_TFLOPS, HOLMES_GPU_MEMORY_GB,\n"
+        "HOLMES_CPU_AFFINITY, HOLMES_COORDINATOR_CA.\n\n"
         "  --coordinator URL   ws:// or wss:// address of the coordinator (the operator's, or\n"
         "                      holmes-operator local's)\n"
         "  --job NAME          the TrainingJob (\"namespace/name\" in a cluster)\n"
@@ -48,6 +49,11 @@ void cmd_worker_coord_usage(FILE *f)
         "                      its fp32 matrix-product rate at start (a 200 ms probe, its best\n"
         "                      5 ms window; skipped\n"
         "                      with --simulate)\n"
+        "  --gpu-memory-gb G   declare the memory of each of this worker's GPUs (GB) for the\n"
+        "                      planner, which refuses a plan that does not fit it and sizes\n"
+        "                      the 1F1B warm-up by it; the CUDA holmes-node otherwise reads\n"
+        "                      it from its GPUs (the smallest); without either the planner\n"
+        "                      does not check memory (on a CPU worker: what each rank may use)\n"
         "  --cpu-affinity M    none (default): the kernel places the threads; spread: every\n"
         "                      rank of the job runs on this machine, so each pins its\n"
         "                      training to its share of the cores, replicas of one stage\n"
@@ -109,6 +115,20 @@ static int parse_tflops(const char *s, double *out)
     return 0;
 }
 
+/* --gpu-memory-gb / HOLMES_GPU_MEMORY_GB: a number in (0, 1e6]. */
+static int parse_gpu_memory(const char *s, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (!s[0] || *end || !(v > 0) || v > 1e6) {
+        fprintf(stderr, "holmes-node worker: --gpu-memory-gb (or HOLMES_GPU_MEMORY_GB): \"%s\" "
+                        "must be a number of GB in (0, 1000000]\n", s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 static char *read_token(const char *path)
 {
     FILE *f = fopen(path, "r");
@@ -151,6 +171,7 @@ struct args {
     const char *url, *job, *pod, *node, *emulate, *sysfs, *ca, *token_file;
     long progress_ms, connect_s, sim_steps, step_ms, fail_at, worker;
     double declared;               /* --tflops; 0 = measure */
+    double gpu_memory_gb;          /* --gpu-memory-gb; 0 = read from the GPUs (CUDA build) */
     enum cpu_affinity affinity;
     char jobkey[160];              /* "namespace/name" in a cluster */
 };
@@ -171,6 +192,7 @@ static int parse_args(int argc, char **argv, struct args *a)
     a->ca = env2("HOLMES_COORDINATOR_CA", NULL);
     const char *worker_s = env2("HOLMES_WORKER", "HOLMES_WORKER_INDEX");
     const char *tflops_s = env2("HOLMES_DECLARED_TFLOPS", NULL);
+    const char *gpu_mem_s = env2("HOLMES_GPU_MEMORY_GB", NULL);
     const char *affinity_s = env2("HOLMES_CPU_AFFINITY", NULL);
     a->progress_ms = 500, a->connect_s = 60, a->sim_steps = -1, a->step_ms = 10, a->worker = -1;
     for (int i = 1; i < argc; i += 2) { /* every option takes a value */
@@ -186,6 +208,7 @@ static int parse_args(int argc, char **argv, struct args *a)
         else if (strcmp(o, "--emulate-nic") == 0 && v) a->emulate = v;
         else if (strcmp(o, "--sysfs") == 0 && v) a->sysfs = v;
         else if (strcmp(o, "--tflops") == 0 && v) tflops_s = v;
+        else if (strcmp(o, "--gpu-memory-gb") == 0 && v) gpu_mem_s = v;
         else if (strcmp(o, "--cpu-affinity") == 0 && v) affinity_s = v;
         else if (strcmp(o, "--progress-ms") == 0 && v) {
             if (cli_long("holmes-node worker", o, v, 1, 600000, &a->progress_ms)) return 2;
@@ -210,6 +233,8 @@ static int parse_args(int argc, char **argv, struct args *a)
     if (cli_long("holmes-node worker", "--worker", worker_s, 0, 65535, &a->worker))
         return 2;
     if (tflops_s && parse_tflops(tflops_s, &a->declared))
+        return 2;
+    if (gpu_mem_s && parse_gpu_memory(gpu_mem_s, &a->gpu_memory_gb))
         return 2;
     a->affinity = CPU_AFFINITY_NONE;
     if (affinity_s && cpu_affinity_parse(affinity_s, &a->affinity)) {
@@ -260,6 +285,19 @@ static int describe_worker(const struct args *a, struct worker_coord_options *o)
             log_info("compute: %.4g TFLOPS fp32 (measured, %d threads)", t, omp_get_max_threads());
         } else {
             log_warn("compute probe: %s; the planner will assume a default", e.msg);
+        }
+    }
+    o->gpu_memory_gb = a->gpu_memory_gb;
+    if (a->gpu_memory_gb > 0) {
+        log_info("GPU memory: %g GB a GPU (declared)", a->gpu_memory_gb);
+    } else if (o->gpus > 0 && a->sim_steps < 0) {
+        double bytes = 0;
+        if (engine_gpu_memory(o->gpus, &bytes, &e) == 0) {
+            o->gpu_memory_gb = bytes / 1e9;
+            o->gpu_memory_measured = 1;
+            log_info("GPU memory: %.1f GB a GPU (the smallest of %d)", o->gpu_memory_gb, o->gpus);
+        } else {
+            log_warn("%s; the planner will not check memory", e.msg);
         }
     }
     return 0;

@@ -9,6 +9,8 @@ extern const struct engine_ops engine_cpu_ops;
 /* Defined by cuda/engine_cuda.c, which only the CUDA build of holmes-node links. */
 extern const struct engine_ops engine_cuda_fp32_ops __attribute__((weak));
 extern const struct engine_ops engine_cuda_bf16_ops __attribute__((weak));
+/* cuda/devmem_cuda.cu, in the CUDA build only */
+extern int devmem_cuda_total_memory(int n, double *bytes, herr *e) __attribute__((weak));
 
 static const struct engine_ops *ops_for(enum engine_kind kind, enum dtype precision)
 {
@@ -33,6 +35,14 @@ int engine_available(enum engine_kind kind, enum dtype precision, char *why, siz
         snprintf(why, why_len, "this holmes-node was built without the CUDA engine (build it with "
                  "`make cuda`, or use the CUDA node image)");
     return 0;
+}
+
+int engine_gpu_memory(int n, double *bytes, herr *e)
+{
+    *bytes = 0;
+    if (!devmem_cuda_total_memory)
+        return herr_set(e, "GPU memory: this holmes-node was built without the CUDA engine");
+    return devmem_cuda_total_memory(n, bytes, e);
 }
 
 int engine_create(struct engine **out, const struct engine_spec *s, herr *e)

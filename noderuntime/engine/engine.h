@@ -132,6 +132,10 @@ struct engine {
 
 /* 1 when this binary has the engine of `kind` for `precision`; 0 with the reason in `why`. */
 int engine_available(enum engine_kind kind, enum dtype precision, char *why, size_t why_len);
+/* The smallest total memory of GPUs 0..n-1, in bytes, where this binary has the CUDA engine
+ * (read without creating a context). -1 with the reason otherwise (no CUDA engine here, no
+ * device, fewer than n). */
+int engine_gpu_memory(int n, double *bytes, herr *e);
 /* Creates the engine the spec names (parameters zero until engine_init_params or a load). */
 int engine_create(struct engine **out, const struct engine_spec *s, herr *e);
 void engine_free(struct engine *en);

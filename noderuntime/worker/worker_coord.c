@@ -97,6 +97,8 @@ static int send_hello(struct session *s, herr *e)
     h.gpus = s->o->gpus;
     h.tflops = s->o->tflops;
     h.tflops_measured = s->o->tflops_measured;
+    h.gpu_memory_gb = s->o->gpu_memory_gb;
+    h.gpu_memory_measured = s->o->gpu_memory_measured;
     h.nic = s->o->nic;
     if (s->training) {
         h.running = 1;

@@ -60,6 +60,9 @@ struct worker_coord_options {
     int gpus;
     double tflops;              /* sent in hello when > 0 (measured or declared) */
     int tflops_measured;        /* 1: measured here; 0: declared (--tflops) */
+    double gpu_memory_gb;       /* per GPU, sent in hello when > 0 (read from the device or
+                                 * declared) */
+    int gpu_memory_measured;    /* 1: read from the device; 0: declared (--gpu-memory-gb) */
     struct nic_summary nic;
     int progress_interval_ms;   /* 0 = 500 */
     int connect_timeout_ms;     /* total time to keep trying to connect at start; 0 = 60000 */

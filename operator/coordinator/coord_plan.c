@@ -125,6 +125,9 @@ static int make_plan(const struct coord_plan *cp, const struct tj_spec *s,
         else
             pw[i].tflops = pw[i].gpus && !s->emulation.gpus ? (cp->gpu_tflops > 0 ? cp->gpu_tflops : 100)
                                       : (cp->cpu_tflops > 0 ? cp->cpu_tflops : 0.05);
+        /* what the worker's GPUs hold (read from the device or declared): the planner refuses
+         * a plan that does not fit it and sizes the 1F1B warm-up by it; 0 = not checked */
+        pw[i].memory_gb = workers[i].gpu_memory_gb;
         pw[i].nic = workers[i].nic;
     }
     struct plan_job job;
@@ -141,7 +144,9 @@ static int make_plan(const struct coord_plan *cp, const struct tj_spec *s,
     }
     int rc = plan_make(pw, n, &job, &links, out, e);
     free(pw);
-    return rc ? herr_wrap(e, "planner") : 0;
+    if (rc && strncmp(e->msg, "planner", 7) != 0) /* most of its errors name it already */
+        herr_wrap(e, "planner");
+    return rc ? -1 : 0;
 }
 
 /* The spec of an elastic job on `n` of its workers (indices from workers[].index): workers n,
@@ -368,6 +373,24 @@ cJSON *coord_plan_status_json(const struct plan *p, const struct coord_worker *w
         }
         if (slowest >= 0)
             cJSON_AddStringToObject(st, "tflopsSource", tflops_source(&w[slowest]));
+        cJSON_AddNumberToObject(st, "memoryGb", p->stages[s].memory_gb);
+        int smallest = -1; /* the stage's worker with the least GPU memory, when all said */
+        for (int r = 0; r < p->n_ranks; r++) {
+            int wi = p->ranks[r].worker;
+            if (p->ranks[r].stage != s)
+                continue;
+            if (!(w[wi].gpu_memory_gb > 0)) {
+                smallest = -2;
+                break;
+            }
+            if (smallest == -1 || w[wi].gpu_memory_gb < w[smallest].gpu_memory_gb)
+                smallest = wi;
+        }
+        if (smallest >= 0) {
+            cJSON_AddNumberToObject(st, "gpuMemoryGb", w[smallest].gpu_memory_gb);
+            cJSON_AddStringToObject(st, "gpuMemorySource",
+                                    w[smallest].gpu_memory_measured ? "measured" : "declared");
+        }
         cJSON *ws = cJSON_AddArrayToObject(st, "workers");
         for (int r = 0; ws && r < p->n_ranks; r++)
             if (p->ranks[r].stage == s && p->ranks[r].local == 0)

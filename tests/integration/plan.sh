@@ -137,7 +137,7 @@ expect_err "bad: missing cluster file" "no-such-file" --cluster "$TMP/no-such-fi
 expect_err "bad: unknown policy" "--policy: must be" --cluster "$TMP/two.yaml" "$TMP/job-pin.yaml" --policy best
 expect_err "bad: a plan that does not fit names the stage, the bytes needed and there" \
     "stage 0 (layers [0, 6) on fabric f) needs" --cluster "$TMP/tiny-mem.yaml" "$TMP/job-pin.yaml" --partition 6,6
-expect_err "bad: its GPUs' bytes" "its GPUs have 0.00 GB (90000 bytes: 90 % of gpu_memory_gb 0.0001)" \
+expect_err "bad: its GPUs' bytes" "its GPUs have 0.00 GB (90000 bytes: 90 % of the 0.0001 GB each holds)" \
     --cluster "$TMP/tiny-mem.yaml" "$TMP/job-pin.yaml"
 expect_err "bad: nics 0" "workers[0].nics: must be an integer in [1, 1024]" --cluster "$TMP/nics.yaml" "$TMP/job2.yaml"
 out=$("$OPERATOR" plan --cluster "$TMP/two.yaml" "$TMP/job-pin.yaml" --partition 5,7 --json) &&

@@ -132,7 +132,26 @@ int main(void)
           cJSON_GetArraySize(pl) == 1 && num(b0, "fromStage") == 0 && num(b0, "toStage") == 1 &&
               !strcmp(str(b0, "transport"), "socket") && num(b0, "socket") == 2 &&
               num(b0, "ib") == 0 && cJSON_GetObjectItemCaseSensitive(b0, "seconds")->valuedouble > 0);
+    /* status.plan.stages[]: the predicted memory always; the GPUs' only where every worker of
+     * the stage said it (the smallest, with where it came from) */
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(status, "stages");
+    int s_ib = a[0].stage, s_roce = a[2].stage;
+    CHECK("status: no GPU memory said, none shown; predicted memory shown",
+          !cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(st, s_ib), "gpuMemoryGb") &&
+              cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(st, s_ib),
+                                                                    "memoryGb")) > 0);
     cJSON_Delete(status);
+    w[0].gpu_memory_gb = 40, w[1].gpu_memory_gb = 24, w[1].gpu_memory_measured = 1;
+    w[2].gpu_memory_gb = 80;
+    status = coord_plan_status_json(&cp.plan, w);
+    st = cJSON_GetObjectItemCaseSensitive(status, "stages");
+    const cJSON *sib = cJSON_GetArrayItem(st, s_ib), *sro = cJSON_GetArrayItem(st, s_roce);
+    CHECK("status: the stage's smallest GPU memory and its source",
+          num(sib, "gpuMemoryGb") == 24 && !strcmp(str(sib, "gpuMemorySource"), "measured"));
+    CHECK("status: a stage with a worker that said nothing shows none",
+          !cJSON_GetObjectItemCaseSensitive(sro, "gpuMemoryGb"));
+    cJSON_Delete(status);
+    w[0].gpu_memory_gb = w[1].gpu_memory_gb = w[2].gpu_memory_gb = 0, w[1].gpu_memory_measured = 0;
 
     /* The worker decodes the assignment into the same plan type. */
     struct plan_assignment pa;

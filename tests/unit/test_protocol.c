@@ -82,6 +82,30 @@ static void test_hello(void)
     h.tflops = 0;
     h.tflops_measured = 0;
 
+    s = proto_hello_encode(&h, &e);
+    CHECK("hello without GPU memory: field not sent", s && !strstr(s, "gpuMemory"));
+    free(s);
+    h.gpu_memory_gb = 79.6;
+    s = proto_hello_encode(&h, &e);
+    CHECK_INT("hello with GPU memory parses", s ? parse_str(s, &m, &e) : -1, 0);
+    if (s && m.json) {
+        CHECK_NEAR("hello GPU memory carried", m.u.hello.gpu_memory_gb, 79.6, 1e-12);
+        CHECK("hello GPU memory: declared unless said measured", !m.u.hello.gpu_memory_measured &&
+              !strcmp(cJSON_GetObjectItem(m.json, "gpuMemorySource")->valuestring, "declared"));
+        proto_msg_free(&m);
+    }
+    free(s);
+    h.gpu_memory_measured = 1;
+    s = proto_hello_encode(&h, &e);
+    CHECK_INT("hello with measured GPU memory parses", s ? parse_str(s, &m, &e) : -1, 0);
+    if (s && m.json) {
+        CHECK("hello gpuMemorySource measured carried", m.u.hello.gpu_memory_measured == 1);
+        proto_msg_free(&m);
+    }
+    free(s);
+    h.gpu_memory_gb = 0;
+    h.gpu_memory_measured = 0;
+
     h.running = 1;
     h.resume_attempt = 2;
     h.resume_rank = 5;
@@ -282,6 +306,17 @@ static void test_refusals(void)
             "{\"v\":1,\"type\":\"hello\",\"job\":\"j\",\"pod\":\"p\",\"worker\":1,"
             "\"tflopsSource\":\"measured\",\"nic\":{\"class\":\"ib\",\"fabric\":\"x\",\"gbps\":1}}",
             "hello.tflopsSource: given without hello.tflops");
+    refused("hello zero GPU memory",
+            "{\"v\":1,\"type\":\"hello\",\"job\":\"j\",\"pod\":\"p\",\"worker\":1,\"gpuMemoryGb\":0,"
+            "\"nic\":{\"class\":\"ib\",\"fabric\":\"x\",\"gbps\":1}}", "hello.gpuMemoryGb: must be a number");
+    refused("hello unknown gpuMemorySource",
+            "{\"v\":1,\"type\":\"hello\",\"job\":\"j\",\"pod\":\"p\",\"worker\":1,\"gpuMemoryGb\":80,"
+            "\"gpuMemorySource\":\"nvml\",\"nic\":{\"class\":\"ib\",\"fabric\":\"x\",\"gbps\":1}}",
+            "hello.gpuMemorySource: \"nvml\" is not one of declared, measured");
+    refused("hello gpuMemorySource without gpuMemoryGb",
+            "{\"v\":1,\"type\":\"hello\",\"job\":\"j\",\"pod\":\"p\",\"worker\":1,"
+            "\"gpuMemorySource\":\"measured\",\"nic\":{\"class\":\"ib\",\"fabric\":\"x\",\"gbps\":1}}",
+            "hello.gpuMemorySource: given without hello.gpuMemoryGb");
     refused("hello empty pod",
             "{\"v\":1,\"type\":\"hello\",\"job\":\"j\",\"pod\":\"\",\"worker\":1,"
             "\"nic\":{\"class\":\"ib\",\"fabric\":\"x\",\"gbps\":1}}", "hello.pod: must not be empty");

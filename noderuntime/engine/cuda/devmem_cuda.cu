@@ -377,3 +377,29 @@ extern "C" void devmem_cuda_unwatch(struct devmem *m, void *ctx)
         }
     pthread_mutex_unlock(&c->mu);
 }
+
+int devmem_cuda_total_memory(int n, double *bytes, herr *e)
+{
+    *bytes = 0;
+    int count = 0;
+    cudaError_t ce = cudaGetDeviceCount(&count);
+    if (ce != cudaSuccess) {
+        (void)cudaGetLastError();
+        return herr_set(e, "GPU memory: no CUDA device (%s)", cudaGetErrorString(ce));
+    }
+    if (n < 1 || count < n)
+        return herr_set(e, "GPU memory: %d GPUs asked, %d visible", n, count);
+    double least = 0;
+    for (int d = 0; d < n; d++) {
+        cudaDeviceProp prop;
+        ce = cudaGetDeviceProperties(&prop, d);
+        if (ce != cudaSuccess) {
+            (void)cudaGetLastError();
+            return herr_set(e, "GPU memory: device %d: %s", d, cudaGetErrorString(ce));
+        }
+        if (d == 0 || (double)prop.totalGlobalMem < least)
+            least = (double)prop.totalGlobalMem;
+    }
+    *bytes = least;
+    return 0;
+}

@@ -24,6 +24,11 @@ void devmem_cuda_free(struct devmem *m);
 int devmem_cuda_watch(struct devmem *m, int (*check)(void *ctx, herr *e), void (*abort)(void *ctx),
                       void *ctx, herr *e);
 void devmem_cuda_unwatch(struct devmem *m, void *ctx);
+/* The smallest total memory of CUDA devices 0..n-1 (as this process sees them), in bytes, read
+ * from the device properties: no context is created, so the process that reports it (the
+ * worker, before it starts its ranks) holds no GPU memory. -1 with the reason (no driver, fewer
+ * than n devices). */
+int devmem_cuda_total_memory(int n, double *bytes, herr *e);
 
 #ifdef __cplusplus
 }
