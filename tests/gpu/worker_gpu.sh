@@ -15,7 +15,8 @@
 #   7. the device-resident step: after the first step, the bytes crossing PCIe per step are the
 #      tokens, the targets, the loss and the norm (nothing of the parameters or gradients), and
 #      the host waits per step are the same for 2 and 8 micro-batches;
-#   8. compute-sanitizer memcheck over 3 steps of the bf16 worker (when the tool is there).
+#   8. compute-sanitizer memcheck over 3 steps of the bf16 worker (when the tool is there);
+#   9. the GPU memory a worker reports to the coordinator = nvidia-smi's total, within 1 %.
 # Usage: worker_gpu.sh NODE_BIN [GPU_ENGINE_FP32 GPU_ENGINE_BF16]; the engines default to
 # cuda-fp32 and cuda-bf16 (`cpu cpu` runs the script's own logic on a machine without a GPU).
 set -u
@@ -163,4 +164,20 @@ elif [ -n "$san" ]; then
     else failed gpu.worker.memcheck "$(grep -m3 -E 'ERROR SUMMARY|Invalid|leak' "$tmp/memcheck.0.log")"; fi
     wrap=()
 else failed gpu.worker.memcheck "compute-sanitizer not found"; fi
+
+# 9. the GPU memory the worker says in hello (coordinator mode; the planner checks plans and
+# sizes the 1F1B warm-up by it): read from the GPUs' properties, against nvidia-smi's total
+if [ "$e16" = cpu ]; then
+    echo "# gpu.worker.gpu_memory: CPU mode, no GPU to read"
+else
+    HOLMES_SUPERVISED=1 timeout 30 "$node" worker --coordinator ws://127.0.0.1:9 --job j --pod p --worker 0 \
+        --connect-timeout 1 >"$tmp/mem.log" 2>&1
+    got=$(sed -nE 's/.*GPU memory: ([0-9.]+) GB a GPU \(the smallest of [0-9]+\).*/\1/p' "$tmp/mem.log" | head -1)
+    smi=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | sort -n | head -1)
+    if [ -z "$got" ]; then failed gpu.worker.gpu_memory "no GPU memory logged: $(head -c 600 "$tmp/mem.log")"
+    elif [ -z "$smi" ]; then pass "gpu.worker.gpu_memory: $got GB a GPU read (nvidia-smi not there to compare)"
+    elif awk -v g="$got" -v m="$smi" 'BEGIN {r = g * 1e9 / (m * 1048576); exit !(r > 0.99 && r < 1.01)}'; then
+        pass "gpu.worker.gpu_memory: $got GB a GPU read, nvidia-smi says $smi MiB"
+    else failed gpu.worker.gpu_memory "read $got GB, nvidia-smi says $smi MiB"; fi
+fi
 exit $fail

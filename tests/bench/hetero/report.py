@@ -66,8 +66,13 @@ for cl, sfx, tsfx in (("2fab", "", ""), ("3fab", "", ""), ("3fab6", "6", ""), ("
     h, nv = f"{cl}-holmes{tsfx}", f"{cl}-naive{tsfx}"
     rd, et = f"all-rdma{sfx}{tsfx}", f"all-ethernet{sfx}{tsfx}"
     if all(n in median for n in (h, nv, rd, et)):
+        # holmes / all-Ethernet is bounded by the cluster's own all-RDMA / all-Ethernet (what any
+        # placement on RDMA everywhere reaches); the share of that gap holmes closes, beside it
+        tr, te, th = 1 / median[rd], 1 / median[et], 1 / median[h]
+        gap = f"{(th - te) / (tr - te):.2f}" if tr > te else "-"
         goals.append(f"- {cl}{tsfx}: holmes = {ratio(h, rd):.2f} x {rd} throughput (goal >= 0.90), "
-                     f"{ratio(h, et):.2f} x {et} (goal >= 2), "
+                     f"{ratio(h, et):.2f} x {et} (goal >= 2; {rd} itself is "
+                     f"{ratio(rd, et):.2f} x {et}, holmes closes {gap} of that gap), "
                      f"{ratio(h, nv):.2f} x naive (goal >= 1.37)")
 goals.append(f"- calibration (fitted {', '.join(f'{k}={v:.4g}' for k, v in vals.items())}): "
              f"largest error {100 * worst:.1f} % (goal <= 15 %)")
