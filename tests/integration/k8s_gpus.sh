@@ -1,8 +1,8 @@
 # Workers with several (emulated) GPUs on a real kube-apiserver (tests/k8s/envtest.bash), the test
 # playing kubelet: a TrainingJob of 2 workers x 2 GPUs with spec.emulation.gpus. Its pods ask for
 # no nvidia.com/gpu; each pod's worker runs a rank process per GPU; status shows the 4 ranks'
-# plan; a rank process killed (-9) fails its worker, the gang restarts in place (status.restarts
-# 1, the same pods) and the job Succeeds. With tokenSlices: auto, status.plan.tokenSlices says
+# plan (and the GPU memory each worker declared, beside the predicted); a rank process killed
+# (-9) fails its worker, the gang restarts in place (status.restarts 1, the same pods) and the job Succeeds. With tokenSlices: auto, status.plan.tokenSlices says
 # what the planner chose and the ranks train with it. The operator's /metrics carries the job's training
 # gauges (and its job page, /jobs and /api/jobs, the job), and every metric the chart's alerts and Grafana dashboard name (helm template with
 # tests/helm/values/metrics.yaml).
@@ -35,10 +35,13 @@ uids() { pods | jq -c '[.items[] | .metadata.uid] | sort'; }
 check "apply -> 2 worker pods" wait_for 30 npods_are 2
 check "emulated GPUs: the pods ask for no nvidia.com/gpu" jq_true "$(pods)" \
     'all(.items[]; (.spec.containers[0].resources.limits // {}) | has("nvidia.com/gpu") | not)'
-for i in 0 1; do k8s_kubelet $NS gj-worker-$i "$W/gj-worker-$i.log" --tflops 0.05 & KPIDS+=($!); done
+for i in 0 1; do k8s_kubelet $NS gj-worker-$i "$W/gj-worker-$i.log" --tflops 0.05 --gpu-memory-gb $((40 + 40 * i)) & KPIDS+=($!); done
 check "training reaches step 40" wait_for 120 past 40
 check "status: a plan of 4 ranks, pipeline 2 x data 2, each stage on one worker's fabric" tj_is \
     '.status.plan.pipeline == 2 and .status.plan.data == 2 and ([.status.plan.stages[].fabric] | sort) == ["ib-a", "roce-b"]'
+check "status.plan.stages (kept by the CRD's schema): predicted memory beside the GPUs' the workers declared (40, 80 GB)" tj_is \
+    '[.status.plan.stages[] | {m: .gpuMemoryGb, s: .gpuMemorySource, p: (.memoryGb > 0 and .memoryGb < 1)}] | sort_by(.m) ==
+     [{"m": 40, "s": "declared", "p": true}, {"m": 80, "s": "declared", "p": true}]'
 check "status.plan.pipelineLinks (kept by the CRD's schema): the boundary's 2 links on TCP between the fabrics" tj_is \
     '.status.plan.pipelineLinks | length == 1 and .[0].fromStage == 0 and .[0].toStage == 1 and
      .[0].transport == "socket" and .[0].socket == 2 and .[0].ib == 0 and .[0].seconds > 0'
