@@ -8,7 +8,8 @@
 #     status.plan.stages[] shows each stage's predicted memory beside its GPUs' (declared);
 #   - 1 MB declared: the job fails at once, not retried, naming the stage, the bytes it needs and
 #     the bytes its GPUs have;
-#   - a bad value is refused by the worker naming the flag.
+#   - a bad value is refused by the worker naming the flag;
+#   - the job page shows each stage's predicted memory beside its GPUs' (Chromium, where installed).
 source "$(dirname "$0")/lib.bash"
 tmp=$(mktemp -d /tmp/holmes-gpumem.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
@@ -35,10 +36,15 @@ start() {
     wait_for 30 grep -q "Running: rendezvous complete" "$tmp/out-$name"
     url=$(grep -o 'http://127\.0\.0\.1:[0-9]*/jobs' "$tmp/out-$name" | head -1)
     curl -sf "${url%/jobs}/api/jobs" >"$tmp/api-$name.json" 2>/dev/null
+    if [ -n "$chrome" ] && [ -n "$url" ]; then # the job page, as a browser renders it
+        timeout 40 "$chrome" --headless --disable-gpu --no-sandbox --user-data-dir="$tmp/profile-$name" \
+            --virtual-time-budget=3000 --dump-dom "$url" >"$tmp/dom-$name.html" 2>/dev/null
+    fi
     kill "$lp" 2>/dev/null || true
     wait "$lp" 2>/dev/null || true
 }
 
+chrome=$(command -v chromium || command -v chromium-browser || true)
 start unknown ""
 if grep -q "^placement .*1f1b" "$tmp/out-unknown"; then
     ! grep -q "^placement .*warm-up" "$tmp/out-unknown" && pass "no GPU memory said: the standard warm-up" \
@@ -61,6 +67,11 @@ if grep -q "^placement .*1f1b" "$tmp/out-known"; then
             and .memoryGb > 0 and .memoryGb < 80)' "$tmp/api-known.json" >/dev/null &&
         pass "status.plan.stages: predicted memory beside the GPUs' (80, declared)" \
         || fail "status.plan.stages: predicted memory beside the GPUs'" "$(jq -c '.jobs[0].plan.stages' "$tmp/api-known.json" 2>&1 | head -c 600)"
+    if [ -n "$chrome" ]; then
+        n=$(grep -oE "stage [0-2] · 0\.[0-9]+ of 80 GB" "$tmp/dom-known.html" | sort -u | wc -l)
+        [ "$n" = 3 ] && pass "the job page shows each stage's predicted memory of its GPUs' 80 GB" \
+            || fail "the job page shows each stage's memory" "$n of 3: $(grep -oE 'stage [0-9][^<]*' "$tmp/dom-known.html" | head -4)"
+    fi
 else
     fail "80 GB declared: the job is planned" "$(tail -n 8 "$tmp/out-known")"
 fi
