@@ -36,6 +36,24 @@ static int is_camel(const char *s)
 
 /* ---- per-type schema ---- */
 
+/* A figure the worker sends about itself (`key`, in [1e-6, 1e6], optional) and where it came
+ * from (`src_key`: "declared", the default, or "measured"; only with the figure). */
+static int hello_figure(const cJSON *j, const char *key, const char *src_key, double *value,
+                        int *measured, herr *e)
+{
+    if (json_num(j, "hello", key, 0, 1e-6, 1e6, value, e))
+        return -1;
+    char src[16] = "";
+    if (json_str(j, "hello", src_key, 0, src, sizeof src, e))
+        return -1;
+    if (src[0] && strcmp(src, "declared") && strcmp(src, "measured"))
+        return herr_set(e, "hello.%s: \"%s\" is not one of declared, measured", src_key, src);
+    if (src[0] && *value <= 0)
+        return herr_set(e, "hello.%s: given without hello.%s", src_key, key);
+    *measured = !strcmp(src, "measured");
+    return 0;
+}
+
 static int parse_hello(const cJSON *j, struct proto_hello *h, herr *e)
 {
     long v = 0;
@@ -52,26 +70,10 @@ static int parse_hello(const cJSON *j, struct proto_hello *h, herr *e)
     if (json_int(j, "hello", "gpus", 0, 0, 1024, &v, e))
         return -1;
     h->gpus = (int)v;
-    if (json_num(j, "hello", "tflops", 0, 1e-6, 1e6, &h->tflops, e))
+    if (hello_figure(j, "tflops", "tflopsSource", &h->tflops, &h->tflops_measured, e) ||
+        hello_figure(j, "gpuMemoryGb", "gpuMemorySource", &h->gpu_memory_gb,
+                     &h->gpu_memory_measured, e))
         return -1;
-    char src[16] = "";
-    if (json_str(j, "hello", "tflopsSource", 0, src, sizeof src, e))
-        return -1;
-    if (src[0] && strcmp(src, "declared") && strcmp(src, "measured"))
-        return herr_set(e, "hello.tflopsSource: \"%s\" is not one of declared, measured", src);
-    if (src[0] && h->tflops <= 0)
-        return herr_set(e, "hello.tflopsSource: given without hello.tflops");
-    h->tflops_measured = !strcmp(src, "measured");
-    if (json_num(j, "hello", "gpuMemoryGb", 0, 1e-6, 1e6, &h->gpu_memory_gb, e))
-        return -1;
-    src[0] = 0;
-    if (json_str(j, "hello", "gpuMemorySource", 0, src, sizeof src, e))
-        return -1;
-    if (src[0] && strcmp(src, "declared") && strcmp(src, "measured"))
-        return herr_set(e, "hello.gpuMemorySource: \"%s\" is not one of declared, measured", src);
-    if (src[0] && h->gpu_memory_gb <= 0)
-        return herr_set(e, "hello.gpuMemorySource: given without hello.gpuMemoryGb");
-    h->gpu_memory_measured = !strcmp(src, "measured");
     const cJSON *nic = cJSON_GetObjectItemCaseSensitive(j, "nic");
     if (!nic)
         return herr_set(e, "hello.nic: required (the NIC report or its summary)");

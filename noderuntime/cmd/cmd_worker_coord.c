@@ -101,28 +101,16 @@ int cmd_worker_coord_wanted(int argc, char **argv)
     return env2("HOLMES_COORDINATOR", NULL) != NULL;
 }
 
-/* --tflops / HOLMES_DECLARED_TFLOPS: a number in (0, 1e6]. */
-static int parse_tflops(const char *s, double *out)
+/* A declared figure (--tflops / HOLMES_DECLARED_TFLOPS, --gpu-memory-gb / HOLMES_GPU_MEMORY_GB):
+ * a number in (0, 1e6]; -1 after saying so, naming the flag and the variable. */
+static int parse_figure(const char *flag, const char *env, const char *what, const char *s,
+                        double *out)
 {
     char *end;
     double v = strtod(s, &end);
     if (!s[0] || *end || !(v > 0) || v > 1e6) {
-        fprintf(stderr, "holmes-node worker: --tflops (or HOLMES_DECLARED_TFLOPS): \"%s\" must be a "
-                        "number in (0, 1000000]\n", s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-/* --gpu-memory-gb / HOLMES_GPU_MEMORY_GB: a number in (0, 1e6]. */
-static int parse_gpu_memory(const char *s, double *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (!s[0] || *end || !(v > 0) || v > 1e6) {
-        fprintf(stderr, "holmes-node worker: --gpu-memory-gb (or HOLMES_GPU_MEMORY_GB): \"%s\" "
-                        "must be a number of GB in (0, 1000000]\n", s);
+        fprintf(stderr, "holmes-node worker: %s (or %s): \"%s\" must be %s in (0, 1000000]\n",
+                flag, env, s, what);
         return -1;
     }
     *out = v;
@@ -232,9 +220,11 @@ static int parse_args(int argc, char **argv, struct args *a)
     }
     if (cli_long("holmes-node worker", "--worker", worker_s, 0, 65535, &a->worker))
         return 2;
-    if (tflops_s && parse_tflops(tflops_s, &a->declared))
+    if (tflops_s && parse_figure("--tflops", "HOLMES_DECLARED_TFLOPS", "a number", tflops_s,
+                                 &a->declared))
         return 2;
-    if (gpu_mem_s && parse_gpu_memory(gpu_mem_s, &a->gpu_memory_gb))
+    if (gpu_mem_s && parse_figure("--gpu-memory-gb", "HOLMES_GPU_MEMORY_GB", "a number of GB",
+                                  gpu_mem_s, &a->gpu_memory_gb))
         return 2;
     a->affinity = CPU_AFFINITY_NONE;
     if (affinity_s && cpu_affinity_parse(affinity_s, &a->affinity)) {
