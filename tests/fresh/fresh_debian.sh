@@ -49,7 +49,7 @@ cleanup() {
     [ $n -gt 0 ] && log "killed $n process(es) left in the root"
     # The mounts live in unshare's namespace; should one show here anyway, unmount it.
     findmnt -rn -o TARGET | grep -F "$root/" | sort -r | while read -r m; do umount -l "$m" || true; done
-    if findmnt -rn -o TARGET | grep -qF "$root/"; then
+    if grep -qF "$root/" <<<"$(findmnt -rn -o TARGET)"; then # (no `| grep -q` under pipefail)
         echo "fresh: mounts left under $root; not removing it" >&2
     elif [ "${FRESH_KEEP:-0}" = 1 ]; then
         log "kept $root"
