@@ -2,7 +2,9 @@
 # playing kubelet: a TrainingJob of 2 workers x 2 GPUs with spec.emulation.gpus. Its pods ask for
 # no nvidia.com/gpu; each pod's worker runs a rank process per GPU; status shows the 4 ranks'
 # plan (and the GPU memory each worker declared, beside the predicted); a rank process killed
-# (-9) fails its worker, the gang restarts in place (status.restarts 1, the same pods) and the job Succeeds. With tokenSlices: auto, status.plan.tokenSlices says
+# (-9) fails its worker, the gang restarts in place (status.restarts 1, the same pods) and the job
+# Succeeds. A second job whose workers declare 1 MB a GPU is refused by the planner (Planned=False,
+# PlanFailed, naming the stage and the bytes) and Fails without a retry. With tokenSlices: auto, status.plan.tokenSlices says
 # what the planner chose and the ranks train with it. The operator's /metrics carries the job's training
 # gauges (and its job page, /jobs and /api/jobs, the job), and every metric the chart's alerts and Grafana dashboard name (helm template with
 # tests/helm/values/metrics.yaml).
@@ -111,3 +113,30 @@ done
 check "the job Succeeds at step 160" wait_for 180 tj_is '.status.phase == "Succeeded" and .status.progress.step == 160'
 check "no pod recreated: the same 2 pod UIDs" test "$(uids)" = "$U0"
 check "the gang resumed from a checkpoint, not step 0" grep -qE "resumed from the checkpoint of step [1-9]" "$W/gj-worker-0.log"
+
+# A plan that cannot fit the memory its workers declare (1 MB a GPU): refused naming the stage,
+# the bytes it needs and the bytes there (condition Planned=False, PlanFailed, and its Event); the
+# job Fails and is not retried (no restart, the same pods).
+sed -e "s/name: gj/name: gm/" -e "s#$W/ckpt#$W/ckpt-gm#" "$W/job.yaml" >"$W/job-gm.yaml"
+kubectl apply -n $NS -f "$W/job-gm.yaml" >/dev/null
+gm_pods() { kubectl get pods -n $NS -l holmes.dev/job=gm -o json; }
+gm_npods_are() { [ "$(gm_pods | jq '.items | length')" = "$1" ]; }
+gm_is() { kubectl get tj gm -n $NS -o json | jq -e "$1" >/dev/null 2>&1; }
+check "a second job (gm) gets its 2 worker pods" wait_for 30 gm_npods_are 2
+GU0=$(gm_pods | jq -c '[.items[] | .metadata.uid] | sort')
+GPIDS=()
+for i in 0 1; do k8s_kubelet $NS gm-worker-$i "$W/gm-worker-$i.log" --tflops 0.05 --gpu-memory-gb 0.001 & GPIDS+=($!); done
+KPIDS+=("${GPIDS[@]}")
+check "1 MB a GPU declared: the job Fails" wait_for 60 gm_is '.status.phase == "Failed"'
+re="nothing fits in the GPUs' memory: .* stage [0-9]+ \\\\(layers \\\\[[0-9]+, [0-9]+\\\\) on fabric [a-z-]+\\\\) needs [0-9.]+ GB per GPU \\\\([0-9]+ bytes: .*its GPUs have 0\\\\.00 GB \\\\(900000 bytes: 90 % of the 0\\\\.001 GB each holds\\\\)"
+check "condition Planned=False, PlanFailed, naming the stage, the bytes needed and the bytes there" gm_is \
+    "any(.status.conditions[]; .type == \"Planned\" and .status == \"False\" and .reason == \"PlanFailed\" and (.message | test(\"$re\")))"
+check "a Warning event PlanFailed on the job" jq_true "$(kubectl get events -n $NS -o json)" \
+    'any(.items[]; .reason == "PlanFailed" and .type == "Warning" and .involvedObject.name == "gm")'
+gm_gone() { for p in "${GPIDS[@]}"; do kill -0 "$p" 2>/dev/null && return 1; done; return 0; }
+check "its workers exit" wait_for 60 gm_gone
+gm_not_retried() {
+    local r; r=$(kubectl get tj gm -n $NS -o jsonpath='{.status.restarts}')
+    [ "${r:-0}" = 0 ] && [ "$(gm_pods | jq -c '[.items[] | .metadata.uid] | sort')" = "$GU0" ]
+}
+check "not retried: no restart, the same 2 pods" gm_not_retried
