@@ -76,7 +76,8 @@ $(GB)/bf16/cu/%.o: noderuntime/engine/cuda/%.cu $(GPU_HDRS)
 # kept between runs (pattern-rule chains would delete them as intermediates and rebuild them)
 .SECONDARY: $(GPU_CU_OBJ_fp32) $(GPU_CU_OBJ_bf16) $(GPU_HOST_OBJ) \
             $(foreach p,fp32 bf16,$(GB)/$(p)/host/noderuntime/engine/cuda/test_gpu.o \
-                                  $(GB)/$(p)/host/noderuntime/engine/cuda/bench_gpu.o)
+                                  $(GB)/$(p)/host/noderuntime/engine/cuda/bench_gpu.o \
+                                  $(GB)/$(p)/host/noderuntime/engine/cuda/stage_bytes.o)
 
 # gpt_cuda.h names each engine function for its precision (both link into holmes-node), so the
 # files that call it are compiled once per precision too.
@@ -93,6 +94,9 @@ $(GB)/%/test_gpu: $(addprefix $(GB)/%/cu/,$(GPU_CU_NAMES)) $(GB)/%/host/noderunt
 	@echo "  LD      $@"
 	@$(CXX) -o $@ $^ $(GPU_LIBS)
 $(GB)/%/bench_gpu: $(addprefix $(GB)/%/cu/,$(GPU_CU_NAMES)) $(GB)/%/host/noderuntime/engine/cuda/bench_gpu.o $(GPU_HOST_OBJ)
+	@echo "  LD      $@"
+	@$(CXX) -o $@ $^ $(GPU_LIBS)
+$(GB)/%/stage_bytes: $(addprefix $(GB)/%/cu/,$(GPU_CU_NAMES)) $(GB)/%/host/noderuntime/engine/cuda/stage_bytes.o $(GPU_HOST_OBJ)
 	@echo "  LD      $@"
 	@$(CXX) -o $@ $^ $(GPU_LIBS)
 
@@ -131,7 +135,8 @@ $(GB)/bin/holmes-node: $(call obj,noderuntime/main.c) $(NODE_CUDA_OBJ) $(LIB_NOD
 	@$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS) -L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR) -lnccl $(GPU_LIBS)
 -include $(wildcard $(NODE_GB)/*.d $(NODE_GB)/*/*.d $(GB)/*/host/*/*/*/*.d)
 
-GPU_BINS := $(GB)/fp32/test_gpu $(GB)/bf16/test_gpu $(GB)/bf16/bench_gpu $(GB)/fp32/bench_gpu
+GPU_BINS := $(GB)/fp32/test_gpu $(GB)/bf16/test_gpu $(GB)/bf16/bench_gpu $(GB)/fp32/bench_gpu \
+            $(GB)/fp32/stage_bytes $(GB)/bf16/stage_bytes
 # holmes-node needs the plain build's Debian -dev packages, which GPU machines may lack: built
 # where pkg-config finds them (CI, the images); elsewhere carried (gpu-carry below).
 ifneq ($(PKG_LIBS),)

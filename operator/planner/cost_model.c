@@ -186,29 +186,71 @@ struct cost_link cost_link_make(double gbps, double lat_us, double flows)
     return k;
 }
 
+/* The engine's workspace for cuBLASLt (cuda_common.cuh LT_WORKSPACE). */
+#define MEM_LT_WORKSPACE (32.0 * 1048576.0)
+/* The pipeline's send ring (pipeline.c SEND_RING). */
+#define MEM_SEND_RING 2
+
+/* Whether the engine keeps no T x T scores: bf16 with flash attention's head sizes (flash.cu) */
+static int mem_flash(const struct cost_job *j)
+{
+    int hs = j->model.heads > 0 ? j->model.hidden / j->model.heads : 0;
+    return j->elem_bytes == 2 && (hs == 16 || hs == 32 || hs == 64 || hs == 128);
+}
+
 void cost_stage_memory_parts(const struct cost_job *j, int layers, int s, int n,
                              struct cost_memory *out)
 {
     int first = s == 0, last = s == n - 1, t = j->tensor;
-    double params = layers * cost_layer_params(j) + (first ? cost_embedding_params(j) : 0) +
-                    (last ? 2.0 * j->model.hidden : 0) +
-                    (last && !first ? (double)j->model.vocab * j->model.hidden : 0);
+    double V = ((double)j->model.vocab + 127.0) / 128.0; /* the padded vocabulary, gpt.c */
+    V = (double)(long)V * 128.0;
+    double params = layers * cost_layer_params(j) +
+                    (first ? (V + j->model.seq_len) * j->model.hidden : 0) +
+                    (last ? 2.0 * j->model.hidden : 0) + (last && !first ? V * j->model.hidden : 0);
     double per_rank = params / t;
+    double X = j->elem_bytes; /* the engine's activation type: bf16 2, fp32 4 */
+    memset(out, 0, sizeof *out);
     out->params = per_rank;
-    out->weights_grads = per_rank * 2.0 * j->elem_bytes;
-    /* AdamW's two fp32 moments, and with 16-bit weights the fp32 masters: ZeRO-1 shards them
-     * over the data-parallel replicas */
-    out->optimizer = per_rank * (j->elem_bytes == 4 ? 8.0 : 12.0) / j->data;
-    double b = j->micro_batch_size, sq = j->model.seq_len, h = j->model.hidden, a = j->model.heads;
-    /* Korthikanti et al. (2022), tensor parallel without sequence parallelism, for 16-bit
-     * activations; scaled by the element size */
-    double act_layer = sq * b * h * (10.0 + 24.0 / t + 5.0 * a * sq / (h * t)) *
-                       (j->elem_bytes / 2.0);
+    /* fp32 parameters and gradients, plus the bf16 copy the products read */
+    out->weights_grads = per_rank * (8.0 + (X == 2 ? 2.0 : 0.0));
+    /* ZeRO-1: the two moments of this replica's shard; with a bf16 parameter gather, fp32
+     * masters of the shard and the whole stage's bf16 wire */
+    double shard = per_rank / j->data;
+    out->optimizer = shard * 8.0;
+    if (j->gather_masters)
+        out->optimizer += shard * 4.0 + (j->data > 1 ? per_rank * 2.0 : 0.0);
+    double b = j->micro_batch_size, sq = j->model.seq_len, C = j->model.hidden;
+    double NH = (double)j->model.heads / t, BT = b * sq, BTC = BT * C;
+    int flash = mem_flash(j);
+    /* per layer and micro-batch: ln1, res2, ln2, res3 (C), qkv, attention out (4C/t), the MLP's
+     * two 4C/t, the LayerNorm statistics, and flash's row statistics or the T x T scores */
+    double act_layer = BTC * (4.0 + 12.0 / t) * X + 4.0 * BT * 4.0 +
+                       (flash ? NH * BT * 4.0 : NH * b * sq * sq * X);
     out->slots = pipe_slots(j->schedule, s, n, j->micro_batches,
                             j->slices > 1 && j->slice_bounds ? j->slices : 1, j->warmup_extra);
-    out->activations = out->slots * (layers * act_layer);
-    out->logits = last ? b * sq * (double)j->model.vocab * 4.0 / t : 0;
-    out->total = out->weights_grads + out->optimizer + out->activations + out->logits;
+    /* per micro-batch besides the layers: the stage's input and the tokens */
+    out->activations = out->slots * (layers * act_layer + BTC * X + 5.0 * BT * 4.0);
+    if (last) /* the final LayerNorm, the logits (padded vocabulary / t), the losses */
+        out->logits = out->slots * (BTC * X + BT * V / t * X + 3.0 * BT * 4.0 +
+                                    (t > 1 ? 2.0 * BT * 4.0 : 0.0));
+    /* once: the workspace, backward's buffers, the column sums' partials */
+    out->scratch = MEM_LT_WORKSPACE + BTC * X * 2.0 + BTC * 4.0 / t * X + 3.0 * BTC / t * X +
+                   (flash ? NH * BT * 4.0 : 7.0 * BTC / t * X + NH * b * sq * sq * X) +
+                   (t > 1 ? fmax(BTC, BT * (2.0 * t + 1.0)) * 4.0 : 0.0) +
+                   ceil(BT / 64.0) * 2.0 * 4.0 * C * 4.0;
+    /* the pipeline (pipeline.c): a received activation per slot and the gradient send ring on
+     * all but the first stage, the activation send ring and a received gradient on all but the
+     * last; bf16 wire buffers when an fp32 engine sends bf16 */
+    int convert = j->act_elem_bytes == 2 && X == 4 && n > 1;
+    double unit = BTC * X, ring = MEM_SEND_RING * (unit + (convert ? BTC * 2.0 : 0.0));
+    if (!first)
+        out->pipeline += out->slots * unit + ring;
+    if (!last)
+        out->pipeline += unit + ring;
+    if (convert)
+        out->pipeline += BTC * 2.0;
+    out->total = out->weights_grads + out->optimizer + out->activations + out->logits +
+                 out->scratch + out->pipeline;
 }
 
 double cost_stage_memory(const struct cost_job *j, int layers, int s, int n)

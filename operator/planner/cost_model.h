@@ -73,6 +73,8 @@ struct cost_job {
     int elem_bytes;        /* 4 for fp32, 2 for bf16/fp16 */
     int act_elem_bytes;    /* per element between pipeline stages; 0 = elem_bytes */
     int gather_elem_bytes; /* per element of the parameter all-gather; 0 = elem_bytes */
+    int gather_masters;    /* the replicas gather bf16 parameters (paramGatherDtype bf16): the
+                              trainer keeps fp32 masters of its shard */
     enum schedule schedule;
     int slices;               /* TeraPipe token slices per micro-batch (0 or 1: none) */
     const int *slice_bounds;  /* [slices + 1] token bounds 0 .. seq_len (NULL: none) */
@@ -188,9 +190,21 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
  * with 16-bit weights the fp32 masters, 4 more), the activations of the micro-batches in flight
  * (common/pipe_order.h's pipe_slots of them, the runtime's rule, with j->warmup_extra; sbh(10 + 24/t + 5as/(ht)) x elem_bytes/2 bytes per layer each), and
  * the last stage's fp32 logits. */
+/* A stage's device memory per GPU, part by part, as the runtime allocates it: the engine's stage
+ * (noderuntime/engine/cuda/gpt_cuda.cu, alloc_device and slot_alloc; counted by
+ * gpu_stage_device_bytes), the trainer's optimizer state (trainer.c, zero.c) and the pipeline's
+ * activation buffers (pipeline.c). tests/gpu/memory_model.sh holds the engine's part against
+ * gpu_stage_device_bytes. */
 struct cost_memory {
     double params;         /* parameters per device */
-    double weights_grads, optimizer, activations, logits, total;
+    double weights_grads;  /* fp32 parameters and gradients, and the 16-bit copy of a bf16 engine */
+    double optimizer;      /* AdamW's fp32 moments of the ZeRO-1 shard; fp32 masters of the shard
+                              and the bf16 gather buffer when the replicas gather bf16 */
+    double activations;    /* what a micro-batch in flight keeps (its layers, its input), x slots */
+    double logits;         /* the last stage's logits and loss buffers, one set per slot */
+    double scratch;        /* the engine's workspace and backward buffers, held once */
+    double pipeline;       /* received activations (x slots), send rings, gradient buffers */
+    double total;
     int slots;             /* micro-batches whose activations are held at once */
 };
 void cost_stage_memory_parts(const struct cost_job *j, int layers, int s, int n,

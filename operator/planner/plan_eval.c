@@ -206,6 +206,7 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
     ev->cj.elem_bytes = job->precision == DTYPE_FP32 ? 4 : 2;
     ev->cj.act_elem_bytes = job->pipeline_dtype == DTYPE_BF16 ? 2 : ev->cj.elem_bytes;
     ev->cj.gather_elem_bytes = job->param_gather_dtype == DTYPE_BF16 ? 2 : ev->cj.elem_bytes;
+    ev->cj.gather_masters = job->param_gather_dtype == DTYPE_BF16;
     ev->cj.schedule = job->schedule;
     ev->refine_work = INFINITY;
     return ev;

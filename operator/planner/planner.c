@@ -245,7 +245,8 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
         st->bwd_s = terms.bwd + terms.tp_bwd;
         st->dp_s = terms.dp_exposed;
         st->gather_s = terms.gather;
-        st->memory_gb = cost_stage_memory(&ev->cj, layers[s], s, P) / 1e9;
+        cost_stage_memory_parts(&ev->cj, layers[s], s, P, &st->memory);
+        st->memory_gb = st->memory.total / 1e9;
         const struct unit *u0 = &ev->units[stage_units[(size_t)s * D]];
         snprintf(st->fabric, sizeof st->fabric, "%s", ev->fabric_names[u0->fabric]);
         for (int d = 0; d < D; d++) {
@@ -644,13 +645,15 @@ static int memory_refusal(struct auto_search *A, herr *e)
                     "micro-batches of %d, %s split), stage %d (layers [%d, %d) on fabric %s) needs "
                     "%.2f GB per GPU (%.0f bytes: weights and gradients %.2f GB, optimizer state "
                     "%.2f GB sharded over data %d, activations %.2f GB of %d micro-batches in "
-                    "flight, logits %.2f GB; tensor %d), and its GPUs have %.2f GB (%.0f bytes: "
+                    "flight, logits %.2f GB, workspace and pipeline buffers %.2f GB; tensor %d), and "
+                    "its GPUs have %.2f GB (%.0f bytes: "
                     "90 %% of the %g GB each holds)",
                     A->n_shapes > 1 ? "at the shape closest to fitting" : "at this shape", sh.P,
                     sh.D, sh.m, sh.b, pinned ? "the pinned" : "the least memory-hungry", worst,
                     first_worst, first_worst + k, ev->fabric_names[u->fabric], m.total / 1e9,
                     m.total, m.weights_grads / 1e9, m.optimizer / 1e9, sh.D,
-                    m.activations / 1e9, m.slots, m.logits / 1e9, ev->t, have / 1e9, have,
+                    m.activations / 1e9, m.slots, m.logits / 1e9, (m.scratch + m.pipeline) / 1e9,
+                    ev->t, have / 1e9, have,
                     have / 0.9 / 1e9);
 }
 

@@ -89,6 +89,7 @@ struct plan_stage {
     double dp_s;                  /* predicted exposed data-parallel time per step (all-gather,
                                      reduce-scatter, embedding tie: cost_stage_terms) */
     double memory_gb;             /* predicted peak per device (see cost_stage_memory) */
+    struct cost_memory memory;    /* the same, part by part, in bytes */
     double link_s;                /* one micro-batch to the next stage: the slowest of the
                                      boundary's links carrying its 1/tensor share (latency
                                      included); 0 on the last stage */

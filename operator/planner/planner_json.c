@@ -58,6 +58,12 @@ static int add_stages(cJSON *o, const struct plan *p)
              add_num(x, "data_parallel_seconds", st->dp_s) &&
              add_num(x, "memory_gb", st->memory_gb) &&
              add_num(x, "link_seconds", st->link_s) && add_num(x, "gather_seconds", st->gather_s);
+        cJSON *mp = ok ? cJSON_AddObjectToObject(x, "memory_bytes") : NULL;
+        ok = ok && mp && add_num(mp, "weights_grads", st->memory.weights_grads) &&
+             add_num(mp, "optimizer", st->memory.optimizer) &&
+             add_num(mp, "activations", st->memory.activations) &&
+             add_num(mp, "logits", st->memory.logits) && add_num(mp, "scratch", st->memory.scratch) &&
+             add_num(mp, "pipeline", st->memory.pipeline) && add_num(mp, "slots", st->memory.slots);
         /* workers of the stage, each once, in rank order */
         int prev = -1;
         for (int d = 0; ok && d < p->data; d++)

@@ -2,6 +2,7 @@
 # fp32 and bf16, the binaries need none of the libraries GPU machines lack, the GPU build's CPU
 # reference (OpenBLAS/zlib stand-ins) passes the CPU engine's tests, and without a GPU test_gpu
 # stops with a clear message; flash attention's mma.sync kernels emulated on the host (g++ only).
+# The planner's memory model is held against the engine's count (memory_model.py).
 # Skips the nvcc parts when nvcc is missing; runs in one pass (once_per_run).
 source "$(dirname "$0")/lib.bash"
 NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
@@ -58,6 +59,18 @@ for b in $GB/fp32/test_gpu $GB/bf16/test_gpu $GB/bf16/bench_gpu; do
         fail "cuda.self_contained.$b" "links: $(tr '\n' ' ' <<<"$libs")"
     fi
 done
+
+# The planner's memory model against the engine's own count of what a stage allocates
+# (stage_bytes: gpu_stage_device_bytes, no GPU needed): every stage of seven plans (flash and
+# materialised attention, fp32 and bf16, 1F1B with and without a deeper warm-up, GPipe, tensor 2)
+if [ -x "$HOLMES_BIN_DIR/holmes-operator" ] && [ -x $GB/fp32/stage_bytes ] && [ -x $GB/bf16/stage_bytes ]; then
+    mm=$(mktemp -d /tmp/holmes-memmodel.XXXXXX)
+    /usr/bin/python3 "$REPO/tests/integration/memory_model.py" "$HOLMES_BIN_DIR/holmes-operator" \
+        $GB/fp32/stage_bytes $GB/bf16/stage_bytes "$mm"
+    rm -rf "$mm"
+else
+    fail "cuda.memory_model" "holmes-operator or stage_bytes not built"
+fi
 
 if make --no-print-directory -j2 gpu-host-check >"$log" 2>&1 && ! grep -q '^FAIL' "$log"; then
     pass "cuda.cpu_reference ($(grep -c '^PASS' "$log") checks of test_gpt and test_checkpoint on the stand-ins)"

@@ -486,15 +486,32 @@ static void test_memory(void)
     cost_stage_memory_parts(&j, 3, 0, 2, &m);
     double params = (3 * (12.0 * 1024 * 1024 + 13 * 1024) + (32000.0 + 512) * 1024) / 2;
     CHECK_NEAR("memory: parameters per GPU (the tensor split)", m.params, params, 1e-12);
-    CHECK_NEAR("memory: bf16 weights and gradients, 4 bytes a parameter", m.weights_grads,
-               4 * params, 1e-12);
-    CHECK_NEAR("memory: moments and fp32 masters, 12 bytes a parameter over data 4", m.optimizer,
-               12 * params / 4, 1e-12);
-    double act = 512.0 * 2 * 1024 * (10 + 24.0 / 2 + 5.0 * 16 * 512 / (1024 * 2));
+    /* the engine's allocation (gpt_cuda.cu; memory_model.py holds the engine part against its own
+     * count): fp32 parameters and gradients and the bf16 copy, the trainer's moments of its shard */
+    CHECK_NEAR("memory: fp32 weights and gradients and the bf16 copy, 10 bytes a parameter",
+               m.weights_grads, 10 * params, 1e-12);
+    CHECK_NEAR("memory: the moments of the shard, 8 bytes a parameter over data 4", m.optimizer,
+               8 * params / 4, 1e-12);
+    /* per layer: 4 + 12/t activations of B x T x C in bf16, the LayerNorm statistics and flash
+     * attention's (head size 64: no T x T scores); per micro-batch the input and the tokens */
+    double BT = 2.0 * 512, BTC = BT * 1024;
+    double act = BTC * (4 + 12.0 / 2) * 2 + 16 * BT + 16.0 / 2 * BT * 4;
     CHECK_NEAR("memory: activations of min(P - s, m) = 2 micro-batches, 3 layers", m.activations,
-               2 * 3 * act, 1e-12);
+               2 * (3 * act + BTC * 2 + 20 * BT), 1e-12);
     CHECK("memory: the parts make the total",
-          m.slots == 2 && m.logits == 0 && fabs(m.total - (m.weights_grads + m.optimizer + m.activations)) < 1);
+          m.slots == 2 && m.logits == 0 && m.scratch > 32 << 20 && m.pipeline == 3 * BTC * 2 &&
+              fabs(m.total - (m.weights_grads + m.optimizer + m.activations + m.scratch +
+                              m.pipeline)) < 1);
+    j.gather_masters = 1;
+    struct cost_memory mg;
+    cost_stage_memory_parts(&j, 3, 0, 2, &mg);
+    CHECK_NEAR("memory: a bf16 parameter gather adds the shard's fp32 masters and a bf16 wire",
+               mg.optimizer - m.optimizer, 4 * params / 4 + 2 * params, 1e-12);
+    j.model.heads = 32, j.model.hidden = 1536; /* head size 48: no flash attention, T x T kept */
+    cost_stage_memory_parts(&j, 3, 0, 2, &mg);
+    double scores = 16.0 * 2 * 512 * 512 * 2; /* heads / t x B x T x T, bf16 */
+    CHECK("memory: head size 48 keeps each layer's T x T scores", mg.activations > 2 * 3 * scores);
+    j.model.hidden = 1024, j.model.heads = 16, j.gather_masters = 0;
 
     /* a pinned split that does not fit: refused naming the stage and both byte counts */
     struct plan_worker w[2];

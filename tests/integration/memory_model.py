@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""The planner's memory model against the CUDA engine's own count (run by cuda_build.sh; no GPU).
+
+For each case a job is planned (`holmes-operator plan --cluster ... --json`) and every stage's
+engine part of the prediction (stages[].memory_bytes: weights and gradients, activations, logits,
+scratch) is held against what the engine's stage of the same layers, micro-batch, slots and
+tensor rank allocates (`stage_bytes`: gpu_stage_device_bytes, the count its creation makes).
+The trainer's and the pipeline's parts (optimizer, pipeline) are the trainer's own buffers, not
+the engine's, and are checked by hand in cost_model.c's comments.
+usage: memory_model.py OPERATOR STAGE_BYTES_FP32 STAGE_BYTES_BF16 WORKDIR"""
+import json, os, subprocess, sys
+
+op, sb32, sb16, work = sys.argv[1:5]
+TOL = 0.005  # replicated tensors counted 1/t by the planner, 256-byte allocation granularity
+
+# name, model (L, C, NH, V, T), parallelism (tensor, pipeline, data, micro-batches, B, schedule),
+# precision, warm-up (None: the planner's), workers and GPUs per worker
+CASES = [
+    ("gpt2-124m-bf16-flash", (12, 768, 12, 50257, 1024), (1, 1, 1, 1, 16, "1f1b"), "bf16", None, 1, 1),
+    ("bf16-p2d2-1f1b", (4, 256, 4, 1000, 128), (1, 2, 2, 8, 4, "1f1b"), "bf16", None, 4, 1),
+    ("bf16-p2d2-warmup3", (4, 256, 4, 1000, 128), (1, 2, 2, 8, 4, "1f1b"), "bf16", 3, 4, 1),
+    ("bf16-p3-gpipe", (6, 256, 4, 1000, 128), (1, 3, 1, 6, 2, "gpipe"), "bf16", None, 3, 1),
+    ("fp32-p2-materialised", (4, 256, 4, 1000, 128), (1, 2, 1, 4, 4, "1f1b"), "fp32", None, 2, 1),
+    ("bf16-hs48-materialised", (4, 192, 4, 1000, 96), (1, 2, 1, 4, 4, "1f1b"), "bf16", None, 2, 1),
+    ("bf16-t2-p2", (4, 256, 4, 1000, 128), (2, 2, 1, 4, 4, "1f1b"), "bf16", None, 2, 2),
+]
+
+failed = 0
+for name, (L, C, NH, V, T), (t, p, d, m, B, sched), prec, warm, nw, gpw in CASES:
+    job = os.path.join(work, f"mm-{name}.yaml")
+    cluster = os.path.join(work, f"mm-{name}-cluster.yaml")
+    with open(job, "w") as f:
+        f.write(f"""apiVersion: holmes.dev/v1alpha1
+kind: TrainingJob
+metadata: {{name: mm}}
+spec:
+  workers: {nw}
+  gpusPerWorker: {gpw}
+  model: {{layers: {L}, hidden: {C}, heads: {NH}, vocab: {V}, seqLen: {T}}}
+  parallelism: {{tensor: {t}, pipeline: {p}, data: {d}, microBatches: {m}, microBatchSize: {B}, schedule: {sched}}}
+  training:
+    steps: 1
+    precision: {prec}
+    data: {{path: /dev/null, format: text}}
+""")
+    with open(cluster, "w") as f:
+        f.write("workers:\n")
+        for i in range(nw):
+            f.write(f"- {{name: w{i}, gpus: {gpw}, gpu_tflops: 300, gpu_memory_gb: 1000, "
+                    f"nic: {{class: infiniband, fabric: ib, gbps: 200}}}}\n")
+    cmd = [op, "plan", "--cluster", cluster, job, "--json"] + ([] if warm is None else ["--warmup", str(warm)])
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"FAIL memory_model.{name}: plan failed: {r.stderr.strip()[:300]}")
+        failed += 1
+        continue
+    plan = json.loads(r.stdout)
+    worst, lines = 0.0, []
+    for st in plan["stages"]:
+        mb = st["memory_bytes"]
+        engine = mb["weights_grads"] + mb["activations"] + mb["logits"] + mb["scratch"]
+        first, last = st["layers"]
+        args = [sb32 if prec == "fp32" else sb16] + [str(x) for x in (L, C, NH, V, T, B, first, last, mb["slots"], t)]
+        got = subprocess.run(args, capture_output=True, text=True)
+        if got.returncode != 0:
+            lines.append(f"stage {st['stage']}: stage_bytes failed: {got.stderr.strip()}")
+            worst = float("inf")
+            continue
+        real = int(got.stdout)
+        err = abs(engine - real) / real
+        worst = max(worst, err)
+        lines.append(f"stage {st['stage']} layers [{first}, {last}) slots {mb['slots']}: "
+                     f"planned {engine:.0f}, engine {real} ({100 * err:.3f} %)")
+    if worst <= TOL:
+        print(f"PASS memory_model.{name}: the planner's engine part = the engine's count "
+              f"(worst {100 * worst:.3f} % over {len(plan['stages'])} stages)")
+    else:
+        print(f"FAIL memory_model.{name}: {'; '.join(lines)}")
+        failed += 1
+sys.exit(1 if failed else 0)
