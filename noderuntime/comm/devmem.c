@@ -122,6 +122,7 @@ int devmem_alloc(struct devmem *m, size_t bytes, void **out, herr *e)
     *out = NULL;
     if (m->ops->alloc(m, bytes, out, e) != 0)
         return herr_wrap(e, "%s memory", m->name);
+    __atomic_add_fetch(&m->bytes_alloc, (uint64_t)bytes, __ATOMIC_RELAXED);
     return 0;
 }
 
@@ -235,6 +236,7 @@ void devmem_read_stats(const struct devmem *m, struct devmem_stats *out)
     out->host_syncs = __atomic_load_n(&m->host_syncs, __ATOMIC_RELAXED);
     out->bytes_h2d = __atomic_load_n(&m->bytes_h2d, __ATOMIC_RELAXED);
     out->bytes_d2h = __atomic_load_n(&m->bytes_d2h, __ATOMIC_RELAXED);
+    out->bytes_alloc = __atomic_load_n(&m->bytes_alloc, __ATOMIC_RELAXED);
 }
 
 void devmem_count_sync(struct devmem *m)

@@ -70,6 +70,7 @@ struct devmem {
     double timeout_s;   /* bound on a host wait (sync, lane_sync); 0 = none */
     /* counters, updated by the implementation (atomically: communicators' threads use it too) */
     uint64_t host_syncs, bytes_h2d, bytes_d2h;
+    uint64_t bytes_alloc; /* asked of devmem_alloc so far (frees not subtracted) */
 };
 
 /* The host's memory: the CPU engine's. One shared object. */
@@ -104,6 +105,8 @@ int devmem_from_host(struct devmem *m, void *dev, const void *host, size_t bytes
 
 struct devmem_stats {
     uint64_t host_syncs, bytes_h2d, bytes_d2h;
+    uint64_t bytes_alloc; /* devmem_alloc's bytes so far: the trainer's, pipeline's and
+                             communicators' buffers (an engine's own stage is not made here) */
 };
 void devmem_read_stats(const struct devmem *m, struct devmem_stats *out);
 /* For implementations: counts a host wait / bytes moved. */

@@ -853,6 +853,11 @@ int trainer_run(const struct trainer_config *c, const struct plan_doc *rt, int r
                              .warmup_extra = rt->warmup_extra};
     if (pipe_runner_create(&pr, &pc, &ops, e) != 0)
         goto out;
+    struct devmem_stats ds;
+    devmem_read_stats(w.mem, &ds); /* the planner prices these (cost_stage_memory_parts) */
+    log_info("rank %d: stage %d, layers [%d, %d): %llu bytes of %s memory beside the engine's "
+             "stage (optimizer state, tied embedding, pipeline buffers)", rank, w.stage, w.lo, w.hi,
+             (unsigned long long)ds.bytes_alloc, w.mem->name);
     if (rt->warmup_extra > 0 && c->schedule == SCHED_1F1B && w.stage < w.P - 1)
         log_info("rank %d: 1F1B warm-up %d micro-batches deeper (%d in flight)", rank,
                  rt->warmup_extra, w.slots);

@@ -249,6 +249,10 @@ void cost_stage_memory_parts(const struct cost_job *j, int layers, int s, int n,
         out->pipeline += unit + ring;
     if (convert)
         out->pipeline += BTC * 2.0;
+    /* the tied embedding's exchange between the first and the last stage (trainer.c): the
+     * rank's share of wte in fp32, out and in, and the last stage's sum */
+    if (n > 1 && (first || last))
+        out->pipeline += V * C / t * 4.0 * (last ? 3.0 : 2.0);
     out->total = out->weights_grads + out->optimizer + out->activations + out->logits +
                  out->scratch + out->pipeline;
 }

@@ -499,7 +499,8 @@ static void test_memory(void)
     CHECK_NEAR("memory: activations of min(P - s, m) = 2 micro-batches, 3 layers", m.activations,
                2 * (3 * act + BTC * 2 + 20 * BT), 1e-12);
     CHECK("memory: the parts make the total",
-          m.slots == 2 && m.logits == 0 && m.scratch > 32 << 20 && m.pipeline == 3 * BTC * 2 &&
+          m.slots == 2 && m.logits == 0 && m.scratch > 32 << 20 &&
+              m.pipeline == 3 * BTC * 2 + 32000.0 * 1024 / 2 * 4 * 2 && /* + the tie's out, in */
               fabs(m.total - (m.weights_grads + m.optimizer + m.activations + m.scratch +
                               m.pipeline)) < 1);
     j.gather_masters = 1;
