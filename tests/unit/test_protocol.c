@@ -26,6 +26,41 @@ static void refused(const char *name, const char *text, const char *want)
     }
 }
 
+/* A hello with the figure at `value` (sent as `key`, its source as `src_key`) round-trips,
+ * declared unless said measured, and is not sent at 0; *field and *measured are reset after. */
+static void hello_figure(struct proto_hello *h, double *field, int *measured, double value,
+                         const char *key, const char *src_key)
+{
+    herr e = {0};
+    struct proto_msg m;
+    char what[96];
+    char *s = proto_hello_encode(h, &e);
+    snprintf(what, sizeof what, "hello without %s: field not sent", key);
+    CHECK(what, s && !strstr(s, key));
+    free(s);
+    *field = value;
+    for (int meas = 0; meas <= 1; meas++) {
+        *measured = meas;
+        s = proto_hello_encode(h, &e);
+        snprintf(what, sizeof what, "hello with %s %s parses", meas ? "measured" : "declared", key);
+        CHECK_INT(what, s ? parse_str(s, &m, &e) : -1, 0);
+        if (s && m.json) {
+            double got = field == &h->tflops ? m.u.hello.tflops : m.u.hello.gpu_memory_gb;
+            int got_meas = field == &h->tflops ? m.u.hello.tflops_measured
+                                               : m.u.hello.gpu_memory_measured;
+            const cJSON *src = cJSON_GetObjectItem(m.json, src_key);
+            snprintf(what, sizeof what, "hello %s carried, %s %s", key, src_key,
+                     meas ? "measured" : "declared");
+            CHECK(what, got == value && got_meas == meas && cJSON_IsString(src) &&
+                            !strcmp(src->valuestring, meas ? "measured" : "declared"));
+            proto_msg_free(&m);
+        }
+        free(s);
+    }
+    *field = 0;
+    *measured = 0;
+}
+
 static void test_hello(void)
 {
     struct proto_hello h = {0};
@@ -61,50 +96,10 @@ static void test_hello(void)
     }
     free(s);
 
-    h.tflops = 0.0375;
-    s = proto_hello_encode(&h, &e);
-    CHECK_INT("hello with tflops parses", s ? parse_str(s, &m, &e) : -1, 0);
-    if (s && m.json) {
-        CHECK_NEAR("hello tflops carried", m.u.hello.tflops, 0.0375, 1e-12);
-        CHECK("hello tflops: declared unless said measured", !m.u.hello.tflops_measured &&
-              !strcmp(cJSON_GetObjectItem(m.json, "tflopsSource")->valuestring, "declared"));
-        proto_msg_free(&m);
-    }
-    free(s);
-    h.tflops_measured = 1;
-    s = proto_hello_encode(&h, &e);
-    CHECK_INT("hello with measured tflops parses", s ? parse_str(s, &m, &e) : -1, 0);
-    if (s && m.json) {
-        CHECK("hello tflopsSource measured carried", m.u.hello.tflops_measured == 1);
-        proto_msg_free(&m);
-    }
-    free(s);
-    h.tflops = 0;
-    h.tflops_measured = 0;
-
-    s = proto_hello_encode(&h, &e);
-    CHECK("hello without GPU memory: field not sent", s && !strstr(s, "gpuMemory"));
-    free(s);
-    h.gpu_memory_gb = 79.6;
-    s = proto_hello_encode(&h, &e);
-    CHECK_INT("hello with GPU memory parses", s ? parse_str(s, &m, &e) : -1, 0);
-    if (s && m.json) {
-        CHECK_NEAR("hello GPU memory carried", m.u.hello.gpu_memory_gb, 79.6, 1e-12);
-        CHECK("hello GPU memory: declared unless said measured", !m.u.hello.gpu_memory_measured &&
-              !strcmp(cJSON_GetObjectItem(m.json, "gpuMemorySource")->valuestring, "declared"));
-        proto_msg_free(&m);
-    }
-    free(s);
-    h.gpu_memory_measured = 1;
-    s = proto_hello_encode(&h, &e);
-    CHECK_INT("hello with measured GPU memory parses", s ? parse_str(s, &m, &e) : -1, 0);
-    if (s && m.json) {
-        CHECK("hello gpuMemorySource measured carried", m.u.hello.gpu_memory_measured == 1);
-        proto_msg_free(&m);
-    }
-    free(s);
-    h.gpu_memory_gb = 0;
-    h.gpu_memory_measured = 0;
+    /* the figures a worker sends about itself: each with where it came from */
+    hello_figure(&h, &h.tflops, &h.tflops_measured, 0.0375, "tflops", "tflopsSource");
+    hello_figure(&h, &h.gpu_memory_gb, &h.gpu_memory_measured, 79.6, "gpuMemoryGb",
+                 "gpuMemorySource");
 
     h.running = 1;
     h.resume_attempt = 2;
