@@ -202,8 +202,7 @@ void cost_stage_memory_parts(const struct cost_job *j, int layers, int s, int n,
                              struct cost_memory *out)
 {
     int first = s == 0, last = s == n - 1, t = j->tensor;
-    double V = ((double)j->model.vocab + 127.0) / 128.0; /* the padded vocabulary, gpt.c */
-    V = (double)(long)V * 128.0;
+    double V = ceil(j->model.vocab / 128.0) * 128.0; /* the padded vocabulary (gpt.c) */
     double params = layers * cost_layer_params(j) +
                     (first ? (V + j->model.seq_len) * j->model.hidden : 0) +
                     (last ? 2.0 * j->model.hidden : 0) + (last && !first ? V * j->model.hidden : 0);
