@@ -315,6 +315,22 @@ static const char *tflops_source(const struct coord_worker *w)
     return w->tflops <= 0 ? "assumed" : w->tflops_measured ? "measured" : "declared";
 }
 
+/* The worker of stage s with the least GPU memory; -1 when one of them did not say it. */
+static int least_gpu_memory(const struct plan *p, const struct coord_worker *w, int s)
+{
+    int least = -1;
+    for (int r = 0; r < p->n_ranks; r++) {
+        int wi = p->ranks[r].worker;
+        if (p->ranks[r].stage != s)
+            continue;
+        if (!(w[wi].gpu_memory_gb > 0))
+            return -1;
+        if (least < 0 || w[wi].gpu_memory_gb < w[least].gpu_memory_gb)
+            least = wi;
+    }
+    return least;
+}
+
 cJSON *coord_plan_status_json(const struct plan *p, const struct coord_worker *w)
 {
     cJSON *o = cJSON_CreateObject();
@@ -374,18 +390,7 @@ cJSON *coord_plan_status_json(const struct plan *p, const struct coord_worker *w
         if (slowest >= 0)
             cJSON_AddStringToObject(st, "tflopsSource", tflops_source(&w[slowest]));
         cJSON_AddNumberToObject(st, "memoryGb", p->stages[s].memory_gb);
-        int smallest = -1; /* the stage's worker with the least GPU memory, when all said */
-        for (int r = 0; r < p->n_ranks; r++) {
-            int wi = p->ranks[r].worker;
-            if (p->ranks[r].stage != s)
-                continue;
-            if (!(w[wi].gpu_memory_gb > 0)) {
-                smallest = -2;
-                break;
-            }
-            if (smallest == -1 || w[wi].gpu_memory_gb < w[smallest].gpu_memory_gb)
-                smallest = wi;
-        }
+        int smallest = least_gpu_memory(p, w, s);
         if (smallest >= 0) {
             cJSON_AddNumberToObject(st, "gpuMemoryGb", w[smallest].gpu_memory_gb);
             cJSON_AddStringToObject(st, "gpuMemorySource",

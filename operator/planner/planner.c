@@ -645,9 +645,8 @@ static int memory_refusal(struct auto_search *A, herr *e)
                     "micro-batches of %d, %s split), stage %d (layers [%d, %d) on fabric %s) needs "
                     "%.2f GB per GPU (%.0f bytes: weights and gradients %.2f GB, optimizer state "
                     "%.2f GB sharded over data %d, activations %.2f GB of %d micro-batches in "
-                    "flight, logits %.2f GB, workspace and pipeline buffers %.2f GB; tensor %d), and "
-                    "its GPUs have %.2f GB (%.0f bytes: "
-                    "90 %% of the %g GB each holds)",
+                    "flight, logits %.2f GB, workspace and pipeline buffers %.2f GB; tensor %d), "
+                    "and its GPUs have %.2f GB (%.0f bytes: 90 %% of the %g GB each holds)",
                     A->n_shapes > 1 ? "at the shape closest to fitting" : "at this shape", sh.P,
                     sh.D, sh.m, sh.b, pinned ? "the pinned" : "the least memory-hungry", worst,
                     first_worst, first_worst + k, ev->fabric_names[u->fabric], m.total / 1e9,
