@@ -191,6 +191,14 @@ struct cost_link cost_link_make(double gbps, double lat_us, double flows)
 /* The pipeline's send ring (pipeline.c SEND_RING). */
 #define MEM_SEND_RING 2
 
+/* The chunks the engine's column sums keep partial sums for (noderuntime/engine/cuda/
+ * colsum_plan.h, colsum_max_chunks): 256, or BT/64 when more, or BT/8 when fewer. */
+static double colsum_partial_rows(double BT)
+{
+    double t = ceil(BT / 64.0), few = ceil(BT / 8.0);
+    return t < 256.0 ? fmin(256.0, few) : t;
+}
+
 /* Whether the engine keeps no T x T scores: bf16 with flash attention's head sizes (flash.cu) */
 static int mem_flash(const struct cost_job *j)
 {
@@ -236,7 +244,7 @@ void cost_stage_memory_parts(const struct cost_job *j, int layers, int s, int n,
     out->scratch = MEM_LT_WORKSPACE + BTC * X * 2.0 + BTC * 4.0 / t * X + 3.0 * BTC / t * X +
                    (flash ? NH * BT * 4.0 : 7.0 * BTC / t * X + NH * b * sq * sq * X) +
                    (t > 1 ? fmax(BTC, BT * (2.0 * t + 1.0)) * 4.0 : 0.0) +
-                   ceil(BT / 64.0) * 2.0 * 4.0 * C * 4.0;
+                   colsum_partial_rows(BT) * 2.0 * 4.0 * C * 4.0;
     /* the pipeline (pipeline.c): a received activation per slot and the gradient send ring on
      * all but the first stage, the activation send ring and a received gradient on all but the
      * last; bf16 wire buffers when an fp32 engine sends bf16 */

@@ -40,7 +40,6 @@ typedef __nv_bfloat16 floatX;
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define LT_WORKSPACE (32u << 20)
 #define SQ_BLOCKS 1024
-#define COLSUM_ROWS 64
 
 namespace GPU_NS {
 

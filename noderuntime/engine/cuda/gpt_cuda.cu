@@ -3,6 +3,7 @@
  * Transfers, hooks and the loss are in gpt_cuda_host.cu, forward and backward in
  * gpt_cuda_pass.cu and gpt_cuda_slices.cu, the layers in their own files (stage.cuh lists them).
  * See gpt_cuda.h. */
+#include "colsum_plan.h"
 #include "stage.cuh"
 
 namespace GPU_NS {
@@ -279,8 +280,8 @@ void alloc_device(struct gpu_stage *s, struct alloc_ctx *ac)
         s->tp_n = BTC > ce ? BTC : ce;
         s->tp_dev = (float *)dalloc(ac, s->tp_n * sizeof(float));
     }
-    /* column sums: [chunks of COLSUM_ROWS rows][2][the widest row] */
-    s->partial = (float *)dalloc(ac, ((BT + COLSUM_ROWS - 1) / COLSUM_ROWS) * 2 * maxcols * sizeof(float));
+    /* column sums: [the most chunks any pass's rows make (colsum_plan.h)][2][the widest row] */
+    s->partial = (float *)dalloc(ac, (size_t)colsum_max_chunks((int)BT) * 2 * maxcols * sizeof(float));
     s->sq_cap = SQ_BLOCKS + 1; /* one range and the total */
     s->sq_partial = (double *)dalloc(ac, s->sq_cap * sizeof(double), 0);
     s->loss_dev = (double *)dalloc(ac, 2 * sizeof(double), 0);

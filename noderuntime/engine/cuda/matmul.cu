@@ -1,6 +1,6 @@
 /* Matrix products (llm.c's matmul.cuh): the linear layers' forward and backward on cuBLASLt's
  * products with bias / GELU epilogues (matmul_lt.cu: the products, their cache and the choice of
- * algorithm), column sums (bias gradients), GELU, the attention's batched products, and the GEMM
+ * algorithm; the bias gradients' column sums are layernorm.cu's), GELU, the attention's batched products, and the GEMM
  * ceiling benchmark (gpu_gemm_tflops). */
 #include "stage.cuh"
 
@@ -55,51 +55,6 @@ __global__ void bias_add_kernel(floatX *out, const floatX *bias, size_t n, int O
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         put(out + i, tof(out[i]) + tof(bias[i % OC]));
-}
-
-/* Column sums over rows in chunks of COLSUM_ROWS, VEC columns a thread: partial[chunk][1][c] =
- * sum of d over the chunk's rows (row 0 of the pair is the LayerNorm weight's, unused here) */
-template <int VEC>
-__global__ void colsum_partial_kernel(float *partial, const floatX *d, int N, int C)
-{
-    int c = (blockIdx.x * blockDim.x + threadIdx.x) * VEC, chunk = blockIdx.y;
-    if (c >= C)
-        return;
-    int r0 = chunk * COLSUM_ROWS, r1 = min(N, r0 + COLSUM_ROWS);
-    float s1[VEC];
-    for (int j = 0; j < VEC; j++)
-        s1[j] = 0.0f;
-    for (int r = r0; r < r1; r++) {
-        const floatX *row = d + (size_t)r * C + c;
-        if (VEC > 1) {
-            pack16<floatX> p = load16(row);
-            for (int j = 0; j < VEC; j++)
-                s1[j] += tof(p.v[j]);
-        } else {
-            s1[0] += tof(row[0]);
-        }
-    }
-    for (int j = 0; j < VEC; j++)
-        partial[((size_t)chunk * 2 + 1) * C + c + j] = s1[j];
-}
-/* the chunks in order: gw (+)= sum of row 0s, gb (+)= sum of row 1s (accum: add, else write) */
-__global__ void colsum_finish_kernel(float *gw, float *gb, const float *partial, int chunks, int C,
-                                     int accum)
-{
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C)
-        return;
-    float s0 = 0.0f, s1 = 0.0f;
-    for (int k = 0; k < chunks; k++) {
-        if (gw)
-            s0 += partial[((size_t)k * 2 + 0) * C + c];
-        if (gb)
-            s1 += partial[((size_t)k * 2 + 1) * C + c];
-    }
-    if (gw)
-        gw[c] = accum ? gw[c] + s0 : s0;
-    if (gb)
-        gb[c] = accum ? gb[c] + s1 : s1;
 }
 
 /* uniform [-1, 1) from a hash of the index: benchmark inputs, never zeros */
@@ -179,32 +134,6 @@ int gelu_fwd(struct gpu_ctx *x, floatX *out, const floatX *inp, size_t n)
         gelu_forward_kernel<1><<<blocks_for(n, 256), 256, 0, x->stream>>>(out, inp, n);
     LAUNCHED(x->stream);
     return 0;
-}
-
-int colsum_finish(struct gpu_ctx *x, float *gw, float *gb, const float *partial, int chunks, int C)
-{
-    char *EB = x->eb;
-    size_t EN = x->en;
-    colsum_finish_kernel<<<blocks_for((size_t)C, 128), 128, 0, x->stream>>>(gw, gb, partial,
-                                                                            chunks, C, x->accum);
-    LAUNCHED(x->stream);
-    return 0;
-}
-
-int colsum(struct gpu_ctx *x, float *partial, float *gb, const floatX *d, int N, int C)
-{
-    char *EB = x->eb;
-    size_t EN = x->en;
-    int chunks = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
-    if (C % XV == 0 && align_of(d) >= 16) {
-        dim3 grid(blocks_for((size_t)(C / XV), 128), (unsigned)chunks);
-        colsum_partial_kernel<XV><<<grid, 128, 0, x->stream>>>(partial, d, N, C);
-    } else {
-        dim3 grid(blocks_for((size_t)C, 128), (unsigned)chunks);
-        colsum_partial_kernel<1><<<grid, 128, 0, x->stream>>>(partial, d, N, C);
-    }
-    LAUNCHED(x->stream);
-    return colsum_finish(x, NULL, gb, partial, chunks, C);
 }
 
 /* dinp[N][IC] = alpha dout @ w (overwritten; times gelu'(dgelu_pre) when given; dinp NULL: not

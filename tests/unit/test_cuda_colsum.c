@@ -1,0 +1,61 @@
+/* noderuntime/engine/cuda/colsum_plan.h (how the GPU engine's column sums split their rows into
+ * blocks): for every row count up to 200,000, the chunks cover the rows once, no chunk holds more
+ * than COLSUM_MAX_ROWS rows, there are enough chunks to fill a GPU (at least 89 % of
+ * min(COLSUM_MIN_CHUNKS, rows / COLSUM_MIN_ROWS): 4,096 rows of GPT-2 1.5B at B 4 give 256), and no
+ * row count makes more chunks than the partial buffer sized for a larger one holds. */
+#include "test.h"
+
+#include "cuda/colsum_plan.h"
+
+int main(void)
+{
+    int cover_bad = -1, size_bad = -1, few_bad = -1, bound_bad = -1;
+    int max_seen = 0; /* the most chunks of any n so far: colsum_max_chunks(n) must hold it */
+    for (int n = 1; n <= 200000; n++) {
+        int r = colsum_rows(n), c = colsum_chunks(n);
+        if (cover_bad < 0 && !(r >= 1 && c >= 1 && (long)(c - 1) * r < n && (long)c * r >= n))
+            cover_bad = n;
+        if (size_bad < 0 && r > COLSUM_MAX_ROWS)
+            size_bad = n;
+        int want = (n + COLSUM_MIN_ROWS - 1) / COLSUM_MIN_ROWS;
+        if (want > COLSUM_MIN_CHUNKS)
+            want = COLSUM_MIN_CHUNKS;
+        if (few_bad < 0 && (double)c < 0.89 * want)
+            few_bad = n;
+        if (c > max_seen)
+            max_seen = c;
+        if (bound_bad < 0 && colsum_max_chunks(n) < max_seen)
+            bound_bad = n;
+    }
+    if (cover_bad < 0)
+        TEST_PASS("colsum_plan.chunks_cover_every_row_once");
+    else
+        TEST_FAIL("colsum_plan.chunks_cover_every_row_once", "%d rows: %d chunks of %d", cover_bad,
+                  colsum_chunks(cover_bad), colsum_rows(cover_bad));
+    if (size_bad < 0)
+        TEST_PASS("colsum_plan.at_most_max_rows_a_chunk");
+    else
+        TEST_FAIL("colsum_plan.at_most_max_rows_a_chunk", "%d rows: %d a chunk", size_bad,
+                  colsum_rows(size_bad));
+    if (few_bad < 0)
+        TEST_PASS("colsum_plan.enough_chunks_to_fill_a_gpu");
+    else
+        TEST_FAIL("colsum_plan.enough_chunks_to_fill_a_gpu", "%d rows: only %d chunks", few_bad,
+                  colsum_chunks(few_bad));
+    if (bound_bad < 0)
+        TEST_PASS("colsum_plan.partial_buffer_holds_every_smaller_pass");
+    else
+        TEST_FAIL("colsum_plan.partial_buffer_holds_every_smaller_pass",
+                  "up to %d rows: %d chunks seen, the buffer holds %d", bound_bad, max_seen,
+                  colsum_max_chunks(bound_bad));
+    if (colsum_rows(4096) == 16 && colsum_chunks(4096) == 256 && colsum_rows(16384) == 64)
+        TEST_PASS("colsum_plan.gpt2_shapes");
+    else
+        TEST_FAIL("colsum_plan.gpt2_shapes", "4096 rows: %d chunks of %d; 16384 rows: %d a chunk",
+                  colsum_chunks(4096), colsum_rows(4096), colsum_rows(16384));
+    if (colsum_chunks(0) == 0 && colsum_max_chunks(0) == 0)
+        TEST_PASS("colsum_plan.no_rows_no_chunks");
+    else
+        TEST_FAIL("colsum_plan.no_rows_no_chunks", "%d chunks", colsum_chunks(0));
+    TEST_MAIN_END();
+}
