@@ -212,8 +212,8 @@ $(GB)/host/tests/%: $(GB)/host/tests/unit/%.o $(GPU_HOST_OBJ) $(GPU_HOST_TEST_UT
 # Flash attention's mma.sync kernels run on the host (tests/unit/flash_mma_emu.cc): the same source
 # as the GPU's, its warp-wide operations emulated as the PTX ISA lays them out; no nvcc, no GPU.
 FLASH_EMU := $(GB)/host/flash_mma_emu
-$(FLASH_EMU): tests/unit/flash_mma_emu.cc noderuntime/engine/cuda/flash_mma_kernels.cuh \
-              noderuntime/engine/cuda/flash_plan.h
+$(FLASH_EMU): tests/unit/flash_mma_emu.cc tests/unit/kernel_emu.h \
+              noderuntime/engine/cuda/flash_mma_kernels.cuh noderuntime/engine/cuda/flash_plan.h
 	@mkdir -p $(dir $@)
 	@echo "  CXX     $< (flash_mma's kernels, emulated on the host)"
 	@$(CXX) -std=c++17 -O2 -g $(WARN) -Wno-unknown-pragmas $(if $(filter true,$(CI)),-Werror) \
@@ -221,6 +221,17 @@ $(FLASH_EMU): tests/unit/flash_mma_emu.cc noderuntime/engine/cuda/flash_mma_kern
 .PHONY: flash-emu-check
 flash-emu-check: $(FLASH_EMU)
 	@$(FLASH_EMU)
+# LayerNorm's kernels and the column sums on the host likewise (tests/unit/layernorm_emu.cc).
+LAYERNORM_EMU := $(GB)/host/layernorm_emu
+$(LAYERNORM_EMU): tests/unit/layernorm_emu.cc tests/unit/kernel_emu.h \
+                  noderuntime/engine/cuda/layernorm_kernels.cuh noderuntime/engine/cuda/colsum_plan.h
+	@mkdir -p $(dir $@)
+	@echo "  CXX     $< (LayerNorm's kernels and the column sums, emulated on the host)"
+	@$(CXX) -std=c++17 -O2 -g $(WARN) -Wno-unknown-pragmas $(if $(filter true,$(CI)),-Werror) \
+	    -pthread -Inoderuntime/engine -o $@ $<
+.PHONY: layernorm-emu-check
+layernorm-emu-check: $(LAYERNORM_EMU)
+	@$(LAYERNORM_EMU)
 .PHONY: gpu-host-check
 gpu-host-check: $(GPU_HOST_TESTS)
 	@for t in $(GPU_HOST_TESTS); do $$t || exit 1; done

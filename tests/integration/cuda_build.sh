@@ -1,7 +1,8 @@
 # The CUDA engine builds (compile and link only; CI has no GPU): `make cuda` for sm_80 + sm_90 in
 # fp32 and bf16, the binaries need none of the libraries GPU machines lack, the GPU build's CPU
 # reference (OpenBLAS/zlib stand-ins) passes the CPU engine's tests, and without a GPU test_gpu
-# stops with a clear message; flash attention's mma.sync kernels emulated on the host (g++ only).
+# stops with a clear message; flash attention's mma.sync kernels and LayerNorm's kernels emulated
+# on the host (g++ only).
 # The planner's memory model is held against the engine's count (memory_model.py).
 # Skips the nvcc parts when nvcc is missing; runs in one pass (once_per_run).
 source "$(dirname "$0")/lib.bash"
@@ -19,6 +20,13 @@ if make --no-print-directory flash-emu-check >"$log" 2>&1 && ! grep -q '^FAIL' "
     pass "cuda.flash_mma_emulated ($(grep -c '^PASS' "$log") checks of flash_mma_kernels.cuh on the host)"
 else
     fail "cuda.flash_mma_emulated" "$(grep '^FAIL' "$log" | head -5 | tr '\n' ' ') $(tail -3 "$log" | tr '\n' ' ')"
+fi
+# LayerNorm's kernels and the column sums, emulated likewise: against LayerNorm in double, the
+# finish held to its fixed order bit for bit
+if make --no-print-directory layernorm-emu-check >"$log" 2>&1 && ! grep -q '^FAIL' "$log"; then
+    pass "cuda.layernorm_emulated ($(grep -c '^PASS' "$log") checks of layernorm_kernels.cuh on the host)"
+else
+    fail "cuda.layernorm_emulated" "$(grep '^FAIL' "$log" | head -5 | tr '\n' ' ') $(tail -3 "$log" | tr '\n' ' ')"
 fi
 if [ ! -x "$NVCC" ]; then
     NVCC=$(command -v nvcc) || { echo "# cuda build: no nvcc, the rest skipped"; exit 0; }

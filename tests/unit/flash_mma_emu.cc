@@ -12,145 +12,11 @@
  * accumulator), head sizes 16, 32, 64 and 128, lengths that are and are not multiples of the tiles.
  * Rows a pass must not write are checked untouched.
  * Built and run by `make flash-emu-check` (mk/cuda.mk; make test runs it in cuda_build.sh). */
-#include <math.h>
-#include <ucontext.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include <functional>
-#include <vector>
+#include "kernel_emu.h"
 
 #include "cuda/flash_plan.h"
 
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __launch_bounds__(n)
-
 namespace emu {
-
-struct dim3e {
-    unsigned x, y, z;
-};
-static dim3e gridDim, blockIdx;
-
-/* A block's threads are coroutines (ucontext) on this one host thread, switched only at a barrier
- * or a warp-wide operation: cheap, and the order of everything between two switches is one
- * thread's program order, as on the GPU between two synchronisations. */
-static const int MAXT = 128;
-struct emu_thread {
-    ucontext_t ctx;
-    dim3e idx;
-    bool done;
-};
-static emu_thread th[MAXT];
-static int emu_cur, nth;
-static ucontext_t sched_ctx;
-static unsigned long progress; /* barrier arrivals and thread ends: a round without any is a deadlock */
-/* Two schedules, the two ends of what the hardware may do:
- *   lazy (round robin: every thread advances to its next barrier or warp-wide operation in turn;
- *     a cp.async lands at its wait): a read of a tile before its wait sees garbage;
- *   eager (a warp at a time: each runs as far as it can before the next starts; a cp.async lands
- *     when issued): a refill of a buffer that another warp still reads overwrites it first. */
-static bool eager;
-#define threadIdx (th[emu_cur].idx)
-#define lane_id (emu_cur % 32)
-#define warp_id (emu_cur / 32)
-static void yield_to_scheduler() { swapcontext(&th[emu_cur].ctx, &sched_ctx); }
-
-struct cobarrier {
-    int n, count;
-    unsigned gen;
-};
-static void bar_wait(cobarrier &b)
-{
-    unsigned g = b.gen;
-    progress++;
-    if (++b.count == b.n) {
-        b.count = 0;
-        b.gen++;
-        return;
-    }
-    while (b.gen == g)
-        yield_to_scheduler();
-}
-
-struct bf16 {
-    uint16_t u;
-};
-static float bf2f(bf16 h)
-{
-    uint32_t x = (uint32_t)h.u << 16;
-    float f;
-    memcpy(&f, &x, 4);
-    return f;
-}
-static bf16 f2bf(float f) /* round to nearest even, as __float2bfloat16_rn */
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-        return bf16{0x7fc0};
-    return bf16{(uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16)};
-}
-
-static void die(const char *what)
-{
-    printf("FAIL flash_mma_emu: %s\n", what);
-    fflush(stdout);
-    abort();
-}
-
-/* memory the kernels may touch: shared (this block's), and the global buffers registered */
-static unsigned char *smem_base;
-static size_t smem_size;
-struct region {
-    const void *lo;
-    size_t bytes;
-    bool writable;
-};
-static std::vector<region> regions;
-static void check_global(const void *p, size_t n, bool write)
-{
-    for (const region &r : regions)
-        if ((const char *)p >= (const char *)r.lo && (const char *)p + n <= (const char *)r.lo + r.bytes) {
-            if (write && !r.writable)
-                die("a write into an input buffer");
-            return;
-        }
-    die(write ? "a global write out of bounds" : "a global read out of bounds");
-}
-static void check_shared(const void *p, size_t n, size_t align)
-{
-    const unsigned char *c = (const unsigned char *)p;
-    if (c < smem_base || c + n > smem_base + smem_size)
-        die("a shared-memory access out of the block's dynamic shared memory");
-    if ((size_t)(c - smem_base) % align)
-        die("a misaligned shared-memory access (ldmatrix rows and cp.async need 16 bytes)");
-}
-
-static cobarrier block_bar;
-struct warp_x {
-    uint32_t ops[32][6];
-    const void *addr[32];
-    float f[32];
-    cobarrier bar;
-};
-static warp_x warps[4];
-static void wsync() { bar_wait(warps[warp_id].bar); }
-static void block_sync() { bar_wait(block_bar); }
-
-static float shfl_xor(float v, int m)
-{
-    warp_x &W = warps[warp_id];
-    W.f[lane_id] = v;
-    wsync();
-    float r = W.f[lane_id ^ m];
-    wsync();
-    return r;
-}
 
 /* ldmatrix .x4: matrix i's rows at the addresses of lanes 8i..8i+7; lane l gets (row l/4,
  * columns 2(l%4), +1) of each, or with trans (rows 2(l%4), +1 of column l/4) */
@@ -281,105 +147,27 @@ static void store_bf2(bf16 *p, float x, float y)
  * registered buffers by construction of the test: every row's entry exists) */
 #include "cuda/flash_mma_kernels.cuh"
 
-/* one launch: the grid's blocks one after another, each as 128 coroutines */
-static const std::function<void()> *body_fn;
-static void thread_main()
+/* cp.async's queues start empty with each block, and every copy must have been waited for */
+static void cq_clear(int n)
 {
-    (*body_fn)();
-    th[emu_cur].done = true;
-    progress++;
+    for (int i = 0; i < n; i++) {
+        cq[i].list.clear();
+        cq[i].ends.clear();
+    }
 }
-/* thread i's context on its stack (apart: getcontext returns twice, nothing of the caller's may
- * live across it) */
-__attribute__((noinline)) static void new_context(int i, char *stack, size_t bytes)
+static void cq_all_waited(int n)
 {
-    if (getcontext(&th[i].ctx) != 0)
-        die("getcontext");
-    th[i].ctx.uc_stack.ss_sp = stack;
-    th[i].ctx.uc_stack.ss_size = bytes;
-    th[i].ctx.uc_link = &sched_ctx;
-    makecontext(&th[i].ctx, thread_main, 0);
+    for (int i = 0; i < n; i++)
+        if (!cq[i].list.empty())
+            die("cp.async copies never waited for");
 }
-
+/* a launch of the flash kernels: NTHREADS a block */
 static void launch(dim3e grid, size_t smem_bytes, const std::function<void()> &body)
 {
-    static std::vector<char> stacks((size_t)MAXT * 256 * 1024);
-    gridDim = grid;
-    std::vector<unsigned char> sm(smem_bytes);
-    smem_base = sm.data();
-    smem_size = smem_bytes;
-    body_fn = &body;
-    nth = NTHREADS;
-    for (unsigned by = 0; by < grid.y; by++)
-        for (unsigned bx = 0; bx < grid.x; bx++) {
-            memset(sm.data(), 0xa5, smem_bytes); /* garbage: a read before its copy shows */
-            blockIdx = dim3e{bx, by, 0};
-            block_bar = cobarrier{NTHREADS, 0, 0};
-            for (int w = 0; w < NWARP; w++)
-                warps[w].bar = cobarrier{32, 0, 0};
-            for (int i = 0; i < nth; i++) {
-                th[i].idx = dim3e{(unsigned)i, 0, 0};
-                th[i].done = false;
-                cq[i].list.clear();
-                cq[i].ends.clear();
-                new_context(i, stacks.data() + (size_t)i * 256 * 1024, 256 * 1024);
-            }
-            for (int left = nth; left > 0;) {
-                unsigned long before = progress;
-                left = 0;
-                for (int w = 0; w < nth / 32; w++) /* eager: warp w until it stalls */
-                    for (unsigned long wp = progress + 1; wp != progress;) {
-                        wp = progress;
-                        for (emu_cur = 32 * w; emu_cur < 32 * w + 32; emu_cur++)
-                            if (!th[emu_cur].done)
-                                swapcontext(&sched_ctx, &th[emu_cur].ctx);
-                        if (!eager)
-                            break; /* lazy: one turn each */
-                    }
-                for (int i = 0; i < nth; i++)
-                    left += !th[i].done;
-                if (left > 0 && progress == before)
-                    die("deadlock: a barrier or warp-wide operation not reached by every thread");
-            }
-            for (int i = 0; i < nth; i++)
-                if (!cq[i].list.empty())
-                    die("cp.async copies never waited for");
-        }
+    block_begin_hook = cq_clear;
+    block_end_hook = cq_all_waited;
+    launch(grid, dim3e{(unsigned)NTHREADS, 1, 1}, smem_bytes, body);
 }
-
-/* ---------------------------------------------------------------- the checks */
-
-static int passes, failures;
-static uint64_t rng = 7;
-static float frand()
-{
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((rng >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
-}
-static void check(const char *name, bool ok, const char *fmt = "", double a = 0, double b = 0)
-{
-    if (ok) {
-        printf("PASS %s\n", name);
-        passes++;
-    } else {
-        printf("FAIL %s: ", name);
-        printf(fmt, a, b);
-        printf("\n");
-        failures++;
-    }
-}
-
-/* worst |got - want| over the largest magnitude: a value's magnitude is the sum of the absolute
- * values of the terms it sums (the scale its rounding errors have, however much the terms cancel) */
-struct maxdiff {
-    double d = 0, m = 0;
-    void add(double got, double want, double mag)
-    {
-        d = fmax(d, fabs(got - want));
-        m = fmax(m, mag);
-    }
-    double rel() const { return m > 0 ? d / m : d; }
-};
 
 /* the same per row (a query's y or dq, a key's dk or dv): the worst row's largest difference over
  * its largest magnitude (floored at 1 % of the largest anywhere), so that one pair wrongly masked or
@@ -605,6 +393,7 @@ template <int HS> static void run_case(int B, int NH, int T, int q0, int q1, boo
 int main()
 {
     using namespace emu;
+    emu_prog = "flash_mma_emu";
     run_case<16>(1, 2, 80, 0, 80, false);
     run_case<64>(1, 2, 200, 0, 200, false);   /* whole unmasked tiles, and a partial last one */
     run_case<64>(1, 1, 200, 46, 190, true);   /* a slice: q0 not on a tile, keys [0, q1) */

@@ -9,7 +9,7 @@
 
 int main(void)
 {
-    int cover_bad = -1, size_bad = -1, few_bad = -1, bound_bad = -1;
+    int cover_bad = -1, size_bad = -1, few_bad = -1, bound_bad = -1, bound_seen = 0;
     int max_seen = 0; /* the most chunks of any n so far: colsum_max_chunks(n) must hold it */
     for (int n = 1; n <= 200000; n++) {
         int r = colsum_rows(n), c = colsum_chunks(n);
@@ -24,8 +24,10 @@ int main(void)
             few_bad = n;
         if (c > max_seen)
             max_seen = c;
-        if (bound_bad < 0 && colsum_max_chunks(n) < max_seen)
+        if (bound_bad < 0 && colsum_max_chunks(n) < max_seen) {
             bound_bad = n;
+            bound_seen = max_seen;
+        }
     }
     if (cover_bad < 0)
         TEST_PASS("colsum_plan.chunks_cover_every_row_once");
@@ -46,7 +48,7 @@ int main(void)
         TEST_PASS("colsum_plan.partial_buffer_holds_every_smaller_pass");
     else
         TEST_FAIL("colsum_plan.partial_buffer_holds_every_smaller_pass",
-                  "up to %d rows: %d chunks seen, the buffer holds %d", bound_bad, max_seen,
+                  "up to %d rows: %d chunks seen, the buffer holds %d", bound_bad, bound_seen,
                   colsum_max_chunks(bound_bad));
     if (colsum_rows(4096) == 16 && colsum_chunks(4096) == 256 && colsum_rows(16384) == 64)
         TEST_PASS("colsum_plan.gpt2_shapes");

@@ -1,0 +1,309 @@
+/* The CUDA engine's kernels on the host, without a GPU: what the emulators of one kernel set
+ * (flash_mma_emu.cc, layernorm_emu.cc) share. A kernel's source is compiled by g++ against these
+ * stand-ins for what the GPU provides:
+ *   - a block's threads are coroutines (ucontext) on one host thread, switched only at a barrier
+ *     or a warp-wide operation, so the order of everything between two switches is one thread's
+ *     program order, as on the GPU between two synchronisations;
+ *   - two schedules, the two ends of what the hardware may do: lazy (round robin: every thread
+ *     advances to its next barrier or warp-wide operation in turn) and eager (a warp at a time,
+ *     each as far as it can go before the next starts; an emulator's asynchronous copies land
+ *     when issued);
+ *   - a warp-wide operation has every lane post its operand, waits for the warp, then computes
+ *     this lane's result from all of them (shfl_xor here; ldmatrix and mma.sync in flash's);
+ *   - a block's dynamic shared memory starts as garbage; shared and registered global accesses
+ *     made through the primitives are bounds-checked, and a write into an input is refused;
+ *   - guarded() buffers end at an inaccessible page: a plain read or write past a buffer's end
+ *     (an off-by-one in the rows a block takes) stops the run with a FAIL line.
+ * A deadlock (a barrier not every thread reaches) is reported, not hung on. */
+#pragma once
+
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <functional>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+
+namespace emu {
+
+struct dim3e {
+    unsigned x, y, z;
+};
+static dim3e gridDim, blockIdx, blockDim;
+
+static const int MAXT = 256; /* threads a block, at most */
+struct emu_thread {
+    ucontext_t ctx;
+    dim3e idx;
+    bool done;
+};
+static emu_thread th[MAXT];
+static int emu_cur, nth;
+static ucontext_t sched_ctx;
+static unsigned long progress; /* barrier arrivals and thread ends: a round without any is a deadlock */
+static bool eager;
+static const char *emu_prog = "kernel_emu"; /* the emulator's name, in FAIL lines */
+#define threadIdx (th[emu_cur].idx)
+#define lane_id (emu_cur % 32)
+#define warp_id (emu_cur / 32)
+static inline void yield_to_scheduler() { swapcontext(&th[emu_cur].ctx, &sched_ctx); }
+
+struct cobarrier {
+    int n, count;
+    unsigned gen;
+};
+static inline void bar_wait(cobarrier &b)
+{
+    unsigned g = b.gen;
+    progress++;
+    if (++b.count == b.n) {
+        b.count = 0;
+        b.gen++;
+        return;
+    }
+    while (b.gen == g)
+        yield_to_scheduler();
+}
+
+struct bf16 {
+    uint16_t u;
+};
+static inline float bf2f(bf16 h)
+{
+    uint32_t x = (uint32_t)h.u << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+static inline bf16 f2bf(float f) /* round to nearest even, as __float2bfloat16_rn */
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return bf16{0x7fc0};
+    return bf16{(uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16)};
+}
+
+static inline void die(const char *what)
+{
+    printf("FAIL %s: %s\n", emu_prog, what);
+    fflush(stdout);
+    abort();
+}
+
+/* memory the kernels may touch: shared (this block's), and the global buffers registered */
+static unsigned char *smem_base;
+static size_t smem_size;
+struct region {
+    const void *lo;
+    size_t bytes;
+    bool writable;
+};
+static std::vector<region> regions;
+static inline void check_global(const void *p, size_t n, bool write)
+{
+    for (const region &r : regions)
+        if ((const char *)p >= (const char *)r.lo && (const char *)p + n <= (const char *)r.lo + r.bytes) {
+            if (write && !r.writable)
+                die("a write into an input buffer");
+            return;
+        }
+    die(write ? "a global write out of bounds" : "a global read out of bounds");
+}
+static inline void check_shared(const void *p, size_t n, size_t align)
+{
+    const unsigned char *c = (const unsigned char *)p;
+    if (c < smem_base || c + n > smem_base + smem_size)
+        die("a shared-memory access out of the block's dynamic shared memory");
+    if ((size_t)(c - smem_base) % align)
+        die("a misaligned shared-memory access");
+}
+
+/* `bytes` whose end (rounded up to 16) abuts an inaccessible page, 16-byte aligned; never freed
+ * (an emulator's buffers live as long as it) */
+static inline void on_guard_fault(int sig)
+{
+    (void)sig;
+    static const char msg[] = ": an access past a buffer's end (its guard page)\n";
+    if (write(1, "FAIL ", 5) < 0 || write(1, emu_prog, strlen(emu_prog)) < 0 ||
+        write(1, msg, sizeof msg - 1) < 0)
+        _exit(2);
+    _exit(1);
+}
+static inline void *guarded(size_t bytes)
+{
+    static bool handler;
+    if (!handler) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_guard_fault;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGSEGV, &sa, NULL) != 0)
+            die("sigaction");
+        handler = true;
+    }
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), b16 = (bytes + 15) / 16 * 16;
+    size_t data = (b16 + pg - 1) / pg * pg;
+    void *m = mmap(NULL, data + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        die("mmap");
+    if (mprotect((char *)m + data, pg, PROT_NONE) != 0)
+        die("mprotect");
+    return (char *)m + data - b16;
+}
+
+/* a warp's exchange: what its lanes post for a warp-wide operation */
+struct warp_x {
+    uint32_t ops[32][6];
+    const void *addr[32];
+    float f[32];
+    cobarrier bar;
+};
+static warp_x warps[MAXT / 32];
+static cobarrier block_bar;
+static inline void wsync() { bar_wait(warps[warp_id].bar); }
+static inline void block_sync() { bar_wait(block_bar); }
+
+/* __shfl_xor_sync over the whole warp */
+static inline float shfl_xor(float v, int m)
+{
+    warp_x &W = warps[warp_id];
+    W.f[lane_id] = v;
+    wsync();
+    float r = W.f[lane_id ^ m];
+    wsync();
+    return r;
+}
+
+/* called for each block before its threads start and after they end (thread count) */
+static void (*block_begin_hook)(int);
+static void (*block_end_hook)(int);
+
+/* one launch: the grid's blocks one after another, each as block.x * block.y coroutines */
+static const std::function<void()> *body_fn;
+static inline void thread_main()
+{
+    (*body_fn)();
+    th[emu_cur].done = true;
+    progress++;
+}
+/* thread i's context on its stack (apart: getcontext returns twice, nothing of the caller's may
+ * live across it) */
+__attribute__((noinline)) static inline void new_context(int i, char *stack, size_t bytes)
+{
+    if (getcontext(&th[i].ctx) != 0)
+        die("getcontext");
+    th[i].ctx.uc_stack.ss_sp = stack;
+    th[i].ctx.uc_stack.ss_size = bytes;
+    th[i].ctx.uc_link = &sched_ctx;
+    makecontext(&th[i].ctx, thread_main, 0);
+}
+
+static const size_t STACK = 256 * 1024;
+static char *stacks; /* MAXT stacks of STACK bytes */
+/* whether p is on a thread's stack (a kernel's local variable, not global memory) */
+static inline bool on_stack(const void *p)
+{
+    return stacks && (const char *)p >= stacks && (const char *)p < stacks + (size_t)MAXT * STACK;
+}
+
+static inline void launch(dim3e grid, dim3e block, size_t smem_bytes, const std::function<void()> &body)
+{
+    if (!stacks) { /* reserved, touched only as deep as the kernels go */
+        void *m = mmap(NULL, (size_t)MAXT * STACK, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED)
+            die("mmap of the threads' stacks");
+        stacks = (char *)m;
+    }
+    nth = (int)(block.x * (block.y ? block.y : 1));
+    if (nth < 1 || nth > MAXT || nth % 32)
+        die("a block's threads must be a multiple of 32, at most MAXT");
+    gridDim = grid;
+    blockDim = dim3e{block.x, block.y ? block.y : 1, 1};
+    std::vector<unsigned char> sm(smem_bytes ? smem_bytes : 1);
+    smem_base = sm.data();
+    smem_size = smem_bytes;
+    body_fn = &body;
+    for (unsigned by = 0; by < (grid.y ? grid.y : 1); by++)
+        for (unsigned bx = 0; bx < grid.x; bx++) {
+            memset(sm.data(), 0xa5, sm.size()); /* garbage: a read before its write shows */
+            blockIdx = dim3e{bx, by, 0};
+            block_bar = cobarrier{nth, 0, 0};
+            for (int w = 0; w < nth / 32; w++)
+                warps[w].bar = cobarrier{32, 0, 0};
+            if (block_begin_hook)
+                block_begin_hook(nth);
+            for (int i = 0; i < nth; i++) {
+                th[i].idx = dim3e{(unsigned)i % blockDim.x, (unsigned)i / blockDim.x, 0};
+                th[i].done = false;
+                new_context(i, stacks + (size_t)i * STACK, STACK);
+            }
+            for (int left = nth; left > 0;) {
+                unsigned long before = progress;
+                left = 0;
+                for (int w = 0; w < nth / 32; w++) /* eager: warp w until it stalls */
+                    for (unsigned long wp = progress + 1; wp != progress;) {
+                        wp = progress;
+                        for (emu_cur = 32 * w; emu_cur < 32 * w + 32; emu_cur++)
+                            if (!th[emu_cur].done)
+                                swapcontext(&sched_ctx, &th[emu_cur].ctx);
+                        if (!eager)
+                            break; /* lazy: one turn each */
+                    }
+                for (int i = 0; i < nth; i++)
+                    left += !th[i].done;
+                if (left > 0 && progress == before)
+                    die("deadlock: a barrier or warp-wide operation not reached by every thread");
+            }
+            if (block_end_hook)
+                block_end_hook(nth);
+        }
+}
+
+/* ---------------------------------------------------------------- the checks */
+
+static int passes, failures;
+static uint64_t rng = 7;
+static inline float frand() /* uniform [-1, 1) */
+{
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+}
+static inline void check(const char *name, bool ok, const char *fmt = "", double a = 0, double b = 0)
+{
+    if (ok) {
+        printf("PASS %s\n", name);
+        passes++;
+    } else {
+        printf("FAIL %s: ", name);
+        printf(fmt, a, b);
+        printf("\n");
+        failures++;
+    }
+}
+
+/* worst |got - want| over the largest magnitude: a value's magnitude is the sum of the absolute
+ * values of the terms it sums (the scale its rounding errors have, however much the terms cancel) */
+struct maxdiff {
+    double d = 0, m = 0;
+    void add(double got, double want, double mag)
+    {
+        d = fmax(d, fabs(got - want));
+        m = fmax(m, mag);
+    }
+    double rel() const { return m > 0 ? d / m : d; }
+};
+
+} /* namespace emu */

@@ -1,0 +1,270 @@
+/* LayerNorm's kernels and the column sums (noderuntime/engine/cuda/layernorm_kernels.cuh) run on
+ * the host, without a GPU: the same source, compiled by g++ against kernel_emu.h (a block's
+ * threads as coroutines, warp shuffles exchanged lane by lane, shared memory starting as garbage,
+ * 16-byte accesses bounds- and alignment-checked, every buffer ending at a guard page), in bf16,
+ * against a reference in double on the same bf16 inputs:
+ *   - the forward's output, mean and 1/std;
+ *   - the backward's input gradient (added to what the buffer held) and, through the partial sums
+ *     and the finish, the weight's and bias's gradients, written and accumulated;
+ *   - the bias gradients' column sums (colsum_partial_kernel, then the finish);
+ * at GPT-2 1.5B's LayerNorm shape at B 4 (4,096 rows of 1,600: 256 chunks of 16 rows), at rows
+ * that leave a short last chunk, at widths that take the 16-byte path with idle lanes and at odd
+ * widths that take the scalar path; under both schedules. The finish's result is also held bit
+ * for bit to the order colsum_plan.h describes (groups g, g + 8, ... then the groups in order),
+ * the order that makes a run repeat. Built and run by `make layernorm-emu-check` (mk/cuda.mk;
+ * make test runs it in cuda_build.sh). */
+#include "kernel_emu.h"
+
+#include "cuda/colsum_plan.h"
+
+namespace emu {
+
+typedef bf16 floatX;
+static inline float tof(bf16 x) { return bf2f(x); }
+static inline float tof(float x) { return x; }
+static inline void put(bf16 *p, float x)
+{
+    if (!on_stack(p)) /* a pack16 being filled is the thread's own */
+        check_global(p, 2, true);
+    *p = f2bf(x);
+}
+template <typename T> struct alignas(16) pack16 {
+    static constexpr int N = 16 / sizeof(T);
+    T v[N];
+};
+template <typename T> static inline pack16<T> load16(const T *p)
+{
+    if ((uintptr_t)p % 16)
+        die("a misaligned 16-byte load");
+    check_global(p, 16, false);
+    pack16<T> r;
+    memcpy(&r, p, 16);
+    return r;
+}
+template <typename T> static inline void store16(T *p, const pack16<T> &x)
+{
+    if ((uintptr_t)p % 16)
+        die("a misaligned 16-byte store");
+    check_global(p, 16, true);
+    memcpy(p, &x, 16);
+}
+static inline float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += shfl_xor(v, o);
+    return v;
+}
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+#define COLSUM_FINISH_SMEM(name) float *name = (float *)smem_base
+
+#include "cuda/layernorm_kernels.cuh"
+
+/* a guarded buffer of n T, registered (writable or not) */
+template <typename T> static T *buf(size_t n, bool writable)
+{
+    T *p = (T *)guarded(n * sizeof(T));
+    regions.push_back(region{p, n * sizeof(T), writable});
+    return p;
+}
+static const bf16 NANB = bf16{0x7fc1};
+static const size_t FINISH_SMEM = 2 * COLSUM_FINISH_GROUPS * COLSUM_FINISH_COLS * sizeof(float);
+
+/* the finish: the partial sums' rows `which` (0 or 1) of every chunk, for out (NULL: skipped) */
+static void run_finish(float *gw, float *gb, const float *partial, int chunks, int C, int accum)
+{
+    launch(dim3e{(unsigned)colsum_ceil_div(C, COLSUM_FINISH_COLS), 1, 1},
+           dim3e{COLSUM_FINISH_COLS, COLSUM_FINISH_GROUPS, 1}, FINISH_SMEM,
+           [&] { colsum_finish_kernel(gw, gb, partial, chunks, C, accum); });
+}
+/* column c's sum in colsum_plan.h's order, in float: what the finish must give bit for bit */
+static float finish_order(const float *partial, int which, int chunks, int C, int c, float start)
+{
+    float g[COLSUM_FINISH_GROUPS], s = 0.0f;
+    for (int j = 0; j < COLSUM_FINISH_GROUPS; j++) {
+        g[j] = 0.0f;
+        for (int k = j; k < chunks; k += COLSUM_FINISH_GROUPS)
+            g[j] += partial[((size_t)k * 2 + which) * C + c];
+    }
+    for (int j = 0; j < COLSUM_FINISH_GROUPS; j++)
+        s += g[j];
+    return start + s;
+}
+
+static void ln_case(int N, int C)
+{
+    char tag[96], name[160];
+    snprintf(tag, sizeof tag, "layernorm_emu.N%d.C%d%s", N, C, eager ? ".eager" : "");
+    size_t NC = (size_t)N * C;
+    int rows = colsum_rows(N), chunks = colsum_chunks(N), vec = C % 8 == 0 ? 8 : 1;
+    regions.clear();
+    bf16 *inp = buf<bf16>(NC, false), *out = buf<bf16>(NC, true), *dout = buf<bf16>(NC, false);
+    bf16 *dinp = buf<bf16>(NC, true);
+    float *w = buf<float>(C, false), *b = buf<float>(C, false), *mean = buf<float>(N, true);
+    float *rstd = buf<float>(N, true), *partial = buf<float>((size_t)chunks * 2 * C, true);
+    float *gw = buf<float>(C, true), *gb = buf<float>(C, true);
+    std::vector<bf16> dinp0(NC);
+    std::vector<float> gw0(C), gb0(C);
+    for (size_t i = 0; i < NC; i++) {
+        inp[i] = f2bf(1.5f * frand() + 0.3f);
+        dout[i] = f2bf(frand());
+        out[i] = NANB;
+        dinp[i] = dinp0[i] = f2bf(0.5f * frand());
+    }
+    for (int c = 0; c < C; c++) {
+        w[c] = 1.0f + 0.5f * frand();
+        b[c] = 0.2f * frand();
+        gw[c] = gw0[c] = frand();
+        gb[c] = gb0[c] = frand();
+    }
+    for (int r = 0; r < N; r++)
+        mean[r] = rstd[r] = NAN;
+    for (size_t i = 0; i < (size_t)chunks * 2 * C; i++)
+        partial[i] = NAN;
+
+    unsigned grid = (unsigned)colsum_ceil_div(N * 32, 256);
+    launch(dim3e{grid, 1, 1}, dim3e{256, 1, 1}, 0, [&] {
+        if (vec == 8)
+            layernorm_forward_kernel<8>(out, mean, rstd, inp, w, b, N, C);
+        else
+            layernorm_forward_kernel<1>(out, mean, rstd, inp, w, b, N, C);
+    });
+    launch(dim3e{(unsigned)chunks, 1, 1}, dim3e{256, 1, 1}, 0, [&] {
+        if (vec == 8)
+            layernorm_backward_kernel<8>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows);
+        else
+            layernorm_backward_kernel<1>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows);
+    });
+    std::vector<float> order_w(C), order_b(C);
+    for (int c = 0; c < C; c++) {
+        order_w[c] = finish_order(partial, 0, chunks, C, c, gw0[c]);
+        order_b[c] = finish_order(partial, 1, chunks, C, c, gb0[c]);
+    }
+    run_finish(gw, gb, partial, chunks, C, 1);
+
+    maxdiff eo, em, er, edx, egw, egb;
+    std::vector<double> rw(C, 0.0), rb(C, 0.0), mw(C, 0.0), mb(C, 0.0);
+    for (int r = 0; r < N; r++) {
+        const bf16 *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
+        double m = 0, v = 0;
+        for (int c = 0; c < C; c++)
+            m += bf2f(x[c]);
+        m /= C;
+        for (int c = 0; c < C; c++)
+            v += (bf2f(x[c]) - m) * (bf2f(x[c]) - m);
+        double rs = 1.0 / sqrt(v / C + 1e-5);
+        em.add(mean[r], m, fabs(m) + 1.0);
+        er.add(rstd[r], rs, rs);
+        double dmean = 0, dnm = 0;
+        for (int c = 0; c < C; c++) {
+            double xh = (bf2f(x[c]) - m) * rs, y = xh * w[c] + b[c];
+            eo.add(bf2f(out[(size_t)r * C + c]), y, fabs(xh * w[c]) + fabs(b[c]));
+            double dn = w[c] * bf2f(d[c]);
+            dmean += dn;
+            dnm += dn * xh;
+            rw[c] += bf2f(d[c]) * xh;
+            mw[c] += fabs(bf2f(d[c]) * xh);
+            rb[c] += bf2f(d[c]);
+            mb[c] += fabs(bf2f(d[c]));
+        }
+        dmean /= C;
+        dnm /= C;
+        for (int c = 0; c < C; c++) {
+            double xh = (bf2f(x[c]) - m) * rs, dn = w[c] * bf2f(d[c]);
+            double g0 = bf2f(dinp0[(size_t)r * C + c]);
+            double want = g0 + (dn - dmean - xh * dnm) * rs;
+            double mag = fabs(g0) + (fabs(dn) + fabs(dmean) + fabs(xh * dnm)) * rs;
+            edx.add(bf2f(dinp[(size_t)r * C + c]), want, mag);
+        }
+    }
+    int order_bad = 0;
+    for (int c = 0; c < C; c++) {
+        egw.add(gw[c], gw0[c] + rw[c], fabs(gw0[c]) + mw[c]);
+        egb.add(gb[c], gb0[c] + rb[c], fabs(gb0[c]) + mb[c]);
+        order_bad += memcmp(&gw[c], &order_w[c], 4) != 0 || memcmp(&gb[c], &order_b[c], 4) != 0;
+    }
+    /* bf16 results: one rounding (2^-9 of the value) on fp32 arithmetic; fp32 sums of up to a
+     * few thousand terms: far under 1e-5 of their magnitude */
+    struct {
+        const char *what;
+        const maxdiff *m;
+        double tol;
+    } outs[] = {{"forward.out", &eo, 4e-3}, {"forward.mean", &em, 1e-5}, {"forward.rstd", &er, 1e-5},
+                {"backward.dinp_added", &edx, 4e-3}, {"backward.dweight_accumulated", &egw, 1e-5},
+                {"backward.dbias_accumulated", &egb, 1e-5}};
+    for (auto &o : outs) {
+        snprintf(name, sizeof name, "%s.%s", tag, o.what);
+        check(name, o.m->rel() <= o.tol, "relative difference %.3g > %.3g", o.m->rel(), o.tol);
+    }
+    snprintf(name, sizeof name, "%s.finish_in_the_fixed_order", tag);
+    check(name, order_bad == 0, "%.0f of %.0f columns differ from the documented order's bits",
+          order_bad, C);
+
+    /* written, not accumulated: the first micro-batch's */
+    run_finish(gw, gb, partial, chunks, C, 0);
+    maxdiff ewr;
+    for (int c = 0; c < C; c++) {
+        ewr.add(gw[c], rw[c], mw[c]);
+        ewr.add(gb[c], rb[c], mb[c]);
+    }
+    snprintf(name, sizeof name, "%s.backward.weight_and_bias_written", tag);
+    check(name, ewr.rel() <= 1e-5, "relative difference %.3g > %.3g", ewr.rel(), 1e-5);
+}
+
+/* a bias's gradient: column sums of d[N][C], accumulated onto gb */
+static void colsum_case(int N, int C)
+{
+    char name[160];
+    snprintf(name, sizeof name, "layernorm_emu.colsum.N%d.C%d%s", N, C, eager ? ".eager" : "");
+    size_t NC = (size_t)N * C;
+    int rows = colsum_rows(N), chunks = colsum_chunks(N), vec = C % 8 == 0 ? 8 : 1;
+    regions.clear();
+    bf16 *d = buf<bf16>(NC, false);
+    float *partial = buf<float>((size_t)chunks * 2 * C, true), *gb = buf<float>(C, true);
+    std::vector<float> gb0(C);
+    for (size_t i = 0; i < NC; i++)
+        d[i] = f2bf(frand());
+    for (size_t i = 0; i < (size_t)chunks * 2 * C; i++)
+        partial[i] = NAN; /* row 0 of each pair stays so: the finish must not read it for gb */
+    for (int c = 0; c < C; c++)
+        gb[c] = gb0[c] = frand();
+    int per = vec == 8 ? C / 8 : C;
+    launch(dim3e{(unsigned)colsum_ceil_div(per, 128), (unsigned)chunks, 1}, dim3e{128, 1, 1}, 0, [&] {
+        if (vec == 8)
+            colsum_partial_kernel<8>(partial, d, N, C, rows);
+        else
+            colsum_partial_kernel<1>(partial, d, N, C, rows);
+    });
+    run_finish(NULL, gb, partial, chunks, C, 1);
+    maxdiff e;
+    for (int c = 0; c < C; c++) {
+        double s = gb0[c], m = fabs(gb0[c]);
+        for (int r = 0; r < N; r++) {
+            s += bf2f(d[(size_t)r * C + c]);
+            m += fabs(bf2f(d[(size_t)r * C + c]));
+        }
+        e.add(gb[c], s, m);
+    }
+    check(name, e.rel() <= 1e-5, "relative difference %.3g > %.3g", e.rel(), 1e-5);
+}
+
+} /* namespace emu */
+
+int main()
+{
+    using namespace emu;
+    emu_prog = "layernorm_emu";
+    ln_case(4096, 1600); /* GPT-2 1.5B, B 4: 256 chunks of 16 rows, 7 vectors a lane, the last partial */
+    ln_case(300, 96);    /* 38 chunks of 8 rows, the last of 4 */
+    ln_case(2000, 72);   /* 9 vectors a row: most lanes idle */
+    ln_case(131, 100);   /* the scalar path */
+    colsum_case(4096, 6400); /* the MLP's bias at 1.5B */
+    colsum_case(1000, 24);
+    colsum_case(77, 30);
+    eager = true;
+    ln_case(300, 96);
+    ln_case(131, 100);
+    colsum_case(1000, 24);
+    printf("%d passed, %d failed\n", passes, failures);
+    return failures ? 1 : 0;
+}
