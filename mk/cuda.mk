@@ -209,27 +209,21 @@ $(GB)/host/tests/%: $(GB)/host/tests/unit/%.o $(GPU_HOST_OBJ) $(GPU_HOST_TEST_UT
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@ (GPU build's CPU reference)"
 	@$(CC) -o $@ $^ -fopenmp -lm -lpthread
-# Flash attention's mma.sync kernels run on the host (tests/unit/flash_mma_emu.cc): the same source
-# as the GPU's, its warp-wide operations emulated as the PTX ISA lays them out; no nvcc, no GPU.
+# Kernels run on the host (tests/unit/*_emu.cc on tests/unit/kernel_emu.h): the same source as the
+# GPU's, its barriers and warp-wide operations emulated; no nvcc, no GPU. Flash attention's
+# mma.sync kernels (ldmatrix and mma as the PTX ISA lays them out), LayerNorm's and the column sums.
 FLASH_EMU := $(GB)/host/flash_mma_emu
-$(FLASH_EMU): tests/unit/flash_mma_emu.cc tests/unit/kernel_emu.h \
-              noderuntime/engine/cuda/flash_mma_kernels.cuh noderuntime/engine/cuda/flash_plan.h
+LAYERNORM_EMU := $(GB)/host/layernorm_emu
+$(FLASH_EMU): noderuntime/engine/cuda/flash_mma_kernels.cuh noderuntime/engine/cuda/flash_plan.h
+$(LAYERNORM_EMU): noderuntime/engine/cuda/layernorm_kernels.cuh noderuntime/engine/cuda/colsum_plan.h
+$(GB)/host/%_emu: tests/unit/%_emu.cc tests/unit/kernel_emu.h
 	@mkdir -p $(dir $@)
-	@echo "  CXX     $< (flash_mma's kernels, emulated on the host)"
+	@echo "  CXX     $< (kernels emulated on the host)"
 	@$(CXX) -std=c++17 -O2 -g $(WARN) -Wno-unknown-pragmas $(if $(filter true,$(CI)),-Werror) \
 	    -pthread -Inoderuntime/engine -o $@ $<
-.PHONY: flash-emu-check
+.PHONY: flash-emu-check layernorm-emu-check
 flash-emu-check: $(FLASH_EMU)
 	@$(FLASH_EMU)
-# LayerNorm's kernels and the column sums on the host likewise (tests/unit/layernorm_emu.cc).
-LAYERNORM_EMU := $(GB)/host/layernorm_emu
-$(LAYERNORM_EMU): tests/unit/layernorm_emu.cc tests/unit/kernel_emu.h \
-                  noderuntime/engine/cuda/layernorm_kernels.cuh noderuntime/engine/cuda/colsum_plan.h
-	@mkdir -p $(dir $@)
-	@echo "  CXX     $< (LayerNorm's kernels and the column sums, emulated on the host)"
-	@$(CXX) -std=c++17 -O2 -g $(WARN) -Wno-unknown-pragmas $(if $(filter true,$(CI)),-Werror) \
-	    -pthread -Inoderuntime/engine -o $@ $<
-.PHONY: layernorm-emu-check
 layernorm-emu-check: $(LAYERNORM_EMU)
 	@$(LAYERNORM_EMU)
 .PHONY: gpu-host-check
