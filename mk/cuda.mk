@@ -216,16 +216,20 @@ FLASH_EMU := $(GB)/host/flash_mma_emu
 LAYERNORM_EMU := $(GB)/host/layernorm_emu
 $(FLASH_EMU): noderuntime/engine/cuda/flash_mma_kernels.cuh noderuntime/engine/cuda/flash_plan.h
 $(LAYERNORM_EMU): noderuntime/engine/cuda/layernorm_kernels.cuh noderuntime/engine/cuda/colsum_plan.h
+EMU_CXX = @mkdir -p $(dir $@); echo "  CXX     $< (kernels emulated on the host$(2))"; \
+    $(CXX) -std=c++17 -O2 -g $(WARN) -Wno-unknown-pragmas $(if $(filter true,$(CI)),-Werror) \
+    -pthread $(1) -Inoderuntime/engine -o $@ $<
 $(GB)/host/%_emu: tests/unit/%_emu.cc tests/unit/kernel_emu.h
-	@mkdir -p $(dir $@)
-	@echo "  CXX     $< (kernels emulated on the host)"
-	@$(CXX) -std=c++17 -O2 -g $(WARN) -Wno-unknown-pragmas $(if $(filter true,$(CI)),-Werror) \
-	    -pthread -Inoderuntime/engine -o $@ $<
+	$(call EMU_CXX)
+# the same LayerNorm kernels in the fp32 build's types
+$(LAYERNORM_EMU)_fp32: tests/unit/layernorm_emu.cc tests/unit/kernel_emu.h \
+                       noderuntime/engine/cuda/layernorm_kernels.cuh noderuntime/engine/cuda/colsum_plan.h
+	$(call EMU_CXX,-DEMU_FP32, in fp32)
 .PHONY: flash-emu-check layernorm-emu-check
 flash-emu-check: $(FLASH_EMU)
 	@$(FLASH_EMU)
-layernorm-emu-check: $(LAYERNORM_EMU)
-	@$(LAYERNORM_EMU)
+layernorm-emu-check: $(LAYERNORM_EMU) $(LAYERNORM_EMU)_fp32
+	@$(LAYERNORM_EMU) && $(LAYERNORM_EMU)_fp32
 .PHONY: gpu-host-check
 gpu-host-check: $(GPU_HOST_TESTS)
 	@for t in $(GPU_HOST_TESTS); do $$t || exit 1; done

@@ -1,8 +1,9 @@
 /* LayerNorm's kernels and the column sums (noderuntime/engine/cuda/layernorm_kernels.cuh) run on
  * the host, without a GPU: the same source, compiled by g++ against kernel_emu.h (a block's
  * threads as coroutines, warp shuffles exchanged lane by lane, shared memory starting as garbage,
- * 16-byte accesses bounds- and alignment-checked, every buffer ending at a guard page), in bf16,
- * against a reference in double on the same bf16 inputs:
+ * 16-byte accesses bounds- and alignment-checked, every buffer ending at a guard page), in bf16
+ * (and, built with EMU_FP32, in fp32: the checking build's), against a reference in double on the
+ * same inputs:
  *   - the forward's output, mean and 1/std;
  *   - the backward's input gradient (added to what the buffer held) and, through the partial sums
  *     and the finish, the weight's and bias's gradients, written and accumulated;
@@ -19,14 +20,29 @@
 
 namespace emu {
 
+/* the activations' type: bf16, or fp32 (the checking build's) with EMU_FP32 */
+#ifdef EMU_FP32
+typedef float floatX;
+static inline float xf(float x) { return x; }
+static inline float mkx(float f) { return f; }
+static const int VECX = 4;
+static const double OUT_TOL = 1e-5; /* fp32 results */
+#define PREC ".fp32"
+#else
 typedef bf16 floatX;
+static inline float xf(bf16 x) { return bf2f(x); }
+static inline bf16 mkx(float f) { return f2bf(f); }
 static inline float tof(bf16 x) { return bf2f(x); }
+static const int VECX = 8;
+static const double OUT_TOL = 4e-3; /* one bf16 rounding (2^-9 of the value) on fp32 arithmetic */
+#define PREC ""
+#endif
 static inline float tof(float x) { return x; }
-static inline void put(bf16 *p, float x)
+static inline void put(floatX *p, float x)
 {
     if (!on_stack(p)) /* a pack16 being filled is the thread's own */
-        check_global(p, 2, true);
-    *p = f2bf(x);
+        check_global(p, sizeof *p, true);
+    *p = mkx(x);
 }
 template <typename T> struct alignas(16) pack16 {
     static constexpr int N = 16 / sizeof(T);
@@ -67,7 +83,13 @@ template <typename T> static T *buf(size_t n, bool writable)
     regions.push_back(region{p, n * sizeof(T), writable});
     return p;
 }
-static const bf16 NANB = bf16{0x7fc1};
+/* what the outputs start as: a NaN, so that an element left unwritten shows */
+static floatX poison()
+{
+    floatX x;
+    memset(&x, 0xff, sizeof x);
+    return x;
+}
 static const size_t FINISH_SMEM = 2 * COLSUM_FINISH_GROUPS * COLSUM_FINISH_COLS * sizeof(float);
 
 /* the finish: the partial sums' rows `which` (0 or 1) of every chunk, for out (NULL: skipped) */
@@ -94,22 +116,22 @@ static float finish_order(const float *partial, int which, int chunks, int C, in
 static void ln_case(int N, int C)
 {
     char tag[96], name[160];
-    snprintf(tag, sizeof tag, "layernorm_emu.N%d.C%d%s", N, C, eager ? ".eager" : "");
+    snprintf(tag, sizeof tag, "layernorm_emu%s.N%d.C%d%s", PREC, N, C, eager ? ".eager" : "");
     size_t NC = (size_t)N * C;
-    int rows = colsum_rows(N), chunks = colsum_chunks(N), vec = C % 8 == 0 ? 8 : 1;
+    int rows = colsum_rows(N), chunks = colsum_chunks(N), vec = C % VECX == 0 ? VECX : 1;
     regions.clear();
-    bf16 *inp = buf<bf16>(NC, false), *out = buf<bf16>(NC, true), *dout = buf<bf16>(NC, false);
-    bf16 *dinp = buf<bf16>(NC, true);
+    floatX *inp = buf<floatX>(NC, false), *out = buf<floatX>(NC, true), *dout = buf<floatX>(NC, false);
+    floatX *dinp = buf<floatX>(NC, true);
     float *w = buf<float>(C, false), *b = buf<float>(C, false), *mean = buf<float>(N, true);
     float *rstd = buf<float>(N, true), *partial = buf<float>((size_t)chunks * 2 * C, true);
     float *gw = buf<float>(C, true), *gb = buf<float>(C, true);
-    std::vector<bf16> dinp0(NC);
+    std::vector<floatX> dinp0(NC);
     std::vector<float> gw0(C), gb0(C);
     for (size_t i = 0; i < NC; i++) {
-        inp[i] = f2bf(1.5f * frand() + 0.3f);
-        dout[i] = f2bf(frand());
-        out[i] = NANB;
-        dinp[i] = dinp0[i] = f2bf(0.5f * frand());
+        inp[i] = mkx(1.5f * frand() + 0.3f);
+        dout[i] = mkx(frand());
+        out[i] = poison();
+        dinp[i] = dinp0[i] = mkx(0.5f * frand());
     }
     for (int c = 0; c < C; c++) {
         w[c] = 1.0f + 0.5f * frand();
@@ -124,14 +146,14 @@ static void ln_case(int N, int C)
 
     unsigned grid = (unsigned)colsum_ceil_div(N * 32, 256);
     launch(dim3e{grid, 1, 1}, dim3e{256, 1, 1}, 0, [&] {
-        if (vec == 8)
-            layernorm_forward_kernel<8>(out, mean, rstd, inp, w, b, N, C);
+        if (vec == VECX)
+            layernorm_forward_kernel<VECX>(out, mean, rstd, inp, w, b, N, C);
         else
             layernorm_forward_kernel<1>(out, mean, rstd, inp, w, b, N, C);
     });
     launch(dim3e{(unsigned)chunks, 1, 1}, dim3e{256, 1, 1}, 0, [&] {
-        if (vec == 8)
-            layernorm_backward_kernel<8>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows);
+        if (vec == VECX)
+            layernorm_backward_kernel<VECX>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows);
         else
             layernorm_backward_kernel<1>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows);
     });
@@ -145,36 +167,36 @@ static void ln_case(int N, int C)
     maxdiff eo, em, er, edx, egw, egb;
     std::vector<double> rw(C, 0.0), rb(C, 0.0), mw(C, 0.0), mb(C, 0.0);
     for (int r = 0; r < N; r++) {
-        const bf16 *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
+        const floatX *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
         double m = 0, v = 0;
         for (int c = 0; c < C; c++)
-            m += bf2f(x[c]);
+            m += xf(x[c]);
         m /= C;
         for (int c = 0; c < C; c++)
-            v += (bf2f(x[c]) - m) * (bf2f(x[c]) - m);
+            v += (xf(x[c]) - m) * (xf(x[c]) - m);
         double rs = 1.0 / sqrt(v / C + 1e-5);
         em.add(mean[r], m, fabs(m) + 1.0);
         er.add(rstd[r], rs, rs);
         double dmean = 0, dnm = 0;
         for (int c = 0; c < C; c++) {
-            double xh = (bf2f(x[c]) - m) * rs, y = xh * w[c] + b[c];
-            eo.add(bf2f(out[(size_t)r * C + c]), y, fabs(xh * w[c]) + fabs(b[c]));
-            double dn = w[c] * bf2f(d[c]);
+            double xh = (xf(x[c]) - m) * rs, y = xh * w[c] + b[c];
+            eo.add(xf(out[(size_t)r * C + c]), y, fabs(xh * w[c]) + fabs(b[c]));
+            double dn = w[c] * xf(d[c]);
             dmean += dn;
             dnm += dn * xh;
-            rw[c] += bf2f(d[c]) * xh;
-            mw[c] += fabs(bf2f(d[c]) * xh);
-            rb[c] += bf2f(d[c]);
-            mb[c] += fabs(bf2f(d[c]));
+            rw[c] += xf(d[c]) * xh;
+            mw[c] += fabs(xf(d[c]) * xh);
+            rb[c] += xf(d[c]);
+            mb[c] += fabs(xf(d[c]));
         }
         dmean /= C;
         dnm /= C;
         for (int c = 0; c < C; c++) {
-            double xh = (bf2f(x[c]) - m) * rs, dn = w[c] * bf2f(d[c]);
-            double g0 = bf2f(dinp0[(size_t)r * C + c]);
+            double xh = (xf(x[c]) - m) * rs, dn = w[c] * xf(d[c]);
+            double g0 = xf(dinp0[(size_t)r * C + c]);
             double want = g0 + (dn - dmean - xh * dnm) * rs;
             double mag = fabs(g0) + (fabs(dn) + fabs(dmean) + fabs(xh * dnm)) * rs;
-            edx.add(bf2f(dinp[(size_t)r * C + c]), want, mag);
+            edx.add(xf(dinp[(size_t)r * C + c]), want, mag);
         }
     }
     int order_bad = 0;
@@ -183,14 +205,14 @@ static void ln_case(int N, int C)
         egb.add(gb[c], gb0[c] + rb[c], fabs(gb0[c]) + mb[c]);
         order_bad += memcmp(&gw[c], &order_w[c], 4) != 0 || memcmp(&gb[c], &order_b[c], 4) != 0;
     }
-    /* bf16 results: one rounding (2^-9 of the value) on fp32 arithmetic; fp32 sums of up to a
-     * few thousand terms: far under 1e-5 of their magnitude */
+    /* the outputs: OUT_TOL; fp32 sums of up to a few thousand terms: far under 1e-5 of their
+     * magnitude */
     struct {
         const char *what;
         const maxdiff *m;
         double tol;
-    } outs[] = {{"forward.out", &eo, 4e-3}, {"forward.mean", &em, 1e-5}, {"forward.rstd", &er, 1e-5},
-                {"backward.dinp_added", &edx, 4e-3}, {"backward.dweight_accumulated", &egw, 1e-5},
+    } outs[] = {{"forward.out", &eo, OUT_TOL}, {"forward.mean", &em, 1e-5}, {"forward.rstd", &er, 1e-5},
+                {"backward.dinp_added", &edx, OUT_TOL}, {"backward.dweight_accumulated", &egw, 1e-5},
                 {"backward.dbias_accumulated", &egb, 1e-5}};
     for (auto &o : outs) {
         snprintf(name, sizeof name, "%s.%s", tag, o.what);
@@ -215,23 +237,23 @@ static void ln_case(int N, int C)
 static void colsum_case(int N, int C)
 {
     char name[160];
-    snprintf(name, sizeof name, "layernorm_emu.colsum.N%d.C%d%s", N, C, eager ? ".eager" : "");
+    snprintf(name, sizeof name, "layernorm_emu%s.colsum.N%d.C%d%s", PREC, N, C, eager ? ".eager" : "");
     size_t NC = (size_t)N * C;
-    int rows = colsum_rows(N), chunks = colsum_chunks(N), vec = C % 8 == 0 ? 8 : 1;
+    int rows = colsum_rows(N), chunks = colsum_chunks(N), vec = C % VECX == 0 ? VECX : 1;
     regions.clear();
-    bf16 *d = buf<bf16>(NC, false);
+    floatX *d = buf<floatX>(NC, false);
     float *partial = buf<float>((size_t)chunks * 2 * C, true), *gb = buf<float>(C, true);
     std::vector<float> gb0(C);
     for (size_t i = 0; i < NC; i++)
-        d[i] = f2bf(frand());
+        d[i] = mkx(frand());
     for (size_t i = 0; i < (size_t)chunks * 2 * C; i++)
         partial[i] = NAN; /* row 0 of each pair stays so: the finish must not read it for gb */
     for (int c = 0; c < C; c++)
         gb[c] = gb0[c] = frand();
-    int per = vec == 8 ? C / 8 : C;
+    int per = C / vec;
     launch(dim3e{(unsigned)colsum_ceil_div(per, 128), (unsigned)chunks, 1}, dim3e{128, 1, 1}, 0, [&] {
-        if (vec == 8)
-            colsum_partial_kernel<8>(partial, d, N, C, rows);
+        if (vec == VECX)
+            colsum_partial_kernel<VECX>(partial, d, N, C, rows);
         else
             colsum_partial_kernel<1>(partial, d, N, C, rows);
     });
@@ -240,8 +262,8 @@ static void colsum_case(int N, int C)
     for (int c = 0; c < C; c++) {
         double s = gb0[c], m = fabs(gb0[c]);
         for (int r = 0; r < N; r++) {
-            s += bf2f(d[(size_t)r * C + c]);
-            m += fabs(bf2f(d[(size_t)r * C + c]));
+            s += xf(d[(size_t)r * C + c]);
+            m += fabs(xf(d[(size_t)r * C + c]));
         }
         e.add(gb[c], s, m);
     }
@@ -253,17 +275,17 @@ static void colsum_case(int N, int C)
 int main()
 {
     using namespace emu;
-    emu_prog = "layernorm_emu";
+    emu_prog = "layernorm_emu" PREC;
     ln_case(4096, 1600); /* GPT-2 1.5B, B 4: 256 chunks of 16 rows, 7 vectors a lane, the last partial */
     ln_case(300, 96);    /* 38 chunks of 8 rows, the last of 4 */
-    ln_case(2000, 72);   /* 9 vectors a row: most lanes idle */
-    ln_case(131, 100);   /* the scalar path */
+    ln_case(2000, 72);   /* 9 (bf16) or 18 (fp32) vectors a row: lanes idle */
+    ln_case(131, 101);   /* the scalar path */
     colsum_case(4096, 6400); /* the MLP's bias at 1.5B */
     colsum_case(1000, 24);
     colsum_case(77, 30);
     eager = true;
     ln_case(300, 96);
-    ln_case(131, 100);
+    ln_case(131, 101);
     colsum_case(1000, 24);
     printf("%d passed, %d failed\n", passes, failures);
     return failures ? 1 : 0;
