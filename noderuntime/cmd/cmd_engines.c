@@ -1,21 +1,51 @@
 /* holmes-node engines: the training engines this binary has, one per line (cpu; cuda-fp32 and
- * cuda-bf16 in the CUDA build), so a launcher can tell before it starts GPU ranks. */
+ * cuda-bf16 in the CUDA build), so a launcher can tell before it starts GPU ranks; with --probe,
+ * each with the compute rate a worker reports to the planner (measured as the worker does). */
 #include <stdio.h>
 #include <string.h>
 
 #include "commands.h"
 #include "engine.h"
+#include "gpt.h"
+
+/* The rate a worker would report for engine i: the CPU engine's fp32 product (200 ms, its best
+ * window), the CUDA bf16 engine's product on GPU 0 (in a child process). */
+static void print_rate(int i)
+{
+    herr e = {0};
+    if (i == 0) {
+        double t = gpt_gemm_probe_tflops(256, 200, &e);
+        if (t > 0)
+            printf(" %.4g TFLOPS (measured: fp32 matrix product)", t);
+        else
+            printf(" (no rate: %s)", e.msg);
+    } else if (i == 2) {
+        double t = 0;
+        if (engine_gpu_tflops(1, 60.0, &t, &e) == 0)
+            printf(" %.4g TFLOPS (measured: bf16 matrix product on GPU 0)", t);
+        else
+            printf(" (no rate: %s)", e.msg);
+    }
+}
 
 int cmd_engines(int argc, char **argv)
 {
-    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: holmes-node engines\n"
-               "Prints the training engines this binary has, one per line: cpu (fp32), and in a\n"
-               "CUDA build (make cuda) cuda-fp32 and cuda-bf16.\n");
-        return 0;
-    }
-    if (argc > 1) {
-        fprintf(stderr, "holmes-node engines: unexpected argument %s (see --help)\n", argv[1]);
+    int probe = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: holmes-node engines [--probe]\n"
+                   "Prints the training engines this binary has, one per line: cpu (fp32), and in a\n"
+                   "CUDA build (make cuda) cuda-fp32 and cuda-bf16.\n"
+                   "  --probe   also measure the compute rate a worker reports to the planner: the\n"
+                   "            CPU engine's fp32 matrix product, and the CUDA engine's bf16\n"
+                   "            product on GPU 0 (a child process; about a second)\n");
+            return 0;
+        }
+        if (!strcmp(argv[i], "--probe")) {
+            probe = 1;
+            continue;
+        }
+        fprintf(stderr, "holmes-node engines: unexpected argument %s (see --help)\n", argv[i]);
         return 2;
     }
     static const struct {
@@ -25,10 +55,15 @@ int cmd_engines(int argc, char **argv)
     } all[] = {{ENGINE_CPU, DTYPE_FP32, "cpu"},
                {ENGINE_CUDA, DTYPE_FP32, "cuda-fp32"},
                {ENGINE_CUDA, DTYPE_BF16, "cuda-bf16"}};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+    for (int i = 0; i < (int)(sizeof all / sizeof all[0]); i++) {
         char why[256];
-        if (engine_available(all[i].kind, all[i].precision, why, sizeof why))
-            printf("%s\n", all[i].name);
+        if (!engine_available(all[i].kind, all[i].precision, why, sizeof why))
+            continue;
+        printf("%s", all[i].name);
+        if (probe)
+            print_rate(i);
+        printf("\n");
+        fflush(stdout);
     }
     return 0;
 }

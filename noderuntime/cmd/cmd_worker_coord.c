@@ -47,8 +47,9 @@ void cmd_worker_coord_usage(FILE *f)
         "  --tflops T          declare this worker's compute rate (TFLOPS per rank) for the\n"
         "                      planner instead of measuring it; a CPU worker otherwise measures\n"
         "                      its fp32 matrix-product rate at start (a 200 ms probe, its best\n"
-        "                      5 ms window; skipped\n"
-        "                      with --simulate)\n"
+        "                      5 ms window), the CUDA holmes-node its engine's bf16 product on\n"
+        "                      each GPU (the slowest; about a second, in a child process);\n"
+        "                      skipped with --simulate\n"
         "  --gpu-memory-gb G   declare the memory of each of this worker's GPUs (GB) for the\n"
         "                      planner, which refuses a plan that does not fit it and sizes\n"
         "                      the 1F1B warm-up by it; the CUDA holmes-node otherwise reads\n"
@@ -240,8 +241,13 @@ static int parse_args(int argc, char **argv, struct args *a)
     return 0;
 }
 
+/* How long the GPU compute probe may take (a CUDA context, cuBLASLt's choice of algorithm and
+ * ten products on each GPU: about a second) before the worker goes on without it. */
+#define GPU_PROBE_TIMEOUT_S 60.0
+
 /* This worker's NIC summary and GPUs (discovered, from a sysfs tree, or emulated), and its
- * compute rate: declared, else measured on a CPU worker. WORKER_EXIT_FINAL when no NIC. */
+ * compute rate: declared, else measured (the CPU engine's product on a CPU worker, the CUDA
+ * engine's on each GPU). WORKER_EXIT_FINAL when no NIC. */
 static int describe_worker(const struct args *a, struct worker_coord_options *o)
 {
     herr e = {0};
@@ -275,6 +281,17 @@ static int describe_worker(const struct args *a, struct worker_coord_options *o)
             log_info("compute: %.4g TFLOPS fp32 (measured, %d threads)", t, omp_get_max_threads());
         } else {
             log_warn("compute probe: %s; the planner will assume a default", e.msg);
+        }
+    } else if (o->gpus > 0 && a->sim_steps < 0) {
+        /* The CUDA engine's own matrix product on each GPU, in a process of its own. */
+        double t = 0;
+        if (engine_gpu_tflops(o->gpus, GPU_PROBE_TIMEOUT_S, &t, &e) == 0) {
+            o->tflops = t;
+            o->tflops_measured = 1;
+            log_info("compute: %.4g TFLOPS bf16 a GPU (measured: the engine's matrix product, the "
+                     "slowest of %d)", t, o->gpus);
+        } else {
+            log_warn("%s; the planner will assume a default", e.msg);
         }
     }
     o->gpu_memory_gb = a->gpu_memory_gb;

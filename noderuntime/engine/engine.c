@@ -1,9 +1,16 @@
 #include "engine.h"
 
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "clock.h"
 
 extern const struct engine_ops engine_cpu_ops;
 /* Defined by cuda/engine_cuda.c, which only the CUDA build of holmes-node links. */
@@ -43,6 +50,89 @@ int engine_gpu_memory(int n, double *bytes, herr *e)
     if (!devmem_cuda_total_memory)
         return herr_set(e, "GPU memory: this holmes-node was built without the CUDA engine");
     return devmem_cuda_total_memory(n, bytes, e);
+}
+
+/* what the probing child sends back */
+struct probe_answer {
+    int rc;
+    double tflops;
+    char msg[sizeof(((herr *)0)->msg)];
+};
+
+/* The child's side: probe, answer, end (its CUDA context ends with it). */
+static void probe_child(const struct engine_ops *ops, int n, int fd)
+{
+    struct probe_answer a;
+    memset(&a, 0, sizeof a);
+    herr ce = {0};
+    a.rc = ops->probe_tflops(n, &a.tflops, &ce);
+    snprintf(a.msg, sizeof a.msg, "%s", ce.msg);
+    ssize_t w = write(fd, &a, sizeof a);
+    _exit(w == (ssize_t)sizeof a ? 0 : 1);
+}
+
+/* The parent's side: the answer, read within timeout_s; 0, or -1 with the reason. */
+static int probe_read(int fd, double timeout_s, struct probe_answer *a, herr *e)
+{
+    size_t got = 0;
+    double end = clock_mono_s() + timeout_s;
+    while (got < sizeof *a) {
+        int left_ms = (int)((end - clock_mono_s()) * 1000.0);
+        if (left_ms <= 0)
+            return herr_set(e, "compute probe: no answer within %g s", timeout_s);
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int k = poll(&p, 1, left_ms);
+        if (k < 0 && errno != EINTR)
+            return herr_set(e, "compute probe: poll: %s", strerror(errno));
+        if (k <= 0)
+            continue;
+        ssize_t m = read(fd, (char *)a + got, sizeof *a - got);
+        if (m < 0 && errno == EINTR)
+            continue;
+        if (m <= 0)
+            return herr_set(e, "compute probe: the probing process ended without an answer");
+        got += (size_t)m;
+    }
+    return 0;
+}
+
+int engine_gpu_tflops(int n, double timeout_s, double *tflops, herr *e)
+{
+    *tflops = 0;
+    const struct engine_ops *ops = &engine_cuda_bf16_ops;
+    if (!ops || !ops->probe_tflops)
+        return herr_set(e, "compute probe: this holmes-node was built without the CUDA engine");
+    int fd[2];
+    if (pipe(fd) != 0)
+        return herr_set(e, "compute probe: pipe: %s", strerror(errno));
+    fflush(NULL); /* nothing buffered here is written twice */
+    pid_t pid = fork();
+    if (pid < 0) {
+        int err = errno;
+        close(fd[0]);
+        close(fd[1]);
+        return herr_set(e, "compute probe: fork: %s", strerror(err));
+    }
+    if (pid == 0) {
+        close(fd[0]);
+        probe_child(ops, n, fd[1]);
+    }
+    close(fd[1]);
+    struct probe_answer a;
+    memset(&a, 0, sizeof a);
+    int rc = probe_read(fd[0], timeout_s, &a, e);
+    if (rc != 0)
+        kill(pid, SIGKILL);
+    close(fd[0]);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    if (rc != 0)
+        return -1;
+    a.msg[sizeof a.msg - 1] = 0;
+    if (a.rc != 0 || !(a.tflops > 0))
+        return herr_set(e, "%s", a.msg[0] ? a.msg : "compute probe: no rate measured");
+    *tflops = a.tflops;
+    return 0;
 }
 
 int engine_create(struct engine **out, const struct engine_spec *s, herr *e)

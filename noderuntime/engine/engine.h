@@ -112,6 +112,9 @@ struct engine_ops {
     void (*profile_enter)(struct engine *en, enum engine_part part);
     void (*profile_leave)(struct engine *en);
     const char *(*error)(const struct engine *en);
+    /* device engines: the compute rate of GPUs 0..n-1 in TFLOPS (the slowest), measured with the
+     * engine's own matrix product; NULL where the engine has none to measure */
+    int (*probe_tflops)(int n, double *tflops, herr *e);
 };
 
 struct engine {
@@ -136,6 +139,11 @@ int engine_available(enum engine_kind kind, enum dtype precision, char *why, siz
  * (read without creating a context). -1 with the reason otherwise (no CUDA engine here, no
  * device, fewer than n). */
 int engine_gpu_memory(int n, double *bytes, herr *e);
+/* The compute rate of GPUs 0..n-1 (TFLOPS a GPU, the slowest), where this binary has the CUDA
+ * engine: the bf16 engine's own matrix product (cuBLASLt, 4096^3, the median of 10), measured in
+ * a child process so that this one creates no CUDA context, given up after timeout_s. -1 with the
+ * reason otherwise (no CUDA engine here, no device, the probe failed or did not answer). */
+int engine_gpu_tflops(int n, double timeout_s, double *tflops, herr *e);
 /* Creates the engine the spec names (parameters zero until engine_init_params or a load). */
 int engine_create(struct engine **out, const struct engine_spec *s, herr *e);
 void engine_free(struct engine *en);

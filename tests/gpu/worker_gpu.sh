@@ -166,7 +166,8 @@ elif [ -n "$san" ]; then
 else failed gpu.worker.memcheck "compute-sanitizer not found"; fi
 
 # 9. the GPU memory the worker says in hello (coordinator mode; the planner checks plans and
-# sizes the 1F1B warm-up by it): read from the GPUs' properties, against nvidia-smi's total
+# sizes the 1F1B warm-up by it): read from the GPUs' properties, against nvidia-smi's total; and
+# its compute rate
 if [ "$e16" = cpu ]; then
     echo "# gpu.worker.gpu_memory: CPU mode, no GPU to read"
 else
@@ -179,5 +180,11 @@ else
     elif awk -v g="$got" -v m="$smi" 'BEGIN {r = g * 1e9 / (m * 1048576); exit !(r > 0.99 && r < 1.01)}'; then
         pass "gpu.worker.gpu_memory: $got GB a GPU read, nvidia-smi says $smi MiB"
     else failed gpu.worker.gpu_memory "read $got GB, nvidia-smi says $smi MiB"; fi
+    # and the compute rate it says (the planner's layer split): the engine's bf16 product on each
+    # GPU, measured in a child process; any data-centre GPU makes well over 50 TFLOPS of it
+    tf=$(sed -nE 's/.*compute: ([0-9.e+]+) TFLOPS bf16 a GPU \(measured.*/\1/p' "$tmp/mem.log" | head -1)
+    if [ -n "$tf" ] && awk -v t="$tf" 'BEGIN {exit !(t > 50 && t < 5000)}'; then
+        pass "gpu.worker.compute_probe: $tf TFLOPS bf16 a GPU measured for the planner"
+    else failed gpu.worker.compute_probe "rate '$tf': $(grep -m2 -i 'compute' "$tmp/mem.log")"; fi
 fi
 exit $fail

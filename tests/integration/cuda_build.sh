@@ -125,5 +125,12 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
             && pass "cuda.node.no_gpu.$p: --engine cuda-$p without a GPU fails clearly, trains nothing" \
             || fail "cuda.node.no_gpu.$p" "rc $rc: $(tail -3 <<<"$out")"
     done
+    # The GPU compute probe runs in a child process: without a GPU the child answers why, the
+    # parent goes on (the CPU rate printed once: nothing buffered written twice by the fork)
+    out=$("$node" engines --probe 2>&1); rc=$?
+    [ $rc -eq 0 ] && [ "$(grep -c '^cpu ' <<<"$out")" = 1 ] && grep -Eq '^cpu [0-9.e+-]+ TFLOPS' <<<"$out" \
+        && grep -q '^cuda-bf16 (no rate: compute probe: no CUDA device' <<<"$out" \
+        && pass "cuda.node.no_gpu.compute_probe: engines --probe: the probing child says 'no CUDA device', the parent goes on" \
+        || fail "cuda.node.no_gpu.compute_probe" "rc $rc: $(tr '\n' ' ' <<<"$out")"
 fi
 rm -rf "$tmpd"

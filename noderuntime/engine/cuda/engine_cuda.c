@@ -332,6 +332,34 @@ static void cuda_profile_leave(struct engine *en) { gpu_stage_profile_leave(ce_o
 
 static const char *cuda_error(const struct engine *en) { return en->err; }
 
+/* The planner's compute rate for this node's GPUs 0..n-1: the engine's own matrix product
+ * (cuBLASLt in this precision, its algorithm chosen as for training), PROBE_N^3, the median of
+ * PROBE_ITERS; the slowest GPU's. Run in a process of its own (engine_gpu_tflops). */
+#define PROBE_N 4096
+#define PROBE_ITERS 10
+static int cuda_probe_tflops(int n, double *tflops, herr *e)
+{
+    *tflops = 0;
+    int count = 0;
+    cudaError_t ce = cudaGetDeviceCount(&count);
+    if (ce != cudaSuccess)
+        return herr_set(e, "compute probe: no CUDA device (%s)", cudaGetErrorString(ce));
+    if (n < 1 || count < n)
+        return herr_set(e, "compute probe: %d GPUs asked, %d visible", n, count);
+    double least = 0;
+    for (int d = 0; d < n; d++) {
+        double t = 0;
+        if ((ce = cudaSetDevice(d)) != cudaSuccess)
+            return herr_set(e, "compute probe: device %d: %s", d, cudaGetErrorString(ce));
+        if (gpu_gemm_tflops(PROBE_N, PROBE_ITERS, &t, e) != 0)
+            return herr_wrap(e, "compute probe, device %d", d);
+        if (d == 0 || t < least)
+            least = t;
+    }
+    *tflops = least;
+    return 0;
+}
+
 const struct engine_ops ENGINE_OPS = {
     .name = ENGINE_NAME,
     .create = cuda_create,
@@ -352,4 +380,5 @@ const struct engine_ops ENGINE_OPS = {
     .profile_enter = cuda_profile_enter,
     .profile_leave = cuda_profile_leave,
     .error = cuda_error,
+    .probe_tflops = cuda_probe_tflops,
 };
