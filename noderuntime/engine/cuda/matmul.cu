@@ -1,7 +1,7 @@
 /* Matrix products (llm.c's matmul.cuh): the linear layers' forward and backward on cuBLASLt's
  * products with bias / GELU epilogues (matmul_lt.cu: the products, their cache and the choice of
- * algorithm; the bias gradients' column sums are layernorm.cu's), GELU, the attention's batched products, and the GEMM
- * ceiling benchmark (gpu_gemm_tflops). */
+ * algorithm; the bias gradients' column sums are layernorm.cu's), GELU, the attention's batched
+ * products, and the GEMM ceiling benchmark (gpu_gemm_tflops). */
 #include "stage.cuh"
 
 namespace GPU_NS {

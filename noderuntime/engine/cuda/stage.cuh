@@ -1,14 +1,15 @@
 /* The stage's state (struct gpu_stage, its activation slots) and the host side of every layer
  * kind, one file each, as llm.c's llmc/ (forward beside backward in each file):
- *   matmul.cu      the linear layers, column sums (bias gradients), GELU, the attention's
- *                  batched products, the GEMM ceiling
+ *   matmul.cu      the linear layers, GELU, the attention's batched products, the GEMM
+ *                  ceiling
  *   matmul_lt.cu   cuBLASLt's products: descriptors cached per shape and epilogue, the
  *                  algorithm timed once per process
  *   attention.cu   causal self-attention with the scores materialised (fp32; bf16 on request)
  *   flash.cu       flash attention (bf16, tensor cores through WMMA), forward and backward;
  *                  dispatches to
  *   flash_mma.cu   the same on mma.sync fragments in registers, cp.async double buffering
- *   layernorm.cu   LayerNorm (its backward makes its own weight and bias gradients)
+ *   layernorm.cu   LayerNorm (its backward makes its own weight and bias gradients) and the
+ *                  column sums (bias gradients), their kernels in layernorm_kernels.cuh
  *   classifier.cu  cross-entropy, fused with its gradient (and tensor parallelism's exchange)
  *   encoder.cu     the embeddings (wte, wpe) and the token groups of wte's backward
  *   adamw.cu       AdamW, the gradient norms and their tensor table
@@ -172,10 +173,6 @@ int linear_fwd_f32(struct gpu_ctx *x, float *out, const floatX *inp, const float
                    int IC, int OC);
 int linear_dinp_f32(struct gpu_ctx *x, float *dinp, const floatX *w, const floatX *dout, int N,
                     int IC, int OC, float alpha);
-/* gb[c] (+)= sum_r d[r][c] over N rows, in a fixed order (partial: the chunks' sums) */
-int colsum(struct gpu_ctx *x, float *partial, float *gb, const floatX *d, int N, int C);
-/* the chunks' partial sums [chunks][2][C] -> gw (+)= row 0's, gb (+)= row 1's (either NULL) */
-int colsum_finish(struct gpu_ctx *x, float *gw, float *gb, const float *partial, int chunks, int C);
 /* out[n] = gelu(inp[n]) */
 int gelu_fwd(struct gpu_ctx *x, floatX *out, const floatX *inp, size_t n);
 /* strided-batched products for attention (cuBLAS), arguments from a gemm_plan */
@@ -234,6 +231,11 @@ int layernorm_fwd(struct gpu_stage *s, floatX *out, float *mean, float *rstd, co
  * same kernel (per-block partial sums, then their sum in a fixed order) */
 int layernorm_bwd(struct gpu_stage *s, floatX *dinp, size_t woff, size_t boff, const floatX *dout,
                   const floatX *inp, const float *mean, const float *rstd, int N);
+/* gb[c] (+)= sum_r d[r][c] over N rows, in a fixed order (partial: the chunks' sums; the rows
+ * split as colsum_plan.h says) */
+int colsum(struct gpu_ctx *x, float *partial, float *gb, const floatX *d, int N, int C);
+/* the chunks' partial sums [chunks][2][C] -> gw (+)= row 0's, gb (+)= row 1's (either NULL) */
+int colsum_finish(struct gpu_ctx *x, float *gw, float *gb, const float *partial, int chunks, int C);
 
 /* ---------------------------------------------------------------- classifier.cu */
 
