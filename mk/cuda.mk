@@ -48,8 +48,7 @@ GPU_HOST_SRC := common/error.c common/clock.c noderuntime/engine/gpt.c noderunti
                 noderuntime/train/dataloader.c noderuntime/train/checkpoint.c noderuntime/engine/cuda/cpu_shim.c \
                 noderuntime/engine/cuda/token_groups.c
 GPU_HOST_OBJ := $(patsubst %.c,$(GB)/host/%.o,$(GPU_HOST_SRC))
-GPU_HDRS := noderuntime/engine/cuda/gpt_cuda.h noderuntime/engine/cuda/gemm_plan.h \
-            noderuntime/engine/cuda/token_groups.h noderuntime/engine/gpt.h \
+GPU_HDRS := $(wildcard noderuntime/engine/cuda/*.h) noderuntime/engine/gpt.h \
             noderuntime/engine/optimizer.h common/error.h $(wildcard noderuntime/engine/cuda/*.cuh)
 
 $(GB)/host/%.o: %.c

@@ -48,6 +48,39 @@ static int step(struct gpu_stage *s, const int *tok, const int *tgt, size_t BT, 
     return 0;
 }
 
+/* The matrix products of the profiled step by shape, the longest first: where the "matmul" part's
+ * time goes, and how far each shape is from the card's GEMM ceiling. */
+static void print_gemms(const struct gpu_profile *p)
+{
+    static const char *epi_name[] = {"none", "bias", "gelu+bias", "dgelu"};
+    double all = 0.0, flop = 0.0;
+    int count = 0;
+    for (int i = 0; i < p->ngemms; i++) {
+        all += p->gemms[i].ms;
+        flop += p->gemms[i].flop;
+        count += p->gemms[i].count;
+    }
+    printf("  products by shape (each timed alone; cuBLAS's column-major m x n x k): %d products, "
+           "%.2f ms, %.0f TFLOP/s%s\n", count, all, all > 0 ? flop / (all * 1e-3) / 1e12 : 0.0,
+           p->gemms_lost ? " (some not timed)" : "");
+    printf("    %6s %6s %6s %-3s %-9s %-4s %5s %8s %8s\n", "m", "n", "k", "op", "epilogue",
+           "out", "count", "ms", "TFLOP/s");
+    double rest = 0.0;
+    for (int i = 0; i < p->ngemms; i++) {
+        const struct gpu_gemm_time *g = &p->gemms[i];
+        if (i >= 12) {
+            rest += g->ms;
+            continue;
+        }
+        printf("    %6d %6d %6d %c%c  %-9s %-4s %5d %8.2f %8.0f\n", g->m, g->n, g->k,
+               g->ta ? 'T' : 'N', g->tb ? 'T' : 'N',
+               g->epi >= 0 && g->epi < 4 ? epi_name[g->epi] : "?", g->out_bytes == 4 ? "fp32" : "bf16",
+               g->count, g->ms, g->ms > 0 ? g->flop / (g->ms * 1e-3) / 1e12 : 0.0);
+    }
+    if (p->ngemms > 12)
+        printf("    %d more shapes: %.2f ms\n", p->ngemms - 12, rest);
+}
+
 int main(int argc, char **argv)
 {
     herr e;
@@ -167,6 +200,7 @@ int main(int argc, char **argv)
         printf("  per step: %llu kernel launches and other enqueued work, %llu host "
                "synchronisations%s\n", p.launches, p.syncs,
                p.events_lost ? " (some parts not timed: event pool)" : "");
+        print_gemms(&p);
         fflush(stdout);
     }
     gpu_stage_free(s);

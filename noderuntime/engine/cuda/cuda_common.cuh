@@ -148,15 +148,25 @@ template <typename T> __device__ __forceinline__ void store16(T *p, const pack16
 
 /* Each part of the stage's work between two CUDA events (gpu_stage_profile_begin/end): a scope
  * records its start and end on the stream, nested scopes count for the outermost. Off: nothing. */
+struct gemm_rec {
+    int m, n, k, ta, tb, epi, out_bytes;
+};
 struct gpu_prof {
     int on, depth, open, cap, used, lost;   /* open: the outermost part's start was recorded */
     cudaEvent_t *ev;              /* [2 cap]: start, end of each timed part */
     unsigned char *part;          /* [cap] */
     cudaEvent_t t0, t1;
     unsigned long long l0, s0;    /* the counters at begin */
+    /* each matrix product alone (gemm_times.h groups them by shape at the end) */
+    int gcap, gused, glost;
+    cudaEvent_t *gev;             /* [2 gcap] */
+    struct gemm_rec *grec;        /* [gcap] */
 };
 void prof_enter(struct gpu_prof *p, cudaStream_t st, int part);
 void prof_leave(struct gpu_prof *p, cudaStream_t st);
+/* A matrix product's start (its record's index, or -1: not timed) and end (matmul_lt.cu) */
+int prof_gemm_start(struct gpu_prof *p, cudaStream_t st, const struct gemm_rec *r);
+void prof_gemm_end(struct gpu_prof *p, cudaStream_t st, int i);
 struct prof_scope {
     struct gpu_prof *p;
     cudaStream_t st;

@@ -428,6 +428,13 @@ void gpu_stage_free(struct gpu_stage *s)
         free(s->prof.ev);
         free(s->prof.part);
     }
+    if (s->prof.gev) {
+        for (int i = 0; i < 2 * s->prof.gcap; i++)
+            if (s->prof.gev[i])
+                cudaEventDestroy(s->prof.gev[i]);
+        free(s->prof.gev);
+    }
+    free(s->prof.grec);
     if (s->prof.t0)
         cudaEventDestroy(s->prof.t0);
     if (s->prof.t1)

@@ -330,6 +330,27 @@ const char *gpu_part_name(int part)
     return part >= 0 && part < GPU_PARTS ? names[part] : "?";
 }
 
+int GPU_NS::prof_gemm_start(struct gpu_prof *p, cudaStream_t st, const struct gemm_rec *r)
+{
+    if (!p || !p->on)
+        return -1;
+    if (p->gused >= p->gcap || cudaEventRecord(p->gev[2 * p->gused], st) != cudaSuccess) {
+        p->glost++;
+        return -1;
+    }
+    p->grec[p->gused] = *r;
+    return p->gused;
+}
+void GPU_NS::prof_gemm_end(struct gpu_prof *p, cudaStream_t st, int i)
+{
+    if (i < 0 || i != p->gused)
+        return;
+    if (cudaEventRecord(p->gev[2 * i + 1], st) == cudaSuccess)
+        p->gused++; /* counted once both ends are recorded */
+    else
+        p->glost++;
+}
+
 void gpu_stage_profile_enter(struct gpu_stage *s, int part)
 {
     if (s->prof.on && part >= 0 && part < GPU_PARTS)
@@ -365,7 +386,18 @@ int gpu_stage_profile_begin(struct gpu_stage *s)
         CK(cudaEventCreate(&p->t0));
         CK(cudaEventCreate(&p->t1));
     }
+    if (!p->gev) {
+        int cap = 4096;
+        p->gev = (cudaEvent_t *)calloc(2 * (size_t)cap, sizeof(cudaEvent_t));
+        p->grec = (struct gemm_rec *)calloc((size_t)cap, sizeof *p->grec);
+        if (!p->gev || !p->grec)
+            return stage_fail(s, "out of memory for the profiling events");
+        p->gcap = cap;
+        for (int i = 0; i < 2 * cap; i++)
+            CK(cudaEventCreate(&p->gev[i]));
+    }
     p->used = p->lost = p->depth = 0;
+    p->gused = p->glost = 0;
     gpu_counters(&p->l0, &p->s0);
     CK(cudaEventRecord(p->t0, s->x.stream));
     p->on = 1;
@@ -396,5 +428,15 @@ int gpu_stage_profile_end(struct gpu_stage *s, struct gpu_profile *out)
     out->launches = l1 - p->l0;
     out->syncs = s1 - p->s0;
     out->events_lost = p->lost;
+    out->gemms_lost = p->glost;
+    for (int i = 0; i < p->gused; i++) {
+        float ms = 0.0f;
+        CK(cudaEventElapsedTime(&ms, p->gev[2 * i], p->gev[2 * i + 1]));
+        const struct gemm_rec *r = &p->grec[i];
+        if (gemm_times_add(out->gemms, &out->ngemms, GPU_PROF_GEMMS, r->m, r->n, r->k, r->ta,
+                           r->tb, r->epi, r->out_bytes, ms) != 0)
+            out->gemms_lost++;
+    }
+    gemm_times_sort(out->gemms, out->ngemms);
     return 0;
 }

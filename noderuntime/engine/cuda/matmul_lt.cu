@@ -363,6 +363,11 @@ void gpu_ctx_release(struct gpu_ctx *x)
 
 /* ---------------------------------------------------------------- cuBLASLt matrix products */
 
+static int product(struct gpu_ctx *x, struct lt_plan *p, void *D, cudaDataType dtype,
+                   const void *A, const void *B, const void *C, cublasOperation_t opa,
+                   cublasOperation_t opb, int m, int n, int k, int lda, int ldb, int ldd,
+                   float alpha, float beta, int epi, const void *bias, void *aux);
+
 /* Column-major D(m x n) = alpha * op(A) op(B) + beta * C (+ epilogue), A and B of the activation
  * type, C and D of dtype (C NULL: D itself). Without an epilogue, a product cuBLASLt has no
  * algorithm for goes to cublasGemmEx; with one, 1 is returned (no error set) so that the caller
@@ -371,8 +376,6 @@ int matmul(struct gpu_ctx *x, void *D, cudaDataType dtype, const void *A, int ta
            int tb, int m, int n, int k, int lda, int ldb, int ldd, float alpha, float beta,
            const void *C, int epi, const void *bias, void *aux, int ldaux)
 {
-    char *EB = x->eb;
-    size_t EN = x->en;
     struct lt_key key;
     memset(&key, 0, sizeof key);
     key.ta = ta;
@@ -393,11 +396,29 @@ int matmul(struct gpu_ctx *x, void *D, cudaDataType dtype, const void *A, int ta
     struct lt_plan *p = plan_of(x, &key, D, A, B, alpha, beta, C, bias, aux);
     if (!p)
         return -1;
-    cublasStatus_t st;
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (!p->have_algo && epi != EPI_NONE)
+        return 1; /* the caller falls back to separate kernels */
+    /* profiled: this product alone, by shape (gpu_profile.gemms) */
+    struct gemm_rec rec = {m, n, k, ta, tb, epi, dtype == CUDA_R_32F ? 4 : 2};
+    int timed = prof_gemm_start(x->prof, x->stream, &rec);
+    int rc = product(x, p, D, dtype, A, B, C, opa, opb, m, n, k, lda, ldb, ldd, alpha, beta, epi,
+                     bias, aux);
+    prof_gemm_end(x->prof, x->stream, timed);
+    return rc;
+}
+
+/* The product itself: cuBLASLt with the plan's algorithm, or cublasGemmEx where Lt has none (a
+ * product without an epilogue). 0, or -1 (EB). */
+static int product(struct gpu_ctx *x, struct lt_plan *p, void *D, cudaDataType dtype,
+                   const void *A, const void *B, const void *C, cublasOperation_t opa,
+                   cublasOperation_t opb, int m, int n, int k, int lda, int ldb, int ldd,
+                   float alpha, float beta, int epi, const void *bias, void *aux)
+{
+    char *EB = x->eb;
+    size_t EN = x->en;
+    cublasStatus_t st;
     if (!p->have_algo) {
-        if (epi != EPI_NONE)
-            return 1; /* the caller falls back to separate kernels */
         /* no cuBLASLt algorithm for these types or alignments: cublasGemmEx (its type table
          * has bf16 x bf16 -> fp32 and -> bf16 with fp32 compute), in place on D */
         size_t dsz = dtype == CUDA_R_32F ? 4 : 2;

@@ -22,8 +22,9 @@
  *                    = the materialised attention, and deterministic; HOLMES_FLASH=mma runs
  *                    every other check on the mma kernels
  *   gpu.memory.*     gpu_stage_device_bytes = what creation takes; too big: refused, named
- *   gpu.profile.*    gpu_stage_profile_* (bench_gpu's breakdown, the worker's --profile-step: the
- *                    norm, zeroing, the bf16 copy, a caller's marked work) and the counters
+ *   gpu.profile.*    gpu_stage_profile_* (bench_gpu's breakdown and its products by shape,
+ *                    the worker's --profile-step: the norm, zeroing, the bf16 copy, a
+ *                    caller's marked work) and the counters
  * Every gpu.vs_cpu stage starts with its activations and scratch NaN (gpu_stage_debug_poison) and
  * its gradients NaN before gpu_stage_zero_grads (the first backward must write every one).
  * gpu.adamw.params and gpu.recompute.* use derived bounds (check_bounds.h, the reasoning there;
@@ -1391,6 +1392,18 @@ static void test_profile(void)
                                                   p.ms[GPU_PART_MATMUL] > 0 &&
                                                   p.ms[GPU_PART_OPTIMIZER] > 0 &&
                                                   p.ms[GPU_PART_NORM] > 0);
+    /* the products by shape: every linear layer's (qkv, the projection, fc, fc's projection and
+     * the head: distinct shapes) forward and backward, each timed, inside the matmul part */
+    double gms = 0.0;
+    int gcount = 0, gpos = 1;
+    for (int i = 0; i < p.ngemms; i++) {
+        gms += p.gemms[i].ms;
+        gcount += p.gemms[i].count;
+        gpos &= p.gemms[i].ms > 0 && p.gemms[i].flop > 0 && (i == 0 || p.gemms[i].ms <= p.gemms[i - 1].ms);
+    }
+    CHECK("gpu.profile.products_by_shape", p.ngemms >= 5 && gcount >= 27 && gpos &&
+                                               p.gemms_lost == 0 &&
+                                               gms <= 1.01 * p.ms[GPU_PART_MATMUL] + 0.01);
     /* the worker's parts: gradients cleared (read with no backward since the zeroing), the
      * caller's own marked work (the trainer's masters), the bf16 copy refreshed (bf16) */
     void *scratch = NULL;
