@@ -401,6 +401,15 @@ void stage_release(struct gpu_stage *s)
 
 using namespace GPU_NS;
 
+/* n events (the null ones never created) and their array */
+static void events_free(cudaEvent_t *ev, int n)
+{
+    for (int i = 0; ev && i < n; i++)
+        if (ev[i])
+            cudaEventDestroy(ev[i]);
+    free(ev);
+}
+
 void gpu_stage_free(struct gpu_stage *s)
 {
     if (!s)
@@ -421,19 +430,9 @@ void gpu_stage_free(struct gpu_stage *s)
     if (s->wX)
         cudaFree(s->wX);
 #endif
-    if (s->prof.ev) {
-        for (int i = 0; i < 2 * s->prof.cap; i++)
-            if (s->prof.ev[i])
-                cudaEventDestroy(s->prof.ev[i]);
-        free(s->prof.ev);
-        free(s->prof.part);
-    }
-    if (s->prof.gev) {
-        for (int i = 0; i < 2 * s->prof.gcap; i++)
-            if (s->prof.gev[i])
-                cudaEventDestroy(s->prof.gev[i]);
-        free(s->prof.gev);
-    }
+    events_free(s->prof.ev, 2 * s->prof.cap);
+    free(s->prof.part);
+    events_free(s->prof.gev, 2 * s->prof.gcap);
     free(s->prof.grec);
     if (s->prof.t0)
         cudaEventDestroy(s->prof.t0);
