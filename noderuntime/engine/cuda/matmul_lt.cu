@@ -1,7 +1,8 @@
 /* cuBLASLt's products for the engine (matmul.cu's linear layers and the GEMM ceiling call
  * matmul()): descriptors and layouts made once per shape and epilogue and kept in the context
  * (lt_cache); the algorithm chosen once per process for each shape: the candidates cuBLASLt's
- * heuristic offers (up to LT_CANDIDATES) are timed on the real operands and the fastest is kept
+ * heuristic offers (up to LT_CANDIDATES, or HOLMES_GPU_GEMM_CANDIDATES from 1 to LT_MAX_CANDIDATES
+ * for trying more) are timed on the real operands and the fastest is kept
  * unless it beats the heuristic's first by less than LT_MARGIN (so that noise rarely flips the
  * choice between runs). Different algorithms may round differently, so two processes that choose
  * differently do not repeat each other bit for bit; HOLMES_GPU_GEMM_TUNE=0 keeps the heuristic's
@@ -14,6 +15,7 @@
 #include "stage.cuh"
 
 #define LT_CANDIDATES 8
+#define LT_MAX_CANDIDATES 32
 #define LT_MARGIN 0.95f
 
 namespace GPU_NS {
@@ -130,6 +132,21 @@ int tune_enabled(void)
 {
     const char *e = getenv("HOLMES_GPU_GEMM_TUNE");
     return !(e && strcmp(e, "0") == 0);
+}
+
+/* the candidates to time: HOLMES_GPU_GEMM_CANDIDATES (1..LT_MAX_CANDIDATES), else LT_CANDIDATES;
+ * -1 (EB) when the variable is set to anything else */
+int candidates_wanted(char *EB, size_t EN)
+{
+    const char *e = getenv("HOLMES_GPU_GEMM_CANDIDATES");
+    if (!e)
+        return LT_CANDIDATES;
+    char *end = NULL;
+    long v = strtol(e, &end, 10);
+    if (end == e || *end != 0 || v < 1 || v > LT_MAX_CANDIDATES)
+        return fail_msg(EB, EN, "HOLMES_GPU_GEMM_CANDIDATES '%.40s': must be a whole number from 1 to %d",
+                        e, LT_MAX_CANDIDATES);
+    return (int)v;
 }
 
 } /* namespace */
@@ -320,8 +337,14 @@ struct lt_plan *plan_of(struct gpu_ctx *x, const struct lt_key *k, void *D, cons
             ch = &g_choice[i];
     struct lt_choice nc;
     if (!ch) { /* the first use in the process: choose (tuning holds the lock: one at a time) */
-        cublasLtMatmulHeuristicResult_t heur[LT_CANDIDATES];
-        int nres = candidates(x, p, heur, LT_CANDIDATES);
+        cublasLtMatmulHeuristicResult_t heur[LT_MAX_CANDIDATES];
+        int want = candidates_wanted(EB, EN);
+        if (want < 0) {
+            pthread_mutex_unlock(&g_choice_mu);
+            plan_destroy(p);
+            return NULL;
+        }
+        int nres = candidates(x, p, heur, want);
         memset(&nc, 0, sizeof nc);
         nc.key = *k;
         nc.dev = dev;

@@ -1022,6 +1022,16 @@ static void test_bad_input(void)
             unsetenv("HOLMES_FLASH");
         free(keep);
     }
+    { /* the candidates cuBLASLt's heuristic offers for timing: a bad count is refused by name,
+       * 32 is taken (shapes no other check uses: the choice is made at a shape's first use) */
+        double tf = 0.0;
+        setenv("HOLMES_GPU_GEMM_CANDIDATES", "0", 1);
+        int bad = gpu_gemm_tflops(96, 1, &tf, &e) < 0 && strstr(e.msg, "HOLMES_GPU_GEMM_CANDIDATES") != NULL;
+        setenv("HOLMES_GPU_GEMM_CANDIDATES", "32", 1);
+        int good = gpu_gemm_tflops(112, 2, &tf, &e) == 0 && tf > 0.0;
+        unsetenv("HOLMES_GPU_GEMM_CANDIDATES");
+        CHECK("gpu.bad_input.gemm_candidates", bad && good);
+    }
     c = tiny();
     CHECK("gpu.bad_input.range", gpu_stage_create(&s, &c, 1, 3, 1, 16, 1, 0, &e) < 0);
     CHECK("gpu.bad_input.seq", gpu_stage_create(&s, &c, 0, 2, 1, 64, 1, 0, &e) < 0 &&
