@@ -48,37 +48,56 @@ static int step(struct gpu_stage *s, const int *tok, const int *tgt, size_t BT, 
     return 0;
 }
 
-/* The matrix products of the profiled step by shape, the longest first: where the "matmul" part's
- * time goes, and how far each shape is from the card's GEMM ceiling. */
-static void print_gemms(const struct gpu_profile *p)
+/* The timed kernels of the profiled step of one group (products: kind 0; flash attention's
+ * kernels: the others) by shape, the longest first: where the "matmul" and "attention" parts'
+ * time goes, and each one's rate. */
+static void print_kernels(const struct gpu_profile *p, int products)
 {
     static const char *epi_name[] = {"none", "bias", "gelu+bias", "dgelu"};
-    double all = 0.0, flop = 0.0;
-    int count = 0;
-    for (int i = 0; i < p->ngemms; i++) {
-        all += p->gemms[i].ms;
-        flop += p->gemms[i].flop;
-        count += p->gemms[i].count;
+    double all = 0.0, flop = 0.0, rest = 0.0;
+    int count = 0, shown = 0, more = 0;
+    for (int i = 0; i < p->nkernels; i++)
+        if ((p->kernels[i].kind == GPU_KERNEL_PRODUCT) == products) {
+            all += p->kernels[i].ms;
+            flop += p->kernels[i].flop;
+            count += p->kernels[i].count;
+        }
+    if (!count)
+        return;
+    if (products) {
+        printf("  products by shape (each timed alone; cuBLAS's column-major m x n x k): %d, "
+               "%.2f ms, %.0f TFLOP/s%s\n", count, all, all > 0 ? flop / (all * 1e-3) / 1e12 : 0.0,
+               p->kernels_lost ? " (some launches not timed)" : "");
+        printf("    %6s %6s %6s %-3s %-9s %-4s %5s %8s %8s\n", "m", "n", "k", "op", "epilogue",
+               "out", "count", "ms", "TFLOP/s");
+    } else {
+        printf("  attention kernels (each timed alone; FLOPs of the visible pairs): %d, %.2f ms\n",
+               count, all);
+        printf("    %-13s %6s %6s %4s %5s %8s %8s\n", "kernel", "seq*hd", "rows", "hs", "count",
+               "ms", "TFLOP/s");
     }
-    printf("  products by shape (each timed alone; cuBLAS's column-major m x n x k): %d products, "
-           "%.2f ms, %.0f TFLOP/s%s\n", count, all, all > 0 ? flop / (all * 1e-3) / 1e12 : 0.0,
-           p->gemms_lost ? " (some not timed)" : "");
-    printf("    %6s %6s %6s %-3s %-9s %-4s %5s %8s %8s\n", "m", "n", "k", "op", "epilogue",
-           "out", "count", "ms", "TFLOP/s");
-    double rest = 0.0;
-    for (int i = 0; i < p->ngemms; i++) {
-        const struct gpu_gemm_time *g = &p->gemms[i];
-        if (i >= 12) {
+    for (int i = 0; i < p->nkernels; i++) {
+        const struct gpu_kernel_time *g = &p->kernels[i];
+        if ((g->kind == GPU_KERNEL_PRODUCT) != products)
+            continue;
+        if (shown == 12) {
             rest += g->ms;
+            more++;
             continue;
         }
-        printf("    %6d %6d %6d %c%c  %-9s %-4s %5d %8.2f %8.0f\n", g->m, g->n, g->k,
-               g->ta ? 'T' : 'N', g->tb ? 'T' : 'N',
-               g->epi >= 0 && g->epi < 4 ? epi_name[g->epi] : "?", g->out_bytes == 4 ? "fp32" : "bf16",
-               g->count, g->ms, g->ms > 0 ? g->flop / (g->ms * 1e-3) / 1e12 : 0.0);
+        shown++;
+        double tf = g->ms > 0 ? g->flop / (g->ms * 1e-3) / 1e12 : 0.0;
+        if (products)
+            printf("    %6d %6d %6d %c%c  %-9s %-4s %5d %8.2f %8.0f\n", g->m, g->n, g->k,
+                   g->ta ? 'T' : 'N', g->tb ? 'T' : 'N',
+                   g->epi >= 0 && g->epi < 4 ? epi_name[g->epi] : "?",
+                   g->out_bytes == 4 ? "fp32" : "bf16", g->count, g->ms, tf);
+        else
+            printf("    %-13s %6d %6d %4d %5d %8.2f %8.0f\n", gpu_kernel_kind_name(g->kind), g->m,
+                   g->n, g->k, g->count, g->ms, tf);
     }
-    if (p->ngemms > 12)
-        printf("    %d more shapes: %.2f ms\n", p->ngemms - 12, rest);
+    if (more)
+        printf("    %d more: %.2f ms\n", more, rest);
 }
 
 int main(int argc, char **argv)
@@ -200,7 +219,8 @@ int main(int argc, char **argv)
         printf("  per step: %llu kernel launches and other enqueued work, %llu host "
                "synchronisations%s\n", p.launches, p.syncs,
                p.events_lost ? " (some parts not timed: event pool)" : "");
-        print_gemms(&p);
+        print_kernels(&p, 1);
+        print_kernels(&p, 0);
         fflush(stdout);
     }
     gpu_stage_free(s);

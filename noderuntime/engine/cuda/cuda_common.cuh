@@ -148,8 +148,9 @@ template <typename T> __device__ __forceinline__ void store16(T *p, const pack16
 
 /* Each part of the stage's work between two CUDA events (gpu_stage_profile_begin/end): a scope
  * records its start and end on the stream, nested scopes count for the outermost. Off: nothing. */
-struct gemm_rec {
-    int m, n, k, ta, tb, epi, out_bytes;
+struct kernel_rec {
+    struct gpu_kernel_time what; /* kind and shape (kernel_times.h) */
+    double flop;
 };
 struct gpu_prof {
     int on, depth, open, cap, used, lost;   /* open: the outermost part's start was recorded */
@@ -157,16 +158,29 @@ struct gpu_prof {
     unsigned char *part;          /* [cap] */
     cudaEvent_t t0, t1;
     unsigned long long l0, s0;    /* the counters at begin */
-    /* each matrix product alone (gemm_times.h groups them by shape at the end) */
+    /* each matrix product and attention kernel alone (kernel_times.h groups them at the end) */
     int gcap, gused, glost;
     cudaEvent_t *gev;             /* [2 gcap] */
-    struct gemm_rec *grec;        /* [gcap] */
+    struct kernel_rec *grec;      /* [gcap] */
 };
 void prof_enter(struct gpu_prof *p, cudaStream_t st, int part);
 void prof_leave(struct gpu_prof *p, cudaStream_t st);
-/* A matrix product's start (its record's index, or -1: not timed) and end (matmul_lt.cu) */
-int prof_gemm_start(struct gpu_prof *p, cudaStream_t st, const struct gemm_rec *r);
-void prof_gemm_end(struct gpu_prof *p, cudaStream_t st, int i);
+/* A timed launch's start (its record's index, or -1: not timed) and end: matmul_lt.cu's
+ * products, flash attention's kernels */
+int prof_kernel_start(struct gpu_prof *p, cudaStream_t st, const struct kernel_rec *r);
+void prof_kernel_end(struct gpu_prof *p, cudaStream_t st, int i);
+/* the record of flash attention's kernel `kind` over queries [q0, q1) */
+static inline struct kernel_rec flash_rec(int kind, int bh, int q0, int q1, int hs)
+{
+    struct kernel_rec r;
+    memset(&r, 0, sizeof r);
+    r.what.kind = kind;
+    r.what.m = bh;
+    r.what.n = q1 - q0;
+    r.what.k = hs;
+    r.flop = flash_flop(kind, bh, q0, q1, hs);
+    return r;
+}
 struct prof_scope {
     struct gpu_prof *p;
     cudaStream_t st;

@@ -402,9 +402,12 @@ template <int HS> int launch_fwd(struct gpu_stage *s, floatX *atty, float *lse, 
     size_t sm = fwd_smem<HS>();
     dim3 grid((unsigned)flash_query_tiles(q0, q1), (unsigned)(s->B * s->NHl));
     float sl2 = 1.4426950408889634f / sqrtf((float)HS);
+    struct kernel_rec r = flash_rec(GPU_KERNEL_FLASH_FWD, s->B * s->NHl, q0, q1, HS);
+    int timed = prof_kernel_start(s->x.prof, s->x.stream, &r);
     flash_fwd_kernel<HS><<<grid, NTHREADS, sm, s->x.stream>>>(atty, lse, qkv, s->T, s->NHl, q0, q1,
                                                               sl2);
     LAUNCHED(s->x.stream);
+    prof_kernel_end(s->x.prof, s->x.stream, timed);
     return 0;
 }
 
@@ -416,9 +419,12 @@ template <int HS> int launch_dsum(struct gpu_stage *s, const floatX *dy, const f
     size_t EN = sizeof s->err;
     cudaStream_t st = s->x.stream;
     size_t rows = (size_t)s->B * s->NHl * (size_t)(q1 - q0);
+    struct kernel_rec r = flash_rec(GPU_KERNEL_FLASH_DSUM, s->B * s->NHl, q0, q1, HS);
+    int timed = prof_kernel_start(s->x.prof, st, &r);
     flash_dsum_kernel<HS><<<blocks_for(rows * 32, 256), 256, 0, st>>>(s->dsum, dy, y, s->B, s->T,
                                                                       s->NHl, q0, q1);
     LAUNCHED(st);
+    prof_kernel_end(s->x.prof, st, timed);
     return 0;
 }
 
@@ -433,13 +439,19 @@ template <int HS> int launch_bwd(struct gpu_stage *s, floatX *dqkv, const floatX
     size_t sm = bwd_smem<HS>();
     float scale = 1.0f / sqrtf((float)HS), sl2 = 1.4426950408889634f * scale;
     dim3 gk((unsigned)flash_key_tiles(q1), (unsigned)(B * NH));
+    struct kernel_rec r = flash_rec(GPU_KERNEL_FLASH_DKDV, B * NH, q0, q1, HS);
+    int timed = prof_kernel_start(s->x.prof, st, &r);
     flash_dkdv_kernel<HS><<<gk, NTHREADS, sm, st>>>(dqkv, kv_acc, dy, lse, s->dsum, qkv, T, NH, q0,
                                                     q1, sl2, scale);
     LAUNCHED(st);
+    prof_kernel_end(s->x.prof, st, timed);
     dim3 gq((unsigned)flash_query_tiles(q0, q1), (unsigned)(B * NH));
+    r = flash_rec(GPU_KERNEL_FLASH_DQ, B * NH, q0, q1, HS);
+    timed = prof_kernel_start(s->x.prof, st, &r);
     flash_dq_kernel<HS><<<gq, NTHREADS, sm, st>>>(dqkv, dy, lse, s->dsum, qkv, T, NH, q0, q1, sl2,
                                                   scale);
     LAUNCHED(st);
+    prof_kernel_end(s->x.prof, st, timed);
     return 0;
 }
 

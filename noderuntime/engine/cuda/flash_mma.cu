@@ -136,9 +136,12 @@ template <int HS> int launch_fwd(struct gpu_stage *s, floatX *atty, float *lse, 
     size_t EN = sizeof s->err;
     dim3 grid((unsigned)flash_query_tiles(q0, q1), (unsigned)(s->B * s->NHl));
     float sl2 = 1.4426950408889634f / sqrtf((float)HS);
+    struct kernel_rec r = flash_rec(GPU_KERNEL_FLASH_FWD, s->B * s->NHl, q0, q1, HS);
+    int timed = prof_kernel_start(s->x.prof, s->x.stream, &r);
     mma_fwd_kernel<HS><<<grid, NTHREADS, fwd_smem<HS>(), s->x.stream>>>(atty, lse, qkv, s->T,
                                                                         s->NHl, q0, q1, sl2);
     LAUNCHED(s->x.stream);
+    prof_kernel_end(s->x.prof, s->x.stream, timed);
     return 0;
 }
 
@@ -151,13 +154,19 @@ template <int HS> int launch_bwd(struct gpu_stage *s, floatX *dqkv, const floatX
     int B = s->B, T = s->T, NH = s->NHl;
     float scale = 1.0f / sqrtf((float)HS), sl2 = 1.4426950408889634f * scale;
     dim3 gk((unsigned)flash_key_tiles(q1), (unsigned)(B * NH));
+    struct kernel_rec r = flash_rec(GPU_KERNEL_FLASH_DKDV, B * NH, q0, q1, HS);
+    int timed = prof_kernel_start(s->x.prof, st, &r);
     mma_dkdv_kernel<HS><<<gk, NTHREADS, dkdv_smem<HS>(), st>>>(dqkv, kv_acc, dy, lse, s->dsum,
                                                                qkv, T, NH, q0, q1, sl2, scale);
     LAUNCHED(st);
+    prof_kernel_end(s->x.prof, st, timed);
     dim3 gq((unsigned)flash_query_tiles(q0, q1), (unsigned)(B * NH));
+    r = flash_rec(GPU_KERNEL_FLASH_DQ, B * NH, q0, q1, HS);
+    timed = prof_kernel_start(s->x.prof, st, &r);
     mma_dq_kernel<HS><<<gq, NTHREADS, dq_smem<HS>(), st>>>(dqkv, dy, lse, s->dsum, qkv, T, NH, q0,
                                                            q1, sl2, scale);
     LAUNCHED(st);
+    prof_kernel_end(s->x.prof, st, timed);
     return 0;
 }
 

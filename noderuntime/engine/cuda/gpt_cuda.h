@@ -42,7 +42,7 @@ extern "C" {
 
 /* C headers: declared with C linkage also when the CUDA (C++) side includes them */
 #include "error.h"
-#include "gemm_times.h"
+#include "kernel_times.h"
 #include "gpt.h"
 #include "optimizer.h"
 
@@ -303,10 +303,11 @@ struct gpu_profile {
     double ms[GPU_PARTS], total_ms;
     unsigned long long launches, syncs;
     int events_lost; /* parts not timed (the event pool ran out) */
-    /* the matrix products (cuBLASLt or cublasGemmEx, each timed alone) by shape, the longest
-     * first; gemms_lost: products not timed (event pool, or more shapes than GPU_PROF_GEMMS) */
-    struct gpu_gemm_time gemms[GPU_PROF_GEMMS];
-    int ngemms, gemms_lost;
+    /* the matrix products (cuBLASLt or cublasGemmEx) and flash attention's kernels, each launch
+     * timed alone, by kind and shape, the longest first; kernels_lost: launches not timed (event
+     * pool, or more entries than GPU_PROF_KERNELS) */
+    struct gpu_kernel_time kernels[GPU_PROF_KERNELS];
+    int nkernels, kernels_lost;
 };
 int gpu_stage_profile_begin(struct gpu_stage *s);
 int gpu_stage_profile_end(struct gpu_stage *s, struct gpu_profile *out);

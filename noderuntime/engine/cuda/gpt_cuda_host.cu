@@ -330,7 +330,7 @@ const char *gpu_part_name(int part)
     return part >= 0 && part < GPU_PARTS ? names[part] : "?";
 }
 
-int GPU_NS::prof_gemm_start(struct gpu_prof *p, cudaStream_t st, const struct gemm_rec *r)
+int GPU_NS::prof_kernel_start(struct gpu_prof *p, cudaStream_t st, const struct kernel_rec *r)
 {
     if (!p || !p->on)
         return -1;
@@ -341,7 +341,7 @@ int GPU_NS::prof_gemm_start(struct gpu_prof *p, cudaStream_t st, const struct ge
     p->grec[p->gused] = *r;
     return p->gused;
 }
-void GPU_NS::prof_gemm_end(struct gpu_prof *p, cudaStream_t st, int i)
+void GPU_NS::prof_kernel_end(struct gpu_prof *p, cudaStream_t st, int i)
 {
     if (i < 0 || i != p->gused)
         return;
@@ -389,7 +389,7 @@ int gpu_stage_profile_begin(struct gpu_stage *s)
     if (!p->gev) {
         int cap = 4096;
         p->gev = (cudaEvent_t *)calloc(2 * (size_t)cap, sizeof(cudaEvent_t));
-        p->grec = (struct gemm_rec *)calloc((size_t)cap, sizeof *p->grec);
+        p->grec = (struct kernel_rec *)calloc((size_t)cap, sizeof *p->grec);
         if (!p->gev || !p->grec)
             return stage_fail(s, "out of memory for the profiling events");
         p->gcap = cap;
@@ -428,15 +428,14 @@ int gpu_stage_profile_end(struct gpu_stage *s, struct gpu_profile *out)
     out->launches = l1 - p->l0;
     out->syncs = s1 - p->s0;
     out->events_lost = p->lost;
-    out->gemms_lost = p->glost;
+    out->kernels_lost = p->glost;
     for (int i = 0; i < p->gused; i++) {
         float ms = 0.0f;
         CK(cudaEventElapsedTime(&ms, p->gev[2 * i], p->gev[2 * i + 1]));
-        const struct gemm_rec *r = &p->grec[i];
-        if (gemm_times_add(out->gemms, &out->ngemms, GPU_PROF_GEMMS, r->m, r->n, r->k, r->ta,
-                           r->tb, r->epi, r->out_bytes, ms) != 0)
-            out->gemms_lost++;
+        if (kernel_times_add(out->kernels, &out->nkernels, GPU_PROF_KERNELS, &p->grec[i].what, ms,
+                             p->grec[i].flop) != 0)
+            out->kernels_lost++;
     }
-    gemm_times_sort(out->gemms, out->ngemms);
+    kernel_times_sort(out->kernels, out->nkernels);
     return 0;
 }

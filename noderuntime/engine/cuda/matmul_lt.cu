@@ -422,12 +422,13 @@ int matmul(struct gpu_ctx *x, void *D, cudaDataType dtype, const void *A, int ta
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (!p->have_algo && epi != EPI_NONE)
         return 1; /* the caller falls back to separate kernels */
-    /* profiled: this product alone, by shape (gpu_profile.gemms) */
-    struct gemm_rec rec = {m, n, k, ta, tb, epi, dtype == CUDA_R_32F ? 4 : 2};
-    int timed = prof_gemm_start(x->prof, x->stream, &rec);
+    /* profiled: this product alone, by shape (gpu_profile.kernels) */
+    struct kernel_rec rec = {{GPU_KERNEL_PRODUCT, m, n, k, ta, tb, epi, dtype == CUDA_R_32F ? 4 : 2,
+                              0, 0.0, 0.0}, product_flop(m, n, k)};
+    int timed = prof_kernel_start(x->prof, x->stream, &rec);
     int rc = product(x, p, D, dtype, A, B, C, opa, opb, m, n, k, lda, ldb, ldd, alpha, beta, epi,
                      bias, aux);
-    prof_gemm_end(x->prof, x->stream, timed);
+    prof_kernel_end(x->prof, x->stream, timed);
     return rc;
 }
 

@@ -1402,18 +1402,29 @@ static void test_profile(void)
                                                   p.ms[GPU_PART_MATMUL] > 0 &&
                                                   p.ms[GPU_PART_OPTIMIZER] > 0 &&
                                                   p.ms[GPU_PART_NORM] > 0);
-    /* the products by shape: every linear layer's (qkv, the projection, fc, fc's projection and
-     * the head: distinct shapes) forward and backward, each timed, inside the matmul part */
-    double gms = 0.0;
-    int gcount = 0, gpos = 1;
-    for (int i = 0; i < p.ngemms; i++) {
-        gms += p.gemms[i].ms;
-        gcount += p.gemms[i].count;
-        gpos &= p.gemms[i].ms > 0 && p.gemms[i].flop > 0 && (i == 0 || p.gemms[i].ms <= p.gemms[i - 1].ms);
+    /* the timed kernels: every linear layer's products (qkv, the projection, fc, fc's projection
+     * and the head: distinct shapes) forward and backward, inside the matmul part; flash
+     * attention's (bf16) 4 kernels a layer, inside the attention part */
+    double gms = 0.0, ams = 0.0;
+    int gshapes = 0, gcount = 0, acount = 0, gpos = 1;
+    for (int i = 0; i < p.nkernels; i++) {
+        const struct gpu_kernel_time *g = &p.kernels[i];
+        gpos &= g->ms > 0 && g->flop > 0 && (i == 0 || g->ms <= p.kernels[i - 1].ms);
+        if (g->kind == GPU_KERNEL_PRODUCT) {
+            gms += g->ms;
+            gcount += g->count;
+            gshapes++;
+        } else {
+            ams += g->ms;
+            acount += g->count;
+        }
     }
-    CHECK("gpu.profile.products_by_shape", p.ngemms >= 5 && gcount >= 27 && gpos &&
-                                               p.gemms_lost == 0 &&
+    int flash = strcmp(gpu_stage_flash_kernel(s), "none") != 0;
+    CHECK("gpu.profile.products_by_shape", gshapes >= 5 && gcount >= 27 && gpos &&
+                                               p.kernels_lost == 0 &&
                                                gms <= 1.01 * p.ms[GPU_PART_MATMUL] + 0.01);
+    CHECK("gpu.profile.attention_kernels", acount == (flash ? 4 * 2 : 0) &&
+                                               ams <= 1.01 * p.ms[GPU_PART_ATTENTION] + 0.01);
     /* the worker's parts: gradients cleared (read with no backward since the zeroing), the
      * caller's own marked work (the trainer's masters), the bf16 copy refreshed (bf16) */
     void *scratch = NULL;
