@@ -146,12 +146,13 @@ template <typename T> __device__ __forceinline__ void store16(T *p, const pack16
 
 /* ---------------------------------------------------------------- profiling */
 
-/* Each part of the stage's work between two CUDA events (gpu_stage_profile_begin/end): a scope
- * records its start and end on the stream, nested scopes count for the outermost. Off: nothing. */
+/* a timed launch: its kind and shape (kernel_times.h) and FLOPs */
 struct kernel_rec {
-    struct gpu_kernel_time what; /* kind and shape (kernel_times.h) */
+    struct gpu_kernel_time what;
     double flop;
 };
+/* Each part of the stage's work between two CUDA events (gpu_stage_profile_begin/end): a scope
+ * records its start and end on the stream, nested scopes count for the outermost. Off: nothing. */
 struct gpu_prof {
     int on, depth, open, cap, used, lost;   /* open: the outermost part's start was recorded */
     cudaEvent_t *ev;              /* [2 cap]: start, end of each timed part */

@@ -369,33 +369,33 @@ void gpu_counters(unsigned long long *launches, unsigned long long *syncs)
     *syncs = __atomic_load_n(&g_syncs, __ATOMIC_RELAXED);
 }
 
+/* A pool of 2 n events (a start and an end per entry) and n records of rec_size bytes; 0, or -1
+ * (EB): what was made is freed with the stage. */
+static int events_pool(cudaEvent_t **ev, void **rec, size_t rec_size, int n, int *cap, char *EB,
+                       size_t EN)
+{
+    *ev = (cudaEvent_t *)calloc(2 * (size_t)n, sizeof(cudaEvent_t));
+    *rec = calloc((size_t)n, rec_size);
+    if (!*ev || !*rec)
+        return fail_msg(EB, EN, "out of memory for the profiling events");
+    *cap = n;
+    for (int i = 0; i < 2 * n; i++)
+        CK(cudaEventCreate(&(*ev)[i]));
+    return 0;
+}
+
 int gpu_stage_profile_begin(struct gpu_stage *s)
 {
     char *EB = s->err;
     size_t EN = sizeof s->err;
     struct gpu_prof *p = &s->prof;
     if (!p->ev) {
-        int cap = 16384;
-        p->ev = (cudaEvent_t *)calloc(2 * (size_t)cap, sizeof(cudaEvent_t));
-        p->part = (unsigned char *)calloc((size_t)cap, 1);
-        if (!p->ev || !p->part)
-            return stage_fail(s, "out of memory for the profiling events");
-        p->cap = cap;
-        for (int i = 0; i < 2 * cap; i++)
-            CK(cudaEventCreate(&p->ev[i]));
+        OK(events_pool(&p->ev, (void **)&p->part, 1, 16384, &p->cap, EB, EN));
         CK(cudaEventCreate(&p->t0));
         CK(cudaEventCreate(&p->t1));
     }
-    if (!p->gev) {
-        int cap = 4096;
-        p->gev = (cudaEvent_t *)calloc(2 * (size_t)cap, sizeof(cudaEvent_t));
-        p->grec = (struct kernel_rec *)calloc((size_t)cap, sizeof *p->grec);
-        if (!p->gev || !p->grec)
-            return stage_fail(s, "out of memory for the profiling events");
-        p->gcap = cap;
-        for (int i = 0; i < 2 * cap; i++)
-            CK(cudaEventCreate(&p->gev[i]));
-    }
+    if (!p->gev)
+        OK(events_pool(&p->gev, (void **)&p->grec, sizeof *p->grec, 4096, &p->gcap, EB, EN));
     p->used = p->lost = p->depth = 0;
     p->gused = p->glost = 0;
     gpu_counters(&p->l0, &p->s0);
