@@ -51,7 +51,8 @@ void cmd_worker_usage(FILE *f)
             "  --all-ranks           every rank prints progress (default: rank 0)\n"
             "  --profile-step N      time step N by part on the engine (CUDA events on a GPU:\n"
             "                        forward/backward, bf16 copy, zeroing, norm, AdamW, masters,\n"
-            "                        other, idle) and print it after that step's line\n"
+            "                        other, idle) and the calls asked of it by part, and\n"
+            "                        print them after that step's line\n"
             "  -h, --help            this help\n");
     cmd_spec_usage(f);
     fprintf(f, "The rank table's token_slices (a planner's) win over --token-slices.\n\n"
@@ -67,7 +68,7 @@ struct progress {
     int json, print;
 };
 
-/* The step's engine time by part (--profile-step), after its line. */
+/* The step's engine time and calls by part (--profile-step), after its line. */
 static void print_profile(const struct progress *p, const struct trainer_report *r)
 {
     const struct engine_profile *q = &r->profile;
@@ -81,7 +82,8 @@ static void print_profile(const struct progress *p, const struct trainer_report 
             snprintf(key, sizeof key, "%s", engine_part_name(i));
             for (char *k = key; *k; k++)
                 *k = *k == ' ' ? '_' : *k;
-            printf(",\"%s_ms\":%.3f", key, q->ms[i]);
+            printf(",\"%s_ms\":%.3f,\"%s_calls\":%llu", key, q->ms[i], key,
+                   (unsigned long long)q->calls[i]);
         }
         printf(",\"idle_ms\":%.3f,\"launches\":%llu,\"engine_syncs\":%llu,\"lost\":%d}\n",
                q->total_ms - parts, (unsigned long long)q->launches,
@@ -91,9 +93,12 @@ static void print_profile(const struct progress *p, const struct trainer_report 
     printf("profile step %ld: %.1f ms on the engine:", r->step, q->total_ms);
     for (int i = 0; i < ENGINE_PARTS; i++)
         printf(" %s %.2f,", engine_part_name(i), q->ms[i]);
-    printf(" idle %.2f ms; %llu launches, %llu engine host waits%s\n", q->total_ms - parts,
+    printf(" idle %.2f ms; %llu launches, %llu engine host waits%s; calls:", q->total_ms - parts,
            (unsigned long long)q->launches, (unsigned long long)q->syncs,
            q->lost ? " (some parts not timed)" : "");
+    for (int i = 0; i < ENGINE_PARTS; i++)
+        printf("%s %s %llu", i ? "," : "", engine_part_name(i), (unsigned long long)q->calls[i]);
+    printf("\n");
 }
 
 static int print_step(void *ctx, const struct trainer_report *r)

@@ -170,6 +170,13 @@ size_t engine_num_params(const struct engine *en) { return gpt_stage_num_params(
 size_t engine_act_bytes(const struct engine *en) { return en->act_dtype == DTYPE_BF16 ? 2 : 4; }
 enum dtype engine_act_dtype(const struct engine *en) { return en->act_dtype; }
 
+/* one call of `part` asked of the engine, counted while a step is profiled */
+static void count_call(struct engine *en, enum engine_part part)
+{
+    if (en->profiling)
+        en->calls[part]++;
+}
+
 int engine_init_params(struct engine *en, uint64_t seed, herr *e)
 {
     return en->ops->init_params(en, seed, e);
@@ -178,16 +185,22 @@ int engine_init_params(struct engine *en, uint64_t seed, herr *e)
 int engine_forward(struct engine *en, int slot, int t0, int t1, const int *tokens,
                    const void *in_act, const int *targets, void *out_act)
 {
+    count_call(en, ENGINE_PART_COMPUTE);
     return en->ops->forward(en, slot, t0, t1, tokens, in_act, targets, out_act);
 }
 
 int engine_backward(struct engine *en, int slot, int t0, int t1, const void *dout, void *din,
                     float loss_scale)
 {
+    count_call(en, ENGINE_PART_COMPUTE);
     return en->ops->backward(en, slot, t0, t1, dout, din, loss_scale);
 }
 
-int engine_zero_grads(struct engine *en, herr *e) { return en->ops->zero_grads(en, e); }
+int engine_zero_grads(struct engine *en, herr *e)
+{
+    count_call(en, ENGINE_PART_ZEROING);
+    return en->ops->zero_grads(en, e);
+}
 int engine_loss_take(struct engine *en, float *sum, herr *e) { return en->ops->loss_take(en, sum, e); }
 
 int engine_sq_norm(struct engine *en, const float *base, const size_t *lo, const size_t *hi,
@@ -196,6 +209,7 @@ int engine_sq_norm(struct engine *en, const float *base, const size_t *lo, const
     for (int i = 0; i < n; i++)
         if (lo[i] > hi[i])
             return herr_set(e, "gradient norm: range %d [%zu, %zu) is reversed", i, lo[i], hi[i]);
+    count_call(en, ENGINE_PART_NORM);
     return en->ops->sq_norm(en, base, lo, hi, n, out, e);
 }
 
@@ -210,11 +224,13 @@ int engine_adamw(struct engine *en, const struct adamw_config *o, size_t lo, siz
         return herr_set(e, "AdamW: steps count from 1 (got %ld)", step);
     if (hi == lo)
         return 0;
+    count_call(en, ENGINE_PART_ADAMW);
     return en->ops->adamw(en, o, lo, hi, p, g, m, v, lr, step, grad_scale, e);
 }
 
 void engine_params_changed(struct engine *en, size_t lo, size_t hi)
 {
+    count_call(en, ENGINE_PART_BF16_COPY);
     en->ops->params_changed(en, lo, hi);
 }
 
@@ -244,21 +260,43 @@ void engine_set_tp_sum(struct engine *en, int (*fn)(void *ctx, float *buf, size_
     en->ops->hooks_changed(en);
 }
 
-int engine_profile_begin(struct engine *en, herr *e) { return en->ops->profile_begin(en, e); }
+int engine_profile_begin(struct engine *en, herr *e)
+{
+    if (en->ops->profile_begin(en, e) != 0)
+        return -1;
+    memset(en->calls, 0, sizeof en->calls);
+    en->profiling = 1;
+    en->marked = 0;
+    return 0;
+}
 
 int engine_profile_end(struct engine *en, struct engine_profile *out, herr *e)
 {
     memset(out, 0, sizeof *out);
-    return en->ops->profile_end(en, out, e);
+    int was = en->profiling;
+    en->profiling = 0;
+    if (en->ops->profile_end(en, out, e) != 0)
+        return -1;
+    if (was)
+        memcpy(out->calls, en->calls, sizeof out->calls);
+    return 0;
 }
 
 void engine_profile_enter(struct engine *en, enum engine_part part)
 {
-    if (part >= 0 && part < ENGINE_PARTS)
-        en->ops->profile_enter(en, part);
+    if (part < 0 || part >= ENGINE_PARTS)
+        return;
+    if (en->profiling && en->marked++ == 0)
+        en->calls[part]++;
+    en->ops->profile_enter(en, part);
 }
 
-void engine_profile_leave(struct engine *en) { en->ops->profile_leave(en); }
+void engine_profile_leave(struct engine *en)
+{
+    if (en->profiling && en->marked > 0)
+        en->marked--;
+    en->ops->profile_leave(en);
+}
 
 const char *engine_part_name(int part)
 {

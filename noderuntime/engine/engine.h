@@ -81,6 +81,11 @@ struct engine_profile {
                                     host, launch gaps) */
     uint64_t launches, syncs;    /* the engine's enqueued operations and host waits meanwhile
                                     (CUDA; 0 on the CPU) */
+    uint64_t calls[ENGINE_PARTS]; /* the calls asked of the engine, by part, on every engine
+                                    alike (engine.c counts them): forward and backward calls,
+                                    gradient clears, norms, AdamW calls, bf16-copy refreshes
+                                    (engine_params_changed), and the caller's marked stretches
+                                    (engine_profile_enter, outermost only) */
     int lost;                    /* parts not timed (CUDA: the event pool ran out) */
 };
 
@@ -130,6 +135,8 @@ struct engine {
     void *bwd_ctx;
     int (*tp_sum)(void *ctx, float *buf, size_t n);
     void *tp_ctx;
+    int profiling, marked;         /* between profile begin and end; caller's enters open */
+    uint64_t calls[ENGINE_PARTS];  /* engine_profile.calls so far */
     char err[512];
 };
 

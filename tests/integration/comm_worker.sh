@@ -39,10 +39,10 @@ check "2x2 ranks report step 4 with the same loss" test -n "$l0" -a "$l0" = "$l3
 profiled=0
 for r in 0 1 2 3; do
     [ "$(grep -c '^profile step' "$tmp/ok$r.log")" = 1 ] &&
-        grep -qE '^profile step 3: [0-9.]+ ms on the engine: compute [0-9.]+, .* norm [0-9.]+, adamw [0-9.]+, .* idle -?[0-9.]+ ms' "$tmp/ok$r.log" &&
+        grep -qE '^profile step 3: [0-9.]+ ms on the engine: compute [0-9.]+, .* norm [0-9.]+, adamw [0-9.]+, .* idle -?[0-9.]+ ms.*; calls: compute [1-9][0-9]*, .* norm 1, adamw [1-9][0-9]*, ' "$tmp/ok$r.log" &&
         profiled=$((profiled + 1))
 done
-check "--profile-step 3: every rank prints step 3's engine time by part, once" test $profiled = 4
+check "--profile-step 3: every rank prints step 3's engine time and calls by part, once" test $profiled = 4
 [ $ok = 1 ] || tail -3 "$tmp"/ok*.log
 
 # 2. kill one process mid-run: the others fail with an error naming a peer, well within the timeout

@@ -192,6 +192,23 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
                 q->ms[ENGINE_PART_ADAMW], q->ms[ENGINE_PART_MASTERS], parts);
         res.bad = 1;
     }
+    /* the profiled step's calls: a forward and a backward per micro-batch, one clear, one norm;
+     * with one replica and fp32 parameters AdamW is one pass over the stage (the last stage's
+     * tied embedding apart), not one per bucket, and nothing marks the parameters changed (the
+     * engine's AdamW wrote them); the GPU's optimizer time rests on that (docs/gpu.md) */
+    unsigned long long k[ENGINE_PARTS];
+    for (int i = 0; i < ENGINE_PARTS; i++)
+        k[i] = q->calls[i];
+    int one_pass = ra->D > 1 || ra->bf16 ||
+                   (k[ENGINE_PART_ADAMW] <= 2 && k[ENGINE_PART_BF16_COPY] == 0 && res.buckets > 2);
+    if (ra->profile && (k[ENGINE_PART_COMPUTE] != 2ull * (unsigned)(MG / ra->D) ||
+                        k[ENGINE_PART_ZEROING] != 1 || k[ENGINE_PART_NORM] != 1 || !one_pass)) {
+        fprintf(stderr, "rank %d: profiled step's calls: compute %llu (want %d), zeroing %llu, "
+                "norm %llu, adamw %llu, bf16 copy %llu (%d buckets)\n", rank,
+                k[ENGINE_PART_COMPUTE], 2 * (MG / ra->D), k[ENGINE_PART_ZEROING],
+                k[ENGINE_PART_NORM], k[ENGINE_PART_ADAMW], k[ENGINE_PART_BF16_COPY], res.buckets);
+        res.bad = 1;
+    }
     if (res.nsteps != ra->steps) {
         fprintf(stderr, "rank %d: %ld steps reported, want %ld\n", rank, res.nsteps, ra->steps);
         res.bad = 1;
