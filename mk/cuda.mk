@@ -210,25 +210,31 @@ $(GB)/host/tests/%: $(GB)/host/tests/unit/%.o $(GPU_HOST_OBJ) $(GPU_HOST_TEST_UT
 	@$(CC) -o $@ $^ -fopenmp -lm -lpthread
 # Kernels run on the host (tests/unit/*_emu.cc on tests/unit/kernel_emu.h): the same source as the
 # GPU's, its barriers and warp-wide operations emulated; no nvcc, no GPU. Flash attention's
-# mma.sync kernels (ldmatrix and mma as the PTX ISA lays them out), LayerNorm's and the column sums.
+# mma.sync kernels (ldmatrix and mma as the PTX ISA lays them out), LayerNorm's and the column sums,
+# the optimizer's (AdamW over spans, the sums of squares).
 FLASH_EMU := $(GB)/host/flash_mma_emu
 LAYERNORM_EMU := $(GB)/host/layernorm_emu
+ADAMW_EMU := $(GB)/host/adamw_emu
 $(FLASH_EMU): noderuntime/engine/cuda/flash_mma_kernels.cuh noderuntime/engine/cuda/flash_plan.h
 $(LAYERNORM_EMU): noderuntime/engine/cuda/layernorm_kernels.cuh noderuntime/engine/cuda/colsum_plan.h
+$(ADAMW_EMU): noderuntime/engine/cuda/adamw_kernels.cuh noderuntime/engine/cuda/block_sum.cuh \
+              noderuntime/engine/cuda/adamw_math.h noderuntime/engine/optimizer.h
 EMU_CXX = @mkdir -p $(dir $@); echo "  CXX     $< (kernels emulated on the host$(2))"; \
     $(CXX) -std=c++17 -O2 -g $(WARN) -Wno-unknown-pragmas $(if $(filter true,$(CI)),-Werror) \
-    -pthread $(1) -Inoderuntime/engine -o $@ $<
+    -pthread $(1) -Inoderuntime/engine -Icommon -o $@ $<
 $(GB)/host/%_emu: tests/unit/%_emu.cc tests/unit/kernel_emu.h
 	$(call EMU_CXX)
 # the same LayerNorm kernels in the fp32 build's types
 $(LAYERNORM_EMU)_fp32: tests/unit/layernorm_emu.cc tests/unit/kernel_emu.h \
                        noderuntime/engine/cuda/layernorm_kernels.cuh noderuntime/engine/cuda/colsum_plan.h
 	$(call EMU_CXX,-DEMU_FP32, in fp32)
-.PHONY: flash-emu-check layernorm-emu-check
+.PHONY: flash-emu-check layernorm-emu-check adamw-emu-check
 flash-emu-check: $(FLASH_EMU)
 	@$(FLASH_EMU)
 layernorm-emu-check: $(LAYERNORM_EMU) $(LAYERNORM_EMU)_fp32
 	@$(LAYERNORM_EMU) && $(LAYERNORM_EMU)_fp32
+adamw-emu-check: $(ADAMW_EMU)
+	@$(ADAMW_EMU)
 .PHONY: gpu-host-check
 gpu-host-check: $(GPU_HOST_TESTS)
 	@for t in $(GPU_HOST_TESTS); do $$t || exit 1; done

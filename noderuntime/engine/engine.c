@@ -213,19 +213,24 @@ int engine_sq_norm(struct engine *en, const float *base, const size_t *lo, const
     return en->ops->sq_norm(en, base, lo, hi, n, out, e);
 }
 
-int engine_adamw(struct engine *en, const struct adamw_config *o, size_t lo, size_t hi, float *p,
-                 const float *g, float *m, float *v, float lr, long step, float grad_scale,
-                 herr *e)
+int engine_adamw(struct engine *en, const struct adamw_config *o, const struct adamw_span *sp,
+                 int n, float lr, long step, float grad_scale, herr *e)
 {
-    if (lo > hi || hi > engine_num_params(en))
-        return herr_set(e, "AdamW: parameter range [%zu, %zu) is outside the stage's %zu", lo, hi,
-                        engine_num_params(en));
+    if (n < 0 || n > ENGINE_ADAMW_SPANS)
+        return herr_set(e, "AdamW: %d spans (at most %d a call)", n, ENGINE_ADAMW_SPANS);
+    int work = 0;
+    for (int i = 0; i < n; i++) {
+        if (sp[i].lo > sp[i].hi || sp[i].hi > engine_num_params(en))
+            return herr_set(e, "AdamW: span %d's parameter range [%zu, %zu) is outside the "
+                            "stage's %zu", i, sp[i].lo, sp[i].hi, engine_num_params(en));
+        work |= sp[i].hi > sp[i].lo;
+    }
     if (step < 1)
         return herr_set(e, "AdamW: steps count from 1 (got %ld)", step);
-    if (hi == lo)
+    if (!work)
         return 0;
     count_call(en, ENGINE_PART_ADAMW);
-    return en->ops->adamw(en, o, lo, hi, p, g, m, v, lr, step, grad_scale, e);
+    return en->ops->adamw(en, o, sp, n, lr, step, grad_scale, e);
 }
 
 void engine_params_changed(struct engine *en, size_t lo, size_t hi)

@@ -104,9 +104,8 @@ struct engine_ops {
     int (*loss_take)(struct engine *en, float *sum, herr *e);
     int (*sq_norm)(struct engine *en, const float *base, const size_t *lo, const size_t *hi,
                    int n, double *out, herr *e);
-    int (*adamw)(struct engine *en, const struct adamw_config *o, size_t lo, size_t hi, float *p,
-                 const float *g, float *m, float *v, float lr, long step, float grad_scale,
-                 herr *e);
+    int (*adamw)(struct engine *en, const struct adamw_config *o, const struct adamw_span *sp,
+                 int n, float lr, long step, float grad_scale, herr *e);
     void (*params_changed)(struct engine *en, size_t lo, size_t hi);
     int (*params_upload)(struct engine *en, herr *e);
     int (*params_download)(struct engine *en, herr *e);
@@ -184,13 +183,14 @@ int engine_loss_take(struct engine *en, float *sum, herr *e);
  * gradients), in a fixed order (double accumulation): one host wait. */
 int engine_sq_norm(struct engine *en, const float *base, const size_t *lo, const size_t *hi,
                    int n, double *out, herr *e);
-/* AdamW (optimizer.h's adamw_update_at) over parameters [lo, hi): p, g, m, v in engine memory,
- * element 0 of each belongs to parameter lo. Queued on the compute lane. When p is
+/* AdamW (optimizer.h's adamw_update_at) over n spans (at most ENGINE_ADAMW_SPANS; empty ones
+ * skipped): each span's p, g, m, v in engine memory, element 0 of each belonging to its parameter
+ * lo. One pass: queued on the compute lane as one launch on a GPU. Where a span's p is
  * engine_params + lo the engine refreshes whatever it computes with; otherwise the caller calls
  * engine_params_changed once it has written the parameters. */
-int engine_adamw(struct engine *en, const struct adamw_config *o, size_t lo, size_t hi, float *p,
-                 const float *g, float *m, float *v, float lr, long step, float grad_scale,
-                 herr *e);
+#define ENGINE_ADAMW_SPANS 48
+int engine_adamw(struct engine *en, const struct adamw_config *o, const struct adamw_span *sp,
+                 int n, float lr, long step, float grad_scale, herr *e);
 /* engine_params [lo, hi) were written by someone else (a gather, a load), in the compute lane's
  * order: what the engine derives from them (a bf16 copy) is refreshed before it reads them. */
 void engine_params_changed(struct engine *en, size_t lo, size_t hi);

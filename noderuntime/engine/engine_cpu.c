@@ -144,15 +144,17 @@ static int cpu_sq_norm(struct engine *en, const float *base, const size_t *lo, c
     return 0;
 }
 
-static int cpu_adamw(struct engine *en, const struct adamw_config *o, size_t lo, size_t hi,
-                     float *p, const float *g, float *m, float *v, float lr, long step,
-                     float grad_scale, herr *e)
+static int cpu_adamw(struct engine *en, const struct adamw_config *o, const struct adamw_span *sp,
+                     int n, float lr, long step, float grad_scale, herr *e)
 {
     (void)e;
     const struct gpt_tensor *tens;
     int nt = gpt_stage_tensors(en->host, &tens);
     cpu_profile_enter(en, ENGINE_PART_ADAMW);
-    adamw_update_at(o, tens, nt, p, g, m, v, lo, hi, lr, step, grad_scale);
+    for (int i = 0; i < n; i++)
+        if (sp[i].hi > sp[i].lo)
+            adamw_update_at(o, tens, nt, sp[i].p, sp[i].g, sp[i].m, sp[i].v, sp[i].lo, sp[i].hi,
+                            lr, step, grad_scale);
     cpu_profile_leave(en);
     return 0;
 }

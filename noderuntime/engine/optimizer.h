@@ -12,6 +12,15 @@ struct adamw_config {
     float beta1, beta2, eps, weight_decay; /* e.g. 0.9, 0.95, 1e-8, 0.1 */
 };
 
+/* A piece of one AdamW pass (an engine's, a ZeRO shard's): parameters [lo, hi) of the stage, with
+ * p, g, m and v each pointing at parameter lo's element (engine memory). */
+struct adamw_span {
+    size_t lo, hi;
+    float *p;
+    const float *g;
+    float *m, *v;
+};
+
 /* One AdamW step (PyTorch's torch.optim.AdamW) over params[lo, hi):
  *   g = grads[i] * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  *   p -= lr * (m / (1 - b1^step) / (sqrt(v / (1 - b2^step)) + eps) + wd * p)   (wd where decay)

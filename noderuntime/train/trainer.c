@@ -514,27 +514,51 @@ struct step_times {
     double dp_time;
 };
 
-/* AdamW on the owned shard [lo, hi) (at `off` in m and v): on the parameters, or on their fp32
- * masters when the replicas compute with bf16 parameters (zero_params_bf16; the all-gather then
- * rounds the shard into the parameters). */
-static int shard_update(struct worker *w, const float *g, size_t off, size_t lo, size_t hi,
-                        float lr, long step, float scale, herr *e)
+/* AdamW's spans for one engine call, and the buckets whose all-gathers wait for them. */
+struct shard_batch {
+    struct adamw_span sp[ENGINE_ADAMW_SPANS];
+    size_t glo[ENGINE_ADAMW_SPANS], ghi[ENGINE_ADAMW_SPANS];
+    int nsp, ng;
+};
+
+/* The span of the owned shard [lo, hi) (at `off` in m and v; g: its gradient's first element): on
+ * the parameters, or on their fp32 masters when the replicas compute with bf16 parameters
+ * (zero_params_bf16; the all-gather then rounds the shard into the parameters). */
+static struct adamw_span shard_span(struct worker *w, const float *g, size_t off, size_t lo,
+                                    size_t hi)
 {
     float *master = zero_master(w->z);
-    float *p = master ? master + off : engine_params(w->eng) + lo;
-    return engine_adamw(w->eng, &w->cfg->adamw, lo, hi, p, g, w->m + off, w->v + off, lr, step,
-                        scale, e);
+    struct adamw_span a = {lo, hi, master ? master + off : engine_params(w->eng) + lo, g,
+                           w->m + off, w->v + off};
+    return a;
+}
+
+/* The batch's AdamW (one engine call), then its buckets' gathers, in order. */
+static int batch_flush(struct worker *w, struct shard_batch *b, float lr, long step, float scale,
+                       herr *e)
+{
+    if (b->nsp && engine_adamw(w->eng, &w->cfg->adamw, b->sp, b->nsp, lr, step, scale, e) != 0)
+        return -1;
+    for (int i = 0; i < b->ng; i++)
+        if (zero_params_gather_part(w->z, b->glo[i], b->ghi[i], e) != 0)
+            return -1;
+    b->nsp = b->ng = 0;
+    return 0;
 }
 
 /* AdamW on every owned shard (but the last stage's embedding while its update waits for the
- * first stage's shard: tie_head_update), in forward order, each bucket's all-gather issued as soon
- * as its shard is updated. Shards that follow each other in the parameters and in m and v (every
- * one with one replica: zero.h lays the shards out in buffer order) are updated in one call, and
- * their buckets' gathers issued after it: one AdamW pass over the stage, not one per bucket. */
+ * first stage's shard: tie_head_update), in forward order, the buckets' all-gathers issued as
+ * their shards are updated. Shards that follow each other in the parameters and in m and v (every
+ * one with one replica: zero.h lays the shards out in buffer order) are one span: one AdamW pass
+ * over the stage, not one per bucket. With several replicas each bucket's shard is a span of its
+ * own, and up to ENGINE_ADAMW_SPANS of them go in one call (one launch on a GPU), their buckets'
+ * gathers after it. */
 static int update_shards(struct worker *w, float lr, long step, float scale, herr *e)
 {
     const float *g = engine_grads(w->eng);
-    size_t rlo = 0, rhi = 0, roff = 0; /* the run of shards not yet updated */
+    struct shard_batch bt;
+    bt.nsp = bt.ng = 0;
+    size_t rlo = 0, rhi = 0, roff = 0; /* the run of shards not yet in the batch */
     size_t glo = 0, ghi = 0;           /* the buckets whose gather waits for it */
     for (int b = zero_num_buckets(w->z) - 1; b >= -1; b--) {
         size_t blo = 0, bhi = 0, lo = 0, hi = 0, off = 0;
@@ -547,9 +571,13 @@ static int update_shards(struct worker *w, float lr, long step, float scale, her
         }
         int joins = !skip && ghi == blo && (hi == lo || rhi == rlo ||
                                             (lo == rhi && off == roff + (rhi - rlo)));
-        if (!joins && ghi > glo) { /* the run so far: its update, then its buckets' gathers */
-            if ((rhi > rlo && shard_update(w, g + rlo, roff, rlo, rhi, lr, step, scale, e) != 0) ||
-                zero_params_gather_part(w->z, glo, ghi, e) != 0)
+        if (!joins && ghi > glo) { /* the run so far into the batch */
+            if (rhi > rlo)
+                bt.sp[bt.nsp++] = shard_span(w, g + rlo, roff, rlo, rhi);
+            bt.glo[bt.ng] = glo;
+            bt.ghi[bt.ng++] = ghi;
+            if ((bt.nsp == ENGINE_ADAMW_SPANS || bt.ng == ENGINE_ADAMW_SPANS) &&
+                batch_flush(w, &bt, lr, step, scale, e) != 0)
                 return -1;
             rlo = rhi = roff = 0;
             glo = ghi = 0;
@@ -566,7 +594,7 @@ static int update_shards(struct worker *w, float lr, long step, float scale, her
         if (hi > lo)
             rhi = hi;
     }
-    return 0;
+    return batch_flush(w, &bt, lr, step, scale, e);
 }
 
 /* ---------- the tied embedding ----------
@@ -687,6 +715,8 @@ static int tie_head_update(struct worker *w, herr *e)
     w->tie_params_due = 0;
     if (tie_recv(w, e) != 0)
         return -1;
+    struct shard_batch bt;
+    bt.nsp = bt.ng = 0;
     for (int i = 0, j; i < w->ntie; i = j) {
         j = tie_run_end(w, i);
         const struct tie_shard *t = &w->tie[i];
@@ -698,10 +728,15 @@ static int tie_head_update(struct worker *w, herr *e)
         int rc = devmem_copy(w->mem, NULL, g, w->tie_out + t->at, n * sizeof *g, e) != 0 ||
                  devmem_add_f32(w->mem, NULL, g, w->tie_in + t->at, n, e) != 0;
         engine_profile_leave(w->eng);
-        if (rc || shard_update(w, g, off, t->lo, t->lo + n, w->tie_lr, w->tie_step, w->tie_scale,
-                               e) != 0)
+        if (rc)
+            return herr_wrap(e, "tied embedding update");
+        bt.sp[bt.nsp++] = shard_span(w, g, off, t->lo, t->lo + n);
+        if (bt.nsp == ENGINE_ADAMW_SPANS &&
+            batch_flush(w, &bt, w->tie_lr, w->tie_step, w->tie_scale, e) != 0)
             return herr_wrap(e, "tied embedding update");
     }
+    if (batch_flush(w, &bt, w->tie_lr, w->tie_step, w->tie_scale, e) != 0)
+        return herr_wrap(e, "tied embedding update");
     return zero_params_gather_part(w->z, w->wte_off, w->wte_off + w->wte_n, e);
 }
 

@@ -1,8 +1,8 @@
 # The CUDA engine builds (compile and link only; CI has no GPU): `make cuda` for sm_80 + sm_90 in
 # fp32 and bf16, the binaries need none of the libraries GPU machines lack, the GPU build's CPU
 # reference (OpenBLAS/zlib stand-ins) passes the CPU engine's tests, and without a GPU test_gpu
-# stops with a clear message; flash attention's mma.sync kernels and LayerNorm's kernels emulated
-# on the host (g++ only).
+# stops with a clear message; flash attention's mma.sync kernels, LayerNorm's kernels and the
+# optimizer's emulated on the host (g++ only).
 # The planner's memory model is held against the engine's count (memory_model.py).
 # Skips the nvcc parts when nvcc is missing; runs in one pass (once_per_run).
 source "$(dirname "$0")/lib.bash"
@@ -14,20 +14,23 @@ log=$(mktemp /tmp/holmes-cuda.XXXXXX)
 trap 'rm -f "$log" "$log.fatbin"' EXIT
 GB=build/cuda
 
-# flash attention's mma.sync kernels, emulated on the host (needs only g++): against a plain
-# attention, whole sequences and slices, every head size
-if make --no-print-directory flash-emu-check >"$log" 2>&1 && ! grep -q '^FAIL' "$log"; then
-    pass "cuda.flash_mma_emulated ($(grep -c '^PASS' "$log") checks of flash_mma_kernels.cuh on the host)"
-else
-    fail "cuda.flash_mma_emulated" "$(grep '^FAIL' "$log" | head -5 | tr '\n' ' ') $(tail -3 "$log" | tr '\n' ' ')"
-fi
-# LayerNorm's kernels and the column sums, emulated likewise: against LayerNorm in double, the
-# finish held to its fixed order bit for bit
-if make --no-print-directory layernorm-emu-check >"$log" 2>&1 && ! grep -q '^FAIL' "$log"; then
-    pass "cuda.layernorm_emulated ($(grep -c '^PASS' "$log") checks of layernorm_kernels.cuh on the host)"
-else
-    fail "cuda.layernorm_emulated" "$(grep '^FAIL' "$log" | head -5 | tr '\n' ' ') $(tail -3 "$log" | tr '\n' ' ')"
-fi
+# Kernels emulated on the host (needs only g++): `make TARGET` must print no FAIL line.
+emulated() { # check-name make-target kernels-file
+    if make --no-print-directory "$2" >"$log" 2>&1 && ! grep -q '^FAIL' "$log"; then
+        pass "$1 ($(grep -c '^PASS' "$log") checks of $3 on the host)"
+    else
+        fail "$1" "$(grep '^FAIL' "$log" | head -5 | tr '\n' ' ') $(tail -3 "$log" | tr '\n' ' ')"
+    fi
+}
+# flash attention's mma.sync kernels: against a plain attention, whole sequences and slices,
+# every head size
+emulated cuda.flash_mma_emulated flash-emu-check flash_mma_kernels.cuh
+# LayerNorm's kernels and the column sums: against LayerNorm in double, the finish held to its
+# fixed order bit for bit
+emulated cuda.layernorm_emulated layernorm-emu-check layernorm_kernels.cuh
+# the optimizer's: AdamW over spans bit for bit against its formula, the sums of squares in their
+# documented order, spans and ranges cut into launches as adamw.cu cuts them
+emulated cuda.adamw_emulated adamw-emu-check adamw_kernels.cuh
 if [ ! -x "$NVCC" ]; then
     NVCC=$(command -v nvcc) || { echo "# cuda build: no nvcc, the rest skipped"; exit 0; }
 fi

@@ -42,7 +42,7 @@ struct dim3e {
 };
 static dim3e gridDim, blockIdx, blockDim;
 
-static const int MAXT = 256; /* threads a block, at most */
+static const int MAXT = 1024; /* threads a block, at most (as on the GPU) */
 struct emu_thread {
     ucontext_t ctx;
     dim3e idx;

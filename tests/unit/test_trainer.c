@@ -51,6 +51,7 @@ struct run_arg {
     int bf16;           /* parameters gathered and computed with in bf16 (fp32 masters) */
     int emulated;       /* the engine's memory staged as a device's (devmem_emulated) */
     long profile;       /* trainer_config.profile_step (0: none) */
+    size_t bucket;      /* trainer_config.bucket_floats (0: the tests' 3,000) */
 };
 
 struct result {
@@ -133,6 +134,8 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
     c.param_wire = ra->bf16 ? DTYPE_BF16 : DTYPE_FP32;
     c.emulate_device = ra->emulated;
     c.profile_step = ra->profile;
+    if (ra->bucket)
+        c.bucket_floats = ra->bucket;
     int die[2] = {ra->die_rank == rank ? 0 : -1, 3 * (MG / ra->D) + 1};
     struct trainer_data data = {die, batch};
     struct trainer_hooks hooks = {&res, on_step, NULL, ra->steps == STEPS ? on_end : NULL, NULL};
@@ -193,14 +196,23 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
         res.bad = 1;
     }
     /* the profiled step's calls: a forward and a backward per micro-batch, one clear, one norm;
-     * with one replica and fp32 parameters AdamW is one pass over the stage (the last stage's
-     * tied embedding apart), not one per bucket, and nothing marks the parameters changed (the
-     * engine's AdamW wrote them); the GPU's optimizer time rests on that (docs/gpu.md) */
+     * AdamW is one pass over the stage's shards, whatever the buckets: one call for up to
+     * ENGINE_ADAMW_SPANS of them (the last stage's tied embedding apart), not one per bucket; with
+     * one replica and fp32 parameters nothing marks the parameters changed (the engine's AdamW
+     * wrote them). The GPU's optimizer time rests on that (docs/gpu.md). */
     unsigned long long k[ENGINE_PARTS];
     for (int i = 0; i < ENGINE_PARTS; i++)
         k[i] = q->calls[i];
-    int one_pass = ra->D > 1 || ra->bf16 ||
-                   (k[ENGINE_PART_ADAMW] <= 2 && k[ENGINE_PART_BF16_COPY] == 0 && res.buckets > 2);
+    unsigned long long passes = (unsigned long long)(res.buckets + ENGINE_ADAMW_SPANS - 1) /
+                                ENGINE_ADAMW_SPANS;
+    int one_pass = res.buckets > 2 && k[ENGINE_PART_ADAMW] >= 1 &&
+                   k[ENGINE_PART_ADAMW] <= passes + 1 &&
+                   (ra->D > 1 || ra->bf16 || k[ENGINE_PART_BF16_COPY] == 0);
+    if (getenv("TRAINER_VERBOSE") && ra->profile)
+        fprintf(stderr, "rank %d: %d buckets, calls: compute %llu, zeroing %llu, norm %llu, adamw "
+                "%llu, bf16 copy %llu\n", rank, res.buckets, k[ENGINE_PART_COMPUTE],
+                k[ENGINE_PART_ZEROING], k[ENGINE_PART_NORM], k[ENGINE_PART_ADAMW],
+                k[ENGINE_PART_BF16_COPY]);
     if (ra->profile && (k[ENGINE_PART_COMPUTE] != 2ull * (unsigned)(MG / ra->D) ||
                         k[ENGINE_PART_ZEROING] != 1 || k[ENGINE_PART_NORM] != 1 || !one_pass)) {
         fprintf(stderr, "rank %d: profiled step's calls: compute %llu (want %d), zeroing %llu, "
@@ -293,30 +305,37 @@ int main(void)
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
         if (only && atoi(only) != (int)i)
             continue;
-        struct run_arg ra = {layouts[i].P, layouts[i].D, layouts[i].s, STEPS, NULL, -1, 0, 0, 0, 5};
+        struct run_arg ra = {layouts[i].P, layouts[i].D, layouts[i].s, STEPS, NULL, -1, 0, 0, 0, 5,
+                             0};
         char name[128];
         snprintf(name, sizeof name, "pipeline %d x data %d (%s): 20 step losses and final params "
                  "match one process; step 5 profiled by part", ra.P, ra.D,
                  schedule_name(ra.sched));
         CHECK_INT(name, run_group(ra.P * ra.D, worker, &ra, -1, 120), 0);
     }
+    /* buckets of 200 floats: more shards a stage than one AdamW call takes (ENGINE_ADAMW_SPANS),
+     * the tied embedding's too, so the optimizer's calls are cut and their gathers follow each */
+    struct run_arg small = {2, 2, SCHED_1F1B, STEPS, NULL, -1, 0, 0, 0, 5, 200};
+    CHECK_INT("pipeline 2 x data 2, 200-float buckets: losses and final params match one process; "
+              "AdamW in calls of up to 48 shards", run_group(4, worker, &small, -1, 120), 0);
     /* resume: run 7 steps (checkpoint at 5 and 7), then the rest; must match the reference */
-    check_resume("", (struct run_arg){2, 2, SCHED_1F1B, 0, NULL, -1, 0, 0, 0, 0});
+    check_resume("", (struct run_arg){2, 2, SCHED_1F1B, 0, NULL, -1, 0, 0, 0, 0, 0});
     /* bf16 parameters (fp32 masters): the layout with every exchange (data-parallel shards, the
      * tied embedding between stages) against the bf16 reference, and a resume, whose checkpoint
      * must hold the masters (rounded parameters would not continue the same run) */
-    struct run_arg h = {2, 2, SCHED_1F1B, STEPS, NULL, -1, 0, 1, 0, 3};
+    struct run_arg h = {2, 2, SCHED_1F1B, STEPS, NULL, -1, 0, 1, 0, 3, 0};
     CHECK_INT("pipeline 2 x data 2, bf16 parameters: losses and final fp32 masters match one "
               "process; step 3 profiled by part", run_group(4, worker, &h, -1, 120), 0);
-    check_resume("bf16 parameters: ", (struct run_arg){2, 2, SCHED_1F1B, 0, NULL, -1, 0, 1, 0, 0});
+    check_resume("bf16 parameters: ",
+                 (struct run_arg){2, 2, SCHED_1F1B, 0, NULL, -1, 0, 1, 0, 0, 0});
     /* the engine's memory as a device's: every exchange staged through host buffers, as on a
      * GPU, with the same results (fp32 and bf16 parameters, and a resume) */
-    struct run_arg em = {2, 2, SCHED_1F1B, STEPS, NULL, -1, 0, 0, 1, 0};
+    struct run_arg em = {2, 2, SCHED_1F1B, STEPS, NULL, -1, 0, 0, 1, 0, 0};
     CHECK_INT("pipeline 2 x data 2 on the emulated device: losses and final params match one "
               "process", run_group(4, worker, &em, -1, 120), 0);
     check_resume("emulated device, bf16 parameters: ",
-                 (struct run_arg){2, 2, SCHED_GPIPE, 0, NULL, -1, 0, 1, 1, 0});
-    struct run_arg d = {2, 2, SCHED_1F1B, STEPS, NULL, 1, 0, 0, 0, 0};
+                 (struct run_arg){2, 2, SCHED_GPIPE, 0, NULL, -1, 0, 1, 1, 0, 0});
+    struct run_arg d = {2, 2, SCHED_1F1B, STEPS, NULL, 1, 0, 0, 0, 0, 0};
     CHECK_INT("a process dying mid-step fails every other with a clear error",
               run_group(4, worker, &d, -1, 60), 0);
     TEST_MAIN_END();

@@ -1,115 +1,36 @@
-/* The optimizer (llm.c's adamw.cuh and global_norm.cuh): AdamW over any range of the stage's
- * parameters (a ZeRO-1 shard), on the stage's buffers or on buffers held outside it, with
+/* The optimizer (llm.c's adamw.cuh and global_norm.cuh): AdamW over spans of the stage's
+ * parameters (ZeRO-1 shards), on the stage's buffers or on buffers held outside it, with
  * optimizer.h's formula (adamw_math.h), 16-byte loads and stores where the buffers allow, and
- * sums of squares in a fixed reduction order. Each block finds the tensor of its first element
- * once (the tensor table: where each ends, whether it decays); its threads step on from there. */
+ * sums of squares in a fixed reduction order; up to 48 spans or 128 ranges a launch. The kernels
+ * are adamw_kernels.cuh's (also run on the host by tests/unit/adamw_emu.cc). */
 #include "adamw_math.h"
 #include "stage.cuh"
-
-#define ADAMW_THREADS 256
-#define ADAMW_ELEMS 4 /* elements a thread, ADAMW_THREADS apart */
 
 namespace GPU_NS {
 
 namespace {
 
-/* AdamW over parameters [lo, hi): p, g, m, v point at element lo's; the tensor table seg_end
- * (ascending ends) and seg_decay gives weight decay; pX (bf16 mode, may be NULL) receives the
- * updated weights. A thread takes VEC consecutive elements (VEC 4: 16-byte loads and stores, the
- * four buffers 16-byte aligned), ADAMW_ELEMS times, ADAMW_THREADS * VEC apart; a block covers
- * ADAMW_THREADS * ADAMW_ELEMS * VEC elements. */
-template <int VEC>
-__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, floatX *pX,
-                             const size_t *seg_end, const int *seg_decay, int nseg, size_t lo,
-                             size_t hi, struct adamw_coef k, float wd, float gs)
-{
-    __shared__ int seg0;
-    size_t base = lo + (size_t)blockIdx.x * ADAMW_THREADS * ADAMW_ELEMS * VEC;
-    if (threadIdx.x == 0) { /* the tensor of the block's first element */
-        int a = 0, b = nseg - 1;
-        while (a < b) {
-            int mid = (a + b) / 2;
-            if (seg_end[mid] > base)
-                b = mid;
-            else
-                a = mid + 1;
-        }
-        seg0 = a;
-    }
-    __syncthreads();
-    int seg = seg0;
-    for (int e = 0; e < ADAMW_ELEMS; e++) {
-        size_t i0 = base + ((size_t)e * ADAMW_THREADS + threadIdx.x) * VEC;
-        if (i0 >= hi)
-            return;
-        size_t j0 = i0 - lo;
-        if (VEC == 4 && i0 + 3 < hi) {
-            float4 pp = *reinterpret_cast<const float4 *>(p + j0);
-            float4 gg = *reinterpret_cast<const float4 *>(g + j0);
-            float4 mm = *reinterpret_cast<const float4 *>(m + j0);
-            float4 vv = *reinterpret_cast<const float4 *>(v + j0);
-            float *pa = &pp.x, *ga = &gg.x, *ma = &mm.x, *va = &vv.x;
-            for (int q = 0; q < 4; q++) {
-                while (seg < nseg - 1 && i0 + q >= seg_end[seg])
-                    seg++;
-                adamw_elem(&k, &pa[q], &ma[q], &va[q], ga[q], gs, seg_decay[seg] ? wd : 0.0f);
-                if (pX)
-                    put(pX + j0 + q, pa[q]);
-            }
-            *reinterpret_cast<float4 *>(p + j0) = pp;
-            *reinterpret_cast<float4 *>(m + j0) = mm;
-            *reinterpret_cast<float4 *>(v + j0) = vv;
-            continue;
-        }
-        for (int q = 0; q < VEC && i0 + q < hi; q++) { /* VEC 1, or the range's last elements */
-            size_t j = j0 + q;
-            while (seg < nseg - 1 && i0 + q >= seg_end[seg])
-                seg++;
-            float pj = p[j], mj = m[j], vj = v[j];
-            adamw_elem(&k, &pj, &mj, &vj, g[j], gs, seg_decay[seg] ? wd : 0.0f);
-            p[j] = pj;
-            m[j] = mj;
-            v[j] = vj;
-            if (pX)
-                put(pX + j, pj);
-        }
-    }
-}
+/* 4 floats, 16-byte aligned */
+typedef float4 f4;
+__device__ __forceinline__ f4 load4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
+__device__ __forceinline__ void store4(float *p, f4 x) { *reinterpret_cast<float4 *>(p) = x; }
 
-/* fixed grid (SQ_BLOCKS blocks): partial[block] = sum of g[0, n)^2 over a grid-stride, in fp64 */
-__global__ void sq_partial_kernel(double *partial, const float *g, size_t n)
-{
-    double s = 0.0;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        s += (double)g[i] * g[i];
-    s = block_sum_fixed(s);
-    if (threadIdx.x == 0)
-        partial[blockIdx.x] = s;
-}
+#include "adamw_kernels.cuh"
 
-/* out[0] = the sum of partial[0, n) in a fixed order (one block) */
-__global__ void sq_final_kernel(double *out, const double *partial, size_t n)
-{
-    double s = 0.0;
-    for (size_t i = threadIdx.x; i < n; i += blockDim.x)
-        s += partial[i];
-    s = block_sum_fixed(s);
-    if (threadIdx.x == 0)
-        out[0] = s;
-}
-
-/* the squares of each range [lo[r], hi[r]) of base into sq_partial[r SQ_BLOCKS ...], their sum
- * on the device in a fixed order, read back: one synchronisation */
+/* the squares of each range [lo[r], hi[r]) of base into sq_partial (sq_blocks of each, in range
+ * order; up to SQ_LAUNCH_RANGES ranges a launch), their sum on the device in a fixed order, read
+ * back: one synchronisation */
 int sq_ranges(struct gpu_stage *s, const float *base, const size_t *lo, const size_t *hi, int n,
               double *out)
 {
     PROF(&s->x, GPU_PART_NORM);
     char *EB = s->err;
     size_t EN = sizeof s->err;
-    size_t need = (size_t)n * SQ_BLOCKS + 1;
+    size_t need = 1;
+    for (int r = 0; r < n; r++)
+        need += sq_blocks(hi[r] - lo[r]);
     *out = 0.0;
-    if (n == 0)
+    if (need == 1)
         return 0;
     if (need > s->sq_cap) { /* grown once: the trainer's ranges do not change */
         double *np = NULL;
@@ -119,13 +40,15 @@ int sq_ranges(struct gpu_stage *s, const float *base, const size_t *lo, const si
         s->sq_partial = np;
         s->sq_cap = need;
     }
-    for (int r = 0; r < n; r++) {
-        sq_partial_kernel<<<SQ_BLOCKS, 256, 0, s->x.stream>>>(s->sq_partial + (size_t)r * SQ_BLOCKS,
-                                                              base + lo[r], hi[r] - lo[r]);
+    size_t done = 0; /* partials written by the launches so far */
+    struct sq_launch L;
+    unsigned blocks;
+    for (int r = 0; (blocks = sq_next_launch(&L, base, lo, hi, n, &r)) > 0; done += blocks) {
+        sq_partial_kernel<<<blocks, SQ_THREADS, 0, s->x.stream>>>(s->sq_partial + done, L);
         LAUNCHED(s->x.stream);
     }
-    double *total = s->sq_partial + (size_t)n * SQ_BLOCKS;
-    sq_final_kernel<<<1, 1024, 0, s->x.stream>>>(total, s->sq_partial, (size_t)n * SQ_BLOCKS);
+    double *total = s->sq_partial + done;
+    sq_final_kernel<<<1, 1024, 0, s->x.stream>>>(total, s->sq_partial, done);
     LAUNCHED(s->x.stream);
     return d2h(s, out, total, sizeof *out);
 }
@@ -160,33 +83,41 @@ int adamw_table_upload(struct gpu_stage *s, char *EB, size_t EN)
     return 0;
 }
 
-int adamw_run(struct gpu_stage *s, const struct adamw_config *o, size_t lo, size_t hi, float *p,
-              const float *g, float *m, float *v, floatX *pX, float lr, long step,
-              float grad_scale)
+int adamw_spans(struct gpu_stage *s, const struct adamw_config *o, const struct adamw_span *sp,
+                int n, float lr, long step, float grad_scale)
 {
     PROF(&s->x, GPU_PART_OPTIMIZER);
     char *EB = s->err;
     size_t EN = sizeof s->err;
-    if (hi > s->nparams || lo > hi)
-        return stage_fail(s, "parameter range [%zu, %zu) is outside [0, %zu)", lo, hi, s->nparams);
+    if (n < 0)
+        return stage_fail(s, "AdamW: %d spans", n);
+    for (int i = 0; i < n; i++) {
+        if (sp[i].hi > s->nparams || sp[i].lo > sp[i].hi)
+            return stage_fail(s, "AdamW span %d: parameter range [%zu, %zu) is outside [0, %zu)", i,
+                              sp[i].lo, sp[i].hi, s->nparams);
+        if (sp[i].hi > sp[i].lo && (!sp[i].p || !sp[i].g || !sp[i].m || !sp[i].v))
+            return stage_fail(s, "AdamW span %d: p, g, m and v must be device buffers", i);
+    }
     if (step < 1)
         return stage_fail(s, "AdamW step counts from 1 (got %ld)", step);
-    if (hi == lo)
-        return 0;
     struct adamw_coef k = adamw_coef_make(lr, o->beta1, o->beta2, o->eps, step);
-    uintptr_t al = (uintptr_t)p | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v;
-    if (al % 16 == 0) {
-        size_t per = (size_t)ADAMW_THREADS * ADAMW_ELEMS * 4;
-        adamw_kernel<4><<<(unsigned)((hi - lo + per - 1) / per), ADAMW_THREADS, 0, s->x.stream>>>(
-            p, g, m, v, pX, s->seg_end, s->seg_decay, s->ntensors, lo, hi, k, o->weight_decay,
-            grad_scale);
-    } else {
-        size_t per = (size_t)ADAMW_THREADS * ADAMW_ELEMS;
-        adamw_kernel<1><<<(unsigned)((hi - lo + per - 1) / per), ADAMW_THREADS, 0, s->x.stream>>>(
-            p, g, m, v, pX, s->seg_end, s->seg_decay, s->ntensors, lo, hi, k, o->weight_decay,
-            grad_scale);
+#ifdef HOLMES_GPU_FP32
+    floatX *wX = NULL;
+#else
+    floatX *wX = s->wX; /* the stage's own parameters' bf16 copy, written in the same pass */
+#endif
+    struct adamw_launch L;
+    unsigned blocks;
+    int vec;
+    for (int i = 0; (blocks = adamw_next_launch(&L, sp, n, &i, s->params, wX, &vec)) > 0;) {
+        if (vec == 4)
+            adamw_kernel<4><<<blocks, ADAMW_THREADS, 0, s->x.stream>>>(
+                L, s->seg_end, s->seg_decay, s->ntensors, k, o->weight_decay, grad_scale);
+        else
+            adamw_kernel<1><<<blocks, ADAMW_THREADS, 0, s->x.stream>>>(
+                L, s->seg_end, s->seg_decay, s->ntensors, k, o->weight_decay, grad_scale);
+        LAUNCHED(s->x.stream);
     }
-    LAUNCHED(s->x.stream);
     return 0;
 }
 
@@ -228,13 +159,8 @@ int gpu_stage_adamw(struct gpu_stage *s, const struct adamw_config *o, size_t lo
     if (hi > s->nparams || lo > hi)
         return stage_fail(s, "parameter range [%zu, %zu) is outside [0, %zu)", lo, hi, s->nparams);
     OK(grads_materialise(s));
-#ifdef HOLMES_GPU_FP32
-    floatX *px = NULL;
-#else
-    floatX *px = s->wX + lo;
-#endif
-    return adamw_run(s, o, lo, hi, s->params + lo, s->grads + lo, s->m + lo, s->v + lo, px, lr,
-                     step, grad_scale);
+    struct adamw_span a = {lo, hi, s->params + lo, s->grads + lo, s->m + lo, s->v + lo};
+    return adamw_spans(s, o, &a, 1, lr, step, grad_scale);
 }
 
 int gpu_stage_adamw_ex(struct gpu_stage *s, const struct adamw_config *o, size_t lo, size_t hi,
@@ -243,14 +169,13 @@ int gpu_stage_adamw_ex(struct gpu_stage *s, const struct adamw_config *o, size_t
 {
     if (!p || !g || !m || !v)
         return stage_fail(s, "gpu_stage_adamw_ex: p, g, m and v must be device buffers");
-    if (hi > s->nparams || lo > hi)
-        return stage_fail(s, "parameter range [%zu, %zu) is outside [0, %zu)", lo, hi, s->nparams);
-#ifdef HOLMES_GPU_FP32
-    floatX *px = NULL;
-#else
-    /* the stage's own parameters: their bf16 copy written in the same pass (as gpu_stage_adamw
-     * does), instead of a refresh that reads them again before the next forward */
-    floatX *px = p == s->params + lo ? s->wX + lo : NULL;
-#endif
-    return adamw_run(s, o, lo, hi, p, g, m, v, px, lr, step, grad_scale);
+    struct adamw_span a = {lo, hi, p, g, m, v};
+    return adamw_spans(s, o, &a, 1, lr, step, grad_scale);
+}
+
+int gpu_stage_adamw_spans(struct gpu_stage *s, const struct adamw_config *o,
+                          const struct adamw_span *sp, int n, float lr, long step,
+                          float grad_scale)
+{
+    return adamw_spans(s, o, sp, n, lr, step, grad_scale);
 }

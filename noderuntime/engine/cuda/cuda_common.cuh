@@ -203,20 +203,7 @@ struct prof_scope {
 /* times the rest of the enclosing block as `part` (ctx: a gpu_ctx *) */
 #define PROF(ctx, part) GPU_NS::prof_scope PROF_CAT(prof_scope_, __LINE__)((ctx)->prof, (ctx)->stream, (part))
 
-/* Block-wide sum in fp64 (blockDim.x at most 1024 and a power of two), a fixed tree: the same
- * bits every run. Thread 0 gets the result. */
-__device__ inline double block_sum_fixed(double v)
-{
-    __shared__ double sh[1024];
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w)
-            sh[threadIdx.x] += sh[threadIdx.x + w];
-        __syncthreads();
-    }
-    return sh[0];
-}
+#include "block_sum.cuh"
 
 /* ---------------------------------------------------------------- the cuBLASLt context */
 

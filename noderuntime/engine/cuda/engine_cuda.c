@@ -258,15 +258,14 @@ static int cuda_sq_norm(struct engine *en, const float *base, const size_t *lo, 
     return 0;
 }
 
-static int cuda_adamw(struct engine *en, const struct adamw_config *o, size_t lo, size_t hi,
-                      float *p, const float *g, float *m, float *v, float lr, long step,
-                      float grad_scale, herr *e)
+static int cuda_adamw(struct engine *en, const struct adamw_config *o, const struct adamw_span *sp,
+                      int n, float lr, long step, float grad_scale, herr *e)
 {
     struct cuda_engine *c = ce_of(en);
-    /* on the stage's own parameters (p == en->params + lo) the same pass writes their bf16 copy:
-     * nothing to refresh before the next forward */
+    /* spans on the stage's own parameters (p == en->params + lo): the same pass writes their
+     * bf16 copy, nothing to refresh before the next forward */
     if (cudaSetDevice(c->device) != cudaSuccess ||
-        gpu_stage_adamw_ex(c->g, o, lo, hi, p, g, m, v, lr, step, grad_scale) != 0)
+        gpu_stage_adamw_spans(c->g, o, sp, n, lr, step, grad_scale) != 0)
         return stage_err(en, e, "AdamW");
     return 0;
 }

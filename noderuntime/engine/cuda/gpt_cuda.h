@@ -65,6 +65,7 @@ extern "C" {
 #define gpu_stage_params_changed GPU_API(stage_params_changed)
 #define gpu_stage_loss_take GPU_API(stage_loss_take)
 #define gpu_stage_adamw_ex GPU_API(stage_adamw_ex)
+#define gpu_stage_adamw_spans GPU_API(stage_adamw_spans)
 #define gpu_stage_sq_norm_ranges GPU_API(stage_sq_norm_ranges)
 #define gpu_stage_free GPU_API(stage_free)
 #define gpu_stage_config GPU_API(stage_config)
@@ -197,6 +198,11 @@ int gpu_stage_loss_take(struct gpu_stage *s, float *sum);
 int gpu_stage_adamw_ex(struct gpu_stage *s, const struct adamw_config *o, size_t lo, size_t hi,
                        float *p, const float *g, float *m, float *v, float lr, long step,
                        float grad_scale);
+/* The same over n spans (optimizer.h), in as few launches as the kernel's parameter holds (48
+ * spans a launch): a ZeRO shard cut into one piece per bucket is a few dozen launches. */
+int gpu_stage_adamw_spans(struct gpu_stage *s, const struct adamw_config *o,
+                          const struct adamw_span *sp, int n, float lr, long step,
+                          float grad_scale);
 /* Sum of squares of base[lo[i], hi[i]) over the n ranges (device memory), fp64, a fixed order of
  * reduction: one wait. */
 int gpu_stage_sq_norm_ranges(struct gpu_stage *s, const float *base, const size_t *lo,

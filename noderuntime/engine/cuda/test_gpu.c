@@ -18,6 +18,8 @@
  *   gpu.vs_cpu.hs64  head size 64 (GPT-2's: flash attention's main case), T = max_seq = 80 (not
  *                    a multiple of its 64-row tiles), an odd batch
  *   gpu.adamw.isolated  AdamW alone, the GPU's and the CPU's on identical inputs, to fp32 rounding
+ *   gpu.adamw.spans  AdamW over ~100 ZeRO shards in one call = one call per shard, bit for bit;
+ *                    their squares summed over ranges = the CPU's sum
  *   gpu.flash.*      flash attention (bf16), both kernel sets (wmma: flash.cu, mma: flash_mma.cu)
  *                    = the materialised attention, and deterministic; HOLMES_FLASH=mma runs
  *                    every other check on the mma kernels
@@ -384,6 +386,122 @@ out:
     free(pg);
     free(mg);
     free(vg);
+    gpu_stage_free(gs);
+    gpt_stage_free(cs);
+}
+
+/* AdamW over many spans in one call (gpu.adamw.spans): a replica's ZeRO shards of ~100 buckets,
+ * the moments laid out shard after shard as zero.c does, on buffers held apart. The one call
+ * (several launches of up to 48 spans) must give, bit for bit, what one call per span gives (the
+ * same formula element by element, another launch geometry), and both the CPU's update to fp32
+ * rounding; the squares of the same ranges summed by gpu_stage_sq_norm_ranges (128 ranges a
+ * launch) within 1e-12 of the CPU's sum in double. */
+static void test_adamw_spans(void)
+{
+    struct gpt_config c = tiny();
+    herr e;
+    struct gpu_stage *gs = NULL;
+    struct gpt_stage *cs = NULL;
+    if (gpu_stage_create(&gs, &c, 0, c.layers, 1, 4, 1, GPU_NO_MOMENTS, &e) < 0 ||
+        gpt_stage_create(&cs, &c, 0, c.layers, 1, 4, 1, &e) < 0) {
+        TEST_FAIL("gpu.adamw.spans", "%s", e.msg);
+        gpu_stage_free(gs);
+        return;
+    }
+    size_t n = gpu_stage_num_params(gs), bucket = n / 97 + 1;
+    int D = 3, r = 1, ns = 0;
+    const struct gpt_tensor *t;
+    int nt = gpt_stage_tensors(cs, &t);
+    struct adamw_config o = {0.9f, 0.95f, 1e-8f, 0.1f};
+    struct adamw_span sp1[128], sp2[128];
+    size_t lo[128], hi[128], off = 0;
+    float *h = malloc(6 * n * sizeof(float)), *d = NULL;
+    if (!h || cudaMalloc((void **)&d, 8 * n * sizeof(float)) != cudaSuccess) {
+        TEST_FAIL("gpu.adamw.spans", "out of memory");
+        goto out;
+    }
+    /* host: p g m v, then the two results; device: p1 p2 g m1 m2 v1 v2 (moments compacted) */
+    for (size_t i = 0; i < n; i++) {
+        h[i] = (float)(rand_below(2000) - 1000) * 4e-5f;
+        h[n + i] = (float)(rand_below(2000) - 1000) * 1e-5f;
+        h[2 * n + i] = (float)(rand_below(2000) - 1000) * 1e-6f;
+        h[3 * n + i] = (float)rand_below(1000) * 1e-10f + 1e-12f;
+    }
+    float *p1 = d, *p2 = d + n, *g = d + 2 * n, *m1 = d + 3 * n, *m2 = d + 4 * n, *v1 = d + 5 * n,
+          *v2 = d + 6 * n;
+    for (size_t b = n; b > 0 && ns < 128;) { /* bucket 0 at the end, as zero.c cuts them */
+        size_t blo = b > bucket ? b - bucket : 0, part = (b - blo) / (size_t)D;
+        lo[ns] = blo + part * (size_t)r;
+        hi[ns] = lo[ns] + part;
+        ns++;
+        b = blo;
+    }
+    for (int j = ns - 1; j >= 0; j--) { /* the shards in buffer order in the moments */
+        sp1[j] = (struct adamw_span){lo[j], hi[j], p1 + lo[j], g + lo[j], m1 + off, v1 + off};
+        sp2[j] = (struct adamw_span){lo[j], hi[j], p2 + lo[j], g + lo[j], m2 + off, v2 + off};
+        off += hi[j] - lo[j];
+    }
+    if (cudaMemcpy(p1, h, n * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(p2, h, n * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(g, h + n, n * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(m1, h + 2 * n, n * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(m2, h + 2 * n, n * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(v1, h + 3 * n, n * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(v2, h + 3 * n, n * 4, cudaMemcpyHostToDevice) != cudaSuccess) {
+        TEST_FAIL("gpu.adamw.spans", "copies to the device");
+        goto out;
+    }
+    int rc = gpu_stage_adamw_spans(gs, &o, sp1, ns, 1e-3f, 4, 0.9f);
+    for (int j = 0; j < ns && rc == 0; j++)
+        rc = gpu_stage_adamw_ex(gs, &o, lo[j], hi[j], (float *)sp2[j].p, sp2[j].g, sp2[j].m,
+                                sp2[j].v, 1e-3f, 4, 0.9f);
+    double sq = 0.0, want = 0.0;
+    if (rc == 0)
+        rc = gpu_stage_sq_norm_ranges(gs, g, lo, hi, ns, &sq);
+    if (rc < 0 || gpu_stage_sync(gs) < 0) {
+        TEST_FAIL("gpu.adamw.spans", "%s", gpu_stage_error(gs));
+        goto out;
+    }
+    if (cudaMemcpy(h + 4 * n, d, 2 * n * 4, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        TEST_FAIL("gpu.adamw.spans", "copy back");
+        goto out;
+    }
+    size_t differ = 0;
+    double worst = 0.0;
+    off = 0;
+    for (int j = ns - 1; j >= 0; j--) { /* the CPU's update of the same shard, moments apart */
+        size_t w = hi[j] - lo[j];
+        float *pc = h + lo[j], *mc = h + 2 * n + off, *vc = h + 3 * n + off;
+        float *p0 = malloc(w * 4);
+        if (!p0) {
+            TEST_FAIL("gpu.adamw.spans", "out of memory");
+            goto out;
+        }
+        memcpy(p0, pc, w * 4);
+        adamw_update_at(&o, t, nt, pc, h + n + lo[j], mc, vc, lo[j], hi[j], 1e-3f, 4, 0.9f);
+        for (size_t i = 0; i < w; i++) {
+            float a = h[4 * n + lo[j] + i], b = h[5 * n + lo[j] + i];
+            differ += memcmp(&a, &b, sizeof a) != 0;
+            double step = fabs((double)p0[i] - pc[i]);
+            worst = fmax(worst, fabs((double)a - pc[i]) / (fabs((double)p0[i]) + 1e-3 + step));
+        }
+        free(p0);
+        for (size_t i = lo[j]; i < hi[j]; i++)
+            want += (double)h[n + i] * h[n + i];
+        off += w;
+    }
+    if (differ == 0 && worst <= 1e-6)
+        TEST_PASS("gpu.adamw.spans");
+    else
+        TEST_FAIL("gpu.adamw.spans", "%d spans: %zu parameters differ from one call per span; "
+                  "against the CPU %.3g > 1e-6", ns, differ, worst);
+    if (fabs(sq - want) <= 1e-12 * want)
+        TEST_PASS("gpu.adamw.spans_norm");
+    else
+        TEST_FAIL("gpu.adamw.spans_norm", "%d ranges: %.17g against the CPU's %.17g", ns, sq, want);
+out:
+    cudaFree(d);
+    free(h);
     gpu_stage_free(gs);
     gpt_stage_free(cs);
 }
@@ -1490,6 +1608,7 @@ int main(int argc, char **argv)
     if (!quick) {
         test_vs_cpu("gpu.vs_cpu.max_seq", tiny(), 3, 32, 0); /* T = max_seq, odd batch */
         test_adamw_isolated();
+        test_adamw_spans();
         test_two_stage();
         test_recompute();
         test_slices();
