@@ -6,8 +6,9 @@
  *   - AdamW over spans, bit for bit against adamw_math.h's formula applied element by element on
  *     the host (the same function, the same compiler): the whole stage as one span (its bf16 copy
  *     written), a replica's ZeRO shards of many buckets (more spans than a launch takes: several
- *     launches; shards whose start is not 16-byte aligned take the scalar path), shards on fp32
- *     masters (the bf16 copy left alone), empty spans among them; tensors of 1 to a few thousand
+ *     launches; a span with a buffer not 16-byte aligned takes the scalar path, the others of
+ *     its launch 16-byte accesses), shards on fp32 masters (the bf16 copy left alone), empty
+ *     spans among them, a long scalar span; tensors of 1 to a few thousand
  *     elements so that a block's elements cross tensors of both decays; every element outside
  *     the spans untouched;
  *   - the sums of squares of ranges: each range's partial sums and their total, bit for bit
@@ -111,8 +112,8 @@ static int decay_at(const stage &s, size_t i)
 }
 
 /* The spans through the launches adamw.cu makes (own parameters' bf16 copy at wX), against the
- * formula element by element on copies; `name` says what the spans are; want_scalar: the launches
- * that must take the scalar path (a span not 16-byte aligned among theirs). */
+ * formula element by element on copies; `name` says what the spans are; want_scalar: the spans
+ * that must take the scalar path (a buffer of theirs not 16-byte aligned). */
 static void adamw_case(const char *name, stage &s, std::vector<adamw_span> sp, int want_scalar)
 {
     char tag[96];
@@ -135,22 +136,19 @@ static void adamw_case(const char *name, stage &s, std::vector<adamw_span> sp, i
                        decay_at(s, sp[j].lo + i) ? wd : 0.0f);
     }
     /* the launches, as adamw_spans makes them */
-    int launches = 0, scalar = 0, nonempty = 0, vec;
+    int launches = 0, scalar = 0, nonempty = 0;
     struct adamw_launch L;
     unsigned blocks;
     for (const adamw_span &a : sp)
         nonempty += a.hi > a.lo;
-    for (int i = 0; (blocks = adamw_next_launch(&L, sp.data(), (int)sp.size(), &i, s.params, s.wX,
-                                                &vec)) > 0;) {
+    for (int i = 0; (blocks = adamw_next_launch(&L, sp.data(), (int)sp.size(), &i, s.params,
+                                                s.wX)) > 0;) {
         launches++;
-        scalar += vec == 1;
+        for (int j = 0; j < L.n; j++)
+            scalar += L.sp[j].vec == 1;
         int nseg = (int)s.ends.size();
-        launch(dim3e{blocks, 1, 1}, dim3e{ADAMW_THREADS, 1, 1}, 0, [&] {
-            if (vec == 4)
-                adamw_kernel<4>(L, s.seg_end, s.seg_decay, nseg, k, wd, gs);
-            else
-                adamw_kernel<1>(L, s.seg_end, s.seg_decay, nseg, k, wd, gs);
-        });
+        launch(dim3e{blocks, 1, 1}, dim3e{ADAMW_THREADS, 1, 1}, 0,
+               [&] { adamw_kernel(L, s.seg_end, s.seg_decay, nseg, k, wd, gs); });
     }
     /* every span's p, m and v bit for bit; the bf16 copy where p is the stage's own */
     size_t bad = 0, badx = 0;
@@ -177,8 +175,8 @@ static void adamw_case(const char *name, stage &s, std::vector<adamw_span> sp, i
     snprintf(nm, sizeof nm, "%s: the stage's own spans' bf16 copy written, nothing else touched", tag);
     check(nm, badx == 0 && stray == 0, "%.0f copies wrong, %.0f elements outside touched",
           (double)badx, (double)stray);
-    snprintf(nm, sizeof nm, "%s: %d spans in %d launches of at most %d, %d of them scalar", tag,
-             nonempty, launches, ADAMW_LAUNCH_SPANS, want_scalar);
+    snprintf(nm, sizeof nm, "%s: %d spans in %d launches of at most %d, %d of the spans scalar",
+             tag, nonempty, launches, ADAMW_LAUNCH_SPANS, want_scalar);
     check(nm, launches == (nonempty + ADAMW_LAUNCH_SPANS - 1) / ADAMW_LAUNCH_SPANS &&
                   scalar == want_scalar,
           "%.0f launches (%.0f scalar)", launches, scalar);
@@ -236,26 +234,24 @@ static void adamw_cases()
     adamw_case("whole_stage", s, {adamw_span{0, s.N, s.params, s.grads, m, v}}, 0);
     /* 2 replicas, rank 1, buckets of 320: 188 shards of 160 but the last bucket's (173
      * parameters, walked first): a shard at 59,926 of 87, so every moment after it is misaligned
-     * too: every launch scalar. The same on 61,440 parameters (192 whole buckets): none. */
-    adamw_case("zero_D2_r1_b320", s, shards(s, 320, 2, 1, false, false), 4);
+     * too: every span scalar. The same on 61,440 parameters (192 whole buckets): none. */
+    adamw_case("zero_D2_r1_b320", s, shards(s, 320, 2, 1, false, false), 188);
     stage a = make_stage(61440);
     adamw_case("zero_D2_r1_b320_whole", a, shards(a, 320, 2, 1, false, false), 0);
     /* buckets of 300: every shard starts at 150 + 300 b, not 16-byte aligned */
-    adamw_case("zero_D2_r1_b300", s, shards(s, 300, 2, 1, false, true), 5);
+    adamw_case("zero_D2_r1_b300", s, shards(s, 300, 2, 1, false, true), 201);
     /* 4 replicas, rank 3 (the longer last part), on fp32 masters: the bf16 copy untouched;
-     * shards at 768 + 1,024 b but the last bucket's */
+     * shards at 768 + 1,024 b but the last bucket's (at 59,857, of 156): only its span scalar,
+     * the other 47 of its launch take 16-byte accesses */
     adamw_case("zero_D4_r3_masters", s, shards(s, 1024, 4, 3, true, true), 1);
-    /* one span of 3 elements at 17 (scalar), a span ending 3 past a block's vectors */
-    adamw_case("short_spans", s,
+    /* one span of 3 elements at 17 (scalar), a span ending 3 past a block's vectors, and 9,000
+     * elements at 2,001 (scalar: 9 blocks of 1,024, where 16-byte accesses would take 3) */
+    adamw_case("odd_spans", s,
                {adamw_span{17, 20, s.params + 17, s.grads + 17, m + 17, v + 17},
                 adamw_span{40, 40 + 4 * ADAMW_THREADS + 3, s.params + 40, s.grads + 40, m + 40,
-                           v + 40}},
-               1);
-    /* the same second span alone: 16-byte accesses, and its last 3 elements one by one */
-    adamw_case("vector_tail", s,
-               {adamw_span{40, 40 + 4 * ADAMW_THREADS + 3, s.params + 40, s.grads + 40, m + 40,
-                           v + 40}},
-               0);
+                           v + 40},
+                adamw_span{2001, 11001, s.params + 2001, s.grads + 2001, m + 2001, v + 2001}},
+               2);
 }
 
 /* ---------------------------------------------------------------- the sums of squares */

@@ -108,14 +108,10 @@ int adamw_spans(struct gpu_stage *s, const struct adamw_config *o, const struct 
 #endif
     struct adamw_launch L;
     unsigned blocks;
-    int vec;
-    for (int i = 0; (blocks = adamw_next_launch(&L, sp, n, &i, s->params, wX, &vec)) > 0;) {
-        if (vec == 4)
-            adamw_kernel<4><<<blocks, ADAMW_THREADS, 0, s->x.stream>>>(
-                L, s->seg_end, s->seg_decay, s->ntensors, k, o->weight_decay, grad_scale);
-        else
-            adamw_kernel<1><<<blocks, ADAMW_THREADS, 0, s->x.stream>>>(
-                L, s->seg_end, s->seg_decay, s->ntensors, k, o->weight_decay, grad_scale);
+    for (int i = 0; (blocks = adamw_next_launch(&L, sp, n, &i, s->params, wX)) > 0;) {
+        adamw_kernel<<<blocks, ADAMW_THREADS, 0, s->x.stream>>>(L, s->seg_end, s->seg_decay,
+                                                                s->ntensors, k, o->weight_decay,
+                                                                grad_scale);
         LAUNCHED(s->x.stream);
     }
     return 0;

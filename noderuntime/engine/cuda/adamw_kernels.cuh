@@ -22,7 +22,8 @@
 #define SQ_LAUNCH_RANGES 128   /* ranges a launch: 128 x 24 bytes of kernel parameter */
 
 /* AdamW on parameters [lo, hi) of the stage: p, g, m, v (and pX, the bf16 copy, when not NULL)
- * point at parameter lo's element; blocks [first, first + its blocks) of the launch take it */
+ * point at parameter lo's element; blocks [first, first + its blocks) of the launch take it, vec
+ * elements a thread at a time (4: p, g, m and v all 16-byte aligned, 16-byte accesses; else 1) */
 struct adamw_dspan {
     float *p;
     const float *g;
@@ -30,6 +31,7 @@ struct adamw_dspan {
     floatX *pX;
     size_t lo, hi;
     unsigned first;
+    int vec;
 };
 struct adamw_launch {
     struct adamw_dspan sp[ADAMW_LAUNCH_SPANS];
@@ -67,26 +69,22 @@ static inline unsigned sq_blocks(size_t n)
 
 /* The next launch's spans: sp[*i ..] (empty ones skipped) into L, up to ADAMW_LAUNCH_SPANS, *i
  * moved past them; a span on the stage's own parameters (p == params + lo) writes their bf16
- * copy wX + lo too (wX NULL: no copy). *vec: 4 where every buffer of every span of the launch is
+ * copy wX + lo too (wX NULL: no copy); each span's vector width 4 where its four buffers are
  * 16-byte aligned, else 1. Returns the launch's blocks (0: no span left). */
 static inline unsigned adamw_next_launch(struct adamw_launch *L, const struct adamw_span *sp,
-                                         int n, int *i, const float *params, floatX *wX, int *vec)
+                                         int n, int *i, const float *params, floatX *wX)
 {
     memset(L, 0, sizeof *L);
-    uintptr_t al = 0;
+    unsigned blocks = 0;
     for (; *i < n && L->n < ADAMW_LAUNCH_SPANS; ++*i) {
         const struct adamw_span *a = &sp[*i];
         if (a->hi == a->lo)
             continue;
         floatX *pX = wX && a->p == params + a->lo ? wX + a->lo : NULL;
-        L->sp[L->n++] = adamw_dspan{a->p, a->g, a->m, a->v, pX, a->lo, a->hi, 0};
-        al |= (uintptr_t)a->p | (uintptr_t)a->g | (uintptr_t)a->m | (uintptr_t)a->v;
-    }
-    *vec = al % 16 == 0 ? 4 : 1;
-    unsigned blocks = 0;
-    for (int j = 0; j < L->n; j++) {
-        L->sp[j].first = blocks;
-        blocks += adamw_blocks(L->sp[j].hi - L->sp[j].lo, *vec);
+        uintptr_t al = (uintptr_t)a->p | (uintptr_t)a->g | (uintptr_t)a->m | (uintptr_t)a->v;
+        int vec = al % 16 == 0 ? 4 : 1;
+        L->sp[L->n++] = adamw_dspan{a->p, a->g, a->m, a->v, pX, a->lo, a->hi, blocks, vec};
+        blocks += adamw_blocks(a->hi - a->lo, vec);
     }
     return blocks;
 }
@@ -123,32 +121,15 @@ template <typename S> __device__ __forceinline__ int span_of(const S *sp, int n,
     return a;
 }
 
-/* Each block finds its span, then the tensor of its first element once (seg_end: ascending
- * ends; seg_decay: weight decay or not); its threads step on from there. A thread takes VEC
- * consecutive elements (VEC 4: 16-byte loads and stores, every buffer of every span 16-byte
- * aligned), ADAMW_ELEMS times, ADAMW_THREADS * VEC apart. */
+/* A block's share of span S (its elements from base on): a thread takes VEC consecutive
+ * elements (VEC 4: 16-byte loads and stores), ADAMW_ELEMS times, ADAMW_THREADS * VEC apart,
+ * stepping on through the tensor table from seg (the tensor of the block's first element). */
 template <int VEC>
-__global__ void adamw_kernel(const struct adamw_launch L, const size_t *seg_end,
-                             const int *seg_decay, int nseg, struct adamw_coef k, float wd,
-                             float gs)
+__device__ __forceinline__ void adamw_block(const struct adamw_dspan &S, size_t base, int seg,
+                                            const size_t *seg_end, const int *seg_decay, int nseg,
+                                            const struct adamw_coef &k, float wd, float gs)
 {
-    __shared__ int seg0;
-    const struct adamw_dspan &S = L.sp[span_of(L.sp, L.n, blockIdx.x)];
     size_t lo = S.lo, hi = S.hi;
-    size_t base = lo + (size_t)(blockIdx.x - S.first) * ADAMW_THREADS * ADAMW_ELEMS * VEC;
-    if (threadIdx.x == 0) { /* the tensor of the block's first element */
-        int a = 0, b = nseg - 1;
-        while (a < b) {
-            int mid = (a + b) / 2;
-            if (seg_end[mid] > base)
-                b = mid;
-            else
-                a = mid + 1;
-        }
-        seg0 = a;
-    }
-    __syncthreads();
-    int seg = seg0;
     float *p = S.p, *m = S.m, *v = S.v;
     const float *g = S.g;
     floatX *pX = S.pX;
@@ -185,6 +166,34 @@ __global__ void adamw_kernel(const struct adamw_launch L, const size_t *seg_end,
                 put(pX + j, pj);
         }
     }
+}
+
+/* Each block finds its span, then the tensor of its first element once (seg_end: ascending
+ * ends; seg_decay: weight decay or not; one thread's binary search); then its share of the span
+ * with the span's vector width (the same for the whole block: no divergence). */
+__global__ void adamw_kernel(const struct adamw_launch L, const size_t *seg_end,
+                             const int *seg_decay, int nseg, struct adamw_coef k, float wd,
+                             float gs)
+{
+    __shared__ int seg0;
+    const struct adamw_dspan &S = L.sp[span_of(L.sp, L.n, blockIdx.x)];
+    size_t base = S.lo + (size_t)(blockIdx.x - S.first) * ADAMW_THREADS * ADAMW_ELEMS * S.vec;
+    if (threadIdx.x == 0) { /* the tensor of the block's first element */
+        int a = 0, b = nseg - 1;
+        while (a < b) {
+            int mid = (a + b) / 2;
+            if (seg_end[mid] > base)
+                b = mid;
+            else
+                a = mid + 1;
+        }
+        seg0 = a;
+    }
+    __syncthreads();
+    if (S.vec == 4)
+        adamw_block<4>(S, base, seg0, seg_end, seg_decay, nseg, k, wd, gs);
+    else
+        adamw_block<1>(S, base, seg0, seg_end, seg_decay, nseg, k, wd, gs);
 }
 
 /* partial[first + i] (i < the range's blocks) = the squares of the range's elements i * SQ_THREADS
