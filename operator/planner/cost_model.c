@@ -26,7 +26,7 @@ void cost_links_default(struct cost_links *l)
     l->intra_node_latency_us = 5;
     l->compute_efficiency = 0.6;
     l->memory_gbps = 1500;
-    l->optimizer_bytes_per_param = 16;
+    l->optimizer_bytes_per_param = 32; /* AdamW: p, g, m, v read, p, m, v written; the norm: g */
     l->overlap = 1.0;
     l->shared_cores = 0;
     l->pinned_cores = 0;
