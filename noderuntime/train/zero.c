@@ -316,16 +316,14 @@ static int gather_params(struct zero *z, size_t lo, size_t hi, herr *e)
     for (int i = last; i >= first; i--) {
         struct bucket *k = &z->b[i];
         size_t len = k->shard_hi - k->shard_lo;
-        if (bf16) { /* own shard: packed for the wire, and the same values in the params */
+        if (bf16) { /* own shard packed for the wire; the parameters take it with the rest of
+                       * the bucket when the gather is waited for (one widening a bucket) */
             const float *ms = z->master + k->shard_off;
             work_begin(z);
-            int rc = devmem_pack_bf16(z->mem, NULL, z->wire + k->shard_lo, ms, len, e) != 0 ||
-                     devmem_unpack_bf16(z->mem, NULL, z->params + k->shard_lo,
-                                        z->wire + k->shard_lo, len, e) != 0;
+            int rc = devmem_pack_bf16(z->mem, NULL, z->wire + k->shard_lo, ms, len, e);
             work_end(z);
             if (rc)
                 return herr_wrap(e, "rounding bucket %d", i);
-            params_written(z, k->shard_lo, k->shard_hi);
         }
         int rc = bf16 ? comm_dev_iall_gather(z->dp, z->wire + k->lo, k->hi - k->lo,
                                              sizeof *z->wire, &k->req, e)
@@ -359,17 +357,18 @@ int zero_params_wait(struct zero *z, size_t lo, size_t hi, herr *e)
             rc = herr_wrap(e, "parameter all-gather of bucket %d", i);
         }
         k->req = NULL;
-        if (k->bf16 && rc == 0) { /* the others' chunks; the own one is in place */
+        int wide = k->bf16;
+        k->bf16 = 0;
+        if (wide && rc == 0) { /* the whole bucket widened, the own chunk with the others */
             work_begin(z);
             if (devmem_unpack_bf16(z->mem, NULL, z->params + k->lo, z->wire + k->lo,
-                                   k->shard_lo - k->lo, e) != 0 ||
-                devmem_unpack_bf16(z->mem, NULL, z->params + k->shard_hi, z->wire + k->shard_hi,
-                                   k->hi - k->shard_hi, e) != 0)
+                                   k->hi - k->lo, e) != 0)
                 rc = herr_wrap(e, "parameter all-gather of bucket %d", i);
             work_end(z);
         }
-        k->bf16 = 0;
-        if (rc == 0) {
+        if (rc == 0 && wide) {
+            params_written(z, k->lo, k->hi);
+        } else if (rc == 0) { /* fp32: the own chunk is what AdamW wrote */
             params_written(z, k->lo, k->shard_lo);
             params_written(z, k->shard_hi, k->hi);
         }
