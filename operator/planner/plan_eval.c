@@ -149,14 +149,16 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
             x->devs = worker_devices(&workers[w]);
         }
     }
-    /* classes: same fabric, class, Gb/s, TFLOPS and devices per worker */
+    /* classes: same fabric, class, Gb/s, TFLOPS, memory and devices per worker (GPUs of one
+     * speed and two memory sizes, A100 40 and 80 GB, are not interchangeable: the first stage
+     * of 1F1B holds the most activations) */
     for (int i = 0; i < ev->n_units; i++) {
         struct unit *x = &ev->units[i];
         x->klass = -1;
         for (int k = i - 1; k >= 0 && k >= i - 64; k--) {
             const struct unit *y = &ev->units[k];
             if (y->fabric == x->fabric && y->cls == x->cls && y->gbps == x->gbps &&
-                y->tflops == x->tflops &&
+                y->tflops == x->tflops && y->mem == x->mem &&
                 worker_devices(&workers[y->worker]) == worker_devices(&workers[x->worker])) {
                 x->klass = y->klass;
                 break;

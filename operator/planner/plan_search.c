@@ -141,6 +141,8 @@ static int cmp_speed_desc(const void *a, const void *b, void *ctx)
         return ux->tflops < uy->tflops ? 1 : -1;
     if (ux->gbps != uy->gbps)
         return ux->gbps < uy->gbps ? 1 : -1;
+    if (ux->mem != uy->mem) /* more memory first: the first stages hold more micro-batches */
+        return ux->mem < uy->mem ? 1 : -1;
     return x - y;
 }
 

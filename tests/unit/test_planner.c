@@ -906,6 +906,60 @@ static void test_memory(void)
         plan_free(&p);
 }
 
+/* GPUs of one speed and two memory sizes (A100 40 and 80 GB) on one fabric, listed small first
+ * and interleaved: 1F1B's first stage holds P micro-batches in flight, the last one, so the
+ * first stage goes on the large ones and the layers stay balanced. Were the two sizes one class
+ * of interchangeable devices, the first four listed (half of them small) would take stage 0 and
+ * its layers would shrink to fit them. */
+static void test_mixed_memory(void)
+{
+    struct plan_worker w[8];
+    char name[16];
+    for (int i = 0; i < 8; i++) {
+        snprintf(name, sizeof name, "w%d", i);
+        worker(&w[i], name, 1, 300, NIC_INFINIBAND, "ib-a", 200);
+    }
+    struct plan_job job;
+    small_job(&job, 12, 2, 4); /* activations weigh: long sequences, large micro-batches */
+    job.model.hidden = 1024;
+    job.model.heads = 16;
+    job.model.seq_len = 1024;
+    job.micro_batch_size = 8;
+    struct cost_job cj = {.model = {.layers = 12, .hidden = 1024, .heads = 16, .vocab = 8000, .seq_len = 1024},
+                          .tensor = 1, .data = 4, .micro_batches = 8, .micro_batch_size = 8,
+                          .elem_bytes = 2, .schedule = SCHED_1F1B};
+    double m0 = cost_stage_memory(&cj, 6, 0, 2), m1 = cost_stage_memory(&cj, 6, 1, 2);
+    CHECK("mixed memory: the first stage of 1F1B needs more", m0 > 1.2 * m1);
+    double small = (m0 + m1) / 2 / 0.9 / 1e9, big = 2 * m0 / 0.9 / 1e9; /* GB a GPU */
+    for (int i = 0; i < 8; i++)
+        w[i].memory_gb = i % 2 ? big : small;
+    struct cost_links l;
+    cost_links_default(&l);
+    herr e = {0};
+    struct plan p;
+    int rc = plan_make(w, 8, &job, &l, &p, &e);
+    CHECK_INT("mixed memory: plan ok", rc, 0);
+    if (rc) {
+        printf("  %s\n", e.msg);
+        return;
+    }
+    int first_big = 1, fits = 1;
+    for (int d = 0; d < p.data; d++)
+        first_big &= w[p.ranks[plan_rank_of(&p, 0, d, 0)].worker].memory_gb == big;
+    for (int s = 0; s < p.n_stages; s++)
+        for (int d = 0; d < p.data; d++)
+            fits &= p.stages[s].memory_gb <=
+                    w[p.ranks[plan_rank_of(&p, s, d, 0)].worker].memory_gb * 0.9 + 1e-9;
+    int l0 = p.stages[0].last_layer - p.stages[0].first_layer;
+    CHECK("mixed memory: stage 0 on the four large GPUs", p.pipeline == 2 && first_big);
+    CHECK("mixed memory: every stage fits its own GPUs", fits);
+    CHECK("mixed memory: stage 0 keeps at least half the layers (equal speeds)", l0 >= 6);
+    if (!first_big || l0 < 6)
+        printf("  stage 0: layers %d, %.2f GB; small %.2f GB, big %.2f GB\n", l0,
+               p.stages[0].memory_gb, small, big);
+    plan_free(&p);
+}
+
 /* ---- bad input ---- */
 
 static void expect_error(const char *label, const struct plan_worker *w, int n,
@@ -1185,6 +1239,7 @@ int main(void)
     test_mixed_speed();
     test_homogeneous_first();
     test_memory();
+    test_mixed_memory();
     test_bad_input();
     test_cluster_file();
     test_job_manifest();
