@@ -31,7 +31,10 @@ static int next_perm(int *a, int n)
 }
 
 /* Evaluates S->cur (after putting each stage in canonical order); keeps the global best and
- * the SEARCH_TOP best distinct starting points. Returns the step time. */
+ * the SEARCH_TOP best distinct starting points, and of the placements that do not fit in their
+ * devices' memory the closest (S->near). Returns the step time (INFINITY: does not fit; with
+ * S->penalize, INFEASIBLE_STEP times its memory ratio instead, so that a climb can head for
+ * placements that fit). */
 static double try_candidate(struct search *S)
 {
     size_t n = (size_t)S->P * S->D;
@@ -46,7 +49,17 @@ static double try_candidate(struct search *S)
         memcpy(S->best_layers, S->ev->best_layers, sizeof(int) * (size_t)S->P);
         S->best_warmup = S->ev->best_warmup;
     }
-    if (!S->top || !isfinite(t))
+    if (!isfinite(t)) {
+        double r = pl_memory_split(S->ev, S->P); /* > 1: memory is why */
+        if (!(r > 1) || !isfinite(r))
+            return t;
+        if (r < S->near_r) {
+            S->near_r = r;
+            memcpy(S->near, S->cur, sizeof(int) * n);
+        }
+        return S->penalize ? INFEASIBLE_STEP * r : t;
+    }
+    if (!S->top)
         return t;
     for (int i = 0; i < S->n_top; i++)
         if (S->top_t[i] == t && !memcmp(S->top + i * n, S->cur, sizeof(int) * n))
@@ -302,14 +315,17 @@ static void local_search(struct search *S, double loc_t, double budget)
  * stages of different classes, or of units of different classes between stages (inside a
  * fabric when stages must stay homogeneous), and
  * climbs again from there; stops after SEARCH_KICKS kicks in a row found nothing better, or at
- * the budget. Deterministic (a fixed seed). */
-static void kick_and_climb(struct search *S)
+ * the budget. to_fit: kicks the placement closest to fitting instead (S->near, with
+ * S->penalize on), until one fits or SEARCH_KICKS kicks in a row came no closer.
+ * Deterministic (a fixed seed). */
+static void kick_and_climb(struct search *S, int to_fit)
 {
     struct plan_eval *ev = S->ev;
     int P = S->P, D = S->D, n = P * D;
     uint64_t rng = 0x9E3779B97F4A7C15ull;
-    for (int fails = 0; fails < SEARCH_KICKS && ev->sim.work < S->stop && isfinite(S->best_t);) {
-        memcpy(S->loc, S->best, sizeof(int) * (size_t)n);
+    for (int fails = 0; fails < SEARCH_KICKS && ev->sim.work < S->stop &&
+                        (to_fit ? !S->n_top && isfinite(S->near_r) : isfinite(S->best_t));) {
+        memcpy(S->loc, to_fit ? S->near : S->best, sizeof(int) * (size_t)n);
         int swaps = 0;
         for (int tries = 0; tries < 64 && swaps < 2 + (int)(rng % 3); tries++) {
             rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
@@ -338,10 +354,11 @@ static void kick_and_climb(struct search *S)
         if (!swaps)
             return; /* nothing to swap: every stage alike */
         memcpy(S->cur, S->loc, sizeof(int) * (size_t)n);
-        double before = S->best_t, t = try_candidate(S);
+        double before = to_fit ? S->near_r : S->best_t, t = try_candidate(S);
         memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
-        local_search(S, t, S->stop - ev->sim.work);
-        fails = S->best_t < before * (1 - 1e-12) ? 0 : fails + 1;
+        local_search(S, t, (S->stop - ev->sim.work) / (to_fit ? 4 : 1));
+        double after = to_fit ? S->near_r : S->best_t;
+        fails = after < before * (1 - 1e-12) ? 0 : fails + 1;
     }
 }
 
@@ -437,9 +454,18 @@ int pl_holmes_search(struct search *S, herr *e)
     }
     if (ok)
         try_candidate(S);
+    /* nothing fits yet: climb from the placement closest to fitting, towards less memory per
+     * device, until one fits (then it is a starting point like the others) */
+    size_t n = (size_t)S->P * S->D;
+    if (!S->n_top && isfinite(S->near_r)) {
+        S->penalize = 1;
+        memcpy(S->loc, S->near, sizeof(int) * n);
+        local_search(S, INFEASIBLE_STEP * S->near_r, (S->stop - ev->sim.work) / 4);
+        kick_and_climb(S, 1);
+        S->penalize = 0;
+    }
     /* hill-climb from each of the best few starting points (the list grows while climbing,
      * so take a snapshot first) */
-    size_t n = (size_t)S->P * S->D;
     int n_start = S->n_top;
     /* room for the whole top list: it is copied again below, after climbing has grown it */
     int *starts = malloc(sizeof(int) * n * SEARCH_TOP);
@@ -453,7 +479,7 @@ int pl_holmes_search(struct search *S, herr *e)
         double left = S->stop - ev->sim.work;
         local_search(S, start_t[i], left / (n_start - i));
     }
-    kick_and_climb(S);
+    kick_and_climb(S, 0);
     /* the best few, their splits refined by simulation and their 1F1B warm-up depth chosen; the
      * budget left shared among them */
     ev->fast = 0;
@@ -487,6 +513,7 @@ void pl_search_free(struct search *S)
     free(S->loc);
     free(S->rep);
     free(S->nrep);
+    free(S->near);
     memset(S, 0, sizeof *S);
 }
 
@@ -505,7 +532,10 @@ int pl_search_init(struct search *S, struct plan_eval *ev, const struct plan_job
     S->loc = malloc(sizeof(int) * (size_t)ev->n_units);
     S->rep = malloc(sizeof(int) * (size_t)P * SEARCH_REPS);
     S->nrep = malloc(sizeof(int) * (size_t)P);
-    if (!S->cur || !S->best || !S->best_layers || !S->top || !S->loc || !S->rep || !S->nrep)
+    S->near = malloc(sizeof(int) * (size_t)ev->n_units);
+    S->near_r = INFINITY;
+    if (!S->cur || !S->best || !S->best_layers || !S->top || !S->loc || !S->rep || !S->nrep ||
+        !S->near)
         return herr_set(e, "planner: out of memory");
     S->budget = PLAN_SEARCH_WORK;
     /* beyond small clusters, placements are compared with the dynamic programme's split (the

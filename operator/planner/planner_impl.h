@@ -120,7 +120,13 @@ struct search {
     int *loc;             /* the local search's current solution */
     int *rep, *nrep;      /* per stage: a position of each distinct class (SEARCH_REPS max) */
     int quick;            /* evaluate one candidate only */
+    int *near;            /* the placement closest to fitting of those that do not fit */
+    double near_r;        /* its largest stage memory / its devices' (> 1; INFINITY: none) */
+    int penalize;         /* try_candidate scores a placement that does not fit by near_r's
+                             measure (INFEASIBLE_STEP x ratio) instead of INFINITY */
 };
+/* a score above any step time: placements that do not fit, ordered by how far they are off */
+#define INFEASIBLE_STEP 1e30
 #define SEARCH_TOP 8
 #define SEARCH_REPS 32
 /* The search's budget, in simulated ops (a schedule simulation of P stages and m micro-batches

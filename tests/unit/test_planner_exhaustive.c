@@ -1,9 +1,11 @@
 /* The holmes policy against an exhaustive search on 200 seeded random heterogeneous clusters
  * of at most 12 workers: every assignment of workers to (stage, replica) — up to the symmetry
- * of interchangeable workers (same fabric, NIC and GPU speed) — and every contiguous layer split.
- * Like the policy, the search keeps every stage inside one fabric whenever the cluster allows it.
- * Half the clusters have a shared inter-fabric gateway (links.gateway_gbps).
- * Checks: holmes <= 1.01 x optimum; neither baseline beats holmes. */
+ * of interchangeable workers (same fabric, NIC, GPU speed and memory) — and every contiguous
+ * layer split. Like the policy, the search keeps every stage inside one fabric whenever the
+ * cluster allows it. Half the clusters have a shared inter-fabric gateway (links.gateway_gbps);
+ * half say their GPUs' memory, sized so that it binds (what does not fit is skipped).
+ * Checks: holmes <= 1.01 x optimum; neither baseline beats holmes; holmes refuses ("nothing
+ * fits") only where the exhaustive search finds nothing either. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -93,7 +95,8 @@ static void compose(struct ex *x, int s, int c, int need, int fabric)
 
 int main(void)
 {
-    int cases = 0, within = 0, naive_ok = 0, eth_ok = 0, homog_cases = 0;
+    int cases = 0, within = 0, naive_ok = 0, eth_ok = 0, homog_cases = 0, nothing_fits = 0,
+        mem_cases = 0;
     double worst = 0;
     long total_evals = 0;
     static const double gbps_choices[] = {25, 100, 200, 400};
@@ -151,18 +154,32 @@ int main(void)
          * split it) */
         links.gateway_gbps = planner_test_pick(0, 1) ? (double)planner_test_pick(1, 40) : 0;
 
+        /* half the clusters say their GPUs' memory: sizes around what the heaviest stage of an
+         * even split needs, so that it binds (a stage fits some GPUs and not others) */
+        if (planner_test_pick(0, 1)) {
+            mem_cases++;
+            struct cost_job cj = {.model = job.model, .tensor = 1, .data = job.data,
+                                  .micro_batches = job.micro_batches,
+                                  .micro_batch_size = job.micro_batch_size,
+                                  .elem_bytes = job.precision == DTYPE_BF16 ? 2 : 4,
+                                  .schedule = job.schedule};
+            int even = (job.model.layers + job.pipeline - 1) / job.pipeline;
+            double need = cost_stage_memory(&cj, even, 0, job.pipeline) / 0.9 / 1e9;
+            static const double factor[] = {0.7, 1.0, 1.3, 3.0};
+            for (int i = 0; i < n; i++)
+                if (w[i].gpus > 0)
+                    w[i].memory_gb = need * factor[planner_test_pick(0, 3)];
+        }
         herr e = {0};
         struct plan p;
-        if (plan_make(w, n, &job, &links, &p, &e)) {
-            TEST_FAIL("plan_make", "seed %d: %s", seed, e.msg);
-            continue;
-        }
+        int made = plan_make(w, n, &job, &links, &p, &e) == 0;
         struct ex x;
         memset(&x, 0, sizeof x);
         x.ev = plan_eval_new(w, n, &job, &links, &e);
         if (!x.ev) {
             TEST_FAIL("plan_eval_new", "seed %d: %s", seed, e.msg);
-            plan_free(&p);
+            if (made)
+                plan_free(&p);
             continue;
         }
         x.P = job.pipeline;
@@ -175,7 +192,8 @@ int main(void)
         for (int i = 0; i < n; i++) {
             cls_of[i] = -1;
             for (int j = 0; j < i; j++)
-                if (fab_of[j] == fab_of[i] && w[j].tflops == w[i].tflops) {
+                if (fab_of[j] == fab_of[i] && w[j].tflops == w[i].tflops &&
+                    w[j].memory_gb == w[i].memory_gb) {
                     cls_of[i] = cls_of[j];
                     break;
                 }
@@ -197,6 +215,26 @@ int main(void)
         compose(&x, 0, 0, x.D, -1);
         total_evals += x.evaluated;
         cases++;
+        if (!made) { /* refused: right only when nothing fits anywhere */
+            nothing_fits++;
+            if (isfinite(x.best)) {
+                TEST_FAIL("holmes finds a plan when one fits", "seed %d: %s; the exhaustive "
+                          "search's best: %.6g s", seed, e.msg, x.best);
+                for (int i = 0; getenv("PLAN_DEBUG") && i < n; i++)
+                    printf("#  %s fab %d gpus %d tflops %g memory %.3f GB\n", w[i].name, fab_of[i],
+                           w[i].gpus, w[i].tflops, w[i].memory_gb);
+                for (int st = 0; getenv("PLAN_DEBUG") && st < x.P; st++) {
+                    printf("#  best stage %d: layers %d:", st, x.best_layers[st]);
+                    for (int d = 0; d < x.D; d++)
+                        printf(" w%d", x.best_units[st * x.D + d]);
+                    printf("\n");
+                }
+            }
+            else
+                within++, naive_ok++, eth_ok++;
+            plan_eval_free(x.ev);
+            continue;
+        }
         double ratio = p.step_s / x.best;
         if (ratio > worst)
             worst = ratio;
@@ -208,8 +246,9 @@ int main(void)
                       x.L);
         if ((ratio > 1.01 || p.baseline_naive_s < p.step_s) && getenv("PLAN_DEBUG")) {
             for (int i = 0; i < n; i++)
-                printf("#  %s fab %d cls %d gbps %g tflops %g\n", w[i].name, fab_of[i],
-                       w[i].nic.cls, w[i].nic.gbps, w[i].tflops);
+                printf("#  %s fab %d cls %d gbps %g tflops %g gpus %d memory %.3f GB\n",
+                       w[i].name, fab_of[i], w[i].nic.cls, w[i].nic.gbps, w[i].tflops, w[i].gpus,
+                       w[i].memory_gb);
             printf("#  gateway %g\n", links.gateway_gbps);
             printf("#  tcp %g eff %g overlap %g m %d b %d sched %d h %d V %d s %d\n", links.tcp_gbps,
                    links.compute_efficiency, links.overlap, job.micro_batches,
@@ -239,8 +278,9 @@ int main(void)
         plan_eval_free(x.ev);
         plan_free(&p);
     }
-    printf("# %d cases (%d fabric-homogeneous), %ld exhaustive evaluations, worst holmes/optimum "
-           "%.5f\n", cases, homog_cases, total_evals, worst);
+    printf("# %d cases (%d fabric-homogeneous, %d with the GPUs' memory known, %d of them where "
+           "nothing fits), %ld exhaustive evaluations, worst holmes/optimum %.5f\n", cases,
+           homog_cases, mem_cases, nothing_fits, total_evals, worst);
     CHECK_INT("random clusters: holmes <= 1.01 x exhaustive optimum", within, want);
     CHECK_INT("random clusters: naive never beats holmes", naive_ok, want);
     CHECK_INT("random clusters: ethernet never beats holmes", eth_ok, want);
