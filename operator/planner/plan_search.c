@@ -30,11 +30,30 @@ static int next_perm(int *a, int n)
     return 1;
 }
 
+/* How far S->cur is from fitting, on the split pl_memory_split left in ev->best_layers: over
+ * every device, what its stage needs beyond what it has, over what the stage needs. Unlike the
+ * largest stage's ratio, every device short of memory counts, so one swap that moves a device
+ * with room into a stage short of it scores better. */
+static double memory_deficit(const struct search *S)
+{
+    const struct plan_eval *ev = S->ev;
+    double sum = 0;
+    for (int s = 0; s < S->P; s++) {
+        double need = cost_stage_memory(&ev->cj, ev->best_layers[s], s, S->P);
+        for (int d = 0; d < S->D; d++) {
+            double have = ev->units[S->cur[s * S->D + d]].mem;
+            if (have < need)
+                sum += (need - have) / need;
+        }
+    }
+    return sum;
+}
+
 /* Evaluates S->cur (after putting each stage in canonical order); keeps the global best and
  * the SEARCH_TOP best distinct starting points, and of the placements that do not fit in their
  * devices' memory the closest (S->near). Returns the step time (INFINITY: does not fit; with
- * S->penalize, INFEASIBLE_STEP times its memory ratio instead, so that a climb can head for
- * placements that fit). */
+ * S->penalize, INFEASIBLE_STEP times 1 + its memory deficit instead, so that a climb can head
+ * for placements that fit). */
 static double try_candidate(struct search *S)
 {
     size_t n = (size_t)S->P * S->D;
@@ -53,6 +72,7 @@ static double try_candidate(struct search *S)
         double r = pl_memory_split(S->ev, S->P); /* > 1: memory is why */
         if (!(r > 1) || !isfinite(r))
             return t;
+        r = 1 + memory_deficit(S);
         if (r < S->near_r) {
             S->near_r = r;
             memcpy(S->near, S->cur, sizeof(int) * n);
@@ -324,7 +344,7 @@ static void kick_and_climb(struct search *S, int to_fit)
     int P = S->P, D = S->D, n = P * D;
     uint64_t rng = 0x9E3779B97F4A7C15ull;
     for (int fails = 0; fails < SEARCH_KICKS && ev->sim.work < S->stop &&
-                        (to_fit ? !S->n_top && isfinite(S->near_r) : isfinite(S->best_t));) {
+                        (to_fit ? isfinite(S->near_r) : isfinite(S->best_t));) {
         memcpy(S->loc, to_fit ? S->near : S->best, sizeof(int) * (size_t)n);
         int swaps = 0;
         for (int tries = 0; tries < 64 && swaps < 2 + (int)(rng % 3); tries++) {
@@ -354,11 +374,11 @@ static void kick_and_climb(struct search *S, int to_fit)
         if (!swaps)
             return; /* nothing to swap: every stage alike */
         memcpy(S->cur, S->loc, sizeof(int) * (size_t)n);
-        double before = to_fit ? S->near_r : S->best_t, t = try_candidate(S);
+        double before = S->best_t, near = S->near_r, t = try_candidate(S);
         memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
         local_search(S, t, (S->stop - ev->sim.work) / (to_fit ? 4 : 1));
-        double after = to_fit ? S->near_r : S->best_t;
-        fails = after < before * (1 - 1e-12) ? 0 : fails + 1;
+        int better = S->best_t < before * (1 - 1e-12) || (to_fit && S->near_r < near * (1 - 1e-12));
+        fails = better ? 0 : fails + 1;
     }
 }
 
@@ -457,7 +477,7 @@ int pl_holmes_search(struct search *S, herr *e)
     /* nothing fits yet: climb from the placement closest to fitting, towards less memory per
      * device, until one fits (then it is a starting point like the others) */
     size_t n = (size_t)S->P * S->D;
-    if (!S->n_top && isfinite(S->near_r)) {
+    if (isfinite(S->near_r)) {
         S->penalize = 1;
         memcpy(S->loc, S->near, sizeof(int) * n);
         local_search(S, INFEASIBLE_STEP * S->near_r, (S->stop - ev->sim.work) / 4);

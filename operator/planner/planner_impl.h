@@ -121,9 +121,10 @@ struct search {
     int *rep, *nrep;      /* per stage: a position of each distinct class (SEARCH_REPS max) */
     int quick;            /* evaluate one candidate only */
     int *near;            /* the placement closest to fitting of those that do not fit */
-    double near_r;        /* its largest stage memory / its devices' (> 1; INFINITY: none) */
-    int penalize;         /* try_candidate scores a placement that does not fit by near_r's
-                             measure (INFEASIBLE_STEP x ratio) instead of INFINITY */
+    double near_r;        /* how far it is: 1 + its devices' memory deficit (plan_search.c's
+                             memory_deficit; INFINITY: none seen) */
+    int penalize;         /* try_candidate scores a placement that does not fit by that measure
+                             (INFEASIBLE_STEP x it) instead of INFINITY */
 };
 /* a score above any step time: placements that do not fit, ordered by how far they are off */
 #define INFEASIBLE_STEP 1e30
