@@ -377,7 +377,8 @@ static void kick_and_climb(struct search *S, int to_fit)
         double before = S->best_t, near = S->near_r, t = try_candidate(S);
         memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
         local_search(S, t, (S->stop - ev->sim.work) / (to_fit ? 4 : 1));
-        int better = S->best_t < before * (1 - 1e-12) || (to_fit && S->near_r < near * (1 - 1e-12));
+        int better = S->best_t < before * (1 - 1e-12) ||
+                     (to_fit && S->near_r < near * (1 - 1e-12));
         fails = better ? 0 : fails + 1;
     }
 }
@@ -474,8 +475,8 @@ int pl_holmes_search(struct search *S, herr *e)
     }
     if (ok)
         try_candidate(S);
-    /* nothing fits yet: climb from the placement closest to fitting, towards less memory per
-     * device, until one fits (then it is a starting point like the others) */
+    /* some candidate did not fit: climb and kick from the one closest to fitting, towards less
+     * memory short per device; what fits on the way joins the starting points below */
     size_t n = (size_t)S->P * S->D;
     if (isfinite(S->near_r)) {
         S->penalize = 1;

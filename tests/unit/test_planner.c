@@ -925,9 +925,10 @@ static void test_mixed_memory(void)
     job.model.heads = 16;
     job.model.seq_len = 1024;
     job.micro_batch_size = 8;
-    struct cost_job cj = {.model = {.layers = 12, .hidden = 1024, .heads = 16, .vocab = 8000, .seq_len = 1024},
-                          .tensor = 1, .data = 4, .micro_batches = 8, .micro_batch_size = 8,
-                          .elem_bytes = 2, .schedule = SCHED_1F1B};
+    struct cost_job cj = {.model = job.model, .tensor = 1, .data = job.data,
+                          .micro_batches = job.micro_batches,
+                          .micro_batch_size = job.micro_batch_size, .elem_bytes = 2,
+                          .schedule = SCHED_1F1B};
     double m0 = cost_stage_memory(&cj, 6, 0, 2), m1 = cost_stage_memory(&cj, 6, 1, 2);
     CHECK("mixed memory: the first stage of 1F1B needs more", m0 > 1.2 * m1);
     double small = (m0 + m1) / 2 / 0.9 / 1e9, big = 2 * m0 / 0.9 / 1e9; /* GB a GPU */

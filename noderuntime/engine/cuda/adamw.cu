@@ -83,40 +83,6 @@ int adamw_table_upload(struct gpu_stage *s, char *EB, size_t EN)
     return 0;
 }
 
-int adamw_spans(struct gpu_stage *s, const struct adamw_config *o, const struct adamw_span *sp,
-                int n, float lr, long step, float grad_scale)
-{
-    PROF(&s->x, GPU_PART_OPTIMIZER);
-    char *EB = s->err;
-    size_t EN = sizeof s->err;
-    if (n < 0)
-        return stage_fail(s, "AdamW: %d spans", n);
-    for (int i = 0; i < n; i++) {
-        if (sp[i].hi > s->nparams || sp[i].lo > sp[i].hi)
-            return stage_fail(s, "AdamW span %d: parameter range [%zu, %zu) is outside [0, %zu)", i,
-                              sp[i].lo, sp[i].hi, s->nparams);
-        if (sp[i].hi > sp[i].lo && (!sp[i].p || !sp[i].g || !sp[i].m || !sp[i].v))
-            return stage_fail(s, "AdamW span %d: p, g, m and v must be device buffers", i);
-    }
-    if (step < 1)
-        return stage_fail(s, "AdamW step counts from 1 (got %ld)", step);
-    struct adamw_coef k = adamw_coef_make(lr, o->beta1, o->beta2, o->eps, step);
-#ifdef HOLMES_GPU_FP32
-    floatX *wX = NULL;
-#else
-    floatX *wX = s->wX; /* the stage's own parameters' bf16 copy, written in the same pass */
-#endif
-    struct adamw_launch L;
-    unsigned blocks;
-    for (int i = 0; (blocks = adamw_next_launch(&L, sp, n, &i, s->params, wX)) > 0;) {
-        adamw_kernel<<<blocks, ADAMW_THREADS, 0, s->x.stream>>>(L, s->seg_end, s->seg_decay,
-                                                                s->ntensors, k, o->weight_decay,
-                                                                grad_scale);
-        LAUNCHED(s->x.stream);
-    }
-    return 0;
-}
-
 } /* namespace GPU_NS */
 
 using namespace GPU_NS;
@@ -156,7 +122,7 @@ int gpu_stage_adamw(struct gpu_stage *s, const struct adamw_config *o, size_t lo
         return stage_fail(s, "parameter range [%zu, %zu) is outside [0, %zu)", lo, hi, s->nparams);
     OK(grads_materialise(s));
     struct adamw_span a = {lo, hi, s->params + lo, s->grads + lo, s->m + lo, s->v + lo};
-    return adamw_spans(s, o, &a, 1, lr, step, grad_scale);
+    return gpu_stage_adamw_spans(s, o, &a, 1, lr, step, grad_scale);
 }
 
 int gpu_stage_adamw_ex(struct gpu_stage *s, const struct adamw_config *o, size_t lo, size_t hi,
@@ -166,12 +132,40 @@ int gpu_stage_adamw_ex(struct gpu_stage *s, const struct adamw_config *o, size_t
     if (!p || !g || !m || !v)
         return stage_fail(s, "gpu_stage_adamw_ex: p, g, m and v must be device buffers");
     struct adamw_span a = {lo, hi, p, g, m, v};
-    return adamw_spans(s, o, &a, 1, lr, step, grad_scale);
+    return gpu_stage_adamw_spans(s, o, &a, 1, lr, step, grad_scale);
 }
 
 int gpu_stage_adamw_spans(struct gpu_stage *s, const struct adamw_config *o,
                           const struct adamw_span *sp, int n, float lr, long step,
                           float grad_scale)
 {
-    return adamw_spans(s, o, sp, n, lr, step, grad_scale);
+    PROF(&s->x, GPU_PART_OPTIMIZER);
+    char *EB = s->err;
+    size_t EN = sizeof s->err;
+    if (n < 0)
+        return stage_fail(s, "AdamW: %d spans", n);
+    for (int i = 0; i < n; i++) {
+        if (sp[i].hi > s->nparams || sp[i].lo > sp[i].hi)
+            return stage_fail(s, "AdamW span %d: parameter range [%zu, %zu) is outside [0, %zu)", i,
+                              sp[i].lo, sp[i].hi, s->nparams);
+        if (sp[i].hi > sp[i].lo && (!sp[i].p || !sp[i].g || !sp[i].m || !sp[i].v))
+            return stage_fail(s, "AdamW span %d: p, g, m and v must be device buffers", i);
+    }
+    if (step < 1)
+        return stage_fail(s, "AdamW step counts from 1 (got %ld)", step);
+    struct adamw_coef k = adamw_coef_make(lr, o->beta1, o->beta2, o->eps, step);
+#ifdef HOLMES_GPU_FP32
+    floatX *wX = NULL;
+#else
+    floatX *wX = s->wX; /* the stage's own parameters' bf16 copy, written in the same pass */
+#endif
+    struct adamw_launch L;
+    unsigned blocks;
+    for (int i = 0; (blocks = adamw_next_launch(&L, sp, n, &i, s->params, wX)) > 0;) {
+        adamw_kernel<<<blocks, ADAMW_THREADS, 0, s->x.stream>>>(L, s->seg_end, s->seg_decay,
+                                                                s->ntensors, k, o->weight_decay,
+                                                                grad_scale);
+        LAUNCHED(s->x.stream);
+    }
+    return 0;
 }

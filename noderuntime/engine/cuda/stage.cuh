@@ -262,10 +262,6 @@ int embed_bwd(struct gpu_stage *s, struct gslot *a, const floatX *dx);
 
 /* the tensor table (where each tensor ends, whether it decays) to the device; 0 or -1 (EB) */
 int adamw_table_upload(struct gpu_stage *s, char *EB, size_t EN);
-/* AdamW over n spans (gpu_stage_adamw_spans), queued; the spans of the stage's own parameters
- * have their bf16 copy written in the same pass */
-int adamw_spans(struct gpu_stage *s, const struct adamw_config *o, const struct adamw_span *sp,
-                int n, float lr, long step, float grad_scale);
 
 /* ---------------------------------------------------------------- gpt_cuda_pass.cu, _slices.cu */
 

@@ -453,8 +453,8 @@ static void test_adamw_spans(void)
     }
     int rc = gpu_stage_adamw_spans(gs, &o, sp1, ns, 1e-3f, 4, 0.9f);
     for (int j = 0; j < ns && rc == 0; j++)
-        rc = gpu_stage_adamw_ex(gs, &o, lo[j], hi[j], (float *)sp2[j].p, sp2[j].g, sp2[j].m,
-                                sp2[j].v, 1e-3f, 4, 0.9f);
+        rc = gpu_stage_adamw_ex(gs, &o, lo[j], hi[j], sp2[j].p, sp2[j].g, sp2[j].m, sp2[j].v,
+                                1e-3f, 4, 0.9f);
     double sq = 0.0, want = 0.0;
     if (rc == 0)
         rc = gpu_stage_sq_norm_ranges(gs, g, lo, hi, ns, &sq);
