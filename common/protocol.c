@@ -72,7 +72,9 @@ static int parse_hello(const cJSON *j, struct proto_hello *h, herr *e)
     h->gpus = (int)v;
     if (hello_figure(j, "tflops", "tflopsSource", &h->tflops, &h->tflops_measured, e) ||
         hello_figure(j, "gpuMemoryGb", "gpuMemorySource", &h->gpu_memory_gb,
-                     &h->gpu_memory_measured, e))
+                     &h->gpu_memory_measured, e) ||
+        hello_figure(j, "memoryGbps", "memoryGbpsSource", &h->memory_gbps,
+                     &h->memory_gbps_measured, e))
         return -1;
     const cJSON *nic = cJSON_GetObjectItemCaseSensitive(j, "nic");
     if (!nic)
@@ -428,6 +430,10 @@ char *proto_hello_encode(const struct proto_hello *h, herr *e)
         ok = cJSON_AddNumberToObject(j, "gpuMemoryGb", h->gpu_memory_gb) &&
              cJSON_AddStringToObject(j, "gpuMemorySource",
                                      h->gpu_memory_measured ? "measured" : "declared");
+    if (ok && h->memory_gbps > 0)
+        ok = cJSON_AddNumberToObject(j, "memoryGbps", h->memory_gbps) &&
+             cJSON_AddStringToObject(j, "memoryGbpsSource",
+                                     h->memory_gbps_measured ? "measured" : "declared");
     if (ok && h->running) {
         cJSON *r = cJSON_AddObjectToObject(j, "resume");
         ok = r && cJSON_AddNumberToObject(r, "attempt", h->resume_attempt) &&

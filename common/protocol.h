@@ -55,6 +55,9 @@ struct proto_hello {
     int tflops_measured; /* with tflops: 1 measured by the worker, 0 declared to it */
     double gpu_memory_gb; /* memory of each of its GPUs (the smallest), GB; 0 = not sent */
     int gpu_memory_measured; /* with gpu_memory_gb: 1 read from the device, 0 declared to it */
+    double memory_gbps; /* memory bandwidth per device, GB/s, as its optimizer step sees it;
+                           0 = not sent */
+    int memory_gbps_measured; /* with memory_gbps: 1 measured (or read from the GPUs), 0 declared */
     struct nic_summary nic;
     int running;        /* 1 when resume_* are meaningful */
     int resume_attempt;

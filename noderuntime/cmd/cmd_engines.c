@@ -1,12 +1,14 @@
 /* holmes-node engines: the training engines this binary has, one per line (cpu; cuda-fp32 and
  * cuda-bf16 in the CUDA build), so a launcher can tell before it starts GPU ranks; with --probe,
- * each with the compute rate a worker reports to the planner (measured as the worker does). */
+ * each with the compute rate and the memory bandwidth a worker reports to the planner (measured
+ * or read as the worker does). */
 #include <stdio.h>
 #include <string.h>
 
 #include "commands.h"
 #include "engine.h"
 #include "gpt.h"
+#include "optimizer.h"
 
 /* The rate a worker would report for engine i: the CPU engine's fp32 product (200 ms, its best
  * window), the CUDA bf16 engine's product on GPU 0 (in a child process). */
@@ -19,12 +21,22 @@ static void print_rate(int i)
             printf(" %.4g TFLOPS (measured: fp32 matrix product)", t);
         else
             printf(" (no rate: %s)", e.msg);
+        double g = optimizer_probe_gbps((size_t)1 << 22, 3, &e);
+        if (g > 0)
+            printf(", %.4g GB/s memory (measured: the optimizer's norm and AdamW)", g);
+        else
+            printf(", (no memory bandwidth: %s)", e.msg);
     } else if (i == 2) {
         double t = 0;
         if (engine_gpu_tflops(1, 60.0, &t, &e) == 0)
             printf(" %.4g TFLOPS (measured: bf16 matrix product on GPU 0)", t);
         else
             printf(" (no rate: %s)", e.msg);
+        double g = 0;
+        if (engine_gpu_memory_gbps(1, &g, &e) == 0)
+            printf(", %.4g GB/s memory (the peak of GPU 0)", g);
+        else
+            printf(", (no memory bandwidth: %s)", e.msg);
     }
 }
 
@@ -36,9 +48,11 @@ int cmd_engines(int argc, char **argv)
             printf("usage: holmes-node engines [--probe]\n"
                    "Prints the training engines this binary has, one per line: cpu (fp32), and in a\n"
                    "CUDA build (make cuda) cuda-fp32 and cuda-bf16.\n"
-                   "  --probe   also measure the compute rate a worker reports to the planner: the\n"
-                   "            CPU engine's fp32 matrix product, and the CUDA engine's bf16\n"
-                   "            product on GPU 0 (a child process; about a second)\n");
+                   "  --probe   also measure the compute rate and the memory bandwidth a worker\n"
+                   "            reports to the planner: the CPU engine's fp32 matrix product and\n"
+                   "            its optimizer's norm and AdamW; the CUDA engine's bf16 product on\n"
+                   "            GPU 0 (a child process; about a second) and GPU 0's peak memory\n"
+                   "            bandwidth\n");
             return 0;
         }
         if (!strcmp(argv[i], "--probe")) {

@@ -16,6 +16,7 @@
 #include "log.h"
 #include "nic_discover.h"
 #include "nic_report.h"
+#include "optimizer.h"
 #include "supervisor.h"
 #include "worker_coord.h"
 #include "worker_train.h"
@@ -55,6 +56,12 @@ void cmd_worker_coord_usage(FILE *f)
         "                      the 1F1B warm-up by it; the CUDA holmes-node otherwise reads\n"
         "                      it from its GPUs (the smallest); without either the planner\n"
         "                      does not check memory (on a CPU worker: what each rank may use)\n"
+        "  --memory-gbps B     declare the memory bandwidth (GB/s) of each of this worker's\n"
+        "                      devices, at which the planner prices its optimizer step; a CPU\n"
+        "                      worker otherwise times its own gradient norm and AdamW over 4 Mi\n"
+        "                      parameters (the best of 3), the CUDA holmes-node reads its GPUs'\n"
+        "                      peak (memory clock x bus width, the slowest); skipped with\n"
+        "                      --simulate\n"
         "  --cpu-affinity M    none (default): the kernel places the threads; spread: every\n"
         "                      rank of the job runs on this machine, so each pins its\n"
         "                      training to its share of the cores, replicas of one stage\n"
@@ -102,7 +109,8 @@ int cmd_worker_coord_wanted(int argc, char **argv)
     return env2("HOLMES_COORDINATOR", NULL) != NULL;
 }
 
-/* A declared figure (--tflops / HOLMES_DECLARED_TFLOPS, --gpu-memory-gb / HOLMES_GPU_MEMORY_GB):
+/* A declared figure (--tflops / HOLMES_DECLARED_TFLOPS, --gpu-memory-gb / HOLMES_GPU_MEMORY_GB,
+ * --memory-gbps / HOLMES_MEMORY_GBPS):
  * a number in (0, 1e6]; -1 after saying so, naming the flag and the variable. */
 static int parse_figure(const char *flag, const char *env, const char *what, const char *s,
                         double *out)
@@ -161,6 +169,7 @@ struct args {
     long progress_ms, connect_s, sim_steps, step_ms, fail_at, worker;
     double declared;               /* --tflops; 0 = measure */
     double gpu_memory_gb;          /* --gpu-memory-gb; 0 = read from the GPUs (CUDA build) */
+    double memory_gbps;            /* --memory-gbps; 0 = measure (CPU) or read (GPUs) */
     enum cpu_affinity affinity;
     char jobkey[160];              /* "namespace/name" in a cluster */
 };
@@ -182,6 +191,7 @@ static int parse_args(int argc, char **argv, struct args *a)
     const char *worker_s = env2("HOLMES_WORKER", "HOLMES_WORKER_INDEX");
     const char *tflops_s = env2("HOLMES_DECLARED_TFLOPS", NULL);
     const char *gpu_mem_s = env2("HOLMES_GPU_MEMORY_GB", NULL);
+    const char *membw_s = env2("HOLMES_MEMORY_GBPS", NULL);
     const char *affinity_s = env2("HOLMES_CPU_AFFINITY", NULL);
     a->progress_ms = 500, a->connect_s = 60, a->sim_steps = -1, a->step_ms = 10, a->worker = -1;
     for (int i = 1; i < argc; i += 2) { /* every option takes a value */
@@ -198,6 +208,7 @@ static int parse_args(int argc, char **argv, struct args *a)
         else if (strcmp(o, "--sysfs") == 0 && v) a->sysfs = v;
         else if (strcmp(o, "--tflops") == 0 && v) tflops_s = v;
         else if (strcmp(o, "--gpu-memory-gb") == 0 && v) gpu_mem_s = v;
+        else if (strcmp(o, "--memory-gbps") == 0 && v) membw_s = v;
         else if (strcmp(o, "--cpu-affinity") == 0 && v) affinity_s = v;
         else if (strcmp(o, "--progress-ms") == 0 && v) {
             if (cli_long("holmes-node worker", o, v, 1, 600000, &a->progress_ms)) return 2;
@@ -227,6 +238,9 @@ static int parse_args(int argc, char **argv, struct args *a)
     if (gpu_mem_s && parse_figure("--gpu-memory-gb", "HOLMES_GPU_MEMORY_GB", "a number of GB",
                                   gpu_mem_s, &a->gpu_memory_gb))
         return 2;
+    if (membw_s && parse_figure("--memory-gbps", "HOLMES_MEMORY_GBPS", "a number of GB/s",
+                                membw_s, &a->memory_gbps))
+        return 2;
     a->affinity = CPU_AFFINITY_NONE;
     if (affinity_s && cpu_affinity_parse(affinity_s, &a->affinity)) {
         fprintf(stderr, "holmes-node worker: --cpu-affinity (or HOLMES_CPU_AFFINITY): \"%s\" must "
@@ -244,6 +258,41 @@ static int parse_args(int argc, char **argv, struct args *a)
 /* How long the GPU compute probe may take (a CUDA context, cuBLASLt's choice of algorithm and
  * ten products on each GPU: about a second) before the worker goes on without it. */
 #define GPU_PROBE_TIMEOUT_S 60.0
+
+/* Parameters the CPU optimizer probe updates: 64 MiB of parameters, gradients and moments,
+ * past most last-level caches; about 10 ms a step at 15 GB/s. */
+#define OPTIMIZER_PROBE_PARAMS ((size_t)1 << 22)
+
+/* The memory bandwidth the planner prices this worker's optimizer step at: declared, else the
+ * CPU engine's own norm and AdamW timed, else its GPUs' peak read from the device. */
+static void describe_memory_bandwidth(const struct args *a, struct worker_coord_options *o)
+{
+    herr e = {0};
+    o->memory_gbps = a->memory_gbps;
+    if (a->memory_gbps > 0) {
+        log_info("memory: %g GB/s a device (declared)", a->memory_gbps);
+    } else if (o->gpus == 0 && a->sim_steps < 0) {
+        double g = optimizer_probe_gbps(OPTIMIZER_PROBE_PARAMS, 3, &e);
+        if (g > 0) {
+            o->memory_gbps = g;
+            o->memory_gbps_measured = 1;
+            log_info("memory: %.4g GB/s (measured: the optimizer's norm and AdamW, %d threads)",
+                     g, omp_get_max_threads());
+        } else {
+            log_warn("%s; the planner will assume its default", e.msg);
+        }
+    } else if (o->gpus > 0 && a->sim_steps < 0) {
+        double g = 0;
+        if (engine_gpu_memory_gbps(o->gpus, &g, &e) == 0) {
+            o->memory_gbps = g;
+            o->memory_gbps_measured = 1;
+            log_info("memory: %.4g GB/s a GPU (the peak read from the device, the slowest of %d)",
+                     g, o->gpus);
+        } else {
+            log_warn("%s; the planner will assume its default", e.msg);
+        }
+    }
+}
 
 /* This worker's NIC summary and GPUs (discovered, from a sysfs tree, or emulated), and its
  * compute rate: declared, else measured (the CPU engine's product on a CPU worker, the CUDA
@@ -307,6 +356,7 @@ static int describe_worker(const struct args *a, struct worker_coord_options *o)
             log_warn("%s; the planner will not check memory", e.msg);
         }
     }
+    describe_memory_bandwidth(a, o);
     return 0;
 }
 

@@ -18,6 +18,7 @@ extern const struct engine_ops engine_cuda_fp32_ops __attribute__((weak));
 extern const struct engine_ops engine_cuda_bf16_ops __attribute__((weak));
 /* cuda/devmem_cuda.cu, in the CUDA build only */
 extern int devmem_cuda_total_memory(int n, double *bytes, herr *e) __attribute__((weak));
+extern int devmem_cuda_memory_gbps(int n, double *gbps, herr *e) __attribute__((weak));
 
 static const struct engine_ops *ops_for(enum engine_kind kind, enum dtype precision)
 {
@@ -50,6 +51,15 @@ int engine_gpu_memory(int n, double *bytes, herr *e)
     if (!devmem_cuda_total_memory)
         return herr_set(e, "GPU memory: this holmes-node was built without the CUDA engine");
     return devmem_cuda_total_memory(n, bytes, e);
+}
+
+int engine_gpu_memory_gbps(int n, double *gbps, herr *e)
+{
+    *gbps = 0;
+    if (!devmem_cuda_memory_gbps)
+        return herr_set(e, "GPU memory bandwidth: this holmes-node was built without the CUDA "
+                        "engine");
+    return devmem_cuda_memory_gbps(n, gbps, e);
 }
 
 /* what the probing child sends back */

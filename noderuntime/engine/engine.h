@@ -145,6 +145,9 @@ int engine_available(enum engine_kind kind, enum dtype precision, char *why, siz
  * (read without creating a context). -1 with the reason otherwise (no CUDA engine here, no
  * device, fewer than n). */
 int engine_gpu_memory(int n, double *bytes, herr *e);
+/* The least peak memory bandwidth of GPUs 0..n-1, GB/s (memory clock and bus width, read
+ * without creating a context), where this binary has the CUDA engine; -1 with the reason. */
+int engine_gpu_memory_gbps(int n, double *gbps, herr *e);
 /* The compute rate of GPUs 0..n-1 (TFLOPS a GPU, the slowest), where this binary has the CUDA
  * engine: the bf16 engine's own matrix product (cuBLASLt, 4096^3, the median of 10), measured in
  * a child process so that this one creates no CUDA context, given up after timeout_s. -1 with the

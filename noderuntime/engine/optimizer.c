@@ -3,6 +3,11 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
 
 /* The element loop, compiled twice (AVX2 and baseline x86-64) and picked at load time. In the
  * bias-corrected update, 1/(1-b1^t) and 1/sqrt(1-b2^t) are hoisted out of the loop as PyTorch
@@ -123,4 +128,47 @@ void grad_scale(float *g, size_t lo, size_t hi, float scale)
 #pragma omp parallel for simd if (parallel : hi - lo > 65536)
     for (size_t i = lo; i < hi; i++)
         g[i] *= scale;
+}
+
+double optimizer_probe_gbps(size_t n, int reps, herr *e)
+{
+    if (n < (1u << 16) || n > (1u << 28) || reps < 1 || reps > 100) {
+        herr_set(e, "optimizer probe: %zu parameters must be in [65536, 268435456] and %d steps "
+                 "in [1, 100]", n, reps);
+        return -1;
+    }
+    n = n / 16 * 16; /* four 64-byte aligned buffers */
+    float *buf = aligned_alloc(64, 4 * n * sizeof(float));
+    if (!buf) {
+        herr_set(e, "optimizer probe: out of memory for 4 x %zu floats", n);
+        return -1;
+    }
+    float *p = buf, *g = buf + n, *m = buf + 2 * n, *v = buf + 3 * n;
+#pragma omp parallel for if (parallel : n > 65536)
+    for (size_t i = 0; i < n; i++) { /* first touch by the threads that will use the pages */
+        p[i] = 0.02f * (float)((i * 7 + 3) % 17) - 0.16f;
+        g[i] = 1e-3f * (float)((i * 5 + 1) % 13) - 6e-3f;
+        m[i] = v[i] = 0.0f;
+    }
+    struct gpt_tensor t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.name, sizeof t.name, "probe");
+    t.size = n;
+    t.decay = 1;
+    const struct adamw_config o = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+    double best = INFINITY;
+    for (int r = 0; r < reps; r++) {
+        double t0 = clock_mono_s();
+        float scale = grad_clip_scale(grad_sq_norm(g, 0, n), 1.0f);
+        adamw_update_at(&o, &t, 1, p, g, m, v, 0, n, 1e-4f, r + 1, scale);
+        double dt = clock_mono_s() - t0;
+        if (dt < best)
+            best = dt;
+    }
+    free(buf);
+    if (!(best > 0)) {
+        herr_set(e, "optimizer probe: no time measured over %zu parameters", n);
+        return -1;
+    }
+    return (double)OPTIMIZER_PROBE_BYTES_PER_PARAM * (double)n / best / 1e9;
 }

@@ -61,4 +61,15 @@ double grad_sq_norm(const float *g, size_t lo, size_t hi);
 float grad_clip_scale(double sq, float max_norm);
 void grad_scale(float *g, size_t lo, size_t hi, float scale);
 
+/* Bytes the optimizer moves per parameter as optimizer_probe_gbps counts them: the norm reads
+ * the gradient (4), AdamW reads p, g, m, v and writes p, m, v (28). */
+#define OPTIMIZER_PROBE_BYTES_PER_PARAM 32
+
+/* The memory bandwidth this process's optimizer step reaches, GB/s: the gradient norm and
+ * AdamW (this file's, with its OpenMP threads) over n parameters held apart, the fastest of
+ * `reps` steps, OPTIMIZER_PROBE_BYTES_PER_PARAM bytes a parameter. For the planner's price of
+ * the step (links.optimizer_bytes_per_param / memory_gbps): a CPU worker says it in hello.
+ * n in [2^16, 2^28], reps in [1, 100]; -1 with the reason (bad arguments, out of memory). */
+double optimizer_probe_gbps(size_t n, int reps, herr *e);
+
 #endif

@@ -99,6 +99,8 @@ static int send_hello(struct session *s, herr *e)
     h.tflops_measured = s->o->tflops_measured;
     h.gpu_memory_gb = s->o->gpu_memory_gb;
     h.gpu_memory_measured = s->o->gpu_memory_measured;
+    h.memory_gbps = s->o->memory_gbps;
+    h.memory_gbps_measured = s->o->memory_gbps_measured;
     h.nic = s->o->nic;
     if (s->training) {
         h.running = 1;

@@ -63,6 +63,8 @@ struct worker_coord_options {
     double gpu_memory_gb;       /* per GPU, sent in hello when > 0 (read from the device or
                                  * declared) */
     int gpu_memory_measured;    /* 1: read from the device; 0: declared (--gpu-memory-gb) */
+    double memory_gbps;         /* per device, sent in hello when > 0 (measured or declared) */
+    int memory_gbps_measured;   /* 1: measured here; 0: declared (--memory-gbps) */
     struct nic_summary nic;
     int progress_interval_ms;   /* 0 = 500 */
     int connect_timeout_ms;     /* total time to keep trying to connect at start; 0 = 60000 */

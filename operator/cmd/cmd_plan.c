@@ -110,15 +110,15 @@ static void print_table(const struct plan *p, const struct own_best *best, int n
     printf("policy %s: tensor %d x pipeline %d x data %d, %d micro-batches of %d, %s\n",
            policy_name(p->policy), p->tensor, p->pipeline, p->data, p->micro_batches,
            p->micro_batch_size, sched);
-    printf("\n%-6s %-24s %-12s %-8s %-9s %-7s %s\n", "stage", "fabric", "layers", "TFLOPS",
-           "fwd ms", "mem GB", "workers");
+    printf("\n%-6s %-24s %-12s %-8s %-9s %-9s %-7s %s\n", "stage", "fabric", "layers", "TFLOPS",
+           "fwd ms", "opt ms", "mem GB", "workers");
     for (int s = 0; s < p->n_stages; s++) {
         const struct plan_stage *st = &p->stages[s];
         char ly[32];
         snprintf(ly, sizeof ly, "[%d,%d) %d", st->first_layer, st->last_layer,
                  st->last_layer - st->first_layer);
-        printf("%-6d %-24.24s %-12s %-8.4g %-9.2f %-7.1f ", s, st->fabric, ly, st->tflops,
-               st->fwd_s * 1e3, st->memory_gb);
+        printf("%-6d %-24.24s %-12s %-8.4g %-9.2f %-9.2f %-7.1f ", s, st->fabric, ly, st->tflops,
+               st->fwd_s * 1e3, st->optimizer_s * 1e3, st->memory_gb);
         print_workers(p, s);
         printf("\n");
     }

@@ -188,6 +188,10 @@ static void worker_env(const struct local_workers *ws, int i)
     /* They also share its compute: a start-up probe would only measure which worker the
      * scheduler favoured, so all declare the same rate (the planner's CPU default) unless told. */
     setenv("HOLMES_DECLARED_TFLOPS", "0.05", 0);
+    /* ... and its memory: likewise the planner's CPU default (PLAN_CPU_MEMORY_GBPS) */
+    char membw[32];
+    snprintf(membw, sizeof membw, "%g", PLAN_CPU_MEMORY_GBPS);
+    setenv("HOLMES_MEMORY_GBPS", membw, 0);
 }
 
 /* Starts worker i; its pid, or -1 when fork failed. */

@@ -128,6 +128,10 @@ static int make_plan(const struct coord_plan *cp, const struct tj_spec *s,
         /* what the worker's GPUs hold (read from the device or declared): the planner refuses
          * a plan that does not fit it and sizes the 1F1B warm-up by it; 0 = not checked */
         pw[i].memory_gb = workers[i].gpu_memory_gb;
+        /* the bandwidth its optimizer step moves data at (measured or declared); else a CPU
+         * core's, or for a GPU the links' memory_gbps (0) */
+        pw[i].memory_gbps = workers[i].memory_gbps > 0 ? workers[i].memory_gbps
+                            : pw[i].gpus && !s->emulation.gpus ? 0 : PLAN_CPU_MEMORY_GBPS;
         pw[i].nic = workers[i].nic;
     }
     struct plan_job job;
@@ -315,6 +319,19 @@ static const char *tflops_source(const struct coord_worker *w)
     return w->tflops <= 0 ? "assumed" : w->tflops_measured ? "measured" : "declared";
 }
 
+/* Where stage s's memory bandwidth (its least) came from: the worker that said it (measured or
+ * declared), else the links' memory_gbps ("assumed"). */
+static const char *memory_gbps_source(const struct plan *p, const struct coord_worker *w, int s)
+{
+    for (int r = 0; r < p->n_ranks; r++) {
+        const struct coord_worker *x = &w[p->ranks[r].worker];
+        if (p->ranks[r].stage == s && x->memory_gbps > 0 &&
+            x->memory_gbps == p->stages[s].memory_gbps)
+            return x->memory_gbps_measured ? "measured" : "declared";
+    }
+    return "assumed";
+}
+
 /* The worker of stage s with the least GPU memory; -1 when one of them did not say it. */
 static int least_gpu_memory(const struct plan *p, const struct coord_worker *w, int s)
 {
@@ -389,6 +406,9 @@ cJSON *coord_plan_status_json(const struct plan *p, const struct coord_worker *w
         }
         if (slowest >= 0)
             cJSON_AddStringToObject(st, "tflopsSource", tflops_source(&w[slowest]));
+        cJSON_AddNumberToObject(st, "memoryGbps", p->stages[s].memory_gbps);
+        cJSON_AddStringToObject(st, "memoryGbpsSource", memory_gbps_source(p, w, s));
+        cJSON_AddNumberToObject(st, "optimizerSeconds", p->stages[s].optimizer_s);
         cJSON_AddNumberToObject(st, "memoryGb", p->stages[s].memory_gb);
         int smallest = least_gpu_memory(p, w, s);
         if (smallest >= 0) {

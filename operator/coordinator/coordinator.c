@@ -143,6 +143,8 @@ void co_admit(struct conn *k, struct job *j, const struct proto_hello *h)
     s->info.tflops_measured = h->tflops_measured;
     s->info.gpu_memory_gb = h->gpu_memory_gb;
     s->info.gpu_memory_measured = h->gpu_memory_measured;
+    s->info.memory_gbps = h->memory_gbps;
+    s->info.memory_gbps_measured = h->memory_gbps_measured;
     s->info.nic = h->nic;
     if (j->hooks.on_hello)
         j->hooks.on_hello(j->user, &s->info);

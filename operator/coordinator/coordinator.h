@@ -62,6 +62,8 @@ struct coord_worker {
     int tflops_measured;    /* with tflops: 1 measured by the worker, 0 declared */
     double gpu_memory_gb;   /* per GPU, from hello (read from the device or declared); 0 = not sent */
     int gpu_memory_measured; /* with gpu_memory_gb: 1 read from the device, 0 declared */
+    double memory_gbps;     /* per device, from hello (measured or declared); 0 = not sent */
+    int memory_gbps_measured; /* with memory_gbps: 1 measured by the worker, 0 declared */
     struct nic_summary nic;
     int rank;               /* from the assignment; -1 before */
 };

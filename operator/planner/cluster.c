@@ -12,7 +12,7 @@
 #define CLUSTER_MAX_WORKERS (1 << 20)
 
 static const char *const worker_keys[] = {"name", "node", "gpus", "gpu_tflops", "tflops", "nic",
-                                          "count", "gpu_memory_gb", "nics", NULL};
+                                          "count", "gpu_memory_gb", "memory_gbps", "nics", NULL};
 
 static int check_keys(const cJSON *obj, const char *const *keys, const char *where, herr *e)
 {
@@ -57,6 +57,11 @@ static int parse_worker(const cJSON *wj, const char *where, struct plan_worker *
                 mem->valuedouble > 1e6))
         return herr_set(e, "%s.gpu_memory_gb: must be a number in (0, 1000000]", where);
     w->memory_gb = mem ? mem->valuedouble : 0;
+    const cJSON *bw = cJSON_GetObjectItemCaseSensitive(wj, "memory_gbps");
+    if (bw && (!cJSON_IsNumber(bw) || !isfinite(bw->valuedouble) || bw->valuedouble <= 0 ||
+               bw->valuedouble > 1e6))
+        return herr_set(e, "%s.memory_gbps: must be a number in (0, 1000000] (GB/s)", where);
+    w->memory_gbps = bw ? bw->valuedouble : 0;
     const cJSON *nic = cJSON_GetObjectItemCaseSensitive(wj, "nic");
     char nw[256];
     snprintf(nw, sizeof nw, "%s.nic", where);
@@ -197,6 +202,7 @@ int cluster_from_emulation(const struct tj_spec *s, double tflops, struct cluste
             out->n_workers++;
             w->gpus = s->gpus_per_worker;
             w->tflops = tflops;
+            w->memory_gbps = s->gpus_per_worker > 0 ? 0 : PLAN_CPU_MEMORY_GBPS;
             w->nic.gid_index = -1;
             if (nic_class_parse(ng->cls, &w->nic.cls)) {
                 cluster_free(out);

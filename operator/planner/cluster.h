@@ -17,8 +17,9 @@ struct cluster {
 };
 
 /* Reads a cluster document (a JSON object). `where` names it in errors. Each worker:
- * {name, node?, gpus?, gpu_tflops, nic, count?}; `count: N` expands to N workers named
- * NAME-0 .. NAME-(N-1) on nodes NODE-i (or their own). Returns 0, or -1 naming the field. */
+ * {name, node?, gpus?, gpu_tflops, gpu_memory_gb?, memory_gbps?, nics?, nic, count?};
+ * `count: N` expands to N workers named NAME-0 .. NAME-(N-1) on nodes NODE-i (or their own).
+ * Returns 0, or -1 naming the field. */
 int cluster_from_json(const cJSON *doc, const char *where, struct cluster *out, herr *e);
 /* Reads a YAML or JSON file holding one cluster document. */
 int cluster_load(const char *path, struct cluster *out, herr *e);

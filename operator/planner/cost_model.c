@@ -334,7 +334,8 @@ void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,
     if (tie && (first || last) && !(first && last))
         out->tie = (double)j->model.vocab * j->model.hidden / t * j->elem_bytes / j->data / tie->bw + tie->lat;
     out->dp_exposed = out->ag_exposed + fmax(out->rs_exposed, out->tie);
-    out->optimizer = per_rank / j->data * l->optimizer_bytes_per_param / (l->memory_gbps * 1e9);
+    double membw = st->memory_gbps > 0 ? st->memory_gbps : l->memory_gbps;
+    out->optimizer = per_rank / j->data * l->optimizer_bytes_per_param / (membw * 1e9);
 }
 
 /* ---- schedule simulation ---- */

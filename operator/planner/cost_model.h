@@ -28,7 +28,8 @@ struct cost_links {
     double intra_node_gbps;       /* inside one node (NVLink / shared memory), tensor parallel */
     double intra_node_latency_us;
     double compute_efficiency;    /* achieved fraction of a device's declared TFLOPS */
-    double memory_gbps;           /* device memory bandwidth in GB/s (optimizer step) */
+    double memory_gbps;           /* device memory bandwidth in GB/s (optimizer step) of the
+                                     devices that do not say theirs (plan_worker.memory_gbps) */
     double optimizer_bytes_per_param; /* bytes the optimizer reads+writes per parameter */
     double overlap;               /* fraction of one micro-batch backward that hides the
                                      gradient reduce-scatter, in [0, 1] */
@@ -92,6 +93,8 @@ struct cost_link {
 struct cost_stage {
     int layers;
     double tflops;         /* declared TFLOPS of the stage's slowest device */
+    double memory_gbps;    /* the least memory bandwidth of its devices, GB/s (the optimizer);
+                              0 = cost_links.memory_gbps */
     double mem_bytes;      /* memory of the stage's smallest device; INFINITY = not checked */
     struct cost_link dp;   /* data-parallel ring of the stage (bottleneck link, NIC share) */
     struct cost_link next; /* to the next stage (unused on the last): the slowest of the

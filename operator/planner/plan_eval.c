@@ -145,20 +145,22 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
             x->gbps = workers[w].nic.gbps;
             x->tflops = workers[w].tflops;
             x->mem = workers[w].memory_gb > 0 ? workers[w].memory_gb * 1e9 * 0.9 : INFINITY;
+            x->membw = workers[w].memory_gbps > 0 ? workers[w].memory_gbps : links->memory_gbps;
             x->nics = plan_worker_nics(&workers[w]);
             x->devs = worker_devices(&workers[w]);
         }
     }
-    /* classes: same fabric, class, Gb/s, TFLOPS, memory and devices per worker (GPUs of one
-     * speed and two memory sizes, A100 40 and 80 GB, are not interchangeable: the first stage
-     * of 1F1B holds the most activations) */
+    /* classes: same fabric, class, Gb/s, TFLOPS, memory, memory bandwidth and devices per
+     * worker (GPUs of one speed and two memory sizes, A100 40 and 80 GB, are not
+     * interchangeable: the first stage of 1F1B holds the most activations; nor are two memory
+     * bandwidths: the stage with the embedding has the most to update) */
     for (int i = 0; i < ev->n_units; i++) {
         struct unit *x = &ev->units[i];
         x->klass = -1;
         for (int k = i - 1; k >= 0 && k >= i - 64; k--) {
             const struct unit *y = &ev->units[k];
             if (y->fabric == x->fabric && y->cls == x->cls && y->gbps == x->gbps &&
-                y->tflops == x->tflops && y->mem == x->mem &&
+                y->tflops == x->tflops && y->mem == x->mem && y->membw == x->membw &&
                 worker_devices(&workers[y->worker]) == worker_devices(&workers[x->worker])) {
                 x->klass = y->klass;
                 break;
@@ -451,7 +453,7 @@ void pl_eval_links(struct plan_eval *ev, int P, const int *stage_units)
         const int *su = stage_units + (size_t)s * D;
         struct cost_stage *st = &ev->stages[s];
         const struct unit *u0 = &ev->units[su[0]];
-        double tf = u0->tflops, mem = u0->mem;
+        double tf = u0->tflops, mem = u0->mem, membw = u0->membw;
         int same_node = 1;
         struct cost_link dp = {INFINITY, 0};
         for (int d = 0; d < D; d++) {
@@ -460,6 +462,8 @@ void pl_eval_links(struct plan_eval *ev, int P, const int *stage_units)
                 tf = x->tflops;
             if (x->mem < mem)
                 mem = x->mem;
+            if (x->membw < membw)
+                membw = x->membw;
             if (x->node != u0->node)
                 same_node = 0;
         }
@@ -475,6 +479,7 @@ void pl_eval_links(struct plan_eval *ev, int P, const int *stage_units)
             }
         }
         st->tflops = tf;
+        st->memory_gbps = membw;
         st->mem_bytes = mem;
         st->dp = dp;
         if (s < P - 1) {

@@ -176,6 +176,8 @@ static int cmp_speed_desc(const void *a, const void *b, void *ctx)
         return ux->gbps < uy->gbps ? 1 : -1;
     if (ux->mem != uy->mem) /* more memory first: the first stages hold more micro-batches */
         return ux->mem < uy->mem ? 1 : -1;
+    if (ux->membw != uy->membw) /* faster memory first: the first stage has the embedding */
+        return ux->membw < uy->membw ? 1 : -1;
     return x - y;
 }
 

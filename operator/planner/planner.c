@@ -239,11 +239,13 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
         first += layers[s];
         ev->stages[s].layers = layers[s];
         st->tflops = ev->stages[s].tflops;
+        st->memory_gbps = ev->stages[s].memory_gbps;
         cost_stage_terms(&ev->cj, &ev->links, &ev->stages[s], s == 0, s == P - 1,
                          P > 1 ? &ev->tie : NULL, &terms);
         st->fwd_s = terms.fwd + terms.tp_fwd;
         st->bwd_s = terms.bwd + terms.tp_bwd;
         st->dp_s = terms.dp_exposed;
+        st->optimizer_s = terms.optimizer;
         st->gather_s = terms.gather;
         cost_stage_memory_parts(&ev->cj, layers[s], s, P, &st->memory);
         st->memory_gb = st->memory.total / 1e9;

@@ -22,6 +22,11 @@
 
 #define PLAN_NAME_MAX 64
 #define PLAN_TOP_MAX 5   /* candidates kept by the auto search */
+/* The memory bandwidth of a CPU device that did not say its own, GB/s: about what one core's
+ * gradient norm and AdamW move (holmes-node's start-up probe, one thread: 5.6 on the 2-core
+ * development VM, 2026-11-27). `holmes-operator local`'s workers declare it, as they declare
+ * their compute; GPUs that say nothing take links.memory_gbps. */
+#define PLAN_CPU_MEMORY_GBPS 5.0
 
 
 
@@ -31,6 +36,9 @@ struct plan_worker {
     int gpus;                 /* 0 = CPU worker, one device */
     double tflops;            /* per device, declared or measured */
     double memory_gb;         /* per device; 0 = unknown (not checked) */
+    double memory_gbps;       /* per device: the memory bandwidth its optimizer step moves
+                                 data at, GB/s (measured or declared); 0 = not said: the
+                                 links' memory_gbps */
     int nics;                 /* NICs that share nic.gbps, each serving an equal run of
                                  consecutive devices (one per GPU: a rail each); 0 = the HCAs
                                  listed in nic.ib_hca (RDMA), else 1 (plan_worker_nics) */
@@ -85,9 +93,12 @@ struct plan_stage {
     char fabric[128];             /* the fabric id, or "mixed" */
     int mixed;                    /* members span fabrics */
     double tflops;                /* slowest device of the stage */
+    double memory_gbps;           /* the least memory bandwidth of its devices (its optimizer's
+                                     price) */
     double fwd_s, bwd_s;          /* predicted compute per micro-batch */
     double dp_s;                  /* predicted exposed data-parallel time per step (all-gather,
                                      reduce-scatter, embedding tie: cost_stage_terms) */
+    double optimizer_s;           /* predicted optimizer step (norm + AdamW) on a rank's shard */
     double memory_gb;             /* predicted peak per device (see cost_stage_memory) */
     struct cost_memory memory;    /* the same, part by part, in bytes */
     double link_s;                /* one micro-batch to the next stage: the slowest of the

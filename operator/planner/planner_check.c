@@ -57,6 +57,9 @@ int plan_check_input(const struct plan_worker *workers, int n_workers, const str
         if (!isfinite(w->tflops) || w->tflops <= 0 || w->tflops > 1e6)
             return herr_set(e, "workers[%d] (%s).gpu_tflops: must be a number in (0, 1000000]", i,
                             w->name);
+        if (!isfinite(w->memory_gbps) || w->memory_gbps < 0 || w->memory_gbps > 1e6)
+            return herr_set(e, "workers[%d] (%s).memory_gbps: must be a number in (0, 1000000], "
+                            "or 0 for the links' memory_gbps", i, w->name);
         if (!w->nic.fabric[0])
             return herr_set(e, "workers[%d] (%s).nic: a NIC report with a fabric is required", i,
                             w->name);

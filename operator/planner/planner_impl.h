@@ -24,6 +24,7 @@ struct unit {
     int klass;           /* interchangeable units share a class */
     double gbps, tflops;
     double mem;          /* bytes per device, INFINITY when unknown */
+    double membw;        /* memory GB/s per device (the worker's, else the links') */
     int nics, devs;      /* its worker's NICs and devices */
     int nic_base;        /* its worker's first NIC in plan_eval.nic_out / nic_in */
 };

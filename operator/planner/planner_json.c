@@ -56,6 +56,8 @@ static int add_stages(cJSON *o, const struct plan *p)
              add_str(x, "fabric", st->fabric) && add_num(x, "tflops", st->tflops) &&
              add_num(x, "forward_seconds", st->fwd_s) && add_num(x, "backward_seconds", st->bwd_s) &&
              add_num(x, "data_parallel_seconds", st->dp_s) &&
+             add_num(x, "memory_gbps", st->memory_gbps) &&
+             add_num(x, "optimizer_seconds", st->optimizer_s) &&
              add_num(x, "memory_gb", st->memory_gb) &&
              add_num(x, "link_seconds", st->link_s) && add_num(x, "gather_seconds", st->gather_s);
         cJSON *mp = ok ? cJSON_AddObjectToObject(x, "memory_bytes") : NULL;

@@ -92,11 +92,11 @@ check "bad --pipeline-dtype names the choices" grep -q "'fp8' is not one of fp32
 out=$("$NODE" worker --rank-table "$tmp/bad.json" --rank 0 --data "$tmp/data.txt" --engine tpu 2>&1)
 rc=$?
 check "bad --engine exits 2, naming the choices" test $rc = 2 -a -n "$(grep "'tpu' is not one of cpu, cuda-fp32, cuda-bf16" <<<"$out")"
-# engines --probe: each engine with the rate a worker reports (the CPU's measured product here);
-# a bad argument exits 2, naming it
+# engines --probe: each engine with the rate and the memory bandwidth a worker reports (the
+# CPU's measured product and optimizer here); a bad argument exits 2, naming it
 out=$("$NODE" engines --probe 2>&1); rc=$?
-check "engines --probe: the CPU engine's measured rate" \
-    test $rc = 0 -a -n "$(grep -E '^cpu [0-9.e+-]+ TFLOPS \(measured' <<<"$out")"
+check "engines --probe: the CPU engine's measured rate and memory bandwidth" \
+    test $rc = 0 -a -n "$(grep -E '^cpu [0-9.e+-]+ TFLOPS \(measured.*\), [0-9.e+-]+ GB/s memory \(measured' <<<"$out")"
 out=$("$NODE" engines --fast 2>&1); rc=$?
 check "engines --fast exits 2, naming it" test $rc = 2 -a -n "$(grep -- "--fast" <<<"$out")"
 if [ "$("$NODE" engines)" = cpu ]; then

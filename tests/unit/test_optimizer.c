@@ -83,10 +83,27 @@ static void test_adamw(void)
     CHECK_NEAR("adamw.first_step", q[0], 0.99, 1e-6);
 }
 
+/* The start-up memory probe (what a CPU worker tells the planner its optimizer moves): a rate
+ * a memory system can have (its value is the machine's, not asserted), bad arguments refused
+ * by name. */
+static void test_probe(void)
+{
+    herr e = {0};
+    double g = optimizer_probe_gbps((size_t)1 << 18, 2, &e);
+    CHECK("probe: a memory bandwidth between 0.1 GB/s and 100 TB/s", g > 0.1 && g < 1e5);
+    if (!(g > 0))
+        printf("  %s\n", e.msg);
+    CHECK("probe: too few parameters refused",
+          optimizer_probe_gbps(1000, 2, &e) < 0 && strstr(e.msg, "1000 parameters must be in"));
+    CHECK("probe: no steps refused",
+          optimizer_probe_gbps((size_t)1 << 18, 0, &e) < 0 && strstr(e.msg, "0 steps"));
+}
+
 int main(void)
 {
     test_schedule();
     test_clip();
     test_adamw();
+    test_probe();
     TEST_MAIN_END();
 }

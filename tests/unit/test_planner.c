@@ -63,6 +63,7 @@ static void test_schedule_closed_form(void)
                          .tensor = 1, .data = 1, .micro_batches = 6, .micro_batch_size = 1,
                          .elem_bytes = 2};
     struct cost_stage st[4];
+    memset(st, 0, sizeof st);
     for (int s = 0; s < 4; s++) {
         st[s].layers = 2;
         st[s].tflops = 1;
@@ -95,6 +96,13 @@ static void test_schedule_closed_form(void)
     cost_stage_terms(&j, &l, &st[0], 1, 1, NULL, &terms);
     CHECK_NEAR("single stage m(f+b)+optimizer", t1, 3 * (terms.fwd + terms.bwd) + terms.optimizer,
                1e-9);
+    /* the stage's own memory bandwidth prices its optimizer (0: the links') */
+    struct cost_stage_terms own;
+    st[0].memory_gbps = 1e12 / 1e3;
+    cost_stage_terms(&j, &l, &st[0], 1, 1, NULL, &own);
+    st[0].memory_gbps = 0;
+    CHECK_NEAR("a stage's memory bandwidth prices its optimizer", own.optimizer,
+               1e3 * terms.optimizer, 1e-12 + 1e-9 * own.optimizer);
     /* a slow link adds its transfers: 2 stages, m = 1: f0 + x + f1 + b1 + x + b0 */
     st[0].next.bw = cost_activation_bytes(&j) / 0.5; /* 0.5 s per transfer */
     j.micro_batches = 1;
@@ -961,6 +969,59 @@ static void test_mixed_memory(void)
     plan_free(&p);
 }
 
+/* GPUs of one speed and memory size whose memory bandwidths differ a hundredfold (listed slow
+ * and fast in turn) on one fabric, with a model whose optimizer step outweighs its compute at the
+ * slow rate. Each stage is priced at its slowest device (its ranks wait for one another at the
+ * norm), so the four slow devices share one stage, and that stage takes fewer layers: it has
+ * the longer optimizer step for each of them. With the bandwidths neither in the devices'
+ * classes nor in the search's order by speed (tried), the first four listed take stage 0: the
+ * stages mix and the layers split evenly. */
+static void test_mixed_memory_bandwidth(void)
+{
+    struct plan_worker w[8];
+    char name[16];
+    for (int i = 0; i < 8; i++) {
+        snprintf(name, sizeof name, "w%d", i);
+        worker(&w[i], name, 1, 300, NIC_INFINIBAND, "ib-a", 200);
+        w[i].memory_gbps = i % 2 ? 2000 : 20;
+    }
+    struct plan_job job;
+    small_job(&job, 12, 2, 4);
+    struct cost_links l;
+    cost_links_default(&l);
+    herr e = {0};
+    struct plan p;
+    int rc = plan_make(w, 8, &job, &l, &p, &e);
+    CHECK_INT("memory bandwidth: plan ok", rc, 0);
+    if (rc) {
+        printf("  %s\n", e.msg);
+        return;
+    }
+    int uniform = 1, priced = 1;
+    for (int s = 0; s < p.n_stages; s++)
+        for (int d = 0; d < p.data; d++) {
+            double bw = w[p.ranks[plan_rank_of(&p, s, d, 0)].worker].memory_gbps;
+            uniform &= bw == w[p.ranks[plan_rank_of(&p, s, 0, 0)].worker].memory_gbps;
+            priced &= p.stages[s].memory_gbps == bw;
+        }
+    CHECK("memory bandwidth: each stage's devices share one bandwidth", uniform);
+    CHECK("memory bandwidth: each stage priced at its devices'", priced);
+    int slow = p.stages[0].memory_gbps < p.stages[1].memory_gbps ? 0 : 1;
+    int ls = p.stages[slow].last_layer - p.stages[slow].first_layer;
+    int lf = p.stages[!slow].last_layer - p.stages[!slow].first_layer;
+    CHECK("memory bandwidth: the slow stage takes fewer layers", p.pipeline == 2 && ls < lf);
+    /* its optimizer, as priced: its shard's parameters, 32 bytes each, at 20 GB/s */
+    struct cost_job cj = {.model = job.model, .tensor = 1, .data = 4};
+    double params = ls * cost_layer_params(&cj) + (double)job.model.vocab * job.model.hidden +
+                    (slow == 0 ? (double)job.model.seq_len * job.model.hidden : 2.0 * job.model.hidden);
+    CHECK_NEAR("memory bandwidth: the slow stage's optimizer is its shard at 20 GB/s",
+               p.stages[slow].optimizer_s, params / 4 * 32 / 20e9, 1e-9);
+    if (ls >= lf)
+        printf("  slow stage %d: %d layers, optimizer %.3f ms; fast: %d layers, %.3f ms\n", slow,
+               ls, p.stages[slow].optimizer_s * 1e3, lf, p.stages[!slow].optimizer_s * 1e3);
+    plan_free(&p);
+}
+
 /* ---- bad input ---- */
 
 static void expect_error(const char *label, const struct plan_worker *w, int n,
@@ -999,6 +1060,9 @@ static void test_bad_input(void)
     bad[3].nic.fabric[0] = '\0';
     expect_error("worker without NIC report", bad, n, &job, &l, "w3).nic: a NIC report");
     memcpy(bad, w, sizeof bad);
+    bad[4].memory_gbps = -1;
+    expect_error("negative memory bandwidth", bad, n, &job, &l, "w4).memory_gbps: must be a number");
+    memcpy(bad, w, sizeof bad);
     snprintf(bad[5].name, sizeof bad[5].name, "w2");
     expect_error("duplicate names", bad, n, &job, &l, "duplicate name \"w2\"");
     int pin[2] = {6, 7};
@@ -1034,7 +1098,8 @@ static void test_cluster_file(void)
         "- {name: ib, node: nd, count: 3, gpus: 8, gpu_tflops: 312,\n"
         "   nic: {summary: {class: infiniband, fabric: ib-a, gbps: 200,\n"
         "                   nccl: {NCCL_IB_HCA: 'mlx5_0:1'}}}}\n"
-        "- {name: eth, gpu_tflops: 10, nic: {class: ethernet, fabric: lan, gbps: 10}}\n"
+        "- {name: eth, gpu_tflops: 10, memory_gbps: 40,\n"
+        "   nic: {class: ethernet, fabric: lan, gbps: 10}}\n"
         "links: {tcp_gbps: 7}\n";
     char path[] = "/tmp/holmes-test-cluster-XXXXXX";
     int fd = mkstemp(path);
@@ -1054,6 +1119,8 @@ static void test_cluster_file(void)
         CHECK_STR("expanded node", c.workers[1].node, "nd-1");
         CHECK_STR("full NIC report accepted", c.workers[0].nic.ib_hca, "mlx5_0:1");
         CHECK_INT("cpu worker", c.workers[3].gpus, 0);
+        CHECK_NEAR("memory bandwidth said", c.workers[3].memory_gbps, 40, 0);
+        CHECK_NEAR("memory bandwidth not said: 0 (the links')", c.workers[0].memory_gbps, 0, 0);
         CHECK_NEAR("links override", c.links.tcp_gbps, 7, 0);
         cluster_free(&c);
     }
@@ -1075,6 +1142,9 @@ static void test_cluster_file(void)
          "\"fabric\": \"f\", \"gbps\": 1}}], \"links\": {\"rdma_efficiency\": 2}}",
          "links.rdma_efficiency"},
         {"[1, 2]", "must be an object"},
+        {"{\"workers\": [{\"name\": \"a\", \"gpu_tflops\": 1, \"memory_gbps\": 0, \"nic\": "
+         "{\"class\": \"ib\", \"fabric\": \"f\", \"gbps\": 1}}]}",
+         "workers[0].memory_gbps: must be a number in (0, 1000000] (GB/s)"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cJSON *j = cJSON_Parse(bad[i].json);
@@ -1241,6 +1311,7 @@ int main(void)
     test_homogeneous_first();
     test_memory();
     test_mixed_memory();
+    test_mixed_memory_bandwidth();
     test_bad_input();
     test_cluster_file();
     test_job_manifest();

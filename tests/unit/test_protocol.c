@@ -45,9 +45,9 @@ static void hello_figure(struct proto_hello *h, double *field, int *measured, do
         snprintf(what, sizeof what, "hello with %s %s parses", meas ? "measured" : "declared", key);
         CHECK_INT(what, s ? parse_str(s, &m, &e) : -1, 0);
         if (s && m.json) {
-            double got = field == &h->tflops ? m.u.hello.tflops : m.u.hello.gpu_memory_gb;
-            int got_meas = field == &h->tflops ? m.u.hello.tflops_measured
-                                               : m.u.hello.gpu_memory_measured;
+            /* the same fields of the parsed hello */
+            double got = *(const double *)((const char *)&m.u.hello + ((char *)field - (char *)h));
+            int got_meas = *(const int *)((const char *)&m.u.hello + ((char *)measured - (char *)h));
             const cJSON *src = cJSON_GetObjectItem(m.json, src_key);
             snprintf(what, sizeof what, "hello %s carried, %s %s", key, src_key,
                      meas ? "measured" : "declared");
@@ -100,6 +100,8 @@ static void test_hello(void)
     hello_figure(&h, &h.tflops, &h.tflops_measured, 0.0375, "tflops", "tflopsSource");
     hello_figure(&h, &h.gpu_memory_gb, &h.gpu_memory_measured, 79.6, "gpuMemoryGb",
                  "gpuMemorySource");
+    hello_figure(&h, &h.memory_gbps, &h.memory_gbps_measured, 3352.3, "memoryGbps",
+                 "memoryGbpsSource");
 
     h.running = 1;
     h.resume_attempt = 2;
@@ -301,6 +303,13 @@ static void test_refusals(void)
             "{\"v\":1,\"type\":\"hello\",\"job\":\"j\",\"pod\":\"p\",\"worker\":1,"
             "\"tflopsSource\":\"measured\",\"nic\":{\"class\":\"ib\",\"fabric\":\"x\",\"gbps\":1}}",
             "hello.tflopsSource: given without hello.tflops");
+    refused("hello zero memory bandwidth",
+            "{\"v\":1,\"type\":\"hello\",\"job\":\"j\",\"pod\":\"p\",\"worker\":1,\"memoryGbps\":0,"
+            "\"nic\":{\"class\":\"ib\",\"fabric\":\"x\",\"gbps\":1}}", "hello.memoryGbps: must be a number");
+    refused("hello memoryGbpsSource without memoryGbps",
+            "{\"v\":1,\"type\":\"hello\",\"job\":\"j\",\"pod\":\"p\",\"worker\":1,"
+            "\"memoryGbpsSource\":\"measured\",\"nic\":{\"class\":\"ib\",\"fabric\":\"x\",\"gbps\":1}}",
+            "hello.memoryGbpsSource: given without hello.memoryGbps");
     refused("hello zero GPU memory",
             "{\"v\":1,\"type\":\"hello\",\"job\":\"j\",\"pod\":\"p\",\"worker\":1,\"gpuMemoryGb\":0,"
             "\"nic\":{\"class\":\"ib\",\"fabric\":\"x\",\"gbps\":1}}", "hello.gpuMemoryGb: must be a number");

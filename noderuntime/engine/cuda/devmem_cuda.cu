@@ -378,6 +378,38 @@ extern "C" void devmem_cuda_unwatch(struct devmem *m, void *ctx)
     pthread_mutex_unlock(&c->mu);
 }
 
+int devmem_cuda_memory_gbps(int n, double *gbps, herr *e)
+{
+    *gbps = 0;
+    int count = 0;
+    cudaError_t ce = cudaGetDeviceCount(&count);
+    if (ce != cudaSuccess) {
+        (void)cudaGetLastError();
+        return herr_set(e, "GPU memory bandwidth: no CUDA device (%s)", cudaGetErrorString(ce));
+    }
+    if (n < 1 || count < n)
+        return herr_set(e, "GPU memory bandwidth: %d GPUs asked, %d visible", n, count);
+    double least = 0;
+    for (int d = 0; d < n; d++) {
+        int khz = 0, bits = 0;
+        ce = cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, d);
+        if (ce == cudaSuccess)
+            ce = cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, d);
+        if (ce != cudaSuccess) {
+            (void)cudaGetLastError();
+            return herr_set(e, "GPU memory bandwidth: device %d: %s", d, cudaGetErrorString(ce));
+        }
+        if (khz <= 0 || bits <= 0)
+            return herr_set(e, "GPU memory bandwidth: device %d reports a memory clock of %d kHz "
+                            "and a bus of %d bits", d, khz, bits);
+        double g = 2.0 * khz * 1e3 * (bits / 8.0) / 1e9;
+        if (d == 0 || g < least)
+            least = g;
+    }
+    *gbps = least;
+    return 0;
+}
+
 int devmem_cuda_total_memory(int n, double *bytes, herr *e)
 {
     *bytes = 0;

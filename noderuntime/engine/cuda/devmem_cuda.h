@@ -29,6 +29,11 @@ void devmem_cuda_unwatch(struct devmem *m, void *ctx);
  * worker, before it starts its ranks) holds no GPU memory. -1 with the reason (no driver, fewer
  * than n devices). */
 int devmem_cuda_total_memory(int n, double *bytes, herr *e);
+/* The least peak memory bandwidth of CUDA devices 0..n-1, GB/s: twice the memory clock times
+ * the bus width (double data rate; cudaDevAttrMemoryClockRate, cudaDevAttrGlobalMemoryBusWidth),
+ * read without creating a context. -1 with the reason (no driver, fewer than n devices, a
+ * device that reports no clock). */
+int devmem_cuda_memory_gbps(int n, double *gbps, herr *e);
 
 #ifdef __cplusplus
 }
