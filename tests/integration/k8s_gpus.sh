@@ -1,7 +1,7 @@
 # Workers with several (emulated) GPUs on a real kube-apiserver (tests/k8s/envtest.bash), the test
 # playing kubelet: a TrainingJob of 2 workers x 2 GPUs with spec.emulation.gpus. Its pods ask for
 # no nvidia.com/gpu; each pod's worker runs a rank process per GPU; status shows the 4 ranks'
-# plan (and the GPU memory each worker declared, beside the predicted); a rank process killed
+# plan (and the GPU memory and memory bandwidth each worker declared, beside the predicted); a rank process killed
 # (-9) fails its worker, the gang restarts in place (status.restarts 1, the same pods) and the job
 # Succeeds. A second job whose workers declare 1 MB a GPU is refused by the planner (Planned=False,
 # PlanFailed, naming the stage and the bytes) and Fails without a retry. With tokenSlices: auto, status.plan.tokenSlices says
@@ -37,13 +37,17 @@ uids() { pods | jq -c '[.items[] | .metadata.uid] | sort'; }
 check "apply -> 2 worker pods" wait_for 30 npods_are 2
 check "emulated GPUs: the pods ask for no nvidia.com/gpu" jq_true "$(pods)" \
     'all(.items[]; (.spec.containers[0].resources.limits // {}) | has("nvidia.com/gpu") | not)'
-for i in 0 1; do k8s_kubelet $NS gj-worker-$i "$W/gj-worker-$i.log" --tflops 0.05 --gpu-memory-gb $((40 + 40 * i)) & KPIDS+=($!); done
+for i in 0 1; do k8s_kubelet $NS gj-worker-$i "$W/gj-worker-$i.log" --tflops 0.05 --gpu-memory-gb $((40 + 40 * i)) \
+    --memory-gbps $((1000 + 1000 * i)) & KPIDS+=($!); done
 check "training reaches step 40" wait_for 120 past 40
 check "status: a plan of 4 ranks, pipeline 2 x data 2, each stage on one worker's fabric" tj_is \
     '.status.plan.pipeline == 2 and .status.plan.data == 2 and ([.status.plan.stages[].fabric] | sort) == ["ib-a", "roce-b"]'
 check "status.plan.stages (kept by the CRD's schema): predicted memory beside the GPUs' the workers declared (40, 80 GB)" tj_is \
     '[.status.plan.stages[] | {m: .gpuMemoryGb, s: .gpuMemorySource, p: (.memoryGb > 0 and .memoryGb < 1)}] | sort_by(.m) ==
      [{"m": 40, "s": "declared", "p": true}, {"m": 80, "s": "declared", "p": true}]'
+check "status.plan.stages (kept by the CRD's schema): each stage's memory bandwidth as its worker declared it (1000, 2000 GB/s) and its optimizer's price" tj_is \
+    '[.status.plan.stages[] | {g: .memoryGbps, s: .memoryGbpsSource, o: (.optimizerSeconds > 0)}] | sort_by(.g) ==
+     [{"g": 1000, "s": "declared", "o": true}, {"g": 2000, "s": "declared", "o": true}]'
 check "status.plan.pipelineLinks (kept by the CRD's schema): the boundary's 2 links on TCP between the fabrics" tj_is \
     '.status.plan.pipelineLinks | length == 1 and .[0].fromStage == 0 and .[0].toStage == 1 and
      .[0].transport == "socket" and .[0].socket == 2 and .[0].ib == 0 and .[0].seconds > 0'
@@ -112,7 +116,8 @@ for i in 0 1; do
 done
 check "the job Succeeds at step 160" wait_for 180 tj_is '.status.phase == "Succeeded" and .status.progress.step == 160'
 check "no pod recreated: the same 2 pod UIDs" test "$(uids)" = "$U0"
-check "the gang resumed from a checkpoint, not step 0" grep -qE "resumed from the checkpoint of step [1-9]" "$W/gj-worker-0.log"
+# (said by the first stage's ranks, on whichever worker the plan put it)
+check "the gang resumed from a checkpoint, not step 0" grep -qE "resumed from the checkpoint of step [1-9]" "$W/gj-worker-0.log" "$W/gj-worker-1.log"
 
 # A plan that cannot fit the memory its workers declare (1 MB a GPU): refused naming the stage,
 # the bytes it needs and the bytes there (condition Planned=False, PlanFailed, and its Event); the
