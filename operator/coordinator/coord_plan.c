@@ -320,7 +320,7 @@ static const char *tflops_source(const struct coord_worker *w)
 }
 
 /* Where stage s's memory bandwidth (its least) came from: the worker that said it (measured or
- * declared), else the links' memory_gbps ("assumed"). */
+ * declared), else a default ("assumed": a CPU's PLAN_CPU_MEMORY_GBPS, a GPU's links.memory_gbps). */
 static const char *memory_gbps_source(const struct plan *p, const struct coord_worker *w, int s)
 {
     for (int r = 0; r < p->n_ranks; r++) {

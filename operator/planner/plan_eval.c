@@ -153,7 +153,7 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
     /* classes: same fabric, class, Gb/s, TFLOPS, memory, memory bandwidth and devices per
      * worker (GPUs of one speed and two memory sizes, A100 40 and 80 GB, are not
      * interchangeable: the first stage of 1F1B holds the most activations; nor are two memory
-     * bandwidths: the stage with the embedding has the most to update) */
+     * bandwidths: the stages with the embedding have the most to update) */
     for (int i = 0; i < ev->n_units; i++) {
         struct unit *x = &ev->units[i];
         x->klass = -1;

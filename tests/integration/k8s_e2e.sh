@@ -74,7 +74,7 @@ kubelet() {
     # shellcheck disable=SC2086
     (cd "$REPO" && exec env -i PATH="$PATH" HOSTNAME="$pod" HOLMES_TOKEN="$tok" "$TAG" \
         NODE_NAME="node-$pod" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $envs \
-        timeout -k 5 400 "$NODE" worker --tflops 0.05 "$@" >>"$W/$pod.log" 2>&1)
+        timeout -k 5 400 "$NODE" worker --tflops 0.05 --memory-gbps 5 "$@" >>"$W/$pod.log" 2>&1)
     rc=$?
     echo "$rc" >>"$W/exits-$pod"
 }

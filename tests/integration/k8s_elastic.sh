@@ -66,7 +66,7 @@ EOF
 }
 run_pod() { # POD: bound to node-POD, Running and Ready, its main process started
     bind "$1" "node-$1"
-    ( k8s_kubelet $NS "$1" "$W/$1.log" --tflops 0.05; echo $? >>"$W/exits-$1" ) &
+    ( k8s_kubelet $NS "$1" "$W/$1.log" --tflops 0.05 --memory-gbps 5; echo $? >>"$W/exits-$1" ) &
     KPIDS+=($!)
 }
 tj_is() { kubectl get tj "$1" -n $NS -o json | jq -e "$2" >/dev/null 2>&1; }

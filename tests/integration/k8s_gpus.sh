@@ -130,7 +130,7 @@ gm_is() { kubectl get tj gm -n $NS -o json | jq -e "$1" >/dev/null 2>&1; }
 check "a second job (gm) gets its 2 worker pods" wait_for 30 gm_npods_are 2
 GU0=$(gm_pods | jq -c '[.items[] | .metadata.uid] | sort')
 GPIDS=()
-for i in 0 1; do k8s_kubelet $NS gm-worker-$i "$W/gm-worker-$i.log" --tflops 0.05 --gpu-memory-gb 0.001 & GPIDS+=($!); done
+for i in 0 1; do k8s_kubelet $NS gm-worker-$i "$W/gm-worker-$i.log" --tflops 0.05 --memory-gbps 5 --gpu-memory-gb 0.001 & GPIDS+=($!); done
 KPIDS+=("${GPIDS[@]}")
 check "1 MB a GPU declared: the job Fails" wait_for 60 gm_is '.status.phase == "Failed"'
 re="nothing fits in the GPUs' memory: .* stage [0-9]+ \\\\(layers \\\\[[0-9]+, [0-9]+\\\\) on fabric [a-z-]+\\\\) needs [0-9.]+ GB per GPU \\\\([0-9]+ bytes: .*its GPUs have 0\\\\.00 GB \\\\(900000 bytes: 90 % of the 0\\\\.001 GB each holds\\\\)"

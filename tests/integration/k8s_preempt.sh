@@ -39,7 +39,7 @@ kubelet() {
         # shellcheck disable=SC2086
         (cd "$REPO" && exec env -i PATH="$PATH" HOSTNAME="pre-worker-$i" HOLMES_TOKEN="$TOKEN" \
             NODE_NAME="node-$i" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $envs \
-            timeout -k 5 300 "$NODE" worker --tflops 0.05 >>"$W/worker-$i.log" 2>&1)
+            timeout -k 5 300 "$NODE" worker --tflops 0.05 --memory-gbps 5 >>"$W/worker-$i.log" 2>&1)
         rc=$?
         echo "$run $rc" >>"$W/exits-$i"
         [ "$rc" = 75 ] || [ "$rc" = 143 ] || break
