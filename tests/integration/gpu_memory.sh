@@ -88,14 +88,4 @@ grep -qE "reason: Failed: planner: nothing fits in the GPUs' memory: .* stage [0
 grep -q "0 restarts" "$tmp/out-small" && pass "1 MB declared: not retried" \
     || fail "1 MB declared: not retried" "$(tail -n 4 "$tmp/out-small")"
 
-for bad in 0 -3 lots 2e6; do
-    out=$(HOLMES_GPU_MEMORY_GB=$bad timeout 10 "$NODE" worker --coordinator ws://127.0.0.1:9 --job j --pod p --worker 0 2>&1)
-    rc=$?
-    [ $rc = 2 ] && grep -q "HOLMES_GPU_MEMORY_GB): \"$bad\" must be a number of GB in (0, 1000000]" <<<"$out" ||
-        { fail "worker refuses HOLMES_GPU_MEMORY_GB=$bad" "rc $rc: $out"; continue; }
-done
-out=$(timeout 10 "$NODE" worker --coordinator ws://127.0.0.1:9 --job j --pod p --worker 0 --gpu-memory-gb x 2>&1)
-rc=$?
-[ $rc = 2 ] && grep -q -- "--gpu-memory-gb (or HOLMES_GPU_MEMORY_GB): \"x\" must be" <<<"$out" &&
-    pass "worker refuses bad GPU memory values (0, -3, lots, 2e6, x), naming the flag" \
-    || fail "worker refuses --gpu-memory-gb x" "rc $rc: $out"
+worker_refuses_figure HOLMES_GPU_MEMORY_GB --gpu-memory-gb "a number of GB" 0 -3 lots 2e6

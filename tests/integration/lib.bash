@@ -68,6 +68,25 @@ example_job() {
         -e "s#local-runs/local-tiny/checkpoints#$ckpt#" "$@" "$REPO/examples/local-tiny.yaml" >"$out"
 }
 
+# worker_refuses_figure VAR FLAG WHAT BAD...: holmes-node worker refuses each BAD value of the
+# environment variable VAR and the value x of FLAG (exit 2, naming both: "must be WHAT in (0,
+# 1000000]"); one PASS, or a FAIL for each value let through
+worker_refuses_figure() {
+    local var=$1 flag=$2 what=$3 bad out rc ok=1
+    shift 3
+    for bad in "$@"; do
+        out=$(env "$var=$bad" timeout 10 "$NODE" worker --coordinator ws://127.0.0.1:9 --job j --pod p --worker 0 2>&1)
+        rc=$?
+        [ $rc = 2 ] && grep -qF -- "$flag (or $var): \"$bad\" must be $what in (0, 1000000]" <<<"$out" ||
+            { fail "worker refuses $var=$bad" "rc $rc: $out"; ok=0; }
+    done
+    out=$(timeout 10 "$NODE" worker --coordinator ws://127.0.0.1:9 --job j --pod p --worker 0 "$flag" x 2>&1)
+    rc=$?
+    [ $rc = 2 ] && grep -qF -- "$flag (or $var): \"x\" must be" <<<"$out" ||
+        { fail "worker refuses $flag x" "rc $rc: $out"; ok=0; }
+    [ $ok = 1 ] && pass "worker refuses bad values of $flag ($*, x), naming the flag and $var"
+}
+
 # once_per_run NAME: for a test whose result does not depend on the build variant (it builds
 # into the repository, or checks files and manifests): `make test` runs it in one pass only,
 # HOLMES_ONCE_IN (tests/run.sh sets it to the pass with less else to do); run by hand, it runs.

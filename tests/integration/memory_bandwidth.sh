@@ -79,14 +79,4 @@ PY
     pass "declaration emptied: the workers measure their optimizer, each stage priced at its least (measured)" \
     || fail "the workers measure their optimizer's bandwidth" "$(stages "$tmp/api-measured.json") $(grep -h 'memory:' "$tmp"/run-measured/worker-*.log)"
 
-for bad in 0 -3 fast 2e6; do
-    out=$(HOLMES_MEMORY_GBPS=$bad timeout 10 "$NODE" worker --coordinator ws://127.0.0.1:9 --job j --pod p --worker 0 2>&1)
-    rc=$?
-    [ $rc = 2 ] && grep -q "HOLMES_MEMORY_GBPS): \"$bad\" must be a number of GB/s in (0, 1000000]" <<<"$out" ||
-        { fail "worker refuses HOLMES_MEMORY_GBPS=$bad" "rc $rc: $out"; continue; }
-done
-out=$(timeout 10 "$NODE" worker --coordinator ws://127.0.0.1:9 --job j --pod p --worker 0 --memory-gbps x 2>&1)
-rc=$?
-[ $rc = 2 ] && grep -q -- "--memory-gbps (or HOLMES_MEMORY_GBPS): \"x\" must be" <<<"$out" &&
-    pass "worker refuses bad memory bandwidths (0, -3, fast, 2e6, x), naming the flag" \
-    || fail "worker refuses --memory-gbps x" "rc $rc: $out"
+worker_refuses_figure HOLMES_MEMORY_GBPS --memory-gbps "a number of GB/s" 0 -3 fast 2e6

@@ -378,21 +378,29 @@ extern "C" void devmem_cuda_unwatch(struct devmem *m, void *ctx)
     pthread_mutex_unlock(&c->mu);
 }
 
-int devmem_cuda_memory_gbps(int n, double *gbps, herr *e)
+/* Are CUDA devices 0..n-1 visible? 0, or -1 with the reason, `what` naming the figure asked. */
+static int devices_visible(int n, const char *what, herr *e)
 {
-    *gbps = 0;
     int count = 0;
     cudaError_t ce = cudaGetDeviceCount(&count);
     if (ce != cudaSuccess) {
         (void)cudaGetLastError();
-        return herr_set(e, "GPU memory bandwidth: no CUDA device (%s)", cudaGetErrorString(ce));
+        return herr_set(e, "%s: no CUDA device (%s)", what, cudaGetErrorString(ce));
     }
     if (n < 1 || count < n)
-        return herr_set(e, "GPU memory bandwidth: %d GPUs asked, %d visible", n, count);
+        return herr_set(e, "%s: %d GPUs asked, %d visible", what, n, count);
+    return 0;
+}
+
+int devmem_cuda_memory_gbps(int n, double *gbps, herr *e)
+{
+    *gbps = 0;
+    if (devices_visible(n, "GPU memory bandwidth", e))
+        return -1;
     double least = 0;
     for (int d = 0; d < n; d++) {
         int khz = 0, bits = 0;
-        ce = cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, d);
+        cudaError_t ce = cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, d);
         if (ce == cudaSuccess)
             ce = cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, d);
         if (ce != cudaSuccess) {
@@ -413,18 +421,12 @@ int devmem_cuda_memory_gbps(int n, double *gbps, herr *e)
 int devmem_cuda_total_memory(int n, double *bytes, herr *e)
 {
     *bytes = 0;
-    int count = 0;
-    cudaError_t ce = cudaGetDeviceCount(&count);
-    if (ce != cudaSuccess) {
-        (void)cudaGetLastError();
-        return herr_set(e, "GPU memory: no CUDA device (%s)", cudaGetErrorString(ce));
-    }
-    if (n < 1 || count < n)
-        return herr_set(e, "GPU memory: %d GPUs asked, %d visible", n, count);
+    if (devices_visible(n, "GPU memory", e))
+        return -1;
     double least = 0;
     for (int d = 0; d < n; d++) {
         cudaDeviceProp prop;
-        ce = cudaGetDeviceProperties(&prop, d);
+        cudaError_t ce = cudaGetDeviceProperties(&prop, d);
         if (ce != cudaSuccess) {
             (void)cudaGetLastError();
             return herr_set(e, "GPU memory: device %d: %s", d, cudaGetErrorString(ce));
