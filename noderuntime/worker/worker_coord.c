@@ -118,16 +118,26 @@ static int send_hello(struct session *s, herr *e)
     return 0;
 }
 
-/* Connects, retrying every 500 ms for at most budget_ms, then says hello. */
+static int terminating(const struct session *s)
+{
+    return s->o->terminate && *s->o->terminate;
+}
+
+/* Connects, retrying every 500 ms for at most budget_ms, then says hello; gives up at once on
+ * SIGTERM (a pod deleted while its coordinator is unreachable leaves within a connect attempt,
+ * not when the budget runs out). */
 static int connect_and_hello(struct session *s, int budget_ms, herr *e)
 {
     double until = clock_mono_s() + budget_ms / 1000.0;
     for (;;) {
         if (coord_client_connect(s->cl, 3000, e) == 0)
             return send_hello(s, e);
+        if (terminating(s))
+            return herr_wrap(e, "SIGTERM while connecting: nothing to checkpoint");
         if (clock_mono_s() >= until)
             return herr_wrap(e, "gave up after %d ms", budget_ms);
-        usleep(500 * 1000);
+        for (int i = 0; i < 10 && !terminating(s); i++)
+            usleep(50 * 1000);
     }
 }
 
@@ -165,11 +175,6 @@ static int error_code_of(const herr *e)
     case HERR_PEER: return PROTO_ERR_PEER;
     default: return PROTO_ERR_WORKER;
     }
-}
-
-static int terminating(const struct session *s)
-{
-    return s->o->terminate && *s->o->terminate;
 }
 
 /* SIGTERM mid-training: the coordinator hears it first (so it stops everyone at the same step
@@ -406,8 +411,11 @@ int worker_coord_run(const struct worker_coord_options *o, const struct worker_r
 
     if (coord_client_create_tls(&s.cl, o->url, o->ca_file, e))
         goto out;
-    if (connect_and_hello(&s, o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 60000, e))
+    if (connect_and_hello(&s, o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 60000, e)) {
+        if (terminating(&s))
+            result = WORKER_EXIT_TERMINATED;
         goto out;
+    }
     if (!await_start(&s, &assignment, &start, &result, e))
         goto out;
     t.r = r;

@@ -3,6 +3,8 @@
 #   SIGTERM to a worker mid-run: every rank checkpoints at the next step boundary, the gang
 #     restarts in place from there (no step lost, no restart charged), the loss curve is the
 #     uninterrupted run's;
+#   SIGTERM to a worker whose coordinator cannot be reached: it leaves at once (status 143),
+#     not when its connect timeout runs out;
 #   a corrupt newest checkpoint: the resume falls back to the newest set that verifies on every
 #     stage and says so ([CheckpointFallback]);
 #   a full disk under the checkpoints: the job fails at once (no restart spent) naming the cause
@@ -56,6 +58,24 @@ has_all() { local f=$1 p; shift; for p in "$@"; do grep -q -- "$p" "$f" || retur
 has_none() { ! grep -q -- "$2" "$1"; }
 check "SIGTERM: the coordinator says why and charges no restart" \
     has_all "$tmp/term.out" 'received SIGTERM' 'not counted against maxRestarts' '0 restarts'
+# SIGTERM while the coordinator cannot be reached (port 9: nothing listens), supervised as in a
+# pod and not: it leaves (143) after its connect attempt, not when --connect-timeout 60 runs out
+# (a watchdog kills it 20 s after the signal: status 137, the check fails)
+for sup in 1 ""; do
+    HOLMES_SUPERVISED=$sup "$NODE" worker --coordinator ws://127.0.0.1:9 --job "lf-$$-conn" --pod p \
+        --worker 0 --tflops 1 --memory-gbps 5 --connect-timeout 60 >"$tmp/conn.log" 2>&1 &
+    wp=$!
+    wait_for 10 grep -q "connecting to ws://127.0.0.1:9" "$tmp/conn.log"
+    kill -TERM $wp
+    ( sleep 20; kill -9 $wp 2>/dev/null ) &
+    dog=$!
+    wait $wp
+    rc=$?
+    kill $dog 2>/dev/null; wait $dog 2>/dev/null
+    [ $rc = 143 ] && grep -q "SIGTERM while connecting: nothing to checkpoint" "$tmp/conn.log" \
+        && pass "SIGTERM while connecting${sup:+ (supervised)}: the worker leaves, status 143" \
+        || fail "SIGTERM while connecting${sup:+ (supervised)}: the worker leaves" "rc $rc: $(tail -n 2 "$tmp/conn.log")"
+done
 same_curve() { # METRICS: every step's loss equals the baseline's (the data order and the math resume exactly)
     /usr/bin/python3 - "$tmp/base.jsonl" "$1" "$N" <<'PY'
 import json, sys
