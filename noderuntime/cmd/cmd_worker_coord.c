@@ -80,7 +80,8 @@ void cmd_worker_coord_usage(FILE *f)
         "(set by the supervisor in its child, and by holmes-operator local, which restarts its\n"
         "workers itself).\n\n"
         "Exit status (coordinator mode): 0 finished, 1 failed (the job failed, or the worker kept\n"
-        "failing), 2 usage, 143 left on SIGTERM after checkpointing. Unsupervised, also: 75\n"
+        "failing), 2 usage, 143 left on SIGTERM (after checkpointing; before training, at once,\n"
+        "also while still connecting). Unsupervised, also: 75\n"
         "stopped for an in-place restart (start it again), 78 failed for good (do not start it\n"
         "again).\n");
 }
