@@ -71,6 +71,21 @@ for c in paper-ib-roce:gpt-7.5b-job:naive paper-ib-roce:gpt-7.5b-job:ethernet \
     done
 done
 
+# Mixed generations: each stage's optimizer priced at its own cards' memory bandwidth (the
+# cluster file's memory_gbps: H100 3352, A100 2039, V100 900 GB/s), never mixed
+"$OPERATOR" plan --cluster "$EX/mixed-generations.yaml" "$EX/mixed-generations-job.yaml" --json >"$TMP/mg.json" 2>"$TMP/err" &&
+    /usr/bin/python3 - "$TMP/mg.json" <<'PY' && pass "plan mixed-generations: each stage priced at its generation's memory bandwidth" ||
+import json, sys
+p = json.load(open(sys.argv[1]))
+gen = {"h100": 3352, "a100": 2039, "v100": 900}
+for st in p["stages"]:
+    kinds = {w.split("-")[0] for w in st["workers"]}
+    assert len(kinds) == 1, st["workers"]
+    assert st["memory_gbps"] == gen[kinds.pop()], st
+    assert st["optimizer_seconds"] > 0, st
+PY
+    fail "plan mixed-generations: memory bandwidth per stage" "$(cat "$TMP/err") $(head -c 600 "$TMP/mg.json")"
+
 # Uneven fabrics: the plan says which dp groups fall back to TCP and why.
 out=$("$OPERATOR" plan --cluster "$EX/uneven-5ib-3roce.yaml" "$EX/uneven-5ib-3roce-job.yaml" 2>&1)
 echo "$out" | grep -q "on TCP: .* dp group(s) of stage .* (members span fabrics" &&
