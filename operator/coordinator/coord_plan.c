@@ -103,6 +103,37 @@ static int make_assignment(const struct coord_plan *cp, const struct plan *p, in
     return 0;
 }
 
+/* Measured figures within this fraction of each other are one kind of device to the planner. */
+#define SAME_KIND_SPREAD 0.05
+
+static int cmp_figure(const void *a, const void *b, void *ctx)
+{
+    const double *v = ctx;
+    double x = v[*(const int *)a], y = v[*(const int *)b];
+    return x < y ? -1 : x > y;
+}
+
+/* Figures the workers measured (probes: a matrix product, an optimizer step) vary by a few per
+ * cent between identical devices; left so, every device would be a kind of its own to the
+ * planner (none interchangeable: a wider search, a plan that follows noise). Of v[0..n), those
+ * measured (measured[i]) and within SAME_KIND_SPREAD of the least of their run, in order, become
+ * that least, as a stage of them would be priced. `idx`: scratch for n ints. */
+static void same_kind(double *v, const int *measured, int n, int *idx)
+{
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (measured[i] && v[i] > 0)
+            idx[m++] = i;
+    qsort_r(idx, (size_t)m, sizeof *idx, cmp_figure, v);
+    for (int a = 0; a < m;) {
+        double least = v[idx[a]];
+        int b = a;
+        while (b < m && v[idx[b]] <= least * (1 + SAME_KIND_SPREAD))
+            v[idx[b++]] = least;
+        a = b;
+    }
+}
+
 /* The planner's input for `workers` under spec s, planned into *out. */
 static int make_plan(const struct coord_plan *cp, const struct tj_spec *s,
                      const struct coord_worker *workers, int n, struct plan *out, herr *e)
@@ -134,6 +165,27 @@ static int make_plan(const struct coord_plan *cp, const struct tj_spec *s,
                             : pw[i].gpus && !s->emulation.gpus ? 0 : PLAN_CPU_MEMORY_GBPS;
         pw[i].nic = workers[i].nic;
     }
+    /* measured figures of one kind of device made equal (same_kind) */
+    int *idx = calloc((size_t)n, sizeof *idx), *meas = calloc((size_t)n, sizeof *meas);
+    double *v = calloc((size_t)n, sizeof *v);
+    if (!idx || !meas || !v) {
+        free(idx);
+        free(meas);
+        free(v);
+        free(pw);
+        return herr_set(e, "plan: out of memory");
+    }
+    for (int i = 0; i < n; i++)
+        v[i] = pw[i].tflops, meas[i] = workers[i].tflops_measured;
+    same_kind(v, meas, n, idx);
+    for (int i = 0; i < n; i++)
+        pw[i].tflops = v[i], v[i] = pw[i].memory_gbps, meas[i] = workers[i].memory_gbps_measured;
+    same_kind(v, meas, n, idx);
+    for (int i = 0; i < n; i++)
+        pw[i].memory_gbps = v[i];
+    free(idx);
+    free(meas);
+    free(v);
     struct plan_job job;
     planner_job_from_spec(s, &job);
     struct cost_links links;

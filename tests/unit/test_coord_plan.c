@@ -331,8 +331,49 @@ int main(void)
     CHECK_NEAR("the plan's stage carries the worker's TFLOPS",
                f[0].has_plan ? cp.plan.stages[f[0].stage].tflops : -1, 0.2, 1e-12);
     free_assignments(f, 4);
+
+    /* Measured figures a few per cent apart are one kind of device (the probes' noise between
+     * identical ones): planned at the least of them. Declared ones are taken as said, and
+     * measured ones further apart stay apart. */
+    static const double near_tf[4] = {0.0505, 0.05, 0.051, 0.0498}, near_bw[4] = {3.08, 3.0, 2.95, 3.05};
+    for (int i = 0; i < 4; i++) {
+        w[i].tflops = near_tf[i], w[i].tflops_measured = 1;
+        w[i].memory_gbps = near_bw[i], w[i].memory_gbps_measured = 1;
+    }
+    struct plan_assignment kind[4] = {0};
+    int ok = coord_plan_hook(&cp, w, 4, kind, &e) == 0 && cp.planned;
+    CHECK("plan with measured figures within 5 %", ok);
+    for (int si = 0; ok && si < cp.plan.n_stages; si++) {
+        CHECK_NEAR("measured TFLOPS within 5 %: every stage at the least", cp.plan.stages[si].tflops,
+                   0.0498, 0);
+        CHECK_NEAR("measured bandwidths within 5 %: every stage at the least",
+                   cp.plan.stages[si].memory_gbps, 2.95, 0);
+    }
+    free_assignments(kind, 4);
     for (int i = 0; i < 4; i++)
-        w[i].tflops = 0;
+        w[i].tflops_measured = w[i].memory_gbps_measured = 0;
+    ok = coord_plan_hook(&cp, w, 4, kind, &e) == 0 && cp.planned;
+    int as_said = ok;
+    for (int si = 0; ok && si < cp.plan.n_stages; si++) { /* each stage's least, not the job's */
+        double tf = 1e9, bw = 1e9;
+        for (int r = 0; r < cp.plan.n_ranks; r++)
+            if (cp.plan.ranks[r].stage == si) {
+                tf = fmin(tf, near_tf[cp.plan.ranks[r].worker]);
+                bw = fmin(bw, near_bw[cp.plan.ranks[r].worker]);
+            }
+        as_said &= cp.plan.stages[si].tflops == tf && cp.plan.stages[si].memory_gbps == bw;
+    }
+    CHECK("declared figures within 5 %: taken as said (each stage its own workers' least)", as_said);
+    free_assignments(kind, 4);
+    for (int i = 0; i < 4; i++)
+        w[i].tflops = i < 2 ? 0.2 : 0.0498, w[i].tflops_measured = 1;
+    ok = coord_plan_hook(&cp, w, 4, kind, &e) == 0 && cp.planned;
+    int apart = ok && cp.plan.n_stages == 2 &&
+                ((cp.plan.stages[0].tflops == 0.2) != (cp.plan.stages[1].tflops == 0.2));
+    CHECK("measured figures 4x apart stay apart", apart);
+    free_assignments(kind, 4);
+    for (int i = 0; i < 4; i++)
+        w[i].tflops = 0, w[i].tflops_measured = 0, w[i].memory_gbps = 0;
 
     /* spec.placement goes through planner_apply_spec: an override for a fabric no worker is on
      * is refused by name; a real one changes the plan's view of that fabric. */
