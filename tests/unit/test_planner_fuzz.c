@@ -84,6 +84,22 @@ static int check_plan(const char *name, const struct plan *p, const struct plan_
         EXPECT(k->local >= 0 && k->local < devs, "rank %d on device %d of %d", r, k->local, devs);
         EXPECT(plan_rank_of(p, k->stage, k->dp_rank, k->tp_rank) == r, "rank %d's coordinates", r);
     }
+    /* each stage's optimizer priced at the least memory bandwidth of its devices (a worker's
+     * own, else the links') */
+    for (int s = 0; s < p->n_stages && bad < 5; s++) {
+        double least = INFINITY;
+        for (int r = 0; r < p->n_ranks; r++) {
+            const struct plan_rank *k = &p->ranks[r];
+            if (k->stage != s || k->worker < 0 || k->worker >= n)
+                continue;
+            double bw = w[k->worker].memory_gbps > 0 ? w[k->worker].memory_gbps : p->links.memory_gbps;
+            least = fmin(least, bw);
+        }
+        EXPECT(p->stages[s].memory_gbps == least, "stage %d priced at %g GB/s, its devices' least %g",
+               s, p->stages[s].memory_gbps, least);
+        EXPECT(isfinite(p->stages[s].optimizer_s) && p->stages[s].optimizer_s > 0,
+               "stage %d's optimizer priced %g s", s, p->stages[s].optimizer_s);
+    }
     /* a tensor group stays inside one worker */
     for (int g = 0; g < p->n_groups && bad < 5; g++) {
         const struct plan_group *gr = &p->groups[g];
@@ -211,6 +227,10 @@ int main(void)
             }
             make_worker(&w[i], i, &fabs[f], gpus, mixed ? speeds[planner_test_pick(0, 2)] : speeds[0]);
         }
+        /* a third of the clusters say memory bandwidths (0: not said) */
+        if (planner_test_pick(0, 2) == 0)
+            for (int i = 0; i < n; i++)
+                w[i].memory_gbps = (double[]){0, 900, 2039, 3352}[planner_test_pick(0, 3)];
         /* the job: a shape that fits, or not */
         plan_job_init(&j);
         int layers = layer_choices[planner_test_pick(0, 5)];
