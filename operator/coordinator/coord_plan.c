@@ -371,16 +371,23 @@ static const char *tflops_source(const struct coord_worker *w)
     return w->tflops <= 0 ? "assumed" : w->tflops_measured ? "measured" : "declared";
 }
 
-/* Where stage s's memory bandwidth (its least) came from: the worker that said it (measured or
- * declared), else a default ("assumed": a CPU's PLAN_CPU_MEMORY_GBPS, a GPU's links.memory_gbps). */
+/* Where stage s's memory bandwidth (its least) came from: the worker of the stage that said the
+ * least (measured or declared), when the stage's figure is its (or, measured, its kind's:
+ * same_kind); else a default ("assumed": a CPU's PLAN_CPU_MEMORY_GBPS, a GPU's
+ * links.memory_gbps). */
 static const char *memory_gbps_source(const struct plan *p, const struct coord_worker *w, int s)
 {
+    const struct coord_worker *least = NULL;
     for (int r = 0; r < p->n_ranks; r++) {
         const struct coord_worker *x = &w[p->ranks[r].worker];
         if (p->ranks[r].stage == s && x->memory_gbps > 0 &&
-            x->memory_gbps == p->stages[s].memory_gbps)
-            return x->memory_gbps_measured ? "measured" : "declared";
+            (!least || x->memory_gbps < least->memory_gbps))
+            least = x;
     }
+    double g = p->stages[s].memory_gbps;
+    if (least && least->memory_gbps >= g &&
+        least->memory_gbps <= g * (1 + (least->memory_gbps_measured ? SAME_KIND_SPREAD : 0)))
+        return least->memory_gbps_measured ? "measured" : "declared";
     return "assumed";
 }
 

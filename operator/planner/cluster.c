@@ -202,7 +202,7 @@ int cluster_from_emulation(const struct tj_spec *s, double tflops, struct cluste
             out->n_workers++;
             w->gpus = s->gpus_per_worker;
             w->tflops = tflops;
-            w->memory_gbps = s->gpus_per_worker > 0 ? 0 : PLAN_CPU_MEMORY_GBPS;
+            w->memory_gbps = s->gpus_per_worker > 0 && !em->gpus ? 0 : PLAN_CPU_MEMORY_GBPS;
             w->nic.gid_index = -1;
             if (nic_class_parse(ng->cls, &w->nic.cls)) {
                 cluster_free(out);

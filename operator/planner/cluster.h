@@ -27,7 +27,9 @@ int cluster_load(const char *path, struct cluster *out, herr *e);
 int cluster_load_calibration(const char *path, struct cost_links *links, herr *e);
 /* The workers a TrainingJob's `spec.emulation` block describes (local runs): worker-0 ..
  * worker-(N-1) in group order, `gpus_per_worker` each, `tflops` per device (0: 0.05 for CPU
- * workers, 100 for GPUs — the coordinator's defaults), crossFabricGbps as links.tcp_gbps. */
+ * workers, 100 for GPUs — the coordinator's defaults), PLAN_CPU_MEMORY_GBPS for the devices that
+ * are CPU processes (CPU workers, emulated GPUs; real GPUs: the links' memory_gbps), as
+ * `holmes-operator local`'s workers declare it; crossFabricGbps as links.tcp_gbps. */
 int cluster_from_emulation(const struct tj_spec *s, double tflops, struct cluster *out, herr *e);
 void cluster_free(struct cluster *c);
 

@@ -7,7 +7,8 @@
 #   - declared 100 times slower: the optimizer priced far higher (100 times on a stage whose
 #     layers stay), and the predicted step longer;
 #   - the declaration emptied: the workers measure their own optimizer, log it, and each stage
-#     is priced at the least its workers measured (measured);
+#     is priced at the least its workers measured, or a little under (measured figures within
+#     5 % are one kind of device, planned at the least of them);
 #   - a bad value is refused by the worker naming the flag and the variable.
 source "$(dirname "$0")/lib.bash"
 tmp=$(mktemp -d /tmp/holmes-membw.XXXXXX)
@@ -73,10 +74,12 @@ for path in sys.argv[2:]:
 for st in plan["stages"]:
     least = min(v for k, v in said.items() if any(w.endswith(k) for w in st["workers"]))
     assert st["memoryGbpsSource"] == "measured", st
-    assert abs(st["memoryGbps"] / least - 1) < 1e-3, (st, said)  # the log prints 4 digits
+    # the log prints 4 digits; a kind's least may be another stage's worker, within 5 %
+    assert least / 1.05 * (1 - 1e-3) <= st["memoryGbps"] <= least * (1 + 1e-3), (st, said)
+    assert st["memoryGbps"] >= min(said.values()) * (1 - 1e-3), (st, said)
     assert 0.05 < st["memoryGbps"] < 1e5, st
 PY
-    pass "declaration emptied: the workers measure their optimizer, each stage priced at its least (measured)" \
+    pass "declaration emptied: the workers measure their optimizer, each stage priced at its least or its kind's (measured)" \
     || fail "the workers measure their optimizer's bandwidth" "$(stages "$tmp/api-measured.json") $(grep -h 'memory:' "$tmp"/run-measured/worker-*.log)"
 
 worker_refuses_figure HOLMES_MEMORY_GBPS --memory-gbps "a number of GB/s" 0 -3 fast 2e6

@@ -349,6 +349,16 @@ int main(void)
         CHECK_NEAR("measured bandwidths within 5 %: every stage at the least",
                    cp.plan.stages[si].memory_gbps, 2.95, 0);
     }
+    /* status says where each stage's figure came from: measured (its own, or its kind's) */
+    cJSON *ks = ok ? coord_plan_status_json(&cp.plan, w) : NULL;
+    const cJSON *kst = cJSON_GetObjectItem(ks, "stages");
+    int sources = cJSON_GetArraySize(kst) == cp.plan.n_stages;
+    for (int si = 0; sources && si < cp.plan.n_stages; si++) {
+        const cJSON *src = cJSON_GetObjectItem(cJSON_GetArrayItem(kst, si), "memoryGbpsSource");
+        sources = cJSON_IsString(src) && !strcmp(src->valuestring, "measured");
+    }
+    CHECK("status: each stage's bandwidth measured (its own or its kind's least)", sources);
+    cJSON_Delete(ks);
     free_assignments(kind, 4);
     for (int i = 0; i < 4; i++)
         w[i].tflops_measured = w[i].memory_gbps_measured = 0;
