@@ -242,6 +242,99 @@ static int same_stage(const struct search *S, int a, int b)
     return 1;
 }
 
+/* What a stage is priced at its slowest unit in: 0 speed, 1 memory, 2 memory bandwidth. */
+#define UNIT_KEYS 3
+static double unit_key(const struct unit *u, int k)
+{
+    return k == 0 ? u->tflops : k == 1 ? u->mem : u->membw;
+}
+
+struct key_order {
+    const struct unit *units;
+    const int *loc;
+    int k;
+};
+
+static int cmp_key_desc(const void *a, const void *b, void *ctx)
+{
+    const struct key_order *o = ctx;
+    double x = unit_key(&o->units[o->loc[*(const int *)a]], o->k);
+    double y = unit_key(&o->units[o->loc[*(const int *)b]], o->k);
+    return x < y ? 1 : x > y ? -1 : *(const int *)a - *(const int *)b;
+}
+
+/* Consolidation, where the swaps of one unit stop: a stage is priced at its slowest unit in each
+ * key (speed, memory, memory bandwidth), so a stage with one slow unit costs what one with all
+ * slow ones does, a plateau no single swap crosses. For stages i and j and a key: every unit of
+ * j as slow as i's slowest moves to i, each for i's fastest left (of its fabric when stages must
+ * stay homogeneous). The first that improves is taken: 1, else 0. */
+static int consolidate(struct search *S, double *loc_t, double stop)
+{
+    struct plan_eval *ev = S->ev;
+    const struct unit *u = ev->units;
+    int P = S->P, D = S->D, n = P * D;
+    int *order = malloc(sizeof(int) * (size_t)D);
+    char *taken = malloc((size_t)D);
+    if (!order || !taken) {
+        free(order);
+        free(taken);
+        return 0;
+    }
+    int done = 0;
+    for (int k = 0; k < UNIT_KEYS && !done; k++) {
+        for (int i = 0; i < P && !done && ev->sim.work < stop; i++) {
+            const int *si = S->loc + (size_t)i * D;
+            double worst = INFINITY, fastest = -INFINITY;
+            for (int d = 0; d < D; d++) {
+                worst = fmin(worst, unit_key(&u[si[d]], k));
+                fastest = fmax(fastest, unit_key(&u[si[d]], k));
+            }
+            if (!(fastest > worst))
+                continue; /* nothing faster in i to give */
+            for (int d = 0; d < D; d++)
+                order[d] = d;
+            struct key_order ko = {u, si, k};
+            qsort_r(order, (size_t)D, sizeof *order, cmp_key_desc, &ko);
+            for (int j = 0; j < P && !done && ev->sim.work < stop; j++) {
+                if (j == i)
+                    continue;
+                memcpy(S->cur, S->loc, sizeof(int) * (size_t)n);
+                memset(taken, 0, (size_t)D);
+                int moved = 0;
+                for (int b = j * D; b < (j + 1) * D; b++) {
+                    const struct unit *ub = &u[S->loc[b]];
+                    if (unit_key(ub, k) > worst)
+                        continue;
+                    for (int x = 0; x < D; x++) {
+                        int a = order[x];
+                        const struct unit *ua = &u[si[a]];
+                        if (taken[a] || !(unit_key(ua, k) > worst))
+                            continue;
+                        if (S->homog && ua->fabric != ub->fabric)
+                            continue;
+                        S->cur[(size_t)i * D + a] = S->loc[b];
+                        S->cur[b] = si[a];
+                        taken[a] = 1;
+                        moved++;
+                        break;
+                    }
+                }
+                if (!moved)
+                    continue;
+                double t = try_candidate(S);
+                if (t < *loc_t * (1 - 1e-12)) {
+                    *loc_t = t;
+                    memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
+                    done = 1;
+                }
+            }
+        }
+    }
+    free(order);
+    free(taken);
+    return done;
+}
+
 /* Hill-climb from S->loc: swap two units of different classes between stages (keeping
  * stages fabric-homogeneous when required), or swap two whole stages; until no swap helps or
  * `budget` simulated ops are spent. */
@@ -328,6 +421,9 @@ static void local_search(struct search *S, double loc_t, double budget)
                             improved = moved = 1;
                         }
                     }
+        /* no swap helps: gather the slow units of a key into one stage */
+        if (!improved && ev->sim.work < stop)
+            improved = consolidate(S, &loc_t, stop);
         if (!improved)
             break;
     }
