@@ -103,7 +103,13 @@ int main(void)
     static const double tflops_choices[] = {40, 100, 150, 300};
     int want = getenv("PLAN_CASES") ? atoi(getenv("PLAN_CASES")) : 200;
     int seed0 = getenv("PLAN_SEED") ? atoi(getenv("PLAN_SEED")) : 1; /* e.g. one case again */
-    for (int seed = seed0; cases < want; seed++) {
+    /* then seeds that once missed at PLAN_CASES=3000 (the search's plateaus: 450 with memory
+     * bandwidths, 2128 with memory; found by its consolidation), unless one seed is asked for */
+    static const int regress[] = {450, 2128};
+    int n_regress = getenv("PLAN_SEED") ? 0 : (int)(sizeof regress / sizeof regress[0]);
+    int total = want + n_regress;
+    for (int k = 0, seed = seed0; cases < total && k < total + 1000;
+         k++, seed = cases < want ? seed0 + k : regress[cases - want]) {
         planner_test_seed(0x9E3779B97F4A7C15ull * (uint64_t)seed + 12345);
         int nf = planner_test_pick(1, 3);
         struct { int cls; double gbps; char name[16]; } fab[3];
@@ -292,9 +298,9 @@ int main(void)
            "nothing fits, %d with memory bandwidths), %ld exhaustive evaluations, worst "
            "holmes/optimum %.5f\n", cases, homog_cases, mem_cases, nothing_fits, bw_cases,
            total_evals, worst);
-    CHECK_INT("random clusters: holmes <= 1.01 x exhaustive optimum", within, want);
-    CHECK_INT("random clusters: naive never beats holmes", naive_ok, want);
-    CHECK_INT("random clusters: ethernet never beats holmes", eth_ok, want);
+    CHECK_INT("random clusters: holmes <= 1.01 x exhaustive optimum", within, total);
+    CHECK_INT("random clusters: naive never beats holmes", naive_ok, total);
+    CHECK_INT("random clusters: ethernet never beats holmes", eth_ok, total);
     CHECK("some cases are fabric-homogeneous and some are not", homog_cases > want / 10 &&
           homog_cases < want * 9 / 10);
     TEST_MAIN_END();
