@@ -108,8 +108,8 @@ int main(void)
     static const int regress[] = {450, 2128};
     int n_regress = getenv("PLAN_SEED") ? 0 : (int)(sizeof regress / sizeof regress[0]);
     int total = want + n_regress;
-    for (int k = 0, seed = seed0; cases < total && k < total + 1000;
-         k++, seed = cases < want ? seed0 + k : regress[cases - want]) {
+    for (int k = 0; cases < total && k < total + 1000; k++) {
+        int seed = cases < want ? seed0 + k : regress[cases - want];
         planner_test_seed(0x9E3779B97F4A7C15ull * (uint64_t)seed + 12345);
         int nf = planner_test_pick(1, 3);
         struct { int cls; double gbps; char name[16]; } fab[3];
