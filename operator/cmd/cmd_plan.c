@@ -18,7 +18,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: holmes-operator plan [--cluster CLUSTER.yaml] JOB.yaml [--policy holmes|naive|ethernet]\n"
             "                            [--calibration LINKS.yaml] [--partition N,N,...] [--json]\n"
-            "                            [--tflops T] [--warmup N]\n"
+            "                            [--tflops T] [--memory-gbps B] [--warmup N]\n"
             "Plans JOB (a TrainingJob manifest) on the workers of CLUSTER (default: the workers the\n"
             "job's spec.emulation block describes) and prints the placement:\n"
             "stages with their fabric, workers and layers, the transport of every communicator, the\n"
@@ -30,6 +30,10 @@ static void usage(FILE *f)
             "  --tflops T          TFLOPS per device of the spec.emulation workers (default 0.05\n"
             "                      per CPU worker, 100 per GPU); what they declare to the\n"
             "                      coordinator (HOLMES_DECLARED_TFLOPS) for the same plan\n"
+            "  --memory-gbps B     memory bandwidth per device of the spec.emulation workers, GB/s\n"
+            "                      (default 5 for CPU processes, as holmes-operator local's workers\n"
+            "                      declare it; real GPUs: links.memory_gbps); what they declare\n"
+            "                      (HOLMES_MEMORY_GBPS) for the same plan\n"
             "  --warmup N          pin the 1F1B warm-up depth (micro-batches beyond the standard\n"
             "                      on every stage but the last; 0: the standard schedule) instead\n"
             "                      of the planner's choice\n"
@@ -293,14 +297,15 @@ int cmd_plan(int argc, char **argv)
         {"cluster", required_argument, 0, 'c'}, {"policy", required_argument, 0, 'p'},
         {"calibration", required_argument, 0, 'k'}, {"json", no_argument, 0, 'j'},
         {"partition", required_argument, 0, 'P'}, {"tflops", required_argument, 0, 't'},
-        {"warmup", required_argument, 0, 'w'}, {0, 0, 0, 0},
+        {"warmup", required_argument, 0, 'w'}, {"memory-gbps", required_argument, 0, 'm'},
+        {0, 0, 0, 0},
     };
     const char *cluster_path = NULL, *policy = NULL, *calib = NULL, *partition = NULL;
-    double tflops = 0;
+    double tflops = 0, membw = 0;
     int json = 0, c, warmup = -1;
     char *end;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "c:p:k:jP:t:w:", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:p:k:jP:t:w:m:", opts, NULL)) != -1) {
         switch (c) {
         case 'c': cluster_path = optarg; break;
         case 'p': policy = optarg; break;
@@ -312,6 +317,14 @@ int cmd_plan(int argc, char **argv)
             if (end == optarg || *end || !(tflops > 0 && tflops <= 1e6)) {
                 fprintf(stderr, "holmes-operator plan: --tflops: \"%s\" must be a number in "
                         "(0, 1e6]\n", optarg);
+                return 2;
+            }
+            break;
+        case 'm':
+            membw = strtod(optarg, &end);
+            if (end == optarg || *end || !(membw > 0 && membw <= 1e6)) {
+                fprintf(stderr, "holmes-operator plan: --memory-gbps: \"%s\" must be a number of "
+                        "GB/s in (0, 1e6]\n", optarg);
                 return 2;
             }
             break;
@@ -350,6 +363,11 @@ int cmd_plan(int argc, char **argv)
                 "--cluster the file's gpu_tflops count\n");
         return 2;
     }
+    if (membw > 0 && cluster_path) {
+        fprintf(stderr, "holmes-operator plan: --memory-gbps is for the spec.emulation workers; "
+                "with --cluster the file's memory_gbps count\n");
+        return 2;
+    }
     if (planner_load_job(argv[optind], &tj, &e)) {
         fprintf(stderr, "holmes-operator plan: %s\n", e.msg);
         return 1;
@@ -361,6 +379,8 @@ int cmd_plan(int argc, char **argv)
         tj_job_free(&tj);
         return 1;
     }
+    for (int i = 0; membw > 0 && i < cl.n_workers; i++)
+        cl.workers[i].memory_gbps = membw;
     int rc = 1;
     planner_job_from_spec(&tj.spec, &job);
     if (n_pin) {

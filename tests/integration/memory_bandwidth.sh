@@ -9,6 +9,7 @@
 #   - the declaration emptied: the workers measure their own optimizer, log it, and each stage
 #     is priced at the least its workers measured, or a little under (measured figures within
 #     5 % are one kind of device, planned at the least of them);
+#   - holmes-operator plan JOB predicts both plans (--memory-gbps for the declared one);
 #   - a bad value is refused by the worker naming the flag and the variable.
 source "$(dirname "$0")/lib.bash"
 tmp=$(mktemp -d /tmp/holmes-membw.XXXXXX)
@@ -61,6 +62,24 @@ assert b["predictedStepSeconds"] > a["predictedStepSeconds"] + 0.25 * longest(b)
 PY
     pass "declared 100 times slower: the optimizer priced far higher, the step predicted longer" \
     || fail "declared 100 times slower: the optimizer priced higher" "$(stages "$tmp/api-default.json") / $(stages "$tmp/api-slow.json")"
+
+# holmes-operator plan JOB predicts what local planned: by default, and with --memory-gbps as
+# the workers declared it
+same_plan() { # API.json PLAN.json: the same layers, bandwidths and predicted step
+    /usr/bin/python3 - "$1" "$2" <<'PY'
+import json, sys
+a = json.load(open(sys.argv[1]))["jobs"][0]["plan"]
+p = json.load(open(sys.argv[2]))
+assert [s["layers"] for s in a["stages"]] == [s["layers"][1] - s["layers"][0] for s in p["stages"]], (a, p)
+assert [s["memoryGbps"] for s in a["stages"]] == [s["memory_gbps"] for s in p["stages"]], (a, p)
+assert abs(a["predictedStepSeconds"] / p["predicted_step_seconds"] - 1) < 1e-9, (a, p)
+PY
+}
+"$OPERATOR" plan "$tmp/default.yaml" --json >"$tmp/plan-default.json" 2>&1 &&
+    "$OPERATOR" plan "$tmp/slow.yaml" --memory-gbps 0.05 --json >"$tmp/plan-slow.json" 2>&1 &&
+    same_plan "$tmp/api-default.json" "$tmp/plan-default.json" && same_plan "$tmp/api-slow.json" "$tmp/plan-slow.json" &&
+    pass "holmes-operator plan JOB predicts local's plans (5 GB/s by default, --memory-gbps 0.05 as declared)" \
+    || fail "holmes-operator plan JOB predicts local's plans" "$(head -c 300 "$tmp/plan-slow.json")"
 
 run measured "" HOLMES_MEMORY_GBPS=
 /usr/bin/python3 - "$tmp/api-measured.json" "$tmp"/run-measured/worker-*.log <<'PY' &&
