@@ -40,6 +40,20 @@ static void usage(FILE *f)
             "  --json              one JSON document instead of the table\n");
 }
 
+/* A figure of the emulated workers (--tflops, --memory-gbps): a number in (0, 1e6]; -1 after
+ * saying so, naming the flag. */
+static int parse_figure(const char *flag, const char *what, const char *s, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !(v > 0 && v <= 1e6)) {
+        fprintf(stderr, "holmes-operator plan: %s: \"%s\" must be %s in (0, 1e6]\n", flag, s, what);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 static void print_workers(const struct plan *p, int s)
 {
     int shown = 0, total = 0, prev = -1;
@@ -313,20 +327,12 @@ int cmd_plan(int argc, char **argv)
         case 'j': json = 1; break;
         case 'P': partition = optarg; break;
         case 't':
-            tflops = strtod(optarg, &end);
-            if (end == optarg || *end || !(tflops > 0 && tflops <= 1e6)) {
-                fprintf(stderr, "holmes-operator plan: --tflops: \"%s\" must be a number in "
-                        "(0, 1e6]\n", optarg);
+            if (parse_figure("--tflops", "a number", optarg, &tflops))
                 return 2;
-            }
             break;
         case 'm':
-            membw = strtod(optarg, &end);
-            if (end == optarg || *end || !(membw > 0 && membw <= 1e6)) {
-                fprintf(stderr, "holmes-operator plan: --memory-gbps: \"%s\" must be a number of "
-                        "GB/s in (0, 1e6]\n", optarg);
+            if (parse_figure("--memory-gbps", "a number of GB/s", optarg, &membw))
                 return 2;
-            }
             break;
         case 'w': {
             long v = strtol(optarg, &end, 10);
