@@ -266,20 +266,17 @@ static int cmp_key_desc(const void *a, const void *b, void *ctx)
 /* Consolidation, where the swaps of one unit stop: a stage is priced at its slowest unit in each
  * key (speed, memory, memory bandwidth), so a stage with one slow unit costs what one with all
  * slow ones does, a plateau no single swap crosses. For stages i and j and a key: every unit of
- * j as slow as i's slowest moves to i, each for i's fastest left (of its fabric when stages must
- * stay homogeneous). The first that improves is taken: 1, else 0. */
+ * j as slow as i's slowest moves to i, each for i's fastest left (when stages must stay
+ * homogeneous, only between stages of one fabric). The first that improves is taken: 1, else 0.
+ * O(P^2 D) beside its evaluations. */
 static int consolidate(struct search *S, double *loc_t, double stop)
 {
     struct plan_eval *ev = S->ev;
     const struct unit *u = ev->units;
     int P = S->P, D = S->D, n = P * D;
     int *order = malloc(sizeof(int) * (size_t)D);
-    char *taken = malloc((size_t)D);
-    if (!order || !taken) {
-        free(order);
-        free(taken);
+    if (!order)
         return 0;
-    }
     int done = 0;
     for (int k = 0; k < UNIT_KEYS && !done; k++) {
         for (int i = 0; i < P && !done && ev->sim.work < stop; i++) {
@@ -296,28 +293,20 @@ static int consolidate(struct search *S, double *loc_t, double stop)
             struct key_order ko = {u, si, k};
             qsort_r(order, (size_t)D, sizeof *order, cmp_key_desc, &ko);
             for (int j = 0; j < P && !done && ev->sim.work < stop; j++) {
-                if (j == i)
+                if (j == i || (S->homog && u[S->loc[(size_t)j * D]].fabric != u[si[0]].fabric))
                     continue;
                 memcpy(S->cur, S->loc, sizeof(int) * (size_t)n);
-                memset(taken, 0, (size_t)D);
+                /* i's units fastest first (order): each slow unit of j for the next of them */
                 int moved = 0;
-                for (int b = j * D; b < (j + 1) * D; b++) {
-                    const struct unit *ub = &u[S->loc[b]];
-                    if (unit_key(ub, k) > worst)
+                for (int b = j * D; b < (j + 1) * D && moved < D; b++) {
+                    if (unit_key(&u[S->loc[b]], k) > worst)
                         continue;
-                    for (int x = 0; x < D; x++) {
-                        int a = order[x];
-                        const struct unit *ua = &u[si[a]];
-                        if (taken[a] || !(unit_key(ua, k) > worst))
-                            continue;
-                        if (S->homog && ua->fabric != ub->fabric)
-                            continue;
-                        S->cur[(size_t)i * D + a] = S->loc[b];
-                        S->cur[b] = si[a];
-                        taken[a] = 1;
-                        moved++;
+                    int a = order[moved];
+                    if (!(unit_key(&u[si[a]], k) > worst))
                         break;
-                    }
+                    S->cur[(size_t)i * D + a] = S->loc[b];
+                    S->cur[b] = si[a];
+                    moved++;
                 }
                 if (!moved)
                     continue;
@@ -331,7 +320,6 @@ static int consolidate(struct search *S, double *loc_t, double stop)
         }
     }
     free(order);
-    free(taken);
     return done;
 }
 
