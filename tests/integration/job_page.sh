@@ -1,7 +1,7 @@
 # The live job page in a real browser: `holmes-operator local` (simulated workers) serves
 # /jobs and prints its URL; headless Chromium loads it twice while the job trains: no console
 # message (errors, failed loads, exceptions), the placement drawn (stages on their fabrics,
-# every worker), and more loss points on the later load. /api/jobs is checked with jq, and the
+# every worker, each stage's optimizer price), and more loss points on the later load. /api/jobs is checked with jq, and the
 # page fetches nothing from elsewhere. Screenshots: $HOLMES_BUILD_DIR/artifacts/job_page/.
 source "$(dirname "$0")/lib.bash"
 chrome=$(command -v chromium || command -v chromium-browser || true)
@@ -57,6 +57,11 @@ grep -q 'class="stage" data-stage="0" data-fabric="ib-a"' <<<"$dom" &&
 nw=0
 for i in 0 1 2 3; do grep -q "class=\"worker\"[^>]*>$name-worker-$i<" <<<"$dom" && nw=$((nw + 1)); done
 [ "$nw" -eq 4 ] && pass "placement: every worker named" || fail "placement: every worker named" "$nw of 4"
+# each stage's optimizer as the planner priced it, at its workers' memory bandwidth (local's
+# workers declare 5 GB/s)
+nopt=$(grep -oE 'class="optimizer"[^>]*>AdamW [0-9.]+ ms · 5\.0 GB/s<' <<<"$dom" | wc -l)
+[ "$nopt" -eq 2 ] && pass "placement: each stage's optimizer price and memory bandwidth shown" \
+    || fail "placement: each stage's optimizer price shown" "$nopt of 2: $(grep -oE 'AdamW [^<]*' <<<"$dom" | head -3)"
 grep -q 'class="stage-times"' <<<"$dom" && grep -q 'class="conditions"' <<<"$dom" && grep -q 'class="events"' <<<"$dom" \
     && pass "stage times, conditions and events shown" || fail "stage times, conditions and events shown"
 p1=$(points 1) p2=$(points 2)
