@@ -21,7 +21,7 @@ static void print_rate(int i)
             printf(" %.4g TFLOPS (measured: fp32 matrix product)", t);
         else
             printf(" (no rate: %s)", e.msg);
-        double g = optimizer_probe_gbps((size_t)1 << 22, 3, &e);
+        double g = optimizer_probe_gbps(OPTIMIZER_PROBE_PARAMS, OPTIMIZER_PROBE_STEPS, &e);
         if (g > 0)
             printf(", %.4g GB/s memory (measured: the optimizer's norm and AdamW)", g);
         else

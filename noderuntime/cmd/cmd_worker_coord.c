@@ -260,10 +260,6 @@ static int parse_args(int argc, char **argv, struct args *a)
  * ten products on each GPU: about a second) before the worker goes on without it. */
 #define GPU_PROBE_TIMEOUT_S 60.0
 
-/* Parameters the CPU optimizer probe updates: 64 MiB of parameters, gradients and moments,
- * past most last-level caches; about 10 ms a step at 15 GB/s. */
-#define OPTIMIZER_PROBE_PARAMS ((size_t)1 << 22)
-
 /* The memory bandwidth the planner prices this worker's optimizer step at: declared, else the
  * CPU engine's own norm and AdamW timed, else its GPUs' peak read from the device. */
 static void describe_memory_bandwidth(const struct args *a, struct worker_coord_options *o)
@@ -273,7 +269,7 @@ static void describe_memory_bandwidth(const struct args *a, struct worker_coord_
     if (a->memory_gbps > 0) {
         log_info("memory: %g GB/s a device (declared)", a->memory_gbps);
     } else if (o->gpus == 0 && a->sim_steps < 0) {
-        double g = optimizer_probe_gbps(OPTIMIZER_PROBE_PARAMS, 3, &e);
+        double g = optimizer_probe_gbps(OPTIMIZER_PROBE_PARAMS, OPTIMIZER_PROBE_STEPS, &e);
         if (g > 0) {
             o->memory_gbps = g;
             o->memory_gbps_measured = 1;

@@ -71,5 +71,9 @@ void grad_scale(float *g, size_t lo, size_t hi, float scale);
  * the step (links.optimizer_bytes_per_param / memory_gbps): a CPU worker says it in hello.
  * n in [2^16, 2^28], reps in [1, 100]; -1 with the reason (bad arguments, out of memory). */
 double optimizer_probe_gbps(size_t n, int reps, herr *e);
+/* What a worker's start-up probe runs (holmes-node worker, engines --probe): 64 MiB of
+ * parameters, gradients and moments, past most last-level caches; about 10 ms a step at 15 GB/s. */
+#define OPTIMIZER_PROBE_PARAMS ((size_t)1 << 22)
+#define OPTIMIZER_PROBE_STEPS 3
 
 #endif
