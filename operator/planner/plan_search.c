@@ -323,6 +323,106 @@ static int consolidate(struct search *S, double *loc_t, double stop)
     return done;
 }
 
+struct unit_order {
+    const struct unit *units;
+    int k;
+};
+
+/* Units (by index) in decreasing key k, then by class and index: the sort is deterministic. */
+static int cmp_unit_key_desc(const void *a, const void *b, void *ctx)
+{
+    const struct unit_order *o = ctx;
+    int x = *(const int *)a, y = *(const int *)b;
+    double kx = unit_key(&o->units[x], o->k), ky = unit_key(&o->units[y], o->k);
+    if (kx != ky)
+        return kx < ky ? 1 : -1;
+    if (o->units[x].klass != o->units[y].klass)
+        return o->units[x].klass - o->units[y].klass;
+    return x - y;
+}
+
+/* S->cur evaluated in every order of its stages on short pipelines of small clusters (as
+ * try_orders), else as it is: the least step time, S->cur left in that order. `scratch`: 2 P D
+ * ints. A move that changes which units share a stage often pays only in another stage order
+ * (the fabric of the first stage and the last, tied through the embedding; the first stage's
+ * warm-up activations), which, tried alone, it would not improve. */
+static double best_order(struct search *S, int *scratch)
+{
+    int P = S->P, D = S->D;
+    size_t n = (size_t)P * D;
+    if (P > 5 || S->ev->n_units > 256)
+        return try_candidate(S);
+    int *base = scratch, *best = scratch + n, perm[5];
+    memcpy(base, S->cur, sizeof(int) * n);
+    double best_t = INFINITY;
+    for (int i = 0; i < P; i++)
+        perm[i] = i;
+    do {
+        for (int st = 0; st < P; st++)
+            memcpy(S->cur + (size_t)st * D, base + (size_t)perm[st] * D, sizeof(int) * D);
+        double t = try_candidate(S);
+        if (t < best_t || best_t == INFINITY) {
+            best_t = t;
+            memcpy(best, S->cur, sizeof(int) * n);
+        }
+    } while (next_perm(perm, P));
+    memcpy(S->cur, best, sizeof(int) * n);
+    return best_t;
+}
+
+/* Sorting two stages apart, where consolidation stops: for stages i and j and a key (speed,
+ * memory, memory bandwidth), their 2D units sorted by it, the faster D in one stage and the
+ * slower D in the other (both ways round). Several swaps at once: two fast-memory units among
+ * slow ones in each of two stages are two swaps from where either stage gains, a plateau that
+ * neither a single swap nor consolidation (which moves only units as slow as a stage's
+ * slowest) crosses. Between stages of one fabric when stages must stay homogeneous. The first
+ * that improves is taken: 1, else 0. O(P^2 D log D) beside its evaluations. */
+static int sort_apart(struct search *S, double *loc_t, double stop)
+{
+    struct plan_eval *ev = S->ev;
+    const struct unit *u = ev->units;
+    int P = S->P, D = S->D, n = P * D;
+    int *pool = malloc(sizeof(int) * 2 * (size_t)D);
+    int *base = malloc(sizeof(int) * 2 * (size_t)n);
+    if (!pool || !base) {
+        free(pool);
+        free(base);
+        return 0;
+    }
+    int done = 0;
+    for (int k = 0; k < UNIT_KEYS && !done; k++) {
+        struct unit_order uo = {u, k};
+        for (int i = 0; i < P && !done && ev->sim.work < stop; i++) {
+            const int *si = S->loc + (size_t)i * D;
+            for (int j = i + 1; j < P && !done && ev->sim.work < stop; j++) {
+                const int *sj = S->loc + (size_t)j * D;
+                if (S->homog && u[sj[0]].fabric != u[si[0]].fabric)
+                    continue;
+                memcpy(pool, si, sizeof(int) * (size_t)D);
+                memcpy(pool + D, sj, sizeof(int) * (size_t)D);
+                qsort_r(pool, 2 * (size_t)D, sizeof *pool, cmp_unit_key_desc, &uo);
+                /* nothing to sort apart when the split's two sides tie in the key */
+                if (!(unit_key(&u[pool[D - 1]], k) > unit_key(&u[pool[D]], k)))
+                    continue;
+                for (int way = 0; way < 2 && !done; way++) {
+                    memcpy(S->cur, S->loc, sizeof(int) * (size_t)n);
+                    memcpy(S->cur + (size_t)i * D, pool + (way ? D : 0), sizeof(int) * (size_t)D);
+                    memcpy(S->cur + (size_t)j * D, pool + (way ? 0 : D), sizeof(int) * (size_t)D);
+                    double t = best_order(S, base);
+                    if (t < *loc_t * (1 - 1e-12)) {
+                        *loc_t = t;
+                        memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
+                        done = 1;
+                    }
+                }
+            }
+        }
+    }
+    free(pool);
+    free(base);
+    return done;
+}
+
 /* Hill-climb from S->loc: swap two units of different classes between stages (keeping
  * stages fabric-homogeneous when required), or swap two whole stages; until no swap helps or
  * `budget` simulated ops are spent. */
@@ -409,9 +509,11 @@ static void local_search(struct search *S, double loc_t, double budget)
                             improved = moved = 1;
                         }
                     }
-        /* no swap helps: gather the slow units of a key into one stage */
+        /* no swap helps: gather the slow units of a key into one stage, or sort two apart */
         if (!improved && ev->sim.work < stop)
             improved = consolidate(S, &loc_t, stop);
+        if (!improved && ev->sim.work < stop)
+            improved = sort_apart(S, &loc_t, stop);
         if (!improved)
             break;
     }
