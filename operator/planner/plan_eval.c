@@ -646,6 +646,19 @@ static double minimax_split(struct plan_eval *ev, int P, double cap, double *cos
 /* Moves one layer from stage a to stage b while the simulated step improves, or stays equal and
  * the split gets more balanced (every pair for short pipelines, neighbours otherwise), until
  * ev->sim.work reaches `stop`; the split in ev->layers, its step and balance in *best, *bal. */
+/* The split in ev->layers simulated: 1 when it is better than *best (then *best and *bal are
+ * its), else 0. */
+static int take_split(struct plan_eval *ev, int P, double *best, double *bal)
+{
+    double v = pl_eval_sim(ev, P, ev->layers, NULL);
+    double vb = v <= *best * (1 + TIE_REL) ? split_balance(ev, P, ev->layers) : INFINITY;
+    if (!better(v, vb, *best, *bal))
+        return 0;
+    *best = v;
+    *bal = vb;
+    return 1;
+}
+
 /* Two one-layer moves at once (a to b and c to d, four distinct stages' counts changing or
  * one stage's by two), on short pipelines where single moves stop: the layers of the two stages
  * whose optimizer is slowest (low memory bandwidth) may belong on one stage two boundaries
@@ -676,13 +689,8 @@ static int refine_pairs(struct plan_eval *ev, int P, double *best, double *bal, 
                     }
                     ev->layers[c]--;
                     ev->layers[d]++;
-                    double v = pl_eval_sim(ev, P, ev->layers, NULL);
-                    double vb = v <= *best * (1 + TIE_REL) ? split_balance(ev, P, ev->layers) : INFINITY;
-                    if (better(v, vb, *best, *bal)) {
-                        *best = v;
-                        *bal = vb;
+                    if (take_split(ev, P, best, bal))
                         return 1;
-                    }
                     ev->layers[c]++;
                     ev->layers[d]--;
                     ev->layers[a]++;
@@ -703,11 +711,7 @@ static void refine(struct plan_eval *ev, int P, double *best, double *bal, doubl
                     continue;
                 ev->layers[a]--;
                 ev->layers[b]++;
-                double v = pl_eval_sim(ev, P, ev->layers, NULL);
-                double vb = v <= *best * (1 + TIE_REL) ? split_balance(ev, P, ev->layers) : INFINITY;
-                if (better(v, vb, *best, *bal)) {
-                    *best = v;
-                    *bal = vb;
+                if (take_split(ev, P, best, bal)) {
                     improved = 1;
                 } else {
                     ev->layers[a]++;
