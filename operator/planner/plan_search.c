@@ -407,6 +407,8 @@ static int sort_apart(struct search *S, double *loc_t, double stop, int by_fabri
     /* each key alone, then fabric first (both ways) and the key within a fabric */
     for (int v = 0; v < (by_fabric ? 3 : 1) * UNIT_KEYS && !done; v++) {
         struct unit_order uo = {u, v % UNIT_KEYS, v < UNIT_KEYS ? 0 : v < 2 * UNIT_KEYS ? 1 : -1};
+        if (uo.fabric && S->homog)
+            break; /* stages of one fabric only: the fabric-first orders are the plain ones */
         for (int i = 0; i < P && !done && ev->sim.work < stop; i++) {
             const int *si = S->loc + (size_t)i * D;
             for (int j = i + 1; j < P && !done && ev->sim.work < stop; j++) {
