@@ -99,22 +99,42 @@ static double try_candidate(struct search *S)
     return t;
 }
 
+/* S->cur evaluated in every order of its stages on short pipelines of small clusters (P <= 5,
+ * <= 256 units), else as it is: the least step time, S->cur left in that order. A move that
+ * changes which units share a stage often pays only in another stage order (the fabric of the
+ * first stage and the last, tied through the embedding; the first stage's warm-up
+ * activations), which, tried alone, it would not improve. */
+static double best_order(struct search *S)
+{
+    int P = S->P, D = S->D;
+    size_t n = (size_t)P * D;
+    if (P > 5 || S->ev->n_units > 256)
+        return try_candidate(S);
+    int base[5 * 256], best[5 * 256], perm[5];
+    memcpy(base, S->cur, sizeof(int) * n);
+    double best_t = INFINITY;
+    for (int i = 0; i < P; i++)
+        perm[i] = i;
+    do {
+        for (int st = 0; st < P; st++)
+            memcpy(S->cur + (size_t)st * D, base + (size_t)perm[st] * D, sizeof(int) * D);
+        double t = try_candidate(S);
+        if (t < best_t || best_t == INFINITY) {
+            best_t = t;
+            memcpy(best, S->cur, sizeof(int) * n);
+        }
+    } while (next_perm(perm, P));
+    memcpy(S->cur, best, sizeof(int) * n);
+    return best_t;
+}
+
 /* Tries S->cur with its stages in every order (short pipelines on small clusters), or in
  * its own and the reverse order. */
 static void try_orders(struct search *S)
 {
     int D = S->P > 0 ? S->D : 0, P = S->P;
-    size_t n = (size_t)P * D;
     if (P <= 5 && S->ev->n_units <= 256) {
-        int base[5 * 256], perm[5];
-        memcpy(base, S->cur, sizeof(int) * n);
-        for (int i = 0; i < P; i++)
-            perm[i] = i;
-        do {
-            for (int st = 0; st < P; st++)
-                memcpy(S->cur + (size_t)st * D, base + (size_t)perm[st] * D, sizeof(int) * D);
-            try_candidate(S);
-        } while (next_perm(perm, P));
+        best_order(S);
         return;
     }
     try_candidate(S);
@@ -352,35 +372,6 @@ static int cmp_unit_order(const void *a, const void *b, void *ctx)
     return x - y;
 }
 
-/* S->cur evaluated in every order of its stages on short pipelines of small clusters (as
- * try_orders), else as it is: the least step time, S->cur left in that order. `scratch`: 2 P D
- * ints. A move that changes which units share a stage often pays only in another stage order
- * (the fabric of the first stage and the last, tied through the embedding; the first stage's
- * warm-up activations), which, tried alone, it would not improve. */
-static double best_order(struct search *S, int *scratch)
-{
-    int P = S->P, D = S->D;
-    size_t n = (size_t)P * D;
-    if (P > 5 || S->ev->n_units > 256)
-        return try_candidate(S);
-    int *base = scratch, *best = scratch + n, perm[5];
-    memcpy(base, S->cur, sizeof(int) * n);
-    double best_t = INFINITY;
-    for (int i = 0; i < P; i++)
-        perm[i] = i;
-    do {
-        for (int st = 0; st < P; st++)
-            memcpy(S->cur + (size_t)st * D, base + (size_t)perm[st] * D, sizeof(int) * D);
-        double t = try_candidate(S);
-        if (t < best_t || best_t == INFINITY) {
-            best_t = t;
-            memcpy(best, S->cur, sizeof(int) * n);
-        }
-    } while (next_perm(perm, P));
-    memcpy(S->cur, best, sizeof(int) * n);
-    return best_t;
-}
-
 /* Sorting two stages apart, where consolidation stops: for stages i and j and a key (speed,
  * memory, memory bandwidth), their 2D units sorted by it, the faster D in one stage and the
  * slower D in the other (both ways round); then sorted by fabric first and the key within a
@@ -397,12 +388,8 @@ static int sort_apart(struct search *S, double *loc_t, double stop, int by_fabri
     const struct unit *u = ev->units;
     int P = S->P, D = S->D, n = P * D;
     int *pool = malloc(sizeof(int) * 2 * (size_t)D);
-    int *base = malloc(sizeof(int) * 2 * (size_t)n);
-    if (!pool || !base) {
-        free(pool);
-        free(base);
+    if (!pool)
         return 0;
-    }
     int done = 0;
     /* each key alone, then fabric first (both ways) and the key within a fabric */
     for (int v = 0; v < (by_fabric ? 3 : 1) * UNIT_KEYS && !done; v++) {
@@ -425,7 +412,7 @@ static int sort_apart(struct search *S, double *loc_t, double stop, int by_fabri
                     memcpy(S->cur, S->loc, sizeof(int) * (size_t)n);
                     memcpy(S->cur + (size_t)i * D, pool + (way ? D : 0), sizeof(int) * (size_t)D);
                     memcpy(S->cur + (size_t)j * D, pool + (way ? 0 : D), sizeof(int) * (size_t)D);
-                    double t = best_order(S, base);
+                    double t = best_order(S);
                     if (t < *loc_t * (1 - 1e-12)) {
                         *loc_t = t;
                         memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
@@ -436,7 +423,6 @@ static int sort_apart(struct search *S, double *loc_t, double stop, int by_fabri
         }
     }
     free(pool);
-    free(base);
     return done;
 }
 
