@@ -669,7 +669,7 @@ static int refine_pairs(struct plan_eval *ev, int P, double *best, double *bal, 
 {
     for (int a = 0; a < P; a++)
         for (int b = 0; b < P; b++) {
-            if (a == b)
+            if (a == b || ev->layers[a] <= 1)
                 continue;
             for (int c = a; c < P; c++)
                 for (int d = 0; d < P; d++) {
@@ -678,8 +678,6 @@ static int refine_pairs(struct plan_eval *ev, int P, double *best, double *bal, 
                         continue;
                     if (ev->sim.work >= stop)
                         return 0;
-                    if (ev->layers[a] <= 1)
-                        break;
                     ev->layers[a]--;
                     ev->layers[b]++;
                     if (ev->layers[c] <= 1) {
