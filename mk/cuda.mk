@@ -24,9 +24,6 @@ GPU_B_1558M ?= 4
 # gpu_stage_create flags for bench-gpu: 1 = recompute GELU outputs in backward, 4 = the
 # materialised attention instead of flash attention
 GPU_FLAGS  ?= 0
-# 1: each engine shape also with flash attention's mma kernels (flag 8, flash_mma.cu) beside the
-# default (WMMA) ones; the summary takes the faster and names it
-GPU_FLASH_AB ?= 1
 GB := build/cuda
 
 GPU_HOST_CFLAGS := -std=gnu11 -O2 -g $(WARN) -fopenmp -D_GNU_SOURCE -fno-trapping-math \
@@ -187,8 +184,7 @@ bench-gpu: $(GB)/bf16/bench_gpu
 	echo "== bench-gpu: $$(date -u '+%F %H:%M UTC'), peak $(GPU_PEAK) TFLOP/s"; \
 	nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true; \
 	$(GB)/bf16/bench_gpu --gemm 8192 20 && \
-	for s in $(GPU_SHAPES); do $(GB)/bf16/bench_gpu $$s $(GPU_PEAK) $(GPU_FLAGS) || exit 1; \
-	    if [ "$(GPU_FLASH_AB)" = 1 ]; then $(GB)/bf16/bench_gpu $$s $(GPU_PEAK) $$(( $(GPU_FLAGS) | 8 )) || exit 1; fi; done && \
+	for s in $(GPU_SHAPES); do $(GB)/bf16/bench_gpu $$s $(GPU_PEAK) $(GPU_FLAGS) || exit 1; done && \
 	for s in $(GPU_WORKER_RUNS); do tests/bench/bench_worker_gpu.sh $(HOLMES_GPU_NODE) $$s || exit 1; done && \
 	if $(GPU_PYTHON) -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then \
 	    for s in $(GPU_SHAPES); do PYTHONUNBUFFERED=1 $(GPU_PYTHON) tests/bench/bench_torch_gpu.py $$s $(GPU_PEAK) || exit 1; done; \

@@ -73,12 +73,8 @@ mode=--quick; [ "$tool" = racecheck ] && mode=--race
 phase "build (make cuda)" 200 "$make_cmd" --no-print-directory -j"$(nproc)" cuda
 phase "test_gpu fp32" 90 "$GB/fp32/test_gpu"
 phase "test_gpu bf16" 90 "$GB/bf16/test_gpu"
-# every bf16 check again on flash attention's mma kernels (flash_mma.cu), and racecheck over them
-# (their cp.async double buffering is what racecheck is for)
-phase "test_gpu bf16, HOLMES_FLASH=mma" 90 env HOLMES_FLASH=mma "$GB/bf16/test_gpu"
 phase "compute-sanitizer memcheck" 120 bash -c "$sanitize" _ memcheck "$sanitizer" "$GB/bf16/test_gpu"
 phase "compute-sanitizer racecheck" 120 bash -c "$sanitize" _ racecheck "$sanitizer" "$GB/bf16/test_gpu"
-phase "racecheck, HOLMES_FLASH=mma" 120 env HOLMES_FLASH=mma bash -c "$sanitize" _ racecheck "$sanitizer" "$GB/bf16/test_gpu"
 phase "test_comm_dev" 60 build/comm-nccl/test_comm_dev
 phase "worker_gpu.sh" 150 tests/gpu/worker_gpu.sh "$node"
 phase "bench-gpu" 600 "$make_cmd" --no-print-directory bench-gpu

@@ -351,18 +351,7 @@ int stage_shape(struct gpu_stage *s, const struct gpt_config *cfg, int first, in
 #ifdef HOLMES_GPU_FP32
     s->flash = 0;
 #else
-    s->flash = !(flags & GPU_MATERIALISED_ATTENTION) && flash_supported(s->Cl / s->NHl)
-                   ? (flags & GPU_FLASH_MMA ? FLASH_MMA : FLASH_WMMA)
-                   : FLASH_NONE;
-    if (s->flash) {
-        const char *k = getenv("HOLMES_FLASH");
-        if (k && !strcmp(k, "mma"))
-            s->flash = FLASH_MMA;
-        else if (k && !strcmp(k, "wmma"))
-            s->flash = FLASH_WMMA;
-        else if (k && *k)
-            return herr_set(e, "HOLMES_FLASH=%s: must be mma or wmma (flash attention's kernels)", k);
-    }
+    s->flash = !(flags & GPU_MATERIALISED_ATTENTION) && flash_supported(s->Cl / s->NHl);
 #endif
     s->ncount = tp > 1 && s->Vl + 1 > c.vocab ? s->Vl + 1 : c.vocab;
     s->nparams = gpt_stage_num_params(s->host);
@@ -551,11 +540,6 @@ int gpu_stage_debug_poison(struct gpu_stage *s)
 const char *gpu_stage_attention_kind(const struct gpu_stage *s)
 {
     return s->flash ? "flash" : "materialised";
-}
-
-const char *gpu_stage_flash_kernel(const struct gpu_stage *s)
-{
-    return s->flash == FLASH_MMA ? "mma" : s->flash == FLASH_WMMA ? "wmma" : "none";
 }
 
 double gpu_stage_flops(const struct gpu_stage *s)

@@ -96,7 +96,6 @@ extern "C" {
 #define gpu_stage_wait_event GPU_API(stage_wait_event)
 #define gpu_stage_sq_norm_ex GPU_API(stage_sq_norm_ex)
 #define gpu_stage_attention_kind GPU_API(stage_attention_kind)
-#define gpu_stage_flash_kernel GPU_API(stage_flash_kernel)
 #define gpu_stage_profile_begin GPU_API(stage_profile_begin)
 #define gpu_stage_profile_end GPU_API(stage_profile_end)
 #define gpu_stage_profile_enter GPU_API(stage_profile_enter)
@@ -128,11 +127,7 @@ size_t gpu_act_bytes(void);
                                 gpu_stage_adamw_ex */
 #define GPU_MATERIALISED_ATTENTION 4 /* bf16: the attention that materialises the T x T scores
                                 instead of flash attention (for checking; fp32 always does) */
-#define GPU_FLASH_MMA 8 /* bf16: flash attention on the mma.sync kernels (flash_mma.cu) instead of
-                           the WMMA ones (flash.cu); also chosen for every stage of the process
-                           by the environment variable HOLMES_FLASH=mma (HOLMES_FLASH=wmma: the
-                           WMMA ones even with this flag) */
-#define GPU_FLAGS_ALL 15
+#define GPU_FLAGS_ALL 7
 
 /* Like gpt_stage_create, on the current CUDA device. Parameters are zero until
  * gpu_stage_init_params() or gpu_stage_set_params(); gradients and moments start at zero. */
@@ -289,8 +284,6 @@ int gpu_stage_debug_poison(struct gpu_stage *s);
 /* "flash" (bf16, head size 16, 32, 64 or 128) or "materialised": the attention this stage
  * runs. */
 const char *gpu_stage_attention_kind(const struct gpu_stage *s);
-/* The flash attention kernels the stage runs: "wmma", "mma", or "none" (materialised). */
-const char *gpu_stage_flash_kernel(const struct gpu_stage *s);
 
 /* Where the time goes (bench_gpu, the worker's --profile-step): between begin and end every part
  * of the stage's work is timed with CUDA events on its stream; end synchronises and fills ms[]

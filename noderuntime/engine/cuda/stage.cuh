@@ -5,9 +5,8 @@
  *   matmul_lt.cu   cuBLASLt's products: descriptors cached per shape and epilogue, the
  *                  algorithm timed once per process
  *   attention.cu   causal self-attention with the scores materialised (fp32; bf16 on request)
- *   flash.cu       flash attention (bf16, tensor cores through WMMA), forward and backward;
- *                  dispatches to
- *   flash_mma.cu   the same on mma.sync fragments in registers, cp.async double buffering
+ *   flash.cu       flash attention (bf16: mma.sync fragments in registers, cp.async double
+ *                  buffering), forward and backward; its kernels in flash_mma_kernels.cuh
  *   layernorm.cu   LayerNorm (its backward makes its own weight and bias gradients) and the
  *                  column sums (bias gradients), their kernels in layernorm_kernels.cuh
  *   classifier.cu  cross-entropy, fused with its gradient (and tensor parallelism's exchange)
@@ -64,14 +63,10 @@ struct layer_acts {
 
 } /* namespace GPU_NS */
 
-/* gpu_stage.flash */
-enum { FLASH_NONE = 0, FLASH_WMMA = 1, FLASH_MMA = 2 };
-
 struct gpu_stage {
     struct gpt_config c;
     int first, last, nl, B, T, nslots, recompute, flags;
-    int flash;                         /* flash attention: FLASH_WMMA (flash.cu) or FLASH_MMA
-                                          (flash_mma.cu); 0: the materialised one */
+    int flash;                         /* 1: flash attention (flash.cu); 0: the materialised one */
     int tp, tpr;                       /* tensor-parallel group size and this rank (1, 0: none) */
     int Cl, NHl, F, Vl;                /* this rank's attention channels, heads, MLP width, vocab rows */
     int (*tp_sum)(void *ctx, float *buf, size_t n); /* gpu_stage_set_tp_sum */
@@ -216,12 +211,6 @@ template <class F> int by_head_size(struct gpu_stage *s, F f)
     }
     return stage_fail(s, "flash attention: head size %d is not supported", s->Cl / s->NHl);
 }
-/* flash_mma.cu: the same three calls on the mma.sync kernels (s->flash == FLASH_MMA; flash.cu
- * dispatches to them, its backward having filled s->dsum first) */
-int flash_mma_prepare(struct gpu_stage *s);
-int flash_mma_fwd(struct gpu_stage *s, floatX *atty, float *lse, const floatX *qkv, int q0, int q1);
-int flash_mma_bwd(struct gpu_stage *s, floatX *dqkv, const floatX *dy, const float *lse,
-                  const floatX *qkv, int q0, int q1, float *kv_acc);
 
 /* ---------------------------------------------------------------- layernorm.cu */
 

@@ -20,9 +20,8 @@
  *   gpu.adamw.isolated  AdamW alone, the GPU's and the CPU's on identical inputs, to fp32 rounding
  *   gpu.adamw.spans  AdamW over ~100 ZeRO shards in one call = one call per shard, bit for bit;
  *                    their squares summed over ranges = the CPU's sum
- *   gpu.flash.*      flash attention (bf16), both kernel sets (wmma: flash.cu, mma: flash_mma.cu)
- *                    = the materialised attention, and deterministic; HOLMES_FLASH=mma runs
- *                    every other check on the mma kernels
+ *   gpu.flash.*      flash attention (bf16, flash.cu) = the materialised attention, at T 80 and
+ *                    200, and deterministic
  *   gpu.memory.*     gpu_stage_device_bytes = what creation takes; too big: refused, named
  *   gpu.profile.*    gpu_stage_profile_* (bench_gpu's breakdown and its products by shape,
  *                    the worker's --profile-step: the norm, zeroing, the bf16 copy, a
@@ -1127,19 +1126,6 @@ static void test_bad_input(void)
     c.channels = 66; /* not a multiple of heads */
     CHECK("gpu.bad_input.config", gpu_stage_create(&s, &c, 0, 2, 1, 16, 1, 0, &e) < 0 &&
           strstr(e.msg, "heads") != NULL);
-    if (!strcmp(gpu_precision_name(), "bf16")) { /* flash attention's kernel set, misnamed */
-        struct gpt_config w = wide();
-        const char *was = getenv("HOLMES_FLASH");
-        char *keep = was ? strdup(was) : NULL;
-        setenv("HOLMES_FLASH", "fast", 1);
-        CHECK("gpu.bad_input.holmes_flash", gpu_stage_create(&s, &w, 0, 2, 1, 16, 1, 0, &e) < 0 &&
-                                                strstr(e.msg, "HOLMES_FLASH=fast") != NULL);
-        if (keep)
-            setenv("HOLMES_FLASH", keep, 1);
-        else
-            unsetenv("HOLMES_FLASH");
-        free(keep);
-    }
     { /* the candidates cuBLASLt's heuristic offers for timing: a bad count is refused by name,
        * 32 is taken (shapes no other check uses: the choice is made at a shape's first use) */
         double tf = 0.0;
@@ -1372,28 +1358,25 @@ out:
 /* gpu.flash.*: flash attention against the materialised one (bf16; GPU_MATERIALISED_ATTENTION),
  * on GPT-2's head size and a T that is not a multiple of the tiles: the loss and every gradient
  * within the precision's tolerance, and the backward deterministic (two runs, the same bits). */
-static void test_flash_kernel(int kflag, const char *kname, int B, int T);
+static void test_flash_at(int B, int T);
 
-/* Both kernel sets, at T = 80 (a partial second tile) and T = 200 (whole tiles that no mask
- * touches, in every kernel, beside the diagonal and the partial ones) */
+/* At T = 80 (a partial second tile) and T = 200 (whole tiles that no mask touches, in every
+ * kernel, beside the diagonal and the partial ones) */
 static void test_flash(void)
 {
     if (strcmp(gpu_precision_name(), "bf16") != 0)
         return;
-    test_flash_kernel(0, "wmma", 3, 80);
-    test_flash_kernel(GPU_FLASH_MMA, "mma", 3, 80);
-    test_flash_kernel(0, "wmma", 2, 200);
-    test_flash_kernel(GPU_FLASH_MMA, "mma", 2, 200);
+    test_flash_at(3, 80);
+    test_flash_at(2, 200);
 }
 
-/* one kernel set (its flag; HOLMES_FLASH, when set, decides for both) against the materialised
- * attention on (B, T); check names carry the kernel set's name and T */
-static void test_flash_kernel(int kflag, const char *kname, int B, int T)
+/* flash attention against the materialised attention on (B, T); check names carry T */
+static void test_flash_at(int B, int T)
 {
     char nm[6][64];
     static const char *const what[6] = {"create", "kinds", "run", "loss", "grads", "deterministic"};
     for (int i = 0; i < 6; i++)
-        snprintf(nm[i], sizeof nm[i], "gpu.flash.%s.T%d.%s", kname, T, what[i]);
+        snprintf(nm[i], sizeof nm[i], "gpu.flash.T%d.%s", T, what[i]);
     struct gpt_config c = wide();
     c.max_seq = T;
     size_t BT = (size_t)B * T;
@@ -1401,12 +1384,11 @@ static void test_flash_kernel(int kflag, const char *kname, int B, int T)
     struct gpu_stage *fl = NULL, *ma = NULL;
     float *gf = NULL, *gm = NULL, *g2 = NULL;
     int *tok = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
-    if (!tok || !tgt || gpu_stage_create(&fl, &c, 0, 2, B, T, 1, kflag, &e) < 0 ||
+    if (!tok || !tgt || gpu_stage_create(&fl, &c, 0, 2, B, T, 1, 0, &e) < 0 ||
         gpu_stage_create(&ma, &c, 0, 2, B, T, 1, GPU_MATERIALISED_ATTENTION, &e) < 0) {
         TEST_FAIL(nm[0], "%s", tok && tgt ? e.msg : "out of memory");
         goto out;
     }
-    printf("# gpu.flash.%s.T%d: the stage runs the %s kernels\n", kname, T, gpu_stage_flash_kernel(fl));
     CHECK(nm[1], !strcmp(gpu_stage_attention_kind(fl), "flash") &&
                      !strcmp(gpu_stage_attention_kind(ma), "materialised"));
     gpt_config_check(&c, NULL);
@@ -1537,7 +1519,7 @@ static void test_profile(void)
             acount += g->count;
         }
     }
-    int flash = strcmp(gpu_stage_flash_kernel(s), "none") != 0;
+    int flash = strcmp(gpu_stage_attention_kind(s), "flash") == 0;
     CHECK("gpu.profile.products_by_shape", gshapes >= 5 && gcount >= 27 && gpos &&
                                                p.kernels_lost == 0 &&
                                                gms <= 1.01 * p.ms[GPU_PART_MATMUL] + 0.01);
