@@ -140,6 +140,14 @@ static void store_bf2(bf16 *p, float x, float y)
     p[0] = f2bf(x);
     p[1] = f2bf(y);
 }
+static void load8(float f[8], const bf16 *p, bool vec)
+{
+    if (vec && ((uintptr_t)p & 15))
+        die("load8: a 16-byte load from an address not 16-byte aligned");
+    check_global(p, 16, false);
+    for (int j = 0; j < 8; j++)
+        f[j] = bf2f(p[j]);
+}
 #define FM_SMEM(name) unsigned char *name = smem_base
 
 /* the kernels read shared floats (lse, D rows) and global floats directly: those reads are
@@ -197,6 +205,8 @@ struct rowdiff {
     }
 };
 
+static bool scalar_d; /* the D kernel's 2-byte loads (as for rows not 16-byte aligned) */
+
 /* one pass [q0, q1) of B sequences of T, NH heads of HS; with_acc: the sliced backward's fp32
  * accumulator for dK, dV (starting from random values, as after a later slice) */
 template <int HS> static void run_case(int B, int NH, int T, int q0, int q1, bool with_acc,
@@ -236,7 +246,7 @@ template <int HS> static void run_case(int B, int NH, int T, int q0, int q1, boo
         x = 0.01f * frand();
     acc0 = acc;
     regions = {{qkv.data(), S3 * 2, false}, {dy.data(), SC * 2, false}, {atty.data(), SC * 2, true},
-               {dqkv.data(), S3 * 2, true}, {lse.data(), SR * 4, true}, {D.data(), SR * 4, false}};
+               {dqkv.data(), S3 * 2, true}, {lse.data(), SR * 4, true}, {D.data(), SR * 4, true}};
     if (with_acc)
         regions.push_back({acc.data(), S3 * 4, true});
     float scale = 1.0f / sqrtf((float)HS), sl2 = 1.4426950408889634f * scale;
@@ -244,16 +254,42 @@ template <int HS> static void run_case(int B, int NH, int T, int q0, int q1, boo
     launch(dim3e{(unsigned)flash_query_tiles(q0, q1), (unsigned)(B * NH), 1}, fwd_smem<HS>(), [&] {
         mma_fwd_kernel<HS>(atty.data(), lse.data(), qkv.data(), T, NH, q0, q1, sl2);
     });
-    /* D = rowsum(dy * y) from the kernel's own output, as flash.cu's dsum kernel */
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int t = q0; t < q1; t++) {
-                float s = 0.0f;
-                for (int d = 0; d < HS; d++)
-                    s += bf2f(dy[((size_t)b * T + t) * C + h * HS + d]) *
-                         bf2f(atty[((size_t)b * T + t) * C + h * HS + d]);
-                D[((size_t)b * NH + h) * T + t] = s;
-            }
+    /* D = rowsum(dy * y) from the forward's own output: the kernel (in blocks of 64 threads, so
+     * that rows spread over several blocks and lanes past the last row exist), against the same
+     * sum on the host in double */
+    {
+        size_t lanes = (size_t)B * NH * (q1 - q0) * (HS / 8);
+        bool vec = (((uintptr_t)dy.data() | (uintptr_t)atty.data()) & 15) == 0 && !scalar_d;
+        for (auto &x : D)
+            x = NAN;
+        launch(dim3e{(unsigned)((lanes + 63) / 64), 1, 1}, dim3e{64, 1, 1}, 0, [&] {
+            mma_dsum_kernel<HS>(D.data(), dy.data(), atty.data(), B, T, NH, q0, q1, vec);
+        });
+        double worst = 0.0;
+        int wrong_rows = 0;
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++)
+                for (int t = 0; t < T; t++) {
+                    float got = D[((size_t)b * NH + h) * T + t];
+                    if (t < q0 || t >= q1) {
+                        wrong_rows += !std::isnan(got); /* rows outside the pass: not written */
+                        continue;
+                    }
+                    double want = 0.0, mag = 0.0;
+                    for (int d = 0; d < HS; d++) {
+                        double x = (double)bf2f(dy[((size_t)b * T + t) * C + h * HS + d]) *
+                                   bf2f(atty[((size_t)b * T + t) * C + h * HS + d]);
+                        want += x;
+                        mag += fabs(x);
+                    }
+                    worst = fmax(worst, fabs(got - want) / (mag + 1e-30));
+                    wrong_rows += std::isnan(got);
+                }
+        snprintf(name, sizeof name, "%s.D%s", tag, vec ? "" : ".scalar");
+        check(name, worst <= 1e-5 && wrong_rows == 0,
+              "relative difference %.3g (bound 1e-5), %d rows unwritten or written outside", worst,
+              wrong_rows);
+    }
     launch(dim3e{(unsigned)flash_key_tiles(q1), (unsigned)(B * NH), 1}, dkdv_smem<HS>(), [&] {
         mma_dkdv_kernel<HS>(dqkv.data(), with_acc ? acc.data() : NULL, dy.data(), lse.data(),
                             D.data(), qkv.data(), T, NH, q0, q1, sl2, scale);
@@ -402,6 +438,7 @@ int main()
     run_case<64>(1, 1, 200, 0, 200, false, true);
     run_case<64>(1, 1, 200, 46, 190, true, true);
     eager = true; /* the other schedule, on the cases with several tiles to walk */
+    scalar_d = true; /* and the D kernel's other loads */
     run_case<64>(1, 2, 200, 0, 200, false);
     run_case<64>(1, 1, 200, 46, 190, true);
     printf("%d passed, %d failed\n", passes, failures);

@@ -147,28 +147,26 @@ __device__ __forceinline__ void store_bf2(bf16 *p, float x, float y)
 {
     *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(x, y);
 }
+__device__ __forceinline__ void load8(float f[8], const bf16 *p, bool vec)
+{
+    if (vec) {
+        uint4 u = *reinterpret_cast<const uint4 *>(p);
+        const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float2 v = __bfloat1622float2(h[j]);
+            f[2 * j] = v.x;
+            f[2 * j + 1] = v.y;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            f[j] = __bfloat162float(p[j]);
+    }
+}
 #define FM_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
 
 #include "flash_mma_kernels.cuh"
-
-/* D[b][h][q] = sum_d dy[b][q][h HS + d] y[b][q][h HS + d] for q in [q0, q1): a warp per row */
-template <int HS>
-__global__ void flash_dsum_kernel(float *D, const bf16 *dy, const bf16 *y, int B, int T, int NH,
-                                  int q0, int q1)
-{
-    size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-    int lane = threadIdx.x % 32, S = q1 - q0;
-    if (row >= (size_t)B * NH * S)
-        return;
-    int q = q0 + (int)(row % S), h = (int)(row / S % NH), b = (int)(row / S / NH);
-    size_t o = ((size_t)b * T + q) * NH * HS + (size_t)h * HS;
-    float acc = 0.0f;
-    for (int d = lane; d < HS; d += 32)
-        acc += __bfloat162float(dy[o + d]) * __bfloat162float(y[o + d]);
-    acc = warp_sum(acc);
-    if (lane == 0)
-        D[((size_t)b * NH + h) * T + q] = acc;
-}
 
 /* D = rowsum(dy * y) of the queries [q0, q1) into s->dsum: backward's first step */
 template <int HS> int launch_dsum(struct gpu_stage *s, const floatX *dy, const floatX *y, int q0,
@@ -177,11 +175,12 @@ template <int HS> int launch_dsum(struct gpu_stage *s, const floatX *dy, const f
     char *EB = s->err;
     size_t EN = sizeof s->err;
     cudaStream_t st = s->x.stream;
-    size_t rows = (size_t)s->B * s->NHl * (size_t)(q1 - q0);
+    size_t lanes = (size_t)s->B * s->NHl * (size_t)(q1 - q0) * (HS / 8);
+    bool vec = ((uintptr_t)dy & 15) == 0 && ((uintptr_t)y & 15) == 0;
     struct kernel_rec r = flash_rec(GPU_KERNEL_FLASH_DSUM, s->B * s->NHl, q0, q1, HS);
     int timed = prof_kernel_start(s->x.prof, st, &r);
-    flash_dsum_kernel<HS><<<blocks_for(rows * 32, 256), 256, 0, st>>>(s->dsum, dy, y, s->B, s->T,
-                                                                      s->NHl, q0, q1);
+    mma_dsum_kernel<HS><<<blocks_for(lanes, 256), 256, 0, st>>>(s->dsum, dy, y, s->B, s->T, s->NHl,
+                                                                 q0, q1, vec);
     LAUNCHED(st);
     prof_kernel_end(s->x.prof, st, timed);
     return 0;

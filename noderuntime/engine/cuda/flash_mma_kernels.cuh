@@ -13,8 +13,10 @@
  *   fast_exp2(x)                 2^x
  *   pack2(lo, hi)                two floats as bf16 in one 32-bit register, lo in the low half
  *   store_bf2(p, x, y)           p[0], p[1] = bf16(x), bf16(y)
+ *   load8(f, p, vec)             f[0..8) = p[0..8) as floats (global; vec: one 16-byte load, p
+ *                                16-byte aligned; else eight 2-byte ones)
  *   FM_SMEM(name)                the block's dynamic shared memory as unsigned char name[]
- * and threadIdx, blockIdx, gridDim, __global__, __device__, __forceinline__, __launch_bounds__.
+ * and threadIdx, blockIdx, blockDim, gridDim, __global__, __device__, __forceinline__, __launch_bounds__.
  * Include inside the includer's namespace, after flash_plan.h. */
 #pragma once
 
@@ -203,6 +205,40 @@ mma_fwd_kernel(bf16 *atty, float *lse, const bf16 *qkv, int T, int NH, int q0, i
 }
 
 /* ---------------------------------------------------------------- backward */
+
+/* D[b][h][q] = sum_d dy[b][q][h HS + d] y[b][q][h HS + d] for q in [q0, q1), backward's first
+ * step: HS / 8 lanes a row (2 to 16, so a row's lanes never straddle a warp), each 8 elements
+ * (a 16-byte load of each operand when vec), the lanes' parts added by shuffles in a fixed order;
+ * lane 0 of the row writes. Any block size that is a multiple of 32; every lane reaches the
+ * shuffles (lanes past the last row add zeros). */
+template <int HS>
+__global__ void mma_dsum_kernel(float *D, const bf16 *dy, const bf16 *y, int B, int T, int NH,
+                                int q0, int q1, bool vec)
+{
+    constexpr int LPR = HS / 8;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, row = i / LPR;
+    int part = (int)(i % LPR), S = q1 - q0;
+    bool ok = row < (size_t)B * NH * S;
+    int q = 0, h = 0, b = 0;
+    float acc = 0.0f;
+    if (ok) {
+        q = q0 + (int)(row % S);
+        h = (int)(row / S % NH);
+        b = (int)(row / S / NH);
+        size_t o = ((size_t)b * T + q) * NH * HS + (size_t)h * HS + 8 * part;
+        float a[8], c[8];
+        load8(a, dy + o, vec);
+        load8(c, y + o, vec);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            acc += a[j] * c[j];
+    }
+#pragma unroll
+    for (int m = LPR / 2; m > 0; m /= 2)
+        acc += shfl_xor(acc, m);
+    if (ok && part == 0)
+        D[((size_t)b * NH + h) * T + q] = acc;
+}
 
 /* rows' lse (rows at or past q1: +inf, so P = 0) and D of the query tile from qt into shared */
 __device__ __forceinline__ void rows_into(float *Ls, float *Ds, const float *lse, const float *D,
