@@ -251,7 +251,7 @@ template <int HS> static void run_case(int B, int NH, int T, int q0, int q1, boo
         regions.push_back({acc.data(), S3 * 4, true});
     float scale = 1.0f / sqrtf((float)HS), sl2 = 1.4426950408889634f * scale;
 
-    launch(dim3e{(unsigned)flash_query_tiles(q0, q1), (unsigned)(B * NH), 1}, fwd_smem<HS>(), [&] {
+    launch(dim3e{(unsigned)fwd_blocks<HS>(q0, q1), (unsigned)(B * NH), 1}, fwd_smem<HS>(), [&] {
         mma_fwd_kernel<HS>(atty.data(), lse.data(), qkv.data(), T, NH, q0, q1, sl2);
     });
     /* D = rowsum(dy * y) from the forward's own output: the kernel (in blocks of 64 threads, so
@@ -434,6 +434,8 @@ int main()
     run_case<64>(1, 2, 200, 0, 200, false);   /* whole unmasked tiles, and a partial last one */
     run_case<64>(1, 1, 200, 46, 190, true);   /* a slice: q0 not on a tile, keys [0, q1) */
     run_case<32>(2, 1, 70, 14, 70, true);
+    /* q0 = 1 (mod 16): a strip's last query is a key tile's first key, the one pair it sees there */
+    run_case<64>(1, 1, 160, 33, 160, false);
     run_case<128>(1, 1, 130, 0, 130, false);
     run_case<64>(1, 1, 200, 0, 200, false, true);
     run_case<64>(1, 1, 200, 46, 190, true, true);

@@ -191,7 +191,7 @@ template <int HS> int launch_fwd(struct gpu_stage *s, floatX *atty, float *lse, 
 {
     char *EB = s->err;
     size_t EN = sizeof s->err;
-    dim3 grid((unsigned)flash_query_tiles(q0, q1), (unsigned)(s->B * s->NHl));
+    dim3 grid((unsigned)fwd_blocks<HS>(q0, q1), (unsigned)(s->B * s->NHl));
     float sl2 = 1.4426950408889634f / sqrtf((float)HS);
     struct kernel_rec r = flash_rec(GPU_KERNEL_FLASH_FWD, s->B * s->NHl, q0, q1, HS);
     int timed = prof_kernel_start(s->x.prof, s->x.stream, &r);
