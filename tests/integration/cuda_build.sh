@@ -1,8 +1,8 @@
 # The CUDA engine builds (compile and link only; CI has no GPU): `make cuda` for sm_80 + sm_90 in
 # fp32 and bf16, the binaries need none of the libraries GPU machines lack, the GPU build's CPU
 # reference (OpenBLAS/zlib stand-ins) passes the CPU engine's tests, and without a GPU test_gpu
-# stops with a clear message; flash attention's mma.sync kernels, LayerNorm's kernels and the
-# optimizer's emulated on the host (g++ only).
+# stops with a clear message; flash attention's mma.sync kernels, LayerNorm's kernels, the
+# optimizer's and the classifier's emulated on the host (g++ only).
 # The planner's memory model is held against the engine's count (memory_model.py).
 # Skips the nvcc parts when nvcc is missing; runs in one pass (once_per_run).
 source "$(dirname "$0")/lib.bash"
@@ -31,6 +31,9 @@ emulated cuda.layernorm_emulated layernorm-emu-check layernorm_kernels.cuh
 # the optimizer's: AdamW over spans bit for bit against its formula, the sums of squares in their
 # documented order, spans and ranges cut into launches as adamw.cu cuts them
 emulated cuda.adamw_emulated adamw-emu-check adamw_kernels.cuh
+# the classifier's fused cross-entropy: the loss and the gradient left in place of the logits
+# against double, at GPT-2's vocabulary (the row held in registers), padding zero
+emulated cuda.classifier_emulated classifier-emu-check classifier_kernels.cuh
 if [ ! -x "$NVCC" ]; then
     NVCC=$(command -v nvcc) || { echo "# cuda build: no nvcc, the rest skipped"; exit 0; }
 fi

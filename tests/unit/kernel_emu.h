@@ -186,6 +186,42 @@ static inline float shfl_xor(float v, int m)
     return r;
 }
 
+/* the warp's sum and max, every lane gets it (cuda_common.cuh's, in the same order) */
+static inline float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += shfl_xor(v, o);
+    return v;
+}
+static inline float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, shfl_xor(v, o));
+    return v;
+}
+
+/* 16 bytes of T, and the 16-byte global accesses (alignment- and bounds-checked) */
+template <typename T> struct alignas(16) pack16 {
+    static constexpr int N = 16 / sizeof(T);
+    T v[N];
+};
+template <typename T> static inline pack16<T> load16(const T *p)
+{
+    if ((uintptr_t)p % 16)
+        die("a misaligned 16-byte load");
+    check_global(p, 16, false);
+    pack16<T> r;
+    memcpy(&r, p, 16);
+    return r;
+}
+template <typename T> static inline void store16(T *p, const pack16<T> &x)
+{
+    if ((uintptr_t)p % 16)
+        die("a misaligned 16-byte store");
+    check_global(p, 16, true);
+    memcpy(p, &x, 16);
+}
+
 /* called for each block before its threads start and after they end (thread count) */
 static void (*block_begin_hook)(int);
 static void (*block_end_hook)(int);

@@ -44,32 +44,6 @@ static inline void put(floatX *p, float x)
         check_global(p, sizeof *p, true);
     *p = mkx(x);
 }
-template <typename T> struct alignas(16) pack16 {
-    static constexpr int N = 16 / sizeof(T);
-    T v[N];
-};
-template <typename T> static inline pack16<T> load16(const T *p)
-{
-    if ((uintptr_t)p % 16)
-        die("a misaligned 16-byte load");
-    check_global(p, 16, false);
-    pack16<T> r;
-    memcpy(&r, p, 16);
-    return r;
-}
-template <typename T> static inline void store16(T *p, const pack16<T> &x)
-{
-    if ((uintptr_t)p % 16)
-        die("a misaligned 16-byte store");
-    check_global(p, 16, true);
-    memcpy(p, &x, 16);
-}
-static inline float warp_sum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += shfl_xor(v, o);
-    return v;
-}
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 #define COLSUM_FINISH_SMEM(name) float *name = (float *)smem_base

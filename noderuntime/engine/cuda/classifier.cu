@@ -1,7 +1,8 @@
 /* The classifier's loss (llm.c's fused_classifier.cuh), forward beside backward: cross-entropy
  * per row over the padded-vocabulary logits in one kernel that also leaves the loss's gradient
- * in place of the logits (read twice, written once, 16 bytes at a time), so that backward has
- * nothing left to do but the head's products; with tensor parallelism, the exchange of
+ * in place of the logits (read once into registers and written once, 16 bytes at a time:
+ * classifier_kernels.cuh; rows too long for that read twice), so that backward has nothing left
+ * to do but the head's products; with tensor parallelism, the exchange of
  * gpt_pass.c's cross_entropy (each rank holds Vl of the vocabulary), its gradient in backward.
  * The loss of a micro-batch (or slice) is summed on the device (loss_reduce). */
 #include "stage.cuh"
@@ -9,6 +10,14 @@
 namespace GPU_NS {
 
 namespace {
+
+__device__ __forceinline__ void block_sync()
+{
+    __syncthreads();
+}
+#define CLASSIFIER_SMEM(name) __shared__ float name[32]
+
+#include "classifier_kernels.cuh"
 
 /* (m, s) pairs of an online softmax: s = sum exp(x - m) */
 __device__ __forceinline__ void online_add(float &m, float &s, float x)
@@ -21,8 +30,9 @@ __device__ __forceinline__ void online_add(float &m, float &s, float x)
     }
 }
 
-/* Row j of blockIdx.x = rows [t0, t0 + S) of each sequence of T: the logits row b T + t0 + j % S
- * (b = j / S). One block per row, VEC logits a load: losses[r] = logsumexp(logits[r][0..V)) -
+/* Rows longer than classifier_rows_kernel keeps in registers (or not 16-byte aligned): row j of
+ * blockIdx.x = rows [t0, t0 + S) of each sequence of T: the logits row b T + t0 + j % S
+ * (b = j / S). One block per row, VEC logits a load, the row read twice: losses[r] = logsumexp(logits[r][0..V)) -
  * logits[r][target], and in place logits[r] = dscale (softmax - onehot(target)), zero in the
  * padded columns [V, Vp). */
 template <int VEC>
@@ -169,7 +179,16 @@ int classifier_fwd(struct gpu_stage *s, struct gslot *a, int t0, int t1)
     if (s->tp == 1) {
         unsigned rows = (unsigned)(s->B * S);
         float dscale = 1.0f / (float)BT; /* the micro-batch's mean, whichever slice */
-        if (s->Vl % XV == 0 && ((uintptr_t)a->logits & 15) == 0)
+        bool vec = s->Vl % XV == 0 && ((uintptr_t)a->logits & 15) == 0;
+        if (vec && s->Vl <= 512 * XV * 8)
+            classifier_rows_kernel<XV, 8><<<rows, 512, 0, st>>>(a->losses, a->logits, a->targets,
+                                                                 s->c.vocab, s->Vl, s->T, t0, S,
+                                                                 dscale);
+        else if (vec && s->Vl <= 512 * XV * 13)
+            classifier_rows_kernel<XV, 13><<<rows, 512, 0, st>>>(a->losses, a->logits, a->targets,
+                                                                  s->c.vocab, s->Vl, s->T, t0, S,
+                                                                  dscale);
+        else if (vec)
             fused_classifier_kernel<XV><<<rows, 512, 0, st>>>(a->losses, a->logits, a->targets,
                                                               s->c.vocab, s->Vl, s->T, t0, S,
                                                               dscale);
