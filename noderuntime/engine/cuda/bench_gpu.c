@@ -47,37 +47,43 @@ static int step(struct gpu_stage *s, const int *tok, const int *tgt, size_t BT, 
     return 0;
 }
 
-/* The timed kernels of the profiled step of one group (products: kind 0; flash attention's
- * kernels: the others) by shape, the longest first: where the "matmul" and "attention" parts'
- * time goes, and each one's rate. */
-static void print_kernels(const struct gpu_profile *p, int products)
+/* The timed kernels of the profiled step of one group (kernel_times.h's gpu_kernel_group: 0 the
+ * products, 1 flash attention's kernels, 2 the memory-bound ones) by shape, the longest first:
+ * where the "matmul", "attention", "layernorm" and "classifier" parts' time goes, and each one's
+ * rate (TFLOP/s; GB/s of the bytes a memory-bound kernel must move, against the card's
+ * bandwidth). */
+static void print_kernels(const struct gpu_profile *p, int group)
 {
     static const char *epi_name[] = {"none", "bias", "gelu+bias", "dgelu"};
     double all = 0.0, flop = 0.0, rest = 0.0;
     int count = 0, shown = 0, more = 0;
     for (int i = 0; i < p->nkernels; i++)
-        if ((p->kernels[i].kind == GPU_KERNEL_PRODUCT) == products) {
+        if (gpu_kernel_group(p->kernels[i].kind) == group) {
             all += p->kernels[i].ms;
             flop += p->kernels[i].flop;
             count += p->kernels[i].count;
         }
     if (!count)
         return;
-    if (products) {
+    if (group == 0) {
         printf("  products by shape (each timed alone; cuBLAS's column-major m x n x k): %d, "
                "%.2f ms, %.0f TFLOP/s%s\n", count, all, all > 0 ? flop / (all * 1e-3) / 1e12 : 0.0,
                p->kernels_lost ? " (some launches not timed)" : "");
         printf("    %6s %6s %6s %-3s %-9s %-4s %5s %8s %8s\n", "m", "n", "k", "op", "epilogue",
                "out", "count", "ms", "TFLOP/s");
-    } else {
+    } else if (group == 1) {
         printf("  attention kernels (each timed alone; FLOPs of the visible pairs): %d, %.2f ms\n",
                count, all);
         printf("    %-13s %6s %6s %4s %5s %8s %8s\n", "kernel", "seq*hd", "rows", "hs", "count",
                "ms", "TFLOP/s");
+    } else {
+        printf("  memory-bound kernels (each timed alone; GB/s of the bytes each must move): %d, "
+               "%.2f ms\n", count, all);
+        printf("    %-14s %7s %6s %5s %8s %8s\n", "kernel", "rows", "cols", "count", "ms", "GB/s");
     }
     for (int i = 0; i < p->nkernels; i++) {
         const struct gpu_kernel_time *g = &p->kernels[i];
-        if ((g->kind == GPU_KERNEL_PRODUCT) != products)
+        if (gpu_kernel_group(g->kind) != group)
             continue;
         if (shown == 12) {
             rest += g->ms;
@@ -86,14 +92,17 @@ static void print_kernels(const struct gpu_profile *p, int products)
         }
         shown++;
         double tf = g->ms > 0 ? g->flop / (g->ms * 1e-3) / 1e12 : 0.0;
-        if (products)
+        if (group == 0)
             printf("    %6d %6d %6d %c%c  %-9s %-4s %5d %8.2f %8.0f\n", g->m, g->n, g->k,
                    g->ta ? 'T' : 'N', g->tb ? 'T' : 'N',
                    g->epi >= 0 && g->epi < 4 ? epi_name[g->epi] : "?",
                    g->out_bytes == 4 ? "fp32" : "bf16", g->count, g->ms, tf);
-        else
+        else if (group == 1)
             printf("    %-13s %6d %6d %4d %5d %8.2f %8.0f\n", gpu_kernel_kind_name(g->kind), g->m,
                    g->n, g->k, g->count, g->ms, tf);
+        else
+            printf("    %-14s %7d %6d %5d %8.2f %8.0f\n", gpu_kernel_kind_name(g->kind), g->m, g->n,
+                   g->count, g->ms, g->ms > 0 ? g->bytes / (g->ms * 1e-3) / 1e9 : 0.0);
     }
     if (more)
         printf("    %d more: %.2f ms\n", more, rest);
@@ -217,8 +226,8 @@ int main(int argc, char **argv)
         printf("  per step: %llu kernel launches and other enqueued work, %llu host "
                "synchronisations%s\n", p.launches, p.syncs,
                p.events_lost ? " (some parts not timed: event pool)" : "");
-        print_kernels(&p, 1);
-        print_kernels(&p, 0);
+        for (int group = 0; group < 3; group++)
+            print_kernels(&p, group);
         fflush(stdout);
     }
     gpu_stage_free(s);

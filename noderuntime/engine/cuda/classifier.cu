@@ -180,6 +180,10 @@ int classifier_fwd(struct gpu_stage *s, struct gslot *a, int t0, int t1)
         unsigned rows = (unsigned)(s->B * S);
         float dscale = 1.0f / (float)BT; /* the micro-batch's mean, whichever slice */
         bool vec = s->Vl % XV == 0 && ((uintptr_t)a->logits & 15) == 0;
+        /* bytes: the logits read and their gradient written over them, targets and losses */
+        struct kernel_rec r = mem_rec(GPU_KERNEL_CLASSIFIER, (int)rows, s->Vl,
+                                      2.0 * rows * s->Vl * sizeof(floatX) + 8.0 * rows);
+        int timed = prof_kernel_start(s->x.prof, st, &r);
         if (vec && s->Vl <= 512 * XV * 8)
             classifier_rows_kernel<XV, 8><<<rows, 512, 0, st>>>(a->losses, a->logits, a->targets,
                                                                  s->c.vocab, s->Vl, s->T, t0, S,
@@ -197,6 +201,7 @@ int classifier_fwd(struct gpu_stage *s, struct gslot *a, int t0, int t1)
                                                              s->c.vocab, s->Vl, s->T, t0, S,
                                                              dscale);
         LAUNCHED(st);
+        prof_kernel_end(s->x.prof, st, timed);
         a->dlogits = 1;
         return 0;
     }

@@ -149,7 +149,7 @@ template <typename T> __device__ __forceinline__ void store16(T *p, const pack16
 /* a timed launch: its kind and shape (kernel_times.h) and FLOPs */
 struct kernel_rec {
     struct gpu_kernel_time what;
-    double flop;
+    double flop, bytes;
 };
 /* Each part of the stage's work between two CUDA events (gpu_stage_profile_begin/end): a scope
  * records its start and end on the stream, nested scopes count for the outermost. Off: nothing. */
@@ -167,7 +167,7 @@ struct gpu_prof {
 void prof_enter(struct gpu_prof *p, cudaStream_t st, int part);
 void prof_leave(struct gpu_prof *p, cudaStream_t st);
 /* A timed launch's start (its record's index, or -1: not timed) and end: matmul_lt.cu's
- * products, flash attention's kernels */
+ * products, flash attention's kernels, the memory-bound ones (mem_rec) */
 int prof_kernel_start(struct gpu_prof *p, cudaStream_t st, const struct kernel_rec *r);
 void prof_kernel_end(struct gpu_prof *p, cudaStream_t st, int i);
 /* the record of flash attention's kernel `kind` over queries [q0, q1) */
@@ -180,6 +180,17 @@ static inline struct kernel_rec flash_rec(int kind, int bh, int q0, int q1, int 
     r.what.n = q1 - q0;
     r.what.k = hs;
     r.flop = flash_flop(kind, bh, q0, q1, hs);
+    return r;
+}
+/* the record of a memory-bound kernel `kind` over rows x cols, moving `bytes` */
+static inline struct kernel_rec mem_rec(int kind, int rows, int cols, double bytes)
+{
+    struct kernel_rec r;
+    memset(&r, 0, sizeof r);
+    r.what.kind = kind;
+    r.what.m = rows;
+    r.what.n = cols;
+    r.bytes = bytes;
     return r;
 }
 struct prof_scope {

@@ -438,7 +438,7 @@ int gpu_stage_profile_end(struct gpu_stage *s, struct gpu_profile *out)
         float ms = 0.0f;
         CK(cudaEventElapsedTime(&ms, p->gev[2 * i], p->gev[2 * i + 1]));
         if (kernel_times_add(out->kernels, &out->nkernels, GPU_PROF_KERNELS, &p->grec[i].what, ms,
-                             p->grec[i].flop) != 0)
+                             p->grec[i].flop, p->grec[i].bytes) != 0)
             out->kernels_lost++;
     }
     kernel_times_sort(out->kernels, out->nkernels);

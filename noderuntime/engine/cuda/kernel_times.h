@@ -1,5 +1,5 @@
-/* The timed kernels of a profiled step, by kind and shape (bench_gpu's "products by shape" and
- * "attention kernels"): each timed launch is added to the entry of its kind and shape, the
+/* The timed kernels of a profiled step, by kind and shape (bench_gpu's "products by shape",
+ * "attention kernels" and "memory-bound kernels"): each timed launch is added to the entry of its kind and shape, the
  * entries sorted by time. Pure C, so that the CPU checks the grouping (test_cuda_kernel_times). */
 #ifndef HOLMES_KERNEL_TIMES_H
 #define HOLMES_KERNEL_TIMES_H
@@ -7,30 +7,40 @@
 #define GPU_PROF_KERNELS 64 /* distinct entries kept; launches of others are counted as lost */
 
 /* what was timed: a matrix product (m, n, k: cuBLAS's column-major view; ta, tb, epilogue,
- * output bytes), or one of flash attention's kernels (m: sequences x heads, n: the pass's
- * queries, k: the head size) */
+ * output bytes), one of flash attention's kernels (m: sequences x heads, n: the pass's queries,
+ * k: the head size), or a memory-bound kernel (m rows of n columns: LayerNorm's, the column sums
+ * of the bias gradients and their finish, the classifier's), timed with the bytes it must move */
 enum gpu_kernel_kind {
     GPU_KERNEL_PRODUCT, GPU_KERNEL_FLASH_FWD, GPU_KERNEL_FLASH_DSUM, GPU_KERNEL_FLASH_DKDV,
-    GPU_KERNEL_FLASH_DQ, GPU_KERNEL_KINDS
+    GPU_KERNEL_FLASH_DQ, GPU_KERNEL_LN_FWD, GPU_KERNEL_LN_BWD, GPU_KERNEL_COLSUM,
+    GPU_KERNEL_COLSUM_FINISH, GPU_KERNEL_CLASSIFIER, GPU_KERNEL_KINDS
 };
 
 static inline const char *gpu_kernel_kind_name(int kind)
 {
-    static const char *const names[GPU_KERNEL_KINDS] = {"product", "flash forward", "flash D",
-                                                         "flash dK dV", "flash dQ"};
+    static const char *const names[GPU_KERNEL_KINDS] = {
+        "product", "flash forward", "flash D", "flash dK dV", "flash dQ", "layernorm fwd",
+        "layernorm bwd", "column sums", "sums' finish", "classifier"};
     return kind >= 0 && kind < GPU_KERNEL_KINDS ? names[kind] : "?";
+}
+
+/* the table a kind is printed in: 0 products, 1 attention, 2 memory-bound */
+static inline int gpu_kernel_group(int kind)
+{
+    return kind == GPU_KERNEL_PRODUCT ? 0 : kind <= GPU_KERNEL_FLASH_DQ ? 1 : 2;
 }
 
 struct gpu_kernel_time {
     int kind, m, n, k, ta, tb, epi, out_bytes;
     int count;
-    double ms, flop; /* summed over count launches */
+    double ms, flop, bytes; /* summed over count launches */
 };
 
-/* Adds one launch of ms milliseconds and flop FLOPs to t[0..*n) (at most cap entries): 0, or -1
- * when its kind and shape are new and t is full. */
+/* Adds one launch of ms milliseconds, flop FLOPs and bytes of memory traffic to t[0..*n) (at
+ * most cap entries): 0, or -1 when its kind and shape are new and t is full. */
 static inline int kernel_times_add(struct gpu_kernel_time *t, int *n, int cap,
-                                   const struct gpu_kernel_time *one, double ms, double flop)
+                                   const struct gpu_kernel_time *one, double ms, double flop,
+                                   double bytes)
 {
     int i = 0;
     while (i < *n && !(t[i].kind == one->kind && t[i].m == one->m && t[i].n == one->n &&
@@ -42,12 +52,13 @@ static inline int kernel_times_add(struct gpu_kernel_time *t, int *n, int cap,
             return -1;
         t[i] = *one;
         t[i].count = 0;
-        t[i].ms = t[i].flop = 0.0;
+        t[i].ms = t[i].flop = t[i].bytes = 0.0;
         (*n)++;
     }
     t[i].count++;
     t[i].ms += ms;
     t[i].flop += flop;
+    t[i].bytes += bytes;
     return 0;
 }
 

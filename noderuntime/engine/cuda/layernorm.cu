@@ -33,6 +33,10 @@ int layernorm_fwd(struct gpu_stage *s, floatX *out, float *mean, float *rstd, co
     size_t EN = sizeof s->err;
     int C = s->c.channels;
     unsigned grid = blocks_for((size_t)N * 32, 256);
+    /* bytes: the rows read and written, their statistics, the weights */
+    struct kernel_rec r = mem_rec(GPU_KERNEL_LN_FWD, N, C,
+                                  2.0 * N * C * sizeof(floatX) + 8.0 * N + 8.0 * C);
+    int timed = prof_kernel_start(s->x.prof, s->x.stream, &r);
     if (C % XV == 0 && aligned16(out) && aligned16(inp))
         layernorm_forward_kernel<XV><<<grid, 256, 0, s->x.stream>>>(
             out, mean, rstd, inp, s->params + woff, s->params + boff, N, C);
@@ -40,6 +44,7 @@ int layernorm_fwd(struct gpu_stage *s, floatX *out, float *mean, float *rstd, co
         layernorm_forward_kernel<1><<<grid, 256, 0, s->x.stream>>>(
             out, mean, rstd, inp, s->params + woff, s->params + boff, N, C);
     LAUNCHED(s->x.stream);
+    prof_kernel_end(s->x.prof, s->x.stream, timed);
     return 0;
 }
 
@@ -50,6 +55,12 @@ int layernorm_bwd(struct gpu_stage *s, floatX *dinp, size_t woff, size_t boff, c
     char *EB = s->err;
     size_t EN = sizeof s->err;
     int C = s->c.channels, rows = colsum_rows(N), chunks = colsum_chunks(N);
+    /* bytes: the input and its gradient read, the input's gradient read and written, the
+     * statistics and the weight, the partial sums written */
+    struct kernel_rec r = mem_rec(GPU_KERNEL_LN_BWD, N, C,
+                                  4.0 * N * C * sizeof(floatX) + 8.0 * N + 4.0 * C +
+                                      8.0 * chunks * C);
+    int timed = prof_kernel_start(s->x.prof, s->x.stream, &r);
     if (C % XV == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp))
         layernorm_backward_kernel<XV><<<(unsigned)chunks, 256, 0, s->x.stream>>>(
             dinp, s->partial, dout, inp, s->params + woff, mean, rstd, N, C, rows);
@@ -57,6 +68,7 @@ int layernorm_bwd(struct gpu_stage *s, floatX *dinp, size_t woff, size_t boff, c
         layernorm_backward_kernel<1><<<(unsigned)chunks, 256, 0, s->x.stream>>>(
             dinp, s->partial, dout, inp, s->params + woff, mean, rstd, N, C, rows);
     LAUNCHED(s->x.stream);
+    prof_kernel_end(s->x.prof, s->x.stream, timed);
     return colsum_finish(&s->x, s->grads + woff, s->grads + boff, s->partial, chunks, C);
 }
 
@@ -65,9 +77,15 @@ int colsum_finish(struct gpu_ctx *x, float *gw, float *gb, const float *partial,
     char *EB = x->eb;
     size_t EN = x->en;
     dim3 block(COLSUM_FINISH_COLS, COLSUM_FINISH_GROUPS);
+    /* bytes: the partial sums of each output read, the outputs written (and read, added to) */
+    int outs = (gw != NULL) + (gb != NULL);
+    struct kernel_rec r = mem_rec(GPU_KERNEL_COLSUM_FINISH, chunks, C,
+                                  4.0 * outs * C * (chunks + 1 + (x->accum != 0)));
+    int timed = prof_kernel_start(x->prof, x->stream, &r);
     colsum_finish_kernel<<<blocks_for((size_t)C, COLSUM_FINISH_COLS), block, 0, x->stream>>>(
         gw, gb, partial, chunks, C, x->accum);
     LAUNCHED(x->stream);
+    prof_kernel_end(x->prof, x->stream, timed);
     return 0;
 }
 
@@ -76,6 +94,10 @@ int colsum(struct gpu_ctx *x, float *partial, float *gb, const floatX *d, int N,
     char *EB = x->eb;
     size_t EN = x->en;
     int rows = colsum_rows(N), chunks = colsum_chunks(N);
+    /* bytes: the gradient read, the partial sums written */
+    struct kernel_rec r = mem_rec(GPU_KERNEL_COLSUM, N, C, (double)N * C * sizeof(floatX) +
+                                                               4.0 * chunks * C);
+    int timed = prof_kernel_start(x->prof, x->stream, &r);
     if (C % XV == 0 && aligned16(d)) {
         dim3 grid(blocks_for((size_t)(C / XV), 128), (unsigned)chunks);
         colsum_partial_kernel<XV><<<grid, 128, 0, x->stream>>>(partial, d, N, C, rows);
@@ -84,6 +106,7 @@ int colsum(struct gpu_ctx *x, float *partial, float *gb, const floatX *d, int N,
         colsum_partial_kernel<1><<<grid, 128, 0, x->stream>>>(partial, d, N, C, rows);
     }
     LAUNCHED(x->stream);
+    prof_kernel_end(x->prof, x->stream, timed);
     return colsum_finish(x, NULL, gb, partial, chunks, C);
 }
 

@@ -424,7 +424,7 @@ int matmul(struct gpu_ctx *x, void *D, cudaDataType dtype, const void *A, int ta
         return 1; /* the caller falls back to separate kernels */
     /* profiled: this product alone, by shape (gpu_profile.kernels) */
     struct kernel_rec rec = {{GPU_KERNEL_PRODUCT, m, n, k, ta, tb, epi, dtype == CUDA_R_32F ? 4 : 2,
-                              0, 0.0, 0.0}, product_flop(m, n, k)};
+                              0, 0.0, 0.0, 0.0}, product_flop(m, n, k), 0.0};
     int timed = prof_kernel_start(x->prof, x->stream, &rec);
     int rc = product(x, p, D, dtype, A, B, C, opa, opb, m, n, k, lda, ldb, ldd, alpha, beta, epi,
                      bias, aux);

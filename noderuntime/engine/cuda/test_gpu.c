@@ -1505,11 +1505,24 @@ static void test_profile(void)
     /* the timed kernels: every linear layer's products (qkv, the projection, fc, fc's projection
      * and the head: distinct shapes) forward and backward, inside the matmul part; flash
      * attention's (bf16) 4 kernels a layer, inside the attention part */
-    double gms = 0.0, ams = 0.0;
-    int gshapes = 0, gcount = 0, acount = 0, gpos = 1;
+    double gms = 0.0, ams = 0.0, lnms = 0.0, clms = 0.0;
+    int gshapes = 0, gcount = 0, acount = 0, gpos = 1, mpos = 1, lnf = 0, lnb = 0, cls = 0;
     for (int i = 0; i < p.nkernels; i++) {
         const struct gpu_kernel_time *g = &p.kernels[i];
-        gpos &= g->ms > 0 && g->flop > 0 && (i == 0 || g->ms <= p.kernels[i - 1].ms);
+        gpos &= g->ms > 0 && (i == 0 || g->ms <= p.kernels[i - 1].ms);
+        if (gpu_kernel_group(g->kind) == 2) { /* moving bytes, at most an H200's 4.8 TB/s */
+            mpos &= g->bytes > 0 && g->flop == 0 && g->bytes / (g->ms * 1e-3) < 5e12;
+            lnf += g->kind == GPU_KERNEL_LN_FWD ? g->count : 0;
+            lnb += g->kind == GPU_KERNEL_LN_BWD ? g->count : 0;
+            cls += g->kind == GPU_KERNEL_CLASSIFIER ? g->count : 0;
+            if (g->kind == GPU_KERNEL_LN_FWD || g->kind == GPU_KERNEL_LN_BWD ||
+                g->kind == GPU_KERNEL_COLSUM_FINISH)
+                lnms += g->ms;
+            else if (g->kind == GPU_KERNEL_CLASSIFIER)
+                clms += g->ms;
+            continue;
+        }
+        gpos &= g->flop > 0;
         if (g->kind == GPU_KERNEL_PRODUCT) {
             gms += g->ms;
             gcount += g->count;
@@ -1525,6 +1538,14 @@ static void test_profile(void)
                                                gms <= 1.01 * p.ms[GPU_PART_MATMUL] + 0.01);
     CHECK("gpu.profile.attention_kernels", acount == (flash ? 4 * 2 : 0) &&
                                                ams <= 1.01 * p.ms[GPU_PART_ATTENTION] + 0.01);
+    /* the memory-bound kernels: a LayerNorm forward and backward for each of the layers' two and
+     * the final one, the classifier once (tiny(): 2 layers, the whole model in the stage); the
+     * LayerNorm's (with the finish of its weight and bias sums: column sums' finishes of the
+     * linear layers' biases count in matmul) inside the layernorm part, the classifier's in its */
+    CHECK("gpu.profile.memory_kernels", mpos && lnf == 2 * 2 + 1 && lnb == 2 * 2 + 1 && cls == 1 &&
+                                            lnms <= 1.01 * (p.ms[GPU_PART_LAYERNORM] +
+                                                            p.ms[GPU_PART_MATMUL]) + 0.01 &&
+                                            clms <= 1.01 * p.ms[GPU_PART_CLASSIFIER] + 0.01);
     /* the worker's parts: gradients cleared (read with no backward since the zeroing), the
      * caller's own marked work (the trainer's masters), the bf16 copy refreshed (bf16) */
     void *scratch = NULL;
