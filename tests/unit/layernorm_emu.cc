@@ -47,6 +47,8 @@ static inline void put(floatX *p, float x)
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 #define COLSUM_FINISH_SMEM(name) float *name = (float *)smem_base
+#define LN_BWD_SMEM(name) float *name = (float *)smem_base
+static const int XV = VECX; /* the vectors' width, as the GPU build's */
 
 #include "cuda/layernorm_kernels.cuh"
 
@@ -87,16 +89,19 @@ static float finish_order(const float *partial, int which, int chunks, int C, in
     return start + s;
 }
 
-static void ln_case(int N, int C)
+/* wshift: the weights and biases one float past a 16-byte boundary (their scalar loads) */
+static void ln_case(int N, int C, bool wshift = false)
 {
     char tag[96], name[160];
-    snprintf(tag, sizeof tag, "layernorm_emu%s.N%d.C%d%s", PREC, N, C, eager ? ".eager" : "");
+    snprintf(tag, sizeof tag, "layernorm_emu%s.N%d.C%d%s%s", PREC, N, C, wshift ? ".wshift" : "",
+             eager ? ".eager" : "");
     size_t NC = (size_t)N * C;
     int rows = colsum_rows(N), chunks = colsum_chunks(N), vec = C % VECX == 0 ? VECX : 1;
     regions.clear();
     floatX *inp = buf<floatX>(NC, false), *out = buf<floatX>(NC, true), *dout = buf<floatX>(NC, false);
     floatX *dinp = buf<floatX>(NC, true);
-    float *w = buf<float>(C, false), *b = buf<float>(C, false), *mean = buf<float>(N, true);
+    float *w = buf<float>(C + 1, false) + wshift, *b = buf<float>(C + 1, false) + wshift;
+    float *mean = buf<float>(N, true);
     float *rstd = buf<float>(N, true), *partial = buf<float>((size_t)chunks * 2 * C, true);
     float *gw = buf<float>(C, true), *gb = buf<float>(C, true);
     std::vector<floatX> dinp0(NC);
@@ -119,18 +124,28 @@ static void ln_case(int N, int C)
         partial[i] = NAN;
 
     unsigned grid = (unsigned)colsum_ceil_div(N * 32, 256);
+    bool wvec = ((uintptr_t)w % 16 == 0) && ((uintptr_t)b % 16 == 0);
+    int fits = ln_row_its(C, VECX, LN_FWD_MAX_IT), bits = ln_row_its(C, VECX, LN_BWD_MAX_IT);
     launch(dim3e{grid, 1, 1}, dim3e{256, 1, 1}, 0, [&] {
         if (vec == VECX)
-            layernorm_forward_kernel<VECX>(out, mean, rstd, inp, w, b, N, C);
+            by_row_its(fits, [&](auto it) {
+                layernorm_forward_kernel<VECX, decltype(it)::value>(out, mean, rstd, inp, w, b, N,
+                                                                    C, wvec);
+            });
         else
-            layernorm_forward_kernel<1>(out, mean, rstd, inp, w, b, N, C);
+            layernorm_forward_kernel<1, 0>(out, mean, rstd, inp, w, b, N, C, false);
     });
-    launch(dim3e{(unsigned)chunks, 1, 1}, dim3e{256, 1, 1}, 0, [&] {
-        if (vec == VECX)
-            layernorm_backward_kernel<VECX>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows);
-        else
-            layernorm_backward_kernel<1>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows);
-    });
+    launch(dim3e{(unsigned)chunks, 1, 1}, dim3e{LN_BWD_THREADS, 1, 1},
+           LN_BWD_SMEM_FLOATS(VECX) * sizeof(float), [&] {
+               if (vec == VECX)
+                   by_row_its(bits, [&](auto it) {
+                       layernorm_backward_kernel<VECX, decltype(it)::value>(
+                           dinp, partial, dout, inp, w, mean, rstd, N, C, rows, (uintptr_t)w % 16 == 0);
+                   });
+               else
+                   layernorm_backward_kernel<1, 0>(dinp, partial, dout, inp, w, mean, rstd, N, C,
+                                                   rows, false);
+           });
     std::vector<float> order_w(C), order_b(C);
     for (int c = 0; c < C; c++) {
         order_w[c] = finish_order(partial, 0, chunks, C, c, gw0[c]);
@@ -254,6 +269,10 @@ int main()
     ln_case(300, 96);    /* 38 chunks of 8 rows, the last of 4 */
     ln_case(2000, 72);   /* 9 (bf16) or 18 (fp32) vectors a row: lanes idle */
     ln_case(131, 101);   /* the scalar path */
+    ln_case(1024, 768);  /* GPT-2 124M: 4 vectors a lane held (3 used), the column sums in 2 row groups */
+    ln_case(64, 2048);   /* bf16: forward 8 vectors a lane held, backward re-reads (past 4) */
+    ln_case(40, 4096);   /* past 8 vectors a lane: each pass reads the row again */
+    ln_case(300, 96, true); /* the weights not 16-byte aligned: their scalar loads */
     colsum_case(4096, 6400); /* the MLP's bias at 1.5B */
     colsum_case(1000, 24);
     colsum_case(77, 30);

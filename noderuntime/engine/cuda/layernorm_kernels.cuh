@@ -6,7 +6,10 @@
  *   warp_sum(v)                  the sum over the warp, every lane gets it
  *   block_sync()                 __syncthreads
  *   COLSUM_FINISH_SMEM(name)     float name[2 * COLSUM_FINISH_GROUPS * COLSUM_FINISH_COLS], shared
- * and threadIdx, blockIdx, blockDim, __global__, __device__, __forceinline__, min.
+ *   LN_BWD_SMEM(name)            float name[LN_BWD_SMEM_FLOATS(XV)], shared (XV: the vectors'
+ *                                width, 16 / sizeof(floatX))
+ * and threadIdx, blockIdx, blockDim, __global__, __device__, __forceinline__, __launch_bounds__,
+ * min.
  * Row splits are colsum_plan.h's. Include inside the includer's namespace, after colsum_plan.h. */
 #pragma once
 
@@ -22,42 +25,134 @@ template <int VEC> __device__ __forceinline__ void load_row(float *out, const fl
     }
 }
 
-/* one warp per row; statistics in fp32; weights from the fp32 master copy */
-template <int VEC>
+/* VEC weights from column c as floats: 16-byte loads when wvec (w 16-byte aligned, VEC a
+ * multiple of 4) */
+template <int VEC> __device__ __forceinline__ void load_w(float *out, const float *w, int c, bool wvec)
+{
+    if (VEC % 4 == 0 && wvec) {
+        for (int j = 0; j < VEC; j += 4) {
+            pack16<float> p = load16(w + c + j);
+            for (int k = 0; k < 4; k++)
+                out[j + k] = p.v[k];
+        }
+    } else {
+        for (int j = 0; j < VEC; j++)
+            out[j] = w[c + j];
+    }
+}
+
+/* The part of a row a lane holds: vector i (i < IT) is the VEC columns from (lane + 32 i) VEC.
+ * IT > 0: the row read from memory once, held in registers as loaded (16-byte packs) for every
+ * later pass; IT = 0 (rows longer than 32 VEC IT_MAX, or VEC 1): each pass reads the row again
+ * (from the cache). Either way the lane's columns, and so every sum's order, are the same. */
+template <int VEC, int IT> struct row_part {
+    pack16<floatX> p[IT > 0 ? IT : 1];
+    const floatX *x;
+    int C, lane;
+    __device__ __forceinline__ void load(const floatX *x_, int C_, int lane_)
+    {
+        x = x_;
+        C = C_;
+        lane = lane_;
+        if (IT > 0)
+            for (int i = 0; i < IT; i++)
+                p[i] = (lane + 32 * i) * VEC < C ? load16(x + (lane + 32 * i) * VEC)
+                                                 : pack16<floatX>{}; /* never read */
+    }
+    /* the lane's vector at column c (c = (lane + 32 i) VEC: vector i), as floats */
+    __device__ __forceinline__ void get(float *out, int i, int c) const
+    {
+        if (IT > 0) {
+            for (int j = 0; j < VEC; j++)
+                out[j] = tof(p[i].v[j]);
+        } else {
+            load_row<VEC>(out, x, c);
+        }
+    }
+};
+/* vectors a lane walks: IT (held) or as many as the row has (re-read) */
+template <int VEC, int IT> __device__ __forceinline__ int row_vectors(int C)
+{
+    return IT > 0 ? IT : (C + 32 * VEC - 1) / (32 * VEC);
+}
+
+/* The IT a row of C columns takes on the vector path (VEC columns a vector): the fewest of 1, 2,
+ * 4 or 8 vectors a lane that hold it, at most max_it (8 forward: bf16 rows to 2,048 columns; 4
+ * backward, which holds two rows: at 8 it took 165 registers, one block an SM, and 128 spilled);
+ * 0 (re-read) past it. The launchers call f(ln_its<IT>{}) with it as a compile-time constant. */
+template <int N> struct ln_its {
+    static constexpr int value = N;
+};
+static inline int ln_row_its(int C, int vec, int max_it)
+{
+    int v = (C + 32 * vec - 1) / (32 * vec);
+    int it = v <= 1 ? 1 : v <= 2 ? 2 : v <= 4 ? 4 : v <= 8 ? 8 : 0;
+    return it <= max_it ? it : 0;
+}
+#define LN_FWD_MAX_IT 8
+#define LN_BWD_MAX_IT 4
+template <class F> auto by_row_its(int it, F f)
+{
+    switch (it) {
+    case 1: return f(ln_its<1>{});
+    case 2: return f(ln_its<2>{});
+    case 4: return f(ln_its<4>{});
+    case 8: return f(ln_its<8>{});
+    }
+    return f(ln_its<0>{});
+}
+
+/* one warp per row; statistics in fp32; weights from the fp32 master copy (16-byte loads when
+ * wvec); the row held in registers (IT > 0) or re-read (IT = 0), see row_part */
+template <int VEC, int IT>
 __global__ void layernorm_forward_kernel(floatX *out, float *mean, float *rstd, const floatX *inp,
-                                         const float *w, const float *b, int N, int C)
+                                         const float *w, const float *b, int N, int C, bool wvec)
 {
     int row = (int)(((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
     if (row >= N)
         return;
-    const floatX *x = inp + (size_t)row * C;
+    row_part<VEC, IT> x;
+    x.load(inp + (size_t)row * C, C, lane);
+    const int nv = row_vectors<VEC, IT>(C);
     float xv[VEC];
     float s = 0.0f;
-    for (int c = lane * VEC; c < C; c += 32 * VEC) {
-        load_row<VEC>(xv, x, c);
-        for (int j = 0; j < VEC; j++)
-            s += xv[j];
+    for (int i = 0; i < nv; i++) {
+        int c = (lane + 32 * i) * VEC;
+        if (c < C) {
+            x.get(xv, i, c);
+            for (int j = 0; j < VEC; j++)
+                s += xv[j];
+        }
     }
     float m = warp_sum(s) / (float)C;
     float v = 0.0f;
-    for (int c = lane * VEC; c < C; c += 32 * VEC) {
-        load_row<VEC>(xv, x, c);
-        for (int j = 0; j < VEC; j++) {
-            float d = xv[j] - m;
-            v += d * d;
+    for (int i = 0; i < nv; i++) {
+        int c = (lane + 32 * i) * VEC;
+        if (c < C) {
+            x.get(xv, i, c);
+            for (int j = 0; j < VEC; j++) {
+                float d = xv[j] - m;
+                v += d * d;
+            }
         }
     }
     float rs = rsqrtf(warp_sum(v) / (float)C + 1e-5f);
     floatX *o = out + (size_t)row * C;
-    for (int c = lane * VEC; c < C; c += 32 * VEC) {
-        load_row<VEC>(xv, x, c);
+    for (int i = 0; i < nv; i++) {
+        int c = (lane + 32 * i) * VEC;
+        if (c >= C)
+            continue;
+        float wv[VEC], bv[VEC];
+        x.get(xv, i, c);
+        load_w<VEC>(wv, w, c, wvec);
+        load_w<VEC>(bv, b, c, wvec);
         if (VEC > 1) {
             pack16<floatX> p;
             for (int j = 0; j < VEC; j++)
-                put(&p.v[j], (xv[j] - m) * rs * w[c + j] + b[c + j]);
+                put(&p.v[j], (xv[j] - m) * rs * wv[j] + bv[j]);
             store16(o + c, p);
         } else {
-            put(o + c, (xv[0] - m) * rs * w[c] + b[c]);
+            put(o + c, (xv[0] - m) * rs * wv[0] + bv[0]);
         }
     }
     if (lane == 0) {
@@ -66,27 +161,44 @@ __global__ void layernorm_forward_kernel(floatX *out, float *mean, float *rstd, 
     }
 }
 
-/* Block `chunk` = rows [chunk rows, +rows) (rows = colsum_rows(N)): dinp += d(layernorm)/dinp, a
- * warp per row; then partial[chunk][0][c] = sum over its rows of dout * xhat (the weight's
- * gradient), partial[chunk][1][c] = sum of dout (the bias's), VEC columns a thread, rows in order
- * (re-read from the cache). */
-template <int VEC>
-__global__ void layernorm_backward_kernel(floatX *dinp, float *partial, const floatX *dout,
+/* threads of the LayerNorm backward's block, and the floats of its shared memory: the row groups'
+ * column sums, 2 a column (weight, bias) for up to LN_BWD_THREADS * VEC columns */
+#define LN_BWD_THREADS 256
+#define LN_BWD_SMEM_FLOATS(VEC) (2 * LN_BWD_THREADS * (VEC))
+
+/* Block `chunk` = rows [chunk rows, +rows) (rows = colsum_rows(N)), LN_BWD_THREADS threads:
+ * dinp += d(layernorm)/dinp, a warp per row (the row of the input and of its gradient held in
+ * registers between the two passes when IT > 0); then partial[chunk][0][c] = sum over its rows of
+ * dout * xhat (the weight's gradient), partial[chunk][1][c] = sum of dout (the bias's), VEC
+ * columns a thread and, when the columns take fewer threads than the block has, G row groups:
+ * group g sums the rows r0 + g, r0 + g + G, ... in order (re-read from the cache), then group 0
+ * adds the groups' sums 1, 2, ... in order (shared memory) to its own. */
+template <int VEC, int IT>
+__global__ void __launch_bounds__(LN_BWD_THREADS)
+layernorm_backward_kernel(floatX *dinp, float *partial, const floatX *dout,
                                           const floatX *inp, const float *w, const float *mean,
-                                          const float *rstd, int N, int C, int rows)
+                                          const float *rstd, int N, int C, int rows, bool wvec)
 {
+    LN_BWD_SMEM(sh);
     int chunk = blockIdx.x, r0 = chunk * rows, r1 = min(N, r0 + rows);
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
-    float xv[VEC], dv[VEC];
+    const int nv = row_vectors<VEC, IT>(C);
+    float xv[VEC], dv[VEC], wv[VEC];
     for (int r = r0 + warp; r < r1; r += nw) {
-        const floatX *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
+        row_part<VEC, IT> x, d;
+        x.load(inp + (size_t)r * C, C, lane);
+        d.load(dout + (size_t)r * C, C, lane);
         float m = mean[r], rs = rstd[r];
         float dmean = 0.0f, dnm = 0.0f;
-        for (int c = lane * VEC; c < C; c += 32 * VEC) {
-            load_row<VEC>(xv, x, c);
-            load_row<VEC>(dv, d, c);
+        for (int i = 0; i < nv; i++) {
+            int c = (lane + 32 * i) * VEC;
+            if (c >= C)
+                continue;
+            x.get(xv, i, c);
+            d.get(dv, i, c);
+            load_w<VEC>(wv, w, c, wvec);
             for (int j = 0; j < VEC; j++) {
-                float dn = w[c + j] * dv[j];
+                float dn = wv[j] * dv[j];
                 dmean += dn;
                 dnm += dn * (xv[j] - m) * rs;
             }
@@ -94,38 +206,70 @@ __global__ void layernorm_backward_kernel(floatX *dinp, float *partial, const fl
         dmean = warp_sum(dmean) / (float)C;
         dnm = warp_sum(dnm) / (float)C;
         floatX *dx = dinp + (size_t)r * C;
-        for (int c = lane * VEC; c < C; c += 32 * VEC) {
+        for (int i = 0; i < nv; i++) {
+            int c = (lane + 32 * i) * VEC;
+            if (c >= C)
+                continue;
             float gv[VEC];
-            load_row<VEC>(xv, x, c);
-            load_row<VEC>(dv, d, c);
+            x.get(xv, i, c);
+            d.get(dv, i, c);
+            load_w<VEC>(wv, w, c, wvec);
             load_row<VEC>(gv, dx, c);
             if (VEC > 1) {
                 pack16<floatX> p;
                 for (int j = 0; j < VEC; j++)
-                    put(&p.v[j], gv[j] + (w[c + j] * dv[j] - dmean - (xv[j] - m) * rs * dnm) * rs);
+                    put(&p.v[j], gv[j] + (wv[j] * dv[j] - dmean - (xv[j] - m) * rs * dnm) * rs);
                 store16(dx + c, p);
             } else {
-                put(dx + c, gv[0] + (w[c] * dv[0] - dmean - (xv[0] - m) * rs * dnm) * rs);
+                put(dx + c, gv[0] + (wv[0] * dv[0] - dmean - (xv[0] - m) * rs * dnm) * rs);
             }
         }
     }
-    for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC) {
+    /* the columns' sums: ncv column vectors, G row groups */
+    int ncv = (C + VEC - 1) / VEC, G = (int)blockDim.x / ncv;
+    if (G < 1)
+        G = 1;
+    if (G > r1 - r0)
+        G = r1 - r0 > 0 ? r1 - r0 : 1;
+    for (int base = 0; base < ncv; base += (int)blockDim.x) { /* G 1: columns in rounds */
+        int t = (int)threadIdx.x, cv = G > 1 ? t % ncv : base + t, g = G > 1 ? t / ncv : 0;
+        int c = cv * VEC;
+        bool active = g < G && cv < ncv;
         float s0[VEC], s1[VEC];
         for (int j = 0; j < VEC; j++)
             s0[j] = s1[j] = 0.0f;
-        for (int r = r0; r < r1; r++) {
-            float m = mean[r], rs = rstd[r];
-            load_row<VEC>(xv, inp + (size_t)r * C, c);
-            load_row<VEC>(dv, dout + (size_t)r * C, c);
-            for (int j = 0; j < VEC; j++) {
-                s1[j] += dv[j];
-                s0[j] += dv[j] * (xv[j] - m) * rs;
+        if (active)
+            for (int r = r0 + g; r < r1; r += G) {
+                float m = mean[r], rs = rstd[r];
+                load_row<VEC>(xv, inp + (size_t)r * C, c);
+                load_row<VEC>(dv, dout + (size_t)r * C, c);
+                for (int j = 0; j < VEC; j++) {
+                    s1[j] += dv[j];
+                    s0[j] += dv[j] * (xv[j] - m) * rs;
+                }
             }
+        if (G > 1) {
+            block_sync(); /* (a no-op barrier before the first writes) */
+            if (active && g > 0)
+                for (int j = 0; j < VEC; j++) {
+                    sh[((g - 1) * 2 + 0) * ncv * VEC + c + j] = s0[j];
+                    sh[((g - 1) * 2 + 1) * ncv * VEC + c + j] = s1[j];
+                }
+            block_sync();
+            if (active && g == 0)
+                for (int k = 1; k < G; k++)
+                    for (int j = 0; j < VEC; j++) {
+                        s0[j] += sh[((k - 1) * 2 + 0) * ncv * VEC + c + j];
+                        s1[j] += sh[((k - 1) * 2 + 1) * ncv * VEC + c + j];
+                    }
         }
-        for (int j = 0; j < VEC; j++) {
-            partial[((size_t)chunk * 2 + 0) * C + c + j] = s0[j];
-            partial[((size_t)chunk * 2 + 1) * C + c + j] = s1[j];
-        }
+        if (active && g == 0)
+            for (int j = 0; j < VEC; j++) {
+                partial[((size_t)chunk * 2 + 0) * C + c + j] = s0[j];
+                partial[((size_t)chunk * 2 + 1) * C + c + j] = s1[j];
+            }
+        if (G > 1)
+            break; /* every column vector had a thread */
     }
 }
 
