@@ -420,27 +420,35 @@ double gpt_stage_flops(const struct gpt_stage *s)
 
 /* ---------------------------------------------------------------- initialisation */
 
-static uint64_t splitmix64(uint64_t *x)
+/* splitmix64's output k (from 0) from state st: the generator adds a constant to its state and
+ * mixes, so any output is a function of (st, k) alone */
+static uint64_t splitmix64_at(uint64_t st, uint64_t k)
 {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    uint64_t z = st + (k + 1) * 0x9e3779b97f4a7c15ULL;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
 }
 
+/* n normal values (Box-Muller on splitmix64's outputs 2j and 2j + 1 for the pair j) of standard
+ * deviation std, from the seed and the tensor's name. Each pair depends on its index alone, so
+ * the pairs are drawn in parallel and the values are the same bits whatever the thread count
+ * (GPT-2 1.5B's 1.56 G values took 24 s on one core of a Zen 5, 45 s on a GPU machine's). */
 static void fill_normal(float *p, size_t n, float std, uint64_t seed, const char *name)
 {
     uint64_t h = 1469598103934665603ULL; /* FNV-1a of the name, mixed with the seed */
     for (const char *c = name; *c; c++)
         h = (h ^ (uint8_t)*c) * 1099511628211ULL;
     uint64_t st = seed ^ h;
-    for (size_t i = 0; i < n; i += 2) {
-        double u1 = ((splitmix64(&st) >> 11) + 1.0) * (1.0 / 9007199254740993.0); /* (0, 1] */
-        double u2 = (splitmix64(&st) >> 11) * (1.0 / 9007199254740992.0);
+    size_t pairs = (n + 1) / 2;
+#pragma omp parallel for schedule(static) if (pairs >= 65536)
+    for (size_t j = 0; j < pairs; j++) {
+        double u1 = ((splitmix64_at(st, 2 * j) >> 11) + 1.0) * (1.0 / 9007199254740993.0); /* (0, 1] */
+        double u2 = (splitmix64_at(st, 2 * j + 1) >> 11) * (1.0 / 9007199254740992.0);
         double r = sqrt(-2.0 * log(u1));
-        p[i] = (float)(std * r * cos(2.0 * M_PI * u2));
-        if (i + 1 < n)
-            p[i + 1] = (float)(std * r * sin(2.0 * M_PI * u2));
+        p[2 * j] = (float)(std * r * cos(2.0 * M_PI * u2));
+        if (2 * j + 1 < n)
+            p[2 * j + 1] = (float)(std * r * sin(2.0 * M_PI * u2));
     }
 }
 

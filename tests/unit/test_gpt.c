@@ -1,4 +1,7 @@
 /* GPT stage engine: layout, stage-split equivalence, finite-difference gradients, bad input. */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "gpt.h"
@@ -305,8 +308,59 @@ static void test_gemm_probe(void)
     CHECK("probe.bad_budget", gpt_gemm_probe_tflops(64, 0, &e) < 0 && strstr(e.msg, "budget 0"));
 }
 
+/* The initial parameters: the same bits whatever the thread count (wte of 131,072 values is
+ * drawn in parallel), and the values of the generator's definition, splitmix64's outputs in
+ * sequence (two a pair) through Box-Muller, recomputed here one after another. */
+static void test_init(void)
+{
+    struct gpt_config c = {.layers = 1, .channels = 128, .heads = 2, .vocab = 1024,
+                           .padded_vocab = 1024, .max_seq = 8};
+    herr e;
+    struct gpt_stage *a = NULL, *b = NULL;
+    if (gpt_stage_create(&a, &c, 0, 1, 1, 8, 1, &e) < 0 || gpt_stage_create(&b, &c, 0, 1, 1, 8, 1, &e) < 0) {
+        TEST_FAIL("init.create", "%s", e.msg);
+        gpt_stage_free(a);
+        return;
+    }
+    int keep = omp_get_max_threads();
+    omp_set_num_threads(1);
+    gpt_stage_init_params(a, 77);
+    omp_set_num_threads(4);
+    gpt_stage_init_params(b, 77);
+    omp_set_num_threads(keep);
+    size_t n = gpt_stage_num_params(a);
+    CHECK("init.same_bits_any_thread_count",
+          memcmp(gpt_stage_params(a), gpt_stage_params(b), n * sizeof(float)) == 0);
+    /* wte by the definition: FNV-1a of "wte" mixed with the seed, splitmix64 in sequence */
+    const struct gpt_tensor *t = find_tensor(a, "wte");
+    uint64_t h = 1469598103934665603ULL, st;
+    for (const char *ch = "wte"; *ch; ch++)
+        h = (h ^ (uint8_t)*ch) * 1099511628211ULL;
+    st = 77 ^ h;
+    int bad = 0;
+    const float *p = gpt_stage_params(a) + (t ? t->offset : 0);
+    for (size_t i = 0; t && i < (size_t)c.vocab * c.channels; i += 2) {
+        uint64_t z[2];
+        for (int k = 0; k < 2; k++) {
+            uint64_t x = (st += 0x9e3779b97f4a7c15ULL);
+            x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+            x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+            z[k] = x ^ (x >> 31);
+        }
+        double u1 = ((z[0] >> 11) + 1.0) * (1.0 / 9007199254740993.0);
+        double u2 = (z[1] >> 11) * (1.0 / 9007199254740992.0);
+        double r = sqrt(-2.0 * log(u1));
+        bad += p[i] != (float)(0.02f * r * cos(2.0 * M_PI * u2)) ||
+               p[i + 1] != (float)(0.02f * r * sin(2.0 * M_PI * u2));
+    }
+    CHECK("init.the_generator_in_sequence", t != NULL && bad == 0);
+    gpt_stage_free(a);
+    gpt_stage_free(b);
+}
+
 int main(void)
 {
+    test_init();
     test_gemm_probe();
     test_layout();
     test_stage_split();
