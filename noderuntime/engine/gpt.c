@@ -433,7 +433,7 @@ static uint64_t splitmix64_at(uint64_t st, uint64_t k)
 /* n normal values (Box-Muller on splitmix64's outputs 2j and 2j + 1 for the pair j) of standard
  * deviation std, from the seed and the tensor's name. Each pair depends on its index alone, so
  * the pairs are drawn in parallel and the values are the same bits whatever the thread count
- * (GPT-2 1.5B's 1.56 G values took 24 s on one core of a Zen 5, 45 s on a GPU machine's). */
+ * (GPT-2 1.5B's 1.56 G values take 24 s on one core of a Zen 5). */
 static void fill_normal(float *p, size_t n, float std, uint64_t seed, const char *name)
 {
     uint64_t h = 1469598103934665603ULL; /* FNV-1a of the name, mixed with the seed */
