@@ -27,14 +27,19 @@ static void print_rate(int i)
         else
             printf(", (no memory bandwidth: %s)", e.msg);
     } else if (i == 2) {
-        double t = 0;
-        if (engine_gpu_tflops(1, 60.0, &t, &e) == 0)
-            printf(" %.4g TFLOPS (measured: bf16 matrix product on GPU 0)", t);
-        else
+        struct engine_gpu_rates r;
+        if (engine_gpu_probe(1, 60.0, &r, &e) == 0) {
+            printf(" %.4g TFLOPS (measured: bf16 matrix product on GPU 0)", r.tflops);
+            if (r.gbps > 0)
+                printf(", %.4g GB/s memory (measured: the optimizer's norm and AdamW)", r.gbps);
+            else
+                printf(", (no optimizer rate: %s)", r.gbps_why);
+        } else {
             printf(" (no rate: %s)", e.msg);
+        }
         double g = 0;
         if (engine_gpu_memory_gbps(1, &g, &e) == 0)
-            printf(", %.4g GB/s memory (the peak of GPU 0)", g);
+            printf(", %.4g GB/s peak memory (of GPU 0)", g);
         else
             printf(", (no memory bandwidth: %s)", e.msg);
     }

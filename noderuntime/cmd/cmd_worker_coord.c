@@ -256,13 +256,17 @@ static int parse_args(int argc, char **argv, struct args *a)
     return 0;
 }
 
-/* How long the GPU compute probe may take (a CUDA context, cuBLASLt's choice of algorithm and
- * ten products on each GPU: about a second) before the worker goes on without it. */
+/* How long the GPU probe may take (a CUDA context, cuBLASLt's choice of algorithm and ten
+ * products on each GPU, then an 85 M-parameter stage's norm and AdamW: a few seconds) before the
+ * worker goes on without it. */
 #define GPU_PROBE_TIMEOUT_S 60.0
 
 /* The memory bandwidth the planner prices this worker's optimizer step at: declared, else the
- * CPU engine's own norm and AdamW timed, else its GPUs' peak read from the device. */
-static void describe_memory_bandwidth(const struct args *a, struct worker_coord_options *o)
+ * engine's own norm and AdamW timed (the CPU engine's here; the GPUs' in the probe's child:
+ * gpu_gbps, 0 when it measured none, gpu_why saying why), else its GPUs' peak read from the
+ * device. */
+static void describe_memory_bandwidth(const struct args *a, struct worker_coord_options *o,
+                                      double gpu_gbps, const char *gpu_why)
 {
     herr e = {0};
     o->memory_gbps = a->memory_gbps;
@@ -278,8 +282,15 @@ static void describe_memory_bandwidth(const struct args *a, struct worker_coord_
         } else {
             log_warn("%s; the planner will assume its default", e.msg);
         }
+    } else if (o->gpus > 0 && a->sim_steps < 0 && gpu_gbps > 0) {
+        o->memory_gbps = gpu_gbps;
+        o->memory_gbps_measured = 1;
+        log_info("memory: %.4g GB/s a GPU (measured: the engine's norm and AdamW, the slowest of "
+                 "%d)", gpu_gbps, o->gpus);
     } else if (o->gpus > 0 && a->sim_steps < 0) {
         double g = 0;
+        if (gpu_why && *gpu_why)
+            log_warn("%s; the GPUs' peak instead", gpu_why);
         if (engine_gpu_memory_gbps(o->gpus, &g, &e) == 0) {
             o->memory_gbps = g;
             o->memory_gbps_measured = 1;
@@ -316,6 +327,16 @@ static int describe_worker(const struct args *a, struct worker_coord_options *o)
     o->gpus = rep.ngpus;
     nic_report_free(&rep);
     o->tflops = a->declared;
+    /* GPUs: the CUDA engine's own matrix product, norm and AdamW on each, in a process of its
+     * own, for whichever of the compute and memory rates is not declared */
+    struct engine_gpu_rates gr;
+    memset(&gr, 0, sizeof gr);
+    int probed = -1;
+    herr pe = {0};
+    if (o->gpus > 0 && a->sim_steps < 0 && (a->declared <= 0 || a->memory_gbps <= 0))
+        probed = engine_gpu_probe(o->gpus, GPU_PROBE_TIMEOUT_S, &gr, &pe);
+    if (probed != 0 && pe.msg[0])
+        snprintf(gr.gbps_why, sizeof gr.gbps_why, "%s", pe.msg);
     if (a->declared > 0) {
         log_info("compute: %g TFLOPS per rank (declared)", a->declared);
     } else if (o->gpus == 0 && a->sim_steps < 0) {
@@ -329,15 +350,13 @@ static int describe_worker(const struct args *a, struct worker_coord_options *o)
             log_warn("compute probe: %s; the planner will assume a default", e.msg);
         }
     } else if (o->gpus > 0 && a->sim_steps < 0) {
-        /* The CUDA engine's own matrix product on each GPU, in a process of its own. */
-        double t = 0;
-        if (engine_gpu_tflops(o->gpus, GPU_PROBE_TIMEOUT_S, &t, &e) == 0) {
-            o->tflops = t;
+        if (probed == 0) {
+            o->tflops = gr.tflops;
             o->tflops_measured = 1;
             log_info("compute: %.4g TFLOPS bf16 a GPU (measured: the engine's matrix product, the "
-                     "slowest of %d)", t, o->gpus);
+                     "slowest of %d)", gr.tflops, o->gpus);
         } else {
-            log_warn("%s; the planner will assume a default", e.msg);
+            log_warn("%s; the planner will assume a default", pe.msg);
         }
     }
     o->gpu_memory_gb = a->gpu_memory_gb;
@@ -353,7 +372,7 @@ static int describe_worker(const struct args *a, struct worker_coord_options *o)
             log_warn("%s; the planner will not check memory", e.msg);
         }
     }
-    describe_memory_bandwidth(a, o);
+    describe_memory_bandwidth(a, o, gr.gbps, gr.gbps_why);
     return 0;
 }
 

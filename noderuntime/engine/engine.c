@@ -64,9 +64,9 @@ int engine_gpu_memory_gbps(int n, double *gbps, herr *e)
 
 /* what the probing child sends back */
 struct probe_answer {
-    int rc;
-    double tflops;
-    char msg[sizeof(((herr *)0)->msg)];
+    int rc, grc;
+    double tflops, gbps;
+    char msg[sizeof(((herr *)0)->msg)], gmsg[sizeof(((herr *)0)->msg)];
 };
 
 /* The child's side: probe, answer, end (its CUDA context ends with it). */
@@ -74,9 +74,14 @@ static void probe_child(const struct engine_ops *ops, int n, int fd)
 {
     struct probe_answer a;
     memset(&a, 0, sizeof a);
-    herr ce = {0};
+    herr ce = {0}, ge = {0};
     a.rc = ops->probe_tflops(n, &a.tflops, &ce);
     snprintf(a.msg, sizeof a.msg, "%s", ce.msg);
+    if (ops->probe_optimizer_gbps)
+        a.grc = ops->probe_optimizer_gbps(n, &a.gbps, &ge);
+    else
+        a.grc = herr_set(&ge, "optimizer probe: this engine has none");
+    snprintf(a.gmsg, sizeof a.gmsg, "%s", ge.msg);
     ssize_t w = write(fd, &a, sizeof a);
     _exit(w == (ssize_t)sizeof a ? 0 : 1);
 }
@@ -108,7 +113,15 @@ static int probe_read(int fd, double timeout_s, struct probe_answer *a, herr *e)
 
 int engine_gpu_tflops(int n, double timeout_s, double *tflops, herr *e)
 {
-    *tflops = 0;
+    struct engine_gpu_rates r;
+    int rc = engine_gpu_probe(n, timeout_s, &r, e);
+    *tflops = rc == 0 ? r.tflops : 0;
+    return rc;
+}
+
+int engine_gpu_probe(int n, double timeout_s, struct engine_gpu_rates *r, herr *e)
+{
+    memset(r, 0, sizeof *r);
     const struct engine_ops *ops = &engine_cuda_bf16_ops;
     if (!ops || !ops->probe_tflops)
         return herr_set(e, "compute probe: this holmes-node was built without the CUDA engine");
@@ -139,9 +152,15 @@ int engine_gpu_tflops(int n, double timeout_s, double *tflops, herr *e)
     if (rc != 0)
         return -1;
     a.msg[sizeof a.msg - 1] = 0;
+    a.gmsg[sizeof a.gmsg - 1] = 0;
     if (a.rc != 0 || !(a.tflops > 0))
         return herr_set(e, "%s", a.msg[0] ? a.msg : "compute probe: no rate measured");
-    *tflops = a.tflops;
+    r->tflops = a.tflops;
+    if (a.grc == 0 && a.gbps > 0)
+        r->gbps = a.gbps;
+    else
+        snprintf(r->gbps_why, sizeof r->gbps_why, "%s",
+                 a.gmsg[0] ? a.gmsg : "optimizer probe: no rate measured");
     return 0;
 }
 

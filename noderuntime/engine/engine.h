@@ -119,6 +119,11 @@ struct engine_ops {
     /* device engines: the compute rate of GPUs 0..n-1 in TFLOPS (the slowest), measured with the
      * engine's own matrix product; NULL where the engine has none to measure */
     int (*probe_tflops)(int n, double *tflops, herr *e);
+    /* device engines: the optimizer's rate on GPUs 0..n-1 in GB/s (the slowest), the engine's
+     * own gradient norm and AdamW over a stage's parameters, counted at
+     * OPTIMIZER_PROBE_BYTES_PER_PARAM bytes a parameter as optimizer_probe_gbps counts the CPU's;
+     * NULL where the engine has none */
+    int (*probe_optimizer_gbps)(int n, double *gbps, herr *e);
 };
 
 struct engine {
@@ -153,6 +158,15 @@ int engine_gpu_memory_gbps(int n, double *gbps, herr *e);
  * a child process so that this one creates no CUDA context, given up after timeout_s. -1 with the
  * reason otherwise (no CUDA engine here, no device, the probe failed or did not answer). */
 int engine_gpu_tflops(int n, double timeout_s, double *tflops, herr *e);
+/* What a GPU worker tells the planner, measured in that child process: the compute rate as
+ * engine_gpu_tflops, and the optimizer's memory rate (GB/s a GPU, the slowest; what the planner
+ * prices a stage's optimizer step at: engine_ops.probe_optimizer_gbps), 0 with gbps_why where
+ * only that part failed. -1 with the reason when the probe as a whole did not answer. */
+struct engine_gpu_rates {
+    double tflops, gbps;
+    char gbps_why[sizeof(((herr *)0)->msg)];
+};
+int engine_gpu_probe(int n, double timeout_s, struct engine_gpu_rates *r, herr *e);
 /* Creates the engine the spec names (parameters zero until engine_init_params or a load). */
 int engine_create(struct engine **out, const struct engine_spec *s, herr *e);
 void engine_free(struct engine *en);
