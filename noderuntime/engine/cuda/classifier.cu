@@ -32,9 +32,9 @@ __device__ __forceinline__ void online_add(float &m, float &s, float x)
 
 /* Rows longer than classifier_rows_kernel keeps in registers (or not 16-byte aligned): row j of
  * blockIdx.x = rows [t0, t0 + S) of each sequence of T: the logits row b T + t0 + j % S
- * (b = j / S). One block per row, VEC logits a load, the row read twice: losses[r] = logsumexp(logits[r][0..V)) -
- * logits[r][target], and in place logits[r] = dscale (softmax - onehot(target)), zero in the
- * padded columns [V, Vp). */
+ * (b = j / S). One block per row, VEC logits a load, the row read twice:
+ * losses[r] = logsumexp(logits[r][0..V)) - logits[r][target], and in place
+ * logits[r] = dscale (softmax - onehot(target)), zero in the padded columns [V, Vp). */
 template <int VEC>
 __global__ void fused_classifier_kernel(float *losses, floatX *logits, const int *targets, int V,
                                         int Vp, int T, int t0, int S, float dscale)
@@ -184,14 +184,15 @@ int classifier_fwd(struct gpu_stage *s, struct gslot *a, int t0, int t1)
         struct kernel_rec r = mem_rec(GPU_KERNEL_CLASSIFIER, (int)rows, s->Vl,
                                       2.0 * rows * s->Vl * sizeof(floatX) + 8.0 * rows);
         int timed = prof_kernel_start(s->x.prof, st, &r);
-        if (vec && s->Vl <= 512 * XV * 8)
-            classifier_rows_kernel<XV, 8><<<rows, 512, 0, st>>>(a->losses, a->logits, a->targets,
+        const int nt = CLASSIFIER_THREADS;
+        if (vec && s->Vl <= nt * XV * 8)
+            classifier_rows_kernel<XV, 8><<<rows, nt, 0, st>>>(a->losses, a->logits, a->targets,
+                                                                s->c.vocab, s->Vl, s->T, t0, S,
+                                                                dscale);
+        else if (vec && s->Vl <= nt * XV * 13) /* GPT-2's 50,304: 13 vectors a thread */
+            classifier_rows_kernel<XV, 13><<<rows, nt, 0, st>>>(a->losses, a->logits, a->targets,
                                                                  s->c.vocab, s->Vl, s->T, t0, S,
                                                                  dscale);
-        else if (vec && s->Vl <= 512 * XV * 13)
-            classifier_rows_kernel<XV, 13><<<rows, 512, 0, st>>>(a->losses, a->logits, a->targets,
-                                                                  s->c.vocab, s->Vl, s->T, t0, S,
-                                                                  dscale);
         else if (vec)
             fused_classifier_kernel<XV><<<rows, 512, 0, st>>>(a->losses, a->logits, a->targets,
                                                               s->c.vocab, s->Vl, s->T, t0, S,
