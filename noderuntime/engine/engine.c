@@ -1,6 +1,7 @@
 #include "engine.h"
 
 #include <errno.h>
+#include <omp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -75,6 +76,9 @@ static void probe_child(const struct engine_ops *ops, int n, int fd)
     struct probe_answer a;
     memset(&a, 0, sizeof a);
     herr ce = {0}, ge = {0};
+    /* OpenMP's threads do not cross the fork: a parallel region here would wait for the
+     * parent's for ever (libgomp, once the parent has run one), so the child's run on its own */
+    omp_set_num_threads(1);
     a.rc = ops->probe_tflops(n, &a.tflops, &ce);
     snprintf(a.msg, sizeof a.msg, "%s", ce.msg);
     if (ops->probe_optimizer_gbps)
