@@ -283,6 +283,17 @@ static int cmp_key_desc(const void *a, const void *b, void *ctx)
     return x < y ? 1 : x > y ? -1 : *(const int *)a - *(const int *)b;
 }
 
+
+/* The candidate in S->cur, priced t, becomes the climb's current placement S->loc when it beats
+ * *loc_t (by more than rounding): 1 then, else 0. */
+static int keep_if_better(struct search *S, double t, double *loc_t)
+{
+    if (!(t < *loc_t * (1 - 1e-12)))
+        return 0;
+    *loc_t = t;
+    memcpy(S->loc, S->cur, sizeof(int) * (size_t)S->P * S->D);
+    return 1;
+}
 /* Consolidation, where the swaps of one unit stop: a stage is priced at its slowest unit in each
  * key (speed, memory, memory bandwidth), so a stage with one slow unit costs what one with all
  * slow ones does, a plateau no single swap crosses. For stages i and j and a key: every unit of
@@ -331,11 +342,7 @@ static int consolidate(struct search *S, double *loc_t, double stop)
                 if (!moved)
                     continue;
                 double t = try_candidate(S);
-                if (t < *loc_t * (1 - 1e-12)) {
-                    *loc_t = t;
-                    memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
-                    done = 1;
-                }
+                done |= keep_if_better(S, t, loc_t);
             }
         }
     }
@@ -413,11 +420,7 @@ static int sort_apart(struct search *S, double *loc_t, double stop, int by_fabri
                     memcpy(S->cur + (size_t)i * D, pool + (way ? D : 0), sizeof(int) * (size_t)D);
                     memcpy(S->cur + (size_t)j * D, pool + (way ? 0 : D), sizeof(int) * (size_t)D);
                     double t = best_order(S);
-                    if (t < *loc_t * (1 - 1e-12)) {
-                        *loc_t = t;
-                        memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
-                        done = 1;
-                    }
+                    done |= keep_if_better(S, t, loc_t);
                 }
             }
         }
@@ -447,11 +450,7 @@ static double local_search(struct search *S, double loc_t, double budget)
                     S->cur[j * D + d] = t;
                 }
                 double t = try_candidate(S);
-                if (t < loc_t * (1 - 1e-12)) {
-                    loc_t = t;
-                    memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
-                    improved = 1;
-                }
+                improved |= keep_if_better(S, t, &loc_t);
             }
         }
         /* move a stage elsewhere, the stages between shifting by one (a swap of neighbours
@@ -473,11 +472,7 @@ static double local_search(struct search *S, double loc_t, double budget)
                            sizeof(int) * (size_t)(hi - lo) * D);
                 memcpy(dst + (size_t)j * D, src + (size_t)i * D, sizeof(int) * (size_t)D);
                 double t = try_candidate(S);
-                if (t < loc_t * (1 - 1e-12)) {
-                    loc_t = t;
-                    memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
-                    improved = 1;
-                }
+                improved |= keep_if_better(S, t, &loc_t);
             }
         }
         /* unit swaps: one per (stage, class) x (stage, class) pair */
@@ -506,11 +501,8 @@ static double local_search(struct search *S, double loc_t, double budget)
                         S->cur[a] = S->loc[b];
                         S->cur[b] = S->loc[a];
                         double t = try_candidate(S);
-                        if (t < loc_t * (1 - 1e-12)) {
-                            loc_t = t;
-                            memcpy(S->loc, S->cur, sizeof(int) * (size_t)n);
+                        if (keep_if_better(S, t, &loc_t))
                             improved = moved = 1;
-                        }
                     }
         /* no swap helps: gather the slow units of a key into one stage, or sort two apart */
         if (!improved && ev->sim.work < stop)
