@@ -115,14 +115,6 @@ static int probe_read(int fd, double timeout_s, struct probe_answer *a, herr *e)
     return 0;
 }
 
-int engine_gpu_tflops(int n, double timeout_s, double *tflops, herr *e)
-{
-    struct engine_gpu_rates r;
-    int rc = engine_gpu_probe(n, timeout_s, &r, e);
-    *tflops = rc == 0 ? r.tflops : 0;
-    return rc;
-}
-
 int engine_gpu_probe(int n, double timeout_s, struct engine_gpu_rates *r, herr *e)
 {
     memset(r, 0, sizeof *r);

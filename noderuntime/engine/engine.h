@@ -153,15 +153,13 @@ int engine_gpu_memory(int n, double *bytes, herr *e);
 /* The least peak memory bandwidth of GPUs 0..n-1, GB/s (memory clock and bus width, read
  * without creating a context), where this binary has the CUDA engine; -1 with the reason. */
 int engine_gpu_memory_gbps(int n, double *gbps, herr *e);
-/* The compute rate of GPUs 0..n-1 (TFLOPS a GPU, the slowest), where this binary has the CUDA
- * engine: the bf16 engine's own matrix product (cuBLASLt, 4096^3, the median of 10), measured in
- * a child process so that this one creates no CUDA context, given up after timeout_s. -1 with the
- * reason otherwise (no CUDA engine here, no device, the probe failed or did not answer). */
-int engine_gpu_tflops(int n, double timeout_s, double *tflops, herr *e);
-/* What a GPU worker tells the planner, measured in that child process: the compute rate as
- * engine_gpu_tflops, and the optimizer's memory rate (GB/s a GPU, the slowest; what the planner
- * prices a stage's optimizer step at: engine_ops.probe_optimizer_gbps), 0 with gbps_why where
- * only that part failed. -1 with the reason when the probe as a whole did not answer. */
+/* What a GPU worker tells the planner, where this binary has the CUDA engine, measured in a child
+ * process so that this one creates no CUDA context, given up after timeout_s: the compute rate
+ * (TFLOPS a GPU, the slowest: the bf16 engine's own matrix product, cuBLASLt, 4096^3, the median
+ * of 10), and the optimizer's memory rate (GB/s a GPU, the slowest; what the planner prices a
+ * stage's optimizer step at: engine_ops.probe_optimizer_gbps), 0 with gbps_why where only that
+ * part failed. -1 with the reason otherwise (no CUDA engine here, no device, the probe failed or
+ * did not answer). */
 struct engine_gpu_rates {
     double tflops, gbps;
     char gbps_why[sizeof(((herr *)0)->msg)];

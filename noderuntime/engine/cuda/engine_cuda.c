@@ -334,7 +334,7 @@ static const char *cuda_error(const struct engine *en) { return en->err; }
 
 /* The planner's compute rate for this node's GPUs 0..n-1: the engine's own matrix product
  * (cuBLASLt in this precision, its algorithm chosen as for training), PROBE_N^3, the median of
- * PROBE_ITERS; the slowest GPU's. Run in a process of its own (engine_gpu_tflops). */
+ * PROBE_ITERS; the slowest GPU's. Run in a process of its own (engine_gpu_probe). */
 #define PROBE_N 4096
 #define PROBE_ITERS 10
 static int cuda_probe_tflops(int n, double *tflops, herr *e)
