@@ -128,7 +128,7 @@ static void ln_case(int N, int C, bool wshift = false)
     int fits = ln_row_its(C, VECX, LN_FWD_MAX_IT), bits = ln_row_its(C, VECX, LN_BWD_MAX_IT);
     launch(dim3e{grid, 1, 1}, dim3e{256, 1, 1}, 0, [&] {
         if (vec == VECX)
-            by_row_its(fits, [&](auto it) {
+            by_row_its<LN_FWD_MAX_IT>(fits, [&](auto it) {
                 layernorm_forward_kernel<VECX, decltype(it)::value>(out, mean, rstd, inp, w, b, N,
                                                                     C, wvec);
             });
@@ -138,7 +138,7 @@ static void ln_case(int N, int C, bool wshift = false)
     launch(dim3e{(unsigned)chunks, 1, 1}, dim3e{LN_BWD_THREADS, 1, 1},
            LN_BWD_SMEM_FLOATS(VECX) * sizeof(float), [&] {
                if (vec == VECX)
-                   by_row_its(bits, [&](auto it) {
+                   by_row_its<LN_BWD_MAX_IT>(bits, [&](auto it) {
                        layernorm_backward_kernel<VECX, decltype(it)::value>(
                            dinp, partial, dout, inp, w, mean, rstd, N, C, rows, (uintptr_t)w % 16 == 0);
                    });

@@ -43,7 +43,7 @@ int layernorm_fwd(struct gpu_stage *s, floatX *out, float *mean, float *rstd, co
     const float *w = s->params + woff, *b = s->params + boff;
     bool wvec = aligned16(w) && aligned16(b);
     if (C % XV == 0 && aligned16(out) && aligned16(inp))
-        by_row_its(ln_row_its(C, XV, LN_FWD_MAX_IT), [&](auto it) {
+        by_row_its<LN_FWD_MAX_IT>(ln_row_its(C, XV, LN_FWD_MAX_IT), [&](auto it) {
             layernorm_forward_kernel<XV, decltype(it)::value><<<grid, 256, 0, s->x.stream>>>(
                 out, mean, rstd, inp, w, b, N, C, wvec);
         });
@@ -70,7 +70,7 @@ int layernorm_bwd(struct gpu_stage *s, floatX *dinp, size_t woff, size_t boff, c
     int timed = prof_kernel_start(s->x.prof, s->x.stream, &r);
     const float *w = s->params + woff;
     if (C % XV == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp))
-        by_row_its(ln_row_its(C, XV, LN_BWD_MAX_IT), [&](auto it) {
+        by_row_its<LN_BWD_MAX_IT>(ln_row_its(C, XV, LN_BWD_MAX_IT), [&](auto it) {
             layernorm_backward_kernel<XV, decltype(it)::value>
                 <<<(unsigned)chunks, LN_BWD_THREADS, 0, s->x.stream>>>(
                     dinp, s->partial, dout, inp, w, mean, rstd, N, C, rows, aligned16(w));

@@ -79,7 +79,8 @@ template <int VEC, int IT> __device__ __forceinline__ int row_vectors(int C)
 /* The IT a row of C columns takes on the vector path (VEC columns a vector): the fewest of 1, 2,
  * 4 or 8 vectors a lane that hold it, at most max_it (8 forward: bf16 rows to 2,048 columns; 4
  * backward, which holds two rows: at 8 it took 165 registers, one block an SM, and 128 spilled);
- * 0 (re-read) past it. The launchers call f(ln_its<IT>{}) with it as a compile-time constant. */
+ * 0 (re-read) past it. The launchers call by_row_its<max_it>, which calls f(ln_its<IT>{}) with it
+ * as a compile-time constant. */
 template <int N> struct ln_its {
     static constexpr int value = N;
 };
@@ -91,14 +92,16 @@ static inline int ln_row_its(int C, int vec, int max_it)
 }
 #define LN_FWD_MAX_IT 8
 #define LN_BWD_MAX_IT 4
-template <class F> auto by_row_its(int it, F f)
+template <int MAX_IT, class F> auto by_row_its(int it, F f)
 {
     switch (it) {
     case 1: return f(ln_its<1>{});
     case 2: return f(ln_its<2>{});
     case 4: return f(ln_its<4>{});
-    case 8: return f(ln_its<8>{});
     }
+    if constexpr (MAX_IT >= 8) /* only what ln_row_its(., ., MAX_IT) can give is compiled */
+        if (it == 8)
+            return f(ln_its<8>{});
     return f(ln_its<0>{});
 }
 
