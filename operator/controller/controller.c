@@ -50,7 +50,7 @@ static int ensure_secret(struct reconcile *r, herr *e)
     if (have) {
         cJSON *patch = ca ? ctl_secret_ca_patch(have, ca) : NULL;
         if (patch)
-            rc = ctl_call_patch(r->c, API_PATCH_SECRET, r->ns, name, patch, e);
+            rc = ctl_call_patch(r->c, API_PATCH_SECRET, r->ns, name, patch, NULL, e);
         cJSON_Delete(patch);
     } else {
         cJSON *obj = ctl_build_secret_ca(r->job, ca);
@@ -244,13 +244,20 @@ static int reconcile_key(struct controller *c, const char *key, double *requeue,
         ctl_memo_free(m);
         return 0; /* gone: ownerReferences take the rest */
     }
-    /* The cache still holds the version our last status write was based on: use what we
-     * wrote. Any other version (ours arrived, or someone else wrote) supersedes the memo. */
+    /* The cache lags behind our own status writes: until it holds the version our last write
+     * made, what that write left is the status to start from (a copy: a reconcile that writes
+     * nothing keeps the memo), and that version is the precondition of this one's write. When
+     * someone else wrote since, the precondition fails (409) and the memo is dropped. */
     const char *rv = kube_meta_str(job, "resourceVersion");
-    if (m->status && rv && !strcmp(rv, m->base_rv)) {
-        cJSON_DeleteItemFromObjectCaseSensitive(job, "status");
-        cJSON_AddItemToObject(job, "status", m->status);
-        m->status = NULL;
+    char base_rv[64];
+    snprintf(base_rv, sizeof base_rv, "%s", rv ? rv : "");
+    if (m->status && rv && strcmp(rv, m->written_rv) != 0) {
+        cJSON *memo_st = cJSON_Duplicate(m->status, 1);
+        if (memo_st) {
+            cJSON_DeleteItemFromObjectCaseSensitive(job, "status");
+            cJSON_AddItemToObject(job, "status", memo_st);
+            snprintf(base_rv, sizeof base_rv, "%s", m->written_rv);
+        }
     } else {
         cJSON_Delete(m->status);
         m->status = NULL;
@@ -275,7 +282,7 @@ static int reconcile_key(struct controller *c, const char *key, double *requeue,
     herr we;
     int wrc = -1;
     if (r.st) {
-        wrc = ctl_write_status(c, job, old, r.st, m, &we);
+        wrc = ctl_write_status(c, job, base_rv, old, r.st, m, &we);
         if (wrc != 0 && rc == 0) {
             *e = we;
             rc = wrc;
@@ -311,7 +318,11 @@ static void *worker(void *arg)
         metrics_hist_observe(&c->latency, took);
         metrics_hist_observe(&c->own_latency, took - ctl_tl_api_s > 0 ? took - ctl_tl_api_s : 0);
         atomic_fetch_add(&c->reconciles, 1);
-        if (rc != 0) {
+        if (rc == 409) { /* the status write's precondition: the job moved on, read again */
+            atomic_fetch_add(&c->status_conflicts, 1);
+            double d = kube_queue_add_rate_limited(c->queue, key);
+            log_debug("reconcile %s: the job changed since it was read (retry in %.2fs)", key, d);
+        } else if (rc != 0) {
             atomic_fetch_add(&c->reconcile_errors, 1);
             double d = kube_queue_add_rate_limited(c->queue, key);
             log_warn("reconcile %s failed (retry in %.2fs): %s", key, d, e.msg);

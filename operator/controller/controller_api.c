@@ -117,6 +117,10 @@ void controller_metrics(struct controller *c, struct metrics_buf *b)
     metrics_printf(b, "# HELP holmes_reconcile_errors_total Reconciles that failed.\n"
                       "# TYPE holmes_reconcile_errors_total counter\nholmes_reconcile_errors_total %lu\n",
                    atomic_load(&c->reconcile_errors));
+    metrics_printf(b, "# HELP holmes_status_conflicts_total Status writes refused because the job "
+                      "changed since the reconcile read it (read again and retried).\n"
+                      "# TYPE holmes_status_conflicts_total counter\nholmes_status_conflicts_total %lu\n",
+                   atomic_load(&c->status_conflicts));
     metrics_hist_render(&c->latency, b, "holmes_reconcile_duration_seconds", "Reconcile latency.");
     metrics_printf(b, "# HELP holmes_reconcile_latency_seconds Reconcile latency quantiles "
                       "(from 7.5%%-wide buckets).\n# TYPE holmes_reconcile_latency_seconds gauge\n");
@@ -319,7 +323,7 @@ int controller_patch_pod_labels(struct controller *c, const char *ns, const char
         cJSON_Delete(patch);
         return herr_set(e, "out of memory");
     }
-    int rc = ctl_call_patch(c, API_PATCH_POD, ns, pod, patch, e);
+    int rc = ctl_call_patch(c, API_PATCH_POD, ns, pod, patch, NULL, e);
     cJSON_Delete(patch);
     return rc;
 }

@@ -94,11 +94,11 @@ int ctl_call_delete(struct controller *c, enum api_op op, const char *ns, const 
 }
 
 int ctl_call_patch(struct controller *c, enum api_op op, const char *ns, const char *name,
-                   const cJSON *patch, herr *e)
+                   const cJSON *patch, cJSON **out, herr *e)
 {
     const struct api_call *a = &controller_api_calls[op];
     double t0 = clock_mono_s();
-    int rc = kube_patch(c->kc, a->res, ns, name, a->sub, patch, NULL, e);
+    int rc = kube_patch(c->kc, a->res, ns, name, a->sub, patch, out, e);
     ctl_tl_api_s += clock_mono_s() - t0;
     return rc;
 }

@@ -49,7 +49,8 @@ struct controller {
     int nthreads;
     struct metrics_hist latency;
     struct metrics_hist own_latency; /* latency minus the time waiting for the API */
-    atomic_ulong reconciles, reconcile_errors, pod_replacements, pods_created, status_writes;
+    atomic_ulong reconciles, reconcile_errors, pod_replacements, pods_created, status_writes,
+        status_conflicts;
     atomic_int stopping;
     pthread_mutex_t memo_lock;
     struct kube_map *memos; /* job key -> struct memo */
@@ -64,8 +65,8 @@ int ctl_informers_new(struct controller *c, herr *e);
 /* controller_memo.c: a job's memo of what the caches cannot know yet (client-go's
  * "expectations"): our own writes the informers have not shown. */
 struct memo {
-    char base_rv[64];  /* the job's resourceVersion our last status write was based on */
-    cJSON *status;     /* what we wrote */
+    char written_rv[64]; /* the job's resourceVersion our last status write made */
+    cJSON *status;       /* the status that write left */
     cJSON *gone;       /* pod uid -> expiry (deleted by us, maybe still cached) */
     cJSON *made;       /* pod name -> expiry (created by us, maybe not cached yet) */
 };
@@ -138,8 +139,9 @@ struct reconcile {
 /* controller_calls.c: calls through the table, their time added to ctl_tl_api_s. */
 /* Seconds this thread spent waiting for the API (the reconcile's own work is the rest). */
 extern __thread double ctl_tl_api_s;
+/* A merge patch; out (may be NULL): the object as the API left it. */
 int ctl_call_patch(struct controller *c, enum api_op op, const char *ns, const char *name,
-                   const cJSON *patch, herr *e);
+                   const cJSON *patch, cJSON **out, herr *e);
 /* Deletes in the background; the API's answer (404: gone already). */
 int ctl_call_delete(struct controller *c, enum api_op op, const char *ns, const char *name,
                     herr *e);
@@ -162,10 +164,13 @@ void ctl_set_phase(struct reconcile *r, const char *phase);
 int ctl_is_phase(const char *p, const char *want);
 /* status.workers: ready, and "ready/total" for the printer column of `kubectl get tj`. */
 void ctl_set_workers_ready(cJSON *st, int ready);
-/* Patches the job's status with what differs from old (nothing when nothing does); the memo
- * remembers what was written. 0, or the API's answer with e. */
-int ctl_write_status(struct controller *c, const cJSON *job, const cJSON *old, const cJSON *st,
-                     struct memo *m, herr *e);
+/* Patches the job's status with what differs from old (nothing when nothing does), on the
+ * condition that the job is still at resourceVersion base_rv, the version old was read from: a
+ * merge patch replaces arrays (status.conditions) whole, so a patch computed from an older
+ * status would drop what was written since. The memo remembers what was written and the
+ * version it made. 0, or the API's answer with e (409: the job moved on since base_rv). */
+int ctl_write_status(struct controller *c, const cJSON *job, const char *base_rv, const cJSON *old,
+                     const cJSON *st, struct memo *m, herr *e);
 
 /* controller_pods.c */
 /* Status from the pods: readiness, scheduling (and the gang timeout), completion; the pods of

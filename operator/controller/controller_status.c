@@ -67,29 +67,40 @@ int ctl_condition_is(const cJSON *status, const char *type, const char *reason)
 }
 
 /* Patches status with the top-level fields that differ from old. */
-int ctl_write_status(struct controller *c, const cJSON *job, const cJSON *old, const cJSON *st,
-                        struct memo *m, herr *e)
+int ctl_write_status(struct controller *c, const cJSON *job, const char *base_rv, const cJSON *old,
+                     const cJSON *st, struct memo *m, herr *e)
 {
-    /* Only what changed, removals included (a merge patch of the difference). */
+    /* Only what changed, removals included (a merge patch of the difference), and the
+     * version it was computed from as the precondition. */
     cJSON *patch = cJSON_CreateObject(), *ps = json_merge_diff(old, st);
-    if (!patch || !ps || !cJSON_AddItemToObject(patch, "status", ps)) {
+    cJSON *md = patch ? cJSON_AddObjectToObject(patch, "metadata") : NULL;
+    if (!md || !ps || !cJSON_AddItemToObject(patch, "status", ps)) {
         cJSON_Delete(patch);
         cJSON_Delete(ps);
         return herr_set(e, "out of memory");
     }
     int rc = 0;
     if (ps->child) {
+        if (base_rv && *base_rv && !cJSON_AddStringToObject(md, "resourceVersion", base_rv)) {
+            cJSON_Delete(patch);
+            return herr_set(e, "out of memory");
+        }
+        cJSON *out = NULL;
         rc = ctl_call_patch(c, API_PATCH_JOB_STATUS, json_str_at(job, "metadata.namespace"),
-                        json_str_at(job, "metadata.name"), patch, e);
+                            json_str_at(job, "metadata.name"), patch, &out, e);
         if (rc == 0) {
             atomic_fetch_add(&c->status_writes, 1);
             if (m) {
-                snprintf(m->base_rv, sizeof m->base_rv, "%s", kube_meta_str(job, "resourceVersion") ?
-                         kube_meta_str(job, "resourceVersion") : "");
+                const char *rv = kube_meta_str(out, "resourceVersion");
+                snprintf(m->written_rv, sizeof m->written_rv, "%s", rv ? rv : "");
                 cJSON_Delete(m->status);
-                m->status = cJSON_Duplicate(st, 1);
+                m->status = rv ? cJSON_Duplicate(st, 1) : NULL;
             }
+        } else if (m) { /* moved on (409) or unknown: the next reconcile reads the cache */
+            cJSON_Delete(m->status);
+            m->status = NULL;
         }
+        cJSON_Delete(out);
     }
     cJSON_Delete(patch);
     return rc;

@@ -11,7 +11,8 @@ deletion through ownerReferences, bearer-token auth.
 Test control (no auth) under /_fake/:
   POST /_fake/faults   {"status":500|429,"count":N,"match":"substr of path?query",
                         "userAgent":"substr","retryAfter":1,
-                        "delayMs":N,"splitEvents":true,"dropWatches":true}
+                        "delayMs":N,"splitEvents":true,"dropWatches":true,
+                        "watchDelayMs":N (watch events sent N ms late: caches lag)}
   POST /_fake/compact  forget the event history (next WATCH from an old version gets 410)
   POST /_fake/kubelet  {"namespace":..,"selector":..,"phase":"Running","ready":true,
                         "reason":..,"message":..,"unschedulable":"msg"} sets pod status
@@ -842,6 +843,9 @@ class Handler(BaseHTTPRequestHandler):
         st = self.server.store
         with st.meta_lock:
             split = st.faults.get("splitEvents")
+            lag = st.faults.get("watchDelayMs")
+        if lag:
+            time.sleep(lag / 1000.0)
         if not split:
             data = b"".join(lines)
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))

@@ -166,9 +166,102 @@ static void with_api(struct fakeapi *f, struct kube_client *kc)
     controller_free(c);
 }
 
+/* 1 when the job's status on the server has a condition of each type in types (NULL-ended). */
+static int server_has_conditions(struct kube_client *kc, const char *name, const char *const *types)
+{
+    herr e = {0};
+    cJSON *job = NULL;
+    if (kube_get(kc, &KUBE_TRAININGJOBS, "ml", name, &job, &e) != 0)
+        return 0;
+    int all = 1;
+    for (const char *const *t = types; *t; t++) {
+        int found = 0;
+        const cJSON *cd;
+        cJSON_ArrayForEach(cd, cJSON_GetObjectItem(cJSON_GetObjectItem(job, "status"), "conditions")) {
+            const char *ty = str(cd, "type", NULL);
+            found |= ty && !strcmp(ty, *t);
+        }
+        all &= found;
+    }
+    cJSON_Delete(job);
+    return all;
+}
+
+static int wait_conditions(struct kube_client *kc, const char *name, const char *const *types, int ms)
+{
+    for (int i = 0; i < ms / 50; i++) {
+        if (server_has_conditions(kc, name, types))
+            return 1;
+        sleep_ms(50);
+    }
+    return server_has_conditions(kc, name, types);
+}
+
+/* The job cache one write behind: a merge patch replaces status.conditions whole, so a status
+ * computed from the cache's older version would drop the conditions written since. With the
+ * watch 800 ms late, the first condition's write (version B) reaches the cache while the
+ * second's (C) has not: a third condition set then must not lose the second. A write by
+ * someone else that the cache has not seen must not be lost either. */
+static void lagging_cache(struct fakeapi *f, struct kube_client *kc)
+{
+    herr e = {0};
+    struct controller_opts o = {.namespace = "ml", .coordinator_url = "ws://coord:8443",
+                                .default_image = "holmes-node:t"};
+    struct controller *c = controller_new(kc, &o, &e);
+    CHECK("lagging cache: controller starts", c && controller_start(c, &e) == 0);
+    CHECK_INT("lagging cache: controller syncs", controller_wait_synced(c, 10000), 0);
+    cJSON *job = cJSON_Parse("{\"apiVersion\":\"holmes.dev/v1alpha1\",\"kind\":\"TrainingJob\","
+                             "\"metadata\":{\"name\":\"lag\"},\"spec\":{\"workers\":1,\"gpusPerWorker\":0,"
+                             "\"model\":{\"preset\":\"gpt2-124m\"},\"training\":{\"steps\":5}}}");
+    CHECK_INT("lagging cache: create job", kube_create(kc, &KUBE_TRAININGJOBS, "ml", job, NULL, &e), 0);
+    cJSON_Delete(job);
+    static const char *const valid[] = {"Valid", NULL};
+    CHECK("lagging cache: the controller wrote the job's status", wait_conditions(kc, "lag", valid, 10000));
+    sleep_ms(500); /* the cache holds that status */
+    CHECK_INT("watch events 800 ms late", fakeapi_control(f, "POST", "/_fake/faults", "{\"watchDelayMs\":800}", NULL, 0), 200);
+    controller_set_job_condition(c, "ml", "lag", "First", 1, "A", "first", &e);
+    sleep_ms(250);
+    controller_set_job_condition(c, "ml", "lag", "Second", 1, "B", "second", &e);
+    sleep_ms(850); /* the cache now holds First's version, not Second's */
+    controller_set_job_condition(c, "ml", "lag", "Third", 1, "C", "third", &e);
+    static const char *const three[] = {"Valid", "First", "Second", "Third", NULL};
+    static const char *const third[] = {"Third", NULL};
+    CHECK("lagging cache: the third condition written", wait_conditions(kc, "lag", third, 5000));
+    sleep_ms(2000); /* every reconcile the late events trigger has run */
+    CHECK("lagging cache: no condition lost (Valid, First, Second, Third)",
+          server_has_conditions(kc, "lag", three));
+
+    /* Someone else adds a condition (the whole array, as merge patches go); the controller,
+     * its cache 800 ms behind, sets another at once. */
+    cJSON *now = NULL;
+    kube_get(kc, &KUBE_TRAININGJOBS, "ml", "lag", &now, &e);
+    cJSON *conds = cJSON_Duplicate(cJSON_GetObjectItem(cJSON_GetObjectItem(now, "status"), "conditions"), 1);
+    cJSON_Delete(now);
+    cJSON_AddItemToArray(conds, cJSON_Parse("{\"type\":\"Foreign\",\"status\":\"True\",\"reason\":\"X\","
+                                            "\"message\":\"someone else\",\"lastTransitionTime\":\"2026-01-01T00:00:00Z\"}"));
+    cJSON *patch = cJSON_CreateObject();
+    cJSON_AddItemToObject(cJSON_AddObjectToObject(patch, "status"), "conditions", conds);
+    CHECK_INT("another writer patches status.conditions",
+              kube_patch(kc, &KUBE_TRAININGJOBS, "ml", "lag", "status", patch, NULL, &e), 0);
+    cJSON_Delete(patch);
+    controller_set_job_condition(c, "ml", "lag", "Fourth", 1, "D", "fourth", &e);
+    static const char *const fourth[] = {"Fourth", NULL};
+    static const char *const five[] = {"Valid", "First", "Second", "Third", "Foreign", "Fourth", NULL};
+    CHECK("lagging cache: the fourth condition written", wait_conditions(kc, "lag", fourth, 10000));
+    sleep_ms(2000);
+    CHECK("lagging cache: the other writer's condition kept beside ours", server_has_conditions(kc, "lag", five));
+    struct metrics_buf b = {0};
+    controller_metrics(c, &b);
+    const char *m = b.data ? strstr(b.data, "\nholmes_status_conflicts_total ") : NULL;
+    CHECK("the refused write counted (holmes_status_conflicts_total > 0)", m && atol(m + 31) > 0);
+    free(b.data);
+    fakeapi_control(f, "POST", "/_fake/faults", "{}", NULL, 0);
+    controller_free(c);
+}
+
 int main(void)
 {
-    if (fakeapi_run(with_api))
+    if (fakeapi_run(with_api) || fakeapi_run(lagging_cache))
         return 1;
     TEST_MAIN_END();
 }
