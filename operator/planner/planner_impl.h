@@ -144,7 +144,8 @@ struct search {
 #define STAGE_COST_WORK 4
 #define UNIT_WORK 4 /* a placement's links, per tensor block */
 #define SEARCH_ROTATIONS 8 /* ring rotations tried per fabric-first candidate */
-#define SEARCH_KICKS 16 /* the iterated local search stops after this many kicks found nothing */
+#define SEARCH_KICKS 32 /* the iterated local search stops after this many kicks found nothing
+                          (the budget stops it first on large clusters) */
 
 /* Is a fabric-homogeneous placement possible: every fabric's units a multiple of D. */
 int pl_homogeneous_possible(const struct plan_eval *ev, const int *fab_start, int D);
