@@ -10,6 +10,7 @@
 
 #include "clock.h"
 #include "json.h"
+#include "kube_events.h"
 #include "kube_informer.h"
 #include "kube_map.h"
 #include "kube_queue.h"
@@ -121,6 +122,40 @@ static int delete_podgroup(struct reconcile *r, herr *e)
     return rc == 404 ? 0 : rc;
 }
 
+/* spec.ttlSecondsAfterFinished: a finished job is deleted this long after its completionTime, its
+ * pods, Secret and Service with it (owner references: the garbage collector); until then the
+ * reconcile comes back when it is due. 0, or the API's answer with e. */
+static int ttl_after_finished(struct reconcile *r, herr *e)
+{
+    int ttl = r->tj.spec.ttl_after_finished_s;
+    if (ttl < 0)
+        return 0;
+    if (kube_time_parse(json_str_at(r->st, "completionTime")) < 0) /* absent or not a time: */
+        json_set_str(r->st, "completionTime", r->now);               /* counted from now on */
+    const char *done = json_str_at(r->st, "completionTime");
+    double t_done = kube_time_parse(done);
+    if (t_done < 0)
+        return 0;
+    double left = t_done + ttl - clock_wall_s();
+    if (left > 0) {
+        r->requeue_s = left + 0.05;
+        return 0;
+    }
+    char msg[256];
+    snprintf(msg, sizeof msg, "finished at %s; spec.ttlSecondsAfterFinished %d has passed: the job, "
+             "its pods, Secret and Service are deleted", done, ttl);
+    int rc = ctl_call_delete(r->c, API_DELETE_JOB, r->ns, r->name, e);
+    if (rc == 0 || rc == 404) {
+        if (rc == 0) {
+            log_info("job %s/%s: %s", r->ns, r->name, msg);
+            ctl_emit(r->c, r->job, "Normal", "Deleted", msg);
+        }
+        r->deleted = 1;
+        return 0;
+    }
+    return rc;
+}
+
 /* spec errors -> Valid=False with every error and a Warning Event. 1 when the spec is invalid. */
 static int refuse_invalid_spec(struct reconcile *r, const char *phase)
 {
@@ -189,8 +224,10 @@ static int reconcile_job(struct reconcile *r, herr *e)
     if (refuse_immutable_change(r, pods))
         goto out;
     ctl_set_condition(r->st, "Valid", 1, "SpecValid", "the spec passed validation", r->now);
-    if (ctl_is_phase(phase, "Succeeded") || ctl_is_phase(phase, "Failed"))
-        goto out; /* terminal */
+    if (ctl_is_phase(phase, "Succeeded") || ctl_is_phase(phase, "Failed")) {
+        rc = ttl_after_finished(r, e); /* terminal: only the clean-up is left */
+        goto out;
+    }
 
     if ((rc = ensure_secret(r, e)) != 0 ||
         (rc = ensure_owned(r, INF_SERVICES, API_CREATE_SERVICE, r->name, ctl_build_service, e)) != 0)
@@ -281,7 +318,9 @@ static int reconcile_key(struct controller *c, const char *key, double *requeue,
     ctl_creates_free(&r.creates);
     herr we;
     int wrc = -1;
-    if (r.st) {
+    if (r.st && r.deleted) {
+        wrc = 0; /* nothing to write to */
+    } else if (r.st) {
         wrc = ctl_write_status(c, job, base_rv, old, r.st, m, &we);
         if (wrc != 0 && rc == 0) {
             *e = we;

@@ -47,6 +47,7 @@ enum { API_NEEDS_TLS_SECRET = 1,       /* --tls-secret: the operator's TLS Secre
        API_NEEDS_AUTH = 4 };           /* --metrics-secure: TokenReview, SubjectAccessReview */
 enum api_op {
     API_LIST_JOBS, API_WATCH_JOBS, API_PATCH_JOB_STATUS,
+    API_DELETE_JOB, /* spec.ttlSecondsAfterFinished */
     API_LIST_PODS, API_WATCH_PODS, API_CREATE_POD, API_DELETE_POD, API_PATCH_POD,
     API_LIST_SECRETS, API_WATCH_SECRETS, API_CREATE_SECRET,
     API_GET_SECRET, API_PATCH_SECRET, /* the operator's TLS Secret; a job Secret's ca.crt */

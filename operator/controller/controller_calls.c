@@ -19,6 +19,8 @@ const struct api_call controller_api_calls[API_OP_COUNT] = {
     [API_LIST_JOBS] = {"list", &KUBE_TRAININGJOBS, NULL, TJ_GANG_DEFAULT},
     [API_WATCH_JOBS] = {"watch", &KUBE_TRAININGJOBS, NULL, TJ_GANG_DEFAULT},
     [API_PATCH_JOB_STATUS] = {"patch", &KUBE_TRAININGJOBS, "status", TJ_GANG_DEFAULT},
+    /* a finished job whose spec.ttlSecondsAfterFinished ran out */
+    [API_DELETE_JOB] = {"delete", &KUBE_TRAININGJOBS, NULL, TJ_GANG_DEFAULT},
     [API_LIST_PODS] = {"list", &KUBE_PODS, NULL, TJ_GANG_DEFAULT},
     [API_WATCH_PODS] = {"watch", &KUBE_PODS, NULL, TJ_GANG_DEFAULT},
     [API_CREATE_POD] = {"create", &KUBE_PODS, NULL, TJ_GANG_DEFAULT},

@@ -127,6 +127,7 @@ struct reconcile {
     const cJSON *old;   /* old status */
     char now[48];
     double requeue_s;   /* > 0: look again after this */
+    int deleted;        /* the job was deleted (spec.ttlSecondsAfterFinished): no status to write */
     struct create_list creates; /* objects to create, sent together with the pods */
     struct memo *memo;
     double t;           /* now, seconds */

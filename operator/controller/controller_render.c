@@ -25,7 +25,8 @@ static uint64_t fnv(const char *s)
 /* Spec fields that may change while pods run; everything else is immutable then. */
 static int mutable_field(const char *k)
 {
-    return !strcmp(k, "suspend") || !strcmp(k, "restartPolicy") || !strcmp(k, "gangTimeoutSeconds");
+    return !strcmp(k, "suspend") || !strcmp(k, "restartPolicy") || !strcmp(k, "gangTimeoutSeconds") ||
+           !strcmp(k, "ttlSecondsAfterFinished");
 }
 
 /* "field=hash,field=hash" of the immutable spec fields, sorted by name. */

@@ -320,9 +320,11 @@ grep -v '^delete core pods$' "$CALLS" >"$tmp/fewer-calls.txt"
 check_py rbac "$tmp/defaults.yaml" "$tmp/fewer-calls.txt" "$OP_SA" >"$tmp/neg2"
 [ $? -eq 1 ] && grep -q 'grants more than needed: delete core pods' "$tmp/neg2" &&
     pass "rbac check reports a rule granting more than the calls" || fail "rbac check reports a rule granting more than the calls" "$(cat "$tmp/neg2")"
-sed 's/verbs: \["list", "watch"\]/verbs: ["*"]/' "$tmp/defaults.yaml" >"$tmp/wild.yaml"
+sed 's/verbs: \["list", "watch", "delete"\]/verbs: ["*"]/' "$tmp/defaults.yaml" >"$tmp/wild.yaml"
 check_py rbac "$tmp/wild.yaml" "$CALLS" "$OP_SA" >"$tmp/neg3"
-[ $? -eq 1 ] && grep -q 'wildcard' "$tmp/neg3" && pass "rbac check reports wildcards" || fail "rbac check reports wildcards" "$(cat "$tmp/neg3")"
+# (the sed must have found the TrainingJobs rule's verbs: a rendering it leaves alone proves nothing)
+[ $? -eq 1 ] && grep -q 'wildcard' "$tmp/neg3" && ! cmp -s "$tmp/defaults.yaml" "$tmp/wild.yaml" &&
+    pass "rbac check reports wildcards" || fail "rbac check reports wildcards" "$(cat "$tmp/neg3")"
 echo "get core pods please" >"$tmp/bad-calls.txt"
 check_py rbac "$tmp/defaults.yaml" "$tmp/bad-calls.txt" "$OP_SA" 2>"$tmp/neg4"
 [ $? -eq 2 ] && grep -q 'bad-calls.txt:1: .* is not' "$tmp/neg4" && pass "rbac check refuses a malformed call line" || fail "rbac check refuses a malformed call line" "$(cat "$tmp/neg4")"

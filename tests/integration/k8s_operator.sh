@@ -5,7 +5,8 @@
 # owner references, labels, plan, progress, conditions, events, `kubectl get tj` columns); a
 # spec the server takes but the operator refuses; two operators with --leader-elect on a real
 # Lease, exactly one acting, the other taking over and adopting the pods when the first is
-# killed; deleting a job garbage-collects what it owns; no call was forbidden.
+# killed; a finished job deleted after spec.ttlSecondsAfterFinished; deleting a job
+# garbage-collects what it owns; no call was forbidden.
 source "$(dirname "$0")/lib.bash"
 source "$REPO/tests/k8s/envtest.bash"
 k8s_require
@@ -173,6 +174,20 @@ check "a restarted operator takes the released Lease" wait_for 30 holder_is op-c
 check "... syncs" wait_for 20 grep -q 'caches synced' "$W/op-c.log"
 sleep 2
 check "... and keeps the pods it finds (same UIDs)" test "$(pods_json adopt | jq -c '[.items[].metadata.uid] | sort')" = "$UIDS"
+
+# --- ttlSecondsAfterFinished: a finished job deleted by the operator, under the chart's RBAC ---------
+sed -e 's/name: e2e,/name: ttl,/' -e 's/workers: 4/workers: 2/' -e 's/pipeline: 2, data: 2/pipeline: 2, data: 1/' \
+    -e 's/^spec:$/spec:\n  ttlSecondsAfterFinished: 1/' "$W/e2e.yaml" >"$W/ttl.yaml"
+kubectl apply -f "$W/ttl.yaml" >/dev/null
+check "ttl job: 2 pods" wait_for 30 pods_are ttl 2
+UID_T=$(kubectl get tj ttl -n $NS -o jsonpath='{.metadata.uid}')
+for i in 0 1; do pod_status ttl-worker-$i Succeeded False; done
+ttl_gone() {
+    ! kubectl get tj ttl -n $NS >/dev/null 2>&1 &&
+        [ "$(kubectl get pods,secrets,services -n $NS -o json | jq --arg u "$UID_T" '[.items[] | select(.metadata.ownerReferences[0].uid == $u)] | length')" = 0 ]
+}
+check "ttl job: Succeeded, then deleted with its pods, Secret and Service" wait_for 60 ttl_gone
+check "ttl job: a Normal Event Deleted" bash -c "'$KUBECTL' get events -n $NS -o json | jq -e 'any(.items[]; .reason == \"Deleted\" and .type == \"Normal\" and .involvedObject.name == \"ttl\" and (.message | contains(\"ttlSecondsAfterFinished 1\")))' >/dev/null"
 
 # --- delete: the garbage collector removes what the job owns ----------------------------------------
 kubectl delete tj e2e adopt -n $NS --wait=false >/dev/null

@@ -1,5 +1,6 @@
 # The TrainingJob controller against the fake API server: objects, status, invalid specs,
-# immutability, suspend, failed pods replaced, gang timeout, cascade, metrics.
+# immutability, suspend, failed pods replaced, gang timeout, cascade, metrics,
+# ttlSecondsAfterFinished.
 source "$(dirname "$0")/lib.bash"
 source "$(dirname "$0")/fakeapi.bash"
 start_fakeapi
@@ -123,6 +124,29 @@ api DELETE "$JOBS/$NS/trainingjobs/g" >/dev/null
 check "delete job -> pods, Secret, Service gone" wait_for 15 bash -c "[ \"\$(curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/pods?labelSelector=holmes.dev%2Fjob%3Dg' | jq '.items|length')\" = 0 ] && curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/secrets/g-token' | jq -e '.code == 404' && curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/services/g' | jq -e '.code == 404'"
 sleep 0.5
 check "no pods recreated for a deleted job" test "$(npods $NS g)" = 0
+
+# spec.ttlSecondsAfterFinished: a finished job is deleted that long after its completionTime,
+# its pods, Secret and Service with it; a finished job without it is kept. The time is checked
+# from the API's own timestamps (the Event's against completionTime), not by the test's clock.
+api POST "$JOBS/$NS/trainingjobs" "$(job t 2 '"ttlSecondsAfterFinished":2')" >/dev/null
+api POST "$JOBS/$NS/trainingjobs" "$(job k 2)" >/dev/null
+wait_for 15 pods_are $NS t 2
+wait_for 15 pods_are $NS k 2
+for j in t k; do
+    fake kubelet "{\"namespace\":\"$NS\",\"selector\":\"holmes.dev/job=$j\",\"phase\":\"Succeeded\",\"ready\":false}" >/dev/null
+done
+check "ttl job: Succeeded, completionTime set" wait_for 15 job_is $NS t '.status.phase == "Succeeded" and .status.completionTime != null'
+DONE_AT=$(job_get $NS t | jq -r .status.completionTime)
+gone() { api GET "$1" | jq -e '.code == 404' >/dev/null; } # gone PATH: the API answers 404
+ttl_job_gone() {
+    gone $JOBS/$NS/trainingjobs/t && gone /api/v1/namespaces/$NS/secrets/t-token &&
+        gone /api/v1/namespaces/$NS/services/t && [ "$(npods $NS t)" = 0 ]
+}
+check "ttl job: deleted, its pods, Secret and Service with it" wait_for 20 ttl_job_gone
+EV=$(api GET /api/v1/namespaces/$NS/events | jq -c '[.items[] | select(.reason == "Deleted" and .involvedObject.name == "t")]')
+check "ttl job: one Normal Event Deleted naming the ttl" jq_true "$EV" 'length == 1 and .[0].type == "Normal" and (.[0].message | contains("spec.ttlSecondsAfterFinished 2"))'
+check "ttl job: deleted no sooner than completionTime + 2 s" jq_true "$EV" "(.[0].firstTimestamp | fromdateiso8601) - (\"$DONE_AT\" | fromdateiso8601) >= 2"
+check "job without ttlSecondsAfterFinished: kept after finishing" job_is $NS k '.status.phase == "Succeeded"'
 
 kill -TERM "$OP_PID"; wait "$OP_PID"; rc=$?
 check "SIGTERM -> clean exit 0" test "$rc" = 0
