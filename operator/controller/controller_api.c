@@ -271,8 +271,19 @@ cJSON *ctl_feed_take(struct controller *c, const char *key)
 
 void ctl_feed_apply(const cJSON *feed, cJSON *status, const char *now)
 {
-    const cJSON *it;
-    json_merge_patch(status, cJSON_GetObjectItemCaseSensitive(feed, "fields"), 0);
+    const cJSON *it, *fields = cJSON_GetObjectItemCaseSensitive(feed, "fields");
+    /* Succeeded and Failed are final: a report that comes after (a progress line still on its
+     * way when the pods finished) keeps its other fields but not its phase */
+    const char *was = json_str_at(status, "phase");
+    cJSON *kept = NULL;
+    if ((ctl_is_phase(was, "Succeeded") || ctl_is_phase(was, "Failed")) &&
+        cJSON_GetObjectItemCaseSensitive(fields, "phase")) {
+        kept = cJSON_Duplicate(fields, 1);
+        cJSON_DeleteItemFromObjectCaseSensitive(kept, "phase");
+        fields = kept;
+    }
+    json_merge_patch(status, fields, 0);
+    cJSON_Delete(kept);
     cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(feed, "conditions"))
         ctl_set_condition(status, json_str_at(it, "type"), cJSON_IsTrue(cJSON_GetObjectItem(it, "ok")),
                           json_str_at(it, "reason"), json_str_at(it, "message"), now);

@@ -163,6 +163,44 @@ static void with_api(struct fakeapi *f, struct kube_client *kc)
     CHECK_STR("controller keeps the coordinator's phase", str(cJSON_GetObjectItem(job, "status"), "phase", NULL), "Running");
     cJSON_Delete(job);
 
+    /* Failed is final (as Succeeded): the coordinator fails the job, and a report of its that
+     * was still on its way (phase Running) adds its progress but does not move the phase back;
+     * the pods, still running, would keep Running. */
+    st = cJSON_Parse("{\"phase\":\"Failed\",\"message\":\"no restarts left\"}");
+    controller_patch_job_status(c, "ml", "gpt", st, &e);
+    cJSON_Delete(st);
+    int done = 0;
+    for (int i = 0; i < 200 && !done; i++) {
+        job = NULL;
+        kube_get(kc, &KUBE_TRAININGJOBS, "ml", "gpt", &job, &e);
+        const char *ph = str(cJSON_GetObjectItem(job, "status"), "phase", NULL);
+        done = ph && !strcmp(ph, "Failed");
+        cJSON_Delete(job);
+        if (!done)
+            sleep_ms(50);
+    }
+    CHECK("the coordinator's Failed written", done);
+    st = cJSON_Parse("{\"phase\":\"Running\",\"progress\":{\"step\":9}}");
+    CHECK_INT("a late report of the coordinator's", controller_patch_job_status(c, "ml", "gpt", st, &e), 0);
+    cJSON_Delete(st);
+    int step9 = 0;
+    const char *phase_after = NULL;
+    char phase_buf[32] = "";
+    for (int i = 0; i < 100 && !step9; i++) {
+        job = NULL;
+        kube_get(kc, &KUBE_TRAININGJOBS, "ml", "gpt", &job, &e);
+        const cJSON *status = cJSON_GetObjectItem(job, "status");
+        const cJSON *stp = cJSON_GetObjectItem(cJSON_GetObjectItem(status, "progress"), "step");
+        step9 = cJSON_IsNumber(stp) && stp->valueint == 9;
+        snprintf(phase_buf, sizeof phase_buf, "%s", str(status, "phase", NULL) ? str(status, "phase", NULL) : "");
+        cJSON_Delete(job);
+        if (!step9)
+            sleep_ms(50);
+    }
+    phase_after = phase_buf;
+    CHECK("the late report's progress written", step9);
+    CHECK_STR("the late report's phase not taken: Failed is final", phase_after, "Failed");
+
     controller_free(c);
 }
 
