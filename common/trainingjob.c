@@ -157,6 +157,7 @@ void tj_spec_defaults(struct tj_spec *s)
     t->log_every_steps = 10;
     s->gang_timeout_seconds = 600;
     s->ttl_after_finished_s = -1;
+    s->active_deadline_s = -1;
     s->restart.max_restarts = 3;
     s->restart.backoff_seconds = 30;
     s->elastic.replace_timeout_seconds = 300;

@@ -18,7 +18,7 @@
 #define TJ_MAX_ERRORS 64
 #define TJ_MAX_NIC_GROUPS 16
 #define TJ_MAX_FABRICS 16
-#define TJ_TTL_MAX_S 31536000  /* spec.ttlSecondsAfterFinished: at most a year */
+#define TJ_TTL_MAX_S 31536000  /* spec.ttlSecondsAfterFinished, activeDeadlineSeconds: a year */
 #define TJ_PATH_MAX 1024
 #define TJ_NAME_MAX 64         /* metadata.name: a DNS-1123 label of at most 52 characters */
 #define TJ_DEMO_CORPUS "examples/data/corpus.txt" /* used when training.data is omitted */
@@ -158,6 +158,7 @@ struct tj_spec {
     struct tj_training training;
     int gang_timeout_seconds;
     int ttl_after_finished_s;  /* spec.ttlSecondsAfterFinished; -1: the finished job is kept */
+    int active_deadline_s;     /* spec.activeDeadlineSeconds; -1: no limit */
     struct tj_restart_policy restart;
     int suspend;
     struct tj_emulation emulation;

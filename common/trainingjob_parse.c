@@ -668,7 +668,7 @@ int tj_spec_from_json(const cJSON *spec, const char *path, struct tj_spec *out, 
     static const char *const keys[] = {"workers", "gpusPerWorker", "image", "model", "parallelism",
                                        "placement", "training", "gangTimeoutSeconds", "restartPolicy",
                                        "suspend", "emulation", "scheduling", "template", "elastic",
-                                       "ttlSecondsAfterFinished", NULL};
+                                       "ttlSecondsAfterFinished", "activeDeadlineSeconds", NULL};
     check_keys(spec, sp, keys, errs);
     get_int(spec, sp, "workers", 1, 4096, 1, &out->workers, errs);
     get_int(spec, sp, "gpusPerWorker", 0, 16, 1, &out->gpus_per_worker, errs);
@@ -677,6 +677,7 @@ int tj_spec_from_json(const cJSON *spec, const char *path, struct tj_spec *out, 
         parse_section(spec, sp, &SPEC_SECTIONS[i], out, errs);
     get_int(spec, sp, "gangTimeoutSeconds", 1, 86400, 0, &out->gang_timeout_seconds, errs);
     get_int(spec, sp, "ttlSecondsAfterFinished", 0, TJ_TTL_MAX_S, 0, &out->ttl_after_finished_s, errs);
+    get_int(spec, sp, "activeDeadlineSeconds", 1, TJ_TTL_MAX_S, 0, &out->active_deadline_s, errs);
     parse_section(spec, sp, &SPEC_SECTIONS[SEC_RESTART], out, errs);
     get_bool(spec, sp, "suspend", &out->suspend, errs);
     out->elastic.min_workers = out->workers; /* not elastic unless said */

@@ -172,6 +172,8 @@ cJSON *tj_spec_to_json(const struct tj_spec *s)
     ok &= !!num(o, "gangTimeoutSeconds", s->gang_timeout_seconds);
     if (s->ttl_after_finished_s >= 0)
         ok &= !!num(o, "ttlSecondsAfterFinished", s->ttl_after_finished_s);
+    if (s->active_deadline_s > 0)
+        ok &= !!num(o, "activeDeadlineSeconds", s->active_deadline_s);
     cJSON *rp = cJSON_AddObjectToObject(o, "restartPolicy");
     ok &= rp && num(rp, "maxRestarts", s->restart.max_restarts) && num(rp, "backoffSeconds", s->restart.backoff_seconds);
     ok &= !!cJSON_AddBoolToObject(o, "suspend", s->suspend);

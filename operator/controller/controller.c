@@ -156,6 +156,35 @@ static int ttl_after_finished(struct reconcile *r, herr *e)
     return rc;
 }
 
+/* spec.activeDeadlineSeconds: a job not finished that long after status.startTime fails
+ * (DeadlineExceeded) and its pods are deleted, so that their workers checkpoint on SIGTERM as on
+ * preemption; before that, *due is the seconds left. 1 when the deadline has passed. */
+static int deadline_passed(struct reconcile *r, const cJSON *pods, double *due, int *rc, herr *e)
+{
+    int dl = r->tj.spec.active_deadline_s;
+    const char *since = json_str_at(r->st, "startTime");
+    double t0 = kube_time_parse(since);
+    if (dl <= 0 || t0 < 0)
+        return 0;
+    double left = t0 + dl - clock_wall_s();
+    if (left > 0) {
+        *due = left + 0.05;
+        return 0;
+    }
+    char msg[256];
+    snprintf(msg, sizeof msg, "running since %s, longer than spec.activeDeadlineSeconds %d: the job "
+             "failed and its pods are deleted (their workers checkpoint on SIGTERM)", since, dl);
+    *rc = ctl_delete_pods(r->c, r->memo, pods, 0, e);
+    ctl_set_workers_ready(r->st, 0);
+    ctl_set_phase(r, "Failed");
+    json_set_str(r->st, "message", msg);
+    if (!json_at(r->st, "completionTime"))
+        json_set_str(r->st, "completionTime", r->now);
+    if (ctl_set_condition(r->st, "Failed", 1, "DeadlineExceeded", msg, r->now))
+        ctl_emit(r->c, r->job, "Warning", "DeadlineExceeded", msg);
+    return 1;
+}
+
 /* spec errors -> Valid=False with every error and a Warning Event. 1 when the spec is invalid. */
 static int refuse_invalid_spec(struct reconcile *r, const char *phase)
 {
@@ -248,6 +277,12 @@ static int reconcile_job(struct reconcile *r, herr *e)
         ctl_set_condition(r->st, "PodsReady", 0, "Suspended", "the job is suspended", r->now);
         goto out;
     }
+    double due = 0;
+    if (deadline_passed(r, pods, &due, &rc, e)) {
+        if (rc == 0)
+            rc = delete_podgroup(r, e);
+        goto out;
+    }
     if (ctl_replace_failed(r, pods, &rc, e) && rc)
         goto out;
     char *lost = calloc((size_t)workers + 1, 1);
@@ -259,6 +294,8 @@ static int reconcile_job(struct reconcile *r, herr *e)
     rc = ctl_create_missing(r, pods, workers, lost, e);
     ctl_status_from_pods(r, pods, workers, lost, nlost, phase);
     free(lost);
+    if (due > 0 && (r->requeue_s <= 0 || due < r->requeue_s))
+        r->requeue_s = due; /* back when the deadline comes */
 out:
     cJSON_Delete(pods);
     return rc;

@@ -26,7 +26,7 @@ static uint64_t fnv(const char *s)
 static int mutable_field(const char *k)
 {
     return !strcmp(k, "suspend") || !strcmp(k, "restartPolicy") || !strcmp(k, "gangTimeoutSeconds") ||
-           !strcmp(k, "ttlSecondsAfterFinished");
+           !strcmp(k, "ttlSecondsAfterFinished") || !strcmp(k, "activeDeadlineSeconds");
 }
 
 /* "field=hash,field=hash" of the immutable spec fields, sorted by name. */

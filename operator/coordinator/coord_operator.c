@@ -26,7 +26,8 @@ struct opjob {
     struct tj_job tj;
     struct coord_plan cp;
     double last_refusal_event;
-    double failed_at;           /* when the coordinator failed it; removed a little later */
+    double failed_seen;         /* when its status was first seen Failed (by the coordinator or the
+                                   controller: spec.activeDeadlineSeconds); removed a little later */
     int restarts_written;       /* status.restarts as last written */
     /* spec.elastic */
     double *absent_since;       /* [workers] when a missing worker's pod was first seen
@@ -475,7 +476,6 @@ static void on_event(void *user, enum coord_job_state s, const char *msg)
         status_restarts(j);
     }
     if (s == COORD_FAILED) {
-        j->failed_at = clock_mono_s();
         status_failed(j, msg);
     } else if (strstr(msg, "gang timeout")) {
         cJSON *st = cJSON_CreateObject();
@@ -590,8 +590,9 @@ out:
     return rc;
 }
 
-/* Forgets jobs whose TrainingJob is gone, and failed jobs once their status says Failed (a
- * worker that says hello after that hears the job is over: resolve). */
+/* Forgets jobs whose TrainingJob is gone, and failed jobs a few seconds after their status says
+ * Failed, whoever failed them (a worker that says hello after that hears the job is over:
+ * resolve). */
 static void sweep(struct coord_operator *co)
 {
     struct opjob **pj = &co->jobs;
@@ -601,7 +602,10 @@ static void sweep(struct coord_operator *co)
         cJSON *obj = controller_get_job(co->ctl, j->ns, j->name);
         int gone = obj == NULL;
         const char *ph = json_str_at(obj, "status.phase");
-        int failed = ph && !strcmp(ph, "Failed") && j->failed_at > 0 && t - j->failed_at > 5;
+        int over = ph && !strcmp(ph, "Failed");
+        if (over && j->failed_seen <= 0)
+            j->failed_seen = t;
+        int failed = over && t - j->failed_seen > 5;
         cJSON_Delete(obj);
         if (!gone && !failed)
             elastic_watch(j);

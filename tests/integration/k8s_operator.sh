@@ -5,7 +5,8 @@
 # owner references, labels, plan, progress, conditions, events, `kubectl get tj` columns); a
 # spec the server takes but the operator refuses; two operators with --leader-elect on a real
 # Lease, exactly one acting, the other taking over and adopting the pods when the first is
-# killed; a finished job deleted after spec.ttlSecondsAfterFinished; deleting a job
+# killed; a job failed past spec.activeDeadlineSeconds; a finished job deleted after
+# spec.ttlSecondsAfterFinished; deleting a job
 # garbage-collects what it owns; no call was forbidden.
 source "$(dirname "$0")/lib.bash"
 source "$REPO/tests/k8s/envtest.bash"
@@ -174,6 +175,20 @@ check "a restarted operator takes the released Lease" wait_for 30 holder_is op-c
 check "... syncs" wait_for 20 grep -q 'caches synced' "$W/op-c.log"
 sleep 2
 check "... and keeps the pods it finds (same UIDs)" test "$(pods_json adopt | jq -c '[.items[].metadata.uid] | sort')" = "$UIDS"
+
+# --- activeDeadlineSeconds: a job still running past it fails and its pods are deleted ---------------
+sed -e 's/name: e2e,/name: dl,/' -e 's/workers: 4/workers: 2/' -e 's/pipeline: 2, data: 2/pipeline: 2, data: 1/' \
+    -e 's/^spec:$/spec:\n  activeDeadlineSeconds: 2/' "$W/e2e.yaml" >"$W/dl.yaml"
+kubectl apply -f "$W/dl.yaml" >/dev/null
+check "deadline job: 2 pods" wait_for 30 pods_are dl 2
+for i in 0 1; do pod_status dl-worker-$i Running True; done
+check "deadline job: Failed, condition Failed DeadlineExceeded" wait_for 30 tj_is dl \
+    '.status.phase == "Failed" and (.status.conditions[] | select(.type == "Failed") | .status == "True" and .reason == "DeadlineExceeded")'
+check "deadline job: failed no sooner than startTime + 2 s (the API's timestamps)" tj_is dl \
+    '(.status.completionTime | fromdateiso8601) - (.status.startTime | fromdateiso8601) >= 2'
+pods_deleting() { [ "$(pods_json dl | jq '[.items[] | select(.metadata.deletionTimestamp == null)] | length')" = 0 ]; }
+check "deadline job: its pods deleted (terminating: no kubelet here)" wait_for 20 pods_deleting
+check "deadline job: a Warning Event DeadlineExceeded" bash -c "'$KUBECTL' get events -n $NS -o json | jq -e 'any(.items[]; .reason == \"DeadlineExceeded\" and .type == \"Warning\" and .involvedObject.name == \"dl\")' >/dev/null"
 
 # --- ttlSecondsAfterFinished: a finished job deleted by the operator, under the chart's RBAC ---------
 sed -e 's/name: e2e,/name: ttl,/' -e 's/workers: 4/workers: 2/' -e 's/pipeline: 2, data: 2/pipeline: 2, data: 1/' \

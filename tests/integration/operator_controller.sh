@@ -1,6 +1,6 @@
 # The TrainingJob controller against the fake API server: objects, status, invalid specs,
 # immutability, suspend, failed pods replaced, gang timeout, cascade, metrics,
-# ttlSecondsAfterFinished.
+# ttlSecondsAfterFinished, activeDeadlineSeconds.
 source "$(dirname "$0")/lib.bash"
 source "$(dirname "$0")/fakeapi.bash"
 start_fakeapi
@@ -147,6 +147,18 @@ EV=$(api GET /api/v1/namespaces/$NS/events | jq -c '[.items[] | select(.reason =
 check "ttl job: one Normal Event Deleted naming the ttl" jq_true "$EV" 'length == 1 and .[0].type == "Normal" and (.[0].message | contains("spec.ttlSecondsAfterFinished 2"))'
 check "ttl job: deleted no sooner than completionTime + 2 s" jq_true "$EV" "(.[0].firstTimestamp | fromdateiso8601) - (\"$DONE_AT\" | fromdateiso8601) >= 2"
 check "job without ttlSecondsAfterFinished: kept after finishing" job_is $NS k '.status.phase == "Succeeded"'
+
+# spec.activeDeadlineSeconds: a job still running that long after status.startTime fails
+# (DeadlineExceeded) and its pods are deleted; again checked by the API's timestamps.
+api POST "$JOBS/$NS/trainingjobs" "$(job d 2 '"activeDeadlineSeconds":2')" >/dev/null
+wait_for 15 pods_are $NS d 2
+fake kubelet "{\"namespace\":\"$NS\",\"selector\":\"holmes.dev/job=d\",\"phase\":\"Running\",\"ready\":true}" >/dev/null
+check "deadline: the job Failed, DeadlineExceeded naming the field" wait_for 20 job_is $NS d '.status.phase == "Failed" and (.status.conditions[] | select(.type == "Failed") | .status == "True" and .reason == "DeadlineExceeded" and (.message | contains("spec.activeDeadlineSeconds 2")))'
+check "deadline: its pods deleted" wait_for 15 pods_are $NS d 0
+check "deadline: failed no sooner than startTime + 2 s" job_is $NS d '(.status.completionTime | fromdateiso8601) - (.status.startTime | fromdateiso8601) >= 2'
+check "deadline: a Warning Event DeadlineExceeded" wait_for 10 bash -c "curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/events' | jq -e 'any(.items[]; .reason == \"DeadlineExceeded\" and .type == \"Warning\" and .involvedObject.name == \"d\")' >/dev/null"
+sleep 1
+check "deadline: no pods recreated for the failed job" pods_are $NS d 0
 
 kill -TERM "$OP_PID"; wait "$OP_PID"; rc=$?
 check "SIGTERM -> clean exit 0" test "$rc" = 0

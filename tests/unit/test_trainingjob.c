@@ -159,6 +159,7 @@ int main(void)
     CHECK_INT("default gang timeout", job.spec.gang_timeout_seconds, 600);
     CHECK_INT("default maxRestarts", job.spec.restart.max_restarts, 3);
     CHECK_INT("no ttlSecondsAfterFinished by default (-1: kept)", job.spec.ttl_after_finished_s, -1);
+    CHECK_INT("no activeDeadlineSeconds by default (-1: no limit)", job.spec.active_deadline_s, -1);
     CHECK_INT("world size cpu", tj_world_size(&job.spec), 2);
     CHECK("no template", job.spec.pod_template == NULL);
     char desc[512];
@@ -178,15 +179,18 @@ int main(void)
     tj_spec_free(&again);
     tj_job_free(&job);
 
-    /* ttlSecondsAfterFinished: 0 (delete at once) is a value, kept by the round trip */
+    /* ttlSecondsAfterFinished: 0 (delete at once) is a value; both kept by the round trip */
     rc = parse_job("apiVersion: holmes.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: t}\n"
                    "spec:\n  workers: 2\n  gpusPerWorker: 0\n  model: {preset: gpt2-124m}\n"
-                   "  training: {steps: 10}\n  ttlSecondsAfterFinished: 0\n", &job, &errs);
+                   "  training: {steps: 10}\n  ttlSecondsAfterFinished: 0\n  activeDeadlineSeconds: 7\n",
+                   &job, &errs);
     CHECK("ttlSecondsAfterFinished 0 parses", rc == 0 && job.spec.ttl_after_finished_s == 0);
+    CHECK_INT("activeDeadlineSeconds parses", job.spec.active_deadline_s, 7);
     j = tj_spec_to_json(&job.spec);
     memset(&errs, 0, sizeof errs);
     CHECK("ttlSecondsAfterFinished 0 round trip",
           j && tj_spec_from_json(j, "spec", &again, &errs) == 0 && again.ttl_after_finished_s == 0);
+    CHECK_INT("activeDeadlineSeconds round trip", again.active_deadline_s, 7);
     cJSON_Delete(j);
     tj_spec_free(&again);
     tj_job_free(&job);
