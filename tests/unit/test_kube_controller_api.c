@@ -32,26 +32,44 @@ static const char *str(const cJSON *o, const char *a, const char *b)
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-/* The controller on the fake API server, and the calls the coordinator makes of it. */
-static void with_api(struct fakeapi *f, struct kube_client *kc)
+/* The controller on the fake API server (namespace ml), started and synced; label names the
+ * scenario in the checks. */
+static struct controller *start_controller(struct kube_client *kc, const char *label)
 {
     herr e = {0};
     struct controller_opts o = {.namespace = "ml", .coordinator_url = "ws://coord:8443",
                                 .default_image = "holmes-node:t"};
     struct controller *c = controller_new(kc, &o, &e);
-    CHECK("controller starts", c && controller_start(c, &e) == 0);
-    CHECK_INT("controller syncs", controller_wait_synced(c, 10000), 0);
-    cJSON *job = cJSON_Parse("{\"apiVersion\":\"holmes.dev/v1alpha1\",\"kind\":\"TrainingJob\","
-                             "\"metadata\":{\"name\":\"gpt\"},\"spec\":{\"workers\":3,\"gpusPerWorker\":0,"
-                             "\"model\":{\"preset\":\"gpt2-124m\"},\"training\":{\"steps\":5}}}");
-    CHECK_INT("create job", kube_create(kc, &KUBE_TRAININGJOBS, "ml", job, NULL, &e), 0);
+    char what[96];
+    snprintf(what, sizeof what, "%scontroller starts", label);
+    CHECK(what, c && controller_start(c, &e) == 0);
+    snprintf(what, sizeof what, "%scontroller syncs", label);
+    CHECK_INT(what, controller_wait_synced(c, 10000), 0);
+    return c;
+}
+
+/* A CPU TrainingJob of `workers` workers (GPT-2 124M, 5 steps) created in namespace ns. */
+static int create_job(struct kube_client *kc, const char *ns, const char *name, int workers)
+{
+    herr e = {0};
+    char txt[512];
+    snprintf(txt, sizeof txt, "{\"apiVersion\":\"holmes.dev/v1alpha1\",\"kind\":\"TrainingJob\","
+             "\"metadata\":{\"name\":\"%s\"},\"spec\":{\"workers\":%d,\"gpusPerWorker\":0,"
+             "\"model\":{\"preset\":\"gpt2-124m\"},\"training\":{\"steps\":5}}}", name, workers);
+    cJSON *job = cJSON_Parse(txt);
+    int rc = kube_create(kc, &KUBE_TRAININGJOBS, ns, job, NULL, &e);
     cJSON_Delete(job);
-    /* A job in another namespace is not ours (--namespace ml). */
-    job = cJSON_Parse("{\"apiVersion\":\"holmes.dev/v1alpha1\",\"kind\":\"TrainingJob\","
-                      "\"metadata\":{\"name\":\"gpt\"},\"spec\":{\"workers\":2,\"gpusPerWorker\":0,"
-                      "\"model\":{\"preset\":\"gpt2-124m\"},\"training\":{\"steps\":5}}}");
-    kube_create(kc, &KUBE_TRAININGJOBS, "other", job, NULL, &e);
-    cJSON_Delete(job);
+    return rc;
+}
+
+/* The controller on the fake API server, and the calls the coordinator makes of it. */
+static void with_api(struct fakeapi *f, struct kube_client *kc)
+{
+    herr e = {0};
+    cJSON *job;
+    struct controller *c = start_controller(kc, "");
+    CHECK_INT("create job", create_job(kc, "ml", "gpt", 3), 0);
+    create_job(kc, "other", "gpt", 2); /* a job in another namespace is not ours (--namespace ml) */
     for (int i = 0; i < 200 && pods_count(c) < 3; i++)
         sleep_ms(50);
     cJSON *pods = controller_job_pods(c, "ml", "gpt");
@@ -243,16 +261,8 @@ static int wait_conditions(struct kube_client *kc, const char *name, const char 
 static void lagging_cache(struct fakeapi *f, struct kube_client *kc)
 {
     herr e = {0};
-    struct controller_opts o = {.namespace = "ml", .coordinator_url = "ws://coord:8443",
-                                .default_image = "holmes-node:t"};
-    struct controller *c = controller_new(kc, &o, &e);
-    CHECK("lagging cache: controller starts", c && controller_start(c, &e) == 0);
-    CHECK_INT("lagging cache: controller syncs", controller_wait_synced(c, 10000), 0);
-    cJSON *job = cJSON_Parse("{\"apiVersion\":\"holmes.dev/v1alpha1\",\"kind\":\"TrainingJob\","
-                             "\"metadata\":{\"name\":\"lag\"},\"spec\":{\"workers\":1,\"gpusPerWorker\":0,"
-                             "\"model\":{\"preset\":\"gpt2-124m\"},\"training\":{\"steps\":5}}}");
-    CHECK_INT("lagging cache: create job", kube_create(kc, &KUBE_TRAININGJOBS, "ml", job, NULL, &e), 0);
-    cJSON_Delete(job);
+    struct controller *c = start_controller(kc, "lagging cache: ");
+    CHECK_INT("lagging cache: create job", create_job(kc, "ml", "lag", 1), 0);
     static const char *const valid[] = {"Valid", NULL};
     CHECK("lagging cache: the controller wrote the job's status", wait_conditions(kc, "lag", valid, 10000));
     sleep_ms(500); /* the cache holds that status */
