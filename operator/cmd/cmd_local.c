@@ -186,11 +186,14 @@ static void prepare_checkpoints(const struct tj_spec *s)
 }
 
 /* Serves the coordinator and keeps the workers running until the job is over and every
- * worker has left (killed 10 s after the end if it does not); the job's final state. */
+ * worker has left (killed 10 s after the end if it does not); the job's final state. A run
+ * longer than spec.activeDeadlineSeconds is stopped as an interrupted one is (the workers
+ * checkpoint and leave) and fails. */
 static enum coord_job_state run_until_over(struct local *L)
 {
     enum coord_job_state st = COORD_GATHERING;
     double over_since = -1;
+    int deadline = L->job.spec.active_deadline_s;
     for (;;) {
         coord_service(L->c);
         local_workers_reap(&L->workers);
@@ -198,6 +201,14 @@ static enum coord_job_state run_until_over(struct local *L)
         if (interrupted) {
             coord_cancel_job(L->c, L->job.name, "interrupted", NULL);
             interrupted = 0;
+        }
+        if (deadline > 0 && clock_mono_s() - L->t0 >= deadline &&
+            !local_workers_job_over(&L->workers, &st)) {
+            char why[128];
+            snprintf(why, sizeof why, "DeadlineExceeded: running longer than "
+                     "spec.activeDeadlineSeconds %d", deadline);
+            coord_cancel_job(L->c, L->job.name, why, NULL);
+            deadline = 0; /* said once */
         }
         if (L->gang_failed && !local_workers_job_over(&L->workers, &st)) {
             if (local_workers_cover_gang(&L->workers))

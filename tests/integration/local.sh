@@ -1,6 +1,6 @@
 # holmes-operator local with simulated workers (no model): placement inside fabrics, progress,
 # metrics per step, in-place restart after a worker is killed, failure when restarts run out,
-# and bad input. The real-training run is tests/integration/local_train.sh.
+# spec.activeDeadlineSeconds, and bad input. The real-training run is tests/integration/local_train.sh.
 source "$(dirname "$0")/lib.bash"
 tmp=$(mktemp -d /tmp/holmes-local.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -61,6 +61,18 @@ wait
 [ "$(cat "$tmp/rc3")" = 1 ] && pass "no restarts left: job fails" || fail "no restarts left: job fails" "$(cat "$tmp/out3")"
 grep -q "no restarts left" "$tmp/out3" && pass "no restarts left: reason printed" \
     || fail "no restarts left: reason printed" "$(cat "$tmp/out3")"
+
+# 3b. spec.activeDeadlineSeconds: a run longer than it is stopped (as an interrupted one) and
+# fails, saying why.
+sed -e "s/^spec:$/spec:\n  activeDeadlineSeconds: 2/" -e "s/steps: 100$/steps: 1000000/" "$tmp/job.yaml" >"$tmp/jobdl.yaml"
+out=$(cd "$REPO" && timeout 120 "$OPERATOR" local "$tmp/jobdl.yaml" --simulate --step-ms 20 \
+      --run-dir "$tmp/rundl" 2>&1)
+rc=$?
+[ $rc -eq 1 ] && grep -q "failed in" <<<"$out" && pass "activeDeadlineSeconds: the run stops and fails" ||
+    fail "activeDeadlineSeconds: the run stops and fails" "rc $rc: $(tail -5 <<<"$out")"
+grep -q "reason: .*DeadlineExceeded: running longer than spec.activeDeadlineSeconds 2" <<<"$out" &&
+    pass "activeDeadlineSeconds: the reason names the field" ||
+    fail "activeDeadlineSeconds: the reason names the field" "$(tail -5 <<<"$out")"
 
 # 4. kill -9 of holmes-operator local: its workers die with it (each worker is a supervisor and
 # the worker process it runs: 8 processes).
