@@ -175,6 +175,8 @@ static int deadline_passed(struct reconcile *r, const cJSON *pods, double *due, 
     snprintf(msg, sizeof msg, "running since %s, longer than spec.activeDeadlineSeconds %d: the job "
              "failed and its pods are deleted (their workers checkpoint on SIGTERM)", since, dl);
     *rc = ctl_delete_pods(r->c, r->memo, pods, 0, e);
+    if (*rc != 0)
+        return 1; /* not failed yet: Failed is final, the next try deletes the pods first */
     ctl_set_workers_ready(r->st, 0);
     ctl_set_phase(r, "Failed");
     json_set_str(r->st, "message", msg);

@@ -159,6 +159,15 @@ check "deadline: failed no sooner than startTime + 2 s" job_is $NS d '(.status.c
 check "deadline: a Warning Event DeadlineExceeded" wait_for 10 bash -c "curl -s -H 'Authorization: Bearer $FAKEAPI_TOKEN' '$API/api/v1/namespaces/$NS/events' | jq -e 'any(.items[]; .reason == \"DeadlineExceeded\" and .type == \"Warning\" and .involvedObject.name == \"d\")' >/dev/null"
 sleep 1
 check "deadline: no pods recreated for the failed job" pods_are $NS d 0
+# A pod that cannot be deleted at first (the API answers 500): the job is not Failed (final)
+# before its pods are gone.
+api POST "$JOBS/$NS/trainingjobs" "$(job d2 2 '"activeDeadlineSeconds":2')" >/dev/null
+wait_for 15 pods_are $NS d2 2
+fake faults '{"status":500,"count":3,"match":"pods/d2-worker"}' >/dev/null
+d2_failed_and_gone() { job_is $NS d2 '.status.phase == "Failed"' && pods_are $NS d2 0; }
+check "deadline, deletion refused at first: Failed, and its pods deleted" wait_for 30 d2_failed_and_gone
+check "deadline: the refused deletions were retried (3 faults served)" test "$(stats | jq .faults)" -ge 3
+fake faults '{}' >/dev/null
 
 kill -TERM "$OP_PID"; wait "$OP_PID"; rc=$?
 check "SIGTERM -> clean exit 0" test "$rc" = 0
