@@ -191,6 +191,14 @@ bench-gpu: $(GB)/bf16/bench_gpu
 	else echo "bench-gpu: $(GPU_PYTHON) has no CUDA PyTorch: PyTorch skipped"; fi; \
 	} 2>&1 | tee $(GB)/bench-gpu.log && python3 tests/bench/gpu_summary.py $(GB)/bench-gpu.log
 
+# PyTorch's fused attention backends (cuDNN, FlashAttention-2, memory-efficient) at the engine's
+# two attention shapes, forward and forward + backward a layer, each also under
+# torch.use_deterministic_algorithms, and whether its backward is bit-exact on a second run: the
+# anchor for bench_gpu's attention table and for a cuDNN path (tests/bench/bench_torch_attention.py)
+.PHONY: bench-gpu-attention
+bench-gpu-attention:
+	@PYTHONUNBUFFERED=1 $(GPU_PYTHON) tests/bench/bench_torch_attention.py 16 12 1024 64 $(GPU_B_1558M) 25 1024 64
+
 # every phase under one time budget (GPU_CHECK_BUDGET, 480 s), each run even when one before
 # failed, the last lines a table of the phases and the benchmarks' summary
 gpu-check:
