@@ -280,7 +280,10 @@ static void lagging_cache(struct fakeapi *f, struct kube_client *kc)
           server_has_conditions(kc, "lag", three));
 
     /* Someone else adds a condition (the whole array, as merge patches go); the controller,
-     * its cache 800 ms behind, sets another at once. */
+     * its cache now 2 s behind (a wide window even on a loaded machine), sets another at once:
+     * its write, computed from a version without the other writer's, is refused (409). */
+    fakeapi_control(f, "POST", "/_fake/faults", "{\"watchDelayMs\":2000}", NULL, 0);
+    sleep_ms(100);
     cJSON *now = NULL;
     kube_get(kc, &KUBE_TRAININGJOBS, "ml", "lag", &now, &e);
     cJSON *conds = cJSON_Duplicate(cJSON_GetObjectItem(cJSON_GetObjectItem(now, "status"), "conditions"), 1);
