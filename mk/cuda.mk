@@ -22,7 +22,8 @@ GPU_PYTHON ?= python3
 GPU_PEAK   ?= 989
 GPU_B_1558M ?= 4
 # gpu_stage_create flags for bench-gpu: 1 = recompute GELU outputs in backward, 4 = the
-# materialised attention instead of flash attention
+# materialised attention instead of flash attention, 8 = flash attention's dQ kernel recomputing S
+# and dP instead of reading the dS its dK/dV kernel stores
 GPU_FLAGS  ?= 0
 GB := build/cuda
 

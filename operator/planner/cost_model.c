@@ -240,9 +240,11 @@ void cost_stage_memory_parts(const struct cost_job *j, int layers, int s, int n,
     if (last) /* the final LayerNorm, the logits (padded vocabulary / t), the losses */
         out->logits = out->slots * (BTC * X + BT * V / t * X + 3.0 * BT * 4.0 +
                                     (t > 1 ? 2.0 * BT * 4.0 : 0.0));
-    /* once: the workspace, backward's buffers, the column sums' partials */
+    /* once: the workspace, backward's buffers (flash: the row sums and the dS its dQ kernel reads,
+     * [b][NH][T][T rounded up to 64] bf16), the column sums' partials */
     out->scratch = MEM_LT_WORKSPACE + BTC * X * 2.0 + BTC * 4.0 / t * X + 3.0 * BTC / t * X +
-                   (flash ? NH * BT * 4.0 : 7.0 * BTC / t * X + NH * b * sq * sq * X) +
+                   (flash ? NH * BT * 4.0 + NH * BT * ceil(sq / 64.0) * 64.0 * X
+                          : 7.0 * BTC / t * X + NH * b * sq * sq * X) +
                    (t > 1 ? fmax(BTC, BT * (2.0 * t + 1.0)) * 4.0 : 0.0) +
                    colsum_partial_rows(BT) * 2.0 * 4.0 * C * 4.0;
     /* the pipeline (pipeline.c): a received activation per slot and the gradient send ring on

@@ -78,6 +78,9 @@ phase "compute-sanitizer racecheck" 120 bash -c "$sanitize" _ racecheck "$saniti
 phase "test_comm_dev" 60 build/comm-nccl/test_comm_dev
 phase "worker_gpu.sh" 150 tests/gpu/worker_gpu.sh "$node"
 phase "bench-gpu" 600 "$make_cmd" --no-print-directory bench-gpu
+# flash attention's other dQ kernel (GPU_FLASH_RECOMPUTE_DQ) at 124M: its step and attention table
+# beside bench-gpu's, which read the stored dS (the log has both; which one stays the default)
+phase "bench_gpu 124M recompute-dq" 60 "$GB/bf16/bench_gpu" 12 768 12 50257 16 1024 20 "${GPU_PEAK:-989}" 8
 
 {
     echo

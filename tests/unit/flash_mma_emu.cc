@@ -136,9 +136,16 @@ static float fast_exp2(float x) { return exp2f(x); }
 static uint32_t pack2(float lo, float hi) { return (uint32_t)f2bf(lo).u | (uint32_t)f2bf(hi).u << 16; }
 static void store_bf2(bf16 *p, float x, float y)
 {
+    if ((uintptr_t)p & 3)
+        die("store_bf2: a 4-byte store to an address not 4-byte aligned");
     check_global(p, 4, true);
     p[0] = f2bf(x);
     p[1] = f2bf(y);
+}
+static void store_bf1(bf16 *p, float x)
+{
+    check_global(p, 2, true);
+    p[0] = f2bf(x);
 }
 static void load8(float f[8], const bf16 *p, bool vec)
 {
@@ -185,7 +192,7 @@ struct rowdiff {
     double cd = 0, cm = 0;
     void add(double got, double want, double mag)
     {
-        cd = fmax(cd, fabs(got - want));
+        cd = fmax(cd, absdiff(got, want));
         cm = fmax(cm, mag);
     }
     void end_row()
@@ -208,13 +215,16 @@ struct rowdiff {
 static bool scalar_d; /* the D kernel's 2-byte loads (as for rows not 16-byte aligned) */
 
 /* one pass [q0, q1) of B sequences of T, NH heads of HS; with_acc: the sliced backward's fp32
- * accumulator for dK, dV (starting from random values, as after a later slice) */
+ * accumulator for dK, dV (starting from random values, as after a later slice); stored: dQ from
+ * the dS the dK/dV kernel stores (the workspace starting as NaNs, so that a pair read but never
+ * written, or read unmasked, shows), else the kernel that recomputes it */
 template <int HS> static void run_case(int B, int NH, int T, int q0, int q1, bool with_acc,
-                                       bool rising = false)
+                                       bool rising = false, bool stored = true)
 {
-    char name[160], tag[96];
-    snprintf(tag, sizeof tag, "flash_mma_emu.hs%d.B%d.NH%d.T%d.[%d,%d)%s%s%s", HS, B, NH, T, q0,
-             q1, with_acc ? ".acc" : "", rising ? ".rising" : "", eager ? ".eager" : "");
+    char name[160], tag[112];
+    snprintf(tag, sizeof tag, "flash_mma_emu.hs%d.B%d.NH%d.T%d.[%d,%d)%s%s%s%s", HS, B, NH, T, q0,
+             q1, with_acc ? ".acc" : "", rising ? ".rising" : "", eager ? ".eager" : "",
+             stored ? "" : ".recompute_dq");
     int C = NH * HS;
     size_t S3 = (size_t)B * T * 3 * C, SC = (size_t)B * T * C, SR = (size_t)B * NH * T;
     std::vector<bf16> qkv(S3), atty(SC), dy(SC), dqkv(S3);
@@ -249,6 +259,10 @@ template <int HS> static void run_case(int B, int NH, int T, int q0, int q1, boo
                {dqkv.data(), S3 * 2, true}, {lse.data(), SR * 4, true}, {D.data(), SR * 4, true}};
     if (with_acc)
         regions.push_back({acc.data(), S3 * 4, true});
+    /* exactly the pass's workspace: a row or column past it is out of bounds */
+    std::vector<bf16> ws(stored ? (size_t)B * NH * q1 * ds_ld(q0, q1) : 0, nanb);
+    if (stored)
+        regions.push_back({ws.data(), ws.size() * 2, true});
     float scale = 1.0f / sqrtf((float)HS), sl2 = 1.4426950408889634f * scale;
 
     launch(dim3e{(unsigned)fwd_blocks<HS>(q0, q1), (unsigned)(B * NH), 1}, fwd_smem<HS>(), [&] {
@@ -282,7 +296,7 @@ template <int HS> static void run_case(int B, int NH, int T, int q0, int q1, boo
                         want += x;
                         mag += fabs(x);
                     }
-                    worst = fmax(worst, fabs(got - want) / (mag + 1e-30));
+                    worst = fmax(worst, absdiff(got, want) / (mag + 1e-30));
                     wrong_rows += std::isnan(got);
                 }
         snprintf(name, sizeof name, "%s.D%s", tag, vec ? "" : ".scalar");
@@ -291,13 +305,20 @@ template <int HS> static void run_case(int B, int NH, int T, int q0, int q1, boo
               wrong_rows);
     }
     launch(dim3e{(unsigned)flash_key_tiles(q1), (unsigned)(B * NH), 1}, dkdv_smem<HS>(), [&] {
-        mma_dkdv_kernel<HS>(dqkv.data(), with_acc ? acc.data() : NULL, dy.data(), lse.data(),
-                            D.data(), qkv.data(), T, NH, q0, q1, sl2, scale);
+        mma_dkdv_kernel<HS>(dqkv.data(), with_acc ? acc.data() : NULL, stored ? ws.data() : NULL,
+                            dy.data(), lse.data(), D.data(), qkv.data(), T, NH, q0, q1, sl2, scale);
     });
-    launch(dim3e{(unsigned)flash_query_tiles(q0, q1), (unsigned)(B * NH), 1}, dq_smem<HS>(), [&] {
-        mma_dq_kernel<HS>(dqkv.data(), dy.data(), lse.data(), D.data(), qkv.data(), T, NH, q0, q1,
-                          sl2, scale);
-    });
+    if (stored)
+        launch(dim3e{(unsigned)flash_query_tiles(q0, q1), (unsigned)(B * NH), 1}, dq_ds_smem<HS>(),
+               [&] {
+                   mma_dq_ds_kernel<HS>(dqkv.data(), ws.data(), qkv.data(), T, NH, q0, q1, scale);
+               });
+    else
+        launch(dim3e{(unsigned)flash_query_tiles(q0, q1), (unsigned)(B * NH), 1}, dq_smem<HS>(),
+               [&] {
+                   mma_dq_kernel<HS>(dqkv.data(), dy.data(), lse.data(), D.data(), qkv.data(), T,
+                                     NH, q0, q1, sl2, scale);
+               });
 
     /* the reference, in double, on the same bf16 inputs */
     maxdiff ey, el, edq, edk, edv;
@@ -439,10 +460,17 @@ int main()
     run_case<128>(1, 1, 130, 0, 130, false);
     run_case<64>(1, 1, 200, 0, 200, false, true);
     run_case<64>(1, 1, 200, 46, 190, true, true);
+    /* q0 odd: the dK/dV kernel's tiles from a key tile start off the workspace's 4-byte pairs */
+    run_case<64>(1, 1, 200, 33, 171, true, true);
+    /* the recomputing dQ kernel (GPU_FLASH_RECOMPUTE_DQ) */
+    run_case<64>(1, 2, 200, 0, 200, false, false, false);
+    run_case<64>(1, 1, 200, 46, 190, true, true, false);
+    run_case<32>(2, 1, 70, 14, 70, true, false, false);
     eager = true; /* the other schedule, on the cases with several tiles to walk */
     scalar_d = true; /* and the D kernel's other loads */
     run_case<64>(1, 2, 200, 0, 200, false);
     run_case<64>(1, 1, 200, 46, 190, true);
+    run_case<64>(1, 1, 200, 46, 190, true, false, false);
     printf("%d passed, %d failed\n", passes, failures);
     return failures ? 1 : 0;
 }

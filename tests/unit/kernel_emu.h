@@ -32,6 +32,7 @@
 
 #define __global__
 #define __device__
+#define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(n)
 
@@ -332,11 +333,18 @@ static inline void check(const char *name, bool ok, const char *fmt = "", double
 
 /* worst |got - want| over the largest magnitude: a value's magnitude is the sum of the absolute
  * values of the terms it sums (the scale its rounding errors have, however much the terms cancel) */
+/* the largest |got - want| and the largest magnitude; a NaN or infinite difference counts as
+ * infinite (fmax alone would pass over a NaN) */
+static inline double absdiff(double got, double want)
+{
+    double x = fabs(got - want);
+    return std::isfinite(x) ? x : INFINITY;
+}
 struct maxdiff {
     double d = 0, m = 0;
     void add(double got, double want, double mag)
     {
-        d = fmax(d, fabs(got - want));
+        d = fmax(d, absdiff(got, want));
         m = fmax(m, mag);
     }
     double rel() const { return m > 0 ? d / m : d; }

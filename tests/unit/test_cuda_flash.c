@@ -289,6 +289,88 @@ static void check_slices(int T, const int *cut, int ns)
     free(vis);
 }
 
+/* The stored dQ path's workspace (flash_mma_kernels.cuh): the dK/dV kernel's walk (key tiles of
+ * 64, 4 warps of 16 keys, the query tiles from flash_first_query, a warp skipping a tile its keys
+ * cannot see) writes dS^T[key][q - q0] for its keys below q1 and its queries below q1; the dQ
+ * kernel's walk (query tiles of 64, 4 warps of 16 queries, key tiles up to flash_key_end) reads
+ * whole 64 x 64 tiles, zero past kend, and zeroes the pairs flash_visible rejects where
+ * flash_needs_mask says. Every pair it then uses must have been written, every read and write
+ * must fall inside the row of flash_ds_cols(q1 - q0) columns, and every visible pair must be used
+ * once. Over many passes [q0, q1) of T. Returns the violations. */
+static long ds_cover(int T, int q0, int q1)
+{
+    int S = q1 - q0, ld = flash_ds_cols(S);
+    unsigned char *wr = calloc((size_t)T * ld, 1), *used = calloc((size_t)T * T, 1);
+    long bad = 0;
+    if (!wr || !used) {
+        free(wr);
+        free(used);
+        return 1;
+    }
+    for (int kb = 0; kb < flash_key_tiles(q1); kb++) {
+        int kt0 = kb * FLASH_TILE, qfirst = flash_first_query(q0, kt0);
+        for (int qt = qfirst; qt < q1; qt += FLASH_TILE)
+            for (int w = 0; w < 4; w++) {
+                if (!flash_rows_see(qt, FLASH_TILE, kt0 + W * w))
+                    continue;
+                for (int key = kt0 + W * w; key < kt0 + W * w + W && key < q1; key++)
+                    for (int c = qt - q0; c < qt - q0 + FLASH_TILE && c < S; c++) {
+                        bad += c < 0 || c >= ld;
+                        if (c >= 0 && c < ld)
+                            wr[(size_t)key * ld + c] = 1;
+                    }
+            }
+    }
+    for (int i = 0; i < flash_query_tiles(q0, q1); i++) {
+        int qt0 = flash_query_tile(q0, q1, i), kend = flash_key_end(qt0, q1);
+        bad += qt0 - q0 + FLASH_TILE > ld; /* the tile's 64 columns inside the row */
+        for (int kt = 0; kt < kend; kt += FLASH_TILE)
+            for (int w = 0; w < 4; w++) {
+                int qw = qt0 + W * w;
+                if (!flash_rows_see(qw, W, kt))
+                    continue;
+                int masked = flash_needs_mask(qw, W, kt, FLASH_TILE, q1);
+                for (int q = qw; q < qw + W; q++)
+                    for (int k = kt; k < kt + FLASH_TILE && k < kend; k++) {
+                        if (masked && !flash_visible(q, k, q1))
+                            continue;
+                        bad += !flash_visible(q, k, q1) || !wr[(size_t)k * ld + (q - q0)];
+                        if (flash_visible(q, k, q1))
+                            bad += used[(size_t)q * T + k]++ != 0;
+                    }
+            }
+    }
+    for (int q = q0; q < q1; q++)
+        for (int k = 0; k <= q; k++)
+            bad += used[(size_t)q * T + k] != 1;
+    free(wr);
+    free(used);
+    return bad;
+}
+
+static void check_ds_cover(void)
+{
+    long bad = 0, passes = 0;
+    int Ts[] = {64, 130, 200, 257};
+    for (int ti = 0; ti < 4; ti++) {
+        int T = Ts[ti];
+        for (int q0 = 0; q0 < T; q0++) {
+            int ends[] = {q0 + 1, q0 + 15, q0 + 16, q0 + 63, q0 + 64, q0 + 65, q0 + 129, T};
+            for (int e = 0; e < 8; e++)
+                if (ends[e] <= T) {
+                    bad += ds_cover(T, q0, ends[e]);
+                    passes++;
+                }
+        }
+    }
+    if (bad == 0)
+        TEST_PASS("flash.plan.ds_workspace_cover");
+    else
+        TEST_FAIL("flash.plan.ds_workspace_cover",
+                  "%ld violations over %ld passes: a pair the dQ kernel uses unwritten, or an "
+                  "access outside the row", bad, passes);
+}
+
 int main(void)
 {
     int lens[] = {16, 37, 64, 80, 130, 200};
@@ -309,5 +391,8 @@ int main(void)
                                   flash_key_end(76, 130) == 130 && flash_key_end(12, 130) == 76 &&
                                   flash_key_tiles(130) == 3 && flash_first_query(65, 64) == 65 &&
                                   flash_first_query(12, 64) == 64);
+    CHECK("flash.plan.ds_cols", flash_ds_cols(1) == 64 && flash_ds_cols(64) == 64 &&
+                                    flash_ds_cols(65) == 128 && flash_ds_cols(1024) == 1024);
+    check_ds_cover();
     TEST_MAIN_END();
 }

@@ -6,7 +6,8 @@
  * the kernel launches (and other enqueued work) and host synchronisations of a step.
  * Usage: bench_gpu L C NH V B T steps [peak_tflops (default 989: H100 SXM bf16 dense) [flags]]
  *                  [--micro-batches M[,M2...]]   (several M: one run each, on the same stage)
- *        (flags: gpu_stage_create's, 1 = GPU_RECOMPUTE_GELU, 4 = GPU_MATERIALISED_ATTENTION)
+ *        (flags: gpu_stage_create's, 1 = GPU_RECOMPUTE_GELU, 4 = GPU_MATERIALISED_ATTENTION,
+ *         8 = GPU_FLASH_RECOMPUTE_DQ)
  *        bench_gpu --gemm N iters    (the GEMM ceiling: an NxNxN product, same path and type)
  * The "holmes ... L.. C.. NH.. V.. B.. T.. M.. on ..." lines are what make bench-gpu's summary
  * (tests/bench/gpu_summary.py) reads. */
@@ -196,10 +197,11 @@ int main(int argc, char **argv)
         qsort(ms, (size_t)steps, sizeof(double), cmp_double);
         double med = ms[steps / 2], flops = gpu_stage_flops(s) * M;
         double tflops = flops / (med / 1e3) / 1e12, tps = (double)M * BT / (med / 1e3);
-        printf("holmes %s%s L%d C%d NH%d V%d B%d T%d M%d on %s: params %.1fM, "
+        printf("holmes %s%s%s L%d C%d NH%d V%d B%d T%d M%d on %s: params %.1fM, "
                "attention %s, median %.1f ms/step (min %.1f, max %.1f, %d steps), %.0f tokens/s, "
                "%.0f TFLOP/s, MFU %.1f%% of %.0f, loss %.4f\n",
                gpu_precision_name(), flags & GPU_RECOMPUTE_GELU ? " recompute-gelu" : "",
+               flags & GPU_FLASH_RECOMPUTE_DQ ? " recompute-dq" : "",
                c.layers, c.channels, c.heads, c.vocab, B, T, M, dev, n / 1e6,
                gpu_stage_attention_kind(s), med, ms[0], ms[steps - 1], steps, tps, tflops,
                100.0 * tflops / peak, peak, loss);

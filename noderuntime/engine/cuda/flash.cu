@@ -8,10 +8,13 @@
  * in registers. It keeps each row's log-sum-exp (base 2, of the scaled scores) for backward.
  *
  * Backward, deterministic (no atomics): D = rowsum(dY * Y) first; one kernel over key tiles
- * (each warp 16 keys, walking the query tiles from its keys on) accumulates dV = P^T dY and
- * dK = dS^T Q in registers; another over query tiles accumulates dQ = dS K; both recompute S and
- * P from q, k and the log-sum-exp, dS = P (dP - D), dP = dY V^T. Every element of dq, dk, dv is
- * written by one thread after a loop in a fixed order.
+ * (each warp 16 keys, walking the query tiles from its keys on) recomputes S and P from q, k and
+ * the log-sum-exp, dP = dY V^T and dS = P (dP - D), accumulates dV = P^T dY and dK = dS^T Q in
+ * registers, and stores dS (bf16, as dK's product reads it) in a [B][NH][T][T] workspace; another
+ * over query tiles accumulates dQ = dS K from it: one product a query-key pair where recomputing
+ * S and dP there took three, for 2 bytes a pair written and read (GPU_FLASH_RECOMPUTE_DQ keeps the
+ * recomputing dQ kernel and no workspace). Every element of dq, dk, dv is written by one thread
+ * after a loop in a fixed order.
  *
  * Token slices pay their rectangle: queries [q0, q1), keys [0, q1).
  *
@@ -147,6 +150,10 @@ __device__ __forceinline__ void store_bf2(bf16 *p, float x, float y)
 {
     *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(x, y);
 }
+__device__ __forceinline__ void store_bf1(bf16 *p, float x)
+{
+    *p = __float2bfloat16_rn(x);
+}
 __device__ __forceinline__ void load8(float f[8], const bf16 *p, bool vec)
 {
     if (vec) {
@@ -213,15 +220,19 @@ template <int HS> int launch_bwd(struct gpu_stage *s, floatX *dqkv, const floatX
     dim3 gk((unsigned)flash_key_tiles(q1), (unsigned)(B * NH));
     struct kernel_rec r = flash_rec(GPU_KERNEL_FLASH_DKDV, B * NH, q0, q1, HS);
     int timed = prof_kernel_start(s->x.prof, st, &r);
-    mma_dkdv_kernel<HS><<<gk, NTHREADS, dkdv_smem<HS>(), st>>>(dqkv, kv_acc, dy, lse, s->dsum,
-                                                               qkv, T, NH, q0, q1, sl2, scale);
+    mma_dkdv_kernel<HS><<<gk, NTHREADS, dkdv_smem<HS>(), st>>>(
+        dqkv, kv_acc, s->flash_ds, dy, lse, s->dsum, qkv, T, NH, q0, q1, sl2, scale);
     LAUNCHED(st);
     prof_kernel_end(s->x.prof, st, timed);
     dim3 gq((unsigned)flash_query_tiles(q0, q1), (unsigned)(B * NH));
-    r = flash_rec(GPU_KERNEL_FLASH_DQ, B * NH, q0, q1, HS);
+    r = flash_rec(s->flash_ds ? GPU_KERNEL_FLASH_DQ_DS : GPU_KERNEL_FLASH_DQ, B * NH, q0, q1, HS);
     timed = prof_kernel_start(s->x.prof, st, &r);
-    mma_dq_kernel<HS><<<gq, NTHREADS, dq_smem<HS>(), st>>>(dqkv, dy, lse, s->dsum, qkv, T, NH, q0,
-                                                           q1, sl2, scale);
+    if (s->flash_ds)
+        mma_dq_ds_kernel<HS><<<gq, NTHREADS, dq_ds_smem<HS>(), st>>>(dqkv, s->flash_ds, qkv, T, NH,
+                                                                     q0, q1, scale);
+    else
+        mma_dq_kernel<HS><<<gq, NTHREADS, dq_smem<HS>(), st>>>(dqkv, dy, lse, s->dsum, qkv, T, NH,
+                                                               q0, q1, sl2, scale);
     LAUNCHED(st);
     prof_kernel_end(s->x.prof, st, timed);
     return 0;
@@ -237,6 +248,8 @@ template <int HS> int prepare(struct gpu_stage *s)
                             (int)dkdv_smem<HS>()));
     CK(cudaFuncSetAttribute(mma_dq_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             (int)dq_smem<HS>()));
+    CK(cudaFuncSetAttribute(mma_dq_ds_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            (int)dq_ds_smem<HS>()));
     return 0;
 }
 

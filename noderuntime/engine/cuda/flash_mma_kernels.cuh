@@ -12,7 +12,8 @@
  *   mma(c, a, b0, b1)            mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32, c += a b
  *   fast_exp2(x)                 2^x
  *   pack2(lo, hi)                two floats as bf16 in one 32-bit register, lo in the low half
- *   store_bf2(p, x, y)           p[0], p[1] = bf16(x), bf16(y)
+ *   store_bf2(p, x, y)           p[0], p[1] = bf16(x), bf16(y) (global, p 4-byte aligned)
+ *   store_bf1(p, x)              p[0] = bf16(x) (global)
  *   load8(f, p, vec)             f[0..8) = p[0..8) as floats (global; vec: one 16-byte load, p
  *                                16-byte aligned; else eight 2-byte ones)
  *   FM_SMEM(name)                the block's dynamic shared memory as unsigned char name[]
@@ -406,11 +407,42 @@ __device__ __forceinline__ void rows_out(bf16 *dst, float *acc32, const float v[
     }
 }
 
-/* dK, dV of 64 keys (a warp 16) of one (sequence, head), over the query tiles that see them */
+/* The dS workspace of a pass [q0, q1) (the stored dQ path): per (sequence, head) bh, dS^T as
+ * [key][query], the keys [0, q1) as rows of ds_ld(q0, q1) bf16, the query q at column q - q0;
+ * whole 64-column query tiles from column 0, so the dQ kernel's 16-byte copies stay aligned and
+ * inside a row. Only the pairs the dK/dV kernel visits are written (every visible one among
+ * them); the rest is never read unmasked. */
+__host__ __device__ __forceinline__ int ds_ld(int q0, int q1)
+{
+    return flash_ds_cols(q1 - q0);
+}
+__host__ __device__ __forceinline__ size_t ds_row(int bh, int q1, int key, int ld)
+{
+    return ((size_t)bh * q1 + key) * ld;
+}
+
+/* bf16(x), bf16(y) at columns col, col + 1 of a row of ncols: one 4-byte store when both are in
+ * and col is even, else each that is in alone */
+__device__ __forceinline__ void store_pair(bf16 *row, int col, float x, float y, int ncols)
+{
+    if (col + 1 < ncols && (col & 1) == 0) {
+        store_bf2(row + col, x, y);
+        return;
+    }
+    if (col < ncols)
+        store_bf1(row + col, x);
+    if (col + 1 < ncols)
+        store_bf1(row + col + 1, y);
+}
+
+/* dK, dV of 64 keys (a warp 16) of one (sequence, head), over the query tiles that see them;
+ * with dsT (the stored dQ path) each dS it computes also goes there in bf16, the value dK's
+ * product reads (ds_ld, ds_row) */
 template <int HS>
 __global__ void __launch_bounds__(NTHREADS)
-mma_dkdv_kernel(bf16 *dqkv, float *kv_acc, const bf16 *dy, const float *lse, const float *D,
-                const bf16 *qkv, int T, int NH, int q0, int q1, float sl2, float scale)
+mma_dkdv_kernel(bf16 *dqkv, float *kv_acc, bf16 *dsT, const bf16 *dy, const float *lse,
+                const float *D, const bf16 *qkv, int T, int NH, int q0, int q1, float sl2,
+                float scale)
 {
     typedef mgeo<HS> G;
     FM_SMEM(smem);
@@ -469,6 +501,19 @@ mma_dkdv_kernel(bf16 *dqkv, float *kv_acc, const bf16 *dy, const float *lse, con
 #pragma unroll
                 for (int e = 0; e < 4; e++)
                     ds[j][e] = p[j][e] * (ds[j][e] - Dc[8 * j + 2 * t + (e & 1)]);
+            if (dsT) {
+                int ld = ds_ld(q0, q1);
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    if (key[i] >= q1)
+                        continue;
+                    bf16 *row = dsT + ds_row(bh, q1, key[i], ld);
+#pragma unroll
+                    for (int j = 0; j < 8; j++)
+                        store_pair(row, qt - q0 + 8 * j + 2 * t, ds[j][2 * i], ds[j][2 * i + 1],
+                                   q1 - q0);
+                }
+            }
             pY<HS>(dv, p, dYc);  /* dV += P^T dY */
             pY<HS>(dk, ds, Qc);  /* dK += dS^T Q */
         }
@@ -544,6 +589,85 @@ mma_dq_kernel(bf16 *dqkv, const bf16 *dy, const float *lse, const float *D, cons
                  stride);
 }
 
+/* A warp's A fragment (a: 16 queries from qw, keys kk0..kk0 + 15, ldmatrix .trans of a dS^T
+ * tile) with the pairs that are not visible zeroed: a key after its query, a query at or past q1
+ * (never written in the workspace) */
+__device__ __forceinline__ void mask_a(uint32_t a[4], int qw, int kk0, int q1)
+{
+    int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int q = qw + g + 8 * (i & 1), k = kk0 + 2 * t + 8 * (i >> 1);
+        uint32_t keep = (flash_visible(q, k, q1) ? 0x0000ffffu : 0u) |
+                        (flash_visible(q, k + 1, q1) ? 0xffff0000u : 0u);
+        a[i] &= keep;
+    }
+}
+
+/* dQ of 64 queries (a warp 16) of one (sequence, head) from the dS that the dK/dV kernel stored:
+ * dQ = dS K over the key tiles the queries see, the dS^T tiles ([64 keys][64 queries]) and the K
+ * tiles double-buffered with cp.async; dS's A fragments by ldmatrix .trans of the stored tile,
+ * masked in the tiles flash_needs_mask names (the pairs left unwritten are all invisible). One
+ * product a pair instead of the recomputing kernel's three. */
+template <int HS>
+__global__ void __launch_bounds__(NTHREADS)
+mma_dq_ds_kernel(bf16 *dqkv, const bf16 *dsT, const bf16 *qkv, int T, int NH, int q0, int q1,
+                 float scale)
+{
+    typedef mgeo<HS> G;
+    typedef mgeo<ROWS> S; /* a dS^T tile: 64 query columns */
+    FM_SMEM(smem);
+    bf16 *Ss = reinterpret_cast<bf16 *>(smem), *Ks = Ss + 2 * S::TILE;
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32, m = lane / 8, r = lane % 8;
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS, ld = ds_ld(q0, q1);
+    size_t stride = 3 * (size_t)C;
+    const bf16 *kb = qkv + (size_t)b * T * stride + C + (size_t)h * HS;
+    int qt0 = flash_query_tile(q0, q1, (int)gridDim.x - 1 - (int)blockIdx.x); /* heavy first */
+    const bf16 *sb = dsT + ds_row(bh, q1, 0, ld) + (qt0 - q0);
+    int kend = flash_key_end(qt0, q1), ntiles = (kend + ROWS - 1) / ROWS;
+    tile_async<ROWS>(Ss, sb, (size_t)ld, 0, kend);
+    tile_async<HS>(Ks, kb, stride, 0, kend);
+    cp_async_commit();
+
+    int w16 = 16 * w;
+    float dq[G::ND][4];
+    for (int n = 0; n < G::ND; n++)
+        dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    for (int it = 0; it < ntiles; it++) {
+        int kt = it * ROWS, cur = it & 1;
+        const bf16 *Sc = Ss + cur * S::TILE, *Kc = Ks + cur * G::TILE;
+        if (it + 1 < ntiles) {
+            tile_async<ROWS>(Ss + (cur ^ 1) * S::TILE, sb, (size_t)ld, kt + ROWS, kend);
+            tile_async<HS>(Ks + (cur ^ 1) * G::TILE, kb, stride, kt + ROWS, kend);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        block_sync();
+        if (flash_rows_see(qt0 + w16, 16, kt)) {
+            bool masked = flash_needs_mask(qt0 + w16, 16, kt, ROWS, q1);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                uint32_t a[4];
+                ldsm4t(a, Sc + (16 * kk + 8 * (m >> 1) + r) * S::LDH + w16 + 8 * (m & 1));
+                if (masked)
+                    mask_a(a, qt0 + w16, kt + 16 * kk, q1);
+#pragma unroll
+                for (int n = 0; n < G::ND; n += 2) {
+                    uint32_t bb[4];
+                    ldsm4t(bb, Kc + (16 * kk + 8 * (m & 1) + r) * G::LDH + 8 * (n + (m >> 1)));
+                    mma(dq[n], a, bb[0], bb[1]);
+                    mma(dq[n + 1], a, bb[2], bb[3]);
+                }
+            }
+        }
+        block_sync(); /* the buffers just read are refilled next */
+    }
+    rows_out<HS>(dqkv + (size_t)b * T * stride + (size_t)h * HS, NULL, dq, scale, qt0 + w16, q1,
+                 stride);
+}
+
 /* each kernel's dynamic shared memory */
 template <int HS> constexpr size_t fwd_smem()
 {
@@ -556,4 +680,8 @@ template <int HS> constexpr size_t dkdv_smem()
 template <int HS> constexpr size_t dq_smem()
 {
     return 6 * mgeo<HS>::TILE * sizeof(bf16);
+}
+template <int HS> constexpr size_t dq_ds_smem()
+{
+    return 2 * (mgeo<ROWS>::TILE + mgeo<HS>::TILE) * sizeof(bf16);
 }

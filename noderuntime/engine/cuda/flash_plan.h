@@ -40,5 +40,8 @@ FLASH_HD int flash_needs_mask(int qfirst, int nq, int kfirst, int nk, int q1)
 {
     return kfirst + nk - 1 > qfirst || qfirst + nq - 1 >= q1;
 }
+/* the row length of the backward's dS workspace for a pass of n queries: whole query tiles, so
+ * that every tile's columns are inside the row (flash_mma_kernels.cuh, ds_ld) */
+FLASH_HD int flash_ds_cols(int n) { return (n + FLASH_TILE - 1) / FLASH_TILE * FLASH_TILE; }
 
 #endif

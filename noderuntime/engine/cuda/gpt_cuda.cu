@@ -4,6 +4,7 @@
  * gpt_cuda_pass.cu and gpt_cuda_slices.cu, the layers in their own files (stage.cuh lists them).
  * See gpt_cuda.h. */
 #include "colsum_plan.h"
+#include "flash_plan.h"
 #include "stage.cuh"
 
 namespace GPU_NS {
@@ -263,6 +264,8 @@ void alloc_device(struct gpu_stage *s, struct alloc_ctx *ac)
     s->dqkv = (floatX *)dalloc(ac, 3 * BTl * X);
     if (s->flash) {
         s->dsum = (float *)dalloc(ac, (size_t)B * nh * T * sizeof(float));
+        if (!(s->flags & GPU_FLASH_RECOMPUTE_DQ))
+            s->flash_ds = (floatX *)dalloc(ac, (size_t)B * nh * T * flash_ds_cols(T) * X);
     } else {
         s->q = (floatX *)dalloc(ac, BTl * X);
         s->k = (floatX *)dalloc(ac, BTl * X);
@@ -408,7 +411,7 @@ void gpu_stage_free(struct gpu_stage *s)
             slot_free(&s->slots[i]);
     void *ptrs[] = {s->params, s->grads, s->m, s->v, s->seg_end, s->seg_decay, s->dres, s->dbuf,
                     s->dfch, s->dqkv, s->q, s->k, s->vv, s->y, s->dq, s->dk, s->dv, s->datt,
-                    s->dsum, s->partial, s->sq_partial, s->loss_dev, s->x.ws, s->fchg,
+                    s->dsum, s->flash_ds, s->partial, s->sq_partial, s->loss_dev, s->x.ws, s->fchg,
                     s->tp_dev};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
         if (ptrs[i])

@@ -127,7 +127,11 @@ size_t gpu_act_bytes(void);
                                 gpu_stage_adamw_ex */
 #define GPU_MATERIALISED_ATTENTION 4 /* bf16: the attention that materialises the T x T scores
                                 instead of flash attention (for checking; fp32 always does) */
-#define GPU_FLAGS_ALL 7
+#define GPU_FLASH_RECOMPUTE_DQ 8 /* bf16, flash attention: the dQ kernel recomputes S and dP (three
+                                products a query-key pair) instead of reading the dS the dK/dV
+                                kernel stores (one): no [B][heads][T][T] bf16 workspace, for
+                                comparing the two and for memory-tight stages */
+#define GPU_FLAGS_ALL 15
 
 /* Like gpt_stage_create, on the current CUDA device. Parameters are zero until
  * gpu_stage_init_params() or gpu_stage_set_params(); gradients and moments start at zero. */

@@ -12,14 +12,14 @@
  * of the bias gradients and their finish, the classifier's), timed with the bytes it must move */
 enum gpu_kernel_kind {
     GPU_KERNEL_PRODUCT, GPU_KERNEL_FLASH_FWD, GPU_KERNEL_FLASH_DSUM, GPU_KERNEL_FLASH_DKDV,
-    GPU_KERNEL_FLASH_DQ, GPU_KERNEL_LN_FWD, GPU_KERNEL_LN_BWD, GPU_KERNEL_COLSUM,
+    GPU_KERNEL_FLASH_DQ, GPU_KERNEL_FLASH_DQ_DS, GPU_KERNEL_LN_FWD, GPU_KERNEL_LN_BWD, GPU_KERNEL_COLSUM,
     GPU_KERNEL_COLSUM_FINISH, GPU_KERNEL_CLASSIFIER, GPU_KERNEL_KINDS
 };
 
 static inline const char *gpu_kernel_kind_name(int kind)
 {
     static const char *const names[GPU_KERNEL_KINDS] = {
-        "product", "flash forward", "flash D", "flash dK dV", "flash dQ", "layernorm fwd",
+        "product", "flash forward", "flash D", "flash dK dV", "flash dQ", "flash dQ (dS)", "layernorm fwd",
         "layernorm bwd", "column sums", "sums' finish", "classifier"};
     return kind >= 0 && kind < GPU_KERNEL_KINDS ? names[kind] : "?";
 }
@@ -27,7 +27,7 @@ static inline const char *gpu_kernel_kind_name(int kind)
 /* the table a kind is printed in: 0 products, 1 attention, 2 memory-bound */
 static inline int gpu_kernel_group(int kind)
 {
-    return kind == GPU_KERNEL_PRODUCT ? 0 : kind <= GPU_KERNEL_FLASH_DQ ? 1 : 2;
+    return kind == GPU_KERNEL_PRODUCT ? 0 : kind <= GPU_KERNEL_FLASH_DQ_DS ? 1 : 2;
 }
 
 struct gpu_kernel_time {
@@ -68,12 +68,12 @@ static inline double product_flop(int m, int n, int k) { return 2.0 * m * (doubl
 /* flash attention's FLOPs over the visible query-key pairs of queries [q0, q1) (key <= query)
  * of bh sequences x heads, head size hs, counted as the products each kernel computes: forward
  * Q K^T and P V (4 hs a pair), dK dV recomputing S then dV, dP and dK (8), dQ recomputing S then
- * dP and dQ (6); D = rowsum(dY Y) 2 hs a query */
+ * dP and dQ (6), or from the stored dS (2); D = rowsum(dY Y) 2 hs a query */
 static inline double flash_flop(int kind, int bh, int q0, int q1, int hs)
 {
     double pairs = ((double)q1 * (q1 + 1) - (double)q0 * (q0 + 1)) / 2.0;
     double per = kind == GPU_KERNEL_FLASH_FWD ? 4.0 : kind == GPU_KERNEL_FLASH_DKDV ? 8.0 :
-                 kind == GPU_KERNEL_FLASH_DQ ? 6.0 : 0.0;
+                 kind == GPU_KERNEL_FLASH_DQ ? 6.0 : kind == GPU_KERNEL_FLASH_DQ_DS ? 2.0 : 0.0;
     if (kind == GPU_KERNEL_FLASH_DSUM)
         return 2.0 * hs * (double)bh * (q1 - q0);
     return per * hs * (double)bh * pairs;

@@ -101,6 +101,8 @@ struct gpu_stage {
     floatX *dres, *dbuf, *dfch, *dqkv, *q, *k, *vv, *y, *dq, *dk, *dv, *datt;
     floatX *fchg;                      /* GELU outputs of one layer when recomputing */
     float *dsum;                       /* [B][NHl][T] flash backward: rowsum(dy * y) */
+    floatX *flash_ds;                  /* [B][NHl][T][T rounded up to 64] flash backward's dS for
+                                          the dQ kernel (flash.cu); NULL: GPU_FLASH_RECOMPUTE_DQ */
     float *partial;
     double *sq_partial;                /* [sq_cap] */
     size_t sq_cap;

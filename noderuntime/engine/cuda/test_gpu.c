@@ -1357,7 +1357,9 @@ out:
 
 /* gpu.flash.*: flash attention against the materialised one (bf16; GPU_MATERIALISED_ATTENTION),
  * on GPT-2's head size and a T that is not a multiple of the tiles: the loss and every gradient
- * within the precision's tolerance, and the backward deterministic (two runs, the same bits). */
+ * within the precision's tolerance, and the backward deterministic (two runs, the same bits);
+ * both dQ kernels: from the stored dS (the default) and recomputing (GPU_FLASH_RECOMPUTE_DQ: the
+ * same forward, so the same loss bits, and its gradients within the tolerance too). */
 static void test_flash_at(int B, int T);
 
 /* At T = 80 (a partial second tile) and T = 200 (whole tiles that no mask touches, in every
@@ -1373,19 +1375,22 @@ static void test_flash(void)
 /* flash attention against the materialised attention on (B, T); check names carry T */
 static void test_flash_at(int B, int T)
 {
-    char nm[6][64];
-    static const char *const what[6] = {"create", "kinds", "run", "loss", "grads", "deterministic"};
-    for (int i = 0; i < 6; i++)
+    char nm[9][64];
+    static const char *const what[9] = {"create", "kinds", "run", "loss", "grads", "deterministic",
+                                        "recompute_dq.run", "recompute_dq.loss_same",
+                                        "recompute_dq.grads"};
+    for (int i = 0; i < 9; i++)
         snprintf(nm[i], sizeof nm[i], "gpu.flash.T%d.%s", T, what[i]);
     struct gpt_config c = wide();
     c.max_seq = T;
     size_t BT = (size_t)B * T;
     herr e;
-    struct gpu_stage *fl = NULL, *ma = NULL;
-    float *gf = NULL, *gm = NULL, *g2 = NULL;
+    struct gpu_stage *fl = NULL, *ma = NULL, *rq = NULL;
+    float *gf = NULL, *gm = NULL, *g2 = NULL, *gr = NULL;
     int *tok = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
     if (!tok || !tgt || gpu_stage_create(&fl, &c, 0, 2, B, T, 1, 0, &e) < 0 ||
-        gpu_stage_create(&ma, &c, 0, 2, B, T, 1, GPU_MATERIALISED_ATTENTION, &e) < 0) {
+        gpu_stage_create(&ma, &c, 0, 2, B, T, 1, GPU_MATERIALISED_ATTENTION, &e) < 0 ||
+        gpu_stage_create(&rq, &c, 0, 2, B, T, 1, GPU_FLASH_RECOMPUTE_DQ, &e) < 0) {
         TEST_FAIL(nm[0], "%s", tok && tgt ? e.msg : "out of memory");
         goto out;
     }
@@ -1398,7 +1403,8 @@ static void test_flash_at(int B, int T)
     gf = malloc(n * sizeof(float));
     gm = malloc(n * sizeof(float));
     g2 = malloc(n * sizeof(float));
-    float lf = 0.0f, lm = 0.0f, l2 = 0.0f;
+    gr = malloc(n * sizeof(float));
+    float lf = 0.0f, lm = 0.0f, l2 = 0.0f, lr = 0.0f;
     if (!gf || !gm || !g2 || gpu_stage_init_params(fl, 21) < 0 || gpu_stage_init_params(ma, 21) < 0 ||
         gpu_stage_zero_grads(fl) < 0 || gpu_stage_zero_grads(ma) < 0 ||
         gpu_stage_forward(fl, 0, tok, NULL, tgt, NULL, &lf) < 0 ||
@@ -1415,14 +1421,25 @@ static void test_flash_at(int B, int T)
     int nt = gpu_stage_tensors(fl, &t);
     CHECK_TENSORS(nm[4], t, nt, gf, gm, 0, c.channels, TOL);
     CHECK(nm[5], lf == l2 && memcmp(gf, g2, n * sizeof(float)) == 0);
+    if (!gr || gpu_stage_init_params(rq, 21) < 0 || gpu_stage_zero_grads(rq) < 0 ||
+        gpu_stage_forward(rq, 0, tok, NULL, tgt, NULL, &lr) < 0 ||
+        gpu_stage_backward(rq, 0, NULL, NULL, 1.0f) < 0 || gpu_stage_get_grads(rq, gr) < 0) {
+        TEST_FAIL(nm[6], "%s", rq ? gpu_stage_error(rq) : "out of memory");
+        goto out;
+    }
+    TEST_PASS(nm[6]);
+    CHECK(nm[7], lr == lf);
+    CHECK_TENSORS(nm[8], t, nt, gr, gm, 0, c.channels, TOL);
 out:
     free(tok);
     free(tgt);
     free(gf);
     free(gm);
     free(g2);
+    free(gr);
     gpu_stage_free(fl);
     gpu_stage_free(ma);
+    gpu_stage_free(rq);
 }
 
 /* gpu.memory.*: gpu_stage_device_bytes against what a creation takes (cudaMemGetInfo before and
