@@ -335,6 +335,33 @@ mma_fwd_kernel(bf16 *atty, float *lse, const bf16 *qkv, int T, int NH, int q0, i
 
 /* ---------------------------------------------------------------- backward */
 
+/* Whether a backward kernel keeps the A fragments of its own 16 rows of the two tiles it holds
+ * for the whole walk (K and V in dK/dV, Q and dY in dQ) in registers, as the forward keeps the
+ * queries': each walked tile then costs only its B fragments' ldmatrix (about a ninth less shared
+ * memory traffic at head size 64). Not at 128: 64 more registers where dK/dV already has 255. */
+template <int HS> constexpr bool BWD_ROWS_IN_REGS = HS <= 64;
+
+/* acc = the warp's 16 rows times Y^T: their A fragments from registers (ra, loaded by
+ * frags_rows) when BWD_ROWS_IN_REGS, else from the shared tile X */
+template <int HS>
+__device__ __forceinline__ void rows_xyT(float acc[8][4], const uint32_t ra[][4], const bf16 *X,
+                                         int w16, const bf16 *Y)
+{
+    if constexpr (BWD_ROWS_IN_REGS<HS>)
+        strips_xyT<HS, 1>(reinterpret_cast<float(*)[8][4]>(acc),
+                          reinterpret_cast<const uint32_t(*)[mgeo<HS>::NK][4]>(ra), Y);
+    else
+        xyT<HS>(acc, X, w16, Y);
+}
+/* the A fragments rows_xyT reads (a single unused one when not in registers) */
+template <int HS> constexpr int BWD_RA = BWD_ROWS_IN_REGS<HS> ? mgeo<HS>::NK : 1;
+template <int HS>
+__device__ __forceinline__ void rows_frags(uint32_t ra[][4], const bf16 *X, int w16)
+{
+    if constexpr (BWD_ROWS_IN_REGS<HS>)
+        frags_rows<HS>(ra, X, w16);
+}
+
 /* D[b][h][q] = sum_d dy[b][q][h HS + d] y[b][q][h HS + d] for q in [q0, q1), backward's first
  * step: HS / 8 lanes a row (2 to 16, so a row's lanes never straddle a warp), each 8 elements
  * (a 16-byte load of each operand when vec), the lanes' parts added by shuffles in a fixed order;
@@ -465,6 +492,7 @@ mma_dkdv_kernel(bf16 *dqkv, float *kv_acc, bf16 *dsT, const bf16 *dy, const floa
     rows_into(Ls, Ds, lseb, Db, qfirst, q1);
 
     int w16 = 16 * w, key[2] = {kt0 + w16 + g, kt0 + w16 + g + 8};
+    uint32_t ka[BWD_RA<HS>][4], va[BWD_RA<HS>][4];
     float dk[G::ND][4], dv[G::ND][4];
     for (int n = 0; n < G::ND; n++)
         for (int e = 0; e < 4; e++)
@@ -483,10 +511,14 @@ mma_dkdv_kernel(bf16 *dqkv, float *kv_acc, bf16 *dsT, const bf16 *dy, const floa
             cp_async_wait<0>();
         }
         block_sync();
+        if (it == 0) {
+            rows_frags<HS>(ka, Ks, w16);
+            rows_frags<HS>(va, Vs, w16);
+        }
         if (flash_rows_see(qt, ROWS, kt0 + w16)) {
             bool masked = flash_needs_mask(qt, ROWS, kt0 + w16, 16, q1);
             float p[8][4], ds[8][4];
-            xyT<HS>(p, Ks, w16, Qc); /* S^T: the warp's keys x the tile's queries */
+            rows_xyT<HS>(p, ka, Ks, w16, Qc); /* S^T: the warp's keys x the tile's queries */
 #pragma unroll
             for (int j = 0; j < 8; j++)
 #pragma unroll
@@ -495,7 +527,7 @@ mma_dkdv_kernel(bf16 *dqkv, float *kv_acc, bf16 *dsT, const bf16 *dy, const floa
                     float x = fast_exp2(p[j][e] * sl2 - Lc[qi]);
                     p[j][e] = masked && !flash_visible(qt + qi, key[e >> 1], q1) ? 0.0f : x;
                 }
-            xyT<HS>(ds, Vs, w16, dYc); /* dP^T = V dY^T */
+            rows_xyT<HS>(ds, va, Vs, w16, dYc); /* dP^T = V dY^T */
 #pragma unroll
             for (int j = 0; j < 8; j++)
 #pragma unroll
@@ -555,6 +587,7 @@ mma_dq_kernel(bf16 *dqkv, const bf16 *dy, const float *lse, const float *D, cons
         L[i] = row[i] < q1 ? lseb[row[i]] : INFINITY;
         Dr[i] = row[i] < q1 ? Db[row[i]] : 0.0f;
     }
+    uint32_t qa[BWD_RA<HS>][4], dya[BWD_RA<HS>][4];
     float dq[G::ND][4];
     for (int n = 0; n < G::ND; n++)
         dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
@@ -562,10 +595,14 @@ mma_dq_kernel(bf16 *dqkv, const bf16 *dy, const float *lse, const float *D, cons
         int kt = it * ROWS;
         const bf16 *Kc = Ks + (it & 1) * G::TILE, *Vc = Vs + (it & 1) * G::TILE;
         kv_step<HS>(Ks, Vs, kb, vb, stride, it, ntiles, kend);
+        if (it == 0) {
+            rows_frags<HS>(qa, Qs, w16);
+            rows_frags<HS>(dya, dYs, w16);
+        }
         if (flash_rows_see(qt0 + w16, 16, kt)) {
             bool masked = flash_needs_mask(qt0 + w16, 16, kt, ROWS, q1);
             float p[8][4], ds[8][4];
-            xyT<HS>(p, Qs, w16, Kc); /* S: the warp's queries x the tile's keys */
+            rows_xyT<HS>(p, qa, Qs, w16, Kc); /* S: the warp's queries x the tile's keys */
 #pragma unroll
             for (int j = 0; j < 8; j++)
 #pragma unroll
@@ -575,7 +612,7 @@ mma_dq_kernel(bf16 *dqkv, const bf16 *dy, const float *lse, const float *D, cons
                                   ? 0.0f
                                   : x;
                 }
-            xyT<HS>(ds, dYs, w16, Vc); /* dP = dY V^T */
+            rows_xyT<HS>(ds, dya, dYs, w16, Vc); /* dP = dY V^T */
 #pragma unroll
             for (int j = 0; j < 8; j++)
 #pragma unroll
