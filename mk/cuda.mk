@@ -23,7 +23,8 @@ GPU_PEAK   ?= 989
 GPU_B_1558M ?= 4
 # gpu_stage_create flags for bench-gpu: 1 = recompute GELU outputs in backward, 4 = the
 # materialised attention instead of flash attention, 8 = flash attention's dQ kernel recomputing S
-# and dP instead of reading the dS its dK/dV kernel stores
+# and dP instead of reading the dS its dK/dV kernel stores, 16 = the weight gradients' products on
+# a second stream beside the input gradients' (or-ed)
 GPU_FLAGS  ?= 0
 GB := build/cuda
 

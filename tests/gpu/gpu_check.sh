@@ -81,6 +81,9 @@ phase "bench-gpu" 600 "$make_cmd" --no-print-directory bench-gpu
 # flash attention's other dQ kernel (GPU_FLASH_RECOMPUTE_DQ) at 124M: its step and attention table
 # beside bench-gpu's, which read the stored dS (the log has both; which one stays the default)
 phase "bench_gpu 124M recompute-dq" 60 "$GB/bf16/bench_gpu" 12 768 12 50257 16 1024 20 "${GPU_PEAK:-989}" 8
+# the weight gradients' products on a second stream (GPU_OVERLAP_WEIGHT_GRADS) at 1.5B, whose
+# C = 1,600-wide products fill their last wave worst: the step beside bench-gpu's
+phase "bench_gpu 1.5B overlap-dw" 90 "$GB/bf16/bench_gpu" 48 1600 25 50257 "${GPU_B_1558M:-4}" 1024 10 "${GPU_PEAK:-989}" 16
 
 {
     echo

@@ -7,7 +7,7 @@
  * Usage: bench_gpu L C NH V B T steps [peak_tflops (default 989: H100 SXM bf16 dense) [flags]]
  *                  [--micro-batches M[,M2...]]   (several M: one run each, on the same stage)
  *        (flags: gpu_stage_create's, 1 = GPU_RECOMPUTE_GELU, 4 = GPU_MATERIALISED_ATTENTION,
- *         8 = GPU_FLASH_RECOMPUTE_DQ)
+ *         8 = GPU_FLASH_RECOMPUTE_DQ, 16 = GPU_OVERLAP_WEIGHT_GRADS; or-ed)
  *        bench_gpu --gemm N iters    (the GEMM ceiling: an NxNxN product, same path and type)
  * The "holmes ... L.. C.. NH.. V.. B.. T.. M.. on ..." lines are what make bench-gpu's summary
  * (tests/bench/gpu_summary.py) reads. */
@@ -201,7 +201,9 @@ int main(int argc, char **argv)
                "attention %s, median %.1f ms/step (min %.1f, max %.1f, %d steps), %.0f tokens/s, "
                "%.0f TFLOP/s, MFU %.1f%% of %.0f, loss %.4f\n",
                gpu_precision_name(), flags & GPU_RECOMPUTE_GELU ? " recompute-gelu" : "",
-               flags & GPU_FLASH_RECOMPUTE_DQ ? " recompute-dq" : "",
+               flags & GPU_FLASH_RECOMPUTE_DQ   ? " recompute-dq"
+               : flags & GPU_OVERLAP_WEIGHT_GRADS ? " overlap-dw"
+                                                  : "",
                c.layers, c.channels, c.heads, c.vocab, B, T, M, dev, n / 1e6,
                gpu_stage_attention_kind(s), med, ms[0], ms[steps - 1], steps, tps, tflops,
                100.0 * tflops / peak, peak, loss);

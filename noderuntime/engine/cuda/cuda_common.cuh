@@ -230,6 +230,14 @@ struct gpu_ctx {
     struct gpu_prof *prof;   /* the stage's (NULL: not timed) */
     int accum;               /* parameter gradients: 1 add into them, 0 write them (the first
                                 backward after gpu_stage_zero_grads) */
+    /* GPU_OVERLAP_WEIGHT_GRADS: a linear layer's weight-gradient product runs on `side` beside
+     * its input-gradient product on `stream` (fork, join: the events between them), with its own
+     * cuBLASLt workspace, once `warm` (a whole backward ran, so every product's algorithm was
+     * chosen on a quiet stream) and not while profiling (the parts are timed on `stream`) */
+    cudaStream_t side;
+    void *ws_side;
+    cudaEvent_t fork, join;
+    int warm;
 };
 
 void gpu_ctx_release(struct gpu_ctx *x);

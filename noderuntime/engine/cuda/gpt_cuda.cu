@@ -245,6 +245,8 @@ void alloc_device(struct gpu_stage *s, struct alloc_ctx *ac)
     size_t n = s->nparams, nh = (size_t)s->NHl, maxcols = 4 * (size_t)c.channels;
     size_t BTl = BT * (size_t)s->Cl, BTF = BT * (size_t)s->F; /* this rank's heads, MLP width */
     s->x.ws = dalloc(ac, LT_WORKSPACE, 0);
+    if (s->flags & GPU_OVERLAP_WEIGHT_GRADS)
+        s->x.ws_side = dalloc(ac, LT_WORKSPACE, 0);
     s->params = (float *)dalloc(ac, n * sizeof(float), 0);
     s->grads = (float *)dalloc(ac, n * sizeof(float), 0);
     if (!(s->flags & GPU_NO_MOMENTS)) {
@@ -306,6 +308,11 @@ int create_host_side(struct gpu_stage *s, char *EB, size_t EN)
         st = cublasSetStream(s->x.blas, s->x.stream);
     if (st != CUBLAS_STATUS_SUCCESS)
         return fail_msg(EB, EN, "cuBLAS: cannot create a handle: %s", cublasGetStatusString(st));
+    if (s->flags & GPU_OVERLAP_WEIGHT_GRADS) {
+        CK(cudaStreamCreateWithFlags(&s->x.side, cudaStreamNonBlocking));
+        CK(cudaEventCreateWithFlags(&s->x.fork, cudaEventDisableTiming));
+        CK(cudaEventCreateWithFlags(&s->x.join, cudaEventDisableTiming));
+    }
     size_t BT = (size_t)s->B * s->T;
     for (int i = 0; i < s->nslots; i++) {
         struct gslot *a = &s->slots[i];
@@ -411,7 +418,8 @@ void gpu_stage_free(struct gpu_stage *s)
             slot_free(&s->slots[i]);
     void *ptrs[] = {s->params, s->grads, s->m, s->v, s->seg_end, s->seg_decay, s->dres, s->dbuf,
                     s->dfch, s->dqkv, s->q, s->k, s->vv, s->y, s->dq, s->dk, s->dv, s->datt,
-                    s->dsum, s->flash_ds, s->partial, s->sq_partial, s->loss_dev, s->x.ws, s->fchg,
+                    s->dsum, s->flash_ds, s->partial, s->sq_partial, s->loss_dev, s->x.ws,
+                    s->x.ws_side, s->fchg,
                     s->tp_dev};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
         if (ptrs[i])
@@ -437,6 +445,12 @@ void gpu_stage_free(struct gpu_stage *s)
         cublasDestroy(s->x.blas);
     if (s->x.stream)
         cudaStreamDestroy(s->x.stream);
+    if (s->x.side)
+        cudaStreamDestroy(s->x.side);
+    if (s->x.fork)
+        cudaEventDestroy(s->x.fork);
+    if (s->x.join)
+        cudaEventDestroy(s->x.join);
     stage_release(s);
 }
 

@@ -131,7 +131,11 @@ size_t gpu_act_bytes(void);
                                 products a query-key pair) instead of reading the dS the dK/dV
                                 kernel stores (one): no [B][heads][T][T] bf16 workspace, for
                                 comparing the two and for memory-tight stages */
-#define GPU_FLAGS_ALL 15
+#define GPU_OVERLAP_WEIGHT_GRADS 16 /* a linear layer's weight-gradient product on a second stream
+                                beside its input-gradient product (the same results, bit for bit):
+                                the GPU fills the last wave of one with the other's tiles; 32 MiB
+                                more (a second cuBLASLt workspace) */
+#define GPU_FLAGS_ALL 31
 
 /* Like gpt_stage_create, on the current CUDA device. Parameters are zero until
  * gpu_stage_init_params() or gpu_stage_set_params(); gradients and moments start at zero. */

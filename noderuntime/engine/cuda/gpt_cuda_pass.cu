@@ -230,6 +230,7 @@ int backward_whole(struct gpu_stage *s, struct gslot *a, const void *dout, void 
         ENQ(cudaMemcpyAsync(din, dres, BTC * sizeof(floatX), cudaMemcpyDeviceToDevice, st));
     }
     s->x.accum = 1;
+    s->x.warm = 1; /* every product of a whole pass has its algorithm (GPU_OVERLAP_WEIGHT_GRADS) */
     return 0;
 }
 

@@ -145,6 +145,19 @@ int linear_bwd(struct gpu_ctx *x, float *partial, floatX *dinp, float *dw, float
     PROF(x, GPU_PART_MATMUL);
     char *EB = x->eb;
     size_t EN = x->en;
+    /* the weight gradient beside the input gradient (GPU_OVERLAP_WEIGHT_GRADS): forked after
+     * what made dout and inp, joined before this returns, so nothing later on the stream (which
+     * may overwrite dout, as LayerNorm's backward does the residual gradient) runs before it */
+    struct gpu_ctx side = *x;
+    int fork = x->side && x->warm && dinp && !(x->prof && x->prof->on);
+    if (fork) {
+        side.stream = x->side;
+        side.ws = x->ws_side;
+        CK(cudaEventRecord(x->fork, x->stream));
+        CK(cudaStreamWaitEvent(x->side, x->fork, 0));
+        OK(matmul_plan(&side, plan_linear_dw(N, IC, OC), dw, CUDA_R_32F, inp, dout, alpha,
+                       x->accum ? 1.0f : 0.0f, NULL, EPI_NONE, NULL, NULL, 0));
+    }
     int rc = dinp ? 1 : 0;
     if (dinp && dgelu_pre)
         rc = matmul_plan(x, plan_linear_dinp(N, IC, OC), dinp, CUDA_X, w, dout, alpha, 0.0f, NULL,
@@ -164,10 +177,15 @@ int linear_bwd(struct gpu_ctx *x, float *partial, floatX *dinp, float *dw, float
             LAUNCHED(x->stream);
         }
     }
-    OK(matmul_plan(x, plan_linear_dw(N, IC, OC), dw, CUDA_R_32F, inp, dout, alpha,
-                   x->accum ? 1.0f : 0.0f, NULL, EPI_NONE, NULL, NULL, 0));
+    if (!fork)
+        OK(matmul_plan(x, plan_linear_dw(N, IC, OC), dw, CUDA_R_32F, inp, dout, alpha,
+                       x->accum ? 1.0f : 0.0f, NULL, EPI_NONE, NULL, NULL, 0));
     if (dbias)
         OK(colsum(x, partial, dbias, dout, N, OC));
+    if (fork) {
+        CK(cudaEventRecord(x->join, x->side));
+        CK(cudaStreamWaitEvent(x->stream, x->join, 0));
+    }
     return 0;
 }
 

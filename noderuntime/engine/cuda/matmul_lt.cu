@@ -451,9 +451,18 @@ static int product(struct gpu_ctx *x, struct lt_plan *p, void *D, cudaDataType d
                                   (size_t)n, cudaMemcpyDeviceToDevice, x->stream));
         if (!x->blas)
             return fail_msg(EB, EN, "cuBLASLt: no algorithm for a %dx%dx%d product", m, n, k);
+        /* on this context's stream (the handle's is the stage's; a side stream's product borrows
+         * the handle and gives it back: the host enqueues one call at a time) */
+        cudaStream_t was = NULL;
+        CKB(cublasGetStream(x->blas, &was));
+        if (was != x->stream)
+            CKB(cublasSetStream(x->blas, x->stream));
         COUNT_LAUNCH();
-        CKB(cublasGemmEx(x->blas, opa, opb, m, n, k, &alpha, A, CUDA_X, lda, B, CUDA_X, ldb, &beta,
-                         D, dtype, ldd, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        st = cublasGemmEx(x->blas, opa, opb, m, n, k, &alpha, A, CUDA_X, lda, B, CUDA_X, ldb, &beta,
+                          D, dtype, ldd, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (was != x->stream)
+            CKB(cublasSetStream(x->blas, was));
+        CKB(st);
         return 0;
     }
 #define LTCK(call) do { st = (call); if (st != CUBLAS_STATUS_SUCCESS) \

@@ -1442,6 +1442,67 @@ out:
     gpu_stage_free(rq);
 }
 
+/* gpu.overlap.*: GPU_OVERLAP_WEIGHT_GRADS (the weight gradients' products on a second stream)
+ * gives the same loss and gradients, bit for bit, as one stream: after a warm-up backward (the
+ * overlap starts once every product's algorithm is chosen), two micro-batches, the first writing
+ * the gradients and the second adding to them; once more with the profiler on (which runs them
+ * on one stream) for the same bits again. */
+static void test_overlap(void)
+{
+    struct gpt_config c = wide();
+    int B = 3, T = 80;
+    size_t BT = (size_t)B * T;
+    herr e;
+    struct gpu_stage *st[2] = {NULL, NULL};
+    float *g[2] = {NULL, NULL}, loss[2][2] = {{0}};
+    int *tok = malloc(2 * BT * sizeof(int)), *tgt = malloc(2 * BT * sizeof(int));
+    if (!tok || !tgt || gpu_stage_create(&st[0], &c, 0, c.layers, B, T, 1, 0, &e) < 0 ||
+        gpu_stage_create(&st[1], &c, 0, c.layers, B, T, 1, GPU_OVERLAP_WEIGHT_GRADS, &e) < 0) {
+        TEST_FAIL("gpu.overlap.create", "%s", tok && tgt ? e.msg : "out of memory");
+        goto out;
+    }
+    gpt_config_check(&c, NULL);
+    random_tokens(tok, 2 * BT, c.vocab);
+    random_tokens(tgt, 2 * BT, c.vocab);
+    size_t n = gpu_stage_num_params(st[0]);
+    for (int k = 0; k < 2; k++) {
+        struct gpu_stage *s = st[k];
+        g[k] = malloc(n * sizeof(float));
+        if (!g[k] || gpu_stage_init_params(s, 33) < 0 || gpu_stage_zero_grads(s) < 0 ||
+            gpu_stage_forward(s, 0, tok, NULL, tgt, NULL, NULL) < 0 ||
+            gpu_stage_backward(s, 0, NULL, NULL, 1.0f) < 0 || gpu_stage_zero_grads(s) < 0 ||
+            gpu_stage_forward(s, 0, tok, NULL, tgt, NULL, &loss[k][0]) < 0 ||
+            gpu_stage_backward(s, 0, NULL, NULL, 1.0f) < 0 ||
+            gpu_stage_forward(s, 0, tok + BT, NULL, tgt + BT, NULL, &loss[k][1]) < 0 ||
+            gpu_stage_backward(s, 0, NULL, NULL, 1.0f) < 0 || gpu_stage_get_grads(s, g[k]) < 0) {
+            TEST_FAIL("gpu.overlap.run", "%s", g[k] ? gpu_stage_error(s) : "out of memory");
+            goto out;
+        }
+    }
+    TEST_PASS("gpu.overlap.run");
+    CHECK("gpu.overlap.same_loss", loss[0][0] == loss[1][0] && loss[0][1] == loss[1][1]);
+    CHECK("gpu.overlap.same_grads", memcmp(g[0], g[1], n * sizeof(float)) == 0);
+    /* the profiled step: one stream, the same bits */
+    struct gpu_profile prof;
+    float lp = 0.0f;
+    if (gpu_stage_zero_grads(st[1]) < 0 || gpu_stage_profile_begin(st[1]) < 0 ||
+        gpu_stage_forward(st[1], 0, tok, NULL, tgt, NULL, &lp) < 0 ||
+        gpu_stage_backward(st[1], 0, NULL, NULL, 1.0f) < 0 ||
+        gpu_stage_forward(st[1], 0, tok + BT, NULL, tgt + BT, NULL, NULL) < 0 ||
+        gpu_stage_backward(st[1], 0, NULL, NULL, 1.0f) < 0 ||
+        gpu_stage_profile_end(st[1], &prof) < 0 || gpu_stage_get_grads(st[1], g[1]) < 0)
+        TEST_FAIL("gpu.overlap.profiled", "%s", gpu_stage_error(st[1]));
+    else
+        CHECK("gpu.overlap.profiled", lp == loss[0][0] && memcmp(g[0], g[1], n * sizeof(float)) == 0);
+out:
+    free(tok);
+    free(tgt);
+    for (int k = 0; k < 2; k++) {
+        free(g[k]);
+        gpu_stage_free(st[k]);
+    }
+}
+
 /* gpu.memory.*: gpu_stage_device_bytes against what a creation takes (cudaMemGetInfo before and
  * after; the handles' own allocations aside), and a stage too big for the GPU refused with the
  * layers, the bytes asked and the bytes free named, and nothing left allocated. */
@@ -1640,6 +1701,7 @@ int main(int argc, char **argv)
         test_bad_input();
         test_resident();
         test_flash();
+        test_overlap();
         test_memory();
         test_profile();
     }
