@@ -14,6 +14,9 @@ GB=build/cuda
 mkdir -p "$GB"
 log=$GB/gpu-check.log
 budget=${GPU_CHECK_BUDGET:-480}
+# bench-gpu's worker runs: the 124M one alone unless GPU_WORKER_RUNS says (the worker matched the
+# engine at every shape, 2026-11-27; the four runs took about four minutes of the budget)
+export GPU_WORKER_RUNS=${GPU_WORKER_RUNS:-'"12 768 12 50257 16 1024 1 12"'}
 node=${HOLMES_GPU_NODE:-$GB/bin/holmes-node}
 sanitizer=$(command -v compute-sanitizer || ls "${CUDA_HOME:-/usr/local/cuda}"/bin/compute-sanitizer 2>/dev/null)
 start=$(date +%s)
