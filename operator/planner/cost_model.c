@@ -199,6 +199,14 @@ static double colsum_partial_rows(double BT)
     return t < 256.0 ? fmin(256.0, few) : t;
 }
 
+/* Flash attention's dS workspace (flash_plan.h, flash_ds_bytes): NH heads of b sequences of sq,
+ * bf16, none past 1 GiB (the dQ kernel then recomputes) */
+static double mem_flash_ds(double NH, double b, double sq)
+{
+    double bytes = NH * b * sq * ceil(sq / 64.0) * 64.0 * 2.0;
+    return bytes <= 1073741824.0 ? bytes : 0.0;
+}
+
 /* Whether the engine keeps no T x T scores: bf16 with flash attention's head sizes (flash.cu) */
 static int mem_flash(const struct cost_job *j)
 {
@@ -243,7 +251,7 @@ void cost_stage_memory_parts(const struct cost_job *j, int layers, int s, int n,
     /* once: the workspace, backward's buffers (flash: the row sums and the dS its dQ kernel reads,
      * [b][NH][T][T rounded up to 64] bf16), the column sums' partials */
     out->scratch = MEM_LT_WORKSPACE + BTC * X * 2.0 + BTC * 4.0 / t * X + 3.0 * BTC / t * X +
-                   (flash ? NH * BT * 4.0 + NH * BT * ceil(sq / 64.0) * 64.0 * X
+                   (flash ? NH * BT * 4.0 + mem_flash_ds(NH, b, sq)
                           : 7.0 * BTC / t * X + NH * b * sq * sq * X) +
                    (t > 1 ? fmax(BTC, BT * (2.0 * t + 1.0)) * 4.0 : 0.0) +
                    colsum_partial_rows(BT) * 2.0 * 4.0 * C * 4.0;

@@ -23,6 +23,10 @@ CASES = [
     ("fp32-p2-materialised", (4, 256, 4, 1000, 128), (1, 2, 1, 4, 4, "1f1b"), "fp32", None, 2, 1),
     ("bf16-hs48-materialised", (4, 192, 4, 1000, 96), (1, 2, 1, 4, 4, "1f1b"), "bf16", None, 2, 1),
     ("bf16-t2-p2", (4, 256, 4, 1000, 128), (2, 2, 1, 4, 4, "1f1b"), "bf16", None, 2, 2),
+    # flash attention's dS workspace on either side of its 1 GiB cap: 4 heads x T 11,584
+    # (1,073,512,448 bytes) kept, x T 11,648 (1,085,407,232) not (the dQ kernel recomputes)
+    ("bf16-long-seq-ds", (2, 256, 4, 1000, 11584), (1, 1, 1, 1, 1, "1f1b"), "bf16", None, 1, 1),
+    ("bf16-long-seq-no-ds", (2, 256, 4, 1000, 11648), (1, 1, 1, 1, 1, "1f1b"), "bf16", None, 1, 1),
 ]
 
 failed = 0

@@ -393,6 +393,11 @@ int main(void)
                                   flash_first_query(12, 64) == 64);
     CHECK("flash.plan.ds_cols", flash_ds_cols(1) == 64 && flash_ds_cols(64) == 64 &&
                                     flash_ds_cols(65) == 128 && flash_ds_cols(1024) == 1024);
+    /* the workspace to its 1 GiB cap (GPT-2 124M at B 16: 403 MB), none past it */
+    CHECK("flash.plan.ds_bytes", flash_ds_bytes(16, 12, 1024) == (size_t)16 * 12 * 1024 * 1024 * 2 &&
+                                     flash_ds_bytes(1, 4, 11584) == (size_t)1073512448 &&
+                                     flash_ds_bytes(1, 4, 11648) == 0 &&
+                                     flash_ds_bytes(1, 1, 32768) == 0);
     check_ds_cover();
     TEST_MAIN_END();
 }

@@ -6,6 +6,8 @@
 #ifndef HOLMES_FLASH_PLAN_H
 #define HOLMES_FLASH_PLAN_H
 
+#include <stddef.h>
+
 #ifdef __CUDACC__
 #define FLASH_HD __host__ __device__ __forceinline__
 #else
@@ -43,5 +45,15 @@ FLASH_HD int flash_needs_mask(int qfirst, int nq, int kfirst, int nk, int q1)
 /* the row length of the backward's dS workspace for a pass of n queries: whole query tiles, so
  * that every tile's columns are inside the row (flash_mma_kernels.cuh, ds_ld) */
 FLASH_HD int flash_ds_cols(int n) { return (n + FLASH_TILE - 1) / FLASH_TILE * FLASH_TILE; }
+/* The backward's dS workspace in bytes (bf16) for B sequences of T and NH heads, or 0 when that
+ * passes FLASH_DS_MAX_BYTES: long sequences keep flash attention's memory linear in T, their dQ
+ * kernel recomputing S and dP instead (GPT-2 124M at B 16, T 1024 takes 403 MB; one head at
+ * T 32,768 would take 2 GiB). The planner's memory model (cost_model.c) applies the same rule. */
+#define FLASH_DS_MAX_BYTES ((size_t)1 << 30)
+FLASH_HD size_t flash_ds_bytes(int B, int NH, int T)
+{
+    size_t b = (size_t)B * NH * T * flash_ds_cols(T) * 2;
+    return b <= FLASH_DS_MAX_BYTES ? b : 0;
+}
 
 #endif

@@ -266,8 +266,9 @@ void alloc_device(struct gpu_stage *s, struct alloc_ctx *ac)
     s->dqkv = (floatX *)dalloc(ac, 3 * BTl * X);
     if (s->flash) {
         s->dsum = (float *)dalloc(ac, (size_t)B * nh * T * sizeof(float));
-        if (!(s->flags & GPU_FLASH_RECOMPUTE_DQ))
-            s->flash_ds = (floatX *)dalloc(ac, (size_t)B * nh * T * flash_ds_cols(T) * X);
+        size_t ds = flash_ds_bytes(B, (int)nh, T);
+        if (!(s->flags & GPU_FLASH_RECOMPUTE_DQ) && ds > 0)
+            s->flash_ds = (floatX *)dalloc(ac, ds);
     } else {
         s->q = (floatX *)dalloc(ac, BTl * X);
         s->k = (floatX *)dalloc(ac, BTl * X);

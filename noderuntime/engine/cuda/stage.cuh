@@ -102,7 +102,8 @@ struct gpu_stage {
     floatX *fchg;                      /* GELU outputs of one layer when recomputing */
     float *dsum;                       /* [B][NHl][T] flash backward: rowsum(dy * y) */
     floatX *flash_ds;                  /* [B][NHl][T][T rounded up to 64] flash backward's dS for
-                                          the dQ kernel (flash.cu); NULL: GPU_FLASH_RECOMPUTE_DQ */
+                                          the dQ kernel (flash.cu); NULL: GPU_FLASH_RECOMPUTE_DQ,
+                                          or past FLASH_DS_MAX_BYTES (flash_plan.h) */
     float *partial;
     double *sq_partial;                /* [sq_cap] */
     size_t sq_cap;
