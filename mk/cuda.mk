@@ -222,7 +222,8 @@ FLASH_EMU := $(GB)/host/flash_mma_emu
 LAYERNORM_EMU := $(GB)/host/layernorm_emu
 ADAMW_EMU := $(GB)/host/adamw_emu
 CLASSIFIER_EMU := $(GB)/host/classifier_emu
-$(FLASH_EMU): noderuntime/engine/cuda/flash_mma_kernels.cuh noderuntime/engine/cuda/flash_plan.h
+$(FLASH_EMU): noderuntime/engine/cuda/flash_mma_kernels.cuh noderuntime/engine/cuda/flash_fwd_kernels.cuh \
+              noderuntime/engine/cuda/flash_bwd_kernels.cuh noderuntime/engine/cuda/flash_plan.h
 $(LAYERNORM_EMU): noderuntime/engine/cuda/layernorm_kernels.cuh noderuntime/engine/cuda/colsum_plan.h
 $(CLASSIFIER_EMU): noderuntime/engine/cuda/classifier_kernels.cuh
 $(ADAMW_EMU): noderuntime/engine/cuda/adamw_kernels.cuh noderuntime/engine/cuda/block_sum.cuh \

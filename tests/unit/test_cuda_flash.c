@@ -6,7 +6,7 @@
  * the 64-row tiles; and every visible query-key pair visited exactly once by each loop. The
  * slices' keys' and values' gradients, added over the slices (last first, as the sliced backward
  * does), equal the whole sequence's. The mask is tested only where flash_needs_mask says (as
- * flash_mma.cu does): a tile it wrongly calls whole would visit invisible pairs. */
+ * the kernels do, flash_mma_kernels.cuh): a tile it wrongly calls whole would visit invisible pairs. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -89,7 +89,7 @@ static void tiled(int T, int q0, int q1, const float *q, const float *k, const f
                 for (int kt = 0; kt < kend; kt += FLASH_TILE) {
                     if (!flash_rows_see(qt0 + W * w, W, kt))
                         continue;
-                    /* the mask where flash_mma.cu applies it (flash_needs_mask); else all */
+                    /* the mask where the kernels apply it (flash_needs_mask); else all */
                     int masked = flash_needs_mask(qt0 + W * w, W, kt, FLASH_TILE, q1);
                     float sv[FLASH_TILE], mx = m;
                     for (int c = 0; c < FLASH_TILE; c++) {

@@ -37,7 +37,8 @@ FLASH_HD int flash_rows_see(int qfirst, int nq, int kfirst) { return qfirst + nq
 /* query q of the pass [., q1) sees key k */
 FLASH_HD int flash_visible(int q, int k, int q1) { return q < q1 && k <= q; }
 /* whether the nq queries from qfirst against the nk keys from kfirst need the mask: a key after a
- * query, or a query at or past q1. When not, every pair is visible (flash_mma.cu skips the test) */
+ * query, or a query at or past q1. When not, every pair is visible (the kernels,
+ * flash_mma_kernels.cuh, skip the test) */
 FLASH_HD int flash_needs_mask(int qfirst, int nq, int kfirst, int nk, int q1)
 {
     return kfirst + nk - 1 > qfirst || qfirst + nq - 1 >= q1;

@@ -7,6 +7,7 @@
  *   attention.cu   causal self-attention with the scores materialised (fp32; bf16 on request)
  *   flash.cu       flash attention (bf16: mma.sync fragments in registers, cp.async double
  *                  buffering), forward and backward; its kernels in flash_mma_kernels.cuh
+ *                  (the shared helpers), flash_fwd_kernels.cuh and flash_bwd_kernels.cuh
  *   layernorm.cu   LayerNorm (its backward makes its own weight and bias gradients) and the
  *                  column sums (bias gradients), their kernels in layernorm_kernels.cuh
  *   classifier.cu  cross-entropy, fused with its gradient (and tensor parallelism's exchange)
