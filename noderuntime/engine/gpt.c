@@ -250,6 +250,9 @@ int gpt_stage_create_tp(struct gpt_stage **out, const struct gpt_config *cfg, in
     if (B <= 0 || T <= 0 || T > c.max_seq)
         return herr_set(e, "micro-batch B=%d T=%d: both must be positive and T at most max_seq %d",
                         B, T, c.max_seq);
+    if ((long long)B * T > 2147483647LL) /* the kernels count a micro-batch's rows in an int */
+        return herr_set(e, "micro-batch B=%d T=%d: %lld rows, at most 2147483647", B, T,
+                        (long long)B * T);
     if (slots <= 0 || slots > 1024)
         return herr_set(e, "activation slots must be in [1, 1024] (got %d)", slots);
     if (tp < 1 || tp_rank < 0 || tp_rank >= tp)

@@ -192,11 +192,12 @@ struct cost_link cost_link_make(double gbps, double lat_us, double flows)
 #define MEM_SEND_RING 2
 
 /* The chunks the engine's column sums keep partial sums for (noderuntime/engine/cuda/
- * colsum_plan.h, colsum_max_chunks): 256, or BT/64 when more, or BT/8 when fewer. */
+ * colsum_plan.h, colsum_max_chunks): 256, or BT/64 when more (at most 65,535), or BT/8 when
+ * fewer. */
 static double colsum_partial_rows(double BT)
 {
     double t = ceil(BT / 64.0), few = ceil(BT / 8.0);
-    return t < 256.0 ? fmin(256.0, few) : t;
+    return t < 256.0 ? fmin(256.0, few) : fmin(t, 65535.0);
 }
 
 /* Flash attention's dS workspace (flash_plan.h, flash_ds_bytes): NH heads of b sequences of sq,

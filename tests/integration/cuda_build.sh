@@ -85,6 +85,15 @@ if [ -x "$HOLMES_BIN_DIR/holmes-operator" ] && [ -x $GB/fp32/stage_bytes ] && [ 
 else
     fail "cuda.memory_model" "holmes-operator or stage_bytes not built"
 fi
+# a micro-batch of more rows than an int counts (65,536 x 65,536): refused, not a size computed
+# from an overflowed count
+if out=$($GB/bf16/stage_bytes 2 64 4 1000 65536 65536 0 2 1 1 2>&1); then
+    fail "cuda.stage_rows_refused" "stage_bytes gave $out"
+elif grep -q "refused" <<<"$out"; then
+    pass "cuda.stage_rows_refused"
+else
+    fail "cuda.stage_rows_refused" "$out"
+fi
 
 if make --no-print-directory -j2 gpu-host-check >"$log" 2>&1 && ! grep -q '^FAIL' "$log"; then
     pass "cuda.cpu_reference ($(grep -c '^PASS' "$log") checks of test_gpt and test_checkpoint on the stand-ins)"

@@ -2,7 +2,8 @@
  * blocks): for every row count up to 200,000, the chunks cover the rows once, no chunk holds more
  * than COLSUM_MAX_ROWS rows, there are enough chunks to fill a GPU (at least 89 % of
  * min(COLSUM_MIN_CHUNKS, rows / COLSUM_MIN_ROWS): 4,096 rows of GPT-2 1.5B at B 4 give 256), and no
- * row count makes more chunks than the partial buffer sized for a larger one holds. */
+ * row count makes more chunks than the partial buffer sized for a larger one holds; past that,
+ * to the largest int, never more than COLSUM_MAX_CHUNKS (the grid's y). */
 #include "test.h"
 
 #include "cuda/colsum_plan.h"
@@ -55,6 +56,23 @@ int main(void)
     else
         TEST_FAIL("colsum_plan.gpt2_shapes", "4096 rows: %d chunks of %d; 16384 rows: %d a chunk",
                   colsum_chunks(4096), colsum_rows(4096), colsum_rows(16384));
+    /* past 64 x 65,535 rows: at most COLSUM_MAX_CHUNKS chunks (the grid's y), still covering
+     * every row once, to the largest int */
+    int big_bad = -1;
+    for (long long n = 4000000; n <= 2147483647LL; n = n * 5 / 4 + 7) {
+        int nn = (int)n, r = colsum_rows(nn), c = colsum_chunks(nn);
+        if (big_bad < 0 && !(c >= 1 && c <= COLSUM_MAX_CHUNKS && (long long)(c - 1) * r < n &&
+                             (long long)c * r >= n && colsum_max_chunks(nn) >= c))
+            big_bad = nn;
+    }
+    int top = 2147483647;
+    if (!(colsum_chunks(top) <= COLSUM_MAX_CHUNKS && (long long)colsum_chunks(top) * colsum_rows(top) >= top))
+        big_bad = top;
+    if (big_bad < 0)
+        TEST_PASS("colsum_plan.at_most_max_chunks_to_the_largest_int");
+    else
+        TEST_FAIL("colsum_plan.at_most_max_chunks_to_the_largest_int", "%d rows: %d chunks of %d",
+                  big_bad, colsum_chunks(big_bad), colsum_rows(big_bad));
     if (colsum_chunks(0) == 0 && colsum_max_chunks(0) == 0)
         TEST_PASS("colsum_plan.no_rows_no_chunks");
     else

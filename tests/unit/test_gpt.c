@@ -279,6 +279,10 @@ static void test_bad_input(void)
     CHECK("bad.T", gpt_stage_create(&s, &tiny, 0, 2, B, 17, 1, &e) == -1 &&
           strstr(e.msg, "max_seq"));
     c = tiny;
+    c.max_seq = 65536; /* 65,536 x 65,536 rows: more than an int counts, refused before allocating */
+    CHECK("bad.rows", gpt_stage_create(&s, &c, 0, 2, 65536, 65536, 1, &e) == -1 &&
+          strstr(e.msg, "4294967296 rows"));
+    c = tiny;
     c.padded_vocab = 0;
     CHECK("bad.pad_auto", gpt_config_check(&c, &e) == 0 && c.padded_vocab == 128);
     if (gpt_stage_create(&s, &tiny, 0, 2, B, T, 1, &e) < 0) {

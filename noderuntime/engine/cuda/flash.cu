@@ -193,19 +193,42 @@ template <int HS> int launch_dsum(struct gpu_stage *s, const floatX *dy, const f
     return 0;
 }
 
+/* The sequences [b0, b0 + nb) of a pass (the launches' chunk, flash_launch_seqs): where their
+ * rows start in each buffer. The kernels index from their grid's y, the chunk's own pairs. */
+struct seq_chunk {
+    int b0, nb;
+    size_t qkv, y, rows; /* element offsets: [B][T][3C], [B][T][C], [B][NH][T] */
+};
+static struct seq_chunk chunk_at(const struct gpu_stage *s, int b0, int HS)
+{
+    struct seq_chunk c;
+    int per = flash_launch_seqs(s->NHl, s->flash_max_bh);
+    size_t C = (size_t)s->NHl * HS;
+    c.b0 = b0;
+    c.nb = s->B - b0 < per ? s->B - b0 : per;
+    c.qkv = (size_t)b0 * s->T * 3 * C;
+    c.y = (size_t)b0 * s->T * C;
+    c.rows = (size_t)b0 * s->NHl * s->T;
+    return c;
+}
+
 template <int HS> int launch_fwd(struct gpu_stage *s, floatX *atty, float *lse, const floatX *qkv,
                                  int q0, int q1)
 {
     char *EB = s->err;
     size_t EN = sizeof s->err;
-    dim3 grid((unsigned)fwd_blocks<HS>(q0, q1), (unsigned)(s->B * s->NHl));
     float sl2 = 1.4426950408889634f / sqrtf((float)HS);
-    struct kernel_rec r = flash_rec(GPU_KERNEL_FLASH_FWD, s->B * s->NHl, q0, q1, HS);
-    int timed = prof_kernel_start(s->x.prof, s->x.stream, &r);
-    mma_fwd_kernel<HS><<<grid, NTHREADS, fwd_smem<HS>(), s->x.stream>>>(atty, lse, qkv, s->T,
-                                                                        s->NHl, q0, q1, sl2);
-    LAUNCHED(s->x.stream);
-    prof_kernel_end(s->x.prof, s->x.stream, timed);
+    for (int b0 = 0; b0 < s->B;) {
+        struct seq_chunk c = chunk_at(s, b0, HS);
+        dim3 grid((unsigned)fwd_blocks<HS>(q0, q1), (unsigned)(c.nb * s->NHl));
+        struct kernel_rec r = flash_rec(GPU_KERNEL_FLASH_FWD, c.nb * s->NHl, q0, q1, HS);
+        int timed = prof_kernel_start(s->x.prof, s->x.stream, &r);
+        mma_fwd_kernel<HS><<<grid, NTHREADS, fwd_smem<HS>(), s->x.stream>>>(
+            atty + c.y, lse + c.rows, qkv + c.qkv, s->T, s->NHl, q0, q1, sl2);
+        LAUNCHED(s->x.stream);
+        prof_kernel_end(s->x.prof, s->x.stream, timed);
+        b0 += c.nb;
+    }
     return 0;
 }
 
@@ -215,26 +238,36 @@ template <int HS> int launch_bwd(struct gpu_stage *s, floatX *dqkv, const floatX
     char *EB = s->err;
     size_t EN = sizeof s->err;
     cudaStream_t st = s->x.stream;
-    int B = s->B, T = s->T, NH = s->NHl;
+    int T = s->T, NH = s->NHl;
     float scale = 1.0f / sqrtf((float)HS), sl2 = 1.4426950408889634f * scale;
-    dim3 gk((unsigned)flash_key_tiles(q1), (unsigned)(B * NH));
-    struct kernel_rec r = flash_rec(GPU_KERNEL_FLASH_DKDV, B * NH, q0, q1, HS);
-    int timed = prof_kernel_start(s->x.prof, st, &r);
-    mma_dkdv_kernel<HS><<<gk, NTHREADS, dkdv_smem<HS>(), st>>>(
-        dqkv, kv_acc, s->flash_ds, dy, lse, s->dsum, qkv, T, NH, q0, q1, sl2, scale);
-    LAUNCHED(st);
-    prof_kernel_end(s->x.prof, st, timed);
-    dim3 gq((unsigned)flash_query_tiles(q0, q1), (unsigned)(B * NH));
-    r = flash_rec(s->flash_ds ? GPU_KERNEL_FLASH_DQ_DS : GPU_KERNEL_FLASH_DQ, B * NH, q0, q1, HS);
-    timed = prof_kernel_start(s->x.prof, st, &r);
-    if (s->flash_ds)
-        mma_dq_ds_kernel<HS><<<gq, NTHREADS, dq_ds_smem<HS>(), st>>>(dqkv, s->flash_ds, qkv, T, NH,
-                                                                     q0, q1, scale);
-    else
-        mma_dq_kernel<HS><<<gq, NTHREADS, dq_smem<HS>(), st>>>(dqkv, dy, lse, s->dsum, qkv, T, NH,
-                                                               q0, q1, sl2, scale);
-    LAUNCHED(st);
-    prof_kernel_end(s->x.prof, st, timed);
+    for (int b0 = 0; b0 < s->B;) {
+        struct seq_chunk c = chunk_at(s, b0, HS);
+        int bh = c.nb * NH;
+        floatX *dq = dqkv + c.qkv, *ds = s->flash_ds;
+        if (ds) /* the workspace as the kernels index it: the chunk's pairs from its first */
+            ds += ds_row(b0 * NH, q1, 0, ds_ld(q0, q1));
+        dim3 gk((unsigned)flash_key_tiles(q1), (unsigned)bh);
+        struct kernel_rec r = flash_rec(GPU_KERNEL_FLASH_DKDV, bh, q0, q1, HS);
+        int timed = prof_kernel_start(s->x.prof, st, &r);
+        mma_dkdv_kernel<HS><<<gk, NTHREADS, dkdv_smem<HS>(), st>>>(
+            dq, kv_acc ? kv_acc + c.qkv : NULL, ds, dy + c.y, lse + c.rows, s->dsum + c.rows,
+            qkv + c.qkv, T, NH, q0, q1, sl2, scale);
+        LAUNCHED(st);
+        prof_kernel_end(s->x.prof, st, timed);
+        dim3 gq((unsigned)flash_query_tiles(q0, q1), (unsigned)bh);
+        r = flash_rec(ds ? GPU_KERNEL_FLASH_DQ_DS : GPU_KERNEL_FLASH_DQ, bh, q0, q1, HS);
+        timed = prof_kernel_start(s->x.prof, st, &r);
+        if (ds)
+            mma_dq_ds_kernel<HS><<<gq, NTHREADS, dq_ds_smem<HS>(), st>>>(dq, ds, qkv + c.qkv, T, NH,
+                                                                         q0, q1, scale);
+        else
+            mma_dq_kernel<HS><<<gq, NTHREADS, dq_smem<HS>(), st>>>(
+                dq, dy + c.y, lse + c.rows, s->dsum + c.rows, qkv + c.qkv, T, NH, q0, q1, sl2,
+                scale);
+        LAUNCHED(st);
+        prof_kernel_end(s->x.prof, st, timed);
+        b0 += c.nb;
+    }
     return 0;
 }
 
@@ -242,6 +275,18 @@ template <int HS> int prepare(struct gpu_stage *s)
 {
     char *EB = s->err;
     size_t EN = sizeof s->err;
+    /* (sequence, head) pairs a launch takes: CUDA's grid limit, or fewer for tests (so that a
+     * small pass goes in several launches) */
+    s->flash_max_bh = FLASH_MAX_BH;
+    const char *e = getenv("HOLMES_GPU_FLASH_MAX_BH");
+    if (e) {
+        char *end = NULL;
+        long v = strtol(e, &end, 10);
+        if (end == e || *end != 0 || v < 1 || v > FLASH_MAX_BH)
+            return fail_msg(EB, EN, "HOLMES_GPU_FLASH_MAX_BH '%.40s': must be a whole number from 1 "
+                            "to %d", e, FLASH_MAX_BH);
+        s->flash_max_bh = (int)v;
+    }
     CK(cudaFuncSetAttribute(mma_fwd_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             (int)fwd_smem<HS>()));
     CK(cudaFuncSetAttribute(mma_dkdv_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,

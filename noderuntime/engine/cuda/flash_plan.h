@@ -43,6 +43,15 @@ FLASH_HD int flash_needs_mask(int qfirst, int nq, int kfirst, int nk, int q1)
 {
     return kfirst + nk - 1 > qfirst || qfirst + nq - 1 >= q1;
 }
+/* The kernels take (sequence, head) pairs on their grid's y, at most FLASH_MAX_BH (CUDA's
+ * limit); a pass over more goes in launches of flash_launch_seqs(NH, max_bh) whole sequences
+ * (at least 1: NH is at most 1,024) */
+#define FLASH_MAX_BH 65535
+FLASH_HD int flash_launch_seqs(int NH, int max_bh)
+{
+    int n = max_bh / NH;
+    return n > 0 ? n : 1;
+}
 /* the row length of the backward's dS workspace for a pass of n queries: whole query tiles, so
  * that every tile's columns are inside the row (flash_mma_kernels.cuh, ds_ld) */
 FLASH_HD int flash_ds_cols(int n) { return (n + FLASH_TILE - 1) / FLASH_TILE * FLASH_TILE; }

@@ -336,6 +336,9 @@ int stage_shape(struct gpu_stage *s, const struct gpt_config *cfg, int first, in
     if (B <= 0 || T <= 0 || T > c.max_seq)
         return herr_set(e, "batch %d and sequence length %d must be positive, and T at most max_seq %d",
                         B, T, c.max_seq);
+    if ((long long)B * T > 2147483647LL) /* the kernels count a micro-batch's rows in an int */
+        return herr_set(e, "batch %d x sequence length %d = %lld rows, at most 2147483647", B, T,
+                        (long long)B * T);
     if (slots <= 0 || slots > 1024)
         return herr_set(e, "activation slots must be in [1, 1024] (got %d)", slots);
     if (flags & ~GPU_FLAGS_ALL)

@@ -68,6 +68,8 @@ struct gpu_stage {
     struct gpt_config c;
     int first, last, nl, B, T, nslots, recompute, flags;
     int flash;                         /* 1: flash attention (flash.cu); 0: the materialised one */
+    int flash_max_bh;                  /* (sequence, head) pairs a flash launch takes: FLASH_MAX_BH,
+                                          or HOLMES_GPU_FLASH_MAX_BH (tests) */
     int tp, tpr;                       /* tensor-parallel group size and this rank (1, 0: none) */
     int Cl, NHl, F, Vl;                /* this rank's attention channels, heads, MLP width, vocab rows */
     int (*tp_sum)(void *ctx, float *buf, size_t n); /* gpu_stage_set_tp_sum */

@@ -1140,6 +1140,10 @@ static void test_bad_input(void)
     CHECK("gpu.bad_input.range", gpu_stage_create(&s, &c, 1, 3, 1, 16, 1, 0, &e) < 0);
     CHECK("gpu.bad_input.seq", gpu_stage_create(&s, &c, 0, 2, 1, 64, 1, 0, &e) < 0 &&
           strstr(e.msg, "max_seq") != NULL);
+    c.max_seq = 65536; /* more rows than an int counts: refused before allocating */
+    CHECK("gpu.bad_input.rows", gpu_stage_create(&s, &c, 0, 2, 65536, 65536, 1, 0, &e) < 0 &&
+          strstr(e.msg, "4294967296 rows") != NULL);
+    c = tiny();
     if (gpu_stage_create(&s, &c, 0, 2, 1, 16, 1, 0, &e) < 0) {
         TEST_FAIL("gpu.bad_input.create", "%s", e.msg);
         return;
@@ -1359,7 +1363,9 @@ out:
  * on GPT-2's head size and a T that is not a multiple of the tiles: the loss and every gradient
  * within the precision's tolerance, and the backward deterministic (two runs, the same bits);
  * both dQ kernels: from the stored dS (the default) and recomputing (GPU_FLASH_RECOMPUTE_DQ: the
- * same forward, so the same loss bits, and its gradients within the tolerance too). */
+ * same forward, so the same loss bits, and its gradients within the tolerance too); and a pass in
+ * launches of one sequence each (HOLMES_GPU_FLASH_MAX_BH=1, as a pass over more (sequence, head)
+ * pairs than a grid takes goes): the same bits, and a bad value of that variable refused. */
 static void test_flash_at(int B, int T);
 
 /* At T = 80 (a partial second tile) and T = 200 (whole tiles that no mask touches, in every
@@ -1375,11 +1381,12 @@ static void test_flash(void)
 /* flash attention against the materialised attention on (B, T); check names carry T */
 static void test_flash_at(int B, int T)
 {
-    char nm[9][64];
-    static const char *const what[9] = {"create", "kinds", "run", "loss", "grads", "deterministic",
-                                        "recompute_dq.run", "recompute_dq.loss_same",
-                                        "recompute_dq.grads"};
-    for (int i = 0; i < 9; i++)
+    char nm[12][64];
+    static const char *const what[12] = {"create", "kinds", "run", "loss", "grads", "deterministic",
+                                         "recompute_dq.run", "recompute_dq.loss_same",
+                                         "recompute_dq.grads", "chunked.run", "chunked.same_bits",
+                                         "chunked.bad_value_refused"};
+    for (int i = 0; i < 12; i++)
         snprintf(nm[i], sizeof nm[i], "gpu.flash.T%d.%s", T, what[i]);
     struct gpt_config c = wide();
     c.max_seq = T;
@@ -1430,6 +1437,26 @@ static void test_flash_at(int B, int T)
     TEST_PASS(nm[6]);
     CHECK(nm[7], lr == lf);
     CHECK_TENSORS(nm[8], t, nt, gr, gm, 0, c.channels, TOL);
+    {
+        struct gpu_stage *ch = NULL, *bad = NULL;
+        float lc = 0.0f;
+        setenv("HOLMES_GPU_FLASH_MAX_BH", "1", 1);
+        int rc = gpu_stage_create(&ch, &c, 0, 2, B, T, 1, 0, &e);
+        setenv("HOLMES_GPU_FLASH_MAX_BH", "0", 1);
+        int rb = gpu_stage_create(&bad, &c, 0, 2, B, T, 1, 0, &e);
+        unsetenv("HOLMES_GPU_FLASH_MAX_BH");
+        CHECK(nm[11], rb < 0 && strstr(e.msg, "HOLMES_GPU_FLASH_MAX_BH"));
+        gpu_stage_free(bad);
+        if (rc < 0 || gpu_stage_init_params(ch, 21) < 0 || gpu_stage_zero_grads(ch) < 0 ||
+            gpu_stage_forward(ch, 0, tok, NULL, tgt, NULL, &lc) < 0 ||
+            gpu_stage_backward(ch, 0, NULL, NULL, 1.0f) < 0 || gpu_stage_get_grads(ch, gr) < 0) {
+            TEST_FAIL(nm[9], "%s", ch ? gpu_stage_error(ch) : "create failed");
+        } else {
+            TEST_PASS(nm[9]);
+            CHECK(nm[10], lc == lf && memcmp(gr, gf, n * sizeof(float)) == 0);
+        }
+        gpu_stage_free(ch);
+    }
 out:
     free(tok);
     free(tgt);
