@@ -148,8 +148,5 @@ int tj_spec_runnable(const struct tj_spec *s, const char *path, struct tj_errors
     if (s->training.precision == DTYPE_BF16 && s->emulation.gpus)
         tj_errors_add(errs, "%s.training.precision: bf16 needs real GPUs: emulated GPUs "
                       "(emulation.gpus) run the CPU engine, which trains in fp32", sp);
-    if (s->par.tensor > 1 && s->par.token_slices != 1)
-        tj_errors_add(errs, "%s.parallelism.tokenSlices: token slicing with tensor parallelism (tensor %d) "
-                      "is not supported yet; use tokenSlices 1 or tensor 1", sp, s->par.tensor);
     return errs->count == before ? 0 : -1;
 }

@@ -192,8 +192,6 @@ static int forward_begin(struct gpt_stage *s, int slot, int t0, int t1, const in
     if (t0 > 0 && a->fwd_upto != t0)
         return gpt_stage_fail(s, "forward of tokens [%d, %d) of slot %d, whose forward stands at "
                               "%d: slices go in order", t0, t1, slot, a->fwd_upto);
-    if (!whole(s, t0, t1) && s->tp > 1)
-        return gpt_stage_fail(s, "token slices with tensor parallelism are not supported");
     size_t BT = (size_t)s->B * s->T;
     int V = s->c.vocab, is_last = s->last == s->c.layers;
     if (t0 == 0) {

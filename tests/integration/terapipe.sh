@@ -105,6 +105,33 @@ jq -e '.token_slices.chosen_by == "planner" and .token_slices.count == 1 and (.t
     && pass "plan: auto picks unsliced when slicing does not pay (one stage)" \
     || fail "plan: auto picks unsliced when slicing does not pay" "$(jq -c .token_slices <<<"$pj")"
 
+# Token slices with tensor parallelism, end to end (holmes-operator local, 2 workers x 2 emulated
+# GPUs: tensor 2 x pipeline 2, the CPU engine's ranks summing each slice's rows across the group):
+# 3 slices and the unsliced run give the same loss every step (1e-5), and every rank says it
+# slices. Before 2026-11-28 tensor > 1 with slices was refused.
+tpjob() { # NAME SLICES
+    gpus_job "$tmp/$1.yaml" "tp-$1-$$" 8 "$tmp/ckpt-tp-$1" -e 's/parallelism: {pipeline: 2, data: 2,/parallelism: {tensor: 2, pipeline: 2, data: 1, tokenSlices: '"$2"',/' \
+        -e 's/logEverySteps: 10/logEverySteps: 1/'
+    (cd "$REPO" && timeout 150 "$OPERATOR" local "$tmp/$1.yaml" --run-dir "$tmp/run-tp-$1" --metrics-out "$tmp/tp-$1.jsonl") >"$tmp/tp-$1.out" 2>&1
+}
+if tpjob sliced 3 && tpjob whole 1; then
+    /usr/bin/python3 - "$tmp/tp-sliced.jsonl" "$tmp/tp-whole.jsonl" <<'PY' \
+        && pass "tensor 2 with 3 token slices, end to end: the same loss as unsliced every step (1e-5)" \
+        || fail "tensor 2 with 3 token slices: the same loss as unsliced every step"
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+print("  tensor 2, sliced vs unsliced: %d steps, largest relative loss difference %.2g" % (len(a), worst))
+assert len(a) == len(b) == 8 and worst <= 1e-5, (a, b)
+PY
+    n=$(grep -l "TeraPipe: 3 token slices of 22, 21, 21 tokens of 64" "$tmp"/run-tp-sliced/worker-*.log | wc -l)
+    [ "$n" -eq 2 ] && pass "tensor 2 with slices: both workers' ranks pipeline the 3 slices" \
+        || fail "tensor 2 with slices: both workers' ranks pipeline the 3 slices" "$(grep -h TeraPipe "$tmp"/run-tp-sliced/*.log | head -4)"
+else
+    fail "tensor 2 with token slices, end to end: both runs train" "$(tail -5 "$tmp"/tp-*.out)"
+fi
+
 # the pipeline really carried slices: each activation message is one slice's tokens
 grep -q "TeraPipe: 3 token slices of 5, 17, 42 tokens of 64" "$tmp/p4-sliced.0.log" && pass "the worker says it pipelines token slices" \
     || fail "the worker says it pipelines token slices" "$(head -5 "$tmp/p4-sliced.0.log")"

@@ -12,27 +12,29 @@ out=$("$OPERATOR" validate "$M/valid/minimal-cpu.yaml" "$M/valid/custom-model.ya
 out=$("$OPERATOR" validate "$M/valid/multi-doc.yaml" 2>&1); rc=$?
 [ $rc -eq 1 ] && [ "$(grep -c ' valid: ' <<<"$out")" -eq 1 ] \
     && ! grep -q 'gpusPerWorker' <<<"$out" \
-    && grep -q 'multi-doc.yaml\[1\]: spec.parallelism.tokenSlices: token slicing with tensor parallelism (tensor 2) is not supported yet' <<<"$out" \
+    && grep -q 'multi-doc.yaml\[1\]: spec.training.precision: bf16 needs real GPUs' <<<"$out" \
     && pass "validate: a job the coordinator cannot run is refused with its reason" \
     || fail "validate: a job the coordinator cannot run is refused with its reason" "rc=$rc out=$out"
 
-# Token slices (TeraPipe) on real GPUs with tensor 1: runnable (the CUDA engine slices); with
-# tensor 2 still refused (multi-doc.yaml above).
-cat >"$tmp/gpu-slices.yaml" <<'YAML'
+# Token slices (TeraPipe) on real GPUs: runnable (the CUDA engine slices), with tensor 1 and with
+# tensor 2 (its tensor groups' sums over each slice's rows).
+for tensor in 1 2; do
+cat >"$tmp/gpu-slices.yaml" <<YAML
 apiVersion: holmes.dev/v1alpha1
 kind: TrainingJob
 metadata: {name: gpu-slices}
 spec:
   workers: 2
-  gpusPerWorker: 1
+  gpusPerWorker: $tensor
   model: {preset: gpt2-124m}
-  parallelism: {tensor: 1, pipeline: 2, data: 1, microBatches: 2, tokenSlices: 4}
+  parallelism: {tensor: $tensor, pipeline: 2, data: 1, microBatches: 2, tokenSlices: 4}
   training: {steps: 2, precision: bf16}
 YAML
 out=$("$OPERATOR" validate "$tmp/gpu-slices.yaml" 2>&1); rc=$?
 [ $rc -eq 0 ] && grep -q ' valid: ' <<<"$out" \
-    && pass "validate: token slices on real GPUs with tensor 1 are runnable" \
-    || fail "validate: token slices on real GPUs with tensor 1 are runnable" "rc=$rc out=$out"
+    && pass "validate: token slices on real GPUs with tensor $tensor are runnable" \
+    || fail "validate: token slices on real GPUs with tensor $tensor are runnable" "rc=$rc out=$out"
+done
 
 # Every shipped example is runnable: several GPUs per worker, bf16, and tensor parallelism on real
 # GPUs (the CUDA engine's) among them.

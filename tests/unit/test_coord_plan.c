@@ -492,14 +492,16 @@ int main(void)
               strstr(run.msg[0], "spec.training.precision: bf16 needs real GPUs") != NULL);
         jobs[0].spec.emulation.gpus = 0;
         jobs[0].spec.training.precision = DTYPE_FP32;
-        /* the CUDA engine's tensor parallelism, and its TeraPipe with tensor 1, fp32 and bf16 */
+        /* the CUDA engine's tensor parallelism, its TeraPipe, and both together, fp32 and bf16 */
         static const struct {
             int tensor, slices;
             const char *name;
         } runnable[] = {{2, 1, "tensor 2 on GPUs is runnable"},
-                        {1, 2, "token slices on GPUs with tensor 1 are runnable"}};
+                        {1, 2, "token slices on GPUs with tensor 1 are runnable"},
+                        {2, 2, "token slices on GPUs with tensor 2 are runnable"},
+                        {2, TJ_AUTO, "tokenSlices auto on GPUs with tensor 2 is runnable"}};
         struct tj_errors run2 = {0};
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < 4; i++)
             for (int bf16 = 0; bf16 < 2; bf16++) {
                 jobs[0].spec.par.tensor = runnable[i].tensor;
                 jobs[0].spec.par.token_slices = runnable[i].slices;
@@ -508,12 +510,6 @@ int main(void)
                 snprintf(name, sizeof name, "%s (%s)", runnable[i].name, bf16 ? "bf16" : "fp32");
                 CHECK_INT(name, tj_spec_runnable(&jobs[0].spec, "spec", &run2), 0);
             }
-        jobs[0].spec.training.precision = DTYPE_FP32;
-        jobs[0].spec.par.tensor = 2;
-        CHECK("tensor 2 with token slices on GPUs still refused, naming the field",
-              tj_spec_runnable(&jobs[0].spec, "spec", &run2) != 0 &&
-              strstr(run2.msg[run2.count - 1], "spec.parallelism.tokenSlices: token slicing with tensor "
-                     "parallelism (tensor 2) is not supported yet") != NULL);
         jobs[0].spec = keep;
     }
     coord_plan_free(&cp);

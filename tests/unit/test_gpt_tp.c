@@ -2,8 +2,10 @@
  * stage, summing through a shared buffer, give the loss, the activations passed on and every
  * gradient of the same stage without tensor parallelism (1e-5), for tp 2 and 4, on the whole
  * model, a first stage and a last stage. The vocabulary (60, padded to 128) leaves tp 4's last two
- * ranks only padding rows. Parameters round-trip through the whole layout. And tp 2 against the
- * PyTorch reference (tests/reference/gpt_tiny.bin): the loss to 1e-5, every gradient to 1e-4. */
+ * ranks only padding rows. Parameters round-trip through the whole layout. The same with every
+ * rank running the micro-batch in token slices (TeraPipe: 3, 2 and 3 of the 8 tokens, forwards in
+ * order and backwards in reverse) against the one unsliced stage. And tp 2 against the PyTorch
+ * reference (tests/reference/gpt_tiny.bin): the loss to 1e-5, every gradient to 1e-4. */
 #include "test.h"
 
 #include <pthread.h>
@@ -25,7 +27,12 @@ struct rank {
     const float *in, *dout;
     float *out, *din, loss;
     int rc;
+    int sliced, C; /* sliced: the micro-batch in the token slices CUTS (TeraPipe) */
 };
+
+/* the token slices of a sliced rank: [0, 3), [3, 5), [5, 8) */
+#define NSLICES 3
+static const int CUTS[NSLICES + 1] = {0, 3, 5, T};
 
 /* The group's sum (tp_group.h). */
 static int group_sum(void *ctx, float *buf, size_t n)
@@ -33,11 +40,59 @@ static int group_sum(void *ctx, float *buf, size_t n)
     return tp_group_sum(((struct rank *)ctx)->g, buf, n);
 }
 
+/* rows [t0, t1) of each of the B sequences of whole [B][T][C] to or from a slice's [B][S][C] */
+static void slice_copy(float *slice, float *whole, int t0, int t1, int C, int to_slice)
+{
+    int S = t1 - t0;
+    for (int b = 0; b < B; b++) {
+        float *w = whole + ((size_t)b * T + t0) * C, *s = slice + (size_t)b * S * C;
+        if (to_slice)
+            memcpy(s, w, (size_t)S * C * sizeof(float));
+        else
+            memcpy(w, s, (size_t)S * C * sizeof(float));
+    }
+}
+
+/* the micro-batch in slices: forwards in order (the loss their sum), backwards in reverse */
+static int run_sliced(struct rank *r)
+{
+    size_t most = (size_t)B * T * r->C;
+    float *in = calloc(most, sizeof(float)), *out = calloc(most, sizeof(float));
+    int rc = !in || !out;
+    r->loss = 0.0f;
+    for (int k = 0; !rc && k < NSLICES; k++) {
+        int t0 = CUTS[k], t1 = CUTS[k + 1];
+        float l = 0.0f;
+        if (r->in)
+            slice_copy(in, (float *)r->in, t0, t1, r->C, 1);
+        rc = gpt_stage_forward_slice(r->s, 0, t0, t1, r->tokens, r->in ? in : NULL, r->targets,
+                                     r->out ? out : NULL, &l) != 0;
+        if (r->out)
+            slice_copy(out, r->out, t0, t1, r->C, 0);
+        r->loss += l;
+    }
+    for (int k = NSLICES - 1; !rc && k >= 0; k--) {
+        int t0 = CUTS[k], t1 = CUTS[k + 1];
+        if (r->dout)
+            slice_copy(in, (float *)r->dout, t0, t1, r->C, 1);
+        rc = gpt_stage_backward_slice(r->s, 0, t0, t1, r->dout ? in : NULL, r->din ? out : NULL,
+                                      1.0f) != 0;
+        if (r->din)
+            slice_copy(out, r->din, t0, t1, r->C, 0);
+    }
+    free(in);
+    free(out);
+    return rc;
+}
+
 static void *run_rank(void *arg)
 {
     struct rank *r = arg;
-    r->rc = gpt_stage_forward(r->s, 0, r->tokens, r->in, r->targets, r->out, &r->loss) ||
-            gpt_stage_backward(r->s, 0, r->dout, r->din, 1.0f);
+    if (r->sliced)
+        r->rc = run_sliced(r);
+    else
+        r->rc = gpt_stage_forward(r->s, 0, r->tokens, r->in, r->targets, r->out, &r->loss) ||
+                gpt_stage_backward(r->s, 0, r->dout, r->din, 1.0f);
     return NULL;
 }
 
@@ -59,9 +114,13 @@ static double rel_diff(const float *a, const float *ref, size_t n)
     return d / (m > 0 ? m : 1);
 }
 
-static void check_case(int tp, int first, int last)
+/* tp ranks (sliced: each running the micro-batch in token slices) against one whole stage */
+static void check_case(int tp, int first, int last, int sliced)
 {
-    char name[96];
+    char name[128];
+#define CASE_NAME(what)                                                                            \
+    snprintf(name, sizeof name, "tp %d%s, layers [%d, %d): " what, tp, sliced ? " sliced" : "",   \
+             first, last)
     struct gpt_config c = {.layers = L, .channels = 32, .heads = 4, .vocab = 60, .max_seq = T};
     herr e = {0};
     struct gpt_stage *ref = NULL;
@@ -88,7 +147,7 @@ static void check_case(int tp, int first, int last)
                       .in = is_first ? NULL : in, .dout = is_last ? NULL : dout,
                       .out = is_last ? NULL : out_ref, .din = is_first ? NULL : din_ref};
     run_rank(&rr);
-    snprintf(name, sizeof name, "tp %d, layers [%d, %d): reference runs", tp, first, last);
+    CASE_NAME("reference runs");
     CHECK(name, rr.rc == 0);
 
     struct tp_group g;
@@ -105,7 +164,8 @@ static void check_case(int tp, int first, int last)
         rk[t] = (struct rank){.g = &g, .tokens = tokens, .targets = is_last ? targets : NULL,
                               .in = is_first ? NULL : in, .dout = is_last ? NULL : dout,
                               .out = is_last ? NULL : calloc(BTC, sizeof(float)),
-                              .din = is_first ? NULL : calloc(BTC, sizeof(float))};
+                              .din = is_first ? NULL : calloc(BTC, sizeof(float)),
+                              .sliced = sliced, .C = c.channels};
         if (gpt_stage_create_tp(&rk[t].s, &c, first, last, B, T, 1, tp, t, &e) != 0) {
             TEST_FAIL("tensor-parallel stage", "%s", e.msg);
             ok = 0;
@@ -132,13 +192,13 @@ static void check_case(int tp, int first, int last)
             if (!is_first)
                 da = fmax(da, rel_diff(rk[t].din, din_ref, BTC));
         }
-        snprintf(name, sizeof name, "tp %d, layers [%d, %d): every rank runs", tp, first, last);
+        CASE_NAME("every rank runs");
         CHECK(name, runs);
-        snprintf(name, sizeof name, "tp %d, layers [%d, %d): the whole layout's size", tp, first, last);
+        CASE_NAME("the whole layout's size");
         CHECK_INT(name, gpt_stage_full_params(rk[0].s), full);
-        snprintf(name, sizeof name, "tp %d, layers [%d, %d): initial parameters equal", tp, first, last);
+        CASE_NAME("initial parameters equal");
         CHECK(name, memcmp(params, gpt_stage_params(ref), full * sizeof(float)) == 0);
-        snprintf(name, sizeof name, "tp %d, layers [%d, %d): loss and activations (1e-5)", tp, first, last);
+        CASE_NAME("loss and activations (1e-5)");
         CHECK(name, dl <= 1e-5 && da <= 1e-5);
         if (!(dl <= 1e-5 && da <= 1e-5))
             printf("  loss %.3g activations %.3g\n", dl, da);
@@ -153,7 +213,7 @@ static void check_case(int tp, int first, int last)
             if (d > 1e-5 && bad < 0)
                 bad = i;
         }
-        snprintf(name, sizeof name, "tp %d, layers [%d, %d): every gradient (1e-5)", tp, first, last);
+        CASE_NAME("every gradient (1e-5)");
         CHECK(name, bad < 0 && max_abs(grads, full) > 0);
         if (bad >= 0)
             printf("  %s differs by %.3g\n", tt[bad].name, worst);
@@ -224,11 +284,12 @@ static void check_reference(void)
 int main(void)
 {
     check_reference();
-    for (int tp = 2; tp <= 4; tp *= 2) {
-        check_case(tp, 0, L);
-        check_case(tp, 0, 1);
-        check_case(tp, 1, L);
-    }
+    for (int tp = 2; tp <= 4; tp *= 2)
+        for (int sliced = 0; sliced <= 1; sliced++) {
+            check_case(tp, 0, L, sliced);
+            check_case(tp, 0, 1, sliced);
+            check_case(tp, 1, L, sliced);
+        }
     struct gpt_config c = {.layers = L, .channels = 32, .heads = 4, .vocab = 60, .max_seq = T};
     struct gpt_stage *s = NULL;
     herr e = {0};

@@ -92,16 +92,22 @@ __global__ void loss_reduce_kernel(double *dst, int add, const float *losses, in
     }
 }
 
-/* Tensor parallelism (gpt_pass.c's cross_entropy): each rank holds Vl logits of a row, the first n
- * of them real vocabulary (global index v0 + v < V; n may be 0). One block per row writes this
- * rank's slots of buf, [tp][N] maxima, [tp][N] sums, [N] target logits, whose other slots are
- * zero, so that the group's sum gathers every rank's: the row's max over its n logits (-1e30
- * when n is 0), the sum of exp(logit - that max), and the target's logit where this rank holds
- * it. */
-__global__ void ce_tp_local_kernel(float *buf, const floatX *logits, const int *targets, int v0,
-                                   int n, int Vl, int tp, int tpr, int N)
+/* Row i of a pass's N = B S rows (S positions from t0 of each sequence) in the slot's [B][T] */
+__device__ __forceinline__ size_t pass_row(size_t i, int T, int t0, int S)
 {
-    size_t r = blockIdx.x;
+    return i / (size_t)S * T + (size_t)t0 + i % (size_t)S;
+}
+
+/* Tensor parallelism (gpt_pass.c's cross_entropy): each rank holds Vl logits of a row, the first n
+ * of them real vocabulary (global index v0 + v < V; n may be 0). One block per row of the pass
+ * (pass_row) writes this rank's slots of buf, [tp][N] maxima, [tp][N] sums, [N] target logits,
+ * whose other slots are zero, so that the group's sum gathers every rank's: the row's max over
+ * its n logits (-1e30 when n is 0), the sum of exp(logit - that max), and the target's logit
+ * where this rank holds it. */
+__global__ void ce_tp_local_kernel(float *buf, const floatX *logits, const int *targets, int v0,
+                                   int n, int Vl, int tp, int tpr, int N, int T, int t0, int S)
+{
+    size_t i = blockIdx.x, r = pass_row(i, T, t0, S);
     const floatX *lg = logits + r * Vl;
     float mx = -INFINITY;
     for (int v = threadIdx.x; v < n; v += blockDim.x)
@@ -115,35 +121,37 @@ __global__ void ce_tp_local_kernel(float *buf, const floatX *logits, const int *
     sum = block_sum(sum);
     if (threadIdx.x == 0) {
         int t = targets[r] - v0;
-        buf[(size_t)tpr * N + r] = mx;
-        buf[((size_t)tp + tpr) * N + r] = sum;
-        buf[2 * (size_t)tp * N + r] = t >= 0 && t < n ? tof(lg[t]) : 0.0f;
+        buf[(size_t)tpr * N + i] = mx;
+        buf[((size_t)tp + tpr) * N + i] = sum;
+        buf[2 * (size_t)tp * N + i] = t >= 0 && t < n ? tof(lg[t]) : 0.0f;
     }
 }
 /* After the group's sum of buf, one thread per row: the row's global max and sum of exponentials
  * (every rank's sum rescaled to the global max), kept for backward, and its loss */
 __global__ void ce_tp_global_kernel(float *losses, float *ce_max, float *ce_sum, const float *buf,
-                                    int tp, int N)
+                                    int tp, int N, int T, int t0, int S)
 {
-    size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= (size_t)N)
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N)
         return;
-    float mx = buf[r];
+    size_t r = pass_row(i, T, t0, S);
+    float mx = buf[i];
     for (int k = 1; k < tp; k++)
-        mx = fmaxf(mx, buf[(size_t)k * N + r]);
+        mx = fmaxf(mx, buf[(size_t)k * N + i]);
     float sum = 0.0f;
     for (int k = 0; k < tp; k++)
-        sum += buf[((size_t)tp + k) * N + r] * expf(buf[(size_t)k * N + r] - mx);
+        sum += buf[((size_t)tp + k) * N + i] * expf(buf[(size_t)k * N + i] - mx);
     ce_max[r] = mx;
     ce_sum[r] = sum;
-    losses[r] = logf(sum) + mx - buf[2 * (size_t)tp * N + r];
+    losses[r] = logf(sum) + mx - buf[2 * (size_t)tp * N + i];
 }
 /* in place, one block per row: this rank's Vl logits -> scale * (softmax - onehot(target)) with
  * the forward's global max and sum; zero for the columns past the real vocabulary (n) */
 __global__ void ce_tp_backward_kernel(floatX *logits, const int *targets, const float *ce_max,
-                                      const float *ce_sum, float scale, int v0, int n, int Vl)
+                                      const float *ce_sum, float scale, int v0, int n, int Vl,
+                                      int T, int t0, int S)
 {
-    size_t r = blockIdx.x;
+    size_t r = pass_row(blockIdx.x, T, t0, S);
     floatX *lg = logits + r * Vl;
     float mx = ce_max[r], inv = scale / ce_sum[r];
     int t = targets[r] - v0;
@@ -165,7 +173,7 @@ int vocab_held(const struct gpu_stage *s)
 } /* namespace */
 
 /* The loss of each row into a->losses. tp 1: the fused kernel over the rows [t0, t1) of each
- * sequence. With tensor parallelism (gpt_pass.c's cross_entropy, the whole micro-batch) each
+ * sequence. With tensor parallelism (gpt_pass.c's cross_entropy, the pass's rows) each
  * rank holds Vl of the vocabulary: the group sums every rank's row max and sum of exponentials
  * (each in its own slots of the exchange) and the target's logit (held by one rank), and each
  * row's global max and sum are kept for backward. */
@@ -206,15 +214,17 @@ int classifier_fwd(struct gpu_stage *s, struct gslot *a, int t0, int t1)
         a->dlogits = 1;
         return 0;
     }
-    size_t nx = (size_t)BT * (2 * (size_t)s->tp + 1); /* [tp][BT] max, [tp][BT] sum, [BT] target */
+    /* the pass's N rows (a slice: S of each sequence): [tp][N] max, [tp][N] sum, [N] target */
+    int N = s->B * S;
+    size_t nx = (size_t)N * (2 * (size_t)s->tp + 1);
     ENQ(cudaMemsetAsync(s->tp_dev, 0, nx * sizeof(float), st));
-    ce_tp_local_kernel<<<(unsigned)BT, 256, 0, st>>>(s->tp_dev, a->logits, a->targets,
-                                                     s->tpr * s->Vl, vocab_held(s), s->Vl, s->tp,
-                                                     s->tpr, BT);
+    ce_tp_local_kernel<<<(unsigned)N, 256, 0, st>>>(s->tp_dev, a->logits, a->targets,
+                                                    s->tpr * s->Vl, vocab_held(s), s->Vl, s->tp,
+                                                    s->tpr, N, s->T, t0, S);
     LAUNCHED(st);
     OK(tp_sum_dev(s, s->tp_dev, nx, "the loss's row maxima and sums"));
-    ce_tp_global_kernel<<<blocks_for((size_t)BT, 256), 256, 0, st>>>(a->losses, a->ce_max,
-                                                                    a->ce_sum, s->tp_dev, s->tp, BT);
+    ce_tp_global_kernel<<<blocks_for((size_t)N, 256), 256, 0, st>>>(
+        a->losses, a->ce_max, a->ce_sum, s->tp_dev, s->tp, N, s->T, t0, S);
     LAUNCHED(st);
     a->dlogits = 0;
     return 0;
@@ -232,12 +242,14 @@ int classifier_bwd(struct gpu_stage *s, struct gslot *a, int t0, int t1, float l
         *alpha = loss_scale;
         return 0;
     }
-    if (s->tp == 1 || t0 != 0 || t1 != s->T)
+    if (s->tp == 1)
         return stage_fail(s, "backward of the loss: its forward left no gradient");
-    /* tensor parallelism: the forward's global max and sum over the whole vocabulary */
-    ce_tp_backward_kernel<<<(unsigned)BT, 256, 0, st>>>(a->logits, a->targets, a->ce_max,
-                                                        a->ce_sum, loss_scale / (float)BT,
-                                                        s->tpr * s->Vl, vocab_held(s), s->Vl);
+    /* tensor parallelism: the forward's global max and sum over the whole vocabulary, the pass's
+     * rows (the micro-batch's mean, whichever slice) */
+    int S = t1 - t0;
+    ce_tp_backward_kernel<<<(unsigned)(s->B * S), 256, 0, st>>>(
+        a->logits, a->targets, a->ce_max, a->ce_sum, loss_scale / (float)BT, s->tpr * s->Vl,
+        vocab_held(s), s->Vl, s->T, t0, S);
     LAUNCHED(st);
     *alpha = 1.0f;
     return 0;

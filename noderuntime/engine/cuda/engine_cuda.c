@@ -186,17 +186,14 @@ static int cuda_init_params(struct engine *en, uint64_t seed, herr *e)
     return cuda_params_upload(en, e);
 }
 
-/* Token slices (TeraPipe): gpu_stage_forward_slice / _backward_slice, for tensor 1 only (as
- * gpt_pass.c). */
+/* Token slices (TeraPipe): gpu_stage_forward_slice / _backward_slice, with tensor parallelism
+ * too (as gpt_pass.c). */
 static int slice_check(struct engine *en, int t0, int t1)
 {
     struct cuda_engine *c = ce_of(en);
     if (t0 < 0 || t1 > c->T || t0 >= t1)
         return engine_fail(en, "token slice [%d, %d) is not inside [0, %d) or is empty", t0, t1,
                            c->T);
-    if (!(t0 == 0 && t1 == c->T) && c->tp > 1)
-        return engine_fail(en, "token slices [%d, %d) of %d with tensor parallelism (%d): the CUDA "
-                           "engine slices only tensor 1", t0, t1, c->T, c->tp);
     return 0;
 }
 

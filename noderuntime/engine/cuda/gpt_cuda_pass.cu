@@ -18,15 +18,20 @@ __global__ void row_parallel_finish_kernel(floatX *out, const float *sum, const 
         put(out + i, (sum[i] + bias[i % C]) + tof(res[i]));
 }
 
-/* out[BT][C] = inp[BT][IC] @ w^T + bias + res. With tensor parallelism a row-parallel layer (each
- * rank holds IC of the inputs; gpt_pass.c's row_parallel_forward): the product without bias in
- * fp32, summed across the group, then the bias and the residual. */
+int whole_range(const struct gpu_stage *s, int t0, int t1) { return t0 == 0 && t1 == s->T; }
+
+} /* namespace */
+
+/* out[N][C] = inp[N][IC] @ w^T + bias + res (N rows: the micro-batch's, or a slice's block).
+ * With tensor parallelism a row-parallel layer (each rank holds IC of the inputs; gpt_pass.c's
+ * row_parallel_forward): the product without bias in fp32, summed across the group, then the
+ * bias and the residual. */
 int row_parallel_fwd(struct gpu_stage *s, floatX *out, const floatX *inp, size_t woff,
-                     size_t boff, const floatX *res, int IC, const char *what)
+                     size_t boff, const floatX *res, int IC, int N, const char *what)
 {
     char *EB = s->err;
     size_t EN = sizeof s->err;
-    int N = s->B * s->T, C = s->c.channels;
+    int C = s->c.channels;
     size_t n = (size_t)N * C;
     if (s->tp == 1)
         return linear_fwd(&s->x, out, inp, s->wX + woff, s->wX + boff, res, NULL, N, IC, C);
@@ -45,11 +50,10 @@ int row_parallel_fwd(struct gpu_stage *s, floatX *out, const floatX *inp, size_t
  * activation type. */
 int column_parallel_bwd(struct gpu_stage *s, floatX *dinp, float *dw, float *dbias,
                         const floatX *dout, const floatX *inp, const floatX *w, int IC, int OC,
-                        float alpha, const char *what)
+                        int N, float alpha, const char *what)
 {
     char *EB = s->err;
     size_t EN = sizeof s->err;
-    int N = s->B * s->T;
     size_t n = (size_t)N * IC;
     if (s->tp == 1)
         return linear_bwd(&s->x, s->partial, dinp, dw, dbias, dout, inp, w, NULL, N, IC, OC, alpha);
@@ -59,10 +63,6 @@ int column_parallel_bwd(struct gpu_stage *s, floatX *dinp, float *dw, float *dbi
     PROF(&s->x, GPU_PART_MATMUL);
     return launch_cast(s->x.stream, dinp, s->tp_dev, n, EB, EN);
 }
-
-int whole_range(const struct gpu_stage *s, int t0, int t1) { return t0 == 0 && t1 == s->T; }
-
-} /* namespace */
 
 /* A micro-batch's token ids (first stage) and targets (last stage, when given) are in the
  * vocabulary; the activations a stage between others needs are given. */
@@ -128,11 +128,11 @@ int forward_whole(struct gpu_stage *s, struct gslot *a, const int *tokens, const
             OK(flash_fwd(s, A.atty, A.lse, A.qkv, 0, T));
         else
             OK(attention_fwd(s, A.atty, A.att, A.qkv));
-        OK(row_parallel_fwd(s, A.res2, A.atty, o->attprojw, o->attprojb, x, Cl,
+        OK(row_parallel_fwd(s, A.res2, A.atty, o->attprojw, o->attprojb, x, Cl, (int)BT,
                             "the attention projection's output"));
         OK(layernorm_fwd(s, A.ln2, A.ln2m, A.ln2r, A.res2, o->ln2w, o->ln2b, (int)BT));
         OK(linear_fwd(&s->x, A.fch, A.ln2, W + o->fcw, W + o->fcb, NULL, A.fchg, (int)BT, C, F));
-        OK(row_parallel_fwd(s, A.res3, A.fchg, o->fcprojw, o->fcprojb, A.res2, F,
+        OK(row_parallel_fwd(s, A.res3, A.fchg, o->fcprojw, o->fcprojb, A.res2, F, (int)BT,
                             "the MLP projection's output"));
         x = A.res3;
     }
@@ -187,7 +187,8 @@ int backward_whole(struct gpu_stage *s, struct gslot *a, const void *dout, void 
         OK(classifier_bwd(s, a, 0, T, loss_scale, &alpha));
         /* the head is column-parallel over the vocabulary */
         OK(column_parallel_bwd(s, s->dbuf, G + s->head_off, NULL, a->logits, a->lnf,
-                               W + s->head_off, C, s->Vl, alpha, "the head's input gradient"));
+                               W + s->head_off, C, s->Vl, (int)BT, alpha,
+                               "the head's input gradient"));
         {
             PROF(&s->x, GPU_PART_OTHER);
             ENQ(cudaMemsetAsync(dres, 0, BTC * sizeof(floatX), st));
@@ -209,7 +210,7 @@ int backward_whole(struct gpu_stage *s, struct gslot *a, const void *dout, void 
         OK(linear_bwd(&s->x, s->partial, s->dfch, G + o->fcprojw, G + o->fcprojb, dres, A.fchg,
                       W + o->fcprojw, A.fch, (int)BT, F, C, 1.0f));
         OK(column_parallel_bwd(s, s->dbuf, G + o->fcw, G + o->fcb, s->dfch, A.ln2, W + o->fcw, C, F,
-                               1.0f, "the MLP's input gradient"));
+                               (int)BT, 1.0f, "the MLP's input gradient"));
         OK(layernorm_bwd(s, dres, o->ln2w, o->ln2b, s->dbuf, A.res2, A.ln2m, A.ln2r, (int)BT));
         /* attention: res2 = x + proj(attn(qkv(ln1(x)))), likewise */
         OK(linear_bwd(&s->x, s->partial, s->dbuf, G + o->attprojw, G + o->attprojb, dres, A.atty,
@@ -219,7 +220,7 @@ int backward_whole(struct gpu_stage *s, struct gslot *a, const void *dout, void 
         else
             OK(attention_bwd(s, s->dqkv, s->dbuf, A.att, A.qkv));
         OK(column_parallel_bwd(s, s->dbuf, G + o->qkvw, G + o->qkvb, s->dqkv, A.ln1, W + o->qkvw, C,
-                               3 * Cl, 1.0f, "the attention's input gradient"));
+                               3 * Cl, (int)BT, 1.0f, "the attention's input gradient"));
         OK(layernorm_bwd(s, dres, o->ln1w, o->ln1b, s->dbuf, x, A.ln1m, A.ln1r, (int)BT));
         block_done(s, i);
     }
@@ -257,8 +258,6 @@ int gpu_stage_forward_slice(struct gpu_stage *s, int slot, int t0, int t1, const
         a->bwd_from = s->T;
         return 0;
     }
-    if (s->tp > 1)
-        return stage_fail(s, "token slices with tensor parallelism are not supported");
     if (t0 == 0)
         a->fwd_upto = 0;
     return forward_slice(s, a, t0, t1, tokens, in_act, targets, out_act, loss);
@@ -280,8 +279,6 @@ int gpu_stage_backward_slice(struct gpu_stage *s, int slot, int t0, int t1, cons
         a->bwd_from = 0;
         return 0;
     }
-    if (s->tp > 1)
-        return stage_fail(s, "token slices with tensor parallelism are not supported");
     return backward_slice(s, a, t0, t1, dout, din, loss_scale);
 }
 

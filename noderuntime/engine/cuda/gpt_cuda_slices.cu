@@ -1,9 +1,12 @@
-/* TeraPipe's token slices (gpt_pass.c's, tensor 1). A slice [t0, t1) works on one block of
+/* TeraPipe's token slices (gpt_pass.c's). A slice [t0, t1) works on one block of
  * S = t1 - t0 rows per sequence b: rows b T + t0 .. b T + t1 of the slot's [B][T] activations,
  * and b S .. (b + 1) S of the pass's [B][S] buffers (in_act, out_act, dout, din, and the scratch
  * dres, dbuf, dfch). The per-row layers (LayerNorm, the linear layers, GELU) run block by block,
  * b ascending (so every parameter gradient adds the blocks in gpt_pass.c's order); the loss runs
- * over the slice's rows in one launch.
+ * over the slice's rows in one launch. With tensor parallelism each block's row-parallel
+ * projections and column-parallel input gradients are summed across the group (the same helpers
+ * as the whole micro-batch's, over the block's S rows), and the loss's exchange covers the slice's
+ * rows (classifier.cu); the embeddings are the whole micro-batch's, as with tensor 1.
  *
  * Attention, flash (flash.cu): the slice's rectangle, its queries [t0, t1) against the keys
  * [0, t1), which this and the earlier slices left in the slot; backward writes the queries'
@@ -100,14 +103,14 @@ int forward_slice(struct gpu_stage *s, struct gslot *a, int t0, int t1, const in
         }
         for (int b = 0; b < B; b++) {
             size_t R = (size_t)b * T + (size_t)t0;
-            OK(linear_fwd(&s->x, A.res2 + R * C, A.atty + R * Cl, W + o->attprojw, W + o->attprojb,
-                          x + R * C, NULL, S, Cl, C));
+            OK(row_parallel_fwd(s, A.res2 + R * C, A.atty + R * Cl, o->attprojw, o->attprojb,
+                                x + R * C, Cl, S, "the attention projection's output"));
             OK(layernorm_fwd(s, A.ln2 + R * C, A.ln2m + R, A.ln2r + R, A.res2 + R * C, o->ln2w,
                              o->ln2b, S));
             OK(linear_fwd(&s->x, A.fch + R * F, A.ln2 + R * C, W + o->fcw, W + o->fcb, NULL,
                           A.fchg + R * F, S, C, F));
-            OK(linear_fwd(&s->x, A.res3 + R * C, A.fchg + R * F, W + o->fcprojw, W + o->fcprojb,
-                          A.res2 + R * C, NULL, S, F, C));
+            OK(row_parallel_fwd(s, A.res3 + R * C, A.fchg + R * F, o->fcprojw, o->fcprojb,
+                                A.res2 + R * C, F, S, "the MLP projection's output"));
         }
         x = A.res3;
     }
@@ -177,9 +180,9 @@ int backward_slice(struct gpu_stage *s, struct gslot *a, int t0, int t1, const v
         OK(classifier_bwd(s, a, t0, t1, loss_scale, &alpha));
         for (int b = 0; b < B; b++) {
             size_t R = (size_t)b * T + (size_t)t0;
-            OK(linear_bwd(&s->x, s->partial, s->dbuf + b * SC, G + s->head_off, NULL,
-                          a->logits + R * Vl, a->lnf + R * C, W + s->head_off, NULL, S, C, Vl,
-                          alpha));
+            OK(column_parallel_bwd(s, s->dbuf + b * SC, G + s->head_off, NULL, a->logits + R * Vl,
+                                   a->lnf + R * C, W + s->head_off, C, Vl, S, alpha,
+                                   "the head's input gradient"));
             OK(layernorm_bwd(s, dres + b * SC, s->lnfw_off, s->lnfb_off, s->dbuf + b * SC,
                              x_out + R * C, a->lnfm + R, a->lnfr + R, S));
         }
@@ -200,8 +203,9 @@ int backward_slice(struct gpu_stage *s, struct gslot *a, int t0, int t1, const v
                 OK(gelu_fwd(&s->x, A.fchg + R * F, A.fch + R * F, SF));
             OK(linear_bwd(&s->x, s->partial, s->dfch + b * SF, G + o->fcprojw, G + o->fcprojb, dr,
                           A.fchg + R * F, W + o->fcprojw, A.fch + R * F, S, F, C, 1.0f));
-            OK(linear_bwd(&s->x, s->partial, s->dbuf + b * SC, G + o->fcw, G + o->fcb,
-                          s->dfch + b * SF, A.ln2 + R * C, W + o->fcw, NULL, S, C, F, 1.0f));
+            OK(column_parallel_bwd(s, s->dbuf + b * SC, G + o->fcw, G + o->fcb, s->dfch + b * SF,
+                                   A.ln2 + R * C, W + o->fcw, C, F, S, 1.0f,
+                                   "the MLP's input gradient"));
             OK(layernorm_bwd(s, dr, o->ln2w, o->ln2b, s->dbuf + b * SC, A.res2 + R * C, A.ln2m + R,
                              A.ln2r + R, S));
         }
@@ -226,9 +230,9 @@ int backward_slice(struct gpu_stage *s, struct gslot *a, int t0, int t1, const v
         }
         for (int b = 0; b < B; b++) {
             size_t R = (size_t)b * T + (size_t)t0;
-            OK(linear_bwd(&s->x, s->partial, s->dbuf + b * SC, G + o->qkvw, G + o->qkvb,
-                          s->dqkv + R * 3 * Cl, A.ln1 + R * C, W + o->qkvw, NULL, S, C, 3 * Cl,
-                          1.0f));
+            OK(column_parallel_bwd(s, s->dbuf + b * SC, G + o->qkvw, G + o->qkvb,
+                                   s->dqkv + R * 3 * Cl, A.ln1 + R * C, W + o->qkvw, C, 3 * Cl, S,
+                                   1.0f, "the attention's input gradient"));
             OK(layernorm_bwd(s, dres + b * SC, o->ln1w, o->ln1b, s->dbuf + b * SC, x + R * C,
                              A.ln1m + R, A.ln1r + R, S));
         }

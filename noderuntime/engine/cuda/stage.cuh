@@ -268,6 +268,15 @@ int forward_slice(struct gpu_stage *s, struct gslot *a, int t0, int t1, const in
                   const void *in_act, const int *targets, void *out_act, float *loss);
 int backward_slice(struct gpu_stage *s, struct gslot *a, int t0, int t1, const void *dout,
                    void *din, float loss_scale);
+/* Tensor parallelism's layers around a linear layer, over N rows (the micro-batch's B T, or one
+ * sequence's S rows of a token slice): a row-parallel layer's forward, out = inp @ w^T + bias +
+ * res (the products summed across the group in fp32), and a column-parallel layer's backward
+ * (the input gradient summed across the group); with tp 1 the plain linear layer's. */
+int row_parallel_fwd(struct gpu_stage *s, floatX *out, const floatX *inp, size_t woff,
+                     size_t boff, const floatX *res, int IC, int N, const char *what);
+int column_parallel_bwd(struct gpu_stage *s, floatX *dinp, float *dw, float *dbias,
+                        const floatX *dout, const floatX *inp, const floatX *w, int IC, int OC,
+                        int N, float alpha, const char *what);
 /* the pass's checks before any work: tokens and targets in range, in_act and out_act given */
 int forward_checks(struct gpu_stage *s, const int *tokens, const int *targets, const void *in_act,
                    const void *out_act);

@@ -659,7 +659,7 @@ static void test_slices(void)
     int B = 3, T = 32, cut[] = {0, 3, 12, 32}, ns = 3;
     size_t BT = (size_t)B * T, BTC = BT * (size_t)c.channels;
     herr e;
-    struct gpu_stage *one = NULL, *sl = NULL, *s0 = NULL, *s1 = NULL, *tp = NULL;
+    struct gpu_stage *one = NULL, *sl = NULL, *s0 = NULL, *s1 = NULL;
     void *act = NULL, *dact = NULL;
     float *g1 = NULL, *gsl = NULL, *ga = NULL, *gb = NULL, *gm = NULL;
     int *tok = malloc(2 * BT * sizeof(int)), *tgt = malloc(2 * BT * sizeof(int));
@@ -741,14 +741,7 @@ static void test_slices(void)
     float *g2[2] = {ga, gb};
     CHECK_INT("gpu.slices.every_tensor_somewhere", assemble_grads(t1, n1t, gm, two, g2, 2), 0);
     CHECK_TENSORS("gpu.slices.two_stage_grads", t1, n1t, gm, g1, 0, c.channels, TOL);
-    /* tensor parallelism: slices refused (as gpt_pass.c), the whole micro-batch not */
-    if (gpu_stage_create_tp(&tp, &c, 0, 2, B, T, 1, 0, 2, 0, &e) < 0) {
-        TEST_FAIL("gpu.slices.tensor_create", "%s", e.msg);
-        goto out;
-    }
-    CHECK("gpu.slices.tensor_refused",
-          gpu_stage_forward_slice(tp, 0, 0, 3, tok, NULL, tgt, NULL, NULL) < 0 &&
-              strstr(gpu_stage_error(tp), "tensor parallelism") != NULL);
+    /* with tensor parallelism: test_tensor's sliced cases */
 out:
     free(tok);
     free(tgt);
@@ -763,7 +756,6 @@ out:
     gpu_stage_free(sl);
     gpu_stage_free(s0);
     gpu_stage_free(s1);
-    gpu_stage_free(tp);
 }
 
 /* ---------------------------------------------------------------- recomputation */
@@ -849,7 +841,12 @@ struct tp_rank {
     float loss;
     int rc;
     float *h;      /* the device sum's host copy */
+    int sliced;    /* the micro-batch in the token slices TP_CUTS (forward in order, backward in
+                      reverse), the loss their sum */
 };
+
+#define TP_NSLICES 3
+static const int TP_CUTS[TP_NSLICES + 1] = {0, 3, 10, 16}; /* of test_tensor's T = 16 */
 
 /* The group's sum (tests/unit/tp_group.h). */
 static int tp_rank_sum(void *ctx, float *buf, size_t n)
@@ -874,20 +871,35 @@ static int tp_rank_sum_dev(void *ctx, float *dev_buf, size_t n)
 static void *tp_run(void *arg)
 {
     struct tp_rank *r = arg;
-    r->rc = gpu_stage_zero_grads(r->s) < 0 ||
-            gpu_stage_forward(r->s, 0, r->tok, NULL, r->tgt, NULL, &r->loss) < 0 ||
-            gpu_stage_backward(r->s, 0, NULL, NULL, 1.0f) < 0;
+    if (!r->sliced) {
+        r->rc = gpu_stage_zero_grads(r->s) < 0 ||
+                gpu_stage_forward(r->s, 0, r->tok, NULL, r->tgt, NULL, &r->loss) < 0 ||
+                gpu_stage_backward(r->s, 0, NULL, NULL, 1.0f) < 0;
+        return NULL;
+    }
+    r->loss = 0.0f;
+    r->rc = gpu_stage_zero_grads(r->s) < 0;
+    for (int k = 0; !r->rc && k < TP_NSLICES; k++) {
+        float l = 0.0f;
+        r->rc = gpu_stage_forward_slice(r->s, 0, TP_CUTS[k], TP_CUTS[k + 1], r->tok, NULL, r->tgt,
+                                        NULL, &l) < 0;
+        r->loss += l;
+    }
+    for (int k = TP_NSLICES - 1; !r->rc && k >= 0; k--)
+        r->rc = gpu_stage_backward_slice(r->s, 0, TP_CUTS[k], TP_CUTS[k + 1], NULL, NULL, 1.0f) < 0;
     return NULL;
 }
 
 /* tp ranks of the whole model against the CPU engine's one stage (vocabulary 97 padded to 128:
- * with tp 4 the last rank holds one real row and 31 of padding) */
-static void test_tensor(int tp, int dev)
+ * with tp 4 the last rank holds one real row and 31 of padding); sliced: each rank runs the
+ * micro-batch in token slices (TeraPipe with tensor parallelism), the CPU stage whole */
+static void test_tensor(int tp, int dev, int sliced)
 {
     struct gpt_config c = tiny();
     int B = 2, T = 16;
     size_t BT = (size_t)B * T;
-    char name[64];
+    char name[80];
+    const char *kind = dev ? (sliced ? "_dev_sliced" : "_dev") : (sliced ? "_sliced" : "");
     herr e;
     struct gpt_stage *cs = NULL, *twin = NULL;
     struct tp_rank rk[4];
@@ -899,19 +911,19 @@ static void test_tensor(int tp, int dev)
     float *full = NULL, *local = NULL;
     if (!tok || !tgt || gpt_stage_create(&cs, &c, 0, c.layers, B, T, 1, &e) < 0 ||
         gpt_stage_create_tp(&twin, &c, 0, c.layers, 1, 1, 1, tp, 0, &e) < 0) {
-        snprintf(name, sizeof name, "gpu.tensor%d%s.create", tp, dev ? "_dev" : "");
+        snprintf(name, sizeof name, "gpu.tensor%d%s.create", tp, kind);
         TEST_FAIL(name, "%s", tok && tgt ? e.msg : "out of memory");
         goto out;
     }
     gpt_config_check(&c, NULL);
     for (int t = 0; t < tp; t++)
         if (gpu_stage_create_tp(&rk[t].s, &c, 0, c.layers, B, T, 1, 0, tp, t, &e) < 0) {
-            snprintf(name, sizeof name, "gpu.tensor%d%s.create", tp, dev ? "_dev" : "");
+            snprintf(name, sizeof name, "gpu.tensor%d%s.create", tp, kind);
             TEST_FAIL(name, "rank %d: %s", t, e.msg);
             goto out;
         }
     size_t n = gpt_stage_num_params(cs), nl = gpu_stage_num_params(rk[0].s);
-    snprintf(name, sizeof name, "gpu.tensor%d%s.layout", tp, dev ? "_dev" : "");
+    snprintf(name, sizeof name, "gpu.tensor%d%s.layout", tp, kind);
     CHECK_INT(name, nl, gpt_stage_num_params(twin));
     full = calloc(n, sizeof(float));
     local = calloc(nl, sizeof(float));
@@ -926,17 +938,17 @@ static void test_tensor(int tp, int dev)
     /* the ranks' parameters, put together, are the whole stage's */
     for (int t = 0; t < tp; t++) {
         if (gpu_stage_init_params(rk[t].s, seed) < 0 || gpu_stage_get_params(rk[t].s, local) < 0) {
-            snprintf(name, sizeof name, "gpu.tensor%d%s.init", tp, dev ? "_dev" : "");
+            snprintf(name, sizeof name, "gpu.tensor%d%s.init", tp, kind);
             TEST_FAIL(name, "rank %d: %s", t, gpu_stage_error(rk[t].s));
             goto out;
         }
         gpt_stage_to_full(twin, t, local, full);
     }
-    snprintf(name, sizeof name, "gpu.tensor%d%s.same_init", tp, dev ? "_dev" : "");
+    snprintf(name, sizeof name, "gpu.tensor%d%s.same_init", tp, kind);
     CHECK(name, memcmp(full, gpt_stage_params(cs), n * sizeof(float)) == 0);
 
     /* a tensor-parallel stage without the group's sum: an error, not a hang */
-    snprintf(name, sizeof name, "gpu.tensor%d%s.no_sum", tp, dev ? "_dev" : "");
+    snprintf(name, sizeof name, "gpu.tensor%d%s.no_sum", tp, kind);
     CHECK(name, gpu_stage_forward(rk[0].s, 0, tok, NULL, tgt, NULL, NULL) < 0 &&
                 strstr(gpu_stage_error(rk[0].s), "no group sum") != NULL);
 
@@ -950,6 +962,7 @@ static void test_tensor(int tp, int dev)
         rk[t].g = &g;
         rk[t].tok = tok;
         rk[t].tgt = tgt;
+        rk[t].sliced = sliced;
         if (dev) {
             rk[t].h = malloc(BT * (size_t)c.channels * 16 * sizeof(float));
             gpu_stage_set_tp_sum_dev(rk[t].s, tp_rank_sum_dev, &rk[t]);
@@ -966,7 +979,7 @@ static void test_tensor(int tp, int dev)
     memset(full, 0, n * sizeof(float));
     for (int t = 0; t < tp; t++) {
         if (rk[t].rc || gpu_stage_get_grads(rk[t].s, local) < 0) {
-            snprintf(name, sizeof name, "gpu.tensor%d%s.step", tp, dev ? "_dev" : "");
+            snprintf(name, sizeof name, "gpu.tensor%d%s.step", tp, kind);
             TEST_FAIL(name, "rank %d: %s", t, gpu_stage_error(rk[t].s));
             ran = 0;
             break;
@@ -976,7 +989,7 @@ static void test_tensor(int tp, int dev)
         gpt_stage_to_full(twin, t, local, full); /* replicated tensors: the last rank's */
     }
     if (ran) {
-        snprintf(name, sizeof name, "gpu.tensor%d%s.loss", tp, dev ? "_dev" : "");
+        snprintf(name, sizeof name, "gpu.tensor%d%s.loss", tp, kind);
         if (worst_loss <= TOL)
             TEST_PASS(name);
         else
@@ -984,7 +997,7 @@ static void test_tensor(int tp, int dev)
                       worst_loss, TOL);
         const struct gpt_tensor *tt;
         int nt = gpt_stage_tensors(cs, &tt);
-        snprintf(name, sizeof name, "gpu.tensor%d%s.grads", tp, dev ? "_dev" : "");
+        snprintf(name, sizeof name, "gpu.tensor%d%s.grads", tp, kind);
         CHECK_TENSORS(name, tt, nt, full, gpt_stage_grads(cs), 0, c.channels, TOL);
     }
 out:
@@ -1720,9 +1733,11 @@ int main(int argc, char **argv)
         test_two_stage();
         test_recompute();
         test_slices();
-        test_tensor(2, 0);
-        test_tensor(4, 0);
-        test_tensor(2, 1); /* the group's sums through gpu_stage_set_tp_sum_dev */
+        test_tensor(2, 0, 0);
+        test_tensor(4, 0, 0);
+        test_tensor(2, 1, 0); /* the group's sums through gpu_stage_set_tp_sum_dev */
+        test_tensor(2, 0, 1); /* token slices with tensor parallelism */
+        test_tensor(4, 1, 1);
         const char *corpus = getenv("HOLMES_CORPUS");
         test_resume(corpus ? corpus : "examples/data/corpus.txt");
         test_bad_input();
