@@ -66,6 +66,28 @@ __global__ void mma_dsum_kernel(float *D, const bf16 *dy, const bf16 *y, int B, 
         D[((size_t)b * NH + h) * T + q] = acc;
 }
 
+/* A backward block's views of its (sequence, head) (blockIdx.y = b NH + h): its q, k and v
+ * columns of the qkv rows (3 C apart), its dy columns (C apart), its rows of lse and D */
+template <int HS> struct bh_views {
+    int C;
+    size_t stride;
+    const bf16 *q, *k, *v, *dy;
+    const float *lse, *D;
+    __device__ __forceinline__ bh_views(const bf16 *qkv, const bf16 *dy_, const float *lse_,
+                                        const float *D_, int T, int NH)
+    {
+        int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+        C = NH * HS;
+        stride = 3 * (size_t)C;
+        q = qkv + (size_t)b * T * stride + (size_t)h * HS;
+        k = q + C;
+        v = q + 2 * C;
+        dy = dy_ + (size_t)b * T * C + (size_t)h * HS;
+        lse = lse_ + (size_t)bh * T;
+        D = D_ + (size_t)bh * T;
+    }
+};
+
 /* rows' lse (rows at or past q1: +inf, so P = 0) and D of the query tile from qt into shared */
 __device__ __forceinline__ void rows_into(float *Ls, float *Ds, const float *lse, const float *D,
                                           int qt, int q1)
@@ -147,11 +169,12 @@ mma_dkdv_kernel(bf16 *dqkv, float *kv_acc, bf16 *dsT, const bf16 *dy, const floa
     bf16 *dYs = Qs + 2 * G::TILE;
     float *Ls = reinterpret_cast<float *>(dYs + 2 * G::TILE), *Ds = Ls + 2 * ROWS;
     int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
-    size_t stride = 3 * (size_t)C;
-    const bf16 *qb = qkv + (size_t)b * T * stride + (size_t)h * HS, *kb = qb + C, *vb = qb + 2 * C;
-    const bf16 *dyb = dy + (size_t)b * T * C + (size_t)h * HS;
-    const float *lseb = lse + ((size_t)b * NH + h) * T, *Db = D + ((size_t)b * NH + h) * T;
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    bh_views<HS> V(qkv, dy, lse, D, T, NH);
+    int C = V.C;
+    size_t stride = V.stride;
+    const bf16 *qb = V.q, *kb = V.k, *vb = V.v, *dyb = V.dy;
+    const float *lseb = V.lse, *Db = V.D;
     int kt0 = (int)blockIdx.x * ROWS, qfirst = flash_first_query(q0, kt0);
     int ntiles = (q1 - qfirst + ROWS - 1) / ROWS;
     tile_async<HS>(Ks, kb, stride, kt0, q1);
@@ -238,11 +261,12 @@ mma_dq_kernel(bf16 *dqkv, const bf16 *dy, const float *lse, const float *D, cons
     bf16 *Qs = reinterpret_cast<bf16 *>(smem), *dYs = Qs + G::TILE, *Ks = dYs + G::TILE;
     bf16 *Vs = Ks + 2 * G::TILE;
     int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
-    size_t stride = 3 * (size_t)C;
-    const bf16 *qb = qkv + (size_t)b * T * stride + (size_t)h * HS, *kb = qb + C, *vb = qb + 2 * C;
-    const bf16 *dyb = dy + (size_t)b * T * C + (size_t)h * HS;
-    const float *lseb = lse + ((size_t)b * NH + h) * T, *Db = D + ((size_t)b * NH + h) * T;
+    int b = (int)blockIdx.y / NH, h = (int)blockIdx.y % NH;
+    bh_views<HS> V(qkv, dy, lse, D, T, NH);
+    int C = V.C;
+    size_t stride = V.stride;
+    const bf16 *qb = V.q, *kb = V.k, *vb = V.v, *dyb = V.dy;
+    const float *lseb = V.lse, *Db = V.D;
     int qt0 = flash_query_tile(q0, q1, (int)gridDim.x - 1 - (int)blockIdx.x); /* heavy first */
     int kend = flash_key_end(qt0, q1), ntiles = (kend + ROWS - 1) / ROWS;
     tile_async<HS>(Qs, qb, stride, qt0, q1);
