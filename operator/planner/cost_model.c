@@ -11,7 +11,7 @@
 
 /* Per-stage arrays of one simulation (struct sim_view): SIM_STATE of state, SIM_IN of inputs. */
 #define SIM_STATE 5
-#define SIM_IN 9
+#define SIM_IN 13
 
 void cost_links_default(struct cost_links *l)
 {
@@ -315,6 +315,8 @@ void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,
     int n_ar = 2 * st->layers + (first ? 1 : 0); /* forward all-reduces; backward has as many */
     out->tp_fwd = n_ar * allreduce_time(act, t, intra);
     out->tp_bwd = 2 * st->layers * allreduce_time(act, t, intra);
+    out->tp_fwd_lat = t > 1 ? n_ar * (t - 1) * intra.lat : 0;
+    out->tp_bwd_lat = t > 1 ? 2 * st->layers * (t - 1) * intra.lat : 0;
     /* scatter-gather (Megatron-LM; noderuntime/train/pipeline.c): each of the t tensor ranks
      * receives 1/t of a unit from its peer, then the group all-gathers the t chunks */
     out->gather = scatter_time(act, t, intra);
@@ -420,7 +422,9 @@ static int sim_slices(const struct cost_job *j, struct cost_sim *sim)
 }
 
 /* One simulation's arrays, views into cost_sim's buffers. Inputs per stage: an op's compute
- * (fwd, bwd: per micro-batch, times the unit's compute share), the tensor group's all-gather of
+ * (fwd, bwd: per micro-batch, times the unit's compute share), the tensor group's all-reduces
+ * inside it (tpf, tpb: their bytes' time per micro-batch, times the unit's token share; tplf,
+ * tplb: their latency, once per unit: a token slice runs every all-reduce), the tensor group's all-gather of
  * a received unit before it (gf before a forward, gb before a backward: per micro-batch, times
  * the unit's token share, plus gfl / gbl once), the link to the next stage (xfer: one link's
  * transfer of a micro-batch's share, times the token share; lat: once per message) and the
@@ -433,7 +437,7 @@ struct sim_view {
     int P, U, S, nbuf;
     double *farr, *barr, *lastf;
     double *t, *lf, *lb, *freeat, *rem;
-    double *fwd, *bwd, *gf, *gb, *gfl, *gbl, *xfer, *lat, *start;
+    double *fwd, *bwd, *tpf, *tpb, *tplf, *tplb, *gf, *gb, *gfl, *gbl, *xfer, *lat, *start;
     double *ringf, *ringb;
     int *idx, *nsf, *nsb;
 };
@@ -450,8 +454,9 @@ static void sim_view(struct cost_sim *sim, int P, int U, int nbuf, struct sim_vi
     v->barr = b + pu;
     v->lastf = b + 2 * pu;
     double *ps = v->lastf + U;
-    double **arr[] = {&v->t, &v->lf, &v->lb, &v->freeat, &v->rem, &v->fwd, &v->bwd, &v->gf,
-                      &v->gb, &v->gfl, &v->gbl, &v->xfer, &v->lat, &v->start};
+    double **arr[] = {&v->t, &v->lf, &v->lb, &v->freeat, &v->rem, &v->fwd, &v->bwd, &v->tpf,
+                      &v->tpb, &v->tplf, &v->tplb, &v->gf, &v->gb, &v->gfl, &v->gbl, &v->xfer,
+                      &v->lat, &v->start};
     for (size_t i = 0; i < sizeof arr / sizeof arr[0]; i++)
         *arr[i] = ps + i * (size_t)P;
     v->ringf = ps + (SIM_STATE + SIM_IN) * (size_t)P;
@@ -478,13 +483,15 @@ static void sim_reset(struct sim_view *v)
 }
 
 /* Seconds of op (b, unit mb) on stage s: the all-gather of what it received (not on the first
- * stage's forwards nor the last stage's backwards), its compute, the fixed overhead. */
+ * stage's forwards nor the last stage's backwards), its compute, its tensor all-reduces, the
+ * fixed overhead. */
 static double op_time(const struct sim_view *v, const struct cost_sim *sim, int s, int b, int mb)
 {
     int k = mb % v->S;
     double g = b ? (s < v->P - 1 ? v->gb[s] * sim->tw[k] + v->gbl[s] : 0)
                  : (s > 0 ? v->gf[s] * sim->tw[k] + v->gfl[s] : 0);
-    return (b ? v->bwd[s] : v->fwd[s]) * sim->cw[k] + g + sim->ovh;
+    double tp = b ? v->tpb[s] * sim->tw[k] + v->tplb[s] : v->tpf[s] * sim->tw[k] + v->tplf[s];
+    return (b ? v->bwd[s] : v->fwd[s]) * sim->cw[k] + tp + g + sim->ovh;
 }
 
 /* Completes op (b, unit mb) of stage s at `fin`: sends its result (tw: the unit's share of the
@@ -766,8 +773,12 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
      * the embedding tie follows the first stage's. */
     for (int s = 0; s < n; s++) {
         cost_stage_terms(j, l, &st[s], s == 0, s == n - 1, n > 1 ? tie : NULL, &terms[s]);
-        v.fwd[s] = terms[s].fwd + terms[s].tp_fwd;
-        v.bwd[s] = terms[s].bwd + terms[s].tp_bwd;
+        v.fwd[s] = terms[s].fwd;
+        v.bwd[s] = terms[s].bwd;
+        v.tpf[s] = terms[s].tp_fwd - terms[s].tp_fwd_lat;
+        v.tpb[s] = terms[s].tp_bwd - terms[s].tp_bwd_lat;
+        v.tplf[s] = terms[s].tp_fwd_lat;
+        v.tplb[s] = terms[s].tp_bwd_lat;
         v.gf[s] = v.gb[s] = terms[s].gather - terms[s].gather_lat;
         v.gfl[s] = v.gbl[s] = terms[s].gather_lat;
         v.xfer[s] = s < n - 1 ? link_bytes / st[s].next.bw : 0;

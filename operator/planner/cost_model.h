@@ -130,6 +130,8 @@ double cost_link_bytes(const struct cost_job *j);
 struct cost_stage_terms {
     double fwd, bwd;         /* compute per micro-batch */
     double tp_fwd, tp_bwd;   /* tensor-parallel all-reduces per micro-batch */
+    double tp_fwd_lat, tp_bwd_lat; /* of which latency: paid once per all-reduce, also by a token
+                                      slice (its bytes are its tokens' share) */
     double gather;           /* scatter-gather: the tensor group's all-gather of one received
                                 micro-batch (activation or its gradient); 0 with tensor 1 */
     double gather_lat;       /* of which latency (paid once per message, also by a token slice) */

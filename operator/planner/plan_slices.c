@@ -27,13 +27,15 @@ struct slice_price {
                          over the slowest link */
     double lat;       /* that link's latency */
     double ovh;       /* links.op_overhead_us: a forward and a backward of a slice each pay it */
+    double tp_lat;    /* the tensor all-reduces' latency of a forward and a backward, which every
+                         slice pays whole (the slowest stage's) */
     int T;
 };
 
 static double price(const struct plan_eval *ev, const struct slice_price *sp, int a, int b)
 {
     double share = cost_slice_compute_share(&ev->cj, a, b);
-    return sp->compute * share + 2 * (sp->xfer * (b - a) / sp->T + sp->lat + sp->ovh);
+    return sp->compute * share + sp->tp_lat + 2 * (sp->xfer * (b - a) / sp->T + sp->lat + sp->ovh);
 }
 
 static void slice_prices(struct plan_eval *ev, int P, struct slice_price *sp)
@@ -45,11 +47,14 @@ static void slice_prices(struct plan_eval *ev, int P, struct slice_price *sp)
         struct cost_stage_terms t;
         cost_stage_terms(&ev->cj, &ev->links, &ev->stages[s], s == 0, s == P - 1,
                          P > 1 ? &ev->tie : NULL, &t);
-        /* compute, tensor all-reduces, and the all-gathers of what the stage receives (a
-         * slice's share of them is its tokens', close enough to its compute share here) */
-        double c = t.fwd + t.bwd + t.tp_fwd + t.tp_bwd + (s > 0 ? t.gather : 0) +
-                   (s < P - 1 ? t.gather : 0);
+        /* compute, the tensor all-reduces' bytes, and the all-gathers of what the stage
+         * receives (a slice's share of them is its tokens', close enough to its compute share
+         * here); the all-reduces' latency is every slice's whole */
+        double c = t.fwd + t.bwd + t.tp_fwd - t.tp_fwd_lat + t.tp_bwd - t.tp_bwd_lat +
+                   (s > 0 ? t.gather : 0) + (s < P - 1 ? t.gather : 0);
+        double tl = t.tp_fwd_lat + t.tp_bwd_lat;
         sp->compute = c > sp->compute ? c : sp->compute;
+        sp->tp_lat = tl > sp->tp_lat ? tl : sp->tp_lat;
         if (s < P - 1) {
             double x = cost_link_bytes(&ev->cj) / ev->stages[s].next.bw;
             sp->xfer = x > sp->xfer ? x : sp->xfer;

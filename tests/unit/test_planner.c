@@ -1225,6 +1225,43 @@ static void test_job_manifest(void)
 
 /* ---- TeraPipe token slices ---- */
 
+/* One stage, tensor 2, m micro-batches in S token slices, every transfer free: each slice runs
+ * all of its stage's tensor all-reduces, so each pays their latency whole while their bytes, and
+ * the compute, divide among the slices: sliced - unsliced = m (S - 1) (latency of a forward's
+ * and a backward's all-reduces). Scaling that latency by a slice's share, as the model did
+ * before 2026-11-28, priced slicing with tensor parallelism as free of it. */
+static void test_slices_tensor_latency(void)
+{
+    struct cost_links l;
+    cost_links_default(&l);
+    l.compute_efficiency = 1;
+    l.memory_gbps = 1e12;
+    l.intra_node_latency_us = 1000; /* large beside the compute, so the difference shows */
+    struct cost_job j = {.model = {.layers = 4, .hidden = 256, .heads = 4, .vocab = 1, .seq_len = 64},
+                         .tensor = 2, .data = 1, .micro_batches = 3, .micro_batch_size = 1,
+                         .elem_bytes = 2, .schedule = SCHED_GPIPE};
+    struct cost_stage st;
+    memset(&st, 0, sizeof st);
+    st.layers = 4;
+    st.tflops = 1;
+    st.dp.bw = st.next.bw = INFINITY;
+    struct cost_sim sim;
+    herr e;
+    CHECK_INT("slices x tensor: sim init", cost_sim_init(&sim, 1, 3 * 4, &e), 0);
+    double whole = cost_simulate(&j, &l, &st, 1, NULL, &sim, NULL);
+    int bounds[5] = {0, 16, 32, 48, 64};
+    j.slices = 4;
+    j.slice_bounds = bounds;
+    double sliced = cost_simulate(&j, &l, &st, 1, NULL, &sim, NULL);
+    struct cost_stage_terms t;
+    cost_stage_terms(&j, &l, &st, 1, 1, NULL, &t);
+    CHECK("slices x tensor: the all-reduces' latency is part of their time",
+          t.tp_fwd_lat > 0 && t.tp_fwd_lat < t.tp_fwd && t.tp_bwd_lat > 0 && t.tp_bwd_lat < t.tp_bwd);
+    CHECK_NEAR("slices x tensor: every slice pays the all-reduces' latency",
+               sliced - whole, 3 * (4 - 1) * (t.tp_fwd_lat + t.tp_bwd_lat), 1e-6);
+    cost_sim_free(&sim);
+}
+
 static void test_token_slices(void)
 {
     struct plan_job job;
@@ -1298,6 +1335,7 @@ int main(void)
     test_token_slices();
     test_formulas();
     test_schedule_closed_form();
+    test_slices_tensor_latency();
     test_links_json();
     test_gateway();
     test_pipeline_dtype();
