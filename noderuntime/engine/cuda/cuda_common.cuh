@@ -47,6 +47,9 @@ namespace GPU_NS {
 
 /* printf into buf[n] (when given); returns -1 (gpt_cuda.cu) */
 int fail_msg(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The environment variable `name` as a whole number in [lo, hi] into *out: 1; 0 when it is not
+ * set (*out untouched); -1 (buf) naming it and the range when it is anything else */
+int env_int(const char *name, int lo, int hi, int *out, char *buf, size_t n);
 
 } /* namespace GPU_NS */
 

@@ -196,7 +196,7 @@ template <int HS> int launch_dsum(struct gpu_stage *s, const floatX *dy, const f
 /* The sequences [b0, b0 + nb) of a pass (the launches' chunk, flash_launch_seqs): where their
  * rows start in each buffer. The kernels index from their grid's y, the chunk's own pairs. */
 struct seq_chunk {
-    int b0, nb;
+    int nb;
     size_t qkv, y, rows; /* element offsets: [B][T][3C], [B][T][C], [B][NH][T] */
 };
 static struct seq_chunk chunk_at(const struct gpu_stage *s, int b0, int HS)
@@ -204,7 +204,6 @@ static struct seq_chunk chunk_at(const struct gpu_stage *s, int b0, int HS)
     struct seq_chunk c;
     int per = flash_launch_seqs(s->NHl, s->flash_max_bh);
     size_t C = (size_t)s->NHl * HS;
-    c.b0 = b0;
     c.nb = s->B - b0 < per ? s->B - b0 : per;
     c.qkv = (size_t)b0 * s->T * 3 * C;
     c.y = (size_t)b0 * s->T * C;
@@ -278,15 +277,8 @@ template <int HS> int prepare(struct gpu_stage *s)
     /* (sequence, head) pairs a launch takes: CUDA's grid limit, or fewer for tests (so that a
      * small pass goes in several launches) */
     s->flash_max_bh = FLASH_MAX_BH;
-    const char *e = getenv("HOLMES_GPU_FLASH_MAX_BH");
-    if (e) {
-        char *end = NULL;
-        long v = strtol(e, &end, 10);
-        if (end == e || *end != 0 || v < 1 || v > FLASH_MAX_BH)
-            return fail_msg(EB, EN, "HOLMES_GPU_FLASH_MAX_BH '%.40s': must be a whole number from 1 "
-                            "to %d", e, FLASH_MAX_BH);
-        s->flash_max_bh = (int)v;
-    }
+    if (env_int("HOLMES_GPU_FLASH_MAX_BH", 1, FLASH_MAX_BH, &s->flash_max_bh, EB, EN) < 0)
+        return -1;
     CK(cudaFuncSetAttribute(mma_fwd_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             (int)fwd_smem<HS>()));
     CK(cudaFuncSetAttribute(mma_dkdv_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,

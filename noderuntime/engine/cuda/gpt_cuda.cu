@@ -20,6 +20,19 @@ int fail_msg(char *buf, size_t n, const char *fmt, ...)
     return -1;
 }
 
+int env_int(const char *name, int lo, int hi, int *out, char *buf, size_t n)
+{
+    const char *e = getenv(name);
+    if (!e)
+        return 0;
+    char *end = NULL;
+    long v = strtol(e, &end, 10);
+    if (end == e || *end != 0 || v < lo || v > hi)
+        return fail_msg(buf, n, "%s '%.40s': must be a whole number from %d to %d", name, e, lo, hi);
+    *out = (int)v;
+    return 1;
+}
+
 int stage_fail(struct gpu_stage *s, const char *fmt, ...)
 {
     va_list ap;

@@ -138,15 +138,8 @@ int tune_enabled(void)
  * -1 (EB) when the variable is set to anything else */
 int candidates_wanted(char *EB, size_t EN)
 {
-    const char *e = getenv("HOLMES_GPU_GEMM_CANDIDATES");
-    if (!e)
-        return LT_CANDIDATES;
-    char *end = NULL;
-    long v = strtol(e, &end, 10);
-    if (end == e || *end != 0 || v < 1 || v > LT_MAX_CANDIDATES)
-        return fail_msg(EB, EN, "HOLMES_GPU_GEMM_CANDIDATES '%.40s': must be a whole number from 1 to %d",
-                        e, LT_MAX_CANDIDATES);
-    return (int)v;
+    int v = LT_CANDIDATES;
+    return env_int("HOLMES_GPU_GEMM_CANDIDATES", 1, LT_MAX_CANDIDATES, &v, EB, EN) < 0 ? -1 : v;
 }
 
 } /* namespace */
