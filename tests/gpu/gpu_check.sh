@@ -87,6 +87,10 @@ phase "bench_gpu 124M recompute-dq" 60 "$GB/bf16/bench_gpu" 12 768 12 50257 16 1
 # the weight gradients' products on a second stream (GPU_OVERLAP_WEIGHT_GRADS) at 1.5B, whose
 # C = 1,600-wide products fill their last wave worst: the step beside bench-gpu's
 phase "bench_gpu 1.5B overlap-dw" 90 "$GB/bf16/bench_gpu" 48 1600 25 50257 "${GPU_B_1558M:-4}" 1024 10 "${GPU_PEAK:-989}" 16
+# LayerNorm's backward holding 1.5B's 1,600-column rows in registers (HOLMES_GPU_LN_BWD_MAX_IT=8,
+# one block an SM) instead of re-reading them: the step and the memory-bound table's "ln bwd" row
+# beside bench-gpu's
+phase "bench_gpu 1.5B ln-bwd-8" 90 env HOLMES_GPU_LN_BWD_MAX_IT=8 "$GB/bf16/bench_gpu" 48 1600 25 50257 "${GPU_B_1558M:-4}" 1024 10 "${GPU_PEAK:-989}" 0
 
 {
     echo

@@ -90,11 +90,15 @@ static float finish_order(const float *partial, int which, int chunks, int C, in
 }
 
 /* wshift: the weights and biases one float past a 16-byte boundary (their scalar loads) */
-static void ln_case(int N, int C, bool wshift = false)
+/* bwd_it: the backward's most vectors a lane holds (layernorm_prepare's: LN_BWD_DEFAULT_IT, or
+ * what HOLMES_GPU_LN_BWD_MAX_IT says) */
+static void ln_case(int N, int C, bool wshift = false, int bwd_it = LN_BWD_DEFAULT_IT)
 {
-    char tag[96], name[160];
-    snprintf(tag, sizeof tag, "layernorm_emu%s.N%d.C%d%s%s", PREC, N, C, wshift ? ".wshift" : "",
-             eager ? ".eager" : "");
+    char tag[112], name[176], its[16] = "";
+    if (bwd_it != LN_BWD_DEFAULT_IT)
+        snprintf(its, sizeof its, ".bwd_it%d", bwd_it);
+    snprintf(tag, sizeof tag, "layernorm_emu%s.N%d.C%d%s%s%s", PREC, N, C, wshift ? ".wshift" : "",
+             its, eager ? ".eager" : "");
     size_t NC = (size_t)N * C;
     int rows = colsum_rows(N), chunks = colsum_chunks(N), vec = C % VECX == 0 ? VECX : 1;
     regions.clear();
@@ -125,7 +129,7 @@ static void ln_case(int N, int C, bool wshift = false)
 
     unsigned grid = (unsigned)colsum_ceil_div(N * 32, 256);
     bool wvec = ((uintptr_t)w % 16 == 0) && ((uintptr_t)b % 16 == 0);
-    int fits = ln_row_its(C, VECX, LN_FWD_MAX_IT), bits = ln_row_its(C, VECX, LN_BWD_MAX_IT);
+    int fits = ln_row_its(C, VECX, LN_FWD_MAX_IT), bits = ln_row_its(C, VECX, bwd_it);
     launch(dim3e{grid, 1, 1}, dim3e{256, 1, 1}, 0, [&] {
         if (vec == VECX)
             by_row_its<LN_FWD_MAX_IT>(fits, [&](auto it) {
@@ -273,6 +277,11 @@ int main()
     ln_case(64, 2048);   /* bf16: forward 8 vectors a lane held, backward re-reads (past 4) */
     ln_case(40, 4096);   /* past 8 vectors a lane: each pass reads the row again */
     ln_case(300, 96, true); /* the weights not 16-byte aligned: their scalar loads */
+    /* HOLMES_GPU_LN_BWD_MAX_IT: the backward holding 8 vectors a lane (bf16: 1.5B's 1,600 columns,
+     * 7 used; 2,048, all 8), and re-reading every row (0) */
+    ln_case(4096, 1600, false, 8);
+    ln_case(64, 2048, false, 8);
+    ln_case(1024, 768, false, 0);
     colsum_case(4096, 6400); /* the MLP's bias at 1.5B */
     colsum_case(1000, 24);
     colsum_case(77, 30);

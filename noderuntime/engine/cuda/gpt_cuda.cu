@@ -537,7 +537,7 @@ int gpu_stage_create_tp(struct gpu_stage **out, const struct gpt_config *cfg, in
         gpu_stage_free(s);
         return -1;
     }
-    if (s->flash && flash_prepare(s) < 0) {
+    if (layernorm_prepare(s) < 0 || (s->flash && flash_prepare(s) < 0)) {
         herr_set(e, "%s", s->err);
         gpu_stage_free(s);
         return -1;

@@ -1,7 +1,8 @@
 /* LayerNorm (llm.c's layernorm.cuh), forward beside backward: one warp per row, statistics in
  * fp32, weights from the fp32 master copy, 16-byte loads and stores when the rows allow, a row
  * read from memory once and held in registers between the passes (forward: up to 8 vectors a lane,
- * 2,048 columns in bf16; backward, two rows: up to 4, 1,024). The
+ * 2,048 columns in bf16; backward, two rows: up to 4, 1,024, or what HOLMES_GPU_LN_BWD_MAX_IT
+ * says: layernorm_prepare). The
  * backward makes its own weight and bias gradients: each block of colsum_rows(N) rows writes the
  * input's gradient row by row, then its columns' partial sums (re-reading rows the block has just
  * read, from the cache), and the finish adds the blocks' sums in a fixed order (no atomics: the
@@ -27,6 +28,19 @@ __device__ __forceinline__ void block_sync()
 int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 } /* namespace */
+
+int layernorm_prepare(struct gpu_stage *s)
+{
+    /* the vectors a lane of the backward holds: LN_BWD_DEFAULT_IT, or 0, 1, 2, 4 or 8 (an A/B
+     * of the held rows' registers against re-reading them, for the GPU) */
+    int it = LN_BWD_DEFAULT_IT;
+    if (env_int("HOLMES_GPU_LN_BWD_MAX_IT", 0, LN_BWD_MAX_IT, &it, s->err, sizeof s->err) < 0)
+        return -1;
+    if (it & (it - 1))
+        return stage_fail(s, "HOLMES_GPU_LN_BWD_MAX_IT '%d': must be 0, 1, 2, 4 or 8", it);
+    s->ln_bwd_max_it = it;
+    return 0;
+}
 
 int layernorm_fwd(struct gpu_stage *s, floatX *out, float *mean, float *rstd, const floatX *inp,
                   size_t woff, size_t boff, int N)
@@ -70,7 +84,7 @@ int layernorm_bwd(struct gpu_stage *s, floatX *dinp, size_t woff, size_t boff, c
     int timed = prof_kernel_start(s->x.prof, s->x.stream, &r);
     const float *w = s->params + woff;
     if (C % XV == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp))
-        by_row_its<LN_BWD_MAX_IT>(ln_row_its(C, XV, LN_BWD_MAX_IT), [&](auto it) {
+        by_row_its<LN_BWD_MAX_IT>(ln_row_its(C, XV, s->ln_bwd_max_it), [&](auto it) {
             layernorm_backward_kernel<XV, decltype(it)::value>
                 <<<(unsigned)chunks, LN_BWD_THREADS, 0, s->x.stream>>>(
                     dinp, s->partial, dout, inp, w, mean, rstd, N, C, rows, aligned16(w));

@@ -77,10 +77,12 @@ template <int VEC, int IT> __device__ __forceinline__ int row_vectors(int C)
 }
 
 /* The IT a row of C columns takes on the vector path (VEC columns a vector): the fewest of 1, 2,
- * 4 or 8 vectors a lane that hold it, at most max_it (8 forward: bf16 rows to 2,048 columns; 4
- * backward, which holds two rows: at 8 it took 165 registers, one block an SM, and 128 spilled);
- * 0 (re-read) past it. The launchers call by_row_its<max_it>, which calls f(ln_its<IT>{}) with it
- * as a compile-time constant. */
+ * 4 or 8 vectors a lane that hold it, at most max_it; 0 (re-read) past it. Forward: up to 8 (bf16
+ * rows to 2,048 columns). Backward, which holds two rows: compiled up to 8 (165 registers at
+ * sm_90, no spills, one block of 256 threads an SM), used up to LN_BWD_DEFAULT_IT (4: 98
+ * registers, two blocks an SM) unless HOLMES_GPU_LN_BWD_MAX_IT says otherwise (0, 1, 2, 4 or 8:
+ * which is faster for GPT-2 1.5B's 1,600 columns waits for a GPU). The launchers call
+ * by_row_its<LN_*_MAX_IT>, which calls f(ln_its<IT>{}) with it as a compile-time constant. */
 template <int N> struct ln_its {
     static constexpr int value = N;
 };
@@ -91,7 +93,8 @@ static inline int ln_row_its(int C, int vec, int max_it)
     return it <= max_it ? it : 0;
 }
 #define LN_FWD_MAX_IT 8
-#define LN_BWD_MAX_IT 4
+#define LN_BWD_MAX_IT 8
+#define LN_BWD_DEFAULT_IT 4
 template <int MAX_IT, class F> auto by_row_its(int it, F f)
 {
     switch (it) {

@@ -136,28 +136,14 @@ int gelu_fwd(struct gpu_ctx *x, floatX *out, const floatX *inp, size_t n)
     return 0;
 }
 
-/* dinp[N][IC] = alpha dout @ w (overwritten; times gelu'(dgelu_pre) when given; dinp NULL: not
- * computed); dw[OC][IC] (+)= alpha dout^T @ inp (fp32); dbias[OC] (+)= column sums of dout */
-int linear_bwd(struct gpu_ctx *x, float *partial, floatX *dinp, float *dw, float *dbias,
-               const floatX *dout, const floatX *inp, const floatX *w, const floatX *dgelu_pre,
-               int N, int IC, int OC, float alpha)
+/* linear_bwd's work on the context's stream: dinp (times gelu'(dgelu_pre) when given), dw when
+ * with_dw, dbias */
+static int linear_bwd_main(struct gpu_ctx *x, float *partial, floatX *dinp, float *dw,
+                           float *dbias, const floatX *dout, const floatX *inp, const floatX *w,
+                           const floatX *dgelu_pre, int N, int IC, int OC, float alpha, int with_dw)
 {
-    PROF(x, GPU_PART_MATMUL);
     char *EB = x->eb;
     size_t EN = x->en;
-    /* the weight gradient beside the input gradient (GPU_OVERLAP_WEIGHT_GRADS): forked after
-     * what made dout and inp, joined before this returns, so nothing later on the stream (which
-     * may overwrite dout, as LayerNorm's backward does the residual gradient) runs before it */
-    struct gpu_ctx side = *x;
-    int fork = x->side && x->warm && dinp && !(x->prof && x->prof->on);
-    if (fork) {
-        side.stream = x->side;
-        side.ws = x->ws_side;
-        CK(cudaEventRecord(x->fork, x->stream));
-        CK(cudaStreamWaitEvent(x->side, x->fork, 0));
-        OK(matmul_plan(&side, plan_linear_dw(N, IC, OC), dw, CUDA_R_32F, inp, dout, alpha,
-                       x->accum ? 1.0f : 0.0f, NULL, EPI_NONE, NULL, NULL, 0));
-    }
     int rc = dinp ? 1 : 0;
     if (dinp && dgelu_pre)
         rc = matmul_plan(x, plan_linear_dinp(N, IC, OC), dinp, CUDA_X, w, dout, alpha, 0.0f, NULL,
@@ -177,16 +163,46 @@ int linear_bwd(struct gpu_ctx *x, float *partial, floatX *dinp, float *dw, float
             LAUNCHED(x->stream);
         }
     }
-    if (!fork)
+    if (with_dw)
         OK(matmul_plan(x, plan_linear_dw(N, IC, OC), dw, CUDA_R_32F, inp, dout, alpha,
                        x->accum ? 1.0f : 0.0f, NULL, EPI_NONE, NULL, NULL, 0));
     if (dbias)
         OK(colsum(x, partial, dbias, dout, N, OC));
+    return 0;
+}
+
+/* dinp[N][IC] = alpha dout @ w (overwritten; times gelu'(dgelu_pre) when given; dinp NULL: not
+ * computed); dw[OC][IC] (+)= alpha dout^T @ inp (fp32); dbias[OC] (+)= column sums of dout */
+int linear_bwd(struct gpu_ctx *x, float *partial, floatX *dinp, float *dw, float *dbias,
+               const floatX *dout, const floatX *inp, const floatX *w, const floatX *dgelu_pre,
+               int N, int IC, int OC, float alpha)
+{
+    PROF(x, GPU_PART_MATMUL);
+    char *EB = x->eb;
+    size_t EN = x->en;
+    /* the weight gradient beside the input gradient (GPU_OVERLAP_WEIGHT_GRADS): forked after
+     * what made dout and inp, joined before this returns, failed or not, so nothing later on
+     * the stream (which may overwrite dout, as LayerNorm's backward does the residual
+     * gradient) runs before it */
+    struct gpu_ctx side = *x;
+    int fork = x->side && x->warm && dinp && !(x->prof && x->prof->on);
+    int rc = 0;
+    if (fork) {
+        side.stream = x->side;
+        side.ws = x->ws_side;
+        CK(cudaEventRecord(x->fork, x->stream));
+        CK(cudaStreamWaitEvent(x->side, x->fork, 0));
+        rc = matmul_plan(&side, plan_linear_dw(N, IC, OC), dw, CUDA_R_32F, inp, dout, alpha,
+                         x->accum ? 1.0f : 0.0f, NULL, EPI_NONE, NULL, NULL, 0);
+    }
+    if (rc == 0)
+        rc = linear_bwd_main(x, partial, dinp, dw, dbias, dout, inp, w, dgelu_pre, N, IC, OC,
+                             alpha, !fork);
     if (fork) {
         CK(cudaEventRecord(x->join, x->side));
         CK(cudaStreamWaitEvent(x->stream, x->join, 0));
     }
-    return 0;
+    return rc;
 }
 
 /* Tensor parallelism's partial products, written in fp32 so that nothing is rounded to the

@@ -445,11 +445,20 @@ static int product(struct gpu_ctx *x, struct lt_plan *p, void *D, cudaDataType d
         if (!x->blas)
             return fail_msg(EB, EN, "cuBLASLt: no algorithm for a %dx%dx%d product", m, n, k);
         /* on this context's stream (the handle's is the stage's; a side stream's product borrows
-         * the handle and gives it back: the host enqueues one call at a time) */
+         * the handle and gives it back: the host enqueues one call at a time). The borrower
+         * brings its own workspace (the side stream's cuBLASLt one, used only on that stream),
+         * since a product on the stage's stream may be running in the handle's; setting the
+         * stream back returns the handle to its default workspace. */
         cudaStream_t was = NULL;
         CKB(cublasGetStream(x->blas, &was));
-        if (was != x->stream)
+        if (was != x->stream) {
             CKB(cublasSetStream(x->blas, x->stream));
+            if (cublasSetWorkspace(x->blas, x->ws, LT_WORKSPACE) != CUBLAS_STATUS_SUCCESS) {
+                cublasSetStream(x->blas, was);
+                return fail_msg(EB, EN, "cuBLAS: cublasSetWorkspace failed for a %dx%dx%d product",
+                                m, n, k);
+            }
+        }
         COUNT_LAUNCH();
         st = cublasGemmEx(x->blas, opa, opb, m, n, k, &alpha, A, CUDA_X, lda, B, CUDA_X, ldb, &beta,
                           D, dtype, ldd, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);

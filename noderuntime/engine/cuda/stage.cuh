@@ -70,6 +70,8 @@ struct gpu_stage {
     int flash;                         /* 1: flash attention (flash.cu); 0: the materialised one */
     int flash_max_bh;                  /* (sequence, head) pairs a flash launch takes: FLASH_MAX_BH,
                                           or HOLMES_GPU_FLASH_MAX_BH (tests) */
+    int ln_bwd_max_it;                 /* vectors a LayerNorm backward lane holds at most
+                                          (layernorm_prepare) */
     int tp, tpr;                       /* tensor-parallel group size and this rank (1, 0: none) */
     int Cl, NHl, F, Vl;                /* this rank's attention channels, heads, MLP width, vocab rows */
     int (*tp_sum)(void *ctx, float *buf, size_t n); /* gpu_stage_set_tp_sum */
@@ -220,6 +222,8 @@ template <class F> int by_head_size(struct gpu_stage *s, F f)
 
 /* ---------------------------------------------------------------- layernorm.cu */
 
+/* reads HOLMES_GPU_LN_BWD_MAX_IT (s->ln_bwd_max_it); -1 with s->err naming it when it is bad */
+int layernorm_prepare(struct gpu_stage *s);
 int layernorm_fwd(struct gpu_stage *s, floatX *out, float *mean, float *rstd, const floatX *inp,
                   size_t woff, size_t boff, int N);
 /* dinp += d(layernorm)/dinp; the weight and bias gradients (at woff, boff) (+)= theirs, in the

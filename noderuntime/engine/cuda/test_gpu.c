@@ -5,10 +5,11 @@
  *   gpu.two_stage.*  stages [0,1) + [1,2) with two micro-batches in flight = one stage [0,2)
  *   gpu.recompute.*  GELU recomputation in backward = stored GELU outputs
  *   gpu.slices.*     token slices (TeraPipe; 3, 9, 20 of T = 32), on one stage and on two, = the
- *                    unsliced stage's losses and gradients; refused with tensor parallelism
+ *                    unsliced stage's losses and gradients
  *   gpu.tensor.*     tensor parallelism (gpu_stage_create_tp), tp 2 and 4 ranks on one GPU, each a
  *                    thread summing through a shared host buffer: the layout, the loss and every
- *                    gradient (put together in the whole layout) = the CPU engine's one stage
+ *                    gradient (put together in the whole layout) = the CPU engine's one stage;
+ *                    gpu.tensor*_sliced.* the same with token slices
  *   gpu.resume.*     a run resumed from a checkpoint (checkpoint.h, dataloader.h) repeats the
  *                    uninterrupted run's losses and parameters exactly
  *   gpu.bad_input.*  out-of-range tokens, slots, backward without forward: -1 and a message
@@ -21,7 +22,10 @@
  *   gpu.adamw.spans  AdamW over ~100 ZeRO shards in one call = one call per shard, bit for bit;
  *                    their squares summed over ranges = the CPU's sum
  *   gpu.flash.*      flash attention (bf16, flash.cu) = the materialised attention, at T 80 and
- *                    200, and deterministic
+ *                    200, and deterministic; both dQ kernels; in launches of one sequence
+ *   gpu.overlap.*    the weight gradients' products on a second stream = one stream, bit for bit
+ *   gpu.layernorm_held.*  LayerNorm's backward holding its rows or re-reading them
+ *                    (HOLMES_GPU_LN_BWD_MAX_IT) = the same bits
  *   gpu.memory.*     gpu_stage_device_bytes = what creation takes; too big: refused, named
  *   gpu.profile.*    gpu_stage_profile_* (bench_gpu's breakdown and its products by shape,
  *                    the worker's --profile-step: the norm, zeroing, the bf16 copy, a
@@ -1543,6 +1547,84 @@ out:
     }
 }
 
+/* gpu.layernorm_held.*: LayerNorm's backward holding its rows in registers or re-reading them
+ * (HOLMES_GPU_LN_BWD_MAX_IT: 8, the default 4, 0) gives the same loss and gradients, bit for bit
+ * (each lane takes the same columns in the same order either way), at GPT-2 1.5B's 1,600 channels
+ * (bf16: 7 vectors a lane, held only at 8) and at 256 (held at 1 or 2 vectors unless 0); a value
+ * that is not 0, 1, 2, 4 or 8 refused naming the variable. */
+static void test_layernorm_held(void)
+{
+    static const char *const val[3] = {NULL, "8", "0"};
+    static const int channels[2] = {1600, 256};
+    int B = 2, T = 32;
+    size_t BT = (size_t)B * T;
+    herr e;
+    int *tok = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
+    float *g[3] = {NULL, NULL, NULL};
+    if (!tok || !tgt) {
+        TEST_FAIL("gpu.layernorm_held.run", "out of memory");
+        goto out;
+    }
+    for (int ci = 0; ci < 2; ci++) {
+        struct gpt_config c = {2, channels[ci], channels[ci] / 64, 97, 0, T};
+        char nm[3][64];
+        snprintf(nm[0], sizeof nm[0], "gpu.layernorm_held.C%d.run", c.channels);
+        snprintf(nm[1], sizeof nm[1], "gpu.layernorm_held.C%d.same_loss", c.channels);
+        snprintf(nm[2], sizeof nm[2], "gpu.layernorm_held.C%d.same_grads", c.channels);
+        gpt_config_check(&c, NULL);
+        random_tokens(tok, BT, c.vocab);
+        random_tokens(tgt, BT, c.vocab);
+        float loss[3] = {0};
+        size_t n = 0;
+        int ok = 1;
+        for (int k = 0; k < 3 && ok; k++) {
+            struct gpu_stage *s = NULL;
+            if (val[k])
+                setenv("HOLMES_GPU_LN_BWD_MAX_IT", val[k], 1);
+            int rc = gpu_stage_create(&s, &c, 0, c.layers, B, T, 1, 0, &e);
+            unsetenv("HOLMES_GPU_LN_BWD_MAX_IT");
+            if (rc == 0) {
+                n = gpu_stage_num_params(s);
+                free(g[k]);
+                g[k] = malloc(n * sizeof(float));
+            }
+            if (rc < 0 || !g[k] || gpu_stage_init_params(s, 41) < 0 || gpu_stage_zero_grads(s) < 0 ||
+                gpu_stage_forward(s, 0, tok, NULL, tgt, NULL, &loss[k]) < 0 ||
+                gpu_stage_backward(s, 0, NULL, NULL, 1.0f) < 0 || gpu_stage_get_grads(s, g[k]) < 0) {
+                TEST_FAIL(nm[0], "HOLMES_GPU_LN_BWD_MAX_IT=%s: %s", val[k] ? val[k] : "(unset)",
+                          rc < 0 ? e.msg : g[k] ? gpu_stage_error(s) : "out of memory");
+                ok = 0;
+            }
+            gpu_stage_free(s);
+        }
+        if (!ok)
+            continue;
+        TEST_PASS(nm[0]);
+        CHECK(nm[1], loss[0] == loss[1] && loss[0] == loss[2]);
+        CHECK(nm[2], memcmp(g[0], g[1], n * sizeof(float)) == 0 &&
+                         memcmp(g[0], g[2], n * sizeof(float)) == 0);
+    }
+    {
+        struct gpt_config c = wide();
+        struct gpu_stage *bad = NULL;
+        setenv("HOLMES_GPU_LN_BWD_MAX_IT", "3", 1);
+        int rb = gpu_stage_create(&bad, &c, 0, c.layers, B, T, 1, 0, &e);
+        gpu_stage_free(bad);
+        bad = NULL;
+        setenv("HOLMES_GPU_LN_BWD_MAX_IT", "16", 1);
+        int rc = gpu_stage_create(&bad, &c, 0, c.layers, B, T, 1, 0, &e);
+        unsetenv("HOLMES_GPU_LN_BWD_MAX_IT");
+        gpu_stage_free(bad);
+        CHECK("gpu.layernorm_held.bad_value_refused",
+              rb < 0 && rc < 0 && strstr(e.msg, "HOLMES_GPU_LN_BWD_MAX_IT"));
+    }
+out:
+    free(tok);
+    free(tgt);
+    for (int k = 0; k < 3; k++)
+        free(g[k]);
+}
+
 /* gpu.memory.*: gpu_stage_device_bytes against what a creation takes (cudaMemGetInfo before and
  * after; the handles' own allocations aside), and a stage too big for the GPU refused with the
  * layers, the bytes asked and the bytes free named, and nothing left allocated. */
@@ -1744,6 +1826,7 @@ int main(int argc, char **argv)
         test_resident();
         test_flash();
         test_overlap();
+        test_layernorm_held();
         test_memory();
         test_profile();
     }
