@@ -6,6 +6,9 @@
 # each under `timeout` for what is left of the budget, and the last lines are one table: each
 # phase's result, its checks passed / failed (the PASS / FAIL lines it printed) and its seconds,
 # then the benchmarks' summary (tests/bench/gpu_summary.py). The whole log: build/cuda/gpu-check.log.
+# GPU_CHECK_PHASES (an extended regular expression): only the phases whose names match run, the
+# others are listed as skipped (a second device call, e.g. GPU_CHECK_PHASES='^bench_gpu ' for the
+# A/B phases alone on the binaries the first built).
 # Usage: tests/gpu/gpu_check.sh [MAKE]   (make's variables come through the environment)
 set -u
 make_cmd=${1:-make}
@@ -30,6 +33,10 @@ fail=0
 phase() {
     local name=$1 cap=$2 t0 t1 rc left out
     shift 2
+    if [ -n "${GPU_CHECK_PHASES:-}" ] && ! [[ $name =~ $GPU_CHECK_PHASES ]]; then
+        rows+=("| $name | skipped (GPU_CHECK_PHASES) | - | 0 |")
+        return
+    fi
     t0=$(date +%s)
     left=$((budget - (t0 - start)))
     [ "$left" -gt "$cap" ] && left=$cap

@@ -111,6 +111,18 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
     fi
 fi
 
+# make gpu-check's phase selection (GPU_CHECK_PHASES, for a second device call): without a GPU
+# the one phase chosen runs and fails, every other is listed as skipped, the exit status is 1.
+if ! nvidia-smi -L >/dev/null 2>&1; then
+    out=$(GPU_CHECK_PHASES='^test_gpu bf16$' GPU_CHECK_BUDGET=60 tests/gpu/gpu_check.sh 2>&1); rc=$?
+    nskip=$(grep -c '| skipped (GPU_CHECK_PHASES) |' <<<"$out")
+    nrows=$(grep -c '^| [a-z]' <<<"$out")
+    [ $rc -eq 1 ] && grep -q '^| test_gpu bf16 | FAILED (exit 1) | 0 / 1 |' <<<"$out" \
+        && [ "$nrows" -ge 10 ] && [ "$nskip" = $((nrows - 2)) ] && grep -q 'gpu.device: CUDA:' <<<"$out" \
+        && pass "cuda.gpu_check_phases: GPU_CHECK_PHASES ran test_gpu bf16 alone ($nskip phases skipped)" \
+        || fail "cuda.gpu_check_phases" "rc $rc, $nskip of $nrows rows skipped: $(tail -15 <<<"$out" | tr '\n' ' ')"
+fi
+
 # The CUDA holmes-node (engine seam + comm seam): both CUDA engines and NCCL linked in.
 node=$GB/bin/holmes-node
 libs=$(ldd "$node" 2>/dev/null | awk '{print $1}')
