@@ -24,7 +24,7 @@
 #include "cmd_spec.h"
 
 /* Both modes: the coordinator mode first (what TrainingJob pods run), then the rank-table mode. */
-void cmd_worker_usage(FILE *f)
+static void usage(FILE *f)
 {
     fprintf(f,
             "Usage: holmes-node worker --coordinator URL --job NAME --pod POD --worker I [options]\n"
@@ -58,8 +58,6 @@ void cmd_worker_usage(FILE *f)
     fprintf(f, "The rank table's token_slices (a planner's) win over --token-slices.\n\n"
             "Exit status (rank-table mode): 0 finished or stopped, 1 failed, 2 usage.\n");
 }
-
-static void usage(FILE *f) { cmd_worker_usage(f); }
 
 static volatile sig_atomic_t stop_requested;
 static void on_signal(int sig) { (void)sig; stop_requested = 1; }
@@ -191,6 +189,10 @@ static int parse_args(int argc, char **argv, struct cmd_spec *cs, struct worker_
 
 int cmd_worker(int argc, char **argv)
 {
+    if (cli_wants_help(argc, argv)) { /* both modes' help, whichever mode the rest asks for */
+        usage(stdout);
+        return 0;
+    }
     /* --coordinator URL (or HOLMES_COORDINATOR): the place in the job comes from the
      * coordinator instead of a rank table (cmd_worker_coord.c). */
     if (cmd_worker_coord_wanted(argc, argv))

@@ -418,11 +418,7 @@ static int exit_status(int rc, const herr *e)
 
 int cmd_worker_coord(int argc, char **argv)
 {
-    if (cli_wants_help(argc, argv)) {
-        cmd_worker_usage(stdout);
-        return 0;
-    }
-    struct args a;
+    struct args a; /* (--help: cmd_worker answered it) */
     int rc = parse_args(argc, argv, &a);
     if (rc)
         return rc;

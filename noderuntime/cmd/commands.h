@@ -11,8 +11,6 @@ int cmd_export(int argc, char **argv);  /* a checkpoint set as one llm.c / safet
 /* `worker --coordinator URL` (cmd_worker_coord.c): cmd_worker hands over when wanted. */
 int cmd_worker_coord_wanted(int argc, char **argv);
 int cmd_worker_coord(int argc, char **argv);
-/* `holmes-node worker --help`: both modes (cmd_worker.c), and the coordinator mode's part of it
- * (cmd_worker_coord.c). */
-void cmd_worker_usage(FILE *f);
+/* the coordinator mode's part of `holmes-node worker --help` (which cmd_worker.c prints) */
 void cmd_worker_coord_usage(FILE *f);
 #endif
