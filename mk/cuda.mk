@@ -217,15 +217,19 @@ $(GB)/host/tests/%: $(GB)/host/tests/unit/%.o $(GPU_HOST_OBJ) $(GPU_HOST_TEST_UT
 # Kernels run on the host (tests/unit/*_emu.cc on tests/unit/kernel_emu.h): the same source as the
 # GPU's, its barriers and warp-wide operations emulated; no nvcc, no GPU. Flash attention's
 # mma.sync kernels (ldmatrix and mma as the PTX ISA lays them out), LayerNorm's and the column sums,
-# the optimizer's (AdamW over spans, the sums of squares), the classifier's fused cross-entropy.
+# the optimizer's (AdamW over spans, the sums of squares), the classifier's fused cross-entropy,
+# the token embedding's backward.
 FLASH_EMU := $(GB)/host/flash_mma_emu
 LAYERNORM_EMU := $(GB)/host/layernorm_emu
 ADAMW_EMU := $(GB)/host/adamw_emu
 CLASSIFIER_EMU := $(GB)/host/classifier_emu
+ENCODER_EMU := $(GB)/host/encoder_emu
 $(FLASH_EMU): noderuntime/engine/cuda/flash_mma_kernels.cuh noderuntime/engine/cuda/flash_fwd_kernels.cuh \
               noderuntime/engine/cuda/flash_bwd_kernels.cuh noderuntime/engine/cuda/flash_plan.h
 $(LAYERNORM_EMU): noderuntime/engine/cuda/layernorm_kernels.cuh noderuntime/engine/cuda/colsum_plan.h
 $(CLASSIFIER_EMU): noderuntime/engine/cuda/classifier_kernels.cuh
+$(ENCODER_EMU): noderuntime/engine/cuda/encoder_kernels.cuh noderuntime/engine/cuda/token_groups.c \
+                noderuntime/engine/cuda/token_groups.h
 $(ADAMW_EMU): noderuntime/engine/cuda/adamw_kernels.cuh noderuntime/engine/cuda/block_sum.cuh \
               noderuntime/engine/cuda/adamw_math.h noderuntime/engine/optimizer.h
 EMU_CXX = @mkdir -p $(dir $@); echo "  CXX     $< (kernels emulated on the host$(2))"; \
@@ -237,7 +241,12 @@ $(GB)/host/%_emu: tests/unit/%_emu.cc tests/unit/kernel_emu.h
 $(LAYERNORM_EMU)_fp32: tests/unit/layernorm_emu.cc tests/unit/kernel_emu.h \
                        noderuntime/engine/cuda/layernorm_kernels.cuh noderuntime/engine/cuda/colsum_plan.h
 	$(call EMU_CXX,-DEMU_FP32, in fp32)
-.PHONY: flash-emu-check layernorm-emu-check adamw-emu-check classifier-emu-check
+# the token embedding's backward in the fp32 build's types too
+$(ENCODER_EMU)_fp32: tests/unit/encoder_emu.cc tests/unit/kernel_emu.h \
+                     noderuntime/engine/cuda/encoder_kernels.cuh noderuntime/engine/cuda/token_groups.c \
+                     noderuntime/engine/cuda/token_groups.h
+	$(call EMU_CXX,-DEMU_FP32, in fp32)
+.PHONY: flash-emu-check layernorm-emu-check adamw-emu-check classifier-emu-check encoder-emu-check
 flash-emu-check: $(FLASH_EMU)
 	@$(FLASH_EMU)
 layernorm-emu-check: $(LAYERNORM_EMU) $(LAYERNORM_EMU)_fp32
@@ -246,6 +255,8 @@ adamw-emu-check: $(ADAMW_EMU)
 	@$(ADAMW_EMU)
 classifier-emu-check: $(CLASSIFIER_EMU)
 	@$(CLASSIFIER_EMU)
+encoder-emu-check: $(ENCODER_EMU) $(ENCODER_EMU)_fp32
+	@$(ENCODER_EMU) && $(ENCODER_EMU)_fp32
 .PHONY: gpu-host-check
 gpu-host-check: $(GPU_HOST_TESTS)
 	@for t in $(GPU_HOST_TESTS); do $$t || exit 1; done

@@ -2,7 +2,7 @@
 # fp32 and bf16, the binaries need none of the libraries GPU machines lack, the GPU build's CPU
 # reference (OpenBLAS/zlib stand-ins) passes the CPU engine's tests, and without a GPU test_gpu
 # stops with a clear message; flash attention's mma.sync kernels, LayerNorm's kernels, the
-# optimizer's and the classifier's emulated on the host (g++ only).
+# optimizer's, the classifier's and the token embedding's backward emulated on the host (g++ only).
 # The planner's memory model is held against the engine's count (memory_model.py).
 # Skips the nvcc parts when nvcc is missing; runs in one pass (once_per_run).
 source "$(dirname "$0")/lib.bash"
@@ -28,6 +28,9 @@ emulated cuda.flash_mma_emulated flash-emu-check flash_mma_kernels.cuh
 # LayerNorm's kernels and the column sums: against LayerNorm in double, the finish held to its
 # fixed order bit for bit
 emulated cuda.layernorm_emulated layernorm-emu-check layernorm_kernels.cuh
+# the token embedding's backward: against sums in double, in its documented order bit for bit, a
+# frequent token's positions split among the warps
+emulated cuda.encoder_emulated encoder-emu-check encoder_kernels.cuh
 # the optimizer's: AdamW over spans bit for bit against its formula, the sums of squares in their
 # documented order, spans and ranges cut into launches as adamw.cu cuts them
 emulated cuda.adamw_emulated adamw-emu-check adamw_kernels.cuh

@@ -1,13 +1,22 @@
 /* The embeddings (llm.c's encoder.cuh), forward beside backward: x0 = wte[token] + wpe[position];
- * wte's gradient one block per distinct token over its positions in order (the token groups of
- * token_groups.h, uploaded per micro-batch by gpt_cuda_host.cu), wpe's per position over the
- * batch. With tensor parallelism (gpt_pass.c's embed_forward) each rank looks up the tokens of
- * its vocabulary rows. */
+ * wte's gradient one block per distinct token over its positions in a fixed order (the token
+ * groups of token_groups.h, uploaded per micro-batch by gpt_cuda_host.cu; a frequent token's
+ * positions split among the block's warps: encoder_kernels.cuh, also run on the host by
+ * tests/unit/encoder_emu.cc), wpe's per position over the batch. With tensor parallelism
+ * (gpt_pass.c's embed_forward) each rank looks up the tokens of its vocabulary rows. */
 #include "stage.cuh"
 
 namespace GPU_NS {
 
 namespace {
+
+__device__ __forceinline__ void block_sync()
+{
+    __syncthreads();
+}
+#define WTE_BWD_SMEM(name, VEC) __shared__ float name[WTE_BWD_SMEM_FLOATS(VEC)]
+
+#include "encoder_kernels.cuh"
 
 /* VEC channels a thread (C a multiple of VEC) */
 template <int VEC>
@@ -51,21 +60,6 @@ __global__ void encoder_tp_finish_kernel(floatX *x, const float *sum, const floa
         return;
     size_t r = i / C, c = i % C;
     put(x + i, sum[i] + tof(wpe[(r % T) * C + c]));
-}
-
-/* dwte rows: block u sums the positions of distinct token utok[u] (upos[ustart[u]..ustart[u+1]),
- * ascending) in order: deterministic, no atomics. */
-__global__ void wte_backward_kernel(float *dwte, const floatX *dres, const int *utok,
-                                    const int *ustart, const int *upos, int C)
-{
-    int u = blockIdx.x;
-    size_t row = (size_t)utok[u] * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float acc = 0.0f;
-        for (int j = ustart[u]; j < ustart[u + 1]; j++)
-            acc += tof(dres[(size_t)upos[j] * C + c]);
-        dwte[row + c] += acc;
-    }
 }
 
 /* dwpe (+)= the position's gradient summed over the batch (b ascending); accum 0: written */
@@ -136,8 +130,17 @@ int embed_bwd(struct gpu_stage *s, struct gslot *a, const floatX *dx)
                                 (size_t)(s->c.max_seq - T) * C * sizeof(float), st));
     }
     if (a->nuniq > 0) {
-        wte_backward_kernel<<<(unsigned)a->nuniq, 256, 0, st>>>(G + s->wte_off, dx, a->utok,
-                                                                a->ustart, a->upos, C);
+        wte_backward_kernel<<<(unsigned)a->nuniq, WTE_BWD_THREADS, 0, st>>>(
+            G + s->wte_off, dx, a->utok, a->ustart, a->upos, C);
+        LAUNCHED(st);
+    }
+    if (a->maxpos > WTE_SPLIT_ABOVE) { /* a token this frequent: its positions split */
+        if (C % XV == 0 && ((uintptr_t)dx & 15) == 0)
+            wte_split_kernel<XV><<<(unsigned)a->nuniq, WTE_BWD_THREADS, 0, st>>>(
+                G + s->wte_off, dx, a->utok, a->ustart, a->upos, C);
+        else
+            wte_split_kernel<1><<<(unsigned)a->nuniq, WTE_BWD_THREADS, 0, st>>>(
+                G + s->wte_off, dx, a->utok, a->ustart, a->upos, C);
         LAUNCHED(st);
     }
     wpe_backward_kernel<<<blocks_for((size_t)T * C, 256), 256, 0, st>>>(G + s->wpe_off, dx, B, T, C,

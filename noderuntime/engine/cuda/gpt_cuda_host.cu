@@ -121,6 +121,10 @@ int stage_upload_ids(struct gpu_stage *s, struct gslot *a, const int *tokens, co
         memcpy(htok, tokens, BT * sizeof(int));
         int nu = group_tokens(s, htok, utok, ustart, upos);
         a->nuniq = nu;
+        a->maxpos = 0;
+        for (int u = 0; u < nu; u++)
+            if (ustart[u + 1] - ustart[u] > a->maxpos)
+                a->maxpos = ustart[u + 1] - ustart[u];
         ENQ(cudaMemcpyAsync(a->tokens, htok, BT * sizeof(int), cudaMemcpyHostToDevice, st));
         if (nu > 0)
             ENQ(cudaMemcpyAsync(a->utok, utok, (size_t)nu * sizeof(int), cudaMemcpyHostToDevice, st));

@@ -35,7 +35,7 @@ struct gslot {
     int dlogits;                       /* the forward left the loss's gradient (/ B*T) in logits */
     int *tokens, *targets;             /* device [BT] */
     int *utok, *ustart, *upos;         /* device: positions grouped by token (wte backward) */
-    int nuniq;
+    int nuniq, maxpos;                 /* the groups, and the most positions one has */
     int *h_stage;                      /* pinned host: tokens [BT], targets [BT], utok [BT],
                                           ustart [BT+1], upos [BT], going up to the device */
     cudaEvent_t up_done;               /* the last copy out of h_stage is done */

@@ -18,6 +18,8 @@
  *                    the stage's own parameters writing the bf16 copy in the same pass)
  *   gpu.vs_cpu.hs64  head size 64 (GPT-2's: flash attention's main case), T = max_seq = 80 (not
  *                    a multiple of its 64-row tiles), an odd batch
+ *   gpu.vs_cpu.skewed  the same on text-like tokens (a token at 60 % of the positions: the
+ *                    embedding gradient's split kernel)
  *   gpu.adamw.isolated  AdamW alone, the GPU's and the CPU's on identical inputs, to fp32 rounding
  *   gpu.adamw.spans  AdamW over ~100 ZeRO shards in one call = one call per shard, bit for bit;
  *                    their squares summed over ranges = the CPU's sum
@@ -75,10 +77,16 @@ static int rand_below(int n)
     rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
     return (int)((rng_state >> 33) % (uint64_t)n);
 }
+/* skewed: tokens as in text, where a few are frequent (60 % token 3, 10 % token V - 1, the rest
+ * uniform): a token of more than WTE_SPLIT_ABOVE (32) positions has its embedding gradient summed
+ * by the split kernel (encoder_kernels.cuh) */
+static int skewed;
 static void random_tokens(int *t, size_t n, int V)
 {
-    for (size_t i = 0; i < n; i++)
-        t[i] = rand_below(V);
+    for (size_t i = 0; i < n; i++) {
+        int r = rand_below(10);
+        t[i] = skewed && r < 6 ? 3 % V : skewed && r == 6 ? V - 1 : rand_below(V);
+    }
 }
 
 /* worst relative error over tensors (max |d| / max |ref| per tensor); skip_kbias leaves out the
@@ -1808,6 +1816,9 @@ int main(int argc, char **argv)
      * each, no steps; flash attention at head sizes 16 and 64 still */
     test_vs_cpu("gpu.vs_cpu", tiny(), race ? 1 : 2, 16, race ? 0 : quick ? 1 : 3);
     test_vs_cpu("gpu.vs_cpu.hs64", wide(), race ? 1 : 3, 80, 0); /* GPT-2's head size, T = max_seq, odd */
+    skewed = 1; /* text-like tokens: the embedding gradient's split kernel (144 positions of token 3) */
+    test_vs_cpu("gpu.vs_cpu.skewed", wide(), race ? 1 : 3, 80, 0);
+    skewed = 0;
     if (!quick) {
         test_vs_cpu("gpu.vs_cpu.max_seq", tiny(), 3, 32, 0); /* T = max_seq, odd batch */
         test_adamw_isolated();
