@@ -9,6 +9,7 @@
  *        (flags: gpu_stage_create's, 1 = GPU_RECOMPUTE_GELU, 4 = GPU_MATERIALISED_ATTENTION,
  *         8 = GPU_FLASH_RECOMPUTE_DQ, 16 = GPU_OVERLAP_WEIGHT_GRADS; or-ed)
  *        bench_gpu --gemm N iters    (the GEMM ceiling: an NxNxN product, same path and type)
+ *        HOLMES_BENCH_TOKENS=zipf: the tokens as text's are distributed (bench_tokens), not uniform
  * The "holmes ... L.. C.. NH.. V.. B.. T.. M.. on ..." lines are what make bench-gpu's summary
  * (tests/bench/gpu_summary.py) reads. */
 #include <stdio.h>
@@ -24,6 +25,41 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* n tokens and n targets in [0, V), drawn in turn from one generator: uniform (as before the
+ * option), or (zipf) token k with probability proportional to 1 / (k + 1), as the words of text
+ * are (GPT-2's vocabulary: the commonest token at 9 % of the positions, where uniform tokens have
+ * one to three positions each), which the embedding gradient's split kernel is for. The same
+ * tokens every run. 0, or -1 out of memory. */
+static int bench_tokens(int *tok, int *tgt, size_t n, int V, int zipf)
+{
+    unsigned r = 1;
+    double *cdf = zipf ? malloc((size_t)V * sizeof(double)) : NULL;
+    if (zipf && !cdf)
+        return -1;
+    for (int k = 0; zipf && k < V; k++)
+        cdf[k] = (k ? cdf[k - 1] : 0.0) + 1.0 / (k + 1);
+    for (size_t i = 0; i < 2 * n; i++) {
+        int *out = i % 2 ? &tgt[i / 2] : &tok[i / 2];
+        r = r * 1103515245u + 12345u;
+        if (!zipf) {
+            *out = (int)((r >> 8) % (unsigned)V);
+            continue;
+        }
+        double u = (double)(r >> 8) / 16777216.0 * cdf[V - 1];
+        int lo = 0, hi = V - 1; /* the first k with cdf[k] > u */
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (cdf[mid] > u)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        *out = lo;
+    }
+    free(cdf);
+    return 0;
 }
 
 /* zero_grads, M x (forward, backward), loss, norm, clip, AdamW; 0 or -1 */
@@ -156,6 +192,12 @@ int main(int argc, char **argv)
                 "M[,M...]] | --gemm N iters\n", argv[0]);
         return 2;
     }
+    const char *dist = getenv("HOLMES_BENCH_TOKENS");
+    int zipf = dist && strcmp(dist, "zipf") == 0;
+    if (dist && !zipf && strcmp(dist, "uniform") != 0) {
+        fprintf(stderr, "bench_gpu: HOLMES_BENCH_TOKENS '%s': must be uniform or zipf\n", dist);
+        return 2;
+    }
     struct gpt_config c = {atoi(pos[0]), atoi(pos[1]), atoi(pos[2]), atoi(pos[3]), 0, 1024};
     int B = atoi(pos[4]), T = atoi(pos[5]), steps = atoi(pos[6]);
     double peak = npos >= 8 ? atof(pos[7]) : 989.0;
@@ -174,12 +216,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_gpu: %s\n", !tok || !tgt || !ms ? "out of memory" : gpu_stage_error(s));
         return 1;
     }
-    unsigned r = 1;
-    for (size_t i = 0; i < (size_t)Mmax * BT; i++) {
-        r = r * 1103515245u + 12345u;
-        tok[i] = (int)((r >> 8) % (unsigned)c.vocab);
-        r = r * 1103515245u + 12345u;
-        tgt[i] = (int)((r >> 8) % (unsigned)c.vocab);
+    if (bench_tokens(tok, tgt, (size_t)Mmax * BT, c.vocab, zipf) < 0) {
+        fprintf(stderr, "bench_gpu: out of memory\n");
+        return 1;
     }
     long t = 1;
     for (int mi = 0; mi < nM; mi++) {
@@ -197,7 +236,7 @@ int main(int argc, char **argv)
         qsort(ms, (size_t)steps, sizeof(double), cmp_double);
         double med = ms[steps / 2], flops = gpu_stage_flops(s) * M;
         double tflops = flops / (med / 1e3) / 1e12, tps = (double)M * BT / (med / 1e3);
-        printf("holmes %s%s%s L%d C%d NH%d V%d B%d T%d M%d on %s: params %.1fM, "
+        printf("holmes %s%s%s L%d C%d NH%d V%d B%d T%d M%d on %s: params %.1fM, %s"
                "attention %s, median %.1f ms/step (min %.1f, max %.1f, %d steps), %.0f tokens/s, "
                "%.0f TFLOP/s, MFU %.1f%% of %.0f, loss %.4f\n",
                gpu_precision_name(), flags & GPU_RECOMPUTE_GELU ? " recompute-gelu" : "",
@@ -205,7 +244,7 @@ int main(int argc, char **argv)
                : flags & GPU_OVERLAP_WEIGHT_GRADS ? " overlap-dw"
                                                   : "",
                c.layers, c.channels, c.heads, c.vocab, B, T, M, dev, n / 1e6,
-               gpu_stage_attention_kind(s), med, ms[0], ms[steps - 1], steps, tps, tflops,
+               zipf ? "tokens zipf, " : "", gpu_stage_attention_kind(s), med, ms[0], ms[steps - 1], steps, tps, tflops,
                100.0 * tflops / peak, peak, loss);
 
         /* one more step, by part */
