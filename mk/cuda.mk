@@ -235,14 +235,14 @@ $(ADAMW_EMU): noderuntime/engine/cuda/adamw_kernels.cuh noderuntime/engine/cuda/
 EMU_CXX = @mkdir -p $(dir $@); echo "  CXX     $< (kernels emulated on the host$(2))"; \
     $(CXX) -std=c++17 -O2 -g $(WARN) -Wno-unknown-pragmas $(if $(filter true,$(CI)),-Werror) \
     -pthread $(1) -Inoderuntime/engine -Icommon -o $@ $<
-$(GB)/host/%_emu: tests/unit/%_emu.cc tests/unit/kernel_emu.h
+$(GB)/host/%_emu: tests/unit/%_emu.cc tests/unit/kernel_emu.h tests/unit/emu_floatx.h
 	$(call EMU_CXX)
 # the same LayerNorm kernels in the fp32 build's types
-$(LAYERNORM_EMU)_fp32: tests/unit/layernorm_emu.cc tests/unit/kernel_emu.h \
+$(LAYERNORM_EMU)_fp32: tests/unit/layernorm_emu.cc tests/unit/kernel_emu.h tests/unit/emu_floatx.h \
                        noderuntime/engine/cuda/layernorm_kernels.cuh noderuntime/engine/cuda/colsum_plan.h
 	$(call EMU_CXX,-DEMU_FP32, in fp32)
 # the token embedding's backward in the fp32 build's types too
-$(ENCODER_EMU)_fp32: tests/unit/encoder_emu.cc tests/unit/kernel_emu.h \
+$(ENCODER_EMU)_fp32: tests/unit/encoder_emu.cc tests/unit/kernel_emu.h tests/unit/emu_floatx.h \
                      noderuntime/engine/cuda/encoder_kernels.cuh noderuntime/engine/cuda/token_groups.c \
                      noderuntime/engine/cuda/token_groups.h
 	$(call EMU_CXX,-DEMU_FP32, in fp32)

@@ -57,13 +57,6 @@ static inline void store4(float *p, f4 v)
 #include "cuda/block_sum.cuh"
 #include "cuda/adamw_kernels.cuh"
 
-/* a guarded buffer of n T, registered (writable or not) */
-template <typename T> static T *buf(size_t n, bool writable)
-{
-    T *p = (T *)guarded((n ? n : 1) * sizeof(T));
-    regions.push_back(region{p, (n ? n : 1) * sizeof(T), writable});
-    return p;
-}
 static bool same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
 
 /* ---------------------------------------------------------------- AdamW */

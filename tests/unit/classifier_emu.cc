@@ -27,13 +27,6 @@ static inline void put(floatX *p, float x)
 
 #include "cuda/classifier_kernels.cuh"
 
-/* guarded, registered buffers (writable or not) */
-template <typename T> static T *buf(size_t n, bool writable)
-{
-    T *p = (T *)guarded(n * sizeof(T));
-    regions.push_back(region{p, n * sizeof(T), writable});
-    return p;
-}
 
 /* B sequences of T rows of Vp logits (V real), the pass over rows [t0, t0 + S) of each */
 template <int IT> static void run_case(int B, int T, int t0, int S, int V, int Vp)

@@ -22,31 +22,10 @@
 
 namespace emu {
 
-#ifdef EMU_FP32
-typedef float floatX;
-static inline float xf(float x) { return x; }
-static inline float mkx(float f) { return f; }
-static const int VECX = 4;
-#define PREC ".fp32"
-#else
-typedef bf16 floatX;
-static inline float xf(bf16 x) { return bf2f(x); }
-static inline bf16 mkx(float f) { return f2bf(f); }
-static inline float tof(bf16 x) { return bf2f(x); }
-static const int VECX = 8;
-#define PREC ""
-#endif
-static inline float tof(float x) { return x; }
+#include "emu_floatx.h"
 #define WTE_BWD_SMEM(name, VEC) float *name = (float *)smem_base
 
 #include "cuda/encoder_kernels.cuh"
-
-template <typename T> static T *buf(size_t n, bool writable)
-{
-    T *p = (T *)guarded(n * sizeof(T));
-    regions.push_back(region{p, n * sizeof(T), writable});
-    return p;
-}
 
 /* what a row must hold, in the documented order, in float (bit for bit) */
 static float order_sum(const floatX *dres, const int *upos, int j0, int j1, int C, int c, float start)

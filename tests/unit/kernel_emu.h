@@ -163,6 +163,13 @@ static inline void *guarded(size_t bytes)
         die("mprotect");
     return (char *)m + data - b16;
 }
+/* a guarded buffer of n T (at least one), registered for the bounds checks (writable or not) */
+template <typename T> static T *buf(size_t n, bool writable)
+{
+    T *p = (T *)guarded((n ? n : 1) * sizeof(T));
+    regions.push_back(region{p, (n ? n : 1) * sizeof(T), writable});
+    return p;
+}
 
 /* a warp's exchange: what its lanes post for a warp-wide operation */
 struct warp_x {

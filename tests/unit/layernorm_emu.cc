@@ -21,23 +21,10 @@
 namespace emu {
 
 /* the activations' type: bf16, or fp32 (the checking build's) with EMU_FP32 */
-#ifdef EMU_FP32
-typedef float floatX;
-static inline float xf(float x) { return x; }
-static inline float mkx(float f) { return f; }
-static const int VECX = 4;
-static const double OUT_TOL = 1e-5; /* fp32 results */
-#define PREC ".fp32"
-#else
-typedef bf16 floatX;
-static inline float xf(bf16 x) { return bf2f(x); }
-static inline bf16 mkx(float f) { return f2bf(f); }
-static inline float tof(bf16 x) { return bf2f(x); }
-static const int VECX = 8;
-static const double OUT_TOL = 4e-3; /* one bf16 rounding (2^-9 of the value) on fp32 arithmetic */
-#define PREC ""
-#endif
-static inline float tof(float x) { return x; }
+#include "emu_floatx.h"
+/* the outputs' tolerance: fp32 results, or one bf16 rounding (2^-9 of the value) on fp32
+ * arithmetic */
+static const double OUT_TOL = sizeof(floatX) == 4 ? 1e-5 : 4e-3;
 static inline void put(floatX *p, float x)
 {
     if (!on_stack(p)) /* a pack16 being filled is the thread's own */
@@ -52,13 +39,6 @@ static const int XV = VECX; /* the vectors' width, as the GPU build's */
 
 #include "cuda/layernorm_kernels.cuh"
 
-/* a guarded buffer of n T, registered (writable or not) */
-template <typename T> static T *buf(size_t n, bool writable)
-{
-    T *p = (T *)guarded(n * sizeof(T));
-    regions.push_back(region{p, n * sizeof(T), writable});
-    return p;
-}
 /* what the outputs start as: a NaN, so that an element left unwritten shows */
 static floatX poison()
 {
