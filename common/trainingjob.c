@@ -120,6 +120,7 @@ int tj_errors_to_herr(const struct tj_errors *errs, herr *e)
     }
     if (errs->count > kept && off < sizeof e->msg - 1)
         snprintf(e->msg + off, sizeof e->msg - off, "; and %d more", errs->count - kept);
+    herr_clean(e->msg); /* a cut inside a character: its bytes become '?', as herr_set's do */
     return -1;
 }
 

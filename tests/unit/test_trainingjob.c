@@ -302,6 +302,21 @@ int main(void)
     tj_errors_add(&two, "b: y");
     herr e;
     CHECK("errors to herr", tj_errors_to_herr(&two, &e) == -1 && !strcmp(e.msg, "a: x; b: y"));
+    /* Joined past the message's end, the cut falls inside a two-byte character (errors of 204
+     * bytes, each "eN: " and 100 x U+00E9: the 1,023rd byte is the middle of one): what is left
+     * is still well-formed UTF-8 (found by fuzz_worker_message, 2026-11-28). */
+    struct tj_errors many = {0};
+    char accents[201] = "";
+    for (int i = 0; i < 100; i++)
+        strcat(accents, "\xc3\xa9");
+    for (int i = 0; i < 8; i++)
+        tj_errors_add(&many, "e%d: %s", i, accents);
+    tj_errors_to_herr(&many, &e);
+    char cleaned[sizeof e.msg];
+    snprintf(cleaned, sizeof cleaned, "%s", e.msg);
+    herr_clean(cleaned);
+    CHECK("errors to herr: cut on a character's boundary",
+          strlen(e.msg) >= 1000 && strcmp(cleaned, e.msg) == 0);
     /* The spec's own encoder and decoder, on every valid manifest and example. */
     CHECK("valid manifests read", for_each_manifest("tests/manifests/valid", check_round_trip) >= 5);
     CHECK("examples read", for_each_manifest("examples", check_round_trip) >= 3);
