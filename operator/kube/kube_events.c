@@ -7,6 +7,7 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include "error.h"
 #include "kube_map.h"
 
 void kube_time_now(char *buf, size_t n, int micro)
@@ -61,6 +62,7 @@ cJSON *kube_event_build(const cJSON *obj, const char *type, const char *reason,
     kube_time_now(now, sizeof now, 0);
     snprintf(gen, sizeof gen, "%s.", meta(obj, "name"));
     snprintf(msg, sizeof msg, "%s", message);
+    herr_clean(msg); /* a message cut inside a character: well-formed UTF-8 still */
     cJSON *ev = cJSON_CreateObject();
     cJSON *md = cJSON_AddObjectToObject(ev, "metadata");
     cJSON *inv = cJSON_AddObjectToObject(ev, "involvedObject");
@@ -307,6 +309,7 @@ int kube_event_correlate(struct kube_event_correlator *c, cJSON *ev, double now,
         char combined[1025];
         if (strncmp(msg, COMBINED, strlen(COMBINED)) != 0) {
             snprintf(combined, sizeof combined, COMBINED "%s", msg);
+            herr_clean(combined);
             if (!cJSON_ReplaceItemInObjectCaseSensitive(ev, "message", cJSON_CreateString(combined))) {
                 free(agg_key);
                 return -1;

@@ -245,10 +245,28 @@ static void test_recorder(struct fakeapi *f, struct kube_client *kc)
     kube_recorder_free(r);
 }
 
+/* A message longer than an Event keeps (1,024 bytes), cut where a two-byte character stands
+ * across the limit: the Event's message is well-formed UTF-8 (the API server would otherwise see
+ * half a character). */
+static void test_long_message(void)
+{
+    char long_msg[2048] = "x";
+    for (int i = 0; i < 700; i++)
+        strcat(long_msg, "\xc3\xa9"); /* byte 1,024 (the last kept) starts a character */
+    cJSON *ev = event("long", "Test", long_msg);
+    const char *m = msg_of(ev);
+    char cleaned[2048];
+    snprintf(cleaned, sizeof cleaned, "%s", m);
+    herr_clean(cleaned);
+    CHECK("a long message cut on a character's boundary", strlen(m) == 1024 && !strcmp(m, cleaned));
+    cJSON_Delete(ev);
+}
+
 int main(void)
 {
     if (fakeapi_run(test_recorder))
         return 1;
     test_correlator();
+    test_long_message();
     TEST_MAIN_END();
 }
