@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "error.h"
 
 struct point {
     long step;
@@ -136,8 +137,10 @@ void coord_history_phase(struct coord_history *h, const char *ns, const char *jo
     if (!j)
         return;
     snprintf(j->phase, sizeof j->phase, "%s", phase ? phase : "");
-    if (message)
+    if (message) {
         snprintf(j->message, sizeof j->message, "%s", message);
+        herr_clean(j->message); /* cut inside a character: well-formed UTF-8 still */
+    }
     pthread_mutex_unlock(&h->mu);
 }
 
@@ -159,6 +162,7 @@ void coord_history_condition(struct coord_history *h, const char *ns, const char
         snprintf(c->type, sizeof c->type, "%s", type);
         snprintf(c->reason, sizeof c->reason, "%s", reason ? reason : "");
         snprintf(c->message, sizeof c->message, "%s", message ? message : "");
+        herr_clean(c->message);
         c->ok = ok;
     }
     pthread_mutex_unlock(&h->mu);
@@ -175,6 +179,7 @@ void coord_history_event(struct coord_history *h, const char *ns, const char *jo
     snprintf(ev->type, sizeof ev->type, "%s", type ? type : "Normal");
     snprintf(ev->reason, sizeof ev->reason, "%s", reason ? reason : "");
     snprintf(ev->message, sizeof ev->message, "%s", message ? message : "");
+    herr_clean(ev->message);
     j->ev_next = (j->ev_next + 1) % COORD_HISTORY_EVENTS;
     if (j->nev < COORD_HISTORY_EVENTS)
         j->nev++;

@@ -153,9 +153,43 @@ static void test_status(void)
     cJSON_Delete(all);
 }
 
+/* Messages longer than the history keeps (511 bytes), cut where a two-byte character stands
+ * across the limit: the phase's message, a condition's and an event's come out well-formed
+ * UTF-8 (the job page and status would otherwise carry half a character). */
+static void test_long_messages(void)
+{
+    struct coord_history *h = coord_history_new(0);
+    herr e = {0};
+    char m[1024] = "x"; /* then U+00E9s: byte 511, the last kept, starts one */
+    for (int i = 0; i < 400; i++)
+        strcat(m, "\xc3\xa9");
+    coord_history_phase(h, "ml", "long", "Failed", m);
+    coord_history_condition(h, "ml", "long", "Running", 0, "Failed", m);
+    coord_history_event(h, "ml", "long", "Warning", "Failed", m);
+    cJSON *all = coord_history_json(h, &e);
+    const cJSON *j = job_of(all, "long");
+    const char *got[3] = {
+        cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "message")),
+        cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "conditions"), 0), "message")),
+        cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "events"), 0), "message"))};
+    int clean = 1;
+    for (int i = 0; i < 3; i++) {
+        char c[1024];
+        snprintf(c, sizeof c, "%s", got[i] ? got[i] : "");
+        herr_clean(c);
+        clean &= got[i] && strlen(got[i]) == 511 && strcmp(c, got[i]) == 0;
+    }
+    CHECK("long messages cut on a character's boundary (phase, condition, event)", clean);
+    cJSON_Delete(all);
+    coord_history_free(h);
+}
+
 int main(void)
 {
     test_points();
     test_status();
+    test_long_messages();
     TEST_MAIN_END();
 }
