@@ -160,7 +160,7 @@ static void test_long_messages(void)
 {
     struct coord_history *h = coord_history_new(0);
     herr e = {0};
-    char m[1024] = "x"; /* then U+00E9s: byte 511, the last kept, starts one */
+    char m[1024] = "xy"; /* then U+00E9s: byte 510, the last kept, starts one */
     for (int i = 0; i < 400; i++)
         strcat(m, "\xc3\xa9");
     coord_history_phase(h, "ml", "long", "Failed", m);
