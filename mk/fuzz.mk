@@ -12,22 +12,31 @@
 #
 # Targets (tests/fuzz/fuzz_*.c): coord_message (the coordinator's parser and what it does with
 # a worker's message), worker_message (the worker's parser, its assignment and its start),
-# kube_decode (watch streams and API objects as the operator decodes them).
+# kube_decode (watch streams and API objects as the operator decodes them); and the files users
+# hand over: manifest (TrainingJob manifests, cluster and calibration files, and the plans made
+# of the small ones), train_files (checkpoints as a resume and export read them, llm.c weights,
+# token shards and text).
 
 FUZZ_CC            ?= clang
 FUZZ_BUILD         := build/fuzz
 FUZZ_SECONDS       ?= 600
 FUZZ_SHORT_SECONDS ?= 4
-FUZZ_TARGETS       := coord_message worker_message kube_decode
+FUZZ_TARGETS       := coord_message worker_message kube_decode manifest train_files
 FUZZ_SAN           := -fsanitize=address,undefined -fno-sanitize-recover=undefined
-FUZZ_CFLAGS        := -std=gnu11 -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
+FUZZ_CFLAGS        := -std=gnu11 -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) -fsanitize=fuzzer-no-link -fopenmp \
+                      -Wno-pass-failed \
                       $(WARN) -D_GNU_SOURCE $(addprefix -I,$(patsubst %/,%,$(SRC_DIRS))) \
                       $(PKG_CFLAGS) $(EXTRA_CFLAGS)
 # What the targets run: common/, the Kubernetes client, the coordinator's TLS material, the
-# worker's peers. Only these are built with the fuzzer's instrumentation.
+# worker's peers, the planner, the checkpoint and data readers and the CPU engine's stage (the
+# llm.c import fills one). Only these are built with the fuzzer's instrumentation.
 FUZZ_LIB_SRC       := $(wildcard common/*.c) $(wildcard operator/kube/*.c) \
                       operator/coordinator/coord_tls.c \
-                      noderuntime/worker/worker_peers.c
+                      noderuntime/worker/worker_peers.c \
+                      $(wildcard operator/planner/*.c) \
+                      $(addprefix noderuntime/train/,checkpoint.c ckpt_layout.c dataloader.c \
+                                                     model_export.c) \
+                      $(addprefix noderuntime/engine/,gpt.c gpt_layers.c gpt_pass.c bf16.c)
 FUZZ_LIB           := $(FUZZ_BUILD)/libholmes_fuzz.a
 FUZZ_BINS          := $(addprefix $(FUZZ_BUILD)/fuzz_,$(FUZZ_TARGETS))
 # libFuzzer: clang and its runtime (libclang-rt-14-dev holds libclang_rt.fuzzer).
@@ -45,7 +54,7 @@ $(FUZZ_LIB): $(patsubst %.c,$(FUZZ_BUILD)/%.o,$(FUZZ_LIB_SRC))
 
 $(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/tests/fuzz/fuzz_%.o $(FUZZ_LIB)
 	@echo "  LD      $@"
-	@$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $< $(FUZZ_LIB) $(PKG_LIBS) -lm -lpthread
+	@$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -fopenmp -o $@ $< $(FUZZ_LIB) $(PKG_LIBS) -lm -lpthread
 
 fuzz-build: $(FUZZ_BINS)
 

@@ -30,7 +30,9 @@ struct dataloader {
     uint64_t nwin, ntok, per_epoch; /* per_epoch: micro-batches per epoch for one rank */
     uint64_t pos;
     uint64_t *perm;
-    int64_t perm_epoch;
+    uint64_t perm_epoch; /* the epoch perm holds, once perm_ready (any 64-bit epoch can occur: a
+                          * checkpoint's position is read as it is) */
+    int perm_ready;
 };
 
 static int ends_with(const char *s, const char *suffix)
@@ -135,7 +137,6 @@ int dataloader_open(struct dataloader **out, const struct dataloader_config *c, 
     }
     d->c = *c;
     d->c.pattern = NULL; /* not kept: the caller's string */
-    d->perm_epoch = -1;
     d->text = !ends_with(g.gl_pathv[0], ".bin");
     for (size_t i = 0; i < g.gl_pathc; i++) {
         const char *path = g.gl_pathv[i];
@@ -195,9 +196,9 @@ static uint64_t mix64(uint64_t *x)
     return z ^ (z >> 31);
 }
 
-static void shuffle_epoch(struct dataloader *d, int64_t epoch)
+static void shuffle_epoch(struct dataloader *d, uint64_t epoch)
 {
-    uint64_t st = d->c.seed ^ (0xd1b54a32d192ed03ULL * (uint64_t)(epoch + 1));
+    uint64_t st = d->c.seed ^ (0xd1b54a32d192ed03ULL * (epoch + 1));
     for (uint64_t i = 0; i < d->nwin; i++)
         d->perm[i] = i;
     for (uint64_t i = d->nwin - 1; i > 0; i--) { /* Fisher-Yates */
@@ -207,6 +208,7 @@ static void shuffle_epoch(struct dataloader *d, int64_t epoch)
         d->perm[j] = t;
     }
     d->perm_epoch = epoch;
+    d->perm_ready = 1;
 }
 
 static void read_window(const struct dataloader *d, uint64_t w, int *inp, int *tgt)
@@ -230,19 +232,18 @@ static void read_window(const struct dataloader *d, uint64_t w, int *inp, int *t
 
 void dataloader_next(struct dataloader *d, int *inputs, int *targets)
 {
-    int64_t epoch;
-    uint64_t base;
+    uint64_t epoch, base;
     if (d->c.global_epochs) { /* the data degree does not move the epochs */
         uint64_t g = d->pos * (uint64_t)d->c.world + (uint64_t)d->c.rank;
         uint64_t per = d->nwin / (uint64_t)d->c.B;
-        epoch = (int64_t)(g / per);
+        epoch = g / per;
         base = g % per * (uint64_t)d->c.B;
     } else {
-        epoch = (int64_t)(d->pos / d->per_epoch);
+        epoch = d->pos / d->per_epoch;
         uint64_t k = d->pos % d->per_epoch;
         base = (k * (uint64_t)d->c.world + (uint64_t)d->c.rank) * (uint64_t)d->c.B;
     }
-    if (epoch != d->perm_epoch)
+    if (!d->perm_ready || epoch != d->perm_epoch)
         shuffle_epoch(d, epoch);
     for (int b = 0; b < d->c.B; b++)
         read_window(d, d->perm[base + (uint64_t)b], inputs + (size_t)b * d->c.T,

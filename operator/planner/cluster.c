@@ -20,8 +20,11 @@ static int check_keys(const cJSON *obj, const char *const *keys, const char *whe
         int known = 0;
         for (int i = 0; keys[i] && !known; i++)
             known = !strcmp(keys[i], it->string);
-        if (!known)
-            return herr_set(e, "%s.%s: unknown field", where, it->string);
+        if (!known) {
+            char path[256];
+            json_key_path(path, sizeof path, where, it->string);
+            return herr_set(e, "%s: unknown field", path);
+        }
     }
     return 0;
 }

@@ -1,6 +1,7 @@
 #include "cost_model.h"
 
 #include "core_spread.h"
+#include "json.h"
 #include "pipe_order.h"
 
 #include <math.h>
@@ -99,13 +100,15 @@ int cost_links_apply_json(struct cost_links *l, const cJSON *j, const char *wher
         for (size_t i = 0; i < N_LINK_FIELDS; i++)
             if (strcmp(link_fields[i].key, it->string) == 0)
                 f = &link_fields[i];
-        if (!f)
-            return herr_set(e, "%s.%s: unknown link constant (known: tcp_gbps, gateway_gbps, tcp_latency_us, "
+        if (!f) {
+            char path[256];
+            json_key_path(path, sizeof path, where, it->string);
+            return herr_set(e, "%s: unknown link constant (known: tcp_gbps, gateway_gbps, tcp_latency_us, "
                             "tcp_efficiency, ib_latency_us, roce_latency_us, rdma_efficiency, "
                             "intra_node_gbps, intra_node_latency_us, compute_efficiency, "
                             "memory_gbps, optimizer_bytes_per_param, overlap, shared_cores, pinned_cores, "
-                            "op_overhead_us, send_buffers)", where,
-                            it->string);
+                            "op_overhead_us, send_buffers)", path);
+        }
         if (!cJSON_IsNumber(it) || !field_ok(f, it->valuedouble))
             return herr_set(e, "%s.%s: %s", where, f->key, field_rule(f, rule, sizeof rule));
         *(double *)((char *)l + f->off) = it->valuedouble;

@@ -1,16 +1,23 @@
 /* Writes the fuzzers' seed corpora (tests/fuzz/seeds/): real protocol messages, made by the
  * encoders both sides use, with a real plan (the coordinator's plan hook on examples/local-tiny.yaml
- * and examples/local-gpus.yaml) in the assignments. `make fuzz-seeds` runs it; the seeds are
- * committed. The Kubernetes seeds (kube_decode/) come from a real API server
+ * and examples/local-gpus.yaml) in the assignments; the manifests, cluster and calibration files of
+ * examples/ and tests/fixtures/planner (manifest/); checkpoints, an llm.c file and data files that
+ * ckpt_write, model_export_llmc and the shard layout make (train_files/). `make fuzz-seeds` runs
+ * it; the seeds are committed. The Kubernetes seeds (kube_decode/) come from a real API server
  * (tests/fuzz/capture_kube_seeds.sh). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "checkpoint.h"
 #include "coord_plan.h"
+#include "dataloader.h"
+#include "model_export.h"
 #include "protocol.h"
 #include "trainingjob.h"
+#include "yaml_json.h"
 
 static const char *dir;
 
@@ -54,6 +61,150 @@ static struct proto_hello hello(const char *job, int worker, int gpus, enum nic_
         snprintf(h.nic.ib_hca, sizeof h.nic.ib_hca, "mlx5_%d:1", worker);
     snprintf(h.nic.socket_ifname, sizeof h.nic.socket_ifname, "eth0");
     return h;
+}
+
+/* Writes head[nh] then data[n] as target/name (binary). */
+static void put_bin(const char *target, const char *name, const void *head, size_t nh,
+                    const void *data, size_t n)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, target);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/%s/%s", dir, target, name);
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(head, 1, nh, f) == nh && (!n || fwrite(data, 1, n, f) == n);
+    if (!f || fclose(f) != 0 || !ok) {
+        fprintf(stderr, "fuzz_seeds: %s: cannot write\n", path);
+        exit(1);
+    }
+}
+
+static char *slurp(const char *path, size_t *n)
+{
+    herr e = {0};
+    char *t = read_file_limited(path, 1u << 24, n, &e);
+    if (!t) {
+        fprintf(stderr, "fuzz_seeds: %s\n", e.msg);
+        exit(1);
+    }
+    return t;
+}
+
+/* fuzz_manifest: a kind byte (0 job, 1 cluster, 2 calibration), then the file as it is. */
+static void manifest_seed(int kind, const char *path, const char *name)
+{
+    size_t n;
+    char *t = slurp(path, &n);
+    unsigned char k = (unsigned char)kind;
+    put_bin("manifest", name, &k, 1, t, n);
+    free(t);
+}
+
+/* fuzz_train_files' checkpoints hold this model (its TINY) */
+static const struct gpt_config SEED_MODEL = {.layers = 2, .channels = 8, .heads = 2, .vocab = 16,
+                                             .padded_vocab = 16, .max_seq = 8};
+
+/* Stage [first, last) of SEED_MODEL written by ckpt_write (moments or not) into tmp; its bytes. */
+static char *seed_ckpt(const char *tmp, int first, int last, int moments, size_t *len)
+{
+    size_t n = 0;
+    struct gpt_stage *s = NULL;
+    herr e = {0};
+    if (gpt_stage_create(&s, &SEED_MODEL, first, last, 1, 1, 1, &e) != 0) {
+        fprintf(stderr, "fuzz_seeds: %s\n", e.msg);
+        exit(1);
+    }
+    n = gpt_stage_num_params(s);
+    float *mv = calloc(2 * n, sizeof *mv);
+    for (size_t i = 0; mv && i < 2 * n; i++)
+        mv[i] = (float)(i % 7) * 1e-3f;
+    struct ckpt_meta meta = {.c = SEED_MODEL, .first = first, .last = last, .step = 1,
+                             .data_pos = 3, .rng = {1, 2, 3, 4}, .nparams = n,
+                             .has_moments = moments};
+    char path[512];
+    if (!mv || ckpt_write(tmp, &meta, gpt_stage_params(s), moments ? mv : NULL,
+                          moments ? mv + n : NULL, 1, path, sizeof path, &e) != 0) {
+        fprintf(stderr, "fuzz_seeds: checkpoint: %s\n", e.msg);
+        exit(1);
+    }
+    free(mv);
+    gpt_stage_free(s);
+    char *t = slurp(path, len);
+    unlink(path);
+    return t;
+}
+
+static void train_files_seeds(void)
+{
+    char tmp[] = "/tmp/holmes-fuzz-seeds.XXXXXX";
+    if (!mkdtemp(tmp)) {
+        perror("fuzz_seeds: mkdtemp");
+        exit(1);
+    }
+    size_t n, n2;
+    unsigned char head[6] = {0, 0, 0, 0, 0, 0};
+    char *t = seed_ckpt(tmp, 0, 2, 1, &n);
+    put_bin("train_files", "ckpt-whole-moments", head, 2, t, n);
+    free(t);
+    t = seed_ckpt(tmp, 0, 2, 0, &n);
+    put_bin("train_files", "ckpt-whole-params", head, 2, t, n);
+    free(t);
+    /* two files: their lengths' first part in bytes 2-3 (the first file's length, mod the rest) */
+    t = seed_ckpt(tmp, 0, 1, 1, &n);
+    char *t2 = seed_ckpt(tmp, 1, 2, 1, &n2);
+    char *both = malloc(n + n2);
+    if (!both)
+        exit(1);
+    memcpy(both, t, n);
+    memcpy(both + n, t2, n2);
+    head[1] = 4;
+    head[2] = (unsigned char)(n & 0xff);
+    head[3] = (unsigned char)(n >> 8);
+    put_bin("train_files", "ckpt-two-stages", head, 4, both, n + n2);
+    free(both);
+    free(t);
+    free(t2);
+
+    /* llm.c: the tiny model as export writes it */
+    struct gpt_stage *s = NULL;
+    herr e = {0};
+    char path[600];
+    snprintf(path, sizeof path, "%s/gpt2.bin", tmp);
+    if (gpt_stage_create(&s, &SEED_MODEL, 0, SEED_MODEL.layers, 1, 1, 1, &e) != 0 ||
+        model_export_llmc(path, &SEED_MODEL, gpt_stage_params(s), &e) != 0) {
+        fprintf(stderr, "fuzz_seeds: llm.c file: %s\n", e.msg);
+        exit(1);
+    }
+    gpt_stage_free(s);
+    t = slurp(path, &n);
+    unlink(path);
+    head[0] = 1;
+    head[1] = 0;
+    put_bin("train_files", "llmc-tiny", head, 2, t, n);
+    free(t);
+
+    /* data: B 2, T 8, 2 ranks (rank 1), vocabulary 16 (shard) or 256 (text) */
+    int32_t hdr[256] = {DATALOADER_SHARD_MAGIC, 1, 200};
+    uint16_t tok[200];
+    for (int i = 0; i < 200; i++)
+        tok[i] = (uint16_t)((i * 7) % 16);
+    unsigned char shard[1024 + sizeof tok];
+    memcpy(shard, hdr, 1024);
+    memcpy(shard + 1024, tok, sizeof tok);
+    unsigned char dhead[6] = {2, 1, 1, 7, 0x11, 0x00}; /* B 2, T 8, world 2 rank 1, vocab 16 */
+    put_bin("train_files", "data-shard", dhead, 6, shard, sizeof shard);
+    dhead[1] = 2;   /* text, global epochs */
+    dhead[5] = 0x10; /* seed 16, vocabulary 256 */
+    t = slurp("examples/data/corpus.txt", &n);
+    put_bin("train_files", "data-text", dhead, 6, t, n > 4096 ? 4096 : n);
+    free(t);
+
+    const char names[] = "stage-0-2-step-000000001.ckpt\nstage-0-1-step-000000002.ckpt\n"
+                         "stage-1-2-step-000000002.ckpt\nstage-0-2-step-000000010.ckpt.tmp\n"
+                         "latest-step\nstage-0-2-step-1.ckpt";
+    head[0] = 3;
+    put_bin("train_files", "names", head, 2, names, sizeof names - 1);
+    rmdir(tmp);
 }
 
 /* Plans the job for its workers as the coordinator does; writes assign and start messages. */
@@ -148,6 +299,15 @@ int main(int argc, char **argv)
     mkdir(dir, 0755);
     plan_seeds("examples/local-tiny.yaml", "tiny");
     plan_seeds("examples/local-gpus.yaml", "gpus");
+    manifest_seed(0, "examples/local-tiny.yaml", "local-tiny");
+    manifest_seed(0, "examples/local-gpus.yaml", "local-gpus");
+    manifest_seed(0, "examples/gpt2-1.5b-ib-roce.yaml", "gpt2-1.5b-ib-roce");
+    manifest_seed(0, "examples/gpt2-350m-three-fabrics.yaml", "gpt2-350m-three-fabrics");
+    manifest_seed(1, "examples/clusters/three-fabrics.yaml", "cluster-three-fabrics");
+    manifest_seed(1, "examples/clusters/mixed-generations.yaml", "cluster-mixed-generations");
+    manifest_seed(1, "examples/clusters/uneven-5ib-3roce.yaml", "cluster-uneven-5ib-3roce");
+    manifest_seed(2, "tests/fixtures/planner/hetero-3fab6-links.json", "calibration-hetero-3fab6");
+    train_files_seeds();
 
     struct proto_hello h = hello("team/gpt2", 3, 8, NIC_INFINIBAND, "ib-fe80000000000000-sm1", 400);
     h.running = 1; /* a worker resuming, with its measured rate */

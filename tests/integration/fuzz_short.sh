@@ -1,7 +1,8 @@
 # The fuzzers (mk/fuzz.mk, tests/fuzz/) for a few seconds each: built with clang, ASan and UBSan,
-# run from their seed corpora (real messages and API answers); none may find a crash, a hang, a
-# leak or a rejection that names no field. `make fuzz` runs them for 10 minutes each. Release
-# pass only (one build in build/fuzz; the targets carry their own sanitizers).
+# run from their seed corpora (real messages, API answers, manifests, checkpoints, data files);
+# none may find a crash, a hang, a leak or a rejection that names no field. `make fuzz` runs them
+# for 10 minutes each. Release pass only (one build in build/fuzz; the targets carry their own
+# sanitizers).
 source "$(dirname "$0")/lib.bash"
 if [ "${HOLMES_VARIANT:-release}" != release ]; then
     echo "# fuzz_short: run in the release pass (the targets are sanitized builds of their own)"
@@ -20,7 +21,7 @@ if ! make -C "$REPO" -s -j2 fuzz-build >"$tmp/build.log" 2>&1; then
     exit 1
 fi
 pass "fuzz targets build (clang, ASan, UBSan, libFuzzer)"
-for t in coord_message worker_message kube_decode; do
+for t in coord_message worker_message kube_decode manifest train_files; do
     mkdir -p "$tmp/$t" "$tmp/findings-$t"
     cp "$REPO"/tests/fuzz/seeds/$t/* "$tmp/$t/"
     if ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \

@@ -232,6 +232,35 @@ static void test_text(void)
           strstr(e.msg, "byte 195"));
 }
 
+/* A position read from a checkpoint is taken as it is: the last 64-bit one (whose epoch was the
+ * unset permutation's mark, so the window was read through an unshuffled, unset permutation: a
+ * crash that fuzz_train_files found) reads the file's one window, as position 0 does. */
+static void test_far_position(void)
+{
+    write_shard("one.bin", 9, 3, 50, 20240520, 1, 9, 0); /* T 8: exactly one window */
+    char p[128];
+    path_of(p, sizeof p, "one.bin");
+    for (int global = 0; global < 2; global++) {
+        struct dataloader_config c = {.pattern = p, .B = 1, .T = 8, .rank = 0, .world = 1,
+                                      .seed = 5, .vocab = 64, .global_epochs = global};
+        herr e;
+        struct dataloader *d;
+        char name[64];
+        snprintf(name, sizeof name, "far_position.%s", global ? "global_epochs" : "rank_epochs");
+        if (dataloader_open(&d, &c, &e) < 0) {
+            TEST_FAIL(name, "%s", e.msg);
+            continue;
+        }
+        int in[8], tg[8], ok = 1;
+        dataloader_seek(d, UINT64_MAX);
+        dataloader_next(d, in, tg);
+        for (int t = 0; t < 8; t++)
+            ok &= in[t] == (t * 7 + 3) % 50 && tg[t] == ((t + 1) * 7 + 3) % 50;
+        CHECK(name, ok && dataloader_position(d) == 0);
+        dataloader_free(d);
+    }
+}
+
 static void expect_error(const char *name, const char *file, int vocab, const char *needle)
 {
     char p[128];
@@ -281,7 +310,7 @@ int main(void)
 {
     if (test_in_tmpdir(dir, sizeof dir, "dl",
                        (void (*const[])(void)){test_shards, test_coverage, test_replan_same_samples,
-                                               test_text, test_bad, NULL}))
+                                               test_text, test_far_position, test_bad, NULL}))
         return 1;
     TEST_MAIN_END();
 }

@@ -1138,6 +1138,12 @@ static void test_cluster_file(void)
          "gpus: must be an integer"},
         {"{\"workers\": [{\"name\": \"a\", \"gpu_tflops\": 1, \"colour\": 3}]}",
          "workers[0].colour: unknown field"},
+        /* a key from outside quoted, so that the message says where it ends (fuzz_manifest) */
+        {"{\"workers\": [{\"name\": \"a\", \"gpu_tflops\": 1, \"a \\\"b\\\": c\": 3}]}",
+         "workers[0][\"a \\\"b\\\": c\"]: unknown field"},
+        {"{\"workers\": [{\"name\": \"a\", \"gpu_tflops\": 1, \"nic\": {\"class\": \"ib\", "
+         "\"fabric\": \"f\", \"gbps\": 1}}], \"links\": {\"tcp gbps\": 2}}",
+         "cluster.links[\"tcp gbps\"]: unknown link constant"},
         {"{\"workers\": [{\"name\": \"a\", \"gpu_tflops\": 1, \"nic\": {\"class\": \"ib\", "
          "\"fabric\": \"f\", \"gbps\": 1}}], \"links\": {\"rdma_efficiency\": 2}}",
          "links.rdma_efficiency"},

@@ -1,0 +1,318 @@
+/* libFuzzer target: the files a worker reads from disk - its checkpoints (the resume path, which
+ * reads any plan's stage files: ckpt_layout_read; `holmes-operator export`'s
+ * model_export_read), an llm.c GPT-2 checkpoint (spec.training.initFrom) and the training data
+ * (llm.c token shards and text). A disk, a copy or a user can hand over any bytes; each must be
+ * refused naming the file and the rule, never crash or read outside the file. The first byte
+ * picks the kind, the second carries flags, the rest is the file:
+ *   0: checkpoint files of the tiny model below, step 1. Flag 1: the header's CRC made right,
+ *      2: the payload's CRC made right (so the fuzzer gets past the CRCs to the fields), 4: two
+ *      files (stage [0, 1) and [1, 2); bytes 2-3 the first's length), else one ([0, 2)). Read as
+ *      a resume reads them (every stage of the model), and as export reads them; what is read
+ *      must be the file's floats.
+ *   1: an llm.c checkpoint: llmc_read_config, and for a small shape the import into a stage of
+ *      its own shape (whole, and its second half); the embedding read must be the file's.
+ *   2: a data file (flag 1: a token shard, data.bin, else text, data.txt; bytes 2-5: B, T, data
+ *      ranks, vocabulary): dataloader_open, then micro-batches at several positions; every
+ *      token below the vocabulary, and each target the next input.
+ *   3: checkpoint file names (one a line, empty files): the listing, steps and the set's cover.
+ * Seeds: tests/fuzz/seeds/train_files (fuzz_seeds.c: files ckpt_write and model_export_llmc
+ * wrote). */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "checkpoint.h"
+#include "ckpt_layout.h"
+#include "dataloader.h"
+#include "fuzz_check.h"
+#include "model_export.h"
+
+/* The tiny model the checkpoint seeds hold (fuzz_seeds.c writes them with the same). */
+static const struct gpt_config TINY = {.layers = 2, .channels = 8, .heads = 2, .vocab = 16,
+                                       .padded_vocab = 16, .max_seq = 8};
+/* the checkpoint directory, as a job names it (relative, so that messages read as a user's) */
+#define CKPT_DIR "checkpoints"
+#define LLMC_MAX_FLOATS (1u << 18) /* an llm.c model above this is only checked, not imported */
+
+static int write_file(const char *name, const uint8_t *data, size_t size)
+{
+    FILE *f = fopen(name, "wb");
+    if (!f)
+        return -1;
+    size_t put = size ? fwrite(data, 1, size, f) : 0;
+    int rc = fclose(f);
+    return put == size && rc == 0 ? 0 : -1;
+}
+
+/* The private directory, emptied before each input. The target works inside it and goes back
+ * after each input (libFuzzer writes its corpus relative to where it started). */
+static int home_fd = -1, work_fd = -1;
+
+static void fresh_workdir(void)
+{
+    if (work_fd < 0) {
+        char dir[] = "/dev/shm/holmes-fuzz-train.XXXXXX";
+        home_fd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (home_fd < 0 || !mkdtemp(dir) ||
+            (work_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+            perror("fuzz_train_files: a private directory under /dev/shm");
+            abort();
+        }
+    }
+    if (fchdir(work_fd) != 0)
+        abort();
+    static const char *const dirs[2] = {".", CKPT_DIR};
+    for (int k = 0; k < 2; k++) {
+        DIR *d = opendir(dirs[k]);
+        if (!d && k == 1 && mkdir(CKPT_DIR, 0755) == 0)
+            continue;
+        if (!d)
+            abort();
+        struct dirent *de;
+        char path[512];
+        while ((de = readdir(d))) {
+            snprintf(path, sizeof path, "%s/%s", dirs[k], de->d_name);
+            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && strcmp(path, "./" CKPT_DIR))
+                unlink(path);
+        }
+        closedir(d);
+    }
+}
+
+static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+
+/* a copy of a checkpoint file with the CRCs the flags ask made right */
+static uint8_t *repaired(const uint8_t *data, size_t size, int flags)
+{
+    uint8_t *b = malloc(size ? size : 1);
+    if (!b)
+        abort();
+    memcpy(b, data, size);
+    if (size >= 256 && (flags & 2))
+        put32(b + 108, (uint32_t)crc32(crc32(0, Z_NULL, 0), b + 256, (uInt)(size - 256)));
+    if (size >= 256 && (flags & 1))
+        put32(b + 252, (uint32_t)crc32(crc32(0, Z_NULL, 0), b, 252));
+    return b;
+}
+
+/* Every stage of TINY read from the step-1 set as a resume reads it. A file holding exactly the
+ * stage, read whole, gives its payload. */
+static void read_as_resume(const uint8_t *whole, size_t whole_size)
+{
+    herr e = {0};
+    int64_t *steps = NULL;
+    int ns = 0;
+    if (ckpt_set_steps(CKPT_DIR, &steps, &ns, &e) != 0)
+        fuzz_check_rejection("ckpt_set_steps", &e);
+    free(steps);
+    struct ckpt_file *cover = NULL;
+    int nc = 0;
+    if (ckpt_set_cover(CKPT_DIR, 1, TINY.layers, &cover, &nc, &e) != 0)
+        fuzz_check_rejection("ckpt_set_cover", &e);
+    free(cover);
+    static const int stages[3][2] = {{0, 2}, {0, 1}, {1, 2}};
+    for (int s = 0; s < 3; s++) {
+        struct ckpt_tensor *t = NULL;
+        int nt = 0;
+        size_t n = 0;
+        struct gpt_config c = TINY;
+        if (ckpt_stage_layout(&c, stages[s][0], stages[s][1], &t, &nt, &n, &e) != 0)
+            abort();
+        free(t);
+        float *p = malloc(n * sizeof *p), *m = malloc(n * sizeof *m), *v = malloc(n * sizeof *v);
+        if (!p || !m || !v)
+            abort();
+        struct ckpt_meta meta;
+        if (ckpt_layout_read(CKPT_DIR, 1, &c, stages[s][0], stages[s][1], p, m, v, n, &meta, &e) != 0) {
+            fuzz_check_rejection("ckpt_layout_read", &e);
+        } else if (s == 0 && whole) {
+            if (whole_size < 256 + n * sizeof *p || memcmp(p, whole + 256, n * sizeof *p) != 0) {
+                fprintf(stderr, "a resume read other parameters than the file holds\n");
+                abort();
+            }
+        }
+        free(p);
+        free(m);
+        free(v);
+    }
+    struct gpt_config c;
+    float *params = NULL;
+    int64_t used = 0;
+    if (model_export_read(CKPT_DIR, -1, &c, &params, &used, &e) != 0)
+        fuzz_check_rejection("model_export_read", &e);
+    free(params);
+}
+
+static void fuzz_checkpoint(int flags, const uint8_t *data, size_t size)
+{
+    if (flags & 4) {
+        if (size < 2)
+            return;
+        size_t first = ((size_t)data[0] | (size_t)data[1] << 8) % (size - 1);
+        uint8_t *a = repaired(data + 2, first, flags), *b = repaired(data + 2 + first,
+                                                                     size - 2 - first, flags);
+        int rc = write_file(CKPT_DIR "/stage-0-1-step-000000001.ckpt", a, first) |
+                 write_file(CKPT_DIR "/stage-1-2-step-000000001.ckpt", b, size - 2 - first);
+        free(a);
+        free(b);
+        if (rc != 0)
+            abort();
+        read_as_resume(NULL, 0);
+        return;
+    }
+    const char *name = CKPT_DIR "/stage-0-2-step-000000001.ckpt";
+    uint8_t *f = repaired(data, size, flags);
+    if (write_file(name, f, size) != 0)
+        abort();
+    herr e = {0};
+    struct ckpt_meta meta;
+    if (ckpt_read_meta(name, &meta, &e) != 0)
+        fuzz_check_rejection("ckpt_read_meta", &e);
+    else if (ckpt_check_shape(name, &meta, &TINY, 0, TINY.layers, &e) != 0)
+        fuzz_check_rejection("ckpt_check_shape", &e);
+    read_as_resume(f, size);
+    free(f);
+}
+
+static void fuzz_llmc(const uint8_t *data, size_t size)
+{
+    const char *name = "gpt2.bin";
+    if (write_file(name, data, size) != 0)
+        abort();
+    herr e = {0};
+    struct gpt_config c;
+    if (llmc_read_config(name, &c, &e) != 0) {
+        fuzz_check_rejection("llmc_read_config", &e);
+        return;
+    }
+    /* the file is the whole model (llmc_read_config checked its size): small ones imported */
+    if (size - 1024 > (size_t)LLMC_MAX_FLOATS * 4)
+        return;
+    for (int half = 0; half < 2; half++) {
+        int first = half ? c.layers / 2 : 0;
+        if (half && first == 0)
+            break;
+        struct gpt_stage *s = NULL;
+        if (gpt_stage_create(&s, &c, first, c.layers, 1, 1, 1, &e) != 0) {
+            fuzz_check_rejection("gpt_stage_create", &e);
+            return;
+        }
+        if (llmc_load_stage(name, s, &e) != 0) {
+            fuzz_check_rejection("llmc_load_stage", &e);
+        } else if (first == 0) {
+            /* wte is the stage's first tensor and the file's first group */
+            size_t n = (size_t)c.padded_vocab * (size_t)c.channels * sizeof(float);
+            if (memcmp(gpt_stage_params(s), data + 1024, n) != 0) {
+                fprintf(stderr, "the llm.c import read another embedding than the file's\n");
+                abort();
+            }
+        }
+        gpt_stage_free(s);
+    }
+}
+
+static void fuzz_data(int flags, const uint8_t *data, size_t size)
+{
+    if (size < 4)
+        return;
+    static const int vocabs[4] = {16, 256, 50257, 65536};
+    struct dataloader_config c = {
+        .pattern = (flags & 1) ? "data.bin" : "data.txt", .B = 1 + data[0] % 4,
+        .T = 1 + data[1] % 64, .world = 1 + data[2] % 4, .seed = data[3],
+        .vocab = vocabs[(data[3] >> 4) % 4], .global_epochs = (flags >> 1) & 1};
+    c.rank = (data[2] >> 4) % c.world;
+    if (write_file(c.pattern, data + 4, size - 4) != 0)
+        abort();
+    struct dataloader *d = NULL;
+    herr e = {0};
+    if (dataloader_open(&d, &c, &e) != 0) {
+        fuzz_check_rejection("dataloader_open", &e);
+        return;
+    }
+    size_t bt = (size_t)c.B * (size_t)c.T;
+    int *in = malloc(bt * sizeof *in), *tg = malloc(bt * sizeof *tg);
+    if (!in || !tg)
+        abort();
+    /* positions come from checkpoints (any 64-bit value a header holds), the first one read
+     * as a resume reads it, before any other */
+    uint64_t at[5] = {UINT64_MAX, 0, 1, dataloader_windows(d), UINT64_MAX / 8};
+    for (int k = 0; k < 5; k++) {
+        if (dataloader_batch_at(d, at[k], 0, 1, in, tg, &e) != 0)
+            abort();
+        for (size_t i = 0; i < bt; i++) {
+            if (in[i] < 0 || in[i] >= c.vocab || tg[i] < 0 || tg[i] >= c.vocab ||
+                (i % (size_t)c.T + 1 < (size_t)c.T && tg[i] != in[i + 1])) {
+                fprintf(stderr, "micro-batch %llu: position %zu reads %d -> %d\n",
+                        (unsigned long long)at[k], i, in[i], tg[i]);
+                abort();
+            }
+        }
+    }
+    free(in);
+    free(tg);
+    dataloader_free(d);
+}
+
+static void fuzz_names(const uint8_t *data, size_t size)
+{
+    char name[256 + sizeof CKPT_DIR];
+    size_t len = sizeof CKPT_DIR; /* "checkpoints/" then the name */
+    memcpy(name, CKPT_DIR "/", len);
+    int files = 0;
+    for (size_t i = 0; i <= size && files < 16; i++) {
+        if (i == size || data[i] == '\n') {
+            name[len] = '\0';
+            const char *base = name + sizeof CKPT_DIR;
+            if (*base && strcmp(base, ".") && strcmp(base, "..") && write_file(name, NULL, 0) == 0)
+                files++;
+            len = sizeof CKPT_DIR;
+        } else if (len + 1 < sizeof name) {
+            name[len++] = data[i] == '/' || data[i] == 0 ? '_' : (char)data[i];
+        }
+    }
+    herr e = {0};
+    struct ckpt_file *list = NULL;
+    int n = 0;
+    if (ckpt_list(CKPT_DIR, &list, &n, &e) != 0)
+        fuzz_check_rejection("ckpt_list", &e);
+    for (int i = 1; i < n; i++)
+        if (list[i].step < list[i - 1].step)
+            abort(); /* sorted by step */
+    free(list);
+    int64_t *steps = NULL;
+    if (ckpt_steps(CKPT_DIR, 0, TINY.layers, &steps, &n, &e) != 0)
+        fuzz_check_rejection("ckpt_steps", &e);
+    for (int i = 1; i < n; i++)
+        if (steps[i] <= steps[i - 1])
+            abort(); /* ascending, each once */
+    free(steps);
+    char path[512];
+    if (ckpt_latest(CKPT_DIR, 0, TINY.layers, path, sizeof path, &e) < 0)
+        fuzz_check_rejection("ckpt_latest", &e);
+    read_as_resume(NULL, 0);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 2)
+        return 0;
+    fresh_workdir();
+    int kind = data[0] % 4, flags = data[1];
+    data += 2;
+    size -= 2;
+    switch (kind) {
+    case 0: fuzz_checkpoint(flags, data, size); break;
+    case 1: fuzz_llmc(data, size); break;
+    case 2: fuzz_data(flags, data, size); break;
+    default: fuzz_names(data, size); break;
+    }
+    if (fchdir(home_fd) != 0)
+        abort();
+    return 0;
+}
