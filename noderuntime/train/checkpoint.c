@@ -388,6 +388,10 @@ static int decode_header(const char *path, const unsigned char *h, struct ckpt_m
     m->nparams = get64(h, 96);
     m->has_moments = get32(h, 104) != 0;
     *payload_crc = get32(h, 108);
+    /* the sizes and offsets below (3 n floats after the header) must not wrap */
+    if (m->nparams > (uint64_t)(INT64_MAX - HDR_BYTES) / (3 * sizeof(float)))
+        return herr_config(e, "checkpoint %s: a parameter count of %" PRIu64 " is more than a "
+                           "file can hold (corrupt header)", path, m->nparams);
     return 0;
 }
 
@@ -650,6 +654,13 @@ int llmc_read_config(const char *path, struct gpt_config *c, herr *e)
         return herr_config(e, "llm.c checkpoint %s: bad shape: %s", path,
                            c->padded_vocab == 0 ? "padded vocab is 0" : inner.msg);
     uint64_t C = (uint64_t)c->channels, L = (uint64_t)c->layers;
+    /* counted in double first: at the int32 extremes of layers and max_seq the count would wrap */
+    double nd = (double)c->padded_vocab * (double)C + (double)c->max_seq * (double)C +
+                (double)L * (12.0 * (double)C * (double)C + 13.0 * (double)C) + 2.0 * (double)C;
+    if (nd > 1e18)
+        return herr_config(e, "llm.c checkpoint %s: bad shape: %d layers of %d channels and %d "
+                           "positions are more parameters than a file can hold", path, c->layers,
+                           c->channels, c->max_seq);
     uint64_t n = (uint64_t)c->padded_vocab * C + (uint64_t)c->max_seq * C + L * (12 * C * C + 13 * C)
                  + 2 * C;
     if ((uint64_t)st.st_size != 1024 + 4 * n)

@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "checkpoint.h"
 #include "fs_testutil.h"
@@ -136,6 +137,23 @@ static void test_roundtrip_and_keep(void)
     corrupt(bad, 0, 100);
     CHECK("ckpt.truncated_header", ckpt_read(bad, &got, p2, m2, v2, N, &e) == -1 &&
           strstr(e.msg, "truncated header"));
+    /* a header whose CRC is right but whose parameter count makes the file's size wrap to 256
+     * bytes (2^62 floats): refused for what it is, not read as an empty file's end */
+    corrupt(bad, 0, 256);
+    {
+        unsigned char h[256];
+        FILE *hf = fopen(bad, "r+b");
+        int ok = hf && fread(h, 1, 256, hf) == 256;
+        uint64_t big = (uint64_t)1 << 62;
+        memcpy(h + 96, &big, 8);
+        uint32_t crc = (uint32_t)crc32(crc32(0, Z_NULL, 0), h, 252);
+        memcpy(h + 252, &crc, 4);
+        ok = ok && fseek(hf, 0, SEEK_SET) == 0 && fwrite(h, 1, 256, hf) == 256;
+        if (hf)
+            fclose(hf);
+        CHECK("ckpt.count_wraps", ok && ckpt_read_meta(bad, &got, &e) == -1 &&
+              strstr(e.msg, "parameter count of 4611686018427387904") && strstr(e.msg, "bad.ckpt"));
+    }
     FILE *f = fopen(bad, "w");
     for (int k = 0; k < 40; k++)
         fputs("not a checkpoint; ", f); /* longer than a header */
@@ -210,6 +228,15 @@ static void test_llmc(void)
           strstr(e.msg, "gpt2_tiny.bin"));
     corrupt(path, 0, -1);
     CHECK("llmc.magic", llmc_read_config(path, &c, &e) == -1 && strstr(e.msg, "magic"));
+    /* a shape whose parameter count wraps 64 bits (2^31 - 1 layers of 30,000 channels): refused
+     * as too large, not compared with the file's size through the wrapped count */
+    int32_t huge[256] = {LLMC_MAGIC, 3, 1024, 61, INT32_MAX, 2, 30000, 128};
+    f = fopen(path, "wb");
+    int ok2 = f && fwrite(huge, sizeof huge, 1, f) == 1;
+    if (f)
+        fclose(f);
+    CHECK("llmc.count_wraps", ok2 && llmc_read_config(path, &c, &e) == -1 &&
+          strstr(e.msg, "more parameters than a file can hold") && strstr(e.msg, "gpt2_tiny.bin"));
 }
 
 int main(void)
