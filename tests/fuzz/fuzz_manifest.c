@@ -8,12 +8,14 @@
  *      workers (cluster_from_emulation), as `holmes-operator plan JOB` does;
  *   1: a cluster file: cluster_load, then the plan of tests/fuzz/seeds' tiny job on it;
  *   2: a calibration file: cluster_load_calibration over the tiny job's emulated cluster, then
- *      its plan.
+ *      its plan;
+ *   3: a kubeconfig (the operator out of a cluster): kube_config_from_kubeconfig, its current
+ *      context and the context named "other".
  * A plan made must go through the document the workers receive (plan_to_doc, plan_doc_to_json,
  * plan_doc_from_json) unrefused. Every rejection names the file and line or the field
  * (fuzz_check.h). The files are written under a private directory in /dev/shm and named as a
- * user would (job.yaml, cluster.yaml, calibration.yaml), so that messages read as they do for
- * a user. Seeds: tests/fuzz/seeds/manifest (examples/ and tests/fixtures, one byte in front). */
+ * user would (job.yaml, cluster.yaml, calibration.yaml, kubeconfig), so that messages read as
+ * they do for a user. Seeds: tests/fuzz/seeds/manifest (examples/ and tests/fixtures, one byte in front). */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +25,7 @@
 
 #include "cluster.h"
 #include "fuzz_check.h"
+#include "kube_config.h"
 #include "plan_doc.h"
 #include "planner.h"
 #include "planner_job.h"
@@ -245,19 +248,34 @@ static void fuzz_cluster(int calibration)
     tj_job_free(&tj);
 }
 
+static void fuzz_kubeconfig(void)
+{
+    static const char *const contexts[2] = {NULL, "other"};
+    for (int i = 0; i < 2; i++) {
+        struct kube_config c;
+        herr e = {0};
+        if (kube_config_from_kubeconfig(&c, "kubeconfig", contexts[i], &e) != 0)
+            fuzz_check_rejection("kube_config_from_kubeconfig", &e);
+        kube_config_free(&c);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
     enter_workdir();
-    static const char *const names[3] = {"job.yaml", "cluster.yaml", "calibration.yaml"};
-    int kind = data[0] % 3;
+    static const char *const names[4] = {"job.yaml", "cluster.yaml", "calibration.yaml",
+                                         "kubeconfig"};
+    int kind = data[0] % 4;
     if (write_file(names[kind], data + 1, size - 1) != 0) {
         perror(names[kind]);
         abort();
     }
     if (kind == 0)
         fuzz_job();
+    else if (kind == 3)
+        fuzz_kubeconfig();
     else
         fuzz_cluster(kind == 2);
     leave_workdir();

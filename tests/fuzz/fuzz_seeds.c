@@ -100,6 +100,20 @@ static void manifest_seed(int kind, const char *path, const char *name)
     free(t);
 }
 
+/* fuzz_manifest's kubeconfig: what tests/k8s/envtest.bash writes, a token user and a client
+ * certificate's, the CA inline (base64 of a PEM's first line) */
+static const char KUBECONFIG_SEED[] =
+    "apiVersion: v1\nkind: Config\ncurrent-context: envtest\n"
+    "clusters:\n"
+    "- name: envtest\n  cluster:\n    server: https://127.0.0.1:6443/\n"
+    "    certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==\n"
+    "contexts:\n"
+    "- name: envtest\n  context: {cluster: envtest, user: admin, namespace: team-a}\n"
+    "- name: other\n  context: {cluster: envtest, user: robot}\n"
+    "users:\n"
+    "- name: admin\n  user:\n    client-certificate: admin.crt\n    client-key: admin.key\n"
+    "- name: robot\n  user: {token: abc.def, tokenFile: token}\n";
+
 /* fuzz_train_files' checkpoints hold this model (its TINY) */
 static const struct gpt_config SEED_MODEL = {.layers = 2, .channels = 8, .heads = 2, .vocab = 16,
                                              .padded_vocab = 16, .max_seq = 8};
@@ -307,6 +321,8 @@ int main(int argc, char **argv)
     manifest_seed(1, "examples/clusters/mixed-generations.yaml", "cluster-mixed-generations");
     manifest_seed(1, "examples/clusters/uneven-5ib-3roce.yaml", "cluster-uneven-5ib-3roce");
     manifest_seed(2, "tests/fixtures/planner/hetero-3fab6-links.json", "calibration-hetero-3fab6");
+    unsigned char kube_kind = 3;
+    put_bin("manifest", "kubeconfig", &kube_kind, 1, KUBECONFIG_SEED, sizeof KUBECONFIG_SEED - 1);
     train_files_seeds();
 
     struct proto_hello h = hello("team/gpt2", 3, 8, NIC_INFINIBAND, "ib-fe80000000000000-sm1", 400);
