@@ -39,8 +39,9 @@ FUZZ_LIB_SRC       := $(wildcard common/*.c) $(wildcard operator/kube/*.c) \
                       $(addprefix noderuntime/engine/,gpt.c gpt_layers.c gpt_pass.c bf16.c)
 FUZZ_LIB           := $(FUZZ_BUILD)/libholmes_fuzz.a
 FUZZ_BINS          := $(addprefix $(FUZZ_BUILD)/fuzz_,$(FUZZ_TARGETS))
-# libFuzzer: clang and its runtime (libclang-rt-14-dev holds libclang_rt.fuzzer).
-DEB_PKGS           += clang libclang-rt-14-dev
+# libFuzzer: clang and its runtime (libclang-rt-14-dev holds libclang_rt.fuzzer); clang's OpenMP
+# (libomp-14-dev: omp.h and libomp) for the CPU engine's stage that fuzz_train_files fills.
+DEB_PKGS           += clang libclang-rt-14-dev libomp-14-dev
 
 .PHONY: fuzz fuzz-build fuzz-short fuzz-seeds
 

@@ -9,9 +9,10 @@ if [ "${HOLMES_VARIANT:-release}" != release ]; then
     exit 0
 fi
 cc=${FUZZ_CC:-clang}
-if ! command -v "$cc" >/dev/null || ! echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n){return 0;}' |
-        "$cc" -x c -fsanitize=fuzzer,address,undefined -o /dev/null - 2>/dev/null; then
-    echo "SKIP fuzz_short: $cc with libFuzzer is not installed (make deps installs clang and libclang-rt-14-dev)"
+if ! command -v "$cc" >/dev/null ||
+        ! printf '#include <omp.h>\nint LLVMFuzzerTestOneInput(const char *d, unsigned long n){return omp_get_max_threads() < 0;}\n' |
+        "$cc" -x c -fopenmp -fsanitize=fuzzer,address,undefined -o /dev/null - 2>/dev/null; then
+    echo "SKIP fuzz_short: $cc with libFuzzer and OpenMP is not installed (make deps installs clang, libclang-rt-14-dev and libomp-14-dev)"
     exit 0
 fi
 tmp=$(mktemp -d /tmp/holmes-fuzz.XXXXXX)
