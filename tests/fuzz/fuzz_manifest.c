@@ -13,18 +13,17 @@
  *      context and the context named "other".
  * A plan made must go through the document the workers receive (plan_to_doc, plan_doc_to_json,
  * plan_doc_from_json) unrefused. Every rejection names the file and line or the field
- * (fuzz_check.h). The files are written under a private directory in /dev/shm and named as a
- * user would (job.yaml, cluster.yaml, calibration.yaml, kubeconfig), so that messages read as
- * they do for a user. Seeds: tests/fuzz/seeds/manifest (examples/ and tests/fixtures, one byte in front). */
-#include <fcntl.h>
+ * (fuzz_check.h). The files are named as a user would name them (job.yaml, cluster.yaml,
+ * calibration.yaml, kubeconfig; fuzz_files.h). Seeds: tests/fuzz/seeds/manifest (examples/,
+ * tests/fixtures and a kubeconfig, the kind byte in front: fuzz_seeds.c). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cluster.h"
 #include "fuzz_check.h"
+#include "fuzz_files.h"
 #include "kube_config.h"
 #include "plan_doc.h"
 #include "planner.h"
@@ -55,45 +54,17 @@ static const char TINY_JOB[] =
 #define FUZZ_MAX_RANKS 64
 #define FUZZ_MAX_LAYERS 96
 
-static int write_file(const char *name, const uint8_t *data, size_t size)
-{
-    FILE *f = fopen(name, "wb");
-    if (!f)
-        return -1;
-    size_t put = size ? fwrite(data, 1, size, f) : 0;
-    int rc = fclose(f);
-    return put == size && rc == 0 ? 0 : -1;
-}
-
-/* The private directory the files go in, made once. The target works inside it and goes back
- * after each input (libFuzzer writes its corpus relative to where it started). */
-static int home_fd = -1, work_fd = -1;
-
+/* into the private directory, with the tiny job written there the first time */
 static void enter_workdir(void)
 {
-    if (work_fd < 0) {
-        char dir[] = "/dev/shm/holmes-fuzz-manifest.XXXXXX";
-        home_fd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (home_fd < 0 || !mkdtemp(dir) ||
-            (work_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-            perror("fuzz_manifest: a private directory under /dev/shm");
-            abort();
-        }
-    }
-    if (fchdir(work_fd) != 0)
-        abort();
     static int tiny_written;
-    if (!tiny_written && write_file("tiny.yaml", (const uint8_t *)TINY_JOB, sizeof TINY_JOB - 1)) {
+    fuzz_enter_workdir("manifest");
+    if (!tiny_written &&
+        fuzz_write_file("tiny.yaml", (const uint8_t *)TINY_JOB, sizeof TINY_JOB - 1) != 0) {
         perror("fuzz_manifest: tiny.yaml");
         abort();
     }
     tiny_written = 1;
-}
-
-static void leave_workdir(void)
-{
-    if (fchdir(home_fd) != 0)
-        abort();
 }
 
 static void check_errors(const char *what, const struct tj_errors *te)
@@ -268,7 +239,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const char *const names[4] = {"job.yaml", "cluster.yaml", "calibration.yaml",
                                          "kubeconfig"};
     int kind = data[0] % 4;
-    if (write_file(names[kind], data + 1, size - 1) != 0) {
+    if (fuzz_write_file(names[kind], data + 1, size - 1) != 0) {
         perror(names[kind]);
         abort();
     }
@@ -278,6 +249,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_kubeconfig();
     else
         fuzz_cluster(kind == 2);
-    leave_workdir();
+    fuzz_leave_workdir();
     return 0;
 }

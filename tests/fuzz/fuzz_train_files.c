@@ -17,8 +17,7 @@
  *   3: checkpoint file names (one a line, empty files): the listing, steps and the set's cover.
  * Seeds: tests/fuzz/seeds/train_files (fuzz_seeds.c: files ckpt_write and model_export_llmc
  * wrote). */
-#include <dirent.h>
-#include <fcntl.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +30,7 @@
 #include "ckpt_layout.h"
 #include "dataloader.h"
 #include "fuzz_check.h"
+#include "fuzz_files.h"
 #include "model_export.h"
 
 /* The tiny model the checkpoint seeds hold (fuzz_seeds.c writes them with the same). */
@@ -40,49 +40,14 @@ static const struct gpt_config TINY = {.layers = 2, .channels = 8, .heads = 2, .
 #define CKPT_DIR "checkpoints"
 #define LLMC_MAX_FLOATS (1u << 18) /* an llm.c model above this is only checked, not imported */
 
-static int write_file(const char *name, const uint8_t *data, size_t size)
-{
-    FILE *f = fopen(name, "wb");
-    if (!f)
-        return -1;
-    size_t put = size ? fwrite(data, 1, size, f) : 0;
-    int rc = fclose(f);
-    return put == size && rc == 0 ? 0 : -1;
-}
-
-/* The private directory, emptied before each input. The target works inside it and goes back
- * after each input (libFuzzer writes its corpus relative to where it started). */
-static int home_fd = -1, work_fd = -1;
-
+/* into the private directory (fuzz_files.h), its files and checkpoints/'s removed */
 static void fresh_workdir(void)
 {
-    if (work_fd < 0) {
-        char dir[] = "/dev/shm/holmes-fuzz-train.XXXXXX";
-        home_fd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (home_fd < 0 || !mkdtemp(dir) ||
-            (work_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-            perror("fuzz_train_files: a private directory under /dev/shm");
-            abort();
-        }
-    }
-    if (fchdir(work_fd) != 0)
+    fuzz_enter_workdir("train");
+    fuzz_empty_dir(".", 0);
+    fuzz_empty_dir(CKPT_DIR, 0);
+    if (mkdir(CKPT_DIR, 0755) != 0 && errno != EEXIST)
         abort();
-    static const char *const dirs[2] = {".", CKPT_DIR};
-    for (int k = 0; k < 2; k++) {
-        DIR *d = opendir(dirs[k]);
-        if (!d && k == 1 && mkdir(CKPT_DIR, 0755) == 0)
-            continue;
-        if (!d)
-            abort();
-        struct dirent *de;
-        char path[512];
-        while ((de = readdir(d))) {
-            snprintf(path, sizeof path, "%s/%s", dirs[k], de->d_name);
-            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && strcmp(path, "./" CKPT_DIR))
-                unlink(path);
-        }
-        closedir(d);
-    }
 }
 
 static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
@@ -129,7 +94,8 @@ static void read_as_resume(const uint8_t *whole, size_t whole_size)
         if (!p || !m || !v)
             abort();
         struct ckpt_meta meta;
-        if (ckpt_layout_read(CKPT_DIR, 1, &c, stages[s][0], stages[s][1], p, m, v, n, &meta, &e) != 0) {
+        if (ckpt_layout_read(CKPT_DIR, 1, &c, stages[s][0], stages[s][1], p, m, v, n, &meta,
+                             &e) != 0) {
             fuzz_check_rejection("ckpt_layout_read", &e);
         } else if (s == 0 && whole) {
             if (whole_size < 256 + n * sizeof *p || memcmp(p, whole + 256, n * sizeof *p) != 0) {
@@ -157,8 +123,8 @@ static void fuzz_checkpoint(int flags, const uint8_t *data, size_t size)
         size_t first = ((size_t)data[0] | (size_t)data[1] << 8) % (size - 1);
         uint8_t *a = repaired(data + 2, first, flags), *b = repaired(data + 2 + first,
                                                                      size - 2 - first, flags);
-        int rc = write_file(CKPT_DIR "/stage-0-1-step-000000001.ckpt", a, first) |
-                 write_file(CKPT_DIR "/stage-1-2-step-000000001.ckpt", b, size - 2 - first);
+        int rc = fuzz_write_file(CKPT_DIR "/stage-0-1-step-000000001.ckpt", a, first) |
+                 fuzz_write_file(CKPT_DIR "/stage-1-2-step-000000001.ckpt", b, size - 2 - first);
         free(a);
         free(b);
         if (rc != 0)
@@ -168,7 +134,7 @@ static void fuzz_checkpoint(int flags, const uint8_t *data, size_t size)
     }
     const char *name = CKPT_DIR "/stage-0-2-step-000000001.ckpt";
     uint8_t *f = repaired(data, size, flags);
-    if (write_file(name, f, size) != 0)
+    if (fuzz_write_file(name, f, size) != 0)
         abort();
     herr e = {0};
     struct ckpt_meta meta;
@@ -183,7 +149,7 @@ static void fuzz_checkpoint(int flags, const uint8_t *data, size_t size)
 static void fuzz_llmc(const uint8_t *data, size_t size)
 {
     const char *name = "gpt2.bin";
-    if (write_file(name, data, size) != 0)
+    if (fuzz_write_file(name, data, size) != 0)
         abort();
     herr e = {0};
     struct gpt_config c;
@@ -227,7 +193,7 @@ static void fuzz_data(int flags, const uint8_t *data, size_t size)
         .T = 1 + data[1] % 64, .world = 1 + data[2] % 4, .seed = data[3],
         .vocab = vocabs[(data[3] >> 4) % 4], .global_epochs = (flags >> 1) & 1};
     c.rank = (data[2] >> 4) % c.world;
-    if (write_file(c.pattern, data + 4, size - 4) != 0)
+    if (fuzz_write_file(c.pattern, data + 4, size - 4) != 0)
         abort();
     struct dataloader *d = NULL;
     herr e = {0};
@@ -269,7 +235,8 @@ static void fuzz_names(const uint8_t *data, size_t size)
         if (i == size || data[i] == '\n') {
             name[len] = '\0';
             const char *base = name + sizeof CKPT_DIR;
-            if (*base && strcmp(base, ".") && strcmp(base, "..") && write_file(name, NULL, 0) == 0)
+            if (*base && strcmp(base, ".") && strcmp(base, "..") &&
+                fuzz_write_file(name, NULL, 0) == 0)
                 files++;
             len = sizeof CKPT_DIR;
         } else if (len + 1 < sizeof name) {
@@ -312,7 +279,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 2: fuzz_data(flags, data, size); break;
     default: fuzz_names(data, size); break;
     }
-    if (fchdir(home_fd) != 0)
-        abort();
+    fuzz_leave_workdir();
     return 0;
 }
