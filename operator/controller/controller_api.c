@@ -248,14 +248,21 @@ int controller_set_job_condition(struct controller *c, const char *ns, const cha
                                  const char *type, int ok, const char *reason,
                                  const char *message, herr *e)
 {
-    cJSON *cond = cJSON_CreateObject();
+    /* A message made of others cut to a buffer's size can end inside a character: the status
+     * keeps well-formed UTF-8 without control characters, as Events and the history do. */
+    char *clean = strdup(message ? message : "");
+    cJSON *cond = clean ? cJSON_CreateObject() : NULL;
+    if (clean)
+        herr_clean(clean);
     if (!cond || !cJSON_AddStringToObject(cond, "type", type) ||
         !cJSON_AddBoolToObject(cond, "ok", ok) ||
         !cJSON_AddStringToObject(cond, "reason", reason ? reason : "") ||
-        !cJSON_AddStringToObject(cond, "message", message ? message : "")) {
+        !cJSON_AddStringToObject(cond, "message", clean)) {
         cJSON_Delete(cond);
+        free(clean);
         return herr_set(e, "condition %s: out of memory", type);
     }
+    free(clean);
     int rc = feed_update(c, ns, job, add_condition, cond, e);
     cJSON_Delete(cond);
     return rc;

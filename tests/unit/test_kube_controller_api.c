@@ -151,6 +151,24 @@ static void with_api(struct fakeapi *f, struct kube_client *kc)
     }
     CHECK("the feed is written through /status (merged; the coordinator's condition beside the "
           "controller's)", written);
+    /* a message cut inside a character (a buffer's end) is written well-formed */
+    controller_set_job_condition(c, "ml", "gpt", "Elastic", 0, "BelowMinWorkers",
+                                 "waiting for worker 2: \xe2\x82", &e);
+    int cleaned = 0;
+    for (int i = 0; i < 100 && !cleaned; i++) {
+        job = NULL;
+        kube_get(kc, &KUBE_TRAININGJOBS, "ml", "gpt", &job, &e);
+        const cJSON *cd;
+        cJSON_ArrayForEach(cd, cJSON_GetObjectItem(cJSON_GetObjectItem(job, "status"), "conditions")) {
+            const char *ty = str(cd, "type", NULL), *msg = str(cd, "message", NULL);
+            cleaned |= ty && msg && !strcmp(ty, "Elastic") &&
+                       !strcmp(msg, "waiting for worker 2: ??");
+        }
+        cJSON_Delete(job);
+        if (!cleaned)
+            sleep_ms(50);
+    }
+    CHECK("a condition's message cut inside a character is written cleaned", cleaned);
     CHECK_INT("event about a job", controller_emit_event(c, "ml", "gpt", "Normal", "Planned",
                                                          "4 stages on 2 fabrics", &e), 0);
     CHECK("event about an unknown job is an error naming it",
