@@ -183,3 +183,21 @@ void json_key_path(char *out, size_t n, const char *parent, const char *key)
     q[j] = '\0';
     snprintf(out, n, "%s[\"%s\"]", parent, q);
 }
+
+static void clean_items(cJSON *it)
+{
+    for (; it; it = it->next) {
+        if (cJSON_IsString(it) && it->valuestring)
+            herr_clean(it->valuestring);
+        clean_items(it->child);
+    }
+}
+
+void json_clean_strings(cJSON *j)
+{
+    if (!j)
+        return;
+    if (cJSON_IsString(j) && j->valuestring)
+        herr_clean(j->valuestring);
+    clean_items(j->child);
+}

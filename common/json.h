@@ -33,6 +33,10 @@ int json_str(const cJSON *o, const char *where, const char *key, int required, c
  * key's quotes and backslashes escaped and at most 60 of its bytes. */
 void json_key_path(char *out, size_t n, const char *parent, const char *key);
 
+/* Every string value under j (j included) made well-formed UTF-8 without control characters, in
+ * place (herr_clean: what goes into an API object's status, an Event or a log line). */
+void json_clean_strings(cJSON *j);
+
 /* The member at "a.b.c", or NULL. */
 const cJSON *json_at(const cJSON *o, const char *dotted);
 /* Its string, or NULL when absent or not a string. */

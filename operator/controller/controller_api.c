@@ -210,6 +210,11 @@ static int feed_update(struct controller *c, const char *ns, const char *job,
         if (made)
             cJSON_Delete(f);
         rc = herr_set(e, "status of %s: out of memory", key);
+    } else {
+        /* Messages made of others cut to a buffer's size can end inside a character: what the
+         * status gets is well-formed UTF-8 without control characters, as Events and the
+         * history are (a server may refuse the write, and the feed would keep the bytes). */
+        json_clean_strings(f);
     }
     pthread_mutex_unlock(&c->feed_lock);
     if (rc == 0)
@@ -248,21 +253,14 @@ int controller_set_job_condition(struct controller *c, const char *ns, const cha
                                  const char *type, int ok, const char *reason,
                                  const char *message, herr *e)
 {
-    /* A message made of others cut to a buffer's size can end inside a character: the status
-     * keeps well-formed UTF-8 without control characters, as Events and the history do. */
-    char *clean = strdup(message ? message : "");
-    cJSON *cond = clean ? cJSON_CreateObject() : NULL;
-    if (clean)
-        herr_clean(clean);
+    cJSON *cond = cJSON_CreateObject();
     if (!cond || !cJSON_AddStringToObject(cond, "type", type) ||
         !cJSON_AddBoolToObject(cond, "ok", ok) ||
         !cJSON_AddStringToObject(cond, "reason", reason ? reason : "") ||
-        !cJSON_AddStringToObject(cond, "message", clean)) {
+        !cJSON_AddStringToObject(cond, "message", message ? message : "")) {
         cJSON_Delete(cond);
-        free(clean);
         return herr_set(e, "condition %s: out of memory", type);
     }
-    free(clean);
     int rc = feed_update(c, ns, job, add_condition, cond, e);
     cJSON_Delete(cond);
     return rc;

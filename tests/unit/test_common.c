@@ -68,6 +68,16 @@ int main(void)
     char cut[] = "ok \xe2\x82";
     herr_clean(cut);
     CHECK_STR("a sequence cut short by truncation", cut, "ok ?" "?");
+    cJSON *st = cJSON_Parse("{\"message\": \"cut \\u0001\", \"conditions\": [{\"message\": "
+                            "\"ok\"}], \"n\": 3}");
+    cJSON *deep = cJSON_GetArrayItem(cJSON_GetObjectItem(st, "conditions"), 0);
+    cJSON_ReplaceItemInObject(deep, "message", cJSON_CreateString("waiting: \xe2\x82"));
+    json_clean_strings(st);
+    CHECK("json_clean_strings: every string, at any depth",
+          !strcmp(cJSON_GetObjectItem(st, "message")->valuestring, "cut ?") &&
+          !strcmp(cJSON_GetObjectItem(deep, "message")->valuestring, "waiting: ??") &&
+          cJSON_GetObjectItem(st, "n")->valuedouble == 3);
+    cJSON_Delete(st);
     char path[200];
     json_key_path(path, sizeof path, "spec", "gangTimeout_s-1");
     CHECK_STR("a plain key: parent.key", path, "spec.gangTimeout_s-1");

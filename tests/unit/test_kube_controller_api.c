@@ -151,9 +151,14 @@ static void with_api(struct fakeapi *f, struct kube_client *kc)
     }
     CHECK("the feed is written through /status (merged; the coordinator's condition beside the "
           "controller's)", written);
-    /* a message cut inside a character (a buffer's end) is written well-formed */
+    /* a message cut inside a character (a buffer's end) is written well-formed, in a condition
+     * and in status.message */
     controller_set_job_condition(c, "ml", "gpt", "Elastic", 0, "BelowMinWorkers",
                                  "waiting for worker 2: \xe2\x82", &e);
+    st = cJSON_CreateObject();
+    cJSON_AddStringToObject(st, "message", "gang timeout: \xc3");
+    controller_patch_job_status(c, "ml", "gpt", st, &e);
+    cJSON_Delete(st);
     int cleaned = 0;
     for (int i = 0; i < 100 && !cleaned; i++) {
         job = NULL;
@@ -164,11 +169,14 @@ static void with_api(struct fakeapi *f, struct kube_client *kc)
             cleaned |= ty && msg && !strcmp(ty, "Elastic") &&
                        !strcmp(msg, "waiting for worker 2: ??");
         }
+        const char *sm = str(job, "status", "message");
+        cleaned &= sm && !strcmp(sm, "gang timeout: ?");
         cJSON_Delete(job);
         if (!cleaned)
             sleep_ms(50);
     }
-    CHECK("a condition's message cut inside a character is written cleaned", cleaned);
+    CHECK("a condition's and the status' message cut inside a character are written cleaned",
+          cleaned);
     CHECK_INT("event about a job", controller_emit_event(c, "ml", "gpt", "Normal", "Planned",
                                                          "4 stages on 2 fabrics", &e), 0);
     CHECK("event about an unknown job is an error naming it",
