@@ -57,6 +57,18 @@ static int set_shape(const char *dir, int64_t step, struct gpt_config *c, herr *
     free(all);
     if (rc)
         return -1;
+    /* The header's shape is the file's word (its CRC only says the bytes are as written): a
+     * model, and one whose layout's sizes do not wrap, before anything is laid out by it. */
+    struct gpt_config chk = m.c;
+    herr inner;
+    double C = chk.channels, nd = (double)chk.padded_vocab * C + (double)chk.max_seq * C +
+                                 (double)chk.layers * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+    if (chk.padded_vocab <= 0 || gpt_config_check(&chk, &inner) != 0)
+        return herr_config(e, "checkpoint %s: bad shape: %s", path,
+                           chk.padded_vocab <= 0 ? "padded vocab is not positive" : inner.msg);
+    if (nd > 1e13)
+        return herr_config(e, "checkpoint %s: bad shape: %d layers of %d channels are more "
+                           "parameters than a model holds", path, chk.layers, chk.channels);
     *c = m.c;
     return 0;
 }

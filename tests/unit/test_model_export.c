@@ -222,6 +222,19 @@ static void test_refused(void)
     CHECK("refused.missing_layer_named", model_export_read(dir, 5, &c, &p, &used, &e) != 0 &&
           strstr(e.msg, "none starts at layer 1"));
     free(p);
+    p = NULL;
+    /* a header (its CRC right) whose shape is no model: refused naming the file, before the
+     * shape lays anything out (fuzz_train_files) */
+    char zero[128];
+    snprintf(zero, sizeof zero, "%s/zero", dir);
+    mkdir(zero, 0755);
+    float four[4] = {1, 2, 3, 4};
+    struct ckpt_meta m = {.c = {0, C, NH, V, VP, MAXT}, .first = 0, .last = 1, .step = 7,
+                          .nparams = 4};
+    CHECK("refused.bad_shape", ckpt_write(zero, &m, four, NULL, NULL, 1, NULL, 0, &e) == 0 &&
+          model_export_read(zero, 7, &c, &p, &used, &e) != 0 &&
+          strstr(e.msg, "stage-0-1-step-000000007.ckpt: bad shape: model layers must be positive"));
+    free(p);
 }
 
 /* The llm.c file written, read back and out as safetensors; what is refused. */
