@@ -59,14 +59,15 @@ $(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/tests/fuzz/fuzz_%.o $(FUZZ_LIB)
 
 fuzz-build: $(FUZZ_BINS)
 
-# run TARGET SECONDS: the corpus seeded, libFuzzer for that long; its last status line kept.
+# run TARGET SECONDS: the corpus seeded, libFuzzer for that long; its last status line kept. The
+# findings' folder is absolute: a file target crashes inside its private directory (fuzz_files.h).
 define fuzz_run
 	@mkdir -p $(FUZZ_BUILD)/corpus/$(1) $(FUZZ_BUILD)/findings/$(1)
 	@cp -n tests/fuzz/seeds/$(1)/* $(FUZZ_BUILD)/corpus/$(1)/ 2>/dev/null || true
 	@echo "== fuzz_$(1): $(2) s"
 	@ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	    $(FUZZ_BUILD)/fuzz_$(1) -max_total_time=$(2) -timeout=10 -rss_limit_mb=2048 \
-	    -max_len=1100000 -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/findings/$(1)/ \
+	    -max_len=1100000 -print_final_stats=1 -artifact_prefix=$(CURDIR)/$(FUZZ_BUILD)/findings/$(1)/ \
 	    $(FUZZ_BUILD)/corpus/$(1) 2>$(FUZZ_BUILD)/fuzz_$(1).log || \
 	    { tail -40 $(FUZZ_BUILD)/fuzz_$(1).log; exit 1; }
 	@grep -E '^stat::number_of_executed_units|^stat::average_exec_per_sec|^stat::peak_rss_mb' \
