@@ -628,6 +628,13 @@ int ckpt_path(const char *dir, int first, int last, int64_t step, char *path, si
 
 /* ---------------------------------------------------------------- llm.c import */
 
+double ckpt_model_floats(const struct gpt_config *c)
+{
+    double C = c->channels;
+    return (double)c->padded_vocab * C + (double)c->max_seq * C +
+           (double)c->layers * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+}
+
 int llmc_read_config(const char *path, struct gpt_config *c, herr *e)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -654,10 +661,8 @@ int llmc_read_config(const char *path, struct gpt_config *c, herr *e)
         return herr_config(e, "llm.c checkpoint %s: bad shape: %s", path,
                            c->padded_vocab == 0 ? "padded vocab is 0" : inner.msg);
     uint64_t C = (uint64_t)c->channels, L = (uint64_t)c->layers;
-    /* counted in double first: at the int32 extremes of layers and max_seq the count would wrap */
-    double nd = (double)c->padded_vocab * (double)C + (double)c->max_seq * (double)C +
-                (double)L * (12.0 * (double)C * (double)C + 13.0 * (double)C) + 2.0 * (double)C;
-    if (nd > 1e18)
+    /* at the int32 extremes of layers and max_seq the 64-bit count below would wrap */
+    if (ckpt_model_floats(c) > 1e18)
         return herr_config(e, "llm.c checkpoint %s: bad shape: %d layers of %d channels and %d "
                            "positions are more parameters than a file can hold", path, c->layers,
                            c->channels, c->max_seq);

@@ -85,6 +85,11 @@ struct ckpt_range {
 int ckpt_read_ranges(const char *path, struct ckpt_meta *meta, const struct ckpt_range *r, int nr,
                      float *params, float *m, float *v, herr *e);
 
+/* The floats of the whole model of shape c (embeddings with the padded vocabulary, positions,
+ * every layer, ln_f: llm.c's file order), counted in double so that a shape read from a file
+ * cannot wrap the count; its callers bound it before sizing anything by it. */
+double ckpt_model_floats(const struct gpt_config *c);
+
 /* Reads the shape of an llm.c GPT-2 checkpoint (magic 20240326, version 3, fp32). */
 int llmc_read_config(const char *path, struct gpt_config *c, herr *e);
 /* Loads an llm.c GPT-2 checkpoint's weights into a stage (its tensors for the stage's layers,

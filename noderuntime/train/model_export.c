@@ -61,12 +61,10 @@ static int set_shape(const char *dir, int64_t step, struct gpt_config *c, herr *
      * model, and one whose layout's sizes do not wrap, before anything is laid out by it. */
     struct gpt_config chk = m.c;
     herr inner;
-    double C = chk.channels, nd = (double)chk.padded_vocab * C + (double)chk.max_seq * C +
-                                 (double)chk.layers * (12.0 * C * C + 13.0 * C) + 2.0 * C;
     if (chk.padded_vocab <= 0 || gpt_config_check(&chk, &inner) != 0)
         return herr_config(e, "checkpoint %s: bad shape: %s", path,
                            chk.padded_vocab <= 0 ? "padded vocab is not positive" : inner.msg);
-    if (nd > 1e13)
+    if (ckpt_model_floats(&chk) > 1e13)
         return herr_config(e, "checkpoint %s: bad shape: %d layers of %d channels are more "
                            "parameters than a model holds", path, chk.layers, chk.channels);
     *c = m.c;
