@@ -12,7 +12,8 @@
 #
 # Targets (tests/fuzz/fuzz_*.c): coord_message (the coordinator's parser and what it does with
 # a worker's message), worker_message (the worker's parser, its assignment and its start),
-# kube_decode (watch streams and API objects as the operator decodes them); and the files users
+# kube_decode (watch streams and API objects as the operator decodes them), http_request (the
+# head of a request to the operator's metrics, health and job page server); and the files users
 # hand over: manifest (TrainingJob manifests, cluster and calibration files, and the plans made
 # of the small ones), train_files (checkpoints as a resume and export read them, llm.c weights,
 # token shards and text).
@@ -21,7 +22,7 @@ FUZZ_CC            ?= clang
 FUZZ_BUILD         := build/fuzz
 FUZZ_SECONDS       ?= 600
 FUZZ_SHORT_SECONDS ?= 4
-FUZZ_TARGETS       := coord_message worker_message kube_decode manifest train_files
+FUZZ_TARGETS       := coord_message worker_message kube_decode http_request manifest train_files
 FUZZ_SAN           := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS        := -std=gnu11 -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) -fsanitize=fuzzer-no-link -fopenmp \
                       -Wno-pass-failed \
@@ -32,6 +33,7 @@ FUZZ_CFLAGS        := -std=gnu11 -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) -fsa
 # llm.c import fills one). Only these are built with the fuzzer's instrumentation.
 FUZZ_LIB_SRC       := $(wildcard common/*.c) $(wildcard operator/kube/*.c) \
                       operator/coordinator/coord_tls.c \
+                      operator/controller/http_server.c operator/controller/tls_keeper.c \
                       noderuntime/worker/worker_peers.c \
                       $(wildcard operator/planner/*.c) \
                       $(addprefix noderuntime/train/,checkpoint.c ckpt_layout.c dataloader.c \

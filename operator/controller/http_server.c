@@ -20,7 +20,6 @@
 #include "tls_keeper.h"
 
 #define IO_TIMEOUT_S 2      /* a slow client holds the (one) thread at most this long per step */
-#define REQUEST_MAX 16384   /* request line and headers; a bearer token is 1 to 2 KiB */
 
 struct http_server {
     int fd, port;
@@ -85,6 +84,23 @@ static int header_value(const char *req, const char *name, char *out, size_t n)
     return -1;
 }
 
+int http_head_parse(const char *req, struct http_head *h)
+{
+    memset(h, 0, sizeof *h);
+    h->has_authorization =
+        header_value(req, "Authorization", h->authorization, sizeof h->authorization) == 0;
+    if (sscanf(req, "%7s %511s", h->method, h->path) != 2)
+        return 400;
+    if (strcmp(h->method, "GET") != 0)
+        return 405;
+    if (h->path[0] != '/') /* origin-form only ("GET ?x" left an empty path) */
+        return 400;
+    char *q = strchr(h->path, '?');
+    if (q)
+        *q = '\0';
+    return 0;
+}
+
 static const char *reason_of(int code)
 {
     switch (code) {
@@ -101,7 +117,7 @@ static const char *reason_of(int code)
 
 static void serve_one(struct http_server *s, struct conn *c)
 {
-    char req[REQUEST_MAX];
+    char req[HTTP_REQUEST_MAX];
     size_t len = 0;
     struct pollfd p = {c->fd, POLLIN, 0};
     while (len < sizeof req - 1 && ((c->ssl && SSL_pending(c->ssl) > 0) ||
@@ -115,23 +131,17 @@ static void serve_one(struct http_server *s, struct conn *c)
             break;
     }
     req[len] = '\0';
-    char auth[REQUEST_MAX];
-    int has_auth = header_value(req, "Authorization", auth, sizeof auth) == 0;
-    char method[8] = "", path[512] = "";
+    struct http_head h;
     struct metrics_buf body = {0};
     const char *type = "text/plain; version=0.0.4";
-    int code;
-    if (sscanf(req, "%7s %511s", method, path) != 2) {
-        code = 400;
+    int code = http_head_parse(req, &h);
+    if (code == 400) {
         metrics_printf(&body, "bad request\n");
-    } else if (strcmp(method, "GET") != 0) {
-        code = 405;
+    } else if (code == 405) {
         metrics_printf(&body, "only GET\n");
     } else {
-        char *q = strchr(path, '?');
-        if (q)
-            *q = '\0';
-        struct http_request r = {.path = path, .authorization = has_auth ? auth : NULL};
+        struct http_request r = {.path = h.path,
+                                 .authorization = h.has_authorization ? h.authorization : NULL};
         code = s->fn(s->user, &r, &body, &type);
     }
     char head[448];
@@ -142,9 +152,9 @@ static void serve_one(struct http_server *s, struct conn *c)
     if (hn > 0 && hn < (int)sizeof head && conn_write_all(c, head, (size_t)hn) == 0 && body.len)
         conn_write_all(c, body.data, body.len);
     free(body.data);
-    if (has_auth) /* a bearer token: do not leave it in memory */
-        memset(auth, 0, strlen(auth));
-    memset(req, 0, len);
+    /* a bearer token: do not leave it in memory (explicit_bzero: a store the compiler keeps) */
+    explicit_bzero(h.authorization, sizeof h.authorization);
+    explicit_bzero(req, len);
 }
 
 /* The SSL_CTX with the keeper's newest certificate; 0, or -1 when there is none to serve. */

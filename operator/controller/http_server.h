@@ -22,6 +22,19 @@ struct http_request {
 typedef int (*http_handler_fn)(void *user, const struct http_request *req,
                                struct metrics_buf *body, const char **content_type);
 
+/* A request's head as read (request line and headers), taken apart. */
+#define HTTP_REQUEST_MAX 16384 /* request line and headers; a bearer token is 1 to 2 KiB */
+struct http_head {
+    char method[8], path[512];             /* the path without its query */
+    char authorization[HTTP_REQUEST_MAX];  /* the Authorization header's value, trimmed */
+    int has_authorization;
+};
+
+/* Parses req (NUL-terminated, at most HTTP_REQUEST_MAX - 1 bytes): 0 for a GET to hand to the
+ * handler; else the status to answer, 400 (no method and path, or a path not starting with
+ * "/") or 405 (not GET). */
+int http_head_parse(const char *req, struct http_head *h);
+
 struct http_server;
 
 /* addr: "host:port" or ":port" (all interfaces); port 0 picks one (see http_server_port).

@@ -2,7 +2,8 @@
  * encoders both sides use, with a real plan (the coordinator's plan hook on examples/local-tiny.yaml
  * and examples/local-gpus.yaml) in the assignments; the manifests, cluster and calibration files of
  * examples/ and tests/fixtures/planner (manifest/); checkpoints, an llm.c file and data files that
- * ckpt_write, model_export_llmc and the shard layout make (train_files/). `make fuzz-seeds` runs
+ * ckpt_write, model_export_llmc and the shard layout make (train_files/); request heads to the
+ * operator's HTTP server (http_request/). `make fuzz-seeds` runs
  * it; the seeds are committed. The Kubernetes seeds (kube_decode/) come from a real API server
  * (tests/fuzz/capture_kube_seeds.sh). */
 #include <stdio.h>
@@ -324,6 +325,21 @@ int main(int argc, char **argv)
     unsigned char kube_kind = 3;
     put_bin("manifest", "kubeconfig", &kube_kind, 1, KUBECONFIG_SEED, sizeof KUBECONFIG_SEED - 1);
     train_files_seeds();
+    /* http_request: heads as Prometheus, the kubelet's probe and a browser send them */
+    static const char *const heads[][2] = {
+        {"prometheus", "GET /metrics HTTP/1.1\r\nHost: 10.0.0.5:8080\r\nUser-Agent: "
+                       "Prometheus/2.53.0\r\nAccept: application/openmetrics-text;version=1.0.0,"
+                       "text/plain;version=0.0.4;q=0.5\r\nAccept-Encoding: gzip\r\n"
+                       "Authorization: Bearer eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJwcm9tIn0.c2ln\r\n"
+                       "X-Prometheus-Scrape-Timeout-Seconds: 10\r\n\r\n"},
+        {"probe", "GET /healthz HTTP/1.1\r\nHost: 10.0.0.5:8081\r\nUser-Agent: "
+                  "kube-probe/1.35\r\nAccept: */*\r\nConnection: close\r\n\r\n"},
+        {"browser", "GET /jobs?ns=team-a HTTP/1.1\r\nHost: localhost:8080\r\nAccept: "
+                    "text/html\r\nauthorization:\tBearer  abc.def \r\n\r\n"},
+        {"post", "POST /metrics HTTP/1.0\n\n"},
+    };
+    for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++)
+        put_bin("http_request", heads[i][0], heads[i][1], strlen(heads[i][1]), NULL, 0);
 
     struct proto_hello h = hello("team/gpt2", 3, 8, NIC_INFINIBAND, "ib-fe80000000000000-sm1", 400);
     h.running = 1; /* a worker resuming, with its measured rate */

@@ -22,7 +22,7 @@ if ! make -C "$REPO" -s -j2 fuzz-build >"$tmp/build.log" 2>&1; then
     exit 1
 fi
 pass "fuzz targets build (clang, ASan, UBSan, libFuzzer)"
-for t in coord_message worker_message kube_decode manifest train_files; do
+for t in coord_message worker_message kube_decode http_request manifest train_files; do
     mkdir -p "$tmp/$t" "$tmp/findings-$t"
     cp "$REPO"/tests/fuzz/seeds/$t/* "$tmp/$t/"
     if ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \

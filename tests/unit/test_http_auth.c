@@ -246,8 +246,25 @@ static void with_api(struct fakeapi *f, struct kube_client *kc)
     test_keeper_secret(kc);
 }
 
+/* The request head taken apart (http_head_parse), as serve_one hands it on. */
+static void test_head_parse(void)
+{
+    struct http_head h;
+    CHECK("head: a GET with its query and a padded Authorization",
+          http_head_parse("GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\nauthorization:\t Bearer t \r\n"
+                          "\r\n", &h) == 0 && !strcmp(h.path, "/metrics") &&
+          h.has_authorization && !strcmp(h.authorization, "Bearer t"));
+    CHECK("head: no Authorization", http_head_parse("GET / HTTP/1.0\n\n", &h) == 0 &&
+          !h.has_authorization && !strcmp(h.path, "/"));
+    CHECK_INT("head: a path that is not origin-form (fuzz_http_request: 'GET ?x' left '')",
+              http_head_parse("GET ?x HTTP/1.1\r\n\r\n", &h), 400);
+    CHECK_INT("head: not GET", http_head_parse("POST /metrics HTTP/1.1\r\n\r\n", &h), 405);
+    CHECK_INT("head: nothing", http_head_parse("", &h), 400);
+}
+
 int main(void)
 {
+    test_head_parse();
     test_https_files();
     if (fakeapi_run(with_api))
         return 1;
