@@ -193,12 +193,19 @@ static cJSON *feed_new(void)
     return f;
 }
 
-/* Runs add(feed) on the job's feed (made when absent) under the lock, then queues the job. */
+/* Runs add(feed, a cleaned copy of arg) on the job's feed (made when absent) under the lock, then
+ * queues the job. Messages made of others cut to a buffer's size can end inside a character: what
+ * enters the status is well-formed UTF-8 without control characters, as Events and the history
+ * are (a server may refuse the write, and the feed would keep the bytes). */
 static int feed_update(struct controller *c, const char *ns, const char *job,
-                       int (*add)(cJSON *feed, const void *arg), const void *arg, herr *e)
+                       int (*add)(cJSON *feed, const void *arg), const cJSON *arg, herr *e)
 {
     char key[512];
     snprintf(key, sizeof key, "%s/%s", ns, job);
+    cJSON *clean = cJSON_Duplicate(arg, 1);
+    if (!clean)
+        return herr_set(e, "status of %s: out of memory", key);
+    json_clean_strings(clean);
     pthread_mutex_lock(&c->feed_lock);
     cJSON *f = kube_map_get(c->feeds, key);
     int made = 0, rc = 0;
@@ -206,17 +213,13 @@ static int feed_update(struct controller *c, const char *ns, const char *job,
         f = feed_new();
         made = f != NULL;
     }
-    if (!f || add(f, arg) != 0 || (made && kube_map_put(c->feeds, key, f, NULL) != 0)) {
+    if (!f || add(f, clean) != 0 || (made && kube_map_put(c->feeds, key, f, NULL) != 0)) {
         if (made)
             cJSON_Delete(f);
         rc = herr_set(e, "status of %s: out of memory", key);
-    } else {
-        /* Messages made of others cut to a buffer's size can end inside a character: what the
-         * status gets is well-formed UTF-8 without control characters, as Events and the
-         * history are (a server may refuse the write, and the feed would keep the bytes). */
-        json_clean_strings(f);
     }
     pthread_mutex_unlock(&c->feed_lock);
+    cJSON_Delete(clean);
     if (rc == 0)
         kube_queue_add(c->queue, key);
     return rc;
