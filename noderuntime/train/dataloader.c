@@ -6,17 +6,23 @@
 #include <glob.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define SHARD_HEADER_BYTES (256 * 4)
+#define SCAN_CHUNK (1 << 20)
 
+/* A file is read with pread, not mapped: a file truncated while a worker trains on it then
+ * gives a short read and a clear error instead of SIGBUS, and every token read is checked
+ * against the vocabulary again (a file rewritten in place cannot feed a token outside it to the
+ * embedding). The descriptor stays open, so the file read is the one checked at open even if
+ * its name is replaced. */
 struct data_file {
-    void *map;
-    size_t map_len;
-    const uint16_t *tok16; /* shard tokens */
-    const uint8_t *tok8;   /* text bytes */
+    int fd;
+    char *path;
+    uint64_t size;   /* bytes when opened */
+    uint64_t offset; /* of the first token: the shard header, or 0 for text */
     uint64_t ntok;
     uint64_t first_window; /* cumulative window index of this file's first window */
     uint64_t nwin;
@@ -27,12 +33,14 @@ struct dataloader {
     struct data_file *files;
     int nfiles;
     int text;
+    int tok_bytes; /* 2 (shard) or 1 (text) */
     uint64_t nwin, ntok, per_epoch; /* per_epoch: micro-batches per epoch for one rank */
     uint64_t pos;
     uint64_t *perm;
     uint64_t perm_epoch; /* the epoch perm holds, once perm_ready (any 64-bit epoch can occur: a
                           * checkpoint's position is read as it is) */
     int perm_ready;
+    unsigned char *window; /* one window of T+1 tokens as the file holds them */
 };
 
 static int ends_with(const char *s, const char *suffix)
@@ -41,74 +49,143 @@ static int ends_with(const char *s, const char *suffix)
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-static int map_file(struct data_file *f, const char *path, herr *e)
+/* n bytes at off, all of them: a short read means the file is shorter than when it was opened */
+static int read_at(const struct data_file *f, void *buf, size_t n, uint64_t off, herr *e)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(f->fd, (char *)buf + got, n - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return herr_set(e, "data file %s: cannot read %zu bytes at offset %llu: %s", f->path,
+                            n, (unsigned long long)off, strerror(errno));
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    if (got == n)
+        return 0;
+    struct stat st;
+    long long now = fstat(f->fd, &st) == 0 ? (long long)st.st_size : -1;
+    return herr_config(e, "data file %s: %llu bytes when opened, %lld now: it was truncated while "
+                       "training (read %zu of %zu bytes at offset %llu); restore it (the job's "
+                       "checkpoints are kept)", f->path, (unsigned long long)f->size, now, got, n,
+                       (unsigned long long)off);
+}
+
+static int open_file(struct data_file *f, const char *path, herr *e)
+{
+    if (!(f->path = strdup(path)))
+        return herr_set(e, "data: out of memory");
+    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0)
         return herr_config(e, "data file %s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) < 0) {
-        int err = errno;
-        close(fd);
-        return herr_config(e, "data file %s: cannot stat: %s", path, strerror(err));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
+    if (fstat(f->fd, &st) < 0)
+        return herr_config(e, "data file %s: cannot stat: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
         return herr_config(e, "data file %s: not a regular file", path);
-    }
-    if (st.st_size == 0) {
-        close(fd);
+    if (st.st_size == 0)
         return herr_config(e, "data file %s: is empty", path);
+    f->size = (uint64_t)st.st_size;
+    return 0;
+}
+
+/* Every token of the file below vocab, read in chunks; what names the unit in the message */
+static int scan_tokens(const struct data_file *f, int tok_bytes, int vocab, const char *what,
+                       const char *unit, const char *hint, herr *e)
+{
+    unsigned char *buf = malloc(SCAN_CHUNK);
+    if (!buf)
+        return herr_set(e, "data: out of memory");
+    uint64_t per = SCAN_CHUNK / (uint64_t)tok_bytes;
+    for (uint64_t i = 0; i < f->ntok; i += per) {
+        uint64_t n = f->ntok - i < per ? f->ntok - i : per;
+        if (read_at(f, buf, (size_t)(n * (uint64_t)tok_bytes), f->offset + i * (uint64_t)tok_bytes,
+                    e) < 0) {
+            free(buf);
+            return -1;
+        }
+        for (uint64_t k = 0; k < n; k++) {
+            unsigned v;
+            if (tok_bytes == 2) {
+                uint16_t t;
+                memcpy(&t, buf + 2 * k, 2);
+                v = t;
+            } else {
+                v = buf[k];
+            }
+            if (v >= (unsigned)vocab) {
+                free(buf);
+                return herr_config(e, "%s %s: %s %u at %s %llu is not below the model's "
+                                   "vocabulary %d%s", what, f->path,
+                                   tok_bytes == 2 ? "token" : "byte", v, unit,
+                                   (unsigned long long)(i + k), vocab, hint);
+            }
+        }
     }
-    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int err = errno;
-    close(fd);
-    if (p == MAP_FAILED)
-        return herr_config(e, "data file %s: cannot map: %s", path, strerror(err));
-    f->map = p;
-    f->map_len = (size_t)st.st_size;
+    free(buf);
     return 0;
 }
 
-static int check_shard(struct data_file *f, const char *path, int vocab, herr *e)
+static int check_shard(struct data_file *f, int vocab, herr *e)
 {
-    if (f->map_len < SHARD_HEADER_BYTES)
-        return herr_config(e, "data shard %s: %zu bytes, shorter than the %d-byte header (truncated?)",
-                           path, f->map_len, SHARD_HEADER_BYTES);
+    if (f->size < SHARD_HEADER_BYTES)
+        return herr_config(e, "data shard %s: %llu bytes, shorter than the %d-byte header "
+                           "(truncated?)", f->path, (unsigned long long)f->size,
+                           SHARD_HEADER_BYTES);
     int32_t hdr[3];
-    memcpy(hdr, f->map, sizeof hdr);
+    if (read_at(f, hdr, sizeof hdr, 0, e) < 0)
+        return -1;
     if (hdr[0] != DATALOADER_SHARD_MAGIC)
-        return herr_config(e, "data shard %s: magic %d is not the llm.c token shard magic %d", path,
-                           hdr[0], DATALOADER_SHARD_MAGIC);
+        return herr_config(e, "data shard %s: magic %d is not the llm.c token shard magic %d",
+                           f->path, hdr[0], DATALOADER_SHARD_MAGIC);
     if (hdr[1] != 1)
-        return herr_config(e, "data shard %s: version %d is not supported (want 1)", path, hdr[1]);
+        return herr_config(e, "data shard %s: version %d is not supported (want 1)", f->path,
+                           hdr[1]);
     if (hdr[2] < 0)
-        return herr_config(e, "data shard %s: negative token count %d", path, hdr[2]);
+        return herr_config(e, "data shard %s: negative token count %d", f->path, hdr[2]);
     uint64_t want = SHARD_HEADER_BYTES + 2 * (uint64_t)hdr[2];
-    if (f->map_len != want)
+    if (f->size != want)
         return herr_config(e, "data shard %s: header says %d tokens (%llu bytes) but the file has "
-                           "%zu bytes (%s)", path, hdr[2], (unsigned long long)want, f->map_len,
-                           f->map_len < want ? "truncated" : "trailing bytes");
+                           "%llu bytes (%s)", f->path, hdr[2], (unsigned long long)want,
+                           (unsigned long long)f->size,
+                           f->size < want ? "truncated" : "trailing bytes");
     f->ntok = (uint64_t)hdr[2];
-    f->tok16 = (const uint16_t *)((const char *)f->map + SHARD_HEADER_BYTES);
-    for (uint64_t i = 0; i < f->ntok; i++)
-        if (f->tok16[i] >= vocab)
-            return herr_config(e, "data shard %s: token %u at index %llu is not below the model's "
-                               "vocabulary %d", path, f->tok16[i], (unsigned long long)i, vocab);
-    return 0;
+    f->offset = SHARD_HEADER_BYTES;
+    return scan_tokens(f, 2, vocab, "data shard", "index", "", e);
 }
 
-static int check_text(struct data_file *f, const char *path, int vocab, herr *e)
+static int check_text(struct data_file *f, int vocab, herr *e)
 {
-    f->ntok = f->map_len;
-    f->tok8 = f->map;
+    f->ntok = f->size;
+    f->offset = 0;
     if (vocab >= DATALOADER_TEXT_VOCAB)
         return 0;
-    for (uint64_t i = 0; i < f->ntok; i++)
-        if (f->tok8[i] >= vocab)
-            return herr_config(e, "text file %s: byte %u at offset %llu is not below the model's "
-                               "vocabulary %d (byte-level text needs vocab 256)", path, f->tok8[i],
-                               (unsigned long long)i, vocab);
+    return scan_tokens(f, 1, vocab, "text file", "offset",
+                       " (byte-level text needs vocab 256)", e);
+}
+
+/* Room for one descriptor per file (and the worker's own): the soft limit is raised up to the
+ * hard one if the files need it. */
+static int fit_open_files(size_t nfiles, const char *pattern, herr *e)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return herr_set(e, "data: cannot read the open-file limit: %s", strerror(errno));
+    rlim_t need = (rlim_t)nfiles + 256;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need)
+            return herr_config(e, "data: %s matches %zu files, more than the open-file limit "
+                               "(%llu, with 256 kept for the worker) allows; raise the limit "
+                               "(ulimit -n) or merge the files", pattern, nfiles,
+                               (unsigned long long)rl.rlim_max);
+        rl.rlim_cur = need;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+            return herr_set(e, "data: cannot raise the open-file limit to %llu: %s",
+                            (unsigned long long)need, strerror(errno));
+    }
     return 0;
 }
 
@@ -138,6 +215,11 @@ int dataloader_open(struct dataloader **out, const struct dataloader_config *c, 
     d->c = *c;
     d->c.pattern = NULL; /* not kept: the caller's string */
     d->text = !ends_with(g.gl_pathv[0], ".bin");
+    d->tok_bytes = d->text ? 1 : 2;
+    for (size_t i = 0; i < g.gl_pathc; i++)
+        d->files[i].fd = -1;
+    if (fit_open_files(g.gl_pathc, c->pattern, e) < 0)
+        goto fail;
     for (size_t i = 0; i < g.gl_pathc; i++) {
         const char *path = g.gl_pathv[i];
         struct data_file *f = &d->files[d->nfiles];
@@ -146,10 +228,9 @@ int dataloader_open(struct dataloader **out, const struct dataloader_config *c, 
                         path);
             goto fail;
         }
-        if (map_file(f, path, e) < 0)
-            goto fail;
-        d->nfiles++;
-        if ((d->text ? check_text(f, path, c->vocab, e) : check_shard(f, path, c->vocab, e)) < 0)
+        d->nfiles++; /* freed from here on, whatever open_file leaves */
+        if (open_file(f, path, e) < 0 ||
+            (d->text ? check_text(f, c->vocab, e) : check_shard(f, c->vocab, e)) < 0)
             goto fail;
         f->nwin = f->ntok >= (uint64_t)c->T + 1 ? (f->ntok - 1) / (uint64_t)c->T : 0;
         f->first_window = d->nwin;
@@ -164,7 +245,8 @@ int dataloader_open(struct dataloader **out, const struct dataloader_config *c, 
         goto fail;
     }
     d->perm = malloc(d->nwin * sizeof *d->perm);
-    if (!d->perm) {
+    d->window = malloc(((size_t)c->T + 1) * (size_t)d->tok_bytes);
+    if (!d->perm || !d->window) {
         herr_set(e, "data: out of memory for %llu windows", (unsigned long long)d->nwin);
         goto fail;
     }
@@ -181,10 +263,14 @@ void dataloader_free(struct dataloader *d)
 {
     if (!d)
         return;
-    for (int i = 0; i < d->nfiles; i++)
-        munmap(d->files[i].map, d->files[i].map_len);
+    for (int i = 0; i < d->nfiles; i++) {
+        if (d->files[i].fd >= 0)
+            close(d->files[i].fd);
+        free(d->files[i].path);
+    }
     free(d->files);
     free(d->perm);
+    free(d->window);
     free(d);
 }
 
@@ -211,7 +297,7 @@ static void shuffle_epoch(struct dataloader *d, uint64_t epoch)
     d->perm_ready = 1;
 }
 
-static void read_window(const struct dataloader *d, uint64_t w, int *inp, int *tgt)
+static int read_window(struct dataloader *d, uint64_t w, int *inp, int *tgt, herr *e)
 {
     int lo = 0, hi = d->nfiles - 1; /* the file holding window w: last with first_window <= w */
     while (lo < hi) {
@@ -222,15 +308,31 @@ static void read_window(const struct dataloader *d, uint64_t w, int *inp, int *t
             hi = mid - 1;
     }
     const struct data_file *f = &d->files[lo];
-    uint64_t start = (w - f->first_window) * (uint64_t)d->c.T;
-    for (int t = 0; t < d->c.T; t++) {
-        uint64_t k = start + (uint64_t)t;
-        inp[t] = f->tok16 ? f->tok16[k] : f->tok8[k];
-        tgt[t] = f->tok16 ? f->tok16[k + 1] : f->tok8[k + 1];
+    uint64_t start = (w - f->first_window) * (uint64_t)d->c.T, tb = (uint64_t)d->tok_bytes;
+    if (read_at(f, d->window, ((size_t)d->c.T + 1) * (size_t)tb, f->offset + start * tb, e) < 0)
+        return -1;
+    for (int t = 0; t <= d->c.T; t++) {
+        unsigned v;
+        if (tb == 2) {
+            uint16_t x;
+            memcpy(&x, d->window + 2 * (size_t)t, 2);
+            v = x;
+        } else {
+            v = d->window[t];
+        }
+        if (v >= (unsigned)d->c.vocab) /* checked at open: the file was rewritten since */
+            return herr_config(e, "data file %s: token %u at index %llu is not below the model's "
+                               "vocabulary %d: the file changed after it was opened and checked",
+                               f->path, v, (unsigned long long)(start + (uint64_t)t), d->c.vocab);
+        if (t < d->c.T)
+            inp[t] = (int)v;
+        if (t > 0)
+            tgt[t - 1] = (int)v;
     }
+    return 0;
 }
 
-void dataloader_next(struct dataloader *d, int *inputs, int *targets)
+int dataloader_next(struct dataloader *d, int *inputs, int *targets, herr *e)
 {
     uint64_t epoch, base;
     if (d->c.global_epochs) { /* the data degree does not move the epochs */
@@ -246,9 +348,11 @@ void dataloader_next(struct dataloader *d, int *inputs, int *targets)
     if (!d->perm_ready || epoch != d->perm_epoch)
         shuffle_epoch(d, epoch);
     for (int b = 0; b < d->c.B; b++)
-        read_window(d, d->perm[base + (uint64_t)b], inputs + (size_t)b * d->c.T,
-                    targets + (size_t)b * d->c.T);
+        if (read_window(d, d->perm[base + (uint64_t)b], inputs + (size_t)b * d->c.T,
+                        targets + (size_t)b * d->c.T, e) < 0)
+            return -1;
     d->pos++;
+    return 0;
 }
 
 uint64_t dataloader_position(const struct dataloader *d) { return d->pos; }
@@ -257,11 +361,10 @@ void dataloader_seek(struct dataloader *d, uint64_t position) { d->pos = positio
 int dataloader_batch_at(void *ctx, uint64_t k, int replica, int replicas, int *inputs, int *targets,
                         herr *e)
 {
-    (void)replica, (void)replicas, (void)e;
+    (void)replica, (void)replicas;
     struct dataloader *d = ctx;
     dataloader_seek(d, k);
-    dataloader_next(d, inputs, targets);
-    return 0;
+    return dataloader_next(d, inputs, targets, e);
 }
 uint64_t dataloader_windows(const struct dataloader *d) { return d->nwin; }
 uint64_t dataloader_tokens(const struct dataloader *d) { return d->ntok; }

@@ -3,7 +3,10 @@
  * The pattern is a file name or a glob (sorted). Files ending in ".bin" are llm.c shards: a header
  * of 256 int32 (magic 20240520, version 1, token count) then that many uint16 tokens; every other
  * file is UTF-8 text whose bytes are the tokens (vocabulary 256). All files of one pattern must be
- * of the same kind. Every token is checked against the model's vocabulary when the file is opened.
+ * of the same kind. Every token is checked against the model's vocabulary when the file is opened,
+ * and again when it is read for a micro-batch: files are read (pread), not mapped, so a file
+ * truncated or rewritten while a worker trains on it gives an error naming it, not a SIGBUS or
+ * a token outside the vocabulary. Each file's descriptor stays open until dataloader_free.
  *
  * Samples are windows of T+1 tokens starting at multiples of T inside one file (inputs are the
  * first T, targets the last T). Each epoch visits every window once in an order shuffled from
@@ -39,8 +42,9 @@ struct dataloader_config {
 
 int dataloader_open(struct dataloader **out, const struct dataloader_config *c, herr *e);
 void dataloader_free(struct dataloader *d);
-/* The next micro-batch: inputs[B*T], targets[B*T]. */
-void dataloader_next(struct dataloader *d, int *inputs, int *targets);
+/* The next micro-batch: inputs[B*T], targets[B*T]. -1 (and the position unmoved) if a file
+ * has shrunk or changed since it was opened. */
+int dataloader_next(struct dataloader *d, int *inputs, int *targets, herr *e);
 /* Micro-batches taken so far (the checkpointed position), and a jump to one. */
 uint64_t dataloader_position(const struct dataloader *d);
 void dataloader_seek(struct dataloader *d, uint64_t position);

@@ -63,6 +63,18 @@ out=$("$NODE" train --data "$corpus" --layers 2 --channels 32 --heads 3 --seq 32
 [ $rc -eq 1 ] && grep -q "multiple of heads" <<<"$out" && pass "train.bad_heads" || fail "train.bad_heads" "$out"
 expect_error "train.model_required" "model's shape is required" --data "$corpus" --steps 1
 expect_error "train.steps_required" "steps is required" --data "$corpus" "${model[@]}"
+# The data file truncated while training: an error naming it (exit 1), not a SIGBUS (135) from
+# a mapped file. Long enough a run that it is still training when the file is cut.
+cp "$corpus" "$tmp/live.txt"
+"$NODE" train --data "$tmp/live.txt" "${model[@]}" --batch 4 --steps 1000000 \
+    --metrics-out "$tmp/live.jsonl" >"$tmp/live.out" 2>&1 &
+live=$!
+if wait_for 120 test -s "$tmp/live.jsonl"; then truncate -s 100 "$tmp/live.txt"; fi
+wait_for 60 eval '! kill -0 $live' || kill -9 $live
+wait $live; rc=$?
+if [ $rc -eq 1 ] && grep -q "live.txt: .* truncated while training" "$tmp/live.out"; then
+    pass "train.data_truncated_while_training"
+else fail "train.data_truncated_while_training" "rc $rc: $(tail -5 "$tmp/live.out")"; fi
 
 # --job: a TrainingJob manifest trains as the same flags do (the same spec, the same losses)
 cat >"$tmp/job.yaml" <<YAML

@@ -17,6 +17,11 @@ static int test_passes_;
 /* CHECK(name, cond): one named assertion. */
 #define CHECK(name, cond) do { if (cond) TEST_PASS(name); \
         else TEST_FAIL(name, "%s", #cond); } while (0)
+/* CHECK_MSG(name, cond, fmt, ...): an assertion that says what it saw when it fails. */
+#define CHECK_MSG(name, cond, ...) do { if (cond) TEST_PASS(name); \
+        else TEST_FAIL(name, __VA_ARGS__); } while (0)
+/* TEST_SKIP(name, why): a check this machine cannot run, said (tests/run.sh shows it). */
+#define TEST_SKIP(name, why) printf("SKIP %s: %s\n", (name), (why))
 #define CHECK_INT(name, got, want) do { long long g_ = (long long)(got), w_ = (long long)(want); \
         if (g_ == w_) TEST_PASS(name); else TEST_FAIL(name, "got %lld, want %lld", g_, w_); } while (0)
 #define CHECK_STR(name, got, want) do { const char *g_ = (got), *w_ = (want); \

@@ -1,6 +1,9 @@
 /* Data loader: llm.c shards and text, determinism, rank disjointness, seek, bad input. */
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "dataloader.h"
@@ -50,7 +53,7 @@ static void test_shards(void)
     CHECK_INT("shard.windows", dataloader_windows(d), 400 / 16 + 320 / 16);
     CHECK("shard.not_text", !dataloader_is_text(d));
     int in[B * T], tg[B * T], ok = 1;
-    dataloader_next(d, in, tg);
+    dataloader_next(d, in, tg, &e);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             /* targets are the inputs shifted by one, and consecutive tokens step by 7 */
@@ -79,9 +82,9 @@ static void test_shards(void)
     int per_epoch = 45 / (B * 2), overlap = 0, replay = 1;
     int a0[B * T], a1[B * T], t0[B * T], t1[B * T], x[B * T], y[B * T];
     for (int k = 0; k < per_epoch; k++) {
-        dataloader_next(r0, a0, t0);
-        dataloader_next(r1, a1, t1);
-        dataloader_next(again, x, y);
+        dataloader_next(r0, a0, t0, &e);
+        dataloader_next(r1, a1, t1, &e);
+        dataloader_next(again, x, y, &e);
         if (memcmp(a0, x, sizeof x) || memcmp(t0, y, sizeof y))
             replay = 0;
         if (memcmp(a0, a1, sizeof a0) == 0)
@@ -92,15 +95,15 @@ static void test_shards(void)
     /* seek back to 2 and read again */
     int s2[B * T], s2t[B * T];
     dataloader_seek(again, 2);
-    dataloader_next(again, s2, s2t);
+    dataloader_next(again, s2, s2t, &e);
     dataloader_seek(r0, 2);
-    dataloader_next(r0, x, y);
+    dataloader_next(r0, x, y, &e);
     CHECK("shard.seek", memcmp(s2, x, sizeof x) == 0 && dataloader_position(r0) == 3);
     /* the next epoch is a different order */
     dataloader_seek(r0, 0);
-    dataloader_next(r0, a0, t0);
+    dataloader_next(r0, a0, t0, &e);
     dataloader_seek(r0, (uint64_t)per_epoch);
-    dataloader_next(r0, a1, t1);
+    dataloader_next(r0, a1, t1, &e);
     CHECK("shard.epochs_reshuffle", memcmp(a0, a1, sizeof a0) != 0);
     dataloader_free(r0);
     dataloader_free(r1);
@@ -126,7 +129,7 @@ static void test_coverage(void)
         }
         int in[B * T], tg[B * T];
         for (int k = 0; k < 4; k++) { /* 24 windows / (3 * 2) = 4 micro-batches each */
-            dataloader_next(d, in, tg);
+            dataloader_next(d, in, tg, &e);
             for (int b = 0; b < B; b++)
                 hits[(in[b * T] / 7) / T]++;
         }
@@ -217,7 +220,7 @@ static void test_text(void)
     CHECK("text.is_text", dataloader_is_text(d));
     int in[16], tg[16], ok = 1, high = 0;
     for (int k = 0; k < 20; k++) {
-        dataloader_next(d, in, tg);
+        dataloader_next(d, in, tg, &e);
         for (int i = 0; i < 16; i++) {
             if (in[i] < 0 || in[i] > 255)
                 ok = 0;
@@ -253,12 +256,164 @@ static void test_far_position(void)
         }
         int in[8], tg[8], ok = 1;
         dataloader_seek(d, UINT64_MAX);
-        dataloader_next(d, in, tg);
+        dataloader_next(d, in, tg, &e);
         for (int t = 0; t < 8; t++)
             ok &= in[t] == (t * 7 + 3) % 50 && tg[t] == ((t + 1) * 7 + 3) % 50;
         CHECK(name, ok && dataloader_position(d) == 0);
         dataloader_free(d);
     }
+}
+
+/* Reads every micro-batch of one epoch (and a little more); 0, or -1 with e set by the first
+ * refused one, at whose position the loader must have stayed. */
+static int read_epoch(struct dataloader *d, int n, int *in, int *tg, herr *e)
+{
+    for (int k = 0; k < n; k++) {
+        uint64_t at = dataloader_position(d);
+        if (dataloader_next(d, in, tg, e) < 0)
+            return dataloader_position(d) == at ? -1 : -2;
+    }
+    return 0;
+}
+
+/* A file that changes under a running worker: truncated (a mapped file gave SIGBUS here),
+ * rewritten in place with tokens outside the vocabulary (they reached the embedding unchecked),
+ * or replaced by a new file of the same name (the descriptor kept reads the file checked). */
+static void test_changed_under_reader(void)
+{
+    enum { B = 2, T = 8, W = 64 };
+    struct dataloader_config c = {.B = B, .T = T, .rank = 0, .world = 1, .seed = 3, .vocab = 1000};
+    char p[128], q[128];
+    herr e = {0};
+    struct dataloader *d;
+    int in[B * T], tg[B * T];
+
+    write_shard("cut.bin", W * T + 1, 0, 1000, DATALOADER_SHARD_MAGIC, 1, W * T + 1, 0);
+    path_of(p, sizeof p, "cut.bin");
+    c.pattern = p;
+    if (dataloader_open(&d, &c, &e) < 0) {
+        TEST_FAIL("changed.open", "%s", e.msg);
+        return;
+    }
+    int before = read_epoch(d, 2, in, tg, &e);
+    if (truncate(p, 1024 + 2 * 3 * T) != 0) { /* the header and three windows' tokens */
+        TEST_FAIL("changed.truncate", "truncate %s", p);
+        dataloader_free(d);
+        return;
+    }
+    int rc = read_epoch(d, W / B, in, tg, &e);
+    CHECK_MSG("changed.truncated_while_training_is_an_error_naming_the_file",
+              before == 0 && rc == -1 && strstr(e.msg, "cut.bin") &&
+                  strstr(e.msg, "truncated while training"),
+              "before %d, rc %d: %s", before, rc, e.msg);
+    dataloader_free(d);
+
+    write_shard("rw.bin", W * T + 1, 0, 1000, DATALOADER_SHARD_MAGIC, 1, W * T + 1, 0);
+    path_of(p, sizeof p, "rw.bin");
+    if (dataloader_open(&d, &c, &e) < 0) {
+        TEST_FAIL("changed.open_rw", "%s", e.msg);
+        return;
+    }
+    int fd = open(p, O_WRONLY);
+    uint16_t big[W * T];
+    for (int i = 0; i < W * T; i++)
+        big[i] = 4000;
+    int wrote = fd >= 0 && pwrite(fd, big, sizeof big, 1024) == (ssize_t)sizeof big;
+    if (fd >= 0)
+        close(fd);
+    e.msg[0] = 0;
+    rc = read_epoch(d, 1, in, tg, &e);
+    CHECK_MSG("changed.rewritten_token_outside_the_vocabulary_is_an_error",
+              wrote && rc == -1 && strstr(e.msg, "rw.bin") && strstr(e.msg, "token 4000") &&
+                  strstr(e.msg, "changed after it was opened"),
+              "wrote %d, rc %d: %s", wrote, rc, e.msg);
+    dataloader_free(d);
+
+    write_shard("swap.bin", W * T + 1, 0, 1000, DATALOADER_SHARD_MAGIC, 1, W * T + 1, 0);
+    write_shard("swap.new", W * T + 1, 500, 1000, DATALOADER_SHARD_MAGIC, 1, W * T + 1, 0);
+    path_of(p, sizeof p, "swap.bin");
+    path_of(q, sizeof q, "swap.new");
+    if (dataloader_open(&d, &c, &e) < 0) {
+        TEST_FAIL("changed.open_swap", "%s", e.msg);
+        return;
+    }
+    int first[B * T], again[B * T], fresh[B * T];
+    dataloader_next(d, first, tg, &e);
+    int renamed = rename(q, p) == 0;
+    rc = read_epoch(d, W / B, in, tg, &e);
+    dataloader_seek(d, 0);
+    dataloader_next(d, again, tg, &e);
+    struct dataloader *d2; /* the new file, opened by its name: other tokens (salt 500) */
+    int differs = 0;
+    if (dataloader_open(&d2, &c, &e) == 0) {
+        differs = dataloader_next(d2, fresh, tg, &e) == 0 && memcmp(fresh, first, sizeof first);
+        dataloader_free(d2);
+    }
+    CHECK_MSG("changed.replaced_by_name_reads_the_file_opened",
+              renamed && rc == 0 && !memcmp(first, again, sizeof first) && differs,
+              "renamed %d, rc %d, differs %d: %s", renamed, rc, differs, e.msg);
+    dataloader_free(d);
+}
+
+/* One descriptor per file: the soft open-file limit is raised (up to the hard one) when a
+ * pattern matches more files than it allows, and an error names the pattern when even the hard
+ * limit is too low. In a child, whose limits are its own. */
+static int open_many_with_limits(const char *pat, rlim_t soft, rlim_t hard, char *msg, size_t n)
+{
+    int pipefd[2];
+    if (pipe(pipefd) != 0)
+        return -3;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pipefd[0]);
+        struct rlimit rl = {soft, hard};
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            _exit(3);
+        struct dataloader_config c = {.pattern = pat, .B = 1, .T = 8, .rank = 0, .world = 1,
+                                      .seed = 1, .vocab = 1000};
+        herr e = {0};
+        struct dataloader *d;
+        int rc = dataloader_open(&d, &c, &e);
+        if (write(pipefd[1], e.msg, strlen(e.msg)) < 0)
+            _exit(4);
+        if (rc == 0) {
+            int in[8], tg[8];
+            rc = dataloader_next(d, in, tg, &e);
+            dataloader_free(d);
+        }
+        _exit(rc == 0 ? 0 : 1);
+    }
+    close(pipefd[1]);
+    ssize_t got = pid > 0 ? read(pipefd[0], msg, n - 1) : -1;
+    msg[got > 0 ? got : 0] = 0;
+    close(pipefd[0]);
+    int st;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
+        return -3;
+    return WEXITSTATUS(st) == 0 ? 0 : -(int)WEXITSTATUS(st);
+}
+
+static void test_open_file_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < 1024)) {
+        TEST_SKIP("open_files", "the hard open-file limit here is below 1024");
+        return;
+    }
+    for (int i = 0; i < 300; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "many_%03d.bin", i);
+        write_shard(name, 17, i, 1000, DATALOADER_SHARD_MAGIC, 1, 17, 0);
+    }
+    char pat[128], msg[512];
+    path_of(pat, sizeof pat, "many_*.bin");
+    int rc = open_many_with_limits(pat, 100, 1024, msg, sizeof msg);
+    CHECK_MSG("open_files.soft_limit_raised_for_300_files", rc == 0, "rc %d: %s", rc, msg);
+    rc = open_many_with_limits(pat, 100, 200, msg, sizeof msg);
+    CHECK_MSG("open_files.hard_limit_too_low_is_an_error_naming_the_pattern",
+              rc == -1 && strstr(msg, "many_*.bin") && strstr(msg, "300 files") &&
+                  strstr(msg, "open-file limit"),
+              "rc %d: %s", rc, msg);
 }
 
 static void expect_error(const char *name, const char *file, int vocab, const char *needle)
@@ -310,7 +465,9 @@ int main(void)
 {
     if (test_in_tmpdir(dir, sizeof dir, "dl",
                        (void (*const[])(void)){test_shards, test_coverage, test_replan_same_samples,
-                                               test_text, test_far_position, test_bad, NULL}))
+                                               test_text, test_far_position, test_bad,
+                                               test_changed_under_reader, test_open_file_limit,
+                                               NULL}))
         return 1;
     TEST_MAIN_END();
 }

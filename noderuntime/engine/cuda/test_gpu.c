@@ -1039,9 +1039,9 @@ static int train_steps(struct run *r, long from, long to, float *losses, const s
     struct adamw_config o = {0.9f, 0.95f, 1e-8f, 0.1f};
     size_t n = gpu_stage_num_params(r->s);
     for (long step = from; step < to; step++) {
-        dataloader_next(r->d, r->in, r->tg);
         double sq;
-        if (gpu_stage_zero_grads(r->s) < 0 ||
+        herr e;
+        if (dataloader_next(r->d, r->in, r->tg, &e) < 0 || gpu_stage_zero_grads(r->s) < 0 ||
             gpu_stage_forward(r->s, 0, r->in, NULL, r->tg, NULL, &losses[step]) < 0 ||
             gpu_stage_backward(r->s, 0, NULL, NULL, 1.0f) < 0 ||
             gpu_stage_grad_sq_norm(r->s, 0, n, &sq) < 0 ||
