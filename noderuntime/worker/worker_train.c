@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "checkpoint.h"
+#include "ckpt_owner.h"
 #include "comm_tcp.h"
 #include "dataloader.h"
 #include "log.h"
@@ -201,8 +202,11 @@ int worker_train_rank(const struct plan_assignment *a, int local, struct tcp_lis
         herr_wrap(e, "spec.parallelism.tokenSlices");
         goto out;
     }
-    if (c.checkpoint_dir && ckpt_make_dir(c.checkpoint_dir, e))
+    if (c.checkpoint_dir &&
+        (ckpt_make_dir(c.checkpoint_dir, e) || ckpt_claim_dir(c.checkpoint_dir, a->job, e))) {
+        herr_wrap(e, "spec.training.checkpoint.path");
         goto out;
+    }
     struct dataloader_config dc = {spec->training.data.path, c.B, c.T, plan_doc_dp_of(rt, rank),
                                    rt->data, c.seed, c.model.vocab,
                                    /* spec.elastic: the same sample after a re-plan */

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt_owner.h"
 #include "cli.h"
 #include "clock.h"
 #include "commands.h"
@@ -154,9 +155,26 @@ static int check_calibration(const char *path)
 }
 
 /* The checkpoints of spec.training.checkpoint.path: resumed from, or, from a finished run,
- * moved aside (one previous run kept) so the job trains again from scratch. */
-static void prepare_checkpoints(const struct tj_spec *s)
+ * moved aside (one previous run kept) so the job trains again from scratch. Another job's
+ * directory (its claim, ckpt_owner.h) is neither: the run is refused before anything moves
+ * (-1, said on stderr). */
+static int prepare_checkpoints(const char *job, const struct tj_spec *s)
 {
+    char owner[1024], claim[4096];
+    herr e = {0};
+    int claimed = ckpt_claim_read(s->training.checkpoint.path, owner, sizeof owner, claim,
+                                  sizeof claim, &e);
+    if (claimed < 0) {
+        fprintf(stderr, "holmes-operator local: spec.training.checkpoint.path: %s\n", e.msg);
+        return -1;
+    }
+    if (claimed == 1 && strcmp(owner, job) != 0) {
+        fprintf(stderr, "holmes-operator local: spec.training.checkpoint.path: checkpoint "
+                "directory %s holds the checkpoints of job %s (its claim, %s), not of job %s: "
+                "give this job a checkpoint.path of its own, or delete %s to hand the directory "
+                "over\n", s->training.checkpoint.path, owner, claim, job, claim);
+        return -1;
+    }
     char latest[TJ_PATH_MAX + 32];
     snprintf(latest, sizeof latest, "%s/latest-step", s->training.checkpoint.path);
     FILE *lf = fopen(latest, "r");
@@ -183,6 +201,7 @@ static void prepare_checkpoints(const struct tj_spec *s)
         printf("resuming from step %ld of the checkpoints in %s (remove that directory to "
                "start over)\n", done, s->training.checkpoint.path);
     }
+    return 0;
 }
 
 /* Serves the coordinator and keeps the workers running until the job is over and every
@@ -311,8 +330,9 @@ int cmd_local(int argc, char **argv)
     if (local_page_start(&L.page, a.page_addr, L.job.namespace_, L.job.name) != 0 ||
         local_start_coordinator(&L) != 0)
         goto out;
-    if (s->training.checkpoint.path[0] && !L.workers.simulate)
-        prepare_checkpoints(s);
+    if (s->training.checkpoint.path[0] && !L.workers.simulate &&
+        prepare_checkpoints(L.job.name, s) != 0)
+        goto out;
     fflush(stdout);
 
     signal(SIGINT, on_signal);

@@ -7,6 +7,8 @@
 #     not when its connect timeout runs out;
 #   a corrupt newest checkpoint: the resume falls back to the newest set that verifies on every
 #     stage and says so ([CheckpointFallback]);
+#   a second job given the first's checkpoint directory: refused at once, naming the owner, the
+#     first job's files untouched;
 #   a full disk under the checkpoints: the job fails at once (no restart spent) naming the cause
 #     (No space left on device), not a peer's lost connection.
 source "$(dirname "$0")/lib.bash"
@@ -119,6 +121,25 @@ if [ -n "$victim" ] && [ -n "$newest" ] && [ "$older" -lt "$newest" ]; then
     check "corrupt newest: the loss curve is the uninterrupted run's" same_curve "$tmp/corrupt.jsonl"
 else
     fail "interrupted run left two checkpoints" "latest '$newest', files: $(ls "$tmp/corrupt-ckpt" 2>&1)"
+fi
+
+# --- another job's checkpoint directory -------------------------------------------------------
+# A second job given the corrupt run's checkpoint.path: refused at once (the directory's claim
+# names its job), not retried, and not one file of the first job's changed or gone.
+if [ -s "$tmp/corrupt-ckpt/holmes-job" ]; then
+    before=$(cd "$tmp/corrupt-ckpt" && ls | sort | xargs sha256sum)
+    job intruder 20 10 "$tmp/corrupt-ckpt"
+    run_local intruder
+    rc=$?
+    out=$(cat "$tmp/intruder.out")
+    check "shared checkpoint directory: the second job fails" test "$rc" = 1
+    check "shared checkpoint directory: the error names the field, the owner and the claim" grep -q \
+        "spec.training.checkpoint.path: checkpoint directory $tmp/corrupt-ckpt holds the checkpoints of job lf-$$-corrupt .*holmes-job" <<<"$out"
+    check "shared checkpoint directory: no worker started" test ! -e "$tmp/intruder-run/worker-0.log"
+    check "shared checkpoint directory: the first job's files unchanged" \
+        test "$before" = "$(cd "$tmp/corrupt-ckpt" && ls | sort | xargs sha256sum)"
+else
+    fail "shared checkpoint directory" "the corrupt run left no claim: $(ls "$tmp/corrupt-ckpt" 2>&1)"
 fi
 
 # --- a full disk under the checkpoints -------------------------------------------------------------
