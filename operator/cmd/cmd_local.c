@@ -155,9 +155,9 @@ static int check_calibration(const char *path)
 }
 
 /* The checkpoints of spec.training.checkpoint.path: resumed from, or, from a finished run,
- * moved aside (one previous run kept) so the job trains again from scratch. Another job's
- * directory (its claim, ckpt_owner.h) is neither: the run is refused before anything moves
- * (-1, said on stderr). */
+ * moved aside to DIR.previous-<UTC time> (never deleted: each earlier run is kept) so the job
+ * trains again from scratch. Another job's directory (its claim, ckpt_owner.h) is neither: the
+ * run is refused before anything moves (-1, said on stderr). */
 static int prepare_checkpoints(const char *job, const struct tj_spec *s)
 {
     char owner[1024], claim[4096];
@@ -185,18 +185,25 @@ static int prepare_checkpoints(const char *job, const struct tj_spec *s)
         fclose(lf);
     }
     if (done >= s->training.steps) {
-        /* A finished run: keep its checkpoints aside and train again from scratch. */
-        char old[TJ_PATH_MAX + 32];
-        snprintf(old, sizeof old, "%s.previous", s->training.checkpoint.path);
-        char cmdline[2 * TJ_PATH_MAX + 64];
-        if (access(old, F_OK) == 0) { /* keep one previous run */
-            snprintf(cmdline, sizeof cmdline, "rm -rf -- '%s'", old);
-            if (!strchr(old, '\'') && system(cmdline) != 0)
-                fprintf(stderr, "holmes-operator local: could not remove %s\n", old);
+        /* A finished run: its checkpoints moved aside (never deleted), training again. */
+        char old[TJ_PATH_MAX + 64], stamp[32];
+        time_t now = time(NULL);
+        struct tm tm;
+        if (!gmtime_r(&now, &tm) || !strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm))
+            snprintf(stamp, sizeof stamp, "%lld", (long long)now);
+        snprintf(old, sizeof old, "%s.previous-%s", s->training.checkpoint.path, stamp);
+        for (int k = 2; k < 100 && access(old, F_OK) == 0; k++) /* runs in the same second */
+            snprintf(old, sizeof old, "%s.previous-%s-%d", s->training.checkpoint.path, stamp, k);
+        int taken = access(old, F_OK) == 0;
+        if (taken || rename(s->training.checkpoint.path, old) != 0) {
+            fprintf(stderr, "holmes-operator local: the checkpoints in %s are from a finished run "
+                    "and could not be moved aside to %s (%s): move or remove them to train "
+                    "again\n", s->training.checkpoint.path, old,
+                    taken ? "it exists" : strerror(errno));
+            return -1;
         }
-        if (rename(s->training.checkpoint.path, old) == 0)
-            printf("the checkpoints in %s are from a finished run: moved to %s, starting "
-                   "over\n", s->training.checkpoint.path, old);
+        printf("the checkpoints in %s are from a finished run (step %ld): moved to %s, starting "
+               "over\n", s->training.checkpoint.path, done, old);
     } else if (done >= 0) {
         printf("resuming from step %ld of the checkpoints in %s (remove that directory to "
                "start over)\n", done, s->training.checkpoint.path);

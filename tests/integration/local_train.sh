@@ -44,6 +44,16 @@ rc=$?
 [ $rc -eq 0 ] && grep -q "compute threads (OMP_NUM_THREADS) share this rank's" "$tmp"/run-omp/worker-0.log \
     && pass "pinned workers with too many compute threads warn" \
     || fail "pinned workers with too many compute threads warn" "rc $rc: $out $(tail -n 3 "$tmp"/run-omp/worker-0.log)"
+# the same finished job run twice more: each time its checkpoints are moved aside, none deleted
+for again in 1 2; do
+    out=$(cd "$REPO" && timeout 300 "$OPERATOR" local "$tmp/job-omp.yaml" --run-dir "$tmp/run-omp$again" 2>&1)
+done
+kept=$(ls -d "$tmp"/ckpt-omp.previous-* 2>/dev/null | wc -l)
+files=$(ls "$tmp"/ckpt-omp.previous-*/stage-*-step-000000002.ckpt 2>/dev/null | wc -l)
+[ "$kept" = 2 ] && [ "$files" = 4 ] && grep -q "from a finished run (step 2): moved to $tmp/ckpt-omp.previous-" <<<"$out" \
+    && pass "a finished run again: the earlier runs' checkpoints moved aside, none deleted" \
+    || fail "a finished run again: the earlier runs' checkpoints moved aside, none deleted" \
+        "$kept directories, $files step-2 files: $out"
 fi
 
 # Kill a worker after the first checkpoints: in-place restart from the checkpoint.
