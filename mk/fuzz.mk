@@ -16,13 +16,15 @@
 # head of a request to the operator's metrics, health and job page server); and the files users
 # hand over: manifest (TrainingJob manifests, cluster and calibration files, and the plans made
 # of the small ones), train_files (checkpoints as a resume and export read them, llm.c weights,
-# token shards and text).
+# token shards and text); and what the kernel hands over: nic_sysfs (NIC discovery on recorded
+# sysfs trees the input changes).
 
 FUZZ_CC            ?= clang
 FUZZ_BUILD         := build/fuzz
 FUZZ_SECONDS       ?= 600
 FUZZ_SHORT_SECONDS ?= 4
-FUZZ_TARGETS       := coord_message worker_message kube_decode http_request manifest train_files
+FUZZ_TARGETS       := coord_message worker_message kube_decode http_request manifest train_files \
+                      nic_sysfs
 FUZZ_SAN           := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS        := -std=gnu11 -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) -fsanitize=fuzzer-no-link -fopenmp \
                       -Wno-pass-failed \
@@ -34,7 +36,7 @@ FUZZ_CFLAGS        := -std=gnu11 -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) -fsa
 FUZZ_LIB_SRC       := $(wildcard common/*.c) $(wildcard operator/kube/*.c) \
                       operator/coordinator/coord_tls.c \
                       operator/controller/http_server.c operator/controller/tls_keeper.c \
-                      noderuntime/worker/worker_peers.c \
+                      noderuntime/worker/worker_peers.c $(wildcard noderuntime/nic/*.c) \
                       $(wildcard operator/planner/*.c) \
                       $(addprefix noderuntime/train/,checkpoint.c ckpt_layout.c dataloader.c \
                                                      model_export.c) \

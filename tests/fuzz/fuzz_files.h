@@ -57,7 +57,7 @@ static inline void fuzz_empty_dir(const char *dir, int depth)
 static inline void fuzz_remove_workdir(void)
 {
     if (fuzz_home_fd >= 0 && fchdir(fuzz_home_fd) == 0 && fuzz_work_dir[0]) {
-        fuzz_empty_dir(fuzz_work_dir, 1);
+        fuzz_empty_dir(fuzz_work_dir, 32); /* nic_sysfs: whole sysfs trees */
         rmdir(fuzz_work_dir);
     }
 }

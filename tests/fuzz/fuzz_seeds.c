@@ -3,7 +3,9 @@
  * and examples/local-gpus.yaml) in the assignments; the manifests, cluster and calibration files of
  * examples/ and tests/fixtures/planner (manifest/); checkpoints, an llm.c file and data files that
  * ckpt_write, model_export_llmc and the shard layout make (train_files/); request heads to the
- * operator's HTTP server (http_request/). `make fuzz-seeds` runs
+ * operator's HTTP server (http_request/); for each recorded sysfs tree, records that set its
+ * rates, link layers, states, GIDs and NUMA nodes to their own values (nic_sysfs/). `make
+ * fuzz-seeds` runs
  * it; the seeds are committed. The Kubernetes seeds (kube_decode/) come from a real API server
  * (tests/fuzz/capture_kube_seeds.sh). */
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "fuzz_nic_sysfs.h"
 #include "coord_plan.h"
 #include "dataloader.h"
 #include "model_export.h"
@@ -304,6 +307,62 @@ static void plan_seeds(const char *yaml, const char *tag)
     free(jobs);
 }
 
+/* fuzz_nic_sysfs: per recorded tree, the case byte alone, and the case with records {0, entry,
+ * length, bytes} that set the entries the discovery decodes most (a port's rate, link layer and
+ * state, GIDs and their types, NUMA nodes, speeds, MTUs) to their own content: starting points
+ * the fuzzer changes byte by byte. */
+static void nic_sysfs_seeds(void)
+{
+    static const char *const ends[] = {"/rate", "/link_layer", "/state", "/phys_state", "/gids/0",
+                                       "/gids/1", "/gids/3", "/gid_attrs/types/3", "/numa_node",
+                                       "/speed", "/mtu", "/operstate", "/type", "ip-addr.txt"};
+    for (int c = 0; c < FUZZ_SYSFS_NCASES; c++) {
+        char root[256], name[64];
+        snprintf(root, sizeof root, "tests/fixtures/sysfs/%s/sys", FUZZ_SYSFS_CASES[c]);
+        struct fuzz_sysfs_list l;
+        if (fuzz_sysfs_entries(root, &l) == 0) {
+            fprintf(stderr, "fuzz_seeds: %s: no entries\n", root);
+            exit(1);
+        }
+        unsigned char buf[8192], cb = (unsigned char)c;
+        snprintf(name, sizeof name, "%s-as-recorded", FUZZ_SYSFS_CASES[c]);
+        put_bin("nic_sysfs", name, &cb, 1, NULL, 0);
+        size_t n = 1, records = 0;
+        buf[0] = cb;
+        for (int i = 0; i < l.n && records < 32; i++) {
+            size_t len = strlen(l.rel[i]);
+            int wanted = 0;
+            for (size_t k = 0; k < sizeof ends / sizeof ends[0]; k++) {
+                size_t m = strlen(ends[k]);
+                wanted |= len >= m && !strcmp(l.rel[i] + len - m, ends[k]);
+            }
+            char path[1200], text[256];
+            snprintf(path, sizeof path, "%s/%s", root, l.rel[i]);
+            struct stat st;
+            if (!wanted || lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
+                continue;
+            FILE *f = fopen(path, "rb");
+            size_t got = f ? fread(text, 1, sizeof text - 1, f) : 0;
+            if (f)
+                fclose(f);
+            if (n + 4 + got > sizeof buf)
+                break;
+            buf[n] = 0;
+            buf[n + 1] = (unsigned char)(i & 0xff);
+            buf[n + 2] = (unsigned char)(i >> 8);
+            buf[n + 3] = (unsigned char)got;
+            memcpy(buf + n + 4, text, got);
+            n += 4 + got;
+            records++;
+        }
+        snprintf(name, sizeof name, "%s-decoded-values", FUZZ_SYSFS_CASES[c]);
+        put_bin("nic_sysfs", name, buf, n, NULL, 0);
+        for (int i = 0; i < l.n; i++)
+            free(l.rel[i]);
+        free(l.rel);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -325,6 +384,7 @@ int main(int argc, char **argv)
     unsigned char kube_kind = 3;
     put_bin("manifest", "kubeconfig", &kube_kind, 1, KUBECONFIG_SEED, sizeof KUBECONFIG_SEED - 1);
     train_files_seeds();
+    nic_sysfs_seeds();
     /* http_request: heads as Prometheus, the kubelet's probe and a browser send them */
     static const char *const heads[][2] = {
         {"prometheus", "GET /metrics HTTP/1.1\r\nHost: 10.0.0.5:8080\r\nUser-Agent: "

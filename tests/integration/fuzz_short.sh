@@ -1,5 +1,6 @@
 # The fuzzers (mk/fuzz.mk, tests/fuzz/) for a few seconds each: built with clang, ASan and UBSan,
-# run from their seed corpora (real messages, API answers, manifests, checkpoints, data files);
+# run from their seed corpora (real messages, API answers, manifests, checkpoints, data files,
+# recorded sysfs trees);
 # none may find a crash, a hang, a leak or a rejection that names no field. `make fuzz` runs them
 # for 10 minutes each. Release pass only (one build in build/fuzz; the targets carry their own
 # sanitizers).
@@ -22,10 +23,11 @@ if ! make -C "$REPO" -s -j2 fuzz-build >"$tmp/build.log" 2>&1; then
     exit 1
 fi
 pass "fuzz targets build (clang, ASan, UBSan, libFuzzer)"
-for t in coord_message worker_message kube_decode http_request manifest train_files; do
+for t in coord_message worker_message kube_decode http_request manifest train_files nic_sysfs; do
     mkdir -p "$tmp/$t" "$tmp/findings-$t"
     cp "$REPO"/tests/fuzz/seeds/$t/* "$tmp/$t/"
-    if ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    if HOLMES_SYSFS_FIXTURES="$REPO/tests/fixtures/sysfs" \
+        ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
         "$REPO/build/fuzz/fuzz_$t" -max_total_time=${FUZZ_SHORT_SECONDS:-3} -timeout=10 \
         -rss_limit_mb=2048 -max_len=1100000 -print_final_stats=1 \
         -artifact_prefix="$tmp/findings-$t/" "$tmp/$t" >"$tmp/$t.log" 2>&1; then
