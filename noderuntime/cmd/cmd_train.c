@@ -136,7 +136,8 @@ int cmd_train(int argc, char **argv)
         tcp_listener_open(&l, "127.0.0.1", 0, &e) != 0 || one_rank_plan(&rt, l, &e) != 0)
         goto out;
     const struct tj_spec *sp = &cs.spec;
-    struct dataloader_config dc = {sp->training.data.path, c.B, c.T, 0, 1, c.seed, c.model.vocab, 0};
+    struct dataloader_config dc = {.pattern = sp->training.data.path, .B = c.B, .T = c.T,
+                                   .rank = 0, .world = 1, .seed = c.seed, .vocab = c.model.vocab};
     if (dataloader_open(&dl, &dc, &e) != 0 ||
         worker_run_slices(&rt, sp->par.token_slices, &c, &bounds, &e) != 0)
         goto out;

@@ -249,8 +249,9 @@ int cmd_worker(int argc, char **argv)
                  "table's other ranks here (OMP_NUM_THREADS overrides)", rank, share);
         omp_set_num_threads(share);
     }
-    struct dataloader_config dc = {cs.spec.training.data.path, c.B, c.T,
-                                   plan_doc_dp_of(&rt, (int)rank), rt.data, c.seed, c.model.vocab, 0};
+    struct dataloader_config dc = {.pattern = cs.spec.training.data.path, .B = c.B, .T = c.T,
+                                   .rank = plan_doc_dp_of(&rt, (int)rank), .world = rt.data,
+                                   .seed = c.seed, .vocab = c.model.vocab};
     if (dataloader_open(&dl, &dc, &e) != 0) {
         log_error("data: %s", e.msg);
         goto out;

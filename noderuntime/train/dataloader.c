@@ -34,6 +34,7 @@ struct dataloader {
     int nfiles;
     int text;
     int tok_bytes; /* 2 (shard) or 1 (text) */
+    int scanned;   /* every token checked at open (scan_files) */
     uint64_t nwin, ntok, per_epoch; /* per_epoch: micro-batches per epoch for one rank */
     uint64_t pos;
     uint64_t *perm;
@@ -129,7 +130,7 @@ static int scan_tokens(const struct data_file *f, int tok_bytes, int vocab, cons
     return 0;
 }
 
-static int check_shard(struct data_file *f, int vocab, herr *e)
+static int check_shard(struct data_file *f, herr *e)
 {
     if (f->size < SHARD_HEADER_BYTES)
         return herr_config(e, "data shard %s: %llu bytes, shorter than the %d-byte header "
@@ -154,17 +155,30 @@ static int check_shard(struct data_file *f, int vocab, herr *e)
                            f->size < want ? "truncated" : "trailing bytes");
     f->ntok = (uint64_t)hdr[2];
     f->offset = SHARD_HEADER_BYTES;
-    return scan_tokens(f, 2, vocab, "data shard", "index", "", e);
+    return 0;
 }
 
-static int check_text(struct data_file *f, int vocab, herr *e)
+static void check_text(struct data_file *f)
 {
     f->ntok = f->size;
     f->offset = 0;
-    if (vocab >= DATALOADER_TEXT_VOCAB)
+}
+
+/* Every token of every file against the vocabulary, when they hold at most scan_max bytes of
+ * tokens (a job's bad file then fails it at start); beyond, each window is checked as it is
+ * read, and no rank reads the whole data set at every start. 1 when scanned. */
+static int scan_files(struct dataloader *d, uint64_t scan_max, herr *e)
+{
+    if (d->text && d->c.vocab >= DATALOADER_TEXT_VOCAB)
+        return 1; /* every byte is a token */
+    if (d->ntok * (uint64_t)d->tok_bytes > scan_max)
         return 0;
-    return scan_tokens(f, 1, vocab, "text file", "offset",
-                       " (byte-level text needs vocab 256)", e);
+    for (int i = 0; i < d->nfiles; i++)
+        if ((d->text ? scan_tokens(&d->files[i], 1, d->c.vocab, "text file", "offset",
+                                   " (byte-level text needs vocab 256)", e)
+                     : scan_tokens(&d->files[i], 2, d->c.vocab, "data shard", "index", "", e)) < 0)
+            return -1;
+    return 1;
 }
 
 /* Room for one descriptor per file (and the worker's own): the soft limit is raised up to the
@@ -229,14 +243,20 @@ int dataloader_open(struct dataloader **out, const struct dataloader_config *c, 
             goto fail;
         }
         d->nfiles++; /* freed from here on, whatever open_file leaves */
-        if (open_file(f, path, e) < 0 ||
-            (d->text ? check_text(f, c->vocab, e) : check_shard(f, c->vocab, e)) < 0)
+        if (open_file(f, path, e) < 0)
+            goto fail;
+        if (d->text)
+            check_text(f);
+        else if (check_shard(f, e) < 0)
             goto fail;
         f->nwin = f->ntok >= (uint64_t)c->T + 1 ? (f->ntok - 1) / (uint64_t)c->T : 0;
         f->first_window = d->nwin;
         d->nwin += f->nwin;
         d->ntok += f->ntok;
     }
+    if ((d->scanned = scan_files(d, c->scan_max_bytes ? c->scan_max_bytes
+                                                      : DATALOADER_SCAN_MAX_BYTES, e)) < 0)
+        goto fail;
     d->per_epoch = d->nwin / ((uint64_t)c->B * (uint64_t)c->world);
     if (d->per_epoch == 0) {
         herr_config(e, "data: %s holds %llu windows of T+1=%d tokens, fewer than one micro-batch "
@@ -320,10 +340,12 @@ static int read_window(struct dataloader *d, uint64_t w, int *inp, int *tgt, her
         } else {
             v = d->window[t];
         }
-        if (v >= (unsigned)d->c.vocab) /* checked at open: the file was rewritten since */
+        if (v >= (unsigned)d->c.vocab)
             return herr_config(e, "data file %s: token %u at index %llu is not below the model's "
-                               "vocabulary %d: the file changed after it was opened and checked",
-                               f->path, v, (unsigned long long)(start + (uint64_t)t), d->c.vocab);
+                               "vocabulary %d%s", f->path, v,
+                               (unsigned long long)(start + (uint64_t)t), d->c.vocab,
+                               d->scanned ? ": the file changed after it was opened and checked"
+                                          : "");
         if (t < d->c.T)
             inp[t] = (int)v;
         if (t > 0)
@@ -370,3 +392,4 @@ uint64_t dataloader_windows(const struct dataloader *d) { return d->nwin; }
 uint64_t dataloader_tokens(const struct dataloader *d) { return d->ntok; }
 int dataloader_files(const struct dataloader *d) { return d->nfiles; }
 int dataloader_is_text(const struct dataloader *d) { return d->text; }
+int dataloader_scanned(const struct dataloader *d) { return d->scanned; }

@@ -3,10 +3,12 @@
  * The pattern is a file name or a glob (sorted). Files ending in ".bin" are llm.c shards: a header
  * of 256 int32 (magic 20240520, version 1, token count) then that many uint16 tokens; every other
  * file is UTF-8 text whose bytes are the tokens (vocabulary 256). All files of one pattern must be
- * of the same kind. Every token is checked against the model's vocabulary when the file is opened,
- * and again when it is read for a micro-batch: files are read (pread), not mapped, so a file
- * truncated or rewritten while a worker trains on it gives an error naming it, not a SIGBUS or
- * a token outside the vocabulary. Each file's descriptor stays open until dataloader_free.
+ * of the same kind. Every token is checked against the model's vocabulary when it is read for a
+ * micro-batch, and, when the files hold at most scan_max_bytes of tokens (1 GiB by default), all
+ * of them when they are opened, so that a bad file fails a job at its start (a larger data set
+ * is not read whole by every rank at every start). Files are read (pread), not mapped: a file
+ * truncated or rewritten while a worker trains on it gives an error naming it, not a SIGBUS or a
+ * token outside the vocabulary. Each file's descriptor stays open until dataloader_free.
  *
  * Samples are windows of T+1 tokens starting at multiples of T inside one file (inputs are the
  * first T, targets the last T). Each epoch visits every window once in an order shuffled from
@@ -24,6 +26,7 @@
 
 #define DATALOADER_SHARD_MAGIC 20240520
 #define DATALOADER_TEXT_VOCAB 256
+#define DATALOADER_SCAN_MAX_BYTES (1ull << 30)
 
 struct dataloader;
 
@@ -38,6 +41,8 @@ struct dataloader_config {
      * boundaries too (spec.elastic: a job re-planned onto another data degree continues at
      * the same sample). 0: each rank's epoch is windows / (B*world) of its micro-batches. */
     int global_epochs;
+    /* The most bytes of tokens checked whole at open (0: DATALOADER_SCAN_MAX_BYTES). */
+    uint64_t scan_max_bytes;
 };
 
 int dataloader_open(struct dataloader **out, const struct dataloader_config *c, herr *e);
@@ -57,5 +62,7 @@ uint64_t dataloader_windows(const struct dataloader *d);
 uint64_t dataloader_tokens(const struct dataloader *d);
 int dataloader_files(const struct dataloader *d);
 int dataloader_is_text(const struct dataloader *d);
+/* Whether every token was checked when the files were opened (see above). */
+int dataloader_scanned(const struct dataloader *d);
 
 #endif

@@ -223,6 +223,10 @@ int worker_train_rank(const struct plan_assignment *a, int local, struct tcp_lis
                  dataloader_is_text(dl) ? "text" : "llmc");
         goto out;
     }
+    if (!dataloader_scanned(dl))
+        log_info("data: %s holds more than %llu MiB of tokens: each window is checked against the "
+                 "vocabulary as it is read, not the whole set at start", spec->training.data.path,
+                 (unsigned long long)(DATALOADER_SCAN_MAX_BYTES >> 20));
     c.listener = l;
     /* This thread runs the training and starts the communication threads: pinned before them,
      * they share its cores. An optimisation only: the run goes on unpinned when it fails. */

@@ -355,6 +355,39 @@ static void test_changed_under_reader(void)
     dataloader_free(d);
 }
 
+/* A data set larger than the open-time scan's budget (here 1 byte): opened without reading every
+ * token; a token outside the vocabulary is found when its window is read, naming the file. */
+static void test_lazy_check(void)
+{
+    enum { T = 8, W = 16 };
+    write_shard("lazy.bin", W * T + 1, 0, 300, DATALOADER_SHARD_MAGIC, 1, W * T + 1, 0);
+    char p[128];
+    path_of(p, sizeof p, "lazy.bin");
+    struct dataloader_config c = {.pattern = p, .B = 1, .T = T, .rank = 0, .world = 1, .seed = 2,
+                                  .vocab = 256, .scan_max_bytes = 1};
+    herr e = {0};
+    struct dataloader *d;
+    if (dataloader_open(&d, &c, &e) < 0) {
+        TEST_FAIL("lazy.open_beyond_the_scan", "%s", e.msg);
+        return;
+    }
+    CHECK("lazy.not_scanned", !dataloader_scanned(d));
+    int in[T], tg[T], rc = 0, k;
+    for (k = 0; k < W && rc == 0; k++)
+        rc = dataloader_next(d, in, tg, &e);
+    CHECK_MSG("lazy.bad_token_found_when_read", rc == -1 && strstr(e.msg, "lazy.bin") &&
+                                                    strstr(e.msg, "not below the model's vocabulary 256") &&
+                                                    !strstr(e.msg, "changed"),
+              "rc %d after %d reads: %s", rc, k, e.msg);
+    dataloader_free(d);
+    c.scan_max_bytes = 0; /* the default budget: the same file is refused at open */
+    rc = dataloader_open(&d, &c, &e);
+    CHECK_MSG("lazy.within_the_scan_refused_at_open", rc == -1 && strstr(e.msg, "lazy.bin"),
+              "rc %d: %s", rc, e.msg);
+    if (rc == 0)
+        dataloader_free(d);
+}
+
 /* One descriptor per file: the soft open-file limit is raised (up to the hard one) when a
  * pattern matches more files than it allows, and an error names the pattern when even the hard
  * limit is too low. In a child, whose limits are its own. */
@@ -466,7 +499,8 @@ int main(void)
     if (test_in_tmpdir(dir, sizeof dir, "dl",
                        (void (*const[])(void)){test_shards, test_coverage, test_replan_same_samples,
                                                test_text, test_far_position, test_bad,
-                                               test_changed_under_reader, test_open_file_limit,
+                                               test_changed_under_reader, test_lazy_check,
+                                               test_open_file_limit,
                                                NULL}))
         return 1;
     TEST_MAIN_END();
