@@ -115,6 +115,11 @@ static int parse_step(const cJSON *s, int idx, struct proto_step *st, herr *e)
             return -1;
         st->has_loss = 1;
     }
+    if (cJSON_GetObjectItemCaseSensitive(s, "eval_loss")) {
+        if (json_num(s, where, "eval_loss", 1, 0, 1e6, &st->eval_loss, e))
+            return -1;
+        st->has_eval = 1;
+    }
     if (json_num(s, where, "lr", 0, 0, 1e3, &st->lr, e) ||
         json_num(s, where, "tokens_per_s", 0, 0, 1e15, &st->tokens_per_s, e) ||
         json_num(s, where, "step_ms", 1, 0, 1e9, &st->step_ms, e) ||
@@ -521,6 +526,7 @@ char *proto_progress_encode(const struct proto_progress *p, herr *e)
             cJSON_AddItemToArray(steps, o);
         ok = ok && cJSON_AddNumberToObject(o, "step", (double)s->step) &&
              (!s->has_loss || cJSON_AddNumberToObject(o, "loss", s->loss)) &&
+             (!s->has_eval || cJSON_AddNumberToObject(o, "eval_loss", s->eval_loss)) &&
              cJSON_AddNumberToObject(o, "lr", s->lr) &&
              cJSON_AddNumberToObject(o, "tokens_per_s", s->tokens_per_s) &&
              cJSON_AddNumberToObject(o, "step_ms", s->step_ms) &&

@@ -76,6 +76,8 @@ struct proto_step {
     double compute_ms;  /* forward + backward + optimizer */
     double comm_ms;     /* time blocked in communication */
     double bubble_ms;   /* pipeline idle time */
+    int has_eval;       /* an evaluation ran after this step (training.eval; last stage) */
+    double eval_loss;   /* its held-out loss, the replicas' mean */
 };
 
 struct proto_progress {

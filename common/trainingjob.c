@@ -155,6 +155,8 @@ void tj_spec_defaults(struct tj_spec *s)
     t->data.format = TJ_DATA_TEXT;
     t->data.is_demo = 1;
     t->checkpoint.keep = 3;
+    t->eval.format = TJ_DATA_LLMC;
+    t->eval.batches = 8;
     t->log_every_steps = 10;
     s->gang_timeout_seconds = 600;
     s->ttl_after_finished_s = -1;

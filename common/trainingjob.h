@@ -88,6 +88,15 @@ struct tj_checkpoint {
     int keep;               /* newest checkpoints kept */
 };
 
+/* Evaluation on held-out data: the mean loss of `batches` micro-batches per data-parallel
+ * replica (the same windows every time), after every `every_steps` steps and after the last. */
+struct tj_eval {
+    char path[TJ_PATH_MAX]; /* file or glob; "" = no evaluation */
+    enum tj_data_format format;
+    int every_steps;        /* 0 = only after the last step */
+    int batches;            /* micro-batches per replica */
+};
+
 struct tj_training {
     long steps;
     struct tj_optimizer opt;
@@ -95,6 +104,7 @@ struct tj_training {
     unsigned long long seed;
     struct tj_data data;
     struct tj_checkpoint checkpoint;
+    struct tj_eval eval;
     char init_from[TJ_PATH_MAX]; /* "" = random init; a Holmes checkpoint or llm.c GPT-2 .bin */
     int log_every_steps;
 };

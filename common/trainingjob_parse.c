@@ -402,12 +402,24 @@ static void parse_checkpoint(const cJSON *o, const char *p, struct tj_spec *s, s
     get_int(o, p, "keep", 1, 1000, 0, &c->keep, errs);
 }
 
+static void parse_eval(const cJSON *o, const char *p, struct tj_spec *s, struct tj_errors *errs)
+{
+    struct tj_eval *ev = &s->training.eval;
+    get_str(o, p, "path", 1, ev->path, sizeof ev->path, errs);
+    int v;
+    if (get_enum(o, p, "format", tj_format_names, 2, &v, errs) == 1)
+        ev->format = (enum tj_data_format)v;
+    get_int(o, p, "everySteps", 0, 1000000000, 0, &ev->every_steps, errs);
+    get_int(o, p, "batches", 1, 65536, 0, &ev->batches, errs);
+}
+
 static const struct section TRAINING_SECTIONS[] = {
     {"optimizer", 0, (const char *const[]){"lr", "warmupSteps", "schedule", "minLrRatio", "beta1",
                                            "beta2", "eps", "weightDecay", "gradClip", NULL},
      parse_optimizer},
     {"data", 0, (const char *const[]){"path", "format", NULL}, parse_data},
     {"checkpoint", 0, (const char *const[]){"path", "everySteps", "keep", NULL}, parse_checkpoint},
+    {"eval", 0, (const char *const[]){"path", "format", "everySteps", "batches", NULL}, parse_eval},
 };
 
 static void parse_training(const cJSON *o, const char *p, struct tj_spec *s, struct tj_errors *errs)
@@ -592,8 +604,8 @@ static const struct section SPEC_SECTIONS[SEC_COUNT] = {
     [SEC_PLACEMENT] = {"placement", 0, (const char *const[]){"policy", "fabrics", "crossFabricGbps",
                                                              NULL}, parse_placement},
     [SEC_TRAINING] = {"training", 1, (const char *const[]){"steps", "optimizer", "precision", "seed",
-                                                           "data", "checkpoint", "initFrom",
-                                                           "logEverySteps", NULL}, parse_training},
+                                                           "data", "checkpoint", "eval",
+                                                           "initFrom", "logEverySteps", NULL}, parse_training},
     [SEC_RESTART] = {"restartPolicy", 0, (const char *const[]){"maxRestarts", "backoffSeconds", NULL},
                      parse_restart},
     [SEC_ELASTIC] = {"elastic", 0, (const char *const[]){"minWorkers", "replaceTimeoutSeconds",

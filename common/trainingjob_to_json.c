@@ -107,6 +107,12 @@ static int training_to_json(cJSON *o, const struct tj_spec *s)
             ok &= !!num(c, "everySteps", t->checkpoint.every_steps);
             ok &= !!num(c, "keep", t->checkpoint.keep);
         }
+        if (t->eval.path[0]) {
+            cJSON *ev = cJSON_AddObjectToObject(tr, "eval");
+            ok &= ev && str(ev, "path", t->eval.path) &&
+                  str(ev, "format", tj_data_format_name(t->eval.format)) &&
+                  num(ev, "everySteps", t->eval.every_steps) && num(ev, "batches", t->eval.batches);
+        }
         if (t->init_from[0])
             ok &= !!str(tr, "initFrom", t->init_from);
         ok &= !!num(tr, "logEverySteps", t->log_every_steps);

@@ -133,6 +133,13 @@ static int apply(struct cmd_spec *cs, struct tj_spec *s, const char *f, const ch
         rc = set_int(cs, f, v, 0, 1000000000, &t->checkpoint.every_steps);
     } else if (!strcmp(f, "--keep")) {
         rc = set_int(cs, f, v, 1, 1000, &t->checkpoint.keep);
+    } else if (!strcmp(f, "--eval-data")) {
+        rc = set_str(cs, f, v, t->eval.path, sizeof t->eval.path);
+        t->eval.format = format_of(v);
+    } else if (!strcmp(f, "--eval-every")) {
+        rc = set_int(cs, f, v, 0, 1000000000, &t->eval.every_steps);
+    } else if (!strcmp(f, "--eval-batches")) {
+        rc = set_int(cs, f, v, 1, 65536, &t->eval.batches);
     } else if (!strcmp(f, "--log-every")) {
         rc = set_int(cs, f, v, 1, 1000000, &t->log_every_steps);
     } else if (!strcmp(f, "--engine")) {
@@ -280,6 +287,8 @@ void cmd_spec_usage(FILE *f)
         "  --eps X (1e-8) --clip X (1.0, 0 = off; --grad-clip) --seed N (1337)\n"
         "  --checkpoint-dir DIR --checkpoint-every N (0: at the end) --keep K (3): a run resumes\n"
         "                        from DIR's newest checkpoint that verifies\n"
+        "  --eval-data FILE|GLOB --eval-every N (0: after the last step) --eval-batches K (8):\n"
+        "                        training.eval: the held-out loss of K micro-batches\n"
         "  --log-every N (10)    a progress line every N steps and at the last\n"
         "  --engine cpu|cuda-fp32|cuda-bf16 (cpu)  --device N (0)  --bucket FLOATS (ZeRO bucket)\n");
 }

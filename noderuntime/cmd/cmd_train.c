@@ -58,9 +58,17 @@ static int on_step(void *ctx, const struct trainer_report *r)
                r->loss, r->lr, r->grad_norm, ms, r->tokens_per_s);
         fflush(stdout);
     }
+    if (r->evaluated) {
+        printf("eval after step %ld: loss %.6f (%.1f ms)\n", r->step, r->eval_loss,
+               r->eval_s * 1e3);
+        fflush(stdout);
+    }
     if (p->metrics) {
-        fprintf(p->metrics, "{\"step\":%ld,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,"
-                "\"ms\":%.3f,\"tokens_s\":%.1f}\n", r->step, r->loss, r->lr, r->grad_norm, ms,
+        char ev[64] = "";
+        if (r->evaluated)
+            snprintf(ev, sizeof ev, ",\"eval_loss\":%.6f", r->eval_loss);
+        fprintf(p->metrics, "{\"step\":%ld,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f%s,"
+                "\"ms\":%.3f,\"tokens_s\":%.1f}\n", r->step, r->loss, r->lr, r->grad_norm, ev, ms,
                 r->tokens_per_s);
         fflush(p->metrics);
     }
@@ -128,7 +136,8 @@ int cmd_train(int argc, char **argv)
     struct trainer_config c;
     struct plan_doc rt = {0};
     struct tcp_listener *l = NULL;
-    struct dataloader *dl = NULL;
+    struct trainer_spec_data data = {0};
+    struct trainer_data td;
     int *bounds = NULL;
     struct progress pr = {0};
     rc = 1;
@@ -136,9 +145,7 @@ int cmd_train(int argc, char **argv)
         tcp_listener_open(&l, "127.0.0.1", 0, &e) != 0 || one_rank_plan(&rt, l, &e) != 0)
         goto out;
     const struct tj_spec *sp = &cs.spec;
-    struct dataloader_config dc = {.pattern = sp->training.data.path, .B = c.B, .T = c.T,
-                                   .rank = 0, .world = 1, .seed = c.seed, .vocab = c.model.vocab};
-    if (dataloader_open(&dl, &dc, &e) != 0 ||
+    if (trainer_spec_data_open(sp, &c, 0, 1, &data, &td, &e) != 0 ||
         worker_run_slices(&rt, sp->par.token_slices, &c, &bounds, &e) != 0)
         goto out;
     if (metrics_out && !(pr.metrics = fopen(metrics_out, "a"))) {
@@ -153,14 +160,13 @@ int cmd_train(int argc, char **argv)
            c.model.channels, c.model.heads, c.model.vocab, c.T, c.B, c.micro_batches,
            c.engine == ENGINE_CUDA ? (c.precision == DTYPE_BF16 ? "cuda-bf16" : "cuda-fp32")
                                    : "cpu",
-           omp_get_max_threads(), sp->training.data.path, dataloader_files(dl),
-           dataloader_tokens(dl));
+           omp_get_max_threads(), sp->training.data.path, dataloader_files(data.train),
+           dataloader_tokens(data.train));
     fflush(stdout);
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    struct trainer_data td = {dl, dataloader_batch_at};
     struct trainer_hooks hooks = {&pr, on_step, poll_stop, NULL, on_notice};
     rc = trainer_run(&c, &rt, 0, &td, &hooks, &e) != 0;
     if (rc == 0 && stop_requested)
@@ -170,7 +176,7 @@ out:
         fprintf(stderr, "holmes-node train: %s\n", e.msg);
     if (pr.metrics)
         fclose(pr.metrics);
-    dataloader_free(dl);
+    trainer_spec_data_close(&data);
     free(bounds);
     plan_doc_free(&rt);
     tcp_listener_close(l);

@@ -16,10 +16,10 @@
 #include "cli.h"
 #include "commands.h"
 #include "cpu_affinity.h"
-#include "dataloader.h"
 #include "log.h"
 #include "rank_table.h"
 #include "trainer.h"
+#include "trainer_spec.h"
 #include "worker_train.h"
 #include "cmd_spec.h"
 
@@ -226,7 +226,8 @@ int cmd_worker(int argc, char **argv)
         return 2;
     }
     long rank = w.rank;
-    struct dataloader *dl = NULL;
+    struct trainer_spec_data data = {0};
+    struct trainer_data td;
     int *bounds = NULL;
     struct trainer_config c;
     rc = 2;
@@ -249,10 +250,8 @@ int cmd_worker(int argc, char **argv)
                  "table's other ranks here (OMP_NUM_THREADS overrides)", rank, share);
         omp_set_num_threads(share);
     }
-    struct dataloader_config dc = {.pattern = cs.spec.training.data.path, .B = c.B, .T = c.T,
-                                   .rank = plan_doc_dp_of(&rt, (int)rank), .world = rt.data,
-                                   .seed = c.seed, .vocab = c.model.vocab};
-    if (dataloader_open(&dl, &dc, &e) != 0) {
+    if (trainer_spec_data_open(&cs.spec, &c, plan_doc_dp_of(&rt, (int)rank), rt.data, &data, &td,
+                               &e) != 0) {
         log_error("data: %s", e.msg);
         goto out;
     }
@@ -266,7 +265,6 @@ int cmd_worker(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     struct progress pr = {lf == LOG_JSON, w.all_ranks || rank == 0};
-    struct trainer_data td = {dl, dataloader_batch_at};
     struct trainer_hooks hooks = {&pr, print_step, poll_stop, NULL, NULL};
     log_info("rank %ld: stage %d of %d, replica %d of %d", rank, plan_doc_stage_of(&rt, (int)rank),
              rt.pipeline, plan_doc_dp_of(&rt, (int)rank), rt.data);
@@ -276,7 +274,7 @@ int cmd_worker(int argc, char **argv)
     else if (stop_requested)
         log_info("stopped on request");
 out:
-    dataloader_free(dl);
+    trainer_spec_data_close(&data);
     plan_doc_free(&rt);
     free(bounds);
     cmd_spec_free(&cs);

@@ -317,6 +317,24 @@ int pipe_run(struct pipe_runner *p, float *loss_sum, herr *e)
     return 0;
 }
 
+int pipe_run_forward(struct pipe_runner *p, int micro_batches, float *loss_sum, herr *e)
+{
+    long U = (long)micro_batches * p->S;
+    p->loss_sum = 0;
+    p->wait_s = p->send_s = 0;
+    int rc = 0;
+    for (long u = 0; u < U && rc == 0; u++)
+        rc = do_forward(p, u, e);
+    herr e2;
+    if (sends_wait(p, rc == 0 ? e : &e2) != 0 && rc == 0)
+        rc = herr_wrap(e, "stage %d: the evaluation's last sends", p->cfg.stage);
+    if (rc != 0)
+        return -1;
+    if (loss_sum)
+        *loss_sum = p->loss_sum;
+    return 0;
+}
+
 void pipe_run_times(const struct pipe_runner *p, double *wait_s, double *send_s)
 {
     *wait_s = p->wait_s;

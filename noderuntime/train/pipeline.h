@@ -81,6 +81,9 @@ void pipe_runner_free(struct pipe_runner *p);
 /* One optimizer step's worth of micro-batches. On the last stage *loss_sum is the sum of the
  * micro-batch losses (0 elsewhere). */
 int pipe_run(struct pipe_runner *p, float *loss_sum, herr *e);
+/* Forwards only, of `micro_batches` micro-batches (their slices in order): an evaluation. Every
+ * stage runs it at the same point between steps; *loss_sum as pipe_run's. */
+int pipe_run_forward(struct pipe_runner *p, int micro_batches, float *loss_sum, herr *e);
 /* The last pipe_run's seconds blocked receiving from the neighbour stages (waiting for their
  * work: the pipeline's fill, drain and imbalance, plus the awaited message's transfer, and the
  * tensor group's all-gather of it) and sending to them (queueing a send, and waiting for an

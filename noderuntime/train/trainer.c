@@ -116,7 +116,10 @@ static int stage_forward(void *ctx, int mb, int slot, int k, const void *in, voi
     int *tok = w->tokens + (size_t)slot * bt, *tgt = w->targets + (size_t)slot * bt;
     int t0, t1;
     slice_range(w, k, &t0, &t1);
-    if ((w->first || w->last) && k == 0) { /* the micro-batch's data, at its first slice */
+    if ((w->first || w->last) && k == 0 && w->evaluating) {
+        if (w->data->eval_batch(w->data->eval_ctx, (uint64_t)mb, w->replica, w->D, tok, tgt, e))
+            return herr_wrap(e, "evaluation data, micro-batch %d", mb);
+    } else if ((w->first || w->last) && k == 0) { /* the micro-batch's data, at its first slice */
         uint64_t at = (uint64_t)w->step * (uint64_t)w->M + (uint64_t)mb;
         if (w->data->batch(w->data->ctx, at, w->replica, w->D, tok, tgt, e) != 0)
             return herr_wrap(e, "training data, micro-batch %llu", (unsigned long long)at);
@@ -857,6 +860,38 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
     return 0;
 }
 
+/* Whether an evaluation follows the step just done (the same answer on every rank). */
+static int eval_due(const struct worker *w)
+{
+    const struct trainer_config *c = w->cfg;
+    if (c->eval_batches <= 0 || !w->data->eval_batch)
+        return 0;
+    return w->step == c->steps || (c->eval_every > 0 && w->step % c->eval_every == 0);
+}
+
+/* The held-out loss: forwards of eval_batches micro-batches through the pipeline, the last
+ * stage's mean, averaged over the replicas; every rank gets it (the all-reduces run in the norm's
+ * order: tensor, pipeline, data). */
+static int evaluate(struct worker *w, struct pipe_runner *pr, float *loss, herr *e)
+{
+    int K = w->cfg->eval_batches;
+    float sum = 0;
+    if (tr_params_ready(w, e) != 0)
+        return -1;
+    w->evaluating = 1;
+    int rc = pipe_run_forward(pr, K, &sum, e);
+    w->evaluating = 0;
+    if (rc != 0 || (w->last && engine_loss_take(w->eng, &sum, e) != 0))
+        return -1;
+    float v = w->last && w->tpr == 0 ? sum / (float)K : 0.0f;
+    if ((w->tp && comm_all_reduce(w->tp, &v, 1, e) != 0) ||
+        (w->pp && comm_all_reduce(w->pp, &v, 1, e) != 0) ||
+        (w->dp && comm_all_reduce(w->dp, &v, 1, e) != 0))
+        return herr_wrap(e, "the evaluation's loss");
+    *loss = v / (float)w->D;
+    return 0;
+}
+
 int trainer_run(const struct trainer_config *c, const struct plan_doc *rt, int rank,
                 const struct trainer_data *data, const struct trainer_hooks *hooks, herr *e)
 {
@@ -910,6 +945,16 @@ int trainer_run(const struct trainer_config *c, const struct plan_doc *rt, int r
             herr_wrap(e, "rank %d (stage %d, replica %d), step %ld", rank, w.stage, w.replica,
                       w.step + 1);
             goto out;
+        }
+        if (!stop && eval_due(&w)) {
+            double t0 = clock_mono_s();
+            if (evaluate(&w, pr, &rep.eval_loss, e) != 0) {
+                herr_wrap(e, "rank %d (stage %d, replica %d), evaluation after step %ld", rank,
+                          w.stage, w.replica, w.step);
+                goto out;
+            }
+            rep.evaluated = 1;
+            rep.eval_s = clock_mono_s() - t0;
         }
         if (hooks && hooks->on_step && hooks->on_step(hooks->ctx, &rep) != 0) {
             herr_set(e, "training stopped by the progress hook at step %ld", w.step);

@@ -39,6 +39,7 @@ struct worker {
     int ntens;
     int *reported;             /* [ntens]: gradient handed to ZeRO this step */
     int *tens_layer;           /* [ntens]: transformer block, -1 for the others */
+    int evaluating;            /* forwards read the held-out data (trainer_data.eval_batch) */
     int hook_failed;
     herr hook_err;
     int params_pending;        /* the last step's parameter all-gather is still in flight */

@@ -1,5 +1,7 @@
 #include "trainer_spec.h"
 
+#include "dataloader.h"
+
 void trainer_spec_engine(const struct tj_spec *sp, enum engine_kind *kind, enum dtype *precision)
 {
     *kind = tj_real_gpus(sp) ? ENGINE_CUDA : ENGINE_CPU;
@@ -39,6 +41,61 @@ int trainer_config_from_spec(const struct tj_spec *sp, struct trainer_config *c,
         c->checkpoint_every = sp->training.checkpoint.every_steps;
         c->checkpoint_keep = sp->training.checkpoint.keep;
     }
+    if (sp->training.eval.path[0]) {
+        c->eval_every = sp->training.eval.every_steps;
+        c->eval_batches = sp->training.eval.batches;
+    }
     trainer_spec_engine(sp, &c->engine, &c->precision);
     return 0;
+}
+
+/* One data set of the spec: opened, its kind the field's format. */
+static int open_set(const char *field, const char *path, enum tj_data_format format,
+                    const struct trainer_config *c, int replica, int replicas, int global_epochs,
+                    struct dataloader **out, herr *e)
+{
+    struct dataloader_config dc = {.pattern = path, .B = c->B, .T = c->T, .rank = replica,
+                                   .world = replicas, .seed = c->seed, .vocab = c->model.vocab,
+                                   .global_epochs = global_epochs};
+    if (dataloader_open(out, &dc, e) != 0)
+        return herr_wrap(e, "%s", field);
+    int text = dataloader_is_text(*out);
+    if (text == (format == TJ_DATA_TEXT))
+        return 0;
+    herr_set_kind(e, HERR_CONFIG, "%s.format: %s, but %s is %s (the engine reads *.bin files as "
+                  "llm.c token shards and any other file as text); set format: %s", field,
+                  tj_data_format_name(format), path, text ? "text" : "llm.c shards",
+                  text ? "text" : "llmc");
+    dataloader_free(*out);
+    *out = NULL;
+    return -1;
+}
+
+int trainer_spec_data_open(const struct tj_spec *sp, const struct trainer_config *c, int replica,
+                           int replicas, struct trainer_spec_data *d, struct trainer_data *td,
+                           herr *e)
+{
+    *d = (struct trainer_spec_data){0};
+    const struct tj_training *t = &sp->training;
+    if (open_set("spec.training.data", t->data.path, t->data.format, c, replica, replicas,
+                 sp->elastic.enabled, &d->train, e) != 0)
+        return -1;
+    *td = (struct trainer_data){.ctx = d->train, .batch = dataloader_batch_at};
+    if (!t->eval.path[0])
+        return 0;
+    if (open_set("spec.training.eval", t->eval.path, t->eval.format, c, replica, replicas, 0,
+                 &d->eval, e) != 0) {
+        trainer_spec_data_close(d);
+        return -1;
+    }
+    td->eval_ctx = d->eval;
+    td->eval_batch = dataloader_batch_at;
+    return 0;
+}
+
+void trainer_spec_data_close(struct trainer_spec_data *d)
+{
+    dataloader_free(d->train);
+    dataloader_free(d->eval);
+    *d = (struct trainer_spec_data){0};
 }

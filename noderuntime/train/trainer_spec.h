@@ -20,4 +20,17 @@ int trainer_config_from_spec(const struct tj_spec *sp, struct trainer_config *c,
  * precision. */
 void trainer_spec_engine(const struct tj_spec *sp, enum engine_kind *kind, enum dtype *precision);
 
+/* The spec's data, opened for data-parallel replica `replica` of `replicas`: training.data, and
+ * training.eval's held-out data when the spec has it. */
+struct trainer_spec_data {
+    struct dataloader *train, *eval;
+};
+/* Opens them for c's batch and vocabulary (global epochs with spec.elastic: the same sample
+ * after a re-plan) and fills td; each file's kind must be its field's `format`. -1 naming the
+ * field (spec.training.data, spec.training.eval), nothing left open. */
+int trainer_spec_data_open(const struct tj_spec *sp, const struct trainer_config *c, int replica,
+                           int replicas, struct trainer_spec_data *d, struct trainer_data *td,
+                           herr *e);
+void trainer_spec_data_close(struct trainer_spec_data *d);
+
 #endif

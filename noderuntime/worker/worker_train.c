@@ -96,6 +96,13 @@ static int on_step(void *ctx, const struct trainer_report *r)
     };
     if (!(ps.loss >= 0 && ps.loss < 1e6)) /* NaN or absurd: the protocol refuses it */
         ps.has_loss = 0;
+    if (r->evaluated && s->last_stage && r->eval_loss >= 0 && r->eval_loss < 1e6) {
+        ps.has_eval = 1;
+        ps.eval_loss = r->eval_loss;
+    }
+    if (r->evaluated && s->last_stage)
+        log_info("eval after step %ld: loss %.4f (%.1f ms, stage %d)", r->step, r->eval_loss,
+                 r->eval_s * 1e3, r->stage);
     s->out->step(s->out->ctx, &ps);
     s->last_step = r->step;
     if (s->log_every > 0 && (r->step % s->log_every == 0 || r->step == s->steps)) {
@@ -192,7 +199,7 @@ int worker_train_rank(const struct plan_assignment *a, int local, struct tcp_lis
     struct trainer_config c;
     const struct tj_spec *spec = &a->spec;
     const struct plan_doc *rt = &a->plan;
-    struct dataloader *dl = NULL;
+    struct trainer_spec_data data = {0};
     int rc = -1, rank = a->ranks[local], *slices = NULL;
     if (trainer_config_from_spec(spec, &c, e))
         goto out;
@@ -207,23 +214,10 @@ int worker_train_rank(const struct plan_assignment *a, int local, struct tcp_lis
         herr_wrap(e, "spec.training.checkpoint.path");
         goto out;
     }
-    struct dataloader_config dc = {spec->training.data.path, c.B, c.T, plan_doc_dp_of(rt, rank),
-                                   rt->data, c.seed, c.model.vocab,
-                                   /* spec.elastic: the same sample after a re-plan */
-                                   .global_epochs = spec->elastic.enabled};
-    if (dataloader_open(&dl, &dc, e)) {
-        herr_wrap(e, "spec.training.data");
+    struct trainer_data td;
+    if (trainer_spec_data_open(spec, &c, plan_doc_dp_of(rt, rank), rt->data, &data, &td, e))
         goto out;
-    }
-    if (dataloader_is_text(dl) != (spec->training.data.format == TJ_DATA_TEXT)) {
-        herr_set(e, "spec.training.data.format: %s, but %s is %s (the engine reads *.bin files as "
-                 "llm.c token shards and any other file as text); set format: %s",
-                 tj_data_format_name(spec->training.data.format), spec->training.data.path,
-                 dataloader_is_text(dl) ? "text" : "llm.c shards",
-                 dataloader_is_text(dl) ? "text" : "llmc");
-        goto out;
-    }
-    if (!dataloader_scanned(dl))
+    if (!dataloader_scanned(data.train))
         log_info("data: %s holds more than %llu MiB of tokens: each window is checked against the "
                  "vocabulary as it is read, not the whole set at start", spec->training.data.path,
                  (unsigned long long)(DATALOADER_SCAN_MAX_BYTES >> 20));
@@ -250,12 +244,11 @@ int worker_train_rank(const struct plan_assignment *a, int local, struct tcp_lis
                              .last_stage = stage == rt->pipeline - 1,
                              .log_every = spec->training.log_every_steps,
                              .steps = spec->training.steps};
-    struct trainer_data td = {dl, dataloader_batch_at};
     struct trainer_hooks hooks = {&sink, on_step, on_should_stop, NULL, on_notice};
     rc = trainer_run(&c, rt, rank, &td, &hooks, e);
     *last_step = sink.last_step;
 out:
-    dataloader_free(dl);
+    trainer_spec_data_close(&data);
     free(slices);
     return rc;
 }

@@ -121,6 +121,11 @@ void local_console_progress(struct local_console *con, const struct coord_progre
 {
     if (con->quiet)
         return;
+    if (p->eval_step > con->eval_said) { /* training.eval: each new held-out loss, once */
+        con->eval_said = p->eval_step;
+        local_console_say(con, "Eval", "held-out loss %.4f after step %ld", p->eval_loss,
+                          p->eval_step);
+    }
     char eta[32], loss[32] = "";
     local_console_duration(p->eta_s, eta, sizeof eta);
     if (p->has_loss)

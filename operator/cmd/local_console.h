@@ -14,6 +14,7 @@ struct local_console {
     int quiet;         /* --quiet: no progress line */
     int line_open;     /* a progress line is drawn without its newline */
     double last_print; /* not a terminal: when the last progress line was printed */
+    long eval_said;    /* the step of the last evaluation said */
 };
 
 /* Ends an open progress line, so that what comes next starts a line of its own. */

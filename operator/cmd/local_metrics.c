@@ -14,6 +14,8 @@ struct metric_row {
     int seen;            /* workers that reported this step */
     int nloss;
     double loss, lr, tokens_per_s, step_ms;
+    int has_eval;
+    double eval_loss;    /* training.eval after this step (the replicas' mean already) */
     double stage_ms[PROTO_MAX_STAGES], stage_compute[PROTO_MAX_STAGES],
            stage_comm[PROTO_MAX_STAGES], stage_bubble[PROTO_MAX_STAGES];
 };
@@ -54,6 +56,8 @@ static void write_row(FILE *f, const struct metric_row *r, int stages)
     fprintf(f, "{\"step\":%ld,\"time\":%.3f,", r->step, clock_wall_s());
     if (r->nloss)
         fprintf(f, "\"loss\":%.6f,", r->loss / r->nloss);
+    if (r->has_eval)
+        fprintf(f, "\"eval_loss\":%.6f,", r->eval_loss);
     /* each last-stage replica reports the whole step's rate: their mean */
     fprintf(f, "\"lr\":%.6g,\"tokens_per_s\":%.1f,\"step_ms\":%.3f,\"stages\":[", r->lr,
             r->nloss ? r->tokens_per_s / r->nloss : 0.0, r->step_ms);
@@ -87,6 +91,10 @@ void local_metrics_add(struct local_metrics *m, const struct proto_progress *p, 
             r->nloss++;
             r->loss += s->loss;
             r->tokens_per_s += s->tokens_per_s;
+        }
+        if (s->has_eval) {
+            r->has_eval = 1;
+            r->eval_loss = s->eval_loss;
         }
         if (s->lr > 0)
             r->lr = s->lr;

@@ -488,6 +488,10 @@ void co_job_aggregate(const struct job *j, struct coord_progress *p)
             p->step = s->last.step;
         if (s->last.step_ms > p->step_ms)
             p->step_ms = s->last.step_ms;
+        if (s->eval_step > p->eval_step) {
+            p->eval_step = s->eval_step;
+            p->eval_loss = s->eval_loss;
+        }
         if (s->last.has_loss) {
             p->loss += s->last.loss;
             p->tokens_per_s += s->last.tokens_per_s;

@@ -20,6 +20,8 @@ struct gauges {
         double step_s, tokens_per_s, tflops;
     } prog;
     int restarts;
+    int eval_set;
+    double eval_loss;
     int staged[PROTO_MAX_STAGES];
     double stage[PROTO_MAX_STAGES][3]; /* compute, communication, bubble (seconds) */
 };
@@ -103,6 +105,16 @@ void coord_metrics_progress(struct coord_metrics *m, const char *ns, const char 
     }
 }
 
+void coord_metrics_eval(struct coord_metrics *m, const char *ns, const char *job, double loss)
+{
+    struct gauges *g = lock_job(m, ns, job);
+    if (g) {
+        g->eval_set = 1;
+        g->eval_loss = loss;
+        pthread_mutex_unlock(&m->mu);
+    }
+}
+
 void coord_metrics_stage(struct coord_metrics *m, const char *ns, const char *job, int stage,
                          double compute_s, double comm_s, double bubble_s)
 {
@@ -152,6 +164,7 @@ static void family(struct coord_metrics *m, struct metrics_buf *b, const char *n
         case 2: have = g->prog.set, v = g->prog.step_s; break;
         case 3: have = g->prog.set, v = g->prog.tokens_per_s; break;
         case 4: have = g->prog.set, v = g->prog.tflops; break;
+        case 6: have = g->eval_set, v = g->eval_loss; break;
         default: have = 1, v = g->restarts; break;
         }
         if (have)
@@ -171,6 +184,8 @@ void coord_metrics_render(struct coord_metrics *m, struct metrics_buf *b)
     family(m, b, "holmes_job_tokens_per_second", "Training throughput.", 3);
     family(m, b, "holmes_job_tflops_per_gpu", "Model TFLOPS per device (6 x parameters x tokens/s).", 4);
     family(m, b, "holmes_job_restarts", "In-place gang restarts charged to the job.", 5);
+    family(m, b, "holmes_job_eval_loss",
+           "The newest held-out loss (spec.training.eval), the replicas' mean.", 6);
     static const char *const parts[] = {"compute", "communication", "bubble"};
     metrics_printf(b, "# HELP holmes_job_stage_seconds A stage's last step: compute, communication "
                       "and pipeline bubble time.\n# TYPE holmes_job_stage_seconds gauge\n");

@@ -370,6 +370,14 @@ static void on_progress(void *user, const struct coord_progress *pr)
     if (pr->step_ms > 0)
         cJSON_AddNumberToObject(p, "stepSeconds", pr->step_ms / 1000.0);
     cJSON_AddStringToObject(p, "updated", now);
+    if (pr->eval_step > 0) { /* training.eval: the newest held-out loss */
+        cJSON *ev = cJSON_AddObjectToObject(st, "evalLoss");
+        if (ev) {
+            cJSON_AddNumberToObject(ev, "step", (double)pr->eval_step);
+            cJSON_AddNumberToObject(ev, "loss", round(pr->eval_loss * 1e4) / 1e4);
+        }
+        coord_metrics_eval(j->co->metrics, j->ns, j->name, pr->eval_loss);
+    }
     if (j->cp.planned && j->cp.plan.step_s > 0 && pr->step_ms > 0) {
         char msg[200];
         double measured = pr->step_ms / 1000.0, predicted = j->cp.plan.step_s;

@@ -273,6 +273,11 @@ static void on_progress(struct conn *k, const struct proto_msg *m)
         return;
     const struct proto_progress *p = &m->u.progress;
     s->last = p->steps[p->nsteps - 1];
+    for (int i = 0; i < p->nsteps; i++)
+        if (p->steps[i].has_eval && p->steps[i].step >= s->eval_step) {
+            s->eval_step = p->steps[i].step;
+            s->eval_loss = p->steps[i].eval_loss;
+        }
     s->reported = 1;
     j->progress_dirty = 1;
     if (j->hooks.on_steps)

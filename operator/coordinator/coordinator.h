@@ -78,6 +78,8 @@ struct coord_progress {
     double tokens_per_s;    /* sum over the workers that report loss (one per replica) */
     double step_ms;         /* the slowest worker's last step time */
     double eta_s;           /* (total_steps - step) * step_ms; -1 when unknown */
+    long eval_step;         /* the newest evaluation (training.eval) a worker reported; 0: none */
+    double eval_loss;       /* its held-out loss (already the replicas' mean) */
 };
 
 struct coord_hooks {

@@ -49,6 +49,8 @@ struct slot {
     int ranks[PLAN_MAX_LOCAL_RANKS];
     int reported;
     struct proto_step last;
+    long eval_step;         /* the last evaluation it reported (0: none) */
+    double eval_loss;
     int done;
     /* A worker back (its process restarted) while its gang's failure is being settled: its
      * hello waits for the verdict, then joins the restart (or hears the job is over). */

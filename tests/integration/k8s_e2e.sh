@@ -9,7 +9,8 @@
 #   3. a pod deleted: its worker checkpoints on SIGTERM, the pod is recreated, the gang resumes
 #      from that step (not charged);
 #   4. suspend and resume: every worker checkpoints and leaves, pods go; on resume new pods
-#      continue from that step to the end; the job Succeeds.
+#      continue from that step to the end; the job Succeeds, its held-out loss (training.eval)
+#      in status.evalLoss.
 # A second job (simulated workers, maxRestarts 0) fails on its first worker death: phase
 # Failed with the reason, every pod process exits 1, and no failed pod is replaced.
 source "$(dirname "$0")/lib.bash"
@@ -52,7 +53,8 @@ start_operator
 example_job "$W/job.yaml" e2e 320 "$W/ckpt" -e "s#examples/data/corpus.txt#$REPO/examples/data/corpus.txt#" \
     -e "s/everySteps: 50/everySteps: 20/" -e "s/keep: 2/keep: 3/" \
     -e "s/maxRestarts: 2, backoffSeconds: 0/maxRestarts: 3, backoffSeconds: 1/" \
-    -e "s/bandwidthScale: 0.01/bandwidthScale: 0.001/"
+    -e "s/bandwidthScale: 0.01/bandwidthScale: 0.001/" \
+    -e "s#    logEverySteps: 10#    eval: {path: $REPO/examples/data/corpus.txt, format: text, everySteps: 100, batches: 2}\n    logEverySteps: 10#"
 kubectl apply -n $NS -f "$W/job.yaml" >/dev/null
 npods() { kubectl get pods -n $NS -l "holmes.dev/job=$1" -o json | jq '[.items[] | select(.metadata.deletionTimestamp == null)] | length'; }
 pods_are() { [ "$(npods "$1")" = "$2" ]; }
@@ -166,6 +168,9 @@ for i in 0 1 2 3; do set_pod e2e-worker-$i Succeeded False; done
 check "the job Succeeded at step 320, restarts 2" wait_for 30 tj_is e2e '.status.phase == "Succeeded" and .status.progress.step == 320 and .status.restarts == 2'
 loss=$(kubectl get tj e2e -n $NS -o jsonpath='{.status.progress.loss}')
 check "the final loss ($loss) is below 3.5 (from ~5.5: the curve continued)" awk -v l="$loss" 'BEGIN { exit !(l > 0 && l < 3.5) }'
+ev=$(kubectl get tj e2e -n $NS -o jsonpath='{.status.evalLoss.step} {.status.evalLoss.loss}')
+check "status.evalLoss: the held-out loss after the last step ($ev), below 3.5" \
+    awk -v s="${ev% *}" -v l="${ev#* }" 'BEGIN { exit !(s == 320 && l > 0 && l < 3.5) }'
 
 # A job out of restarts: Failed, for good.
 sed -e "s/name: e2e/name: lim/" -e "s/maxRestarts: 3, backoffSeconds: 1/maxRestarts: 0, backoffSeconds: 1/" \

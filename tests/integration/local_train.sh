@@ -1,5 +1,6 @@
 # holmes-operator local with real training (the CPU GPT through the trainer, 2 stages x 2
-# replicas on two emulated fabrics): loss falls, checkpoints are written; a worker killed after a
+# replicas on two emulated fabrics): loss falls, the held-out loss (training.eval) is measured
+# and falls, checkpoints are written; a worker killed after a
 # checkpoint -> in-place restart resumes from it and the loss curve continues from there.
 source "$(dirname "$0")/lib.bash"
 tmp=$(mktemp -d /tmp/holmes-local-train.XXXXXX)
@@ -8,7 +9,8 @@ name=it-train-$$
 steps=24
 [ "${HOLMES_VARIANT:-}" = asan ] && steps=8
 example_job "$tmp/job.yaml" "$name" "$steps" "$tmp/ckpt" -e "s/warmupSteps: 20/warmupSteps: 2/" \
-    -e "s/everySteps: 50/everySteps: 4/"
+    -e "s/everySteps: 50/everySteps: 4/" \
+    -e "s#    logEverySteps: 10#    eval: {path: examples/data/corpus.txt, format: text, everySteps: 10, batches: 2}\n    logEverySteps: 10#"
 
 if [ "${HOLMES_VARIANT:-}" != asan ]; then # under ASan only the restart run below (time)
 out=$(cd "$REPO" && timeout 300 "$OPERATOR" local "$tmp/job.yaml" --run-dir "$tmp/run" \
@@ -23,6 +25,16 @@ first, last = rows[0]["loss"], rows[-1]["loss"]
 assert first > 5.0 and last < first - 0.5, (first, last)
 assert all(len(r["stages"]) == 2 and r["stages"][0]["compute_ms"] > 0 for r in rows)
 PY
+/usr/bin/python3 - "$tmp/m.jsonl" "$steps" <<'PY' && pass "training.eval: the held-out loss after steps 10, 20 and the last, falling" || fail "training.eval: the held-out loss after steps 10, 20 and the last" "$(grep -o '"step":[0-9]*,[^,]*,"loss":[^,]*,"eval_loss":[^,]*' "$tmp/m.jsonl")"
+import json, sys
+rows = {r["step"]: r for r in (json.loads(l) for l in open(sys.argv[1]))}
+last = int(sys.argv[2])
+ev = {s: r["eval_loss"] for s, r in rows.items() if "eval_loss" in r}
+assert sorted(ev) == [10, 20, last], sorted(ev)
+assert 0 < ev[last] < ev[10] - 0.3, ev
+PY
+grep -q "eval after step 10: loss" "$tmp"/run/worker-3.log && pass "training.eval: the last stage's workers log it" \
+    || fail "training.eval: the last stage's workers log it" "$(grep -h eval "$tmp"/run/*.log | head -3)"
 ls "$tmp"/ckpt/stage-*-step-*.ckpt >/dev/null 2>&1 && pass "checkpoints written per stage" \
     || fail "checkpoints written per stage" "$(ls "$tmp/ckpt" 2>&1)"
 # Local workers share the cores: each pins its training to its share, the two replicas of a

@@ -218,7 +218,7 @@ static void test_progress(void)
     p.steps[0] = (struct proto_step){.step = 10, .has_loss = 1, .loss = 4.5, .lr = 3e-4,
                                      .tokens_per_s = 1000, .step_ms = 120, .compute_ms = 80,
                                      .comm_ms = 30, .bubble_ms = 10};
-    p.steps[1] = (struct proto_step){.step = 11, .step_ms = 110};
+    p.steps[1] = (struct proto_step){.step = 11, .step_ms = 110, .has_eval = 1, .eval_loss = 3.25};
     herr e = {0};
     char *s = proto_progress_encode(&p, &e);
     static struct proto_msg m;
@@ -232,6 +232,8 @@ static void test_progress(void)
         CHECK_NEAR("progress loss", q->steps[0].loss, 4.5, 1e-12);
         CHECK_NEAR("progress comm", q->steps[0].comm_ms, 30, 1e-12);
         CHECK_INT("progress second has no loss", q->steps[1].has_loss, 0);
+        CHECK("progress: the evaluation's loss only where one ran",
+              !q->steps[0].has_eval && q->steps[1].has_eval && q->steps[1].eval_loss == 3.25);
         proto_msg_free(&m);
     }
     free(s);
@@ -239,6 +241,13 @@ static void test_progress(void)
     s = proto_progress_encode(&p, &e);
     CHECK("progress with no steps refused", s == NULL);
     free(s);
+    const char *bad = "{\"v\":1,\"type\":\"progress\",\"rank\":0,\"stage\":0,\"steps\":"
+                      "[{\"step\":3,\"step_ms\":1,\"eval_loss\":-1}]}";
+    int rc = parse_str(bad, &m, &e);
+    CHECK_MSG("progress with a negative evaluation loss refused, naming the field",
+              rc != 0 && strstr(e.msg, "progress.steps[0].eval_loss"), "rc %d: %s", rc, e.msg);
+    if (rc == 0)
+        proto_msg_free(&m);
 }
 
 static void test_small_messages(void)

@@ -22,6 +22,7 @@
 
 #define STEPS 20
 #define MAXSTEPS 32
+#define EVAL_EVERY 8
 
 #define MODEL TRAINER_TEST_MODEL
 enum { B = TRAINER_TEST_B, T = TRAINER_TEST_T, MG = 4 }; /* MG: micro-batches in the global batch */
@@ -62,6 +63,9 @@ struct result {
     long profiled_step;      /* the step reported with a profile (-1: none; -2: several) */
     struct engine_profile profile;
     struct gpt_stage *ref;
+    int evals;               /* evaluations reported */
+    long eval_step;          /* the last one's step and loss */
+    float eval_loss;
     int bad;
 };
 
@@ -71,6 +75,11 @@ static int on_step(void *ctx, const struct trainer_report *r)
     if (r->step >= 1 && r->step <= MAXSTEPS)
         res->losses[r->step - 1] = r->loss;
     res->nsteps = r->step;
+    if (r->evaluated) {
+        res->evals++;
+        res->eval_step = r->step;
+        res->eval_loss = r->eval_loss;
+    }
     if (r->buckets_overlapped > res->overlapped)
         res->overlapped = r->buckets_overlapped;
     res->buckets = r->buckets;
@@ -137,9 +146,22 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
     if (ra->bucket)
         c.bucket_floats = ra->bucket;
     int die[2] = {ra->die_rank == rank ? 0 : -1, 3 * (MG / ra->D) + 1};
-    struct trainer_data data = {die, batch};
+    /* evaluations after steps 8, 16 and 20, on the global batch's MG micro-batches of windows
+     * (micro-batch k of replica r is window group k * D + r: the same MG groups whatever D) */
+    c.eval_every = EVAL_EVERY;
+    c.eval_batches = MG / ra->D;
+    struct trainer_data data = {die, batch, NULL, trainer_test_batch};
     struct trainer_hooks hooks = {&res, on_step, NULL, ra->steps == STEPS ? on_end : NULL, NULL};
     int rc = trainer_run(&c, &rt, rank, &data, &hooks, &e);
+    double ref_eval = 0; /* the reference's final stage's mean loss on the evaluation's batches */
+    for (int k = 0; k < MG; k++) {
+        int tok[B * T], tgt[B * T];
+        float lk = 0;
+        herr be;
+        trainer_test_batch(NULL, (uint64_t)k, 0, 1, tok, tgt, &be);
+        gpt_stage_forward(res.ref, 0, tok, NULL, tgt, NULL, &lk);
+        ref_eval += lk / MG;
+    }
     plan_doc_free(&rt);
     gpt_stage_free(res.ref);
     if (ra->die_rank >= 0) {
@@ -220,6 +242,24 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
                 k[ENGINE_PART_COMPUTE], 2 * (MG / ra->D), k[ENGINE_PART_ZEROING],
                 k[ENGINE_PART_NORM], k[ENGINE_PART_ADAMW], k[ENGINE_PART_BF16_COPY], res.buckets);
         res.bad = 1;
+    }
+    /* every rank has the evaluation's loss: after the last step the reference's, its final
+     * stage's mean loss on the same micro-batches (fp32 parameters: bf16 ones compute with
+     * rounded parameters, the reference's final stage holds the masters) */
+    int evals = (int)(ra->steps / EVAL_EVERY - ra->first_step / EVAL_EVERY) +
+                (ra->steps % EVAL_EVERY != 0); /* and after the run's last step */
+    if (res.evals != evals || (evals > 0 && res.eval_step != ra->steps && ra->steps == STEPS)) {
+        fprintf(stderr, "rank %d: %d evaluations (want %d), the last after step %ld\n", rank,
+                res.evals, evals, res.eval_step);
+        res.bad = 1;
+    }
+    if (ra->steps == STEPS && !ra->bf16 && ra->die_rank < 0) {
+        double d = fabs((double)res.eval_loss - ref_eval) / ref_eval;
+        if (!(d <= 1e-5)) {
+            fprintf(stderr, "rank %d: evaluation loss %.9g after step %ld, the reference's %.9g\n",
+                    rank, res.eval_loss, res.eval_step, ref_eval);
+            res.bad = 1;
+        }
     }
     if (res.nsteps != ra->steps) {
         fprintf(stderr, "rank %d: %ld steps reported, want %ld\n", rank, res.nsteps, ra->steps);
