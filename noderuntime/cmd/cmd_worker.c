@@ -124,6 +124,11 @@ static int print_step(void *ctx, const struct trainer_report *r)
                (unsigned long long)r->d2h_bytes);
     if (r->profiled)
         print_profile(p, r);
+    if (r->evaluated && p->json)
+        printf("{\"step\":%ld,\"eval_loss\":%.6f,\"eval_s\":%.4f}\n", r->step, r->eval_loss,
+               r->eval_s);
+    else if (r->evaluated)
+        printf("eval after step %ld: loss %.6f (%.1f ms)\n", r->step, r->eval_loss, r->eval_s * 1e3);
     fflush(stdout);
     return 0;
 }

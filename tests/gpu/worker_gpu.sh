@@ -7,6 +7,7 @@
 #      tests/integration/terapipe.sh) = the unsliced 2-stage run within 1e-4;
 #   3. two ranks on one GPU as a tensor group of 2 (Megatron-LM; the group's sums over TCP, as
 #      the rank table plans no NCCL network) = the CPU engine's tensor group of 2;
+#   3b. training.eval: the held-out loss through the CUDA engine = the CPU engine's;
 #   4. bf16: the loss curve of 200 steps within 1 % of fp32's (mean over the last 50 steps);
 #   5. data-parallel 2 on one GPU (two ranks over TCP: NCCL refuses two ranks of one
 #      communicator on one device) = one rank with twice the micro-batches, within 1e-4;
@@ -92,6 +93,18 @@ if [ -s "$tmp/g2.loss" ] && run g2_sl 2 20 "$e32" 1 '[0, 5, 22, 64]'; then
         && awk -v m="$m" 'BEGIN {exit !(m < 1e-4)}' && pass "gpu.worker.token_slices: 2-stage pipeline with token slices (5, 17, 42 of 64) = unsliced ($m)" \
         || failed gpu.worker.token_slices "largest relative loss difference $m (bound 1e-4), or the log names no slices: $(grep -m1 TeraPipe "$tmp/g2_sl.1.log")"
 else failed gpu.worker.token_slices "did not train (or the unsliced 2-stage run did not)"; fi
+# training.eval through the CUDA engine (written 2026-11-28 without a GPU): the held-out loss of
+# a 2-stage pipeline after steps 10 and 20 = the CPU engine's
+extra=(--eval-data "$data" --eval-every 10 --eval-batches 2)
+if run cpu_ev 2 20 cpu && run g_ev 2 20 "$e32"; then
+    sed -nE 's/^eval after step [0-9]+: loss ([0-9.]+).*/\1/p' "$tmp/cpu_ev.1.log" >"$tmp/cpu_ev.eval"
+    sed -nE 's/^eval after step [0-9]+: loss ([0-9.]+).*/\1/p' "$tmp/g_ev.1.log" >"$tmp/g_ev.eval"
+    m=$(maxrel "$tmp/g_ev.eval" "$tmp/cpu_ev.eval")
+    [ "$(wc -l <"$tmp/g_ev.eval")" = 2 ] && [ "$(wc -l <"$tmp/cpu_ev.eval")" = 2 ] &&
+        awk -v m="$m" 'BEGIN {exit !(m < 1e-3)}' && pass "gpu.worker.eval: $e32's held-out loss after steps 10 and 20 = the CPU engine's ($m)" \
+        || failed gpu.worker.eval "held-out losses $(tr '\n' ' ' <"$tmp/g_ev.eval") against $(tr '\n' ' ' <"$tmp/cpu_ev.eval") ($m, bound 1e-3)"
+else failed gpu.worker.eval "did not train"; fi
+extra=()
 if run cpu_t2 1 20 cpu 2 && run g_t2 1 20 "$e32" 2; then
     m=$(maxrel "$tmp/g_t2.loss" "$tmp/cpu_t2.loss")
     awk -v m="$m" 'BEGIN {exit !(m < 1e-3)}' && pass "gpu.worker.tensor2_one_gpu: tensor 2 on one GPU = the CPU engine's tensor 2 ($m)" \
