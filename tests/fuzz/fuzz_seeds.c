@@ -417,7 +417,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < 3; i++)
         p.steps[i] = (struct proto_step){.step = 41 + i, .has_loss = 1, .loss = 4.1 - 0.1 * i,
                                          .lr = 3e-4, .tokens_per_s = 51234.5, .step_ms = 812.4,
-                                         .compute_ms = 600.1, .comm_ms = 150.2, .bubble_ms = 62.1};
+                                         .compute_ms = 600.1, .comm_ms = 150.2, .bubble_ms = 62.1,
+                                         .has_eval = i == 2, .eval_loss = 3.95};
     put("coord_message", "progress", proto_progress_encode(&p, NULL));
     p.nsteps = 1;
     p.steps[0].has_loss = 0;
