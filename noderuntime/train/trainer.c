@@ -946,6 +946,12 @@ int trainer_run(const struct trainer_config *c, const struct plan_doc *rt, int r
                       w.step + 1);
             goto out;
         }
+        /* the step's checkpoint before its evaluation: an evaluation that fails (its data
+         * gone) loses no step */
+        int every = c->checkpoint_every;
+        if (c->checkpoint_dir && (stop || w.step == c->steps || (every > 0 && w.step % every == 0)) &&
+            tr_ckpt_save(&w, e) != 0)
+            goto out;
         if (!stop && eval_due(&w)) {
             double t0 = clock_mono_s();
             if (evaluate(&w, pr, &rep.eval_loss, e) != 0) {
@@ -960,10 +966,6 @@ int trainer_run(const struct trainer_config *c, const struct plan_doc *rt, int r
             herr_set(e, "training stopped by the progress hook at step %ld", w.step);
             goto out;
         }
-        int every = c->checkpoint_every;
-        if (c->checkpoint_dir && (stop || w.step == c->steps || (every > 0 && w.step % every == 0)) &&
-            tr_ckpt_save(&w, e) != 0)
-            goto out;
     }
     /* the trained parameters in fp32 (bf16 parameters: every replica's masters) */
     if (tr_params_ready(&w, e) != 0 || zero_master_gather_host(w.z, gpt_stage_params(w.gs), e) != 0)

@@ -75,6 +75,20 @@ wait $live; rc=$?
 if [ $rc -eq 1 ] && grep -q "live.txt: .* truncated while training" "$tmp/live.out"; then
     pass "train.data_truncated_while_training"
 else fail "train.data_truncated_while_training" "rc $rc: $(tail -5 "$tmp/live.out")"; fi
+# The held-out data truncated: the evaluation fails naming it, after the step's checkpoint was
+# written (no step lost to the failed evaluation).
+cp "$corpus" "$tmp/val.txt"
+"$NODE" train --data "$corpus" "${model[@]}" --batch 4 --steps 1000000 --eval-data "$tmp/val.txt" \
+    --eval-every 5 --eval-batches 2 --checkpoint-dir "$tmp/ev" --checkpoint-every 5 \
+    --metrics-out "$tmp/ev.jsonl" >"$tmp/ev.out" 2>&1 &
+live=$!
+if wait_for 120 grep -q eval_loss "$tmp/ev.jsonl"; then truncate -s 100 "$tmp/val.txt"; fi
+wait_for 60 eval '! kill -0 $live' || kill -9 $live
+wait $live; rc=$?
+at=$(sed -nE 's/.*evaluation after step ([0-9]+): .*evaluation data.*val.txt.*truncated while training.*/\1/p' "$tmp/ev.out")
+if [ $rc -eq 1 ] && [ -n "$at" ] && [ "$(cat "$tmp/ev/latest-step" 2>/dev/null)" = "$at" ]; then
+    pass "train.eval_data_truncated: the evaluation after step $at fails naming the file; that step's checkpoint is kept"
+else fail "train.eval_data_truncated" "rc $rc, step '$at', latest $(cat "$tmp/ev/latest-step" 2>&1): $(tail -3 "$tmp/ev.out")"; fi
 
 # --job: a TrainingJob manifest trains as the same flags do (the same spec, the same losses)
 cat >"$tmp/job.yaml" <<YAML
