@@ -480,6 +480,13 @@ static int sim_run(void *user, struct plan_assignment *a, const struct proto_sta
             s.has_loss = 1;
             s.loss = 1.0 + 9.0 / (1.0 + (double)step / 10.0);
         }
+        /* training.eval, simulated: a held-out loss a little above the training loss */
+        const struct tj_eval *ev = a->has_spec ? &a->spec.training.eval : NULL;
+        if (last && ev && ev->path[0] &&
+            ((ev->every_steps > 0 && step % ev->every_steps == 0) || step == sim->steps)) {
+            s.has_eval = 1;
+            s.eval_loss = s.loss * 1.02;
+        }
         worker_report_step(link, &s);
         *last_step = step;
     }

@@ -17,6 +17,8 @@ struct point {
     int nrate;
     double tokens_sum;         /* each report is the global batch's rate: averaged */
     double step_s;             /* the slowest report */
+    int has_eval;              /* training.eval followed the step: its held-out loss */
+    double eval_loss;
 };
 
 struct stage_times {
@@ -268,6 +270,10 @@ void coord_history_steps(struct coord_history *h, const char *ns, const char *jo
         struct point *pt = point_for(h, j, s->step);
         if (!pt)
             continue;
+        if (s->has_eval) { /* already the replicas' mean: every replica reports the same */
+            pt->has_eval = 1;
+            pt->eval_loss = s->eval_loss;
+        }
         pt->nloss++;
         pt->loss_sum += s->loss;
         pt->nrate++;
@@ -342,22 +348,24 @@ static cJSON *events_json(const struct job *j)
 /* Columns, not rows: one array per series (the page draws them as they are). */
 static cJSON *points_json(const struct coord_history *h, struct job *j)
 {
-    static const char *const keys[] = {"step", "time", "loss", "tokensPerSecond", "stepSeconds"};
-    cJSON *o = cJSON_CreateObject(), *col[5];
-    for (int k = 0; o && k < 5; k++)
+    static const char *const keys[] = {"step", "time", "loss", "tokensPerSecond", "stepSeconds",
+                                       "evalLoss"};
+    cJSON *o = cJSON_CreateObject(), *col[6];
+    for (int k = 0; o && k < 6; k++)
         if (!(col[k] = cJSON_AddArrayToObject(o, keys[k]))) {
             cJSON_Delete(o);
             return NULL;
         }
     for (int i = 0; o && i < j->npts; i++) {
         const struct point *p = point_at(h, j, i);
-        cJSON *v[5] = {cJSON_CreateNumber((double)p->step), cJSON_CreateNumber(p->time),
+        cJSON *v[6] = {cJSON_CreateNumber((double)p->step), cJSON_CreateNumber(p->time),
                        p->nloss ? cJSON_CreateNumber(p->loss_sum / p->nloss) : cJSON_CreateNull(),
                        cJSON_CreateNumber(p->nrate ? p->tokens_sum / p->nrate : 0),
-                       cJSON_CreateNumber(p->step_s)};
-        for (int k = 0; k < 5; k++)
+                       cJSON_CreateNumber(p->step_s),
+                       p->has_eval ? cJSON_CreateNumber(p->eval_loss) : cJSON_CreateNull()};
+        for (int k = 0; k < 6; k++)
             if (!v[k] || !cJSON_AddItemToArray(col[k], v[k])) {
-                for (int m = k; m < 5; m++)
+                for (int m = k; m < 6; m++)
                     cJSON_Delete(v[m]);
                 cJSON_Delete(o);
                 return NULL;

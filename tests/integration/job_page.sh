@@ -16,7 +16,8 @@ lp=""
 trap '[ -n "$lp" ] && kill "$lp" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
 name=it-page-$$
 # 100 ms steps: the page's ring (600 steps) is not full before the second load.
-example_job "$tmp/job.yaml" "$name" 400 "$tmp/ckpt"
+example_job "$tmp/job.yaml" "$name" 400 "$tmp/ckpt" \
+    -e "s#    logEverySteps: 10#    eval: {path: examples/data/corpus.txt, format: text, everySteps: 5, batches: 1}\n    logEverySteps: 10#"
 ( cd "$REPO" && exec timeout 90 "$OPERATOR" local "$tmp/job.yaml" --simulate --step-ms 100 \
       --run-dir "$tmp/run" >"$tmp/out" 2>&1 ) &
 lp=$!
@@ -68,13 +69,18 @@ p1=$(points 1) p2=$(points 2)
 [ -n "$p1" ] && [ "$p1" -gt 0 ] && [ -n "$p2" ] && [ "$p2" -gt "$p1" ] \
     && pass "loss curve grows while it trains ($p1 -> $p2 points)" \
     || fail "loss curve grows while it trains" "points ${p1:-none} then ${p2:-none}"
+ev=$(grep -o 'class="chart eval"[^>]*data-points="[0-9]*"' "$tmp/dom-2.html" | grep -o '[0-9]*"$' | tr -d '"')
+[ -n "$ev" ] && [ "$ev" -gt 0 ] && [ "$ev" -lt "$p2" ] && pass "the held-out loss drawn ($ev points: every 5th step)" \
+    || fail "the held-out loss drawn" "${ev:-no chart} of $p2 steps"
 [ -s "$art/load-1.png" ] && [ -s "$art/load-2.png" ] && pass "screenshots kept in $art" \
     || fail "screenshots kept in $art"
 
 api=$(curl -sf "$base/api/jobs")
 jq_true "$api" ".jobs[0].name == \"$name\" and (.jobs[0].plan.stages | length) == 2 and
         (.jobs[0].stages | length) == 2 and (.jobs[0].points.loss | length) > 0 and
-        (.jobs[0].points.step | length) == (.jobs[0].points.loss | length)" \
+        (.jobs[0].points.step | length) == (.jobs[0].points.loss | length) and
+        (.jobs[0].points.step | length) == (.jobs[0].points.evalLoss | length) and
+        ([.jobs[0].points.evalLoss[] | numbers] | length) > 0" \
     && pass "/api/jobs: plan, stage times and loss points" || fail "/api/jobs: plan, stage times and loss points" "$(head -c 400 <<<"$api")"
 html=$(curl -sf "$base/jobs")
 ext=$(grep -Eio '(src|href|action)=["'"'"']?(https?:)?//[^"'"'"' >]*|@import|url\(' <<<"$html")
