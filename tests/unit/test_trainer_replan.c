@@ -173,7 +173,7 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
     c.listener = l;
     c.checkpoint_dir = ra->ckpt;
     c.checkpoint_every = 3;
-    struct trainer_data data = {NULL, trainer_test_batch};
+    struct trainer_data data = {.ctx = NULL, .batch = trainer_test_batch};
     struct trainer_hooks hooks = {&res, on_step, NULL, on_end, NULL};
     int rc = trainer_run(&c, &rt, rank, &data, &hooks, &e);
     plan_doc_free(&rt);
