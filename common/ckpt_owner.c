@@ -75,20 +75,52 @@ static int make_claim(const char *path, const char *job, herr *e)
     return 0;
 }
 
-int ckpt_claim_read(const char *dir, char *owner, size_t cap, char *path, size_t path_cap, herr *e)
+/* The claim's path in dir; -1 when too long. */
+static int claim_path(const char *dir, char *path, size_t cap, herr *e)
 {
-    char p[4096], buf[OWNER_MAX];
-    if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, CKPT_OWNER_FILE) >= sizeof p)
+    if ((size_t)snprintf(path, cap, "%s/%s", dir, CKPT_OWNER_FILE) >= cap)
         return herr_config(e, "checkpoint directory %s: path too long", dir);
-    if (path)
-        snprintf(path, path_cap, "%s", p);
-    int r = read_claim(p, buf, sizeof buf, e);
-    if (r == 2)
-        return herr_config(e, "checkpoint directory claim %s is incomplete (no newline: a crash "
-                           "while it was written?); delete it to claim the directory again", p);
-    if (r == 1)
-        snprintf(owner, cap, "%s", buf);
-    return r;
+    return 0;
+}
+
+/* The claim read (waiting a little for one another rank is writing): 1 owner set, 0 none. */
+static int read_complete_claim(const char *path, char *owner, size_t cap, herr *e)
+{
+    for (int waited_ms = 0;; waited_ms += 20) {
+        int r = read_claim(path, owner, cap, e);
+        if (r != 2)
+            return r;
+        if (waited_ms >= INCOMPLETE_WAIT_MS)
+            return herr_config(e, "checkpoint directory claim %s is incomplete (no newline after "
+                               "%d ms: a crash while it was written?); delete it to claim the "
+                               "directory again", path, waited_ms);
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* 0 when owner is job, else the refusal naming both and the claim */
+static int owner_is(const char *dir, const char *path, const char *owner, const char *job,
+                    herr *e)
+{
+    if (strcmp(owner, job) == 0)
+        return 0;
+    return herr_config(e, "checkpoint directory %s holds the checkpoints of job %s (its claim, "
+                       "%s), not of job %s: two jobs in one directory would delete and resume "
+                       "from each other's checkpoints; give this job a checkpoint.path of its "
+                       "own, or delete %s to hand the directory over", dir, owner, path, job,
+                       path);
+}
+
+int ckpt_claim_check(const char *dir, const char *job, herr *e)
+{
+    char path[4096], owner[OWNER_MAX];
+    if (!job || !*job)
+        return 0;
+    if (claim_path(dir, path, sizeof path, e) < 0)
+        return -1;
+    int r = read_complete_claim(path, owner, sizeof owner, e);
+    return r <= 0 ? r : owner_is(dir, path, owner, job, e);
 }
 
 int ckpt_claim_dir(const char *dir, const char *job, herr *e)
@@ -99,33 +131,17 @@ int ckpt_claim_dir(const char *dir, const char *job, herr *e)
         return herr_config(e, "checkpoint directory %s: job name \"%.64s...\" cannot be "
                            "written into a claim", dir, job);
     char path[4096], owner[OWNER_MAX];
-    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, CKPT_OWNER_FILE) >= sizeof path)
-        return herr_config(e, "checkpoint directory %s: path too long", dir);
-    for (int waited_ms = 0;;) {
-        int r = read_claim(path, owner, sizeof owner, e);
+    if (claim_path(dir, path, sizeof path, e) < 0)
+        return -1;
+    for (;;) {
+        int r = read_complete_claim(path, owner, sizeof owner, e);
         if (r < 0)
             return -1;
-        if (r == 1) {
-            if (strcmp(owner, job) == 0)
-                return 0;
-            return herr_config(e, "checkpoint directory %s holds the checkpoints of job %s (its "
-                               "claim, %s), not of job %s: two jobs in one directory would "
-                               "delete and resume from each other's checkpoints; give this job "
-                               "a checkpoint.path of its own, or delete %s to hand the directory "
-                               "over", dir, owner, path, job, path);
-        }
-        if (r == 0) {
-            int m = make_claim(path, job, e);
-            if (m <= 0)
-                return m;
-            continue; /* another rank made it: read it */
-        }
-        if (waited_ms >= INCOMPLETE_WAIT_MS)
-            return herr_config(e, "checkpoint directory claim %s is incomplete (no newline after "
-                               "%d ms: a crash while it was written?); delete it to claim the "
-                               "directory again", path, waited_ms);
-        struct timespec ts = {0, 20 * 1000000L};
-        nanosleep(&ts, NULL);
-        waited_ms += 20;
+        if (r == 1)
+            return owner_is(dir, path, owner, job, e);
+        int m = make_claim(path, job, e);
+        if (m <= 0)
+            return m; /* made (0), or an error */
+        /* another rank made it first: read it */
     }
 }

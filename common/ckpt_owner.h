@@ -14,8 +14,6 @@
 #ifndef HOLMES_CKPT_OWNER_H
 #define HOLMES_CKPT_OWNER_H
 
-#include <stddef.h>
-
 #include "error.h"
 
 #define CKPT_OWNER_FILE "holmes-job"
@@ -25,8 +23,8 @@
  * or incomplete), or with the errno's kind when the file cannot be made. */
 int ckpt_claim_dir(const char *dir, const char *job, herr *e);
 
-/* The job that claimed dir: 1 (owner set), 0 no claim (or no directory), -1 unreadable or
- * incomplete (e set). The claim's path goes into path (may be NULL). */
-int ckpt_claim_read(const char *dir, char *owner, size_t cap, char *path, size_t path_cap, herr *e);
+/* The same check without claiming (`holmes-operator local`, before it moves a finished run's
+ * directory): 0 when dir is unclaimed (or absent) or job's, -1 as ckpt_claim_dir refuses. */
+int ckpt_claim_check(const char *dir, const char *job, herr *e);
 
 #endif

@@ -160,19 +160,9 @@ static int check_calibration(const char *path)
  * run is refused before anything moves (-1, said on stderr). */
 static int prepare_checkpoints(const char *job, const struct tj_spec *s)
 {
-    char owner[1024], claim[4096];
     herr e = {0};
-    int claimed = ckpt_claim_read(s->training.checkpoint.path, owner, sizeof owner, claim,
-                                  sizeof claim, &e);
-    if (claimed < 0) {
+    if (ckpt_claim_check(s->training.checkpoint.path, job, &e) != 0) {
         fprintf(stderr, "holmes-operator local: spec.training.checkpoint.path: %s\n", e.msg);
-        return -1;
-    }
-    if (claimed == 1 && strcmp(owner, job) != 0) {
-        fprintf(stderr, "holmes-operator local: spec.training.checkpoint.path: checkpoint "
-                "directory %s holds the checkpoints of job %s (its claim, %s), not of job %s: "
-                "give this job a checkpoint.path of its own, or delete %s to hand the directory "
-                "over\n", s->training.checkpoint.path, owner, claim, job, claim);
         return -1;
     }
     char latest[TJ_PATH_MAX + 32];

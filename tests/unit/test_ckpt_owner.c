@@ -50,6 +50,16 @@ static void test_claims(void)
               "rc %d, kind %d: %s", rc, e.kind, e.msg);
     CHECK("claim.refusal_leaves_the_claim",
           read_file(file, text, sizeof text) == 0 && !strcmp(text, "team-a/gpt2\n"));
+    rc = ckpt_claim_check(d, "team-b/gpt2", &e);
+    CHECK_MSG("claim.check_refuses_the_other_job_as_the_claim_does",
+              rc == -1 && strstr(e.msg, "job team-a/gpt2") && strstr(e.msg, file),
+              "rc %d: %s", rc, e.msg);
+    CHECK("claim.check_passes_the_owner", ckpt_claim_check(d, "team-a/gpt2", &e) == 0);
+    char fresh[128], ffile[192];
+    sub(fresh, sizeof fresh, "unclaimed");
+    snprintf(ffile, sizeof ffile, "%s/%s", fresh, CKPT_OWNER_FILE);
+    CHECK("claim.check_claims_nothing", ckpt_claim_check(fresh, "team-b/gpt2", &e) == 0 &&
+                                            access(ffile, F_OK) != 0);
     rc = ckpt_claim_dir(d, "", &e) | ckpt_claim_dir(d, NULL, &e);
     CHECK("claim.no_job_claims_nothing", rc == 0);
     /* handed over: the claim deleted, the other job claims */
