@@ -77,7 +77,7 @@ struct proto_step {
     double comm_ms;     /* time blocked in communication */
     double bubble_ms;   /* pipeline idle time */
     int has_eval;       /* an evaluation ran after this step (training.eval; last stage) */
-    double eval_loss;   /* its held-out loss, the replicas' mean */
+    double eval_loss;   /* its held-out loss, the mean over the evaluation's batches */
 };
 
 struct proto_progress {

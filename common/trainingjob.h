@@ -88,13 +88,14 @@ struct tj_checkpoint {
     int keep;               /* newest checkpoints kept */
 };
 
-/* Evaluation on held-out data: the mean loss of `batches` micro-batches per data-parallel
- * replica (the same windows every time), after every `every_steps` steps and after the last. */
+/* Evaluation on held-out data: the mean loss of `batches` micro-batches in all, shared among the
+ * data-parallel replicas (the same windows every time, whatever the data degree), after every
+ * `every_steps` steps and after the last. */
 struct tj_eval {
     char path[TJ_PATH_MAX]; /* file or glob; "" = no evaluation */
     enum tj_data_format format;
     int every_steps;        /* 0 = only after the last step */
-    int batches;            /* micro-batches per replica */
+    int batches;            /* micro-batches in all (each of microBatchSize sequences) */
 };
 
 struct tj_training {

@@ -869,12 +869,14 @@ static int eval_due(const struct worker *w)
     return w->step == c->steps || (c->eval_every > 0 && w->step % c->eval_every == 0);
 }
 
-/* The held-out loss: forwards of eval_batches micro-batches through the pipeline, the last
- * stage's mean, averaged over the replicas; every rank gets it (the all-reduces run in the norm's
- * order: tensor, pipeline, data). */
+/* The held-out loss: eval_batches micro-batches in all, shared among the replicas (replica r
+ * takes global micro-batches k * D + r: the same set whatever the data degree), forwards only
+ * through the pipeline; the last stages' sum over the replicas, over eval_batches. Every rank
+ * gets it (the all-reduces run in the norm's order: tensor, pipeline, data). */
 static int evaluate(struct worker *w, struct pipe_runner *pr, float *loss, herr *e)
 {
-    int K = w->cfg->eval_batches;
+    int G = w->cfg->eval_batches;
+    int K = w->replica < G ? (G - w->replica + w->D - 1) / w->D : 0; /* this replica's share */
     float sum = 0;
     if (tr_params_ready(w, e) != 0)
         return -1;
@@ -883,12 +885,12 @@ static int evaluate(struct worker *w, struct pipe_runner *pr, float *loss, herr 
     w->evaluating = 0;
     if (rc != 0 || (w->last && engine_loss_take(w->eng, &sum, e) != 0))
         return -1;
-    float v = w->last && w->tpr == 0 ? sum / (float)K : 0.0f;
+    float v = w->last && w->tpr == 0 ? sum : 0.0f;
     if ((w->tp && comm_all_reduce(w->tp, &v, 1, e) != 0) ||
         (w->pp && comm_all_reduce(w->pp, &v, 1, e) != 0) ||
         (w->dp && comm_all_reduce(w->dp, &v, 1, e) != 0))
         return herr_wrap(e, "the evaluation's loss");
-    *loss = v / (float)w->D;
+    *loss = v / (float)G;
     return 0;
 }
 

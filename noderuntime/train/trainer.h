@@ -27,7 +27,8 @@ struct trainer_data {
     int (*batch)(void *ctx, uint64_t k, int replica, int replicas, int *tokens, int *targets,
                  herr *e);
     /* Held-out data for evaluation (trainer_config.eval_*), the same shape: micro-batch k of
-     * one evaluation (k < eval_batches; the same k at every evaluation). NULL: none. */
+     * replica `replica` in one evaluation, global micro-batch k * replicas + replica (below
+     * eval_batches; the same at every evaluation). NULL: none. */
     void *eval_ctx;
     int (*eval_batch)(void *ctx, uint64_t k, int replica, int replicas, int *tokens,
                       int *targets, herr *e);
@@ -65,8 +66,8 @@ struct trainer_config {
                                     reported (trainer_report.profiled); 0: none. The step ends
                                     with a wait for the engine. */
     int eval_every;              /* evaluate after every N steps (0: only after the last) ... */
-    int eval_batches;            /* ... on this many micro-batches per replica; 0: no evaluation
-                                    (needs trainer_data.eval_batch) */
+    int eval_batches;            /* ... on this many micro-batches in all, shared among the
+                                    replicas; 0: no evaluation (needs trainer_data.eval_batch) */
     const char *checkpoint_dir;  /* NULL = no checkpoints */
     int checkpoint_every;        /* steps between checkpoints (0 = only at the end / on stop) */
     int checkpoint_keep;         /* newest checkpoints kept (>= 1) */
@@ -105,8 +106,8 @@ struct trainer_report {
      * bf16 copy, zeroing, the norm, AdamW, the masters' rounding, other, and what is left: idle) */
     int profiled;
     struct engine_profile profile;
-    /* an evaluation after this step: the mean loss over every replica's eval_batches
-     * micro-batches of held-out data, and its seconds (not in step_s) */
+    /* an evaluation after this step: the mean loss over the eval_batches micro-batches of
+     * held-out data, and its seconds (not in step_s) */
     int evaluated;
     float eval_loss;
     double eval_s;

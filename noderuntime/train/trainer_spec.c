@@ -83,7 +83,9 @@ int trainer_spec_data_open(const struct tj_spec *sp, const struct trainer_config
     *td = (struct trainer_data){.ctx = d->train, .batch = dataloader_batch_at};
     if (!t->eval.path[0])
         return 0;
-    if (open_set("spec.training.eval", t->eval.path, t->eval.format, c, replica, replicas, 0,
+    /* global epochs: micro-batch k of replica r is the set's global micro-batch k * replicas + r,
+     * so an evaluation's batches are the same whatever the data degree */
+    if (open_set("spec.training.eval", t->eval.path, t->eval.format, c, replica, replicas, 1,
                  &d->eval, e) != 0) {
         trainer_spec_data_close(d);
         return -1;

@@ -15,7 +15,7 @@ struct metric_row {
     int nloss;
     double loss, lr, tokens_per_s, step_ms;
     int has_eval;
-    double eval_loss;    /* training.eval after this step (the replicas' mean already) */
+    double eval_loss;    /* training.eval after this step (the mean over its batches) */
     double stage_ms[PROTO_MAX_STAGES], stage_compute[PROTO_MAX_STAGES],
            stage_comm[PROTO_MAX_STAGES], stage_bubble[PROTO_MAX_STAGES];
 };

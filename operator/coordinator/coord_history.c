@@ -270,7 +270,7 @@ void coord_history_steps(struct coord_history *h, const char *ns, const char *jo
         struct point *pt = point_for(h, j, s->step);
         if (!pt)
             continue;
-        if (s->has_eval) { /* already the replicas' mean: every replica reports the same */
+        if (s->has_eval) { /* already the mean over the set: every replica reports the same */
             pt->has_eval = 1;
             pt->eval_loss = s->eval_loss;
         }

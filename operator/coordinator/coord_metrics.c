@@ -185,7 +185,7 @@ void coord_metrics_render(struct coord_metrics *m, struct metrics_buf *b)
     family(m, b, "holmes_job_tflops_per_gpu", "Model TFLOPS per device (6 x parameters x tokens/s).", 4);
     family(m, b, "holmes_job_restarts", "In-place gang restarts charged to the job.", 5);
     family(m, b, "holmes_job_eval_loss",
-           "The newest held-out loss (spec.training.eval), the replicas' mean.", 6);
+           "The newest held-out loss (spec.training.eval): the mean over its batches.", 6);
     static const char *const parts[] = {"compute", "communication", "bubble"};
     metrics_printf(b, "# HELP holmes_job_stage_seconds A stage's last step: compute, communication "
                       "and pipeline bubble time.\n# TYPE holmes_job_stage_seconds gauge\n");

@@ -79,7 +79,7 @@ struct coord_progress {
     double step_ms;         /* the slowest worker's last step time */
     double eta_s;           /* (total_steps - step) * step_ms; -1 when unknown */
     long eval_step;         /* the newest evaluation (training.eval) a worker reported; 0: none */
-    double eval_loss;       /* its held-out loss (already the replicas' mean) */
+    double eval_loss;       /* its held-out loss (already the mean over the set) */
 };
 
 struct coord_hooks {

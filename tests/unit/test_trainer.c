@@ -23,6 +23,7 @@
 #define STEPS 20
 #define MAXSTEPS 32
 #define EVAL_EVERY 8
+#define EVAL_G 3 /* micro-batches of an evaluation, in all */
 
 #define MODEL TRAINER_TEST_MODEL
 enum { B = TRAINER_TEST_B, T = TRAINER_TEST_T, MG = 4 }; /* MG: micro-batches in the global batch */
@@ -146,21 +147,22 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
     if (ra->bucket)
         c.bucket_floats = ra->bucket;
     int die[2] = {ra->die_rank == rank ? 0 : -1, 3 * (MG / ra->D) + 1};
-    /* evaluations after steps 8, 16 and 20, on the global batch's MG micro-batches of windows
-     * (micro-batch k of replica r is window group k * D + r: the same MG groups whatever D) */
+    /* evaluations after steps 8, 16 and 20, on EVAL_G micro-batches in all (micro-batch k of
+     * replica r is window group k * D + r: the same groups whatever D; 3 of them: replicas take
+     * 2 and 1, or 1, 1, 1 and none) */
     c.eval_every = EVAL_EVERY;
-    c.eval_batches = MG / ra->D;
+    c.eval_batches = EVAL_G;
     struct trainer_data data = {die, batch, NULL, trainer_test_batch};
     struct trainer_hooks hooks = {&res, on_step, NULL, ra->steps == STEPS ? on_end : NULL, NULL};
     int rc = trainer_run(&c, &rt, rank, &data, &hooks, &e);
     double ref_eval = 0; /* the reference's final stage's mean loss on the evaluation's batches */
-    for (int k = 0; k < MG; k++) {
+    for (int k = 0; k < EVAL_G; k++) {
         int tok[B * T], tgt[B * T];
         float lk = 0;
         herr be;
         trainer_test_batch(NULL, (uint64_t)k, 0, 1, tok, tgt, &be);
         gpt_stage_forward(res.ref, 0, tok, NULL, tgt, NULL, &lk);
-        ref_eval += lk / MG;
+        ref_eval += lk / EVAL_G;
     }
     plan_doc_free(&rt);
     gpt_stage_free(res.ref);
