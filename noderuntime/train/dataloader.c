@@ -93,6 +93,16 @@ static int open_file(struct data_file *f, const char *path, herr *e)
     return 0;
 }
 
+/* Token i of buf, as the file holds it: uint16 (shards) or a byte (text) */
+static unsigned token_at(const unsigned char *buf, int tok_bytes, size_t i)
+{
+    if (tok_bytes == 1)
+        return buf[i];
+    uint16_t t;
+    memcpy(&t, buf + 2 * i, 2);
+    return t;
+}
+
 /* Every token of the file below vocab, read in chunks; what names the unit in the message */
 static int scan_tokens(const struct data_file *f, int tok_bytes, int vocab, const char *what,
                        const char *unit, const char *hint, herr *e)
@@ -109,14 +119,7 @@ static int scan_tokens(const struct data_file *f, int tok_bytes, int vocab, cons
             return -1;
         }
         for (uint64_t k = 0; k < n; k++) {
-            unsigned v;
-            if (tok_bytes == 2) {
-                uint16_t t;
-                memcpy(&t, buf + 2 * k, 2);
-                v = t;
-            } else {
-                v = buf[k];
-            }
+            unsigned v = token_at(buf, tok_bytes, (size_t)k);
             if (v >= (unsigned)vocab) {
                 free(buf);
                 return herr_config(e, "%s %s: %s %u at %s %llu is not below the model's "
@@ -332,14 +335,7 @@ static int read_window(struct dataloader *d, uint64_t w, int *inp, int *tgt, her
     if (read_at(f, d->window, ((size_t)d->c.T + 1) * (size_t)tb, f->offset + start * tb, e) < 0)
         return -1;
     for (int t = 0; t <= d->c.T; t++) {
-        unsigned v;
-        if (tb == 2) {
-            uint16_t x;
-            memcpy(&x, d->window + 2 * (size_t)t, 2);
-            v = x;
-        } else {
-            v = d->window[t];
-        }
+        unsigned v = token_at(d->window, d->tok_bytes, (size_t)t);
         if (v >= (unsigned)d->c.vocab)
             return herr_config(e, "data file %s: token %u at index %llu is not below the model's "
                                "vocabulary %d%s", f->path, v,
