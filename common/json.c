@@ -102,6 +102,14 @@ static void set_item(cJSON *o, const char *key, cJSON *v)
 void json_set_num(cJSON *o, const char *key, double v) { set_item(o, key, cJSON_CreateNumber(v)); }
 void json_set_str(cJSON *o, const char *key, const char *v) { set_item(o, key, cJSON_CreateString(v)); }
 
+const char *json_fmt_num(char *buf, size_t cap, const char *fmt, double v)
+{
+    if (!isfinite(v))
+        return "null";
+    snprintf(buf, cap, fmt, v);
+    return buf;
+}
+
 cJSON *json_child_object(cJSON *o, const char *key)
 {
     cJSON *c = cJSON_GetObjectItemCaseSensitive(o, key);

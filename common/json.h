@@ -48,6 +48,9 @@ double json_num_at(const cJSON *o, const char *dotted, double def);
  * when absent or not an object) to write into. On out-of-memory they leave `o` as it was
  * (json_child_object then returns NULL). */
 void json_set_num(cJSON *o, const char *key, double v);
+/* A number as JSON text written with printf's fmt into buf: "null" for NaN and infinities,
+ * which JSON cannot hold (a skipped step's loss). Returns the text. */
+const char *json_fmt_num(char *buf, size_t cap, const char *fmt, double v);
 void json_set_str(cJSON *o, const char *key, const char *v);
 cJSON *json_child_object(cJSON *o, const char *key);
 

@@ -78,6 +78,8 @@ struct proto_step {
     double bubble_ms;   /* pipeline idle time */
     int has_eval;       /* an evaluation ran after this step (training.eval; last stage) */
     double eval_loss;   /* its held-out loss, the mean over the evaluation's batches */
+    int skipped;        /* its loss or gradient norm was not finite: no update (every rank's
+                           record of the step says so; no loss then) */
 };
 
 struct proto_progress {

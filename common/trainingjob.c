@@ -158,6 +158,7 @@ void tj_spec_defaults(struct tj_spec *s)
     t->eval.format = TJ_DATA_LLMC;
     t->eval.batches = 8;
     t->log_every_steps = 10;
+    t->max_nonfinite_steps = 3;
     s->gang_timeout_seconds = 600;
     s->ttl_after_finished_s = -1;
     s->active_deadline_s = -1;

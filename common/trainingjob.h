@@ -108,6 +108,8 @@ struct tj_training {
     struct tj_eval eval;
     char init_from[TJ_PATH_MAX]; /* "" = random init; a Holmes checkpoint or llm.c GPT-2 .bin */
     int log_every_steps;
+    int max_nonfinite_steps; /* steps in a row skipped for a non-finite loss or gradient norm
+                                before the job fails (0: the first fails it) */
 };
 
 struct tj_restart_policy {

@@ -436,6 +436,7 @@ static void parse_training(const cJSON *o, const char *p, struct tj_spec *s, str
         t->seed = (unsigned long long)seed;
     get_str(o, p, "initFrom", 0, t->init_from, sizeof t->init_from, errs);
     get_int(o, p, "logEverySteps", 1, 1000000, 0, &t->log_every_steps, errs);
+    get_int(o, p, "maxNonFiniteSteps", 0, 1000000, 0, &t->max_nonfinite_steps, errs);
     for (size_t i = 0; i < sizeof TRAINING_SECTIONS / sizeof *TRAINING_SECTIONS; i++)
         parse_section(o, p, &TRAINING_SECTIONS[i], s, errs);
 }
@@ -605,7 +606,9 @@ static const struct section SPEC_SECTIONS[SEC_COUNT] = {
                                                              NULL}, parse_placement},
     [SEC_TRAINING] = {"training", 1, (const char *const[]){"steps", "optimizer", "precision", "seed",
                                                            "data", "checkpoint", "eval",
-                                                           "initFrom", "logEverySteps", NULL}, parse_training},
+                                                           "initFrom", "logEverySteps",
+                                                           "maxNonFiniteSteps", NULL},
+                      parse_training},
     [SEC_RESTART] = {"restartPolicy", 0, (const char *const[]){"maxRestarts", "backoffSeconds", NULL},
                      parse_restart},
     [SEC_ELASTIC] = {"elastic", 0, (const char *const[]){"minWorkers", "replaceTimeoutSeconds",

@@ -116,6 +116,7 @@ static int training_to_json(cJSON *o, const struct tj_spec *s)
         if (t->init_from[0])
             ok &= !!str(tr, "initFrom", t->init_from);
         ok &= !!num(tr, "logEverySteps", t->log_every_steps);
+        ok &= !!num(tr, "maxNonFiniteSteps", t->max_nonfinite_steps);
     }
     return ok;
 }

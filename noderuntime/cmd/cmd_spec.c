@@ -142,6 +142,8 @@ static int apply(struct cmd_spec *cs, struct tj_spec *s, const char *f, const ch
         rc = set_int(cs, f, v, 1, 65536, &t->eval.batches);
     } else if (!strcmp(f, "--log-every")) {
         rc = set_int(cs, f, v, 1, 1000000, &t->log_every_steps);
+    } else if (!strcmp(f, "--max-nonfinite-steps")) {
+        rc = set_int(cs, f, v, 0, 1000000, &t->max_nonfinite_steps);
     } else if (!strcmp(f, "--engine")) {
         /* the command's: real GPUs (one per rank) in the spec's terms, and its precision */
         if (!strcmp(v, "cpu")) {
@@ -290,5 +292,7 @@ void cmd_spec_usage(FILE *f)
         "  --eval-data FILE|GLOB --eval-every N (0: after the last step) --eval-batches K (8):\n"
         "                        training.eval: the held-out loss of K micro-batches\n"
         "  --log-every N (10)    a progress line every N steps and at the last\n"
+        "  --max-nonfinite-steps N (3)  training.maxNonFiniteSteps: steps in a row skipped for a\n"
+        "                        non-finite loss or gradient norm before the run fails\n"
         "  --engine cpu|cuda-fp32|cuda-bf16 (cpu)  --device N (0)  --bucket FLOATS (ZeRO bucket)\n");
 }

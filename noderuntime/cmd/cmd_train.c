@@ -4,6 +4,7 @@
  * parameters, SIGTERM, the CUDA engine with --engine). The run is a TrainingJob spec: --job FILE
  * and the training flags (cmd_spec.h), configured as a TrainingJob's workers are. */
 #include <inttypes.h>
+#include <math.h>
 #include <omp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include "commands.h"
 #include "comm_tcp.h"
 #include "dataloader.h"
+#include "json.h"
 #include "log.h"
 #include "plan_doc.h"
 #include "trainer.h"
@@ -53,7 +55,11 @@ static int on_step(void *ctx, const struct trainer_report *r)
 {
     struct progress *p = ctx;
     double ms = r->step_s * 1e3;
-    if (r->step % p->log_every == 0 || r->step == p->steps) {
+    if (r->skipped) { /* the trainer's warning said why; every skip is shown */
+        printf("step %ld/%ld skipped: loss %.6f norm %.4f (%d in a row)\n", r->step, p->steps,
+               fabs(r->loss), fabs(r->grad_norm), r->nonfinite_run);
+        fflush(stdout);
+    } else if (r->step % p->log_every == 0 || r->step == p->steps) {
         printf("step %ld/%ld loss %.6f lr %.3e norm %.4f %.1f ms %.0f tok/s\n", r->step, p->steps,
                r->loss, r->lr, r->grad_norm, ms, r->tokens_per_s);
         fflush(stdout);
@@ -64,12 +70,15 @@ static int on_step(void *ctx, const struct trainer_report *r)
         fflush(stdout);
     }
     if (p->metrics) {
-        char ev[64] = "";
+        char ev[64] = "", lb[32], nb[32], eb[32];
         if (r->evaluated)
-            snprintf(ev, sizeof ev, ",\"eval_loss\":%.6f", r->eval_loss);
-        fprintf(p->metrics, "{\"step\":%ld,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f%s,"
-                "\"ms\":%.3f,\"tokens_s\":%.1f}\n", r->step, r->loss, r->lr, r->grad_norm, ev, ms,
-                r->tokens_per_s);
+            snprintf(ev, sizeof ev, ",\"eval_loss\":%s",
+                     json_fmt_num(eb, sizeof eb, "%.6f", r->eval_loss));
+        fprintf(p->metrics, "{\"step\":%ld,\"loss\":%s,\"lr\":%.6e,\"grad_norm\":%s%s,%s"
+                "\"ms\":%.3f,\"tokens_s\":%.1f}\n", r->step,
+                json_fmt_num(lb, sizeof lb, "%.6f", r->loss), r->lr,
+                json_fmt_num(nb, sizeof nb, "%.6f", r->grad_norm), ev,
+                r->skipped ? "\"skipped\":true," : "", ms, r->tokens_per_s);
         fflush(p->metrics);
     }
     return 0;
@@ -167,7 +176,8 @@ int cmd_train(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    struct trainer_hooks hooks = {&pr, on_step, poll_stop, NULL, on_notice};
+    struct trainer_hooks hooks = {.ctx = &pr, .on_step = on_step, .should_stop = poll_stop,
+                                  .on_notice = on_notice};
     rc = trainer_run(&c, &rt, 0, &td, &hooks, &e) != 0;
     if (rc == 0 && stop_requested)
         printf("stopped on request\n");

@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "cpu_affinity.h"
+#include "json.h"
 #include "log.h"
 #include "rank_table.h"
 #include "trainer.h"
@@ -104,20 +105,23 @@ static int print_step(void *ctx, const struct trainer_report *r)
     struct progress *p = ctx;
     if (!p->print)
         return 0;
+    char lb[32], nb[32];
     if (p->json)
-        printf("{\"step\":%ld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.4f,\"tokens_per_s\":%.1f,"
+        printf("{\"step\":%ld,\"loss\":%s,\"lr\":%.6g,\"grad_norm\":%s,%s\"tokens_per_s\":%.1f,"
                "\"step_s\":%.4f,\"pipeline_s\":%.4f,\"grad_sync_s\":%.4f,\"optimizer_s\":%.4f,"
                "\"param_sync_s\":%.4f,\"dp_link_bytes_per_s\":%.0f,\"stage\":%d,\"replica\":%d,"
                "\"host_syncs\":%llu,\"h2d_bytes\":%llu,\"d2h_bytes\":%llu}\n",
-               r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s, r->step_s, r->pipeline_s,
+               r->step, json_fmt_num(lb, sizeof lb, "%.6f", r->loss), r->lr,
+               json_fmt_num(nb, sizeof nb, "%.4f", r->grad_norm),
+               r->skipped ? "\"skipped\":true," : "", r->tokens_per_s, r->step_s, r->pipeline_s,
                r->grad_sync_s, r->optimizer_s, r->param_sync_s, r->dp_link_bytes_per_s, r->stage,
                r->replica, (unsigned long long)r->host_syncs, (unsigned long long)r->h2d_bytes,
                (unsigned long long)r->d2h_bytes);
     else
-        printf("step %ld loss %.6f lr %.3g norm %.3f %.0f tok/s %.1f ms (pipeline %.1f, grad "
+        printf("step %ld%s loss %.6f lr %.3g norm %.3f %.0f tok/s %.1f ms (pipeline %.1f, grad "
                "sync %.1f, optimizer %.1f, param sync %.1f) dp link %.1f MB/s; device: %llu "
                "host waits, %llu bytes up, %llu down\n",
-               r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s, r->step_s * 1e3,
+               r->step, r->skipped ? " skipped (not finite)" : "", r->loss, r->lr, r->grad_norm, r->tokens_per_s, r->step_s * 1e3,
                r->pipeline_s * 1e3, r->grad_sync_s * 1e3, r->optimizer_s * 1e3,
                r->param_sync_s * 1e3, r->dp_link_bytes_per_s / 1e6,
                (unsigned long long)r->host_syncs, (unsigned long long)r->h2d_bytes,
@@ -270,7 +274,7 @@ int cmd_worker(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     struct progress pr = {lf == LOG_JSON, w.all_ranks || rank == 0};
-    struct trainer_hooks hooks = {&pr, print_step, poll_stop, NULL, NULL};
+    struct trainer_hooks hooks = {.ctx = &pr, .on_step = print_step, .should_stop = poll_stop};
     log_info("rank %ld: stage %d of %d, replica %d of %d", rank, plan_doc_stage_of(&rt, (int)rank),
              rt.pipeline, plan_doc_dp_of(&rt, (int)rank), rt.data);
     rc = trainer_run(&c, &rt, (int)rank, &td, &hooks, &e) != 0;

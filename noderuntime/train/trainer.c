@@ -21,6 +21,7 @@ void trainer_config_defaults(struct trainer_config *c)
     c->adamw = (struct adamw_config){0.9f, 0.95f, 1e-8f, 0.1f};
     c->lr = (struct lr_schedule){3e-4f, 0, 0, 1.0f};
     c->grad_clip = 1.0f;
+    c->max_nonfinite = 3;
     c->seed = 1337;
     c->checkpoint_keep = 2;
     c->micro_batches = 1;
@@ -795,6 +796,48 @@ static int global_sq_norm(struct worker *w, float loss, int stop_req, double *sq
     return 0;
 }
 
+/* A step whose loss or global gradient norm is not finite: skipped (the caller makes no update:
+ * the parameters and AdamW's moments stay those of the last update, every replica's the same,
+ * so nothing is gathered; its data is not read again), unless max_nonfinite steps in a row
+ * already were: then the run fails, as a configuration error (a resume from the last checkpoint
+ * would take the same path), its checkpoints untouched. Rank 0 tells the user of each skip. */
+static void nonfinite_what(char *out, size_t cap, float loss, double sq)
+{
+    double norm = sqrt(sq);
+    const char *ln = isnan(loss) ? "NaN" : "infinite", *nn = isnan(norm) ? "NaN" : "infinite";
+    if (!isfinite(loss) && !isfinite(norm))
+        snprintf(out, cap, "its loss is %s and its global gradient norm %s", ln, nn);
+    else if (!isfinite(loss))
+        snprintf(out, cap, "its loss is %s (global gradient norm %.4g)", ln, norm);
+    else
+        snprintf(out, cap, "its global gradient norm is %s (loss %.4g)", nn, (double)loss);
+}
+
+static int nonfinite_step(struct worker *w, long step, float loss, double sq, herr *e)
+{
+    int most = w->cfg->max_nonfinite;
+    char what[128];
+    nonfinite_what(what, sizeof what, loss, sq);
+    if (w->nonfinite_run >= most)
+        return herr_set_kind(e, HERR_CONFIG, "training diverged: step %ld: %s, %d step%s in a "
+                             "row (spec.training.maxNonFiniteSteps skips at most %d); the "
+                             "parameters are those of step %ld, the last update, and no "
+                             "checkpoint holds a non-finite value: lower "
+                             "spec.training.optimizer.lr or check the data", step, what,
+                             w->nonfinite_run + 1, w->nonfinite_run ? "s" : "", most,
+                             w->last_update);
+    w->nonfinite_run++;
+    if (w->rank == 0) {
+        char msg[320];
+        snprintf(msg, sizeof msg, "step %ld skipped: %s; no parameter changed (%d in a row, at "
+                 "most %d: spec.training.maxNonFiniteSteps)", step, what, w->nonfinite_run, most);
+        log_warn("%s", msg);
+        if (w->hooks && w->hooks->on_notice)
+            w->hooks->on_notice(w->hooks->ctx, "NonFiniteStep", msg);
+    }
+    return 0;
+}
+
 static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_report *rep, int stop_req,
                     int *stop_all, herr *e)
 {
@@ -818,27 +861,40 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
     int overlapped = zero_buckets_started(w->z);
     if (sync_grads(w, &t, e) != 0)
         return -1;
+    if (w->hooks && w->hooks->grads_final)
+        w->hooks->grads_final(w->hooks->ctx, w->step + 1, engine_params(w->eng),
+                              engine_grads(w->eng), gpt_stage_num_params(w->gs));
     double t1 = clock_mono_s();
     double sq = 0;
     float loss = 0;
     if (global_sq_norm(w, loss_sum / (float)w->M, stop_req, &sq, &loss, stop_all, e) != 0)
         return -1;
-    if (w->tied && w->first && tie_send(w, e) != 0)
-        return -1;
-    float clip = grad_clip_scale(sq, w->cfg->grad_clip);
-    float lr = lr_at(&w->lr, w->step), scale = clip / (float)w->D;
+    float lr = lr_at(&w->lr, w->step);
     long step = w->step + 1;
+    /* every rank has the same norm and loss (NaN and infinity survive the sums): all skip */
+    int skipped = !isfinite(sq) || !isfinite(loss);
+    if (skipped && nonfinite_step(w, step, loss, sq, e) != 0)
+        return -1;
+    if (!skipped) {
+        w->nonfinite_run = 0;
+        w->last_update = step;
+    }
+    if (!skipped && w->tied && w->first && tie_send(w, e) != 0)
+        return -1;
+    float clip = grad_clip_scale(sq, w->cfg->grad_clip), scale = clip / (float)w->D;
     /* In forward order, each bucket's all-gather issued as soon as its shard is updated: the
      * next forward's first blocks arrive first, and the gather overlaps the rest of the update
      * and the next forward (params_needed). The last stage updates its embedding copy once the
      * first stage's shard is in (tie_head_update). */
-    w->params_pending = 1;
-    w->tie_params_due = w->tied && w->last;
-    w->tie_lr = lr;
-    w->tie_step = step;
-    w->tie_scale = scale;
-    if (update_shards(w, lr, step, scale, e) != 0)
-        return -1;
+    if (!skipped) {
+        w->params_pending = 1;
+        w->tie_params_due = w->tied && w->last;
+        w->tie_lr = lr;
+        w->tie_step = step;
+        w->tie_scale = scale;
+        if (update_shards(w, lr, step, scale, e) != 0)
+            return -1;
+    }
     t.optimizer = clock_mono_s() - t1;
     w->step++;
     double dt = clock_mono_s() - t0;
@@ -853,7 +909,7 @@ static int run_step(struct worker *w, struct pipe_runner *pr, struct trainer_rep
         .stage = w->stage, .replica = w->replica, .buckets_overlapped = overlapped,
         .buckets = zero_num_buckets(w->z), .host_syncs = d1.host_syncs - d0.host_syncs,
         .h2d_bytes = d1.bytes_h2d - d0.bytes_h2d, .d2h_bytes = d1.bytes_d2h - d0.bytes_d2h,
-        .profiled = profiled};
+        .profiled = profiled, .skipped = skipped, .nonfinite_run = w->nonfinite_run};
     /* after the step's figures: its wait for the engine is the profile's, not the step's */
     if (profiled && engine_profile_end(w->eng, &rep->profile, e) != 0)
         return -1;
@@ -914,6 +970,8 @@ int trainer_run(const struct trainer_config *c, const struct plan_doc *rt, int r
         goto out;
     if (!resumed && c->init_from && c->init_from[0] && tr_init_from_llmc(&w, e) != 0)
         goto out;
+    w.hooks = hooks;
+    w.last_update = w.step;
     struct pipe_stage_ops ops = {&w, (size_t)c->B * (size_t)c->T * (size_t)c->model.channels,
                                  stage_forward, stage_backward};
     struct pipe_config pc = {.stage = w.stage, .stages = w.P, .micro_batches = w.M,
@@ -950,8 +1008,11 @@ int trainer_run(const struct trainer_config *c, const struct plan_doc *rt, int r
         }
         /* the step's checkpoint before its evaluation: an evaluation that fails (its data
          * gone) loses no step */
+        /* a periodic checkpoint is not written at a skipped step: it would hold the last
+         * update's parameters and push an older checkpoint out while the run may be diverging */
         int every = c->checkpoint_every;
-        if (c->checkpoint_dir && (stop || w.step == c->steps || (every > 0 && w.step % every == 0)) &&
+        if (c->checkpoint_dir && (stop || w.step == c->steps ||
+                                  (every > 0 && w.step % every == 0 && !rep.skipped)) &&
             tr_ckpt_save(&w, e) != 0)
             goto out;
         if (!stop && eval_due(&w)) {

@@ -53,6 +53,10 @@ struct trainer_config {
     struct adamw_config adamw;
     struct lr_schedule lr;
     float grad_clip;             /* global-norm clip; <= 0 disables */
+    int max_nonfinite;           /* a step whose loss or global gradient norm is not finite is
+                                    skipped (no parameter or moment changes; its data is not
+                                    reused); this many in a row are skipped, the next one fails
+                                    the run (HERR_CONFIG: a resume would diverge again) */
     uint64_t seed;               /* parameter init (and the data order) */
     const char *init_from;       /* NULL = random init from seed; else an llm.c GPT-2 checkpoint
                                     of the model's exact shape: every stage loads its own layers
@@ -111,6 +115,11 @@ struct trainer_report {
     int evaluated;
     float eval_loss;
     double eval_s;
+    /* the step's loss or global gradient norm was not finite (NaN or infinite): it was skipped,
+     * no parameter or optimizer moment changed (trainer_config.max_nonfinite); the count of such
+     * steps in a row, this one included */
+    int skipped;
+    int nonfinite_run;
 };
 
 struct trainer_hooks {
@@ -123,8 +132,13 @@ struct trainer_hooks {
     /* At the end, with this rank's stage (e.g. to compare parameters); may be NULL. */
     void (*on_end)(void *ctx, struct gpt_stage *stage, long steps_done);
     /* Something the user must hear of that is not a failure (reason: CamelCase, e.g.
-     * "CheckpointFallback"); called on rank 0 only. May be NULL. */
+     * "CheckpointFallback", "NonFiniteStep"); called on rank 0 only. May be NULL. */
     void (*on_notice)(void *ctx, const char *reason, const char *message);
+    /* Tests only (NULL otherwise): after the step's gradients are final on this rank (its
+     * shards reduce-scattered), before the norm and the update; params and grads are the
+     * stage's buffers of n floats in engine memory. A fault injected here (a NaN) is what a
+     * diverging step makes. */
+    void (*grads_final)(void *ctx, long step, float *params, float *grads, size_t n);
 };
 
 /* Layers [first, last) of stage s: the rank table's split, else an even split (remainder to the

@@ -2,6 +2,8 @@
 #include "trainer_impl.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +93,62 @@ static int tp_whole(struct worker *w, float **p, float **m, float **v, float *bu
     return 0;
 }
 
+static int world_min(struct worker *w, long mine, long *out, herr *e);
+
+/* The first value of a (the stage's local layout) that is not finite, as "tensor[i] = v" in
+ * out; 0 when every one is finite. */
+static int first_nonfinite(const struct worker *w, const float *a, size_t n, char *out, size_t cap)
+{
+    size_t i = 0;
+    while (i < n && isfinite(a[i]))
+        i++;
+    if (i == n)
+        return 0;
+    const struct gpt_tensor *t;
+    int nt = gpt_stage_tensors(w->gs, &t);
+    int k = 0;
+    while (k < nt && !(i >= t[k].offset && i < t[k].offset + t[k].size))
+        k++;
+    if (k < nt)
+        snprintf(out, cap, "%s[%zu] = %g", t[k].name, i - t[k].offset, (double)a[i]);
+    else
+        snprintf(out, cap, "[%zu] = %g", i, (double)a[i]);
+    return 1;
+}
+
+/* Which of a stage's parameters and moments (local layout) holds a value that is not finite
+ * ("parameter", "first moment", "second moment"; NULL: none), and where (first_nonfinite). */
+static const char *state_nonfinite(const struct worker *w, const float *p, const float *m,
+                                   const float *v, size_t n, char *where, size_t cap)
+{
+    return first_nonfinite(w, p, n, where, cap)   ? "parameter"
+           : first_nonfinite(w, m, n, where, cap) ? "first moment"
+           : first_nonfinite(w, v, n, where, cap) ? "second moment"
+                                                  : NULL;
+}
+
+/* Every rank's share of the checkpoint finite (the parameters, or their fp32 masters, and both
+ * moments), agreed by all before anyone writes: a diverged stage never replaces (or prunes) a
+ * good checkpoint. The error names the lowest rank whose values are not, and on that rank the
+ * tensor. */
+static int ckpt_finite(struct worker *w, const float *p, const float *m, const float *v, size_t n,
+                       herr *e)
+{
+    char where[96] = "";
+    const char *what = state_nonfinite(w, p, m, v, n, where, sizeof where);
+    long bad = LONG_MAX;
+    if (world_min(w, what ? w->rank : LONG_MAX, &bad, e) != 0)
+        return -1;
+    if (bad == LONG_MAX)
+        return 0;
+    if (what)
+        return herr_set_kind(e, HERR_CONFIG, "training diverged: stage %d's %s %s is not "
+                             "finite: no checkpoint written, the previous ones kept", w->stage,
+                             what, where);
+    return herr_set_kind(e, HERR_CONFIG, "training diverged: rank %ld's parameters are not "
+                         "finite: no checkpoint written, the previous ones kept", bad);
+}
+
 int tr_ckpt_save(struct worker *w, herr *e)
 {
     if (tr_params_ready(w, e) != 0)
@@ -114,7 +172,7 @@ int tr_ckpt_save(struct worker *w, herr *e)
      * the one it names must stay (a crash in between resumes from it). Pruned after the mark. */
     int keep = w->cfg->checkpoint_keep >= 1 ? w->cfg->checkpoint_keep : 2;
     float *wp = pf ? pf : gpt_stage_params(w->gs), *wm = mf, *wv = vf;
-    if (tp_whole(w, &wp, &wm, &wv, whole, e) != 0)
+    if (ckpt_finite(w, wp, wm, wv, n, e) != 0 || tp_whole(w, &wp, &wm, &wv, whole, e) != 0)
         goto out;
     if (w->replica == 0 && w->tpr == 0) {
         struct ckpt_meta meta = {.c = w->cfg->model, .first = w->lo, .last = w->hi,
@@ -216,6 +274,14 @@ static int read_step(struct worker *w, long step, float *mf, float *vf, size_t n
         gpt_stage_from_full(w->gs, whole + 2 * N, vf);
     }
     free(whole);
+    /* a set written before the save-time check (ckpt_finite), or by another program */
+    char where[96];
+    const char *what = rc != 0 ? NULL
+                               : state_nonfinite(w, gpt_stage_params(w->gs), mf, vf, n, where,
+                                                 sizeof where);
+    if (what)
+        return herr_set_kind(e, HERR_CONFIG, "stage %d's %s %s is not finite", w->stage, what,
+                             where);
     return rc;
 }
 
@@ -317,6 +383,11 @@ int tr_init_from_llmc(struct worker *w, herr *e)
         if (rc != 0)
             return herr_wrap(e, "%s", what);
     }
+    char where[96];
+    if (first_nonfinite(w, gpt_stage_params(w->gs), gpt_stage_num_params(w->gs), where,
+                        sizeof where))
+        return herr_set_kind(e, HERR_CONFIG, "%s: llm.c checkpoint %s: %s is not finite", what,
+                             c->init_from, where);
     if (engine_params_upload(w->eng, e) != 0 || zero_master_from_params(w->z, e) != 0)
         return herr_wrap(e, "%s", what);
     engine_params_changed(w->eng, 0, gpt_stage_num_params(w->gs));

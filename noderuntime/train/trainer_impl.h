@@ -32,6 +32,9 @@ struct worker {
     int *tokens, *targets;     /* [slots][B*T] (host) */
     int slots;
     long step;                 /* steps done */
+    int nonfinite_run;         /* steps skipped in a row for a non-finite loss or norm */
+    long last_update;          /* the last step that updated the parameters (0: none yet) */
+    const struct trainer_hooks *hooks;
     size_t wte_off, wte_n;
     int has_wte;
     struct lr_schedule lr;     /* total_steps defaults to the run's steps */

@@ -31,6 +31,7 @@ int trainer_config_from_spec(const struct tj_spec *sp, struct trainer_config *c,
                                  .min_lr_ratio = o->schedule == TJ_LR_CONSTANT ? 1.0f
                                                                                : (float)o->min_lr_ratio};
     c->grad_clip = (float)o->grad_clip;
+    c->max_nonfinite = sp->training.max_nonfinite_steps;
     c->seed = sp->training.seed;
     if (sp->training.init_from[0]) {
         c->init_from = sp->training.init_from;

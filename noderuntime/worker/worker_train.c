@@ -94,8 +94,9 @@ static int on_step(void *ctx, const struct trainer_report *r)
         .comm_ms = (r->pipe_send_s + r->grad_sync_s + r->param_sync_s) * 1e3,
         .bubble_ms = r->pipe_wait_s * 1e3,
     };
-    if (!(ps.loss >= 0 && ps.loss < 1e6)) /* NaN or absurd: the protocol refuses it */
+    if (!(ps.loss >= 0 && ps.loss < 1e6) || r->skipped) /* NaN or absurd: the protocol refuses it */
         ps.has_loss = 0;
+    ps.skipped = r->skipped;
     if (r->evaluated && s->last_stage && r->eval_loss >= 0 && r->eval_loss < 1e6) {
         ps.has_eval = 1;
         ps.eval_loss = r->eval_loss;
@@ -105,7 +106,10 @@ static int on_step(void *ctx, const struct trainer_report *r)
                  r->eval_s * 1e3, r->stage);
     s->out->step(s->out->ctx, &ps);
     s->last_step = r->step;
-    if (s->log_every > 0 && (r->step % s->log_every == 0 || r->step == s->steps)) {
+    if (r->skipped) /* each one: rank 0's warning says why and the limit */
+        log_warn("step %ld/%ld skipped: its loss or gradient norm is not finite (%d in a row, "
+                 "stage %d)", r->step, s->steps, r->nonfinite_run, r->stage);
+    else if (s->log_every > 0 && (r->step % s->log_every == 0 || r->step == s->steps)) {
         if (ps.has_loss)
             log_info("step %ld/%ld loss %.4f lr %.3g %.0f tokens/s %.1f ms (stage %d)", r->step,
                      s->steps, r->loss, r->lr, r->tokens_per_s, r->step_s * 1e3, r->stage);
@@ -244,7 +248,8 @@ int worker_train_rank(const struct plan_assignment *a, int local, struct tcp_lis
                              .last_stage = stage == rt->pipeline - 1,
                              .log_every = spec->training.log_every_steps,
                              .steps = spec->training.steps};
-    struct trainer_hooks hooks = {&sink, on_step, on_should_stop, NULL, on_notice};
+    struct trainer_hooks hooks = {.ctx = &sink, .on_step = on_step, .should_stop = on_should_stop,
+                                  .on_notice = on_notice};
     rc = trainer_run(&c, rt, rank, &td, &hooks, e);
     *last_step = sink.last_step;
 out:

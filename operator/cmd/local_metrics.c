@@ -15,6 +15,7 @@ struct metric_row {
     int nloss;
     double loss, lr, tokens_per_s, step_ms;
     int has_eval;
+    int skipped;         /* training.maxNonFiniteSteps: the step made no update */
     double eval_loss;    /* training.eval after this step (the mean over its batches) */
     double stage_ms[PROTO_MAX_STAGES], stage_compute[PROTO_MAX_STAGES],
            stage_comm[PROTO_MAX_STAGES], stage_bubble[PROTO_MAX_STAGES];
@@ -58,6 +59,8 @@ static void write_row(FILE *f, const struct metric_row *r, int stages)
         fprintf(f, "\"loss\":%.6f,", r->loss / r->nloss);
     if (r->has_eval)
         fprintf(f, "\"eval_loss\":%.6f,", r->eval_loss);
+    if (r->skipped)
+        fprintf(f, "\"skipped\":true,");
     /* each last-stage replica reports the whole step's rate: their mean */
     fprintf(f, "\"lr\":%.6g,\"tokens_per_s\":%.1f,\"step_ms\":%.3f,\"stages\":[", r->lr,
             r->nloss ? r->tokens_per_s / r->nloss : 0.0, r->step_ms);
@@ -96,6 +99,7 @@ void local_metrics_add(struct local_metrics *m, const struct proto_progress *p, 
             r->has_eval = 1;
             r->eval_loss = s->eval_loss;
         }
+        r->skipped |= s->skipped;
         if (s->lr > 0)
             r->lr = s->lr;
         r->step_ms = maxd(r->step_ms, s->step_ms);

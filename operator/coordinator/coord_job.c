@@ -479,6 +479,8 @@ void co_job_aggregate(const struct job *j, struct coord_progress *p)
     p->attempt = j->attempt;
     p->total_steps = j->total_steps;
     p->step = -1;
+    p->skipped_steps = j->skipped_steps;
+    p->skipped_last = j->skipped_last;
     int nloss = 0;
     for (int i = 0; i < j->n; i++) {
         const struct slot *s = &j->w[i];

@@ -22,6 +22,7 @@ struct gauges {
     int restarts;
     int eval_set;
     double eval_loss;
+    long skipped;
     int staged[PROTO_MAX_STAGES];
     double stage[PROTO_MAX_STAGES][3]; /* compute, communication, bubble (seconds) */
 };
@@ -115,6 +116,15 @@ void coord_metrics_eval(struct coord_metrics *m, const char *ns, const char *job
     }
 }
 
+void coord_metrics_skipped(struct coord_metrics *m, const char *ns, const char *job, long steps)
+{
+    struct gauges *g = lock_job(m, ns, job);
+    if (g) {
+        g->skipped = steps;
+        pthread_mutex_unlock(&m->mu);
+    }
+}
+
 void coord_metrics_stage(struct coord_metrics *m, const char *ns, const char *job, int stage,
                          double compute_s, double comm_s, double bubble_s)
 {
@@ -165,6 +175,7 @@ static void family(struct coord_metrics *m, struct metrics_buf *b, const char *n
         case 3: have = g->prog.set, v = g->prog.tokens_per_s; break;
         case 4: have = g->prog.set, v = g->prog.tflops; break;
         case 6: have = g->eval_set, v = g->eval_loss; break;
+        case 7: have = 1, v = (double)g->skipped; break;
         default: have = 1, v = g->restarts; break;
         }
         if (have)
@@ -186,6 +197,8 @@ void coord_metrics_render(struct coord_metrics *m, struct metrics_buf *b)
     family(m, b, "holmes_job_restarts", "In-place gang restarts charged to the job.", 5);
     family(m, b, "holmes_job_eval_loss",
            "The newest held-out loss (spec.training.eval): the mean over its batches.", 6);
+    family(m, b, "holmes_job_skipped_steps", "Steps skipped (no update) because their loss or "
+           "gradient norm was not finite (spec.training.maxNonFiniteSteps).", 7);
     static const char *const parts[] = {"compute", "communication", "bubble"};
     metrics_printf(b, "# HELP holmes_job_stage_seconds A stage's last step: compute, communication "
                       "and pipeline bubble time.\n# TYPE holmes_job_stage_seconds gauge\n");

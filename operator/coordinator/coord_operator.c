@@ -378,6 +378,14 @@ static void on_progress(void *user, const struct coord_progress *pr)
         }
         coord_metrics_eval(j->co->metrics, j->ns, j->name, pr->eval_loss);
     }
+    if (pr->skipped_steps > 0) { /* training.maxNonFiniteSteps: how many, the newest */
+        cJSON *sk = cJSON_AddObjectToObject(st, "skippedSteps");
+        if (sk) {
+            cJSON_AddNumberToObject(sk, "count", (double)pr->skipped_steps);
+            cJSON_AddNumberToObject(sk, "lastStep", (double)pr->skipped_last);
+        }
+        coord_metrics_skipped(j->co->metrics, j->ns, j->name, pr->skipped_steps);
+    }
     if (j->cp.planned && j->cp.plan.step_s > 0 && pr->step_ms > 0) {
         char msg[200];
         double measured = pr->step_ms / 1000.0, predicted = j->cp.plan.step_s;

@@ -273,11 +273,18 @@ static void on_progress(struct conn *k, const struct proto_msg *m)
         return;
     const struct proto_progress *p = &m->u.progress;
     s->last = p->steps[p->nsteps - 1];
-    for (int i = 0; i < p->nsteps; i++)
+    for (int i = 0; i < p->nsteps; i++) {
         if (p->steps[i].has_eval && p->steps[i].step >= s->eval_step) {
             s->eval_step = p->steps[i].step;
             s->eval_loss = p->steps[i].eval_loss;
         }
+        /* every rank skips the same steps and reports its own in order: counting the steps
+         * above the newest counted counts each once (a step run again after a restart too) */
+        if (p->steps[i].skipped && p->steps[i].step > j->skipped_last) {
+            j->skipped_steps++;
+            j->skipped_last = p->steps[i].step;
+        }
+    }
     s->reported = 1;
     j->progress_dirty = 1;
     if (j->hooks.on_steps)

@@ -94,6 +94,9 @@ struct job {
     double last_emit;
     struct coord_progress emitted;
     int progress_dirty;
+    long skipped_steps;     /* steps the workers skipped for a non-finite loss or norm (each
+                               step once, whichever ranks report it) ... */
+    long skipped_last;      /* ... the newest of them */
     int min_workers, scale_up; /* elastic when min_workers < n */
     int nlost, replans;
 };

@@ -5,6 +5,7 @@
  * and a process that dies mid-step makes every other one fail with an error instead of hanging. */
 #include "test.h"
 
+#include <math.h>
 #include <omp.h>
 #include <string.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "bf16.h"
+#include "checkpoint.h"
 #include "comm_testutil.h"
 #include "gpt.h"
 #include "optimizer.h"
@@ -54,6 +56,17 @@ struct run_arg {
     int emulated;       /* the engine's memory staged as a device's (devmem_emulated) */
     long profile;       /* trainer_config.profile_step (0: none) */
     size_t bucket;      /* trainer_config.bucket_floats (0: the tests' 3,000) */
+    /* non-finite steps: rank nan_rank's gradients become NaN at the steps of the mask skips
+     * (bit s - 1: step s), which the reference skips too; at step poison_step its parameters
+     * become NaN (the update keeps them so); max_nonfinite (0: the default, 3; -1: 0); with
+     * want_err every rank must fail with an error holding it, of kind HERR_CONFIG, having
+     * reported the steps before want_fail_step */
+    uint32_t skips;
+    int nan_rank;
+    long poison_step;
+    int max_nonfinite;
+    const char *want_err;
+    long want_fail_step;
 };
 
 struct result {
@@ -67,6 +80,9 @@ struct result {
     int evals;               /* evaluations reported */
     long eval_step;          /* the last one's step and loss */
     float eval_loss;
+    uint32_t skipped;        /* bit s - 1: step s reported skipped */
+    const struct run_arg *ra;
+    int rank;
     int bad;
 };
 
@@ -76,6 +92,8 @@ static int on_step(void *ctx, const struct trainer_report *r)
     if (r->step >= 1 && r->step <= MAXSTEPS)
         res->losses[r->step - 1] = r->loss;
     res->nsteps = r->step;
+    if (r->skipped && r->step >= 1 && r->step <= 32)
+        res->skipped |= 1u << (r->step - 1);
     if (r->evaluated) {
         res->evals++;
         res->eval_step = r->step;
@@ -93,6 +111,21 @@ static int on_step(void *ctx, const struct trainer_report *r)
         fprintf(stderr, "stage %d replica %d step %ld loss %.6f time %.3f s (pipe %.3f sync %.3f)\n",
                 r->stage, r->replica, r->step, r->loss, r->step_s, r->pipeline_s, r->grad_sync_s);
     return 0;
+}
+
+/* The injected faults (run_arg): NaN gradients at the skips' steps, NaN parameters at
+ * poison_step, on rank nan_rank. */
+static void inject(void *ctx, long step, float *params, float *grads, size_t n)
+{
+    struct result *res = ctx;
+    const struct run_arg *ra = res->ra;
+    if (res->rank != ra->nan_rank)
+        return;
+    float *a = step == ra->poison_step ? params
+               : step <= 32 && (ra->skips >> (step - 1) & 1u) ? grads
+                                                             : NULL;
+    for (size_t i = 0; a && i < n; i++)
+        a[i] = NAN;
 }
 
 /* Compares every tensor of the trained stage with the reference's tensor of the same name. */
@@ -128,11 +161,11 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
 {
     struct run_arg *ra = arg;
     herr e;
-    struct result res = {.bad = 0, .profiled_step = -1};
+    struct result res = {.bad = 0, .profiled_step = -1, .ra = ra, .rank = rank};
     omp_set_num_threads(1); /* several processes share a small machine */
     float ref_losses[STEPS];
     struct plan_doc rt;
-    if (trainer_test_rank_setup(MG, STEPS, 42, ra->bf16, ra->P, ra->D, eps, ref_losses, &res.ref, &rt))
+    if (trainer_test_rank_setup(MG, STEPS, 42, ra->bf16, ra->skips, ra->P, ra->D, eps, ref_losses, &res.ref, &rt))
         return 1;
     (void)n;
     struct trainer_config c;
@@ -153,7 +186,11 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
     c.eval_every = EVAL_EVERY;
     c.eval_batches = EVAL_G;
     struct trainer_data data = {die, batch, NULL, trainer_test_batch};
-    struct trainer_hooks hooks = {&res, on_step, NULL, ra->steps == STEPS ? on_end : NULL, NULL};
+    if (ra->max_nonfinite)
+        c.max_nonfinite = ra->max_nonfinite < 0 ? 0 : ra->max_nonfinite;
+    struct trainer_hooks hooks = {.ctx = &res, .on_step = on_step,
+                                  .on_end = ra->steps == STEPS ? on_end : NULL,
+                                  .grads_final = ra->skips || ra->poison_step ? inject : NULL};
     int rc = trainer_run(&c, &rt, rank, &data, &hooks, &e);
     double ref_eval = 0; /* the reference's final stage's mean loss on the evaluation's batches */
     for (int k = 0; k < EVAL_G; k++) {
@@ -177,9 +214,25 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
         }
         return 0;
     }
+    if (ra->want_err) { /* every rank fails alike, after the steps before the failing one */
+        if (rc == 0 || !strstr(e.msg, ra->want_err) || e.kind != HERR_CONFIG ||
+            res.nsteps != ra->want_fail_step - 1) {
+            fprintf(stderr, "rank %d: %s after %ld steps (want an error holding \"%s\" of kind "
+                    "configuration after %ld): kind %d: %s\n", rank, rc ? "failed" : "finished",
+                    res.nsteps, ra->want_err, ra->want_fail_step - 1, e.kind, rc ? e.msg : "");
+            return 1;
+        }
+        return 0;
+    }
     if (rc != 0) {
         fprintf(stderr, "rank %d: %s\n", rank, e.msg);
         return 1;
+    }
+    uint32_t want_skips = ra->skips & (ra->steps >= 32 ? ~0u : (1u << ra->steps) - 1);
+    if (res.skipped != want_skips) {
+        fprintf(stderr, "rank %d: steps skipped 0x%x, want 0x%x\n", rank, res.skipped,
+                want_skips);
+        res.bad = 1;
     }
     for (long s = ra->first_step; s < ra->steps; s++) {
         double d = fabs((double)res.losses[s] - ref_losses[s]) / fabs((double)ref_losses[s]);
@@ -280,8 +333,8 @@ static int reference_learns(int rank, int n, struct tcp_listener *l, const struc
     omp_set_num_threads(1);
     float ref_losses[STEPS], bf_losses[STEPS];
     struct gpt_stage *ref, *bf;
-    if (trainer_test_reference(MG, STEPS, 42, 0, ref_losses, &ref, &e) != 0 ||
-        trainer_test_reference(MG, STEPS, 42, 1, bf_losses, &bf, &e) != 0) {
+    if (trainer_test_reference(MG, STEPS, 42, 0, 0, ref_losses, &ref, &e) != 0 ||
+        trainer_test_reference(MG, STEPS, 42, 1, 0, bf_losses, &bf, &e) != 0) {
         fprintf(stderr, "reference: %s\n", e.msg);
         return 1;
     }
@@ -333,6 +386,70 @@ static void check_resume(const char *what, struct run_arg a)
     test_remove_tree(dir);
 }
 
+/* A checkpoint set that holds a NaN (written before the save-time check, or by another program)
+ * does not verify: pipeline 2 x data 2 runs 7 steps (checkpoints at 5 and 7), the last stage's
+ * file of step 7 is rewritten with one parameter NaN (its checksum right), and the run resumes
+ * from step 5 and matches the reference. */
+static void check_resume_nonfinite(void)
+{
+    const char *what = "a checkpoint holding a NaN is passed over for the older set: ";
+    char dir[] = "/tmp/holmes-trainer-XXXXXX", name[256], path[4096];
+    if (!mkdtemp(dir)) {
+        TEST_FAIL(what, "mkdtemp");
+        return;
+    }
+    struct run_arg a = {.P = 2, .D = 2, .sched = SCHED_1F1B, .steps = 7, .ckpt = dir,
+                        .die_rank = -1};
+    snprintf(name, sizeof name, "%sfirst 7 steps with checkpoints", what);
+    CHECK_INT(name, run_group(4, worker, &a, -1, 120), 0);
+    herr e = {0};
+    struct ckpt_meta meta;
+    int rc = ckpt_path(dir, 2, 4, 7, path, sizeof path, &e) != 0 ||
+             ckpt_read_meta(path, &meta, &e) != 0;
+    size_t n = rc ? 0 : (size_t)meta.nparams;
+    float *p = rc ? NULL : calloc(3 * n, sizeof *p);
+    rc = rc || !p || ckpt_read(path, &meta, p, p + n, p + 2 * n, n, &e) != 0;
+    if (!rc) {
+        p[n / 2] = NAN;
+        rc = ckpt_write(dir, &meta, p, p + n, p + 2 * n, 10, NULL, 0, &e);
+    }
+    if (rc)
+        fprintf(stderr, "%s\n", e.msg);
+    free(p);
+    snprintf(name, sizeof name, "%sthe last stage's file rewritten with a NaN", what);
+    CHECK_INT(name, rc, 0);
+    a.steps = STEPS;
+    a.first_step = 5;
+    snprintf(name, sizeof name, "%sthe run resumed from step 5 matches the reference", what);
+    CHECK_INT(name, run_group(4, worker, &a, -1, 120), 0);
+    test_remove_tree(dir);
+}
+
+/* No checkpoint holds a value that is not finite: rank 3's parameters turn NaN at step 5 (its
+ * update keeps them so, the gather brings its shards to rank 2), and the checkpoint due at 5 is
+ * refused on every rank before step 5 is reported; the directory keeps no file of step 5. */
+static void check_save_nonfinite(void)
+{
+    char dir[] = "/tmp/holmes-trainer-XXXXXX", path[4096];
+    if (!mkdtemp(dir)) {
+        TEST_FAIL("save non-finite", "mkdtemp");
+        return;
+    }
+    struct run_arg a = {.P = 2, .D = 2, .sched = SCHED_1F1B, .steps = STEPS, .ckpt = dir,
+                        .die_rank = -1, .nan_rank = 3, .poison_step = 5,
+                        .want_err = "not finite: no checkpoint written, the previous ones kept",
+                        .want_fail_step = 5};
+    CHECK_INT("parameters NaN at step 5 on one rank: every rank refuses the checkpoint of step 5 "
+              "(a configuration error)", run_group(4, worker, &a, -1, 120), 0);
+    herr e = {0};
+    int files = 0;
+    for (int s = 0; s < 2; s++)
+        if (ckpt_path(dir, 2 * s, 2 * s + 2, 5, path, sizeof path, &e) == 0)
+            files += access(path, F_OK) == 0;
+    CHECK_INT("no checkpoint file of step 5 written", files, 0);
+    test_remove_tree(dir);
+}
+
 int main(void)
 {
     /* four processes on a shared 2-core machine: one OpenMP thread each */
@@ -347,8 +464,7 @@ int main(void)
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
         if (only && atoi(only) != (int)i)
             continue;
-        struct run_arg ra = {layouts[i].P, layouts[i].D, layouts[i].s, STEPS, NULL, -1, 0, 0, 0, 5,
-                             0};
+        struct run_arg ra = {.P = layouts[i].P, .D = layouts[i].D, .sched = layouts[i].s, .steps = STEPS, .die_rank = -1, .profile = 5};
         char name[128];
         snprintf(name, sizeof name, "pipeline %d x data %d (%s): 20 step losses and final params "
                  "match one process; step 5 profiled by part", ra.P, ra.D,
@@ -357,27 +473,52 @@ int main(void)
     }
     /* buckets of 200 floats: more shards a stage than one AdamW call takes (ENGINE_ADAMW_SPANS),
      * the tied embedding's too, so the optimizer's calls are cut and their gathers follow each */
-    struct run_arg small = {2, 2, SCHED_1F1B, STEPS, NULL, -1, 0, 0, 0, 5, 200};
+    struct run_arg small = {.P = 2, .D = 2, .sched = SCHED_1F1B, .steps = STEPS, .die_rank = -1, .profile = 5, .bucket = 200};
     CHECK_INT("pipeline 2 x data 2, 200-float buckets: losses and final params match one process; "
               "AdamW in calls of up to 48 shards", run_group(4, worker, &small, -1, 120), 0);
     /* resume: run 7 steps (checkpoint at 5 and 7), then the rest; must match the reference */
-    check_resume("", (struct run_arg){2, 2, SCHED_1F1B, 0, NULL, -1, 0, 0, 0, 0, 0});
+    check_resume("", (struct run_arg){.P = 2, .D = 2, .sched = SCHED_1F1B, .steps = 0, .die_rank = -1});
     /* bf16 parameters (fp32 masters): the layout with every exchange (data-parallel shards, the
      * tied embedding between stages) against the bf16 reference, and a resume, whose checkpoint
      * must hold the masters (rounded parameters would not continue the same run) */
-    struct run_arg h = {2, 2, SCHED_1F1B, STEPS, NULL, -1, 0, 1, 0, 3, 0};
+    struct run_arg h = {.P = 2, .D = 2, .sched = SCHED_1F1B, .steps = STEPS, .die_rank = -1, .bf16 = 1, .profile = 3};
     CHECK_INT("pipeline 2 x data 2, bf16 parameters: losses and final fp32 masters match one "
               "process; step 3 profiled by part", run_group(4, worker, &h, -1, 120), 0);
     check_resume("bf16 parameters: ",
-                 (struct run_arg){2, 2, SCHED_1F1B, 0, NULL, -1, 0, 1, 0, 0, 0});
+                 (struct run_arg){.P = 2, .D = 2, .sched = SCHED_1F1B, .steps = 0, .die_rank = -1, .bf16 = 1});
     /* the engine's memory as a device's: every exchange staged through host buffers, as on a
      * GPU, with the same results (fp32 and bf16 parameters, and a resume) */
-    struct run_arg em = {2, 2, SCHED_1F1B, STEPS, NULL, -1, 0, 0, 1, 0, 0};
+    struct run_arg em = {.P = 2, .D = 2, .sched = SCHED_1F1B, .steps = STEPS, .die_rank = -1, .emulated = 1};
     CHECK_INT("pipeline 2 x data 2 on the emulated device: losses and final params match one "
               "process", run_group(4, worker, &em, -1, 120), 0);
     check_resume("emulated device, bf16 parameters: ",
-                 (struct run_arg){2, 2, SCHED_GPIPE, 0, NULL, -1, 0, 1, 1, 0, 0});
-    struct run_arg d = {2, 2, SCHED_1F1B, STEPS, NULL, 1, 0, 0, 0, 0, 0};
+                 (struct run_arg){.P = 2, .D = 2, .sched = SCHED_GPIPE, .steps = 0, .die_rank = -1, .bf16 = 1, .emulated = 1});
+    /* steps whose gradient norm is not finite (NaN gradients on one rank: every rank's norm is
+     * NaN) are skipped on every rank, the tied embedding's exchange too: the same losses and
+     * final parameters as the reference that makes no update at those steps */
+    struct run_arg nan = {.P = 2, .D = 2, .sched = SCHED_1F1B, .steps = STEPS, .die_rank = -1,
+                          .skips = 1u << 2 | 1u << 10, .nan_rank = 3};
+    CHECK_INT("pipeline 2 x data 2, NaN gradients on rank 3 at steps 3 and 11: every rank skips "
+              "them, losses and final params match the reference skipping them",
+              run_group(4, worker, &nan, -1, 120), 0);
+    struct run_arg nan3 = {.P = 4, .D = 1, .sched = SCHED_GPIPE, .steps = STEPS, .die_rank = -1,
+                           .skips = 7u << 2, .nan_rank = 0};
+    CHECK_INT("pipeline 4, NaN gradients on rank 0 at steps 3-5 (3 in a row, the most skipped): "
+              "skipped, then training goes on as the reference's",
+              run_group(4, worker, &nan3, -1, 120), 0);
+    struct run_arg div = {.P = 2, .D = 2, .sched = SCHED_1F1B, .steps = STEPS, .die_rank = -1,
+                          .skips = 7u << 2, .nan_rank = 1, .max_nonfinite = 2,
+                          .want_err = "training diverged: step 5", .want_fail_step = 5};
+    CHECK_INT("max_nonfinite 2, NaN gradients at steps 3-5: every rank fails at step 5 with a "
+              "configuration error", run_group(4, worker, &div, -1, 120), 0);
+    struct run_arg div0 = {.P = 1, .D = 4, .sched = SCHED_1F1B, .steps = STEPS, .die_rank = -1,
+                           .skips = 1u << 8, .nan_rank = 2, .max_nonfinite = -1,
+                           .want_err = "1 step in a row", .want_fail_step = 9};
+    CHECK_INT("max_nonfinite 0: the first non-finite step (9) fails every rank",
+              run_group(4, worker, &div0, -1, 120), 0);
+    check_save_nonfinite();
+    check_resume_nonfinite();
+    struct run_arg d = {.P = 2, .D = 2, .sched = SCHED_1F1B, .steps = STEPS, .die_rank = 1};
     CHECK_INT("a process dying mid-step fails every other with a clear error",
               run_group(4, worker, &d, -1, 60), 0);
     TEST_MAIN_END();

@@ -166,7 +166,7 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
     omp_set_num_threads(1);
     float ref_losses[STEPS];
     struct plan_doc rt;
-    if (trainer_test_rank_setup(MG, STEPS, 7, 0, ra->P, ra->D, eps, ref_losses, &res.ref, &rt))
+    if (trainer_test_rank_setup(MG, STEPS, 7, 0, 0, ra->P, ra->D, eps, ref_losses, &res.ref, &rt))
         return 1;
     struct trainer_config c;
     config(&c, MG / ra->D, ra->steps);
@@ -174,7 +174,7 @@ static int worker(int rank, int n, struct tcp_listener *l, const struct tcp_endp
     c.checkpoint_dir = ra->ckpt;
     c.checkpoint_every = 3;
     struct trainer_data data = {.ctx = NULL, .batch = trainer_test_batch};
-    struct trainer_hooks hooks = {&res, on_step, NULL, on_end, NULL};
+    struct trainer_hooks hooks = {.ctx = &res, .on_step = on_step, .on_end = on_end};
     int rc = trainer_run(&c, &rt, rank, &data, &hooks, &e);
     plan_doc_free(&rt);
     gpt_stage_free(res.ref);

@@ -55,8 +55,8 @@ void trainer_test_config(struct trainer_config *c, int M, long steps, long lr_st
     c->bucket_floats = 3000;
 }
 
-int trainer_test_reference(int MG, long steps, unsigned long long seed, int bf16, float *losses,
-                           struct gpt_stage **out, herr *e)
+int trainer_test_reference(int MG, long steps, unsigned long long seed, int bf16, uint32_t skips,
+                           float *losses, struct gpt_stage **out, herr *e)
 {
     enum { B = TRAINER_TEST_B, T = TRAINER_TEST_T };
     const struct gpt_config *model = &TRAINER_TEST_MODEL;
@@ -89,6 +89,8 @@ int trainer_test_reference(int MG, long steps, unsigned long long seed, int bf16
             sum += loss;
         }
         losses[step] = sum / MG;
+        if (step < 32 && (skips >> step & 1u))
+            continue;
         double sq = grad_sq_norm(gpt_stage_grads(s), 0, n);
         adamw_update(&c.adamw, tens, nt, bf16 ? master : p, gpt_stage_grads(s), m, v, 0, n,
                      lr_at(&c.lr, step), step + 1, grad_clip_scale(sq, c.grad_clip));
@@ -122,12 +124,12 @@ int trainer_test_table(struct plan_doc *rt, int P, int D, const struct tcp_endpo
 }
 
 
-int trainer_test_rank_setup(int MG, long steps, unsigned long long seed, int bf16, int P, int D,
-                            const struct tcp_endpoint *eps, float *ref_losses,
+int trainer_test_rank_setup(int MG, long steps, unsigned long long seed, int bf16, uint32_t skips,
+                            int P, int D, const struct tcp_endpoint *eps, float *ref_losses,
                             struct gpt_stage **ref, struct plan_doc *rt)
 {
     herr e = {0};
-    if (trainer_test_reference(MG, steps, seed, bf16, ref_losses, ref, &e) != 0) {
+    if (trainer_test_reference(MG, steps, seed, bf16, skips, ref_losses, ref, &e) != 0) {
         fprintf(stderr, "reference: %s\n", e.msg);
         return -1;
     }
