@@ -13,6 +13,9 @@
 #      in status.evalLoss.
 # A second job (simulated workers, maxRestarts 0) fails on its first worker death: phase
 # Failed with the reason, every pod process exits 1, and no failed pod is replaced.
+# A third (real workers, the learning rate and weight decay at their largest) diverges: its
+# skipped steps in status.skippedSteps, a NonFiniteStep Warning Event each, then Failed
+# (NotRetried) naming spec.training.maxNonFiniteSteps, no restart charged.
 source "$(dirname "$0")/lib.bash"
 source "$REPO/tests/k8s/envtest.bash"
 # Release pass only (about 2 min under ASan, and make test must stay under 20 min on CI's 2
@@ -191,4 +194,16 @@ for i in 0 1 2 3; do set_pod lim-worker-$i Failed False; done
 sleep 3
 check "a failed job's pods are kept, not replaced" test "$(uids lim)" = "$UL"
 check "phase Failed stays" tj_is lim '.status.phase == "Failed"'
+# A job that diverges: the steps it skips counted in status, then Failed without a restart.
+sed -e "s/name: e2e/name: div/" -e "s#$W/ckpt#$W/ckpt-div#" -e "s/steps: 320/steps: 60/" \
+    -e "s/optimizer: {.*}/optimizer: {lr: 10, warmupSteps: 0, schedule: constant, weightDecay: 10, gradClip: 1.0}/" \
+    "$W/job.yaml" >"$W/div.yaml"
+kubectl apply -n $NS -f "$W/div.yaml" >/dev/null
+check "diverging job: 4 pods" wait_for 30 pods_are div 4
+for i in 0 1 2 3; do run_pod div-worker-$i; done
+check "diverging job: Failed (NotRetried) naming spec.training.maxNonFiniteSteps, 3 steps skipped in status.skippedSteps, no restart" \
+    wait_for 60 tj_is div '.status.phase == "Failed" and .status.skippedSteps.count == 3 and .status.skippedSteps.lastStep > 0 and (.status.restarts // 0) == 0 and (.status.conditions[] | select(.type == "Failed") | .reason == "NotRetried" and (.message | contains("training diverged") and contains("spec.training.maxNonFiniteSteps")))'
+nev=$(kubectl get events -n $NS --field-selector involvedObject.name=div,reason=NonFiniteStep -o json | jq '[.items[] | select(.type == "Warning") | .count // 1] | add // 0')
+check "diverging job: a NonFiniteStep Warning Event for each step skipped ($nev)" test "$nev" = 3
+for i in 0 1 2 3; do wait "${KPID[div-worker-$i]}" 2>/dev/null; done
 check "no call forbidden, no sanitizer report in the operator log" bash -c "! grep -qE 'forbidden|ERROR: AddressSanitizer|runtime error' '$W/operator.log'"

@@ -10,7 +10,9 @@
 #   a second job given the first's checkpoint directory: refused at once, naming the owner, the
 #     first job's files untouched;
 #   a full disk under the checkpoints: the job fails at once (no restart spent) naming the cause
-#     (No space left on device), not a peer's lost connection.
+#     (No space left on device), not a peer's lost connection;
+#   a job that diverges (its gradient norm NaN): each such step skipped with a [NonFiniteStep]
+#     notice, the fourth in a row fails the job at once (no restart spent) naming the field.
 source "$(dirname "$0")/lib.bash"
 tmp=$(mktemp -d /tmp/holmes-faults.XXXXXX)
 cleanup() {
@@ -158,3 +160,22 @@ if [ "$(id -u)" = 0 ] && mkdir -p "$tmp/full" && mount -t tmpfs -o size=512k tmp
 else
     echo "SKIP full disk: needs root to mount a small tmpfs"
 fi
+
+# --- a diverging job -------------------------------------------------------------------------------
+# The learning rate and weight decay at their largest: the gradient norm turns NaN within a few
+# steps. Every rank skips those steps (the same ones: one notice each, from rank 0), the metrics
+# file marks them, and the fourth in a row fails the job as a configuration error: not retried.
+job diverge 60 2
+sed -i 's/optimizer: {.*}/optimizer: {lr: 10, warmupSteps: 0, schedule: constant, weightDecay: 10, gradClip: 1.0}/' \
+    "$tmp/diverge.yaml"
+run_local diverge
+rc=$?
+check "diverging job: fails" test "$rc" = 1
+check "diverging job: the reason names the step and spec.training.maxNonFiniteSteps" grep -q \
+    "reason: .*training diverged: step [0-9]*: its .* is NaN .*4 steps in a row (spec.training.maxNonFiniteSteps skips at most 3)" \
+    "$tmp/diverge.out"
+check "diverging job: a NonFiniteStep notice for each of the 3 steps skipped" \
+    test "$(grep -c 'NonFiniteStep.*skipped: its' "$tmp/diverge.out")" = 3
+check "diverging job: the metrics file marks the 3 steps skipped" \
+    test "$(jq -s '[.[] | select(.skipped == true)] | length' "$tmp/diverge.jsonl" 2>&1)" = 3
+check "diverging job: not retried (0 restarts, says why)" has_all "$tmp/diverge.out" '0 restarts' 'not retried'

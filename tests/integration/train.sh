@@ -90,6 +90,41 @@ if [ $rc -eq 1 ] && [ -n "$at" ] && [ "$(cat "$tmp/ev/latest-step" 2>/dev/null)"
     pass "train.eval_data_truncated: the evaluation after step $at fails naming the file; that step's checkpoint is kept"
 else fail "train.eval_data_truncated" "rc $rc, step '$at', latest $(cat "$tmp/ev/latest-step" 2>&1): $(tail -3 "$tmp/ev.out")"; fi
 
+# A run that diverges (learning rate and weight decay at their largest): its gradient norm turns
+# NaN; each such step is skipped with a notice, the fourth in a row fails the run naming the
+# field; every metrics line is JSON (null for what is not finite); the checkpoints are finite:
+# the same directory resumes with a lower learning rate and trains on.
+div=(--data "$corpus" --layers 2 --channels 64 --heads 4 --seq 64 --batch 4 --micro-batches 1
+     --lr-schedule constant --checkpoint-dir "$tmp/div" --checkpoint-every 2)
+"$NODE" train "${div[@]}" --steps 60 --lr 10 --weight-decay 10 --metrics-out "$tmp/div.jsonl" \
+    >"$tmp/div.out" 2>&1; rc=$?
+at=$(sed -nE 's/.*training diverged: step ([0-9]+): its .* is NaN .*, 4 steps in a row \(spec.training.maxNonFiniteSteps skips at most 3\); the parameters are those of step ([0-9]+),.*/\1 \2/p' "$tmp/div.out")
+skips=$(grep -c "^NonFiniteStep: step [0-9]* skipped: its .* (\([1-3]\) in a row, at most 3" "$tmp/div.out")
+jsonl=$(/usr/bin/python3 -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(sum(1 for r in rows if r.get("skipped") and r["grad_norm"] is None))' "$tmp/div.jsonl" 2>&1)
+if [ $rc -eq 1 ] && [ -n "$at" ] && [ "$skips" = 3 ] && [ "$jsonl" = 3 ]; then
+    pass "train.diverged: steps skipped 3 times, then failed at step ${at% *} naming spec.training.maxNonFiniteSteps"
+else fail "train.diverged" "rc $rc, '$at', $skips notices, skipped rows '$jsonl': $(tail -3 "$tmp/div.out")"; fi
+latest=$(cat "$tmp/div/latest-step" 2>/dev/null)
+out=$("$NODE" train "${div[@]}" --steps $((latest + 2)) --lr 1e-4 --weight-decay 0 2>&1); rc=$?
+if [ $rc -eq 0 ] && [ -n "$latest" ] && [ "$latest" -le "${at#* }" ] &&
+   grep -q "resumed from the checkpoint of step $latest" <<<"$out" &&
+   grep -q "^step $((latest + 2))/$((latest + 2)) loss [0-9]" <<<"$out"; then
+    pass "train.diverged_checkpoints_finite: step $latest (at most the last update) resumes with a lower lr"
+else fail "train.diverged_checkpoints_finite" "rc $rc, latest '$latest': $out"; fi
+rm -rf "$tmp/div"
+expect_error "train.diverged_max_nonfinite_0" "training diverged: step [0-9]*: .*, 1 step in a row" \
+    "${div[@]}" --steps 60 --lr 10 --weight-decay 10 --max-nonfinite-steps 0
+# an initial model holding a NaN is refused, naming the flag, the file and the tensor
+"$NODE" export --checkpoint-dir "$tmp/a" --llmc "$tmp/a.bin" >/dev/null 2>&1
+/usr/bin/python3 -c '
+import struct, sys
+f = open(sys.argv[1], "r+b"); f.seek(256 * 4 + 4 * 100); f.write(struct.pack("<f", float("nan")))' "$tmp/a.bin"
+expect_error "train.init_from_nonfinite" "--init-from: llm.c checkpoint .*a.bin: wte\[100\] = nan is not finite" \
+    "${args[@]}" --init-from "$tmp/a.bin"
+
 # --job: a TrainingJob manifest trains as the same flags do (the same spec, the same losses)
 cat >"$tmp/job.yaml" <<YAML
 apiVersion: holmes.dev/v1alpha1

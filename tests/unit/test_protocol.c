@@ -218,7 +218,8 @@ static void test_progress(void)
     p.steps[0] = (struct proto_step){.step = 10, .has_loss = 1, .loss = 4.5, .lr = 3e-4,
                                      .tokens_per_s = 1000, .step_ms = 120, .compute_ms = 80,
                                      .comm_ms = 30, .bubble_ms = 10};
-    p.steps[1] = (struct proto_step){.step = 11, .step_ms = 110, .has_eval = 1, .eval_loss = 3.25};
+    p.steps[1] = (struct proto_step){.step = 11, .step_ms = 110, .has_eval = 1, .eval_loss = 3.25,
+                                     .skipped = 1};
     herr e = {0};
     char *s = proto_progress_encode(&p, &e);
     static struct proto_msg m;
@@ -234,6 +235,8 @@ static void test_progress(void)
         CHECK_INT("progress second has no loss", q->steps[1].has_loss, 0);
         CHECK("progress: the evaluation's loss only where one ran",
               !q->steps[0].has_eval && q->steps[1].has_eval && q->steps[1].eval_loss == 3.25);
+        CHECK("progress: a skipped step (not finite) said so, the others not",
+              !q->steps[0].skipped && q->steps[1].skipped);
         proto_msg_free(&m);
     }
     free(s);
@@ -248,6 +251,20 @@ static void test_progress(void)
               rc != 0 && strstr(e.msg, "progress.steps[0].eval_loss"), "rc %d: %s", rc, e.msg);
     if (rc == 0)
         proto_msg_free(&m);
+    const char *bad_skip[][2] = {
+        {"[{\"step\":3,\"step_ms\":1,\"skipped\":1}]", "progress.steps[0].skipped: must be true or false"},
+        {"[{\"step\":3,\"step_ms\":1,\"loss\":2.5,\"skipped\":true}]",
+         "progress.steps[0]: a skipped step has no loss"}};
+    for (int i = 0; i < 2; i++) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "{\"v\":1,\"type\":\"progress\",\"rank\":0,\"stage\":0,"
+                 "\"steps\":%s}", bad_skip[i][0]);
+        rc = parse_str(msg, &m, &e);
+        CHECK_MSG("progress: a bad skipped step refused, naming the field",
+                  rc != 0 && strstr(e.msg, bad_skip[i][1]), "rc %d: %s", rc, e.msg);
+        if (rc == 0)
+            proto_msg_free(&m);
+    }
 }
 
 static void test_small_messages(void)
