@@ -423,10 +423,14 @@ int main(int argc, char **argv)
     p.nsteps = 1;
     p.steps[0].has_loss = 0;
     put("coord_message", "progress-no-loss", proto_progress_encode(&p, NULL));
+    p.steps[0].skipped = 1; /* training.maxNonFiniteSteps: a step skipped as not finite */
+    put("coord_message", "progress-skipped", proto_progress_encode(&p, NULL));
+    p.steps[0].skipped = 0;
     put("coord_message", "done", proto_done_encode(3, 300, NULL));
     put("coord_message", "error-worker", proto_error_encode(PROTO_ERR_WORKER, "rank 3: NCCL error: unhandled system error", NULL));
     put("coord_message", "error-preempted", proto_error_encode(PROTO_ERR_PREEMPTED, "received SIGTERM after step 41", NULL));
     put("coord_message", "notice", proto_notice_encode("CheckpointFallback", "checkpoint step 40 of stage 1 is corrupt: resumed from step 30", NULL));
+    put("coord_message", "notice-nonfinite", proto_notice_encode("NonFiniteStep", "step 42 skipped: its global gradient norm is NaN (loss 4.1); no parameter changed (1 in a row, at most 3: spec.training.maxNonFiniteSteps)", NULL));
     put("worker_message", "stop-restart", proto_stop_encode(1, 1, "worker 2 (gpt2-worker-2) disconnected", NULL));
     put("worker_message", "stop-final", proto_stop_encode(3, 0, "the job is over", NULL));
     put("worker_message", "error-auth", proto_error_encode(PROTO_ERR_AUTH, "hello: unknown job or wrong token", NULL));
