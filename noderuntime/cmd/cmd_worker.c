@@ -7,6 +7,7 @@
  * the current step, with a checkpoint. */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <omp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -121,7 +122,7 @@ static int print_step(void *ctx, const struct trainer_report *r)
         printf("step %ld%s loss %.6f lr %.3g norm %.3f %.0f tok/s %.1f ms (pipeline %.1f, grad "
                "sync %.1f, optimizer %.1f, param sync %.1f) dp link %.1f MB/s; device: %llu "
                "host waits, %llu bytes up, %llu down\n",
-               r->step, r->skipped ? " skipped (not finite)" : "", r->loss, r->lr, r->grad_norm, r->tokens_per_s, r->step_s * 1e3,
+               r->step, r->skipped ? " skipped (not finite)" : "", fabs(r->loss), r->lr, fabs(r->grad_norm), r->tokens_per_s, r->step_s * 1e3,
                r->pipeline_s * 1e3, r->grad_sync_s * 1e3, r->optimizer_s * 1e3,
                r->param_sync_s * 1e3, r->dp_link_bytes_per_s / 1e6,
                (unsigned long long)r->host_syncs, (unsigned long long)r->h2d_bytes,

@@ -8,6 +8,8 @@
 #   3. two ranks on one GPU as a tensor group of 2 (Megatron-LM; the group's sums over TCP, as
 #      the rank table plans no NCCL network) = the CPU engine's tensor group of 2;
 #   3b. training.eval: the held-out loss through the CUDA engine = the CPU engine's;
+#   3c. training.maxNonFiniteSteps: a diverging 2-stage run (lr and weight decay at their largest)
+#       skips its non-finite steps on both ranks and then fails both, naming the field;
 #   4. bf16: the loss curve of 200 steps within 1 % of fp32's (mean over the last 50 steps);
 #   5. data-parallel 2 on one GPU (two ranks over TCP: NCCL refuses two ranks of one
 #      communicator on one device) = one rank with twice the micro-batches, within 1e-4;
@@ -26,7 +28,7 @@ e32=${2:-cuda-fp32}
 e16=${3:-cuda-bf16}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d /tmp/holmes-gpu-worker.XXXXXX)
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null; [ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
 source "$repo/tests/gpu/carried_libs.bash"
 carried_libs "$node" || exit 1
 if ldd "$node" 2>/dev/null | grep 'not found' | grep -v 'libcuda\.so'; then
@@ -104,6 +106,24 @@ if run cpu_ev 2 20 cpu && run g_ev 2 20 "$e32"; then
         awk -v m="$m" 'BEGIN {exit !(m < 1e-3)}' && pass "gpu.worker.eval: $e32's held-out loss after steps 10 and 20 = the CPU engine's ($m)" \
         || failed gpu.worker.eval "held-out losses $(tr '\n' ' ' <"$tmp/g_ev.eval") against $(tr '\n' ' ' <"$tmp/cpu_ev.eval") ($m, bound 1e-3)"
 else failed gpu.worker.eval "did not train"; fi
+# a diverging run through the CUDA engine (written 2026-11-28 without a GPU): the NaN of a
+# gradient norm summed on the device reaches both ranks through the norm's all-reduce; both skip
+# the same steps (on the CPU: step 4 alone, training goes on, then 9-11), and the fourth in a row
+# fails both naming the field
+table div 2
+for r in 0 1; do
+    timeout 300 "$node" worker --rank-table "$tmp/rt.div.json" --rank $r --data "$data" --steps 200 \
+        --engine "$e16" --device 0 --all-ranks "${model[@]}" --lr 10 --weight-decay 10 \
+        --lr-schedule constant >"$tmp/div.$r.log" 2>&1 &
+done
+rcs=""
+for p in $(jobs -p); do wait "$p"; rcs="$rcs$?"; done
+sk0=$(grep -c "skipped (not finite)" "$tmp/div.0.log"); sk1=$(grep -c "skipped (not finite)" "$tmp/div.1.log")
+if [ "$rcs" = 11 ] && [ "$sk0" -ge 3 ] && [ "$sk1" = "$sk0" ] &&
+   grep -q "training diverged: step [0-9]*: .*spec.training.maxNonFiniteSteps skips at most 3" "$tmp/div.0.log" &&
+   grep -q "training diverged: step [0-9]*: .*spec.training.maxNonFiniteSteps skips at most 3" "$tmp/div.1.log"; then
+    pass "gpu.worker.nonfinite: $e16 diverging: $sk0 steps skipped on both ranks, then both fail naming spec.training.maxNonFiniteSteps"
+else failed gpu.worker.nonfinite "exits '$rcs', skipped $sk0 and $sk1: $(tail -n 2 "$tmp/div.1.log")"; fi
 extra=()
 if run cpu_t2 1 20 cpu 2 && run g_t2 1 20 "$e32" 2; then
     m=$(maxrel "$tmp/g_t2.loss" "$tmp/cpu_t2.loss")
