@@ -569,6 +569,8 @@ static int resolve(void *user, struct coordinator *c, const char *key)
         .restarts_used = (int)json_num_at(obj, "status.restarts", 0),
         .restart_backoff_ms = j->tj.spec.restart.backoff_seconds * 1000,
         .total_steps = j->tj.spec.training.steps,
+        .skipped_steps = (long)json_num_at(obj, "status.skippedSteps.count", 0),
+        .skipped_last = (long)json_num_at(obj, "status.skippedSteps.lastStep", 0),
         .progress_interval_ms = co->status_interval_ms,
         .min_workers = tj_is_elastic(&j->tj.spec) ? j->tj.spec.elastic.min_workers : 0,
         .scale_up = j->tj.spec.elastic.scale_up, .lost = lost, .nlost = nlost,
@@ -586,6 +588,8 @@ static int resolve(void *user, struct coordinator *c, const char *key)
     }
     j->restarts_written = js.restarts_used;
     coord_metrics_restarts(co->metrics, j->ns, j->name, js.restarts_used);
+    if (js.skipped_steps > 0)
+        coord_metrics_skipped(co->metrics, j->ns, j->name, js.skipped_steps);
     coord_history_restarts(co->history, j->ns, j->name, js.restarts_used);
     log_info("coordinator: job %s registered (%d workers, %d of %d restarts used)", key, n,
              js.restarts_used, js.max_restarts);

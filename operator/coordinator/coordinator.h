@@ -123,6 +123,8 @@ struct coord_job_spec {
     int restart_backoff_ms; /* after a failure, the restarted gang starts no sooner than this
                              * (spec.restartPolicy.backoffSeconds); 0 = at once */
     long total_steps;       /* for the ETA; 0 = unknown */
+    long skipped_steps, skipped_last; /* steps already skipped as not finite, the newest
+                             * (status.skippedSteps: a new coordinator goes on counting) */
     int progress_interval_ms; /* 0 = 2000 */
     /* spec.elastic: min_workers below workers makes the job elastic (0: workers, not elastic);
      * scale_up: a lost worker that says hello again is planned in; lost: workers already lost

@@ -87,6 +87,7 @@ static int server_start(struct server *s, const char *job, int n, int gang_ms, i
     struct coord_job_spec js = {
         .name = job, .token = TOKEN, .workers = n, .pods = n == 4 ? pods4 : NULL,
         .gang_timeout_ms = gang_ms, .max_restarts = restarts, .total_steps = 100,
+        .skipped_steps = 5, .skipped_last = 8, /* as read back from status.skippedSteps */
         .progress_interval_ms = 1,
         .hooks = {.plan = plan_ring, .on_hello = hk_hello, .on_steps = hk_steps,
                   .on_progress = hk_progress, .on_event = hk_event},
@@ -139,6 +140,17 @@ static int refused_with(struct coord_client *cl, int code)
     if (rc == 1)
         proto_msg_free(&m);
     return ok && rc == -1 && !coord_client_connected(cl);
+}
+
+/* A record of `step` skipped as not finite (training.maxNonFiniteSteps): no loss. */
+static int send_skipped(struct coord_client *cl, int rank, long step)
+{
+    static struct proto_progress p;
+    memset(&p, 0, sizeof p);
+    p.rank = rank;
+    p.nsteps = 1;
+    p.steps[0] = (struct proto_step){.step = step, .skipped = 1, .step_ms = 10.0};
+    return coord_test_send(cl, proto_progress_encode(&p, NULL));
 }
 
 static int send_progress(struct coord_client *cl, int rank, long step, int with_loss)
@@ -335,6 +347,26 @@ static void test_gang_and_security(void)
         CHECK_NEAR("aggregate tokens/s is the mean of loss reporters", agg.tokens_per_s, 110, 1e-9);
         CHECK_NEAR("aggregate step time is the slowest", agg.step_ms, 40, 1e-9);
         CHECK_NEAR("eta", agg.eta_s, (100 - 10) * 0.040, 1e-9);
+        CHECK("skipped steps read back (5, the newest 8) before any is reported",
+              agg.skipped_steps == 5 && agg.skipped_last == 8);
+
+        /* Steps skipped as not finite: every rank reports the same ones, each in order, and
+         * each step counts once, whichever rank is ahead; step 8 again (a replay after a
+         * restart) is not counted twice. */
+        send_skipped(cl[0], ranks[0], 13); /* a rank ahead of the others */
+        send_skipped(cl[0], ranks[0], 14);
+        for (int i = 1; i < 4; i++) {
+            send_skipped(cl[i], ranks[i], 13);
+            send_skipped(cl[i], ranks[i], 14);
+        }
+        send_skipped(cl[2], ranks[2], 8);
+        usleep(300000);
+        pthread_mutex_lock(&s.ct.mu);
+        coord_job_progress(s.ct.c, "job", &agg);
+        pthread_mutex_unlock(&s.ct.mu);
+        CHECK_MSG("skipped steps 13 and 14 counted once each, on top of the 5 read back",
+                  agg.skipped_steps == 7 && agg.skipped_last == 14, "%ld skipped, the newest %ld",
+                  agg.skipped_steps, agg.skipped_last);
 
         for (int i = 0; i < 4; i++)
             coord_test_send(cl[i], proto_done_encode(ranks[i], 100, NULL));
