@@ -120,12 +120,17 @@ static int parse_step(const cJSON *s, int idx, struct proto_step *st, herr *e)
             return -1;
         st->has_eval = 1;
     }
+    if (cJSON_GetObjectItemCaseSensitive(s, "grad_norm")) {
+        if (json_num(s, where, "grad_norm", 1, 0, 1e30, &st->grad_norm, e))
+            return -1;
+        st->has_norm = 1;
+    }
     const cJSON *sk = cJSON_GetObjectItemCaseSensitive(s, "skipped");
     if (sk && !cJSON_IsBool(sk))
         return herr_set(e, "%s.skipped: must be true or false", where);
     st->skipped = cJSON_IsTrue(sk);
-    if (st->skipped && st->has_loss)
-        return herr_set(e, "%s: a skipped step has no loss", where);
+    if (st->skipped && (st->has_loss || st->has_norm))
+        return herr_set(e, "%s: a skipped step has no loss or gradient norm", where);
     if (json_num(s, where, "lr", 0, 0, 1e3, &st->lr, e) ||
         json_num(s, where, "tokens_per_s", 0, 0, 1e15, &st->tokens_per_s, e) ||
         json_num(s, where, "step_ms", 1, 0, 1e9, &st->step_ms, e) ||
@@ -533,6 +538,7 @@ char *proto_progress_encode(const struct proto_progress *p, herr *e)
         ok = ok && cJSON_AddNumberToObject(o, "step", (double)s->step) &&
              (!s->has_loss || cJSON_AddNumberToObject(o, "loss", s->loss)) &&
              (!s->has_eval || cJSON_AddNumberToObject(o, "eval_loss", s->eval_loss)) &&
+             (!s->has_norm || cJSON_AddNumberToObject(o, "grad_norm", s->grad_norm)) &&
              (!s->skipped || cJSON_AddTrueToObject(o, "skipped")) &&
              cJSON_AddNumberToObject(o, "lr", s->lr) &&
              cJSON_AddNumberToObject(o, "tokens_per_s", s->tokens_per_s) &&

@@ -80,6 +80,9 @@ struct proto_step {
     double eval_loss;   /* its held-out loss, the mean over the evaluation's batches */
     int skipped;        /* its loss or gradient norm was not finite: no update (every rank's
                            record of the step says so; no loss then) */
+    int has_norm;       /* the global gradient norm before clipping (last stage, with the
+                           loss; finite) */
+    double grad_norm;
 };
 
 struct proto_progress {

@@ -476,9 +476,11 @@ static int sim_run(void *user, struct plan_assignment *a, const struct proto_sta
             usleep((useconds_t)sim->step_ms * 1000);
         struct proto_step s = {.step = step, .step_ms = sim->step_ms, .compute_ms = sim->step_ms,
                                .lr = 1e-3, .tokens_per_s = 1000};
-        if (last) {
+        if (last) { /* a falling loss, and a gradient norm falling with it */
             s.has_loss = 1;
             s.loss = 1.0 + 9.0 / (1.0 + (double)step / 10.0);
+            s.has_norm = 1;
+            s.grad_norm = 0.2 + 2.0 / (1.0 + (double)step / 10.0);
         }
         /* training.eval, simulated: a held-out loss a little above the training loss */
         const struct tj_eval *ev = a->has_spec ? &a->spec.training.eval : NULL;

@@ -97,6 +97,10 @@ static int on_step(void *ctx, const struct trainer_report *r)
     if (!(ps.loss >= 0 && ps.loss < 1e6) || r->skipped) /* NaN or absurd: the protocol refuses it */
         ps.has_loss = 0;
     ps.skipped = r->skipped;
+    if (ps.has_loss && r->grad_norm >= 0 && r->grad_norm <= 1e30) { /* global: one copy */
+        ps.has_norm = 1;
+        ps.grad_norm = r->grad_norm;
+    }
     if (r->evaluated && s->last_stage && r->eval_loss >= 0 && r->eval_loss < 1e6) {
         ps.has_eval = 1;
         ps.eval_loss = r->eval_loss;

@@ -126,15 +126,17 @@ void local_console_progress(struct local_console *con, const struct coord_progre
         local_console_say(con, "Eval", "held-out loss %.4f after step %ld", p->eval_loss,
                           p->eval_step);
     }
-    char eta[32], loss[32] = "-", skipped[48] = "";
+    char eta[32], loss[32] = "-", norm[32] = "", skipped[48] = "";
     local_console_duration(p->eta_s, eta, sizeof eta);
     if (p->has_loss) /* none: the workers' newest step was skipped (not finite) */
         snprintf(loss, sizeof loss, "%.4f", p->loss);
+    if (p->has_norm)
+        snprintf(norm, sizeof norm, "  norm %.3g", p->grad_norm);
     if (p->skipped_steps > 0)
         snprintf(skipped, sizeof skipped, "  %ld skipped", p->skipped_steps);
     char line[256];
-    snprintf(line, sizeof line, "step %ld/%ld  loss %s  %.0f tokens/s  %.0f ms/step  ETA %s%s",
-             p->step, p->total_steps, loss, p->tokens_per_s, p->step_ms, eta, skipped);
+    snprintf(line, sizeof line, "step %ld/%ld  loss %s%s  %.0f tokens/s  %.0f ms/step  ETA %s%s",
+             p->step, p->total_steps, loss, norm, p->tokens_per_s, p->step_ms, eta, skipped);
     if (con->tty) {
         printf("\r%-100s", line);
         con->line_open = 1;

@@ -16,6 +16,8 @@ struct metric_row {
     double loss, lr, tokens_per_s, step_ms;
     int has_eval;
     int skipped;         /* training.maxNonFiniteSteps: the step made no update */
+    int has_norm;
+    double grad_norm;    /* the global gradient norm before clipping (one value) */
     double eval_loss;    /* training.eval after this step (the mean over its batches) */
     double stage_ms[PROTO_MAX_STAGES], stage_compute[PROTO_MAX_STAGES],
            stage_comm[PROTO_MAX_STAGES], stage_bubble[PROTO_MAX_STAGES];
@@ -59,6 +61,8 @@ static void write_row(FILE *f, const struct metric_row *r, int stages)
         fprintf(f, "\"loss\":%.6f,", r->loss / r->nloss);
     if (r->has_eval)
         fprintf(f, "\"eval_loss\":%.6f,", r->eval_loss);
+    if (r->has_norm)
+        fprintf(f, "\"grad_norm\":%.6g,", r->grad_norm);
     if (r->skipped)
         fprintf(f, "\"skipped\":true,");
     /* each last-stage replica reports the whole step's rate: their mean */
@@ -100,6 +104,10 @@ void local_metrics_add(struct local_metrics *m, const struct proto_progress *p, 
             r->eval_loss = s->eval_loss;
         }
         r->skipped |= s->skipped;
+        if (s->has_norm) {
+            r->has_norm = 1;
+            r->grad_norm = s->grad_norm;
+        }
         if (s->lr > 0)
             r->lr = s->lr;
         r->step_ms = maxd(r->step_ms, s->step_ms);

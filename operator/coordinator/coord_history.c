@@ -19,6 +19,8 @@ struct point {
     double step_s;             /* the slowest report */
     int has_eval;              /* training.eval followed the step: its held-out loss */
     double eval_loss;
+    int has_norm;              /* the global gradient norm before clipping (one value) */
+    double grad_norm;
 };
 
 struct stage_times {
@@ -274,6 +276,10 @@ void coord_history_steps(struct coord_history *h, const char *ns, const char *jo
             pt->has_eval = 1;
             pt->eval_loss = s->eval_loss;
         }
+        if (s->has_norm) { /* global: every replica reports the same */
+            pt->has_norm = 1;
+            pt->grad_norm = s->grad_norm;
+        }
         pt->nloss++;
         pt->loss_sum += s->loss;
         pt->nrate++;
@@ -349,23 +355,25 @@ static cJSON *events_json(const struct job *j)
 static cJSON *points_json(const struct coord_history *h, struct job *j)
 {
     static const char *const keys[] = {"step", "time", "loss", "tokensPerSecond", "stepSeconds",
-                                       "evalLoss"};
-    cJSON *o = cJSON_CreateObject(), *col[6];
-    for (int k = 0; o && k < 6; k++)
+                                       "evalLoss", "gradNorm"};
+    enum { NCOL = sizeof keys / sizeof keys[0] };
+    cJSON *o = cJSON_CreateObject(), *col[NCOL];
+    for (int k = 0; o && k < NCOL; k++)
         if (!(col[k] = cJSON_AddArrayToObject(o, keys[k]))) {
             cJSON_Delete(o);
             return NULL;
         }
     for (int i = 0; o && i < j->npts; i++) {
         const struct point *p = point_at(h, j, i);
-        cJSON *v[6] = {cJSON_CreateNumber((double)p->step), cJSON_CreateNumber(p->time),
+        cJSON *v[NCOL] = {cJSON_CreateNumber((double)p->step), cJSON_CreateNumber(p->time),
                        p->nloss ? cJSON_CreateNumber(p->loss_sum / p->nloss) : cJSON_CreateNull(),
                        cJSON_CreateNumber(p->nrate ? p->tokens_sum / p->nrate : 0),
                        cJSON_CreateNumber(p->step_s),
-                       p->has_eval ? cJSON_CreateNumber(p->eval_loss) : cJSON_CreateNull()};
-        for (int k = 0; k < 6; k++)
+                       p->has_eval ? cJSON_CreateNumber(p->eval_loss) : cJSON_CreateNull(),
+                       p->has_norm ? cJSON_CreateNumber(p->grad_norm) : cJSON_CreateNull()};
+        for (int k = 0; k < NCOL; k++)
             if (!v[k] || !cJSON_AddItemToArray(col[k], v[k])) {
-                for (int m = k; m < 6; m++)
+                for (int m = k; m < NCOL; m++)
                     cJSON_Delete(v[m]);
                 cJSON_Delete(o);
                 return NULL;

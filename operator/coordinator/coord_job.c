@@ -481,7 +481,7 @@ void co_job_aggregate(const struct job *j, struct coord_progress *p)
     p->step = -1;
     p->skipped_steps = j->skipped_steps;
     p->skipped_last = j->skipped_last;
-    int nloss = 0;
+    int nloss = 0, nnorm = 0;
     for (int i = 0; i < j->n; i++) {
         const struct slot *s = &j->w[i];
         if (!s->reported)
@@ -499,6 +499,10 @@ void co_job_aggregate(const struct job *j, struct coord_progress *p)
             p->tokens_per_s += s->last.tokens_per_s;
             nloss++;
         }
+        if (s->last.has_norm) {
+            p->grad_norm += s->last.grad_norm;
+            nnorm++;
+        }
     }
     if (p->step < 0)
         p->step = 0;
@@ -508,6 +512,10 @@ void co_job_aggregate(const struct job *j, struct coord_progress *p)
         p->has_loss = 1;
         p->loss /= nloss;
         p->tokens_per_s /= nloss;
+    }
+    if (nnorm) { /* one global value; the replicas' last steps may differ by a step */
+        p->has_norm = 1;
+        p->grad_norm /= nnorm;
     }
     p->eta_s = -1;
     if (j->total_steps > 0 && p->step_ms > 0)

@@ -23,6 +23,8 @@ struct gauges {
     int eval_set;
     double eval_loss;
     long skipped;
+    int norm_set;
+    double grad_norm;
     int staged[PROTO_MAX_STAGES];
     double stage[PROTO_MAX_STAGES][3]; /* compute, communication, bubble (seconds) */
 };
@@ -116,6 +118,16 @@ void coord_metrics_eval(struct coord_metrics *m, const char *ns, const char *job
     }
 }
 
+void coord_metrics_grad_norm(struct coord_metrics *m, const char *ns, const char *job, double norm)
+{
+    struct gauges *g = lock_job(m, ns, job);
+    if (g) {
+        g->norm_set = 1;
+        g->grad_norm = norm;
+        pthread_mutex_unlock(&m->mu);
+    }
+}
+
 void coord_metrics_skipped(struct coord_metrics *m, const char *ns, const char *job, long steps)
 {
     struct gauges *g = lock_job(m, ns, job);
@@ -176,6 +188,7 @@ static void family(struct coord_metrics *m, struct metrics_buf *b, const char *n
         case 4: have = g->prog.set, v = g->prog.tflops; break;
         case 6: have = g->eval_set, v = g->eval_loss; break;
         case 7: have = 1, v = (double)g->skipped; break;
+        case 8: have = g->norm_set, v = g->grad_norm; break;
         default: have = 1, v = g->restarts; break;
         }
         if (have)
@@ -197,6 +210,8 @@ void coord_metrics_render(struct coord_metrics *m, struct metrics_buf *b)
     family(m, b, "holmes_job_restarts", "In-place gang restarts charged to the job.", 5);
     family(m, b, "holmes_job_eval_loss",
            "The newest held-out loss (spec.training.eval): the mean over its batches.", 6);
+    family(m, b, "holmes_job_grad_norm", "The global gradient norm before clipping at the "
+           "newest step.", 8);
     family(m, b, "holmes_job_skipped_steps", "Steps skipped (no update) because their loss or "
            "gradient norm was not finite (spec.training.maxNonFiniteSteps).", 7);
     static const char *const parts[] = {"compute", "communication", "bubble"};

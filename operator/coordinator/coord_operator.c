@@ -363,6 +363,12 @@ static void on_progress(void *user, const struct coord_progress *pr)
     cJSON_AddNumberToObject(p, "step", (double)pr->step);
     if (pr->has_loss) /* 4 decimals: what `kubectl get tj` shows in its Loss column */
         cJSON_AddNumberToObject(p, "loss", round(pr->loss * 1e4) / 1e4);
+    if (pr->has_norm) { /* 4 significant digits: a norm spans orders of magnitude */
+        char g[32];
+        snprintf(g, sizeof g, "%.4g", pr->grad_norm);
+        cJSON_AddNumberToObject(p, "gradNorm", strtod(g, NULL));
+        coord_metrics_grad_norm(j->co->metrics, j->ns, j->name, pr->grad_norm);
+    }
     cJSON_AddNumberToObject(p, "tokensPerSecond", pr->tokens_per_s);
     cJSON_AddNumberToObject(p, "tflopsPerGpu", tflops);
     if (pr->eta_s >= 0)

@@ -80,6 +80,8 @@ struct coord_progress {
     double eta_s;           /* (total_steps - step) * step_ms; -1 when unknown */
     long eval_step;         /* the newest evaluation (training.eval) a worker reported; 0: none */
     double eval_loss;       /* its held-out loss (already the mean over the set) */
+    int has_norm;           /* grad_norm: the global gradient norm before clipping of the */
+    double grad_norm;       /* loss reporters' last steps (their mean) */
     long skipped_steps;     /* steps skipped for a non-finite loss or gradient norm, and the
                                newest of them (training.maxNonFiniteSteps) */
     long skipped_last;

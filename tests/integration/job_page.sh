@@ -72,6 +72,9 @@ p1=$(points 1) p2=$(points 2)
 ev=$(grep -o 'class="chart eval"[^>]*data-points="[0-9]*"' "$tmp/dom-2.html" | grep -o '[0-9]*"$' | tr -d '"')
 [ -n "$ev" ] && [ "$ev" -gt 0 ] && [ "$ev" -lt "$p2" ] && pass "the held-out loss drawn ($ev points: every 5th step)" \
     || fail "the held-out loss drawn" "${ev:-no chart} of $p2 steps"
+gn=$(grep -o 'class="chart norm"[^>]*data-points="[0-9]*"' "$tmp/dom-2.html" | grep -o '[0-9]*"$' | tr -d '"')
+[ -n "$gn" ] && [ "$gn" -eq "$p2" ] && pass "the gradient norm drawn ($gn points: every step)" \
+    || fail "the gradient norm drawn" "${gn:-no chart} of $p2 steps"
 [ -s "$art/load-1.png" ] && [ -s "$art/load-2.png" ] && pass "screenshots kept in $art" \
     || fail "screenshots kept in $art"
 
@@ -80,7 +83,8 @@ jq_true "$api" ".jobs[0].name == \"$name\" and (.jobs[0].plan.stages | length) =
         (.jobs[0].stages | length) == 2 and (.jobs[0].points.loss | length) > 0 and
         (.jobs[0].points.step | length) == (.jobs[0].points.loss | length) and
         (.jobs[0].points.step | length) == (.jobs[0].points.evalLoss | length) and
-        ([.jobs[0].points.evalLoss[] | numbers] | length) > 0" \
+        ([.jobs[0].points.evalLoss[] | numbers] | length) > 0 and
+        ([.jobs[0].points.gradNorm[] | numbers] | length) > 0" \
     && pass "/api/jobs: plan, stage times and loss points" || fail "/api/jobs: plan, stage times and loss points" "$(head -c 400 <<<"$api")"
 html=$(curl -sf "$base/jobs")
 ext=$(grep -Eio '(src|href|action)=["'"'"']?(https?:)?//[^"'"'"' >]*|@import|url\(' <<<"$html")

@@ -170,6 +170,8 @@ check "resume: training went on from where the suspended run stopped (step $sus)
 for i in 0 1 2 3; do set_pod e2e-worker-$i Succeeded False; done
 check "the job Succeeded at step 320, restarts 2" wait_for 30 tj_is e2e '.status.phase == "Succeeded" and .status.progress.step == 320 and .status.restarts == 2'
 loss=$(kubectl get tj e2e -n $NS -o jsonpath='{.status.progress.loss}')
+gn=$(kubectl get tj e2e -n $NS -o jsonpath='{.status.progress.gradNorm}')
+check "status.progress.gradNorm: the last step's global gradient norm ($gn)" awk -v g="$gn" 'BEGIN { exit !(g > 0 && g < 100) }'
 check "the final loss ($loss) is below 3.5 (from ~5.5: the curve continued)" awk -v l="$loss" 'BEGIN { exit !(l > 0 && l < 3.5) }'
 ev=$(kubectl get tj e2e -n $NS -o jsonpath='{.status.evalLoss.step} {.status.evalLoss.loss}')
 check "status.evalLoss: the held-out loss after the last step ($ev), below 3.5" \

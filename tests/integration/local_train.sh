@@ -17,13 +17,16 @@ out=$(cd "$REPO" && timeout 300 "$OPERATOR" local "$tmp/job.yaml" --run-dir "$tm
       --metrics-out "$tmp/m.jsonl" 2>&1)
 rc=$?
 [ $rc -eq 0 ] && pass "training run succeeds" || fail "training run succeeds" "rc $rc: $out $(tail -n 5 "$tmp"/run/*.log)"
-/usr/bin/python3 - "$tmp/m.jsonl" "$steps" <<'PY' && pass "loss falls over the run" || fail "loss falls over the run" "$(head -c 600 "$tmp/m.jsonl")"
+/usr/bin/python3 - "$tmp/m.jsonl" "$steps" <<'PY' && pass "loss falls over the run; every step's gradient norm in the metrics" || fail "loss falls over the run; every step's gradient norm in the metrics" "$(head -c 600 "$tmp/m.jsonl")"
 import json, sys
 rows = sorted((json.loads(l) for l in open(sys.argv[1])), key=lambda r: r["step"])
 assert [r["step"] for r in rows] == list(range(1, int(sys.argv[2]) + 1))
 first, last = rows[0]["loss"], rows[-1]["loss"]
 assert first > 5.0 and last < first - 0.5, (first, last)
 assert all(len(r["stages"]) == 2 and r["stages"][0]["compute_ms"] > 0 for r in rows)
+# the global gradient norm of every step, one value whichever replica reported it
+assert all(0 < r["grad_norm"] < 1e3 for r in rows), [r.get("grad_norm") for r in rows]
+assert not any(r.get("skipped") for r in rows)
 PY
 /usr/bin/python3 - "$tmp/m.jsonl" "$steps" <<'PY' && pass "training.eval: the held-out loss after steps 10, 20 and the last, falling" || fail "training.eval: the held-out loss after steps 10, 20 and the last" "$(grep -o '"step":[0-9]*,[^,]*,"loss":[^,]*,"eval_loss":[^,]*' "$tmp/m.jsonl")"
 import json, sys

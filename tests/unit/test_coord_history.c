@@ -13,7 +13,9 @@ static void step(struct coord_history *h, const char *job, int stage, long s, in
     struct proto_progress p = {.rank = 0, .stage = stage, .nsteps = 1};
     p.steps[0] = (struct proto_step){.step = s, .has_loss = has_loss, .loss = loss,
                                      .tokens_per_s = tps, .step_ms = 100, .compute_ms = 60,
-                                     .comm_ms = 25, .bubble_ms = 0};
+                                     .comm_ms = 25, .bubble_ms = 0,
+                                     /* the global norm: steps 1-3 reported, others not */
+                                     .has_norm = has_loss && s <= 3, .grad_norm = 0.5 * s};
     coord_history_steps(h, "ml", job, &p);
 }
 
@@ -57,6 +59,9 @@ static void test_points(void)
     CHECK_NEAR("replicas' tokens/s averaged (each reports the global rate)",
                num_at(col(j, "tokensPerSecond"), 0), 2000, 1e-9);
     CHECK_NEAR("step seconds", num_at(col(j, "stepSeconds"), 4), 0.1, 1e-9);
+    CHECK("the gradient norm where reported, null elsewhere",
+          cJSON_GetArraySize(col(j, "gradNorm")) == 5 && num_at(col(j, "gradNorm"), 2) == 1.5 &&
+              cJSON_IsNull(cJSON_GetArrayItem(col(j, "gradNorm"), 3)));
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "stages");
     CHECK_INT("both stages' times", cJSON_GetArraySize(st), 2);
     const cJSON *s1 = cJSON_GetArrayItem(st, 1);

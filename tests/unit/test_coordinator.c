@@ -3,6 +3,8 @@
  * workers by a new coordinator, gang timeout, plan failure, and refusals (wrong token, unknown
  * pod, garbled and oversized frames) that leave the job unaffected. */
 #include "test.h"
+
+#include <math.h>
 #include "coord_testutil.h"
 
 #include <netinet/in.h>
@@ -160,7 +162,8 @@ static int send_progress(struct coord_client *cl, int rank, long step, int with_
     p.rank = rank;
     p.nsteps = 1;
     p.steps[0] = (struct proto_step){.step = step, .has_loss = with_loss, .loss = 3.0 + rank,
-                                     .tokens_per_s = 100 + 20 * rank, .step_ms = 10.0 * (rank + 1)};
+                                     .tokens_per_s = 100 + 20 * rank, .step_ms = 10.0 * (rank + 1),
+                                     .has_norm = with_loss, .grad_norm = 1.0 + rank};
     return coord_test_send(cl, proto_progress_encode(&p, NULL));
 }
 
@@ -343,6 +346,8 @@ static void test_gang_and_security(void)
         CHECK("progress hook called", calls >= 1);
         CHECK_INT("aggregate step is the slowest", agg.step, 10);
         CHECK_NEAR("aggregate loss is the mean of loss reporters", agg.loss, 3.5, 1e-9);
+        CHECK("aggregate gradient norm is the mean of its reporters",
+              agg.has_norm && fabs(agg.grad_norm - 1.5) < 1e-9);
         /* each last-stage replica reports the whole step's rate: their mean, not their sum */
         CHECK_NEAR("aggregate tokens/s is the mean of loss reporters", agg.tokens_per_s, 110, 1e-9);
         CHECK_NEAR("aggregate step time is the slowest", agg.step_ms, 40, 1e-9);

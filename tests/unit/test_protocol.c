@@ -217,7 +217,8 @@ static void test_progress(void)
     p.nsteps = 2;
     p.steps[0] = (struct proto_step){.step = 10, .has_loss = 1, .loss = 4.5, .lr = 3e-4,
                                      .tokens_per_s = 1000, .step_ms = 120, .compute_ms = 80,
-                                     .comm_ms = 30, .bubble_ms = 10};
+                                     .comm_ms = 30, .bubble_ms = 10, .has_norm = 1,
+                                     .grad_norm = 0.8125};
     p.steps[1] = (struct proto_step){.step = 11, .step_ms = 110, .has_eval = 1, .eval_loss = 3.25,
                                      .skipped = 1};
     herr e = {0};
@@ -237,6 +238,8 @@ static void test_progress(void)
               !q->steps[0].has_eval && q->steps[1].has_eval && q->steps[1].eval_loss == 3.25);
         CHECK("progress: a skipped step (not finite) said so, the others not",
               !q->steps[0].skipped && q->steps[1].skipped);
+        CHECK("progress: the gradient norm where there is one",
+              q->steps[0].has_norm && q->steps[0].grad_norm == 0.8125 && !q->steps[1].has_norm);
         proto_msg_free(&m);
     }
     free(s);
@@ -254,8 +257,9 @@ static void test_progress(void)
     const char *bad_skip[][2] = {
         {"[{\"step\":3,\"step_ms\":1,\"skipped\":1}]", "progress.steps[0].skipped: must be true or false"},
         {"[{\"step\":3,\"step_ms\":1,\"loss\":2.5,\"skipped\":true}]",
-         "progress.steps[0]: a skipped step has no loss"}};
-    for (int i = 0; i < 2; i++) {
+         "progress.steps[0]: a skipped step has no loss or gradient norm"},
+        {"[{\"step\":3,\"step_ms\":1,\"grad_norm\":-0.5}]", "progress.steps[0].grad_norm"}};
+    for (int i = 0; i < 3; i++) {
         char msg[256];
         snprintf(msg, sizeof msg, "{\"v\":1,\"type\":\"progress\",\"rank\":0,\"stage\":0,"
                  "\"steps\":%s}", bad_skip[i][0]);
