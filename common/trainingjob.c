@@ -12,11 +12,21 @@
 
 /* ---------------------------------------------------------------- names and presets */
 
-const char *const tj_lr_names[2] = {"cosine", "constant"};
+const char *const tj_lr_names[4] = {"cosine", "constant", "linear", "wsd"};
 const char *const tj_format_names[2] = {"llmc", "text"};
 const char *const tj_class_names[3] = {"infiniband", "roce", "ethernet"};
 
-const char *tj_lr_schedule_name(enum tj_lr_schedule s) { return (unsigned)s < 2 ? tj_lr_names[s] : "?"; }
+const char *tj_lr_schedule_name(enum tj_lr_schedule s) { return (unsigned)s < 4 ? tj_lr_names[s] : "?"; }
+
+long tj_lr_decay_steps(const struct tj_training *t)
+{
+    if (t->opt.schedule != TJ_LR_WSD)
+        return 0;
+    if (t->opt.decay_steps >= 0)
+        return t->opt.decay_steps;
+    long after = t->steps - t->opt.warmup_steps;
+    return after > 0 ? after / 5 : 0;
+}
 const char *tj_data_format_name(enum tj_data_format f) { return (unsigned)f < 2 ? tj_format_names[f] : "?"; }
 
 const char *const tj_gang_names[TJ_GANG_COUNT] = {"", "none", "kueue", "volcano", "coscheduling"};
@@ -142,6 +152,7 @@ void tj_spec_defaults(struct tj_spec *s)
     struct tj_training *t = &s->training;
     t->opt.lr = 6.0e-4;
     t->opt.warmup_steps = 0;
+    t->opt.decay_steps = -1;
     t->opt.schedule = TJ_LR_COSINE;
     t->opt.min_lr_ratio = 0.1;
     t->opt.beta1 = 0.9;

@@ -24,7 +24,7 @@
 #define TJ_DEMO_CORPUS "examples/data/corpus.txt" /* used when training.data is omitted */
 #define TJ_TEXT_VOCAB 256      /* text data is tokenized byte by byte: model.vocab must be >= 256 */
 
-enum tj_lr_schedule { TJ_LR_COSINE = 0, TJ_LR_CONSTANT = 1 };
+enum tj_lr_schedule { TJ_LR_COSINE = 0, TJ_LR_CONSTANT = 1, TJ_LR_LINEAR = 2, TJ_LR_WSD = 3 };
 enum tj_data_format { TJ_DATA_LLMC = 0, TJ_DATA_TEXT = 1 };
 
 struct tj_model {
@@ -71,7 +71,9 @@ struct tj_optimizer {
     double lr;            /* peak learning rate */
     int warmup_steps;
     enum tj_lr_schedule schedule;
-    double min_lr_ratio;  /* cosine decays to lr * min_lr_ratio */
+    double min_lr_ratio;  /* the decay ends at lr * min_lr_ratio */
+    int decay_steps;      /* wsd: the last steps, decaying; -1 = a fifth of the steps after the
+                             warm-up (tj_lr_decay_steps) */
     double beta1, beta2, eps, weight_decay;
     double grad_clip;     /* global-norm clip; 0 disables */
 };
@@ -216,6 +218,11 @@ int tj_job_from_json(const cJSON *obj, struct tj_job *out, struct tj_errors *err
  * `errs`; returns 0 when valid. */
 int tj_spec_validate(const struct tj_spec *s, const char *path, struct tj_errors *errs);
 
+/* The learning-rate schedule's rules alone (warmupSteps, decaySteps against steps and the
+ * schedule), for callers that build a training spec without the rest (holmes-node train's
+ * flags). Appends to `errs` under `path`; returns 0 when valid. */
+int tj_schedule_check(const struct tj_training *t, const char *path, struct tj_errors *errs);
+
 /* What this version cannot run yet although the API (and tj_spec_validate) accepts it, each with
  * its reason, appended to `errs` ("spec.training.precision: bf16 is not supported by the workers
  * yet ..."); 0 when the job can run. `holmes-operator validate`,
@@ -272,7 +279,10 @@ long long tj_model_params(const struct tj_model *m);
  * name in local mode). Returns the length snprintf would write. */
 int tj_worker_pod_name(char *out, size_t cap, const char *job, int index);
 
-const char *tj_lr_schedule_name(enum tj_lr_schedule s); /* "cosine", "constant" */
+const char *tj_lr_schedule_name(enum tj_lr_schedule s); /* "cosine", "constant", "linear", "wsd" */
+/* wsd: the steps of the decay (optimizer.decaySteps, or a fifth of the steps after the warm-up);
+ * 0 for the other schedules. */
+long tj_lr_decay_steps(const struct tj_training *t);
 const char *tj_data_format_name(enum tj_data_format f); /* "llmc", "text" */
 /* "" (TJ_GANG_DEFAULT), "none", "kueue", "volcano", "coscheduling" */
 const char *tj_gang_name(enum tj_gang g);

@@ -10,7 +10,7 @@
 #include "trainingjob.h"
 
 /* The API's names of enum tj_lr_schedule, enum tj_data_format and the NIC classes. */
-extern const char *const tj_lr_names[2];
+extern const char *const tj_lr_names[4];
 extern const char *const tj_format_names[2];
 extern const char *const tj_class_names[3];
 extern const char *const tj_gang_names[TJ_GANG_COUNT]; /* [TJ_GANG_DEFAULT] is "" */

@@ -372,8 +372,9 @@ static void parse_optimizer(const cJSON *o, const char *p, struct tj_spec *s, st
     int v;
     get_num(o, p, "lr", 0, 1, 10, 0, &op->lr, errs);
     get_int(o, p, "warmupSteps", 0, 1000000000, 0, &op->warmup_steps, errs);
-    if (get_enum(o, p, "schedule", tj_lr_names, 2, &v, errs) == 1)
+    if (get_enum(o, p, "schedule", tj_lr_names, 4, &v, errs) == 1)
         op->schedule = (enum tj_lr_schedule)v;
+    get_int(o, p, "decaySteps", 0, 1000000000, 0, &op->decay_steps, errs);
     get_num(o, p, "minLrRatio", 0, 0, 1, 0, &op->min_lr_ratio, errs);
     get_num(o, p, "beta1", 0, 0, 1, 1, &op->beta1, errs);
     get_num(o, p, "beta2", 0, 0, 1, 1, &op->beta2, errs);
@@ -414,7 +415,8 @@ static void parse_eval(const cJSON *o, const char *p, struct tj_spec *s, struct 
 }
 
 static const struct section TRAINING_SECTIONS[] = {
-    {"optimizer", 0, (const char *const[]){"lr", "warmupSteps", "schedule", "minLrRatio", "beta1",
+    {"optimizer", 0, (const char *const[]){"lr", "warmupSteps", "schedule", "decaySteps",
+                                           "minLrRatio", "beta1",
                                            "beta2", "eps", "weightDecay", "gradClip", NULL},
      parse_optimizer},
     {"data", 0, (const char *const[]){"path", "format", NULL}, parse_data},

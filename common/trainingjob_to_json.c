@@ -86,6 +86,8 @@ static int training_to_json(cJSON *o, const struct tj_spec *s)
             ok &= !!num(op, "lr", t->opt.lr);
             ok &= !!num(op, "warmupSteps", t->opt.warmup_steps);
             ok &= !!str(op, "schedule", tj_lr_schedule_name(t->opt.schedule));
+            if (t->opt.decay_steps >= 0)
+                ok &= !!num(op, "decaySteps", t->opt.decay_steps);
             ok &= !!num(op, "minLrRatio", t->opt.min_lr_ratio);
             ok &= !!num(op, "beta1", t->opt.beta1);
             ok &= !!num(op, "beta2", t->opt.beta2);

@@ -6,6 +6,22 @@
 
 /* ---------------------------------------------------------------- validation */
 
+int tj_schedule_check(const struct tj_training *t, const char *sp, struct tj_errors *errs)
+{
+    int before = errs->count;
+    if (t->opt.warmup_steps > t->steps && t->steps >= 1)
+        tj_errors_add(errs, "%s.training.optimizer.warmupSteps: %d exceeds training.steps %ld", sp,
+                      t->opt.warmup_steps, t->steps);
+    if (t->opt.decay_steps >= 0 && t->opt.schedule != TJ_LR_WSD)
+        tj_errors_add(errs, "%s.training.optimizer.decaySteps: only with schedule wsd (schedule is "
+                      "%s)", sp, tj_lr_schedule_name(t->opt.schedule));
+    else if (t->opt.decay_steps >= 0 && t->opt.warmup_steps <= t->steps &&
+             (long)t->opt.warmup_steps + t->opt.decay_steps > t->steps)
+        tj_errors_add(errs, "%s.training.optimizer.decaySteps: %d and warmupSteps %d exceed "
+                      "training.steps %ld", sp, t->opt.decay_steps, t->opt.warmup_steps, t->steps);
+    return errs->count > before ? -1 : 0;
+}
+
 int tj_spec_validate(const struct tj_spec *s, const char *path, struct tj_errors *errs)
 {
     const char *sp = path ? path : "spec";
@@ -67,9 +83,7 @@ int tj_spec_validate(const struct tj_spec *s, const char *path, struct tj_errors
     const struct tj_training *t = &s->training;
     if (t->steps < 1)
         tj_errors_add(errs, "%s.training.steps: must be at least 1", sp);
-    if (t->opt.warmup_steps > t->steps && t->steps >= 1)
-        tj_errors_add(errs, "%s.training.optimizer.warmupSteps: %d exceeds training.steps %ld", sp,
-                      t->opt.warmup_steps, t->steps);
+    tj_schedule_check(t, sp, errs);
     if (t->precision == DTYPE_BF16 && s->gpus_per_worker == 0)
         tj_errors_add(errs, "%s.training.precision: bf16 needs GPU workers (gpusPerWorker >= 1); CPU workers "
                       "train in fp32", sp);

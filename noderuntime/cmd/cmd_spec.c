@@ -113,7 +113,11 @@ static int apply(struct cmd_spec *cs, struct tj_spec *s, const char *f, const ch
     } else if (!strcmp(f, "--lr-schedule")) {
         rc = !strcmp(v, "cosine") ? (o->schedule = TJ_LR_COSINE, 0)
            : !strcmp(v, "constant") ? (o->schedule = TJ_LR_CONSTANT, 0)
-                                    : bad_choice(cs, f, v, "cosine, constant");
+           : !strcmp(v, "linear")   ? (o->schedule = TJ_LR_LINEAR, 0)
+           : !strcmp(v, "wsd")      ? (o->schedule = TJ_LR_WSD, 0)
+                                    : bad_choice(cs, f, v, "cosine, constant, linear, wsd");
+    } else if (!strcmp(f, "--decay-steps")) {
+        rc = set_int(cs, f, v, 0, 1000000000, &o->decay_steps);
     } else if (!strcmp(f, "--min-lr-ratio")) {
         rc = set_double(cs, f, v, 0, 1, &o->min_lr_ratio);
     } else if (!strcmp(f, "--weight-decay")) {
@@ -253,6 +257,12 @@ int cmd_spec_resolve(struct cmd_spec *cs, herr *e)
         m->vocab = cs->spec.training.data.format == TJ_DATA_TEXT ? TJ_TEXT_VOCAB : 50257;
     if (cs->spec.training.steps < 1)
         return herr_config(e, "the number of steps is required: --steps N (spec.training.steps)");
+    struct tj_errors errs = {0};
+    if (tj_schedule_check(&cs->spec.training, "spec", &errs) != 0) {
+        tj_errors_to_herr(&errs, e);
+        e->kind = HERR_CONFIG;
+        return -1;
+    }
     return 0;
 }
 
@@ -284,7 +294,8 @@ void cmd_spec_usage(FILE *f)
         "  --micro-batches M     parallelism.microBatches per replica per step (8; --grad-accum)\n"
         "  --steps N             training.steps (required)\n"
         "  --schedule 1f1b|gpipe  --token-slices N  --pipeline-dtype / --param-gather-dtype fp32|bf16\n"
-        "  --lr X (6e-4) --warmup N (0) --lr-schedule cosine|constant (cosine)\n"
+        "  --lr X (6e-4) --warmup N (0) --lr-schedule cosine|constant|linear|wsd (cosine)\n"
+        "  --decay-steps N       wsd: the last N steps decay (a fifth of those after the warm-up)\n"
         "  --min-lr-ratio X (0.1) --weight-decay X (0.1) --beta1 X (0.9) --beta2 X (0.95)\n"
         "  --eps X (1e-8) --clip X (1.0, 0 = off; --grad-clip) --seed N (1337)\n"
         "  --checkpoint-dir DIR --checkpoint-every N (0: at the end) --keep K (3): a run resumes\n"

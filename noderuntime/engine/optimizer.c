@@ -91,6 +91,10 @@ int lr_schedule_check(const struct lr_schedule *s, herr *e)
         return herr_set(e, "total steps must be positive (got %ld)", s->total_steps);
     if (!(s->min_lr_ratio >= 0.0f && s->min_lr_ratio <= 1.0f))
         return herr_set(e, "min learning-rate ratio must be in [0, 1] (got %g)", s->min_lr_ratio);
+    if (s->shape == LR_WSD && (s->decay_steps < 0 || s->decay_steps > s->total_steps - s->warmup_steps))
+        return herr_set(e, "decay steps must be in [0, %ld] (total %ld less warm-up %ld; got %ld)",
+                        s->total_steps - s->warmup_steps, s->total_steps, s->warmup_steps,
+                        s->decay_steps);
     return 0;
 }
 
@@ -101,8 +105,11 @@ float lr_at(const struct lr_schedule *s, long step)
     float min_lr = s->max_lr * s->min_lr_ratio;
     if (step >= s->total_steps || s->total_steps <= s->warmup_steps)
         return min_lr;
-    double ratio = (double)(step - s->warmup_steps) / (double)(s->total_steps - s->warmup_steps);
-    double coeff = 0.5 * (1.0 + cos(M_PI * ratio));
+    long from = s->shape == LR_WSD ? s->total_steps - s->decay_steps : s->warmup_steps;
+    if (step < from) /* LR_WSD's stable part */
+        return s->max_lr;
+    double ratio = (double)(step - from) / (double)(s->total_steps - from);
+    double coeff = s->shape == LR_COSINE ? 0.5 * (1.0 + cos(M_PI * ratio)) : 1.0 - ratio;
     return (float)(min_lr + coeff * (s->max_lr - min_lr));
 }
 

@@ -43,11 +43,17 @@ void adamw_update_at(const struct adamw_config *o, const struct gpt_tensor *tens
                      float *p, const float *g, float *m, float *v, size_t lo, size_t hi, float lr,
                      long step, float grad_scale);
 
+/* After the warm-up, from max_lr down to max_lr * min_lr_ratio at total_steps: a half cosine
+ * (LR_COSINE), a straight line (LR_LINEAR), or warmup-stable-decay (LR_WSD: max_lr until the
+ * last decay_steps steps, then a straight line). A constant rate is min_lr_ratio 1. */
+enum lr_shape { LR_COSINE = 0, LR_LINEAR = 1, LR_WSD = 2 };
 struct lr_schedule {
     float max_lr;
     long warmup_steps;  /* linear from max_lr/warmup to max_lr over steps 0..warmup-1 */
-    long total_steps;   /* cosine from max_lr down to max_lr*min_lr_ratio at total_steps */
+    long total_steps;   /* the decay reaches max_lr*min_lr_ratio at total_steps */
     float min_lr_ratio; /* in [0, 1] */
+    enum lr_shape shape;
+    long decay_steps;   /* LR_WSD: the steps of the decay, at most total - warmup */
 };
 int lr_schedule_check(const struct lr_schedule *s, herr *e);
 /* The learning rate at 0-based step `step`. */

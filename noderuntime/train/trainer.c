@@ -19,7 +19,7 @@ void trainer_config_defaults(struct trainer_config *c)
     memset(c, 0, sizeof *c);
     c->schedule = SCHED_1F1B;
     c->adamw = (struct adamw_config){0.9f, 0.95f, 1e-8f, 0.1f};
-    c->lr = (struct lr_schedule){3e-4f, 0, 0, 1.0f};
+    c->lr = (struct lr_schedule){.max_lr = 3e-4f, .min_lr_ratio = 1.0f};
     c->grad_clip = 1.0f;
     c->max_nonfinite = 3;
     c->seed = 1337;

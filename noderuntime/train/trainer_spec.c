@@ -29,7 +29,11 @@ int trainer_config_from_spec(const struct tj_spec *sp, struct trainer_config *c,
     c->lr = (struct lr_schedule){.max_lr = (float)o->lr, .warmup_steps = o->warmup_steps,
                                  .total_steps = o->schedule == TJ_LR_CONSTANT ? 0 : sp->training.steps,
                                  .min_lr_ratio = o->schedule == TJ_LR_CONSTANT ? 1.0f
-                                                                               : (float)o->min_lr_ratio};
+                                                                               : (float)o->min_lr_ratio,
+                                 .shape = o->schedule == TJ_LR_LINEAR ? LR_LINEAR
+                                          : o->schedule == TJ_LR_WSD  ? LR_WSD
+                                                                      : LR_COSINE,
+                                 .decay_steps = tj_lr_decay_steps(&sp->training)};
     c->grad_clip = (float)o->grad_clip;
     c->max_nonfinite = sp->training.max_nonfinite_steps;
     c->seed = sp->training.seed;

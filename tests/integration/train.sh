@@ -125,6 +125,22 @@ f = open(sys.argv[1], "r+b"); f.seek(256 * 4 + 4 * 100); f.write(struct.pack("<f
 expect_error "train.init_from_nonfinite" "--init-from: llm.c checkpoint .*a.bin: wte\[100\] = nan is not finite" \
     "${args[@]}" --init-from "$tmp/a.bin"
 
+# the learning-rate schedules reach the trainer: warmup-stable-decay (2 steps up, the peak held,
+# the last 4 down towards 0) and linear (down from the peak after the warm-up; as the cosine, the
+# floor is the rate a step after the last)
+sched() { "$NODE" train --data "$corpus" "${model[@]}" --steps 10 --warmup 2 --lr 1e-3 --min-lr-ratio 0 \
+    --log-every 1 "$@" 2>&1 | sed -nE 's/^step [0-9]+\/10 loss [0-9.]+ lr ([0-9.e+-]+) .*/\1/p' | tr '\n' ' '; }
+got=$(sched --lr-schedule wsd --decay-steps 4)
+want="5.000e-04 1.000e-03 1.000e-03 1.000e-03 1.000e-03 1.000e-03 1.000e-03 7.500e-04 5.000e-04 2.500e-04 "
+[ "$got" = "$want" ] && pass "train.lr_wsd: warm-up, the peak held, the last 4 steps decaying" \
+    || fail "train.lr_wsd" "lr per step '$got', want '$want'"
+got=$(sched --lr-schedule linear)
+want="5.000e-04 1.000e-03 1.000e-03 8.750e-04 7.500e-04 6.250e-04 5.000e-04 3.750e-04 2.500e-04 1.250e-04 "
+[ "$got" = "$want" ] && pass "train.lr_linear: a straight line down after the warm-up" \
+    || fail "train.lr_linear" "lr per step '$got', want '$want'"
+expect_error "train.decay_steps_without_wsd" "spec.training.optimizer.decaySteps: only with schedule wsd" \
+    --data "$corpus" "${model[@]}" --steps 10 --decay-steps 4
+
 # --job: a TrainingJob manifest trains as the same flags do (the same spec, the same losses)
 cat >"$tmp/job.yaml" <<YAML
 apiVersion: holmes.dev/v1alpha1

@@ -310,6 +310,8 @@ static cJSON *random_spec(void)
     static const char *const presets[] = {"gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1.5b"};
     static const int steps[] = {1, 10, 100};
     static const int warm[] = {-1, 0, 5, 50, 500};
+    static const int decay[] = {-1, -1, 0, 5, 50, 95, 500}; /* -1: absent */
+    static const char *const sched[] = {NULL, "cosine", "constant", "linear", "wsd", "wsd"};
     cJSON *s = cJSON_CreateObject();
     int w = PICK(workers), g = PICK(gpus);
     cJSON_AddNumberToObject(s, "workers", w);
@@ -347,8 +349,14 @@ static cJSON *random_spec(void)
         cJSON_AddStringToObject(d, "path", "/d/x.bin");
         if (pick(2)) cJSON_AddStringToObject(d, "format", pick(2) ? "llmc" : "text");
     }
-    int wu = PICK(warm);
-    if (wu >= 0) cJSON_AddNumberToObject(cJSON_AddObjectToObject(t, "optimizer"), "warmupSteps", wu);
+    int wu = PICK(warm), dc = PICK(decay);
+    const char *lrs = PICK(sched);
+    if (wu >= 0 || dc >= 0 || lrs) {
+        cJSON *op = cJSON_AddObjectToObject(t, "optimizer");
+        if (wu >= 0) cJSON_AddNumberToObject(op, "warmupSteps", wu);
+        if (dc >= 0) cJSON_AddNumberToObject(op, "decaySteps", dc);
+        if (lrs) cJSON_AddStringToObject(op, "schedule", lrs);
+    }
     if (pick(3) == 0) {
         cJSON *c = cJSON_AddObjectToObject(t, "checkpoint");
         if (pick(2)) cJSON_AddNumberToObject(c, "everySteps", pick(2) * 10);

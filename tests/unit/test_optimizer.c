@@ -26,6 +26,29 @@ static void test_schedule(void)
     struct lr_schedule nw = {.max_lr = 2e-3f, .warmup_steps = 0, .total_steps = 5,
                              .min_lr_ratio = 0.0f};
     CHECK_NEAR("lr.no_warmup", lr_at(&nw, 0), 2e-3, 1e-6);
+    /* linear: a straight line from the peak after the warm-up to the floor at the end */
+    struct lr_schedule lin = s;
+    lin.shape = LR_LINEAR;
+    CHECK_NEAR("lr.linear_peak", lr_at(&lin, 10), 1e-3, 1e-6);
+    CHECK_NEAR("lr.linear_quarter", lr_at(&lin, 35), 1e-3 - 0.25 * 0.9e-3, 1e-6);
+    CHECK_NEAR("lr.linear_mid", lr_at(&lin, 60), 0.55e-3, 1e-6);
+    CHECK_NEAR("lr.linear_end", lr_at(&lin, 110), 1e-4, 1e-6);
+    /* warmup-stable-decay: the peak held until the last 20 steps, then a straight line down */
+    struct lr_schedule wsd = s;
+    wsd.shape = LR_WSD;
+    wsd.decay_steps = 20;
+    CHECK_INT("lr.wsd_check_ok", lr_schedule_check(&wsd, &e), 0);
+    CHECK_NEAR("lr.wsd_warmup", lr_at(&wsd, 4), 0.5e-3, 1e-6);
+    CHECK_NEAR("lr.wsd_stable", lr_at(&wsd, 50), 1e-3, 1e-6);
+    CHECK_NEAR("lr.wsd_stable_last", lr_at(&wsd, 89), 1e-3, 1e-6);
+    CHECK_NEAR("lr.wsd_decay_first", lr_at(&wsd, 90), 1e-3, 1e-6);
+    CHECK_NEAR("lr.wsd_decay_mid", lr_at(&wsd, 100), 0.55e-3, 1e-6);
+    CHECK_NEAR("lr.wsd_end", lr_at(&wsd, 110), 1e-4, 1e-6);
+    struct lr_schedule wsd0 = wsd;
+    wsd0.decay_steps = 0; /* no decay: the peak to the end */
+    CHECK_NEAR("lr.wsd_no_decay", lr_at(&wsd0, 109), 1e-3, 1e-6);
+    wsd0.decay_steps = 101; /* more than the 100 steps after the warm-up */
+    CHECK("lr.wsd_decay_too_long", lr_schedule_check(&wsd0, &e) == -1 && strstr(e.msg, "decay steps"));
     struct lr_schedule bad = s;
     bad.min_lr_ratio = 1.5f;
     CHECK("lr.bad_ratio", lr_schedule_check(&bad, &e) == -1 && strstr(e.msg, "ratio"));

@@ -49,7 +49,8 @@ void trainer_test_config(struct trainer_config *c, int M, long steps, long lr_st
     c->T = TRAINER_TEST_T;
     c->micro_batches = M;
     c->steps = steps;
-    c->lr = (struct lr_schedule){1e-3f, 3, lr_steps, 0.1f};
+    c->lr = (struct lr_schedule){.max_lr = 1e-3f, .warmup_steps = 3, .total_steps = lr_steps,
+                                 .min_lr_ratio = 0.1f};
     c->grad_clip = 1.0f;
     c->seed = seed;
     c->bucket_floats = 3000;

@@ -1056,7 +1056,8 @@ static void test_resume(const char *corpus)
     struct gpt_config c = {2, 64, 4, DATALOADER_TEXT_VOCAB, 0, 32};
     int B = 4, T = 32;
     long steps = 8, at = 4;
-    struct lr_schedule ls = {3e-3f, 2, steps, 0.1f};
+    struct lr_schedule ls = {.max_lr = 3e-3f, .warmup_steps = 2, .total_steps = steps,
+                            .min_lr_ratio = 0.1f};
     struct dataloader_config dc = {.pattern = corpus, .B = B, .T = T, .rank = 0, .world = 1,
                                    .seed = 11, .vocab = c.vocab};
     char dir[] = "/tmp/holmes-gpu-resume.XXXXXX", path[512] = "";
