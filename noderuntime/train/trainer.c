@@ -796,11 +796,7 @@ static int global_sq_norm(struct worker *w, float loss, int stop_req, double *sq
     return 0;
 }
 
-/* A step whose loss or global gradient norm is not finite: skipped (the caller makes no update:
- * the parameters and AdamW's moments stay those of the last update, every replica's the same,
- * so nothing is gathered; its data is not read again), unless max_nonfinite steps in a row
- * already were: then the run fails, as a configuration error (a resume from the last checkpoint
- * would take the same path), its checkpoints untouched. Rank 0 tells the user of each skip. */
+/* Which of a step's loss and global gradient norm (its square sq) is not finite, in words. */
 static void nonfinite_what(char *out, size_t cap, float loss, double sq)
 {
     double norm = sqrt(sq);
@@ -813,6 +809,11 @@ static void nonfinite_what(char *out, size_t cap, float loss, double sq)
         snprintf(out, cap, "its global gradient norm is %s (loss %.4g)", nn, (double)loss);
 }
 
+/* A step whose loss or global gradient norm is not finite: skipped (the caller makes no update:
+ * the parameters and AdamW's moments stay those of the last update, every replica's the same,
+ * so nothing is gathered; its data is not read again), unless max_nonfinite steps in a row
+ * already were: then the run fails, as a configuration error (a resume from the last checkpoint
+ * would take the same path), its checkpoints untouched. Rank 0 tells the user of each skip. */
 static int nonfinite_step(struct worker *w, long step, float loss, double sq, herr *e)
 {
     int most = w->cfg->max_nonfinite;
@@ -1007,9 +1008,9 @@ int trainer_run(const struct trainer_config *c, const struct plan_doc *rt, int r
             goto out;
         }
         /* the step's checkpoint before its evaluation: an evaluation that fails (its data
-         * gone) loses no step */
-        /* a periodic checkpoint is not written at a skipped step: it would hold the last
-         * update's parameters and push an older checkpoint out while the run may be diverging */
+         * gone) loses no step; a periodic one is not written at a skipped step: it would hold
+         * the last update's parameters and push an older checkpoint out while the run may be
+         * diverging */
         int every = c->checkpoint_every;
         if (c->checkpoint_dir && (stop || w.step == c->steps ||
                                   (every > 0 && w.step % every == 0 && !rep.skipped)) &&
