@@ -9,6 +9,8 @@ static const struct cli_command commands[] = {
     {"train", "train a model in one process (no coordinator)", cmd_train},
     {"export", "write a checkpoint set (any plan) as one llm.c GPT-2 checkpoint and/or safetensors",
      cmd_export},
+    {"sample", "continue a prompt with a trained model (a checkpoint set or llm.c weights), on the CPU",
+     cmd_sample},
     {"engines", "list the training engines this binary has (cpu; cuda-fp32, cuda-bf16)", cmd_engines},
     {"rank", "(internal) one rank of a worker with several GPUs, started by worker", cmd_rank},
     {0, 0, 0},

@@ -350,6 +350,11 @@ void gpt_stage_range(const struct gpt_stage *s, int *first, int *last)
     *first = s->first;
     *last = s->last;
 }
+void gpt_stage_batch(const struct gpt_stage *s, int *B, int *T)
+{
+    *B = s->B;
+    *T = s->T;
+}
 int gpt_stage_is_first(const struct gpt_stage *s) { return s->first == 0; }
 int gpt_stage_is_last(const struct gpt_stage *s) { return s->last == s->c.layers; }
 size_t gpt_stage_num_params(const struct gpt_stage *s) { return s->nparams; }
@@ -406,7 +411,7 @@ void gpt_stage_zero_grads(struct gpt_stage *s)
 
 const float *gpt_stage_logits(const struct gpt_stage *s, int slot)
 {
-    if (s->last != s->c.layers || slot < 0 || slot >= s->nslots || !s->slots[slot].forwarded)
+    if (s->last != s->c.layers || slot < 0 || slot >= s->nslots || s->slots[slot].fwd_upto <= 0)
         return NULL;
     return s->slots[slot].logits;
 }

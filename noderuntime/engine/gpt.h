@@ -94,6 +94,7 @@ void gpt_stage_free(struct gpt_stage *s);
 
 const struct gpt_config *gpt_stage_config(const struct gpt_stage *s);
 void gpt_stage_range(const struct gpt_stage *s, int *first, int *last);
+void gpt_stage_batch(const struct gpt_stage *s, int *B, int *T); /* its micro-batch's shape */
 int gpt_stage_is_first(const struct gpt_stage *s);
 int gpt_stage_is_last(const struct gpt_stage *s);
 
@@ -123,7 +124,8 @@ int gpt_stage_backward(struct gpt_stage *s, int slot, const float *dout, float *
                        float loss_scale);
 /* TeraPipe: the same forward and backward one token slice at a time. A micro-batch's slices
  * [t0, t1) tile [0, T): forwards in order (t0 = 0 starts the micro-batch; tokens and targets are
- * its whole [B*T] arrays, read then), backwards in reverse (t1 = T first), all in `slot`. in_act,
+ * its whole [B*T] arrays, read then; a later slice given tokens reads its own positions again,
+ * so a sampler can choose them one at a time), backwards in reverse (t1 = T first), all in `slot`. in_act,
  * out_act, dout and din hold the slice's positions of every sequence: [B][t1 - t0][C]. Last
  * stage: *loss is the slice's share of the micro-batch's mean loss (its positions' sum over
  * B*T), so the slices' losses add up to gpt_stage_forward's; backward scales the same way.
@@ -146,7 +148,7 @@ void gpt_stage_set_backward_hook(struct gpt_stage *s, void (*fn)(void *ctx, int 
 void gpt_stage_set_forward_hook(struct gpt_stage *s, int (*fn)(void *ctx, size_t lo, size_t hi),
                                 void *ctx);
 /* Last stage: the logits [B*T*Vp] of the last forward in `slot` (before backward, which reuses the
- * buffer); NULL elsewhere. */
+ * buffer; in slices, the rows of the positions forwarded so far); NULL elsewhere. */
 const float *gpt_stage_logits(const struct gpt_stage *s, int slot);
 /* Why the last forward/backward returned -1. */
 const char *gpt_stage_error(const struct gpt_stage *s);

@@ -214,6 +214,16 @@ static int forward_begin(struct gpt_stage *s, int slot, int t0, int t1, const in
                                           "[0, %d)", targets[i], i, V);
             memcpy(a->targets, targets, BT * sizeof(int));
         }
+    } else if (s->first == 0 && tokens) { /* a later slice's positions as given now (a
+                                           * sampler chooses each token after the one before) */
+        for (int b = 0; b < s->B; b++)
+            for (int t = t0; t < t1; t++) {
+                int tok = tokens[(size_t)b * s->T + t];
+                if (tok < 0 || tok >= V)
+                    return gpt_stage_fail(s, "token %d at position %zu is outside the vocabulary "
+                                          "[0, %d)", tok, (size_t)b * s->T + t, V);
+                a->tokens[(size_t)b * s->T + t] = tok;
+            }
     }
     if (s->first != 0 && !in_act)
         return gpt_stage_fail(s, "a stage after the first needs in_act");
@@ -479,6 +489,8 @@ int gpt_stage_backward_slice(struct gpt_stage *s, int slot, int t0, int t1, cons
     }
     a->bwd_from = t0;
     a->forwarded = t0 != 0;
+    if (t0 == 0) /* the logits' buffer now holds their gradient */
+        a->fwd_upto = 0;
     return 0;
 }
 

@@ -266,8 +266,13 @@ static void print_summary(struct local *L, enum coord_job_state st, const char *
     if (tj_is_elastic(s) && coord_job_elastic(L->c, L->job.name, &lost, &replans) == 0 && replans)
         printf("  elastic: %d re-plan%s, %d of %d workers lost, last plan %s\n", replans,
                replans == 1 ? "" : "s", lost, s->workers, L->cp.shape);
-    if (s->training.checkpoint.path[0])
+    if (s->training.checkpoint.path[0]) {
         printf("  checkpoints: %s\n", s->training.checkpoint.path);
+        /* a byte-level model (text data) can be asked for text at once */
+        if (st == COORD_SUCCEEDED && s->training.data.format == TJ_DATA_TEXT)
+            printf("  its text: %s sample --checkpoint-dir %s --prompt 'The '\n",
+                   L->workers.node_bin, s->training.checkpoint.path);
+    }
     if (metrics_out)
         printf("  metrics: %s\n", metrics_out);
     printf("  worker logs: %s/\n", L->workers.run_dir);

@@ -40,6 +40,11 @@ grep -q "eval after step 10: loss" "$tmp"/run/worker-3.log && pass "training.eva
     || fail "training.eval: the last stage's workers log it" "$(grep -h eval "$tmp"/run/*.log | head -3)"
 ls "$tmp"/ckpt/stage-*-step-*.ckpt >/dev/null 2>&1 && pass "checkpoints written per stage" \
     || fail "checkpoints written per stage" "$(ls "$tmp/ckpt" 2>&1)"
+# the summary names the command that samples the trained model's text; it runs
+cmd=$(sed -n "s/^  its text: \(.*\) sample --checkpoint-dir .* --prompt 'The '$/\1/p" <<<"$out")
+text=$([ -x "$cmd" ] && "$cmd" sample --checkpoint-dir "$tmp/ckpt" --prompt 'The ' --tokens 16 2>/dev/null)
+[ "${text:0:4}" = "The " ] && pass "the summary's sample command gives the model's text ($(head -c 20 <<<"$text" | cat -v))" \
+    || fail "the summary's sample command gives the model's text" "command '$cmd': '$text'; $(grep 'its text' <<<"$out")"
 # Local workers share the cores: each pins its training to its share, the two replicas of a
 # stage (ranks 0,1 and 2,3) on different cores when there are two or more.
 pins=$(cat "$tmp"/run/worker-*.log | sed -n 's/.*cpu affinity: rank \([0-9]*\) computes on core \([0-9-]*\) .*/\1 \2/p' | sort)

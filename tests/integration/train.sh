@@ -33,6 +33,29 @@ else
 fi
 check "train.resume_final_same" cmp "$tmp/a/stage-0-2-step-000000008.ckpt" "$tmp/b/stage-0-2-step-000000008.ckpt"
 
+# holmes-node sample: text from the checkpoints just written (a byte-level model): the prompt,
+# then as many bytes as asked; the same seed, the same text; greedy (temperature 0) whatever the
+# seed; what cannot be sampled said with exit status 2 (usage) or 1 (the model's limits).
+smp() { "$NODE" sample --checkpoint-dir "$tmp/a" --prompt "In the " --tokens 20 "$@" 2>/dev/null; }
+smp --seed 5 >"$tmp/s1"; rc=$?
+smp --seed 5 >"$tmp/s2"; smp --seed 6 >"$tmp/s3"
+smp --temperature 0 --seed 1 >"$tmp/g1"; smp --temperature 0 --seed 2 >"$tmp/g2"
+if [ $rc -eq 0 ] && [ "$(head -c 7 "$tmp/s1")" = "In the " ] && [ "$(wc -c <"$tmp/s1")" -eq 28 ] &&
+   cmp -s "$tmp/s1" "$tmp/s2" && ! cmp -s "$tmp/s1" "$tmp/s3" && cmp -s "$tmp/g1" "$tmp/g2"; then
+    pass "sample: the prompt and 20 bytes; the same seed the same text, another seed another; greedy alike"
+else fail "sample" "rc $rc: $(cat -v "$tmp/s1" "$tmp/s2" "$tmp/s3" "$tmp/g1" "$tmp/g2")"; fi
+# the same model exported as llm.c weights samples the same text
+"$NODE" export --checkpoint-dir "$tmp/a" --llmc "$tmp/sample.bin" >/dev/null 2>&1
+"$NODE" sample --init-from "$tmp/sample.bin" --prompt "In the " --tokens 20 --seed 5 >"$tmp/s4" 2>/dev/null
+cmp -s "$tmp/s1" "$tmp/s4" && pass "sample --init-from the exported llm.c file: the same text" \
+    || fail "sample --init-from the exported llm.c file: the same text" "$(cat -v "$tmp/s1" "$tmp/s4")"
+out=$("$NODE" sample --checkpoint-dir "$tmp/a" --init-from x.bin 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "one of --checkpoint-dir and --init-from" <<<"$out" && pass "sample.usage" \
+    || fail "sample.usage" "rc $rc: $out"
+out=$("$NODE" sample --checkpoint-dir "$tmp/a" --prompt "x" --tokens 40 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "a prompt of 1 tokens and 40 more exceed the 32 positions of the model" <<<"$out" \
+    && pass "sample.too_long" || fail "sample.too_long" "rc $rc: $out"
+
 # Bad input: a clear message naming the file, exit status 1, never a crash.
 expect_error() { # name, needle, args...
     local name=$1 needle=$2; shift 2
