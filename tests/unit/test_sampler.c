@@ -174,7 +174,7 @@ static void test_tokenizer(void)
         return;
     }
     snprintf(path, sizeof path, "%s/tok.bin", dir);
-    unsigned char buf[1024 + 16];
+    unsigned char buf[1024 + 64];
     uint32_t h[256] = {20240328u, 2, 3, 2};
     memcpy(buf, h, sizeof h);
     size_t n = sizeof h;
