@@ -18,6 +18,7 @@
 #define TJ_MAX_ERRORS 64
 #define TJ_MAX_NIC_GROUPS 16
 #define TJ_MAX_FABRICS 16
+#define TJ_MAX_SOURCES 16      /* spec.training.data.sources */
 #define TJ_TTL_MAX_S 31536000  /* spec.ttlSecondsAfterFinished, activeDeadlineSeconds: a year */
 #define TJ_PATH_MAX 1024
 #define TJ_NAME_MAX 64         /* metadata.name: a DNS-1123 label of at most 52 characters */
@@ -78,10 +79,19 @@ struct tj_optimizer {
     double grad_clip;     /* global-norm clip; 0 disables */
 };
 
+/* One data set of a blend: its files and its share of the micro-batches. */
+struct tj_data_source {
+    char path[TJ_PATH_MAX];
+    double weight;          /* > 0; the shares are the weights over their sum */
+};
+
 struct tj_data {
-    char path[TJ_PATH_MAX]; /* file or glob; TJ_DEMO_CORPUS when training.data was omitted */
+    char path[TJ_PATH_MAX]; /* file or glob; TJ_DEMO_CORPUS when training.data was omitted;
+                               "" with sources */
     enum tj_data_format format;
     int is_demo;            /* 1 when training.data was omitted and the demo corpus is used */
+    int n_sources;          /* a blend instead of path (0: none), every source of `format` */
+    struct tj_data_source sources[TJ_MAX_SOURCES];
 };
 
 struct tj_checkpoint {

@@ -389,10 +389,32 @@ static void parse_data(const cJSON *o, const char *p, struct tj_spec *s, struct 
     d->is_demo = 0;
     d->path[0] = '\0';
     d->format = TJ_DATA_LLMC;
-    get_str(o, p, "path", 1, d->path, sizeof d->path, errs);
+    d->n_sources = 0;
+    get_str(o, p, "path", 0, d->path, sizeof d->path, errs);
     int v;
     if (get_enum(o, p, "format", tj_format_names, 2, &v, errs) == 1)
         d->format = (enum tj_data_format)v;
+    const cJSON *l = get_list(o, p, "sources", TJ_MAX_SOURCES, "sources", errs);
+    static const char *const keys[] = {"path", "weight", NULL};
+    const cJSON *it;
+    int i = 0;
+    cJSON_ArrayForEach(it, l) {
+        char ip[300];
+        struct tj_data_source *src = &d->sources[i];
+        if (!list_entry(it, p, "sources", i++, keys, ip, sizeof ip, errs))
+            continue;
+        get_str(it, ip, "path", 1, src->path, sizeof src->path, errs);
+        if (!member(it, "weight"))
+            tj_errors_add(errs, "%s.weight: required", ip);
+        get_num(it, ip, "weight", 0, 1, 1e6, 0, &src->weight, errs);
+    }
+    d->n_sources = i;
+    if (member(o, "path") && l)
+        tj_errors_add(errs, "%s: give path or sources, not both", p);
+    else if (!member(o, "path") && !l)
+        tj_errors_add(errs, "%s.path: required (or sources)", p);
+    else if (l && i == 0)
+        tj_errors_add(errs, "%s.sources: at least one source", p);
 }
 
 static void parse_checkpoint(const cJSON *o, const char *p, struct tj_spec *s, struct tj_errors *errs)
@@ -419,7 +441,7 @@ static const struct section TRAINING_SECTIONS[] = {
                                            "minLrRatio", "beta1",
                                            "beta2", "eps", "weightDecay", "gradClip", NULL},
      parse_optimizer},
-    {"data", 0, (const char *const[]){"path", "format", NULL}, parse_data},
+    {"data", 0, (const char *const[]){"path", "format", "sources", NULL}, parse_data},
     {"checkpoint", 0, (const char *const[]){"path", "everySteps", "keep", NULL}, parse_checkpoint},
     {"eval", 0, (const char *const[]){"path", "format", "everySteps", "batches", NULL}, parse_eval},
 };

@@ -99,7 +99,16 @@ static int training_to_json(cJSON *o, const struct tj_spec *s)
         ok &= !!num(tr, "seed", (double)t->seed);
         if (!t->data.is_demo) {
             cJSON *d = cJSON_AddObjectToObject(tr, "data");
-            ok &= d && str(d, "path", t->data.path) && str(d, "format", tj_data_format_name(t->data.format));
+            ok &= d && (t->data.n_sources > 0 || str(d, "path", t->data.path)) &&
+                  str(d, "format", tj_data_format_name(t->data.format));
+            cJSON *l = d && t->data.n_sources > 0 ? cJSON_AddArrayToObject(d, "sources") : NULL;
+            ok &= t->data.n_sources == 0 || l;
+            for (int i = 0; l && i < t->data.n_sources; i++) {
+                cJSON *it = cJSON_CreateObject();
+                ok &= it && cJSON_AddItemToArray(l, it) &&
+                      str(it, "path", t->data.sources[i].path) &&
+                      num(it, "weight", t->data.sources[i].weight);
+            }
         }
         cJSON *c = cJSON_AddObjectToObject(tr, "checkpoint");
         ok &= !!c;

@@ -87,7 +87,7 @@ int tj_spec_validate(const struct tj_spec *s, const char *path, struct tj_errors
     if (t->precision == DTYPE_BF16 && s->gpus_per_worker == 0)
         tj_errors_add(errs, "%s.training.precision: bf16 needs GPU workers (gpusPerWorker >= 1); CPU workers "
                       "train in fp32", sp);
-    if (!t->data.path[0])
+    if (!t->data.path[0] && t->data.n_sources == 0)
         tj_errors_add(errs, "%s.training.data.path: required", sp);
     if (t->data.format == TJ_DATA_TEXT && m->vocab > 0 && m->vocab < TJ_TEXT_VOCAB)
         tj_errors_add(errs, "%s.model.vocab: %d is below %d, the byte vocabulary of text data%s", sp, m->vocab,

@@ -78,6 +78,7 @@ static int apply(struct cmd_spec *cs, struct tj_spec *s, const char *f, const ch
         rc = set_str(cs, f, v, t->data.path, sizeof t->data.path);
         t->data.format = format_of(v);
         t->data.is_demo = 0;
+        t->data.n_sources = 0; /* the flag's data replaces a manifest's blend */
     } else if (!strcmp(f, "--layers")) {
         rc = set_int(cs, f, v, 1, 1024, &m->layers);
         m->preset[0] = '\0';

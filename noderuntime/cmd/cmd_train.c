@@ -169,8 +169,9 @@ int cmd_train(int argc, char **argv)
            c.model.channels, c.model.heads, c.model.vocab, c.T, c.B, c.micro_batches,
            c.engine == ENGINE_CUDA ? (c.precision == DTYPE_BF16 ? "cuda-bf16" : "cuda-fp32")
                                    : "cpu",
-           omp_get_max_threads(), sp->training.data.path, dataloader_files(data.train),
-           dataloader_tokens(data.train));
+           omp_get_max_threads(),
+           sp->training.data.n_sources ? "(a blend of sources)" : sp->training.data.path,
+           trainer_spec_data_files(&data), trainer_spec_data_tokens(&data));
     fflush(stdout);
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);

@@ -1,5 +1,7 @@
 #include "trainer_spec.h"
 
+#include <stdio.h>
+
 #include "dataloader.h"
 
 void trainer_spec_engine(const struct tj_spec *sp, enum engine_kind *kind, enum dtype *precision)
@@ -54,13 +56,14 @@ int trainer_config_from_spec(const struct tj_spec *sp, struct trainer_config *c,
     return 0;
 }
 
-/* One data set of the spec: opened, its kind the field's format. */
-static int open_set(const char *field, const char *path, enum tj_data_format format,
-                    const struct trainer_config *c, int replica, int replicas, int global_epochs,
-                    struct dataloader **out, herr *e)
+/* One data set of the spec: opened, its kind the format field's (`set`: the field of the set,
+ * whose .format it is, unless `field` names another place for the path). */
+static int open_set(const char *set, const char *field, const char *path,
+                    enum tj_data_format format, const struct trainer_config *c, int replica,
+                    int replicas, int global_epochs, uint64_t seed, struct dataloader **out, herr *e)
 {
     struct dataloader_config dc = {.pattern = path, .B = c->B, .T = c->T, .rank = replica,
-                                   .world = replicas, .seed = c->seed, .vocab = c->model.vocab,
+                                   .world = replicas, .seed = seed, .vocab = c->model.vocab,
                                    .global_epochs = global_epochs};
     if (dataloader_open(out, &dc, e) != 0)
         return herr_wrap(e, "%s", field);
@@ -68,12 +71,34 @@ static int open_set(const char *field, const char *path, enum tj_data_format for
     if (text == (format == TJ_DATA_TEXT))
         return 0;
     herr_set_kind(e, HERR_CONFIG, "%s.format: %s, but %s is %s (the engine reads *.bin files as "
-                  "llm.c token shards and any other file as text); set format: %s", field,
+                  "llm.c token shards and any other file as text); set format: %s", set,
                   tj_data_format_name(format), path, text ? "text" : "llm.c shards",
                   text ? "text" : "llmc");
     dataloader_free(*out);
     *out = NULL;
     return -1;
+}
+
+/* training.data.sources as a blend: each source's loader reads the source's own global order
+ * (rank 0 of world 1, global epochs), its seed the job's mixed with its index, so that two
+ * sources of the same files do not read them in the same order. */
+static int open_blend(const struct tj_data *dt, const struct trainer_config *c,
+                      struct data_blend **out, herr *e)
+{
+    struct dataloader *src[TJ_MAX_SOURCES] = {0};
+    double w[TJ_MAX_SOURCES];
+    for (int i = 0; i < dt->n_sources; i++) {
+        char field[64];
+        snprintf(field, sizeof field, "spec.training.data.sources[%d].path", i);
+        w[i] = dt->sources[i].weight;
+        if (open_set("spec.training.data", field, dt->sources[i].path, dt->format, c, 0, 1, 1,
+                     c->seed + 0x9e3779b97f4a7c15ull * (uint64_t)i, &src[i], e) != 0) {
+            for (int k = 0; k < i; k++)
+                dataloader_free(src[k]);
+            return -1;
+        }
+    }
+    return data_blend_open(out, src, w, dt->n_sources, e);
 }
 
 int trainer_spec_data_open(const struct tj_spec *sp, const struct trainer_config *c, int replica,
@@ -82,16 +107,22 @@ int trainer_spec_data_open(const struct tj_spec *sp, const struct trainer_config
 {
     *d = (struct trainer_spec_data){0};
     const struct tj_training *t = &sp->training;
-    if (open_set("spec.training.data", t->data.path, t->data.format, c, replica, replicas,
-                 sp->elastic.enabled, &d->train, e) != 0)
-        return -1;
-    *td = (struct trainer_data){.ctx = d->train, .batch = dataloader_batch_at};
+    if (t->data.n_sources > 0) {
+        if (open_blend(&t->data, c, &d->blend, e) != 0)
+            return -1;
+        *td = (struct trainer_data){.ctx = d->blend, .batch = data_blend_batch_at};
+    } else {
+        if (open_set("spec.training.data", "spec.training.data", t->data.path, t->data.format, c,
+                     replica, replicas, sp->elastic.enabled, c->seed, &d->train, e) != 0)
+            return -1;
+        *td = (struct trainer_data){.ctx = d->train, .batch = dataloader_batch_at};
+    }
     if (!t->eval.path[0])
         return 0;
     /* global epochs: micro-batch k of replica r is the set's global micro-batch k * replicas + r,
      * so an evaluation's batches are the same whatever the data degree */
-    if (open_set("spec.training.eval", t->eval.path, t->eval.format, c, replica, replicas, 1,
-                 &d->eval, e) != 0) {
+    if (open_set("spec.training.eval", "spec.training.eval", t->eval.path, t->eval.format, c,
+                 replica, replicas, 1, c->seed, &d->eval, e) != 0) {
         trainer_spec_data_close(d);
         return -1;
     }
@@ -104,5 +135,32 @@ void trainer_spec_data_close(struct trainer_spec_data *d)
 {
     dataloader_free(d->train);
     dataloader_free(d->eval);
+    data_blend_free(d->blend);
     *d = (struct trainer_spec_data){0};
+}
+
+int trainer_spec_data_scanned(const struct trainer_spec_data *d)
+{
+    if (d->train)
+        return dataloader_scanned(d->train);
+    for (int i = 0; d->blend && i < data_blend_sources(d->blend); i++)
+        if (!dataloader_scanned(data_blend_source(d->blend, i)))
+            return 0;
+    return 1;
+}
+
+int trainer_spec_data_files(const struct trainer_spec_data *d)
+{
+    int n = d->train ? dataloader_files(d->train) : 0;
+    for (int i = 0; d->blend && i < data_blend_sources(d->blend); i++)
+        n += dataloader_files(data_blend_source(d->blend, i));
+    return n;
+}
+
+uint64_t trainer_spec_data_tokens(const struct trainer_spec_data *d)
+{
+    uint64_t n = d->train ? dataloader_tokens(d->train) : 0;
+    for (int i = 0; d->blend && i < data_blend_sources(d->blend); i++)
+        n += dataloader_tokens(data_blend_source(d->blend, i));
+    return n;
 }

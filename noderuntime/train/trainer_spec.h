@@ -6,6 +6,7 @@
 #ifndef HOLMES_TRAINER_SPEC_H
 #define HOLMES_TRAINER_SPEC_H
 
+#include "data_blend.h"
 #include "engine.h"
 #include "error.h"
 #include "trainer.h"
@@ -20,10 +21,11 @@ int trainer_config_from_spec(const struct tj_spec *sp, struct trainer_config *c,
  * precision. */
 void trainer_spec_engine(const struct tj_spec *sp, enum engine_kind *kind, enum dtype *precision);
 
-/* The spec's data, opened for data-parallel replica `replica` of `replicas`: training.data, and
- * training.eval's held-out data when the spec has it. */
+/* The spec's data, opened for data-parallel replica `replica` of `replicas`: training.data (its
+ * path, or its sources as a blend), and training.eval's held-out data when the spec has it. */
 struct trainer_spec_data {
     struct dataloader *train, *eval;
+    struct data_blend *blend; /* training.data.sources (train is NULL then) */
 };
 /* Opens them for c's batch and vocabulary (global epochs with spec.elastic: the same sample
  * after a re-plan) and fills td; each file's kind must be its field's `format`. -1 naming the
@@ -32,5 +34,10 @@ int trainer_spec_data_open(const struct tj_spec *sp, const struct trainer_config
                            int replicas, struct trainer_spec_data *d, struct trainer_data *td,
                            herr *e);
 void trainer_spec_data_close(struct trainer_spec_data *d);
+/* Whether every token of the training data was checked when it was opened (dataloader.h). */
+int trainer_spec_data_scanned(const struct trainer_spec_data *d);
+/* The training data's files and tokens (every source's). */
+int trainer_spec_data_files(const struct trainer_spec_data *d);
+uint64_t trainer_spec_data_tokens(const struct trainer_spec_data *d);
 
 #endif

@@ -225,9 +225,10 @@ int worker_train_rank(const struct plan_assignment *a, int local, struct tcp_lis
     struct trainer_data td;
     if (trainer_spec_data_open(spec, &c, plan_doc_dp_of(rt, rank), rt->data, &data, &td, e))
         goto out;
-    if (!dataloader_scanned(data.train))
+    if (!trainer_spec_data_scanned(&data))
         log_info("data: %s holds more than %llu MiB of tokens: each window is checked against the "
-                 "vocabulary as it is read, not the whole set at start", spec->training.data.path,
+                 "vocabulary as it is read, not the whole set at start",
+                 spec->training.data.n_sources ? "a source" : spec->training.data.path,
                  (unsigned long long)(DATALOADER_SCAN_MAX_BYTES >> 20));
     c.listener = l;
     /* This thread runs the training and starts the communication threads: pinned before them,

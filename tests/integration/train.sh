@@ -185,6 +185,16 @@ YAML
 if [ -s "$tmp/job.jsonl" ] && [ "$(strip "$tmp/job.jsonl")" = "$(strip "$tmp/flags.jsonl")" ]; then
     pass "train.job_manifest_as_flags"
 else fail "train.job_manifest_as_flags" "$(cat "$tmp/job.jsonl" "$tmp/flags.jsonl"; tail -3 "$tmp/job.out")"; fi
+# training.data.sources: a blend of two text sets trains; a source that is not there fails
+# naming it
+head -c 20000 "$corpus" >"$tmp/part.txt"
+sed "s#    data: {path: $corpus, format: text}#    data: {format: text, sources: [{path: $corpus, weight: 3}, {path: $tmp/part.txt, weight: 1}]}#" \
+    "$tmp/job.yaml" >"$tmp/blend.yaml"
+out=$("$NODE" train --job "$tmp/blend.yaml" 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q "data (a blend of sources): 2 file(s), 228397 tokens" <<<"$out" && grep -q "^step 3/3 loss" <<<"$out" \
+    && pass "train.data_sources: a blend of two sets trains" || fail "train.data_sources" "rc $rc: $out"
+sed "s#$tmp/part.txt#$tmp/none.txt#" "$tmp/blend.yaml" >"$tmp/blend-missing.yaml"
+expect_error "train.data_source_missing" "spec.training.data.sources\[1\].path: .*none.txt" --job "$tmp/blend-missing.yaml"
 sed 's/heads: 2/heads: 3/' "$tmp/job.yaml" >"$tmp/bad-job.yaml"
 expect_error "train.job_invalid" "bad-job.yaml: .*spec.model.hidden" --job "$tmp/bad-job.yaml"
 out=$("$NODE" train --steps x 2>&1); rc=$?
