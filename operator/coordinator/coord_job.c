@@ -517,11 +517,22 @@ void co_job_aggregate(const struct job *j, struct coord_progress *p)
         p->has_norm = 1;
         p->grad_norm /= nnorm;
     }
-    p->eta_s = -1;
-    if (j->total_steps > 0 && p->step_ms > 0)
-        p->eta_s = (double)(j->total_steps - p->step) * p->step_ms / 1000.0;
-    if (p->eta_s < -0.5)
-        p->eta_s = 0;
+    p->eta_s = j->pace_attempt == j->attempt
+                   ? coord_eta(j->total_steps, p->step, p->step_ms, j->pace_step0, j->pace_t0,
+                               clock_mono_s())
+                   : coord_eta(j->total_steps, p->step, p->step_ms, p->step, 0, 0);
+}
+
+double coord_eta(long total, long step, double step_ms, long step0, double t0, double now)
+{
+    if (total <= 0)
+        return -1;
+    if (step >= total)
+        return 0;
+    double left = (double)(total - step);
+    if (now - t0 >= COORD_ETA_PACE_S && step - step0 >= 2)
+        return left * (now - t0) / (double)(step - step0);
+    return step_ms > 0 ? left * step_ms / 1000.0 : -1;
 }
 
 void co_job_maybe_emit(struct job *j, int force)
@@ -538,6 +549,12 @@ void co_job_maybe_emit(struct job *j, int force)
     if (!reported)
         return; /* a restarted gang that has not stepped yet: the last progress still stands */
     co_job_aggregate(j, &j->emitted);
+    /* the ETA's pace counts from the attempt's first report (a restart's steps go back) */
+    if (j->pace_attempt != j->attempt || j->emitted.step < j->pace_step0) {
+        j->pace_attempt = j->attempt;
+        j->pace_step0 = j->emitted.step;
+        j->pace_t0 = t;
+    }
     j->last_emit = t;
     j->hooks.on_progress(j->user, &j->emitted);
 }

@@ -777,6 +777,7 @@ int coord_add_job(struct coordinator *c, const struct coord_job_spec *spec, herr
     j->restart_backoff_ms = spec->restart_backoff_ms > 0 ? spec->restart_backoff_ms : 0;
     j->progress_interval_ms = spec->progress_interval_ms > 0 ? spec->progress_interval_ms : 2000;
     j->total_steps = spec->total_steps;
+    j->pace_attempt = -1; /* no pace measured yet */
     j->skipped_steps = spec->skipped_steps > 0 ? spec->skipped_steps : 0;
     j->skipped_last = spec->skipped_last > 0 ? spec->skipped_last : 0;
     j->min_workers = spec->min_workers > 0 && spec->min_workers < j->n ? spec->min_workers : 0;

@@ -77,7 +77,8 @@ struct coord_progress {
     double loss;            /* mean over the workers that report loss (last stage) */
     double tokens_per_s;    /* sum over the workers that report loss (one per replica) */
     double step_ms;         /* the slowest worker's last step time */
-    double eta_s;           /* (total_steps - step) * step_ms; -1 when unknown */
+    double eta_s;           /* coord_eta: the steps left at the pace measured since this
+                               attempt's first report; -1 when unknown */
     long eval_step;         /* the newest evaluation (training.eval) a worker reported; 0: none */
     double eval_loss;       /* its held-out loss (already the mean over the set) */
     int has_norm;           /* grad_norm: the global gradient norm before clipping of the */
@@ -155,6 +156,13 @@ int coord_cancel_job(struct coordinator *c, const char *name, const char *reason
 /* -1 when no such job. */
 int coord_job_state(const struct coordinator *c, const char *name, enum coord_job_state *s);
 int coord_job_progress(const struct coordinator *c, const char *name, struct coord_progress *p);
+
+/* Seconds until step `total` from `step`: at the pace measured since the attempt's first
+ * report (step0 at time t0, now: evaluations, checkpoints and every other pause between steps
+ * counted) once that spans COORD_ETA_PACE_S and 2 steps, before that at step_ms a step; -1
+ * when neither is known. */
+#define COORD_ETA_PACE_S 10.0
+double coord_eta(long total, long step, double step_ms, long step0, double t0, double now);
 /* Connected, admitted workers of the job; -1 when no such job. */
 int coord_job_connected(const struct coordinator *c, const char *name);
 int coord_job_restarts(const struct coordinator *c, const char *name);

@@ -94,6 +94,9 @@ struct job {
     double last_emit;
     struct coord_progress emitted;
     int progress_dirty;
+    double pace_t0;         /* the ETA's pace: the aggregate step pace_step0 at pace_t0 */
+    long pace_step0;        /* (monotonic seconds), taken at the attempt's first emit */
+    int pace_attempt;       /* ... of this attempt (-1: none yet) */
     long skipped_steps;     /* steps the workers skipped for a non-finite loss or norm (each
                                step once, whichever ranks report it) ... */
     long skipped_last;      /* ... the newest of them */

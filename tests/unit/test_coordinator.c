@@ -726,8 +726,24 @@ static void test_silent_server(void)
         close(fd);
 }
 
+/* The ETA: the measured pace once it spans 10 s and 2 steps (pauses between steps counted: a
+ * held-out evaluation, a checkpoint), the last step time before that. */
+static void test_eta(void)
+{
+    CHECK_NEAR("eta: before 10 s of pace, the steps left at the step time",
+               coord_eta(100, 20, 50, 10, 0, 5), 80 * 0.05, 1e-12);
+    CHECK_NEAR("eta: then the steps left at the pace (10 steps in 20 s: pauses counted)",
+               coord_eta(100, 20, 50, 10, 0, 20), 80 * 2.0, 1e-12);
+    CHECK_NEAR("eta: a pace of fewer than 2 steps is not one", coord_eta(100, 11, 50, 10, 0, 60),
+               89 * 0.05, 1e-12);
+    CHECK("eta: 0 at the last step, -1 without a total or a step time",
+          coord_eta(100, 100, 50, 10, 0, 20) == 0 && coord_eta(0, 5, 50, 0, 0, 20) == -1 &&
+              coord_eta(100, 5, 0, 5, 0, 1) == -1);
+}
+
 int main(void)
 {
+    test_eta();
     test_resolve_and_remove();
     test_api_errors();
     test_gang_and_security();
