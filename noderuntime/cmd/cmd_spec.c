@@ -64,6 +64,32 @@ static enum tj_data_format format_of(const char *path)
     return n >= 4 && strcmp(path + n - 4, ".bin") == 0 ? TJ_DATA_LLMC : TJ_DATA_TEXT;
 }
 
+/* --data-source PATH=WEIGHT: one more source of the blend (training.data.sources), in place of
+ * a single path; its format the path's, as --data's. */
+static int add_source(const struct cmd_spec *cs, const char *f, const char *v, struct tj_data *d)
+{
+    const char *eq = strrchr(v, '=');
+    char *end = NULL;
+    double w = eq ? strtod(eq + 1, &end) : 0;
+    if (!eq || eq == v || !end || end == eq + 1 || *end || !(w > 0 && w <= 1e6)) {
+        fprintf(stderr, "%s: %s '%s': PATH=WEIGHT, the weight a number above 0 (at most 1e6)\n",
+                cs->cmd, f, v);
+        return -1;
+    }
+    if ((size_t)(eq - v) >= sizeof d->sources[0].path || d->n_sources == TJ_MAX_SOURCES) {
+        fprintf(stderr, "%s: %s '%s': %s\n", cs->cmd, f, v,
+                d->n_sources == TJ_MAX_SOURCES ? "more sources than 16" : "too long a path");
+        return -1;
+    }
+    struct tj_data_source *s = &d->sources[d->n_sources++];
+    snprintf(s->path, sizeof s->path, "%.*s", (int)(eq - v), v);
+    s->weight = w;
+    d->path[0] = '\0';
+    d->is_demo = 0;
+    d->format = format_of(s->path);
+    return 0;
+}
+
 /* Applies one flag to s (cs: the command's own settings). 1 applied, 0 not a spec flag, -1 bad
  * (printed). */
 static int apply(struct cmd_spec *cs, struct tj_spec *s, const char *f, const char *v)
@@ -79,6 +105,8 @@ static int apply(struct cmd_spec *cs, struct tj_spec *s, const char *f, const ch
         t->data.format = format_of(v);
         t->data.is_demo = 0;
         t->data.n_sources = 0; /* the flag's data replaces a manifest's blend */
+    } else if (!strcmp(f, "--data-source")) {
+        rc = add_source(cs, f, v, &t->data);
     } else if (!strcmp(f, "--layers")) {
         rc = set_int(cs, f, v, 1, 1024, &m->layers);
         m->preset[0] = '\0';
@@ -288,6 +316,8 @@ void cmd_spec_usage(FILE *f)
         "Training (each sets a TrainingJob spec field; defaults are the spec's, docs/api.md):\n"
         "  --job FILE            a TrainingJob manifest (YAML or JSON): its spec, then the flags\n"
         "  --data FILE|GLOB      training.data.path (*.bin: llm.c token shards, else text)\n"
+        "  --data-source FILE|GLOB=WEIGHT  one more of training.data.sources (a blend: each\n"
+        "                        its weight's share of the micro-batches), in place of --data\n"
         "  --layers N --channels N --heads N --vocab N --seq T   model (required, or --job,\n"
         "                        or --init-from); --max-seq T is --seq T\n"
         "  --init-from FILE      training.initFrom: llm.c GPT-2 weights (their shape by default)\n"

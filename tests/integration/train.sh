@@ -190,9 +190,15 @@ else fail "train.job_manifest_as_flags" "$(cat "$tmp/job.jsonl" "$tmp/flags.json
 head -c 20000 "$corpus" >"$tmp/part.txt"
 sed "s#    data: {path: $corpus, format: text}#    data: {format: text, sources: [{path: $corpus, weight: 3}, {path: $tmp/part.txt, weight: 1}]}#" \
     "$tmp/job.yaml" >"$tmp/blend.yaml"
-out=$("$NODE" train --job "$tmp/blend.yaml" 2>&1); rc=$?
+out=$("$NODE" train --job "$tmp/blend.yaml" --metrics-out "$tmp/blend.jsonl" 2>&1); rc=$?
 [ $rc -eq 0 ] && grep -q "data (a blend of sources): 2 file(s), 228397 tokens" <<<"$out" && grep -q "^step 3/3 loss" <<<"$out" \
     && pass "train.data_sources: a blend of two sets trains" || fail "train.data_sources" "rc $rc: $out"
+"$NODE" train "${args[@]}" --steps 3 --micro-batches 2 --data-source "$corpus=3" --data-source "$tmp/part.txt=1" \
+    --metrics-out "$tmp/blend-flags.jsonl" >/dev/null 2>&1
+[ -s "$tmp/blend.jsonl" ] && [ "$(strip "$tmp/blend.jsonl")" = "$(strip "$tmp/blend-flags.jsonl")" ] \
+    && [ "$(strip "$tmp/blend.jsonl")" != "$(strip "$tmp/job.jsonl")" ] \
+    && pass "train.data_source_flags: --data-source trains as the manifest's sources (not as its single path)" \
+    || fail "train.data_source_flags" "$(cat "$tmp/blend.jsonl" "$tmp/blend-flags.jsonl")"
 sed "s#$tmp/part.txt#$tmp/none.txt#" "$tmp/blend.yaml" >"$tmp/blend-missing.yaml"
 expect_error "train.data_source_missing" "spec.training.data.sources\[1\].path: .*none.txt" --job "$tmp/blend-missing.yaml"
 sed 's/heads: 2/heads: 3/' "$tmp/job.yaml" >"$tmp/bad-job.yaml"
