@@ -25,6 +25,8 @@ struct gauges {
     long skipped;
     int norm_set;
     double grad_norm;
+    int loss_set;
+    double loss;
     int staged[PROTO_MAX_STAGES];
     double stage[PROTO_MAX_STAGES][3]; /* compute, communication, bubble (seconds) */
 };
@@ -118,6 +120,16 @@ void coord_metrics_eval(struct coord_metrics *m, const char *ns, const char *job
     }
 }
 
+void coord_metrics_loss(struct coord_metrics *m, const char *ns, const char *job, double loss)
+{
+    struct gauges *g = lock_job(m, ns, job);
+    if (g) {
+        g->loss_set = 1;
+        g->loss = loss;
+        pthread_mutex_unlock(&m->mu);
+    }
+}
+
 void coord_metrics_grad_norm(struct coord_metrics *m, const char *ns, const char *job, double norm)
 {
     struct gauges *g = lock_job(m, ns, job);
@@ -189,6 +201,7 @@ static void family(struct coord_metrics *m, struct metrics_buf *b, const char *n
         case 6: have = g->eval_set, v = g->eval_loss; break;
         case 7: have = 1, v = (double)g->skipped; break;
         case 8: have = g->norm_set, v = g->grad_norm; break;
+        case 9: have = g->loss_set, v = g->loss; break;
         default: have = 1, v = g->restarts; break;
         }
         if (have)
@@ -210,6 +223,8 @@ void coord_metrics_render(struct coord_metrics *m, struct metrics_buf *b)
     family(m, b, "holmes_job_restarts", "In-place gang restarts charged to the job.", 5);
     family(m, b, "holmes_job_eval_loss",
            "The newest held-out loss (spec.training.eval): the mean over its batches.", 6);
+    family(m, b, "holmes_job_loss", "The training loss at the newest step (the last stage's "
+           "replicas' mean).", 9);
     family(m, b, "holmes_job_grad_norm", "The global gradient norm before clipping at the "
            "newest step.", 8);
     family(m, b, "holmes_job_skipped_steps", "Steps skipped (no update) because their loss or "

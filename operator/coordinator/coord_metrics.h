@@ -1,7 +1,7 @@
 /* Per-job training gauges for /metrics (Prometheus): what the coordinator sees of each job it
  * runs, kept apart from its state so a scrape (the HTTP server's thread) never touches the
  * coordinator's: the plan's predicted step and the groups it put on TCP, the measured step time,
- * tokens/s and TFLOPS, the gradient norm, the restarts charged, the newest held-out loss, the
+ * tokens/s and TFLOPS, the loss and the gradient norm, the restarts charged, the newest held-out loss, the
  * steps skipped for a non-finite loss, and each stage's compute, communication and bubble time.
  * Thread-safe. Names and labels: docs/operator.md ("Metrics"). */
 #ifndef HOLMES_COORD_METRICS_H
@@ -21,6 +21,8 @@ void coord_metrics_progress(struct coord_metrics *m, const char *ns, const char 
                             double step_s, double tokens_per_s, double tflops_per_gpu);
 /* training.eval: the newest held-out loss. */
 void coord_metrics_eval(struct coord_metrics *m, const char *ns, const char *job, double loss);
+/* The training loss of the newest step. */
+void coord_metrics_loss(struct coord_metrics *m, const char *ns, const char *job, double loss);
 /* The global gradient norm (before clipping) of the newest step. */
 void coord_metrics_grad_norm(struct coord_metrics *m, const char *ns, const char *job, double norm);
 /* training.maxNonFiniteSteps: the steps skipped so far. */

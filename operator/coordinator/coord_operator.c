@@ -361,8 +361,10 @@ static void on_progress(void *user, const struct coord_progress *pr)
         return;
     }
     cJSON_AddNumberToObject(p, "step", (double)pr->step);
-    if (pr->has_loss) /* 4 decimals: what `kubectl get tj` shows in its Loss column */
+    if (pr->has_loss) { /* 4 decimals: what `kubectl get tj` shows in its Loss column */
         cJSON_AddNumberToObject(p, "loss", round(pr->loss * 1e4) / 1e4);
+        coord_metrics_loss(j->co->metrics, j->ns, j->name, pr->loss);
+    }
     if (pr->has_norm) { /* 4 significant digits: a norm spans orders of magnitude */
         char g[32];
         snprintf(g, sizeof g, "%.4g", pr->grad_norm);

@@ -125,13 +125,15 @@ has "$s" "object ServiceMonitor/$NS/$REL-holmes-operator" && has "$s" "arg Deplo
     || fail "defaults: no PrometheusRule, no dashboard"
 # The alerts and the dashboard (metrics.yaml turns both on); their metric names are checked
 # against a running operator's /metrics in k8s_gpus.sh.
-$PY - "$tmp/metrics.yaml" <<'PYEOF' >"$tmp/mon" 2>&1 && pass "metrics: PrometheusRule with the 4 alerts and the Grafana dashboard ConfigMap" || fail "metrics: PrometheusRule and dashboard" "$(cat "$tmp/mon")"
+$PY - "$tmp/metrics.yaml" <<'PYEOF' >"$tmp/mon" 2>&1 && pass "metrics: PrometheusRule with the 5 alerts and the Grafana dashboard ConfigMap" || fail "metrics: PrometheusRule and dashboard" "$(cat "$tmp/mon")"
 import json, sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
 rule = [d for d in docs if d["kind"] == "PrometheusRule"]
 assert len(rule) == 1 and rule[0]["metadata"]["labels"]["release"] == "prometheus"
 alerts = {r["alert"]: r for g in rule[0]["spec"]["groups"] for r in g["rules"]}
-assert set(alerts) == {"HolmesJobStuck", "HolmesJobRestartLoop", "HolmesStepSlowerThanPlan", "HolmesTransportFellBack"}, alerts
+assert set(alerts) == {"HolmesJobStuck", "HolmesJobRestartLoop", "HolmesStepSlowerThanPlan", "HolmesTransportFellBack",
+                       "HolmesJobSkippingSteps"}, alerts
+assert alerts["HolmesJobSkippingSteps"]["expr"] == "increase(holmes_job_skipped_steps[30m]) > 0"
 assert alerts["HolmesStepSlowerThanPlan"]["expr"] == "holmes_job_step_seconds > 2 * holmes_job_predicted_step_seconds"
 assert "{{ $labels.job }}" in alerts["HolmesJobStuck"]["annotations"]["summary"]
 cm = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-dashboard")]

@@ -27,6 +27,10 @@ int main(void)
     coord_metrics_stage(m, "ml", "gpt", 1, 0.3, 0.1, 0.05);
     coord_metrics_stage(m, "ml", "gpt", 99, 1, 1, 1); /* beyond the protocol's stages: ignored */
     coord_metrics_restarts(m, "ml", "gpt", 3);
+    coord_metrics_loss(m, "ml", "gpt", 2.75);
+    coord_metrics_eval(m, "ml", "gpt", 2.875);
+    coord_metrics_grad_norm(m, "ml", "gpt", 0.625);
+    coord_metrics_skipped(m, "ml", "gpt", 4);
     coord_metrics_progress(m, "ml", "other", 0.1, 10, 0.1);
     t = render(m);
     CHECK("predicted step", strstr(t, "holmes_job_predicted_step_seconds{namespace=\"ml\",job=\"gpt\"} 0.25\n"));
@@ -36,6 +40,14 @@ int main(void)
     CHECK("restarts", strstr(t, "holmes_job_restarts{namespace=\"ml\",job=\"gpt\"} 3\n"));
     CHECK("stage parts", strstr(t, "holmes_job_stage_seconds{namespace=\"ml\",job=\"gpt\",stage=\"1\",part=\"compute\"} 0.3\n") &&
                              strstr(t, "stage=\"1\",part=\"bubble\"} 0.05\n") && !strstr(t, "stage=\"99\""));
+    CHECK("loss, held-out loss, gradient norm, steps skipped",
+          strstr(t, "holmes_job_loss{namespace=\"ml\",job=\"gpt\"} 2.75\n") &&
+              strstr(t, "holmes_job_eval_loss{namespace=\"ml\",job=\"gpt\"} 2.875\n") &&
+              strstr(t, "holmes_job_grad_norm{namespace=\"ml\",job=\"gpt\"} 0.625\n") &&
+              strstr(t, "holmes_job_skipped_steps{namespace=\"ml\",job=\"gpt\"} 4\n"));
+    CHECK("a job with no loss reported has none, and 0 steps skipped",
+          !strstr(t, "holmes_job_loss{namespace=\"ml\",job=\"other\"}") &&
+              strstr(t, "holmes_job_skipped_steps{namespace=\"ml\",job=\"other\"} 0\n"));
     CHECK("an unplanned job has no prediction", !strstr(t, "predicted_step_seconds{namespace=\"ml\",job=\"other\"}") &&
                                                     strstr(t, "holmes_job_step_seconds{namespace=\"ml\",job=\"other\"} 0.1\n"));
     free(t);
