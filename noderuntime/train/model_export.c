@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
@@ -71,6 +72,36 @@ static int set_shape(const char *dir, int64_t step, struct gpt_config *c, herr *
     return 0;
 }
 
+/* The set's files hold at least the model's n floats (each float is read from one of them):
+ * a header whose shape claims more is refused before the model is allocated. */
+static int set_holds(const char *dir, int64_t step, const struct gpt_config *c, size_t n, herr *e)
+{
+    struct ckpt_file *cover;
+    int nc;
+    if (ckpt_set_cover(dir, step, c->layers, &cover, &nc, e) != 0)
+        return -1;
+    uint64_t bytes = 0;
+    int rc = 0;
+    for (int i = 0; i < nc && rc == 0; i++) {
+        char path[4096];
+        struct stat st;
+        rc = ckpt_path(dir, cover[i].first, cover[i].last, step, path, sizeof path, e);
+        if (rc == 0 && stat(path, &st) != 0)
+            rc = herr_set_kind(e, herr_kind_of_errno(errno), "checkpoint %s: %s", path,
+                               strerror(errno));
+        if (rc == 0)
+            bytes += (uint64_t)st.st_size;
+    }
+    free(cover);
+    if (rc == 0 && bytes / sizeof(float) < n)
+        rc = herr_config(e, "checkpoint directory %s: the files of step %lld hold %llu bytes, "
+                         "fewer than the %zu floats of the model their header describes (%d "
+                         "layers, %d channels, vocabulary %d, %d positions): a header is corrupt",
+                         dir, (long long)step, (unsigned long long)bytes, n, c->layers,
+                         c->channels, c->vocab, c->max_seq);
+    return rc;
+}
+
 int model_export_read(const char *dir, int64_t step, struct gpt_config *c, float **params,
                       int64_t *used, herr *e)
 {
@@ -109,6 +140,8 @@ int model_export_read(const char *dir, int64_t step, struct gpt_config *c, float
     if (ckpt_stage_layout(c, 0, c->layers, &t, &nt, &n, e) != 0)
         return -1;
     free(t);
+    if (set_holds(dir, step, c, n, e) != 0)
+        return -1;
     float *p = malloc(n * sizeof *p);
     if (!p)
         return herr_set(e, "out of memory for the model (%zu floats)", n);

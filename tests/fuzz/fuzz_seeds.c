@@ -222,6 +222,20 @@ static void train_files_seeds(void)
                          "latest-step\nstage-0-2-step-1.ckpt";
     head[0] = 3;
     put_bin("train_files", "names", head, 2, names, sizeof names - 1);
+
+    /* llm.c's tokenizer file: version 2, 4 tokens, the last the end of text */
+    unsigned char tk[1024 + 32];
+    uint32_t th[256] = {20240328u, 2, 4, 3};
+    memcpy(tk, th, sizeof th);
+    size_t tn = sizeof th;
+    static const char *const pieces[] = {"a", " the", "\n", "<|endoftext|>"};
+    for (int i = 0; i < 4; i++) {
+        tk[tn++] = (unsigned char)strlen(pieces[i]);
+        memcpy(tk + tn, pieces[i], strlen(pieces[i]));
+        tn += strlen(pieces[i]);
+    }
+    head[0] = 4;
+    put_bin("train_files", "tokenizer", head, 2, tk, tn);
     rmdir(tmp);
 }
 

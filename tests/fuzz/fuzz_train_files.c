@@ -15,6 +15,9 @@
  *      ranks, vocabulary): dataloader_open, then micro-batches at several positions; every
  *      token below the vocabulary, and each target the next input.
  *   3: checkpoint file names (one a line, empty files): the listing, steps and the set's cover.
+ *   4: llm.c's GPT-2 tokenizer file (holmes-node sample --tokenizer): tokenizer_open; the
+ *      pieces read must lay out the file again (each a length and its bytes after the header),
+ *      the end-of-text token inside the vocabulary.
  * Seeds: tests/fuzz/seeds/train_files (fuzz_seeds.c: files ckpt_write and model_export_llmc
  * wrote). */
 #include <errno.h>
@@ -32,6 +35,7 @@
 #include "fuzz_check.h"
 #include "fuzz_files.h"
 #include "model_export.h"
+#include "tokenizer.h"
 
 /* The tiny model the checkpoint seeds hold (fuzz_seeds.c writes them with the same). */
 static const struct gpt_config TINY = {.layers = 2, .channels = 8, .heads = 2, .vocab = 16,
@@ -265,19 +269,49 @@ static void fuzz_names(const uint8_t *data, size_t size)
     read_as_resume(NULL, 0);
 }
 
+static void fuzz_tokenizer(const uint8_t *data, size_t size)
+{
+    const char *name = "gpt2_tokenizer.bin";
+    if (fuzz_write_file(name, data, size) != 0)
+        abort();
+    herr e = {0};
+    struct tokenizer *t = NULL;
+    if (tokenizer_open(&t, name, &e) != 0) {
+        fuzz_check_rejection("tokenizer_open", &e);
+        return;
+    }
+    size_t at = 1024, len;
+    for (int i = 0; i < tokenizer_vocab(t); i++) {
+        const char *p = tokenizer_piece(t, i, &len);
+        if (!p || len < 1 || len > 255 || at + 1 + len > size || data[at] != len ||
+            memcmp(data + at + 1, p, len) != 0) {
+            fprintf(stderr, "token %d of %d is not the file's piece\n", i, tokenizer_vocab(t));
+            abort();
+        }
+        at += 1 + len;
+    }
+    if (tokenizer_piece(t, tokenizer_vocab(t), &len) || tokenizer_piece(t, -1, &len) ||
+        tokenizer_eot(t) >= tokenizer_vocab(t) || tokenizer_eot(t) < -1) {
+        fprintf(stderr, "a token outside the vocabulary, or the end-of-text token, is wrong\n");
+        abort();
+    }
+    tokenizer_free(t);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 2)
         return 0;
     fresh_workdir();
-    int kind = data[0] % 4, flags = data[1];
+    int kind = data[0] % 5, flags = data[1];
     data += 2;
     size -= 2;
     switch (kind) {
     case 0: fuzz_checkpoint(flags, data, size); break;
     case 1: fuzz_llmc(data, size); break;
     case 2: fuzz_data(flags, data, size); break;
-    default: fuzz_names(data, size); break;
+    case 3: fuzz_names(data, size); break;
+    default: fuzz_tokenizer(data, size); break;
     }
     fuzz_leave_workdir();
     return 0;
