@@ -7,6 +7,8 @@
 
 #include "protocol.h"
 
+enum value { V_RESTARTS, V_EVAL_LOSS, V_SKIPPED, V_GRAD_NORM, V_LOSS, VALUES };
+
 struct gauges {
     struct gauges *next;
     char ns[64], job[64];
@@ -19,14 +21,10 @@ struct gauges {
         int set;
         double step_s, tokens_per_s, tflops;
     } prog;
-    int restarts;
-    int eval_set;
-    double eval_loss;
-    long skipped;
-    int norm_set;
-    double grad_norm;
-    int loss_set;
-    double loss;
+    /* the gauges of one value each (enum value), and whether the job has it yet; restarts and
+     * steps skipped are set when the job is registered */
+    int has[VALUES];
+    double value[VALUES];
     int staged[PROTO_MAX_STAGES];
     double stage[PROTO_MAX_STAGES][3]; /* compute, communication, bubble (seconds) */
 };
@@ -110,43 +108,35 @@ void coord_metrics_progress(struct coord_metrics *m, const char *ns, const char 
     }
 }
 
-void coord_metrics_eval(struct coord_metrics *m, const char *ns, const char *job, double loss)
+static void set_value(struct coord_metrics *m, const char *ns, const char *job, enum value k,
+                      double v)
 {
     struct gauges *g = lock_job(m, ns, job);
     if (g) {
-        g->eval_set = 1;
-        g->eval_loss = loss;
+        g->has[k] = 1;
+        g->value[k] = v;
         pthread_mutex_unlock(&m->mu);
     }
+}
+
+void coord_metrics_eval(struct coord_metrics *m, const char *ns, const char *job, double loss)
+{
+    set_value(m, ns, job, V_EVAL_LOSS, loss);
 }
 
 void coord_metrics_loss(struct coord_metrics *m, const char *ns, const char *job, double loss)
 {
-    struct gauges *g = lock_job(m, ns, job);
-    if (g) {
-        g->loss_set = 1;
-        g->loss = loss;
-        pthread_mutex_unlock(&m->mu);
-    }
+    set_value(m, ns, job, V_LOSS, loss);
 }
 
 void coord_metrics_grad_norm(struct coord_metrics *m, const char *ns, const char *job, double norm)
 {
-    struct gauges *g = lock_job(m, ns, job);
-    if (g) {
-        g->norm_set = 1;
-        g->grad_norm = norm;
-        pthread_mutex_unlock(&m->mu);
-    }
+    set_value(m, ns, job, V_GRAD_NORM, norm);
 }
 
 void coord_metrics_skipped(struct coord_metrics *m, const char *ns, const char *job, long steps)
 {
-    struct gauges *g = lock_job(m, ns, job);
-    if (g) {
-        g->skipped = steps;
-        pthread_mutex_unlock(&m->mu);
-    }
+    set_value(m, ns, job, V_SKIPPED, (double)steps);
 }
 
 void coord_metrics_stage(struct coord_metrics *m, const char *ns, const char *job, int stage,
@@ -162,11 +152,7 @@ void coord_metrics_stage(struct coord_metrics *m, const char *ns, const char *jo
 
 void coord_metrics_restarts(struct coord_metrics *m, const char *ns, const char *job, int restarts)
 {
-    struct gauges *g = lock_job(m, ns, job);
-    if (g) {
-        g->restarts = restarts;
-        pthread_mutex_unlock(&m->mu);
-    }
+    set_value(m, ns, job, V_RESTARTS, restarts);
 }
 
 void coord_metrics_forget(struct coord_metrics *m, const char *ns, const char *job)
@@ -184,7 +170,9 @@ void coord_metrics_forget(struct coord_metrics *m, const char *ns, const char *j
     pthread_mutex_unlock(&m->mu);
 }
 
-/* One family: HELP and TYPE, then a sample per job that has the value. */
+/* One family: HELP and TYPE, then a sample per job that has the value. `which`: 0-4 the plan's
+ * and the progress's figures, 5 + an enum value one of the values (the counters, restarts and
+ * steps skipped, 0 until set). */
 static void family(struct coord_metrics *m, struct metrics_buf *b, const char *name,
                    const char *help, int which)
 {
@@ -198,11 +186,11 @@ static void family(struct coord_metrics *m, struct metrics_buf *b, const char *n
         case 2: have = g->prog.set, v = g->prog.step_s; break;
         case 3: have = g->prog.set, v = g->prog.tokens_per_s; break;
         case 4: have = g->prog.set, v = g->prog.tflops; break;
-        case 6: have = g->eval_set, v = g->eval_loss; break;
-        case 7: have = 1, v = (double)g->skipped; break;
-        case 8: have = g->norm_set, v = g->grad_norm; break;
-        case 9: have = g->loss_set, v = g->loss; break;
-        default: have = 1, v = g->restarts; break;
+        default: {
+            enum value k = (enum value)(which - 5);
+            have = g->has[k] || k == V_RESTARTS || k == V_SKIPPED, v = g->value[k];
+            break;
+        }
         }
         if (have)
             metrics_printf(b, "%s{namespace=\"%s\",job=\"%s\"} %.9g\n", name, g->ns, g->job, v);
@@ -220,15 +208,17 @@ void coord_metrics_render(struct coord_metrics *m, struct metrics_buf *b)
     family(m, b, "holmes_job_step_seconds", "Measured step time (the slowest worker's).", 2);
     family(m, b, "holmes_job_tokens_per_second", "Training throughput.", 3);
     family(m, b, "holmes_job_tflops_per_gpu", "Model TFLOPS per device (6 x parameters x tokens/s).", 4);
-    family(m, b, "holmes_job_restarts", "In-place gang restarts charged to the job.", 5);
+    family(m, b, "holmes_job_restarts", "In-place gang restarts charged to the job.",
+           5 + V_RESTARTS);
     family(m, b, "holmes_job_eval_loss",
-           "The newest held-out loss (spec.training.eval): the mean over its batches.", 6);
+           "The newest held-out loss (spec.training.eval): the mean over its batches.",
+           5 + V_EVAL_LOSS);
     family(m, b, "holmes_job_loss", "The training loss at the newest step (the last stage's "
-           "replicas' mean).", 9);
+           "replicas' mean).", 5 + V_LOSS);
     family(m, b, "holmes_job_grad_norm", "The global gradient norm before clipping at the "
-           "newest step.", 8);
+           "newest step.", 5 + V_GRAD_NORM);
     family(m, b, "holmes_job_skipped_steps", "Steps skipped (no update) because their loss or "
-           "gradient norm was not finite (spec.training.maxNonFiniteSteps).", 7);
+           "gradient norm was not finite (spec.training.maxNonFiniteSteps).", 5 + V_SKIPPED);
     static const char *const parts[] = {"compute", "communication", "bubble"};
     metrics_printf(b, "# HELP holmes_job_stage_seconds A stage's last step: compute, communication "
                       "and pipeline bubble time.\n# TYPE holmes_job_stage_seconds gauge\n");
