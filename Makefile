@@ -11,7 +11,7 @@ else
 BINDIR   := $(BUILD)/bin
 endif
 
-PKGS     := libcurl libcjson yaml-0.1 openblas zlib libibverbs libwebsockets openssl
+PKGS     := libcurl libcjson yaml-0.1 openblas zlib libibverbs libwebsockets openssl libpcre2-8
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -40,7 +40,8 @@ LDLIBS   += $(PKG_LIBS) -lm -lpthread
 # Debian packages the build, the tests and `make run` need (mk/*.mk may add).
 DEB_PKGS := build-essential pkg-config libcurl4-openssl-dev libcjson-dev libwebsockets-dev \
             libyaml-dev libibverbs-dev ibverbs-providers rdma-core libopenblas-dev zlib1g-dev \
-            libssl-dev libomp-dev iproute2 procps python3
+            libssl-dev libomp-dev iproute2 procps python3 \
+            libpcre2-dev python3-regex
 
 COMMON_SRC := $(wildcard common/*.c)
 OP_SRC     := $(filter-out operator/main.c,$(wildcard operator/*.c operator/*/*.c))

@@ -14,7 +14,7 @@ APT_INSTALL="apt-get install -y -q --no-install-recommends -o Dpkg::Use-Pty=0"
 build_deps() {
     apt-get update -q
     $APT_INSTALL build-essential pkg-config ca-certificates libcurl4-openssl-dev libcjson-dev \
-        libwebsockets-dev libyaml-dev libibverbs-dev libopenblas-dev zlib1g-dev libssl-dev
+        libwebsockets-dev libyaml-dev libibverbs-dev libopenblas-dev zlib1g-dev libssl-dev libpcre2-dev
     rm -rf /var/lib/apt/lists/*
 }
 

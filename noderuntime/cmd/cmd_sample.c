@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bpe.h"
 #include "checkpoint.h"
 #include "cli.h"
 #include "commands.h"
@@ -23,11 +24,14 @@ static void usage(FILE *f)
         "  --checkpoint-dir DIR  a job's checkpoints (whatever plan wrote them); --step N: that\n"
         "                        set (default: the step DIR/latest-step names)\n"
         "  --init-from FILE      llm.c GPT-2 weights instead (gpt2_124M.bin)\n"
-        "  --prompt TEXT         for a byte-level model (trained on text data: each byte a token)\n"
+        "  --prompt TEXT         the text to continue: with --tokenizer, encoded with GPT-2's BPE\n"
+        "                        (as holmes-node tokenize writes shards); without, each byte a\n"
+        "                        token (a model trained on text data)\n"
         "  --prompt-tokens LIST  token ids, comma-separated (a model of llm.c token shards);\n"
         "                        default: the tokenizer's end-of-text token, else a newline byte\n"
-        "  --tokenizer FILE      llm.c's gpt2_tokenizer.bin: prints the tokens as text (without\n"
-        "                        it, tokens below 256 print as bytes, the others as <id>)\n"
+        "  --tokenizer FILE      llm.c's gpt2_tokenizer.bin: encodes --prompt and prints the\n"
+        "                        tokens as text (without it, tokens below 256 print as bytes,\n"
+        "                        the others as <id>)\n"
         "  --tokens N            tokens to generate (64); it stops early at end-of-text\n"
         "  --temperature X       1.0; 0 takes the most likely token each time\n"
         "  --top-k K             draw among the K most likely (0: all; 40 by default)\n"
@@ -76,6 +80,23 @@ static int parse_tokens(const char *s, int *toks, int cap)
         toks[n++] = (int)v;
         p = *end ? end + 1 : end;
     }
+    return n;
+}
+
+/* GPT-2's BPE tokens of text into toks (at most cap): the count, or -1 with the reason. */
+static int encode_prompt(const struct tokenizer *tk, const char *text, int *toks, int cap, herr *e)
+{
+    struct bpe *b = NULL;
+    struct bpe_tokens k = {0};
+    int n = -1;
+    if (bpe_create(&b, tk, e) == 0 && bpe_encode(b, text, strlen(text), 0, &k, e) == 0) {
+        if (k.n > (size_t)cap)
+            herr_config(e, "%zu tokens: more than %d", k.n, cap);
+        else if ((n = (int)k.n) > 0)
+            memcpy(toks, k.v, k.n * sizeof *toks);
+    }
+    free(k.v);
+    bpe_free(b);
     return n;
 }
 
@@ -165,10 +186,11 @@ int cmd_sample(int argc, char **argv)
         rc = 2;
         goto out;
     } else if (prompt && tk) {
-        fprintf(stderr, "%s: --prompt needs a byte-level model (no --tokenizer: GPT-2's BPE is "
-                "decoded here, not encoded): give --prompt-tokens\n", cmd);
-        rc = 2;
-        goto out;
+        if ((np = encode_prompt(tk, prompt, ptok, cap, &e)) < 0) {
+            fprintf(stderr, "%s: --prompt: %s\n", cmd, e.msg);
+            rc = 2;
+            goto out;
+        }
     } else if (prompt) {
         for (const unsigned char *p = (const unsigned char *)prompt; *p && np < cap; p++)
             ptok[np++] = *p;
@@ -183,7 +205,7 @@ int cmd_sample(int argc, char **argv)
     if (tk && tokenizer_vocab(tk) != m->vocab)
         fprintf(stderr, "%s: warning: the tokenizer's %d tokens are not the model's %d\n", cmd,
                 tokenizer_vocab(tk), m->vocab);
-    if (prompt && m->vocab < 256) {
+    if (prompt && !tk && m->vocab < 256) {
         fprintf(stderr, "%s: --prompt: the model's vocabulary of %d is not byte-level (256 or "
                 "more)\n", cmd, m->vocab);
         rc = 2;

@@ -7,8 +7,9 @@ int cmd_worker(int argc, char **argv); /* one worker of a distributed job */
 int cmd_train(int argc, char **argv);  /* single-process training on this machine */
 int cmd_rank(int argc, char **argv);   /* one rank process of a worker with several GPUs */
 int cmd_engines(int argc, char **argv); /* the training engines this binary has */
-int cmd_export(int argc, char **argv);
-int cmd_sample(int argc, char **argv);  /* text from a trained model (sampler.h) */  /* a checkpoint set as one llm.c / safetensors model */
+int cmd_export(int argc, char **argv);  /* a checkpoint set as one llm.c / safetensors model */
+int cmd_sample(int argc, char **argv);  /* text from a trained model (sampler.h) */
+int cmd_tokenize(int argc, char **argv); /* text into llm.c token shards (bpe.h) */
 /* `worker --coordinator URL` (cmd_worker_coord.c): cmd_worker hands over when wanted. */
 int cmd_worker_coord_wanted(int argc, char **argv);
 int cmd_worker_coord(int argc, char **argv);

@@ -1,0 +1,37 @@
+/* llm.c token shards, written: a stream of tokens cut into files of DATALOADER_SHARD_MAGIC's
+ * format (dataloader.h: a header of 256 int32, magic 20240520, version 1, the token count, then
+ * that many uint16 tokens), named as llm.c's fineweb.py names them: PREFIX_val_000000.bin holds
+ * the first val_tokens tokens (none without them), then PREFIX_train_NNNNNN.bin of shard_tokens
+ * each, numbered on, the last one shorter. A document may go on from one shard into the next.
+ *
+ * Nothing is left half-written: each shard is written as NAME.tmp, flushed to disk and renamed.
+ * Shards already there under the prefix are refused (naming one), unless `replace`: then every
+ * PREFIX_val_*.bin and PREFIX_train_*.bin is removed first, so that none of an older, longer run
+ * is left to be read with the new ones. */
+#ifndef HOLMES_SHARD_WRITER_H
+#define HOLMES_SHARD_WRITER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+struct shard_writer_config {
+    const char *prefix;    /* "DIR/name": DIR must exist */
+    uint64_t shard_tokens; /* > 0 */
+    uint64_t val_tokens;   /* the first tokens, into a val shard (0: none) */
+    int replace;           /* remove the prefix's shards first instead of refusing */
+};
+
+struct shard_writer;
+
+int shard_writer_open(struct shard_writer **out, const struct shard_writer_config *c, herr *e);
+/* Tokens in [0, 65536): uint16, as llm.c's shards hold them. */
+int shard_writer_put(struct shard_writer *w, const int *toks, size_t n, herr *e);
+/* The last shard written and renamed; the counts of shards and tokens. Then free. */
+int shard_writer_finish(struct shard_writer *w, int *shards, uint64_t *tokens, herr *e);
+/* Without a finish that succeeded, removes every shard this writer wrote (a set cut short is
+ * not left to be trained on) and the one being written (NAME.tmp). */
+void shard_writer_free(struct shard_writer *w);
+
+#endif

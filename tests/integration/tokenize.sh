@@ -1,0 +1,119 @@
+# holmes-node tokenize against an independent encoder: tests/reference/bpe_reference.py trains a
+# byte-level BPE vocabulary on the demo corpus (2,000 merges, GPT-2's byte order, written as
+# llm.c's tokenizer file) and encodes with tiktoken's algorithm and the `regex` module
+# (python3-regex); the shards holmes-node writes must hold exactly its tokens: English text, text
+# made to be hard to cut (scripts, digits, marks, emoji, contractions, unusual whitespace), a text
+# larger than the 1 MiB chunks it is read in, JSON lines, standard input. Then the shards train a
+# model (holmes-node train reads them), `sample --prompt` encodes its text the same way, and bad
+# input is refused naming the file, the line or the byte, with no shard left behind.
+source "$(dirname "$0")/lib.bash"
+tmp=$(mktemp -d /tmp/holmes-tokenize.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+if ! /usr/bin/python3 -c 'import regex' 2>/dev/null; then
+    echo "SKIP tokenize: python3-regex is not installed for /usr/bin/python3 (make deps): no reference encoder"
+    exit 0
+fi
+ref="/usr/bin/python3 $REPO/tests/reference/bpe_reference.py"
+corpus=$REPO/examples/data/corpus.txt
+$ref train "$corpus" 2000 "$tmp/vocab.bin" 2>/dev/null
+check "reference: a vocabulary of 256 bytes, 2,000 merges and end-of-text" \
+    test "$(od -An -tu4 -j8 -N4 "$tmp/vocab.bin" | tr -d ' ')" = 2257
+for s in 1 2 3; do $ref stress "$tmp/stress$s.txt" $s; done
+
+# the tokens of shards PREFIX_val_* then PREFIX_train_*, as JSON
+shard_tokens() {
+    /usr/bin/python3 - "$1" <<'PY'
+import glob, json, struct, sys
+out = []
+for f in sorted(glob.glob(sys.argv[1] + "_val_*.bin")) + sorted(glob.glob(sys.argv[1] + "_train_*.bin")):
+    d = open(f, "rb").read()
+    h = struct.unpack_from("<256i", d)
+    assert h[0] == 20240520 and h[1] == 1 and len(d) == 1024 + 2 * h[2], f
+    out += struct.unpack_from("<%dH" % h[2], d, 1024)
+print(json.dumps(out))
+PY
+}
+same() { [ "$(shard_tokens "$1")" = "$2" ]; }
+
+out=$("$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/a" --val-tokens 5000 \
+    --shard-tokens 20000 "$corpus" "$tmp/stress1.txt" "$tmp/stress2.txt" "$tmp/stress3.txt" 2>&1)
+want=$($ref encode "$tmp/vocab.bin" "$corpus" "$tmp/stress1.txt" "$tmp/stress2.txt" "$tmp/stress3.txt")
+check "tokenize: 4 documents written (val 5,000 tokens, then shards of 20,000): $out" \
+    grep -q "4 documents.*a_val_000000.bin, .*a_train_000001.bin to _0000" <<<"$out"
+check "tokenize: the shards hold the reference's tokens exactly ($(jq length <<<"$want") tokens)" same "$tmp/a" "$want"
+check "tokenize: the val shard holds 5,000 tokens, no temporary left" bash -c \
+    "[ \$(od -An -tu4 -j8 -N4 '$tmp/a_val_000000.bin' | tr -d ' ') = 5000 ] && ! ls '$tmp' | grep -q tmp"
+
+# a text of 2.5 MiB: read in 1 MiB chunks cut where no piece is cut
+for i in 1 2 3 4 5 6 7 8 9 10 11; do cat "$corpus" "$tmp/stress$((i % 3 + 1)).txt"; done >"$tmp/big.txt"
+"$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/big" "$tmp/big.txt" >/dev/null 2>&1
+check "tokenize: a 2.5 MiB text read in chunks: the tokens of the whole" \
+    same "$tmp/big" "$($ref encode "$tmp/vocab.bin" "$tmp/big.txt")"
+"$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/in" - <"$tmp/stress2.txt" >/dev/null 2>&1
+check "tokenize: standard input (-) as a document" same "$tmp/in" "$($ref encode "$tmp/vocab.bin" "$tmp/stress2.txt")"
+
+/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+docs = [open(f"{d}/stress{i}.txt", encoding="utf-8", newline="").read()[:3000] for i in (1, 2, 3)]
+with open(f"{d}/docs.jsonl", "w") as f:
+    for i, t in enumerate(docs + ["Café \u00e9t\u00e9, naïve résumé.", "line\nbreaks\n\n and \"quotes\""]):
+        f.write(json.dumps({"id": i, "body": t}) + "\n")
+        if i == 1:
+            f.write("\n")  # a blank line: skipped
+PY
+out=$("$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/j" --jsonl --field body "$tmp/docs.jsonl" 2>&1)
+check "tokenize --jsonl: 5 documents of the field 'body', the blank line skipped" grep -q "5 documents" <<<"$out"
+check "tokenize --jsonl: the reference's tokens" same "$tmp/j" "$($ref jsonl "$tmp/vocab.bin" body "$tmp/docs.jsonl")"
+
+# the shards are training data: a model of the vocabulary trains on them, and samples text
+# from a prompt encoded with the same BPE
+(cd "$tmp" && OMP_NUM_THREADS=2 timeout 300 "$NODE" train --data "$tmp/a_train_*.bin" \
+    --eval-data "$tmp/a_val_*.bin" --eval-batches 2 --layers 2 --channels 32 --heads 2 \
+    --vocab 2257 --seq 64 --batch 4 --micro-batches 1 --steps 30 --lr 3e-3 \
+    --checkpoint-dir "$tmp/ckpt" --metrics-out "$tmp/m.jsonl" >"$tmp/train.out" 2>&1)
+first=$(jq -r 'select(.loss) | .loss' "$tmp/m.jsonl" 2>/dev/null | head -1)
+last=$(jq -r 'select(.loss) | .loss' "$tmp/m.jsonl" 2>/dev/null | tail -1)
+check "train on the shards: 30 steps, the loss falls ($first -> $last)" \
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(a > 6 && b < a - 1) }'
+out=$("$NODE" sample --checkpoint-dir "$tmp/ckpt" --tokenizer "$tmp/vocab.bin" \
+    --prompt "The king said" --tokens 12 --seed 5 2>/dev/null)
+check "sample --prompt with the tokenizer: BPE-encoded, continued (${#out} characters)" \
+    test "${out:0:13}" = "The king said" -a "${#out}" -gt 13
+# the prompt's tokens are the encoder's: --prompt-tokens of the reference's ids gives the same text
+ids=$(/usr/bin/python3 -c "
+import sys; sys.path.insert(0, '$REPO/tests/reference'); import bpe_reference as b
+r, _ = b.read_vocab('$tmp/vocab.bin'); print(','.join(map(str, b.encode('The king said', r))))")
+out2=$("$NODE" sample --checkpoint-dir "$tmp/ckpt" --tokenizer "$tmp/vocab.bin" \
+    --prompt-tokens "$ids" --tokens 12 --seed 5 2>/dev/null)
+check "sample: --prompt TEXT and --prompt-tokens of the reference's ids ($ids) give the same text" \
+    test -n "$out" -a "$out" = "$out2"
+
+# refusals: each names what is wrong; no shard of the failed run is left
+# exit_and_says RC WANT PATTERN TEXT: rc is WANT and TEXT holds PATTERN
+exit_and_says() { [ "$1" = "$2" ] && grep -q -- "$3" <<<"$4"; }
+printf 'good text\n\xff\xfe bad\n' >"$tmp/bad.txt"
+out=$("$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/b" --shard-tokens 2 "$corpus" "$tmp/bad.txt" 2>&1); rc=$?
+check "tokenize: text that is not UTF-8 refused naming the file and byte 10, exit 1 ($out)" \
+    exit_and_says $rc 1 "bad.txt: not UTF-8 at byte 10" "$out"
+check "tokenize: the failed run's shards removed (the corpus's were written first)" \
+    bash -c "! ls '$tmp' | grep -q '^b_'"
+out=$("$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/a" "$corpus" 2>&1); rc=$?
+check "tokenize: an earlier run's shards refused, naming one and --replace" \
+    exit_and_says $rc 1 "a_.*is there already.*--replace" "$out"
+"$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/a" --replace "$corpus" >/dev/null 2>&1
+check "tokenize --replace: the 8 earlier shards replaced by the new one" test "$(ls "$tmp" | grep -c '^a_')" = 1
+printf '{"text": "ok"}\n{"text": 3}\n' >"$tmp/num.jsonl"
+out=$("$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/n" --jsonl "$tmp/num.jsonl" 2>&1)
+check "tokenize --jsonl: a field that is not a string refused, naming file, line and field ($out)" \
+    grep -q 'num.jsonl:2: the field "text" is not a string' <<<"$out"
+printf '{"text": "ok"}\nnot json\n' >"$tmp/nj.jsonl"
+out=$("$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/n" --jsonl "$tmp/nj.jsonl" 2>&1)
+check "tokenize --jsonl: a line that is not JSON refused, naming it ($out)" grep -q 'nj.jsonl:2: not JSON' <<<"$out"
+out=$("$NODE" tokenize --tokenizer "$corpus" --out "$tmp/n" "$corpus" 2>&1); rc=$?
+check "tokenize: a tokenizer that is not one refused, naming the flag and file ($out)" \
+    exit_and_says $rc 1 "--tokenizer: tokenizer $corpus: magic" "$out"
+out=$("$NODE" tokenize --out "$tmp/n" "$corpus" 2>&1); rc=$?
+check "tokenize: no --tokenizer is a usage error (exit 2)" exit_and_says $rc 2 "--tokenizer is required" "$out"
+out=$(printf '\n\n' | "$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/n" --jsonl - 2>&1); rc=$?
+check "tokenize --jsonl: no document at all refused ($out)" exit_and_says $rc 1 "no document" "$out"
