@@ -223,6 +223,12 @@ static void train_files_seeds(void)
     head[0] = 3;
     put_bin("train_files", "names", head, 2, names, sizeof names - 1);
 
+    /* text for the BPE encoder: scripts, digits, whitespace runs, a contraction */
+    static const char bpe_text[] = "The thing's 12 \xc3\xa9t\xc3\xa9, \xe6\x97\xa5\xe6\x9c\xac!!\n\n"
+                                   "  abc xyz    <|endoftext|>\n\xd9\xa3 \xf0\x9f\x98\x80\t end\n";
+    head[0] = 5;
+    put_bin("train_files", "bpe-text", head, 2, bpe_text, sizeof bpe_text - 1);
+
     /* llm.c's tokenizer file: version 2, 4 tokens, the last the end of text */
     unsigned char tk[1024 + 32];
     uint32_t th[256] = {20240328u, 2, 4, 3};

@@ -18,6 +18,11 @@
  *   4: llm.c's GPT-2 tokenizer file (holmes-node sample --tokenizer): tokenizer_open; the
  *      pieces read must lay out the file again (each a length and its bytes after the header),
  *      the end-of-text token inside the vocabulary.
+ *   5: text for GPT-2's BPE encoder (holmes-node tokenize, bpe.h) over a small fixed vocabulary:
+ *      text that is UTF-8 (by an independent check here) must encode, into tokens of the
+ *      vocabulary but not end-of-text whose pieces lay out the text again, and the same tokens
+ *      when cut where bpe_safe_cut says; text that is not must be refused naming the first bad
+ *      byte.
  * Seeds: tests/fuzz/seeds/train_files (fuzz_seeds.c: files ckpt_write and model_export_llmc
  * wrote). */
 #include <errno.h>
@@ -30,6 +35,7 @@
 #include <zlib.h>
 
 #include "checkpoint.h"
+#include "bpe.h"
 #include "ckpt_layout.h"
 #include "dataloader.h"
 #include "fuzz_check.h"
@@ -298,12 +304,126 @@ static void fuzz_tokenizer(const uint8_t *data, size_t size)
     tokenizer_free(t);
 }
 
+/* The offset of the first byte that does not begin a well-formed UTF-8 character (RFC 3629: no
+ * overlong forms, no surrogates, nothing above U+10FFFF), or n when the text is UTF-8. */
+static size_t utf8_bad_at(const uint8_t *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        uint8_t c = s[i];
+        size_t len = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
+                   : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+        if (len == 0 || i + len > n)
+            return i;
+        uint8_t lo = 0x80, hi = 0xbf; /* the second byte's range */
+        if (c == 0xe0)
+            lo = 0xa0;
+        else if (c == 0xed)
+            hi = 0x9f;
+        else if (c == 0xf0)
+            lo = 0x90;
+        else if (c == 0xf4)
+            hi = 0x8f;
+        if (len > 1 && (s[i + 1] < lo || s[i + 1] > hi))
+            return i;
+        for (size_t k = 2; k < len; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xbf)
+                return i;
+        i += len;
+    }
+    return n;
+}
+
+/* A byte-level vocabulary: the 256 bytes, some merges (some reachable only whole), end-of-text. */
+static struct tokenizer *fuzz_vocab(void)
+{
+    static const char *const merges[] = {" t", "th", "he", " the", "in", "ing", "  ", "    ",
+                                         "\n\n", "\xc3\xa9", "ab", "bc", "abc", "xyz", "'s", "12",
+                                         " 1", "\xe6\x97\xa5", "!!", "<|", "|>"};
+    uint8_t buf[1024 + 256 * 2 + 128];
+    uint32_t h[256] = {20240328u, 2, 256 + 21 + 1, 256 + 21};
+    memcpy(buf, h, sizeof h);
+    size_t n = sizeof h;
+    for (int b = 0; b < 256; b++) {
+        buf[n++] = 1;
+        buf[n++] = (uint8_t)b;
+    }
+    for (int i = 0; i <= 21; i++) {
+        const char *p = i < 21 ? merges[i] : "<|endoftext|>";
+        buf[n++] = (uint8_t)strlen(p);
+        memcpy(buf + n, p, strlen(p));
+        n += strlen(p);
+    }
+    struct tokenizer *t = NULL;
+    herr e = {0};
+    if (fuzz_write_file("vocab.bin", buf, n) != 0 || tokenizer_open(&t, "vocab.bin", &e) != 0)
+        abort();
+    return t;
+}
+
+static void fuzz_bpe(const uint8_t *data, size_t size)
+{
+    struct tokenizer *t = fuzz_vocab();
+    struct bpe *b = NULL;
+    herr e = {0};
+    if (bpe_create(&b, t, &e) != 0)
+        abort();
+    const char *text = (const char *)data;
+    struct bpe_tokens whole = {0}, parts = {0};
+    size_t bad = utf8_bad_at(data, size);
+    int rc = bpe_encode(b, text, size, 0, &whole, &e);
+    if (rc != 0) {
+        char want[64];
+        snprintf(want, sizeof want, "not UTF-8 at byte %zu:", bad);
+        herr_wrap(&e, "text.txt");
+        if (bad == size || !strstr(e.msg, want)) {
+            fprintf(stderr, "refused (%s), the first bad byte at %zu of %zu\n", e.msg, bad, size);
+            abort();
+        }
+        fuzz_check_rejection("bpe_encode", &e);
+    } else {
+        if (bad != size) {
+            fprintf(stderr, "encoded, but byte %zu of %zu is not UTF-8\n", bad, size);
+            abort();
+        }
+        size_t at = 0, len;
+        for (size_t i = 0; i < whole.n; i++) {
+            const char *p = tokenizer_piece(t, whole.v[i], &len);
+            if (!p || whole.v[i] == tokenizer_eot(t) || at + len > size ||
+                memcmp(text + at, p, len) != 0) {
+                fprintf(stderr, "token %zu (%d) is not the text's bytes at %zu\n", i, whole.v[i], at);
+                abort();
+            }
+            at += len;
+        }
+        if (at != size) {
+            fprintf(stderr, "the tokens cover %zu of the text's %zu bytes\n", at, size);
+            abort();
+        }
+        for (size_t off = 0; off < size;) {
+            size_t cut = bpe_safe_cut(text + off, size - off), take = cut ? cut : size - off;
+            if (bpe_encode(b, text + off, take, off, &parts, &e) != 0)
+                abort();
+            off += take;
+        }
+        if (parts.n != whole.n ||
+            (whole.n && memcmp(parts.v, whole.v, whole.n * sizeof *whole.v) != 0)) {
+            fprintf(stderr, "cut where bpe_safe_cut says: %zu tokens, whole: %zu\n", parts.n,
+                    whole.n);
+            abort();
+        }
+    }
+    free(whole.v);
+    free(parts.v);
+    bpe_free(b);
+    tokenizer_free(t);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 2)
         return 0;
     fresh_workdir();
-    int kind = data[0] % 5, flags = data[1];
+    int kind = data[0] % 6, flags = data[1];
     data += 2;
     size -= 2;
     switch (kind) {
@@ -311,7 +431,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 1: fuzz_llmc(data, size); break;
     case 2: fuzz_data(flags, data, size); break;
     case 3: fuzz_names(data, size); break;
-    default: fuzz_tokenizer(data, size); break;
+    case 4: fuzz_tokenizer(data, size); break;
+    default: fuzz_bpe(data, size); break;
     }
     fuzz_leave_workdir();
     return 0;
