@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <omp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +18,8 @@
 #include "shard_writer.h"
 #include "tokenizer.h"
 
-#define CHUNK (1u << 20) /* text read at a time */
+#define CHUNK (1u << 20) /* a segment: the text one thread encodes at a time */
+#define SEGS_A_JOB 4      /* segments in a batch for each thread */
 
 static const char *cmd = "holmes-node tokenize";
 
@@ -24,7 +27,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: holmes-node tokenize --tokenizer FILE --out DIR/NAME [--jsonl [--field KEY]]\n"
-        "                            [--shard-tokens N] [--val-tokens N] [--replace] INPUT...\n"
+        "                            [--shard-tokens N] [--val-tokens N] [--replace] [--jobs N]\n"
+        "                            INPUT...\n"
         "Writes UTF-8 text as llm.c token shards (uint16), encoded with GPT-2's byte-level BPE\n"
         "as tiktoken's encode_ordinary does; each document is the end-of-text token, then its\n"
         "tokens (llm.c's convention). The shards are a TrainingJob's data (`format: llmc`,\n"
@@ -38,81 +42,162 @@ static void usage(FILE *f)
         "  --shard-tokens N   tokens a shard (100000000, as llm.c's fineweb.py)\n"
         "  --val-tokens N     the first N tokens into the val shard (0: none)\n"
         "  --replace          remove DIR/NAME's shards of an earlier run first (else refused)\n"
+        "  --jobs N           threads encoding (OMP_NUM_THREADS, else every core); the shards are\n"
+        "                     the same whatever N\n"
         "A failed run leaves no shard of its own behind. Exit status: 0 written, 1 failed,\n"
         "2 usage.\n");
 }
 
-struct run {
-    struct bpe *bpe;
-    struct shard_writer *w;
+/* A piece of the input one thread encodes: a whole document, or a part of one cut where
+ * GPT-2's pieces are cut anyway (bpe_safe_cut), so the parts' tokens are the whole's. */
+struct seg {
+    const char *text, *name; /* name: the input, for errors */
+    size_t len, origin;      /* origin: where text begins in its document */
+    long line;               /* JSON lines: the line, else 0 */
+    int starts_doc;          /* the end-of-text token goes before it */
     struct bpe_tokens toks;
-    int eot;
-    long documents;
-    unsigned long long bytes;
+    int rc;
+    herr e;
 };
 
-/* The tokens gathered so far into the shards. */
-static int drain(struct run *r, herr *e)
+struct run {
+    struct bpe **enc; /* one encoder a thread */
+    int jobs;
+    struct shard_writer *w;
+    int eot;
+    const char *field;
+    long documents;
+    unsigned long long bytes;
+    struct seg *segs; /* the batch */
+    int nseg, cap;
+    size_t batch_bytes;
+    cJSON **objs;     /* JSON lines whose strings the batch points into */
+};
+
+static void add_seg(struct run *r, const char *text, size_t len, size_t origin, const char *name,
+                    long line, int starts_doc)
 {
-    int rc = shard_writer_put(r->w, r->toks.v, r->toks.n, e);
-    r->toks.n = 0;
+    struct seg *s = &r->segs[r->nseg++];
+    s->text = text;
+    s->len = len;
+    s->origin = origin;
+    s->name = name;
+    s->line = line;
+    s->starts_doc = starts_doc;
+    r->batch_bytes += len;
+}
+
+/* The batch encoded on r->jobs threads, then written in order; the first error in the input's
+ * order is the one told. */
+static int flush(struct run *r, herr *e)
+{
+    int n = r->nseg;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(r->jobs)
+    for (int i = 0; i < n; i++) {
+        struct seg *s = &r->segs[i];
+        s->toks.n = 0;
+        s->rc = bpe_encode(r->enc[omp_get_thread_num()], s->text, s->len, s->origin, &s->toks,
+                           &s->e);
+    }
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        struct seg *s = &r->segs[i];
+        if (s->rc != 0) {
+            *e = s->e;
+            rc = s->line ? herr_wrap(e, "%s:%ld: the field %s", s->name, s->line, r->field)
+                         : herr_wrap(e, "%s", s->name);
+            break;
+        }
+        if (s->starts_doc) {
+            int eot = r->eot;
+            r->documents++;
+            rc = shard_writer_put(r->w, &eot, 1, e);
+        }
+        if (rc == 0)
+            rc = shard_writer_put(r->w, s->toks.v, s->toks.n, e);
+    }
+    for (int i = 0; i < n; i++)
+        if (r->objs[i])
+            cJSON_Delete(r->objs[i]);
+    memset(r->objs, 0, (size_t)n * sizeof *r->objs);
+    r->nseg = 0;
+    r->batch_bytes = 0;
     return rc;
 }
 
-static int begin_document(struct run *r, herr *e)
+/* Fills buf[*have, room) from f; *eof when the input has ended. */
+static int fill(struct run *r, const char *name, FILE *f, char *buf, size_t room, size_t *have,
+                int *eof, herr *e)
 {
-    r->documents++;
-    int eot = r->eot;
-    return shard_writer_put(r->w, &eot, 1, e);
+    while (!*eof && *have < room) {
+        size_t got = fread(buf + *have, 1, room - *have, f);
+        *have += got;
+        r->bytes += got;
+        if (got == 0 || *have < room) {
+            if (ferror(f))
+                return herr_set_kind(e, herr_kind_of_errno(errno), "%s: cannot read: %s", name,
+                                     strerror(errno));
+            *eof = feof(f) != 0;
+        }
+    }
+    return 0;
 }
 
-/* One text file (or standard input) as one document, read in chunks cut where GPT-2's pieces
- * are cut anyway (bpe_safe_cut), so the tokens are those of the whole text. */
+/* The next segment of buf[start, have): at most a chunk, cut where no piece is cut (a longer
+ * one where a chunk has no such place); 0 when the rest must wait for more text. */
+static size_t next_seg(const char *buf, size_t start, size_t have, int eof)
+{
+    size_t rest = have - start;
+    if (eof && rest <= CHUNK)
+        return rest;
+    size_t cut = bpe_safe_cut(buf + start, rest < CHUNK ? rest : CHUNK);
+    if (!cut && rest > CHUNK)
+        cut = bpe_safe_cut(buf + start, rest);
+    return cut ? cut : eof ? rest : 0;
+}
+
+/* One text file (or standard input) as one document, read a batch of segments at a time. */
 static int text_document(struct run *r, const char *name, FILE *f, herr *e)
 {
-    size_t room = 2 * CHUNK, have = 0, origin = 0;
+    size_t room = (size_t)r->cap * CHUNK, have = 0, origin = 0;
     char *buf = malloc(room);
     if (!buf)
         return herr_set(e, "out of memory");
-    int rc = begin_document(r, e), eof = 0;
-    while (rc == 0 && !eof) {
-        if (room - have < CHUNK) {
-            char *nb = realloc(buf, room * 2);
+    int rc = 0, eof = 0, first = 1;
+    while (rc == 0 && (first || have > 0 || !eof)) {
+        if ((rc = fill(r, name, f, buf, room, &have, &eof, e)) != 0)
+            break;
+        size_t start = 0, take;
+        if (first && eof && have == 0)
+            add_seg(r, buf, 0, 0, name, 0, 1); /* an empty document is its end-of-text token */
+        while (start < have && r->nseg < r->cap && (take = next_seg(buf, start, have, eof))) {
+            add_seg(r, buf + start, take, origin + start, name, 0, first);
+            first = 0;
+            start += take;
+        }
+        if (r->nseg == 0 && !eof) { /* a full buffer without a place to cut: a larger one */
+            char *nb = room > SIZE_MAX / 2 ? NULL : realloc(buf, room * 2);
             if (!nb) {
-                rc = herr_set(e, "%s: out of memory for a line of %zu bytes", name, have);
+                rc = herr_set(e, "%s: out of memory for %zu bytes without a place to cut", name,
+                              have);
                 break;
             }
             buf = nb;
             room *= 2;
+            continue;
         }
-        size_t got = fread(buf + have, 1, CHUNK, f);
-        have += got;
-        r->bytes += got;
-        if (got < CHUNK) {
-            if (ferror(f)) {
-                rc = herr_set_kind(e, herr_kind_of_errno(errno), "%s: cannot read: %s", name,
-                                   strerror(errno));
-                break;
-            }
-            eof = 1;
-        }
-        size_t cut = eof ? have : bpe_safe_cut(buf, have);
-        if (cut == 0)
-            continue; /* no place to cut yet: read on */
-        if (bpe_encode(r->bpe, buf, cut, origin, &r->toks, e) != 0 || drain(r, e) != 0) {
-            rc = herr_wrap(e, "%s", name);
+        if ((rc = flush(r, e)) != 0)
             break;
-        }
-        memmove(buf, buf + cut, have - cut);
-        have -= cut;
-        origin += cut;
+        memmove(buf, buf + start, have - start);
+        have -= start;
+        origin += start;
     }
     free(buf);
     return rc;
 }
 
-/* JSON lines: each line's string field `field` is a document; blank lines are skipped. */
-static int jsonl_documents(struct run *r, const char *name, FILE *f, const char *field, herr *e)
+/* JSON lines: each line's string field is a document; blank lines are skipped. */
+static int jsonl_documents(struct run *r, const char *name, FILE *f, herr *e)
 {
     char *line = NULL;
     size_t room = 0;
@@ -125,27 +210,34 @@ static int jsonl_documents(struct run *r, const char *name, FILE *f, const char 
         if (strspn(line, " \t\r\n") == (size_t)n)
             continue;
         cJSON *o = cJSON_ParseWithLength(line, (size_t)n);
-        const cJSON *t = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, field) : NULL;
-        if (!cJSON_IsObject(o))
-            rc = herr_config(e, "%s:%ld: %s", name, lineno, o ? "not a JSON object" : "not JSON");
-        else if (!cJSON_IsString(t))
-            rc = herr_config(e, "%s:%ld: %s \"%s\"%s", name, lineno, t ? "the field" : "no field",
-                             field, t ? " is not a string" : "");
-        if (rc == 0)
-            rc = begin_document(r, e);
-        if (rc == 0 && (bpe_encode(r->bpe, t->valuestring, strlen(t->valuestring), 0, &r->toks,
-                                   e) != 0 || drain(r, e) != 0))
-            rc = herr_wrap(e, "%s:%ld: the field %s", name, lineno, field);
-        cJSON_Delete(o);
+        const cJSON *t = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, r->field) : NULL;
+        if (!cJSON_IsString(t)) {
+            int object = cJSON_IsObject(o), json = o != NULL, field = t != NULL;
+            cJSON_Delete(o);
+            if ((rc = flush(r, e)) != 0) /* the documents before it first */
+                break;
+            if (!object)
+                rc = herr_config(e, "%s:%ld: %s", name, lineno, json ? "not a JSON object" : "not JSON");
+            else
+                rc = herr_config(e, "%s:%ld: %s \"%s\"%s", name, lineno, field ? "the field" : "no field",
+                                 r->field, field ? " is not a string" : "");
+            break;
+        }
+        r->objs[r->nseg] = o;
+        add_seg(r, t->valuestring, strlen(t->valuestring), 0, name, lineno, 1);
+        if (r->nseg == r->cap || r->batch_bytes >= (size_t)r->cap * CHUNK)
+            rc = flush(r, e);
     }
     if (rc == 0 && ferror(f))
         rc = herr_set_kind(e, herr_kind_of_errno(errno), "%s: cannot read: %s", name,
                            strerror(errno));
+    if (rc == 0)
+        rc = flush(r, e);
     free(line);
     return rc;
 }
 
-static int tokenize_input(struct run *r, const char *path, int jsonl, const char *field, herr *e)
+static int tokenize_input(struct run *r, const char *path, int jsonl, herr *e)
 {
     int std = strcmp(path, "-") == 0;
     const char *name = std ? "standard input" : path;
@@ -153,7 +245,7 @@ static int tokenize_input(struct run *r, const char *path, int jsonl, const char
     if (!f)
         return herr_set_kind(e, herr_kind_of_errno(errno), "%s: cannot open: %s", path,
                              strerror(errno));
-    int rc = jsonl ? jsonl_documents(r, name, f, field, e) : text_document(r, name, f, e);
+    int rc = jsonl ? jsonl_documents(r, name, f, e) : text_document(r, name, f, e);
     if (!std)
         fclose(f);
     return rc;
@@ -171,9 +263,9 @@ int cmd_tokenize(int argc, char **argv)
     static const struct option opts[] = {
         {"tokenizer", 1, 0, 'z'}, {"out", 1, 0, 'o'}, {"jsonl", 0, 0, 'j'},
         {"field", 1, 0, 'f'}, {"shard-tokens", 1, 0, 's'}, {"val-tokens", 1, 0, 'v'},
-        {"replace", 0, 0, 'r'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"replace", 0, 0, 'r'}, {"jobs", 1, 0, 'J'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *tokfile = NULL, *prefix = NULL, *field = NULL;
-    long shard = 100000000, val = 0;
+    long shard = 100000000, val = 0, jobs = omp_get_max_threads();
     int jsonl = 0, replace = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -186,6 +278,7 @@ int cmd_tokenize(int argc, char **argv)
         case 'r': replace = 1; break;
         case 's': bad = cli_long(cmd, "--shard-tokens", optarg, 1, 2147483647L, &shard); break;
         case 'v': bad = cli_long(cmd, "--val-tokens", optarg, 0, 2147483647L, &val); break;
+        case 'J': bad = cli_long(cmd, "--jobs", optarg, 1, 256, &jobs); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -208,10 +301,25 @@ int cmd_tokenize(int argc, char **argv)
     int rc = 1, shards = 0;
     unsigned long long tokens = 0;
     double t0 = now_s();
-    if (tokenizer_open(&tk, tokfile, &e) != 0 || bpe_create(&r.bpe, tk, &e) != 0) {
+    r.jobs = jobs < 1 ? 1 : jobs > 256 ? 256 : (int)jobs;
+    r.cap = r.jobs * SEGS_A_JOB;
+    r.field = field ? field : "text";
+    r.enc = calloc((size_t)r.jobs, sizeof *r.enc);
+    r.segs = calloc((size_t)r.cap, sizeof *r.segs);
+    r.objs = calloc((size_t)r.cap, sizeof *r.objs);
+    if (!r.enc || !r.segs || !r.objs) {
+        fprintf(stderr, "%s: out of memory\n", cmd);
+        goto out;
+    }
+    if (tokenizer_open(&tk, tokfile, &e) != 0) {
         fprintf(stderr, "%s: --tokenizer: %s\n", cmd, e.msg);
         goto out;
     }
+    for (int i = 0; i < r.jobs; i++)
+        if (bpe_create(&r.enc[i], tk, &e) != 0) {
+            fprintf(stderr, "%s: --tokenizer: %s\n", cmd, e.msg);
+            goto out;
+        }
     if ((r.eot = tokenizer_eot(tk)) < 0 || tokenizer_vocab(tk) > 65536) {
         fprintf(stderr, "%s: --tokenizer %s: %s\n", cmd, tokfile, r.eot < 0
                 ? "names no end-of-text token (a version 2 file, or GPT-2's 50257 tokens), "
@@ -226,7 +334,7 @@ int cmd_tokenize(int argc, char **argv)
         goto out;
     }
     for (int i = optind; i < argc; i++)
-        if (tokenize_input(&r, argv[i], jsonl, field ? field : "text", &e) != 0) {
+        if (tokenize_input(&r, argv[i], jsonl, &e) != 0) {
             fprintf(stderr, "%s: %s (no shard written)\n", cmd, e.msg);
             goto out;
         }
@@ -251,14 +359,21 @@ int cmd_tokenize(int argc, char **argv)
     if (ntrain > 1 && at < (int)sizeof names)
         snprintf(names + at, sizeof names - at, " to _%06d", shards - 1);
     printf("%s: %ld documents, %llu bytes of text, %llu tokens (%.2f bytes a token) in %d "
-           "shard%s: %s; %.2f s, %.1f MB/s\n", cmd, r.documents, r.bytes, tokens,
-           (double)r.bytes / (double)tokens, shards, shards == 1 ? "" : "s", names, s,
-           s > 0 ? (double)r.bytes / s / 1e6 : 0.0);
+           "shard%s: %s; %.2f s on %d thread%s, %.1f MB/s\n", cmd, r.documents, r.bytes, tokens,
+           (double)r.bytes / (double)tokens, shards, shards == 1 ? "" : "s", names, s, r.jobs,
+           r.jobs == 1 ? "" : "s", s > 0 ? (double)r.bytes / s / 1e6 : 0.0);
     rc = 0;
 out:
     shard_writer_free(r.w);
-    free(r.toks.v);
-    bpe_free(r.bpe);
+    for (int i = 0; r.segs && i < r.cap; i++)
+        free(r.segs[i].toks.v);
+    for (int i = 0; r.objs && i < r.cap; i++)
+        cJSON_Delete(r.objs[i]);
+    for (int i = 0; r.enc && i < r.jobs; i++)
+        bpe_free(r.enc[i]);
+    free(r.segs);
+    free(r.objs);
+    free(r.enc);
     tokenizer_free(tk);
     return rc;
 }

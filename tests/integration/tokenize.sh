@@ -3,7 +3,8 @@
 # llm.c's tokenizer file) and encodes with tiktoken's algorithm and the `regex` module
 # (python3-regex); the shards holmes-node writes must hold exactly its tokens: English text, text
 # made to be hard to cut (scripts, digits, marks, emoji, contractions, unusual whitespace), a text
-# larger than the 1 MiB chunks it is read in, JSON lines, standard input. Then the shards train a
+# larger than the batches it is read in (on 1 and 3 threads), a line of 4.5 MiB, JSON lines,
+# standard input. Then the shards train a
 # model (holmes-node train reads them), `sample --prompt` encodes its text the same way, and bad
 # input is refused naming the file, the line or the byte, with no shard left behind.
 source "$(dirname "$0")/lib.bash"
@@ -44,11 +45,20 @@ check "tokenize: the shards hold the reference's tokens exactly ($(jq length <<<
 check "tokenize: the val shard holds 5,000 tokens, no temporary left" bash -c \
     "[ \$(od -An -tu4 -j8 -N4 '$tmp/a_val_000000.bin' | tr -d ' ') = 5000 ] && ! ls '$tmp' | grep -q tmp"
 
-# a text of 2.5 MiB: read in 1 MiB chunks cut where no piece is cut
-for i in 1 2 3 4 5 6 7 8 9 10 11; do cat "$corpus" "$tmp/stress$((i % 3 + 1)).txt"; done >"$tmp/big.txt"
-"$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/big" "$tmp/big.txt" >/dev/null 2>&1
-check "tokenize: a 2.5 MiB text read in chunks: the tokens of the whole" \
+# a text of 5.3 MiB, read in 1 MiB segments cut where no piece is cut: on 1 thread in two
+# batches of 4, on 3 threads in one of 12; and 4.5 MiB on one line (no place to cut: the reader
+# looks further, then grows its buffer)
+for i in $(seq 1 22); do cat "$corpus" "$tmp/stress$((i % 3 + 1)).txt"; done >"$tmp/big.txt"
+"$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/big" --jobs 1 "$tmp/big.txt" >/dev/null 2>&1
+check "tokenize: a 5.3 MiB text in segments, 1 thread: the tokens of the whole" \
     same "$tmp/big" "$($ref encode "$tmp/vocab.bin" "$tmp/big.txt")"
+"$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/big3" --jobs 3 --shard-tokens 1000000 "$tmp/big.txt" >/dev/null 2>&1
+check "tokenize: the same on 3 threads (shards of 10^6 tokens): the same tokens" \
+    test "$(cat "$tmp"/big_train_*.bin | tail -c +1025 | md5sum)" = "$(for f in "$tmp"/big3_train_*.bin; do tail -c +1025 "$f"; done | md5sum)"
+tr '\n' ' ' <"$tmp/big.txt" | head -c 4700000 >"$tmp/line.txt"
+"$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/line" --jobs 1 "$tmp/line.txt" >/dev/null 2>&1
+check "tokenize: 4.5 MiB without a newline: the tokens of the whole" \
+    same "$tmp/line" "$($ref encode "$tmp/vocab.bin" "$tmp/line.txt")"
 "$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/in" - <"$tmp/stress2.txt" >/dev/null 2>&1
 check "tokenize: standard input (-) as a document" same "$tmp/in" "$($ref encode "$tmp/vocab.bin" "$tmp/stress2.txt")"
 
