@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "model_export.h"
+#include "model_import.h"
 #include "sampler.h"
 #include "tokenizer.h"
 
@@ -23,7 +24,8 @@ static void usage(FILE *f)
         "Continues a prompt with a trained model, one token at a time, on the CPU:\n"
         "  --checkpoint-dir DIR  a job's checkpoints (whatever plan wrote them); --step N: that\n"
         "                        set (default: the step DIR/latest-step names)\n"
-        "  --init-from FILE      llm.c GPT-2 weights instead (gpt2_124M.bin)\n"
+        "  --init-from FILE      GPT-2 weights instead: llm.c's (gpt2_124M.bin) or Hugging\n"
+        "                        Face's safetensors (model.safetensors)\n"
         "  --prompt TEXT         the text to continue: with --tokenizer, encoded with GPT-2's BPE\n"
         "                        (as holmes-node tokenize writes shards); without, each byte a\n"
         "                        token (a model trained on text data)\n"
@@ -108,7 +110,7 @@ static int load_model(const char *dir, long step, const char *init_from, int T,
     float *params = NULL;
     *out = NULL;
     if (dir ? model_export_read(dir, step, &c, &params, used, e)
-            : llmc_read_config(init_from, &c, e))
+            : model_import_config(init_from, &c, e))
         return -1;
     if (T <= 0 || T > c.max_seq)
         T = c.max_seq;
@@ -116,7 +118,7 @@ static int load_model(const char *dir, long step, const char *init_from, int T,
     if (rc == 0 && dir)
         memcpy(gpt_stage_params(*out), params, gpt_stage_num_params(*out) * sizeof(float));
     else if (rc == 0)
-        rc = llmc_load_stage(init_from, *out, e);
+        rc = model_import_stage(init_from, *out, e);
     free(params);
     if (rc != 0) {
         gpt_stage_free(*out);

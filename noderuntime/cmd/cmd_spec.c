@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "model_import.h"
 #include "cli.h"
 #include "trainer_spec.h"
 #include "yaml_json.h"
@@ -274,7 +275,7 @@ int cmd_spec_resolve(struct cmd_spec *cs, herr *e)
     /* llm.c weights without a shape given: the file's (its positions are the sequence length) */
     if (cs->spec.training.init_from[0] && !m->layers && !m->hidden && !m->heads) {
         struct gpt_config fc;
-        if (llmc_read_config(cs->spec.training.init_from, &fc, e) < 0)
+        if (model_import_config(cs->spec.training.init_from, &fc, e) < 0)
             return herr_wrap(e, "--init-from");
         *m = (struct tj_model){.layers = fc.layers, .hidden = fc.channels, .heads = fc.heads,
                                .vocab = fc.vocab, .seq_len = seq ? seq : fc.max_seq};
@@ -320,7 +321,8 @@ void cmd_spec_usage(FILE *f)
         "                        its weight's share of the micro-batches), in place of --data\n"
         "  --layers N --channels N --heads N --vocab N --seq T   model (required, or --job,\n"
         "                        or --init-from); --max-seq T is --seq T\n"
-        "  --init-from FILE      training.initFrom: llm.c GPT-2 weights (their shape by default)\n"
+        "  --init-from FILE      training.initFrom: GPT-2 weights, llm.c's or safetensors (their\n"
+        "                        shape by default)\n"
         "  --batch B             parallelism.microBatchSize (1)\n"
         "  --micro-batches M     parallelism.microBatches per replica per step (8; --grad-accum)\n"
         "  --steps N             training.steps (required)\n"

@@ -290,10 +290,13 @@ static int st_entries(const struct gpt_config *c, const struct ckpt_tensor *t, i
 }
 
 /* The JSON header: every tensor's dtype, shape and byte range, padded with spaces to 8 bytes. */
-static char *st_header(const struct st_entry *v, int n, size_t *len)
+static char *st_header(const struct gpt_config *c, const struct st_entry *v, int n, size_t *len)
 {
     cJSON *h = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(h, "__metadata__");
     cJSON_AddStringToObject(meta, "format", "pt");
+    char heads[16]; /* the one shape safetensors cannot tell (model_import.h reads it back) */
+    snprintf(heads, sizeof heads, "%d", c->heads);
+    cJSON_AddStringToObject(meta, "n_head", heads);
     size_t at = 0;
     for (int i = 0; i < n; i++) {
         const struct ckpt_tensor *s = v[i].src;
@@ -347,7 +350,7 @@ int model_export_safetensors(const char *path, const struct gpt_config *c, const
         free(t);
         return -1;
     }
-    char *header = st_header(v, nv, &hlen);
+    char *header = st_header(c, v, nv, &hlen);
     if (!header) {
         free(tr);
         free(v);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "model_import.h"
 #include "ckpt_layout.h"
 #include "log.h"
 
@@ -364,19 +365,20 @@ out:
     return rc != 0 ? herr_wrap(e, "resuming") : 0;
 }
 
-/* This stage's parameters from an llm.c GPT-2 checkpoint (c->init_from): its layers, plus the
- * embeddings, final LayerNorm and tied head where it holds them; the optimizer's masters follow. */
+/* This stage's parameters from a GPT-2 model file (c->init_from: llm.c's checkpoint or
+ * safetensors, model_import.h): its layers, plus the embeddings, final LayerNorm and tied head
+ * where it holds them; the optimizer's masters follow. */
 int tr_init_from_llmc(struct worker *w, herr *e)
 {
     const struct trainer_config *c = w->cfg;
     const char *what = c->init_from_name ? c->init_from_name : "init_from";
     if (w->TP == 1) {
-        if (llmc_load_stage(c->init_from, w->gs, e) != 0)
+        if (model_import_stage(c->init_from, w->gs, e) != 0)
             return herr_wrap(e, "%s", what);
     } else { /* the whole stage (one token of activations), then this rank's part */
         struct gpt_stage *whole = NULL;
         int rc = gpt_stage_create(&whole, &c->model, w->lo, w->hi, 1, 1, 1, e) ||
-                 llmc_load_stage(c->init_from, whole, e);
+                 model_import_stage(c->init_from, whole, e);
         if (rc == 0)
             gpt_stage_from_full(w->gs, gpt_stage_params(whole), gpt_stage_params(w->gs));
         gpt_stage_free(whole);
@@ -386,7 +388,7 @@ int tr_init_from_llmc(struct worker *w, herr *e)
     char where[96];
     if (first_nonfinite(w, gpt_stage_params(w->gs), gpt_stage_num_params(w->gs), where,
                         sizeof where))
-        return herr_set_kind(e, HERR_CONFIG, "%s: llm.c checkpoint %s: %s is not finite", what,
+        return herr_set_kind(e, HERR_CONFIG, "%s: model file %s: %s is not finite", what,
                              c->init_from, where);
     if (engine_params_upload(w->eng, e) != 0 || zero_master_from_params(w->z, e) != 0)
         return herr_wrap(e, "%s", what);

@@ -193,9 +193,21 @@ static void train_files_seeds(void)
         fprintf(stderr, "fuzz_seeds: llm.c file: %s\n", e.msg);
         exit(1);
     }
-    gpt_stage_free(s);
     t = slurp(path, &n);
     unlink(path);
+    /* safetensors: the same model as export writes it */
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    if (model_export_safetensors(path, &SEED_MODEL, gpt_stage_params(s), &e) != 0) {
+        fprintf(stderr, "fuzz_seeds: safetensors file: %s\n", e.msg);
+        exit(1);
+    }
+    gpt_stage_free(s);
+    size_t sn;
+    char *st = slurp(path, &sn);
+    unlink(path);
+    head[0] = 6;
+    put_bin("train_files", "safetensors-tiny", head, 2, st, sn);
+    free(st);
     head[0] = 1;
     head[1] = 0;
     put_bin("train_files", "llmc-tiny", head, 2, t, n);

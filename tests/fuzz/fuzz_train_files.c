@@ -23,6 +23,8 @@
  *      vocabulary but not end-of-text whose pieces lay out the text again, and the same tokens
  *      when cut where bpe_safe_cut says; text that is not must be refused naming the first bad
  *      byte.
+ *   6: a safetensors file (initFrom, sample --init-from: model_import.h): its shape read, and a
+ *      model of a small shape imported whole and as its second half; a refusal names the file.
  * Seeds: tests/fuzz/seeds/train_files (fuzz_seeds.c: files ckpt_write and model_export_llmc
  * wrote). */
 #include <errno.h>
@@ -41,6 +43,7 @@
 #include "fuzz_check.h"
 #include "fuzz_files.h"
 #include "model_export.h"
+#include "model_import.h"
 #include "tokenizer.h"
 
 /* The tiny model the checkpoint seeds hold (fuzz_seeds.c writes them with the same). */
@@ -418,12 +421,40 @@ static void fuzz_bpe(const uint8_t *data, size_t size)
     tokenizer_free(t);
 }
 
+static void fuzz_safetensors(const uint8_t *data, size_t size)
+{
+    const char *name = "model.safetensors";
+    if (fuzz_write_file(name, data, size) != 0)
+        abort();
+    herr e = {0};
+    struct gpt_config c;
+    if (model_import_config(name, &c, &e) != 0) {
+        fuzz_check_rejection("model_import_config", &e);
+        return;
+    }
+    if (ckpt_model_floats(&c) > LLMC_MAX_FLOATS)
+        return; /* the shape said by a small file: imported only when small */
+    for (int half = 0; half < 2; half++) {
+        int first = half ? c.layers / 2 : 0;
+        if (half && first == 0)
+            break;
+        struct gpt_stage *s = NULL;
+        if (gpt_stage_create(&s, &c, first, c.layers, 1, 1, 1, &e) != 0) {
+            fuzz_check_rejection("gpt_stage_create", &e);
+            return;
+        }
+        if (model_import_stage(name, s, &e) != 0)
+            fuzz_check_rejection("model_import_stage", &e);
+        gpt_stage_free(s);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 2)
         return 0;
     fresh_workdir();
-    int kind = data[0] % 6, flags = data[1];
+    int kind = data[0] % 7, flags = data[1];
     data += 2;
     size -= 2;
     switch (kind) {
@@ -432,7 +463,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 2: fuzz_data(flags, data, size); break;
     case 3: fuzz_names(data, size); break;
     case 4: fuzz_tokenizer(data, size); break;
-    default: fuzz_bpe(data, size); break;
+    case 5: fuzz_bpe(data, size); break;
+    default: fuzz_safetensors(data, size); break;
     }
     fuzz_leave_workdir();
     return 0;

@@ -5,7 +5,9 @@
 # python3-torch, where installed for /usr/bin/python3) loads the safetensors file into a GPT-2
 # with transformers' conventions (Conv1D weights [in, out], tied head) and must compute the same
 # loss on the same tokens, and the llm.c file must hold the same values. Without torch that part
-# prints SKIP. (The bit-exact import/export/import round trip: tests/unit/test_model_export.c.)
+# prints SKIP. Both exported files are initFrom files (model_import.h): the same loss from each, the
+# same text sampled. (The bit-exact import/export/import round trip: tests/unit/test_model_export.c
+# and test_model_import.c.)
 source "$(dirname "$0")/lib.bash"
 tmp=$(mktemp -d /tmp/holmes-export.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -28,6 +30,20 @@ head -c 65 "$REPO/examples/data/corpus.txt" >"$tmp/one.txt"
     --batch 1 --seq 64 --steps 1 --lr 1e-9 --metrics-out "$tmp/m.jsonl" >"$tmp/train.out" 2>&1)
 loss=$(jq -r .loss "$tmp/m.jsonl" 2>/dev/null | head -1)
 check "holmes-node train imports the exported llm.c file (loss $loss)" awk -v l="$loss" 'BEGIN { exit !(l > 0 && l < 10) }'
+
+# The safetensors file is an initFrom too (model_import.h): the same loss on the same window
+(cd "$tmp" && OMP_NUM_THREADS=1 "$NODE" train --data "$tmp/one.txt" --init-from "$tmp/model.safetensors" \
+    --batch 1 --seq 64 --steps 1 --lr 1e-9 --metrics-out "$tmp/ms.jsonl" >"$tmp/train-st.out" 2>&1)
+loss_st=$(jq -r .loss "$tmp/ms.jsonl" 2>/dev/null | head -1)
+check "holmes-node train imports the exported safetensors file: the llm.c file's loss ($loss_st, $loss)" \
+    test -n "$loss" -a "$loss_st" = "$loss"
+a=$("$NODE" sample --init-from "$tmp/model.bin" --prompt 'In the' --tokens 16 --seed 3 2>/dev/null)
+b=$("$NODE" sample --init-from "$tmp/model.safetensors" --prompt 'In the' --tokens 16 --seed 3 2>/dev/null)
+check "holmes-node sample: the safetensors file writes the llm.c file's text" test -n "$a" -a "$a" = "$b"
+printf '\x15\x00\x00\x00\x00\x00\x00\x00{"x":{"dtype":"F32"}}' >"$tmp/other.safetensors"
+out=$(cd "$tmp" && "$NODE" train --data "$tmp/one.txt" --init-from "$tmp/other.safetensors" --steps 1 2>&1)
+check "holmes-node train: a safetensors file of another model refused, naming its tensor" \
+    grep -q 'tensor "x" is not one of GPT-2' <<<"$out"
 
 if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
     echo "SKIP export: PyTorch is not installed for /usr/bin/python3 (apt-get install python3-torch): the safetensors file was not loaded in PyTorch"
