@@ -152,6 +152,16 @@ for f in "$REPO"/tests/manifests/valid/*.yaml "$REPO"/examples/*.yaml; do
     fi
 done
 
+# --- docs/install.md's tokenizing Job: a valid batch/v1 Job for the server ----------------------
+awk '/^### Training data on the cluster/ { on = 1 } on && /^```yaml/ { f = 1; next } f && /^```/ { exit } f' \
+    "$REPO/docs/install.md" >"$tmp/tokenize-job.yaml"
+if grep -q '^kind: Job' "$tmp/tokenize-job.yaml" &&
+   kubectl create --dry-run=server -n default -f "$tmp/tokenize-job.yaml" >"$tmp/tokenize-job.out" 2>&1; then
+    pass "server accepts docs/install.md's tokenizing Job"
+else
+    fail "server accepts docs/install.md's tokenizing Job" "$(head -c 400 "$tmp/tokenize-job.out" 2>/dev/null)"
+fi
+
 # --- kubectl and validate read YAML 1.1 booleans alike ---------------------------------------
 cat >"$tmp/yes.yaml" <<'YAML'
 apiVersion: holmes.dev/v1alpha1
