@@ -240,8 +240,7 @@ int model_export_llmc(const char *path, const struct gpt_config *c, const float 
     return out_close(&o, bad, e);
 }
 
-/* GPT-2's names in transformers, and which Holmes tensor each is (transposed: Conv1D [in, out]) */
-static const struct { const char *hf, *holmes; int transpose; } hf_layer[12] = {
+const struct model_hf_name MODEL_HF_LAYER[12] = {
     {"ln_1.weight", "ln_1.weight", 0}, {"ln_1.bias", "ln_1.bias", 0},
     {"attn.c_attn.weight", "attn.qkv.weight", 1}, {"attn.c_attn.bias", "attn.qkv.bias", 0},
     {"attn.c_proj.weight", "attn.proj.weight", 1}, {"attn.c_proj.bias", "attn.proj.bias", 0},
@@ -269,11 +268,11 @@ static int st_entries(const struct gpt_config *c, const struct ckpt_tensor *t, i
     for (int l = 0; l < c->layers; l++)
         for (int i = 0; i < 12; i++) {
             char src[64];
-            snprintf(src, sizeof src, "h%d.%s", l, hf_layer[i].holmes);
+            snprintf(src, sizeof src, "h%d.%s", l, MODEL_HF_LAYER[i].holmes);
             struct st_entry *x = &v[k++];
-            snprintf(x->name, sizeof x->name, "h.%d.%s", l, hf_layer[i].hf);
+            snprintf(x->name, sizeof x->name, "h.%d.%s", l, MODEL_HF_LAYER[i].hf);
             x->src = tensor(t, nt, src);
-            x->transpose = hf_layer[i].transpose;
+            x->transpose = MODEL_HF_LAYER[i].transpose;
             x->rows = x->src ? x->src->rows : 0;
         }
     v[k++] = (struct st_entry){"ln_f.weight", tensor(t, nt, "ln_f.weight"), 0, (size_t)c->channels};

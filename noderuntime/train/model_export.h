@@ -17,6 +17,15 @@
 #include "error.h"
 #include "gpt.h"
 
+/* GPT-2's per-layer tensors as transformers names them (h.<l>.NAME), Holmes's name for each
+ * (h<l>.NAME), and whether it is a Conv1D weight (stored [in, out], Holmes's [out, in]): the
+ * safetensors export writes them, model_import.h reads them back. */
+struct model_hf_name {
+    const char *hf, *holmes;
+    int transpose;
+};
+extern const struct model_hf_name MODEL_HF_LAYER[12];
+
 /* The whole model's parameters (the layout of one stage [0, L)) from the set of `step` in dir;
  * step < 0: the step <dir>/latest-step names, else the newest step whose files cover every
  * layer. *params malloc'ed; *c the set's shape; *used the step read. */

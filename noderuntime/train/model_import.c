@@ -12,18 +12,9 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "model_export.h"
 
 #define ST_HEADER_MAX (100u << 20) /* safetensors' own limit on the JSON header */
-
-/* GPT-2's per-layer tensors in transformers, Holmes's name for each, and whether it is a Conv1D
- * weight (stored [in, out]). */
-static const struct { const char *hf, *holmes; int transpose; } LAYER[12] = {
-    {"ln_1.weight", "ln_1.weight", 0}, {"ln_1.bias", "ln_1.bias", 0},
-    {"attn.c_attn.weight", "attn.qkv.weight", 1}, {"attn.c_attn.bias", "attn.qkv.bias", 0},
-    {"attn.c_proj.weight", "attn.proj.weight", 1}, {"attn.c_proj.bias", "attn.proj.bias", 0},
-    {"ln_2.weight", "ln_2.weight", 0}, {"ln_2.bias", "ln_2.bias", 0},
-    {"mlp.c_fc.weight", "mlp.fc.weight", 1}, {"mlp.c_fc.bias", "mlp.fc.bias", 0},
-    {"mlp.c_proj.weight", "mlp.proj.weight", 1}, {"mlp.c_proj.bias", "mlp.proj.bias", 0}};
 
 enum dtype { F32, F16, BF16 };
 
@@ -95,9 +86,9 @@ static int holmes_name(const char *n, char *out, size_t cap, int *transpose, int
     if (!strcmp(rest, "attn.bias") || !strcmp(rest, "attn.masked_bias"))
         return 0;
     for (int i = 0; i < 12; i++)
-        if (!strcmp(rest, LAYER[i].hf)) {
-            snprintf(out, cap, "h%d.%s", l, LAYER[i].holmes);
-            *transpose = LAYER[i].transpose;
+        if (!strcmp(rest, MODEL_HF_LAYER[i].hf)) {
+            snprintf(out, cap, "h%d.%s", l, MODEL_HF_LAYER[i].holmes);
+            *transpose = MODEL_HF_LAYER[i].transpose;
             *layer = l;
             return 0;
         }

@@ -159,6 +159,43 @@ static void fuzz_checkpoint(int flags, const uint8_t *data, size_t size)
     free(f);
 }
 
+/* The model of shape c imported from file `name` by `load` (what: its name in rejections)
+ * whole and as its second half; after an import that succeeded, check (NULL: none) sees it. */
+static void import_halves(const char *name, const struct gpt_config *c,
+                          int (*load)(const char *, struct gpt_stage *, herr *), const char *what,
+                          void (*check)(struct gpt_stage *s, int first))
+{
+    herr e = {0};
+    for (int half = 0; half < 2; half++) {
+        int first = half ? c->layers / 2 : 0;
+        if (half && first == 0)
+            break;
+        struct gpt_stage *s = NULL;
+        if (gpt_stage_create(&s, c, first, c->layers, 1, 1, 1, &e) != 0) {
+            fuzz_check_rejection("gpt_stage_create", &e);
+            return;
+        }
+        if (load(name, s, &e) != 0)
+            fuzz_check_rejection(what, &e);
+        else if (check)
+            check(s, first);
+        gpt_stage_free(s);
+    }
+}
+
+static const uint8_t *llmc_data; /* the file fuzz_llmc imports */
+
+/* wte is a whole stage's first tensor and the llm.c file's first group */
+static void llmc_check_wte(struct gpt_stage *s, int first)
+{
+    const struct gpt_config *c = gpt_stage_config(s);
+    size_t n = (size_t)c->padded_vocab * (size_t)c->channels * sizeof(float);
+    if (first == 0 && memcmp(gpt_stage_params(s), llmc_data + 1024, n) != 0) {
+        fprintf(stderr, "the llm.c import read another embedding than the file's\n");
+        abort();
+    }
+}
+
 static void fuzz_llmc(const uint8_t *data, size_t size)
 {
     const char *name = "gpt2.bin";
@@ -173,27 +210,8 @@ static void fuzz_llmc(const uint8_t *data, size_t size)
     /* the file is the whole model (llmc_read_config checked its size): small ones imported */
     if (size - 1024 > (size_t)LLMC_MAX_FLOATS * 4)
         return;
-    for (int half = 0; half < 2; half++) {
-        int first = half ? c.layers / 2 : 0;
-        if (half && first == 0)
-            break;
-        struct gpt_stage *s = NULL;
-        if (gpt_stage_create(&s, &c, first, c.layers, 1, 1, 1, &e) != 0) {
-            fuzz_check_rejection("gpt_stage_create", &e);
-            return;
-        }
-        if (llmc_load_stage(name, s, &e) != 0) {
-            fuzz_check_rejection("llmc_load_stage", &e);
-        } else if (first == 0) {
-            /* wte is the stage's first tensor and the file's first group */
-            size_t n = (size_t)c.padded_vocab * (size_t)c.channels * sizeof(float);
-            if (memcmp(gpt_stage_params(s), data + 1024, n) != 0) {
-                fprintf(stderr, "the llm.c import read another embedding than the file's\n");
-                abort();
-            }
-        }
-        gpt_stage_free(s);
-    }
+    llmc_data = data;
+    import_halves(name, &c, llmc_load_stage, "llmc_load_stage", llmc_check_wte);
 }
 
 static void fuzz_data(int flags, const uint8_t *data, size_t size)
@@ -434,19 +452,7 @@ static void fuzz_safetensors(const uint8_t *data, size_t size)
     }
     if (ckpt_model_floats(&c) > LLMC_MAX_FLOATS)
         return; /* the shape said by a small file: imported only when small */
-    for (int half = 0; half < 2; half++) {
-        int first = half ? c.layers / 2 : 0;
-        if (half && first == 0)
-            break;
-        struct gpt_stage *s = NULL;
-        if (gpt_stage_create(&s, &c, first, c.layers, 1, 1, 1, &e) != 0) {
-            fuzz_check_rejection("gpt_stage_create", &e);
-            return;
-        }
-        if (model_import_stage(name, s, &e) != 0)
-            fuzz_check_rejection("model_import_stage", &e);
-        gpt_stage_free(s);
-    }
+    import_halves(name, &c, model_import_stage, "model_import_stage", NULL);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
