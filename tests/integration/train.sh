@@ -145,7 +145,7 @@ expect_error "train.diverged_max_nonfinite_0" "training diverged: step [0-9]*: .
 /usr/bin/python3 -c '
 import struct, sys
 f = open(sys.argv[1], "r+b"); f.seek(256 * 4 + 4 * 100); f.write(struct.pack("<f", float("nan")))' "$tmp/a.bin"
-expect_error "train.init_from_nonfinite" "--init-from: llm.c checkpoint .*a.bin: wte\[100\] = nan is not finite" \
+expect_error "train.init_from_nonfinite" "--init-from: model file .*a.bin: wte\[100\] = nan is not finite" \
     "${args[@]}" --init-from "$tmp/a.bin"
 
 # the learning-rate schedules reach the trainer: warmup-stable-decay (2 steps up, the peak held,
