@@ -388,3 +388,41 @@ int model_export_safetensors(const char *path, const struct gpt_config *c, const
     free(t);
     return out_close(&o, bad, e);
 }
+
+int model_export_hf_config(const char *path, const struct gpt_config *c, herr *e)
+{
+    cJSON *j = cJSON_CreateObject(), *arch = cJSON_AddArrayToObject(j, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
+    cJSON_AddStringToObject(j, "model_type", "gpt2");
+    cJSON_AddNumberToObject(j, "vocab_size", c->vocab);
+    cJSON_AddNumberToObject(j, "n_positions", c->max_seq);
+    cJSON_AddNumberToObject(j, "n_ctx", c->max_seq);
+    cJSON_AddNumberToObject(j, "n_embd", c->channels);
+    cJSON_AddNumberToObject(j, "n_layer", c->layers);
+    cJSON_AddNumberToObject(j, "n_head", c->heads);
+    cJSON_AddNullToObject(j, "n_inner"); /* 4 x n_embd */
+    cJSON_AddStringToObject(j, "activation_function", "gelu_new"); /* the tanh form */
+    cJSON_AddNumberToObject(j, "layer_norm_epsilon", 1e-5);
+    cJSON_AddNumberToObject(j, "resid_pdrop", 0.0);
+    cJSON_AddNumberToObject(j, "embd_pdrop", 0.0);
+    cJSON_AddNumberToObject(j, "attn_pdrop", 0.0);
+    cJSON_AddNumberToObject(j, "initializer_range", 0.02);
+    cJSON_AddBoolToObject(j, "tie_word_embeddings", 1);
+    cJSON_AddStringToObject(j, "torch_dtype", "float32");
+    if (c->vocab == 50257) { /* GPT-2's end-of-text */
+        cJSON_AddNumberToObject(j, "bos_token_id", 50256);
+        cJSON_AddNumberToObject(j, "eos_token_id", 50256);
+    }
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text)
+        return herr_set(e, "out of memory");
+    struct out o;
+    if (out_open(&o, path, e) != 0) {
+        free(text);
+        return -1;
+    }
+    int bad = out_write(&o, text, strlen(text)) || out_write(&o, "\n", 1);
+    free(text);
+    return out_close(&o, bad, e);
+}

@@ -37,5 +37,9 @@ int model_export_read(const char *dir, int64_t step, struct gpt_config *c, float
 int model_export_llmc(const char *path, const struct gpt_config *c, const float *params, herr *e);
 int model_export_safetensors(const char *path, const struct gpt_config *c, const float *params,
                              herr *e);
+/* transformers' config.json of the model (GPT2LMHeadModel: n_layer, n_head, n_embd, n_positions,
+ * vocab_size; gelu_new and LayerNorm's 1e-5 as Holmes computes; no dropout, as Holmes trains),
+ * which with the safetensors file as model.safetensors makes a directory from_pretrained loads. */
+int model_export_hf_config(const char *path, const struct gpt_config *c, herr *e);
 
 #endif

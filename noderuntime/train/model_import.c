@@ -3,6 +3,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -233,11 +234,53 @@ static int st_shape(const struct st_file *f, struct gpt_config *c, herr *e)
     return 0;
 }
 
-/* The whole shape: heads unsaid are GPT-2's 64 channels a head. */
-static int st_config(const struct st_file *f, struct gpt_config *c, herr *e)
+/* The heads from transformers' config.json beside the file, where the header does not say
+ * them; the config's other sizes must be the tensors'. 0 also when there is no config.json. */
+static int st_hf_config(struct st_file *f, const struct gpt_config *c, herr *e)
 {
-    if (st_shape(f, c, e) != 0)
+    if (f->heads)
+        return 0;
+    char path[PATH_MAX];
+    const char *slash = strrchr(f->path, '/');
+    int n = slash ? snprintf(path, sizeof path, "%.*s/config.json", (int)(slash - f->path), f->path)
+                  : snprintf(path, sizeof path, "config.json");
+    FILE *in = n < (int)sizeof path ? fopen(path, "rb") : NULL;
+    if (!in)
+        return 0;
+    char buf[65536];
+    size_t len = fread(buf, 1, sizeof buf, in);
+    int full = feof(in) && !ferror(in);
+    fclose(in);
+    cJSON *j = full ? cJSON_ParseWithLength(buf, len) : NULL;
+    const cJSON *nh = cJSON_GetObjectItemCaseSensitive(j, "n_head");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+    int rc = 0;
+    if (!cJSON_IsObject(j))
+        rc = herr_config(e, "%s (beside %s): not a JSON object of at most 64 KiB", path, f->path);
+    else if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "gpt2") != 0))
+        rc = herr_config(e, "%s: model_type is not \"gpt2\"", path);
+    else if (!cJSON_IsNumber(nh) || nh->valuedouble < 1 || nh->valuedouble > 1024)
+        rc = herr_config(e, "%s: n_head must be a number of heads (1 to 1024)", path);
+    static const char *const keys[4] = {"n_layer", "n_embd", "n_positions", "vocab_size"};
+    int have[4] = {c->layers, c->channels, c->max_seq, c->vocab};
+    for (int i = 0; rc == 0 && i < 4; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[i]);
+        if (v && (!cJSON_IsNumber(v) || v->valuedouble != have[i]))
+            rc = herr_config(e, "%s: %s is %g but %s holds %d", path, keys[i],
+                             cJSON_IsNumber(v) ? v->valuedouble : -1.0, f->path, have[i]);
+    }
+    if (rc == 0)
+        f->heads = (int)nh->valuedouble;
+    cJSON_Delete(j);
+    return rc;
+}
+
+/* The whole shape: heads unsaid are GPT-2's 64 channels a head. */
+static int st_config(struct st_file *f, struct gpt_config *c, herr *e)
+{
+    if (st_shape(f, c, e) != 0 || st_hf_config(f, c, e) != 0)
         return -1;
+    c->heads = f->heads;
     if (!c->heads && c->channels % 64 == 0)
         c->heads = c->channels / 64;
     if (!c->heads)
@@ -316,6 +359,17 @@ static int st_read(const struct st_file *f, const struct st_tensor *t, float *ds
     return 0;
 }
 
+/* A directory is a Hugging Face model's: its model.safetensors. */
+static const char *resolve(const char *path, char *buf, size_t cap)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return path;
+    if (snprintf(buf, cap, "%s/model.safetensors", path) >= (int)cap)
+        return path;
+    return buf;
+}
+
 static int is_safetensors(const char *path)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -326,8 +380,10 @@ static int is_safetensors(const char *path)
     return yes;
 }
 
-int model_import_config(const char *path, struct gpt_config *c, herr *e)
+int model_import_config(const char *given, struct gpt_config *c, herr *e)
 {
+    char buf[PATH_MAX];
+    const char *path = resolve(given, buf, sizeof buf);
     if (!is_safetensors(path))
         return llmc_read_config(path, c, e);
     struct st_file f;
@@ -336,14 +392,16 @@ int model_import_config(const char *path, struct gpt_config *c, herr *e)
     return rc ? -1 : 0;
 }
 
-int model_import_stage(const char *path, struct gpt_stage *s, herr *e)
+int model_import_stage(const char *given, struct gpt_stage *s, herr *e)
 {
+    char buf[PATH_MAX];
+    const char *path = resolve(given, buf, sizeof buf);
     if (!is_safetensors(path))
         return llmc_load_stage(path, s, e);
     struct st_file f;
     struct gpt_config fc = {0};
     const struct gpt_config *c = gpt_stage_config(s);
-    int rc = st_open(&f, path, e) || st_shape(&f, &fc, e);
+    int rc = st_open(&f, path, e) || st_shape(&f, &fc, e) || st_hf_config(&f, &fc, e);
     const char *names[5] = {"layers", "channels", "vocab", "positions", "heads"};
     int got[5] = {fc.layers, fc.channels, fc.vocab, fc.max_seq, f.heads};
     int want[5] = {c->layers, c->channels, c->vocab, c->max_seq, c->heads};

@@ -11,9 +11,12 @@
  *                 are zero. lm_head.weight (GPT-2's head is the embedding, tied) and the causal
  *                 masks older files keep (h.<l>.attn.bias, attn.masked_bias) are passed over;
  *                 any other tensor means the file is not a GPT-2 model and is refused, naming it.
- * A safetensors file does not say the number of heads: `holmes-node export` writes it in the
- * header's __metadata__ ("n_head"); without it the heads are channels / 64 (GPT-2's head size,
- * in every GPT-2 size) for the shape read, and a stage loads whatever heads it has. */
+ * A directory is a Hugging Face model directory: its model.safetensors is read. A safetensors
+ * file does not say the number of heads: `holmes-node export` writes it in the header's
+ * __metadata__ ("n_head"); else transformers' config.json beside the file says it (n_head; its
+ * n_layer, n_embd, n_positions and vocab_size must be the tensors'); without either the heads
+ * are channels / 64 (GPT-2's head size, in every GPT-2 size) for the shape read, and a stage
+ * loads whatever heads it has. */
 #ifndef HOLMES_MODEL_IMPORT_H
 #define HOLMES_MODEL_IMPORT_H
 

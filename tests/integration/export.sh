@@ -40,6 +40,14 @@ check "holmes-node train imports the exported safetensors file: the llm.c file's
 a=$("$NODE" sample --init-from "$tmp/model.bin" --prompt 'In the' --tokens 16 --seed 3 2>/dev/null)
 b=$("$NODE" sample --init-from "$tmp/model.safetensors" --prompt 'In the' --tokens 16 --seed 3 2>/dev/null)
 check "holmes-node sample: the safetensors file writes the llm.c file's text" test -n "$a" -a "$a" = "$b"
+out=$("$NODE" export --checkpoint-dir "$tmp/ckpt" --hf-dir "$tmp/hf" 2>&1)
+heads=$(sed -n 's/.* \([0-9]*\) heads,.*/\1/p' <<<"$out" | head -1)
+check "export --hf-dir: model.safetensors and config.json (GPT2LMHeadModel, n_head $heads)" \
+    test -s "$tmp/hf/model.safetensors" -a "$(jq -r '.architectures[0] + " " + (.n_head | tostring)' "$tmp/hf/config.json" 2>/dev/null)" = "GPT2LMHeadModel $heads"
+(cd "$tmp" && OMP_NUM_THREADS=1 "$NODE" train --data "$tmp/one.txt" --init-from "$tmp/hf" \
+    --batch 1 --seq 64 --steps 1 --lr 1e-9 --metrics-out "$tmp/mh.jsonl" >"$tmp/train-hf.out" 2>&1)
+check "holmes-node train --init-from the directory: the llm.c file's loss ($(jq -r .loss "$tmp/mh.jsonl" 2>/dev/null | head -1))" \
+    test -n "$loss" -a "$(jq -r .loss "$tmp/mh.jsonl" 2>/dev/null | head -1)" = "$loss"
 printf '\x15\x00\x00\x00\x00\x00\x00\x00{"x":{"dtype":"F32"}}' >"$tmp/other.safetensors"
 out=$(cd "$tmp" && "$NODE" train --data "$tmp/one.txt" --init-from "$tmp/other.safetensors" --steps 1 2>&1)
 check "holmes-node train: a safetensors file of another model refused, naming its tensor" \
@@ -130,4 +138,20 @@ check "PyTorch loads the safetensors file (GPT-2's names and layout; the llm.c f
 check "PyTorch's loss on the window ($torch_loss) equals Holmes's on the exported model ($loss), within 1e-4" \
     close "$torch_loss" "$loss"
 [ -n "${VERBOSE:-}" ] && echo "$res"
+# transformers itself, where it is installed: from_pretrained of the --hf-dir directory
+if ! /usr/bin/python3 -c 'import transformers' 2>/dev/null; then
+    echo "SKIP export: transformers is not installed for /usr/bin/python3: --hf-dir was not loaded by from_pretrained"
+    exit 0
+fi
+hf_loss=$(/usr/bin/python3 - "$tmp/hf" "$tmp/one.txt" <<'PY' 2>&1 | tail -n 1
+import sys, torch, transformers
+m = transformers.GPT2LMHeadModel.from_pretrained(sys.argv[1]).double().eval()
+ids = torch.tensor([list(open(sys.argv[2], "rb").read())], dtype=torch.long)
+with torch.no_grad():
+    logits = m(ids[:, :-1]).logits[0]
+print("%.7f" % torch.nn.functional.cross_entropy(logits, ids[0, 1:]).item())
+PY
+)
+check "transformers' from_pretrained of the --hf-dir directory: the same loss ($hf_loss, $loss), within 1e-4" \
+    close "$hf_loss" "$loss"
 exit 0

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -282,6 +283,65 @@ static void test_transformers_layout(void)
     gpt_stage_free(s);
 }
 
+/* A Hugging Face model directory: model.safetensors (no heads said) and config.json. */
+static void test_hf_directory(void)
+{
+    char hf[128], path[160], cfg[160];
+    snprintf(hf, sizeof hf, "%s/hf", dir);
+    snprintf(path, sizeof path, "%s/model.safetensors", hf);
+    snprintf(cfg, sizeof cfg, "%s/config.json", hf);
+    struct entry v[L * 12 + 8];
+    int n = hf_entries(v);
+    struct gpt_config got = {0};
+    herr e = {0};
+    int rc = mkdir(hf, 0755) || write_st(path, v, n, NULL, 0, 0) ||
+             test_write_file(cfg, "{\"model_type\": \"gpt2\", \"n_head\": 2, \"n_layer\": 3, "
+                                  "\"n_embd\": 16, \"n_positions\": 12, \"vocab_size\": 61}") ||
+             model_import_config(hf, &got, &e);
+    CHECK_MSG("import: a model directory: model.safetensors read, its heads from config.json",
+              rc == 0 && got.layers == L && got.heads == 2 && got.channels == C && got.vocab == V,
+              "rc %d: %s", rc, e.msg);
+    struct gpt_stage *s = stage(0, L);
+    rc = !s || model_import_stage(hf, s, &e);
+    CHECK_MSG("import: a stage loads from the directory", rc == 0 &&
+              gpt_stage_params(s)[tensor(s, "ln_f.bias")->offset + 3] == value("ln_f.bias", 3, 0),
+              "rc %d: %s", rc, e.msg);
+    test_write_file(cfg, "{\"model_type\": \"gpt2\", \"n_head\": 2, \"n_layer\": 5}");
+    rc = model_import_stage(hf, s, &e);
+    CHECK_MSG("import: a config.json whose n_layer is not the tensors' refused, naming both",
+              rc != 0 && strstr(e.msg, "config.json: n_layer is 5 but") &&
+                  strstr(e.msg, "model.safetensors holds 3"), "rc %d: %s", rc, e.msg);
+    test_write_file(cfg, "{\"model_type\": \"llama\", \"n_head\": 2}");
+    rc = model_import_config(path, &got, &e);
+    CHECK_MSG("import: a config.json of another model type refused",
+              rc != 0 && strstr(e.msg, "model_type is not \"gpt2\""), "rc %d: %s", rc, e.msg);
+    /* holmes-node export --hf-dir's config.json says what the model is */
+    rc = model_export_hf_config(cfg, &MODEL, &e);
+    FILE *f = fopen(cfg, "rb");
+    char buf[4096] = "";
+    size_t len = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[len] = 0;
+    cJSON *j = cJSON_Parse(buf);
+    const cJSON *arch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "architectures"), 0);
+    CHECK_MSG("export: config.json of GPT2LMHeadModel with the model's sizes, gelu_new, 1e-5",
+              rc == 0 && arch && !strcmp(arch->valuestring, "GPT2LMHeadModel") &&
+                  cJSON_GetObjectItem(j, "n_layer")->valueint == L &&
+                  cJSON_GetObjectItem(j, "n_head")->valueint == NH &&
+                  cJSON_GetObjectItem(j, "n_embd")->valueint == C &&
+                  cJSON_GetObjectItem(j, "n_positions")->valueint == MAXT &&
+                  cJSON_GetObjectItem(j, "vocab_size")->valueint == V &&
+                  !strcmp(cJSON_GetObjectItem(j, "activation_function")->valuestring, "gelu_new") &&
+                  cJSON_GetObjectItem(j, "layer_norm_epsilon")->valuedouble == 1e-5,
+              "rc %d (%s): %s", rc, e.msg, buf);
+    cJSON_Delete(j);
+    rc = model_import_config(hf, &got, &e);
+    CHECK_MSG("import: the exported config.json read back (heads 2)", rc == 0 && got.heads == NH,
+              "rc %d: %s", rc, e.msg);
+    gpt_stage_free(s);
+}
+
 /* One file with entry i changed by `change`, imported into the whole model: the error. */
 static const char *refused(struct entry *v, int n, const char *n_head, uint64_t extra, size_t cut)
 {
@@ -348,7 +408,7 @@ static void test_refusals(void)
 int main(void)
 {
     static void (*const tests[])(void) = {test_round_trip, test_transformers_layout,
-                                          test_refusals, NULL};
+                                          test_hf_directory, test_refusals, NULL};
     test_in_tmpdir(dir, sizeof dir, "model-import", tests);
     TEST_MAIN_END();
 }
