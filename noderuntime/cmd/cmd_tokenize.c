@@ -20,6 +20,7 @@
 
 #define CHUNK (1u << 20) /* a segment: the text one thread encodes at a time */
 #define SEGS_A_JOB 4      /* segments in a batch for each thread */
+#define PROGRESS_S 10.0   /* a progress line on stderr this often */
 
 static const char *cmd = "holmes-node tokenize";
 
@@ -44,8 +45,8 @@ static void usage(FILE *f)
         "  --replace          remove DIR/NAME's shards of an earlier run first (else refused)\n"
         "  --jobs N           threads encoding (OMP_NUM_THREADS, else every core); the shards are\n"
         "                     the same whatever N\n"
-        "A failed run leaves no shard of its own behind. Exit status: 0 written, 1 failed,\n"
-        "2 usage.\n");
+        "A progress line goes to standard error every 10 s. A failed run leaves no shard of\n"
+        "its own behind. Exit status: 0 written, 1 failed, 2 usage.\n");
 }
 
 /* A piece of the input one thread encodes: a whole document, or a part of one cut where
@@ -72,6 +73,8 @@ struct run {
     int nseg, cap;
     size_t batch_bytes;
     cJSON **objs;     /* JSON lines whose strings the batch points into */
+    double t0, said;  /* the start, and the last progress line (every PROGRESS_S) */
+    unsigned long long tokens;
 };
 
 static void add_seg(struct run *r, const char *text, size_t len, size_t origin, const char *name,
@@ -85,6 +88,13 @@ static void add_seg(struct run *r, const char *text, size_t len, size_t origin, 
     s->line = line;
     s->starts_doc = starts_doc;
     r->batch_bytes += len;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* The batch encoded on r->jobs threads, then written in order; the first error in the input's
@@ -115,6 +125,14 @@ static int flush(struct run *r, herr *e)
         }
         if (rc == 0)
             rc = shard_writer_put(r->w, s->toks.v, s->toks.n, e);
+        r->tokens += s->toks.n + (s->starts_doc != 0);
+    }
+    double t = now_s();
+    if (rc == 0 && t - r->said >= PROGRESS_S) {
+        r->said = t;
+        fprintf(stderr, "%s: %.0f s: %ld documents, %.1f MB of text, %llu tokens, %.1f MB/s\n",
+                cmd, t - r->t0, r->documents, (double)r->bytes / 1e6, r->tokens,
+                (double)r->bytes / 1e6 / (t - r->t0));
     }
     for (int i = 0; i < n; i++)
         if (r->objs[i])
@@ -251,12 +269,6 @@ static int tokenize_input(struct run *r, const char *path, int jsonl, herr *e)
     return rc;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int cmd_tokenize(int argc, char **argv)
 {
@@ -301,6 +313,7 @@ int cmd_tokenize(int argc, char **argv)
     int rc = 1, shards = 0;
     unsigned long long tokens = 0;
     double t0 = now_s();
+    r.t0 = r.said = t0;
     r.jobs = jobs < 1 ? 1 : jobs > 256 ? 256 : (int)jobs;
     r.cap = r.jobs * SEGS_A_JOB;
     r.field = field ? field : "text";
