@@ -113,7 +113,8 @@ int local_start_coordinator(struct local *L)
         .min_workers = tj_is_elastic(s) ? s->elastic.min_workers : 0,
         .scale_up = s->elastic.scale_up,
         .hooks = {.plan = hook_plan, .on_steps = hook_steps, .on_progress = hook_progress,
-                  .on_event = hook_event, .on_notice = hook_notice, .on_elastic = hook_elastic},
+                  .on_event = hook_event, .on_notice = hook_notice, .on_elastic = hook_elastic,
+                            .on_waiting = hook_notice},
         .user = L,
     };
     int added = coord_add_job(L->c, &js, &e);

@@ -272,11 +272,30 @@ static int job_plan(struct job *j, herr *e)
     return index_ranks(j, e);
 }
 
+/* An elastic job whose remaining workers cannot hold the model (why: the planner's reason) waits
+ * for a lost worker to come back when it can come back (spec.elastic.scaleUp), its workers
+ * connected and its checkpoints kept, rather than failing: 1 when it waits. */
+static int wait_for_capacity(struct job *j, const char *why)
+{
+    if (!co_elastic(j) || !j->scale_up || j->nlost == 0)
+        return 0;
+    j->capacity_wait = 1;
+    char msg[1200];
+    snprintf(msg, sizeof msg, "waiting for a lost worker to come back (spec.elastic.scaleUp): "
+             "the %d workers that remain cannot hold the model: %.1000s", j->n - j->nlost, why);
+    co_job_event(j, "%s", msg);
+    if (j->hooks.on_waiting)
+        j->hooks.on_waiting(j->user, "InsufficientCapacity", msg);
+    return 1;
+}
+
 static void job_send_assignments(struct job *j)
 {
     herr e = {0};
     if (job_plan(j, &e)) {
         co_job_forget_plan(j);
+        if (wait_for_capacity(j, e.msg))
+            return;
         co_set_state(j, COORD_FAILED, e.msg);
         for (int i = 0; i < j->n; i++)
             if (j->w[i].conn) {
@@ -332,7 +351,7 @@ static void job_gang_complete(struct job *j)
 
 void co_job_check_gang(struct job *j)
 {
-    if (j->state != COORD_GATHERING && j->state != COORD_RESTARTING)
+    if ((j->state != COORD_GATHERING && j->state != COORD_RESTARTING) || j->capacity_wait)
         return;
     for (int i = 0; i < j->n; i++)
         if (!j->w[i].hello && !j->w[i].lost)
@@ -407,6 +426,7 @@ void co_job_regain(struct job *j, struct conn *k, const struct proto_hello *h)
     struct slot *s = &j->w[h->worker];
     s->lost = 0;
     j->nlost--;
+    j->capacity_wait = 0; /* more workers: the plan is tried again */
     j->replans++;
     co_job_forget_plan(j);
     char msg[600];

@@ -182,6 +182,14 @@ static void on_elastic(void *user, const struct coord_worker *w, int lost, const
     j->waiting_said = 0;
 }
 
+/* The workers left cannot hold the model: the job waits for a lost one (Elastic False). */
+static void on_waiting(void *user, const char *reason, const char *msg)
+{
+    struct opjob *j = user;
+    event(j, "Warning", reason, msg);
+    condition(j, "Elastic", 0, reason, msg);
+}
+
 /* Why worker i's pod keeps it away for good, or NULL when nothing does: the pod unschedulable,
  * its node NotReady or gone, the pod itself gone. */
 static const char *absence_cause(struct opjob *j, const cJSON *pods, int i, char *buf, size_t cap)
@@ -584,6 +592,7 @@ static int resolve(void *user, struct coordinator *c, const char *key)
         .scale_up = j->tj.spec.elastic.scale_up, .lost = lost, .nlost = nlost,
         .hooks = {.plan = on_plan, .on_hello = on_hello, .on_steps = on_steps,
                   .on_progress = on_progress, .on_event = on_event, .on_notice = on_notice,
+                  .on_waiting = on_waiting,
                   .on_elastic = on_elastic},
         .user = j,
     };

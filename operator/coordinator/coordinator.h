@@ -112,6 +112,10 @@ struct coord_hooks {
      * or a lost worker is back (lost 0: scaleUp); the gang re-plans next, and the plan hook then
      * gets the workers that remain. `why` says what happened. Optional. */
     void (*on_elastic)(void *user, const struct coord_worker *w, int lost, const char *why);
+    /* Elastic jobs with scaleUp: the workers that remain cannot hold the model (the plan hook
+     * failed for them), so the job waits for a lost worker to come back instead of failing.
+     * `reason` is CamelCase (InsufficientCapacity). Optional. */
+    void (*on_waiting)(void *user, const char *reason, const char *message);
 };
 
 struct coord_job_spec {

@@ -102,6 +102,8 @@ struct job {
     long skipped_last;      /* ... the newest of them */
     int min_workers, scale_up; /* elastic when min_workers < n */
     int nlost, replans;
+    int capacity_wait;      /* the workers left cannot hold the model: no plan is tried until
+                               a lost one is back (spec.elastic.scaleUp) */
 };
 
 static inline int co_elastic(const struct job *j) { return j->min_workers > 0 && j->min_workers < j->n; }

@@ -26,6 +26,8 @@ struct server {
     int plans, last_n;
     int planned_idx[4];     /* the worker indices of the last plan */
     int lost_calls, back_calls;
+    int need;               /* the plan fails with fewer workers (0: never) */
+    int waiting_calls;
     char events[8192];
 };
 
@@ -36,6 +38,8 @@ static int plan(void *user, const struct coord_worker *w, int n, struct plan_ass
     struct server *s = user;
     s->plans++;
     s->last_n = n;
+    if (n < s->need)
+        return herr_set(e, "planner: nothing fits: %d workers cannot hold the model", n);
     for (int i = 0; i < n; i++) {
         s->planned_idx[i] = w[i].index;
         if (coord_test_assign(&a[i], i, (i + 1) % n))
@@ -61,6 +65,14 @@ static void hk_elastic(void *user, const struct coord_worker *w, int lost, const
     hk_event(user, COORD_RESTARTING, w->pod);
 }
 
+static void hk_waiting(void *user, const char *reason, const char *msg)
+{
+    struct server *s = user;
+    s->waiting_calls++;
+    hk_event(user, COORD_RESTARTING, reason);
+    hk_event(user, COORD_RESTARTING, msg);
+}
+
 static int server_start(struct server *s, const char *job, int min_workers, int scale_up,
                         const int *lost, int nlost)
 {
@@ -70,7 +82,8 @@ static int server_start(struct server *s, const char *job, int min_workers, int 
         .name = job, .token = TOKEN, .workers = 4, .pods = pods, .gang_timeout_ms = 60000,
         .max_restarts = 5, .total_steps = 100, .progress_interval_ms = 1,
         .min_workers = min_workers, .scale_up = scale_up, .lost = lost, .nlost = nlost,
-        .hooks = {.plan = plan, .on_event = hk_event, .on_elastic = hk_elastic},
+        .hooks = {.plan = plan, .on_event = hk_event, .on_elastic = hk_elastic,
+                  .on_waiting = hk_waiting},
         .user = s,
     };
     return coord_thread_serve(&s->ct, 0, &js);
@@ -255,6 +268,72 @@ static void test_no_scale_up_and_adoption(void)
     server_stop(&s);
 }
 
+/* Survivors that cannot hold the model (the plan fails for 3): with scaleUp the job waits for
+ * the lost worker, its workers connected, and runs on 4 when it is back; without, it fails. */
+static void test_capacity_wait(void)
+{
+    for (int scale_up = 1; scale_up >= 0; scale_up--) {
+        struct server s;
+        const char *job = scale_up ? "cw" : "cf";
+        if (server_start(&s, job, 2, scale_up, NULL, 0)) {
+            TEST_FAIL("start", "server");
+            return;
+        }
+        pthread_mutex_lock(&s.ct.mu);
+        s.need = 4;
+        pthread_mutex_unlock(&s.ct.mu);
+        struct coord_client *cl[4];
+        for (int i = 0; i < 4; i++)
+            cl[i] = coord_test_connect(&s.ct);
+        const int all[] = {0, 1, 2, 3}, three[] = {0, 1, 2};
+        int ok = gang(cl, job, all, 4, 0) && coord_thread_wait_state(&s.ct, job, COORD_RUNNING);
+        coord_client_destroy(cl[3]);
+        cl[3] = NULL;
+        ok = ok && stopped_and_back(&s, cl, three, 3, "worker 3");
+        for (int i = 0; i < 3; i++)
+            hello(cl[i], job, i);
+        usleep(200000);
+        herr e = {0};
+        ok = ok && lose(&s, job, 3, &e) == 0;
+        usleep(300000);
+        int state = coord_thread_job_state(&s.ct, job);
+        pthread_mutex_lock(&s.ct.mu);
+        int plans = s.plans, waiting = s.waiting_calls;
+        int said = strstr(s.events, "InsufficientCapacity") &&
+                   strstr(s.events, "the 3 workers that remain cannot hold the model: planner: "
+                                    "nothing fits");
+        pthread_mutex_unlock(&s.ct.mu);
+        if (!scale_up) {
+            CHECK_MSG("capacity: without scaleUp, survivors that cannot hold the model fail the "
+                      "job with the planner's reason", ok && state == COORD_FAILED &&
+                      plans == 2 && waiting == 0 && strstr(s.events, "nothing fits"),
+                      "ok %d, state %d, %d plans, %d waits: %s", ok, state, plans, waiting, s.events);
+        } else {
+            CHECK_MSG("capacity: with scaleUp the job waits (not failed), saying why, once",
+                      ok && state == COORD_RESTARTING && plans == 2 && waiting == 1 && said,
+                      "ok %d, state %d, %d plans, %d waits: %s", ok, state, plans, waiting, s.events);
+            /* a survivor reconnecting while it waits tries no plan */
+            coord_client_destroy(cl[1]);
+            cl[1] = coord_test_connect(&s.ct);
+            hello(cl[1], job, 1);
+            usleep(200000);
+            pthread_mutex_lock(&s.ct.mu);
+            plans = s.plans;
+            pthread_mutex_unlock(&s.ct.mu);
+            CHECK_INT("capacity: a survivor's hello while waiting tries no plan", plans, 2);
+            cl[3] = coord_test_connect(&s.ct);
+            hello(cl[3], job, 3);
+            CHECK("capacity: the lost worker back: the 4 are planned and run",
+                  assign_and_start(cl, all, 4, 1) &&
+                      coord_thread_wait_state(&s.ct, job, COORD_RUNNING) && s.plans == 3 &&
+                      s.last_n == 4);
+        }
+        for (int i = 0; i < 4; i++)
+            coord_client_destroy(cl[i]);
+        server_stop(&s);
+    }
+}
+
 static void test_not_elastic(void)
 {
     struct server s;
@@ -384,6 +463,7 @@ int main(void)
     test_plan_hook();
     test_loss_replan_scale_up();
     test_no_scale_up_and_adoption();
+    test_capacity_wait();
     test_not_elastic();
     TEST_MAIN_END();
 }
