@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <cjson/cJSON.h>
+
 #define TOKENIZER_MAGIC 20240328u
 #define TOKENIZER_HEADER 256              /* uint32 */
 #define TOKENIZER_MAX_BYTES (64u << 20)   /* GPT-2's is 0.3 MB */
@@ -96,15 +98,129 @@ static int parse(struct tokenizer *t, const char *path, const unsigned char *b, 
     return 0;
 }
 
-int tokenizer_open(struct tokenizer **out, const char *path, herr *e)
+/* GPT-2's bytes_to_unicode: the code point that stands for byte b in vocab.json (the printable
+ * bytes themselves, the others 256 and up in byte order); its inverse into byte_of. */
+static void byte_table(int byte_of[324])
+{
+    for (int u = 0; u < 324; u++)
+        byte_of[u] = -1;
+    int extra = 0;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae);
+        byte_of[printable ? b : 256 + extra++] = b;
+    }
+}
+
+/* One UTF-8 character of s (at most n bytes): its code point, its length in *len; -1 bad. */
+static int utf8_char(const unsigned char *s, size_t n, size_t *len)
+{
+    *len = 1;
+    if (n >= 1 && s[0] < 0x80) {
+        *len = 1;
+        return s[0];
+    }
+    if (n >= 2 && (s[0] & 0xe0) == 0xc0 && (s[1] & 0xc0) == 0x80 && s[0] >= 0xc2) {
+        *len = 2;
+        return (s[0] & 0x1f) << 6 | (s[1] & 0x3f);
+    }
+    return -1; /* GPT-2's byte characters are all below U+0800 */
+}
+
+/* transformers' vocab.json of a byte-level BPE (GPT-2's): {"token": id, ...}, each token's
+ * bytes written as bytes_to_unicode's characters; the ids 0..n-1 once each. */
+static int parse_vocab_json(struct tokenizer *t, const char *path, const unsigned char *b,
+                            size_t n, herr *e)
+{
+    cJSON *j = cJSON_ParseWithLength((const char *)b, n);
+    int rc = 0, count = cJSON_IsObject(j) ? cJSON_GetArraySize(j) : 0;
+    if (count < 1)
+        rc = herr_config(e, "tokenizer %s: not a JSON object of tokens and ids (vocab.json)", path);
+    int byte_of[324];
+    byte_table(byte_of);
+    size_t total = 0;
+    const cJSON *x;
+    if (rc == 0)
+        cJSON_ArrayForEach(x, j) {
+            if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble >= count ||
+                x->valuedouble != (int)x->valuedouble) {
+                rc = herr_config(e, "tokenizer %s: \"%.64s\": its id is not one of 0 to %d", path,
+                                 x->string, count - 1);
+                break;
+            }
+            total += strlen(x->string);
+        }
+    if (rc == 0) {
+        t->vocab = count;
+        t->eot = -1;
+        t->off = calloc((size_t)count + 1, sizeof *t->off);
+        t->bytes = malloc(total ? total : 1);
+        size_t *len = calloc((size_t)count, sizeof *len);
+        char **at = calloc((size_t)count, sizeof *at);
+        char *scratch = malloc(total ? total : 1);
+        if (!t->off || !t->bytes || !len || !at || !scratch)
+            rc = herr_set(e, "tokenizer %s: out of memory for %d tokens", path, count);
+        size_t used = 0;
+        cJSON_ArrayForEach(x, j) {
+            if (rc != 0)
+                break;
+            int id = (int)x->valuedouble;
+            const unsigned char *s = (const unsigned char *)x->string;
+            size_t sn = strlen(x->string), k = 0, cl = 1;
+            if (at[id]) {
+                rc = herr_config(e, "tokenizer %s: id %d is given twice", path, id);
+                break;
+            }
+            at[id] = scratch + used;
+            for (; k < sn && rc == 0; k += cl) {
+                int u = utf8_char(s + k, sn - k, &cl);
+                if (u < 0 || u >= 324 || byte_of[u] < 0)
+                    rc = herr_config(e, "tokenizer %s: token \"%.64s\" holds a character that is "
+                                     "not one of GPT-2's byte characters (bytes_to_unicode)",
+                                     path, x->string);
+                else
+                    scratch[used + len[id]++] = (char)byte_of[u];
+            }
+            if (rc == 0 && len[id] == 0)
+                rc = herr_config(e, "tokenizer %s: an empty token (id %d)", path, id);
+            if (rc == 0 && !strcmp(x->string, "<|endoftext|>"))
+                t->eot = id;
+            used += len[id];
+        }
+        for (int i = 0, o = 0; rc == 0 && i < count; i++) { /* every id was given: in id order */
+            t->off[i] = (size_t)o;
+            memcpy(t->bytes + o, at[i], len[i]);
+            o += (int)len[i];
+            t->off[i + 1] = (size_t)o;
+        }
+        free(len);
+        free(at);
+        free(scratch);
+    }
+    cJSON_Delete(j);
+    return rc;
+}
+
+int tokenizer_open(struct tokenizer **out, const char *given, herr *e)
 {
     *out = NULL;
     unsigned char *buf;
     size_t n;
+    char dir_vocab[4096];
+    struct stat st;
+    const char *path = given;
+    if (stat(given, &st) == 0 && S_ISDIR(st.st_mode) &&
+        snprintf(dir_vocab, sizeof dir_vocab, "%s/vocab.json", given) < (int)sizeof dir_vocab)
+        path = dir_vocab; /* a Hugging Face model directory */
     if (slurp(path, &buf, &n, e) != 0)
         return -1;
     struct tokenizer *t = calloc(1, sizeof *t);
-    int rc = t ? parse(t, path, buf, n, e) : herr_set(e, "tokenizer %s: out of memory", path);
+    size_t lead = 0;
+    while (lead < n && (buf[lead] == ' ' || buf[lead] == '\n' || buf[lead] == '\t' ||
+                        buf[lead] == '\r'))
+        lead++;
+    int rc = !t ? herr_set(e, "tokenizer %s: out of memory", path)
+             : lead < n && buf[lead] == '{' ? parse_vocab_json(t, path, buf, n, e)
+                                            : parse(t, path, buf, n, e);
     free(buf);
     if (rc != 0) {
         tokenizer_free(t);

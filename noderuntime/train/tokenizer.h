@@ -3,7 +3,11 @@
  * or 2, the vocabulary size, version 2: the end-of-text token), then each token's bytes as a
  * length (uint8, at least 1) and the bytes. Decoding only: a token is its bytes, the text of a
  * sequence their concatenation (GPT-2's byte-level BPE). Models trained on text data without a
- * tokenizer are byte-level: token b < 256 is the byte b. */
+ * tokenizer are byte-level: token b < 256 is the byte b.
+ * Also read: transformers' vocab.json of a byte-level BPE ({"token": id}, each byte written as
+ * GPT-2's bytes_to_unicode character: "\u0120the" is " the"; the end-of-text token is the one
+ * named "<|endoftext|>"), told apart by its first character, and a Hugging Face model
+ * directory (its vocab.json), so that `huggingface-cli download gpt2` gives all Holmes needs. */
 #ifndef HOLMES_TOKENIZER_H
 #define HOLMES_TOKENIZER_H
 

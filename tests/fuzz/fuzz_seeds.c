@@ -254,6 +254,9 @@ static void train_files_seeds(void)
     }
     head[0] = 4;
     put_bin("train_files", "tokenizer", head, 2, tk, tn);
+    /* transformers' vocab.json (bytes_to_unicode's characters: \u0120 a space, \u010a a newline) */
+    static const char vj[] = "{\"a\": 0, \"\\u0120the\": 1, \"\\u010a\": 2, \"<|endoftext|>\": 3}";
+    put_bin("train_files", "tokenizer-vocab-json", head, 2, vj, sizeof vj - 1);
     rmdir(tmp);
 }
 

@@ -17,7 +17,8 @@
  *   3: checkpoint file names (one a line, empty files): the listing, steps and the set's cover.
  *   4: llm.c's GPT-2 tokenizer file (holmes-node sample --tokenizer): tokenizer_open; the
  *      pieces read must lay out the file again (each a length and its bytes after the header),
- *      the end-of-text token inside the vocabulary.
+ *      the end-of-text token inside the vocabulary. Input beginning with "{" is transformers'
+ *      vocab.json: every token has bytes.
  *   5: text for GPT-2's BPE encoder (holmes-node tokenize, bpe.h) over a small fixed vocabulary:
  *      text that is UTF-8 (by an independent check here) must encode, into tokens of the
  *      vocabulary but not end-of-text whose pieces lay out the text again, and the same tokens
@@ -307,8 +308,17 @@ static void fuzz_tokenizer(const uint8_t *data, size_t size)
         fuzz_check_rejection("tokenizer_open", &e);
         return;
     }
-    size_t at = 1024, len;
-    for (int i = 0; i < tokenizer_vocab(t); i++) {
+    size_t lead = 0, at = 1024, len;
+    while (lead < size && (data[lead] == ' ' || data[lead] == '\t' || data[lead] == '\r' ||
+                           data[lead] == '\n'))
+        lead++;
+    int json = lead < size && data[lead] == '{'; /* transformers' vocab.json: pieces of any order */
+    for (int i = 0; json && i < tokenizer_vocab(t); i++)
+        if (!tokenizer_piece(t, i, &len) || len < 1) {
+            fprintf(stderr, "vocab.json: token %d of %d has no bytes\n", i, tokenizer_vocab(t));
+            abort();
+        }
+    for (int i = 0; !json && i < tokenizer_vocab(t); i++) {
         const char *p = tokenizer_piece(t, i, &len);
         if (!p || len < 1 || len > 255 || at + 1 + len > size || data[at] != len ||
             memcmp(data + at + 1, p, len) != 0) {

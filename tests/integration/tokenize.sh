@@ -16,7 +16,8 @@ if ! /usr/bin/python3 -c 'import regex' 2>/dev/null; then
 fi
 ref="/usr/bin/python3 $REPO/tests/reference/bpe_reference.py"
 corpus=$REPO/examples/data/corpus.txt
-$ref train "$corpus" 2000 "$tmp/vocab.bin" 2>/dev/null
+mkdir -p "$tmp/hf"
+$ref train "$corpus" 2000 "$tmp/vocab.bin" "$tmp/hf/vocab.json" 2>/dev/null
 check "reference: a vocabulary of 256 bytes, 2,000 merges and end-of-text" \
     test "$(od -An -tu4 -j8 -N4 "$tmp/vocab.bin" | tr -d ' ')" = 2257
 for s in 1 2 3; do $ref stress "$tmp/stress$s.txt" $s; done
@@ -44,6 +45,14 @@ check "tokenize: 4 documents written (val 5,000 tokens, then shards of 20,000): 
 check "tokenize: the shards hold the reference's tokens exactly ($(jq length <<<"$want") tokens)" same "$tmp/a" "$want"
 check "tokenize: the val shard holds 5,000 tokens, no temporary left" bash -c \
     "[ \$(od -An -tu4 -j8 -N4 '$tmp/a_val_000000.bin' | tr -d ' ') = 5000 ] && ! ls '$tmp' | grep -q tmp"
+
+# transformers' vocab.json of the same vocabulary (bytes_to_unicode's characters), named or as
+# a model directory: the same shards
+"$NODE" tokenize --tokenizer "$tmp/hf/vocab.json" --out "$tmp/vj" "$corpus" "$tmp/stress1.txt" >/dev/null 2>&1
+"$NODE" tokenize --tokenizer "$tmp/hf" --out "$tmp/vd" "$corpus" "$tmp/stress1.txt" >/dev/null 2>&1
+"$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/vb" "$corpus" "$tmp/stress1.txt" >/dev/null 2>&1
+check "tokenize: transformers' vocab.json, and its directory, give llm.c's tokenizer's shards" \
+    bash -c "cmp -s '$tmp/vj_train_000000.bin' '$tmp/vb_train_000000.bin' && cmp -s '$tmp/vd_train_000000.bin' '$tmp/vb_train_000000.bin'"
 
 # a text of 5.3 MiB, read in 1 MiB segments cut where no piece is cut: on 1 thread in two
 # batches of 4, on 3 threads in one of 12; and 4.5 MiB on one line (no place to cut: the reader
@@ -98,6 +107,9 @@ out2=$("$NODE" sample --checkpoint-dir "$tmp/ckpt" --tokenizer "$tmp/vocab.bin" 
     --prompt-tokens "$ids" --tokens 12 --seed 5 2>/dev/null)
 check "sample: --prompt TEXT and --prompt-tokens of the reference's ids ($ids) give the same text" \
     test -n "$out" -a "$out" = "$out2"
+out3=$("$NODE" sample --checkpoint-dir "$tmp/ckpt" --tokenizer "$tmp/hf" \
+    --prompt "The king said" --tokens 12 --seed 5 2>/dev/null)
+check "sample --tokenizer DIR (vocab.json): the same text" test -n "$out3" -a "$out3" = "$out"
 
 # refusals: each names what is wrong; no shard of the failed run is left
 # exit_and_says RC WANT PATTERN TEXT: rc is WANT and TEXT holds PATTERN

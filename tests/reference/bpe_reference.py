@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """An independent GPT-2 BPE for checking holmes-node tokenize (tests/integration/tokenize.sh).
 
-  bpe_reference.py train CORPUS MERGES OUT   a byte-level BPE vocabulary trained on CORPUS,
-                                             written as llm.c's tokenizer file (version 2)
+  bpe_reference.py train CORPUS MERGES OUT [JSON]   a byte-level BPE vocabulary trained on
+                                             CORPUS, written as llm.c's tokenizer file (version
+                                             2), and as transformers' vocab.json to JSON
   bpe_reference.py encode VOCAB FILE...      each FILE one document: prints JSON of the
                                              tokens llm.c's scripts would write (end-of-text,
                                              then the document's tokens)
@@ -33,7 +34,20 @@ def gpt2_byte_order():
     return bs + [b for b in range(256) if b not in bs]
 
 
-def train(corpus_path, merges, out_path):
+def bytes_to_unicode():
+    """GPT-2's table (encoder.py): the character that stands for each byte in vocab.json."""
+    bs = gpt2_byte_order()[:188]
+    cs = list(bs)
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def train(corpus_path, merges, out_path, json_path=None):
     text = open(corpus_path, encoding="utf-8").read()
     words = collections.Counter(m.encode() for m in PATTERN.findall(text))
     seqs = {w: [bytes([b]) for b in w] for w in words}
@@ -78,6 +92,11 @@ def train(corpus_path, merges, out_path):
         f.write(struct.pack("<256I", *header))
         for t in vocab:
             f.write(bytes([len(t)]) + t)
+    if json_path:
+        table = bytes_to_unicode()
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump({("".join(table[b] for b in t) if t != b"<|endoftext|>" else t.decode()): i
+                       for i, t in enumerate(vocab)}, f, ensure_ascii=False)
     print(f"{len(vocab)} tokens", file=sys.stderr)
 
 
@@ -141,7 +160,7 @@ def stress(out_path, seed):
 def main():
     cmd = sys.argv[1]
     if cmd == "train":
-        train(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+        train(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5] if len(sys.argv) > 5 else None)
     elif cmd == "encode":
         ranks, eot = read_vocab(sys.argv[2])
         toks = []

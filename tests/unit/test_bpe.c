@@ -322,10 +322,46 @@ static void test_shards(void)
               strstr(e.msg, "no-such-dir"), "%s", e.msg);
 }
 
+/* transformers' vocab.json: bytes_to_unicode's characters back to bytes; bad ones refused. */
+static void test_vocab_json(void)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/vocab.json", dir);
+    herr e = {0};
+    struct tokenizer *t = NULL;
+    test_write_file(path, "{\"a\": 0, \"\u0120the\": 1, \"\u010a\u010a\": 2, \"<|endoftext|>\": 4, "
+                          "\"\u00e9\u0100\": 3}");
+    int rc = tokenizer_open(&t, path, &e);
+    size_t l1 = 0, l2 = 0, l3 = 0;
+    const char *p1 = rc ? NULL : tokenizer_piece(t, 1, &l1), *p2 = rc ? NULL : tokenizer_piece(t, 2, &l2);
+    const char *p3 = rc ? NULL : tokenizer_piece(t, 3, &l3);
+    CHECK_MSG("vocab.json: \u0120 is a space, \u010a a newline, \u00e9 byte 0xe9, \u0100 byte 0; "
+              "end-of-text by name",
+              rc == 0 && tokenizer_vocab(t) == 5 && tokenizer_eot(t) == 4 && p1 && l1 == 4 &&
+                  !memcmp(p1, " the", 4) && p2 && l2 == 2 && !memcmp(p2, "\n\n", 2) && p3 &&
+                  l3 == 2 && !memcmp(p3, "\xe9\0", 2),
+              "rc %d: %s", rc, e.msg);
+    tokenizer_free(t);
+    t = NULL;
+    test_write_file(path, "{\"a\": 0, \"b\": 0}");
+    rc = tokenizer_open(&t, path, &e);
+    CHECK_MSG("vocab.json: an id given twice refused", rc != 0 && strstr(e.msg, "id 0 is given twice"),
+              "%s", e.msg);
+    test_write_file(path, "{\"a\": 0, \"b\": 5}");
+    rc = tokenizer_open(&t, path, &e);
+    CHECK_MSG("vocab.json: an id outside 0..n-1 refused, naming the token",
+              rc != 0 && strstr(e.msg, "\"b\": its id is not one of 0 to 1"), "%s", e.msg);
+    test_write_file(path, "{\"\u4e00\": 0}");
+    rc = tokenizer_open(&t, path, &e);
+    CHECK_MSG("vocab.json: a character that stands for no byte refused",
+              rc != 0 && strstr(e.msg, "not one of GPT-2's byte characters"), "%s", e.msg);
+    tokenizer_free(t);
+}
+
 int main(void)
 {
     static void (*const tests[])(void) = {test_pieces, test_merge_order, test_refusals,
-                                          test_safe_cut, test_shards, NULL};
+                                          test_safe_cut, test_shards, test_vocab_json, NULL};
     test_in_tmpdir(dir, sizeof dir, "bpe", tests);
     TEST_MAIN_END();
 }
