@@ -75,7 +75,6 @@ struct run {
     size_t batch_bytes;
     cJSON **objs;     /* JSON lines whose strings the batch points into */
     double t0, said;  /* the start, and the last progress line (every PROGRESS_S) */
-    unsigned long long tokens;
 };
 
 static void add_seg(struct run *r, const char *text, size_t len, size_t origin, const char *name,
@@ -126,13 +125,13 @@ static int flush(struct run *r, herr *e)
         }
         if (rc == 0)
             rc = shard_writer_put(r->w, s->toks.v, s->toks.n, e);
-        r->tokens += s->toks.n + (s->starts_doc != 0);
     }
     double t = now_s();
     if (rc == 0 && t - r->said >= PROGRESS_S) {
         r->said = t;
         fprintf(stderr, "%s: %.0f s: %ld documents, %.1f MB of text, %llu tokens, %.1f MB/s\n",
-                cmd, t - r->t0, r->documents, (double)r->bytes / 1e6, r->tokens,
+                cmd, t - r->t0, r->documents, (double)r->bytes / 1e6,
+                (unsigned long long)shard_writer_tokens(r->w),
                 (double)r->bytes / 1e6 / (t - r->t0));
     }
     for (int i = 0; i < n; i++)

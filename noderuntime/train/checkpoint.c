@@ -50,8 +50,7 @@ static int write_all(int fd, const void *p, size_t n)
     return 0;
 }
 
-/* 0 on success, 1 on end of file before n bytes, -1 on error (errno) */
-static int read_all(int fd, void *p, size_t n, off_t at)
+int ckpt_read_all(int fd, void *p, size_t n, off_t at)
 {
     char *b = p;
     while (n > 0) {
@@ -240,7 +239,7 @@ static int verify_file(const char *path, herr *e)
     unsigned char h[HDR_BYTES];
     struct ckpt_meta meta;
     uint32_t want;
-    if (read_all(fd, h, sizeof h, 0) != 0 || decode_header(path, h, &meta, &want, e) != 0) {
+    if (ckpt_read_all(fd, h, sizeof h, 0) != 0 || decode_header(path, h, &meta, &want, e) != 0) {
         close(fd);
         return herr_set(e, "checkpoint %s: the header does not read back", path);
     }
@@ -256,7 +255,7 @@ static int verify_file(const char *path, herr *e)
     int rc = 0;
     while (left > 0 && rc == 0) {
         size_t n = left < cap ? (size_t)left : cap;
-        rc = read_all(fd, buf, n, at);
+        rc = ckpt_read_all(fd, buf, n, at);
         crc = crc_update(crc, buf, n);
         at += (off_t)n;
         left -= n;
@@ -401,7 +400,7 @@ int ckpt_read_meta(const char *path, struct ckpt_meta *meta, herr *e)
     if (fd < 0)
         return herr_config(e, "checkpoint %s: cannot open: %s", path, strerror(errno));
     unsigned char h[HDR_BYTES];
-    int rc = read_all(fd, h, sizeof h, 0);
+    int rc = ckpt_read_all(fd, h, sizeof h, 0);
     int err = errno;
     close(fd);
     if (rc < 0)
@@ -438,7 +437,7 @@ static int open_checked(const char *path, struct ckpt_meta *meta, uint32_t *want
         return herr_config(e, "checkpoint %s: cannot open: %s", path, strerror(errno));
     unsigned char h[HDR_BYTES];
     struct stat st;
-    int rc = read_all(fd, h, sizeof h, 0);
+    int rc = ckpt_read_all(fd, h, sizeof h, 0);
     if (rc != 0) {
         int err = errno;
         close(fd);
@@ -485,7 +484,7 @@ int ckpt_read(const char *path, struct ckpt_meta *meta, float *params, float *m,
     int parts = meta->has_moments ? 3 : 1;
     uint32_t crc = (uint32_t)crc32(0, Z_NULL, 0);
     for (int i = 0; i < parts; i++) {
-        int rc = read_all(fd, dst[i], bytes, HDR_BYTES + (off_t)bytes * i);
+        int rc = ckpt_read_all(fd, dst[i], bytes, HDR_BYTES + (off_t)bytes * i);
         if (rc != 0) {
             int err = errno;
             free(scratch);
@@ -588,7 +587,7 @@ int ckpt_read_ranges(const char *path, struct ckpt_meta *meta, const struct ckpt
     for (int p = 0; p < parts && rc == 0; p++) {
         for (uint64_t at = 0; at < n && rc == 0; at += cap) {
             size_t k = n - at < cap ? (size_t)(n - at) : cap;
-            rc = read_all(fd, buf, k * sizeof *buf,
+            rc = ckpt_read_all(fd, buf, k * sizeof *buf,
                           HDR_BYTES + (off_t)((uint64_t)p * n + at) * (off_t)sizeof *buf);
             if (rc != 0)
                 break;
@@ -642,7 +641,7 @@ int llmc_read_config(const char *path, struct gpt_config *c, herr *e)
         return herr_config(e, "llm.c checkpoint %s: cannot open: %s", path, strerror(errno));
     int32_t h[256];
     struct stat st;
-    int rc = read_all(fd, h, sizeof h, 0);
+    int rc = ckpt_read_all(fd, h, sizeof h, 0);
     int st_rc = fstat(fd, &st);
     close(fd);
     if (rc != 0 || st_rc < 0)
@@ -723,7 +722,7 @@ int llmc_load_stage(const char *path, struct gpt_stage *s, herr *e)
             return herr_config(e, "llm.c import: no llm.c tensor for %s", t[i].name);
         }
         uint64_t at = start[g] + (layer >= 0 ? (uint64_t)layer * size[g] : 0);
-        if (read_all(fd, p + t[i].offset, t[i].size * sizeof(float), 1024 + (off_t)(at * 4)) != 0) {
+        if (ckpt_read_all(fd, p + t[i].offset, t[i].size * sizeof(float), 1024 + (off_t)(at * 4)) != 0) {
             int err = errno;
             close(fd);
             return herr_config(e, "llm.c checkpoint %s: cannot read %s: %s", path, t[i].name,

@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "error.h"
 #include "gpt.h"
@@ -91,6 +92,10 @@ int ckpt_read_ranges(const char *path, struct ckpt_meta *meta, const struct ckpt
 double ckpt_model_floats(const struct gpt_config *c);
 
 /* Reads the shape of an llm.c GPT-2 checkpoint (magic 20240326, version 3, fp32). */
+/* n bytes of fd at offset `at` (pread, resumed after EINTR and short reads): 0, 1 on end of file
+ * before n bytes, -1 on error (errno). */
+int ckpt_read_all(int fd, void *p, size_t n, off_t at);
+
 int llmc_read_config(const char *path, struct gpt_config *c, herr *e);
 /* Loads an llm.c GPT-2 checkpoint's weights into a stage (its tensors for the stage's layers,
  * embeddings, final LayerNorm and head); the shapes must match. */

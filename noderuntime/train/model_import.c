@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bf16.h"
 #include "checkpoint.h"
 #include "model_export.h"
 
@@ -46,22 +47,6 @@ static void st_close(struct st_file *f)
         close(f->fd);
     cJSON_Delete(f->header);
     free(f->t);
-}
-
-static int read_at(int fd, void *buf, size_t n, uint64_t at)
-{
-    char *p = buf;
-    while (n > 0) {
-        ssize_t r = pread(fd, p, n, (off_t)at);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return r < 0 ? -1 : 1;
-        p += r;
-        n -= (size_t)r;
-        at += (uint64_t)r;
-    }
-    return 0;
 }
 
 /* The Holmes name of a transformers GPT-2 tensor name (without "transformer."); "" for one
@@ -165,7 +150,7 @@ static int st_open(struct st_file *f, const char *path, herr *e)
         return herr_config(e, "safetensors %s: cannot open: %s", path, strerror(errno));
     struct stat st;
     unsigned char le[8];
-    if (fstat(f->fd, &st) != 0 || read_at(f->fd, le, 8, 0) != 0)
+    if (fstat(f->fd, &st) != 0 || ckpt_read_all(f->fd, le, 8, 0) != 0)
         return herr_config(e, "safetensors %s: shorter than its 8-byte header length", path);
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
@@ -177,7 +162,7 @@ static int st_open(struct st_file *f, const char *path, herr *e)
     char *text = malloc(hlen);
     if (!text)
         return herr_set(e, "safetensors %s: out of memory for its header", path);
-    int rc = read_at(f->fd, text, hlen, 8);
+    int rc = ckpt_read_all(f->fd, text, hlen, 8);
     f->header = rc == 0 ? cJSON_ParseWithLength(text, hlen) : NULL;
     free(text);
     if (!cJSON_IsObject(f->header))
@@ -328,7 +313,7 @@ static int st_read(const struct st_file *f, const struct st_tensor *t, float *ds
         free(tmp);
         return herr_set(e, "safetensors %s: out of memory for %s", f->path, t->name);
     }
-    int rc = read_at(f->fd, raw, n * eb, f->data_at + t->begin);
+    int rc = ckpt_read_all(f->fd, raw, n * eb, (off_t)(f->data_at + t->begin));
     if (rc != 0) {
         free(raw);
         free(tmp);
@@ -345,8 +330,7 @@ static int st_read(const struct st_file *f, const struct st_tensor *t, float *ds
             if (t->dt == F16) {
                 out[i] = half_to_float(h);
             } else {
-                uint32_t bits = (uint32_t)h << 16;
-                memcpy(&out[i], &bits, 4);
+                out[i] = bf16_to_float(h);
             }
         }
     }
@@ -374,7 +358,7 @@ static int is_safetensors(const char *path)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     unsigned char b[9];
-    int yes = fd >= 0 && read_at(fd, b, 9, 0) == 0 && b[8] == '{' && b[6] == 0 && b[7] == 0;
+    int yes = fd >= 0 && ckpt_read_all(fd, b, 9, 0) == 0 && b[8] == '{' && b[6] == 0 && b[7] == 0;
     if (fd >= 0)
         close(fd);
     return yes;

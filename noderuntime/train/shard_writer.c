@@ -18,8 +18,8 @@ struct shard_writer {
     FILE *f;                  /* the shard being written, or NULL */
     char path[PATH_MAX], tmp[PATH_MAX + 8];
     uint64_t in_shard, limit; /* tokens written to it, and its size */
-    int index;                /* its number */
-    int shards, finished;
+    int index;                /* its number: the shards finished before it */
+    int finished;
     uint64_t tokens;
     uint16_t buf[4096];
     size_t nbuf;
@@ -163,7 +163,6 @@ static int end_shard(struct shard_writer *w, herr *e)
         unlink(w->tmp);
         return -1;
     }
-    w->shards++;
     w->index++;
     return 0;
 }
@@ -187,12 +186,14 @@ int shard_writer_put(struct shard_writer *w, const int *toks, size_t n, herr *e)
     return 0;
 }
 
+uint64_t shard_writer_tokens(const struct shard_writer *w) { return w->tokens; }
+
 int shard_writer_finish(struct shard_writer *w, int *shards, uint64_t *tokens, herr *e)
 {
     if (w->f && end_shard(w, e) != 0)
         return -1;
     w->finished = 1;
-    *shards = w->shards;
+    *shards = w->index;
     *tokens = w->tokens;
     return 0;
 }
@@ -205,7 +206,7 @@ void shard_writer_free(struct shard_writer *w)
         fclose(w->f);
         unlink(w->tmp);
     }
-    for (int i = 0; !w->finished && i < w->shards; i++) {
+    for (int i = 0; !w->finished && i < w->index; i++) {
         char p[PATH_MAX];
         if (shard_name(w, i, p, sizeof p) == 0)
             unlink(p);

@@ -28,6 +28,8 @@ struct shard_writer;
 int shard_writer_open(struct shard_writer **out, const struct shard_writer_config *c, herr *e);
 /* Tokens in [0, 65536): uint16, as llm.c's shards hold them. */
 int shard_writer_put(struct shard_writer *w, const int *toks, size_t n, herr *e);
+/* The tokens put so far. */
+uint64_t shard_writer_tokens(const struct shard_writer *w);
 /* The last shard written and renamed; the counts of shards and tokens. Then free. */
 int shard_writer_finish(struct shard_writer *w, int *shards, uint64_t *tokens, herr *e);
 /* Without a finish that succeeded, removes every shard this writer wrote (a set cut short is
