@@ -11,6 +11,8 @@ static const struct cli_command commands[] = {
      cmd_export},
     {"sample", "continue a prompt with a trained model (a checkpoint set or llm.c weights), on the CPU",
      cmd_sample},
+    {"eval", "a trained model's held-out loss and multiple-choice accuracy (HellaSwag), on the CPU",
+     cmd_eval},
     {"tokenize", "write text as llm.c token shards with GPT-2's BPE (a TrainingJob's data)",
      cmd_tokenize},
     {"engines", "list the training engines this binary has (cpu; cuda-fp32, cuda-bf16)", cmd_engines},

@@ -7,10 +7,8 @@
 #include <string.h>
 
 #include "bpe.h"
-#include "checkpoint.h"
 #include "cli.h"
 #include "commands.h"
-#include "model_export.h"
 #include "model_import.h"
 #include "sampler.h"
 #include "tokenizer.h"
@@ -103,31 +101,6 @@ static int encode_prompt(const struct tokenizer *tk, const char *text, int *toks
     return n;
 }
 
-/* The whole model, of B 1 and T positions, from the checkpoint set or the llm.c file. */
-static int load_model(const char *dir, long step, const char *init_from, int T,
-                      struct gpt_stage **out, int64_t *used, herr *e)
-{
-    struct gpt_config c;
-    float *params = NULL;
-    *out = NULL;
-    if (dir ? model_export_read(dir, step, &c, &params, used, e)
-            : model_import_config(init_from, &c, e))
-        return -1;
-    if (T <= 0 || T > c.max_seq)
-        T = c.max_seq;
-    int rc = gpt_stage_create(out, &c, 0, c.layers, 1, T, 1, e);
-    if (rc == 0 && dir)
-        memcpy(gpt_stage_params(*out), params, gpt_stage_num_params(*out) * sizeof(float));
-    else if (rc == 0)
-        rc = model_import_stage(init_from, *out, e);
-    free(params);
-    if (rc != 0) {
-        gpt_stage_free(*out);
-        *out = NULL;
-    }
-    return rc;
-}
-
 int cmd_sample(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -200,7 +173,7 @@ int cmd_sample(int argc, char **argv)
     } else if (!ptoks) {
         ptok[np++] = tk && tokenizer_eot(tk) >= 0 ? tokenizer_eot(tk) : '\n';
     }
-    if (load_model(dir, step, init_from, np + (int)ntok, &s, &used, &e) != 0) {
+    if (model_load_whole(dir, step, init_from, 1, np + (int)ntok, &s, &used, &e) != 0) {
         fprintf(stderr, "%s: %s\n", cmd, e.msg);
         goto out;
     }

@@ -10,6 +10,7 @@ int cmd_engines(int argc, char **argv); /* the training engines this binary has 
 int cmd_export(int argc, char **argv);  /* a checkpoint set as one llm.c / safetensors model */
 int cmd_sample(int argc, char **argv);  /* text from a trained model (sampler.h) */
 int cmd_tokenize(int argc, char **argv); /* text into llm.c token shards (bpe.h) */
+int cmd_eval(int argc, char **argv);     /* held-out loss, multiple choice (choice_eval.h) */
 /* `worker --coordinator URL` (cmd_worker_coord.c): cmd_worker hands over when wanted. */
 int cmd_worker_coord_wanted(int argc, char **argv);
 int cmd_worker_coord(int argc, char **argv);

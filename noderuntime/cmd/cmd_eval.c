@@ -1,0 +1,345 @@
+/* holmes-node eval: how good a trained model is, on the CPU engine: its loss and perplexity on
+ * held-out token data (the windows a job's training.eval reads, dataloader.h), and its accuracy
+ * on a multiple-choice set such as HellaSwag (choice_eval.h). */
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bpe.h"
+#include "choice_eval.h"
+#include "cli.h"
+#include "clock.h"
+#include "commands.h"
+#include "dataloader.h"
+#include "model_import.h"
+#include "tokenizer.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: holmes-node eval (--checkpoint-dir DIR [--step N] | --init-from FILE)\n"
+        "                        [--data FILE|GLOB [--batch B] [--seq T] [--batches N] [--seed N]]\n"
+        "                        [--choices FILE [--tokenizer FILE] [--examples N]\n"
+        "                         [--scores-out FILE]] [--json]\n"
+        "Evaluates a trained model on the CPU (OpenMP threads: OMP_NUM_THREADS):\n"
+        "  --checkpoint-dir DIR  a job's checkpoints (whatever plan wrote them); --step N: that\n"
+        "                        set (default: the step DIR/latest-step names)\n"
+        "  --init-from FILE      GPT-2 weights instead: llm.c's, Hugging Face's safetensors or\n"
+        "                        model directory\n"
+        "Held-out loss (--data):\n"
+        "  --data FILE|GLOB      llm.c token shards (*.bin) or text (byte tokens): the mean\n"
+        "                        cross-entropy and its perplexity over windows of T + 1 tokens,\n"
+        "                        taken as a job's training.eval takes them: with the job's\n"
+        "                        --batch, --seq and --seed and --batches its eval.batches, the\n"
+        "                        loss the job reported after its last step\n"
+        "  --batch B             sequences a forward (1)\n"
+        "  --seq T               positions a sequence (the model's maximum)\n"
+        "  --batches N           forwards (default: every window of the data, once)\n"
+        "  --seed N              the windows' order (1337, a job's default training.seed)\n"
+        "Multiple choice (--choices):\n"
+        "  --choices FILE        HellaSwag's JSON lines (ctx, endings, label) or llm.c's eval file\n"
+        "                        (hellaswag_val.bin): each ending appended to its context, the\n"
+        "                        model's choice the ending of the least loss, summed (acc) and\n"
+        "                        per token (acc_norm, llm.c's figure); --hellaswag is the same\n"
+        "  --tokenizer FILE      for JSON lines: llm.c's gpt2_tokenizer.bin, transformers'\n"
+        "                        vocab.json or a model directory (GPT-2's BPE); without it each\n"
+        "                        byte is a token (a model trained on text data)\n"
+        "  --examples N          the first N examples only (default: all)\n"
+        "  --scores-out FILE     each example's losses and choices, a JSON line each\n"
+        "Output:\n"
+        "  --json                one JSON object on standard output instead of lines of text\n"
+        "Exit status: 0 evaluated, 1 failed, 2 usage.\n");
+}
+
+struct opts {
+    const char *dir, *init_from, *data, *choices, *tokfile, *scores;
+    long step, B, T, batches, seed, examples;
+    int json;
+};
+
+struct data_result {
+    long batches;
+    int B, T;
+    double loss;
+};
+
+struct choice_result {
+    long examples, correct, correct_norm, shortened;
+};
+
+static const char *cmd = "holmes-node eval";
+
+/* Progress on stderr every 10 s of a long evaluation. */
+static void progress(double *next, const char *what, long done, long total)
+{
+    double now = clock_mono_s();
+    if (now < *next)
+        return;
+    if (*next > 0)
+        fprintf(stderr, "%s: %s %ld/%ld\n", cmd, what, done, total);
+    *next = now + 10.0;
+}
+
+static int eval_data(const struct opts *o, struct data_result *r, int64_t *used, herr *e)
+{
+    struct gpt_stage *s = NULL;
+    struct dataloader *d = NULL;
+    int *in = NULL, *tg = NULL, rc = -1;
+    if (model_load_whole(o->dir, o->step, o->init_from, (int)o->B, (int)o->T, &s, used, e) != 0)
+        return -1;
+    const struct gpt_config *m = gpt_stage_config(s);
+    gpt_stage_batch(s, &r->B, &r->T);
+    if (o->T > m->max_seq) {
+        herr_config(e, "--seq %ld: the model has %d positions", o->T, m->max_seq);
+        goto out;
+    }
+    /* as trainer_spec's evaluation set: rank 0 of 1, global epochs, the job's seed */
+    struct dataloader_config dc = {.pattern = o->data, .B = r->B, .T = r->T, .rank = 0,
+                                   .world = 1, .seed = (uint64_t)o->seed, .vocab = m->vocab,
+                                   .global_epochs = 1};
+    if (dataloader_open(&d, &dc, e) != 0) {
+        herr_wrap(e, "--data");
+        goto out;
+    }
+    long all = (long)(dataloader_windows(d) / (uint64_t)r->B);
+    r->batches = o->batches > 0 ? o->batches : all;
+    if (r->batches == 0) {
+        herr_config(e, "--data %s: %" PRIu64 " windows of %d tokens, fewer than a batch of %d",
+                    o->data, dataloader_windows(d), r->T + 1, r->B);
+        goto out;
+    }
+    in = malloc((size_t)r->B * r->T * sizeof *in);
+    tg = malloc((size_t)r->B * r->T * sizeof *tg);
+    if (!in || !tg) {
+        herr_set(e, "out of memory for a batch of %d x %d", r->B, r->T);
+        goto out;
+    }
+    double sum = 0.0, next = 0.0;
+    for (long k = 0; k < r->batches; k++) {
+        float loss;
+        if (dataloader_batch_at(d, (uint64_t)k, 0, 1, in, tg, e) != 0) {
+            herr_wrap(e, "--data, batch %ld", k);
+            goto out;
+        }
+        if (gpt_stage_forward(s, 0, in, NULL, tg, NULL, &loss) != 0) {
+            herr_set(e, "batch %ld: %s", k, gpt_stage_error(s));
+            goto out;
+        }
+        sum += loss;
+        progress(&next, "batches", k + 1, r->batches);
+    }
+    r->loss = sum / (double)r->batches;
+    rc = 0;
+out:
+    free(in);
+    free(tg);
+    dataloader_free(d);
+    gpt_stage_free(s);
+    return rc;
+}
+
+/* One example's line for --scores-out. */
+static void score_line(FILE *f, const struct choice_example *x, const double *sum,
+                       const double *mean, int dropped)
+{
+    fprintf(f, "{\"example\":%ld,\"label\":%d,\"pred\":%d,\"pred_norm\":%d,\"dropped\":%d,"
+            "\"sum\":[", x->where, x->label, choice_pick(sum, x->n), choice_pick(mean, x->n),
+            dropped);
+    for (int i = 0; i < x->n; i++)
+        fprintf(f, "%s%.9g", i ? "," : "", sum[i]);
+    fprintf(f, "],\"mean\":[");
+    for (int i = 0; i < x->n; i++)
+        fprintf(f, "%s%.9g", i ? "," : "", mean[i]);
+    fprintf(f, "]}\n");
+}
+
+static int eval_choices(const struct opts *o, struct choice_result *r, int64_t *used, herr *e)
+{
+    struct tokenizer *tk = NULL;
+    struct bpe *b = NULL;
+    struct choice_set set = {0};
+    struct gpt_stage *s = NULL;
+    FILE *sf = NULL;
+    int rc = -1;
+    if (o->tokfile && (tokenizer_open(&tk, o->tokfile, e) != 0 || bpe_create(&b, tk, e) != 0)) {
+        herr_wrap(e, "--tokenizer");
+        goto out;
+    }
+    if (choice_set_read(&set, o->choices, b, (size_t)o->examples, e) != 0) {
+        herr_wrap(e, "--choices");
+        goto out;
+    }
+    if (model_load_whole(o->dir, o->step, o->init_from, choice_set_max_completions(&set),
+                         choice_set_max_positions(&set), &s, used, e) != 0)
+        goto out;
+    if (o->scores && !(sf = fopen(o->scores, "w"))) {
+        herr_set(e, "--scores-out %s: cannot be written", o->scores);
+        goto out;
+    }
+    double next = 0.0;
+    for (size_t i = 0; i < set.n; i++) {
+        const struct choice_example *x = &set.ex[i];
+        double sum[CHOICE_MAX], mean[CHOICE_MAX];
+        int dropped;
+        if (choice_score(s, x, sum, mean, &dropped, e) != 0) {
+            herr_wrap(e, "--choices %s, %s %ld", o->choices, set.jsonl ? "line" : "example",
+                      x->where);
+            goto out;
+        }
+        r->examples++;
+        r->correct += choice_pick(sum, x->n) == x->label;
+        r->correct_norm += choice_pick(mean, x->n) == x->label;
+        r->shortened += dropped > 0;
+        if (sf)
+            score_line(sf, x, sum, mean, dropped);
+        progress(&next, "examples", (long)i + 1, (long)set.n);
+    }
+    if (sf && (fflush(sf) != 0 || ferror(sf))) {
+        herr_set(e, "--scores-out %s: write failed", o->scores);
+        goto out;
+    }
+    rc = 0;
+out:
+    if (sf)
+        fclose(sf);
+    gpt_stage_free(s);
+    choice_set_free(&set);
+    bpe_free(b);
+    tokenizer_free(tk);
+    return rc;
+}
+
+static void report(const struct opts *o, int64_t step, const struct data_result *dr,
+                   const struct choice_result *cr)
+{
+    double ppl = dr ? exp(dr->loss) : 0.0;
+    double n = cr ? (double)cr->examples : 1.0;
+    if (!o->json) {
+        if (o->dir)
+            printf("model: step %" PRId64 " of %s\n", step, o->dir);
+        else
+            printf("model: %s\n", o->init_from);
+        if (dr)
+            printf("data: %ld batches of %d x %d tokens (%ld tokens) of %s: loss %.6f, "
+                   "perplexity %.4g\n", dr->batches, dr->B, dr->T, dr->batches * dr->B * dr->T,
+                   o->data, dr->loss, ppl);
+        if (cr)
+            printf("choices: %ld examples of %s: acc %.4f (%ld right), acc_norm %.4f (%ld right)"
+                   "%s\n", cr->examples, o->choices, cr->correct / n, cr->correct,
+                   cr->correct_norm / n, cr->correct_norm,
+                   cr->shortened ? " (contexts shortened to fit: see --scores-out)" : "");
+        return;
+    }
+    cJSON *j = cJSON_CreateObject(), *d = NULL, *c = NULL;
+    if (!j) {
+        fprintf(stderr, "%s: out of memory for the JSON report\n", cmd);
+        return;
+    }
+    if (o->dir) {
+        cJSON_AddStringToObject(j, "checkpoint_dir", o->dir);
+        cJSON_AddNumberToObject(j, "step", (double)step);
+    } else {
+        cJSON_AddStringToObject(j, "init_from", o->init_from);
+    }
+    if (dr && (d = cJSON_AddObjectToObject(j, "data"))) {
+        cJSON_AddStringToObject(d, "path", o->data);
+        cJSON_AddNumberToObject(d, "batches", (double)dr->batches);
+        cJSON_AddNumberToObject(d, "batch", dr->B);
+        cJSON_AddNumberToObject(d, "seq", dr->T);
+        cJSON_AddNumberToObject(d, "tokens", (double)dr->batches * dr->B * dr->T);
+        cJSON_AddNumberToObject(d, "loss", dr->loss);
+        cJSON_AddNumberToObject(d, "perplexity", ppl);
+    }
+    if (cr && (c = cJSON_AddObjectToObject(j, "choices"))) {
+        cJSON_AddStringToObject(c, "path", o->choices);
+        cJSON_AddNumberToObject(c, "examples", (double)cr->examples);
+        cJSON_AddNumberToObject(c, "correct", (double)cr->correct);
+        cJSON_AddNumberToObject(c, "correct_norm", (double)cr->correct_norm);
+        cJSON_AddNumberToObject(c, "acc", cr->correct / n);
+        cJSON_AddNumberToObject(c, "acc_norm", cr->correct_norm / n);
+        cJSON_AddNumberToObject(c, "shortened", (double)cr->shortened);
+    }
+    char *txt = cJSON_PrintUnformatted(j);
+    if (txt)
+        printf("%s\n", txt);
+    else
+        fprintf(stderr, "%s: out of memory for the JSON report\n", cmd);
+    free(txt);
+    cJSON_Delete(j);
+}
+
+/* The options into o: 0, or 2 (usage, said on stderr), or 1 (--help, said on stdout). */
+static int parse(int argc, char **argv, struct opts *o)
+{
+    static const struct option lopts[] = {
+        {"checkpoint-dir", 1, 0, 'd'}, {"step", 1, 0, 's'}, {"init-from", 1, 0, 'i'},
+        {"data", 1, 0, 'D'}, {"batch", 1, 0, 'b'}, {"seq", 1, 0, 'T'}, {"batches", 1, 0, 'n'},
+        {"seed", 1, 0, 'S'}, {"choices", 1, 0, 'c'}, {"hellaswag", 1, 0, 'c'},
+        {"tokenizer", 1, 0, 'z'}, {"examples", 1, 0, 'x'}, {"scores-out", 1, 0, 'o'},
+        {"json", 0, 0, 'j'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    *o = (struct opts){.step = -1, .B = 1, .T = 0, .seed = 1337};
+    int c, shape = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case 'd': o->dir = optarg; break;
+        case 'i': o->init_from = optarg; break;
+        case 'D': o->data = optarg; break;
+        case 'c': o->choices = optarg; break;
+        case 'z': o->tokfile = optarg; break;
+        case 'o': o->scores = optarg; break;
+        case 'j': o->json = 1; break;
+        case 's': bad = cli_long(cmd, "--step", optarg, 0, __LONG_MAX__, &o->step); break;
+        case 'b': shape = 1; bad = cli_long(cmd, "--batch", optarg, 1, 1 << 16, &o->B); break;
+        case 'T': shape = 1; bad = cli_long(cmd, "--seq", optarg, 1, 1 << 20, &o->T); break;
+        case 'n': shape = 1; bad = cli_long(cmd, "--batches", optarg, 1, 1L << 40, &o->batches); break;
+        case 'S': shape = 1; bad = cli_long(cmd, "--seed", optarg, 0, __LONG_MAX__, &o->seed); break;
+        case 'x': bad = cli_long(cmd, "--examples", optarg, 1, 1L << 40, &o->examples); break;
+        case 'h': usage(stdout); return 1;
+        default: usage(stderr); return 2;
+        }
+        if (bad)
+            return 2;
+    }
+    const char *why = optind < argc                    ? "unexpected argument"
+                      : !o->dir == !o->init_from        ? "give one of --checkpoint-dir and --init-from"
+                      : o->step >= 0 && !o->dir         ? "--step goes with --checkpoint-dir"
+                      : !o->data && !o->choices         ? "nothing to evaluate: give --data, --choices or both"
+                      : shape && !o->data               ? "--batch, --seq, --batches and --seed go with --data"
+                      : (o->tokfile || o->examples || o->scores) && !o->choices
+                          ? "--tokenizer, --examples and --scores-out go with --choices"
+                          : NULL;
+    if (why) {
+        fprintf(stderr, "%s: %s\n", cmd, why);
+        usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+int cmd_eval(int argc, char **argv)
+{
+    struct opts o;
+    int p = parse(argc, argv, &o);
+    if (p)
+        return p == 1 ? 0 : 2;
+    herr e = {0};
+    struct data_result dr = {0};
+    struct choice_result cr = {0};
+    int64_t used = -1;
+    if (o.data && eval_data(&o, &dr, &used, &e) != 0) {
+        fprintf(stderr, "%s: %s\n", cmd, e.msg);
+        return 1;
+    }
+    if (o.choices && eval_choices(&o, &cr, &used, &e) != 0) {
+        fprintf(stderr, "%s: %s\n", cmd, e.msg);
+        return 1;
+    }
+    report(&o, used, o.data ? &dr : NULL, o.choices ? &cr : NULL);
+    return 0;
+}
