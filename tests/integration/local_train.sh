@@ -45,6 +45,19 @@ cmd=$(sed -n "s/^  its text: \(.*\) sample --checkpoint-dir .* --prompt 'The '$/
 text=$([ -x "$cmd" ] && "$cmd" sample --checkpoint-dir "$tmp/ckpt" --prompt 'The ' --tokens 16 2>/dev/null)
 [ "${text:0:4}" = "The " ] && pass "the summary's sample command gives the model's text ($(head -c 20 <<<"$text" | cat -v))" \
     || fail "the summary's sample command gives the model's text" "command '$cmd': '$text'; $(grep 'its text' <<<"$out")"
+# the summary's eval command computes, from the step's checkpoint set of two stages, the
+# held-out loss the pipeline 2 x data 2 job reported after its last step (holmes-node eval)
+evcmd=$(sed -n "s/^  its held-out loss: //p" <<<"$out")
+ev=$(cd "$REPO" && [ -n "$evcmd" ] && eval "${evcmd/--checkpoint-dir /--json --checkpoint-dir }" 2>&1)
+/usr/bin/python3 - "$tmp/m.jsonl" "$steps" "$ev" <<'PY' && pass "holmes-node eval (the summary's command) gives the job's last held-out loss" || fail "holmes-node eval (the summary's command) gives the job's last held-out loss" "command '$evcmd': $ev"
+import json, sys
+rows = {r["step"]: r for r in (json.loads(l) for l in open(sys.argv[1]))}
+job = rows[int(sys.argv[2])]["eval_loss"]
+got = json.loads(sys.argv[3])
+assert got["step"] == int(sys.argv[2]) and got["data"]["batches"] == 2 and got["data"]["seq"] == 64, got
+assert abs(got["data"]["loss"] - job) < 2e-6, (got["data"]["loss"], job)
+print("# job %.6f, eval %.6f" % (job, got["data"]["loss"]))
+PY
 # Local workers share the cores: each pins its training to its share, the two replicas of a
 # stage (ranks 0,1 and 2,3) on different cores when there are two or more.
 pins=$(cat "$tmp"/run/worker-*.log | sed -n 's/.*cpu affinity: rank \([0-9]*\) computes on core \([0-9-]*\) .*/\1 \2/p' | sort)

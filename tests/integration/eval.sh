@@ -1,0 +1,123 @@
+# holmes-node eval on a model holmes-node train made (byte-level text, 2 layers): the held-out
+# loss equals the one training.eval reported after the last step (the same windows), from the
+# checkpoint set and from the model exported as an llm.c file; a multiple-choice set in
+# HellaSwag's JSON lines (the real continuation of a text against its letters shuffled) is
+# answered well by the trained model and by chance by an untrained one; the same set written as
+# llm.c's eval file (write_evalfile's layout, by Python here) gives the same scores, example by
+# example; each choice is the argmin of the losses it reports; bad input is refused naming the
+# file and line or flag. (The scores against the engine's own loss: tests/unit/test_choice_eval.c.)
+source "$(dirname "$0")/lib.bash"
+tmp=$(mktemp -d /tmp/holmes-eval.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+corpus=$REPO/examples/data/corpus.txt
+head -c 180000 "$corpus" >"$tmp/train.txt"
+tail -c 28000 "$corpus" >"$tmp/val.txt"
+train() { # train CKPT STEPS LR
+    (cd "$tmp" && OMP_NUM_THREADS=2 "$NODE" train --data train.txt --layers 2 --channels 64 \
+        --heads 4 --vocab 256 --seq 64 --batch 4 --micro-batches 1 --steps "$2" --lr "$3" \
+        --eval-data val.txt --eval-batches 6 --checkpoint-dir "$1" --seed 7 2>&1)
+}
+steps=150
+[ "${HOLMES_VARIANT:-}" = asan ] && steps=60
+out=$(train ck $steps 3e-3)
+job=$(sed -n "s/^eval after step $steps: loss \([0-9.]*\) .*/\1/p" <<<"$out")
+check "a byte-level model trained $steps steps, its held-out loss reported ($job)" test -n "$job"
+
+ev=$(cd "$tmp" && "$NODE" eval --checkpoint-dir ck --data val.txt --batch 4 --seq 64 --batches 6 --seed 7 2>&1)
+check "eval: the job's last held-out loss from its checkpoint, the same windows" \
+    grep -q "data: 6 batches of 4 x 64 tokens (1536 tokens) of val.txt: loss $job," <<<"$ev"
+(cd "$tmp" && "$NODE" export --checkpoint-dir ck --llmc model.bin >/dev/null 2>&1)
+ev=$(cd "$tmp" && "$NODE" eval --init-from model.bin --data val.txt --batch 4 --seq 64 --batches 6 --seed 7 2>&1)
+check "eval --init-from the exported llm.c file: the same loss" grep -q "loss $job," <<<"$ev"
+js=$(cd "$tmp" && "$NODE" eval --checkpoint-dir ck --data val.txt --json 2>&1)
+windows=$(( ($(stat -c %s "$tmp/val.txt") - 1) / 64 ))
+check "eval --json: by default every window once ($windows of 65 bytes), one sequence a batch, perplexity exp(loss)" \
+    jq_true "$js" ".step == $steps and .data.batches == $windows and .data.batch == 1 and .data.seq == 64 and
+                   .data.tokens == $windows * 64 and ((.data.perplexity - (.data.loss | exp)) | fabs) < 1e-9"
+
+# HellaSwag-style: 40 examples, the right ending among three of its letters shuffled
+/usr/bin/python3 - "$tmp/val.txt" >"$tmp/hs.jsonl" <<'PY'
+import json, random, sys
+words = open(sys.argv[1]).read().split()
+rng = random.Random(5)
+for i in range(40):
+    k = rng.randrange(0, len(words) - 20)
+    right = " ".join(words[k + 8:k + 12])
+    ends = []
+    for _ in range(3):
+        l = list(right)
+        rng.shuffle(l)
+        ends.append("".join(l))
+    label = rng.randrange(4)
+    ends.insert(label, right)
+    print(json.dumps({"ind": i, "ctx": " ".join(words[k:k + 8]), "endings": ends,
+                      "label": label if i % 2 else str(label), "split": "val"}))
+PY
+js=$(cd "$tmp" && "$NODE" eval --checkpoint-dir ck --choices hs.jsonl --scores-out sc.jsonl --json 2>&1)
+check "choices: the trained model picks the real text (acc_norm $(jq -r .choices.acc_norm <<<"$js" 2>/dev/null) >= 0.8 of 40)" \
+    jq_true "$js" ".choices.examples == 40 and .choices.acc_norm >= 0.8 and .choices.acc >= 0.8"
+check "choices: --scores-out, a line an example, each choice the argmin of its losses, counted as reported" \
+    /usr/bin/python3 - "$tmp/sc.jsonl" "$js" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+rep = json.loads(sys.argv[2])["choices"]
+assert len(rows) == 40 and [r["example"] for r in rows] == list(range(1, 41))
+for r in rows:
+    assert r["pred"] == r["sum"].index(min(r["sum"])) and r["pred_norm"] == r["mean"].index(min(r["mean"])), r
+    assert all(s > 0 for s in r["sum"]), r
+assert sum(r["pred"] == r["label"] for r in rows) == rep["correct"]
+assert sum(r["pred_norm"] == r["label"] for r in rows) == rep["correct_norm"]
+PY
+out=$(train ck0 1 1e-9)
+js0=$(cd "$tmp" && "$NODE" eval --checkpoint-dir ck0 --choices hs.jsonl --json 2>&1)
+check "choices: a model of one step at lr 1e-9 (as initialised) does not (acc_norm $(jq -r .choices.acc_norm <<<"$js0" 2>/dev/null) < 0.6)" \
+    jq_true "$js0" ".choices.examples == 40 and .choices.acc_norm < 0.6"
+
+# the same examples as llm.c's eval file (bytes as tokens; the ending after a space)
+/usr/bin/python3 - "$tmp/hs.jsonl" "$tmp/hs.bin" <<'PY'
+import json, struct, sys
+stream, longest = [], 0
+for idx, line in enumerate(open(sys.argv[1])):
+    ex = json.loads(line)
+    ctx = list(ex["ctx"].encode())
+    ends = [list((" " + e).encode()) for e in ex["endings"]]
+    s = [65535, 0, idx, int(ex["label"]), len(ends), len(ctx)] + ctx
+    for e in ends:
+        s += [len(e)] + e
+    s[1] = 2 * len(s)
+    longest = max(longest, s[1])
+    stream += s
+header = [20240522, 1, idx + 1, longest] + [0] * 252
+open(sys.argv[2], "wb").write(struct.pack("<256i", *header) + struct.pack("<%dH" % len(stream), *stream))
+PY
+(cd "$tmp" && "$NODE" eval --checkpoint-dir ck --hellaswag hs.bin --scores-out scb.jsonl >/dev/null 2>&1)
+check "choices: llm.c's eval file of the same examples scores them alike, example by example" \
+    /usr/bin/python3 - "$tmp/sc.jsonl" "$tmp/scb.jsonl" <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert len(a) == len(b) == 40
+for x, y in zip(a, b):
+    assert y["example"] == x["example"] - 1
+    x.pop("example"); y.pop("example")
+    assert x == y, (x, y)
+PY
+out=$(cd "$tmp" && "$NODE" eval --checkpoint-dir ck --choices hs.jsonl --examples 5 2>&1)
+check "choices: --examples 5 scores the first 5" grep -q "choices: 5 examples of hs.jsonl" <<<"$out"
+
+# refusals: refused RC TEXT checks the last command's exit status and output
+refused() { [ "$rc" = "$1" ] && grep -qF -- "$2" <<<"$out"; }
+out=$("$NODE" eval --checkpoint-dir "$tmp/ck" 2>&1); rc=$?
+check "nothing to evaluate: usage (exit 2)" refused 2 "nothing to evaluate"
+out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --choices "$tmp/hs.jsonl" --batch 4 2>&1); rc=$?
+check "--batch without --data: usage (exit 2)" refused 2 "go with --data"
+{ head -3 "$tmp/hs.jsonl"; echo '{"ctx": "x", "endings": ["a", "b"], "label": 5}'; } >"$tmp/bad.jsonl"
+out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --choices "$tmp/bad.jsonl" 2>&1); rc=$?
+check "a bad example refused, naming the file and line 4 (exit 1)" \
+    refused 1 'bad.jsonl: line 4: "label" 5 is not the index of one of its 2 endings'
+out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --data "$tmp/val.txt" --seq 65 2>&1); rc=$?
+check "--seq beyond the model's 64 positions refused" refused 1 "the model has 64 positions"
+out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --data "$tmp/none*.bin" 2>&1); rc=$?
+check "--data matching no file refused, naming the flag" refused 1 "--data"
+out=$("$NODE" eval --checkpoint-dir "$tmp/nock" --data "$tmp/val.txt" 2>&1); rc=$?
+check "a directory without checkpoints refused" refused 1 "nock"
