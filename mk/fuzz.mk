@@ -39,7 +39,8 @@ FUZZ_LIB_SRC       := $(wildcard common/*.c) $(wildcard operator/kube/*.c) \
                       noderuntime/worker/worker_peers.c $(wildcard noderuntime/nic/*.c) \
                       $(wildcard operator/planner/*.c) \
                       $(addprefix noderuntime/train/,checkpoint.c ckpt_layout.c dataloader.c \
-                                                     model_export.c model_import.c tokenizer.c bpe.c) \
+                                                     model_export.c model_import.c tokenizer.c bpe.c \
+                                                     choice_eval.c) \
                       $(addprefix noderuntime/engine/,gpt.c gpt_layers.c gpt_pass.c bf16.c)
 FUZZ_LIB           := $(FUZZ_BUILD)/libholmes_fuzz.a
 FUZZ_BINS          := $(addprefix $(FUZZ_BUILD)/fuzz_,$(FUZZ_TARGETS))

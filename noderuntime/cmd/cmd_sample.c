@@ -18,7 +18,8 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: holmes-node sample (--checkpoint-dir DIR [--step N] | --init-from FILE)\n"
         "                          [--prompt TEXT | --prompt-tokens N,N,...] [--tokenizer FILE]\n"
-        "                          [--tokens N] [--temperature X] [--top-k K] [--seed N]\n"
+        "                          [--tokens N] [--temperature X] [--top-k K] [--top-p P]\n"
+        "                          [--seed N]\n"
         "Continues a prompt with a trained model, one token at a time, on the CPU:\n"
         "  --checkpoint-dir DIR  a job's checkpoints (whatever plan wrote them); --step N: that\n"
         "                        set (default: the step DIR/latest-step names)\n"
@@ -36,6 +37,8 @@ static void usage(FILE *f)
         "  --tokens N            tokens to generate (64); it stops early at end-of-text\n"
         "  --temperature X       1.0; 0 takes the most likely token each time\n"
         "  --top-k K             draw among the K most likely (0: all; 40 by default)\n"
+        "  --top-p P             and of those among the fewest most likely whose probabilities\n"
+        "                        add up to P (nucleus sampling; 1, the default: all of them)\n"
         "  --seed N              the draws' seed (1337): the same seed, the same text\n"
         "Exit status: 0 written, 1 failed, 2 usage.\n");
 }
@@ -107,10 +110,10 @@ int cmd_sample(int argc, char **argv)
         {"checkpoint-dir", 1, 0, 'd'}, {"step", 1, 0, 's'}, {"init-from", 1, 0, 'i'},
         {"prompt", 1, 0, 'p'}, {"prompt-tokens", 1, 0, 'P'}, {"tokenizer", 1, 0, 'z'},
         {"tokens", 1, 0, 'n'}, {"temperature", 1, 0, 't'}, {"top-k", 1, 0, 'k'},
-        {"seed", 1, 0, 'S'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"seed", 1, 0, 'S'}, {"top-p", 1, 0, 'p' + 256}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *dir = NULL, *init_from = NULL, *prompt = NULL, *ptoks = NULL, *tokfile = NULL;
     long step = -1, ntok = 64, topk = 40, seed = 1337;
-    float temp = 1.0f;
+    float temp = 1.0f, topp = 1.0f;
     const char *cmd = "holmes-node sample";
     int c;
     optind = 1;
@@ -127,6 +130,7 @@ int cmd_sample(int argc, char **argv)
         case 'k': bad = cli_long(cmd, "--top-k", optarg, 0, 1 << 24, &topk); break;
         case 'S': bad = cli_long(cmd, "--seed", optarg, 0, __LONG_MAX__, &seed); break;
         case 't': bad = cli_float(cmd, "--temperature", optarg, 0, 100, &temp); break;
+        case 'p' + 256: bad = cli_float(cmd, "--top-p", optarg, 1e-6, 1, &topp); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -201,6 +205,7 @@ int cmd_sample(int argc, char **argv)
     }
     struct out o = {tk};
     struct sampler_config sc = {.tokens = (int)ntok, .temperature = temp, .top_k = (int)topk,
+                                .top_p = topp,
                                 .seed = (uint64_t)seed,
                                 .stop_token = tk ? tokenizer_eot(tk) : -1,
                                 .emit = emit, .ctx = &o};

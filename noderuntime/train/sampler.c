@@ -32,17 +32,18 @@ static int argmax(const float *l, int V)
     return best;
 }
 
-int sampler_pick(const float *logits, int V, float temperature, int top_k, uint64_t *rng)
+int sampler_pick(const float *logits, int V, float temperature, int top_k, float top_p,
+                 uint64_t *rng)
 {
     if (!(temperature > 0.0f) || top_k == 1)
         return argmax(logits, V);
-    int k = top_k > 0 && top_k < V ? top_k : V;
+    int k = top_k > 0 && top_k < V ? top_k : V, nucleus = top_p > 0.0f && top_p < 1.0f;
     int *idx = malloc((size_t)V * sizeof *idx);
     if (!idx) /* no room to rank them: the most likely */
         return argmax(logits, V);
     for (int i = 0; i < V; i++)
         idx[i] = i;
-    if (k < V) {
+    if (k < V || nucleus) {
         g_logits = logits;
         qsort(idx, (size_t)V, sizeof *idx, by_logit);
     }
@@ -50,6 +51,14 @@ int sampler_pick(const float *logits, int V, float temperature, int top_k, uint6
     double sum = 0;
     for (int i = 0; i < k; i++)
         sum += exp(((double)logits[idx[i]] - top) / temperature);
+    if (nucleus) { /* the fewest most likely whose share of the k reaches top_p */
+        double part = 0;
+        int n = 0;
+        while (n < k && part < top_p * sum)
+            part += exp(((double)logits[idx[n++]] - top) / temperature);
+        k = n > 0 ? n : 1;
+        sum = part > 0 ? part : sum;
+    }
     double u = (double)(next_u64(rng) >> 11) * (1.0 / 9007199254740992.0) * sum;
     int pick = idx[k - 1];
     for (int i = 0; i < k; i++) {
@@ -81,6 +90,9 @@ int sampler_run(struct gpt_stage *s, const int *prompt, int np, const struct sam
     if (c->temperature < 0.0f || !isfinite(c->temperature) || c->top_k < 0)
         return herr_config(e, "temperature %g and top-k %d: both must be at least 0",
                            (double)c->temperature, c->top_k);
+    if (!(c->top_p >= 0.0f && c->top_p <= 1.0f))
+        return herr_config(e, "top-p %g must be in [0, 1] (0 and 1: every token)",
+                           (double)c->top_p);
     int *tok = calloc((size_t)T, sizeof *tok);
     if (!tok)
         return herr_set(e, "out of memory for %d positions", T);
@@ -104,7 +116,7 @@ int sampler_run(struct gpt_stage *s, const int *prompt, int np, const struct sam
             }
         if (rc)
             break;
-        int next = sampler_pick(logits, m->vocab, c->temperature, c->top_k, &rng);
+        int next = sampler_pick(logits, m->vocab, c->temperature, c->top_k, c->top_p, &rng);
         tok[t] = out[t] = next;
         *n = t + 1;
         from = t;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "choice_eval.h"
 #include "fuzz_nic_sysfs.h"
 #include "coord_plan.h"
 #include "dataloader.h"
@@ -257,6 +258,24 @@ static void train_files_seeds(void)
     /* transformers' vocab.json (bytes_to_unicode's characters: \u0120 a space, \u010a a newline) */
     static const char vj[] = "{\"a\": 0, \"\\u0120the\": 1, \"\\u010a\": 2, \"<|endoftext|>\": 3}";
     put_bin("train_files", "tokenizer-vocab-json", head, 2, vj, sizeof vj - 1);
+
+    /* multiple choice: HellaSwag's JSON lines (BPE, flag 1), and llm.c's eval file of two
+     * examples (write_evalfile's layout: a context of 3 and 4 completions; a context of 9, the
+     * model's 8 positions exceeded, and 2 completions) */
+    static const char hs[] = "{\"ctx\": \"The thing's 12\", \"endings\": [\"abc\", \"xyz  end\", "
+                             "\"\u00e9t\u00e9\", \"the\"], \"label\": 1}\n"
+                             "{\"ctx\": \"abc\", \"endings\": [\"a\", \"b\"], \"label\": \"0\"}\n";
+    head[0] = 7;
+    head[1] = 1;
+    put_bin("train_files", "choices-jsonl", head, 2, hs, sizeof hs - 1);
+    static const uint16_t ev[] = {65535, 40, 0, 2, 4, 3, 1, 2, 3, 2, 4, 5, 1, 6, 3, 7, 8, 9, 1, 10,
+                                  65535, 40, 1, 1, 2, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 11, 2, 12, 13};
+    unsigned char evf[1024 + sizeof ev];
+    int32_t eh[256] = {CHOICE_EVAL_MAGIC, 1, 2, 40};
+    memcpy(evf, eh, sizeof eh);
+    memcpy(evf + sizeof eh, ev, sizeof ev);
+    head[1] = 0;
+    put_bin("train_files", "choices-llmc", head, 2, evf, sizeof evf);
     rmdir(tmp);
 }
 

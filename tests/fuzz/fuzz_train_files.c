@@ -26,6 +26,13 @@
  *      byte.
  *   6: a safetensors file (initFrom, sample --init-from: model_import.h): its shape read, and a
  *      model of a small shape imported whole and as its second half; a refusal names the file.
+ *   7: a multiple-choice file (holmes-node eval --choices: choice_eval.h), llm.c's eval file or
+ *      HellaSwag's JSON lines (flag 1: encoded with the BPE vocabulary of kind 5, else bytes):
+ *      every example read must keep the rules (2 to 16 completions, a label among them, a
+ *      context and completions of one token or more), and each is scored on a model of 288
+ *      tokens (at most 8
+ *      positions: long contexts lose their first tokens): finite, non-negative losses, or a
+ *      refusal naming the example.
  * Seeds: tests/fuzz/seeds/train_files (fuzz_seeds.c: files ckpt_write and model_export_llmc
  * wrote). */
 #include <errno.h>
@@ -39,6 +46,7 @@
 
 #include "checkpoint.h"
 #include "bpe.h"
+#include "choice_eval.h"
 #include "ckpt_layout.h"
 #include "dataloader.h"
 #include "fuzz_check.h"
@@ -465,12 +473,68 @@ static void fuzz_safetensors(const uint8_t *data, size_t size)
     import_halves(name, &c, model_import_stage, "model_import_stage", NULL);
 }
 
+/* kind 7's model: room for the bytes and kind 5's vocabulary (278 tokens) */
+static const struct gpt_config CHOICE_MODEL = {.layers = 1, .channels = 8, .heads = 2,
+                                               .vocab = 288, .padded_vocab = 288, .max_seq = 8};
+
+static void fuzz_choices(int flags, const uint8_t *data, size_t size)
+{
+    const char *name = "choices.jsonl";
+    if (fuzz_write_file(name, data, size) != 0)
+        abort();
+    struct tokenizer *t = flags & 1 ? fuzz_vocab() : NULL;
+    struct bpe *b = NULL;
+    herr e = {0};
+    if (t && bpe_create(&b, t, &e) != 0)
+        abort();
+    struct choice_set set;
+    if (choice_set_read(&set, name, b, 64, &e) != 0) {
+        fuzz_check_rejection("choice_set_read", &e);
+    } else {
+        struct gpt_stage *s = NULL;
+        int B = choice_set_max_completions(&set), T = choice_set_max_positions(&set);
+        const struct gpt_config *m = &CHOICE_MODEL;
+        if (gpt_stage_create(&s, m, 0, m->layers, B, T < m->max_seq ? T : m->max_seq, 1, &e) != 0)
+            abort();
+        gpt_stage_init_params(s, 1);
+        for (size_t i = 0; i < set.n; i++) {
+            const struct choice_example *x = &set.ex[i];
+            double sum[CHOICE_MAX], mean[CHOICE_MAX];
+            int dropped;
+            if (x->n < 2 || x->n > CHOICE_MAX || x->label < 0 || x->label >= x->n ||
+                x->ctx_len < 1) {
+                fprintf(stderr, "example %zu read breaking the rules\n", i);
+                abort();
+            }
+            for (int c = 0; c < x->n; c++)
+                if (x->len[c] < 1) {
+                    fprintf(stderr, "example %zu: completion %d of no tokens\n", i, c);
+                    abort();
+                }
+            if (choice_score(s, x, sum, mean, &dropped, &e) != 0) {
+                herr_wrap(&e, "%s, example %ld", name, x->where);
+                fuzz_check_rejection("choice_score", &e);
+                continue;
+            }
+            for (int c = 0; c < x->n; c++)
+                if (!(sum[c] >= 0.0) || !(mean[c] >= 0.0) || dropped < 0) {
+                    fprintf(stderr, "example %zu: completion %d scored %g\n", i, c, sum[c]);
+                    abort();
+                }
+        }
+        gpt_stage_free(s);
+        choice_set_free(&set);
+    }
+    bpe_free(b);
+    tokenizer_free(t);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 2)
         return 0;
     fresh_workdir();
-    int kind = data[0] % 7, flags = data[1];
+    int kind = data[0] % 8, flags = data[1];
     data += 2;
     size -= 2;
     switch (kind) {
@@ -480,7 +544,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 3: fuzz_names(data, size); break;
     case 4: fuzz_tokenizer(data, size); break;
     case 5: fuzz_bpe(data, size); break;
-    default: fuzz_safetensors(data, size); break;
+    case 6: fuzz_safetensors(data, size); break;
+    default: fuzz_choices(flags, data, size); break;
     }
     fuzz_leave_workdir();
     return 0;

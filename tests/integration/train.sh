@@ -44,6 +44,11 @@ if [ $rc -eq 0 ] && [ "$(head -c 7 "$tmp/s1")" = "In the " ] && [ "$(wc -c <"$tm
    cmp -s "$tmp/s1" "$tmp/s2" && ! cmp -s "$tmp/s1" "$tmp/s3" && cmp -s "$tmp/g1" "$tmp/g2"; then
     pass "sample: the prompt and 20 bytes; the same seed the same text, another seed another; greedy alike"
 else fail "sample" "rc $rc: $(cat -v "$tmp/s1" "$tmp/s2" "$tmp/s3" "$tmp/g1" "$tmp/g2")"; fi
+# nucleus sampling: a nucleus of the least share keeps the most likely token alone (the greedy
+# text whatever the seed); a share of 1 is no nucleus (the text of --seed 5 above)
+smp --top-p 0.000001 --seed 3 >"$tmp/p1"; smp --top-p 1 --seed 5 >"$tmp/p2"
+cmp -s "$tmp/p1" "$tmp/g1" && cmp -s "$tmp/p2" "$tmp/s1" && pass "sample --top-p: 1e-6 the greedy text, 1 the plain draw" \
+    || fail "sample --top-p: 1e-6 the greedy text, 1 the plain draw" "$(cat -v "$tmp/p1" "$tmp/g1" "$tmp/p2" "$tmp/s1")"
 # the same model exported as llm.c weights samples the same text
 "$NODE" export --checkpoint-dir "$tmp/a" --llmc "$tmp/sample.bin" >/dev/null 2>&1
 "$NODE" sample --init-from "$tmp/sample.bin" --prompt "In the " --tokens 20 --seed 5 >"$tmp/s4" 2>/dev/null

@@ -136,17 +136,17 @@ static void test_pick(void)
 {
     float l[4] = {0.0f, logf(3.0f), -1.0f, -2.0f};
     uint64_t rng = 9;
-    CHECK_INT("temperature 0: the most likely", sampler_pick(l, 4, 0.0f, 0, &rng), 1);
-    CHECK_INT("top-k 1: the most likely", sampler_pick(l, 4, 1.0f, 1, &rng), 1);
+    CHECK_INT("temperature 0: the most likely", sampler_pick(l, 4, 0.0f, 0, 1.0f, &rng), 1);
+    CHECK_INT("top-k 1: the most likely", sampler_pick(l, 4, 1.0f, 1, 1.0f, &rng), 1);
     int cnt[4] = {0};
     for (int i = 0; i < 40000; i++)
-        cnt[sampler_pick(l, 4, 1.0f, 2, &rng)]++;
+        cnt[sampler_pick(l, 4, 1.0f, 2, 1.0f, &rng)]++;
     /* top 2 of {1, 3, e^-1, e^-2}: 1/4 and 3/4 */
     CHECK_MSG("top-k 2: only the two most likely, as 1 : 3", cnt[2] == 0 && cnt[3] == 0 &&
               fabs(cnt[1] / 40000.0 - 0.75) < 0.01, "%d %d %d %d", cnt[0], cnt[1], cnt[2], cnt[3]);
     memset(cnt, 0, sizeof cnt);
     for (int i = 0; i < 40000; i++)
-        cnt[sampler_pick(l, 4, 2.0f, 0, &rng)]++;
+        cnt[sampler_pick(l, 4, 2.0f, 0, 0.0f, &rng)]++;
     /* temperature 2, all four: proportional to e^(l/2) = 1, sqrt 3, e^-0.5, e^-1 */
     double z = 1 + sqrt(3.0) + exp(-0.5) + exp(-1.0);
     int ok = 1;
@@ -155,6 +155,32 @@ static void test_pick(void)
         ok = ok && fabs(cnt[i] / 40000.0 - want[i]) < 0.01;
     CHECK_MSG("temperature 2: proportional to e^(logit / 2)", ok, "%d %d %d %d", cnt[0], cnt[1],
               cnt[2], cnt[3]);
+    /* top-p over {1, 3, e^-1, e^-2} / z (0.221, 0.662, 0.081, 0.030): 0.6 keeps token 1 alone,
+     * 0.7 tokens 1 and 0 (0.883), 0.9 three (0.964); with top-k 2, 0.9 keeps the two */
+    static const struct {
+        float p;
+        int k, keep;
+    } nuc[] = {{0.6f, 0, 1}, {0.7f, 0, 2}, {0.9f, 0, 3}, {0.9f, 2, 2}, {0.999f, 0, 4}};
+    static const int order[4] = {1, 0, 2, 3};
+    double w[4] = {1.0, 3.0, exp(-1.0), exp(-2.0)};
+    for (size_t c = 0; c < sizeof nuc / sizeof nuc[0]; c++) {
+        memset(cnt, 0, sizeof cnt);
+        for (int i = 0; i < 40000; i++)
+            cnt[sampler_pick(l, 4, 1.0f, nuc[c].k, nuc[c].p, &rng)]++;
+        double kept = 0;
+        for (int j = 0; j < nuc[c].keep; j++)
+            kept += w[order[j]];
+        ok = 1;
+        for (int j = 0; j < 4; j++) {
+            double want_j = j < nuc[c].keep ? w[order[j]] / kept : 0.0;
+            double got = cnt[order[j]] / 40000.0;
+            ok = ok && (want_j == 0.0 ? cnt[order[j]] == 0 : fabs(got - want_j) < 0.01);
+        }
+        char name[96];
+        snprintf(name, sizeof name, "top-p %.3g (top-k %d): the %d most likely, renormalised",
+                 (double)nuc[c].p, nuc[c].k, nuc[c].keep);
+        CHECK_MSG(name, ok, "%d %d %d %d", cnt[0], cnt[1], cnt[2], cnt[3]);
+    }
 }
 
 static int write_file(const char *path, const void *p, size_t n)
