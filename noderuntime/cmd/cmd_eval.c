@@ -15,6 +15,8 @@
 #include "clock.h"
 #include "commands.h"
 #include "dataloader.h"
+#include "engine.h"
+#include "model_export.h"
 #include "model_import.h"
 #include "tokenizer.h"
 
@@ -22,10 +24,11 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: holmes-node eval (--checkpoint-dir DIR [--step N] | --init-from FILE)\n"
-        "                        [--data FILE|GLOB [--batch B] [--seq T] [--batches N] [--seed N]]\n"
+        "                        [--data FILE|GLOB [--batch B] [--seq T] [--batches N] [--seed N]\n"
+        "                         [--engine cpu|cuda-fp32|cuda-bf16 [--device N]]]\n"
         "                        [--choices FILE [--tokenizer FILE] [--examples N]\n"
         "                         [--scores-out FILE]] [--json]\n"
-        "Evaluates a trained model on the CPU (OpenMP threads: OMP_NUM_THREADS):\n"
+        "Evaluates a trained model, on the CPU (OpenMP threads: OMP_NUM_THREADS) unless --engine:\n"
         "  --checkpoint-dir DIR  a job's checkpoints (whatever plan wrote them); --step N: that\n"
         "                        set (default: the step DIR/latest-step names)\n"
         "  --init-from FILE      GPT-2 weights instead: llm.c's, Hugging Face's safetensors or\n"
@@ -40,7 +43,9 @@ static void usage(FILE *f)
         "  --seq T               positions a sequence (the model's maximum)\n"
         "  --batches N           forwards (default: every window of the data, once)\n"
         "  --seed N              the windows' order (1337, a job's default training.seed)\n"
-        "Multiple choice (--choices):\n"
+        "  --engine E            the engine of the forwards: cpu (the default), or in a CUDA build\n"
+        "                        cuda-fp32 or cuda-bf16 on GPU --device N (0)\n"
+        "Multiple choice (--choices; on the CPU):\n"
         "  --choices FILE        HellaSwag's JSON lines (ctx, endings, label) or llm.c's eval file\n"
         "                        (hellaswag_val.bin): each ending appended to its context, the\n"
         "                        model's choice the ending of the least loss, summed (acc) and\n"
@@ -57,7 +62,9 @@ static void usage(FILE *f)
 
 struct opts {
     const char *dir, *init_from, *data, *choices, *tokfile, *scores;
-    long step, B, T, batches, seed, examples;
+    long step, B, T, batches, seed, examples, device;
+    enum engine_kind engine;
+    enum dtype precision;
     int json;
 };
 
@@ -65,6 +72,7 @@ struct data_result {
     long batches;
     int B, T;
     double loss;
+    const char *engine; /* engine_name's (a static string) */
 };
 
 struct choice_result {
@@ -84,22 +92,50 @@ static void progress(double *next, const char *what, long done, long total)
     *next = now + 10.0;
 }
 
+/* The model's shape, and for a checkpoint set its parameters (*params, malloc'ed; NULL for a
+ * file, which model_import_stage reads into the stage). */
+static int model_shape(const struct opts *o, struct gpt_config *c, float **params, int64_t *used,
+                       herr *e)
+{
+    *params = NULL;
+    *used = -1;
+    return o->dir ? model_export_read(o->dir, o->step, c, params, used, e)
+                  : model_import_config(o->init_from, c, e);
+}
+
+/* The held-out loss through the engine seam (engine.h): the CPU engine, or a GPU's with
+ * --engine, the parameters loaded into its host stage and uploaded once; one loss read a
+ * batch. */
 static int eval_data(const struct opts *o, struct data_result *r, int64_t *used, herr *e)
 {
-    struct gpt_stage *s = NULL;
+    struct gpt_config c;
+    float *params = NULL;
+    struct engine *en = NULL;
     struct dataloader *d = NULL;
     int *in = NULL, *tg = NULL, rc = -1;
-    if (model_load_whole(o->dir, o->step, o->init_from, (int)o->B, (int)o->T, &s, used, e) != 0)
+    if (model_shape(o, &c, &params, used, e) != 0)
         return -1;
-    const struct gpt_config *m = gpt_stage_config(s);
-    gpt_stage_batch(s, &r->B, &r->T);
-    if (o->T > m->max_seq) {
-        herr_config(e, "--seq %ld: the model has %d positions", o->T, m->max_seq);
+    if (o->T > c.max_seq) {
+        herr_config(e, "--seq %ld: the model has %d positions", o->T, c.max_seq);
         goto out;
     }
+    r->B = (int)o->B;
+    r->T = o->T > 0 ? (int)o->T : c.max_seq;
+    struct engine_spec es = {.kind = o->engine, .precision = o->precision, .device = (int)o->device,
+                             .model = c, .first = 0, .last = c.layers, .B = r->B, .T = r->T,
+                             .slots = 1, .tp = 1, .tp_rank = 0};
+    if (engine_create(&en, &es, e) != 0)
+        goto out;
+    struct gpt_stage *hs = engine_host(en);
+    if (params)
+        memcpy(gpt_stage_params(hs), params, gpt_stage_num_params(hs) * sizeof *params);
+    else if (model_import_stage(o->init_from, hs, e) != 0)
+        goto out;
+    if (engine_params_upload(en, e) != 0)
+        goto out;
     /* as trainer_spec's evaluation set: rank 0 of 1, global epochs, the job's seed */
     struct dataloader_config dc = {.pattern = o->data, .B = r->B, .T = r->T, .rank = 0,
-                                   .world = 1, .seed = (uint64_t)o->seed, .vocab = m->vocab,
+                                   .world = 1, .seed = (uint64_t)o->seed, .vocab = c.vocab,
                                    .global_epochs = 1};
     if (dataloader_open(&d, &dc, e) != 0) {
         herr_wrap(e, "--data");
@@ -125,20 +161,24 @@ static int eval_data(const struct opts *o, struct data_result *r, int64_t *used,
             herr_wrap(e, "--data, batch %ld", k);
             goto out;
         }
-        if (gpt_stage_forward(s, 0, in, NULL, tg, NULL, &loss) != 0) {
-            herr_set(e, "batch %ld: %s", k, gpt_stage_error(s));
+        if (engine_forward(en, 0, 0, r->T, in, NULL, tg, NULL) != 0) {
+            herr_set(e, "batch %ld: %s", k, engine_error(en));
             goto out;
         }
+        if (engine_loss_take(en, &loss, e) != 0)
+            goto out;
         sum += loss;
         progress(&next, "batches", k + 1, r->batches);
     }
     r->loss = sum / (double)r->batches;
+    r->engine = engine_name(en);
     rc = 0;
 out:
     free(in);
     free(tg);
+    free(params);
     dataloader_free(d);
-    gpt_stage_free(s);
+    engine_free(en);
     return rc;
 }
 
@@ -225,8 +265,8 @@ static void report(const struct opts *o, int64_t step, const struct data_result 
             printf("model: %s\n", o->init_from);
         if (dr)
             printf("data: %ld batches of %d x %d tokens (%ld tokens) of %s: loss %.6f, "
-                   "perplexity %.4g\n", dr->batches, dr->B, dr->T, dr->batches * dr->B * dr->T,
-                   o->data, dr->loss, ppl);
+                   "perplexity %.4g (engine %s)\n", dr->batches, dr->B, dr->T,
+                   dr->batches * dr->B * dr->T, o->data, dr->loss, ppl, dr->engine);
         if (cr)
             printf("choices: %ld examples of %s: acc %.4f (%ld right), acc_norm %.4f (%ld right)"
                    "%s\n", cr->examples, o->choices, cr->correct / n, cr->correct,
@@ -253,6 +293,7 @@ static void report(const struct opts *o, int64_t step, const struct data_result 
         cJSON_AddNumberToObject(d, "tokens", (double)dr->batches * dr->B * dr->T);
         cJSON_AddNumberToObject(d, "loss", dr->loss);
         cJSON_AddNumberToObject(d, "perplexity", ppl);
+        cJSON_AddStringToObject(d, "engine", dr->engine);
     }
     if (cr && (c = cJSON_AddObjectToObject(j, "choices"))) {
         cJSON_AddStringToObject(c, "path", o->choices);
@@ -272,6 +313,27 @@ static void report(const struct opts *o, int64_t step, const struct data_result 
     cJSON_Delete(j);
 }
 
+/* --engine NAME into o: 0, or 1 with the reason on stderr (unknown, or not in this binary). */
+static int parse_engine(const char *v, struct opts *o)
+{
+    if (!strcmp(v, "cpu")) {
+        o->engine = ENGINE_CPU;
+        o->precision = DTYPE_FP32;
+    } else if (!strcmp(v, "cuda-fp32") || !strcmp(v, "cuda-bf16")) {
+        o->engine = ENGINE_CUDA;
+        o->precision = strcmp(v, "cuda-bf16") ? DTYPE_FP32 : DTYPE_BF16;
+    } else {
+        fprintf(stderr, "%s: --engine: \"%s\" is not one of cpu, cuda-fp32, cuda-bf16\n", cmd, v);
+        return 1;
+    }
+    char why[256];
+    if (!engine_available(o->engine, o->precision, why, sizeof why)) {
+        fprintf(stderr, "%s: --engine %s: %s\n", cmd, v, why);
+        return 1;
+    }
+    return 0;
+}
+
 /* The options into o: 0, or 2 (usage, said on stderr), or 1 (--help, said on stdout). */
 static int parse(int argc, char **argv, struct opts *o)
 {
@@ -280,8 +342,10 @@ static int parse(int argc, char **argv, struct opts *o)
         {"data", 1, 0, 'D'}, {"batch", 1, 0, 'b'}, {"seq", 1, 0, 'T'}, {"batches", 1, 0, 'n'},
         {"seed", 1, 0, 'S'}, {"choices", 1, 0, 'c'}, {"hellaswag", 1, 0, 'c'},
         {"tokenizer", 1, 0, 'z'}, {"examples", 1, 0, 'x'}, {"scores-out", 1, 0, 'o'},
-        {"json", 0, 0, 'j'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    *o = (struct opts){.step = -1, .B = 1, .T = 0, .seed = 1337};
+        {"json", 0, 0, 'j'}, {"engine", 1, 0, 'E'}, {"device", 1, 0, 'G'}, {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
+    *o = (struct opts){.step = -1, .B = 1, .T = 0, .seed = 1337, .engine = ENGINE_CPU,
+                       .precision = DTYPE_FP32};
     int c, shape = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
@@ -300,6 +364,8 @@ static int parse(int argc, char **argv, struct opts *o)
         case 'n': shape = 1; bad = cli_long(cmd, "--batches", optarg, 1, 1L << 40, &o->batches); break;
         case 'S': shape = 1; bad = cli_long(cmd, "--seed", optarg, 0, __LONG_MAX__, &o->seed); break;
         case 'x': bad = cli_long(cmd, "--examples", optarg, 1, 1L << 40, &o->examples); break;
+        case 'G': shape = 1; bad = cli_long(cmd, "--device", optarg, 0, 1024, &o->device); break;
+        case 'E': shape = 1; bad = parse_engine(optarg, o); break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return 2;
         }
@@ -310,7 +376,7 @@ static int parse(int argc, char **argv, struct opts *o)
                       : !o->dir == !o->init_from        ? "give one of --checkpoint-dir and --init-from"
                       : o->step >= 0 && !o->dir         ? "--step goes with --checkpoint-dir"
                       : !o->data && !o->choices         ? "nothing to evaluate: give --data, --choices or both"
-                      : shape && !o->data               ? "--batch, --seq, --batches and --seed go with --data"
+                      : shape && !o->data               ? "--batch, --seq, --batches, --seed, --engine and --device go with --data"
                       : (o->tokfile || o->examples || o->scores) && !o->choices
                           ? "--tokenizer, --examples and --scores-out go with --choices"
                           : NULL;

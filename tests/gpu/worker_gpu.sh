@@ -14,7 +14,8 @@
 #   5. data-parallel 2 on one GPU (two ranks over TCP: NCCL refuses two ranks of one
 #      communicator on one device) = one rank with twice the micro-batches, within 1e-4;
 #   6. resume: 10 steps with a checkpoint, then on to 20 = 20 steps straight, bit for bit (the
-#      final checkpoints' bytes), with the state on the device throughout;
+#      final checkpoints' bytes), with the state on the device throughout; 6b. holmes-node eval
+#      of that set through the CUDA engines = the CPU engine's held-out loss;
 #   7. the device-resident step: after the first step, the bytes crossing PCIe per step are the
 #      tokens, the targets, the loss and the norm (nothing of the parameters or gradients), and
 #      the host waits per step are the same for 2 and 8 micro-batches;
@@ -161,6 +162,18 @@ if [ -s "$tmp/straight.loss" ] && run first10 1 10 "$e16" && expect=10 run resum
     fi
 else failed gpu.worker.resume_exact "did not train"; fi
 extra=()
+
+# 6b. holmes-node eval through the CUDA engines (written 2026-11-28 without a GPU): the held-out
+#     loss of the 20-step set above, 4 batches of 8 x 64, = the CPU engine's (fp32 within 1e-4,
+#     bf16 within 2e-2: the bf16 engine's matrix products)
+evl() { "$node" eval --checkpoint-dir "$tmp/ck-straight" --data "$data" --batch 8 --batches 4 \
+            --engine "$1" --device 0 --json 2>"$tmp/eval.$1.err" | jq -r .data.loss; }
+ec=$(evl cpu); e1=$(evl "$e32"); e2=$(evl "$e16")
+if [ -n "$ec" ] && [ -n "$e1" ] && [ -n "$e2" ] && [ "$ec" != null ] &&
+   awk -v c="$ec" -v a="$e1" -v b="$e2" 'function r(x) { x = (x - c) / c; return x < 0 ? -x : x }
+        BEGIN { exit !(r(a) < 1e-4 && r(b) < 2e-2) }'; then
+    pass "gpu.worker.eval_command: holmes-node eval --engine $e32 / $e16 = cpu ($e1, $e2, $ec)"
+else failed gpu.worker.eval_command "losses cpu '$ec', $e32 '$e1', $e16 '$e2': $(cat "$tmp"/eval.*.err | head -3)"; fi
 
 # 7. the device-resident step: PCIe bytes per step (steps 2..) = tokens + targets + loss + norm;
 #    host waits per step independent of the micro-batches

@@ -33,7 +33,8 @@ js=$(cd "$tmp" && "$NODE" eval --checkpoint-dir ck --data val.txt --json 2>&1)
 windows=$(( ($(stat -c %s "$tmp/val.txt") - 1) / 64 ))
 check "eval --json: by default every window once ($windows of 65 bytes), one sequence a batch, perplexity exp(loss)" \
     jq_true "$js" ".step == $steps and .data.batches == $windows and .data.batch == 1 and .data.seq == 64 and
-                   .data.tokens == $windows * 64 and ((.data.perplexity - (.data.loss | exp)) | fabs) < 1e-9"
+                   .data.tokens == $windows * 64 and ((.data.perplexity - (.data.loss | exp)) | fabs) < 1e-9 and
+                   .data.engine == \"cpu\""
 
 # HellaSwag-style: 40 examples, the right ending among three of its letters shuffled
 /usr/bin/python3 - "$tmp/val.txt" >"$tmp/hs.jsonl" <<'PY'
@@ -117,6 +118,12 @@ check "a bad example refused, naming the file and line 4 (exit 1)" \
     refused 1 'bad.jsonl: line 4: "label" 5 is not the index of one of its 2 endings'
 out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --data "$tmp/val.txt" --seq 65 2>&1); rc=$?
 check "--seq beyond the model's 64 positions refused" refused 1 "the model has 64 positions"
+out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --data "$tmp/val.txt" --engine tpu 2>&1); rc=$?
+check "--engine tpu refused, naming the engines (exit 2)" refused 2 '--engine: "tpu" is not one of cpu, cuda-fp32, cuda-bf16'
+if ! "$NODE" engines 2>/dev/null | grep -q cuda-bf16; then
+    out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --data "$tmp/val.txt" --engine cuda-bf16 2>&1); rc=$?
+    check "--engine cuda-bf16 in a build without CUDA refused, saying so (exit 2)" refused 2 "built without the CUDA engine"
+fi
 out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --data "$tmp/none*.bin" 2>&1); rc=$?
 check "--data matching no file refused, naming the flag" refused 1 "--data"
 out=$("$NODE" eval --checkpoint-dir "$tmp/nock" --data "$tmp/val.txt" 2>&1); rc=$?
