@@ -316,13 +316,7 @@ static void report(const struct opts *o, int64_t step, const struct data_result 
 /* --engine NAME into o: 0, or 1 with the reason on stderr (unknown, or not in this binary). */
 static int parse_engine(const char *v, struct opts *o)
 {
-    if (!strcmp(v, "cpu")) {
-        o->engine = ENGINE_CPU;
-        o->precision = DTYPE_FP32;
-    } else if (!strcmp(v, "cuda-fp32") || !strcmp(v, "cuda-bf16")) {
-        o->engine = ENGINE_CUDA;
-        o->precision = strcmp(v, "cuda-bf16") ? DTYPE_FP32 : DTYPE_BF16;
-    } else {
+    if (engine_by_name(v, &o->engine, &o->precision) != 0) {
         fprintf(stderr, "%s: --engine: \"%s\" is not one of cpu, cuda-fp32, cuda-bf16\n", cmd, v);
         return 1;
     }

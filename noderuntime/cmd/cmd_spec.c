@@ -180,15 +180,8 @@ static int apply(struct cmd_spec *cs, struct tj_spec *s, const char *f, const ch
         rc = set_int(cs, f, v, 0, 1000000, &t->max_nonfinite_steps);
     } else if (!strcmp(f, "--engine")) {
         /* the command's: real GPUs (one per rank) in the spec's terms, and its precision */
-        if (!strcmp(v, "cpu")) {
-            cs->engine = ENGINE_CPU;
-            t->precision = DTYPE_FP32;
-        } else if (!strcmp(v, "cuda-fp32") || !strcmp(v, "cuda-bf16")) {
-            cs->engine = ENGINE_CUDA;
-            t->precision = strcmp(v, "cuda-bf16") ? DTYPE_FP32 : DTYPE_BF16;
-        } else {
+        if (engine_by_name(v, &cs->engine, &t->precision) != 0)
             return bad_choice(cs, f, v, "cpu, cuda-fp32, cuda-bf16");
-        }
         char why[256];
         if (!engine_available(cs->engine, t->precision, why, sizeof why)) {
             fprintf(stderr, "%s: --engine %s: %s\n", cs->cmd, v, why);

@@ -187,6 +187,20 @@ void engine_free(struct engine *en)
 }
 
 const char *engine_name(const struct engine *en) { return en->ops->name; }
+
+int engine_by_name(const char *name, enum engine_kind *kind, enum dtype *precision)
+{
+    if (!strcmp(name, "cpu")) {
+        *kind = ENGINE_CPU;
+        *precision = DTYPE_FP32;
+    } else if (!strcmp(name, "cuda-fp32") || !strcmp(name, "cuda-bf16")) {
+        *kind = ENGINE_CUDA;
+        *precision = strcmp(name, "cuda-bf16") ? DTYPE_FP32 : DTYPE_BF16;
+    } else {
+        return -1;
+    }
+    return 0;
+}
 struct gpt_stage *engine_host(struct engine *en) { return en->host; }
 struct devmem *engine_mem(struct engine *en) { return en->mem; }
 float *engine_params(struct engine *en) { return en->params; }

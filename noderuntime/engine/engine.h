@@ -144,6 +144,9 @@ struct engine {
     char err[512];
 };
 
+/* The engine a command line names: "cpu" (fp32), "cuda-fp32", "cuda-bf16". 0, or -1 for any
+ * other name (whether this binary has it: engine_available). */
+int engine_by_name(const char *name, enum engine_kind *kind, enum dtype *precision);
 /* 1 when this binary has the engine of `kind` for `precision`; 0 with the reason in `why`. */
 int engine_available(enum engine_kind kind, enum dtype precision, char *why, size_t why_len);
 /* The smallest total memory of GPUs 0..n-1, in bytes, where this binary has the CUDA engine

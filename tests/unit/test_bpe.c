@@ -20,36 +20,13 @@
 #include "fs_testutil.h"
 #include "shard_writer.h"
 #include "tokenizer.h"
+#include "vocab_testutil.h"
 
 static char dir[256];
 
-/* A version 2 tokenizer file: the 256 bytes (ids 0-255, token b is byte b unless `skip`), then
- * pieces (ids 256...), then "<|endoftext|>"; the tokenizer read back. */
 static struct tokenizer *vocab(const char *const *pieces, int n, int skip)
 {
-    char path[300];
-    snprintf(path, sizeof path, "%s/tok-%d.bin", dir, n);
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return NULL;
-    uint32_t h[256] = {20240328u, 2, (uint32_t)(256 + n + 1), (uint32_t)(256 + n)};
-    fwrite(h, sizeof h, 1, f);
-    for (int b = 0; b < 256; b++) {
-        unsigned char rec[2] = {1, (unsigned char)(b == skip ? 'x' : b)};
-        fwrite(rec, 1, 2, f);
-    }
-    for (int i = 0; i <= n; i++) {
-        const char *p = i < n ? pieces[i] : "<|endoftext|>";
-        unsigned char len = (unsigned char)strlen(p);
-        fwrite(&len, 1, 1, f);
-        fwrite(p, 1, len, f);
-    }
-    fclose(f);
-    struct tokenizer *t = NULL;
-    herr e = {0};
-    if (tokenizer_open(&t, path, &e) != 0)
-        printf("# %s\n", e.msg);
-    return t;
+    return test_vocab(dir, pieces, n, skip);
 }
 
 /* text's tokens as "a|bc|d" (each token's bytes; ids >= 256 the same way), or the error. */

@@ -18,6 +18,7 @@
 #include "gpt.h"
 #include "test.h"
 #include "tokenizer.h"
+#include "vocab_testutil.h"
 
 static char dir[256];
 
@@ -163,34 +164,6 @@ static void test_llmc_file(void)
 
 /* ------------------------------------------------------------ JSON lines */
 
-/* A version 2 tokenizer: the 256 bytes, then pieces, then end-of-text. */
-static struct tokenizer *vocab(const char *const *pieces, int n)
-{
-    char path[300];
-    snprintf(path, sizeof path, "%s/tok.bin", dir);
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return NULL;
-    uint32_t h[256] = {20240328u, 2, (uint32_t)(256 + n + 1), (uint32_t)(256 + n)};
-    fwrite(h, sizeof h, 1, f);
-    for (int b = 0; b < 256; b++) {
-        unsigned char rec[2] = {1, (unsigned char)b};
-        fwrite(rec, 1, 2, f);
-    }
-    for (int i = 0; i <= n; i++) {
-        const char *p = i < n ? pieces[i] : "<|endoftext|>";
-        unsigned char len = (unsigned char)strlen(p);
-        fwrite(&len, 1, 1, f);
-        fwrite(p, 1, len, f);
-    }
-    fclose(f);
-    struct tokenizer *t = NULL;
-    herr e = {0};
-    if (tokenizer_open(&t, path, &e) != 0)
-        printf("# %s\n", e.msg);
-    return t;
-}
-
 /* Whether tok[0, n) are the BPE tokens of text. */
 static int encodes_as(struct bpe *b, const char *text, const int *tok, int n)
 {
@@ -225,7 +198,7 @@ static void test_jsonl(void)
 
     static const char *const pieces[] = {"Th", "The", " m", " ma", " man", " i", " is", " h",
                                          " he", " her", " here", " t", " th", " the", " e", " en", " end"};
-    struct tokenizer *t = vocab(pieces, 17);
+    struct tokenizer *t = test_vocab(dir, pieces, 17, -1);
     struct bpe *b = NULL;
     herr e = {0};
     if (!t || bpe_create(&b, t, &e) != 0) {
