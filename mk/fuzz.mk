@@ -41,7 +41,9 @@ FUZZ_LIB_SRC       := $(wildcard common/*.c) $(wildcard operator/kube/*.c) \
                       $(addprefix noderuntime/train/,checkpoint.c ckpt_layout.c dataloader.c \
                                                      model_export.c model_import.c tokenizer.c bpe.c \
                                                      choice_eval.c) \
-                      $(addprefix noderuntime/engine/,gpt.c gpt_layers.c gpt_pass.c bf16.c)
+                      $(addprefix noderuntime/engine/,gpt.c gpt_layers.c gpt_pass.c bf16.c \
+                                                      engine.c engine_cpu.c optimizer.c) \
+                      noderuntime/comm/devmem.c
 FUZZ_LIB           := $(FUZZ_BUILD)/libholmes_fuzz.a
 FUZZ_BINS          := $(addprefix $(FUZZ_BUILD)/fuzz_,$(FUZZ_TARGETS))
 # libFuzzer: clang and its runtime (libclang-rt-14-dev holds libclang_rt.fuzzer); clang's OpenMP

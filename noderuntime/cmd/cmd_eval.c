@@ -24,15 +24,17 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: holmes-node eval (--checkpoint-dir DIR [--step N] | --init-from FILE)\n"
-        "                        [--data FILE|GLOB [--batch B] [--seq T] [--batches N] [--seed N]\n"
-        "                         [--engine cpu|cuda-fp32|cuda-bf16 [--device N]]]\n"
+        "                        [--data FILE|GLOB [--batch B] [--seq T] [--batches N] [--seed N]]\n"
         "                        [--choices FILE [--tokenizer FILE] [--examples N]\n"
-        "                         [--scores-out FILE]] [--json]\n"
+        "                         [--scores-out FILE]]\n"
+        "                        [--engine cpu|cuda-fp32|cuda-bf16 [--device N]] [--json]\n"
         "Evaluates a trained model, on the CPU (OpenMP threads: OMP_NUM_THREADS) unless --engine:\n"
         "  --checkpoint-dir DIR  a job's checkpoints (whatever plan wrote them); --step N: that\n"
         "                        set (default: the step DIR/latest-step names)\n"
         "  --init-from FILE      GPT-2 weights instead: llm.c's, Hugging Face's safetensors or\n"
         "                        model directory\n"
+        "  --engine E            the engine of the forwards: cpu (the default), or in a CUDA build\n"
+        "                        cuda-fp32 or cuda-bf16 on GPU --device N (0)\n"
         "Held-out loss (--data):\n"
         "  --data FILE|GLOB      llm.c token shards (*.bin) or text (byte tokens): the mean\n"
         "                        cross-entropy and its perplexity over windows of T + 1 tokens,\n"
@@ -43,9 +45,8 @@ static void usage(FILE *f)
         "  --seq T               positions a sequence (the model's maximum)\n"
         "  --batches N           forwards (default: every window of the data, once)\n"
         "  --seed N              the windows' order (1337, a job's default training.seed)\n"
-        "  --engine E            the engine of the forwards: cpu (the default), or in a CUDA build\n"
-        "                        cuda-fp32 or cuda-bf16 on GPU --device N (0)\n"
-        "Multiple choice (--choices; on the CPU):\n"
+
+        "Multiple choice (--choices):\n"
         "  --choices FILE        HellaSwag's JSON lines (ctx, endings, label) or llm.c's eval file\n"
         "                        (hellaswag_val.bin): each ending appended to its context, the\n"
         "                        model's choice the ending of the least loss, summed (acc) and\n"
@@ -92,50 +93,59 @@ static void progress(double *next, const char *what, long done, long total)
     *next = now + 10.0;
 }
 
-/* The model's shape, and for a checkpoint set its parameters (*params, malloc'ed; NULL for a
- * file, which model_import_stage reads into the stage). */
-static int model_shape(const struct opts *o, struct gpt_config *c, float **params, int64_t *used,
-                       herr *e)
-{
-    *params = NULL;
-    *used = -1;
-    return o->dir ? model_export_read(o->dir, o->step, c, params, used, e)
-                  : model_import_config(o->init_from, c, e);
-}
-
-/* The held-out loss through the engine seam (engine.h): the CPU engine, or a GPU's with
- * --engine, the parameters loaded into its host stage and uploaded once; one loss read a
- * batch. */
-static int eval_data(const struct opts *o, struct data_result *r, int64_t *used, herr *e)
+/* The model in the engine --engine names, of B sequences and T positions (T <= 0: the model's
+ * maximum; above it: the maximum with `tflag` NULL, else refused naming tflag): its shape and
+ * parameters read from the set or the file into the engine's host stage, uploaded once. */
+static int open_engine(const struct opts *o, int B, int T, const char *tflag,
+                       struct engine **out, int64_t *used, herr *e)
 {
     struct gpt_config c;
     float *params = NULL;
-    struct engine *en = NULL;
-    struct dataloader *d = NULL;
-    int *in = NULL, *tg = NULL, rc = -1;
-    if (model_shape(o, &c, &params, used, e) != 0)
+    *out = NULL;
+    *used = -1;
+    if (o->dir ? model_export_read(o->dir, o->step, &c, &params, used, e)
+               : model_import_config(o->init_from, &c, e))
         return -1;
-    if (o->T > c.max_seq) {
-        herr_config(e, "--seq %ld: the model has %d positions", o->T, c.max_seq);
+    int rc = -1;
+    if (T > c.max_seq && tflag) {
+        herr_config(e, "%s %d: the model has %d positions", tflag, T, c.max_seq);
         goto out;
     }
-    r->B = (int)o->B;
-    r->T = o->T > 0 ? (int)o->T : c.max_seq;
-    struct engine_spec es = {.kind = o->engine, .precision = o->precision, .device = (int)o->device,
-                             .model = c, .first = 0, .last = c.layers, .B = r->B, .T = r->T,
-                             .slots = 1, .tp = 1, .tp_rank = 0};
-    if (engine_create(&en, &es, e) != 0)
+    struct engine_spec es = {.kind = o->engine, .precision = o->precision,
+                             .device = (int)o->device, .model = c, .first = 0,
+                             .last = c.layers, .B = B, .T = T > 0 && T < c.max_seq ? T : c.max_seq, .slots = 1,
+                             .tp = 1, .tp_rank = 0};
+    if (engine_create(out, &es, e) != 0)
         goto out;
-    struct gpt_stage *hs = engine_host(en);
+    struct gpt_stage *hs = engine_host(*out);
     if (params)
         memcpy(gpt_stage_params(hs), params, gpt_stage_num_params(hs) * sizeof *params);
     else if (model_import_stage(o->init_from, hs, e) != 0)
         goto out;
-    if (engine_params_upload(en, e) != 0)
-        goto out;
+    rc = engine_params_upload(*out, e);
+out:
+    free(params);
+    if (rc != 0) {
+        engine_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+/* The held-out loss through the engine seam (engine.h): the CPU engine, or a GPU's with
+ * --engine; one loss read a batch. */
+static int eval_data(const struct opts *o, struct data_result *r, int64_t *used, herr *e)
+{
+    struct engine *en = NULL;
+    struct dataloader *d = NULL;
+    int *in = NULL, *tg = NULL, rc = -1;
+    if (open_engine(o, (int)o->B, (int)o->T, "--seq", &en, used, e) != 0)
+        return -1;
+    const struct gpt_config *c = gpt_stage_config(engine_host(en));
+    gpt_stage_batch(engine_host(en), &r->B, &r->T);
     /* as trainer_spec's evaluation set: rank 0 of 1, global epochs, the job's seed */
     struct dataloader_config dc = {.pattern = o->data, .B = r->B, .T = r->T, .rank = 0,
-                                   .world = 1, .seed = (uint64_t)o->seed, .vocab = c.vocab,
+                                   .world = 1, .seed = (uint64_t)o->seed, .vocab = c->vocab,
                                    .global_epochs = 1};
     if (dataloader_open(&d, &dc, e) != 0) {
         herr_wrap(e, "--data");
@@ -176,7 +186,6 @@ static int eval_data(const struct opts *o, struct data_result *r, int64_t *used,
 out:
     free(in);
     free(tg);
-    free(params);
     dataloader_free(d);
     engine_free(en);
     return rc;
@@ -202,7 +211,7 @@ static int eval_choices(const struct opts *o, struct choice_result *r, int64_t *
     struct tokenizer *tk = NULL;
     struct bpe *b = NULL;
     struct choice_set set = {0};
-    struct gpt_stage *s = NULL;
+    struct engine *en = NULL;
     FILE *sf = NULL;
     int rc = -1;
     if (o->tokfile && (tokenizer_open(&tk, o->tokfile, e) != 0 || bpe_create(&b, tk, e) != 0)) {
@@ -213,8 +222,9 @@ static int eval_choices(const struct opts *o, struct choice_result *r, int64_t *
         herr_wrap(e, "--choices");
         goto out;
     }
-    if (model_load_whole(o->dir, o->step, o->init_from, choice_set_max_completions(&set),
-                         choice_set_max_positions(&set), &s, used, e) != 0)
+    /* one sequence of the longest example's positions (at most the model's: longer contexts
+     * are shortened) */
+    if (open_engine(o, 1, choice_set_max_positions(&set), NULL, &en, used, e) != 0)
         goto out;
     if (o->scores && !(sf = fopen(o->scores, "w"))) {
         herr_set(e, "--scores-out %s: cannot be written", o->scores);
@@ -225,7 +235,7 @@ static int eval_choices(const struct opts *o, struct choice_result *r, int64_t *
         const struct choice_example *x = &set.ex[i];
         double sum[CHOICE_MAX], mean[CHOICE_MAX];
         int dropped;
-        if (choice_score(s, x, sum, mean, &dropped, e) != 0) {
+        if (choice_score(en, x, sum, mean, &dropped, e) != 0) {
             herr_wrap(e, "--choices %s, %s %ld", o->choices, set.jsonl ? "line" : "example",
                       x->where);
             goto out;
@@ -246,7 +256,7 @@ static int eval_choices(const struct opts *o, struct choice_result *r, int64_t *
 out:
     if (sf)
         fclose(sf);
-    gpt_stage_free(s);
+    engine_free(en);
     choice_set_free(&set);
     bpe_free(b);
     tokenizer_free(tk);
@@ -358,8 +368,8 @@ static int parse(int argc, char **argv, struct opts *o)
         case 'n': shape = 1; bad = cli_long(cmd, "--batches", optarg, 1, 1L << 40, &o->batches); break;
         case 'S': shape = 1; bad = cli_long(cmd, "--seed", optarg, 0, __LONG_MAX__, &o->seed); break;
         case 'x': bad = cli_long(cmd, "--examples", optarg, 1, 1L << 40, &o->examples); break;
-        case 'G': shape = 1; bad = cli_long(cmd, "--device", optarg, 0, 1024, &o->device); break;
-        case 'E': shape = 1; bad = parse_engine(optarg, o); break;
+        case 'G': bad = cli_long(cmd, "--device", optarg, 0, 1024, &o->device); break;
+        case 'E': bad = parse_engine(optarg, o); break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return 2;
         }
@@ -370,7 +380,7 @@ static int parse(int argc, char **argv, struct opts *o)
                       : !o->dir == !o->init_from        ? "give one of --checkpoint-dir and --init-from"
                       : o->step >= 0 && !o->dir         ? "--step goes with --checkpoint-dir"
                       : !o->data && !o->choices         ? "nothing to evaluate: give --data, --choices or both"
-                      : shape && !o->data               ? "--batch, --seq, --batches, --seed, --engine and --device go with --data"
+                      : shape && !o->data               ? "--batch, --seq, --batches and --seed go with --data"
                       : (o->tokfile || o->examples || o->scores) && !o->choices
                           ? "--tokenizer, --examples and --scores-out go with --choices"
                           : NULL;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine.h"
 #include "yaml_json.h"
 
 #define CHOICE_FILE_MAX (1ull << 30) /* the largest file read (HellaSwag's train split: 70 MB) */
@@ -300,69 +301,72 @@ int choice_pick(const double *v, int n)
     return best;
 }
 
-/* Cross-entropy of token `target` under logits[0, V), in double. */
-static double token_loss(const float *logits, int V, int target)
+/* The loss the last forward slices added, times T: their positions' summed cross-entropy (an
+ * engine's slice adds its positions' sum over B*T, and B is 1). */
+static int take_sum(struct engine *en, int T, double *out, herr *e)
 {
-    float mx = logits[0];
-    for (int v = 1; v < V; v++)
-        mx = logits[v] > mx ? logits[v] : mx;
-    double sum = 0.0;
-    for (int v = 0; v < V; v++)
-        sum += exp((double)logits[v] - mx);
-    return log(sum) + mx - (double)logits[target];
+    float l;
+    if (engine_loss_take(en, &l, e) != 0)
+        return -1;
+    *out = (double)l * T;
+    return 0;
 }
 
-int choice_score(struct gpt_stage *s, const struct choice_example *x, double *sum, double *mean,
+int choice_score(struct engine *en, const struct choice_example *x, double *sum, double *mean,
                  int *dropped, herr *e)
 {
-    const struct gpt_config *m = gpt_stage_config(s);
+    struct gpt_stage *hs = engine_host(en);
+    const struct gpt_config *m = gpt_stage_config(hs);
     int first, last, B, T;
-    gpt_stage_range(s, &first, &last);
-    gpt_stage_batch(s, &B, &T);
-    if (first != 0 || last != m->layers || gpt_stage_tp(s) != 1)
-        return herr_set(e, "scoring needs the whole model as one stage");
-    if (B < x->n)
-        return herr_set(e, "%d completions need as many sequences; the stage has %d", x->n, B);
+    gpt_stage_range(hs, &first, &last);
+    gpt_stage_batch(hs, &B, &T);
+    if (first != 0 || last != m->layers || gpt_stage_tp(hs) != 1 || B != 1)
+        return herr_set(e, "scoring needs the whole model as one stage of one sequence");
     int P = positions(x), drop = P > T ? P - T : 0;
     if (drop >= x->ctx_len)
         return herr_config(e, "a completion of %d tokens and the context's last token exceed "
                            "the model's %d positions", P - x->ctx_len + 1, T);
-    P -= drop;
-    int V = m->vocab, Vp = m->padded_vocab, c = x->ctx_len - drop;
-    int total = x->ctx_len;
+    int total = x->ctx_len, c = x->ctx_len - drop;
     for (int i = 0; i < x->n; i++)
         total += x->len[i];
     for (int i = 0; i < total; i++)
-        if (x->tok[i] < 0 || x->tok[i] >= V)
+        if (x->tok[i] < 0 || x->tok[i] >= m->vocab)
             return herr_config(e, "token %d is outside the model's vocabulary of %d", x->tok[i],
-                               V);
-    int *tok = calloc((size_t)B * T, sizeof *tok);
-    if (!tok)
-        return herr_set(e, "out of memory for %d x %d tokens", B, T);
-    /* row i: the context's kept tokens, then completion i (the rest of its row stays 0) */
-    const int *comp = x->tok + x->ctx_len;
-    for (int i = 0; i < x->n; i++) {
-        int *row = tok + (size_t)i * T;
-        memcpy(row, x->tok + drop, (size_t)c * sizeof *row);
-        memcpy(row + c, comp, (size_t)(x->len[i] - 1) * sizeof *row); /* the last is a target */
-        comp += x->len[i];
-    }
-    if (gpt_stage_forward_slice(s, 0, 0, P, tok, NULL, NULL, NULL, NULL) != 0) {
+                               m->vocab);
+    int *tok = calloc((size_t)T + 1, sizeof *tok), *tgt = calloc((size_t)T, sizeof *tgt);
+    if (!tok || !tgt) {
         free(tok);
-        return herr_set(e, "forward of %d positions: %s", P, gpt_stage_error(s));
+        free(tgt);
+        return herr_set(e, "out of memory for %d positions", T);
     }
-    const float *logits = gpt_stage_logits(s, 0);
-    comp = x->tok + x->ctx_len;
+    const int *comp = x->tok + x->ctx_len;
+    int rc = 0;
     for (int i = 0; i < x->n; i++) {
-        /* position c - 1 + j predicts completion token j */
-        double acc = 0.0;
-        for (int j = 0; j < x->len[i]; j++)
-            acc += token_loss(logits + ((size_t)i * T + (size_t)(c - 1 + j)) * Vp, V, comp[j]);
-        sum[i] = acc;
-        mean[i] = acc / x->len[i];
-        comp += x->len[i];
+        /* the context's kept tokens, then completion i: positions [0, c - 1) forwarded first
+         * (their loss read and passed over), then the completion's [c - 1, c - 1 + len), each
+         * position predicting the next token */
+        int len = x->len[i];
+        memcpy(tok, x->tok + drop, (size_t)c * sizeof *tok);
+        memcpy(tok + c, comp, (size_t)len * sizeof *tok);
+        memcpy(tgt, tok + 1, (size_t)(c - 1 + len) * sizeof *tgt);
+        double ignored;
+        if (c > 1 && engine_forward(en, 0, 0, c - 1, tok, NULL, tgt, NULL) != 0)
+            rc = herr_set(e, "forward of the context: %s", engine_error(en));
+        else if (c > 1 && take_sum(en, T, &ignored, e) != 0)
+            rc = -1;
+        else if (engine_forward(en, 0, c - 1, c - 1 + len, tok, NULL, tgt, NULL) != 0)
+            rc = herr_set(e, "forward of completion %d: %s", i, engine_error(en));
+        else if (take_sum(en, T, &sum[i], e) != 0)
+            rc = -1;
+        if (rc != 0)
+            break;
+        mean[i] = sum[i] / len;
+        comp += len;
     }
     free(tok);
+    free(tgt);
+    if (rc != 0)
+        return -1;
     *dropped = drop;
     for (int i = 0; i < x->n; i++)
         if (!isfinite(sum[i]))

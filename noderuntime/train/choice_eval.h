@@ -1,7 +1,8 @@
 /* Multiple-choice evaluation, as llm.c and its Python reference score HellaSwag ("completion
  * style"): each example is a context and a few completions, one of them right. Every completion
  * is appended to the context and the model's cross-entropy is taken over the completion's tokens
- * alone (the positions from the context's last token on predict them). The model's choice is the
+ * alone (the positions from the context's last token on predict them), as the engine computes
+ * it (so any engine scores: the CPU's, or a GPU's). The model's choice is the
  * completion of the least summed loss ("acc"), or of the least mean loss over its tokens
  * ("acc_norm", llm.c's figure), the first among equals.
  *
@@ -24,6 +25,7 @@
 
 #include "bpe.h"
 #include "error.h"
+#include "engine.h"
 #include "gpt.h"
 
 #define CHOICE_EVAL_MAGIC 20240522
@@ -55,13 +57,16 @@ void choice_set_free(struct choice_set *s);
 int choice_set_max_completions(const struct choice_set *s);
 int choice_set_max_positions(const struct choice_set *s);
 
-/* Scores x on s, the whole model (layers [0, L), no tensor parallelism) with at least x->n
- * sequences and some T positions: the completions go through as rows of one forward of their
- * longest row's positions. Where the context and a completion exceed T, the context's first
- * tokens are dropped (*dropped says how many; 0 otherwise); a completion that leaves no context
- * token is refused. sum[i] and mean[i] get completion i's summed and mean cross-entropy (nats,
- * double accumulation over the real vocabulary). Every token must be below the vocabulary. */
-int choice_score(struct gpt_stage *s, const struct choice_example *x, double *sum, double *mean,
+/* Scores x through the engine en: the whole model (layers [0, L), no tensor parallelism) of one
+ * sequence and some T positions. Each completion is a forward in two token slices of the context
+ * and the completion (engine_forward's slices): the first, of the context's positions but its
+ * last, only makes the keys and values the second reads; the second's loss is the completion's
+ * tokens' summed cross-entropy (the engine's share of it, times T). Where the context and a
+ * completion exceed T, the context's first tokens are dropped (*dropped says how many; 0
+ * otherwise); a completion that leaves no context token is refused. sum[i] and mean[i] get
+ * completion i's summed and mean cross-entropy (nats). Every token must be below the
+ * vocabulary. */
+int choice_score(struct engine *en, const struct choice_example *x, double *sum, double *mean,
                  int *dropped, herr *e);
 
 /* The index of the least of v[0, n) (the first among equals). */

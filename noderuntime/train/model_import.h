@@ -35,7 +35,7 @@ int model_import_stage(const char *path, struct gpt_stage *s, herr *e);
 /* The whole model (one stage of layers [0, L), no tensor parallelism) of B sequences and T
  * positions (T <= 0 or above the model's: its max_seq), with the parameters of a checkpoint set
  * (dir, step as model_export_read: -1 the latest; *used the step read) or of a GPT-2 file
- * (file, as above; *used -1). One of dir and file. For sample and eval. */
+ * (file, as above; *used -1). One of dir and file. For sample. */
 int model_load_whole(const char *dir, int64_t step, const char *file, int B, int T,
                      struct gpt_stage **out, int64_t *used, herr *e);
 

@@ -49,6 +49,7 @@
 #include "choice_eval.h"
 #include "ckpt_layout.h"
 #include "dataloader.h"
+#include "engine.h"
 #include "fuzz_check.h"
 #include "fuzz_files.h"
 #include "model_export.h"
@@ -491,12 +492,14 @@ static void fuzz_choices(int flags, const uint8_t *data, size_t size)
     if (choice_set_read(&set, name, b, 64, &e) != 0) {
         fuzz_check_rejection("choice_set_read", &e);
     } else {
-        struct gpt_stage *s = NULL;
-        int B = choice_set_max_completions(&set), T = choice_set_max_positions(&set);
         const struct gpt_config *m = &CHOICE_MODEL;
-        if (gpt_stage_create(&s, m, 0, m->layers, B, T < m->max_seq ? T : m->max_seq, 1, &e) != 0)
+        int T = choice_set_max_positions(&set);
+        struct engine_spec es = {.kind = ENGINE_CPU, .precision = DTYPE_FP32, .model = *m,
+                                 .first = 0, .last = m->layers, .B = 1,
+                                 .T = T < m->max_seq ? T : m->max_seq, .slots = 1, .tp = 1};
+        struct engine *en = NULL;
+        if (engine_create(&en, &es, &e) != 0 || engine_init_params(en, 1, &e) != 0)
             abort();
-        gpt_stage_init_params(s, 1);
         for (size_t i = 0; i < set.n; i++) {
             const struct choice_example *x = &set.ex[i];
             double sum[CHOICE_MAX], mean[CHOICE_MAX];
@@ -511,7 +514,7 @@ static void fuzz_choices(int flags, const uint8_t *data, size_t size)
                     fprintf(stderr, "example %zu: completion %d of no tokens\n", i, c);
                     abort();
                 }
-            if (choice_score(s, x, sum, mean, &dropped, &e) != 0) {
+            if (choice_score(en, x, sum, mean, &dropped, &e) != 0) {
                 herr_wrap(&e, "%s, example %ld", name, x->where);
                 fuzz_check_rejection("choice_score", &e);
                 continue;
@@ -522,7 +525,7 @@ static void fuzz_choices(int flags, const uint8_t *data, size_t size)
                     abort();
                 }
         }
-        gpt_stage_free(s);
+        engine_free(en);
         choice_set_free(&set);
     }
     bpe_free(b);

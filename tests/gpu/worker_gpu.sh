@@ -15,7 +15,8 @@
 #      communicator on one device) = one rank with twice the micro-batches, within 1e-4;
 #   6. resume: 10 steps with a checkpoint, then on to 20 = 20 steps straight, bit for bit (the
 #      final checkpoints' bytes), with the state on the device throughout; 6b. holmes-node eval
-#      of that set through the CUDA engines = the CPU engine's held-out loss;
+#      of that set through the CUDA engines = the CPU engine's: the held-out loss, and the
+#      losses of multiple-choice completions (token slices of one sequence);
 #   7. the device-resident step: after the first step, the bytes crossing PCIe per step are the
 #      tokens, the targets, the loss and the norm (nothing of the parameters or gradients), and
 #      the host waits per step are the same for 2 and 8 micro-batches;
@@ -174,6 +175,40 @@ if [ -n "$ec" ] && [ -n "$e1" ] && [ -n "$e2" ] && [ "$ec" != null ] &&
         BEGIN { exit !(r(a) < 1e-4 && r(b) < 2e-2) }'; then
     pass "gpu.worker.eval_command: holmes-node eval --engine $e32 / $e16 = cpu ($e1, $e2, $ec)"
 else failed gpu.worker.eval_command "losses cpu '$ec', $e32 '$e1', $e16 '$e2': $(cat "$tmp"/eval.*.err | head -3)"; fi
+# and multiple choice through the engines (two token slices a completion): 30 examples of the
+# corpus (the real next words among three of its words shuffled), each completion's summed loss
+# = the CPU engine's (fp32 within 1e-4, bf16 within 2e-2 of the largest)
+python3 - "$data" >"$tmp/mc.jsonl" <<'PY'
+import json, random, sys
+w = open(sys.argv[1]).read().split()
+rng = random.Random(3)
+for i in range(30):
+    k = rng.randrange(len(w) - 20)
+    right = " ".join(w[k + 6:k + 10])
+    ends = []
+    for _ in range(3):
+        x = w[k + 6:k + 10]
+        rng.shuffle(x)
+        ends.append(" ".join(x))
+    ends.insert(i % 4, right)
+    print(json.dumps({"ctx": " ".join(w[k:k + 6]), "endings": ends, "label": i % 4}))
+PY
+for en in cpu "$e32" "$e16"; do
+    "$node" eval --checkpoint-dir "$tmp/ck-straight" --choices "$tmp/mc.jsonl" --engine "$en" --device 0 \
+        --scores-out "$tmp/mc.$en.jsonl" >/dev/null 2>"$tmp/mc.$en.err"
+done
+if python3 - "$tmp/mc.cpu.jsonl" "$tmp/mc.$e32.jsonl" "$tmp/mc.$e16.jsonl" <<'PY'
+import json, sys
+rows = [[json.loads(l) for l in open(f)] for f in sys.argv[1:4]]
+assert all(len(r) == 30 for r in rows), [len(r) for r in rows]
+def worst(a, b):
+    return max(abs(x - y) / abs(y) for ra, rb in zip(a, b) for x, y in zip(ra["sum"], rb["sum"]))
+w32, w16 = worst(rows[1], rows[0]), worst(rows[2], rows[0])
+print("  multiple choice: %.2e (fp32), %.2e (bf16)" % (w32, w16))
+assert w32 < 1e-4 and w16 < 2e-2
+PY
+then pass "gpu.worker.eval_choices: holmes-node eval --choices through $e32 / $e16 = cpu"
+else failed gpu.worker.eval_choices "$(cat "$tmp"/mc.*.err | head -3)"; fi
 
 # 7. the device-resident step: PCIe bytes per step (steps 2..) = tokens + targets + loss + norm;
 #    host waits per step independent of the micro-batches

@@ -1,11 +1,11 @@
 /* Multiple-choice evaluation (choice_eval.h). The two files in: llm.c's eval file as its
  * write_evalfile lays it out (every field read back; each rule broken refused, naming the
  * example), HellaSwag's JSON lines (bytes or GPT-2's BPE, the ending after a space; each rule
- * broken refused, naming the line). The scoring against the engine's own cross-entropy: a
- * completion's summed loss is the loss of the context and the completion less that of the
- * context alone (the model is causal), each taken by gpt_stage_forward with targets on a stage
- * of just that length, so the batching of completions as rows, the logits' positions and the
- * log-softmax are all checked; also with the context shortened to fit the stage. */
+ * broken refused, naming the line). The scoring (through the CPU engine, in two token slices
+ * a completion) against the stage's own cross-entropy: a completion's summed loss is the loss
+ * of the context and the completion less that of the context alone (the model is causal), each
+ * taken by gpt_stage_forward with targets on a stage of just that length; also with the context
+ * shortened to fit the stage, and shortened to one token (one slice). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +14,7 @@
 
 #include "bpe.h"
 #include "choice_eval.h"
+#include "engine.h"
 #include "fs_testutil.h"
 #include "gpt.h"
 #include "test.h"
@@ -311,29 +312,53 @@ static double reference(const float *params, const struct choice_example *x, int
     return engine_sum(params, seq, n) - engine_sum(params, seq, c);
 }
 
+/* The CPU engine (engine.h) of the whole model, B sequences of T positions, with params. */
+static struct engine *engine_of(int B, int T, const float *params)
+{
+    struct engine *en = NULL;
+    herr e = {0};
+    struct engine_spec es = {.kind = ENGINE_CPU, .precision = DTYPE_FP32, .model = MODEL,
+                             .first = 0, .last = L, .B = B, .T = T, .slots = 1, .tp = 1};
+    if (engine_create(&en, &es, &e) != 0) {
+        printf("# %s\n", e.msg);
+        return NULL;
+    }
+    struct gpt_stage *hs = engine_host(en);
+    memcpy(gpt_stage_params(hs), params, gpt_stage_num_params(hs) * sizeof *params);
+    if (engine_params_upload(en, &e) != 0) {
+        printf("# %s\n", e.msg);
+        engine_free(en);
+        return NULL;
+    }
+    return en;
+}
+
 static void test_score(void)
 {
     static int tok[] = {3, 17, 60, 2, 9, /* context */ 4, 4, 50, /* 1 */ 33, /* 2 */
                         7, 8, 9, 10, 11, 12, /* 3 */ 0, 59 /* 4 */};
     struct choice_example x = {.where = 1, .label = 2, .n = 4, .ctx_len = 5, .len = {3, 1, 6, 2},
                                .tok = tok};
-    struct gpt_stage *s = model(4, MAXT, NULL);
+    struct gpt_stage *s = model(1, MAXT, NULL);
     if (!s) {
         TEST_FAIL("scoring: a model", "not created");
         return;
     }
     size_t np = gpt_stage_num_params(s);
     float *params = malloc(np * sizeof *params);
-    if (!params) {
-        gpt_stage_free(s);
-        TEST_FAIL("scoring: a model", "out of memory");
+    if (params)
+        memcpy(params, gpt_stage_params(s), np * sizeof *params);
+    gpt_stage_free(s);
+    struct engine *en = params ? engine_of(1, MAXT, params) : NULL;
+    if (!en) {
+        TEST_FAIL("scoring: a model", "no engine");
+        free(params);
         return;
     }
-    memcpy(params, gpt_stage_params(s), np * sizeof *params);
     double sum[CHOICE_MAX], mean[CHOICE_MAX], ref[4];
     int dropped = -1;
     herr e = {0};
-    int rc = choice_score(s, &x, sum, mean, &dropped, &e);
+    int rc = choice_score(en, &x, sum, mean, &dropped, &e);
     double worst = 0.0, spread = 0.0;
     for (int i = 0; i < 4; i++) {
         ref[i] = reference(params, &x, i, 0);
@@ -342,7 +367,7 @@ static void test_score(void)
             spread = fmax(spread, fabs(mean[i] - mean[0]));
         }
     }
-    CHECK_MSG("scoring: each completion's summed loss is the engine's (context + completion less "
+    CHECK_MSG("scoring: each completion's summed loss is the stage's (context + completion less "
               "context)", rc == 0 && worst < 1e-5 && dropped == 0, "rc %d (%s), rel err %.3g",
               rc, e.msg, worst);
     CHECK_MSG("scoring: the completions' mean losses differ (the model is not uniform)",
@@ -351,11 +376,15 @@ static void test_score(void)
     for (int i = 0; ok && i < 4; i++)
         ok = fabs(mean[i] - sum[i] / x.len[i]) <= 1e-12 * fabs(sum[i]);
     CHECK("scoring: mean = sum / the completion's tokens", ok);
-    gpt_stage_free(s);
+    /* the same example again: the engine's state from the last one changes nothing */
+    double again[CHOICE_MAX], again_mean[CHOICE_MAX];
+    rc = choice_score(en, &x, again, again_mean, &dropped, &e);
+    CHECK("scoring: the same example twice, the same losses", rc == 0 && !memcmp(again, sum, 4 * sizeof *sum));
+    engine_free(en);
 
     /* a stage of 7 positions: the rows need 10, so the context's first 3 tokens go */
-    s = model(4, 7, params);
-    rc = s ? choice_score(s, &x, sum, mean, &dropped, &e) : -1;
+    en = engine_of(1, 7, params);
+    rc = en ? choice_score(en, &x, sum, mean, &dropped, &e) : -1;
     worst = 0.0;
     for (int i = 0; rc == 0 && i < 4; i++) {
         double r = reference(params, &x, i, 3);
@@ -364,30 +393,34 @@ static void test_score(void)
     CHECK_MSG("scoring: a context too long for the stage loses its first tokens, the rest scored "
               "alike", rc == 0 && dropped == 3 && worst < 1e-5, "rc %d (%s), dropped %d, rel err %.3g",
               rc, e.msg, dropped, worst);
-    /* a completion of 7 leaves context room for 1 token at T 7 (5 + 7 - 1 - 7 = 4 dropped); 8 none */
+    /* a completion of 7 leaves context room for 1 token at T 7 (5 + 7 - 1 - 7 = 4 dropped): its
+     * slices are then one, from position 0; 8 does not fit */
     static int tok2[] = {3, 17, 60, 2, 9, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2};
     struct choice_example y = {.where = 7, .label = 0, .n = 2, .ctx_len = 5, .len = {7, 1},
                                .tok = tok2};
-    rc = s ? choice_score(s, &y, sum, mean, &dropped, &e) : -1;
+    rc = en ? choice_score(en, &y, sum, mean, &dropped, &e) : -1;
+    double r0 = reference(params, &y, 0, 4);
     CHECK_MSG("scoring: a completion of 7 fits in 7 positions after one context token",
-              rc == 0 && dropped == 4, "rc %d (%s) dropped %d", rc, e.msg, dropped);
+              rc == 0 && dropped == 4 && fabs(sum[0] - r0) <= 1e-5 * fabs(r0),
+              "rc %d (%s) dropped %d, %.9g against %.9g", rc, e.msg, dropped, sum[0], r0);
     y.len[0] = 8;
     y.len[1] = 2;
-    rc = s ? choice_score(s, &y, sum, mean, &dropped, &e) : 0;
+    rc = en ? choice_score(en, &y, sum, mean, &dropped, &e) : 0;
     CHECK_MSG("scoring: a completion of 8 does not, refused", rc != 0 &&
               strstr(e.msg, "completion of 8 tokens") && strstr(e.msg, "7 positions"), "%s", e.msg);
     tok2[6] = V;
     y.len[0] = 7;
     y.len[1] = 1;
-    rc = s ? choice_score(s, &y, sum, mean, &dropped, &e) : 0;
+    rc = en ? choice_score(en, &y, sum, mean, &dropped, &e) : 0;
     CHECK_MSG("scoring: a token outside the vocabulary refused", rc != 0 &&
               strstr(e.msg, "token 61 is outside the model's vocabulary of 61"), "%s", e.msg);
-    gpt_stage_free(s);
-    s = model(3, MAXT, params);
-    rc = s ? choice_score(s, &x, sum, mean, &dropped, &e) : 0;
-    CHECK_MSG("scoring: fewer sequences than completions refused", rc != 0 &&
-              strstr(e.msg, "4 completions need as many sequences"), "%s", e.msg);
-    gpt_stage_free(s);
+    tok2[6] = 2;
+    engine_free(en);
+    en = engine_of(2, MAXT, params);
+    rc = en ? choice_score(en, &x, sum, mean, &dropped, &e) : 0;
+    CHECK_MSG("scoring: an engine of two sequences refused", rc != 0 &&
+              strstr(e.msg, "one stage of one sequence"), "%s", e.msg);
+    engine_free(en);
     free(params);
 
     static const double v[] = {2.0, 1.0, 3.0, 1.0};
