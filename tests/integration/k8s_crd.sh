@@ -152,14 +152,34 @@ for f in "$REPO"/tests/manifests/valid/*.yaml "$REPO"/examples/*.yaml; do
     fi
 done
 
-# --- docs/install.md's tokenizing Job: a valid batch/v1 Job for the server ----------------------
-awk '/^### Training data on the cluster/ { on = 1 } on && /^```yaml/ { f = 1; next } f && /^```/ { exit } f' \
-    "$REPO/docs/install.md" >"$tmp/tokenize-job.yaml"
-if grep -q '^kind: Job' "$tmp/tokenize-job.yaml" &&
-   kubectl create --dry-run=server -n default -f "$tmp/tokenize-job.yaml" >"$tmp/tokenize-job.out" 2>&1; then
-    pass "server accepts docs/install.md's tokenizing Job"
+# --- docs/install.md's tokenizing and evaluating Jobs: valid batch/v1 Jobs for the server -------
+for sec in "Training data on the cluster:tokenizing" "Evaluating a trained model on the cluster:evaluating"; do
+    title=${sec%%:*} what=${sec##*:}
+    awk -v t="### $title" '$0 == t { on = 1 } on && /^```yaml/ { f = 1; next } f && /^```/ { exit } f' \
+        "$REPO/docs/install.md" >"$tmp/$what-job.yaml"
+    if grep -q '^kind: Job' "$tmp/$what-job.yaml" &&
+       kubectl create --dry-run=server -n default -f "$tmp/$what-job.yaml" >"$tmp/$what-job.out" 2>&1; then
+        pass "server accepts docs/install.md's $what Job"
+    else
+        fail "server accepts docs/install.md's $what Job" "$(head -c 400 "$tmp/$what-job.out" 2>/dev/null)"
+    fi
+done
+# the evaluating Job's command is one holmes-node eval accepts (its flags parsed: the only
+# complaint is the missing checkpoint directory)
+mapfile -t argv < <(/usr/bin/python3 - "$tmp/evaluating-job.yaml" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+m = re.search(r"command: \[(.*?)\]", t, re.S)
+for a in m.group(1).replace("\n", " ").split(","):
+    print(a.strip().strip('"'))
+PY
+)
+out=$("$NODE" "${argv[@]:1}" 2>&1); rc=$?
+if [ "${argv[0]}" = holmes-node ] && [ "${argv[1]}" = eval ] && [ $rc = 2 ] && grep -q -- "--engine cuda-bf16: this holmes-node was built without" <<<"$out" ||
+   { [ $rc = 1 ] && grep -q "/data/checkpoints/gpt2-124m" <<<"$out"; }; then
+    pass "docs/install.md's evaluating Job: holmes-node eval parses its command"
 else
-    fail "server accepts docs/install.md's tokenizing Job" "$(head -c 400 "$tmp/tokenize-job.out" 2>/dev/null)"
+    fail "docs/install.md's evaluating Job: holmes-node eval parses its command" "rc $rc: ${argv[*]}: $(head -c 300 <<<"$out")"
 fi
 
 # --- kubectl and validate read YAML 1.1 booleans alike ---------------------------------------
