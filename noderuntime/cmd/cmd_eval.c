@@ -45,7 +45,6 @@ static void usage(FILE *f)
         "  --seq T               positions a sequence (the model's maximum)\n"
         "  --batches N           forwards (default: every window of the data, once)\n"
         "  --seed N              the windows' order (1337, a job's default training.seed)\n"
-
         "Multiple choice (--choices):\n"
         "  --choices FILE        HellaSwag's JSON lines (ctx, endings, label) or llm.c's eval file\n"
         "                        (hellaswag_val.bin): each ending appended to its context, the\n"
@@ -248,9 +247,14 @@ static int eval_choices(const struct opts *o, struct choice_result *r, int64_t *
             score_line(sf, x, sum, mean, dropped);
         progress(&next, "examples", (long)i + 1, (long)set.n);
     }
-    if (sf && (fflush(sf) != 0 || ferror(sf))) {
-        herr_set(e, "--scores-out %s: write failed", o->scores);
-        goto out;
+    if (sf) {
+        int bad = fflush(sf) != 0 || ferror(sf);
+        bad = fclose(sf) != 0 || bad;
+        sf = NULL;
+        if (bad) {
+            herr_set(e, "--scores-out %s: write failed", o->scores);
+            goto out;
+        }
     }
     rc = 0;
 out:
