@@ -113,7 +113,7 @@ static int open_engine(const struct opts *o, int B, int T, const char *tflag,
     struct engine_spec es = {.kind = o->engine, .precision = o->precision,
                              .device = (int)o->device, .model = c, .first = 0,
                              .last = c.layers, .B = B, .T = T > 0 && T < c.max_seq ? T : c.max_seq, .slots = 1,
-                             .tp = 1, .tp_rank = 0};
+                             .tp = 1, .tp_rank = 0, .forward_only = 1};
     if (engine_create(out, &es, e) != 0)
         goto out;
     struct gpt_stage *hs = engine_host(*out);

@@ -52,6 +52,10 @@ struct engine_spec {
     double timeout_s;         /* bound on a host wait for the device (0: none) */
     const char *choices_file; /* CUDA: where the rank's choices of algorithm are kept, so that a
                                  resumed run computes as the first did (NULL: not kept) */
+    int forward_only;         /* forwards only (evaluation): the CPU engine keeps no gradients
+                                 and shares the blocks' activations (gpt_stage_create_forward_only;
+                                 engine_grads NULL, backward refused); the CUDA engines keep their
+                                 training layout */
 };
 
 struct engine;

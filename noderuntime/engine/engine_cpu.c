@@ -59,8 +59,12 @@ static int cpu_profile_end(struct engine *en, struct engine_profile *out, herr *
 
 static int cpu_create(struct engine *en, const struct engine_spec *s, herr *e)
 {
-    if (gpt_stage_create_tp(&en->host, &s->model, s->first, s->last, s->B, s->T, s->slots,
-                            s->tp, s->tp_rank, e) != 0)
+    if (s->forward_only && s->tp != 1)
+        return herr_set(e, "a forward-only CPU engine has no tensor parallelism");
+    if (s->forward_only ? gpt_stage_create_forward_only(&en->host, &s->model, s->first, s->last,
+                                                        s->B, s->T, s->slots, e)
+                        : gpt_stage_create_tp(&en->host, &s->model, s->first, s->last, s->B,
+                                              s->T, s->slots, s->tp, s->tp_rank, e))
         return -1;
     en->impl = calloc(1, sizeof(struct cpu_engine));
     if (!en->impl) {

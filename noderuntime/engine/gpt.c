@@ -193,9 +193,17 @@ static int slot_alloc(struct gpt_stage *s, struct slot_acts *a)
     size_t B = (size_t)s->B, T = (size_t)s->T, C = (size_t)s->c.channels;
     size_t NH = (size_t)s->NHl, nl = (size_t)s->nl, BT = B * T, BTC = BT * C;
     size_t BTl = BT * (size_t)s->Cl, BTF = BT * (size_t)s->F; /* this rank's heads, MLP width */
+    size_t BA = B * NH * T * T;
+    size_t sets = s->forward_only ? 1 : nl; /* of everything but qkv */
     size_t n = BTC                                                 /* x0 */
-               + nl * (BTC + 2 * BT + 3 * BTl + B * NH * T * T + BTl + BTC /* ln1..res2 */
-                       + BTC + 2 * BT + BTF + BTF + BTC);                 /* ln2..res3 */
+               + nl * 3 * BTl                                      /* qkv */
+               + sets * (BTC + 2 * BT + BA + BTl + BTC             /* ln1..res2 */
+                         + BTC + 2 * BT + BTF + BTF + BTC);        /* ln2..res3 */
+    a->sC = s->forward_only ? 0 : BTC;
+    a->sT = s->forward_only ? 0 : BT;
+    a->sl = s->forward_only ? 0 : BTl;
+    a->sF = s->forward_only ? 0 : BTF;
+    a->sA = s->forward_only ? 0 : BA;
     if (s->last == s->c.layers)
         n += BTC + 2 * BT + BT * (size_t)s->Vl + 2 * BT;
     a->mem = gpt_falloc(n);
@@ -206,19 +214,19 @@ static int slot_alloc(struct gpt_stage *s, struct slot_acts *a)
     float *p = a->mem;
 #define CARVE(field, count) do { a->field = p; p += (count); } while (0)
     CARVE(x0, BTC);
-    CARVE(ln1, nl * BTC);
-    CARVE(ln1_mean, nl * BT);
-    CARVE(ln1_rstd, nl * BT);
+    CARVE(ln1, sets * BTC);
+    CARVE(ln1_mean, sets * BT);
+    CARVE(ln1_rstd, sets * BT);
     CARVE(qkv, nl * 3 * BTl);
-    CARVE(att, nl * B * NH * T * T);
-    CARVE(atty, nl * BTl);
-    CARVE(res2, nl * BTC);
-    CARVE(ln2, nl * BTC);
-    CARVE(ln2_mean, nl * BT);
-    CARVE(ln2_rstd, nl * BT);
-    CARVE(fch, nl * BTF);
-    CARVE(fch_gelu, nl * BTF);
-    CARVE(res3, nl * BTC);
+    CARVE(att, sets * BA);
+    CARVE(atty, sets * BTl);
+    CARVE(res2, sets * BTC);
+    CARVE(ln2, sets * BTC);
+    CARVE(ln2_mean, sets * BT);
+    CARVE(ln2_rstd, sets * BT);
+    CARVE(fch, sets * BTF);
+    CARVE(fch_gelu, sets * BTF);
+    CARVE(res3, sets * BTC);
     if (s->last == s->c.layers) {
         CARVE(lnf, BTC);
         CARVE(lnf_mean, BT);
@@ -231,14 +239,31 @@ static int slot_alloc(struct gpt_stage *s, struct slot_acts *a)
     return 0;
 }
 
+static int stage_create(struct gpt_stage **out, const struct gpt_config *cfg, int first,
+                        int last, int B, int T, int slots, int tp, int tp_rank, int forward_only,
+                        herr *e);
+
 int gpt_stage_create(struct gpt_stage **out, const struct gpt_config *cfg, int first, int last,
                      int B, int T, int slots, herr *e)
 {
-    return gpt_stage_create_tp(out, cfg, first, last, B, T, slots, 1, 0, e);
+    return stage_create(out, cfg, first, last, B, T, slots, 1, 0, 0, e);
 }
 
 int gpt_stage_create_tp(struct gpt_stage **out, const struct gpt_config *cfg, int first, int last,
                         int B, int T, int slots, int tp, int tp_rank, herr *e)
+{
+    return stage_create(out, cfg, first, last, B, T, slots, tp, tp_rank, 0, e);
+}
+
+int gpt_stage_create_forward_only(struct gpt_stage **out, const struct gpt_config *cfg, int first,
+                                  int last, int B, int T, int slots, herr *e)
+{
+    return stage_create(out, cfg, first, last, B, T, slots, 1, 0, 1, e);
+}
+
+static int stage_create(struct gpt_stage **out, const struct gpt_config *cfg, int first,
+                        int last, int B, int T, int slots, int tp, int tp_rank, int forward_only,
+                        herr *e)
 {
     *out = NULL;
     struct gpt_config c = *cfg;
@@ -272,6 +297,7 @@ int gpt_stage_create_tp(struct gpt_stage **out, const struct gpt_config *cfg, in
     s->nslots = slots;
     s->tp = tp;
     s->tpr = tp_rank;
+    s->forward_only = forward_only;
     s->Cl = c.channels / tp;
     s->NHl = c.heads / tp;
     s->F = 4 * c.channels / tp;
@@ -283,18 +309,22 @@ int gpt_stage_create_tp(struct gpt_stage **out, const struct gpt_config *cfg, in
         goto oom;
     build_layout(s);
     s->params = gpt_falloc(s->nparams);
-    s->grads = gpt_falloc(s->nparams);
-    if (!s->params || !s->grads)
+    if (!s->params)
         goto oom;
     size_t BT = (size_t)B * T, BTC = BT * c.channels;
-    s->dres = gpt_falloc(BTC);
-    s->dbuf = gpt_falloc(BTC);
-    s->dqkv = gpt_falloc(3 * BT * s->Cl);
-    s->dfch = gpt_falloc(BT * s->F);
-    s->datt_row = gpt_falloc((size_t)B * s->NHl * GPT_ATT_ROWS * T);
     s->ce_buf = gpt_falloc(BT * (2 * (size_t)tp + 1));
-    if (!s->dres || !s->dbuf || !s->dqkv || !s->dfch || !s->datt_row || !s->ce_buf)
+    if (!s->ce_buf)
         goto oom;
+    if (!forward_only) {
+        s->grads = gpt_falloc(s->nparams);
+        s->dres = gpt_falloc(BTC);
+        s->dbuf = gpt_falloc(BTC);
+        s->dqkv = gpt_falloc(3 * BT * s->Cl);
+        s->dfch = gpt_falloc(BT * s->F);
+        s->datt_row = gpt_falloc((size_t)B * s->NHl * GPT_ATT_ROWS * T);
+        if (!s->grads || !s->dres || !s->dbuf || !s->dqkv || !s->dfch || !s->datt_row)
+            goto oom;
+    }
     if (tp > 1) {
         size_t biggest = 0;
         for (int i = 0; i < s->ntensors; i++)
@@ -399,6 +429,8 @@ int gpt_stage_wte(const struct gpt_stage *s, size_t *offset, size_t *count)
 
 void gpt_stage_zero_grads(struct gpt_stage *s)
 {
+    if (!s->grads) /* a forward-only stage */
+        return;
     /* in 1 MiB pieces over the threads: for 124M parameters this is a 500 MB write */
     size_t n = s->nparams, piece = 1 << 18;
     long pieces = (long)((n + piece - 1) / piece);

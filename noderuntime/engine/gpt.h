@@ -98,6 +98,14 @@ void gpt_stage_batch(const struct gpt_stage *s, int *B, int *T); /* its micro-ba
 int gpt_stage_is_first(const struct gpt_stage *s);
 int gpt_stage_is_last(const struct gpt_stage *s);
 
+/* A stage that only runs forwards (evaluation, sampling): no gradients and no backward
+ * buffers, and of the activations only each block's q, k and v are kept per block (what a later
+ * token slice's attention reads); the blocks share the rest, each writing its output over its
+ * input. The same numbers as gpt_stage_create's stage; gpt_stage_grads gives NULL, and backward
+ * and gpt_stage_zero_grads refuse or do nothing. No tensor parallelism. */
+int gpt_stage_create_forward_only(struct gpt_stage **out, const struct gpt_config *cfg, int first,
+                                  int last, int B, int T, int slots, herr *e);
+
 size_t gpt_stage_num_params(const struct gpt_stage *s);
 float *gpt_stage_params(struct gpt_stage *s);  /* one contiguous fp32 buffer */
 float *gpt_stage_grads(struct gpt_stage *s);   /* same layout, accumulated by backward */

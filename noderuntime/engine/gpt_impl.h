@@ -27,6 +27,11 @@ struct slot_acts { /* one micro-batch's saved activations */
     int bwd_from;                   /* positions [bwd_from, T) through backward */
     float *dqkv_acc;                /* [nl][BT * 3Cl] sliced backward: each block's q, k, v
                                        gradients, gathered over the slices (allocated on first use) */
+    /* the distance between one block's activations and the next's, per kind: [BTC] (ln1, res2,
+     * ln2, res3), [BT] (the LayerNorms' statistics), [BT * Cl] (atty), [BT * F] (fch, fch_gelu),
+     * [B * NHl * T * T] (att); 0 in a forward-only stage, whose blocks share one set (qkv is
+     * always kept per block: a later slice's attention reads it) */
+    size_t sC, sT, sl, sF, sA;
 };
 
 struct gpt_stage {
@@ -50,8 +55,9 @@ struct gpt_stage {
     size_t wte_off, wpe_off, lnfw_off, lnfb_off, head_off; /* head_off: the wte used by the head */
     struct layer_off *lo;           /* [nl] */
     struct slot_acts *slots;
-    /* backward scratch, shared by all slots */
+    /* backward scratch, shared by all slots (NULL in a forward-only stage, as grads) */
     float *dres, *dbuf, *dqkv, *dfch, *datt_row;
+    int forward_only;               /* gpt_stage_create_forward_only */
     char err[256];
 };
 

@@ -91,18 +91,20 @@ static int row_parallel_forward(struct gpt_stage *s, float *out, const float *in
 static int block_forward(struct gpt_stage *s, struct slot_acts *a, int i, const struct rows *r)
 {
     int B = s->B, T = s->T, C = s->c.channels, Cl = s->Cl, NHl = s->NHl, F = s->F;
-    size_t BT = (size_t)B * T, BTC = BT * C, BTl = BT * Cl, BTF = BT * F, R = r->r0, n = r->n;
+    size_t BT = (size_t)B * T, BTl = BT * Cl, R = r->r0, n = r->n;
     const struct layer_off *o = &s->lo[i];
     const float *P = s->params;
-    const float *x = (i == 0 ? a->x0 : a->res3 + (size_t)(i - 1) * BTC) + R * C;
-    float *ln1 = a->ln1 + i * BTC + R * C, *ln1m = a->ln1_mean + i * BT + R;
-    float *ln1r = a->ln1_rstd + i * BT + R;
-    float *qkv_l = a->qkv + i * 3 * BTl, *att_l = a->att + (size_t)i * B * NHl * T * T;
-    float *atty_l = a->atty + i * BTl;
-    float *res2 = a->res2 + i * BTC + R * C, *ln2 = a->ln2 + i * BTC + R * C;
-    float *ln2m = a->ln2_mean + i * BT + R, *ln2r = a->ln2_rstd + i * BT + R;
-    float *fch = a->fch + i * BTF + R * F, *fchg = a->fch_gelu + i * BTF + R * F;
-    float *res3 = a->res3 + i * BTC + R * C;
+    /* a forward-only stage's blocks share one set (strides 0): res3 is then the block's input
+     * x too, written after the last read of x (the residual into res2) */
+    const float *x = (i == 0 ? a->x0 : a->res3 + (size_t)(i - 1) * a->sC) + R * C;
+    float *ln1 = a->ln1 + i * a->sC + R * C, *ln1m = a->ln1_mean + i * a->sT + R;
+    float *ln1r = a->ln1_rstd + i * a->sT + R;
+    float *qkv_l = a->qkv + i * 3 * BTl, *att_l = a->att + (size_t)i * a->sA;
+    float *atty_l = a->atty + i * a->sl;
+    float *res2 = a->res2 + i * a->sC + R * C, *ln2 = a->ln2 + i * a->sC + R * C;
+    float *ln2m = a->ln2_mean + i * a->sT + R, *ln2r = a->ln2_rstd + i * a->sT + R;
+    float *fch = a->fch + i * a->sF + R * F, *fchg = a->fch_gelu + i * a->sF + R * F;
+    float *res3 = a->res3 + i * a->sC + R * C;
     size_t seq = (size_t)r->b0 * T; /* the first sequence's first row */
     gpt_layernorm_forward(ln1, ln1m, ln1r, x, P + o->ln1w, P + o->ln1b, (int)n, C);
     gpt_linear_forward(qkv_l + R * 3 * Cl, ln1, P + o->qkvw, P + o->qkvb, (int)n, C, 3 * Cl);
@@ -168,9 +170,9 @@ static int head_forward(struct gpt_stage *s, struct slot_acts *a, const struct r
                         double *total)
 {
     int C = s->c.channels;
-    size_t BTC = (size_t)s->B * s->T * C, R = r->r0;
+    size_t R = r->r0;
     const float *P = s->params;
-    const float *x = (s->nl > 0 ? a->res3 + (size_t)(s->nl - 1) * BTC : a->x0) + R * C;
+    const float *x = (s->nl > 0 ? a->res3 + (size_t)(s->nl - 1) * a->sC : a->x0) + R * C;
     gpt_layernorm_forward(a->lnf + R * C, a->lnf_mean + R, a->lnf_rstd + R, x, P + s->lnfw_off,
                           P + s->lnfb_off, (int)r->n, C);
     gpt_linear_forward(a->logits + R * s->Vl, a->lnf + R * C, P + s->head_off, NULL, (int)r->n, C,
@@ -239,7 +241,6 @@ int gpt_stage_forward_slice(struct gpt_stage *s, int slot, int t0, int t1, const
         return -1;
     struct slot_acts *a = &s->slots[slot];
     int C = s->c.channels, nb = nblocks(s, t0, t1);
-    size_t BTC = (size_t)s->B * s->T * C;
     if (s->first == 0 &&
         gpt_need_params(s, s->wte_off, s->wpe_off + (size_t)s->c.max_seq * C) != 0)
         return -1;
@@ -261,7 +262,7 @@ int gpt_stage_forward_slice(struct gpt_stage *s, int slot, int t0, int t1, const
         }
     }
     if (s->last != s->c.layers) {
-        const float *x = s->nl > 0 ? a->res3 + (size_t)(s->nl - 1) * BTC : a->x0;
+        const float *x = s->nl > 0 ? a->res3 + (size_t)(s->nl - 1) * a->sC : a->x0;
         for (int k = 0; k < nb; k++) {
             struct rows r = block(s, t0, t1, k);
             memcpy(out_act + r.k0 * C, x + r.r0 * C, r.n * C * sizeof(float));
@@ -451,6 +452,8 @@ static int backward_begin(struct gpt_stage *s, int slot, int t0, int t1, const f
 int gpt_stage_backward_slice(struct gpt_stage *s, int slot, int t0, int t1, const float *dout,
                              float *din, float loss_scale)
 {
+    if (s->forward_only)
+        return gpt_stage_fail(s, "a forward-only stage has no backward");
     if (backward_begin(s, slot, t0, t1, dout, din) != 0)
         return -1;
     struct slot_acts *a = &s->slots[slot];

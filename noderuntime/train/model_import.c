@@ -440,7 +440,7 @@ int model_load_whole(const char *dir, int64_t step, const char *file, int B, int
         return -1;
     if (T <= 0 || T > c.max_seq)
         T = c.max_seq;
-    int rc = gpt_stage_create(out, &c, 0, c.layers, B, T, 1, e);
+    int rc = gpt_stage_create_forward_only(out, &c, 0, c.layers, B, T, 1, e);
     if (rc == 0 && dir)
         memcpy(gpt_stage_params(*out), params, gpt_stage_num_params(*out) * sizeof(float));
     else if (rc == 0)

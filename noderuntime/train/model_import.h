@@ -32,8 +32,9 @@ int model_import_config(const char *path, struct gpt_config *c, herr *e);
  * the stage's model's (and its heads, where the file says them). */
 int model_import_stage(const char *path, struct gpt_stage *s, herr *e);
 
-/* The whole model (one stage of layers [0, L), no tensor parallelism) of B sequences and T
- * positions (T <= 0 or above the model's: its max_seq), with the parameters of a checkpoint set
+/* The whole model for forwards only (one stage of layers [0, L), gpt_stage_create_forward_only)
+ * of B sequences and T positions (T <= 0 or above the model's: its max_seq), with the
+ * parameters of a checkpoint set
  * (dir, step as model_export_read: -1 the latest; *used the step read) or of a GPT-2 file
  * (file, as above; *used -1). One of dir and file. For sample. */
 int model_load_whole(const char *dir, int64_t step, const char *file, int B, int T,

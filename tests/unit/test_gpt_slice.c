@@ -194,10 +194,82 @@ static void test_reference(void)
     free_ref(&r);
 }
 
+/* A forward-only stage (gpt_stage_create_forward_only: no gradients, the blocks sharing one set
+ * of activations but q, k, v) computes what the training stage computes, bit for bit: the
+ * whole micro-batch's loss and logits, and slice by slice (two micro-batches interleaved, one
+ * slice given new tokens as a sampler gives them), its logits; a stage after the first passes
+ * on the same activations. Backward is refused. */
+static void test_forward_only(void)
+{
+    struct gpt_stage *ref = NULL, *fo = NULL;
+    herr e;
+    int ok = gpt_stage_create(&ref, &cfg, 0, cfg.layers, B, T, 2, &e) == 0 &&
+             gpt_stage_create_forward_only(&fo, &cfg, 0, cfg.layers, B, T, 2, &e) == 0;
+    CHECK("forward-only: a whole-model stage beside a training one", ok);
+    if (!ok)
+        return;
+    gpt_stage_init_params(ref, 5);
+    memcpy(gpt_stage_params(fo), gpt_stage_params(ref), gpt_stage_num_params(ref) * sizeof(float));
+    CHECK("forward-only: no gradients", gpt_stage_grads(fo) == NULL && gpt_stage_grads(ref) != NULL);
+    int tok[2][B * T], tgt[2][B * T];
+    ref_random_batch(tok[0], tgt[0], B * T, cfg.vocab, 21);
+    ref_random_batch(tok[1], tgt[1], B * T, cfg.vocab, 22);
+    size_t nlog = (size_t)B * T * cfg.padded_vocab;
+    float lr, lf;
+    ok = gpt_stage_forward(ref, 0, tok[0], NULL, tgt[0], NULL, &lr) == 0 &&
+         gpt_stage_forward(fo, 0, tok[0], NULL, tgt[0], NULL, &lf) == 0;
+    CHECK_MSG("forward-only: the whole micro-batch's loss and logits, bit for bit",
+              ok && lr == lf && !memcmp(gpt_stage_logits(ref, 0), gpt_stage_logits(fo, 0),
+                                        nlog * sizeof(float)), "ok %d, %.9g %.9g", ok, lr, lf);
+    /* slices of both micro-batches interleaved; micro-batch 1's second slice given new tokens */
+    static const int order[][2] = {{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 2}, {1, 2}};
+    ok = 1;
+    for (int u = 0; u < 6 && ok; u++) {
+        int m = order[u][0], k = order[u][1];
+        if (m == 1 && k == 1)
+            for (int b = 0; b < B; b++)
+                tok[1][b * T + cuts[1]] = (tok[1][b * T + cuts[1]] + 7) % cfg.vocab;
+        ok = gpt_stage_forward_slice(ref, m, cuts[k], cuts[k + 1], tok[m], NULL, tgt[m], NULL,
+                                     &lr) == 0 &&
+             gpt_stage_forward_slice(fo, m, cuts[k], cuts[k + 1], tok[m], NULL, tgt[m], NULL,
+                                     &lf) == 0 && lr == lf;
+    }
+    CHECK_MSG("forward-only: slices of two micro-batches interleaved, each slice's loss the same",
+              ok, "%s", gpt_stage_error(fo));
+    CHECK("forward-only: their logits, bit for bit",
+          ok && !memcmp(gpt_stage_logits(ref, 0), gpt_stage_logits(fo, 0), nlog * sizeof(float)) &&
+          !memcmp(gpt_stage_logits(ref, 1), gpt_stage_logits(fo, 1), nlog * sizeof(float)));
+    CHECK_MSG("forward-only: backward refused",
+              gpt_stage_backward(fo, 0, NULL, NULL, 1.0f) != 0 &&
+              strstr(gpt_stage_error(fo), "forward-only"), "%s", gpt_stage_error(fo));
+    gpt_stage_zero_grads(fo); /* nothing to clear: must not crash */
+    gpt_stage_free(ref);
+    gpt_stage_free(fo);
+
+    /* a first stage of 2 layers: the activations it passes on */
+    ok = gpt_stage_create(&ref, &cfg, 0, 2, B, T, 1, &e) == 0 &&
+         gpt_stage_create_forward_only(&fo, &cfg, 0, 2, B, T, 1, &e) == 0;
+    float *oa = malloc((size_t)B * T * cfg.channels * sizeof(float));
+    float *ob = malloc((size_t)B * T * cfg.channels * sizeof(float));
+    if (ok && oa && ob) {
+        gpt_stage_init_params(ref, 5);
+        gpt_stage_init_params(fo, 5);
+        ok = gpt_stage_forward(ref, 0, tok[0], NULL, NULL, oa, NULL) == 0 &&
+             gpt_stage_forward(fo, 0, tok[0], NULL, NULL, ob, NULL) == 0;
+    }
+    CHECK("forward-only: a first stage passes on the same activations, bit for bit",
+          ok && oa && ob && !memcmp(oa, ob, (size_t)B * T * cfg.channels * sizeof(float)));
+    free(oa);
+    free(ob);
+    gpt_stage_free(ref);
+    gpt_stage_free(fo);
+}
+
 int main(void)
 {
     test_reference();
     test_whole_model();
     test_two_stages();
+    test_forward_only();
     TEST_MAIN_END();
 }
