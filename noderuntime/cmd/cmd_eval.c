@@ -19,11 +19,12 @@
 #include "model_export.h"
 #include "model_import.h"
 #include "tokenizer.h"
+#include "trainingjob.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: holmes-node eval (--checkpoint-dir DIR [--step N] | --init-from FILE)\n"
+        "usage: holmes-node eval (--checkpoint-dir DIR [--step N] | --init-from FILE | --job FILE)\n"
         "                        [--data FILE|GLOB [--batch B] [--seq T] [--batches N] [--seed N]]\n"
         "                        [--choices FILE [--tokenizer FILE] [--examples N]\n"
         "                         [--scores-out FILE]]\n"
@@ -33,6 +34,12 @@ static void usage(FILE *f)
         "                        set (default: the step DIR/latest-step names)\n"
         "  --init-from FILE      GPT-2 weights instead: llm.c's, Hugging Face's safetensors or\n"
         "                        model directory\n"
+        "  --job FILE            a TrainingJob manifest: its checkpoints (training.checkpoint.path);\n"
+        "                        without --data and --choices, its held-out data\n"
+        "                        (training.eval.path, eval.batches); and unless given, --batch\n"
+        "                        (microBatchSize), --seq (model.seqLen) and --seed\n"
+        "                        (training.seed): the job's last held-out loss again (paths as\n"
+        "                        the job gives them, from this directory)\n"
         "  --engine E            the engine of the forwards: cpu (the default), or in a CUDA build\n"
         "                        cuda-fp32 or cuda-bf16 on GPU --device N (0)\n"
         "Held-out loss (--data):\n"
@@ -61,8 +68,9 @@ static void usage(FILE *f)
 }
 
 struct opts {
-    const char *dir, *init_from, *data, *choices, *tokfile, *scores;
+    const char *dir, *init_from, *data, *choices, *tokfile, *scores, *job;
     long step, B, T, batches, seed, examples, device;
+    char job_dir[TJ_PATH_MAX], job_data[TJ_PATH_MAX]; /* --job's, where the flags left them */
     enum engine_kind engine;
     enum dtype precision;
     int json;
@@ -350,10 +358,11 @@ static int parse(int argc, char **argv, struct opts *o)
         {"data", 1, 0, 'D'}, {"batch", 1, 0, 'b'}, {"seq", 1, 0, 'T'}, {"batches", 1, 0, 'n'},
         {"seed", 1, 0, 'S'}, {"choices", 1, 0, 'c'}, {"hellaswag", 1, 0, 'c'},
         {"tokenizer", 1, 0, 'z'}, {"examples", 1, 0, 'x'}, {"scores-out", 1, 0, 'o'},
-        {"json", 0, 0, 'j'}, {"engine", 1, 0, 'E'}, {"device", 1, 0, 'G'}, {"help", 0, 0, 'h'},
+        {"json", 0, 0, 'j'}, {"engine", 1, 0, 'E'}, {"device", 1, 0, 'G'}, {"job", 1, 0, 'J'},
+        {"help", 0, 0, 'h'},
         {0, 0, 0, 0}};
-    *o = (struct opts){.step = -1, .B = 1, .T = 0, .seed = 1337, .engine = ENGINE_CPU,
-                       .precision = DTYPE_FP32};
+    *o = (struct opts){.step = -1, .B = -1, .T = -1, .batches = -1, .seed = -1,
+                       .engine = ENGINE_CPU, .precision = DTYPE_FP32};
     int c, shape = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
@@ -366,6 +375,7 @@ static int parse(int argc, char **argv, struct opts *o)
         case 'z': o->tokfile = optarg; break;
         case 'o': o->scores = optarg; break;
         case 'j': o->json = 1; break;
+        case 'J': o->job = optarg; break;
         case 's': bad = cli_long(cmd, "--step", optarg, 0, __LONG_MAX__, &o->step); break;
         case 'b': shape = 1; bad = cli_long(cmd, "--batch", optarg, 1, 1 << 16, &o->B); break;
         case 'T': shape = 1; bad = cli_long(cmd, "--seq", optarg, 1, 1 << 20, &o->T); break;
@@ -381,10 +391,11 @@ static int parse(int argc, char **argv, struct opts *o)
             return 2;
     }
     const char *why = optind < argc                    ? "unexpected argument"
-                      : !o->dir == !o->init_from        ? "give one of --checkpoint-dir and --init-from"
-                      : o->step >= 0 && !o->dir         ? "--step goes with --checkpoint-dir"
-                      : !o->data && !o->choices         ? "nothing to evaluate: give --data, --choices or both"
-                      : shape && !o->data               ? "--batch, --seq, --batches and --seed go with --data"
+                      : !!o->dir + !!o->init_from + !!o->job != 1
+                          ? "give one of --checkpoint-dir, --init-from and --job"
+                      : o->step >= 0 && o->init_from    ? "--step goes with --checkpoint-dir or --job"
+                      : !o->data && !o->choices && !o->job ? "nothing to evaluate: give --data, --choices or both"
+                      : shape && !o->data && !o->job    ? "--batch, --seq, --batches and --seed go with --data"
                       : (o->tokfile || o->examples || o->scores) && !o->choices
                           ? "--tokenizer, --examples and --scores-out go with --choices"
                           : NULL;
@@ -396,6 +407,61 @@ static int parse(int argc, char **argv, struct opts *o)
     return 0;
 }
 
+/* --job FILE: the job's checkpoints, and what the flags left unset of its evaluation. */
+static int from_job(struct opts *o, herr *e)
+{
+    struct tj_job *jobs = NULL;
+    struct tj_errors errs = {0};
+    int n = 0;
+    if (tj_load_file(o->job, &jobs, &n, &errs) != 0) {
+        tj_errors_to_herr(&errs, e);
+        return herr_wrap(e, "--job");
+    }
+    int rc = 0;
+    const struct tj_spec *sp = n > 0 ? &jobs[0].spec : NULL;
+    if (n != 1)
+        rc = herr_config(e, "--job %s: %d TrainingJobs; give a file of one", o->job, n);
+    else if (!sp->training.checkpoint.path[0])
+        rc = herr_config(e, "--job %s: spec.training.checkpoint.path is not set: the job keeps no "
+                         "checkpoint to evaluate", o->job);
+    else if (!o->data && !o->choices && !sp->training.eval.path[0])
+        rc = herr_config(e, "--job %s: spec.training.eval is not set: give --data or --choices",
+                         o->job);
+    if (rc == 0) {
+        snprintf(o->job_dir, sizeof o->job_dir, "%s", sp->training.checkpoint.path);
+        o->dir = o->job_dir;
+        if (!o->data && !o->choices) {
+            snprintf(o->job_data, sizeof o->job_data, "%s", sp->training.eval.path);
+            o->data = o->job_data;
+        }
+        if (o->B < 0)
+            o->B = sp->par.micro_batch_size;
+        if (o->T < 0)
+            o->T = sp->model.seq_len;
+        if (o->batches < 0 && sp->training.eval.path[0] && o->data == o->job_data)
+            o->batches = sp->training.eval.batches;
+        if (o->seed < 0)
+            o->seed = (long)sp->training.seed;
+    }
+    for (int i = 0; i < n; i++)
+        tj_job_free(&jobs[i]);
+    free(jobs);
+    return rc;
+}
+
+/* The defaults of what neither the flags nor --job set. */
+static void defaults(struct opts *o)
+{
+    if (o->B < 0)
+        o->B = 1;
+    if (o->T < 0)
+        o->T = 0; /* the model's */
+    if (o->batches < 0)
+        o->batches = 0; /* every window */
+    if (o->seed < 0)
+        o->seed = 1337;
+}
+
 int cmd_eval(int argc, char **argv)
 {
     struct opts o;
@@ -403,6 +469,11 @@ int cmd_eval(int argc, char **argv)
     if (p)
         return p == 1 ? 0 : 2;
     herr e = {0};
+    if (o.job && from_job(&o, &e) != 0) {
+        fprintf(stderr, "%s: %s\n", cmd, e.msg);
+        return 2;
+    }
+    defaults(&o);
     struct data_result dr = {0};
     struct choice_result cr = {0};
     int64_t used = -1;

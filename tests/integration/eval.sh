@@ -124,6 +124,31 @@ if ! "$NODE" engines 2>/dev/null | grep -q cuda-bf16; then
     out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --data "$tmp/val.txt" --engine cuda-bf16 2>&1); rc=$?
     check "--engine cuda-bf16 in a build without CUDA refused, saying so (exit 2)" refused 2 "built without the CUDA engine"
 fi
+cat >"$tmp/job.yaml" <<YAML
+apiVersion: holmes.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: ev}
+spec:
+  workers: 1
+  gpusPerWorker: 0
+  model: {layers: 2, hidden: 64, heads: 4, vocab: 256, seqLen: 64}
+  parallelism: {microBatchSize: 4}
+  training:
+    steps: $steps
+    seed: 7
+    data: {path: train.txt, format: text}
+    eval: {path: val.txt, format: text, batches: 6}
+    checkpoint: {path: ck}
+YAML
+out=$(cd "$tmp" && "$NODE" eval --job job.yaml 2>&1)
+check "eval --job: the manifest's checkpoints, eval data, batch, seq, batches and seed: the job's loss" \
+    grep -q "data: 6 batches of 4 x 64 tokens (1536 tokens) of val.txt: loss $job," <<<"$out"
+sed '/checkpoint:/d' "$tmp/job.yaml" >"$tmp/nock.yaml"
+out=$(cd "$tmp" && "$NODE" eval --job nock.yaml 2>&1); rc=$?
+check "eval --job of a job that keeps no checkpoint refused, naming the field (exit 2)" \
+    refused 2 "spec.training.checkpoint.path is not set"
+out=$(cd "$tmp" && "$NODE" eval --job job.yaml --checkpoint-dir ck 2>&1); rc=$?
+check "eval --job with --checkpoint-dir: usage (exit 2)" refused 2 "give one of --checkpoint-dir, --init-from and --job"
 out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --data "$tmp/none*.bin" 2>&1); rc=$?
 check "--data matching no file refused, naming the flag" refused 1 "--data"
 out=$("$NODE" eval --checkpoint-dir "$tmp/nock" --data "$tmp/val.txt" 2>&1); rc=$?

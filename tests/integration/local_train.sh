@@ -58,6 +58,15 @@ assert got["step"] == int(sys.argv[2]) and got["data"]["batches"] == 2 and got["
 assert abs(got["data"]["loss"] - job) < 2e-6, (got["data"]["loss"], job)
 print("# job %.6f, eval %.6f" % (job, got["data"]["loss"]))
 PY
+# and the same from the job's manifest alone (--job: its checkpoints, eval data and shape)
+ev=$(cd "$REPO" && "$HOLMES_BIN_DIR/holmes-node" eval --job "$tmp/job.yaml" --json 2>&1)
+/usr/bin/python3 - "$tmp/m.jsonl" "$steps" "$ev" <<'PY' && pass "holmes-node eval --job JOB.yaml gives the job's last held-out loss" || fail "holmes-node eval --job JOB.yaml gives the job's last held-out loss" "$ev"
+import json, sys
+rows = {r["step"]: r for r in (json.loads(l) for l in open(sys.argv[1]))}
+got = json.loads(sys.argv[3])
+assert got["step"] == int(sys.argv[2]) and got["data"]["batches"] == 2 and got["data"]["batch"] == 4, got
+assert abs(got["data"]["loss"] - rows[int(sys.argv[2])]["eval_loss"]) < 2e-6, got
+PY
 # Local workers share the cores: each pins its training to its share, the two replicas of a
 # stage (ranks 0,1 and 2,3) on different cores when there are two or more.
 pins=$(cat "$tmp"/run/worker-*.log | sed -n 's/.*cpu affinity: rank \([0-9]*\) computes on core \([0-9-]*\) .*/\1 \2/p' | sort)
