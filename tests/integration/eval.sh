@@ -103,6 +103,69 @@ for x, y in zip(a, b):
     x.pop("example"); y.pop("example")
     assert x == y, (x, y)
 PY
+# the scores against PyTorch (tests/reference/gpt2_torch.py: GPT-2 as transformers computes it,
+# in double precision) on the same model exported as safetensors, the context shortened alike
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+    (cd "$tmp" && "$NODE" export --checkpoint-dir ck --safetensors model.safetensors >/dev/null 2>&1)
+    res=$(/usr/bin/python3 - "$tmp/model.safetensors" "$tmp/hs.jsonl" "$tmp/sc.jsonl" "$REPO/tests/reference" <<'PY' 2>&1
+import json, sys
+import torch
+sys.path.insert(0, sys.argv[4])
+import gpt2_torch
+sd, meta = gpt2_torch.load_safetensors(sys.argv[1])
+sd = {k: v.double() for k, v in sd.items()}
+NH, T = int(meta["n_head"]), sd["wpe.weight"].shape[0]
+worst, picks = 0.0, 0
+for line, got in zip(open(sys.argv[2]), open(sys.argv[3])):
+    ex, got = json.loads(line), json.loads(got)
+    ctx = list(ex["ctx"].encode())
+    ends = [list((" " + e).encode()) for e in ex["endings"]]
+    drop = max(0, len(ctx) + max(len(e) for e in ends) - 1 - T)
+    assert got["dropped"] == drop, (got["dropped"], drop)
+    c = ctx[drop:]
+    sums = []
+    for e in ends:
+        seq = torch.tensor(c + e, dtype=torch.long)
+        lg = gpt2_torch.logits(sd, NH, seq[:-1])[len(c) - 1:]
+        sums.append(torch.nn.functional.cross_entropy(lg, seq[len(c):], reduction="sum").item())
+    worst = max(worst, max(abs(a - b) / b for a, b in zip(got["sum"], sums)))
+    picks += got["pred"] == sums.index(min(sums))
+assert picks == 40, picks
+print("%.3g" % worst)
+assert worst < 1e-4, worst
+PY
+)
+    check "choices: PyTorch's GPT-2 in float64 gives every completion's summed loss within 1e-4 (worst $(tail -n 1 <<<"$res")) and the same choices" \
+        grep -qE '^[0-9.e-]+$' <<<"$(tail -n 1 <<<"$res")"
+    # the held-out loss over every window once (the order does not change the mean)
+    js=$(cd "$tmp" && "$NODE" eval --checkpoint-dir ck --data val.txt --json 2>&1)
+    res=$(/usr/bin/python3 - "$tmp/model.safetensors" "$tmp/val.txt" "$REPO/tests/reference" "$js" <<'PY' 2>&1
+import json, sys
+import torch
+sys.path.insert(0, sys.argv[3])
+import gpt2_torch
+sd, meta = gpt2_torch.load_safetensors(sys.argv[1])
+sd = {k: v.double() for k, v in sd.items()}
+NH, T = int(meta["n_head"]), sd["wpe.weight"].shape[0]
+data = torch.tensor(list(open(sys.argv[2], "rb").read()), dtype=torch.long)
+n = (data.numel() - 1) // T
+total = 0.0
+with torch.no_grad():
+    for k in range(n):
+        w = data[k * T:k * T + T + 1]
+        total += torch.nn.functional.cross_entropy(gpt2_torch.logits(sd, NH, w[:-1]), w[1:]).item()
+got = json.loads(sys.argv[4])["data"]
+assert got["batches"] == n, (got["batches"], n)
+rel = abs(got["loss"] - total / n) / (total / n)
+print("%.6f %.3g" % (total / n, rel))
+assert rel < 1e-5, rel
+PY
+)
+    check "data: PyTorch's mean loss over the $(jq -r .data.batches <<<"$js" 2>/dev/null) windows ($(tail -n 1 <<<"$res")) is eval's, within 1e-5" \
+        grep -qE '^[0-9.]+ [0-9.e-]+$' <<<"$(tail -n 1 <<<"$res")"
+else
+    echo "SKIP eval: PyTorch is not installed for /usr/bin/python3 (apt-get install python3-torch): the scores were not checked against PyTorch"
+fi
 out=$(cd "$tmp" && "$NODE" eval --checkpoint-dir ck --choices hs.jsonl --examples 5 2>&1)
 check "choices: --examples 5 scores the first 5" grep -q "choices: 5 examples of hs.jsonl" <<<"$out"
 

@@ -57,26 +57,14 @@ if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
     echo "SKIP export: PyTorch is not installed for /usr/bin/python3 (apt-get install python3-torch): the safetensors file was not loaded in PyTorch"
     exit 0
 fi
-res=$(/usr/bin/python3 - "$tmp/model.safetensors" "$tmp/model.bin" "$tmp/one.txt" <<'PY' 2>&1
-import json, struct, sys
+res=$(/usr/bin/python3 - "$tmp/model.safetensors" "$tmp/model.bin" "$tmp/one.txt" "$REPO/tests/reference" <<'PY' 2>&1
+import struct, sys
 import torch
 st_path, llmc_path, text_path = sys.argv[1:4]
+sys.path.insert(0, sys.argv[4])
+import gpt2_torch
 
-def load_safetensors(path):
-    raw = open(path, "rb").read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    data = raw[8 + n:]
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        assert t["dtype"] == "F32", name
-        lo, hi = t["data_offsets"]
-        out[name] = torch.frombuffer(bytearray(data[lo:hi]), dtype=torch.float32).reshape(t["shape"])
-    return out
-
-sd = load_safetensors(st_path)
+sd, _ = gpt2_torch.load_safetensors(st_path)
 V, C = sd["wte.weight"].shape
 L = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("h."))
 hdr = struct.unpack("<256i", open(llmc_path, "rb").read(1024))
@@ -103,28 +91,9 @@ for l in range(L):
         hf = sd[f"h.{l}.{k}"]
         assert torch.equal(g, (hf.t().reshape(-1) if hf.dim() == 2 else hf)), (l, k)
 
-# GPT-2 as transformers computes it (GELU tanh, LayerNorm eps 1e-5, causal attention, tied head)
+# GPT-2 as transformers computes it (tests/reference/gpt2_torch.py), in double precision
 def gpt2_loss(sd, tokens, targets):
-    T = tokens.numel()
-    x = sd["wte.weight"][tokens] + sd["wpe.weight"][:T]
-    ln = lambda h, p: torch.nn.functional.layer_norm(h, (C,), sd[p + ".weight"], sd[p + ".bias"], 1e-5)
-    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
-    for l in range(L):
-        p = f"h.{l}."
-        h = ln(x, p + "ln_1")
-        qkv = h @ sd[p + "attn.c_attn.weight"] + sd[p + "attn.c_attn.bias"]
-        q, k, v = qkv.split(C, dim=-1)
-        heads = lambda t: t.reshape(T, NH, C // NH).transpose(0, 1)
-        q, k, v = heads(q), heads(k), heads(v)
-        att = (q @ k.transpose(-1, -2)) / (C // NH) ** 0.5
-        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
-        y = (att @ v).transpose(0, 1).reshape(T, C)
-        x = x + y @ sd[p + "attn.c_proj.weight"] + sd[p + "attn.c_proj.bias"]
-        h = ln(x, p + "ln_2")
-        h = torch.nn.functional.gelu(h @ sd[p + "mlp.c_fc.weight"] + sd[p + "mlp.c_fc.bias"], approximate="tanh")
-        x = x + h @ sd[p + "mlp.c_proj.weight"] + sd[p + "mlp.c_proj.bias"]
-    logits = ln(x, "ln_f") @ sd["wte.weight"].t()
-    return torch.nn.functional.cross_entropy(logits, targets).item()
+    return torch.nn.functional.cross_entropy(gpt2_torch.logits(sd, NH, tokens), targets).item()
 
 ids = torch.tensor(list(open(text_path, "rb").read()), dtype=torch.long)
 sd64 = {k: v.double() for k, v in sd.items()}
