@@ -2,12 +2,14 @@
  * held-out token data (the windows a job's training.eval reads, dataloader.h), and its accuracy
  * on a multiple-choice set such as HellaSwag (choice_eval.h). */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bpe.h"
 #include "choice_eval.h"
@@ -61,7 +63,8 @@ static void usage(FILE *f)
         "                        vocab.json or a model directory (GPT-2's BPE); without it each\n"
         "                        byte is a token (a model trained on text data)\n"
         "  --examples N          the first N examples only (default: all)\n"
-        "  --scores-out FILE     each example's losses and choices, a JSON line each\n"
+        "  --scores-out FILE     each example's losses and choices, a JSON line each (FILE.tmp\n"
+        "                        until every example is scored)\n"
         "Output:\n"
         "  --json                one JSON object on standard output instead of lines of text\n"
         "Exit status: 0 evaluated, 1 failed, 2 usage.\n");
@@ -220,6 +223,7 @@ static int eval_choices(const struct opts *o, struct choice_result *r, int64_t *
     struct choice_set set = {0};
     struct engine *en = NULL;
     FILE *sf = NULL;
+    char tmp[4200] = "";
     int rc = -1;
     if (o->tokfile && (tokenizer_open(&tk, o->tokfile, e) != 0 || bpe_create(&b, tk, e) != 0)) {
         herr_wrap(e, "--tokenizer");
@@ -233,9 +237,17 @@ static int eval_choices(const struct opts *o, struct choice_result *r, int64_t *
      * are shortened) */
     if (open_engine(o, 1, choice_set_max_positions(&set), NULL, &en, used, e) != 0)
         goto out;
-    if (o->scores && !(sf = fopen(o->scores, "w"))) {
-        herr_set(e, "--scores-out %s: cannot be written", o->scores);
-        goto out;
+    /* written as FILE.tmp, renamed over FILE when every example is scored: a failed run
+     * leaves an earlier FILE as it was */
+    if (o->scores) {
+        if (snprintf(tmp, sizeof tmp, "%s.tmp", o->scores) >= (int)sizeof tmp) {
+            herr_config(e, "--scores-out %s: the path is too long", o->scores);
+            goto out;
+        }
+        if (!(sf = fopen(tmp, "w"))) {
+            herr_set(e, "--scores-out %s: %s", tmp, strerror(errno));
+            goto out;
+        }
     }
     double next = 0.0;
     for (size_t i = 0; i < set.n; i++) {
@@ -256,11 +268,11 @@ static int eval_choices(const struct opts *o, struct choice_result *r, int64_t *
         progress(&next, "examples", (long)i + 1, (long)set.n);
     }
     if (sf) {
-        int bad = fflush(sf) != 0 || ferror(sf);
+        int bad = fflush(sf) != 0 || ferror(sf) || fsync(fileno(sf)) != 0;
         bad = fclose(sf) != 0 || bad;
         sf = NULL;
-        if (bad) {
-            herr_set(e, "--scores-out %s: write failed", o->scores);
+        if (bad || rename(tmp, o->scores) != 0) {
+            herr_set(e, "--scores-out %s: %s", o->scores, bad ? "write failed" : strerror(errno));
             goto out;
         }
     }
@@ -268,6 +280,8 @@ static int eval_choices(const struct opts *o, struct choice_result *r, int64_t *
 out:
     if (sf)
         fclose(sf);
+    if (rc != 0 && tmp[0])
+        unlink(tmp);
     engine_free(en);
     choice_set_free(&set);
     bpe_free(b);

@@ -179,6 +179,12 @@ check "--batch without --data: usage (exit 2)" refused 2 "go with --data"
 out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --choices "$tmp/bad.jsonl" 2>&1); rc=$?
 check "a bad example refused, naming the file and line 4 (exit 1)" \
     refused 1 'bad.jsonl: line 4: "label" 5 is not the index of one of its 2 endings'
+# a run that fails leaves an earlier --scores-out as it was, and no temporary file
+cp "$tmp/sc.jsonl" "$tmp/keep.jsonl"
+{ head -3 "$tmp/hs.jsonl"; printf '{"ctx": "x", "endings": ["a", "%s"], "label": 0}\n' "$(head -c 300 /dev/zero | tr '\0' b)"; } >"$tmp/long.jsonl"
+out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --choices "$tmp/long.jsonl" --scores-out "$tmp/keep.jsonl" 2>&1); rc=$?
+check "a completion too long for the model refused, naming its line; the earlier --scores-out kept, no .tmp left" \
+    bash -c "[ $rc = 1 ] && grep -q 'long.jsonl, line 4: a completion of 301 tokens' <<<\"\$1\" && cmp -s '$tmp/sc.jsonl' '$tmp/keep.jsonl' && [ ! -e '$tmp/keep.jsonl.tmp' ]" _ "$out"
 out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --data "$tmp/val.txt" --seq 65 2>&1); rc=$?
 check "--seq beyond the model's 64 positions refused" refused 1 "the model has 64 positions"
 out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --data "$tmp/val.txt" --engine tpu 2>&1); rc=$?
