@@ -74,6 +74,7 @@ struct opts {
     const char *dir, *init_from, *data, *choices, *tokfile, *scores, *job;
     long step, B, T, batches, seed, examples, device;
     char job_dir[TJ_PATH_MAX], job_data[TJ_PATH_MAX]; /* --job's, where the flags left them */
+    int shape;                                        /* --batch, --seq, --batches or --seed */
     enum engine_kind engine;
     enum dtype precision;
     int json;
@@ -418,6 +419,7 @@ static int parse(int argc, char **argv, struct opts *o)
         usage(stderr);
         return 2;
     }
+    o->shape = shape;
     return 0;
 }
 
@@ -485,6 +487,10 @@ int cmd_eval(int argc, char **argv)
     herr e = {0};
     if (o.job && from_job(&o, &e) != 0) {
         fprintf(stderr, "%s: %s\n", cmd, e.msg);
+        return 2;
+    }
+    if (o.shape && !o.data) { /* --job with --choices: its held-out data not taken */
+        fprintf(stderr, "%s: --batch, --seq, --batches and --seed go with --data\n", cmd);
         return 2;
     }
     defaults(&o);

@@ -216,6 +216,9 @@ sed '/checkpoint:/d' "$tmp/job.yaml" >"$tmp/nock.yaml"
 out=$(cd "$tmp" && "$NODE" eval --job nock.yaml 2>&1); rc=$?
 check "eval --job of a job that keeps no checkpoint refused, naming the field (exit 2)" \
     refused 2 "spec.training.checkpoint.path is not set"
+out=$(cd "$tmp" && "$NODE" eval --job job.yaml --choices hs.jsonl --batch 4 2>&1); rc=$?
+check "eval --job with --choices and --batch (its held-out data not taken): refused (exit 2)" \
+    refused 2 "--batch, --seq, --batches and --seed go with --data"
 out=$(cd "$tmp" && "$NODE" eval --job job.yaml --checkpoint-dir ck 2>&1); rc=$?
 check "eval --job with --checkpoint-dir: usage (exit 2)" refused 2 "give one of --checkpoint-dir, --init-from and --job"
 out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --data "$tmp/none*.bin" 2>&1); rc=$?
