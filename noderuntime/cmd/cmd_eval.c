@@ -18,7 +18,6 @@
 #include "commands.h"
 #include "dataloader.h"
 #include "engine.h"
-#include "model_export.h"
 #include "model_import.h"
 #include "tokenizer.h"
 #include "trainingjob.h"
@@ -110,32 +109,27 @@ static void progress(double *next, const char *what, long done, long total)
 static int open_engine(const struct opts *o, int B, int T, const char *tflag,
                        struct engine **out, int64_t *used, herr *e)
 {
-    struct gpt_config c;
-    float *params = NULL;
+    struct model_source m;
     *out = NULL;
-    *used = -1;
-    if (o->dir ? model_export_read(o->dir, o->step, &c, &params, used, e)
-               : model_import_config(o->init_from, &c, e))
+    int rc = model_source_open(&m, o->dir, o->step, o->init_from, e);
+    *used = m.step;
+    if (rc != 0)
         return -1;
-    int rc = -1;
-    if (T > c.max_seq && tflag) {
-        herr_config(e, "%s %d: the model has %d positions", tflag, T, c.max_seq);
+    const struct gpt_config *c = &m.config;
+    rc = -1;
+    if (T > c->max_seq && tflag) {
+        herr_config(e, "%s %d: the model has %d positions", tflag, T, c->max_seq);
         goto out;
     }
     struct engine_spec es = {.kind = o->engine, .precision = o->precision,
-                             .device = (int)o->device, .model = c, .first = 0,
-                             .last = c.layers, .B = B, .T = T > 0 && T < c.max_seq ? T : c.max_seq, .slots = 1,
-                             .tp = 1, .tp_rank = 0, .forward_only = 1};
-    if (engine_create(out, &es, e) != 0)
-        goto out;
-    struct gpt_stage *hs = engine_host(*out);
-    if (params)
-        memcpy(gpt_stage_params(hs), params, gpt_stage_num_params(hs) * sizeof *params);
-    else if (model_import_stage(o->init_from, hs, e) != 0)
-        goto out;
-    rc = engine_params_upload(*out, e);
+                             .device = (int)o->device, .model = *c, .first = 0,
+                             .last = c->layers, .B = B,
+                             .T = T > 0 && T < c->max_seq ? T : c->max_seq, .slots = 1, .tp = 1,
+                             .tp_rank = 0, .forward_only = 1};
+    if (engine_create(out, &es, e) == 0 && model_source_load(&m, engine_host(*out), e) == 0)
+        rc = engine_params_upload(*out, e);
 out:
-    free(params);
+    model_source_close(&m);
     if (rc != 0) {
         engine_free(*out);
         *out = NULL;

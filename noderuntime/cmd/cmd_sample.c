@@ -104,6 +104,28 @@ static int encode_prompt(const struct tokenizer *tk, const char *text, int *toks
     return n;
 }
 
+/* The whole model for forwards (gpt_stage_create_forward_only), of one sequence of T positions
+ * (at most the model's), from the checkpoint set or the GPT-2 file. */
+static int load_model(const char *dir, long step, const char *file, int T,
+                      struct gpt_stage **out, int64_t *used, herr *e)
+{
+    struct model_source m;
+    *out = NULL;
+    int rc = model_source_open(&m, dir, step, file, e);
+    *used = m.step;
+    if (rc == 0) {
+        const struct gpt_config *c = &m.config;
+        rc = gpt_stage_create_forward_only(out, c, 0, c->layers, 1,
+                                           T > 0 && T < c->max_seq ? T : c->max_seq, 1, e);
+        if (rc == 0 && (rc = model_source_load(&m, *out, e)) != 0) {
+            gpt_stage_free(*out);
+            *out = NULL;
+        }
+    }
+    model_source_close(&m);
+    return rc;
+}
+
 int cmd_sample(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -177,7 +199,7 @@ int cmd_sample(int argc, char **argv)
     } else if (!ptoks) {
         ptok[np++] = tk && tokenizer_eot(tk) >= 0 ? tokenizer_eot(tk) : '\n';
     }
-    if (model_load_whole(dir, step, init_from, 1, np + (int)ntok, &s, &used, &e) != 0) {
+    if (load_model(dir, step, init_from, np + (int)ntok, &s, &used, &e) != 0) {
         fprintf(stderr, "%s: %s\n", cmd, e.msg);
         goto out;
     }

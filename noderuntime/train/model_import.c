@@ -429,26 +429,27 @@ int model_import_stage(const char *given, struct gpt_stage *s, herr *e)
     return rc ? -1 : 0;
 }
 
-int model_load_whole(const char *dir, int64_t step, const char *file, int B, int T,
-                     struct gpt_stage **out, int64_t *used, herr *e)
+int model_source_open(struct model_source *m, const char *dir, int64_t step, const char *file,
+                      herr *e)
 {
-    struct gpt_config c;
-    float *params = NULL;
-    *out = NULL;
-    *used = -1;
-    if (dir ? model_export_read(dir, step, &c, &params, used, e) : model_import_config(file, &c, e))
-        return -1;
-    if (T <= 0 || T > c.max_seq)
-        T = c.max_seq;
-    int rc = gpt_stage_create_forward_only(out, &c, 0, c.layers, B, T, 1, e);
-    if (rc == 0 && dir)
-        memcpy(gpt_stage_params(*out), params, gpt_stage_num_params(*out) * sizeof(float));
-    else if (rc == 0)
-        rc = model_import_stage(file, *out, e);
-    free(params);
-    if (rc != 0) {
-        gpt_stage_free(*out);
-        *out = NULL;
-    }
+    *m = (struct model_source){.step = -1, .file = dir ? NULL : file};
+    int rc = dir ? model_export_read(dir, step, &m->config, &m->params, &m->step, e)
+                 : model_import_config(file, &m->config, e);
+    if (rc != 0)
+        model_source_close(m);
     return rc;
+}
+
+int model_source_load(const struct model_source *m, struct gpt_stage *s, herr *e)
+{
+    if (m->file)
+        return model_import_stage(m->file, s, e);
+    memcpy(gpt_stage_params(s), m->params, gpt_stage_num_params(s) * sizeof *m->params);
+    return 0;
+}
+
+void model_source_close(struct model_source *m)
+{
+    free(m->params);
+    *m = (struct model_source){.step = -1};
 }

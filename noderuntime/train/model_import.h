@@ -32,12 +32,19 @@ int model_import_config(const char *path, struct gpt_config *c, herr *e);
  * the stage's model's (and its heads, where the file says them). */
 int model_import_stage(const char *path, struct gpt_stage *s, herr *e);
 
-/* The whole model for forwards only (one stage of layers [0, L), gpt_stage_create_forward_only)
- * of B sequences and T positions (T <= 0 or above the model's: its max_seq), with the
- * parameters of a checkpoint set
- * (dir, step as model_export_read: -1 the latest; *used the step read) or of a GPT-2 file
- * (file, as above; *used -1). One of dir and file. For sample. */
-int model_load_whole(const char *dir, int64_t step, const char *file, int B, int T,
-                     struct gpt_stage **out, int64_t *used, herr *e);
+/* The model a command loads (sample, eval): a checkpoint set (dir, step as model_export_read: -1
+ * the latest) or a GPT-2 file (file, as above), one of them. model_source_open reads its shape
+ * (and a set's parameters); model_source_load fills a whole-model stage of that shape (layers
+ * [0, L), no tensor parallelism); model_source_close frees what open read. */
+struct model_source {
+    struct gpt_config config;
+    int64_t step;     /* the set's step read; -1 for a file */
+    const char *file; /* the file, or NULL */
+    float *params;    /* a set's parameters (the layout of one stage [0, L)); NULL for a file */
+};
+int model_source_open(struct model_source *m, const char *dir, int64_t step, const char *file,
+                      herr *e);
+int model_source_load(const struct model_source *m, struct gpt_stage *s, herr *e);
+void model_source_close(struct model_source *m);
 
 #endif
