@@ -3,18 +3,24 @@
 # pairs "BUILDDIR BINDIR", counts PASS/FAIL lines, and ends with "N passed, N failed".
 # A test that exits non-zero without printing a FAIL line (a crash, a sanitizer report,
 # a timeout) counts as one failure. Per-test timeout: HOLMES_TEST_TIMEOUT (default 600 s).
-# The variants run side by side, each its tests one after another (HOLMES_TEST_JOBS, default:
-# the machine's cores; 1 runs them one after another): the first variant's lines appear as they
-# come, the others' when they are done. Tests that build into the repository (make cuda,
-# make comm-nccl) and others whose result does not depend on the variant run in one pass only
-# (once_per_run: the last variant's), so two never build at once.
+#
+# Lanes. The tests run in lanes side by side, each lane its tests one after another: one lane a
+# variant, and one more for the tests named by HOLMES_TEST_APART (an extended regular expression
+# on the test's name, default '^k8s_': the scripts on a real control plane, which spend most of
+# their time waiting for it and for their workers, about 0.4 of a core), every variant's in turn.
+# HOLMES_TEST_JOBS (default: the machine's cores) of 1 runs everything in one lane, one test after
+# another; HOLMES_TEST_APART= (empty) keeps those tests in their variant's lane. The first lane's
+# lines appear as they come, the others' when they are done. Tests that build into the repository
+# (make cuda, make comm-nccl) and others whose result does not depend on the variant run in one
+# pass only (once_per_run: the last variant's), so two never build at once.
 set -u
 cd "$(dirname "$0")/.."
 timeout_s=${HOLMES_TEST_TIMEOUT:-600}
 jobs_n=${HOLMES_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
+apart=${HOLMES_TEST_APART-^k8s_}
 log_dir=$(mktemp -d /tmp/holmes-test.XXXXXX)
 
-# run_one LABEL COMMAND...: one test; its summary line on stdout, counts added to the variant's
+# run_one LABEL COMMAND...: one test; its summary line on stdout, counts added to the lane's
 run_one() {
     local label=$1; shift
     local out="$log_dir/$(echo "$label" | tr '/ ' '__').log"
@@ -38,14 +44,11 @@ run_one() {
     grep '^SKIP ' "$out" | head -3 | sed 's/^/      /'
 }
 
-# run_variant BUILDDIR BINDIR: all of one variant's tests; writes "passed failed names..." to
-# $log_dir/VARIANT.counts
-run_variant() (
-    local build=$1 bindir=$2 variant t s
-    variant=$(basename "$build")
-    passed=0; failed=0; failed_names=()
-    echo "== tests ($variant)"
-    export HOLMES_BIN_DIR=$PWD/$bindir HOLMES_BUILD_DIR=$PWD/$build HOLMES_VARIANT=$variant
+# variant_env BUILDDIR BINDIR: the environment of that variant's tests
+variant_env() {
+    local variant
+    variant=$(basename "$1")
+    export HOLMES_BIN_DIR=$PWD/$2 HOLMES_BUILD_DIR=$PWD/$1 HOLMES_VARIANT=$variant
     if [ "$variant" = asan ]; then
         export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
         export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
@@ -53,15 +56,45 @@ run_variant() (
     else
         unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
     fi
-    for t in "$build"/tests/test_*; do
-        [ -x "$t" ] || continue
-        run_one "$variant/$(basename "$t")" "$t"
+}
+
+# tests_of BUILDDIR: the variant's tests, a line each: the name, then the command
+tests_of() {
+    local t s
+    for t in "$1"/tests/test_*; do
+        [ -x "$t" ] && echo "$(basename "$t") $t"
     done
     for s in tests/integration/*.sh; do
-        [ -f "$s" ] || continue
-        run_one "$variant/$(basename "$s" .sh)" bash "$s"
+        [ -f "$s" ] && echo "$(basename "$s" .sh) bash $s"
     done
-    echo "$passed $failed ${failed_names[*]}" >"$log_dir/$variant.counts"
+}
+
+# run_lane NAME WHICH BUILDDIR BINDIR [BUILDDIR BINDIR ...]: the tests of those variants that
+# WHICH selects (all, main: not matched by $apart, apart: matched), variant after variant;
+# writes "passed failed names..." to $log_dir/lane-NAME.counts
+run_lane() (
+    local name=$1 which=$2 build bindir variant tname cmd
+    shift 2
+    passed=0; failed=0; failed_names=()
+    while [ $# -ge 2 ]; do
+        build=$1 bindir=$2; shift 2
+        variant=$(basename "$build")
+        variant_env "$build" "$bindir"
+        if [ "$which" = apart ]; then
+            echo "== tests ($variant, ${apart})"
+        else
+            echo "== tests ($variant)"
+        fi
+        while read -r tname cmd; do
+            case $which in
+                main) [ -n "$apart" ] && [[ $tname =~ $apart ]] && continue ;;
+                apart) [[ $tname =~ $apart ]] || continue ;;
+            esac
+            # shellcheck disable=SC2086
+            run_one "$variant/$tname" $cmd </dev/null
+        done < <(tests_of "$build")
+    done
+    echo "$passed $failed ${failed_names[*]}" >"$log_dir/lane-$name.counts"
 )
 
 variants=()
@@ -75,31 +108,35 @@ if [ ${#variants[@]} -gt 0 ]; then
     last=(${variants[$((${#variants[@]} - 1))]})
     export HOLMES_ONCE_IN=$(basename "${last[0]}")
 fi
+
+# The lanes: "NAME WHICH BUILDDIR BINDIR..." each
+lanes=()
+if [ "$jobs_n" -ge 2 ]; then
+    for v in "${variants[@]}"; do
+        lanes+=("$(basename "${v%% *}") main $v")
+    done
+    [ -n "$apart" ] && [ ${#variants[@]} -gt 0 ] && lanes+=("apart apart ${variants[*]}")
+else
+    lanes=("all all ${variants[*]}")
+fi
 bg=()
-for ((i = 1; i < ${#variants[@]}; i++)); do
-    if [ "$jobs_n" -ge 2 ]; then
-        # shellcheck disable=SC2086
-        run_variant ${variants[$i]} >"$log_dir/variant-$i.out" 2>&1 &
-        bg+=($!)
-    fi
+for ((i = 1; i < ${#lanes[@]}; i++)); do
+    # shellcheck disable=SC2086
+    run_lane ${lanes[$i]} >"$log_dir/lane-$i.out" 2>&1 &
+    bg+=($!)
 done
 # shellcheck disable=SC2086
-[ ${#variants[@]} -gt 0 ] && run_variant ${variants[0]}
-for ((i = 1; i < ${#variants[@]}; i++)); do
-    if [ "$jobs_n" -ge 2 ]; then
-        wait "${bg[$((i - 1))]}"
-        cat "$log_dir/variant-$i.out"
-    else
-        # shellcheck disable=SC2086
-        run_variant ${variants[$i]}
-    fi
+[ ${#lanes[@]} -gt 0 ] && run_lane ${lanes[0]}
+for ((i = 1; i < ${#lanes[@]}; i++)); do
+    wait "${bg[$((i - 1))]}"
+    cat "$log_dir/lane-$i.out"
 done
 
 passed=0; failed=0; failed_names=()
-for v in "${variants[@]}"; do
-    c="$log_dir/$(basename "${v%% *}").counts"
+for l in "${lanes[@]}"; do
+    c="$log_dir/lane-${l%% *}.counts"
     if [ ! -f "$c" ]; then
-        failed=$((failed + 1)); failed_names+=("$(basename "${v%% *}") (did not finish)"); continue
+        failed=$((failed + 1)); failed_names+=("lane ${l%% *} (did not finish)"); continue
     fi
     read -r p f names <"$c"
     passed=$((passed + p)); failed=$((failed + f))
