@@ -66,7 +66,8 @@ int cli_long(const char *cmd, const char *flag, const char *s, long lo, long hi,
     return 0;
 }
 
-int cli_float(const char *cmd, const char *flag, const char *s, double lo, double hi, float *out)
+int cli_double(const char *cmd, const char *flag, const char *s, double lo, double hi,
+               double *out)
 {
     char *end;
     errno = 0;
@@ -75,6 +76,15 @@ int cli_float(const char *cmd, const char *flag, const char *s, double lo, doubl
         fprintf(stderr, "%s: %s must be a number in [%g, %g] (got \"%s\")\n", cmd, flag, lo, hi, s);
         return -1;
     }
+    *out = v;
+    return 0;
+}
+
+int cli_float(const char *cmd, const char *flag, const char *s, double lo, double hi, float *out)
+{
+    double v;
+    if (cli_double(cmd, flag, s, lo, hi, &v) != 0)
+        return -1;
     *out = (float)v;
     return 0;
 }

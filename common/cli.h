@@ -18,5 +18,7 @@ int cli_wants_help(int argc, char **argv);
  * "CMD: FLAG must be an integer in [lo, hi] (got "s")" to stderr. */
 int cli_long(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
 int cli_float(const char *cmd, const char *flag, const char *s, double lo, double hi, float *out);
+int cli_double(const char *cmd, const char *flag, const char *s, double lo, double hi,
+               double *out);
 
 #endif

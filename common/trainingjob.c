@@ -186,6 +186,8 @@ int tj_is_elastic(const struct tj_spec *s)
     return s->elastic.enabled && s->elastic.min_workers >= 1 && s->elastic.min_workers < s->workers;
 }
 
+int tj_eval_on(const struct tj_eval *ev) { return ev->path[0] || ev->holdout > 0; }
+
 /* ---------------------------------------------------------------- lifetime */
 
 int tj_spec_copy(struct tj_spec *dst, const struct tj_spec *src)

@@ -19,6 +19,7 @@
 #define TJ_MAX_NIC_GROUPS 16
 #define TJ_MAX_FABRICS 16
 #define TJ_MAX_SOURCES 16      /* spec.training.data.sources */
+#define TJ_MAX_HOLDOUT 0.5     /* spec.training.eval.holdout */
 #define TJ_TTL_MAX_S 31536000  /* spec.ttlSecondsAfterFinished, activeDeadlineSeconds: a year */
 #define TJ_PATH_MAX 1024
 #define TJ_NAME_MAX 64         /* metadata.name: a DNS-1123 label of at most 52 characters */
@@ -102,10 +103,13 @@ struct tj_checkpoint {
 
 /* Evaluation on held-out data: the mean loss of `batches` micro-batches in all, shared among the
  * data-parallel replicas (the same windows every time, whatever the data degree), after every
- * `every_steps` steps and after the last. */
+ * `every_steps` steps and after the last. The data is its own files (path), or a share of
+ * training.data kept out of training (holdout). */
 struct tj_eval {
-    char path[TJ_PATH_MAX]; /* file or glob; "" = no evaluation */
-    enum tj_data_format format;
+    char path[TJ_PATH_MAX]; /* file or glob; "" = none (holdout, or no evaluation) */
+    double holdout;         /* (0, TJ_MAX_HOLDOUT]: the share of training.data's windows (of each
+                               source's, for a blend) held out, the last in file order; 0: none */
+    enum tj_data_format format; /* path's; holdout reads training.data's */
     int every_steps;        /* 0 = only after the last step */
     int batches;            /* micro-batches in all (each of microBatchSize sequences) */
 };
@@ -195,6 +199,9 @@ struct tj_spec {
 /* The job asked for elastic re-planning: spec.elastic with minWorkers below workers. Without
  * it nothing elastic happens to the job. */
 int tj_is_elastic(const struct tj_spec *s);
+
+/* The job evaluates (spec.training.eval: path or holdout). */
+int tj_eval_on(const struct tj_eval *ev);
 
 /* A whole TrainingJob object: metadata plus the resolved spec. */
 struct tj_job {

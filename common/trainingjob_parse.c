@@ -428,7 +428,14 @@ static void parse_checkpoint(const cJSON *o, const char *p, struct tj_spec *s, s
 static void parse_eval(const cJSON *o, const char *p, struct tj_spec *s, struct tj_errors *errs)
 {
     struct tj_eval *ev = &s->training.eval;
-    get_str(o, p, "path", 1, ev->path, sizeof ev->path, errs);
+    get_str(o, p, "path", 0, ev->path, sizeof ev->path, errs);
+    get_num(o, p, "holdout", 0, 1, TJ_MAX_HOLDOUT, 0, &ev->holdout, errs);
+    if (member(o, "path") && member(o, "holdout"))
+        tj_errors_add(errs, "%s: give path (held-out files) or holdout (a share of training.data "
+                      "kept out of training), not both", p);
+    else if (!member(o, "path") && !member(o, "holdout"))
+        tj_errors_add(errs, "%s.path: required (or holdout: a share of training.data kept out of "
+                      "training)", p);
     int v;
     if (get_enum(o, p, "format", tj_format_names, 2, &v, errs) == 1)
         ev->format = (enum tj_data_format)v;
@@ -443,7 +450,8 @@ static const struct section TRAINING_SECTIONS[] = {
      parse_optimizer},
     {"data", 0, (const char *const[]){"path", "format", "sources", NULL}, parse_data},
     {"checkpoint", 0, (const char *const[]){"path", "everySteps", "keep", NULL}, parse_checkpoint},
-    {"eval", 0, (const char *const[]){"path", "format", "everySteps", "batches", NULL}, parse_eval},
+    {"eval", 0, (const char *const[]){"path", "holdout", "format", "everySteps", "batches", NULL},
+     parse_eval},
 };
 
 static void parse_training(const cJSON *o, const char *p, struct tj_spec *s, struct tj_errors *errs)

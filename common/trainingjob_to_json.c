@@ -118,9 +118,10 @@ static int training_to_json(cJSON *o, const struct tj_spec *s)
             ok &= !!num(c, "everySteps", t->checkpoint.every_steps);
             ok &= !!num(c, "keep", t->checkpoint.keep);
         }
-        if (t->eval.path[0]) {
+        if (tj_eval_on(&t->eval)) {
             cJSON *ev = cJSON_AddObjectToObject(tr, "eval");
-            ok &= ev && str(ev, "path", t->eval.path) &&
+            ok &= ev && (t->eval.path[0] ? !!str(ev, "path", t->eval.path)
+                                         : !!num(ev, "holdout", t->eval.holdout)) &&
                   str(ev, "format", tj_data_format_name(t->eval.format)) &&
                   num(ev, "everySteps", t->eval.every_steps) && num(ev, "batches", t->eval.batches);
         }

@@ -26,7 +26,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: holmes-node eval (--checkpoint-dir DIR [--step N] | --init-from FILE | --job FILE)\n"
-        "                        [--data FILE|GLOB [--batch B] [--seq T] [--batches N] [--seed N]]\n"
+        "                        [--data FILE|GLOB [--holdout X] [--batch B] [--seq T]\n"
+        "                         [--batches N] [--seed N]]\n"
         "                        [--choices FILE [--tokenizer FILE] [--examples N]\n"
         "                         [--scores-out FILE]]\n"
         "                        [--engine cpu|cuda-fp32|cuda-bf16 [--device N]] [--json]\n"
@@ -37,7 +38,8 @@ static void usage(FILE *f)
         "                        model directory\n"
         "  --job FILE            a TrainingJob manifest: its checkpoints (training.checkpoint.path);\n"
         "                        without --data and --choices, its held-out data\n"
-        "                        (training.eval.path, eval.batches); and unless given, --batch\n"
+        "                        (training.eval.path, or training.data.path with\n"
+        "                        eval.holdout; eval.batches); and unless given, --batch\n"
         "                        (microBatchSize), --seq (model.seqLen) and --seed\n"
         "                        (training.seed): the job's last held-out loss again (paths as\n"
         "                        the job gives them, from this directory)\n"
@@ -49,6 +51,8 @@ static void usage(FILE *f)
         "                        taken as a job's training.eval takes them: with the job's\n"
         "                        --batch, --seq and --seed and --batches its eval.batches, the\n"
         "                        loss the job reported after its last step\n"
+        "  --holdout X           only the data's last windows, X of them (at most 0.5; a job's\n"
+        "                        training.eval.holdout: the part its training did not read)\n"
         "  --batch B             sequences a forward (1)\n"
         "  --seq T               positions a sequence (the model's maximum)\n"
         "  --batches N           forwards (default: every window of the data, once)\n"
@@ -72,6 +76,7 @@ static void usage(FILE *f)
 struct opts {
     const char *dir, *init_from, *data, *choices, *tokfile, *scores, *job;
     long step, B, T, batches, seed, examples, device;
+    double holdout;
     char job_dir[TJ_PATH_MAX], job_data[TJ_PATH_MAX]; /* --job's, where the flags left them */
     int shape;                                        /* --batch, --seq, --batches or --seed */
     enum engine_kind engine;
@@ -82,6 +87,7 @@ struct opts {
 struct data_result {
     long batches;
     int B, T;
+    uint64_t windows; /* the data's (the held-out part's, with --holdout) */
     double loss;
     const char *engine; /* engine_name's (a static string) */
 };
@@ -151,12 +157,13 @@ static int eval_data(const struct opts *o, struct data_result *r, int64_t *used,
     /* as trainer_spec's evaluation set: rank 0 of 1, global epochs, the job's seed */
     struct dataloader_config dc = {.pattern = o->data, .B = r->B, .T = r->T, .rank = 0,
                                    .world = 1, .seed = (uint64_t)o->seed, .vocab = c->vocab,
-                                   .global_epochs = 1};
+                                   .global_epochs = 1, .holdout = o->holdout, .held_out = 1};
     if (dataloader_open(&d, &dc, e) != 0) {
-        herr_wrap(e, "--data");
+        herr_wrap(e, o->holdout > 0 ? "--data with --holdout" : "--data");
         goto out;
     }
-    long all = (long)(dataloader_windows(d) / (uint64_t)r->B);
+    r->windows = dataloader_windows(d);
+    long all = (long)(r->windows / (uint64_t)r->B);
     r->batches = o->batches > 0 ? o->batches : all;
     if (r->batches == 0) {
         herr_config(e, "--data %s: %" PRIu64 " windows of %d tokens, fewer than a batch of %d",
@@ -284,6 +291,17 @@ out:
     return rc;
 }
 
+static void print_data(const struct opts *o, const struct data_result *dr, double ppl)
+{
+    char part[96] = "";
+    if (o->holdout > 0)
+        snprintf(part, sizeof part, " (held out: its last %" PRIu64 " windows, %g)", dr->windows,
+                 o->holdout);
+    printf("data: %ld batches of %d x %d tokens (%ld tokens) of %s%s: loss %.6f, perplexity %.4g "
+           "(engine %s)\n", dr->batches, dr->B, dr->T, dr->batches * dr->B * dr->T, o->data, part,
+           dr->loss, ppl, dr->engine);
+}
+
 static void report(const struct opts *o, int64_t step, const struct data_result *dr,
                    const struct choice_result *cr)
 {
@@ -295,9 +313,7 @@ static void report(const struct opts *o, int64_t step, const struct data_result 
         else
             printf("model: %s\n", o->init_from);
         if (dr)
-            printf("data: %ld batches of %d x %d tokens (%ld tokens) of %s: loss %.6f, "
-                   "perplexity %.4g (engine %s)\n", dr->batches, dr->B, dr->T,
-                   dr->batches * dr->B * dr->T, o->data, dr->loss, ppl, dr->engine);
+            print_data(o, dr, ppl);
         if (cr)
             printf("choices: %ld examples of %s: acc %.4f (%ld right), acc_norm %.4f (%ld right)"
                    "%s\n", cr->examples, o->choices, cr->correct / n, cr->correct,
@@ -318,6 +334,9 @@ static void report(const struct opts *o, int64_t step, const struct data_result 
     }
     if (dr && (d = cJSON_AddObjectToObject(j, "data"))) {
         cJSON_AddStringToObject(d, "path", o->data);
+        if (o->holdout > 0)
+            cJSON_AddNumberToObject(d, "holdout", o->holdout);
+        cJSON_AddNumberToObject(d, "windows", (double)dr->windows);
         cJSON_AddNumberToObject(d, "batches", (double)dr->batches);
         cJSON_AddNumberToObject(d, "batch", dr->B);
         cJSON_AddNumberToObject(d, "seq", dr->T);
@@ -368,7 +387,7 @@ static int parse(int argc, char **argv, struct opts *o)
         {"seed", 1, 0, 'S'}, {"choices", 1, 0, 'c'}, {"hellaswag", 1, 0, 'c'},
         {"tokenizer", 1, 0, 'z'}, {"examples", 1, 0, 'x'}, {"scores-out", 1, 0, 'o'},
         {"json", 0, 0, 'j'}, {"engine", 1, 0, 'E'}, {"device", 1, 0, 'G'}, {"job", 1, 0, 'J'},
-        {"help", 0, 0, 'h'},
+        {"holdout", 1, 0, 'H'}, {"help", 0, 0, 'h'},
         {0, 0, 0, 0}};
     *o = (struct opts){.step = -1, .B = -1, .T = -1, .batches = -1, .seed = -1,
                        .engine = ENGINE_CPU, .precision = DTYPE_FP32};
@@ -390,6 +409,10 @@ static int parse(int argc, char **argv, struct opts *o)
         case 'T': shape = 1; bad = cli_long(cmd, "--seq", optarg, 1, 1 << 20, &o->T); break;
         case 'n': shape = 1; bad = cli_long(cmd, "--batches", optarg, 1, 1L << 40, &o->batches); break;
         case 'S': shape = 1; bad = cli_long(cmd, "--seed", optarg, 0, __LONG_MAX__, &o->seed); break;
+        case 'H':
+            shape = 1;
+            bad = cli_double(cmd, "--holdout", optarg, 0, TJ_MAX_HOLDOUT, &o->holdout);
+            break;
         case 'x': bad = cli_long(cmd, "--examples", optarg, 1, 1L << 40, &o->examples); break;
         case 'G': bad = cli_long(cmd, "--device", optarg, 0, 1024, &o->device); break;
         case 'E': bad = parse_engine(optarg, o); break;
@@ -404,7 +427,7 @@ static int parse(int argc, char **argv, struct opts *o)
                           ? "give one of --checkpoint-dir, --init-from and --job"
                       : o->step >= 0 && o->init_from    ? "--step goes with --checkpoint-dir or --job"
                       : !o->data && !o->choices && !o->job ? "nothing to evaluate: give --data, --choices or both"
-                      : shape && !o->data && !o->job    ? "--batch, --seq, --batches and --seed go with --data"
+                      : shape && !o->data && !o->job    ? "--holdout, --batch, --seq, --batches and --seed go with --data"
                       : (o->tokfile || o->examples || o->scores) && !o->choices
                           ? "--tokenizer, --examples and --scores-out go with --choices"
                           : NULL;
@@ -434,21 +457,30 @@ static int from_job(struct opts *o, herr *e)
     else if (!sp->training.checkpoint.path[0])
         rc = herr_config(e, "--job %s: spec.training.checkpoint.path is not set: the job keeps no "
                          "checkpoint to evaluate", o->job);
-    else if (!o->data && !o->choices && !sp->training.eval.path[0])
+    else if (!o->data && !o->choices && !tj_eval_on(&sp->training.eval))
         rc = herr_config(e, "--job %s: spec.training.eval is not set: give --data or --choices",
                          o->job);
+    else if (!o->data && !o->choices && !sp->training.eval.path[0] &&
+             sp->training.data.n_sources > 0)
+        rc = herr_config(e, "--job %s: spec.training.eval.holdout holds out a share of each of "
+                         "spec.training.data.sources; eval reads one data set: give --data "
+                         "SOURCE --holdout %g for each", o->job, sp->training.eval.holdout);
     if (rc == 0) {
         snprintf(o->job_dir, sizeof o->job_dir, "%s", sp->training.checkpoint.path);
         o->dir = o->job_dir;
         if (!o->data && !o->choices) {
-            snprintf(o->job_data, sizeof o->job_data, "%s", sp->training.eval.path);
+            const struct tj_eval *ev = &sp->training.eval;
+            snprintf(o->job_data, sizeof o->job_data, "%s",
+                     ev->path[0] ? ev->path : sp->training.data.path);
             o->data = o->job_data;
+            if (!ev->path[0] && o->holdout == 0)
+                o->holdout = ev->holdout;
         }
         if (o->B < 0)
             o->B = sp->par.micro_batch_size;
         if (o->T < 0)
             o->T = sp->model.seq_len;
-        if (o->batches < 0 && sp->training.eval.path[0] && o->data == o->job_data)
+        if (o->batches < 0 && tj_eval_on(&sp->training.eval) && o->data == o->job_data)
             o->batches = sp->training.eval.batches;
         if (o->seed < 0)
             o->seed = (long)sp->training.seed;
@@ -484,7 +516,7 @@ int cmd_eval(int argc, char **argv)
         return 2;
     }
     if (o.shape && !o.data) { /* --job with --choices: its held-out data not taken */
-        fprintf(stderr, "%s: --batch, --seq, --batches and --seed go with --data\n", cmd);
+        fprintf(stderr, "%s: --holdout, --batch, --seq, --batches and --seed go with --data\n", cmd);
         return 2;
     }
     defaults(&o);

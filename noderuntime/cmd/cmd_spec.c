@@ -170,6 +170,10 @@ static int apply(struct cmd_spec *cs, struct tj_spec *s, const char *f, const ch
     } else if (!strcmp(f, "--eval-data")) {
         rc = set_str(cs, f, v, t->eval.path, sizeof t->eval.path);
         t->eval.format = format_of(v);
+        t->eval.holdout = 0;
+    } else if (!strcmp(f, "--eval-holdout")) {
+        rc = cli_double(cs->cmd, f, v, 0, TJ_MAX_HOLDOUT, &t->eval.holdout);
+        t->eval.path[0] = '\0';
     } else if (!strcmp(f, "--eval-every")) {
         rc = set_int(cs, f, v, 0, 1000000000, &t->eval.every_steps);
     } else if (!strcmp(f, "--eval-batches")) {
@@ -328,6 +332,8 @@ void cmd_spec_usage(FILE *f)
         "                        from DIR's newest checkpoint that verifies\n"
         "  --eval-data FILE|GLOB --eval-every N (0: after the last step) --eval-batches K (8):\n"
         "                        training.eval: the held-out loss of K micro-batches\n"
+        "  --eval-holdout X      training.eval.holdout, in place of --eval-data: the last X\n"
+        "                        (at most 0.5; 0: none) of the training data's windows held out\n"
         "  --log-every N (10)    a progress line every N steps and at the last\n"
         "  --max-nonfinite-steps N (3)  training.maxNonFiniteSteps: steps in a row skipped for a\n"
         "                        non-finite loss or gradient norm before the run fails\n"

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -36,6 +37,7 @@ struct dataloader {
     int tok_bytes; /* 2 (shard) or 1 (text) */
     int scanned;   /* every token checked at open (scan_files) */
     uint64_t nwin, ntok, per_epoch; /* per_epoch: micro-batches per epoch for one rank */
+    uint64_t first;                 /* the part's first window (a held-out split) */
     uint64_t pos;
     uint64_t *perm;
     uint64_t perm_epoch; /* the epoch perm holds, once perm_ready (any 64-bit epoch can occur: a
@@ -206,6 +208,31 @@ static int fit_open_files(size_t nfiles, const char *pattern, herr *e)
     return 0;
 }
 
+/* A held-out split: the part's windows [first, first + nwin) of the files' */
+static int split_windows(struct dataloader *d, const struct dataloader_config *c, herr *e)
+{
+    if (!(c->holdout >= 0 && c->holdout < 1))
+        return herr_config(e, "data: the held-out share %g is not in [0, 1)", c->holdout);
+    if (c->holdout == 0)
+        return 0;
+    /* rounded half up, a hair of slack so that a share written in decimal (0.3 of 15 windows:
+     * 4.4999... in binary) rounds as it reads */
+    double h = floor(c->holdout * (double)d->nwin + 0.5 + 1e-9);
+    uint64_t held = h < 1 ? 1 : (uint64_t)h;
+    if (held >= d->nwin)
+        return herr_config(e, "data: %s holds %llu windows of T+1=%d tokens: holding out %g of "
+                           "them (%llu) leaves none to train on", c->pattern,
+                           (unsigned long long)d->nwin, c->T + 1, c->holdout,
+                           (unsigned long long)held);
+    if (c->held_out) {
+        d->first = d->nwin - held;
+        d->nwin = held;
+    } else {
+        d->nwin -= held;
+    }
+    return 0;
+}
+
 int dataloader_open(struct dataloader **out, const struct dataloader_config *c, herr *e)
 {
     *out = NULL;
@@ -260,11 +287,15 @@ int dataloader_open(struct dataloader **out, const struct dataloader_config *c, 
     if ((d->scanned = scan_files(d, c->scan_max_bytes ? c->scan_max_bytes
                                                       : DATALOADER_SCAN_MAX_BYTES, e)) < 0)
         goto fail;
+    if (split_windows(d, c, e) < 0)
+        goto fail;
     d->per_epoch = d->nwin / ((uint64_t)c->B * (uint64_t)c->world);
     if (d->per_epoch == 0) {
-        herr_config(e, "data: %s holds %llu windows of T+1=%d tokens, fewer than one micro-batch "
-                    "(B=%d) for each of %d data-parallel ranks", c->pattern,
-                    (unsigned long long)d->nwin, c->T + 1, c->B, c->world);
+        herr_config(e, "data: %s holds %llu windows of T+1=%d tokens%s, fewer than one "
+                    "micro-batch (B=%d) for each of %d data-parallel ranks", c->pattern,
+                    (unsigned long long)d->nwin, c->T + 1,
+                    c->holdout == 0 ? "" : c->held_out ? " held out" : " after the held-out ones",
+                    c->B, c->world);
         goto fail;
     }
     d->perm = malloc(d->nwin * sizeof *d->perm);
@@ -322,6 +353,7 @@ static void shuffle_epoch(struct dataloader *d, uint64_t epoch)
 
 static int read_window(struct dataloader *d, uint64_t w, int *inp, int *tgt, herr *e)
 {
+    w += d->first;
     int lo = 0, hi = d->nfiles - 1; /* the file holding window w: last with first_window <= w */
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;

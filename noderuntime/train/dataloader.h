@@ -16,6 +16,12 @@
  * order, so ranks never share a window, and the leftover windows of an epoch are skipped (with
  * global_epochs the epoch is counted in global micro-batches k*world + r instead). The
  * position (micro-batches taken) goes into checkpoints; seeking to it replays exactly.
+ *
+ * A held-out split (holdout > 0): the last windows in file order (the files sorted, each from
+ * its start), holdout of them (rounded, at least one), are kept apart; the loader reads either
+ * the others (held_out 0: training) or only those (held_out 1: evaluation), as if they were all
+ * its files held. The two parts share no target token (a training window's last target is the held-out
+ * part's first input).
  */
 #ifndef HOLMES_DATALOADER_H
 #define HOLMES_DATALOADER_H
@@ -43,6 +49,9 @@ struct dataloader_config {
     int global_epochs;
     /* The most bytes of tokens checked whole at open (0: DATALOADER_SCAN_MAX_BYTES). */
     uint64_t scan_max_bytes;
+    /* The share of the windows held out, in [0, 1) (0: none), and which part is read. */
+    double holdout;
+    int held_out;
 };
 
 int dataloader_open(struct dataloader **out, const struct dataloader_config *c, herr *e);
@@ -57,7 +66,8 @@ void dataloader_seek(struct dataloader *d, uint64_t position);
  * struct dataloader; replica and replicas are unused: the loader is already this replica's). */
 int dataloader_batch_at(void *ctx, uint64_t k, int replica, int replicas, int *inputs, int *targets,
                         herr *e);
-/* Windows per epoch (all ranks), tokens in all files, files, and whether they are text. */
+/* Windows per epoch (all ranks; the part read, under a held-out split), tokens in all files,
+ * files, and whether they are text. */
 uint64_t dataloader_windows(const struct dataloader *d);
 uint64_t dataloader_tokens(const struct dataloader *d);
 int dataloader_files(const struct dataloader *d);

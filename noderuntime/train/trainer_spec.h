@@ -22,14 +22,18 @@ int trainer_config_from_spec(const struct tj_spec *sp, struct trainer_config *c,
 void trainer_spec_engine(const struct tj_spec *sp, enum engine_kind *kind, enum dtype *precision);
 
 /* The spec's data, opened for data-parallel replica `replica` of `replicas`: training.data (its
- * path, or its sources as a blend), and training.eval's held-out data when the spec has it. */
+ * path, or its sources as a blend), and training.eval's held-out data when the spec has it: its
+ * own files (eval.path), or training.data's last windows (eval.holdout: training then reads the
+ * others; of each source, for a blend). */
 struct trainer_spec_data {
     struct dataloader *train, *eval;
-    struct data_blend *blend; /* training.data.sources (train is NULL then) */
+    struct data_blend *blend;      /* training.data.sources (train is NULL then) */
+    struct data_blend *eval_blend; /* eval.holdout of a blend: each source's held-out part */
 };
 /* Opens them for c's batch and vocabulary (global epochs with spec.elastic: the same sample
  * after a re-plan) and fills td; each file's kind must be its field's `format`. -1 naming the
- * field (spec.training.data, spec.training.eval), nothing left open. */
+ * field (spec.training.data, spec.training.eval, spec.training.eval.holdout), nothing left
+ * open. */
 int trainer_spec_data_open(const struct tj_spec *sp, const struct trainer_config *c, int replica,
                            int replicas, struct trainer_spec_data *d, struct trainer_data *td,
                            herr *e);

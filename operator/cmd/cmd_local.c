@@ -273,12 +273,17 @@ static void print_summary(struct local *L, enum coord_job_state st, const char *
             printf("  its text: %s sample --checkpoint-dir %s --prompt 'The '\n",
                    L->workers.node_bin, s->training.checkpoint.path);
         /* the job's last held-out loss again, from its checkpoint (holmes-node eval) */
-        if (st == COORD_SUCCEEDED && s->training.eval.path[0])
+        const struct tj_eval *ev = &s->training.eval;
+        if (st == COORD_SUCCEEDED && ev->path[0])
             printf("  its held-out loss: %s eval --checkpoint-dir %s --data '%s' --batch %d "
                    "--batches %d --seed %llu\n", L->workers.node_bin,
-                   s->training.checkpoint.path, s->training.eval.path,
-                   s->par.micro_batch_size, s->training.eval.batches,
+                   s->training.checkpoint.path, ev->path, s->par.micro_batch_size, ev->batches,
                    s->training.seed);
+        else if (st == COORD_SUCCEEDED && ev->holdout > 0 && !s->training.data.n_sources)
+            printf("  its held-out loss: %s eval --checkpoint-dir %s --data '%s' --holdout %.15g "
+                   "--batch %d --batches %d --seed %llu\n", L->workers.node_bin,
+                   s->training.checkpoint.path, s->training.data.path, ev->holdout,
+                   s->par.micro_batch_size, ev->batches, s->training.seed);
     }
     if (metrics_out)
         printf("  metrics: %s\n", metrics_out);

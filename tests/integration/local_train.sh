@@ -98,6 +98,37 @@ files=$(ls "$tmp"/ckpt-omp.previous-*/stage-*-step-000000002.ckpt 2>/dev/null | 
         "$kept directories, $files step-2 files: $out"
 fi
 
+# training.eval.holdout: the corpus's last tenth is held out. Its first 90 windows of T+1 = 65
+# bytes are "abab..." (and one more byte: window 89's last target), the last ten "xyxy...": a model
+# trained on the first part alone never sees x or y as a target, so its held-out loss stays
+# high while its training loss falls; had training read the held-out windows, both would fall.
+# The summary's eval command (--holdout) and eval --job give the job's held-out loss again.
+/usr/bin/python3 -c 'import sys; sys.stdout.write("ab" * 2880 + "a" + "xy" * 320)' >"$tmp/abxy.txt"
+example_job "$tmp/ho.yaml" "$name-ho" 24 "$tmp/ckpt-ho" -e "s/warmupSteps: 20/warmupSteps: 2/" \
+    -e "s#examples/data/corpus.txt#$tmp/abxy.txt#" \
+    -e "s#    logEverySteps: 10#    eval: {holdout: 0.1, batches: 2}\n    logEverySteps: 10#"
+out=$(cd "$REPO" && timeout 300 "$OPERATOR" local "$tmp/ho.yaml" --run-dir "$tmp/run-ho" \
+      --metrics-out "$tmp/mho.jsonl" 2>&1)
+rc=$?
+/usr/bin/python3 - "$tmp/mho.jsonl" <<'PY' && pass "training.eval.holdout: training reads none of the held-out windows (its loss falls, theirs stays high)" || fail "training.eval.holdout: training reads none of the held-out windows" "rc $rc: $(tail -c 400 "$tmp/mho.jsonl") $out"
+import json, sys
+rows = {r["step"]: r for r in (json.loads(l) for l in open(sys.argv[1]))}
+last = rows[24]
+print("# step 24: training loss %.4f, held-out loss %.4f" % (last["loss"], last["eval_loss"]))
+assert last["loss"] < 2.0 and last["eval_loss"] > last["loss"] + 2.0, last
+PY
+evcmd=$(sed -n "s/^  its held-out loss: //p" <<<"$out")
+ev=$(cd "$REPO" && [ -n "$evcmd" ] && eval "${evcmd/--checkpoint-dir /--json --checkpoint-dir }" 2>&1)
+ev2=$(cd "$REPO" && "$HOLMES_BIN_DIR/holmes-node" eval --job "$tmp/ho.yaml" --json 2>&1)
+/usr/bin/python3 - "$tmp/mho.jsonl" "$ev" "$ev2" <<'PY' && pass "training.eval.holdout: the summary's eval command (--holdout 0.1) and eval --job give the job's held-out loss" || fail "training.eval.holdout: the summary's eval command and eval --job give the job's held-out loss" "command '$evcmd': $ev; --job: $ev2"
+import json, sys
+job = {r["step"]: r for r in (json.loads(l) for l in open(sys.argv[1]))}[24]["eval_loss"]
+for out in sys.argv[2:]:
+    got = json.loads(out)
+    assert got["data"]["holdout"] == 0.1 and got["data"]["windows"] == 10, got
+    assert abs(got["data"]["loss"] - job) < 2e-6, (got["data"]["loss"], job)
+PY
+
 # Kill a worker after the first checkpoints: in-place restart from the checkpoint.
 rm -rf "$tmp/ckpt"
 sed -e "s/steps: $steps/steps: $((steps * 2))/" "$tmp/job.yaml" >"$tmp/job2.yaml"

@@ -33,6 +33,21 @@ else
 fi
 check "train.resume_final_same" cmp "$tmp/a/stage-0-2-step-000000008.ckpt" "$tmp/b/stage-0-2-step-000000008.ckpt"
 
+# --eval-holdout (training.eval.holdout): the corpus's last tenth held out, measured after the
+# last step; holmes-node eval --holdout gives that loss again from the checkpoint. A share
+# above 0.5 is refused naming the flag.
+"$NODE" train "${args[@]}" --eval-holdout 0.1 --eval-batches 2 --checkpoint-dir "$tmp/ho" \
+    --metrics-out "$tmp/ho.jsonl" >"$tmp/ho.out" 2>&1
+job=$(sed -n 's/.*"step":8,.*"eval_loss":\([0-9.]*\).*/\1/p' "$tmp/ho.jsonl")
+got=$("$NODE" eval --checkpoint-dir "$tmp/ho" --data "$corpus" --holdout 0.1 --batch 4 --seq 32 \
+      --batches 2 --seed 7 --json 2>&1 | jq -r '.data.loss' 2>/dev/null)
+if [ -n "$job" ] && [ -n "$got" ] && awk -v a="$job" -v b="$got" 'BEGIN { d = a - b; exit !(d < 1e-4 && d > -1e-4) }'; then
+    pass "train.eval_holdout: the held-out tenth's loss after the last step ($job), again from eval --holdout ($got)"
+else fail "train.eval_holdout" "job '$job', eval '$got': $(tail -3 "$tmp/ho.out")"; fi
+out=$("$NODE" train "${args[@]}" --eval-holdout 0.6 2>&1); rc=$?
+[ $rc = 2 ] && grep -q -- '--eval-holdout must be a number in \[0, 0.5\]' <<<"$out" \
+    && pass "train.eval_holdout_range: 0.6 refused naming the flag" || fail "train.eval_holdout_range" "rc $rc: $out"
+
 # holmes-node sample: text from the checkpoints just written (a byte-level model): the prompt,
 # then as many bytes as asked; the same seed, the same text; greedy (temperature 0) whatever the
 # seed; what cannot be sampled said with exit status 2 (usage) or 1 (the model's limits).

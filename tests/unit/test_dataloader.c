@@ -449,6 +449,90 @@ static void test_open_file_limit(void)
               "rc %d: %s", rc, msg);
 }
 
+/* Every window one epoch of this loader reads (world 1, B 1), as (file, window in the file):
+ * file 0's tokens are 7i, file 1's 7i + 3 (below 65536), so a window's first token names it. */
+static int epoch_windows(const struct dataloader_config *base, double holdout, int held_out,
+                         int *out, int max, herr *e)
+{
+    struct dataloader_config c = *base;
+    c.holdout = holdout;
+    c.held_out = held_out;
+    struct dataloader *d;
+    if (dataloader_open(&d, &c, e) < 0)
+        return -1;
+    int n = (int)dataloader_windows(d), in[16], tg[16];
+    for (int k = 0; k < n && k < max; k++) {
+        if (dataloader_next(d, in, tg, e) < 0) {
+            dataloader_free(d);
+            return -1;
+        }
+        int file = in[0] % 7 == 3, start = (in[0] - 3 * file) / 7;
+        out[k] = file * 1000 + start / 16;
+    }
+    dataloader_free(d);
+    return n;
+}
+
+/* A held-out split: the last windows in file order, the training part the others; together
+ * every window once; each part replays; too large a share is refused, naming the data */
+static void test_holdout(void)
+{
+    write_shard("h_000.bin", 401, 0, 65536, DATALOADER_SHARD_MAGIC, 1, 401, 0); /* 25 windows */
+    write_shard("h_001.bin", 321, 3, 65536, DATALOADER_SHARD_MAGIC, 1, 321, 0); /* 20 windows */
+    char pat[128];
+    path_of(pat, sizeof pat, "h_*.bin");
+    struct dataloader_config c = {.pattern = pat, .B = 1, .T = 16, .rank = 0, .world = 1,
+                                  .seed = 4, .vocab = 65536};
+    herr e;
+    int train[64], held[64], again[64];
+    int nt = epoch_windows(&c, 0.1, 0, train, 64, &e);
+    int nh = epoch_windows(&c, 0.1, 1, held, 64, &e);
+    if (nt < 0 || nh < 0) {
+        TEST_FAIL("holdout.open", "%s", e.msg);
+        return;
+    }
+    /* 45 windows, 0.1 of them 4.5, rounded to 5: file 1's last five */
+    CHECK_INT("holdout.train_windows", nt, 40);
+    CHECK_INT("holdout.held_windows", nh, 5);
+    int seen[2][25] = {{0}}, ok = 1;
+    for (int k = 0; k < nt; k++) {
+        int f = train[k] / 1000, w = train[k] % 1000;
+        seen[f][w]++;
+        if (f == 1 && w >= 15)
+            ok = 0;
+    }
+    for (int k = 0; k < nh; k++) {
+        int f = held[k] / 1000, w = held[k] % 1000;
+        seen[f][w]++;
+        if (f != 1 || w < 15)
+            ok = 0;
+    }
+    CHECK("holdout.held_are_the_last", ok);
+    int once = 1;
+    for (int w = 0; w < 25; w++)
+        once &= seen[0][w] == 1 && (w >= 20 || seen[1][w] == 1);
+    CHECK("holdout.together_every_window_once", once);
+    int n2 = epoch_windows(&c, 0.1, 1, again, 64, &e);
+    CHECK("holdout.replays", n2 == nh && memcmp(again, held, sizeof(int) * (size_t)nh) == 0);
+    /* a small share still holds out one window */
+    CHECK_INT("holdout.at_least_one", epoch_windows(&c, 0.001, 1, again, 64, &e), 1);
+
+    struct dataloader *d = NULL;
+    c.holdout = 0.99; /* 44.55: 45 windows held, none left */
+    int rc = dataloader_open(&d, &c, &e);
+    CHECK("holdout.none_left", rc == -1 && !d && strstr(e.msg, "leaves none to train on") &&
+                                   strstr(e.msg, "h_*.bin"));
+    c.holdout = 1;
+    rc = dataloader_open(&d, &c, &e);
+    CHECK("holdout.share_range", rc == -1 && !d && strstr(e.msg, "not in [0, 1)"));
+    c.holdout = 0.1;
+    c.held_out = 1;
+    c.B = 6; /* 5 windows held out: fewer than one micro-batch */
+    rc = dataloader_open(&d, &c, &e);
+    CHECK("holdout.held_too_few", rc == -1 && !d && strstr(e.msg, "held out, fewer than one"));
+    dataloader_free(d);
+}
+
 static void expect_error(const char *name, const char *file, int vocab, const char *needle)
 {
     char p[128];
@@ -500,7 +584,7 @@ int main(void)
                        (void (*const[])(void)){test_shards, test_coverage, test_replan_same_samples,
                                                test_text, test_far_position, test_bad,
                                                test_changed_under_reader, test_lazy_check,
-                                               test_open_file_limit,
+                                               test_open_file_limit, test_holdout,
                                                NULL}))
         return 1;
     TEST_MAIN_END();
