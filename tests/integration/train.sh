@@ -219,6 +219,20 @@ out=$("$NODE" train --job "$tmp/blend.yaml" --metrics-out "$tmp/blend.jsonl" 2>&
     && [ "$(strip "$tmp/blend.jsonl")" != "$(strip "$tmp/job.jsonl")" ] \
     && pass "train.data_source_flags: --data-source trains as the manifest's sources (not as its single path)" \
     || fail "train.data_source_flags" "$(cat "$tmp/blend.jsonl" "$tmp/blend-flags.jsonl")"
+# the blend with eval.holdout: each source keeps its last tenth apart; training reads the rest
+# (other losses than the whole blend's) and the held-out parts, blended, are evaluated after the
+# last step; eval --job cannot read a blend's parts and says how to measure each
+sed 's#^    data: {format: text, sources:#    eval: {holdout: 0.1, batches: 2}\n&#' "$tmp/blend.yaml" >"$tmp/blend-ho.yaml"
+sed -i 's#^    data: {format: text, sources:.*#&\n    checkpoint: {path: '"$tmp"'/blend-ho-ckpt}#' "$tmp/blend-ho.yaml"
+out=$("$NODE" train --job "$tmp/blend-ho.yaml" --metrics-out "$tmp/blend-ho.jsonl" 2>&1); rc=$?
+ev=$(sed -n 's/.*"step":3,.*"eval_loss":\([0-9.]*\).*/\1/p' "$tmp/blend-ho.jsonl")
+[ $rc -eq 0 ] && [ -n "$ev" ] && [ "$(strip "$tmp/blend-ho.jsonl" | sed 's/,"eval_loss".*//')" != "$(strip "$tmp/blend.jsonl")" ] \
+    && pass "train.data_sources_holdout: a blend with eval.holdout trains on the rest and evaluates the held-out parts ($ev)" \
+    || fail "train.data_sources_holdout" "rc $rc, eval '$ev': $out $(cat "$tmp/blend-ho.jsonl")"
+out=$("$NODE" eval --job "$tmp/blend-ho.yaml" 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q 'spec.training.eval.holdout holds out a share of each of spec.training.data.sources; .*give --data SOURCE --holdout 0.1 for each' <<<"$out" \
+    && pass "train.data_sources_holdout_eval: eval --job of a blend's holdout says how to measure each source" \
+    || fail "train.data_sources_holdout_eval" "rc $rc: $out"
 sed "s#$tmp/part.txt#$tmp/none.txt#" "$tmp/blend.yaml" >"$tmp/blend-missing.yaml"
 expect_error "train.data_source_missing" "spec.training.data.sources\[1\].path: .*none.txt" --job "$tmp/blend-missing.yaml"
 sed 's/heads: 2/heads: 3/' "$tmp/job.yaml" >"$tmp/bad-job.yaml"
