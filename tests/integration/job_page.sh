@@ -17,7 +17,7 @@ trap '[ -n "$lp" ] && kill "$lp" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' E
 name=it-page-$$
 # 100 ms steps: the page's ring (600 steps) is not full before the second load.
 example_job "$tmp/job.yaml" "$name" 400 "$tmp/ckpt" \
-    -e "s#    logEverySteps: 10#    eval: {path: examples/data/corpus.txt, format: text, everySteps: 5, batches: 1}\n    logEverySteps: 10#"
+    -e "s#    eval: .*#    eval: {path: examples/data/corpus.txt, format: text, everySteps: 5, batches: 1}#"
 ( cd "$REPO" && exec timeout 90 "$OPERATOR" local "$tmp/job.yaml" --simulate --step-ms 100 \
       --run-dir "$tmp/run" >"$tmp/out" 2>&1 ) &
 lp=$!

@@ -57,7 +57,7 @@ example_job "$W/job.yaml" e2e 320 "$W/ckpt" -e "s#examples/data/corpus.txt#$REPO
     -e "s/everySteps: 50/everySteps: 20/" -e "s/keep: 2/keep: 3/" \
     -e "s/maxRestarts: 2, backoffSeconds: 0/maxRestarts: 3, backoffSeconds: 1/" \
     -e "s/bandwidthScale: 0.01/bandwidthScale: 0.001/" \
-    -e "s#    logEverySteps: 10#    eval: {path: $REPO/examples/data/corpus.txt, format: text, everySteps: 100, batches: 2}\n    logEverySteps: 10#"
+    -e "s#    eval: .*#    eval: {path: $REPO/examples/data/corpus.txt, format: text, everySteps: 100, batches: 2}#"
 kubectl apply -n $NS -f "$W/job.yaml" >/dev/null
 npods() { kubectl get pods -n $NS -l "holmes.dev/job=$1" -o json | jq '[.items[] | select(.metadata.deletionTimestamp == null)] | length'; }
 pods_are() { [ "$(npods "$1")" = "$2" ]; }

@@ -46,7 +46,7 @@ job() { # TAG STEPS INIT_FROM(or "") EVERY
         -e "s/warmupSteps: 20, /warmupSteps: 0, schedule: constant, /" \
         -e "s/everySteps: 50/everySteps: $4/" -e "s#local-runs/local-tiny/checkpoints#$tmp/ckpt-$1#" \
         -e "s#format: text}#format: text}\n    ${3:+initFrom: $3}#" \
-        -e "s#data: {path: examples/data/corpus.txt#data: {path: $corpus#" \
+        -e "s#data: {path: examples/data/corpus.txt#data: {path: $corpus#" -e "/^    eval: /d" \
         "$REPO/examples/local-tiny.yaml" >"$tmp/job-$1.yaml"
 }
 run_job() { # TAG [RUNTAG]: runs job-TAG.yaml, metrics in m-RUNTAG.jsonl, output in out-RUNTAG
