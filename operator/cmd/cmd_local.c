@@ -260,6 +260,13 @@ static void print_summary(struct local *L, enum coord_job_state st, const char *
     if (L->have_first && L->have_progress && L->last.has_loss)
         printf("  loss %.4f (step %ld) -> %.4f (step %ld)\n", L->first_loss, L->first_step,
                L->last.loss, L->last.step);
+    if (fin.eval_step > 0 && s->training.eval.path[0])
+        printf("  held-out loss %.4f after step %ld (%s)\n", fin.eval_loss, fin.eval_step,
+               s->training.eval.path);
+    else if (fin.eval_step > 0)
+        printf("  held-out loss %.4f after step %ld (the last %g %% of the training data's "
+               "windows, kept out of training: training.eval.holdout)\n", fin.eval_loss,
+               fin.eval_step, 100 * s->training.eval.holdout);
     if (L->have_progress && wall > 0)
         printf("  last %.0f tokens/s, %.0f ms/step\n", L->last.tokens_per_s, L->last.step_ms);
     int lost = 0, replans = 0;

@@ -117,6 +117,9 @@ last = rows[24]
 print("# step 24: training loss %.4f, held-out loss %.4f" % (last["loss"], last["eval_loss"]))
 assert last["loss"] < 2.0 and last["eval_loss"] > last["loss"] + 2.0, last
 PY
+grep -qE "^  held-out loss [0-9.]+ after step 24 \(the last 10 % of the training data's windows, kept out of training: training.eval.holdout\)$" <<<"$out" \
+    && pass "training.eval.holdout: the summary gives the held-out loss and what was held out" \
+    || fail "training.eval.holdout: the summary gives the held-out loss and what was held out" "$out"
 evcmd=$(sed -n "s/^  its held-out loss: //p" <<<"$out")
 ev=$(cd "$REPO" && [ -n "$evcmd" ] && eval "${evcmd/--checkpoint-dir /--json --checkpoint-dir }" 2>&1)
 ev2=$(cd "$REPO" && "$HOLMES_BIN_DIR/holmes-node" eval --job "$tmp/ho.yaml" --json 2>&1)
