@@ -57,7 +57,8 @@ int trainer_config_from_spec(const struct tj_spec *sp, struct trainer_config *c,
 }
 
 /* Which windows of a data set a loader reads: all, or one part of a held-out split
- * (spec.training.eval.holdout) */
+ * (spec.training.eval.holdout). The held-out part's files are the training data's, which its
+ * loader has just checked whole where it checks them (dataloader.h): not read whole again. */
 struct set_part {
     double holdout;
     int held_out;
@@ -73,7 +74,8 @@ static int open_set(const char *set, const char *field, const char *path,
     struct dataloader_config dc = {.pattern = path, .B = c->B, .T = c->T, .rank = replica,
                                    .world = replicas, .seed = seed, .vocab = c->model.vocab,
                                    .global_epochs = global_epochs, .holdout = part.holdout,
-                                   .held_out = part.held_out};
+                                   .held_out = part.held_out,
+                                   .scan_max_bytes = part.held_out ? 1 : 0};
     if (dataloader_open(out, &dc, e) != 0) {
         if (part.holdout > 0 && !part.held_out)
             return herr_wrap(e, "%s (less spec.training.eval.holdout %g)", field, part.holdout);
