@@ -301,6 +301,24 @@ static double scatter_time(double bytes, int n, struct cost_link k)
     return (double)(n - 1) / n * bytes / k.bw + (n - 1) * k.lat;
 }
 
+/* The bytes of one element the trainer sums and gathers between ranks whatever the engine's
+ * type: the tensor group's sums (engine.h's tp_sum takes fp32 buffers, both engines), the
+ * gradients' reduce-scatter (zero.c: fp32 gradients), the parameters' all-gather without
+ * paramGatherDtype bf16, and the tied embedding's gradient shards (trainer.c). */
+#define WIRE_FP32 4.0
+
+/* The share of a micro-batch's compute in its first token slice, which is what hides the
+ * data-parallel traffic when slices run: the engine's backward hook fires (and a block's
+ * reduce-scatter starts) at the slice that reaches t0 = 0, the last of a micro-batch's
+ * backward, and the next step's forward needs a block's parameters in its first slice. 1
+ * without slices. */
+static double first_slice_share(const struct cost_job *j)
+{
+    if (j->slices > 1 && j->slice_bounds)
+        return cost_slice_compute_share(j, j->slice_bounds[0], j->slice_bounds[1]);
+    return 1.0;
+}
+
 void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,
                       const struct cost_stage *st, int first, int last,
                       const struct cost_link *tie, struct cost_stage_terms *out)
@@ -312,46 +330,69 @@ void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,
     out->bwd = 2.0 * out->fwd;
 
     struct cost_link intra = cost_link_make(l->intra_node_gbps, l->intra_node_latency_us, 1);
-    /* the tensor group's sums and gathers are in the stage's own element type (the pipeline's
-     * wire type is only on the links between stages) */
-    double act = (double)j->micro_batch_size * j->model.seq_len * j->model.hidden * j->elem_bytes;
-    int n_ar = 2 * st->layers + (first ? 1 : 0); /* forward all-reduces; backward has as many */
-    out->tp_fwd = n_ar * allreduce_time(act, t, intra);
-    out->tp_bwd = 2 * st->layers * allreduce_time(act, t, intra);
-    out->tp_fwd_lat = t > 1 ? n_ar * (t - 1) * intra.lat : 0;
-    out->tp_bwd_lat = t > 1 ? 2 * st->layers * (t - 1) * intra.lat : 0;
+    /* The tensor group's sums (noderuntime/engine/gpt_pass.c and cuda/: each over fp32
+     * buffers): forward, two per block (the row-parallel projections), the first stage's
+     * embedding, the last stage's loss statistics (each row's max and sum of exponentials per
+     * rank and the target's logit: b s (2t + 1) floats); backward, two per block (the
+     * column-parallel layers' input gradients) and the last stage's head input gradient. */
+    double BT = (double)j->micro_batch_size * j->model.seq_len;
+    double act = BT * j->model.hidden * WIRE_FP32;
+    double loss_stats = BT * (2.0 * t + 1.0) * WIRE_FP32;
+    int rows_f = 2 * st->layers + (first ? 1 : 0), rows_b = 2 * st->layers + (last ? 1 : 0);
+    double ar_lat = t > 1 ? 2.0 * (t - 1) * intra.lat : 0; /* one ring all-reduce's latency */
+    out->tp_fwd = rows_f * allreduce_time(act, t, intra) +
+                  (last ? allreduce_time(loss_stats, t, intra) : 0);
+    out->tp_bwd = rows_b * allreduce_time(act, t, intra);
+    out->tp_fwd_lat = (rows_f + (last ? 1 : 0)) * ar_lat;
+    out->tp_bwd_lat = rows_b * ar_lat;
+    /* A token slice sums each sequence's rows apart (a slice is one row block per sequence):
+     * the per-row sums pay their latency b times; the loss statistics (one launch over the
+     * slice's rows) and the embedding (the whole micro-batch at its first slice) once. */
+    double b = j->micro_batch_size;
+    out->tp_fwd_slice_lat = (2.0 * st->layers * b + (first ? 1 : 0) + (last ? 1 : 0)) * ar_lat;
+    out->tp_bwd_slice_lat = rows_b * b * ar_lat;
     /* scatter-gather (Megatron-LM; noderuntime/train/pipeline.c): each of the t tensor ranks
-     * receives 1/t of a unit from its peer, then the group all-gathers the t chunks */
-    out->gather = scatter_time(act, t, intra);
+     * receives 1/t of a unit from its peer, then the group all-gathers the t chunks, in the
+     * engine's activation type */
+    double unit = BT * j->model.hidden * j->elem_bytes;
+    out->gather = scatter_time(unit, t, intra);
     out->gather_lat = t > 1 ? (t - 1) * intra.lat : 0;
 
     double params = st->layers * cost_layer_params(j) + (first ? cost_embedding_params(j) : 0) +
                     (last ? 2.0 * j->model.hidden : 0) +
                     (last && !first ? (double)j->model.vocab * j->model.hidden : 0);
     double per_rank = params / t;
-    double grad_bytes = per_rank * j->elem_bytes;
-    /* the updated parameters are gathered in gather_elem_bytes (2: bf16), the gradients are
-     * reduce-scattered in elem_bytes */
-    int gb = j->gather_elem_bytes > 0 ? j->gather_elem_bytes : j->elem_bytes;
-    double rs = scatter_time(grad_bytes, j->data, st->dp);
+    /* the gradients are reduce-scattered in fp32, the updated parameters all-gathered in
+     * gather_elem_bytes (2 with paramGatherDtype bf16, else fp32) */
+    double gb = j->gather_elem_bytes > 0 ? j->gather_elem_bytes : WIRE_FP32;
+    double rs = scatter_time(per_rank * WIRE_FP32, j->data, st->dp);
     double ag = scatter_time(per_rank * gb, j->data, st->dp);
     /* The engine's buckets are cut at blocks (noderuntime/train/trainer.c): a block's reduce-scatter
      * starts when its backward in the last micro-batch is done, and the next step's forward
      * reads a block once its all-gather is done. With n blocks, what the other n-1 blocks'
-     * compute cannot hide is exposed: max(X/n, X - overlap * compute * (n-1)/n). */
-    double nb = st->layers > 1 ? st->layers : 1;
-    out->rs_exposed = fmax(rs / nb, rs - l->overlap * out->bwd * (nb - 1) / nb);
-    out->ag_exposed = fmax(ag / nb, ag - l->overlap * out->fwd * (nb - 1) / nb);
+     * compute cannot hide is exposed: max(X/n, X - overlap * compute * (n-1)/n). With token
+     * slices that compute is the first slice's (first_slice_share). */
+    double nb = st->layers > 1 ? st->layers : 1, cw0 = first_slice_share(j);
+    out->rs_exposed = fmax(rs / nb, rs - l->overlap * out->bwd * cw0 * (nb - 1) / nb);
+    out->ag_exposed = fmax(ag / nb, ag - l->overlap * out->fwd * cw0 * (nb - 1) / nb);
     /* The embedding tie (noderuntime/train/trainer.c, "the tied embedding"): each replica's 1/d
-     * shard of the head's gradient goes from the last stage to the first as the last stage's
-     * backward ends; the first stage's goes back after the norm, for the last stage's next
-     * forward. `tie` is one such transfer. */
+     * shard of the head's fp32 gradient goes from the last stage to the first as the last
+     * stage's backward ends; the first stage's goes back after the norm, for the last stage's
+     * next forward. `tie` is one such transfer. */
     out->tie = 0;
     if (tie && (first || last) && !(first && last))
-        out->tie = (double)j->model.vocab * j->model.hidden / t * j->elem_bytes / j->data / tie->bw + tie->lat;
+        out->tie = (double)j->model.vocab * j->model.hidden / t * WIRE_FP32 / j->data / tie->bw +
+                   tie->lat;
     out->dp_exposed = out->ag_exposed + fmax(out->rs_exposed, out->tie);
-    double membw = st->memory_gbps > 0 ? st->memory_gbps : l->memory_gbps;
-    out->optimizer = per_rank / j->data * l->optimizer_bytes_per_param / (membw * 1e9);
+    /* The optimizer's pass over the rank's shard (norm + AdamW), then what the parameters'
+     * update leads to on the whole stage before its products read them: a bf16 engine's copy
+     * of them refreshed (cuda/gpt_cuda_host.cu refresh_wx: 4 bytes read, 2 written), and with
+     * a bf16 all-gather the gathered bf16 widened to fp32 first (zero.c: 2 read, 4 written). */
+    double membw = (st->memory_gbps > 0 ? st->memory_gbps : l->memory_gbps) * 1e9;
+    double copies = (j->elem_bytes == 2 ? 6.0 : 0.0) +
+                    (j->gather_masters && j->data > 1 ? 6.0 : 0.0);
+    out->optimizer = per_rank / j->data * l->optimizer_bytes_per_param / membw;
+    out->param_copies = per_rank * copies / membw;
 }
 
 /* ---- schedule simulation ---- */
@@ -780,13 +821,15 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
         v.bwd[s] = terms[s].bwd;
         v.tpf[s] = terms[s].tp_fwd - terms[s].tp_fwd_lat;
         v.tpb[s] = terms[s].tp_bwd - terms[s].tp_bwd_lat;
-        v.tplf[s] = terms[s].tp_fwd_lat;
-        v.tplb[s] = terms[s].tp_bwd_lat;
+        /* a unit's latency: the whole micro-batch's, or a token slice's (each all-reduce per
+         * sequence), what the bytes' share does not carry */
+        v.tplf[s] = sim->S > 1 ? terms[s].tp_fwd_slice_lat : terms[s].tp_fwd_lat;
+        v.tplb[s] = sim->S > 1 ? terms[s].tp_bwd_slice_lat : terms[s].tp_bwd_lat;
         v.gf[s] = v.gb[s] = terms[s].gather - terms[s].gather_lat;
         v.gfl[s] = v.gbl[s] = terms[s].gather_lat;
         v.xfer[s] = s < n - 1 ? link_bytes / st[s].next.bw : 0;
         v.lat[s] = s < n - 1 ? st[s].next.lat : 0;
-        v.start[s] = terms[s].optimizer + terms[s].ag_exposed;
+        v.start[s] = terms[s].optimizer + terms[s].param_copies + terms[s].ag_exposed;
     }
     /* the last stage's first forward needs the first stage's gradient shard, sent after the
      * norm (its own embedding update comes first, the embedding's all-gather hides behind the
@@ -825,7 +868,7 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
         if (br->bubble < 0)
             br->bubble = 0;
         br->dp_comm = ct->ag_exposed + (best - crit_end);
-        br->optimizer = ct->optimizer;
+        br->optimizer = ct->optimizer + ct->param_copies;
         br->total = best;
     }
     return best;

@@ -73,7 +73,7 @@ struct cost_job {
     int micro_batch_size;  /* sequences per micro-batch */
     int elem_bytes;        /* 4 for fp32, 2 for bf16/fp16 */
     int act_elem_bytes;    /* per element between pipeline stages; 0 = elem_bytes */
-    int gather_elem_bytes; /* per element of the parameter all-gather; 0 = elem_bytes */
+    int gather_elem_bytes; /* per element of the parameter all-gather; 0 = 4 (fp32) */
     int gather_masters;    /* the replicas gather bf16 parameters (paramGatherDtype bf16): the
                               trainer keeps fp32 masters of its shard */
     enum schedule schedule;
@@ -130,8 +130,10 @@ double cost_link_bytes(const struct cost_job *j);
 struct cost_stage_terms {
     double fwd, bwd;         /* compute per micro-batch */
     double tp_fwd, tp_bwd;   /* tensor-parallel all-reduces per micro-batch */
-    double tp_fwd_lat, tp_bwd_lat; /* of which latency: paid once per all-reduce, also by a token
-                                      slice (its bytes are its tokens' share) */
+    double tp_fwd_lat, tp_bwd_lat; /* of which latency: paid once per all-reduce */
+    double tp_fwd_slice_lat, tp_bwd_slice_lat; /* what one token slice pays in latency (its bytes
+                                      are its tokens' share): a slice sums each sequence's rows
+                                      apart, so the per-row sums' latency b times */
     double gather;           /* scatter-gather: the tensor group's all-gather of one received
                                 micro-batch (activation or its gradient); 0 with tensor 1 */
     double gather_lat;       /* of which latency (paid once per message, also by a token slice) */
@@ -139,7 +141,9 @@ struct cost_stage_terms {
     double ag_exposed;       /* parameter all-gather before the next forward can finish */
     double tie;              /* one shard of the tied embedding's gradient, first <-> last stage */
     double dp_exposed;       /* the stage's data-parallel total: ag + max(rs, tie) */
-    double optimizer;
+    double optimizer;        /* norm + AdamW over the rank's shard */
+    double param_copies;     /* then, over the stage's parameters: a bf16 engine's copy
+                                refreshed, a bf16 all-gather widened */
 };
 void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,
                       const struct cost_stage *st, int first, int last,

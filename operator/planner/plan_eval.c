@@ -209,7 +209,7 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
     ev->cj.tensor = job->tensor;
     ev->cj.elem_bytes = job->precision == DTYPE_FP32 ? 4 : 2;
     ev->cj.act_elem_bytes = job->pipeline_dtype == DTYPE_BF16 ? 2 : ev->cj.elem_bytes;
-    ev->cj.gather_elem_bytes = job->param_gather_dtype == DTYPE_BF16 ? 2 : ev->cj.elem_bytes;
+    ev->cj.gather_elem_bytes = job->param_gather_dtype == DTYPE_BF16 ? 2 : 4; /* fp32 otherwise */
     ev->cj.gather_masters = job->param_gather_dtype == DTYPE_BF16;
     ev->cj.schedule = job->schedule;
     ev->refine_work = INFINITY;
@@ -541,7 +541,7 @@ static void stage_costs(struct plan_eval *ev, int s, int P, int k, double *bound
         per_mb = out > per_mb ? out : per_mb;
         per_mb = back > per_mb ? back : per_mb;
     }
-    *bound = ev->cj.micro_batches * per_mb + t.dp_exposed + t.optimizer;
+    *bound = ev->cj.micro_batches * per_mb + t.dp_exposed + t.optimizer + t.param_copies;
 }
 
 static void equal_split(int L, int P, int *layers)

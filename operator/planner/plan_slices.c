@@ -28,7 +28,7 @@ struct slice_price {
     double lat;       /* that link's latency */
     double ovh;       /* links.op_overhead_us: a forward and a backward of a slice each pay it */
     double tp_lat;    /* the tensor all-reduces' latency of a forward and a backward, which every
-                         slice pays whole (the slowest stage's) */
+                         slice pays (the per-row sums once per sequence; the slowest stage's) */
     int T;
 };
 
@@ -52,7 +52,7 @@ static void slice_prices(struct plan_eval *ev, int P, struct slice_price *sp)
          * here); the all-reduces' latency is every slice's whole */
         double c = t.fwd + t.bwd + t.tp_fwd - t.tp_fwd_lat + t.tp_bwd - t.tp_bwd_lat +
                    (s > 0 ? t.gather : 0) + (s < P - 1 ? t.gather : 0);
-        double tl = t.tp_fwd_lat + t.tp_bwd_lat;
+        double tl = t.tp_fwd_slice_lat + t.tp_bwd_slice_lat;
         sp->compute = c > sp->compute ? c : sp->compute;
         sp->tp_lat = tl > sp->tp_lat ? tl : sp->tp_lat;
         if (s < P - 1) {

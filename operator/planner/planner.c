@@ -52,8 +52,11 @@ static int list_shapes(const struct plan_job *job, int units, struct shape **out
     struct shape *v = malloc(sizeof *v * (size_t)cap);
     if (!v)
         return herr_set(e, "planner: out of memory");
-    long per_replica = (long)job->micro_batches * job->micro_batch_size;
-    int auto_mode = !job->pipeline || !job->data;
+    /* The micro-batching is the job's: the workers run microBatches of microBatchSize
+     * (trainer_config_from_spec), so that is what is priced. (A smaller size would always look
+     * faster here, more micro-batches shrinking the bubble, as the cost model does not price a
+     * device's lower efficiency on smaller products.) */
+    int b = job->micro_batch_size, m = job->micro_batches;
     for (int P = 1; P <= units && P <= job->model.layers; P++) {
         if (units % P)
             continue;
@@ -64,27 +67,18 @@ static int list_shapes(const struct plan_job *job, int units, struct shape **out
             continue;
         if (job->pinned && job->n_pinned != P)
             continue;
-        for (int b = 1; b <= job->micro_batch_size; b++) {
-            if (!auto_mode && b != job->micro_batch_size)
-                continue;
-            if (per_replica % b)
-                continue;
-            long m = per_replica / b;
-            if (m > 4096 && b != job->micro_batch_size)
-                continue;
-            if (job->schedule == SCHED_1F1B && m < P)
-                continue;
-            if (k == cap) {
-                cap *= 2;
-                struct shape *nv = realloc(v, sizeof *v * (size_t)cap);
-                if (!nv) {
-                    free(v);
-                    return herr_set(e, "planner: out of memory");
-                }
-                v = nv;
+        if (job->schedule == SCHED_1F1B && m < P)
+            continue;
+        if (k == cap) {
+            cap *= 2;
+            struct shape *nv = realloc(v, sizeof *v * (size_t)cap);
+            if (!nv) {
+                free(v);
+                return herr_set(e, "planner: out of memory");
             }
-            v[k++] = (struct shape){P, D, (int)m, b};
+            v = nv;
         }
+        v[k++] = (struct shape){P, D, m, b};
     }
     if (!k) {
         free(v);
@@ -245,7 +239,7 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
         st->fwd_s = terms.fwd + terms.tp_fwd;
         st->bwd_s = terms.bwd + terms.tp_bwd;
         st->dp_s = terms.dp_exposed;
-        st->optimizer_s = terms.optimizer;
+        st->optimizer_s = terms.optimizer + terms.param_copies;
         st->gather_s = terms.gather;
         cost_stage_memory_parts(&ev->cj, layers[s], s, P, &st->memory);
         st->memory_gb = st->memory.total / 1e9;

@@ -94,8 +94,8 @@ static void test_schedule_closed_form(void)
     double t1 = cost_simulate(&j, &l, st, 1, NULL, &sim, &br);
     struct cost_stage_terms terms;
     cost_stage_terms(&j, &l, &st[0], 1, 1, NULL, &terms);
-    CHECK_NEAR("single stage m(f+b)+optimizer", t1, 3 * (terms.fwd + terms.bwd) + terms.optimizer,
-               1e-9);
+    CHECK_NEAR("single stage m(f+b)+optimizer", t1,
+               3 * (terms.fwd + terms.bwd) + terms.optimizer + terms.param_copies, 1e-9);
     /* the stage's own memory bandwidth prices its optimizer (0: the links') */
     struct cost_stage_terms own;
     st[0].memory_gbps = 1e12 / 1e3;
@@ -119,8 +119,16 @@ static void test_schedule_closed_form(void)
     j.data = 4;
     l.overlap = 0;
     cost_stage_terms(&j, &l, &st[0], 0, 0, NULL, &terms);
-    double grad = 2 * cost_layer_params(&j) * 2;
-    CHECK_NEAR("dp exposed = 2 x 3/4 x bytes / bw", terms.dp_exposed, 2 * 0.75 * grad / 1e9, 1e-9);
+    /* fp32 gradients and (without paramGatherDtype bf16) fp32 parameters on the wire, whatever
+     * the engine computes in (bf16 here) */
+    double grad = 2 * cost_layer_params(&j) * 4;
+    CHECK_NEAR("dp exposed = 2 x 3/4 x fp32 bytes / bw", terms.dp_exposed, 2 * 0.75 * grad / 1e9,
+               1e-9);
+    j.gather_elem_bytes = 2; /* paramGatherDtype bf16: the all-gather halves */
+    cost_stage_terms(&j, &l, &st[0], 0, 0, NULL, &terms);
+    CHECK_NEAR("bf16 gather: reduce-scatter fp32, all-gather bf16", terms.dp_exposed,
+               1.5 * 0.75 * grad / 1e9, 1e-9);
+    j.gather_elem_bytes = 0;
     l.overlap = 1;
     cost_stage_terms(&j, &l, &st[0], 0, 0, NULL, &terms);
     double rs = 0.75 * grad / 1e9;
@@ -141,7 +149,8 @@ static void test_schedule_closed_form(void)
     double t3 = cost_simulate(&j, &l, st, 1, NULL, &sim, &br);
     cost_stage_terms(&j, &l, &st[0], 1, 1, NULL, &terms);
     CHECK_NEAR("one stage: optimizer + gather + m(f+b) + reduce-scatter", t3,
-               terms.optimizer + terms.ag_exposed + 3 * (terms.fwd + terms.bwd) + terms.rs_exposed,
+               terms.optimizer + terms.param_copies + terms.ag_exposed +
+                   3 * (terms.fwd + terms.bwd) + terms.rs_exposed,
                1e-9);
     CHECK_NEAR("one stage: breakdown sums to total",
                br.compute + br.tp_comm + br.pp_comm + br.bubble + br.dp_comm + br.optimizer,
@@ -151,13 +160,13 @@ static void test_schedule_closed_form(void)
     /* the embedding tie: the updated shard must reach the last stage's head, and the head's
      * gradient shard the first stage before the norm; on a tie link this slow both transfers are
      * on the critical path, so a slower one adds its extra time twice (vocab 1: a shard is
-     * hidden x 2 B / d) */
+     * hidden x 4 B / d: fp32 gradients) */
     st[0].dp = cost_link_make(8, 0, 1);
     st[1] = st[0];
     struct cost_link slow_tie = cost_link_make(8e-6, 0, 1), slower_tie = cost_link_make(4e-6, 0, 1);
     double t4 = cost_simulate(&j, &l, st, 2, &slow_tie, &sim, &br);
     double t5 = cost_simulate(&j, &l, st, 2, &slower_tie, &sim, &br);
-    double tie_bytes = 256.0 * 2 / 4; /* the 1/d shard */
+    double tie_bytes = 256.0 * 4 / 4; /* the 1/d shard, fp32 */
     CHECK_NEAR("tie on the critical path: two transfers of the shard", t5 - t4,
                2 * (tie_bytes / 500.0 - tie_bytes / 1000.0), 1e-6);
     CHECK_INT("tie critical: the first stage", br.critical_stage, 0);
@@ -817,6 +826,37 @@ static void test_uneven(void)
     plan_free(&p);
 }
 
+/* Pipeline and data auto: every shape priced runs the job's micro-batching, as the workers do
+ * (trainer_config_from_spec takes microBatches and microBatchSize from the spec). Before
+ * 2026-11-29 the search also tried every smaller micro-batch size dividing the replica's batch,
+ * and as the cost model prices no loss of efficiency on smaller products it chose one: the
+ * plan predicted a shape the workers never ran. */
+static void test_auto_micro_batching(void)
+{
+    struct plan_worker w[4];
+    for (int i = 0; i < 4; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%d", i);
+        worker(&w[i], name, 0, 100, NIC_INFINIBAND, "ib", 200);
+    }
+    struct plan_job job;
+    small_job(&job, 8, 0, 0);
+    job.micro_batches = 4;
+    job.micro_batch_size = 8;
+    struct cost_links l;
+    cost_links_default(&l);
+    herr e = {0};
+    struct plan p;
+    CHECK_INT("auto micro-batching: plan ok", plan_make(w, 4, &job, &l, &p, &e), 0);
+    CHECK_INT("auto micro-batching: the job's micro-batch size", p.micro_batch_size, 8);
+    CHECK_INT("auto micro-batching: the job's micro-batches", p.micro_batches, 4);
+    int same = p.n_top > 0;
+    for (int i = 0; i < p.n_top; i++)
+        same &= p.top[i].micro_batch_size == 8 && p.top[i].micro_batches == 4;
+    CHECK("auto micro-batching: every candidate runs the job's", same);
+    plan_free(&p);
+}
+
 /* Mixed GPU generations: the faster stage gets more layers. */
 static void test_mixed_speed(void)
 {
@@ -828,6 +868,8 @@ static void test_mixed_speed(void)
     struct plan_job job;
     small_job(&job, 20, 2, 2);
     job.model.vocab = 64;
+    /* enough micro-batches that compute, not the (fp32) data-parallel traffic, sets the split */
+    job.micro_batches = 64;
     struct cost_links l;
     cost_links_default(&l);
     herr e = {0};
@@ -1010,12 +1052,13 @@ static void test_mixed_memory_bandwidth(void)
     int ls = p.stages[slow].last_layer - p.stages[slow].first_layer;
     int lf = p.stages[!slow].last_layer - p.stages[!slow].first_layer;
     CHECK("memory bandwidth: the slow stage takes fewer layers", p.pipeline == 2 && ls < lf);
-    /* its optimizer, as priced: its shard's parameters, 32 bytes each, at 20 GB/s */
+    /* its optimizer, as priced: its shard's parameters, 32 bytes each, at 20 GB/s, then the
+     * bf16 copy of the stage's parameters refreshed (6 bytes each) */
     struct cost_job cj = {.model = job.model, .tensor = 1, .data = 4};
     double params = ls * cost_layer_params(&cj) + (double)job.model.vocab * job.model.hidden +
                     (slow == 0 ? (double)job.model.seq_len * job.model.hidden : 2.0 * job.model.hidden);
     CHECK_NEAR("memory bandwidth: the slow stage's optimizer is its shard at 20 GB/s",
-               p.stages[slow].optimizer_s, params / 4 * 32 / 20e9, 1e-9);
+               p.stages[slow].optimizer_s, params / 4 * 32 / 20e9 + params * 6 / 20e9, 1e-9);
     if (ls >= lf)
         printf("  slow stage %d: %d layers, optimizer %.3f ms; fast: %d layers, %.3f ms\n", slow,
                ls, p.stages[slow].optimizer_s * 1e3, lf, p.stages[!slow].optimizer_s * 1e3);
@@ -1265,7 +1308,122 @@ static void test_slices_tensor_latency(void)
           t.tp_fwd_lat > 0 && t.tp_fwd_lat < t.tp_fwd && t.tp_bwd_lat > 0 && t.tp_bwd_lat < t.tp_bwd);
     CHECK_NEAR("slices x tensor: every slice pays the all-reduces' latency",
                sliced - whole, 3 * (4 - 1) * (t.tp_fwd_lat + t.tp_bwd_lat), 1e-6);
+    /* two sequences a micro-batch: a slice sums each sequence's rows apart (gpt_pass.c's row
+     * blocks, cuda/gpt_cuda_slices.cu), so the blocks' sums pay their latency twice a slice;
+     * the loss statistics and the embedding once */
+    j.micro_batch_size = 2;
+    j.slices = 0;
+    j.slice_bounds = NULL;
+    whole = cost_simulate(&j, &l, &st, 1, NULL, &sim, NULL);
+    j.slices = 4;
+    j.slice_bounds = bounds;
+    sliced = cost_simulate(&j, &l, &st, 1, NULL, &sim, NULL);
+    cost_stage_terms(&j, &l, &st, 1, 1, NULL, &t);
+    double ar = 2 * (2 - 1) * 1000e-6; /* one ring all-reduce of 2 ranks */
+    CHECK_NEAR("slices x tensor, b = 2: a forward slice's latency", t.tp_fwd_slice_lat,
+               (2 * 4 * 2 + 1 + 1) * ar, 1e-12);
+    CHECK_NEAR("slices x tensor, b = 2: a backward slice's latency", t.tp_bwd_slice_lat,
+               (2 * 4 + 1) * 2 * ar, 1e-12);
+    CHECK_NEAR("slices x tensor, b = 2: every slice pays each sequence's latency",
+               sliced - whole,
+               3 * (4 * (t.tp_fwd_slice_lat + t.tp_bwd_slice_lat) - (t.tp_fwd_lat + t.tp_bwd_lat)),
+               1e-6);
     cost_sim_free(&sim);
+}
+
+/* Ring all-reduce of `bytes` over n ranks on link k (the cost model's). */
+static double ring_ar(double bytes, int n, struct cost_link k)
+{
+    return 2.0 * (n - 1) / n * bytes / k.bw + 2.0 * (n - 1) * k.lat;
+}
+
+/* What the tensor group runs is what is priced (noderuntime/engine/gpt_pass.c, cuda/): the
+ * sums are over fp32 buffers whatever the engine's type; the first stage sums its embedding,
+ * the last its loss statistics (forward) and its head's input gradient (backward). */
+static void test_tensor_terms(void)
+{
+    struct cost_links l;
+    cost_links_default(&l);
+    int t = 4, L = 3;
+    struct cost_job j = {.model = {.layers = 8, .hidden = 256, .heads = 4, .vocab = 1000, .seq_len = 64},
+                         .tensor = t, .data = 1, .micro_batches = 2, .micro_batch_size = 3,
+                         .elem_bytes = 2};
+    struct cost_stage st;
+    memset(&st, 0, sizeof st);
+    st.layers = L;
+    st.tflops = 100;
+    st.dp.bw = st.next.bw = INFINITY;
+    struct cost_link in = cost_link_make(l.intra_node_gbps, l.intra_node_latency_us, 1);
+    double BT = 3.0 * 64, act = BT * 256 * 4, stats = BT * (2 * t + 1) * 4;
+    struct cost_stage_terms mid, first, last;
+    cost_stage_terms(&j, &l, &st, 0, 0, NULL, &mid);
+    cost_stage_terms(&j, &l, &st, 1, 0, NULL, &first);
+    cost_stage_terms(&j, &l, &st, 0, 1, NULL, &last);
+    CHECK_NEAR("tensor: a middle stage's forward sums, fp32", mid.tp_fwd, 2 * L * ring_ar(act, t, in),
+               1e-15);
+    CHECK_NEAR("tensor: a middle stage's backward sums, fp32", mid.tp_bwd, 2 * L * ring_ar(act, t, in),
+               1e-15);
+    CHECK_NEAR("tensor: the first stage's embedding sum", first.tp_fwd - mid.tp_fwd,
+               ring_ar(act, t, in), 1e-15);
+    CHECK_NEAR("tensor: the first stage's backward has none more", first.tp_bwd, mid.tp_bwd, 1e-15);
+    CHECK_NEAR("tensor: the last stage's loss statistics", last.tp_fwd - mid.tp_fwd,
+               ring_ar(stats, t, in), 1e-15);
+    CHECK_NEAR("tensor: the last stage's head input gradient", last.tp_bwd - mid.tp_bwd,
+               ring_ar(act, t, in), 1e-15);
+    CHECK_NEAR("tensor: latency of the last stage's forward", last.tp_fwd_lat,
+               (2 * L + 1) * 2 * (t - 1) * in.lat, 1e-15);
+    CHECK_NEAR("tensor: the gather of a received unit is in the engine's type", mid.gather,
+               (t - 1.0) / t * act / 2 / in.bw + (t - 1) * in.lat, 1e-15);
+    /* the copies after an update: a bf16 engine's copy of the stage's parameters (4 read, 2
+     * written); with a bf16 all-gather the gathered bf16 widened first (2 read, 4 written) */
+    double membw = l.memory_gbps * 1e9, per_rank = L * cost_layer_params(&j) / t;
+    CHECK_NEAR("copies: a bf16 engine refreshes its copy", mid.param_copies, per_rank * 6 / membw,
+               1e-15);
+    j.data = 2;
+    j.gather_masters = 1;
+    j.gather_elem_bytes = 2;
+    cost_stage_terms(&j, &l, &st, 0, 0, NULL, &mid);
+    CHECK_NEAR("copies: a bf16 gather widens, then the copy", mid.param_copies,
+               per_rank * 12 / membw, 1e-15);
+    j.elem_bytes = 4;
+    j.gather_masters = 0;
+    j.gather_elem_bytes = 0;
+    cost_stage_terms(&j, &l, &st, 0, 0, NULL, &mid);
+    CHECK_NEAR("copies: none for an fp32 engine", mid.param_copies, 0, 0);
+}
+
+/* ZeRO's overlap with token slices: a block's reduce-scatter starts at the backward of the slice
+ * that reaches t0 = 0 (the backward hook, gpt.h), the last of the micro-batch, and the next
+ * step's first slice needs the blocks' parameters: only the first slice's compute hides them. */
+static void test_slices_zero_overlap(void)
+{
+    struct cost_links l;
+    cost_links_default(&l);
+    l.overlap = 1;
+    struct cost_job j = {.model = {.layers = 8, .hidden = 256, .heads = 4, .vocab = 100, .seq_len = 64},
+                         .tensor = 1, .data = 4, .micro_batches = 2, .micro_batch_size = 1,
+                         .elem_bytes = 2};
+    struct cost_stage st;
+    memset(&st, 0, sizeof st);
+    st.layers = 4;
+    st.tflops = 0.05;
+    st.dp = cost_link_make(1, 0, 1); /* slow enough that neither hides whole */
+    st.next.bw = INFINITY;
+    struct cost_stage_terms whole, sliced;
+    cost_stage_terms(&j, &l, &st, 0, 0, NULL, &whole);
+    int bounds[3] = {0, 32, 64};
+    j.slices = 2;
+    j.slice_bounds = bounds;
+    cost_stage_terms(&j, &l, &st, 0, 0, NULL, &sliced);
+    double rs = 0.75 * 4 * cost_layer_params(&j) * 4 / (1e9 / 8), cw0 = cost_slice_compute_share(&j, 0, 32);
+    CHECK("zero x slices: the first slice is less than the whole", cw0 > 0 && cw0 < 0.5);
+    CHECK_NEAR("zero x slices: whole micro-batch hides behind 3 blocks' backward", whole.rs_exposed,
+               fmax(rs / 4, rs - whole.bwd * 3 / 4), 1e-12);
+    CHECK_NEAR("zero x slices: only the first slice's backward hides it", sliced.rs_exposed,
+               fmax(rs / 4, rs - sliced.bwd * cw0 * 3 / 4), 1e-12);
+    CHECK("zero x slices: more exposed", sliced.rs_exposed > whole.rs_exposed);
+    CHECK_NEAR("zero x slices: the gather behind the first slice's forward", sliced.ag_exposed,
+               fmax(rs / 4, rs - sliced.fwd * cw0 * 3 / 4), 1e-12);
 }
 
 static void test_token_slices(void)
@@ -1342,6 +1500,9 @@ int main(void)
     test_formulas();
     test_schedule_closed_form();
     test_slices_tensor_latency();
+    test_auto_micro_batching();
+    test_tensor_terms();
+    test_slices_zero_overlap();
     test_links_json();
     test_gateway();
     test_pipeline_dtype();
