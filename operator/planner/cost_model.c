@@ -307,6 +307,34 @@ static double scatter_time(double bytes, int n, struct cost_link k)
  * paramGatherDtype bf16, and the tied embedding's gradient shards (trainer.c). */
 #define WIRE_FP32 4.0
 
+/* ZeRO's buckets (noderuntime/train/zero.c: at most 1 Mi floats, never across a block, the tied
+ * embedding or the other tensors outside the blocks): each is a collective of its own, so each
+ * pays a ring's latency. */
+#define ZERO_BUCKET_FLOATS 1048576.0
+
+static double buckets_of(double floats)
+{
+    return floats > 0 ? ceil(floats / ZERO_BUCKET_FLOATS) : 0;
+}
+
+/* The buckets of a stage's rank: its blocks, on the first stage the token and position
+ * embeddings, on the last the final LayerNorm and (not also first) the head's copy of wte. */
+static double stage_buckets(const struct cost_job *j, int layers, int first, int last)
+{
+    double t = j->tensor, h = j->model.hidden, V = j->model.vocab;
+    return layers * buckets_of(cost_layer_params(j) / t) +
+           (first ? buckets_of(V * h / t) + buckets_of(j->model.seq_len * h / t) : 0) +
+           (last ? buckets_of(2.0 * h / t) + (!first ? buckets_of(V * h / t) : 0) : 0);
+}
+
+/* Ring reduce-scatter (or all-gather) of `bytes` over `n` members in `k` collectives. */
+static double buckets_time(double bytes, int n, double k, struct cost_link l)
+{
+    if (n <= 1)
+        return 0;
+    return (double)(n - 1) / n * bytes / l.bw + k * (n - 1) * l.lat;
+}
+
 /* The share of a micro-batch's compute in its first token slice, which is what hides the
  * data-parallel traffic when slices run: the engine's backward hook fires (and a block's
  * reduce-scatter starts) at the slice that reaches t0 = 0, the last of a micro-batch's
@@ -363,10 +391,11 @@ void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,
                     (last && !first ? (double)j->model.vocab * j->model.hidden : 0);
     double per_rank = params / t;
     /* the gradients are reduce-scattered in fp32, the updated parameters all-gathered in
-     * gather_elem_bytes (2 with paramGatherDtype bf16, else fp32) */
+     * gather_elem_bytes (2 with paramGatherDtype bf16, else fp32), each bucket a ring of its own */
     double gb = j->gather_elem_bytes > 0 ? j->gather_elem_bytes : WIRE_FP32;
-    double rs = scatter_time(per_rank * WIRE_FP32, j->data, st->dp);
-    double ag = scatter_time(per_rank * gb, j->data, st->dp);
+    double nbk = stage_buckets(j, st->layers, first, last);
+    double rs = buckets_time(per_rank * WIRE_FP32, j->data, nbk, st->dp);
+    double ag = buckets_time(per_rank * gb, j->data, nbk, st->dp);
     /* The engine's buckets are cut at blocks (noderuntime/train/trainer.c): a block's reduce-scatter
      * starts when its backward in the last micro-batch is done, and the next step's forward
      * reads a block once its all-gather is done. With n blocks, what the other n-1 blocks'
