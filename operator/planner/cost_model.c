@@ -868,13 +868,22 @@ double cost_simulate(const struct cost_job *j, const struct cost_links *l,
     double end[n];
     if (schedule(j, l, st, &v, sim, end) != 0)
         return INFINITY;
+    /* The norm's all-reduces of four floats (trainer.c global_sq_norm), one after another: the
+     * tensor group's, the pipeline group's (TCP: rank_table.c), the data-parallel ring's (the
+     * slowest stage's); every rank waits for them, so their latency is the step's. */
+    double norm = 0;
+    for (int s = 0; s < n; s++)
+        if (j->data > 1 && 2.0 * (j->data - 1) * st[s].dp.lat > norm)
+            norm = 2.0 * (j->data - 1) * st[s].dp.lat;
+    norm += (j->tensor > 1 ? 2.0 * (j->tensor - 1) * l->intra_node_latency_us * 1e-6 : 0) +
+            (n > 1 ? 2.0 * (n - 1) * l->tcp_latency_us * 1e-6 : 0);
     double best = -1;
     int crit = 0;
     for (int s = 0; s < n; s++) {
-        double fin = end[s] + terms[s].rs_exposed;
+        double fin = end[s] + terms[s].rs_exposed + norm;
         /* the first stage adds the last stage's gradient shard before the norm */
-        if (s == 0 && n > 1 && end[n - 1] + terms[s].tie > fin)
-            fin = end[n - 1] + terms[s].tie;
+        if (s == 0 && n > 1 && end[n - 1] + terms[s].tie + norm > fin)
+            fin = end[n - 1] + terms[s].tie + norm;
         if (fin > best) {
             best = fin;
             crit = s;

@@ -108,7 +108,8 @@ struct cost_breakdown {
     double tp_comm;   /* tensor-parallel all-reduces */
     double pp_comm;   /* activation and gradient transfers between stages (critical path) */
     double bubble;    /* pipeline idle time */
-    double dp_comm;   /* exposed gradient reduce-scatter + parameter all-gather + tie all-reduce */
+    double dp_comm;   /* exposed gradient reduce-scatter + parameter all-gather + tie, and the
+                         norm's all-reduces (their latency) */
     double optimizer; /* optimizer step on the stage's shard */
     double total;
     int critical_stage;

@@ -77,6 +77,9 @@ static void test_schedule_closed_form(void)
     herr e;
     CHECK_INT("sim init", cost_sim_init(&sim, 4, 6, &e), 0);
     double f = 2 * cost_layer_fwd_flops(&j) / 1e12, head = cost_head_fwd_flops(&j) / 1e12;
+    /* the norm's all-reduce on the pipeline group (TCP) pays 2 (P - 1) latencies a step:
+     * test_norm_latency; none here */
+    l.tcp_latency_us = 0;
     /* the last stage carries the (tiny, V=1) head: account for it exactly */
     struct cost_breakdown br;
     for (int sch = 0; sch < 2; sch++) {
@@ -1392,6 +1395,51 @@ static void test_tensor_terms(void)
     CHECK_NEAR("copies: none for an fp32 engine", mid.param_copies, 0, 0);
 }
 
+/* The step ends with the norm's all-reduces of four floats (trainer.c global_sq_norm), on the
+ * tensor group, the pipeline group (TCP) and the data-parallel ring one after another: their
+ * latency is every step's. */
+static void test_norm_latency(void)
+{
+    struct cost_links l;
+    cost_links_default(&l);
+    l.memory_gbps = 1e12;
+    struct cost_job j = {.model = {.layers = 8, .hidden = 64, .heads = 4, .vocab = 1, .seq_len = 16},
+                         .tensor = 2, .data = 3, .micro_batches = 4, .micro_batch_size = 1,
+                         .elem_bytes = 4, .schedule = SCHED_GPIPE};
+    struct cost_stage st[3];
+    memset(st, 0, sizeof st);
+    for (int s = 0; s < 3; s++) {
+        st[s].layers = 2;
+        st[s].tflops = 1;
+        st[s].dp = (struct cost_link){INFINITY, 0};
+        st[s].next = (struct cost_link){INFINITY, 0};
+    }
+    struct cost_link tie = {INFINITY, 0};
+    struct cost_sim sim;
+    herr e;
+    CHECK_INT("norm: sim init", cost_sim_init(&sim, 3, 4, &e), 0);
+    struct cost_breakdown br0, br1;
+    /* tensor 1: nothing else in the step pays the TCP latency (the links are given) */
+    j.tensor = 1;
+    l.tcp_latency_us = 0;
+    double t0 = cost_simulate(&j, &l, st, 3, &tie, &sim, &br0);
+    l.tcp_latency_us = 50;
+    double t1 = cost_simulate(&j, &l, st, 3, &tie, &sim, &br1);
+    /* the 3-stage pipeline ring's 4 hops of 50 us */
+    CHECK_NEAR("norm: the step pays the pipeline ring's latency", t1 - t0, 4 * 50e-6, 1e-12);
+    CHECK_NEAR("norm: counted in dp_comm", br1.dp_comm - br0.dp_comm, 4 * 50e-6, 1e-12);
+    /* tensor 2: the tensor pair's 2 hops of 5 us (the ops' own sums pay theirs inside the
+     * schedule: only dp_comm shows the norm's alone) */
+    j.tensor = 2;
+    l.intra_node_latency_us = 0;
+    cost_simulate(&j, &l, st, 3, &tie, &sim, &br0);
+    l.intra_node_latency_us = 5;
+    cost_simulate(&j, &l, st, 3, &tie, &sim, &br1);
+    CHECK_NEAR("norm: with tensor 2, the tensor pair's too", br1.dp_comm - br0.dp_comm, 2 * 5e-6,
+               1e-12);
+    cost_sim_free(&sim);
+}
+
 /* ZeRO's buckets (zero.c: at most 1 Mi floats, never across a block or the embedding) are a
  * collective each: a ring's latency per bucket, on the reduce-scatter and on the all-gather. */
 static void test_bucket_latency(void)
@@ -1535,6 +1583,7 @@ int main(void)
     test_auto_micro_batching();
     test_tensor_terms();
     test_bucket_latency();
+    test_norm_latency();
     test_slices_zero_overlap();
     test_links_json();
     test_gateway();

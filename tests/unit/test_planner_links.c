@@ -207,7 +207,10 @@ static void test_link_price(void)
            B1 = t1.bwd + t1.tp_bwd;
     double arrive = t0.optimizer + F0 + x;
     double back = fmax(fmax(t1.optimizer, tie_s), arrive) + g_s + F1 + B1 + x;
-    double want = fmax(back + g_s + B0, back + tie_s);
+    /* then the norm's all-reduces: the tensor pair's (2 hops of 5 us), the pipeline pair's over
+     * TCP (2 of 50 us) */
+    double norm = 2 * 5e-6 + 2 * 50e-6;
+    double want = fmax(back + g_s + B0, back + tie_s) + norm;
     CHECK_NEAR("price: the step, by hand", p.step_s, want, 1e-9);
     CHECK("price: (stage a first)", a_first);
     plan_free(&p);
@@ -326,6 +329,9 @@ static void test_send_modes(void)
     double F0 = t0.fwd + t0.tp_fwd, B0 = t0.bwd + t0.tp_bwd + t0.gather;
     double F1 = t1.fwd + t1.tp_fwd + t1.gather, B1 = t1.bwd + t1.tp_bwd;
     double start = fmax(t0.optimizer, t1.optimizer), m = 4;
+    /* every step ends with the norm's all-reduces: the tensor pair's (2 hops of the intra-node
+     * latency), the pipeline pair's over TCP */
+    double norm = 2 * l.intra_node_latency_us * 1e-6 + 2 * l.tcp_latency_us * 1e-6;
     struct cost_sim sim;
     herr e;
     CHECK_INT("sends: sim init", cost_sim_init(&sim, 2, 4, &e), 0);
@@ -337,13 +343,13 @@ static void test_send_modes(void)
     double T = x + F0 + F1 + (m - 1) * fmax(F0 + x, F1);
     double blocking = cost_simulate(&j, &l, st, 2, &tie, &sim, NULL);
     CHECK_NEAR("sends: blocking GPipe, by hand", blocking,
-               start + T + (B1 + x) + B0 + (m - 1) * fmax(B1 + x, B0), 1e-9);
+               start + T + (B1 + x) + B0 + (m - 1) * fmax(B1 + x, B0) + norm, 1e-9);
     /* asynchronous, two buffers: the transfers hide behind the ops, but the first each way */
     l.send_buffers = 2;
     T = x + F0 + F1 + (m - 1) * fmax(F0, F1);
     double async = cost_simulate(&j, &l, st, 2, &tie, &sim, NULL);
     CHECK_NEAR("sends: asynchronous GPipe, by hand", async,
-               start + T + (B1 + x) + B0 + (m - 1) * fmax(B1, B0), 1e-9);
+               start + T + (B1 + x) + B0 + (m - 1) * fmax(B1, B0) + norm, 1e-9);
     CHECK("sends: blocking costs the sender its transfers", blocking > async + (m - 1) * x * 0.9);
     /* one buffer: the next op writes into the buffer the last send still reads, so it waits
      * for that send's arrival: as a blocking send, here */
@@ -358,7 +364,7 @@ static void test_send_modes(void)
     /* forward: m transfers of 10 F0 back to back after stage 0's first op; backward likewise
      * after stage 1's last forward and first backward; then stage 0's last backward */
     CHECK_NEAR("sends: a slow link queues each direction on its own (m transfers each way)",
-               slow, start + F0 + m * 10 * F0 + F1 + B1 + m * 10 * F0 + B0, 1e-9);
+               slow, start + F0 + m * 10 * F0 + F1 + B1 + m * 10 * F0 + B0 + norm, 1e-9);
     cost_links_default(&l);
     l.send_buffers = 1.5;
     CHECK("sends: send_buffers must be an integer",
