@@ -139,7 +139,8 @@ int gpt_stage_backward(struct gpt_stage *s, int slot, const float *dout, float *
  * B*T), so the slices' losses add up to gpt_stage_forward's; backward scales the same way.
  * Attention over a slice reads the keys and values its earlier slices left in the slot, and the
  * backward hook runs at the last slice (t0 = 0). gpt_stage_forward/backward are the slice
- * (0, T). Not with tensor parallelism (-1). */
+ * (0, T). With tensor parallelism each sequence's rows are a block of their own: every sum of the
+ * group runs once a block (test_gpt_tp's sliced cases). */
 int gpt_stage_forward_slice(struct gpt_stage *s, int slot, int t0, int t1, const int *tokens,
                             const float *in_act, const int *targets, float *out_act, float *loss);
 int gpt_stage_backward_slice(struct gpt_stage *s, int slot, int t0, int t1, const float *dout,
