@@ -140,7 +140,9 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
             x->worker = w;
             x->local = l;
             x->fabric = wfab[w];
-            x->cls = (int)workers[w].nic.cls;
+            /* a CPU rank on real NICs sends over TCP whatever its NIC (plan_job.emulated) */
+            x->cls = workers[w].gpus == 0 && !job->emulated ? (int)NIC_ETHERNET
+                                                            : (int)workers[w].nic.cls;
             x->node = wnode[w];
             x->gbps = workers[w].nic.gbps;
             x->tflops = workers[w].tflops;

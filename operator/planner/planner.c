@@ -133,10 +133,17 @@ static void transport_of(const struct plan *p, const int *members, int n,
         if (w->nic.gid_index >= 0 && gid < 0)
             gid = w->nic.gid_index;
     }
+    int cpu = 0; /* a CPU rank among the members, on real NICs */
+    for (int i = 0; i < n && !p->emulated; i++)
+        cpu |= p->workers[p->ranks[members[i]].worker].gpus == 0;
     t->intra_node = same_node;
     if (p->policy == POLICY_ETHERNET && !same_node) {
         t->kind = TRANSPORT_SOCKET;
         snprintf(t->reason, sizeof t->reason, "ethernet baseline: every group on TCP");
+    } else if (cpu && !same_node) {
+        t->kind = TRANSPORT_SOCKET;
+        snprintf(t->reason, sizeof t->reason, "CPU ranks send over holmes' TCP transport (no "
+                 "RDMA on the CPU path)");
     } else if (!same_fabric) {
         t->kind = TRANSPORT_SOCKET;
         snprintf(t->reason, sizeof t->reason, "members span fabrics %.80s and %.80s",
@@ -545,6 +552,7 @@ static int fill_plan(struct plan *out, struct auto_search *A, const struct plan_
     struct plan_eval *ev = A->ev;
     struct shape best_shape = A->best_shape;
     out->policy = job->policy;
+    out->emulated = job->emulated;
     out->tensor = job->tensor;
     out->pipeline = best_shape.P;
     out->data = best_shape.D;

@@ -68,6 +68,10 @@ struct plan_job {
     int warmup_pinned;    /* 1: the 1F1B warm-up depth is `warmup` (what-if); 0: the holmes
                              search chooses it */
     int warmup;
+    int emulated;         /* 1: the workers' NICs are emulated (spec.emulation): a CPU rank's
+                             links are shaped as its NIC's class, and priced and labelled so;
+                             0: a CPU rank (gpus 0) sends over holmes' TCP transport whatever its
+                             NIC (the CPU path has no RDMA), and is priced and labelled so */
 };
 
 /* Sensible defaults: tensor 1, pipeline/data auto, 1F1B, bf16, holmes, no pin. */
@@ -129,6 +133,7 @@ struct plan_candidate {
 
 struct plan {
     enum policy policy;
+    int emulated;                 /* plan_job.emulated */
     int tensor, pipeline, data, micro_batches, micro_batch_size;
     enum schedule schedule;
     int warmup_extra;             /* 1F1B: micro-batches of warm-up beyond the standard on every

@@ -12,7 +12,8 @@ void planner_job_from_spec(const struct tj_spec *s, struct plan_job *out)
         .micro_batches = par->micro_batches, .micro_batch_size = par->micro_batch_size,
         .token_slices = par->token_slices, .schedule = par->schedule,
         .precision = s->training.precision, .pipeline_dtype = par->pipeline_dtype,
-        .param_gather_dtype = par->param_gather_dtype, .policy = s->placement.policy};
+        .param_gather_dtype = par->param_gather_dtype, .policy = s->placement.policy,
+        .emulated = s->emulation.enabled};
 }
 
 int planner_apply_spec(const struct tj_spec *s, struct plan_worker *workers, int n_workers,

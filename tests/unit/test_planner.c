@@ -231,6 +231,7 @@ static int gateway_plan_tp(enum policy pol, int three, double gateway, int m, in
     job.pipeline_dtype = pipeline_dtype;
     job.param_gather_dtype = param_gather_dtype;
     job.policy = pol;
+    job.emulated = 1; /* bench-hetero's CPU workers on emulated NICs: priced as their class */
     static const int pin[2] = {2, 2};
     job.pinned = pin;
     job.n_pinned = 2;
@@ -809,6 +810,7 @@ static void test_uneven(void)
     }
     struct plan_job job;
     small_job(&job, 8, 4, 2);
+    job.emulated = 1; /* CPU workers (gpus 0) on RDMA fabrics: emulated NICs */
     struct cost_links l;
     cost_links_default(&l);
     herr e = {0};
@@ -858,6 +860,47 @@ static void test_auto_micro_batching(void)
         same &= p.top[i].micro_batch_size == 8 && p.top[i].micro_batches == 4;
     CHECK("auto micro-batching: every candidate runs the job's", same);
     plan_free(&p);
+}
+
+/* CPU ranks on real NICs send over holmes' TCP transport (the CPU path has no RDMA), so their
+ * groups are planned and priced as TCP; on emulated NICs (spec.emulation) they are shaped, and
+ * priced, as their NICs' class; GPU ranks on the same NICs keep RDMA. */
+static void test_cpu_ranks_tcp(void)
+{
+    struct cost_links l;
+    cost_links_default(&l);
+    struct plan p;
+    herr e = {0};
+    double step[3];
+    int sockets[3], reason[3];
+    for (int k = 0; k < 3; k++) { /* CPU real, CPU emulated, GPU */
+        struct plan_worker w[4];
+        for (int i = 0; i < 4; i++) {
+            char name[16];
+            snprintf(name, sizeof name, "c%d", i);
+            worker(&w[i], name, k == 2 ? 1 : 0, 1, NIC_INFINIBAND, "ib", 100);
+        }
+        struct plan_job job;
+        small_job(&job, 8, 2, 2);
+        job.emulated = k == 1;
+        if (plan_make(w, 4, &job, &l, &p, &e)) {
+            TEST_FAIL("cpu ranks: plan", "%s", e.msg);
+            return;
+        }
+        step[k] = p.step_s;
+        sockets[k] = reason[k] = 0;
+        for (int g = 0; g < p.n_groups; g++) {
+            if (p.groups[g].n < 2 || p.groups[g].kind == GROUP_PP)
+                continue;
+            sockets[k] += p.groups[g].transport.kind == TRANSPORT_SOCKET;
+            reason[k] += strstr(p.groups[g].transport.reason, "TCP transport") != NULL;
+        }
+        plan_free(&p);
+    }
+    CHECK("cpu ranks, real NICs: every group on TCP, saying why", sockets[0] > 0 && reason[0] == sockets[0]);
+    CHECK_INT("cpu ranks, emulated NICs: RDMA as the class", sockets[1], 0);
+    CHECK_INT("gpu ranks: RDMA", sockets[2], 0);
+    CHECK("cpu ranks, real NICs: priced slower than RDMA", step[0] > step[1]);
 }
 
 /* Mixed GPU generations: the faster stage gets more layers. */
@@ -1581,6 +1624,7 @@ int main(void)
     test_schedule_closed_form();
     test_slices_tensor_latency();
     test_auto_micro_batching();
+    test_cpu_ranks_tcp();
     test_tensor_terms();
     test_bucket_latency();
     test_norm_latency();
