@@ -1377,6 +1377,17 @@ static void test_slices_tensor_latency(void)
     cost_sim_free(&sim);
 }
 
+/* A stage of `layers` layers at `tflops`, every link free (infinite, no latency). */
+static struct cost_stage free_stage(int layers, double tflops)
+{
+    struct cost_stage st;
+    memset(&st, 0, sizeof st);
+    st.layers = layers;
+    st.tflops = tflops;
+    st.dp.bw = st.next.bw = INFINITY;
+    return st;
+}
+
 /* Ring all-reduce of `bytes` over n ranks on link k (the cost model's). */
 static double ring_ar(double bytes, int n, struct cost_link k)
 {
@@ -1394,11 +1405,7 @@ static void test_tensor_terms(void)
     struct cost_job j = {.model = {.layers = 8, .hidden = 256, .heads = 4, .vocab = 1000, .seq_len = 64},
                          .tensor = t, .data = 1, .micro_batches = 2, .micro_batch_size = 3,
                          .elem_bytes = 2};
-    struct cost_stage st;
-    memset(&st, 0, sizeof st);
-    st.layers = L;
-    st.tflops = 100;
-    st.dp.bw = st.next.bw = INFINITY;
+    struct cost_stage st = free_stage(L, 100);
     struct cost_link in = cost_link_make(l.intra_node_gbps, l.intra_node_latency_us, 1);
     double BT = 3.0 * 64, act = BT * 256 * 4, stats = BT * (2 * t + 1) * 4;
     struct cost_stage_terms mid, first, last;
@@ -1493,13 +1500,8 @@ static void test_bucket_latency(void)
     struct cost_job j = {.model = {.layers = 8, .hidden = 512, .heads = 8, .vocab = 50000, .seq_len = 64},
                          .tensor = 1, .data = 4, .micro_batches = 2, .micro_batch_size = 1,
                          .elem_bytes = 2};
-    struct cost_stage st;
-    memset(&st, 0, sizeof st);
-    st.layers = 3;
-    st.tflops = 100;
-    st.dp.bw = INFINITY;
+    struct cost_stage st = free_stage(3, 100);
     st.dp.lat = 10e-6;
-    st.next.bw = INFINITY;
     struct cost_stage_terms t;
     /* a block of hidden 512: 3,152,384 parameters, 4 buckets; 3 rings of 4 members' latency */
     cost_stage_terms(&j, &l, &st, 0, 0, NULL, &t);
@@ -1526,12 +1528,8 @@ static void test_slices_zero_overlap(void)
     struct cost_job j = {.model = {.layers = 8, .hidden = 256, .heads = 4, .vocab = 100, .seq_len = 64},
                          .tensor = 1, .data = 4, .micro_batches = 2, .micro_batch_size = 1,
                          .elem_bytes = 2};
-    struct cost_stage st;
-    memset(&st, 0, sizeof st);
-    st.layers = 4;
-    st.tflops = 0.05;
+    struct cost_stage st = free_stage(4, 0.05);
     st.dp = cost_link_make(1, 0, 1); /* slow enough that neither hides whole */
-    st.next.bw = INFINITY;
     struct cost_stage_terms whole, sliced;
     cost_stage_terms(&j, &l, &st, 0, 0, NULL, &whole);
     int bounds[3] = {0, 32, 64};
