@@ -170,6 +170,25 @@ double cost_embedding_params(const struct cost_job *j)
     return ((double)j->model.vocab + j->model.seq_len) * j->model.hidden;
 }
 
+/* The vocabulary as the engine pads it (gpt.c: a multiple of 128). */
+static double padded_vocab(const struct cost_job *j)
+{
+    return ceil(j->model.vocab / 128.0) * 128.0;
+}
+
+double cost_rank_params(const struct cost_job *j, int layers, int first, int last)
+{
+    double t = j->tensor > 1 ? j->tensor : 1, C = j->model.hidden, V = padded_vocab(j);
+    /* split: the blocks' matrices and column-parallel biases (qkv, fc), wte's vocabulary rows;
+     * replicated: the blocks' LayerNorms and row-parallel biases (attn.proj, mlp.proj), wpe,
+     * ln_f */
+    double split = layers * (12.0 * C * C + 7.0 * C) + (first ? V * C : 0) +
+                   (last && !first ? V * C : 0);
+    double repl = layers * 6.0 * C + (first ? (double)j->model.seq_len * C : 0) +
+                  (last ? 2.0 * C : 0);
+    return split / t + repl;
+}
+
 double cost_activation_bytes(const struct cost_job *j)
 {
     int b = j->act_elem_bytes > 0 ? j->act_elem_bytes : j->elem_bytes;
@@ -222,11 +241,8 @@ void cost_stage_memory_parts(const struct cost_job *j, int layers, int s, int n,
                              struct cost_memory *out)
 {
     int first = s == 0, last = s == n - 1, t = j->tensor;
-    double V = ceil(j->model.vocab / 128.0) * 128.0; /* the padded vocabulary (gpt.c) */
-    double params = layers * cost_layer_params(j) +
-                    (first ? (V + j->model.seq_len) * j->model.hidden : 0) +
-                    (last ? 2.0 * j->model.hidden : 0) + (last && !first ? V * j->model.hidden : 0);
-    double per_rank = params / t;
+    double V = padded_vocab(j);
+    double per_rank = cost_rank_params(j, layers, first, last);
     double X = j->elem_bytes; /* the engine's activation type: bf16 2, fp32 4 */
     memset(out, 0, sizeof *out);
     out->params = per_rank;
@@ -245,10 +261,14 @@ void cost_stage_memory_parts(const struct cost_job *j, int layers, int s, int n,
      * two 4C/t, the LayerNorm statistics, and flash's row statistics or the T x T scores */
     double act_layer = BTC * (4.0 + 12.0 / t) * X + 4.0 * BT * 4.0 +
                        (flash ? NH * BT * 4.0 : NH * b * sq * sq * X);
-    out->slots = pipe_slots(j->schedule, s, n, j->micro_batches,
-                            j->slices > 1 && j->slice_bounds ? j->slices : 1, j->warmup_extra);
-    /* per micro-batch besides the layers: the stage's input and the tokens */
-    out->activations = out->slots * (layers * act_layer + BTC * X + 5.0 * BT * 4.0);
+    /* token slices: the bounds' count once chosen, else the count the job asks for */
+    int S = j->slices > 1 && j->slice_bounds ? j->slices : j->mem_slices > 1 ? j->mem_slices : 1;
+    out->slots = pipe_slots(j->schedule, s, n, j->micro_batches, S, j->warmup_extra);
+    /* per micro-batch besides the layers: the stage's input and the tokens; sliced, the fp32
+     * accumulator of the q, k, v gradients and, on the first stage, the embeddings' gradient
+     * (cuda/gpt_cuda_slices.cu and gpt_pass.c: a slot's, at its first sliced backward) */
+    double sliced = S > 1 ? layers * 3.0 * BTC / t * 4.0 + (first ? BTC * X : 0) : 0;
+    out->activations = out->slots * (layers * act_layer + BTC * X + 5.0 * BT * 4.0 + sliced);
     if (last) /* the final LayerNorm, the logits (padded vocabulary / t), the losses */
         out->logits = out->slots * (BTC * X + BT * V / t * X + 3.0 * BT * 4.0 +
                                     (t > 1 ? 2.0 * BT * 4.0 : 0.0));
@@ -321,10 +341,10 @@ static double buckets_of(double floats)
  * embeddings, on the last the final LayerNorm and (not also first) the head's copy of wte. */
 static double stage_buckets(const struct cost_job *j, int layers, int first, int last)
 {
-    double t = j->tensor, h = j->model.hidden, V = j->model.vocab;
-    return layers * buckets_of(cost_layer_params(j) / t) +
-           (first ? buckets_of(V * h / t) + buckets_of(j->model.seq_len * h / t) : 0) +
-           (last ? buckets_of(2.0 * h / t) + (!first ? buckets_of(V * h / t) : 0) : 0);
+    double t = j->tensor, h = j->model.hidden, V = padded_vocab(j);
+    return layers * buckets_of(cost_rank_params(j, 1, 0, 0)) +
+           (first ? buckets_of(V * h / t) + buckets_of(j->model.seq_len * h) : 0) +
+           (last ? buckets_of(2.0 * h) + (!first ? buckets_of(V * h / t) : 0) : 0);
 }
 
 /* Ring reduce-scatter (or all-gather) of `bytes` over `n` members in `k` collectives. */
@@ -386,10 +406,7 @@ void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,
     out->gather = scatter_time(unit, t, intra);
     out->gather_lat = t > 1 ? (t - 1) * intra.lat : 0;
 
-    double params = st->layers * cost_layer_params(j) + (first ? cost_embedding_params(j) : 0) +
-                    (last ? 2.0 * j->model.hidden : 0) +
-                    (last && !first ? (double)j->model.vocab * j->model.hidden : 0);
-    double per_rank = params / t;
+    double per_rank = cost_rank_params(j, st->layers, first, last);
     /* the gradients are reduce-scattered in fp32, the updated parameters all-gathered in
      * gather_elem_bytes (2 with paramGatherDtype bf16, else fp32), each bucket a ring of its own */
     double gb = j->gather_elem_bytes > 0 ? j->gather_elem_bytes : WIRE_FP32;
@@ -410,7 +427,7 @@ void cost_stage_terms(const struct cost_job *j, const struct cost_links *l,
      * next forward. `tie` is one such transfer. */
     out->tie = 0;
     if (tie && (first || last) && !(first && last))
-        out->tie = (double)j->model.vocab * j->model.hidden / t * WIRE_FP32 / j->data / tie->bw +
+        out->tie = padded_vocab(j) * j->model.hidden / t * WIRE_FP32 / j->data / tie->bw +
                    tie->lat;
     out->dp_exposed = out->ag_exposed + fmax(out->rs_exposed, out->tie);
     /* The optimizer's pass over the rank's shard (norm + AdamW), then what the parameters'

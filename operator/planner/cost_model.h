@@ -78,6 +78,9 @@ struct cost_job {
                               trainer keeps fp32 masters of its shard */
     enum schedule schedule;
     int slices;               /* TeraPipe token slices per micro-batch (0 or 1: none) */
+    int mem_slices;           /* the slices the workers will run, for the memory model while
+                                 slice_bounds is not set yet (an explicit tokenSlices: N during
+                                 the search); 0 or 1: none */
     const int *slice_bounds;  /* [slices + 1] token bounds 0 .. seq_len (NULL: none) */
     int warmup_extra;         /* 1F1B: micro-batches of warm-up beyond the standard on every
                                  stage but the last (common/pipe_order.h) */
@@ -120,6 +123,9 @@ double cost_layer_fwd_flops(const struct cost_job *j);        /* one layer, one 
 double cost_head_fwd_flops(const struct cost_job *j);         /* LM head, one micro-batch */
 double cost_layer_params(const struct cost_job *j);
 double cost_embedding_params(const struct cost_job *j);      /* token + position embeddings */
+/* The parameters one tensor rank of a stage holds (noderuntime/engine/gpt.c build_layout): the
+ * split tensors' 1/t (the padded vocabulary's wte rows among them), the replicated ones whole. */
+double cost_rank_params(const struct cost_job *j, int layers, int first, int last);
 double cost_activation_bytes(const struct cost_job *j);      /* one boundary, one micro-batch */
 /* What one pipeline link carries per micro-batch: with tensor parallelism each of a stage's t
  * ranks sends its 1/t of the activation to the same tensor rank of the next stage (Megatron-LM's

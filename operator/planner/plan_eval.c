@@ -214,6 +214,8 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
     ev->cj.gather_elem_bytes = job->param_gather_dtype == DTYPE_BF16 ? 2 : 4; /* fp32 otherwise */
     ev->cj.gather_masters = job->param_gather_dtype == DTYPE_BF16;
     ev->cj.schedule = job->schedule;
+    /* an explicit slice count is what every stage will hold in memory, whatever the split */
+    ev->cj.mem_slices = job->token_slices > 1 ? job->token_slices : 0;
     ev->refine_work = INFINITY;
     return ev;
 fail:

@@ -321,6 +321,20 @@ static int build_plan(struct plan *p, struct plan_eval *ev, const int *stage_uni
     p->step_s = pl_eval_sim(ev, P, layers, &p->breakdown);
     if (ev->token_slices != 1 && pl_slices(ev, P, layers, ev->token_slices, p, e) != 0)
         return -1;
+    if (!isfinite(p->step_s))
+        return herr_set(e, "planner: nothing fits in the GPUs' memory with %d token slices "
+                        "(pipeline %d x data %d): each slot holds the sliced backward's "
+                        "accumulators", p->slices > 1 ? p->slices : ev->token_slices, P, D);
+    if (p->slices > 1) { /* the stages hold what the slices need (cost_stage_memory_parts) */
+        ev->cj.slices = p->slices;
+        ev->cj.slice_bounds = p->slice_bounds;
+        for (int s = 0; s < P; s++) {
+            cost_stage_memory_parts(&ev->cj, layers[s], s, P, &p->stages[s].memory);
+            p->stages[s].memory_gb = p->stages[s].memory.total / 1e9;
+        }
+        ev->cj.slices = 0;
+        ev->cj.slice_bounds = NULL;
+    }
     struct shape sh = {P, D, p->micro_batches, p->micro_batch_size};
     p->tokens_per_s = tokens_per_s(&sh, ev->cj.model.seq_len, p->step_s);
     return 0;

@@ -98,6 +98,22 @@ int main(int argc, char **argv)
                  "stream's work", names[op]);
         round_trip(nc, m, s, d, hin, h, op, op, name);
     }
+    /* a host all-reduce larger than the staging's 16 Mi-float pieces (comm_nccl_host.c): every
+     * piece in its place (one rank keeps the values), and the count of nothing still answers */
+    if (ok) {
+        size_t big = ((size_t)16 << 20) * 2 + 5;
+        float *hb = malloc(big * sizeof *hb);
+        int same = hb != NULL;
+        for (size_t i = 0; same && i < big; i++)
+            hb[i] = val(i, 9);
+        same = same && comm_all_reduce(nc, hb, big, &e) == 0;
+        for (size_t i = 0; same && i < big; i++)
+            same = hb[i] == val(i, 9);
+        CHECK("gpu.comm_dev.nccl.host_all_reduce: in 16 Mi-float pieces, every value in place",
+              same);
+        CHECK("gpu.comm_dev.nccl.host_all_reduce: nothing to sum", comm_all_reduce(nc, hb, 0, &e) == 0);
+        free(hb);
+    }
     struct tcp_group_spec ts = {"staged", 8, 1, 0, &me, &ep, NULL, 60};
     ok = comm_create(&tc, l, &ts, &e) == 0 && comm_set_devmem(tc, m, &e) == 0;
     CHECK("gpu.comm_dev.tcp: created, device buffers staged", ok && !comm_dev_native(tc));

@@ -163,13 +163,13 @@ static void test_schedule_closed_form(void)
     /* the embedding tie: the updated shard must reach the last stage's head, and the head's
      * gradient shard the first stage before the norm; on a tie link this slow both transfers are
      * on the critical path, so a slower one adds its extra time twice (vocab 1: a shard is
-     * hidden x 4 B / d: fp32 gradients) */
+     * 128 padded rows x hidden x 4 B / d: fp32 gradients) */
     st[0].dp = cost_link_make(8, 0, 1);
     st[1] = st[0];
     struct cost_link slow_tie = cost_link_make(8e-6, 0, 1), slower_tie = cost_link_make(4e-6, 0, 1);
     double t4 = cost_simulate(&j, &l, st, 2, &slow_tie, &sim, &br);
     double t5 = cost_simulate(&j, &l, st, 2, &slower_tie, &sim, &br);
-    double tie_bytes = 256.0 * 4 / 4; /* the 1/d shard, fp32 */
+    double tie_bytes = 128.0 * 256 * 4 / 4; /* the 1/d shard of the padded vocabulary's 128 rows, fp32 */
     CHECK_NEAR("tie on the critical path: two transfers of the shard", t5 - t4,
                2 * (tie_bytes / 500.0 - tie_bytes / 1000.0), 1e-6);
     CHECK_INT("tie critical: the first stage", br.critical_stage, 0);
@@ -322,7 +322,8 @@ static void test_param_gather_dtype(void)
                             .dp = cost_link_make(8, 0, 1), /* 1 GB/s */
                             .next = {INFINITY, 0}};
     /* one stage, first and last: blocks, embeddings, final norm */
-    double params = 2 * cost_layer_params(&j) + cost_embedding_params(&j) + 2.0 * j.model.hidden;
+    /* (the vocabulary of 1 padded to 128 rows, as the engine holds it) */
+    double params = 2 * cost_layer_params(&j) + (128.0 + 32) * 192 + 2.0 * 192;
     struct cost_stage_terms t32, t16;
     cost_stage_terms(&j, &l, &st, 1, 1, NULL, &t32);
     CHECK_NEAR("fp32 all-gather: 1/2 x 4 bytes per parameter / bw", t32.ag_exposed,
@@ -1101,7 +1102,7 @@ static void test_mixed_memory_bandwidth(void)
     /* its optimizer, as priced: its shard's parameters, 32 bytes each, at 20 GB/s, then the
      * bf16 copy of the stage's parameters refreshed (6 bytes each) */
     struct cost_job cj = {.model = job.model, .tensor = 1, .data = 4};
-    double params = ls * cost_layer_params(&cj) + (double)job.model.vocab * job.model.hidden +
+    double params = ls * cost_layer_params(&cj) + ceil(job.model.vocab / 128.0) * 128 * job.model.hidden +
                     (slow == 0 ? (double)job.model.seq_len * job.model.hidden : 2.0 * job.model.hidden);
     CHECK_NEAR("memory bandwidth: the slow stage's optimizer is its shard at 20 GB/s",
                p.stages[slow].optimizer_s, params / 4 * 32 / 20e9 + params * 6 / 20e9, 1e-9);
@@ -1429,7 +1430,8 @@ static void test_tensor_terms(void)
                (t - 1.0) / t * act / 2 / in.bw + (t - 1) * in.lat, 1e-15);
     /* the copies after an update: a bf16 engine's copy of the stage's parameters (4 read, 2
      * written); with a bf16 all-gather the gathered bf16 widened first (2 read, 4 written) */
-    double membw = l.memory_gbps * 1e9, per_rank = L * cost_layer_params(&j) / t;
+    /* a rank's share of a block: the split tensors' quarter, the replicated 6 h whole */
+    double C = 256, membw = l.memory_gbps * 1e9, per_rank = L * ((12 * C * C + 7 * C) / t + 6 * C);
     CHECK_NEAR("copies: a bf16 engine refreshes its copy", mid.param_copies, per_rank * 6 / membw,
                1e-15);
     j.data = 2;

@@ -201,7 +201,7 @@ static void test_link_price(void)
     struct cost_stage_terms t0, t1;
     cost_stage_terms(&cj, &l, &st, 1, 0, &tie, &t0);
     cost_stage_terms(&cj, &l, &st, 0, 1, &tie, &t1);
-    double tie_s = 1000.0 * 512 / 2 * 4 / bw + 50e-6;
+    double tie_s = 1024.0 * 512 / 2 * 4 / bw + 50e-6; /* the vocabulary padded to 1024 rows */
     CHECK_NEAR("price: the tie's shard by hand", t0.tie, tie_s, 1e-12);
     double F0 = t0.fwd + t0.tp_fwd, B0 = t0.bwd + t0.tp_bwd, F1 = t1.fwd + t1.tp_fwd,
            B1 = t1.bwd + t1.tp_bwd;
@@ -475,6 +475,78 @@ static void test_balanced_ties(void)
     plan_free(&p);
 }
 
+/* Token slices: each slot holds the sliced backward's fp32 accumulator of the q, k, v gradients
+ * and, on the first stage, the embeddings' gradient (cuda/gpt_cuda_slices.cu, gpt_pass.c); an
+ * explicit tokenSlices is what the search checks memory with, before the bounds exist. Before
+ * 2026-11-29 neither was counted: a GPT-2 1.5B job with 4 slices was planned on 26.5 GB GPUs
+ * (23.5 GB predicted) where the runtime needs 27.46 GB, and with less memory the plan came back
+ * with an infinite step. */
+static void test_sliced_memory(void)
+{
+    struct cost_job j = {.model = {.layers = 48, .hidden = 1600, .heads = 25, .vocab = 50257, .seq_len = 1024},
+                         .tensor = 1, .data = 2, .micro_batches = 8, .micro_batch_size = 4,
+                         .elem_bytes = 2, .schedule = SCHED_1F1B};
+    struct cost_memory whole, sliced, asked;
+    cost_stage_memory_parts(&j, 25, 0, 2, &whole);
+    int bounds[5] = {0, 256, 512, 768, 1024};
+    j.slices = 4;
+    j.slice_bounds = bounds;
+    cost_stage_memory_parts(&j, 25, 0, 2, &sliced);
+    j.slices = 0;
+    j.slice_bounds = NULL;
+    j.mem_slices = 4;
+    cost_stage_memory_parts(&j, 25, 0, 2, &asked);
+    double BTC = 4.0 * 1024 * 1600;
+    CHECK_INT("sliced memory: 2 slots either way (this shape)", sliced.slots * 10 + whole.slots, 22);
+    CHECK_NEAR("sliced memory: each slot's accumulators", sliced.activations - whole.activations,
+               2 * (25 * 3 * BTC * 4 + BTC * 2), 1);
+    CHECK_NEAR("sliced memory: the count asked for is what the bounds give", asked.total,
+               sliced.total, 0);
+    CHECK("sliced memory: as the audit's runtime count (27.46 GB)",
+          fabs(sliced.total / 1e9 - 27.46) < 0.01);
+    /* through the planner: four GPUs of 26.5 GB refuse it, 32 GB plan it and report it */
+    struct plan_worker w[4];
+    struct plan_job job;
+    plan_job_init(&job);
+    job.model = j.model;
+    job.pipeline = 2;
+    job.data = 2;
+    job.micro_batches = 8;
+    job.micro_batch_size = 4;
+    job.token_slices = 4;
+    struct cost_links l;
+    cost_links_default(&l);
+    struct plan p;
+    herr e = {0};
+    for (int i = 0; i < 4; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "g%d", i);
+        worker(&w[i], name, 1, NIC_INFINIBAND, "ib", 200);
+        w[i].memory_gb = 26.5;
+    }
+    int rc = plan_make(w, 4, &job, &l, &p, &e);
+    CHECK("sliced memory: 26.5 GB GPUs refused, naming memory",
+          rc != 0 && strstr(e.msg, "nothing fits") != NULL);
+    if (rc == 0)
+        plan_free(&p);
+    for (int i = 0; i < 4; i++)
+        w[i].memory_gb = 32;
+    rc = plan_make(w, 4, &job, &l, &p, &e);
+    CHECK_INT("sliced memory: 32 GB GPUs plan it", rc, 0);
+    if (rc == 0) {
+        CHECK("sliced memory: a finite step", isfinite(p.step_s) && p.slices == 4);
+        j.mem_slices = 0;
+        j.slices = 4;
+        j.slice_bounds = p.slice_bounds;
+        int ok = 1;
+        for (int s = 0; s < 2; s++)
+            ok &= fabs(p.stages[s].memory_gb * 1e9 -
+                       cost_stage_memory(&j, p.stages[s].last_layer - p.stages[s].first_layer, s, 2)) < 1;
+        CHECK("sliced memory: the stages report what the slices need", ok);
+        plan_free(&p);
+    }
+}
+
 /* ---- memory ---- */
 
 static void test_memory(void)
@@ -490,7 +562,10 @@ static void test_memory(void)
                          .elem_bytes = 2, .schedule = SCHED_1F1B};
     struct cost_memory m;
     cost_stage_memory_parts(&j, 3, 0, 2, &m);
-    double params = (3 * (12.0 * 1024 * 1024 + 13 * 1024) + (32000.0 + 512) * 1024) / 2;
+    /* the split tensors halve (the matrices, qkv's and fc's biases, wte); the LayerNorms, the
+     * row-parallel biases and wpe are whole on each rank (gpt.c build_layout) */
+    double params = (3 * (12.0 * 1024 * 1024 + 7 * 1024) + 32000.0 * 1024) / 2 +
+                    3 * 6.0 * 1024 + 512.0 * 1024;
     CHECK_NEAR("memory: parameters per GPU (the tensor split)", m.params, params, 1e-12);
     /* the engine's allocation (gpt_cuda.cu; memory_model.py holds the engine part against its own
      * count): fp32 parameters and gradients and the bf16 copy, the trainer's moments of its shard */
@@ -626,6 +701,7 @@ int main(void)
     test_send_modes();
     test_balanced_ties();
     test_memory();
+    test_sliced_memory();
     test_three_fabrics();
     TEST_MAIN_END();
 }

@@ -65,17 +65,29 @@ static int copy(struct nccl_host *h, void *dst, const void *src, size_t bytes,
                    "staging a buffer", e);
 }
 
+/* A host all-reduce goes through the staging buffers in pieces of at most this many floats
+ * (64 MiB): the buffers stay with the communicator, so a checkpoint's whole-stage sum with tensor
+ * parallelism (trainer_ckpt.c tp_assemble) would otherwise keep two copies of the stage on the
+ * device for the rest of the run, memory the planner does not give it. */
+#define NH_ALL_REDUCE_PIECE ((size_t)16 << 20)
+
 static int nh_all_reduce(void *impl, float *buf, size_t count, herr *e)
 {
     struct nccl_host *h = impl;
-    size_t bytes = count * sizeof(float);
-    if (scratch(h, bytes ? bytes : 4, e) != 0 ||
-        copy(h, h->dsend, buf, bytes, cudaMemcpyHostToDevice, e) != 0 ||
-        nccl_comm_all_reduce(h->nc, (float *)h->dsend, count, e) != 0 ||
-        copy(h, buf, h->dsend, bytes, cudaMemcpyDeviceToHost, e) != 0 ||
-        nccl_comm_sync(h->nc, e) != 0)
+    size_t piece = count < NH_ALL_REDUCE_PIECE ? count : NH_ALL_REDUCE_PIECE;
+    if (scratch(h, piece ? piece * sizeof(float) : 4, e) != 0)
         return -1;
-    h->bytes += 2 * bytes * (size_t)(h->size - 1) / (size_t)h->size;
+    size_t off = 0;
+    do { /* once at least: every rank makes the same calls, also for nothing */
+        size_t n = count - off < piece ? count - off : piece;
+        if (copy(h, h->dsend, buf + off, n * sizeof(float), cudaMemcpyHostToDevice, e) != 0 ||
+            nccl_comm_all_reduce(h->nc, (float *)h->dsend, n, e) != 0 ||
+            copy(h, buf + off, h->dsend, n * sizeof(float), cudaMemcpyDeviceToHost, e) != 0 ||
+            nccl_comm_sync(h->nc, e) != 0)
+            return -1;
+        off += n;
+    } while (off < count);
+    h->bytes += 2 * count * sizeof(float) * (size_t)(h->size - 1) / (size_t)h->size;
     return 0;
 }
 
