@@ -18,7 +18,9 @@ struct shard_writer {
     FILE *f;                  /* the shard being written, or NULL */
     char path[PATH_MAX], tmp[PATH_MAX + 8];
     uint64_t in_shard, limit; /* tokens written to it, and its size */
-    int index;                /* its number: the shards finished before it */
+    int index;                /* its number: the shards finished before it (each NAME.tmp until
+                                 shard_writer_finish puts the set in place) */
+    int renamed;              /* of those, put in place under their names */
     int finished;
     uint64_t tokens;
     uint16_t buf[4096];
@@ -44,8 +46,8 @@ static int is_shard(const char *name, const char *base)
     return p > d && strcmp(p, ".bin") == 0;
 }
 
-/* Refuses (or, replacing, removes) the shards already under the prefix. */
-static int clear_old(struct shard_writer *w, herr *e)
+/* Refuses the shards already under the prefix, or, replacing (`remove`), removes them. */
+static int clear_old(struct shard_writer *w, int remove, herr *e)
 {
     DIR *d = opendir(w->dir);
     if (!d)
@@ -61,8 +63,9 @@ static int clear_old(struct shard_writer *w, herr *e)
             rc = herr_config(e, "--out %s: a path longer than %d bytes", w->c.prefix, PATH_MAX);
         else if (!w->c.replace)
             rc = herr_config(e, "--out %s: %s is there already (shards of an earlier run; "
-                             "--replace removes them all first)", w->c.prefix, p);
-        else if (unlink(p) != 0)
+                             "--replace replaces them all once the new set is written)",
+                             w->c.prefix, p);
+        else if (remove && unlink(p) != 0)
             rc = herr_set_kind(e, herr_kind_of_errno(errno), "--out %s: cannot remove %s: %s",
                                w->c.prefix, p, strerror(errno));
     }
@@ -94,7 +97,8 @@ int shard_writer_open(struct shard_writer **out, const struct shard_writer_confi
         else
             w->dir[0] = '.';
         strcpy(w->base, base);
-        rc = clear_old(w, e);
+        rc = clear_old(w, 0, e); /* replacing: only that the directory reads; the old set goes
+                                    when the new one is whole (shard_writer_finish) */
     }
     if (rc != 0) {
         free(w);
@@ -142,7 +146,7 @@ static int start_shard(struct shard_writer *w, herr *e)
 }
 
 
-/* The header's count, the bytes on disk, the final name. */
+/* The header's count, the bytes on disk; the shard stays NAME.tmp until the set is whole. */
 static int end_shard(struct shard_writer *w, herr *e)
 {
     int32_t h[3] = {DATALOADER_SHARD_MAGIC, 1, (int32_t)w->in_shard};
@@ -156,9 +160,6 @@ static int end_shard(struct shard_writer *w, herr *e)
         rc = herr_set_kind(e, herr_kind_of_errno(errno), "%s: cannot write: %s", w->tmp,
                            strerror(errno));
     w->f = NULL;
-    if (rc == 0 && rename(w->tmp, w->path) != 0)
-        rc = herr_set_kind(e, herr_kind_of_errno(errno), "cannot rename %s to %s: %s", w->tmp,
-                           w->path, strerror(errno));
     if (rc != 0) {
         unlink(w->tmp);
         return -1;
@@ -188,9 +189,48 @@ int shard_writer_put(struct shard_writer *w, const int *toks, size_t n, herr *e)
 
 uint64_t shard_writer_tokens(const struct shard_writer *w) { return w->tokens; }
 
+/* Shard i's name while it is written and until the set is whole. */
+static int tmp_name(const struct shard_writer *w, int i, char *p, size_t n)
+{
+    char f[PATH_MAX];
+    if (shard_name(w, i, f, sizeof f) != 0)
+        return -1;
+    return snprintf(p, n, "%s.tmp", f) < (int)n ? 0 : -1;
+}
+
+/* The directory's entries on disk (the renames). */
+static int sync_dir(struct shard_writer *w, herr *e)
+{
+    DIR *d = opendir(w->dir);
+    if (!d)
+        return herr_set_kind(e, herr_kind_of_errno(errno), "--out %s: directory %s: %s",
+                             w->c.prefix, w->dir, strerror(errno));
+    int rc = fsync(dirfd(d)) == 0 || errno == EINVAL
+                 ? 0
+                 : herr_set_kind(e, herr_kind_of_errno(errno), "--out %s: directory %s: %s",
+                                 w->c.prefix, w->dir, strerror(errno));
+    closedir(d);
+    return rc;
+}
+
 int shard_writer_finish(struct shard_writer *w, int *shards, uint64_t *tokens, herr *e)
 {
     if (w->f && end_shard(w, e) != 0)
+        return -1;
+    /* the new set is whole on disk: now the old one goes (replacing), and the new shards take
+     * their names (a failed run before this point leaves the old set as it was) */
+    if (w->c.replace && clear_old(w, 1, e) != 0)
+        return -1;
+    for (; w->renamed < w->index; w->renamed++) {
+        char from[PATH_MAX + 8], to[PATH_MAX];
+        if (tmp_name(w, w->renamed, from, sizeof from) != 0 ||
+            shard_name(w, w->renamed, to, sizeof to) != 0)
+            return herr_config(e, "--out %s: a path longer than %d bytes", w->c.prefix, PATH_MAX);
+        if (rename(from, to) != 0)
+            return herr_set_kind(e, herr_kind_of_errno(errno), "cannot rename %s to %s: %s", from,
+                                 to, strerror(errno));
+    }
+    if (sync_dir(w, e) != 0)
         return -1;
     w->finished = 1;
     *shards = w->index;
@@ -207,8 +247,8 @@ void shard_writer_free(struct shard_writer *w)
         unlink(w->tmp);
     }
     for (int i = 0; !w->finished && i < w->index; i++) {
-        char p[PATH_MAX];
-        if (shard_name(w, i, p, sizeof p) == 0)
+        char p[PATH_MAX + 8];
+        if ((i < w->renamed ? shard_name(w, i, p, sizeof p) : tmp_name(w, i, p, sizeof p)) == 0)
             unlink(p);
     }
     free(w);

@@ -4,10 +4,12 @@
  * the first val_tokens tokens (none without them), then PREFIX_train_NNNNNN.bin of shard_tokens
  * each, numbered on, the last one shorter. A document may go on from one shard into the next.
  *
- * Nothing is left half-written: each shard is written as NAME.tmp, flushed to disk and renamed.
- * Shards already there under the prefix are refused (naming one), unless `replace`: then every
- * PREFIX_val_*.bin and PREFIX_train_*.bin is removed first, so that none of an older, longer run
- * is left to be read with the new ones. */
+ * Nothing is left half-written: each shard is written as NAME.tmp and flushed to disk, and only
+ * once the whole set is (shard_writer_finish) do the shards take their names. Shards already
+ * there under the prefix are refused (naming one), unless `replace`: then, when the new set is
+ * whole and before it takes its names, every PREFIX_val_*.bin and PREFIX_train_*.bin is removed,
+ * so that none of an older, longer run is left to be read with the new ones, and a run that
+ * fails (bad input, a full disk) leaves the old set as it was. */
 #ifndef HOLMES_SHARD_WRITER_H
 #define HOLMES_SHARD_WRITER_H
 
@@ -30,10 +32,11 @@ int shard_writer_open(struct shard_writer **out, const struct shard_writer_confi
 int shard_writer_put(struct shard_writer *w, const int *toks, size_t n, herr *e);
 /* The tokens put so far. */
 uint64_t shard_writer_tokens(const struct shard_writer *w);
-/* The last shard written and renamed; the counts of shards and tokens. Then free. */
+/* The last shard written; replacing, the old set removed; every shard renamed into place; the
+ * counts of shards and tokens. Then free. */
 int shard_writer_finish(struct shard_writer *w, int *shards, uint64_t *tokens, herr *e);
 /* Without a finish that succeeded, removes every shard this writer wrote (a set cut short is
- * not left to be trained on) and the one being written (NAME.tmp). */
+ * not left to be trained on: the NAME.tmp files, and any a failed finish had renamed). */
 void shard_writer_free(struct shard_writer *w);
 
 #endif

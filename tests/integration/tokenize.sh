@@ -123,6 +123,16 @@ check "tokenize: the failed run's shards removed (the corpus's were written firs
 out=$("$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/a" "$corpus" 2>&1); rc=$?
 check "tokenize: an earlier run's shards refused, naming one and --replace" \
     exit_and_says $rc 1 "a_.*is there already.*--replace" "$out"
+# --replace that fails midway (the corpus's shards written, then text that is not UTF-8): the
+# earlier set is left as it was, byte for byte, and nothing of the failed run (until 2026-11-29
+# the old shards were removed first and lost)
+before=$(cd "$tmp" && sha256sum a_*)
+out=$("$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/a" --shard-tokens 2 --replace \
+    "$corpus" "$tmp/bad.txt" 2>&1); rc=$?
+check "tokenize --replace failing midway: refused naming the file, exit 1" \
+    exit_and_says $rc 1 "bad.txt: not UTF-8" "$out"
+check "tokenize --replace failing midway: the earlier shards as they were, no .tmp left" \
+    test "$(cd "$tmp" && sha256sum a_*)" = "$before"
 "$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/a" --replace "$corpus" >/dev/null 2>&1
 check "tokenize --replace: the 8 earlier shards replaced by the new one" test "$(ls "$tmp" | grep -c '^a_')" = 1
 printf '{"text": "ok"}\n{"text": 3}\n' >"$tmp/num.jsonl"

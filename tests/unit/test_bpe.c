@@ -279,15 +279,40 @@ static void test_shards(void)
               rc == 0 && shards == 1 && count_files() == 1 && read_shard(path, got, 16) == 10,
               "rc %d (%s), %d files", rc, e.msg, count_files());
 
-    /* cut short: a token above 16 bits after a whole shard; nothing of this run is left */
+    /* cut short, replacing: a token above 16 bits after two whole shards; nothing of this run is
+     * left, and the old set is as it was (until 2026-11-29 --replace removed it first) */
     int bad[6] = {1, 2, 3, 4, 5, 70000};
     struct shard_writer_config s = {.prefix = prefix, .shard_tokens = 2, .replace = 1};
     w = NULL;
     rc = shard_writer_open(&w, &s, &e) || shard_writer_put(w, bad, 6, &e);
+    int mid = count_files(); /* the two whole shards and the one begun, .tmp, beside the old one */
     shard_writer_free(w);
-    CHECK_MSG("shards: a token of 17 bits refused, naming it; the run's shards removed",
-              rc != 0 && strstr(e.msg, "token 70000") && count_files() == 0,
-              "rc %d (%s), %d files left", rc, e.msg, count_files());
+    uint16_t old[16];
+    long nold = read_shard(path, old, 16);
+    int kept = nold == 10;
+    for (long j = 0; kept && j < nold; j++)
+        kept = old[j] == (uint16_t)toks[j];
+    CHECK_MSG("shards: a token of 17 bits refused, naming it; the run's shards removed, the old "
+              "set kept whole",
+              rc != 0 && strstr(e.msg, "token 70000") && count_files() == 1 && kept && mid == 4,
+              "rc %d (%s), %d files left (%d midway), old shard %ld tokens", rc, e.msg,
+              count_files(), mid, nold);
+    /* until the set is whole, the old shards keep their names and the new ones are .tmp: a
+     * reader globbing PREFIX_train_*.bin midway sees the old set only */
+    w = NULL;
+    rc = shard_writer_open(&w, &s, &e) || shard_writer_put(w, bad, 4, &e);
+    snprintf(path, sizeof path, "%s_train_000000.bin", prefix);
+    int hidden = rc == 0 && read_shard(path, old, 16) == 10; /* the old shard 0, still */
+    snprintf(path, sizeof path, "%s_train_000001.bin", prefix);
+    hidden = hidden && access(path, F_OK) != 0;
+    snprintf(path, sizeof path, "%s_train_000001.bin.tmp", prefix);
+    hidden = hidden && access(path, F_OK) == 0;
+    rc = rc || shard_writer_finish(w, &shards, &total, &e);
+    shard_writer_free(w);
+    snprintf(path, sizeof path, "%s_train_000001.bin", prefix);
+    CHECK_MSG("shards: replacing, the new shards are .tmp until the set is whole, then in place",
+              hidden && rc == 0 && shards == 2 && count_files() == 2 && read_shard(path, got, 16) == 2,
+              "rc %d (%s), %d files", rc, e.msg, count_files());
     struct shard_writer_config z = {.prefix = prefix, .shard_tokens = 0};
     w = NULL;
     rc = shard_writer_open(&w, &z, &e);
