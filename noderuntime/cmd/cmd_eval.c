@@ -4,11 +4,13 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
+#include <glob.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bpe.h"
@@ -19,6 +21,7 @@
 #include "dataloader.h"
 #include "engine.h"
 #include "model_import.h"
+#include "output_target.h"
 #include "tokenizer.h"
 #include "trainingjob.h"
 
@@ -504,6 +507,42 @@ static void defaults(struct opts *o)
         o->seed = 1337;
 }
 
+static int is_dir(const char *path)
+{
+    struct stat st;
+    return path && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* --scores-out is written whole and renamed over its path: never over what is read (the
+ * choices, the tokenizer, the model, the job, the data's files), nor onto a non-regular file. */
+static int check_scores_out(const struct opts *o, herr *e)
+{
+    if (!o->scores)
+        return 0;
+    glob_t g = {0};
+    int matched = o->data && glob(o->data, 0, NULL, &g) == 0;
+    size_t n = 5 + (matched ? g.gl_pathc : 0);
+    struct output_input *in = calloc(n, sizeof *in);
+    if (!in) {
+        if (matched)
+            globfree(&g);
+        return herr_set(e, "out of memory");
+    }
+    in[0] = (struct output_input){"--choices", o->choices, 0};
+    in[1] = (struct output_input){"--tokenizer", o->tokfile, is_dir(o->tokfile)};
+    in[2] = (struct output_input){"--checkpoint-dir", o->dir, 1};
+    in[3] = (struct output_input){"--init-from", o->init_from, is_dir(o->init_from)};
+    in[4] = (struct output_input){"--job", o->job, 0};
+    for (size_t i = 0; matched && i < g.gl_pathc; i++)
+        in[5 + i] = (struct output_input){"--data", g.gl_pathv[i], 0};
+    const struct output_target out = {"--scores-out", o->scores};
+    int rc = output_targets_check(&out, 1, in, (int)n, e);
+    free(in);
+    if (matched)
+        globfree(&g);
+    return rc;
+}
+
 int cmd_eval(int argc, char **argv)
 {
     struct opts o;
@@ -517,6 +556,10 @@ int cmd_eval(int argc, char **argv)
     }
     if (o.shape && !o.data) { /* --job with --choices: its held-out data not taken */
         fprintf(stderr, "%s: --holdout, --batch, --seq, --batches and --seed go with --data\n", cmd);
+        return 2;
+    }
+    if (check_scores_out(&o, &e) != 0) {
+        fprintf(stderr, "%s: %s\n", cmd, e.msg);
         return 2;
     }
     defaults(&o);

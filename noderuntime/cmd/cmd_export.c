@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "model_export.h"
+#include "output_target.h"
 
 static void usage(FILE *f)
 {
@@ -64,19 +65,30 @@ int cmd_export(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    herr e = {0};
+    char hf_st[4096], hf_cfg[4096];
+    if (hf && (snprintf(hf_st, sizeof hf_st, "%s/model.safetensors", hf) >= (int)sizeof hf_st ||
+               snprintf(hf_cfg, sizeof hf_cfg, "%s/config.json", hf) >= (int)sizeof hf_cfg)) {
+        fprintf(stderr, "holmes-node export: --hf-dir %s: too long a path\n", hf);
+        return 2;
+    }
+    /* each file is written whole and renamed over its target: never over what is read */
+    const struct output_target out[] = {
+        {"--llmc", llmc}, {"--safetensors", st}, {"--hf-dir", hf ? hf_st : NULL},
+        {"--hf-dir", hf ? hf_cfg : NULL}};
+    const struct output_input in[] = {{"--checkpoint-dir", dir, 1}};
+    if (output_targets_check(out, 4, in, 1, &e) != 0) {
+        fprintf(stderr, "holmes-node export: %s\n", e.msg);
+        return 2;
+    }
     struct gpt_config cfg;
     float *params = NULL;
     int64_t used;
-    herr e = {0};
     int rc = model_export_read(dir, step, &cfg, &params, &used, &e);
     if (rc == 0 && llmc)
         rc = model_export_llmc(llmc, &cfg, params, &e);
     if (rc == 0 && st)
         rc = model_export_safetensors(st, &cfg, params, &e);
-    char hf_st[4096], hf_cfg[4096];
-    if (hf && (snprintf(hf_st, sizeof hf_st, "%s/model.safetensors", hf) >= (int)sizeof hf_st ||
-               snprintf(hf_cfg, sizeof hf_cfg, "%s/config.json", hf) >= (int)sizeof hf_cfg))
-        rc = herr_config(&e, "--hf-dir %s: too long a path", hf);
     if (rc == 0 && hf && mkdir(hf, 0755) != 0 && errno != EEXIST)
         rc = herr_set_kind(&e, herr_kind_of_errno(errno), "--hf-dir %s: cannot make it: %s", hf,
                            strerror(errno));

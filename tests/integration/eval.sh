@@ -185,6 +185,26 @@ cp "$tmp/sc.jsonl" "$tmp/keep.jsonl"
 out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --choices "$tmp/long.jsonl" --scores-out "$tmp/keep.jsonl" 2>&1); rc=$?
 check "a completion too long for the model refused, naming its line; the earlier --scores-out kept, no .tmp left" \
     bash -c "[ $rc = 1 ] && grep -q 'long.jsonl, line 4: a completion of 301 tokens' <<<\"\$1\" && cmp -s '$tmp/sc.jsonl' '$tmp/keep.jsonl' && [ ! -e '$tmp/keep.jsonl.tmp' ]" _ "$out"
+# --scores-out is renamed over its path: never over what is read, nor onto a non-regular file
+# (until 2026-11-29 the choices file itself was replaced by the scores)
+sum_in=$(sha256sum "$tmp/hs.jsonl" "$tmp/ck"/* | sha256sum)
+out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --choices "$tmp/hs.jsonl" --scores-out "$tmp/hs.jsonl" 2>&1); rc=$?
+check "--scores-out onto the --choices file refused, naming both (exit 2)" \
+    refused 2 "--scores-out $tmp/hs.jsonl: that is --choices $tmp/hs.jsonl, which this command reads"
+ln -s hs.jsonl "$tmp/hs-link.jsonl"
+out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --choices "$tmp/hs-link.jsonl" --scores-out "$tmp/hs.jsonl" 2>&1); rc=$?
+check "--scores-out onto the file --choices names through a link refused (exit 2)" refused 2 "which this command reads"
+ckf=$(ls "$tmp/ck"/*.ckpt | head -1)
+out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --choices "$tmp/hs.jsonl" --scores-out "$ckf" 2>&1); rc=$?
+check "--scores-out onto a checkpoint file refused (exit 2)" refused 2 "a file of --checkpoint-dir"
+out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --choices "$tmp/hs.jsonl" --scores-out "$tmp/hs-link.jsonl" 2>&1); rc=$?
+check "--scores-out onto a symbolic link refused, the link kept (exit 2)" \
+    bash -c "[ $rc = 2 ] && grep -q 'a symbolic link is there' <<<\"\$1\" && [ -L '$tmp/hs-link.jsonl' ]" _ "$out"
+mkfifo "$tmp/fifo"
+out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --choices "$tmp/hs.jsonl" --scores-out "$tmp/fifo" 2>&1); rc=$?
+check "--scores-out onto a FIFO refused, the FIFO kept (exit 2)" \
+    bash -c "[ $rc = 2 ] && grep -q 'a FIFO is there' <<<\"\$1\" && [ -p '$tmp/fifo' ]" _ "$out"
+check "the refused runs changed none of their inputs" test "$(sha256sum "$tmp/hs.jsonl" "$tmp/ck"/* | sha256sum)" = "$sum_in"
 out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --data "$tmp/val.txt" --seq 65 2>&1); rc=$?
 check "--seq beyond the model's 64 positions refused" refused 1 "the model has 64 positions"
 out=$("$NODE" eval --checkpoint-dir "$tmp/ck" --data "$tmp/val.txt" --engine tpu 2>&1); rc=$?

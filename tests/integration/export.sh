@@ -23,6 +23,29 @@ out=$("$NODE" export --checkpoint-dir "$tmp/ckpt" --step 3 --llmc "$tmp/x.bin" 2
 check "export of a step with no set: refused, naming it" grep -q "no checkpoint of step 3" <<<"$out"
 out=$("$NODE" export --checkpoint-dir "$tmp/ckpt" 2>&1)
 check "export with nothing to write: usage" grep -q "nothing to write" <<<"$out"
+# each file is renamed over its target: never over the set being read, nor onto a link, a FIFO,
+# nor twice onto one file (until 2026-11-29 each of these replaced what was there)
+sum_ck=$(sha256sum "$tmp/ckpt"/* | sha256sum)
+ckf=$(ls "$tmp/ckpt"/*step-000000008.ckpt | head -1)
+out=$("$NODE" export --checkpoint-dir "$tmp/ckpt" --llmc "$ckf" 2>&1); rc=$?
+check "export onto a file of the set it reads: refused, naming it (exit 2)" \
+    bash -c "[ $rc = 2 ] && grep -q -- '--llmc $ckf: that is a file of --checkpoint-dir' <<<\"\$1\"" _ "$out"
+out=$("$NODE" export --checkpoint-dir "$tmp/ckpt" --llmc "$tmp/same.bin" --safetensors "$tmp/same.bin" 2>&1); rc=$?
+check "export: --llmc and --safetensors one file refused (exit 2)" \
+    bash -c "[ $rc = 2 ] && grep -q -- '--safetensors $tmp/same.bin: the same file as --llmc' <<<\"\$1\" && [ ! -e '$tmp/same.bin' ]" _ "$out"
+ln -s model.bin "$tmp/link.bin"
+out=$("$NODE" export --checkpoint-dir "$tmp/ckpt" --llmc "$tmp/link.bin" 2>&1); rc=$?
+check "export onto a symbolic link refused, the link kept (exit 2)" \
+    bash -c "[ $rc = 2 ] && grep -q 'a symbolic link is there' <<<\"\$1\" && [ -L '$tmp/link.bin' ]" _ "$out"
+ln "$tmp/model.bin" "$tmp/hard.bin"
+out=$("$NODE" export --checkpoint-dir "$tmp/ckpt" --llmc "$tmp/model.bin" --safetensors "$tmp/hard.bin" 2>&1); rc=$?
+check "export: two targets that are one file (a hard link) refused (exit 2)" \
+    bash -c "[ $rc = 2 ] && grep -q 'the same file as --llmc' <<<\"\$1\"" _ "$out"
+mkfifo "$tmp/fifo"
+out=$("$NODE" export --checkpoint-dir "$tmp/ckpt" --llmc "$tmp/fifo" 2>&1); rc=$?
+check "export onto a FIFO refused, the FIFO kept (exit 2)" \
+    bash -c "[ $rc = 2 ] && grep -q 'a FIFO is there' <<<\"\$1\" && [ -p '$tmp/fifo' ]" _ "$out"
+check "the refused exports left the checkpoint set as it was" test "$(sha256sum "$tmp/ckpt"/* | sha256sum)" = "$sum_ck"
 
 # One window of T + 1 = 65 tokens: the only batch of a micro-batch of one sequence.
 head -c 65 "$REPO/examples/data/corpus.txt" >"$tmp/one.txt"
