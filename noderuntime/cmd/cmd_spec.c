@@ -248,6 +248,53 @@ static int load_job(struct cmd_spec *cs, herr *e)
     return 0;
 }
 
+/* Whether flag f was given (the last of the flags wins, as apply reads them). */
+static int given(const struct cmd_spec *cs, const char *f)
+{
+    for (int i = 0; i < cs->nflags; i++)
+        if (!strcmp(cs->flag[i], f))
+            return 1;
+    return 0;
+}
+
+/* The model's shape from the --init-from file: each of layers, channels, heads and vocab taken
+ * from it, or, where a flag or --job gave one, held to it (a different value refused, naming
+ * the flag or field and the file's); the sequence length --seq's or the job's, else the file's
+ * positions. */
+static int init_from_shape(struct cmd_spec *cs, herr *e)
+{
+    struct tj_model *m = &cs->spec.model;
+    const char *path = cs->spec.training.init_from;
+    const char *from = cs->job && !given(cs, "--init-from") ? "spec.training.initFrom"
+                                                            : "--init-from";
+    struct gpt_config fc;
+    if (model_import_config(path, &fc, e) < 0)
+        return herr_wrap(e, "%s", from);
+    struct {
+        const char *flag, *field;
+        int *v, file;
+    } f[] = {{"--layers", "layers", &m->layers, fc.layers},
+             {"--channels", "hidden", &m->hidden, fc.channels},
+             {"--heads", "heads", &m->heads, fc.heads},
+             {"--vocab", "vocab", &m->vocab, fc.vocab}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        if (*f[i].v && *f[i].v != f[i].file) {
+            char name[64];
+            if (given(cs, f[i].flag))
+                snprintf(name, sizeof name, "%s", f[i].flag);
+            else
+                snprintf(name, sizeof name, "spec.model.%s", f[i].field);
+            return herr_config(e, "%s %d: the model's shape comes from %s %s, whose %s is %d; "
+                               "leave %s out (or give the file's)", name, *f[i].v, from, path,
+                               f[i].field, f[i].file, name);
+        }
+        *f[i].v = f[i].file;
+    }
+    if (!m->seq_len) /* --seq (or the job) set it, else the file's positions */
+        m->seq_len = fc.max_seq;
+    return 0;
+}
+
 int cmd_spec_resolve(struct cmd_spec *cs, herr *e)
 {
     cmd_spec_free(cs);
@@ -269,14 +316,10 @@ int cmd_spec_resolve(struct cmd_spec *cs, herr *e)
         }
     }
     struct tj_model *m = &cs->spec.model;
-    /* llm.c weights without a shape given: the file's (its positions are the sequence length) */
-    if (cs->spec.training.init_from[0] && !m->layers && !m->hidden && !m->heads) {
-        struct gpt_config fc;
-        if (model_import_config(cs->spec.training.init_from, &fc, e) < 0)
-            return herr_wrap(e, "--init-from");
-        *m = (struct tj_model){.layers = fc.layers, .hidden = fc.channels, .heads = fc.heads,
-                               .vocab = fc.vocab, .seq_len = seq ? seq : fc.max_seq};
-    }
+    /* GPT-2 weights: the model's shape is the file's (its positions the sequence length unless
+     * --seq says less); a field given otherwise must be the file's */
+    if (cs->spec.training.init_from[0] && init_from_shape(cs, e) != 0)
+        return -1;
     if (!m->layers || !m->hidden || !m->heads || !m->seq_len)
         return herr_config(e, "the model's shape is required: --layers, --channels, --heads and "
                            "--seq (spec.model), or --job FILE, or --init-from FILE");
@@ -319,7 +362,7 @@ void cmd_spec_usage(FILE *f)
         "  --layers N --channels N --heads N --vocab N --seq T   model (required, or --job,\n"
         "                        or --init-from); --max-seq T is --seq T\n"
         "  --init-from FILE      training.initFrom: GPT-2 weights, llm.c's or safetensors (their\n"
-        "                        shape by default)\n"
+        "                        shape: a shape flag given beside it must say the same)\n"
         "  --batch B             parallelism.microBatchSize (1)\n"
         "  --micro-batches M     parallelism.microBatches per replica per step (8; --grad-accum)\n"
         "  --steps N             training.steps (required)\n"

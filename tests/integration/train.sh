@@ -167,6 +167,18 @@ import struct, sys
 f = open(sys.argv[1], "r+b"); f.seek(256 * 4 + 4 * 100); f.write(struct.pack("<f", float("nan")))' "$tmp/a.bin"
 expect_error "train.init_from_nonfinite" "--init-from: model file .*a.bin: wte\[100\] = nan is not finite" \
     "${args[@]}" --init-from "$tmp/a.bin"
+# the model's shape comes from --init-from: a flag that says otherwise is refused naming it and
+# the file's value (until 2026-11-29 --vocab was silently dropped and --layers alone asked for
+# the whole shape); the file's own values are accepted
+"$NODE" export --checkpoint-dir "$tmp/a" --llmc "$tmp/ok.bin" >/dev/null 2>&1
+expect_error "train.init_from_vocab" "--vocab 300: the model's shape comes from --init-from .*ok.bin, whose vocab is 256" \
+    --data "$corpus" --init-from "$tmp/ok.bin" --vocab 300 --steps 1
+expect_error "train.init_from_layers" "--layers 3: the model's shape comes from --init-from .*ok.bin, whose layers is 2" \
+    --data "$corpus" --init-from "$tmp/ok.bin" --layers 3 --steps 1
+out=$("$NODE" train --data "$corpus" --init-from "$tmp/ok.bin" --layers 2 --vocab 256 --batch 4 --seq 32 \
+    --steps 1 --micro-batches 1 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q "^step 1/1 loss [0-9]" <<<"$out" && pass "train.init_from_same_shape: the file's own values accepted" \
+    || fail "train.init_from_same_shape" "rc $rc: $out"
 
 # the learning-rate schedules reach the trainer: warmup-stable-decay (2 steps up, the peak held,
 # the last 4 down towards 0) and linear (down from the peak after the warm-up; as the cosine, the
