@@ -3,6 +3,7 @@
  * seam, so every feature of the trainer is here (checkpoints that resume with fallback, bf16
  * parameters, SIGTERM, the CUDA engine with --engine). The run is a TrainingJob spec: --job FILE
  * and the training flags (cmd_spec.h), configured as a TrainingJob's workers are. */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <omp.h>
@@ -150,15 +151,25 @@ int cmd_train(int argc, char **argv)
     int *bounds = NULL;
     struct progress pr = {0};
     rc = 1;
-    if (cmd_spec_config(&cs, &c, &e) != 0 ||
-        tcp_listener_open(&l, "127.0.0.1", 0, &e) != 0 || one_rank_plan(&rt, l, &e) != 0)
+    if (cmd_spec_config(&cs, &c, &e) != 0)
+        goto out;
+    /* the API's demo corpus stands in for a job's omitted training.data, not for a forgotten
+     * --data */
+    if (!cs.job && cs.spec.training.data.is_demo) {
+        fprintf(stderr, "holmes-node train: --data is required: the training data (a file or a "
+                "glob of llm.c token shards or text; --data-source for a blend), or --job FILE\n");
+        cmd_spec_free(&cs);
+        return 2;
+    }
+    if (tcp_listener_open(&l, "127.0.0.1", 0, &e) != 0 || one_rank_plan(&rt, l, &e) != 0)
         goto out;
     const struct tj_spec *sp = &cs.spec;
     if (trainer_spec_data_open(sp, &c, 0, 1, &data, &td, &e) != 0 ||
         worker_run_slices(&rt, sp->par.token_slices, &c, &bounds, &e) != 0)
         goto out;
     if (metrics_out && !(pr.metrics = fopen(metrics_out, "a"))) {
-        herr_set(&e, "--metrics-out %s: cannot open it", metrics_out);
+        herr_set_kind(&e, herr_kind_of_errno(errno), "--metrics-out %s: cannot open it: %s",
+                      metrics_out, strerror(errno));
         goto out;
     }
     c.listener = l;

@@ -167,6 +167,13 @@ import struct, sys
 f = open(sys.argv[1], "r+b"); f.seek(256 * 4 + 4 * 100); f.write(struct.pack("<f", float("nan")))' "$tmp/a.bin"
 expect_error "train.init_from_nonfinite" "--init-from: model file .*a.bin: wte\[100\] = nan is not finite" \
     "${args[@]}" --init-from "$tmp/a.bin"
+# no --data (and no --job): refused as usage, not trained on the demo corpus (until 2026-11-29
+# it was, silently: the API's default for a job that omits training.data)
+out=$("$NODE" train --layers 2 --channels 32 --heads 2 --seq 32 --steps 1 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q -- "--data is required" <<<"$out" && pass "train.no_data: usage (exit 2), naming --data" \
+    || fail "train.no_data" "rc $rc: $out"
+expect_error "train.metrics_out_unwritable" "--metrics-out $tmp/no-such-dir/m.jsonl: cannot open it: No such file or directory" \
+    "${args[@]}" --steps 2 --metrics-out "$tmp/no-such-dir/m.jsonl"
 # the model's shape comes from --init-from: a flag that says otherwise is refused naming it and
 # the file's value (until 2026-11-29 --vocab was silently dropped and --layers alone asked for
 # the whole shape); the file's own values are accepted
