@@ -138,11 +138,22 @@ int ckpt_set_cover(const char *dir, int64_t step, int layers, struct ckpt_file *
                     grew = 1;
                 }
         }
+        /* a model of another depth, as the files' header says, or a file missing */
+        char path[4096];
+        struct ckpt_meta meta;
+        herr ignore;
+        int other = k > 0 &&
+                    ckpt_path(dir, all[0].first, all[0].last, step, path, sizeof path, &ignore) == 0 &&
+                    ckpt_read_meta(path, &meta, &ignore) == 0 && meta.c.layers != layers;
         free(all);
         free(chain);
         if (k == 0)
             return herr_config(e, "checkpoint directory %s: no stage file of step %" PRId64, dir,
                                step);
+        if (other)
+            return herr_config(e, "checkpoint directory %s: the set of step %" PRId64 " is a model "
+                               "of %d layers (its files' header), not %d", dir, step,
+                               meta.c.layers, layers);
         return herr_config(e, "checkpoint directory %s: the stage files of step %" PRId64 " do not "
                            "cover the %d layers (none starts at layer %d)", dir, step, layers,
                            reach);

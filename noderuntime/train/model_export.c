@@ -18,21 +18,11 @@
 /* The step <dir>/latest-step names: 0 and *step, 1 when there is no such file. */
 static int latest_step(const char *dir, int64_t *step, herr *e)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/latest-step", dir);
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        if (errno == ENOENT)
-            return 1;
-        return herr_config(e, "cannot read %s: %s", path, strerror(errno));
-    }
     long long v;
-    int ok = fscanf(f, "%lld", &v) == 1 && v >= 0;
-    fclose(f);
-    if (!ok)
-        return herr_config(e, "%s must hold a step number", path);
-    *step = v;
-    return 0;
+    int r = ckpt_read_latest_step(dir, &v, e);
+    if (r == 0)
+        *step = v;
+    return r;
 }
 
 /* The shape of the set of `step`: the header of its first file (every file is checked against
@@ -106,6 +96,12 @@ int model_export_read(const char *dir, int64_t step, struct gpt_config *c, float
                       int64_t *used, herr *e)
 {
     *params = NULL;
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return herr_set_kind(e, herr_kind_of_errno(errno), "checkpoint directory %s: %s", dir,
+                             strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return herr_config(e, "checkpoint directory %s: not a directory", dir);
     if (step < 0) {
         int r = latest_step(dir, &step, e);
         if (r < 0)
@@ -127,6 +123,9 @@ int model_export_read(const char *dir, int64_t step, struct gpt_config *c, float
                 }
             }
             free(steps);
+            if (step < 0 && n == 0)
+                return herr_config(e, "checkpoint directory %s holds no checkpoint (no "
+                                   "stage-*-step-*.ckpt file)", dir);
             if (step < 0)
                 return herr_config(e, "checkpoint directory %s: no checkpoint set covers a "
                                    "whole model", dir);

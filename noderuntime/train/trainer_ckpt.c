@@ -206,24 +206,19 @@ out:
 static int resume_newest(struct worker *w, const int64_t *steps, int nsteps, long *step, herr *e)
 {
     const char *dir = w->cfg->checkpoint_dir;
-    char mark[4096];
-    snprintf(mark, sizeof mark, "%s/latest-step", dir);
-    FILE *f = fopen(mark, "r");
-    if (!f) {
-        if (errno != ENOENT)
-            return herr_set_kind(e, herr_kind_of_errno(errno), "cannot read %s: %s", mark,
-                                 strerror(errno));
-        if (w->P == 1 && w->D == 1 && nsteps > 0) {
-            *step = (long)steps[nsteps - 1];
-            return 0;
-        }
-        return 1;
+    long long v;
+    int r = ckpt_read_latest_step(dir, &v, e);
+    if (r < 0)
+        return -1;
+    if (r == 0) {
+        *step = (long)v;
+        return 0;
     }
-    int ok = fscanf(f, "%ld", step) == 1 && *step >= 0;
-    fclose(f);
-    if (!ok)
-        return herr_config(e, "%s must hold a step number", mark);
-    return 0;
+    if (w->P == 1 && w->D == 1 && nsteps > 0) {
+        *step = (long)steps[nsteps - 1];
+        return 0;
+    }
+    return 1;
 }
 
 /* Every rank's `mine`, combined: the minimum (all-gathers: the tensor ranks of each place, the
@@ -347,8 +342,22 @@ int tr_ckpt_resume(struct worker *w, const struct trainer_hooks *hooks, int *res
             break;
         }
         if (cand < 0) {
-            herr_config(e, "no checkpoint set in %s verifies on every stage%s%s",
-                             dir, first_err[0] ? "; this rank's first error: " : "", first_err);
+            int named = 0; /* whether latest-step's step has files here at all */
+            char others[160] = "";
+            for (int i = 0, at = 0; i < nsteps; i++) {
+                named |= steps[i] == newest;
+                if (at < (int)sizeof others - 24)
+                    at += snprintf(others + at, sizeof others - (size_t)at, "%s%lld",
+                                   at ? ", " : "", (long long)steps[i]);
+            }
+            if (!named)
+                herr_config(e, "%s/latest-step names step %ld, but %s holds no file of that "
+                            "step (its sets: %s; a set newer than latest-step was never marked "
+                            "whole and is not resumed from)", dir, newest, dir,
+                            nsteps ? others : "none");
+            else
+                herr_config(e, "no checkpoint set in %s verifies on every stage%s%s", dir,
+                            first_err[0] ? "; this rank's first error: " : "", first_err);
             goto out;
         }
         long next = -1; /* this rank's newest older step, agreed as the oldest of them */

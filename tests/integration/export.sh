@@ -23,6 +23,21 @@ out=$("$NODE" export --checkpoint-dir "$tmp/ckpt" --step 3 --llmc "$tmp/x.bin" 2
 check "export of a step with no set: refused, naming it" grep -q "no checkpoint of step 3" <<<"$out"
 out=$("$NODE" export --checkpoint-dir "$tmp/ckpt" 2>&1)
 check "export with nothing to write: usage" grep -q "nothing to write" <<<"$out"
+# what is wrong with the directory, said as it is (until 2026-11-29 all three were "no checkpoint
+# set covers a whole model", and latest-step's "8abc" read as 8)
+out=$("$NODE" export --checkpoint-dir "$tmp/no-such" --llmc "$tmp/x.bin" 2>&1)
+check "export of a missing directory: named, with the system's reason" grep -q "checkpoint directory $tmp/no-such: No such file or directory" <<<"$out"
+mkdir "$tmp/empty"
+out=$("$NODE" export --checkpoint-dir "$tmp/empty" --llmc "$tmp/x.bin" 2>&1)
+check "export of a directory without checkpoints: says so" grep -q "holds no checkpoint" <<<"$out"
+cp -r "$tmp/ckpt" "$tmp/ck2" && printf '8abc\n' >"$tmp/ck2/latest-step"
+out=$("$NODE" export --checkpoint-dir "$tmp/ck2" --llmc "$tmp/x.bin" 2>&1)
+check "export: a latest-step that is not a number refused, naming the file and what it holds" \
+    grep -q 'ck2/latest-step must hold a step number (decimal digits, at most 2^53), not "8abc"' <<<"$out"
+printf '99999999999999999999\n' >"$tmp/ck2/latest-step"
+out=$("$NODE" export --checkpoint-dir "$tmp/ck2" --llmc "$tmp/x.bin" 2>&1)
+check "export: a latest-step beyond any step refused, not clamped" grep -q 'must hold a step number' <<<"$out"
+rm -rf "$tmp/ck2" "$tmp/x.bin"
 # each file is renamed over its target: never over the set being read, nor onto a link, a FIFO,
 # nor twice onto one file (until 2026-11-29 each of these replaced what was there)
 sum_ck=$(sha256sum "$tmp/ckpt"/* | sha256sum)

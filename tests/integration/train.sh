@@ -167,6 +167,12 @@ import struct, sys
 f = open(sys.argv[1], "r+b"); f.seek(256 * 4 + 4 * 100); f.write(struct.pack("<f", float("nan")))' "$tmp/a.bin"
 expect_error "train.init_from_nonfinite" "--init-from: model file .*a.bin: wte\[100\] = nan is not finite" \
     "${args[@]}" --init-from "$tmp/a.bin"
+# latest-step naming a step of which no file is left, newer sets beside it: said as it is (until
+# 2026-11-29 "no checkpoint set verifies on every stage; ... no stage file of step 3")
+cp -r "$tmp/a" "$tmp/lt" && printf '3\n' >"$tmp/lt/latest-step"
+expect_error "train.latest_step_gone" "lt/latest-step names step 3, but .*lt holds no file of that step (its sets: [0-9, ]*8;" \
+    "${args[@]}" --checkpoint-dir "$tmp/lt"
+rm -rf "$tmp/lt"
 # no --data (and no --job): refused as usage, not trained on the demo corpus (until 2026-11-29
 # it was, silently: the API's default for a job that omits training.data)
 out=$("$NODE" train --layers 2 --channels 32 --heads 2 --seq 32 --steps 1 2>&1); rc=$?

@@ -199,6 +199,10 @@ static void test_across_plans(void)
           strstr(e.msg, "none starts at layer 3"));
     CHECK("missing.step_named", ckpt_set_cover(dir, 15, 4, &cover, &nc, &e) != 0 &&
           strstr(e.msg, "no stage file of step 15"));
+    /* a model of another depth asked for: the files' header says what they hold (until
+     * 2026-11-29: "none starts at layer 3", as if a file were missing) */
+    CHECK("depth.named", ckpt_set_cover(dir, 20, 6, &cover, &nc, &e) != 0 &&
+          strstr(e.msg, "the set of step 20 is a model of 4 layers (its files' header), not 6"));
 }
 
 /* Pruning across plans: a plan's newer sets supersede the old plan's files of the same layers;

@@ -215,7 +215,16 @@ static void test_refused(void)
     snprintf(empty, sizeof empty, "%s/empty", dir);
     mkdir(empty, 0755);
     CHECK("refused.no_set", model_export_read(empty, -1, &c, &p, &used, &e) != 0 &&
-          strstr(e.msg, "no checkpoint set covers"));
+          strstr(e.msg, "holds no checkpoint"));
+    /* files of one step that do not make a model: another message than an empty directory's */
+    char stray[4096];
+    snprintf(stray, sizeof stray, "%s/stage-1-3-step-000000009.ckpt", empty);
+    FILE *sf = fopen(stray, "w");
+    if (sf)
+        fclose(sf);
+    CHECK("refused.no_whole_set", model_export_read(empty, -1, &c, &p, &used, &e) != 0 &&
+          strstr(e.msg, "no checkpoint set covers a whole model"));
+    unlink(stray);
     char path[4096];
     ckpt_path(dir, 1, 3, 5, path, sizeof path, &e);
     unlink(path);
