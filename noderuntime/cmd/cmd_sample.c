@@ -213,6 +213,20 @@ int cmd_sample(int argc, char **argv)
         rc = 2;
         goto out;
     }
+    /* usage the sampler would refuse only once started */
+    if (np == 0) {
+        fprintf(stderr, "%s: %s is empty: the prompt needs at least one token\n", cmd,
+                ptoks ? "--prompt-tokens" : "--prompt");
+        rc = 2;
+        goto out;
+    }
+    if ((long)np + ntok > m->max_seq) {
+        fprintf(stderr, "%s: --tokens %ld: a prompt of %d tokens and %ld more exceed the %d "
+                "positions of the model (at most --tokens %ld)\n", cmd, ntok, np, ntok,
+                m->max_seq, m->max_seq - np > 0 ? (long)(m->max_seq - np) : 0L);
+        rc = 2;
+        goto out;
+    }
     for (int i = 0; i < np; i++)
         if (ptok[i] >= m->vocab) {
             fprintf(stderr, "%s: prompt token %d is outside the model's vocabulary of %d\n", cmd,

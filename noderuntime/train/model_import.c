@@ -364,10 +364,23 @@ static int is_safetensors(const char *path)
     return yes;
 }
 
+/* A directory given: its model.safetensors must be there (else the llm.c reader would say it
+ * could not open an "llm.c checkpoint" the user never named). */
+static int dir_without_model(const char *given, const char *path, herr *e)
+{
+    if (path == given || access(path, R_OK) == 0)
+        return 0;
+    return herr_set_kind(e, herr_kind_of_errno(errno), "model directory %s: no readable "
+                         "model.safetensors in it (%s; a Hugging Face model directory holds "
+                         "model.safetensors and config.json)", given, strerror(errno));
+}
+
 int model_import_config(const char *given, struct gpt_config *c, herr *e)
 {
     char buf[PATH_MAX];
     const char *path = resolve(given, buf, sizeof buf);
+    if (dir_without_model(given, path, e) != 0)
+        return -1;
     if (!is_safetensors(path))
         return llmc_read_config(path, c, e);
     struct st_file f;
@@ -380,6 +393,8 @@ int model_import_stage(const char *given, struct gpt_stage *s, herr *e)
 {
     char buf[PATH_MAX];
     const char *path = resolve(given, buf, sizeof buf);
+    if (dir_without_model(given, path, e) != 0)
+        return -1;
     if (!is_safetensors(path))
         return llmc_load_stage(path, s, e);
     struct st_file f;

@@ -72,9 +72,16 @@ cmp -s "$tmp/s1" "$tmp/s4" && pass "sample --init-from the exported llm.c file: 
 out=$("$NODE" sample --checkpoint-dir "$tmp/a" --init-from x.bin 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "one of --checkpoint-dir and --init-from" <<<"$out" && pass "sample.usage" \
     || fail "sample.usage" "rc $rc: $out"
+# usage, exit 2, before anything is printed (until 2026-11-29 exit 1 from the sampler)
 out=$("$NODE" sample --checkpoint-dir "$tmp/a" --prompt "x" --tokens 40 2>&1); rc=$?
-[ $rc -eq 1 ] && grep -q "a prompt of 1 tokens and 40 more exceed the 32 positions of the model" <<<"$out" \
+[ $rc -eq 2 ] && grep -q -- "--tokens 40: a prompt of 1 tokens and 40 more exceed the 32 positions of the model (at most --tokens 31)" <<<"$out" \
     && pass "sample.too_long" || fail "sample.too_long" "rc $rc: $out"
+out=$("$NODE" sample --checkpoint-dir "$tmp/a" --prompt "" 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q -- "--prompt is empty" <<<"$out" && pass "sample.empty_prompt" || fail "sample.empty_prompt" "rc $rc: $out"
+mkdir -p "$tmp/nomodel"
+out=$("$NODE" sample --init-from "$tmp/nomodel" --prompt "x" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "model directory $tmp/nomodel: no readable model.safetensors" <<<"$out" \
+    && pass "sample.init_from_dir_without_model" || fail "sample.init_from_dir_without_model" "rc $rc: $out"
 
 # Bad input: a clear message naming the file, exit status 1, never a crash.
 expect_error() { # name, needle, args...

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -363,6 +364,19 @@ static void test_refusals(void)
     int n = hf_entries(v);
     const char *m;
     struct entry keep = v[0];
+
+    /* a directory without model.safetensors: said so (until 2026-11-29 "llm.c checkpoint
+     * DIR/model.safetensors: cannot open") */
+    char empty[128];
+    snprintf(empty, sizeof empty, "%s/no-model", dir);
+    mkdir(empty, 0755);
+    struct gpt_config ec;
+    herr ee = {0};
+    CHECK_MSG("import: a directory without model.safetensors, named as a model directory",
+              model_import_config(empty, &ec, &ee) != 0 &&
+                  strstr(ee.msg, "model directory ") && strstr(ee.msg, "no readable model.safetensors"),
+              "%s", ee.msg);
+    rmdir(empty);
 
     snprintf(v[0].name, sizeof v[0].name, "model.layers.0.self_attn.q_proj.weight");
     m = refused(v, n, NULL, 0, 0);
