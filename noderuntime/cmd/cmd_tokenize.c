@@ -215,7 +215,23 @@ static int text_document(struct run *r, const char *name, FILE *f, herr *e)
     return rc;
 }
 
-/* JSON lines: each line's string field is a document; blank lines are skipped. */
+/* Whether a JSON text holds a NUL: a raw byte, or a \u0000 escape (which cJSON decodes into
+ * a string that then ends there, dropping the rest of the document unsaid). */
+static int holds_nul(const char *s, size_t n)
+{
+    if (memchr(s, '\0', n))
+        return 1;
+    for (size_t i = 0; i + 1 < n; i++)
+        if (s[i] == '\\') {
+            if (s[i + 1] == 'u' && i + 5 < n && !memcmp(s + i + 2, "0000", 4))
+                return 1;
+            i++; /* the escaped character */
+        }
+    return 0;
+}
+
+/* JSON lines: each line's string field is a document; blank lines are skipped. A line is one
+ * JSON object and nothing after it but blanks. */
 static int jsonl_documents(struct run *r, const char *name, FILE *f, herr *e)
 {
     char *line = NULL;
@@ -228,7 +244,19 @@ static int jsonl_documents(struct run *r, const char *name, FILE *f, herr *e)
         r->bytes += (unsigned long long)n;
         if (strspn(line, " \t\r\n") == (size_t)n)
             continue;
-        cJSON *o = cJSON_ParseWithLength(line, (size_t)n);
+        const char *end = NULL;
+        cJSON *o = cJSON_ParseWithLengthOpts(line, (size_t)n, &end, 0);
+        if (o && (strspn(end, " \t\r\n") != (size_t)(line + n - end) || holds_nul(line, (size_t)n))) {
+            int nul = holds_nul(line, (size_t)n);
+            cJSON_Delete(o);
+            if ((rc = flush(r, e)) != 0)
+                break;
+            rc = herr_config(e, "%s:%ld: %s", name, lineno,
+                             nul ? "a NUL character (a zero byte or \\u0000), which no document "
+                                   "holds"
+                                 : "characters after the JSON object (a line holds one object)");
+            break;
+        }
         const cJSON *t = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, r->field) : NULL;
         if (!cJSON_IsString(t)) {
             int object = cJSON_IsObject(o), json = o != NULL, field = t != NULL;

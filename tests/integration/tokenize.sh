@@ -142,6 +142,19 @@ check "tokenize --jsonl: a field that is not a string refused, naming file, line
 printf '{"text": "ok"}\nnot json\n' >"$tmp/nj.jsonl"
 out=$("$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/n" --jsonl "$tmp/nj.jsonl" 2>&1)
 check "tokenize --jsonl: a line that is not JSON refused, naming it ($out)" grep -q 'nj.jsonl:2: not JSON' <<<"$out"
+# a line is one object: characters after it, or a NUL inside (which would cut the document
+# short unsaid), are refused (until 2026-11-29 both were taken)
+printf '{"text": "ok"}\n{"text": "more"} {"text": "hidden"}\n' >"$tmp/tail.jsonl"
+out=$("$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/n" --jsonl "$tmp/tail.jsonl" 2>&1); rc=$?
+check "tokenize --jsonl: characters after the object refused, naming file and line ($out)" \
+    exit_and_says $rc 1 'tail.jsonl:2: characters after the JSON object' "$out"
+printf '{"text": "ok"}\n{"text": "cut\\u0000here"}\n' >"$tmp/nul.jsonl"
+out=$("$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/n" --jsonl "$tmp/nul.jsonl" 2>&1); rc=$?
+check "tokenize --jsonl: a \\u0000 inside the text refused, naming file and line ($out)" \
+    exit_and_says $rc 1 'nul.jsonl:2: a NUL character' "$out"
+printf '{"text": "ok"}   \r\n' >"$tmp/crlf.jsonl"
+out=$("$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/crlf" --jsonl "$tmp/crlf.jsonl" 2>&1); rc=$?
+check "tokenize --jsonl: blanks and CR after the object are fine ($out)" test $rc = 0
 out=$("$NODE" tokenize --tokenizer "$corpus" --out "$tmp/n" "$corpus" 2>&1); rc=$?
 check "tokenize: a tokenizer that is not one refused, naming the flag and file ($out)" \
     exit_and_says $rc 1 "--tokenizer: tokenizer $corpus: magic" "$out"
