@@ -519,7 +519,7 @@ static void test_sliced_memory(void)
     struct plan p;
     herr e = {0};
     for (int i = 0; i < 4; i++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "g%d", i);
         worker(&w[i], name, 1, NIC_INFINIBAND, "ib", 200);
         w[i].memory_gb = 26.5;
