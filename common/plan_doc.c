@@ -46,10 +46,14 @@ int plan_doc_init(struct plan_doc *d, int tensor, int pipeline, int data, herr *
 
 int plan_doc_add_group(struct plan_doc *d, enum group_kind kind, int stage, int n, herr *e)
 {
-    struct plan_doc_group *g = realloc(d->groups, (size_t)(d->ngroups + 1) * sizeof *g);
-    if (!g)
-        return herr_set(e, "out of memory for the plan's groups");
-    d->groups = g;
+    struct plan_doc_group *g;
+    if (d->ngroups >= d->cap_groups) { /* doubling: a plan of many groups is not copied each time */
+        int cap = d->cap_groups > 0 ? 2 * d->cap_groups : 16;
+        if (cap <= d->ngroups || !(g = realloc(d->groups, (size_t)cap * sizeof *g)))
+            return herr_set(e, "out of memory for the plan's groups");
+        d->groups = g;
+        d->cap_groups = cap;
+    }
     g = &d->groups[d->ngroups];
     memset(g, 0, sizeof *g);
     g->members = calloc((size_t)n, sizeof *g->members);
@@ -84,6 +88,7 @@ int plan_doc_copy(struct plan_doc *dst, const struct plan_doc *src, herr *e)
     dst->stage_first = dst->stage_last = dst->slice_bounds = NULL;
     dst->groups = NULL;
     dst->ngroups = 0;
+    dst->cap_groups = src->ngroups;
     int ok = (dst->ranks = malloc((size_t)src->world * sizeof *dst->ranks)) != NULL &&
              dup_ints(&dst->stage_first, src->stage_first, src->pipeline) == 0 &&
              dup_ints(&dst->stage_last, src->stage_last, src->pipeline) == 0 &&

@@ -66,6 +66,7 @@ struct plan_doc {
     int warmup_extra;                /* 1F1B: micro-batches of warm-up beyond the standard on
                                         every stage but the last (pipe_order.h; default 0) */
     int ngroups;
+    int cap_groups;                  /* groups allocated (plan_doc_add_group doubles it) */
     struct plan_doc_group *groups;
     struct plan_pacing cross_fabric; /* links between ranks of different fabrics (0 = unpaced) */
 };

@@ -268,8 +268,14 @@ static int init_from_shape(struct cmd_spec *cs, herr *e)
     const char *from = cs->job && !given(cs, "--init-from") ? "spec.training.initFrom"
                                                             : "--init-from";
     struct gpt_config fc;
-    if (model_import_config(path, &fc, e) < 0)
+    if (model_import_config_said(path, &fc, e) < 0)
         return herr_wrap(e, "%s", from);
+    if (!fc.heads) { /* the file does not say them: the flag's (or job's), else GPT-2's 64 a head */
+        if (!m->heads && fc.channels % 64 != 0)
+            return herr_config(e, "%s %s does not say its heads and its %d channels are not "
+                               "GPT-2's 64 a head: give --heads", from, path, fc.channels);
+        fc.heads = m->heads ? m->heads : fc.channels / 64;
+    }
     struct {
         const char *flag, *field;
         int *v, file;

@@ -260,12 +260,15 @@ static int st_hf_config(struct st_file *f, const struct gpt_config *c, herr *e)
     return rc;
 }
 
-/* The whole shape: heads unsaid are GPT-2's 64 channels a head. */
-static int st_config(struct st_file *f, struct gpt_config *c, herr *e)
+/* The whole shape: heads unsaid are GPT-2's 64 channels a head (guess: 1), or left 0 (guess:
+ * 0, for a caller that has them from elsewhere). */
+static int st_config(struct st_file *f, struct gpt_config *c, int guess, herr *e)
 {
     if (st_shape(f, c, e) != 0 || st_hf_config(f, c, e) != 0)
         return -1;
     c->heads = f->heads;
+    if (!guess && !c->heads)
+        return 0;
     if (!c->heads && c->channels % 64 == 0)
         c->heads = c->channels / 64;
     if (!c->heads)
@@ -375,7 +378,7 @@ static int dir_without_model(const char *given, const char *path, herr *e)
                          "model.safetensors and config.json)", given, strerror(errno));
 }
 
-int model_import_config(const char *given, struct gpt_config *c, herr *e)
+static int config_of(const char *given, struct gpt_config *c, int guess, herr *e)
 {
     char buf[PATH_MAX];
     const char *path = resolve(given, buf, sizeof buf);
@@ -384,9 +387,19 @@ int model_import_config(const char *given, struct gpt_config *c, herr *e)
     if (!is_safetensors(path))
         return llmc_read_config(path, c, e);
     struct st_file f;
-    int rc = st_open(&f, path, e) || st_config(&f, c, e);
+    int rc = st_open(&f, path, e) || st_config(&f, c, guess, e);
     st_close(&f);
     return rc ? -1 : 0;
+}
+
+int model_import_config(const char *given, struct gpt_config *c, herr *e)
+{
+    return config_of(given, c, 1, e);
+}
+
+int model_import_config_said(const char *given, struct gpt_config *c, herr *e)
+{
+    return config_of(given, c, 0, e);
 }
 
 int model_import_stage(const char *given, struct gpt_stage *s, herr *e)

@@ -26,6 +26,9 @@
 /* The model's shape (the padded vocabulary the engine's, the vocabulary rounded up to 128, for
  * safetensors). Errors name the file and the rule broken. */
 int model_import_config(const char *path, struct gpt_config *c, herr *e);
+/* The same, but c->heads 0 where the file does not say them (safetensors without n_head in its
+ * metadata or a config.json beside it): no guess. */
+int model_import_config_said(const char *path, struct gpt_config *c, herr *e);
 
 /* Stage s's parameters from the file: its layers, and the embeddings and final LayerNorm
  * where the stage holds them. The file's layers, channels, vocabulary and positions must be
