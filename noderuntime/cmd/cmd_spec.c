@@ -272,7 +272,7 @@ static int init_from_shape(struct cmd_spec *cs, herr *e)
         return herr_wrap(e, "%s", from);
     if (!fc.heads) { /* the file does not say them: the flag's (or job's), else GPT-2's 64 a head */
         if (!m->heads && fc.channels % 64 != 0)
-            return herr_config(e, "%s %s does not say its heads and its %d channels are not "
+            return herr_config(e, "%s %s: does not say its heads, and its %d channels are not "
                                "GPT-2's 64 a head: give --heads", from, path, fc.channels);
         fc.heads = m->heads ? m->heads : fc.channels / 64;
     }

@@ -124,7 +124,7 @@ int model_export_read(const char *dir, int64_t step, struct gpt_config *c, float
             }
             free(steps);
             if (step < 0 && n == 0)
-                return herr_config(e, "checkpoint directory %s holds no checkpoint (no "
+                return herr_config(e, "checkpoint directory %s: holds no checkpoint (no "
                                    "stage-*-step-*.ckpt file)", dir);
             if (step < 0)
                 return herr_config(e, "checkpoint directory %s: no checkpoint set covers a "

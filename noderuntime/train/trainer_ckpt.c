@@ -351,7 +351,7 @@ int tr_ckpt_resume(struct worker *w, const struct trainer_hooks *hooks, int *res
                                    at ? ", " : "", (long long)steps[i]);
             }
             if (!named)
-                herr_config(e, "%s/latest-step names step %ld, but %s holds no file of that "
+                herr_config(e, "%s/latest-step: names step %ld, but %s holds no file of that "
                             "step (its sets: %s; a set newer than latest-step was never marked "
                             "whole and is not resumed from)", dir, newest, dir,
                             nsteps ? others : "none");

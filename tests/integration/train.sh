@@ -177,7 +177,7 @@ expect_error "train.init_from_nonfinite" "--init-from: model file .*a.bin: wte\[
 # latest-step naming a step of which no file is left, newer sets beside it: said as it is (until
 # 2026-11-29 "no checkpoint set verifies on every stage; ... no stage file of step 3")
 cp -r "$tmp/a" "$tmp/lt" && printf '3\n' >"$tmp/lt/latest-step"
-expect_error "train.latest_step_gone" "lt/latest-step names step 3, but .*lt holds no file of that step (its sets: [0-9, ]*8;" \
+expect_error "train.latest_step_gone" "lt/latest-step: names step 3, but .*lt holds no file of that step (its sets: [0-9, ]*8;" \
     "${args[@]}" --checkpoint-dir "$tmp/lt"
 rm -rf "$tmp/lt"
 # no --data (and no --job): refused as usage, not trained on the demo corpus (until 2026-11-29
