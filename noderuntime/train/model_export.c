@@ -16,14 +16,6 @@
 /* ---------------------------------------------------------------- reading the set */
 
 /* The step <dir>/latest-step names: 0 and *step, 1 when there is no such file. */
-static int latest_step(const char *dir, int64_t *step, herr *e)
-{
-    long long v;
-    int r = ckpt_read_latest_step(dir, &v, e);
-    if (r == 0)
-        *step = v;
-    return r;
-}
 
 /* The shape of the set of `step`: the header of its first file (every file is checked against
  * it when read). */
@@ -103,7 +95,10 @@ int model_export_read(const char *dir, int64_t step, struct gpt_config *c, float
     if (!S_ISDIR(st.st_mode))
         return herr_config(e, "checkpoint directory %s: not a directory", dir);
     if (step < 0) {
-        int r = latest_step(dir, &step, e);
+        long long marked;
+        int r = ckpt_read_latest_step(dir, &marked, e);
+        if (r == 0)
+            step = marked;
         if (r < 0)
             return -1;
         if (r > 0) { /* no marker (holmes-node train): the newest step that covers the model */

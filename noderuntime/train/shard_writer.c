@@ -131,12 +131,22 @@ static int shard_name(const struct shard_writer *w, int i, char *p, size_t n)
                ? 0 : -1;
 }
 
+/* Shard i's name while it is written and until the set is whole. */
+static int tmp_name(const struct shard_writer *w, int i, char *p, size_t n)
+{
+    char f[PATH_MAX];
+    if (shard_name(w, i, f, sizeof f) != 0)
+        return -1;
+    return snprintf(p, n, "%s.tmp", f) < (int)n ? 0 : -1;
+}
+
 static int start_shard(struct shard_writer *w, herr *e)
 {
     w->limit = w->index == 0 && w->c.val_tokens > 0 ? w->c.val_tokens : w->c.shard_tokens;
     if (shard_name(w, w->index, w->path, sizeof w->path) != 0)
         return herr_config(e, "--out %s: a path longer than %d bytes", w->c.prefix, PATH_MAX);
-    snprintf(w->tmp, sizeof w->tmp, "%s.tmp", w->path);
+    if (tmp_name(w, w->index, w->tmp, sizeof w->tmp) != 0)
+        return herr_config(e, "--out %s: a path longer than %d bytes", w->c.prefix, PATH_MAX);
     if (!(w->f = fopen(w->tmp, "wb")))
         return herr_set_kind(e, herr_kind_of_errno(errno), "%s: cannot create: %s", w->tmp,
                              strerror(errno));
@@ -188,15 +198,6 @@ int shard_writer_put(struct shard_writer *w, const int *toks, size_t n, herr *e)
 }
 
 uint64_t shard_writer_tokens(const struct shard_writer *w) { return w->tokens; }
-
-/* Shard i's name while it is written and until the set is whole. */
-static int tmp_name(const struct shard_writer *w, int i, char *p, size_t n)
-{
-    char f[PATH_MAX];
-    if (shard_name(w, i, f, sizeof f) != 0)
-        return -1;
-    return snprintf(p, n, "%s.tmp", f) < (int)n ? 0 : -1;
-}
 
 /* The directory's entries on disk (the renames). */
 static int sync_dir(struct shard_writer *w, herr *e)
