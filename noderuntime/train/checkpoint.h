@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "ckpt_latest.h"
 #include "error.h"
 #include "gpt.h"
 
@@ -60,10 +61,7 @@ int ckpt_read(const char *path, struct ckpt_meta *meta, float *params, float *m,
  * -1 on error. */
 int ckpt_latest(const char *dir, int first, int last, char *path, size_t path_len, herr *e);
 
-/* The step <dir>/latest-step names (written by the trainer once every stage has written that
- * step's file): 0 and *step, 1 when there is no such file, -1 (naming the file and what it
- * holds) when it is not a step number: decimal digits, an optional newline, at most 2^53. */
-int ckpt_read_latest_step(const char *dir, long long *step, herr *e);
+/* ckpt_read_latest_step: ckpt_latest.h (common/, `holmes-operator local` reads it too). */
 
 /* The steps of stage [first, last)'s checkpoints in dir, ascending (*steps malloc'ed, NULL
  * when none; a missing dir has none). */

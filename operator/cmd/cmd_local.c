@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt_latest.h"
 #include "ckpt_owner.h"
 #include "cli.h"
 #include "clock.h"
@@ -165,15 +166,17 @@ static int prepare_checkpoints(const char *job, const struct tj_spec *s)
         fprintf(stderr, "holmes-operator local: spec.training.checkpoint.path: %s\n", e.msg);
         return -1;
     }
-    char latest[TJ_PATH_MAX + 32];
-    snprintf(latest, sizeof latest, "%s/latest-step", s->training.checkpoint.path);
-    FILE *lf = fopen(latest, "r");
-    long done = -1;
-    if (lf) {
-        if (fscanf(lf, "%ld", &done) != 1)
-            done = -1;
-        fclose(lf);
+    /* The workers read latest-step with the same reader: a file they would refuse is refused
+     * here, before anything moves. */
+    long long done = -1;
+    int lr = ckpt_read_latest_step(s->training.checkpoint.path, &done, &e);
+    if (lr < 0) {
+        fprintf(stderr, "holmes-operator local: spec.training.checkpoint.path: %s (write the "
+                "step to resume from there, or move the directory aside to start over)\n", e.msg);
+        return -1;
     }
+    if (lr == 1)
+        done = -1;
     if (done >= s->training.steps) {
         /* A finished run: its checkpoints moved aside (never deleted), training again. */
         char old[TJ_PATH_MAX + 64], stamp[32];
@@ -192,10 +195,10 @@ static int prepare_checkpoints(const char *job, const struct tj_spec *s)
                     taken ? "it exists" : strerror(errno));
             return -1;
         }
-        printf("the checkpoints in %s are from a finished run (step %ld): moved to %s, starting "
+        printf("the checkpoints in %s are from a finished run (step %lld): moved to %s, starting "
                "over\n", s->training.checkpoint.path, done, old);
     } else if (done >= 0) {
-        printf("resuming from step %ld of the checkpoints in %s (remove that directory to "
+        printf("resuming from step %lld of the checkpoints in %s (remove that directory to "
                "start over)\n", done, s->training.checkpoint.path);
     }
     return 0;

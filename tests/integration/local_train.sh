@@ -97,6 +97,20 @@ files=$(ls "$tmp"/ckpt-omp.previous-*/stage-*-step-000000002.ckpt 2>/dev/null | 
     || fail "a finished run again: the earlier runs' checkpoints moved aside, none deleted" \
         "$kept directories, $files step-2 files: $out"
 fi
+# a torn latest-step ("2abc") is refused naming the file, before anything moves: it was read
+# as step 2 (a finished run: the directory moved aside) while the workers refuse it
+if [ -d "$tmp/ckpt-omp" ]; then
+    printf '2abc\n' >"$tmp/ckpt-omp/latest-step"
+    out=$(cd "$REPO" && timeout 60 "$OPERATOR" local "$tmp/job-omp.yaml" --run-dir "$tmp/run-omp3" 2>&1)
+    rc=$?
+    kept2=$(ls -d "$tmp"/ckpt-omp.previous-* 2>/dev/null | wc -l)
+    left=$(ls "$tmp"/ckpt-omp/stage-*-step-000000002.ckpt 2>/dev/null | wc -l)
+    [ $rc -ne 0 ] && [ "$kept2" = 2 ] && [ "$left" = 2 ] \
+        && grep -q "spec.training.checkpoint.path: $tmp/ckpt-omp/latest-step must hold a step number" <<<"$out" \
+        && pass "a torn latest-step: refused naming the file, nothing moved" \
+        || fail "a torn latest-step: refused naming the file, nothing moved" \
+            "rc $rc, $kept2 moved aside: $out $(ls "$tmp/ckpt-omp")"
+fi
 
 # training.eval.holdout: the corpus's last tenth is held out. Its first 90 windows of T+1 = 65
 # bytes are "abab..." (and one more byte: window 89's last target), the last ten "xyxy...": a model
