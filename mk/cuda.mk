@@ -224,6 +224,7 @@ LAYERNORM_EMU := $(GB)/host/layernorm_emu
 ADAMW_EMU := $(GB)/host/adamw_emu
 CLASSIFIER_EMU := $(GB)/host/classifier_emu
 ENCODER_EMU := $(GB)/host/encoder_emu
+EMU_SELF := $(GB)/host/kernel_emu_self
 $(FLASH_EMU): noderuntime/engine/cuda/flash_mma_kernels.cuh noderuntime/engine/cuda/flash_fwd_kernels.cuh \
               noderuntime/engine/cuda/flash_bwd_kernels.cuh noderuntime/engine/cuda/flash_plan.h
 $(LAYERNORM_EMU): noderuntime/engine/cuda/layernorm_kernels.cuh noderuntime/engine/cuda/colsum_plan.h
@@ -246,7 +247,13 @@ $(ENCODER_EMU)_fp32: tests/unit/encoder_emu.cc tests/unit/kernel_emu.h tests/uni
                      noderuntime/engine/cuda/encoder_kernels.cuh noderuntime/engine/cuda/token_groups.c \
                      noderuntime/engine/cuda/token_groups.h
 	$(call EMU_CXX,-DEMU_FP32, in fp32)
-.PHONY: flash-emu-check layernorm-emu-check adamw-emu-check classifier-emu-check encoder-emu-check
+$(EMU_SELF): tests/unit/kernel_emu_self.cc tests/unit/kernel_emu.h
+	$(call EMU_CXX)
+.PHONY: flash-emu-check layernorm-emu-check adamw-emu-check classifier-emu-check encoder-emu-check \
+        emu-self-check
+# the emulator's own checks (its coroutines, barriers, shuffles, deadlock and guard-page reports)
+emu-self-check: $(EMU_SELF)
+	@$(EMU_SELF)
 flash-emu-check: $(FLASH_EMU)
 	@$(FLASH_EMU)
 layernorm-emu-check: $(LAYERNORM_EMU) $(LAYERNORM_EMU)_fp32

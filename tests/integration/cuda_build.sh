@@ -22,6 +22,9 @@ emulated() { # check-name make-target kernels-file
         fail "$1" "$(grep '^FAIL' "$log" | head -5 | tr '\n' ' ') $(tail -3 "$log" | tr '\n' ' ')"
     fi
 }
+# the emulator itself: a thread's registers and stack across its switches, barriers, shuffles,
+# a deadlock and a read past a buffer reported
+emulated cuda.kernel_emu_self emu-self-check kernel_emu.h
 # flash attention's mma.sync kernels: against a plain attention, whole sequences and slices,
 # every head size
 emulated cuda.flash_mma_emulated flash-emu-check flash_mma_kernels.cuh

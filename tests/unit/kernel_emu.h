@@ -1,7 +1,8 @@
 /* The CUDA engine's kernels on the host, without a GPU: what the emulators of one kernel set
  * (flash_mma_emu.cc, layernorm_emu.cc) share. A kernel's source is compiled by g++ against these
  * stand-ins for what the GPU provides:
- *   - a block's threads are coroutines (ucontext) on one host thread, switched only at a barrier
+ *   - a block's threads are coroutines on one host thread (on x86-64 a switch of the stack and
+ *     the callee-saved registers, elsewhere ucontext), switched only at a barrier
  *     or a warp-wide operation, so the order of everything between two switches is one thread's
  *     program order, as on the GPU between two synchronisations;
  *   - two schedules, the two ends of what the hardware may do: lazy (round robin: every thread
@@ -24,7 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#if !defined(__x86_64__)
 #include <ucontext.h>
+#endif
 #include <unistd.h>
 
 #include <functional>
@@ -43,22 +46,59 @@ struct dim3e {
 };
 static dim3e gridDim, blockIdx, blockDim;
 
+/* A coroutine's context. On x86-64 its saved stack pointer, the callee-saved registers pushed
+ * below it (emu_switch): swapcontext makes a system call (the signal mask) at every switch,
+ * which took half of an emulator's time. Elsewhere ucontext. */
+#if defined(__x86_64__)
+struct emu_ctx {
+    void *sp;
+};
+/* saves this coroutine's registers on its stack and its stack pointer in *save, then resumes
+ * the one whose stack pointer is load */
+extern "C" void emu_switch(void **save, void *load);
+asm(".text\n.globl emu_switch\n.type emu_switch, @function\nemu_switch:\n"
+    "pushq %rbp\npushq %rbx\npushq %r12\npushq %r13\npushq %r14\npushq %r15\n"
+    "movq %rsp, (%rdi)\nmovq %rsi, %rsp\n"
+    "popq %r15\npopq %r14\npopq %r13\npopq %r12\npopq %rbx\npopq %rbp\nret\n"
+    ".size emu_switch, .-emu_switch\n");
+#else
+struct emu_ctx {
+    ucontext_t uc;
+};
+#endif
+
 static const int MAXT = 1024; /* threads a block, at most (as on the GPU) */
 struct emu_thread {
-    ucontext_t ctx;
+    emu_ctx ctx;
     dim3e idx;
     bool done;
 };
 static emu_thread th[MAXT];
 static int emu_cur, nth;
-static ucontext_t sched_ctx;
+static emu_ctx sched_ctx;
 static unsigned long progress; /* barrier arrivals and thread ends: a round without any is a deadlock */
 static bool eager;
 static const char *emu_prog = "kernel_emu"; /* the emulator's name, in FAIL lines */
 #define threadIdx (th[emu_cur].idx)
 #define lane_id (emu_cur % 32)
 #define warp_id (emu_cur / 32)
-static inline void yield_to_scheduler() { swapcontext(&th[emu_cur].ctx, &sched_ctx); }
+/* from thread emu_cur to the scheduler, and from the scheduler to thread emu_cur */
+static inline void yield_to_scheduler()
+{
+#if defined(__x86_64__)
+    emu_switch(&th[emu_cur].ctx.sp, sched_ctx.sp);
+#else
+    swapcontext(&th[emu_cur].ctx.uc, &sched_ctx.uc);
+#endif
+}
+static inline void resume_thread()
+{
+#if defined(__x86_64__)
+    emu_switch(&sched_ctx.sp, th[emu_cur].ctx.sp);
+#else
+    swapcontext(&sched_ctx.uc, &th[emu_cur].ctx.uc);
+#endif
+}
 
 struct cobarrier {
     int n, count;
@@ -96,7 +136,7 @@ static inline bf16 f2bf(float f) /* round to nearest even, as __float2bfloat16_r
     return bf16{(uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16)};
 }
 
-static inline void die(const char *what)
+static void die(const char *what)
 {
     printf("FAIL %s: %s\n", emu_prog, what);
     fflush(stdout);
@@ -236,23 +276,44 @@ static void (*block_end_hook)(int);
 
 /* one launch: the grid's blocks one after another, each as block.x * block.y coroutines */
 static const std::function<void()> *body_fn;
-static inline void thread_main()
+/* a thread's body; a thread that ends goes back to the scheduler for good (its context is made
+ * anew for the next block) */
+static void thread_main()
 {
     (*body_fn)();
     th[emu_cur].done = true;
     progress++;
+#if defined(__x86_64__)
+    yield_to_scheduler(); /* never resumed */
+    die("an ended thread resumed");
+#endif
 }
-/* thread i's context on its stack (apart: getcontext returns twice, nothing of the caller's may
- * live across it) */
+/* thread i's context on its stack, starting at thread_main */
+#if defined(__x86_64__)
+static inline void new_context(int i, char *stack, size_t bytes)
+{
+    /* emu_switch's frame: the six registers, then its return address (thread_main), then
+     * thread_main's own return address (none: it never returns), so that thread_main starts with
+     * the stack 8 bytes past a 16-byte boundary, as after a call */
+    void **sp = (void **)(((uintptr_t)stack + bytes) & ~(uintptr_t)15);
+    *--sp = NULL;
+    *--sp = (void *)thread_main;
+    for (int k = 0; k < 6; k++)
+        *--sp = NULL;
+    th[i].ctx.sp = sp;
+}
+#else
+/* (apart: getcontext returns twice, nothing of the caller's may live across it) */
 __attribute__((noinline)) static inline void new_context(int i, char *stack, size_t bytes)
 {
-    if (getcontext(&th[i].ctx) != 0)
+    if (getcontext(&th[i].ctx.uc) != 0)
         die("getcontext");
-    th[i].ctx.uc_stack.ss_sp = stack;
-    th[i].ctx.uc_stack.ss_size = bytes;
-    th[i].ctx.uc_link = &sched_ctx;
-    makecontext(&th[i].ctx, thread_main, 0);
+    th[i].ctx.uc.uc_stack.ss_sp = stack;
+    th[i].ctx.uc.uc_stack.ss_size = bytes;
+    th[i].ctx.uc.uc_link = &sched_ctx.uc;
+    makecontext(&th[i].ctx.uc, thread_main, 0);
 }
+#endif
 
 static const size_t STACK = 256 * 1024;
 static char *stacks; /* MAXT stacks of STACK bytes */
@@ -302,7 +363,7 @@ static inline void launch(dim3e grid, dim3e block, size_t smem_bytes, const std:
                         wp = progress;
                         for (emu_cur = 32 * w; emu_cur < 32 * w + 32; emu_cur++)
                             if (!th[emu_cur].done)
-                                swapcontext(&sched_ctx, &th[emu_cur].ctx);
+                                resume_thread();
                         if (!eager)
                             break; /* lazy: one turn each */
                     }
