@@ -115,7 +115,7 @@ check "sample --tokenizer DIR (vocab.json): the same text" test -n "$out3" -a "$
 # exit_and_says RC WANT PATTERN TEXT: rc is WANT and TEXT holds PATTERN
 exit_and_says() { [ "$1" = "$2" ] && grep -q -- "$3" <<<"$4"; }
 printf 'good text\n\xff\xfe bad\n' >"$tmp/bad.txt"
-out=$("$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/b" --shard-tokens 2 "$corpus" "$tmp/bad.txt" 2>&1); rc=$?
+out=$("$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/b" --shard-tokens 1000 "$corpus" "$tmp/bad.txt" 2>&1); rc=$?
 check "tokenize: text that is not UTF-8 refused naming the file and byte 10, exit 1 ($out)" \
     exit_and_says $rc 1 "bad.txt: not UTF-8 at byte 10" "$out"
 check "tokenize: the failed run's shards removed (the corpus's were written first)" \
@@ -127,7 +127,7 @@ check "tokenize: an earlier run's shards refused, naming one and --replace" \
 # earlier set is left as it was, byte for byte, and nothing of the failed run (until 2026-11-29
 # the old shards were removed first and lost)
 before=$(cd "$tmp" && sha256sum a_*)
-out=$("$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/a" --shard-tokens 2 --replace \
+out=$("$NODE" tokenize --tokenizer "$tmp/vocab.bin" --out "$tmp/a" --shard-tokens 1000 --replace \
     "$corpus" "$tmp/bad.txt" 2>&1); rc=$?
 check "tokenize --replace failing midway: refused naming the file, exit 1" \
     exit_and_says $rc 1 "bad.txt: not UTF-8" "$out"
