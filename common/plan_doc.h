@@ -28,6 +28,15 @@
 
 #define PLAN_DOC_MAX_WORLD 65536
 
+/* The most floats in one of the workers' data-parallel buckets (noderuntime/train/zero.c: never
+ * across a block, the tied embedding or another tensor outside the blocks; each bucket is one
+ * reduce-scatter and one all-gather), which the planner prices as one collective each
+ * (operator/planner/cost_model.c). 16 Mi floats (64 MB): a block is reported whole (its backward
+ * hook), so smaller buckets overlap no more and pay a ring's latency each (at 1 Mi, GPT-2 1.5B's
+ * 1,520 buckets on 8 replicas over InfiniBand, 3 us a hop: 64 ms a step, reduce-scatter and
+ * all-gather; 103 buckets now); PyTorch's DDP buckets 25 MB, Megatron-LM's 40 Mi elements. */
+#define PLAN_ZERO_BUCKET_FLOATS 16777216
+
 /* Emulated link speed: 0 = unpaced. JSON {bytes_per_second, latency_us}. */
 struct plan_pacing {
     double bytes_per_sec;

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan_doc.h"
+
 
 struct bucket {
     size_t lo, hi;       /* range in the flat buffer */
@@ -60,7 +62,7 @@ int zero_create(struct zero **out, struct devmem *m, float *params, float *grads
 {
     *out = NULL;
     if (bucket_floats == 0)
-        bucket_floats = (size_t)1 << 20;
+        bucket_floats = PLAN_ZERO_BUCKET_FLOATS;
     for (int c = 0; c < ncuts; c++)
         if (cuts[c] > n)
             return herr_set(e, "bucket cut %zu is outside the %zu parameters", cuts[c], n);

@@ -20,7 +20,8 @@
 
 struct zero;
 
-/* Buckets hold at most bucket_floats floats (0 picks 1 Mi) and never span one of the `ncuts`
+/* Buckets hold at most bucket_floats floats (0 picks PLAN_ZERO_BUCKET_FLOATS, plan_doc.h: what
+ * the planner prices) and never span one of the `ncuts`
  * offsets in `cuts` (any order; e.g. layer boundaries, so that a layer's reduce-scatter can start
  * as soon as its backward is done, or a tensor that is exchanged on its own). dp may be NULL
  * (one replica). */

@@ -2,6 +2,7 @@
 
 #include "core_spread.h"
 #include "json.h"
+#include "plan_doc.h"
 #include "pipe_order.h"
 
 #include <math.h>
@@ -327,14 +328,12 @@ static double scatter_time(double bytes, int n, struct cost_link k)
  * paramGatherDtype bf16, and the tied embedding's gradient shards (trainer.c). */
 #define WIRE_FP32 4.0
 
-/* ZeRO's buckets (noderuntime/train/zero.c: at most 1 Mi floats, never across a block, the tied
- * embedding or the other tensors outside the blocks): each is a collective of its own, so each
- * pays a ring's latency. */
-#define ZERO_BUCKET_FLOATS 1048576.0
-
+/* ZeRO's buckets (noderuntime/train/zero.c: at most PLAN_ZERO_BUCKET_FLOATS, never across a
+ * block, the tied embedding or the other tensors outside the blocks): each is a collective of
+ * its own, so each pays a ring's latency. */
 static double buckets_of(double floats)
 {
-    return floats > 0 ? ceil(floats / ZERO_BUCKET_FLOATS) : 0;
+    return floats > 0 ? ceil(floats / (double)PLAN_ZERO_BUCKET_FLOATS) : 0;
 }
 
 /* The buckets of a stage's rank: its blocks, on the first stage the token and position

@@ -1492,30 +1492,33 @@ static void test_norm_latency(void)
     cost_sim_free(&sim);
 }
 
-/* ZeRO's buckets (zero.c: at most 1 Mi floats, never across a block or the embedding) are a
- * collective each: a ring's latency per bucket, on the reduce-scatter and on the all-gather. */
+/* ZeRO's buckets (zero.c: at most PLAN_ZERO_BUCKET_FLOATS, 16 Mi floats, never across a block or
+ * the embedding) are a collective each: a ring's latency per bucket, on the reduce-scatter and on
+ * the all-gather. */
 static void test_bucket_latency(void)
 {
     struct cost_links l;
     cost_links_default(&l);
     l.overlap = 0;
-    struct cost_job j = {.model = {.layers = 8, .hidden = 512, .heads = 8, .vocab = 50000, .seq_len = 64},
+    struct cost_job j = {.model = {.layers = 8, .hidden = 2048, .heads = 16, .vocab = 50000, .seq_len = 64},
                          .tensor = 1, .data = 4, .micro_batches = 2, .micro_batch_size = 1,
                          .elem_bytes = 2};
     struct cost_stage st = free_stage(3, 100);
     st.dp.lat = 10e-6;
     struct cost_stage_terms t;
-    /* a block of hidden 512: 3,152,384 parameters, 4 buckets; 3 rings of 4 members' latency */
+    /* a block of hidden 2048: 50,358,272 parameters, 4 buckets (3 of 16 Mi and the rest); 3
+     * rings of 4 members' latency */
+    CHECK("buckets: the constant is zero.c's 16 Mi floats", PLAN_ZERO_BUCKET_FLOATS == 16777216);
     cost_stage_terms(&j, &l, &st, 0, 0, NULL, &t);
     CHECK_NEAR("buckets: 3 blocks of 4 buckets", t.rs_exposed, 3 * 4 * 3 * 10e-6, 1e-15);
     CHECK_NEAR("buckets: the all-gather too", t.ag_exposed, 3 * 4 * 3 * 10e-6, 1e-15);
-    /* tensor 4: a block's quarter is one bucket */
+    /* tensor 4: a block's quarter (12.6 M) is one bucket */
     j.tensor = 4;
     cost_stage_terms(&j, &l, &st, 0, 0, NULL, &t);
     CHECK_NEAR("buckets: tensor 4, a bucket a block", t.rs_exposed, 3 * 1 * 3 * 10e-6, 1e-15);
-    /* the first stage: wte's 25.6 M / 4 = 6.4 M floats, 7 buckets; wpe one */
+    /* the first stage: wte's 102.4 M / 4 = 25.6 M floats, 2 buckets; wpe one */
     cost_stage_terms(&j, &l, &st, 1, 0, NULL, &t);
-    CHECK_NEAR("buckets: the first stage's embeddings", t.rs_exposed, (3 + 7 + 1) * 3 * 10e-6,
+    CHECK_NEAR("buckets: the first stage's embeddings", t.rs_exposed, (3 + 2 + 1) * 3 * 10e-6,
                1e-15);
 }
 

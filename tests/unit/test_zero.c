@@ -10,6 +10,7 @@
 
 #include "bf16.h"
 #include "comm_testutil.h"
+#include "plan_doc.h"
 #include "zero.h"
 
 #define N 10007
@@ -248,6 +249,15 @@ int main(void)
     CHECK_INT("first report ok", zero_grads_ready(z, 6, 10, &e), 0);
     CHECK_INT("double report rejected", zero_grads_ready(z, 6, 10, &e), -1);
     CHECK("double report message", strstr(e.msg, "twice") != NULL);
+    zero_free(z);
+    /* the default size (0) is what the planner prices: PLAN_ZERO_BUCKET_FLOATS a bucket; the
+     * buffers are not touched by zero_create (the size only cuts the range) */
+    size_t nbig = (size_t)PLAN_ZERO_BUCKET_FLOATS * 2 + 5, bcut[] = {(size_t)PLAN_ZERO_BUCKET_FLOATS};
+    CHECK_INT("zero create, default buckets", zero_create(&z, devmem_host(), p, g, nbig, bcut, 1, 0, NULL, &e), 0);
+    CHECK_INT("default buckets: 32 Mi + 5 floats, a cut at 16 Mi: 3 buckets", zero_num_buckets(z), 3);
+    CHECK_INT("default buckets: the last PLAN_ZERO_BUCKET_FLOATS floats are bucket 0",
+              zero_bucket_at(z, nbig - PLAN_ZERO_BUCKET_FLOATS), 0);
+    CHECK_INT("default buckets: the 5 above the cut are bucket 1", zero_bucket_at(z, PLAN_ZERO_BUCKET_FLOATS), 1);
     zero_free(z);
     /* cuts: no bucket spans one; sizes stay <= 4; order from the end of the buffer */
     size_t cuts[] = {7, 3};
