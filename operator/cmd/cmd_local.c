@@ -168,15 +168,12 @@ static int prepare_checkpoints(const char *job, const struct tj_spec *s)
     }
     /* The workers read latest-step with the same reader: a file they would refuse is refused
      * here, before anything moves. */
-    long long done = -1;
-    int lr = ckpt_read_latest_step(s->training.checkpoint.path, &done, &e);
-    if (lr < 0) {
+    long long done = -1; /* left so when there is no latest-step */
+    if (ckpt_read_latest_step(s->training.checkpoint.path, &done, &e) < 0) {
         fprintf(stderr, "holmes-operator local: spec.training.checkpoint.path: %s (write the "
                 "step to resume from there, or move the directory aside to start over)\n", e.msg);
         return -1;
     }
-    if (lr == 1)
-        done = -1;
     if (done >= s->training.steps) {
         /* A finished run: its checkpoints moved aside (never deleted), training again. */
         char old[TJ_PATH_MAX + 64], stamp[32];
