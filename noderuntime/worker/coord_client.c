@@ -190,12 +190,33 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     }
 }
 
-/* A periodic tick bounds every wait of lws_service, so the loops below can keep deadlines. */
-#define TICK_US (20 * 1000)
+/* Only wakes lws_service at a loop's deadline (service_until). */
 static void timer_cb(lws_sorted_usec_list_t *sul)
 {
-    struct coord_client *cl = lws_container_of(sul, struct coord_client, timer);
-    lws_sul_schedule(cl->ctx, 0, &cl->timer, timer_cb, TICK_US);
+    (void)sul;
+}
+
+/* One round of lws_service that returns by `until` (monotonic ms; INFINITY: when something
+ * happens). libwebsockets 4.1 gives poll() the time to its next timer in whole milliseconds,
+ * rounded down: in the millisecond before a timer is due it polls with no timeout, round after
+ * round (with the 20 ms tick this file had, about 1,000 poll calls a second in every worker,
+ * a twentieth of a core). So the timer is set a millisecond past `until`, and a wait shorter
+ * than a millisecond is slept here, not polled. */
+static int service_until(struct coord_client *cl, double until)
+{
+    if (isinf(until)) {
+        lws_sul_cancel(&cl->timer);
+        return lws_service(cl->ctx, 0);
+    }
+    double left = until - clock_mono_ms();
+    if (left < 1.0) {
+        if (left > 0)
+            clock_sleep_s(left / 1e3);
+        return 0;
+    }
+    lws_sul_schedule(cl->ctx, 0, &cl->timer, timer_cb,
+                     (lws_usec_t)(left * LWS_US_PER_MS) + LWS_US_PER_MS);
+    return lws_service(cl->ctx, 0);
 }
 
 /* Deadline in ms (monotonic) for timeout_ms; timeout_ms < 0 means none. */
@@ -265,7 +286,6 @@ int coord_client_create_tls(struct coord_client **out, const char *url, const ch
         free(cl);
         return herr_set(e, "coordinator client: cannot create the libwebsockets context");
     }
-    lws_sul_schedule(cl->ctx, 0, &cl->timer, timer_cb, TICK_US);
     *out = cl;
     return 0;
 }
@@ -309,7 +329,7 @@ int coord_client_connect(struct coord_client *cl, int timeout_ms, herr *e)
     }
     double until = deadline(timeout_ms);
     while (cl->state == CL_CONNECTING && clock_mono_ms() < until)
-        if (lws_service(cl->ctx, 0) < 0)
+        if (service_until(cl, until) < 0)
             break;
     if (cl->state == CL_OPEN)
         return 0;
@@ -377,7 +397,7 @@ int coord_client_poll(struct coord_client *cl, int timeout_ms, struct proto_msg 
         }
         if (clock_mono_ms() >= until)
             return 0;
-        if (lws_service(cl->ctx, 0) < 0) {
+        if (service_until(cl, until) < 0) {
             return herr_set(e, "coordinator connection: event loop failed");
         }
     }
@@ -392,7 +412,7 @@ void coord_client_flush(struct coord_client *cl, int timeout_ms)
         pthread_mutex_unlock(&cl->mu);
         if (!pending || cl->state != CL_OPEN || clock_mono_ms() >= until)
             break;
-        if (lws_service(cl->ctx, 0) < 0)
+        if (service_until(cl, until) < 0)
             break;
     }
 }
