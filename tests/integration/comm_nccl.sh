@@ -2,9 +2,8 @@
 # The NCCL backend compiles and links against /usr/local/cuda when NCCL is installed; on a machine
 # with a GPU its test runs every collective against a reference.
 source "$(dirname "$0")/lib.bash"
-# It builds into the repository (make comm-nccl): once, in the pass that runs cuda_build.sh too,
-# and in the same lane right after it (HOLMES_TEST_TOGETHER in tests/run.sh): two builds of
-# devmem_cuda.o must not race.
+# It builds into the repository (make comm-nccl): once, in the pass that runs cuda_build.sh too
+# (tests/run.sh runs the variants side by side, and two builds of one target must not race).
 once_per_run comm_nccl
 NCCL_HOME=${NCCL_HOME:-/usr/local/cuda}
 if [ ! -f "$NCCL_HOME/include/nccl.h" ]; then

@@ -89,7 +89,7 @@ worker_refuses_figure() {
 
 # once_per_run NAME: for a test whose result does not depend on the build variant (it builds
 # into the repository, or checks files and manifests): `make test` runs it in one pass only,
-# HOLMES_ONCE_IN (tests/run.sh sets it to the last variant's); run by hand, it runs.
+# HOLMES_ONCE_IN (tests/run.sh sets it to the pass with less else to do); run by hand, it runs.
 once_per_run() {
     if [ -n "${HOLMES_ONCE_IN:-}" ] && [ "$HOLMES_ONCE_IN" != "${HOLMES_VARIANT:-release}" ]; then
         echo "# $1: independent of the build variant, run in the $HOLMES_ONCE_IN pass"
