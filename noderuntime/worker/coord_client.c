@@ -199,9 +199,9 @@ static void timer_cb(lws_sorted_usec_list_t *sul)
 /* One round of lws_service that returns by `until` (monotonic ms; INFINITY: when something
  * happens). libwebsockets 4.1 gives poll() the time to its next timer in whole milliseconds,
  * rounded down: in the millisecond before a timer is due it polls with no timeout, round after
- * round (with the 20 ms tick this file had, about 1,000 poll calls a second in every worker,
- * a twentieth of a core). So the timer is set a millisecond past `until`, and a wait shorter
- * than a millisecond is slept here, not polled. */
+ * round. The 20 ms tick this file had made about 1,000 poll calls a second in every worker, and
+ * a wait ended up to a tick late. So the timer is set a millisecond past `until`, and a wait
+ * shorter than a millisecond is slept here, not polled. */
 static int service_until(struct coord_client *cl, double until)
 {
     if (isinf(until)) {
