@@ -20,13 +20,32 @@ jobs_n=${HOLMES_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
 apart=${HOLMES_TEST_APART-^k8s_}
 log_dir=$(mktemp -d /tmp/holmes-test.XXXXXX)
 
-# run_one LABEL COMMAND...: one test; its summary line on stdout, counts added to the lane's
+# children_cpu_ms VAR: sets VAR to the CPU time (user + system, ms) of this shell's children
+# waited for so far (`times` in this shell, not in a $(...) subshell, whose children are its own)
+children_cpu_ms() {
+    local t u s f=$log_dir/times.$BASHPID
+    times >"$f"
+    t=$(tail -1 "$f") # "XmY.YYYs XmY.YYYs"
+    u=${t%% *} s=${t##* }
+    printf -v "$1" '%d' $(( $(cpu_ms "$u") + $(cpu_ms "$s") ))
+}
+cpu_ms() { # "1m2.345s" -> 62345
+    local m=${1%%m*} f=${1#*m}
+    f=${f%s}
+    echo $(( 10#$m * 60000 + 10#${f%.*} * 1000 + 10#${f#*.} ))
+}
+
+# run_one LABEL COMMAND...: one test; its summary line on stdout (with the wall time and the CPU
+# time of what it ran), counts added to the lane's
 run_one() {
     local label=$1; shift
     local out="$log_dir/$(echo "$label" | tr '/ ' '__').log"
-    local start=$SECONDS
+    local start=$SECONDS cpu0 cpu
+    children_cpu_ms cpu0
     timeout --kill-after=10 "$timeout_s" "$@" >"$out" 2>&1
     local rc=$?
+    children_cpu_ms cpu
+    cpu=$(( (cpu - cpu0 + 500) / 1000 ))
     local p f
     p=$(grep -c '^PASS ' "$out"); f=$(grep -c '^FAIL ' "$out")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
@@ -35,11 +54,11 @@ run_one() {
     passed=$((passed + p)); failed=$((failed + f))
     if [ "$f" -gt 0 ]; then
         failed_names+=("$label")
-        printf '  %-52s %4d passed %3d FAILED (%ds)\n' "$label" "$p" "$f" $((SECONDS - start))
+        printf '  %-52s %4d passed %3d FAILED (%ds, %d CPU-s)\n' "$label" "$p" "$f" $((SECONDS - start)) "$cpu"
         grep -E '^FAIL |ERROR: AddressSanitizer|runtime error:' "$out" | head -20 | sed 's/^/      /'
         tail -5 "$out" | sed 's/^/      | /'
     else
-        printf '  %-52s %4d passed (%ds)\n' "$label" "$p" $((SECONDS - start))
+        printf '  %-52s %4d passed (%ds, %d CPU-s)\n' "$label" "$p" $((SECONDS - start)) "$cpu"
     fi
     grep '^SKIP ' "$out" | head -3 | sed 's/^/      /'
 }
