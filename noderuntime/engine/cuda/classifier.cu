@@ -11,10 +11,6 @@ namespace GPU_NS {
 
 namespace {
 
-__device__ __forceinline__ void block_sync()
-{
-    __syncthreads();
-}
 #define CLASSIFIER_SMEM(name) __shared__ float name[32]
 
 #include "classifier_kernels.cuh"

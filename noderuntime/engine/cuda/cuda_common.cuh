@@ -86,6 +86,23 @@ static inline unsigned blocks_for(size_t n, unsigned threads)
     return (unsigned)((n + threads - 1) / threads);
 }
 
+/* the largest power of two up to 256 that p's address is a multiple of */
+static inline int align_of(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    int al = 256;
+    while (al > 1 && a % (uintptr_t)al)
+        al /= 2;
+    return al;
+}
+
+/* the block's barrier, as the kernels of *_kernels.cuh call it (tests/unit/kernel_emu.h has the
+ * host emulator's) */
+__device__ __forceinline__ void block_sync()
+{
+    __syncthreads();
+}
+
 /* ---------------------------------------------------------------- conversions, reductions */
 
 __device__ __forceinline__ float tof(float x) { return x; }

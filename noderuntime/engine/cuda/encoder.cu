@@ -10,10 +10,6 @@ namespace GPU_NS {
 
 namespace {
 
-__device__ __forceinline__ void block_sync()
-{
-    __syncthreads();
-}
 #define WTE_BWD_SMEM(name, VEC) __shared__ float name[WTE_BWD_SMEM_FLOATS(VEC)]
 
 #include "encoder_kernels.cuh"

@@ -142,10 +142,6 @@ __device__ __forceinline__ float shfl_xor(float v, int m)
 {
     return __shfl_xor_sync(0xffffffffu, v, m);
 }
-__device__ __forceinline__ void block_sync()
-{
-    __syncthreads();
-}
 __device__ __forceinline__ void store_bf2(bf16 *p, float x, float y)
 {
     *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(x, y);

@@ -16,10 +16,6 @@ namespace GPU_NS {
 
 namespace {
 
-__device__ __forceinline__ void block_sync()
-{
-    __syncthreads();
-}
 #define COLSUM_FINISH_SMEM(name) __shared__ float name[2 * COLSUM_FINISH_GROUPS * COLSUM_FINISH_COLS]
 #define LN_BWD_SMEM(name) __shared__ float name[LN_BWD_SMEM_FLOATS(XV)]
 

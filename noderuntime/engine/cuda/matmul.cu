@@ -68,14 +68,6 @@ __global__ void fill_random_kernel(floatX *out, size_t n, unsigned seed)
     }
 }
 
-int align_of(const void *p)
-{
-    uintptr_t a = (uintptr_t)p;
-    int al = 256;
-    while (al > 1 && a % (uintptr_t)al)
-        al /= 2;
-    return al;
-}
 
 /* matmul with the arguments of a gemm_plan (gemm_plan.h, checked on the CPU by
  * tests/unit/test_cuda_gemm_plan.c) */

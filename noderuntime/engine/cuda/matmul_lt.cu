@@ -22,14 +22,6 @@ namespace GPU_NS {
 
 namespace {
 
-int align_of(const void *p)
-{
-    uintptr_t a = (uintptr_t)p;
-    int al = 256;
-    while (al > 1 && a % (uintptr_t)al)
-        al /= 2;
-    return al;
-}
 
 /* ---------------------------------------------------------------- the caches */
 
