@@ -100,6 +100,15 @@ elif grep -q "refused" <<<"$out"; then
 else
     fail "cuda.stage_rows_refused" "$out"
 fi
+# ... and in its lines mode (what memory_model.py uses): each line answered in order, a malformed
+# line an error naming it
+out=$(printf '4 256 4 1000 128 4 0 2 1 1\n2 64 4 1000 65536 65536 0 2 1 1\n' | $GB/bf16/stage_bytes - 2>&1); rc=$?
+bad=$(printf '4 256 4 1000 128 4 0 2 1 1\n4 256 x\n' | $GB/bf16/stage_bytes - 2>&1); brc=$?
+if [ $rc -eq 0 ] && [[ $out =~ ^[0-9]+$'\n'refused$ ]] && [ $brc -eq 2 ] && grep -q "line 2: want 10 numbers" <<<"$bad"; then
+    pass "cuda.stage_bytes_lines"
+else
+    fail "cuda.stage_bytes_lines" "rc $rc: $out | rc $brc: $bad"
+fi
 
 if make --no-print-directory -j2 gpu-host-check >"$log" 2>&1 && ! grep -q '^FAIL' "$log"; then
     pass "cuda.cpu_reference ($(grep -c '^PASS' "$log") checks of test_gpt and test_checkpoint on the stand-ins)"
