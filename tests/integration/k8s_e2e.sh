@@ -59,23 +59,23 @@ example_job "$W/job.yaml" e2e 320 "$W/ckpt" -e "s#examples/data/corpus.txt#$REPO
     -e "s/bandwidthScale: 0.01/bandwidthScale: 0.001/" \
     -e "s#    eval: .*#    eval: {path: $REPO/examples/data/corpus.txt, format: text, everySteps: 100, batches: 2}#"
 kubectl apply -n $NS -f "$W/job.yaml" >/dev/null
-npods() { kubectl get pods -n $NS -l "holmes.dev/job=$1" -o json | jq '[.items[] | select(.metadata.deletionTimestamp == null)] | length'; }
+npods() { k8s_json pods -n $NS -l "holmes.dev/job=$1" | jq '[.items[] | select(.metadata.deletionTimestamp == null)] | length'; }
 pods_are() { [ "$(npods "$1")" = "$2" ]; }
-uids() { kubectl get pods -n $NS -l "holmes.dev/job=$1" -o json | jq -c '[.items[] | [.metadata.name, .metadata.uid]] | sort'; }
-uid_of() { kubectl get pod "$1" -n $NS -o jsonpath='{.metadata.uid}' 2>/dev/null; }
+uids() { k8s_json pods -n $NS -l "holmes.dev/job=$1" | jq -c '[.items[] | [.metadata.name, .metadata.uid]] | sort'; }
+uid_of() { k8s_json pod "$1" -n $NS | jq -r '.metadata.uid // empty'; }
 set_pod() { # pod phase ready
     kubectl patch pod "$1" -n $NS --subresource=status --type=merge \
         -p "{\"status\":{\"phase\":\"$2\",\"conditions\":[{\"type\":\"Ready\",\"status\":\"$3\"}]}}" >/dev/null
 }
-token_of() { kubectl get secret "$1-token" -n $NS -o jsonpath='{.data.token}' | base64 -d; }
+token_of() { k8s_json secret "$1-token" -n $NS | jq -r '.data.token // empty' | base64 -d; }
 
 # kubelet POD [worker args...]: runs the pod's main process once with the pod's env; logs its
 # exit status to exits-POD. No restarts here: a worker that dies is the supervisor's business.
 kubelet() {
     local pod=$1 envs tok rc
     shift
-    envs=$(kubectl get pod "$pod" -n $NS -o json | jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"')
-    tok=$(token_of "$(kubectl get pod "$pod" -n $NS -o jsonpath='{.metadata.labels.holmes\.dev/job}')")
+    envs=$(k8s_json pod "$pod" -n $NS | jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"')
+    tok=$(token_of "$(k8s_json pod "$pod" -n $NS | jq -r '.metadata.labels["holmes.dev/job"] // empty')")
     # shellcheck disable=SC2086
     (cd "$REPO" && exec env -i PATH="$PATH" HOSTNAME="$pod" HOLMES_TOKEN="$tok" "$TAG" \
         NODE_NAME="node-$pod" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $envs \
@@ -90,8 +90,8 @@ run_pod() { # pod [args]: Running + Ready, and its main process started
 }
 supervisor_of() { procs "HOSTNAME=$1" '!HOLMES_SUPERVISED=1' | head -1; } # the pod's main process
 worker_of() { procs "HOSTNAME=$1" 'HOLMES_SUPERVISED=1' | head -1; }         # the worker it runs
-tj_is() { kubectl get tj "$1" -n $NS -o json | jq -e "$2" >/dev/null 2>&1; }
-step_of() { kubectl get tj e2e -n $NS -o jsonpath='{.status.progress.step}' 2>/dev/null; }
+tj_is() { k8s_json tj "$1" -n $NS | jq -e "$2" >/dev/null 2>&1; }
+step_of() { k8s_json tj e2e -n $NS | jq -r '.status.progress.step // empty'; }
 past() { local s; s=$(step_of); [ -n "$s" ] && [ "$s" -ge "$1" ]; }
 alive() { kill -0 "${KPID[$1]}" 2>/dev/null; }
 
@@ -113,7 +113,7 @@ check "the supervisor started the killed worker again in its pod" \
     grep -q "supervisor: the worker was killed by signal 9" "$W/e2e-worker-1.log"
 check "the gang resumed from a checkpoint, not step 0" \
     grep -qE "resumed from the checkpoint of step [1-9]" "$W/e2e-worker-0.log"
-EV=$(kubectl get events -n $NS -o json)
+EV=$(k8s_json events -n $NS)
 check "an Event says the gang restarts in place (restart 1 of 3)" jq_true "$EV" \
     'any(.items[]; .involvedObject.name == "e2e" and (.message | contains("restarting in place")) and (.message | contains("restart 1 of 3")))'
 

@@ -52,8 +52,8 @@ for j in ela elb; do
         -e '/^  restartPolicy/i\  elastic: {minWorkers: 3, replaceTimeoutSeconds: 4}'
     kubectl apply -n $NS -f "$W/$j.yaml" >/dev/null
 done
-pod_uid() { kubectl get pod "$1" -n $NS -o jsonpath='{.metadata.uid}' 2>/dev/null; }
-npods() { kubectl get pods -n $NS -l "holmes.dev/job=$1" -o json | jq '[.items[] | select(.metadata.deletionTimestamp == null)] | length'; }
+pod_uid() { k8s_json pod "$1" -n $NS | jq -r '.metadata.uid // empty'; }
+npods() { k8s_json pods -n $NS -l "holmes.dev/job=$1" | jq '[.items[] | select(.metadata.deletionTimestamp == null)] | length'; }
 pods_are() { [ "$(npods "$1")" = "$2" ]; }
 make_node() { kubectl create -f - >/dev/null <<EOF
 {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "$1"}}
@@ -69,8 +69,8 @@ run_pod() { # POD: bound to node-POD, Running and Ready, its main process starte
     ( k8s_kubelet $NS "$1" "$W/$1.log" --tflops 0.05 --memory-gbps 5; echo $? >>"$W/exits-$1" ) &
     KPIDS+=($!)
 }
-tj_is() { kubectl get tj "$1" -n $NS -o json | jq -e "$2" >/dev/null 2>&1; }
-step_of() { kubectl get tj "$1" -n $NS -o jsonpath='{.status.progress.step}' 2>/dev/null; }
+tj_is() { k8s_json tj "$1" -n $NS | jq -e "$2" >/dev/null 2>&1; }
+step_of() { k8s_json tj "$1" -n $NS | jq -r '.status.progress.step // empty'; }
 past() { local s; s=$(step_of "$1"); [ -n "$s" ] && [ "$s" -ge "$2" ]; }
 unschedulable() { # POD: the scheduler found no node for it
     kubectl patch pod "$1" -n $NS --subresource=status --type=merge -p \
@@ -101,7 +101,7 @@ for j in ela elb; do
         "(.status.elastic | .workersPlanned == 3 and .workersLost == 1 and .replans == 1 and .lostWorkers == [\"$j-worker-3\"]) and ([.status.plan.stages[].workers[]] | length == 3)"
 done
 T1=$(date +%s.%N)
-EV=$(kubectl get events -n $NS -o json)
+EV=$(k8s_json events -n $NS)
 for j in ela elb; do
     check "$j: a Warning Event says old shape -> new shape and why (the node gone)" jq_true "$EV" \
         "any(.items[]; .involvedObject.name == \"$j\" and .type == \"Warning\" and .reason == \"Replanned\" and (.message | test(\"pipeline 2 x data 2 on 4 workers.* -> pipeline [0-9]+ x data [0-9]+ on 3 workers.*worker 3 \\\\($j-worker-3\\\\) lost: its node node-$j-worker-3 is gone for\")))"
@@ -121,7 +121,7 @@ make_node node-elb-worker-3
 run_pod elb-worker-3
 check "elb: back to 4 workers (status.elastic: 4 planned, none lost, 2 re-plans)" wait_for 120 tj_is elb \
     '(.status.elastic | .workersPlanned == 4 and .workersLost == 0 and .replans == 2 and .lostWorkers == []) and ([.status.plan.stages[].workers[]] | length == 4)'
-EV=$(kubectl get events -n $NS -o json)
+EV=$(k8s_json events -n $NS)
 check "elb: a Warning Event says 3 -> 4 workers because the worker is back" jq_true "$EV" \
     'any(.items[]; .involvedObject.name == "elb" and .reason == "Replanned" and (.message | test("on 3 workers.* -> pipeline 2 x data 2 on 4 workers.*worker 3 \\(elb-worker-3\\) back")))'
 # the status says 4 once the coordinator has re-planned; the workers resume a moment later (on a

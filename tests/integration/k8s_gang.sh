@@ -65,12 +65,12 @@ YAML
 } >"$W/jobs.yaml"
 check "four jobs applied (volcano, coscheduling, kueue, none)" kubectl apply -f "$W/jobs.yaml"
 
-pg() { kubectl get "podgroups.$1" "$2" -n $NS -o json 2>/dev/null; }
-pods() { kubectl get pods -n $NS -l holmes.dev/job=$1 -o json; }
+pg() { k8s_json "podgroups.$1" "$2" -n $NS; }
+pods() { k8s_json pods -n $NS -l holmes.dev/job=$1; }
 npods_are() { [ "$(pods "$1" | jq '.items | length')" = "$2" ]; }
-tj() { kubectl get tj "$1" -n $NS -o json; }
+tj() { k8s_json tj "$1" -n $NS; }
 tj_is() { tj "$1" | jq -e "$2" >/dev/null 2>&1; }
-uid_of() { kubectl get tj "$1" -n $NS -o jsonpath='{.metadata.uid}'; }
+uid_of() { k8s_json tj "$1" -n $NS | jq -r '.metadata.uid // empty'; }
 OWNED='(.metadata.ownerReferences | length == 1) and .metadata.ownerReferences[0].kind == "TrainingJob" and
        .metadata.ownerReferences[0].uid == $uid and .metadata.ownerReferences[0].controller == true and
        .metadata.ownerReferences[0].blockOwnerDeletion == true'

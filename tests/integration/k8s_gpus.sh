@@ -27,10 +27,10 @@ sed -e "s/name: local-gpus/name: gj/" -e "s/steps: 100/steps: 160/" -e "s#local-
     -e "s/bandwidthScale: 0.01/bandwidthScale: 0.001/" -e "s/schedule: 1f1b}/schedule: 1f1b, tokenSlices: auto}/" \
     "$REPO/examples/local-gpus.yaml" >"$W/job.yaml"
 kubectl apply -n $NS -f "$W/job.yaml" >/dev/null
-pods() { kubectl get pods -n $NS -l holmes.dev/job=gj -o json; }
+pods() { k8s_json pods -n $NS -l holmes.dev/job=gj; }
 npods_are() { [ "$(pods | jq '.items | length')" = "$1" ]; }
-tj_is() { kubectl get tj gj -n $NS -o json | jq -e "$1" >/dev/null 2>&1; }
-step_of() { kubectl get tj gj -n $NS -o jsonpath='{.status.progress.step}' 2>/dev/null; }
+tj_is() { k8s_json tj gj -n $NS | jq -e "$1" >/dev/null 2>&1; }
+step_of() { k8s_json tj gj -n $NS | jq -r '.status.progress.step // empty'; }
 past() { local s; s=$(step_of); [ -n "$s" ] && [ "$s" -ge "$1" ]; }
 uids() { pods | jq -c '[.items[] | .metadata.uid] | sort'; }
 
@@ -54,7 +54,7 @@ check "status.plan.pipelineLinks (kept by the CRD's schema): the boundary's 2 li
 # tokenSlices: auto: the planner's choice in status, and the ranks train with exactly that
 slicing_agrees() {
     local ts n lens
-    ts=$(kubectl get tj gj -n $NS -o json | jq -c '.status.plan.tokenSlices') || return 1
+    ts=$(k8s_json tj gj -n $NS | jq -c '.status.plan.tokenSlices') || return 1
     [ "$(jq -r .chosenBy <<<"$ts")" = planner ] || return 1
     n=$(jq -r .count <<<"$ts"); lens=$(jq -r '.lengths | map(tostring) | join(", ")' <<<"$ts")
     if [ "$n" -gt 1 ]; then
@@ -124,9 +124,9 @@ check "the gang resumed from a checkpoint, not step 0" grep -qE "resumed from th
 # job Fails and is not retried (no restart, the same pods).
 sed -e "s/name: gj/name: gm/" -e "s#$W/ckpt#$W/ckpt-gm#" "$W/job.yaml" >"$W/job-gm.yaml"
 kubectl apply -n $NS -f "$W/job-gm.yaml" >/dev/null
-gm_pods() { kubectl get pods -n $NS -l holmes.dev/job=gm -o json; }
+gm_pods() { k8s_json pods -n $NS -l holmes.dev/job=gm; }
 gm_npods_are() { [ "$(gm_pods | jq '.items | length')" = "$1" ]; }
-gm_is() { kubectl get tj gm -n $NS -o json | jq -e "$1" >/dev/null 2>&1; }
+gm_is() { k8s_json tj gm -n $NS | jq -e "$1" >/dev/null 2>&1; }
 check "a second job (gm) gets its 2 worker pods" wait_for 30 gm_npods_are 2
 GU0=$(gm_pods | jq -c '[.items[] | .metadata.uid] | sort')
 GPIDS=()
@@ -136,12 +136,12 @@ check "1 MB a GPU declared: the job Fails" wait_for 60 gm_is '.status.phase == "
 re="nothing fits in the GPUs' memory: .* stage [0-9]+ \\\\(layers \\\\[[0-9]+, [0-9]+\\\\) on fabric [a-z-]+\\\\) needs [0-9.]+ GB per GPU \\\\([0-9]+ bytes: .*its GPUs have 0\\\\.00 GB \\\\(900000 bytes: 90 % of the 0\\\\.001 GB each holds\\\\)"
 check "condition Planned=False, PlanFailed, naming the stage, the bytes needed and the bytes there" gm_is \
     "any(.status.conditions[]; .type == \"Planned\" and .status == \"False\" and .reason == \"PlanFailed\" and (.message | test(\"$re\")))"
-check "a Warning event PlanFailed on the job" jq_true "$(kubectl get events -n $NS -o json)" \
+check "a Warning event PlanFailed on the job" jq_true "$(k8s_json events -n $NS)" \
     'any(.items[]; .reason == "PlanFailed" and .type == "Warning" and .involvedObject.name == "gm")'
 gm_gone() { for p in "${GPIDS[@]}"; do kill -0 "$p" 2>/dev/null && return 1; done; return 0; }
 check "its workers exit" wait_for 60 gm_gone
 gm_not_retried() {
-    local r; r=$(kubectl get tj gm -n $NS -o jsonpath='{.status.restarts}')
+    local r; r=$(k8s_json tj gm -n $NS | jq -r '.status.restarts // empty')
     [ "${r:-0}" = 0 ] && [ "$(gm_pods | jq -c '[.items[] | .metadata.uid] | sort')" = "$GU0" ]
 }
 check "not retried: no restart, the same 2 pods" gm_not_retried

@@ -59,7 +59,7 @@ start_op() { # NAME COORD-PORT
         --coordinator-url ws://127.0.0.1:$2/ --node-image holmes-node:test >"$W/$1.log" 2>&1 &
     OP_PIDS+=($!)
 }
-holder() { kubectl get lease holmes-operator -n $RELNS -o jsonpath='{.spec.holderIdentity}' 2>/dev/null; }
+holder() { k8s_json lease holmes-operator -n $RELNS | jq -r '.spec.holderIdentity // empty'; }
 holder_is() { [ "$(holder)" = "$1" ]; }
 start_op op-a "$CPORT_A"; PID_A=${OP_PIDS[-1]}
 check "first operator takes the Lease" wait_for 30 holder_is op-a
@@ -68,9 +68,9 @@ sleep 2
 check "second operator stands by (Lease still held by op-a)" holder_is op-a
 
 # --- a job from apply to Succeeded -------------------------------------------------------------
-tj() { kubectl get tj "$1" -n $NS -o json; }
+tj() { k8s_json tj "$1" -n $NS; }
 tj_is() { jq -e "$2" <<<"$(tj "$1")" >/dev/null 2>&1; } # tj_is NAME FILTER
-pods_json() { kubectl get pods -n $NS -l "holmes.dev/job=$1" -o json; }
+pods_json() { k8s_json pods -n $NS -l "holmes.dev/job=$1"; }
 npods() { pods_json "$1" | jq '.items | length'; }
 pods_are() { [ "$(npods "$1")" = "$2" ]; }
 cat >"$W/e2e.yaml" <<YAML
@@ -87,16 +87,16 @@ spec:
   training: {steps: 40}
 YAML
 kubectl apply -f "$W/e2e.yaml" >/dev/null
-UID_E=$(kubectl get tj e2e -n $NS -o jsonpath='{.metadata.uid}')
+UID_E=$(k8s_json tj e2e -n $NS | jq -r '.metadata.uid // empty')
 check "apply -> 4 worker pods" wait_for 30 pods_are e2e 4
 P=$(pods_json e2e)
 check "pods named <job>-worker-<i>, owned by the job as controller" jq_true "$P" \
     "([.items[].metadata.name] | sort) == [\"e2e-worker-0\",\"e2e-worker-1\",\"e2e-worker-2\",\"e2e-worker-3\"] and all(.items[]; .metadata.ownerReferences[0].uid == \"$UID_E\" and .metadata.ownerReferences[0].controller)"
 check "pods get 300 s to checkpoint on SIGTERM (terminationGracePeriodSeconds)" jq_true "$P" \
     'all(.items[]; .spec.terminationGracePeriodSeconds == 300)'
-SEC=$(kubectl get secret e2e-token -n $NS -o json)
+SEC=$(k8s_json secret e2e-token -n $NS)
 check "Secret e2e-token owned by the job" jq_true "$SEC" ".metadata.ownerReferences[0].uid == \"$UID_E\" and (.data.token | length > 40)"
-SVC=$(kubectl get service e2e -n $NS -o json)
+SVC=$(k8s_json service e2e -n $NS)
 check "headless Service owned by the job" jq_true "$SVC" ".spec.clusterIP == \"None\" and .metadata.ownerReferences[0].uid == \"$UID_E\""
 check "status: Pending, workers 0/4, Valid" wait_for 20 tj_is e2e \
     '.status.phase == "Pending" and .status.workers.summary == "0/4" and (.status.conditions[] | select(.type == "Valid") | .status == "True")'
@@ -109,10 +109,10 @@ pod_status() { # POD PHASE READY
 }
 for i in 0 1 2 3; do pod_status e2e-worker-$i Running True; done
 check "pods ready -> workers 4/4" wait_for 20 tj_is e2e '.status.workers.summary == "4/4" and .status.workers.ready == 4'
-TOKEN=$(kubectl get secret e2e-token -n $NS -o jsonpath='{.data.token}' | base64 -d)
+TOKEN=$(k8s_json secret e2e-token -n $NS | jq -r '.data.token // empty' | base64 -d)
 run_worker() { # INDEX FIXTURE: holmes-node worker with the pod's env, simulating 40 steps
     local envs
-    envs=$(kubectl get pod "e2e-worker-$1" -n $NS -o json | jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"')
+    envs=$(k8s_json pod "e2e-worker-$1" -n $NS | jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"')
     # shellcheck disable=SC2086
     env -i PATH="$PATH" HOSTNAME="e2e-worker-$1" HOLMES_TOKEN="$TOKEN" NODE_NAME="node-$1" $envs \
         timeout -k 5 180 "$NODE" worker --sysfs "$FIX/$2/sys" --simulate 40 --step-ms 50 --progress-ms 100 \
@@ -121,7 +121,7 @@ run_worker() { # INDEX FIXTURE: holmes-node worker with the pod's env, simulatin
 WPIDS=()
 for i in 0 1; do run_worker $i cx6-hdr-ib & WPIDS+=($!); done
 for i in 2 3; do run_worker $i cx5-roce-100g & WPIDS+=($!); done
-labels_are() { jq -e "$2" <<<"$(kubectl get pod "e2e-worker-$1" -n $NS -o json | jq -c .metadata.labels)" >/dev/null 2>&1; }
+labels_are() { jq -e "$2" <<<"$(k8s_json pod "e2e-worker-$1" -n $NS | jq -c .metadata.labels)" >/dev/null 2>&1; }
 # The fabric label is the one the NIC labeller puts on Nodes: class prefix, 16 hex digits of SHA-256.
 ROCE_LABEL=roce-$(printf %s 'roce-10.1.0.0/16' | sha256sum | cut -c1-16)
 check "pods labelled with their NIC class and fabric (as Nodes are)" wait_for 30 labels_are 3 \
@@ -138,7 +138,7 @@ for i in 0 1 2 3; do pod_status e2e-worker-$i Succeeded False; done
 check "job Succeeded" wait_for 30 tj_is e2e '.status.phase == "Succeeded" and .status.progress.step == 40'
 check "conditions: Valid, GangReady, Planned" tj_is e2e \
     '[.status.conditions[] | select(.status == "True") | .type] as $t | ($t | index("Valid")) and ($t | index("GangReady")) and ($t | index("Planned"))'
-EV=$(kubectl get events -n $NS -o json)
+EV=$(k8s_json events -n $NS)
 check "events: Planned on the job" jq_true "$EV" 'any(.items[]; .reason == "Planned" and .involvedObject.kind == "TrainingJob" and .involvedObject.name == "e2e")'
 kubectl get tj e2e -n $NS >"$W/get-tj.txt" 2>&1
 check "kubectl get tj: NAME PHASE WORKERS STEP LOSS AGE header" grep -qE '^NAME +PHASE +WORKERS +STEP +LOSS +AGE$' "$W/get-tj.txt"
@@ -195,10 +195,10 @@ sed -e 's/name: e2e,/name: ttl,/' -e 's/workers: 4/workers: 2/' -e 's/pipeline: 
     -e 's/^spec:$/spec:\n  ttlSecondsAfterFinished: 1/' "$W/e2e.yaml" >"$W/ttl.yaml"
 kubectl apply -f "$W/ttl.yaml" >/dev/null
 check "ttl job: 2 pods" wait_for 30 pods_are ttl 2
-UID_T=$(kubectl get tj ttl -n $NS -o jsonpath='{.metadata.uid}')
+UID_T=$(k8s_json tj ttl -n $NS | jq -r '.metadata.uid // empty')
 for i in 0 1; do pod_status ttl-worker-$i Succeeded False; done
 ttl_gone() {
-    ! kubectl get tj ttl -n $NS >/dev/null 2>&1 &&
+    ! k8s_json tj ttl -n $NS >/dev/null &&
         [ "$(kubectl get pods,secrets,services -n $NS -o json | jq --arg u "$UID_T" '[.items[] | select(.metadata.ownerReferences[0].uid == $u)] | length')" = 0 ]
 }
 check "ttl job: Succeeded, then deleted with its pods, Secret and Service" wait_for 60 ttl_gone

@@ -22,19 +22,19 @@ k8s_operator "$W/operator.log" $CPORT
 example_job "$W/job.yaml" pre 400 "$W/ckpt" -e "s#examples/data/corpus.txt#$REPO/examples/data/corpus.txt#" \
     -e "s/everySteps: 50/everySteps: 1000/"
 kubectl apply -n $NS -f "$W/job.yaml" >/dev/null
-pods_are() { [ "$(kubectl get pods -n $NS -l holmes.dev/job=pre -o json | jq '.items | length')" = "$1" ]; }
+pods_are() { [ "$(k8s_json pods -n $NS -l holmes.dev/job=pre | jq '.items | length')" = "$1" ]; }
 check "apply -> 4 worker pods" wait_for 30 pods_are 4
 for i in 0 1 2 3; do
     kubectl patch pod pre-worker-$i -n $NS --subresource=status --type=merge \
         -p '{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}' >/dev/null
 done
-TOKEN=$(kubectl get secret pre-token -n $NS -o jsonpath='{.data.token}' | base64 -d)
+TOKEN=$(k8s_json secret pre-token -n $NS | jq -r '.data.token // empty' | base64 -d)
 
 # kubelet for worker I: runs holmes-node worker (the pod's main process, a supervisor) with the
 # pod's env; starts it again after a SIGTERM (143), as a recreated pod would; logs every exit.
 kubelet() {
     local i=$1 envs rc
-    envs=$(kubectl get pod "pre-worker-$i" -n $NS -o json | jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"')
+    envs=$(k8s_json pod "pre-worker-$i" -n $NS | jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"')
     for run in 1 2 3 4; do
         # shellcheck disable=SC2086
         (cd "$REPO" && exec env -i PATH="$PATH" HOSTNAME="pre-worker-$i" HOLMES_TOKEN="$TOKEN" \
@@ -74,9 +74,9 @@ for i in 0 1 2 3; do
     kubectl patch pod pre-worker-$i -n $NS --subresource=status --type=merge \
         -p '{"status":{"phase":"Succeeded","conditions":[{"type":"Ready","status":"False"}]}}' >/dev/null
 done
-tj_is() { kubectl get tj pre -n $NS -o json | jq -e "$1" >/dev/null 2>&1; }
+tj_is() { k8s_json tj pre -n $NS | jq -e "$1" >/dev/null 2>&1; }
 check "the job Succeeded at step 400" wait_for 30 tj_is '.status.phase == "Succeeded" and .status.progress.step == 400'
 check "no restart charged (status.restarts absent or 0)" tj_is '(.status.restarts // 0) == 0'
-EV=$(kubectl get events -n $NS -o json)
+EV=$(k8s_json events -n $NS)
 check "an Event says the worker got SIGTERM and the restart is not charged" jq_true "$EV" \
     'any(.items[]; .involvedObject.name == "pre" and (.message | contains("received SIGTERM")) and (.message | contains("not counted against maxRestarts")))'

@@ -93,7 +93,7 @@ read -r CPORT MPORT HPORT < <(free_ports 3)
     --node-image holmes-node:test >"$W/op.log" 2>&1 &
 OP_PID=$!
 PIDS+=($OP_PID)
-secret_json() { kubectl get secret "$TLS_SECRET" -n $RELNS -o json; }
+secret_json() { k8s_json secret "$TLS_SECRET" -n $RELNS; }
 check "the operator made its CA and serving certificate into Secret $TLS_SECRET" wait_for 30 bash -c \
     "'$KUBECTL' get secret '$TLS_SECRET' -n $RELNS -o json | jq -e '.type == \"kubernetes.io/tls\" and (.data | has(\"ca.crt\") and has(\"ca.key\") and has(\"tls.crt\") and has(\"tls.key\"))' >/dev/null"
 secret_json | jq -r '.data["ca.crt"]' | base64 -d >"$W/ca.crt"
@@ -143,11 +143,11 @@ spec:
 YAML
 sed -e "s/name: sec, namespace: $NS/name: hidden, namespace: other/" "$W/job.yaml" >"$W/hidden.yaml"
 kubectl apply -f "$W/job.yaml" >/dev/null && kubectl apply -f "$W/hidden.yaml" >/dev/null
-tj() { kubectl get tj sec -n $NS -o json; }
+tj() { k8s_json tj sec -n $NS; }
 tj_is() { jq -e "$1" <<<"$(tj)" >/dev/null 2>&1; }
-pods_are() { [ "$(kubectl get pods -n $NS -l holmes.dev/job=sec -o json | jq '.items | length')" = "$1" ]; }
+pods_are() { [ "$(k8s_json pods -n $NS -l holmes.dev/job=sec | jq '.items | length')" = "$1" ]; }
 check "worker pods admitted in the restricted namespace" wait_for 30 pods_are 2
-P=$(kubectl get pod sec-worker-0 -n $NS -o json)
+P=$(k8s_json pod sec-worker-0 -n $NS)
 check "worker pod: non-root, seccomp RuntimeDefault, no escalation, ALL dropped (no IPC_LOCK without RDMA), read-only root" jq_true "$P" \
     '.spec.securityContext.runAsNonRoot == true and .spec.securityContext.seccompProfile.type == "RuntimeDefault" and
      (.spec.containers[0].securityContext | .allowPrivilegeEscalation == false and .readOnlyRootFilesystem == true and
@@ -161,8 +161,8 @@ check "worker pod: the coordinator's CA from the job's Secret, HOLMES_COORDINATO
      any(.spec.containers[0].env[]; .name == "HOLMES_COORDINATOR" and (.value | startswith("wss://")))'
 check "the job's Secret holds the coordinator's CA" bash -c \
     "[ \"\$('$KUBECTL' get secret sec-token -n $NS -o jsonpath='{.data.ca\\.crt}' | base64 -d)\" = \"\$(cat '$W/ca.crt')\" ]"
-SEC_RV=$(kubectl get secret sec-token -n $NS -o jsonpath='{.metadata.resourceVersion}')
-TOKEN=$(kubectl get secret sec-token -n $NS -o jsonpath='{.data.token}' | base64 -d)
+SEC_RV=$(k8s_json secret sec-token -n $NS | jq -r '.metadata.resourceVersion // empty')
+TOKEN=$(k8s_json secret sec-token -n $NS | jq -r '.data.token // empty' | base64 -d)
 BADTOKEN=bad0$(printf '%s' "$TOKEN" | cut -c5- | rev)
 for i in 0 1; do
     kubectl patch pod sec-worker-$i -n $NS --subresource=status --type=merge \
@@ -172,7 +172,7 @@ worker() { # INDEX TOKEN CA LOG [ARGS...]: holmes-node worker with the pod's env
            # supervised, one try)
     local i=$1 tok=$2 ca=$3 log=$4 envs
     shift 4
-    envs=$(kubectl get pod "sec-worker-$i" -n $NS -o json | jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"')
+    envs=$(k8s_json pod "sec-worker-$i" -n $NS | jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"')
     # shellcheck disable=SC2086
     env -i PATH="$PATH" HOSTNAME="sec-worker-$i" NODE_NAME="node-$i" ${ONCE:+HOLMES_SUPERVISED=1} $envs HOLMES_TOKEN="$tok" \
         HOLMES_COORDINATOR_CA="$ca" timeout -k 5 120 "$NODE" worker --emulate-nic ethernet:eth:10 \
@@ -210,7 +210,7 @@ done
 check "job Succeeded after the refused handshakes" wait_for 30 tj_is '.status.phase == "Succeeded" and .status.progress.step == 30'
 
 check "the job's Secret was not written again by the reconciles since (its CA unchanged)" test \
-    "$(kubectl get secret sec-token -n $NS -o jsonpath='{.metadata.resourceVersion}')" = "$SEC_RV"
+    "$(k8s_json secret sec-token -n $NS | jq -r '.metadata.resourceVersion // empty')" = "$SEC_RV"
 # --- the job page: per-namespace visibility --------------------------------------------------------
 check "/api/jobs without a token: 401" test "$(code /api/jobs)" = 401
 c=$(code /jobs)
@@ -240,7 +240,7 @@ for f in "$W"/op.log "$W"/w-*.log "$W/events.json" "$W/status.json" "$W/pods.jso
 done
 [ -z "$leaks" ] && pass "no token in the logs, Events, status, pods, /api/jobs, the page or the metrics" ||
     fail "no token in the logs, Events, status, pods, /api/jobs, the page or the metrics" "found in:$leaks"
-kubectl get secret sec-token -n $NS -o json | jq -r .data.token | base64 -d >"$W/secret-token"
+k8s_json secret sec-token -n $NS | jq -r .data.token | base64 -d >"$W/secret-token"
 check "... (the grep finds the token where it is: the Secret)" grep -qF -- "$TOKEN" "$W/secret-token"
 
 if grep -qiE 'forbidden|\b403\b' "$W/op.log"; then
