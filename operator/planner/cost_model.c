@@ -26,6 +26,10 @@ void cost_links_default(struct cost_links *l)
     l->rdma_efficiency = 0.9;
     l->intra_node_gbps = 2400;
     l->intra_node_latency_us = 5;
+    /* bench_comm 2 on the 2-core VM (2026-11-29): 1.3-1.6 GB/s send/recv from 16 MiB, a 1-4 KiB
+     * message 146 us; docs/hetero.md's fit gave 110 us to emulated GPUs' loopback sums */
+    l->loopback_gbps = 10;
+    l->loopback_latency_us = 100;
     l->compute_efficiency = 0.6;
     l->memory_gbps = 1500;
     l->optimizer_bytes_per_param = 32; /* AdamW: p, g, m, v read, p, m, v written; the norm: g */
@@ -56,6 +60,8 @@ static const struct link_field link_fields[] = {
     LF(rdma_efficiency, 0, 1, 1),
     LF(intra_node_gbps, 0, 1e7, 1),
     LF(intra_node_latency_us, 0, 1e7, 0),
+    LF(loopback_gbps, 0, 1e7, 1),
+    LF(loopback_latency_us, 0, 1e7, 0),
     LF(compute_efficiency, 0, 1, 1),
     LF(memory_gbps, 0, 1e7, 1),
     LF(optimizer_bytes_per_param, 0, 1e3, 0),
@@ -106,7 +112,8 @@ int cost_links_apply_json(struct cost_links *l, const cJSON *j, const char *wher
             json_key_path(path, sizeof path, where, it->string);
             return herr_set(e, "%s: unknown link constant (known: tcp_gbps, gateway_gbps, tcp_latency_us, "
                             "tcp_efficiency, ib_latency_us, roce_latency_us, rdma_efficiency, "
-                            "intra_node_gbps, intra_node_latency_us, compute_efficiency, "
+                            "intra_node_gbps, intra_node_latency_us, loopback_gbps, "
+                            "loopback_latency_us, compute_efficiency, "
                             "memory_gbps, optimizer_bytes_per_param, overlap, shared_cores, pinned_cores, "
                             "op_overhead_us, send_buffers)", path);
         }

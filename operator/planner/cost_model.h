@@ -27,6 +27,9 @@ struct cost_links {
     double rdma_efficiency;       /* usable fraction of an RDMA NIC's Gb/s */
     double intra_node_gbps;       /* inside one node (NVLink / shared memory), tensor parallel */
     double intra_node_latency_us;
+    double loopback_gbps;         /* between two CPU workers on one node: our TCP transport over
+                                     loopback, which the CPU ranks' sends run on */
+    double loopback_latency_us;
     double compute_efficiency;    /* achieved fraction of a device's declared TFLOPS */
     double memory_gbps;           /* device memory bandwidth in GB/s (optimizer step) of the
                                      devices that do not say theirs (plan_worker.memory_gbps) */

@@ -144,6 +144,7 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
             x->cls = workers[w].gpus == 0 && !job->emulated ? (int)NIC_ETHERNET
                                                             : (int)workers[w].nic.cls;
             x->node = wnode[w];
+            x->cpu = workers[w].gpus == 0;
             x->gbps = workers[w].nic.gbps;
             x->tflops = workers[w].tflops;
             x->mem = workers[w].memory_gb > 0 ? workers[w].memory_gb * 1e9 * 0.9 : INFINITY;
@@ -152,8 +153,8 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
             x->devs = worker_devices(&workers[w]);
         }
     }
-    /* classes: same fabric, class, Gb/s, TFLOPS, memory, memory bandwidth and devices per
-     * worker (GPUs of one speed and two memory sizes, A100 40 and 80 GB, are not
+    /* classes: same fabric, class, CPU or GPU, Gb/s, TFLOPS, memory, memory bandwidth and
+     * devices per worker (GPUs of one speed and two memory sizes, A100 40 and 80 GB, are not
      * interchangeable: the first stage of 1F1B holds the most activations; nor are two memory
      * bandwidths: the stages with the embedding have the most to update) */
     for (int i = 0; i < ev->n_units; i++) {
@@ -161,7 +162,7 @@ struct plan_eval *pl_eval_new(const struct plan_worker *workers, int n_workers,
         x->klass = -1;
         for (int k = i - 1; k >= 0 && k >= i - 64; k--) {
             const struct unit *y = &ev->units[k];
-            if (y->fabric == x->fabric && y->cls == x->cls && y->gbps == x->gbps &&
+            if (y->fabric == x->fabric && y->cls == x->cls && y->cpu == x->cpu && y->gbps == x->gbps &&
                 y->tflops == x->tflops && y->mem == x->mem && y->membw == x->membw &&
                 worker_devices(&workers[y->worker]) == worker_devices(&workers[x->worker])) {
                 x->klass = y->klass;
@@ -284,11 +285,21 @@ static struct cost_link nic_link(const struct plan_eval *ev, const struct unit *
     return k;
 }
 
+/* a and b on one node: NVLink / shared memory between GPUs, loopback TCP between CPU ranks
+ * (two CPU workers' processes; the transport is the same TCP one as between nodes) */
+static struct cost_link node_link(const struct cost_links *l, const struct unit *a,
+                                  const struct unit *b)
+{
+    if (a->cpu && b->cpu)
+        return cost_link_make(l->loopback_gbps, l->loopback_latency_us, 1);
+    return cost_link_make(l->intra_node_gbps, l->intra_node_latency_us, 1);
+}
+
 static struct cost_link pair_link(const struct plan_eval *ev, const struct unit *a,
                                   const struct unit *b, double flows, int gw)
 {
     if (a->node == b->node)
-        return cost_link_make(ev->links.intra_node_gbps, ev->links.intra_node_latency_us, 1);
+        return node_link(&ev->links, a, b);
     return nic_link(ev, a, b, flows, gw);
 }
 
@@ -388,7 +399,7 @@ static struct cost_link one_link(const struct plan_eval *ev, const struct unit *
     const struct cost_links *l = &ev->links;
     if (x->node == y->node) {
         *share = 1;
-        return cost_link_make(l->intra_node_gbps, l->intra_node_latency_us, 1);
+        return node_link(l, x, y);
     }
     int fo = ev->nic_out[nic_index(x, r)], fi = ev->nic_in[nic_index(y, r)];
     double sx = 1.0 / (x->nics * (fo > 1 ? fo : 1)), sy = 1.0 / (y->nics * (fi > 1 ? fi : 1));

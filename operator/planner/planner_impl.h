@@ -21,6 +21,8 @@ struct unit {
     int fabric;          /* index into ev->fabric_names */
     int cls;             /* enum nic_class */
     int node;            /* node index */
+    int cpu;             /* its worker has no GPU: its sends to a unit on its node go over
+                            loopback TCP, not NVLink or shared memory */
     int klass;           /* interchangeable units share a class */
     double gbps, tflops;
     double mem;          /* bytes per device, INFINITY when unknown */

@@ -449,6 +449,14 @@ static void test_gateway(void)
 static int shared_pinned;  /* links.pinned_cores for shared_step */
 static int shared_layers = 4;
 
+/* These cases want the transfers inside one node negligible beside compute: loopback priced as
+ * NVLink (CPU workers' loopback TCP is links.loopback_gbps, 10 Gb/s by default) */
+static void shared_fast_loopback(struct cost_links *l)
+{
+    l->loopback_gbps = l->intra_node_gbps;
+    l->loopback_latency_us = l->intra_node_latency_us;
+}
+
 static double shared_step(int P, int D, double cores, int same_node, struct cost_breakdown *br)
 {
     struct plan_worker w[4];
@@ -471,6 +479,7 @@ static double shared_step(int P, int D, double cores, int same_node, struct cost
     cost_links_default(&l);
     l.shared_cores = cores;
     l.pinned_cores = shared_pinned;
+    shared_fast_loopback(&l);
     struct plan p;
     herr e = {0};
     if (plan_make(w, P * D, &job, &l, &p, &e)) {
@@ -515,6 +524,7 @@ static void test_shared_cores(void)
         struct cost_links l;
         cost_links_default(&l);
         l.shared_cores = 1;
+        shared_fast_loopback(&l);
         struct plan p;
         herr e = {0};
         if (!plan_make(w, 2, &job, &l, &p, &e)) {

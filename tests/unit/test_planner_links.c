@@ -693,6 +693,61 @@ static void test_three_fabrics(void)
     tj_job_free(&tj);
 }
 
+/* ---- two workers on one node: loopback TCP between CPU ranks, NVLink between GPUs ---- */
+
+/* The Gb/s and seconds of the first boundary's link for two workers named a and b with `gpus`
+ * each, on nodes na and nb; -1 when it does not plan */
+static double node_pair_link(int gpus, const char *na, const char *nb, const struct cost_links *l,
+                             double *link_s)
+{
+    struct plan_worker w[2];
+    worker(&w[0], "a", gpus, NIC_ETHERNET, "eth", 25);
+    worker(&w[1], "b", gpus, NIC_ETHERNET, "eth", 25);
+    snprintf(w[0].node, sizeof w[0].node, "%s", na);
+    snprintf(w[1].node, sizeof w[1].node, "%s", nb);
+    struct plan_job job;
+    plan_job_init(&job);
+    job.model = (struct tj_model){.layers = 2, .hidden = 512, .heads = 8, .vocab = 1000, .seq_len = 256};
+    job.tensor = 1;
+    job.pipeline = 2;
+    job.data = 1;
+    job.micro_batches = 1;
+    job.precision = DTYPE_FP32;
+    job.schedule = SCHED_GPIPE;
+    struct plan p;
+    herr e = {0};
+    if (plan_make(w, 2, &job, l, &p, &e)) {
+        printf("  %s\n", e.msg);
+        return -1;
+    }
+    double g = p.groups[p.link_group0].gbps;
+    *link_s = p.stages[0].link_s;
+    plan_free(&p);
+    return g;
+}
+
+static void test_node_links(void)
+{
+    struct cost_links l;
+    cost_links_default(&l);
+    double bytes = 256.0 * 512 * 4, s;
+    /* two CPU workers' processes on one node send over loopback TCP: loopback_gbps and its
+     * latency, not the 2,400 Gb/s of NVLink */
+    double g = node_pair_link(0, "n1", "n1", &l, &s);
+    CHECK_NEAR("node: CPU workers on one node priced at loopback_gbps", g, l.loopback_gbps, 1e-12);
+    CHECK_NEAR("node: a micro-batch over loopback: bytes / 10 Gb/s + 100 us", s,
+               bytes / (l.loopback_gbps * 1e9 / 8) + l.loopback_latency_us * 1e-6, 1e-12);
+    l.loopback_gbps = 40;
+    g = node_pair_link(0, "n1", "n1", &l, &s);
+    CHECK_NEAR("node: loopback_gbps is what prices it (40)", g, 40, 1e-12);
+    /* GPU workers on one node: NVLink / shared memory */
+    g = node_pair_link(1, "n1", "n1", &l, &s);
+    CHECK_NEAR("node: GPU workers on one node at intra_node_gbps", g, l.intra_node_gbps, 1e-12);
+    /* CPU workers on two nodes: their NICs over TCP (25 Gb/s x tcp_efficiency 0.8) */
+    g = node_pair_link(0, "n1", "n2", &l, &s);
+    CHECK_NEAR("node: CPU workers on two nodes at their NICs over TCP", g, 25 * l.tcp_efficiency, 1e-12);
+}
+
 int main(void)
 {
     test_link_groups();
@@ -703,5 +758,6 @@ int main(void)
     test_memory();
     test_sliced_memory();
     test_three_fabrics();
+    test_node_links();
     TEST_MAIN_END();
 }
