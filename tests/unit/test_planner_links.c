@@ -28,6 +28,17 @@ static void worker(struct plan_worker *w, const char *name, int gpus, enum nic_c
     snprintf(w->nic.fabric, sizeof w->nic.fabric, "%s", fabric);
 }
 
+/* A job of two layers of 512 (8 heads, vocabulary 1,000, T 256) in two stages, one replica */
+static void two_stage_job(struct plan_job *job, int tensor, int micro_batches)
+{
+    plan_job_init(job);
+    job->model = (struct tj_model){.layers = 2, .hidden = 512, .heads = 8, .vocab = 1000, .seq_len = 256};
+    job->tensor = tensor;
+    job->pipeline = 2;
+    job->data = 1;
+    job->micro_batches = micro_batches;
+}
+
 /* Busy time per micro-batch of stage s (of P) with `layers` on devices of `tflops`: compute,
  * tensor all-reduces, the all-gathers of what it receives. */
 static double busy(const struct cost_job *j, const struct cost_links *l, int layers, double tflops,
@@ -151,12 +162,7 @@ static void test_link_price(void)
     worker(&w[0], "a", 2, NIC_INFINIBAND, "ib-a", 100);
     worker(&w[1], "b", 2, NIC_ETHERNET, "eth-b", 40);
     struct plan_job job;
-    plan_job_init(&job);
-    job.model = (struct tj_model){.layers = 2, .hidden = 512, .heads = 8, .vocab = 1000, .seq_len = 256};
-    job.tensor = 2;
-    job.pipeline = 2;
-    job.data = 1;
-    job.micro_batches = 1;
+    two_stage_job(&job, 2, 1);
     job.precision = DTYPE_FP32;
     job.schedule = SCHED_GPIPE;
     int pin[2] = {1, 1};
@@ -260,12 +266,7 @@ static void test_tcp_per_worker(void)
     worker(&w[1], "b", 4, NIC_ROCE, "roce-b", 400);
     w[0].nics = w[1].nics = 4;
     struct plan_job job;
-    plan_job_init(&job);
-    job.model = (struct tj_model){.layers = 2, .hidden = 512, .heads = 8, .vocab = 1000, .seq_len = 256};
-    job.tensor = 4;
-    job.pipeline = 2;
-    job.data = 1;
-    job.micro_batches = 2;
+    two_stage_job(&job, 4, 2);
     struct cost_links l;
     cost_links_default(&l);
     l.tcp_gbps = 20;
@@ -706,12 +707,7 @@ static double node_pair_link(int gpus, const char *na, const char *nb, const str
     snprintf(w[0].node, sizeof w[0].node, "%s", na);
     snprintf(w[1].node, sizeof w[1].node, "%s", nb);
     struct plan_job job;
-    plan_job_init(&job);
-    job.model = (struct tj_model){.layers = 2, .hidden = 512, .heads = 8, .vocab = 1000, .seq_len = 256};
-    job.tensor = 1;
-    job.pipeline = 2;
-    job.data = 1;
-    job.micro_batches = 1;
+    two_stage_job(&job, 1, 1);
     job.precision = DTYPE_FP32;
     job.schedule = SCHED_GPIPE;
     struct plan p;
