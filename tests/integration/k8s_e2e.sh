@@ -72,10 +72,11 @@ token_of() { k8s_json secret "$1-token" -n $NS | jq -r '.data.token // empty' | 
 # kubelet POD [worker args...]: runs the pod's main process once with the pod's env; logs its
 # exit status to exits-POD. No restarts here: a worker that dies is the supervisor's business.
 kubelet() {
-    local pod=$1 envs tok rc
+    local pod=$1 pj envs tok rc
     shift
-    envs=$(k8s_json pod "$pod" -n $NS | jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"')
-    tok=$(token_of "$(k8s_json pod "$pod" -n $NS | jq -r '.metadata.labels["holmes.dev/job"] // empty')")
+    pj=$(k8s_json pod "$pod" -n $NS)
+    envs=$(jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"' <<<"$pj")
+    tok=$(token_of "$(jq -r '.metadata.labels["holmes.dev/job"] // empty' <<<"$pj")")
     # shellcheck disable=SC2086
     (cd "$REPO" && exec env -i PATH="$PATH" HOSTNAME="$pod" HOLMES_TOKEN="$tok" "$TAG" \
         NODE_NAME="node-$pod" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $envs \

@@ -90,11 +90,11 @@ YAML
 # kubectl as admin; $KUBECTL is the same as a command, for `bash -c` and `wait_for`.
 kubectl() { "$KUBECTL" "$@"; }
 
-# k8s_json RESOURCE [NAME] [-n NAMESPACE] [-l SELECTOR]: what `kubectl get ... -o json` prints, read
-# from the API server with curl as admin, for the kinds tests poll (tj, pod, secret, service, lease,
-# event, serviceaccount, the PodGroups of k8s_gang.sh; a list without NAME, with .items). Exit status 0, or
-# non-zero when it is not there (404) or the server did not answer. A kubectl process costs
-# 0.15-0.2 s of CPU, most of it starting up; this 0.03 s: the tests wait on status by polling.
+# k8s_json RESOURCE [NAME] [-n NAMESPACE] [-l SELECTOR]: what `kubectl get ... -o json` prints,
+# read from the API server with curl as admin, for the kinds tests poll (tj, pod, secret, service,
+# lease, event, serviceaccount, the PodGroups of k8s_gang.sh; a list without NAME, with .items).
+# Exit status 0, or non-zero when it is not there (404) or the server did not answer. A kubectl
+# process costs 0.15-0.2 s of CPU, most of it starting up; this 0.03 s: the tests poll status.
 k8s_json() {
     local res=$1 name= ns= sel= base
     shift
@@ -253,12 +253,13 @@ k8s_operator() {
 # job's token (and K8S_KUBELET_ENV, NAME=VALUE words, when set: e.g. a tag to find the test's
 # processes by), output appended to LOG; returns its exit status.
 k8s_kubelet() {
-    local ns=$1 pod=$2 log=$3 envs job tok
+    local ns=$1 pod=$2 log=$3 pj envs job tok
     shift 3
     kubectl patch pod "$pod" -n "$ns" --subresource=status --type=merge \
         -p '{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}' >/dev/null
-    envs=$(k8s_json pod "$pod" -n "$ns" | jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"')
-    job=$(k8s_json pod "$pod" -n "$ns" | jq -r '.metadata.labels["holmes.dev/job"] // empty')
+    pj=$(k8s_json pod "$pod" -n "$ns")
+    envs=$(jq -r '.spec.containers[0].env[] | select(.value != null) | "\(.name)=\(.value)"' <<<"$pj")
+    job=$(jq -r '.metadata.labels["holmes.dev/job"] // empty' <<<"$pj")
     tok=$(k8s_json secret "$job-token" -n "$ns" | jq -r '.data.token // empty' | base64 -d)
     # shellcheck disable=SC2086
     (cd "$REPO" && exec env -i PATH="$PATH" HOSTNAME="$pod" HOLMES_TOKEN="$tok" NODE_NAME="node-$pod" \
