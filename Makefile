@@ -34,7 +34,13 @@ endif
 SRC_DIRS := common operator $(wildcard operator/*/) noderuntime $(wildcard noderuntime/*/)
 CFLAGS   += -std=gnu11 $(OPT_$(VARIANT)) $(WARN) -fopenmp -D_GNU_SOURCE \
             $(addprefix -I,$(patsubst %/,%,$(SRC_DIRS))) $(PKG_CFLAGS) $(EXTRA_CFLAGS)
-LDFLAGS  += $(filter -fsanitize=%,$(OPT_$(VARIANT))) -fopenmp
+# The linker: gold where $(CC) can run it (binutils ships it). BFD's ld spends most of its time on
+# the objects' debug information: the test binaries of one variant linked in 20 s on 2 cores with
+# it, 6 s with gold. LD_FLAGS_FAST= keeps the compiler's default.
+ifeq ($(origin LD_FLAGS_FAST),undefined)
+LD_FLAGS_FAST := $(shell $(CC) -fuse-ld=gold -Wl,--version 2>/dev/null | grep -q 'GNU gold' && echo -fuse-ld=gold)
+endif
+LDFLAGS  += $(filter -fsanitize=%,$(OPT_$(VARIANT))) -fopenmp $(LD_FLAGS_FAST)
 LDLIBS   += $(PKG_LIBS) -lm -lpthread
 
 # Debian packages the build, the tests and `make run` need (mk/*.mk may add).

@@ -26,6 +26,11 @@ FUZZ_SHORT_SECONDS ?= 4
 FUZZ_TARGETS       := coord_message worker_message kube_decode http_request manifest train_files \
                       nic_sysfs
 FUZZ_SAN           := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+# gold for the links, as the Makefile's LD_FLAGS_FAST (asked of $(FUZZ_CC), made only when used)
+ifeq ($(origin FUZZ_LD_FAST),undefined)
+FUZZ_LD_FAST        = $(eval FUZZ_LD_FAST := $(shell $(FUZZ_CC) -fuse-ld=gold -Wl,--version 2>/dev/null \
+                        | grep -q 'GNU gold' && echo -fuse-ld=gold))$(FUZZ_LD_FAST)
+endif
 FUZZ_CFLAGS        := -std=gnu11 -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) -fsanitize=fuzzer-no-link -fopenmp \
                       -Wno-pass-failed \
                       $(WARN) -D_GNU_SOURCE $(addprefix -I,$(patsubst %/,%,$(SRC_DIRS))) \
@@ -62,7 +67,7 @@ $(FUZZ_LIB): $(patsubst %.c,$(FUZZ_BUILD)/%.o,$(FUZZ_LIB_SRC))
 
 $(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/tests/fuzz/fuzz_%.o $(FUZZ_LIB)
 	@echo "  LD      $@"
-	@$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -fopenmp -o $@ $< $(FUZZ_LIB) $(PKG_LIBS) -lm -lpthread
+	@$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -fopenmp $(FUZZ_LD_FAST) -o $@ $< $(FUZZ_LIB) $(PKG_LIBS) -lm -lpthread
 
 fuzz-build: $(FUZZ_BINS)
 
