@@ -26,10 +26,11 @@ FUZZ_SHORT_SECONDS ?= 4
 FUZZ_TARGETS       := coord_message worker_message kube_decode http_request manifest train_files \
                       nic_sysfs
 FUZZ_SAN           := -fsanitize=address,undefined -fno-sanitize-recover=undefined
-# gold for the links, as the Makefile's LD_FLAGS_FAST (asked of $(FUZZ_CC), made only when used)
+# LLVM's lld for the links where it is installed (3x faster than BFD's ld here; gold warns about
+# each of the sanitizer runtime's local symbols); asked of $(FUZZ_CC) once, when first used
 ifeq ($(origin FUZZ_LD_FAST),undefined)
-FUZZ_LD_FAST        = $(eval FUZZ_LD_FAST := $(shell $(FUZZ_CC) -fuse-ld=gold -Wl,--version 2>/dev/null \
-                        | grep -q 'GNU gold' && echo -fuse-ld=gold))$(FUZZ_LD_FAST)
+FUZZ_LD_FAST        = $(eval FUZZ_LD_FAST := $(shell $(FUZZ_CC) -fuse-ld=lld -Wl,--version 2>/dev/null \
+                        | grep -q 'LLD ' && echo -fuse-ld=lld))$(FUZZ_LD_FAST)
 endif
 FUZZ_CFLAGS        := -std=gnu11 -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) -fsanitize=fuzzer-no-link -fopenmp \
                       -Wno-pass-failed \
