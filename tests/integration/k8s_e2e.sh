@@ -64,8 +64,7 @@ pods_are() { [ "$(npods "$1")" = "$2" ]; }
 uids() { k8s_json pods -n $NS -l "holmes.dev/job=$1" | jq -c '[.items[] | [.metadata.name, .metadata.uid]] | sort'; }
 uid_of() { k8s_json pod "$1" -n $NS | jq -r '.metadata.uid // empty'; }
 set_pod() { # pod phase ready
-    kubectl patch pod "$1" -n $NS --subresource=status --type=merge \
-        -p "{\"status\":{\"phase\":\"$2\",\"conditions\":[{\"type\":\"Ready\",\"status\":\"$3\"}]}}" >/dev/null
+    k8s_pod_status $NS "$1" "{\"phase\":\"$2\",\"conditions\":[{\"type\":\"Ready\",\"status\":\"$3\"}]}"
 }
 token_of() { k8s_json secret "$1-token" -n $NS | jq -r '.data.token // empty' | base64 -d; }
 

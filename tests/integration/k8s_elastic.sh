@@ -73,8 +73,8 @@ tj_is() { k8s_json tj "$1" -n $NS | jq -e "$2" >/dev/null 2>&1; }
 step_of() { k8s_json tj "$1" -n $NS | jq -r '.status.progress.step // empty'; }
 past() { local s; s=$(step_of "$1"); [ -n "$s" ] && [ "$s" -ge "$2" ]; }
 unschedulable() { # POD: the scheduler found no node for it
-    kubectl patch pod "$1" -n $NS --subresource=status --type=merge -p \
-        '{"status":{"phase":"Pending","conditions":[{"type":"PodScheduled","status":"False","reason":"Unschedulable","message":"0/3 nodes are available: 3 Insufficient cpu."}]}}' >/dev/null
+    k8s_pod_status $NS "$1" \
+        '{"phase":"Pending","conditions":[{"type":"PodScheduled","status":"False","reason":"Unschedulable","message":"0/3 nodes are available: 3 Insufficient cpu."}]}'
 }
 
 for j in ela elb; do check "$j: apply -> 4 worker pods" wait_for 30 pods_are $j 4; done
@@ -139,8 +139,8 @@ for j in ela elb; do
 done
 T2=$(date +%s.%N)
 for p in "${KPIDS[@]}"; do wait "$p" 2>/dev/null; done
-for i in 0 1 2; do kubectl patch pod ela-worker-$i -n $NS --subresource=status --type=merge -p '{"status":{"phase":"Succeeded","conditions":[{"type":"Ready","status":"False"}]}}' >/dev/null; done
-for i in 0 1 2 3; do kubectl patch pod elb-worker-$i -n $NS --subresource=status --type=merge -p '{"status":{"phase":"Succeeded","conditions":[{"type":"Ready","status":"False"}]}}' >/dev/null; done
+for i in 0 1 2; do k8s_pod_status $NS ela-worker-$i '{"phase":"Succeeded","conditions":[{"type":"Ready","status":"False"}]}'; done
+for i in 0 1 2 3; do k8s_pod_status $NS elb-worker-$i '{"phase":"Succeeded","conditions":[{"type":"Ready","status":"False"}]}'; done
 check "ela: the job Succeeded on 3 workers at step $STEPS" wait_for 30 tj_is ela ".status.phase == \"Succeeded\" and .status.progress.step == $STEPS"
 check "ela: the lost worker's waiting pod is removed" wait_for 30 pods_are ela 3
 check "elb: the job Succeeded on 4 workers at step $STEPS" wait_for 30 tj_is elb ".status.phase == \"Succeeded\" and .status.progress.step == $STEPS"

@@ -111,8 +111,7 @@ check "/metrics: holmes_job_restarts 1" wait_for 20 restarts_metric
 gone() { for p in "${KPIDS[@]}"; do kill -0 "$p" 2>/dev/null && return 1; done; return 0; }
 check "both pods' main processes finish" wait_for 180 gone
 for i in 0 1; do
-    kubectl patch pod gj-worker-$i -n $NS --subresource=status --type=merge \
-        -p '{"status":{"phase":"Succeeded","conditions":[{"type":"Ready","status":"False"}]}}' >/dev/null
+    k8s_pod_status $NS gj-worker-$i '{"phase":"Succeeded","conditions":[{"type":"Ready","status":"False"}]}'
 done
 check "the job Succeeds at step 160" wait_for 180 tj_is '.status.phase == "Succeeded" and .status.progress.step == 160'
 check "no pod recreated: the same 2 pod UIDs" test "$(uids)" = "$U0"

@@ -104,8 +104,8 @@ check "only the leader acted" bash -c "! grep -q 'caches synced' '$W/op-b.log'"
 
 # kubelet: the pods run and are ready.
 pod_status() { # POD PHASE READY
-    kubectl patch pod "$1" -n $NS --subresource=status --type=merge \
-        -p "{\"status\":{\"phase\":\"$2\",\"conditions\":[{\"type\":\"PodScheduled\",\"status\":\"True\"},{\"type\":\"Ready\",\"status\":\"$3\"}]}}" >/dev/null
+    k8s_pod_status $NS "$1" \
+        "{\"phase\":\"$2\",\"conditions\":[{\"type\":\"PodScheduled\",\"status\":\"True\"},{\"type\":\"Ready\",\"status\":\"$3\"}]}"
 }
 for i in 0 1 2 3; do pod_status e2e-worker-$i Running True; done
 check "pods ready -> workers 4/4" wait_for 20 tj_is e2e '.status.workers.summary == "4/4" and .status.workers.ready == 4'

@@ -25,8 +25,7 @@ kubectl apply -n $NS -f "$W/job.yaml" >/dev/null
 pods_are() { [ "$(k8s_json pods -n $NS -l holmes.dev/job=pre | jq '.items | length')" = "$1" ]; }
 check "apply -> 4 worker pods" wait_for 30 pods_are 4
 for i in 0 1 2 3; do
-    kubectl patch pod pre-worker-$i -n $NS --subresource=status --type=merge \
-        -p '{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}' >/dev/null
+    k8s_pod_status $NS pre-worker-$i '{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}'
 done
 TOKEN=$(k8s_json secret pre-token -n $NS | jq -r '.data.token // empty' | base64 -d)
 
@@ -71,8 +70,7 @@ else
     fail "no step lost" "left at '$left', resumed at '$resumed'"
 fi
 for i in 0 1 2 3; do
-    kubectl patch pod pre-worker-$i -n $NS --subresource=status --type=merge \
-        -p '{"status":{"phase":"Succeeded","conditions":[{"type":"Ready","status":"False"}]}}' >/dev/null
+    k8s_pod_status $NS pre-worker-$i '{"phase":"Succeeded","conditions":[{"type":"Ready","status":"False"}]}'
 done
 tj_is() { k8s_json tj pre -n $NS | jq -e "$1" >/dev/null 2>&1; }
 check "the job Succeeded at step 400" wait_for 30 tj_is '.status.phase == "Succeeded" and .status.progress.step == 400'

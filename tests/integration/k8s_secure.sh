@@ -165,8 +165,7 @@ SEC_RV=$(k8s_json secret sec-token -n $NS | jq -r '.metadata.resourceVersion // 
 TOKEN=$(k8s_json secret sec-token -n $NS | jq -r '.data.token // empty' | base64 -d)
 BADTOKEN=bad0$(printf '%s' "$TOKEN" | cut -c5- | rev)
 for i in 0 1; do
-    kubectl patch pod sec-worker-$i -n $NS --subresource=status --type=merge \
-        -p '{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}' >/dev/null
+    k8s_pod_status $NS sec-worker-$i '{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}'
 done
 worker() { # INDEX TOKEN CA LOG [ARGS...]: holmes-node worker with the pod's env (ONCE=1: not
            # supervised, one try)
@@ -204,8 +203,7 @@ ok=1
 for p in "${WP[@]}"; do wait "$p" || ok=0; done
 [ $ok = 1 ] && pass "the workers trained over wss:// with the CA (exit 0)" || fail "the workers trained over wss://" "$(tail -n 3 "$W"/w-[01].log)"
 for i in 0 1; do
-    kubectl patch pod sec-worker-$i -n $NS --subresource=status --type=merge \
-        -p '{"status":{"phase":"Succeeded","conditions":[{"type":"Ready","status":"False"}]}}' >/dev/null
+    k8s_pod_status $NS sec-worker-$i '{"phase":"Succeeded","conditions":[{"type":"Ready","status":"False"}]}'
 done
 check "job Succeeded after the refused handshakes" wait_for 30 tj_is '.status.phase == "Succeeded" and .status.progress.step == 30'
 
