@@ -130,6 +130,16 @@ static void on_notice(void *ctx, const char *reason, const char *message)
     s->out->notice(s->out->ctx, reason, message);
 }
 
+/* At the end, the step the run stands at: a run resumed from its last step's checkpoint
+ * trains none and reports no step, and its done must still say it is at the end. */
+static void on_end(void *ctx, struct gpt_stage *stage, long steps_done)
+{
+    struct step_sink *s = ctx;
+    (void)stage;
+    if (steps_done > s->last_step)
+        s->last_step = steps_done;
+}
+
 static int on_should_stop(void *ctx)
 {
     const struct step_sink *s = ctx;
@@ -254,7 +264,7 @@ int worker_train_rank(const struct plan_assignment *a, int local, struct tcp_lis
                              .log_every = spec->training.log_every_steps,
                              .steps = spec->training.steps};
     struct trainer_hooks hooks = {.ctx = &sink, .on_step = on_step, .should_stop = on_should_stop,
-                                  .on_notice = on_notice};
+                                  .on_end = on_end, .on_notice = on_notice};
     rc = trainer_run(&c, rt, rank, &td, &hooks, e);
     *last_step = sink.last_step;
 out:

@@ -293,7 +293,6 @@ static void on_progress(struct conn *k, const struct proto_msg *m)
 
 static void on_done(struct conn *k, const struct proto_msg *m)
 {
-    (void)m; /* its rank and last step are in the progress already */
     struct job *j = k->job;
     struct slot *s = &j->w[k->worker];
     if (j->state == COORD_GATHERING && s->running) {
@@ -304,6 +303,15 @@ static void on_done(struct conn *k, const struct proto_msg *m)
     }
     if (j->state != COORD_RUNNING)
         return;
+    /* Its last step is in its progress already, unless this round trained none: a gang that
+     * restarts (a re-plan, a preemption) as it reaches the end resumes from the checkpoint of
+     * the last step, while the old round's last progress, sent after the stop, was dropped.
+     * Its done then says where it is, or the status would stay a few steps short. */
+    if (m->step > 0 && (!s->reported || m->step > s->last.step)) {
+        s->last.step = m->step;
+        s->reported = 1;
+        j->progress_dirty = 1;
+    }
     s->done = 1;
     co_job_succeed_if_all_done(j);
 }

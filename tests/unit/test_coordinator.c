@@ -394,6 +394,46 @@ static void test_gang_and_security(void)
     server_stop(&s);
 }
 
+/* A gang restarted as it reached the end (here a worker lost; in a cluster as often a re-plan or a
+ * preemption) resumes from the checkpoint of the last step: that round trains no step and sends
+ * no progress, only done with its last step, and the old round's last progress came after the
+ * stop and was dropped. The job ends with the status at the last step, not a few short. */
+static void test_restart_at_last_step(void)
+{
+    struct server s;
+    if (server_start(&s, "ls", 2, 60000, 1)) {
+        TEST_FAIL("server start", "could not start");
+        return;
+    }
+    struct coord_client *cl[2] = {coord_test_connect(&s.ct), coord_test_connect(&s.ct)};
+    int ranks[2];
+    int ok = cl[0] && cl[1] && run_gang(cl, 2, "ls", 0, ranks);
+    CHECK("last step: first gang runs", ok);
+    for (int i = 0; ok && i < 2; i++)
+        send_progress(cl[i], ranks[i], 97, 1);
+    coord_client_destroy(cl[1]); /* worker 1 goes as the gang trains its last steps */
+    cl[1] = NULL;
+    struct proto_msg m;
+    if (cl[0] && coord_test_expect(cl[0], PROTO_STOP, &m))
+        proto_msg_free(&m);
+    coord_client_destroy(cl[0]);
+    cl[0] = coord_test_connect(&s.ct);
+    cl[1] = coord_test_connect(&s.ct);
+    ok = cl[0] && cl[1] && run_gang(cl, 2, "ls", 1, ranks);
+    CHECK("last step: the gang runs again from the checkpoint of step 100", ok);
+    for (int i = 0; ok && i < 2; i++)
+        coord_test_send(cl[i], proto_done_encode(ranks[i], 100, NULL));
+    CHECK("last step: succeeded", coord_thread_wait_state(&s.ct, "ls", COORD_SUCCEEDED));
+    pthread_mutex_lock(&s.ct.mu);
+    long step = s.last.step, total = s.last.total_steps;
+    pthread_mutex_unlock(&s.ct.mu);
+    CHECK_MSG("last step: the progress the job ends with is its last step, from done",
+              step == 100 && total == 100, "step %ld of %ld", step, total);
+    for (int i = 0; i < 2; i++)
+        coord_client_destroy(cl[i]);
+    server_stop(&s);
+}
+
 static void test_restart_in_place(void)
 {
     struct server s;
@@ -798,6 +838,7 @@ int main(void)
     test_api_errors();
     test_gang_and_security();
     test_restart_in_place();
+    test_restart_at_last_step();
     test_ranks_per_worker();
     test_adopt_gang_timeout_plan_failure();
     test_silent_server();
