@@ -36,9 +36,11 @@ static int run_rank(struct plan_assignment *a, int local, int report_fd, herr *e
                                                      &g_stop);
         long last = 0;
         rc = worker_train_rank(a, local, l, CPU_AFFINITY_NONE, &out, &last, e);
-        if (rc == 0)
+        if (rc == 0) {
             log_info("rank %d: %s at step %ld", a->ranks[local], g_stop ? "stopped" : "finished",
                      last);
+            rank_procs_report_done(report_fd, a->ranks[local], last);
+        }
     }
     tcp_listener_close(l);
     return rc;

@@ -73,6 +73,11 @@ struct rank_sink rank_procs_child_sink(int fd, int rank, int stage, volatile int
     return (struct rank_sink){NULL, child_step, child_notice, child_should_stop};
 }
 
+void rank_procs_report_done(int fd, int rank, long step)
+{
+    write_line(fd, proto_done_encode(rank, step, NULL));
+}
+
 void rank_procs_report_error(int fd, const herr *e)
 {
     write_line(fd, proto_error_encode(e->kind == HERR_CONFIG ? PROTO_ERR_CONFIG : PROTO_ERR_WORKER,
@@ -253,6 +258,8 @@ static void handle_line(struct family *f, struct child *c, const char *line)
             worker_report_step(f->link, &m.u.progress.steps[i]);
             f->last_step = m.u.progress.steps[i].step;
         }
+    } else if (m.type == PROTO_DONE && c->local == f->reporter && m.step > f->last_step) {
+        f->last_step = m.step; /* where a round that trained no step stands (resumed at the end) */
     } else if (m.type == PROTO_NOTICE) {
         worker_report_notice(f->link, m.u.notice.reason, m.u.notice.message);
     } else if (m.type == PROTO_ERROR) {

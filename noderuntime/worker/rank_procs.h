@@ -37,5 +37,8 @@ int rank_procs_read_work(int fd, struct plan_assignment *a, int *local, herr *e)
 struct rank_sink rank_procs_child_sink(int fd, int rank, int stage, volatile int *stop);
 /* Child: the error line the parent reads before the exit status. */
 void rank_procs_report_error(int fd, const herr *e);
+/* Child: the step its run ended at (the parent's done says it: a run resumed from the last
+ * step's checkpoint trains no step and reports none). */
+void rank_procs_report_done(int fd, int rank, long step);
 
 #endif
