@@ -186,8 +186,7 @@ YAML
     k8s_kubeconfig "$K8S_DIR/kcm.kubeconfig" kcm
     local i
     for i in $(seq 300); do
-        if curl -sf --cacert "$K8S_DIR/ca.crt" --cert "$K8S_DIR/admin.crt" --key "$K8S_DIR/admin.key" \
-            "$K8S_API/readyz" >/dev/null 2>&1; then
+        if k8s_curl -s /readyz >/dev/null 2>&1; then
             break
         fi
         sleep 0.2
